@@ -1,0 +1,1 @@
+"""The native Python client: Producer, Consumer and Admin."""

@@ -1,0 +1,1 @@
+"""Wire protocols: pure codecs and state machines, plus one thin Twisted adapter each."""

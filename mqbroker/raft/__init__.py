@@ -1,0 +1,1 @@
+"""The in-process Raft controller: a pure consensus core plus its Twisted node and transport."""

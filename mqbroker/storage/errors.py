@@ -1,0 +1,23 @@
+"""Typed errors raised by the storage library; the broker maps them to wire codes."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of every error the storage library raises on purpose."""
+
+
+class CorruptRecordError(StorageError):
+    """Bytes that are not a valid RecordBatch v2 (bad size, magic, CRC or record framing)."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """An offset below the log start or above the log end offset."""
+
+
+class RecordTooLargeError(StorageError):
+    """A batch larger than the partition's ``max.message.bytes``."""
+
+
+class LogClosedError(StorageError):
+    """An operation on a partition log that was closed or deleted."""

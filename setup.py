@@ -1,0 +1,50 @@
+"""Packaging for mqbroker: the broker package, the twistd plugin and the Spark data source."""
+
+from setuptools import find_packages, setup
+
+RUNTIME_REQUIREMENTS = [
+    "twisted[tls]>=24.3",
+    "zope.interface>=6.0",
+    "txredisapi>=1.4",
+    "cryptography>=42",
+    "service-identity>=24.1",
+    "crc32c>=2.4",
+    "zstandard>=0.22",
+    "lz4>=4.3",
+    "cramjam>=2.8",
+    "prometheus_client>=0.20",
+]
+
+TEST_REQUIREMENTS = [
+    "pytest>=8",
+    "pytest-twisted>=1.14",
+    "hypothesis>=6.100",
+    "import-linter>=2.0",
+    "paho-mqtt>=2.0",
+    "pika>=1.3",
+    "kombu>=5.3",
+    "aio-pika>=9.4",
+]
+
+SPARK_REQUIREMENTS = ["pyspark>=4.0", "pyarrow>=15"]
+
+setup(
+    name="mqbroker",
+    version="0.1.0",
+    description="A distributed, partitioned, replicated commit-log message broker on Twisted "
+    "speaking a native protocol, MQTT and AMQP 0-9-1",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*", "spark", "spark.*"])
+    + ["twisted.plugins", "mqbroker_spark"],
+    package_dir={"mqbroker_spark": "spark"},
+    install_requires=RUNTIME_REQUIREMENTS,
+    extras_require={
+        "test": TEST_REQUIREMENTS + SPARK_REQUIREMENTS,
+        "spark": SPARK_REQUIREMENTS,
+    },
+    entry_points={"console_scripts": ["mqbroker = mqbroker.cli:main"]},
+    include_package_data=True,
+    zip_safe=False,
+)

@@ -1,0 +1,12 @@
+"""Suite-wide test configuration: hypothesis profiles sized for a 2-core CI machine."""
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    deadline=None,
+    max_examples=200,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("thorough", deadline=None, max_examples=5000)
+settings.load_profile("ci")

@@ -1,0 +1,35 @@
+"""Machine checks of the layering rules (DESIGN §6): import-linter contracts and banned APIs."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+
+#: Pure layers may not read the wall clock, use global randomness or touch the reactor.
+PURE_PACKAGES = ["mqbroker/storage", "mqbroker/raft"]
+BANNED_IN_PURE = re.compile(r"^\s*(import random\b|from random import|from twisted|import twisted)|time\.time\(\)", re.M)
+
+
+def test_import_contracts_hold() -> None:
+    """lint-imports exits 0: every contract in pyproject.toml is kept."""
+    result = subprocess.run(
+        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pure_layers_use_no_clock_randomness_or_reactor() -> None:
+    """Storage and the Raft core take time and randomness as arguments."""
+    offenders = []
+    for package in PURE_PACKAGES:
+        for path in (REPOSITORY / package).rglob("*.py"):
+            if path.name in {"node.py", "transport.py"}:
+                continue  # the Raft node and transport are the Twisted adapters
+            if BANNED_IN_PURE.search(path.read_text()):
+                offenders.append(str(path.relative_to(REPOSITORY)))
+    assert offenders == []
