@@ -24,6 +24,7 @@ class ErrorCode(enum.IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
@@ -59,6 +60,7 @@ class ErrorCode(enum.IntEnum):
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
     NON_EMPTY_GROUP = 68
+    GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     THROTTLING_QUOTA_EXCEEDED = 89
     UNKNOWN_API_KEY = 1001
@@ -137,6 +139,8 @@ NonEmptyGroupError = _error_class("NonEmptyGroupError", ErrorCode.NON_EMPTY_GROU
 GroupIdNotFoundError = _error_class("GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND)
 FencedLeaderEpochError = _error_class("FencedLeaderEpochError", ErrorCode.FENCED_LEADER_EPOCH, True)
 FencedInstanceIdError = _error_class("FencedInstanceIdError", ErrorCode.FENCED_INSTANCE_ID)
+GroupMaxSizeReachedError = _error_class("GroupMaxSizeReachedError", ErrorCode.GROUP_MAX_SIZE_REACHED)
+OffsetMetadataTooLargeError = _error_class("OffsetMetadataTooLargeError", ErrorCode.OFFSET_METADATA_TOO_LARGE)
 CoordinatorNotAvailableError = _error_class(
     "CoordinatorNotAvailableError", ErrorCode.COORDINATOR_NOT_AVAILABLE, True
 )
