@@ -1,0 +1,155 @@
+"""Broker configuration: frozen dataclasses loaded from TOML and ``--set KEY=VALUE`` overrides.
+
+Pure: no I/O beyond reading the text it is given. Unknown keys and bad values are errors
+that name the key. Broker-wide defaults for topic configs are the ``log.`` keys (as in
+Kafka, ``log.retention.ms`` is the default of a topic's ``retention.ms``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+TOPIC_DEFAULT_PREFIX = "log."
+
+
+class ConfigError(Exception):
+    """A configuration key that is unknown or has a bad value; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """Everything a broker needs to start. Defaults make a complete cluster of one."""
+
+    data_dir: str = "./data"
+    node_id: int = 1
+    host: str = "localhost"
+    advertised_host: str = ""
+    cluster_id: str = "mqbroker"
+    native_port: int = 9393
+    mqtt_port: int = 1883
+    amqp_port: int = 5672
+    http_port: int = 9394
+    controller_port: int = 9395
+    controller_quorum: str = ""
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    producer_id_expiration_ms: int = 86_400_000
+    flush_check_interval_ms: int = 50
+    retention_check_interval_ms: int = 300_000
+    checkpoint_interval_ms: int = 60_000
+    connection_idle_ms: int = 600_000
+    native_frame_bytes_max: int = 16 * 1024 * 1024
+    shutdown_timeout_ms: int = 10_000
+    topic_defaults: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def public_host(self) -> str:
+        """The host name clients are told to connect to."""
+        if self.advertised_host:
+            return self.advertised_host
+        return "localhost" if self.host in ("", "0.0.0.0", "::") else self.host
+
+    def listener_ports(self) -> dict[str, int]:
+        """Every ``*_port`` setting by name; 0 disables that listener."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("_port")}
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "topic_defaults"}
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Turn nested TOML tables into dotted keys (``[log] retention.ms`` → ``log.retention.ms``)."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _coerce(key: str, value: Any, kind: Any) -> Any:
+    """Convert ``value`` (from TOML or a ``--set`` string) to the field type, naming ``key`` on failure."""
+    kind_name = kind if isinstance(kind, str) else kind.__name__
+    try:
+        if kind_name == "bool":
+            if isinstance(value, bool):
+                return value
+            lowered = str(value).strip().lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(value)
+        if kind_name == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"configuration key {key!r}: {value!r} is not a valid {kind_name}") from None
+
+
+def _check_value(key: str, value: Any) -> None:
+    """Range checks for settings where a wrong value would only fail later, far from its cause."""
+    if key.endswith("_port") and not 0 <= value <= 65535:
+        raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
+    if key in ("default_partitions", "default_replication_factor") and value < 1:
+        raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
+    if key.endswith("_ms") and value < 0:
+        raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
+    if key == "node_id" and value < 0:
+        raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")
+
+
+def build_config(settings: Mapping[str, Any], validate_topic_defaults: Any = None) -> BrokerConfig:
+    """Build a ``BrokerConfig`` from dotted ``settings``; reject unknown keys and bad values.
+
+    ``validate_topic_defaults`` is called with the ``log.``-stripped mapping so that topic
+    defaults are checked by the same code that checks a topic's own configs.
+    """
+    values: dict[str, Any] = {}
+    topic_defaults: dict[str, str] = {}
+    for key, value in settings.items():
+        normalized = key.replace("-", "_") if not key.startswith(TOPIC_DEFAULT_PREFIX) else key
+        if normalized.startswith(TOPIC_DEFAULT_PREFIX):
+            topic_defaults[normalized[len(TOPIC_DEFAULT_PREFIX):]] = str(value).lower() if isinstance(value, bool) else str(value)
+            continue
+        if normalized not in _FIELDS:
+            raise ConfigError(f"unknown configuration key {key!r}; see docs/configuration.md for the keys")
+        coerced = _coerce(key, value, _FIELDS[normalized].type)
+        _check_value(normalized, coerced)
+        values[normalized] = coerced
+    if validate_topic_defaults is not None and topic_defaults:
+        try:
+            validate_topic_defaults(topic_defaults)
+        except ConfigError:
+            raise
+        except Exception as error:  # the validator's own typed error, re-worded with the prefix
+            raise ConfigError(f"configuration key under {TOPIC_DEFAULT_PREFIX!r}: {error}") from None
+    return BrokerConfig(**values, topic_defaults=topic_defaults)
+
+
+def parse_toml(text: str, source: str = "<config>") -> dict[str, Any]:
+    """Parse TOML text into dotted settings; a syntax error names ``source``."""
+    try:
+        return _flatten(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: not valid TOML: {error}") from None
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
+    """Parse ``KEY=VALUE`` strings from ``--set`` options."""
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
+        settings[key.strip()] = value.strip()
+    return settings

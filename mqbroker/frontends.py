@@ -1,0 +1,41 @@
+"""Front-end plugins: how a wire protocol announces itself to the composition root.
+
+A front end is an ``IFrontEnd`` provider found through ``twisted.plugin`` in
+``twisted/plugins/``; its factory is imported by dotted name only when its listener starts,
+so ``twistd --help`` and front ends that are switched off import nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.plugin import IPlugin
+from twisted.python.reflect import namedAny
+from zope.interface import implementer
+
+from mqbroker.config import BrokerConfig
+from mqbroker.interfaces import IFrontEnd
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrontEndContext:
+    """What every front end gets besides the broker: the reactor, configuration and metrics."""
+
+    reactor: Any
+    config: BrokerConfig
+    metrics: Any
+
+
+@implementer(IPlugin, IFrontEnd)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LazyFrontEnd:
+    """An ``IFrontEnd`` whose factory builder is named, not imported, until it is needed."""
+
+    name: str
+    config_key: str
+    builder: str
+
+    def build_factory(self, broker: Any, context: FrontEndContext) -> Any:
+        """Import the builder and call it with the broker and context."""
+        return namedAny(self.builder)(broker, context)

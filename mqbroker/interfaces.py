@@ -1,0 +1,75 @@
+"""The seams of mqbroker, as zope interfaces. Front ends see the broker only through these."""
+
+from __future__ import annotations
+
+from zope.interface import Attribute, Interface
+
+
+class IBroker(Interface):
+    """The one protocol-independent broker API. Every method returns a Deferred.
+
+    Every call carries the calling ``Principal``; the broker consults its ``IAuthorizer``
+    before it acts. Failures arrive as ``mqbroker.errors.BrokerError`` subclasses whose
+    ``code`` a front end maps onto its own protocol.
+    """
+
+    def produce(principal, topic, partition, records, acks, timeout_ms):
+        """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
+
+        ``acks`` 0 or 1 fire once the batch is written (1) or accepted (0); ``-1`` (all) once it
+        is durable on every in-sync replica. Fires with a ``ProduceResult``.
+        """
+
+    def fetch(principal, positions, max_wait_ms, min_bytes, max_bytes):
+        """Read whole record batches for several ``FetchPosition``s (long-poll).
+
+        Waits up to ``max_wait_ms`` until at least ``min_bytes`` are available, then fires
+        with one ``FetchResult`` per position (an error is carried in the result).
+        """
+
+    def list_offset(principal, topic, partition, timestamp_ms):
+        """Find the earliest (-2), latest (-1) or first offset at or after ``timestamp_ms``."""
+
+    def metadata(principal, topics, allow_auto_create):
+        """Describe the cluster and ``topics`` (None: every topic) as ``ClusterMetadata``."""
+
+    def create_topic(principal, spec, validate_only):
+        """Create the topic ``spec`` (a ``TopicSpec``); fire with None."""
+
+    def delete_topic(principal, name):
+        """Delete topic ``name`` and all its data; fire with None."""
+
+    def describe_configs(principal, topic):
+        """Fire with the topic's effective configuration as ``{key: value}`` strings."""
+
+    def alter_configs(principal, topic, set_configs, delete_configs):
+        """Set and reset topic configuration keys (incrementally); fire with None."""
+
+    def create_partitions(principal, topic, total_count):
+        """Grow ``topic`` to ``total_count`` partitions; fire with None."""
+
+    def delete_records(principal, topic, partition, before_offset):
+        """Delete records below ``before_offset``; fire with the new log start offset."""
+
+    def init_producer_id(principal, transactional_id):
+        """Allocate an idempotent producer id and epoch (``ProducerIdentity``)."""
+
+
+class IAuthorizer(Interface):
+    """Decides whether a principal may perform an operation on a resource."""
+
+    def authorize(principal, operation, resource_type, resource_name):
+        """Return True to allow. Must be cheap: it runs on every request."""
+
+
+class IFrontEnd(Interface):
+    """A wire protocol, discovered through ``twisted.plugin``: it builds listener factories."""
+
+    name = Attribute("Short protocol name used in configuration, e.g. 'native' or 'mqtt'.")
+    config_key = Attribute("The listener's port key in the broker configuration, e.g. 'native_port'.")
+
+    def build_factory(broker, context):
+        """Return an ``IProtocolFactory`` serving this protocol on top of ``broker`` (an ``IBroker``).
+
+        ``context`` is a ``FrontEndContext`` carrying the reactor, configuration and metrics.
+        """

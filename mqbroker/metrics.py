@@ -1,0 +1,56 @@
+"""Broker metrics for Prometheus: counters read from the broker at scrape time, latency histograms.
+
+Nothing here runs per record: byte and record counters are kept by the broker per batch and
+collected when ``/metrics`` is scraped; request latencies are observed once per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS_SECONDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _BrokerCollector(Collector):
+    """Reads the broker's counters when Prometheus scrapes."""
+
+    def __init__(self) -> None:
+        self.broker: Any = None
+
+    def collect(self) -> Iterator[Any]:
+        broker = self.broker
+        if broker is None:
+            return
+        yield CounterMetricFamily("mqbroker_produced_bytes", "Bytes of record batches appended.", value=broker.produced_bytes)
+        yield CounterMetricFamily("mqbroker_produced_records", "Records appended.", value=broker.produced_records)
+        yield CounterMetricFamily("mqbroker_fetched_bytes", "Bytes of record batches served by fetches.", value=broker.fetched_bytes)
+        yield GaugeMetricFamily("mqbroker_partitions", "Partitions hosted by this broker.", value=broker.partition_count())
+        yield GaugeMetricFamily("mqbroker_log_size_bytes", "Bytes of partition logs on disk.", value=broker.log_size_bytes())
+
+
+class BrokerMetrics:
+    """The broker's metric registry and the instruments front ends update."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._collector = _BrokerCollector()
+        self.registry.register(self._collector)
+        self.request_latency = Histogram(
+            "mqbroker_request_latency_seconds",
+            "Time from a request's arrival to its reply being queued, by protocol and API.",
+            ["protocol", "api"],
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=self.registry,
+        )
+        self.connections = Gauge(
+            "mqbroker_connections", "Open client connections, by protocol.", ["protocol"], registry=self.registry
+        )
+
+    def attach(self, broker: Any) -> None:
+        """Start collecting the broker's counters."""
+        self._collector.broker = broker

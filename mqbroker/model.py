@@ -1,0 +1,148 @@
+"""Protocol-independent value types passed across the broker API (IBroker).
+
+Front ends translate their wire formats to and from these; nothing here knows a protocol.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: set by a front end's authentication, checked by the authorizer."""
+
+    kind: str
+    name: str
+    host: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+ANONYMOUS = Principal("User", "ANONYMOUS")
+
+
+class Operation(enum.Enum):
+    """What a principal wants to do to a resource (ACL operations)."""
+
+    READ = "read"
+    WRITE = "write"
+    CREATE = "create"
+    DELETE = "delete"
+    ALTER = "alter"
+    DESCRIBE = "describe"
+    DESCRIBE_CONFIGS = "describe_configs"
+    ALTER_CONFIGS = "alter_configs"
+
+
+class ResourceType(enum.Enum):
+    """Kinds of resources ACLs protect."""
+
+    TOPIC = "topic"
+    GROUP = "group"
+    CLUSTER = "cluster"
+    TRANSACTIONAL_ID = "transactional_id"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceResult:
+    """Where a produced batch landed."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchPosition:
+    """One partition a fetch reads, from ``offset``, at most ``max_bytes``."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResult:
+    """What a fetch returns for one partition: whole record batches plus watermarks, or an error."""
+
+    topic: str
+    partition: int
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetAndTimestamp:
+    """An offset found by ListOffsets, with the timestamp that found it (-1 if none)."""
+
+    offset: int
+    timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSpec:
+    """A topic to create."""
+
+    name: str
+    partitions: int = -1  # -1: the broker default
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerEndpoint:
+    """A broker of the cluster and where its native listener is."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionMetadata:
+    """One partition's leader and replicas."""
+
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicMetadata:
+    """A topic's partitions, or the error that explains why it has none."""
+
+    name: str
+    partitions: tuple[PartitionMetadata, ...] = ()
+    internal: bool = False
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterMetadata:
+    """What a Metadata request returns."""
+
+    cluster_id: str
+    controller_id: int
+    brokers: tuple[BrokerEndpoint, ...]
+    topics: tuple[TopicMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerIdentity:
+    """An idempotent producer's id and epoch."""
+
+    producer_id: int
+    producer_epoch: int

@@ -1,0 +1,151 @@
+"""One generic Twisted protocol that moves bytes between a socket and a front end's session.
+
+The session (a front end's handler around its sans-I/O codec) never sees the transport: it
+gets ``data_received`` calls and writes through ``ConnectionHandle``. Backpressure works both
+ways: when the socket's send buffer fills (a slow reader), or the session has too much work in
+flight, the adapter stops reading from the socket until both have drained.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol as TypingProtocol
+
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Factory, Protocol
+from twisted.protocols.policies import TimeoutMixin
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+
+class Session(TypingProtocol):
+    """What a front end provides per connection."""
+
+    def connection_made(self, connection: ConnectionHandle) -> None: ...
+
+    def data_received(self, data: bytes) -> None: ...
+
+    def connection_lost(self, reason: Failure) -> None: ...
+
+
+class ConnectionHandle(TypingProtocol):
+    """What a session may do with its connection."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    @property
+    def peer(self) -> str: ...
+
+
+@implementer(IPushProducer)
+class CodecProtocol(Protocol, TimeoutMixin):
+    """Bytes in → ``session.data_received``; ``write`` → socket; pauses reading under pressure."""
+
+    def __init__(self, session: Session, idle_timeout_s: float | None, metrics_gauge: Any = None) -> None:
+        self.session = session
+        self._idle_timeout_s = idle_timeout_s
+        self._metrics_gauge = metrics_gauge
+        self._paused_by_transport = False
+        self._paused_by_session = False
+        self._reading_paused = False
+        self.closed = False
+
+    # -- Protocol -------------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.transport.registerProducer(self, True)
+        self.setTimeout(self._idle_timeout_s)
+        if self._metrics_gauge is not None:
+            self._metrics_gauge.inc()
+        self.session.connection_made(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.resetTimeout()
+        self.session.data_received(data)
+
+    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
+        self.closed = True
+        self.setTimeout(None)
+        if self._metrics_gauge is not None:
+            self._metrics_gauge.dec()
+        self.session.connection_lost(reason)
+
+    def timeoutConnection(self) -> None:
+        self.close()
+
+    # -- IPushProducer: the transport tells us its send buffer is full / drained ------------
+
+    def pauseProducing(self) -> None:
+        self._paused_by_transport = True
+        self._update_reading()
+
+    def resumeProducing(self) -> None:
+        self._paused_by_transport = False
+        self._update_reading()
+
+    def stopProducing(self) -> None:
+        self.close()
+
+    # -- ConnectionHandle ------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the peer (ignored once the connection is closed)."""
+        if not self.closed:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        """Close after queued bytes are written."""
+        if not self.closed:
+            self.closed = True
+            self.transport.loseConnection()
+
+    def pause_reading(self) -> None:
+        """The session has too much in flight: stop reading requests."""
+        self._paused_by_session = True
+        self._update_reading()
+
+    def resume_reading(self) -> None:
+        """The session has caught up."""
+        self._paused_by_session = False
+        self._update_reading()
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` of the peer, for logs."""
+        address = self.transport.getPeer()
+        return f"{getattr(address, 'host', '?')}:{getattr(address, 'port', '?')}"
+
+    @property
+    def write_buffer_full(self) -> bool:
+        """True while the socket's send buffer is past its high-water mark (a slow reader)."""
+        return self._paused_by_transport
+
+    def _update_reading(self) -> None:
+        should_pause = self._paused_by_transport or self._paused_by_session
+        if should_pause and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pauseProducing()
+        elif not should_pause and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resumeProducing()
+
+
+class SessionFactory(Factory):
+    """Builds one ``CodecProtocol`` around a fresh session per connection."""
+
+    noisy = False
+
+    def __init__(self, make_session: Any, idle_timeout_s: float | None, metrics_gauge: Any = None) -> None:
+        self._make_session = make_session
+        self._idle_timeout_s = idle_timeout_s
+        self._metrics_gauge = metrics_gauge
+
+    def buildProtocol(self, addr: Any) -> CodecProtocol:
+        protocol = CodecProtocol(self._make_session(addr), self._idle_timeout_s, self._metrics_gauge)
+        protocol.factory = self
+        return protocol

@@ -1,0 +1,154 @@
+"""Composition root: builds the broker, its listeners and housekeeping timers as one service tree.
+
+The only module that wires concrete classes together. Start-up order: open (and if needed
+recover) every partition log, then listen. Shutdown order (SIGTERM): stop listening, answer
+waiting fetches, finish the last fsync round, checkpoint, write the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+from twisted.application.internet import StreamServerEndpointService, TimerService
+from twisted.application.service import MultiService
+from twisted.internet.defer import inlineCallbacks
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.logger import Logger
+from twisted.plugin import getPlugins
+from twisted.python.threadpool import ThreadPool
+
+from mqbroker import __version__
+from mqbroker.acl import AllowEverything
+from mqbroker.broker import Broker
+from mqbroker.catalog import TopicCatalog
+from mqbroker.config import BrokerConfig
+from mqbroker.flusher import Flusher
+from mqbroker.frontends import FrontEndContext
+from mqbroker.interfaces import IFrontEnd
+from mqbroker.metrics import BrokerMetrics
+from mqbroker.storage.checkpoint import write_atomically
+from mqbroker.storage.config import LogConfig
+from mqbroker.storage.manager import LogManager
+
+CATALOG_FILE = "topic-catalog.json"
+FSYNC_THREADS_MAX = 4
+
+
+def _listen_endpoint(reactor: Any, host: str, port: int) -> Any:
+    """A TCP endpoint on ``host`` (IPv4 or IPv6 literal, or a name resolved by the OS)."""
+    interface = "" if host in ("", "0.0.0.0") else host
+    if interface == "localhost":
+        interface = "127.0.0.1"
+    if ":" in interface:
+        return TCP6ServerEndpoint(reactor, port, interface=interface)
+    return TCP4ServerEndpoint(reactor, port, interface=interface)
+
+
+def discover_front_ends() -> list[IFrontEnd]:
+    """Every ``IFrontEnd`` plugin installed under ``twisted.plugins``, by name."""
+    import twisted.plugins
+
+    return sorted(getPlugins(IFrontEnd, twisted.plugins), key=lambda front_end: front_end.name)
+
+
+class BrokerService(MultiService):
+    """Owns the broker: opens the logs on start, adds the listeners, shuts down gracefully."""
+
+    log = Logger()
+
+    def __init__(self, config: BrokerConfig, reactor: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.reactor = reactor
+        self.data_dir = pathlib.Path(config.data_dir).resolve()
+        self.broker: Broker | None = None
+        self.metrics = BrokerMetrics()
+        self._threadpool = ThreadPool(minthreads=1, maxthreads=FSYNC_THREADS_MAX, name="mqbroker-fsync")
+        self._logs: LogManager | None = None
+        self.listening_ports: dict[str, Any] = {}
+
+    def startService(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log.info("mqbroker {version} starting: node {node_id}, data directory {data_dir}",
+                      version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
+        now_ms = int(self.reactor.seconds() * 1000)
+        default_log_config = LogConfig.from_mapping(dict(self.config.topic_defaults))
+        self._logs = LogManager(self.data_dir, default_log_config)
+        self._logs.open_all(now_ms)
+        catalog_path = self.data_dir / CATALOG_FILE
+        catalog = TopicCatalog.from_bytes(catalog_path.read_bytes()) if catalog_path.exists() else TopicCatalog()
+        self._threadpool.start()
+        self.broker = Broker(
+            config=self.config,
+            clock=self.reactor,
+            logs=self._logs,
+            catalog=catalog,
+            save_catalog=lambda c: write_atomically(str(catalog_path), c.to_bytes()),
+            flusher_factory=lambda on_durable: Flusher(self.reactor, self._threadpool, on_durable),
+            authorizer=AllowEverything(),
+        )
+        self.metrics.attach(self.broker)
+        self._add_timers(self.broker)
+        self._add_listeners(self.broker)
+        super().startService()
+
+    def _add_timers(self, broker: Broker) -> None:
+        timers = [
+            (self.config.flush_check_interval_ms, broker.flush_due_logs),
+            (self.config.retention_check_interval_ms, broker.apply_retention),
+            (self.config.checkpoint_interval_ms, self._checkpoint),
+        ]
+        for interval_ms, call in timers:
+            timer = TimerService(interval_ms / 1000.0, call)
+            timer.clock = self.reactor
+            timer.setServiceParent(self)
+
+    def _checkpoint(self) -> None:
+        assert self._logs is not None
+        self._logs.checkpoint()
+
+    def _add_listeners(self, broker: Broker) -> None:
+        context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics)
+        for front_end in discover_front_ends():
+            port = getattr(self.config, front_end.config_key)
+            if port == 0:
+                self.log.info("{protocol} listener disabled ({key} = 0)", protocol=front_end.name, key=front_end.config_key)
+                continue
+            factory = front_end.build_factory(broker, context)
+            self._listen(front_end.name, port, factory)
+        if self.config.http_port:
+            from mqbroker.http import build_site
+
+            self._listen("http", self.config.http_port, build_site(self, self.metrics))
+
+    def _listen(self, name: str, port: int, factory: Any) -> None:
+        endpoint = _listen_endpoint(self.reactor, self.config.host, port)
+        listener = StreamServerEndpointService(endpoint, factory)
+        listener._raiseSynchronously = True  # a port in use must stop start-up, not log and carry on
+        listener.setServiceParent(self)
+        self.listening_ports[name] = listener
+
+    @inlineCallbacks
+    def stopService(self) -> Any:
+        self.log.info("mqbroker stopping: closing listeners, flushing and checkpointing")
+        yield super().stopService()  # listeners and timers stop first
+        if self.broker is not None:
+            yield self.broker.stop()
+        self._threadpool.stop()
+        if self._logs is not None:
+            self._logs.close()
+        self.log.info("mqbroker stopped cleanly (clean-shutdown marker written)")
+
+    def is_ready(self) -> bool:
+        """True once the logs are open and the listeners are up."""
+        return self.running and self.broker is not None
+
+
+def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:
+    """The whole broker as one service for twistd or ``mqbroker serve``."""
+    os.umask(0o022)
+    return BrokerService(config, reactor)
+
+
