@@ -1,0 +1,272 @@
+"""AMQP 0-9-1 frame codec: protocol header, method / content-header / body / heartbeat frames.
+
+Sans-I/O: ``FrameDecoder.receive_data(bytes) -> list[Frame]`` and pure ``encode_*``
+functions. The decoder never buffers more than one frame of at most ``frame_bytes_max``
+(the negotiated frame_max, which counts the whole frame): a larger announced size is a 501
+frame error before its payload arrives. Every decoding failure is an ``AmqpError`` with the
+spec's reply code; after one the decoder is in a terminal state, because the byte stream
+can no longer be trusted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+from typing import Union
+
+from mqbroker.protocols.amqp import fields
+from mqbroker.protocols.amqp.spec import (
+    BASIC_CLASS_ID,
+    BASIC_PROPERTIES,
+    FRAME_END,
+    FRAME_MIN_BYTES,
+    FRAME_OVERHEAD_BYTES,
+    METHODS,
+    PROTOCOL_HEADER,
+    AmqpError,
+    BasicProperties,
+    FrameType,
+    Method,
+    ProtocolHeaderMismatch,
+    ReplyCode,
+)
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_METHOD_IDS = struct.Struct(">HH")
+_CONTENT_HEADER = struct.Struct(">HHQ")
+_FLAGS = struct.Struct(">H")
+
+#: A heartbeat frame is always the same 8 bytes.
+HEARTBEAT_FRAME = _FRAME_HEADER.pack(FrameType.HEARTBEAT, 0, 0) + bytes([FRAME_END])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MethodFrame:
+    """A decoded method on a channel."""
+
+    channel: int
+    method: Method
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderFrame:
+    """A content header: body size and properties, plus the property bytes as received.
+
+    ``properties_raw`` (flags and property list) is kept so the message is delivered with
+    exactly the bytes its publisher sent.
+    """
+
+    channel: int
+    class_id: int
+    body_size: int
+    properties: BasicProperties
+    properties_raw: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BodyFrame:
+    """One chunk of a message body."""
+
+    channel: int
+    payload: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatFrame:
+    """A heartbeat (always on channel 0)."""
+
+
+Frame = Union[MethodFrame, HeaderFrame, BodyFrame, HeartbeatFrame]
+
+
+def frame_error(text: str) -> AmqpError:
+    """501: the frame itself is malformed (size, type, frame-end)."""
+    return AmqpError(ReplyCode.FRAME_ERROR, text)
+
+
+# --- encoding --------------------------------------------------------------------------
+
+
+def encode_frame(frame_type: FrameType, channel: int, payload: bytes) -> bytes:
+    """Wrap ``payload`` in a frame header and frame-end."""
+    return _FRAME_HEADER.pack(frame_type, channel, len(payload)) + payload + bytes([FRAME_END])
+
+
+def encode_method_payload(method: Method) -> bytes:
+    """Class id, method id and the arguments in spec order."""
+    writer = fields.Writer()
+    writer.buffer += _METHOD_IDS.pack(method.CLASS_ID, method.METHOD_ID)
+    for argument in method.ARGUMENTS:
+        writer.write(argument.kind, getattr(method, argument.name))
+    return bytes(writer.buffer)
+
+
+def encode_method(channel: int, method: Method) -> bytes:
+    """One complete method frame."""
+    return encode_frame(FrameType.METHOD, channel, encode_method_payload(method))
+
+
+def encode_properties(properties: BasicProperties) -> bytes:
+    """Property flags followed by the present properties, in flag-bit order."""
+    writer = fields.Writer()
+    flags = 0
+    for bit, argument in zip(range(15, 1, -1), BASIC_PROPERTIES):
+        value = getattr(properties, argument.name)
+        if value is not None:
+            flags |= 1 << bit
+            writer.write(argument.kind, value)
+    return _FLAGS.pack(flags) + writer.buffer
+
+
+def encode_message(
+    channel: int, method: Method, properties_raw: bytes, body: bytes, frame_bytes_max: int
+) -> bytes:
+    """A content-carrying method, its header and its body split into frame_max-sized frames.
+
+    An empty body sends no body frame at all (as RabbitMQ and the clients expect).
+    """
+    assert method.HAS_CONTENT, method
+    parts = [
+        encode_method(channel, method),
+        encode_frame(FrameType.HEADER, channel, _CONTENT_HEADER.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw),
+    ]
+    chunk_bytes_max = frame_bytes_max - FRAME_OVERHEAD_BYTES
+    view = memoryview(body)
+    for start in range(0, len(body), chunk_bytes_max):
+        parts.append(encode_frame(FrameType.BODY, channel, bytes(view[start : start + chunk_bytes_max])))
+    return b"".join(parts)
+
+
+# --- decoding --------------------------------------------------------------------------
+
+
+def decode_method(payload: bytes | memoryview) -> Method:
+    """A method frame's payload → the method dataclass (540 unknown, 502 malformed)."""
+    reader = fields.Reader(payload)
+    class_id, method_id = reader.unpack_many(_METHOD_IDS)
+    method_class = METHODS.get((class_id, method_id))
+    if method_class is None:
+        raise AmqpError(
+            ReplyCode.NOT_IMPLEMENTED,
+            f"method {class_id}.{method_id} is unknown or not supported",
+            class_id=class_id,
+            method_id=method_id,
+        )
+    try:
+        values = {argument.name: reader.read(argument.kind) for argument in method_class.ARGUMENTS}
+    except AmqpError as error:
+        raise AmqpError(
+            error.reply_code, f"{method_class.NAME}: {error}", class_id=class_id, method_id=method_id
+        ) from None
+    if reader.remaining:
+        raise AmqpError(
+            ReplyCode.SYNTAX_ERROR,
+            f"{method_class.NAME} has {reader.remaining} bytes after its last argument",
+            class_id=class_id,
+            method_id=method_id,
+        )
+    return method_class(**values)
+
+
+def decode_properties(raw: bytes | memoryview) -> BasicProperties:
+    """Property flags and list → ``BasicProperties`` (502 on unknown flags or short data)."""
+    reader = fields.Reader(raw)
+    flags = reader.unpack(_FLAGS)
+    if flags & 0b11:
+        raise fields.syntax_error(f"content header property flags {flags:#06x} name unknown properties")
+    values = {}
+    for bit, argument in zip(range(15, 1, -1), BASIC_PROPERTIES):
+        if flags & (1 << bit):
+            values[argument.name] = reader.read(argument.kind)
+    if reader.remaining:
+        raise fields.syntax_error(f"content header has {reader.remaining} bytes after its properties")
+    return BasicProperties(**values)
+
+
+class _DecoderState(enum.Enum):
+    AWAITING_PROTOCOL_HEADER = "awaiting protocol header"
+    FRAMES = "frames"
+    ERROR = "error"
+
+
+class FrameDecoder:
+    """Bytes in, frames out, with a buffer bounded by one frame of ``frame_bytes_max``."""
+
+    __slots__ = ("_buffer", "_state", "frame_bytes_max")
+
+    def __init__(self, frame_bytes_max: int, *, expect_protocol_header: bool = True) -> None:
+        assert frame_bytes_max >= FRAME_MIN_BYTES
+        self._buffer = bytearray()
+        self._state = _DecoderState.AWAITING_PROTOCOL_HEADER if expect_protocol_header else _DecoderState.FRAMES
+        #: The largest whole frame accepted; lowered to the negotiated frame_max after tune-ok.
+        self.frame_bytes_max = frame_bytes_max
+
+    @property
+    def failed(self) -> bool:
+        """True once a decoding error was raised; the stream is unusable from then on."""
+        return self._state is _DecoderState.ERROR
+
+    def receive_data(self, data: bytes) -> list[Frame]:
+        """Add ``data``; return the frames it completes. Raises ``AmqpError``."""
+        assert self._state is not _DecoderState.ERROR, "receive_data after a decoding error"
+        self._buffer += data
+        try:
+            if self._state is _DecoderState.AWAITING_PROTOCOL_HEADER and not self._read_protocol_header():
+                return []
+            return self._read_frames()
+        except AmqpError:
+            self._state = _DecoderState.ERROR
+            self._buffer.clear()
+            raise
+
+    def _read_protocol_header(self) -> bool:
+        received = bytes(self._buffer[: len(PROTOCOL_HEADER)])
+        if not PROTOCOL_HEADER.startswith(received):
+            raise ProtocolHeaderMismatch(received)
+        if len(received) < len(PROTOCOL_HEADER):
+            return False
+        del self._buffer[: len(PROTOCOL_HEADER)]
+        self._state = _DecoderState.FRAMES
+        return True
+
+    def _read_frames(self) -> list[Frame]:
+        frames: list[Frame] = []
+        buffer = self._buffer
+        position = 0
+        while len(buffer) - position >= _FRAME_HEADER.size:
+            frame_type, channel, size = _FRAME_HEADER.unpack_from(buffer, position)
+            if size + FRAME_OVERHEAD_BYTES > self.frame_bytes_max:
+                raise frame_error(
+                    f"frame of {size + FRAME_OVERHEAD_BYTES} bytes exceeds the negotiated frame_max "
+                    f"{self.frame_bytes_max}"
+                )
+            end = position + _FRAME_HEADER.size + size
+            if len(buffer) <= end:
+                break
+            if buffer[end] != FRAME_END:
+                raise frame_error(f"frame-end octet is {buffer[end]:#04x}, expected 0xce")
+            frames.append(_decode_frame(frame_type, channel, bytes(buffer[position + _FRAME_HEADER.size : end])))
+            position = end + 1
+        del buffer[:position]
+        return frames
+
+
+def _decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
+    """One frame's payload → its typed frame."""
+    if frame_type == FrameType.METHOD:
+        return MethodFrame(channel=channel, method=decode_method(payload))
+    if frame_type == FrameType.HEADER:
+        reader = fields.Reader(payload)
+        class_id, _weight, body_size = reader.unpack_many(_CONTENT_HEADER)
+        raw = payload[reader.position :]
+        return HeaderFrame(
+            channel=channel, class_id=class_id, body_size=body_size, properties=decode_properties(raw), properties_raw=raw
+        )
+    if frame_type == FrameType.BODY:
+        return BodyFrame(channel=channel, payload=payload)
+    if frame_type == FrameType.HEARTBEAT:
+        if channel != 0 or len(payload):
+            raise frame_error(f"heartbeat frame on channel {channel} with {len(payload)} payload bytes")
+        return HeartbeatFrame()
+    raise frame_error(f"unknown frame type {frame_type}")
