@@ -20,3 +20,5 @@ produce_timeout_ms_max = 300_000
 topic_name_length_max = 249
 #: Most partitions one topic may have.
 partitions_per_topic_max = 10_000
+#: Largest native-protocol response frame a client accepts (a full fetch response plus headers).
+native_response_frame_bytes_max = 2 * fetch_response_bytes_max

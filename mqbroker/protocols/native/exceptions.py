@@ -1,0 +1,44 @@
+"""The native protocol's failures, each carrying the wire error code it is answered with.
+
+A *peer* that breaks the protocol raises a ``NativeProtocolError`` (a ``BrokerError``: one
+connection is answered or closed, the broker keeps serving the others). Code that tries to
+*send* something the protocol cannot carry raises ``LocalProtocolError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mqbroker import errors
+
+if TYPE_CHECKING:
+    from mqbroker.protocols.native.codec import RequestHeader
+
+
+class NativeProtocolError(errors.BrokerError):
+    """The peer sent bytes that are not a valid native-protocol message."""
+
+    def __init__(self, message: str, header: RequestHeader | None = None) -> None:
+        super().__init__(message)
+        #: The request header, when it could be read: the server answers with its correlation id.
+        self.header = header
+
+
+class MalformedMessageError(NativeProtocolError, errors.MalformedRequestError):
+    """A frame is truncated, has trailing bytes, or holds an impossible value."""
+
+
+class UnknownApiKeyError(NativeProtocolError, errors.UnknownApiKeyError):
+    """A request names an API key this codec does not know."""
+
+
+class UnsupportedVersionError(NativeProtocolError, errors.UnsupportedVersionError):
+    """A request names a version outside the API's supported range."""
+
+
+class FrameTooLargeError(NativeProtocolError, errors.FrameTooLargeError):
+    """A peer announced a frame longer than the connection's bound."""
+
+
+class LocalProtocolError(ValueError):
+    """The caller asked to encode something the wire format cannot carry (a bug or bad input)."""

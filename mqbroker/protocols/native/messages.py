@@ -1,0 +1,1019 @@
+"""Request and response types of every native-protocol API, and the table of supported versions.
+
+The field annotations are the wire schema (see ``schema``); docs/protocol.md shows them as
+tables. API keys reuse Kafka's numbers so that operators recognise them, but the layouts are
+mqbroker's own: this is not the Kafka wire protocol.
+
+Conventions: ``-1`` means "none" or "broker default" for ids, epochs, counts and offsets;
+every per-item result carries ``error_code`` (an ``mqbroker.errors.ErrorCode``) and a
+nullable ``error_message``. A failure of the whole request travels in the response envelope
+instead (``ErrorResponse``, see ``codec``), so response types hold no top-level error field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from mqbroker.protocols.native.schema import Int8, Int16, Int32, Int64, Records, message
+
+
+class ApiKey(enum.IntEnum):
+    """Identifies the API of a request (Kafka's numbers where Kafka has the API)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+
+
+class Acks(enum.IntEnum):
+    """How many replicas must have a produced batch before the broker answers."""
+
+    NONE = 0  # no response at all
+    LEADER = 1
+    ALL = -1
+
+
+class IsolationLevel(enum.IntEnum):
+    """Which records a fetch may see."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+class OffsetSpec(enum.IntEnum):
+    """Special ``timestamp`` values of a ListOffsets partition (any other value is epoch ms)."""
+
+    LATEST = -1
+    EARLIEST = -2
+
+
+class CoordinatorType(enum.IntEnum):
+    """What a FindCoordinator key names."""
+
+    GROUP = 0
+    TRANSACTION = 1
+
+
+class ConfigResourceType(enum.IntEnum):
+    """What a config resource name names (Kafka's numbers)."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+class ConfigOperation(enum.IntEnum):
+    """What an incremental config alteration does."""
+
+    SET = 0
+    DELETE = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# ApiVersions
+
+
+@message
+class ApiVersionsRequest:
+    """Asks which APIs and versions the broker supports (version 0 is answered forever)."""
+
+
+@message
+class ApiVersionRange:
+    """The versions of one API a broker supports, both ends inclusive."""
+
+    api_key: Int16
+    min_version: Int16
+    max_version: Int16
+
+
+@message
+class ApiVersionsResponse:
+    """Every API the broker supports."""
+
+    api_keys: tuple[ApiVersionRange, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata
+
+
+@message
+class MetadataRequest:
+    """Asks for brokers, topics and partition leaders."""
+
+    topics: tuple[str, ...] | None  # None: every topic
+    allow_auto_topic_creation: bool = False
+
+
+@message
+class MetadataBroker:
+    """One broker of the cluster."""
+
+    node_id: Int32
+    host: str
+    port: Int32
+    rack: str | None = None
+
+
+@message
+class MetadataPartition:
+    """Leader and replicas of one partition."""
+
+    partition_index: Int32
+    error_code: Int16 = 0
+    error_message: str | None = None
+    leader_id: Int32
+    leader_epoch: Int32
+    replica_nodes: tuple[Int32, ...]
+    isr_nodes: tuple[Int32, ...]
+
+
+@message
+class MetadataTopic:
+    """One topic and its partitions."""
+
+    name: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+    is_internal: bool = False
+    partitions: tuple[MetadataPartition, ...]
+
+
+@message
+class MetadataResponse:
+    """The cluster as the answering broker sees it."""
+
+    brokers: tuple[MetadataBroker, ...]
+    cluster_id: str | None
+    controller_id: Int32
+    topics: tuple[MetadataTopic, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Produce
+
+
+@message
+class ProducePartition:
+    """Record batches for one partition."""
+
+    partition_index: Int32
+    records: Records
+
+
+@message
+class ProduceTopic:
+    """Record batches for the partitions of one topic."""
+
+    name: str
+    partitions: tuple[ProducePartition, ...]
+
+
+@message
+class ProduceRequest:
+    """Appends record batches; with ``acks == 0`` the broker sends no response."""
+
+    transactional_id: str | None = None
+    acks: Int16
+    timeout_ms: Int32
+    topics: tuple[ProduceTopic, ...]
+
+
+@message
+class ProducePartitionResult:
+    """Where one partition's batches landed."""
+
+    partition_index: Int32
+    error_code: Int16 = 0
+    error_message: str | None = None
+    base_offset: Int64 = -1
+    log_append_time_ms: Int64 = -1  # -1 unless the topic uses LogAppendTime
+    log_start_offset: Int64 = -1
+
+
+@message
+class ProduceTopicResult:
+    """Produce results for one topic."""
+
+    name: str
+    partitions: tuple[ProducePartitionResult, ...]
+
+
+@message
+class ProduceResponse:
+    """Produce results per topic and partition."""
+
+    topics: tuple[ProduceTopicResult, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetch
+
+
+@message
+class FetchPartition:
+    """Where to read one partition from."""
+
+    partition_index: Int32
+    current_leader_epoch: Int32 = -1  # -1: do not check the leader epoch
+    fetch_offset: Int64
+    log_start_offset: Int64 = -1  # followers report theirs; consumers send -1
+    partition_max_bytes: Int32
+
+
+@message
+class FetchTopic:
+    """Partitions to read from one topic."""
+
+    name: str
+    partitions: tuple[FetchPartition, ...]
+
+
+@message
+class FetchRequest:
+    """Reads record batches; long-polls until ``min_bytes`` are there or ``max_wait_ms`` passed."""
+
+    replica_id: Int32 = -1  # -1 for consumers; a follower's node id
+    max_wait_ms: Int32
+    min_bytes: Int32
+    max_bytes: Int32
+    isolation_level: Int8 = IsolationLevel.READ_UNCOMMITTED
+    topics: tuple[FetchTopic, ...]
+
+
+@message
+class FetchPartitionResult:
+    """Record batches read from one partition, and where its log stands."""
+
+    partition_index: Int32
+    error_code: Int16 = 0
+    error_message: str | None = None
+    high_watermark: Int64 = -1
+    last_stable_offset: Int64 = -1
+    log_start_offset: Int64 = -1
+    records: Records = b""
+
+
+@message
+class FetchTopicResult:
+    """Fetch results for one topic."""
+
+    name: str
+    partitions: tuple[FetchPartitionResult, ...]
+
+
+@message
+class FetchResponse:
+    """Fetch results per topic and partition."""
+
+    topics: tuple[FetchTopicResult, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# ListOffsets
+
+
+@message
+class ListOffsetsPartition:
+    """Asks for the offset at a timestamp (or ``OffsetSpec.LATEST`` / ``EARLIEST``)."""
+
+    partition_index: Int32
+    current_leader_epoch: Int32 = -1
+    timestamp: Int64
+
+
+@message
+class ListOffsetsTopic:
+    """Offset lookups in one topic."""
+
+    name: str
+    partitions: tuple[ListOffsetsPartition, ...]
+
+
+@message
+class ListOffsetsRequest:
+    """Finds offsets by timestamp, or a log's start or end."""
+
+    isolation_level: Int8 = IsolationLevel.READ_UNCOMMITTED
+    topics: tuple[ListOffsetsTopic, ...]
+
+
+@message
+class ListOffsetsPartitionResult:
+    """The offset found in one partition (-1 when none matches)."""
+
+    partition_index: Int32
+    error_code: Int16 = 0
+    error_message: str | None = None
+    timestamp: Int64 = -1
+    offset: Int64 = -1
+    leader_epoch: Int32 = -1
+
+
+@message
+class ListOffsetsTopicResult:
+    """Offset lookups for one topic."""
+
+    name: str
+    partitions: tuple[ListOffsetsPartitionResult, ...]
+
+
+@message
+class ListOffsetsResponse:
+    """Offset lookups per topic and partition."""
+
+    topics: tuple[ListOffsetsTopicResult, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
+
+
+@message
+class CreatableTopic:
+    """One topic to create."""
+
+    name: str
+    num_partitions: Int32 = -1  # -1: the broker's default
+    replication_factor: Int16 = -1  # -1: the broker's default
+    configs: dict[str, str | None] = dataclasses.field(default_factory=dict)
+
+
+@message
+class CreateTopicsRequest:
+    """Creates topics (or, with ``validate_only``, only checks that it could)."""
+
+    topics: tuple[CreatableTopic, ...]
+    timeout_ms: Int32
+    validate_only: bool = False
+
+
+@message
+class CreateTopicResult:
+    """Outcome of creating one topic."""
+
+    name: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+    num_partitions: Int32 = -1
+    replication_factor: Int16 = -1
+
+
+@message
+class CreateTopicsResponse:
+    """Outcome per topic."""
+
+    topics: tuple[CreateTopicResult, ...]
+
+
+@message
+class DeleteTopicsRequest:
+    """Deletes topics and their data."""
+
+    topic_names: tuple[str, ...]
+    timeout_ms: Int32
+
+
+@message
+class DeleteTopicResult:
+    """Outcome of deleting one topic."""
+
+    name: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class DeleteTopicsResponse:
+    """Outcome per topic."""
+
+    topics: tuple[DeleteTopicResult, ...]
+
+
+@message
+class CreatePartitionsTopic:
+    """Grow one topic to ``count`` partitions in total."""
+
+    name: str
+    count: Int32
+
+
+@message
+class CreatePartitionsRequest:
+    """Adds partitions to existing topics."""
+
+    topics: tuple[CreatePartitionsTopic, ...]
+    timeout_ms: Int32
+    validate_only: bool = False
+
+
+@message
+class CreatePartitionsResult:
+    """Outcome for one topic."""
+
+    name: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class CreatePartitionsResponse:
+    """Outcome per topic."""
+
+    results: tuple[CreatePartitionsResult, ...]
+
+
+@message
+class DeleteRecordsPartition:
+    """Delete everything before ``offset`` (-1: up to the high watermark)."""
+
+    partition_index: Int32
+    offset: Int64
+
+
+@message
+class DeleteRecordsTopic:
+    """Deletions in one topic."""
+
+    name: str
+    partitions: tuple[DeleteRecordsPartition, ...]
+
+
+@message
+class DeleteRecordsRequest:
+    """Moves log start offsets forward."""
+
+    topics: tuple[DeleteRecordsTopic, ...]
+    timeout_ms: Int32
+
+
+@message
+class DeleteRecordsPartitionResult:
+    """The new log start offset of one partition."""
+
+    partition_index: Int32
+    error_code: Int16 = 0
+    error_message: str | None = None
+    low_watermark: Int64 = -1
+
+
+@message
+class DeleteRecordsTopicResult:
+    """Deletions in one topic."""
+
+    name: str
+    partitions: tuple[DeleteRecordsPartitionResult, ...]
+
+
+@message
+class DeleteRecordsResponse:
+    """Deletions per topic and partition."""
+
+    topics: tuple[DeleteRecordsTopicResult, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeConfigs, IncrementalAlterConfigs
+
+
+@message
+class DescribeConfigsResource:
+    """A topic or broker whose configs to describe."""
+
+    resource_type: Int8
+    resource_name: str
+    configuration_keys: tuple[str, ...] | None = None  # None: every key
+
+
+@message
+class DescribeConfigsRequest:
+    """Reads configs of topics or brokers."""
+
+    resources: tuple[DescribeConfigsResource, ...]
+
+
+@message
+class DescribedConfig:
+    """One config entry and where its value comes from."""
+
+    name: str
+    value: str | None  # None when sensitive
+    read_only: bool = False
+    is_default: bool = False
+    is_sensitive: bool = False
+
+
+@message
+class DescribeConfigsResult:
+    """Configs of one resource."""
+
+    resource_type: Int8
+    resource_name: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+    configs: tuple[DescribedConfig, ...] = ()
+
+
+@message
+class DescribeConfigsResponse:
+    """Configs per resource."""
+
+    results: tuple[DescribeConfigsResult, ...]
+
+
+@message
+class AlterableConfig:
+    """Set one key (``ConfigOperation.SET``) or return it to its default (``DELETE``)."""
+
+    name: str
+    config_operation: Int8
+    value: str | None = None
+
+
+@message
+class AlterConfigsResource:
+    """Alterations of one resource."""
+
+    resource_type: Int8
+    resource_name: str
+    configs: tuple[AlterableConfig, ...]
+
+
+@message
+class IncrementalAlterConfigsRequest:
+    """Changes only the named config keys; others keep their values."""
+
+    resources: tuple[AlterConfigsResource, ...]
+    validate_only: bool = False
+
+
+@message
+class AlterConfigsResourceResult:
+    """Outcome for one resource."""
+
+    resource_type: Int8
+    resource_name: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class IncrementalAlterConfigsResponse:
+    """Outcome per resource."""
+
+    results: tuple[AlterConfigsResourceResult, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# InitProducerId, FindCoordinator
+
+
+@message
+class InitProducerIdRequest:
+    """Gets a producer id and epoch; passing the current ones back bumps the epoch."""
+
+    transactional_id: str | None = None
+    transaction_timeout_ms: Int32 = -1
+    producer_id: Int64 = -1
+    producer_epoch: Int16 = -1
+
+
+@message
+class InitProducerIdResponse:
+    """The producer id and epoch to stamp into batches."""
+
+    producer_id: Int64
+    producer_epoch: Int16
+
+
+@message
+class FindCoordinatorRequest:
+    """Asks which broker coordinates a group (or a transactional id)."""
+
+    key: str
+    key_type: Int8 = CoordinatorType.GROUP
+
+
+@message
+class FindCoordinatorResponse:
+    """The coordinating broker."""
+
+    node_id: Int32
+    host: str
+    port: Int32
+
+
+# ---------------------------------------------------------------------------------------------
+# Consumer groups
+
+
+@message
+class JoinGroupProtocol:
+    """One assignment protocol a member supports, with its subscription (``ConsumerSubscription``)."""
+
+    name: str
+    metadata: bytes
+
+
+@message
+class JoinGroupRequest:
+    """Joins (or rejoins) a group; ``member_id`` is empty on the first join."""
+
+    group_id: str
+    session_timeout_ms: Int32
+    rebalance_timeout_ms: Int32
+    member_id: str = ""
+    group_instance_id: str | None = None
+    protocol_type: str = "consumer"
+    protocols: tuple[JoinGroupProtocol, ...]
+
+
+@message
+class JoinGroupMember:
+    """A member as the leader sees it: its subscription for the chosen protocol."""
+
+    member_id: str
+    group_instance_id: str | None = None
+    metadata: bytes
+
+
+@message
+class JoinGroupResponse:
+    """The new generation; only the leader receives the members."""
+
+    generation_id: Int32
+    protocol_type: str | None
+    protocol_name: str | None
+    leader: str
+    member_id: str
+    members: tuple[JoinGroupMember, ...] = ()
+
+
+@message
+class SyncGroupAssignment:
+    """The leader's assignment for one member (``ConsumerAssignment`` bytes)."""
+
+    member_id: str
+    assignment: bytes
+
+
+@message
+class SyncGroupRequest:
+    """Sends the leader's assignments (followers send none) and waits for one's own."""
+
+    group_id: str
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: tuple[SyncGroupAssignment, ...] = ()
+
+
+@message
+class SyncGroupResponse:
+    """This member's assignment for the generation."""
+
+    protocol_type: str | None
+    protocol_name: str | None
+    assignment: bytes
+
+
+@message
+class HeartbeatRequest:
+    """Keeps a member alive; the answer says whether a rebalance started."""
+
+    group_id: str
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@message
+class HeartbeatResponse:
+    """A heartbeat was accepted (a rebalance is reported as an error in the envelope)."""
+
+
+@message
+class LeavingMember:
+    """A member leaving its group."""
+
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@message
+class LeaveGroupRequest:
+    """Removes members from a group at once, so the rebalance need not wait for timeouts."""
+
+    group_id: str
+    members: tuple[LeavingMember, ...]
+
+
+@message
+class LeaveGroupMemberResult:
+    """Outcome for one leaving member."""
+
+    member_id: str
+    group_instance_id: str | None = None
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class LeaveGroupResponse:
+    """Outcome per member."""
+
+    members: tuple[LeaveGroupMemberResult, ...]
+
+
+@message
+class OffsetCommitPartition:
+    """The next offset to consume from one partition."""
+
+    partition_index: Int32
+    committed_offset: Int64
+    committed_leader_epoch: Int32 = -1
+    committed_metadata: str | None = None
+
+
+@message
+class OffsetCommitTopic:
+    """Commits for one topic."""
+
+    name: str
+    partitions: tuple[OffsetCommitPartition, ...]
+
+
+@message
+class OffsetCommitRequest:
+    """Commits offsets; ``generation_id == -1`` commits outside group membership."""
+
+    group_id: str
+    generation_id: Int32 = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    retention_time_ms: Int64 = -1  # -1: the broker's default retention
+    topics: tuple[OffsetCommitTopic, ...]
+
+
+@message
+class OffsetCommitPartitionResult:
+    """Outcome of one partition's commit."""
+
+    partition_index: Int32
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class OffsetCommitTopicResult:
+    """Commit outcomes for one topic."""
+
+    name: str
+    partitions: tuple[OffsetCommitPartitionResult, ...]
+
+
+@message
+class OffsetCommitResponse:
+    """Commit outcomes per topic and partition."""
+
+    topics: tuple[OffsetCommitTopicResult, ...]
+
+
+@message
+class OffsetFetchTopic:
+    """Partitions of one topic whose committed offsets to read."""
+
+    name: str
+    partition_indexes: tuple[Int32, ...]
+
+
+@message
+class OffsetFetchRequest:
+    """Reads a group's committed offsets."""
+
+    group_id: str
+    topics: tuple[OffsetFetchTopic, ...] | None  # None: every committed partition
+    require_stable: bool = False
+
+
+@message
+class OffsetFetchPartitionResult:
+    """The committed offset of one partition (-1 when none)."""
+
+    partition_index: Int32
+    committed_offset: Int64 = -1
+    committed_leader_epoch: Int32 = -1
+    metadata: str | None = None
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class OffsetFetchTopicResult:
+    """Committed offsets of one topic."""
+
+    name: str
+    partitions: tuple[OffsetFetchPartitionResult, ...]
+
+
+@message
+class OffsetFetchResponse:
+    """Committed offsets per topic and partition."""
+
+    topics: tuple[OffsetFetchTopicResult, ...]
+
+
+@message
+class ListGroupsRequest:
+    """Lists groups, optionally only those in the given states (empty: all)."""
+
+    states_filter: tuple[str, ...] = ()
+
+
+@message
+class ListedGroup:
+    """One group in a listing."""
+
+    group_id: str
+    protocol_type: str
+    group_state: str
+
+
+@message
+class ListGroupsResponse:
+    """The groups this broker coordinates."""
+
+    groups: tuple[ListedGroup, ...]
+
+
+@message
+class DescribeGroupsRequest:
+    """Describes groups by id."""
+
+    groups: tuple[str, ...]
+
+
+@message
+class DescribedGroupMember:
+    """One member: who it is, what it subscribed to, what it was assigned."""
+
+    member_id: str
+    group_instance_id: str | None = None
+    client_id: str
+    client_host: str
+    member_metadata: bytes
+    member_assignment: bytes
+
+
+@message
+class DescribedGroup:
+    """A group's state, protocol and members."""
+
+    group_id: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+    group_state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""  # the chosen assignor
+    members: tuple[DescribedGroupMember, ...] = ()
+
+
+@message
+class DescribeGroupsResponse:
+    """Descriptions per group."""
+
+    groups: tuple[DescribedGroup, ...]
+
+
+@message
+class DeleteGroupsRequest:
+    """Deletes empty groups and their committed offsets."""
+
+    groups_names: tuple[str, ...]
+
+
+@message
+class DeleteGroupResult:
+    """Outcome for one group."""
+
+    group_id: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class DeleteGroupsResponse:
+    """Outcome per group."""
+
+    results: tuple[DeleteGroupResult, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# SASL
+
+
+@message
+class SaslHandshakeRequest:
+    """Chooses a SASL mechanism; an unsupported one is refused with the enabled list in the message."""
+
+    mechanism: str
+
+
+@message
+class SaslHandshakeResponse:
+    """The mechanisms the broker has enabled."""
+
+    mechanisms: tuple[str, ...]
+
+
+@message
+class SaslAuthenticateRequest:
+    """One client step of the SASL exchange (opaque to the codec)."""
+
+    auth_bytes: bytes
+
+
+@message
+class SaslAuthenticateResponse:
+    """One server step of the SASL exchange."""
+
+    auth_bytes: bytes
+    session_lifetime_ms: Int64 = 0  # 0: the session does not expire
+
+
+# ---------------------------------------------------------------------------------------------
+# The API table
+
+
+@message
+class ApiSchema:
+    """The request and response types of one API and its supported versions (inclusive)."""
+
+    request_type: type
+    response_type: type
+    min_version: int = 0
+    max_version: int = 0
+
+
+#: Every API the codec speaks. Adding a version: add the fields with defaults to the types,
+#: raise ``max_version``, and teach ``schema`` to skip fields newer than a message's version.
+APIS: dict[ApiKey, ApiSchema] = {
+    ApiKey.PRODUCE: ApiSchema(request_type=ProduceRequest, response_type=ProduceResponse),
+    ApiKey.FETCH: ApiSchema(request_type=FetchRequest, response_type=FetchResponse),
+    ApiKey.LIST_OFFSETS: ApiSchema(request_type=ListOffsetsRequest, response_type=ListOffsetsResponse),
+    ApiKey.METADATA: ApiSchema(request_type=MetadataRequest, response_type=MetadataResponse),
+    ApiKey.OFFSET_COMMIT: ApiSchema(request_type=OffsetCommitRequest, response_type=OffsetCommitResponse),
+    ApiKey.OFFSET_FETCH: ApiSchema(request_type=OffsetFetchRequest, response_type=OffsetFetchResponse),
+    ApiKey.FIND_COORDINATOR: ApiSchema(request_type=FindCoordinatorRequest, response_type=FindCoordinatorResponse),
+    ApiKey.JOIN_GROUP: ApiSchema(request_type=JoinGroupRequest, response_type=JoinGroupResponse),
+    ApiKey.HEARTBEAT: ApiSchema(request_type=HeartbeatRequest, response_type=HeartbeatResponse),
+    ApiKey.LEAVE_GROUP: ApiSchema(request_type=LeaveGroupRequest, response_type=LeaveGroupResponse),
+    ApiKey.SYNC_GROUP: ApiSchema(request_type=SyncGroupRequest, response_type=SyncGroupResponse),
+    ApiKey.DESCRIBE_GROUPS: ApiSchema(request_type=DescribeGroupsRequest, response_type=DescribeGroupsResponse),
+    ApiKey.LIST_GROUPS: ApiSchema(request_type=ListGroupsRequest, response_type=ListGroupsResponse),
+    ApiKey.SASL_HANDSHAKE: ApiSchema(request_type=SaslHandshakeRequest, response_type=SaslHandshakeResponse),
+    ApiKey.API_VERSIONS: ApiSchema(request_type=ApiVersionsRequest, response_type=ApiVersionsResponse),
+    ApiKey.CREATE_TOPICS: ApiSchema(request_type=CreateTopicsRequest, response_type=CreateTopicsResponse),
+    ApiKey.DELETE_TOPICS: ApiSchema(request_type=DeleteTopicsRequest, response_type=DeleteTopicsResponse),
+    ApiKey.DELETE_RECORDS: ApiSchema(request_type=DeleteRecordsRequest, response_type=DeleteRecordsResponse),
+    ApiKey.INIT_PRODUCER_ID: ApiSchema(request_type=InitProducerIdRequest, response_type=InitProducerIdResponse),
+    ApiKey.DESCRIBE_CONFIGS: ApiSchema(request_type=DescribeConfigsRequest, response_type=DescribeConfigsResponse),
+    ApiKey.SASL_AUTHENTICATE: ApiSchema(
+        request_type=SaslAuthenticateRequest, response_type=SaslAuthenticateResponse
+    ),
+    ApiKey.CREATE_PARTITIONS: ApiSchema(
+        request_type=CreatePartitionsRequest, response_type=CreatePartitionsResponse
+    ),
+    ApiKey.DELETE_GROUPS: ApiSchema(request_type=DeleteGroupsRequest, response_type=DeleteGroupsResponse),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiSchema(
+        request_type=IncrementalAlterConfigsRequest, response_type=IncrementalAlterConfigsResponse
+    ),
+}
+
+#: The API key of each request type (the codec derives a request's key from its type).
+API_KEY_OF_REQUEST: dict[type, ApiKey] = {schema.request_type: key for key, schema in APIS.items()}
