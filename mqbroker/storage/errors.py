@@ -21,3 +21,19 @@ class RecordTooLargeError(StorageError):
 
 class LogClosedError(StorageError):
     """An operation on a partition log that was closed or deleted."""
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch does not continue its last sequence (a gap or a reorder)."""
+
+
+class DuplicateSequenceError(StorageError):
+    """A batch repeats a written sequence but cannot be answered with its original offsets."""
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch from an older epoch of a producer id: a newer incarnation has fenced it."""
+
+
+class InvalidConfigError(StorageError):
+    """A log setting with an unknown key or a value out of range; the message names the key."""

@@ -1,0 +1,49 @@
+"""Atomic small files: write a temp file, fsync it, rename it over the old one, fsync the directory.
+
+Offset checkpoints use Kafka's text layout: a version line (0), an entry-count line, then
+one ``<topic> <partition> <offset>`` line per partition.
+"""
+
+from __future__ import annotations
+
+import os
+
+from mqbroker.storage import fs
+from mqbroker.storage.errors import CorruptRecordError
+
+CHECKPOINT_VERSION = 0
+TEMPORARY_SUFFIX = ".tmp"
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace the file at ``path`` with ``data`` so a crash leaves either the old or the new file."""
+    temporary = path + TEMPORARY_SUFFIX
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        fs.fsync(file.fileno())
+    fs.replace(temporary, path)
+
+
+def write_offsets(path: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Atomically write a ``(topic, partition) -> offset`` checkpoint."""
+    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
+
+
+def read_offsets(path: str) -> dict[tuple[str, int], int]:
+    """Read a checkpoint written by `write_offsets`; a missing file is an empty checkpoint."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as file:
+        lines = file.read().splitlines()
+    try:
+        version, count = int(lines[0]), int(lines[1])
+        entries = [line.rsplit(" ", 2) for line in lines[2:]]
+        offsets = {(topic, int(partition)): int(offset) for topic, partition, offset in entries}
+    except (IndexError, ValueError) as error:
+        raise CorruptRecordError(f"checkpoint {path} is malformed: {error}") from None
+    if version != CHECKPOINT_VERSION or count != len(offsets):
+        raise CorruptRecordError(f"checkpoint {path} has version {version} and {count} entries; expected version 0")
+    return offsets

@@ -1,0 +1,357 @@
+"""One segment: a `.log` file of whole record batches plus its derived `.index` and `.timeindex`.
+
+A segment is named by its base offset (20 digits). Its indexes are loaded lazily, checked
+against the log when loaded, and rebuilt from the log when missing or doubtful. A segment
+knows nothing of durability policy: the partition log decides when to fsync.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+
+from mqbroker.storage import records
+from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.index import SparseIndex, offset_index, time_index
+from mqbroker.storage.records import HEADER_BYTES, LOG_OVERHEAD_BYTES, BatchHeader
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+#: Bytes read at once when scanning a segment's batches.
+SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+#: Bytes read at once when walking from an index entry to the batch that holds an offset.
+SEEK_CHUNK_BYTES = 64 * 1024
+RELATIVE_OFFSET_MAX = 2**31 - 1
+# The header layout of records.py, decoded without requiring the whole batch to be present:
+# walking a file needs a batch's bounds before reading its body.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    """Segment file name: the base offset as 20 zero-padded digits plus the suffix."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def peek_header(buffer: bytes | bytearray | memoryview, position: int) -> BatchHeader:
+    """Decode the header at ``position`` when only the header (not the whole batch) is in ``buffer``."""
+    if len(buffer) - position < HEADER_BYTES:
+        raise CorruptRecordError(f"truncated batch header at byte {position}")
+    header = BatchHeader(*_HEADER.unpack_from(buffer, position))
+    if header.magic != records.MAGIC or header.batch_length < HEADER_BYTES - LOG_OVERHEAD_BYTES:
+        raise CorruptRecordError(f"no batch header at byte {position} (magic {header.magic})")
+    return header
+
+
+class Segment:
+    """A `.log` file plus its sparse indexes; appends go to the end, reads start at batch boundaries."""
+
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.path = os.path.join(directory, file_name(base_offset, LOG_SUFFIX))
+        self.offset_index: SparseIndex = offset_index(os.path.join(directory, file_name(base_offset, INDEX_SUFFIX)))
+        self.time_index: SparseIndex = time_index(os.path.join(directory, file_name(base_offset, TIME_INDEX_SUFFIX)))
+        self._fd: int | None = None
+        self._size_bytes: int | None = None
+        # The tail state below is known once `load_tail` or `recover` ran (always for the active segment).
+        self._next_offset: int | None = None
+        self._max_timestamp = -1
+        self._first_timestamp = -1
+        self._bytes_since_index = 0
+
+    # -- files -------------------------------------------------------------------------------
+
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def create(self) -> None:
+        """Create the empty files of a new segment."""
+        self._file()
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._size_bytes = 0
+        self._next_offset = self.base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes in the `.log` file."""
+        if self._size_bytes is None:
+            self._size_bytes = os.stat(self.path).st_size
+        return self._size_bytes
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the segment's last batch (its base offset when empty)."""
+        if self._next_offset is None:
+            self.load_tail()
+        assert self._next_offset is not None
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch max timestamp in the segment (-1 when none)."""
+        if self._next_offset is None:
+            self.load_tail()
+        return self._max_timestamp
+
+    @property
+    def first_timestamp(self) -> int:
+        """Max timestamp of the segment's first batch (-1 when empty): the start of its age."""
+        if self._next_offset is None:
+            self.load_tail()
+        return self._first_timestamp
+
+    def duplicate_handle(self) -> int:
+        """A new descriptor for the `.log` file, so an fsync can outlive a concurrent close."""
+        return os.dup(self._file())
+
+    def close(self) -> None:
+        """Write pending index entries and close the file."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        """Close and remove the segment's files (the log first, so leftovers are only indexes)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        for path in (self.path, self.offset_index.path, self.time_index.path):
+            if os.path.exists(path):
+                os.unlink(path)
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, buffer: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Write whole stamped batches at the end; ``batches`` are their (position in buffer, header)."""
+        self.ensure_indexes()
+        start = self.size_bytes
+        view = memoryview(buffer)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._file(), view[written:], start + written)
+        for position, header in batches:
+            self._track(start + position, header)
+        self._size_bytes = start + len(view)
+
+    def _track(self, position: int, header: BatchHeader) -> None:
+        """Advance the tail state over one batch and add index entries every index interval."""
+        assert self._next_offset is not None and header.base_offset >= self._next_offset, "offsets go backwards"
+        relative_last = header.last_offset - self.base_offset
+        assert 0 <= relative_last <= RELATIVE_OFFSET_MAX, "batch does not fit the segment's relative offsets"
+        if self._first_timestamp < 0 and self._next_offset == self.base_offset:
+            self._first_timestamp = header.max_timestamp
+        self._max_timestamp = max(self._max_timestamp, header.max_timestamp)
+        if self._bytes_since_index > self.index_interval_bytes:
+            self.offset_index.append(relative_last, position)
+            self._add_time_entry(relative_last)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size_bytes
+        self._next_offset = header.next_offset
+
+    def _add_time_entry(self, relative_last: int) -> None:
+        last = self.time_index.last()
+        if self._max_timestamp >= 0 and (last is None or self._max_timestamp > last[0]):
+            self.time_index.append(self._max_timestamp, relative_last)
+
+    def finish(self) -> None:
+        """Seal a segment that stops being active: a last time entry so its max timestamp survives."""
+        self.ensure_indexes()
+        if self.next_offset > self.base_offset:
+            self._add_time_entry(self.next_offset - 1 - self.base_offset)
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def can_hold(self, size_bytes: int, last_offset: int, segment_bytes: int) -> bool:
+        """False when a batch would push the segment past ``segment_bytes`` or its offset range."""
+        if self.size_bytes > 0 and self.size_bytes + size_bytes > segment_bytes:
+            return False
+        return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
+
+    # -- indexes and tail state ---------------------------------------------------------------
+
+    def ensure_indexes(self) -> None:
+        """Load the indexes on first use; rebuild them from the log if they do not match it."""
+        if self.offset_index.loaded and self.time_index.loaded:
+            return
+        good = self.offset_index.load(self._offset_index_matches) and self.time_index.load(self._time_index_sane)
+        if not good:
+            self._rebuild_indexes()
+
+    def _offset_index_matches(self, index: SparseIndex) -> bool:
+        last = index.last()
+        if last is None:
+            return True
+        relative_last, position = last
+        if index.entries()[0][0] < 0 or position + HEADER_BYTES > self.size_bytes:
+            return False
+        header = peek_header(os.pread(self._file(), HEADER_BYTES, position), 0)
+        return header.last_offset == self.base_offset + relative_last
+
+    def _time_index_sane(self, index: SparseIndex) -> bool:
+        return all(0 <= relative <= RELATIVE_OFFSET_MAX for _, relative in index.entries())
+
+    def _rebuild_indexes(self) -> None:
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_tail()
+        for position, header in self.scan(0, self.size_bytes, verify=False):
+            self._track(position, header)
+
+    def _reset_tail(self) -> None:
+        self._next_offset = self.base_offset
+        self._max_timestamp = -1
+        self._first_timestamp = -1
+        self._bytes_since_index = 0
+
+    def load_tail(self) -> None:
+        """Learn the next offset and max timestamp by walking from the last index entry (no CRC checks)."""
+        self.ensure_indexes()
+        if self._next_offset is not None:
+            return  # a rebuild just walked the whole segment
+        self._reset_tail()
+        start = 0
+        last = self.offset_index.last()
+        if last is not None:
+            start = last[1]
+            self._next_offset = self.base_offset + last[0]  # the batch at ``start`` ends here; walked below
+        timed = self.time_index.last()
+        self._max_timestamp = timed[0] if timed is not None else -1
+        if self.size_bytes > 0:
+            self._first_timestamp = peek_header(os.pread(self._file(), HEADER_BYTES, 0), 0).max_timestamp
+        self._bytes_since_index = self.size_bytes - start
+        for _, header in self.scan(start, self.size_bytes, verify=False):
+            self._max_timestamp = max(self._max_timestamp, header.max_timestamp)
+            self._next_offset = header.next_offset
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def scan(self, start: int, end: int, verify: bool) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield (position, header) of the batches in [start, end).
+
+        With ``verify`` each batch must be whole and pass its CRC, else ``CorruptRecordError``
+        is raised at it; without, the bytes are trusted and only headers are read.
+        """
+        fd = self._file()
+        position = start
+        want = SCAN_CHUNK_BYTES
+        while position < end:
+            chunk = os.pread(fd, min(want, end - position), position)
+            cursor = 0
+            want = SCAN_CHUNK_BYTES
+            while len(chunk) - cursor >= HEADER_BYTES:
+                header = peek_header(chunk, cursor)
+                size = header.size_bytes
+                if cursor + size > len(chunk) and verify:
+                    if position + cursor + size > end:
+                        raise CorruptRecordError(f"batch at byte {position + cursor} runs past the end of {self.path}")
+                    want = max(want, size)
+                    break
+                if verify:
+                    records.check_crc(chunk, cursor, records.read_header(chunk, cursor))
+                yield position + cursor, header
+                cursor += size
+            if cursor == 0 and want == SCAN_CHUNK_BYTES:
+                raise CorruptRecordError(f"truncated batch header at byte {position} of {self.path}")
+            position += cursor
+
+    def position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= ``offset``: (position, header), or None."""
+        self.ensure_indexes()
+        entry = self.offset_index.floor(offset - self.base_offset)
+        start = entry[1] if entry is not None else 0
+        end = self.size_bytes
+        fd = self._file()
+        while start < end:
+            chunk = os.pread(fd, min(SEEK_CHUNK_BYTES, end - start), start)
+            cursor = 0
+            while len(chunk) - cursor >= HEADER_BYTES:
+                header = peek_header(chunk, cursor)
+                if header.last_offset >= offset:
+                    return start + cursor, header
+                cursor += header.size_bytes
+            if cursor == 0:
+                raise CorruptRecordError(f"truncated batch header at byte {start} of {self.path}")
+            start += cursor
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+        """Whole batches from the one holding ``offset``, ending before any batch reaching ``max_offset``.
+
+        At least one batch is returned (even one larger than ``max_bytes``) unless none qualifies.
+        """
+        found = self.position_of(offset)
+        if found is None or found[1].last_offset >= max_offset:
+            return b""
+        position, first = found
+        data = os.pread(self._file(), min(max(max_bytes, first.size_bytes), self.size_bytes - position), position)
+        cursor = 0
+        while len(data) - cursor >= HEADER_BYTES:
+            header = peek_header(data, cursor)
+            if header.last_offset >= max_offset or cursor + header.size_bytes > len(data):
+                break
+            cursor += header.size_bytes
+        assert cursor > 0, f"first batch at byte {position} of {self.path} could not be read whole"
+        return data if cursor == len(data) else data[:cursor]
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """Base offset of the first batch whose max timestamp is >= ``timestamp_ms``."""
+        self.ensure_indexes()
+        entry = self.time_index.below(timestamp_ms)
+        start_offset = self.base_offset + entry[1] + 1 if entry is not None else self.base_offset
+        found = self.position_of(start_offset)
+        if found is None:
+            return None
+        for _, header in self.scan(found[0], self.size_bytes, verify=False):
+            if header.max_timestamp >= timestamp_ms:
+                return header.base_offset
+        return None
+
+    # -- recovery and truncation -------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Check every batch (framing, CRC, offsets), rebuild the indexes, cut a torn or garbage tail.
+
+        Returns the number of bytes cut.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_tail()
+        size = self.size_bytes
+        valid_bytes = 0
+        try:
+            for position, header in self.scan(0, size, verify=True):
+                if header.base_offset < self.next_offset or header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:
+                    break
+                self._track(position, header)
+                valid_bytes = position + header.size_bytes
+        except CorruptRecordError:
+            pass  # everything from the first invalid byte on is cut below
+        if valid_bytes < size:
+            self._cut(valid_bytes)
+        return size - valid_bytes
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose last offset is >= ``offset``."""
+        found = self.position_of(offset)
+        if found is None:
+            return
+        position = found[0]
+        self.offset_index.truncate(lambda _, entry_position: entry_position < position)
+        relative_end = found[1].base_offset - self.base_offset
+        self.time_index.truncate(lambda _, relative: relative < relative_end)
+        self._cut(position)
+        self._next_offset = None
+        self.load_tail()
+
+    def _cut(self, position: int) -> None:
+        os.ftruncate(self._file(), position)
+        self._size_bytes = position
