@@ -22,3 +22,23 @@ topic_name_length_max = 249
 partitions_per_topic_max = 10_000
 #: Largest native-protocol response frame a client accepts (a full fetch response plus headers).
 native_response_frame_bytes_max = 2 * fetch_response_bytes_max
+#: AMQP: frame_max the broker proposes in connection.tune (RabbitMQ's value); clients may choose less.
+amqp_frame_bytes_max = 131_072
+#: AMQP: channel_max the broker proposes (RabbitMQ's value).
+amqp_channels_per_connection_max = 2047
+#: AMQP: heartbeat interval the broker proposes, in seconds.
+amqp_heartbeat_s = 60
+#: AMQP: largest message body a publisher may send (larger is refused with 311 CONTENT_TOO_LARGE).
+amqp_message_bytes_max = 64 * 1024 * 1024
+#: AMQP: time from the protocol header to connection.open before the socket is dropped.
+amqp_handshake_ms_max = 10_000
+#: AMQP: how long the broker waits for close-ok after sending connection.close.
+amqp_close_ok_wait_ms_max = 3_000
+#: Largest MQTT packet the broker accepts (advertised as Maximum Packet Size in CONNACK).
+mqtt_packet_bytes_max = 1024 * 1024
+#: QoS 1/2 messages one MQTT session holds in memory waiting for the client's in-flight window.
+mqtt_pending_messages_max = 1000
+#: QoS 0 messages one MQTT session queues while it cannot send; the oldest is dropped beyond it.
+mqtt_qos0_queue_length_max = 100
+#: Packets a client may pipeline after CONNECT before the broker has answered it.
+mqtt_packets_before_connack_max = 64
