@@ -107,6 +107,34 @@ def test_one_record_encodes_to_the_kafka_byte_layout() -> None:
     assert len(batch) == read_header(batch).size_bytes == HEADER_BYTES + 9
 
 
+# Two batches as a Kafka 0.11 broker stored them (the fixture kafka-python's tests use).
+KAFKA_BATCH_ONE_RECORD = bytes.fromhex(
+    "00000000000000000000003b00000001020318a2700000000000000000015dff7b063c0000015dff7b063c"
+    "ffffffffffffffffffffffffffff0000000112000000010631323300"
+)
+KAFKA_BATCH_TWO_EMPTY_RECORDS = bytes.fromhex(
+    "0000000000000001000000400000000202c85cbd230000000000010000015dff7cdd6c0000015dff7cde14"
+    "ffffffffffffffffffffffffffff000000020c0000000100000e00d00202010000"
+)
+
+
+def test_batches_written_by_kafka_decode() -> None:
+    assert decode_records(KAFKA_BATCH_ONE_RECORD) == [
+        Record(offset=0, timestamp_ms=1503229838908, key=None, value=b"123")
+    ]
+    assert decode_records(KAFKA_BATCH_TWO_EMPTY_RECORDS) == [
+        Record(offset=1, timestamp_ms=1503229959532, key=None, value=b""),
+        Record(offset=2, timestamp_ms=1503229959700, key=None, value=b""),
+    ]
+
+
+def test_encoding_matches_kafka_byte_for_byte() -> None:
+    one = [Record(offset=0, timestamp_ms=1503229838908, key=None, value=b"123")]
+    assert encode_batch(one, partition_leader_epoch=1) == KAFKA_BATCH_ONE_RECORD
+    two = decode_records(KAFKA_BATCH_TWO_EMPTY_RECORDS)
+    assert encode_batch(two, base_offset=1, partition_leader_epoch=2) == KAFKA_BATCH_TWO_EMPTY_RECORDS
+
+
 @pytest.mark.parametrize("codec", CODECS, ids=lambda codec: codec.name)
 def test_records_round_trip_through_every_codec(codec: Compression) -> None:
     records = _records(50)
