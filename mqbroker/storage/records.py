@@ -236,7 +236,7 @@ _END_TRANSACTION_MARKER = struct.Struct(">hi")
 _CONTROL_VERSION = 0
 assert _HEADER_BEFORE_CRC.size == CRC_START and _HEADER_BEFORE_CRC.size + _HEADER_AFTER_CRC.size == HEADER_BYTES
 
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT32_MAX = (1 << 31) - 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -460,8 +460,11 @@ def decode_control_record(record: Record) -> ControlRecord:
     if key_version < 0:
         raise CorruptRecordError(f"control record key has negative version {key_version}")
     if type_id not in (ControlType.COMMIT, ControlType.ABORT):
-        known = type_id in ControlType._value2member_map_
-        return ControlRecord(control_type=ControlType(type_id) if known else ControlType.UNKNOWN, coordinator_epoch=None)
+        try:
+            control_type = ControlType(type_id)
+        except ValueError:
+            control_type = ControlType.UNKNOWN  # a newer type: Kafka's clients skip it too
+        return ControlRecord(control_type=control_type, coordinator_epoch=None)
     if record.value is None or len(record.value) < _END_TRANSACTION_MARKER.size:
         raise CorruptRecordError("transaction marker value shorter than its 6 bytes (version, coordinator epoch)")
     value_version, coordinator_epoch = _END_TRANSACTION_MARKER.unpack_from(record.value)
