@@ -41,7 +41,7 @@ from mqbroker.protocols.native.schema import (
     message,
 )
 
-_LENGTH = struct.Struct(">i")
+_INT32 = struct.Struct(">i")
 
 
 @message
@@ -79,7 +79,7 @@ _RESPONSE_CODECS: dict[ApiKey, MessageCodec] = {key: compile_message(api.respons
 
 def _framed(parts: list[bytes | memoryview]) -> bytes:
     """Join ``parts`` (whose first element is a placeholder) behind a 4-byte length, copying once."""
-    parts[0] = _LENGTH.pack(sum(map(len, parts)))
+    parts[0] = _INT32.pack(sum(map(len, parts)))
     return b"".join(parts)
 
 
@@ -200,7 +200,7 @@ def peek_correlation_id(body: bytes) -> int:
     """The correlation id of a response frame body, read before knowing which request it answers."""
     if len(body) < 4:
         raise MalformedMessageError(f"response of {len(body)} bytes is too short to hold a correlation id")
-    return int(_LENGTH.unpack_from(body, 0)[0])
+    return int(_INT32.unpack_from(body, 0)[0])
 
 
 def supported_api_versions() -> ApiVersionsResponse:
