@@ -203,6 +203,11 @@ class FrameDecoder:
         self.frame_bytes_max = frame_bytes_max
 
     @property
+    def awaiting_protocol_header(self) -> bool:
+        """True until the peer's complete, correct protocol header has arrived."""
+        return self._state is _DecoderState.AWAITING_PROTOCOL_HEADER
+
+    @property
     def failed(self) -> bool:
         """True once a decoding error was raised; the stream is unusable from then on."""
         return self._state is _DecoderState.ERROR
