@@ -1,0 +1,303 @@
+"""The consumer's logic, without I/O: positions, resets, fetch planning and record decoding.
+
+``ConsumerCore`` keeps a fetch position per assigned partition. A driver asks it for
+``reset_requests`` (partitions whose position must be looked up with ListOffsets: a seek to
+the beginning, the end or a timestamp, or a partition without a position), sends them, and
+reports each answer with ``reset_resolved``. It then asks for ``fetch_plans`` (one per leader,
+only for partitions with a known position and no fetch in flight), sends them, and passes each
+reply to ``fetch_completed``, which decodes the record batches into ``Message``s and advances
+the positions.
+
+Consumer groups plug in through ``assign``: a group coordinator (its own issue) decides the
+assignment and seeds positions from committed offsets with ``seek``; everything below that
+stays as it is.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from mqbroker.errors import BrokerError, CorruptMessageError, ErrorCode, OffsetOutOfRangeError, error_for_code
+from mqbroker.protocols.native.messages import (
+    FetchPartition,
+    FetchPartitionResult,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    OffsetSpec,
+)
+from mqbroker.storage import records
+from mqbroker.storage.errors import CorruptRecordError
+
+EARLIEST = int(OffsetSpec.EARLIEST)
+LATEST = int(OffsetSpec.LATEST)
+
+TopicPartition = tuple[str, int]
+
+
+class Message(NamedTuple):
+    """One record read from a partition.
+
+    A named tuple rather than a dataclass: the consumer builds one per record, and a tuple is
+    the cheapest immutable value Python builds.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+class OffsetReset(enum.Enum):
+    """Where a partition without a valid position starts."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerConfig:
+    """A consumer's fetch settings."""
+
+    auto_offset_reset: OffsetReset = OffsetReset.LATEST
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    partition_max_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass(slots=True, kw_only=True)
+class FetchPlan:
+    """One fetch request to send to ``node_id``: the partitions it reads and from where."""
+
+    node_id: int
+    offsets: dict[TopicPartition, int]
+    config: ConsumerConfig
+
+    def request(self) -> FetchRequest:
+        """The FetchRequest reading this plan's partitions."""
+        by_topic: dict[str, list[FetchPartition]] = {}
+        partition_max_bytes = self.config.partition_max_bytes
+        for (topic, partition), offset in self.offsets.items():
+            by_topic.setdefault(topic, []).append(
+                FetchPartition(partition_index=partition, fetch_offset=offset, partition_max_bytes=partition_max_bytes)
+            )
+        return FetchRequest(
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+            max_bytes=self.config.fetch_max_bytes,
+            topics=tuple(FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+        )
+
+
+class ConsumerCore:
+    """Sans-I/O consumer: fetch positions per assigned partition, fetch plans, decoded messages."""
+
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.config = config
+        self._positions: dict[TopicPartition, int] = {}
+        #: Partitions waiting for a ListOffsets answer: the timestamp to look up (or -1/-2).
+        self._resets: dict[TopicPartition, int] = {}
+        self._fetching: set[TopicPartition] = set()
+        self.high_watermarks: dict[TopicPartition, int] = {}
+        #: Topics whose leaders must be looked up again before they can be fetched.
+        self.stale_topics: set[str] = set()
+
+    # -- assignment and positions -------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly ``partitions`` from now on; kept partitions keep their positions."""
+        wanted = set(partitions)
+        for partition in list(self._positions):
+            if partition not in wanted:
+                del self._positions[partition]
+        for partition in list(self._resets):
+            if partition not in wanted:
+                del self._resets[partition]
+        for partition in wanted:
+            if partition not in self._positions and partition not in self._resets:
+                self._resets[partition] = self._default_reset(partition)
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads."""
+        return set(self._positions) | set(self._resets)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next."""
+        self._require_assigned(partition)
+        if offset < 0:
+            raise ValueError(f"offset must not be negative, got {offset}")
+        self._resets.pop(partition, None)
+        self._positions[partition] = offset
+        self._fetching.discard(partition)
+
+    def seek_to_beginning(self, partition: TopicPartition) -> None:
+        """Read ``partition`` from its log start offset next."""
+        self._seek_to_timestamp(partition, EARLIEST)
+
+    def seek_to_end(self, partition: TopicPartition) -> None:
+        """Read only records produced to ``partition`` from now on."""
+        self._seek_to_timestamp(partition, LATEST)
+
+    def seek_to_timestamp(self, partition: TopicPartition, timestamp_ms: int) -> None:
+        """Read ``partition`` from its first record at or after ``timestamp_ms`` next."""
+        if timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must not be negative, got {timestamp_ms}")
+        self._seek_to_timestamp(partition, timestamp_ms)
+
+    def _seek_to_timestamp(self, partition: TopicPartition, timestamp_ms: int) -> None:
+        self._require_assigned(partition)
+        self._positions.pop(partition, None)
+        self._fetching.discard(partition)
+        self._resets[partition] = timestamp_ms
+
+    def position(self, partition: TopicPartition) -> int | None:
+        """The offset of the next record to read, or None while a reset is being looked up."""
+        self._require_assigned(partition)
+        return self._positions.get(partition)
+
+    def _require_assigned(self, partition: TopicPartition) -> None:
+        if partition not in self._positions and partition not in self._resets:
+            raise ValueError(f"partition {partition[0]}-{partition[1]} is not assigned to this consumer")
+
+    def _default_reset(self, partition: TopicPartition) -> int:
+        policy = self.config.auto_offset_reset
+        if policy is OffsetReset.NONE:
+            raise OffsetOutOfRangeError(
+                f"no position for {partition[0]}-{partition[1]} and auto_offset_reset is 'none'; seek first"
+            )
+        return EARLIEST if policy is OffsetReset.EARLIEST else LATEST
+
+    # -- resets -------------------------------------------------------------------------------
+
+    def reset_requests(self) -> dict[TopicPartition, int]:
+        """Partitions whose position must be looked up, with the timestamp (-2 earliest, -1 latest)."""
+        return dict(self._resets)
+
+    def reset_resolved(self, partition: TopicPartition, timestamp_ms: int, offset: int) -> None:
+        """Take a ListOffsets answer; ignored if the partition was sought elsewhere meanwhile."""
+        if self._resets.get(partition) != timestamp_ms:
+            return
+        del self._resets[partition]
+        if offset < 0:  # no record at or after the timestamp: read from the end
+            self._resets[partition] = LATEST
+            return
+        self._positions[partition] = offset
+
+    # -- fetching -----------------------------------------------------------------------------
+
+    def fetch_plans(self, leader_of: Callable[[str, int], int]) -> list[FetchPlan]:
+        """One fetch per leader for partitions with a position and no fetch in flight."""
+        plans: dict[int, FetchPlan] = {}
+        for partition, offset in self._positions.items():
+            if partition in self._fetching:
+                continue
+            node_id = leader_of(*partition)
+            if node_id < 0:
+                self.stale_topics.add(partition[0])
+                continue
+            plan = plans.get(node_id)
+            if plan is None:
+                plan = plans[node_id] = FetchPlan(node_id=node_id, offsets={}, config=self.config)
+            plan.offsets[partition] = offset
+            self._fetching.add(partition)
+        return list(plans.values())
+
+    def fetch_failed(self, plan: FetchPlan) -> None:
+        """The fetch was lost (connection broken, whole request refused): fetch again later."""
+        for partition in plan.offsets:
+            self._fetching.discard(partition)
+            self.stale_topics.add(partition[0])
+
+    def fetch_completed(self, plan: FetchPlan, response: FetchResponse) -> list[Message]:
+        """Decode a fetch reply into messages in offset order and advance the positions."""
+        for partition in plan.offsets:
+            self._fetching.discard(partition)
+        messages: list[Message] = []
+        for topic in response.topics:
+            for reply in topic.partitions:
+                partition = (topic.name, reply.partition_index)
+                fetched_from = plan.offsets.get(partition)
+                if fetched_from is None or self._positions.get(partition) != fetched_from:
+                    continue  # sought elsewhere while the fetch was in flight: the data is stale
+                if reply.error_code != ErrorCode.NONE:
+                    self._partition_error(partition, reply)
+                    continue
+                self.high_watermarks[partition] = reply.high_watermark
+                if reply.records:
+                    self._positions[partition] = decode_messages(
+                        topic.name, reply.partition_index, reply.records, fetched_from, messages
+                    )
+        return messages
+
+    def _partition_error(self, partition: TopicPartition, reply: FetchPartitionResult) -> None:
+        code = reply.error_code
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            del self._positions[partition]
+            self._resets[partition] = self._default_reset(partition)
+            return
+        error: BrokerError = error_for_code(code, reply.error_message or f"fetching {partition} failed")
+        if error.retriable or code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            self.stale_topics.add(partition[0])
+            return
+        raise error
+
+
+def decode_messages(
+    topic: str, partition: int, data: bytes | memoryview, start_offset: int, into: list[Message]
+) -> int:
+    """Append the records of ``data`` (whole batches) at or after ``start_offset`` to ``into``.
+
+    Every batch's CRC is checked. Control batches are skipped, as are records below
+    ``start_offset`` (a fetch returns whole batches, so the first may begin earlier). A partial
+    batch at the end (a reply cut at ``max_bytes``) is left for the next fetch. Returns the
+    next position.
+    """
+    view = memoryview(data)
+    next_offset = start_offset
+    append = into.append
+    try:
+        for position, header in records.iter_batches(view[: _whole_batches_bytes(view)], check=False):
+            next_offset = max(next_offset, header.next_offset)
+            if header.is_control:
+                continue
+            for record in records.decode_records(view[position : position + header.size_bytes]):
+                if record.offset >= start_offset:
+                    append(
+                        Message(
+                            topic,
+                            partition,
+                            record.offset,
+                            record.key,
+                            record.value,
+                            record.headers,
+                            record.timestamp_ms,
+                        )
+                    )
+    except CorruptRecordError as error:
+        raise CorruptMessageError(f"fetched data for {topic}-{partition} is corrupt: {error}") from error
+    return next_offset
+
+
+_BATCH_LENGTH = struct.Struct(">i")
+
+
+def _whole_batches_bytes(view: memoryview) -> int:
+    """Bytes of ``view`` made of complete batches (the broker may cut the last one short)."""
+    position = 0
+    end = len(view)
+    while end - position >= records.LOG_OVERHEAD_BYTES:
+        (batch_length,) = _BATCH_LENGTH.unpack_from(view, position + 8)
+        size_bytes = batch_length + records.LOG_OVERHEAD_BYTES
+        if batch_length < 0 or position + size_bytes > end:
+            break
+        position += size_bytes
+    return position

@@ -1,0 +1,117 @@
+"""The consumer core: positions, seeks, resets, fetch plans and decoding replies into messages."""
+
+import contextlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqbroker.client.consumer import EARLIEST, LATEST, ConsumerConfig, ConsumerCore, OffsetReset, decode_messages
+from mqbroker.errors import CorruptMessageError, ErrorCode
+from mqbroker.protocols.native.messages import FetchPartitionResult, FetchResponse, FetchTopicResult
+from mqbroker.storage.records import BatchBuilder, ControlType, encode_control_batch, stamp
+
+EVENTS_0 = ("events", 0)
+
+
+def _batch(base_offset: int, values: list[bytes], timestamp_ms: int = 1000) -> bytes:
+    builder = BatchBuilder(base_offset=base_offset)
+    for value in values:
+        builder.append(timestamp_ms, b"k", value, [("h", b"v")])
+    return builder.build()
+
+
+def _response(records: bytes, code: int = 0, partition: int = 0) -> FetchResponse:
+    result = FetchPartitionResult(partition_index=partition, error_code=code, high_watermark=99, records=records)
+    return FetchResponse(topics=(FetchTopicResult(name="events", partitions=(result,)),))
+
+
+def _positioned(offset: int) -> ConsumerCore:
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.EARLIEST))
+    core.assign([EVENTS_0])
+    core.seek(EVENTS_0, offset)
+    return core
+
+
+def test_new_assignment_asks_for_a_reset_by_policy_then_takes_the_answer() -> None:
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.LATEST))
+    core.assign([EVENTS_0])
+    assert core.reset_requests() == {EVENTS_0: LATEST}
+    assert core.position(EVENTS_0) is None
+    core.reset_resolved(EVENTS_0, LATEST, 17)
+    assert core.position(EVENTS_0) == 17 and core.reset_requests() == {}
+
+
+def test_seek_variants_set_or_look_up_the_position() -> None:
+    core = _positioned(5)
+    core.seek_to_beginning(EVENTS_0)
+    assert core.reset_requests() == {EVENTS_0: EARLIEST}
+    core.seek_to_timestamp(EVENTS_0, 123)
+    core.reset_resolved(EVENTS_0, EARLIEST, 0)  # an answer to the superseded seek is ignored
+    assert core.reset_requests() == {EVENTS_0: 123}
+    core.seek(EVENTS_0, 9)
+    assert core.position(EVENTS_0) == 9
+
+
+def test_unassigned_partition_cannot_be_sought() -> None:
+    with pytest.raises(ValueError, match="not assigned"):
+        ConsumerCore(ConsumerConfig()).seek(("other", 0), 1)
+
+
+def test_fetch_reply_becomes_messages_and_advances_the_position() -> None:
+    core = _positioned(10)
+    (plan,) = core.fetch_plans(lambda topic, partition: 3)
+    assert plan.node_id == 3 and plan.request().topics[0].partitions[0].fetch_offset == 10
+    assert core.fetch_plans(lambda topic, partition: 3) == []  # one fetch in flight per partition
+    data = _batch(8, [b"a", b"b", b"c", b"d"]) + _batch(12, [b"e"])
+    messages = core.fetch_completed(plan, _response(data))
+    assert [(message.offset, message.value) for message in messages] == [(10, b"c"), (11, b"d"), (12, b"e")]
+    assert messages[0].headers == (("h", b"v"),) and messages[0].key == b"k" and messages[0].timestamp == 1000
+    assert core.position(EVENTS_0) == 13
+
+
+def test_control_batches_are_skipped_but_move_the_position() -> None:
+    control = bytearray(encode_control_batch(ControlType.COMMIT, 1, 0, 0, 5))
+    stamp(control, 0, 13, 0)
+    core = _positioned(12)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    messages = core.fetch_completed(plan, _response(_batch(12, [b"x"]) + bytes(control)))
+    assert [message.value for message in messages] == [b"x"]
+    assert core.position(EVENTS_0) == 14
+
+
+def test_partial_batch_at_the_end_is_left_for_the_next_fetch() -> None:
+    whole = _batch(0, [b"a"])
+    messages: list = []
+    assert decode_messages("events", 0, whole + _batch(1, [b"b"])[:30], 0, messages) == 1
+    assert len(messages) == 1
+
+
+def test_offset_out_of_range_resets_by_policy() -> None:
+    core = _positioned(50)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    core.fetch_completed(plan, _response(b"", code=ErrorCode.OFFSET_OUT_OF_RANGE))
+    assert core.reset_requests() == {EVENTS_0: EARLIEST}
+
+
+def test_not_leader_marks_the_topic_stale_and_keeps_the_position() -> None:
+    core = _positioned(4)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    core.fetch_completed(plan, _response(b"", code=ErrorCode.NOT_LEADER_OR_FOLLOWER))
+    assert core.stale_topics == {"events"} and core.position(EVENTS_0) == 4
+    assert len(core.fetch_plans(lambda topic, partition: 2)) == 1
+
+
+def test_reply_for_a_partition_sought_meanwhile_is_dropped() -> None:
+    core = _positioned(0)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    core.seek(EVENTS_0, 100)
+    assert core.fetch_completed(plan, _response(_batch(0, [b"a"]))) == []
+    assert core.position(EVENTS_0) == 100
+
+
+@settings(max_examples=100)
+@given(garbage=st.binary(max_size=300))
+def test_garbage_records_raise_only_the_typed_error(garbage: bytes) -> None:
+    with contextlib.suppress(CorruptMessageError):
+        decode_messages("events", 0, garbage, 0, [])

@@ -1,0 +1,150 @@
+"""The producer core: batching, linger, sequences, retries, in-flight bounds, delivery outcomes."""
+
+import random
+
+import pytest
+
+from mqbroker.client.backoff import Backoff
+from mqbroker.client.producer import ProducerConfig, ProducerCore, ProducePlan, parse_acks
+from mqbroker.errors import ErrorCode, NotLeaderError, TopicAuthorizationError
+from mqbroker.protocols.native.codec import ErrorResponse
+from mqbroker.protocols.native.messages import Acks, ProducePartitionResult, ProduceResponse, ProduceTopicResult
+from mqbroker.storage.records import decode_records, read_header
+
+
+def _core(**settings: object) -> ProducerCore:
+    config = ProducerConfig(**{"backoff": Backoff(initial_ms=10, max_ms=100), **settings})
+    core = ProducerCore(config, random.Random(0))
+    if config.enable_idempotence:
+        core.set_producer_identity(producer_id=7, producer_epoch=0)
+    return core
+
+
+def _leader_one(topic: str, partition: int) -> int:
+    return 1
+
+
+def _reply(plan: ProducePlan, code: int = 0, base_offset: int = 0) -> ProduceResponse:
+    results: dict[str, list[ProducePartitionResult]] = {}
+    for batch in plan.batches:
+        results.setdefault(batch.topic, []).append(
+            ProducePartitionResult(partition_index=batch.partition, error_code=code, base_offset=base_offset)
+        )
+    return ProduceResponse(
+        topics=tuple(ProduceTopicResult(name=name, partitions=tuple(parts)) for name, parts in results.items())
+    )
+
+
+def test_records_wait_for_linger_then_travel_in_one_batch_with_offsets_per_record() -> None:
+    core = _core(linger_ms=5)
+    for number in range(3):
+        core.append("events", 0, 1000 + number, None, b"value-%d" % number, None, now_ms=0)
+    assert core.drain(4, _leader_one) == []
+    (plan,) = core.drain(5, _leader_one)
+    (topic,) = plan.request().topics
+    decoded = decode_records(topic.partitions[0].records)
+    assert [record.value for record in decoded] == [b"value-0", b"value-1", b"value-2"]
+    (batch,) = core.plan_completed(plan, _reply(plan, base_offset=40), now_ms=6)
+    assert [batch.metadata(index, 1000 + index).offset for index in range(3)] == [40, 41, 42]
+    assert not core.has_pending
+
+
+def test_idempotent_batches_carry_producer_id_and_consecutive_sequences() -> None:
+    core = _core(linger_ms=0)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    core.append("events", 0, 1, None, b"b", None, now_ms=0)
+    (first,) = core.drain(0, _leader_one)
+    core.append("events", 0, 1, None, b"c", None, now_ms=0)
+    (second,) = core.drain(0, _leader_one)
+    headers = [read_header(plan.batches[0].payload) for plan in (first, second)]
+    assert [(header.producer_id, header.base_sequence) for header in headers] == [(7, 0), (7, 2)]
+
+
+def test_full_batch_closes_without_waiting_for_linger() -> None:
+    core = _core(linger_ms=60_000, batch_size=1000)
+    for _ in range(20):
+        core.append("events", 0, 1, None, b"x" * 100, None, now_ms=0)
+    plans = core.drain(0, _leader_one)
+    assert len(plans) == 1 and plans[0].batches[0].record_count < 20
+
+
+def test_retriable_error_resends_the_same_bytes_after_backoff_and_marks_metadata_stale() -> None:
+    core = _core(linger_ms=0)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    payload = plan.batches[0].payload
+    assert core.plan_completed(plan, _reply(plan, code=ErrorCode.NOT_LEADER_OR_FOLLOWER), now_ms=1) == []
+    assert core.stale_topics == {"events"}
+    assert core.drain(2, _leader_one) == []
+    (retry,) = core.drain(200, _leader_one)
+    assert retry.batches[0].payload == payload
+
+
+def test_fatal_error_fails_the_batch_with_its_typed_error() -> None:
+    core = _core(linger_ms=0)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    (batch,) = core.plan_completed(plan, _reply(plan, code=ErrorCode.TOPIC_AUTHORIZATION_FAILED), now_ms=1)
+    with pytest.raises(TopicAuthorizationError):
+        batch.metadata(0, 1)
+
+
+def test_whole_request_error_is_retried_when_retriable() -> None:
+    core = _core(linger_ms=0)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    response = ErrorResponse(error_code=ErrorCode.BROKER_SHUTTING_DOWN, error_message="bye")
+    assert core.plan_completed(plan, response, now_ms=1) == []
+    assert core.has_pending
+
+
+def test_in_flight_requests_per_connection_are_bounded() -> None:
+    core = _core(linger_ms=0, max_in_flight=2)
+    plans = []
+    for partition in range(3):
+        core.append("events", partition, 1, None, b"a", None, now_ms=0)
+        plans += core.drain(0, lambda topic, partition: 1)
+    assert len(plans) == 2 and core.in_flight(1) == 2
+    core.plan_completed(plans[0], _reply(plans[0]), now_ms=1)
+    assert len(core.drain(1, _leader_one)) == 1
+
+
+def test_acks_zero_completes_on_send_without_offsets() -> None:
+    core = _core(linger_ms=0, acks=Acks.NONE, enable_idempotence=False)
+    core.append("events", 0, 5, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    (batch,) = core.plan_completed(plan, None, now_ms=0)
+    assert batch.metadata(0, 5).offset == -1
+
+
+def test_sequence_gap_behind_a_retried_batch_is_retried_in_order() -> None:
+    core = _core(linger_ms=0)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (first,) = core.drain(0, _leader_one)
+    core.append("events", 0, 1, None, b"b", None, now_ms=0)
+    (second,) = core.drain(0, _leader_one)
+    core.plan_completed(first, _reply(first, code=ErrorCode.REQUEST_TIMED_OUT), now_ms=1)
+    assert core.plan_completed(second, _reply(second, code=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER), now_ms=1) == []
+    sequences = []
+    for now_ms in range(2, 500):
+        for plan in core.drain(now_ms, _leader_one):
+            sequences += [batch.base_sequence for batch in plan.batches]
+            core.plan_completed(plan, _reply(plan), now_ms=now_ms)
+    assert sequences == [0, 1]
+
+
+def test_lost_connection_retries_and_old_batches_expire() -> None:
+    core = _core(linger_ms=0, delivery_timeout_ms=1000)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    assert core.plan_failed(plan, NotLeaderError("connection lost"), now_ms=1) == []
+    (expired,) = core.expire(now_ms=1000)
+    assert expired.error is not None and expired.error.code == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_settings_are_checked_together() -> None:
+    with pytest.raises(ValueError, match="idempotence"):
+        ProducerConfig(acks=Acks.NONE).validated()
+    with pytest.raises(ValueError, match="compression"):
+        ProducerConfig(compression="brotli").validated()
+    assert parse_acks("all") is Acks.ALL and parse_acks("1") is Acks.LEADER
