@@ -16,8 +16,8 @@ take effect when appended.
 from __future__ import annotations
 
 import collections
-import random
 from dataclasses import dataclass
+from typing import Protocol
 
 from mqbroker.raft import quorum
 from mqbroker.raft.codec import decode_configuration, encode_configuration
@@ -52,6 +52,13 @@ from mqbroker.raft.messages import (
     VoteResponse,
 )
 from mqbroker.raft.progress import Progress, ProgressState
+
+
+class RandomSource(Protocol):
+    """What the core needs of its injected ``random.Random``: election jitter."""
+
+    def randrange(self, stop: int) -> int:
+        """A number in ``[0, stop)``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,8 +132,11 @@ class Status:
 class RaftCore:
     """One node's Raft state machine: inputs in, ``Ready`` out."""
 
-    def __init__(self, settings: RaftSettings, storage: IRaftStorage, rng: random.Random) -> None:
-        """Resume from whatever ``storage`` holds (a new node starts from an empty storage)."""
+    def __init__(self, settings: RaftSettings, storage: IRaftStorage, rng: RandomSource) -> None:
+        """Resume from whatever ``storage`` holds (a new node starts from an empty storage).
+
+        ``rng`` is a seeded ``random.Random`` (never the global one), so a seed replays a cluster.
+        """
         self.settings = settings
         self.node_id = settings.node_id
         self.log = RaftLog(storage)
