@@ -1,0 +1,103 @@
+"""MQTT message metadata <-> log record headers, so native consumers (and Spark) see it.
+
+A message published over MQTT becomes a record whose key is the MQTT topic name and whose
+headers carry QoS, retain flag, the publishing client id and the 5.0 properties:
+
+=========================  ===========================================
+header                     value
+=========================  ===========================================
+``mqtt.qos``               ``0``, ``1`` or ``2`` (ASCII)
+``mqtt.retain``            ``1`` when the retain flag was set
+``mqtt.client_id``         the publishing client's id (for no-local)
+``mqtt.payload_format``    payload format indicator, ``0`` or ``1``
+``mqtt.message_expiry_s``  message expiry interval in seconds (ASCII)
+``mqtt.content_type``      content type (UTF-8)
+``mqtt.response_topic``    response topic (UTF-8)
+``mqtt.correlation_data``  correlation data (raw bytes)
+any other name             a user property, value UTF-8
+=========================  ===========================================
+
+User properties whose name starts with ``mqtt.`` are stored under ``mqtt.user.`` + name,
+so they cannot be mistaken for metadata. A record written natively onto a mapped log
+topic has no ``mqtt.qos``: it is delivered at the subscription's QoS. A record without a
+key, or whose key is not a valid MQTT topic name, is not delivered to MQTT subscribers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mqbroker.protocols.mqtt.codec import decode_utf8
+from mqbroker.protocols.mqtt.errors import MqttProtocolError
+from mqbroker.protocols.mqtt.packets import Properties
+from mqbroker.protocols.mqtt.state import OutboundMessage
+from mqbroker.protocols.mqtt.topics import validate_topic_name
+
+Headers = tuple[tuple[str, bytes], ...]
+
+_PREFIX = "mqtt."
+_USER_PREFIX = "mqtt.user."
+_TEXT_PROPERTIES = {"mqtt.content_type": "content_type", "mqtt.response_topic": "response_topic"}
+_INTEGER_PROPERTIES = {
+    "mqtt.payload_format": "payload_format_indicator",
+    "mqtt.message_expiry_s": "message_expiry_interval_s",
+}
+#: Native records carry no QoS; they go out at the subscriber's granted QoS.
+NATIVE_RECORD_QOS = 2
+
+
+def record_headers(qos: int, retain: bool, client_id: str, properties: Properties) -> Headers:
+    """The record headers of a message published over MQTT."""
+    headers: list[tuple[str, bytes]] = [("mqtt.qos", b"%d" % qos), ("mqtt.client_id", client_id.encode())]
+    if retain:
+        headers.append(("mqtt.retain", b"1"))
+    for header, name in _INTEGER_PROPERTIES.items():
+        value = getattr(properties, name)
+        if value is not None:
+            headers.append((header, b"%d" % value))
+    for header, name in _TEXT_PROPERTIES.items():
+        value = getattr(properties, name)
+        if value is not None:
+            headers.append((header, value.encode()))
+    if properties.correlation_data is not None:
+        headers.append(("mqtt.correlation_data", properties.correlation_data))
+    for name, value in properties.user_properties:
+        headers.append((_USER_PREFIX + name if name.startswith(_PREFIX) else name, value.encode()))
+    return tuple(headers)
+
+
+def message_from_record(
+    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], timestamp_ms: int
+) -> OutboundMessage | None:
+    """The MQTT message a log record stands for, or None if it cannot go to MQTT subscribers."""
+    if key is None:
+        return None
+    try:
+        topic = decode_utf8(key)
+        validate_topic_name(topic)
+    except MqttProtocolError:
+        return None
+    qos, retain, origin = NATIVE_RECORD_QOS, False, None
+    fields: dict[str, object] = {}
+    user_properties: list[tuple[str, str]] = []
+    for name, raw in headers:
+        if name == "mqtt.qos" and raw in (b"0", b"1", b"2"):
+            qos = int(raw)
+        elif name == "mqtt.retain":
+            retain = raw == b"1"
+        elif name == "mqtt.client_id":
+            origin = raw.decode("utf-8", "replace")
+        elif name in _INTEGER_PROPERTIES and raw.isdigit():
+            fields[_INTEGER_PROPERTIES[name]] = int(raw)
+        elif name in _TEXT_PROPERTIES:
+            fields[_TEXT_PROPERTIES[name]] = raw.decode("utf-8", "replace")
+        elif name == "mqtt.correlation_data":
+            fields["correlation_data"] = raw
+        elif not name.startswith(_PREFIX) or name.startswith(_USER_PREFIX):
+            original = name[len(_USER_PREFIX) :] if name.startswith(_USER_PREFIX) else name
+            user_properties.append((original, raw.decode("utf-8", "replace")))
+    properties = Properties(**fields, user_properties=tuple(user_properties))  # type: ignore[arg-type]
+    return OutboundMessage(
+        topic=topic, payload=value or b"", qos=qos, retain=retain, properties=properties,
+        origin_client_id=origin, created_ms=timestamp_ms,
+    )
