@@ -63,6 +63,9 @@ class ErrorCode(enum.IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     THROTTLING_QUOTA_EXCEEDED = 89
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
     MALFORMED_REQUEST = 1003
@@ -150,6 +153,9 @@ FrameTooLargeError = _error_class("FrameTooLargeError", ErrorCode.FRAME_TOO_LARG
 MalformedRequestError = _error_class("MalformedRequestError", ErrorCode.MALFORMED_REQUEST)
 BrokerShuttingDownError = _error_class("BrokerShuttingDownError", ErrorCode.BROKER_SHUTTING_DOWN, True)
 StorageError = _error_class("StorageError", ErrorCode.STORAGE_ERROR)
+ResourceNotFoundError = _error_class("ResourceNotFoundError", ErrorCode.RESOURCE_NOT_FOUND)
+DuplicateResourceError = _error_class("DuplicateResourceError", ErrorCode.DUPLICATE_RESOURCE)
+UnacceptableCredentialError = _error_class("UnacceptableCredentialError", ErrorCode.UNACCEPTABLE_CREDENTIAL)
 
 _BY_CODE: dict[ErrorCode, type[BrokerError]] = {
     cls.code: cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, BrokerError)

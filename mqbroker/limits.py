@@ -42,3 +42,9 @@ mqtt_pending_messages_max = 1000
 mqtt_qos0_queue_length_max = 100
 #: Packets a client may pipeline after CONNECT before the broker has answered it.
 mqtt_packets_before_connack_max = 64
+#: SCRAM: fewest PBKDF2 iterations a credential may use (RFC 7677's minimum).
+scram_iterations_min = 4096
+#: SCRAM: most PBKDF2 iterations accepted, so a hostile server cannot make a client spin.
+scram_iterations_max = 1_000_000
+#: Largest SASL message (SCRAM or PLAIN) either side accepts.
+sasl_message_bytes_max = 4096
