@@ -1,0 +1,134 @@
+"""Session state serialization, queue bounds, record headers, and garbage into a live session."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqbroker.protocols.mqtt.actions import Close, PublishToLog, Send
+from mqbroker.protocols.mqtt.codec import encode
+from mqbroker.protocols.mqtt.headers import message_from_record, record_headers
+from mqbroker.protocols.mqtt.packets import Connect, Properties, Publish, RetainHandling
+from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
+from mqbroker.protocols.mqtt.state import Inflight, InflightState, OutboundMessage, SessionState, Subscription
+from mqbroker.protocols.mqtt.topics import TopicMapping
+
+texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=10)
+
+
+@st.composite
+def session_states(draw: st.DrawFn) -> SessionState:
+    """A session with arbitrary durable parts."""
+    state = SessionState(draw(texts), expiry_interval_s=draw(st.integers(0, 0xFFFF_FFFF)))
+    for topic_filter in draw(st.lists(texts, max_size=4, unique=True)):
+        state.subscriptions[topic_filter] = Subscription(
+            topic_filter=topic_filter, qos=draw(st.integers(0, 2)), no_local=draw(st.booleans()),
+            retain_as_published=draw(st.booleans()), retain_handling=draw(st.sampled_from(RetainHandling)),
+            subscription_identifier=draw(st.none() | st.integers(1, 268_435_455)),
+        )
+    for packet_id in draw(st.lists(st.integers(1, 0xFFFF), max_size=4, unique=True)):
+        publish = Publish(
+            topic=draw(texts), payload=draw(st.binary(max_size=20)), qos=draw(st.integers(1, 2)),
+            packet_id=packet_id, properties=Properties(message_expiry_interval_s=draw(st.none() | st.integers(1, 99))),
+        )
+        state.inflight[packet_id] = Inflight(publish=publish, state=draw(st.sampled_from(InflightState)))
+    state.received_qos2 = set(draw(st.lists(st.integers(1, 0xFFFF), max_size=4)))
+    state.next_packet_id = draw(st.integers(1, 0xFFFF))
+    return state
+
+
+@given(state=session_states())
+@settings(max_examples=100)
+def test_durable_session_state_survives_bytes_round_trip(state: SessionState) -> None:
+    restored = SessionState.from_bytes(state.to_bytes())
+    assert restored == state
+    assert list(restored.inflight) == list(state.inflight)  # resend order is kept
+
+
+def test_qos0_queue_overflow_drops_the_oldest_message() -> None:
+    state = SessionState("c", qos0_queue_length_max=2)
+    subscription = [Subscription(topic_filter="#")]
+    for payload in (b"1", b"2", b"3"):
+        state.enqueue(OutboundMessage(topic="t", payload=payload, qos=0), subscription)
+    assert [message.payload for message in state.qos0_pending] == [b"2", b"3"]
+    assert state.qos0_dropped == 1
+
+
+def test_pending_qos1_queue_reports_when_full() -> None:
+    state = SessionState("c", pending_messages_max=1)
+    state.enqueue(OutboundMessage(topic="t", payload=b"", qos=1), [Subscription(topic_filter="#", qos=1)])
+    assert not state.has_room()
+
+
+def test_packet_ids_skip_those_in_flight_and_wrap_after_65535() -> None:
+    state = SessionState("c")
+    state.next_packet_id = 0xFFFF
+    state.inflight[1] = Inflight(publish=Publish(topic="t", qos=1, packet_id=1), state=InflightState.AWAITING_PUBACK)
+    assert state.allocate_packet_id() == 0xFFFF
+    assert state.allocate_packet_id() == 2
+
+
+def test_record_headers_carry_metadata_and_properties_both_ways() -> None:
+    properties = Properties(
+        payload_format_indicator=1, message_expiry_interval_s=30, content_type="application/json",
+        response_topic="replies/1", correlation_data=b"\x00\x01",
+        user_properties=(("unit", "C"), ("mqtt.qos", "spoof")),
+    )
+    headers = record_headers(1, True, "dev-1", properties)
+    message = message_from_record(b"devices/1/temp", b"21", headers, timestamp_ms=5000)
+    assert message == OutboundMessage(
+        topic="devices/1/temp", payload=b"21", qos=1, retain=True, properties=properties,
+        origin_client_id="dev-1", created_ms=5000,
+    )
+
+
+def test_native_records_go_out_at_the_subscription_qos_and_keyless_records_not_at_all() -> None:
+    message = message_from_record(b"sensors/1", b"v", [("trace", b"abc")], timestamp_ms=0)
+    assert message is not None and message.qos == 2
+    assert message.properties.user_properties == (("trace", "abc"),)
+    assert message_from_record(None, b"v", [], timestamp_ms=0) is None
+    assert message_from_record(b"bad/+", b"v", [], timestamp_ms=0) is None
+
+
+def connected_session(level: int = 5) -> MqttSession:
+    """A session past CONNECT/CONNACK with one QoS 1 subscription on '#'."""
+    session = MqttSession(config=SessionConfig(), mapping=TopicMapping(), generate_client_id=lambda: "generated")
+    session.receive_data(encode(Connect(protocol_level=level, client_id="c", keep_alive_s=0), level), 0)
+    session.session_opened(None, 0)
+    assert session.state is ConnectionState.CONNECTED
+    return session
+
+
+def test_an_expired_message_is_dropped_and_a_live_one_carries_its_remaining_lifetime() -> None:
+    session = connected_session()
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    expired = OutboundMessage(topic="t", payload=b"old", qos=1, properties=Properties(message_expiry_interval_s=5),
+                              created_ms=0)
+    assert session.deliver(expired, subscription, now_ms=5000) == []
+    live = OutboundMessage(topic="t", payload=b"new", qos=1, properties=Properties(message_expiry_interval_s=60),
+                           created_ms=1000)
+    (send,) = [action for action in session.deliver(live, subscription, now_ms=11_000) if isinstance(action, Send)]
+    assert isinstance(send.packet, Publish) and send.packet.properties.message_expiry_interval_s == 50
+
+
+def test_a_message_larger_than_the_client_maximum_packet_size_is_dropped() -> None:
+    session = MqttSession(config=SessionConfig(), mapping=TopicMapping(), generate_client_id=lambda: "g")
+    connect = Connect(client_id="c", keep_alive_s=0, properties=Properties(maximum_packet_size=64))
+    session.receive_data(encode(connect, 5), 0)
+    session.session_opened(None, 0)
+    big = OutboundMessage(topic="t", payload=b"x" * 100, qos=1)
+    assert session.deliver(big, [Subscription(topic_filter="#", qos=1)], 0) == []
+    assert session.session is not None and session.session.inflight == {}
+
+
+@given(data=st.lists(st.binary(max_size=64), max_size=5), level=st.sampled_from([4, 5]))
+@settings(max_examples=200)
+def test_garbage_after_connect_yields_only_actions(data: list[bytes], level: int) -> None:
+    session = connected_session(level)
+    for chunk in data:
+        was_connected = session.state is ConnectionState.CONNECTED
+        actions = session.receive_data(chunk, 1)
+        if was_connected and session.state is not ConnectionState.CONNECTED:
+            assert isinstance(actions[-1], Close)
+    for action in session.connection_lost(2):
+        assert not isinstance(action, PublishToLog) or action.ticket is None
