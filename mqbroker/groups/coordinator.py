@@ -50,6 +50,7 @@ from mqbroker.groups.messages import (
     GroupState,
     JoinReply,
     JoinRequest,
+    MemberEvicted,
     MemberRequest,
     OffsetCommitRequest,
     Ready,
@@ -105,6 +106,7 @@ class GroupCoordinator:
         self.next_expiry_check_ms = now_ms + config.offsets_retention_check_interval_ms
         self._replies: list[JoinReply] = []
         self._records: list[OffsetsRecord] = []
+        self._evictions: list[MemberEvicted] = []
         for group_id in sorted(self.store.group_ids()):
             self._restore(group_id, now_ms)
 
@@ -116,8 +118,8 @@ class GroupCoordinator:
             if group.persist_needed:
                 group.persist_needed = False
                 self._emit(group_metadata_record(group.group_id, group.metadata()))
-        ready = Ready(replies=tuple(self._replies), records=tuple(self._records))
-        self._replies, self._records = [], []
+        ready = Ready(replies=tuple(self._replies), records=tuple(self._records), evictions=tuple(self._evictions))
+        self._replies, self._records, self._evictions = [], [], []
         return ready
 
     def _emit(self, record: OffsetsRecord) -> None:
@@ -200,6 +202,7 @@ class GroupCoordinator:
         """A known member joins again: same subscription in a settled group means no rebalance."""
         unchanged = member.topics == request.topics and member.assignors == request.assignors
         member.topics, member.assignors = request.topics, request.assignors
+        member.client_id, member.client_host = request.client_id, request.client_host
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.last_heartbeat_ms = member.last_poll_ms = now_ms
@@ -266,7 +269,9 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             self._expire_members(group, now_ms)
             if group.state is GroupState.PREPARING_REBALANCE and now_ms >= group.rebalance_deadline_ms:
-                self._replies += group.evict_laggards(now_ms)
+                for member in group.laggards():
+                    self._evict(group, member, f"did not rejoin within {member.rebalance_timeout_ms} ms "
+                                               "(rebalance timeout)", now_ms)
             self._maybe_complete(group, now_ms)
         if now_ms >= self.next_expiry_check_ms:
             self._expire_offsets(now_ms)
@@ -278,14 +283,19 @@ class GroupCoordinator:
             if member.join_key is not None:
                 continue  # a member waiting for the rebalance it joined is alive by definition
             if now_ms >= member.session_deadline_ms():
-                reason = f"no heartbeat for {member.session_timeout_ms} ms (session timeout)"
+                self._evict(group, member, f"no heartbeat for {member.session_timeout_ms} ms (session timeout)",
+                            now_ms)
             elif group.state is not GroupState.PREPARING_REBALANCE and now_ms >= member.poll_deadline_ms():
-                reason = f"no poll for {member.rebalance_timeout_ms} ms (max poll interval)"
-            else:
-                continue
-            error = UnknownMemberIdError(f"member {member.member_id!r} was evicted from group "
-                                         f"{group.group_id!r}: {reason}; rejoin")
-            self._replies += group.remove_member(member, error, now_ms)
+                self._evict(group, member, f"no poll for {member.rebalance_timeout_ms} ms (max poll interval)",
+                            now_ms)
+
+    def _evict(self, group: Group, member: Member, reason: str, now_ms: int) -> None:
+        """Remove a member that did not leave by itself, and say why."""
+        self._evictions.append(MemberEvicted(group_id=group.group_id, member_id=member.member_id,
+                                             group_instance_id=member.group_instance_id, reason=reason))
+        error = UnknownMemberIdError(f"member {member.member_id!r} was evicted from group {group.group_id!r}: "
+                                     f"{reason}; rejoin")
+        self._replies += group.remove_member(member, error, now_ms)
 
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work to do."""
@@ -436,6 +446,9 @@ class GroupCoordinator:
             # Set directly, not through the transition table: the group resumes where it was persisted.
             group.state = GroupState.STABLE
             group.state_timestamp_ms = now_ms
+            if not group.covers_all_partitions(self.partitions_per_topic):
+                # The old coordinator died between the two phases of a cooperative move: finish it.
+                group.prepare_rebalance(now_ms, delay_ms=0)
         self.groups[group_id] = group
 
     def _group(self, group_id: str) -> Group:

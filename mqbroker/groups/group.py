@@ -181,14 +181,9 @@ class Group:
         window_open = self.join_window_ms is not None and now_ms < self.join_window_ms
         return not window_open and all(member.join_key is not None for member in self.members.values())
 
-    def evict_laggards(self, now_ms: int) -> list[JoinReply]:
-        """At the rebalance deadline, members that did not rejoin are out (so the rest can proceed)."""
-        replies: list[JoinReply] = []
-        for member in [m for m in self.members.values() if m.join_key is None]:
-            replies += self.remove_member(member, UnknownMemberIdError(
-                f"member {member.member_id!r} did not rejoin group {self.group_id!r} within its rebalance timeout"
-            ), now_ms)
-        return replies
+    def laggards(self) -> list[Member]:
+        """Members that have not rejoined the rebalance in progress."""
+        return [member for member in self.members.values() if member.join_key is None]
 
     def complete_rebalance(self, now_ms: int, partitions_per_topic: Callable[[str], int]) -> list[JoinReply]:
         """Compute the next generation's assignment and answer every parked join."""
@@ -209,7 +204,8 @@ class Group:
         for member in self.members.values():
             member.assignment = assignment[member.member_id]
             member.synced = False
-            member.last_heartbeat_ms = now_ms
+            # Waiting in a join is neither silence nor a stalled poll loop: both clocks restart here.
+            member.last_heartbeat_ms = member.last_poll_ms = now_ms
             assert member.join_key is not None, "a rebalance completes only when every member has rejoined"
             replies.append(self.join_reply(member, member.join_key))
             member.join_key = None
@@ -224,6 +220,11 @@ class Group:
             if self.follow_up_needed:
                 # Owners now know what to revoke; their rejoin hands those partitions on.
                 self.prepare_rebalance(now_ms, delay_ms=0)
+
+    def covers_all_partitions(self, partitions_per_topic: Callable[[str], int]) -> bool:
+        """Whether every subscribed partition has an owner (false between the phases of a cooperative move)."""
+        assigned = sum(len(member.assignment) for member in self.members.values())
+        return assigned == sum(_counts(self.members, partitions_per_topic).values())
 
     def accepts_assignors(self, assignors: tuple[str, ...]) -> bool:
         """Whether a joining member shares at least one assignor with every current member."""

@@ -162,13 +162,24 @@ class GroupListing:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MemberEvicted:
+    """The coordinator removed a member that did not leave by itself, and why (for the operations log)."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ready:
     """What the coordinator needs done since the last call to ``ready()``.
 
     The caller's duties: append ``records`` to ``__consumer_offsets`` (they are already in the
     coordinator's cache; a lost append is repaired by the next rebalance or expiry check), and
-    answer each parked join request named by a reply's ``request_key``.
+    answer each parked join request named by a reply's ``request_key``; log ``evictions``.
     """
 
     replies: tuple[JoinReply, ...] = ()
     records: tuple[OffsetsRecord, ...] = ()
+    evictions: tuple[MemberEvicted, ...] = ()
