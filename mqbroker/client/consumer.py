@@ -82,8 +82,8 @@ class FetchPlan:
     offsets: dict[TopicPartition, int]
     config: ConsumerConfig
 
-    def request(self) -> FetchRequest:
-        """The FetchRequest reading this plan's partitions."""
+    def request(self, max_wait_ms: int | None = None) -> FetchRequest:
+        """The FetchRequest reading this plan's partitions (waiting at most ``max_wait_ms``)."""
         by_topic: dict[str, list[FetchPartition]] = {}
         partition_max_bytes = self.config.partition_max_bytes
         for (topic, partition), offset in self.offsets.items():
@@ -91,7 +91,7 @@ class FetchPlan:
                 FetchPartition(partition_index=partition, fetch_offset=offset, partition_max_bytes=partition_max_bytes)
             )
         return FetchRequest(
-            max_wait_ms=self.config.fetch_max_wait_ms,
+            max_wait_ms=self.config.fetch_max_wait_ms if max_wait_ms is None else min(max_wait_ms, self.config.fetch_max_wait_ms),
             min_bytes=self.config.fetch_min_bytes,
             max_bytes=self.config.fetch_max_bytes,
             topics=tuple(FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),

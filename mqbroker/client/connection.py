@@ -1,0 +1,97 @@
+"""One plain blocking socket to one broker, speaking the native codec (no reactor, no threads).
+
+Used by the blocking driver (scripts, Spark workers): ``send`` writes a request and returns its
+correlation id, ``receive`` reads what has arrived and returns the responses it completes.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from mqbroker.errors import BrokerError, RequestTimedOutError, error_for_code
+from mqbroker.protocols.native.codec import ErrorResponse
+from mqbroker.protocols.native.connection import ClientConnection, ConnectionFailed, ResponseReceived
+from mqbroker.protocols.native.messages import ApiVersionsRequest, ApiVersionsResponse
+
+#: Bytes asked of the kernel per ``recv``: large, since fetch replies carry megabytes.
+_RECEIVE_BYTES = 4 * 1024 * 1024
+
+
+class BrokerUnavailableError(BrokerError):
+    """A broker could not be reached or dropped the connection (retriable)."""
+
+    retriable = True
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``host:port`` (IPv6 hosts in brackets)."""
+    host, separator, port = address.rpartition(":")
+    if not separator or not port.isdigit():
+        raise ValueError(f"bootstrap address {address!r} is not HOST:PORT")
+    return host.strip("[]") or "localhost", int(port)
+
+
+class BlockingConnection:
+    """A socket plus its sans-I/O ``ClientConnection``."""
+
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+        try:
+            self.socket = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as error:
+            raise BrokerUnavailableError(f"cannot connect to broker {host}:{port}: {error}") from error
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.address = f"{host}:{port}"
+        self.codec = ClientConnection(client_id)
+        versions = self.request(ApiVersionsRequest(), timeout_s)
+        assert isinstance(versions, ApiVersionsResponse)
+        self.codec.use_broker_versions(versions)
+
+    def send(self, request: object) -> int:
+        """Write ``request``; return its correlation id."""
+        correlation_id, data = self.codec.send_request(request)
+        try:
+            self.socket.sendall(data)
+        except OSError as error:
+            raise BrokerUnavailableError(f"lost connection to {self.address}: {error}") from error
+        return correlation_id
+
+    def receive(self) -> list[ResponseReceived]:
+        """Read once (blocking up to the socket timeout); return the responses completed."""
+        try:
+            data = self.socket.recv(_RECEIVE_BYTES)
+        except TimeoutError:
+            return []
+        except OSError as error:
+            raise BrokerUnavailableError(f"lost connection to {self.address}: {error}") from error
+        if not data:
+            raise BrokerUnavailableError(f"broker {self.address} closed the connection")
+        events = self.codec.receive_data(data)
+        responses: list[ResponseReceived] = []
+        for event in events:
+            if isinstance(event, ConnectionFailed):
+                raise BrokerUnavailableError(f"broker {self.address} broke the protocol: {event.error.message}")
+            responses.append(event)
+        return responses
+
+    def request(self, request: object, timeout_s: float) -> object:
+        """Send ``request`` and wait for its response (nothing else may be in flight)."""
+        correlation_id = self.send(request)
+        self.socket.settimeout(timeout_s)
+        while True:
+            responses = self.receive()
+            if not responses:
+                raise RequestTimedOutError(f"{type(request).__name__} to {self.address} got no answer in {timeout_s}s")
+            for event in responses:
+                if event.correlation_id == correlation_id:
+                    return raise_for_error_response(event.response)
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.socket.close()
+
+
+def raise_for_error_response(response: object) -> object:
+    """Return ``response``, or raise the typed error of an ``ErrorResponse``."""
+    if isinstance(response, ErrorResponse):
+        raise error_for_code(response.error_code, response.error_message or "the request failed")
+    return response
