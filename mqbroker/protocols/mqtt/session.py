@@ -334,7 +334,7 @@ class MqttSession:
             return
         handler = _HANDLERS.get(type(packet))
         if handler is None:
-            raise protocol_error(f"a client does not send {type(packet).__name__.upper()} [MQTT-3.1.0]")
+            raise protocol_error(f"{type(packet).__name__.upper()} is sent by servers, not clients")
         handler(self, packet, now_ms)
 
     def _move(self, event: Event) -> None:
@@ -439,6 +439,8 @@ class MqttSession:
 
     def _on_publish(self, publish: Publish, now_ms: int) -> None:
         assert self.session is not None
+        if publish.properties.subscription_identifiers:
+            raise protocol_error("a client PUBLISH carries a subscription identifier [MQTT-3.3.4-6]")
         topic = self._resolve_topic_alias(publish)
         validate_topic_name(topic)
         if publish.qos > self.config.maximum_qos:
