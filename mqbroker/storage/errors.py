@@ -37,3 +37,11 @@ class InvalidProducerEpochError(StorageError):
 
 class InvalidConfigError(StorageError):
     """A log setting with an unknown key or a value out of range; the message names the key."""
+
+
+class UnknownPartitionError(StorageError):
+    """A partition the log manager does not hold (never created, or deleted)."""
+
+
+class PartitionExistsError(StorageError):
+    """A partition created twice."""

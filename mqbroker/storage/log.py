@@ -505,9 +505,9 @@ def _load_producers(directory: str, segments: list[Segment], end_offset: int) ->
                 break
             except CorruptRecordError:
                 continue  # an older snapshot, or a full replay, rebuilds the same state
-    for segment in segments:
-        if segment.next_offset <= start_offset:
-            continue
+    for slot, segment in enumerate(segments):
+        if slot + 1 < len(segments) and segments[slot + 1].base_offset <= start_offset:
+            continue  # decided by base offsets alone, so a clean start leaves old indexes unread
         found = segment.position_of(start_offset)
         if found is None:
             continue

@@ -1,0 +1,133 @@
+"""LogManager: the data directory's partition logs, their checkpoints and the clean-shutdown marker.
+
+Layout::
+
+    <data_dir>/<topic>-<partition>/          one PartitionLog per partition
+    <data_dir>/recovery-point-offset-checkpoint   below these offsets every log is fsynced
+    <data_dir>/log-start-offset-checkpoint        where each log starts (delete_records_before)
+    <data_dir>/.clean-shutdown                    present only after a clean `close()`
+
+With the marker present `open_all` skips recovery; each segment's indexes are then read
+only when first used, so a broker with many partitions starts quickly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+
+from mqbroker.storage import checkpoint, fs
+from mqbroker.storage.config import LogConfig
+from mqbroker.storage.errors import InvalidConfigError, PartitionExistsError, UnknownPartitionError
+from mqbroker.storage.log import PartitionLog
+
+RECOVERY_POINTS = "recovery-point-offset-checkpoint"
+LOG_START_OFFSETS = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN = ".clean-shutdown"
+DELETING_SUFFIX = ".deleting"
+_PARTITION_DIRECTORY = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)$")
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    """Creates, opens, checkpoints and deletes the partition logs under one data directory."""
+
+    def __init__(self, data_dir: str, default_config: LogConfig) -> None:
+        self.data_dir = data_dir
+        self.default_config = default_config
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+
+    def open_all(self, now_ms: int, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Open every partition found on disk, recovering them unless the last stop was clean."""
+        os.makedirs(self.data_dir, exist_ok=True)
+        marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN)
+        clean = os.path.exists(marker)
+        if clean:
+            os.unlink(marker)  # from now on a crash must be treated as unclean
+            fs.fsync_path(self.data_dir)
+        recovery_points = checkpoint.read_offsets(os.path.join(self.data_dir, RECOVERY_POINTS))
+        log_starts = checkpoint.read_offsets(os.path.join(self.data_dir, LOG_START_OFFSETS))
+        configs = topic_configs or {}
+        for name in sorted(os.listdir(self.data_dir)):
+            path = os.path.join(self.data_dir, name)
+            if name.endswith(DELETING_SUFFIX):
+                shutil.rmtree(path)
+                continue
+            match = _PARTITION_DIRECTORY.match(name)
+            if match is None or not os.path.isdir(path):
+                continue
+            key = (match["topic"], int(match["partition"]))
+            self._logs[key] = PartitionLog.open(
+                path,
+                configs.get(key[0], self.default_config),
+                now_ms,
+                recovery_point=recovery_points.get(key, 0),
+                log_start_offset=log_starts.get(key, 0),
+                clean_shutdown=clean,
+            )
+
+    def create(self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0) -> PartitionLog:
+        """Create an empty partition log (its directory made durable before it is returned)."""
+        if not _TOPIC_NAME.match(topic) or partition < 0:
+            raise InvalidConfigError(f"topic {topic!r} partition {partition} cannot name a log directory")
+        key = (topic, partition)
+        if key in self._logs:
+            raise PartitionExistsError(f"partition {topic}-{partition} already exists")
+        log = PartitionLog.open(self._directory(key), config or self.default_config, now_ms)
+        fs.fsync_path(self.data_dir)
+        self._logs[key] = log
+        return log
+
+    def get(self, topic: str, partition: int) -> PartitionLog:
+        """The open log of a partition; ``UnknownPartitionError`` if there is none."""
+        try:
+            return self._logs[(topic, partition)]
+        except KeyError:
+            raise UnknownPartitionError(f"partition {topic}-{partition} is not stored on this broker") from None
+
+    def partitions(self) -> list[TopicPartition]:
+        """Every (topic, partition) held, sorted."""
+        return sorted(self._logs)
+
+    def delete(self, topic: str, partition: int) -> None:
+        """Close a partition and remove its directory (renamed first, so a crash cannot half-delete it)."""
+        log = self.get(topic, partition)
+        del self._logs[(topic, partition)]
+        log.close()
+        doomed = self._directory((topic, partition)) + DELETING_SUFFIX
+        if os.path.exists(doomed):
+            shutil.rmtree(doomed)
+        fs.replace(self._directory((topic, partition)), doomed)
+        shutil.rmtree(doomed)
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Persist recovery points (durable ends), log start offsets and producer snapshots atomically."""
+        for log in self._logs.values():
+            log.snapshot_producers()
+        self._write_offsets()
+
+    def _write_offsets(self) -> None:
+        checkpoint.write_offsets(
+            os.path.join(self.data_dir, RECOVERY_POINTS),
+            {key: log.durable_end_offset for key, log in self._logs.items()},
+        )
+        checkpoint.write_offsets(
+            os.path.join(self.data_dir, LOG_START_OFFSETS),
+            {key: log.log_start_offset for key, log in self._logs.items()},
+        )
+
+    def close(self) -> None:
+        """Close every log, checkpoint, and leave the clean-shutdown marker."""
+        for log in self._logs.values():
+            log.close()
+        self._write_offsets()
+        checkpoint.write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
+        self._logs.clear()
+
+    def _directory(self, key: TopicPartition) -> str:
+        return os.path.join(self.data_dir, f"{key[0]}-{key[1]}")

@@ -1,0 +1,93 @@
+"""LogManager: directory layout, create/get/delete, checkpoints and start-up recovery."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mqbroker.storage.config import LogConfig
+from mqbroker.storage.errors import InvalidConfigError, PartitionExistsError, UnknownPartitionError
+from mqbroker.storage.manager import CLEAN_SHUTDOWN, LogManager
+from tests.unit.storage.logtools import SMALL_SEGMENTS, payload_batch, read_all
+
+
+def filled_manager(data_dir, partitions: int = 3, batches: int = 40) -> LogManager:
+    manager = LogManager(str(data_dir), SMALL_SEGMENTS)
+    manager.open_all(now_ms=0)
+    for partition in range(partitions):
+        log = manager.create("orders", partition)
+        for tag in range(batches):
+            log.append(payload_batch(tag + 100 * partition), now_ms=0)
+    return manager
+
+
+def test_partitions_live_in_topic_dash_partition_directories(tmp_path):
+    manager = filled_manager(tmp_path)
+    manager.create("audit.log-v2", 0)
+    assert manager.partitions() == [("audit.log-v2", 0), ("orders", 0), ("orders", 1), ("orders", 2)]
+    assert sorted(os.listdir(tmp_path)) == ["audit.log-v2-0", "orders-0", "orders-1", "orders-2"]
+    with pytest.raises(PartitionExistsError):
+        manager.create("orders", 1)
+    with pytest.raises(UnknownPartitionError):
+        manager.get("orders", 9)
+    with pytest.raises(InvalidConfigError):
+        manager.create("../escape", 0)
+
+
+def test_clean_restart_skips_recovery_and_loads_indexes_lazily(tmp_path):
+    manager = filled_manager(tmp_path)
+    expected = {key: read_all(manager.get(*key)) for key in manager.partitions()}
+    manager.close()
+    assert os.path.exists(tmp_path / CLEAN_SHUTDOWN)
+    restarted = LogManager(str(tmp_path), SMALL_SEGMENTS)
+    restarted.open_all(now_ms=0)
+    assert not os.path.exists(tmp_path / CLEAN_SHUTDOWN)
+    log = restarted.get("orders", 1)
+    assert not log.sealed_segments()[0].offset_index.loaded
+    assert {key: read_all(restarted.get(*key)) for key in restarted.partitions()} == expected
+
+
+def test_unclean_restart_recovers_every_partition(tmp_path):
+    manager = filled_manager(tmp_path)
+    expected = {key: read_all(manager.get(*key)) for key in manager.partitions()}
+    manager.checkpoint()
+    for key in manager.partitions():  # a torn write on every partition, then the process dies
+        directory = tmp_path / f"{key[0]}-{key[1]}"
+        active = sorted(name for name in os.listdir(directory) if name.endswith(".log"))[-1]
+        with open(directory / active, "ab") as file:
+            file.write(payload_batch(7)[:30])
+    restarted = LogManager(str(tmp_path), SMALL_SEGMENTS)
+    restarted.open_all(now_ms=0)
+    assert {key: read_all(restarted.get(*key)) for key in restarted.partitions()} == expected
+
+
+def test_log_start_offsets_survive_a_restart(tmp_path):
+    manager = filled_manager(tmp_path, partitions=1)
+    manager.get("orders", 0).delete_records_before(25)
+    manager.close()
+    restarted = LogManager(str(tmp_path), SMALL_SEGMENTS)
+    restarted.open_all(now_ms=0)
+    assert restarted.get("orders", 0).log_start_offset == 25
+
+
+def test_deleted_partitions_stay_deleted(tmp_path):
+    manager = filled_manager(tmp_path)
+    manager.delete("orders", 1)
+    assert manager.partitions() == [("orders", 0), ("orders", 2)]
+    os.makedirs(tmp_path / "orders-2.deleting")  # a delete interrupted by a crash
+    manager.close()
+    restarted = LogManager(str(tmp_path), SMALL_SEGMENTS)
+    restarted.open_all(now_ms=0)
+    assert restarted.partitions() == [("orders", 0), ("orders", 2)]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["orders-0", "orders-2", "recovery-point-offset-checkpoint", "log-start-offset-checkpoint"]
+    )
+
+
+def test_topic_configs_apply_on_open(tmp_path):
+    filled_manager(tmp_path, partitions=1).close()
+    restarted = LogManager(str(tmp_path), SMALL_SEGMENTS)
+    compacted = LogConfig(cleanup_policy="compact")
+    restarted.open_all(now_ms=0, topic_configs={"orders": compacted})
+    assert restarted.get("orders", 0).config == compacted
