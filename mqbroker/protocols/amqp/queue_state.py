@@ -1,0 +1,505 @@
+"""A queue's per-message state on top of its log topic: share-group semantics, pure.
+
+Messages are records of the queue's log topic, read in offset order from a cursor. Each one
+is *ready* (waiting for a consumer), *leased* (delivered, not yet settled) or *done* (acked,
+dead-lettered, expired, dropped or purged). Ready messages go out lowest offset first, so a
+requeued message is redelivered before newer ones. A requeued message keeps its delivery
+count; reaching ``x-delivery-limit`` or a reject without requeue dead-letters it, as do
+``x-message-ttl`` / the ``expiration`` property (checked when a delivery is attempted) and
+``x-max-length`` (drop-head, counting ready messages only, as RabbitMQ does).
+
+Only offsets are state; message contents are the adapter's opaque ``payload``. The done set
+is a low watermark plus disjoint done ranges above it (an ack at the watermark advances it,
+a purge adds one range), so the snapshot written to the internal compacted topic stays
+small. After a restart the cursor restarts at the watermark and done offsets are skipped;
+messages delivered before keep their delivery count and are flagged redelivered.
+
+Dead-lettering marks a message done at once and hands it back in ``pop_dead_letters``; the
+adapter republishes it to the queue's dead-letter exchange with ``x_death_headers``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime
+import enum
+import heapq
+import struct
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any
+
+from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+
+#: Bound on ``x-max-length``: every ready message of a max-length queue is kept in memory.
+MAX_LENGTH_MAX = 100_000
+
+_SNAPSHOT_VERSION = 1
+_SNAPSHOT_HEADER = struct.Struct(">BqqII")  # version, low watermark, last used ms, ranges, counts
+_RANGE = struct.Struct(">qq")
+_COUNT = struct.Struct(">qI")
+
+
+class DeathReason(enum.Enum):
+    """Why a message left its queue other than by an ack (RabbitMQ's x-death reasons)."""
+
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    MAXLEN = "maxlen"
+    DELIVERY_LIMIT = "delivery_limit"
+
+
+class QueueType(enum.Enum):
+    """A classic share-group queue or an append-only stream read from an offset."""
+
+    CLASSIC = "classic"
+    STREAM = "stream"
+
+
+def _precondition(text: str) -> AmqpError:
+    return AmqpError(ReplyCode.PRECONDITION_FAILED, text, class_id=50, method_id=10)
+
+
+def _non_negative_int(arguments: Mapping[str, Any], name: str) -> int | None:
+    value = arguments.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _precondition(f"{name} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _optional_str(arguments: Mapping[str, Any], name: str) -> str | None:
+    value = arguments.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogateescape")
+    if not isinstance(value, str):
+        raise _precondition(f"{name} must be a string, not {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueuePolicy:
+    """The queue arguments that shape message handling."""
+
+    queue_type: QueueType = QueueType.CLASSIC
+    message_ttl_ms: int | None = None
+    expires_ms: int | None = None
+    max_length: int | None = None
+    delivery_limit: int | None = None
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> QueuePolicy:
+        """Parse queue.declare arguments; 406 PRECONDITION_FAILED names a bad one."""
+        queue_type_name = _optional_str(arguments, "x-queue-type") or "classic"
+        if queue_type_name == "quorum":
+            queue_type_name = "classic"  # same semantics here: every queue is durable and replicated by the log
+        try:
+            queue_type = QueueType(queue_type_name)
+        except ValueError:
+            raise _precondition(f"x-queue-type {queue_type_name!r} is not supported; use classic or stream") from None
+        overflow = _optional_str(arguments, "x-overflow") or "drop-head"
+        if overflow != "drop-head":
+            raise _precondition(f"x-overflow {overflow!r} is not supported; only drop-head is")
+        expires_ms = _non_negative_int(arguments, "x-expires")
+        if expires_ms == 0:
+            raise _precondition("x-expires must be at least 1 ms")
+        max_length = _non_negative_int(arguments, "x-max-length")
+        if max_length is not None and max_length > MAX_LENGTH_MAX:
+            raise _precondition(f"x-max-length {max_length} exceeds this broker's bound of {MAX_LENGTH_MAX}")
+        return cls(
+            queue_type=queue_type,
+            message_ttl_ms=_non_negative_int(arguments, "x-message-ttl"),
+            expires_ms=expires_ms,
+            max_length=max_length,
+            delivery_limit=_non_negative_int(arguments, "x-delivery-limit"),
+            dead_letter_exchange=_optional_str(arguments, "x-dead-letter-exchange"),
+            dead_letter_routing_key=_optional_str(arguments, "x-dead-letter-routing-key"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedMessage:
+    """One record of the queue's log, as far as the queue state cares."""
+
+    offset: int
+    timestamp_ms: int
+    expiration_ms: int | None = None  # the message's own ``expiration`` property
+    payload: Any = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """A message handed to a consumer."""
+
+    message: QueuedMessage
+    consumer: Hashable
+    delivery_count: int  # including this delivery
+
+    @property
+    def redelivered(self) -> bool:
+        """AMQP's redelivered flag: the message was delivered before."""
+        return self.delivery_count > 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetter:
+    """A message leaving the queue for its dead-letter exchange (or dropped if it has none)."""
+
+    message: QueuedMessage
+    reason: DeathReason
+
+
+def parse_expiration(value: str | None) -> int | None:
+    """The ``expiration`` property (milliseconds as a decimal string) or None if absent or invalid."""
+    if value is None or not value.isdigit():
+        return None
+    return int(value)
+
+
+class RangeSet:
+    """Disjoint half-open integer ranges, sorted; adjacent ranges merge."""
+
+    __slots__ = ("_starts", "_ends")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(zip(self._starts, self._ends))
+
+    def __contains__(self, value: int) -> bool:
+        index = bisect.bisect_right(self._starts, value) - 1
+        return index >= 0 and value < self._ends[index]
+
+    def add(self, start: int, end: int) -> None:
+        """Include ``[start, end)``."""
+        if start >= end:
+            return
+        low = bisect.bisect_left(self._ends, start)  # first range that ends at or after start
+        high = bisect.bisect_right(self._starts, end)  # ranges from here start after end
+        if low < high:
+            start = min(start, self._starts[low])
+            end = max(end, self._ends[high - 1])
+        self._starts[low:high] = [start]
+        self._ends[low:high] = [end]
+
+    def count_between(self, start: int, end: int) -> int:
+        """How many integers of ``[start, end)`` are included."""
+        return sum(max(0, min(end, e) - max(start, s)) for s, e in zip(self._starts, self._ends))
+
+    def take_prefix(self, low: int) -> int:
+        """Drop ranges below or touching ``low``; return the new low (their end, or ``low``)."""
+        while self._starts and self._starts[0] <= low:
+            low = max(low, self._ends[0])
+            del self._starts[0], self._ends[0]
+        return low
+
+
+class QueueState:
+    """The per-message state of one classic queue."""
+
+    def __init__(self, *, policy: QueuePolicy, now_ms: int, low_watermark: int = 0) -> None:
+        assert policy.queue_type is QueueType.CLASSIC, "stream queues keep no per-message state"
+        self.policy = policy
+        self.low_watermark = low_watermark  # every offset below is done
+        self._done = RangeSet()  # done offsets above the watermark
+        self.cursor = low_watermark  # next offset to read from the log
+        self.log_end = low_watermark  # the log's next offset as last reported
+        self._ready: dict[int, QueuedMessage] = {}
+        self._ready_order: list[int] = []  # a heap of the ready offsets
+        self._leases: dict[int, Lease] = {}
+        self._delivery_counts: dict[int, int] = {}  # delivered at least once and not done
+        self._dead_letters: list[DeadLetter] = []
+        self.last_used_ms = now_ms
+
+    # --- the log side --------------------------------------------------------------------
+
+    def note_log_end(self, end_offset: int) -> None:
+        """The log's next offset (high watermark) grew to ``end_offset``."""
+        self.log_end = max(self.log_end, end_offset)
+
+    def note_log_start(self, start_offset: int) -> None:
+        """Records below ``start_offset`` were deleted from the log (retention): they are gone."""
+        if start_offset > self.cursor:
+            self._mark_done_range(self.cursor, start_offset)
+            self.cursor = start_offset
+        self._compact()
+
+    def receive(self, messages: list[QueuedMessage]) -> None:
+        """Messages read from the log starting at ``cursor``; done ones are skipped."""
+        for message in messages:
+            if message.offset < self.cursor:
+                continue  # a fetch returns whole batches, which may start before the cursor
+            self.cursor = message.offset + 1
+            self.log_end = max(self.log_end, self.cursor)
+            if message.offset < self.low_watermark or message.offset in self._done:
+                continue
+            self._make_ready(message)
+        self._enforce_max_length()
+
+    @property
+    def unread_count(self) -> int:
+        """Messages in the log not read yet (and not already done)."""
+        return max(0, self.log_end - self.cursor) - self._done.count_between(self.cursor, self.log_end)
+
+    @property
+    def ready_count(self) -> int:
+        """Messages waiting for a consumer, read or not (queue.declare-ok's message count)."""
+        return len(self._ready) + self.unread_count
+
+    @property
+    def ready_in_memory(self) -> int:
+        """Ready messages already read from the log."""
+        return len(self._ready)
+
+    @property
+    def leased_count(self) -> int:
+        """Messages delivered and not settled."""
+        return len(self._leases)
+
+    # --- the consumer side ---------------------------------------------------------------
+
+    def take(self, consumer: Hashable, now_ms: int) -> Lease | None:
+        """Lease the next ready message to ``consumer`` (expired ones are dead-lettered on the way)."""
+        self.last_used_ms = now_ms
+        while self._ready_order:
+            offset = heapq.heappop(self._ready_order)
+            message = self._ready.pop(offset)
+            if self._expired(message, now_ms):
+                self._dead_letter(message, DeathReason.EXPIRED)
+                continue
+            count = self._delivery_counts.get(offset, 0) + 1
+            self._delivery_counts[offset] = count
+            lease = Lease(message=message, consumer=consumer, delivery_count=count)
+            self._leases[offset] = lease
+            return lease
+        return None
+
+    def expire(self, now_ms: int) -> None:
+        """Dead-letter expired messages at the head of the ready list (RabbitMQ expires at the head)."""
+        while self._ready_order and self._expired(self._ready[self._ready_order[0]], now_ms):
+            offset = heapq.heappop(self._ready_order)
+            self._dead_letter(self._ready.pop(offset), DeathReason.EXPIRED)
+
+    def ack(self, offset: int) -> None:
+        """The consumer processed the message: it is done."""
+        lease = self._leases.pop(offset, None)
+        if lease is None:
+            return  # settled already (for example requeued by a consumer's loss, then acked late)
+        self._finish(offset)
+
+    def requeue(self, offset: int) -> None:
+        """Back to the ready list (nack/reject with requeue, or the consumer is gone)."""
+        lease = self._leases.pop(offset, None)
+        if lease is None:
+            return
+        limit = self.policy.delivery_limit
+        if limit is not None and lease.delivery_count >= limit:
+            self._dead_letter(lease.message, DeathReason.DELIVERY_LIMIT)
+        else:
+            self._make_ready(lease.message)
+            self._enforce_max_length()
+
+    def reject(self, offset: int) -> None:
+        """Rejected without requeue: dead-lettered."""
+        lease = self._leases.pop(offset, None)
+        if lease is not None:
+            self._dead_letter(lease.message, DeathReason.REJECTED)
+
+    def release_consumer(self, consumer: Hashable) -> None:
+        """A consumer is gone: requeue everything leased to it."""
+        for offset in [offset for offset, lease in self._leases.items() if lease.consumer == consumer]:
+            self.requeue(offset)
+
+    def leased_to(self, consumer: Hashable) -> list[int]:
+        """Offsets currently leased to ``consumer``."""
+        return [offset for offset, lease in self._leases.items() if lease.consumer == consumer]
+
+    def purge(self) -> int:
+        """Drop every ready message, read or not; return how many."""
+        dropped = self.ready_count
+        for offset in self._ready_order:
+            self._finish(offset)
+        self._ready.clear()
+        self._ready_order.clear()
+        self._mark_done_range(self.cursor, self.log_end)
+        self.cursor = max(self.cursor, self.log_end)
+        self._compact()
+        return dropped
+
+    def pop_dead_letters(self) -> list[DeadLetter]:
+        """Messages dead-lettered since the last call, oldest first."""
+        dead, self._dead_letters = self._dead_letters, []
+        return dead
+
+    def touch(self, now_ms: int) -> None:
+        """The queue was used (declared, consumed from, read with basic.get)."""
+        self.last_used_ms = now_ms
+
+    def unused_expired(self, now_ms: int, consumer_count: int) -> bool:
+        """True when ``x-expires`` says this unused queue must be deleted."""
+        expires_ms = self.policy.expires_ms
+        return expires_ms is not None and consumer_count == 0 and now_ms - self.last_used_ms >= expires_ms
+
+    def is_done(self, offset: int) -> bool:
+        """Whether ``offset`` was acked, dead-lettered, expired, dropped or purged."""
+        return offset < self.low_watermark or offset in self._done
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _make_ready(self, message: QueuedMessage) -> None:
+        assert message.offset not in self._ready and message.offset not in self._leases, message.offset
+        self._ready[message.offset] = message
+        heapq.heappush(self._ready_order, message.offset)
+
+    def _expired(self, message: QueuedMessage, now_ms: int) -> bool:
+        ttls = [ttl for ttl in (self.policy.message_ttl_ms, message.expiration_ms) if ttl is not None]
+        return bool(ttls) and now_ms - message.timestamp_ms >= min(ttls)
+
+    def _enforce_max_length(self) -> None:
+        limit = self.policy.max_length
+        if limit is None:
+            return
+        while self._ready_order and self.ready_count > limit:
+            offset = heapq.heappop(self._ready_order)
+            self._dead_letter(self._ready.pop(offset), DeathReason.MAXLEN)
+
+    def _dead_letter(self, message: QueuedMessage, reason: DeathReason) -> None:
+        self._dead_letters.append(DeadLetter(message=message, reason=reason))
+        self._finish(message.offset)
+
+    def _finish(self, offset: int) -> None:
+        self._delivery_counts.pop(offset, None)
+        self._mark_done_range(offset, offset + 1)
+        self._compact()
+
+    def _mark_done_range(self, start: int, end: int) -> None:
+        self._done.add(max(start, self.low_watermark), end)
+
+    def _compact(self) -> None:
+        self.low_watermark = self._done.take_prefix(self.low_watermark)
+
+    # --- snapshots -----------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The durable part of the state (done offsets, delivery counts, last use) as bytes."""
+        counts = sorted(self._delivery_counts.items())
+        parts = [_SNAPSHOT_HEADER.pack(_SNAPSHOT_VERSION, self.low_watermark, self.last_used_ms, len(self._done), len(counts))]
+        parts += [_RANGE.pack(start, end) for start, end in self._done]
+        parts += [_COUNT.pack(offset, count) for offset, count in counts]
+        return b"".join(parts)
+
+    @classmethod
+    def restore(cls, snapshot: bytes, *, policy: QueuePolicy) -> QueueState:
+        """Rebuild from ``snapshot``: the cursor restarts at the watermark; leases are forgotten."""
+        try:
+            version, low, last_used_ms, ranges, counts = _SNAPSHOT_HEADER.unpack_from(snapshot)
+            assert version == _SNAPSHOT_VERSION, f"queue state snapshot version {version} is unknown"
+            state = cls(policy=policy, now_ms=last_used_ms, low_watermark=low)
+            position = _SNAPSHOT_HEADER.size
+            for _ in range(ranges):
+                start, end = _RANGE.unpack_from(snapshot, position)
+                state._done.add(start, end)
+                position += _RANGE.size
+            for _ in range(counts):
+                offset, count = _COUNT.unpack_from(snapshot, position)
+                state._delivery_counts[offset] = count
+                position += _COUNT.size
+        except struct.error as error:
+            raise ValueError(f"queue state snapshot is truncated: {error}") from None
+        if position != len(snapshot):
+            raise ValueError(f"queue state snapshot has {len(snapshot) - position} trailing bytes")
+        state._compact()
+        return state
+
+
+# --- dead-letter headers ---------------------------------------------------------------------
+
+
+def x_death_headers(
+    headers: Mapping[str, Any] | None,
+    *,
+    queue: str,
+    reason: DeathReason,
+    exchange: str,
+    routing_keys: list[str],
+    now_ms: int,
+    original_expiration: str | None = None,
+) -> dict[str, Any]:
+    """A dead-lettered message's headers in RabbitMQ's format.
+
+    ``x-death`` is a list of tables, most recent first, one per (queue, reason) with a
+    ``count``; ``x-first-death-*`` name the first death and never change.
+    """
+    result = dict(headers or {})
+    deaths = [dict(entry) for entry in result.get("x-death", []) if isinstance(entry, Mapping)]
+    now = datetime.datetime.fromtimestamp(now_ms // 1000, tz=datetime.timezone.utc)
+    previous = next((d for d in deaths if d.get("queue") == queue and d.get("reason") == reason.value), None)
+    if previous is not None:
+        deaths.remove(previous)
+        entry = {**previous, "count": int(previous.get("count", 0)) + 1, "time": now}
+    else:
+        entry = {"count": 1, "reason": reason.value, "queue": queue, "time": now, "exchange": exchange,
+                 "routing-keys": list(routing_keys)}
+        if original_expiration is not None:
+            entry["original-expiration"] = original_expiration
+    result["x-death"] = [entry, *deaths]
+    result.setdefault("x-first-death-exchange", exchange)
+    result.setdefault("x-first-death-queue", queue)
+    result.setdefault("x-first-death-reason", reason.value)
+    result["x-last-death-exchange"] = exchange
+    result["x-last-death-queue"] = queue
+    result["x-last-death-reason"] = reason.value
+    return result
+
+
+# --- stream queues -----------------------------------------------------------------------------
+
+
+class StreamStart(enum.Enum):
+    """Where a stream consumer starts (``x-stream-offset``)."""
+
+    FIRST = "first"
+    LAST = "last"
+    NEXT = "next"
+    OFFSET = "offset"
+    TIMESTAMP = "timestamp"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StreamOffset:
+    """A parsed ``x-stream-offset``: a named position, an offset, or a timestamp in ms."""
+
+    start: StreamStart
+    value: int = 0
+
+
+def parse_stream_offset(value: Any) -> StreamOffset:
+    """``x-stream-offset`` → where to start (default ``next``); 406 on a value it cannot use.
+
+    Integers are offsets; a timestamp field (a datetime) is a point in time. RabbitMQ also
+    accepts intervals like "1h" ago; mqbroker does not.
+    """
+    if value is None:
+        return StreamOffset(start=StreamStart.NEXT)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogateescape")
+    if isinstance(value, str) and value in ("first", "last", "next"):
+        return StreamOffset(start=StreamStart(value))
+    if isinstance(value, datetime.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+        return StreamOffset(start=StreamStart.TIMESTAMP, value=int(aware.timestamp() * 1000))
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return StreamOffset(start=StreamStart.OFFSET, value=value)
+    raise AmqpError(ReplyCode.PRECONDITION_FAILED,
+                    f"x-stream-offset {value!r} is not first, last, next, an offset or a timestamp",
+                    class_id=60, method_id=20)
