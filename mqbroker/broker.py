@@ -22,6 +22,7 @@ from mqbroker.catalog import (
     PRODUCER_ID_BLOCK_SIZE,
     TopicCatalog,
     TopicRecord,
+    log_config_for,
     validate_broker_topic_configs,
     validate_topic_name,
 )
@@ -57,6 +58,10 @@ _STORAGE_TO_BROKER_ERROR: dict[type[Exception], Callable[[str], errors.BrokerErr
     storage_errors.RecordTooLargeError: errors.MessageTooLargeError,
     storage_errors.LogClosedError: errors.UnknownTopicOrPartitionError,
     storage_errors.InvalidConfigError: errors.InvalidConfigError,
+    storage_errors.OutOfOrderSequenceError: errors.OutOfOrderSequenceError,
+    storage_errors.DuplicateSequenceError: errors.DuplicateSequenceError,
+    storage_errors.InvalidProducerEpochError: errors.InvalidProducerEpochError,
+    storage_errors.UnknownPartitionError: errors.UnknownTopicOrPartitionError,
 }
 
 
@@ -94,7 +99,7 @@ class Broker:
         self._save_catalog = save_catalog
         self._authorizer = authorizer
         self._flusher = flusher_factory(self._on_durable)
-        self._fetch_waiters: dict[tuple[str, int], set[_PendingFetch]] = {}
+        self._fetch_waiters: dict[PartitionLog, set[_PendingFetch]] = {}
         self._next_producer_id = catalog.producer_id_block_end
         self._stopping = False
         self.produced_bytes = 0
@@ -118,12 +123,10 @@ class Broker:
             raise denied(f"{principal} may not {operation.value} {resource.value} {name!r}")
 
     def _log_config(self, overrides: Mapping[str, str]) -> LogConfig:
-        storage_keys = {k: v for k, v in {**self._config.topic_defaults, **overrides}.items()
-                        if k not in BROKER_TOPIC_CONFIG_DEFAULTS}
-        try:
-            return LogConfig.from_mapping(storage_keys)
-        except storage_errors.InvalidConfigError as error:
-            raise errors.InvalidConfigError(str(error)) from None
+        return log_config_for(self._config.topic_defaults, overrides)
+
+    def _all_logs(self) -> list[PartitionLog]:
+        return [self._logs.get(topic, partition) for topic, partition in self._logs.partitions()]
 
     def _partition_log(self, topic: str, partition: int, auto_create: bool = False) -> PartitionLog:
         record = self._catalog.topics.get(topic)
@@ -138,9 +141,7 @@ class Broker:
             raise errors.UnknownTopicOrPartitionError(
                 f"topic {topic!r} has partitions 0..{record.partitions - 1}; partition {partition} does not exist"
             )
-        partition_log = self._logs.get(topic, partition)
-        assert partition_log is not None, (topic, partition)
-        return partition_log
+        return self._logs.get(topic, partition)
 
     def high_watermark(self, partition_log: PartitionLog) -> int:
         """The end of what consumers may see: durable data under the sync policy."""
@@ -174,7 +175,7 @@ class Broker:
             self.produced_bytes += len(records)
             self.produced_records += appended.last_offset - appended.base_offset + 1
         if partition_log.config.flush_policy != "sync":
-            self._wake_fetches(topic, partition)
+            self._wake_fetches(partition_log)
             return succeed(result)
         if acks == 0:
             self._flusher.request_flush(partition_log)
@@ -185,7 +186,7 @@ class Broker:
 
     def _on_durable(self, logs: Iterable[PartitionLog]) -> None:
         for partition_log in logs:
-            self._wake_fetches(partition_log.topic, partition_log.partition)
+            self._wake_fetches(partition_log)
 
     # -- fetch -----------------------------------------------------------------------------
 
@@ -204,8 +205,9 @@ class Broker:
         if max_wait_ms <= 0 or available >= max(min_bytes, 1) or any(r.error for r in results):
             return succeed(results)
         pending = _PendingFetch(self, principal, positions, min_bytes, max_bytes)
-        for position in positions:
-            self._fetch_waiters.setdefault((position.topic, position.partition), set()).add(pending)
+        pending.logs = [self._partition_log(p.topic, p.partition) for p in positions]
+        for partition_log in pending.logs:
+            self._fetch_waiters.setdefault(partition_log, set()).add(pending)
         pending.timer = self._clock.callLater(min(max_wait_ms, fetch_wait_ms_max) / 1000.0, pending.complete)
         return pending.deferred
 
@@ -233,7 +235,7 @@ class Broker:
             records = b""
             limit = min(position.max_bytes, remaining) if not first else position.max_bytes
             if position.offset < high_watermark and limit > 0:
-                records = partition_log.read(position.offset, limit, max_offset=high_watermark).data
+                records = partition_log.read(position.offset, limit, max_offset=high_watermark).records
             self.fetched_bytes += len(records)
             return FetchResult(
                 topic=topic, partition=partition, records=records,
@@ -242,20 +244,19 @@ class Broker:
         except Exception as error:  # reported in this partition's result; other partitions go on
             return FetchResult(topic=topic, partition=partition, error=broker_error(error))
 
-    def _wake_fetches(self, topic: str, partition: int) -> None:
-        waiters = self._fetch_waiters.get((topic, partition))
+    def _wake_fetches(self, partition_log: PartitionLog) -> None:
+        waiters = self._fetch_waiters.get(partition_log)
         if waiters:
             for pending in list(waiters):
                 pending.try_complete()
 
     def _forget_fetch(self, pending: _PendingFetch) -> None:
-        for position in pending.positions:
-            key = (position.topic, position.partition)
-            waiters = self._fetch_waiters.get(key)
+        for partition_log in pending.logs:
+            waiters = self._fetch_waiters.get(partition_log)
             if waiters is not None:
                 waiters.discard(pending)
                 if not waiters:
-                    del self._fetch_waiters[key]
+                    del self._fetch_waiters[partition_log]
 
     # -- offsets and metadata -------------------------------------------------------------
 
@@ -337,7 +338,7 @@ class Broker:
         record = TopicRecord(name=spec.name, partitions=partitions, configs=dict(spec.configs))
         log_config = self._log_config(record.configs)
         for partition in range(partitions):
-            self._logs.create(spec.name, partition, log_config)
+            self._logs.create(spec.name, partition, log_config, self.now_ms())
         self._catalog.add(record)
         self._save_catalog(self._catalog)
         self.log.info("created topic {topic} with {partitions} partition(s)", topic=spec.name, partitions=partitions)
@@ -350,11 +351,12 @@ class Broker:
             record = self._catalog.topics.get(name)
             if record is None:
                 raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            doomed = [self._partition_log(name, partition) for partition in range(record.partitions)]
             self._catalog.remove(name)
             self._save_catalog(self._catalog)
-            for partition in range(record.partitions):
+            for partition, partition_log in enumerate(doomed):
+                self._wake_fetches(partition_log)  # waiting fetches now answer UNKNOWN_TOPIC_OR_PARTITION
                 self._logs.delete(name, partition)
-                self._wake_fetches(name, partition)
             self.log.info("deleted topic {topic}", topic=name)
             return succeed(None)
         except Exception as error:
@@ -391,7 +393,7 @@ class Broker:
             self._catalog.set_configs(topic, configs)
             self._save_catalog(self._catalog)
             for partition in range(record.partitions):
-                self._partition_log(topic, partition).update_config(log_config)
+                self._partition_log(topic, partition).reconfigure(log_config)
             return succeed(None)
         except Exception as error:
             return fail(broker_error(error))
@@ -410,7 +412,7 @@ class Broker:
                 )
             log_config = self._log_config(record.configs)
             for partition in range(record.partitions, total_count):
-                self._logs.create(topic, partition, log_config)
+                self._logs.create(topic, partition, log_config, self.now_ms())
             self._catalog.set_partitions(topic, total_count)
             self._save_catalog(self._catalog)
             return succeed(None)
@@ -452,14 +454,14 @@ class Broker:
     def flush_due_logs(self) -> None:
         """Schedule fsync for logs whose interval flush policy says it is time."""
         now_ms = self.now_ms()
-        for partition_log in self._logs.partitions():
+        for partition_log in self._all_logs():
             if partition_log.needs_flush(now_ms):
                 self._flusher.request_flush(partition_log)
 
     def apply_retention(self) -> None:
         """Delete whole segments past retention, for every partition."""
         now_ms = self.now_ms()
-        for partition_log in self._logs.partitions():
+        for partition_log in self._all_logs():
             partition_log.apply_retention(now_ms)
 
     def partition_count(self) -> int:
@@ -468,7 +470,7 @@ class Broker:
 
     def log_size_bytes(self) -> int:
         """Bytes of all partition logs on disk (for metrics)."""
-        return sum(p.size_bytes for p in self._logs.partitions())
+        return sum(p.size_bytes for p in self._all_logs())
 
     def stop(self) -> Deferred[None]:
         """Refuse new produces, answer waiting fetches, wait for the last fsync round."""
@@ -476,7 +478,7 @@ class Broker:
         for waiters in list(self._fetch_waiters.values()):
             for pending in list(waiters):
                 pending.complete()
-        for partition_log in self._logs.partitions():
+        for partition_log in self._all_logs():
             self._flusher.request_flush(partition_log)
         return self._flusher.drain()
 
@@ -484,7 +486,7 @@ class Broker:
 class _PendingFetch:
     """A long-poll fetch waiting for ``min_bytes`` or its timer."""
 
-    __slots__ = ("broker", "principal", "positions", "min_bytes", "max_bytes", "deferred", "timer")
+    __slots__ = ("broker", "principal", "positions", "logs", "min_bytes", "max_bytes", "deferred", "timer")
 
     def __init__(
         self, broker: Broker, principal: Principal, positions: Sequence[FetchPosition], min_bytes: int, max_bytes: int
@@ -492,6 +494,7 @@ class _PendingFetch:
         self.broker = broker
         self.principal = principal
         self.positions = positions
+        self.logs: list[PartitionLog] = []
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
         self.deferred: Deferred[list[FetchResult]] = Deferred()

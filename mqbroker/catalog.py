@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from mqbroker.errors import InvalidConfigError, InvalidTopicError
 from mqbroker.limits import topic_name_length_max
+from mqbroker.storage import errors as storage_errors
+from mqbroker.storage.config import LogConfig
 
 #: Topic configuration keys the broker itself interprets (the rest belong to the storage engine).
 BROKER_TOPIC_CONFIG_DEFAULTS = {"min.insync.replicas": "1"}
@@ -36,6 +38,16 @@ def validate_broker_topic_configs(configs: Mapping[str, str]) -> None:
     value = configs.get("min.insync.replicas")
     if value is not None and (not str(value).isdigit() or int(value) < 1):
         raise InvalidConfigError(f"topic config 'min.insync.replicas' must be an integer >= 1, got {value!r}")
+
+
+def log_config_for(topic_defaults: Mapping[str, str], overrides: Mapping[str, str]) -> LogConfig:
+    """The storage settings of a topic: broker-wide ``log.`` defaults, then the topic's overrides."""
+    merged = {**topic_defaults, **overrides}
+    storage_keys = {key: value for key, value in merged.items() if key not in BROKER_TOPIC_CONFIG_DEFAULTS}
+    try:
+        return LogConfig.from_mapping(storage_keys)
+    except storage_errors.InvalidConfigError as error:
+        raise InvalidConfigError(str(error)) from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,6 +31,15 @@ class _Ready(Resource):
         return b"starting or stopping\n"
 
 
+class _Site(Site):
+    """A site without access logs: Prometheus scrapes every few seconds and would flood them."""
+
+    noisy = False
+
+    def log(self, request: Request) -> None:
+        """Write no access log line."""
+
+
 def build_site(service: Any, metrics: Any) -> Site:
     """The HTTP site for ``service`` (anything with ``is_ready()``) and its ``BrokerMetrics``."""
     # imported here: prometheus_client.twisted imports the reactor (integration-notes.md)
@@ -40,6 +49,4 @@ def build_site(service: Any, metrics: Any) -> Site:
     root.putChild(b"health", _Health())
     root.putChild(b"ready", _Ready(service))
     root.putChild(b"metrics", MetricsResource(registry=metrics.registry))
-    site = Site(root)
-    site.noisy = False
-    return site
+    return _Site(root)

@@ -22,14 +22,13 @@ from twisted.python.threadpool import ThreadPool
 from mqbroker import __version__
 from mqbroker.acl import AllowEverything
 from mqbroker.broker import Broker
-from mqbroker.catalog import TopicCatalog
+from mqbroker.catalog import TopicCatalog, log_config_for
 from mqbroker.config import BrokerConfig
 from mqbroker.flusher import Flusher
 from mqbroker.frontends import FrontEndContext
 from mqbroker.interfaces import IFrontEnd
 from mqbroker.metrics import BrokerMetrics
 from mqbroker.storage.checkpoint import write_atomically
-from mqbroker.storage.config import LogConfig
 from mqbroker.storage.manager import LogManager
 
 CATALOG_FILE = "topic-catalog.json"
@@ -74,11 +73,12 @@ class BrokerService(MultiService):
         self.log.info("mqbroker {version} starting: node {node_id}, data directory {data_dir}",
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
         now_ms = int(self.reactor.seconds() * 1000)
-        default_log_config = LogConfig.from_mapping(dict(self.config.topic_defaults))
-        self._logs = LogManager(self.data_dir, default_log_config)
-        self._logs.open_all(now_ms)
         catalog_path = self.data_dir / CATALOG_FILE
         catalog = TopicCatalog.from_bytes(catalog_path.read_bytes()) if catalog_path.exists() else TopicCatalog()
+        topic_defaults = self.config.topic_defaults
+        self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
+        self._logs.open_all(now_ms, {t.name: log_config_for(topic_defaults, t.configs) for t in catalog.topics.values()})
+        self.log.info("opened {count} partition log(s)", count=len(self._logs.partitions()))
         self._threadpool.start()
         self.broker = Broker(
             config=self.config,
@@ -129,6 +129,7 @@ class BrokerService(MultiService):
         listener._raiseSynchronously = True  # a port in use must stop start-up, not log and carry on
         listener.setServiceParent(self)
         self.listening_ports[name] = listener
+        self.log.info("{protocol} listener on {host}:{port}", protocol=name, host=self.config.host, port=port)
 
     @inlineCallbacks
     def stopService(self) -> Any:

@@ -1,0 +1,364 @@
+"""The native protocol's Twisted front end: decoded requests → ``IBroker`` calls → responses.
+
+Thin by design: the codec (``connection.ServerConnection``) turns bytes into requests, the
+broker does the work, and this module only translates between their types. Many requests are
+in flight per connection; responses go out as each completes, matched by correlation id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqbroker import errors, limits
+from mqbroker.interfaces import IBroker
+from mqbroker.model import ANONYMOUS, FetchPosition, Principal, TopicSpec
+from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.native import messages as m
+from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
+from mqbroker.protocols.native.connection import (
+    ConnectionFailed,
+    RequestReceived,
+    RequestRejected,
+    ServerConnection,
+)
+
+Handler = Callable[[Any, Principal, Any], Awaitable[Any]]
+
+
+def _code(error: BaseException | None) -> tuple[int, str | None]:
+    """Wire error code and message of a broker error (or none)."""
+    if error is None:
+        return 0, None
+    if isinstance(error, errors.BrokerError):
+        return int(error.code), error.message
+    return int(errors.ErrorCode.UNKNOWN_SERVER_ERROR), "internal error; see the broker log"
+
+
+async def _settle(deferred: Deferred[Any]) -> tuple[Any, BaseException | None]:
+    """Await ``deferred``; return (result, None) or (None, the broker error it failed with)."""
+    try:
+        return await deferred, None
+    except errors.BrokerError as error:
+        return None, error
+
+
+# -- one coroutine per API -----------------------------------------------------------------
+
+
+async def handle_api_versions(broker: IBroker, principal: Principal, request: m.ApiVersionsRequest) -> Any:
+    """List the APIs this server answers (only those with a handler)."""
+    advertised = supported_api_versions()
+    return m.ApiVersionsResponse(api_keys=tuple(r for r in advertised.api_keys if r.api_key in HANDLERS))
+
+
+async def handle_metadata(broker: IBroker, principal: Principal, request: m.MetadataRequest) -> Any:
+    """Brokers and topic partitions with their leaders."""
+    cluster = await broker.metadata(principal, request.topics, request.allow_auto_topic_creation)
+    topics = []
+    for topic in cluster.topics:
+        code, message = _code(topic.error)
+        partitions = tuple(
+            m.MetadataPartition(
+                partition_index=p.partition, leader_id=p.leader_id, leader_epoch=p.leader_epoch,
+                replica_nodes=p.replicas, isr_nodes=p.isr,
+            )
+            for p in topic.partitions
+        )
+        topics.append(m.MetadataTopic(
+            name=topic.name, error_code=code, error_message=message, is_internal=topic.internal, partitions=partitions
+        ))
+    brokers = tuple(m.MetadataBroker(node_id=b.node_id, host=b.host, port=b.port) for b in cluster.brokers)
+    return m.MetadataResponse(
+        brokers=brokers, cluster_id=cluster.cluster_id, controller_id=cluster.controller_id, topics=tuple(topics)
+    )
+
+
+async def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequest) -> Any:
+    """Append each partition's batches; all appends happen before the first await (ordering)."""
+    pending = [
+        (topic.name, partition.partition_index,
+         broker.produce(principal, topic.name, partition.partition_index, partition.records,
+                        request.acks, request.timeout_ms))
+        for topic in request.topics
+        for partition in topic.partitions
+    ]
+    results: dict[str, list[m.ProducePartitionResult]] = {}
+    for topic_name, partition_index, appended in pending:
+        result, error = await _settle(appended)
+        code, message = _code(error)
+        results.setdefault(topic_name, []).append(m.ProducePartitionResult(
+            partition_index=partition_index, error_code=code, error_message=message,
+            base_offset=result.base_offset if result else -1,
+            log_append_time_ms=-1,
+            log_start_offset=result.log_start_offset if result else -1,
+        ))
+    return m.ProduceResponse(topics=tuple(
+        m.ProduceTopicResult(name=name, partitions=tuple(partitions)) for name, partitions in results.items()
+    ))
+
+
+async def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest) -> Any:
+    """Long-poll read of whole batches."""
+    positions = [
+        FetchPosition(topic=topic.name, partition=p.partition_index, offset=p.fetch_offset, max_bytes=p.partition_max_bytes)
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    fetched = await broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
+    by_topic: dict[str, list[m.FetchPartitionResult]] = {}
+    for result in fetched:
+        code, message = _code(result.error)
+        by_topic.setdefault(result.topic, []).append(m.FetchPartitionResult(
+            partition_index=result.partition, error_code=code, error_message=message,
+            high_watermark=result.high_watermark, last_stable_offset=result.high_watermark,
+            log_start_offset=result.log_start_offset, records=result.records,
+        ))
+    return m.FetchResponse(topics=tuple(
+        m.FetchTopicResult(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()
+    ))
+
+
+async def handle_list_offsets(broker: IBroker, principal: Principal, request: m.ListOffsetsRequest) -> Any:
+    """Earliest, latest or by-timestamp offsets."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            found, error = await _settle(
+                broker.list_offset(principal, topic.name, partition.partition_index, partition.timestamp)
+            )
+            code, message = _code(error)
+            partitions.append(m.ListOffsetsPartitionResult(
+                partition_index=partition.partition_index, error_code=code, error_message=message,
+                offset=found.offset if found else -1, timestamp=found.timestamp_ms if found else -1,
+            ))
+        topics.append(m.ListOffsetsTopicResult(name=topic.name, partitions=tuple(partitions)))
+    return m.ListOffsetsResponse(topics=tuple(topics))
+
+
+async def handle_create_topics(broker: IBroker, principal: Principal, request: m.CreateTopicsRequest) -> Any:
+    """Create topics, one result each."""
+    results = []
+    for topic in request.topics:
+        spec = TopicSpec(
+            name=topic.name, partitions=topic.num_partitions, replication_factor=topic.replication_factor,
+            configs={k: v for k, v in topic.configs.items() if v is not None},
+        )
+        _, error = await _settle(broker.create_topic(principal, spec, request.validate_only))
+        code, message = _code(error)
+        results.append(m.CreateTopicResult(
+            name=topic.name, error_code=code, error_message=message,
+            num_partitions=topic.num_partitions, replication_factor=topic.replication_factor,
+        ))
+    return m.CreateTopicsResponse(topics=tuple(results))
+
+
+async def handle_delete_topics(broker: IBroker, principal: Principal, request: m.DeleteTopicsRequest) -> Any:
+    """Delete topics, one result each."""
+    results = []
+    for name in request.topic_names:
+        _, error = await _settle(broker.delete_topic(principal, name))
+        code, message = _code(error)
+        results.append(m.DeleteTopicResult(name=name, error_code=code, error_message=message))
+    return m.DeleteTopicsResponse(topics=tuple(results))
+
+
+async def handle_create_partitions(broker: IBroker, principal: Principal, request: m.CreatePartitionsRequest) -> Any:
+    """Grow topics."""
+    results = []
+    for topic in request.topics:
+        if request.validate_only:
+            error = None
+        else:
+            _, error = await _settle(broker.create_partitions(principal, topic.name, topic.count))
+        code, message = _code(error)
+        results.append(m.CreatePartitionsResult(name=topic.name, error_code=code, error_message=message))
+    return m.CreatePartitionsResponse(results=tuple(results))
+
+
+async def handle_delete_records(broker: IBroker, principal: Principal, request: m.DeleteRecordsRequest) -> Any:
+    """Advance log start offsets."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            low, error = await _settle(
+                broker.delete_records(principal, topic.name, partition.partition_index, partition.offset)
+            )
+            code, message = _code(error)
+            partitions.append(m.DeleteRecordsPartitionResult(
+                partition_index=partition.partition_index, error_code=code, error_message=message,
+                low_watermark=low if low is not None else -1,
+            ))
+        topics.append(m.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))
+    return m.DeleteRecordsResponse(topics=tuple(topics))
+
+
+def _topic_resource_error(resource_type: int, name: str) -> errors.BrokerError | None:
+    if resource_type != m.ConfigResourceType.TOPIC:
+        return errors.InvalidRequestError(f"only topic configs can be described or altered, not resource type {resource_type}")
+    return None
+
+
+async def handle_describe_configs(broker: IBroker, principal: Principal, request: m.DescribeConfigsRequest) -> Any:
+    """Effective topic configs."""
+    results = []
+    for resource in request.resources:
+        configs: dict[str, Any] | None = None
+        error = _topic_resource_error(resource.resource_type, resource.resource_name)
+        if error is None:
+            configs, error = await _settle(broker.describe_configs(principal, resource.resource_name))
+        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        entries = tuple(
+            m.DescribedConfig(name=key, value=str(value))
+            for key, value in sorted((configs or {}).items())
+            if wanted is None or key in wanted
+        )
+        code, message = _code(error)
+        results.append(m.DescribeConfigsResult(
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+            error_code=code, error_message=message, configs=entries,
+        ))
+    return m.DescribeConfigsResponse(results=tuple(results))
+
+
+async def handle_alter_configs(broker: IBroker, principal: Principal, request: m.IncrementalAlterConfigsRequest) -> Any:
+    """Set or reset topic config keys."""
+    results = []
+    for resource in request.resources:
+        error = _topic_resource_error(resource.resource_type, resource.resource_name)
+        if error is None and not request.validate_only:
+            set_configs = {c.name: c.value or "" for c in resource.configs if c.config_operation == m.ConfigOperation.SET}
+            delete_configs = [c.name for c in resource.configs if c.config_operation == m.ConfigOperation.DELETE]
+            _, error = await _settle(broker.alter_configs(principal, resource.resource_name, set_configs, delete_configs))
+        code, message = _code(error)
+        results.append(m.AlterConfigsResourceResult(
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+            error_code=code, error_message=message,
+        ))
+    return m.IncrementalAlterConfigsResponse(results=tuple(results))
+
+
+async def handle_init_producer_id(broker: IBroker, principal: Principal, request: m.InitProducerIdRequest) -> Any:
+    """A fresh idempotent producer identity."""
+    identity = await broker.init_producer_id(principal, request.transactional_id)
+    return m.InitProducerIdResponse(producer_id=identity.producer_id, producer_epoch=identity.producer_epoch)
+
+
+HANDLERS: dict[m.ApiKey, Handler] = {
+    m.ApiKey.API_VERSIONS: handle_api_versions,
+    m.ApiKey.METADATA: handle_metadata,
+    m.ApiKey.PRODUCE: handle_produce,
+    m.ApiKey.FETCH: handle_fetch,
+    m.ApiKey.LIST_OFFSETS: handle_list_offsets,
+    m.ApiKey.CREATE_TOPICS: handle_create_topics,
+    m.ApiKey.DELETE_TOPICS: handle_delete_topics,
+    m.ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    m.ApiKey.DELETE_RECORDS: handle_delete_records,
+    m.ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    m.ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_alter_configs,
+    m.ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+}
+
+
+class NativeSession:
+    """One client connection: decodes requests, runs their handlers, writes responses."""
+
+    log = Logger()
+
+    def __init__(self, broker: IBroker, frame_bytes_max: int, latency: Any = None) -> None:
+        self._broker = broker
+        self._codec = ServerConnection(frame_bytes_max)
+        self._latency = latency
+        self._connection: ConnectionHandle | None = None
+        self._principal = ANONYMOUS
+        self._closed = False
+
+    def connection_made(self, connection: ConnectionHandle) -> None:
+        self._connection = connection
+
+    def connection_lost(self, reason: Failure) -> None:
+        self._closed = True
+
+    def data_received(self, data: bytes) -> None:
+        for event in self._codec.receive_data(data):
+            if isinstance(event, RequestReceived):
+                self._start(event.header, event.request)
+            elif isinstance(event, RequestRejected):
+                self._write(self._codec.reply_error(event.header, event.error))
+            else:
+                self._fail(event)
+        self._apply_backpressure()
+
+    def _fail(self, event: ConnectionFailed) -> None:
+        assert self._connection is not None
+        self.log.warn("closing native connection from {peer}: {error}", peer=self._connection.peer, error=event.error.message)
+        if event.error.header is not None:
+            self._write(self._codec.reply_error(event.error.header, event.error))
+        self._connection.close()
+
+    def _start(self, header: RequestHeader, request: Any) -> None:
+        handler = HANDLERS.get(m.ApiKey(header.api_key))
+        if handler is None:
+            error = errors.UnknownApiKeyError(
+                f"API {m.ApiKey(header.api_key).name} is not served by this broker version"
+            )
+            self._write(self._codec.reply_error(header, error))
+            return
+        started = time.perf_counter()
+        answered = Deferred.fromCoroutine(handler(self._broker, self._principal, request))
+        if header.api_key == m.ApiKey.PRODUCE and request.acks == 0:
+            answered.addErrback(self._log_unexpected, header)
+            return  # acks=0: the client expects no response
+        answered.addCallbacks(self._reply, self._reply_failure, callbackArgs=(header, started), errbackArgs=(header,))
+
+    def _reply(self, response: Any, header: RequestHeader, started: float) -> None:
+        if self._latency is not None:
+            self._latency.labels("native", m.ApiKey(header.api_key).name.lower()).observe(time.perf_counter() - started)
+        self._write(self._codec.reply(header, response))
+        self._apply_backpressure()
+
+    def _reply_failure(self, failure: Failure, header: RequestHeader) -> None:
+        if failure.check(errors.BrokerError):
+            self._write(self._codec.reply_error(header, failure.value))
+        else:
+            self._log_unexpected(failure, header)
+            self._write(self._codec.reply_error(header, errors.UnknownServerError("internal error; see the broker log")))
+        self._apply_backpressure()
+
+    def _log_unexpected(self, failure: Failure, header: RequestHeader) -> None:
+        self.log.failure("unexpected error answering {api} request {correlation_id}", failure,
+                         api=m.ApiKey(header.api_key).name, correlation_id=header.correlation_id)
+
+    def _write(self, frame: bytes) -> None:
+        if not self._closed and self._connection is not None:
+            self._connection.write(frame)
+
+    def _apply_backpressure(self) -> None:
+        """Stop reading requests while too many are in flight for this connection."""
+        if self._connection is None:
+            return
+        if self._codec.inflight_requests >= limits.native_inflight_requests_max:
+            self._connection.pause_reading()
+        else:
+            self._connection.resume_reading()
+
+
+def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+    """The native listener's factory (named by the front-end plugin)."""
+    config = context.config
+    latency = context.metrics.request_latency if context.metrics is not None else None
+    gauge = context.metrics.connections.labels("native") if context.metrics is not None else None
+    return SessionFactory(
+        lambda address: NativeSession(broker, config.native_frame_bytes_max, latency),
+        idle_timeout_s=config.connection_idle_ms / 1000.0,
+        metrics_gauge=gauge,
+    )
+
+

@@ -1,0 +1,93 @@
+"""A real broker in a child process (``twistd -n mqbroker``) on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+LISTENERS = ("native", "mqtt", "amqp", "http")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class BrokerProcess:
+    """Starts, stops, kills and restarts one broker; keeps its data directory and ports."""
+
+    data_dir: pathlib.Path
+    extra_args: list[str] = field(default_factory=list)
+    ports: dict[str, int] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: pathlib.Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ports:
+            self.ports = {name: free_port() for name in LISTENERS}
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of the native listener."""
+        return f"127.0.0.1:{self.ports['native']}"
+
+    def command(self) -> list[str]:
+        """The command line that runs this broker."""
+        return [
+            sys.executable, "-m", "twisted.scripts.twistd", "-n", "--pidfile=", "--logfile=-", "mqbroker",
+            "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
+            "--native-port", str(self.ports["native"]), "--mqtt-port", str(self.ports["mqtt"]),
+            "--amqp-port", str(self.ports["amqp"]), "--http-port", str(self.ports["http"]),
+            "--controller-port", "0", *self.extra_args,
+        ]
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the broker and wait until /ready answers."""
+        assert self.process is None or self.process.poll() is not None, "already running"
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['http']}/ready", timeout=1) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker not ready after {timeout_s}s:\n{self.log_text()[-4000:]}")
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM and wait (graceful shutdown); return the exit code."""
+        return self._signal_and_wait(signal.SIGTERM, timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown work at all."""
+        self._signal_and_wait(signal.SIGKILL, 10.0)
+
+    def restart(self) -> None:
+        """Start again on the same ports and data directory."""
+        self.start()
+
+    def log_text(self) -> str:
+        """Everything the broker logged so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def _signal_and_wait(self, signal_number: int, timeout_s: float) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        os.kill(self.process.pid, signal_number)
+        return self.process.wait(timeout=timeout_s)

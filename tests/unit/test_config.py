@@ -1,0 +1,70 @@
+"""Broker configuration: precedence, validation, and errors that name the key."""
+
+import pytest
+
+from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml
+from mqbroker.storage.config import LogConfig
+from mqbroker.tap import Options
+
+
+def test_defaults_make_a_cluster_of_one_on_the_default_ports() -> None:
+    config = BrokerConfig()
+    assert (config.native_port, config.mqtt_port, config.amqp_port, config.http_port, config.controller_port) == (
+        9393, 1883, 5672, 9394, 9395,
+    )
+    assert config.data_dir == "./data"
+
+
+def test_options_override_set_pairs_which_override_the_file(tmp_path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text('native_port = 1000\nmqtt_port = 1001\n[log]\n"retention.ms" = 5000\n')
+    options = Options()
+    options.parseOptions(["--config", str(path), "--set", "mqtt_port=2001", "--set", "amqp_port=2002", "--amqp-port", "3002"])
+    config = options["broker_config"]
+    assert (config.native_port, config.mqtt_port, config.amqp_port) == (1000, 2001, 3002)
+    assert config.topic_defaults == {"retention.ms": "5000"}
+
+
+def test_unknown_key_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="'native_prot'"):
+        build_config({"native_prot": 1})
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"native_port": "many"}, "native_port"),
+        ({"mqtt_port": 70000}, "mqtt_port"),
+        ({"auto_create_topics": "perhaps"}, "auto_create_topics"),
+        ({"default_partitions": 0}, "default_partitions"),
+        ({"log.retention.mss": "1"}, "retention.mss"),
+        ({"log.flush.policy": "sometimes"}, "flush.policy"),
+    ],
+)
+def test_bad_values_are_refused_with_the_key_named(settings, named) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        build_config(settings, validate_topic_defaults=LogConfig.from_mapping)
+
+
+def test_set_requires_key_equals_value() -> None:
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides(["retention"])
+
+
+def test_invalid_toml_names_the_file() -> None:
+    with pytest.raises(ConfigError, match="broker.toml"):
+        parse_toml("native_port = = 1", source="broker.toml")
+
+
+def test_command_line_reports_bad_config_as_usage_error() -> None:
+    from twisted.python import usage
+
+    with pytest.raises(usage.UsageError, match="mqtt_port"):
+        Options().parseOptions(["--mqtt-port", "x"])
+
+
+def test_help_lists_every_option_of_the_design() -> None:
+    text = str(Options())
+    for option in ("--config", "--data-dir", "--node-id", "--host", "--native-port", "--mqtt-port",
+                   "--amqp-port", "--http-port", "--controller-port", "--controller-quorum", "--set"):
+        assert option in text
