@@ -2,7 +2,8 @@
 
 Commands (one per block; the lines after ``----`` are the expected output)::
 
-    add-nodes 3 [voters=1,2,3] [learners=4] [join=true] [pre-vote=false] [check-quorum=false] [election=10]
+    add-nodes 3 [voters=1,2,3] [learners=4] [join=true] [pre-vote=false] [check-quorum=false]
+              [election=10] [heartbeat=1] [append-entries-max=1024]
         create nodes with the next free ids; ``join`` starts them with an empty configuration
     campaign 1                  node 1 starts an election (pre-vote first if enabled)
     propose 1 data              node 1 proposes ``data``
@@ -138,6 +139,7 @@ class InteractionEnv:
                 heartbeat_ticks=int(options.get("heartbeat", 1)),
                 pre_vote=options.get("pre-vote", "true") == "true",
                 check_quorum=options.get("check-quorum", "true") == "true",
+                append_entries_max=int(options.get("append-entries-max", 1024)),
             )
             storage = MemoryRaftStorage(configuration)
             self.nodes[node_id] = ScriptNode(settings, storage, self._new_core(settings, storage), [])
