@@ -73,3 +73,40 @@ class IFrontEnd(Interface):
 
         ``context`` is a ``FrontEndContext`` carrying the reactor, configuration and metrics.
         """
+
+
+class ISaslExchange(Interface):
+    """One server-side SASL exchange: feed it the client's messages until it is complete."""
+
+    complete = Attribute("True once the client is authenticated; ``principal`` is then set.")
+    principal = Attribute("The authenticated ``Principal`` (None until ``complete``).")
+
+    def respond(message):
+        """Consume the client's next message (bytes) and return the reply (bytes).
+
+        Raises ``SaslAuthenticationError`` for a wrong or malformed message and
+        ``IllegalSaslStateError`` for a message after the exchange ended.
+        """
+
+
+class IAuthenticator(Interface):
+    """Decides who a client is: SASL exchanges, username/password and client certificates.
+
+    ``secure`` tells whether the connection is TLS; ``host`` is the peer's address, recorded
+    in the returned ``Principal`` for host-based ACLs.
+    """
+
+    def mechanisms(secure):
+        """The SASL mechanism names this connection may use, most preferred first."""
+
+    def start(mechanism, secure, host):
+        """Begin a SASL exchange (an ``ISaslExchange``) or raise ``UnsupportedSaslMechanismError``."""
+
+    def authenticate_password(username, password, secure, host):
+        """The ``Principal`` for a username and password, or raise ``SaslAuthenticationError``."""
+
+    def authenticate_certificate(subject, alternative_names, host):
+        """The ``Principal`` mapped from a verified client certificate, or ``SaslAuthenticationError``."""
+
+    def anonymous(host):
+        """The principal of a client without credentials, or ``SaslAuthenticationError`` if that is off."""

@@ -48,3 +48,5 @@ scram_iterations_min = 4096
 scram_iterations_max = 1_000_000
 #: Largest SASL message (SCRAM or PLAIN) either side accepts.
 sasl_message_bytes_max = 4096
+#: Longest user name a credential may be stored under.
+username_length_max = 255
