@@ -129,6 +129,8 @@ class Group:
         del self.members[member.member_id]
         member.member_id = new_member_id
         self.members[new_member_id] = member
+        # A coordinator taking over must know the new incarnation, or it would fence it.
+        self.persist_needed = True
         return replies
 
     def remove_member(self, member: Member, error: BrokerError, now_ms: int) -> list[JoinReply]:

@@ -29,7 +29,7 @@ from mqbroker.groups.messages import (
     PartitionCommit,
 )
 from mqbroker.groups.model import TopicPartition
-from mqbroker.groups.offsets import OffsetStore, decode_key, GroupKey, OffsetKey
+from mqbroker.groups.offsets import GroupKey, OffsetKey, OffsetStore, decode_group_value, decode_key
 
 SESSION_MS = 10_000
 POLL_MS = 30_000
@@ -209,8 +209,11 @@ def test_a_static_member_restarting_within_its_session_timeout_causes_no_rebalan
     # a's process dies without leaving and comes back 5 s later with an empty member id.
     c.heartbeat(who(b, "host-b"), polled=True, now_ms=4_000)
     join(c, "a", 5_000, instance="host-a")
-    restarted = responses(c)["a"]
+    log: list = []
+    restarted = responses(c, log)["a"]
     assert restarted.member_id != a.member_id and restarted.generation_id == a.generation_id
+    persisted = decode_group_value(log[-1].value)
+    assert restarted.member_id in [m.member_id for m in persisted.members]
     assert c.sync(who(restarted, "host-a"), 5_000).assignment == owned_by_a
     assert c.heartbeat(who(b, "host-b"), polled=True, now_ms=6_000) is ErrorCode.NONE
     with pytest.raises(FencedInstanceIdError) as raised:
