@@ -149,12 +149,14 @@ def _read_entries(reader: _Reader, previous_index: int, term: int) -> tuple[Entr
         entry_term, index, kind, length = reader.unpack(_ENTRY_HEAD)
         if index != previous_index + 1 + position or entry_term > term:
             raise RaftCodecError(f"entry {index}/{entry_term} out of place after {previous_index} in term {term}")
-        if kind not in EntryKind._value2member_map_:
-            raise RaftCodecError(f"unknown entry kind {kind}")
+        try:
+            entry_kind = EntryKind(kind)
+        except ValueError:
+            raise RaftCodecError(f"unknown entry kind {kind}") from None
         data = reader.take(length)
-        if kind == EntryKind.CONFIGURATION:
+        if entry_kind is EntryKind.CONFIGURATION:
             decode_configuration(data)
-        entries.append(Entry(term=entry_term, index=index, kind=EntryKind(kind), data=data))
+        entries.append(Entry(term=entry_term, index=index, kind=entry_kind, data=data))
     return tuple(entries)
 
 
