@@ -90,6 +90,12 @@ class SparseIndex:
         slot = bisect.bisect_left(self._keys, key) - 1
         return (self._keys[slot], self._values[slot]) if slot >= 0 else None
 
+    def last_within(self, key: int, value: int) -> tuple[int, int] | None:
+        """The last entry whose key is <= ``key`` and whose value is <= ``value`` (both ascend)."""
+        assert self._keys is not None, "index used before load"
+        slot = min(bisect.bisect_right(self._keys, key), bisect.bisect_right(self._values, value)) - 1
+        return (self._keys[slot], self._values[slot]) if slot >= 0 else None
+
     def truncate(self, keep: Callable[[int, int], bool]) -> None:
         """Drop the entries from the first one ``keep(key, value)`` rejects."""
         assert self._keys is not None, "index used before load"

@@ -10,7 +10,6 @@ and every append written before the capture shares that one fsync (group commit)
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -54,6 +53,25 @@ def _writable(data: bytes | bytearray | memoryview) -> bytearray | memoryview:
     if isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly):
         return data
     return bytearray(data)
+
+
+def _stamped(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:
+    """The header as `records.stamp` rewrote it (positional: this is the append hot path)."""
+    return BatchHeader(
+        base_offset,
+        header.batch_length,
+        leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.records_count,
+    )
 
 
 class PartitionLog:
@@ -190,7 +208,7 @@ class PartitionLog:
                             duplicate=True,
                         )
                     records.stamp(buffer, position, next_offset, leader_epoch)
-                    header = dataclasses.replace(header, base_offset=next_offset, partition_leader_epoch=leader_epoch)
+                    header = _stamped(header, next_offset, leader_epoch)
                     batches[slot] = (position, header)
                 elif header.base_offset < next_offset:
                     raise CorruptRecordError(f"batch offset {header.base_offset} is below the log end {next_offset}")

@@ -23,7 +23,7 @@ INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 #: Bytes read at once when scanning a segment's batches.
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 #: Bytes read at once when walking from an index entry to the batch that holds an offset.
-SEEK_CHUNK_BYTES = 64 * 1024
+SEEK_CHUNK_BYTES = 8 * 1024
 RELATIVE_OFFSET_MAX = 2**31 - 1
 # The header layout of records.py, decoded without requiring the whole batch to be present:
 # walking a file needs a batch's bounds before reading its body.
@@ -292,7 +292,11 @@ class Segment:
         if found is None or found[1].last_offset >= max_offset:
             return b""
         position, first = found
-        data = os.pread(self._file(), min(max(max_bytes, first.size_bytes), self.size_bytes - position), position)
+        limit = position + max(max_bytes, first.size_bytes)
+        end = self._batch_boundary(position, limit, max_offset)
+        if end is not None:
+            return os.pread(self._file(), end - position, position)  # one copy: the bytes returned
+        data = os.pread(self._file(), min(limit, self.size_bytes) - position, position)
         cursor = 0
         while len(data) - cursor >= HEADER_BYTES:
             header = peek_header(data, cursor)
@@ -301,6 +305,17 @@ class Segment:
             cursor += header.size_bytes
         assert cursor > 0, f"first batch at byte {position} of {self.path} could not be read whole"
         return data if cursor == len(data) else data[:cursor]
+
+    def _batch_boundary(self, position: int, limit: int, max_offset: int) -> int | None:
+        """A batch boundary in (position, limit] with every batch before it below ``max_offset``, if known.
+
+        The segment end and the indexed batch starts are boundaries known without reading the log.
+        """
+        if self.size_bytes <= limit and self.next_offset <= max_offset:
+            return self.size_bytes
+        entry = self.offset_index.last_within(max_offset - self.base_offset, limit)
+        # An entry (last offset L, start p): the batches before p end below p's base <= L <= max_offset.
+        return entry[1] if entry is not None and entry[1] > position else None
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Base offset of the first batch whose max timestamp is >= ``timestamp_ms``."""
