@@ -1,3 +1,4 @@
 from mqbroker.frontends import LazyFrontEnd
 
 native = LazyFrontEnd(name="native", config_key="native_port", builder="mqbroker.protocols.native.server.build_factory")
+amqp = LazyFrontEnd(name="amqp", config_key="amqp_port", builder="mqbroker.protocols.amqp.server.build_factory")

@@ -320,6 +320,10 @@ class QueueState:
         for offset in [offset for offset, lease in self._leases.items() if lease.consumer == consumer]:
             self.requeue(offset)
 
+    def lease_holders(self) -> set[Hashable]:
+        """Every consumer holding a lease."""
+        return {lease.consumer for lease in self._leases.values()}
+
     def leased_to(self, consumer: Hashable) -> list[int]:
         """Offsets currently leased to ``consumer``."""
         return [offset for offset, lease in self._leases.items() if lease.consumer == consumer]

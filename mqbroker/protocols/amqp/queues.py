@@ -1,0 +1,426 @@
+"""Queues at run time: appending to a queue's log topic, reading it back and dispatching to consumers.
+
+A classic queue reads its topic from the ``QueueState`` cursor with one long-poll fetch at a
+time (while it has consumers or a basic.get waits), leases messages to consumers within their
+prefetch windows, round robin, and settles them. A stream queue keeps no per-message state:
+each consumer reads the log from its own ``x-stream-offset``. Appends made in one reactor turn
+go to the broker as one record batch (pika pipelines publishes), each caller's Deferred firing
+with its offset once the batch is durable.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Hashable
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from mqbroker.interfaces import IBroker
+from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPosition, Principal, ProduceResult
+from mqbroker.protocols.amqp.actions import Delivery, Outcome
+from mqbroker.protocols.amqp.queue_state import (
+    DeadLetter,
+    QueuedMessage,
+    QueueState,
+    StreamOffset,
+    StreamStart,
+)
+from mqbroker.protocols.amqp.stored import QueueDeclaration, StoredMessage, append_message, queue_topic, queued_message
+from mqbroker.storage.records import BatchBuilder, decode_records, iter_batches
+
+#: Ready messages a classic queue reads ahead of its consumers.
+READ_AHEAD_MESSAGES = 2_000
+#: How long a queue's fetch waits for new messages.
+FETCH_WAIT_MS = 1_000
+#: Bytes one fetch may return.
+FETCH_BYTES_MAX = 4 * 1024 * 1024
+#: How long publishes wait for a durable append.
+PRODUCE_TIMEOUT_MS = 30_000
+
+ConsumerKey = tuple[int, int, str | None]  # (session id, channel, consumer tag; None for basic.get)
+
+
+class Subscriber(Protocol):
+    """What a queue needs from the session that owns a consumer."""
+
+    session_id: int
+    connection: Any  # mqbroker.protocols.amqp.channel.Connection
+
+    def flush(self) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class Consumer:
+    """A consumer attached to a queue."""
+
+    session: Subscriber
+    channel: int
+    tag: str
+    no_ack: bool
+
+    @property
+    def key(self) -> ConsumerKey:
+        """The lease holder identity of this consumer."""
+        return (self.session.session_id, self.channel, self.tag)
+
+    def window(self) -> int:
+        """How many more deliveries its prefetch allows."""
+        return int(self.session.connection.delivery_window(self.channel, self.tag))
+
+
+def decode_fetched(records: bytes) -> list[QueuedMessage]:
+    """Whole record batches from a fetch → the queue's view of their records."""
+    view = memoryview(records)
+    messages = []
+    for position, header in iter_batches(view):
+        if header.is_control:
+            continue
+        batch = view[position : position + header.size_bytes]
+        messages += [queued_message(record) for record in decode_records(batch)]
+    return messages
+
+
+def delivery_of(queue: str, message: QueuedMessage, redelivered: bool) -> Delivery:
+    """What the connection sends for a queued message."""
+    stored: StoredMessage = message.payload
+    return Delivery(queue=queue, message_ref=message.offset, redelivered=redelivered, exchange=stored.exchange,
+                    routing_key=stored.routing_key, properties_raw=stored.properties_raw, body=stored.body)
+
+
+class QueueHost(Protocol):
+    """What queues need from their virtual host."""
+
+    broker: IBroker
+    principal: Principal
+    reactor: Any
+
+    def now_ms(self) -> int: ...
+
+    def state_changed(self, queue: ClassicQueue) -> None: ...
+
+    def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None: ...
+
+
+class _Appender:
+    """Coalesces the appends of one reactor turn into one batch per queue topic."""
+
+    def __init__(self, host: QueueHost, topic: str, on_appended: Any) -> None:
+        self._host = host
+        self._topic = topic
+        self._on_appended = on_appended
+        self._builder: BatchBuilder | None = None
+        self._waiting: list[Deferred[int]] = []
+
+    def append(self, timestamp_ms: int, **message: Any) -> Deferred[int]:
+        if self._builder is None:
+            self._builder = BatchBuilder()
+            self._host.reactor.callLater(0, self._flush)
+        append_message(self._builder, timestamp_ms, **message)
+        appended: Deferred[int] = Deferred()
+        self._waiting.append(appended)
+        return appended
+
+    def _flush(self) -> None:
+        assert self._builder is not None
+        batch, waiting = self._builder.build(), self._waiting
+        self._builder, self._waiting = None, []
+        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, -1, PRODUCE_TIMEOUT_MS)
+        produced.addCallbacks(self._stored, self._refused, callbackArgs=(waiting,), errbackArgs=(waiting,))
+
+    def _stored(self, result: ProduceResult, waiting: list[Deferred[int]]) -> None:
+        self._on_appended(result.last_offset + 1)
+        for offset, appended in enumerate(waiting, start=result.base_offset):
+            appended.callback(offset)
+
+    def _refused(self, failure: Any, waiting: list[Deferred[int]]) -> None:
+        for appended in waiting:
+            appended.errback(failure)
+
+
+class _Queue(abc.ABC):
+    """What classic and stream queues share: a declaration, a topic, consumers and appends."""
+
+    log = Logger()
+
+    def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None) -> None:
+        self.host = host
+        self.declaration = declaration
+        self.name = declaration.name
+        self.topic = queue_topic(declaration.name)
+        self.owner = owner  # the session id of an exclusive queue's connection
+        self.consumers: dict[ConsumerKey, Consumer] = {}
+        self.had_consumers = False
+        self.deleted = False
+        self._backing_off = False  # reading failed a moment ago
+        self._appender = _Appender(host, self.topic, self._appended)
+
+    def append(self, timestamp_ms: int, **message: Any) -> Deferred[int]:
+        """Store a message; fires with its offset once durable."""
+        return self._appender.append(timestamp_ms, **message)
+
+    def _appended(self, log_end: int) -> None:
+        """A batch landed: the log grew to ``log_end``."""
+
+    def _fetch(self, offset: int, wait_ms: int) -> Deferred[list[Any]]:
+        position = FetchPosition(topic=self.topic, partition=0, offset=offset, max_bytes=FETCH_BYTES_MAX)
+        return self.host.broker.fetch(self.host.principal, [position], wait_ms, 1, FETCH_BYTES_MAX)
+
+    def _fetch_failed(self, failure: Any) -> None:
+        if not self.deleted:
+            self.log.failure("AMQP queue {queue}: reading its log failed; retrying in 1 s", failure, queue=self.name)
+            self._backing_off = True
+            self.host.reactor.callLater(1.0, self._retry)
+
+    def _retry(self) -> None:
+        self._backing_off = False
+        self.dispatch()
+
+    @abc.abstractmethod
+    def dispatch(self) -> None:
+        """Deliver what consumer windows allow and read ahead."""
+
+
+class ClassicQueue(_Queue):
+    """A queue with share-group semantics over its log."""
+
+    def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None, state: QueueState) -> None:
+        super().__init__(host, declaration, owner)
+        self.state = state
+        self._fetching = False
+        self._fetch_waiters: list[Deferred[None]] = []
+        self._rotation = 0
+
+    @property
+    def message_count(self) -> int:
+        """Ready messages (queue.declare-ok, basic.get-ok)."""
+        return self.state.ready_count
+
+    def _appended(self, log_end: int) -> None:
+        self.state.note_log_end(log_end)
+        self.dispatch()
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Attach a consumer and start delivering."""
+        self.consumers[consumer.key] = consumer
+        self.had_consumers = True
+        self.state.touch(self.host.now_ms())
+        self.dispatch()
+
+    def remove_consumer(self, key: ConsumerKey) -> None:
+        """Detach a consumer; what it holds unacked stays leased until its channel settles or closes."""
+        self.consumers.pop(key, None)
+        self.state.touch(self.host.now_ms())
+
+    def settle(self, offset: Hashable, outcome: Outcome) -> None:
+        """A delivery was acked, requeued or rejected."""
+        assert isinstance(offset, int)
+        if outcome is Outcome.ACK:
+            self.state.ack(offset)
+        elif outcome is Outcome.REQUEUE:
+            self.state.requeue(offset)
+        else:
+            self.state.reject(offset)
+        self._changed()
+
+    def release(self, holders: set[ConsumerKey]) -> None:
+        """Requeue every lease held by these consumers (their channel or connection is gone)."""
+        for holder in holders & self.state.lease_holders():
+            self.state.release_consumer(holder)
+        self._changed()
+
+    def purge(self) -> int:
+        """Drop the ready messages."""
+        dropped = self.state.purge()
+        self._changed()
+        return dropped
+
+    def housekeep(self, now_ms: int) -> None:
+        """Expire messages past their TTL even when nobody consumes."""
+        self.state.expire(now_ms)
+        self._changed()
+        self._read_ahead(wanted=True)
+
+    def _changed(self) -> None:
+        for dead in self.state.pop_dead_letters():
+            self.host.dead_letter(self, dead)
+        self.host.state_changed(self)
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Deliver round robin within prefetch windows, then keep reading ahead."""
+        if self.deleted:
+            return
+        touched: dict[int, Subscriber] = {}
+        now_ms = self.host.now_ms()
+        delivered = 0
+        while self.consumers and self.state.ready_in_memory:
+            keys = list(self.consumers)
+            progressed = False
+            for step in range(len(keys)):
+                consumer = self.consumers[keys[(self._rotation + step) % len(keys)]]
+                if consumer.window() <= 0:
+                    continue
+                lease = self.state.take(consumer.key, now_ms)
+                if lease is None:
+                    break
+                consumer.session.connection.deliver(consumer.channel, consumer.tag,
+                                                    delivery_of(self.name, lease.message, lease.redelivered))
+                if consumer.no_ack:
+                    self.state.ack(lease.message.offset)
+                touched[consumer.session.session_id] = consumer.session
+                progressed = True
+                delivered += 1
+            self._rotation += 1
+            if not progressed:
+                break
+        for session in touched.values():
+            session.flush()
+        dead = self.state.pop_dead_letters()
+        for message in dead:
+            self.host.dead_letter(self, message)
+        if delivered or dead:
+            self.host.state_changed(self)
+        self._read_ahead(wanted=bool(self.consumers) or bool(self._fetch_waiters))
+
+    def _read_ahead(self, wanted: bool) -> None:
+        if self._fetching or self._backing_off or self.deleted or not wanted or self.state.ready_in_memory >= READ_AHEAD_MESSAGES:
+            return
+        self._fetching = True
+        wait_ms = 0 if self.state.unread_count or self._fetch_waiters else FETCH_WAIT_MS
+        fetched = self._fetch(self.state.cursor, wait_ms)
+        fetched.addCallbacks(self._fetched, self._fetch_failed)
+        fetched.addBoth(self._fetch_finished)
+
+    def _fetched(self, results: list[Any]) -> None:
+        [result] = results
+        if result.error is not None:
+            raise result.error
+        self.state.note_log_end(result.high_watermark)
+        if result.log_start_offset > self.state.cursor:
+            self.state.note_log_start(result.log_start_offset)
+        self.state.receive(decode_fetched(result.records))
+
+    def _fetch_finished(self, _: Any) -> None:
+        self._fetching = False
+        waiters, self._fetch_waiters = self._fetch_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+        self._changed()
+
+    async def get(self, key: ConsumerKey) -> tuple[QueuedMessage, bool] | None:
+        """basic.get: lease one message to ``key`` or None if the queue is empty."""
+        self.state.touch(self.host.now_ms())
+        if not self.state.ready_in_memory and self.state.unread_count:
+            waiter: Deferred[None] = Deferred()
+            self._fetch_waiters.append(waiter)
+            self._read_ahead(wanted=True)
+            await waiter
+        lease = self.state.take(key, self.host.now_ms())
+        self._changed()
+        return None if lease is None else (lease.message, lease.redelivered)
+
+
+@dataclasses.dataclass(slots=True)
+class _StreamReader:
+    consumer: Consumer
+    offset: int
+    buffer: list[QueuedMessage] = dataclasses.field(default_factory=list)
+    fetching: bool = False
+
+
+class StreamQueue(_Queue):
+    """An append-only queue: every consumer replays the log from its own offset."""
+
+    def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None) -> None:
+        super().__init__(host, declaration, owner)
+        self._readers: dict[ConsumerKey, _StreamReader] = {}
+        self.log_start = 0
+        self.log_end = 0
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the stream's log."""
+        return max(0, self.log_end - self.log_start)
+
+    def _appended(self, log_end: int) -> None:
+        self.log_end = max(self.log_end, log_end)
+
+    async def add_consumer(self, consumer: Consumer, start: StreamOffset) -> None:
+        """Attach a consumer reading from ``start``."""
+        offset = await self._resolve(start)
+        self.consumers[consumer.key] = consumer
+        self.had_consumers = True
+        self._readers[consumer.key] = _StreamReader(consumer=consumer, offset=offset)
+        self.dispatch()
+
+    async def _resolve(self, start: StreamOffset) -> int:
+        broker, principal = self.host.broker, self.host.principal
+        if start.start is StreamStart.OFFSET:
+            first = await broker.list_offset(principal, self.topic, 0, EARLIEST_TIMESTAMP)
+            return max(start.value, first.offset)
+        if start.start is StreamStart.FIRST:
+            return (await broker.list_offset(principal, self.topic, 0, EARLIEST_TIMESTAMP)).offset
+        latest = (await broker.list_offset(principal, self.topic, 0, LATEST_TIMESTAMP)).offset
+        if start.start is StreamStart.NEXT:
+            return latest
+        if start.start is StreamStart.LAST:
+            return max(0, latest - 1)
+        found = await broker.list_offset(principal, self.topic, 0, start.value)
+        return latest if found.offset < 0 else found.offset
+
+    def remove_consumer(self, key: ConsumerKey) -> None:
+        """Detach a consumer."""
+        self.consumers.pop(key, None)
+        self._readers.pop(key, None)
+
+    def settle(self, offset: Hashable, outcome: Outcome) -> None:
+        """Streams keep no per-message state: settling only reopens prefetch windows."""
+
+    def release(self, holders: set[ConsumerKey]) -> None:
+        """Nothing is leased in a stream."""
+
+    def purge(self) -> int:
+        """Streams are append-only; retention trims them."""
+        return 0
+
+    def housekeep(self, now_ms: int) -> None:
+        """Nothing expires per message in a stream."""
+
+    def dispatch(self) -> None:
+        """Deliver buffered messages within windows; fetch more for readers whose buffer ran dry."""
+        for reader in list(self._readers.values()):
+            self._deliver(reader)
+
+    def _deliver(self, reader: _StreamReader) -> None:
+        consumer = reader.consumer
+        sent = False
+        while reader.buffer and consumer.window() > 0:
+            message = reader.buffer.pop(0)
+            consumer.session.connection.deliver(consumer.channel, consumer.tag, delivery_of(self.name, message, False))
+            reader.offset = message.offset + 1
+            sent = True
+        if sent:
+            consumer.session.flush()
+        idle = not reader.buffer and not reader.fetching and not self._backing_off
+        if idle and consumer.key in self._readers and not self.deleted:
+            reader.fetching = True
+            fetched = self._fetch(reader.offset, FETCH_WAIT_MS)
+            fetched.addCallback(self._fetched, reader)
+            fetched.addErrback(self._fetch_failed)
+            fetched.addBoth(self._fetch_finished, reader)
+
+    def _fetched(self, results: list[Any], reader: _StreamReader) -> None:
+        [result] = results
+        if result.error is not None:
+            raise result.error
+        self.log_start, self.log_end = result.log_start_offset, result.high_watermark
+        reader.offset = max(reader.offset, result.log_start_offset)
+        reader.buffer = [message for message in decode_fetched(result.records) if message.offset >= reader.offset]
+
+    def _fetch_finished(self, _: Any, reader: _StreamReader) -> None:
+        reader.fetching = False
+        if reader.consumer.key in self._readers:
+            self._deliver(reader)

@@ -1,0 +1,330 @@
+"""The AMQP 0-9-1 front end: the sans-I/O ``Connection``'s actions carried out against ``IBroker``.
+
+Thin by design: ``channel.Connection`` speaks the protocol, ``vhost.VirtualHost`` holds
+exchanges, queues and bindings, ``queues`` reads and writes queue logs; this module moves
+bytes, runs each action, reports results back to the connection and keeps its timer.
+A connection's broker-side methods run one after another (a nowait declare followed by a
+publish must take effect in that order); publishes do not wait for earlier confirms.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqbroker import __version__ as mqbroker_version
+from mqbroker import errors
+from mqbroker.interfaces import IBroker
+from mqbroker.model import Principal
+from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp.actions import (
+    Action,
+    Authenticate,
+    Cancel,
+    ChannelClosed,
+    CloseTransport,
+    Consume,
+    ConsumersReady,
+    Execute,
+    Outcome,
+    Publish,
+    Settle,
+)
+from mqbroker.protocols.amqp.channel import Connection
+from mqbroker.protocols.amqp.queue_state import parse_stream_offset
+from mqbroker.protocols.amqp.queues import Consumer, ConsumerKey, StreamQueue, delivery_of
+from mqbroker.protocols.amqp.routing import Binding, DestinationKind
+from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.protocols.amqp.vhost import VirtualHost
+
+_session_ids = itertools.count(1)
+
+
+class AmqpSession:
+    """One AMQP connection."""
+
+    log = Logger()
+
+    def __init__(self, vhost: VirtualHost, reactor: Any) -> None:
+        self.session_id = next(_session_ids)
+        self._vhost = vhost
+        self._reactor = reactor
+        self.connection = Connection(now_ms=vhost.now_ms(), version=mqbroker_version)
+        self._handle: ConnectionHandle | None = None
+        self._principal: Principal | None = None
+        self._timer: Any = None
+        self._closed = False
+        self._consumers: dict[tuple[int, str], str] = {}  # (channel, tag) → queue name
+        self._lease_holders: set[ConsumerKey] = set()
+        self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
+        self._waiting: list[Callable[[], Deferred[None] | None]] = []
+
+    # --- Session --------------------------------------------------------------------------
+
+    def connection_made(self, connection: ConnectionHandle) -> None:
+        self._handle = connection
+        self._reschedule()
+
+    def data_received(self, data: bytes) -> None:
+        self._run(self.connection.receive_data(data, self._vhost.now_ms()))
+        self.flush()
+
+    def connection_lost(self, reason: Failure) -> None:
+        self._closed = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._vhost.session_gone(self.session_id, self._lease_holders)
+        self._consumers.clear()
+
+    def flush(self) -> None:
+        """Write what the connection queued and re-arm the timer."""
+        data = self.connection.data_to_send()
+        if data and self._handle is not None and not self._closed:
+            self._handle.write(data)
+        self._reschedule()
+
+    def forget_consumer(self, channel: int, tag: str) -> None:
+        """The queue of a consumer was deleted."""
+        self._consumers.pop((channel, tag), None)
+
+    # --- timers ----------------------------------------------------------------------------
+
+    def _reschedule(self) -> None:
+        if self._closed:
+            return
+        deadline_ms = self.connection.next_deadline_ms()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        if deadline_ms is not None:
+            delay_s = max(0.0, (deadline_ms - self._vhost.now_ms()) / 1000.0)
+            self._timer = self._reactor.callLater(delay_s, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._run(self.connection.tick(self._vhost.now_ms()))
+        self.flush()
+
+    # --- actions ---------------------------------------------------------------------------
+
+    def _run(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Publish):
+                self._in_order(lambda action=action: self._publish(action))
+            elif isinstance(action, Settle):
+                self._settle(action)
+            elif isinstance(action, ConsumersReady):
+                self._consumers_ready(action)
+            elif isinstance(action, Execute):
+                self._in_order(lambda action=action: self._start(self._execute(action), action.channel, action.method))
+            elif isinstance(action, Consume):
+                self._in_order(lambda action=action: self._start(self._consume(action), action.channel, None))
+            elif isinstance(action, Cancel):
+                self._remove_consumer(action.channel, action.consumer_tag)
+            elif isinstance(action, ChannelClosed):
+                self._channel_closed(action)
+            elif isinstance(action, Authenticate):
+                self._authenticate(action)
+            elif isinstance(action, CloseTransport):
+                self.flush()
+                if self._handle is not None:
+                    self._handle.close()
+
+    def _in_order(self, step: Callable[[], Deferred[None] | None]) -> None:
+        """Run ``step`` now if nothing runs, else after the steps before it."""
+        if self._serial is not None or self._waiting:
+            self._waiting.append(step)
+            return
+        self._step(step)
+
+    def _step(self, step: Callable[[], Deferred[None] | None]) -> None:
+        running = step()
+        if running is None:
+            return
+        self._serial = running
+        running.addBoth(self._step_done)
+
+    def _step_done(self, _: Any) -> None:
+        self._serial = None
+        while self._waiting and self._serial is None:
+            self._step(self._waiting.pop(0))
+
+    def _start(self, work: Coroutine[Any, Any, None], channel: int, method: spec.Method | None) -> Deferred[None]:
+        running = Deferred.fromCoroutine(work)
+        running.addErrback(self._failed, channel, method)
+        return running
+
+    def _failed(self, failure: Failure, channel: int, method: spec.Method | None) -> None:
+        if failure.check(AmqpError):
+            error = failure.value
+        elif failure.check(errors.BrokerError):
+            error = AmqpError(ReplyCode.INTERNAL_ERROR, f"the broker refused: {failure.value.message}",
+                              class_id=getattr(method, "CLASS_ID", 0), method_id=getattr(method, "METHOD_ID", 0))
+        else:
+            self.log.failure("AMQP method failed unexpectedly", failure)
+            error = AmqpError(ReplyCode.INTERNAL_ERROR, "internal error; see the broker log")
+        self._run(self.connection.fail(channel, error, self._vhost.now_ms()))
+        self.flush()
+
+    def _authenticate(self, action: Authenticate) -> None:
+        def accepted(_: Any) -> None:
+            # Until ACLs land every user is accepted (guest/guest included), named after itself.
+            self._principal = Principal("User", action.username)
+            self._run(self.connection.authentication_succeeded())
+            self.flush()
+
+        def unavailable(failure: Failure) -> None:
+            self._run(self.connection.authentication_failed("the AMQP front end is not ready", self._vhost.now_ms()))
+            self.flush()
+
+        self._vhost.ready.addCallbacks(accepted, unavailable)
+
+    # --- broker-side methods ---------------------------------------------------------------
+
+    async def _execute(self, action: Execute) -> None:
+        method, vhost = action.method, self._vhost
+        reply: spec.Method
+        if isinstance(method, spec.ExchangeDeclare):
+            reply = await vhost.declare_exchange(method)
+        elif isinstance(method, spec.ExchangeDelete):
+            reply = await vhost.delete_exchange(method)
+        elif isinstance(method, (spec.ExchangeBind, spec.ExchangeUnbind)):
+            binding = Binding(source=method.source, destination=method.destination,
+                              destination_kind=DestinationKind.EXCHANGE, routing_key=method.routing_key,
+                              arguments=tuple(sorted(method.arguments.items())))
+            await vhost.change_binding(binding, isinstance(method, spec.ExchangeBind))
+            reply = spec.ExchangeBindOk() if isinstance(method, spec.ExchangeBind) else spec.ExchangeUnbindOk()
+        elif isinstance(method, spec.QueueDeclare):
+            reply = await vhost.declare_queue(method, self.session_id)
+        elif isinstance(method, (spec.QueueBind, spec.QueueUnbind)):
+            vhost.queue(method.queue, method, self.session_id)
+            binding = Binding(source=method.exchange, destination=method.queue, routing_key=method.routing_key,
+                              arguments=tuple(sorted(method.arguments.items())))
+            await vhost.change_binding(binding, isinstance(method, spec.QueueBind))
+            reply = spec.QueueBindOk() if isinstance(method, spec.QueueBind) else spec.QueueUnbindOk()
+        elif isinstance(method, spec.QueuePurge):
+            reply = spec.QueuePurgeOk(message_count=vhost.queue(method.queue, method, self.session_id).purge())
+        elif isinstance(method, spec.QueueDelete):
+            if method.queue in vhost.queues:
+                vhost.queue(method.queue, method, self.session_id)  # 405 for another connection's exclusive queue
+            count = await vhost.delete_queue(method.queue, if_unused=method.if_unused, if_empty=method.if_empty,
+                                             method=method)
+            reply = spec.QueueDeleteOk(message_count=count)
+        else:
+            assert isinstance(method, spec.BasicGet), method
+            await self._get(action.channel, method)
+            return
+        if action.reply_expected:
+            self.connection.complete(action.channel, reply)
+            self.flush()
+
+    async def _get(self, channel: int, method: spec.BasicGet) -> None:
+        queue = self._vhost.queue(method.queue, method, self.session_id)
+        if isinstance(queue, StreamQueue):
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "basic.get is not supported on stream queues; consume "
+                            "with x-stream-offset", class_id=60, method_id=70)
+        key: ConsumerKey = (self.session_id, channel, None)
+        taken = await queue.get(key)
+        if taken is None:
+            self.connection.complete(channel, spec.BasicGetEmpty())
+        else:
+            message, redelivered = taken
+            if method.no_ack:
+                queue.settle(message.offset, Outcome.ACK)
+            else:
+                self._lease_holders.add(key)
+            self.connection.get_ok(channel, delivery_of(queue.name, message, redelivered), queue.message_count,
+                                   no_ack=method.no_ack)
+        self.flush()
+
+    async def _consume(self, action: Consume) -> None:
+        method = spec.BasicConsume(queue=action.queue)
+        queue = self._vhost.queue(action.queue, method, self.session_id)
+        if action.exclusive and queue.consumers:
+            raise AmqpError(ReplyCode.ACCESS_REFUSED, f"queue '{action.queue}' already has consumers; "
+                            "an exclusive consumer needs it alone", class_id=60, method_id=20)
+        consumer = Consumer(session=self, channel=action.channel, tag=action.consumer_tag, no_ack=action.no_ack)
+        self._consumers[(action.channel, action.consumer_tag)] = queue.name
+        self._lease_holders.add(consumer.key)
+        if action.reply_expected:
+            self.connection.complete(action.channel, spec.BasicConsumeOk(consumer_tag=action.consumer_tag))
+            self.flush()
+        if isinstance(queue, StreamQueue):
+            await queue.add_consumer(consumer, parse_stream_offset(action.arguments.get("x-stream-offset")))
+        else:
+            queue.add_consumer(consumer)
+
+    def _remove_consumer(self, channel: int, tag: str) -> None:
+        name = self._consumers.pop((channel, tag), None)
+        queue = self._vhost.queues.get(name) if name is not None else None
+        if queue is not None:
+            queue.remove_consumer((self.session_id, channel, tag))
+            self._vhost.consumer_removed(queue)
+
+    def _channel_closed(self, action: ChannelClosed) -> None:
+        for delivery in action.unacked:
+            queue = self._vhost.queues.get(delivery.queue)
+            if queue is not None:
+                queue.settle(delivery.message_ref, Outcome.REQUEUE)
+        for tag in action.consumer_tags:
+            self._remove_consumer(action.channel, tag)
+
+    def _settle(self, action: Settle) -> None:
+        for delivery in action.deliveries:
+            queue = self._vhost.queues.get(delivery.queue)
+            if queue is not None:
+                queue.settle(delivery.message_ref, action.outcome)
+
+    def _consumers_ready(self, action: ConsumersReady) -> None:
+        names = {self._consumers.get((action.channel, tag)) for tag in action.consumer_tags}
+        for name in names:
+            queue = self._vhost.queues.get(name) if name is not None else None
+            if queue is not None:
+                queue.dispatch()
+
+    # --- publishing ------------------------------------------------------------------------
+
+    def _publish(self, action: Publish) -> None:
+        properties = action.properties
+        try:
+            appended = self._vhost.store(action.exchange, action.routing_key, properties.headers,
+                                         action.properties_raw, action.body, properties.expiration)
+        except AmqpError as error:
+            error.class_id, error.method_id = 60, 40
+            self._run(self.connection.fail(action.channel, error, self._vhost.now_ms()))
+            self.flush()
+            return
+        if not appended and action.mandatory:
+            self.connection.return_message(action.channel, action, ReplyCode.NO_ROUTE, "NO_ROUTE")
+        sequence = action.confirm_sequence
+        if sequence is None:
+            for deferred in appended:
+                deferred.addErrback(self._log_lost_publish)
+        elif not appended:
+            self.connection.publish_settled(action.channel, sequence, stored=True)
+        else:
+            stored = DeferredList(appended, consumeErrors=True)
+            stored.addCallback(self._confirm, action.channel, sequence)
+        self.flush()
+
+    def _confirm(self, results: list[tuple[bool, Any]], channel: int, sequence: int) -> None:
+        self.connection.publish_settled(channel, sequence, stored=all(ok for ok, _ in results))
+        self.flush()
+
+    def _log_lost_publish(self, failure: Failure) -> None:
+        self.log.failure("an unconfirmed AMQP publish was not stored", failure)
+
+
+def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+    """The AMQP listener's factory (named by the front-end plugin)."""
+    reactor = context.reactor
+    vhost = VirtualHost(broker, reactor)
+    gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
+    # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
+    return SessionFactory(lambda address: AmqpSession(vhost, reactor), idle_timeout_s=None, metrics_gauge=gauge)

@@ -1,0 +1,169 @@
+"""How AMQP entities live in the log: queue topics, message records and declaration records. Pure.
+
+A queue ``q`` is the one-partition log topic ``queue_topic(q)``. A message is one record:
+value = body, key = routing key, headers ``amqp.exchange``, ``amqp.routing-key``,
+``amqp.properties`` (the content header's raw property list, replayed byte for byte) and
+``amqp.expiration`` when the message has one. Records without these headers (produced by a
+native client onto a queue topic) are delivered with empty properties, exchange ``""`` and
+the record key as routing key.
+
+Declarations are records of the compacted topic ``__amqp_metadata``: key ``e:<exchange>``,
+``q:<queue>`` or ``b:<binding>``, value an AMQP field table (so any argument value round
+trips), a tombstone (None) when deleted. ``__amqp_queue_state`` holds each queue's
+``QueueState`` snapshot keyed by queue name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import string
+from collections.abc import Mapping
+from typing import Any
+
+from mqbroker.protocols.amqp import fields
+from mqbroker.protocols.amqp.queue_state import QueuedMessage, parse_expiration
+from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType
+from mqbroker.storage.records import BatchBuilder, Record, RecordHeader
+
+METADATA_TOPIC = "__amqp_metadata"
+QUEUE_STATE_TOPIC = "__amqp_queue_state"
+QUEUE_TOPIC_PREFIX = "amqp.queue."
+_TOPIC_NAME_LENGTH_MAX = 249
+_KEPT = frozenset(string.ascii_letters + string.digits + "-")
+#: The property list of a message without properties (flags word 0).
+EMPTY_PROPERTIES = b"\x00\x00"
+
+_EXCHANGE = "amqp.exchange"
+_ROUTING_KEY = "amqp.routing-key"
+_PROPERTIES = "amqp.properties"
+_EXPIRATION = "amqp.expiration"
+
+
+def queue_topic(queue: str) -> str:
+    """The log topic of a queue: letters, digits and '-' kept, every other byte as ``_hh``.
+
+    The escape is injective and never yields a '.', so names too long to escape become
+    ``amqp.queue.h.<sha256>`` without colliding with any escaped name.
+    """
+    escaped = "".join(
+        char if char in _KEPT else "".join(f"_{byte:02x}" for byte in char.encode("utf-8", "surrogateescape"))
+        for char in queue
+    )
+    topic = QUEUE_TOPIC_PREFIX + escaped
+    if len(topic) > _TOPIC_NAME_LENGTH_MAX:
+        topic = QUEUE_TOPIC_PREFIX + "h." + hashlib.sha256(queue.encode("utf-8", "surrogateescape")).hexdigest()
+    return topic
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StoredMessage:
+    """A message as an AMQP consumer receives it."""
+
+    exchange: str
+    routing_key: str
+    properties_raw: bytes
+    body: bytes
+
+
+def append_message(
+    builder: BatchBuilder, timestamp_ms: int, *, exchange: str, routing_key: str, properties_raw: bytes,
+    body: bytes, expiration: str | None,
+) -> None:
+    """Add one message record to a batch."""
+    key = routing_key.encode("utf-8", "surrogateescape")
+    headers: list[RecordHeader] = [(_EXCHANGE, exchange.encode("utf-8", "surrogateescape")), (_ROUTING_KEY, key),
+                                   (_PROPERTIES, properties_raw)]
+    if expiration is not None:
+        headers.append((_EXPIRATION, expiration.encode("utf-8", "surrogateescape")))
+    builder.append(timestamp_ms, key, body, headers)
+
+
+def queued_message(record: Record) -> QueuedMessage:
+    """A log record → the queue's view of it, with the ``StoredMessage`` as payload."""
+    headers = dict(record.headers)
+    exchange = headers.get(_EXCHANGE)
+    routing_key = headers.get(_ROUTING_KEY, record.key)
+    expiration = headers.get(_EXPIRATION)
+    message = StoredMessage(
+        exchange=exchange.decode("utf-8", "surrogateescape") if exchange else "",
+        routing_key=routing_key.decode("utf-8", "surrogateescape") if routing_key else "",
+        properties_raw=headers.get(_PROPERTIES) or EMPTY_PROPERTIES,
+        body=record.value or b"",
+    )
+    return QueuedMessage(
+        offset=record.offset, timestamp_ms=record.timestamp_ms,
+        expiration_ms=parse_expiration(expiration.decode("ascii", "replace")) if expiration else None,
+        payload=message,
+    )
+
+
+# --- declarations ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDeclaration:
+    """A declared queue (exclusive queues are never persisted: they die with their connection)."""
+
+    name: str
+    durable: bool = True
+    auto_delete: bool = False
+    arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def exchange_record(exchange: Exchange) -> tuple[bytes, bytes]:
+    """(key, value) of a declared exchange."""
+    value = {"type": exchange.type.value, "durable": exchange.durable, "auto-delete": exchange.auto_delete,
+             "internal": exchange.internal, "arguments": dict(exchange.arguments)}
+    return b"e:" + exchange.name.encode("utf-8", "surrogateescape"), fields.table(value)
+
+
+def queue_record(queue: QueueDeclaration) -> tuple[bytes, bytes]:
+    """(key, value) of a declared queue."""
+    value = {"durable": queue.durable, "auto-delete": queue.auto_delete, "arguments": dict(queue.arguments)}
+    return b"q:" + queue.name.encode("utf-8", "surrogateescape"), fields.table(value)
+
+
+def binding_key(binding: Binding) -> bytes:
+    """The metadata key of a binding (its whole identity)."""
+    return b"b:" + fields.table({
+        "source": binding.source, "destination": binding.destination, "kind": binding.destination_kind.value,
+        "routing-key": binding.routing_key, "arguments": dict(binding.arguments),
+    })
+
+
+def queue_key(name: str) -> bytes:
+    """The metadata key of a queue."""
+    return b"q:" + name.encode("utf-8", "surrogateescape")
+
+
+def exchange_key(name: str) -> bytes:
+    """The metadata key of an exchange."""
+    return b"e:" + name.encode("utf-8", "surrogateescape")
+
+
+def _read_table(data: bytes) -> dict[str, Any]:
+    return fields.Reader(data).table()
+
+
+def decode_declaration(key: bytes, value: bytes) -> Exchange | QueueDeclaration | Binding:
+    """A metadata record (not a tombstone) → what it declares; AmqpError if it does not parse."""
+    kind, name = key[:2], key[2:].decode("utf-8", "surrogateescape")
+    if kind == b"e:":
+        table = _read_table(value)
+        return Exchange(name=name, type=ExchangeType(table["type"]), durable=bool(table["durable"]),
+                        auto_delete=bool(table["auto-delete"]), internal=bool(table["internal"]),
+                        arguments=table["arguments"])
+    if kind == b"q:":
+        table = _read_table(value)
+        return QueueDeclaration(name=name, durable=bool(table["durable"]), auto_delete=bool(table["auto-delete"]),
+                                arguments=table["arguments"])
+    return decode_binding_key(key)
+
+
+def decode_binding_key(key: bytes) -> Binding:
+    """A ``b:`` metadata key → the binding."""
+    table = _read_table(key[2:])
+    return Binding(source=table["source"], destination=table["destination"],
+                   destination_kind=DestinationKind(table["kind"]), routing_key=table["routing-key"],
+                   arguments=tuple(sorted(table["arguments"].items())))

@@ -1,0 +1,349 @@
+"""The virtual host ``/``: exchanges, queues and bindings, persisted in compacted topics and replayed.
+
+Every declaration change is written to ``__amqp_metadata`` (and awaited) before the client
+hears declare-ok, so what a client saw declared survives a crash; queue states go to
+``__amqp_queue_state`` a moment after they change (a crash may then redeliver a message whose
+ack was not yet written: at-least-once). All broker access goes through ``IBroker``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from mqbroker import errors
+from mqbroker.interfaces import IBroker
+from mqbroker.model import FetchPosition, Principal, TopicSpec
+from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
+from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuePolicy, QueueState, QueueType, x_death_headers
+from mqbroker.protocols.amqp.queues import ClassicQueue, ConsumerKey, StreamQueue, decode_fetched
+from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType, Router
+from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.protocols.amqp.stored import (
+    METADATA_TOPIC,
+    QUEUE_STATE_TOPIC,
+    QueueDeclaration,
+    StoredMessage,
+    binding_key,
+    decode_declaration,
+    exchange_key,
+    exchange_record,
+    queue_key,
+    queue_record,
+    queue_topic,
+)
+from mqbroker.storage.records import BatchBuilder, decode_records, iter_batches
+
+Queue = ClassicQueue | StreamQueue
+#: Who the AMQP front end acts as for its own bookkeeping topics.
+INTERNAL_PRINCIPAL = Principal("Service", "amqp")
+#: How long queue-state changes wait before they are written (they are batched).
+STATE_WRITE_DELAY_S = 0.2
+#: How often TTL and x-expires are checked.
+HOUSEKEEPING_INTERVAL_S = 1.0
+_WRITE_TIMEOUT_MS = 30_000
+
+
+def _error(code: ReplyCode, text: str, method: spec.Method) -> AmqpError:
+    return AmqpError(code, text, class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+
+
+class VirtualHost:
+    """Exchanges, queues and bindings of vhost ``/``, shared by every AMQP connection."""
+
+    log = Logger()
+
+    def __init__(self, broker: IBroker, reactor: Any) -> None:
+        self.broker = broker
+        self.reactor = reactor
+        self.principal = INTERNAL_PRINCIPAL
+        self.router = Router()
+        self.queues: dict[str, Queue] = {}
+        self._persisted_exchanges: dict[str, Exchange] = {}
+        self._persisted_bindings: set[Binding] = set()
+        self._dirty_states: set[str] = set()
+        self._state_write_scheduled = False
+        self.ready: Deferred[None] = Deferred.fromCoroutine(self._start())
+        self.ready.addErrback(self._start_failed)
+
+    def now_ms(self) -> int:
+        """The reactor's clock in milliseconds."""
+        return int(self.reactor.seconds() * 1000)
+
+    # --- start-up: replay the compacted topics ------------------------------------------------
+
+    def _start_failed(self, failure: Any) -> Any:
+        self.log.failure("AMQP virtual host could not replay its declarations", failure)
+        return failure
+
+    async def _start(self) -> None:
+        for topic in (METADATA_TOPIC, QUEUE_STATE_TOPIC):
+            spec_ = TopicSpec(name=topic, partitions=1, configs={"cleanup.policy": "compact"})
+            try:
+                await self.broker.create_topic(self.principal, spec_, False)
+            except errors.TopicAlreadyExistsError:
+                pass  # replayed below
+        declarations: dict[bytes, Any] = {}
+        for record in await self._read_all(METADATA_TOPIC):
+            if record.key is not None:
+                declarations[record.key] = record.value
+        snapshots = {record.key.decode("utf-8", "surrogateescape"): record.value
+                     for record in await self._read_all(QUEUE_STATE_TOPIC) if record.key is not None}
+        queues, bindings = [], []
+        for key, value in declarations.items():
+            if value is None:
+                continue
+            declared = decode_declaration(key, value)
+            if isinstance(declared, Exchange):
+                self.router.declare_exchange(declared)
+                self._persisted_exchanges[declared.name] = declared
+            elif isinstance(declared, QueueDeclaration):
+                queues.append(declared)
+            else:
+                bindings.append(declared)
+        for declaration in queues:
+            snapshot = snapshots.get(declaration.name)
+            self._add_queue(declaration, owner=None, snapshot=snapshot)
+        for binding in bindings:
+            self.router.bind(binding)
+            self._persisted_bindings.add(binding)
+        self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
+        self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
+                      exchanges=len(self._persisted_exchanges), queues=len(queues), bindings=len(bindings))
+
+    async def _read_all(self, topic: str) -> list[Any]:
+        records: list[Any] = []
+        offset = 0
+        while True:
+            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=16 * 1024 * 1024)
+            [result] = await self.broker.fetch(self.principal, [position], 0, 1, 16 * 1024 * 1024)
+            if result.error is not None:
+                raise result.error
+            view = memoryview(result.records)
+            for position_bytes, header in iter_batches(view):
+                if not header.is_control:
+                    batch = view[position_bytes : position_bytes + header.size_bytes]
+                    records += [r for r in decode_records(batch) if r.offset >= offset]
+            offset = max(offset, records[-1].offset + 1) if records else offset
+            if offset >= result.high_watermark or not result.records:
+                return records
+
+    # --- persistence --------------------------------------------------------------------------
+
+    async def _write(self, topic: str, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        builder = BatchBuilder()
+        now_ms = self.now_ms()
+        for key, value in entries:
+            builder.append(now_ms, key, value)
+        if builder.records_count:
+            await self.broker.produce(self.principal, topic, 0, builder.build(), -1, _WRITE_TIMEOUT_MS)
+
+    async def _sync_metadata(self, extra: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
+        """Write what changed in the router since the last write (durable exchanges and bindings)."""
+        entries = list(extra)
+        current = {name: exchange for name, exchange in self.router.exchanges.items()
+                   if exchange.durable and not name.startswith("amq.")}
+        for name in self._persisted_exchanges.keys() - current.keys():
+            entries.append((exchange_key(name), None))
+        entries += [exchange_record(exchange) for name, exchange in current.items()
+                    if self._persisted_exchanges.get(name) != exchange]
+        durable_queues = {name for name, queue in self.queues.items() if queue.owner is None and queue.declaration.durable}
+        bindings = {binding for binding in self.router.bindings
+                    if binding.destination_kind is DestinationKind.EXCHANGE or binding.destination in durable_queues}
+        entries += [(binding_key(binding), None) for binding in self._persisted_bindings - bindings]
+        entries += [(binding_key(binding), b"") for binding in bindings - self._persisted_bindings]
+        self._persisted_exchanges, self._persisted_bindings = current, bindings
+        await self._write(METADATA_TOPIC, entries)
+
+    def state_changed(self, queue: ClassicQueue) -> None:
+        """Schedule a write of the queue's state snapshot."""
+        if queue.owner is not None or not queue.declaration.durable:
+            return
+        self._dirty_states.add(queue.name)
+        if not self._state_write_scheduled:
+            self._state_write_scheduled = True
+            self.reactor.callLater(STATE_WRITE_DELAY_S, self._write_states)
+
+    def _write_states(self) -> None:
+        self._state_write_scheduled = False
+        names, self._dirty_states = self._dirty_states, set()
+        entries = [(name.encode("utf-8", "surrogateescape"), queue.state.snapshot())
+                   for name in names if isinstance(queue := self.queues.get(name), ClassicQueue)]
+        written = Deferred.fromCoroutine(self._write(QUEUE_STATE_TOPIC, entries))
+        written.addErrback(lambda failure: self.log.failure("writing AMQP queue states failed", failure))
+
+    # --- queues -------------------------------------------------------------------------------
+
+    def _add_queue(self, declaration: QueueDeclaration, owner: int | None, snapshot: bytes | None = None) -> Queue:
+        policy = QueuePolicy.from_arguments(declaration.arguments)
+        queue: Queue
+        if policy.queue_type is QueueType.STREAM:
+            queue = StreamQueue(self, declaration, owner)
+        else:
+            state = (QueueState.restore(snapshot, policy=policy) if snapshot
+                     else QueueState(policy=policy, now_ms=self.now_ms()))
+            queue = ClassicQueue(self, declaration, owner, state)
+        self.queues[declaration.name] = queue
+        self.router.add_queue(declaration.name)
+        return queue
+
+    def queue(self, name: str, method: spec.Method, session_id: int) -> Queue:
+        """The queue called ``name`` (404 if absent, 405 if another connection's exclusive queue)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise _error(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '/'", method)
+        if queue.owner is not None and queue.owner != session_id:
+            raise _error(ReplyCode.RESOURCE_LOCKED, f"queue '{name}' is exclusive to another connection", method)
+        return queue
+
+    async def declare_queue(self, method: spec.QueueDeclare, session_id: int) -> spec.QueueDeclareOk:
+        """queue.declare."""
+        name = method.queue or f"amq.gen-{uuid.uuid4().hex}"
+        if method.passive or name in self.queues:
+            queue = self.queue(name, method, session_id)
+        else:
+            if name.startswith("amq.") and method.queue:
+                raise _error(ReplyCode.ACCESS_REFUSED, f"queue name '{name}' is reserved (amq.*)", method)
+            declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
+                                           arguments=dict(method.arguments))
+            QueuePolicy.from_arguments(declaration.arguments)  # 406 before anything is created
+            topic_spec = TopicSpec(name=queue_topic(name), partitions=1)
+            try:
+                await self.broker.create_topic(self.principal, topic_spec, False)
+            except errors.TopicAlreadyExistsError:
+                pass  # left by a queue whose deletion did not finish; its records are this queue's
+            queue = self._add_queue(declaration, owner=session_id if method.exclusive else None)
+            if queue.owner is None:
+                await self._sync_metadata([queue_record(declaration)])
+        if isinstance(queue, ClassicQueue):
+            queue.state.touch(self.now_ms())
+        return spec.QueueDeclareOk(queue=name, message_count=queue.message_count, consumer_count=len(queue.consumers))
+
+    async def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False,
+                           method: spec.Method | None = None) -> int:
+        """Delete a queue, cancel its consumers and drop its log topic; return its message count."""
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0
+        if method is not None and if_unused and queue.consumers:
+            raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' has consumers", method)
+        if method is not None and if_empty and queue.message_count:
+            raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' is not empty", method)
+        count = queue.message_count
+        queue.deleted = True
+        del self.queues[name]
+        self.router.remove_queue(name)
+        for consumer in list(queue.consumers.values()):
+            consumer.session.connection.cancel_consumer(consumer.channel, consumer.tag)
+            consumer.session.forget_consumer(consumer.channel, consumer.tag)
+            consumer.session.flush()
+        self._dirty_states.discard(name)
+        if queue.owner is None:
+            await self._sync_metadata([(queue_key(name), None)])
+            await self._write(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
+        try:
+            await self.broker.delete_topic(self.principal, queue.topic)
+        except errors.UnknownTopicOrPartitionError:
+            pass  # never written to
+        return count
+
+    def session_gone(self, session_id: int, holders: set[ConsumerKey]) -> None:
+        """A connection closed: requeue its leases, drop its consumers, delete its exclusive queues."""
+        for queue in list(self.queues.values()):
+            for key in [key for key in queue.consumers if key[0] == session_id]:
+                queue.remove_consumer(key)
+            queue.release(holders)
+            if queue.owner == session_id or (queue.declaration.auto_delete and queue.had_consumers
+                                             and not queue.consumers):
+                self._delete_in_background(queue.name)
+
+    def consumer_removed(self, queue: Queue) -> None:
+        """An auto-delete queue goes when its last consumer does."""
+        if queue.declaration.auto_delete and queue.had_consumers and not queue.consumers:
+            self._delete_in_background(queue.name)
+
+    def _delete_in_background(self, name: str) -> None:
+        deleted = Deferred.fromCoroutine(self.delete_queue(name))
+        deleted.addErrback(lambda failure: self.log.failure("deleting AMQP queue {queue} failed", failure, queue=name))
+
+    def _housekeep(self) -> None:
+        now_ms = self.now_ms()
+        for queue in list(self.queues.values()):
+            if isinstance(queue, ClassicQueue):
+                if queue.state.unused_expired(now_ms, len(queue.consumers)):
+                    self._delete_in_background(queue.name)
+                elif queue.state.policy.message_ttl_ms is not None or queue.state.unread_count or queue.state.ready_in_memory:
+                    queue.housekeep(now_ms)
+        self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
+
+    # --- exchanges and bindings -----------------------------------------------------------------
+
+    async def declare_exchange(self, method: spec.ExchangeDeclare) -> spec.ExchangeDeclareOk:
+        """exchange.declare."""
+        if method.passive:
+            self.router.lookup(method.exchange)
+            return spec.ExchangeDeclareOk()
+        try:
+            exchange_type = ExchangeType(method.type)
+        except ValueError:
+            raise _error(ReplyCode.COMMAND_INVALID, f"exchange type '{method.type}' is not supported; "
+                         "use direct, fanout, topic or headers", method) from None
+        exchange = Exchange(name=method.exchange, type=exchange_type, durable=method.durable,
+                            auto_delete=method.auto_delete, internal=method.internal, arguments=dict(method.arguments))
+        self.router.declare_exchange(exchange)
+        await self._sync_metadata()
+        return spec.ExchangeDeclareOk()
+
+    async def delete_exchange(self, method: spec.ExchangeDelete) -> spec.ExchangeDeleteOk:
+        """exchange.delete."""
+        if method.exchange in self.router.exchanges or method.exchange == "" or method.exchange.startswith("amq."):
+            self.router.delete_exchange(method.exchange, if_unused=method.if_unused)
+        await self._sync_metadata()
+        return spec.ExchangeDeleteOk()
+
+    async def change_binding(self, binding: Binding, bind: bool) -> None:
+        """queue.bind / unbind and exchange.bind / unbind."""
+        if bind:
+            self.router.bind(binding)
+        else:
+            self.router.unbind(binding)
+        await self._sync_metadata()
+
+    # --- messages -------------------------------------------------------------------------------
+
+    def store(self, exchange: str, routing_key: str, headers: dict[str, Any] | None, properties_raw: bytes,
+              body: bytes, expiration: str | None) -> list[Deferred[int]]:
+        """Route a message and append it to each queue reached (404 if the exchange is missing)."""
+        now_ms = self.now_ms()
+        return [
+            self.queues[name].append(now_ms, exchange=exchange, routing_key=routing_key,
+                                     properties_raw=properties_raw, body=body, expiration=expiration)
+            for name in sorted(self.router.route(exchange, routing_key, headers))
+            if name in self.queues
+        ]
+
+    def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None:
+        """Republish a dead message to its queue's dead-letter exchange with ``x-death`` (or drop it)."""
+        policy = queue.state.policy
+        if policy.dead_letter_exchange is None:
+            return
+        stored: StoredMessage = dead.message.payload
+        properties = decode_properties(stored.properties_raw)
+        headers = x_death_headers(properties.headers, queue=queue.name, reason=dead.reason, exchange=stored.exchange,
+                                  routing_keys=[stored.routing_key], now_ms=self.now_ms(),
+                                  original_expiration=properties.expiration)
+        properties_raw = encode_properties(dataclasses.replace(properties, headers=headers, expiration=None))
+        routing_key = policy.dead_letter_routing_key or stored.routing_key
+        try:
+            appended = self.store(policy.dead_letter_exchange, routing_key, headers, properties_raw, stored.body, None)
+        except AmqpError as error:
+            self.log.warn("dead letter from {queue} dropped: {error}", queue=queue.name, error=error.reply_text)
+            return
+        for deferred in appended:
+            deferred.addErrback(lambda failure: self.log.failure("storing a dead letter failed", failure))
