@@ -19,7 +19,7 @@ from mqbroker.storage.config import LogConfig
 from mqbroker.storage.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.storage.records import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
-from mqbroker.storage.segment import INDEX_SUFFIXES, LOG_SUFFIX, Segment, file_name
+from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment, file_name
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_KEPT = 2
@@ -414,14 +414,19 @@ class PartitionLog:
         with self._lock:
             return list(self._segments[:-1])
 
-    def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
-        """Swap cleaned segments in for ``old`` (a contiguous run of sealed segments)."""
+    def swap_in(self, old: Segment, swap_path: str) -> None:
+        """Replace sealed segment ``old`` by its rewritten, fsynced ``swap_path`` (compaction's last step)."""
         with self._lock:
             self._check_open()
-            first = self._segments.index(old[0])
-            assert self._segments[first : first + len(old)] == old and first + len(old) < len(self._segments)
-            self._segments[first : first + len(old)] = new
-            self._sealed_unsynced = [s for s in self._sealed_unsynced if s not in old]
+            if old not in self._segments[:-1]:
+                os.unlink(swap_path)  # retention or a truncation removed it meanwhile
+                return
+            old.drop_indexes()
+            fs.replace(swap_path, old.path)
+            self._segments[self._segments.index(old)] = Segment(
+                self.directory, old.base_offset, self.config.index_interval_bytes
+            )
+            self._sealed_unsynced = [s for s in self._sealed_unsynced if s is not old]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -472,7 +477,15 @@ def _snapshot_offsets(directory: str) -> list[int]:
 
 
 def _remove_leftovers(directory: str) -> None:
-    """Delete temp files, half-deleted files and indexes whose `.log` is gone."""
+    """Finish interrupted swaps; delete temp files, half-written or half-deleted files, orphan indexes."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.endswith(LOG_SUFFIX + CLEANED_SUFFIX):
+            os.unlink(path)
+        elif name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            target = path[: -len(SWAP_SUFFIX)]
+            Segment(directory, int(name[:20]), 0).drop_indexes()
+            fs.replace(path, target)
     bases = set(_segment_bases(directory))
     for name in os.listdir(directory):
         orphan_index = name.endswith(INDEX_SUFFIXES) and int(name.split(".")[0]) not in bases

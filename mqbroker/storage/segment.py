@@ -20,6 +20,9 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+#: Compaction's output while it is written (`<base>.log.cleaned`) and once it is complete (`.swap`).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 #: Bytes read at once when scanning a segment's batches.
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 #: Bytes read at once when walking from an index entry to the batch that holds an offset.
@@ -118,6 +121,15 @@ class Segment:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def drop_indexes(self) -> None:
+        """Close the file and delete the indexes, before a rewritten `.log` replaces this one."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        for path in (self.offset_index.path, self.time_index.path):
+            if os.path.exists(path):
+                os.unlink(path)
 
     def delete(self) -> None:
         """Close and remove the segment's files (the log first, so leftovers are only indexes)."""
