@@ -113,6 +113,17 @@ class _Appender:
         self._on_appended = on_appended
         self._builder: BatchBuilder | None = None
         self._waiting: list[Deferred[int]] = []
+        self._in_flight = 0
+        self._idle_waiters: list[Deferred[None]] = []
+
+    def drained(self) -> Deferred[None]:
+        """Fires once every append made so far is stored (or refused)."""
+        drained: Deferred[None] = Deferred()
+        if self._builder is None and not self._in_flight:
+            drained.callback(None)
+        else:
+            self._idle_waiters.append(drained)
+        return drained
 
     def append(self, timestamp_ms: int, **message: Any) -> Deferred[int]:
         if self._builder is None:
@@ -127,8 +138,17 @@ class _Appender:
         assert self._builder is not None
         batch, waiting = self._builder.build(), self._waiting
         self._builder, self._waiting = None, []
+        self._in_flight += 1
         produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, -1, PRODUCE_TIMEOUT_MS)
         produced.addCallbacks(self._stored, self._refused, callbackArgs=(waiting,), errbackArgs=(waiting,))
+        produced.addBoth(self._landed)
+
+    def _landed(self, _: Any) -> None:
+        self._in_flight -= 1
+        if self._builder is None and not self._in_flight:
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
 
     def _stored(self, result: ProduceResult, waiting: list[Deferred[int]]) -> None:
         self._on_appended(result.last_offset + 1)
@@ -313,6 +333,7 @@ class ClassicQueue(_Queue):
     async def get(self, key: ConsumerKey) -> tuple[QueuedMessage, bool] | None:
         """basic.get: lease one message to ``key`` or None if the queue is empty."""
         self.state.touch(self.host.now_ms())
+        await self._appender.drained()  # a publish before this get on the connection must be visible to it
         if not self.state.ready_in_memory and self.state.unread_count:
             waiter: Deferred[None] = Deferred()
             self._fetch_waiters.append(waiter)

@@ -1,0 +1,45 @@
+"""Fixtures for the AMQP integration tests: a broker process and pika connections to it."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from tests.integration.brokerprocess import BrokerProcess
+
+
+class AmqpBroker(BrokerProcess):
+    """A ``BrokerProcess`` started through ``twistd``'s ``run()`` (``-m twisted.scripts.twistd`` has no main)."""
+
+    def command(self) -> list[str]:
+        command = super().command()
+        assert command[1:3] == ["-m", "twisted.scripts.twistd"], command
+        return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", *command[3:]]
+
+    def parameters(self, **options: object) -> pika.ConnectionParameters:
+        """pika connection parameters for this broker's AMQP listener."""
+        return pika.ConnectionParameters("127.0.0.1", self.ports["amqp"], **options)
+
+    def connect(self, **options: object) -> pika.BlockingConnection:
+        """A new pika BlockingConnection."""
+        return pika.BlockingConnection(self.parameters(**options))
+
+
+def running_broker(data_dir: pathlib.Path) -> Iterator[AmqpBroker]:
+    """Start a broker in ``data_dir``; kill it afterwards."""
+    process = AmqpBroker(data_dir=data_dir)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def amqp_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AmqpBroker]:
+    """One broker shared by a module's tests (each test uses its own queue names)."""
+    yield from running_broker(tmp_path_factory.mktemp("amqp") / "data")
