@@ -67,13 +67,13 @@ class Simulation:
         for node_id in range(1, node_count + 1):
             settings = RaftSettings(
                 node_id=node_id,
-                election_ticks=10,
-                heartbeat_ticks=2,
+                election_ticks=5,
+                heartbeat_ticks=1,
                 pre_vote=pre_vote,
                 check_quorum=check_quorum,
                 append_entries_max=4,
                 inflight_messages_max=4,
-                snapshot_retry_heartbeats=8,
+                snapshot_retry_heartbeats=6,
             )
             configuration = Configuration(voters=voters) if node_id in voters else Configuration()
             node = SimulatedNode(settings=settings, storage=MemoryRaftStorage(configuration))
@@ -82,8 +82,8 @@ class Simulation:
         self.faults = Faults(
             loss=self.random.choice([0.0, 0.05, 0.2]),
             duplication=self.random.choice([0.0, 0.05]),
-            crash=self.random.choice([0.0, 0.01, 0.03]),
-            partition=self.random.choice([0.0, 0.02]),
+            crash=self.random.choice([0.0, 0.02, 0.04]),
+            partition=self.random.choice([0.0, 0.02, 0.03]),
         )
         self.network: list[Message] = []
         self.groups: list[set[int]] = []

@@ -12,7 +12,7 @@ import pytest
 from tests.simulation.raft_simulator import run_schedule
 
 SCHEDULES = 2000
-SCHEDULE_STEPS = 120
+SCHEDULE_STEPS = 200
 
 
 def _seeds(count: int) -> range | list[int]:
