@@ -1,0 +1,114 @@
+"""Crash safety and misbehaving peers: kill -9 with unacked confirmed messages, bad frames."""
+
+from __future__ import annotations
+
+import pathlib
+import socket
+import struct
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from tests.integration.amqp_support import AmqpBroker, running_broker
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: pathlib.Path) -> Iterator[AmqpBroker]:
+    yield from running_broker(tmp_path / "data")
+
+
+def test_every_confirmed_message_survives_kill_9_while_unacked(fresh_broker: AmqpBroker) -> None:
+    connection = fresh_broker.connect()
+    channel = connection.channel()
+    channel.exchange_declare("orders", "topic", durable=True)
+    channel.queue_declare("durable-work", durable=True)
+    channel.queue_bind("durable-work", "orders", "order.#")
+    channel.confirm_delivery()
+    sent = [f"message {index}".encode() for index in range(200)]
+    for body in sent:
+        channel.basic_publish("orders", "order.new", body)  # returns once confirmed
+    consumer = fresh_broker.connect()
+    consumer_channel = consumer.channel()
+    consumer_channel.basic_qos(prefetch_count=50)
+    taken = []
+    for method, _, body in consumer_channel.consume("durable-work", inactivity_timeout=3):
+        taken.append(body)
+        if len(taken) == 50:
+            break
+    fresh_broker.kill()
+    fresh_broker.restart()
+    after = fresh_broker.connect()
+    after_channel = after.channel()
+    after_channel.queue_declare("durable-work", passive=True)  # the declaration survived
+    received = []
+    for method, _, body in after_channel.consume("durable-work", inactivity_timeout=3):
+        if method is None:
+            break
+        received.append(body)
+        after_channel.basic_ack(method.delivery_tag)
+    after_channel.cancel()
+    assert sorted(received) == sorted(sent)
+    after_channel.confirm_delivery()
+    after_channel.basic_publish("orders", "order.late", b"routed after restart")  # the binding survived
+    assert after_channel.basic_get("durable-work", auto_ack=True)[2] == b"routed after restart"
+    after.close()
+
+
+def _open_raw(broker: AmqpBroker) -> socket.socket:
+    """A socket past the handshake's protocol header (the server answered connection.start)."""
+    sock = socket.create_connection(("127.0.0.1", broker.ports["amqp"]), timeout=5)
+    sock.sendall(PROTOCOL_HEADER)
+    sock.recv(4096)
+    return sock
+
+
+def _close_code(sock: socket.socket) -> int:
+    """The reply code of the connection.close the server sends (10, 50)."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        marker = data.find(b"\x00\x0a\x00\x32")
+        if marker >= 0 and len(data) >= marker + 6:
+            return int(struct.unpack_from(">H", data, marker + 4)[0])
+    raise AssertionError(f"no connection.close in {data!r}")
+
+
+@pytest.mark.parametrize(("frame", "code"), [
+    (b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x0b\x00", 501),  # no frame-end octet
+    (b"\x09\x00\x00\x00\x00\x00\x00\xce", 501),  # unknown frame type
+    (struct.pack(">BHI", 1, 0, 10_000_000) + b"x", 501),  # larger than frame_max
+    (struct.pack(">BHI", 1, 0, 4) + b"\x00\x63\x00\x01\xce", 540),  # unknown class
+])
+def test_malformed_frames_close_with_the_spec_code_and_spare_other_connections(
+    fresh_broker: AmqpBroker, frame: bytes, code: int
+) -> None:
+    bystander = fresh_broker.connect()
+    channel = bystander.channel()
+    channel.queue_declare("bystander", durable=True)
+    sock = _open_raw(fresh_broker)
+    sock.sendall(frame)
+    assert _close_code(sock) == code
+    sock.close()
+    channel.confirm_delivery()
+    channel.basic_publish("", "bystander", b"still here")
+    assert channel.basic_get("bystander", auto_ack=True)[2] == b"still here"
+    bystander.close()
+
+
+def test_frame_on_an_unopened_channel_is_a_channel_error(fresh_broker: AmqpBroker) -> None:
+    connection = fresh_broker.connect()
+    channel = connection.channel()
+    impl = connection._impl
+    # basic.qos on channel 77, which was never opened.
+    payload = struct.pack(">HHIHB", 60, 10, 0, 1, 0)
+    impl._transport.write(struct.pack(">BHI", 1, 77, len(payload)) + payload + b"\xce")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        connection.process_data_events(time_limit=2)
+        channel.queue_declare("x")
+    assert closed.value.reply_code == 504
