@@ -1,0 +1,392 @@
+"""What all MQTT connections of one listener share: the live subscriptions, retained messages,
+stored sessions, wills, the client-id registry and one log reader per log partition.
+
+Twisted side of the MQTT front end, talking to the core only through ``IBroker``:
+
+* one ``PartitionDispatcher`` per partition of every mapped log topic long-polls
+  ``broker.fetch`` from the log end and fans each record out to the live sessions whose
+  subscriptions match its key (one trie for all sessions, never a fetch per session);
+* retained messages and persistent sessions live in compacted internal topics
+  (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
+  replayed into memory at start;
+* ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any, Protocol as TypingProtocol
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import LoopingCall, deferLater
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqbroker import __version__, errors
+from mqbroker.interfaces import IBroker
+from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
+from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
+from mqbroker.protocols.mqtt.headers import message_from_record
+from mqbroker.protocols.mqtt.packets import ReasonCode
+from mqbroker.protocols.mqtt.registry import SubscriptionRegistry
+from mqbroker.protocols.mqtt.retained import RetainedStore
+from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
+from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
+from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
+from mqbroker.storage.records import BatchBuilder, Record, decode_records, iter_batches
+
+RETAINED_TOPIC = "__mqtt_retained"
+SESSIONS_TOPIC = "__mqtt_sessions"
+#: Who the front end is when it reads and writes its own topics.
+FRONT_END_PRINCIPAL = Principal("User", "mqbroker-mqtt")
+SYS_INTERVAL_S = 10.0
+FETCH_WAIT_MS = 500
+FETCH_BYTES_MAX = 1024 * 1024
+PRODUCE_TIMEOUT_MS = 30_000
+RETRY_DELAY_S = 1.0
+_COMPACTED = {"cleanup.policy": "compact"}
+
+
+class Connection(TypingProtocol):
+    """What the hub needs from one MQTT connection (``server.MqttConnection``)."""
+
+    client_id: str
+
+    def accepts_live(self, partition_key: PartitionKey) -> bool: ...
+
+    def offer_live(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
+                   subscriptions: list[Subscription]) -> None: ...
+
+    def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None: ...
+
+    def take_over(self) -> Deferred[None]: ...
+
+
+def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
+    """Data records of the whole batches in ``data`` from ``start_offset`` on (a read starts at a batch)."""
+    for position, header in iter_batches(data):
+        if header.is_control:
+            continue
+        for record in decode_records(memoryview(data)[position : position + header.size_bytes]):
+            if record.offset >= start_offset:
+                yield record
+
+
+def next_offset_after(data: bytes, start_offset: int) -> int:
+    """The offset after the last batch in ``data`` (``start_offset`` if it holds none)."""
+    end = start_offset
+    for _, header in iter_batches(data, check=False):
+        end = max(end, header.next_offset)
+    return end
+
+
+def message_of(record: Record) -> OutboundMessage | None:
+    """The MQTT message a log record stands for (None if it cannot go to MQTT subscribers)."""
+    headers = [(name, value) for name, value in record.headers if value is not None]
+    return message_from_record(record.key, record.value, headers, record.timestamp_ms)
+
+
+def single_record_batch(timestamp_ms: int, key: bytes, value: bytes | None, headers: Any) -> bytes:
+    """One record as a RecordBatch v2."""
+    builder = BatchBuilder()
+    builder.append(timestamp_ms, key, value, headers)
+    return builder.build()
+
+
+def reason_code_for(failure: Failure) -> ReasonCode:
+    """The MQTT reason code that reports a failed log write."""
+    if failure.check(errors.TopicAuthorizationError):
+        return ReasonCode.NOT_AUTHORIZED
+    return ReasonCode.UNSPECIFIED_ERROR
+
+
+class PartitionDispatcher:
+    """Reads one log partition from its end and fans each record out to the live sessions."""
+
+    log = Logger()
+
+    def __init__(self, hub: MqttHub, key: PartitionKey, position: int) -> None:
+        self.hub = hub
+        self.key = key
+        self.position = position
+
+    async def run(self) -> None:
+        """Long-poll until the hub stops."""
+        topic, partition = self.key
+        while not self.hub.stopped:
+            fetch = FetchPosition(topic=topic, partition=partition, offset=self.position, max_bytes=FETCH_BYTES_MAX)
+            try:
+                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], FETCH_WAIT_MS, 1, FETCH_BYTES_MAX)
+            except errors.BrokerError as error:
+                self.log.warn("MQTT reader of {key} failed: {error}", key=self.key, error=error)
+                await deferLater(self.hub.reactor, RETRY_DELAY_S)
+                continue
+            if result.error is not None:
+                await self._recover(result.error)
+                continue
+            for record in records_after(result.records, self.position):
+                self.hub.dispatch(self.key, record)
+            self.position = next_offset_after(result.records, self.position)
+
+    async def _recover(self, error: Exception) -> None:
+        if isinstance(error, errors.OffsetOutOfRangeError):
+            self.position = await self.hub.offset_of(self.key, LATEST_TIMESTAMP)
+            return
+        self.log.warn("MQTT reader of {key}: {error}", key=self.key, error=error)
+        await deferLater(self.hub.reactor, RETRY_DELAY_S)
+
+
+class MqttHub:
+    """State shared by every connection of one MQTT listener (see the module docstring)."""
+
+    log = Logger()
+
+    def __init__(self, broker: IBroker, reactor: Any, mapping: TopicMapping) -> None:
+        self.broker = broker
+        self.reactor = reactor
+        self.mapping = mapping
+        self.registry = SubscriptionRegistry()
+        self.retained = RetainedStore()
+        self.connections: dict[str, Connection] = {}
+        self.offline: dict[str, StoredSession] = {}
+        self.dispatchers: dict[PartitionKey, PartitionDispatcher] = {}
+        self.stopped = False
+        self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
+        self._partition_counts: dict[str, int] = {}
+        self._durable_sessions: set[str] = set()
+        self._expiry_timers: dict[str, Any] = {}
+        self._will_timers: dict[str, Any] = {}
+        self._ready_waiters: list[Deferred[None]] | None = []
+        self._started_s = reactor.seconds()
+        self._sys_loop = LoopingCall(self.publish_sys)
+        self._sys_loop.clock = reactor
+
+    def now_ms(self) -> int:
+        """The reactor's clock in milliseconds."""
+        return int(self.reactor.seconds() * 1000)
+
+    # ------------------------------------------------------------------ start-up
+
+    async def start(self) -> None:
+        """Create the topics, replay retained messages and sessions, start the log readers."""
+        log_topics = sorted({self.mapping.default_log_topic, *(rule.log_topic for rule in self.mapping.rules)})
+        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, {}) for t in log_topics]:
+            await self._ensure_topic(name, configs)
+        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
+        self._partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
+        async for record in self._replay(RETAINED_TOPIC):
+            self._replay_retained(record)
+        async for record in self._replay(SESSIONS_TOPIC):
+            self._replay_session(record)
+        for client_id, stored in self.offline.items():
+            self._start_expiry(client_id, stored)
+        for topic, count in self._partition_counts.items():
+            for partition in range(count):
+                key = (topic, partition)
+                self.dispatchers[key] = PartitionDispatcher(self, key, await self.offset_of(key, LATEST_TIMESTAMP))
+        for dispatcher in self.dispatchers.values():
+            Deferred.fromCoroutine(dispatcher.run()).addErrback(self.log_failure, "MQTT log reader")
+        self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
+                      retained=len(self.retained), sessions=len(self.offline))
+        self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
+        waiters, self._ready_waiters = self._ready_waiters, None
+        for waiter in waiters or ():
+            waiter.callback(None)
+
+    def when_ready(self) -> Deferred[None]:
+        """Fires once ``start`` has finished."""
+        if self._ready_waiters is None:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._ready_waiters.append(waiter)
+        return waiter
+
+    def stop(self) -> None:
+        """Stop the log readers and timers."""
+        self.stopped = True
+        if self._sys_loop.running:
+            self._sys_loop.stop()
+
+    async def _ensure_topic(self, name: str, configs: dict[str, str]) -> None:
+        try:
+            await self.broker.create_topic(FRONT_END_PRINCIPAL, TopicSpec(name=name, configs=configs), False)
+        except errors.TopicAlreadyExistsError:
+            return
+
+    async def offset_of(self, key: PartitionKey, timestamp_ms: int) -> int:
+        """The earliest or latest offset of a partition."""
+        found = await self.broker.list_offset(FRONT_END_PRINCIPAL, key[0], key[1], timestamp_ms)
+        return int(found.offset)
+
+    async def _replay(self, topic: str) -> Any:
+        """Every record of partition 0 of an internal topic, up to its end at the time of reading."""
+        position = await self.offset_of((topic, 0), EARLIEST_TIMESTAMP)
+        end = await self.offset_of((topic, 0), LATEST_TIMESTAMP)
+        while position < end:
+            fetch = FetchPosition(topic=topic, partition=0, offset=position, max_bytes=FETCH_BYTES_MAX)
+            (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
+            if result.error is not None:
+                raise result.error
+            for record in records_after(result.records, position):
+                yield record
+            position = next_offset_after(result.records, position)
+
+    def _replay_retained(self, record: Record) -> None:
+        message = message_of(record)
+        if message is not None:
+            self.retained.set(replace(message, retain=True))
+
+    def _replay_session(self, record: Record) -> None:
+        client_id = (record.key or b"").decode("utf-8", "replace")
+        if record.value is None:
+            self.offline.pop(client_id, None)
+            self._durable_sessions.discard(client_id)
+        else:
+            self.offline[client_id] = StoredSession.from_bytes(record.value)
+            self._durable_sessions.add(client_id)
+
+    # ------------------------------------------------------------------ fan-out
+
+    def dispatch(self, key: PartitionKey, record: Record) -> None:
+        """Hand one log record to every live session whose subscriptions match its MQTT topic."""
+        message = message_of(record)
+        if message is None:
+            return
+        connections = self.connections
+
+        def accepts(client_id: str, subscription: Subscription) -> bool:
+            return connections[client_id].accepts_live(key)
+
+        for client_id, subscriptions in self.registry.route(message.topic, accepts).items():
+            connections[client_id].offer_live(key, record.offset, message, subscriptions)
+
+    def live_position(self, key: PartitionKey) -> int:
+        """The next offset the shared reader of ``key`` will hand out."""
+        return self.dispatchers[key].position
+
+    def partition_for(self, log_topic: str, key: bytes) -> int:
+        """The partition of a record key: a stable hash, so one MQTT topic stays in order."""
+        return zlib.crc32(key) % self._partition_counts.get(log_topic, 1)
+
+    # ------------------------------------------------------------------ sessions
+
+    async def open_session(self, connection: Connection, clean_start: bool) -> StoredSession | None:
+        """Take over a live connection with the same client id and load the stored session."""
+        await self.when_ready()
+        client_id = connection.client_id
+        previous = self.connections.get(client_id)
+        if previous is not None and previous is not connection:
+            await previous.take_over()
+        timer = self._will_timers.pop(client_id, None)
+        if timer is not None and timer.active():
+            timer.cancel()  # a will with a delay is not sent when the client comes back [MQTT-3.1.3-9]
+        expiry = self._expiry_timers.pop(client_id, None)
+        if expiry is not None and expiry.active():
+            expiry.cancel()
+        stored = self.offline.pop(client_id, None)
+        if clean_start and client_id in self._durable_sessions:
+            self.forget_session(client_id)
+            stored = None
+        self.connections[client_id] = connection
+        return stored
+
+    def store_session(self, client_id: str, stored: StoredSession) -> Deferred[Any]:
+        """Write a session record; fires once it is durable."""
+        self._durable_sessions.add(client_id)
+        batch = single_record_batch(self.now_ms(), client_id.encode(), stored.to_bytes(), ())
+        return self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS)
+
+    def forget_session(self, client_id: str) -> None:
+        """Delete a stored session (a tombstone in the compacted topic)."""
+        if client_id not in self._durable_sessions:
+            return
+        self._durable_sessions.discard(client_id)
+        batch = single_record_batch(self.now_ms(), client_id.encode(), None, ())
+        self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS).addErrback(
+            self.log_failure, "deleting an MQTT session"
+        )
+
+    def session_ended(self, connection: Connection, stored: StoredSession | None) -> None:
+        """A connection is over: keep its session offline until it expires, or forget it."""
+        client_id = connection.client_id
+        if self.connections.get(client_id) is connection:
+            del self.connections[client_id]
+            self.registry.remove_client(client_id)
+        if stored is None:
+            self.forget_session(client_id)
+            return
+        self.offline[client_id] = stored
+        self.store_session(client_id, stored).addErrback(self.log_failure, "storing an MQTT session")
+        self._start_expiry(client_id, stored)
+
+    def _start_expiry(self, client_id: str, stored: StoredSession) -> None:
+        expiry_ms = SessionState.from_bytes(stored.state).expiry_interval_s * 1000
+        ended_at_ms = stored.ended_at_ms if stored.ended_at_ms is not None else self.now_ms()
+        delay_s = max(0, ended_at_ms + expiry_ms - self.now_ms()) / 1000.0
+        self._expiry_timers[client_id] = self.reactor.callLater(delay_s, self._expire, client_id)
+
+    def _expire(self, client_id: str) -> None:
+        self._expiry_timers.pop(client_id, None)
+        if self.offline.pop(client_id, None) is not None:
+            self.forget_session(client_id)
+
+    # ------------------------------------------------------------------ wills and retained
+
+    def schedule_will(self, will: ScheduleWill) -> None:
+        """Publish the will at its time (now if it is due), unless the client id comes back first."""
+        delay_ms = will.at_ms - self.now_ms()
+        if delay_ms <= 0:
+            self._publish_will(will)
+            return
+        self._will_timers[will.client_id] = self.reactor.callLater(delay_ms / 1000.0, self._publish_will, will)
+
+    def _publish_will(self, will: ScheduleWill) -> None:
+        self._will_timers.pop(will.client_id, None)
+        for action in will.actions:
+            if isinstance(action, Retain):
+                self.retain(action)
+            else:
+                self.publish_once(action)
+
+    def publish_once(self, action: PublishToLog) -> Deferred[Any]:
+        """Append one record that nobody waits for (a will)."""
+        batch = single_record_batch(self.now_ms(), action.key, action.payload, action.headers)
+        partition = self.partition_for(action.log_topic, action.key)
+        produced = self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, -1, PRODUCE_TIMEOUT_MS)
+        return produced.addErrback(self.log_failure, "publishing an MQTT will")
+
+    def retain(self, action: Retain) -> None:
+        """Set or clear a retained message, in memory at once and durably in the compacted topic."""
+        key = record_key(action.topic)
+        message = message_from_record(key, action.payload, action.headers, self.now_ms())
+        assert message is not None, "the session validated the topic name"
+        self.retained.set(replace(message, retain=True))
+        batch = single_record_batch(self.now_ms(), key, action.payload or None, action.headers)
+        self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS).addErrback(
+            self.log_failure, "storing a retained message"
+        )
+
+    # ------------------------------------------------------------------ $SYS
+
+    def publish_sys(self) -> None:
+        """Publish broker statistics under ``$SYS/broker/`` as retained QoS 0 messages (not logged)."""
+        values = {
+            "version": f"mqbroker {__version__}",
+            "uptime": f"{int(self.reactor.seconds() - self._started_s)} seconds",
+            "clients/connected": len(self.connections),
+            "subscriptions/count": len(self.registry),
+            "retained messages/count": len(self.retained),
+            **self.statistics,
+        }
+        for name, value in values.items():
+            message = OutboundMessage(topic=f"$SYS/broker/{name}", payload=str(value).encode(), qos=0, retain=True,
+                                      created_ms=self.now_ms())
+            self.retained.set(message)
+            for client_id, subscriptions in self.registry.route(message.topic, lambda *_: True).items():
+                self.connections[client_id].deliver_direct(message, subscriptions)
+
+    def log_failure(self, failure: Failure, what: str) -> None:
+        """Log a failed background step (the listener goes on)."""
+        self.log.failure("{what} failed", failure, what=what)

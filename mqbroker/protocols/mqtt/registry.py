@@ -1,0 +1,85 @@
+"""Which live sessions a published topic reaches: one trie of every connected client's subscriptions.
+
+A message matching several subscriptions of one client is routed to that client once, with
+all of them (the session merges them). A shared subscription ``$share/{group}/{filter}``
+delivers each message to ONE member of the group, chosen round-robin among the members
+whose subscription matched; the caller may veto a member (e.g. its window is full) and the
+next one is tried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from mqbroker.protocols.mqtt.state import Subscription
+from mqbroker.protocols.mqtt.topics import SubscriptionTrie, parse_subscription_filter
+
+#: Trie key: (client id, share group or None); one entry per client, group and filter.
+EntryKey = tuple[str, str | None]
+
+
+class SubscriptionRegistry:
+    """Live subscriptions by client id, matched through a ``SubscriptionTrie``."""
+
+    __slots__ = ("_trie", "_filters_by_client", "_turns")
+
+    def __init__(self) -> None:
+        self._trie: SubscriptionTrie[EntryKey, Subscription] = SubscriptionTrie()
+        self._filters_by_client: dict[str, dict[str, str]] = {}  # client id -> {sent filter: bare filter}
+        self._turns: dict[tuple[str, str], int] = {}  # (group, bare filter) -> round-robin counter
+
+    def __len__(self) -> int:
+        return len(self._trie)
+
+    def add(self, client_id: str, subscription: Subscription) -> None:
+        """Add or replace ``subscription`` of ``client_id``."""
+        bare = parse_subscription_filter(subscription.topic_filter).topic_filter
+        self._trie.add(bare, (client_id, subscription.share_group), subscription)
+        self._filters_by_client.setdefault(client_id, {})[subscription.topic_filter] = bare
+
+    def remove(self, client_id: str, topic_filter: str) -> None:
+        """Remove the subscription ``topic_filter`` (as sent, ``$share/...`` included) of ``client_id``."""
+        filters = self._filters_by_client.get(client_id)
+        if filters is None or topic_filter not in filters:
+            return
+        bare = filters.pop(topic_filter)
+        group = parse_subscription_filter(topic_filter).share_group
+        self._trie.remove(bare, (client_id, group))
+        if not filters:
+            del self._filters_by_client[client_id]
+
+    def remove_client(self, client_id: str) -> None:
+        """Remove every subscription of ``client_id`` (its connection ended)."""
+        for topic_filter in list(self._filters_by_client.get(client_id, {})):
+            self.remove(client_id, topic_filter)
+
+    def route(self, topic: str, accepts: Callable[[str, Subscription], bool]) -> dict[str, list[Subscription]]:
+        """The subscriptions ``topic`` reaches, by client id: every plain one, one member per share group.
+
+        ``accepts(client_id, subscription)`` may turn a share-group member down; the group's
+        next member is tried, and if none accepts the first one in turn gets it anyway.
+        """
+        routed: dict[str, list[Subscription]] = {}
+        groups: dict[tuple[str, str], list[tuple[str, Subscription]]] = {}
+        for (client_id, group), subscription in self._trie.match(topic):
+            if group is None:
+                routed.setdefault(client_id, []).append(subscription)
+            else:
+                bare = subscription.topic_filter[len("$share/") + len(group) + 1 :]
+                groups.setdefault((group, bare), []).append((client_id, subscription))
+        for group_key, members in groups.items():
+            members.sort(key=lambda member: member[0])  # the trie's order is not stable across changes
+            turn = self._turns.get(group_key, 0)
+            self._turns[group_key] = turn + 1
+            chosen = members[turn % len(members)]
+            for step in range(len(members)):
+                candidate = members[(turn + step) % len(members)]
+                if accepts(*candidate):
+                    chosen = candidate
+                    break
+            routed.setdefault(chosen[0], []).append(chosen[1])
+        return routed
+
+    def clients(self) -> Iterator[str]:
+        """Client ids with at least one subscription."""
+        return iter(self._filters_by_client)

@@ -1,0 +1,417 @@
+"""The MQTT front end's Twisted adapter: one ``MqttConnection`` per socket around a sans-I/O ``MqttSession``.
+
+The session decides; this module only carries out its actions, in order, against the broker
+(``IBroker``) and the listener's shared ``MqttHub``:
+
+* a ``StoreSession`` at the head of an action list is written (acks=-1) before the rest of
+  the list runs; while one write is in flight, later lists wait and their stores coalesce;
+* ``PublishToLog`` actions of one list are appended as one batch per log partition (the
+  partition is a stable hash of the MQTT topic); QoS 1/2 are acknowledged once durable;
+* deliveries come from the hub's shared log readers while the session keeps up ("live");
+  a session whose window is full, or that reconnects with a stored position, reads the log
+  itself from its cursor ("catching up") until it reaches the shared readers again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqbroker.interfaces import IBroker
+from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Principal
+from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.mqtt import hub as hub_module
+from mqbroker.protocols.mqtt.actions import (
+    Action,
+    AddSubscription,
+    Close,
+    OpenSession,
+    PublishToLog,
+    RemoveSubscription,
+    Retain,
+    ScheduleWill,
+    Send,
+    SessionEnded,
+    SetTimer,
+    StoreSession,
+)
+from mqbroker.protocols.mqtt.hub import FETCH_BYTES_MAX, FRONT_END_PRINCIPAL, PRODUCE_TIMEOUT_MS, MqttHub
+from mqbroker.protocols.mqtt.packets import Publish, ReasonCode
+from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
+from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
+from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
+from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter, topic_matches
+from mqbroker.storage.records import BatchBuilder, Record
+
+#: A client that has not sent CONNECT by then is disconnected.
+CONNECT_TIMEOUT_S = 10.0
+_CONNECTED = ConnectionState.CONNECTED
+
+
+class MqttConnection:
+    """One MQTT client connection: executes its session's actions (an adapter ``Session``)."""
+
+    log = Logger()
+
+    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any) -> None:
+        self.hub = hub
+        self.session = MqttSession(config=config, mapping=hub.mapping, generate_client_id=generate_client_id)
+        self.client_id = ""
+        self.principal: Principal = ANONYMOUS
+        self._connection: ConnectionHandle | None = None
+        self._queue: deque[list[Action]] = deque()
+        self._storing = False
+        self._executing = False
+        self._keep_alive_timer: Any = None
+        self._connect_timer: Any = None
+        self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
+        self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
+        self._catching_up = False
+        self._ended_waiters: list[Deferred[None]] | None = []
+
+    # ------------------------------------------------------------------ adapter Session
+
+    def connection_made(self, connection: ConnectionHandle) -> None:
+        """Start the CONNECT timeout."""
+        self._connection = connection
+        self._connect_timer = self.hub.reactor.callLater(CONNECT_TIMEOUT_S, self._connect_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes from the client."""
+        self.hub.statistics["bytes/received"] += len(data)
+        self._run(self.session.receive_data(data, self.hub.now_ms()))
+        self._resume_catch_up()
+
+    def connection_lost(self, reason: Failure) -> None:
+        """The socket closed: the session ends (will, stored state)."""
+        for timer in (self._connect_timer, self._keep_alive_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
+        was_open = self.session.session is not None
+        self._run(self.session.connection_lost(self.hub.now_ms()))
+        if not was_open and self.session.state is not ConnectionState.OPENING:
+            self._end()
+
+    # ------------------------------------------------------------------ what the hub calls
+
+    def accepts_live(self, partition_key: PartitionKey) -> bool:
+        """Whether a shared reader may hand this session a message of ``partition_key`` now."""
+        return (
+            self.session.state is _CONNECTED and partition_key not in self._behind and self.session.accepting_deliveries
+        )
+
+    def offer_live(
+        self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
+    ) -> None:
+        """A shared reader's record; a session with a full window falls back to reading the log itself."""
+        if self.session.state is not _CONNECTED or partition_key in self._behind:
+            return
+        if message.qos and not self.session.accepting_deliveries:
+            self._behind[partition_key] = offset
+            return
+        self._deliver(partition_key, offset, message, subscriptions)
+
+    def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
+        """A QoS 0 message that is not in the log ($SYS)."""
+        if self.session.state is _CONNECTED:
+            self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
+
+    def take_over(self) -> Deferred[None]:
+        """Close for a new connection with the same client id; fires once the session has ended."""
+        ended = self._when_ended()
+        self._run(self.session.close(ReasonCode.SESSION_TAKEN_OVER, self.hub.now_ms()))
+        return ended
+
+    def cursors(self) -> dict[PartitionKey, int]:
+        """Per log partition, the first offset this session has not yet taken into flight."""
+        cursors = {key: self.hub.live_position(key) for key in self.hub.dispatchers}
+        cursors.update(self._behind)
+        for key, offset in self._pending_offsets:
+            cursors[key] = min(cursors[key], offset)
+        return cursors
+
+    # ------------------------------------------------------------------ running actions in order
+
+    def _run(self, actions: list[Action]) -> None:
+        if actions:
+            self._queue.append(actions)
+        self._trim_pending_offsets()
+        if not self._executing:
+            self._drain()
+
+    def _drain(self) -> None:
+        self._executing = True
+        try:
+            while self._queue and not self._storing:
+                stores = [actions[0] for actions in self._queue if isinstance(actions[0], StoreSession)]
+                if not stores:
+                    self._execute(self._queue.popleft())
+                    continue
+                lists = list(self._queue)
+                self._queue.clear()
+                self._storing = True
+                stored = StoredSession(state=stores[-1].data, cursors=self.cursors())  # only the last one matters
+                self.hub.store_session(self.client_id, stored).addBoth(self._stored, lists)
+        finally:
+            self._executing = False
+
+    def _stored(self, result: Any, lists: list[list[Action]]) -> None:
+        self._storing = False
+        if isinstance(result, Failure):
+            self.log.failure("storing the session of {client_id} failed; closing", result, client_id=self.client_id)
+            self._run(self.session.close(ReasonCode.UNSPECIFIED_ERROR, self.hub.now_ms()))
+            return
+        self._executing = True
+        try:
+            for actions in lists:
+                self._execute(actions)
+        finally:
+            self._executing = False
+        self._drain()
+
+    def _execute(self, actions: list[Action]) -> None:
+        publishes: dict[PartitionKey, list[PublishToLog]] = {}
+        for action in actions:
+            if isinstance(action, Send):
+                self._send(action)
+            elif isinstance(action, PublishToLog):
+                partition = self.hub.partition_for(action.log_topic, action.key)
+                publishes.setdefault((action.log_topic, partition), []).append(action)
+            elif isinstance(action, Close):
+                if self._connection is not None:
+                    self._connection.close()
+            elif isinstance(action, OpenSession):
+                self._open(action)
+            elif isinstance(action, Retain):
+                self.hub.retain(action)
+            elif isinstance(action, AddSubscription):
+                self.hub.registry.add(action.client_id, action.subscription)
+                if action.send_retained:
+                    self._send_retained(action.subscription)
+            elif isinstance(action, RemoveSubscription):
+                self.hub.registry.remove(action.client_id, action.topic_filter)
+            elif isinstance(action, SetTimer):
+                self._set_timer(action.at_ms)
+            elif isinstance(action, ScheduleWill):
+                self.hub.schedule_will(action)
+            elif isinstance(action, SessionEnded):
+                self._session_ended(action)
+            else:
+                assert isinstance(action, StoreSession), action  # written by _drain before this list ran
+        for key, group in publishes.items():
+            self._append(key, group)
+
+    def _send(self, action: Send) -> None:
+        if self._connection is None:
+            return
+        self._connection.write(action.data)
+        self.hub.statistics["bytes/sent"] += len(action.data)
+        if isinstance(action.packet, Publish):
+            self.hub.statistics["messages/sent"] += 1
+
+    # ------------------------------------------------------------------ publishing into the log
+
+    def _append(self, key: PartitionKey, group: list[PublishToLog]) -> None:
+        """One batch per log partition; QoS 1/2 tickets complete once it is durable (acks=-1)."""
+        now_ms = self.hub.now_ms()
+        builder = BatchBuilder()
+        for action in group:
+            builder.append(now_ms, action.key, action.payload, action.headers)
+        tickets = [action.ticket for action in group if action.ticket is not None]
+        self.hub.statistics["messages/received"] += len(group)
+        produced = self.hub.broker.produce(
+            self.principal, key[0], key[1], builder.build(), -1 if tickets else 0, PRODUCE_TIMEOUT_MS
+        )
+        if tickets:
+            produced.addCallbacks(self._written, self._write_failed, callbackArgs=(tickets,), errbackArgs=(tickets,))
+        else:
+            produced.addErrback(self._log_failure, "a QoS 0 log write")
+
+    def _written(self, result: Any, tickets: list[int]) -> None:
+        for ticket in tickets:
+            self._run(self.session.log_write_completed(ticket, self.hub.now_ms()))
+
+    def _write_failed(self, failure: Failure, tickets: list[int]) -> None:
+        self.log.warn("log write for {client_id} failed: {error}", client_id=self.client_id, error=failure.value)
+        code = hub_module.reason_code_for(failure)
+        for ticket in tickets:
+            self._run(self.session.log_write_completed(ticket, self.hub.now_ms(), code))
+
+    # ------------------------------------------------------------------ opening and ending
+
+    def _open(self, action: OpenSession) -> None:
+        self.client_id = action.client_id
+        self.principal = Principal("User", action.username) if action.username else ANONYMOUS
+        opening = Deferred.fromCoroutine(self.hub.open_session(self, action.clean_start))
+        opening.addCallbacks(self._opened, self._open_failed)
+
+    def _opened(self, stored: StoredSession | None) -> None:
+        if self._connect_timer is not None and self._connect_timer.active():
+            self._connect_timer.cancel()
+        state = SessionState.from_bytes(stored.state) if stored is not None else None
+        if stored is not None:
+            self._behind = {key: offset for key, offset in stored.cursors.items() if key in self.hub.dispatchers}
+        actions = self.session.session_opened(state, self.hub.now_ms())
+        if self.session.state is _CONNECTED:
+            assert self.session.session is not None
+            if self.session.session is not state:
+                self._behind = {}  # a clean start reads from now on
+            for subscription in self.session.session.subscriptions.values():
+                self.hub.registry.add(self.client_id, subscription)
+        elif not any(isinstance(action, SessionEnded) for action in actions):
+            self.hub.session_ended(self, None)  # the client left while its session was loading
+            self._end()
+        self._run(actions)
+        self._resume_catch_up()
+
+    def _open_failed(self, failure: Failure) -> None:
+        self.log.failure("opening the MQTT session of {client_id} failed", failure, client_id=self.client_id)
+        self._run(self.session.connect_refused(ReasonCode.SERVER_UNAVAILABLE, self.hub.now_ms()))
+
+    def _session_ended(self, action: SessionEnded) -> None:
+        stored = None
+        if action.state is not None:
+            stored = StoredSession(state=action.state.to_bytes(), cursors=self.cursors(), ended_at_ms=self.hub.now_ms())
+        self.hub.session_ended(self, stored)
+        self._end()
+
+    def _when_ended(self) -> Deferred[None]:
+        if self._ended_waiters is None:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._ended_waiters.append(waiter)
+        return waiter
+
+    def _end(self) -> None:
+        if self._keep_alive_timer is not None and self._keep_alive_timer.active():
+            self._keep_alive_timer.cancel()
+        waiters, self._ended_waiters = self._ended_waiters, None
+        for waiter in waiters or ():
+            waiter.callback(None)
+
+    # ------------------------------------------------------------------ timers
+
+    def _set_timer(self, at_ms: int) -> None:
+        if self._keep_alive_timer is not None and self._keep_alive_timer.active():
+            self._keep_alive_timer.cancel()
+        delay_s = max(0, at_ms - self.hub.now_ms()) / 1000.0
+        self._keep_alive_timer = self.hub.reactor.callLater(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._run(self.session.on_timer(self.hub.now_ms()))
+
+    def _connect_timed_out(self) -> None:
+        if self.session.state is ConnectionState.AWAITING_CONNECT and self._connection is not None:
+            self.log.info("no CONNECT from {peer} within {timeout} s", peer=self._connection.peer, timeout=CONNECT_TIMEOUT_S)
+            self._connection.close()
+
+    # ------------------------------------------------------------------ delivering to the client
+
+    def _deliver(
+        self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
+    ) -> None:
+        state = self.session.session
+        assert state is not None
+        queued_before = len(state.pending) + len(state.inflight)
+        actions = self.session.deliver(message, subscriptions, self.hub.now_ms())
+        if len(state.pending) + len(state.inflight) > queued_before:
+            self._pending_offsets.append((partition_key, offset))
+        self._run(actions)
+
+    def _trim_pending_offsets(self) -> None:
+        """Messages leave ``pending`` in order (into flight, which is durable); forget their offsets."""
+        state = self.session.session
+        pending = len(state.pending) if state is not None else 0
+        while len(self._pending_offsets) > pending:
+            self._pending_offsets.popleft()
+
+    def _send_retained(self, subscription: Subscription) -> None:
+        topic_filter = parse_subscription_filter(subscription.topic_filter).topic_filter
+        for message in list(self.hub.retained.matching(topic_filter)):
+            if self.session.state is not _CONNECTED:
+                return
+            if message.qos and not self.session.accepting_deliveries:
+                continue  # the queue is full; a retained message is a snapshot, the next one replaces it
+            self._run(self.session.deliver(message, [subscription], self.hub.now_ms(), from_retained_store=True))
+
+    def _resume_catch_up(self) -> None:
+        if self._behind and not self._catching_up and self.session.state is _CONNECTED:
+            self._catching_up = True
+            Deferred.fromCoroutine(self._catch_up()).addErrback(self._log_failure, "catching up from the log")
+
+    async def _catch_up(self) -> None:
+        """Read the partitions this session is behind on until it reaches the shared readers."""
+        try:
+            while self._behind and self.session.state is _CONNECTED and self.session.accepting_deliveries:
+                key, offset = next(iter(self._behind.items()))
+                if offset >= self.hub.live_position(key):
+                    del self._behind[key]
+                    continue
+                fetch = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
+                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
+                if result.error is not None:
+                    self._behind[key] = await self.hub.offset_of(key, EARLIEST_TIMESTAMP)
+                    continue
+                if key in self._behind and self.session.state is _CONNECTED:
+                    self._catch_up_records(key, result.records, offset)
+        finally:
+            self._catching_up = False
+
+    def _catch_up_records(self, key: PartitionKey, data: bytes, offset: int) -> None:
+        limit = self.hub.live_position(key)
+        for record in hub_module.records_after(data, offset):
+            if record.offset >= limit or not self._catch_up_one(key, record):
+                return
+            self._behind[key] = record.offset + 1
+        reached = min(max(hub_module.next_offset_after(data, offset), self._behind[key]), limit)
+        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
+            del self._behind[key]
+        else:
+            self._behind[key] = reached
+
+    def _catch_up_one(self, key: PartitionKey, record: Record) -> bool:
+        """Deliver one record read by this session; False when its window is full."""
+        message = hub_module.message_of(record)
+        state = self.session.session
+        if message is None or state is None:
+            return True
+        subscriptions = [
+            subscription for subscription in state.subscriptions.values()
+            if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
+        ]
+        if not subscriptions:
+            return True
+        if message.qos and not self.session.accepting_deliveries:
+            return False
+        self._deliver(key, record.offset, message, subscriptions)
+        return True
+
+    def _log_failure(self, failure: Failure, what: str) -> None:
+        self.log.failure("{what} for {client_id} failed", failure, what=what, client_id=self.client_id)
+
+
+def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+    """The MQTT listener's factory (named by the front-end plugin)."""
+    reactor = context.reactor
+    hub = MqttHub(broker, reactor, TopicMapping())
+    config = SessionConfig()
+    counter = itertools.count(1)
+    prefix = f"mqbroker-{context.config.node_id}-{int(reactor.seconds() * 1000):x}"
+
+    def generate_client_id() -> str:
+        return f"{prefix}-{next(counter)}"
+
+    def start() -> None:
+        Deferred.fromCoroutine(hub.start()).addErrback(hub.log_failure, "starting the MQTT front end")
+
+    reactor.callWhenRunning(start)
+    reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
+    gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
+    return SessionFactory(
+        lambda address: MqttConnection(hub, config, generate_client_id), idle_timeout_s=None, metrics_gauge=gauge
+    )

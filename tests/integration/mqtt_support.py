@@ -1,0 +1,146 @@
+"""Helpers for the MQTT integration tests: a broker process and paho-mqtt clients that record what they get."""
+
+from __future__ import annotations
+
+import itertools
+import pathlib
+import queue
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from tests.integration.brokerprocess import BrokerProcess
+
+_client_numbers = itertools.count(1)
+
+
+class MqttBroker(BrokerProcess):
+    """A ``BrokerProcess`` started through ``twistd``'s ``run()`` (``-m twisted.scripts.twistd`` has no main)."""
+
+    def command(self) -> list[str]:
+        command = super().command()
+        assert command[1:3] == ["-m", "twisted.scripts.twistd"], command
+        return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", *command[3:]]
+
+    @property
+    def mqtt_port(self) -> int:
+        """The MQTT listener's port."""
+        return self.ports["mqtt"]
+
+
+def running_broker(data_dir: pathlib.Path) -> Iterator[MqttBroker]:
+    """Start a broker in ``data_dir``; kill it afterwards."""
+    process = MqttBroker(data_dir=data_dir)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def mqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MqttBroker]:
+    """One broker shared by a module's tests (each test uses its own topics and client ids)."""
+    yield from running_broker(tmp_path_factory.mktemp("mqtt") / "data")
+
+
+@pytest.fixture
+def own_broker(tmp_path: pathlib.Path) -> Iterator[MqttBroker]:
+    """A broker of this test alone (for kills and restarts)."""
+    yield from running_broker(tmp_path / "data")
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses."""
+    return f"{prefix}-{next(_client_numbers)}-{time.monotonic_ns() % 1_000_000}"
+
+
+class Client:
+    """A paho client on a background loop; received messages arrive in ``messages``."""
+
+    def __init__(self, broker: MqttBroker, client_id: str = "", *, version: int = mqtt.MQTTv311,
+                 clean: bool = True, session_expiry_s: int | None = None, will: tuple[str, bytes, int] | None = None,
+                 keep_alive_s: int = 60, connect_properties: Any = None, **options: Any) -> None:
+        self.version = version
+        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self.disconnects: queue.Queue[Any] = queue.Queue()
+        self.connack: queue.Queue[Any] = queue.Queue()
+        self.suback: queue.Queue[Any] = queue.Queue()
+        if version == mqtt.MQTTv5:
+            self.paho = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version, **options)
+        else:
+            self.paho = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version,
+                                    clean_session=clean, **options)
+        self.paho.on_message = lambda client, userdata, message: self.messages.put(message)
+        self.paho.on_connect = lambda client, userdata, flags, code, properties: self.connack.put((flags, code, properties))
+        self.paho.on_disconnect = lambda client, userdata, flags, code, properties: self.disconnects.put(code)
+        self.paho.on_subscribe = lambda client, userdata, mid, codes, properties: self.suback.put(codes)
+        if will is not None:
+            self.paho.will_set(will[0], will[1], will[2])
+        properties = connect_properties
+        if version == mqtt.MQTTv5 and session_expiry_s is not None:
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+
+            properties = properties or Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = session_expiry_s
+        kwargs: dict[str, Any] = {"keepalive": keep_alive_s}
+        if version == mqtt.MQTTv5:
+            kwargs["clean_start"] = clean
+            kwargs["properties"] = properties
+        self.paho.connect("127.0.0.1", broker.mqtt_port, **kwargs)
+        self.paho.loop_start()
+        self.connack_result = self.connack.get(timeout=10)
+
+    def subscribe(self, topic_filter: str, qos: int = 0, **options: Any) -> Any:
+        """Subscribe and wait for the SUBACK; return its reason codes."""
+        if self.version == mqtt.MQTTv5:
+            from paho.mqtt.subscribeoptions import SubscribeOptions
+
+            self.paho.subscribe(topic_filter, options=SubscribeOptions(qos=qos, **options), properties=options.get("properties"))
+        else:
+            self.paho.subscribe(topic_filter, qos)
+        return self.suback.get(timeout=10)
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, **options: Any) -> None:
+        """Publish and wait until the QoS flow completes."""
+        info = self.paho.publish(topic, payload, qos=qos, retain=retain, **options)
+        info.wait_for_publish(timeout=10)
+        assert info.is_published(), f"publish to {topic} not acknowledged"
+
+    def receive(self, count: int, timeout_s: float = 10.0) -> list[mqtt.MQTTMessage]:
+        """Wait for ``count`` messages."""
+        deadline = time.monotonic() + timeout_s
+        received = []
+        while len(received) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                received.append(self.messages.get(timeout=remaining))
+            except queue.Empty:
+                break
+        return received
+
+    def quiet(self, seconds: float = 0.5) -> list[mqtt.MQTTMessage]:
+        """Whatever arrives within ``seconds`` (to check that nothing does)."""
+        time.sleep(seconds)
+        found = []
+        while not self.messages.empty():
+            found.append(self.messages.get_nowait())
+        return found
+
+    def disconnect(self) -> None:
+        """A clean DISCONNECT."""
+        self.paho.disconnect()
+        self.paho.loop_stop()
+
+    def drop(self) -> None:
+        """Lose the connection without DISCONNECT (an abnormal close)."""
+        self.paho.loop_stop()
+        self.paho.socket().close()
