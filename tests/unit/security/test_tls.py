@@ -179,3 +179,27 @@ def test_twisted_client_options_check_the_hostname(certificates):
             yield bad.received.addTimeout(5, reactor)
     finally:
         yield port.stopListening()
+
+
+def test_context_factory_provides_the_twisted_interface(certificates):
+    from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+    from zope.interface.verify import verifyObject
+
+    assert verifyObject(IOpenSSLServerConnectionCreator, ReloadingServerContextFactory(server_files(certificates)))
+
+
+def test_unusable_new_files_keep_the_old_context_and_report_the_error(certificates, tmp_path):
+    for name in ("server.pem", "server-key.pem", "ca.pem"):
+        shutil.copy(certificates / name, tmp_path / name)
+    errors = []
+    factory = ReloadingServerContextFactory(server_files(tmp_path), on_reload_error=errors.append)
+    before = factory.getContext()
+    (tmp_path / "server-key.pem").write_bytes(b"not a key")
+    assert factory.getContext() is before
+    assert len(errors) == 1
+
+
+def test_client_auth_without_a_ca_is_a_configuration_error(certificates):
+    with pytest.raises(ValueError, match="--tls-ca"):
+        ServerTlsFiles(certificate=certificates / "server.pem", key=certificates / "server-key.pem",
+                       client_auth=ClientAuth.REQUIRED)
