@@ -36,13 +36,14 @@ def read_offsets(path: str) -> dict[tuple[str, int], int]:
     """Read a checkpoint written by `write_offsets`; a missing file is an empty checkpoint."""
     if not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as file:
-        lines = file.read().splitlines()
+    with open(path, "rb") as file:
+        data = file.read()
     try:
+        lines = data.decode("utf-8").splitlines()
         version, count = int(lines[0]), int(lines[1])
         entries = [line.rsplit(" ", 2) for line in lines[2:]]
         offsets = {(topic, int(partition)): int(offset) for topic, partition, offset in entries}
-    except (IndexError, ValueError) as error:
+    except (IndexError, ValueError) as error:  # UnicodeDecodeError is a ValueError
         raise CorruptRecordError(f"checkpoint {path} is malformed: {error}") from None
     if version != CHECKPOINT_VERSION or count != len(offsets):
         raise CorruptRecordError(f"checkpoint {path} has version {version} and {count} entries; expected version 0")

@@ -1,0 +1,54 @@
+"""The storage library's own small decoders (producer snapshots, offset checkpoints) fed garbage."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mqbroker.storage import checkpoint
+from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.producers import ProducerStates
+from tests.unit.storage.logtools import make_batch, open_log
+
+
+@given(st.binary(max_size=300))
+def test_garbage_producer_snapshots_raise_only_the_corruption_error(data):
+    try:
+        ProducerStates.from_bytes(data)
+    except CorruptRecordError:
+        pass
+
+
+@given(st.binary(max_size=200))
+def test_garbage_checkpoints_raise_only_the_corruption_error(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("checkpoint") / "recovery-point-offset-checkpoint"
+    path.write_bytes(data)
+    try:
+        checkpoint.read_offsets(str(path))
+    except CorruptRecordError:
+        pass
+
+
+def test_checkpoints_round_trip(tmp_path):
+    offsets = {("orders", 0): 17, ("audit-log", 12): 0}
+    checkpoint.write_offsets(str(tmp_path / "c"), offsets)
+    assert checkpoint.read_offsets(str(tmp_path / "c")) == offsets
+    assert checkpoint.read_offsets(str(tmp_path / "missing")) == {}
+
+
+def test_a_damaged_producer_snapshot_falls_back_to_replaying_the_log(tmp_path):
+    log = open_log(tmp_path)
+    log.append(make_batch([b"a"], producer_id=5, producer_epoch=0, base_sequence=0), now_ms=0)
+    log.close()
+    snapshot = next(tmp_path.glob("*.snapshot"))
+    snapshot.write_bytes(snapshot.read_bytes()[:-3])
+    reopened = open_log(tmp_path, clean_shutdown=True)
+    retry = reopened.append(make_batch([b"a"], producer_id=5, producer_epoch=0, base_sequence=0), now_ms=0)
+    assert retry.duplicate
+
+
+def test_an_unreadable_checkpoint_names_the_file(tmp_path):
+    (tmp_path / "c").write_text("0\n2\norders 0 1\n")
+    with pytest.raises(CorruptRecordError, match="c"):
+        checkpoint.read_offsets(str(tmp_path / "c"))
