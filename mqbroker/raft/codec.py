@@ -230,7 +230,10 @@ def decode(data: bytes) -> Message:
     common = {"term": term, "from_id": from_id, "to_id": to_id}
     message: Message
     if tag == 1:
-        message = VoteRequest(**common, last_log_index=reader.u64(), last_log_term=reader.u64(), pre_vote=reader.boolean())
+        last_log_index, last_log_term = reader.u64(), reader.u64()
+        message = VoteRequest(
+            **common, last_log_index=last_log_index, last_log_term=last_log_term, pre_vote=reader.boolean()
+        )
     elif tag == 2:
         message = VoteResponse(**common, granted=reader.boolean(), pre_vote=reader.boolean())
     elif tag == 3:

@@ -169,7 +169,9 @@ class RaftCore:
         self._become_follower(self.term, NO_NODE)
 
     def __repr__(self) -> str:
-        return f"RaftCore(node={self.node_id}, {self.role.value}, term={self.term}, leader={self.leader_id}, {self.log})"
+        return (
+            f"RaftCore(node={self.node_id}, {self.role.value}, term={self.term}, leader={self.leader_id}, {self.log})"
+        )
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -472,20 +474,17 @@ class RaftCore:
         )
         if can_vote and self.log.is_up_to_date(message.last_log_index, message.last_log_term):
             # The reply carries the request's term: a granted pre-vote must not look stale.
-            self._send(
-                VoteResponse(
-                    term=message.term, from_id=self.node_id, to_id=message.from_id, granted=True, pre_vote=message.pre_vote
-                )
-            )
+            self._reply_vote(message, term=message.term, granted=True)
             if not message.pre_vote:
                 self._election_elapsed = 0
                 self.vote = message.from_id
         else:
-            self._send(
-                VoteResponse(
-                    term=self.term, from_id=self.node_id, to_id=message.from_id, granted=False, pre_vote=message.pre_vote
-                )
-            )
+            self._reply_vote(message, term=self.term, granted=False)
+
+    def _reply_vote(self, request: VoteRequest, *, term: int, granted: bool) -> None:
+        self._send(
+            VoteResponse(term=term, from_id=self.node_id, to_id=request.from_id, granted=granted, pre_vote=request.pre_vote)
+        )
 
     # ---- peer messages ---------------------------------------------------------------------
 
@@ -531,9 +530,7 @@ class RaftCore:
             # the new term otherwise: answer so that it steps down.
             self._send(AppendEntriesResponse(term=self.term, from_id=self.node_id, to_id=message.from_id, index=0))
         elif isinstance(message, VoteRequest) and message.pre_vote:
-            self._send(
-                VoteResponse(term=self.term, from_id=self.node_id, to_id=message.from_id, granted=False, pre_vote=True)
-            )
+            self._reply_vote(message, term=self.term, granted=False)
 
     def _step_follower(self, message: Message) -> None:
         if isinstance(message, (AppendEntries, Heartbeat, InstallSnapshot)):

@@ -66,7 +66,9 @@ def _read_checked(path: str) -> bytes | None:
 class FileRaftStorage:
     """Raft state in one directory; open it with ``FileRaftStorage.open``."""
 
-    def __init__(self, directory: str, hard_state: HardState, snapshot: Snapshot, entries: list[Entry], offsets: list[int]) -> None:
+    def __init__(
+        self, directory: str, hard_state: HardState, snapshot: Snapshot, entries: list[Entry], offsets: list[int]
+    ) -> None:
         """Use ``open`` instead: this takes the recovered state."""
         self.directory = directory
         self._hard_state = hard_state

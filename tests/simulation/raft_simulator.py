@@ -3,8 +3,8 @@
 One seed fixes everything: the schedule of ticks, deliveries, proposals, crashes, partitions,
 compactions, reads and membership changes, the network's loss, duplication and reordering,
 and each node's election jitter. A crash throws the ``RaftCore`` away; the restart rebuilds
-it from its ``MemoryRaftStorage``, which holds exactly what the ``Ready`` values told the
-node to persist (a crash may also fall between persisting a ``Ready`` and sending its
+it from its storage (a ``MemoryRaftStorage``, or a ``FileRaftStorage`` reopened from its
+directory), which holds exactly what the ``Ready`` values told the node to persist (a crash may also fall between persisting a ``Ready`` and sending its
 messages). After every step the checker asserts election safety, log matching, leader
 completeness, state-machine safety and read linearizability; ``check_liveness`` then heals
 everything and demands a leader that commits a new proposal on every member.
@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
+from collections.abc import Callable
 
 from mqbroker.raft.core import RaftCore, RaftSettings, Ready
 from mqbroker.raft.errors import ConfigurationChangeRefusedError, ProposalDroppedError
 from mqbroker.raft.log import RaftLog
+from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import (
     Configuration,
@@ -35,7 +37,7 @@ class SimulatedNode:
     """A node: durable storage always, a core and an applied state only while it is up."""
 
     settings: RaftSettings
-    storage: MemoryRaftStorage
+    storage: IRaftStorage
     core: RaftCore | None = None
     applied_index: int = 0
     applied_digest: str = ""
@@ -52,11 +54,28 @@ class Faults:
     partition: float
 
 
+#: Opens a node's storage: (node id, bootstrap configuration, the storage before a crash or None).
+StorageOpener = Callable[[int, Configuration, "IRaftStorage | None"], IRaftStorage]
+
+
+def memory_storage(node_id: int, configuration: Configuration, previous: IRaftStorage | None) -> IRaftStorage:
+    """Storage that survives a crash as the very same object."""
+    return previous if previous is not None else MemoryRaftStorage(configuration)
+
+
 class Simulation:
     """One seeded schedule over ``node_count`` nodes (the first three are the initial voters)."""
 
-    def __init__(self, seed: int, *, node_count: int = 5, membership_changes: bool = True) -> None:
+    def __init__(
+        self,
+        seed: int,
+        *,
+        node_count: int = 5,
+        membership_changes: bool = True,
+        open_storage: StorageOpener = memory_storage,
+    ) -> None:
         self.seed = seed
+        self.open_storage = open_storage
         self.random = random.Random(seed)
         pre_vote = self.random.random() < 0.8
         check_quorum = self.random.random() < 0.8
@@ -76,7 +95,7 @@ class Simulation:
                 snapshot_retry_heartbeats=6,
             )
             configuration = Configuration(voters=voters) if node_id in voters else Configuration()
-            node = SimulatedNode(settings=settings, storage=MemoryRaftStorage(configuration))
+            node = SimulatedNode(settings=settings, storage=open_storage(node_id, configuration, None))
             self.nodes[node_id] = node
             self._start(node)
         self.faults = Faults(
@@ -113,8 +132,10 @@ class Simulation:
         self.trace.append(f"crash {node_id}")
 
     def restart(self, node_id: int) -> None:
-        """Rebuild the core from storage."""
-        self._start(self.nodes[node_id])
+        """Rebuild the core from storage (reopened, for storage on files)."""
+        node = self.nodes[node_id]
+        node.storage = self.open_storage(node_id, Configuration(), node.storage)
+        self._start(node)
         self.trace.append(f"restart {node_id}")
 
     # ---- the network -------------------------------------------------------------------------
@@ -347,9 +368,11 @@ class Simulation:
         raise AssertionError(f"no progress after healing: {[self.nodes[n].core for n in self.nodes]}")
 
 
-def run_schedule(seed: int, steps: int, *, node_count: int = 5) -> Simulation:
+def run_schedule(
+    seed: int, steps: int, *, node_count: int = 5, open_storage: StorageOpener = memory_storage
+) -> Simulation:
     """Run one seeded schedule and its liveness check; raise AssertionError naming the seed on failure."""
-    simulation = Simulation(seed, node_count=node_count)
+    simulation = Simulation(seed, node_count=node_count, open_storage=open_storage)
     try:
         for _ in range(steps):
             simulation.step()

@@ -6,9 +6,13 @@ A failure names its seed; ``MQBROKER_RAFT_SEED=<seed> pytest tests/simulation`` 
 from __future__ import annotations
 
 import os
+import pathlib
 
 import pytest
 
+from mqbroker.raft.log import IRaftStorage
+from mqbroker.raft.messages import Configuration, Snapshot, SnapshotMetadata
+from mqbroker.raft.storage import FileRaftStorage
 from tests.simulation.raft_simulator import run_schedule
 
 SCHEDULES = 2000
@@ -34,6 +38,19 @@ def test_three_node_cluster_without_spare_nodes_recovers() -> None:
     """The smallest interesting cluster, where every crash costs the quorum's slack."""
     for seed in _seeds(200):
         run_schedule(seed, SCHEDULE_STEPS, node_count=3)
+
+
+def test_schedules_on_file_storage_recover_from_disk(tmp_path: pathlib.Path) -> None:
+    """Every restart reopens the node's directory: recovery from the files keeps every invariant."""
+
+    def open_storage(node_id: int, configuration: Configuration, previous: IRaftStorage | None) -> IRaftStorage:
+        if isinstance(previous, FileRaftStorage):
+            previous.close()
+        bootstrap = Snapshot(metadata=SnapshotMetadata(configuration=configuration))
+        return FileRaftStorage.open(str(tmp_path / f"seed-{seed}" / f"node-{node_id}"), bootstrap=bootstrap)
+
+    for seed in _seeds(20):
+        run_schedule(seed, SCHEDULE_STEPS, open_storage=open_storage)
 
 
 @pytest.mark.slow
