@@ -144,3 +144,50 @@ class Client:
         """Lose the connection without DISCONNECT (an abnormal close)."""
         self.paho.loop_stop()
         self.paho.socket().close()
+
+
+class RawClient:
+    """A socket speaking MQTT through mqbroker's own codec: for flows no library lets a test stop halfway."""
+
+    def __init__(self, broker: MqttBroker, level: int = 5) -> None:
+        import socket
+
+        from mqbroker.protocols.mqtt.codec import PacketDecoder
+
+        self.level = level
+        self.socket = socket.create_connection(("127.0.0.1", broker.mqtt_port), timeout=10)
+        self.decoder = PacketDecoder(packet_bytes_max=16 * 1024 * 1024, protocol_level=level)
+        self.packets: list[Any] = []
+
+    def send(self, packet: Any) -> None:
+        """Encode and send one packet."""
+        from mqbroker.protocols.mqtt.codec import encode
+
+        self.socket.sendall(encode(packet, self.level))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Send raw bytes (malformed input)."""
+        self.socket.sendall(data)
+
+    def receive(self, timeout_s: float = 10.0) -> Any:
+        """The next packet from the broker, or None if the connection closed."""
+        self.socket.settimeout(timeout_s)
+        while not self.packets:
+            data = self.socket.recv(65536)
+            if not data:
+                return None
+            self.packets.extend(self.decoder.receive_data(data))
+        return self.packets.pop(0)
+
+    def closed_within(self, timeout_s: float) -> bool:
+        """Whether the broker closes the connection within ``timeout_s`` (packets before it are skipped)."""
+        try:
+            while self.receive(timeout_s) is not None:
+                pass
+        except (TimeoutError, OSError):
+            return False
+        return True
+
+    def close(self) -> None:
+        """Drop the connection (no DISCONNECT)."""
+        self.socket.close()
