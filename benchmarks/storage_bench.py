@@ -199,7 +199,6 @@ def main() -> None:
         results: dict[str, float] = {}
         mib = volume / MIB
         os.sync()
-        progress(f"[1/6] yardstick: plain write, fsync and read of {options.volume_mib} MiB, 1 MiB buffer")
         yardstick_path = os.path.join(root, "yardstick")
         yardstick_write(yardstick_path, volume)  # warm-up: the first writes of a run pay for fresh page-cache pages
         os.sync()
