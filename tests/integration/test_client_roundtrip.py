@@ -1,0 +1,75 @@
+"""The Python client against a real broker: round trips per acks level, ordering, seek/position."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mqbroker.client import Admin, Consumer, Message, Producer
+from tests.integration.brokerprocess import BrokerProcess
+
+
+def _consume(broker: BrokerProcess, topic: str, expected: int, timeout_s: float = 20.0) -> list[Message]:
+    messages: list[Message] = []
+    with Consumer(broker.bootstrap, topics=[topic], auto_offset_reset="earliest") as consumer:
+        for _ in range(int(timeout_s / 0.5)):
+            messages += consumer.poll(timeout=0.5)
+            if len(messages) >= expected:
+                break
+    return messages
+
+
+@pytest.mark.parametrize("acks", [0, 1, "all"])
+def test_records_round_trip_for_every_acks_level(broker: BrokerProcess, acks: int | str) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["events"], partitions=1)
+    with Producer(broker.bootstrap, acks=acks) as producer:
+        futures = [
+            producer.send("events", value=b"value-%d" % number, key=b"key", headers=[("n", b"%d" % number)])
+            for number in range(200)
+        ]
+        producer.flush()
+        offsets = [future.result(10).offset for future in futures]
+    assert offsets == ([-1] * 200 if acks == 0 else list(range(200)))
+    messages = _consume(broker, "events", 200)
+    assert [message.value for message in messages] == [b"value-%d" % number for number in range(200)]
+    assert messages[7].headers == (("n", b"7"),) and messages[7].key == b"key"
+
+
+def test_order_holds_per_partition_under_concurrent_producers(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["orders"], partitions=3)
+
+    def produce(name: bytes) -> None:
+        with Producer(broker.bootstrap, acks="all", linger_ms=1) as producer:
+            for number in range(300):
+                producer.send("orders", value=b"%d" % number, key=name)
+
+    threads = [threading.Thread(target=produce, args=(b"producer-%d" % index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    messages = _consume(broker, "orders", 900)
+    assert len(messages) == 900
+    per_key: dict[bytes | None, list[int]] = {}
+    for message in messages:
+        per_key.setdefault(message.key, []).append(int(message.value or b"-1"))
+    assert all(values == list(range(300)) for values in per_key.values())
+
+
+def test_seek_and_position_move_the_read_point(broker: BrokerProcess) -> None:
+    with Producer(broker.bootstrap) as producer:
+        for number in range(50):
+            producer.send("log", value=b"%d" % number, partition=0)
+    with Consumer(broker.bootstrap, auto_offset_reset="latest") as consumer:
+        consumer.assign([("log", 0)])
+        assert consumer.position(("log", 0)) == 50
+        consumer.seek(("log", 0), 45)
+        messages = consumer.poll(timeout=5)
+        assert [message.offset for message in messages] == [45, 46, 47, 48, 49]
+        consumer.seek_to_beginning()
+        assert consumer.position(("log", 0)) == 0
+        consumer.seek_to_timestamp(("log", 0), 0)
+        assert consumer.position(("log", 0)) == 0
