@@ -93,7 +93,7 @@ def test_exceeding_the_server_receive_maximum_gets_disconnect_0x93(mqtt_broker: 
     topic = unique("flood")
     from mqbroker.protocols.mqtt.codec import encode
 
-    flood = b"".join(encode(Publish(topic=topic, payload=b"x", qos=1, packet_id=n), 5) for n in range(1, 100))
+    flood = b"".join(encode(Publish(topic=topic, payload=b"x", qos=1, packet_id=n), 5) for n in range(1, 1200))
     raw.send_bytes(flood)
     packet = raw.receive()
     while isinstance(packet, PubAck):

@@ -51,6 +51,9 @@ from mqbroker.storage.records import BatchBuilder, Record
 #: A client that has not sent CONNECT by then is disconnected.
 CONNECT_TIMEOUT_S = 10.0
 _CONNECTED = ConnectionState.CONNECTED
+#: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
+#: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
+RECEIVE_MAXIMUM = 1000
 
 
 class MqttConnection:
@@ -85,6 +88,7 @@ class MqttConnection:
         """Bytes from the client."""
         self.hub.statistics["bytes/received"] += len(data)
         self._run(self.session.receive_data(data, self.hub.now_ms()))
+        self._apply_backpressure()
         self._resume_catch_up()
 
     def connection_lost(self, reason: Failure) -> None:
@@ -235,12 +239,23 @@ class MqttConnection:
     def _written(self, result: Any, tickets: list[int]) -> None:
         for ticket in tickets:
             self._run(self.session.log_write_completed(ticket, self.hub.now_ms()))
+        self._apply_backpressure()
+
+    def _apply_backpressure(self) -> None:
+        """Stop reading while a receive maximum of client messages is on its way to the log."""
+        if self._connection is None:
+            return
+        if self.session.log_writes_in_flight >= self.session.config.receive_maximum:
+            self._connection.pause_reading()
+        else:
+            self._connection.resume_reading()
 
     def _write_failed(self, failure: Failure, tickets: list[int]) -> None:
         self.log.warn("log write for {client_id} failed: {error}", client_id=self.client_id, error=failure.value)
         code = hub_module.reason_code_for(failure)
         for ticket in tickets:
             self._run(self.session.log_write_completed(ticket, self.hub.now_ms(), code))
+        self._apply_backpressure()
 
     # ------------------------------------------------------------------ opening and ending
 
@@ -399,7 +414,7 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
     hub = MqttHub(broker, reactor, TopicMapping())
-    config = SessionConfig()
+    config = SessionConfig(receive_maximum=RECEIVE_MAXIMUM, outbound_inflight_max_3_1_1=RECEIVE_MAXIMUM)
     counter = itertools.count(1)
     prefix = f"mqbroker-{context.config.node_id}-{int(reactor.seconds() * 1000):x}"
 

@@ -282,6 +282,11 @@ class MqttSession:
         return self._finish()
 
     @property
+    def log_writes_in_flight(self) -> int:
+        """Client QoS 1/2 messages on their way to the log (the adapter stops reading at the receive maximum)."""
+        return len(self._writes)
+
+    @property
     def accepting_deliveries(self) -> bool:
         """Whether ``deliver`` may be called with a QoS 1/2 message now."""
         return self.session is not None and self.session.has_room()
@@ -452,7 +457,11 @@ class MqttSession:
             return
         if publish.qos == 2 and (2, publish.packet_id) in self._writes.values():
             return  # a resend while the first copy is being written: its PUBREC follows
-        if publish.qos and len(self._writes) + len(self.session.received_qos2) >= self.config.receive_maximum:
+        if (
+            publish.qos
+            and self.protocol_level == PROTOCOL_LEVEL_5  # 3.1.1 has no receive maximum: the adapter pauses reading
+            and len(self._writes) + len(self.session.received_qos2) >= self.config.receive_maximum
+        ):
             raise MqttProtocolError(
                 ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                 f"more than the receive maximum of {self.config.receive_maximum} unacknowledged QoS 1/2 "

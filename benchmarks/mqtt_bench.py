@@ -1,0 +1,311 @@
+"""MQTT benchmark with paho-mqtt against mqbroker and a local Mosquitto, in the same run.
+
+Usage: ``python benchmarks/mqtt_bench.py [--messages 20000] [--connections 10000] [--json]``.
+Starts mqbroker (``twistd mqbroker`` on free ports, a temporary data directory) and Debian's
+``mosquitto`` (a temporary config on a free port), then measures for each, with 100-byte payloads:
+
+* publish throughput at QoS 0 and QoS 1 from one publisher (QoS 0 ends with a QoS 1 marker whose
+  PUBACK proves the broker took every message before it);
+* fan-out to 10 subscribers (deliveries/s until every subscriber has every message);
+* publish-to-delivery latency p50/p99 at QoS 1 with the publisher paced at 5,000 msg/s;
+* broker memory per idle connection: RSS delta (``/proc/<pid>/status``) over ``--connections``
+  raw CONNECTs (mqbroker only, and Mosquitto for comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import selectors
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+PAYLOAD_BYTES = 100
+FAN_OUT_SUBSCRIBERS = 10
+LATENCY_RATE_PER_S = 5_000
+LATENCY_SECONDS = 4.0
+INFLIGHT_MAX = 1_000
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Wait until ``port`` accepts connections (and the broker's MQTT front end answers CONNECT)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"broker exited with {process.returncode}")
+        try:
+            client = connected_client(port, "probe")
+            client.disconnect()
+            client.loop_stop()
+            return
+        except (OSError, TimeoutError):
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing answers MQTT on port {port}")
+
+
+@contextmanager
+def mqbroker_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
+    """A broker on free ports; yields (MQTT port, pid)."""
+    ports = {name: free_port() for name in ("native", "mqtt", "http")}
+    command = [
+        sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+        f"--logfile={work / 'mqbroker.log'}", "mqbroker", "--data-dir", str(work / "data"), "--host", "127.0.0.1",
+        "--native-port", str(ports["native"]), "--mqtt-port", str(ports["mqtt"]), "--http-port", str(ports["http"]),
+        "--amqp-port", "0", "--controller-port", "0",
+    ]
+    process = subprocess.Popen(command, cwd=work)
+    try:
+        wait_for_port(ports["mqtt"], process)
+        yield ports["mqtt"], process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def mosquitto_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
+    """Debian's mosquitto on a free port with a temporary config; yields (port, pid)."""
+    port = free_port()
+    config = work / "mosquitto.conf"
+    config.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 1000000\n"
+        "max_inflight_messages 1000\n"
+    )
+    process = subprocess.Popen(["mosquitto", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        yield port, process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def connected_client(port: int, client_id: str, on_message: Any = None) -> mqtt.Client:
+    """A paho 3.1.1 client, connected, with its network loop running."""
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311)
+    client.max_inflight_messages_set(INFLIGHT_MAX)
+    client.max_queued_messages_set(0)
+    connected = threading.Event()
+    client.on_connect = lambda *args: connected.set()
+    if on_message is not None:
+        client.on_message = on_message
+    client.connect("127.0.0.1", port, keepalive=60)
+    client.loop_start()
+    if not connected.wait(10):
+        client.loop_stop()
+        raise TimeoutError("no CONNACK")
+    return client
+
+
+def subscribe(client: mqtt.Client, topic: str, qos: int) -> None:
+    """Subscribe and wait for the SUBACK."""
+    done = threading.Event()
+    client.on_subscribe = lambda *args: done.set()
+    client.subscribe(topic, qos)
+    if not done.wait(10):
+        raise TimeoutError("no SUBACK")
+
+
+def publish_throughput(port: int, qos: int, count: int) -> dict[str, float]:
+    """Messages/s and MB/s publishing ``count`` messages from one client."""
+    publisher = connected_client(port, f"bench-pub-{qos}")
+    payload = b"p" * PAYLOAD_BYTES
+    topic = f"bench/throughput/{qos}"
+    started = time.perf_counter()
+    infos = [publisher.publish(topic, payload, qos=qos) for _ in range(count)]
+    marker = publisher.publish(topic, payload, qos=1)  # acknowledged after everything before it
+    marker.wait_for_publish(timeout=120)
+    for info in infos[-1:]:
+        info.wait_for_publish(timeout=120)
+    elapsed = time.perf_counter() - started
+    publisher.disconnect()
+    publisher.loop_stop()
+    rate = count / elapsed
+    return {"messages_per_s": rate, "mb_per_s": rate * PAYLOAD_BYTES / 1e6}
+
+
+def fan_out(port: int, count: int) -> dict[str, float]:
+    """Deliveries/s to ``FAN_OUT_SUBSCRIBERS`` subscribers of one topic, QoS 0."""
+    topic = "bench/fanout"
+    received = [0] * FAN_OUT_SUBSCRIBERS
+    all_done = threading.Event()
+
+    def counter(index: int) -> Any:
+        def on_message(client: Any, userdata: Any, message: Any) -> None:
+            received[index] += 1
+            if received[index] == count and all(n >= count for n in received):
+                all_done.set()
+        return on_message
+
+    subscribers = [connected_client(port, f"bench-fan-{i}", counter(i)) for i in range(FAN_OUT_SUBSCRIBERS)]
+    for subscriber in subscribers:
+        subscribe(subscriber, topic, 0)
+    publisher = connected_client(port, "bench-fan-pub")
+    payload = b"f" * PAYLOAD_BYTES
+    started = time.perf_counter()
+    for _ in range(count):
+        publisher.publish(topic, payload, qos=0)
+    all_done.wait(120)
+    elapsed = time.perf_counter() - started
+    for client in (*subscribers, publisher):
+        client.disconnect()
+        client.loop_stop()
+    deliveries = sum(received)
+    return {"deliveries_per_s": deliveries / elapsed, "delivered_fraction": deliveries / (count * FAN_OUT_SUBSCRIBERS)}
+
+
+def latency(port: int) -> dict[str, float]:
+    """Publish-to-delivery latency (ms) at QoS 1 with the publisher paced at ``LATENCY_RATE_PER_S``."""
+    topic = "bench/latency"
+    samples: list[float] = []
+    padding = b"l" * (PAYLOAD_BYTES - 8)
+
+    def on_message(client: Any, userdata: Any, message: Any) -> None:
+        (sent_ns,) = struct.unpack_from(">q", message.payload)
+        samples.append((time.perf_counter_ns() - sent_ns) / 1e6)
+
+    subscriber = connected_client(port, "bench-lat-sub", on_message)
+    subscribe(subscriber, topic, 1)
+    publisher = connected_client(port, "bench-lat-pub")
+    total = int(LATENCY_RATE_PER_S * LATENCY_SECONDS)
+    interval_s = 1.0 / LATENCY_RATE_PER_S
+    started = time.perf_counter()
+    for number in range(total):
+        due = started + number * interval_s
+        while time.perf_counter() < due:
+            pass
+        publisher.publish(topic, struct.pack(">q", time.perf_counter_ns()) + padding, qos=1)
+    deadline = time.monotonic() + 10
+    while len(samples) < total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for client in (subscriber, publisher):
+        client.disconnect()
+        client.loop_stop()
+    ordered = sorted(samples)
+    return {
+        "p50_ms": statistics.median(ordered),
+        "p99_ms": ordered[int(len(ordered) * 0.99) - 1],
+        "received_fraction": len(samples) / total,
+    }
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def idle_connection_memory(port: int, pid: int, count: int) -> dict[str, float]:
+    """RSS delta per idle connection over ``count`` raw CONNECTs (keep-alive 0, CONNACK awaited)."""
+    before = rss_kib(pid)
+    selector = selectors.DefaultSelector()
+    sockets = []
+    answered = 0
+    for number in range(count):
+        client_id = f"idle-{number}".encode()
+        body = b"\x00\x04MQTT\x04\x02\x00\x00" + struct.pack(">H", len(client_id)) + client_id
+        connection = socket.create_connection(("127.0.0.1", port))
+        connection.sendall(bytes([0x10, len(body)]) + body)
+        connection.setblocking(False)
+        selector.register(connection, selectors.EVENT_READ)
+        sockets.append(connection)
+        while selector.select(0):  # drain CONNACKs as they come so no buffer fills
+            for key, _ in selector.select(0):
+                if key.fileobj.recv(4):
+                    answered += 1
+                selector.unregister(key.fileobj)
+    deadline = time.monotonic() + 60
+    while answered < count and time.monotonic() < deadline:
+        for key, _ in selector.select(1):
+            if key.fileobj.recv(4):
+                answered += 1
+            selector.unregister(key.fileobj)
+    time.sleep(1.0)
+    after = rss_kib(pid)
+    for connection in sockets:
+        connection.close()
+    return {"connections": answered, "kib_per_connection": (after - before) / max(answered, 1)}
+
+
+def measure(name: str, port: int, pid: int, arguments: argparse.Namespace) -> dict[str, Any]:
+    """Every figure for one broker."""
+    print(f"-- {name}", file=sys.stderr)
+    return {
+        "publish_qos0": publish_throughput(port, 0, arguments.messages),
+        "publish_qos1": publish_throughput(port, 1, arguments.messages),
+        "fan_out_qos0": fan_out(port, arguments.messages // FAN_OUT_SUBSCRIBERS),
+        "latency_qos1": latency(port),
+        "idle_connection": idle_connection_memory(port, pid, arguments.connections),
+    }
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    """Print both brokers' figures side by side with mqbroker / mosquitto."""
+    ours, theirs = results["mqbroker"], results["mosquitto"]
+    rows = [
+        ("publish QoS 0 msg/s", ours["publish_qos0"]["messages_per_s"], theirs["publish_qos0"]["messages_per_s"]),
+        ("publish QoS 0 MB/s", ours["publish_qos0"]["mb_per_s"], theirs["publish_qos0"]["mb_per_s"]),
+        ("publish QoS 1 msg/s", ours["publish_qos1"]["messages_per_s"], theirs["publish_qos1"]["messages_per_s"]),
+        ("publish QoS 1 MB/s", ours["publish_qos1"]["mb_per_s"], theirs["publish_qos1"]["mb_per_s"]),
+        ("fan-out x10 deliveries/s", ours["fan_out_qos0"]["deliveries_per_s"], theirs["fan_out_qos0"]["deliveries_per_s"]),
+        ("latency QoS 1 p50 ms", ours["latency_qos1"]["p50_ms"], theirs["latency_qos1"]["p50_ms"]),
+        ("latency QoS 1 p99 ms", ours["latency_qos1"]["p99_ms"], theirs["latency_qos1"]["p99_ms"]),
+        ("KiB per idle connection", ours["idle_connection"]["kib_per_connection"],
+         theirs["idle_connection"]["kib_per_connection"]),
+    ]
+    print(f"{'':28}{'mqbroker':>14}{'mosquitto':>14}{'ratio':>9}")
+    for label, mine, reference in rows:
+        ratio = mine / reference if reference else float("nan")
+        print(f"{label:28}{mine:14.2f}{reference:14.2f}{ratio:9.2f}")
+
+
+def main() -> None:
+    """Run every measurement against both brokers."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--connections", type=int, default=10_000)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    arguments = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    arguments.connections = min(arguments.connections, hard - 200)
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as directory:
+        work = pathlib.Path(directory)
+        with mqbroker_process(work) as (port, pid):
+            results["mqbroker"] = measure("mqbroker", port, pid, arguments)
+        with mosquitto_process(work) as (port, pid):
+            results["mosquitto"] = measure("mosquitto", port, pid, arguments)
+    if arguments.json:
+        print(json.dumps(results, indent=2))
+    else:
+        report(results)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
