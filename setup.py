@@ -12,6 +12,7 @@ RUNTIME_REQUIREMENTS = [
     "zstandard>=0.22",
     "lz4>=4.3",
     "cramjam>=2.8",
+    "rich>=13",
     "prometheus_client>=0.20",
 ]
 

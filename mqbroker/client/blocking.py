@@ -557,7 +557,7 @@ class Consumer:
         messages: list[Message] = []
         for plan, connection, correlation_id in sent:
             try:
-                response = _await(connection, correlation_id, self._cluster.timeout_s)
+                response = connection.await_response(correlation_id, self._cluster.timeout_s)
             except BrokerError:
                 self._cluster.drop(plan.node_id)
                 self._core.fetch_failed(plan)
@@ -577,18 +577,6 @@ class Consumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _await(connection: BlockingConnection, correlation_id: int, timeout_s: float) -> object:
-    """Wait for the response to ``correlation_id`` on a connection used by one thread."""
-    connection.socket.settimeout(timeout_s)
-    while True:
-        responses = connection.receive()
-        if not responses:
-            raise RequestTimedOutError(f"no answer from {connection.address} within {timeout_s}s")
-        for event in responses:
-            if event.correlation_id == correlation_id:
-                return raise_for_error_response(event.response)
 
 
 class _AdminCalls:

@@ -7,6 +7,7 @@ correlation id, ``receive`` reads what has arrived and returns the responses it 
 from __future__ import annotations
 
 import socket
+import time
 
 from mqbroker.errors import BrokerError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.codec import ErrorResponse
@@ -75,13 +76,21 @@ class BlockingConnection:
 
     def request(self, request: object, timeout_s: float) -> object:
         """Send ``request`` and wait for its response (nothing else may be in flight)."""
-        correlation_id = self.send(request)
-        self.socket.settimeout(timeout_s)
+        return self.await_response(self.send(request), timeout_s)
+
+    def await_response(self, correlation_id: int, timeout_s: float) -> object:
+        """Block until the response to ``correlation_id`` arrives; a large one may take many reads.
+
+        Raises ``RequestTimedOutError`` when ``timeout_s`` passes first. Responses to other
+        requests that complete meanwhile are dropped: use this only when nothing else is in flight.
+        """
+        deadline = time.monotonic() + timeout_s
         while True:
-            responses = self.receive()
-            if not responses:
-                raise RequestTimedOutError(f"{type(request).__name__} to {self.address} got no answer in {timeout_s}s")
-            for event in responses:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
+            self.socket.settimeout(remaining_s)
+            for event in self.receive():
                 if event.correlation_id == correlation_id:
                     return raise_for_error_response(event.response)
 

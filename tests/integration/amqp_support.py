@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import sys
 from collections.abc import Iterator
 
 import pika
@@ -13,12 +12,7 @@ from tests.integration.brokerprocess import BrokerProcess
 
 
 class AmqpBroker(BrokerProcess):
-    """A ``BrokerProcess`` started through ``twistd``'s ``run()`` (``-m twisted.scripts.twistd`` has no main)."""
-
-    def command(self) -> list[str]:
-        command = super().command()
-        assert command[1:3] == ["-m", "twisted.scripts.twistd"], command
-        return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", *command[3:]]
+    """A ``BrokerProcess`` with pika connection helpers for its AMQP listener."""
 
     def parameters(self, **options: object) -> pika.ConnectionParameters:
         """pika connection parameters for this broker's AMQP listener."""

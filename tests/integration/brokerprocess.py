@@ -13,6 +13,8 @@ import urllib.request
 from dataclasses import dataclass, field
 
 LISTENERS = ("native", "mqtt", "amqp", "http")
+#: twistd run by this interpreter (``python -m twisted.scripts.twistd`` has no ``__main__`` and exits at once).
+TWISTD = (sys.executable, "-c", "from twisted.scripts.twistd import run; run()")
 
 
 def free_port() -> int:
@@ -45,7 +47,7 @@ class BrokerProcess:
     def command(self) -> list[str]:
         """The command line that runs this broker."""
         return [
-            sys.executable, "-m", "twisted.scripts.twistd", "-n", "--pidfile=", "--logfile=-", "mqbroker",
+            *TWISTD, "-n", "--pidfile=", "--logfile=-", "mqbroker",
             "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
             "--native-port", str(self.ports["native"]), "--mqtt-port", str(self.ports["mqtt"]),
             "--amqp-port", str(self.ports["amqp"]), "--http-port", str(self.ports["http"]),

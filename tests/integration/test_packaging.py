@@ -2,7 +2,8 @@
 
 import os
 import subprocess
-import sys
+
+from tests.integration.brokerprocess import TWISTD
 
 
 def _run_outside_repository(tmp_path, *command: str) -> subprocess.CompletedProcess[str]:
@@ -11,13 +12,13 @@ def _run_outside_repository(tmp_path, *command: str) -> subprocess.CompletedProc
 
 
 def test_twistd_help_lists_the_mqbroker_plugin(tmp_path) -> None:
-    result = _run_outside_repository(tmp_path, sys.executable, "-m", "twisted.scripts.twistd", "--help")
+    result = _run_outside_repository(tmp_path, *TWISTD, "--help")
     assert result.returncode == 0, result.stderr
     assert "mqbroker" in result.stdout
 
 
 def test_twistd_mqbroker_help_lists_the_broker_options(tmp_path) -> None:
-    result = _run_outside_repository(tmp_path, sys.executable, "-m", "twisted.scripts.twistd", "mqbroker", "--help")
+    result = _run_outside_repository(tmp_path, *TWISTD, "mqbroker", "--help")
     assert result.returncode == 0, result.stderr
     for option in ("--data-dir", "--native-port", "--controller-quorum", "--set"):
         assert option in result.stdout

@@ -1,0 +1,250 @@
+"""``mqbroker bench produce|consume|e2e``: throughput and latency against a running broker.
+
+Progress is shown on stderr while a benchmark runs; the summary is a table on stdout, or one
+JSON object with ``--json``. Latencies: ``produce`` samples the acknowledgement time of one
+record in every ``SAMPLE_EVERY``; ``e2e`` measures every message from send to receipt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from mqbroker.cli.common import add_client_options, reporting_errors
+
+SAMPLE_EVERY = 997
+_SEND_TIME = struct.Struct(">q")
+
+
+@dataclass
+class BenchResult:
+    """What a benchmark measured."""
+
+    mode: str
+    messages: int
+    message_bytes: int
+    seconds: float
+    messages_per_s: float
+    mb_per_s: float
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def percentiles_ms(samples_s: Sequence[float]) -> dict[str, float]:
+    """p50, p90, p99, p99.9 and max of latency samples (seconds in, milliseconds out)."""
+    if not samples_s:
+        return {}
+    ordered = sorted(samples_s)
+
+    def at(fraction: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000, 3)
+
+    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999), "max": round(ordered[-1] * 1000, 3)}
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``bench`` and its three modes."""
+    bench = commands.add_parser("bench", help="measure throughput and latency against a running broker",
+                                description="Benchmark a running broker with one client process.")
+    modes = bench.add_subparsers(dest="mode", metavar="MODE", required=True)
+    for mode, help_text in (("produce", "producer throughput and acknowledgement latency"),
+                            ("consume", "consumer throughput (fills the topic first if needed)"),
+                            ("e2e", "end-to-end latency at a fixed rate")):
+        parser = modes.add_parser(mode, help=help_text, description=help_text.capitalize() + ".")
+        add_client_options(parser)
+        parser.add_argument("--topic", help="topic to use [default: a new topic per run]")
+        parser.add_argument("--messages", type=int, default=1_000_000 if mode != "e2e" else 50_000)
+        parser.add_argument("--size", type=int, default=100, help="message value bytes [default: 100]")
+        parser.add_argument("--partitions", type=int, default=1, help="partitions of a new topic [default: 1]")
+        parser.add_argument("--acks", default="1" if mode != "e2e" else "all", choices=["0", "1", "all"])
+        parser.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+        parser.add_argument("--batch-size", type=int, default=1_000_000, help="producer batch bytes [default: 1000000]")
+        parser.add_argument("--linger-ms", type=int, default=5 if mode != "e2e" else 0)
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        if mode == "e2e":
+            parser.add_argument("--rate", type=int, default=5000, help="messages per second [default: 5000]")
+        parser.set_defaults(run=reporting_errors(_run))
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    from mqbroker.client import Admin
+
+    topic = arguments.topic or f"bench-{arguments.mode}-{os.getpid()}-{int(time.time())}"
+    with Admin(arguments.bootstrap) as admin:
+        if topic not in admin.list_topics():
+            admin.create_topics([topic], arguments.partitions)
+    runner: Callable[[argparse.Namespace, str, Progress], BenchResult] = {
+        "produce": _bench_produce, "consume": _bench_consume, "e2e": _bench_e2e,
+    }[arguments.mode]
+    with _progress(arguments.json) as progress:
+        result = runner(arguments, topic, progress)
+    result.settings.update(topic=topic, acks=arguments.acks, size=arguments.size, compression=arguments.compression,
+                           batch_size=arguments.batch_size, linger_ms=arguments.linger_ms)
+    if arguments.json:
+        print(json.dumps(asdict(result)))
+    else:
+        _print_table(result)
+    return 0
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(), console=Console(stderr=True), disable=quiet or not sys.stderr.isatty(),
+        transient=True,
+    )
+
+
+def _producer(arguments: argparse.Namespace) -> Any:
+    from mqbroker.client import Producer
+
+    return Producer(arguments.bootstrap, acks=arguments.acks, linger_ms=arguments.linger_ms,
+                    batch_size=arguments.batch_size, compression=arguments.compression)
+
+
+def _produce_messages(arguments: argparse.Namespace, topic: str, count: int, progress: Progress,
+                      label: str) -> tuple[float, list[float]]:
+    """Send ``count`` messages as fast as the producer takes them; return (seconds, sampled ack latencies)."""
+    producer = _producer(arguments)
+    value = os.urandom(arguments.size)
+    samples: list[float] = []
+    pending: queue.SimpleQueue[tuple[float, Any] | None] = queue.SimpleQueue()
+
+    def await_samples() -> None:
+        while (item := pending.get()) is not None:
+            sent_at, future = item
+            future.result()
+            samples.append(time.perf_counter() - sent_at)
+
+    sampler = threading.Thread(target=await_samples, name="bench-ack-sampler", daemon=True)
+    sampler.start()
+    task = progress.add_task(label, total=count, rate="")
+    send = producer.send
+    started = time.perf_counter()
+    try:
+        for index in range(count):
+            future = send(topic, value)
+            if index % SAMPLE_EVERY == 0:
+                pending.put((time.perf_counter(), future))
+                progress.update(task, completed=index, rate=_rate(index, started))
+        producer.flush()
+        elapsed = time.perf_counter() - started
+    finally:
+        pending.put(None)
+        sampler.join()
+        producer.close()
+    progress.update(task, completed=count)
+    return elapsed, samples
+
+
+def _rate(count: int, started: float) -> str:
+    elapsed = time.perf_counter() - started
+    return f"{count / elapsed:,.0f} msg/s" if elapsed > 0 else ""
+
+
+def _bench_produce(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
+    seconds, samples = _produce_messages(arguments, topic, arguments.messages, progress, "producing")
+    return _result("produce", arguments, arguments.messages, seconds, samples)
+
+
+def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
+    from mqbroker.client import Admin, Consumer
+
+    with Admin(arguments.bootstrap) as admin:
+        partitions = admin.describe_topics([topic])[topic]
+        stored = sum(admin.list_offset(topic, p, -1) - admin.list_offset(topic, p, -2) for p in range(partitions))
+    if stored < arguments.messages:
+        _produce_messages(arguments, topic, arguments.messages - stored, progress, "filling the topic")
+    consumer = Consumer(arguments.bootstrap, topics=[topic], auto_offset_reset="earliest")
+    task = progress.add_task("consuming", total=arguments.messages, rate="")
+    received = 0
+    poll_latencies: list[float] = []
+    started = time.perf_counter()
+    try:
+        while received < arguments.messages:
+            polled_at = time.perf_counter()
+            messages = consumer.poll(timeout=1.0)
+            poll_latencies.append(time.perf_counter() - polled_at)
+            received += len(messages)
+            progress.update(task, completed=received, rate=_rate(received, started))
+        elapsed = time.perf_counter() - started
+    finally:
+        consumer.close()
+    return _result("consume", arguments, received, elapsed, poll_latencies)
+
+
+def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
+    from mqbroker.client import Consumer
+
+    consumer = Consumer(arguments.bootstrap, topics=[topic], auto_offset_reset="latest", fetch_max_wait_ms=100)
+    consumer.poll(timeout=0.2)  # resolve the starting position before the first send
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def receive() -> None:
+        while len(latencies) < arguments.messages and not done.is_set():
+            for message in consumer.poll(timeout=0.5):
+                now_ns = time.perf_counter_ns()
+                latencies.append((now_ns - _SEND_TIME.unpack_from(message.value)[0]) / 1e9)
+
+    receiver = threading.Thread(target=receive, name="bench-e2e-receiver", daemon=True)
+    receiver.start()
+    producer = _producer(arguments)
+    padding = os.urandom(max(0, arguments.size - _SEND_TIME.size))
+    interval_s = 1.0 / arguments.rate
+    task = progress.add_task("end to end", total=arguments.messages, rate="")
+    started = time.perf_counter()
+    try:
+        for index in range(arguments.messages):
+            due = started + index * interval_s
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding)
+            if index % 500 == 0:
+                progress.update(task, completed=len(latencies), rate=_rate(index, started))
+        producer.flush()
+        receiver.join(timeout=30)
+        elapsed = time.perf_counter() - started
+    finally:
+        done.set()
+        producer.close()
+        receiver.join(timeout=5)
+        consumer.close()
+    return _result("e2e", arguments, len(latencies), elapsed, latencies)
+
+
+def _result(mode: str, arguments: argparse.Namespace, count: int, seconds: float, latencies: list[float]) -> BenchResult:
+    return BenchResult(
+        mode=mode, messages=count, message_bytes=arguments.size, seconds=round(seconds, 3),
+        messages_per_s=round(count / seconds, 1), mb_per_s=round(count * arguments.size / seconds / 1e6, 2),
+        latency_ms=percentiles_ms(latencies),
+    )
+
+
+def _print_table(result: BenchResult) -> None:
+    latency_kind = {"produce": "ack latency (sampled)", "consume": "poll call", "e2e": "send → receive"}[result.mode]
+    table = Table(title=f"mqbroker bench {result.mode}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("messages", f"{result.messages:,}")
+    table.add_row("message bytes", str(result.message_bytes))
+    table.add_row("seconds", f"{result.seconds:.2f}")
+    table.add_row("messages/s", f"{result.messages_per_s:,.0f}")
+    table.add_row("MB/s", f"{result.mb_per_s:.1f}")
+    for name, value in result.latency_ms.items():
+        table.add_row(f"{latency_kind} {name}", f"{value:.3f} ms")
+    Console().print(table)
