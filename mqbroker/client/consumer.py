@@ -16,6 +16,7 @@ stays as it is.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -263,25 +264,16 @@ def decode_messages(
     """
     view = memoryview(data)
     next_offset = start_offset
-    append = into.append
+    make_message = functools.partial(Message, topic, partition)
     try:
         for position, header in records.iter_batches(view[: _whole_batches_bytes(view)], check=False):
             next_offset = max(next_offset, header.next_offset)
             if header.is_control:
                 continue
-            for record in records.decode_records(view[position : position + header.size_bytes]):
-                if record.offset >= start_offset:
-                    append(
-                        Message(
-                            topic,
-                            partition,
-                            record.offset,
-                            record.key,
-                            record.value,
-                            record.headers,
-                            record.timestamp_ms,
-                        )
-                    )
+            messages = records.decode_records_as(view[position : position + header.size_bytes], make_message)
+            if header.base_offset < start_offset:  # the fetch began inside this batch
+                messages = [message for message in messages if message.offset >= start_offset]
+            into += messages
     except CorruptRecordError as error:
         raise CorruptMessageError(f"fetched data for {topic}-{partition} is corrupt: {error}") from error
     return next_offset

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import crc32c
 
@@ -208,6 +209,7 @@ class ControlType(enum.IntEnum):
 
 
 RecordHeader = tuple[str, bytes | None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -481,43 +483,88 @@ def decode_records(
     Any malformed input (bad header, CRC, compression, varint, length, count or trailing
     bytes) raises ``CorruptRecordError``; decompression stops at ``decompressed_bytes_max``.
     """
+    return decode_records_as(batch, _make_record, decompressed_bytes_max=decompressed_bytes_max)
+
+
+def _make_record(
+    offset: int, key: bytes | None, value: bytes | None, headers: tuple[RecordHeader, ...], timestamp_ms: int
+) -> Record:
+    return Record(offset=offset, timestamp_ms=timestamp_ms, key=key, value=value, headers=headers)
+
+
+def decode_records_as(
+    batch: bytes | bytearray | memoryview,
+    make: Callable[[int, bytes | None, bytes | None, tuple[RecordHeader, ...], int], T],
+    *,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX,
+) -> list[T]:
+    """``decode_records``, building each record with ``make(offset, key, value, headers, timestamp_ms)``.
+
+    For callers that want their own value per record (a consumer's message tuple) without
+    building a ``Record`` first: on a consumer's hot path that halves the work per record.
+    """
     header = read_header(batch)
     if header.size_bytes != len(batch):
         raise CorruptRecordError(f"{len(batch) - header.size_bytes} bytes follow the batch; pass exactly one batch")
     check_crc(batch, 0, header)
     section = decompress(header.compression, bytes(memoryview(batch)[HEADER_BYTES:]), decompressed_bytes_max)
-    return _decode_section(section, header)
+    return _decode_section(section, header, make)
 
 
-def _decode_section(data: bytes, header: BatchHeader) -> list[Record]:
+def _decode_section(
+    data: bytes, header: BatchHeader, make: Callable[[int, bytes | None, bytes | None, tuple[RecordHeader, ...], int], T]
+) -> list[T]:
+    # The consumer's hot loop. Varints of one byte (and lengths of two) are decoded inline:
+    # they are nearly every varint in practice, and a call per field would double the cost.
+    # Every position is still checked against the record's end; an index past the section
+    # raises IndexError, reported as corruption.
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    records = []
+    base_offset, base_timestamp, last_offset_delta = header.base_offset, header.base_timestamp, header.last_offset_delta
+    size = len(data)
+    records: list[T] = []
+    append = records.append
     position = 0
     previous_offset_delta = -1
-    for _ in range(header.records_count):
-        length, position = _read_varint(data, position, len(data), 32)
-        end = position + length
-        if length < 0 or end > len(data):
-            raise CorruptRecordError(f"record of {length} bytes at byte {position} runs past the records section")
-        timestamp_delta, position = _read_varint(data, position + 1, end, 64)  # +1: the unused attributes byte
-        offset_delta, position = _read_varint(data, position, end, 32)
-        if not previous_offset_delta < offset_delta <= header.last_offset_delta:
-            raise CorruptRecordError(f"record offset delta {offset_delta} is out of order or past the batch's last")
-        previous_offset_delta = offset_delta
-        key, position = _read_nullable_bytes(data, position, end)
-        value, position = _read_nullable_bytes(data, position, end)
-        if position + 1 == end and data[position] == 0:  # the common case: no headers
-            headers, position = (), end
-        else:
-            headers, position = _read_headers(data, position, end)
-        if position != end:
-            raise CorruptRecordError(f"record ends at byte {position} but its length says {end}")
-        timestamp_ms = header.base_timestamp + timestamp_delta if log_append_time is None else log_append_time
-        records.append(
-            Record(offset=header.base_offset + offset_delta, timestamp_ms=timestamp_ms, key=key, value=value, headers=headers)
-        )
-    if position != len(data):
-        raise CorruptRecordError(f"{len(data) - position} bytes follow the batch's {header.records_count} records")
+    try:
+        for _ in range(header.records_count):
+            length, position = _read_varint(data, position, size, 32)
+            end = position + length
+            if length < 0 or end > size:
+                raise CorruptRecordError(f"record of {length} bytes at byte {position} runs past the records section")
+            byte = data[position + 1]  # position holds the unused attributes byte
+            if byte < 0x80 and position + 2 < end:
+                timestamp_delta = (byte >> 1) ^ -(byte & 1)
+                position += 2
+            else:
+                timestamp_delta, position = _read_varint(data, position + 1, end, 64)
+            byte = data[position]
+            if byte < 0x80 and position + 1 < end:
+                offset_delta = (byte >> 1) ^ -(byte & 1)
+                position += 1
+            else:
+                offset_delta, position = _read_varint(data, position, end, 32)
+            if not previous_offset_delta < offset_delta <= last_offset_delta:
+                raise CorruptRecordError(f"record offset delta {offset_delta} is out of order or past the batch's last")
+            previous_offset_delta = offset_delta
+            if data[position] == 1 and position + 1 < end:  # zig-zag 1 is -1: a null key
+                key = None
+                position += 1
+            else:
+                key, position = _read_nullable_bytes(data, position, end)
+            value, position = _read_nullable_bytes(data, position, end)
+            if position + 1 == end and data[position] == 0:  # the common case: no headers
+                headers: tuple[RecordHeader, ...] = ()
+                position = end
+            else:
+                headers, position = _read_headers(data, position, end)
+            if position != end:
+                raise CorruptRecordError(f"record ends at byte {position} but its length says {end}")
+            timestamp_ms = base_timestamp + timestamp_delta if log_append_time is None else log_append_time
+            append(make(base_offset + offset_delta, key, value, headers, timestamp_ms))
+    except IndexError:
+        raise CorruptRecordError("a record runs past the end of the records section") from None
+    if position != size:
+        raise CorruptRecordError(f"{size - position} bytes follow the batch's {header.records_count} records")
     return records
 
 
