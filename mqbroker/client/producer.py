@@ -245,17 +245,19 @@ class ProducerCore:
     ) -> tuple[ProducerBatch, int]:
         """Add one record to the partition's open batch; return the batch and the record's index.
 
-        A batch closes once it reaches ``batch_size`` (so it may exceed it by one record).
+        A batch never grows past ``batch_size``: a record that would not fit goes into a new
+        batch (a single record larger than ``batch_size`` gets a batch of its own).
         """
         batch = self._open.get((topic, partition))
+        if batch is not None and batch.builder.size_bytes + _encoded_size_max(key, value, headers) > self._batch_size:
+            self._close((topic, partition), batch)
+            self.on_batch_full(topic, partition)
+            batch = None
         if batch is None:
             batch = self._open_batch(topic, partition, now_ms)
         index = batch.record_count
         batch.builder.append(timestamp_ms, key, value, headers or ())
         batch.record_count = index + 1
-        if batch.builder.size_bytes >= self._batch_size:
-            self._close((topic, partition), batch)
-            self.on_batch_full(topic, partition)
         return batch, index
 
     def _open_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
@@ -504,3 +506,10 @@ def _sequence_before(left: int, right: int) -> bool:
 def _ignore_batch_full(topic: str, partition: int) -> None:
     """Default ``on_batch_full``: nothing to do without a sticky partitioner."""
 
+
+def _encoded_size_max(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None) -> int:
+    """An upper bound of the bytes a record adds to a batch: its fields plus varint framing."""
+    size = records.RECORD_OVERHEAD_BYTES_MAX + (len(key) if key else 0) + (len(value) if value else 0)
+    for header_key, header_value in headers or ():
+        size += 10 + len(header_key.encode()) + (len(header_value) if header_value else 0)
+    return size

@@ -41,6 +41,9 @@ MAGIC = 2
 HEADER_BYTES = 61
 #: baseOffset + batchLength: the bytes not counted by batchLength.
 LOG_OVERHEAD_BYTES = 12
+#: Most bytes a record adds beyond its key, value and header bytes: length, attributes,
+#: timestamp delta, offset delta (Kafka's 21) plus the key length, value length and header count.
+RECORD_OVERHEAD_BYTES_MAX = 21 + 5 + 5 + 5
 CRC_START = 21
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

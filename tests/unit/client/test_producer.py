@@ -68,6 +68,25 @@ def test_full_batch_closes_without_waiting_for_linger() -> None:
     assert len(plans) == 1 and plans[0].batches[0].record_count < 20
 
 
+@pytest.mark.parametrize("value_bytes", [1, 100, 999, 5000])
+def test_batches_never_grow_past_batch_size(value_bytes: int) -> None:
+    """A broker refuses batches over max.message.bytes, so batch_size must be a hard bound."""
+    core = _core(linger_ms=60_000, batch_size=4096, enable_idempotence=False, max_in_flight=1000)
+    for index in range(200):
+        core.append("events", 0, index, b"key", b"v" * value_bytes, [("h", b"1")], now_ms=0)
+    core.flush()
+    batches = []
+    while plans := core.drain(0, _leader_one):
+        for plan in plans:
+            batches += [batch.payload for batch in plan.batches]
+            core.plan_completed(plan, _reply(plan), 0)
+    assert sum(read_header(batch).records_count for batch in batches) == 200
+    if value_bytes < 4096:
+        assert max(len(batch) for batch in batches) <= 4096
+    else:  # a record larger than batch_size travels alone
+        assert {read_header(batch).records_count for batch in batches} == {1}
+
+
 def test_retriable_error_resends_the_same_bytes_after_backoff_and_marks_metadata_stale() -> None:
     core = _core(linger_ms=0)
     core.append("events", 0, 1, None, b"a", None, now_ms=0)
