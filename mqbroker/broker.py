@@ -28,6 +28,16 @@ from mqbroker.catalog import (
 )
 from mqbroker.config import BrokerConfig
 from mqbroker.flusher import Flusher
+from mqbroker.group_service import (
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_CONFIGS,
+    GroupService,
+    read_offsets_records,
+)
+from mqbroker.groups import messages as group_messages
+from mqbroker.groups.coordinator import GroupCoordinator
+from mqbroker.groups.model import TopicPartition
+from mqbroker.groups.offsets import OffsetStore
 from mqbroker.interfaces import IAuthorizer, IBroker
 from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max, partitions_per_topic_max
 from mqbroker.model import (
@@ -102,6 +112,7 @@ class Broker:
         self._fetch_waiters: dict[PartitionLog, set[_PendingFetch]] = {}
         self._next_producer_id = catalog.producer_id_block_end
         self._stopping = False
+        self._groups: GroupService | None = None
         self.produced_bytes = 0
         self.produced_records = 0
         self.fetched_bytes = 0
@@ -415,6 +426,8 @@ class Broker:
                 self._logs.create(topic, partition, log_config, self.now_ms())
             self._catalog.set_partitions(topic, total_count)
             self._save_catalog(self._catalog)
+            if self._groups is not None:
+                self._groups.topics_changed([topic])
             return succeed(None)
         except Exception as error:
             return fail(broker_error(error))
@@ -449,6 +462,120 @@ class Broker:
         except Exception as error:
             return fail(broker_error(error))
 
+    # -- consumer groups --------------------------------------------------------------------
+
+    def start_groups(self, new_member_id: Callable[[str], str]) -> None:
+        """Create ``__consumer_offsets`` if needed, replay it, and start coordinating groups."""
+        config = self._config
+        record = self._catalog.topics.get(OFFSETS_TOPIC)
+        if record is None:
+            spec = TopicSpec(name=OFFSETS_TOPIC, partitions=config.offsets_topic_partitions,
+                             configs=dict(OFFSETS_TOPIC_CONFIGS))
+            record = self._create_topic_now(spec)
+        logs = [self._logs.get(OFFSETS_TOPIC, partition) for partition in range(record.partitions)]
+        store = OffsetStore.replay(item for partition_log in logs for item in read_offsets_records(partition_log))
+        group_config = group_messages.GroupConfig(
+            session_timeout_ms_min=config.group_min_session_timeout_ms,
+            session_timeout_ms_max=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=config.offsets_retention_ms,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+        )
+        coordinator = GroupCoordinator(config=group_config, partitions_per_topic=self._partitions_of,
+                                       new_member_id=new_member_id, store=store, now_ms=self.now_ms())
+        self._groups = GroupService(coordinator=coordinator, clock=self._clock, append=self._append_offsets,
+                                    offsets_partitions=record.partitions)
+
+    def _partitions_of(self, topic: str) -> int:
+        record = self._catalog.topics.get(topic)
+        return record.partitions if record is not None else 0
+
+    def _append_offsets(self, partition: int, records: bytes) -> Deferred[Any]:
+        """Append a coordinator batch to ``__consumer_offsets``; fires once durable (acks = all)."""
+        try:
+            partition_log = self._partition_log(OFFSETS_TOPIC, partition)
+            appended = partition_log.append(records, self.now_ms())
+        except Exception as error:  # storage errors become typed broker errors; others propagate
+            return fail(broker_error(error))
+        if partition_log.config.flush_policy != "sync":
+            return succeed(None)
+        return self._flusher.wait_durable(partition_log, appended.last_offset)
+
+    def _group_call(
+        self, principal: Principal, operation: Operation, group_id: str, call: Callable[[GroupService], Deferred[Any]]
+    ) -> Deferred[Any]:
+        """Authorize ``operation`` on the group, then hand the call to the group service."""
+        try:
+            self._authorize(principal, operation, ResourceType.GROUP, group_id)
+            if self._groups is None:
+                raise errors.CoordinatorNotAvailableError("the group coordinator is not running yet; retry")
+            return call(self._groups)
+        except errors.BrokerError as error:
+            return fail(error)
+
+    def join_group(self, principal: Principal, request: group_messages.JoinRequest) -> Deferred[Any]:
+        """Join a group; see ``IBroker.join_group``."""
+        return self._group_call(principal, Operation.READ, request.group_id, lambda groups: groups.join(request))
+
+    def sync_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[Any]:
+        """A member's assignment; see ``IBroker.sync_group``."""
+        return self._group_call(principal, Operation.READ, request.group_id, lambda groups: groups.sync(request))
+
+    def heartbeat(self, principal: Principal, request: group_messages.MemberRequest, polled: bool) -> Deferred[Any]:
+        """Keep a member alive; see ``IBroker.heartbeat``."""
+        return self._group_call(principal, Operation.READ, request.group_id,
+                                lambda groups: groups.heartbeat(request, polled))
+
+    def leave_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[Any]:
+        """A member leaves; see ``IBroker.leave_group``."""
+        return self._group_call(principal, Operation.READ, request.group_id, lambda groups: groups.leave(request))
+
+    def commit_offsets(self, principal: Principal, request: group_messages.OffsetCommitRequest) -> Deferred[Any]:
+        """Commit offsets durably; see ``IBroker.commit_offsets``."""
+        try:
+            for commit in request.offsets:
+                self._authorize(principal, Operation.READ, ResourceType.TOPIC, commit.topic_partition.topic)
+        except errors.BrokerError as error:
+            return fail(error)
+        return self._group_call(principal, Operation.READ, request.group_id, lambda groups: groups.commit(request))
+
+    def fetch_offsets(
+        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> Deferred[Any]:
+        """Committed offsets; see ``IBroker.fetch_offsets``."""
+        return self._group_call(principal, Operation.DESCRIBE, group_id,
+                                lambda groups: groups.fetch_offsets(group_id, partitions))
+
+    def list_groups(self, principal: Principal) -> Deferred[Any]:
+        """Groups the principal may describe; see ``IBroker.list_groups``."""
+        if self._groups is None:
+            return fail(errors.CoordinatorNotAvailableError("the group coordinator is not running yet; retry"))
+        listed = self._groups.list_groups()
+        listed.addCallback(lambda groups: [g for g in groups if self._authorizer.authorize(
+            principal, Operation.DESCRIBE, ResourceType.GROUP, g.group_id)])
+        return listed
+
+    def describe_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+        """A group's state and members; see ``IBroker.describe_group``."""
+        return self._group_call(principal, Operation.DESCRIBE, group_id, lambda groups: groups.describe_group(group_id))
+
+    def delete_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+        """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
+        return self._group_call(principal, Operation.DELETE, group_id, lambda groups: groups.delete_group(group_id))
+
+    def group_lags(self) -> dict[tuple[str, str, int], int]:
+        """Lag per (group, topic, partition) with a committed offset: high watermark minus committed (metrics)."""
+        if self._groups is None:
+            return {}
+        lags = {}
+        for group_id, offsets in self._groups.committed_offsets().items():
+            for topic_partition, committed in offsets.items():
+                if committed is None or self._partitions_of(topic_partition.topic) <= topic_partition.partition:
+                    continue
+                end = self.high_watermark(self._logs.get(*topic_partition))
+                lags[group_id, topic_partition.topic, topic_partition.partition] = max(0, end - committed.offset)
+        return lags
+
     # -- housekeeping -----------------------------------------------------------------------
 
     def flush_due_logs(self) -> None:
@@ -475,6 +602,8 @@ class Broker:
     def stop(self) -> Deferred[None]:
         """Refuse new produces, answer waiting fetches, wait for the last fsync round."""
         self._stopping = True
+        if self._groups is not None:
+            self._groups.stop()
         for waiters in list(self._fetch_waiters.values()):
             for pending in list(waiters):
                 pending.complete()

@@ -45,6 +45,13 @@ class BrokerConfig:
     connection_idle_ms: int = 600_000
     native_frame_bytes_max: int = 16 * 1024 * 1024
     shutdown_timeout_ms: int = 10_000
+    #: Consumer groups (Kafka's group.* and offsets.* broker settings).
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    offsets_topic_partitions: int = 8
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -100,7 +107,7 @@ def _check_value(key: str, value: Any) -> None:
     """Range checks for settings where a wrong value would only fail later, far from its cause."""
     if key.endswith("_port") and not 0 <= value <= 65535:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
-    if key in ("default_partitions", "default_replication_factor") and value < 1:
+    if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")

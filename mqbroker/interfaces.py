@@ -54,6 +54,40 @@ class IBroker(Interface):
     def init_producer_id(principal, transactional_id):
         """Allocate an idempotent producer id and epoch (``ProducerIdentity``)."""
 
+    def join_group(principal, request):
+        """Join a consumer group (a ``groups.messages.JoinRequest``); needs READ on the group.
+
+        Fires with a ``JoinResponse`` once the group's rebalance completes (the join is parked
+        until then), or fails with the coordinator's typed error.
+        """
+
+    def sync_group(principal, request):
+        """Fire with the member's ``SyncResponse`` (its assignment) for the generation it joined."""
+
+    def heartbeat(principal, request, polled):
+        """Keep a member alive (``polled``: the application polled since the last heartbeat).
+
+        Fires with None, or fails with ``RebalanceInProgressError`` when the member must rejoin.
+        """
+
+    def leave_group(principal, request):
+        """Remove a member (a ``MemberRequest``) at once; fire with None."""
+
+    def commit_offsets(principal, request):
+        """Commit offsets (an ``OffsetCommitRequest``); fire with None once they are durable."""
+
+    def fetch_offsets(principal, group_id, partitions):
+        """Fire with ``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: all committed)."""
+
+    def list_groups(principal):
+        """Fire with the ``GroupListing``s of the groups the principal may describe."""
+
+    def describe_group(principal, group_id):
+        """Fire with the group's ``GroupDescription`` (state Dead when unknown)."""
+
+    def delete_group(principal, group_id):
+        """Delete a group without members and its offsets; fire with None."""
+
 
 class IAuthorizer(Interface):
     """Decides whether a principal may perform an operation on a resource."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService, TimerService
@@ -26,6 +27,7 @@ from mqbroker.catalog import TopicCatalog, log_config_for
 from mqbroker.config import BrokerConfig
 from mqbroker.flusher import Flusher
 from mqbroker.frontends import FrontEndContext
+from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IFrontEnd
 from mqbroker.metrics import BrokerMetrics
 from mqbroker.storage.checkpoint import write_atomically
@@ -89,6 +91,7 @@ class BrokerService(MultiService):
             flusher_factory=lambda on_durable: Flusher(self.reactor, self._threadpool, on_durable),
             authorizer=AllowEverything(),
         )
+        self.broker.start_groups(MemberIdGenerator(random.SystemRandom()))
         self.metrics.attach(self.broker)
         self._add_timers(self.broker)
         self._add_listeners(self.broker)

@@ -709,6 +709,8 @@ class HeartbeatRequest:
     generation_id: Int32
     member_id: str
     group_instance_id: str | None = None
+    #: The application polled since the previous heartbeat (a member that stops polling is evicted as stuck).
+    polled: bool = True
 
 
 @message
