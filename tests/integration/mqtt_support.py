@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import pathlib
 import queue
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,12 +19,7 @@ _client_numbers = itertools.count(1)
 
 
 class MqttBroker(BrokerProcess):
-    """A ``BrokerProcess`` started through ``twistd``'s ``run()`` (``-m twisted.scripts.twistd`` has no main)."""
-
-    def command(self) -> list[str]:
-        command = super().command()
-        assert command[1:3] == ["-m", "twisted.scripts.twistd"], command
-        return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", *command[3:]]
+    """A ``BrokerProcess`` that names its MQTT port."""
 
     @property
     def mqtt_port(self) -> int:
