@@ -26,7 +26,6 @@ from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from zope.interface import Interface
 
 from mqbroker import errors
 from mqbroker.raft.core import RaftCore, Ready, Status
@@ -34,22 +33,10 @@ from mqbroker.raft.errors import ProposalDroppedError
 from mqbroker.raft.forwarding import ForwardedProposal, ForwardedResult, PeerFrame
 from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.messages import NO_NODE, EntryKind, Role
+from mqbroker.raft.state_machine import IRaftStateMachine
 
 #: Inputs waiting for the core while a Ready is persisted; beyond this, new inputs are refused.
 INBOX_ITEMS_MAX = 100_000
-
-
-class IRaftStateMachine(Interface):
-    """The application a Raft node replicates: deterministic apply, snapshot and restore."""
-
-    def apply(index: int, data: bytes) -> bytes:
-        """Apply the committed entry at ``index``; return the result bytes for its proposer."""
-
-    def snapshot() -> bytes:
-        """The whole state after the last applied entry."""
-
-    def restore(data: bytes) -> None:
-        """Replace the whole state with one ``snapshot`` returned (b"" means the initial state)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -73,7 +60,7 @@ class RaftNode:
         *,
         core: RaftCore,
         storage: IRaftStorage,
-        state_machine: Any,
+        state_machine: IRaftStateMachine,
         send: Callable[[PeerFrame], bool],
         reactor: Any,
         threadpool: Any,

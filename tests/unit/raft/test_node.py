@@ -17,7 +17,8 @@ from mqbroker.raft.errors import ProposalDroppedError
 from mqbroker.raft.forwarding import PeerFrame
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration
-from mqbroker.raft.node import IRaftStateMachine, RaftNode
+from mqbroker.raft.node import RaftNode
+from mqbroker.raft.state_machine import IRaftStateMachine
 
 TICK_MS = 50
 
