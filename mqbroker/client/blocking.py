@@ -12,10 +12,13 @@ import random
 import selectors
 import socket
 import threading
+import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 
 from mqbroker.client import admin
+from mqbroker.client.blocking_group import GroupMembership, resolve_callback
 from mqbroker.client.cluster import ClusterView
 from mqbroker.client.connection import (
     BlockingConnection,
@@ -23,6 +26,7 @@ from mqbroker.client.connection import (
     parse_address,
     raise_for_error_response,
 )
+from mqbroker.client.group_member import AssignmentChange, GroupMember, GroupSettings
 from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, Message, OffsetReset, TopicPartition
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, ProducePlan, RecordMetadata, parse_acks
@@ -439,7 +443,14 @@ def _socket_pair() -> tuple[socket.socket, socket.socket]:
 
 
 class Consumer:
-    """Reads assigned partitions from their leaders; ``poll`` returns ``Message``s in offset order."""
+    """Reads partitions from their leaders; ``poll`` returns ``Message``s in offset order.
+
+    Without ``group_id`` it reads every partition of ``topics`` (or what ``assign`` names).
+    With ``group_id`` it joins the group and reads the partitions the group assigns it
+    (``topics`` or a ``pattern``); a background thread heartbeats. Committing is at-least-once
+    by default: auto-commit commits the positions of the previous ``poll`` (records the
+    application has processed) every ``auto_commit_interval_ms``, on revocation and on close.
+    """
 
     def __init__(
         self,
@@ -447,8 +458,17 @@ class Consumer:
         *,
         group_id: str | None = None,
         topics: Iterable[str] = (),
+        pattern: str | None = None,
+        group_instance_id: str | None = None,
         auto_offset_reset: str = "latest",
-        enable_auto_commit: bool = False,
+        enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int = 5_000,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        on_assigned: Callable[[set[TopicPartition]], None] | None = None,
+        on_revoked: Callable[[set[TopicPartition]], None] | None = None,
+        on_lost: Callable[[set[TopicPartition]], None] | None = None,
         fetch_max_wait_ms: int = 500,
         fetch_min_bytes: int = 1,
         fetch_max_bytes: int = 50 * 1024 * 1024,
@@ -456,11 +476,8 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         client_id: str = "mqbroker-consumer",
     ) -> None:
-        if group_id is not None or enable_auto_commit:
-            raise ValueError(
-                "consumer groups are not available in this release: pass group_id=None and "
-                "enable_auto_commit=False, and read topics or assign partitions explicitly"
-            )
+        if group_id is None and (enable_auto_commit or pattern is not None or group_instance_id is not None):
+            raise ValueError("enable_auto_commit, pattern and group_instance_id need a group_id")
         self._core = ConsumerCore(
             ConsumerConfig(
                 auto_offset_reset=OffsetReset(auto_offset_reset),
@@ -473,7 +490,22 @@ class Consumer:
         self._cluster = _Cluster(bootstrap, client_id, request_timeout_ms / 1000 + fetch_max_wait_ms / 1000)
         self._admin = _AdminCalls(self._cluster)
         topics = list(topics)
-        if topics:
+        self._group: GroupMembership | None = None
+        if group_id is not None:
+            settings = GroupSettings(
+                group_id=group_id, group_instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
+                max_poll_interval_ms=max_poll_interval_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+            )
+            self._group = GroupMembership(
+                GroupMember(settings, topics), bootstrap=self._cluster.bootstrap, client_id=client_id,
+                request_timeout_s=request_timeout_ms / 1000, pattern=re.compile(pattern) if pattern else None,
+            )
+            self._auto_commit_s = auto_commit_interval_ms / 1000 if enable_auto_commit is not False else None
+            self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
+            self._on_assigned = resolve_callback(on_assigned)
+            self._on_revoked = resolve_callback(on_revoked)
+            self._on_lost = resolve_callback(on_lost)
+        elif topics:
             self._cluster.refresh(topics)
             self.assign(
                 (topic, partition)
@@ -514,13 +546,96 @@ class Consumer:
         assert position is not None
         return position
 
-    def commit(self) -> None:
-        """Commit nothing: without a group there is nowhere to commit (DESIGN §7)."""
+    # -- groups ------------------------------------------------------------------------------
+
+    def _membership(self) -> GroupMembership:
+        if self._group is None:
+            raise ValueError("committing needs a group: create the Consumer with group_id=...")
+        return self._group
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Known positions of ``partitions`` (a partition still being reset has nothing to commit)."""
+        found = {}
+        for partition in partitions:
+            position = self._core.position(partition)
+            if position is not None:
+                found[partition] = position
+        return found
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (default: the positions of every assigned partition) and wait."""
+        wanted = self._positions(self._core.assignment()) if offsets is None else offsets
+        if wanted:
+            self._membership().commit(wanted)
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> Future[None]:
+        """Commit without waiting; the future holds the outcome (commits stay in order)."""
+        wanted = self._positions(self._core.assignment()) if offsets is None else offsets
+        return self._membership().commit_async(wanted)
+
+    def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset of ``partition`` (None when nothing is committed)."""
+        return self._membership().committed([partition])[partition]
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching ``partitions`` (still assigned; heartbeats go on)."""
+        unassigned = set(partitions) - self._core.assignment()
+        if unassigned:
+            raise ValueError(f"cannot pause partitions not assigned to this consumer: {sorted(unassigned)}")
+        self._core.paused.update(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch paused ``partitions`` again."""
+        self._core.paused.difference_update(partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        """The partitions paused now."""
+        return set(self._core.paused)
+
+    def _group_step(self) -> None:
+        """Apply the membership's assignment changes and auto-commit when due (on the poll thread)."""
+        group = self._group
+        if group is None:
+            return
+        changes = group.take_changes()
+        for change in changes:
+            self._apply(group, change)
+        if changes:
+            group.changes_applied(len(changes))
+        if self._auto_commit_s is not None and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self._auto_commit_s
+            positions = self._positions(self._core.assignment())
+            if positions:
+                group.commit_async(positions)  # a refused auto-commit is repeated by the next one
+
+    def _apply(self, group: GroupMembership, change: AssignmentChange) -> None:
+        """Revoke (commit first), drop lost partitions, start reading new ones from their commits."""
+        current = self._core.assignment()
+        if change.revoked:
+            self._on_revoked(set(change.revoked))
+            if self._auto_commit_s is not None:
+                positions = self._positions(change.revoked & current)
+                if positions:
+                    try:
+                        group.commit(positions)
+                    except BrokerError:
+                        pass  # the generation ended meanwhile: the new owner starts from the last commit
+            current -= change.revoked
+        if change.lost:
+            self._on_lost(set(change.lost))
+            current -= change.lost
+        self._core.assign(current | change.assigned)
+        if change.assigned:
+            for partition, offset in group.committed(change.assigned).items():
+                if offset is not None:
+                    self._core.seek(partition, offset)
+            self._on_assigned(set(change.assigned))
 
     def poll(self, timeout: float = 1.0) -> list[Message]:
         """Return the next messages, waiting up to ``timeout`` seconds for some to arrive."""
         deadline = time.monotonic() + timeout
         while True:
+            self._group_step()
             self._refresh_stale()
             self._resolve_resets()
             remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -569,8 +684,17 @@ class Consumer:
         return messages
 
     def close(self) -> None:
-        """Close the connections."""
-        self._cluster.close()
+        """Commit (with auto-commit), leave the group (static members stay) and close the connections."""
+        try:
+            if self._group is not None:
+                if self._auto_commit_s is not None:
+                    try:
+                        self.commit()
+                    except BrokerError:
+                        pass  # not a member any more: nothing of ours to commit
+                self._group.close()
+        finally:
+            self._cluster.close()
 
     def __enter__(self) -> Consumer:
         return self

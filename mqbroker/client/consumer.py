@@ -111,6 +111,8 @@ class ConsumerCore:
         self.high_watermarks: dict[TopicPartition, int] = {}
         #: Topics whose leaders must be looked up again before they can be fetched.
         self.stale_topics: set[str] = set()
+        #: Assigned partitions not fetched until resumed (flow control by the application).
+        self.paused: set[TopicPartition] = set()
 
     # -- assignment and positions -------------------------------------------------------------
 
@@ -123,6 +125,7 @@ class ConsumerCore:
         for partition in list(self._resets):
             if partition not in wanted:
                 del self._resets[partition]
+        self.paused &= wanted
         for partition in wanted:
             if partition not in self._positions and partition not in self._resets:
                 self._resets[partition] = self._default_reset(partition)
@@ -199,7 +202,7 @@ class ConsumerCore:
         """One fetch per leader for partitions with a position and no fetch in flight."""
         plans: dict[int, FetchPlan] = {}
         for partition, offset in self._positions.items():
-            if partition in self._fetching:
+            if partition in self._fetching or partition in self.paused:
                 continue
             node_id = leader_of(*partition)
             if node_id < 0:

@@ -1,0 +1,278 @@
+"""Group membership for the blocking ``Consumer``: a heartbeat thread and a commit thread.
+
+The heartbeat thread owns one connection to the group coordinator and drives the pure
+``GroupMember``: it joins, syncs and heartbeats, and hands every ``AssignmentChange`` to the
+poll thread. It does not rejoin while a change is unapplied, so the poll thread revokes and
+commits what it lost before the next join (the cooperative contract); the poll thread keeps
+fetching its other partitions meanwhile. Commits and committed-offset lookups run on a
+second thread with its own coordinator connection, so they never wait behind a parked join;
+running them in order on one thread keeps synchronous and asynchronous commits ordered.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
+from mqbroker.client.group_member import AssignmentChange, GroupMember, MemberState, TopicPartition, raise_for_commit
+from mqbroker.errors import BrokerError
+from mqbroker.protocols.native.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    JoinGroupResponse,
+    MetadataRequest,
+    MetadataResponse,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopic,
+    SyncGroupResponse,
+)
+
+#: Pause before reconnecting to an unreachable coordinator.
+_RETRY_S = 0.2
+#: How often a pattern subscription looks for new matching topics.
+PATTERN_REFRESH_S = 5.0
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def coordinator_connection(bootstrap: Sequence[tuple[str, int]], client_id: str, timeout_s: float) -> BlockingConnection:
+    """Ask a bootstrap broker which broker coordinates groups and connect to it."""
+    failures = []
+    for host, port in bootstrap:
+        try:
+            probe = BlockingConnection(host, port, client_id, timeout_s)
+        except BrokerUnavailableError as error:
+            failures.append(str(error))
+            continue
+        try:
+            found = probe.request(FindCoordinatorRequest(key=""), timeout_s)
+        finally:
+            probe.close()
+        assert isinstance(found, FindCoordinatorResponse)
+        return BlockingConnection(found.host, found.port, client_id, timeout_s)
+    raise BrokerUnavailableError("no broker reachable to find the group coordinator: " + "; ".join(failures))
+
+
+class GroupMembership:
+    """Runs a ``GroupMember`` on a heartbeat thread; the poll thread takes changes and commits."""
+
+    def __init__(
+        self,
+        member: GroupMember,
+        *,
+        bootstrap: Sequence[tuple[str, int]],
+        client_id: str,
+        request_timeout_s: float,
+        pattern: re.Pattern[str] | None = None,
+    ) -> None:
+        self.member = member
+        self._connect = lambda: coordinator_connection(bootstrap, client_id, request_timeout_s)
+        self._timeout_s = request_timeout_s
+        self._pattern = pattern
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._changes: list[AssignmentChange] = []
+        self._unapplied = 0
+        self._polled = True
+        self._stopping = False
+        self.error: BaseException | None = None
+        self._connection: BlockingConnection | None = None
+        self._next_pattern_refresh = 0.0
+        self._commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqbroker-commit")
+        self._commit_connection: BlockingConnection | None = None
+        self._thread = threading.Thread(target=self._run, name="mqbroker-heartbeat", daemon=True)
+        self._thread.start()
+
+    # -- the poll thread's side --------------------------------------------------------------
+
+    def take_changes(self) -> list[AssignmentChange]:
+        """Changes to apply now; call ``changes_applied`` once they are (revocations committed)."""
+        with self._lock:
+            if self.error is not None:
+                raise self.error
+            self._polled = True
+            changes, self._changes = self._changes, []
+            return changes
+
+    def changes_applied(self, count: int) -> None:
+        """The poll thread applied ``count`` changes: the member may rejoin."""
+        with self._lock:
+            self._unapplied -= count
+            self._wake.notify_all()
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int]) -> Future[None]:
+        """Commit ``offsets`` as the current generation, in order with every other commit."""
+        request = self.member.commit_request(dict(offsets))
+        return self._commits.submit(self._commit, request)
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit and wait; raises the broker's refusal (e.g. a fenced or stale member)."""
+        self.commit_async(offsets).result()
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Committed offsets of ``partitions`` (None where nothing is committed)."""
+        return self._commits.submit(self._fetch_committed, list(partitions)).result()
+
+    def close(self, leave: bool = True) -> None:
+        """Stop heartbeating; leave the group (not for static members), close the connections."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+            connection = self._connection
+        if connection is not None and self.member.state is MemberState.JOINING:
+            try:
+                connection.socket.shutdown(socket.SHUT_RDWR)  # wake the thread out of its parked join
+            except OSError:
+                pass  # already closed by the thread itself
+        self._thread.join()
+        request = self.member.leave_request() if leave else None
+        if request is not None:
+            try:
+                self._link().request(request, self._timeout_s)
+            except BrokerError:
+                pass  # the session timeout removes the member instead
+        self._drop_connection()
+        self._commits.submit(self._close_commit_connection).result()
+        self._commits.shutdown()
+
+    # -- the commit thread -------------------------------------------------------------------
+
+    def _commit_link(self) -> BlockingConnection:
+        if self._commit_connection is None:
+            self._commit_connection = self._connect()
+        return self._commit_connection
+
+    def _commit_request(self, request: object) -> object:
+        try:
+            return self._commit_link().request(request, self._timeout_s)
+        except BrokerUnavailableError:
+            self._close_commit_connection()
+            raise
+
+    def _commit(self, request: object) -> None:
+        response = self._commit_request(request)
+        assert isinstance(response, OffsetCommitResponse)
+        raise_for_commit(response)
+
+    def _fetch_committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        request = OffsetFetchRequest(
+            group_id=self.member.settings.group_id,
+            topics=tuple(OffsetFetchTopic(name=t, partition_indexes=tuple(p)) for t, p in by_topic.items()),
+        )
+        response = self._commit_request(request)
+        assert isinstance(response, OffsetFetchResponse)
+        found: dict[TopicPartition, int | None] = {partition: None for partition in partitions}
+        for topic in response.topics:
+            for result in topic.partitions:
+                if result.committed_offset >= 0:
+                    found[topic.name, result.partition_index] = result.committed_offset
+        return found
+
+    def _close_commit_connection(self) -> None:
+        if self._commit_connection is not None:
+            self._commit_connection.close()
+            self._commit_connection = None
+
+    # -- the heartbeat thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while self._step():
+                pass
+        except BaseException as error:  # surfaced to the poll thread by take_changes()
+            with self._lock:
+                self.error = error
+
+    def _step(self) -> bool:
+        """One round: join if needed and allowed, heartbeat when due, then wait. False to stop."""
+        with self._lock:
+            if self._stopping:
+                return False
+            may_join = self._unapplied == 0
+        try:
+            self._refresh_pattern()
+            if self.member.needs_join and may_join:
+                self._join()
+            elif (due_ms := self.member.heartbeat_due_ms()) is not None and _now_ms() >= due_ms:
+                self._heartbeat()
+        except BrokerUnavailableError:
+            self._drop_connection()
+            self._fail(BrokerUnavailableError("lost the group coordinator"))
+            time.sleep(_RETRY_S)
+        except BrokerError as error:
+            self._fail(error)
+        with self._lock:
+            if self._stopping:
+                return False
+            if self.member.needs_join and self._unapplied == 0:
+                return True  # join at once
+            due_ms = self.member.heartbeat_due_ms()
+            wait_s = 0.1 if due_ms is None else (due_ms - _now_ms()) / 1000
+            self._wake.wait(max(0.0, min(wait_s, 0.5)))  # changes_applied() and close() wake it early
+        return True
+
+    def _link(self) -> BlockingConnection:
+        if self._connection is None:
+            self._connection = self._connect()
+        return self._connection
+
+    def _join(self) -> None:
+        request = self.member.join_request()
+        join_timeout_s = self.member.settings.max_poll_interval_ms / 1000 + self._timeout_s
+        joined = self._link().request(request, join_timeout_s)
+        assert isinstance(joined, JoinGroupResponse)
+        sync = self.member.join_completed(joined)
+        synced = self._link().request(sync, self._timeout_s)
+        assert isinstance(synced, SyncGroupResponse)
+        with self._lock:
+            change = self.member.sync_completed(synced, _now_ms())
+            self._push(change)
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            polled, self._polled = self._polled, False
+        self._link().request(self.member.heartbeat_request(polled, _now_ms()), self._timeout_s)
+
+    def _fail(self, error: BrokerError) -> None:
+        with self._lock:
+            if self._stopping and isinstance(error, BrokerUnavailableError):
+                return
+            self._push(self.member.failed(error))
+
+    def _push(self, change: AssignmentChange) -> None:
+        """Queue a change for the poll thread (caller holds the lock)."""
+        if change:
+            self._changes.append(change)
+            self._unapplied += 1
+
+    def _refresh_pattern(self) -> None:
+        """A pattern subscription follows the topics that match it (internal topics excepted)."""
+        if self._pattern is None or time.monotonic() < self._next_pattern_refresh:
+            return
+        self._next_pattern_refresh = time.monotonic() + PATTERN_REFRESH_S
+        response = self._link().request(MetadataRequest(topics=None, allow_auto_topic_creation=False), self._timeout_s)
+        assert isinstance(response, MetadataResponse)
+        pattern = self._pattern
+        self.member.subscribe(t.name for t in response.topics if not t.name.startswith("__") and pattern.fullmatch(t.name))
+
+    def _drop_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+def resolve_callback(callback: Callable[[set[TopicPartition]], None] | None) -> Callable[[set[TopicPartition]], None]:
+    """A rebalance callback, or one that does nothing."""
+    return callback if callback is not None else (lambda partitions: None)

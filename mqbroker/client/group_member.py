@@ -1,0 +1,248 @@
+"""A consumer's group membership, without I/O: join, sync, heartbeat, leave and commit requests.
+
+The broker computes assignments (see ``mqbroker.groups.coordinator``), so a member only joins,
+collects its assignment and heartbeats. Every rebalance is cooperative: a sync hands the member
+its new assignment, and the ``AssignmentChange`` says what it gained and what it must revoke.
+The driver must apply a change (call ``on_revoked`` and commit the revoked partitions) before it
+sends the next join, and keeps fetching the partitions it retains meanwhile. The driver reports
+each answer or error; ``failed`` decides whether the member rejoins, loses its partitions (it was
+evicted or its generation is over) or is fenced for good.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mqbroker.errors import BrokerError, ErrorCode, FencedInstanceIdError, error_for_code
+from mqbroker.protocols.native import consumer_protocol
+from mqbroker.protocols.native.messages import (
+    HeartbeatRequest,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeavingMember,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+TopicPartition = tuple[str, int]
+NO_GENERATION = -1
+
+
+class MemberState(enum.Enum):
+    """Where the member is in its membership cycle."""
+
+    UNJOINED = "unjoined"
+    JOINING = "joining"
+    SYNCING = "syncing"
+    STABLE = "stable"
+    #: A newer incarnation of this static member took over: terminal.
+    FENCED = "fenced"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupSettings:
+    """A member's group settings (Kafka's consumer property names, in milliseconds)."""
+
+    group_id: str
+    group_instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    #: Also the rebalance timeout: how long the member has to rejoin.
+    max_poll_interval_ms: int = 300_000
+    heartbeat_interval_ms: int = 3_000
+    assignors: tuple[str, ...] = ("cooperative-sticky",)
+
+    def validated(self) -> GroupSettings:
+        """Return self, or raise ValueError naming the bad setting."""
+        if not self.group_id:
+            raise ValueError("group_id must not be empty")
+        if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be positive and below "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        if self.max_poll_interval_ms <= 0:
+            raise ValueError(f"max_poll_interval_ms must be positive, got {self.max_poll_interval_ms}")
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignmentChange:
+    """What a sync or a failure changed: partitions gained, revoked (commit them) and lost (do not)."""
+
+    assigned: frozenset[TopicPartition] = frozenset()
+    revoked: frozenset[TopicPartition] = frozenset()
+    lost: frozenset[TopicPartition] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.assigned or self.revoked or self.lost)
+
+
+class GroupMember:
+    """One consumer's membership state machine; requests out, answers in."""
+
+    def __init__(self, settings: GroupSettings, topics: Iterable[str]) -> None:
+        self.settings = settings.validated()
+        self.topics = frozenset(topics)
+        self.state = MemberState.UNJOINED
+        self.member_id = ""
+        self.generation_id = NO_GENERATION
+        self.owned: frozenset[TopicPartition] = frozenset()
+        self.last_heartbeat_ms: int | None = None
+
+    # -- joining -----------------------------------------------------------------------------
+
+    @property
+    def needs_join(self) -> bool:
+        """The member must (re)join before it can heartbeat."""
+        return self.state is MemberState.UNJOINED
+
+    def join_request(self) -> JoinGroupRequest:
+        """The join to send now (the member keeps reading what it owns while it waits)."""
+        assert self.state is MemberState.UNJOINED, self.state
+        self.state = MemberState.JOINING
+        subscription = consumer_protocol.ConsumerSubscription(
+            topics=tuple(sorted(self.topics)),
+            owned_partitions=_by_topic(self.owned),
+            generation_id=self.generation_id,
+        )
+        metadata = consumer_protocol.encode_subscription(subscription)
+        return JoinGroupRequest(
+            group_id=self.settings.group_id,
+            session_timeout_ms=self.settings.session_timeout_ms,
+            rebalance_timeout_ms=self.settings.max_poll_interval_ms,
+            member_id=self.member_id,
+            group_instance_id=self.settings.group_instance_id,
+            protocols=tuple(JoinGroupProtocol(name=name, metadata=metadata) for name in self.settings.assignors),
+        )
+
+    def join_completed(self, response: JoinGroupResponse) -> SyncGroupRequest:
+        """Take the new generation; return the sync that collects the assignment."""
+        assert self.state is MemberState.JOINING, self.state
+        self.member_id = response.member_id
+        self.generation_id = response.generation_id
+        self.state = MemberState.SYNCING
+        return SyncGroupRequest(
+            group_id=self.settings.group_id,
+            generation_id=self.generation_id,
+            member_id=self.member_id,
+            group_instance_id=self.settings.group_instance_id,
+        )
+
+    def sync_completed(self, response: SyncGroupResponse, now_ms: int) -> AssignmentChange:
+        """Take the assignment; the change says what to start reading and what to revoke."""
+        assert self.state is MemberState.SYNCING, self.state
+        decoded = consumer_protocol.decode_assignment(response.assignment)
+        assignment = frozenset(
+            (topic.topic, partition) for topic in decoded.assigned_partitions for partition in topic.partitions
+        )
+        change = AssignmentChange(assigned=assignment - self.owned, revoked=self.owned - assignment)
+        self.owned = assignment
+        self.state = MemberState.STABLE
+        self.last_heartbeat_ms = now_ms
+        return change
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Change the subscription (a pattern matched new topics): rejoin when it differs."""
+        topics = frozenset(topics)
+        if topics != self.topics:
+            self.topics = topics
+            if self.state is MemberState.STABLE:
+                self.state = MemberState.UNJOINED
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def heartbeat_due_ms(self) -> int | None:
+        """When the next heartbeat is due: while stable, and while a member waits to rejoin (keeps it alive)."""
+        if not self._may_heartbeat() or self.last_heartbeat_ms is None:
+            return None
+        return self.last_heartbeat_ms + self.settings.heartbeat_interval_ms
+
+    def _may_heartbeat(self) -> bool:
+        if self.state is MemberState.STABLE:
+            return True
+        return self.state is MemberState.UNJOINED and bool(self.member_id) and self.generation_id != NO_GENERATION
+
+    def heartbeat_request(self, polled: bool, now_ms: int) -> HeartbeatRequest:
+        """The heartbeat to send now; ``polled``: the application polled since the previous one."""
+        assert self._may_heartbeat(), self.state
+        self.last_heartbeat_ms = now_ms
+        return HeartbeatRequest(
+            group_id=self.settings.group_id,
+            generation_id=self.generation_id,
+            member_id=self.member_id,
+            group_instance_id=self.settings.group_instance_id,
+            polled=polled,
+        )
+
+    def failed(self, error: BrokerError) -> AssignmentChange:
+        """A join, sync or heartbeat failed: rejoin, and say which partitions were lost, if any.
+
+        A rebalance in progress or a retriable error keeps the partitions (rejoin and carry on);
+        an eviction or an ended generation loses them (another member may own them now); a
+        fenced static instance raises ``FencedInstanceIdError`` and stays fenced.
+        """
+        if self.state is MemberState.FENCED:
+            raise FencedInstanceIdError("this consumer was replaced by a newer instance with the same group_instance_id")
+        self.state = MemberState.UNJOINED
+        code = error.code
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self.state = MemberState.FENCED
+            self.owned = frozenset()
+            raise FencedInstanceIdError(
+                f"consumer instance {self.settings.group_instance_id!r} was fenced by a newer incarnation: {error}"
+            )
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+            if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            self.generation_id = NO_GENERATION
+            lost, self.owned = self.owned, frozenset()
+            return AssignmentChange(lost=lost)
+        if code != ErrorCode.REBALANCE_IN_PROGRESS and not error.retriable:
+            raise error
+        return AssignmentChange()
+
+    # -- leaving and committing --------------------------------------------------------------
+
+    def leave_request(self) -> LeaveGroupRequest | None:
+        """The leave to send on close; static members do not leave (a restart reclaims their slot)."""
+        if self.settings.group_instance_id is not None or not self.member_id or self.state is MemberState.FENCED:
+            return None
+        return LeaveGroupRequest(group_id=self.settings.group_id, members=(LeavingMember(member_id=self.member_id),))
+
+    def commit_request(self, offsets: Mapping[TopicPartition, int], metadata: str = "") -> OffsetCommitRequest:
+        """Commit the next offsets to read, as this member in its generation."""
+        by_topic: dict[str, list[OffsetCommitPartition]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(
+                OffsetCommitPartition(partition_index=partition, committed_offset=offset, committed_metadata=metadata)
+            )
+        return OffsetCommitRequest(
+            group_id=self.settings.group_id,
+            generation_id=self.generation_id,
+            member_id=self.member_id,
+            group_instance_id=self.settings.group_instance_id,
+            topics=tuple(OffsetCommitTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+        )
+
+
+def raise_for_commit(response: OffsetCommitResponse) -> None:
+    """Raise the typed error of the first partition whose commit was refused."""
+    for topic in response.topics:
+        for partition in topic.partitions:
+            if partition.error_code != ErrorCode.NONE:
+                raise error_for_code(partition.error_code, partition.error_message or "offset commit refused")
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> tuple[consumer_protocol.TopicPartitions, ...]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        grouped.setdefault(topic, []).append(partition)
+    return tuple(consumer_protocol.TopicPartitions(topic=t, partitions=tuple(p)) for t, p in grouped.items())
