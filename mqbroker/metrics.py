@@ -31,6 +31,12 @@ class _BrokerCollector(Collector):
         yield CounterMetricFamily("mqbroker_fetched_bytes", "Bytes of record batches served by fetches.", value=broker.fetched_bytes)
         yield GaugeMetricFamily("mqbroker_partitions", "Partitions hosted by this broker.", value=broker.partition_count())
         yield GaugeMetricFamily("mqbroker_log_size_bytes", "Bytes of partition logs on disk.", value=broker.log_size_bytes())
+        lag = GaugeMetricFamily("mqbroker_group_lag_records",
+                                "Records between a group's committed offset and the high watermark, per partition.",
+                                labels=["group", "topic", "partition"])
+        for (group_id, topic, partition), records in sorted(broker.group_lags().items()):
+            lag.add_metric([group_id, topic, str(partition)], records)
+        yield lag
 
 
 class BrokerMetrics:

@@ -180,13 +180,23 @@ def _check_delivered(futures: list[Any]) -> None:
 def _consume(arguments: argparse.Namespace) -> int:
     from mqbroker.client import Consumer
 
-    if arguments.group is not None:
-        raise InvalidRequestError("consumer groups are not available in this broker version; omit --group")
+    if arguments.group is not None and arguments.partition is not None:
+        raise InvalidRequestError("--group and --partition exclude each other: the group assigns partitions")
     if arguments.offset is not None and arguments.partition is None:
         raise InvalidRequestError("--offset needs --partition")
     reset = "earliest" if arguments.from_beginning else "latest"
     topics = [arguments.topic] if arguments.partition is None else []
-    consumer = Consumer(arguments.bootstrap, topics=topics, auto_offset_reset=reset)
+    #: With a group: the next offset after each printed message, committed after printing (at-least-once).
+    printed_up_to: dict[tuple[str, int], int] = {}
+
+    def commit_revoked(partitions: set[tuple[str, int]]) -> None:
+        consumer.commit({p: printed_up_to.pop(p) for p in partitions if p in printed_up_to})
+
+    if arguments.group is not None:
+        consumer = Consumer(arguments.bootstrap, group_id=arguments.group, topics=topics, auto_offset_reset=reset,
+                            enable_auto_commit=False, on_revoked=commit_revoked)
+    else:
+        consumer = Consumer(arguments.bootstrap, topics=topics, auto_offset_reset=reset)
     printed = 0
     try:
         if arguments.partition is not None:
@@ -201,10 +211,13 @@ def _consume(arguments: argparse.Namespace) -> int:
             idle_s = 0.0 if messages else idle_s + 0.5
             for message in messages:
                 output.write(_format(arguments.format, message) + "\n")
+                printed_up_to[message.topic, message.partition] = message.offset + 1
                 printed += 1
                 if arguments.max_messages is not None and printed >= arguments.max_messages:
                     break
             output.flush()
+            if arguments.group is not None and messages:
+                consumer.commit(printed_up_to)
             if arguments.timeout_ms is not None and idle_s * 1000 >= arguments.timeout_ms:
                 break
     finally:
