@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 LISTENERS = ("native", "mqtt", "amqp", "http")
 #: twistd run by this interpreter (``python -m twisted.scripts.twistd`` has no ``__main__`` and exits at once).
 TWISTD = (sys.executable, "-c", "from twisted.scripts.twistd import run; run()")
+#: After a graceful shutdown twistd re-raises the signal that stopped it, so SIGTERM shows as -15.
+GRACEFUL_EXIT_CODES = (0, -signal.SIGTERM)
 
 
 def free_port() -> int:
