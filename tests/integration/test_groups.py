@@ -1,0 +1,275 @@
+"""Consumer groups against a real broker: assignment, failover, cooperative rebalances, static
+membership, fencing, offsets across restarts and the dead-letter helper."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client.dead_letter import DeadLetterHandler
+from mqbroker.client.group_admin import GroupAdmin
+from mqbroker.errors import FencedInstanceIdError
+from tests.integration.brokerprocess import BrokerProcess
+
+SESSION_TIMEOUT_S = 2.0
+GROUP_SETTINGS = ["--set", "group_initial_rebalance_delay_ms=0", "--set", "group_min_session_timeout_ms=500"]
+FAST = dict(session_timeout_ms=2_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100, auto_offset_reset="earliest")
+
+
+@pytest.fixture
+def group_broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
+    """A broker whose groups form at once and accept short session timeouts."""
+    process = BrokerProcess(data_dir=tmp_path / "data", extra_args=GROUP_SETTINGS)
+    process.start()
+    yield process
+    process.kill()
+
+
+class ChildConsumer:
+    """A group consumer process; a thread collects what it prints."""
+
+    def __init__(self, broker: BrokerProcess, group: str, topic: str, name: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.group_consumer_child", broker.bootstrap, group, topic, name],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=pathlib.Path(__file__).parents[2],
+        )
+        self.lock = threading.Lock()
+        self.owned: set[int] = set()
+        self.received: list[tuple[int, int, float]] = []
+        self.events: list[dict[str, Any]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = json.loads(line)
+            with self.lock:
+                if "m" in event:
+                    self.received.append((event["m"][0], event["m"][1], event["t"]))
+                    continue
+                self.events.append(event)
+                for key, change in (("assigned", self.owned.update), ("revoked", self.owned.difference_update),
+                                    ("lost", self.owned.difference_update)):
+                    if key in event:
+                        change(partition for _, partition in event[key])
+
+    def partitions(self) -> set[int]:
+        with self.lock:
+            return set(self.owned)
+
+    def messages(self) -> list[tuple[int, int, float]]:
+        with self.lock:
+            return list(self.received)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def _wait(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _produce(broker: BrokerProcess, topic: str, count: int, start: int = 0) -> None:
+    with Producer(broker.bootstrap, linger_ms=1) as producer:
+        for number in range(start, start + count):
+            producer.send(topic, str(number).encode(), key=str(number).encode())
+
+
+def _create(broker: BrokerProcess, topic: str, partitions: int) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=partitions)
+
+
+def _end_offsets(broker: BrokerProcess, topic: str, partitions: int) -> dict[int, int]:
+    with Admin(broker.bootstrap) as admin:
+        return {p: admin.list_offset(topic, p, -1) for p in range(partitions)}
+
+
+def test_members_share_partitions_a_killed_one_is_replaced_and_nothing_is_lost(group_broker: BrokerProcess) -> None:
+    _create(group_broker, "work", 6)
+    children = [ChildConsumer(group_broker, "workers", "work", f"c{n}") for n in range(2)]
+    _wait(lambda: sorted(len(c.partitions()) for c in children) == [3, 3], 30, "two members with three each")
+    stop = threading.Event()
+    produced = [0]
+
+    def produce_steadily() -> None:
+        with Producer(group_broker.bootstrap, linger_ms=1) as producer:
+            while not stop.is_set():
+                producer.send("work", str(produced[0]).encode(), key=str(produced[0]).encode())
+                produced[0] += 1
+                time.sleep(0.002)
+
+    producer_thread = threading.Thread(target=produce_steadily)
+    producer_thread.start()
+    try:
+        time.sleep(1.0)
+        kept = {id(c): c.partitions() for c in children}
+        joined_at = time.time()
+        children.append(ChildConsumer(group_broker, "workers", "work", "c2"))
+        _wait(lambda: [len(c.partitions()) for c in children] == [2, 2, 2], 30, "three members with two each")
+        time.sleep(1.0)
+        # Cooperative: members that kept partitions went on reading them during the rebalance.
+        for child in children[:2]:
+            retained = kept[id(child)] & child.partitions()
+            times = sorted(t for p, _, t in child.messages() if p in retained and t >= joined_at - 0.5)
+            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            assert times and max(gaps) < 1.0, f"unaffected member paused for {max(gaps, default=0):.2f}s"
+        victim = children.pop()
+        moved = victim.partitions()
+        victim.kill()
+        killed_at = time.monotonic()
+        _wait(lambda: set().union(*(c.partitions() for c in children)) == set(range(6)), 30, "takeover")
+        assert time.monotonic() - killed_at < SESSION_TIMEOUT_S + 2.0
+        assert moved <= set().union(*(c.partitions() for c in children))
+    finally:
+        stop.set()
+        producer_thread.join()
+    ends = _end_offsets(group_broker, "work", 6)
+    everything = {(p, o) for p, end in ends.items() for o in range(end)}
+    _wait(lambda: everything <= {(p, o) for c in children + [victim] for p, o, _ in c.messages()}, 30,
+          "every produced message to be processed")
+    for child in children:
+        child.kill()
+
+
+def test_two_groups_on_one_topic_each_get_everything(group_broker: BrokerProcess) -> None:
+    _create(group_broker, "shared", 3)
+    _produce(group_broker, "shared", 90)
+    seen: dict[str, set[bytes]] = {"a": set(), "b": set()}
+    consumers = {name: Consumer(group_broker.bootstrap, group_id=name, topics=["shared"], **FAST) for name in seen}
+    try:
+        deadline = time.monotonic() + 30
+        while any(len(s) < 90 for s in seen.values()) and time.monotonic() < deadline:
+            for name, consumer in consumers.items():
+                seen[name].update(m.value for m in consumer.poll(0.1) if m.value is not None)
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
+    expected = {str(n).encode() for n in range(90)}
+    assert seen["a"] == expected and seen["b"] == expected
+
+
+def _poll_until(consumers: list[Consumer], condition: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        for consumer in consumers:
+            consumer.poll(0.05)
+
+
+def test_static_member_restarted_within_its_timeout_causes_no_rebalance(group_broker: BrokerProcess) -> None:
+    _create(group_broker, "static", 4)
+    events: list[str] = []
+    stay = Consumer(group_broker.bootstrap, group_id="s", topics=["static"], group_instance_id="stay", **FAST,
+                    on_assigned=lambda p: events.append("assigned"), on_revoked=lambda p: events.append("revoked"))
+    bounce = Consumer(group_broker.bootstrap, group_id="s", topics=["static"], group_instance_id="bounce", **FAST)
+    try:
+        _poll_until([stay, bounce], lambda: len(stay.assignment()) == 2 and len(bounce.assignment()) == 2, 30)
+        settled = time.monotonic() + 1.0
+        _poll_until([stay, bounce], lambda: time.monotonic() > settled, 5)
+        before = bounce.assignment()
+        events.clear()
+        bounce.close()  # a static member does not leave
+        bounce = Consumer(group_broker.bootstrap, group_id="s", topics=["static"], group_instance_id="bounce", **FAST)
+        _poll_until([stay, bounce], lambda: bool(bounce.assignment()), 10)
+        settled = time.monotonic() + 1.5
+        _poll_until([stay, bounce], lambda: time.monotonic() > settled, 5)
+        assert bounce.assignment() == before
+        assert events == [], f"the other member saw a rebalance: {events}"
+    finally:
+        stay.close()
+        bounce.close()
+
+
+def test_fenced_zombie_commit_is_refused(group_broker: BrokerProcess) -> None:
+    _create(group_broker, "fence", 1)
+    _produce(group_broker, "fence", 5)
+    zombie = Consumer(group_broker.bootstrap, group_id="f", topics=["fence"], group_instance_id="i", **FAST,
+                      enable_auto_commit=False)
+    successor = None
+    try:
+        _poll_until([zombie], lambda: bool(zombie.assignment()), 30)
+        successor = Consumer(group_broker.bootstrap, group_id="f", topics=["fence"], group_instance_id="i", **FAST,
+                             enable_auto_commit=False)
+        _poll_until([successor], lambda: bool(successor.assignment()), 30)
+        with pytest.raises(FencedInstanceIdError):
+            zombie.commit({("fence", 0): 3})
+    finally:
+        if successor is not None:
+            successor.close()
+        zombie.close()
+
+
+def test_committed_offsets_survive_a_broker_restart(group_broker: BrokerProcess) -> None:
+    _create(group_broker, "durable", 2)
+    _produce(group_broker, "durable", 20)
+    consumer = Consumer(group_broker.bootstrap, group_id="d", topics=["durable"], **FAST, enable_auto_commit=False)
+    _poll_until([consumer], lambda: len(consumer.assignment()) == 2, 30)
+    consumer.commit({("durable", 0): 4, ("durable", 1): 7})
+    consumer.close()
+    group_broker.stop()
+    group_broker.start()
+    with GroupAdmin(group_broker.bootstrap) as admin:
+        assert admin.committed_offsets("d") == {("durable", 0): 4, ("durable", 1): 7}
+    resumed = Consumer(group_broker.bootstrap, group_id="d", topics=["durable"], **FAST)
+    try:
+        _poll_until([resumed], lambda: len(resumed.assignment()) == 2, 30)
+        assert resumed.position(("durable", 0)) == 4 and resumed.position(("durable", 1)) == 7
+    finally:
+        resumed.close()
+
+
+def test_dead_letter_helper_parks_a_poison_message_and_the_partition_keeps_flowing(
+    group_broker: BrokerProcess,
+) -> None:
+    _create(group_broker, "orders", 1)
+    _create(group_broker, "orders.dlq", 1)
+    _produce(group_broker, "orders", 10)
+    handled: list[bytes] = []
+    attempts: list[bytes] = []
+
+    def handle(message: Any) -> None:
+        attempts.append(message.value)
+        if message.value == b"4":
+            raise ValueError("poison")
+        handled.append(message.value)
+
+    with Producer(group_broker.bootstrap) as dlq_producer:
+        wrapped = DeadLetterHandler(handle, producer=dlq_producer, dead_letter_topic="orders.dlq", attempts_max=3,
+                                    sleep=lambda s: time.sleep(min(s, 0.05)))
+        consumer = Consumer(group_broker.bootstrap, group_id="o", topics=["orders"], **FAST)
+        try:
+            deadline = time.monotonic() + 30
+            while len(handled) < 9 and time.monotonic() < deadline:
+                for message in consumer.poll(0.1):
+                    wrapped(message)
+        finally:
+            consumer.close()
+    assert handled == [str(n).encode() for n in range(10) if n != 4]
+    assert attempts.count(b"4") == 3
+    reader = Consumer(group_broker.bootstrap, topics=["orders.dlq"], auto_offset_reset="earliest")
+    try:
+        parked: list[Any] = []
+        deadline = time.monotonic() + 10
+        while not parked and time.monotonic() < deadline:
+            parked = reader.poll(0.2)
+    finally:
+        reader.close()
+    headers = dict(parked[0].headers)
+    assert parked[0].value == b"4"
+    assert headers["dlq.attempts"] == b"3" and headers["dlq.origin.offset"] == b"4"
+    assert headers["dlq.origin.topic"] == b"orders" and b"poison" in headers["dlq.error"]
