@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -20,13 +20,12 @@ from mqbroker import errors
 from mqbroker.catalog import (
     BROKER_TOPIC_CONFIG_DEFAULTS,
     PRODUCER_ID_BLOCK_SIZE,
-    TopicCatalog,
-    TopicRecord,
     log_config_for,
     validate_broker_topic_configs,
     validate_topic_name,
 )
 from mqbroker.config import BrokerConfig
+from mqbroker.controlplane import ControlPlane
 from mqbroker.flusher import Flusher
 from mqbroker.group_service import (
     OFFSETS_TOPIC,
@@ -97,20 +96,20 @@ class Broker:
         config: BrokerConfig,
         clock: IReactorTime,
         logs: LogManager,
-        catalog: TopicCatalog,
-        save_catalog: Callable[[TopicCatalog], None],
+        control: ControlPlane,
         flusher_factory: Callable[[Callable[[Iterable[PartitionLog]], None]], Flusher],
         authorizer: IAuthorizer,
     ) -> None:
         self._config = config
         self._clock = clock
         self._logs = logs
-        self._catalog = catalog
-        self._save_catalog = save_catalog
+        self._control = control
+        control.partition_removed = self._partition_removed
         self._authorizer = authorizer
         self._flusher = flusher_factory(self._on_durable)
         self._fetch_waiters: dict[PartitionLog, set[_PendingFetch]] = {}
-        self._next_producer_id = catalog.producer_id_block_end
+        self._next_producer_id = 0
+        self._producer_id_block_end = 0
         self._stopping = False
         self._groups: GroupService | None = None
         self.produced_bytes = 0
@@ -139,20 +138,45 @@ class Broker:
     def _all_logs(self) -> list[PartitionLog]:
         return [self._logs.get(topic, partition) for topic, partition in self._logs.partitions()]
 
-    def _partition_log(self, topic: str, partition: int, auto_create: bool = False) -> PartitionLog:
-        record = self._catalog.topics.get(topic)
-        if record is None and auto_create and self._config.auto_create_topics:
-            record = self._create_topic_now(TopicSpec(name=topic))
+    def _partition_log(self, topic: str, partition: int) -> PartitionLog:
+        """The local log of a partition this broker leads; others answer NOT_LEADER_OR_FOLLOWER."""
+        record = self._control.topic(topic)
         if record is None:
             raise errors.UnknownTopicOrPartitionError(
                 f"topic {topic!r} does not exist; create it with `mqbroker topics create {topic}` "
                 "or enable auto_create_topics"
             )
-        if not 0 <= partition < record.partitions:
+        if not 0 <= partition < len(record.partitions):
             raise errors.UnknownTopicOrPartitionError(
-                f"topic {topic!r} has partitions 0..{record.partitions - 1}; partition {partition} does not exist"
+                f"topic {topic!r} has partitions 0..{len(record.partitions) - 1}; partition {partition} does not exist"
+            )
+        state = record.partitions[partition]
+        if state.broker_id != self._config.node_id:
+            raise errors.NotLeaderError(
+                f"{topic}-{partition} is led by broker {state.leader_id}, not broker {self._config.node_id};"
+                " refresh metadata and retry there"
             )
         return self._logs.get(topic, partition)
+
+    def _partition_removed(self, topic: str, partition: int) -> None:
+        """The control plane is about to delete a local partition: answer the fetches waiting on it."""
+        partition_log = self._logs.get(topic, partition)
+        waiters = self._fetch_waiters.get(partition_log)
+        if waiters:
+            for pending in list(waiters):
+                pending.complete()
+
+    def _ensure_topic(self, name: str, auto_create: bool) -> Deferred[None]:
+        """Fire once ``name`` exists, creating it with the defaults if allowed (auto-creation)."""
+        if self._control.topic(name) is not None or not (auto_create and self._config.auto_create_topics):
+            return succeed(None)
+        try:
+            validate_topic_name(name)
+        except errors.BrokerError as error:
+            return fail(error)
+        created = self._create_topic_now(TopicSpec(name=name))
+        created.addErrback(lambda failure: failure.trap(errors.TopicAlreadyExistsError))
+        return created
 
     def high_watermark(self, partition_log: PartitionLog) -> int:
         """The end of what consumers may see: durable data under the sync policy."""
@@ -166,13 +190,22 @@ class Broker:
         self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
     ) -> Deferred[ProduceResult]:
         """Append a client's batches; see ``IBroker.produce``."""
+        if self._control.topic(topic) is None and self._authorizer.authorize(
+            principal, Operation.WRITE, ResourceType.TOPIC, topic
+        ):
+            ensured = self._ensure_topic(topic, auto_create=True)
+            ensured.addCallback(lambda _: self._produce(principal, topic, partition, records, acks))
+            return ensured
+        return self._produce(principal, topic, partition, records, acks)
+
+    def _produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int) -> Deferred[ProduceResult]:
         try:
             if self._stopping:
                 raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
             if acks not in (0, 1, -1):
                 raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
             self._authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
-            partition_log = self._partition_log(topic, partition, auto_create=True)
+            partition_log = self._partition_log(topic, partition)
             appended = partition_log.append(records, self.now_ms())
         except Exception as error:  # storage errors become typed broker errors; others propagate
             return fail(broker_error(error))
@@ -290,43 +323,57 @@ class Broker:
             return fail(broker_error(error))
 
     def metadata(self, principal: Principal, topics: Sequence[str] | None, allow_auto_create: bool) -> Deferred[ClusterMetadata]:
-        """Describe this broker and the topics; see ``IBroker.metadata``."""
-        node_id = self._config.node_id
-        names = sorted(self._catalog.topics) if topics is None else list(topics)
+        """Describe the brokers and the topics from the metadata image; see ``IBroker.metadata``."""
+        if topics is None or not allow_auto_create:
+            return succeed(self._describe(principal, topics))
+        missing = [name for name in topics if self._control.topic(name) is None
+                   and self._authorizer.authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)]
+        ensured = gatherResults([self._ensure_topic(name, auto_create=True) for name in missing], consumeErrors=True)
+        ensured.addErrback(lambda failure: failure.trap(FirstError))  # each topic's error shows in its entry
+        ensured.addCallback(lambda _: self._describe(principal, topics, validate_names=self._config.auto_create_topics))
+        return ensured
+
+    def _describe(self, principal: Principal, topics: Sequence[str] | None, validate_names: bool = False) -> ClusterMetadata:
+        image = self._control.image
+        names = sorted(image.topics) if topics is None else list(topics)
         described = []
         for name in names:
             try:
                 self._authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
-                record = self._catalog.topics.get(name)
-                if record is None and allow_auto_create and self._config.auto_create_topics:
-                    validate_topic_name(name)
-                    record = self._create_topic_now(TopicSpec(name=name))
+                record = image.topics.get(name)
                 if record is None:
+                    if validate_names:
+                        validate_topic_name(name)
                     raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 partitions = tuple(
-                    PartitionMetadata(partition=p, leader_id=node_id, leader_epoch=0, replicas=(node_id,), isr=(node_id,))
-                    for p in range(record.partitions)
+                    PartitionMetadata(partition=number, leader_id=state.leader_id, leader_epoch=state.leader_epoch,
+                                      replicas=(state.broker_id,), isr=(state.broker_id,) if state.leader_id >= 0 else ())
+                    for number, state in enumerate(record.partitions)
                 )
                 described.append(TopicMetadata(name=name, partitions=partitions, internal=name.startswith("__")))
             except errors.BrokerError as error:
                 described.append(TopicMetadata(name=name, error=error))
-        brokers = (BrokerEndpoint(node_id=node_id, host=self._config.public_host, port=self._config.native_port),)
-        return succeed(ClusterMetadata(
-            cluster_id=self._config.cluster_id, controller_id=node_id, brokers=brokers, topics=tuple(described)
-        ))
+        brokers = tuple(
+            BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port)
+            for _, broker in sorted(image.brokers.items()) if not broker.fenced
+        )
+        return ClusterMetadata(
+            cluster_id=self._config.cluster_id, controller_id=self._control.node.leader_id, brokers=brokers,
+            topics=tuple(described),
+        )
 
     # -- admin ------------------------------------------------------------------------------
 
     def create_topic(self, principal: Principal, spec: TopicSpec, validate_only: bool) -> Deferred[None]:
-        """Create a topic; see ``IBroker.create_topic``."""
+        """Create a topic through the controller; see ``IBroker.create_topic``."""
         try:
             self._authorize(principal, Operation.CREATE, ResourceType.TOPIC, spec.name)
-            if spec.name in self._catalog.topics:
+            if self._control.topic(spec.name) is not None:
                 raise errors.TopicAlreadyExistsError(f"topic {spec.name!r} already exists")
             self._check_topic_spec(spec)
-            if not validate_only:
-                self._create_topic_now(spec)
-            return succeed(None)
+            if validate_only:
+                return succeed(None)
+            return self._create_topic_now(spec)
         except Exception as error:
             return fail(broker_error(error))
 
@@ -338,38 +385,30 @@ class Broker:
         replication = self._config.default_replication_factor if spec.replication_factor == -1 else spec.replication_factor
         if replication != 1:
             raise errors.InvalidReplicationFactorError(
-                f"replication factor {replication} is larger than the 1 available broker"
+                f"replication factor {replication} is not supported yet: each partition lives on one broker"
             )
         validate_broker_topic_configs(spec.configs)
         self._log_config(spec.configs)
 
-    def _create_topic_now(self, spec: TopicSpec) -> TopicRecord:
+    def _create_topic_now(self, spec: TopicSpec) -> Deferred[None]:
+        """Propose the topic; the control plane creates the local logs of the partitions this broker hosts."""
         self._check_topic_spec(spec)
         partitions = self._config.default_partitions if spec.partitions == -1 else spec.partitions
-        record = TopicRecord(name=spec.name, partitions=partitions, configs=dict(spec.configs))
-        log_config = self._log_config(record.configs)
-        for partition in range(partitions):
-            self._logs.create(spec.name, partition, log_config, self.now_ms())
-        self._catalog.add(record)
-        self._save_catalog(self._catalog)
-        self.log.info("created topic {topic} with {partitions} partition(s)", topic=spec.name, partitions=partitions)
-        return record
+        created = self._control.create_topic(spec.name, partitions, dict(spec.configs))
+        created.addCallback(lambda _: self._topics_changed([spec.name]))
+        return created
+
+    def _topics_changed(self, names: list[str]) -> None:
+        if self._groups is not None:
+            self._groups.topics_changed(names)
 
     def delete_topic(self, principal: Principal, name: str) -> Deferred[None]:
-        """Delete a topic and its data; see ``IBroker.delete_topic``."""
+        """Delete a topic and its data everywhere; see ``IBroker.delete_topic``."""
         try:
             self._authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-            record = self._catalog.topics.get(name)
-            if record is None:
+            if self._control.topic(name) is None:
                 raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            doomed = [self._partition_log(name, partition) for partition in range(record.partitions)]
-            self._catalog.remove(name)
-            self._save_catalog(self._catalog)
-            for partition, partition_log in enumerate(doomed):
-                self._wake_fetches(partition_log)  # waiting fetches now answer UNKNOWN_TOPIC_OR_PARTITION
-                self._logs.delete(name, partition)
-            self.log.info("deleted topic {topic}", topic=name)
-            return succeed(None)
+            return self._control.delete_topic(name)
         except Exception as error:
             return fail(broker_error(error))
 
@@ -377,7 +416,7 @@ class Broker:
         """Return the topic's effective configuration; see ``IBroker.describe_configs``."""
         try:
             self._authorize(principal, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic)
-            record = self._catalog.topics.get(topic)
+            record = self._control.topic(topic)
             if record is None:
                 raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
             effective = self._log_config(record.configs).to_mapping()
@@ -391,44 +430,35 @@ class Broker:
     def alter_configs(
         self, principal: Principal, topic: str, set_configs: Mapping[str, str], delete_configs: Sequence[str]
     ) -> Deferred[None]:
-        """Change topic config overrides; see ``IBroker.alter_configs``."""
+        """Change topic config overrides through the controller; see ``IBroker.alter_configs``."""
         try:
             self._authorize(principal, Operation.ALTER_CONFIGS, ResourceType.TOPIC, topic)
-            record = self._catalog.topics.get(topic)
+            record = self._control.topic(topic)
             if record is None:
                 raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
             configs = {k: v for k, v in record.configs.items() if k not in set(delete_configs)}
             configs.update(set_configs)
             validate_broker_topic_configs(configs)
-            log_config = self._log_config(configs)
-            self._catalog.set_configs(topic, configs)
-            self._save_catalog(self._catalog)
-            for partition in range(record.partitions):
-                self._partition_log(topic, partition).reconfigure(log_config)
-            return succeed(None)
+            self._log_config(configs)
+            return self._control.alter_configs(topic, configs)
         except Exception as error:
             return fail(broker_error(error))
 
     def create_partitions(self, principal: Principal, topic: str, total_count: int) -> Deferred[None]:
-        """Grow a topic; see ``IBroker.create_partitions``."""
+        """Grow a topic through the controller; see ``IBroker.create_partitions``."""
         try:
             self._authorize(principal, Operation.ALTER, ResourceType.TOPIC, topic)
-            record = self._catalog.topics.get(topic)
+            record = self._control.topic(topic)
             if record is None:
                 raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-            if not record.partitions < total_count <= partitions_per_topic_max:
+            if not len(record.partitions) < total_count <= partitions_per_topic_max:
                 raise errors.InvalidPartitionsError(
-                    f"topic {topic!r} has {record.partitions} partitions; the new count must be larger "
+                    f"topic {topic!r} has {len(record.partitions)} partitions; the new count must be larger "
                     f"(and at most {partitions_per_topic_max}), got {total_count}"
                 )
-            log_config = self._log_config(record.configs)
-            for partition in range(record.partitions, total_count):
-                self._logs.create(topic, partition, log_config, self.now_ms())
-            self._catalog.set_partitions(topic, total_count)
-            self._save_catalog(self._catalog)
-            if self._groups is not None:
-                self._groups.topics_changed([topic])
-            return succeed(None)
+            grown = self._control.create_partitions(topic, total_count)
+            grown.addCallback(lambda _: self._topics_changed([topic]))
+            return grown
         except Exception as error:
             return fail(broker_error(error))
 
@@ -450,29 +480,45 @@ class Broker:
             return fail(broker_error(error))
 
     def init_producer_id(self, principal: Principal, transactional_id: str | None) -> Deferred[ProducerIdentity]:
-        """Hand out a fresh producer id (blocks are persisted before use); epoch starts at 0."""
+        """Hand out a fresh producer id (blocks are reserved cluster-wide before use); epoch starts at 0."""
         try:
             self._authorize(principal, Operation.WRITE, ResourceType.CLUSTER, "kafka-cluster")
-            if self._next_producer_id >= self._catalog.producer_id_block_end:
-                self._catalog.producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK_SIZE
-                self._save_catalog(self._catalog)
+        except Exception as error:
+            return fail(broker_error(error))
+        if self._next_producer_id < self._producer_id_block_end:
             producer_id = self._next_producer_id
             self._next_producer_id += 1
             return succeed(ProducerIdentity(producer_id=producer_id, producer_epoch=0))
-        except Exception as error:
-            return fail(broker_error(error))
+        reserved = self._control.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE)
+        reserved.addCallback(self._producer_ids_reserved)
+        reserved.addCallback(lambda _: self.init_producer_id(principal, transactional_id))
+        return reserved
+
+    def _producer_ids_reserved(self, first: int) -> None:
+        if self._next_producer_id >= self._producer_id_block_end:
+            self._next_producer_id = first
+            self._producer_id_block_end = first + PRODUCER_ID_BLOCK_SIZE
 
     # -- consumer groups --------------------------------------------------------------------
 
-    def start_groups(self, new_member_id: Callable[[str], str]) -> None:
-        """Create ``__consumer_offsets`` if needed, replay it, and start coordinating groups."""
+    def start_groups(self, new_member_id: Callable[[str], str]) -> Deferred[None]:
+        """Create ``__consumer_offsets`` if needed (through the controller), replay it, and coordinate groups."""
+        if self._control.topic(OFFSETS_TOPIC) is not None:
+            self._start_groups_now(new_member_id)
+            return succeed(None)
+        spec = TopicSpec(name=OFFSETS_TOPIC, partitions=self._config.offsets_topic_partitions,
+                         configs=dict(OFFSETS_TOPIC_CONFIGS))
+        created = self._create_topic_now(spec)
+        created.addErrback(lambda failure: failure.trap(errors.TopicAlreadyExistsError))
+        created.addCallback(lambda _: self._start_groups_now(new_member_id))
+        return created
+
+    def _start_groups_now(self, new_member_id: Callable[[str], str]) -> None:
         config = self._config
-        record = self._catalog.topics.get(OFFSETS_TOPIC)
-        if record is None:
-            spec = TopicSpec(name=OFFSETS_TOPIC, partitions=config.offsets_topic_partitions,
-                             configs=dict(OFFSETS_TOPIC_CONFIGS))
-            record = self._create_topic_now(spec)
-        logs = [self._logs.get(OFFSETS_TOPIC, partition) for partition in range(record.partitions)]
+        record = self._control.topic(OFFSETS_TOPIC)
+        assert record is not None
+        hosted = [number for number, state in enumerate(record.partitions) if state.broker_id == config.node_id]
+        logs = [self._logs.get(OFFSETS_TOPIC, partition) for partition in hosted]
         store = OffsetStore.replay(item for partition_log in logs for item in read_offsets_records(partition_log))
         group_config = group_messages.GroupConfig(
             session_timeout_ms_min=config.group_min_session_timeout_ms,
@@ -484,11 +530,11 @@ class Broker:
         coordinator = GroupCoordinator(config=group_config, partitions_per_topic=self._partitions_of,
                                        new_member_id=new_member_id, store=store, now_ms=self.now_ms())
         self._groups = GroupService(coordinator=coordinator, clock=self._clock, append=self._append_offsets,
-                                    offsets_partitions=record.partitions)
+                                    offsets_partitions=len(record.partitions))
 
     def _partitions_of(self, topic: str) -> int:
-        record = self._catalog.topics.get(topic)
-        return record.partitions if record is not None else 0
+        record = self._control.topic(topic)
+        return len(record.partitions) if record is not None else 0
 
     def _append_offsets(self, partition: int, records: bytes) -> Deferred[Any]:
         """Append a coordinator batch to ``__consumer_offsets``; fires once durable (acks = all)."""
@@ -593,7 +639,7 @@ class Broker:
 
     def partition_count(self) -> int:
         """Partitions this broker hosts (for metrics)."""
-        return sum(t.partitions for t in self._catalog.topics.values())
+        return len(self._control.image.partitions_hosted(self._config.node_id))
 
     def log_size_bytes(self) -> int:
         """Bytes of all partition logs on disk (for metrics)."""

@@ -35,6 +35,8 @@ class BrokerConfig:
     http_port: int = 9394
     controller_port: int = 9395
     controller_quorum: str = ""
+    broker_heartbeat_interval_ms: int = 500
+    broker_session_timeout_ms: int = 3_000
     auto_create_topics: bool = True
     default_partitions: int = 1
     default_replication_factor: int = 1

@@ -49,6 +49,7 @@ class ErrorCode(enum.IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
@@ -156,6 +157,7 @@ StorageError = _error_class("StorageError", ErrorCode.STORAGE_ERROR)
 ResourceNotFoundError = _error_class("ResourceNotFoundError", ErrorCode.RESOURCE_NOT_FOUND)
 DuplicateResourceError = _error_class("DuplicateResourceError", ErrorCode.DUPLICATE_RESOURCE)
 UnacceptableCredentialError = _error_class("UnacceptableCredentialError", ErrorCode.UNACCEPTABLE_CREDENTIAL)
+NotControllerError = _error_class("NotControllerError", ErrorCode.NOT_CONTROLLER, True)
 
 _BY_CODE: dict[ErrorCode, type[BrokerError]] = {
     cls.code: cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, BrokerError)

@@ -172,20 +172,28 @@ def _check_field_types(record: Record) -> None:
 # ---- results --------------------------------------------------------------------------------
 
 
-def encode_result(error: errors.BrokerError | None = None, value: int | None = None) -> bytes:
-    """The apply result a proposer gets back: an error code and message, or a value."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyResult:
+    """What applying a record gave: its log index (wait for it to read your write) and value."""
+
+    index: int
+    value: int | None = None
+
+
+def encode_result(index: int, error: errors.BrokerError | None = None, value: int | None = None) -> bytes:
+    """The apply result a proposer gets back: the index and an error code and message, or a value."""
     if error is None:
-        return json.dumps({"error": 0, "value": value}).encode()
-    return json.dumps({"error": int(error.code), "message": error.message}).encode()
+        return json.dumps({"index": index, "error": 0, "value": value}).encode()
+    return json.dumps({"index": index, "error": int(error.code), "message": error.message}).encode()
 
 
-def decode_result(data: bytes) -> int | None:
-    """The value of an apply result, or raise the typed error it carries."""
+def decode_result(data: bytes) -> ApplyResult:
+    """The index and value of an apply result, or raise the typed error it carries."""
     document = json.loads(data)
     if document["error"]:
         raise errors.error_for_code(document["error"], document["message"])
     value = document["value"]
-    return None if value is None else int(value)
+    return ApplyResult(index=int(document["index"]), value=None if value is None else int(value))
 
 
 # ---- the image ------------------------------------------------------------------------------
@@ -362,6 +370,8 @@ class MetadataStateMachine:
         self.record_listeners: list[Callable[[Record, MetadataImage], None]] = []
         #: Called with the image after a snapshot replaced it.
         self.restore_listeners: list[Callable[[MetadataImage], None]] = []
+        #: Called with the applied index after every record (applied or refused) and restore.
+        self.index_listeners: list[Callable[[int], None]] = []
 
     def apply(self, index: int, data: bytes) -> bytes:
         """Apply the committed record at ``index``; the result carries its value or error."""
@@ -370,10 +380,14 @@ class MetadataStateMachine:
             record = decode_record(data)
             value = apply_record(self.image, record)
         except errors.BrokerError as error:
-            return encode_result(error)
-        for listener in self.record_listeners:
-            listener(record, self.image)
-        return encode_result(value=value)
+            result = encode_result(index, error)
+        else:
+            for listener in self.record_listeners:
+                listener(record, self.image)
+            result = encode_result(index, value=value)
+        for index_listener in self.index_listeners:
+            index_listener(index)
+        return result
 
     def snapshot(self) -> bytes:
         """The image as JSON."""
@@ -384,3 +398,5 @@ class MetadataStateMachine:
         self.image = MetadataImage.from_document(json.loads(data)) if data else MetadataImage()
         for listener in self.restore_listeners:
             listener(self.image)
+        for index_listener in self.index_listeners:
+            index_listener(self.image.applied_index)

@@ -23,17 +23,16 @@ from twisted.python.threadpool import ThreadPool
 from mqbroker import __version__
 from mqbroker.acl import AllowEverything
 from mqbroker.broker import Broker
-from mqbroker.catalog import TopicCatalog, log_config_for
+from mqbroker.catalog import log_config_for
 from mqbroker.config import BrokerConfig
+from mqbroker.controlplane import ControlPlane
 from mqbroker.flusher import Flusher
 from mqbroker.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IFrontEnd
 from mqbroker.metrics import BrokerMetrics
-from mqbroker.storage.checkpoint import write_atomically
 from mqbroker.storage.manager import LogManager
 
-CATALOG_FILE = "topic-catalog.json"
 FSYNC_THREADS_MAX = 4
 
 
@@ -65,6 +64,7 @@ class BrokerService(MultiService):
         self.reactor = reactor
         self.data_dir = pathlib.Path(config.data_dir).resolve()
         self.broker: Broker | None = None
+        self.control: ControlPlane | None = None
         self.metrics = BrokerMetrics()
         self._threadpool = ThreadPool(minthreads=1, maxthreads=FSYNC_THREADS_MAX, name="mqbroker-fsync")
         self._logs: LogManager | None = None
@@ -75,26 +75,44 @@ class BrokerService(MultiService):
         self.log.info("mqbroker {version} starting: node {node_id}, data directory {data_dir}",
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
         now_ms = int(self.reactor.seconds() * 1000)
-        catalog_path = self.data_dir / CATALOG_FILE
-        catalog = TopicCatalog.from_bytes(catalog_path.read_bytes()) if catalog_path.exists() else TopicCatalog()
         topic_defaults = self.config.topic_defaults
         self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
-        self._logs.open_all(now_ms, {t.name: log_config_for(topic_defaults, t.configs) for t in catalog.topics.values()})
+        self.control = ControlPlane(
+            config=self.config, reactor=self.reactor, data_dir=self.data_dir, threadpool=self._threadpool,
+            logs=self._logs, listen_endpoint=lambda port: _listen_endpoint(self.reactor, self.config.host, port),
+            on_fatal=lambda failure: self.reactor.stop(),
+        )
+        stored_configs = self.control.stored_topic_configs()
+        self._logs.open_all(now_ms, {name: log_config_for(topic_defaults, configs) for name, configs in stored_configs.items()})
         self.log.info("opened {count} partition log(s)", count=len(self._logs.partitions()))
         self._threadpool.start()
+        try:
+            self._start_serving()
+        except Exception as error:
+            # e.g. a port in use: undo what started, so the process can exit with the error
+            self.log.critical("mqbroker cannot start: {error}", error=error)
+            self._threadpool.stop()
+            self._logs.close()
+            raise
+
+    def _start_serving(self) -> None:
+        """Build the broker and start its timers and listeners (the logs are open)."""
         self.broker = Broker(
             config=self.config,
             clock=self.reactor,
             logs=self._logs,
-            catalog=catalog,
-            save_catalog=lambda c: write_atomically(str(catalog_path), c.to_bytes()),
+            control=self.control,
             flusher_factory=lambda on_durable: Flusher(self.reactor, self._threadpool, on_durable),
             authorizer=AllowEverything(),
         )
-        self.broker.start_groups(MemberIdGenerator(random.SystemRandom()))
+        broker = self.broker
+        started = self.control.when_caught_up()
+        started.addCallback(lambda _: broker.start_groups(MemberIdGenerator(random.SystemRandom())))
+        started.addErrback(lambda failure: self.log.failure("consumer groups did not start", failure))
         self.metrics.attach(self.broker)
         self._add_timers(self.broker)
         self._add_listeners(self.broker)
+        self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
 
     def _add_timers(self, broker: Broker) -> None:
@@ -147,7 +165,7 @@ class BrokerService(MultiService):
 
     def is_ready(self) -> bool:
         """True once the logs are open and the listeners are up."""
-        return self.running and self.broker is not None
+        return self.running and self.broker is not None and self.control is not None and self.control.caught_up
 
 
 def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:

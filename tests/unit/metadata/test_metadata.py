@@ -31,7 +31,7 @@ from mqbroker.raft.state_machine import IRaftStateMachine
 def _apply(machine: MetadataStateMachine, *records: Record) -> list[int | None]:
     values = []
     for record in records:
-        values.append(decode_result(machine.apply(machine.image.applied_index + 1, encode_record(record))))
+        values.append(decode_result(machine.apply(machine.image.applied_index + 1, encode_record(record))).value)
     return values
 
 

@@ -1,0 +1,412 @@
+"""The broker's control plane (Twisted): its Raft node, the metadata image and the local partitions.
+
+Every admin operation becomes a metadata record proposed to the controller (forwarded to the
+Raft leader when this broker is not it); every broker applies the committed records to its
+``MetadataImage`` and serves metadata from it. A broker with no ``controller_quorum`` is a
+quorum of one, on the same code path. The control plane also registers this broker,
+heartbeats for it, fences brokers whose session expired (while it leads), keeps the local
+partition logs in step with the image, and once imports a single-broker ``topic-catalog.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred, fail, gatherResults, inlineCallbacks, succeed
+from twisted.internet.endpoints import TCP4ClientEndpoint
+from twisted.internet.interfaces import IStreamServerEndpoint
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqbroker import errors
+from mqbroker.catalog import TopicCatalog, log_config_for
+from mqbroker.config import BrokerConfig, ConfigError
+from mqbroker.controller import BrokerSessions, create_partitions_record, create_topic_record
+from mqbroker.metadata import (
+    AllocateProducerIds,
+    AlterTopicConfigs,
+    BrokerHeartbeat,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    MetadataImage,
+    MetadataStateMachine,
+    Record,
+    RegisterBroker,
+    TopicState,
+    decode_result,
+    encode_record,
+)
+from mqbroker.raft.core import RaftCore, RaftSettings
+from mqbroker.raft.errors import ProposalDroppedError
+from mqbroker.raft.forwarding import PeerFrame
+from mqbroker.raft.messages import Campaign, Configuration, EntryKind, Role, Snapshot, SnapshotMetadata
+from mqbroker.raft.node import RaftNode
+from mqbroker.raft.storage import FileRaftStorage
+from mqbroker.raft.transport import RaftTransport
+from mqbroker.storage.manager import LogManager
+
+#: The Raft log's directory under the data directory (not a partition name: no "-N" suffix).
+RAFT_DIRECTORY = "controller-raft"
+LEGACY_CATALOG_FILE = "topic-catalog.json"
+CONTROLLER_TICK_MS = 50
+CONTROLLER_ELECTION_TICKS = 10
+REGISTRATION_RETRY_MS = 200
+SNAPSHOT_ENTRIES = 10_000
+
+
+def parse_quorum(config: BrokerConfig) -> dict[int, tuple[str, int]]:
+    """The voters as {node id: (host, controller port)}; empty ``controller_quorum`` means this broker alone."""
+    if not config.controller_quorum.strip():
+        return {config.node_id: (config.public_host, config.controller_port)}
+    voters: dict[int, tuple[str, int]] = {}
+    for item in config.controller_quorum.split(","):
+        node, at, address = item.strip().partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not node.isdigit() or not port.isdigit() or int(node) < 1:
+            raise ConfigError(f"configuration key 'controller_quorum': {item!r} is not ID@HOST:PORT")
+        voters[int(node)] = (host, int(port))
+    if config.node_id not in voters:
+        raise ConfigError(
+            f"configuration key 'controller_quorum': node {config.node_id} is not among the voters {sorted(voters)}"
+        )
+    return voters
+
+
+class ControlPlane(MultiService):
+    """Owns the Raft node and the metadata image of one broker; admin operations return Deferreds."""
+
+    log = Logger()
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        reactor: Any,
+        data_dir: pathlib.Path,
+        threadpool: Any,
+        logs: LogManager,
+        listen_endpoint: Callable[[int], IStreamServerEndpoint],
+        on_fatal: Callable[[Failure], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.node_id = config.node_id
+        self._reactor = reactor
+        self._data_dir = data_dir
+        self._logs = logs
+        self.voters = parse_quorum(config)
+        self.machine = MetadataStateMachine()
+        self.sessions = BrokerSessions(config.broker_session_timeout_ms)
+        self.caught_up = False
+        #: Called with (topic, partition) before a local partition is deleted (the broker wakes its fetches).
+        self.partition_removed: Callable[[str, int], None] = lambda topic, partition: None
+        self._apply_waiters: list[tuple[int, Deferred[None]]] = []
+        self._caught_up_waiters: list[Deferred[None]] = []
+        self._heartbeat_in_flight = False
+        self._fencing: set[int] = set()
+        storage = FileRaftStorage.open(str(data_dir / RAFT_DIRECTORY), bootstrap=self._bootstrap())
+        core = RaftCore(
+            RaftSettings(node_id=self.node_id, election_ticks=CONTROLLER_ELECTION_TICKS),
+            storage,
+            random.Random(int.from_bytes(os.urandom(8), "big")),
+        )
+        self.transport: RaftTransport | None = None
+        if len(self.voters) > 1:
+            self.transport = self._build_transport(listen_endpoint)
+            self.transport.setServiceParent(self)
+        self.node = RaftNode(
+            core=core,
+            storage=storage,
+            state_machine=self.machine,
+            send=self.transport.send if self.transport is not None else lambda frame: False,
+            reactor=reactor,
+            threadpool=threadpool,
+            tick_ms=CONTROLLER_TICK_MS,
+            snapshot_entries=SNAPSHOT_ENTRIES,
+            on_fatal=on_fatal,
+        )
+        self.machine.record_listeners.append(self._record_applied)
+        self.machine.restore_listeners.append(self._image_restored)
+        self.machine.index_listeners.append(self._index_applied)
+        self.node.add_leader_listener(self._leader_changed)
+        self._heartbeats = LoopingCall(self._heartbeat)
+        self._heartbeats.clock = reactor
+        self._session_checks = LoopingCall(self._check_sessions)
+        self._session_checks.clock = reactor
+
+    def _bootstrap(self) -> Snapshot:
+        voters = Configuration(voters=frozenset(self.voters))
+        return Snapshot(metadata=SnapshotMetadata(configuration=voters))
+
+    def _build_transport(self, listen_endpoint: Callable[[int], IStreamServerEndpoint]) -> RaftTransport:
+        peers = {
+            node_id: TCP4ClientEndpoint(self._reactor, "127.0.0.1" if host == "localhost" else host, port)
+            for node_id, (host, port) in self.voters.items()
+            if node_id != self.node_id
+        }
+        own_port = self.voters[self.node_id][1]
+        return RaftTransport(
+            node_id=self.node_id,
+            server_endpoint=listen_endpoint(own_port),
+            peer_endpoints=peers,
+            deliver=self._deliver,
+            clock=self._reactor,
+        )
+
+    def _deliver(self, frame: PeerFrame) -> None:
+        self.node.receive(frame)
+
+    # ---- life cycle ------------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self.node.start()
+        if set(self.voters) == {self.node_id}:
+            self.node.receive(Campaign())  # a quorum of one need not wait an election timeout
+        self._session_checks.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
+        self._register()
+
+    @inlineCallbacks
+    def stopService(self) -> Any:
+        for loop in (self._heartbeats, self._session_checks):
+            if loop.running:
+                loop.stop()
+        yield self.node.stop()
+        yield super().stopService()
+        self.node.storage.close()
+
+    def _register(self) -> None:
+        record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.native_port)
+        registered = self._propose(record)
+        registered.addCallbacks(self._registered, self._registration_failed)
+
+    def _registration_failed(self, failure: Failure) -> None:
+        failure.trap(errors.BrokerError)
+        if self.running:
+            self._reactor.callLater(REGISTRATION_RETRY_MS / 1000.0, self._register)
+
+    def _registered(self, _: Any) -> None:
+        self.log.info("broker {node} registered with the controller (leader {leader})",
+                      node=self.node_id, leader=self.node.leader_id)
+        self.caught_up = True
+        self._sync_local_partitions(self.image)
+        self._heartbeats.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
+        self._import_legacy_catalog()
+        waiters, self._caught_up_waiters = self._caught_up_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+    def when_caught_up(self) -> Deferred[None]:
+        """Fire once this broker is registered and its image holds everything committed before that."""
+        if self.caught_up:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._caught_up_waiters.append(waiter)
+        return waiter
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def stored_topic_configs(self) -> dict[str, dict[str, str]]:
+        """Topic configs as the stored Raft log has them, to open the local logs before the log is replayed.
+
+        Uncommitted entries are included: this is only a hint, the replay reconfigures every log.
+        """
+        storage = self.node.storage
+        scratch = MetadataStateMachine()
+        scratch.restore(storage.snapshot().data)
+        for entry in storage.entries(storage.first_index(), storage.last_index() + 1):
+            if entry.kind is EntryKind.NORMAL and entry.data:
+                scratch.apply(entry.index, entry.data)
+        return {name: dict(topic.configs) for name, topic in scratch.image.topics.items()}
+
+    @property
+    def image(self) -> MetadataImage:
+        """The metadata as of the last applied record."""
+        return self.machine.image
+
+    def topic(self, name: str) -> TopicState | None:
+        """A topic of the image, or None."""
+        return self.image.topics.get(name)
+
+    def describe(self) -> dict[str, Any]:
+        """Voters, leader, term, commit index and brokers, for ``cluster describe``."""
+        status = self.node.status()
+        return {
+            "node_id": self.node_id,
+            "leader": status.leader_id,
+            "term": status.term,
+            "commit_index": status.commit_index,
+            "applied_index": status.applied_index,
+            "voters": sorted(status.configuration.voters),
+            "brokers": [
+                {"node_id": b.node_id, "host": b.host, "port": b.port, "state": "fenced" if b.fenced else "active"}
+                for _, b in sorted(self.image.brokers.items())
+            ],
+        }
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> Deferred[None]:
+        """Create a topic with its partitions spread over the live brokers."""
+        return self._propose_from_image(lambda image: create_topic_record(image, name, partitions, configs))
+
+    def delete_topic(self, name: str) -> Deferred[None]:
+        """Delete a topic everywhere."""
+        return self._propose_discarding(DeleteTopic(name=name))
+
+    def create_partitions(self, name: str, total_count: int) -> Deferred[None]:
+        """Grow a topic; the new partitions go to the least loaded live brokers."""
+        return self._propose_from_image(lambda image: create_partitions_record(image, name, total_count))
+
+    def alter_configs(self, name: str, configs: Mapping[str, str]) -> Deferred[None]:
+        """Replace a topic's config overrides."""
+        return self._propose_discarding(AlterTopicConfigs(name=name, configs=dict(configs)))
+
+    def allocate_producer_ids(self, count: int) -> Deferred[int]:
+        """Reserve ``count`` producer ids cluster-wide; fire with the first."""
+        return self._propose(AllocateProducerIds(count=count))
+
+    def _propose_from_image(self, build: Callable[[MetadataImage], Record]) -> Deferred[None]:
+        try:
+            record = build(self.image)
+        except errors.BrokerError as error:
+            return fail(error)
+        return self._propose_discarding(record)
+
+    def _propose_discarding(self, record: Record) -> Deferred[None]:
+        proposed = self._propose(record)
+        proposed.addCallback(lambda _: None)
+        return proposed
+
+    def _propose(self, record: Record) -> Deferred[Any]:
+        """Commit ``record``; fire with its value once this broker has applied it too (read your writes)."""
+        proposed = self.node.propose(encode_record(record))
+        proposed.addErrback(_as_not_controller)
+        proposed.addCallback(decode_result)
+        proposed.addCallback(lambda result: self._applied_locally(result.index).addCallback(lambda _: result.value))
+        return proposed
+
+    def _applied_locally(self, index: int) -> Deferred[None]:
+        if self.image.applied_index >= index:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._apply_waiters.append((index, waiter))
+        return waiter
+
+    def _index_applied(self, index: int) -> None:
+        if not self._apply_waiters:
+            return
+        ready = [waiter for wanted, waiter in self._apply_waiters if wanted <= index]
+        self._apply_waiters = [(wanted, waiter) for wanted, waiter in self._apply_waiters if wanted > index]
+        for waiter in ready:
+            waiter.callback(None)
+
+    # ---- heartbeats and sessions -----------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._reactor.seconds() * 1000)
+
+    def _heartbeat(self) -> None:
+        if self._heartbeat_in_flight:
+            return
+        self._heartbeat_in_flight = True
+        sent = self._propose(BrokerHeartbeat(node_id=self.node_id))
+        sent.addErrback(lambda failure: failure.trap(errors.BrokerError))
+        sent.addBoth(self._heartbeat_done)
+
+    def _heartbeat_done(self, _: Any) -> None:
+        self._heartbeat_in_flight = False
+
+    def _leader_changed(self, leader_id: int, role: Role) -> None:
+        if role is Role.LEADER:
+            self.sessions.leadership_gained(self.image, self._now_ms())
+            self._fencing.clear()
+
+    def _check_sessions(self) -> None:
+        if not self.node.is_leader:
+            return
+        for record in self.sessions.expired(self.image, self._now_ms()):
+            if record.node_id in self._fencing:
+                continue
+            self.log.warn("broker {node} missed its session: fencing it", node=record.node_id)
+            self._fencing.add(record.node_id)
+            fenced = self._propose(record)
+            fenced.addErrback(lambda failure: failure.trap(errors.BrokerError))
+            fenced.addBoth(lambda _, node_id=record.node_id: self._fencing.discard(node_id))
+
+    # ---- local partitions ------------------------------------------------------------------
+
+    def _record_applied(self, record: Record, image: MetadataImage) -> None:
+        match record:
+            case RegisterBroker(node_id=node_id) | BrokerHeartbeat(node_id=node_id):
+                self.sessions.heard_from(node_id, self._now_ms())
+            case CreateTopic(name=name) | CreatePartitions(name=name) | AlterTopicConfigs(name=name):
+                if self.caught_up:
+                    self._sync_topic(image.topics[name])
+            case DeleteTopic(name=name):
+                if self.caught_up:
+                    self._remove_local(name, keep=set())
+
+    def _image_restored(self, image: MetadataImage) -> None:
+        if self.caught_up:
+            self._sync_local_partitions(image)
+
+    def _sync_local_partitions(self, image: MetadataImage) -> None:
+        """Make the local logs match the image: create what this broker hosts, delete the rest."""
+        hosted = set(image.partitions_hosted(self.node_id))
+        for topic in image.topics.values():
+            self._sync_topic(topic)
+        for topic, partition in self._logs.partitions():
+            if (topic, partition) not in hosted:
+                self._remove_local(topic, keep=hosted)
+
+    def _sync_topic(self, topic: TopicState) -> None:
+        log_config = log_config_for(self.config.topic_defaults, topic.configs)
+        local = set(self._logs.partitions())
+        for number, partition in enumerate(topic.partitions):
+            if partition.broker_id != self.node_id:
+                continue
+            if (topic.name, number) in local:
+                self._logs.get(topic.name, number).reconfigure(log_config)
+            else:
+                self._logs.create(topic.name, number, log_config, self._now_ms())
+
+    def _remove_local(self, name: str, keep: set[tuple[str, int]]) -> None:
+        for topic, partition in self._logs.partitions():
+            if topic == name and (topic, partition) not in keep:
+                self.partition_removed(topic, partition)
+                self._logs.delete(topic, partition)
+
+    def _import_legacy_catalog(self) -> None:
+        """Once: a single broker's topic-catalog.json becomes records (if the image has no topics)."""
+        path = self._data_dir / LEGACY_CATALOG_FILE
+        if not path.exists():
+            return
+        if self.image.topics:
+            self.log.warn("{path} ignored: the metadata image already has topics", path=str(path))
+            return
+        catalog = TopicCatalog.from_bytes(path.read_bytes())
+        records: list[Record] = [
+            CreateTopic(name=t.name, assignment=(self.node_id,) * t.partitions, configs=dict(t.configs))
+            for t in catalog.topics.values()
+        ]
+        records.append(AllocateProducerIds(count=0, minimum=catalog.producer_id_block_end))
+        imported = [self._propose(record) for record in records]
+        done = gatherResults(imported, consumeErrors=True)
+        done.addCallback(lambda _: path.rename(path.with_suffix(".json.imported")))
+        done.addCallback(lambda _: self.log.info("imported {count} topic(s) from {path}", count=len(catalog.topics),
+                                                 path=str(path)))
+
+
+def _as_not_controller(failure: Failure) -> Failure:
+    """A lost leadership or a proposal that timed out is NOT_CONTROLLER to the client: retry."""
+    if failure.check(ProposalDroppedError, errors.RequestTimedOutError):
+        return Failure(errors.NotControllerError(failure.value.message))
+    return failure
