@@ -494,6 +494,14 @@ class Broker:
         reserved.addCallback(lambda _: self.init_producer_id(principal, transactional_id))
         return reserved
 
+    def describe_quorum(self, principal: Principal) -> Deferred[dict[str, Any]]:
+        """The controller quorum and brokers; see ``IBroker.describe_quorum``."""
+        try:
+            self._authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
+        except errors.BrokerError as error:
+            return fail(error)
+        return succeed(self._control.describe())
+
     def _producer_ids_reserved(self, first: int) -> None:
         if self._next_producer_id >= self._producer_id_block_end:
             self._next_producer_id = first

@@ -54,6 +54,9 @@ class IBroker(Interface):
     def init_producer_id(principal, transactional_id):
         """Allocate an idempotent producer id and epoch (``ProducerIdentity``)."""
 
+    def describe_quorum(principal):
+        """The controller's voters, leader, term, commit index and brokers (a dict, see ``ControlPlane.describe``)."""
+
     def join_group(principal, request):
         """Join a consumer group (a ``groups.messages.JoinRequest``); needs READ on the group.
 

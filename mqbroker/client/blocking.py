@@ -32,6 +32,8 @@ from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, ProducePlan, RecordMetadata, parse_acks
 from mqbroker.errors import BrokerError, RequestTimedOutError
 from mqbroker.protocols.native.messages import (
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     Acks,
     FetchResponse,
     InitProducerIdRequest,
@@ -777,6 +779,10 @@ class Admin:
         """Set some config keys of ``topic`` and reset others to their defaults."""
         response = self._calls.any_broker(admin.alter_configs_request(topic, set_configs, delete_configs))
         admin.alter_configs_result(response)  # type: ignore[arg-type]
+
+    def describe_quorum(self) -> DescribeQuorumResponse:
+        """The controller quorum and brokers as one broker sees them."""
+        return self._calls.any_broker(DescribeQuorumRequest())  # type: ignore[return-value]
 
     def metadata(self, topics: Iterable[str] | None = None) -> MetadataResponse:
         """Brokers and partition leaders of ``topics`` (None: every topic); creates nothing."""

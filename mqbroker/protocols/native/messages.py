@@ -45,6 +45,7 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_QUORUM = 55
 
 
 class Acks(enum.IntEnum):
@@ -972,6 +973,45 @@ class SaslAuthenticateResponse:
 # The API table
 
 
+# ---------------------------------------------------------------------------------------------
+# Controller quorum
+
+
+@message
+class DescribeQuorumRequest:
+    """Asks the answering broker for its view of the controller quorum and the registered brokers."""
+
+
+@message
+class QuorumVoter:
+    """One controller voter."""
+
+    node_id: Int32
+
+
+@message
+class QuorumBroker:
+    """One registered broker and its state (``active`` or ``fenced``)."""
+
+    node_id: Int32
+    host: str
+    port: Int32
+    state: str
+
+
+@message
+class DescribeQuorumResponse:
+    """The Raft state of the controller as the answering broker sees it (-1: no known leader)."""
+
+    node_id: Int32
+    leader_id: Int32
+    term: Int64
+    commit_index: Int64
+    applied_index: Int64
+    voters: tuple[QuorumVoter, ...]
+    brokers: tuple[QuorumBroker, ...]
+
+
 @message
 class ApiSchema:
     """The request and response types of one API and its supported versions (inclusive)."""
@@ -1015,6 +1055,7 @@ APIS: dict[ApiKey, ApiSchema] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiSchema(
         request_type=IncrementalAlterConfigsRequest, response_type=IncrementalAlterConfigsResponse
     ),
+    ApiKey.DESCRIBE_QUORUM: ApiSchema(request_type=DescribeQuorumRequest, response_type=DescribeQuorumResponse),
 }
 
 #: The API key of each request type (the codec derives a request's key from its type).

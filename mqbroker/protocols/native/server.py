@@ -408,6 +408,17 @@ async def handle_delete_groups(broker: IBroker, principal: Principal, request: m
     return m.DeleteGroupsResponse(results=tuple(results))
 
 
+async def handle_describe_quorum(broker: IBroker, principal: Principal, request: m.DescribeQuorumRequest) -> Any:
+    """The controller quorum and the registered brokers, as this broker sees them."""
+    quorum = await broker.describe_quorum(principal)
+    return m.DescribeQuorumResponse(
+        node_id=quorum["node_id"], leader_id=quorum["leader"] or -1, term=quorum["term"],
+        commit_index=quorum["commit_index"], applied_index=quorum["applied_index"],
+        voters=tuple(m.QuorumVoter(node_id=voter) for voter in quorum["voters"]),
+        brokers=tuple(m.QuorumBroker(**broker_state) for broker_state in quorum["brokers"]),
+    )
+
+
 HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.API_VERSIONS: handle_api_versions,
     m.ApiKey.METADATA: handle_metadata,
@@ -431,6 +442,7 @@ HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.LIST_GROUPS: handle_list_groups,
     m.ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     m.ApiKey.DELETE_GROUPS: handle_delete_groups,
+    m.ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,
 }
 
 
