@@ -15,19 +15,26 @@ from mqbroker import errors
 from mqbroker.metadata import CreatePartitions, CreateTopic, FenceBroker, MetadataImage
 
 
-def assign_partitions(image: MetadataImage, count: int) -> tuple[int, ...]:
-    """Brokers for ``count`` new partitions, spread evenly: each goes to the live broker hosting fewest."""
+def assign_partitions(image: MetadataImage, count: int, topic: str | None = None) -> tuple[int, ...]:
+    """Brokers for ``count`` new partitions of ``topic``, spread evenly over the live brokers.
+
+    Each goes to the live broker with the fewest partitions of this topic, then the fewest in all.
+    """
     live = image.live_brokers()
     if not live:
         raise errors.InvalidReplicationFactorError("no live broker is registered to host the partitions")
     load = Counter({node_id: 0 for node_id in live})
-    for topic in image.topics.values():
-        for partition in topic.partitions:
+    own = Counter({node_id: 0 for node_id in live})
+    for state in image.topics.values():
+        for partition in state.partitions:
             if partition.broker_id in load:
                 load[partition.broker_id] += 1
+                if state.name == topic:
+                    own[partition.broker_id] += 1
     assignment = []
     for _ in range(count):
-        broker = min(live, key=lambda node_id: (load[node_id], node_id))
+        broker = min(live, key=lambda node_id: (own[node_id], load[node_id], node_id))
+        own[broker] += 1
         load[broker] += 1
         assignment.append(broker)
     return tuple(assignment)
@@ -37,7 +44,7 @@ def create_topic_record(image: MetadataImage, name: str, partitions: int, config
     """The record creating topic ``name`` with its partitions spread over the live brokers."""
     if name in image.topics:
         raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
-    return CreateTopic(name=name, assignment=assign_partitions(image, partitions), configs=dict(configs))
+    return CreateTopic(name=name, assignment=assign_partitions(image, partitions, name), configs=dict(configs))
 
 
 def create_partitions_record(image: MetadataImage, name: str, total_count: int) -> CreatePartitions:
@@ -45,7 +52,7 @@ def create_partitions_record(image: MetadataImage, name: str, total_count: int) 
     topic = image.topics.get(name)
     if topic is None:
         raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-    return CreatePartitions(name=name, assignment=assign_partitions(image, total_count - len(topic.partitions)))
+    return CreatePartitions(name=name, assignment=assign_partitions(image, total_count - len(topic.partitions), name))
 
 
 class BrokerSessions:

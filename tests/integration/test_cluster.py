@@ -1,0 +1,114 @@
+"""A real three-broker cluster on loopback: spread, routing, controller failover, restart, fencing."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from mqbroker.client import Admin, Consumer, Producer
+from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.clusterprocess import controller_leader, retrying, start_all, start_cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    brokers = start_cluster(tmp_path_factory.mktemp("cluster"))
+    yield brokers
+    for broker in brokers:
+        if broker.process is not None and broker.process.poll() is None:
+            os.kill(broker.process.pid, signal.SIGCONT)
+            broker.stop()
+
+
+def _assignment(bootstrap: str, topic: str) -> list[int]:
+    with Admin(bootstrap) as admin:
+        [described] = [t for t in admin.metadata([topic]).topics if t.name == topic]
+        return [partition.leader_id for partition in sorted(described.partitions, key=lambda p: p.partition_index)]
+
+
+def _wait_for(condition, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def _broker_states(broker: BrokerProcess) -> dict[int, str]:
+    with Admin(broker.bootstrap) as admin:
+        return {b.node_id: b.state for b in admin.describe_quorum().brokers}
+
+
+def test_topics_created_through_any_broker_spread_over_all_three(cluster: list[BrokerProcess]) -> None:
+    for number, broker in enumerate(cluster):
+        with Admin(broker.bootstrap) as admin:
+            retrying(lambda: admin.create_topics([f"spread-{number}"], partitions=6))
+        for other in cluster:
+            assert set(_assignment(other.bootstrap, f"spread-{number}")) == {1, 2, 3}
+
+
+def test_produce_and_consume_through_any_bootstrap_address(cluster: list[BrokerProcess]) -> None:
+    with Admin(cluster[0].bootstrap) as admin:
+        retrying(lambda: admin.create_topics(["routed"], partitions=3))
+    for broker in cluster:
+        with Producer(broker.bootstrap, acks="all") as producer:
+            futures = [producer.send("routed", value=b"%d-%d" % (broker.ports["native"], n), partition=n % 3)
+                       for n in range(30)]
+            producer.flush()
+            assert all(future.result(10).offset >= 0 for future in futures)
+    for broker in cluster:
+        with Consumer(broker.bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([("routed", p) for p in range(3)])
+            messages = []
+            for _ in range(40):
+                messages += consumer.poll(timeout=0.5)
+                if len(messages) >= 90:
+                    break
+        assert len(messages) == 90
+
+
+def test_a_broker_that_stops_heartbeating_is_fenced_and_comes_back(cluster: list[BrokerProcess]) -> None:
+    leader = controller_leader(cluster)
+    stopped = next(broker for number, broker in enumerate(cluster, start=1) if number != leader)
+    watcher = next(broker for broker in cluster if broker is not stopped)
+    stopped_id = cluster.index(stopped) + 1
+    assert stopped.process is not None
+    os.kill(stopped.process.pid, signal.SIGSTOP)
+    try:
+        _wait_for(lambda: _broker_states(watcher)[stopped_id] == "fenced")
+        hosted = [leader_id for leader_id in _assignment(watcher.bootstrap, "spread-0")]
+        assert stopped_id not in hosted and -1 in hosted  # its partitions lost their leader
+    finally:
+        os.kill(stopped.process.pid, signal.SIGCONT)
+    _wait_for(lambda: _broker_states(watcher)[stopped_id] == "active")
+
+
+def test_killing_the_controller_leader_elects_another_and_admin_goes_on(cluster: list[BrokerProcess]) -> None:
+    leader = controller_leader(cluster)
+    assert leader in (1, 2, 3)
+    cluster[leader - 1].kill()
+    survivor = next(broker for number, broker in enumerate(cluster, start=1) if number != leader)
+    _wait_for(lambda: controller_leader(cluster) not in (-1, leader))
+    with Admin(survivor.bootstrap) as admin:
+        retrying(lambda: admin.create_topics(["after-failover"], partitions=2))
+    start_all([cluster[leader - 1]])
+    _wait_for(lambda: "after-failover" in Admin(cluster[leader - 1].bootstrap).list_topics())
+
+
+def test_restarting_all_three_keeps_identical_metadata(cluster: list[BrokerProcess]) -> None:
+    def snapshot(broker: BrokerProcess) -> list[tuple[str, list[int]]]:
+        with Admin(broker.bootstrap) as admin:
+            names = sorted(admin.list_topics())
+        return [(name, _assignment(broker.bootstrap, name)) for name in names]
+
+    before = [snapshot(broker) for broker in cluster]
+    assert before[0] == before[1] == before[2]
+    for broker in cluster:
+        broker.stop()
+    start_all(cluster)
+    _wait_for(lambda: all(-1 not in leaders for _, leaders in snapshot(cluster[0])))
+    assert [snapshot(broker) for broker in cluster] == before
