@@ -253,13 +253,16 @@ class ControlPlane(MultiService):
 
     # ---- writes ----------------------------------------------------------------------------
 
+    # Admin writes wait until this broker is registered and caught up: a front end creating its
+    # internal topics at start-up (or a client racing the start) must see the live brokers.
+
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> Deferred[None]:
         """Create a topic with its partitions spread over the live brokers."""
         return self._propose_from_image(lambda image: create_topic_record(image, name, partitions, configs))
 
     def delete_topic(self, name: str) -> Deferred[None]:
         """Delete a topic everywhere."""
-        return self._propose_discarding(DeleteTopic(name=name))
+        return self._propose_from_image(lambda image: DeleteTopic(name=name))
 
     def create_partitions(self, name: str, total_count: int) -> Deferred[None]:
         """Grow a topic; the new partitions go to the least loaded live brokers."""
@@ -267,18 +270,23 @@ class ControlPlane(MultiService):
 
     def alter_configs(self, name: str, configs: Mapping[str, str]) -> Deferred[None]:
         """Replace a topic's config overrides."""
-        return self._propose_discarding(AlterTopicConfigs(name=name, configs=dict(configs)))
+        return self._propose_from_image(lambda image: AlterTopicConfigs(name=name, configs=dict(configs)))
 
     def allocate_producer_ids(self, count: int) -> Deferred[int]:
         """Reserve ``count`` producer ids cluster-wide; fire with the first."""
-        return self._propose(AllocateProducerIds(count=count))
+        return self.when_caught_up().addCallback(lambda _: self._propose(AllocateProducerIds(count=count)))
 
     def _propose_from_image(self, build: Callable[[MetadataImage], Record]) -> Deferred[None]:
-        try:
-            record = build(self.image)
-        except errors.BrokerError as error:
-            return fail(error)
-        return self._propose_discarding(record)
+        """Build a record from the image once caught up, and commit it."""
+
+        def propose(_: object) -> Deferred[None]:
+            try:
+                record = build(self.image)
+            except errors.BrokerError as error:
+                return fail(error)
+            return self._propose_discarding(record)
+
+        return self.when_caught_up().addCallback(propose)
 
     def _propose_discarding(self, record: Record) -> Deferred[None]:
         proposed = self._propose(record)
