@@ -1,0 +1,126 @@
+"""The generic codec adapter and the native session, on StringTransport and a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import succeed
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+
+from mqbroker import limits
+from mqbroker.model import BrokerEndpoint, ClusterMetadata
+from mqbroker.protocols.adapter import CodecProtocol, ConnectionHandle
+from mqbroker.protocols.native import messages as m
+from mqbroker.protocols.native.connection import ClientConnection
+from mqbroker.protocols.native.server import NativeSession
+
+
+class RecordingSession:
+    """A session that records what the adapter hands it."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.connection: ConnectionHandle | None = None
+        self.lost: Failure | None = None
+
+    def connection_made(self, connection: ConnectionHandle) -> None:
+        self.connection = connection
+
+    def data_received(self, data: bytes) -> None:
+        self.received.append(data)
+
+    def connection_lost(self, reason: Failure) -> None:
+        self.lost = reason
+
+
+def _connect(session: Any, idle_timeout_s: float | None = None, clock: Clock | None = None) -> tuple[CodecProtocol, StringTransport]:
+    protocol = CodecProtocol(session, idle_timeout_s)
+    if clock is not None:
+        protocol.callLater = clock.callLater  # TimeoutMixin's seam for the clock
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    return protocol, transport
+
+
+def test_bytes_reach_the_session_and_writes_reach_the_socket() -> None:
+    session = RecordingSession()
+    protocol, transport = _connect(session)
+    protocol.dataReceived(b"abc")
+    assert session.received == [b"abc"]
+    assert session.connection is not None
+    session.connection.write(b"reply")
+    assert transport.value() == b"reply"
+
+
+def test_a_silent_connection_is_closed_after_the_idle_timeout() -> None:
+    clock = Clock()
+    session = RecordingSession()
+    protocol, transport = _connect(session, idle_timeout_s=10.0, clock=clock)
+    clock.advance(9.0)
+    protocol.dataReceived(b"still here")
+    clock.advance(9.0)
+    assert not transport.disconnecting
+    clock.advance(1.5)
+    assert transport.disconnecting
+
+
+def test_reading_pauses_while_the_socket_send_buffer_is_full() -> None:
+    protocol, transport = _connect(RecordingSession())
+    assert transport.producer is protocol  # registered as a streaming producer
+    protocol.pauseProducing()  # the transport's buffer filled: a slow reader
+    assert transport.producerState == "paused"
+    protocol.resumeProducing()
+    assert transport.producerState == "producing"
+
+
+def test_reading_stays_paused_until_both_transport_and_session_have_drained() -> None:
+    session = RecordingSession()
+    protocol, transport = _connect(session)
+    protocol.pauseProducing()
+    assert session.connection is not None
+    session.connection.pause_reading()
+    protocol.resumeProducing()
+    assert transport.producerState == "paused"  # the session still has too much in flight
+    session.connection.resume_reading()
+    assert transport.producerState == "producing"
+
+
+class MetadataOnlyBroker:
+    """Answers Metadata; every produce stays pending (to fill the in-flight window)."""
+
+    def __init__(self) -> None:
+        self.pending_produces = 0
+
+    def metadata(self, principal: Any, topics: Any, allow_auto_create: bool) -> Any:
+        return succeed(ClusterMetadata(cluster_id="c", controller_id=1,
+                                       brokers=(BrokerEndpoint(node_id=1, host="h", port=1),), topics=()))
+
+    def produce(self, *arguments: Any) -> Any:
+        from twisted.internet.defer import Deferred
+
+        self.pending_produces += 1
+        return Deferred()
+
+
+def test_a_native_request_is_answered_on_the_same_connection() -> None:
+    protocol, transport = _connect(NativeSession(MetadataOnlyBroker(), limits.native_frame_bytes_max))
+    client = ClientConnection("adapter-test")
+    correlation_id, data = client.send_request(m.MetadataRequest(topics=None))
+    protocol.dataReceived(data)
+    (event,) = client.receive_data(transport.value())
+    assert event.correlation_id == correlation_id
+    assert event.response.brokers[0].host == "h"
+
+
+def test_the_native_session_stops_reading_at_its_in_flight_bound() -> None:
+    broker = MetadataOnlyBroker()
+    protocol, transport = _connect(NativeSession(broker, limits.native_frame_bytes_max))
+    client = ClientConnection("adapter-test", inflight_requests_max=10_000)
+    request = m.ProduceRequest(acks=1, timeout_ms=1000, topics=(
+        m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition_index=0, records=b""),)),))
+    for _ in range(limits.native_inflight_requests_max):
+        protocol.dataReceived(client.send_request(request)[1])
+    assert broker.pending_produces == limits.native_inflight_requests_max
+    assert transport.producerState == "paused"

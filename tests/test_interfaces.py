@@ -1,0 +1,33 @@
+"""Every ``@implementer`` in mqbroker provides what its interface declares (verifyObject / verifyClass)."""
+
+from __future__ import annotations
+
+import twisted.plugins
+from twisted.internet.interfaces import IPushProducer
+from twisted.plugin import IPlugin, getPlugins
+from zope.interface.verify import verifyClass, verifyObject
+
+from mqbroker.acl import AllowEverything
+from mqbroker.broker import Broker
+from mqbroker.interfaces import IAuthorizer, IBroker, IFrontEnd
+from mqbroker.protocols.adapter import CodecProtocol
+
+
+def test_the_broker_provides_the_broker_api() -> None:
+    assert verifyClass(IBroker, Broker)
+
+
+def test_allow_everything_is_an_authorizer() -> None:
+    assert verifyObject(IAuthorizer, AllowEverything())
+
+
+def test_every_installed_front_end_is_a_plugin_providing_the_front_end_interface() -> None:
+    front_ends = list(getPlugins(IFrontEnd, twisted.plugins))
+    assert {front_end.name for front_end in front_ends} >= {"native", "mqtt", "amqp"}
+    for front_end in front_ends:
+        assert verifyObject(IFrontEnd, front_end)
+        assert verifyObject(IPlugin, front_end)
+
+
+def test_the_codec_adapter_is_a_push_producer() -> None:
+    assert verifyObject(IPushProducer, CodecProtocol(session=None, idle_timeout_s=None))  # type: ignore[arg-type]
