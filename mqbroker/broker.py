@@ -622,9 +622,10 @@ class Broker:
         if self._groups is None:
             return {}
         lags = {}
+        local = set(self._logs.partitions())  # in a cluster, only partitions this broker hosts have a log here
         for group_id, offsets in self._groups.committed_offsets().items():
             for topic_partition, committed in offsets.items():
-                if committed is None or self._partitions_of(topic_partition.topic) <= topic_partition.partition:
+                if committed is None or (topic_partition.topic, topic_partition.partition) not in local:
                     continue
                 end = self.high_watermark(self._logs.get(*topic_partition))
                 lags[group_id, topic_partition.topic, topic_partition.partition] = max(0, end - committed.offset)
