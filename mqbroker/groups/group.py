@@ -107,9 +107,14 @@ class Group:
 
     def check_generation(self, request: MemberRequest) -> None:
         """Refuse a request made for another generation than the group's."""
-        if request.generation_id != self.generation_id:
+        if request.generation_id < self.generation_id:
             raise IllegalGenerationError(
                 f"generation {request.generation_id} of group {self.group_id!r} is over (now "
+                f"{self.generation_id}); rejoin before committing or heartbeating"
+            )
+        if request.generation_id > self.generation_id:
+            raise IllegalGenerationError(
+                f"group {self.group_id!r} has no generation {request.generation_id} (it is at "
                 f"{self.generation_id}); rejoin before committing or heartbeating"
             )
 
