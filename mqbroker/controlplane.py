@@ -37,6 +37,7 @@ from mqbroker.metadata import (
     DeleteTopic,
     MetadataImage,
     MetadataStateMachine,
+    PutGenericRecord,
     Record,
     RegisterBroker,
     TopicState,
@@ -271,6 +272,10 @@ class ControlPlane(MultiService):
     def alter_configs(self, name: str, configs: Mapping[str, str]) -> Deferred[None]:
         """Replace a topic's config overrides."""
         return self._propose_from_image(lambda image: AlterTopicConfigs(name=name, configs=dict(configs)))
+
+    def put_generic_record(self, kind: str, key: str, value: Any) -> Deferred[None]:
+        """Set (``value`` None: delete) a feature's typed record, e.g. a user or an ACL."""
+        return self._propose_from_image(lambda image: PutGenericRecord(kind=kind, key=key, value=value))
 
     def allocate_producer_ids(self, count: int) -> Deferred[int]:
         """Reserve ``count`` producer ids cluster-wide; fire with the first."""
