@@ -16,8 +16,10 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from typing import TypeVar
 
 from mqbroker.client import admin
+from mqbroker.client.backoff import Backoff
 from mqbroker.client.blocking_group import GroupMembership, resolve_callback
 from mqbroker.client.cluster import ClusterView
 from mqbroker.client.connection import (
@@ -26,7 +28,15 @@ from mqbroker.client.connection import (
     parse_address,
     raise_for_error_response,
 )
-from mqbroker.client.group_member import AssignmentChange, GroupMember, GroupSettings
+from mqbroker.client.group_member import (
+    AssignmentChange,
+    AutoCommit,
+    GroupMember,
+    GroupSettings,
+    apply_change,
+    known_positions,
+    revoked_positions,
+)
 from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, Message, OffsetReset, TopicPartition
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, ProducePlan, RecordMetadata, parse_acks
@@ -45,6 +55,9 @@ from mqbroker.protocols.native.messages import (
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+T = TypeVar("T")
 
 
 class _Cluster:
@@ -502,8 +515,7 @@ class Consumer:
                 GroupMember(settings, topics), bootstrap=self._cluster.bootstrap, client_id=client_id,
                 request_timeout_s=request_timeout_ms / 1000, pattern=re.compile(pattern) if pattern else None,
             )
-            self._auto_commit_s = auto_commit_interval_ms / 1000 if enable_auto_commit is not False else None
-            self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
+            self._auto_commit = AutoCommit(auto_commit_interval_ms if enable_auto_commit is not False else None, _now_ms())
             self._on_assigned = resolve_callback(on_assigned)
             self._on_revoked = resolve_callback(on_revoked)
             self._on_lost = resolve_callback(on_lost)
@@ -555,24 +567,15 @@ class Consumer:
             raise ValueError("committing needs a group: create the Consumer with group_id=...")
         return self._group
 
-    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Known positions of ``partitions`` (a partition still being reset has nothing to commit)."""
-        found = {}
-        for partition in partitions:
-            position = self._core.position(partition)
-            if position is not None:
-                found[partition] = position
-        return found
-
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (default: the positions of every assigned partition) and wait."""
-        wanted = self._positions(self._core.assignment()) if offsets is None else offsets
+        wanted = known_positions(self._core, self._core.assignment()) if offsets is None else offsets
         if wanted:
             self._membership().commit(wanted)
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> Future[None]:
         """Commit without waiting; the future holds the outcome (commits stay in order)."""
-        wanted = self._positions(self._core.assignment()) if offsets is None else offsets
+        wanted = known_positions(self._core, self._core.assignment()) if offsets is None else offsets
         return self._membership().commit_async(wanted)
 
     def committed(self, partition: TopicPartition) -> int | None:
@@ -604,33 +607,25 @@ class Consumer:
             self._apply(group, change)
         if changes:
             group.changes_applied(len(changes))
-        if self._auto_commit_s is not None and time.monotonic() >= self._next_auto_commit:
-            self._next_auto_commit = time.monotonic() + self._auto_commit_s
-            positions = self._positions(self._core.assignment())
+        if self._auto_commit.due(_now_ms()):
+            positions = known_positions(self._core, self._core.assignment())
             if positions:
                 group.commit_async(positions)  # a refused auto-commit is repeated by the next one
 
     def _apply(self, group: GroupMembership, change: AssignmentChange) -> None:
         """Revoke (commit first), drop lost partitions, start reading new ones from their commits."""
-        current = self._core.assignment()
         if change.revoked:
             self._on_revoked(set(change.revoked))
-            if self._auto_commit_s is not None:
-                positions = self._positions(change.revoked & current)
-                if positions:
-                    try:
-                        group.commit(positions)
-                    except BrokerError:
-                        pass  # the generation ended meanwhile: the new owner starts from the last commit
-            current -= change.revoked
+            positions = revoked_positions(self._core, change) if self._auto_commit.enabled else {}
+            if positions:
+                try:
+                    group.commit(positions)
+                except BrokerError:
+                    pass  # the generation ended meanwhile: the new owner starts from the last commit
         if change.lost:
             self._on_lost(set(change.lost))
-            current -= change.lost
-        self._core.assign(current | change.assigned)
+        apply_change(self._core, change, group.committed(change.assigned) if change.assigned else {})
         if change.assigned:
-            for partition, offset in group.committed(change.assigned).items():
-                if offset is not None:
-                    self._core.seek(partition, offset)
             self._on_assigned(set(change.assigned))
 
     def poll(self, timeout: float = 1.0) -> list[Message]:
@@ -689,7 +684,7 @@ class Consumer:
         """Commit (with auto-commit), leave the group (static members stay) and close the connections."""
         try:
             if self._group is not None:
-                if self._auto_commit_s is not None:
+                if self._auto_commit.enabled:
                     try:
                         self.commit()
                     except BrokerError:
@@ -710,6 +705,27 @@ class _AdminCalls:
 
     def __init__(self, cluster: _Cluster) -> None:
         self.cluster = cluster
+        self._backoff = Backoff(initial_ms=50, max_ms=1000)
+        self._rng = random.Random()
+
+    def retrying(self, call: Callable[[], T], topic: str | None = None) -> T:
+        """Run ``call`` again after retriable errors (a new controller or leader, a lost connection).
+
+        Gives up at the request timeout. With ``topic``, its leaders are looked up again before a retry.
+        """
+        deadline = time.monotonic() + self.cluster.timeout_s
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except BrokerError as error:
+                attempt += 1
+                delay_s = self._backoff.delay_ms(attempt, self._rng) / 1000
+                if not error.retriable or time.monotonic() + delay_s >= deadline:
+                    raise
+                if topic is not None:
+                    self.cluster.view.invalidate(topic)
+                time.sleep(delay_s)
 
     def any_broker(self, request: object) -> object:
         try:
@@ -733,8 +749,10 @@ class _AdminCalls:
             raise
 
     def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> int:
-        response = self.leader(topic, partition, admin.list_offsets_request(topic, partition, timestamp_ms))
-        return admin.list_offsets_result(response)  # type: ignore[arg-type]
+        request = admin.list_offsets_request(topic, partition, timestamp_ms)
+        return self.retrying(
+            lambda: admin.list_offsets_result(self.leader(topic, partition, request)), topic  # type: ignore[arg-type]
+        )
 
 
 class Admin:
@@ -758,27 +776,28 @@ class Admin:
         configs: dict[str, str] | None = None,
     ) -> None:
         """Create topics (partitions and replication -1: the broker's defaults)."""
-        response = self._calls.any_broker(admin.create_topics_request(names, partitions, replication_factor, configs))
-        admin.create_topics_result(response)  # type: ignore[arg-type]
+        request = admin.create_topics_request(names, partitions, replication_factor, configs)
+        self._calls.retrying(lambda: admin.create_topics_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
 
     def delete_topics(self, names: Iterable[str]) -> None:
         """Delete topics and all their data."""
-        admin.delete_topics_result(self._calls.any_broker(admin.delete_topics_request(names)))  # type: ignore[arg-type]
+        request = admin.delete_topics_request(names)
+        self._calls.retrying(lambda: admin.delete_topics_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
 
     def create_partitions(self, topic: str, total_count: int) -> None:
         """Grow ``topic`` to ``total_count`` partitions."""
-        response = self._calls.any_broker(admin.create_partitions_request(topic, total_count))
-        admin.create_partitions_result(response)  # type: ignore[arg-type]
+        request = admin.create_partitions_request(topic, total_count)
+        self._calls.retrying(lambda: admin.create_partitions_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
 
     def describe_configs(self, topic: str) -> dict[str, str | None]:
         """The topic's effective configuration."""
-        response = self._calls.any_broker(admin.describe_configs_request(topic))
-        return admin.describe_configs_result(response)  # type: ignore[arg-type]
+        request = admin.describe_configs_request(topic)
+        return self._calls.retrying(lambda: admin.describe_configs_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
 
     def alter_configs(self, topic: str, set_configs: dict[str, str], delete_configs: Iterable[str] = ()) -> None:
         """Set some config keys of ``topic`` and reset others to their defaults."""
-        response = self._calls.any_broker(admin.alter_configs_request(topic, set_configs, delete_configs))
-        admin.alter_configs_result(response)  # type: ignore[arg-type]
+        request = admin.alter_configs_request(topic, set_configs, delete_configs)
+        self._calls.retrying(lambda: admin.alter_configs_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
 
     def describe_quorum(self) -> DescribeQuorumResponse:
         """The controller quorum and brokers as one broker sees them."""
@@ -808,7 +827,9 @@ class Admin:
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Delete records below ``before_offset``; return the new log start offset."""
         request = admin.delete_records_request(topic, partition, before_offset)
-        return admin.delete_records_result(self._calls.leader(topic, partition, request))  # type: ignore[arg-type]
+        return self._calls.retrying(
+            lambda: admin.delete_records_result(self._calls.leader(topic, partition, request)), topic  # type: ignore[arg-type]
+        )
 
     def close(self) -> None:
         """Close the connections."""

@@ -19,7 +19,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
-from mqbroker.client.group_member import AssignmentChange, GroupMember, MemberState, TopicPartition, raise_for_commit
+from mqbroker.client.group_member import (
+    PATTERN_REFRESH_MS,
+    AssignmentChange,
+    GroupMember,
+    MemberState,
+    Step,
+    TopicPartition,
+    committed_offsets,
+    matching_topics,
+    offset_fetch_request,
+    raise_for_commit,
+)
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import (
     FindCoordinatorRequest,
@@ -28,16 +39,12 @@ from mqbroker.protocols.native.messages import (
     MetadataRequest,
     MetadataResponse,
     OffsetCommitResponse,
-    OffsetFetchRequest,
     OffsetFetchResponse,
-    OffsetFetchTopic,
     SyncGroupResponse,
 )
 
 #: Pause before reconnecting to an unreachable coordinator.
-_RETRY_S = 0.2
-#: How often a pattern subscription looks for new matching topics.
-PATTERN_REFRESH_S = 5.0
+RETRY_S = 0.2
 
 
 def _now_ms() -> int:
@@ -80,13 +87,10 @@ class GroupMembership:
         self._pattern = pattern
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._changes: list[AssignmentChange] = []
-        self._unapplied = 0
-        self._polled = True
         self._stopping = False
         self.error: BaseException | None = None
         self._connection: BlockingConnection | None = None
-        self._next_pattern_refresh = 0.0
+        self._next_pattern_refresh_ms = 0
         self._commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqbroker-commit")
         self._commit_connection: BlockingConnection | None = None
         self._thread = threading.Thread(target=self._run, name="mqbroker-heartbeat", daemon=True)
@@ -99,14 +103,12 @@ class GroupMembership:
         with self._lock:
             if self.error is not None:
                 raise self.error
-            self._polled = True
-            changes, self._changes = self._changes, []
-            return changes
+            return self.member.take_changes()
 
     def changes_applied(self, count: int) -> None:
         """The poll thread applied ``count`` changes: the member may rejoin."""
         with self._lock:
-            self._unapplied -= count
+            self.member.changes_applied(count)
             self._wake.notify_all()
 
     def commit_async(self, offsets: Mapping[TopicPartition, int]) -> Future[None]:
@@ -164,21 +166,9 @@ class GroupMembership:
         raise_for_commit(response)
 
     def _fetch_committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in partitions:
-            by_topic.setdefault(topic, []).append(partition)
-        request = OffsetFetchRequest(
-            group_id=self.member.settings.group_id,
-            topics=tuple(OffsetFetchTopic(name=t, partition_indexes=tuple(p)) for t, p in by_topic.items()),
-        )
-        response = self._commit_request(request)
+        response = self._commit_request(offset_fetch_request(self.member.settings.group_id, partitions))
         assert isinstance(response, OffsetFetchResponse)
-        found: dict[TopicPartition, int | None] = {partition: None for partition in partitions}
-        for topic in response.topics:
-            for result in topic.partitions:
-                if result.committed_offset >= 0:
-                    found[topic.name, result.partition_index] = result.committed_offset
-        return found
+        return committed_offsets(response, partitions)
 
     def _close_commit_connection(self) -> None:
         if self._commit_connection is not None:
@@ -196,31 +186,26 @@ class GroupMembership:
                 self.error = error
 
     def _step(self) -> bool:
-        """One round: join if needed and allowed, heartbeat when due, then wait. False to stop."""
-        with self._lock:
-            if self._stopping:
-                return False
-            may_join = self._unapplied == 0
+        """One round: join, heartbeat or wait, as the member says. False to stop."""
         try:
             self._refresh_pattern()
-            if self.member.needs_join and may_join:
+            with self._lock:
+                if self._stopping:
+                    return False
+                step, wait_ms = self.member.next_step(_now_ms())
+                if step is Step.WAIT:
+                    self._wake.wait(wait_ms / 1000)  # changes_applied() and close() wake it early
+                    return True
+            if step is Step.JOIN:
                 self._join()
-            elif (due_ms := self.member.heartbeat_due_ms()) is not None and _now_ms() >= due_ms:
+            else:
                 self._heartbeat()
         except BrokerUnavailableError:
             self._drop_connection()
             self._fail(BrokerUnavailableError("lost the group coordinator"))
-            time.sleep(_RETRY_S)
+            time.sleep(RETRY_S)
         except BrokerError as error:
             self._fail(error)
-        with self._lock:
-            if self._stopping:
-                return False
-            if self.member.needs_join and self._unapplied == 0:
-                return True  # join at once
-            due_ms = self.member.heartbeat_due_ms()
-            wait_s = 0.1 if due_ms is None else (due_ms - _now_ms()) / 1000
-            self._wake.wait(max(0.0, min(wait_s, 0.5)))  # changes_applied() and close() wake it early
         return True
 
     def _link(self) -> BlockingConnection:
@@ -237,35 +222,29 @@ class GroupMembership:
         synced = self._link().request(sync, self._timeout_s)
         assert isinstance(synced, SyncGroupResponse)
         with self._lock:
-            change = self.member.sync_completed(synced, _now_ms())
-            self._push(change)
+            self.member.sync_completed(synced, _now_ms())  # queued for the poll thread
 
     def _heartbeat(self) -> None:
         with self._lock:
-            polled, self._polled = self._polled, False
-        self._link().request(self.member.heartbeat_request(polled, _now_ms()), self._timeout_s)
+            request = self.member.heartbeat_request(_now_ms())
+        self._link().request(request, self._timeout_s)
 
     def _fail(self, error: BrokerError) -> None:
         with self._lock:
             if self._stopping and isinstance(error, BrokerUnavailableError):
                 return
-            self._push(self.member.failed(error))
-
-    def _push(self, change: AssignmentChange) -> None:
-        """Queue a change for the poll thread (caller holds the lock)."""
-        if change:
-            self._changes.append(change)
-            self._unapplied += 1
+            self.member.failed(error)  # a loss is queued for the poll thread
 
     def _refresh_pattern(self) -> None:
         """A pattern subscription follows the topics that match it (internal topics excepted)."""
-        if self._pattern is None or time.monotonic() < self._next_pattern_refresh:
+        if self._pattern is None or _now_ms() < self._next_pattern_refresh_ms:
             return
-        self._next_pattern_refresh = time.monotonic() + PATTERN_REFRESH_S
+        self._next_pattern_refresh_ms = _now_ms() + PATTERN_REFRESH_MS
         response = self._link().request(MetadataRequest(topics=None, allow_auto_topic_creation=False), self._timeout_s)
         assert isinstance(response, MetadataResponse)
-        pattern = self._pattern
-        self.member.subscribe(t.name for t in response.topics if not t.name.startswith("__") and pattern.fullmatch(t.name))
+        topics = matching_topics(self._pattern, response)
+        with self._lock:
+            self.member.subscribe(topics)
 
     def _drop_connection(self) -> None:
         if self._connection is not None:

@@ -12,9 +12,11 @@ evicted or its generation is over) or is fenced for good.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from mqbroker.client.consumer import ConsumerCore
 from mqbroker.errors import BrokerError, ErrorCode, FencedInstanceIdError, error_for_code
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native.messages import (
@@ -24,16 +26,33 @@ from mqbroker.protocols.native.messages import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeavingMember,
+    MetadataResponse,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopic,
     SyncGroupRequest,
     SyncGroupResponse,
 )
 
 TopicPartition = tuple[str, int]
 NO_GENERATION = -1
+#: Longest a driver waits between steps when no heartbeat is due (it is woken early by changes).
+IDLE_WAIT_MS = 100
+STEP_WAIT_MAX_MS = 500
+#: How often a pattern subscription looks for new matching topics.
+PATTERN_REFRESH_MS = 5_000
+
+
+class Step(enum.Enum):
+    """What a membership driver does next."""
+
+    JOIN = "join"
+    HEARTBEAT = "heartbeat"
+    WAIT = "wait"
 
 
 class MemberState(enum.Enum):
@@ -96,6 +115,39 @@ class GroupMember:
         self.generation_id = NO_GENERATION
         self.owned: frozenset[TopicPartition] = frozenset()
         self.last_heartbeat_ms: int | None = None
+        #: Changes handed out by ``take_changes`` or waiting for it, not yet applied.
+        self._pending: list[AssignmentChange] = []
+        self._unapplied = 0
+        self._polled = True
+
+    # -- the driver's loop -------------------------------------------------------------------
+
+    def next_step(self, now_ms: int) -> tuple[Step, int]:
+        """Join (only once every change is applied: cooperative), heartbeat when due, or wait so many ms."""
+        if self.needs_join and self._unapplied == 0:
+            return Step.JOIN, 0
+        due_ms = self.heartbeat_due_ms()
+        if due_ms is not None and now_ms >= due_ms:
+            return Step.HEARTBEAT, 0
+        wait_ms = IDLE_WAIT_MS if due_ms is None else due_ms - now_ms
+        return Step.WAIT, min(wait_ms, STEP_WAIT_MAX_MS)
+
+    def take_changes(self) -> list[AssignmentChange]:
+        """The application polls: the changes to apply now (report them with ``changes_applied``)."""
+        self._polled = True
+        changes, self._pending = self._pending, []
+        return changes
+
+    def changes_applied(self, count: int) -> None:
+        """The application applied ``count`` changes (revocations committed): the member may rejoin."""
+        self._unapplied -= count
+        assert self._unapplied >= 0, self._unapplied
+
+    def _push(self, change: AssignmentChange) -> AssignmentChange:
+        if change:
+            self._pending.append(change)
+            self._unapplied += 1
+        return change
 
     # -- joining -----------------------------------------------------------------------------
 
@@ -147,7 +199,7 @@ class GroupMember:
         self.owned = assignment
         self.state = MemberState.STABLE
         self.last_heartbeat_ms = now_ms
-        return change
+        return self._push(change)
 
     def subscribe(self, topics: Iterable[str]) -> None:
         """Change the subscription (a pattern matched new topics): rejoin when it differs."""
@@ -170,10 +222,11 @@ class GroupMember:
             return True
         return self.state is MemberState.UNJOINED and bool(self.member_id) and self.generation_id != NO_GENERATION
 
-    def heartbeat_request(self, polled: bool, now_ms: int) -> HeartbeatRequest:
-        """The heartbeat to send now; ``polled``: the application polled since the previous one."""
+    def heartbeat_request(self, now_ms: int) -> HeartbeatRequest:
+        """The heartbeat to send now; it tells whether the application polled since the previous one."""
         assert self._may_heartbeat(), self.state
         self.last_heartbeat_ms = now_ms
+        polled, self._polled = self._polled, False
         return HeartbeatRequest(
             group_id=self.settings.group_id,
             generation_id=self.generation_id,
@@ -204,7 +257,7 @@ class GroupMember:
                 self.member_id = ""
             self.generation_id = NO_GENERATION
             lost, self.owned = self.owned, frozenset()
-            return AssignmentChange(lost=lost)
+            return self._push(AssignmentChange(lost=lost))
         if code != ErrorCode.REBALANCE_IN_PROGRESS and not error.retriable:
             raise error
         return AssignmentChange()
@@ -246,3 +299,79 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> tuple[consumer_protocol.T
     for topic, partition in sorted(partitions):
         grouped.setdefault(topic, []).append(partition)
     return tuple(consumer_protocol.TopicPartitions(topic=t, partitions=tuple(p)) for t, p in grouped.items())
+
+
+# -- the consumer's side: committing, applying changes, following a pattern -----------------
+
+
+class AutoCommit:
+    """When the next auto-commit is due; a None interval means manual commits only."""
+
+    def __init__(self, interval_ms: int | None, now_ms: int) -> None:
+        self.interval_ms = interval_ms
+        self._next_ms = now_ms + (interval_ms or 0)
+
+    @property
+    def enabled(self) -> bool:
+        """Positions are committed automatically (on the interval, on revocation and on close)."""
+        return self.interval_ms is not None
+
+    def due(self, now_ms: int) -> bool:
+        """True (and the next one is scheduled) when an auto-commit is due now."""
+        if self.interval_ms is None or now_ms < self._next_ms:
+            return False
+        self._next_ms = now_ms + self.interval_ms
+        return True
+
+
+def known_positions(core: ConsumerCore, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """Positions of ``partitions`` that are known (a partition still being reset has nothing to commit)."""
+    found = {}
+    for partition in partitions:
+        position = core.position(partition)
+        if position is not None:
+            found[partition] = position
+    return found
+
+
+def revoked_positions(core: ConsumerCore, change: AssignmentChange) -> dict[TopicPartition, int]:
+    """What to commit before giving up the revoked partitions (lost ones are not ours to commit)."""
+    return known_positions(core, change.revoked & core.assignment())
+
+
+def apply_change(
+    core: ConsumerCore, change: AssignmentChange, committed: Mapping[TopicPartition, int | None]
+) -> None:
+    """Drop revoked and lost partitions, read gained ones from their committed offsets (or the reset policy)."""
+    core.assign((core.assignment() - change.revoked - change.lost) | change.assigned)
+    for partition, offset in committed.items():
+        if offset is not None and partition in change.assigned:
+            core.seek(partition, offset)
+
+
+def offset_fetch_request(group_id: str, partitions: Iterable[TopicPartition]) -> OffsetFetchRequest:
+    """The request reading a group's committed offsets of ``partitions``."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return OffsetFetchRequest(
+        group_id=group_id,
+        topics=tuple(OffsetFetchTopic(name=t, partition_indexes=tuple(p)) for t, p in by_topic.items()),
+    )
+
+
+def committed_offsets(
+    response: OffsetFetchResponse, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, int | None]:
+    """Committed offsets of ``partitions`` from an OffsetFetch answer (None where nothing is committed)."""
+    found: dict[TopicPartition, int | None] = {partition: None for partition in partitions}
+    for topic in response.topics:
+        for result in topic.partitions:
+            if result.committed_offset >= 0:
+                found[topic.name, result.partition_index] = result.committed_offset
+    return found
+
+
+def matching_topics(pattern: re.Pattern[str], metadata: MetadataResponse) -> list[str]:
+    """Topics a pattern subscription follows: every matching one but the internal topics."""
+    return [t.name for t in metadata.topics if not t.name.startswith("__") and pattern.fullmatch(t.name)]

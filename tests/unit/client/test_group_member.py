@@ -4,10 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from mqbroker.client.group_member import GroupMember, GroupSettings, MemberState
+from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, OffsetReset
+from mqbroker.client.group_member import (
+    AssignmentChange,
+    AutoCommit,
+    GroupMember,
+    GroupSettings,
+    MemberState,
+    Step,
+    apply_change,
+    committed_offsets,
+    offset_fetch_request,
+    revoked_positions,
+)
 from mqbroker.errors import FencedInstanceIdError, IllegalGenerationError, RebalanceInProgressError, UnknownMemberIdError
 from mqbroker.protocols.native import consumer_protocol
-from mqbroker.protocols.native.messages import JoinGroupResponse, SyncGroupResponse
+from mqbroker.protocols.native.messages import (
+    JoinGroupResponse,
+    OffsetFetchPartitionResult,
+    OffsetFetchResponse,
+    OffsetFetchTopicResult,
+    SyncGroupResponse,
+)
 
 
 def _assignment(*partitions: tuple[str, int]) -> SyncGroupResponse:
@@ -90,3 +108,63 @@ def test_commit_request_carries_member_and_generation() -> None:
     request = member.commit_request({("t", 0): 42})
     assert (request.member_id, request.generation_id) == ("m-1", 7)
     assert request.topics[0].partitions[0].committed_offset == 42
+
+
+def test_member_joins_first_then_heartbeats_on_the_interval() -> None:
+    member = GroupMember(GroupSettings(group_id="g", heartbeat_interval_ms=300), ["t"])
+    assert member.next_step(0) == (Step.JOIN, 0)
+    _stable(member, ("t", 0))
+    member.take_changes()
+    member.changes_applied(1)
+    assert member.next_step(100) == (Step.WAIT, 200)
+    assert member.next_step(300) == (Step.HEARTBEAT, 0)
+    assert member.heartbeat_request(now_ms=300).polled
+    assert not member.heartbeat_request(now_ms=600).polled  # nobody polled in between
+
+
+def test_member_rejoins_only_after_the_application_applied_its_changes() -> None:
+    member = GroupMember(GroupSettings(group_id="g", heartbeat_interval_ms=300), ["t"])
+    _stable(member, ("t", 0), ("t", 1))
+    member.failed(RebalanceInProgressError("rejoin"))
+    assert member.next_step(10)[0] is Step.WAIT  # the assignment from the sync is not applied yet
+    changes = member.take_changes()
+    assert changes == [AssignmentChange(assigned=frozenset({("t", 0), ("t", 1)}))]
+    member.changes_applied(len(changes))
+    assert member.next_step(10) == (Step.JOIN, 0)
+
+
+def test_eviction_queues_the_lost_partitions_for_the_application() -> None:
+    member = GroupMember(GroupSettings(group_id="g"), ["t"])
+    _stable(member, ("t", 0))
+    member.take_changes()
+    member.failed(UnknownMemberIdError("evicted"))
+    assert member.take_changes() == [AssignmentChange(lost=frozenset({("t", 0)}))]
+
+
+def test_auto_commit_is_due_on_its_interval_and_never_when_disabled() -> None:
+    auto = AutoCommit(200, now_ms=0)
+    assert [auto.due(now) for now in (100, 200, 300, 400)] == [False, True, False, True]
+    manual = AutoCommit(None, now_ms=0)
+    assert not manual.enabled and not manual.due(10_000)
+
+
+def test_applying_a_change_commits_revoked_and_reads_gained_partitions_from_their_commits() -> None:
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.EARLIEST))
+    core.assign([("t", 0), ("t", 1)])
+    core.seek(("t", 0), 5)
+    change = AssignmentChange(assigned=frozenset({("t", 2), ("t", 3)}), revoked=frozenset({("t", 0)}),
+                              lost=frozenset({("t", 1)}))
+    assert revoked_positions(core, change) == {("t", 0): 5}
+    apply_change(core, change, {("t", 2): 40, ("t", 3): None})
+    assert core.assignment() == {("t", 2), ("t", 3)}
+    assert core.position(("t", 2)) == 40 and core.position(("t", 3)) is None  # t-3 follows the reset policy
+
+
+def test_committed_offsets_maps_missing_commits_to_none() -> None:
+    request = offset_fetch_request("g", [("t", 1), ("t", 0), ("u", 0)])
+    assert [(t.name, t.partition_indexes) for t in request.topics or ()] == [("t", (0, 1)), ("u", (0,))]
+    response = OffsetFetchResponse(topics=(OffsetFetchTopicResult(name="t", partitions=(
+        OffsetFetchPartitionResult(partition_index=0, committed_offset=7),
+        OffsetFetchPartitionResult(partition_index=1, committed_offset=-1),
+    )),))
+    assert committed_offsets(response, [("t", 0), ("t", 1), ("u", 0)]) == {("t", 0): 7, ("t", 1): None, ("u", 0): None}
