@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from mqbroker.storage import checkpoint, fs, records
 from mqbroker.storage.config import LogConfig
+from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.storage.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.storage.records import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
@@ -88,9 +89,12 @@ class PartitionLog:
         log_start_offset: int,
         producers: ProducerStates,
         now_ms: int,
+        epochs: LeaderEpochCache | None = None,
     ) -> None:
         assert segments, "a log always has an active segment"
         self.directory = directory
+        #: Which leader epoch started at which offset (replicas compare these to find divergence).
+        self.epochs = epochs if epochs is not None else LeaderEpochCache.load(directory)
         self.config = config
         self._segments = segments
         self._log_start_offset = log_start_offset
@@ -139,7 +143,9 @@ class PartitionLog:
         end_offset = segments[-1].next_offset
         log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
         producers = _load_producers(directory, segments, end_offset)
-        log = cls(directory, config, segments, log_start, producers, now_ms)
+        epochs = LeaderEpochCache.load(directory)
+        epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it
+        log = cls(directory, config, segments, log_start, producers, now_ms, epochs)
         log._active_since_ms = segments[-1].first_timestamp if segments[-1].first_timestamp >= 0 else now_ms
         return log
 
@@ -194,6 +200,7 @@ class PartitionLog:
             self._check_open()
             staged: dict[int, ProducerEntry] = {}
             next_offset = self._end_offset
+            latest_epoch, epoch_starts = self.epochs.latest_epoch, []
             for slot, (position, header) in enumerate(batches):
                 if assign_offsets:
                     duplicate = self._producers.check(header, staged)
@@ -212,6 +219,9 @@ class PartitionLog:
                     batches[slot] = (position, header)
                 elif header.base_offset < next_offset:
                     raise CorruptRecordError(f"batch offset {header.base_offset} is below the log end {next_offset}")
+                if header.partition_leader_epoch > latest_epoch:
+                    latest_epoch = header.partition_leader_epoch
+                    epoch_starts.append((latest_epoch, header.base_offset))
                 self._producers.stage(header, staged)
                 next_offset = header.next_offset
             first, last = batches[0][1], batches[-1][1]
@@ -221,6 +231,8 @@ class PartitionLog:
                 or now_ms - self._active_since_ms > self.config.segment_ms
             ):
                 self._roll(first.base_offset, now_ms)
+            for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
+                self.epochs.assign(epoch, start_offset)
             self._segments[-1].append(buffer, batches)
             self._producers.commit(staged)
             self._end_offset = next_offset
@@ -341,6 +353,7 @@ class PartitionLog:
         """Remove every batch whose last offset is >= ``offset`` (a follower diverging from its leader)."""
         with self._lock:
             self._check_open()
+            self.epochs.truncate_from_end(offset)  # also an epoch that began at the log end but wrote nothing
             if offset >= self._end_offset:
                 return
             if offset <= self._segments[0].base_offset:

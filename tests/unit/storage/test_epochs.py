@@ -1,0 +1,70 @@
+"""The leader-epoch cache: start offsets per epoch, persisted atomically, cut with the log."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from mqbroker.storage import records
+from mqbroker.storage.config import LogConfig
+from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
+from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.log import PartitionLog
+
+
+def _batch(count: int = 1, leader_epoch: int = -1, base_offset: int = 0) -> bytes:
+    batch = [records.Record(offset=base_offset + n, timestamp_ms=0, key=None, value=b"v%d" % n) for n in range(count)]
+    return records.encode_batch(batch, base_offset=base_offset, partition_leader_epoch=leader_epoch)
+
+
+def test_end_of_an_epoch_is_the_start_of_the_next_or_the_log_end(tmp_path: pathlib.Path) -> None:
+    cache = LeaderEpochCache.load(str(tmp_path))
+    assert cache.end_offset_for(3, 10) == (UNDEFINED_EPOCH, 10)
+    cache.assign(1, 0)
+    cache.assign(3, 5)
+    assert cache.end_offset_for(1, 12) == (1, 5)
+    assert cache.end_offset_for(2, 12) == (1, 5)  # unknown epoch: the largest known below it
+    assert cache.end_offset_for(3, 12) == (3, 12)
+    assert cache.end_offset_for(7, 12) == (3, 12)
+    assert cache.end_offset_for(0, 12) == (UNDEFINED_EPOCH, 0)
+
+
+def test_cache_survives_reopening_and_truncation_is_persisted(tmp_path: pathlib.Path) -> None:
+    cache = LeaderEpochCache.load(str(tmp_path))
+    assert cache.assign(0, 0) and cache.assign(2, 4) and cache.assign(5, 9)
+    assert not cache.assign(2, 11)  # an older epoch is not news
+    cache.truncate_from_end(9)
+    assert LeaderEpochCache.load(str(tmp_path)).entries == [EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=2, start_offset=4)]
+
+
+def test_an_epoch_that_wrote_nothing_is_replaced_by_the_next(tmp_path: pathlib.Path) -> None:
+    cache = LeaderEpochCache.load(str(tmp_path))
+    cache.assign(1, 3)
+    cache.assign(2, 3)
+    assert cache.entries == [EpochEntry(epoch=2, start_offset=3)]
+
+
+def test_malformed_checkpoint_is_a_typed_error(tmp_path: pathlib.Path) -> None:
+    (tmp_path / EPOCH_CHECKPOINT_FILE).write_bytes(b"0\n2\n1 0\n")
+    with pytest.raises(CorruptRecordError):
+        LeaderEpochCache.load(str(tmp_path))
+
+
+def test_leader_appends_record_their_epoch_and_truncation_forgets_it(tmp_path: pathlib.Path) -> None:
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0)
+    log.append(_batch(2), 0, leader_epoch=0)
+    log.append(_batch(3), 0, leader_epoch=4)
+    assert log.epochs.entries == [EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=4, start_offset=2)]
+    log.truncate_to(2)
+    assert log.epochs.latest_epoch == 0
+    log.close()
+    assert PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=True).epochs.latest_epoch == 0
+
+
+def test_follower_appends_take_epochs_from_the_batches(tmp_path: pathlib.Path) -> None:
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0)
+    copied = _batch(2, leader_epoch=1, base_offset=0) + _batch(1, leader_epoch=3, base_offset=2)
+    log.append(copied, 0, assign_offsets=False)
+    assert log.epochs.entries == [EpochEntry(epoch=1, start_offset=0), EpochEntry(epoch=3, start_offset=2)]
+    assert log.log_end_offset == 3
