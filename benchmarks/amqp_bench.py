@@ -1,15 +1,28 @@
 """AMQP benchmark with pika: confirmed publish, prefetched consume with multiple acks, e2e latency.
 
-Usage: ``python benchmarks/amqp_bench.py --port 5672 [--messages 20000]`` against a running
-broker (mqbroker or RabbitMQ: same client, same settings). 100-byte bodies, a durable queue.
+``python benchmarks/amqp_bench.py`` starts mqbroker and, when Debian's ``rabbitmq-server`` is
+installed, a RabbitMQ on free ports, runs the same client with the same settings against each
+(100-byte bodies, a durable queue) and prints both side by side, with the CPU each broker
+process spent per message (the client shares the machine's cores, so CPU per message is the
+figure that noise disturbs least). ``--port`` measures an already running broker instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import struct
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pika
 
@@ -18,9 +31,11 @@ CONFIRM_WINDOW = 1_000
 PREFETCH = 1_000
 #: RabbitMQ 3.10 on this machine, from the issue (used when no local RabbitMQ runs).
 RABBITMQ_REFERENCE = {"publish_confirms_msgs_per_s": 20_000, "latency_p99_ms": 3.2}
+RABBITMQ_SERVER = pathlib.Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
-def publish_with_confirms(connection: pika.SelectConnection | None, port: int, queue: str, count: int) -> float:
+def publish_with_confirms(port: int, queue: str, count: int) -> float:
     """Publish ``count`` messages keeping ``CONFIRM_WINDOW`` unconfirmed; return messages/s."""
     parameters = pika.ConnectionParameters("127.0.0.1", port)
     state = {"sent": 0, "confirmed": 0, "started": 0.0, "elapsed": 0.0}
@@ -116,25 +131,156 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
 
 
+# --- broker processes ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_amqp(port: int, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Wait until an AMQP connection to ``port`` opens."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"broker exited with {process.returncode}")
+        try:
+            pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1)).close()
+            return
+        except pika.exceptions.AMQPError:
+            time.sleep(0.3)
+    raise RuntimeError(f"nothing answers AMQP on port {port}")
+
+
+def process_tree_cpu_s(root: int) -> float:
+    """User + system CPU seconds of ``root`` and its descendants (RabbitMQ runs beam under a shell)."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+                stats[int(entry.name)] = fields
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, pending = 0, [root]
+    while pending:
+        pid = pending.pop()
+        if pid in stats:
+            total += int(stats[pid][11]) + int(stats[pid][12])
+        pending += children.get(pid, [])
+    return total / CLOCK_TICKS_PER_S
+
+
+@contextlib.contextmanager
+def mqbroker_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
+    """mqbroker on free ports; yields (AMQP port, pid)."""
+    ports = {name: free_port() for name in ("native", "amqp", "http")}
+    command = [
+        sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+        f"--logfile={work / 'mqbroker.log'}", "mqbroker", "--data-dir", str(work / "mqbroker"), "--host", "127.0.0.1",
+        "--native-port", str(ports["native"]), "--amqp-port", str(ports["amqp"]), "--http-port", str(ports["http"]),
+        "--mqtt-port", "0", "--controller-port", "0",
+    ]
+    process = subprocess.Popen(command, cwd=work)
+    try:
+        wait_for_amqp(ports["amqp"], process)
+        yield ports["amqp"], process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def rabbitmq_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
+    """Debian's RabbitMQ with a private node name, data directory and ports; yields (AMQP port, pid)."""
+    port, home = free_port(), work / "rabbitmq"
+    home.mkdir()
+    (home / "enabled_plugins").write_text("[].\n")
+    environment = {
+        **os.environ, "HOME": str(home), "RABBITMQ_NODE_PORT": str(port), "RABBITMQ_DIST_PORT": str(free_port()),
+        "RABBITMQ_NODENAME": f"amqp-bench-{port}@localhost", "RABBITMQ_MNESIA_BASE": str(home / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(home / "log"), "RABBITMQ_ENABLED_PLUGINS_FILE": str(home / "enabled_plugins"),
+        "RABBITMQ_CONFIG_FILE": str(home / "rabbitmq"),
+    }
+    process = subprocess.Popen([str(RABBITMQ_SERVER)], env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for_amqp(port, process)
+        yield port, process.pid
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # its own session: the shell, beam and erl_child_setup
+        process.wait()
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+
+def phase(pid: int | None, messages: int, run: Callable[[], Any]) -> tuple[Any, float | None]:
+    """Run one measurement; return its result and the broker's CPU microseconds per message."""
+    before = process_tree_cpu_s(pid) if pid is not None else 0.0
+    result = run()
+    spent_s = process_tree_cpu_s(pid) - before if pid is not None else None
+    return result, None if spent_s is None else spent_s * 1e6 / messages
+
+
+def measure(port: int, pid: int | None, options: argparse.Namespace) -> dict[str, float | None]:
+    """Every figure for one broker."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    count = options.messages
+    publish_rate, publish_cpu = phase(pid, count, lambda: publish_with_confirms(port, queue, count))
+    consume_rate, consume_cpu = phase(pid, count, lambda: consume(port, queue, count))
+    latency_count = int(options.latency_rate * options.latency_seconds)
+    latencies, latency_cpu = phase(pid, latency_count, lambda: latency(
+        port, f"{queue}-latency", options.latency_rate, options.latency_seconds))
+    return {
+        "publish with confirms msg/s": publish_rate, "publish broker CPU µs/msg": publish_cpu,
+        "consume msg/s": consume_rate, "consume broker CPU µs/msg": consume_cpu,
+        "latency messages received": float(len(latencies)),
+        "latency p50 ms": percentile(latencies, 0.5), "latency p99 ms": percentile(latencies, 0.99),
+        "latency broker CPU µs/msg": latency_cpu,
+    }
+
+
+def report(results: dict[str, dict[str, float | None]]) -> None:
+    """Print the brokers' figures side by side."""
+    names = list(results)
+    print(f"{'':30}" + "".join(f"{name:>14}" for name in names))
+    for label in results[names[0]]:
+        cells = ["-" if (value := results[name][label]) is None else f"{value:,.1f}" for name in names]
+        print(f"{label:30}" + "".join(f"{cell:>14}" for cell in cells))
+    if "rabbitmq" in results:
+        ours, theirs = results["mqbroker"], results["rabbitmq"]
+        ratio = (ours["publish with confirms msg/s"] or 0) / (theirs["publish with confirms msg/s"] or 1)
+        print(f"publish with confirms: mqbroker / RabbitMQ = {ratio:.2f} (target >= 2)")
+    else:
+        print(f"no local RabbitMQ; reference (RabbitMQ 3.10, this machine, from the issue): {RABBITMQ_REFERENCE}")
+
+
 def main() -> None:
-    """Run the three measurements and print them."""
+    """Run the three measurements against mqbroker and a local RabbitMQ (or one running broker)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=5672)
+    parser.add_argument("--port", type=int, help="measure the broker already listening here instead")
+    parser.add_argument("--pid", type=int, help="with --port: the broker's pid, to report its CPU per message")
+    parser.add_argument("--no-rabbitmq", action="store_true", help="measure mqbroker only")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--latency-rate", type=int, default=5_000)
     parser.add_argument("--latency-seconds", type=float, default=4.0)
     options = parser.parse_args()
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
-    publish_rate = publish_with_confirms(None, options.port, queue, options.messages)
-    print(f"publish with confirms (window {CONFIRM_WINDOW}): {publish_rate:,.0f} msg/s, "
-          f"{publish_rate * BODY_BYTES / 1e6:.2f} MB/s")
-    consume_rate = consume(options.port, queue, options.messages)
-    print(f"consume (prefetch {PREFETCH}, multiple acks): {consume_rate:,.0f} msg/s, "
-          f"{consume_rate * BODY_BYTES / 1e6:.2f} MB/s")
-    latencies = latency(options.port, f"{queue}-latency", options.latency_rate, options.latency_seconds)
-    print(f"end-to-end latency at {options.latency_rate} msg/s: {len(latencies)} messages, "
-          f"p50 {percentile(latencies, 0.5):.2f} ms, p99 {percentile(latencies, 0.99):.2f} ms")
-    print(f"reference (RabbitMQ 3.10, this machine, from the issue): {RABBITMQ_REFERENCE}")
+    results: dict[str, dict[str, float | None]] = {}
+    if options.port is not None:
+        results["broker"] = measure(options.port, options.pid, options)
+    else:
+        with tempfile.TemporaryDirectory() as directory:
+            work = pathlib.Path(directory)
+            with mqbroker_process(work) as (port, pid):
+                results["mqbroker"] = measure(port, pid, options)
+            if RABBITMQ_SERVER.exists() and not options.no_rabbitmq:
+                with rabbitmq_process(work) as (port, pid):
+                    results["rabbitmq"] = measure(port, pid, options)
+    report(results)
 
 
 if __name__ == "__main__":
