@@ -12,47 +12,66 @@ from collections import Counter
 from collections.abc import Mapping
 
 from mqbroker import errors
-from mqbroker.metadata import CreatePartitions, CreateTopic, FenceBroker, MetadataImage
+from mqbroker.metadata import CreatePartitions, CreateTopic, ElectLeader, FenceBroker, MetadataImage
+from mqbroker.replication import assign_replicas
 
 
-def assign_partitions(image: MetadataImage, count: int, topic: str | None = None) -> tuple[int, ...]:
-    """Brokers for ``count`` new partitions of ``topic``, spread evenly over the live brokers.
+def assign_partitions(
+    image: MetadataImage, count: int, topic: str | None = None, replication_factor: int = 1
+) -> tuple[tuple[int, ...], ...]:
+    """Replicas for ``count`` new partitions of ``topic`` on distinct live brokers, spread evenly.
 
-    Each goes to the live broker with the fewest partitions of this topic, then the fewest in all.
+    Preferred leaders go to the live brokers with the fewest replicas of this topic, then the
+    fewest leaderships, then the fewest replicas in all.
     """
     live = image.live_brokers()
     if not live:
         raise errors.InvalidReplicationFactorError("no live broker is registered to host the partitions")
-    load = Counter({node_id: 0 for node_id in live})
-    own = Counter({node_id: 0 for node_id in live})
+    if not 1 <= replication_factor <= len(live):
+        raise errors.InvalidReplicationFactorError(
+            f"replication factor {replication_factor} needs as many live brokers; {len(live)} are live ({live})"
+        )
+    load: Counter[int] = Counter()
+    own: Counter[int] = Counter()
     for state in image.topics.values():
         for partition in state.partitions:
-            if partition.broker_id in load:
-                load[partition.broker_id] += 1
+            for replica in partition.replicas:
+                load[replica] += 1
                 if state.name == topic:
-                    own[partition.broker_id] += 1
-    assignment = []
-    for _ in range(count):
-        broker = min(live, key=lambda node_id: (own[node_id], load[node_id], node_id))
-        own[broker] += 1
-        load[broker] += 1
-        assignment.append(broker)
-    return tuple(assignment)
+                    own[replica] += 1
+    return tuple(assign_replicas(live, count, replication_factor, dict(load), dict(own)))
 
 
-def create_topic_record(image: MetadataImage, name: str, partitions: int, configs: Mapping[str, str]) -> CreateTopic:
-    """The record creating topic ``name`` with its partitions spread over the live brokers."""
+def create_topic_record(
+    image: MetadataImage, name: str, partitions: int, configs: Mapping[str, str], replication_factor: int = 1
+) -> CreateTopic:
+    """The record creating topic ``name`` with its partitions' replicas spread over the live brokers."""
     if name in image.topics:
         raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
-    return CreateTopic(name=name, assignment=assign_partitions(image, partitions, name), configs=dict(configs))
+    replicas = assign_partitions(image, partitions, name, replication_factor)
+    return CreateTopic(name=name, assignment=tuple(r[0] for r in replicas), configs=dict(configs), replicas=replicas)
 
 
 def create_partitions_record(image: MetadataImage, name: str, total_count: int) -> CreatePartitions:
-    """The record growing topic ``name`` to ``total_count`` partitions."""
+    """The record growing topic ``name`` to ``total_count`` partitions, with its replication factor."""
     topic = image.topics.get(name)
     if topic is None:
         raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-    return CreatePartitions(name=name, assignment=assign_partitions(image, total_count - len(topic.partitions), name))
+    replication_factor = len(topic.partitions[0].target_replicas or topic.partitions[0].replicas)
+    replicas = assign_partitions(image, total_count - len(topic.partitions), name, replication_factor)
+    return CreatePartitions(name=name, assignment=tuple(r[0] for r in replicas), replicas=replicas)
+
+
+def preferred_leader_elections(image: MetadataImage) -> list[ElectLeader]:
+    """Leadership back to each partition's preferred (first) replica where it is live, in sync and not leading."""
+    live = set(image.live_brokers())
+    return [
+        ElectLeader(topic=topic.name, partition=number, leader_id=partition.replicas[0], leader_epoch=partition.leader_epoch)
+        for topic in image.topics.values()
+        for number, partition in enumerate(topic.partitions)
+        if partition.leader_id != partition.replicas[0] and partition.replicas[0] in live
+        and partition.replicas[0] in partition.isr and not partition.target_replicas
+    ]
 
 
 class BrokerSessions:

@@ -23,9 +23,10 @@ from zope.interface import implementer
 
 from mqbroker import errors
 from mqbroker.raft.state_machine import IRaftStateMachine
+from mqbroker.replication import NO_LEADER, elect_leader, ordered_union
 
-#: A partition whose only replica is fenced has no leader.
-NO_LEADER = -1
+#: Topic config turning on election of out-of-sync replicas (may lose acknowledged records).
+UNCLEAN_ELECTION_CONFIG = "unclean.leader.election.enable"
 _SNAPSHOT_VERSION = 1
 
 # ---- records --------------------------------------------------------------------------------
@@ -49,18 +50,22 @@ class BrokerHeartbeat:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FenceBroker:
-    """The controller saw no heartbeat from ``node_id`` for a whole session: its partitions lose their leader."""
+    """``node_id`` missed its session (or is shutting down): its leaderships move to other ISR members."""
 
     node_id: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateTopic:
-    """A new topic; ``assignment[p]`` is the broker that hosts partition ``p``."""
+    """A new topic; ``assignment[p]`` is partition ``p``'s preferred leader, ``replicas[p]`` all its replicas.
+
+    Without ``replicas`` (records written before replication) each partition has one replica.
+    """
 
     name: str
     assignment: tuple[int, ...]
     configs: Mapping[str, str] = field(default_factory=dict)
+    replicas: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,10 +77,42 @@ class DeleteTopic:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreatePartitions:
-    """Grow a topic: ``assignment`` lists the brokers of the new partitions, in order."""
+    """Grow a topic: ``assignment``/``replicas`` give the preferred leaders/replicas of the new partitions."""
 
     name: str
     assignment: tuple[int, ...]
+    replicas: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterPartition:
+    """A partition leader changes its ISR; refused unless the leader and partition epochs are current."""
+
+    topic: str
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectLeader:
+    """The controller moves leadership to ``leader_id`` (preferred-leader rebalancing); it must be an ISR member."""
+
+    topic: str
+    partition: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReassignPartition:
+    """Move a partition to ``target_replicas``: they join as followers, catch up, then the others leave."""
+
+    topic: str
+    partition: int
+    target_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +150,9 @@ Record = (
     | AlterTopicConfigs
     | AllocateProducerIds
     | PutGenericRecord
+    | AlterPartition
+    | ElectLeader
+    | ReassignPartition
 )
 _RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls
@@ -126,6 +166,9 @@ _RECORD_TYPES: dict[str, type] = {
         AlterTopicConfigs,
         AllocateProducerIds,
         PutGenericRecord,
+        AlterPartition,
+        ElectLeader,
+        ReassignPartition,
     )
 }
 
@@ -144,8 +187,11 @@ def decode_record(data: bytes) -> Record:
     try:
         document = json.loads(data)
         cls = _RECORD_TYPES[document.pop("type")]
-        if "assignment" in document:
-            document["assignment"] = tuple(int(broker) for broker in document["assignment"])
+        for name in ("assignment", "isr", "target_replicas"):
+            if name in document:
+                document[name] = tuple(int(broker) for broker in document[name])
+        if "replicas" in document:
+            document["replicas"] = tuple(tuple(int(broker) for broker in replicas) for replicas in document["replicas"])
         record: Record = cls(**document)
         _check_field_types(record)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -157,6 +203,7 @@ _FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
     "int": lambda value: isinstance(value, int) and not isinstance(value, bool),
     "str": lambda value: isinstance(value, str),
     "tuple[int, ...]": lambda value: True,  # converted (and so checked) by decode_record
+    "tuple[tuple[int, ...], ...]": lambda value: True,
     "Mapping[str, str]": lambda value: isinstance(value, dict)
     and all(isinstance(key, str) and isinstance(item, str) for key, item in value.items()),
     "Any": lambda value: True,
@@ -211,11 +258,26 @@ class BrokerState:
 
 @dataclass(slots=True, kw_only=True)
 class PartitionState:
-    """One partition: the broker hosting it, its leader (NO_LEADER when fenced) and leader epoch."""
+    """One partition: its replicas (the first is the preferred leader), ISR, leader (or NO_LEADER) and epochs.
+
+    ``broker_id`` is the preferred leader (before replication, the one broker hosting the partition).
+    ``partition_epoch`` grows with every change of leader, ISR or replicas; ``target_replicas`` is
+    non-empty while a reassignment runs (``replicas`` then holds the old and the new ones).
+    """
 
     broker_id: int
     leader_id: int
     leader_epoch: int = 0
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
+    partition_epoch: int = 0
+    target_replicas: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.replicas:
+            self.replicas = [self.broker_id]
+        if not self.isr:
+            self.isr = [self.broker_id]  # a lone replica stays in its ISR even while fenced (last one standing)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -242,12 +304,12 @@ class MetadataImage:
         return sorted(node_id for node_id, broker in self.brokers.items() if not broker.fenced)
 
     def partitions_hosted(self, node_id: int) -> list[tuple[str, int]]:
-        """(topic, partition) of every partition ``node_id`` hosts."""
+        """(topic, partition) of every partition with a replica on ``node_id``."""
         return [
             (topic.name, number)
             for topic in self.topics.values()
             for number, partition in enumerate(topic.partitions)
-            if partition.broker_id == node_id
+            if node_id in partition.replicas
         ]
 
     def to_document(self) -> dict[str, Any]:
@@ -302,18 +364,30 @@ def apply_record(image: MetadataImage, record: Record) -> int | None:
         case FenceBroker(node_id=node_id):
             if node_id in image.brokers and not image.brokers[node_id].fenced:
                 image.brokers[node_id].fenced = True
-                for partition in _hosted(image, node_id):
-                    partition.leader_id = NO_LEADER
-                    partition.leader_epoch += 1
-        case CreateTopic(name=name, assignment=assignment, configs=configs):
+                for topic, partition in _hosted(image, node_id):
+                    _fence_replica(image, topic, partition, node_id)
+        case CreateTopic(name=name, assignment=assignment, configs=configs, replicas=replicas):
             if name in image.topics:
                 raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
-            image.topics[name] = TopicState(name=name, partitions=_new_partitions(image, assignment), configs=dict(configs))
+            image.topics[name] = TopicState(
+                name=name, partitions=_new_partitions(image, assignment, replicas), configs=dict(configs)
+            )
         case DeleteTopic(name=name):
             _topic(image, name)
             del image.topics[name]
-        case CreatePartitions(name=name, assignment=assignment):
-            _topic(image, name).partitions.extend(_new_partitions(image, assignment))
+        case CreatePartitions(name=name, assignment=assignment, replicas=replicas):
+            _topic(image, name).partitions.extend(_new_partitions(image, assignment, replicas))
+        case AlterPartition():
+            _alter_partition(image, record)
+        case ElectLeader(topic=topic, partition=number, leader_id=leader_id, leader_epoch=leader_epoch):
+            partition = _partition(image, topic, number)
+            if partition.leader_epoch != leader_epoch:
+                raise errors.FencedLeaderEpochError(f"{topic}-{number} is at leader epoch {partition.leader_epoch}")
+            if leader_id not in partition.isr or leader_id not in image.live_brokers():
+                raise errors.NotLeaderError(f"broker {leader_id} is not a live in-sync replica of {topic}-{number}")
+            _set_leader(partition, leader_id)
+        case ReassignPartition(topic=topic, partition=number, target_replicas=target):
+            _reassign(image, topic, number, target)
         case AlterTopicConfigs(name=name, configs=configs):
             _topic(image, name).configs = dict(configs)
         case AllocateProducerIds(count=count, minimum=minimum):
@@ -336,28 +410,122 @@ def _topic(image: MetadataImage, name: str) -> TopicState:
     return topic
 
 
-def _new_partitions(image: MetadataImage, assignment: tuple[int, ...]) -> list[PartitionState]:
-    unknown = sorted(set(assignment) - set(image.brokers))
+def _partition(image: MetadataImage, topic: str, number: int) -> PartitionState:
+    partitions = _topic(image, topic).partitions
+    if not 0 <= number < len(partitions):
+        raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {number}")
+    return partitions[number]
+
+
+def _new_partitions(
+    image: MetadataImage, assignment: tuple[int, ...], replicas: tuple[tuple[int, ...], ...]
+) -> list[PartitionState]:
+    replica_lists = replicas or tuple((broker,) for broker in assignment)
+    unknown = sorted({broker for replica_list in replica_lists for broker in replica_list} - set(image.brokers))
     if unknown:
         raise errors.InvalidReplicationFactorError(f"partitions assigned to unregistered broker(s) {unknown}")
+    if any(len(set(replica_list)) != len(replica_list) for replica_list in replica_lists):
+        raise errors.InvalidReplicationFactorError("a partition's replicas must be distinct brokers")
+    live = image.live_brokers()
+    partitions = []
+    for replica_list in replica_lists:
+        leader, _ = elect_leader(replica_list, replica_list, live, unclean=False)
+        partitions.append(PartitionState(broker_id=replica_list[0], leader_id=leader, replicas=list(replica_list),
+                                         isr=list(replica_list)))
+    return partitions
+
+
+def _hosted(image: MetadataImage, node_id: int) -> list[tuple[TopicState, PartitionState]]:
     return [
-        PartitionState(broker_id=broker, leader_id=NO_LEADER if image.brokers[broker].fenced else broker)
-        for broker in assignment
+        (topic, partition) for topic in image.topics.values() for partition in topic.partitions
+        if node_id in partition.replicas
     ]
 
 
-def _hosted(image: MetadataImage, node_id: int) -> list[PartitionState]:
-    return [partition for topic in image.topics.values() for partition in topic.partitions if partition.broker_id == node_id]
+def _set_leader(partition: PartitionState, leader_id: int) -> None:
+    partition.leader_id = leader_id
+    partition.leader_epoch += 1
+    partition.partition_epoch += 1
+
+
+def _fence_replica(image: MetadataImage, topic: TopicState, partition: PartitionState, node_id: int) -> None:
+    """A replica's broker is gone: move its leadership to a live ISR member and drop it from the ISR.
+
+    The last ISR member stays in the ISR (Kafka's "last replica standing"): it is the only one
+    known to hold every acknowledged record, so it must be the one to lead again.
+    """
+    others = [replica for replica in partition.isr if replica != node_id]
+    if partition.leader_id == node_id:
+        unclean = topic.configs.get(UNCLEAN_ELECTION_CONFIG, "false") == "true"
+        leader, out_of_sync = elect_leader(partition.replicas, partition.isr, image.live_brokers(), unclean=unclean)
+        _set_leader(partition, leader)
+        if out_of_sync:
+            partition.isr = [leader]
+        elif others:
+            partition.isr = others
+    elif node_id in partition.isr and others:
+        partition.isr = others
+        partition.partition_epoch += 1
 
 
 def _unfence(image: MetadataImage, node_id: int) -> None:
+    """A fenced broker is back: it leads again the leaderless partitions whose ISR it is in."""
     broker = image.brokers[node_id]
     if not broker.fenced:
         return
     broker.fenced = False
-    for partition in _hosted(image, node_id):
-        partition.leader_id = node_id
-        partition.leader_epoch += 1
+    live = image.live_brokers()
+    for topic, partition in _hosted(image, node_id):
+        if partition.leader_id != NO_LEADER:
+            continue
+        unclean = topic.configs.get(UNCLEAN_ELECTION_CONFIG, "false") == "true"
+        leader, out_of_sync = elect_leader(partition.replicas, partition.isr, live, unclean=unclean)
+        if leader != NO_LEADER:
+            _set_leader(partition, leader)
+            if out_of_sync:
+                partition.isr = [leader]
+
+
+def _alter_partition(image: MetadataImage, record: AlterPartition) -> None:
+    """The leader's ISR change, fenced by its leader and partition epochs; may finish a reassignment."""
+    partition = _partition(image, record.topic, record.partition)
+    name = f"{record.topic}-{record.partition}"
+    if partition.leader_id != record.leader_id or partition.leader_epoch != record.leader_epoch:
+        raise errors.FencedLeaderEpochError(
+            f"{name}: broker {record.leader_id} at leader epoch {record.leader_epoch} no longer leads "
+            f"(leader {partition.leader_id}, epoch {partition.leader_epoch})"
+        )
+    if partition.partition_epoch != record.partition_epoch:
+        raise errors.FencedLeaderEpochError(f"{name}: the partition changed meanwhile (epoch {partition.partition_epoch})")
+    if record.leader_id not in record.isr or not set(record.isr) <= set(partition.replicas):
+        raise errors.InvalidRequestError(f"{name}: ISR {list(record.isr)} must hold the leader and only replicas")
+    partition.isr = [replica for replica in partition.replicas if replica in record.isr]
+    partition.partition_epoch += 1
+    _maybe_finish_reassignment(image, partition)
+
+
+def _reassign(image: MetadataImage, topic: str, number: int, target: tuple[int, ...]) -> None:
+    partition = _partition(image, topic, number)
+    if not target or len(set(target)) != len(target) or not set(target) <= set(image.brokers):
+        raise errors.InvalidReplicationFactorError(f"target replicas {list(target)} must be distinct registered brokers")
+    partition.replicas = list(ordered_union(target, partition.replicas))
+    partition.target_replicas = list(target)
+    partition.partition_epoch += 1
+    _maybe_finish_reassignment(image, partition)
+
+
+def _maybe_finish_reassignment(image: MetadataImage, partition: PartitionState) -> None:
+    """Once every target replica is in sync, the others leave (and leadership moves into the target)."""
+    target = partition.target_replicas
+    if not target or not set(target) <= set(partition.isr):
+        return
+    partition.replicas = list(target)
+    partition.broker_id = target[0]
+    partition.isr = [replica for replica in target if replica in partition.isr]
+    partition.target_replicas = []
+    if partition.leader_id not in target:
+        leader, _ = elect_leader(target, partition.isr, image.live_brokers(), unclean=False)
+        _set_leader(partition, leader)
 
 
 @implementer(IRaftStateMachine)
