@@ -49,6 +49,48 @@ class IRaftStorage(Interface):
         """Keep ``snapshot`` (taken by the application at an applied index) and drop the entries it covers."""
 
 
+class StoredEntries:
+    """The read side of ``IRaftStorage`` over a snapshot and the entries after it, kept in memory.
+
+    Both storages hold their entries in memory (the file storage also writes them to disk), so
+    they share these reads; subclasses set ``_hard_state``, ``_snapshot`` and ``_entries``.
+    """
+
+    _hard_state: HardState
+    _snapshot: Snapshot
+    _entries: list[Entry]
+
+    def hard_state(self) -> HardState:
+        """The last saved term, vote and commit index."""
+        return self._hard_state
+
+    def snapshot(self) -> Snapshot:
+        """The latest snapshot."""
+        return self._snapshot
+
+    def first_index(self) -> int:
+        """The snapshot index + 1."""
+        return self._snapshot.metadata.index + 1
+
+    def last_index(self) -> int:
+        """The index of the last entry."""
+        return self._snapshot.metadata.index + len(self._entries)
+
+    def term(self, index: int) -> int:
+        """The term of the entry at ``index`` (or of the snapshot)."""
+        offset = index - self.first_index()
+        if offset == -1:
+            return self._snapshot.metadata.term
+        assert 0 <= offset < len(self._entries), (index, self.first_index(), self.last_index())
+        return self._entries[offset].term
+
+    def entries(self, low: int, high: int) -> list[Entry]:
+        """The entries at ``[low, high)``."""
+        first = self.first_index()
+        assert first <= low <= high <= self.last_index() + 1
+        return self._entries[low - first : high - first]
+
+
 class RaftLog:
     """Entries and snapshot of one node, stable or not, with its commit and applied indexes."""
 

@@ -26,7 +26,7 @@ from zope.interface import implementer
 
 from mqbroker.raft.codec import decode_snapshot, encode_snapshot
 from mqbroker.raft.errors import RaftCodecError
-from mqbroker.raft.log import IRaftStorage
+from mqbroker.raft.log import IRaftStorage, StoredEntries
 from mqbroker.raft.messages import Entry, EntryKind, HardState, Snapshot
 from mqbroker.storage import fs
 from mqbroker.storage.checkpoint import write_atomically
@@ -63,7 +63,7 @@ def _read_checked(path: str) -> bytes | None:
 
 
 @implementer(IRaftStorage)
-class FileRaftStorage:
+class FileRaftStorage(StoredEntries):
     """Raft state in one directory; open it with ``FileRaftStorage.open``."""
 
     def __init__(
@@ -104,37 +104,6 @@ class FileRaftStorage:
         """Release the entries file."""
         self._file.close()
 
-    # ---- reading (IRaftStorage) ------------------------------------------------------------
-
-    def hard_state(self) -> HardState:
-        """The last saved term, vote and commit index."""
-        return self._hard_state
-
-    def snapshot(self) -> Snapshot:
-        """The latest snapshot."""
-        return self._snapshot
-
-    def first_index(self) -> int:
-        """The snapshot index + 1."""
-        return self._snapshot.metadata.index + 1
-
-    def last_index(self) -> int:
-        """The index of the last entry."""
-        return self._snapshot.metadata.index + len(self._entries)
-
-    def term(self, index: int) -> int:
-        """The term of the entry at ``index`` (or of the snapshot)."""
-        offset = index - self.first_index()
-        if offset == -1:
-            return self._snapshot.metadata.term
-        assert 0 <= offset < len(self._entries), (index, self.first_index(), self.last_index())
-        return self._entries[offset].term
-
-    def entries(self, low: int, high: int) -> list[Entry]:
-        """The entries at ``[low, high)``."""
-        first = self.first_index()
-        assert first <= low <= high <= self.last_index() + 1
-        return self._entries[low - first : high - first]
 
     # ---- writing ---------------------------------------------------------------------------
 
