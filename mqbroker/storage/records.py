@@ -49,6 +49,7 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -112,6 +113,11 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_MASK)
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the cleaner may drop this batch's tombstones (attribute bit 6; stored as the base timestamp)."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
+
+    @property
     def last_sequence(self) -> int:
         """Sequence number of the last record, wrapping after int32 max as Kafka does."""
         if self.base_sequence == NO_SEQUENCE:
@@ -119,21 +125,25 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
 
 
-def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Decode the header at ``position``; check that the whole batch is present and sane.
+def read_header(
+    buffer: bytes | bytearray | memoryview, position: int = 0, *, require_whole: bool = True
+) -> BatchHeader:
+    """Decode the header at ``position`` and check that it is sane (and, by default, that the whole batch is present).
 
-    Raises ``CorruptRecordError`` for a short buffer, a bad length or magic. The CRC is
-    checked separately by ``check_crc`` because scanning a trusted segment does not need it.
+    Raises ``CorruptRecordError`` for a short buffer, a bad length or magic. With
+    ``require_whole`` False only the 61 header bytes need be in ``buffer``: walking a file
+    needs a batch's bounds before its body is read. The CRC is checked separately by
+    ``check_crc`` because scanning a trusted segment does not need it.
     """
     available = len(buffer) - position
     if available < HEADER_BYTES:
-        raise CorruptRecordError(f"truncated batch header: {available} of {HEADER_BYTES} bytes")
+        raise CorruptRecordError(f"truncated batch header at byte {position}: {available} of {HEADER_BYTES} bytes")
     header = BatchHeader(*_HEADER.unpack_from(buffer, position))
     if header.magic != MAGIC:
         raise CorruptRecordError(f"unsupported batch magic {header.magic}; only magic {MAGIC} is stored")
     if header.batch_length < HEADER_BYTES - LOG_OVERHEAD_BYTES:
         raise CorruptRecordError(f"batch length {header.batch_length} is shorter than a header")
-    if header.size_bytes > available:
+    if require_whole and header.size_bytes > available:
         raise CorruptRecordError(f"truncated batch: {available} of {header.size_bytes} bytes present")
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise CorruptRecordError("negative last offset delta or record count")
@@ -318,6 +328,13 @@ class BatchBuilder:
     This is the producer's hot path, so ``append`` goes straight from arguments to bytes. The
     first record's timestamp becomes the batch's base timestamp. ``size_bytes`` (uncompressed)
     tells the producer when the batch is full.
+
+    The log cleaner rewrites batches with three more options, as Kafka's cleaner does:
+    ``last_offset_delta`` keeps the original batch's last offset (and so its producer's last
+    sequence) when records are removed, and lets ``build`` write a header-only batch with no
+    records; ``max_timestamp_ms`` keeps the original max timestamp; ``delete_horizon_ms`` sets
+    attribute bit 6 and stores the horizon as the base timestamp (record timestamps stay deltas
+    from it, so they decode unchanged).
     """
 
     __slots__ = (
@@ -326,6 +343,7 @@ class BatchBuilder:
         "_base_sequence",
         "_base_timestamp",
         "_compression",
+        "_fixed_last_offset_delta",
         "_last_offset_delta",
         "_max_timestamp",
         "_partition_leader_epoch",
@@ -347,9 +365,15 @@ class BatchBuilder:
         is_control: bool = False,
         partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
         timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+        last_offset_delta: int | None = None,
+        max_timestamp_ms: int = NO_TIMESTAMP,
+        delete_horizon_ms: int | None = None,
     ) -> None:
+        assert last_offset_delta is None or 0 <= last_offset_delta <= _INT32_MAX, last_offset_delta
         self._compression = Compression(compression)
         self._attributes = _attributes(self._compression, TimestampType(timestamp_type), is_transactional, is_control)
+        if delete_horizon_ms is not None:
+            self._attributes |= DELETE_HORIZON_MASK
         self._base_offset = base_offset
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
@@ -357,8 +381,9 @@ class BatchBuilder:
         self._partition_leader_epoch = partition_leader_epoch
         self._records: list[bytes] = []
         self._last_offset_delta = -1
-        self._base_timestamp = -1
-        self._max_timestamp = -1
+        self._fixed_last_offset_delta = last_offset_delta
+        self._base_timestamp = NO_TIMESTAMP if delete_horizon_ms is None else delete_horizon_ms
+        self._max_timestamp = max_timestamp_ms
         self._size_bytes = HEADER_BYTES
 
     @property
@@ -386,8 +411,9 @@ class BatchBuilder:
         headers: Sequence[RecordHeader] = (),
     ) -> None:
         """Add a record ``offset_delta`` past the base offset; compaction rewrites batches with gaps."""
-        assert self._last_offset_delta < offset_delta <= _INT32_MAX, (self._last_offset_delta, offset_delta)
-        if not self._records:
+        highest = _INT32_MAX if self._fixed_last_offset_delta is None else self._fixed_last_offset_delta
+        assert self._last_offset_delta < offset_delta <= highest, (self._last_offset_delta, offset_delta)
+        if not self._records and not self._attributes & DELETE_HORIZON_MASK:
             self._base_timestamp = timestamp_ms
         if timestamp_ms > self._max_timestamp:
             self._max_timestamp = timestamp_ms
@@ -397,13 +423,26 @@ class BatchBuilder:
         self._size_bytes += len(record)
 
     def build(self) -> bytes:
-        """The finished batch: header, CRC-32C and (compressed) records."""
-        assert self._records, "a batch holds at least one record"
-        records_section = compress(self._compression, b"".join(self._records))
+        """The finished batch: header, CRC-32C and (compressed) records.
+
+        A batch without records is only built with a fixed ``last_offset_delta`` (the
+        cleaner's header-only batch); it has no records section, so no compression either.
+        """
+        last_offset_delta, attributes, base_timestamp = self._last_offset_delta, self._attributes, self._base_timestamp
+        if self._fixed_last_offset_delta is not None:
+            last_offset_delta = self._fixed_last_offset_delta
+        if self._records:
+            records_section = compress(self._compression, b"".join(self._records))
+        else:
+            assert self._fixed_last_offset_delta is not None, "only a header-only batch of the cleaner holds no record"
+            records_section = b""
+            attributes &= ~COMPRESSION_MASK
+            if not attributes & DELETE_HORIZON_MASK:
+                base_timestamp = self._max_timestamp  # Kafka's empty header: both timestamps the original max
         after_crc = _HEADER_AFTER_CRC.pack(
-            self._attributes,
-            self._last_offset_delta,
-            self._base_timestamp,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
             self._max_timestamp,
             self._producer_id,
             self._producer_epoch,

@@ -8,13 +8,12 @@ knows nothing of durability policy: the partition log decides when to fsync.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 
 from mqbroker.storage import records
 from mqbroker.storage.errors import CorruptRecordError
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
-from mqbroker.storage.records import HEADER_BYTES, LOG_OVERHEAD_BYTES, BatchHeader
+from mqbroker.storage.records import HEADER_BYTES, BatchHeader
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -28,24 +27,11 @@ SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 #: Bytes read at once when walking from an index entry to the batch that holds an offset.
 SEEK_CHUNK_BYTES = 8 * 1024
 RELATIVE_OFFSET_MAX = 2**31 - 1
-# The header layout of records.py, decoded without requiring the whole batch to be present:
-# walking a file needs a batch's bounds before reading its body.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 def file_name(base_offset: int, suffix: str) -> str:
     """Segment file name: the base offset as 20 zero-padded digits plus the suffix."""
     return f"{base_offset:020d}{suffix}"
-
-
-def peek_header(buffer: bytes | bytearray | memoryview, position: int) -> BatchHeader:
-    """Decode the header at ``position`` when only the header (not the whole batch) is in ``buffer``."""
-    if len(buffer) - position < HEADER_BYTES:
-        raise CorruptRecordError(f"truncated batch header at byte {position}")
-    header = BatchHeader(*_HEADER.unpack_from(buffer, position))
-    if header.magic != records.MAGIC or header.batch_length < HEADER_BYTES - LOG_OVERHEAD_BYTES:
-        raise CorruptRecordError(f"no batch header at byte {position} (magic {header.magic})")
-    return header
 
 
 class Segment:
@@ -205,7 +191,7 @@ class Segment:
         relative_last, position = last
         if index.entries()[0][0] < 0 or position + HEADER_BYTES > self.size_bytes:
             return False
-        header = peek_header(os.pread(self._file(), HEADER_BYTES, position), 0)
+        header = records.read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
         return header.last_offset == self.base_offset + relative_last
 
     def _time_index_sane(self, index: SparseIndex) -> bool:
@@ -238,7 +224,8 @@ class Segment:
         timed = self.time_index.last()
         self._max_timestamp = timed[0] if timed is not None else -1
         if self.size_bytes > 0:
-            self._first_timestamp = peek_header(os.pread(self._file(), HEADER_BYTES, 0), 0).max_timestamp
+            first = records.read_header(os.pread(self._file(), HEADER_BYTES, 0), 0, require_whole=False)
+            self._first_timestamp = first.max_timestamp
         self._bytes_since_index = self.size_bytes - start
         for _, header in self.scan(start, self.size_bytes, verify=False):
             self._max_timestamp = max(self._max_timestamp, header.max_timestamp)
@@ -260,7 +247,7 @@ class Segment:
             cursor = 0
             want = SCAN_CHUNK_BYTES
             while len(chunk) - cursor >= HEADER_BYTES:
-                header = peek_header(chunk, cursor)
+                header = records.read_header(chunk, cursor, require_whole=False)
                 size = header.size_bytes
                 if cursor + size > len(chunk) and verify:
                     if position + cursor + size > end:
@@ -268,7 +255,7 @@ class Segment:
                     want = max(want, size)
                     break
                 if verify:
-                    records.check_crc(chunk, cursor, records.read_header(chunk, cursor))
+                    records.check_crc(chunk, cursor, header)
                 yield position + cursor, header
                 cursor += size
             if cursor == 0 and want == SCAN_CHUNK_BYTES:
@@ -286,7 +273,7 @@ class Segment:
             chunk = os.pread(fd, min(SEEK_CHUNK_BYTES, end - start), start)
             cursor = 0
             while len(chunk) - cursor >= HEADER_BYTES:
-                header = peek_header(chunk, cursor)
+                header = records.read_header(chunk, cursor, require_whole=False)
                 if header.last_offset >= offset:
                     return start + cursor, header
                 cursor += header.size_bytes
@@ -311,7 +298,7 @@ class Segment:
         data = os.pread(self._file(), min(limit, self.size_bytes) - position, position)
         cursor = 0
         while len(data) - cursor >= HEADER_BYTES:
-            header = peek_header(data, cursor)
+            header = records.read_header(data, cursor, require_whole=False)
             if header.last_offset >= max_offset or cursor + header.size_bytes > len(data):
                 break
             cursor += header.size_bytes

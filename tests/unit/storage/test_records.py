@@ -208,6 +208,65 @@ def test_stamp_sets_offsets_and_epoch_and_leaves_the_crc_valid() -> None:
     assert [record.offset for record in decode_records(batch)] == [5000, 5001, 5002]
 
 
+def test_a_header_can_be_read_before_the_rest_of_its_batch() -> None:
+    batch = encode_batch(_records(3, base_offset=40), base_offset=40)
+    with pytest.raises(CorruptRecordError, match="truncated batch"):
+        read_header(batch[:HEADER_BYTES])
+    header = read_header(batch[:HEADER_BYTES], require_whole=False)
+    assert header == read_header(batch) and header.size_bytes == len(batch)
+    with pytest.raises(CorruptRecordError, match="truncated batch header"):
+        read_header(batch[: HEADER_BYTES - 1], require_whole=False)
+    with pytest.raises(CorruptRecordError, match="magic"):
+        read_header(batch[:16] + b"\x01" + batch[17:HEADER_BYTES], require_whole=False)
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda codec: codec.name)
+def test_a_rewritten_batch_keeps_its_last_offset_and_max_timestamp(codec: Compression) -> None:
+    builder = BatchBuilder(
+        base_offset=100, compression=codec, producer_id=7, producer_epoch=1, base_sequence=30,
+        last_offset_delta=9, max_timestamp_ms=TIMESTAMP_MS + 50,
+    )
+    builder.append_at(4, TIMESTAMP_MS, b"k", b"v")
+    batch = builder.build()
+    header = read_header(batch)
+    assert (header.base_offset, header.last_offset, header.records_count) == (100, 109, 1)
+    assert (header.last_sequence, header.max_timestamp, header.delete_horizon_ms) == (39, TIMESTAMP_MS + 50, None)
+    assert decode_records(batch) == [Record(offset=104, timestamp_ms=TIMESTAMP_MS, key=b"k", value=b"v")]
+
+
+def test_a_header_only_batch_keeps_offsets_sequences_and_timestamps() -> None:
+    builder = BatchBuilder(
+        base_offset=100, compression=Compression.ZSTD, producer_id=7, producer_epoch=1, base_sequence=30,
+        last_offset_delta=9, max_timestamp_ms=TIMESTAMP_MS,
+    )
+    batch = builder.build()
+    header = read_header(batch)
+    check_crc(batch, 0, header)
+    assert len(batch) == HEADER_BYTES and header.records_count == 0 and header.compression == 0
+    assert (header.next_offset, header.last_sequence, header.base_timestamp, header.max_timestamp) == (
+        110, 39, TIMESTAMP_MS, TIMESTAMP_MS,
+    )
+    assert decode_records(batch) == []
+
+
+def test_an_empty_batch_without_a_fixed_last_offset_cannot_be_built() -> None:
+    with pytest.raises(AssertionError):
+        BatchBuilder().build()
+
+
+def test_the_delete_horizon_is_the_base_timestamp_and_record_timestamps_are_unchanged() -> None:
+    horizon_ms = TIMESTAMP_MS + 86_400_000
+    builder = BatchBuilder(delete_horizon_ms=horizon_ms)
+    builder.append(TIMESTAMP_MS, b"k", None)
+    builder.append(TIMESTAMP_MS + 5, b"j", b"v")
+    batch = builder.build()
+    header = read_header(batch)
+    assert header.delete_horizon_ms == horizon_ms == header.base_timestamp
+    assert header.attributes & 0x40 and header.max_timestamp == TIMESTAMP_MS + 5
+    assert [record.timestamp_ms for record in decode_records(batch)] == [TIMESTAMP_MS, TIMESTAMP_MS + 5]
+    assert read_header(encode_batch(_records(1))).delete_horizon_ms is None
+
+
 # --- control batches ---------------------------------------------------------------------------
 
 
