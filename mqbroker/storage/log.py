@@ -386,15 +386,21 @@ class PartitionLog:
                 self._drop_prefix(sum(1 for s in self._segments[1:] if s.base_offset <= offset))
             return self._log_start_offset
 
-    def apply_retention(self, now_ms: int) -> int:
-        """Delete old segments by retention.ms and retention.bytes (never the active one); return how many."""
+    def apply_retention(self, now_ms: int, max_offset: int | None = None) -> int:
+        """Delete old segments by retention.ms and retention.bytes (never the active one); return how many.
+
+        With ``max_offset`` (the broker passes its high watermark) a segment holding any offset at
+        or above it is kept, so retention never removes data consumers have not been allowed to see.
+        """
         if not self.config.deletes:
             return 0
         with self._lock:
             self._check_open()
             total_bytes = sum(segment.size_bytes for segment in self._segments)
             count = 0
-            for segment in self._segments[:-1]:
+            for segment, following in zip(self._segments, self._segments[1:]):
+                if max_offset is not None and following.base_offset > max_offset:
+                    break  # offsets up to the next segment's base may lie in this one (compaction leaves gaps)
                 too_old = self.config.retention_ms >= 0 and segment.max_timestamp < now_ms - self.config.retention_ms
                 too_big = self.config.retention_bytes >= 0 and total_bytes - segment.size_bytes >= self.config.retention_bytes
                 if not (too_old or too_big):
