@@ -54,6 +54,38 @@ class BrokerConfig:
     offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
     offsets_retention_check_interval_ms: int = 600_000
     offsets_topic_partitions: int = 8
+    #: Replication (Kafka's replica.* settings): a follower that has not caught up for the lag time leaves the ISR.
+    replica_lag_time_max_ms: int = 10_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    leader_imbalance_check_interval_ms: int = 5_000
+    controlled_shutdown_timeout_ms: int = 5_000
+    #: TLS listeners (see docs/security.md): only started when ``tls_cert`` is set; port 0 disables one.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_client_auth: str = "none"
+    native_tls_port: int = 9493
+    mqtt_tls_port: int = 8883
+    amqp_tls_port: int = 5671
+    http_tls: bool = False
+    controller_tls: bool = False
+    #: The ``[security]`` table: authentication and authorization.
+    security_allow_anonymous: bool = True
+    security_authorizer: str = "allow-all"
+    security_super_users: str = ""
+    security_plain_without_tls: bool = False
+    security_allow_if_no_acl: bool = False
+    security_principal_mapping_rules: str = "DEFAULT"
+    #: The ``[quotas]`` table: byte rates (0 = unlimited), connection limits, the slow-client timeout.
+    quotas_principal_produce_bytes_per_second: int = 0
+    quotas_principal_fetch_bytes_per_second: int = 0
+    quotas_client_produce_bytes_per_second: int = 0
+    quotas_client_fetch_bytes_per_second: int = 0
+    quotas_connections_max: int = 10_000
+    quotas_connections_per_ip_max: int = 1_000
+    quotas_frame_timeout_ms: int = 30_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -100,6 +132,8 @@ def _coerce(key: str, value: Any, kind: Any) -> Any:
             if isinstance(value, bool):
                 raise ValueError(value)
             return int(value)
+        if isinstance(value, list):  # a TOML array, e.g. super_users = ["User:admin"]
+            return ",".join(str(item) for item in value)
         return str(value)
     except (TypeError, ValueError):
         raise ConfigError(f"configuration key {key!r}: {value!r} is not a valid {kind_name}") from None
@@ -112,6 +146,12 @@ def _check_value(key: str, value: Any) -> None:
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
+        raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
+    if key == "tls_client_auth" and value not in ("none", "optional", "required"):
+        raise ConfigError(f"configuration key 'tls_client_auth': must be none, optional or required, got {value!r}")
+    if key == "security_authorizer" and value not in ("allow-all", "acl"):
+        raise ConfigError(f"configuration key 'security.authorizer': must be allow-all or acl, got {value!r}")
+    if key.startswith("quotas_") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
     if key == "node_id" and value < 0:
         raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")
@@ -126,7 +166,8 @@ def build_config(settings: Mapping[str, Any], validate_topic_defaults: Any = Non
     values: dict[str, Any] = {}
     topic_defaults: dict[str, str] = {}
     for key, value in settings.items():
-        normalized = key.replace("-", "_") if not key.startswith(TOPIC_DEFAULT_PREFIX) else key
+        # ``[security] allow_anonymous`` arrives as ``security.allow_anonymous``: the field ``security_allow_anonymous``.
+        normalized = key.replace("-", "_").replace(".", "_") if not key.startswith(TOPIC_DEFAULT_PREFIX) else key
         if normalized.startswith(TOPIC_DEFAULT_PREFIX):
             topic_defaults[normalized[len(TOPIC_DEFAULT_PREFIX):]] = str(value).lower() if isinstance(value, bool) else str(value)
             continue

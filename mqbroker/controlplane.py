@@ -95,8 +95,11 @@ class ControlPlane(MultiService):
         logs: LogManager,
         listen_endpoint: Callable[[int], IStreamServerEndpoint],
         on_fatal: Callable[[Failure], None] | None = None,
+        peer_endpoint: Callable[[str, int], Any] | None = None,
     ) -> None:
         super().__init__()
+        #: How to dial a peer controller (the service wraps it in TLS with ``controller_tls``).
+        self._peer_endpoint = peer_endpoint or (lambda host, port: TCP4ClientEndpoint(reactor, host, port))
         self.config = config
         self.node_id = config.node_id
         self._reactor = reactor
@@ -148,7 +151,7 @@ class ControlPlane(MultiService):
 
     def _build_transport(self, listen_endpoint: Callable[[int], IStreamServerEndpoint]) -> RaftTransport:
         peers = {
-            node_id: TCP4ClientEndpoint(self._reactor, "127.0.0.1" if host == "localhost" else host, port)
+            node_id: self._peer_endpoint("127.0.0.1" if host == "localhost" else host, port)
             for node_id, (host, port) in self.voters.items()
             if node_id != self.node_id
         }

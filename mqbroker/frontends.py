@@ -20,11 +20,19 @@ from mqbroker.interfaces import IFrontEnd
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FrontEndContext:
-    """What every front end gets besides the broker: the reactor, configuration and metrics."""
+    """What every front end gets besides the broker: the reactor, configuration, metrics and security."""
 
     reactor: Any
     config: BrokerConfig
     metrics: Any
+    #: A ``SecurityServices`` (authenticator, authorizer, quotas); None in tests of a bare front end.
+    security: Any = None
+
+    @property
+    def frame_timeout_s(self) -> float | None:
+        """How long a begun frame may take to arrive completely (slow-loris protection)."""
+        timeout_ms = self.config.quotas_frame_timeout_ms
+        return timeout_ms / 1000.0 if timeout_ms else None
 
 
 @implementer(IPlugin, IFrontEnd)

@@ -15,13 +15,12 @@ from typing import Any
 from twisted.application.internet import StreamServerEndpointService, TimerService
 from twisted.application.service import MultiService
 from twisted.internet.defer import inlineCallbacks
-from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, TCP6ServerEndpoint, wrapClientTLS
 from twisted.logger import Logger
 from twisted.plugin import getPlugins
 from twisted.python.threadpool import ThreadPool
 
 from mqbroker import __version__
-from mqbroker.acl import AllowEverything
 from mqbroker.broker import Broker
 from mqbroker.catalog import log_config_for
 from mqbroker.config import BrokerConfig
@@ -30,7 +29,9 @@ from mqbroker.flusher import Flusher
 from mqbroker.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IFrontEnd
+from mqbroker.listeners import TlsServerEndpoint, listener_factory
 from mqbroker.metrics import BrokerMetrics
+from mqbroker.security_service import SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
 FSYNC_THREADS_MAX = 4
@@ -65,6 +66,7 @@ class BrokerService(MultiService):
         self.data_dir = pathlib.Path(config.data_dir).resolve()
         self.broker: Broker | None = None
         self.control: ControlPlane | None = None
+        self.security: SecurityServices | None = None
         self.metrics = BrokerMetrics()
         self._threadpool = ThreadPool(minthreads=1, maxthreads=FSYNC_THREADS_MAX, name="mqbroker-fsync")
         self._logs: LogManager | None = None
@@ -79,9 +81,10 @@ class BrokerService(MultiService):
         self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
         self.control = ControlPlane(
             config=self.config, reactor=self.reactor, data_dir=self.data_dir, threadpool=self._threadpool,
-            logs=self._logs, listen_endpoint=lambda port: _listen_endpoint(self.reactor, self.config.host, port),
+            logs=self._logs, listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
             on_fatal=lambda failure: self.reactor.stop(),
         )
+        self.security = SecurityServices(self.config, self.control)
         stored_configs = self.control.stored_topic_configs()
         self._logs.open_all(now_ms, {name: log_config_for(topic_defaults, configs) for name, configs in stored_configs.items()})
         self.log.info("opened {count} partition log(s)", count=len(self._logs.partitions()))
@@ -103,7 +106,7 @@ class BrokerService(MultiService):
             logs=self._logs,
             control=self.control,
             flusher_factory=lambda on_durable: Flusher(self.reactor, self._threadpool, on_durable),
-            authorizer=AllowEverything(),
+            authorizer=self.security.authorizer,
         )
         broker = self.broker
         started = self.control.when_caught_up()
@@ -131,22 +134,51 @@ class BrokerService(MultiService):
         self._logs.checkpoint()
 
     def _add_listeners(self, broker: Broker) -> None:
-        context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics)
+        context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics, security=self.security)
+        tls = self.security.tls if self.security is not None else None
         for front_end in discover_front_ends():
             port = getattr(self.config, front_end.config_key)
-            if port == 0:
+            # e.g. native_tls_port; a TLS listener exists only when a certificate is configured
+            tls_port = getattr(self.config, front_end.config_key.replace("_port", "_tls_port"), 0) if tls else 0
+            if port == 0 and tls_port == 0:
                 self.log.info("{protocol} listener disabled ({key} = 0)", protocol=front_end.name, key=front_end.config_key)
                 continue
             factory = front_end.build_factory(broker, context)
-            self._listen(front_end.name, port, factory)
+            if port:
+                self._listen(front_end.name, port, factory)
+            if tls_port:
+                self._listen(f"{front_end.name}-tls", tls_port, factory, tls)
         if self.config.http_port:
             from mqbroker.http import build_site
 
-            self._listen("http", self.config.http_port, build_site(self, self.metrics))
+            http_tls = tls if self.config.http_tls else None
+            self._listen("http", self.config.http_port, build_site(self, self.metrics), http_tls)
 
-    def _listen(self, name: str, port: int, factory: Any) -> None:
+    def _controller_endpoint(self, port: int) -> Any:
+        """The controller's listening endpoint: TLS with ``controller_tls`` (peers then need client certificates)."""
         endpoint = _listen_endpoint(self.reactor, self.config.host, port)
-        listener = StreamServerEndpointService(endpoint, factory)
+        files = tls_files(self.config)
+        if self.config.controller_tls and files is not None:
+            from mqbroker.tls import ReloadingServerContextFactory
+
+            return TlsServerEndpoint(endpoint, ReloadingServerContextFactory(files))
+        return endpoint
+
+    def _controller_peer_endpoint(self, host: str, port: int) -> Any:
+        """How this broker dials a peer controller: TLS with our certificate under ``controller_tls``."""
+        endpoint = TCP4ClientEndpoint(self.reactor, host, port)
+        files = tls_files(self.config)
+        if self.config.controller_tls and files is not None:
+            from mqbroker.tls import client_options
+
+            options = client_options(host, files.ca, files.certificate, files.key)
+            return wrapClientTLS(options, endpoint)
+        return endpoint
+
+    def _listen(self, name: str, port: int, factory: Any, tls: Any = None) -> None:
+        endpoint = _listen_endpoint(self.reactor, self.config.host, port)
+        assert self.security is not None
+        listener = StreamServerEndpointService(endpoint, listener_factory(factory, self.security.limiter, name, tls))
         listener._raiseSynchronously = True  # a port in use must stop start-up, not log and carry on
         listener.setServiceParent(self)
         self.listening_ports[name] = listener

@@ -21,6 +21,13 @@ CONFIG_OPTIONS: list[tuple[str, str, str]] = [
     ("http-port", "http_port", "HTTP health/metrics port; 0 disables [default: 9394]."),
     ("controller-port", "controller_port", "Raft controller port; 0 disables [default: 9395]."),
     ("controller-quorum", "controller_quorum", "Voters as ID@HOST:PORT,... [default: this broker alone]."),
+    ("tls-cert", "tls_cert", "Server certificate (PEM); enables the TLS listeners."),
+    ("tls-key", "tls_key", "The server certificate's private key (PEM)."),
+    ("tls-ca", "tls_ca", "CA certificate(s) that sign client certificates (PEM)."),
+    ("tls-client-auth", "tls_client_auth", "Ask for a client certificate: none, optional or required [default: none]."),
+    ("native-tls-port", "native_tls_port", "Native protocol TLS port; 0 disables [default: 9493]."),
+    ("mqtt-tls-port", "mqtt_tls_port", "MQTT TLS port; 0 disables [default: 8883]."),
+    ("amqp-tls-port", "amqp_tls_port", "AMQP TLS port; 0 disables [default: 5671]."),
 ]
 
 

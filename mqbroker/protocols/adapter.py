@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol as TypingProtocol
 
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.protocols.policies import TimeoutMixin
 from twisted.python.failure import Failure
 from zope.interface import implementer
+
+from mqbroker.tls import PeerIdentity, peer_identity
 
 
 class Session(TypingProtocol):
@@ -41,14 +43,24 @@ class ConnectionHandle(TypingProtocol):
     @property
     def peer(self) -> str: ...
 
+    @property
+    def secure(self) -> bool: ...
+
+    def peer_certificate(self) -> PeerIdentity | None: ...
+
 
 @implementer(IPushProducer)
 class CodecProtocol(Protocol, TimeoutMixin):
     """Bytes in → ``session.data_received``; ``write`` → socket; pauses reading under pressure."""
 
-    def __init__(self, session: Session, idle_timeout_s: float | None, metrics_gauge: Any = None) -> None:
+    def __init__(
+        self, session: Session, idle_timeout_s: float | None, metrics_gauge: Any = None,
+        frame_timeout_s: float | None = None,
+    ) -> None:
         self.session = session
         self._idle_timeout_s = idle_timeout_s
+        self._frame_timeout_s = frame_timeout_s
+        self._frame_timer: Any = None
         self._metrics_gauge = metrics_gauge
         self._paused_by_transport = False
         self._paused_by_session = False
@@ -62,20 +74,50 @@ class CodecProtocol(Protocol, TimeoutMixin):
         self.setTimeout(self._idle_timeout_s)
         if self._metrics_gauge is not None:
             self._metrics_gauge.inc()
+        self._start_frame_timer()  # the first frame (and the TLS handshake) must arrive in time too
         self.session.connection_made(self)
 
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
         self.session.data_received(data)
+        self._check_partial_frame()
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         self.closed = True
         self.setTimeout(None)
+        self._stop_frame_timer()
         if self._metrics_gauge is not None:
             self._metrics_gauge.dec()
         self.session.connection_lost(reason)
 
     def timeoutConnection(self) -> None:
+        self.close()
+
+    # -- slow clients: a frame begun must be complete within the frame timeout ----------------
+
+    def _check_partial_frame(self) -> None:
+        """Sessions that report ``buffered_bytes`` get slow-loris protection: a client that
+        trickles a frame (each byte resetting the idle timeout) is closed after the frame timeout."""
+        buffered = getattr(self.session, "buffered_bytes", None)
+        if buffered is None or self._frame_timeout_s is None:
+            self._stop_frame_timer()
+        elif buffered == 0:
+            self._stop_frame_timer()
+        elif self._frame_timer is None:
+            self._start_frame_timer()
+
+    def _start_frame_timer(self) -> None:
+        if self._frame_timeout_s is not None and self._frame_timer is None:
+            self._frame_timer = self.callLater(self._frame_timeout_s, self._frame_timed_out)  # TimeoutMixin's clock seam
+
+    def _stop_frame_timer(self) -> None:
+        if self._frame_timer is not None:
+            if self._frame_timer.active():
+                self._frame_timer.cancel()
+            self._frame_timer = None
+
+    def _frame_timed_out(self) -> None:
+        self._frame_timer = None
         self.close()
 
     # -- IPushProducer: the transport tells us its send buffer is full / drained ------------
@@ -121,6 +163,15 @@ class CodecProtocol(Protocol, TimeoutMixin):
         return f"{getattr(address, 'host', '?')}:{getattr(address, 'port', '?')}"
 
     @property
+    def secure(self) -> bool:
+        """True on a TLS connection."""
+        return ISSLTransport.providedBy(self.transport)
+
+    def peer_certificate(self) -> PeerIdentity | None:
+        """The verified client certificate's subject and SANs (mutual TLS), if any."""
+        return peer_identity(self.transport) if self.secure else None
+
+    @property
     def write_buffer_full(self) -> bool:
         """True while the socket's send buffer is past its high-water mark (a slow reader)."""
         return self._paused_by_transport
@@ -140,12 +191,16 @@ class SessionFactory(Factory):
 
     noisy = False
 
-    def __init__(self, make_session: Any, idle_timeout_s: float | None, metrics_gauge: Any = None) -> None:
+    def __init__(
+        self, make_session: Any, idle_timeout_s: float | None, metrics_gauge: Any = None,
+        frame_timeout_s: float | None = None,
+    ) -> None:
         self._make_session = make_session
         self._idle_timeout_s = idle_timeout_s
         self._metrics_gauge = metrics_gauge
+        self.frame_timeout_s = frame_timeout_s
 
     def buildProtocol(self, addr: Any) -> CodecProtocol:
-        protocol = CodecProtocol(self._make_session(addr), self._idle_timeout_s, self._metrics_gauge)
+        protocol = CodecProtocol(self._make_session(addr), self._idle_timeout_s, self._metrics_gauge, self.frame_timeout_s)
         protocol.factory = self
         return protocol
