@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
-from typing import Union
+from typing import Any, Union
 
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.spec import (
@@ -25,7 +25,11 @@ from mqbroker.protocols.amqp.spec import (
     METHODS,
     PROTOCOL_HEADER,
     AmqpError,
+    BasicAck,
+    BasicNack,
     BasicProperties,
+    BasicPublish,
+    BasicReject,
     FrameType,
     Method,
     ProtocolHeaderMismatch,
@@ -36,6 +40,14 @@ _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_IDS = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQ")
 _FLAGS = struct.Struct(">H")
+_SETTLE = struct.Struct(">HHQB")  # basic.ack / nack / reject: ids, delivery tag, one octet of bits
+#: Method payloads that repeat verbatim (a publisher sends the same exchange and routing key
+#: again and again) decode once per connection; their dataclasses are frozen, so sharing is safe.
+_REPEATING_METHODS: frozenset[type[Method]] = frozenset({BasicPublish})
+#: Entries of each per-decoder cache (method payloads, property lists); full caches start over.
+DECODE_CACHE_ENTRIES_MAX = 256
+#: Longer payloads are decoded every time (they rarely repeat and would bloat the cache).
+DECODE_CACHE_KEY_BYTES_MAX = 512
 
 #: A heartbeat frame is always the same 8 bytes.
 HEARTBEAT_FRAME = _FRAME_HEADER.pack(FrameType.HEARTBEAT, 0, 0) + bytes([FRAME_END])
@@ -169,6 +181,22 @@ def decode_method(payload: bytes | memoryview) -> Method:
     return method_class(**values)
 
 
+def _decode_settle(payload: bytes) -> Method | None:
+    """basic.ack / nack / reject without the generic reader (one per message); None: not one of them."""
+    if len(payload) != _SETTLE.size:
+        return None
+    class_id, method_id, delivery_tag, bits = _SETTLE.unpack(payload)
+    if class_id != BASIC_CLASS_ID:
+        return None
+    if method_id == 80:
+        return BasicAck(delivery_tag=delivery_tag, multiple=bool(bits & 1))
+    if method_id == 120:
+        return BasicNack(delivery_tag=delivery_tag, multiple=bool(bits & 1), requeue=bool(bits & 2))
+    if method_id == 90:
+        return BasicReject(delivery_tag=delivery_tag, requeue=bool(bits & 1))
+    return None
+
+
 def decode_properties(raw: bytes | memoryview) -> BasicProperties:
     """Property flags and list → ``BasicProperties`` (502 on unknown flags or short data)."""
     reader = fields.Reader(raw)
@@ -193,7 +221,7 @@ class _DecoderState(enum.Enum):
 class FrameDecoder:
     """Bytes in, frames out, with a buffer bounded by one frame of ``frame_bytes_max``."""
 
-    __slots__ = ("_buffer", "_state", "frame_bytes_max")
+    __slots__ = ("_buffer", "_state", "frame_bytes_max", "_methods", "_properties")
 
     def __init__(self, frame_bytes_max: int, *, expect_protocol_header: bool = True) -> None:
         assert frame_bytes_max >= FRAME_MIN_BYTES
@@ -201,6 +229,8 @@ class FrameDecoder:
         self._state = _DecoderState.AWAITING_PROTOCOL_HEADER if expect_protocol_header else _DecoderState.FRAMES
         #: The largest whole frame accepted; lowered to the negotiated frame_max after tune-ok.
         self.frame_bytes_max = frame_bytes_max
+        self._methods: dict[bytes, Method] = {}
+        self._properties: dict[bytes, BasicProperties] = {}
 
     @property
     def awaiting_protocol_header(self) -> bool:
@@ -251,27 +281,50 @@ class FrameDecoder:
                 break
             if buffer[end] != FRAME_END:
                 raise frame_error(f"frame-end octet is {buffer[end]:#04x}, expected 0xce")
-            frames.append(_decode_frame(frame_type, channel, bytes(buffer[position + _FRAME_HEADER.size : end])))
+            frames.append(self._decode_frame(frame_type, channel, bytes(buffer[position + _FRAME_HEADER.size : end])))
             position = end + 1
         del buffer[:position]
         return frames
 
 
-def _decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
-    """One frame's payload → its typed frame."""
-    if frame_type == FrameType.METHOD:
-        return MethodFrame(channel=channel, method=decode_method(payload))
-    if frame_type == FrameType.HEADER:
-        reader = fields.Reader(payload)
-        class_id, _weight, body_size = reader.unpack_many(_CONTENT_HEADER)
-        raw = payload[reader.position :]
-        return HeaderFrame(
-            channel=channel, class_id=class_id, body_size=body_size, properties=decode_properties(raw), properties_raw=raw
-        )
-    if frame_type == FrameType.BODY:
-        return BodyFrame(channel=channel, payload=payload)
-    if frame_type == FrameType.HEARTBEAT:
-        if channel != 0 or len(payload):
-            raise frame_error(f"heartbeat frame on channel {channel} with {len(payload)} payload bytes")
-        return HeartbeatFrame()
-    raise frame_error(f"unknown frame type {frame_type}")
+    def _decode_frame(self, frame_type: int, channel: int, payload: bytes) -> Frame:
+        """One frame's payload → its typed frame."""
+        if frame_type == FrameType.BODY:
+            return BodyFrame(channel=channel, payload=payload)
+        if frame_type == FrameType.METHOD:
+            return MethodFrame(channel=channel, method=self._decode_method(payload))
+        if frame_type == FrameType.HEADER:
+            if len(payload) < _CONTENT_HEADER.size:
+                fields.Reader(payload).unpack_many(_CONTENT_HEADER)  # raises the 502
+            class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(payload)
+            raw = payload[_CONTENT_HEADER.size :]
+            return HeaderFrame(channel=channel, class_id=class_id, body_size=body_size,
+                               properties=self._decode_properties(raw), properties_raw=raw)
+        if frame_type == FrameType.HEARTBEAT:
+            if channel != 0 or len(payload):
+                raise frame_error(f"heartbeat frame on channel {channel} with {len(payload)} payload bytes")
+            return HeartbeatFrame()
+        raise frame_error(f"unknown frame type {frame_type}")
+
+    def _decode_method(self, payload: bytes) -> Method:
+        method = self._methods.get(payload)
+        if method is not None:
+            return method
+        method = _decode_settle(payload) or decode_method(payload)
+        if type(method) in _REPEATING_METHODS and len(payload) <= DECODE_CACHE_KEY_BYTES_MAX:
+            _remember(self._methods, payload, method)
+        return method
+
+    def _decode_properties(self, raw: bytes) -> BasicProperties:
+        properties = self._properties.get(raw)
+        if properties is None:
+            properties = decode_properties(raw)
+            if len(raw) <= DECODE_CACHE_KEY_BYTES_MAX:
+                _remember(self._properties, raw, properties)
+        return properties
+
+
+def _remember(cache: dict[bytes, Any], key: bytes, value: Any) -> None:
+    if len(cache) >= DECODE_CACHE_ENTRIES_MAX:
+        cache.clear()
+    cache[key] = value
