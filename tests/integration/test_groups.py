@@ -13,10 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
 
 from mqbroker.client.blocking import Admin, Consumer, Producer
 from mqbroker.client.dead_letter import DeadLetterHandler
 from mqbroker.client.group_admin import GroupAdmin
+from mqbroker.client.twisted import TwistedConsumer
 from mqbroker.errors import FencedInstanceIdError
 from tests.integration.brokerprocess import BrokerProcess
 
@@ -273,3 +277,49 @@ def test_dead_letter_helper_parks_a_poison_message_and_the_partition_keeps_flowi
     assert parked[0].value == b"4"
     assert headers["dlq.attempts"] == b"3" and headers["dlq.origin.offset"] == b"4"
     assert headers["dlq.origin.topic"] == b"orders" and b"poison" in headers["dlq.error"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_twisted_consumer_shares_a_group_with_a_blocking_one_and_takes_over_when_it_dies(
+    group_broker: BrokerProcess,
+) -> None:
+    _create(group_broker, "mixed", 4)
+    _produce(group_broker, "mixed", 200)
+    owned: set[int] = set()
+    seen: set[tuple[int, int]] = set()
+    consumer = TwistedConsumer(
+        reactor, group_broker.bootstrap, group_id="mixed", topics=["mixed"], client_id="twisted",
+        session_timeout_ms=2_000, heartbeat_interval_ms=300, auto_commit_interval_ms=200, fetch_max_wait_ms=100,
+        auto_offset_reset="earliest",
+        on_assigned=lambda parts: owned.update(p for _, p in parts),
+        on_revoked=lambda parts: owned.difference_update(p for _, p in parts),
+    )
+    child = ChildConsumer(group_broker, "mixed", "mixed", "blocking")
+
+    async def poll_until(condition: Any, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            seen.update((m.partition, m.offset) for m in await consumer.poll())
+            await deferLater(reactor, 0.01, lambda: None)  # let the reader thread's child output in
+
+    try:
+        await poll_until(lambda: len(owned) == 2 and len(child.partitions()) == 2, 30, "two partitions each")
+        assert owned.isdisjoint(child.partitions()) and consumer.assignment() == {("mixed", p) for p in owned}
+        child.kill()
+        killed_at = time.monotonic()
+        await poll_until(lambda: len(owned) == 4, 30, "the Twisted consumer to take over")
+        assert time.monotonic() - killed_at < SESSION_TIMEOUT_S + 1.0
+        everything = {(p, o) for p, end in _end_offsets(group_broker, "mixed", 4).items() for o in range(end)}
+        await poll_until(lambda: everything <= seen | {(p, o) for p, o, _ in child.messages()}, 30, "every message")
+        consumer.pause(("mixed", 0))
+        assert consumer.paused() == {("mixed", 0)}
+        consumer.resume(("mixed", 0))
+        await consumer.commit({("mixed", 0): 3})
+        assert await consumer.committed(("mixed", 0)) == 3
+        assert await consumer.position(("mixed", 1)) == _end_offsets(group_broker, "mixed", 4)[1]
+    finally:
+        child.kill()
+        await consumer.close()
+    with GroupAdmin(group_broker.bootstrap) as admin:
+        assert admin.describe_group("mixed").members == ()  # the Twisted consumer left on close
