@@ -646,6 +646,12 @@ class Broker:
         for partition_log in self._all_logs():
             partition_log.apply_retention(now_ms)
 
+    def expire_producers(self) -> None:
+        """Forget idempotent producers idle for producer_id_expiration_ms, in every partition."""
+        now_ms = self.now_ms()
+        for partition_log in self._all_logs():
+            partition_log.expire_producers(now_ms, self._config.producer_id_expiration_ms)
+
     def partition_count(self) -> int:
         """Partitions this broker hosts (for metrics)."""
         return len(self._control.image.partitions_hosted(self._config.node_id))

@@ -122,6 +122,7 @@ class BrokerService(MultiService):
         timers = [
             (self.config.flush_check_interval_ms, broker.flush_due_logs),
             (self.config.retention_check_interval_ms, broker.apply_retention),
+            (self.config.retention_check_interval_ms, broker.expire_producers),
             (self.config.checkpoint_interval_ms, self._checkpoint),
         ]
         for interval_ms, call in timers:

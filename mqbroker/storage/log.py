@@ -426,6 +426,12 @@ class PartitionLog:
             segment.delete()
         self._directory_unsynced = True
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget idle idempotent producers (producer.id.expiration.ms); return how many were expired."""
+        with self._lock:
+            self._check_open()
+            return self._producers.expire(now_ms, expiration_ms)
+
     # -- segments for the cleaner ------------------------------------------------------------
 
     def sealed_segments(self) -> list[Segment]:

@@ -105,6 +105,10 @@ class LogManager:
         shutil.rmtree(doomed)
         self.checkpoint()
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``expiration_ms`` in every partition; return how many (the broker's timer calls this)."""
+        return sum(log.expire_producers(now_ms, expiration_ms) for log in self._logs.values())
+
     def checkpoint(self) -> None:
         """Persist recovery points (durable ends), log start offsets and producer snapshots atomically."""
         for log in self._logs.values():

@@ -1,10 +1,13 @@
 """Idempotent-producer state of one partition, kept from batch headers alone (KIP-98).
 
-For every producer id the partition remembers its epoch and its last five batches
-(first/last sequence, first/last offset, max timestamp), which is enough to answer a
-retried batch with its original offsets and to detect a gap or a fenced epoch. The state
-is snapshotted to `<offset>.snapshot` files and rebuilt on recovery by replaying the
-headers written after the newest snapshot.
+For every producer id the partition remembers its epoch, the max timestamp of its latest
+batch and its last five batches (first/last sequence, first/last offset, max timestamp),
+which is enough to answer a retried batch with its original offsets and to detect a gap or
+a fenced epoch. The state is snapshotted to `<offset>.snapshot` files and rebuilt on
+recovery by replaying the headers written after the newest snapshot. A producer idle for
+``producer.id.expiration.ms`` (Kafka: one day, measured from its latest batch's max
+timestamp) is forgotten by `expire`, which the broker calls periodically; a later batch of
+it then starts afresh at any sequence, as in Kafka.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from mqbroker.storage.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 #: Batches remembered per producer (Kafka's NUM_BATCHES_TO_RETAIN; clients keep <= 5 in flight).
 BATCHES_RETAINED = 5
 SEQUENCE_MAX = 2**31 - 1
-SNAPSHOT_VERSION = 1
+#: Version 2 added each producer's last timestamp; an older snapshot is refused and the log replayed.
+SNAPSHOT_VERSION = 2
 _SNAPSHOT_HEADER = struct.Struct(">hIi")
-_PRODUCER = struct.Struct(">qhb")
+_PRODUCER = struct.Struct(">qhqb")
 _BATCH = struct.Struct(">iiqqq")
 
 
@@ -45,10 +49,11 @@ class BatchMetadata:
 
 @dataclass(slots=True)
 class ProducerEntry:
-    """The epoch of one producer id and its last batches, oldest first."""
+    """The epoch of one producer id, its latest batch's max timestamp and its last batches, oldest first."""
 
     epoch: int
     batches: deque[BatchMetadata]
+    last_timestamp_ms: int
 
 
 def next_sequence(sequence: int) -> int:
@@ -102,9 +107,9 @@ class ProducerStates:
             return
         current = staged.get(header.producer_id) or self.entries.get(header.producer_id)
         if current is None or header.producer_epoch > current.epoch:
-            entry = ProducerEntry(header.producer_epoch, deque(maxlen=BATCHES_RETAINED))
+            entry = ProducerEntry(header.producer_epoch, deque(maxlen=BATCHES_RETAINED), header.max_timestamp)
         else:
-            entry = ProducerEntry(current.epoch, deque(current.batches, maxlen=BATCHES_RETAINED))
+            entry = ProducerEntry(current.epoch, deque(current.batches, maxlen=BATCHES_RETAINED), header.max_timestamp)
         if header.base_sequence != NO_SEQUENCE and not header.is_control:
             entry.batches.append(
                 BatchMetadata(
@@ -133,11 +138,22 @@ class ProducerStates:
         for pid in stale:
             del self.entries[pid]
 
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers whose latest batch is ``expiration_ms`` or more older than ``now_ms``; return how many."""
+        expired = [pid for pid, entry in self.entries.items() if now_ms - entry.last_timestamp_ms >= expiration_ms]
+        for pid in expired:
+            del self.entries[pid]
+        return len(expired)
+
+    def last_batch_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its latest batch (the batch compaction must keep)."""
+        return {pid: entry.batches[-1].last_offset for pid, entry in self.entries.items() if entry.batches}
+
     def to_bytes(self) -> bytes:
         """Snapshot encoding: version, CRC-32C of the body, entry count, then the entries."""
         body = bytearray()
         for pid, entry in sorted(self.entries.items()):
-            body += _PRODUCER.pack(pid, entry.epoch, len(entry.batches))
+            body += _PRODUCER.pack(pid, entry.epoch, entry.last_timestamp_ms, len(entry.batches))
             for batch in entry.batches:
                 body += _BATCH.pack(
                     batch.first_sequence, batch.last_sequence, batch.first_offset, batch.last_offset, batch.max_timestamp
@@ -155,7 +171,7 @@ class ProducerStates:
             states = cls()
             position = 0
             for _ in range(count):
-                pid, epoch, batch_count = _PRODUCER.unpack_from(body, position)
+                pid, epoch, last_timestamp_ms, batch_count = _PRODUCER.unpack_from(body, position)
                 position += _PRODUCER.size
                 batches: deque[BatchMetadata] = deque(maxlen=BATCHES_RETAINED)
                 for _ in range(batch_count):
@@ -170,7 +186,7 @@ class ProducerStates:
                             max_timestamp=timestamp,
                         )
                     )
-                states.entries[pid] = ProducerEntry(epoch, batches)
+                states.entries[pid] = ProducerEntry(epoch, batches, last_timestamp_ms)
         except struct.error as error:
             raise CorruptRecordError(f"producer snapshot is truncated: {error}") from None
         return states

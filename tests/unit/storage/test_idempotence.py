@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from mqbroker.storage.config import LogConfig
 from mqbroker.storage.errors import DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError
+from mqbroker.storage.manager import LogManager
 from tests.unit.storage.logtools import make_batch, open_log, read_all
 
 PRODUCER = 4242
@@ -106,3 +108,50 @@ def test_truncation_rewinds_producer_state(tmp_path):
     log.truncate_to(2)
     assert not log.append(producer_batch(2), now_ms=0).duplicate
     assert log.log_end_offset == 4
+
+
+def timed_batch(sequence: int, timestamp_ms: int, producer_id: int = PRODUCER) -> bytes:
+    return make_batch([b"x"], timestamp_ms=timestamp_ms, producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+
+
+def test_an_idle_producer_expires_and_then_starts_afresh(tmp_path):
+    log = open_log(tmp_path)
+    log.append(timed_batch(0, timestamp_ms=1_000), now_ms=0)
+    log.append(timed_batch(0, timestamp_ms=5_000, producer_id=9), now_ms=0)
+    assert log.expire_producers(now_ms=10_999, expiration_ms=10_000) == 0
+    assert log.append(timed_batch(0, timestamp_ms=1_000), now_ms=0).duplicate
+    assert log.expire_producers(now_ms=11_000, expiration_ms=10_000) == 1
+    assert not log.append(timed_batch(0, timestamp_ms=1_000), now_ms=0).duplicate  # forgotten: written again
+    assert log.append(timed_batch(0, timestamp_ms=5_000, producer_id=9), now_ms=0).duplicate
+    assert log.expire_producers(now_ms=15_000, expiration_ms=10_000) == 2  # 4242 wrote at 1_000 again
+    assert not log.append(timed_batch(77, timestamp_ms=15_000, producer_id=9), now_ms=0).duplicate  # any sequence
+
+
+def test_a_producer_writing_again_is_not_expired(tmp_path):
+    log = open_log(tmp_path)
+    log.append(timed_batch(0, timestamp_ms=1_000), now_ms=0)
+    log.append(timed_batch(1, timestamp_ms=9_000), now_ms=0)
+    assert log.expire_producers(now_ms=11_000, expiration_ms=10_000) == 0
+    assert log.append(timed_batch(1, timestamp_ms=9_000), now_ms=0).duplicate
+
+
+def test_last_timestamps_survive_a_snapshot_and_expiry_survives_a_clean_restart(tmp_path):
+    log = open_log(tmp_path)
+    log.append(timed_batch(0, timestamp_ms=1_000), now_ms=0)
+    log.append(timed_batch(0, timestamp_ms=8_000, producer_id=9), now_ms=0)
+    log.close()
+    reopened = open_log(tmp_path, clean_shutdown=True)
+    assert reopened.expire_producers(now_ms=11_000, expiration_ms=10_000) == 1
+    reopened.close()
+    again = open_log(tmp_path, clean_shutdown=True)
+    assert not again.append(timed_batch(0, timestamp_ms=1_000), now_ms=0).duplicate
+    assert again.append(timed_batch(0, timestamp_ms=8_000, producer_id=9), now_ms=0).duplicate
+
+
+def test_the_log_manager_expires_producers_in_every_partition(tmp_path):
+    manager = LogManager(str(tmp_path), LogConfig())
+    for partition in range(3):
+        manager.create("orders", partition).append(timed_batch(0, timestamp_ms=partition * 1_000), now_ms=0)
+    assert manager.expire_producers(now_ms=11_500, expiration_ms=10_000) == 2
+    assert manager.get("orders", 2).append(timed_batch(0, timestamp_ms=2_000), now_ms=0).duplicate
+    manager.close()
