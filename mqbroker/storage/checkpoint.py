@@ -1,7 +1,8 @@
 """Atomic small files: write a temp file, fsync it, rename it over the old one, fsync the directory.
 
 Offset checkpoints use Kafka's text layout: a version line (0), an entry-count line, then
-one ``<topic> <partition> <offset>`` line per partition.
+one ``<topic> <partition> <offset>`` line per partition. A single-offset checkpoint kept in a
+partition's own directory (the cleaner's) is a version line and an offset line.
 """
 
 from __future__ import annotations
@@ -48,3 +49,24 @@ def read_offsets(path: str) -> dict[tuple[str, int], int]:
     if version != CHECKPOINT_VERSION or count != len(offsets):
         raise CorruptRecordError(f"checkpoint {path} has version {version} and {count} entries; expected version 0")
     return offsets
+
+
+def write_offset(path: str, offset: int) -> None:
+    """Atomically write a single-offset checkpoint."""
+    write_atomically(path, f"{CHECKPOINT_VERSION}\n{offset}\n".encode())
+
+
+def read_offset(path: str) -> int | None:
+    """Read a checkpoint written by `write_offset`; None when the file is missing."""
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as file:
+        data = file.read()
+    try:
+        version_line, offset_line = data.decode("utf-8").splitlines()
+        version, offset = int(version_line), int(offset_line)
+    except ValueError as error:  # too few or many lines, not numbers, not UTF-8
+        raise CorruptRecordError(f"checkpoint {path} is malformed: {error}") from None
+    if version != CHECKPOINT_VERSION or offset < 0:
+        raise CorruptRecordError(f"checkpoint {path} has version {version} and offset {offset}")
+    return offset

@@ -1,11 +1,30 @@
-"""Compaction: keep the newest record per key in the sealed segments, drop old tombstones.
+"""Compaction: keep the newest record per key in the sealed segments, drop expired tombstones.
 
-The only module that decodes individual records. Offsets and order are preserved (gaps
-appear); the active segment is never touched. Each sealed segment is rewritten to
-`<base>.log.cleaned`, fsynced, renamed to `<base>.log.swap` (the commit point) and then
-renamed over `<base>.log` under the log's lock; `PartitionLog.open` finishes a swap a crash
-interrupted and deletes a `.cleaned` leftover, so a crash at any moment leaves a readable log
-that lost no newest value. Appends and reads go on while a segment is rewritten.
+The only module that decodes individual records. As in Kafka's log cleaner, a compacted log
+is a clean part (already compacted) followed by a dirty part; the partition's
+`cleaner-offset-checkpoint` (written atomically by `PartitionLog.mark_clean`) records where
+the clean part ends. A pass runs when the dirty part's share of the cleanable bytes reaches
+``min.cleanable.dirty.ratio`` (or when forced). Cleanable means sealed (the active segment is
+never touched) and older than ``min.compaction.lag.ms``. A pass:
+
+1. maps every key in the dirty segments to its newest offset (the clean part holds one
+   record per key already, so the dirty part alone decides what is superseded);
+2. rewrites each cleanable segment, clean part included, without the superseded records.
+   A rewritten batch keeps its base offset and its ``lastOffsetDelta`` even when its first or
+   last records go, so offsets and producer sequences stay continuous (gaps appear, order never
+   changes). A batch left empty disappears, unless it is a producer's latest batch: then it is
+   kept as a header-only batch so the idempotent producer state survives a rebuild from the log.
+   Control batches are kept.
+3. Tombstones (null values) are kept for ``delete.retention.ms`` counted from the pass that
+   first cleaned them: that pass stamps their batch with a delete horizon (attribute bit 6, the
+   horizon in the base timestamp, KIP-534) and a later pass past the horizon drops them.
+
+Each rewritten segment goes to `<base>.log.cleaned`, is fsynced, renamed to `<base>.log.swap`
+(the commit point) and then renamed over `<base>.log` under the log's lock; `PartitionLog.open`
+finishes a swap a crash interrupted and deletes a `.cleaned` leftover, so a crash at any moment
+leaves a readable log that lost no newest value. The checkpoint moves only after every swap, so
+a crash before it just makes the next pass redo work. Appends and reads go on during a pass.
+Tombstones that expire are removed by the next pass that runs (by ratio, or forced).
 """
 
 from __future__ import annotations
@@ -22,41 +41,88 @@ from mqbroker.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CleanResult:
-    """What one compaction pass did."""
+    """What one compaction pass did; ``dirty_ratio`` is the share of dirty bytes it found."""
 
-    segments_rewritten: int
-    records_removed: int
-    bytes_before: int
-    bytes_after: int
+    segments_rewritten: int = 0
+    records_removed: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    dirty_ratio: float = 0.0
+    ran: bool = False
 
 
-def clean(log: PartitionLog, now_ms: int) -> CleanResult:
-    """Compact ``log``'s sealed segments older than min.compaction.lag.ms (a no-op unless compacted)."""
-    config = log.config
-    if not config.compacts:
-        return CleanResult(segments_rewritten=0, records_removed=0, bytes_before=0, bytes_after=0)
-    segments = []
-    for segment in log.sealed_segments():
-        if segment.max_timestamp > now_ms - config.min_compaction_lag_ms:
-            break
-        segments.append(segment)
-    newest = _newest_offsets(segments)
-    tombstone_horizon_ms = now_ms - config.delete_retention_ms
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Rules:
+    """What a pass keeps: the newest offset per key, the producers' latest batches, the clock."""
+
+    newest: dict[bytes, int]
+    producer_last_offsets: dict[int, int]
+    now_ms: int
+    delete_retention_ms: int
+
+
+def dirty_ratio(log: PartitionLog, now_ms: int) -> float:
+    """Dirty bytes / cleanable bytes of ``log`` now (0.0 when nothing is cleanable)."""
+    view = log.cleaner_view()
+    return _dirty_share(_cleanable(view.segments, log, now_ms), view.first_dirty_offset)
+
+
+def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult:
+    """Compact ``log`` if it is compacted and its dirty ratio reached min.cleanable.dirty.ratio (or ``force``)."""
+    if not log.config.compacts:
+        return CleanResult()
+    view = log.cleaner_view()
+    segments = _cleanable(view.segments, log, now_ms)
+    ratio = _dirty_share(segments, view.first_dirty_offset)
+    dirty = [segment for segment in segments if segment.next_offset > view.first_dirty_offset]
+    if not segments or not (force or (dirty and ratio >= log.config.min_cleanable_dirty_ratio)):
+        return CleanResult(dirty_ratio=ratio)
+    clean_end = segments[-1].next_offset  # before the rewrite can shrink it
+    rules = _Rules(
+        newest=_newest_offsets(dirty),
+        producer_last_offsets=view.producer_last_offsets,
+        now_ms=now_ms,
+        delete_retention_ms=log.config.delete_retention_ms,
+    )
     rewritten = removed = before = after = 0
     for segment in segments:
-        kept, dropped = _rewrite(segment, newest, tombstone_horizon_ms)
         before += segment.size_bytes
-        if dropped == 0:
-            os.unlink(kept)
+        cleaned, dropped, changed = _rewrite(segment, rules)
+        if not changed:
+            os.unlink(cleaned)
             after += segment.size_bytes
             continue
         swap = segment.path + SWAP_SUFFIX
-        fs.replace(kept, swap)  # the commit point: from here on recovery completes the swap
+        fs.replace(cleaned, swap)  # the commit point: from here on recovery completes the swap
         after += os.path.getsize(swap)
         log.swap_in(segment, swap)
         rewritten += 1
         removed += dropped
-    return CleanResult(segments_rewritten=rewritten, records_removed=removed, bytes_before=before, bytes_after=after)
+    log.mark_clean(clean_end, view.generation)
+    return CleanResult(
+        segments_rewritten=rewritten,
+        records_removed=removed,
+        bytes_before=before,
+        bytes_after=after,
+        dirty_ratio=ratio,
+        ran=True,
+    )
+
+
+def _cleanable(sealed: list[Segment], log: PartitionLog, now_ms: int) -> list[Segment]:
+    """The sealed segments from the oldest up to the first one younger than min.compaction.lag.ms."""
+    segments = []
+    for segment in sealed:
+        if segment.max_timestamp > now_ms - log.config.min_compaction_lag_ms:
+            break
+        segments.append(segment)
+    return segments
+
+
+def _dirty_share(segments: list[Segment], first_dirty_offset: int) -> float:
+    total = sum(segment.size_bytes for segment in segments)
+    dirty = sum(segment.size_bytes for segment in segments if segment.next_offset > first_dirty_offset)
+    return dirty / total if total else 0.0
 
 
 def _newest_offsets(segments: list[Segment]) -> dict[bytes, int]:
@@ -78,37 +144,51 @@ def _batches(segment: Segment) -> list[tuple[BatchHeader, bytes]]:
     return [(header, data[position : position + header.size_bytes]) for position, header in records.iter_batches(data)]
 
 
-def _rewrite(segment: Segment, newest: dict[bytes, int], tombstone_horizon_ms: int) -> tuple[str, int]:
-    """Pass 2: write the kept records of ``segment`` to its `.cleaned` file; return (path, records dropped)."""
+def _rewrite(segment: Segment, rules: _Rules) -> tuple[str, int, bool]:
+    """Pass 2: write what ``segment`` keeps to its `.cleaned` file; return (path, records dropped, changed)."""
     path = segment.path + CLEANED_SUFFIX
     dropped = 0
+    changed = False
     with open(path, "wb") as output:
         for header, batch in _batches(segment):
-            if header.is_control:
-                output.write(batch)
-                continue
-            decoded = records.decode_records(batch)
-            kept = [record for record in decoded if _keeps(record, newest, tombstone_horizon_ms)]
-            dropped += len(decoded) - len(kept)
-            if len(kept) == len(decoded):
-                output.write(batch)
-            elif kept:
-                output.write(_encode_like(header, kept))
+            kept, removed = _filter_batch(header, batch, rules)
+            dropped += removed
+            changed = changed or kept is not batch
+            if kept is not None:
+                output.write(kept)
         output.flush()
         fs.fsync(output.fileno())
-    return path, dropped
+    return path, dropped, changed
 
 
-def _keeps(record: Record, newest: dict[bytes, int], tombstone_horizon_ms: int) -> bool:
+def _filter_batch(header: BatchHeader, batch: bytes, rules: _Rules) -> tuple[bytes | None, int]:
+    """The batch as compaction leaves it (``batch`` itself when unchanged, None when gone) and the records removed."""
+    if header.is_control:
+        return batch, 0
+    decoded = records.decode_records(batch)
+    kept = [record for record in decoded if _keeps(record, header, rules)]
+    removed = len(decoded) - len(kept)
+    horizon_ms = header.delete_horizon_ms
+    if horizon_ms is None and any(record.value is None for record in kept):
+        horizon_ms = rules.now_ms + rules.delete_retention_ms  # the tombstones' clock starts now
+    if not kept and rules.producer_last_offsets.get(header.producer_id) != header.last_offset:
+        return None, removed  # a producer's latest batch stays, if only as a header: its sequences live on
+    if removed == 0 and horizon_ms == header.delete_horizon_ms:
+        return batch, 0
+    return _rebuild(header, kept, horizon_ms), removed
+
+
+def _keeps(record: Record, header: BatchHeader, rules: _Rules) -> bool:
     if record.key is None:
         return True  # compaction has nothing to go by; Kafka refuses such records on compacted topics
-    if newest.get(record.key, record.offset) != record.offset:
+    if rules.newest.get(record.key, record.offset) > record.offset:
         return False
-    return record.value is not None or record.timestamp_ms >= tombstone_horizon_ms
+    horizon_ms = header.delete_horizon_ms
+    return record.value is not None or horizon_ms is None or rules.now_ms < horizon_ms
 
 
-def _encode_like(header: BatchHeader, kept: list[Record]) -> bytes:
-    """A batch with ``header``'s identity (offset, producer, epoch, codec) holding only ``kept``."""
+def _rebuild(header: BatchHeader, kept: list[Record], delete_horizon_ms: int | None) -> bytes:
+    """A batch with ``header``'s identity (offsets, producer, epoch, codec, max timestamp) holding only ``kept``."""
     log_append_time = bool(header.attributes & records.TIMESTAMP_TYPE_MASK)
     builder = BatchBuilder(
         base_offset=header.base_offset,
@@ -119,6 +199,9 @@ def _encode_like(header: BatchHeader, kept: list[Record]) -> bytes:
         is_transactional=header.is_transactional,
         partition_leader_epoch=header.partition_leader_epoch,
         timestamp_type=TimestampType.LOG_APPEND_TIME if log_append_time else TimestampType.CREATE_TIME,
+        last_offset_delta=header.last_offset_delta,
+        max_timestamp_ms=header.max_timestamp,
+        delete_horizon_ms=delete_horizon_ms,
     )
     for record in kept:
         builder.append_at(record.offset - header.base_offset, record.timestamp_ms, record.key, record.value, record.headers)

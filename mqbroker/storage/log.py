@@ -23,6 +23,8 @@ from mqbroker.storage.records import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_M
 from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment, file_name
 
 SNAPSHOT_SUFFIX = ".snapshot"
+#: Where the log's clean (compacted) part ends: the first dirty offset, in the partition directory.
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 SNAPSHOTS_KEPT = 2
 #: Leftovers of an interrupted write or delete, removed when a log is opened.
 LEFTOVER_SUFFIXES = (".tmp", ".deleted")
@@ -38,6 +40,20 @@ class AppendResult:
     log_append_time_ms: int
     log_start_offset: int
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CleanerView:
+    """A consistent picture of what the cleaner may rewrite, taken under the log's lock."""
+
+    #: The sealed segments, oldest first (the active segment is never cleaned).
+    segments: list[Segment]
+    #: Offsets below this were compacted by an earlier pass (the log start if higher).
+    first_dirty_offset: int
+    #: Producer id -> last offset of its latest batch: compaction keeps that batch, if only as a header.
+    producer_last_offsets: dict[int, int]
+    #: Changes when the log is truncated, so a pass that raced a truncation records nothing.
+    generation: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +106,7 @@ class PartitionLog:
         producers: ProducerStates,
         now_ms: int,
         epochs: LeaderEpochCache | None = None,
+        clean_offset: int = 0,
     ) -> None:
         assert segments, "a log always has an active segment"
         self.directory = directory
@@ -101,6 +118,7 @@ class PartitionLog:
         self._end_offset = segments[-1].next_offset
         self._durable_end_offset = self._end_offset
         self._producers = producers
+        self._clean_offset = clean_offset
         self._lock = threading.Lock()
         self._closed = False
         self._active_since_ms = now_ms
@@ -145,7 +163,8 @@ class PartitionLog:
         producers = _load_producers(directory, segments, end_offset)
         epochs = LeaderEpochCache.load(directory)
         epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it
-        log = cls(directory, config, segments, log_start, producers, now_ms, epochs)
+        clean_offset = min(_read_clean_offset(directory), end_offset)
+        log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
         log._active_since_ms = segments[-1].first_timestamp if segments[-1].first_timestamp >= 0 else now_ms
         return log
 
@@ -372,6 +391,9 @@ class PartitionLog:
             self._durable_end_offset = min(self._durable_end_offset, self._end_offset)
             self._generation += 1
             self._directory_unsynced = True
+            if self._clean_offset > self._end_offset:
+                self._clean_offset = self._end_offset  # what is appended next is dirty
+                checkpoint.write_offset(os.path.join(self.directory, CLEANER_CHECKPOINT), self._clean_offset)
             _remove_snapshots_after(self.directory, self._end_offset)
             self._producers = _load_producers(self.directory, self._segments, self._end_offset)
 
@@ -438,6 +460,28 @@ class PartitionLog:
         """The segments before the active one (what compaction may rewrite)."""
         with self._lock:
             return list(self._segments[:-1])
+
+    def cleaner_view(self) -> CleanerView:
+        """The sealed segments, where their dirty part starts and the batches producers need kept."""
+        with self._lock:
+            self._check_open()
+            return CleanerView(
+                segments=list(self._segments[:-1]),
+                first_dirty_offset=max(self._clean_offset, self._log_start_offset),
+                producer_last_offsets=self._producers.last_batch_offsets(),
+                generation=self._generation,
+            )
+
+    def mark_clean(self, offset: int, generation: int) -> None:
+        """Record that compaction covered everything below ``offset`` (atomically checkpointed).
+
+        Ignored when the log was truncated since the pass took its `cleaner_view` (``generation``).
+        """
+        with self._lock:
+            self._check_open()
+            if generation == self._generation and offset > self._clean_offset:
+                self._clean_offset = min(offset, self._end_offset)
+                checkpoint.write_offset(os.path.join(self.directory, CLEANER_CHECKPOINT), self._clean_offset)
 
     def swap_in(self, old: Segment, swap_path: str) -> None:
         """Replace sealed segment ``old`` by its rewritten, fsynced ``swap_path`` (compaction's last step)."""
@@ -516,6 +560,14 @@ def _remove_leftovers(directory: str) -> None:
         orphan_index = name.endswith(INDEX_SUFFIXES) and int(name.split(".")[0]) not in bases
         if name.endswith(LEFTOVER_SUFFIXES) or orphan_index:
             os.unlink(os.path.join(directory, name))
+
+
+def _read_clean_offset(directory: str) -> int:
+    """The cleaner checkpoint's offset; 0 (everything dirty, which is always safe) if missing or damaged."""
+    try:
+        return checkpoint.read_offset(os.path.join(directory, CLEANER_CHECKPOINT)) or 0
+    except CorruptRecordError:
+        return 0
 
 
 def _remove_snapshots_after(directory: str, offset: int) -> None:

@@ -30,6 +30,22 @@ def test_garbage_checkpoints_raise_only_the_corruption_error(tmp_path_factory, d
         pass
 
 
+@given(st.binary(max_size=60))
+def test_garbage_single_offset_checkpoints_raise_only_the_corruption_error(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("checkpoint") / "cleaner-offset-checkpoint"
+    path.write_bytes(data)
+    try:
+        checkpoint.read_offset(str(path))
+    except CorruptRecordError:
+        pass
+
+
+def test_single_offset_checkpoints_round_trip(tmp_path):
+    checkpoint.write_offset(str(tmp_path / "c"), 1234)
+    assert checkpoint.read_offset(str(tmp_path / "c")) == 1234
+    assert checkpoint.read_offset(str(tmp_path / "missing")) is None
+
+
 def test_checkpoints_round_trip(tmp_path):
     offsets = {("orders", 0): 17, ("audit-log", 12): 0}
     checkpoint.write_offsets(str(tmp_path / "c"), offsets)
