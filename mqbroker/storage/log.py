@@ -456,11 +456,6 @@ class PartitionLog:
 
     # -- segments for the cleaner ------------------------------------------------------------
 
-    def sealed_segments(self) -> list[Segment]:
-        """The segments before the active one (what compaction may rewrite)."""
-        with self._lock:
-            return list(self._segments[:-1])
-
     def cleaner_view(self) -> CleanerView:
         """The sealed segments, where their dirty part starts and the batches producers need kept."""
         with self._lock:

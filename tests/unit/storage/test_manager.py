@@ -44,7 +44,7 @@ def test_clean_restart_skips_recovery_and_loads_indexes_lazily(tmp_path):
     restarted.open_all(now_ms=0)
     assert not os.path.exists(tmp_path / CLEAN_SHUTDOWN)
     log = restarted.get("orders", 1)
-    assert not log.sealed_segments()[0].offset_index.loaded
+    assert not log.cleaner_view().segments[0].offset_index.loaded
     assert {key: read_all(restarted.get(*key)) for key in restarted.partitions()} == expected
 
 
