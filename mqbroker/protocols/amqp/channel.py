@@ -603,27 +603,38 @@ class Connection:
 
     def publish_settled(self, channel: int, sequence: int, *, stored: bool) -> None:
         """The broker stored (or refused) a confirmed publish; send ack/nack in order, coalesced."""
+        self.publish_settled_range(channel, sequence, sequence, stored=stored)
+
+    def publish_settled_range(self, channel: int, first: int, last: int, *, stored: bool) -> None:
+        """``publish_settled`` for the publishes ``first..last`` at once (they shared a batch)."""
         state = self._channels.get(channel)
-        if state is None or state.state is not ChannelState.OPEN or sequence not in state.confirm_outcomes:
+        if state is None or state.state is not ChannelState.OPEN:
             return  # the channel closed meanwhile: its confirms died with it
-        state.confirm_outcomes[sequence] = stored
         outcomes = state.confirm_outcomes
-        while outcomes:
-            first = next(iter(outcomes))
-            outcome = outcomes[first]
+        for sequence in range(first, last + 1):
+            if sequence in outcomes:
+                outcomes[sequence] = stored
+        # Answer the settled prefix, one basic.ack / nack (multiple) per run of equal outcomes.
+        run_first = run_last = 0
+        run_outcome: bool | None = None
+        for sequence, outcome in outcomes.items():
             if outcome is None:
                 break
-            last = first
-            for later, later_outcome in list(outcomes.items())[1:]:
-                if later_outcome is not outcome or later != last + 1:
-                    break
-                last = later
-            for settled in range(first, last + 1):
-                del outcomes[settled]
-            if outcome:
-                self._send_method(channel, spec.BasicAck(delivery_tag=last, multiple=last > first))
-            else:
-                self._send_method(channel, spec.BasicNack(delivery_tag=last, multiple=last > first, requeue=False))
+            if outcome is not run_outcome:
+                if run_outcome is not None:
+                    self._send_confirm(channel, run_first, run_last, run_outcome)
+                run_first, run_outcome = sequence, outcome
+            run_last = sequence
+        if run_outcome is not None:
+            self._send_confirm(channel, run_first, run_last, run_outcome)
+            for sequence in range(next(iter(outcomes)), run_last + 1):
+                del outcomes[sequence]
+
+    def _send_confirm(self, channel: int, first: int, last: int, stored: bool) -> None:
+        if stored:
+            self._send_method(channel, spec.BasicAck(delivery_tag=last, multiple=last > first))
+        else:
+            self._send_method(channel, spec.BasicNack(delivery_tag=last, multiple=last > first, requeue=False))
 
     # --- backpressure -------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -104,15 +104,46 @@ class QueueHost(Protocol):
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None: ...
 
 
+class BatchStored:
+    """Whether one appended batch became durable; every message appended to it shares this.
+
+    Cheaper than a Deferred per message: listeners are plain callables told ``True``
+    (durable) or ``False`` (refused), in the order they were added.
+    """
+
+    __slots__ = ("_listeners", "outcome")
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[bool], None]] = []
+        self.outcome: bool | None = None  # None while the batch is in flight
+
+    def when_settled(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(stored)`` once the batch's fate is known (at once if it is)."""
+        if self.outcome is None:
+            self._listeners.append(listener)
+        else:
+            listener(self.outcome)
+
+    def settle(self, stored: bool) -> None:
+        """The broker stored (or refused) the batch."""
+        assert self.outcome is None, "a batch settles once"
+        self.outcome = stored
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener(stored)
+
+
 class _Appender:
     """Coalesces the appends of one reactor turn into one batch per queue topic."""
 
-    def __init__(self, host: QueueHost, topic: str, on_appended: Any) -> None:
+    log = Logger()
+
+    def __init__(self, host: QueueHost, topic: str, on_appended: Callable[[int], None]) -> None:
         self._host = host
         self._topic = topic
         self._on_appended = on_appended
         self._builder: BatchBuilder | None = None
-        self._waiting: list[Deferred[int]] = []
+        self._batch: BatchStored | None = None
         self._in_flight = 0
         self._idle_waiters: list[Deferred[None]] = []
 
@@ -125,22 +156,22 @@ class _Appender:
             self._idle_waiters.append(drained)
         return drained
 
-    def append(self, timestamp_ms: int, **message: Any) -> Deferred[int]:
+    def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
+               expiration: str | None) -> BatchStored:
         if self._builder is None:
-            self._builder = BatchBuilder()
+            self._builder, self._batch = BatchBuilder(), BatchStored()
             self._host.reactor.callLater(0, self._flush)
-        append_message(self._builder, timestamp_ms, **message)
-        appended: Deferred[int] = Deferred()
-        self._waiting.append(appended)
-        return appended
+        append_message(self._builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
+        assert self._batch is not None
+        return self._batch
 
     def _flush(self) -> None:
-        assert self._builder is not None
-        batch, waiting = self._builder.build(), self._waiting
-        self._builder, self._waiting = None, []
+        assert self._builder is not None and self._batch is not None
+        batch, stored = self._builder.build(), self._batch
+        self._builder = self._batch = None
         self._in_flight += 1
         produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, -1, PRODUCE_TIMEOUT_MS)
-        produced.addCallbacks(self._stored, self._refused, callbackArgs=(waiting,), errbackArgs=(waiting,))
+        produced.addCallbacks(self._stored, self._refused, callbackArgs=(stored,), errbackArgs=(stored,))
         produced.addBoth(self._landed)
 
     def _landed(self, _: Any) -> None:
@@ -150,14 +181,14 @@ class _Appender:
             for waiter in waiters:
                 waiter.callback(None)
 
-    def _stored(self, result: ProduceResult, waiting: list[Deferred[int]]) -> None:
+    def _stored(self, result: ProduceResult, stored: BatchStored) -> None:
         self._on_appended(result.last_offset + 1)
-        for offset, appended in enumerate(waiting, start=result.base_offset):
-            appended.callback(offset)
+        stored.settle(True)
 
-    def _refused(self, failure: Any, waiting: list[Deferred[int]]) -> None:
-        for appended in waiting:
-            appended.errback(failure)
+    def _refused(self, failure: Any, stored: BatchStored) -> None:
+        self.log.failure("appending a batch to {topic} failed (its confirmed publishes are nacked)", failure,
+                         topic=self._topic)
+        stored.settle(False)
 
 
 class _Queue(abc.ABC):
@@ -177,9 +208,10 @@ class _Queue(abc.ABC):
         self._backing_off = False  # reading failed a moment ago
         self._appender = _Appender(host, self.topic, self._appended)
 
-    def append(self, timestamp_ms: int, **message: Any) -> Deferred[int]:
-        """Store a message; fires with its offset once durable."""
-        return self._appender.append(timestamp_ms, **message)
+    def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
+               expiration: str | None) -> BatchStored:
+        """Store a message; the returned batch says when it (and the rest of its batch) is durable."""
+        return self._appender.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
 
     def _appended(self, log_end: int) -> None:
         """A batch landed: the log grew to ``log_end``."""

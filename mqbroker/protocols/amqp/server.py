@@ -9,11 +9,12 @@ publish must take effect in that order); publishes do not wait for earlier confi
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -38,7 +39,7 @@ from mqbroker.protocols.amqp.actions import (
 )
 from mqbroker.protocols.amqp.channel import Connection
 from mqbroker.protocols.amqp.queue_state import parse_stream_offset
-from mqbroker.protocols.amqp.queues import Consumer, ConsumerKey, StreamQueue, delivery_of
+from mqbroker.protocols.amqp.queues import BatchStored, Consumer, ConsumerKey, StreamQueue, delivery_of
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.vhost import VirtualHost
@@ -63,7 +64,9 @@ class AmqpSession:
         self._consumers: dict[tuple[int, str], str] = {}  # (channel, tag) → queue name
         self._lease_holders: set[ConsumerKey] = set()
         self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
-        self._waiting: list[Callable[[], Deferred[None] | None]] = []
+        self._waiting: list[tuple[Callable[[Any], Deferred[None] | None], Action]] = []
+        self._confirms = _ConfirmRuns(self.connection, self._confirmed)
+        self._timer_deadline_ms = 0
 
     # --- Session --------------------------------------------------------------------------
 
@@ -84,6 +87,7 @@ class AmqpSession:
 
     def flush(self) -> None:
         """Write what the connection queued and re-arm the timer."""
+        self._confirms.seal()
         data = self.connection.data_to_send()
         if data and self._handle is not None and not self._closed:
             self._handle.write(data)
@@ -99,12 +103,16 @@ class AmqpSession:
         if self._closed:
             return
         deadline_ms = self.connection.next_deadline_ms()
-        if self._timer is not None and self._timer.active():
+        armed = self._timer is not None and self._timer.active()
+        if armed and deadline_ms is not None and self._timer_deadline_ms <= deadline_ms:
+            return  # firing early is harmless: tick checks the real deadlines and re-arms
+        if armed:
             self._timer.cancel()
         self._timer = None
         if deadline_ms is not None:
             delay_s = max(0.0, (deadline_ms - self._vhost.now_ms()) / 1000.0)
             self._timer = self._reactor.callLater(delay_s, self._tick)
+            self._timer_deadline_ms = deadline_ms
 
     def _tick(self) -> None:
         self._timer = None
@@ -116,15 +124,15 @@ class AmqpSession:
     def _run(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Publish):
-                self._in_order(lambda action=action: self._publish(action))
+                self._in_order(self._publish, action)
             elif isinstance(action, Settle):
                 self._settle(action)
             elif isinstance(action, ConsumersReady):
                 self._consumers_ready(action)
             elif isinstance(action, Execute):
-                self._in_order(lambda action=action: self._start(self._execute(action), action.channel, action.method))
+                self._in_order(self._start_execute, action)
             elif isinstance(action, Consume):
-                self._in_order(lambda action=action: self._start(self._consume(action), action.channel, None))
+                self._in_order(self._start_consume, action)
             elif isinstance(action, Cancel):
                 self._remove_consumer(action.channel, action.consumer_tag)
             elif isinstance(action, ChannelClosed):
@@ -136,15 +144,15 @@ class AmqpSession:
                 if self._handle is not None:
                     self._handle.close()
 
-    def _in_order(self, step: Callable[[], Deferred[None] | None]) -> None:
-        """Run ``step`` now if nothing runs, else after the steps before it."""
+    def _in_order(self, step: Callable[[Any], Deferred[None] | None], action: Action) -> None:
+        """Run ``step(action)`` now if nothing runs, else after the steps before it."""
         if self._serial is not None or self._waiting:
-            self._waiting.append(step)
+            self._waiting.append((step, action))
             return
-        self._step(step)
+        self._step(step, action)
 
-    def _step(self, step: Callable[[], Deferred[None] | None]) -> None:
-        running = step()
+    def _step(self, step: Callable[[Any], Deferred[None] | None], action: Action) -> None:
+        running = step(action)
         if running is None:
             return
         self._serial = running
@@ -153,7 +161,14 @@ class AmqpSession:
     def _step_done(self, _: Any) -> None:
         self._serial = None
         while self._waiting and self._serial is None:
-            self._step(self._waiting.pop(0))
+            self._step(*self._waiting.pop(0))
+        self.flush()
+
+    def _start_execute(self, action: Execute) -> Deferred[None]:
+        return self._start(self._execute(action), action.channel, action.method)
+
+    def _start_consume(self, action: Consume) -> Deferred[None]:
+        return self._start(self._consume(action), action.channel, None)
 
     def _start(self, work: Coroutine[Any, Any, None], channel: int, method: spec.Method | None) -> Deferred[None]:
         running = Deferred.fromCoroutine(work)
@@ -291,34 +306,68 @@ class AmqpSession:
     # --- publishing ------------------------------------------------------------------------
 
     def _publish(self, action: Publish) -> None:
-        properties = action.properties
         try:
-            appended = self._vhost.store(action.exchange, action.routing_key, properties.headers,
-                                         action.properties_raw, action.body, properties.expiration)
+            batches = self._vhost.store(action.exchange, action.routing_key, action.properties.headers,
+                                        action.properties_raw, action.body, action.properties.expiration)
         except AmqpError as error:
             error.class_id, error.method_id = 60, 40
             self._run(self.connection.fail(action.channel, error, self._vhost.now_ms()))
             self.flush()
             return
-        if not appended and action.mandatory:
+        if not batches and action.mandatory:
             self.connection.return_message(action.channel, action, ReplyCode.NO_ROUTE, "NO_ROUTE")
-        sequence = action.confirm_sequence
-        if sequence is None:
-            for deferred in appended:
-                deferred.addErrback(self._log_lost_publish)
-        elif not appended:
-            self.connection.publish_settled(action.channel, sequence, stored=True)
+        if action.confirm_sequence is not None:
+            self._confirms.add(action.channel, action.confirm_sequence, batches)
+
+    def _confirmed(self, channel: int, first: int, last: int, stored: bool) -> None:
+        self.connection.publish_settled_range(channel, first, last, stored=stored)
+        self.flush()
+
+
+class _ConfirmRuns:
+    """Groups confirmed publishes into runs that went to the same batches, settled with one call.
+
+    pika and kombu pipeline publishes, so one read brings hundreds; they land in one batch per
+    queue, and a run of them is answered with a single basic.ack (multiple) once that batch is
+    durable. ``seal`` closes the open run (the session calls it whenever it flushes).
+    """
+
+    def __init__(self, connection: Connection, confirmed: Callable[[int, int, int, bool], None]) -> None:
+        self._connection = connection
+        self._confirmed = confirmed
+        self._channel = 0
+        self._first = 0
+        self._last = -1  # the open run is first..last; empty while last < first
+        self._batches: list[BatchStored] = []
+
+    def add(self, channel: int, sequence: int, batches: list[BatchStored]) -> None:
+        """A confirmed publish stored in ``batches`` (none: unroutable, settled at once)."""
+        if channel == self._channel and sequence == self._last + 1 and batches == self._batches:
+            self._last = sequence
+            return
+        self.seal()
+        self._channel, self._first, self._last, self._batches = channel, sequence, sequence, batches
+
+    def seal(self) -> None:
+        """Hand the open run to its batches (or settle it now if nothing was stored)."""
+        if self._last < self._first:
+            return
+        channel, first, last, batches = self._channel, self._first, self._last, self._batches
+        self._first, self._last = 0, -1
+        if not batches:
+            self._connection.publish_settled_range(channel, first, last, stored=True)
+        elif len(batches) == 1:
+            batches[0].when_settled(functools.partial(self._confirmed, channel, first, last))
         else:
-            stored = DeferredList(appended, consumeErrors=True)
-            stored.addCallback(self._confirm, action.channel, sequence)
-        self.flush()
+            outcomes: list[bool] = []
 
-    def _confirm(self, results: list[tuple[bool, Any]], channel: int, sequence: int) -> None:
-        self.connection.publish_settled(channel, sequence, stored=all(ok for ok, _ in results))
-        self.flush()
+            def one_settled(stored: bool) -> None:
+                outcomes.append(stored)
+                if len(outcomes) == len(batches):
+                    self._confirmed(channel, first, last, all(outcomes))
 
-    def _log_lost_publish(self, failure: Failure) -> None:
-        self.log.failure("an unconfirmed AMQP publish was not stored", failure)
+            for batch in batches:
+                batch.when_settled(one_settled)
 
 
 def build_factory(broker: IBroker, context: Any) -> SessionFactory:

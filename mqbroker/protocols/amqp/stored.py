@@ -67,7 +67,7 @@ class StoredMessage:
 
 
 def append_message(
-    builder: BatchBuilder, timestamp_ms: int, *, exchange: str, routing_key: str, properties_raw: bytes,
+    builder: BatchBuilder, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes,
     body: bytes, expiration: str | None,
 ) -> None:
     """Add one message record to a batch."""

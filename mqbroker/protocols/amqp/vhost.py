@@ -22,7 +22,7 @@ from mqbroker.model import FetchPosition, Principal, TopicSpec
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
 from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuePolicy, QueueState, QueueType, x_death_headers
-from mqbroker.protocols.amqp.queues import ClassicQueue, ConsumerKey, StreamQueue, decode_fetched
+from mqbroker.protocols.amqp.queues import BatchStored, ClassicQueue, ConsumerKey, StreamQueue, decode_fetched
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType, Router
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import (
@@ -69,6 +69,7 @@ class VirtualHost:
         self._persisted_bindings: set[Binding] = set()
         self._dirty_states: set[str] = set()
         self._state_write_scheduled = False
+        self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
         self.ready: Deferred[None] = Deferred.fromCoroutine(self._start())
         self.ready.addErrback(self._start_failed)
 
@@ -175,6 +176,27 @@ class VirtualHost:
         names, self._dirty_states = self._dirty_states, set()
         entries = [(name.encode("utf-8", "surrogateescape"), queue.state.snapshot())
                    for name in names if isinstance(queue := self.queues.get(name), ClassicQueue)]
+        # A snapshot marks dead-lettered messages done: it is written only once their copies on
+        # the dead-letter exchange are durable, so a crash in between redelivers, never loses.
+        # Later snapshots wait for the same batches, so they cannot overtake this one.
+        pending = [batch for batch in self._dead_letter_batches if batch.outcome is None]
+        self._dead_letter_batches = pending
+        remaining = [len(pending)]
+
+        def one_settled(stored: bool) -> None:
+            if not stored:
+                self.log.error("a dead-lettered message could not be stored on its dead-letter exchange; "
+                               "its queue's state is written anyway (the message is lost)")
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                self._write_snapshots(entries)
+
+        if not pending:
+            self._write_snapshots(entries)
+        for batch in pending:
+            batch.when_settled(one_settled)
+
+    def _write_snapshots(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         written = Deferred.fromCoroutine(self._write(QUEUE_STATE_TOPIC, entries))
         written.addErrback(lambda failure: self.log.failure("writing AMQP queue states failed", failure))
 
@@ -318,13 +340,13 @@ class VirtualHost:
     # --- messages -------------------------------------------------------------------------------
 
     def store(self, exchange: str, routing_key: str, headers: dict[str, Any] | None, properties_raw: bytes,
-              body: bytes, expiration: str | None) -> list[Deferred[int]]:
+              body: bytes, expiration: str | None) -> list[BatchStored]:
         """Route a message and append it to each queue reached (404 if the exchange is missing)."""
         now_ms = self.now_ms()
+        names = self.router.route(exchange, routing_key, headers)
         return [
-            self.queues[name].append(now_ms, exchange=exchange, routing_key=routing_key,
-                                     properties_raw=properties_raw, body=body, expiration=expiration)
-            for name in sorted(self.router.route(exchange, routing_key, headers))
+            self.queues[name].append(now_ms, exchange, routing_key, properties_raw, body, expiration)
+            for name in (names if len(names) == 1 else sorted(names))
             if name in self.queues
         ]
 
@@ -341,9 +363,8 @@ class VirtualHost:
         properties_raw = encode_properties(dataclasses.replace(properties, headers=headers, expiration=None))
         routing_key = policy.dead_letter_routing_key or stored.routing_key
         try:
-            appended = self.store(policy.dead_letter_exchange, routing_key, headers, properties_raw, stored.body, None)
+            batches = self.store(policy.dead_letter_exchange, routing_key, headers, properties_raw, stored.body, None)
         except AmqpError as error:
             self.log.warn("dead letter from {queue} dropped: {error}", queue=queue.name, error=error.reply_text)
             return
-        for deferred in appended:
-            deferred.addErrback(lambda failure: self.log.failure("storing a dead letter failed", failure))
+        self._dead_letter_batches += batches
