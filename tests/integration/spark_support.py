@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 import mqbroker_spark
 from mqbroker.client.blocking import Admin, Consumer, Message, Producer
-from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.mqtt_support import MqttBroker
 
 
 def local_spark_session() -> SparkSession:
@@ -41,9 +41,9 @@ def spark() -> SparkSession:
 
 
 @pytest.fixture(scope="module")
-def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MqttBroker]:
     """One broker for a module's Spark tests (each test uses its own topics)."""
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("spark-broker") / "data")
+    process = MqttBroker(data_dir=tmp_path_factory.mktemp("spark-broker") / "data")
     process.start()
     yield process
     process.kill()

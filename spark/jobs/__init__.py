@@ -1,0 +1,1 @@
+"""Spark jobs over mqbroker topics: the IoT pipeline and its device simulator."""
