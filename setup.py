@@ -37,9 +37,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*", "spark", "spark.*"])
-    + ["twisted.plugins", "mqbroker_spark"],
-    package_dir={"mqbroker_spark": "spark"},
+    packages=find_packages(
+        exclude=["tests", "tests.*", "benchmarks", "benchmarks.*", "spark", "spark.*", "mqbroker_spark", "mqbroker_spark.*"]
+    )
+    + ["twisted.plugins", "mqbroker_spark", "mqbroker_spark.jobs"],
+    package_dir={"mqbroker_spark": "spark", "mqbroker_spark.jobs": "spark/jobs"},
     install_requires=RUNTIME_REQUIREMENTS,
     extras_require={
         "test": TEST_REQUIREMENTS + SPARK_REQUIREMENTS,
