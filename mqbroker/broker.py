@@ -38,7 +38,10 @@ from mqbroker.groups.coordinator import GroupCoordinator
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import OffsetStore
 from mqbroker.interfaces import IAuthorizer, IBroker
-from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max, partitions_per_topic_max
+from mqbroker.leadership import LeaderPartition
+from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max, partitions_per_topic_max, produce_timeout_ms_max
+from mqbroker.metadata import AlterPartition, MetadataImage, PartitionState
+from mqbroker.replication import diverging_epoch, truncation_offset
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -60,6 +63,11 @@ from mqbroker.storage import errors as storage_errors
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
+
+#: acks=all produces that give no timeout wait this long for the ISR.
+PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+#: Internal topics are replicated on up to this many brokers (fewer brokers: all of them).
+INTERNAL_REPLICATION_FACTOR = 3
 
 _STORAGE_TO_BROKER_ERROR: dict[type[Exception], Callable[[str], errors.BrokerError]] = {
     storage_errors.CorruptRecordError: errors.CorruptMessageError,
@@ -112,6 +120,14 @@ class Broker:
         self._producer_id_block_end = 0
         self._stopping = False
         self._groups: GroupService | None = None
+        #: Partitions this broker leads, by (topic, partition) and by log.
+        self._leaders: dict[tuple[str, int], LeaderPartition] = {}
+        self._leader_of_log: dict[PartitionLog, LeaderPartition] = {}
+        #: The leader's high watermark as last reported to this broker while following.
+        self._follower_high_watermarks: dict[tuple[str, int], int] = {}
+        #: Told which partitions to follow from which leader (None: no replication, e.g. in unit tests).
+        self.fetcher: Any = None
+        control.partitions_changed = self._partitions_changed
         self.produced_bytes = 0
         self.produced_records = 0
         self.fetched_bytes = 0
@@ -151,12 +167,18 @@ class Broker:
                 f"topic {topic!r} has partitions 0..{len(record.partitions) - 1}; partition {partition} does not exist"
             )
         state = record.partitions[partition]
-        if state.broker_id != self._config.node_id:
+        leader = self._leaders.get((topic, partition))
+        if state.leader_id != self._config.node_id or leader is None:
             raise errors.NotLeaderError(
                 f"{topic}-{partition} is led by broker {state.leader_id}, not broker {self._config.node_id};"
                 " refresh metadata and retry there"
             )
         return self._logs.get(topic, partition)
+
+    def _leader(self, topic: str, partition: int) -> tuple[PartitionLog, LeaderPartition]:
+        """The log and leader state of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
+        partition_log = self._partition_log(topic, partition)
+        return partition_log, self._leaders[(topic, partition)]
 
     def _partition_removed(self, topic: str, partition: int) -> None:
         """The control plane is about to delete a local partition: answer the fetches waiting on it."""
@@ -179,10 +201,31 @@ class Broker:
         return created
 
     def high_watermark(self, partition_log: PartitionLog) -> int:
-        """The end of what consumers may see: durable data under the sync policy."""
+        """The end of what consumers may see: what every in-sync replica holds (durably, under the sync policy)."""
+        leader = self._leader_of_log.get(partition_log)
+        if leader is not None:
+            return leader.high_watermark
+        return self._leader_end(partition_log)
+
+    @staticmethod
+    def _leader_end(partition_log: PartitionLog) -> int:
+        """The leader's own contribution to the high watermark: its durable end under the sync policy."""
         if partition_log.config.flush_policy == "sync":
             return partition_log.durable_end_offset
         return partition_log.log_end_offset
+
+    def _replication_progress(self, partition_log: PartitionLog) -> None:
+        """Something moved (an fsync, a follower, the ISR): advance the high watermark, wake readers."""
+        leader = self._leader_of_log.get(partition_log)
+        if leader is not None and leader.advance(self._leader_end(partition_log)):
+            self._wake_fetches(partition_log)
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        record = self._control.topic(topic)
+        configured = (record.configs if record is not None else {}).get("min.insync.replicas")
+        if configured is None:
+            configured = self._config.topic_defaults.get("min.insync.replicas", "1")
+        return int(configured)
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -194,19 +237,27 @@ class Broker:
             principal, Operation.WRITE, ResourceType.TOPIC, topic
         ):
             ensured = self._ensure_topic(topic, auto_create=True)
-            ensured.addCallback(lambda _: self._produce(principal, topic, partition, records, acks))
+            ensured.addCallback(lambda _: self._produce(principal, topic, partition, records, acks, timeout_ms))
             return ensured
-        return self._produce(principal, topic, partition, records, acks)
+        return self._produce(principal, topic, partition, records, acks, timeout_ms)
 
-    def _produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int) -> Deferred[ProduceResult]:
+    def _produce(
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+    ) -> Deferred[ProduceResult]:
         try:
             if self._stopping:
                 raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
             if acks not in (0, 1, -1):
                 raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
             self._authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
-            partition_log = self._partition_log(topic, partition)
-            appended = partition_log.append(records, self.now_ms())
+            partition_log, leader = self._leader(topic, partition)
+            min_insync = self._min_insync_replicas(topic)
+            if acks == -1 and len(leader.replicas.isr) < min_insync:
+                raise errors.NotEnoughReplicasError(
+                    f"{topic}-{partition} has {len(leader.replicas.isr)} in-sync replica(s) "
+                    f"{sorted(leader.replicas.isr)}, fewer than min.insync.replicas={min_insync}; nothing was written"
+                )
+            appended = partition_log.append(records, self.now_ms(), leader_epoch=leader.leader_epoch)
         except Exception as error:  # storage errors become typed broker errors; others propagate
             return fail(broker_error(error))
         result = ProduceResult(
@@ -218,18 +269,25 @@ class Broker:
         if not appended.duplicate:
             self.produced_bytes += len(records)
             self.produced_records += appended.last_offset - appended.base_offset + 1
-        if partition_log.config.flush_policy != "sync":
-            self._wake_fetches(partition_log)
-            return succeed(result)
-        if acks == 0:
+        sync = partition_log.config.flush_policy == "sync"
+        if sync:
             self._flusher.request_flush(partition_log)
+        else:
+            self._replication_progress(partition_log)
+        self._wake_fetches(partition_log)  # followers long-polling for new batches
+        if acks == 0 or (acks == 1 and not sync):
             return succeed(result)
-        durable = self._flusher.wait_durable(partition_log, appended.last_offset)
-        durable.addCallback(lambda _: result)
-        return durable
+        if acks == 1:
+            waited = self._flusher.wait_durable(partition_log, appended.last_offset)
+        else:
+            timeout_ms = min(timeout_ms, produce_timeout_ms_max) if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT
+            waited = leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
+        waited.addCallback(lambda _: result)
+        return waited
 
     def _on_durable(self, logs: Iterable[PartitionLog]) -> None:
         for partition_log in logs:
+            self._replication_progress(partition_log)
             self._wake_fetches(partition_log)
 
     # -- fetch -----------------------------------------------------------------------------
@@ -243,26 +301,102 @@ class Broker:
         max_bytes: int,
     ) -> Deferred[list[FetchResult]]:
         """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""
+        return self._fetch(principal, -1, positions, max_wait_ms, min_bytes, max_bytes)
+
+    def replica_fetch(
+        self,
+        principal: Principal,
+        replica_id: int,
+        positions: Sequence[FetchPosition],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> Deferred[list[FetchResult]]:
+        """A follower's long-poll fetch; see ``IBroker.replica_fetch``."""
+        try:
+            self._authorize(principal, Operation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
+        except errors.BrokerError as error:
+            return fail(error)
+        now_ms = self.now_ms()
+        for position in positions:
+            self._record_follower_position(replica_id, position, now_ms)
+        return self._fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes)
+
+    def _record_follower_position(self, replica_id: int, position: FetchPosition, now_ms: int) -> None:
+        """A follower holds everything below its fetch offset (if its log agrees with ours up to there)."""
+        key = (position.topic, position.partition)
+        leader = self._leaders.get(key)
+        if leader is None or position.current_leader_epoch != leader.leader_epoch:
+            return
+        partition_log = self._logs.get(*key)
+        if position.offset > partition_log.log_end_offset or self._divergence(partition_log, position) is not None:
+            return
+        leader.replicas.follower_fetched(replica_id, position.offset, partition_log.log_end_offset, now_ms)
+        self._replication_progress(partition_log)
+
+    @staticmethod
+    def _divergence(partition_log: PartitionLog, position: FetchPosition) -> tuple[int, int] | None:
+        end_offset = partition_log.log_end_offset
+        diverged = diverging_epoch(lambda epoch: partition_log.epochs.end_offset_for(epoch, end_offset),
+                                   position.last_fetched_epoch, position.offset)
+        if diverged is None and position.offset > end_offset:
+            diverged = (partition_log.epochs.latest_epoch, end_offset)  # a follower ahead of us: cut to our end
+        return diverged
+
+    def _fetch(
+        self, principal: Principal, replica_id: int, positions: Sequence[FetchPosition], max_wait_ms: int,
+        min_bytes: int, max_bytes: int,
+    ) -> Deferred[list[FetchResult]]:
         max_bytes = min(max_bytes, fetch_response_bytes_max) if max_bytes > 0 else fetch_response_bytes_max
-        results = self._read_all(principal, positions, max_bytes)
+        results = self._read_all(principal, positions, max_bytes, replica_id)
         available = sum(len(r.records) for r in results)
-        if max_wait_ms <= 0 or available >= max(min_bytes, 1) or any(r.error for r in results):
+        if max_wait_ms <= 0 or available >= max(min_bytes, 1) or any(r.error or r.diverging_end_offset >= 0 for r in results):
             return succeed(results)
-        pending = _PendingFetch(self, principal, positions, min_bytes, max_bytes)
+        pending = _PendingFetch(self, principal, positions, min_bytes, max_bytes, replica_id)
         pending.logs = [self._partition_log(p.topic, p.partition) for p in positions]
         for partition_log in pending.logs:
             self._fetch_waiters.setdefault(partition_log, set()).add(pending)
         pending.timer = self._clock.callLater(min(max_wait_ms, fetch_wait_ms_max) / 1000.0, pending.complete)
         return pending.deferred
 
-    def _read_all(self, principal: Principal, positions: Sequence[FetchPosition], max_bytes: int) -> list[FetchResult]:
+    def _read_all(
+        self, principal: Principal, positions: Sequence[FetchPosition], max_bytes: int, replica_id: int = -1
+    ) -> list[FetchResult]:
         results = []
         remaining = max_bytes
         for position in positions:
-            result = self._read_one(principal, position, remaining, first=not results)
+            if replica_id >= 0:
+                result = self._read_for_follower(position, remaining, first=not results)
+            else:
+                result = self._read_one(principal, position, remaining, first=not results)
             remaining = max(0, remaining - len(result.records))
             results.append(result)
         return results
+
+    def _read_for_follower(self, position: FetchPosition, remaining: int, first: bool) -> FetchResult:
+        """Batches up to the log end for a follower, or where its log diverged from ours."""
+        topic, partition = position.topic, position.partition
+        try:
+            partition_log, leader = self._leader(topic, partition)
+            if position.current_leader_epoch != leader.leader_epoch:
+                stale = position.current_leader_epoch < leader.leader_epoch
+                raise (errors.FencedLeaderEpochError if stale else errors.NotLeaderError)(
+                    f"{topic}-{partition}: the follower is at leader epoch {position.current_leader_epoch}, "
+                    f"this leader at {leader.leader_epoch}"
+                )
+            diverged = self._divergence(partition_log, position)
+            if diverged is not None:
+                return FetchResult(topic=topic, partition=partition, high_watermark=leader.high_watermark,
+                                   log_start_offset=partition_log.log_start_offset,
+                                   diverging_epoch=diverged[0], diverging_end_offset=diverged[1])
+            limit = min(position.max_bytes, remaining) if not first else position.max_bytes
+            records = b""
+            if position.offset < partition_log.log_end_offset and limit > 0:
+                records = partition_log.read(position.offset, limit).records
+            return FetchResult(topic=topic, partition=partition, records=records, high_watermark=leader.high_watermark,
+                               log_start_offset=partition_log.log_start_offset)
+        except Exception as error:  # reported in this partition's result; other partitions go on
+            return FetchResult(topic=topic, partition=partition, error=broker_error(error))
 
     def _read_one(self, principal: Principal, position: FetchPosition, remaining: int, first: bool) -> FetchResult:
         topic, partition = position.topic, position.partition
@@ -347,7 +481,7 @@ class Broker:
                     raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 partitions = tuple(
                     PartitionMetadata(partition=number, leader_id=state.leader_id, leader_epoch=state.leader_epoch,
-                                      replicas=(state.broker_id,), isr=(state.broker_id,) if state.leader_id >= 0 else ())
+                                      replicas=tuple(state.replicas), isr=tuple(state.isr))
                     for number, state in enumerate(record.partitions)
                 )
                 described.append(TopicMetadata(name=name, partitions=partitions, internal=name.startswith("__")))
@@ -382,10 +516,11 @@ class Broker:
         partitions = self._config.default_partitions if spec.partitions == -1 else spec.partitions
         if not 1 <= partitions <= partitions_per_topic_max:
             raise errors.InvalidPartitionsError(f"a topic needs 1..{partitions_per_topic_max} partitions, got {partitions}")
-        replication = self._config.default_replication_factor if spec.replication_factor == -1 else spec.replication_factor
-        if replication != 1:
+        replication = self._replication_factor(spec)
+        live = len(self._control.image.live_brokers())
+        if not 1 <= replication <= max(live, 1):
             raise errors.InvalidReplicationFactorError(
-                f"replication factor {replication} is not supported yet: each partition lives on one broker"
+                f"replication factor {replication} needs that many live brokers; {live} are live"
             )
         validate_broker_topic_configs(spec.configs)
         self._log_config(spec.configs)
@@ -394,9 +529,17 @@ class Broker:
         """Propose the topic; the control plane creates the local logs of the partitions this broker hosts."""
         self._check_topic_spec(spec)
         partitions = self._config.default_partitions if spec.partitions == -1 else spec.partitions
-        created = self._control.create_topic(spec.name, partitions, dict(spec.configs))
+        created = self._control.create_topic(spec.name, partitions, dict(spec.configs), self._replication_factor(spec))
         created.addCallback(lambda _: self._topics_changed([spec.name]))
         return created
+
+    def _replication_factor(self, spec: TopicSpec) -> int:
+        """The spec's factor, else the default; internal topics get min(3, live brokers)."""
+        if spec.replication_factor != -1:
+            return spec.replication_factor
+        if spec.name.startswith("__"):
+            return max(1, min(INTERNAL_REPLICATION_FACTOR, len(self._control.image.live_brokers())))
+        return self._config.default_replication_factor
 
     def _topics_changed(self, names: list[str]) -> None:
         if self._groups is not None:
@@ -547,11 +690,13 @@ class Broker:
     def _append_offsets(self, partition: int, records: bytes) -> Deferred[Any]:
         """Append a coordinator batch to ``__consumer_offsets``; fires once durable (acks = all)."""
         try:
-            partition_log = self._partition_log(OFFSETS_TOPIC, partition)
-            appended = partition_log.append(records, self.now_ms())
+            partition_log, leader = self._leader(OFFSETS_TOPIC, partition)
+            appended = partition_log.append(records, self.now_ms(), leader_epoch=leader.leader_epoch)
         except Exception as error:  # storage errors become typed broker errors; others propagate
             return fail(broker_error(error))
+        self._wake_fetches(partition_log)
         if partition_log.config.flush_policy != "sync":
+            self._replication_progress(partition_log)
             return succeed(None)
         return self._flusher.wait_durable(partition_log, appended.last_offset)
 
@@ -631,6 +776,128 @@ class Broker:
                 lags[group_id, topic_partition.topic, topic_partition.partition] = max(0, end - committed.offset)
         return lags
 
+    # -- replication ------------------------------------------------------------------------
+
+    def _partitions_changed(self, image: MetadataImage) -> None:
+        """The image changed: take up or give up leaderships, and tell the fetcher what to follow."""
+        if self._stopping:
+            return
+        node_id, now_ms = self._config.node_id, self.now_ms()
+        following: dict[tuple[str, int], tuple[int, int]] = {}
+        current: set[tuple[str, int]] = set()
+        local = set(self._logs.partitions())
+        for topic in image.topics.values():
+            for number, state in enumerate(topic.partitions):
+                key = (topic.name, number)
+                if key not in local or node_id not in state.replicas:
+                    continue
+                if state.leader_id == node_id:
+                    current.add(key)
+                    leader = self._leaders.get(key)
+                    if leader is None or leader.leader_epoch != state.leader_epoch:
+                        self._become_leader(key, state, now_ms)
+                    else:
+                        leader.update(state, now_ms)
+                        self._replication_progress(self._logs.get(*key))
+                elif state.leader_id >= 0:
+                    following[key] = (state.leader_id, state.leader_epoch)
+        for key in set(self._leaders) - current:
+            self._resign(key)
+        if self.fetcher is not None:
+            self.fetcher.follow(following)
+
+    def _become_leader(self, key: tuple[str, int], state: PartitionState, now_ms: int) -> None:
+        old = self._leaders.get(key)
+        if old is not None:
+            self._resign(key)
+        partition_log = self._logs.get(*key)
+        # Remember where this epoch starts, so a follower asking about a later epoch we never saw is told where we differ.
+        partition_log.epochs.assign(state.leader_epoch, partition_log.log_end_offset)
+        start_high_watermark = min(self._follower_high_watermarks.pop(key, 0), partition_log.log_end_offset)
+        leader = LeaderPartition(
+            name=f"{key[0]}-{key[1]}", node_id=self._config.node_id, state=state, high_watermark=start_high_watermark,
+            epoch_start_offset=partition_log.log_end_offset, clock=self._clock, now_ms=now_ms,
+        )
+        self._leaders[key] = leader
+        self._leader_of_log[partition_log] = leader
+        self.log.info("leading {partition} at epoch {epoch} (ISR {isr})", partition=leader.name,
+                      epoch=state.leader_epoch, isr=state.isr)
+        self._replication_progress(partition_log)
+
+    def _resign(self, key: tuple[str, int]) -> None:
+        leader = self._leaders.pop(key)
+        leader.resign(errors.NotLeaderError(f"{leader.name}: leadership moved to another broker; retry there"))
+        for partition_log, led in list(self._leader_of_log.items()):
+            if led is leader:
+                del self._leader_of_log[partition_log]
+                self._follower_high_watermarks[key] = led.high_watermark
+                self._wake_fetches(partition_log)
+
+    def follower_position(self, key: tuple[str, int]) -> tuple[int, int] | None:
+        """(fetch offset, last fetched leader epoch) of a partition we follow; None if we lead it or hold no log."""
+        if key in self._leaders or key not in set(self._logs.partitions()):
+            return None
+        partition_log = self._logs.get(*key)
+        return partition_log.log_end_offset, partition_log.epochs.latest_epoch
+
+    def follower_append(self, key: tuple[str, int], result: FetchResult) -> PartitionLog | None:
+        """Apply a leader's answer to our fetch: truncate where told, append the batches; return the log appended to."""
+        if key in self._leaders or key not in set(self._logs.partitions()):
+            return None
+        partition_log = self._logs.get(*key)
+        if result.diverging_end_offset >= 0:
+            end_offset = partition_log.log_end_offset
+            cut = truncation_offset(lambda epoch: partition_log.epochs.end_offset_for(epoch, end_offset), end_offset,
+                                    result.diverging_epoch, result.diverging_end_offset)
+            self.log.info("{topic}-{partition}: truncating to {offset} (diverged from the leader after epoch {epoch})",
+                          topic=key[0], partition=key[1], offset=cut, epoch=result.diverging_epoch)
+            partition_log.truncate_to(cut)
+            return None
+        appended = None
+        if result.records:
+            partition_log.append(result.records, self.now_ms(), assign_offsets=False)
+            appended = partition_log
+        self._follower_high_watermarks[key] = min(result.high_watermark, partition_log.log_end_offset)
+        return appended
+
+    def wait_durable(self, partition_log: PartitionLog) -> Deferred[None]:
+        """Fire once everything appended to ``partition_log`` so far is on disk (a follower's next fetch waits)."""
+        if partition_log.config.flush_policy != "sync" or partition_log.log_end_offset == 0:
+            return succeed(None)
+        return self._flusher.wait_durable(partition_log, partition_log.log_end_offset - 1)
+
+    def check_isr(self) -> None:
+        """Propose ISR changes for led partitions: lagging followers out, caught-up ones in."""
+        now_ms = self.now_ms()
+        for (topic, partition), leader in list(self._leaders.items()):
+            isr = leader.replicas.isr_change(now_ms, self._config.replica_lag_time_max_ms, leader.epoch_start_offset)
+            if isr is None:
+                continue
+            leader.replicas.propose(isr)
+            self.log.info("{partition}: proposing ISR {isr} (was {old})", partition=leader.name, isr=sorted(isr),
+                          old=sorted(leader.replicas.isr))
+            record = AlterPartition(topic=topic, partition=partition, leader_id=self._config.node_id,
+                                    leader_epoch=leader.leader_epoch, partition_epoch=leader.partition_epoch,
+                                    isr=tuple(sorted(isr)))
+            proposed = self._control.alter_partition(record)
+            proposed.addErrback(self._isr_proposal_failed, leader)
+
+    def _isr_proposal_failed(self, failure: Any, leader: LeaderPartition) -> None:
+        failure.trap(errors.BrokerError)
+        self.log.info("{partition}: ISR change not committed: {error}", partition=leader.name,
+                      error=failure.getErrorMessage())
+        leader.replicas.proposal_failed()
+
+    def reassign_partition(
+        self, principal: Principal, topic: str, partition: int, target_replicas: Sequence[int]
+    ) -> Deferred[None]:
+        """Move a partition's replicas through the controller; see ``IBroker.reassign_partition``."""
+        try:
+            self._authorize(principal, Operation.ALTER, ResourceType.TOPIC, topic)
+            return self._control.reassign_partition(topic, partition, tuple(target_replicas))
+        except Exception as error:
+            return fail(broker_error(error))
+
     # -- housekeeping -----------------------------------------------------------------------
 
     def flush_due_logs(self) -> None:
@@ -663,6 +930,10 @@ class Broker:
     def stop(self) -> Deferred[None]:
         """Refuse new produces, answer waiting fetches, wait for the last fsync round."""
         self._stopping = True
+        if self.fetcher is not None:
+            self.fetcher.follow({})
+        for key in list(self._leaders):
+            self._resign(key)
         if self._groups is not None:
             self._groups.stop()
         for waiters in list(self._fetch_waiters.values()):
@@ -676,12 +947,14 @@ class Broker:
 class _PendingFetch:
     """A long-poll fetch waiting for ``min_bytes`` or its timer."""
 
-    __slots__ = ("broker", "principal", "positions", "logs", "min_bytes", "max_bytes", "deferred", "timer")
+    __slots__ = ("broker", "principal", "positions", "logs", "min_bytes", "max_bytes", "deferred", "timer", "replica_id")
 
     def __init__(
-        self, broker: Broker, principal: Principal, positions: Sequence[FetchPosition], min_bytes: int, max_bytes: int
+        self, broker: Broker, principal: Principal, positions: Sequence[FetchPosition], min_bytes: int, max_bytes: int,
+        replica_id: int = -1,
     ) -> None:
         self.broker = broker
+        self.replica_id = replica_id
         self.principal = principal
         self.positions = positions
         self.logs: list[PartitionLog] = []
@@ -692,14 +965,14 @@ class _PendingFetch:
 
     def try_complete(self) -> None:
         """Answer now if enough data has become visible."""
-        results = self.broker._read_all(self.principal, self.positions, self.max_bytes)
+        results = self.broker._read_all(self.principal, self.positions, self.max_bytes, self.replica_id)
         if sum(len(r.records) for r in results) >= max(self.min_bytes, 1) or any(r.error for r in results):
             self._finish(results)
 
     def complete(self) -> None:
         """Answer with whatever is there (timer expiry or shutdown)."""
         if not self.deferred.called:
-            self._finish(self.broker._read_all(self.principal, self.positions, self.max_bytes))
+            self._finish(self.broker._read_all(self.principal, self.positions, self.max_bytes, self.replica_id))
 
     def _finish(self, results: list[FetchResult]) -> None:
         if self.timer is not None and self.timer.active():

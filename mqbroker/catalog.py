@@ -17,7 +17,7 @@ from mqbroker.storage import errors as storage_errors
 from mqbroker.storage.config import LogConfig
 
 #: Topic configuration keys the broker itself interprets (the rest belong to the storage engine).
-BROKER_TOPIC_CONFIG_DEFAULTS = {"min.insync.replicas": "1"}
+BROKER_TOPIC_CONFIG_DEFAULTS = {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"}
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 #: Producer ids are handed out in blocks so that a restart never reuses one without a write per id.
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -38,6 +38,9 @@ def validate_broker_topic_configs(configs: Mapping[str, str]) -> None:
     value = configs.get("min.insync.replicas")
     if value is not None and (not str(value).isdigit() or int(value) < 1):
         raise InvalidConfigError(f"topic config 'min.insync.replicas' must be an integer >= 1, got {value!r}")
+    unclean = configs.get("unclean.leader.election.enable")
+    if unclean is not None and unclean not in ("true", "false"):
+        raise InvalidConfigError(f"topic config 'unclean.leader.election.enable' must be true or false, got {unclean!r}")
 
 
 def log_config_for(topic_defaults: Mapping[str, str], overrides: Mapping[str, str]) -> LogConfig:

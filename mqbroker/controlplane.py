@@ -27,18 +27,26 @@ from twisted.python.failure import Failure
 from mqbroker import errors
 from mqbroker.catalog import TopicCatalog, log_config_for
 from mqbroker.config import BrokerConfig, ConfigError
-from mqbroker.controller import BrokerSessions, create_partitions_record, create_topic_record
+from mqbroker.controller import (
+    BrokerSessions,
+    create_partitions_record,
+    create_topic_record,
+    preferred_leader_elections,
+)
 from mqbroker.metadata import (
     AllocateProducerIds,
+    AlterPartition,
     AlterTopicConfigs,
     BrokerHeartbeat,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
+    FenceBroker,
     MetadataImage,
     MetadataStateMachine,
     PutGenericRecord,
     Record,
+    ReassignPartition,
     RegisterBroker,
     TopicState,
     decode_result,
@@ -111,6 +119,8 @@ class ControlPlane(MultiService):
         self.caught_up = False
         #: Called with (topic, partition) before a local partition is deleted (the broker wakes its fetches).
         self.partition_removed: Callable[[str, int], None] = lambda topic, partition: None
+        #: Called with the image after the local partitions were brought in step with it (leaders, ISRs).
+        self.partitions_changed: Callable[[MetadataImage], None] = lambda image: None
         self._apply_waiters: list[tuple[int, Deferred[None]]] = []
         self._caught_up_waiters: list[Deferred[None]] = []
         self._heartbeat_in_flight = False
@@ -144,6 +154,8 @@ class ControlPlane(MultiService):
         self._heartbeats.clock = reactor
         self._session_checks = LoopingCall(self._check_sessions)
         self._session_checks.clock = reactor
+        self._leader_balance = LoopingCall(self._elect_preferred_leaders)
+        self._leader_balance.clock = reactor
 
     def _bootstrap(self) -> Snapshot:
         voters = Configuration(voters=frozenset(self.voters))
@@ -175,11 +187,12 @@ class ControlPlane(MultiService):
         if set(self.voters) == {self.node_id}:
             self.node.receive(Campaign())  # a quorum of one need not wait an election timeout
         self._session_checks.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
+        self._leader_balance.start(self.config.leader_imbalance_check_interval_ms / 1000.0, now=False)
         self._register()
 
     @inlineCallbacks
     def stopService(self) -> Any:
-        for loop in (self._heartbeats, self._session_checks):
+        for loop in (self._heartbeats, self._session_checks, self._leader_balance):
             if loop.running:
                 loop.stop()
         yield self.node.stop()
@@ -201,6 +214,7 @@ class ControlPlane(MultiService):
                       node=self.node_id, leader=self.node.leader_id)
         self.caught_up = True
         self._sync_local_partitions(self.image)
+        self.partitions_changed(self.image)
         self._heartbeats.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
         self._import_legacy_catalog()
         waiters, self._caught_up_waiters = self._caught_up_waiters, []
@@ -260,9 +274,35 @@ class ControlPlane(MultiService):
     # Admin writes wait until this broker is registered and caught up: a front end creating its
     # internal topics at start-up (or a client racing the start) must see the live brokers.
 
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> Deferred[None]:
-        """Create a topic with its partitions spread over the live brokers."""
-        return self._propose_from_image(lambda image: create_topic_record(image, name, partitions, configs))
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str], replication_factor: int = 1
+    ) -> Deferred[None]:
+        """Create a topic with its partitions' replicas spread over the live brokers."""
+        return self._propose_from_image(
+            lambda image: create_topic_record(image, name, partitions, configs, replication_factor)
+        )
+
+    def alter_partition(self, record: AlterPartition) -> Deferred[None]:
+        """Commit a partition leader's ISR change (refused if its epochs are stale)."""
+        return self._propose_discarding(record)
+
+    def reassign_partition(self, topic: str, partition: int, target_replicas: tuple[int, ...]) -> Deferred[None]:
+        """Start moving a partition to ``target_replicas``."""
+        return self._propose_from_image(
+            lambda image: ReassignPartition(topic=topic, partition=partition, target_replicas=target_replicas)
+        )
+
+    def controlled_shutdown(self) -> Deferred[None]:
+        """Before stopping: stop heartbeating and fence ourselves, so our leaderships move to ISR members first."""
+        if self._heartbeats.running:
+            self._heartbeats.stop()
+        if not self.caught_up or self.image.brokers.get(self.node_id) is None:
+            return succeed(None)
+        fenced = self._propose_discarding(FenceBroker(node_id=self.node_id))
+        fenced.addTimeout(self.config.controlled_shutdown_timeout_ms / 1000.0, self._reactor)
+        fenced.addErrback(lambda failure: self.log.warn("controlled shutdown: leadership not moved ({error})",
+                                                        error=failure.getErrorMessage()))
+        return fenced
 
     def delete_topic(self, name: str) -> Deferred[None]:
         """Delete a topic everywhere."""
@@ -345,6 +385,14 @@ class ControlPlane(MultiService):
             self.sessions.leadership_gained(self.image, self._now_ms())
             self._fencing.clear()
 
+    def _elect_preferred_leaders(self) -> None:
+        """While leading the controller: hand leadership back to preferred replicas that are in sync again."""
+        if not self.node.is_leader or not self.caught_up:
+            return
+        for record in preferred_leader_elections(self.image):
+            elected = self._propose(record)
+            elected.addErrback(lambda failure: failure.trap(errors.BrokerError))
+
     def _check_sessions(self) -> None:
         if not self.node.is_leader:
             return
@@ -369,10 +417,16 @@ class ControlPlane(MultiService):
             case DeleteTopic(name=name):
                 if self.caught_up:
                     self._remove_local(name, keep=set())
+            case AlterPartition() | ReassignPartition():
+                if self.caught_up:
+                    self._sync_local_partitions(image)
+        if self.caught_up:
+            self.partitions_changed(image)
 
     def _image_restored(self, image: MetadataImage) -> None:
         if self.caught_up:
             self._sync_local_partitions(image)
+            self.partitions_changed(image)
 
     def _sync_local_partitions(self, image: MetadataImage) -> None:
         """Make the local logs match the image: create what this broker hosts, delete the rest."""
@@ -387,7 +441,7 @@ class ControlPlane(MultiService):
         log_config = log_config_for(self.config.topic_defaults, topic.configs)
         local = set(self._logs.partitions())
         for number, partition in enumerate(topic.partitions):
-            if partition.broker_id != self.node_id:
+            if self.node_id not in partition.replicas:
                 continue
             if (topic.name, number) in local:
                 self._logs.get(topic.name, number).reconfigure(log_config)

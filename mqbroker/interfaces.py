@@ -27,6 +27,16 @@ class IBroker(Interface):
         with one ``FetchResult`` per position (an error is carried in the result).
         """
 
+    def replica_fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes):
+        """A follower's fetch: batches up to the log end (not the high watermark), or where its log diverged.
+
+        Records the follower's position (it holds everything below each ``offset``) for the high
+        watermark and the ISR; fires with one ``FetchResult`` per position like ``fetch``.
+        """
+
+    def reassign_partition(principal, topic, partition, target_replicas):
+        """Move a partition's replicas to ``target_replicas`` (they catch up and join, then the others leave)."""
+
     def list_offset(principal, topic, partition, timestamp_ms):
         """Find the earliest (-2), latest (-1) or first offset at or after ``timestamp_ms``."""
 

@@ -68,11 +68,16 @@ class FetchPosition:
     partition: int
     offset: int
     max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchResult:
-    """What a fetch returns for one partition: whole record batches plus watermarks, or an error."""
+    """What a fetch returns for one partition: whole record batches plus watermarks, or an error.
+
+    To a follower whose log diverged, ``diverging_epoch``/``diverging_end_offset`` say where to cut.
+    """
 
     topic: str
     partition: int
@@ -80,6 +85,8 @@ class FetchResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     error: Exception | None = None
+    diverging_epoch: int = -1
+    diverging_end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,6 +25,7 @@ from mqbroker.broker import Broker
 from mqbroker.catalog import log_config_for
 from mqbroker.config import BrokerConfig
 from mqbroker.controlplane import ControlPlane
+from mqbroker.fetcher import ReplicaFetcher
 from mqbroker.flusher import Flusher
 from mqbroker.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
@@ -113,14 +114,31 @@ class BrokerService(MultiService):
         started.addCallback(lambda _: broker.start_groups(MemberIdGenerator(random.SystemRandom())))
         started.addErrback(lambda failure: self.log.failure("consumer groups did not start", failure))
         self.metrics.attach(self.broker)
+        self.broker.fetcher = self._build_fetcher(self.broker)
         self._add_timers(self.broker)
         self._add_listeners(self.broker)
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
 
+    def _build_fetcher(self, broker: Broker) -> ReplicaFetcher:
+        """The follower side of replication: fetches from the leaders of the partitions this broker follows."""
+        control = self.control
+        assert control is not None
+
+        def address_of(node_id: int) -> tuple[str, int] | None:
+            registered = control.image.brokers.get(node_id)
+            return None if registered is None else (registered.host, registered.port)
+
+        return ReplicaFetcher(
+            node_id=self.config.node_id, reactor=self.reactor, sink=broker, address_of=address_of,
+            fetch_wait_ms=self.config.replica_fetch_wait_max_ms, partition_bytes_max=self.config.replica_fetch_max_bytes,
+            response_bytes_max=self.config.replica_fetch_response_max_bytes,
+        )
+
     def _add_timers(self, broker: Broker) -> None:
         timers = [
             (self.config.flush_check_interval_ms, broker.flush_due_logs),
+            (max(50, self.config.replica_lag_time_max_ms // 8), broker.check_isr),
             (self.config.retention_check_interval_ms, broker.apply_retention),
             (self.config.retention_check_interval_ms, broker.expire_producers),
             (self.config.checkpoint_interval_ms, self._checkpoint),
@@ -188,6 +206,8 @@ class BrokerService(MultiService):
     @inlineCallbacks
     def stopService(self) -> Any:
         self.log.info("mqbroker stopping: closing listeners, flushing and checkpointing")
+        if self.control is not None and self.control.running:
+            yield self.control.controlled_shutdown()  # leaderships move to other in-sync replicas first
         yield super().stopService()  # listeners and timers stop first
         if self.broker is not None:
             yield self.broker.stop()

@@ -13,7 +13,7 @@ from mqbroker.errors import BrokerError
 from tests.integration.brokerprocess import BrokerProcess, free_port
 
 
-def start_cluster(root: pathlib.Path, size: int = 3) -> list[BrokerProcess]:
+def start_cluster(root: pathlib.Path, size: int = 3, extra_args: list[str] | None = None) -> list[BrokerProcess]:
     """Start ``size`` brokers with node ids 1..size and one controller quorum; wait until all are ready."""
     controller_ports = {node_id: free_port() for node_id in range(1, size + 1)}
     quorum = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in controller_ports.items())
@@ -21,7 +21,7 @@ def start_cluster(root: pathlib.Path, size: int = 3) -> list[BrokerProcess]:
         BrokerProcess(
             data_dir=root / f"broker-{node_id}",
             extra_args=["--node-id", str(node_id), "--controller-quorum", quorum,
-                        "--controller-port", str(controller_ports[node_id])],
+                        "--controller-port", str(controller_ports[node_id]), *(extra_args or [])],
         )
         for node_id in controller_ports
     ]

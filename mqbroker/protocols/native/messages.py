@@ -242,6 +242,7 @@ class FetchPartition:
     fetch_offset: Int64
     log_start_offset: Int64 = -1  # followers report theirs; consumers send -1
     partition_max_bytes: Int32
+    last_fetched_epoch: Int32 = -1  # followers: the leader epoch of their last batch (divergence check)
 
 
 @message
@@ -275,6 +276,8 @@ class FetchPartitionResult:
     last_stable_offset: Int64 = -1
     log_start_offset: Int64 = -1
     records: Records = b""
+    diverging_epoch: Int32 = -1  # to a follower: its log leaves the leader's after this epoch ...
+    diverging_end_offset: Int64 = -1  # ... which ends here in the leader's log (truncate, then fetch again)
 
 
 @message

@@ -114,11 +114,16 @@ async def handle_produce(broker: IBroker, principal: Principal, request: m.Produ
 async def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest) -> Any:
     """Long-poll read of whole batches."""
     positions = [
-        FetchPosition(topic=topic.name, partition=p.partition_index, offset=p.fetch_offset, max_bytes=p.partition_max_bytes)
+        FetchPosition(topic=topic.name, partition=p.partition_index, offset=p.fetch_offset, max_bytes=p.partition_max_bytes,
+                      current_leader_epoch=p.current_leader_epoch, last_fetched_epoch=p.last_fetched_epoch)
         for topic in request.topics
         for p in topic.partitions
     ]
-    fetched = await broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
+    if request.replica_id >= 0:  # a follower broker replicating (reads past the high watermark, reports divergence)
+        fetched = await broker.replica_fetch(principal, request.replica_id, positions, request.max_wait_ms,
+                                             request.min_bytes, request.max_bytes)
+    else:
+        fetched = await broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
     by_topic: dict[str, list[m.FetchPartitionResult]] = {}
     for result in fetched:
         code, message = _code(result.error)
@@ -126,6 +131,7 @@ async def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRe
             partition_index=result.partition, error_code=code, error_message=message,
             high_watermark=result.high_watermark, last_stable_offset=result.high_watermark,
             log_start_offset=result.log_start_offset, records=result.records,
+            diverging_epoch=result.diverging_epoch, diverging_end_offset=result.diverging_end_offset,
         ))
     return m.FetchResponse(topics=tuple(
         m.FetchTopicResult(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()
