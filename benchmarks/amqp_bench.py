@@ -218,42 +218,47 @@ def rabbitmq_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
 # --- measuring -----------------------------------------------------------------------------------
 
 
-def phase(pid: int | None, messages: int, run: Callable[[], Any]) -> tuple[Any, float | None]:
-    """Run one measurement; return its result and the broker's CPU microseconds per message."""
-    before = process_tree_cpu_s(pid) if pid is not None else 0.0
+def phase(pid: int | None, messages: int, run: Callable[[], Any]) -> tuple[Any, float | None, float]:
+    """Run one measurement; return its result and the broker's and the client's CPU µs per message."""
+    before, client_before = process_tree_cpu_s(pid) if pid is not None else 0.0, time.process_time()
     result = run()
+    client_us = (time.process_time() - client_before) * 1e6 / messages
     spent_s = process_tree_cpu_s(pid) - before if pid is not None else None
-    return result, None if spent_s is None else spent_s * 1e6 / messages
+    return result, None if spent_s is None else spent_s * 1e6 / messages, client_us
 
 
-def measure(port: int, pid: int | None, options: argparse.Namespace) -> dict[str, float | None]:
+Figures = list[tuple[str, float | None]]
+
+
+def measure(port: int, pid: int | None, options: argparse.Namespace) -> Figures:
     """Every figure for one broker."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     count = options.messages
-    publish_rate, publish_cpu = phase(pid, count, lambda: publish_with_confirms(port, queue, count))
-    consume_rate, consume_cpu = phase(pid, count, lambda: consume(port, queue, count))
+    publish_rate, publish_cpu, publish_client = phase(pid, count, lambda: publish_with_confirms(port, queue, count))
+    consume_rate, consume_cpu, consume_client = phase(pid, count, lambda: consume(port, queue, count))
     latency_count = int(options.latency_rate * options.latency_seconds)
-    latencies, latency_cpu = phase(pid, latency_count, lambda: latency(
+    latencies, latency_cpu, latency_client = phase(pid, latency_count, lambda: latency(
         port, f"{queue}-latency", options.latency_rate, options.latency_seconds))
-    return {
-        "publish with confirms msg/s": publish_rate, "publish broker CPU µs/msg": publish_cpu,
-        "consume msg/s": consume_rate, "consume broker CPU µs/msg": consume_cpu,
-        "latency messages received": float(len(latencies)),
-        "latency p50 ms": percentile(latencies, 0.5), "latency p99 ms": percentile(latencies, 0.99),
-        "latency broker CPU µs/msg": latency_cpu,
-    }
+    return [
+        ("publish with confirms msg/s", publish_rate), ("  broker CPU µs/msg", publish_cpu),
+        ("  pika client CPU µs/msg", publish_client),
+        ("consume msg/s", consume_rate), ("  broker CPU µs/msg", consume_cpu), ("  pika client CPU µs/msg", consume_client),
+        ("latency messages received", float(len(latencies))),
+        ("latency p50 ms", percentile(latencies, 0.5)), ("latency p99 ms", percentile(latencies, 0.99)),
+        ("  broker CPU µs/msg", latency_cpu), ("  pika client CPU µs/msg", latency_client),
+    ]
 
 
-def report(results: dict[str, dict[str, float | None]]) -> None:
+def report(results: dict[str, Figures]) -> None:
     """Print the brokers' figures side by side."""
     names = list(results)
     print(f"{'':30}" + "".join(f"{name:>14}" for name in names))
-    for label in results[names[0]]:
-        cells = ["-" if (value := results[name][label]) is None else f"{value:,.1f}" for name in names]
+    for row, (label, _) in enumerate(results[names[0]]):
+        cells = ["-" if (value := results[name][row][1]) is None else f"{value:,.1f}" for name in names]
         print(f"{label:30}" + "".join(f"{cell:>14}" for cell in cells))
     if "rabbitmq" in results:
-        ours, theirs = results["mqbroker"], results["rabbitmq"]
-        ratio = (ours["publish with confirms msg/s"] or 0) / (theirs["publish with confirms msg/s"] or 1)
+        ours, theirs = results["mqbroker"][0][1], results["rabbitmq"][0][1]
+        ratio = (ours or 0) / (theirs or 1)
         print(f"publish with confirms: mqbroker / RabbitMQ = {ratio:.2f} (target >= 2)")
     else:
         print(f"no local RabbitMQ; reference (RabbitMQ 3.10, this machine, from the issue): {RABBITMQ_REFERENCE}")
@@ -269,7 +274,7 @@ def main() -> None:
     parser.add_argument("--latency-rate", type=int, default=5_000)
     parser.add_argument("--latency-seconds", type=float, default=4.0)
     options = parser.parse_args()
-    results: dict[str, dict[str, float | None]] = {}
+    results: dict[str, Figures] = {}
     if options.port is not None:
         results["broker"] = measure(options.port, options.pid, options)
     else:

@@ -23,7 +23,7 @@ import enum
 from typing import Any
 
 from mqbroker import limits
-from mqbroker.protocols.amqp import codec, spec
+from mqbroker.protocols.amqp import codec, fields, spec
 from mqbroker.protocols.amqp.actions import (
     Action,
     Authenticate,
@@ -98,6 +98,7 @@ class _Consumer:
     no_ack: bool
     prefetch_count: int  # 0 = unlimited
     unacked_count: int = 0
+    encoded_tag: bytes = b""  # the tag as a shortstr, for basic.deliver
 
 
 @dataclasses.dataclass(slots=True)
@@ -437,7 +438,8 @@ class Connection:
             tag = f"amq.ctag-{channel.number}.{channel.generated_tags}"
         if tag in channel.consumers:
             raise AmqpError(ReplyCode.NOT_ALLOWED, f"consumer tag '{tag}' is already in use on channel {channel.number}")
-        channel.consumers[tag] = _Consumer(tag=tag, no_ack=method.no_ack, prefetch_count=channel.consumer_prefetch)
+        channel.consumers[tag] = _Consumer(tag=tag, no_ack=method.no_ack, prefetch_count=channel.consumer_prefetch,
+                                           encoded_tag=fields.shortstr(tag))
         return [Consume(
             channel=channel.number, consumer_tag=tag, queue=method.queue, no_ack=method.no_ack,
             exclusive=method.exclusive, arguments=method.arguments, reply_expected=not method.nowait,
@@ -485,9 +487,8 @@ class Connection:
         state = self._channels[channel]
         consumer = state.consumers[consumer_tag]
         tag = self._track(state, consumer_tag if not consumer.no_ack else None, delivery, consumer.no_ack)
-        method = spec.BasicDeliver(consumer_tag=consumer_tag, delivery_tag=tag, redelivered=delivery.redelivered,
-                                   exchange=delivery.exchange, routing_key=delivery.routing_key)
-        self._send(codec.encode_message(channel, method, delivery.properties_raw, delivery.body, self.frame_max))
+        self._send(codec.encode_deliver(channel, consumer.encoded_tag, tag, delivery.redelivered, delivery.exchange,
+                                        delivery.routing_key, delivery.properties_raw, delivery.body, self.frame_max))
 
     def get_ok(self, channel: int, delivery: Delivery, message_count: int, *, no_ack: bool) -> None:
         """Answer a basic.get with a message."""

@@ -40,7 +40,10 @@ _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_IDS = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQ")
 _FLAGS = struct.Struct(">H")
-_SETTLE = struct.Struct(">HHQB")  # basic.ack / nack / reject: ids, delivery tag, one octet of bits
+_SETTLE = struct.Struct(">HHQB")
+_DELIVER_FRAME_HEAD = struct.Struct(">BHIHH")  # frame header, then class and method ids
+_DELIVERY_TAG = struct.Struct(">Q?")
+_FRAME_END_BYTE = bytes([FRAME_END])  # basic.ack / nack / reject: ids, delivery tag, one octet of bits
 #: Method payloads that repeat verbatim (a publisher sends the same exchange and routing key
 #: again and again) decode once per connection; their dataclasses are frozen, so sharing is safe.
 _REPEATING_METHODS: frozenset[type[Method]] = frozenset({BasicPublish})
@@ -139,11 +142,31 @@ def encode_message(
     An empty body sends no body frame at all (as RabbitMQ and the clients expect).
     """
     assert method.HAS_CONTENT, method
-    parts = [
-        encode_method(channel, method),
-        encode_frame(FrameType.HEADER, channel, _CONTENT_HEADER.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw),
-    ]
+    return _with_content(encode_method(channel, method), channel, properties_raw, body, frame_bytes_max)
+
+
+def encode_deliver(
+    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
+    properties_raw: bytes, body: bytes, frame_bytes_max: int,
+) -> bytes:
+    """``encode_message`` of a ``BasicDeliver``, with the method frame packed directly (one per message).
+
+    ``consumer_tag`` comes already encoded as a shortstr (the channel encodes it once per consumer).
+    """
+    arguments = b"".join((consumer_tag, _DELIVERY_TAG.pack(delivery_tag, redelivered),
+                          fields.shortstr(exchange), fields.shortstr(routing_key)))
+    method_frame = _DELIVER_FRAME_HEAD.pack(FrameType.METHOD, channel, len(arguments) + 4, BASIC_CLASS_ID, 60)
+    return _with_content(method_frame + arguments + _FRAME_END_BYTE, channel, properties_raw, body, frame_bytes_max)
+
+
+def _with_content(method_frame: bytes, channel: int, properties_raw: bytes, body: bytes, frame_bytes_max: int) -> bytes:
+    header = _CONTENT_HEADER.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw
+    parts = [method_frame, _FRAME_HEADER.pack(FrameType.HEADER, channel, len(header)), header, _FRAME_END_BYTE]
     chunk_bytes_max = frame_bytes_max - FRAME_OVERHEAD_BYTES
+    if len(body) <= chunk_bytes_max:
+        if body:
+            parts += (_FRAME_HEADER.pack(FrameType.BODY, channel, len(body)), body, _FRAME_END_BYTE)
+        return b"".join(parts)
     view = memoryview(body)
     for start in range(0, len(body), chunk_bytes_max):
         parts.append(encode_frame(FrameType.BODY, channel, bytes(view[start : start + chunk_bytes_max])))

@@ -18,7 +18,7 @@ from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 
 #: The SASL mechanisms offered in connection.start, as the measured clients expect them.
-MECHANISMS = b"PLAIN AMQPLAIN"
+MECHANISMS = b"PLAIN AMQPLAIN EXTERNAL"
 
 #: Capabilities advertised to clients; each is implemented (pika and aio-pika check some).
 CAPABILITIES = {
@@ -63,4 +63,6 @@ def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str]:
         if not isinstance(username, str) or not isinstance(password, str):
             raise _refused("AMQPLAIN response needs LOGIN and PASSWORD strings")
         return username, password
-    raise _refused(f"authentication mechanism {mechanism!r} is not supported; use PLAIN or AMQPLAIN")
+    if mechanism == "EXTERNAL":
+        return "", ""  # the identity is the client certificate; the response (an authzid) is ignored
+    raise _refused(f"authentication mechanism {mechanism!r} is not supported; use PLAIN, AMQPLAIN or EXTERNAL")

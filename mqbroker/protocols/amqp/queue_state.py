@@ -297,6 +297,19 @@ class QueueState:
             return  # settled already (for example requeued by a consumer's loss, then acked late)
         self._finish(offset)
 
+    def ack_all(self, offsets: list[int]) -> None:
+        """``ack`` for many offsets (a multiple ack): runs of consecutive offsets become one done range."""
+        done = sorted(offset for offset in offsets if self._leases.pop(offset, None) is not None)
+        run_start = run_end = 0
+        for offset in done:
+            self._delivery_counts.pop(offset, None)
+            if offset != run_end:
+                self._mark_done_range(run_start, run_end)  # an empty range the first time
+                run_start = offset
+            run_end = offset + 1
+        self._mark_done_range(run_start, run_end)
+        self._compact()
+
     def requeue(self, offset: int) -> None:
         """Back to the ready list (nack/reject with requeue, or the consumer is gone)."""
         lease = self._leases.pop(offset, None)

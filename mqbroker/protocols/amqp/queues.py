@@ -29,7 +29,7 @@ from mqbroker.protocols.amqp.queue_state import (
     StreamStart,
 )
 from mqbroker.protocols.amqp.stored import QueueDeclaration, StoredMessage, append_message, queue_topic, queued_message
-from mqbroker.storage.records import BatchBuilder, decode_records, iter_batches
+from mqbroker.storage.records import BatchBuilder, decode_records_as, iter_batches
 
 #: Ready messages a classic queue reads ahead of its consumers.
 READ_AHEAD_MESSAGES = 2_000
@@ -79,7 +79,7 @@ def decode_fetched(records: bytes) -> list[QueuedMessage]:
         if header.is_control:
             continue
         batch = view[position : position + header.size_bytes]
-        messages += [queued_message(record) for record in decode_records(batch)]
+        messages += decode_records_as(batch, queued_message)
     return messages
 
 
@@ -266,15 +266,16 @@ class ClassicQueue(_Queue):
         self.consumers.pop(key, None)
         self.state.touch(self.host.now_ms())
 
-    def settle(self, offset: Hashable, outcome: Outcome) -> None:
-        """A delivery was acked, requeued or rejected."""
-        assert isinstance(offset, int)
+    def settle(self, offsets: list[Hashable], outcome: Outcome) -> None:
+        """Deliveries were acked, requeued or rejected (a multiple ack settles many at once)."""
         if outcome is Outcome.ACK:
-            self.state.ack(offset)
+            self.state.ack_all(offsets)  # type: ignore[arg-type]
         elif outcome is Outcome.REQUEUE:
-            self.state.requeue(offset)
+            for offset in offsets:
+                self.state.requeue(offset)  # type: ignore[arg-type]
         else:
-            self.state.reject(offset)
+            for offset in offsets:
+                self.state.reject(offset)  # type: ignore[arg-type]
         self._changed()
 
     def release(self, holders: set[ConsumerKey]) -> None:
@@ -429,7 +430,7 @@ class StreamQueue(_Queue):
         self.consumers.pop(key, None)
         self._readers.pop(key, None)
 
-    def settle(self, offset: Hashable, outcome: Outcome) -> None:
+    def settle(self, offsets: list[Hashable], outcome: Outcome) -> None:
         """Streams keep no per-message state: settling only reopens prefetch windows."""
 
     def release(self, holders: set[ConsumerKey]) -> None:

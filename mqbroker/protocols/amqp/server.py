@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -21,8 +21,9 @@ from twisted.python.failure import Failure
 from mqbroker import __version__ as mqbroker_version
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import Principal
+from mqbroker.model import Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.amqp import security as amqp_security
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.actions import (
     Action,
@@ -36,6 +37,7 @@ from mqbroker.protocols.amqp.actions import (
     Outcome,
     Publish,
     Settle,
+    Unacked,
 )
 from mqbroker.protocols.amqp.channel import Connection
 from mqbroker.protocols.amqp.queue_state import parse_stream_offset
@@ -52,10 +54,11 @@ class AmqpSession:
 
     log = Logger()
 
-    def __init__(self, vhost: VirtualHost, reactor: Any) -> None:
+    def __init__(self, vhost: VirtualHost, reactor: Any, security: Any = None) -> None:
         self.session_id = next(_session_ids)
         self._vhost = vhost
         self._reactor = reactor
+        self._security = security  # a SecurityServices, or None: everyone is let in
         self.connection = Connection(now_ms=vhost.now_ms(), version=mqbroker_version)
         self._handle: ConnectionHandle | None = None
         self._principal: Principal | None = None
@@ -189,8 +192,15 @@ class AmqpSession:
 
     def _authenticate(self, action: Authenticate) -> None:
         def accepted(_: Any) -> None:
-            # Until ACLs land every user is accepted (guest/guest included), named after itself.
-            self._principal = Principal("User", action.username)
+            if self._security is None:  # no security services: every user is accepted, named after itself
+                self._principal = Principal("User", action.username)
+            else:
+                try:
+                    self._principal = amqp_security.authenticate(self._security, self._handle, action)
+                except errors.SaslAuthenticationError as error:
+                    self._run(self.connection.authentication_failed(error.message, self._vhost.now_ms()))
+                    self.flush()
+                    return
             self._run(self.connection.authentication_succeeded())
             self.flush()
 
@@ -216,6 +226,8 @@ class AmqpSession:
             await vhost.change_binding(binding, isinstance(method, spec.ExchangeBind))
             reply = spec.ExchangeBindOk() if isinstance(method, spec.ExchangeBind) else spec.ExchangeUnbindOk()
         elif isinstance(method, spec.QueueDeclare):
+            if not method.passive:
+                amqp_security.check_queue(self._security, self._principal, method.queue, Operation.CREATE, 50, 10)
             reply = await vhost.declare_queue(method, self.session_id)
         elif isinstance(method, (spec.QueueBind, spec.QueueUnbind)):
             vhost.queue(method.queue, method, self.session_id)
@@ -224,8 +236,10 @@ class AmqpSession:
             await vhost.change_binding(binding, isinstance(method, spec.QueueBind))
             reply = spec.QueueBindOk() if isinstance(method, spec.QueueBind) else spec.QueueUnbindOk()
         elif isinstance(method, spec.QueuePurge):
+            amqp_security.check_queue(self._security, self._principal, method.queue, Operation.DELETE, 50, 30)
             reply = spec.QueuePurgeOk(message_count=vhost.queue(method.queue, method, self.session_id).purge())
         elif isinstance(method, spec.QueueDelete):
+            amqp_security.check_queue(self._security, self._principal, method.queue, Operation.DELETE, 50, 40)
             if method.queue in vhost.queues:
                 vhost.queue(method.queue, method, self.session_id)  # 405 for another connection's exclusive queue
             count = await vhost.delete_queue(method.queue, if_unused=method.if_unused, if_empty=method.if_empty,
@@ -240,6 +254,7 @@ class AmqpSession:
             self.flush()
 
     async def _get(self, channel: int, method: spec.BasicGet) -> None:
+        amqp_security.check_queue(self._security, self._principal, method.queue, Operation.READ, 60, 70)
         queue = self._vhost.queue(method.queue, method, self.session_id)
         if isinstance(queue, StreamQueue):
             raise AmqpError(ReplyCode.PRECONDITION_FAILED, "basic.get is not supported on stream queues; consume "
@@ -251,7 +266,7 @@ class AmqpSession:
         else:
             message, redelivered = taken
             if method.no_ack:
-                queue.settle(message.offset, Outcome.ACK)
+                queue.settle([message.offset], Outcome.ACK)
             else:
                 self._lease_holders.add(key)
             self.connection.get_ok(channel, delivery_of(queue.name, message, redelivered), queue.message_count,
@@ -260,6 +275,7 @@ class AmqpSession:
 
     async def _consume(self, action: Consume) -> None:
         method = spec.BasicConsume(queue=action.queue)
+        amqp_security.check_queue(self._security, self._principal, action.queue, Operation.READ, 60, 20)
         queue = self._vhost.queue(action.queue, method, self.session_id)
         if action.exclusive and queue.consumers:
             raise AmqpError(ReplyCode.ACCESS_REFUSED, f"queue '{action.queue}' already has consumers; "
@@ -283,18 +299,22 @@ class AmqpSession:
             self._vhost.consumer_removed(queue)
 
     def _channel_closed(self, action: ChannelClosed) -> None:
-        for delivery in action.unacked:
-            queue = self._vhost.queues.get(delivery.queue)
-            if queue is not None:
-                queue.settle(delivery.message_ref, Outcome.REQUEUE)
+        self._settle_all(action.unacked, Outcome.REQUEUE)
         for tag in action.consumer_tags:
             self._remove_consumer(action.channel, tag)
 
     def _settle(self, action: Settle) -> None:
-        for delivery in action.deliveries:
-            queue = self._vhost.queues.get(delivery.queue)
+        self._settle_all(action.deliveries, action.outcome)
+
+    def _settle_all(self, deliveries: tuple[Unacked, ...], outcome: Outcome) -> None:
+        """Settle per queue in one go: one state change and one dispatch per queue, not per message."""
+        by_queue: dict[str, list[Hashable]] = {}
+        for delivery in deliveries:
+            by_queue.setdefault(delivery.queue, []).append(delivery.message_ref)
+        for name, references in by_queue.items():
+            queue = self._vhost.queues.get(name)
             if queue is not None:
-                queue.settle(delivery.message_ref, action.outcome)
+                queue.settle(references, outcome)
 
     def _consumers_ready(self, action: ConsumersReady) -> None:
         names = {self._consumers.get((action.channel, tag)) for tag in action.consumer_tags}
@@ -307,6 +327,8 @@ class AmqpSession:
 
     def _publish(self, action: Publish) -> None:
         try:
+            amqp_security.check_publish(self._security, self._principal, self._vhost, action.exchange,
+                                        action.routing_key, action.properties.headers)
             batches = self._vhost.store(action.exchange, action.routing_key, action.properties.headers,
                                         action.properties_raw, action.body, action.properties.expiration)
         except AmqpError as error:
@@ -376,4 +398,6 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     vhost = VirtualHost(broker, reactor)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
     # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
-    return SessionFactory(lambda address: AmqpSession(vhost, reactor), idle_timeout_s=None, metrics_gauge=gauge)
+    security = getattr(context, "security", None)
+    return SessionFactory(lambda address: AmqpSession(vhost, reactor, security), idle_timeout_s=None,
+                          metrics_gauge=gauge)

@@ -24,7 +24,7 @@ from typing import Any
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, parse_expiration
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType
-from mqbroker.storage.records import BatchBuilder, Record, RecordHeader
+from mqbroker.storage.records import BatchBuilder, RecordHeader
 
 METADATA_TOPIC = "__amqp_metadata"
 QUEUE_STATE_TOPIC = "__amqp_queue_state"
@@ -79,20 +79,26 @@ def append_message(
     builder.append(timestamp_ms, key, body, headers)
 
 
-def queued_message(record: Record) -> QueuedMessage:
-    """A log record → the queue's view of it, with the ``StoredMessage`` as payload."""
-    headers = dict(record.headers)
-    exchange = headers.get(_EXCHANGE)
-    routing_key = headers.get(_ROUTING_KEY, record.key)
-    expiration = headers.get(_EXPIRATION)
+def queued_message(
+    offset: int, key: bytes | None, value: bytes | None, headers: tuple[RecordHeader, ...], timestamp_ms: int
+) -> QueuedMessage:
+    """A log record's parts (as ``decode_records_as`` hands them) → the queue's view, ``StoredMessage`` as payload."""
+    if len(headers) >= 3 and headers[0][0] == _EXCHANGE and headers[1][0] == _ROUTING_KEY and headers[2][0] == _PROPERTIES:
+        # What append_message writes, in its order: no dict needed.
+        exchange, routing_key, properties_raw = headers[0][1], headers[1][1], headers[2][1]
+        expiration = headers[3][1] if len(headers) > 3 and headers[3][0] == _EXPIRATION else None
+    else:
+        named = dict(headers)
+        exchange, routing_key, properties_raw = named.get(_EXCHANGE), named.get(_ROUTING_KEY, key), named.get(_PROPERTIES)
+        expiration = named.get(_EXPIRATION)
     message = StoredMessage(
         exchange=exchange.decode("utf-8", "surrogateescape") if exchange else "",
         routing_key=routing_key.decode("utf-8", "surrogateescape") if routing_key else "",
-        properties_raw=headers.get(_PROPERTIES) or EMPTY_PROPERTIES,
-        body=record.value or b"",
+        properties_raw=properties_raw or EMPTY_PROPERTIES,
+        body=value or b"",
     )
     return QueuedMessage(
-        offset=record.offset, timestamp_ms=record.timestamp_ms,
+        offset=offset, timestamp_ms=timestamp_ms,
         expiration_ms=parse_expiration(expiration.decode("ascii", "replace")) if expiration else None,
         payload=message,
     )

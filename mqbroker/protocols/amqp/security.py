@@ -1,0 +1,61 @@
+"""AMQP authentication (PLAIN, AMQPLAIN, EXTERNAL with a client certificate) and authorization:
+exchanges route to queues, queues are log topics, and the checks are on those topics.
+
+Publishing needs WRITE on the topic of every queue the message reaches; consuming and
+basic.get need READ on the queue's topic; queue.declare needs CREATE and queue.delete or purge
+DELETE. A refusal closes the channel with 403 ACCESS_REFUSED (a failed login closes the
+connection with 403).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqbroker import errors
+from mqbroker.acl import AllowEverything
+from mqbroker.model import Operation, Principal, ResourceType
+from mqbroker.protocols.amqp.actions import Authenticate
+from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.protocols.amqp.stored import queue_topic
+from mqbroker.security_service import audit_authentication_failure
+
+EXTERNAL = "EXTERNAL"
+
+
+def authenticate(services: Any, handle: Any, action: Authenticate) -> Principal:
+    """The principal of a start-ok; SaslAuthenticationError (audited) if refused."""
+    host = handle.peer.rpartition(":")[0] if handle is not None else ""
+    secure = bool(handle is not None and handle.secure)
+    try:
+        if action.mechanism == EXTERNAL:
+            identity = handle.peer_certificate() if handle is not None else None
+            if identity is None:
+                raise errors.SaslAuthenticationError("EXTERNAL needs a verified client certificate (mutual TLS)")
+            return services.authenticator.authenticate_certificate(identity.subject, identity.alternative_names, host)
+        if not action.username:
+            return services.authenticator.anonymous(host)
+        return services.authenticator.authenticate_password(action.username, action.password, secure, host)
+    except errors.SaslAuthenticationError as error:
+        audit_authentication_failure("amqp", host, action.username, error.message)
+        raise
+
+
+def check_queue(services: Any, principal: Principal | None, queue: str, operation: Operation,
+                class_id: int, method_id: int) -> None:
+    """403 unless ``principal`` may ``operation`` the topic of ``queue``."""
+    if services is None or principal is None or isinstance(services.authorizer, AllowEverything):
+        return
+    topic = queue_topic(queue)
+    if not services.authorizer.authorize(principal, operation, ResourceType.TOPIC, topic):
+        raise AmqpError(ReplyCode.ACCESS_REFUSED, f"{principal} may not {operation.value} queue '{queue}' "
+                        f"(topic {topic})", class_id=class_id, method_id=method_id)
+
+
+def check_publish(services: Any, principal: Principal | None, vhost: Any, exchange: str, routing_key: str,
+                  headers: dict[str, Any] | None) -> None:
+    """403 unless ``principal`` may write every queue the message would reach."""
+    if services is None or principal is None or isinstance(services.authorizer, AllowEverything):
+        return
+    for name in vhost.router.route(exchange, routing_key, headers):
+        if name in vhost.queues:
+            check_queue(services, principal, name, Operation.WRITE, 60, 40)
