@@ -55,9 +55,10 @@ class CodecProtocol(Protocol, TimeoutMixin):
 
     def __init__(
         self, session: Session, idle_timeout_s: float | None, metrics_gauge: Any = None,
-        frame_timeout_s: float | None = None,
+        frame_timeout_s: float | None = None, no_delay: bool = False,
     ) -> None:
         self.session = session
+        self._no_delay = no_delay
         self._idle_timeout_s = idle_timeout_s
         self._frame_timeout_s = frame_timeout_s
         self._frame_timer: Any = None
@@ -70,6 +71,9 @@ class CodecProtocol(Protocol, TimeoutMixin):
     # -- Protocol -------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)  # absent on non-TCP test transports
+        if self._no_delay and set_no_delay is not None:
+            set_no_delay(True)  # writes already coalesce per reactor turn; Nagle would only delay them
         self.transport.registerProducer(self, True)
         self.setTimeout(self._idle_timeout_s)
         if self._metrics_gauge is not None:
@@ -193,14 +197,17 @@ class SessionFactory(Factory):
 
     def __init__(
         self, make_session: Any, idle_timeout_s: float | None, metrics_gauge: Any = None,
-        frame_timeout_s: float | None = None,
+        frame_timeout_s: float | None = None, no_delay: bool = False,
     ) -> None:
         self._make_session = make_session
+        self._no_delay = no_delay
         self._idle_timeout_s = idle_timeout_s
         self._metrics_gauge = metrics_gauge
         self.frame_timeout_s = frame_timeout_s
 
     def buildProtocol(self, addr: Any) -> CodecProtocol:
-        protocol = CodecProtocol(self._make_session(addr), self._idle_timeout_s, self._metrics_gauge, self.frame_timeout_s)
+        protocol = CodecProtocol(
+            self._make_session(addr), self._idle_timeout_s, self._metrics_gauge, self.frame_timeout_s, self._no_delay
+        )
         protocol.factory = self
         return protocol

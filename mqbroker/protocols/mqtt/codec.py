@@ -65,6 +65,8 @@ _REQUIRED_FLAGS = {packet_type: 0 for packet_type in PacketType} | {
     PacketType.UNSUBSCRIBE: 0b0010,
 }
 _U16 = struct.Struct(">H")
+_ONE_BYTE = [bytes([value]) for value in range(0x80)]  # variable byte integers below 128
+_FIRST_BYTES = [bytes([value]) for value in range(0x100)]
 _U32 = struct.Struct(">I")
 _SIMPLE_RESPONSES: dict[PacketType, type[PublishResponse]] = {
     PacketType.PUBACK: PubAck,
@@ -80,6 +82,8 @@ _SIMPLE_RESPONSES: dict[PacketType, type[PublishResponse]] = {
 def encode_variable_byte_integer(value: int) -> bytes:
     """The minimal 1-4 byte encoding of ``value`` [MQTT-1.5.5-1]."""
     assert 0 <= value <= VARIABLE_BYTE_INTEGER_MAX, value
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while True:
         value, digit = divmod(value, 128)
@@ -181,6 +185,8 @@ def _packet_id(reader: _Reader) -> int:
 
 def encode_properties(properties: Properties) -> bytes:
     """The 5.0 property block (length prefix included)."""
+    if properties is NO_PROPERTIES:
+        return b"\x00"  # most packets: no need to look at every property
     body = bytearray()
     for property_id, spec in PROPERTY_SPECS.items():
         value = getattr(properties, spec.name)
@@ -274,7 +280,7 @@ def encode(packet: Packet, protocol_level: int) -> bytes:
     assert protocol_level in SUPPORTED_PROTOCOL_LEVELS, protocol_level
     packet_type = packet_type_of(packet)
     flags, body = _ENCODERS[packet_type](packet, protocol_level == PROTOCOL_LEVEL_5)
-    return bytes([packet_type << 4 | flags]) + encode_variable_byte_integer(len(body)) + body
+    return b"".join((_FIRST_BYTES[packet_type << 4 | flags], encode_variable_byte_integer(len(body)), body))
 
 
 def _encode_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
@@ -306,20 +312,25 @@ def _encode_connack(packet: ConnAck, v5: bool) -> tuple[int, bytes]:
 def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
     assert (packet.packet_id is None) == (packet.qos == 0), "a packet id exactly when QoS > 0"
     flags = (0x08 if packet.dup else 0) | packet.qos << 1 | (0x01 if packet.retain else 0)
-    body = bytearray(_encode_string(packet.topic))
+    parts = [_encode_string(packet.topic)]
     if packet.packet_id is not None:
-        body += _U16.pack(packet.packet_id)
+        parts.append(_U16.pack(packet.packet_id))
     if v5:
-        body += encode_properties(packet.properties)
-    return flags, bytes(body + packet.payload)
+        parts.append(encode_properties(packet.properties))
+    parts.append(packet.payload)
+    return flags, b"".join(parts)
+
+
+def _no_properties(properties: Properties) -> bool:
+    return properties is NO_PROPERTIES or properties == NO_PROPERTIES  # identity first: the usual case, and cheap
 
 
 def _encode_publish_response(packet: PublishResponse, v5: bool) -> tuple[int, bytes]:
     flags = _REQUIRED_FLAGS[packet_type_of(packet)]  # type: ignore[arg-type]
     body = _U16.pack(packet.packet_id)
-    if not v5 or (packet.reason_code == ReasonCode.SUCCESS and packet.properties == NO_PROPERTIES):
+    if not v5 or (packet.reason_code == ReasonCode.SUCCESS and _no_properties(packet.properties)):
         return flags, body  # the short form [MQTT-3.4.2.1]
-    if packet.properties == NO_PROPERTIES:
+    if _no_properties(packet.properties):
         return flags, body + bytes([packet.reason_code])
     return flags, body + bytes([packet.reason_code]) + encode_properties(packet.properties)
 
@@ -368,9 +379,9 @@ def _encode_empty(packet: PingReq | PingResp, v5: bool) -> tuple[int, bytes]:
 
 def _encode_disconnect_or_auth(packet: Disconnect | Auth, v5: bool) -> tuple[int, bytes]:
     assert v5 or isinstance(packet, Disconnect), "AUTH exists only at level 5"
-    if not v5 or (packet.reason_code == ReasonCode.SUCCESS and packet.properties == NO_PROPERTIES):
+    if not v5 or (packet.reason_code == ReasonCode.SUCCESS and _no_properties(packet.properties)):
         return 0, b""
-    if packet.properties == NO_PROPERTIES:
+    if _no_properties(packet.properties):
         return 0, bytes([packet.reason_code])
     return 0, bytes([packet.reason_code]) + encode_properties(packet.properties)
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from mqbroker.protocols.mqtt.codec import decode_utf8
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
-from mqbroker.protocols.mqtt.packets import Properties
+from mqbroker.protocols.mqtt.packets import NO_PROPERTIES, Properties
 from mqbroker.protocols.mqtt.state import OutboundMessage
 from mqbroker.protocols.mqtt.topics import validate_topic_name
 
@@ -96,7 +96,10 @@ def message_from_record(
         elif not name.startswith(_PREFIX) or name.startswith(_USER_PREFIX):
             original = name[len(_USER_PREFIX) :] if name.startswith(_USER_PREFIX) else name
             user_properties.append((original, raw.decode("utf-8", "replace")))
-    properties = Properties(**fields, user_properties=tuple(user_properties))  # type: ignore[arg-type]
+    properties = (
+        Properties(**fields, user_properties=tuple(user_properties))  # type: ignore[arg-type]
+        if fields or user_properties else NO_PROPERTIES
+    )
     return OutboundMessage(
         topic=topic, payload=value or b"", qos=qos, retain=retain, properties=properties,
         origin_client_id=origin, created_ms=timestamp_ms,

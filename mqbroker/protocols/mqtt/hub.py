@@ -63,6 +63,8 @@ class Connection(TypingProtocol):
 
     def take_over(self) -> Deferred[None]: ...
 
+    def flush(self, *, even_when_corked: bool = False) -> None: ...
+
 
 def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
     """Data records of the whole batches in ``data`` from ``start_offset`` on (a read starts at a batch)."""
@@ -126,8 +128,8 @@ class PartitionDispatcher:
             if result.error is not None:
                 await self._recover(result.error)
                 continue
-            for record in records_after(result.records, self.position):
-                self.hub.dispatch(self.key, record)
+            if len(self.hub.registry):  # with nobody subscribed there is nothing to decode
+                self.hub.dispatch_all(self.key, result.records, self.position)
             self.position = next_offset_after(result.records, self.position)
 
     async def _recover(self, error: Exception) -> None:
@@ -153,6 +155,9 @@ class MqttHub:
         self.offline: dict[str, StoredSession] = {}
         self.dispatchers: dict[PartitionKey, PartitionDispatcher] = {}
         self.stopped = False
+        #: While True, connections queue their writes and are flushed once the whole batch is out.
+        self.corked = False
+        self._to_flush: set[Connection] = set()
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
         self._durable_sessions: set[str] = set()
@@ -248,6 +253,22 @@ class MqttHub:
             self._durable_sessions.add(client_id)
 
     # ------------------------------------------------------------------ fan-out
+
+    def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int) -> None:
+        """``dispatch`` every record of a fetch from ``start_offset`` on; one socket write per connection."""
+        self.corked = True
+        try:
+            for record in records_after(data, start_offset):
+                self.dispatch(key, record)
+        finally:
+            self.corked = False
+            connections, self._to_flush = self._to_flush, set()
+            for connection in connections:
+                connection.flush()
+
+    def flush_later(self, connection: Connection) -> None:
+        """``connection`` has writes queued while corked: flush it when the batch is done."""
+        self._to_flush.add(connection)
 
     def dispatch(self, key: PartitionKey, record: Record) -> None:
         """Hand one log record to every live session whose subscriptions match its MQTT topic."""

@@ -76,6 +76,7 @@ class MqttConnection:
         self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
         self._catching_up = False
         self._ended_waiters: list[Deferred[None]] | None = []
+        self._outgoing: list[bytes] = []  # packets of this turn, written to the socket as one
 
     # ------------------------------------------------------------------ adapter Session
 
@@ -151,18 +152,22 @@ class MqttConnection:
     def _drain(self) -> None:
         self._executing = True
         try:
-            while self._queue and not self._storing:
-                stores = [actions[0] for actions in self._queue if isinstance(actions[0], StoreSession)]
-                if not stores:
-                    self._execute(self._queue.popleft())
-                    continue
-                lists = list(self._queue)
-                self._queue.clear()
-                self._storing = True
-                stored = StoredSession(state=stores[-1].data, cursors=self.cursors())  # only the last one matters
-                self.hub.store_session(self.client_id, stored).addBoth(self._stored, lists)
+            self._drain_queue()
         finally:
             self._executing = False
+        self.flush()
+
+    def _drain_queue(self) -> None:
+        while self._queue and not self._storing:
+            stores = [actions[0] for actions in self._queue if isinstance(actions[0], StoreSession)]
+            if not stores:
+                self._execute(self._queue.popleft())
+                continue
+            lists = list(self._queue)
+            self._queue.clear()
+            self._storing = True
+            stored = StoredSession(state=stores[-1].data, cursors=self.cursors())  # only the last one matters
+            self.hub.store_session(self.client_id, stored).addBoth(self._stored, lists)
 
     def _stored(self, result: Any, lists: list[list[Action]]) -> None:
         self._storing = False
@@ -188,6 +193,7 @@ class MqttConnection:
                 publishes.setdefault((action.log_topic, partition), []).append(action)
             elif isinstance(action, Close):
                 if self._connection is not None:
+                    self.flush(even_when_corked=True)
                     self._connection.close()
             elif isinstance(action, OpenSession):
                 self._open(action)
@@ -213,10 +219,22 @@ class MqttConnection:
     def _send(self, action: Send) -> None:
         if self._connection is None:
             return
-        self._connection.write(action.data)
-        self.hub.statistics["bytes/sent"] += len(action.data)
+        self._outgoing.append(action.data)
+        statistics = self.hub.statistics
+        statistics["bytes/sent"] += len(action.data)
         if isinstance(action.packet, Publish):
-            self.hub.statistics["messages/sent"] += 1
+            statistics["messages/sent"] += 1
+
+    def flush(self, *, even_when_corked: bool = False) -> None:
+        """Write the packets queued since the last flush in one socket write (the hub corks a fan-out batch)."""
+        if not self._outgoing or self._connection is None:
+            return
+        if self.hub.corked and not even_when_corked:
+            self.hub.flush_later(self)
+            return
+        data = b"".join(self._outgoing) if len(self._outgoing) > 1 else self._outgoing[0]
+        self._outgoing.clear()
+        self._connection.write(data)
 
     # ------------------------------------------------------------------ publishing into the log
 
@@ -237,8 +255,7 @@ class MqttConnection:
             produced.addErrback(self._log_failure, "a QoS 0 log write")
 
     def _written(self, result: Any, tickets: list[int]) -> None:
-        for ticket in tickets:
-            self._run(self.session.log_write_completed(ticket, self.hub.now_ms()))
+        self._run(self.session.log_writes_completed(tickets, self.hub.now_ms()))
         self._apply_backpressure()
 
     def _apply_backpressure(self) -> None:
@@ -253,8 +270,7 @@ class MqttConnection:
     def _write_failed(self, failure: Failure, tickets: list[int]) -> None:
         self.log.warn("log write for {client_id} failed: {error}", client_id=self.client_id, error=failure.value)
         code = hub_module.reason_code_for(failure)
-        for ticket in tickets:
-            self._run(self.session.log_write_completed(ticket, self.hub.now_ms(), code))
+        self._run(self.session.log_writes_completed(tickets, self.hub.now_ms(), code))
         self._apply_backpressure()
 
     # ------------------------------------------------------------------ opening and ending
@@ -428,5 +444,6 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
     return SessionFactory(
-        lambda address: MqttConnection(hub, config, generate_client_id), idle_timeout_s=None, metrics_gauge=gauge
+        lambda address: MqttConnection(hub, config, generate_client_id), idle_timeout_s=None, metrics_gauge=gauge,
+        no_delay=True,
     )

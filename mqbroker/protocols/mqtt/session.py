@@ -8,7 +8,8 @@ against the broker core. Entry points:
 * ``receive_data(bytes, now_ms)``: packets from the client;
 * ``session_opened(state, now_ms)`` / ``connect_refused(code, now_ms)``: the adapter's answer
   to ``OpenSession`` (authentication, takeover and session loading are the adapter's);
-* ``log_write_completed(ticket, now_ms, reason_code)``: a QoS 1/2 message reached the log;
+* ``log_write_completed(ticket, now_ms, reason_code)``: a QoS 1/2 message reached the log
+  (``log_writes_completed`` for the tickets of one write at once);
 * ``deliver(message, subscriptions, now_ms)``: a message matching this client's subscriptions;
 * ``on_timer(now_ms)``, ``connection_lost(now_ms)``, ``close(reason_code, now_ms)``.
 
@@ -169,6 +170,8 @@ class MqttSession:
         self._mapping = mapping
         self._generate_client_id = generate_client_id
         self._decoder = PacketDecoder(packet_bytes_max=config.packet_bytes_max)
+        #: May this client subscribe to the filter? (The adapter checks READ on the log topics it maps to.)
+        self.authorize_filter: Callable[[str], bool] = lambda topic_filter: True
         self._connect: Connect | None = None
         self._will: Will | None = None
         self._keep_alive_s = 0
@@ -180,6 +183,7 @@ class MqttSession:
         self._outbound_aliases: dict[str, int] = {}
         self._inbound_aliases: dict[int, str] = {}
         self._writes: dict[int, tuple[int, int]] = {}  # ticket -> (qos, packet id) awaiting the log
+        self._plain_headers: dict[tuple[int, bool], tuple[tuple[str, bytes], ...]] = {}
         self._next_ticket = 1
         self._early_packets: list[Packet] = []
         self._actions: list[Action] = []
@@ -250,16 +254,23 @@ class MqttSession:
         self, ticket: int, now_ms: int, reason_code: ReasonCode = ReasonCode.SUCCESS
     ) -> list[Action]:
         """A ``PublishToLog`` with this ticket is durable (or failed with ``reason_code``)."""
-        qos, packet_id = self._writes.pop(ticket)
+        return self.log_writes_completed((ticket,), now_ms, reason_code)
+
+    def log_writes_completed(
+        self, tickets: Sequence[int], now_ms: int, reason_code: ReasonCode = ReasonCode.SUCCESS
+    ) -> list[Action]:
+        """``log_write_completed`` for several tickets of one log write, in order, as one action list."""
+        writes = [self._writes.pop(ticket) for ticket in tickets]
         if self.state is not ConnectionState.CONNECTED:
             return []  # the client left; it resends the PUBLISH when it comes back
         v5 = self.protocol_level == PROTOCOL_LEVEL_5
         if reason_code >= 0x80 and not v5:
             # 3.1.1 has no negative acknowledgement: closing makes the client resend later.
             return self._close_now(ReasonCode.UNSPECIFIED_ERROR, f"log write failed: {reason_code.name}", now_ms)
-        if qos == 1:
-            self._send(PubAck(packet_id=packet_id, reason_code=reason_code))
-        else:
+        for qos, packet_id in writes:
+            if qos == 1:
+                self._send(PubAck(packet_id=packet_id, reason_code=reason_code))
+                continue
             if reason_code < 0x80:
                 assert self.session is not None
                 self.session.received_qos2.add(packet_id)
@@ -467,8 +478,10 @@ class MqttSession:
                 f"more than the receive maximum of {self.config.receive_maximum} unacknowledged QoS 1/2 "
                 "PUBLISH packets (§3.3.4)",
             )
-        properties = replace(publish.properties, topic_alias=None, subscription_identifiers=())
-        headers = record_headers(publish.qos, publish.retain, self.client_id, properties)
+        properties = publish.properties
+        if properties.topic_alias is not None:  # subscription identifiers were refused above
+            properties = replace(properties, topic_alias=None)
+        headers = self._record_headers(publish.qos, publish.retain, properties)
         ticket = None
         if publish.qos:
             assert publish.packet_id is not None
@@ -481,6 +494,15 @@ class MqttSession:
         ))
         if publish.retain:
             self._actions.append(Retain(topic=topic, payload=publish.payload, headers=headers))
+
+    def _record_headers(self, qos: int, retain: bool, properties: Properties) -> tuple[tuple[str, bytes], ...]:
+        if properties is not NO_PROPERTIES:
+            return record_headers(qos, retain, self.client_id, properties)
+        key = (qos, retain)  # nearly every PUBLISH: the same few header tuples, built once per connection
+        headers = self._plain_headers.get(key)
+        if headers is None:
+            headers = self._plain_headers[key] = record_headers(qos, retain, self.client_id, properties)
+        return headers
 
     def _resolve_topic_alias(self, publish: Publish) -> str:
         alias = publish.properties.topic_alias
@@ -566,13 +588,13 @@ class MqttSession:
             if remaining_s <= 0:
                 return  # expired while queued [MQTT-3.3.2-5]
             properties = replace(properties, message_expiry_interval_s=remaining_s)  # [MQTT-3.3.2-6]
-        publish = Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
-                          properties=properties)
         if message.qos == 0:
-            self._send_if_fits(publish)
+            self._send_if_fits(Publish(topic=message.topic, payload=message.payload, retain=message.retain,
+                                       properties=properties))
             return
         assert self.session is not None
-        publish = replace(publish, packet_id=self.session.allocate_packet_id())
+        publish = Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
+                          packet_id=self.session.allocate_packet_id(), properties=properties)
         if self._send_if_fits(publish):
             state = InflightState.AWAITING_PUBACK if message.qos == 1 else InflightState.AWAITING_PUBREC
             self.session.inflight[publish.packet_id] = Inflight(publish=publish, state=state)  # type: ignore[index]
@@ -622,6 +644,8 @@ class MqttSession:
                 return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
         if has_wildcards(parsed.topic_filter) and not self.config.wildcard_subscription_available:
             return ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED
+        if not self.authorize_filter(parsed.topic_filter):
+            return ReasonCode.NOT_AUTHORIZED
         granted = min(request.qos, self.config.maximum_qos)
         is_new = request.topic_filter not in self.session.subscriptions
         subscription = Subscription(

@@ -115,15 +115,24 @@ class SessionState:
             subscriptions = [s for s in subscriptions if not s.no_local]  # [MQTT-3.8.3-3]
         if not subscriptions:
             return False
-        qos = min(message.qos, max(subscription.qos for subscription in subscriptions))
-        keeps_retain = from_retained_store or any(s.retain_as_published for s in subscriptions)
-        identifiers = tuple(sorted({s.subscription_identifier for s in subscriptions} - {None}))  # type: ignore[type-var]
-        delivery = replace(
-            message,
-            qos=qos,
-            retain=message.retain and keeps_retain,  # [MQTT-3.3.1-12, MQTT-3.3.1-13]
-            properties=replace(message.properties, subscription_identifiers=identifiers, topic_alias=None),
-        )
+        if len(subscriptions) == 1:  # the common case, without building sets and generators
+            (only,) = subscriptions
+            qos = min(message.qos, only.qos)
+            keeps_retain = from_retained_store or only.retain_as_published
+            identifier = only.subscription_identifier
+            identifiers: tuple[int, ...] = () if identifier is None else (identifier,)
+        else:
+            qos = min(message.qos, max(subscription.qos for subscription in subscriptions))
+            keeps_retain = from_retained_store or any(s.retain_as_published for s in subscriptions)
+            identifiers = tuple(sorted({s.subscription_identifier for s in subscriptions} - {None}))  # type: ignore[type-var]
+        retain = message.retain and keeps_retain  # [MQTT-3.3.1-12, MQTT-3.3.1-13]
+        properties = message.properties
+        if properties.subscription_identifiers != identifiers or properties.topic_alias is not None:
+            properties = replace(properties, subscription_identifiers=identifiers, topic_alias=None)
+        if qos == message.qos and retain == message.retain and properties is message.properties:
+            delivery = message  # frozen: one message object serves every subscriber it goes to unchanged
+        else:
+            delivery = replace(message, qos=qos, retain=retain, properties=properties)
         if qos == 0:
             if len(self.qos0_pending) >= self.qos0_queue_length_max:
                 self.qos0_pending.popleft()

@@ -262,6 +262,8 @@ class TopicMapping:
 
     def log_topic_for(self, mqtt_topic: str) -> str:
         """The log topic a message published to ``mqtt_topic`` is stored in."""
+        if not self._rules:
+            return self.default_log_topic
         matches = self._trie.match(mqtt_topic)
         return min(matches)[1].log_topic if matches else self.default_log_topic
 
