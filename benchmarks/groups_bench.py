@@ -2,12 +2,14 @@
 
 Starts a broker (``twistd mqbroker`` on free ports, temporary data directory), then:
 
-* failover: 10 members over 100 partitions under a steady produce load; one member dies (its
-  heartbeats stop, no leave, like a crash) and we time until each of its partitions is read
-  again by another member (target: session timeout + 1 s);
-* rebalance gap: an 11th member joins; the longest pause between messages seen by any of the
-  10 members that kept partitions (target: no longer than one heartbeat interval);
-* throughput: messages/s consumed by a group of 1 member vs 3 members (separate processes).
+* rebalance gap: 10 members over 100 partitions under a steady produce load (nine consumer
+  threads here, one member in its own process); an 11th member joins; the longest pause
+  between messages seen by any of the nine (target: no longer than one heartbeat interval);
+* failover: the member process is killed (SIGKILL: no leave, no last commit) and we time
+  until each of its partitions is read again by another member (target: session timeout + 1 s);
+* throughput: messages/s consumed by a group of 1 member vs 3 members (separate processes),
+  timed from the moment every member has its assignment and its first record (so process
+  start-up and the joins are not counted) until the whole topic is read.
 
 Run: ``python benchmarks/groups_bench.py [--json]``.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +36,41 @@ SESSION_TIMEOUT_MS = 3_000
 HEARTBEAT_INTERVAL_MS = 500
 MEMBERS = 10
 PARTITIONS = 100
-THROUGHPUT_MESSAGES = 200_000
+THROUGHPUT_MESSAGES = 600_000
+THROUGHPUT_PARTITIONS = 6
+
+
+class ChildMember:
+    """A member in its own process (``--child``); a thread follows what it reports."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, offset_reset: str) -> None:
+        self.process = subprocess.Popen([sys.executable, __file__, "--child", bootstrap, group, topic, offset_reset],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.partitions: set[int] = set()
+        self.count = 0
+        self.first_record_at: float | None = None
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = json.loads(line)
+            self.partitions = set(event["partitions"])
+            self.count = event["count"]
+            if self.count and self.first_record_at is None:
+                self.first_record_at = time.monotonic()
+
+    def go(self) -> None:
+        """Start reading past the first record (the member holds its partitions until then)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def kill(self) -> None:
+        """SIGKILL: no leave, no last commit; the broker notices only when its session times out."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
 
 
 class Member:
@@ -55,15 +92,6 @@ class Member:
                 now = time.monotonic()
                 self.times.append(now)
                 self.first_after.setdefault(message.partition, now)
-
-    def crash(self) -> None:
-        """Stop polling and heartbeating without leaving the group (what a SIGKILL looks like to the broker)."""
-        self.alive = False
-        self.thread.join()
-        membership = self.consumer._group
-        assert membership is not None
-        membership.close(leave=False)
-        self.consumer._cluster.close()
 
     def close(self) -> None:
         self.alive = False
@@ -87,34 +115,39 @@ def _max_gap(times: list[float], start: float, end: float) -> float:
 
 
 def rebalance_and_failover(bootstrap: str) -> dict[str, float]:
-    """The rebalance gap seen by unaffected members and the takeover time of a dead member's partitions."""
+    """The rebalance gap seen by unaffected members and the takeover time of a killed member's partitions."""
     with Admin(bootstrap) as admin:
         admin.create_topics(["groups-bench"], partitions=PARTITIONS)
     stop = threading.Event()
     producer = threading.Thread(target=_steady_producer, args=(bootstrap, "groups-bench", stop), daemon=True)
     producer.start()
-    members = [Member(bootstrap, "bench", "groups-bench", f"m{n}") for n in range(MEMBERS)]
-    _wait(lambda: sum(len(m.consumer.assignment()) for m in members) == PARTITIONS and
-          all(m.consumer.assignment() for m in members), 60)
+    victim = ChildMember(bootstrap, "bench", "groups-bench", "latest")
+    victim.go()  # reads freely from the start
+    members = [Member(bootstrap, "bench", "groups-bench", f"m{n}") for n in range(MEMBERS - 1)]
+
+    def assigned(everyone: list[Member]) -> int:
+        return sum(len(m.consumer.assignment()) for m in everyone) + len(victim.partitions)
+
+    _wait(lambda: assigned(members) == PARTITIONS and all(m.consumer.assignment() for m in members)
+          and bool(victim.partitions), 60)
     time.sleep(2)
     joined = time.monotonic()
     newcomer = Member(bootstrap, "bench", "groups-bench", "m-new")
-    _wait(lambda: bool(newcomer.consumer.assignment()) and
-          sum(len(m.consumer.assignment()) for m in members + [newcomer]) == PARTITIONS, 60)
+    _wait(lambda: bool(newcomer.consumer.assignment()) and assigned(members + [newcomer]) == PARTITIONS, 60)
     time.sleep(2)
     settled = time.monotonic()
     gap_s = max(_max_gap(m.times, joined, settled) for m in members)
-    victim = members.pop(0)
-    lost = set(p for _, p in victim.consumer.assignment())
-    victim.crash()
-    died = time.monotonic()
-    for member in members + [newcomer]:
+    survivors = members + [newcomer]
+    lost = set(victim.partitions)
+    for member in survivors:
         member.first_after = {}
-    _wait(lambda: lost <= set().union(*(m.first_after for m in members + [newcomer])), 60)
-    takeover_s = max(min(m.first_after[p] for m in members + [newcomer] if p in m.first_after) for p in lost) - died
+    victim.kill()
+    died = time.monotonic()
+    _wait(lambda: lost <= set().union(*(m.first_after for m in survivors)), 60)
+    takeover_s = max(min(m.first_after[p] for m in survivors if p in m.first_after) for p in lost) - died
     stop.set()
     producer.join()
-    for member in members + [newcomer]:
+    for member in survivors:
         member.close()
     return {"rebalance_gap_max_s": round(gap_s, 3), "takeover_s": round(takeover_s, 3),
             "session_timeout_s": SESSION_TIMEOUT_MS / 1000, "heartbeat_interval_s": HEARTBEAT_INTERVAL_MS / 1000}
@@ -129,45 +162,51 @@ def _wait(condition: Any, timeout_s: float) -> None:
 
 
 def throughput(bootstrap: str, members: int) -> float:
-    """Messages/s for a fresh group of ``members`` processes reading the whole throughput topic."""
-    group = f"tput-{members}"
-    started = time.monotonic()
-    children = [subprocess.Popen([sys.executable, __file__, "--child", bootstrap, group], stdout=subprocess.PIPE, text=True)
-                for _ in range(members)]
-    counts = [0] * members
-    readers = []
+    """Messages/s for a fresh group of ``members`` processes reading the whole throughput topic.
 
-    def read(index: int, child: subprocess.Popen[str]) -> None:
-        assert child.stdout is not None
-        for line in child.stdout:
-            counts[index] = int(line)
-
-    for index, child in enumerate(children):
-        readers.append(threading.Thread(target=read, args=(index, child), daemon=True))
-        readers[-1].start()
-    _wait(lambda: sum(counts) >= THROUGHPUT_MESSAGES, 300)
-    elapsed = time.monotonic() - started
-    for child in children:
-        child.kill()
-        child.wait()
-    return THROUGHPUT_MESSAGES / elapsed
+    Each member pauses its partitions after its first record until told to go; the clock starts
+    when every member has its assignment and first record and the group covers every partition.
+    Records read before that are not counted.
+    """
+    children = [ChildMember(bootstrap, f"tput-{members}", "groups-tput", "earliest") for _ in range(members)]
+    try:
+        _wait(lambda: all(c.first_record_at is not None for c in children)
+              and sum(len(c.partitions) for c in children) == THROUGHPUT_PARTITIONS, 120)
+        time.sleep(0.5)  # the last reports of held partitions
+        started, read_before = time.monotonic(), sum(c.count for c in children)
+        for child in children:
+            child.go()
+        _wait(lambda: sum(c.count for c in children) >= THROUGHPUT_MESSAGES, 600)
+        elapsed = time.monotonic() - started
+    finally:
+        for child in children:
+            child.kill()
+    return (THROUGHPUT_MESSAGES - read_before) / elapsed
 
 
-def child(bootstrap: str, group: str) -> None:
-    """A throughput member: prints its running message count."""
-    consumer = Consumer(bootstrap, group_id=group, topics=["groups-tput"], auto_offset_reset="earliest",
-                        session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+def child(bootstrap: str, group: str, topic: str, offset_reset: str) -> None:
+    """A member process: after each poll, prints its partitions and running message count as JSON."""
+    consumer = Consumer(bootstrap, group_id=group, topics=[topic], auto_offset_reset=offset_reset,
+                        session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+                        fetch_max_wait_ms=100)
+    told_to_go = threading.Event()
+    threading.Thread(target=lambda: sys.stdin.readline() and told_to_go.set(), daemon=True).start()
     count = 0
     while True:
-        count += len(consumer.poll(0.2))
-        print(count, flush=True)
+        count += len(consumer.poll(0.1))
+        if count and not told_to_go.is_set():  # hold what we have until every member is ready
+            consumer.pause(*consumer.assignment())
+        elif told_to_go.is_set() and consumer.paused():
+            consumer.resume(*consumer.paused())
+        partitions = sorted(p for _, p in consumer.assignment())
+        print(json.dumps({"partitions": partitions, "count": count}), flush=True)
 
 
 def main() -> None:
     """Run every measurement and print a table (or JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--child", nargs=2, metavar=("BOOTSTRAP", "GROUP"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=4, metavar=("BOOTSTRAP", "GROUP", "TOPIC", "RESET"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
         child(*arguments.child)
@@ -180,11 +219,11 @@ def main() -> None:
         try:
             figures: dict[str, float] = rebalance_and_failover(broker.bootstrap)
             with Admin(broker.bootstrap) as admin:
-                admin.create_topics(["groups-tput"], partitions=6)
+                admin.create_topics(["groups-tput"], partitions=THROUGHPUT_PARTITIONS)
             with Producer(broker.bootstrap, linger_ms=20, acks=1) as producer:
                 payload = b"v" * 100
                 for number in range(THROUGHPUT_MESSAGES):
-                    producer.send("groups-tput", payload, partition=number % 6)
+                    producer.send("groups-tput", payload, partition=number % THROUGHPUT_PARTITIONS)
             figures["throughput_1_member_msgs_per_s"] = round(throughput(broker.bootstrap, 1))
             figures["throughput_3_members_msgs_per_s"] = round(throughput(broker.bootstrap, 3))
         finally:
