@@ -270,7 +270,19 @@ class AclAuthorizer:
                     return False
             elif acl.operation in allowing:
                 allowed = True
+        if not allowed and resource_type is ResourceType.CLUSTER and operation is Operation.WRITE:
+            return self._may_write_some_topic(principal)  # KIP-679: topic WRITE implies idempotent writes
         return allowed or (self._allow_if_no_acl and not matched_any)
+
+    def _may_write_some_topic(self, principal: Principal) -> bool:
+        """True if an ACL allows ``principal`` to write some topic (a scan: only producer-id requests ask)."""
+        identity = str(principal)
+        index = self._indexes[ResourceType.TOPIC]
+        return any(
+            acl.permission is Permission.ALLOW and acl.operation in (Operation.WRITE, AllOperations.ALL)
+            and acl.principal in (identity, WILDCARD_PRINCIPAL) and acl.host in (principal.host, WILDCARD)
+            for table in (index.literal, index.prefixed) for entries in table.values() for acl in entries
+        )
 
     def to_bytes(self) -> bytes:
         """Every ACL as one JSON document (a snapshot for the metadata image)."""

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from mqbroker.cli.common import add_client_options, reporting_errors
+from mqbroker.cli.common import add_client_options, client_security, reporting_errors
 
 SAMPLE_EVERY = 997
 _SEND_TIME = struct.Struct(">q")
@@ -83,7 +83,7 @@ def _run(arguments: argparse.Namespace) -> int:
     from mqbroker.client import Admin
 
     topic = arguments.topic or f"bench-{arguments.mode}-{os.getpid()}-{int(time.time())}"
-    with Admin(arguments.bootstrap) as admin:
+    with Admin(arguments.bootstrap, security=client_security(arguments)) as admin:
         if topic not in admin.list_topics():
             admin.create_topics([topic], arguments.partitions)
     runner: Callable[[argparse.Namespace, str, Progress], BenchResult] = {
@@ -111,7 +111,7 @@ def _progress(quiet: bool) -> Progress:
 def _producer(arguments: argparse.Namespace) -> Any:
     from mqbroker.client import Producer
 
-    return Producer(arguments.bootstrap, acks=arguments.acks, linger_ms=arguments.linger_ms,
+    return Producer(arguments.bootstrap, security=client_security(arguments), acks=arguments.acks, linger_ms=arguments.linger_ms,
                     batch_size=arguments.batch_size, compression=arguments.compression)
 
 
@@ -163,12 +163,12 @@ def _bench_produce(arguments: argparse.Namespace, topic: str, progress: Progress
 def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
     from mqbroker.client import Admin, Consumer
 
-    with Admin(arguments.bootstrap) as admin:
+    with Admin(arguments.bootstrap, security=client_security(arguments)) as admin:
         partitions = admin.describe_topics([topic])[topic]
         stored = sum(admin.list_offset(topic, p, -1) - admin.list_offset(topic, p, -2) for p in range(partitions))
     if stored < arguments.messages:
         _produce_messages(arguments, topic, arguments.messages - stored, progress, "filling the topic")
-    consumer = Consumer(arguments.bootstrap, topics=[topic], auto_offset_reset="earliest")
+    consumer = Consumer(arguments.bootstrap, security=client_security(arguments), topics=[topic], auto_offset_reset="earliest")
     task = progress.add_task("consuming", total=arguments.messages, rate="")
     received = 0
     poll_latencies: list[float] = []
@@ -189,7 +189,7 @@ def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress
 def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
     from mqbroker.client import Consumer
 
-    consumer = Consumer(arguments.bootstrap, topics=[topic], auto_offset_reset="latest", fetch_max_wait_ms=100)
+    consumer = Consumer(arguments.bootstrap, security=client_security(arguments), topics=[topic], auto_offset_reset="latest", fetch_max_wait_ms=100)
     consumer.poll(timeout=0.2)  # resolve the starting position before the first send
     latencies: list[float] = []
     done = threading.Event()

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mqbroker.cli.common import first_positional, parse_key_values, reporting_errors
+from mqbroker.cli.common import client_security, first_positional, parse_key_values, reporting_errors
 from mqbroker.errors import InvalidRequestError
 
 FORMAT_FIELDS = "{topic} {partition} {offset} {timestamp} {key} {value} {headers}"
@@ -81,7 +81,7 @@ def _add_topics(commands: Any) -> None:
 def _admin(arguments: argparse.Namespace) -> Any:
     from mqbroker.client import Admin
 
-    return Admin(arguments.bootstrap)
+    return Admin(arguments.bootstrap, security=client_security(arguments))
 
 
 def _topics_create(arguments: argparse.Namespace) -> int:
@@ -149,7 +149,7 @@ def _topics_delete(arguments: argparse.Namespace) -> int:
 def _produce(arguments: argparse.Namespace) -> int:
     from mqbroker.client import Producer
 
-    producer = Producer(arguments.bootstrap, acks=arguments.acks, compression=arguments.compression, linger_ms=5)
+    producer = Producer(arguments.bootstrap, security=client_security(arguments), acks=arguments.acks, compression=arguments.compression, linger_ms=5)
     futures = []
     count = 0
     try:
@@ -193,10 +193,10 @@ def _consume(arguments: argparse.Namespace) -> int:
         consumer.commit({p: printed_up_to.pop(p) for p in partitions if p in printed_up_to})
 
     if arguments.group is not None:
-        consumer = Consumer(arguments.bootstrap, group_id=arguments.group, topics=topics, auto_offset_reset=reset,
+        consumer = Consumer(arguments.bootstrap, security=client_security(arguments), group_id=arguments.group, topics=topics, auto_offset_reset=reset,
                             enable_auto_commit=False, on_revoked=commit_revoked)
     else:
-        consumer = Consumer(arguments.bootstrap, topics=topics, auto_offset_reset=reset)
+        consumer = Consumer(arguments.bootstrap, security=client_security(arguments), topics=topics, auto_offset_reset=reset)
     printed = 0
     try:
         if arguments.partition is not None:

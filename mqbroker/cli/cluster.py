@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from mqbroker.cli.common import first_positional, reporting_errors
+from mqbroker.cli.common import client_security, first_positional, reporting_errors
 from mqbroker.client import Admin
 
 
@@ -22,7 +22,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _describe(arguments: argparse.Namespace) -> int:
-    with Admin(arguments.bootstrap) as admin:
+    with Admin(arguments.bootstrap, security=client_security(arguments)) as admin:
         quorum = admin.describe_quorum()
     document = {
         "answered_by": quorum.node_id,

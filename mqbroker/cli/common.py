@@ -7,17 +7,43 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 
 DEFAULT_BOOTSTRAP = "localhost:9393"
 
 
-def add_client_options(parser: argparse.ArgumentParser) -> None:
-    """Options every command that talks to a broker takes."""
+def add_client_options(
+    parser: argparse.ArgumentParser, password_options: tuple[str, ...] = ("--password", "--sasl-password")
+) -> None:
+    """Options every command that talks to a broker takes (``password_options``: the SASL password's
+    spellings; `mqbroker users add` keeps ``--password`` for the new user's)."""
     parser.add_argument(
         "--bootstrap", "-b", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
         help=f"any broker of the cluster [default: {DEFAULT_BOOTSTRAP}]",
     )
+    security = parser.add_argument_group("security (see docs/security.md)")
+    security.add_argument("--tls", action="store_true", help="connect with TLS, trusting the system CA store")
+    security.add_argument("--tls-ca", metavar="FILE", help="connect with TLS, trusting this CA (PEM)")
+    security.add_argument("--tls-cert", metavar="FILE", help="our client certificate (PEM), for mutual TLS")
+    security.add_argument("--tls-key", metavar="FILE", help="the client certificate's private key (PEM)")
+    security.add_argument("--sasl-mechanism", metavar="NAME",
+                          help="SCRAM-SHA-512 (default with --username), SCRAM-SHA-256 or PLAIN")
+    security.add_argument("--username", metavar="NAME", help="authenticate as this user (SASL)")
+    security.add_argument(*password_options, dest="password", metavar="PASSWORD", help="the SASL user's password")
+
+
+def client_security(arguments: argparse.Namespace) -> ClientSecurity | None:
+    """The TLS and SASL settings of the common client options (None: plaintext, anonymous)."""
+    if not (arguments.tls or arguments.tls_ca or arguments.tls_cert or arguments.username):
+        return None
+    try:
+        return ClientSecurity.from_options(
+            tls=arguments.tls, tls_ca=arguments.tls_ca, tls_cert=arguments.tls_cert, tls_key=arguments.tls_key,
+            sasl_mechanism=arguments.sasl_mechanism, username=arguments.username, password=arguments.password,
+        )
+    except ValueError as error:
+        raise SystemExit(f"mqbroker: {error}") from None
 
 
 def parse_key_values(pairs: list[str] | None, option: str) -> dict[str, str]:
@@ -49,8 +75,11 @@ def reporting_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
     return wrapper
 
 
-def first_positional(subparsers: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+def first_positional(
+    subparsers: Any, name: str, help_text: str, description: str,
+    password_options: tuple[str, ...] = ("--password", "--sasl-password"),
+) -> argparse.ArgumentParser:
     """A subcommand parser with the client options already added."""
     parser = subparsers.add_parser(name, help=help_text, description=description)
-    add_client_options(parser)
+    add_client_options(parser, password_options)
     return parser

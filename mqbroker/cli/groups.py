@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mqbroker.cli.common import add_client_options, reporting_errors
+from mqbroker.cli.common import add_client_options, client_security, reporting_errors
 from mqbroker.errors import InvalidRequestError, NonEmptyGroupError
 from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -52,7 +52,7 @@ def add_parser(commands: Any) -> None:
 def _list(arguments: argparse.Namespace) -> int:
     from mqbroker.client.group_admin import GroupAdmin
 
-    with GroupAdmin(arguments.bootstrap) as admin:
+    with GroupAdmin(arguments.bootstrap, security=client_security(arguments)) as admin:
         for group_id, state in admin.list_groups():
             print(f"{group_id}\t{state}")
     return 0
@@ -62,7 +62,7 @@ def _describe(arguments: argparse.Namespace) -> int:
     from mqbroker.client import Admin
     from mqbroker.client.group_admin import GroupAdmin
 
-    with GroupAdmin(arguments.bootstrap) as groups, Admin(arguments.bootstrap) as admin:
+    with GroupAdmin(arguments.bootstrap, security=client_security(arguments)) as groups, Admin(arguments.bootstrap, security=client_security(arguments)) as admin:
         info = groups.describe_group(arguments.group)
         committed = groups.committed_offsets(arguments.group)
         owners = {tp: member for member in info.members for tp in member.assignment}
@@ -92,7 +92,7 @@ def _reset(arguments: argparse.Namespace) -> int:
     from mqbroker.client import Admin
     from mqbroker.client.group_admin import GroupAdmin
 
-    with GroupAdmin(arguments.bootstrap) as groups, Admin(arguments.bootstrap) as admin:
+    with GroupAdmin(arguments.bootstrap, security=client_security(arguments)) as groups, Admin(arguments.bootstrap, security=client_security(arguments)) as admin:
         info = groups.describe_group(arguments.group)
         if info.members:
             raise NonEmptyGroupError(f"group {arguments.group!r} has {len(info.members)} active member(s); "
@@ -132,7 +132,7 @@ def _target(arguments: argparse.Namespace, admin: Any, partition: int) -> int:
 def _delete(arguments: argparse.Namespace) -> int:
     from mqbroker.client.group_admin import GroupAdmin
 
-    with GroupAdmin(arguments.bootstrap) as admin:
+    with GroupAdmin(arguments.bootstrap, security=client_security(arguments)) as admin:
         admin.delete_group(arguments.group)
     print(f"deleted group {arguments.group}")
     return 0

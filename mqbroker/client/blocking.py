@@ -40,16 +40,27 @@ from mqbroker.client.group_member import (
 from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, Message, OffsetReset, TopicPartition
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, ProducePlan, RecordMetadata, parse_acks
-from mqbroker.errors import BrokerError, RequestTimedOutError
+from mqbroker.client.security import ClientSecurity
+from mqbroker.errors import BrokerError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.messages import (
+    Acks,
+    AclBinding,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
-    Acks,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     FetchResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     MetadataRequest,
     MetadataResponse,
+    UserUpsertion,
 )
 
 
@@ -63,11 +74,14 @@ T = TypeVar("T")
 class _Cluster:
     """Connections by node id and the metadata view, for one thread's use."""
 
-    def __init__(self, bootstrap: str | Sequence[str], client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self, bootstrap: str | Sequence[str], client_id: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
         addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
         self.bootstrap = [parse_address(address) for address in addresses]
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = security
         self.view = ClusterView()
         self.connections: dict[int, BlockingConnection] = {}
         self._any: BlockingConnection | None = None
@@ -80,7 +94,7 @@ class _Cluster:
         candidates = self.bootstrap + [address for node in self.view.node_ids if (address := self.view.address(node))]
         for host, port in candidates:
             try:
-                self._any = BlockingConnection(host, port, self.client_id, self.timeout_s)
+                self._any = BlockingConnection(host, port, self.client_id, self.timeout_s, self.security)
                 return self._any
             except BrokerUnavailableError as error:
                 errors.append(str(error))
@@ -93,7 +107,7 @@ class _Cluster:
             address = self.view.address(node_id)
             if address is None:
                 raise BrokerUnavailableError(f"broker {node_id} is not in the cluster metadata")
-            connection = BlockingConnection(address[0], address[1], self.client_id, self.timeout_s)
+            connection = BlockingConnection(address[0], address[1], self.client_id, self.timeout_s, self.security)
             self.connections[node_id] = connection
         return connection
 
@@ -181,6 +195,7 @@ class Producer:
         max_block_ms: int = 60_000,
         client_id: str = "mqbroker-producer",
         seed: int | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         parsed_acks = parse_acks(acks)
         if enable_idempotence is None:
@@ -200,7 +215,7 @@ class Producer:
         self._core = ProducerCore(self._config, rng, new_waiter=threading.Event)
         self._sticky = StickyPartitioner(rng)
         self._max_block_s = max_block_ms / 1000
-        self._cluster = _Cluster(bootstrap, client_id, request_timeout_ms / 1000)
+        self._cluster = _Cluster(bootstrap, client_id, request_timeout_ms / 1000, security)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
@@ -490,6 +505,7 @@ class Consumer:
         partition_max_bytes: int = 8 * 1024 * 1024,
         request_timeout_ms: int = 30_000,
         client_id: str = "mqbroker-consumer",
+        security: ClientSecurity | None = None,
     ) -> None:
         if group_id is None and (enable_auto_commit or pattern is not None or group_instance_id is not None):
             raise ValueError("enable_auto_commit, pattern and group_instance_id need a group_id")
@@ -502,7 +518,7 @@ class Consumer:
                 partition_max_bytes=partition_max_bytes,
             )
         )
-        self._cluster = _Cluster(bootstrap, client_id, request_timeout_ms / 1000 + fetch_max_wait_ms / 1000)
+        self._cluster = _Cluster(bootstrap, client_id, request_timeout_ms / 1000 + fetch_max_wait_ms / 1000, security)
         self._admin = _AdminCalls(self._cluster)
         topics = list(topics)
         self._group: GroupMembership | None = None
@@ -514,6 +530,7 @@ class Consumer:
             self._group = GroupMembership(
                 GroupMember(settings, topics), bootstrap=self._cluster.bootstrap, client_id=client_id,
                 request_timeout_s=request_timeout_ms / 1000, pattern=re.compile(pattern) if pattern else None,
+                security=security,
             )
             self._auto_commit = AutoCommit(auto_commit_interval_ms if enable_auto_commit is not False else None, _now_ms())
             self._on_assigned = resolve_callback(on_assigned)
@@ -764,8 +781,9 @@ class Admin:
         *,
         request_timeout_ms: int = 30_000,
         client_id: str = "mqbroker-admin",
+        security: ClientSecurity | None = None,
     ) -> None:
-        self._cluster = _Cluster(bootstrap, client_id, request_timeout_ms / 1000)
+        self._cluster = _Cluster(bootstrap, client_id, request_timeout_ms / 1000, security)
         self._calls = _AdminCalls(self._cluster)
 
     def create_topics(
@@ -802,6 +820,42 @@ class Admin:
     def describe_quorum(self) -> DescribeQuorumResponse:
         """The controller quorum and brokers as one broker sees them."""
         return self._calls.any_broker(DescribeQuorumRequest())  # type: ignore[return-value]
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Store ACLs in the cluster metadata (needs ALTER on the cluster)."""
+        self._calls.any_broker(CreateAclsRequest(creations=tuple(bindings)))
+
+    def delete_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Remove exactly these ACLs."""
+        self._calls.any_broker(DeleteAclsRequest(deletions=tuple(bindings)))
+
+    def describe_acls(self) -> list[AclBinding]:
+        """Every ACL (needs DESCRIBE on the cluster)."""
+        response = self._calls.any_broker(DescribeAclsRequest())
+        assert isinstance(response, DescribeAclsResponse)
+        return list(response.acls)
+
+    def upsert_user(self, name: str, password: str, *, create: bool) -> None:
+        """Create a user (``create``) or change its password; the broker stores only salted SCRAM keys."""
+        self._alter_users(AlterUserScramCredentialsRequest(
+            upsertions=(UserUpsertion(name=name, password=password, create=int(create)),), deletions=()))
+
+    def remove_user(self, name: str) -> None:
+        """Delete a user."""
+        self._alter_users(AlterUserScramCredentialsRequest(upsertions=(), deletions=(name,)))
+
+    def list_users(self) -> list[str]:
+        """Every user name."""
+        response = self._calls.any_broker(DescribeUserScramCredentialsRequest())
+        assert isinstance(response, DescribeUserScramCredentialsResponse)
+        return [user.name for user in response.users]
+
+    def _alter_users(self, request: AlterUserScramCredentialsRequest) -> None:
+        response = self._calls.any_broker(request)
+        assert isinstance(response, AlterUserScramCredentialsResponse)
+        for result in response.results:
+            if result.error_code:
+                raise error_for_code(result.error_code, result.error_message or f"user {result.name!r}: refused")
 
     def metadata(self, topics: Iterable[str] | None = None) -> MetadataResponse:
         """Brokers and partition leaders of ``topics`` (None: every topic); creates nothing."""

@@ -31,6 +31,7 @@ from mqbroker.client.group_member import (
     offset_fetch_request,
     raise_for_commit,
 )
+from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import (
     FindCoordinatorRequest,
@@ -51,12 +52,14 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def coordinator_connection(bootstrap: Sequence[tuple[str, int]], client_id: str, timeout_s: float) -> BlockingConnection:
+def coordinator_connection(
+    bootstrap: Sequence[tuple[str, int]], client_id: str, timeout_s: float, security: ClientSecurity | None = None
+) -> BlockingConnection:
     """Ask a bootstrap broker which broker coordinates groups and connect to it."""
     failures = []
     for host, port in bootstrap:
         try:
-            probe = BlockingConnection(host, port, client_id, timeout_s)
+            probe = BlockingConnection(host, port, client_id, timeout_s, security)
         except BrokerUnavailableError as error:
             failures.append(str(error))
             continue
@@ -65,7 +68,7 @@ def coordinator_connection(bootstrap: Sequence[tuple[str, int]], client_id: str,
         finally:
             probe.close()
         assert isinstance(found, FindCoordinatorResponse)
-        return BlockingConnection(found.host, found.port, client_id, timeout_s)
+        return BlockingConnection(found.host, found.port, client_id, timeout_s, security)
     raise BrokerUnavailableError("no broker reachable to find the group coordinator: " + "; ".join(failures))
 
 
@@ -80,9 +83,10 @@ class GroupMembership:
         client_id: str,
         request_timeout_s: float,
         pattern: re.Pattern[str] | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.member = member
-        self._connect = lambda: coordinator_connection(bootstrap, client_id, request_timeout_s)
+        self._connect = lambda: coordinator_connection(bootstrap, client_id, request_timeout_s, security)
         self._timeout_s = request_timeout_s
         self._pattern = pattern
         self._lock = threading.Lock()

@@ -9,10 +9,17 @@ from __future__ import annotations
 import socket
 import time
 
+from mqbroker.client.security import ClientSecurity, sasl_steps
 from mqbroker.errors import BrokerError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.connection import ClientConnection, ConnectionFailed, ResponseReceived
-from mqbroker.protocols.native.messages import ApiVersionsRequest, ApiVersionsResponse
+from mqbroker.protocols.native.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+)
 
 #: Bytes asked of the kernel per ``recv``: large, since fetch replies carry megabytes.
 _RECEIVE_BYTES = 4 * 1024 * 1024
@@ -35,17 +42,40 @@ def parse_address(address: str) -> tuple[str, int]:
 class BlockingConnection:
     """A socket plus its sans-I/O ``ClientConnection``."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
         try:
             self.socket = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as error:
             raise BrokerUnavailableError(f"cannot connect to broker {host}:{port}: {error}") from error
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None and security.ssl_context is not None:
+            try:  # the server's certificate must name ``host`` (checked by the context)
+                self.socket = security.ssl_context.wrap_socket(self.socket, server_hostname=host)
+            except OSError as error:  # ssl.SSLError included
+                self.socket.close()
+                raise BrokerUnavailableError(f"TLS handshake with {host}:{port} failed: {error}") from error
         self.address = f"{host}:{port}"
         self.codec = ClientConnection(client_id)
         versions = self.request(ApiVersionsRequest(), timeout_s)
         assert isinstance(versions, ApiVersionsResponse)
         self.codec.use_broker_versions(versions)
+        if security is not None and security.sasl_mechanism:
+            self._authenticate(security, timeout_s)
+
+    def _authenticate(self, security: ClientSecurity, timeout_s: float) -> None:
+        """SaslHandshake, then SaslAuthenticate steps until the exchange completes (typed errors on refusal)."""
+        self.request(SaslHandshakeRequest(mechanism=security.sasl_mechanism or ""), timeout_s)
+        steps = sasl_steps(security)
+        message = next(steps)
+        while True:
+            response = self.request(SaslAuthenticateRequest(auth_bytes=message), timeout_s)
+            assert isinstance(response, SaslAuthenticateResponse)
+            try:
+                message = steps.send(response.auth_bytes)
+            except StopIteration:
+                return
 
     def send(self, request: object) -> int:
         """Write ``request``; return its correlation id."""

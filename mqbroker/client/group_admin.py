@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from mqbroker.client.blocking_group import coordinator_connection
 from mqbroker.client.connection import parse_address
 from mqbroker.client.group_member import TopicPartition, raise_for_commit
+from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import error_for_code
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native.messages import (
@@ -51,10 +52,11 @@ class GroupAdmin:
     """Talks to the group coordinator on the caller's thread."""
 
     def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000,
-                 client_id: str = "mqbroker-admin") -> None:
+                 client_id: str = "mqbroker-admin", security: ClientSecurity | None = None) -> None:
         addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
         self._timeout_s = request_timeout_ms / 1000
-        self._connection = coordinator_connection([parse_address(a) for a in addresses], client_id, self._timeout_s)
+        self._connection = coordinator_connection(
+            [parse_address(a) for a in addresses], client_id, self._timeout_s, security)
 
     def _request(self, request: object) -> object:
         return self._connection.request(request, self._timeout_s)

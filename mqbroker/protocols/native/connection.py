@@ -92,6 +92,11 @@ class ServerConnection:
         #: Requests received that still await a reply (the adapter stops reading at a bound).
         self.inflight_requests = 0
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of a request frame received so far but not yet complete."""
+        return self._frames.buffered_bytes
+
     def receive_data(self, data: bytes) -> list[RequestReceived | RequestRejected | ConnectionFailed]:
         """Feed received bytes; return the requests they complete."""
         if self.state is ConnectionState.FAILED:

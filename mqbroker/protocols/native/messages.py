@@ -40,11 +40,16 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
 
 
@@ -973,6 +978,114 @@ class SaslAuthenticateResponse:
 
 
 # ---------------------------------------------------------------------------------------------
+# Security administration: ACLs and users (each needs ALTER, or DESCRIBE to list, on the cluster)
+
+
+@message
+class AclBinding:
+    """One ACL: who (``User:NAME`` or ``User:*``) from where (an IP or ``*``) may or may not do what to which resource."""
+
+    resource_type: str  # topic, group, cluster, transactional_id
+    resource_name: str  # a name, a prefix, or * (every name)
+    pattern_type: str  # literal or prefixed
+    principal: str
+    host: str
+    operation: str  # read, write, create, delete, alter, describe, describe_configs, alter_configs, all
+    permission: str  # allow or deny
+
+
+@message
+class DescribeAclsRequest:
+    """Lists every ACL (clients filter)."""
+
+
+@message
+class DescribeAclsResponse:
+    """Every ACL stored in the cluster metadata."""
+
+    acls: tuple[AclBinding, ...]
+
+
+@message
+class CreateAclsRequest:
+    """Stores ACLs in the cluster metadata (an existing identical ACL is kept)."""
+
+    creations: tuple[AclBinding, ...]
+
+
+@message
+class CreateAclsResponse:
+    """The ACLs are committed (failures travel in the envelope)."""
+
+
+@message
+class DeleteAclsRequest:
+    """Removes exactly these ACLs."""
+
+    deletions: tuple[AclBinding, ...]
+
+
+@message
+class DeleteAclsResponse:
+    """The deletions are committed."""
+
+
+@message
+class DescribeUserScramCredentialsRequest:
+    """Lists the users (never their credentials)."""
+
+
+@message
+class DescribedUser:
+    """One user and the SCRAM mechanisms it has credentials for."""
+
+    name: str
+
+
+@message
+class DescribeUserScramCredentialsResponse:
+    """Every user."""
+
+    users: tuple[DescribedUser, ...]
+
+
+@message
+class UserUpsertion:
+    """Create a user (``create`` 1) or change its password (0); the broker salts and derives the SCRAM keys.
+
+    The password crosses the wire once (use TLS); only derived keys are stored.
+    """
+
+    name: str
+    password: str
+    create: Int8
+
+
+@message
+class AlterUserScramCredentialsRequest:
+    """Creates, re-keys and deletes users."""
+
+    upsertions: tuple[UserUpsertion, ...]
+    deletions: tuple[str, ...]
+
+
+@message
+class AlterUserResult:
+    """Outcome for one user."""
+
+    name: str
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class AlterUserScramCredentialsResponse:
+    """Outcome per user."""
+
+    results: tuple[AlterUserResult, ...]
+
+
+# ---------------------------------------------------------------------------------------------
 # The API table
 
 
@@ -1059,6 +1172,15 @@ APIS: dict[ApiKey, ApiSchema] = {
         request_type=IncrementalAlterConfigsRequest, response_type=IncrementalAlterConfigsResponse
     ),
     ApiKey.DESCRIBE_QUORUM: ApiSchema(request_type=DescribeQuorumRequest, response_type=DescribeQuorumResponse),
+    ApiKey.DESCRIBE_ACLS: ApiSchema(request_type=DescribeAclsRequest, response_type=DescribeAclsResponse),
+    ApiKey.CREATE_ACLS: ApiSchema(request_type=CreateAclsRequest, response_type=CreateAclsResponse),
+    ApiKey.DELETE_ACLS: ApiSchema(request_type=DeleteAclsRequest, response_type=DeleteAclsResponse),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ApiSchema(
+        request_type=DescribeUserScramCredentialsRequest, response_type=DescribeUserScramCredentialsResponse
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSchema(
+        request_type=AlterUserScramCredentialsRequest, response_type=AlterUserScramCredentialsResponse
+    ),
 }
 
 #: The API key of each request type (the codec derives a request's key from its type).

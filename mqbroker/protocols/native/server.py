@@ -26,6 +26,7 @@ from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
+from mqbroker.protocols.native.security import SECURITY_APIS, ConnectionSecurity
 from mqbroker.protocols.native.connection import (
     ConnectionFailed,
     RequestReceived,
@@ -62,7 +63,8 @@ async def _settle(deferred: Deferred[Any]) -> tuple[Any, BaseException | None]:
 async def handle_api_versions(broker: IBroker, principal: Principal, request: m.ApiVersionsRequest) -> Any:
     """List the APIs this server answers (only those with a handler)."""
     advertised = supported_api_versions()
-    return m.ApiVersionsResponse(api_keys=tuple(r for r in advertised.api_keys if r.api_key in HANDLERS))
+    served = HANDLERS.keys() | SECURITY_APIS
+    return m.ApiVersionsResponse(api_keys=tuple(r for r in advertised.api_keys if r.api_key in served))
 
 
 async def handle_metadata(broker: IBroker, principal: Principal, request: m.MetadataRequest) -> Any:
@@ -457,18 +459,32 @@ class NativeSession:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, frame_bytes_max: int, latency: Any = None) -> None:
+    def __init__(
+        self, broker: IBroker, frame_bytes_max: int, latency: Any = None, security: Any = None, clock: Any = None
+    ) -> None:
         self._broker = broker
         self._codec = ServerConnection(frame_bytes_max)
         self._latency = latency
         self._connection: ConnectionHandle | None = None
         self._principal = ANONYMOUS
         self._closed = False
+        self._services = security  # a SecurityServices, or None: everyone is anonymous
+        self._security: ConnectionSecurity | None = None
+        self._clock = clock
+        self._throttled = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete request (the adapter closes a connection that trickles one)."""
+        return self._codec.buffered_bytes
 
     def connection_made(self, connection: ConnectionHandle) -> None:
         self._connection = connection
         # The peer's host goes into the principal: host-based ACLs and `groups describe` show it.
-        self._principal = dataclasses.replace(self._principal, host=connection.peer.rpartition(":")[0])
+        host = connection.peer.rpartition(":")[0]
+        self._principal = dataclasses.replace(self._principal, host=host)
+        if self._services is not None:
+            self._security = ConnectionSecurity(self._services, connection.secure, host, connection.peer_certificate)
 
     def connection_lost(self, reason: Failure) -> None:
         self._closed = True
@@ -491,26 +507,59 @@ class NativeSession:
         self._connection.close()
 
     def _start(self, header: RequestHeader, request: Any) -> None:
-        handler = HANDLERS.get(m.ApiKey(header.api_key))
+        api_key = m.ApiKey(header.api_key)
+        principal = self._principal
+        if self._security is not None:
+            try:
+                principal = self._security.require_principal(api_key) or principal
+            except errors.BrokerError as error:
+                self._write(self._codec.reply_error(header, error))
+                return
+        handler = HANDLERS.get(api_key)
+        if self._security is not None and api_key in SECURITY_APIS:
+            handler = lambda broker, principal, request: self._security.handle(principal, request)  # noqa: E731
         if handler is None:
-            error = errors.UnknownApiKeyError(
-                f"API {m.ApiKey(header.api_key).name} is not served by this broker version"
-            )
+            error = errors.UnknownApiKeyError(f"API {api_key.name} is not served by this broker version")
             self._write(self._codec.reply_error(header, error))
             return
         started = time.perf_counter()
         _client_id.set(header.client_id)
-        answered = Deferred.fromCoroutine(handler(self._broker, self._principal, request))
+        answered = Deferred.fromCoroutine(handler(self._broker, principal, request))
         if header.api_key == m.ApiKey.PRODUCE and request.acks == 0:
+            answered.addCallback(self._throttle_then, principal, header, request, None, lambda: None)
             answered.addErrback(self._log_unexpected, header)
             return  # acks=0: the client expects no response
-        answered.addCallbacks(self._reply, self._reply_failure, callbackArgs=(header, started), errbackArgs=(header,))
+        answered.addCallbacks(self._reply, self._reply_failure, callbackArgs=(header, started, principal, request),
+                              errbackArgs=(header,))
 
-    def _reply(self, response: Any, header: RequestHeader, started: float) -> None:
+    def _reply(self, response: Any, header: RequestHeader, started: float, principal: Principal, request: Any) -> None:
         if self._latency is not None:
             self._latency.labels("native", m.ApiKey(header.api_key).name.lower()).observe(time.perf_counter() - started)
-        self._write(self._codec.reply(header, response))
+        if self._security is not None:
+            response = self._security.advertise(response)
+        frame = self._codec.reply(header, response)
+        self._throttle_then(response, principal, header, request, response, lambda: self._write(frame))
+
+    def _throttle_then(self, _: Any, principal: Principal, header: RequestHeader, request: Any, response: Any,
+                       send: Any) -> None:
+        """Quotas: over its byte rate, a client's reply waits and its connection is not read meanwhile."""
+        delay_ms = 0
+        if self._security is not None and self._clock is not None:
+            now_ms = int(self._clock.seconds() * 1000)
+            delay_ms = self._security.throttle_ms(principal, header.client_id, request, response, now_ms)
+        if delay_ms <= 0:
+            send()
+            self._apply_backpressure()
+            return
+        self._throttled = True
         self._apply_backpressure()
+
+        def release() -> None:
+            self._throttled = False
+            send()
+            self._apply_backpressure()
+
+        self._clock.callLater(delay_ms / 1000.0, release)
 
     def _reply_failure(self, failure: Failure, header: RequestHeader) -> None:
         if failure.check(errors.BrokerError):
@@ -532,7 +581,7 @@ class NativeSession:
         """Stop reading requests while too many are in flight for this connection."""
         if self._connection is None:
             return
-        if self._codec.inflight_requests >= limits.native_inflight_requests_max:
+        if self._throttled or self._codec.inflight_requests >= limits.native_inflight_requests_max:
             self._connection.pause_reading()
         else:
             self._connection.resume_reading()
@@ -543,10 +592,12 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     config = context.config
     latency = context.metrics.request_latency if context.metrics is not None else None
     gauge = context.metrics.connections.labels("native") if context.metrics is not None else None
+    security = getattr(context, "security", None)
     return SessionFactory(
-        lambda address: NativeSession(broker, config.native_frame_bytes_max, latency),
+        lambda address: NativeSession(broker, config.native_frame_bytes_max, latency, security, context.reactor),
         idle_timeout_s=config.connection_idle_ms / 1000.0,
         metrics_gauge=gauge,
+        frame_timeout_s=getattr(context, "frame_timeout_s", None),
     )
 
 

@@ -1,0 +1,145 @@
+"""``mqbroker users`` and ``mqbroker acls``: manage users and ACLs in the cluster metadata."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+from typing import Any
+
+from mqbroker.acl import WILDCARD
+from mqbroker.cli.common import client_security, first_positional, reporting_errors
+from mqbroker.client.blocking import Admin
+from mqbroker.protocols.native.messages import AclBinding
+from mqbroker.security_service import CLUSTER_RESOURCE
+
+OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs", "all")
+
+
+def add_parsers(commands: Any) -> None:
+    """Register ``users`` and ``acls``."""
+    users = commands.add_parser("users", help="manage users (salted SCRAM credentials in cluster metadata)",
+                                description="Manage users. Passwords are stored only as salted SCRAM keys.")
+    actions = users.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_text in (("add", "create a user"), ("passwd", "change a user's password")):
+        parser = first_positional(actions, name, help_text, help_text[0].upper() + help_text[1:] + ".",
+                                  password_options=("--sasl-password",))
+        parser.add_argument("name", help="user name (the principal is User:NAME)")
+        parser.add_argument("--password", dest="user_password", metavar="P",
+                            help="the user's password (asked for when missing); authenticate with --sasl-password")
+        parser.set_defaults(run=_upsert_user, create=name == "add")
+    remove = first_positional(actions, "remove", "delete a user", "Delete a user.")
+    remove.add_argument("name")
+    remove.set_defaults(run=_remove_user)
+    listing = first_positional(actions, "list", "list users", "List every user.")
+    listing.set_defaults(run=_list_users)
+
+    acls = commands.add_parser("acls", help="manage ACLs (who may do what to which resource)",
+                               description="Manage ACLs; deny wins over allow. See docs/security.md.")
+    acl_actions = acls.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_text, run in (("add", "add an ACL", _add_acl), ("remove", "remove an ACL", _remove_acl)):
+        parser = first_positional(acl_actions, name, help_text, help_text[0].upper() + help_text[1:] + ".")
+        _add_acl_options(parser)
+        parser.set_defaults(run=run)
+    listing = first_positional(acl_actions, "list", "list ACLs", "List ACLs (optionally of one resource).")
+    listing.add_argument("--topic")
+    listing.add_argument("--group")
+    listing.add_argument("--principal")
+    listing.set_defaults(run=_list_acls)
+
+
+def _add_acl_options(parser: argparse.ArgumentParser) -> None:
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--allow", metavar="PRINCIPAL", help="allow PRINCIPAL (User:NAME or User:*)")
+    who.add_argument("--deny", metavar="PRINCIPAL", help="deny PRINCIPAL (deny wins over any allow)")
+    parser.add_argument("--operation", "-o", required=True, choices=OPERATIONS)
+    parser.add_argument("--host", default=WILDCARD, help="client IP address [default: * (any)]")
+    resource = parser.add_mutually_exclusive_group(required=True)
+    resource.add_argument("--topic", metavar="NAME", help="a topic (or * for every topic)")
+    resource.add_argument("--group", metavar="NAME", help="a consumer group (or *)")
+    resource.add_argument("--transactional-id", metavar="ID")
+    resource.add_argument("--cluster", action="store_true", help="the cluster (create topics, admin)")
+    parser.add_argument("--prefixed", action="store_true", help="NAME is a prefix: every resource starting with it")
+
+
+def _binding(arguments: argparse.Namespace) -> AclBinding:
+    if arguments.topic is not None:
+        resource_type, name = "topic", arguments.topic
+    elif arguments.group is not None:
+        resource_type, name = "group", arguments.group
+    elif arguments.transactional_id is not None:
+        resource_type, name = "transactional_id", arguments.transactional_id
+    else:
+        resource_type, name = "cluster", CLUSTER_RESOURCE
+    return AclBinding(
+        resource_type=resource_type, resource_name=name, pattern_type="prefixed" if arguments.prefixed else "literal",
+        principal=arguments.allow or arguments.deny, host=arguments.host, operation=arguments.operation,
+        permission="allow" if arguments.allow else "deny",
+    )
+
+
+def _admin(arguments: argparse.Namespace) -> Admin:
+    return Admin(arguments.bootstrap, security=client_security(arguments))
+
+
+def _describe(binding: AclBinding) -> str:
+    pattern = " (prefixed)" if binding.pattern_type == "prefixed" else ""
+    return (f"{binding.permission:5} {binding.principal:20} {binding.operation:16} "
+            f"{binding.resource_type}:{binding.resource_name}{pattern}  host={binding.host}")
+
+
+@reporting_errors
+def _upsert_user(arguments: argparse.Namespace) -> int:
+    password = arguments.user_password or getpass.getpass(f"password for {arguments.name}: ")
+    with _admin(arguments) as admin:
+        admin.upsert_user(arguments.name, password, create=arguments.create)
+    print(f"user {arguments.name} {'created' if arguments.create else 'updated'}")
+    return 0
+
+
+@reporting_errors
+def _remove_user(arguments: argparse.Namespace) -> int:
+    with _admin(arguments) as admin:
+        admin.remove_user(arguments.name)
+    print(f"user {arguments.name} removed")
+    return 0
+
+
+@reporting_errors
+def _list_users(arguments: argparse.Namespace) -> int:
+    with _admin(arguments) as admin:
+        for name in admin.list_users():
+            print(name)
+    return 0
+
+
+@reporting_errors
+def _add_acl(arguments: argparse.Namespace) -> int:
+    binding = _binding(arguments)
+    with _admin(arguments) as admin:
+        admin.create_acls([binding])
+    print(f"added: {_describe(binding)}")
+    return 0
+
+
+@reporting_errors
+def _remove_acl(arguments: argparse.Namespace) -> int:
+    binding = _binding(arguments)
+    with _admin(arguments) as admin:
+        admin.delete_acls([binding])
+    print(f"removed: {_describe(binding)}")
+    return 0
+
+
+@reporting_errors
+def _list_acls(arguments: argparse.Namespace) -> int:
+    with _admin(arguments) as admin:
+        bindings = admin.describe_acls()
+    for binding in bindings:
+        if arguments.topic is not None and (binding.resource_type, binding.resource_name) != ("topic", arguments.topic):
+            continue
+        if arguments.group is not None and (binding.resource_type, binding.resource_name) != ("group", arguments.group):
+            continue
+        if arguments.principal is not None and binding.principal != arguments.principal:
+            continue
+        print(_describe(binding))
+    return 0

@@ -1,0 +1,174 @@
+"""Native protocol security: who a connection is (certificate, SASL or anonymous), the SASL APIs,
+the user and ACL admin APIs, and byte-rate quotas.
+
+A connection's principal comes from, in order: a SASL exchange (SaslHandshake then
+SaslAuthenticate steps), the verified client certificate (mutual TLS), or anonymous access if
+the broker allows it. Until it has one, only ApiVersions and the SASL APIs are answered; every
+other request fails with SASL_AUTHENTICATION_FAILED.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mqbroker import errors
+from mqbroker.acl import Acl, PatternType, Permission, parse_operation
+from mqbroker.interfaces import ISaslExchange
+from mqbroker.model import Principal, ResourceType
+from mqbroker.protocols.native import messages as m
+from mqbroker.quotas import QuotaKind
+from mqbroker.security_service import SecurityServices, audit_authentication_failure
+
+#: APIs a connection may use before it is authenticated.
+UNAUTHENTICATED_APIS = frozenset({m.ApiKey.API_VERSIONS, m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE})
+#: APIs answered here rather than by the broker.
+SECURITY_APIS = frozenset({
+    m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE, m.ApiKey.DESCRIBE_ACLS, m.ApiKey.CREATE_ACLS,
+    m.ApiKey.DELETE_ACLS, m.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+})
+
+
+def acl_of(binding: m.AclBinding) -> Acl:
+    """The ACL a wire binding describes; InvalidRequestError for unknown names."""
+    try:
+        return Acl(
+            principal=binding.principal, host=binding.host, resource_type=ResourceType(binding.resource_type),
+            resource_name=binding.resource_name, pattern_type=PatternType(binding.pattern_type),
+            operation=parse_operation(binding.operation), permission=Permission(binding.permission),
+        )
+    except ValueError as error:
+        raise errors.InvalidRequestError(f"invalid ACL: {error}") from None
+
+
+def binding_of(acl: Acl) -> m.AclBinding:
+    """The wire form of an ACL."""
+    return m.AclBinding(**acl.to_json())
+
+
+class ConnectionSecurity:
+    """One native connection's authentication state and its security APIs."""
+
+    def __init__(self, services: SecurityServices, secure: bool, host: str, peer_certificate: Any) -> None:
+        self._services = services
+        self._secure = secure
+        self._host = host
+        self._peer_certificate = peer_certificate
+        self._principal: Principal | None = None
+        self._checked_certificate = False
+        self._exchange: ISaslExchange | None = None
+
+    def principal(self) -> Principal | None:
+        """Who this connection is so far (None: it must authenticate first)."""
+        if self._principal is None and not self._checked_certificate:
+            self._checked_certificate = True
+            identity = self._peer_certificate()
+            try:
+                if identity is not None:
+                    self._principal = self._services.authenticator.authenticate_certificate(
+                        identity.subject, identity.alternative_names, self._host)
+                else:
+                    self._principal = self._services.authenticator.anonymous(self._host)
+            except errors.SaslAuthenticationError:
+                self._principal = None  # SASL may still authenticate this connection
+        return self._principal
+
+    def require_principal(self, api_key: m.ApiKey) -> Principal | None:
+        """The principal for a request to ``api_key``; SaslAuthenticationError if it needs one and there is none."""
+        principal = self.principal()
+        if principal is None and api_key not in UNAUTHENTICATED_APIS:
+            audit_authentication_failure("native", self._host, "", f"{api_key.name} before authenticating")
+            raise errors.SaslAuthenticationError(
+                "authenticate first: this broker does not allow anonymous access (use SASL or a client certificate)")
+        return principal
+
+    # ---- SASL ----------------------------------------------------------------------------------
+
+    def handshake(self, request: m.SaslHandshakeRequest) -> m.SaslHandshakeResponse:
+        """Start an exchange with the chosen mechanism."""
+        self._exchange = self._services.authenticator.start(request.mechanism, self._secure, self._host)
+        return m.SaslHandshakeResponse(mechanisms=tuple(self._services.authenticator.mechanisms(self._secure)))
+
+    def authenticate(self, request: m.SaslAuthenticateRequest) -> m.SaslAuthenticateResponse:
+        """One step of the exchange; on completion the connection takes the exchange's principal."""
+        if self._exchange is None:
+            raise errors.IllegalSaslStateError("SaslAuthenticate before SaslHandshake")
+        exchange = self._exchange
+        try:
+            reply = exchange.respond(request.auth_bytes)
+        except errors.BrokerError as error:
+            self._exchange = None
+            audit_authentication_failure("native", self._host, "", error.message)
+            raise
+        if exchange.complete:
+            self._principal = exchange.principal
+            self._exchange = None
+        return m.SaslAuthenticateResponse(auth_bytes=reply)
+
+    # ---- admin ---------------------------------------------------------------------------------
+
+    async def handle(self, principal: Principal, request: Any) -> Any:
+        """Answer one of ``SECURITY_APIS``."""
+        services = self._services
+        if isinstance(request, m.SaslHandshakeRequest):
+            return self.handshake(request)
+        if isinstance(request, m.SaslAuthenticateRequest):
+            return self.authenticate(request)
+        if isinstance(request, m.DescribeAclsRequest):
+            return m.DescribeAclsResponse(acls=tuple(binding_of(acl) for acl in services.list_acls(principal)))
+        if isinstance(request, m.CreateAclsRequest):
+            await services.add_acls(principal, [acl_of(binding) for binding in request.creations])
+            return m.CreateAclsResponse()
+        if isinstance(request, m.DeleteAclsRequest):
+            await services.remove_acls(principal, [acl_of(binding) for binding in request.deletions])
+            return m.DeleteAclsResponse()
+        if isinstance(request, m.DescribeUserScramCredentialsRequest):
+            return m.DescribeUserScramCredentialsResponse(
+                users=tuple(m.DescribedUser(name=name) for name in services.list_users(principal)))
+        assert isinstance(request, m.AlterUserScramCredentialsRequest), request
+        return await self._alter_users(principal, request)
+
+    async def _alter_users(self, principal: Principal, request: m.AlterUserScramCredentialsRequest) -> Any:
+        results = []
+        changes: list[tuple[str, Any]] = [
+            (upsertion.name, lambda u=upsertion: self._services.upsert_user(principal, u.name, u.password, bool(u.create)))
+            for upsertion in request.upsertions
+        ] + [(name, lambda n=name: self._services.remove_user(principal, n)) for name in request.deletions]
+        for name, change in changes:
+            try:
+                await change()
+                code, message = 0, None
+            except errors.BrokerError as error:
+                code, message = int(error.code), error.message
+            results.append(m.AlterUserResult(name=name, error_code=code, error_message=message))
+        return m.AlterUserScramCredentialsResponse(results=tuple(results))
+
+    # ---- TLS listeners in metadata --------------------------------------------------------------
+
+    def advertise(self, response: Any) -> Any:
+        """On a TLS connection, brokers are advertised at their TLS ports: each broker's native port
+        plus this broker's ``native_tls_port - native_port`` (the same offset on every broker)."""
+        config = self._services.config
+        if not self._secure or not isinstance(response, (m.MetadataResponse, m.FindCoordinatorResponse)):
+            return response
+        offset = config.native_tls_port - config.native_port
+        if isinstance(response, m.FindCoordinatorResponse):
+            return dataclasses.replace(response, port=response.port + offset)
+        brokers = tuple(dataclasses.replace(broker, port=broker.port + offset) for broker in response.brokers)
+        return dataclasses.replace(response, brokers=brokers)
+
+    # ---- quotas --------------------------------------------------------------------------------
+
+    def throttle_ms(self, principal: Principal, client_id: str, request: Any, response: Any, now_ms: int) -> int:
+        """Record a produce or fetch's bytes; how long to hold the reply and the connection."""
+        if not self._services.quotas_enabled:
+            return 0
+        if isinstance(request, m.ProduceRequest):
+            kind = QuotaKind.PRODUCE
+            byte_count = sum(len(p.records or b"") for topic in request.topics for p in topic.partitions)
+        elif isinstance(response, m.FetchResponse):
+            kind = QuotaKind.FETCH
+            byte_count = sum(len(p.records or b"") for topic in response.topics for p in topic.partitions)
+        else:
+            return 0
+        return self._services.quotas.record(kind, str(principal), client_id, byte_count, now_ms)
