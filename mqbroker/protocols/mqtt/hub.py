@@ -40,7 +40,7 @@ from mqbroker.storage.records import BatchBuilder, Record, decode_records, iter_
 RETAINED_TOPIC = "__mqtt_retained"
 SESSIONS_TOPIC = "__mqtt_sessions"
 #: Who the front end is when it reads and writes its own topics.
-FRONT_END_PRINCIPAL = Principal("User", "mqbroker-mqtt")
+FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can authenticate as it
 SYS_INTERVAL_S = 10.0
 FETCH_WAIT_MS = 500
 FETCH_BYTES_MAX = 1024 * 1024

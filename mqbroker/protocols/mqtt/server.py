@@ -26,6 +26,7 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.mqtt import hub as hub_module
+from mqbroker.protocols.mqtt import security as mqtt_security
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -61,8 +62,9 @@ class MqttConnection:
 
     log = Logger()
 
-    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any) -> None:
+    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any, security: Any = None) -> None:
         self.hub = hub
+        self._security = security  # a SecurityServices, or None: every client is let in under its username
         self.session = MqttSession(config=config, mapping=hub.mapping, generate_client_id=generate_client_id)
         self.client_id = ""
         self.principal: Principal = ANONYMOUS
@@ -84,6 +86,11 @@ class MqttConnection:
         """Start the CONNECT timeout."""
         self._connection = connection
         self._connect_timer = self.hub.reactor.callLater(CONNECT_TIMEOUT_S, self._connect_timed_out)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete packet (the adapter closes a connection that trickles one)."""
+        return self.session.buffered_bytes
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client."""
@@ -198,7 +205,8 @@ class MqttConnection:
             elif isinstance(action, OpenSession):
                 self._open(action)
             elif isinstance(action, Retain):
-                self.hub.retain(action)
+                if mqtt_security.may_publish(self, action.topic):
+                    self.hub.retain(action)
             elif isinstance(action, AddSubscription):
                 self.hub.registry.add(action.client_id, action.subscription)
                 if action.send_retained:
@@ -277,7 +285,13 @@ class MqttConnection:
 
     def _open(self, action: OpenSession) -> None:
         self.client_id = action.client_id
-        self.principal = Principal("User", action.username) if action.username else ANONYMOUS
+        if self._security is None:
+            self.principal = Principal("User", action.username) if action.username else ANONYMOUS
+        else:
+            refusal = mqtt_security.authenticate(self, action)
+            if refusal is not None:
+                self._run(self.session.connect_refused(refusal, self.hub.now_ms()))
+                return
         opening = Deferred.fromCoroutine(self.hub.open_session(self, action.clean_start))
         opening.addCallbacks(self._opened, self._open_failed)
 
@@ -444,6 +458,6 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
     return SessionFactory(
-        lambda address: MqttConnection(hub, config, generate_client_id), idle_timeout_s=None, metrics_gauge=gauge,
-        no_delay=True,
+        lambda address: MqttConnection(hub, config, generate_client_id, context.security),
+        idle_timeout_s=None, metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
     )

@@ -191,6 +191,11 @@ class MqttSession:
 
     # ------------------------------------------------------------------ entry points
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of a packet received so far but not yet complete."""
+        return self._decoder.buffered_bytes
+
     def receive_data(self, data: bytes, now_ms: int) -> list[Action]:
         """Bytes from the client."""
         if self.state in _TERMINAL:
