@@ -34,6 +34,9 @@ amqp_message_bytes_max = 64 * 1024 * 1024
 amqp_handshake_ms_max = 10_000
 #: AMQP: how long the broker waits for close-ok after sending connection.close.
 amqp_close_ok_wait_ms_max = 3_000
+#: AMQP: body bytes one connection may have published and not yet stored; past it the broker
+#: stops reading the socket and sends connection.blocked until half of it is stored.
+amqp_unstored_publish_bytes_max = 32 * 1024 * 1024
 #: Largest MQTT packet the broker accepts (advertised as Maximum Packet Size in CONNACK).
 mqtt_packet_bytes_max = 1024 * 1024
 #: QoS 1/2 messages one MQTT session holds in memory waiting for the client's in-flight window.
