@@ -1,6 +1,6 @@
 """MQTT benchmark with paho-mqtt against mqbroker and a local Mosquitto, in the same run.
 
-Usage: ``python benchmarks/mqtt_bench.py [--messages 20000] [--connections 10000] [--json]``.
+Usage: ``python benchmarks/mqtt_bench.py [--messages 20000] [--connections 10000] [--rounds 3] [--json]``.
 Starts mqbroker (``twistd mqbroker`` on free ports, a temporary data directory) and Debian's
 ``mosquitto`` (a temporary config on a free port), then measures for each, with 100-byte payloads:
 
@@ -10,6 +10,10 @@ Starts mqbroker (``twistd mqbroker`` on free ports, a temporary data directory) 
 * publish-to-delivery latency p50/p99 at QoS 1 with the publisher paced at 5,000 msg/s;
 * broker memory per idle connection: RSS delta (``/proc/<pid>/status``) over ``--connections``
   raw CONNECTs (mqbroker only, and Mosquitto for comparison).
+
+Both brokers run side by side; each throughput and latency measurement runs on one and then the
+other, ``--rounds`` times, and the report shows medians (a shared machine's load swings by 2x
+within a minute, so single runs of one broker after the other compare different machines).
 """
 
 from __future__ import annotations
@@ -251,36 +255,51 @@ def idle_connection_memory(port: int, pid: int, count: int) -> dict[str, float]:
     return {"connections": answered, "kib_per_connection": (after - before) / max(answered, 1)}
 
 
-def measure(name: str, port: int, pid: int, arguments: argparse.Namespace) -> dict[str, Any]:
-    """Every figure for one broker."""
-    print(f"-- {name}", file=sys.stderr)
-    return {
-        "publish_qos0": publish_throughput(port, 0, arguments.messages),
-        "publish_qos1": publish_throughput(port, 1, arguments.messages),
-        "fan_out_qos0": fan_out(port, arguments.messages // FAN_OUT_SUBSCRIBERS),
-        "latency_qos1": latency(port),
-        "idle_connection": idle_connection_memory(port, pid, arguments.connections),
-    }
+#: What is measured in every round, on both brokers back to back (so both see the same machine load).
+ROUND_MEASUREMENTS: dict[str, Any] = {
+    "publish_qos0": lambda port, arguments: publish_throughput(port, 0, arguments.messages),
+    "publish_qos1": lambda port, arguments: publish_throughput(port, 1, arguments.messages),
+    "fan_out_qos0": lambda port, arguments: fan_out(port, arguments.messages // FAN_OUT_SUBSCRIBERS),
+    "latency_qos1": lambda port, arguments: latency(port),
+}
+ROWS = [
+    ("publish QoS 0 msg/s", "publish_qos0", "messages_per_s"),
+    ("publish QoS 0 MB/s", "publish_qos0", "mb_per_s"),
+    ("publish QoS 1 msg/s", "publish_qos1", "messages_per_s"),
+    ("publish QoS 1 MB/s", "publish_qos1", "mb_per_s"),
+    ("fan-out x10 deliveries/s", "fan_out_qos0", "deliveries_per_s"),
+    ("latency QoS 1 p50 ms", "latency_qos1", "p50_ms"),
+    ("latency QoS 1 p99 ms", "latency_qos1", "p99_ms"),
+    ("KiB per idle connection", "idle_connection", "kib_per_connection"),
+]
 
 
-def report(results: dict[str, dict[str, Any]]) -> None:
-    """Print both brokers' figures side by side with mqbroker / mosquitto."""
-    ours, theirs = results["mqbroker"], results["mosquitto"]
-    rows = [
-        ("publish QoS 0 msg/s", ours["publish_qos0"]["messages_per_s"], theirs["publish_qos0"]["messages_per_s"]),
-        ("publish QoS 0 MB/s", ours["publish_qos0"]["mb_per_s"], theirs["publish_qos0"]["mb_per_s"]),
-        ("publish QoS 1 msg/s", ours["publish_qos1"]["messages_per_s"], theirs["publish_qos1"]["messages_per_s"]),
-        ("publish QoS 1 MB/s", ours["publish_qos1"]["mb_per_s"], theirs["publish_qos1"]["mb_per_s"]),
-        ("fan-out x10 deliveries/s", ours["fan_out_qos0"]["deliveries_per_s"], theirs["fan_out_qos0"]["deliveries_per_s"]),
-        ("latency QoS 1 p50 ms", ours["latency_qos1"]["p50_ms"], theirs["latency_qos1"]["p50_ms"]),
-        ("latency QoS 1 p99 ms", ours["latency_qos1"]["p99_ms"], theirs["latency_qos1"]["p99_ms"]),
-        ("KiB per idle connection", ours["idle_connection"]["kib_per_connection"],
-         theirs["idle_connection"]["kib_per_connection"]),
-    ]
+def measure_rounds(brokers: dict[str, tuple[int, int]], arguments: argparse.Namespace) -> dict[str, dict[str, list[Any]]]:
+    """Every figure ``--rounds`` times, each measurement on every broker back to back; idle memory once."""
+    samples: dict[str, dict[str, list[Any]]] = {name: {} for name in brokers}
+    for number in range(arguments.rounds):
+        for measurement, run in ROUND_MEASUREMENTS.items():
+            for name, (port, _) in brokers.items():
+                print(f"-- round {number + 1}: {measurement} on {name}", file=sys.stderr)
+                samples[name].setdefault(measurement, []).append(run(port, arguments))
+    for name, (port, pid) in brokers.items():
+        print(f"-- idle connections on {name}", file=sys.stderr)
+        samples[name]["idle_connection"] = [idle_connection_memory(port, pid, arguments.connections)]
+    return samples
+
+
+def report(samples: dict[str, dict[str, list[Any]]]) -> None:
+    """Medians over the rounds side by side; the ratio is the median of the per-round mqbroker / mosquitto ratios."""
+    ours, theirs = samples["mqbroker"], samples["mosquitto"]
+    rounds = len(ours["publish_qos0"])
+    print(f"medians of {rounds} round(s)")
     print(f"{'':28}{'mqbroker':>14}{'mosquitto':>14}{'ratio':>9}")
-    for label, mine, reference in rows:
-        ratio = mine / reference if reference else float("nan")
-        print(f"{label:28}{mine:14.2f}{reference:14.2f}{ratio:9.2f}")
+    for label, measurement, figure in ROWS:
+        mine = [sample[figure] for sample in ours[measurement]]
+        reference = [sample[figure] for sample in theirs[measurement]]
+        ratios = [a / b if b else float("nan") for a, b in zip(mine, reference)]
+        print(f"{label:28}{statistics.median(mine):14.2f}{statistics.median(reference):14.2f}"
+              f"{statistics.median(ratios):9.2f}")
 
 
 def main() -> None:
@@ -288,22 +307,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--connections", type=int, default=10_000)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--rounds", type=int, default=3, help="repetitions of the throughput and latency figures")
+    parser.add_argument("--json", action="store_true", help="print every sample as JSON")
     arguments = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     arguments.connections = min(arguments.connections, hard - 200)
-    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as directory:
         work = pathlib.Path(directory)
-        with mqbroker_process(work) as (port, pid):
-            results["mqbroker"] = measure("mqbroker", port, pid, arguments)
-        with mosquitto_process(work) as (port, pid):
-            results["mosquitto"] = measure("mosquitto", port, pid, arguments)
+        with mqbroker_process(work) as ours, mosquitto_process(work) as theirs:
+            samples = measure_rounds({"mqbroker": ours, "mosquitto": theirs}, arguments)
     if arguments.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps(samples, indent=2))
     else:
-        report(results)
+        report(samples)
 
 
 if __name__ == "__main__":
