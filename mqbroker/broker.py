@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqbroker import errors
-from mqbroker.catalog import (
+from mqbroker.topic_config import (
     BROKER_TOPIC_CONFIG_DEFAULTS,
     PRODUCER_ID_BLOCK_SIZE,
     log_config_for,

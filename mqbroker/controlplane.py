@@ -5,7 +5,7 @@ Raft leader when this broker is not it); every broker applies the committed reco
 ``MetadataImage`` and serves metadata from it. A broker with no ``controller_quorum`` is a
 quorum of one, on the same code path. The control plane also registers this broker,
 heartbeats for it, fences brokers whose session expired (while it leads), keeps the local
-partition logs in step with the image, and once imports a single-broker ``topic-catalog.json``.
+partition logs in step with the image.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twisted.application.service import MultiService
-from twisted.internet.defer import Deferred, fail, gatherResults, inlineCallbacks, succeed
+from twisted.internet.defer import Deferred, fail, inlineCallbacks, succeed
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.interfaces import IStreamServerEndpoint
 from twisted.internet.task import LoopingCall
@@ -25,7 +25,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors
-from mqbroker.catalog import TopicCatalog, log_config_for
+from mqbroker.topic_config import log_config_for
 from mqbroker.config import BrokerConfig, ConfigError
 from mqbroker.controller import (
     BrokerSessions,
@@ -63,7 +63,6 @@ from mqbroker.storage.manager import LogManager
 
 #: The Raft log's directory under the data directory (not a partition name: no "-N" suffix).
 RAFT_DIRECTORY = "controller-raft"
-LEGACY_CATALOG_FILE = "topic-catalog.json"
 CONTROLLER_TICK_MS = 50
 CONTROLLER_ELECTION_TICKS = 10
 REGISTRATION_RETRY_MS = 200
@@ -216,7 +215,6 @@ class ControlPlane(MultiService):
         self._sync_local_partitions(self.image)
         self.partitions_changed(self.image)
         self._heartbeats.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
-        self._import_legacy_catalog()
         waiters, self._caught_up_waiters = self._caught_up_waiters, []
         for waiter in waiters:
             waiter.callback(None)
@@ -453,26 +451,6 @@ class ControlPlane(MultiService):
             if topic == name and (topic, partition) not in keep:
                 self.partition_removed(topic, partition)
                 self._logs.delete(topic, partition)
-
-    def _import_legacy_catalog(self) -> None:
-        """Once: a single broker's topic-catalog.json becomes records (if the image has no topics)."""
-        path = self._data_dir / LEGACY_CATALOG_FILE
-        if not path.exists():
-            return
-        if self.image.topics:
-            self.log.warn("{path} ignored: the metadata image already has topics", path=str(path))
-            return
-        catalog = TopicCatalog.from_bytes(path.read_bytes())
-        records: list[Record] = [
-            CreateTopic(name=t.name, assignment=(self.node_id,) * t.partitions, configs=dict(t.configs))
-            for t in catalog.topics.values()
-        ]
-        records.append(AllocateProducerIds(count=0, minimum=catalog.producer_id_block_end))
-        imported = [self._propose(record) for record in records]
-        done = gatherResults(imported, consumeErrors=True)
-        done.addCallback(lambda _: path.rename(path.with_suffix(".json.imported")))
-        done.addCallback(lambda _: self.log.info("imported {count} topic(s) from {path}", count=len(catalog.topics),
-                                                 path=str(path)))
 
 
 def _as_not_controller(failure: Failure) -> Failure:

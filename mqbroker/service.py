@@ -22,7 +22,7 @@ from twisted.python.threadpool import ThreadPool
 
 from mqbroker import __version__
 from mqbroker.broker import Broker
-from mqbroker.catalog import log_config_for
+from mqbroker.topic_config import log_config_for
 from mqbroker.config import BrokerConfig
 from mqbroker.controlplane import ControlPlane
 from mqbroker.fetcher import ReplicaFetcher
