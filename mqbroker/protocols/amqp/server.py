@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import __version__ as mqbroker_version
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
@@ -69,6 +69,9 @@ class AmqpSession:
         self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
         self._waiting: list[tuple[Callable[[Any], Deferred[None] | None], Action]] = []
         self._confirms = _ConfirmRuns(self.connection, self._confirmed)
+        self._unstored: dict[BatchStored, int] = {}  # body bytes published into each unsettled batch
+        self._unstored_bytes = 0
+        self._blocked = False
         self._timer_deadline_ms = 0
 
     # --- Session --------------------------------------------------------------------------
@@ -340,6 +343,36 @@ class AmqpSession:
             self.connection.return_message(action.channel, action, ReplyCode.NO_ROUTE, "NO_ROUTE")
         if action.confirm_sequence is not None:
             self._confirms.add(action.channel, action.confirm_sequence, batches)
+        if batches:
+            self._hold(batches, len(action.body))
+
+    # --- backpressure: publishes the broker has not stored yet ------------------------------
+
+    def _hold(self, batches: list[BatchStored], body_bytes: int) -> None:
+        """Count a publish's bytes until its batches settle; past the bound, stop reading and block."""
+        for batch in batches:
+            held = self._unstored.get(batch)
+            if held is None:
+                self._unstored[batch] = body_bytes
+                batch.when_settled(functools.partial(self._released, batch))
+            else:
+                self._unstored[batch] = held + body_bytes
+        self._unstored_bytes += body_bytes * len(batches)
+        if not self._blocked and self._unstored_bytes > limits.amqp_unstored_publish_bytes_max:
+            self._blocked = True
+            self.connection.block("the broker is storing this connection's earlier publishes")
+            if self._handle is not None:
+                self._handle.pause_reading()
+
+    def _released(self, batch: BatchStored, _: bool) -> None:
+        self._unstored_bytes -= self._unstored.pop(batch)
+        if self._blocked and self._unstored_bytes <= limits.amqp_unstored_publish_bytes_max // 2:
+            self._blocked = False
+            if not self._closed:
+                self.connection.unblock()
+                if self._handle is not None:
+                    self._handle.resume_reading()
+                self.flush()
 
     def _confirmed(self, channel: int, first: int, last: int, stored: bool) -> None:
         self.connection.publish_settled_range(channel, first, last, stored=stored)
@@ -399,5 +432,6 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
     # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
     security = getattr(context, "security", None)
+    # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
     return SessionFactory(lambda address: AmqpSession(vhost, reactor, security), idle_timeout_s=None,
-                          metrics_gauge=gauge)
+                          metrics_gauge=gauge, no_delay=True)

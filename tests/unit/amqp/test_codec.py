@@ -15,6 +15,7 @@ from mqbroker.protocols.amqp.spec import (
     METHODS,
     PROTOCOL_HEADER,
     AmqpError,
+    BasicDeliver,
     BasicProperties,
     BasicPublish,
     ConnectionStartOk,
@@ -213,3 +214,37 @@ def test_the_spec_covers_the_measured_method_set() -> None:
     assert len(MEASURED_METHOD_IDS) == 41 and MEASURED_METHOD_IDS <= set(METHODS)
     for method_class in METHODS.values():
         assert codec.decode_method(codec.encode_method_payload(method_class())) == method_class()
+
+
+@settings(max_examples=100)
+@given(tag=strategies.shortstrs, delivery_tag=st.integers(0, 2**64 - 1), redelivered=st.booleans(),
+       exchange=strategies.shortstrs, routing_key=strategies.shortstrs, body=st.binary(max_size=9000),
+       frame_max=st.sampled_from([4096, 131072]))
+def test_the_deliver_template_encodes_exactly_what_the_generic_encoder_does(
+    tag, delivery_tag, redelivered, exchange, routing_key, body, frame_max
+) -> None:
+    raw = codec.encode_properties(BasicProperties(delivery_mode=2, content_type="text/plain"))
+    method = BasicDeliver(consumer_tag=tag, delivery_tag=delivery_tag, redelivered=redelivered,
+                          exchange=exchange, routing_key=routing_key)
+    packed = codec.encode_deliver(9, fields.shortstr(tag), delivery_tag, redelivered, exchange, routing_key, raw, body,
+                                  frame_max)
+    assert packed == codec.encode_message(9, method, raw, body, frame_max)
+
+
+@given(method=st.sampled_from([METHODS[(60, 80)], METHODS[(60, 90)], METHODS[(60, 120)], BasicPublish])
+       .flatmap(strategies.methods_of))
+def test_repeated_publishes_and_settlements_decode_like_the_generic_decoder(method) -> None:
+    decoder = codec.FrameDecoder(131072, expect_protocol_header=False)
+    frame = codec.encode_method(1, method)
+    assert decoder.receive_data(frame * 3) == [codec.MethodFrame(channel=1, method=method)] * 3
+    assert codec.decode_method(frame[7:-1]) == method
+
+
+def test_repeated_content_headers_keep_their_own_body_size() -> None:
+    decoder = codec.FrameDecoder(131072, expect_protocol_header=False)
+    raw = codec.encode_properties(BasicProperties(delivery_mode=2))
+    frames = decoder.receive_data(b"".join(codec.encode_message(1, BasicPublish(), raw, b"x" * size, 131072)
+                                           for size in (3, 5)))
+    headers = [frame for frame in frames if isinstance(frame, codec.HeaderFrame)]
+    assert [(header.body_size, header.properties) for header in headers] == [
+        (3, BasicProperties(delivery_mode=2)), (5, BasicProperties(delivery_mode=2))]

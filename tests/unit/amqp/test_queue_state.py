@@ -319,3 +319,18 @@ class QueueMachine(RuleBasedStateMachine):
 
 QueueMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestQueueMachine = QueueMachine.TestCase
+
+
+@settings(max_examples=100)
+@given(acked=st.sets(st.integers(0, 29)), stray=st.sets(st.integers(30, 40)))
+def test_a_multiple_ack_leaves_the_same_state_as_acking_one_by_one(acked: set[int], stray: set[int]) -> None:
+    one_by_one, at_once = queue_with(30), queue_with(30)
+    for state in (one_by_one, at_once):
+        while state.take("c", now_ms=1) is not None:
+            pass
+    for offset in sorted(acked | stray):
+        one_by_one.ack(offset)
+    at_once.ack_all(list(acked | stray))  # offsets never leased are ignored, as ack ignores them
+    assert at_once.snapshot() == one_by_one.snapshot()
+    assert at_once.leased_count == one_by_one.leased_count == 30 - len(acked)
+    assert all(at_once.is_done(offset) == (offset in acked) for offset in range(30))

@@ -1,0 +1,149 @@
+"""The AMQP session (server.py) on StringTransport and a fake clock: heartbeats, confirms, backpressure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from mqbroker import limits
+from mqbroker.protocols.adapter import CodecProtocol
+from mqbroker.protocols.amqp import codec, spec
+from mqbroker.protocols.amqp.queues import BatchStored, ConsumerKey
+from mqbroker.protocols.amqp.server import AmqpSession
+
+
+class FakeVirtualHost:
+    """Just what a session uses of the virtual host when it only publishes: every publish is
+    routed to one queue, whose batches the test settles by hand."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.ready: Deferred[None] = succeed(None)
+        self.queues: dict[str, Any] = {}
+        self.batches: list[BatchStored] = []
+        self.stored: list[bytes] = []
+        self.gone: list[int] = []
+
+    def now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def store(self, exchange: str, routing_key: str, headers: Any, properties_raw: bytes, body: bytes,
+              expiration: str | None) -> list[BatchStored]:
+        if not self.batches or self.batches[-1].outcome is not None:
+            self.batches.append(BatchStored())  # one batch per "reactor turn": until the test settles it
+        self.stored.append(body)
+        return [self.batches[-1]]
+
+    def session_gone(self, session_id: int, holders: set[ConsumerKey]) -> None:
+        self.gone.append(session_id)
+
+
+class Client:
+    """A session behind the generic adapter on a StringTransport, driven with encoded frames."""
+
+    def __init__(self, heartbeat_s: int = 0, capabilities: dict[str, Any] | None = None) -> None:
+        self.clock = Clock()
+        self.vhost = FakeVirtualHost(self.clock)
+        self.session = AmqpSession(self.vhost, self.clock)  # type: ignore[arg-type]
+        self.protocol = CodecProtocol(self.session, None)
+        self.transport = StringTransport()
+        self.protocol.makeConnection(self.transport)
+        self.decoder = codec.FrameDecoder(limits.amqp_frame_bytes_max, expect_protocol_header=False)
+        self.send_bytes(spec.PROTOCOL_HEADER)
+        self.send(0, spec.ConnectionStartOk(client_properties={"capabilities": capabilities or {}},
+                                            mechanism="PLAIN", response=b"\0guest\0guest"))
+        self.send(0, spec.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=heartbeat_s))
+        self.send(0, spec.ConnectionOpen(virtual_host="/"))
+        self.send(1, spec.ChannelOpen())
+        assert spec.ChannelOpenOk() in self.methods()
+
+    def send_bytes(self, data: bytes) -> None:
+        self.protocol.dataReceived(data)
+
+    def send(self, channel: int, method: spec.Method) -> None:
+        self.send_bytes(codec.encode_method(channel, method))
+
+    def publish_bytes(self, body: bytes) -> bytes:
+        return codec.encode_message(1, spec.BasicPublish(routing_key="q"), b"\x00\x00", body, 131072)
+
+    def frames(self) -> list[codec.Frame]:
+        """Everything the broker wrote since the last call."""
+        data = self.transport.value()
+        self.transport.clear()
+        return self.decoder.receive_data(data)
+
+    def methods(self) -> list[spec.Method]:
+        return [frame.method for frame in self.frames() if isinstance(frame, codec.MethodFrame)]
+
+
+def test_heartbeats_are_sent_when_idle_and_a_silent_client_is_dropped() -> None:
+    client = Client(heartbeat_s=2)
+    client.frames()
+    client.clock.pump([1.0, 1.0])  # half an interval after the handshake's last frame: a heartbeat goes out
+    assert [type(frame) for frame in client.frames()] == [codec.HeartbeatFrame]
+    client.clock.advance(1.5)
+    assert not client.transport.disconnecting
+    client.clock.advance(0.5)  # two intervals without a frame from the client
+    assert client.transport.disconnecting
+    client.protocol.connectionLost(None)
+    assert client.vhost.gone == [client.session.session_id]
+
+
+def test_client_heartbeats_keep_the_connection_open() -> None:
+    client = Client(heartbeat_s=2)
+    for _ in range(10):
+        client.clock.advance(1.0)
+        client.send_bytes(codec.HEARTBEAT_FRAME)
+    assert not client.transport.disconnecting
+
+
+def test_pipelined_confirmed_publishes_are_acked_with_one_multiple_ack_once_their_batch_is_stored() -> None:
+    client = Client()
+    client.send(1, spec.ConfirmSelect())
+    assert client.methods() == [spec.ConfirmSelectOk()]
+    client.send_bytes(b"".join(client.publish_bytes(b"m%d" % index) for index in range(5)))
+    assert client.methods() == []  # nothing is confirmed before it is durable
+    [batch] = client.vhost.batches
+    batch.settle(True)
+    assert client.methods() == [spec.BasicAck(delivery_tag=5, multiple=True)]
+
+
+def test_a_refused_batch_is_nacked_and_later_confirms_keep_their_order() -> None:
+    client = Client()
+    client.send(1, spec.ConfirmSelect())
+    client.send_bytes(client.publish_bytes(b"first") * 2)
+    first = client.vhost.batches[-1]
+    first.settle(False)
+    client.send_bytes(client.publish_bytes(b"second"))
+    client.vhost.batches[-1].settle(True)
+    assert client.methods()[1:] == [spec.BasicNack(delivery_tag=2, multiple=True, requeue=False),
+                                    spec.BasicAck(delivery_tag=3, multiple=False)]
+
+
+def test_the_publisher_is_blocked_while_too_many_bytes_await_storage(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "amqp_unstored_publish_bytes_max", 1_000)
+    client = Client(capabilities={"connection.blocked": True})
+    client.frames()
+    client.send_bytes(client.publish_bytes(b"x" * 600))
+    assert client.methods() == [] and client.transport.producerState == "producing"
+    client.send_bytes(client.publish_bytes(b"x" * 600))
+    [blocked] = client.methods()
+    assert isinstance(blocked, spec.ConnectionBlocked)
+    assert client.transport.producerState == "paused"  # the socket is not read meanwhile
+    client.vhost.batches[-1].settle(True)
+    assert client.methods() == [spec.ConnectionUnblocked()]
+    assert client.transport.producerState == "producing"
+
+
+def test_a_client_without_the_capability_is_paused_but_never_sent_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "amqp_unstored_publish_bytes_max", 100)
+    client = Client()
+    client.frames()
+    client.send_bytes(client.publish_bytes(b"x" * 200))
+    assert client.methods() == [] and client.transport.producerState == "paused"
+    client.vhost.batches[-1].settle(True)
+    assert client.methods() == [] and client.transport.producerState == "producing"
