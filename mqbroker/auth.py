@@ -153,6 +153,9 @@ class CredentialStore:
         self._users[record.name] = record
         return record
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._users
+
     def list(self) -> list[str]:
         """Every user name, sorted."""
         return sorted(self._users)
@@ -289,6 +292,18 @@ class Authenticator:
         if not self._store.verify_password(username, password):
             raise SaslAuthenticationError(f"authentication failed for user {username!r}: invalid credentials")
         return Principal(USER, username, host)
+
+    def authenticate_password_or_anonymous(self, username: str, password: str, secure: bool, host: str) -> Principal:
+        """For protocols whose clients always send credentials (AMQP's guest, MQTT's username): the user's
+        principal; or, if anonymous access is allowed and the credentials cannot be checked (an unknown
+        user, or a password over plaintext), the anonymous principal. A wrong password is always refused."""
+        try:
+            return self.authenticate_password(username, password, secure, host)
+        except SaslAuthenticationError:
+            uncheckable = username not in self._store or not (secure or self._plain_without_tls)
+            if self._allow_anonymous and uncheckable:
+                return self.anonymous(host)
+            raise
 
     def authenticate_certificate(self, subject: str, alternative_names: Iterable[str], host: str) -> Principal:
         """The principal the mapping rules give the certificate."""

@@ -34,7 +34,8 @@ def authenticate(services: Any, handle: Any, action: Authenticate) -> Principal:
             return services.authenticator.authenticate_certificate(identity.subject, identity.alternative_names, host)
         if not action.username:
             return services.authenticator.anonymous(host)
-        return services.authenticator.authenticate_password(action.username, action.password, secure, host)
+        return services.authenticator.authenticate_password_or_anonymous(
+            action.username, action.password, secure, host)
     except errors.SaslAuthenticationError as error:
         audit_authentication_failure("amqp", host, action.username, error.message)
         raise

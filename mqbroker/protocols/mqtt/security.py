@@ -31,7 +31,8 @@ def authenticate(connection: Any, action: OpenSession) -> ReasonCode | None:
     try:
         if action.username is not None:
             password = (action.password or b"").decode("utf-8", "replace")
-            principal = services.authenticator.authenticate_password(action.username, password, secure, host)
+            principal = services.authenticator.authenticate_password_or_anonymous(
+                action.username, password, secure, host)
         else:
             identity = handle.peer_certificate() if handle is not None else None
             if identity is not None:

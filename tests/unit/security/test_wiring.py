@@ -1,0 +1,145 @@
+"""The wiring around the security libraries: config keys, metadata records, listeners, adapter timeouts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from twisted.internet.address import IPv4Address
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from mqbroker.acl import Acl, Permission
+from mqbroker.auth import Authenticator, CredentialStore
+from mqbroker.config import ConfigError, build_config
+from mqbroker.errors import ClusterAuthorizationError, SaslAuthenticationError
+from mqbroker.listeners import ConnectionLimitingFactory
+from mqbroker.metadata import MetadataImage, PutGenericRecord
+from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
+from mqbroker.protocols.adapter import CodecProtocol
+from mqbroker.quotas import ConnectionLimiter
+from mqbroker.security_service import ACL_KIND, USER_KIND, SecurityServices
+
+
+def test_security_and_quota_tables_become_config_keys() -> None:
+    config = build_config({"security.allow_anonymous": False, "security.authorizer": "acl",
+                           "security.super_users": ["User:admin", "User:ops"], "quotas.connections_max": 5})
+    assert (config.security_allow_anonymous, config.security_authorizer) == (False, "acl")
+    assert config.security_super_users == "User:admin,User:ops" and config.quotas_connections_max == 5
+
+
+@pytest.mark.parametrize("key, value", [("security.authorizer", "maybe"), ("tls_client_auth", "sometimes"),
+                                        ("quotas.connections_max", -1)])
+def test_bad_security_values_name_their_key(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match="configuration key"):
+        build_config({key: value})
+
+
+def _authenticator(allow_anonymous: bool) -> Authenticator:
+    store = CredentialStore(os.urandom, iterations=4096)
+    store.add("alice", "secret")
+    return Authenticator(store, os.urandom, allow_anonymous=allow_anonymous)
+
+
+def test_uncheckable_credentials_are_anonymous_only_when_anonymous_is_allowed() -> None:
+    open_broker = _authenticator(allow_anonymous=True)
+    assert open_broker.authenticate_password_or_anonymous("guest", "guest", True, "h").name == ANONYMOUS.name
+    assert open_broker.authenticate_password_or_anonymous("alice", "secret", False, "h").name == ANONYMOUS.name
+    assert open_broker.authenticate_password_or_anonymous("alice", "secret", True, "h").name == "alice"
+    with pytest.raises(SaslAuthenticationError):
+        open_broker.authenticate_password_or_anonymous("alice", "wrong", True, "h")
+    with pytest.raises(SaslAuthenticationError):
+        _authenticator(allow_anonymous=False).authenticate_password_or_anonymous("guest", "guest", True, "h")
+
+
+class _FakeMachine:
+    def __init__(self) -> None:
+        self.record_listeners: list = []
+        self.restore_listeners: list = []
+
+
+class _FakeControl:
+    def __init__(self, image: MetadataImage) -> None:
+        self.machine = _FakeMachine()
+        self.image = image
+        self.proposed: list[tuple[str, str, object]] = []
+
+    def put_generic_record(self, kind: str, key: str, value: object) -> None:
+        self.proposed.append((kind, key, value))
+
+
+def test_users_and_acls_follow_the_metadata_records() -> None:
+    acl = Acl(principal="User:alice", resource_type=ResourceType.TOPIC, resource_name="orders",
+              operation=Operation.WRITE, permission=Permission.ALLOW)
+    image = MetadataImage()
+    image.generic[ACL_KIND] = {acl.to_bytes().decode(): acl.to_json()}
+    control = _FakeControl(image)
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), control)
+    alice = Principal("User", "alice", "10.0.0.1")
+    assert services.authorizer.authorize(alice, Operation.WRITE, ResourceType.TOPIC, "orders")
+    store = CredentialStore(os.urandom, iterations=4096)
+    record = store.add("alice", "secret")
+    [applied] = control.machine.record_listeners
+    applied(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())), image)
+    assert services.authenticator.authenticate_password("alice", "secret", True, "h").name == "alice"
+    applied(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=None), image)
+    assert not services.authorizer.authorize(alice, Operation.WRITE, ResourceType.TOPIC, "orders")
+
+
+def test_admin_requests_need_cluster_alter_and_store_no_password() -> None:
+    control = _FakeControl(MetadataImage())
+    services = SecurityServices(build_config({"security.authorizer": "acl", "security.super_users": "User:admin"}),
+                                control)
+    with pytest.raises(ClusterAuthorizationError):
+        services.upsert_user(Principal("User", "alice"), "bob", "pw", create=True)
+    services.upsert_user(Principal("User", "admin"), "bob", "bob-password", create=True)
+    [(kind, key, value)] = control.proposed
+    assert (kind, key) == (USER_KIND, "bob") and "bob-password" not in json.dumps(value)
+
+
+def test_connections_beyond_the_limit_are_refused_and_slots_come_back() -> None:
+    limiter = ConnectionLimiter(total_max=10, per_host_max=2)
+    factory = ConnectionLimitingFactory(Factory.forProtocol(Protocol), limiter, "test")
+    address = IPv4Address("TCP", "10.0.0.1", 1000)
+    first, second = factory.buildProtocol(address), factory.buildProtocol(address)
+    assert first is not None and second is not None and factory.buildProtocol(address) is None
+    first.makeConnection(StringTransport())
+    first.connectionLost(None)
+    assert factory.buildProtocol(address) is not None
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.buffered_bytes = 0
+
+    def connection_made(self, connection: object) -> None:
+        pass
+
+    def data_received(self, data: bytes) -> None:
+        self.buffered_bytes += len(data)
+        if self.buffered_bytes >= 4:
+            self.buffered_bytes = 0  # a whole frame
+
+    def connection_lost(self, reason: object) -> None:
+        pass
+
+
+def test_a_frame_trickled_too_slowly_closes_the_connection() -> None:
+    clock = Clock()
+    protocol = CodecProtocol(_Session(), idle_timeout_s=60.0, frame_timeout_s=1.0)
+    protocol.callLater = clock.callLater
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    for _ in range(4):  # complete frames in time: fine
+        clock.advance(0.2)
+        protocol.dataReceived(b"x")
+    clock.advance(0.9)
+    assert not transport.disconnecting
+    protocol.dataReceived(b"x")  # a frame begins ...
+    for _ in range(5):
+        clock.advance(0.3)  # ... and trickles
+        if not transport.disconnecting:
+            protocol.dataReceived(b"")
+    assert transport.disconnecting
