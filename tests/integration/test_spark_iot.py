@@ -1,7 +1,7 @@
-"""The IoT pipeline end to end: device telemetry in mqtt.messages -> Spark (local, then a standalone cluster) -> results for MQTT topics.
+"""The IoT pipeline end to end over real MQTT: paho devices -> broker -> Spark (local, then a standalone cluster) -> paho subscriber.
 
-Devices and subscribers use the native client on the records the MQTT front end stores and
-delivers (docs/mqtt.md), while the MQTT listener fails to start at HEAD (see docs/spark.md).
+Both runs start the job at ``latest`` (its default) on a topic that already holds records, so
+they also check that a stream starting at the end of a log reads what arrives after it.
 """
 
 from __future__ import annotations
@@ -12,69 +12,87 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import paho.mqtt.client as mqtt
 import pytest
 from pyspark.sql import SparkSession
 
 from mqbroker_spark.jobs import iot_aggregates
-from mqbroker.client.blocking import Admin, Consumer, Producer
-from mqbroker.errors import UnknownTopicOrPartitionError
-from tests.integration.brokerprocess import BrokerProcess, free_port
+from tests.integration.brokerprocess import free_port
+from tests.integration.mqtt_support import Client, MqttBroker
 from tests.integration.spark_support import spark, spark_broker  # noqa: F401 (fixtures)
 
 SPARK_CLASS = str(pathlib.Path(__import__("pyspark").__file__).parent / "bin" / "spark-class")
 
+Reading = tuple[str, int, float]
+Result = tuple[str, dict]
 
-class LogSubscriber:
-    """Reads what MQTT subscribers of ``devices/+/alerts`` and ``aggregates/#`` get: ``mqtt.messages`` records by key.
 
-    The MQTT front end delivers a record of its log topic to the subscribers whose filters
-    match the record's key (docs/mqtt.md); this reads the same records with the native client.
-    """
+class Subscriber:
+    """A paho MQTT 5 client subscribed to ``devices/+/alerts`` and ``aggregates/#``."""
 
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.consumer = Consumer(broker.bootstrap, auto_offset_reset="earliest")
-        self.consumer.assign([(iot_aggregates.MQTT_LOG_TOPIC, partition) for partition in range(_partitions(broker))])
+    def __init__(self, broker: MqttBroker, client_id: str) -> None:
+        self.client = Client(broker, client_id, version=mqtt.MQTTv5)
+        for topic_filter in ("devices/+/alerts", "aggregates/#"):
+            self.client.subscribe(topic_filter, qos=1)
+        self.results: list[Result] = []
 
-    def collect_until(self, done, timeout_s: float) -> list[tuple[str, dict]]:
-        """Result messages ``(mqtt topic, payload)`` until ``done(messages)`` holds (or the time is up)."""
-        messages: list[tuple[str, dict]] = []
+    def collect_until(self, done: Callable[[list[Result]], bool], timeout_s: float) -> list[Result]:
+        """Everything received so far, waiting until ``done(results)`` holds or the time is up."""
         deadline = time.monotonic() + timeout_s
-        while not done(messages) and time.monotonic() < deadline:
-            for record in self.consumer.poll(0.5):
-                topic = (record.key or b"").decode()
-                if topic.startswith("aggregates/") or topic.endswith("/alerts"):
-                    messages.append((topic, json.loads(record.value or b"null")))
-        return messages
+        while not done(self.results) and time.monotonic() < deadline:
+            self.results += [(message.topic, json.loads(message.payload)) for message in self.client.receive(1, 0.2)]
+        return self.results
 
     def close(self) -> None:
-        """Close the connection."""
-        self.consumer.close()
+        """Disconnect."""
+        self.client.disconnect()
 
 
-def _partitions(broker: BrokerProcess) -> int:
-    with Admin(broker.bootstrap) as admin:
-        try:
-            return admin.describe_topics([iot_aggregates.MQTT_LOG_TOPIC])[iot_aggregates.MQTT_LOG_TOPIC]
-        except UnknownTopicOrPartitionError:
-            admin.create_topics([iot_aggregates.MQTT_LOG_TOPIC], partitions=2)
-            return 2
+class Devices:
+    """One paho MQTT client per device, publishing JSON telemetry on ``devices/{id}/telemetry`` at QoS 1."""
 
+    def __init__(self, broker: MqttBroker) -> None:
+        self.broker = broker
+        self.clients: dict[str, Client] = {}
 
-def publish_telemetry(broker: BrokerProcess, readings: list[tuple[str, int, float]]) -> None:
-    """Store readings as the MQTT front end stores a device's publish: in ``mqtt.messages``, keyed by MQTT topic."""
-    with Producer(broker.bootstrap, acks="all") as producer:
+    def publish(self, readings: list[Reading]) -> None:
+        """Publish each reading from its device's own connection and wait for the PUBACK."""
         for device, ts, value in readings:
-            topic = f"devices/{device}/telemetry"
-            producer.send(iot_aggregates.MQTT_LOG_TOPIC, value=json.dumps({"ts": ts, "temperature": value}).encode(),
-                          key=topic.encode(), headers=[("mqtt.qos", b"1"), ("mqtt.client_id", device.encode())])
-        producer.flush()
+            client = self.clients.get(device) or self.clients.setdefault(device, Client(self.broker, device))
+            client.publish(f"devices/{device}/telemetry", json.dumps({"ts": ts, "temperature": value}).encode(), qos=1)
+
+    def close(self) -> None:
+        """Disconnect every device."""
+        for client in self.clients.values():
+            client.disconnect()
 
 
-def scenario(prefix: str) -> tuple[list[tuple[str, int, float]], dict[str, dict], dict[str, float]]:
-    """Readings in one past window, then one far later per device to move the watermark past it."""
-    window_start = (time.time_ns() // 1_000_000 // 10_000) * 10_000 - 120_000
+def publish_before_start(broker: MqttBroker, prefix: str) -> None:
+    """An out-of-band reading published before the job starts: a job starting at ``latest`` never reads it."""
+    devices = Devices(broker)
+    try:
+        devices.publish([(f"{prefix}-earlier", 1_000, 99.0)])
+    finally:
+        devices.close()
+
+
+def wait_until_running(devices: Devices, subscriber: Subscriber, base_ms: int, probe: str, timeout_s: float) -> None:
+    """Publish a probe device's readings until both queries answer: they have fixed their start offsets.
+
+    The probe's readings lie before the scenario's window, so the watermark they set drops none of it.
+    """
+    wanted = {f"devices/{probe}/alerts", f"aggregates/{probe}"}
+    deadline = time.monotonic() + timeout_s
+    while not wanted <= {topic for topic, _ in subscriber.results}:
+        assert time.monotonic() < deadline, f"the pipeline never answered the probe: {subscriber.results}"
+        devices.publish([(probe, base_ms + 1_000, 99.0), (probe, base_ms + 30_000, 20.0)])
+        subscriber.collect_until(lambda results: wanted <= {topic for topic, _ in results}, timeout_s=3)
+
+
+def scenario(prefix: str, window_start: int) -> tuple[list[Reading], dict[str, dict], dict[str, float]]:
+    """Readings in one past window, then one a minute later per device to move the watermark past it."""
     one, two = f"{prefix}-1", f"{prefix}-2"
     readings = [(one, window_start + 1000, 20.0), (two, window_start + 1500, 25.0), (one, window_start + 2000, 22.0),
                 (two, window_start + 3000, 99.0), (one, window_start + 4000, 24.0)]
@@ -88,41 +106,41 @@ def scenario(prefix: str) -> tuple[list[tuple[str, int, float]], dict[str, dict]
     return readings, expected, {f"devices/{two}/alerts": 99.0}
 
 
-def check_results(messages: list[tuple[str, dict]], expected: dict[str, dict], alerts: dict[str, float]) -> None:
-    """The first-window aggregate of each device, and exactly the expected alert."""
-    first_windows = {topic: body for topic, body in messages if topic.startswith("aggregates/") and body in expected.values()}
-    assert first_windows == expected, messages
-    devices = {body["device"] for body in expected.values()}
-    alert_messages = [(topic, body) for topic, body in messages if topic.endswith("/alerts") and body["device"] in devices]
-    assert [(topic, body["value"], body["kind"]) for topic, body in alert_messages] == [
-        (topic, value, "high") for topic, value in alerts.items()
-    ]
+def run_scenario(broker: MqttBroker, subscriber: Subscriber, prefix: str, timeout_s: float) -> None:
+    """Probe until the running job answers, publish the scenario over MQTT, check what the subscriber gets."""
+    base_ms = (time.time_ns() // 1_000_000 // 10_000) * 10_000 - 300_000
+    readings, expected, alerts = scenario(prefix, window_start=base_ms + 120_000)
+    devices = Devices(broker)
+    try:
+        wait_until_running(devices, subscriber, base_ms, f"{prefix}-probe", timeout_s)
+        devices.publish(readings)
+
+        def done(results: list[Result]) -> bool:
+            return set(expected) | set(alerts) <= {topic for topic, body in results if body in expected.values() or topic in alerts}
+
+        subscriber.collect_until(done, timeout_s)
+        results = subscriber.collect_until(lambda _: False, timeout_s=2)  # anything extra would show up now
+    finally:
+        devices.close()
+    first_windows = {topic: body for topic, body in results if topic in expected and body["window_start"] == base_ms + 120_000}
+    assert first_windows == expected, results
+    scenario_devices = {body["device"] for body in expected.values()}
+    assert [(topic, body["value"], body["kind"]) for topic, body in results
+            if topic.endswith("/alerts") and body["device"] in scenario_devices] == [(topic, value, "high") for topic, value in alerts.items()]
+    assert not [topic for topic, _ in results if "earlier" in topic], "a job starting at latest read a record from before its start"
 
 
-def _has_all(expected: dict[str, dict], alerts: dict[str, float]):
-    def done(messages: list[tuple[str, dict]]) -> bool:
-        topics = {topic for topic, body in messages if body in expected.values() or topic in alerts}
-        return topics >= set(expected) | set(alerts)
-    return done
-
-
-def test_paho_devices_to_mqtt_subscriber_through_spark(spark: SparkSession, spark_broker: BrokerProcess, tmp_path: pathlib.Path) -> None:
-    subscriber = LogSubscriber(spark_broker)
-    readings, expected, alerts = scenario("local")
-    settings = iot_aggregates.PipelineSettings(
-        bootstrap=spark_broker.bootstrap, checkpoint_dir=str(tmp_path / "checkpoints"), low=0.0, high=40.0,
-        window="10 seconds", watermark="5 seconds", trigger="1 second", starting_offsets="earliest",
-    )
+def test_paho_devices_to_mqtt_subscriber_through_spark(spark: SparkSession, spark_broker: MqttBroker, tmp_path: pathlib.Path) -> None:
+    subscriber = Subscriber(spark_broker, "local-subscriber")
+    publish_before_start(spark_broker, "local")
+    settings = iot_aggregates.PipelineSettings(bootstrap=spark_broker.bootstrap, checkpoint_dir=str(tmp_path / "checkpoints"))
     queries = iot_aggregates.start(spark, settings)
     try:
-        publish_telemetry(spark_broker, readings)
-        messages = subscriber.collect_until(_has_all(expected, alerts), timeout_s=90)
-        messages += subscriber.collect_until(lambda _: False, timeout_s=2)  # anything extra would show up now
+        run_scenario(spark_broker, subscriber, "local", timeout_s=90)
     finally:
+        subscriber.close()
         for query in queries:
             query.stop()
-        subscriber.close()
-    check_results(messages, expected, alerts)
 
 
 @pytest.fixture
@@ -140,8 +158,8 @@ def standalone_cluster(tmp_path: pathlib.Path) -> Iterator[str]:
     processes = []
     try:
         for index, command in enumerate(commands):
-            log = open(tmp_path / f"spark-{index}.log", "wb")
-            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment))
+            with open(tmp_path / f"spark-{index}.log", "wb") as log:
+                processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment))
         deadline = time.monotonic() + 60
         while b"Successfully registered with master" not in (tmp_path / "spark-1.log").read_bytes():
             assert time.monotonic() < deadline, (tmp_path / "spark-1.log").read_text()
@@ -153,26 +171,22 @@ def standalone_cluster(tmp_path: pathlib.Path) -> Iterator[str]:
             process.wait(30)
 
 
-def test_the_same_job_on_a_standalone_cluster(spark_broker: BrokerProcess, standalone_cluster: str, tmp_path: pathlib.Path) -> None:
-    subscriber = LogSubscriber(spark_broker)
-    readings, expected, alerts = scenario("cluster")
-    log = open(tmp_path / "job.log", "wb")
-    job = subprocess.Popen(
-        [sys.executable, "-m", "mqbroker_spark.jobs.iot_aggregates", "--master", standalone_cluster,
-         "--bootstrap", spark_broker.bootstrap, "--checkpoint-dir", str(tmp_path / "checkpoints"), "--starting-offsets", "earliest"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
-    )
+def test_the_same_job_on_a_standalone_cluster(spark_broker: MqttBroker, standalone_cluster: str, tmp_path: pathlib.Path) -> None:
+    subscriber = Subscriber(spark_broker, "cluster-subscriber")
+    publish_before_start(spark_broker, "cluster")
+    with open(tmp_path / "job.log", "wb") as log:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "mqbroker_spark.jobs.iot_aggregates", "--master", standalone_cluster,
+             "--bootstrap", spark_broker.bootstrap, "--checkpoint-dir", str(tmp_path / "checkpoints")],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
+        )
     try:
-        deadline = time.monotonic() + 120
-        while b"iot pipeline running" not in (tmp_path / "job.log").read_bytes():
-            assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "job.log").read_text()[-3000:]
-            time.sleep(0.2)
-        time.sleep(3)  # the first micro-batch fixes the start offsets ("latest"): publish after it
-        publish_telemetry(spark_broker, readings)
-        messages = subscriber.collect_until(_has_all(expected, alerts), timeout_s=120)
+        run_scenario(spark_broker, subscriber, "cluster", timeout_s=120)
+    except AssertionError:
+        print((tmp_path / "job.log").read_text()[-5000:])
+        raise
     finally:
+        subscriber.close()
         job.terminate()
         job.wait(60)
-        subscriber.close()
-    check_results(messages, expected, alerts)
     assert b"app-" in (tmp_path / "spark-1.log").read_bytes(), "the executors ran on the cluster's worker"
