@@ -8,7 +8,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
-from mqbroker.client.blocking import Consumer, Producer
+from mqbroker.client.blocking import Admin, Consumer, Producer
 from mqbroker.protocols.mqtt.packets import (
     ConnAck,
     Connect,
@@ -21,7 +21,7 @@ from mqbroker.protocols.mqtt.packets import (
     Subscribe,
     SubscriptionRequest,
 )
-from tests.integration.mqtt_support import Client, MqttBroker, RawClient, mqtt_broker, unique  # noqa: F401
+from tests.integration.mqtt_support import Client, MqttBroker, RawClient, mqtt_broker, own_broker, unique  # noqa: F401
 
 
 def _raw(broker: MqttBroker, **properties: object) -> RawClient:
@@ -174,4 +174,19 @@ def test_records_produced_natively_reach_mqtt_subscribers(mqtt_broker: MqttBroke
     (message,) = subscriber.receive(1)
     assert (message.topic, message.payload, message.qos) == (topic, b"from spark", 1)
     assert message.properties.UserProperty == [("origin", "native")]
+    subscriber.disconnect()
+
+
+def test_records_on_partitions_added_later_reach_mqtt_subscribers(own_broker: MqttBroker) -> None:
+    topic = unique("grown")
+    subscriber = Client(own_broker, version=mqtt.MQTTv5)
+    subscriber.subscribe(topic, 1)
+    with Admin(own_broker.bootstrap) as admin:
+        count = admin.describe_topics(["mqtt.messages"])["mqtt.messages"]
+        admin.create_partitions("mqtt.messages", count + 1)
+    producer = Producer(own_broker.bootstrap)
+    producer.send("mqtt.messages", b"on the new partition", key=topic.encode(), partition=count).result(10)
+    producer.close()
+    (message,) = subscriber.receive(1, timeout_s=20)  # the hub looks for new partitions every 5 s
+    assert (message.topic, message.payload) == (topic, b"on the new partition")
     subscriber.disconnect()

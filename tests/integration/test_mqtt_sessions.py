@@ -187,3 +187,15 @@ def test_a_second_connection_with_the_same_client_id_takes_the_session_over(mqtt
     assert [message.payload for message in second.receive(1)] == [b"to the new one"]
     second.disconnect()
     publisher.disconnect()
+
+
+def test_a_graceful_shutdown_tells_5_0_clients_the_server_is_shutting_down(own_broker: MqttBroker) -> None:
+    modern, legacy = RawClient(own_broker), RawClient(own_broker, level=4)
+    modern.send(Connect(client_id=unique("modern")))
+    legacy.send(Connect(protocol_level=4, client_id=unique("legacy")))
+    assert isinstance(modern.receive(), ConnAck) and isinstance(legacy.receive(), ConnAck)
+    own_broker.stop()
+    farewell = modern.receive()
+    assert isinstance(farewell, Disconnect) and farewell.reason_code == ReasonCode.SERVER_SHUTTING_DOWN
+    assert modern.closed_within(5)
+    assert legacy.receive() is None  # 3.1.1 has no server DISCONNECT: the connection just closes

@@ -9,7 +9,8 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
 * retained messages and persistent sessions live in compacted internal topics
   (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
   replayed into memory at start;
-* ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only).
+* ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
+* partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ SESSIONS_TOPIC = "__mqtt_sessions"
 #: Who the front end is when it reads and writes its own topics.
 FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can authenticate as it
 SYS_INTERVAL_S = 10.0
+#: How often the log topics' partition counts are checked (a grown topic gets readers for its new partitions).
+PARTITION_REFRESH_S = 5.0
 FETCH_WAIT_MS = 500
 FETCH_BYTES_MAX = 1024 * 1024
 PRODUCE_TIMEOUT_MS = 30_000
@@ -64,6 +67,8 @@ class Connection(TypingProtocol):
     def take_over(self) -> Deferred[None]: ...
 
     def flush(self, *, even_when_corked: bool = False) -> None: ...
+
+    def shut_down(self) -> None: ...
 
 
 def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
@@ -167,6 +172,8 @@ class MqttHub:
         self._started_s = reactor.seconds()
         self._sys_loop = LoopingCall(self.publish_sys)
         self._sys_loop.clock = reactor
+        self._partition_loop = LoopingCall(lambda: Deferred.fromCoroutine(self.refresh_partitions()))
+        self._partition_loop.clock = reactor
 
     def now_ms(self) -> int:
         """The reactor's clock in milliseconds."""
@@ -176,7 +183,7 @@ class MqttHub:
 
     async def start(self) -> None:
         """Create the topics, replay retained messages and sessions, start the log readers."""
-        log_topics = sorted({self.mapping.default_log_topic, *(rule.log_topic for rule in self.mapping.rules)})
+        log_topics = self._log_topics()
         for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, {}) for t in log_topics]:
             await self._ensure_topic(name, configs)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
@@ -189,16 +196,35 @@ class MqttHub:
             self._start_expiry(client_id, stored)
         for topic, count in self._partition_counts.items():
             for partition in range(count):
-                key = (topic, partition)
-                self.dispatchers[key] = PartitionDispatcher(self, key, await self.offset_of(key, LATEST_TIMESTAMP))
-        for dispatcher in self.dispatchers.values():
-            Deferred.fromCoroutine(dispatcher.run()).addErrback(self.log_failure, "MQTT log reader")
+                await self._start_reader((topic, partition), LATEST_TIMESTAMP)
         self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
                       retained=len(self.retained), sessions=len(self.offline))
         self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
+        self._partition_loop.start(PARTITION_REFRESH_S, now=False).addErrback(self.log_failure, "partition refresh")
         waiters, self._ready_waiters = self._ready_waiters, None
         for waiter in waiters or ():
             waiter.callback(None)
+
+    def _log_topics(self) -> list[str]:
+        return sorted({self.mapping.default_log_topic, *(rule.log_topic for rule in self.mapping.rules)})
+
+    async def _start_reader(self, key: PartitionKey, timestamp_ms: int) -> None:
+        dispatcher = PartitionDispatcher(self, key, await self.offset_of(key, timestamp_ms))
+        self.dispatchers[key] = dispatcher
+        Deferred.fromCoroutine(dispatcher.run()).addErrback(self.log_failure, "MQTT log reader")
+
+    async def refresh_partitions(self) -> None:
+        """Start readers for partitions added to the log topics since (they are read from their start)."""
+        try:
+            cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, self._log_topics(), False)
+            for topic in cluster.topics:
+                known = self._partition_counts.get(topic.name, 0)
+                for partition in range(known, len(topic.partitions)):
+                    if not self.stopped:
+                        await self._start_reader((topic.name, partition), EARLIEST_TIMESTAMP)
+                self._partition_counts[topic.name] = max(known, len(topic.partitions))
+        except errors.BrokerError as error:
+            self.log.warn("MQTT partition refresh failed: {error}", error=error)  # the next round tries again
 
     def when_ready(self) -> Deferred[None]:
         """Fires once ``start`` has finished."""
@@ -209,10 +235,13 @@ class MqttHub:
         return waiter
 
     def stop(self) -> None:
-        """Stop the log readers and timers."""
+        """Stop the log readers and timers; every client is told the server is shutting down."""
         self.stopped = True
-        if self._sys_loop.running:
-            self._sys_loop.stop()
+        for loop in (self._sys_loop, self._partition_loop):
+            if loop.running:
+                loop.stop()
+        for connection in list(self.connections.values()):
+            connection.shut_down()
 
     async def _ensure_topic(self, name: str, configs: dict[str, str]) -> None:
         try:

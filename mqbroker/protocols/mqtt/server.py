@@ -139,6 +139,10 @@ class MqttConnection:
         self._run(self.session.close(ReasonCode.SESSION_TAKEN_OVER, self.hub.now_ms()))
         return ended
 
+    def shut_down(self) -> None:
+        """The broker is stopping: DISCONNECT 0x8B (level 5) and close; the session ends as on any server close."""
+        self._run(self.session.close(ReasonCode.SERVER_SHUTTING_DOWN, self.hub.now_ms()))
+
     def cursors(self) -> dict[PartitionKey, int]:
         """Per log partition, the first offset this session has not yet taken into flight."""
         cursors = {key: self.hub.live_position(key) for key in self.hub.dispatchers}
@@ -300,7 +304,8 @@ class MqttConnection:
             self._connect_timer.cancel()
         state = SessionState.from_bytes(stored.state) if stored is not None else None
         if stored is not None:
-            self._behind = {key: offset for key, offset in stored.cursors.items() if key in self.hub.dispatchers}
+            # A partition the stored cursors do not know was added after: everything in it is new to this session.
+            self._behind = {key: stored.cursors.get(key, 0) for key in self.hub.dispatchers}
         actions = self.session.session_opened(state, self.hub.now_ms())
         if self.session.state is _CONNECTED:
             assert self.session.session is not None
