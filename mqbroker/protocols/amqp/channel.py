@@ -359,6 +359,8 @@ class Connection:
     def _receive_channel_frame(self, frame: codec.Frame) -> list[Action]:
         number = frame.channel  # type: ignore[union-attr]
         channel = self._channels.get(number)
+        if channel is not None and channel.content is not None and not isinstance(frame, codec.MethodFrame):
+            return self._receive_content(channel, frame)  # the common case: a publish's header or body
         if isinstance(frame, codec.MethodFrame) and isinstance(frame.method, spec.ChannelOpen):
             if channel is not None or number > self.channel_max:
                 raise AmqpError(ReplyCode.CHANNEL_ERROR, f"channel {number} is already open or above channel_max",
