@@ -8,6 +8,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
+from mqbroker import limits
 from mqbroker.client.blocking import Admin, Consumer, Producer
 from mqbroker.protocols.mqtt.packets import (
     ConnAck,
@@ -50,6 +51,33 @@ def test_shared_subscriptions_split_the_load_without_duplicates(mqtt_broker: Mqt
     assert sorted(int(message.payload) for share in shares for message in share) == list(range(20))
     for client in (*members, publisher):
         client.disconnect()
+
+
+def test_a_share_group_whose_members_are_all_full_loses_nothing(mqtt_broker: MqttBroker) -> None:
+    topic = unique("shared-full")
+    members = [_raw(mqtt_broker, receive_maximum=1) for _ in range(2)]  # they do not acknowledge until all is sent
+    for member in members:
+        _subscribe(member, f"$share/busy/{topic}", 1)
+    total = 2 * (limits.mqtt_pending_messages_max + 1) + 100  # more than both members' windows and queues hold
+    publisher = Client(mqtt_broker, version=mqtt.MQTTv5)
+    infos = [publisher.paho.publish(topic, b"%d" % number, qos=1) for number in range(total)]
+    for info in infos:
+        info.wait_for_publish(timeout=30)
+    received: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(received) < total and time.monotonic() < deadline:
+        for member in members:
+            try:
+                packet = member.receive(timeout_s=0.05)
+            except TimeoutError:
+                continue
+            assert isinstance(packet, Publish), packet
+            received.append(int(packet.payload))
+            member.send(PubAck(packet_id=packet.packet_id))
+    assert sorted(received) == list(range(total)), f"{total - len(set(received))} lost, {len(received) - len(set(received))} twice"
+    for member in members:
+        member.close()
+    publisher.disconnect()
 
 
 def test_topic_aliases_are_accepted_and_sent_to_clients_that_ask(mqtt_broker: MqttBroker) -> None:

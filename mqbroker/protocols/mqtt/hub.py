@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol as TypingProtocol
 
@@ -31,7 +32,7 @@ from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPosition, 
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
-from mqbroker.protocols.mqtt.registry import SubscriptionRegistry
+from mqbroker.protocols.mqtt.registry import GroupKey, SubscriptionRegistry, group_key_of
 from mqbroker.protocols.mqtt.retained import RetainedStore
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
@@ -69,6 +70,11 @@ class Connection(TypingProtocol):
     def flush(self, *, even_when_corked: bool = False) -> None: ...
 
     def shut_down(self) -> None: ...
+
+    def has_room(self) -> bool: ...
+
+    def deliver_shared(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
+                       subscription: Subscription) -> None: ...
 
 
 def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
@@ -163,6 +169,9 @@ class MqttHub:
         #: While True, connections queue their writes and are flushed once the whole batch is out.
         self.corked = False
         self._to_flush: set[Connection] = set()
+        #: Share groups none of whose members had room: (group, filter, partition) -> first offset not handed out.
+        self._share_backlog: dict[tuple[str, str, PartitionKey], int] = {}
+        self._draining_share_backlog = False
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
         self._durable_sessions: set[str] = set()
@@ -285,10 +294,18 @@ class MqttHub:
 
     def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int) -> None:
         """``dispatch`` every record of a fetch from ``start_offset`` on; one socket write per connection."""
-        self.corked = True
-        try:
+        with self._corked():
             for record in records_after(data, start_offset):
                 self.dispatch(key, record)
+
+    @contextmanager
+    def _corked(self) -> Iterator[None]:
+        if self.corked:
+            yield
+            return
+        self.corked = True
+        try:
+            yield
         finally:
             self.corked = False
             connections, self._to_flush = self._to_flush, set()
@@ -305,12 +322,74 @@ class MqttHub:
         if message is None:
             return
         connections = self.connections
+        backlog = self._share_backlog
 
         def accepts(client_id: str, subscription: Subscription) -> bool:
+            if backlog and (*group_key_of(subscription), key) in backlog:
+                return False  # the group's kept messages go first, in log order
             return connections[client_id].accepts_live(key)
 
-        for client_id, subscriptions in self.registry.route(message.topic, accepts).items():
+        unplaced: list[GroupKey] = []
+        for client_id, subscriptions in self.registry.route(message.topic, accepts, unplaced).items():
             connections[client_id].offer_live(key, record.offset, message, subscriptions)
+        for group, topic_filter in unplaced:
+            backlog.setdefault((group, topic_filter, key), record.offset)
+
+    def resume_share_groups(self) -> None:
+        """Hand messages kept for share groups to members with room again (a client acknowledged, or caught up)."""
+        if self._share_backlog and not self._draining_share_backlog and not self.stopped:
+            self._draining_share_backlog = True
+            Deferred.fromCoroutine(self._drain_share_backlog()).addErrback(self.log_failure, "share-group catch-up")
+
+    async def _drain_share_backlog(self) -> None:
+        try:
+            progressed = True
+            while progressed and self._share_backlog and not self.stopped:
+                progressed = False
+                for entry in list(self._share_backlog):
+                    progressed = await self._drain_share_entry(entry) or progressed
+        finally:
+            self._draining_share_backlog = False
+
+    async def _drain_share_entry(self, entry: tuple[str, str, PartitionKey]) -> bool:
+        """Read one fetch of a group's kept messages; False when no member had room for the next one."""
+        key = entry[2]
+        offset = self._share_backlog[entry]
+        if offset >= self.live_position(key):
+            del self._share_backlog[entry]
+            return True
+        fetch = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
+        (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
+        if isinstance(result.error, errors.OffsetOutOfRangeError):  # retention deleted the oldest kept messages
+            self._share_backlog[entry] = await self.offset_of(key, EARLIEST_TIMESTAMP)
+            return True
+        if result.error is not None:
+            self.log.warn("share-group catch-up of {key}: {error}", key=key, error=result.error)
+            return False  # tried again at the next acknowledgement
+        with self._corked():
+            return self._hand_out(entry, result.records, offset)
+
+    def _hand_out(self, entry: tuple[str, str, PartitionKey], data: bytes, offset: int) -> bool:
+        group_key, key = (entry[0], entry[1]), entry[2]
+        limit = self.live_position(key)
+        connections = self.connections
+        for record in records_after(data, offset):
+            if record.offset >= limit:
+                break
+            message = message_of(record)
+            members = self.registry.group_members(message.topic, group_key) if message is not None else []
+            if members:
+                chosen = self.registry.choose(group_key, members, lambda client_id, _: connections[client_id].has_room())
+                if chosen is None:
+                    return self._share_backlog[entry] > offset
+                connections[chosen[0]].deliver_shared(key, record.offset, message, chosen[1])  # type: ignore[arg-type]
+            self._share_backlog[entry] = record.offset + 1
+        reached = min(max(next_offset_after(data, offset), self._share_backlog[entry]), limit)
+        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
+            del self._share_backlog[entry]
+        else:
+            self._share_backlog[entry] = reached
+        return True
 
     def live_position(self, key: PartitionKey) -> int:
         """The next offset the shared reader of ``key`` will hand out."""

@@ -16,6 +16,16 @@ from mqbroker.protocols.mqtt.topics import SubscriptionTrie, parse_subscription_
 
 #: Trie key: (client id, share group or None); one entry per client, group and filter.
 EntryKey = tuple[str, str | None]
+#: A share group as messages are split over it: (group name, filter without ``$share/{group}/``).
+GroupKey = tuple[str, str]
+Member = tuple[str, Subscription]
+
+
+def group_key_of(subscription: Subscription) -> GroupKey:
+    """The share group ``subscription`` belongs to (it must be a shared subscription)."""
+    group = subscription.share_group
+    assert group is not None, subscription
+    return group, subscription.topic_filter[len("$share/") + len(group) + 1 :]
 
 
 class SubscriptionRegistry:
@@ -53,32 +63,50 @@ class SubscriptionRegistry:
         for topic_filter in list(self._filters_by_client.get(client_id, {})):
             self.remove(client_id, topic_filter)
 
-    def route(self, topic: str, accepts: Callable[[str, Subscription], bool]) -> dict[str, list[Subscription]]:
+    def route(
+        self, topic: str, accepts: Callable[[str, Subscription], bool], unplaced: list[GroupKey] | None = None
+    ) -> dict[str, list[Subscription]]:
         """The subscriptions ``topic`` reaches, by client id: every plain one, one member per share group.
 
         ``accepts(client_id, subscription)`` may turn a share-group member down; the group's
-        next member is tried, and if none accepts the first one in turn gets it anyway.
+        next member is tried. If none accepts, the group goes to ``unplaced`` when the caller
+        passes a list (it keeps the message for the group), else the first one in turn gets it.
         """
         routed: dict[str, list[Subscription]] = {}
-        groups: dict[tuple[str, str], list[tuple[str, Subscription]]] = {}
+        groups: dict[GroupKey, list[Member]] = {}
         for (client_id, group), subscription in self._trie.match(topic):
             if group is None:
                 routed.setdefault(client_id, []).append(subscription)
             else:
-                bare = subscription.topic_filter[len("$share/") + len(group) + 1 :]
-                groups.setdefault((group, bare), []).append((client_id, subscription))
+                groups.setdefault(group_key_of(subscription), []).append((client_id, subscription))
         for group_key, members in groups.items():
-            members.sort(key=lambda member: member[0])  # the trie's order is not stable across changes
-            turn = self._turns.get(group_key, 0)
-            self._turns[group_key] = turn + 1
-            chosen = members[turn % len(members)]
-            for step in range(len(members)):
-                candidate = members[(turn + step) % len(members)]
-                if accepts(*candidate):
-                    chosen = candidate
-                    break
+            chosen = self.choose(group_key, members, accepts)
+            if chosen is None:
+                if unplaced is not None:
+                    unplaced.append(group_key)
+                    continue
+                chosen = members[(self._turns[group_key] - 1) % len(members)]
             routed.setdefault(chosen[0], []).append(chosen[1])
         return routed
+
+    def group_members(self, topic: str, group_key: GroupKey) -> list[Member]:
+        """The members of share group ``group_key`` whose subscription matches ``topic``."""
+        group = group_key[0]
+        return [
+            (client_id, subscription) for (client_id, entry_group), subscription in self._trie.match(topic)
+            if entry_group == group and group_key_of(subscription) == group_key
+        ]
+
+    def choose(self, group_key: GroupKey, members: list[Member], accepts: Callable[[str, Subscription], bool]) -> Member | None:
+        """The member whose turn it is among those ``accepts`` takes (round-robin), or None."""
+        members.sort(key=lambda member: member[0])  # the trie's order is not stable across changes
+        turn = self._turns.get(group_key, 0)
+        self._turns[group_key] = turn + 1
+        for step in range(len(members)):
+            candidate = members[(turn + step) % len(members)]
+            if accepts(*candidate):
+                return candidate
+        return None
 
     def clients(self) -> Iterator[str]:
         """Client ids with at least one subscription."""

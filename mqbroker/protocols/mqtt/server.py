@@ -98,6 +98,7 @@ class MqttConnection:
         self._run(self.session.receive_data(data, self.hub.now_ms()))
         self._apply_backpressure()
         self._resume_catch_up()
+        self.hub.resume_share_groups()
 
     def connection_lost(self, reason: Failure) -> None:
         """The socket closed: the session ends (will, stored state)."""
@@ -127,6 +128,16 @@ class MqttConnection:
             self._behind[partition_key] = offset
             return
         self._deliver(partition_key, offset, message, subscriptions)
+
+    def has_room(self) -> bool:
+        """Whether a message kept for one of this session's share groups may be handed to it now."""
+        return self.session.state is _CONNECTED and self.session.accepting_deliveries
+
+    def deliver_shared(
+        self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscription: Subscription
+    ) -> None:
+        """A message kept for a share group while every member was busy (``has_room`` said yes)."""
+        self._deliver(partition_key, offset, message, [subscription])
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
@@ -411,6 +422,7 @@ class MqttConnection:
                     self._catch_up_records(key, result.records, offset)
         finally:
             self._catching_up = False
+            self.hub.resume_share_groups()  # this member may have room for its groups' kept messages again
 
     def _catch_up_records(self, key: PartitionKey, data: bytes, offset: int) -> None:
         limit = self.hub.live_position(key)

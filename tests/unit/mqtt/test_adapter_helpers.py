@@ -45,6 +45,29 @@ def test_a_share_group_member_that_declines_is_skipped() -> None:
         assert list(registry.route("t", lambda client, _: client == "y")) == ["y"]
 
 
+def test_a_share_group_no_member_accepts_is_reported_unplaced_when_the_caller_keeps_it() -> None:
+    registry = SubscriptionRegistry()
+    for client in ("x", "y"):
+        registry.add(client, Subscription(topic_filter="$share/g/t/+", share_group="g"))
+    registry.add("plain", Subscription(topic_filter="t/#"))
+    unplaced: list[tuple[str, str]] = []
+    assert list(registry.route("t/1", lambda *_: False, unplaced)) == ["plain"]
+    assert unplaced == [("g", "t/+")]
+    assert sorted(registry.route("t/1", lambda *_: False)) == ["plain", "y"]  # without the list: the next in turn
+
+
+def test_group_members_and_choose_hand_a_kept_message_to_a_member_with_room() -> None:
+    registry = SubscriptionRegistry()
+    for client in ("x", "y"):
+        registry.add(client, Subscription(topic_filter="$share/g/t/+", share_group="g"))
+    registry.add("z", Subscription(topic_filter="$share/other/t/+", share_group="other"))
+    members = registry.group_members("t/1", ("g", "t/+"))
+    assert sorted(client for client, _ in members) == ["x", "y"]
+    assert registry.choose(("g", "t/+"), members, lambda client, _: client == "y") == members[1]
+    assert registry.choose(("g", "t/+"), members, lambda *_: False) is None
+    assert registry.group_members("u/1", ("g", "t/+")) == []
+
+
 def test_removing_a_client_removes_all_its_subscriptions() -> None:
     registry = SubscriptionRegistry()
     registry.add("c", Subscription(topic_filter="a"))
