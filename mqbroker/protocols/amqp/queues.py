@@ -27,6 +27,7 @@ from mqbroker.protocols.amqp.queue_state import (
     QueueState,
     StreamOffset,
     StreamStart,
+    parse_expiration,
 )
 from mqbroker.protocols.amqp.stored import QueueDeclaration, StoredMessage, append_message, queue_topic, queued_message
 from mqbroker.storage.records import BatchBuilder, decode_records_as, iter_batches
@@ -71,12 +72,13 @@ class Consumer:
         return int(self.session.connection.delivery_window(self.channel, self.tag))
 
 
-def decode_fetched(records: bytes) -> list[QueuedMessage]:
-    """Whole record batches from a fetch → the queue's view of their records."""
+def decode_fetched(records: bytes, skip_below: int = 0) -> list[QueuedMessage]:
+    """Whole record batches from a fetch → the queue's view of their records (batches wholly
+    below ``skip_below`` are not decoded: the queue has them already)."""
     view = memoryview(records)
     messages = []
     for position, header in iter_batches(view):
-        if header.is_control:
+        if header.is_control or header.base_offset + header.last_offset_delta < skip_below:
             continue
         batch = view[position : position + header.size_bytes]
         messages += decode_records_as(batch, queued_message)
@@ -134,21 +136,39 @@ class BatchStored:
 
 
 class _Appender:
-    """Coalesces the appends of one reactor turn into one batch per queue topic."""
+    """Coalesces the appends of one reactor turn into one batch per queue topic.
+
+    Classic queues append *early*: the batch is produced with acks=0, so its offsets are known
+    at once and its messages go to consumers before the fsync (as RabbitMQ delivers before its
+    disk write); the batch counts as stored, and its confirms go out, only once the queue's
+    reads see the high watermark pass it (``durable_through``). Stream consumers read only
+    durable records, so stream queues produce with acks=-1 and settle on the produce result.
+    """
 
     log = Logger()
 
-    def __init__(self, host: QueueHost, topic: str, on_appended: Callable[[int], None]) -> None:
+    def __init__(self, host: QueueHost, topic: str, on_appended: Callable[[int, int, list[QueuedMessage]], None],
+                 early: bool) -> None:
         self._host = host
         self._topic = topic
         self._on_appended = on_appended
+        self._early = early
         self._builder: BatchBuilder | None = None
         self._batch: BatchStored | None = None
+        #: This batch's messages (early only): timestamp, expiration and contents; offsets come with the produce.
+        self._messages: list[tuple[int, int | None, StoredMessage]] = []
         self._in_flight = 0
         self._idle_waiters: list[Deferred[None]] = []
+        #: Appended early, not yet seen durable: (last offset, deadline in ms, batch), in offset order.
+        self._unsettled: list[tuple[int, int, BatchStored]] = []
+
+    @property
+    def unsettled(self) -> list[BatchStored]:
+        """Batches appended and not yet known durable (or refused)."""
+        return [batch for _, _, batch in self._unsettled]
 
     def drained(self) -> Deferred[None]:
-        """Fires once every append made so far is stored (or refused)."""
+        """Fires once every append made so far is in the log (or refused)."""
         drained: Deferred[None] = Deferred()
         if self._builder is None and not self._in_flight:
             drained.callback(None)
@@ -162,16 +182,21 @@ class _Appender:
             self._builder, self._batch = BatchBuilder(), BatchStored()
             self._host.reactor.callLater(0, self._flush)
         append_message(self._builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
+        if self._early:
+            self._messages.append((timestamp_ms, parse_expiration(expiration) if expiration is not None else None,
+                                   StoredMessage(exchange=exchange, routing_key=routing_key,
+                                                 properties_raw=properties_raw, body=body)))
         assert self._batch is not None
         return self._batch
 
     def _flush(self) -> None:
         assert self._builder is not None and self._batch is not None
-        batch, stored = self._builder.build(), self._batch
-        self._builder = self._batch = None
+        batch, stored, messages = self._builder.build(), self._batch, self._messages
+        self._builder, self._batch, self._messages = None, None, []
         self._in_flight += 1
-        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, -1, PRODUCE_TIMEOUT_MS)
-        produced.addCallbacks(self._stored, self._refused, callbackArgs=(stored,), errbackArgs=(stored,))
+        acks = 0 if self._early else -1
+        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, acks, PRODUCE_TIMEOUT_MS)
+        produced.addCallbacks(self._stored, self._refused, callbackArgs=(stored, messages), errbackArgs=(stored,))
         produced.addBoth(self._landed)
 
     def _landed(self, _: Any) -> None:
@@ -181,14 +206,37 @@ class _Appender:
             for waiter in waiters:
                 waiter.callback(None)
 
-    def _stored(self, result: ProduceResult, stored: BatchStored) -> None:
-        self._on_appended(result.last_offset + 1)
-        stored.settle(True)
+    def _stored(self, result: ProduceResult, stored: BatchStored,
+                messages: list[tuple[int, int | None, StoredMessage]]) -> None:
+        if not self._early:
+            self._on_appended(result.base_offset, result.last_offset + 1, [])
+            stored.settle(True)
+            return
+        self._unsettled.append((result.last_offset, self._host.now_ms() + PRODUCE_TIMEOUT_MS, stored))
+        placed = [QueuedMessage(offset=offset, timestamp_ms=timestamp_ms, expiration_ms=expiration_ms, payload=payload)
+                  for offset, (timestamp_ms, expiration_ms, payload) in enumerate(messages, start=result.base_offset)]
+        self._on_appended(result.base_offset, result.last_offset + 1, placed)
 
     def _refused(self, failure: Any, stored: BatchStored) -> None:
         self.log.failure("appending a batch to {topic} failed (its confirmed publishes are nacked)", failure,
                          topic=self._topic)
         stored.settle(False)
+
+    def durable_through(self, high_watermark: int) -> None:
+        """The log is durable below ``high_watermark``: batches ending below it are stored."""
+        while self._unsettled and self._unsettled[0][0] < high_watermark:
+            self._unsettled.pop(0)[2].settle(True)
+
+    def expire(self, now_ms: int) -> None:
+        """Batches not seen durable within the produce timeout are refused (their publishes nacked)."""
+        while self._unsettled and self._unsettled[0][1] <= now_ms:
+            self._unsettled.pop(0)[2].settle(False)
+
+    def abandon(self) -> None:
+        """The queue is gone: what was not seen durable is refused."""
+        unsettled, self._unsettled = self._unsettled, []
+        for _, _, batch in unsettled:
+            batch.settle(False)
 
 
 class _Queue(abc.ABC):
@@ -206,15 +254,19 @@ class _Queue(abc.ABC):
         self.had_consumers = False
         self.deleted = False
         self._backing_off = False  # reading failed a moment ago
-        self._appender = _Appender(host, self.topic, self._appended)
+        self._appender = _Appender(host, self.topic, self._appended, early=isinstance(self, ClassicQueue))
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None) -> BatchStored:
         """Store a message; the returned batch says when it (and the rest of its batch) is durable."""
         return self._appender.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
 
-    def _appended(self, log_end: int) -> None:
-        """A batch landed: the log grew to ``log_end``."""
+    def abandon_appends(self) -> None:
+        """The queue was deleted: appends not yet seen durable are refused."""
+        self._appender.abandon()
+
+    def _appended(self, base_offset: int, log_end: int, messages: list[QueuedMessage]) -> None:
+        """A batch landed at ``base_offset``: the log grew to ``log_end`` (``messages``: the batch, if early)."""
 
     def _fetch(self, offset: int, wait_ms: int) -> Deferred[list[Any]]:
         position = FetchPosition(topic=self.topic, partition=0, offset=offset, max_bytes=FETCH_BYTES_MAX)
@@ -244,15 +296,21 @@ class ClassicQueue(_Queue):
         self._fetching = False
         self._fetch_waiters: list[Deferred[None]] = []
         self._rotation = 0
+        self._durable_end = state.cursor  # the high watermark as last read: the log is durable below it
 
     @property
     def message_count(self) -> int:
         """Ready messages (queue.declare-ok, basic.get-ok)."""
         return self.state.ready_count
 
-    def _appended(self, log_end: int) -> None:
+    def _appended(self, base_offset: int, log_end: int, messages: list[QueuedMessage]) -> None:
         self.state.note_log_end(log_end)
-        self.dispatch()
+        room = self.state.ready_in_memory < READ_AHEAD_MESSAGES
+        if messages and room and self.state.cursor == base_offset and not self.deleted:
+            self.state.receive(messages)  # what a read from the cursor would return, without the read
+            self._changed()
+        else:
+            self.dispatch()
 
     def add_consumer(self, consumer: Consumer) -> None:
         """Attach a consumer and start delivering."""
@@ -291,7 +349,8 @@ class ClassicQueue(_Queue):
         return dropped
 
     def housekeep(self, now_ms: int) -> None:
-        """Expire messages past their TTL even when nobody consumes."""
+        """Expire messages past their TTL even when nobody consumes; refuse appends never seen durable."""
+        self._appender.expire(now_ms)
         self.state.expire(now_ms)
         self._changed()
         self._read_ahead(wanted=True)
@@ -338,23 +397,46 @@ class ClassicQueue(_Queue):
             self.host.state_changed(self)
         self._read_ahead(wanted=bool(self.consumers) or bool(self._fetch_waiters))
 
+    @property
+    def unsettled_appends(self) -> list[BatchStored]:
+        """Batches appended to this queue and not yet known durable."""
+        return self._appender.unsettled
+
     def _read_ahead(self, wanted: bool) -> None:
-        if self._fetching or self._backing_off or self.deleted or not wanted or self.state.ready_in_memory >= READ_AHEAD_MESSAGES:
+        """One fetch at a time: from the cursor while consumers want more and memory has room, and
+        from the durable end while early appends wait to be seen durable (the fetch returns once
+        the high watermark passes it)."""
+        if self._fetching or self._backing_off or self.deleted:
             return
+        reading = wanted and self.state.ready_in_memory < READ_AHEAD_MESSAGES
+        watching = bool(self._appender.unsettled)
+        if not (reading or watching):
+            return
+        if reading:
+            offset = min(self.state.cursor, self._durable_end) if watching else self.state.cursor
+        else:
+            offset = self._durable_end
+        # Waiting is only skipped for a basic.get on settled data; otherwise the broker answers at
+        # once when there is data and holds the fetch (a long poll) when there is none yet.
+        wait_ms = 0 if self._fetch_waiters and not watching and self.state.unread_count else FETCH_WAIT_MS
         self._fetching = True
-        wait_ms = 0 if self.state.unread_count or self._fetch_waiters else FETCH_WAIT_MS
-        fetched = self._fetch(self.state.cursor, wait_ms)
-        fetched.addCallbacks(self._fetched, self._fetch_failed)
+        fetched = self._fetch(offset, wait_ms)
+        fetched.addCallbacks(self._fetched, self._fetch_failed, callbackArgs=(offset,))
         fetched.addBoth(self._fetch_finished)
 
-    def _fetched(self, results: list[Any]) -> None:
+    def _fetched(self, results: list[Any], offset: int) -> None:
         [result] = results
         if result.error is not None:
             raise result.error
+        self._durable_end = max(self._durable_end, result.high_watermark)
+        self._appender.durable_through(result.high_watermark)
         self.state.note_log_end(result.high_watermark)
         if result.log_start_offset > self.state.cursor:
             self.state.note_log_start(result.log_start_offset)
-        self.state.receive(decode_fetched(result.records))
+        cursor = self.state.cursor
+        if offset <= cursor and self.state.ready_in_memory < READ_AHEAD_MESSAGES:
+            # Read from at or before the cursor: the records from the cursor on are contiguous.
+            self.state.receive(decode_fetched(result.records, skip_below=cursor))
 
     def _fetch_finished(self, _: Any) -> None:
         self._fetching = False
@@ -399,7 +481,7 @@ class StreamQueue(_Queue):
         """Messages in the stream's log."""
         return max(0, self.log_end - self.log_start)
 
-    def _appended(self, log_end: int) -> None:
+    def _appended(self, base_offset: int, log_end: int, messages: list[QueuedMessage]) -> None:
         self.log_end = max(self.log_end, log_end)
 
     async def add_consumer(self, consumer: Consumer, start: StreamOffset) -> None:

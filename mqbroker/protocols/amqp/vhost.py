@@ -181,12 +181,15 @@ class VirtualHost:
         # Later snapshots wait for the same batches, so they cannot overtake this one.
         pending = [batch for batch in self._dead_letter_batches if batch.outcome is None]
         self._dead_letter_batches = pending
+        # Consumers get messages before they are durable, so a snapshot may mark done offsets a crash
+        # could still take back (and hand to new messages): it too waits for those appends.
+        pending = pending + [batch for name in names if isinstance(queue := self.queues.get(name), ClassicQueue)
+                             for batch in queue.unsettled_appends]
         remaining = [len(pending)]
 
         def one_settled(stored: bool) -> None:
             if not stored:
-                self.log.error("a dead-lettered message could not be stored on its dead-letter exchange; "
-                               "its queue's state is written anyway (the message is lost)")
+                self.log.error("an append this queue state depends on was not stored (a dead letter may be lost)")
             remaining[0] -= 1
             if remaining[0] == 0:
                 self._write_snapshots(entries)
@@ -259,6 +262,7 @@ class VirtualHost:
             raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' is not empty", method)
         count = queue.message_count
         queue.deleted = True
+        queue.abandon_appends()
         del self.queues[name]
         self.router.remove_queue(name)
         for consumer in list(queue.consumers.values()):
@@ -300,7 +304,8 @@ class VirtualHost:
             if isinstance(queue, ClassicQueue):
                 if queue.state.unused_expired(now_ms, len(queue.consumers)):
                     self._delete_in_background(queue.name)
-                elif queue.state.policy.message_ttl_ms is not None or queue.state.unread_count or queue.state.ready_in_memory:
+                elif (queue.state.policy.message_ttl_ms is not None or queue.state.unread_count
+                      or queue.state.ready_in_memory or queue.unsettled_appends):
                     queue.housekeep(now_ms)
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
 
