@@ -10,6 +10,7 @@ partition logs in step with the image.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import random
@@ -34,6 +35,7 @@ from mqbroker.controller import (
     preferred_leader_elections,
 )
 from mqbroker.metadata import (
+    UNCLEAN_ELECTION_CONFIG,
     AllocateProducerIds,
     AlterPartition,
     AlterTopicConfigs,
@@ -199,7 +201,8 @@ class ControlPlane(MultiService):
         self.node.storage.close()
 
     def _register(self) -> None:
-        record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.native_port)
+        record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.native_port,
+                                unclean_election_default=self._unclean_election_default)
         registered = self._propose(record)
         registered.addCallbacks(self._registered, self._registration_failed)
 
@@ -296,7 +299,8 @@ class ControlPlane(MultiService):
             self._heartbeats.stop()
         if not self.caught_up or self.image.brokers.get(self.node_id) is None:
             return succeed(None)
-        fenced = self._propose_discarding(FenceBroker(node_id=self.node_id))
+        fenced = self._propose_discarding(FenceBroker(node_id=self.node_id,
+                                                      unclean_election_default=self._unclean_election_default))
         fenced.addTimeout(self.config.controlled_shutdown_timeout_ms / 1000.0, self._reactor)
         fenced.addErrback(lambda failure: self.log.warn("controlled shutdown: leadership not moved ({error})",
                                                         error=failure.getErrorMessage()))
@@ -364,6 +368,11 @@ class ControlPlane(MultiService):
 
     # ---- heartbeats and sessions -----------------------------------------------------------
 
+    @property
+    def _unclean_election_default(self) -> str:
+        """This broker's ``log.unclean.leader.election.enable``, carried by the records that may elect leaders."""
+        return self.config.topic_defaults.get(UNCLEAN_ELECTION_CONFIG, "false")
+
     def _now_ms(self) -> int:
         return int(self._reactor.seconds() * 1000)
 
@@ -371,7 +380,8 @@ class ControlPlane(MultiService):
         if self._heartbeat_in_flight:
             return
         self._heartbeat_in_flight = True
-        sent = self._propose(BrokerHeartbeat(node_id=self.node_id))
+        sent = self._propose(BrokerHeartbeat(node_id=self.node_id,
+                                             unclean_election_default=self._unclean_election_default))
         sent.addErrback(lambda failure: failure.trap(errors.BrokerError))
         sent.addBoth(self._heartbeat_done)
 
@@ -399,7 +409,7 @@ class ControlPlane(MultiService):
                 continue
             self.log.warn("broker {node} missed its session: fencing it", node=record.node_id)
             self._fencing.add(record.node_id)
-            fenced = self._propose(record)
+            fenced = self._propose(dataclasses.replace(record, unclean_election_default=self._unclean_election_default))
             fenced.addErrback(lambda failure: failure.trap(errors.BrokerError))
             fenced.addBoth(lambda _, node_id=record.node_id: self._fencing.discard(node_id))
 

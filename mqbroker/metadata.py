@@ -34,11 +34,17 @@ _SNAPSHOT_VERSION = 1
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RegisterBroker:
-    """A broker announces (or re-announces after a restart) where clients reach it."""
+    """A broker announces (or re-announces after a restart) where clients reach it.
+
+    ``unclean_election_default`` (here and in the other records that may elect leaders) is the
+    proposer's broker-wide ``log.unclean.leader.election.enable``: topics without their own
+    setting use it, and carrying it in the record keeps applying deterministic on every node.
+    """
 
     node_id: int
     host: str
     port: int
+    unclean_election_default: str = "false"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +52,7 @@ class BrokerHeartbeat:
     """A broker is alive; a fenced broker that heartbeats is unfenced."""
 
     node_id: int
+    unclean_election_default: str = "false"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +60,7 @@ class FenceBroker:
     """``node_id`` missed its session (or is shutting down): its leaderships move to other ISR members."""
 
     node_id: int
+    unclean_election_default: str = "false"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -353,19 +361,19 @@ class MetadataImage:
 def apply_record(image: MetadataImage, record: Record) -> int | None:
     """Apply one committed record to ``image``; return its value or raise the ``BrokerError`` refusing it."""
     match record:
-        case RegisterBroker(node_id=node_id, host=host, port=port):
+        case RegisterBroker(node_id=node_id, host=host, port=port, unclean_election_default=unclean_default):
             fenced = image.brokers[node_id].fenced if node_id in image.brokers else False
             image.brokers[node_id] = BrokerState(node_id=node_id, host=host, port=port, fenced=fenced)
-            _unfence(image, node_id)
-        case BrokerHeartbeat(node_id=node_id):
+            _unfence(image, node_id, unclean_default)
+        case BrokerHeartbeat(node_id=node_id, unclean_election_default=unclean_default):
             if node_id not in image.brokers:
                 raise errors.InvalidRequestError(f"broker {node_id} heartbeats before registering")
-            _unfence(image, node_id)
-        case FenceBroker(node_id=node_id):
+            _unfence(image, node_id, unclean_default)
+        case FenceBroker(node_id=node_id, unclean_election_default=unclean_default):
             if node_id in image.brokers and not image.brokers[node_id].fenced:
                 image.brokers[node_id].fenced = True
                 for topic, partition in _hosted(image, node_id):
-                    _fence_replica(image, topic, partition, node_id)
+                    _fence_replica(image, topic, partition, node_id, unclean_default)
         case CreateTopic(name=name, assignment=assignment, configs=configs, replicas=replicas):
             if name in image.topics:
                 raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -448,7 +456,14 @@ def _set_leader(partition: PartitionState, leader_id: int) -> None:
     partition.partition_epoch += 1
 
 
-def _fence_replica(image: MetadataImage, topic: TopicState, partition: PartitionState, node_id: int) -> None:
+def _unclean_allowed(topic: TopicState, unclean_default: str) -> bool:
+    """The topic's ``unclean.leader.election.enable``, else the broker-wide default the record carries."""
+    return topic.configs.get(UNCLEAN_ELECTION_CONFIG, unclean_default) == "true"
+
+
+def _fence_replica(
+    image: MetadataImage, topic: TopicState, partition: PartitionState, node_id: int, unclean_default: str
+) -> None:
     """A replica's broker is gone: move its leadership to a live ISR member and drop it from the ISR.
 
     The last ISR member stays in the ISR (Kafka's "last replica standing"): it is the only one
@@ -456,8 +471,8 @@ def _fence_replica(image: MetadataImage, topic: TopicState, partition: Partition
     """
     others = [replica for replica in partition.isr if replica != node_id]
     if partition.leader_id == node_id:
-        unclean = topic.configs.get(UNCLEAN_ELECTION_CONFIG, "false") == "true"
-        leader, out_of_sync = elect_leader(partition.replicas, partition.isr, image.live_brokers(), unclean=unclean)
+        leader, out_of_sync = elect_leader(partition.replicas, partition.isr, image.live_brokers(),
+                                           unclean=_unclean_allowed(topic, unclean_default))
         _set_leader(partition, leader)
         if out_of_sync:
             partition.isr = [leader]
@@ -468,7 +483,7 @@ def _fence_replica(image: MetadataImage, topic: TopicState, partition: Partition
         partition.partition_epoch += 1
 
 
-def _unfence(image: MetadataImage, node_id: int) -> None:
+def _unfence(image: MetadataImage, node_id: int, unclean_default: str) -> None:
     """A fenced broker is back: it leads again the leaderless partitions whose ISR it is in."""
     broker = image.brokers[node_id]
     if not broker.fenced:
@@ -478,8 +493,8 @@ def _unfence(image: MetadataImage, node_id: int) -> None:
     for topic, partition in _hosted(image, node_id):
         if partition.leader_id != NO_LEADER:
             continue
-        unclean = topic.configs.get(UNCLEAN_ELECTION_CONFIG, "false") == "true"
-        leader, out_of_sync = elect_leader(partition.replicas, partition.isr, live, unclean=unclean)
+        leader, out_of_sync = elect_leader(partition.replicas, partition.isr, live,
+                                           unclean=_unclean_allowed(topic, unclean_default))
         if leader != NO_LEADER:
             _set_leader(partition, leader)
             if out_of_sync:

@@ -61,7 +61,7 @@ class Options(usage.Options):
 
 def load_config(options: dict[str, Any]) -> BrokerConfig:
     """Merge defaults, the TOML file, ``--set`` pairs and explicit options into a ``BrokerConfig``."""
-    from mqbroker.storage.config import LogConfig
+    from mqbroker.topic_config import validate_topic_defaults
 
     settings: dict[str, Any] = {}
     if options.get("config"):
@@ -75,7 +75,7 @@ def load_config(options: dict[str, Any]) -> BrokerConfig:
     for option, key, _ in CONFIG_OPTIONS:
         if options.get(option) is not None:
             settings[key] = options[option]
-    return build_config(settings, validate_topic_defaults=LogConfig.from_mapping)
+    return build_config(settings, validate_topic_defaults=validate_topic_defaults)
 
 
 def makeService(options: Options) -> IService:

@@ -48,3 +48,9 @@ def log_config_for(topic_defaults: Mapping[str, str], overrides: Mapping[str, st
         return LogConfig.from_mapping(storage_keys)
     except storage_errors.InvalidConfigError as error:
         raise InvalidConfigError(str(error)) from None
+
+
+def validate_topic_defaults(topic_defaults: Mapping[str, str]) -> None:
+    """Check the broker-wide ``log.`` defaults: the broker's own topic keys and the storage ones."""
+    validate_broker_topic_configs(topic_defaults)
+    log_config_for(topic_defaults, {})

@@ -139,3 +139,23 @@ def test_records_before_replication_still_read_as_one_replica() -> None:
     assert (image.topics["old"].partitions[0].replicas, image.topics["old"].partitions[0].isr) == ([2], [2])
     record = decode_record(b'{"type":"CreateTopic","name":"x","assignment":[1,2],"configs":{}}')
     assert record.replicas == ()  # type: ignore[union-attr]
+
+
+def test_broker_wide_unclean_default_applies_to_topics_without_their_own_setting() -> None:
+    machine = _cluster()
+    leader = _partition(machine).leader_id
+    _apply(machine, _alter(machine, (leader,)), FenceBroker(node_id=leader, unclean_election_default="true"))
+    state = _partition(machine)
+    assert state.leader_id not in (leader, NO_LEADER) and state.isr == [state.leader_id]
+
+
+def test_topic_setting_overrides_the_broker_wide_unclean_default() -> None:
+    machine = _cluster(configs={"unclean.leader.election.enable": "false"})
+    leader = _partition(machine).leader_id
+    _apply(machine, _alter(machine, (leader,)), FenceBroker(node_id=leader, unclean_election_default="true"))
+    assert (_partition(machine).leader_id, _partition(machine).isr) == (NO_LEADER, [leader])
+
+
+def test_records_written_before_the_unclean_default_existed_still_decode() -> None:
+    record = decode_record(b'{"type":"FenceBroker","node_id":2}')
+    assert record == FenceBroker(node_id=2, unclean_election_default="false")
