@@ -155,6 +155,11 @@ class Connection:
         self._output.clear()
         return data
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete frame received so far (the adapter times out a frame that trickles)."""
+        return self._decoder.buffered_bytes
+
     def _send(self, data: bytes) -> None:
         self._output += data
         self._sent_since_tick = True

@@ -266,6 +266,11 @@ class FrameDecoder:
         """True once a decoding error was raised; the stream is unusable from then on."""
         return self._state is _DecoderState.ERROR
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete frame (or protocol header) received so far."""
+        return len(self._buffer)
+
     def receive_data(self, data: bytes) -> list[Frame]:
         """Add ``data``; return the frames it completes. Raises ``AmqpError``."""
         assert self._state is not _DecoderState.ERROR, "receive_data after a decoding error"

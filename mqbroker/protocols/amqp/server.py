@@ -80,6 +80,11 @@ class AmqpSession:
         self._handle = connection
         self._reschedule()
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete frame (the adapter closes a connection that trickles one)."""
+        return self.connection.buffered_bytes
+
     def data_received(self, data: bytes) -> None:
         self._run(self.connection.receive_data(data, self._vhost.now_ms()))
         self.flush()
@@ -434,4 +439,4 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     security = getattr(context, "security", None)
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
     return SessionFactory(lambda address: AmqpSession(vhost, reactor, security), idle_timeout_s=None,
-                          metrics_gauge=gauge, no_delay=True)
+                          metrics_gauge=gauge, no_delay=True, frame_timeout_s=getattr(context, "frame_timeout_s", None))
