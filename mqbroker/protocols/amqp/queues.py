@@ -52,6 +52,8 @@ class Subscriber(Protocol):
 
     def flush(self) -> None: ...
 
+    def delivery_window(self, channel: int, consumer_tag: str) -> int: ...
+
 
 @dataclasses.dataclass(slots=True)
 class Consumer:
@@ -69,7 +71,7 @@ class Consumer:
 
     def window(self) -> int:
         """How many more deliveries its prefetch allows."""
-        return int(self.session.connection.delivery_window(self.channel, self.tag))
+        return int(self.session.delivery_window(self.channel, self.tag))
 
 
 def decode_fetched(records: bytes, skip_below: int = 0) -> list[QueuedMessage]:
@@ -166,6 +168,11 @@ class _Appender:
     def unsettled(self) -> list[BatchStored]:
         """Batches appended and not yet known durable (or refused)."""
         return [batch for _, _, batch in self._unsettled]
+
+    @property
+    def awaiting_durability(self) -> bool:
+        """True while some appended batch is not yet known durable."""
+        return bool(self._unsettled)
 
     def drained(self) -> Deferred[None]:
         """Fires once every append made so far is in the log (or refused)."""
@@ -409,7 +416,7 @@ class ClassicQueue(_Queue):
         if self._fetching or self._backing_off or self.deleted:
             return
         reading = wanted and self.state.ready_in_memory < READ_AHEAD_MESSAGES
-        watching = bool(self._appender.unsettled)
+        watching = self._appender.awaiting_durability
         if not (reading or watching):
             return
         if reading:
