@@ -23,33 +23,39 @@ def connect(host: str, port: int, client_id: str) -> mqtt.Client:
     return client
 
 
-def reading(rng: random.Random, previous: float, anomaly_rate: float) -> float:
-    """The next value: a small step from ``previous``, or now and then a spike far outside the band."""
+def step(rng: random.Random, level: float) -> float:
+    """A device's next normal level: a small step from ``level``, kept inside the band."""
+    return min(38.0, max(2.0, level + rng.uniform(-0.5, 0.5)))
+
+
+def reading(rng: random.Random, level: float, anomaly_rate: float) -> float:
+    """What the device reports: its level, or now and then a spike far outside the band (the level stays)."""
     if rng.random() < anomaly_rate:
         return round(rng.choice((-15.0, 65.0)) + rng.uniform(-5, 5), 2)
-    return round(min(38.0, max(2.0, previous + rng.uniform(-0.5, 0.5))), 2)
+    return round(level, 2)
 
 
 def run(host: str, port: int, devices: int, interval_s: float, duration_s: float, anomaly_rate: float, seed: int) -> int:
     """Publish until ``duration_s`` passes; return how many readings were sent."""
     rng = random.Random(seed)
     clients = {f"device-{number}": connect(host, port, f"simulator-device-{number}") for number in range(devices)}
-    values = {device: rng.uniform(18.0, 24.0) for device in clients}
+    levels = {device: rng.uniform(18.0, 24.0) for device in clients}
     sent = 0
     deadline = time.monotonic() + duration_s
     try:
         while time.monotonic() < deadline:
             started = time.monotonic()
             for device, client in clients.items():
-                values[device] = value = reading(rng, values[device], anomaly_rate)
+                levels[device] = step(rng, levels[device])
+                value = reading(rng, levels[device], anomaly_rate)
                 payload = json.dumps({"ts": time.time_ns() // 1_000_000, "temperature": value})
                 client.publish(f"devices/{device}/telemetry", payload, qos=1)
                 sent += 1
             time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
     finally:
         for client in clients.values():
+            client.disconnect()  # before loop_stop, so the network loop still sends it
             client.loop_stop()
-            client.disconnect()
     return sent
 
 
@@ -64,8 +70,12 @@ def main() -> None:
     parser.add_argument("--anomaly-rate", type=float, default=0.02, help="share of readings outside the band")
     parser.add_argument("--seed", type=int, default=1)
     arguments = parser.parse_args()
-    sent = run(arguments.host, arguments.port, arguments.devices, arguments.interval_s, arguments.duration_s,
-               arguments.anomaly_rate, arguments.seed)
+    try:
+        sent = run(arguments.host, arguments.port, arguments.devices, arguments.interval_s, arguments.duration_s,
+                   arguments.anomaly_rate, arguments.seed)
+    except KeyboardInterrupt:  # Ctrl-C is how the demo is stopped early; run() has disconnected the devices
+        print("simulator: stopped", flush=True)
+        return
     print(f"simulator: {arguments.devices} devices published {sent} readings", flush=True)
 
 
