@@ -34,12 +34,16 @@ class SparseIndex:
         return self._keys is not None
 
     def load(self, is_valid: Callable[[SparseIndex], bool]) -> bool:
-        """Read the file; keep it only if it is well formed and ``is_valid`` agrees, else start empty."""
+        """Read the file; keep it only if it is well formed and ``is_valid`` agrees, else start empty.
+
+        A missing file is not valid either: its segment's entries must be rebuilt from the log.
+        """
         try:
             with open(self.path, "rb") as file:
                 data = file.read()
         except FileNotFoundError:
-            data = b""
+            self.reset()
+            return False
         entry_bytes = self._entry.size
         self._keys = array.array(self._key_type)
         self._values = array.array(self._value_type)
@@ -95,6 +99,14 @@ class SparseIndex:
         assert self._keys is not None, "index used before load"
         slot = min(bisect.bisect_right(self._keys, key), bisect.bisect_right(self._values, value)) - 1
         return (self._keys[slot], self._values[slot]) if slot >= 0 else None
+
+    def value_after(self, key: int) -> int | None:
+        """The value of the entry that follows the entry whose key is exactly ``key``, if both exist."""
+        assert self._keys is not None, "index used before load"
+        slot = bisect.bisect_left(self._keys, key)
+        if slot + 1 < len(self._keys) and self._keys[slot] == key:
+            return self._values[slot + 1]
+        return None
 
     def truncate(self, keep: Callable[[int, int], bool]) -> None:
         """Drop the entries from the first one ``keep(key, value)`` rejects."""

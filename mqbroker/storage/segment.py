@@ -287,6 +287,9 @@ class Segment:
 
         At least one batch is returned (even one larger than ``max_bytes``) unless none qualifies.
         """
+        data = self._read_indexed(offset, max_bytes, max_offset)
+        if data is not None:
+            return data
         found = self.position_of(offset)
         if found is None or found[1].last_offset >= max_offset:
             return b""
@@ -304,6 +307,24 @@ class Segment:
             cursor += header.size_bytes
         assert cursor > 0, f"first batch at byte {position} of {self.path} could not be read whole"
         return data if cursor == len(data) else data[:cursor]
+
+    def _read_indexed(self, offset: int, max_bytes: int, max_offset: int) -> bytes | None:
+        """A sequential reader's fast path: one pread and no header walk, or None to take the slow path.
+
+        It applies when the batch ending at ``offset - 1`` and the next indexed batch are both in
+        the index (every batch is once batches outgrow index.interval.bytes) and the returned
+        batches end at a boundary the index knows. The first header then only needs checking:
+        an unindexed batch between the two entries would hold ``offset`` instead.
+        """
+        self.ensure_indexes()
+        position = self.offset_index.value_after(offset - 1 - self.base_offset)
+        if position is None:
+            return None
+        end = self._batch_boundary(position, position + max_bytes, max_offset)
+        if end is None:
+            return None
+        data = os.pread(self._file(), end - position, position)
+        return data if records.read_header(data).base_offset <= offset else None
 
     def _batch_boundary(self, position: int, limit: int, max_offset: int) -> int | None:
         """A batch boundary in (position, limit] with every batch before it below ``max_offset``, if known.

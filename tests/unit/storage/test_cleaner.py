@@ -226,3 +226,14 @@ def test_a_crash_during_the_swap_leaves_a_readable_log_with_every_newest_value(t
     recovered = records_of(open_log(tmp_path, COMPACTED))
     assert set(expected) <= set(recovered) <= set(original)
     assert all(recovered[offset] == original[offset] for offset in recovered)
+
+
+def test_a_compacted_segment_that_becomes_active_again_closes_cleanly(tmp_path):
+    log = open_log(tmp_path, COMPACTED)
+    log.append(make_batch([b"old", b"new"], keys=[b"a", b"a"]), now_ms=0)
+    log.roll(now_ms=0)
+    cleaner.clean(log, NOW_MS, force=True)
+    log.truncate_to(1)  # the compacted segment is the active one again; its indexes are rebuilt
+    log.append(make_batch([b"after"], keys=[b"a"]), now_ms=0)
+    log.close()
+    assert records_of(open_log(tmp_path, COMPACTED, clean_shutdown=True)) == {0: (b"a", b"after")}

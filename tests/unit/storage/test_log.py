@@ -46,6 +46,19 @@ def test_read_returns_one_batch_larger_than_max_bytes(tmp_path):
     assert len(log.read(0, max_bytes=10).records) > 2000
 
 
+@pytest.mark.parametrize("index_interval_bytes", [0, 150, 1000])
+def test_reads_from_every_offset_start_at_the_batch_holding_it_whatever_the_index_holds(tmp_path, index_interval_bytes):
+    log = open_log(tmp_path, LogConfig(segment_bytes=4096, index_interval_bytes=index_interval_bytes))
+    batches = [log.append(payload_batch(tag, record_count=1 + tag % 3), now_ms=0) for tag in range(60)]
+    for result in batches:
+        for offset in range(result.base_offset, result.last_offset + 1):
+            for max_bytes in (1, 500):
+                headers = [header for _, header in iter_batches(log.read(offset, max_bytes).records)]
+                assert headers[0].base_offset == result.base_offset
+                assert all(b.next_offset == a.base_offset for b, a in zip(headers, headers[1:]))
+                assert len(headers) == 1 or sum(h.size_bytes for h in headers) <= max_bytes
+
+
 def test_read_never_passes_max_offset(tmp_path):
     log = open_log(tmp_path)
     for tag in range(10):
