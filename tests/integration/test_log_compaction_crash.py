@@ -1,0 +1,74 @@
+"""Kill -9 a process that appends and compacts, many times, some kills exactly in the swap: the log stays
+readable, holds only records that were written, and never loses a key's newest durable record."""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from mqbroker.storage.log import PartitionLog
+from mqbroker.storage.records import decode_records
+from tests.integration.log_compaction_crash_child import CONFIG
+from tests.unit.storage.logtools import read_all
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+KILLS = 30
+SEED = 20261122
+
+
+def run_child(directory: pathlib.Path, seed: int, kill_at_rename: int, lifetime_s: float) -> list[str]:
+    """Start the child, SIGKILL it after ``lifetime_s`` unless it killed itself first; return its output lines."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.log_compaction_crash_child", str(directory), str(seed),
+         str(kill_at_rename)],
+        cwd=REPOSITORY,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + lifetime_s
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if child.poll() is None:
+        child.send_signal(signal.SIGKILL)
+    output, _ = child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    return output.splitlines()
+
+
+def check_log(directory: pathlib.Path, newest_durable: dict[bytes, tuple[int, bytes | None]]) -> None:
+    """Readable (CRCs checked), offsets ascending, only written records, no key's newest durable record lost."""
+    log = PartitionLog.open(str(directory), CONFIG, now_ms=0)
+    stored = [record for batch in read_all(log) for record in decode_records(batch)]
+    log.close()
+    offsets = [record.offset for record in stored]
+    assert offsets == sorted(set(offsets))
+    assert all(record.value is None or record.value.startswith(record.key + b":") for record in stored)
+    newest_stored = {record.key: (record.offset, record.value) for record in stored}
+    for key, (offset, value) in newest_durable.items():
+        assert key in newest_stored, f"every record of {key!r} is gone (newest durable at {offset})"
+        stored_offset, stored_value = newest_stored[key]
+        assert stored_offset >= offset, f"{key!r}: newest durable record at {offset} lost"
+        assert stored_offset > offset or stored_value == value, f"{key!r}: record at {offset} changed"
+
+
+def test_compaction_killed_at_random_moments_and_in_its_swap_loses_no_newest_record(tmp_path):
+    chooser = random.Random(SEED)
+    directory = tmp_path / "partition"
+    newest_durable: dict[bytes, tuple[int, bytes | None]] = {}
+    killed_while_cleaning = 0
+    for round_number in range(KILLS):
+        kill_at_rename = chooser.randint(1, 8) if round_number % 2 else 0
+        lines = run_child(directory, chooser.randrange(2**31), kill_at_rename, chooser.uniform(0.3, 1.5))
+        for line in lines:
+            if line.startswith("durable"):
+                _, offset, key, value = line.split()
+                newest_durable[key.encode()] = (int(offset), None if value == "-" else value.encode())
+        progress = [line for line in lines if line in ("cleaning", "cleaned")]
+        killed_while_cleaning += bool(progress) and progress[-1] == "cleaning"
+        check_log(directory, newest_durable)
+    assert len(newest_durable) == 8, "the children hardly wrote anything"
+    assert killed_while_cleaning >= KILLS // 3, f"only {killed_while_cleaning} kills landed in a compaction pass"
