@@ -70,14 +70,15 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float 
 
 
 @contextmanager
-def mqbroker_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
-    """A broker on free ports; yields (MQTT port, pid)."""
+def mqbroker_process(work: pathlib.Path, connections: int) -> Iterator[tuple[int, int]]:
+    """A broker on free ports that admits ``connections`` more from 127.0.0.1 than the default limits; yields (MQTT port, pid)."""
     ports = {name: free_port() for name in ("native", "mqtt", "http")}
     command = [
         sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
         f"--logfile={work / 'mqbroker.log'}", "mqbroker", "--data-dir", str(work / "data"), "--host", "127.0.0.1",
         "--native-port", str(ports["native"]), "--mqtt-port", str(ports["mqtt"]), "--http-port", str(ports["http"]),
         "--amqp-port", "0", "--controller-port", "0",
+        "--set", f"quotas.connections_per_ip_max={connections + 100}", "--set", f"quotas.connections_max={connections + 100}",
     ]
     process = subprocess.Popen(command, cwd=work)
     try:
@@ -315,7 +316,7 @@ def main() -> None:
     arguments.connections = min(arguments.connections, hard - 200)
     with tempfile.TemporaryDirectory() as directory:
         work = pathlib.Path(directory)
-        with mqbroker_process(work) as ours, mosquitto_process(work) as theirs:
+        with mqbroker_process(work, arguments.connections) as ours, mosquitto_process(work) as theirs:
             samples = measure_rounds({"mqbroker": ours, "mosquitto": theirs}, arguments)
     if arguments.json:
         print(json.dumps(samples, indent=2))
