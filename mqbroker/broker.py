@@ -52,6 +52,7 @@ from mqbroker.model import (
     OffsetAndTimestamp,
     Operation,
     PartitionMetadata,
+    PartitionReassignment,
     Principal,
     ProduceResult,
     ProducerIdentity,
@@ -62,10 +63,13 @@ from mqbroker.model import (
 from mqbroker.storage import errors as storage_errors
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
+from mqbroker.storage.records import read_header
 from mqbroker.storage.manager import LogManager
 
 #: acks=all produces that give no timeout wait this long for the ISR.
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+#: How long a ``__consumer_offsets`` append waits for the in-sync replicas (Kafka's offsets.commit.timeout.ms).
+OFFSETS_COMMIT_TIMEOUT_MS = 5_000
 #: Internal topics are replicated on up to this many brokers (fewer brokers: all of them).
 INTERNAL_REPLICATION_FACTOR = 3
 
@@ -227,6 +231,15 @@ class Broker:
             configured = self._config.topic_defaults.get("min.insync.replicas", "1")
         return int(configured)
 
+    @staticmethod
+    def _check_enough_replicas(leader: LeaderPartition, min_insync: int) -> None:
+        """An acks=all write is refused, before anything is appended, while the ISR is too small."""
+        if len(leader.replicas.isr) < min_insync:
+            raise errors.NotEnoughReplicasError(
+                f"{leader.name} has {len(leader.replicas.isr)} in-sync replica(s) "
+                f"{sorted(leader.replicas.isr)}, fewer than min.insync.replicas={min_insync}; nothing was written"
+            )
+
     # -- produce ---------------------------------------------------------------------------
 
     def produce(
@@ -252,11 +265,8 @@ class Broker:
             self._authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
             partition_log, leader = self._leader(topic, partition)
             min_insync = self._min_insync_replicas(topic)
-            if acks == -1 and len(leader.replicas.isr) < min_insync:
-                raise errors.NotEnoughReplicasError(
-                    f"{topic}-{partition} has {len(leader.replicas.isr)} in-sync replica(s) "
-                    f"{sorted(leader.replicas.isr)}, fewer than min.insync.replicas={min_insync}; nothing was written"
-                )
+            if acks == -1:
+                self._check_enough_replicas(leader, min_insync)
             appended = partition_log.append(records, self.now_ms(), leader_epoch=leader.leader_epoch)
         except Exception as error:  # storage errors become typed broker errors; others propagate
             return fail(broker_error(error))
@@ -384,6 +394,12 @@ class Broker:
                     f"{topic}-{partition}: the follower is at leader epoch {position.current_leader_epoch}, "
                     f"this leader at {leader.leader_epoch}"
                 )
+            if position.offset < partition_log.log_start_offset:  # retention or delete-records passed the follower
+                return FetchResult(topic=topic, partition=partition, high_watermark=leader.high_watermark,
+                                   log_start_offset=partition_log.log_start_offset,
+                                   error=errors.OffsetOutOfRangeError(
+                                       f"{topic}-{partition}: the follower's offset {position.offset} is below the "
+                                       f"log start {partition_log.log_start_offset}; start again from there"))
             diverged = self._divergence(partition_log, position)
             if diverged is not None:
                 return FetchResult(topic=topic, partition=partition, high_watermark=leader.high_watermark,
@@ -688,17 +704,24 @@ class Broker:
         return len(record.partitions) if record is not None else 0
 
     def _append_offsets(self, partition: int, records: bytes) -> Deferred[Any]:
-        """Append a coordinator batch to ``__consumer_offsets``; fires once durable (acks = all)."""
+        """Append a coordinator batch to ``__consumer_offsets``; fires once the high watermark passes it (acks=all).
+
+        A commit acknowledged only by the leader's disk would be lost, or go back to an older offset,
+        when that leader fails before its followers copied it.
+        """
         try:
             partition_log, leader = self._leader(OFFSETS_TOPIC, partition)
+            min_insync = self._min_insync_replicas(OFFSETS_TOPIC)
+            self._check_enough_replicas(leader, min_insync)
             appended = partition_log.append(records, self.now_ms(), leader_epoch=leader.leader_epoch)
         except Exception as error:  # storage errors become typed broker errors; others propagate
             return fail(broker_error(error))
-        self._wake_fetches(partition_log)
-        if partition_log.config.flush_policy != "sync":
+        if partition_log.config.flush_policy == "sync":
+            self._flusher.request_flush(partition_log)
+        else:
             self._replication_progress(partition_log)
-            return succeed(None)
-        return self._flusher.wait_durable(partition_log, appended.last_offset)
+        self._wake_fetches(partition_log)  # followers long-polling for new batches
+        return leader.wait_for_high_watermark(appended.last_offset, min_insync, OFFSETS_COMMIT_TIMEOUT_MS)
 
     def _group_call(
         self, principal: Principal, operation: Operation, group_id: str, call: Callable[[GroupService], Deferred[Any]]
@@ -855,10 +878,32 @@ class Broker:
             return None
         appended = None
         if result.records:
+            first_offset = read_header(result.records).base_offset
+            if partition_log.log_start_offset == partition_log.log_end_offset > first_offset:
+                # Restarted at the leader's log start, which lies inside this batch: keep the whole batch.
+                partition_log.truncate_fully_and_start_at(first_offset)
             partition_log.append(result.records, self.now_ms(), assign_offsets=False)
+            if result.log_start_offset > partition_log.log_start_offset:
+                partition_log.delete_records_before(min(result.log_start_offset, partition_log.log_end_offset))
             appended = partition_log
         self._follower_high_watermarks[key] = min(result.high_watermark, partition_log.log_end_offset)
         return appended
+
+    def follower_reset(self, key: tuple[str, int], leader_log_start_offset: int) -> bool:
+        """The leader's log now starts above our end (retention, delete-records): empty ours and go on from its start.
+
+        True when the log was reset (the next fetch asks from the leader's log start).
+        """
+        if key in self._leaders or key not in set(self._logs.partitions()):
+            return False
+        partition_log = self._logs.get(*key)
+        if partition_log.log_end_offset >= leader_log_start_offset:
+            return False
+        self.log.info("{topic}-{partition}: our log ends at {end}, below the leader's log start {start}; starting "
+                      "again from there", topic=key[0], partition=key[1], end=partition_log.log_end_offset,
+                      start=leader_log_start_offset)
+        partition_log.truncate_fully_and_start_at(leader_log_start_offset)
+        return True
 
     def wait_durable(self, partition_log: PartitionLog) -> Deferred[None]:
         """Fire once everything appended to ``partition_log`` so far is on disk (a follower's next fetch waits)."""
@@ -897,6 +942,29 @@ class Broker:
             return self._control.reassign_partition(topic, partition, tuple(target_replicas))
         except Exception as error:
             return fail(broker_error(error))
+
+    def list_reassignments(
+        self, principal: Principal, topics: Sequence[str] | None
+    ) -> Deferred[list[PartitionReassignment]]:
+        """The reassignments in progress; see ``IBroker.list_reassignments``."""
+        try:
+            self._authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
+        except errors.BrokerError as error:
+            return fail(error)
+        ongoing = []
+        for topic in self._control.image.topics.values():
+            if topics is not None and topic.name not in topics:
+                continue
+            for number, state in enumerate(topic.partitions):
+                if not state.target_replicas:
+                    continue
+                ongoing.append(PartitionReassignment(
+                    topic=topic.name, partition=number, replicas=tuple(state.replicas),
+                    target_replicas=tuple(state.target_replicas),
+                    adding_replicas=tuple(r for r in state.target_replicas if r not in state.isr),
+                    removing_replicas=tuple(r for r in state.replicas if r not in state.target_replicas),
+                ))
+        return succeed(ongoing)
 
     # -- housekeeping -----------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from twisted.logger import Logger
 
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
-from mqbroker.errors import BrokerError
+from mqbroker.errors import BrokerError, ErrorCode
 from mqbroker.model import FetchResult
 from mqbroker.protocols.native import messages as m
 from mqbroker.storage.errors import StorageError as StorageLayerError
@@ -41,6 +41,8 @@ class ReplicaSink(Protocol):
     def follower_position(self, key: PartitionKey) -> tuple[int, int] | None: ...
 
     def follower_append(self, key: PartitionKey, result: FetchResult) -> Any: ...
+
+    def follower_reset(self, key: PartitionKey, leader_log_start_offset: int) -> bool: ...
 
     def wait_durable(self, partition_log: Any) -> Deferred[None]: ...
 
@@ -160,6 +162,9 @@ class LeaderSession:
                 key = (topic.name, result.partition_index)
                 if self.partitions.get(key) != sent.get(key) or key not in sent:
                     continue  # leadership changed while the fetch was out: the answer is stale
+                if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and result.log_start_offset >= 0:
+                    progressed = fetcher._sink.follower_reset(key, result.log_start_offset) or progressed
+                    continue
                 if result.error_code:
                     continue
                 progressed = True

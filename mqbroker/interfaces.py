@@ -37,6 +37,9 @@ class IBroker(Interface):
     def reassign_partition(principal, topic, partition, target_replicas):
         """Move a partition's replicas to ``target_replicas`` (they catch up and join, then the others leave)."""
 
+    def list_reassignments(principal, topics):
+        """The reassignments in progress (of ``topics``; None: every topic) as ``PartitionReassignment``s."""
+
     def list_offset(principal, topic, partition, timestamp_ms):
         """Find the earliest (-2), latest (-1) or first offset at or after ``timestamp_ms``."""
 

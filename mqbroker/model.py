@@ -128,6 +128,18 @@ class PartitionMetadata:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReassignment:
+    """A partition being moved: its replicas now, the target, the target replicas still catching up, the leaving ones."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    target_replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TopicMetadata:
     """A topic's partitions, or the error that explains why it has none."""
 

@@ -73,6 +73,15 @@ def _add_topics(commands: Any) -> None:
     alter.add_argument("--delete-config", action="append", metavar="KEY", help="reset a config (repeatable)")
     alter.add_argument("--partitions", type=int, help="grow to this many partitions")
     alter.set_defaults(run=reporting_errors(_topics_alter))
+    reassign = first_positional(actions, "reassign", "move a partition's replicas to other brokers",
+                                "Move a partition's replicas to the brokers of --replicas (the first is the "
+                                "preferred leader) while producers and consumers go on; --status shows the "
+                                "moves in progress.")
+    reassign.add_argument("name")
+    reassign.add_argument("--partition", type=int, help="the partition to move")
+    reassign.add_argument("--replicas", metavar="ID,ID,...", help="the brokers that should hold its replicas")
+    reassign.add_argument("--status", action="store_true", help="show the reassignments of the topic in progress")
+    reassign.set_defaults(run=reporting_errors(_topics_reassign))
     delete = first_positional(actions, "delete", "delete a topic and its data", "Delete a topic and all its data.")
     delete.add_argument("name")
     delete.set_defaults(run=reporting_errors(_topics_delete))
@@ -136,6 +145,31 @@ def _topics_alter(arguments: argparse.Namespace) -> int:
         if arguments.partitions:
             admin.create_partitions(arguments.name, arguments.partitions)
     print(f"altered topic {arguments.name}")
+    return 0
+
+
+def _topics_reassign(arguments: argparse.Namespace) -> int:
+    if arguments.status:
+        with _admin(arguments) as admin:
+            ongoing = admin.list_reassignments([arguments.name])
+        table = Table(title=f"reassignments of {arguments.name} in progress")
+        for column in ("partition", "replicas", "target", "catching up", "leaving"):
+            table.add_column(column, justify="right")
+        for (_, partition), item in sorted(ongoing.items()):
+            table.add_row(str(partition), *(",".join(map(str, brokers)) for brokers in (
+                item.replicas, item.target_replicas, item.adding_replicas, item.removing_replicas)))
+        Console().print(table if ongoing else f"no reassignment of {arguments.name} in progress")
+        return 0
+    if arguments.partition is None or not arguments.replicas:
+        raise InvalidRequestError("give --partition and --replicas (or --status)")
+    try:
+        replicas = [int(broker) for broker in arguments.replicas.split(",")]
+    except ValueError:
+        raise InvalidRequestError(f"--replicas wants broker ids separated by commas, got {arguments.replicas!r}") from None
+    with _admin(arguments) as admin:
+        admin.reassign_partition(arguments.name, arguments.partition, replicas)
+    print(f"moving {arguments.name}-{arguments.partition} to brokers {','.join(map(str, replicas))}; "
+          f"follow it with `mqbroker topics reassign {arguments.name} --status`")
     return 0
 
 

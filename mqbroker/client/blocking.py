@@ -45,6 +45,8 @@ from mqbroker.errors import BrokerError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.messages import (
     Acks,
     AclBinding,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     CreateAclsRequest,
@@ -58,8 +60,13 @@ from mqbroker.protocols.native.messages import (
     FetchResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     MetadataRequest,
     MetadataResponse,
+    OngoingPartitionReassignment,
+    ReassignablePartition,
+    ReassignableTopic,
     UserUpsertion,
 )
 
@@ -856,6 +863,30 @@ class Admin:
         for result in response.results:
             if result.error_code:
                 raise error_for_code(result.error_code, result.error_message or f"user {result.name!r}: refused")
+
+    def reassign_partition(self, topic: str, partition: int, replicas: Sequence[int]) -> None:
+        """Start moving a partition to ``replicas`` (the first is the preferred leader); returns at once.
+
+        The new replicas copy the log while producers and consumers go on; once all are in sync
+        the others leave. ``list_reassignments`` shows the moves still in progress.
+        """
+        request = AlterPartitionReassignmentsRequest(topics=(ReassignableTopic(name=topic, partitions=(
+            ReassignablePartition(partition_index=partition, replicas=tuple(replicas)),)),))
+
+        def start() -> None:
+            response = self._calls.any_broker(request)
+            assert isinstance(response, AlterPartitionReassignmentsResponse)
+            for result in response.topics[0].partitions:
+                if result.error_code:
+                    raise error_for_code(result.error_code, result.error_message or f"{topic}-{partition}: refused")
+
+        self._calls.retrying(start)
+
+    def list_reassignments(self, topics: Iterable[str] = ()) -> dict[tuple[str, int], OngoingPartitionReassignment]:
+        """The reassignments in progress by (topic, partition) (of ``topics``; empty: of every topic)."""
+        response = self._calls.any_broker(ListPartitionReassignmentsRequest(topics=tuple(topics)))
+        assert isinstance(response, ListPartitionReassignmentsResponse)
+        return {(topic.name, ongoing.partition_index): ongoing for topic in response.topics for ongoing in topic.partitions}
 
     def metadata(self, topics: Iterable[str] | None = None) -> MetadataResponse:
         """Brokers and partition leaders of ``topics`` (None: every topic); creates nothing."""

@@ -65,11 +65,14 @@ class ReadResult:
     log_end_offset: int
 
 
-def _writable(data: bytes | bytearray | memoryview) -> bytearray | memoryview:
-    """A buffer the base offsets can be stamped into: writable input is stamped in place."""
-    if isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly):
-        return data
-    return bytearray(data)
+def _stamped_pieces(view: memoryview, batches: list[tuple[int, BatchHeader]]) -> list[bytes | memoryview]:
+    """The batches to write as (stamped header copy, untouched body) pieces: the body is never copied."""
+    pieces: list[bytes | memoryview] = []
+    for position, header in batches:
+        head = bytearray(view[position : position + records.HEADER_BYTES])
+        records.stamp(head, 0, header.base_offset, header.partition_leader_epoch)
+        pieces += (head, view[position + records.HEADER_BYTES : position + header.size_bytes])
+    return pieces
 
 
 def _stamped(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:
@@ -216,8 +219,8 @@ class PartitionLog:
         ``duplicate`` set and is not written again. With ``assign_offsets`` False (a follower
         copying its leader) the batches keep their offsets, which must not go backwards.
         """
-        buffer = _writable(data)
-        batches = self._validate(buffer)
+        view = memoryview(data).cast("B")
+        batches = self._validate(view)
         with self._lock:
             self._check_open()
             staged: dict[int, ProducerEntry] = {}
@@ -236,7 +239,6 @@ class PartitionLog:
                             log_start_offset=self._log_start_offset,
                             duplicate=True,
                         )
-                    records.stamp(buffer, position, next_offset, leader_epoch)
                     header = _stamped(header, next_offset, leader_epoch)
                     batches[slot] = (position, header)
                 elif header.base_offset < next_offset:
@@ -249,13 +251,13 @@ class PartitionLog:
             first, last = batches[0][1], batches[-1][1]
             active = self._segments[-1]
             if active.size_bytes > 0 and (
-                not active.can_hold(len(buffer), last.last_offset, self.config.segment_bytes)
+                not active.can_hold(len(view), last.last_offset, self.config.segment_bytes)
                 or now_ms - self._active_since_ms > self.config.segment_ms
             ):
                 self._roll(first.base_offset, now_ms)
             for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
                 self.epochs.assign(epoch, start_offset)
-            self._segments[-1].append(buffer, batches)
+            self._segments[-1].append(_stamped_pieces(view, batches) if assign_offsets else [view], batches)
             self._producers.commit(staged)
             self._end_offset = next_offset
             self._unflushed_messages += next_offset - first.base_offset
@@ -269,9 +271,9 @@ class PartitionLog:
                 log_start_offset=self._log_start_offset,
             )
 
-    def _validate(self, buffer: bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
+    def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         """Framing, magic and CRC of every batch, and the size limit; no record is decoded."""
-        batches = list(records.iter_batches(buffer, check=True))
+        batches = list(records.iter_batches(view, check=True))
         if not batches:
             raise CorruptRecordError("an append needs at least one record batch")
         for _, header in batches:
@@ -379,11 +381,7 @@ class PartitionLog:
             if offset >= self._end_offset:
                 return
             if offset <= self._segments[0].base_offset:
-                self._delete_segments(self._segments)
-                segment = Segment(self.directory, offset, self.config.index_interval_bytes)
-                segment.create()
-                self._segments = [segment]
-                self._log_start_offset = offset
+                self._start_empty_at(offset)
             else:
                 self._delete_segments([s for s in self._segments if s.base_offset >= offset])
                 self._segments = [s for s in self._segments if s.base_offset < offset]
@@ -399,6 +397,28 @@ class PartitionLog:
                 checkpoint.write_offset(os.path.join(self.directory, CLEANER_CHECKPOINT), self._clean_offset)
             _remove_snapshots_after(self.directory, self._end_offset)
             self._producers = _load_producers(self.directory, self._segments, self._end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every batch and go on, empty, from ``offset`` (a follower below its leader's log start)."""
+        with self._lock:
+            self._check_open()
+            self.epochs.truncate_from_end(0)
+            self._start_empty_at(offset)
+            self._sealed_unsynced = []
+            self._end_offset = self._durable_end_offset = offset
+            self._generation += 1
+            self._clean_offset = offset
+            checkpoint.write_offset(os.path.join(self.directory, CLEANER_CHECKPOINT), self._clean_offset)
+            _remove_snapshots_after(self.directory, -1)
+            self._producers = ProducerStates()
+
+    def _start_empty_at(self, offset: int) -> None:
+        self._delete_segments(self._segments)
+        segment = Segment(self.directory, offset, self.config.index_interval_bytes)
+        segment.create()
+        self._segments = [segment]
+        self._log_start_offset = offset
+        self._directory_unsynced = True
 
     def delete_records_before(self, offset: int) -> int:
         """Advance the log start offset to ``offset`` and drop the segments wholly below it."""

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from mqbroker.client import Admin, Consumer, Producer
+from mqbroker.client.connection import BlockingConnection
+from mqbroker.errors import FencedLeaderEpochError, NotLeaderError
+from mqbroker.group_service import OFFSETS_TOPIC, offsets_partition
+from mqbroker.groups.model import TopicPartition
+from mqbroker.protocols.native import messages as m
+from mqbroker.storage.records import Record, encode_batch
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import retrying, start_cluster
+from tests.integration.clusterprocess import controller_leader, retrying, start_cluster
 
 LAG_MS = 1500
 
@@ -19,7 +26,8 @@ LAG_MS = 1500
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
     brokers = start_cluster(tmp_path_factory.mktemp("replication"),
-                            extra_args=["--set", f"replica_lag_time_max_ms={LAG_MS}"])
+                            extra_args=["--set", f"replica_lag_time_max_ms={LAG_MS}",
+                                        "--set", "group_initial_rebalance_delay_ms=0"])
     yield brokers
     for broker in brokers:
         if broker.process is not None and broker.process.poll() is None:
@@ -96,3 +104,145 @@ def test_leader_killed_fails_over_to_an_in_sync_replica_without_losing_acknowled
     assert values == [b"v%d" % n for n in range(200)] + [b"w%d" % n for n in range(100)] + [b"after"]
     leader.start(timeout_s=60)
     _wait_for(lambda: before.leader_id in _partition(survivor.bootstrap, "replicated").isr_nodes, timeout_s=60)
+
+
+def test_reassignment_under_load_loses_nothing_and_ends_in_sync(cluster: list[BrokerProcess]) -> None:
+    with Admin(cluster[0].bootstrap) as admin:
+        retrying(lambda: admin.create_topics(["moving"], partitions=1, replication_factor=2))
+    before = _partition(cluster[0].bootstrap, "moving")
+    _wait_for(lambda: len(_partition(cluster[0].bootstrap, "moving").isr_nodes) == 2)
+    newcomer = next(n for n in (1, 2, 3) if n not in before.replica_nodes)
+    target = [newcomer, before.replica_nodes[0]]  # leadership moves to the new broker, the other replica leaves
+    acknowledged: list[bytes] = []
+    read: list[bytes] = []
+    stop = threading.Event()
+    bootstraps = [broker.bootstrap for broker in cluster]
+
+    def produce() -> None:
+        with Producer(bootstraps, acks="all", linger_ms=2) as producer:
+            n = 0
+            while not stop.is_set():
+                futures = [(b"m%d" % (n + k), producer.send("moving", value=b"m%d" % (n + k), partition=0))
+                           for k in range(20)]
+                n += 20
+                producer.flush()
+                acknowledged.extend(value for value, future in futures if future.result(30).offset >= 0)
+
+    def consume() -> None:
+        with Consumer(bootstraps, auto_offset_reset="earliest") as consumer:
+            consumer.assign([("moving", 0)])
+            while not produced.is_set() or len(read) < len(acknowledged):
+                read.extend(message.value for message in consumer.poll(timeout=0.2))
+                if time.monotonic() > give_up[0]:
+                    return
+
+    give_up = [float("inf")]
+    produced = threading.Event()
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1.0)
+        with Admin(cluster[0].bootstrap) as admin:
+            admin.reassign_partition("moving", 0, target)
+            assert ("moving", 0) in admin.list_reassignments(["moving"]) or \
+                list(_partition(cluster[0].bootstrap, "moving").replica_nodes) == target
+            _wait_for(lambda: not admin.list_reassignments(["moving"]), timeout_s=60)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        threads[0].join(60)
+        produced.set()
+        give_up[0] = time.monotonic() + 20
+        threads[1].join(60)
+    after = _partition(cluster[0].bootstrap, "moving")
+    assert list(after.replica_nodes) == target and sorted(after.isr_nodes) == sorted(target)
+    assert after.leader_id == newcomer
+    assert len(acknowledged) > 100
+    assert read == acknowledged  # every acknowledged record, once, in order, read while the replicas moved
+    assert _read_all(cluster[2].bootstrap, "moving", len(acknowledged)) == acknowledged
+
+
+def test_offset_commit_waits_for_the_in_sync_replicas(cluster: list[BrokerProcess]) -> None:
+    # The coordinator is the controller leader; give the group's offsets partition three replicas led by it.
+    group = "commit-waits"
+    number = offsets_partition(group, 8)
+    controller = controller_leader(cluster)
+    with Admin(cluster[0].bootstrap) as admin:
+        admin.reassign_partition(OFFSETS_TOPIC, number, [controller, *(n for n in (1, 2, 3) if n != controller)])
+        _wait_for(lambda: not admin.list_reassignments([OFFSETS_TOPIC]), timeout_s=60)
+    # The preferred-leader check hands leadership to the target's first replica.
+    _wait_for(lambda: _partition(cluster[0].bootstrap, OFFSETS_TOPIC, number).leader_id == controller)
+    state = _partition(cluster[0].bootstrap, OFFSETS_TOPIC, number)
+    assert len(state.isr_nodes) == 3, state
+    with Consumer(cluster[0].bootstrap, group_id=group, topics=["replicated"], auto_offset_reset="earliest",
+                  enable_auto_commit=False) as consumer:
+        _wait_for(lambda: bool(consumer.poll(timeout=0.5)) or bool(consumer.assignment()))
+        follower = cluster[next(r for r in state.replica_nodes if r != state.leader_id) - 1]
+        os.kill(follower.process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            consumer.commit({TopicPartition("replicated", 0): 7})
+            waited_s = time.monotonic() - started
+        finally:
+            os.kill(follower.process.pid, signal.SIGCONT)
+        # Committed only once the paused follower left the ISR (replica_lag_time_max_ms), not on the leader's disk.
+        assert waited_s >= LAG_MS / 1000 / 2
+        assert consumer.committed(TopicPartition("replicated", 0)) == 7
+
+
+def test_follower_below_the_leaders_log_start_starts_again_from_there(cluster: list[BrokerProcess]) -> None:
+    with Admin(cluster[0].bootstrap) as admin:
+        retrying(lambda: admin.create_topics(["trimmed"], partitions=1, replication_factor=3))
+    _wait_for(lambda: len(_partition(cluster[0].bootstrap, "trimmed").isr_nodes) == 3)
+    state = _partition(cluster[0].bootstrap, "trimmed")
+    follower_id = next(r for r in state.replica_nodes if r != state.leader_id)
+    follower = cluster[follower_id - 1]
+    follower.kill()
+    live = _live(cluster).bootstrap
+    _wait_for(lambda: follower_id not in _partition(live, "trimmed").isr_nodes)
+    with Producer(live, acks="all") as producer:
+        for n in range(300):
+            producer.send("trimmed", value=b"t%d" % n, partition=0)
+        producer.flush()
+    with Admin(live) as admin:
+        assert admin.delete_records("trimmed", 0, 250) == 250
+    follower.start(timeout_s=60)
+    _wait_for(lambda: follower_id in _partition(cluster[0].bootstrap, "trimmed").isr_nodes, timeout_s=60)
+
+
+def test_a_paused_leader_that_lost_leadership_refuses_writes_when_it_resumes(cluster: list[BrokerProcess]) -> None:
+    with Admin(cluster[0].bootstrap) as admin:
+        retrying(lambda: admin.create_topics(["zombie"], partitions=1, replication_factor=3))
+    _wait_for(lambda: len(_partition(cluster[0].bootstrap, "zombie").isr_nodes) == 3)
+    before = _partition(cluster[0].bootstrap, "zombie")
+    paused = cluster[before.leader_id - 1]
+    others = [b for b in cluster if b is not paused]
+    os.kill(paused.process.pid, signal.SIGSTOP)
+    try:
+        _wait_for(lambda: _partition(others[0].bootstrap, "zombie").leader_id not in (-1, before.leader_id))
+    finally:
+        os.kill(paused.process.pid, signal.SIGCONT)
+    host, port = paused.bootstrap.rsplit(":", 1)
+    connection = BlockingConnection(host, int(port), "zombie-check", 10.0)
+    try:
+        produce = m.ProduceRequest(acks=-1, timeout_ms=5000, topics=(m.ProduceTopic(name="zombie", partitions=(
+            m.ProducePartition(partition_index=0, records=encode_batch([Record(offset=0, timestamp_ms=0, key=None, value=b"late")])),)),))
+        answers = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            response = connection.request(produce, 10.0)
+            code = response.topics[0].partitions[0].error_code
+            answers.append(code)
+            if code == NotLeaderError.code:
+                break
+            time.sleep(0.2)
+        assert answers[-1] == NotLeaderError.code, answers
+        assert 0 not in answers  # never acknowledged by the deposed leader
+        stale = m.FetchRequest(replica_id=99, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=(m.FetchTopic(
+            name="zombie", partitions=(m.FetchPartition(partition_index=0, current_leader_epoch=before.leader_epoch,
+                                                        fetch_offset=0, partition_max_bytes=1 << 20),)),))
+        code = connection.request(stale, 10.0).topics[0].partitions[0].error_code
+        assert code in (NotLeaderError.code, FencedLeaderEpochError.code)
+    finally:
+        connection.close()

@@ -48,6 +48,8 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
@@ -1086,6 +1088,90 @@ class AlterUserScramCredentialsResponse:
 
 
 # ---------------------------------------------------------------------------------------------
+# Partition reassignment
+
+
+@message
+class ReassignablePartition:
+    """One partition and the brokers that should hold its replicas (the first is the preferred leader)."""
+
+    partition_index: Int32
+    replicas: tuple[Int32, ...]
+
+
+@message
+class ReassignableTopic:
+    """Partitions of one topic to move."""
+
+    name: str
+    partitions: tuple[ReassignablePartition, ...]
+
+
+@message
+class AlterPartitionReassignmentsRequest:
+    """Moves partitions to other brokers: the new replicas catch up and join the ISR, then the others leave."""
+
+    topics: tuple[ReassignableTopic, ...]
+
+
+@message
+class ReassignablePartitionResult:
+    """Whether one partition's reassignment was started."""
+
+    partition_index: Int32
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@message
+class ReassignableTopicResult:
+    """Outcomes for the partitions of one topic."""
+
+    name: str
+    partitions: tuple[ReassignablePartitionResult, ...]
+
+
+@message
+class AlterPartitionReassignmentsResponse:
+    """One outcome per partition (the move itself goes on in the background)."""
+
+    topics: tuple[ReassignableTopicResult, ...]
+
+
+@message
+class ListPartitionReassignmentsRequest:
+    """Asks which partitions are being moved (of ``topics``; empty: of every topic)."""
+
+    topics: tuple[str, ...]
+
+
+@message
+class OngoingPartitionReassignment:
+    """A partition being moved: all its replicas now, the ones still catching up, the ones that will leave."""
+
+    partition_index: Int32
+    replicas: tuple[Int32, ...]
+    target_replicas: tuple[Int32, ...]
+    adding_replicas: tuple[Int32, ...]
+    removing_replicas: tuple[Int32, ...]
+
+
+@message
+class OngoingTopicReassignment:
+    """The partitions of one topic being moved."""
+
+    name: str
+    partitions: tuple[OngoingPartitionReassignment, ...]
+
+
+@message
+class ListPartitionReassignmentsResponse:
+    """Every reassignment in progress."""
+
+    topics: tuple[OngoingTopicReassignment, ...]
+
+
+# ---------------------------------------------------------------------------------------------
 # The API table
 
 
@@ -1172,6 +1258,12 @@ APIS: dict[ApiKey, ApiSchema] = {
         request_type=IncrementalAlterConfigsRequest, response_type=IncrementalAlterConfigsResponse
     ),
     ApiKey.DESCRIBE_QUORUM: ApiSchema(request_type=DescribeQuorumRequest, response_type=DescribeQuorumResponse),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: ApiSchema(
+        request_type=AlterPartitionReassignmentsRequest, response_type=AlterPartitionReassignmentsResponse
+    ),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: ApiSchema(
+        request_type=ListPartitionReassignmentsRequest, response_type=ListPartitionReassignmentsResponse
+    ),
     ApiKey.DESCRIBE_ACLS: ApiSchema(request_type=DescribeAclsRequest, response_type=DescribeAclsResponse),
     ApiKey.CREATE_ACLS: ApiSchema(request_type=CreateAclsRequest, response_type=CreateAclsResponse),
     ApiKey.DELETE_ACLS: ApiSchema(request_type=DeleteAclsRequest, response_type=DeleteAclsResponse),

@@ -427,6 +427,39 @@ async def handle_describe_quorum(broker: IBroker, principal: Principal, request:
     )
 
 
+async def handle_alter_partition_reassignments(
+    broker: IBroker, principal: Principal, request: m.AlterPartitionReassignmentsRequest
+) -> Any:
+    """Start moving partitions; one outcome each (the replicas catch up in the background)."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            _, error = await _settle(broker.reassign_partition(principal, topic.name, partition.partition_index,
+                                                               partition.replicas))
+            code, message = _code(error)
+            partitions.append(m.ReassignablePartitionResult(partition_index=partition.partition_index,
+                                                            error_code=code, error_message=message))
+        topics.append(m.ReassignableTopicResult(name=topic.name, partitions=tuple(partitions)))
+    return m.AlterPartitionReassignmentsResponse(topics=tuple(topics))
+
+
+async def handle_list_partition_reassignments(
+    broker: IBroker, principal: Principal, request: m.ListPartitionReassignmentsRequest
+) -> Any:
+    """The reassignments in progress."""
+    ongoing = await broker.list_reassignments(principal, request.topics or None)
+    by_topic: dict[str, list[m.OngoingPartitionReassignment]] = {}
+    for item in ongoing:
+        by_topic.setdefault(item.topic, []).append(m.OngoingPartitionReassignment(
+            partition_index=item.partition, replicas=item.replicas, target_replicas=item.target_replicas,
+            adding_replicas=item.adding_replicas, removing_replicas=item.removing_replicas,
+        ))
+    return m.ListPartitionReassignmentsResponse(topics=tuple(
+        m.OngoingTopicReassignment(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()
+    ))
+
+
 HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.API_VERSIONS: handle_api_versions,
     m.ApiKey.METADATA: handle_metadata,
@@ -451,6 +484,8 @@ HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     m.ApiKey.DELETE_GROUPS: handle_delete_groups,
     m.ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,
+    m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    m.ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
 }
 
 
