@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from mqbroker.storage import fs, records
 from mqbroker.storage.compression import Compression
+from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.records import BatchBuilder, BatchHeader, Record, TimestampType
 from mqbroker.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
@@ -64,7 +65,7 @@ class _Rules:
 def dirty_ratio(log: PartitionLog, now_ms: int) -> float:
     """Dirty bytes / cleanable bytes of ``log`` now (0.0 when nothing is cleanable)."""
     view = log.cleaner_view()
-    return _dirty_share(_cleanable(view.segments, log, now_ms), view.first_dirty_offset)
+    return _dirty_share(_cleanable(view.segments, log.config, now_ms), view.first_dirty_offset)
 
 
 def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult:
@@ -72,7 +73,7 @@ def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult
     if not log.config.compacts:
         return CleanResult()
     view = log.cleaner_view()
-    segments = _cleanable(view.segments, log, now_ms)
+    segments = _cleanable(view.segments, log.config, now_ms)
     ratio = _dirty_share(segments, view.first_dirty_offset)
     dirty = [segment for segment in segments if segment.next_offset > view.first_dirty_offset]
     if not segments or not (force or (dirty and ratio >= log.config.min_cleanable_dirty_ratio)):
@@ -109,11 +110,11 @@ def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult
     )
 
 
-def _cleanable(sealed: list[Segment], log: PartitionLog, now_ms: int) -> list[Segment]:
+def _cleanable(sealed: list[Segment], config: LogConfig, now_ms: int) -> list[Segment]:
     """The sealed segments from the oldest up to the first one younger than min.compaction.lag.ms."""
     segments = []
     for segment in sealed:
-        if segment.max_timestamp > now_ms - log.config.min_compaction_lag_ms:
+        if segment.max_timestamp > now_ms - config.min_compaction_lag_ms:
             break
         segments.append(segment)
     return segments

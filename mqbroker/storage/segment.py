@@ -8,7 +8,7 @@ knows nothing of durability policy: the partition log decides when to fsync.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from mqbroker.storage import records
 from mqbroker.storage.errors import CorruptRecordError
@@ -27,11 +27,28 @@ SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 #: Bytes read at once when walking from an index entry to the batch that holds an offset.
 SEEK_CHUNK_BYTES = 8 * 1024
 RELATIVE_OFFSET_MAX = 2**31 - 1
+#: Most buffers one pwritev takes.
+IOV_MAX = os.sysconf("SC_IOV_MAX")
 
 
 def file_name(base_offset: int, suffix: str) -> str:
     """Segment file name: the base offset as 20 zero-padded digits plus the suffix."""
     return f"{base_offset:020d}{suffix}"
+
+
+def _write_all(fd: int, pieces: Sequence[bytes | bytearray | memoryview], position: int) -> int:
+    """Write ``pieces`` one after another from ``position``; return the bytes written."""
+    end = position
+    for first in range(0, len(pieces), IOV_MAX):
+        chunk = pieces[first : first + IOV_MAX]
+        chunk_bytes = sum(len(piece) for piece in chunk)
+        written = os.pwritev(fd, chunk, end)
+        if written < chunk_bytes:  # short writes are rare on regular files: finish from a joined copy
+            rest = memoryview(b"".join(chunk))
+            while written < chunk_bytes:
+                written += os.pwrite(fd, rest[written:], end + written)
+        end += chunk_bytes
+    return end - position
 
 
 class Segment:
@@ -128,17 +145,18 @@ class Segment:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append(self, buffer: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
-        """Write whole stamped batches at the end; ``batches`` are their (position in buffer, header)."""
+    def append(self, pieces: Sequence[bytes | bytearray | memoryview], batches: list[tuple[int, BatchHeader]]) -> None:
+        """Write whole stamped batches, given as consecutive byte pieces, at the end of the segment.
+
+        ``batches`` are their (position counted from the first piece, header). One ``pwritev``
+        writes the pieces, so the caller need not join (copy) them first.
+        """
         self.ensure_indexes()
         start = self.size_bytes
-        view = memoryview(buffer)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._file(), view[written:], start + written)
+        size_bytes = _write_all(self._file(), pieces, start)
         for position, header in batches:
             self._track(start + position, header)
-        self._size_bytes = start + len(view)
+        self._size_bytes = start + size_bytes
 
     def _track(self, position: int, header: BatchHeader) -> None:
         """Advance the tail state over one batch and add index entries every index interval."""

@@ -30,6 +30,27 @@ def test_one_append_may_carry_several_batches(tmp_path):
     assert len(read_all(log)) == 2
 
 
+def test_an_append_of_more_batches_than_one_pwritev_takes_is_written_whole(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=1 << 20))
+    batches = [payload_batch(tag) for tag in range(700)]  # 1,400 pieces: two pwritev calls
+    result = log.append(b"".join(batches), now_ms=0)
+    assert (result.base_offset, result.last_offset) == (0, 699)
+    stored = read_all(log)
+    assert len(stored) == 700
+    assert all(stored[tag][12:] == batches[tag][12:] for tag in range(700))  # only offsets were stamped
+    assert [header.base_offset for batch in stored for _, header in iter_batches(batch)] == list(range(700))
+
+
+def test_the_callers_buffer_is_not_modified(tmp_path):
+    log = open_log(tmp_path)
+    log.append(payload_batch(0), now_ms=0)
+    buffer = bytearray(payload_batch(1))
+    original = bytes(buffer)
+    assert log.append(buffer, now_ms=0, leader_epoch=3).base_offset == 1
+    assert buffer == original
+    assert next(iter_batches(read_all(log)[1]))[1].partition_leader_epoch == 3
+
+
 def test_read_returns_whole_batches_from_the_batch_holding_the_offset(tmp_path):
     log = open_log(tmp_path)
     for tag in range(50):
