@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqbroker.quotas import parse_quota_overrides
+
 TOPIC_DEFAULT_PREFIX = "log."
 
 
@@ -85,6 +87,8 @@ class BrokerConfig:
     security_plain_without_tls: bool = False
     security_allow_if_no_acl: bool = False
     security_principal_mapping_rules: str = "DEFAULT"
+    #: Replica fetches between brokers over the native TLS listeners, authenticated by each broker's certificate.
+    security_inter_broker_tls: bool = False
     #: The ``[quotas]`` table: byte rates (0 = unlimited), connection limits, the slow-client timeout.
     quotas_principal_produce_bytes_per_second: int = 0
     quotas_principal_fetch_bytes_per_second: int = 0
@@ -93,6 +97,8 @@ class BrokerConfig:
     quotas_connections_max: int = 10_000
     quotas_connections_per_ip_max: int = 1_000
     quotas_frame_timeout_ms: int = 30_000
+    #: Per-principal / per-client-id rates over the defaults: "principal User:alice produce=N fetch=N, client ID ...".
+    quotas_overrides: str = ""
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -158,7 +164,12 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key 'tls_client_auth': must be none, optional or required, got {value!r}")
     if key == "security_authorizer" and value not in ("allow-all", "acl"):
         raise ConfigError(f"configuration key 'security.authorizer': must be allow-all or acl, got {value!r}")
-    if key.startswith("quotas_") and value < 0:
+    if key == "quotas_overrides":
+        try:
+            parse_quota_overrides(value)
+        except ValueError as error:
+            raise ConfigError(f"configuration key 'quotas.overrides': {error}") from None
+    elif key.startswith("quotas_") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
     if key == "node_id" and value < 0:
         raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")

@@ -1,22 +1,27 @@
 """Quotas: produce and fetch byte rates per principal and per client id, and connection limits.
 
-Rates are measured Kafka-style over a few sliding windows. A request that takes the measured
-rate over its quota is still served in full; it earns a throttle delay (ms) long enough that
-the rate, measured again after the delay, is back at the quota. The adapter delays its reply
-and stops reading from the connection for that long: data is never dropped. Pure: time comes
-in as ``now_ms`` arguments.
+Each principal's and client id's flow is a token bucket: credit refills at the quota's rate, up
+to one burst (``BURST_MS`` of the quota). A request is always served in full and spends its
+bytes; when that leaves the balance negative, the request earns a throttle delay (ms) -- the
+time the refill takes to pay the debt back -- and the adapter holds the client that long (delays
+its reply, stops reading, or holds deliveries): data is never dropped. Unlike Kafka's sampled
+windows, a bucket lets no more than one burst through after start-up or a window expiry, so a
+client sending as fast as it may stays at its quota over a few seconds as well as over minutes.
+Pure: time comes in as ``now_ms`` arguments.
 """
 
 from __future__ import annotations
 
 import enum
-from collections import deque
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-WINDOW_MS = 1000
-WINDOWS = 11
-#: A sensor nobody recorded into for this long is forgotten (Kafka's quota sensor expiry).
+#: A bucket holds at most this much of its quota's rate: the burst a fresh or idle client may send at once.
+BURST_MS = 1000
+#: The longest single hold; a larger debt stays in the bucket and is paid over the next requests.
+THROTTLE_MS_MAX = 11_000
+#: A bucket nobody recorded into for this long is forgotten (Kafka's quota sensor expiry).
 SENSOR_IDLE_MS_MAX = 3_600_000
 
 
@@ -42,51 +47,81 @@ class ByteRateQuota:
 UNLIMITED = ByteRateQuota()
 
 
-class WindowedRate:
-    """A rate over the last ``windows`` windows of ``window_ms`` each (the newest one partial)."""
+class TokenBucket:
+    """Byte credit refilled at a rate, at most ``burst_ms`` of it; spending past zero is a debt."""
 
-    def __init__(self, window_ms: int = WINDOW_MS, windows: int = WINDOWS) -> None:
-        assert window_ms > 0 and windows >= 2, (window_ms, windows)
-        self.window_ms = window_ms
-        self.windows = windows
-        self._samples: deque[list[int]] = deque()  # [window start ms, bytes]
+    def __init__(self, burst_ms: int = BURST_MS) -> None:
+        assert burst_ms > 0, burst_ms
+        self.burst_ms = burst_ms
+        self._balance: float | None = None  # None: full (nothing recorded yet)
         self.last_record_ms = 0
 
-    def record(self, byte_count: int, now_ms: int) -> None:
-        """Count ``byte_count`` bytes at ``now_ms``."""
-        self._expire(now_ms)
-        if not self._samples or now_ms >= self._samples[-1][0] + self.window_ms:
-            self._samples.append([now_ms, 0])
-        self._samples[-1][1] += byte_count
-        self.last_record_ms = now_ms
-
-    def per_second(self, now_ms: int) -> float:
-        """The measured rate in bytes per second."""
-        self._expire(now_ms)
-        return sum(sample[1] for sample in self._samples) * 1000.0 / self.elapsed_ms(now_ms)
-
-    def elapsed_ms(self, now_ms: int) -> int:
-        """The span the rate is measured over: at least ``windows - 1`` whole windows (as Kafka),
-        so that a burst at start-up is not measured over a few milliseconds."""
-        oldest_ms = self._samples[0][0] if self._samples else now_ms
-        elapsed_ms = now_ms - oldest_ms
-        full_windows = elapsed_ms // self.window_ms
-        if full_windows < self.windows - 1:
-            elapsed_ms += (self.windows - 1 - full_windows) * self.window_ms
-        return elapsed_ms
-
-    def _expire(self, now_ms: int) -> None:
-        while self._samples and now_ms - self._samples[0][0] >= self.windows * self.window_ms:
-            self._samples.popleft()
+    def record(self, byte_count: int, limit_per_second: float, now_ms: int) -> int:
+        """Spend ``byte_count`` bytes at ``now_ms``; return how long (ms) to hold the client to repay any debt."""
+        assert limit_per_second > 0, limit_per_second
+        capacity = limit_per_second * self.burst_ms / 1000.0
+        if self._balance is None:
+            balance = capacity
+        else:
+            refill = max(0, now_ms - self.last_record_ms) * limit_per_second / 1000.0
+            balance = min(capacity, self._balance + refill)
+        balance -= byte_count
+        self._balance = balance
+        self.last_record_ms = max(self.last_record_ms, now_ms)
+        if balance >= 0:
+            return 0
+        return min(math.ceil(-balance * 1000.0 / limit_per_second), THROTTLE_MS_MAX)
 
 
-def throttle_ms(rate: WindowedRate, limit_per_second: float, now_ms: int) -> int:
-    """How long to hold the client so its measured rate falls back to ``limit_per_second``."""
-    measured = rate.per_second(now_ms)
-    if measured <= limit_per_second:
-        return 0
-    delay_ms = (measured - limit_per_second) / limit_per_second * rate.elapsed_ms(now_ms)
-    return min(int(delay_ms), rate.windows * rate.window_ms)
+class QuotaScope(enum.Enum):
+    """Whom a quota override names."""
+
+    PRINCIPAL = "principal"
+    CLIENT = "client"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaOverride:
+    """One principal's or client id's own byte rates (``quotas.overrides``); None keeps the default, 0 is unlimited."""
+
+    scope: QuotaScope
+    name: str
+    produce_bytes_per_second: int | None = None
+    fetch_bytes_per_second: int | None = None
+
+    def applied_to(self, default: ByteRateQuota) -> ByteRateQuota:
+        """The quota this override gives, flows it does not name taken from ``default``."""
+        def rate(value: int | None, fallback: float | None) -> float | None:
+            if value is None:
+                return fallback
+            return float(value) if value > 0 else None
+
+        return ByteRateQuota(
+            produce_bytes_per_second=rate(self.produce_bytes_per_second, default.produce_bytes_per_second),
+            fetch_bytes_per_second=rate(self.fetch_bytes_per_second, default.fetch_bytes_per_second),
+        )
+
+
+def parse_quota_overrides(text: str) -> list[QuotaOverride]:
+    """Parse comma-separated entries ``SCOPE NAME [produce=B/s] [fetch=B/s]`` (SCOPE ``principal`` or
+    ``client``), e.g. ``principal User:alice produce=1000000, client reports fetch=0``; ValueError names a bad entry."""
+    overrides = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        words = entry.split()
+        if len(words) < 3 or words[0] not in ("principal", "client"):
+            raise ValueError(f"quota override {entry!r}: expected 'principal|client NAME produce=N and/or fetch=N'")
+        rates: dict[str, int] = {}
+        for word in words[2:]:
+            flow, separator, value = word.partition("=")
+            if flow not in ("produce", "fetch") or not separator or not value.isdigit() or flow in rates:
+                raise ValueError(f"quota override {entry!r}: {word!r} is not produce=N or fetch=N (bytes per second)")
+            rates[flow] = int(value)
+        overrides.append(QuotaOverride(scope=QuotaScope(words[0]), name=words[1],
+                                       produce_bytes_per_second=rates.get("produce"),
+                                       fetch_bytes_per_second=rates.get("fetch")))
+    return overrides
 
 
 class QuotaManager:
@@ -99,16 +134,14 @@ class QuotaManager:
         client_quotas: Mapping[str, ByteRateQuota] | None = None,
         default_principal_quota: ByteRateQuota = UNLIMITED,
         default_client_quota: ByteRateQuota = UNLIMITED,
-        window_ms: int = WINDOW_MS,
-        windows: int = WINDOWS,
+        burst_ms: int = BURST_MS,
     ) -> None:
         self._principal_quotas = dict(principal_quotas or {})
         self._client_quotas = dict(client_quotas or {})
         self._default_principal_quota = default_principal_quota
         self._default_client_quota = default_client_quota
-        self._window_ms = window_ms
-        self._windows = windows
-        self._rates: dict[tuple[QuotaKind, str, str], WindowedRate] = {}
+        self._burst_ms = burst_ms
+        self._buckets: dict[tuple[QuotaKind, str, str], TokenBucket] = {}
 
     def set_principal_quota(self, principal: str, quota: ByteRateQuota | None) -> None:
         """Set (or with None, reset to the default) the quota of ``principal`` (e.g. ``User:alice``)."""
@@ -128,18 +161,24 @@ class QuotaManager:
             limit = quotas.get(key, default).limit(kind)
             if limit is None:
                 continue
-            rate = self._rates.get((kind, scope, key))
-            if rate is None:
-                rate = self._rates[(kind, scope, key)] = WindowedRate(self._window_ms, self._windows)
-            rate.record(byte_count, now_ms)
-            delays.append(throttle_ms(rate, limit, now_ms))
+            bucket = self._buckets.get((kind, scope, key))
+            if bucket is None:
+                bucket = self._buckets[(kind, scope, key)] = TokenBucket(self._burst_ms)
+            delays.append(bucket.record(byte_count, limit, now_ms))
         return max(delays)
 
+    @property
+    def has_quotas(self) -> bool:
+        """True if any principal or client id has a byte-rate limit (adapters skip the bookkeeping otherwise)."""
+        quotas = [*self._principal_quotas.values(), *self._client_quotas.values(),
+                  self._default_principal_quota, self._default_client_quota]
+        return any(quota.limit(kind) is not None for quota in quotas for kind in QuotaKind)
+
     def expire_idle(self, now_ms: int) -> int:
-        """Forget rates nobody used for ``SENSOR_IDLE_MS_MAX``; returns how many were dropped."""
-        idle = [key for key, rate in self._rates.items() if now_ms - rate.last_record_ms > SENSOR_IDLE_MS_MAX]
+        """Forget buckets nobody used for ``SENSOR_IDLE_MS_MAX``; returns how many were dropped."""
+        idle = [key for key, bucket in self._buckets.items() if now_ms - bucket.last_record_ms > SENSOR_IDLE_MS_MAX]
         for key in idle:
-            del self._rates[key]
+            del self._buckets[key]
         return len(idle)
 
 

@@ -25,7 +25,7 @@ from mqbroker.interfaces import IAuthorizer
 from mqbroker.metadata import MetadataImage, PutGenericRecord, Record
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.principal_mapping import PrincipalMapper
-from mqbroker.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager
+from mqbroker.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager, QuotaScope, parse_quota_overrides
 from mqbroker.tls import ClientAuth, ReloadingServerContextFactory, ServerTlsFiles
 
 USER_KIND = "user"
@@ -51,6 +51,27 @@ def tls_files(config: BrokerConfig) -> ServerTlsFiles | None:
     )
 
 
+def quota_manager(config: BrokerConfig) -> QuotaManager:
+    """The ``[quotas]`` byte rates: defaults per principal and per client id, then ``overrides`` by name."""
+    defaults = {
+        QuotaScope.PRINCIPAL: ByteRateQuota(
+            produce_bytes_per_second=_rate(config.quotas_principal_produce_bytes_per_second),
+            fetch_bytes_per_second=_rate(config.quotas_principal_fetch_bytes_per_second)),
+        QuotaScope.CLIENT: ByteRateQuota(
+            produce_bytes_per_second=_rate(config.quotas_client_produce_bytes_per_second),
+            fetch_bytes_per_second=_rate(config.quotas_client_fetch_bytes_per_second)),
+    }
+    manager = QuotaManager(default_principal_quota=defaults[QuotaScope.PRINCIPAL],
+                           default_client_quota=defaults[QuotaScope.CLIENT])
+    for override in parse_quota_overrides(config.quotas_overrides):
+        quota = override.applied_to(defaults[override.scope])
+        if override.scope is QuotaScope.PRINCIPAL:
+            manager.set_principal_quota(override.name, quota)
+        else:
+            manager.set_client_quota(override.name, quota)
+    return manager
+
+
 class SecurityServices:
     """Everything a listener and a front end need to authenticate, authorize and throttle."""
 
@@ -68,14 +89,7 @@ class SecurityServices:
         self.acls = AclAuthorizer(super_users=[*super_users, *INTERNAL_PRINCIPALS], on_denied=audit_denial,
                                   allow_if_no_acl=config.security_allow_if_no_acl)
         self.authorizer: IAuthorizer = self.acls if config.security_authorizer == "acl" else AllowEverything()
-        self.quotas = QuotaManager(
-            default_principal_quota=ByteRateQuota(
-                produce_bytes_per_second=_rate(config.quotas_principal_produce_bytes_per_second),
-                fetch_bytes_per_second=_rate(config.quotas_principal_fetch_bytes_per_second)),
-            default_client_quota=ByteRateQuota(
-                produce_bytes_per_second=_rate(config.quotas_client_produce_bytes_per_second),
-                fetch_bytes_per_second=_rate(config.quotas_client_fetch_bytes_per_second)),
-        )
+        self.quotas = quota_manager(config)
         self.limiter = ConnectionLimiter(total_max=config.quotas_connections_max,
                                          per_host_max=config.quotas_connections_per_ip_max)
         files = tls_files(config)
@@ -89,9 +103,7 @@ class SecurityServices:
     @property
     def quotas_enabled(self) -> bool:
         """True if any byte-rate quota is configured (the front ends skip the bookkeeping otherwise)."""
-        config = self.config
-        return any((config.quotas_principal_produce_bytes_per_second, config.quotas_principal_fetch_bytes_per_second,
-                    config.quotas_client_produce_bytes_per_second, config.quotas_client_fetch_bytes_per_second))
+        return self.quotas.has_quotas
 
     def _reload_failed(self, error: Exception) -> None:
         self.log.error("TLS certificate files changed but cannot be used (keeping the old ones): {error}", error=error)

@@ -142,6 +142,8 @@ class Connection:
         self.heartbeat_ms = 0
         self.client_properties: dict[str, Any] = {}
         self.username: str | None = None
+        #: Bytes of every basic.deliver and basic.get-ok sent so far (for fetch quotas).
+        self.delivered_bytes = 0
         self._last_received_ms = now_ms
         self._last_sent_ms = now_ms
         self._sent_since_tick = False
@@ -494,8 +496,10 @@ class Connection:
         state = self._channels[channel]
         consumer = state.consumers[consumer_tag]
         tag = self._track(state, consumer_tag if not consumer.no_ack else None, delivery, consumer.no_ack)
-        self._send(codec.encode_deliver(channel, consumer.encoded_tag, tag, delivery.redelivered, delivery.exchange,
-                                        delivery.routing_key, delivery.properties_raw, delivery.body, self.frame_max))
+        encoded = codec.encode_deliver(channel, consumer.encoded_tag, tag, delivery.redelivered, delivery.exchange,
+                                       delivery.routing_key, delivery.properties_raw, delivery.body, self.frame_max)
+        self.delivered_bytes += len(encoded)
+        self._send(encoded)
 
     def get_ok(self, channel: int, delivery: Delivery, message_count: int, *, no_ack: bool) -> None:
         """Answer a basic.get with a message."""
@@ -505,7 +509,9 @@ class Connection:
         tag = self._track(state, None, delivery, no_ack)
         method = spec.BasicGetOk(delivery_tag=tag, redelivered=delivery.redelivered, exchange=delivery.exchange,
                                  routing_key=delivery.routing_key, message_count=message_count)
-        self._send(codec.encode_message(channel, method, delivery.properties_raw, delivery.body, self.frame_max))
+        encoded = codec.encode_message(channel, method, delivery.properties_raw, delivery.body, self.frame_max)
+        self.delivered_bytes += len(encoded)
+        self._send(encoded)
 
     def _track(self, channel: _Channel, consumer_tag: str | None, delivery: Delivery, no_ack: bool) -> int:
         tag = channel.next_delivery_tag

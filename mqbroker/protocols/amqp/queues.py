@@ -52,6 +52,8 @@ class Subscriber(Protocol):
 
     def flush(self) -> None: ...
 
+    def delivery_window(self, channel: int, consumer_tag: str) -> int: ...
+
 
 @dataclasses.dataclass(slots=True)
 class Consumer:
@@ -69,7 +71,7 @@ class Consumer:
 
     def window(self) -> int:
         """How many more deliveries its prefetch allows."""
-        return int(self.session.connection.delivery_window(self.channel, self.tag))
+        return int(self.session.delivery_window(self.channel, self.tag))
 
 
 def decode_fetched(records: bytes, skip_below: int = 0) -> list[QueuedMessage]:

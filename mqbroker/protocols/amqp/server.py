@@ -45,6 +45,7 @@ from mqbroker.protocols.amqp.queues import BatchStored, Consumer, ConsumerKey, S
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.vhost import VirtualHost
+from mqbroker.throttle import throttles
 
 _session_ids = itertools.count(1)
 
@@ -73,6 +74,10 @@ class AmqpSession:
         self._unstored_bytes = 0
         self._blocked = False
         self._timer_deadline_ms = 0
+        # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in their queues.
+        self._produce_throttle, self._fetch_throttle = throttles(
+            security, reactor, self._apply_backpressure, self._deliveries_released) or (None, None)
+        self._delivered_bytes_counted = 0
 
     # --- Session --------------------------------------------------------------------------
 
@@ -86,23 +91,41 @@ class AmqpSession:
         return self.connection.buffered_bytes
 
     def data_received(self, data: bytes) -> None:
-        self._run(self.connection.receive_data(data, self._vhost.now_ms()))
+        actions = self.connection.receive_data(data, self._vhost.now_ms())
+        self._run(actions)
+        if self._produce_throttle is not None:
+            published = sum(len(action.body) for action in actions if isinstance(action, Publish))
+            if published:
+                self._produce_throttle.record(published)
+                self._apply_backpressure()
         self.flush()
 
     def connection_lost(self, reason: Failure) -> None:
         self._closed = True
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
+        for throttle in (self._produce_throttle, self._fetch_throttle):
+            if throttle is not None:
+                throttle.cancel()
         self._vhost.session_gone(self.session_id, self._lease_holders)
         self._consumers.clear()
 
     def flush(self) -> None:
         """Write what the connection queued and re-arm the timer."""
         self._confirms.seal()
+        if self._fetch_throttle is not None and self.connection.delivered_bytes != self._delivered_bytes_counted:
+            self._fetch_throttle.record(self.connection.delivered_bytes - self._delivered_bytes_counted)
+            self._delivered_bytes_counted = self.connection.delivered_bytes
         data = self.connection.data_to_send()
         if data and self._handle is not None and not self._closed:
             self._handle.write(data)
         self._reschedule()
+
+    def delivery_window(self, channel: int, consumer_tag: str) -> int:
+        """How many more deliveries a consumer may take now: none while over the fetch quota."""
+        if self._fetch_throttle is not None and self._fetch_throttle.active:
+            return 0
+        return self.connection.delivery_window(channel, consumer_tag)
 
     def forget_consumer(self, channel: int, tag: str) -> None:
         """The queue of a consumer was deleted."""
@@ -209,6 +232,10 @@ class AmqpSession:
                     self._run(self.connection.authentication_failed(error.message, self._vhost.now_ms()))
                     self.flush()
                     return
+            for throttle in (self._produce_throttle, self._fetch_throttle):
+                if throttle is not None:
+                    throttle.principal = str(self._principal)
+                    throttle.client_id = str(self.connection.client_properties.get("connection_name", ""))
             self._run(self.connection.authentication_succeeded())
             self.flush()
 
@@ -366,8 +393,7 @@ class AmqpSession:
         if not self._blocked and self._unstored_bytes > limits.amqp_unstored_publish_bytes_max:
             self._blocked = True
             self.connection.block("the broker is storing this connection's earlier publishes")
-            if self._handle is not None:
-                self._handle.pause_reading()
+            self._apply_backpressure()
 
     def _released(self, batch: BatchStored, _: bool) -> None:
         self._unstored_bytes -= self._unstored.pop(batch)
@@ -375,9 +401,25 @@ class AmqpSession:
             self._blocked = False
             if not self._closed:
                 self.connection.unblock()
-                if self._handle is not None:
-                    self._handle.resume_reading()
+                self._apply_backpressure()
                 self.flush()
+
+    def _apply_backpressure(self) -> None:
+        """Read from the socket unless the broker is behind on storing publishes or the client is over its
+        produce quota."""
+        if self._handle is None or self._closed:
+            return
+        if self._blocked or (self._produce_throttle is not None and self._produce_throttle.active):
+            self._handle.pause_reading()
+        else:
+            self._handle.resume_reading()
+
+    def _deliveries_released(self) -> None:
+        """The fetch throttle ended: the queues this connection consumes from deliver again."""
+        for name in set(self._consumers.values()):
+            queue = self._vhost.queues.get(name)
+            if queue is not None:
+                queue.dispatch()
 
     def _confirmed(self, channel: int, first: int, last: int, stored: bool) -> None:
         self.connection.publish_settled_range(channel, first, last, stored=stored)

@@ -48,6 +48,7 @@ from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscri
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter, topic_matches
 from mqbroker.storage.records import BatchBuilder, Record
+from mqbroker.throttle import throttles
 
 #: A client that has not sent CONNECT by then is disconnected.
 CONNECT_TIMEOUT_S = 10.0
@@ -79,6 +80,9 @@ class MqttConnection:
         self._catching_up = False
         self._ended_waiters: list[Deferred[None]] | None = []
         self._outgoing: list[bytes] = []  # packets of this turn, written to the socket as one
+        # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in the log.
+        self._produce_throttle, self._fetch_throttle = throttles(
+            security, hub.reactor, self._apply_backpressure, self._deliveries_released) or (None, None)
 
     # ------------------------------------------------------------------ adapter Session
 
@@ -105,6 +109,9 @@ class MqttConnection:
         for timer in (self._connect_timer, self._keep_alive_timer):
             if timer is not None and timer.active():
                 timer.cancel()
+        for throttle in (self._produce_throttle, self._fetch_throttle):
+            if throttle is not None:
+                throttle.cancel()
         was_open = self.session.session is not None
         self._run(self.session.connection_lost(self.hub.now_ms()))
         if not was_open and self.session.state is not ConnectionState.OPENING:
@@ -116,6 +123,7 @@ class MqttConnection:
         """Whether a shared reader may hand this session a message of ``partition_key`` now."""
         return (
             self.session.state is _CONNECTED and partition_key not in self._behind and self.session.accepting_deliveries
+            and not self._deliveries_held
         )
 
     def offer_live(
@@ -124,14 +132,14 @@ class MqttConnection:
         """A shared reader's record; a session with a full window falls back to reading the log itself."""
         if self.session.state is not _CONNECTED or partition_key in self._behind:
             return
-        if message.qos and not self.session.accepting_deliveries:
+        if self._deliveries_held or (message.qos and not self.session.accepting_deliveries):
             self._behind[partition_key] = offset
             return
         self._deliver(partition_key, offset, message, subscriptions)
 
     def has_room(self) -> bool:
         """Whether a message kept for one of this session's share groups may be handed to it now."""
-        return self.session.state is _CONNECTED and self.session.accepting_deliveries
+        return self.session.state is _CONNECTED and self.session.accepting_deliveries and not self._deliveries_held
 
     def deliver_shared(
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscription: Subscription
@@ -247,6 +255,10 @@ class MqttConnection:
         statistics["bytes/sent"] += len(action.data)
         if isinstance(action.packet, Publish):
             statistics["messages/sent"] += 1
+            if self._fetch_throttle is not None:
+                self._fetch_throttle.record(len(action.data))
+                if self._fetch_throttle.active:
+                    self._apply_backpressure()
 
     def flush(self, *, even_when_corked: bool = False) -> None:
         """Write the packets queued since the last flush in one socket write (the hub corks a fan-out batch)."""
@@ -269,9 +281,11 @@ class MqttConnection:
             builder.append(now_ms, action.key, action.payload, action.headers)
         tickets = [action.ticket for action in group if action.ticket is not None]
         self.hub.statistics["messages/received"] += len(group)
-        produced = self.hub.broker.produce(
-            self.principal, key[0], key[1], builder.build(), -1 if tickets else 0, PRODUCE_TIMEOUT_MS
-        )
+        batch = builder.build()
+        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, -1 if tickets else 0, PRODUCE_TIMEOUT_MS)
+        if self._produce_throttle is not None:
+            self._produce_throttle.record(len(batch))
+            self._apply_backpressure()
         if tickets:
             produced.addCallbacks(self._written, self._write_failed, callbackArgs=(tickets,), errbackArgs=(tickets,))
         else:
@@ -282,10 +296,12 @@ class MqttConnection:
         self._apply_backpressure()
 
     def _apply_backpressure(self) -> None:
-        """Stop reading while a receive maximum of client messages is on its way to the log."""
+        """Stop reading while a receive maximum of client messages is on its way to the log, or while
+        the client is over its produce or fetch quota."""
         if self._connection is None:
             return
-        if self.session.log_writes_in_flight >= self.session.config.receive_maximum:
+        throttled = self._deliveries_held or (self._produce_throttle is not None and self._produce_throttle.active)
+        if throttled or self.session.log_writes_in_flight >= self.session.config.receive_maximum:
             self._connection.pause_reading()
         else:
             self._connection.resume_reading()
@@ -307,6 +323,9 @@ class MqttConnection:
             if refusal is not None:
                 self._run(self.session.connect_refused(refusal, self.hub.now_ms()))
                 return
+        for throttle in (self._produce_throttle, self._fetch_throttle):
+            if throttle is not None:
+                throttle.principal, throttle.client_id = str(self.principal), self.client_id
         opening = Deferred.fromCoroutine(self.hub.open_session(self, action.clean_start))
         opening.addCallbacks(self._opened, self._open_failed)
 
@@ -408,7 +427,8 @@ class MqttConnection:
     async def _catch_up(self) -> None:
         """Read the partitions this session is behind on until it reaches the shared readers."""
         try:
-            while self._behind and self.session.state is _CONNECTED and self.session.accepting_deliveries:
+            while (self._behind and self.session.state is _CONNECTED and self.session.accepting_deliveries
+                   and not self._deliveries_held):
                 key, offset = next(iter(self._behind.items()))
                 if offset >= self.hub.live_position(key):
                     del self._behind[key]
@@ -448,10 +468,22 @@ class MqttConnection:
         ]
         if not subscriptions:
             return True
-        if message.qos and not self.session.accepting_deliveries:
+        if self._deliveries_held or (message.qos and not self.session.accepting_deliveries):
             return False
         self._deliver(key, record.offset, message, subscriptions)
         return True
+
+    @property
+    def _deliveries_held(self) -> bool:
+        """Over its fetch quota, a session takes no deliveries: they wait in the log (it reads them later). Its
+        connection is not read meanwhile either, so the acknowledgements that would release the messages
+        already queued in the session wait too."""
+        return self._fetch_throttle is not None and self._fetch_throttle.active
+
+    def _deliveries_released(self) -> None:
+        self._apply_backpressure()
+        self._resume_catch_up()
+        self.hub.resume_share_groups()
 
     def _log_failure(self, failure: Failure, what: str) -> None:
         self.log.failure("{what} for {client_id} failed", failure, what=what, client_id=self.client_id)

@@ -4,15 +4,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mqbroker.config import ConfigError, build_config
 from mqbroker.quotas import (
+    THROTTLE_MS_MAX,
     Admission,
     ByteRateQuota,
     ConnectionLimiter,
     QuotaKind,
     QuotaManager,
-    WindowedRate,
-    throttle_ms,
+    QuotaOverride,
+    QuotaScope,
+    TokenBucket,
+    parse_quota_overrides,
 )
+from mqbroker.security_service import quota_manager
 
 
 def simulate(manager, kind, request_bytes, duration_ms, principal="User:alice", client_id="app", gap_ms=1):
@@ -70,17 +75,61 @@ def test_idle_rates_are_forgotten():
     assert manager.expire_idle(3_600_001) == 1
 
 
+@pytest.mark.parametrize("duration_ms", [3_000, 8_000, 15_000])
+def test_a_fast_client_stays_near_its_quota_over_a_few_seconds_too(duration_ms):
+    """One burst (a second of quota) at most: no start-up allowance of many seconds, no bursts as time passes."""
+    manager = QuotaManager(default_client_quota=ByteRateQuota(produce_bytes_per_second=200_000))
+    rate = simulate(manager, QuotaKind.PRODUCE, 16_384, duration_ms=duration_ms)
+    assert abs(rate - 200_000) / 200_000 <= 1000 / duration_ms + 0.05, rate
+
+
+def test_an_idle_client_may_burst_one_second_of_its_quota_then_waits():
+    bucket = TokenBucket(burst_ms=1000)
+    assert bucket.record(100_000, 100_000.0, 0) == 0
+    assert bucket.record(50_000, 100_000.0, 0) == 500
+    assert bucket.record(10_000, 100_000.0, 600) == 0  # 100 ms later than the debt was paid: 10 KB of credit
+    assert bucket.record(10_000, 100_000.0, 10_000_000) == 0
+
+
 @given(
     amounts=st.lists(st.tuples(st.integers(0, 10**7), st.integers(0, 5_000)), max_size=50),
     limit=st.floats(min_value=1, max_value=1e9),
 )
-def test_throttle_is_never_negative_and_bounded_by_the_measured_span(amounts, limit):
-    rate = WindowedRate()
+def test_throttle_is_never_negative_and_never_longer_than_the_maximum(amounts, limit):
+    bucket = TokenBucket()
     now_ms = 0
     for byte_count, step_ms in amounts:
         now_ms += step_ms
-        rate.record(byte_count, now_ms)
-        assert 0 <= throttle_ms(rate, limit, now_ms) <= rate.windows * rate.window_ms
+        assert 0 <= bucket.record(byte_count, limit, now_ms) <= THROTTLE_MS_MAX
+
+
+def test_quota_overrides_parse_and_keep_the_default_for_flows_they_do_not_name():
+    [alice, reports] = parse_quota_overrides(" principal User:alice produce=1000000 , client reports fetch=0")
+    assert alice == QuotaOverride(scope=QuotaScope.PRINCIPAL, name="User:alice", produce_bytes_per_second=1_000_000)
+    default = ByteRateQuota(produce_bytes_per_second=10.0, fetch_bytes_per_second=20.0)
+    assert alice.applied_to(default) == ByteRateQuota(produce_bytes_per_second=1e6, fetch_bytes_per_second=20.0)
+    assert reports.applied_to(default) == ByteRateQuota(produce_bytes_per_second=10.0)  # fetch=0: unlimited
+    assert parse_quota_overrides("") == []
+
+
+@pytest.mark.parametrize("text", ["user alice produce=1", "principal User:alice", "client x produce=-1",
+                                  "client x speed=1", "client x produce=1 produce=2", "principal produce=1"])
+def test_a_bad_quota_override_is_a_config_error_naming_the_key(text):
+    with pytest.raises(ConfigError, match="quotas.overrides"):
+        build_config({"quotas.overrides": text})
+
+
+def test_configured_overrides_apply_per_principal_and_per_client_id():
+    config = build_config({
+        "quotas.client_produce_bytes_per_second": "1000",
+        "quotas.overrides": ["principal User:bulk produce=0", "client fast-app produce=0", "principal User:slow fetch=10"],
+    })
+    manager = quota_manager(config)
+    assert manager.has_quotas
+    assert manager.record(QuotaKind.PRODUCE, "User:alice", "app", 10_000, 0) > 0  # the default client quota
+    assert manager.record(QuotaKind.PRODUCE, "User:alice", "fast-app", 10_000, 0) == 0
+    assert manager.record(QuotaKind.FETCH, "User:slow", "app", 10_000, 0) > 0
+    assert not quota_manager(build_config({"quotas.overrides": "client x produce=0"})).has_quotas
 
 
 def test_connection_limits_per_host_and_total():
