@@ -584,12 +584,15 @@ _DECODERS = {
 }
 
 
-def decode_packet(first_byte: int, body: bytes | memoryview, protocol_level: int | None) -> Packet:
+#: The packet type of the first byte's high nibble (an Enum call per packet costs more than the decoding).
+_PACKET_TYPE_OF_NIBBLE: list[PacketType | None] = [None] + [PacketType(value) for value in range(1, 16)]
+
+
+def decode_packet(first_byte: int, body: bytes | bytearray | memoryview, protocol_level: int | None) -> Packet:
     """Decode one packet from its first byte and body; level None accepts only CONNECT."""
-    try:
-        packet_type = PacketType(first_byte >> 4)
-    except ValueError:
-        raise malformed("packet type 0 is reserved [MQTT-2.1.2]") from None
+    packet_type = _PACKET_TYPE_OF_NIBBLE[first_byte >> 4]
+    if packet_type is None:
+        raise malformed("packet type 0 is reserved [MQTT-2.1.2]")
     flags = first_byte & 0x0F
     if packet_type is not PacketType.PUBLISH and flags != _REQUIRED_FLAGS[packet_type]:
         raise malformed(f"{packet_type.name} has reserved fixed-header flags 0b{flags:04b} [MQTT-2.1.3-1]")
@@ -635,7 +638,7 @@ class PacketDecoder:
             end = position + header_bytes + body_bytes
             if end > len(buffer):
                 break
-            body = bytes(buffer[position + header_bytes : end])
+            body = buffer[position + header_bytes : end]  # a copy, so the buffer may shrink below
             packet = decode_packet(buffer[position], body, self.protocol_level)
             if isinstance(packet, Connect) and self.protocol_level is None:
                 self.protocol_level = packet.protocol_level
