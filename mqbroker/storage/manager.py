@@ -106,7 +106,7 @@ class LogManager:
         self.checkpoint()
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for ``expiration_ms`` in every partition; return how many (the broker's timer calls this)."""
+        """Forget producers idle for ``expiration_ms`` in every partition; return how many (called on a timer)."""
         return sum(log.expire_producers(now_ms, expiration_ms) for log in self._logs.values())
 
     def checkpoint(self) -> None:

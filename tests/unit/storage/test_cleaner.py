@@ -47,7 +47,9 @@ def bounds_of(log) -> list[tuple[int, int]]:
     return [(header.base_offset, header.last_offset) for batch in read_all(log) for _, header in iter_batches(batch)]
 
 
-def expected_after_clean(model: Model, clean_end: int, tombstones_expired: bool) -> dict[int, tuple[bytes, bytes | None]]:
+def expected_after_clean(
+    model: Model, clean_end: int, tombstones_expired: bool
+) -> dict[int, tuple[bytes, bytes | None]]:
     """The model's view: below ``clean_end`` only each key's newest record survives; expired tombstones go."""
     newest = {key: offset for offset, (key, _, _) in sorted(model.items()) if offset < clean_end}
     expected = {}

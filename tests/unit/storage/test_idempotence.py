@@ -111,7 +111,9 @@ def test_truncation_rewinds_producer_state(tmp_path):
 
 
 def timed_batch(sequence: int, timestamp_ms: int, producer_id: int = PRODUCER) -> bytes:
-    return make_batch([b"x"], timestamp_ms=timestamp_ms, producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+    return make_batch(
+        [b"x"], timestamp_ms=timestamp_ms, producer_id=producer_id, producer_epoch=0, base_sequence=sequence
+    )
 
 
 def test_an_idle_producer_expires_and_then_starts_afresh(tmp_path):
