@@ -87,13 +87,13 @@ def create_ca(now: datetime.datetime, common_name: str = CA_NAME) -> Issued:
 
 
 def _leaf(
-    ca: Issued, common_name: str, now: datetime.datetime, usage: x509.ObjectIdentifier
+    ca: Issued, common_name: str, now: datetime.datetime, usages: Sequence[x509.ObjectIdentifier]
 ) -> tuple[x509.CertificateBuilder, PrivateKey]:
     key = _new_key()
     return (
         _builder(_name(common_name), ca.certificate.subject, key, now, LEAF_VALID_DAYS)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
         )
@@ -112,16 +112,17 @@ def alternative_names(hosts: Sequence[str]) -> list[x509.GeneralName]:
 
 
 def issue_server(ca: Issued, hosts: Sequence[str], now: datetime.datetime) -> Issued:
-    """A server certificate whose SANs are ``hosts``; CN is the first host."""
+    """A broker certificate whose SANs are ``hosts``; CN is the first host. It is a client certificate too,
+    which a broker presents to other brokers (inter-broker and controller TLS)."""
     assert hosts, "a server certificate needs at least one host"
-    builder, key = _leaf(ca, hosts[0], now, ExtendedKeyUsageOID.SERVER_AUTH)
+    builder, key = _leaf(ca, hosts[0], now, (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH))
     builder = builder.add_extension(x509.SubjectAlternativeName(alternative_names(hosts)), critical=False)
     return Issued(certificate=builder.sign(ca.key, hashes.SHA256()), key=key)
 
 
 def issue_client(ca: Issued, name: str, now: datetime.datetime) -> Issued:
     """A client certificate with CN=``name`` (the principal under the default mapping rule)."""
-    builder, key = _leaf(ca, name, now, ExtendedKeyUsageOID.CLIENT_AUTH)
+    builder, key = _leaf(ca, name, now, (ExtendedKeyUsageOID.CLIENT_AUTH,))
     return Issued(certificate=builder.sign(ca.key, hashes.SHA256()), key=key)
 
 

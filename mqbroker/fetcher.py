@@ -55,11 +55,14 @@ class ReplicaFetcher:
     def __init__(
         self, *, node_id: int, reactor: Any, sink: ReplicaSink, address_of: Callable[[int], tuple[str, int] | None],
         fetch_wait_ms: int, partition_bytes_max: int, response_bytes_max: int,
+        endpoint_for: Callable[[str, int], Any] | None = None,
     ) -> None:
         self.node_id = node_id
         self._reactor = reactor
         self._sink = sink
         self._address_of = address_of
+        #: How to reach a leader's native listener (host, port as registered): plain TCP, or TLS (inter-broker TLS).
+        self.endpoint_for = endpoint_for or self._tcp_endpoint
         self._fetch_wait_ms = fetch_wait_ms
         self._partition_bytes_max = partition_bytes_max
         self._response_bytes_max = response_bytes_max
@@ -90,6 +93,9 @@ class ReplicaFetcher:
         """Stop every session (broker shutdown)."""
         self.follow({})
 
+    def _tcp_endpoint(self, host: str, port: int) -> Any:
+        return HostnameEndpoint(self._reactor, "127.0.0.1" if host == "localhost" else host, port)
+
 
 class LeaderSession:
     """One connection to one leader and the fetch loop over it."""
@@ -102,8 +108,7 @@ class LeaderSession:
         self.address = address
         self.partitions: dict[PartitionKey, int] = {}
         self.running = False
-        host, port = address
-        endpoint = HostnameEndpoint(fetcher._reactor, "127.0.0.1" if host == "localhost" else host, port)
+        endpoint = fetcher.endpoint_for(*address)
         factory = Factory.forProtocol(lambda: NativeClientProtocol(f"replica-{fetcher.node_id}"))
         self._service = ClientService(endpoint, factory, retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=1.0),
                                       clock=fetcher._reactor)

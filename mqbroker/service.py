@@ -124,6 +124,9 @@ class BrokerService(MultiService):
         """The follower side of replication: fetches from the leaders of the partitions this broker follows."""
         control = self.control
         assert control is not None
+        files = tls_files(self.config)
+        if self.config.security_inter_broker_tls and (files is None or files.ca is None or not self.config.native_tls_port):
+            raise ValueError("security.inter_broker_tls needs --tls-cert, --tls-key, --tls-ca and a native TLS port")
 
         def address_of(node_id: int) -> tuple[str, int] | None:
             registered = control.image.brokers.get(node_id)
@@ -133,7 +136,21 @@ class BrokerService(MultiService):
             node_id=self.config.node_id, reactor=self.reactor, sink=broker, address_of=address_of,
             fetch_wait_ms=self.config.replica_fetch_wait_max_ms, partition_bytes_max=self.config.replica_fetch_max_bytes,
             response_bytes_max=self.config.replica_fetch_response_max_bytes,
+            endpoint_for=self._replica_tls_endpoint if self.config.security_inter_broker_tls else None,
         )
+
+    def _replica_tls_endpoint(self, host: str, port: int) -> Any:
+        """Inter-broker TLS: a leader's native TLS listener (its native port plus our TLS offset, as in metadata),
+        the leader verified against ``tls_ca`` by its registered host name, our own certificate as the client
+        certificate (the leader maps it to this broker's principal)."""
+        files = tls_files(self.config)
+        assert files is not None and files.ca is not None, "checked by _build_fetcher"
+        from mqbroker.tls import client_options
+
+        options = client_options(host, files.ca, files.certificate, files.key)
+        tls_port = port + self.config.native_tls_port - self.config.native_port
+        return wrapClientTLS(options, TCP4ClientEndpoint(self.reactor, "127.0.0.1" if host == "localhost" else host,
+                                                         tls_port))
 
     def _add_timers(self, broker: Broker) -> None:
         timers = [
