@@ -22,12 +22,20 @@ DEFAULT_SASL_MECHANISM = ScramMechanism.SHA_512.value
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientSecurity:
-    """How a client connects: TLS (``ssl_context``) and SASL credentials, each optional."""
+    """How a client connects: TLS (``ssl_context``) and SASL credentials, each optional.
+
+    The blocking client uses ``ssl_context``; the Twisted client (which cannot use an ``ssl``
+    context) builds its TLS options from the PEM paths ``tls_ca``, ``tls_cert``, ``tls_key``
+    (``from_options`` fills both), speaking TLS whenever ``ssl_context`` is set.
+    """
 
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str | None = None
     username: str | None = None
     password: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     @classmethod
     def from_options(
@@ -46,7 +54,8 @@ class ClientSecurity:
         if username and password is None:
             raise ValueError("--username needs --password")
         mechanism = (sasl_mechanism or DEFAULT_SASL_MECHANISM).upper() if username else None
-        return cls(ssl_context=context, sasl_mechanism=mechanism, username=username, password=password)
+        return cls(ssl_context=context, sasl_mechanism=mechanism, username=username, password=password,
+                   tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
 
 
 def sasl_steps(security: ClientSecurity) -> Generator[bytes, bytes, None]:

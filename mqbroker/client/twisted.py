@@ -7,13 +7,14 @@ correlation id. Connections are opened through endpoints on first use and reopen
 
 from __future__ import annotations
 
+import pathlib
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
-from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
+from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
 from twisted.internet.interfaces import IReactorTCP, IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -33,6 +34,7 @@ from mqbroker.client.group_member import (
     revoked_positions,
 )
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
+from mqbroker.client.security import ClientSecurity, sasl_steps
 from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, ProducePlan, RecordMetadata, parse_acks
 from mqbroker.client.twisted_group import TwistedGroupMembership
 from mqbroker.errors import BrokerError
@@ -46,6 +48,8 @@ from mqbroker.protocols.native.messages import (
     InitProducerIdRequest,
     MetadataRequest,
     MetadataResponse,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
 )
 
 
@@ -97,9 +101,11 @@ class NativeClientProtocol(Protocol):
 class _TwistedCluster:
     """Connections by node id and the metadata view, reactor-driven."""
 
-    def __init__(self, reactor: IReactorTCP, bootstrap: str | Sequence[str], client_id: str) -> None:
+    def __init__(self, reactor: IReactorTCP, bootstrap: str | Sequence[str], client_id: str,
+                 security: ClientSecurity | None = None) -> None:
         addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
         self.reactor = reactor
+        self.security = security
         self.bootstrap = [parse_address(address) for address in addresses]
         self.client_id = client_id
         self.view = ClusterView()
@@ -122,17 +128,48 @@ class _TwistedCluster:
 
     async def _open(self, key: Any, host: str, port: int, protocol: NativeClientProtocol) -> None:
         """Connect and negotiate versions, then hand the connection to everyone waiting for it."""
+        outcome: Any
         try:
-            await connectProtocol(HostnameEndpoint(self.reactor, host, port), protocol)
+            await connectProtocol(self._endpoint(host, port), protocol)
             protocol.codec.use_broker_versions(await protocol.request(ApiVersionsRequest()))
+            if self.security is not None and self.security.sasl_mechanism:
+                await self._authenticate(protocol, self.security)
+        except BrokerError as error:  # e.g. SASL_AUTHENTICATION_FAILED: the broker's own answer, as it is
+            protocol.transport.loseConnection()
+            outcome = Failure(error)
         except Exception as error:  # every connect failure is reported to the waiters as one typed error
-            outcome: Any = Failure(BrokerUnavailableError(f"cannot connect to {host}:{port}: {error}"))
+            outcome = Failure(BrokerUnavailableError(f"cannot connect to {host}:{port}: {error}"))
         else:
             outcome = protocol
             self._connected[key] = protocol
             protocol.lost.addCallback(lambda _: self._connected.pop(key, None))
         for waiter in self._waiters.pop(key):
             waiter.callback(outcome)
+
+    def _endpoint(self, host: str, port: int) -> Any:
+        """TCP, or TLS when the security settings ask for it (the server's certificate must name ``host``)."""
+        endpoint = HostnameEndpoint(self.reactor, host, port)
+        security = self.security
+        if security is None or security.ssl_context is None:
+            return endpoint
+        from mqbroker.tls import client_options  # TLS support is loaded only by clients that use it
+
+        options = client_options(host, *(pathlib.Path(path) if path else None
+                                         for path in (security.tls_ca, security.tls_cert, security.tls_key)))
+        return wrapClientTLS(options, endpoint)
+
+    @staticmethod
+    async def _authenticate(protocol: NativeClientProtocol, security: ClientSecurity) -> None:
+        """SaslHandshake, then SaslAuthenticate steps until the exchange completes (typed errors on refusal)."""
+        await protocol.request(SaslHandshakeRequest(mechanism=security.sasl_mechanism or ""))
+        steps = sasl_steps(security)
+        message = next(steps)
+        while True:
+            response = await protocol.request(SaslAuthenticateRequest(auth_bytes=message))
+            try:
+                message = steps.send(response.auth_bytes)
+            except StopIteration:
+                return
 
     def connection(self, node_id: int | None) -> Deferred[NativeClientProtocol]:
         """The connection to ``node_id`` (None: the first bootstrap broker)."""
@@ -198,6 +235,7 @@ class TwistedProducer:
         enable_idempotence: bool | None = None,
         client_id: str = "mqbroker-producer",
         rng: random.Random | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         parsed_acks = parse_acks(acks)
         if enable_idempotence is None:
@@ -213,7 +251,7 @@ class TwistedProducer:
         self._random = rng or random.Random()
         self._core = ProducerCore(config, self._random, new_waiter=list)
         self._sticky = StickyPartitioner(self._random)
-        self._cluster = _TwistedCluster(reactor, bootstrap, client_id)
+        self._cluster = _TwistedCluster(reactor, bootstrap, client_id, security)
         self._timer: Any = None
         self._ready: Deferred[None] | None = None
         self._flushes: list[Deferred[None]] = []
@@ -368,6 +406,7 @@ class TwistedConsumer:
         on_lost: RebalanceCallback | None = None,
         fetch_max_wait_ms: int = 500,
         client_id: str = "mqbroker-consumer",
+        security: ClientSecurity | None = None,
     ) -> None:
         if group_id is None and (enable_auto_commit or pattern is not None or group_instance_id is not None):
             raise ValueError("enable_auto_commit, pattern and group_instance_id need a group_id")
@@ -375,7 +414,7 @@ class TwistedConsumer:
             ConsumerConfig(auto_offset_reset=OffsetReset(auto_offset_reset), fetch_max_wait_ms=fetch_max_wait_ms)
         )
         self._reactor = reactor
-        self._cluster = _TwistedCluster(reactor, bootstrap, client_id)
+        self._cluster = _TwistedCluster(reactor, bootstrap, client_id, security)
         self._group: TwistedGroupMembership | None = None
         self._auto_commit = AutoCommit(None, 0)
         self._callbacks: dict[str, RebalanceCallback | None] = {
@@ -563,8 +602,9 @@ class TwistedConsumer:
 class TwistedAdmin:
     """Topic administration returning Deferreds."""
 
-    def __init__(self, reactor: IReactorTCP, bootstrap: str | Sequence[str] = "localhost:9393") -> None:
-        self._cluster = _TwistedCluster(reactor, bootstrap, "mqbroker-admin")
+    def __init__(self, reactor: IReactorTCP, bootstrap: str | Sequence[str] = "localhost:9393", *,
+                 security: ClientSecurity | None = None) -> None:
+        self._cluster = _TwistedCluster(reactor, bootstrap, "mqbroker-admin", security)
 
     async def _call(self, request: object, read: Any) -> Any:
         return read(await self._cluster.request(None, request))
