@@ -167,6 +167,8 @@ class ConnectionSecurity:
             kind = QuotaKind.PRODUCE
             byte_count = sum(len(p.records or b"") for topic in request.topics for p in topic.partitions)
         elif isinstance(response, m.FetchResponse):
+            if isinstance(request, m.FetchRequest) and request.replica_id >= 0:
+                return 0  # replication is not a client: followers are never throttled (as in Kafka)
             kind = QuotaKind.FETCH
             byte_count = sum(len(p.records or b"") for topic in response.topics for p in topic.partitions)
         else:

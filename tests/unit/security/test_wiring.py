@@ -13,12 +13,14 @@ from twisted.internet.testing import StringTransport
 
 from mqbroker.acl import Acl, Permission
 from mqbroker.auth import Authenticator, CredentialStore
-from mqbroker.config import ConfigError, build_config
+from mqbroker.config import BrokerConfig, ConfigError, build_config
 from mqbroker.errors import ClusterAuthorizationError, SaslAuthenticationError
 from mqbroker.listeners import ConnectionLimitingFactory
 from mqbroker.metadata import MetadataImage, PutGenericRecord
 from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
 from mqbroker.protocols.adapter import CodecProtocol
+from mqbroker.protocols.native import messages as m
+from mqbroker.protocols.native.security import ConnectionSecurity
 from mqbroker.quotas import ConnectionLimiter
 from mqbroker.security_service import ACL_KIND, USER_KIND, SecurityServices
 
@@ -143,3 +145,19 @@ def test_a_frame_trickled_too_slowly_closes_the_connection() -> None:
         if not transport.disconnecting:
             protocol.dataReceived(b"")
     assert transport.disconnecting
+
+
+def _fetch(replica_id: int) -> tuple[m.FetchRequest, m.FetchResponse]:
+    request = m.FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=())
+    response = m.FetchResponse(topics=(m.FetchTopicResult(name="t", partitions=(
+        m.FetchPartitionResult(partition_index=0, high_watermark=1, last_stable_offset=1, log_start_offset=0,
+                               records=b"x" * 100_000),)),))
+    return request, response
+
+
+def test_consumer_fetches_are_throttled_and_replica_fetches_are_not() -> None:
+    services = SecurityServices(BrokerConfig(quotas_principal_fetch_bytes_per_second=10_000))
+    security = ConnectionSecurity(services, secure=False, host="127.0.0.1", peer_certificate=lambda: None)
+    principal = Principal("User", "ANONYMOUS")
+    assert security.throttle_ms(principal, "replica-2", *_fetch(replica_id=2), now_ms=0) == 0
+    assert security.throttle_ms(principal, "consumer", *_fetch(replica_id=-1), now_ms=0) > 0
