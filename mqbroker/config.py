@@ -30,6 +30,8 @@ class BrokerConfig:
     node_id: int = 1
     host: str = "localhost"
     advertised_host: str = ""
+    #: The native port clients and followers are told to connect to (0: ``native_port``), e.g. a proxy's.
+    advertised_native_port: int = 0
     cluster_id: str = "mqbroker"
     native_port: int = 9393
     mqtt_port: int = 1883
@@ -108,9 +110,15 @@ class BrokerConfig:
             return self.advertised_host
         return "localhost" if self.host in ("", "0.0.0.0", "::") else self.host
 
+    @property
+    def public_native_port(self) -> int:
+        """The native port clients and followers are told to connect to."""
+        return self.advertised_native_port or self.native_port
+
     def listener_ports(self) -> dict[str, int]:
-        """Every ``*_port`` setting by name; 0 disables that listener."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("_port")}
+        """Every ``*_port`` listener setting by name; 0 disables that listener."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name.endswith("_port") and not f.name.startswith("advertised_")}
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "topic_defaults"}

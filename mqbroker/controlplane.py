@@ -201,7 +201,7 @@ class ControlPlane(MultiService):
         self.node.storage.close()
 
     def _register(self) -> None:
-        record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.native_port,
+        record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.public_native_port,
                                 unclean_election_default=self._unclean_election_default)
         registered = self._propose(record)
         registered.addCallbacks(self._registered, self._registration_failed)

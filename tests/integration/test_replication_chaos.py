@@ -1,7 +1,8 @@
 """Chaos on a real three-broker cluster: RF 3, min.insync.replicas=2, acks=all, idempotent producers.
 
-A nemesis kills (SIGKILL), pauses (SIGSTOP/SIGCONT) and restarts random brokers every few seconds
-while producers write unique values to several partitions and a consumer reads. At the end,
+A nemesis kills (SIGKILL), pauses (SIGSTOP/SIGCONT), restarts and cuts off (every connection to
+and from it through fault-injecting proxies: controller, replica fetches, clients) random brokers
+every few seconds while producers write unique values to several partitions and a consumer reads. At the end,
 with every broker back: no acknowledged value is missing, no offset holds two values (across the
 reads and across the replicas' logs on disk), per-producer acknowledgement order matches offset
 order per partition, and no value appears twice. The CI variant runs ~30 s; the slow one 90 s.
@@ -13,9 +14,11 @@ import os
 import pathlib
 import random
 import signal
+import struct
 import threading
 import time
 from collections import Counter, defaultdict
+from typing import Any
 
 import pytest
 
@@ -24,7 +27,8 @@ from mqbroker.storage import records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import retrying, start_cluster
+from tests.integration.clusterprocess import retrying
+from tests.integration.faultproxy import Network, replica_source, start_partitionable_cluster
 
 TOPIC = "chaos"
 PARTITIONS = 3
@@ -75,7 +79,7 @@ def _consume(bootstraps: list[str], history: History, stop: threading.Event) -> 
             time.sleep(0.2)
 
 
-def _nemesis(cluster: list[BrokerProcess], duration_s: float, seed: int) -> list[str]:
+def _nemesis(cluster: list[BrokerProcess], network: Network, duration_s: float, seed: int) -> list[str]:
     rng = random.Random(seed)
     actions = []
     deadline = time.monotonic() + duration_s
@@ -83,7 +87,7 @@ def _nemesis(cluster: list[BrokerProcess], duration_s: float, seed: int) -> list
         time.sleep(rng.uniform(2.0, 4.0))
         victim = rng.choice(cluster)
         assert victim.process is not None
-        action = rng.choice(["kill", "pause", "restart"])
+        action = rng.choice(["kill", "pause", "restart", "cut"])
         actions.append(f"{action} broker {cluster.index(victim) + 1}")
         if action == "kill":
             victim.kill()
@@ -93,6 +97,10 @@ def _nemesis(cluster: list[BrokerProcess], duration_s: float, seed: int) -> list
             os.kill(victim.process.pid, signal.SIGSTOP)
             time.sleep(rng.uniform(1.0, 4.0))
             os.kill(victim.process.pid, signal.SIGCONT)
+        elif action == "cut":
+            network.cut(cluster.index(victim) + 1)
+            time.sleep(rng.uniform(2.0, 5.0))
+            network.heal(cluster.index(victim) + 1)
         else:
             victim.stop()
             victim.start(timeout_s=60)
@@ -129,8 +137,8 @@ def _replica_values(data_dir: pathlib.Path, partition: int) -> dict[int, bytes]:
 
 
 def _run_chaos(root: pathlib.Path, duration_s: float, seed: int) -> None:
-    cluster = start_cluster(root, extra_args=["--set", "replica_lag_time_max_ms=1500"])
-    bootstraps = [broker.bootstrap for broker in cluster]
+    cluster, network, proxied = start_partitionable_cluster(root, extra_args=["--set", "replica_lag_time_max_ms=1500"])
+    bootstraps = [proxied(broker) for broker in cluster]
     try:
         with Admin(bootstraps[0]) as admin:
             retrying(lambda: admin.create_topics([TOPIC], partitions=PARTITIONS, replication_factor=3,
@@ -140,7 +148,7 @@ def _run_chaos(root: pathlib.Path, duration_s: float, seed: int) -> None:
         workers.append(threading.Thread(target=_consume, args=(bootstraps, history, stop)))
         for worker in workers:
             worker.start()
-        actions = _nemesis(cluster, duration_s, seed)
+        actions = _nemesis(cluster, network, duration_s, seed)
         time.sleep(3)
         stop.set()
         for worker in workers:
@@ -155,6 +163,7 @@ def _run_chaos(root: pathlib.Path, duration_s: float, seed: int) -> None:
             if broker.process is not None and broker.process.poll() is None:
                 os.kill(broker.process.pid, signal.SIGCONT)
                 broker.stop()
+        network.stop()
     _check(history, final, [broker.data_dir for broker in cluster], actions, seed)
 
 
@@ -205,3 +214,44 @@ def test_chaos_kills_pauses_restarts_lose_nothing_acknowledged(tmp_path: pathlib
 @pytest.mark.slow
 def test_chaos_long_run(tmp_path: pathlib.Path) -> None:
     _run_chaos(tmp_path, duration_s=90, seed=int(os.environ.get("CHAOS_SEED", "88")))
+
+
+def test_replica_fetch_connections_are_told_apart_by_client_id() -> None:
+    header = struct.pack(">hhi", 1, 12, 7)
+    assert replica_source(struct.pack(">i", 30) + header + struct.pack(">h", 9) + b"replica-3") == 3
+    assert replica_source(struct.pack(">i", 30) + header + struct.pack(">h", 6) + b"client") is None
+    assert replica_source(struct.pack(">i", 30) + header + struct.pack(">h", 9) + b"repl") is False
+
+
+def test_a_cut_broker_loses_its_leaderships_and_rejoins_after_the_heal(tmp_path: pathlib.Path) -> None:
+    cluster, network, proxied = start_partitionable_cluster(
+        tmp_path, extra_args=["--set", "replica_lag_time_max_ms=1500", "--set", "broker_session_timeout_ms=1500",
+                              "--set", "broker_heartbeat_interval_ms=250"])
+    try:
+        with Admin(proxied(cluster[0])) as admin:
+            retrying(lambda: admin.create_topics([TOPIC], partitions=PARTITIONS, replication_factor=3,
+                                                 configs={"min.insync.replicas": "2"}))
+        with Producer([proxied(b) for b in cluster], acks="all") as producer:
+            for partition in range(PARTITIONS):
+                producer.send(TOPIC, value=b"before", partition=partition).result(30)
+        network.cut(1)
+        survivor = proxied(cluster[1])
+        deadline = time.monotonic() + 20
+        while not all(p.leader_id != 1 and 1 not in p.isr_nodes for p in _partitions(survivor)):
+            assert time.monotonic() < deadline, "broker 1 kept leaderships or ISR places while cut off"
+            time.sleep(0.2)
+        with Producer([proxied(b) for b in cluster[1:]], acks="all") as producer:
+            for partition in range(PARTITIONS):
+                producer.send(TOPIC, value=b"during", partition=partition).result(30)
+        network.heal(1)
+        _wait_for_full_isr(survivor)
+    finally:
+        for broker in cluster:
+            broker.stop()
+        network.stop()
+
+
+def _partitions(bootstrap: str) -> list[Any]:
+    with Admin(bootstrap) as admin:
+        [topic] = [t for t in admin.metadata([TOPIC]).topics if t.name == TOPIC]
+        return list(topic.partitions)
