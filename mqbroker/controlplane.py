@@ -405,7 +405,9 @@ class ControlPlane(MultiService):
         if not self.node.is_leader:
             return
         for record in self.sessions.expired(self.image, self._now_ms()):
-            if record.node_id in self._fencing:
+            # The leader running this check is alive by definition: a reactor stalled past the
+            # session (a loaded machine) must not make a broker fence itself and its partitions.
+            if record.node_id in self._fencing or record.node_id == self.node_id:
                 continue
             self.log.warn("broker {node} missed its session: fencing it", node=record.node_id)
             self._fencing.add(record.node_id)
