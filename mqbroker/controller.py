@@ -3,7 +3,9 @@
 Pure: it reads a ``MetadataImage`` and the time it is given, and returns records to propose.
 Heartbeats reach the controller as committed ``BrokerHeartbeat`` records; the Raft leader
 remembers when it saw each one (in memory, as KRaft's controller does) and fences a broker
-whose session passes without one. A new leader gives every broker a full session first.
+whose session passes without one. Every voter applies the heartbeat records too, so a new
+leader knows when each broker last heartbeated (a little late, which only lengthens the session);
+it gives every broker at least a grace period, for heartbeats held up by the election itself.
 """
 
 from __future__ import annotations
@@ -85,9 +87,17 @@ class BrokerSessions:
         """A heartbeat or registration from ``node_id`` was committed."""
         self._last_seen_ms[node_id] = now_ms
 
-    def leadership_gained(self, image: MetadataImage, now_ms: int) -> None:
-        """Give every registered broker a fresh session: this node did not see their heartbeats."""
-        self._last_seen_ms = {node_id: now_ms for node_id in image.brokers}
+    def leadership_gained(self, image: MetadataImage, now_ms: int, grace_ms: int) -> None:
+        """Give every registered broker at least ``grace_ms`` more: its heartbeats wait for the new leader.
+
+        A broker this node last saw applied longer ago is fenced once its session has lapsed
+        since then and the grace has passed; ``grace_ms`` equal to the session timeout gives
+        everyone a full fresh session.
+        """
+        floor_ms = now_ms - self.session_timeout_ms + min(grace_ms, self.session_timeout_ms)
+        self._last_seen_ms = {
+            node_id: max(self._last_seen_ms.get(node_id, floor_ms), floor_ms) for node_id in image.brokers
+        }
 
     def expired(self, image: MetadataImage, now_ms: int) -> list[FenceBroker]:
         """Fence records for unfenced brokers whose session passed without a heartbeat."""

@@ -68,6 +68,11 @@ RAFT_DIRECTORY = "controller-raft"
 CONTROLLER_TICK_MS = 50
 CONTROLLER_ELECTION_TICKS = 10
 REGISTRATION_RETRY_MS = 200
+#: After a controller election every broker gets at least half its session (and this many
+#: heartbeat intervals) before it is fenced: its heartbeats waited for the new leader. Its session
+#: still counts from the last heartbeat this node applied, so a broker that died with the old
+#: leader is fenced about a session after its death, not a session after the election.
+ELECTION_GRACE_HEARTBEATS = 2
 SNAPSHOT_ENTRIES = 10_000
 
 
@@ -187,7 +192,8 @@ class ControlPlane(MultiService):
         self.node.start()
         if set(self.voters) == {self.node_id}:
             self.node.receive(Campaign())  # a quorum of one need not wait an election timeout
-        self._session_checks.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
+        # Checked every tick, not every heartbeat interval: a lapsed session is acted on at once.
+        self._session_checks.start(CONTROLLER_TICK_MS / 1000.0, now=False)
         self._leader_balance.start(self.config.leader_imbalance_check_interval_ms / 1000.0, now=False)
         self._register()
 
@@ -390,7 +396,9 @@ class ControlPlane(MultiService):
 
     def _leader_changed(self, leader_id: int, role: Role) -> None:
         if role is Role.LEADER:
-            self.sessions.leadership_gained(self.image, self._now_ms())
+            grace_ms = max(ELECTION_GRACE_HEARTBEATS * self.config.broker_heartbeat_interval_ms,
+                           self.config.broker_session_timeout_ms // 2)
+            self.sessions.leadership_gained(self.image, self._now_ms(), grace_ms)
             self._fencing.clear()
 
     def _elect_preferred_leaders(self) -> None:

@@ -13,7 +13,9 @@ the clock:
    that are now finished; the driver fires their futures (one per batch: a record's metadata is
    the batch's base offset plus the record's index).
 4. Retriable errors put a batch back at the head of its partition's queue, in sequence order,
-   after an exponential backoff; a batch older than ``delivery_timeout_ms`` fails.
+   after an exponential backoff; a batch older than ``delivery_timeout_ms`` fails. A batch whose
+   leader failed (not leader, connection lost) has its topic's metadata looked up every
+   ``LEADER_POLL_INTERVAL_MS`` meanwhile and goes at once when another leader is named.
 
 Ordering: with idempotence (the default) the broker refuses a batch whose sequence does not
 follow the last one it stored, so up to ``max_in_flight`` (at most 5, the broker remembers the
@@ -53,6 +55,9 @@ STALE_METADATA_CODES = frozenset(
         ErrorCode.FENCED_LEADER_EPOCH,
     }
 )
+#: While a batch waits to be retried after its leader failed, metadata is looked up this often:
+#: once it names another leader the batch goes at once (the backoff was for the old leader).
+LEADER_POLL_INTERVAL_MS = 100
 #: Retried although the broker does not mark them retriable: a topic may be being created.
 _RETRIED_CODES = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
@@ -140,6 +145,8 @@ class ProducerBatch:
         "size_bytes",
         "attempts",
         "retry_at_ms",
+        "sent_to",
+        "awaiting_leader",
         "waiter",
         "base_offset",
         "log_append_time_ms",
@@ -166,6 +173,9 @@ class ProducerBatch:
         self.size_bytes = 0
         self.attempts = 0
         self.retry_at_ms = 0
+        #: The node the batch was last sent to, and whether that node failed as its leader.
+        self.sent_to = -1
+        self.awaiting_leader = False
         self.waiter = waiter
         self.base_offset = -1
         self.log_append_time_ms = -1
@@ -228,6 +238,7 @@ class ProducerCore:
         self.queued_bytes = 0
         #: Topics whose leaders must be looked up again before their batches can be routed.
         self.stale_topics: set[str] = set()
+        self._next_leader_poll_ms = 0
         #: Called with (topic, partition) when a partition's batch fills (the sticky partitioner).
         self.on_batch_full: Callable[[str, int], None] = _ignore_batch_full
 
@@ -297,11 +308,19 @@ class ProducerCore:
         self._close_due(now_ms)
         plans: dict[int, ProducePlan] = {}
         plan_bytes: dict[int, int] = {}
+        awaiting_leader: set[str] = set()
         for key, queue in self._queues.items():
-            if not queue or queue[0].retry_at_ms > now_ms:
+            if not queue:
                 continue
             batch = queue[0]
             node_id = leader_of(batch.topic, batch.partition)
+            if batch.retry_at_ms > now_ms:
+                if not batch.awaiting_leader:
+                    continue
+                if node_id < 0 or node_id == batch.sent_to:
+                    awaiting_leader.add(batch.topic)
+                    continue
+                batch.retry_at_ms = now_ms  # a new leader: the backoff was meant for the failed one
             if node_id < 0:
                 self.stale_topics.add(batch.topic)
                 continue
@@ -320,9 +339,14 @@ class ProducerCore:
             if plan.batches and plan_bytes[node_id] + len(batch.payload) > self.config.request_bytes_max:
                 continue
             queue.popleft()
+            batch.sent_to = node_id
+            batch.awaiting_leader = False
             plan.batches.append(batch)
             plan_bytes[node_id] += len(batch.payload)
             self._unacknowledged.setdefault(key, []).append(batch)
+        if awaiting_leader and now_ms >= self._next_leader_poll_ms:
+            self.stale_topics |= awaiting_leader
+            self._next_leader_poll_ms = now_ms + LEADER_POLL_INTERVAL_MS
         return list(plans.values())
 
     def next_deadline_ms(self, now_ms: int) -> int | None:
@@ -331,6 +355,8 @@ class ProducerCore:
             return now_ms
         deadlines = [batch.created_ms + self.config.linger_ms for batch in self._open.values()]
         deadlines.extend(queue[0].retry_at_ms for queue in self._queues.values() if queue)
+        if any(queue and queue[0].awaiting_leader for queue in self._queues.values()):
+            deadlines.append(max(now_ms, self._next_leader_poll_ms))
         return min(deadlines, default=None)
 
     def in_flight(self, node_id: int) -> int:
@@ -392,6 +418,7 @@ class ProducerCore:
         finished: list[ProducerBatch] = []
         for batch in plan.batches:
             self.stale_topics.add(batch.topic)
+            batch.awaiting_leader = True
             self._retry_or_fail(batch, error, now_ms, finished)
         return finished
 
@@ -428,6 +455,7 @@ class ProducerCore:
         error = error_for_code(code, message or f"producing to {batch.topic}-{batch.partition} failed")
         if code in STALE_METADATA_CODES:
             self.stale_topics.add(batch.topic)
+            batch.awaiting_leader = True
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_batch_unfinished(batch):
             error.retriable = True  # the gap is an earlier batch being retried, not a lost record
         self._retry_or_fail(batch, error, now_ms, finished)

@@ -152,6 +152,30 @@ def test_sequence_gap_behind_a_retried_batch_is_retried_in_order() -> None:
     assert sequences == [0, 1]
 
 
+def test_batch_whose_leader_failed_goes_at_once_to_a_new_leader_polling_metadata_meanwhile() -> None:
+    core = _core(linger_ms=0, backoff=Backoff(initial_ms=1000, max_ms=1000))
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    assert core.plan_failed(plan, NotLeaderError("connection lost"), now_ms=1) == []
+    core.stale_topics.clear()  # the driver refreshed: the metadata still names broker 1
+    assert core.drain(2, _leader_one) == [] and core.stale_topics == {"events"}
+    core.stale_topics.clear()
+    assert core.drain(50, _leader_one) == [] and core.stale_topics == set()  # polled at most every 100 ms
+    assert core.next_deadline_ms(50) == 102
+    assert core.drain(102, lambda topic, partition: -1) == [] and core.stale_topics == {"events"}
+    (retry,) = core.drain(150, lambda topic, partition: 2)  # well before the 1 s backoff
+    assert retry.node_id == 2
+
+
+def test_backoff_after_other_errors_is_not_cut_short_by_a_leader_change() -> None:
+    core = _core(linger_ms=0, backoff=Backoff(initial_ms=1000, max_ms=1000))
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    assert core.plan_completed(plan, _reply(plan, code=ErrorCode.NOT_ENOUGH_REPLICAS), now_ms=1) == []
+    assert core.drain(150, lambda topic, partition: 2) == []
+    assert core.stale_topics == set()
+
+
 def test_lost_connection_retries_and_old_batches_expire() -> None:
     core = _core(linger_ms=0, delivery_timeout_ms=1000)
     core.append("events", 0, 1, None, b"a", None, now_ms=0)

@@ -95,12 +95,25 @@ def test_snapshot_restores_an_identical_image() -> None:
 def test_sessions_expire_without_heartbeats_and_a_new_leader_grants_a_fresh_session() -> None:
     machine = _three_brokers()
     sessions = BrokerSessions(session_timeout_ms=1000)
-    sessions.leadership_gained(machine.image, now_ms=0)
+    sessions.leadership_gained(machine.image, now_ms=0, grace_ms=1000)
     sessions.heard_from(1, 900)
     sessions.heard_from(2, 900)
     assert sessions.expired(machine.image, now_ms=1500) == [FenceBroker(node_id=3)]
-    sessions.leadership_gained(machine.image, now_ms=1500)
+    sessions.leadership_gained(machine.image, now_ms=1500, grace_ms=1000)
     assert sessions.expired(machine.image, now_ms=2000) == []
+
+
+def test_a_new_leader_counts_sessions_from_the_heartbeats_it_applied_plus_a_grace() -> None:
+    machine = _three_brokers()
+    sessions = BrokerSessions(session_timeout_ms=1000)
+    for node_id in (1, 2, 3):
+        sessions.heard_from(node_id, 0)  # applied as a follower
+    sessions.heard_from(1, 800)
+    sessions.heard_from(2, 800)
+    sessions.leadership_gained(machine.image, now_ms=900, grace_ms=300)
+    assert sessions.expired(machine.image, now_ms=1150) == []  # broker 3's session lapsed, its grace not yet
+    assert sessions.expired(machine.image, now_ms=1250) == [FenceBroker(node_id=3)]
+    assert sessions.expired(machine.image, now_ms=1801) == [FenceBroker(node_id=node_id) for node_id in (1, 2, 3)]
 
 
 def test_records_round_trip() -> None:
