@@ -30,7 +30,9 @@ from mqbroker.flusher import Flusher
 from mqbroker.group_service import (
     OFFSETS_TOPIC,
     OFFSETS_TOPIC_CONFIGS,
+    CoordinatedPartitions,
     GroupService,
+    offsets_partition,
     read_offsets_records,
 )
 from mqbroker.groups import messages as group_messages
@@ -70,8 +72,6 @@ from mqbroker.storage.manager import LogManager
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 #: How long a ``__consumer_offsets`` append waits for the in-sync replicas (Kafka's offsets.commit.timeout.ms).
 OFFSETS_COMMIT_TIMEOUT_MS = 5_000
-#: Internal topics are replicated on up to this many brokers (fewer brokers: all of them).
-INTERNAL_REPLICATION_FACTOR = 3
 
 _STORAGE_TO_BROKER_ERROR: dict[type[Exception], Callable[[str], errors.BrokerError]] = {
     storage_errors.CorruptRecordError: errors.CorruptMessageError,
@@ -123,7 +123,11 @@ class Broker:
         self._next_producer_id = 0
         self._producer_id_block_end = 0
         self._stopping = False
-        self._groups: GroupService | None = None
+        #: The offsets partitions this broker leads and coordinates (None until ``start_groups`` found the topic).
+        self._coordinators: CoordinatedPartitions | None = None
+        self._new_member_id: Callable[[str], str] | None = None
+        #: Internal topic creations waiting for enough live brokers: (count needed, waiter).
+        self._live_broker_waiters: list[tuple[int, Deferred[None]]] = []
         #: Partitions this broker leads, by (topic, partition) and by log.
         self._leaders: dict[tuple[str, int], LeaderPartition] = {}
         self._leader_of_log: dict[PartitionLog, LeaderPartition] = {}
@@ -534,6 +538,8 @@ class Broker:
             raise errors.InvalidPartitionsError(f"a topic needs 1..{partitions_per_topic_max} partitions, got {partitions}")
         replication = self._replication_factor(spec)
         live = len(self._control.image.live_brokers())
+        if self._is_internal_default(spec):
+            live = max(live, replication)  # its creation waits for that many live brokers
         if not 1 <= replication <= max(live, 1):
             raise errors.InvalidReplicationFactorError(
                 f"replication factor {replication} needs that many live brokers; {live} are live"
@@ -542,6 +548,18 @@ class Broker:
         self._log_config(spec.configs)
 
     def _create_topic_now(self, spec: TopicSpec) -> Deferred[None]:
+        """Propose the topic (an internal one once enough brokers are live to hold all its replicas)."""
+        if not self._is_internal_default(spec):
+            return self._propose_topic(spec)
+        needed = self._replication_factor(spec)
+        if len(self._control.image.live_brokers()) < needed:
+            self.log.info("creating internal topic {topic} once {count} brokers are live (replication factor)",
+                          topic=spec.name, count=needed)
+        ready = self._when_live_brokers(needed)
+        ready.addCallback(lambda _: self._propose_topic(spec))
+        return ready
+
+    def _propose_topic(self, spec: TopicSpec) -> Deferred[None]:
         """Propose the topic; the control plane creates the local logs of the partitions this broker hosts."""
         self._check_topic_spec(spec)
         partitions = self._config.default_partitions if spec.partitions == -1 else spec.partitions
@@ -550,16 +568,44 @@ class Broker:
         return created
 
     def _replication_factor(self, spec: TopicSpec) -> int:
-        """The spec's factor, else the default; internal topics get min(3, live brokers)."""
+        """The spec's factor, else the default; internal topics get ``internal_replication_factor``."""
         if spec.replication_factor != -1:
             return spec.replication_factor
         if spec.name.startswith("__"):
-            return max(1, min(INTERNAL_REPLICATION_FACTOR, len(self._control.image.live_brokers())))
+            return self.internal_replication_factor()
         return self._config.default_replication_factor
 
+    def internal_replication_factor(self) -> int:
+        """Replicas of internal topics: ``offsets_topic_replication_factor``, at most one per controller voter.
+
+        Every broker is a voter, so a single-broker cluster uses 1, whatever the setting.
+        """
+        return max(1, min(self._config.offsets_topic_replication_factor, len(self._control.voters)))
+
+    @staticmethod
+    def _is_internal_default(spec: TopicSpec) -> bool:
+        """An internal topic (``__`` prefix) created with the internal replication factor."""
+        return spec.name.startswith("__") and spec.replication_factor == -1
+
+    def _when_live_brokers(self, count: int) -> Deferred[None]:
+        """Fire once at least ``count`` brokers are registered and unfenced."""
+        if len(self._control.image.live_brokers()) >= count:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._live_broker_waiters.append((count, waiter))
+        return waiter
+
+    def _wake_live_broker_waiters(self, image: MetadataImage) -> None:
+        live = len(image.live_brokers())
+        ready = [waiter for count, waiter in self._live_broker_waiters if count <= live]
+        self._live_broker_waiters = [(count, waiter) for count, waiter in self._live_broker_waiters if count > live]
+        for waiter in ready:
+            waiter.callback(None)
+
     def _topics_changed(self, names: list[str]) -> None:
-        if self._groups is not None:
-            self._groups.topics_changed(names)
+        if self._coordinators is not None:
+            for service in self._coordinators.services():
+                service.topics_changed(names)
 
     def delete_topic(self, principal: Principal, name: str) -> Deferred[None]:
         """Delete a topic and its data everywhere; see ``IBroker.delete_topic``."""
@@ -669,35 +715,89 @@ class Broker:
     # -- consumer groups --------------------------------------------------------------------
 
     def start_groups(self, new_member_id: Callable[[str], str]) -> Deferred[None]:
-        """Create ``__consumer_offsets`` if needed (through the controller), replay it, and coordinate groups."""
-        if self._control.topic(OFFSETS_TOPIC) is not None:
-            self._start_groups_now(new_member_id)
-            return succeed(None)
-        spec = TopicSpec(name=OFFSETS_TOPIC, partitions=self._config.offsets_topic_partitions,
-                         configs=dict(OFFSETS_TOPIC_CONFIGS))
-        created = self._create_topic_now(spec)
-        created.addErrback(lambda failure: failure.trap(errors.TopicAlreadyExistsError))
-        created.addCallback(lambda _: self._start_groups_now(new_member_id))
+        """Create ``__consumer_offsets`` if needed, then coordinate the groups of its partitions this broker leads.
+
+        The topic is created (through the controller) only once ``internal_replication_factor``
+        brokers are live; until then group requests answer COORDINATOR_NOT_AVAILABLE.
+        """
+        self._new_member_id = new_member_id
+        created: Deferred[None] = succeed(None)
+        if self._control.topic(OFFSETS_TOPIC) is None:
+            spec = TopicSpec(name=OFFSETS_TOPIC, partitions=self._config.offsets_topic_partitions,
+                             configs=dict(OFFSETS_TOPIC_CONFIGS))
+            created = self._create_topic_now(spec)
+            created.addErrback(lambda failure: failure.trap(errors.TopicAlreadyExistsError))
+        created.addCallback(lambda _: self._sync_coordinators())
         return created
 
-    def _start_groups_now(self, new_member_id: Callable[[str], str]) -> None:
+    def _sync_coordinators(self) -> None:
+        """Coordinate exactly the offsets partitions this broker leads, each for its current leader epoch."""
+        if self._new_member_id is None:
+            return  # start_groups has not run yet
+        if self._coordinators is None:
+            # Created by another broker, the topic may reach this broker's image a moment after the creation returned.
+            record = self._control.topic(OFFSETS_TOPIC)
+            if record is None:
+                return
+            self._coordinators = CoordinatedPartitions(len(record.partitions))
+        coordinators = self._coordinators
+        for partition in range(coordinators.partition_count):
+            leader = self._leaders.get((OFFSETS_TOPIC, partition))
+            epoch = None if leader is None else leader.leader_epoch
+            if coordinators.epoch_of(partition) == epoch:
+                continue
+            coordinators.resign(partition)
+            if leader is not None:
+                coordinators.loading(partition, leader.leader_epoch)
+                self._load_offsets_partition(partition, leader)
+
+    def _load_offsets_partition(self, partition: int, leader: LeaderPartition) -> None:
+        """Serve the partition's groups once everything in its log is replicated (below the high watermark).
+
+        A new leader may hold records its followers lack; replaying them before they are
+        committed could resurrect offsets the failed leader never acknowledged.
+        """
+        end_offset = self._logs.get(OFFSETS_TOPIC, partition).log_end_offset
+        committed = leader.wait_for_high_watermark(end_offset - 1, 1, OFFSETS_COMMIT_TIMEOUT_MS)
+        committed.addCallbacks(lambda _: self._serve_offsets_partition(partition, leader),
+                               self._offsets_load_failed, errbackArgs=(partition, leader))
+
+    def _offsets_load_failed(self, failure: Any, partition: int, leader: LeaderPartition) -> None:
+        failure.trap(errors.BrokerError)
+        if self._coordinating(partition, leader):  # timed out while still leading: keep waiting
+            self._load_offsets_partition(partition, leader)
+
+    def _coordinating(self, partition: int, leader: LeaderPartition) -> bool:
+        """``leader`` still leads ``partition`` and the coordinators still expect it."""
+        return (self._coordinators is not None and self._leaders.get((OFFSETS_TOPIC, partition)) is leader
+                and self._coordinators.epoch_of(partition) == leader.leader_epoch and not self._stopping)
+
+    def _serve_offsets_partition(self, partition: int, leader: LeaderPartition) -> None:
+        """Replay the partition up to its high watermark and start its groups' coordinator."""
+        if not self._coordinating(partition, leader):
+            return
+        coordinators, new_member_id = self._coordinators, self._new_member_id
+        assert coordinators is not None and new_member_id is not None, "set before any partition loads"
+        partition_log = self._logs.get(OFFSETS_TOPIC, partition)
+        store = OffsetStore.replay(read_offsets_records(partition_log, leader.high_watermark))
+        coordinator = GroupCoordinator(config=self._group_config(), partitions_per_topic=self._partitions_of,
+                                       new_member_id=new_member_id, store=store, now_ms=self.now_ms())
+        service = GroupService(coordinator=coordinator, clock=self._clock, append=self._append_offsets,
+                               offsets_partitions=coordinators.partition_count)
+        coordinators.serve(partition, leader.leader_epoch, service)
+        self.log.info("coordinating the groups of {topic}-{partition} at epoch {epoch} ({count} group(s) loaded)",
+                      topic=OFFSETS_TOPIC, partition=partition, epoch=leader.leader_epoch,
+                      count=len(store.group_ids()))
+
+    def _group_config(self) -> group_messages.GroupConfig:
         config = self._config
-        record = self._control.topic(OFFSETS_TOPIC)
-        assert record is not None
-        hosted = [number for number, state in enumerate(record.partitions) if state.broker_id == config.node_id]
-        logs = [self._logs.get(OFFSETS_TOPIC, partition) for partition in hosted]
-        store = OffsetStore.replay(item for partition_log in logs for item in read_offsets_records(partition_log))
-        group_config = group_messages.GroupConfig(
+        return group_messages.GroupConfig(
             session_timeout_ms_min=config.group_min_session_timeout_ms,
             session_timeout_ms_max=config.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             offsets_retention_ms=config.offsets_retention_ms,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         )
-        coordinator = GroupCoordinator(config=group_config, partitions_per_topic=self._partitions_of,
-                                       new_member_id=new_member_id, store=store, now_ms=self.now_ms())
-        self._groups = GroupService(coordinator=coordinator, clock=self._clock, append=self._append_offsets,
-                                    offsets_partitions=len(record.partitions))
 
     def _partitions_of(self, topic: str) -> int:
         record = self._control.topic(topic)
@@ -715,13 +815,14 @@ class Broker:
             self._check_enough_replicas(leader, min_insync)
             appended = partition_log.append(records, self.now_ms(), leader_epoch=leader.leader_epoch)
         except Exception as error:  # storage errors become typed broker errors; others propagate
-            return fail(broker_error(error))
+            return fail(broker_error(error)).addErrback(_leadership_lost_to_not_coordinator)
         if partition_log.config.flush_policy == "sync":
             self._flusher.request_flush(partition_log)
         else:
             self._replication_progress(partition_log)
         self._wake_fetches(partition_log)  # followers long-polling for new batches
-        return leader.wait_for_high_watermark(appended.last_offset, min_insync, OFFSETS_COMMIT_TIMEOUT_MS)
+        replicated = leader.wait_for_high_watermark(appended.last_offset, min_insync, OFFSETS_COMMIT_TIMEOUT_MS)
+        return replicated.addErrback(_leadership_lost_to_not_coordinator)
 
     def _group_call(
         self, principal: Principal, operation: Operation, group_id: str, call: Callable[[GroupService], Deferred[Any]]
@@ -729,9 +830,7 @@ class Broker:
         """Authorize ``operation`` on the group, then hand the call to the group service."""
         try:
             self._authorize(principal, operation, ResourceType.GROUP, group_id)
-            if self._groups is None:
-                raise errors.CoordinatorNotAvailableError("the group coordinator is not running yet; retry")
-            return call(self._groups)
+            return call(self._running_coordinators().service_for(group_id))
         except errors.BrokerError as error:
             return fail(error)
 
@@ -768,13 +867,47 @@ class Broker:
         return self._group_call(principal, Operation.DESCRIBE, group_id,
                                 lambda groups: groups.fetch_offsets(group_id, partitions))
 
+    def _running_coordinators(self) -> CoordinatedPartitions:
+        if self._coordinators is None:
+            raise errors.CoordinatorNotAvailableError(
+                f"{OFFSETS_TOPIC} does not exist yet (it is created once "
+                f"{self.internal_replication_factor()} brokers are live); retry"
+            )
+        return self._coordinators
+
+    def find_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
+        """The broker leading the group's offsets partition; see ``IBroker.find_coordinator``."""
+        try:
+            self._authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+            record = self._control.topic(OFFSETS_TOPIC)
+            if record is None:
+                raise errors.CoordinatorNotAvailableError(
+                    f"{OFFSETS_TOPIC} does not exist yet (it is created once "
+                    f"{self.internal_replication_factor()} brokers are live); retry"
+                )
+            partition = offsets_partition(group_id, len(record.partitions))
+            leader_id = record.partitions[partition].leader_id
+            broker = self._control.image.brokers.get(leader_id)
+            if broker is None or broker.fenced:
+                raise errors.CoordinatorNotAvailableError(
+                    f"{OFFSETS_TOPIC}-{partition} (group {group_id!r}) has no live leader right now; retry"
+                )
+            return succeed(BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port))
+        except errors.BrokerError as error:
+            return fail(error)
+
     def list_groups(self, principal: Principal) -> Deferred[Any]:
-        """Groups the principal may describe; see ``IBroker.list_groups``."""
-        if self._groups is None:
-            return fail(errors.CoordinatorNotAvailableError("the group coordinator is not running yet; retry"))
-        listed = self._groups.list_groups()
-        listed.addCallback(lambda groups: [g for g in groups if self._authorizer.authorize(
-            principal, Operation.DESCRIBE, ResourceType.GROUP, g.group_id)])
+        """Groups coordinated here that the principal may describe; see ``IBroker.list_groups``."""
+        try:
+            services = self._running_coordinators().services()
+        except errors.BrokerError as error:
+            return fail(error)
+        listed = gatherResults([service.list_groups() for service in services], consumeErrors=True)
+        listed.addCallback(lambda lists: sorted(
+            (g for groups in lists for g in groups
+             if self._authorizer.authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, g.group_id)),
+            key=lambda g: g.group_id,
+        ))
         return listed
 
     def describe_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
@@ -787,11 +920,13 @@ class Broker:
 
     def group_lags(self) -> dict[tuple[str, str, int], int]:
         """Lag per (group, topic, partition) with a committed offset: high watermark minus committed (metrics)."""
-        if self._groups is None:
+        if self._coordinators is None:
             return {}
         lags = {}
         local = set(self._logs.partitions())  # in a cluster, only partitions this broker hosts have a log here
-        for group_id, offsets in self._groups.committed_offsets().items():
+        committed_offsets = [item for service in self._coordinators.services()
+                             for item in service.committed_offsets().items()]
+        for group_id, offsets in committed_offsets:
             for topic_partition, committed in offsets.items():
                 if committed is None or (topic_partition.topic, topic_partition.partition) not in local:
                     continue
@@ -828,6 +963,8 @@ class Broker:
             self._resign(key)
         if self.fetcher is not None:
             self.fetcher.follow(following)
+        self._sync_coordinators()
+        self._wake_live_broker_waiters(image)
 
     def _become_leader(self, key: tuple[str, int], state: PartitionState, now_ms: int) -> None:
         old = self._leaders.get(key)
@@ -1002,14 +1139,23 @@ class Broker:
             self.fetcher.follow({})
         for key in list(self._leaders):
             self._resign(key)
-        if self._groups is not None:
-            self._groups.stop()
+        if self._coordinators is not None:
+            self._coordinators.stop()
+        waiters, self._live_broker_waiters = self._live_broker_waiters, []
+        for _, waiter in waiters:
+            waiter.errback(errors.BrokerShuttingDownError("the broker is shutting down"))
         for waiters in list(self._fetch_waiters.values()):
             for pending in list(waiters):
                 pending.complete()
         for partition_log in self._all_logs():
             self._flusher.request_flush(partition_log)
         return self._flusher.drain()
+
+
+def _leadership_lost_to_not_coordinator(failure: Any) -> Any:
+    """An offsets append that lost its partition's leadership means this broker no longer coordinates the group."""
+    failure.trap(errors.NotLeaderError, errors.FencedLeaderEpochError)
+    raise errors.NotCoordinatorError(f"{failure.getErrorMessage()} (the group's coordinator moved; find it again)")
 
 
 class _PendingFetch:

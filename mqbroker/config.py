@@ -58,6 +58,8 @@ class BrokerConfig:
     offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
     offsets_retention_check_interval_ms: int = 600_000
     offsets_topic_partitions: int = 8
+    #: Replicas of __consumer_offsets and the other internal topics (at most one per controller voter).
+    offsets_topic_replication_factor: int = 3
     #: Replication (Kafka's replica.* settings): a follower that has not caught up for the lag time leaves the ISR.
     replica_lag_time_max_ms: int = 10_000
     replica_fetch_wait_max_ms: int = 500
@@ -164,7 +166,8 @@ def _check_value(key: str, value: Any) -> None:
     """Range checks for settings where a wrong value would only fail later, far from its cause."""
     if key.endswith("_port") and not 0 <= value <= 65535:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
-    if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions") and value < 1:
+    if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
+               "offsets_topic_replication_factor") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")

@@ -25,6 +25,7 @@ class ErrorCode(enum.IntEnum):
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
     OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
@@ -149,6 +150,9 @@ CoordinatorNotAvailableError = _error_class(
     "CoordinatorNotAvailableError", ErrorCode.COORDINATOR_NOT_AVAILABLE, True
 )
 NotCoordinatorError = _error_class("NotCoordinatorError", ErrorCode.NOT_COORDINATOR, True)
+CoordinatorLoadInProgressError = _error_class(
+    "CoordinatorLoadInProgressError", ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, True
+)
 UnknownApiKeyError = _error_class("UnknownApiKeyError", ErrorCode.UNKNOWN_API_KEY)
 FrameTooLargeError = _error_class("FrameTooLargeError", ErrorCode.FRAME_TOO_LARGE)
 MalformedRequestError = _error_class("MalformedRequestError", ErrorCode.MALFORMED_REQUEST)

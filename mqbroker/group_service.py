@@ -2,9 +2,11 @@
 
 "tx-light", like the broker core: it returns Deferreds and schedules through the injected
 clock, and does no I/O of its own. Offsets and group metadata live in the compacted internal
-topic ``__consumer_offsets``; a group's records all go to one partition (chosen by a stable
-hash of the group id), so replaying the partitions in log order rebuilds the coordinator's
-store. A commit is acknowledged only once its records are durable (acks = all); records the
+topic ``__consumer_offsets``; a group's records all go to one partition (``offsets_partition``,
+a stable hash of the group id), and the broker leading that partition coordinates the group.
+Each led partition gets its own ``GroupService``, rebuilt by replaying that partition up to its
+high watermark when the broker becomes its leader (``CoordinatedPartitions`` routes requests).
+A commit is acknowledged only once its records are replicated (acks = all); records the
 coordinator makes by itself (group metadata, expiry tombstones) are appended in the background.
 """
 
@@ -50,14 +52,17 @@ def offsets_partition(group_id: str, partition_count: int) -> int:
     return zlib.crc32(group_id.encode("utf-8")) % partition_count
 
 
-def read_offsets_records(partition_log: PartitionLog) -> Iterator[OffsetsRecord]:
-    """Every record of one offsets partition in log order (for replay at start)."""
+def read_offsets_records(partition_log: PartitionLog, end_offset: int | None = None) -> Iterator[OffsetsRecord]:
+    """Every record of one offsets partition below ``end_offset`` (default: the log end) in log order."""
+    end = partition_log.log_end_offset if end_offset is None else min(end_offset, partition_log.log_end_offset)
     offset = partition_log.log_start_offset
-    while offset < partition_log.log_end_offset:
+    while offset < end:
         read = partition_log.read(offset, _REPLAY_READ_BYTES)
         if not read.records:
             return
         for position, header in batches.iter_batches(read.records):
+            if header.base_offset >= end:
+                return
             offset = header.next_offset
             if header.is_control:
                 continue
@@ -183,6 +188,13 @@ class GroupService:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
 
+    def resign(self, error: errors.BrokerError) -> None:
+        """Another broker coordinates these groups now: stop, and fail the parked joins with ``error``."""
+        self.stop()
+        parked, self._parked = self._parked, {}
+        for answer in parked.values():
+            answer.errback(error)
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _call(self, action: Callable[[int], Any]) -> Deferred[Any]:
@@ -249,6 +261,70 @@ class GroupService:
         self._timer = None
         self._coordinator.tick(self.now_ms())
         self._drain()
+
+
+class CoordinatedPartitions:
+    """The ``__consumer_offsets`` partitions this broker leads, each loading or serving its groups.
+
+    A partition is coordinated for one leader epoch: a new epoch (even of this broker) means a
+    new ``GroupService`` replayed from the log, since another leader may have written meanwhile.
+    """
+
+    def __init__(self, partition_count: int) -> None:
+        self.partition_count = partition_count
+        self._epochs: dict[int, int] = {}
+        self._services: dict[int, GroupService] = {}
+
+    def partition_of(self, group_id: str) -> int:
+        """The offsets partition of ``group_id`` (the one mapping used for routing and storage)."""
+        return offsets_partition(group_id, self.partition_count)
+
+    def service_for(self, group_id: str) -> GroupService:
+        """The service of the group's partition; NOT_COORDINATOR / LOAD_IN_PROGRESS when it has none here."""
+        partition = self.partition_of(group_id)
+        service = self._services.get(partition)
+        if service is not None:
+            return service
+        if partition in self._epochs:
+            raise errors.CoordinatorLoadInProgressError(
+                f"{OFFSETS_TOPIC}-{partition} (group {group_id!r}) is still being loaded here; retry"
+            )
+        raise errors.NotCoordinatorError(
+            f"this broker does not lead {OFFSETS_TOPIC}-{partition}, which holds group {group_id!r}; "
+            "find the coordinator again and retry there"
+        )
+
+    def epoch_of(self, partition: int) -> int | None:
+        """The leader epoch ``partition`` is loaded or served for (None: not coordinated here)."""
+        return self._epochs.get(partition)
+
+    def loading(self, partition: int, leader_epoch: int) -> None:
+        """Start coordinating ``partition`` for ``leader_epoch``: its groups answer LOAD_IN_PROGRESS until ``serve``."""
+        assert partition not in self._epochs, partition
+        self._epochs[partition] = leader_epoch
+
+    def serve(self, partition: int, leader_epoch: int, service: GroupService) -> None:
+        """The partition is replayed: its groups are served by ``service``."""
+        assert self._epochs.get(partition) == leader_epoch and partition not in self._services, partition
+        self._services[partition] = service
+
+    def resign(self, partition: int) -> None:
+        """The partition is led elsewhere (or by a new epoch): stop serving its groups."""
+        self._epochs.pop(partition, None)
+        service = self._services.pop(partition, None)
+        if service is not None:
+            service.resign(errors.NotCoordinatorError(
+                f"{OFFSETS_TOPIC}-{partition}: its leadership moved; find the coordinator again and retry"
+            ))
+
+    def services(self) -> list[GroupService]:
+        """Every serving group service."""
+        return list(self._services.values())
+
+    def stop(self) -> None:
+        """Broker shutdown: cancel every service's timer."""
+        for service in self._services.values():
+            service.stop()
 
 
 def _first_error(failure: Failure) -> Failure:

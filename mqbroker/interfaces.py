@@ -70,6 +70,12 @@ class IBroker(Interface):
     def describe_quorum(principal):
         """The controller's voters, leader, term, commit index and brokers (a dict, see ``ControlPlane.describe``)."""
 
+    def find_coordinator(principal, group_id):
+        """Fire with the ``BrokerEndpoint`` coordinating ``group_id``: the leader of its offsets partition.
+
+        Fails with COORDINATOR_NOT_AVAILABLE while that partition has no leader (or does not exist yet).
+        """
+
     def join_group(principal, request):
         """Join a consumer group (a ``groups.messages.JoinRequest``); needs READ on the group.
 

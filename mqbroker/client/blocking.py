@@ -668,7 +668,10 @@ class Consumer:
         if self._core.stale_topics:
             topics = set(self._core.stale_topics)
             self._core.stale_topics.clear()
-            self._cluster.refresh(topics, auto_create=False)
+            try:
+                self._cluster.refresh(topics, auto_create=False)
+            except BrokerUnavailableError:
+                self._core.stale_topics.update(topics)  # that broker is gone (and dropped): the next poll asks another
 
     def _resolve_resets(self) -> None:
         requests = self._core.reset_requests()

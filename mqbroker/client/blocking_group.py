@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.group_member import (
+    COORDINATOR_RETRY_MS,
     PATTERN_REFRESH_MS,
     AssignmentChange,
     GroupMember,
@@ -27,6 +28,7 @@ from mqbroker.client.group_member import (
     Step,
     TopicPartition,
     committed_offsets,
+    coordinator_moved,
     matching_topics,
     offset_fetch_request,
     raise_for_commit,
@@ -39,7 +41,6 @@ from mqbroker.protocols.native.messages import (
     JoinGroupResponse,
     MetadataRequest,
     MetadataResponse,
-    OffsetCommitResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -53,9 +54,13 @@ def _now_ms() -> int:
 
 
 def coordinator_connection(
-    bootstrap: Sequence[tuple[str, int]], client_id: str, timeout_s: float, security: ClientSecurity | None = None
+    bootstrap: Sequence[tuple[str, int]], group_id: str, client_id: str, timeout_s: float,
+    security: ClientSecurity | None = None,
 ) -> BlockingConnection:
-    """Ask a bootstrap broker which broker coordinates groups and connect to it."""
+    """Ask a bootstrap broker which broker coordinates ``group_id`` and connect to it.
+
+    A broker that cannot say yet (COORDINATOR_NOT_AVAILABLE) raises that error; the caller retries.
+    """
     failures = []
     for host, port in bootstrap:
         try:
@@ -64,7 +69,10 @@ def coordinator_connection(
             failures.append(str(error))
             continue
         try:
-            found = probe.request(FindCoordinatorRequest(key=""), timeout_s)
+            found = probe.request(FindCoordinatorRequest(key=group_id), timeout_s)
+        except BrokerUnavailableError as error:
+            failures.append(str(error))
+            continue
         finally:
             probe.close()
         assert isinstance(found, FindCoordinatorResponse)
@@ -86,7 +94,8 @@ class GroupMembership:
         security: ClientSecurity | None = None,
     ) -> None:
         self.member = member
-        self._connect = lambda: coordinator_connection(bootstrap, client_id, request_timeout_s, security)
+        self._connect = lambda: coordinator_connection(bootstrap, member.settings.group_id, client_id,
+                                                       request_timeout_s, security)
         self._timeout_s = request_timeout_s
         self._pattern = pattern
         self._lock = threading.Lock()
@@ -157,17 +166,24 @@ class GroupMembership:
             self._commit_connection = self._connect()
         return self._commit_connection
 
-    def _commit_request(self, request: object) -> object:
-        try:
-            return self._commit_link().request(request, self._timeout_s)
-        except BrokerUnavailableError:
-            self._close_commit_connection()
-            raise
+    def _commit_request(self, request: object, check: Callable[[object], None] = lambda response: None) -> object:
+        """Send on the commit connection; while the coordinator moves (or is unreachable), find it and retry."""
+        deadline_ms = _now_ms() + COORDINATOR_RETRY_MS
+        while True:
+            try:
+                response = self._commit_link().request(request, self._timeout_s)
+                check(response)
+                return response
+            except BrokerError as error:
+                if not (isinstance(error, BrokerUnavailableError) or coordinator_moved(error)):
+                    raise
+                self._close_commit_connection()
+                if self._stopping or _now_ms() + RETRY_S * 1000 >= deadline_ms:
+                    raise
+                time.sleep(RETRY_S)
 
     def _commit(self, request: object) -> None:
-        response = self._commit_request(request)
-        assert isinstance(response, OffsetCommitResponse)
-        raise_for_commit(response)
+        self._commit_request(request, raise_for_commit)
 
     def _fetch_committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
         response = self._commit_request(offset_fetch_request(self.member.settings.group_id, partitions))
@@ -210,6 +226,9 @@ class GroupMembership:
             time.sleep(RETRY_S)
         except BrokerError as error:
             self._fail(error)
+            if coordinator_moved(error):
+                self._drop_connection()  # the next step asks which broker coordinates the group now
+                time.sleep(RETRY_S)
         return True
 
     def _link(self) -> BlockingConnection:

@@ -1,15 +1,29 @@
-"""Blocking administration of consumer groups: list, describe, committed offsets, reset, delete."""
+"""Blocking administration of consumer groups: list, describe, committed offsets, reset, delete.
+
+A group's requests go to its coordinator (the leader of its offsets partition), found again
+while it moves; listing asks every broker, since each lists only the groups it coordinates.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mqbroker.client.blocking_group import coordinator_connection
-from mqbroker.client.connection import parse_address
-from mqbroker.client.group_member import TopicPartition, raise_for_commit
+from mqbroker.client.blocking_group import RETRY_S, coordinator_connection
+from mqbroker.client.connection import (
+    BlockingConnection,
+    BrokerUnavailableError,
+    parse_address,
+)
+from mqbroker.client.group_member import (
+    COORDINATOR_RETRY_MS,
+    TopicPartition,
+    coordinator_moved,
+    raise_for_commit,
+)
 from mqbroker.client.security import ClientSecurity
-from mqbroker.errors import error_for_code
+from mqbroker.errors import BrokerError, error_for_code
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native.messages import (
     DeleteGroupsRequest,
@@ -18,9 +32,10 @@ from mqbroker.protocols.native.messages import (
     DescribeGroupsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    MetadataRequest,
+    MetadataResponse,
     OffsetCommitPartition,
     OffsetCommitRequest,
-    OffsetCommitResponse,
     OffsetCommitTopic,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -49,31 +64,79 @@ class GroupInfo:
 
 
 class GroupAdmin:
-    """Talks to the group coordinator on the caller's thread."""
+    """Talks to the group coordinators on the caller's thread."""
 
     def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000,
                  client_id: str = "mqbroker-admin", security: ClientSecurity | None = None) -> None:
         addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
+        self._bootstrap = [parse_address(a) for a in addresses]
         self._timeout_s = request_timeout_ms / 1000
-        self._connection = coordinator_connection(
-            [parse_address(a) for a in addresses], client_id, self._timeout_s, security)
+        self._client_id = client_id
+        self._security = security
+        #: Open coordinator connections by group id.
+        self._connections: dict[str, BlockingConnection] = {}
 
-    def _request(self, request: object) -> object:
-        return self._connection.request(request, self._timeout_s)
+    def _request(self, group_id: str, request: object, check: Callable[[object], None] = lambda response: None) -> object:
+        """Send to the group's coordinator; while it moves (or is unreachable), find it again and retry."""
+        deadline = time.monotonic() + COORDINATOR_RETRY_MS / 1000
+        while True:
+            try:
+                connection = self._connections.get(group_id)
+                if connection is None:
+                    connection = coordinator_connection(self._bootstrap, group_id, self._client_id, self._timeout_s,
+                                                        self._security)
+                    self._connections[group_id] = connection
+                response = connection.request(request, self._timeout_s)
+                check(response)
+                return response
+            except BrokerError as error:
+                if not (isinstance(error, BrokerUnavailableError) or coordinator_moved(error)):
+                    raise
+                dropped = self._connections.pop(group_id, None)
+                if dropped is not None:
+                    dropped.close()
+                if time.monotonic() + RETRY_S >= deadline:
+                    raise
+                time.sleep(RETRY_S)
 
     def list_groups(self) -> list[tuple[str, str]]:
-        """``(group id, state)`` of every group."""
-        response = self._request(ListGroupsRequest())
-        assert isinstance(response, ListGroupsResponse)
-        return [(group.group_id, group.group_state) for group in response.groups]
+        """``(group id, state)`` of every group: each live broker lists the groups it coordinates."""
+        listed: dict[str, str] = {}
+        for host, port in self._brokers():
+            try:
+                connection = BlockingConnection(host, port, self._client_id, self._timeout_s, self._security)
+            except BrokerUnavailableError:
+                continue  # its groups are moving to other brokers
+            try:
+                response = connection.request(ListGroupsRequest(), self._timeout_s)
+            finally:
+                connection.close()
+            assert isinstance(response, ListGroupsResponse)
+            listed.update((group.group_id, group.group_state) for group in response.groups)
+        return sorted(listed.items())
+
+    def _brokers(self) -> list[tuple[str, int]]:
+        """Every live broker's address, from the first bootstrap broker that answers."""
+        failures = []
+        for host, port in self._bootstrap:
+            try:
+                probe = BlockingConnection(host, port, self._client_id, self._timeout_s, self._security)
+            except BrokerUnavailableError as error:
+                failures.append(str(error))
+                continue
+            try:
+                response = probe.request(MetadataRequest(topics=(), allow_auto_topic_creation=False), self._timeout_s)
+            finally:
+                probe.close()
+            assert isinstance(response, MetadataResponse)
+            return [(broker.host, broker.port) for broker in response.brokers]
+        raise BrokerUnavailableError("no bootstrap broker reachable: " + "; ".join(failures))
 
     def describe_group(self, group_id: str) -> GroupInfo:
         """State, assignor and members (with their assignments) of a group."""
-        response = self._request(DescribeGroupsRequest(groups=(group_id,)))
+        response = self._request(group_id, DescribeGroupsRequest(groups=(group_id,)), _raise_for_described)
         assert isinstance(response, DescribeGroupsResponse)
         described = response.groups[0]
-        if described.error_code:
-            raise error_for_code(described.error_code, described.error_message or f"describing {group_id} failed")
         members = tuple(
             GroupMemberInfo(
                 member_id=member.member_id, group_instance_id=member.group_instance_id, client_id=member.client_id,
@@ -91,7 +154,7 @@ class GroupAdmin:
 
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """Every committed offset of a group."""
-        response = self._request(OffsetFetchRequest(group_id=group_id, topics=None))
+        response = self._request(group_id, OffsetFetchRequest(group_id=group_id, topics=None))
         assert isinstance(response, OffsetFetchResponse)
         return {(topic.name, p.partition_index): p.committed_offset
                 for topic in response.topics for p in topic.partitions if p.committed_offset >= 0}
@@ -104,24 +167,34 @@ class GroupAdmin:
         request = OffsetCommitRequest(group_id=group_id, topics=tuple(
             OffsetCommitTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
         ))
-        response = self._request(request)
-        assert isinstance(response, OffsetCommitResponse)
-        raise_for_commit(response)
+        self._request(group_id, request, raise_for_commit)
 
     def delete_group(self, group_id: str) -> None:
         """Delete a group without members and its committed offsets."""
-        response = self._request(DeleteGroupsRequest(groups_names=(group_id,)))
-        assert isinstance(response, DeleteGroupsResponse)
-        result = response.results[0]
-        if result.error_code:
-            raise error_for_code(result.error_code, result.error_message or f"deleting {group_id} failed")
+        self._request(group_id, DeleteGroupsRequest(groups_names=(group_id,)), _raise_for_deleted)
 
     def close(self) -> None:
-        """Close the connection."""
-        self._connection.close()
+        """Close the connections."""
+        connections, self._connections = self._connections, {}
+        for connection in connections.values():
+            connection.close()
 
     def __enter__(self) -> GroupAdmin:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _raise_for_described(response: object) -> None:
+    assert isinstance(response, DescribeGroupsResponse)
+    described = response.groups[0]
+    if described.error_code:
+        raise error_for_code(described.error_code, described.error_message or f"describing {described.group_id} failed")
+
+
+def _raise_for_deleted(response: object) -> None:
+    assert isinstance(response, DeleteGroupsResponse)
+    result = response.results[0]
+    if result.error_code:
+        raise error_for_code(result.error_code, result.error_message or f"deleting {result.group_id} failed")

@@ -45,6 +45,13 @@ IDLE_WAIT_MS = 100
 STEP_WAIT_MAX_MS = 500
 #: How often a pattern subscription looks for new matching topics.
 PATTERN_REFRESH_MS = 5_000
+#: Answers meaning "ask which broker coordinates the group again and retry there" (its offsets
+#: partition moved, has no leader yet, or is still being loaded).
+COORDINATOR_MOVED = frozenset({
+    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+})
+#: How long a commit or committed-offset lookup keeps retrying while the coordinator moves.
+COORDINATOR_RETRY_MS = 30_000
 
 
 class Step(enum.Enum):
@@ -286,8 +293,14 @@ class GroupMember:
         )
 
 
-def raise_for_commit(response: OffsetCommitResponse) -> None:
-    """Raise the typed error of the first partition whose commit was refused."""
+def coordinator_moved(error: BaseException) -> bool:
+    """The group's coordinator moved or is not ready: find it again and retry."""
+    return isinstance(error, BrokerError) and error.code in COORDINATOR_MOVED
+
+
+def raise_for_commit(response: object) -> None:
+    """Raise the typed error of the first partition whose commit was refused (``response``: an OffsetCommit answer)."""
+    assert isinstance(response, OffsetCommitResponse), response
     for topic in response.topics:
         for partition in topic.partitions:
             if partition.error_code != ErrorCode.NONE:

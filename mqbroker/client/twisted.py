@@ -197,8 +197,8 @@ class _TwistedCluster:
         """Send ``request`` to the group coordinator over the connection named ``role``."""
         key = ("coordinator", role)
         connection = self._connected.get(key)
-        if connection is None:  # look the coordinator up again for every new connection
-            found = await self.request(None, FindCoordinatorRequest(key=""))
+        if connection is None:  # look the group's coordinator up again for every new connection
+            found = await self.request(None, FindCoordinatorRequest(key=request.group_id))  # type: ignore[attr-defined]
             assert isinstance(found, FindCoordinatorResponse)
             connection = await self._connect(key, found.host, found.port)
         return await connection.request(request)

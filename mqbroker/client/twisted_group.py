@@ -10,7 +10,7 @@ lookups go over a second coordinator connection, so they never wait behind a par
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, race
@@ -20,6 +20,7 @@ from twisted.logger import Logger
 
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.group_member import (
+    COORDINATOR_RETRY_MS,
     PATTERN_REFRESH_MS,
     AssignmentChange,
     GroupMember,
@@ -27,6 +28,7 @@ from mqbroker.client.group_member import (
     Step,
     TopicPartition,
     committed_offsets,
+    coordinator_moved,
     matching_topics,
     offset_fetch_request,
     raise_for_commit,
@@ -35,7 +37,6 @@ from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import (
     JoinGroupResponse,
     MetadataResponse,
-    OffsetCommitResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -115,15 +116,29 @@ class TwistedGroupMembership:
         return Deferred.fromCoroutine(self._close(leave))
 
     async def _commit(self, request: object) -> None:
-        response = await self._links.coordinator_request(COMMITS, request)
-        assert isinstance(response, OffsetCommitResponse)
-        raise_for_commit(response)
+        await self._commits_request(request, raise_for_commit)
 
     async def _committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
         request = offset_fetch_request(self.member.settings.group_id, partitions)
-        response = await self._links.coordinator_request(COMMITS, request)
+        response = await self._commits_request(request, lambda response: None)
         assert isinstance(response, OffsetFetchResponse)
         return committed_offsets(response, partitions)
+
+    async def _commits_request(self, request: object, check: Callable[[object], None]) -> Any:
+        """Send on the commits connection; while the coordinator moves (or is unreachable), find it and retry."""
+        deadline_ms = self._now_ms() + COORDINATOR_RETRY_MS
+        while True:
+            try:
+                response = await self._links.coordinator_request(COMMITS, request)
+                check(response)
+                return response
+            except BrokerError as error:
+                if not (isinstance(error, BrokerUnavailableError) or coordinator_moved(error)):
+                    raise
+                self._links.drop_coordinator(COMMITS)
+                if self._stopping or self._now_ms() + RETRY_S * 1000 >= deadline_ms:
+                    raise
+                await deferLater(self._clock, RETRY_S, lambda: None)
 
     async def _close(self, leave: bool) -> None:
         self._stopping = True
@@ -170,6 +185,10 @@ class TwistedGroupMembership:
                 await self._sleep(RETRY_S)
         except BrokerError as error:
             self._fail(error)
+            if coordinator_moved(error):
+                self._links.drop_coordinator(MEMBERSHIP)  # the next step asks which broker coordinates the group now
+                if not self._stopping:
+                    await self._sleep(RETRY_S)
 
     async def _join(self) -> None:
         joined = await self._links.coordinator_request(MEMBERSHIP, self.member.join_request())
@@ -216,4 +235,3 @@ class TwistedGroupMembership:
         for waiter in waiters:
             if not waiter.called:  # race() cancels the waiters that lost to the timeout
                 waiter.callback(None)
-

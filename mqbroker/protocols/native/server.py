@@ -268,11 +268,10 @@ async def handle_init_producer_id(broker: IBroker, principal: Principal, request
 
 
 async def handle_find_coordinator(broker: IBroker, principal: Principal, request: m.FindCoordinatorRequest) -> Any:
-    """Every group is coordinated by this broker (single node)."""
+    """The broker coordinating a group: the leader of the group's ``__consumer_offsets`` partition."""
     if request.key_type != m.CoordinatorType.GROUP:
         raise errors.InvalidRequestError(f"coordinator type {request.key_type} is not served; only groups (0)")
-    cluster = await broker.metadata(principal, (), False)
-    node = next(b for b in cluster.brokers if b.node_id == cluster.controller_id)
+    node = await broker.find_coordinator(principal, request.key)
     return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
 
 
