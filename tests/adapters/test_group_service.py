@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
 
 from mqbroker import errors
-from mqbroker.group_service import GroupService, offsets_partition, read_offsets_records
+from mqbroker.group_service import CoordinatedPartitions, GroupService, offsets_partition, read_offsets_records
 from mqbroker.groups.coordinator import GroupCoordinator
 from mqbroker.groups.messages import (
     GroupConfig,
@@ -190,3 +190,53 @@ def test_timer_follows_the_coordinator_deadline_and_stop_cancels_it(clock: Clock
     service.stop()
     assert clock.getDelayedCalls() == []
     assert _result(service.describe_group("g")).state is GroupState.COMPLETING_REBALANCE
+
+
+def test_replay_stops_at_the_given_end_offset(clock: Clock, topic: OffsetsTopic) -> None:
+    service = _service(clock, topic)
+    member = _stable_member(service, clock)
+    topic.flush()
+    partition_log = topic.logs[offsets_partition("g", OFFSETS_PARTITIONS)]
+    metadata_end = partition_log.log_end_offset
+    service.commit(OffsetCommitRequest(
+        group_id="g", member_id=member.member_id, generation_id=member.generation_id,
+        offsets=(PartitionCommit(topic_partition=TopicPartition("events", 0), offset=42),),
+    ))
+    # A new coordinator replays only what is below the high watermark: the commit above it is not seen.
+    store = OffsetStore.replay(read_offsets_records(partition_log, metadata_end))
+    assert store.group_metadata("g") is not None and store.committed("g", TopicPartition("events", 0)) is None
+    full = OffsetStore.replay(read_offsets_records(partition_log))
+    assert full.committed("g", TopicPartition("events", 0)).offset == 42  # type: ignore[union-attr]
+
+
+def test_groups_route_to_their_partitions_service_and_elsewhere_answer_not_coordinator(
+    clock: Clock, topic: OffsetsTopic
+) -> None:
+    coordinators = CoordinatedPartitions(OFFSETS_PARTITIONS)
+    partition = coordinators.partition_of("g")
+    assert partition == offsets_partition("g", OFFSETS_PARTITIONS)
+    with pytest.raises(errors.NotCoordinatorError):
+        coordinators.service_for("g")
+    coordinators.loading(partition, leader_epoch=4)
+    with pytest.raises(errors.CoordinatorLoadInProgressError):
+        coordinators.service_for("g")
+    service = _service(clock, topic)
+    coordinators.serve(partition, 4, service)
+    assert coordinators.service_for("g") is service and coordinators.epoch_of(partition) == 4
+    other = next(f"g{n}" for n in range(100) if offsets_partition(f"g{n}", OFFSETS_PARTITIONS) != partition)
+    with pytest.raises(errors.NotCoordinatorError):
+        coordinators.service_for(other)
+
+
+def test_resigning_a_partition_fails_its_parked_joins_with_not_coordinator(clock: Clock, topic: OffsetsTopic) -> None:
+    coordinators = CoordinatedPartitions(OFFSETS_PARTITIONS)
+    partition = coordinators.partition_of("g")
+    service = _service(clock, topic)
+    coordinators.loading(partition, 0)
+    coordinators.serve(partition, 0, service)
+    parked = _join(service)
+    coordinators.resign(partition)
+    assert _result(parked).check(errors.NotCoordinatorError)
+    assert clock.getDelayedCalls() == [] and coordinators.epoch_of(partition) is None
+    with pytest.raises(errors.NotCoordinatorError):
+        coordinators.service_for("g")

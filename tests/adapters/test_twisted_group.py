@@ -10,7 +10,7 @@ from twisted.internet.task import Clock
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.group_member import GroupMember, GroupSettings
 from mqbroker.client.twisted_group import COMMITS, MEMBERSHIP, TwistedGroupMembership
-from mqbroker.errors import BrokerError, RebalanceInProgressError
+from mqbroker.errors import BrokerError, NotCoordinatorError, RebalanceInProgressError
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native import messages as m
 
@@ -155,3 +155,35 @@ def test_close_during_a_parked_join_fails_the_join_and_ends() -> None:
     assert coordinator.parked
     closed = membership.close()
     assert closed.called and MEMBERSHIP in coordinator.dropped and membership.error is None
+
+
+def test_not_coordinator_drops_the_connection_and_rejoins_keeping_the_partitions() -> None:
+    clock, coordinator = Clock(), ScriptedCoordinator()
+    membership = _membership(coordinator, clock)
+    _apply_all(membership)
+    coordinator.heartbeat_error = NotCoordinatorError("the group's offsets partition moved")
+    clock.advance(HEARTBEAT_S)
+    assert coordinator.dropped == [MEMBERSHIP]  # the next request finds the coordinator again
+    assert coordinator.count(m.JoinGroupRequest) == 1
+    clock.pump([0.125] * 4)  # after the retry pause it rejoins, as the same member
+    assert coordinator.count(m.JoinGroupRequest) == 2
+    assert membership.take_changes() == [] and membership.member.owned == {("t", 0), ("t", 1)}
+
+
+def test_commit_retries_on_the_new_coordinator_after_not_coordinator() -> None:
+    clock, coordinator = Clock(), ScriptedCoordinator()
+    membership = _membership(coordinator, clock)
+    _apply_all(membership)
+    refusals = [NotCoordinatorError("moved")]
+    answer = coordinator.coordinator_request
+
+    async def refusing(role: str, request: object) -> Any:
+        if isinstance(request, m.OffsetCommitRequest) and refusals:
+            raise refusals.pop()
+        return await answer(role, request)
+
+    coordinator.coordinator_request = refusing  # type: ignore[method-assign]
+    committed = membership.commit({("t", 0): 5})
+    assert not committed.called and coordinator.dropped == [COMMITS]
+    clock.advance(0.2)
+    assert committed.called and coordinator.count(m.OffsetCommitRequest) == 1
