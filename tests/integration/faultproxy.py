@@ -141,11 +141,25 @@ class _Connection:
             sock.close()
 
 
+def _listen_avoiding(ports: set[int]) -> socket.socket:
+    """A listener on a free loopback port that is none of ``ports`` (chosen for brokers, not yet bound)."""
+    held = []
+    try:
+        while True:
+            listener = socket.create_server(("127.0.0.1", 0))
+            if listener.getsockname()[1] not in ports:
+                return listener
+            held.append(listener)  # keep it so the next try gets another port
+    finally:
+        for listener in held:
+            listener.close()
+
+
 class LinkProxy:
     """Listens on a free loopback port and forwards to ``upstream``; the connections reach node ``target``."""
 
     def __init__(self, network: Network, upstream: tuple[str, int], target: int, source: int | None,
-                 identify: bool) -> None:
+                 identify: bool, avoid_ports: set[int]) -> None:
         self.network = network
         self.upstream = upstream
         self.target = target
@@ -153,7 +167,7 @@ class LinkProxy:
         self.identify = identify
         self.connections: set[_Connection] = set()
         self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = _listen_avoiding(avoid_ports)
         self._listener.settimeout(POLL_S)
         self.port = self._listener.getsockname()[1]
         self._stopped = threading.Event()
@@ -202,12 +216,14 @@ class Network:
 
     def __init__(self) -> None:
         self._cut: set[int] = set()
+        #: Ports chosen for brokers' listeners (free but not bound while they are down): no proxy takes them.
+        self.reserved_ports: set[int] = set()
         self._lock = threading.Lock()
         self.proxies: list[LinkProxy] = []
 
     def proxy(self, upstream_port: int, target: int, source: int | None = None, identify: bool = False) -> int:
         """Start a proxy to ``127.0.0.1:upstream_port`` (node ``target``); return its port."""
-        proxy = LinkProxy(self, ("127.0.0.1", upstream_port), target, source, identify)
+        proxy = LinkProxy(self, ("127.0.0.1", upstream_port), target, source, identify, self.reserved_ports)
         self.proxies.append(proxy)
         return proxy.port
 
@@ -247,6 +263,7 @@ def start_partitionable_cluster(
     node_ids = range(1, size + 1)
     controller_ports = {node_id: free_port() for node_id in node_ids}
     brokers = {node_id: BrokerProcess(data_dir=root / f"broker-{node_id}") for node_id in node_ids}
+    network.reserved_ports = {*controller_ports.values(), *(p for b in brokers.values() for p in b.ports.values())}
     native_proxies = {
         node_id: network.proxy(broker.ports["native"], target=node_id, identify=True)
         for node_id, broker in brokers.items()
