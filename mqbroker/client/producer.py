@@ -5,7 +5,8 @@ the clock:
 
 1. ``append`` puts a record into its partition's open batch builder and returns the batch and
    the record's index in it. This is the per-record path, so it does nothing else.
-2. ``drain(now_ms)`` closes batches whose ``linger_ms`` passed (or which are full, or flushed),
+2. ``drain(now_ms)`` closes batches whose ``linger_ms`` passed and whose partition has no closed
+   batch waiting to be sent (or which are full, or flushed),
    assigns idempotent sequence numbers on their first send, and returns one ``ProducePlan`` per
    leader, within the in-flight bound of each connection.
 3. The driver sends each plan and reports back with ``plan_completed`` (the reply's
@@ -353,7 +354,8 @@ class ProducerCore:
         """When ``drain`` next has something to do (None: nothing waits but replies)."""
         if self._flushing and self._open:
             return now_ms
-        deadlines = [batch.created_ms + self.config.linger_ms for batch in self._open.values()]
+        deadlines = [batch.created_ms + self.config.linger_ms for key, batch in self._open.items()
+                     if not self._queues.get(key)]
         deadlines.extend(queue[0].retry_at_ms for queue in self._queues.values() if queue)
         if any(queue and queue[0].awaiting_leader for queue in self._queues.values()):
             deadlines.append(max(now_ms, self._next_leader_poll_ms))
@@ -369,8 +371,12 @@ class ProducerCore:
         return bool(self._open) or any(self._queues.values()) or any(self._unacknowledged.values())
 
     def _close_due(self, now_ms: int) -> None:
+        # A batch whose partition still has a closed batch waiting to be sent (in-flight bound
+        # reached, backoff) stays open and keeps growing (as Kafka's accumulator does): closing it
+        # at linger would queue ever more small batches, one per request, behind a slow leader.
         linger_ms = self.config.linger_ms
-        due = [key for key, batch in self._open.items() if self._flushing or now_ms - batch.created_ms >= linger_ms]
+        due = [key for key, batch in self._open.items()
+               if self._flushing or (now_ms - batch.created_ms >= linger_ms and not self._queues.get(key))]
         for key in due:
             self._close(key, self._open[key])
         self._flushing = False

@@ -191,3 +191,20 @@ def test_settings_are_checked_together() -> None:
     with pytest.raises(ValueError, match="compression"):
         ProducerConfig(compression="brotli").validated()
     assert parse_acks("all") is Acks.ALL and parse_acks("1") is Acks.LEADER
+
+
+def test_batch_keeps_growing_past_linger_while_an_earlier_one_waits_for_an_in_flight_slot() -> None:
+    core = _core(linger_ms=1, max_in_flight=1)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (first,) = core.drain(1, _leader_one)
+    core.append("events", 0, 1, None, b"b", None, now_ms=1)
+    assert core.drain(2, _leader_one) == []  # closed, but the one request allowed is out
+    for now_ms in range(2, 10):
+        core.append("events", 0, 1, None, b"c", None, now_ms=now_ms)
+        assert core.drain(now_ms, _leader_one) == []
+    core.plan_completed(first, _reply(first), now_ms=10)
+    (second,) = core.drain(10, _leader_one)
+    assert second.batches[0].record_count == 1
+    core.plan_completed(second, _reply(second), now_ms=11)
+    (third,) = core.drain(11, _leader_one)
+    assert third.batches[0].record_count == 8  # one batch, not eight requests
