@@ -160,7 +160,7 @@ class Broker:
         return log_config_for(self._config.topic_defaults, overrides)
 
     def _all_logs(self) -> list[PartitionLog]:
-        return [self._logs.get(topic, partition) for topic, partition in self._logs.partitions()]
+        return self._logs.logs()
 
     def _partition_log(self, topic: str, partition: int) -> PartitionLog:
         """The local log of a partition this broker leads; others answer NOT_LEADER_OR_FOLLOWER."""
@@ -1113,10 +1113,10 @@ class Broker:
                 self._flusher.request_flush(partition_log)
 
     def apply_retention(self) -> None:
-        """Delete whole segments past retention, for every partition."""
+        """Delete whole segments past retention, for every partition, never at or above the high watermark."""
         now_ms = self.now_ms()
         for partition_log in self._all_logs():
-            partition_log.apply_retention(now_ms)
+            partition_log.apply_retention(now_ms, max_offset=self.high_watermark(partition_log))
 
     def expire_producers(self) -> None:
         """Forget idempotent producers idle for producer_id_expiration_ms, in every partition."""

@@ -47,6 +47,7 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     flush_check_interval_ms: int = 50
     retention_check_interval_ms: int = 300_000
+    log_cleaner_interval_ms: int = 15_000
     checkpoint_interval_ms: int = 60_000
     connection_idle_ms: int = 600_000
     native_frame_bytes_max: int = 16 * 1024 * 1024

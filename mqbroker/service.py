@@ -31,6 +31,7 @@ from mqbroker.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IFrontEnd
 from mqbroker.listeners import TlsServerEndpoint, listener_factory
+from mqbroker.log_cleaner import LogCleanerService
 from mqbroker.metrics import BrokerMetrics
 from mqbroker.security_service import SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
@@ -116,6 +117,8 @@ class BrokerService(MultiService):
         self.metrics.attach(self.broker)
         self.broker.fetcher = self._build_fetcher(self.broker)
         self._add_timers(self.broker)
+        LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
+                          self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
         self._add_listeners(self.broker)
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()

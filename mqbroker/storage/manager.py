@@ -89,6 +89,10 @@ class LogManager:
         except KeyError:
             raise UnknownPartitionError(f"partition {topic}-{partition} is not stored on this broker") from None
 
+    def logs(self) -> list[PartitionLog]:
+        """Every open partition log, in (topic, partition) order."""
+        return [self._logs[key] for key in sorted(self._logs)]
+
     def partitions(self) -> list[TopicPartition]:
         """Every (topic, partition) held, sorted."""
         return sorted(self._logs)
