@@ -232,6 +232,9 @@ class ProducerCore:
         #: Sent batches not yet finished, per partition (to tell a real sequence gap from a retry's).
         self._unacknowledged: dict[tuple[str, int], list[ProducerBatch]] = {}
         self._in_flight: dict[int, int] = {}
+        #: Partitions whose next batch is ready but its leader has max_in_flight requests out:
+        #: a reply, not a timer, lets them go on (so they set no deadline: no busy loop).
+        self._waiting_for_slot: set[tuple[str, int]] = set()
         self._flushing = False
         self.producer_id = records.NO_PRODUCER_ID
         self.producer_epoch = records.NO_PRODUCER_EPOCH
@@ -307,6 +310,7 @@ class ProducerCore:
     def drain(self, now_ms: int, leader_of: Callable[[str, int], int]) -> list[ProducePlan]:
         """Close due batches and return the produce requests to send now, one per leader node."""
         self._close_due(now_ms)
+        self._waiting_for_slot.clear()
         plans: dict[int, ProducePlan] = {}
         plan_bytes: dict[int, int] = {}
         awaiting_leader: set[str] = set()
@@ -328,6 +332,7 @@ class ProducerCore:
             plan = plans.get(node_id)
             if plan is None:
                 if self._in_flight.get(node_id, 0) >= self.config.max_in_flight:
+                    self._waiting_for_slot.add(key)
                     continue
                 plan = ProducePlan(
                     node_id=node_id, acks=int(self.config.acks), timeout_ms=self.config.request_timeout_ms, batches=[]
@@ -356,7 +361,9 @@ class ProducerCore:
             return now_ms
         deadlines = [batch.created_ms + self.config.linger_ms for key, batch in self._open.items()
                      if not self._queues.get(key)]
-        deadlines.extend(queue[0].retry_at_ms for queue in self._queues.values() if queue)
+        deadlines.extend(
+            queue[0].retry_at_ms for key, queue in self._queues.items() if queue and key not in self._waiting_for_slot
+        )
         if any(queue and queue[0].awaiting_leader for queue in self._queues.values()):
             deadlines.append(max(now_ms, self._next_leader_poll_ms))
         return min(deadlines, default=None)

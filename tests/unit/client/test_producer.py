@@ -87,6 +87,20 @@ def test_batches_never_grow_past_batch_size(value_bytes: int) -> None:
         assert {read_header(batch).records_count for batch in batches} == {1}
 
 
+def test_a_batch_waiting_only_for_an_in_flight_slot_sets_no_deadline() -> None:
+    """The I/O loop must sleep until a reply frees a slot, not poll with a zero timeout."""
+    core = _core(linger_ms=0, max_in_flight=1, enable_idempotence=False)
+    core.append("events", 0, 1, None, b"first", None, now_ms=0)
+    (first_plan,) = core.drain(0, _leader_one)
+    core.append("events", 0, 2, None, b"second", None, now_ms=1)
+    assert core.drain(1, _leader_one) == []  # the one slot is taken
+    deadline = core.next_deadline_ms(1)
+    assert deadline is None or deadline > 1
+    core.plan_completed(first_plan, _reply(first_plan), 2)
+    (second_plan,) = core.drain(2, _leader_one)
+    assert second_plan.batches[0].record_count == 1
+
+
 def test_retriable_error_resends_the_same_bytes_after_backoff_and_marks_metadata_stale() -> None:
     core = _core(linger_ms=0)
     core.append("events", 0, 1, None, b"a", None, now_ms=0)
