@@ -3,7 +3,8 @@ exchanges route to queues, queues are log topics, and the checks are on those to
 
 Publishing needs WRITE on the topic of every queue the message reaches; consuming and
 basic.get need READ on the queue's topic; queue.declare needs CREATE and queue.delete or purge
-DELETE. A refusal closes the channel with 403 ACCESS_REFUSED (a failed login closes the
+DELETE; an exchange reading a native topic (``x-source-topic``) needs READ on that topic from
+whoever declares it. A refusal closes the channel with 403 ACCESS_REFUSED (a failed login closes the
 connection with 403).
 """
 
@@ -44,12 +45,17 @@ def authenticate(services: Any, handle: Any, action: Authenticate) -> Principal:
 def check_queue(services: Any, principal: Principal | None, queue: str, operation: Operation,
                 class_id: int, method_id: int) -> None:
     """403 unless ``principal`` may ``operation`` the topic of ``queue``."""
+    check_topic(services, principal, queue_topic(queue), operation, class_id, method_id, what=f"queue '{queue}' ")
+
+
+def check_topic(services: Any, principal: Principal | None, topic: str, operation: Operation,
+                class_id: int, method_id: int, what: str = "") -> None:
+    """403 unless ``principal`` may ``operation`` the log topic ``topic``."""
     if services is None or principal is None or isinstance(services.authorizer, AllowEverything):
         return
-    topic = queue_topic(queue)
     if not services.authorizer.authorize(principal, operation, ResourceType.TOPIC, topic):
-        raise AmqpError(ReplyCode.ACCESS_REFUSED, f"{principal} may not {operation.value} queue '{queue}' "
-                        f"(topic {topic})", class_id=class_id, method_id=method_id)
+        raise AmqpError(ReplyCode.ACCESS_REFUSED, f"{principal} may not {operation.value} {what}(topic {topic})",
+                        class_id=class_id, method_id=method_id)
 
 
 def check_publish(services: Any, principal: Principal | None, vhost: Any, exchange: str, routing_key: str,

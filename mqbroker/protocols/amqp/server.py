@@ -43,6 +43,7 @@ from mqbroker.protocols.amqp.channel import Connection
 from mqbroker.protocols.amqp.queue_state import parse_stream_offset
 from mqbroker.protocols.amqp.queues import BatchStored, Consumer, ConsumerKey, StreamQueue, delivery_of
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
+from mqbroker.protocols.amqp.sources import source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.vhost import VirtualHost
 from mqbroker.throttle import throttles
@@ -251,6 +252,9 @@ class AmqpSession:
         method, vhost = action.method, self._vhost
         reply: spec.Method
         if isinstance(method, spec.ExchangeDeclare):
+            topic = None if method.passive else source_topic(method.arguments, method)
+            if topic is not None:
+                amqp_security.check_topic(self._security, self._principal, topic, Operation.READ, 40, 10)
             reply = await vhost.declare_exchange(method)
         elif isinstance(method, spec.ExchangeDelete):
             reply = await vhost.delete_exchange(method)

@@ -18,12 +18,23 @@ from twisted.logger import Logger
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import FetchPosition, Principal, TopicSpec
+from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
 from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuePolicy, QueueState, QueueType, x_death_headers
 from mqbroker.protocols.amqp.queues import BatchStored, ClassicQueue, ConsumerKey, StreamQueue, decode_fetched
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType, Router
+from mqbroker.protocols.amqp.sources import (
+    SOURCE_POSITIONS_TOPIC,
+    SOURCE_TOPIC_ARGUMENT,
+    Positions,
+    SourceReader,
+    SourceRecord,
+    decode_positions,
+    encode_positions,
+    resolve_positions,
+    source_topic,
+)
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import (
     METADATA_TOPIC,
@@ -70,6 +81,7 @@ class VirtualHost:
         self._dirty_states: set[str] = set()
         self._state_write_scheduled = False
         self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
+        self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
         self.ready: Deferred[None] = Deferred.fromCoroutine(self._start())
         self.ready.addErrback(self._start_failed)
 
@@ -84,7 +96,7 @@ class VirtualHost:
         return failure
 
     async def _start(self) -> None:
-        for topic in (METADATA_TOPIC, QUEUE_STATE_TOPIC):
+        for topic in (METADATA_TOPIC, QUEUE_STATE_TOPIC, SOURCE_POSITIONS_TOPIC):
             spec_ = TopicSpec(name=topic, partitions=1, configs={"cleanup.policy": "compact"})
             try:
                 await self.broker.create_topic(self.principal, spec_, False)
@@ -114,6 +126,10 @@ class VirtualHost:
         for binding in bindings:
             self.router.bind(binding)
             self._persisted_bindings.add(binding)
+        stored_positions = {record.key.decode("utf-8", "surrogateescape"): decode_positions(record.value)
+                            for record in await self._read_all(SOURCE_POSITIONS_TOPIC)
+                            if record.key is not None and record.value is not None}
+        await self._sync_sources(stored_positions)
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
                       exchanges=len(self._persisted_exchanges), queues=len(queues), bindings=len(bindings))
@@ -161,6 +177,50 @@ class VirtualHost:
         entries += [(binding_key(binding), b"") for binding in bindings - self._persisted_bindings]
         self._persisted_exchanges, self._persisted_bindings = current, bindings
         await self._write(METADATA_TOPIC, entries)
+        await self._sync_sources({})
+
+    async def _sync_sources(self, stored: dict[str, Positions]) -> None:
+        """One reader per topic some exchange names in ``x-source-topic``: start the missing ones from
+        ``stored`` (a replay; partitions without a position from their start), stop and forget the rest."""
+        wanted = {topic for exchange in self.router.exchanges.values()
+                  if (topic := source_topic(exchange.arguments)) is not None}
+        gone = [topic for topic in self.sources if topic not in wanted]
+        for topic in gone:
+            self.sources.pop(topic).stop()
+        for topic in sorted(wanted - self.sources.keys()):
+            self.sources[topic] = SourceReader(self, topic, stored.get(topic, {}))
+        forgotten = set(gone) | (stored.keys() - wanted)
+        await self._write(SOURCE_POSITIONS_TOPIC, [(topic.encode("utf-8", "surrogateescape"), None)
+                                                   for topic in sorted(forgotten)])
+
+    async def _start_source(self, topic: str, exchange: Exchange, method: spec.ExchangeDeclare) -> None:
+        """Declare ``exchange`` reading the native ``topic`` from its current end: the positions are
+        stored before declare-ok, so every record produced after it is routed."""
+        try:
+            start = await resolve_positions(self.broker, self.principal, topic, {}, LATEST_TIMESTAMP)
+        except errors.UnknownTopicOrPartitionError:
+            raise _error(ReplyCode.NOT_FOUND, f"no topic '{topic}' to read ({SOURCE_TOPIC_ARGUMENT})", method) from None
+        self.router.declare_exchange(exchange)
+        if topic not in self.sources:  # another connection may have started it meanwhile
+            await self.save_positions(topic, start)
+            if topic not in self.sources:
+                self.sources[topic] = SourceReader(self, topic, start)
+
+    def save_positions(self, topic: str, positions: Positions) -> Deferred[None]:
+        """Store a source reader's positions (durably)."""
+        entry = (topic.encode("utf-8", "surrogateescape"), encode_positions(positions))
+        return Deferred.fromCoroutine(self._write(SOURCE_POSITIONS_TOPIC, [entry]))
+
+    def route_source(self, topic: str, records: list[SourceRecord]) -> list[BatchStored]:
+        """Route records of a native topic through every exchange reading it; the batches they went to."""
+        exchanges = [name for name, exchange in self.router.exchanges.items()
+                     if source_topic(exchange.arguments) == topic]
+        batches: dict[BatchStored, None] = {}
+        for record in records:
+            for exchange in exchanges:
+                batches.update(dict.fromkeys(self.store(exchange, record.routing_key, record.headers,
+                                                        record.properties_raw, record.body, None)))
+        return list(batches)
 
     def state_changed(self, queue: ClassicQueue) -> None:
         """Schedule a write of the queue's state snapshot."""
@@ -323,7 +383,11 @@ class VirtualHost:
                          "use direct, fanout, topic or headers", method) from None
         exchange = Exchange(name=method.exchange, type=exchange_type, durable=method.durable,
                             auto_delete=method.auto_delete, internal=method.internal, arguments=dict(method.arguments))
-        self.router.declare_exchange(exchange)
+        topic = source_topic(exchange.arguments, method)
+        if topic is not None and topic not in self.sources and method.exchange not in self.router.exchanges:
+            await self._start_source(topic, exchange, method)
+        else:
+            self.router.declare_exchange(exchange)
         await self._sync_metadata()
         return spec.ExchangeDeclareOk()
 
