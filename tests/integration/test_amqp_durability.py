@@ -1,10 +1,12 @@
-"""Crash safety and misbehaving peers: kill -9 with unacked confirmed messages, bad frames."""
+"""Crash safety and misbehaving peers: kill -9 with unacked confirmed messages, bad frames, a client
+that stops sending heartbeats."""
 
 from __future__ import annotations
 
 import pathlib
 import socket
 import struct
+import time
 from collections.abc import Iterator
 
 import pika
@@ -112,3 +114,56 @@ def test_frame_on_an_unopened_channel_is_a_channel_error(fresh_broker: AmqpBroke
         connection.process_data_events(time_limit=2)
         channel.queue_declare("x")
     assert closed.value.reply_code == 504
+
+
+def _method_frame(channel: int, class_id: int, method_id: int, arguments: bytes) -> bytes:
+    payload = struct.pack(">HH", class_id, method_id) + arguments
+    return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
+
+
+def _shortstr(text: str) -> bytes:
+    return bytes([len(text)]) + text.encode()
+
+
+def _await_method(sock: socket.socket, buffer: bytearray, class_id: int, method_id: int) -> None:
+    """Read frames until the method ``class_id.method_id`` arrives (heartbeats and others are skipped)."""
+    while True:
+        while len(buffer) >= 7 and len(buffer) >= 8 + struct.unpack_from(">I", buffer, 3)[0]:
+            frame_type, size = buffer[0], struct.unpack_from(">I", buffer, 3)[0]
+            frame, buffer[:] = bytes(buffer[: 8 + size]), buffer[8 + size :]
+            if frame_type == 1 and struct.unpack_from(">HH", frame, 7) == (class_id, method_id):
+                return
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed before sending {class_id}.{method_id}"
+        buffer += chunk
+
+
+def test_a_client_that_goes_silent_is_dropped_after_two_missed_heartbeats(fresh_broker: AmqpBroker) -> None:
+    sock = socket.create_connection(("127.0.0.1", fresh_broker.ports["amqp"]), timeout=10)
+    buffer = bytearray()
+    sock.sendall(PROTOCOL_HEADER)
+    _await_method(sock, buffer, 10, 10)  # connection.start
+    sock.sendall(_method_frame(0, 10, 11, struct.pack(">I", 0) + _shortstr("PLAIN")
+                               + struct.pack(">I", 12) + b"\x00guest\x00guest" + _shortstr("en_US")))
+    _await_method(sock, buffer, 10, 30)  # connection.tune
+    sock.sendall(_method_frame(0, 10, 31, struct.pack(">HIH", 0, 131072, 1)))  # tune-ok: heartbeat 1 s
+    sock.sendall(_method_frame(0, 10, 40, _shortstr("/") + _shortstr("") + b"\x00"))
+    _await_method(sock, buffer, 10, 41)  # open-ok
+    sock.sendall(_method_frame(1, 20, 10, _shortstr("")))
+    _await_method(sock, buffer, 20, 11)  # channel.open-ok
+    # An exclusive queue: it lives exactly as long as the broker believes this connection does.
+    sock.sendall(_method_frame(1, 50, 10, struct.pack(">H", 0) + _shortstr("silent-owned") + b"\x04"
+                               + struct.pack(">I", 0)))
+    _await_method(sock, buffer, 50, 11)  # declare-ok
+    silent_since = time.monotonic()
+    received = bytearray(buffer)
+    while chunk := sock.recv(65536):  # from now on the client sends nothing, not even heartbeats
+        received += chunk
+    dropped_after_s = time.monotonic() - silent_since
+    sock.close()
+    assert 1.5 <= dropped_after_s <= 6.0
+    assert received and all(received[index : index + 8] == b"\x08\x00\x00\x00\x00\x00\x00\xce"
+                            for index in range(0, len(received), 8))  # the broker sent heartbeats only
+    other = fresh_broker.connect()
+    other.channel().queue_declare("silent-owned", exclusive=True)  # 405 while the silent owner counted as alive
+    other.close()
