@@ -43,6 +43,8 @@ class LazyFrontEnd:
     name: str
     config_key: str
     builder: str
+    #: Its clients route themselves to partition leaders (the native protocol); see ``IFrontEnd.clients_route``.
+    clients_route: bool = False
 
     def build_factory(self, broker: Any, context: FrontEndContext) -> Any:
         """Import the builder and call it with the broker and context."""

@@ -123,6 +123,10 @@ class IFrontEnd(Interface):
 
     name = Attribute("Short protocol name used in configuration, e.g. 'native' or 'mqtt'.")
     config_key = Attribute("The listener's port key in the broker configuration, e.g. 'native_port'.")
+    clients_route = Attribute(
+        "True if its clients find each partition's leader themselves (Metadata, then re-route): it gets the local "
+        "broker. Otherwise (optional, default False) it gets a broker that forwards to the partition leaders."
+    )
 
     def build_factory(broker, context):
         """Return an ``IProtocolFactory`` serving this protocol on top of ``broker`` (an ``IBroker``).

@@ -15,7 +15,13 @@ from typing import Any
 from twisted.application.internet import StreamServerEndpointService, TimerService
 from twisted.application.service import MultiService
 from twisted.internet.defer import inlineCallbacks
-from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, TCP6ServerEndpoint, wrapClientTLS
+from twisted.internet.endpoints import (
+    HostnameEndpoint,
+    TCP4ClientEndpoint,
+    TCP4ServerEndpoint,
+    TCP6ServerEndpoint,
+    wrapClientTLS,
+)
 from twisted.logger import Logger
 from twisted.plugin import getPlugins
 from twisted.python.threadpool import ThreadPool
@@ -29,10 +35,12 @@ from mqbroker.fetcher import ReplicaFetcher
 from mqbroker.flusher import Flusher
 from mqbroker.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
-from mqbroker.interfaces import IFrontEnd
+from mqbroker.interfaces import IBroker, IFrontEnd
 from mqbroker.listeners import TlsServerEndpoint, listener_factory
 from mqbroker.log_cleaner import LogCleanerService
 from mqbroker.metrics import BrokerMetrics
+from mqbroker.peers import PeerConnections
+from mqbroker.routing_broker import RoutingBroker
 from mqbroker.security_service import SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
@@ -72,6 +80,8 @@ class BrokerService(MultiService):
         self.metrics = BrokerMetrics()
         self._threadpool = ThreadPool(minthreads=1, maxthreads=FSYNC_THREADS_MAX, name="mqbroker-fsync")
         self._logs: LogManager | None = None
+        #: Forwards the MQTT and AMQP front ends' partition calls to the other brokers' leaders.
+        self.peers: PeerConnections | None = None
         self.listening_ports: dict[str, Any] = {}
 
     def startService(self) -> None:
@@ -119,28 +129,52 @@ class BrokerService(MultiService):
         self._add_timers(self.broker)
         LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
                           self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
-        self._add_listeners(self.broker)
+        self._add_listeners(self.broker, self._build_routing_broker(self.broker))
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
 
     def _build_fetcher(self, broker: Broker) -> ReplicaFetcher:
         """The follower side of replication: fetches from the leaders of the partitions this broker follows."""
-        control = self.control
-        assert control is not None
         files = tls_files(self.config)
         if self.config.security_inter_broker_tls and (files is None or files.ca is None or not self.config.native_tls_port):
             raise ValueError("security.inter_broker_tls needs --tls-cert, --tls-key, --tls-ca and a native TLS port")
-
-        def address_of(node_id: int) -> tuple[str, int] | None:
-            registered = control.image.brokers.get(node_id)
-            return None if registered is None else (registered.host, registered.port)
-
         return ReplicaFetcher(
-            node_id=self.config.node_id, reactor=self.reactor, sink=broker, address_of=address_of,
+            node_id=self.config.node_id, reactor=self.reactor, sink=broker, address_of=self._address_of,
             fetch_wait_ms=self.config.replica_fetch_wait_max_ms, partition_bytes_max=self.config.replica_fetch_max_bytes,
             response_bytes_max=self.config.replica_fetch_response_max_bytes,
             endpoint_for=self._replica_tls_endpoint if self.config.security_inter_broker_tls else None,
         )
+
+    def _address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where broker ``node_id``'s native listener is, as registered in the metadata image."""
+        assert self.control is not None
+        registered = self.control.image.brokers.get(node_id)
+        return None if registered is None else (registered.host, registered.port)
+
+    def _leader_of(self, topic: str, partition: int) -> int | None:
+        """The leader of a partition in the metadata image (-1: none; None: no such partition)."""
+        assert self.control is not None
+        record = self.control.topic(topic)
+        if record is None or not 0 <= partition < len(record.partitions):
+            return None
+        return record.partitions[partition].leader_id
+
+    def _build_routing_broker(self, broker: Broker) -> RoutingBroker:
+        """The broker the MQTT and AMQP front ends see: partitions led elsewhere are served by their leaders.
+
+        Forwarded requests use one pooled native connection per broker, as the replica fetcher does
+        (over the leaders' TLS listeners with this broker's certificate under ``inter_broker_tls``).
+        """
+        assert self.security is not None
+        endpoint_for = self._replica_tls_endpoint if self.config.security_inter_broker_tls else self._peer_tcp_endpoint
+        self.peers = PeerConnections(reactor=self.reactor, client_id=f"broker-{self.config.node_id}-frontends",
+                                     address_of=self._address_of, endpoint_for=endpoint_for)
+        return RoutingBroker(local=broker, node_id=self.config.node_id, leader_of=self._leader_of, peers=self.peers,
+                             authorizer=self.security.authorizer, clock=self.reactor)
+
+    def _peer_tcp_endpoint(self, host: str, port: int) -> Any:
+        """A plaintext connection to another broker's native listener."""
+        return HostnameEndpoint(self.reactor, "127.0.0.1" if host == "localhost" else host, port)
 
     def _replica_tls_endpoint(self, host: str, port: int) -> Any:
         """Inter-broker TLS: a leader's native TLS listener (its native port plus our TLS offset, as in metadata),
@@ -172,7 +206,8 @@ class BrokerService(MultiService):
         assert self._logs is not None
         self._logs.checkpoint()
 
-    def _add_listeners(self, broker: Broker) -> None:
+    def _add_listeners(self, broker: Broker, routing: IBroker) -> None:
+        """Every front end's listeners: those whose clients route themselves get ``broker``, the others ``routing``."""
         context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics, security=self.security)
         tls = self.security.tls if self.security is not None else None
         for front_end in discover_front_ends():
@@ -182,7 +217,8 @@ class BrokerService(MultiService):
             if port == 0 and tls_port == 0:
                 self.log.info("{protocol} listener disabled ({key} = 0)", protocol=front_end.name, key=front_end.config_key)
                 continue
-            factory = front_end.build_factory(broker, context)
+            served = broker if getattr(front_end, "clients_route", False) else routing
+            factory = front_end.build_factory(served, context)
             if port:
                 self._listen(front_end.name, port, factory)
             if tls_port:
@@ -229,6 +265,8 @@ class BrokerService(MultiService):
         if self.control is not None and self.control.running:
             yield self.control.controlled_shutdown()  # leaderships move to other in-sync replicas first
         yield super().stopService()  # listeners and timers stop first
+        if self.peers is not None:
+            yield self.peers.stop()
         if self.broker is not None:
             yield self.broker.stop()
         self._threadpool.stop()
