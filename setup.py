@@ -21,6 +21,7 @@ TEST_REQUIREMENTS = [
     "pytest-twisted>=1.14",
     "hypothesis>=6.100",
     "import-linter>=2.0",
+    "ruff>=0.6",
     "paho-mqtt>=2.0",
     "pika>=1.3",
     "kombu>=5.3",

@@ -33,3 +33,19 @@ def test_pure_layers_use_no_clock_randomness_or_reactor() -> None:
             if BANNED_IN_PURE.search(path.read_text()):
                 offenders.append(str(path.relative_to(REPOSITORY)))
     assert offenders == []
+
+
+def test_no_unused_imports_variables_or_undefined_names() -> None:
+    """pyflakes rules (through ruff) over the code, the tests and the benchmarks.
+
+    F811 (redefinition) is left out: pytest fixtures imported into a test module are
+    "redefined" by the test functions that take them as arguments.
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--select", "F", "--ignore", "F811", "--output-format", "concise",
+         "mqbroker", "spark", "twisted", "benchmarks", "tests"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

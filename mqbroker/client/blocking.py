@@ -26,7 +26,6 @@ from mqbroker.client.connection import (
     BlockingConnection,
     BrokerUnavailableError,
     parse_address,
-    raise_for_error_response,
 )
 from mqbroker.client.group_member import (
     AssignmentChange,

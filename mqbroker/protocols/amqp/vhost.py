@@ -22,7 +22,7 @@ from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
 from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuePolicy, QueueState, QueueType, x_death_headers
-from mqbroker.protocols.amqp.queues import BatchStored, ClassicQueue, ConsumerKey, StreamQueue, decode_fetched
+from mqbroker.protocols.amqp.queues import BatchStored, ClassicQueue, ConsumerKey, StreamQueue
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType, Router
 from mqbroker.protocols.amqp.sources import (
     SOURCE_POSITIONS_TOPIC,

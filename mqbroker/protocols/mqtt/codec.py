@@ -20,7 +20,6 @@ from mqbroker.protocols.mqtt.packets import (
     NO_PROPERTIES,
     NONZERO_PROPERTIES,
     PROPERTY_SPECS,
-    PROTOCOL_LEVEL_3_1_1,
     PROTOCOL_LEVEL_5,
     REPEATABLE_PROPERTIES,
     SUBACK_FAILURE_3_1_1,
