@@ -32,7 +32,7 @@ class FakeVirtualHost:
         return int(self.clock.seconds() * 1000)
 
     def store(self, exchange: str, routing_key: str, headers: Any, properties_raw: bytes, body: bytes,
-              expiration: str | None) -> list[BatchStored]:
+              expiration: str | None, *, from_client: bool = False) -> list[BatchStored]:
         if not self.batches or self.batches[-1].outcome is not None:
             self.batches.append(BatchStored())  # one batch per "reactor turn": until the test settles it
         self.stored.append(body)

@@ -205,3 +205,69 @@ def test_missing_queue_closes_only_the_channel_with_404(amqp_broker: AmqpBroker)
     assert closed.value.reply_code == 404
     assert connection.channel().is_open
     connection.close()
+
+
+def test_transactions_hold_publishes_and_acks_until_commit(amqp_broker: AmqpBroker) -> None:
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    queue = unique("tx")
+    channel.queue_declare(queue, durable=True)
+    channel.tx_select()
+    for index in range(3):
+        channel.basic_publish("", queue, b"rolled back %d" % index)
+    channel.tx_rollback()
+    channel.basic_publish("", queue, b"committed 0")
+    channel.basic_publish("", queue, b"committed 1")
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0  # nothing before the commit
+    channel.tx_commit()  # returns once both are durable
+    assert channel.queue_declare(queue, passive=True).method.message_count == 2
+    method, _, body = channel.basic_get(queue)
+    assert body == b"committed 0"
+    channel.basic_ack(method.delivery_tag)
+    channel.tx_rollback()  # the ack is dropped: the message stays unacked on this channel
+    channel.basic_ack(method.delivery_tag)
+    channel.tx_commit()
+    method, _, body = channel.basic_get(queue)
+    assert body == b"committed 1"
+    channel.close()  # closing with committed-nothing requeues the second message
+    channel = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.confirm_delivery()
+        channel.tx_select()
+    assert refused.value.reply_code == 406
+    checker = connection.channel()
+    assert [body for _, _, body in drain(checker, queue, 1)] == [b"committed 1"]
+    assert checker.queue_declare(queue, passive=True).method.message_count == 0
+    connection.close()
+
+
+def test_publishing_to_an_internal_exchange_is_refused_with_403(amqp_broker: AmqpBroker) -> None:
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    internal, front = unique("internal"), unique("front")
+    queue = unique("behind-internal")
+    channel.exchange_declare(internal, "fanout", internal=True)
+    channel.exchange_declare(front, "fanout")
+    channel.exchange_bind(internal, front)
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, internal)
+    channel.confirm_delivery()
+    channel.basic_publish(front, "", b"through the front")  # exchange-to-exchange routing may reach it
+    assert channel.basic_get(queue, auto_ack=True)[2] == b"through the front"
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.basic_publish(internal, "", b"direct")
+    assert refused.value.reply_code == 403
+    connection.close()
+
+
+def test_an_exclusive_consumer_keeps_other_consumers_out(amqp_broker: AmqpBroker) -> None:
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    queue = unique("exclusive-consumer")
+    channel.queue_declare(queue)
+    channel.basic_consume(queue, lambda *_: None, exclusive=True)
+    other = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        other.basic_consume(queue, lambda *_: None)
+    assert refused.value.reply_code == 403
+    connection.close()

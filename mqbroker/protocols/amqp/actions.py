@@ -114,6 +114,7 @@ class Publish:
     properties_raw: bytes
     body: bytes
     confirm_sequence: int | None
+    transactional: bool = False  # published in a transaction: tx.commit-ok waits until it is durable
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

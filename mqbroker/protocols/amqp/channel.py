@@ -10,6 +10,11 @@ channel.close and drops its frames until close-ok; a hard error sends connection
 waits (bounded) for close-ok. Either way the unacked deliveries come back to the adapter in
 ``ChannelClosed`` for requeueing.
 
+Transactions: after ``tx.select`` a channel holds its publishes and acks (nack, reject) back
+until ``tx.commit``, which hands them over in order followed by an ``Execute(TxCommit)`` (the
+adapter answers commit-ok once the publishes are durable); ``tx.rollback`` drops them, and the
+rolled-back deliveries stay unacked. A channel is transactional or confirming, never both (406).
+
 Prefetch: ``basic.qos(global=True)`` limits the channel's unacked deliveries in total;
 ``global=False`` limits each consumer, and a change applies to the channel's existing
 consumers too (Celery changes it at run time; see ``handshake`` for why ``product`` makes
@@ -42,6 +47,7 @@ from mqbroker.protocols.amqp.actions import (
 from mqbroker.protocols.amqp.handshake import MECHANISMS, parse_credentials, server_properties
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 
+SettlingMethod = spec.BasicAck | spec.BasicNack | spec.BasicReject
 #: ``delivery_window`` when no prefetch limit applies.
 WINDOW_UNLIMITED = 1 << 30
 
@@ -126,6 +132,8 @@ class _Channel:
     next_publish_sequence: int = 1
     confirm_outcomes: dict[int, bool | None] = dataclasses.field(default_factory=dict)  # in sequence order
     generated_tags: int = 0
+    #: The open transaction's publishes and settling methods, in order (None: not transactional).
+    transaction: list[Publish | SettlingMethod] | None = None
 
 
 class Connection:
@@ -423,6 +431,8 @@ class Connection:
         return [self._ready(channel)] if resumed and channel.consumers else []
 
     def _confirm_select(self, channel: _Channel, method: spec.ConfirmSelect) -> list[Action]:
+        if channel.transaction is not None:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "a transactional channel cannot be put in confirm mode")
         channel.confirming = True
         if not method.nowait:
             self._send_method(channel.number, spec.ConfirmSelectOk())
@@ -546,16 +556,49 @@ class Connection:
             actions.append(ConsumersReady(channel=channel.number, consumer_tags=tuple(sorted(freed))))
         return actions
 
-    def _basic_ack(self, channel: _Channel, method: spec.BasicAck) -> list[Action]:
-        return self._settle(channel, method.delivery_tag, method.multiple, Outcome.ACK)
+    def _basic_settle(self, channel: _Channel, method: SettlingMethod) -> list[Action]:
+        """basic.ack / nack / reject: settle now, or at tx.commit on a transactional channel."""
+        multiple, outcome = _settling(method)
+        if channel.transaction is None:
+            return self._settle(channel, method.delivery_tag, multiple, outcome)
+        # An unknown tag is refused now, as outside a transaction.
+        if not multiple and method.delivery_tag not in channel.unacked:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {method.delivery_tag}")
+        channel.transaction.append(method)
+        return []
 
-    def _basic_nack(self, channel: _Channel, method: spec.BasicNack) -> list[Action]:
-        outcome = Outcome.REQUEUE if method.requeue else Outcome.DISCARD
-        return self._settle(channel, method.delivery_tag, method.multiple, outcome)
+    # --- transactions -------------------------------------------------------------------
 
-    def _basic_reject(self, channel: _Channel, method: spec.BasicReject) -> list[Action]:
-        outcome = Outcome.REQUEUE if method.requeue else Outcome.DISCARD
-        return self._settle(channel, method.delivery_tag, False, outcome)
+    def _tx_select(self, channel: _Channel, method: spec.TxSelect) -> list[Action]:
+        if channel.confirming:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "a channel in confirm mode cannot be transactional")
+        if channel.transaction is None:
+            channel.transaction = []
+        self._send_method(channel.number, spec.TxSelectOk())
+        return []
+
+    def _tx_commit(self, channel: _Channel, method: spec.TxCommit) -> list[Action]:
+        held = self._transaction_of(channel)
+        channel.transaction = []
+        actions: list[Action] = []
+        for item in held:
+            if isinstance(item, Publish):
+                actions.append(item)
+            else:
+                actions += self._settle(channel, item.delivery_tag, *_settling(item))
+        actions.append(Execute(channel=channel.number, method=method, reply_expected=True))
+        return actions
+
+    def _tx_rollback(self, channel: _Channel, method: spec.TxRollback) -> list[Action]:
+        self._transaction_of(channel)
+        channel.transaction = []
+        self._send_method(channel.number, spec.TxRollbackOk())
+        return []
+
+    def _transaction_of(self, channel: _Channel) -> list[Publish | SettlingMethod]:
+        if channel.transaction is None:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional; send tx.select first")
+        return channel.transaction
 
     def _basic_recover(self, channel: _Channel, method: spec.BasicRecover) -> list[Action]:
         # requeue=False would redeliver to the same consumer; requeueing serves that too (as RabbitMQ does).
@@ -600,11 +643,16 @@ class Connection:
             sequence = channel.next_publish_sequence
             channel.next_publish_sequence += 1
             channel.confirm_outcomes[sequence] = None
-        return [Publish(
+        publish = Publish(
             channel=channel.number, exchange=content.method.exchange, routing_key=content.method.routing_key,
             mandatory=content.method.mandatory, properties=content.header.properties,
             properties_raw=content.header.properties_raw, body=b"".join(content.parts), confirm_sequence=sequence,
-        )]
+            transactional=channel.transaction is not None,
+        )
+        if channel.transaction is not None:
+            channel.transaction.append(publish)
+            return []
+        return [publish]
 
     def return_message(self, channel: int, publish: Publish, reply_code: ReplyCode, reply_text: str) -> None:
         """Give an unroutable mandatory message back (before its confirm)."""
@@ -684,11 +732,22 @@ _CHANNEL_HANDLERS: dict[type[spec.Method], Any] = {
     spec.BasicConsume: Connection._basic_consume,
     spec.BasicCancel: Connection._basic_cancel,
     spec.BasicPublish: Connection._basic_publish,
-    spec.BasicAck: Connection._basic_ack,
-    spec.BasicNack: Connection._basic_nack,
-    spec.BasicReject: Connection._basic_reject,
+    spec.BasicAck: Connection._basic_settle,
+    spec.BasicNack: Connection._basic_settle,
+    spec.BasicReject: Connection._basic_settle,
     spec.BasicRecover: Connection._basic_recover,
+    spec.TxSelect: Connection._tx_select,
+    spec.TxCommit: Connection._tx_commit,
+    spec.TxRollback: Connection._tx_rollback,
 }
+
+
+def _settling(method: SettlingMethod) -> tuple[bool, Outcome]:
+    """(multiple, outcome) of a basic.ack / nack / reject."""
+    if isinstance(method, spec.BasicAck):
+        return method.multiple, Outcome.ACK
+    outcome = Outcome.REQUEUE if method.requeue else Outcome.DISCARD
+    return isinstance(method, spec.BasicNack) and method.multiple, outcome
 
 
 def _channel_of(frame: codec.Frame) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -63,6 +63,7 @@ class Consumer:
     channel: int
     tag: str
     no_ack: bool
+    exclusive: bool = False  # no other consumer may join while it is attached
 
     @property
     def key(self) -> ConsumerKey:
@@ -135,6 +136,26 @@ class BatchStored:
         listeners, self._listeners = self._listeners, []
         for listener in listeners:
             listener(stored)
+
+
+def all_settled(batches: Iterable[BatchStored]) -> Deferred[bool]:
+    """Fires with True once every batch is durable, False as soon as one was refused."""
+    unique = list(dict.fromkeys(batches))
+    settled: Deferred[bool] = Deferred()
+    remaining = [len(unique)]
+
+    def one_settled(stored: bool) -> None:
+        if settled.called:
+            return
+        remaining[0] -= 1
+        if not stored or remaining[0] == 0:
+            settled.callback(stored)
+
+    if not unique:
+        settled.callback(True)
+    for batch in unique:
+        batch.when_settled(one_settled)
+    return settled
 
 
 class _Appender:

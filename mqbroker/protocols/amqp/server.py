@@ -41,7 +41,7 @@ from mqbroker.protocols.amqp.actions import (
 )
 from mqbroker.protocols.amqp.channel import Connection
 from mqbroker.protocols.amqp.queue_state import parse_stream_offset
-from mqbroker.protocols.amqp.queues import BatchStored, Consumer, ConsumerKey, StreamQueue, delivery_of
+from mqbroker.protocols.amqp.queues import BatchStored, Consumer, ConsumerKey, StreamQueue, all_settled, delivery_of
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
 from mqbroker.protocols.amqp.sources import source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
@@ -72,6 +72,7 @@ class AmqpSession:
         self._waiting: list[tuple[Callable[[Any], Deferred[None] | None], Action]] = []
         self._confirms = _ConfirmRuns(self.connection, self._confirmed)
         self._unstored: dict[BatchStored, int] = {}  # body bytes published into each unsettled batch
+        self._transaction_batches: dict[int, list[BatchStored]] = {}  # channel → its committed publishes' batches
         self._unstored_bytes = 0
         self._blocked = False
         self._timer_deadline_ms = 0
@@ -284,6 +285,12 @@ class AmqpSession:
             count = await vhost.delete_queue(method.queue, if_unused=method.if_unused, if_empty=method.if_empty,
                                              method=method)
             reply = spec.QueueDeleteOk(message_count=count)
+        elif isinstance(method, spec.TxCommit):
+            # The transaction's publishes ran just before this (in order): commit-ok once they are durable.
+            if not await all_settled(self._transaction_batches.pop(action.channel, [])):
+                raise AmqpError(ReplyCode.INTERNAL_ERROR, "the broker could not store a committed message",
+                                class_id=90, method_id=20)
+            reply = spec.TxCommitOk()
         else:
             assert isinstance(method, spec.BasicGet), method
             await self._get(action.channel, method)
@@ -319,7 +326,11 @@ class AmqpSession:
         if action.exclusive and queue.consumers:
             raise AmqpError(ReplyCode.ACCESS_REFUSED, f"queue '{action.queue}' already has consumers; "
                             "an exclusive consumer needs it alone", class_id=60, method_id=20)
-        consumer = Consumer(session=self, channel=action.channel, tag=action.consumer_tag, no_ack=action.no_ack)
+        if any(existing.exclusive for existing in queue.consumers.values()):
+            raise AmqpError(ReplyCode.ACCESS_REFUSED, f"queue '{action.queue}' has an exclusive consumer",
+                            class_id=60, method_id=20)
+        consumer = Consumer(session=self, channel=action.channel, tag=action.consumer_tag, no_ack=action.no_ack,
+                            exclusive=action.exclusive)
         self._consumers[(action.channel, action.consumer_tag)] = queue.name
         self._lease_holders.add(consumer.key)
         if action.reply_expected:
@@ -338,6 +349,7 @@ class AmqpSession:
             self._vhost.consumer_removed(queue)
 
     def _channel_closed(self, action: ChannelClosed) -> None:
+        self._transaction_batches.pop(action.channel, None)
         self._settle_all(action.unacked, Outcome.REQUEUE)
         for tag in action.consumer_tags:
             self._remove_consumer(action.channel, tag)
@@ -369,7 +381,8 @@ class AmqpSession:
             amqp_security.check_publish(self._security, self._principal, self._vhost, action.exchange,
                                         action.routing_key, action.properties.headers)
             batches = self._vhost.store(action.exchange, action.routing_key, action.properties.headers,
-                                        action.properties_raw, action.body, action.properties.expiration)
+                                        action.properties_raw, action.body, action.properties.expiration,
+                                        from_client=True)
         except AmqpError as error:
             error.class_id, error.method_id = 60, 40
             self._run(self.connection.fail(action.channel, error, self._vhost.now_ms()))
@@ -379,6 +392,8 @@ class AmqpSession:
             self.connection.return_message(action.channel, action, ReplyCode.NO_ROUTE, "NO_ROUTE")
         if action.confirm_sequence is not None:
             self._confirms.add(action.channel, action.confirm_sequence, batches)
+        if action.transactional:
+            self._transaction_batches.setdefault(action.channel, []).extend(batches)
         if batches:
             self._hold(batches, len(action.body))
 

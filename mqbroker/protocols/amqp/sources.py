@@ -12,7 +12,7 @@ durable: a crash replays at most the chunks after the last written position (at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -23,7 +23,7 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, Principal
 from mqbroker.protocols.amqp import fields, spec
 from mqbroker.protocols.amqp.codec import encode_properties
-from mqbroker.protocols.amqp.queues import BatchStored
+from mqbroker.protocols.amqp.queues import BatchStored, all_settled
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, METADATA_TOPIC, QUEUE_STATE_TOPIC, QUEUE_TOPIC_PREFIX
 from mqbroker.storage.records import RecordHeader, decode_records_as, iter_batches
@@ -142,26 +142,6 @@ class SourceHost(Protocol):
     def save_positions(self, topic: str, positions: Positions) -> Deferred[None]: ...
 
 
-def all_settled(batches: Iterable[BatchStored]) -> Deferred[bool]:
-    """Fires with True once every batch is durable, False as soon as one was refused."""
-    unique = list(dict.fromkeys(batches))
-    settled: Deferred[bool] = Deferred()
-    remaining = [len(unique)]
-
-    def one_settled(stored: bool) -> None:
-        if settled.called:
-            return
-        remaining[0] -= 1
-        if not stored or remaining[0] == 0:
-            settled.callback(stored)
-
-    if not unique:
-        settled.callback(True)
-    for batch in unique:
-        batch.when_settled(one_settled)
-    return settled
-
-
 class SourceReader:
     """Routes the new records of one native topic through the exchanges that name it."""
 
@@ -172,7 +152,8 @@ class SourceReader:
         self.topic = topic
         self.positions = dict(positions)
         self._stopped = False
-        self._sleeper: Any = None
+        self._sleeper: Any = None  # the pending retry timer, if any
+        self._woken: Deferred[None] | None = None
         self.running: Deferred[None] = Deferred.fromCoroutine(self._run())
         self.running.addErrback(self._crashed)
 
@@ -181,7 +162,7 @@ class SourceReader:
         self._stopped = True
         if self._sleeper is not None and self._sleeper.active():
             self._sleeper.cancel()
-            self._sleeper = None
+            self._wake()
 
     def _crashed(self, failure: Any) -> None:
         self.log.failure("AMQP source reader of {topic} stopped", failure, topic=self.topic)
@@ -198,15 +179,14 @@ class SourceReader:
                 await self._sleep(SOURCE_RETRY_S)
 
     def _sleep(self, delay_s: float) -> Deferred[None]:
-        woken: Deferred[None] = Deferred()
+        self._woken = Deferred()
+        self._sleeper = self.host.reactor.callLater(delay_s, self._wake)
+        return self._woken
 
-        def wake() -> None:
-            self._sleeper = None
+    def _wake(self) -> None:
+        woken, self._woken, self._sleeper = self._woken, None, None
+        if woken is not None:
             woken.callback(None)
-
-        self._sleeper = self.host.reactor.callLater(delay_s, wake)
-        woken.addBoth(lambda result: result)
-        return woken
 
     async def _route_once(self) -> bool:
         """One fetch over every partition, routed and made durable; False to back off."""
@@ -253,12 +233,3 @@ class SourceReader:
         await self.host.save_positions(self.topic, dict(self.positions))
         return True
 
-
-def stop_all(readers: Iterable[SourceReader], keep: Callable[[str], bool]) -> list[str]:
-    """Stop the readers whose topic ``keep`` rejects; their topics."""
-    stopped = []
-    for reader in readers:
-        if not keep(reader.topic):
-            reader.stop()
-            stopped.append(reader.topic)
-    return stopped

@@ -5,8 +5,8 @@ wire type (``Annotated[int, Kind.SHORT]``), in the spec's argument order. The co
 ``Method.ARGUMENTS``, so adding a method is adding one class here. The set is the 41 method
 ids pika, amqp-tools, kombu, Celery and aio-pika were measured to use, plus the cheap
 neighbours they expose (queue.unbind, basic.recover, channel.flow, exchange.bind/unbind,
-connection.blocked/unblocked). Methods defined by the spec but absent here (access.request,
-connection.secure, basic.recover-async, tx.*) are answered with 540 NOT_IMPLEMENTED.
+connection.blocked/unblocked, tx.*). Methods defined by the spec but absent here (access.request,
+connection.secure, basic.recover-async) are answered with 540 NOT_IMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class Method:
 #: (class id, method id) → method class, for every supported method.
 METHODS: dict[tuple[int, int], type[Method]] = {}
 #: Readable names of the classes, for error texts.
-CLASS_NAMES = {10: "connection", 20: "channel", 40: "exchange", 50: "queue", 60: "basic", 85: "confirm"}
+CLASS_NAMES = {10: "connection", 20: "channel", 40: "exchange", 50: "queue", 60: "basic", 85: "confirm", 90: "tx"}
 
 _M = TypeVar("_M", bound=type)
 
@@ -642,6 +642,39 @@ class ConfirmSelect(Method):
 @_method(85, 11, client=False)
 class ConfirmSelectOk(Method):
     """Confirms confirm.select."""
+
+
+# --- tx (90) ---------------------------------------------------------------------------
+
+
+@_method(90, 10)
+class TxSelect(Method):
+    """Make the channel transactional: publishes and acks wait for tx.commit."""
+
+
+@_method(90, 11, client=False)
+class TxSelectOk(Method):
+    """Confirms tx.select."""
+
+
+@_method(90, 20)
+class TxCommit(Method):
+    """Carry out the publishes and acks of the current transaction."""
+
+
+@_method(90, 21, client=False)
+class TxCommitOk(Method):
+    """The transaction's publishes are durable and its acks applied."""
+
+
+@_method(90, 30)
+class TxRollback(Method):
+    """Discard the publishes and acks of the current transaction."""
+
+
+@_method(90, 31, client=False)
+class TxRollbackOk(Method):
+    """Confirms tx.rollback."""
 
 
 #: The method ids the measured clients used (reference "Method set"); the rest are extras.

@@ -59,6 +59,7 @@ STATE_WRITE_DELAY_S = 0.2
 #: How often TTL and x-expires are checked.
 HOUSEKEEPING_INTERVAL_S = 1.0
 _WRITE_TIMEOUT_MS = 30_000
+_PUBLIC = Exchange(name="", type=ExchangeType.DIRECT)  # stands in for an exchange that is not internal
 
 
 def _error(code: ReplyCode, text: str, method: spec.Method) -> AmqpError:
@@ -409,8 +410,11 @@ class VirtualHost:
     # --- messages -------------------------------------------------------------------------------
 
     def store(self, exchange: str, routing_key: str, headers: dict[str, Any] | None, properties_raw: bytes,
-              body: bytes, expiration: str | None) -> list[BatchStored]:
-        """Route a message and append it to each queue reached (404 if the exchange is missing)."""
+              body: bytes, expiration: str | None, *, from_client: bool = False) -> list[BatchStored]:
+        """Route a message and append it to each queue reached (404 if the exchange is missing; 403 for a
+        client publishing to an internal exchange, which only other exchanges and the broker feed)."""
+        if from_client and exchange and self.router.exchanges.get(exchange, _PUBLIC).internal:
+            raise AmqpError(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal exchange '{exchange}'")
         now_ms = self.now_ms()
         names = self.router.route(exchange, routing_key, headers)
         return [
