@@ -495,6 +495,8 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     """The AMQP listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
     vhost = VirtualHost(broker, reactor)
+    # Runs before the broker service stops (registered earlier), while appends are still accepted.
+    reactor.addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
     # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
     security = getattr(context, "security", None)

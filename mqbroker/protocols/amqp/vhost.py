@@ -13,7 +13,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
 from mqbroker import errors
@@ -80,7 +81,7 @@ class VirtualHost:
         self._persisted_exchanges: dict[str, Exchange] = {}
         self._persisted_bindings: set[Binding] = set()
         self._dirty_states: set[str] = set()
-        self._state_write_scheduled = False
+        self._state_write: IDelayedCall | None = None
         self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
         self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
         self.ready: Deferred[None] = Deferred.fromCoroutine(self._start())
@@ -228,12 +229,19 @@ class VirtualHost:
         if queue.owner is not None or not queue.declaration.durable:
             return
         self._dirty_states.add(queue.name)
-        if not self._state_write_scheduled:
-            self._state_write_scheduled = True
-            self.reactor.callLater(STATE_WRITE_DELAY_S, self._write_states)
+        if self._state_write is None:
+            self._state_write = self.reactor.callLater(STATE_WRITE_DELAY_S, self._write_states)
 
-    def _write_states(self) -> None:
-        self._state_write_scheduled = False
+    def write_changed_states(self) -> Deferred[None]:
+        """Write every changed queue state now (at shutdown: acks made just before it stick)."""
+        if self._state_write is None:
+            return succeed(None)
+        self._state_write.cancel()
+        return self._write_states()
+
+    def _write_states(self) -> Deferred[None]:
+        self._state_write = None
+        written: Deferred[None] = Deferred()
         names, self._dirty_states = self._dirty_states, set()
         entries = [(name.encode("utf-8", "surrogateescape"), queue.state.snapshot())
                    for name in names if isinstance(queue := self.queues.get(name), ClassicQueue)]
@@ -253,16 +261,18 @@ class VirtualHost:
                 self.log.error("an append this queue state depends on was not stored (a dead letter may be lost)")
             remaining[0] -= 1
             if remaining[0] == 0:
-                self._write_snapshots(entries)
+                self._write_snapshots(entries).chainDeferred(written)
 
         if not pending:
-            self._write_snapshots(entries)
+            self._write_snapshots(entries).chainDeferred(written)
         for batch in pending:
             batch.when_settled(one_settled)
+        return written
 
-    def _write_snapshots(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+    def _write_snapshots(self, entries: list[tuple[bytes, bytes | None]]) -> Deferred[None]:
         written = Deferred.fromCoroutine(self._write(QUEUE_STATE_TOPIC, entries))
         written.addErrback(lambda failure: self.log.failure("writing AMQP queue states failed", failure))
+        return written
 
     # --- queues -------------------------------------------------------------------------------
 
