@@ -68,13 +68,6 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     leader_imbalance_check_interval_ms: int = 5_000
     controlled_shutdown_timeout_ms: int = 5_000
-    #: Replication (Kafka's replica.* settings): a follower that has not caught up for the lag time leaves the ISR.
-    replica_lag_time_max_ms: int = 10_000
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_max_bytes: int = 1024 * 1024
-    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
-    leader_imbalance_check_interval_ms: int = 5_000
-    controlled_shutdown_timeout_ms: int = 5_000
     #: TLS listeners (see docs/security.md): only started when ``tls_cert`` is set; port 0 disables one.
     tls_cert: str = ""
     tls_key: str = ""
