@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pika
 import pytest
 
-from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.brokerprocess import BrokerProcess, running
 
 
 class AmqpBroker(BrokerProcess):
@@ -25,12 +25,7 @@ class AmqpBroker(BrokerProcess):
 
 def running_broker(data_dir: pathlib.Path) -> Iterator[AmqpBroker]:
     """Start a broker in ``data_dir``; kill it afterwards."""
-    process = AmqpBroker(data_dir=data_dir)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
+    yield from running(AmqpBroker(data_dir=data_dir))  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 LISTENERS = ("native", "mqtt", "amqp", "http")
@@ -17,6 +18,15 @@ LISTENERS = ("native", "mqtt", "amqp", "http")
 TWISTD = (sys.executable, "-c", "from twisted.scripts.twistd import run; run()")
 #: After a graceful shutdown twistd re-raises the signal that stopped it, so SIGTERM shows as -15.
 GRACEFUL_EXIT_CODES = (0, -signal.SIGTERM)
+
+
+def running(process: BrokerProcess) -> Iterator[BrokerProcess]:
+    """Start ``process``, yield it, kill it afterwards (the body of a broker fixture)."""
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
 
 
 def free_port() -> int:

@@ -7,13 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.brokerprocess import BrokerProcess, running
 
 
 @pytest.fixture
 def broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
     """A running broker with a fresh data directory; killed at the end of the test."""
-    process = BrokerProcess(data_dir=tmp_path / "data")
-    process.start()
-    yield process
-    process.kill()
+    yield from running(BrokerProcess(data_dir=tmp_path / "data"))

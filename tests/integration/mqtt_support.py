@@ -13,7 +13,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.brokerprocess import BrokerProcess, running
 
 _client_numbers = itertools.count(1)
 
@@ -29,12 +29,7 @@ class MqttBroker(BrokerProcess):
 
 def running_broker(data_dir: pathlib.Path) -> Iterator[MqttBroker]:
     """Start a broker in ``data_dir``; kill it afterwards."""
-    process = MqttBroker(data_dir=data_dir)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
+    yield from running(MqttBroker(data_dir=data_dir))  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")
