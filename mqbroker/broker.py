@@ -8,6 +8,8 @@ per-record work happens here.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -94,6 +96,11 @@ def broker_error(error: Exception) -> errors.BrokerError:
         if isinstance(error, storage_type):
             return broker_type(str(error))
     raise error
+
+
+#: Defaults for compacted internal topics (offsets, MQTT and AMQP state), as Kafka's
+#: ``offsets.topic.segment.bytes`` does for its offsets topic.
+INTERNAL_COMPACTED_TOPIC_CONFIGS = {"segment.bytes": str(16 * 1024 * 1024), "segment.ms": str(3_600_000)}
 
 
 @implementer(IBroker)
@@ -551,6 +558,9 @@ class Broker:
         """Propose the topic (an internal one once enough brokers are live to hold all its replicas)."""
         if not self._is_internal_default(spec):
             return self._propose_topic(spec)
+        if "compact" in spec.configs.get("cleanup.policy", ""):
+            # Only sealed segments are compacted: small segments keep internal state compact.
+            spec = dataclasses.replace(spec, configs={**INTERNAL_COMPACTED_TOPIC_CONFIGS, **spec.configs})
         needed = self._replication_factor(spec)
         if len(self._control.image.live_brokers()) < needed:
             self.log.info("creating internal topic {topic} once {count} brokers are live (replication factor)",

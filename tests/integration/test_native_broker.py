@@ -239,3 +239,14 @@ def test_sigterm_answers_a_waiting_fetch_before_the_broker_exits(broker: BrokerP
     reader.join(5)
     assert answered and not isinstance(answered[0], ErrorResponse)
     assert time.monotonic() - started < 10
+
+
+def test_compacted_internal_topics_get_small_segments_so_they_compact(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        deadline = time.monotonic() + 20
+        while "__consumer_offsets" not in admin.list_topics():
+            assert time.monotonic() < deadline, "the offsets topic was never created"
+            time.sleep(0.1)
+        configs = admin.describe_configs("__consumer_offsets")
+    assert (configs["cleanup.policy"], configs["segment.bytes"]) == ("compact", str(16 * 1024 * 1024))
+
