@@ -142,14 +142,19 @@ class QuotaManager:
         self._default_client_quota = default_client_quota
         self._burst_ms = burst_ms
         self._buckets: dict[tuple[QuotaKind, str, str], TokenBucket] = {}
+        #: True if any principal or client id has a byte-rate limit (adapters skip the bookkeeping
+        #: otherwise). Kept current by the setters: adapters read it on every produce and fetch.
+        self.has_quotas = self._any_limit()
 
     def set_principal_quota(self, principal: str, quota: ByteRateQuota | None) -> None:
         """Set (or with None, reset to the default) the quota of ``principal`` (e.g. ``User:alice``)."""
         _set_or_reset(self._principal_quotas, principal, quota)
+        self.has_quotas = self._any_limit()
 
     def set_client_quota(self, client_id: str, quota: ByteRateQuota | None) -> None:
         """Set (or with None, reset to the default) the quota of ``client_id``."""
         _set_or_reset(self._client_quotas, client_id, quota)
+        self.has_quotas = self._any_limit()
 
     def record(self, kind: QuotaKind, principal: str, client_id: str, byte_count: int, now_ms: int) -> int:
         """Count a request's bytes; return the throttle delay in ms (0: not over any quota)."""
@@ -167,9 +172,7 @@ class QuotaManager:
             delays.append(bucket.record(byte_count, limit, now_ms))
         return max(delays)
 
-    @property
-    def has_quotas(self) -> bool:
-        """True if any principal or client id has a byte-rate limit (adapters skip the bookkeeping otherwise)."""
+    def _any_limit(self) -> bool:
         quotas = [*self._principal_quotas.values(), *self._client_quotas.values(),
                   self._default_principal_quota, self._default_client_quota]
         return any(quota.limit(kind) is not None for quota in quotas for kind in QuotaKind)

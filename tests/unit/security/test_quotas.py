@@ -148,3 +148,14 @@ def test_connection_limits_per_host_and_total():
 def test_releasing_a_connection_never_admitted_is_a_programming_error():
     with pytest.raises(AssertionError):
         ConnectionLimiter(total_max=1, per_host_max=1).release("10.0.0.1")
+
+
+def test_setting_and_resetting_a_quota_turns_the_bookkeeping_on_and_off():
+    manager = QuotaManager()
+    assert not manager.has_quotas
+    manager.set_client_quota("app", ByteRateQuota(produce_bytes_per_second=1000))
+    assert manager.has_quotas
+    manager.set_client_quota("app", None)
+    assert not manager.has_quotas
+    manager.set_principal_quota("User:alice", ByteRateQuota(fetch_bytes_per_second=1000))
+    assert manager.has_quotas
