@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mqbroker.cli.common import client_security, first_positional, parse_key_values, reporting_errors
+from mqbroker.cli.common import client_security, client_command, parse_key_values, reporting_errors
 from mqbroker.errors import InvalidRequestError
 
 FORMAT_FIELDS = "{topic} {partition} {offset} {timestamp} {key} {value} {headers}"
@@ -19,7 +19,7 @@ FORMAT_FIELDS = "{topic} {partition} {offset} {timestamp} {key} {value} {headers
 def add_parsers(commands: Any) -> None:
     """Register the client commands."""
     _add_topics(commands)
-    produce = first_positional(commands, "produce", "produce one message per line of standard input",
+    produce = client_command(commands, "produce", "produce one message per line of standard input",
                                "Read standard input and produce one message per line to TOPIC.")
     produce.add_argument("topic")
     produce.add_argument("--key-separator", metavar="SEP",
@@ -29,7 +29,7 @@ def add_parsers(commands: Any) -> None:
     produce.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     produce.set_defaults(run=reporting_errors(_produce))
 
-    consume = first_positional(commands, "consume", "print messages of a topic",
+    consume = client_command(commands, "consume", "print messages of a topic",
                                "Print messages of TOPIC, one per line, as they arrive.")
     consume.add_argument("topic")
     consume.add_argument("--group", help="consumer group (commits offsets); default: none")
@@ -42,7 +42,7 @@ def add_parsers(commands: Any) -> None:
                          help=f"output format; fields: {FORMAT_FIELDS} [default: {{value}}]")
     consume.set_defaults(run=reporting_errors(_consume))
 
-    offsets = first_positional(commands, "offsets", "show a topic's offsets per partition",
+    offsets = client_command(commands, "offsets", "show a topic's offsets per partition",
                                "Show the earliest and latest offsets of every partition of TOPIC, "
                                "and with --time the first offset at or after a time.")
     offsets.add_argument("topic")
@@ -54,26 +54,26 @@ def _add_topics(commands: Any) -> None:
     topics = commands.add_parser("topics", help="create, list, describe, alter and delete topics",
                                  description="Administer topics.")
     actions = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
-    create = first_positional(actions, "create", "create a topic", "Create a topic.")
+    create = client_command(actions, "create", "create a topic", "Create a topic.")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=-1, help="[default: the broker's default_partitions]")
     create.add_argument("--replication-factor", type=int, default=-1, help="[default: the broker's default]")
     create.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config (repeatable)")
     create.set_defaults(run=reporting_errors(_topics_create))
-    listing = first_positional(actions, "list", "list topics", "List every topic.")
+    listing = client_command(actions, "list", "list topics", "List every topic.")
     listing.set_defaults(run=reporting_errors(_topics_list))
-    describe = first_positional(actions, "describe", "describe a topic",
+    describe = client_command(actions, "describe", "describe a topic",
                                 "Show a topic's partitions, leaders, offsets and configuration.")
     describe.add_argument("name")
     describe.set_defaults(run=reporting_errors(_topics_describe))
-    alter = first_positional(actions, "alter", "change a topic's configs or partition count",
+    alter = client_command(actions, "alter", "change a topic's configs or partition count",
                              "Set or reset topic configs and grow the partition count.")
     alter.add_argument("name")
     alter.add_argument("--config", action="append", metavar="KEY=VALUE", help="set a config (repeatable)")
     alter.add_argument("--delete-config", action="append", metavar="KEY", help="reset a config (repeatable)")
     alter.add_argument("--partitions", type=int, help="grow to this many partitions")
     alter.set_defaults(run=reporting_errors(_topics_alter))
-    reassign = first_positional(actions, "reassign", "move a partition's replicas to other brokers",
+    reassign = client_command(actions, "reassign", "move a partition's replicas to other brokers",
                                 "Move a partition's replicas to the brokers of --replicas (the first is the "
                                 "preferred leader) while producers and consumers go on; --status shows the "
                                 "moves in progress.")
@@ -82,7 +82,7 @@ def _add_topics(commands: Any) -> None:
     reassign.add_argument("--replicas", metavar="ID,ID,...", help="the brokers that should hold its replicas")
     reassign.add_argument("--status", action="store_true", help="show the reassignments of the topic in progress")
     reassign.set_defaults(run=reporting_errors(_topics_reassign))
-    delete = first_positional(actions, "delete", "delete a topic and its data", "Delete a topic and all its data.")
+    delete = client_command(actions, "delete", "delete a topic and its data", "Delete a topic and all its data.")
     delete.add_argument("name")
     delete.set_defaults(run=reporting_errors(_topics_delete))
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from mqbroker.cli.common import client_security, first_positional, reporting_errors
+from mqbroker.cli.common import client_security, client_command, reporting_errors
 from mqbroker.client import Admin
 
 
@@ -14,7 +14,7 @@ def add_parser(commands: Any) -> None:
     """Register ``cluster describe``."""
     cluster = commands.add_parser("cluster", help="inspect the cluster", description="Inspect the cluster.")
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
-    describe = first_positional(actions, "describe", "show the controller quorum and the brokers",
+    describe = client_command(actions, "describe", "show the controller quorum and the brokers",
                                 "Show the controller voters, leader, term and commit index, and every registered"
                                 " broker with its state (active or fenced), as the bootstrap broker sees them.")
     describe.add_argument("--json", action="store_true", help="print JSON (the leader's node id under 'leader')")

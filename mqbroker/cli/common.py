@@ -75,7 +75,7 @@ def reporting_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
     return wrapper
 
 
-def first_positional(
+def client_command(
     subparsers: Any, name: str, help_text: str, description: str,
     password_options: tuple[str, ...] = ("--password", "--sasl-password"),
 ) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import getpass
 from typing import Any
 
 from mqbroker.acl import WILDCARD
-from mqbroker.cli.common import client_security, first_positional, reporting_errors
+from mqbroker.cli.common import client_security, client_command, reporting_errors
 from mqbroker.client.blocking import Admin
 from mqbroker.protocols.native.messages import AclBinding
 from mqbroker.security_service import CLUSTER_RESOURCE
@@ -21,26 +21,26 @@ def add_parsers(commands: Any) -> None:
                                 description="Manage users. Passwords are stored only as salted SCRAM keys.")
     actions = users.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, help_text in (("add", "create a user"), ("passwd", "change a user's password")):
-        parser = first_positional(actions, name, help_text, help_text[0].upper() + help_text[1:] + ".",
+        parser = client_command(actions, name, help_text, help_text[0].upper() + help_text[1:] + ".",
                                   password_options=("--sasl-password",))
         parser.add_argument("name", help="user name (the principal is User:NAME)")
         parser.add_argument("--password", dest="user_password", metavar="P",
                             help="the user's password (asked for when missing); authenticate with --sasl-password")
         parser.set_defaults(run=_upsert_user, create=name == "add")
-    remove = first_positional(actions, "remove", "delete a user", "Delete a user.")
+    remove = client_command(actions, "remove", "delete a user", "Delete a user.")
     remove.add_argument("name")
     remove.set_defaults(run=_remove_user)
-    listing = first_positional(actions, "list", "list users", "List every user.")
+    listing = client_command(actions, "list", "list users", "List every user.")
     listing.set_defaults(run=_list_users)
 
     acls = commands.add_parser("acls", help="manage ACLs (who may do what to which resource)",
                                description="Manage ACLs; deny wins over allow. See docs/security.md.")
     acl_actions = acls.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, help_text, run in (("add", "add an ACL", _add_acl), ("remove", "remove an ACL", _remove_acl)):
-        parser = first_positional(acl_actions, name, help_text, help_text[0].upper() + help_text[1:] + ".")
+        parser = client_command(acl_actions, name, help_text, help_text[0].upper() + help_text[1:] + ".")
         _add_acl_options(parser)
         parser.set_defaults(run=run)
-    listing = first_positional(acl_actions, "list", "list ACLs", "List ACLs (optionally of one resource).")
+    listing = client_command(acl_actions, "list", "list ACLs", "List ACLs (optionally of one resource).")
     listing.add_argument("--topic")
     listing.add_argument("--group")
     listing.add_argument("--principal")
