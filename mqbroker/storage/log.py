@@ -131,6 +131,8 @@ class PartitionLog:
         self._directory_unsynced = False
         self._unflushed_messages = 0
         self._unflushed_since_ms: int | None = None
+        #: (log end, producer table) of the last snapshot written, to skip writing an identical one.
+        self._last_snapshot: tuple[int, bytes] | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -521,9 +523,12 @@ class PartitionLog:
         """Persist the producer table as `<log end>.snapshot` (only covers what is durable after a flush)."""
         with self._lock:
             end_offset, data = self._end_offset, self._producers.to_bytes()
+        if (end_offset, data) == self._last_snapshot:
+            return  # nothing changed since the last one: spare the fsyncs
         checkpoint.write_atomically(os.path.join(self.directory, file_name(end_offset, SNAPSHOT_SUFFIX)), data)
         for stale in _snapshot_offsets(self.directory)[:-SNAPSHOTS_KEPT]:
             os.unlink(os.path.join(self.directory, file_name(stale, SNAPSHOT_SUFFIX)))
+        self._last_snapshot = (end_offset, data)
 
     def reconfigure(self, config: LogConfig) -> None:
         """Apply changed settings (they take effect on the next append, roll or retention pass)."""

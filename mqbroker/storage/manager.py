@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from collections.abc import Mapping
 
 from mqbroker.storage import checkpoint, fs
@@ -40,6 +41,8 @@ class LogManager:
         self.data_dir = data_dir
         self.default_config = default_config
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        #: Serializes checkpoint writers: the housekeeping thread, and deletes and close on the reactor thread.
+        self._checkpoint_lock = threading.Lock()
 
     def open_all(self, now_ms: int, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
         """Open every partition found on disk, recovering them unless the last stop was clean."""
@@ -100,42 +103,48 @@ class LogManager:
     def delete(self, topic: str, partition: int) -> None:
         """Close a partition and remove its directory (renamed first, so a crash cannot half-delete it)."""
         log = self.get(topic, partition)
-        del self._logs[(topic, partition)]
-        log.close()
-        doomed = self._directory((topic, partition)) + DELETING_SUFFIX
-        if os.path.exists(doomed):
+        with self._checkpoint_lock:  # a checkpoint running in a thread may be writing this log's snapshot
+            del self._logs[(topic, partition)]
+            log.close()
+            doomed = self._directory((topic, partition)) + DELETING_SUFFIX
+            if os.path.exists(doomed):
+                shutil.rmtree(doomed)
+            fs.replace(self._directory((topic, partition)), doomed)
             shutil.rmtree(doomed)
-        fs.replace(self._directory((topic, partition)), doomed)
-        shutil.rmtree(doomed)
-        self.checkpoint()
+            self._write_offsets()
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``expiration_ms`` in every partition; return how many (called on a timer)."""
         return sum(log.expire_producers(now_ms, expiration_ms) for log in self._logs.values())
 
     def checkpoint(self) -> None:
-        """Persist recovery points (durable ends), log start offsets and producer snapshots atomically."""
-        for log in self._logs.values():
-            log.snapshot_producers()
-        self._write_offsets()
+        """Persist recovery points (durable ends), log start offsets and producer snapshots atomically.
+
+        Safe to call from a thread other than the one creating and deleting logs (it fsyncs, so
+        the broker runs it in its thread pool).
+        """
+        with self._checkpoint_lock:
+            for log in list(self._logs.values()):
+                log.snapshot_producers()
+            self._write_offsets()
 
     def _write_offsets(self) -> None:
+        logs = list(self._logs.items())
         checkpoint.write_offsets(
-            os.path.join(self.data_dir, RECOVERY_POINTS),
-            {key: log.durable_end_offset for key, log in self._logs.items()},
+            os.path.join(self.data_dir, RECOVERY_POINTS), {key: log.durable_end_offset for key, log in logs}
         )
         checkpoint.write_offsets(
-            os.path.join(self.data_dir, LOG_START_OFFSETS),
-            {key: log.log_start_offset for key, log in self._logs.items()},
+            os.path.join(self.data_dir, LOG_START_OFFSETS), {key: log.log_start_offset for key, log in logs}
         )
 
     def close(self) -> None:
         """Close every log, checkpoint, and leave the clean-shutdown marker."""
-        for log in self._logs.values():
-            log.close()
-        self._write_offsets()
-        checkpoint.write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
-        self._logs.clear()
+        with self._checkpoint_lock:
+            for log in self._logs.values():
+                log.close()
+            self._write_offsets()
+            checkpoint.write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
+            self._logs.clear()
 
     def _directory(self, key: TopicPartition) -> str:
         return os.path.join(self.data_dir, f"{key[0]}-{key[1]}")

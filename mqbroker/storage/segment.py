@@ -26,6 +26,9 @@ SWAP_SUFFIX = ".swap"
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 #: Bytes read at once when walking from an index entry to the batch that holds an offset.
 SEEK_CHUNK_BYTES = 8 * 1024
+#: Batches appended last whose positions a segment remembers: readers following the tail find
+#: their next batch without walking headers from the previous sparse index entry.
+RECENT_BATCHES_MAX = 256
 RELATIVE_OFFSET_MAX = 2**31 - 1
 #: Most buffers one pwritev takes.
 IOV_MAX = os.sysconf("SC_IOV_MAX")
@@ -68,6 +71,8 @@ class Segment:
         self._max_timestamp = -1
         self._first_timestamp = -1
         self._bytes_since_index = 0
+        #: base offset -> (position, header) of the last RECENT_BATCHES_MAX batches appended.
+        self._recent_batches: dict[int, tuple[int, BatchHeader]] = {}
 
     # -- files -------------------------------------------------------------------------------
 
@@ -154,8 +159,12 @@ class Segment:
         self.ensure_indexes()
         start = self.size_bytes
         size_bytes = _write_all(self._file(), pieces, start)
+        recent = self._recent_batches
         for position, header in batches:
             self._track(start + position, header)
+            recent[header.base_offset] = (start + position, header)
+        while len(recent) > RECENT_BATCHES_MAX:
+            del recent[next(iter(recent))]
         self._size_bytes = start + size_bytes
 
     def _track(self, position: int, header: BatchHeader) -> None:
@@ -223,6 +232,7 @@ class Segment:
             self._track(position, header)
 
     def _reset_tail(self) -> None:
+        self._recent_batches.clear()
         self._next_offset = self.base_offset
         self._max_timestamp = -1
         self._first_timestamp = -1
@@ -282,6 +292,9 @@ class Segment:
 
     def position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= ``offset``: (position, header), or None."""
+        recent = self._recent_batches.get(offset)
+        if recent is not None:
+            return recent
         self.ensure_indexes()
         entry = self.offset_index.floor(offset - self.base_offset)
         start = entry[1] if entry is not None else 0
@@ -406,5 +419,6 @@ class Segment:
         self.load_tail()
 
     def _cut(self, position: int) -> None:
+        self._recent_batches.clear()
         os.ftruncate(self._file(), position)
         self._size_bytes = position
