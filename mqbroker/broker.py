@@ -232,8 +232,8 @@ class Broker:
     def _replication_progress(self, partition_log: PartitionLog) -> None:
         """Something moved (an fsync, a follower, the ISR): advance the high watermark, wake readers."""
         leader = self._leader_of_log.get(partition_log)
-        if leader is not None and leader.advance(self._leader_end(partition_log)):
-            self._wake_fetches(partition_log)
+        if leader is None or leader.advance(self._leader_end(partition_log)):
+            self._wake_fetches(partition_log)  # a log nobody leads here is read up to its own durable end
 
     def _min_insync_replicas(self, topic: str) -> int:
         record = self._control.topic(topic)
@@ -290,12 +290,7 @@ class Broker:
         if not appended.duplicate:
             self.produced_bytes += len(records)
             self.produced_records += appended.last_offset - appended.base_offset + 1
-        sync = partition_log.config.flush_policy == "sync"
-        if sync:
-            self._flusher.request_flush(partition_log)
-        else:
-            self._replication_progress(partition_log)
-        self._wake_fetches(partition_log)  # followers long-polling for new batches
+        sync = self._appended(partition_log)
         if acks == 0 or (acks == 1 and not sync):
             return succeed(result)
         if acks == 1:
@@ -306,10 +301,20 @@ class Broker:
         waited.addCallback(lambda _: result)
         return waited
 
+    def _appended(self, partition_log: PartitionLog) -> bool:
+        """After a leader's append: schedule the fsync (``sync`` policy, returns True) or advance the
+        high watermark now; wake the followers long-polling for new batches."""
+        sync = partition_log.config.flush_policy == "sync"
+        if sync:
+            self._flusher.request_flush(partition_log)
+        else:
+            self._replication_progress(partition_log)
+        self._wake_fetches(partition_log, followers_only=True)  # consumers wait for the high watermark
+        return sync
+
     def _on_durable(self, logs: Iterable[PartitionLog]) -> None:
         for partition_log in logs:
             self._replication_progress(partition_log)
-            self._wake_fetches(partition_log)
 
     # -- fetch -----------------------------------------------------------------------------
 
@@ -449,11 +454,13 @@ class Broker:
         except Exception as error:  # reported in this partition's result; other partitions go on
             return FetchResult(topic=topic, partition=partition, error=broker_error(error))
 
-    def _wake_fetches(self, partition_log: PartitionLog) -> None:
+    def _wake_fetches(self, partition_log: PartitionLog, followers_only: bool = False) -> None:
+        """Let long-polling fetches of ``partition_log`` answer if they now can (only followers' after an append)."""
         waiters = self._fetch_waiters.get(partition_log)
         if waiters:
             for pending in list(waiters):
-                pending.try_complete()
+                if not followers_only or pending.replica_id >= 0:
+                    pending.try_complete()
 
     def _forget_fetch(self, pending: _PendingFetch) -> None:
         for partition_log in pending.logs:
@@ -826,11 +833,7 @@ class Broker:
             appended = partition_log.append(records, self.now_ms(), leader_epoch=leader.leader_epoch)
         except Exception as error:  # storage errors become typed broker errors; others propagate
             return fail(broker_error(error)).addErrback(_leadership_lost_to_not_coordinator)
-        if partition_log.config.flush_policy == "sync":
-            self._flusher.request_flush(partition_log)
-        else:
-            self._replication_progress(partition_log)
-        self._wake_fetches(partition_log)  # followers long-polling for new batches
+        self._appended(partition_log)
         replicated = leader.wait_for_high_watermark(appended.last_offset, min_insync, OFFSETS_COMMIT_TIMEOUT_MS)
         return replicated.addErrback(_leadership_lost_to_not_coordinator)
 

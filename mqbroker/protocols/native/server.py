@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -568,7 +569,7 @@ class NativeSession:
 
     def _reply(self, response: Any, header: RequestHeader, started: float, principal: Principal, request: Any) -> None:
         if self._latency is not None:
-            self._latency.labels("native", m.ApiKey(header.api_key).name.lower()).observe(time.perf_counter() - started)
+            _latency_series(self._latency, header.api_key).observe(time.perf_counter() - started)
         if self._security is not None:
             response = self._security.advertise(response)
         frame = self._codec.reply(header, response)
@@ -619,6 +620,12 @@ class NativeSession:
             self._connection.pause_reading()
         else:
             self._connection.resume_reading()
+
+
+@functools.lru_cache(maxsize=256)
+def _latency_series(latency: Any, api_key: int) -> Any:
+    """The request-latency histogram series of one API (looking a series up by labels is slow on every reply)."""
+    return latency.labels("native", m.ApiKey(api_key).name.lower())
 
 
 def build_factory(broker: IBroker, context: Any) -> SessionFactory:
