@@ -5,6 +5,11 @@ installed, a RabbitMQ on free ports, runs the same client with the same settings
 (100-byte bodies, a durable queue) and prints both side by side, with the CPU each broker
 process spent per message (the client shares the machine's cores, so CPU per message is the
 figure that noise disturbs least). ``--port`` measures an already running broker instead.
+
+Both brokers run side by side and every round measures one and then the other; the report
+shows medians over ``--rounds`` rounds, and the confirms ratio is the median of the per-round
+ratios (a shared 2-core machine's load swings within a minute, so one run of each compares
+different machines).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import pathlib
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -249,17 +255,22 @@ def measure(port: int, pid: int | None, options: argparse.Namespace) -> Figures:
     ]
 
 
-def report(results: dict[str, Figures]) -> None:
-    """Print the brokers' figures side by side."""
-    names = list(results)
+def report(rounds: dict[str, list[Figures]]) -> None:
+    """Print the brokers' medians side by side, and the median per-round confirms ratio."""
+    names = list(rounds)
+    count = len(rounds[names[0]])
+    print(f"medians of {count} round(s)")
     print(f"{'':30}" + "".join(f"{name:>14}" for name in names))
-    for row, (label, _) in enumerate(results[names[0]]):
-        cells = ["-" if (value := results[name][row][1]) is None else f"{value:,.1f}" for name in names]
+    for row, (label, _) in enumerate(rounds[names[0]][0]):
+        cells = []
+        for name in names:
+            values = [figures[row][1] for figures in rounds[name] if figures[row][1] is not None]
+            cells.append(f"{statistics.median(values):,.1f}" if values else "-")
         print(f"{label:30}" + "".join(f"{cell:>14}" for cell in cells))
-    if "rabbitmq" in results:
-        ours, theirs = results["mqbroker"][0][1], results["rabbitmq"][0][1]
-        ratio = (ours or 0) / (theirs or 1)
-        print(f"publish with confirms: mqbroker / RabbitMQ = {ratio:.2f} (target >= 2)")
+    if "rabbitmq" in rounds:
+        ratios = [ours[0][1] / theirs[0][1] for ours, theirs in zip(rounds["mqbroker"], rounds["rabbitmq"])]
+        print(f"publish with confirms: mqbroker / RabbitMQ = {statistics.median(ratios):.2f} (target >= 2; "
+              f"per round: {', '.join(f'{ratio:.2f}' for ratio in ratios)})")
     else:
         print(f"no local RabbitMQ; reference (RabbitMQ 3.10, this machine, from the issue): {RABBITMQ_REFERENCE}")
 
@@ -273,20 +284,22 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--latency-rate", type=int, default=5_000)
     parser.add_argument("--latency-seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each broker, alternating [default: 3]")
     options = parser.parse_args()
-    results: dict[str, Figures] = {}
-    if options.port is not None:
-        results["broker"] = measure(options.port, options.pid, options)
-    else:
-        with tempfile.TemporaryDirectory() as directory:
-            work = pathlib.Path(directory)
-            with mqbroker_process(work) as (port, pid):
-                results["mqbroker"] = measure(port, pid, options)
+    rounds: dict[str, list[Figures]] = {}
+    with contextlib.ExitStack() as stack:
+        if options.port is not None:
+            brokers = {"broker": (options.port, options.pid)}
+        else:
+            work = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            brokers = {"mqbroker": stack.enter_context(mqbroker_process(work))}
             if RABBITMQ_SERVER.exists() and not options.no_rabbitmq:
-                with rabbitmq_process(work) as (port, pid):
-                    results["rabbitmq"] = measure(port, pid, options)
-    report(results)
-
+                brokers["rabbitmq"] = stack.enter_context(rabbitmq_process(work))
+        for number in range(options.rounds):
+            for name, (port, pid) in brokers.items():
+                print(f"-- round {number + 1}: {name}", file=sys.stderr)
+                rounds.setdefault(name, []).append(measure(port, pid, options))
+    report(rounds)
 
 if __name__ == "__main__":
     main()
