@@ -9,7 +9,7 @@ figure that noise disturbs least). ``--port`` measures an already running broker
 Both brokers run side by side and every round measures one and then the other; the report
 shows medians over ``--rounds`` rounds, and the confirms ratio is the median of the per-round
 ratios (a shared 2-core machine's load swings within a minute, so one run of each compares
-different machines).
+different machines). The broker not being measured is stopped (SIGSTOP) meanwhile.
 """
 
 from __future__ import annotations
@@ -298,8 +298,24 @@ def main() -> None:
         for number in range(options.rounds):
             for name, (port, pid) in brokers.items():
                 print(f"-- round {number + 1}: {name}", file=sys.stderr)
-                rounds.setdefault(name, []).append(measure(port, pid, options))
+                others = [other_pid for other, (_, other_pid) in brokers.items() if other != name and other_pid]
+                with stopped(others):
+                    rounds.setdefault(name, []).append(measure(port, pid, options))
     report(rounds)
+
+
+@contextlib.contextmanager
+def stopped(pids: list[int]) -> Iterator[None]:
+    """SIGSTOP the other brokers' process groups while one is measured: an idle RabbitMQ's schedulers
+    still spin and would take CPU from the broker under test on a 2-core machine."""
+    groups = [os.getpgid(pid) if os.getpgid(pid) == pid else None for pid in pids]
+    for pid, group in zip(pids, groups):
+        os.killpg(group, signal.SIGSTOP) if group is not None else os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid, group in zip(pids, groups):
+            os.killpg(group, signal.SIGCONT) if group is not None else os.kill(pid, signal.SIGCONT)
 
 if __name__ == "__main__":
     main()
