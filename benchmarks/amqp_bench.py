@@ -306,16 +306,24 @@ def main() -> None:
 
 @contextlib.contextmanager
 def stopped(pids: list[int]) -> Iterator[None]:
-    """SIGSTOP the other brokers' process groups while one is measured: an idle RabbitMQ's schedulers
-    still spin and would take CPU from the broker under test on a 2-core machine."""
-    groups = [os.getpgid(pid) if os.getpgid(pid) == pid else None for pid in pids]
-    for pid, group in zip(pids, groups):
-        os.killpg(group, signal.SIGSTOP) if group is not None else os.kill(pid, signal.SIGSTOP)
+    """SIGSTOP the other brokers while one is measured: an idle RabbitMQ's schedulers still spin
+    and would take CPU from the broker under test on a 2-core machine."""
+    for pid in pids:
+        signal_broker(pid, signal.SIGSTOP)
     try:
         yield
     finally:
-        for pid, group in zip(pids, groups):
-            os.killpg(group, signal.SIGCONT) if group is not None else os.kill(pid, signal.SIGCONT)
+        for pid in pids:
+            signal_broker(pid, signal.SIGCONT)
+
+
+def signal_broker(pid: int, number: int) -> None:
+    """Signal a broker: its whole process group when it leads one (RabbitMQ's shell and beam), else the process."""
+    if os.getpgid(pid) == pid:
+        os.killpg(pid, number)
+    else:
+        os.kill(pid, number)
+
 
 if __name__ == "__main__":
     main()

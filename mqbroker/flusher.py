@@ -6,7 +6,7 @@ reactor thread while a round runs; they are covered by the next round.
 
 Rounds run on their own thread rather than in Twisted's thread pool: a round is on the
 latency path of every acknowledged write, and a plain queue hand-off costs about 70 µs less
-per round than a pool job (measured on the 2-core CI machine).
+per round than a pool job (measured on the 2-core development machine).
 """
 
 from __future__ import annotations
