@@ -232,8 +232,10 @@ class Broker:
     def _replication_progress(self, partition_log: PartitionLog) -> None:
         """Something moved (an fsync, a follower, the ISR): advance the high watermark, wake readers."""
         leader = self._leader_of_log.get(partition_log)
-        if leader is None or leader.advance(self._leader_end(partition_log)):
+        if leader is None:
             self._wake_fetches(partition_log)  # a log nobody leads here is read up to its own durable end
+        else:
+            leader.advance(self._leader_end(partition_log), lambda: self._wake_fetches(partition_log))
 
     def _min_insync_replicas(self, topic: str) -> int:
         record = self._control.topic(topic)

@@ -7,6 +7,7 @@ class adds the waiting: an acks=all produce completes once the high watermark pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred
@@ -60,11 +61,13 @@ class LeaderPartition:
         self._fire_waiters()
         return waiter.deferred
 
-    def advance(self, leader_end_offset: int) -> bool:
-        """Recompute the high watermark; complete the waiters it passed. True when it moved."""
-        moved = self.replicas.advance_high_watermark(leader_end_offset)
+    def advance(self, leader_end_offset: int, readers_first: Callable[[], None]) -> None:
+        """Recompute the high watermark. When it moved, ``readers_first`` runs before the produce
+        waiters it passed complete: like Kafka, waiting fetches are answered before waiting
+        produces, so a consumer's copy does not queue behind the producers' acks."""
+        if self.replicas.advance_high_watermark(leader_end_offset):
+            readers_first()
         self._fire_waiters()
-        return moved
 
     def resign(self, error: errors.BrokerError) -> None:
         """Leadership moved: every waiting produce fails with ``error`` (the client retries at the new leader)."""

@@ -6,7 +6,9 @@ correlation id, ``receive`` reads what has arrived and returns the responses it 
 
 from __future__ import annotations
 
+import select
 import socket
+import ssl
 import time
 
 from mqbroker.client.security import ClientSecurity, sasl_steps
@@ -21,8 +23,10 @@ from mqbroker.protocols.native.messages import (
     SaslHandshakeRequest,
 )
 
-#: Bytes asked of the kernel per ``recv``: large, since fetch replies carry megabytes.
-_RECEIVE_BYTES = 4 * 1024 * 1024
+#: Bytes asked of the kernel per read: large, since fetch replies carry megabytes. Reads go into
+#: one buffer per connection, reused: a fresh buffer per ``recv`` of this size costs an mmap, an
+#: mremap and a munmap on every read, several times per message at low rates.
+_RECEIVE_BYTES = 1024 * 1024
 
 
 class BrokerUnavailableError(BrokerError):
@@ -50,6 +54,7 @@ class BlockingConnection:
         except OSError as error:
             raise BrokerUnavailableError(f"cannot connect to broker {host}:{port}: {error}") from error
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._received = memoryview(bytearray(_RECEIVE_BYTES))
         if security is not None and security.ssl_context is not None:
             try:  # the server's certificate must name ``host`` (checked by the context)
                 self.socket = security.ssl_context.wrap_socket(self.socket, server_hostname=host)
@@ -57,6 +62,7 @@ class BlockingConnection:
                 self.socket.close()
                 raise BrokerUnavailableError(f"TLS handshake with {host}:{port} failed: {error}") from error
         self.address = f"{host}:{port}"
+        self._timeout_s = timeout_s
         self.codec = ClientConnection(client_id)
         versions = self.request(ApiVersionsRequest(), timeout_s)
         assert isinstance(versions, ApiVersionsResponse)
@@ -81,22 +87,37 @@ class BlockingConnection:
         """Write ``request``; return its correlation id."""
         correlation_id, data = self.codec.send_request(request)
         try:
-            self.socket.sendall(data)
+            if self.socket.gettimeout() == 0.0:
+                self._send_without_blocking(data)
+            else:
+                self.socket.sendall(data)
         except OSError as error:
             raise BrokerUnavailableError(f"lost connection to {self.address}: {error}") from error
         return correlation_id
 
+    def _send_without_blocking(self, data: bytes) -> None:
+        """``sendall`` for a non-blocking socket (the producer's I/O thread), whose ``sendall``
+        would give up half-way through a request as soon as the send buffer is full."""
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self.socket.send(view):]
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                _, writable, _ = select.select([], [self.socket], [], self._timeout_s)
+                if not writable:
+                    raise TimeoutError(f"the send buffer stayed full for {self._timeout_s}s") from None
+
     def receive(self) -> list[ResponseReceived]:
         """Read once (blocking up to the socket timeout); return the responses completed."""
         try:
-            data = self.socket.recv(_RECEIVE_BYTES)
+            count = self.socket.recv_into(self._received)
         except TimeoutError:
             return []
         except OSError as error:
             raise BrokerUnavailableError(f"lost connection to {self.address}: {error}") from error
-        if not data:
+        if not count:
             raise BrokerUnavailableError(f"broker {self.address} closed the connection")
-        events = self.codec.receive_data(data)
+        events = self.codec.receive_data(self._received[:count])  # the codec copies what it keeps
         responses: list[ResponseReceived] = []
         for event in events:
             if isinstance(event, ConnectionFailed):
@@ -115,14 +136,16 @@ class BlockingConnection:
         requests that complete meanwhile are dropped: use this only when nothing else is in flight.
         """
         deadline = time.monotonic() + timeout_s
+        wait_s = timeout_s
         while True:
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
-            self.socket.settimeout(remaining_s)
+            if self.socket.gettimeout() != wait_s:  # setting it is a syscall: skip it when unchanged
+                self.socket.settimeout(wait_s)
             for event in self.receive():
                 if event.correlation_id == correlation_id:
                     return raise_for_error_response(event.response)
+            wait_s = deadline - time.monotonic()
+            if wait_s <= 0:
+                raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
 
     def close(self) -> None:
         """Close the socket."""

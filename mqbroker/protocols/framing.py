@@ -39,7 +39,7 @@ class LengthPrefixedFrames:
         """Bytes received but not yet returned as a frame."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | memoryview) -> list[bytes]:
         """Add ``data``; return the frame bodies it completes. Raises ``FrameTooLarge``."""
         buffer = self._buffer
         buffer += data

@@ -190,7 +190,7 @@ class ClientConnection:
             self._inflight[correlation_id] = (api_key, version)
         return correlation_id, data
 
-    def receive_data(self, data: bytes) -> list[ResponseReceived | ConnectionFailed]:
+    def receive_data(self, data: bytes | memoryview) -> list[ResponseReceived | ConnectionFailed]:
         """Feed received bytes; return the responses they complete, in arrival order."""
         if self.state is ConnectionState.FAILED:
             return []

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, FirstError, gatherResults, maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -22,7 +22,7 @@ from mqbroker import errors, limits
 from mqbroker.groups import messages as groups
 from mqbroker.groups.model import TopicPartition
 from mqbroker.interfaces import IBroker
-from mqbroker.model import ANONYMOUS, FetchPosition, Principal, TopicSpec
+from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult, Principal, TopicSpec
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native import messages as m
@@ -58,6 +58,25 @@ async def _settle(deferred: Deferred[Any]) -> tuple[Any, BaseException | None]:
         return None, error
 
 
+def _settled(deferred: Deferred[Any]) -> Deferred[tuple[Any, BaseException | None]]:
+    """``_settle`` for callback code: fires with (result, None) or (None, the broker error)."""
+    return deferred.addCallbacks(lambda result: (result, None), _broker_error)
+
+
+def _broker_error(failure: Failure) -> tuple[None, BaseException]:
+    failure.trap(errors.BrokerError)
+    return None, failure.value
+
+
+def _gathered(deferreds: list[Deferred[Any]]) -> Deferred[list[Any]]:
+    """All results, in order; the first unexpected failure fails the whole (one Deferred needs no list)."""
+    if len(deferreds) == 1:
+        return deferreds[0].addCallback(lambda result: [result])
+    return gatherResults(deferreds, consumeErrors=True).addErrback(
+        lambda failure: failure.value.subFailure if failure.check(FirstError) else failure
+    )
+
+
 # -- one coroutine per API -----------------------------------------------------------------
 
 
@@ -90,32 +109,41 @@ async def handle_metadata(broker: IBroker, principal: Principal, request: m.Meta
     )
 
 
-async def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequest) -> Any:
-    """Append each partition's batches; all appends happen before the first await (ordering)."""
-    pending = [
-        (topic.name, partition.partition_index,
-         broker.produce(principal, topic.name, partition.partition_index, partition.records,
-                        request.acks, request.timeout_ms))
+def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequest) -> Deferred[Any]:
+    """Append each partition's batches (all before anything waits, which keeps their order);
+    answer once each partition is acknowledged. Plain Deferreds, no coroutine: this is the hot path."""
+    answers = [
+        _settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
+                                request.acks, request.timeout_ms)).addCallback(_produce_result, topic.name,
+                                                                               partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
     ]
-    results: dict[str, list[m.ProducePartitionResult]] = {}
-    for topic_name, partition_index, appended in pending:
-        result, error = await _settle(appended)
-        code, message = _code(error)
-        results.setdefault(topic_name, []).append(m.ProducePartitionResult(
-            partition_index=partition_index, error_code=code, error_message=message,
-            base_offset=result.base_offset if result else -1,
-            log_append_time_ms=-1,
-            log_start_offset=result.log_start_offset if result else -1,
-        ))
+    return _gathered(answers).addCallback(_produce_response)
+
+
+def _produce_result(settled: tuple[Any, BaseException | None], topic: str, partition: int) -> tuple[str, Any]:
+    result, error = settled
+    code, message = _code(error)
+    return topic, m.ProducePartitionResult(
+        partition_index=partition, error_code=code, error_message=message,
+        base_offset=result.base_offset if result else -1,
+        log_append_time_ms=-1,
+        log_start_offset=result.log_start_offset if result else -1,
+    )
+
+
+def _produce_response(answers: list[tuple[str, m.ProducePartitionResult]]) -> m.ProduceResponse:
+    by_topic: dict[str, list[m.ProducePartitionResult]] = {}
+    for topic, result in answers:
+        by_topic.setdefault(topic, []).append(result)
     return m.ProduceResponse(topics=tuple(
-        m.ProduceTopicResult(name=name, partitions=tuple(partitions)) for name, partitions in results.items()
+        m.ProduceTopicResult(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()
     ))
 
 
-async def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest) -> Any:
-    """Long-poll read of whole batches."""
+def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest) -> Deferred[Any]:
+    """Long-poll read of whole batches (plain Deferreds, like produce)."""
     positions = [
         FetchPosition(topic=topic.name, partition=p.partition_index, offset=p.fetch_offset, max_bytes=p.partition_max_bytes,
                       current_leader_epoch=p.current_leader_epoch, last_fetched_epoch=p.last_fetched_epoch)
@@ -123,10 +151,14 @@ async def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRe
         for p in topic.partitions
     ]
     if request.replica_id >= 0:  # a follower broker replicating (reads past the high watermark, reports divergence)
-        fetched = await broker.replica_fetch(principal, request.replica_id, positions, request.max_wait_ms,
-                                             request.min_bytes, request.max_bytes)
+        fetched = broker.replica_fetch(principal, request.replica_id, positions, request.max_wait_ms,
+                                       request.min_bytes, request.max_bytes)
     else:
-        fetched = await broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
+        fetched = broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
+    return fetched.addCallback(_fetch_response)
+
+
+def _fetch_response(fetched: list[FetchResult]) -> m.FetchResponse:
     by_topic: dict[str, list[m.FetchPartitionResult]] = {}
     for result in fetched:
         code, message = _code(result.error)
@@ -559,7 +591,7 @@ class NativeSession:
             return
         started = time.perf_counter()
         _client_id.set(header.client_id)
-        answered = Deferred.fromCoroutine(handler(self._broker, principal, request))
+        answered = maybeDeferred(handler, self._broker, principal, request)  # produce/fetch: Deferreds; others: coroutines
         if header.api_key == m.ApiKey.PRODUCE and request.acks == 0:
             answered.addCallback(self._throttle_then, principal, header, request, None, lambda: None)
             answered.addErrback(self._log_unexpected, header)
