@@ -25,7 +25,6 @@ Fetch response costs a few steps per partition and nothing per record.
 from __future__ import annotations
 
 import dataclasses
-import operator
 import struct
 import types
 import typing
