@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqbroker.affinity import parse_cpu_list
 from mqbroker.quotas import parse_quota_overrides
 
 TOPIC_DEFAULT_PREFIX = "log."
@@ -52,6 +53,8 @@ class BrokerConfig:
     connection_idle_ms: int = 600_000
     native_frame_bytes_max: int = 16 * 1024 * 1024
     shutdown_timeout_ms: int = 10_000
+    #: CPUs every broker thread runs on, as a Linux CPU list ("0", "0-1"); empty: wherever the OS puts them.
+    cpu_affinity: str = ""
     #: Consumer groups (Kafka's group.* and offsets.* broker settings).
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -176,6 +179,11 @@ def _check_value(key: str, value: Any) -> None:
             raise ConfigError(f"configuration key 'quotas.overrides': {error}") from None
     elif key.startswith("quotas_") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
+    if key == "cpu_affinity" and value:
+        try:
+            parse_cpu_list(value)
+        except ValueError as error:
+            raise ConfigError(f"configuration key 'cpu_affinity': {error}") from None
     if key == "node_id" and value < 0:
         raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")
 

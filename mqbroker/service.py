@@ -31,6 +31,7 @@ from twisted.python.threadpool import ThreadPool
 from mqbroker import __version__
 from mqbroker.broker import Broker
 from mqbroker.topic_config import log_config_for
+from mqbroker.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig
 from mqbroker.controlplane import ControlPlane
 from mqbroker.fetcher import ReplicaFetcher
@@ -90,6 +91,9 @@ class BrokerService(MultiService):
         self.listening_ports: dict[str, Any] = {}
 
     def startService(self) -> None:
+        if self.config.cpu_affinity:  # first, so that every thread started below inherits the mask
+            pin_all_threads(parse_cpu_list(self.config.cpu_affinity))
+            self.log.info("broker threads run on CPU(s) {cpus} (cpu_affinity)", cpus=self.config.cpu_affinity)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log.info("mqbroker {version} starting: node {node_id}, data directory {data_dir}",
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))

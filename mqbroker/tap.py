@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any
 
 from twisted.application.service import IService
 from twisted.python import usage
 
+from mqbroker.affinity import parse_cpu_list, unavailable_cpus
 from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml
 
 #: (option, config key, help) for the options of DESIGN §7; each maps onto a config key.
@@ -75,7 +77,12 @@ def load_config(options: dict[str, Any]) -> BrokerConfig:
     for option, key, _ in CONFIG_OPTIONS:
         if options.get(option) is not None:
             settings[key] = options[option]
-    return build_config(settings, validate_topic_defaults=validate_topic_defaults)
+    config = build_config(settings, validate_topic_defaults=validate_topic_defaults)
+    unavailable = unavailable_cpus(parse_cpu_list(config.cpu_affinity)) if config.cpu_affinity else []
+    if unavailable:
+        raise ConfigError(f"configuration key 'cpu_affinity': CPU(s) {unavailable} are not available on this machine "
+                          f"(it offers {sorted(os.sched_getaffinity(0))})")
+    return config
 
 
 def makeService(options: Options) -> IService:

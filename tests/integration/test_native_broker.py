@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 import re
 import struct
 import subprocess
@@ -209,6 +211,23 @@ def test_a_bad_configuration_value_stops_start_up_naming_the_key(tmp_path) -> No
                              "--set", "log.retention.ms=soon"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "retention.ms" in result.stdout + result.stderr
+
+
+def test_cpu_affinity_keeps_every_broker_thread_on_the_chosen_cpu(tmp_path) -> None:
+    cpu = min(os.sched_getaffinity(0))
+    process = BrokerProcess(data_dir=tmp_path / "data", extra_args=["--set", f"cpu_affinity={cpu}"])
+    process.start()
+    try:
+        _metadata_works(process)  # the fsync thread and the background pool have started by now
+        assert process.process is not None
+        tasks = pathlib.Path(f"/proc/{process.process.pid}/task")
+        masks = {task.name: re.search(r"^Cpus_allowed_list:\s*(\S+)$", (task / "status").read_text(), re.M).group(1)
+                 for task in tasks.iterdir()}
+        assert len(masks) >= 3  # reactor, fsync thread, background pool
+        assert set(masks.values()) == {str(cpu)}
+        assert f"broker threads run on CPU(s) {cpu}" in process.log_text()
+    finally:
+        process.kill()
 
 
 def test_a_port_in_use_stops_start_up(tmp_path) -> None:

@@ -1,6 +1,10 @@
 """Broker configuration: precedence, validation, and errors that name the key."""
 
+import os
+
 import pytest
+
+from mqbroker.affinity import parse_cpu_list
 
 from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml
 from mqbroker.storage.config import LogConfig
@@ -39,6 +43,8 @@ def test_unknown_key_is_refused_by_name() -> None:
         ({"default_partitions": 0}, "default_partitions"),
         ({"log.retention.mss": "1"}, "retention.mss"),
         ({"log.flush.policy": "sometimes"}, "flush.policy"),
+        ({"cpu_affinity": "first"}, "cpu_affinity"),
+        ({"cpu_affinity": "3-1"}, "cpu_affinity"),
     ],
 )
 def test_bad_values_are_refused_with_the_key_named(settings, named) -> None:
@@ -68,3 +74,16 @@ def test_help_lists_every_option_of_the_design() -> None:
     for option in ("--config", "--data-dir", "--node-id", "--host", "--native-port", "--mqtt-port",
                    "--amqp-port", "--http-port", "--controller-port", "--controller-quorum", "--set"):
         assert option in text
+
+
+@pytest.mark.parametrize(("text", "cpus"), [("0", {0}), ("0,2", {0, 2}), ("1-3", {1, 2, 3}), (" 0 , 4-5", {0, 4, 5})])
+def test_cpu_lists_read_like_linux_cpu_lists(text, cpus) -> None:
+    assert parse_cpu_list(text) == cpus
+
+
+def test_a_cpu_this_machine_lacks_is_refused_by_name() -> None:
+    from twisted.python import usage
+
+    missing = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(usage.UsageError, match=rf"cpu_affinity.*\[{missing}\]"):
+        Options().parseOptions(["--set", f"cpu_affinity={missing}"])
