@@ -23,7 +23,8 @@ class _AckWaiter:
     offset: int
     min_insync_replicas: int
     deferred: Deferred[None]
-    timer: IDelayedCall | None = None
+    #: When it times out, in the clock's seconds.
+    deadline: float
 
 
 class LeaderPartition:
@@ -42,6 +43,9 @@ class LeaderPartition:
                                        high_watermark=high_watermark, now_ms=now_ms)
         self._clock = clock
         self._waiters: list[_AckWaiter] = []
+        #: One timer for the earliest waiter deadline, not one per produce: nearly every waiter
+        #: completes long before its timeout, and timers cost on every produce.
+        self._timer: IDelayedCall | None = None
 
     @property
     def high_watermark(self) -> int:
@@ -55,10 +59,13 @@ class LeaderPartition:
 
     def wait_for_high_watermark(self, offset: int, min_insync_replicas: int, timeout_ms: int) -> Deferred[None]:
         """Fire once the high watermark passes ``offset``; fail on a too small ISR or the timeout."""
-        waiter = _AckWaiter(offset=offset, min_insync_replicas=min_insync_replicas, deferred=Deferred())
+        deadline = self._clock.seconds() + timeout_ms / 1000.0
+        waiter = _AckWaiter(offset=offset, min_insync_replicas=min_insync_replicas, deferred=Deferred(),
+                            deadline=deadline)
         self._waiters.append(waiter)
-        waiter.timer = self._clock.callLater(timeout_ms / 1000.0, self._timed_out, waiter)
         self._fire_waiters()
+        if not waiter.deferred.called:
+            self._arm_timer(deadline)
         return waiter.deferred
 
     def advance(self, leader_end_offset: int, readers_first: Callable[[], None]) -> None:
@@ -72,6 +79,9 @@ class LeaderPartition:
     def resign(self, error: errors.BrokerError) -> None:
         """Leadership moved: every waiting produce fails with ``error`` (the client retries at the new leader)."""
         waiters, self._waiters = self._waiters, []
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
         for waiter in waiters:
             self._finish(waiter, error)
 
@@ -92,19 +102,31 @@ class LeaderPartition:
             else:
                 self._finish(waiter, None)
 
-    def _timed_out(self, waiter: _AckWaiter) -> None:
-        if waiter in self._waiters:
-            self._waiters.remove(waiter)
-            waiter.timer = None
+    def _arm_timer(self, deadline: float) -> None:
+        """Make the timer fire by ``deadline`` (it may fire earlier, for an earlier waiter)."""
+        if self._timer is not None and self._timer.active():
+            if self._timer.getTime() <= deadline:
+                return
+            self._timer.cancel()
+        self._timer = self._clock.callLater(max(0.0, deadline - self._clock.seconds()), self._expire)
+
+    def _expire(self) -> None:
+        """Fail the waiters whose deadline passed; wait for the next deadline."""
+        self._timer = None
+        now = self._clock.seconds()
+        expired = [waiter for waiter in self._waiters if waiter.deadline <= now]
+        if expired:
+            self._waiters = [waiter for waiter in self._waiters if waiter.deadline > now]
+        for waiter in expired:
             self._finish(waiter, errors.RequestTimedOutError(
                 f"{self.name}: the in-sync replicas did not confirm offset {waiter.offset} in time "
                 f"(high watermark {self.high_watermark}, ISR {sorted(self.replicas.isr)})"
             ))
+        if self._waiters:
+            self._arm_timer(min(waiter.deadline for waiter in self._waiters))
 
     @staticmethod
     def _finish(waiter: _AckWaiter, error: errors.BrokerError | None) -> None:
-        if waiter.timer is not None and waiter.timer.active():
-            waiter.timer.cancel()
         if error is None:
             waiter.deferred.callback(None)
         else:

@@ -71,6 +71,8 @@ class _ResponseEnvelope:
     error_message: str | None
 
 
+#: ApiKey by number (a dict lookup costs a fraction of calling the enum, on every request).
+_API_KEYS: dict[int, ApiKey] = {int(key): key for key in ApiKey}
 _HEADER = compile_message(RequestHeader)
 _ENVELOPE = compile_message(_ResponseEnvelope)
 _REQUEST_CODECS: dict[ApiKey, MessageCodec] = {key: compile_message(api.request_type) for key, api in APIS.items()}
@@ -124,13 +126,12 @@ def decode_request(body: bytes) -> tuple[RequestHeader, Any]:
     """
     view = memoryview(body)
     raw_header, position = decode_value(_HEADER, view, 0, "request header")
-    try:
-        api_key = ApiKey(raw_header.api_key)
-    except ValueError:
+    api_key = _API_KEYS.get(raw_header.api_key)
+    if api_key is None:
         raise UnknownApiKeyError(
             f"API key {raw_header.api_key} is unknown; ask ApiVersions which APIs the broker supports",
             raw_header,
-        ) from None
+        )
     header = RequestHeader(
         api_key=api_key,
         api_version=raw_header.api_version,
@@ -167,7 +168,7 @@ def encode_response(correlation_id: int, api_key: int, version: int, response: A
         )
         encode_into(_ENVELOPE, envelope, parts)
         return _framed(parts)
-    known_key = ApiKey(api_key)
+    known_key = _API_KEYS[api_key]
     if type(response) is not APIS[known_key].response_type:
         raise LocalProtocolError(f"{type(response).__name__} is not a {known_key.name} response")
     assert _check_version(known_key, version), "answering a version the codec refused"

@@ -574,7 +574,7 @@ class NativeSession:
         self._connection.close()
 
     def _start(self, header: RequestHeader, request: Any) -> None:
-        api_key = m.ApiKey(header.api_key)
+        api_key = header.api_key  # the codec decoded it to an ApiKey
         principal = self._principal
         if self._security is not None:
             try:
