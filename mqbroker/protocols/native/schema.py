@@ -16,8 +16,8 @@ annotation                             wire form (all integers big-endian)
 another message dataclass              its fields in declaration order
 =====================================  ==========================================================
 
-``compile_message(cls)`` turns a dataclass into a ``MessageCodec`` once; encoding then walks
-precompiled steps. Runs of adjacent fixed-width fields are packed with a single ``struct``, and
+``compile_message(cls)`` turns a dataclass into a ``MessageCodec`` once, generating straight-line
+encode and decode functions. Runs of adjacent fixed-width fields are packed with a single ``struct``, and
 ``Records`` decode as zero-copy ``memoryview`` slices of the frame, so a Produce request or a
 Fetch response costs a few steps per partition and nothing per record.
 """
