@@ -11,7 +11,7 @@ import contextvars
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from twisted.internet.defer import Deferred, FirstError, gatherResults, maybeDeferred
@@ -50,17 +50,14 @@ def _code(error: BaseException | None) -> tuple[int, str | None]:
     return int(errors.ErrorCode.UNKNOWN_SERVER_ERROR), "internal error; see the broker log"
 
 
-async def _settle(deferred: Deferred[Any]) -> tuple[Any, BaseException | None]:
-    """Await ``deferred``; return (result, None) or (None, the broker error it failed with)."""
-    try:
-        return await deferred, None
-    except errors.BrokerError as error:
-        return None, error
-
-
 def _settled(deferred: Deferred[Any]) -> Deferred[tuple[Any, BaseException | None]]:
-    """``_settle`` for callback code: fires with (result, None) or (None, the broker error)."""
+    """Fires with (result, None) or (None, the broker error ``deferred`` failed with)."""
     return deferred.addCallbacks(lambda result: (result, None), _broker_error)
+
+
+async def _settle(deferred: Deferred[Any]) -> tuple[Any, BaseException | None]:
+    """``_settled`` for the coroutine handlers."""
+    return await _settled(deferred)
 
 
 def _broker_error(failure: Failure) -> tuple[None, BaseException]:
@@ -134,12 +131,15 @@ def _produce_result(settled: tuple[Any, BaseException | None], topic: str, parti
 
 
 def _produce_response(answers: list[tuple[str, m.ProducePartitionResult]]) -> m.ProduceResponse:
-    by_topic: dict[str, list[m.ProducePartitionResult]] = {}
+    return m.ProduceResponse(topics=_per_topic(m.ProduceTopicResult, answers))
+
+
+def _per_topic(topic_result: Callable[..., Any], answers: Iterable[tuple[str, Any]]) -> tuple[Any, ...]:
+    """(topic, partition result) pairs grouped into topic results, topics in first-seen order."""
+    by_topic: dict[str, list[Any]] = {}
     for topic, result in answers:
         by_topic.setdefault(topic, []).append(result)
-    return m.ProduceResponse(topics=tuple(
-        m.ProduceTopicResult(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()
-    ))
+    return tuple(topic_result(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items())
 
 
 def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest) -> Deferred[Any]:
@@ -159,18 +159,18 @@ def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest)
 
 
 def _fetch_response(fetched: list[FetchResult]) -> m.FetchResponse:
-    by_topic: dict[str, list[m.FetchPartitionResult]] = {}
-    for result in fetched:
-        code, message = _code(result.error)
-        by_topic.setdefault(result.topic, []).append(m.FetchPartitionResult(
-            partition_index=result.partition, error_code=code, error_message=message,
-            high_watermark=result.high_watermark, last_stable_offset=result.high_watermark,
-            log_start_offset=result.log_start_offset, records=result.records,
-            diverging_epoch=result.diverging_epoch, diverging_end_offset=result.diverging_end_offset,
-        ))
-    return m.FetchResponse(topics=tuple(
-        m.FetchTopicResult(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()
-    ))
+    answers = ((result.topic, _fetch_result(result)) for result in fetched)
+    return m.FetchResponse(topics=_per_topic(m.FetchTopicResult, answers))
+
+
+def _fetch_result(result: FetchResult) -> m.FetchPartitionResult:
+    code, message = _code(result.error)
+    return m.FetchPartitionResult(
+        partition_index=result.partition, error_code=code, error_message=message,
+        high_watermark=result.high_watermark, last_stable_offset=result.high_watermark,
+        log_start_offset=result.log_start_offset, records=result.records,
+        diverging_epoch=result.diverging_epoch, diverging_end_offset=result.diverging_end_offset,
+    )
 
 
 async def handle_list_offsets(broker: IBroker, principal: Principal, request: m.ListOffsetsRequest) -> Any:
