@@ -14,8 +14,9 @@ Authorization stays with the original principal: a forwarded call is authorized 
 handed to the local broker, which reports the refusal as usual. The leader sees the
 inter-broker principal (anonymous on plaintext, the broker certificate's principal under
 ``security.inter_broker_tls``), which must be allowed to do what the front ends do.
-A forwarded call that meets NOT_LEADER_OR_FOLLOWER or an unreachable leader is routed again
-from the (by then refreshed) local image until its deadline.
+A produce, list-offset or delete-records call that meets NOT_LEADER_OR_FOLLOWER (locally or
+at a leader) or an unreachable leader is routed again from the (by then refreshed) local image
+until its deadline.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -110,26 +110,33 @@ class RoutingBroker:
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
 
-    async def _rerouting(self, deadline_ms: int, attempt: Callable[[], Deferred[Any]]) -> Any:
-        """Run ``attempt`` (which routes afresh each time) until it succeeds, fails otherwise, or time is up."""
-        while True:
-            try:
-                return await attempt()
-            except REROUTABLE_ERRORS:
-                if self._now_ms() + REROUTE_BACKOFF_S * 1000 >= deadline_ms:
-                    raise
-            await deferLater(self._clock, REROUTE_BACKOFF_S, lambda: None)
+    def _routed(self, deadline_ms: int, attempt: Callable[[], Deferred[Any]]) -> Deferred[Any]:
+        """Run ``attempt`` (which routes afresh each time) until it succeeds, fails otherwise, or time is up.
+
+        Local calls are retried too: right after a leader change the image can name this broker a
+        moment before its partition leads (or after it stopped), and the local broker says NOT_LEADER.
+        """
+        outcome: Deferred[Any] = Deferred()
+
+        def run() -> None:
+            attempt().addCallbacks(outcome.callback, retry_or_fail)
+
+        def retry_or_fail(failure: Failure) -> None:
+            if failure.check(*REROUTABLE_ERRORS) and self._now_ms() + REROUTE_BACKOFF_S * 1000 < deadline_ms:
+                self._clock.callLater(REROUTE_BACKOFF_S, run)
+            else:
+                outcome.errback(failure)
+
+        run()
+        return outcome
 
     # -- produce ---------------------------------------------------------------------------
 
     def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
                 timeout_ms: int) -> Deferred[ProduceResult]:
         """Append at the partition's leader; see ``IBroker.produce``."""
-        if self.route(principal, Operation.WRITE, topic, partition) is None:
-            return self.local.produce(principal, topic, partition, records, acks, timeout_ms)
         deadline_ms = self._now_ms() + (timeout_ms if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT)
-        return Deferred.fromCoroutine(self._rerouting(
-            deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks, timeout_ms)))
+        return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks, timeout_ms))
 
     def _produce_once(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
                       timeout_ms: int) -> Deferred[ProduceResult]:
@@ -179,10 +186,8 @@ class RoutingBroker:
     def list_offset(self, principal: Principal, topic: str, partition: int,
                     timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
         """Ask the partition's leader; see ``IBroker.list_offset``."""
-        if self.route(principal, Operation.DESCRIBE, topic, partition) is None:
-            return self.local.list_offset(principal, topic, partition, timestamp_ms)
-        return Deferred.fromCoroutine(self._rerouting(
-            self._now_ms() + REROUTE_DEADLINE_MS, lambda: self._list_offset_once(principal, topic, partition, timestamp_ms)))
+        return self._routed(self._now_ms() + REROUTE_DEADLINE_MS,
+                            lambda: self._list_offset_once(principal, topic, partition, timestamp_ms))
 
     def _list_offset_once(self, principal: Principal, topic: str, partition: int,
                           timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
@@ -195,11 +200,8 @@ class RoutingBroker:
 
     def delete_records(self, principal: Principal, topic: str, partition: int, before_offset: int) -> Deferred[int]:
         """Advance the log start at the partition's leader; see ``IBroker.delete_records``."""
-        if self.route(principal, Operation.DELETE, topic, partition) is None:
-            return self.local.delete_records(principal, topic, partition, before_offset)
-        return Deferred.fromCoroutine(self._rerouting(
-            self._now_ms() + REROUTE_DEADLINE_MS,
-            lambda: self._delete_records_once(principal, topic, partition, before_offset)))
+        return self._routed(self._now_ms() + REROUTE_DEADLINE_MS,
+                            lambda: self._delete_records_once(principal, topic, partition, before_offset))
 
     def _delete_records_once(self, principal: Principal, topic: str, partition: int, before_offset: int) -> Deferred[int]:
         leader = self.route(principal, Operation.DELETE, topic, partition)

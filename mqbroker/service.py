@@ -89,6 +89,8 @@ class BrokerService(MultiService):
         #: Forwards the MQTT and AMQP front ends' partition calls to the other brokers' leaders.
         self.peers: PeerConnections | None = None
         self.listening_ports: dict[str, Any] = {}
+        #: The front ends that replay state before they serve (``startup.StartedSignal``); ``/ready`` waits for them.
+        self._front_end_starts: list[Any] = []
 
     def startService(self) -> None:
         if self.config.cpu_affinity:  # first, so that every thread started below inherits the mask
@@ -246,6 +248,8 @@ class BrokerService(MultiService):
                 continue
             served = broker if getattr(front_end, "clients_route", False) else routing
             factory = front_end.build_factory(served, context)
+            if getattr(factory, "started", None) is not None:
+                self._front_end_starts.append(factory.started)
             if port:
                 self._listen(front_end.name, port, factory)
             if tls_port:
@@ -304,8 +308,9 @@ class BrokerService(MultiService):
         self.log.info("mqbroker stopped cleanly (clean-shutdown marker written)")
 
     def is_ready(self) -> bool:
-        """True once the logs are open and the listeners are up."""
-        return self.running and self.broker is not None and self.control is not None and self.control.caught_up
+        """True once the logs are open, the listeners are up and the front ends have replayed their state."""
+        return (self.running and self.broker is not None and self.control is not None and self.control.caught_up
+                and all(signal.started for signal in self._front_end_starts))
 
 
 def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:

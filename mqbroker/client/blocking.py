@@ -761,8 +761,9 @@ class _AdminCalls:
             raise
 
     def leader(self, topic: str, partition: int, request: object) -> object:
+        """Send ``request`` to the partition's leader, looked up again if unknown or shown stale."""
         node_id = self.cluster.view.leader(topic, partition)
-        if node_id < 0:
+        if node_id < 0 or topic in self.cluster.view.stale_topics:  # stale: a NOT_LEADER reply, see ``retrying``
             self.cluster.refresh([topic], auto_create=False)
             node_id = self.cluster.view.leader(topic, partition)
             if node_id < 0:

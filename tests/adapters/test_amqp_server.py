@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
@@ -14,15 +13,19 @@ from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.amqp import codec, spec
 from mqbroker.protocols.amqp.queues import BatchStored, ConsumerKey
 from mqbroker.protocols.amqp.server import AmqpSession
+from mqbroker.protocols.amqp.spec import ReplyCode
+from mqbroker.protocols.startup import READY_WAIT_S, StartedSignal
 
 
 class FakeVirtualHost:
     """Just what a session uses of the virtual host when it only publishes: every publish is
     routed to one queue, whose batches the test settles by hand."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, started: bool = True) -> None:
         self.clock = clock
-        self.ready: Deferred[None] = succeed(None)
+        self.started = StartedSignal(clock, "AMQP front end")
+        if started:
+            self.started.fire()
         self.queues: dict[str, Any] = {}
         self.batches: list[BatchStored] = []
         self.stored: list[bytes] = []
@@ -45,9 +48,10 @@ class FakeVirtualHost:
 class Client:
     """A session behind the generic adapter on a StringTransport, driven with encoded frames."""
 
-    def __init__(self, heartbeat_s: int = 0, capabilities: dict[str, Any] | None = None) -> None:
+    def __init__(self, heartbeat_s: int = 0, capabilities: dict[str, Any] | None = None,
+                 vhost_started: bool = True) -> None:
         self.clock = Clock()
-        self.vhost = FakeVirtualHost(self.clock)
+        self.vhost = FakeVirtualHost(self.clock, vhost_started)
         self.session = AmqpSession(self.vhost, self.clock)  # type: ignore[arg-type]
         self.protocol = CodecProtocol(self.session, None)
         self.transport = StringTransport()
@@ -56,7 +60,13 @@ class Client:
         self.send_bytes(spec.PROTOCOL_HEADER)
         self.send(0, spec.ConnectionStartOk(client_properties={"capabilities": capabilities or {}},
                                             mechanism="PLAIN", response=b"\0guest\0guest"))
-        self.send(0, spec.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=heartbeat_s))
+        self.heartbeat_s = heartbeat_s
+        if vhost_started:
+            self.open()
+
+    def open(self) -> None:
+        """The rest of the handshake, once the broker has sent Connection.Tune; then channel 1."""
+        self.send(0, spec.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=self.heartbeat_s))
         self.send(0, spec.ConnectionOpen(virtual_host="/"))
         self.send(1, spec.ChannelOpen())
         assert spec.ChannelOpenOk() in self.methods()
@@ -91,6 +101,23 @@ def test_heartbeats_are_sent_when_idle_and_a_silent_client_is_dropped() -> None:
     assert client.transport.disconnecting
     client.protocol.connectionLost(None)
     assert client.vhost.gone == [client.session.session_id]
+
+
+def test_a_connection_waits_for_the_virtual_host_to_start_and_is_then_served() -> None:
+    client = Client(vhost_started=False)
+    assert not any(isinstance(method, spec.ConnectionTune) for method in client.methods())
+    client.clock.advance(READY_WAIT_S / 2)
+    client.vhost.started.fire()
+    assert any(isinstance(method, spec.ConnectionTune) for method in client.methods())
+    client.open()
+
+
+def test_a_connection_is_closed_with_320_if_the_virtual_host_does_not_start_in_time() -> None:
+    client = Client(vhost_started=False)
+    client.clock.advance(READY_WAIT_S)
+    [close] = [method for method in client.methods() if isinstance(method, spec.ConnectionClose)]
+    assert close.reply_code == ReplyCode.CONNECTION_FORCED
+    assert "AMQP front end has not finished starting within 5 s" in close.reply_text
 
 
 def test_client_heartbeats_keep_the_connection_open() -> None:

@@ -33,7 +33,7 @@ class EmptyLogBroker:
 def _host_with_changed_queue() -> tuple[VirtualHost, EmptyLogBroker, Clock]:
     broker, clock = EmptyLogBroker(), Clock()
     host = VirtualHost(broker, clock)
-    assert host.ready.called
+    assert host.started.started
     queue = host._add_queue(QueueDeclaration(name="work"), owner=None)
     host.state_changed(queue)  # e.g. an ack
     return host, broker, clock

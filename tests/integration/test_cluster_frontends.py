@@ -56,7 +56,15 @@ def _node(brokers: list[BrokerProcess], node_id: int) -> BrokerProcess:
 
 
 def _mqtt(broker: BrokerProcess, client_id: str = "", **options: Any) -> Client:
-    return _eventually(lambda: Client(SimpleNamespace(mqtt_port=broker.ports["mqtt"]), client_id, **options))
+    """A connected client (a CONNACK refusing it, e.g. while the front end still starts, is retried)."""
+    def connected() -> Client:
+        client = Client(SimpleNamespace(mqtt_port=broker.ports["mqtt"]), client_id, **options)
+        if client.connack_result[1] != 0:
+            client.disconnect()
+            raise AssertionError(f"CONNACK refused: {client.connack_result[1]}")
+        return client
+
+    return _eventually(connected)
 
 
 def test_qos1_publishes_on_one_broker_reach_a_subscriber_on_another(cluster: list[BrokerProcess]) -> None:

@@ -312,11 +312,15 @@ class Connection:
         ))
         return []
 
-    def authentication_failed(self, text: str, now_ms: int) -> list[Action]:
-        """The authenticator refused: close with 403 (capability authentication_failure_close)."""
+    def authentication_failed(self, text: str, now_ms: int, reply_code: ReplyCode = ReplyCode.ACCESS_REFUSED) -> list[Action]:
+        """The authenticator refused: close with 403 (capability authentication_failure_close).
+
+        A broker that cannot serve yet (its front end still starting) closes with 320
+        CONNECTION_FORCED instead, which clients read as "try again later".
+        """
         if self.state is not ConnectionState.AUTHENTICATING:
             return []
-        error = AmqpError(ReplyCode.ACCESS_REFUSED, text, class_id=10, method_id=11, connection_level=True)
+        error = AmqpError(reply_code, text, class_id=10, method_id=11, connection_level=True)
         return self._close_connection(error, now_ms)
 
     # --- errors and closing -------------------------------------------------------------

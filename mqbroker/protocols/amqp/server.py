@@ -242,10 +242,12 @@ class AmqpSession:
             self.flush()
 
         def unavailable(failure: Failure) -> None:
-            self._run(self.connection.authentication_failed("the AMQP front end is not ready", self._vhost.now_ms()))
+            message = failure.value.message if failure.check(errors.BrokerError) else "the AMQP front end is not ready"
+            self.log.warn("refusing an AMQP connection: {message}", message=message)
+            self._run(self.connection.authentication_failed(message, self._vhost.now_ms(), ReplyCode.CONNECTION_FORCED))
             self.flush()
 
-        self._vhost.ready.addCallbacks(accepted, unavailable)
+        self._vhost.started.wait().addCallbacks(accepted, unavailable)
 
     # --- broker-side methods ---------------------------------------------------------------
 
@@ -502,4 +504,5 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     security = getattr(context, "security", None)
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
     return SessionFactory(lambda address: AmqpSession(vhost, reactor, security), idle_timeout_s=None,
-                          metrics_gauge=gauge, no_delay=True, frame_timeout_s=getattr(context, "frame_timeout_s", None))
+                          metrics_gauge=gauge, no_delay=True, frame_timeout_s=getattr(context, "frame_timeout_s", None),
+                          started=vhost.started)

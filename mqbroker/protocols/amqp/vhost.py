@@ -16,6 +16,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
@@ -50,6 +51,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
+from mqbroker.protocols.startup import StartedSignal, start_with_retries
 from mqbroker.storage.records import BatchBuilder, decode_records, iter_batches
 
 Queue = ClassicQueue | StreamQueue
@@ -84,8 +86,9 @@ class VirtualHost:
         self._state_write: IDelayedCall | None = None
         self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
         self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
-        self.ready: Deferred[None] = Deferred.fromCoroutine(self._start())
-        self.ready.addErrback(self._start_failed)
+        #: Fires once the declarations are replayed; connections wait for it before Connection.OpenOk.
+        self.started = StartedSignal(reactor, "AMQP front end")
+        Deferred.fromCoroutine(self._start())
 
     def now_ms(self) -> int:
         """The reactor's clock in milliseconds."""
@@ -93,11 +96,19 @@ class VirtualHost:
 
     # --- start-up: replay the compacted topics ------------------------------------------------
 
-    def _start_failed(self, failure: Any) -> Any:
-        self.log.failure("AMQP virtual host could not replay its declarations", failure)
-        return failure
-
     async def _start(self) -> None:
+        """Replay the declarations, retried while the cluster is still forming (``start_with_retries``)."""
+        try:
+            await start_with_retries(self.reactor, self._load, self.log, "AMQP front end")
+        except Exception:
+            failure = Failure()
+            self.log.failure("AMQP virtual host could not replay its declarations", failure)
+            self.started.fire(failure)
+            return
+        self.started.fire()
+
+    async def _load(self) -> None:
+        """One start attempt: every read first, the virtual host's state changes only once all succeeded."""
         for topic in (METADATA_TOPIC, QUEUE_STATE_TOPIC, SOURCE_POSITIONS_TOPIC):
             spec_ = TopicSpec(name=topic, partitions=1, configs={"cleanup.policy": "compact"})
             try:
@@ -110,6 +121,9 @@ class VirtualHost:
                 declarations[record.key] = record.value
         snapshots = {record.key.decode("utf-8", "surrogateescape"): record.value
                      for record in await self._read_all(QUEUE_STATE_TOPIC) if record.key is not None}
+        stored_positions = {record.key.decode("utf-8", "surrogateescape"): decode_positions(record.value)
+                            for record in await self._read_all(SOURCE_POSITIONS_TOPIC)
+                            if record.key is not None and record.value is not None}
         queues, bindings = [], []
         for key, value in declarations.items():
             if value is None:
@@ -128,13 +142,13 @@ class VirtualHost:
         for binding in bindings:
             self.router.bind(binding)
             self._persisted_bindings.add(binding)
-        stored_positions = {record.key.decode("utf-8", "surrogateescape"): decode_positions(record.value)
-                            for record in await self._read_all(SOURCE_POSITIONS_TOPIC)
-                            if record.key is not None and record.value is not None}
-        await self._sync_sources(stored_positions)
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
                       exchanges=len(self._persisted_exchanges), queues=len(queues), bindings=len(bindings))
+        try:
+            await self._sync_sources(stored_positions)
+        except errors.BrokerError as error:  # only forgetting positions of gone sources failed: harmless, redone next start
+            self.log.warn("AMQP virtual host could not forget stale source positions: {error}", error=error)
 
     async def _read_all(self, topic: str) -> list[Any]:
         records: list[Any] = []

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol as TypingProtocol
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -37,6 +37,7 @@ from mqbroker.protocols.mqtt.retained import RetainedStore
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
+from mqbroker.protocols.startup import StartedSignal, start_with_retries
 from mqbroker.storage.records import BatchBuilder, Record, decode_records, iter_batches
 
 RETAINED_TOPIC = "__mqtt_retained"
@@ -177,7 +178,8 @@ class MqttHub:
         self._durable_sessions: set[str] = set()
         self._expiry_timers: dict[str, Any] = {}
         self._will_timers: dict[str, Any] = {}
-        self._ready_waiters: list[Deferred[None]] | None = []
+        #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
+        self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()
         self._sys_loop = LoopingCall(self.publish_sys)
         self._sys_loop.clock = reactor
@@ -191,34 +193,51 @@ class MqttHub:
     # ------------------------------------------------------------------ start-up
 
     async def start(self) -> None:
-        """Create the topics, replay retained messages and sessions, start the log readers."""
-        log_topics = self._log_topics()
-        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, {}) for t in log_topics]:
-            await self._ensure_topic(name, configs)
-        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
-        self._partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
-        async for record in self._replay(RETAINED_TOPIC):
-            self._replay_retained(record)
-        async for record in self._replay(SESSIONS_TOPIC):
-            self._replay_session(record)
-        for client_id, stored in self.offline.items():
-            self._start_expiry(client_id, stored)
-        for topic, count in self._partition_counts.items():
-            for partition in range(count):
-                await self._start_reader((topic, partition), LATEST_TIMESTAMP)
+        """Create the topics, replay retained messages and sessions, start the log readers.
+
+        Retried while the cluster is still forming (``start_with_retries``); clients that connect
+        meanwhile wait for it (``started``).
+        """
+        try:
+            await start_with_retries(self.reactor, self._load, self.log, "MQTT front end", lambda: self.stopped)
+        except Exception:
+            failure = Failure()
+            if not self.stopped:  # stopping while starting is no failure to report
+                self.log_failure(failure, "starting the MQTT front end")
+            self.started.fire(failure)
+            return
         self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
                       retained=len(self.retained), sessions=len(self.offline))
         self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
         self._partition_loop.start(PARTITION_REFRESH_S, now=False).addErrback(self.log_failure, "partition refresh")
-        waiters, self._ready_waiters = self._ready_waiters, None
-        for waiter in waiters or ():
-            waiter.callback(None)
+        self.started.fire()
+
+    async def _load(self) -> None:
+        """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
+        log_topics = self._log_topics()
+        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, {}) for t in log_topics]:
+            await self._ensure_topic(name, configs)
+        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
+        partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
+        retained = [record async for record in self._replay(RETAINED_TOPIC)]
+        sessions = [record async for record in self._replay(SESSIONS_TOPIC)]
+        log_ends = {(topic, partition): await self.offset_of((topic, partition), LATEST_TIMESTAMP)
+                    for topic, count in partition_counts.items() for partition in range(count)}
+        self._partition_counts = partition_counts
+        for record in retained:
+            self._replay_retained(record)
+        for record in sessions:
+            self._replay_session(record)
+        for client_id, stored in self.offline.items():
+            self._start_expiry(client_id, stored)
+        for key, position in log_ends.items():
+            self._start_reader(key, position)
 
     def _log_topics(self) -> list[str]:
         return sorted({self.mapping.default_log_topic, *(rule.log_topic for rule in self.mapping.rules)})
 
-    async def _start_reader(self, key: PartitionKey, timestamp_ms: int) -> None:
-        dispatcher = PartitionDispatcher(self, key, await self.offset_of(key, timestamp_ms))
+    def _start_reader(self, key: PartitionKey, position: int) -> None:
+        dispatcher = PartitionDispatcher(self, key, position)
         self.dispatchers[key] = dispatcher
         Deferred.fromCoroutine(dispatcher.run()).addErrback(self.log_failure, "MQTT log reader")
 
@@ -229,19 +248,12 @@ class MqttHub:
             for topic in cluster.topics:
                 known = self._partition_counts.get(topic.name, 0)
                 for partition in range(known, len(topic.partitions)):
+                    position = await self.offset_of((topic.name, partition), EARLIEST_TIMESTAMP)
                     if not self.stopped:
-                        await self._start_reader((topic.name, partition), EARLIEST_TIMESTAMP)
+                        self._start_reader((topic.name, partition), position)
                 self._partition_counts[topic.name] = max(known, len(topic.partitions))
         except errors.BrokerError as error:
             self.log.warn("MQTT partition refresh failed: {error}", error=error)  # the next round tries again
-
-    def when_ready(self) -> Deferred[None]:
-        """Fires once ``start`` has finished."""
-        if self._ready_waiters is None:
-            return succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._ready_waiters.append(waiter)
-        return waiter
 
     def stop(self) -> None:
         """Stop the log readers and timers; every client is told the server is shutting down."""
@@ -403,7 +415,7 @@ class MqttHub:
 
     async def open_session(self, connection: Connection, clean_start: bool) -> StoredSession | None:
         """Take over a live connection with the same client id and load the stored session."""
-        await self.when_ready()
+        await self.started.wait()
         client_id = connection.client_id
         previous = self.connections.get(client_id)
         if previous is not None and previous is not connection:

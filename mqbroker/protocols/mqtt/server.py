@@ -22,6 +22,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from mqbroker import errors
 from mqbroker.interfaces import IBroker
 from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
@@ -350,7 +351,10 @@ class MqttConnection:
         self._resume_catch_up()
 
     def _open_failed(self, failure: Failure) -> None:
-        self.log.failure("opening the MQTT session of {client_id} failed", failure, client_id=self.client_id)
+        if failure.check(errors.BrokerError):
+            self.log.warn("refusing {client_id}: {error}", client_id=self.client_id, error=failure.value)
+        else:
+            self.log.failure("opening the MQTT session of {client_id} failed", failure, client_id=self.client_id)
         self._run(self.session.connect_refused(ReasonCode.SERVER_UNAVAILABLE, self.hub.now_ms()))
 
     def _session_ended(self, action: SessionEnded) -> None:
@@ -500,13 +504,11 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     def generate_client_id() -> str:
         return f"{prefix}-{next(counter)}"
 
-    def start() -> None:
-        Deferred.fromCoroutine(hub.start()).addErrback(hub.log_failure, "starting the MQTT front end")
-
-    reactor.callWhenRunning(start)
+    reactor.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
     reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
     return SessionFactory(
         lambda address: MqttConnection(hub, config, generate_client_id, context.security),
         idle_timeout_s=None, metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
+        started=hub.started,
     )

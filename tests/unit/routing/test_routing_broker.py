@@ -23,11 +23,12 @@ LOCAL_RESULT = ProduceResult(base_offset=0, last_offset=0, log_append_time_ms=-1
 
 
 class LocalBroker:
-    """Records every call; answers produce and list_offset at once, fetch from ``fetch_answers``."""
+    """Records every call; answers produce and list_offset at once (after ``failures``), fetch from ``fetch_answers``."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.fetch_answer: Deferred[list[FetchResult]] | None = None
+        self.failures: list[Exception] = []
 
     def produce(self, *args: Any) -> Deferred[ProduceResult]:
         self.calls.append(("produce", *args))
@@ -43,6 +44,8 @@ class LocalBroker:
 
     def list_offset(self, *args: Any) -> Deferred[OffsetAndTimestamp]:
         self.calls.append(("list_offset", *args))
+        if self.failures:
+            return fail(self.failures.pop(0))
         return succeed(OffsetAndTimestamp(offset=1))
 
     def metadata(self, *args: Any) -> Deferred[str]:
@@ -145,6 +148,22 @@ def test_a_produce_meeting_a_moved_leader_is_routed_again_from_the_image(world: 
     leaders[("t", 1)] = 1  # this broker took the partition over
     clock.advance(0.05)
     assert _result(produced) is LOCAL_RESULT
+
+
+def test_a_local_call_meeting_not_leader_is_routed_again_once_the_image_names_the_leader(
+    world: Any, leaders: dict
+) -> None:
+    """Right after a leader change the image can name this broker a moment too early (or too long)."""
+    routing, local, peers, clock = world
+    local.failures.append(errors.NotLeaderError("t-0 is led by broker 2, not broker 1"))
+    found = routing.list_offset(ALICE, "t", 0, -1)
+    assert not found.called and [call[0] for call in local.calls] == ["list_offset"]
+    leaders[("t", 0)] = 2  # the image catches up
+    peers.answers.append(m.ListOffsetsResponse(topics=(m.ListOffsetsTopicResult(name="t", partitions=(
+        m.ListOffsetsPartitionResult(partition_index=0, offset=7),)),)))
+    clock.advance(0.05)
+    assert _result(found).offset == 7
+    assert [node_id for node_id, _ in peers.sent] == [2]
 
 
 def test_rerouting_gives_up_with_the_last_error_at_the_deadline(world: Any) -> None:
