@@ -254,15 +254,16 @@ class Producer:
             if count is None:
                 count = self._wait_for_topic(topic)
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+        now_ms = _now_ms()  # the batch's age counts from now, whatever timestamp the record carries
         if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
+            timestamp_ms = now_ms
         core = self._core
         with self._lock:
             if self._closed:
                 raise RuntimeError("send() on a closed producer")
             if core.queued_bytes > self._config.buffer_bytes_max:
                 self._wait_for_buffer_space()
-            batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, timestamp_ms)
+            batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
         return RecordFuture(batch, index, timestamp_ms)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.errors import NotEnoughReplicasError
 from tests.integration.brokerprocess import BrokerProcess
 
 
@@ -20,11 +22,12 @@ def _consume(broker: BrokerProcess, topic: str, expected: int, timeout_s: float 
     return messages
 
 
+@pytest.mark.parametrize("linger_ms", [0, 5])  # 0: each record goes at once; 5: records batch up
 @pytest.mark.parametrize("acks", [0, 1, "all"])
-def test_records_round_trip_for_every_acks_level(broker: BrokerProcess, acks: int | str) -> None:
+def test_records_round_trip_for_every_acks_level(broker: BrokerProcess, acks: int | str, linger_ms: int) -> None:
     with Admin(broker.bootstrap) as admin:
         admin.create_topics(["events"], partitions=1)
-    with Producer(broker.bootstrap, acks=acks) as producer:
+    with Producer(broker.bootstrap, acks=acks, linger_ms=linger_ms) as producer:
         futures = [
             producer.send("events", value=b"value-%d" % number, key=b"key", headers=[("n", b"%d" % number)])
             for number in range(200)
@@ -35,6 +38,29 @@ def test_records_round_trip_for_every_acks_level(broker: BrokerProcess, acks: in
     messages = _consume(broker, "events", 200)
     assert [message.value for message in messages] == [b"value-%d" % number for number in range(200)]
     assert messages[7].headers == (("n", b"7"),) and messages[7].key == b"key"
+
+
+def test_a_record_keeps_an_old_timestamp_given_to_send(broker: BrokerProcess) -> None:
+    """The record's timestamp is not the batch's age: a days-old one must not count against delivery_timeout_ms."""
+    three_days_ago_ms = int(time.time() * 1000) - 3 * 24 * 3600 * 1000
+    with Producer(broker.bootstrap, acks="all", delivery_timeout_ms=5_000) as producer:
+        sent = producer.send("replayed", value=b"late", timestamp_ms=three_days_ago_ms).result(10)
+    assert sent.timestamp == three_days_ago_ms
+    [message] = _consume(broker, "replayed", 1)
+    assert (message.value, message.timestamp) == (b"late", three_days_ago_ms)
+
+
+def test_delivery_timeout_counts_from_send_not_from_the_records_timestamp(broker: BrokerProcess) -> None:
+    """A retriable refusal (too few in-sync replicas) is retried for delivery_timeout_ms, old timestamp or not."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["needs-two-replicas"], partitions=1, configs={"min.insync.replicas": "2"})
+    three_days_ago_ms = int(time.time() * 1000) - 3 * 24 * 3600 * 1000
+    with Producer(broker.bootstrap, acks="all", delivery_timeout_ms=3_000) as producer:
+        started = time.monotonic()
+        future = producer.send("needs-two-replicas", value=b"late", timestamp_ms=three_days_ago_ms)
+        with pytest.raises(NotEnoughReplicasError):
+            future.result(10)
+        assert time.monotonic() - started >= 2.5, "failed at once instead of retrying"
 
 
 def test_order_holds_per_partition_under_concurrent_producers(broker: BrokerProcess) -> None:
