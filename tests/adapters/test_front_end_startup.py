@@ -119,11 +119,13 @@ def test_errors_that_pass_on_their_own_are_retried_with_a_growing_pause(warnings
         return "started"
 
     started = Deferred.fromCoroutine(start_with_retries(clock, attempt, Logger(), "test front end"))
-    for _ in range(3):
-        clock.advance(10)
+    for pause in (RETRY_FIRST_S, RETRY_FIRST_S * 2, RETRY_FIRST_S * 4):
+        clock.advance(pause * 0.99)
+        assert not started.called and len(attempts) == len(warnings)  # still pausing
+        clock.advance(pause * 0.01)
     assert started.result == "started"
     pauses = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
-    assert pauses == [10, 10, 10] and len(attempts) == 4
+    assert pauses == pytest.approx([RETRY_FIRST_S, RETRY_FIRST_S * 2, RETRY_FIRST_S * 4])
     assert [event["failures"] for event in warnings] == [1, 2, 3]
     assert [event["pause"] for event in warnings] == [RETRY_FIRST_S, RETRY_FIRST_S * 2, RETRY_FIRST_S * 4]
 

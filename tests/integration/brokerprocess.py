@@ -76,13 +76,23 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['http']}/ready", timeout=1) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
+            if self.is_ready():
+                return
+            time.sleep(0.05)
         raise RuntimeError(f"broker not ready after {timeout_s}s:\n{self.log_text()[-4000:]}")
+
+    def is_ready(self) -> bool:
+        """Whether ``/ready`` answers 200 now (503 while starting, or nothing listening yet)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['http']}/ready", timeout=1) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+    def listening(self, listener: str) -> bool:
+        """Whether the listener named ``listener`` (``"mqtt"``, ``"http"``, ...) accepts connections now."""
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.ports[listener])) == 0
 
     def stop(self, timeout_s: float = 20.0) -> int:
         """SIGTERM and wait (graceful shutdown); return the exit code."""

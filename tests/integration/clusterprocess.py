@@ -15,6 +15,13 @@ from tests.integration.brokerprocess import BrokerProcess, free_port
 
 def start_cluster(root: pathlib.Path, size: int = 3, extra_args: list[str] | None = None) -> list[BrokerProcess]:
     """Start ``size`` brokers with node ids 1..size and one controller quorum; wait until all are ready."""
+    brokers = cluster_brokers(root, size, extra_args)
+    start_all(brokers)
+    return brokers
+
+
+def cluster_brokers(root: pathlib.Path, size: int = 3, extra_args: list[str] | None = None) -> list[BrokerProcess]:
+    """``size`` brokers with node ids 1..size sharing one controller quorum, data directories made, not started."""
     controller_ports = {node_id: free_port() for node_id in range(1, size + 1)}
     quorum = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in controller_ports.items())
     brokers = [
@@ -27,7 +34,6 @@ def start_cluster(root: pathlib.Path, size: int = 3, extra_args: list[str] | Non
     ]
     for broker in brokers:
         broker.data_dir.mkdir(parents=True, exist_ok=True)
-    start_all(brokers)
     return brokers
 
 
@@ -48,6 +54,14 @@ def start_all(brokers: list[BrokerProcess]) -> None:
         thread.join()
     if failures:
         raise failures[0]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    """Poll ``condition`` every 0.1 s until it holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not met in time"
+        time.sleep(0.1)
 
 
 def retrying(call: Callable[[], Any], timeout_s: float = 20.0) -> Any:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from mqbroker.client import Admin, Consumer, Producer
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import controller_leader, retrying, start_all, start_cluster
+from tests.integration.clusterprocess import controller_leader, retrying, start_all, start_cluster, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +27,6 @@ def _assignment(bootstrap: str, topic: str) -> list[int]:
     with Admin(bootstrap) as admin:
         [described] = [t for t in admin.metadata([topic]).topics if t.name == topic]
         return [partition.leader_id for partition in sorted(described.partitions, key=lambda p: p.partition_index)]
-
-
-def _wait_for(condition, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def _broker_states(broker: BrokerProcess) -> dict[int, str]:
@@ -78,12 +70,12 @@ def test_a_broker_that_stops_heartbeating_is_fenced_and_comes_back(cluster: list
     assert stopped.process is not None
     os.kill(stopped.process.pid, signal.SIGSTOP)
     try:
-        _wait_for(lambda: _broker_states(watcher)[stopped_id] == "fenced")
+        wait_for(lambda: _broker_states(watcher)[stopped_id] == "fenced", timeout_s=20)
         hosted = [leader_id for leader_id in _assignment(watcher.bootstrap, "spread-0")]
         assert stopped_id not in hosted and -1 in hosted  # its partitions lost their leader
     finally:
         os.kill(stopped.process.pid, signal.SIGCONT)
-    _wait_for(lambda: _broker_states(watcher)[stopped_id] == "active")
+    wait_for(lambda: _broker_states(watcher)[stopped_id] == "active", timeout_s=20)
 
 
 def test_killing_the_controller_leader_elects_another_and_admin_goes_on(cluster: list[BrokerProcess]) -> None:
@@ -91,11 +83,11 @@ def test_killing_the_controller_leader_elects_another_and_admin_goes_on(cluster:
     assert leader in (1, 2, 3)
     cluster[leader - 1].kill()
     survivor = next(broker for number, broker in enumerate(cluster, start=1) if number != leader)
-    _wait_for(lambda: controller_leader(cluster) not in (-1, leader))
+    wait_for(lambda: controller_leader(cluster) not in (-1, leader), timeout_s=20)
     with Admin(survivor.bootstrap) as admin:
         retrying(lambda: admin.create_topics(["after-failover"], partitions=2))
     start_all([cluster[leader - 1]])
-    _wait_for(lambda: "after-failover" in Admin(cluster[leader - 1].bootstrap).list_topics())
+    wait_for(lambda: "after-failover" in Admin(cluster[leader - 1].bootstrap).list_topics(), timeout_s=20)
 
 
 def test_restarting_all_three_keeps_identical_metadata(cluster: list[BrokerProcess]) -> None:
@@ -112,13 +104,13 @@ def test_restarting_all_three_keeps_identical_metadata(cluster: list[BrokerProce
 
     # Earlier tests in this module kill and restart brokers, and internal topics appear once three
     # brokers are live: compare against metadata that has settled, as a restart will settle it.
-    _wait_for(lambda: settled(cluster[0]) and snapshot(cluster[0]) == snapshot(cluster[0]), timeout_s=30)
+    wait_for(lambda: settled(cluster[0]) and snapshot(cluster[0]) == snapshot(cluster[0]), timeout_s=30)
     before = [snapshot(broker) for broker in cluster]
     assert before[0] == before[1] == before[2]
     for broker in cluster:
         broker.stop()
     start_all(cluster)
-    _wait_for(lambda: all(-1 not in leaders for _, leaders in snapshot(cluster[0])))
+    wait_for(lambda: all(-1 not in leaders for _, leaders in snapshot(cluster[0])), timeout_s=20)
     # Replicated (internal) topics may restart led by another replica; the preferred-leader check
     # (every leader_imbalance_check_interval_ms) hands leadership back to the first replica.
-    _wait_for(lambda: [snapshot(broker) for broker in cluster] == before, timeout_s=30)
+    wait_for(lambda: [snapshot(broker) for broker in cluster] == before, timeout_s=30)

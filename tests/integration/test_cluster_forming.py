@@ -8,58 +8,29 @@ import os
 import pathlib
 import queue
 import signal
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import paho.mqtt.client as mqtt
 import pika
 from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.integration.brokerprocess import BrokerProcess, free_port
-
-
-def _ready(broker: BrokerProcess) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{broker.ports['http']}/ready", timeout=2) as reply:
-            return reply.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _wait_listening(broker: BrokerProcess, *listeners: str) -> None:
-    deadline = time.monotonic() + 30
-    for listener in listeners:
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", broker.ports[listener])) == 0:
-                    break
-            assert time.monotonic() < deadline, f"{listener} listener never opened"
-            time.sleep(0.05)
+from tests.integration.clusterprocess import cluster_brokers, wait_for
 
 
 def test_clients_connecting_before_the_quorum_forms_are_served_once_it_has(tmp_path: pathlib.Path) -> None:
-    controller_ports = {node_id: free_port() for node_id in (1, 2, 3)}
-    quorum = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in controller_ports.items())
-    brokers = [BrokerProcess(data_dir=tmp_path / f"broker-{node_id}",
-                             extra_args=["--node-id", str(node_id), "--controller-quorum", quorum,
-                                         "--controller-port", str(controller_ports[node_id])])
-               for node_id in controller_ports]
+    brokers = cluster_brokers(tmp_path)
     first, others = brokers[0], brokers[1:]
-    for broker in brokers:
-        broker.data_dir.mkdir(parents=True)
     try:
         # The other voters boot one at a time and are frozen, so no two of them form a quorum; on SIGCONT
         # the cluster forms at once (internal topics need all 3 brokers: their replication factor).
         for other in others:
             threading.Thread(target=other.start, kwargs={"timeout_s": 90}, daemon=True).start()
-            _wait_listening(other, "http")
+            wait_for(lambda: other.listening("http"), what="the http listener")
             assert other.process is not None
             os.kill(other.process.pid, signal.SIGSTOP)
         threading.Thread(target=first.start, kwargs={"timeout_s": 90}, daemon=True).start()
-        _wait_listening(first, "mqtt", "amqp", "http")
+        wait_for(lambda: all(first.listening(name) for name in ("mqtt", "amqp", "http")), what="the listeners")
 
         connacks: queue.Queue[str] = queue.Queue()
         device = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="early-device", protocol=mqtt.MQTTv5)
@@ -80,16 +51,13 @@ def test_clients_connecting_before_the_quorum_forms_are_served_once_it_has(tmp_p
         time.sleep(1)  # well under the 5 s a client may wait for its front end
         assert connacks.empty(), "a CONNACK came before the front end could have replayed its state"
         assert amqp_opened.empty()
-        assert not _ready(first)
+        assert not first.is_ready()
 
         for other in others:
             os.kill(other.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
         assert connacks.get(timeout=30) == "Success"
         assert amqp_opened.get(timeout=30) is True
-        deadline = time.monotonic() + 30
-        while not _ready(first):
-            assert time.monotonic() < deadline, "the first broker never became ready"
-            time.sleep(0.1)
+        wait_for(first.is_ready, what="/ready of the first broker")
         device.loop_stop()
         device.disconnect()
     finally:

@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -23,7 +23,7 @@ from mqbroker.errors import (
 from mqbroker.group_service import OFFSETS_TOPIC, offsets_partition
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import controller_leader, retrying, start_cluster
+from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
 
 #: The end-to-end test reads TOPIC, the failover test FAILOVER_TOPIC (each from the start).
 TOPIC = "cluster-groups"
@@ -43,13 +43,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerPro
     for broker in brokers:
         if broker.process is not None and broker.process.poll() is None:
             broker.stop()
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def _running(cluster: list[BrokerProcess]) -> list[BrokerProcess]:
@@ -94,10 +87,10 @@ def _produce(bootstraps: list[str], topic: str, start: int, count: int) -> None:
 
 
 def test_offsets_topic_is_replicated_on_three_brokers(cluster: list[BrokerProcess]) -> None:
-    _wait_for(lambda: len(_offsets_partitions(cluster[0].bootstrap)) == 8)
+    wait_for(lambda: len(_offsets_partitions(cluster[0].bootstrap)) == 8)
     partitions = _offsets_partitions(cluster[0].bootstrap)
     assert all(sorted(p.replica_nodes) == [1, 2, 3] for p in partitions), partitions
-    _wait_for(lambda: all(len(p.isr_nodes) == 3 for p in _offsets_partitions(cluster[0].bootstrap)))
+    wait_for(lambda: all(len(p.isr_nodes) == 3 for p in _offsets_partitions(cluster[0].bootstrap)))
 
 
 def test_group_coordinated_by_a_non_controller_broker_works_end_to_end(cluster: list[BrokerProcess]) -> None:
@@ -159,23 +152,23 @@ def test_killing_the_coordinator_moves_the_group_and_keeps_its_commits(cluster: 
     for member in members:
         member.start()
     try:
-        _wait_for(lambda: len(seen) >= 400, timeout_s=60)
+        wait_for(lambda: len(seen) >= 400, timeout_s=60)
         with GroupAdmin(bootstraps) as admin:
-            _wait_for(lambda: sum(admin.committed_offsets(group_id).values()) == 400, timeout_s=30)
+            wait_for(lambda: sum(admin.committed_offsets(group_id).values()) == 400, timeout_s=30)
             before = admin.committed_offsets(group_id)
         victim = cluster[coordinator - 1]
         os.kill(victim.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
         victim.process.wait()  # type: ignore[union-attr]
         survivors = [b.bootstrap for b in _running(cluster)]
-        _wait_for(lambda: _coordinator_of(survivors[0], group_id) not in (-1, coordinator), timeout_s=30)
+        wait_for(lambda: _coordinator_of(survivors[0], group_id) not in (-1, coordinator), timeout_s=30)
         _produce(survivors, FAILOVER_TOPIC, 2000, 300)
-        _wait_for(lambda: len(seen) >= 700 or bool(errors), timeout_s=60)
+        wait_for(lambda: len(seen) >= 700 or bool(errors), timeout_s=60)
         assert not errors, errors
         with GroupAdmin(survivors) as admin:
-            _wait_for(lambda: sum(admin.committed_offsets(group_id).values()) == 700, timeout_s=30)
+            wait_for(lambda: sum(admin.committed_offsets(group_id).values()) == 700, timeout_s=30)
             after = admin.committed_offsets(group_id)
             assert all(after[partition] >= offset for partition, offset in before.items()), (before, after)
-            _wait_for(lambda: len(admin.describe_group(group_id).members) == 2, timeout_s=30)
+            wait_for(lambda: len(admin.describe_group(group_id).members) == 2, timeout_s=30)
         assert seen == {b"%d" % n for n in range(1000, 1400)} | {b"%d" % n for n in range(2000, 2300)}
     finally:
         stop.set()

@@ -18,7 +18,7 @@ from mqbroker.groups.model import TopicPartition
 from mqbroker.protocols.native import messages as m
 from mqbroker.storage.records import Record, encode_batch
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import controller_leader, retrying, start_cluster
+from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
 
 LAG_MS = 1500
 
@@ -41,13 +41,6 @@ def _partition(bootstrap: str, topic: str, number: int = 0):  # type: ignore[no-
         return next(p for p in described.partitions if p.partition_index == number)
 
 
-def _wait_for(condition, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
-
-
 def _read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([(topic, 0)])
@@ -66,7 +59,7 @@ def test_replicated_topic_has_three_in_sync_replicas_and_acks_all_works(cluster:
     with Admin(cluster[0].bootstrap) as admin:
         retrying(lambda: admin.create_topics(["replicated"], partitions=3, replication_factor=3,
                                              configs={"min.insync.replicas": "2"}))
-    _wait_for(lambda: sorted(_partition(cluster[0].bootstrap, "replicated").isr_nodes) == [1, 2, 3])
+    wait_for(lambda: sorted(_partition(cluster[0].bootstrap, "replicated").isr_nodes) == [1, 2, 3])
     with Producer(cluster[0].bootstrap, acks="all") as producer:
         futures = [producer.send("replicated", value=b"v%d" % n, partition=0) for n in range(200)]
         producer.flush()
@@ -79,13 +72,13 @@ def test_follower_down_leaves_the_isr_then_catches_up_and_rejoins(cluster: list[
     follower_id = next(r for r in state.replica_nodes if r != state.leader_id)
     follower = cluster[follower_id - 1]
     follower.kill()
-    _wait_for(lambda: follower_id not in _partition(_live(cluster).bootstrap, "replicated").isr_nodes)
+    wait_for(lambda: follower_id not in _partition(_live(cluster).bootstrap, "replicated").isr_nodes)
     with Producer(_live(cluster).bootstrap, acks="all") as producer:
         futures = [producer.send("replicated", value=b"w%d" % n, partition=0) for n in range(100)]
         producer.flush()
         assert all(f.result(30).offset >= 200 for f in futures)
     follower.start(timeout_s=60)
-    _wait_for(lambda: follower_id in _partition(cluster[0].bootstrap, "replicated").isr_nodes, timeout_s=60)
+    wait_for(lambda: follower_id in _partition(cluster[0].bootstrap, "replicated").isr_nodes, timeout_s=60)
 
 
 def test_leader_killed_fails_over_to_an_in_sync_replica_without_losing_acknowledged_records(
@@ -95,7 +88,7 @@ def test_leader_killed_fails_over_to_an_in_sync_replica_without_losing_acknowled
     leader = cluster[before.leader_id - 1]
     leader.kill()
     survivor = next(b for b in cluster if b is not leader)
-    _wait_for(lambda: _partition(survivor.bootstrap, "replicated").leader_id not in (-1, before.leader_id))
+    wait_for(lambda: _partition(survivor.bootstrap, "replicated").leader_id not in (-1, before.leader_id))
     after = _partition(survivor.bootstrap, "replicated")
     assert after.leader_epoch > before.leader_epoch
     with Producer(survivor.bootstrap, acks="all") as producer:
@@ -103,14 +96,14 @@ def test_leader_killed_fails_over_to_an_in_sync_replica_without_losing_acknowled
     values = _read_all(survivor.bootstrap, "replicated", 301)
     assert values == [b"v%d" % n for n in range(200)] + [b"w%d" % n for n in range(100)] + [b"after"]
     leader.start(timeout_s=60)
-    _wait_for(lambda: before.leader_id in _partition(survivor.bootstrap, "replicated").isr_nodes, timeout_s=60)
+    wait_for(lambda: before.leader_id in _partition(survivor.bootstrap, "replicated").isr_nodes, timeout_s=60)
 
 
 def test_reassignment_under_load_loses_nothing_and_ends_in_sync(cluster: list[BrokerProcess]) -> None:
     with Admin(cluster[0].bootstrap) as admin:
         retrying(lambda: admin.create_topics(["moving"], partitions=1, replication_factor=2))
     before = _partition(cluster[0].bootstrap, "moving")
-    _wait_for(lambda: len(_partition(cluster[0].bootstrap, "moving").isr_nodes) == 2)
+    wait_for(lambda: len(_partition(cluster[0].bootstrap, "moving").isr_nodes) == 2)
     newcomer = next(n for n in (1, 2, 3) if n not in before.replica_nodes)
     target = [newcomer, before.replica_nodes[0]]  # leadership moves to the new broker, the other replica leaves
     acknowledged: list[bytes] = []
@@ -147,7 +140,7 @@ def test_reassignment_under_load_loses_nothing_and_ends_in_sync(cluster: list[Br
             admin.reassign_partition("moving", 0, target)
             assert ("moving", 0) in admin.list_reassignments(["moving"]) or \
                 list(_partition(cluster[0].bootstrap, "moving").replica_nodes) == target
-            _wait_for(lambda: not admin.list_reassignments(["moving"]), timeout_s=60)
+            wait_for(lambda: not admin.list_reassignments(["moving"]), timeout_s=60)
         time.sleep(1.0)
     finally:
         stop.set()
@@ -170,7 +163,7 @@ def test_an_admin_whose_cached_leader_moved_follows_the_new_leader(cluster: list
         before = _partition(cluster[0].bootstrap, "replicated", 1)
         target = [n for n in (1, 2, 3) if n != before.leader_id] + [before.leader_id]
         admin.reassign_partition("replicated", 1, target)
-        _wait_for(lambda: _partition(cluster[0].bootstrap, "replicated", 1).leader_id == target[0], timeout_s=60)
+        wait_for(lambda: _partition(cluster[0].bootstrap, "replicated", 1).leader_id == target[0], timeout_s=60)
         started = time.monotonic()
         assert admin.list_offset("replicated", 1, -1) == end
         assert time.monotonic() - started < 5
@@ -183,14 +176,14 @@ def test_offset_commit_waits_for_the_in_sync_replicas(cluster: list[BrokerProces
     controller = controller_leader(cluster)
     with Admin(cluster[0].bootstrap) as admin:
         admin.reassign_partition(OFFSETS_TOPIC, number, [controller, *(n for n in (1, 2, 3) if n != controller)])
-        _wait_for(lambda: not admin.list_reassignments([OFFSETS_TOPIC]), timeout_s=60)
+        wait_for(lambda: not admin.list_reassignments([OFFSETS_TOPIC]), timeout_s=60)
     # The preferred-leader check hands leadership to the target's first replica.
-    _wait_for(lambda: _partition(cluster[0].bootstrap, OFFSETS_TOPIC, number).leader_id == controller)
+    wait_for(lambda: _partition(cluster[0].bootstrap, OFFSETS_TOPIC, number).leader_id == controller)
     state = _partition(cluster[0].bootstrap, OFFSETS_TOPIC, number)
     assert len(state.isr_nodes) == 3, state
     with Consumer(cluster[0].bootstrap, group_id=group, topics=["replicated"], auto_offset_reset="earliest",
                   enable_auto_commit=False) as consumer:
-        _wait_for(lambda: bool(consumer.poll(timeout=0.5)) or bool(consumer.assignment()))
+        wait_for(lambda: bool(consumer.poll(timeout=0.5)) or bool(consumer.assignment()))
         follower = cluster[next(r for r in state.replica_nodes if r != state.leader_id) - 1]
         os.kill(follower.process.pid, signal.SIGSTOP)
         try:
@@ -207,13 +200,13 @@ def test_offset_commit_waits_for_the_in_sync_replicas(cluster: list[BrokerProces
 def test_follower_below_the_leaders_log_start_starts_again_from_there(cluster: list[BrokerProcess]) -> None:
     with Admin(cluster[0].bootstrap) as admin:
         retrying(lambda: admin.create_topics(["trimmed"], partitions=1, replication_factor=3))
-    _wait_for(lambda: len(_partition(cluster[0].bootstrap, "trimmed").isr_nodes) == 3)
+    wait_for(lambda: len(_partition(cluster[0].bootstrap, "trimmed").isr_nodes) == 3)
     state = _partition(cluster[0].bootstrap, "trimmed")
     follower_id = next(r for r in state.replica_nodes if r != state.leader_id)
     follower = cluster[follower_id - 1]
     follower.kill()
     live = _live(cluster).bootstrap
-    _wait_for(lambda: follower_id not in _partition(live, "trimmed").isr_nodes)
+    wait_for(lambda: follower_id not in _partition(live, "trimmed").isr_nodes)
     with Producer(live, acks="all") as producer:
         for n in range(300):
             producer.send("trimmed", value=b"t%d" % n, partition=0)
@@ -221,19 +214,19 @@ def test_follower_below_the_leaders_log_start_starts_again_from_there(cluster: l
     with Admin(live) as admin:
         assert admin.delete_records("trimmed", 0, 250) == 250
     follower.start(timeout_s=60)
-    _wait_for(lambda: follower_id in _partition(cluster[0].bootstrap, "trimmed").isr_nodes, timeout_s=60)
+    wait_for(lambda: follower_id in _partition(cluster[0].bootstrap, "trimmed").isr_nodes, timeout_s=60)
 
 
 def test_a_paused_leader_that_lost_leadership_refuses_writes_when_it_resumes(cluster: list[BrokerProcess]) -> None:
     with Admin(cluster[0].bootstrap) as admin:
         retrying(lambda: admin.create_topics(["zombie"], partitions=1, replication_factor=3))
-    _wait_for(lambda: len(_partition(cluster[0].bootstrap, "zombie").isr_nodes) == 3)
+    wait_for(lambda: len(_partition(cluster[0].bootstrap, "zombie").isr_nodes) == 3)
     before = _partition(cluster[0].bootstrap, "zombie")
     paused = cluster[before.leader_id - 1]
     others = [b for b in cluster if b is not paused]
     os.kill(paused.process.pid, signal.SIGSTOP)
     try:
-        _wait_for(lambda: _partition(others[0].bootstrap, "zombie").leader_id not in (-1, before.leader_id))
+        wait_for(lambda: _partition(others[0].bootstrap, "zombie").leader_id not in (-1, before.leader_id))
     finally:
         os.kill(paused.process.pid, signal.SIGCONT)
     host, port = paused.bootstrap.rsplit(":", 1)
