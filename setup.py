@@ -14,6 +14,8 @@ RUNTIME_REQUIREMENTS = [
     "cramjam>=2.8",
     "rich>=13",
     "prometheus_client>=0.20",
+    # fsync rounds through Linux AIO (needs the system's libaio.so.1; without it a thread does them)
+    'libaio>=0.9.1; sys_platform == "linux"',
 ]
 
 TEST_REQUIREMENTS = [

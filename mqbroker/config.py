@@ -17,6 +17,8 @@ from mqbroker.affinity import parse_cpu_list
 from mqbroker.quotas import parse_quota_overrides
 
 TOPIC_DEFAULT_PREFIX = "log."
+#: Values of ``fsync_engine`` (see ``mqbroker.sync_engines``).
+FSYNC_ENGINES = ("auto", "aio", "thread")
 
 
 class ConfigError(Exception):
@@ -55,6 +57,8 @@ class BrokerConfig:
     shutdown_timeout_ms: int = 10_000
     #: CPUs every broker thread runs on, as a Linux CPU list ("0", "0-1"); empty: wherever the OS puts them.
     cpu_affinity: str = ""
+    #: How fsync rounds run off the reactor thread: "aio" (Linux AIO), "thread", or "auto" (AIO where it works).
+    fsync_engine: str = "auto"
     #: Consumer groups (Kafka's group.* and offsets.* broker settings).
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -184,6 +188,8 @@ def _check_value(key: str, value: Any) -> None:
             parse_cpu_list(value)
         except ValueError as error:
             raise ConfigError(f"configuration key 'cpu_affinity': {error}") from None
+    if key == "fsync_engine" and value not in FSYNC_ENGINES:
+        raise ConfigError(f"configuration key 'fsync_engine': must be auto, aio or thread, got {value!r}")
     if key == "node_id" and value < 0:
         raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")
 

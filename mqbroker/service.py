@@ -35,7 +35,8 @@ from mqbroker.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig
 from mqbroker.controlplane import ControlPlane
 from mqbroker.fetcher import ReplicaFetcher
-from mqbroker.flusher import Flusher, SyncThread
+from mqbroker.flusher import Flusher
+from mqbroker.sync_engines import ISyncEngine, start_sync_engine
 from mqbroker.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IBroker, IFrontEnd
@@ -83,8 +84,8 @@ class BrokerService(MultiService):
         self.metrics = BrokerMetrics()
         #: Housekeeping off the reactor thread: controller persistence, checkpoints, the log cleaner.
         self._threadpool = ThreadPool(minthreads=1, maxthreads=BACKGROUND_THREADS_MAX, name="mqbroker-background")
-        #: The produce path's fsync rounds (see ``Flusher``).
-        self._sync_thread: SyncThread | None = None
+        #: Runs the produce path's fsync rounds (see ``Flusher``, ``sync_engines``).
+        self._sync_engine: ISyncEngine | None = None
         self._logs: LogManager | None = None
         #: Forwards the MQTT and AMQP front ends' partition calls to the other brokers' leaders.
         self.peers: PeerConnections | None = None
@@ -118,8 +119,8 @@ class BrokerService(MultiService):
             # e.g. a port in use: undo what started, so the process can exit with the error
             self.log.critical("mqbroker cannot start: {error}", error=error)
             self._threadpool.stop()
-            if self._sync_thread is not None:
-                self._sync_thread.stop()
+            if self._sync_engine is not None:
+                self._sync_engine.stop()
             self._logs.close()
             raise
 
@@ -130,7 +131,7 @@ class BrokerService(MultiService):
             clock=self.reactor,
             logs=self._logs,
             control=self.control,
-            flusher_factory=lambda on_durable: Flusher(self._start_sync_thread(), on_durable),
+            flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
             authorizer=self.security.authorizer,
         )
         broker = self.broker
@@ -147,9 +148,10 @@ class BrokerService(MultiService):
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
 
-    def _start_sync_thread(self) -> SyncThread:
-        self._sync_thread = SyncThread(self.reactor)
-        return self._sync_thread
+    def _start_sync_engine(self) -> ISyncEngine:
+        self._sync_engine = start_sync_engine(self.reactor, self.config.fsync_engine, str(self.data_dir), self.log)
+        self.log.info("fsync rounds run through {engine}", engine={"aio": "Linux AIO", "thread": "a thread"}[self._sync_engine.name])
+        return self._sync_engine
 
     def _build_fetcher(self, broker: Broker) -> ReplicaFetcher:
         """The follower side of replication: fetches from the leaders of the partitions this broker follows."""
@@ -301,8 +303,8 @@ class BrokerService(MultiService):
         if self.broker is not None:
             yield self.broker.stop()
         self._threadpool.stop()
-        if self._sync_thread is not None:
-            self._sync_thread.stop()
+        if self._sync_engine is not None:
+            self._sync_engine.stop()
         if self._logs is not None:
             self._logs.close()
         self.log.info("mqbroker stopped cleanly (clean-shutdown marker written)")

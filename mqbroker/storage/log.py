@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+from typing import NamedTuple
 from dataclasses import dataclass
 
 from mqbroker.storage import checkpoint, fs, records
@@ -92,6 +93,14 @@ def _stamped(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchH
         header.base_sequence,
         header.records_count,
     )
+
+
+class FlushTicket(NamedTuple):
+    """One fsync in progress: the descriptors to sync and the end they make durable."""
+
+    handles: list[int]
+    end_offset: int
+    generation: int
 
 
 class PartitionLog:
@@ -318,29 +327,40 @@ class PartitionLog:
 
     def flush(self) -> int:
         """fsync everything appended so far (lock not held during the fsync); return the durable end."""
+        ticket = self.begin_flush()
+        try:
+            for handle in ticket.handles:
+                fs.fsync(handle)
+        except BaseException:
+            self.end_flush(ticket, synced=False)
+            raise
+        return self.end_flush(ticket, synced=True)
+
+    def begin_flush(self) -> FlushTicket:
+        """Capture what an fsync must cover: descriptors to sync (the caller syncs them, then calls `end_flush`)."""
         with self._lock:
             self._check_open()
-            end_offset, generation = self._end_offset, self._generation
             handles = [segment.duplicate_handle() for segment in self._sealed_unsynced]
             for segment in self._sealed_unsynced:
                 handles += [os.open(index.path, os.O_RDONLY) for index in (segment.offset_index, segment.time_index)]
             handles.append(self._segments[-1].duplicate_handle())
             if self._directory_unsynced:
                 handles.append(os.open(self.directory, os.O_RDONLY))
+            ticket = FlushTicket(handles, self._end_offset, self._generation)
             self._sealed_unsynced = []
             self._directory_unsynced = False
             self._unflushed_messages = 0
             self._unflushed_since_ms = None
-        try:
-            for handle in handles:
-                fs.fsync(handle)
-        finally:
-            for handle in handles:
-                os.close(handle)
+        return ticket
+
+    def end_flush(self, ticket: FlushTicket, synced: bool) -> int:
+        """Close a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
+        for handle in ticket.handles:
+            os.close(handle)
         with self._lock:
             # A truncation during the fsync may have replaced what was captured: publish nothing then.
-            if generation == self._generation and end_offset > self._durable_end_offset:
-                self._durable_end_offset = end_offset
+            if synced and ticket.generation == self._generation and ticket.end_offset > self._durable_end_offset:
+                self._durable_end_offset = ticket.end_offset
             return self._durable_end_offset
 
     # -- reading -----------------------------------------------------------------------------

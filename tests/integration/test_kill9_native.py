@@ -8,17 +8,22 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from mqbroker.client import Consumer
 from tests.integration.brokerprocess import BrokerProcess
 
 MESSAGES = 60_000
 RATE_PER_S = 6_000  # the run lasts about 10 s, so every kill lands while messages are in flight
 KILLS = 3
+ENGINE_LOG_NAMES = {"aio": "Linux AIO", "thread": "a thread"}
 
 
-def test_acknowledged_messages_survive_kill_9_exactly_once_and_in_order(tmp_path: pathlib.Path) -> None:
-    broker = BrokerProcess(data_dir=tmp_path / "data")
+@pytest.mark.parametrize("engine", ["aio", "thread"])
+def test_acknowledged_messages_survive_kill_9_exactly_once_and_in_order(tmp_path: pathlib.Path, engine: str) -> None:
+    broker = BrokerProcess(data_dir=tmp_path / "data", extra_args=["--set", f"fsync_engine={engine}"])
     broker.start()
+    assert f"fsync rounds run through {ENGINE_LOG_NAMES[engine]}" in broker.log_text()
     ack_file = tmp_path / "acked.txt"
     repository = pathlib.Path(__file__).resolve().parents[2]
     producer = subprocess.Popen(

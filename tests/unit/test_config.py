@@ -43,6 +43,7 @@ def test_unknown_key_is_refused_by_name() -> None:
         ({"default_partitions": 0}, "default_partitions"),
         ({"log.retention.mss": "1"}, "retention.mss"),
         ({"log.flush.policy": "sometimes"}, "flush.policy"),
+        ({"fsync_engine": "io_uring"}, "fsync_engine"),
         ({"cpu_affinity": "first"}, "cpu_affinity"),
         ({"cpu_affinity": "3-1"}, "cpu_affinity"),
     ],

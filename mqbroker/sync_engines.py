@@ -1,0 +1,280 @@
+"""Where a group-commit round's fsyncs run without blocking the reactor: Linux AIO, or a thread.
+
+``AioSync`` hands a round's fsyncs to the kernel (``io_submit`` of ``IOCB_CMD_FSYNC``) and
+hears of their completion through an eventfd the reactor watches like a socket. No Python
+thread takes part, so a round costs no hand-over of the interpreter lock; on the 2-core
+development machine it cut the median end-to-end latency of ``mqbroker bench e2e`` (acks=all,
+``sync`` flush) by about a fifth against ``ThreadSync``.
+
+``ThreadSync`` runs each round on one dedicated thread (a plain queue hand-off: about 70 µs
+cheaper per round than a Twisted pool job). It serves where Linux AIO does not: another OS,
+no ``libaio.so.1``, a sandbox that forbids ``io_setup``, a file system that refuses AIO fsync.
+
+``start_sync_engine`` picks one from the ``fsync_engine`` setting.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorFDSet, IReactorThreads, IReadDescriptor
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import Attribute, Interface, implementer
+
+#: The AIO context's ring size: fsyncs in flight at once (more wait for a free slot). Each
+#: context takes this many of the machine's ``fs.aio-max-nr`` (65,536 by default).
+AIO_SLOTS = 256
+#: How long start-up waits for the probe fsync that tells whether AIO fsync works here.
+AIO_PROBE_TIMEOUT_S = 10.0
+
+
+class SyncableLog(Protocol):
+    """What an engine needs of a partition log (``PartitionLog`` provides it)."""
+
+    directory: str
+
+    @property
+    def durable_end_offset(self) -> int: ...
+
+    def flush(self) -> int: ...
+
+    def begin_flush(self) -> Any: ...
+
+    def end_flush(self, ticket: Any, synced: bool) -> int: ...
+
+
+#: A round's outcome for one log: the log and its fsync's failure, or None once it is durable.
+Synced = tuple[SyncableLog, Failure | None]
+
+
+class ISyncEngine(Interface):
+    """Runs fsync rounds off the reactor thread."""
+
+    name = Attribute("How the engine syncs, for logs: 'aio' or 'thread'.")
+
+    def sync(logs):
+        """fsync everything appended to ``logs`` so far and publish their durable ends.
+
+        Returns a Deferred that fires on the reactor thread with one ``(log, failure or None)``
+        per log; it never fails. One round at a time: the caller waits for a round to fire
+        before it starts the next (concurrent fsyncs of one file measured slower here).
+        """
+
+    def stop():
+        """Wait for the round in flight, then release the engine's thread or kernel context."""
+
+
+@implementer(ISyncEngine)
+class ThreadSync:
+    """Rounds on one daemon thread; each round's outcome fires its Deferred on the reactor."""
+
+    name = "thread"
+
+    def __init__(self, reactor: IReactorThreads, thread_name: str = "mqbroker-fsync") -> None:
+        self._reactor = reactor
+        self._rounds: queue.SimpleQueue[tuple[Sequence[SyncableLog], Deferred[list[Synced]]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._work, name=thread_name, daemon=True)
+        self._thread.start()
+
+    def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
+        done: Deferred[list[Synced]] = Deferred()
+        self._rounds.put((logs, done))
+        return done
+
+    def stop(self) -> None:
+        self._rounds.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        call_from_thread = self._reactor.callFromThread
+        while (job := self._rounds.get()) is not None:
+            logs, done = job
+            call_from_thread(done.callback, [_flush_one(partition_log) for partition_log in logs])
+
+
+def _flush_one(partition_log: SyncableLog) -> Synced:
+    """On the sync thread: fsync one log (it captures its own end first)."""
+    try:
+        partition_log.flush()
+    except Exception:  # the log's waiters get it, on the reactor
+        return partition_log, Failure()
+    return partition_log, None
+
+
+@implementer(ISyncEngine, IReadDescriptor)
+class AioSync:
+    """Rounds as Linux AIO fsyncs; the reactor reads their completions from an eventfd."""
+
+    name = "aio"
+
+    def __init__(self, reactor: IReactorFDSet, probe_directory: str, slots: int = AIO_SLOTS) -> None:
+        """Open an AIO context and prove that an fsync through it works on ``probe_directory``.
+
+        Raises ``OSError`` (or ``ImportError``) when Linux AIO cannot be used here.
+        """
+        import libaio  # Linux only; loading it fails without libaio.so.1
+
+        self._aio = libaio
+        self._reactor = reactor
+        self._slots = slots
+        self._context = libaio.AIOContext(slots)
+        self._eventfd = libaio.EventFD(0, libaio.EFD_NONBLOCK | libaio.EFD_CLOEXEC)
+        self._in_flight = 0
+        self._queued: list[Any] = []  # blocks waiting for a free slot in the ring
+        self._stopping: Deferred[None] | None = None
+        try:
+            self._probe(probe_directory)
+        except BaseException:
+            self._release()
+            raise
+        reactor.addReader(self)
+
+    # -- ISyncEngine ------------------------------------------------------------------------
+
+    def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
+        aio_round = _AioRound(logs)
+        for handle, synced in aio_round.start():
+            self._queued.append((self._block(handle, synced), synced))
+        self._submit_queued()
+        return aio_round.done
+
+    def stop(self) -> None:
+        """Called once the flusher has drained: nothing is in flight."""
+        self._reactor.removeReader(self)
+        self._release()
+
+    # -- IReadDescriptor: the eventfd ---------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._eventfd.fileno()
+
+    def doRead(self) -> None:
+        try:
+            os.read(self._eventfd.fileno(), 8)  # resets the counter; the events themselves follow
+        except BlockingIOError:
+            return
+        # Completion callbacks run inside getEvents; a full batch means there may be more.
+        while self._in_flight and len(self._context.getEvents(min_nr=0, nr=self._slots, timeout=0)) == self._slots:
+            pass
+        self._submit_queued()
+
+    def connectionLost(self, reason: Failure) -> None:
+        """The reactor is shutting down; ``stop`` releases the context."""
+
+    def logPrefix(self) -> str:
+        return "aio-fsync"
+
+    # -- inside -------------------------------------------------------------------------------
+
+    def _block(self, handle: int, synced: Callable[[int, Failure | None], None]) -> Any:
+        def completed(_block: Any, result: int, _result2: int) -> None:
+            self._in_flight -= 1
+            synced(result, None)
+
+        return self._aio.AIOBlock(mode=self._aio.AIOBLOCK_MODE_FSYNC, target_file=handle,
+                                  eventfd=self._eventfd, onCompletion=completed)
+
+    def _submit_queued(self) -> None:
+        while self._queued and self._in_flight < self._slots:
+            batch = self._queued[: self._slots - self._in_flight]
+            try:
+                submitted = self._context.submit([block for block, _ in batch])
+            except OSError as error:  # io_submit(2) refused the first block (a bad descriptor, say): it alone fails
+                _, synced = self._queued.pop(0)
+                synced(-(error.errno or errno.EIO), Failure(error))
+                continue
+            if not submitted:
+                return
+            self._in_flight += submitted
+            del self._queued[:submitted]
+
+    def _probe(self, directory: str) -> None:
+        """Start-up, before the reactor runs: one AIO fsync of ``directory``, waited for."""
+        handle = os.open(directory, os.O_RDONLY)
+        try:
+            block = self._aio.AIOBlock(mode=self._aio.AIOBLOCK_MODE_FSYNC, target_file=handle, eventfd=self._eventfd)
+            self._context.submit([block])
+            events = self._context.getEvents(min_nr=1, nr=1, timeout=AIO_PROBE_TIMEOUT_S)
+            if not events:
+                raise OSError(f"an AIO fsync of {directory} did not complete within {AIO_PROBE_TIMEOUT_S:.0f} s")
+            _, result, _ = events[0]
+            if result < 0:
+                raise OSError(-result, f"AIO fsync of {directory}: {os.strerror(-result)}")
+            os.read(self._eventfd.fileno(), 8)
+        finally:
+            os.close(handle)
+
+    def _release(self) -> None:
+        self._context.close()
+        self._eventfd.close()
+
+
+class _AioRound:
+    """One round's fsyncs: a log is durable once every descriptor its ticket named is synced."""
+
+    def __init__(self, logs: Sequence[SyncableLog]) -> None:
+        self._logs = list(logs)
+        self._tickets: list[Any] = []
+        self._failures: list[Failure | None] = []
+        self._handles_left = 0
+        self.done: Deferred[list[Synced]] = Deferred()
+
+    def start(self) -> list[tuple[int, Callable[[int, Failure | None], None]]]:
+        """Capture each log's ticket; return each descriptor to fsync with the callback for its result."""
+        to_sync = []
+        for index, partition_log in enumerate(self._logs):
+            try:
+                ticket = partition_log.begin_flush()
+            except Exception:  # e.g. the log was closed (its topic deleted)
+                self._tickets.append(None)
+                self._failures.append(Failure())
+                continue
+            self._tickets.append(ticket)
+            self._failures.append(None)
+            to_sync += [(handle, functools.partial(self._synced, index)) for handle in ticket.handles]
+        self._handles_left = len(to_sync)
+        if not to_sync:
+            self._finish()
+        return to_sync
+
+    def _synced(self, index: int, result: int, error: Failure | None) -> None:
+        if result < 0 and self._failures[index] is None:
+            self._failures[index] = error or Failure(OSError(-result, f"fsync: {os.strerror(-result)}"))
+        self._handles_left -= 1
+        if self._handles_left == 0:
+            self._finish()
+
+    def _finish(self) -> None:
+        outcome: list[Synced] = []
+        for partition_log, ticket, failure in zip(self._logs, self._tickets, self._failures):
+            if ticket is not None:
+                partition_log.end_flush(ticket, synced=failure is None)
+            outcome.append((partition_log, failure))
+        self.done.callback(outcome)
+
+
+def start_sync_engine(reactor: Any, choice: str, data_directory: str, log: Logger) -> ISyncEngine:
+    """The engine ``fsync_engine`` asks for: ``aio``, ``thread``, or ``auto`` (AIO where it works).
+
+    ``aio`` that cannot work raises ``OSError``; ``auto`` then falls back to a thread and says why.
+    """
+    if choice == "thread":
+        return ThreadSync(reactor)
+    try:
+        return AioSync(reactor, data_directory)
+    except (ImportError, OSError) as error:
+        if choice == "aio":
+            raise OSError(f"fsync_engine=aio: Linux AIO fsync does not work here: {error}") from error
+        log.info("fsync rounds run on a thread: Linux AIO is not available here ({error}); "
+                 "on Linux, install libaio1 for lower produce latency", error=error)
+        return ThreadSync(reactor)
