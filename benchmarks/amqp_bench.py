@@ -19,7 +19,6 @@ import contextlib
 import os
 import pathlib
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
+from brokerprocess import free_port, process_tree_cpu_s
 
 BODY_BYTES = 100
 CONFIRM_WINDOW = 1_000
@@ -38,7 +38,6 @@ PREFETCH = 1_000
 #: RabbitMQ 3.10 on this machine, from the issue (used when no local RabbitMQ runs).
 RABBITMQ_REFERENCE = {"publish_confirms_msgs_per_s": 20_000, "latency_p99_ms": 3.2}
 RABBITMQ_SERVER = pathlib.Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
-CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def publish_with_confirms(port: int, queue: str, count: int) -> float:
@@ -140,13 +139,6 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 # --- broker processes ----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def wait_for_amqp(port: int, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
     """Wait until an AMQP connection to ``port`` opens."""
     deadline = time.monotonic() + timeout_s
@@ -159,25 +151,6 @@ def wait_for_amqp(port: int, process: subprocess.Popen[bytes], timeout_s: float 
         except pika.exceptions.AMQPError:
             time.sleep(0.3)
     raise RuntimeError(f"nothing answers AMQP on port {port}")
-
-
-def process_tree_cpu_s(root: int) -> float:
-    """User + system CPU seconds of ``root`` and its descendants (RabbitMQ runs beam under a shell)."""
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                fields = (entry / "stat").read_text().rpartition(")")[2].split()
-                stats[int(entry.name)] = fields
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, pending = 0, [root]
-    while pending:
-        pid = pending.pop()
-        if pid in stats:
-            total += int(stats[pid][11]) + int(stats[pid][12])
-        pending += children.get(pid, [])
-    return total / CLOCK_TICKS_PER_S
 
 
 @contextlib.contextmanager

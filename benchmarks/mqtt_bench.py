@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import paho.mqtt.client as mqtt
+from brokerprocess import free_port
 from paho.mqtt.enums import CallbackAPIVersion
 
 PAYLOAD_BYTES = 100
@@ -44,13 +45,6 @@ FAN_OUT_SUBSCRIBERS = 10
 LATENCY_RATE_PER_S = 5_000
 LATENCY_SECONDS = 4.0
 INFLIGHT_MAX = 1_000
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:

@@ -104,6 +104,7 @@ class Flusher:
             else:
                 pending.append((offset, waiter))
         if pending:
-            self._waiters[id(partition_log)] = pending
+            # A callback above may have registered new waiters for this log: keep them, behind these.
+            self._waiters[id(partition_log)] = pending + self._waiters.get(id(partition_log), [])
             self.request_flush(partition_log)
 

@@ -143,3 +143,23 @@ async def test_the_flusher_commits_appends_in_rounds_and_fails_only_the_waiters_
     assert healthy.durable_end_offset == 4
     assert healthy in durable_reported and failing not in durable_reported
     assert 1 <= flusher.rounds <= 3  # group commit: not one round per waiter
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_waiter_registered_from_another_waiters_callback_is_kept(engine, tmp_path) -> None:
+    flusher = Flusher(engine, lambda logs: None)
+    (partition_log,) = _logs(tmp_path, 1, appended=1)
+    first = flusher.wait_durable(partition_log, 0)  # starts a round covering offset 0 (AIO: captured right here)
+    partition_log.append(payload_batch(1), now_ms=0)
+    second = flusher.wait_durable(partition_log, 1)  # left pending after that round
+    registered: list[Any] = []
+
+    def wait_for_one_more(_: object) -> None:  # as a front end might: append, then wait again, in the callback
+        partition_log.append(payload_batch(2), now_ms=0)
+        registered.append(flusher.wait_durable(partition_log, 2))
+
+    first.addCallback(wait_for_one_more)
+    await second.addTimeout(10, reactor)
+    await registered[0].addTimeout(10, reactor)
+    await flusher.drain()
+    assert partition_log.durable_end_offset == 3
