@@ -3,8 +3,10 @@
 The broker runs one Python interpreter: its reactor thread and background pool (and its
 fsync thread, where Linux AIO is missing) take turns holding the interpreter lock. Each
 hand-over between threads on different CPUs wakes the other CPU first; on a small virtual
-machine that wake-up costs more than the work handed over. Pinned to one CPU (and the clients to another), the 5,000 msg/s end-to-end
-latency drops by about a sixth on the 2-core development machine (figures in docs/operations.md).
+machine that wake-up costs more than the work handed over. With the thread fsync engine,
+pinning the broker to one CPU (and the clients to another) cut the 5,000 msg/s end-to-end
+latency by about a sixth on the 2-core development machine; with the default Linux AIO
+engine it no longer helps there (docs/operations.md).
 """
 
 from __future__ import annotations
