@@ -6,8 +6,9 @@ their own: no leader elected yet, the partition led elsewhere than the metadata 
 moment ago, a topic just created but not yet in this broker's image, a peer not yet reachable.
 ``start_with_retries`` runs one start attempt after another, with a growing pause, until one
 succeeds; any other error ends it. An attempt must be safe to repeat: read first, change state
-only once every read has succeeded. ``StartedSignal`` lets connections that arrive meanwhile
-wait for the start, for a bounded time, and then be refused with a clear error instead of hanging.
+only once every read has succeeded. ``StartedSignal.run`` starts a front end that way and lets
+connections that arrive meanwhile wait for the start, for a bounded time, and then be refused
+with a clear error instead of hanging.
 """
 
 from __future__ import annotations
@@ -86,6 +87,22 @@ class StartedSignal:
         waiter.addTimeout(timeout_s, self._clock)
         waiter.addErrback(self._not_started_in_time, timeout_s)
         return waiter
+
+    async def run(self, attempt: Callable[[], Awaitable[object]], log: Logger,
+                  stopped: Callable[[], bool] = lambda: False) -> None:
+        """Start the front end with ``start_with_retries`` and fire with the outcome.
+
+        A failure is logged, unless ``stopped()`` says the front end was stopped while starting.
+        """
+        try:
+            await start_with_retries(self._clock, attempt, log, self._what, stopped)
+        except Exception:
+            failure = Failure()
+            if not stopped():
+                log.failure("the {what} could not start", failure, what=self._what)
+            self.fire(failure)
+            return
+        self.fire()
 
     def fire(self, failure: Failure | None = None) -> None:
         """The start finished: successfully, or with ``failure`` (which every waiter, now and later, gets)."""

@@ -16,7 +16,6 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
@@ -51,7 +50,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
-from mqbroker.protocols.startup import StartedSignal, start_with_retries
+from mqbroker.protocols.startup import StartedSignal
 from mqbroker.storage.records import BatchBuilder, decode_records, iter_batches
 
 Queue = ClassicQueue | StreamQueue
@@ -88,24 +87,13 @@ class VirtualHost:
         self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
         #: Fires once the declarations are replayed; connections wait for it before Connection.OpenOk.
         self.started = StartedSignal(reactor, "AMQP front end")
-        Deferred.fromCoroutine(self._start())
+        Deferred.fromCoroutine(self.started.run(self._load, self.log))
 
     def now_ms(self) -> int:
         """The reactor's clock in milliseconds."""
         return int(self.reactor.seconds() * 1000)
 
     # --- start-up: replay the compacted topics ------------------------------------------------
-
-    async def _start(self) -> None:
-        """Replay the declarations, retried while the cluster is still forming (``start_with_retries``)."""
-        try:
-            await start_with_retries(self.reactor, self._load, self.log, "AMQP front end")
-        except Exception:
-            failure = Failure()
-            self.log.failure("AMQP virtual host could not replay its declarations", failure)
-            self.started.fire(failure)
-            return
-        self.started.fire()
 
     async def _load(self) -> None:
         """One start attempt: every read first, the virtual host's state changes only once all succeeded."""

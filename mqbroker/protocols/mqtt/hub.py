@@ -37,7 +37,7 @@ from mqbroker.protocols.mqtt.retained import RetainedStore
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
-from mqbroker.protocols.startup import StartedSignal, start_with_retries
+from mqbroker.protocols.startup import StartedSignal
 from mqbroker.storage.records import BatchBuilder, Record, decode_records, iter_batches
 
 RETAINED_TOPIC = "__mqtt_retained"
@@ -198,19 +198,7 @@ class MqttHub:
         Retried while the cluster is still forming (``start_with_retries``); clients that connect
         meanwhile wait for it (``started``).
         """
-        try:
-            await start_with_retries(self.reactor, self._load, self.log, "MQTT front end", lambda: self.stopped)
-        except Exception:
-            failure = Failure()
-            if not self.stopped:  # stopping while starting is no failure to report
-                self.log_failure(failure, "starting the MQTT front end")
-            self.started.fire(failure)
-            return
-        self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
-                      retained=len(self.retained), sessions=len(self.offline))
-        self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
-        self._partition_loop.start(PARTITION_REFRESH_S, now=False).addErrback(self.log_failure, "partition refresh")
-        self.started.fire()
+        await self.started.run(self._load, self.log, lambda: self.stopped)
 
     async def _load(self) -> None:
         """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
@@ -232,6 +220,10 @@ class MqttHub:
             self._start_expiry(client_id, stored)
         for key, position in log_ends.items():
             self._start_reader(key, position)
+        self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
+                      retained=len(self.retained), sessions=len(self.offline))
+        self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
+        self._partition_loop.start(PARTITION_REFRESH_S, now=False).addErrback(self.log_failure, "partition refresh")
 
     def _log_topics(self) -> list[str]:
         return sorted({self.mapping.default_log_topic, *(rule.log_topic for rule in self.mapping.rules)})
