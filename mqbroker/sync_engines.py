@@ -131,7 +131,6 @@ class AioSync:
         self._eventfd = libaio.EventFD(0, libaio.EFD_NONBLOCK | libaio.EFD_CLOEXEC)
         self._in_flight = 0
         self._queued: list[Any] = []  # blocks waiting for a free slot in the ring
-        self._stopping: Deferred[None] | None = None
         try:
             self._probe(probe_directory)
         except BaseException:
@@ -181,8 +180,11 @@ class AioSync:
             self._in_flight -= 1
             synced(result, None)
 
+        return self._fsync_block(handle, completed)
+
+    def _fsync_block(self, handle: int, on_completion: Callable[[Any, int, int], None] = lambda *_: None) -> Any:
         return self._aio.AIOBlock(mode=self._aio.AIOBLOCK_MODE_FSYNC, target_file=handle,
-                                  eventfd=self._eventfd, onCompletion=completed)
+                                  eventfd=self._eventfd, onCompletion=on_completion)
 
     def _submit_queued(self) -> None:
         while self._queued and self._in_flight < self._slots:
@@ -202,8 +204,7 @@ class AioSync:
         """Start-up, before the reactor runs: one AIO fsync of ``directory``, waited for."""
         handle = os.open(directory, os.O_RDONLY)
         try:
-            block = self._aio.AIOBlock(mode=self._aio.AIOBLOCK_MODE_FSYNC, target_file=handle, eventfd=self._eventfd)
-            self._context.submit([block])
+            self._context.submit([self._fsync_block(handle)])
             events = self._context.getEvents(min_nr=1, nr=1, timeout=AIO_PROBE_TIMEOUT_S)
             if not events:
                 raise OSError(f"an AIO fsync of {directory} did not complete within {AIO_PROBE_TIMEOUT_S:.0f} s")
@@ -275,6 +276,6 @@ def start_sync_engine(reactor: Any, choice: str, data_directory: str, log: Logge
     except (ImportError, OSError) as error:
         if choice == "aio":
             raise OSError(f"fsync_engine=aio: Linux AIO fsync does not work here: {error}") from error
-        log.info("fsync rounds run on a thread: Linux AIO is not available here ({error}); "
-                 "on Linux, install libaio1 for lower produce latency", error=error)
+        log.info("Linux AIO is not available here ({error}); on Linux, install libaio1 for lower produce latency",
+                 error=error)
         return ThreadSync(reactor)

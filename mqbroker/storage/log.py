@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from typing import NamedTuple
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mqbroker.storage import checkpoint, fs, records
 from mqbroker.storage.config import LogConfig
