@@ -25,13 +25,9 @@ from mqbroker.sync_engines import AioSync, ISyncEngine, ThreadSync, start_sync_e
 from tests.unit.storage.logtools import open_log, payload_batch
 
 
-def _engine(kind: str, directory: str, **options: Any) -> Any:
-    return AioSync(reactor, directory, **options) if kind == "aio" else ThreadSync(reactor)
-
-
 @pytest.fixture(params=["aio", "thread"])
 def engine(request: pytest.FixtureRequest, tmp_path) -> Iterator[Any]:
-    started = _engine(request.param, str(tmp_path))
+    started = start_sync_engine(reactor, request.param, str(tmp_path), Logger())
     yield started
     started.stop()
 
