@@ -30,7 +30,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
-from brokerprocess import free_port, process_tree_cpu_s
+from cputime import process_tree_cpu_s
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository, for tests.integration
+
+from tests.integration.brokerprocess import free_port  # noqa: E402
 
 BODY_BYTES = 100
 CONFIRM_WINDOW = 1_000

@@ -3,7 +3,7 @@
 Run ``python benchmarks/fsync_engine_bench.py [--runs N] [--messages N] [--produce-messages N] [--json]``.
 
 Each run starts one broker per engine (``twistd mqbroker --set fsync_engine=aio|thread`` on
-free ports, a fresh data directory), alternating which engine goes first, and runs the CLI
+free ports, a fresh data directory, through the tests' ``BrokerProcess``), alternating which engine goes first, and runs the CLI
 benchmarks against it from one client process:
 
 * ``mqbroker bench e2e`` (5,000 msg/s, acks=all, 100 B, the ``sync`` flush policy): latency
@@ -28,7 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from brokerprocess import mqbroker_process, process_tree_cpu_s
+from cputime import process_tree_cpu_s
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.integration
+
+from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
 ENGINES = ("aio", "thread")
 E2E_KEYS = ("p50", "p90", "p99", "p999")
@@ -46,11 +50,17 @@ def cli_bench(bootstrap: str, mode: str, arguments: list[str]) -> dict[str, Any]
 
 
 def measure(engine: str, work: Path, arguments: argparse.Namespace) -> dict[str, float]:
-    with mqbroker_process(work, ["--set", f"fsync_engine={engine}"]) as (bootstrap, pid):
+    broker = BrokerProcess(data_dir=work / "data", extra_args=["--mqtt-port", "0", "--amqp-port", "0",
+                                                              "--set", f"fsync_engine={engine}"])
+    broker.start()
+    try:
+        pid = broker.process.pid
         cpu_before = process_tree_cpu_s(pid)
-        e2e = cli_bench(bootstrap, "e2e", ["--messages", str(arguments.messages)])
+        e2e = cli_bench(broker.bootstrap, "e2e", ["--messages", str(arguments.messages)])
         cpu_s = process_tree_cpu_s(pid) - cpu_before
-        produce = cli_bench(bootstrap, "produce", ["--acks", "all", "--messages", str(arguments.produce_messages)])
+        produce = cli_bench(broker.bootstrap, "produce", ["--acks", "all", "--messages", str(arguments.produce_messages)])
+    finally:
+        broker.kill()
     figures = {f"e2e_{key}_ms": e2e["latency_ms"][key] for key in E2E_KEYS}
     figures["broker_cpu_us_per_message"] = cpu_s / e2e["messages"] * 1e6
     figures["produce_all_messages_per_s"] = produce["messages_per_s"]

@@ -37,8 +37,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from brokerprocess import free_port
 from paho.mqtt.enums import CallbackAPIVersion
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository, for tests.integration
+
+from tests.integration.brokerprocess import free_port  # noqa: E402
 
 PAYLOAD_BYTES = 100
 FAN_OUT_SUBSCRIBERS = 10
