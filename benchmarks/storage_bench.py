@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.storage.records import BatchBuilder
+from mqbroker.records.batch import BatchBuilder
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

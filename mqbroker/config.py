@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbroker.affinity import parse_cpu_list
-from mqbroker.quotas import parse_quota_overrides
+from mqbroker.ops.affinity import parse_cpu_list
+from mqbroker.security.quotas import parse_quota_overrides
 
 TOPIC_DEFAULT_PREFIX = "log."
-#: Values of ``fsync_engine`` (see ``mqbroker.sync_engines``).
+#: Values of ``fsync_engine`` (see ``mqbroker.durability.sync_engines``).
 FSYNC_ENGINES = ("auto", "aio", "thread")
 
 

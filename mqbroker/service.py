@@ -29,23 +29,23 @@ from twisted.plugin import getPlugins
 from twisted.python.threadpool import ThreadPool
 
 from mqbroker import __version__
-from mqbroker.broker import Broker
-from mqbroker.topic_config import log_config_for
-from mqbroker.affinity import parse_cpu_list, pin_all_threads
+from mqbroker.core.broker import Broker
+from mqbroker.core.topic_config import log_config_for
+from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig
-from mqbroker.controlplane import ControlPlane
-from mqbroker.fetcher import ReplicaFetcher
-from mqbroker.flusher import Flusher
-from mqbroker.sync_engines import ISyncEngine, start_sync_engine
-from mqbroker.frontends import FrontEndContext
+from mqbroker.cluster.controlplane import ControlPlane
+from mqbroker.replication.fetcher import ReplicaFetcher
+from mqbroker.durability.flusher import Flusher
+from mqbroker.durability.sync_engines import ISyncEngine, start_sync_engine
+from mqbroker.protocols.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IBroker, IFrontEnd
-from mqbroker.listeners import TlsServerEndpoint, listener_factory
-from mqbroker.log_cleaner import LogCleanerService
-from mqbroker.metrics import BrokerMetrics
-from mqbroker.peers import PeerConnections
-from mqbroker.routing_broker import RoutingBroker
-from mqbroker.security_service import SecurityServices, tls_files
+from mqbroker.protocols.listeners import TlsServerEndpoint, listener_factory
+from mqbroker.durability.cleaner_service import LogCleanerService
+from mqbroker.ops.metrics import BrokerMetrics
+from mqbroker.forwarding.peers import PeerConnections
+from mqbroker.forwarding.routing_broker import RoutingBroker
+from mqbroker.security.service import SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
 BACKGROUND_THREADS_MAX = 4
@@ -202,7 +202,7 @@ class BrokerService(MultiService):
         certificate (the leader maps it to this broker's principal)."""
         files = tls_files(self.config)
         assert files is not None and files.ca is not None, "checked by _build_fetcher"
-        from mqbroker.tls import client_options
+        from mqbroker.security.tls import client_options
 
         options = client_options(host, files.ca, files.certificate, files.key)
         tls_port = port + self.config.native_tls_port - self.config.native_port
@@ -257,7 +257,7 @@ class BrokerService(MultiService):
             if tls_port:
                 self._listen(f"{front_end.name}-tls", tls_port, factory, tls)
         if self.config.http_port:
-            from mqbroker.http import build_site
+            from mqbroker.ops.http import build_site
 
             http_tls = tls if self.config.http_tls else None
             self._listen("http", self.config.http_port, build_site(self, self.metrics), http_tls)
@@ -267,7 +267,7 @@ class BrokerService(MultiService):
         endpoint = _listen_endpoint(self.reactor, self.config.host, port)
         files = tls_files(self.config)
         if self.config.controller_tls and files is not None:
-            from mqbroker.tls import ReloadingServerContextFactory
+            from mqbroker.security.tls import ReloadingServerContextFactory
 
             return TlsServerEndpoint(endpoint, ReloadingServerContextFactory(files))
         return endpoint
@@ -277,7 +277,7 @@ class BrokerService(MultiService):
         endpoint = TCP4ClientEndpoint(self.reactor, host, port)
         files = tls_files(self.config)
         if self.config.controller_tls and files is not None:
-            from mqbroker.tls import client_options
+            from mqbroker.security.tls import client_options
 
             options = client_options(host, files.ca, files.certificate, files.key)
             return wrapClientTLS(options, endpoint)

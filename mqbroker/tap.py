@@ -9,7 +9,7 @@ from typing import Any
 from twisted.application.service import IService
 from twisted.python import usage
 
-from mqbroker.affinity import parse_cpu_list, unavailable_cpus
+from mqbroker.ops.affinity import parse_cpu_list, unavailable_cpus
 from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml
 
 #: (option, config key, help) for the options of DESIGN §7; each maps onto a config key.
@@ -63,7 +63,7 @@ class Options(usage.Options):
 
 def load_config(options: dict[str, Any]) -> BrokerConfig:
     """Merge defaults, the TOML file, ``--set`` pairs and explicit options into a ``BrokerConfig``."""
-    from mqbroker.topic_config import validate_topic_defaults
+    from mqbroker.core.topic_config import validate_topic_defaults
 
     settings: dict[str, Any] = {}
     if options.get("config"):

@@ -7,8 +7,8 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.plugin import IPlugin, getPlugins
 from zope.interface.verify import verifyClass, verifyObject
 
-from mqbroker.acl import AllowEverything
-from mqbroker.broker import Broker
+from mqbroker.security.acl import AllowEverything
+from mqbroker.core.broker import Broker
 from mqbroker.interfaces import IAuthorizer, IBroker, IFrontEnd
 from mqbroker.protocols.adapter import CodecProtocol
 

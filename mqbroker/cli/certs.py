@@ -30,7 +30,7 @@ def add_parser(commands: Any) -> None:
 
 def run_init(arguments: argparse.Namespace) -> int:
     """Write the files and print the options that use them."""
-    from mqbroker.certs import init_directory
+    from mqbroker.security.certs import init_directory
 
     hosts = arguments.host or ["localhost", "127.0.0.1", "::1"]
     try:

@@ -6,11 +6,11 @@ import argparse
 import getpass
 from typing import Any
 
-from mqbroker.acl import WILDCARD
+from mqbroker.security.acl import WILDCARD
 from mqbroker.cli.common import client_security, client_command, reporting_errors
 from mqbroker.client.blocking import Admin
 from mqbroker.protocols.native.messages import AclBinding
-from mqbroker.security_service import CLUSTER_RESOURCE
+from mqbroker.security.service import CLUSTER_RESOURCE
 
 OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs", "all")
 

@@ -33,7 +33,7 @@ from mqbroker.protocols.native.messages import (
     FetchTopic,
     OffsetSpec,
 )
-from mqbroker.storage import records
+from mqbroker.records import batch as records
 from mqbroker.storage.errors import CorruptRecordError
 
 EARLIEST = int(OffsetSpec.EARLIEST)

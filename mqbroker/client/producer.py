@@ -40,8 +40,8 @@ from mqbroker.client.backoff import Backoff
 from mqbroker.errors import BrokerError, ErrorCode, InvalidRequestError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import Acks, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
-from mqbroker.storage import records
-from mqbroker.storage.compression import Compression
+from mqbroker.records import batch as records
+from mqbroker.records.compression import Compression
 
 #: Sequence numbers wrap to 0 after int32 max (as the broker's check expects).
 _SEQUENCE_MODULUS = 1 << 31

@@ -12,10 +12,10 @@ import ssl
 from collections.abc import Generator
 from dataclasses import dataclass
 
-from mqbroker.auth import PLAIN, encode_plain
+from mqbroker.security.auth import PLAIN, encode_plain
 from mqbroker.client.tls import client_ssl_context
 from mqbroker.errors import SaslAuthenticationError
-from mqbroker.scram import ScramClient, ScramMechanism
+from mqbroker.security.scram import ScramClient, ScramMechanism
 
 DEFAULT_SASL_MECHANISM = ScramMechanism.SHA_512.value
 

@@ -152,7 +152,7 @@ class _TwistedCluster:
         security = self.security
         if security is None or security.ssl_context is None:
             return endpoint
-        from mqbroker.tls import client_options  # TLS support is loaded only by clients that use it
+        from mqbroker.security.tls import client_options  # TLS support is loaded only by clients that use it
 
         options = client_options(host, *(pathlib.Path(path) if path else None
                                          for path in (security.tls_ca, security.tls_cert, security.tls_key)))

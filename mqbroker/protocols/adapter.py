@@ -17,7 +17,7 @@ from twisted.protocols.policies import ProtocolWrapper, TimeoutMixin
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from mqbroker.tls import PeerIdentity, peer_identity
+from mqbroker.security.tls import PeerIdentity, peer_identity
 
 
 class Session(TypingProtocol):

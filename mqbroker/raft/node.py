@@ -30,7 +30,7 @@ from twisted.python.failure import Failure
 from mqbroker import errors
 from mqbroker.raft.core import RaftCore, Ready, Status
 from mqbroker.raft.errors import ProposalDroppedError
-from mqbroker.raft.forwarding import ForwardedProposal, ForwardedResult, PeerFrame
+from mqbroker.raft.forwarded_proposals import ForwardedProposal, ForwardedResult, PeerFrame
 from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.messages import NO_NODE, EntryKind, Role
 from mqbroker.raft.state_machine import IRaftStateMachine

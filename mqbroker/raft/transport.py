@@ -3,7 +3,7 @@
 Each node dials every peer on its controller port (9395 by default) and writes its frames
 there; it reads the frames peers send on the connections it accepts. Outgoing connections
 reconnect with exponential backoff (``ClientService``). Frames are length-prefixed
-(``mqbroker.protocols.framing``) encodings of ``mqbroker.raft.forwarding.encode_frame``.
+(``mqbroker.protocols.framing``) encodings of ``mqbroker.raft.forwarded_proposals.encode_frame``.
 Sending never blocks: a frame for a peer that is not connected, or whose socket buffer is
 full, is dropped — Raft retries on its own. Endpoints are injected, so TLS is a matter of
 passing TLS endpoints (``wrapClientTLS`` / ``SSL4ServerEndpoint``).
@@ -24,7 +24,7 @@ from zope.interface import implementer
 
 from mqbroker.protocols.framing import FrameTooLarge, LengthPrefixedFrames, frame
 from mqbroker.raft.errors import RaftCodecError
-from mqbroker.raft.forwarding import PeerFrame, decode_frame, encode_frame
+from mqbroker.raft.forwarded_proposals import PeerFrame, decode_frame, encode_frame
 
 #: A controller frame carries at most a snapshot of the metadata image.
 CONTROLLER_FRAME_BYTES_MAX = 64 * 1024 * 1024

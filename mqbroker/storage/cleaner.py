@@ -32,11 +32,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mqbroker.storage import fs, records
-from mqbroker.storage.compression import Compression
+from mqbroker.storage import fs
+from mqbroker.records import batch as records
+from mqbroker.records.compression import Compression
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.storage.records import BatchBuilder, BatchHeader, Record, TimestampType
+from mqbroker.records.batch import BatchBuilder, BatchHeader, Record, TimestampType
 from mqbroker.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
 
 

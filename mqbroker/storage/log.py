@@ -15,12 +15,13 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from mqbroker.storage import checkpoint, fs, records
+from mqbroker.storage import checkpoint, fs
+from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.storage.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
-from mqbroker.storage.records import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
+from mqbroker.records.batch import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
 from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment, file_name
 
 SNAPSHOT_SUFFIX = ".snapshot"

@@ -24,7 +24,7 @@ from mqbroker.storage.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
 )
-from mqbroker.storage.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from mqbroker.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 #: Batches remembered per producer (Kafka's NUM_BATCHES_TO_RETAIN; clients keep <= 5 in flight).
 BATCHES_RETAINED = 5

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from mqbroker.storage import records
+from mqbroker.records import batch as records
 from mqbroker.storage.errors import CorruptRecordError
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
-from mqbroker.storage.records import HEADER_BYTES, BatchHeader
+from mqbroker.records.batch import HEADER_BYTES, BatchHeader
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

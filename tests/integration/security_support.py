@@ -7,7 +7,7 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mqbroker.certs import CertificateFiles, init_directory
+from mqbroker.security.certs import CertificateFiles, init_directory
 from mqbroker.client.blocking import Admin
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context

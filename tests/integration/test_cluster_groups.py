@@ -20,7 +20,7 @@ from mqbroker.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from mqbroker.group_service import OFFSETS_TOPIC, offsets_partition
+from mqbroker.groups.service import OFFSETS_TOPIC, offsets_partition
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for

@@ -11,7 +11,7 @@ import sys
 import time
 
 from mqbroker.storage.log import PartitionLog
-from mqbroker.storage.records import decode_records
+from mqbroker.records.batch import decode_records
 from tests.integration.log_compaction_crash_child import CONFIG
 from tests.unit.storage.logtools import read_all
 

@@ -12,7 +12,7 @@ import time
 
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.storage.records import iter_batches, stamp
+from mqbroker.records.batch import iter_batches, stamp
 from tests.unit.storage.logtools import payload_batch, read_all
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from mqbroker.client import Admin, Consumer, Producer
-from mqbroker.storage import records
+from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
 from tests.integration.brokerprocess import BrokerProcess

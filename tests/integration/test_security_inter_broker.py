@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqbroker.certs import CertificateFiles, init_directory
+from mqbroker.security.certs import CertificateFiles, init_directory
 from mqbroker.client.blocking import Admin, Consumer, Producer
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context

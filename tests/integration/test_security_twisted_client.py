@@ -9,7 +9,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
-from mqbroker.certs import init_directory
+from mqbroker.security.certs import init_directory
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.twisted import TwistedAdmin, TwistedConsumer, TwistedProducer

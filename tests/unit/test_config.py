@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mqbroker.affinity import parse_cpu_list
+from mqbroker.ops.affinity import parse_cpu_list
 
 from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml
 from mqbroker.storage.config import LogConfig

@@ -1,4 +1,4 @@
-from mqbroker.frontends import LazyFrontEnd
+from mqbroker.protocols.frontends import LazyFrontEnd
 
 native = LazyFrontEnd(name="native", config_key="native_port", builder="mqbroker.protocols.native.server.build_factory",
                       clients_route=True)

@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from mqbroker import errors
-from mqbroker.acl import AllowEverything
+from mqbroker.security.acl import AllowEverything
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.protocols.amqp.actions import Authenticate
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import queue_topic
-from mqbroker.security_service import audit_authentication_failure
+from mqbroker.security.service import audit_authentication_failure
 
 EXTERNAL = "EXTERNAL"
 

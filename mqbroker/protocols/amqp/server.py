@@ -46,7 +46,7 @@ from mqbroker.protocols.amqp.routing import Binding, DestinationKind
 from mqbroker.protocols.amqp.sources import source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.vhost import VirtualHost
-from mqbroker.throttle import throttles
+from mqbroker.security.throttle import throttles
 
 _session_ids = itertools.count(1)
 

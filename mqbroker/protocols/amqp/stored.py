@@ -24,7 +24,7 @@ from typing import Any
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, parse_expiration
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType
-from mqbroker.storage.records import BatchBuilder, RecordHeader
+from mqbroker.records.batch import BatchBuilder, RecordHeader
 
 METADATA_TOPIC = "__amqp_metadata"
 QUEUE_STATE_TOPIC = "__amqp_queue_state"

@@ -51,7 +51,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_topic,
 )
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.storage.records import BatchBuilder, decode_records, iter_batches
+from mqbroker.records.batch import BatchBuilder, decode_records, iter_batches
 
 Queue = ClassicQueue | StreamQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.

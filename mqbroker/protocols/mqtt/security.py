@@ -13,7 +13,7 @@ from mqbroker import errors
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.protocols.mqtt.actions import OpenSession
 from mqbroker.protocols.mqtt.packets import ReasonCode
-from mqbroker.security_service import audit_authentication_failure
+from mqbroker.security.service import audit_authentication_failure
 
 
 def _host(connection: Any) -> str:

@@ -48,8 +48,8 @@ from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, Sessio
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter, topic_matches
-from mqbroker.storage.records import BatchBuilder, Record
-from mqbroker.throttle import throttles
+from mqbroker.records.batch import BatchBuilder, Record
+from mqbroker.security.throttle import throttles
 
 #: A client that has not sent CONNECT by then is disconnected.
 CONNECT_TIMEOUT_S = 10.0

@@ -13,12 +13,12 @@ import dataclasses
 from typing import Any
 
 from mqbroker import errors
-from mqbroker.acl import Acl, PatternType, Permission, parse_operation
+from mqbroker.security.acl import Acl, PatternType, Permission, parse_operation
 from mqbroker.interfaces import ISaslExchange
 from mqbroker.model import Principal, ResourceType
 from mqbroker.protocols.native import messages as m
-from mqbroker.quotas import QuotaKind
-from mqbroker.security_service import SecurityServices, audit_authentication_failure
+from mqbroker.security.quotas import QuotaKind
+from mqbroker.security.service import SecurityServices, audit_authentication_failure
 
 #: APIs a connection may use before it is authenticated.
 UNAUTHENTICATED_APIS = frozenset({m.ApiKey.API_VERSIONS, m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE})

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from mqbroker.client.consumer import EARLIEST, LATEST, ConsumerConfig, ConsumerCore, OffsetReset, decode_messages
 from mqbroker.errors import CorruptMessageError, ErrorCode
 from mqbroker.protocols.native.messages import FetchPartitionResult, FetchResponse, FetchTopicResult
-from mqbroker.storage.records import BatchBuilder, ControlType, encode_control_batch, stamp
+from mqbroker.records.batch import BatchBuilder, ControlType, encode_control_batch, stamp
 
 EVENTS_0 = ("events", 0)
 

@@ -14,7 +14,7 @@ from zope.interface.verify import verifyObject
 from mqbroker import errors
 from mqbroker.raft.core import RaftCore, RaftSettings
 from mqbroker.raft.errors import ProposalDroppedError
-from mqbroker.raft.forwarding import PeerFrame
+from mqbroker.raft.forwarded_proposals import PeerFrame
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration
 from mqbroker.raft.node import RaftNode

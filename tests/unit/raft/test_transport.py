@@ -10,7 +10,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 
 from mqbroker.protocols.framing import frame
 from mqbroker.raft.errors import RaftCodecError
-from mqbroker.raft.forwarding import ForwardedProposal, ForwardedResult, PeerFrame, decode_frame, encode_frame
+from mqbroker.raft.forwarded_proposals import ForwardedProposal, ForwardedResult, PeerFrame, decode_frame, encode_frame
 from mqbroker.raft.messages import Heartbeat, VoteRequest
 from mqbroker.raft.transport import RaftTransport, _IncomingProtocol, _OutgoingProtocol
 

@@ -3,8 +3,8 @@
 from twisted.internet.task import Clock
 
 from mqbroker import errors
-from mqbroker.leadership import LeaderPartition
-from mqbroker.metadata import PartitionState
+from mqbroker.replication.leadership import LeaderPartition
+from mqbroker.cluster.metadata import PartitionState
 
 
 def _leader(clock: Clock) -> LeaderPartition:

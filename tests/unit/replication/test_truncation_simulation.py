@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from mqbroker.replication import diverging_epoch, truncation_offset
+from mqbroker.replication.decisions import diverging_epoch, truncation_offset
 from mqbroker.storage.epochs import LeaderEpochCache
 
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from zope.interface.verify import verifyObject
 
-from mqbroker.acl import (
+from mqbroker.security.acl import (
     Acl,
     AclAuthorizer,
     AllOperations,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from zope.interface.verify import verifyObject
 
-from mqbroker.auth import Authenticator, CredentialStore, UserRecord, encode_plain, parse_plain
+from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord, encode_plain, parse_plain
 from mqbroker.errors import (
     DuplicateResourceError,
     IllegalSaslStateError,
@@ -19,8 +19,8 @@ from mqbroker.errors import (
 )
 from mqbroker.interfaces import IAuthenticator, ISaslExchange
 from mqbroker.model import Principal
-from mqbroker.principal_mapping import PrincipalMapper
-from mqbroker.scram import ScramClient, ScramMechanism
+from mqbroker.security.principal_mapping import PrincipalMapper
+from mqbroker.security.scram import ScramClient, ScramMechanism
 
 
 def seeded_bytes(seed: int):

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from cryptography import x509
 
-from mqbroker.certs import init_directory
+from mqbroker.security.certs import init_directory
 from mqbroker.cli import certs as certs_command
 
 

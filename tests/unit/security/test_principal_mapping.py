@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.errors import InvalidConfigError
-from mqbroker.principal_mapping import PrincipalMapper, parse_rules
+from mqbroker.security.principal_mapping import PrincipalMapper, parse_rules
 
 
 def test_default_maps_to_the_whole_subject():

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.config import ConfigError, build_config
-from mqbroker.quotas import (
+from mqbroker.security.quotas import (
     THROTTLE_MS_MAX,
     Admission,
     ByteRateQuota,
@@ -17,7 +17,7 @@ from mqbroker.quotas import (
     TokenBucket,
     parse_quota_overrides,
 )
-from mqbroker.security_service import quota_manager
+from mqbroker.security.service import quota_manager
 
 
 def simulate(manager, kind, request_bytes, duration_ms, principal="User:alice", client_id="app", gap_ms=1):

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.errors import IllegalSaslStateError, SaslAuthenticationError, UnsupportedSaslMechanismError
-from mqbroker.scram import (
+from mqbroker.security.scram import (
     ScramClient,
     ScramCredential,
     ScramMechanism,

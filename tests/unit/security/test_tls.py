@@ -11,9 +11,9 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, endpoints, protocol, threads
 
-from mqbroker.certs import init_directory
+from mqbroker.security.certs import init_directory
 from mqbroker.client.tls import client_ssl_context
-from mqbroker.tls import ClientAuth, ReloadingServerContextFactory, ServerTlsFiles, client_options, peer_identity
+from mqbroker.security.tls import ClientAuth, ReloadingServerContextFactory, ServerTlsFiles, client_options, peer_identity
 
 
 class Echo(protocol.Protocol):

@@ -11,18 +11,18 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from mqbroker.acl import Acl, Permission
-from mqbroker.auth import Authenticator, CredentialStore
+from mqbroker.security.acl import Acl, Permission
+from mqbroker.security.auth import Authenticator, CredentialStore
 from mqbroker.config import BrokerConfig, ConfigError, build_config
 from mqbroker.errors import ClusterAuthorizationError, SaslAuthenticationError
-from mqbroker.listeners import ConnectionLimitingFactory
-from mqbroker.metadata import MetadataImage, PutGenericRecord
+from mqbroker.protocols.listeners import ConnectionLimitingFactory
+from mqbroker.cluster.metadata import MetadataImage, PutGenericRecord
 from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
 from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.security import ConnectionSecurity
-from mqbroker.quotas import ConnectionLimiter
-from mqbroker.security_service import ACL_KIND, USER_KIND, SecurityServices
+from mqbroker.security.quotas import ConnectionLimiter
+from mqbroker.security.service import ACL_KIND, USER_KIND, SecurityServices
 
 
 def test_security_and_quota_tables_become_config_keys() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.storage.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder, iter_batches
+from mqbroker.records.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder, iter_batches
 
 SMALL_SEGMENTS = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from mqbroker.storage import records
+from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
 from mqbroker.storage.errors import CorruptRecordError

@@ -9,7 +9,7 @@ import pytest
 
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError, RecordTooLargeError
-from mqbroker.storage.records import iter_batches
+from mqbroker.records.batch import iter_batches
 from tests.unit.storage.logtools import SMALL_SEGMENTS, make_batch, open_log, payload_batch, read_all
 
 

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from mqbroker.storage import cleaner, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.storage.records import decode_records, iter_batches, read_header, stamp
+from mqbroker.records.batch import decode_records, iter_batches, read_header, stamp
 from tests.unit.storage.logtools import make_batch, read_all
 
 DELETE_RETENTION_MS = 1000

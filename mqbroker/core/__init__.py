@@ -1,0 +1,1 @@
+"""The broker core: produce, fetch and its waiting fetches, topic administration, producer ids."""

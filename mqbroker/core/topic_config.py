@@ -1,0 +1,56 @@
+"""Rules for topics: which names are valid, which configs the broker checks, how they map to storage.
+
+Pure. The topics themselves live in the controller's metadata image (``mqbroker.cluster.metadata``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from mqbroker.errors import InvalidConfigError, InvalidTopicError
+from mqbroker.limits import topic_name_length_max
+from mqbroker.storage import errors as storage_errors
+from mqbroker.storage.config import LogConfig
+
+#: Topic configuration keys the broker itself interprets (the rest belong to the storage engine).
+BROKER_TOPIC_CONFIG_DEFAULTS = {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"}
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+#: Producer ids are handed out in blocks so that a restart never reuses one without a write per id.
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise ``InvalidTopicError`` unless ``name`` can be a topic (and a directory name)."""
+    if not name or len(name) > topic_name_length_max:
+        raise InvalidTopicError(f"topic name must be 1..{topic_name_length_max} characters, got {len(name)}")
+    if name in (".", "..") or not _TOPIC_NAME.match(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} is not valid: use ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def validate_broker_topic_configs(configs: Mapping[str, str]) -> None:
+    """Check the topic config keys the broker interprets; raise ``InvalidConfigError``."""
+    value = configs.get("min.insync.replicas")
+    if value is not None and (not str(value).isdigit() or int(value) < 1):
+        raise InvalidConfigError(f"topic config 'min.insync.replicas' must be an integer >= 1, got {value!r}")
+    unclean = configs.get("unclean.leader.election.enable")
+    if unclean is not None and unclean not in ("true", "false"):
+        raise InvalidConfigError(f"topic config 'unclean.leader.election.enable' must be true or false, got {unclean!r}")
+
+
+def log_config_for(topic_defaults: Mapping[str, str], overrides: Mapping[str, str]) -> LogConfig:
+    """The storage settings of a topic: broker-wide ``log.`` defaults, then the topic's overrides."""
+    merged = {**topic_defaults, **overrides}
+    storage_keys = {key: value for key, value in merged.items() if key not in BROKER_TOPIC_CONFIG_DEFAULTS}
+    try:
+        return LogConfig.from_mapping(storage_keys)
+    except storage_errors.InvalidConfigError as error:
+        raise InvalidConfigError(str(error)) from None
+
+
+def validate_topic_defaults(topic_defaults: Mapping[str, str]) -> None:
+    """Check the broker-wide ``log.`` defaults: the broker's own topic keys and the storage ones."""
+    validate_broker_topic_configs(topic_defaults)
+    log_config_for(topic_defaults, {})

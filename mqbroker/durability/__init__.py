@@ -1,0 +1,1 @@
+"""Durability services: group-commit flushing, the fsync engines and the log cleaner service."""

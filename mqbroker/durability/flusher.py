@@ -1,0 +1,110 @@
+"""Group commit: fsync partition logs off the reactor thread, one round at a time.
+
+Every append made before a round starts is covered by that round's fsync, so however many
+producers wait, the disk sees one fsync per partition per round. Appends go on on the
+reactor thread while a round runs; they are covered by the next round. Where a round's
+fsyncs run (Linux AIO or a thread) is the ``ISyncEngine``'s business (``sync_engines``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqbroker.errors import StorageError
+from mqbroker.durability.sync_engines import ISyncEngine, SyncableLog, Synced
+
+
+class Flusher:
+    """Fsyncs logs off the reactor thread and fires durability waiters (group commit)."""
+
+    log = Logger()
+
+    def __init__(self, engine: ISyncEngine, on_durable: Callable[[Iterable[Any]], None]) -> None:
+        self._engine = engine
+        self._on_durable = on_durable
+        self._dirty: dict[int, SyncableLog] = {}
+        self._waiters: dict[int, list[tuple[int, Deferred[None]]]] = {}
+        self._round: Deferred[Any] | None = None
+        self._drain_waiters: list[Deferred[None]] = []
+        self.rounds = 0
+
+    def wait_durable(self, partition_log: SyncableLog, offset: int) -> Deferred[None]:
+        """Fire once ``offset`` of ``partition_log`` is on disk; schedule a round if needed."""
+        if partition_log.durable_end_offset > offset:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._waiters.setdefault(id(partition_log), []).append((offset, waiter))
+        self.request_flush(partition_log)
+        return waiter
+
+    def request_flush(self, partition_log: SyncableLog) -> None:
+        """Make sure ``partition_log`` is fsynced in the current or next round."""
+        self._dirty[id(partition_log)] = partition_log
+        self._maybe_start_round()
+
+    def drain(self) -> Deferred[None]:
+        """Fire when no round is running and nothing is dirty (used at shutdown)."""
+        drained: Deferred[None] = Deferred()
+        self._drain_waiters.append(drained)
+        self._fire_drain_waiters_if_idle()
+        return drained
+
+    def _fire_drain_waiters_if_idle(self) -> None:
+        if self._round is None and not self._dirty:
+            waiters, self._drain_waiters = self._drain_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    def _maybe_start_round(self) -> None:
+        if self._round is not None or not self._dirty:
+            return
+        logs = list(self._dirty.values())
+        self._dirty.clear()
+        self.rounds += 1
+        self._round = self._engine.sync(logs)
+        self._round.addCallback(self._round_done)
+
+    def _round_done(self, synced: list[Synced]) -> None:
+        self._round = None
+        durable = []
+        for partition_log, failure in synced:
+            if failure is None:
+                durable.append(partition_log)
+                self._fire_waiters(partition_log)
+            else:
+                self._fail_waiters(partition_log, failure)
+        if durable:
+            self._on_durable(durable)
+        self._maybe_start_round()
+        self._fire_drain_waiters_if_idle()
+
+    def _fail_waiters(self, partition_log: SyncableLog, failure: Failure) -> None:
+        self.log.failure(
+            "fsync of partition log {directory} failed; its waiting producers get STORAGE_ERROR. "
+            "Check the data directory's disk (space, permissions, I/O errors).",
+            failure,
+            directory=partition_log.directory,
+        )
+        error = StorageError(f"could not make data durable: {failure.getErrorMessage()}")
+        for _, waiter in self._waiters.pop(id(partition_log), []):
+            waiter.errback(error)
+
+    def _fire_waiters(self, partition_log: SyncableLog) -> None:
+        waiters = self._waiters.pop(id(partition_log), [])
+        durable = partition_log.durable_end_offset
+        pending = []
+        for offset, waiter in waiters:
+            if offset < durable:
+                waiter.callback(None)
+            else:
+                pending.append((offset, waiter))
+        if pending:
+            # A callback above may have registered new waiters for this log: keep them, behind these.
+            self._waiters[id(partition_log)] = pending + self._waiters.get(id(partition_log), [])
+            self.request_flush(partition_log)
+

@@ -1,0 +1,1 @@
+"""Operations: the HTTP listener (health, readiness, metrics), metrics collection, CPU affinity."""

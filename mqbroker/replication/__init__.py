@@ -1,0 +1,1 @@
+"""Partition replication: ISR and high-watermark decisions, leadership, the follower fetcher."""

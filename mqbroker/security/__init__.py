@@ -1,0 +1,1 @@
+"""Security: authentication, SCRAM, ACLs, principal mapping and quotas (pure); TLS, throttling and the wired service (adapters)."""

@@ -1,0 +1,209 @@
+"""The broker's security services, wired: authenticator, authorizer, quotas, connection limits, TLS.
+
+Users and ACLs live in the cluster metadata as generic records (kinds ``user`` and ``acl``);
+this module keeps the in-memory ``CredentialStore`` and ``AclAuthorizer`` in step with the
+applied records and turns admin requests (`mqbroker users`, `mqbroker acls`) into metadata
+proposals. Denials and failed logins go to the audit log, namespace ``mqbroker.audit``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.internet.defer import Deferred, gatherResults
+from twisted.logger import Logger
+
+from mqbroker import errors
+from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
+from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
+from mqbroker.config import BrokerConfig
+from mqbroker.interfaces import IAuthorizer
+from mqbroker.cluster.metadata import MetadataImage, PutGenericRecord, Record
+from mqbroker.model import Operation, Principal, ResourceType
+from mqbroker.security.principal_mapping import PrincipalMapper
+from mqbroker.security.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager, QuotaScope, parse_quota_overrides
+from mqbroker.security.tls import ClientAuth, ReloadingServerContextFactory, ServerTlsFiles
+
+USER_KIND = "user"
+ACL_KIND = "acl"
+#: The front ends' own principals (reading and writing the logs they map onto): never a client's.
+INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp")
+CLUSTER_RESOURCE = "kafka-cluster"
+
+audit = Logger(namespace="mqbroker.audit")
+
+
+def _rate(value: int) -> float | None:
+    return float(value) if value > 0 else None
+
+
+def tls_files(config: BrokerConfig) -> ServerTlsFiles | None:
+    """The listeners' certificate files from the configuration (None: no TLS configured)."""
+    if not config.tls_cert:
+        return None
+    return ServerTlsFiles(
+        certificate=pathlib.Path(config.tls_cert), key=pathlib.Path(config.tls_key or config.tls_cert),
+        ca=pathlib.Path(config.tls_ca) if config.tls_ca else None, client_auth=ClientAuth(config.tls_client_auth),
+    )
+
+
+def quota_manager(config: BrokerConfig) -> QuotaManager:
+    """The ``[quotas]`` byte rates: defaults per principal and per client id, then ``overrides`` by name."""
+    defaults = {
+        QuotaScope.PRINCIPAL: ByteRateQuota(
+            produce_bytes_per_second=_rate(config.quotas_principal_produce_bytes_per_second),
+            fetch_bytes_per_second=_rate(config.quotas_principal_fetch_bytes_per_second)),
+        QuotaScope.CLIENT: ByteRateQuota(
+            produce_bytes_per_second=_rate(config.quotas_client_produce_bytes_per_second),
+            fetch_bytes_per_second=_rate(config.quotas_client_fetch_bytes_per_second)),
+    }
+    manager = QuotaManager(default_principal_quota=defaults[QuotaScope.PRINCIPAL],
+                           default_client_quota=defaults[QuotaScope.CLIENT])
+    for override in parse_quota_overrides(config.quotas_overrides):
+        quota = override.applied_to(defaults[override.scope])
+        if override.scope is QuotaScope.PRINCIPAL:
+            manager.set_principal_quota(override.name, quota)
+        else:
+            manager.set_client_quota(override.name, quota)
+    return manager
+
+
+class SecurityServices:
+    """Everything a listener and a front end need to authenticate, authorize and throttle."""
+
+    log = Logger()
+
+    def __init__(self, config: BrokerConfig, control: Any = None) -> None:
+        self.config = config
+        self.store = CredentialStore(os.urandom)
+        self.authenticator = Authenticator(
+            self.store, os.urandom, allow_anonymous=config.security_allow_anonymous,
+            plain_without_tls=config.security_plain_without_tls,
+            mapper=PrincipalMapper(config.security_principal_mapping_rules),
+        )
+        super_users = [name.strip() for name in config.security_super_users.split(",") if name.strip()]
+        self.acls = AclAuthorizer(super_users=[*super_users, *INTERNAL_PRINCIPALS], on_denied=audit_denial,
+                                  allow_if_no_acl=config.security_allow_if_no_acl)
+        self.authorizer: IAuthorizer = self.acls if config.security_authorizer == "acl" else AllowEverything()
+        self.quotas = quota_manager(config)
+        self.limiter = ConnectionLimiter(total_max=config.quotas_connections_max,
+                                         per_host_max=config.quotas_connections_per_ip_max)
+        files = tls_files(config)
+        self.tls = ReloadingServerContextFactory(files, on_reload_error=self._reload_failed) if files else None
+        self._control = control
+        if control is not None:
+            control.machine.record_listeners.append(self._record_applied)
+            control.machine.restore_listeners.append(self._image_restored)
+            self._image_restored(control.image)
+
+    @property
+    def quotas_enabled(self) -> bool:
+        """True if any byte-rate quota is configured (the front ends skip the bookkeeping otherwise)."""
+        return self.quotas.has_quotas
+
+    def _reload_failed(self, error: Exception) -> None:
+        self.log.error("TLS certificate files changed but cannot be used (keeping the old ones): {error}", error=error)
+
+    # ---- the metadata image ------------------------------------------------------------------
+
+    def _record_applied(self, record: Record, image: MetadataImage) -> None:
+        if isinstance(record, PutGenericRecord) and record.kind in (USER_KIND, ACL_KIND):
+            self._apply(record.kind, record.key, record.value)
+
+    def _image_restored(self, image: MetadataImage) -> None:
+        self.store.load(b"[]")
+        for acl in self.acls.acls():
+            self.acls.remove(acl)
+        for kind in (USER_KIND, ACL_KIND):
+            for key, value in image.generic.get(kind, {}).items():
+                self._apply(kind, key, value)
+
+    def _apply(self, kind: str, key: str, value: Any) -> None:
+        if kind == USER_KIND:
+            if value is None:
+                if key in self.store.list():
+                    self.store.remove(key)
+            else:
+                self.store.put(UserRecord.from_bytes(json.dumps(value).encode("utf-8")))
+        else:
+            acl = Acl.from_bytes(key.encode("utf-8"))
+            if value is None:
+                self.acls.remove(acl)
+            else:
+                self.acls.add(acl)
+
+    # ---- admin: users --------------------------------------------------------------------------
+
+    def check_cluster(self, principal: Principal, operation: Operation) -> None:
+        """ClusterAuthorizationError unless ``principal`` may ``operation`` the cluster."""
+        if not self.authorizer.authorize(principal, operation, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+            raise errors.ClusterAuthorizationError(f"{principal} may not {operation.value} the cluster")
+
+    def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
+        """Add a user (``create``) or change a user's password: fresh salted SCRAM credentials."""
+        self.check_cluster(principal, Operation.ALTER)
+        scratch = CredentialStore(os.urandom)
+        if name in self.store.list():
+            if create:
+                raise errors.DuplicateResourceError(f"user {name!r} already exists; use `mqbroker users passwd {name}`")
+            scratch.put(UserRecord(name=name, credentials=()))
+            record = scratch.passwd(name, password)
+        elif create:
+            record = scratch.add(name, password)
+        else:
+            raise errors.ResourceNotFoundError(f"user {name!r} does not exist; create it with `mqbroker users add`")
+        return self._propose(USER_KIND, name, json.loads(record.to_bytes()))
+
+    def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
+        """Delete a user."""
+        self.check_cluster(principal, Operation.ALTER)
+        if name not in self.store.list():
+            raise errors.ResourceNotFoundError(f"user {name!r} does not exist")
+        return self._propose(USER_KIND, name, None)
+
+    def list_users(self, principal: Principal) -> list[str]:
+        """Every user name."""
+        self.check_cluster(principal, Operation.DESCRIBE)
+        return self.store.list()
+
+    # ---- admin: ACLs ---------------------------------------------------------------------------
+
+    def add_acls(self, principal: Principal, acls: Iterable[Acl]) -> Deferred[Any]:
+        """Store ACLs in the cluster metadata."""
+        self.check_cluster(principal, Operation.ALTER)
+        return gatherResults([self._propose(ACL_KIND, acl.to_bytes().decode("utf-8"), acl.to_json()) for acl in acls],
+                             consumeErrors=True)
+
+    def remove_acls(self, principal: Principal, acls: Iterable[Acl]) -> Deferred[Any]:
+        """Delete ACLs (exact matches) from the cluster metadata."""
+        self.check_cluster(principal, Operation.ALTER)
+        return gatherResults([self._propose(ACL_KIND, acl.to_bytes().decode("utf-8"), None) for acl in acls],
+                             consumeErrors=True)
+
+    def list_acls(self, principal: Principal) -> list[Acl]:
+        """Every ACL."""
+        self.check_cluster(principal, Operation.DESCRIBE)
+        return self.acls.acls()
+
+    def _propose(self, kind: str, key: str, value: Any) -> Deferred[None]:
+        assert self._control is not None, "admin requests need the control plane"
+        return self._control.put_generic_record(kind, key, value)
+
+
+def audit_denial(denial: Denial) -> None:
+    """One audit line per refused request."""
+    audit.warn(
+        "DENIED principal={principal} host={host} operation={operation} resource={resource_type}:{resource_name}",
+        principal=str(denial.principal), host=denial.principal.host or "-", operation=denial.operation.value,
+        resource_type=denial.resource_type.value, resource_name=denial.resource_name,
+    )
+
+
+def audit_authentication_failure(protocol: str, host: str, who: str, reason: str) -> None:
+    """One audit line per refused login."""
+    audit.warn("AUTHENTICATION FAILED protocol={protocol} host={host} user={who}: {reason}",
+               protocol=protocol, host=host or "-", who=who or "-", reason=reason)

@@ -1,0 +1,161 @@
+"""fsync rounds off the reactor thread: both engines (Linux AIO, a thread) and the group-commit flusher over them.
+
+Real partition logs on disk, the real reactor: an engine's round must publish every log's
+durable end, report a failed or closed log without holding up the others, and the flusher must
+give exactly the waiters of a failed log STORAGE_ERROR.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.interfaces import IReadDescriptor
+from twisted.logger import Logger
+from zope.interface.verify import verifyObject
+
+from mqbroker.errors import StorageError
+from mqbroker.durability.flusher import Flusher
+from mqbroker.storage.log import FlushTicket, PartitionLog
+from mqbroker.durability.sync_engines import AioSync, ISyncEngine, ThreadSync, start_sync_engine
+from tests.unit.storage.logtools import open_log, payload_batch
+
+
+@pytest.fixture(params=["aio", "thread"])
+def engine(request: pytest.FixtureRequest, tmp_path) -> Iterator[Any]:
+    started = start_sync_engine(reactor, request.param, str(tmp_path), Logger())
+    yield started
+    started.stop()
+
+
+def _logs(tmp_path, count: int, appended: int = 3) -> list[PartitionLog]:
+    logs = [open_log(tmp_path / f"log-{index}") for index in range(count)]
+    for partition_log in logs:
+        for tag in range(appended):
+            partition_log.append(payload_batch(tag), now_ms=0)
+    return logs
+
+
+#: A descriptor number above any open-file limit: never open, so its fsync fails with EBADF.
+_NOT_OPEN = 2**30
+
+
+class _FailingLog:
+    """A log whose fsync fails: its ticket names a descriptor that is not open."""
+
+    directory = "/nowhere/failing-0"
+    durable_end_offset = 0
+
+    def begin_flush(self) -> FlushTicket:
+        return FlushTicket([_NOT_OPEN], 5, 0)
+
+    def end_flush(self, ticket: FlushTicket, synced: bool) -> int:
+        self.ended = synced
+        return 0
+
+    def flush(self) -> int:
+        raise OSError(5, "Input/output error")
+
+
+def test_both_engines_provide_the_engine_interface(engine) -> None:
+    assert verifyObject(ISyncEngine, engine)
+    if engine.name == "aio":  # the reactor watches its eventfd
+        assert verifyObject(IReadDescriptor, engine)
+    else:
+        assert engine.name == "thread"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_round_makes_every_log_durable_up_to_its_end(engine, tmp_path) -> None:
+    logs = _logs(tmp_path, 3)
+    synced = await engine.sync(logs)
+    assert [(partition_log, failure) for partition_log, failure in synced] == [(log, None) for log in logs]
+    assert [partition_log.durable_end_offset for partition_log in logs] == [3, 3, 3]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_failed_and_a_closed_log_are_reported_and_the_others_still_made_durable(engine, tmp_path) -> None:
+    before, after, closed = _logs(tmp_path, 3)
+    closed.close()
+    failing = _FailingLog()
+    synced = dict(await engine.sync([before, failing, after, closed]))
+    assert synced[before] is None and synced[after] is None
+    assert before.durable_end_offset == after.durable_end_offset == 3
+    assert synced[failing] is not None and synced[closed] is not None
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_aio_round_larger_than_the_ring_waits_for_free_slots(tmp_path) -> None:
+    engine = AioSync(reactor, str(tmp_path), slots=2)
+    try:
+        logs = _logs(tmp_path, 7)
+        synced = await engine.sync(logs)
+        assert all(failure is None for _, failure in synced)
+        assert {partition_log.durable_end_offset for partition_log in logs} == {3}
+    finally:
+        engine.stop()
+
+
+def test_the_engine_is_chosen_from_fsync_engine(tmp_path) -> None:
+    log = Logger()
+    for choice, expected in [("auto", AioSync), ("aio", AioSync), ("thread", ThreadSync)]:
+        chosen = start_sync_engine(reactor, choice, str(tmp_path), log)
+        try:
+            assert type(chosen) is expected
+        finally:
+            chosen.stop()
+
+
+def test_auto_falls_back_to_a_thread_where_linux_aio_is_missing_and_aio_refuses_to_start(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "libaio", None)  # import libaio raises ImportError
+    chosen = start_sync_engine(reactor, "auto", str(tmp_path), Logger())
+    try:
+        assert type(chosen) is ThreadSync
+    finally:
+        chosen.stop()
+    with pytest.raises(OSError, match="fsync_engine=aio"):
+        start_sync_engine(reactor, "aio", str(tmp_path), Logger())
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_flusher_commits_appends_in_rounds_and_fails_only_the_waiters_of_a_failed_log(engine, tmp_path) -> None:
+    durable_reported: list[Any] = []
+    flusher = Flusher(engine, lambda logs: durable_reported.extend(logs))
+    (healthy,) = _logs(tmp_path, 1)
+    failing = _FailingLog()
+    waits = [flusher.wait_durable(healthy, offset) for offset in range(3)]
+    failed = flusher.wait_durable(failing, 0)  # type: ignore[arg-type]
+    healthy.append(payload_batch(3), now_ms=0)  # appended while a round may already run
+    waits.append(flusher.wait_durable(healthy, 3))
+    for waited in waits:
+        assert await waited is None
+    with pytest.raises(StorageError, match="could not make data durable"):
+        await failed
+    await flusher.drain()
+    assert healthy.durable_end_offset == 4
+    assert healthy in durable_reported and failing not in durable_reported
+    assert 1 <= flusher.rounds <= 3  # group commit: not one round per waiter
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_waiter_registered_from_another_waiters_callback_is_kept(engine, tmp_path) -> None:
+    flusher = Flusher(engine, lambda logs: None)
+    (partition_log,) = _logs(tmp_path, 1, appended=1)
+    first = flusher.wait_durable(partition_log, 0)  # starts a round covering offset 0 (AIO: captured right here)
+    partition_log.append(payload_batch(1), now_ms=0)
+    second = flusher.wait_durable(partition_log, 1)  # left pending after that round
+    registered: list[Any] = []
+
+    def wait_for_one_more(_: object) -> None:  # as a front end might: append, then wait again, in the callback
+        partition_log.append(payload_batch(2), now_ms=0)
+        registered.append(flusher.wait_durable(partition_log, 2))
+
+    first.addCallback(wait_for_one_more)
+    await second.addTimeout(10, reactor)
+    await registered[0].addTimeout(10, reactor)
+    await flusher.drain()
+    assert partition_log.durable_end_offset == 3

@@ -1,0 +1,143 @@
+"""Classic queues over a fake broker and clock: delivery before the fsync, confirms only once durable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.task import Clock
+
+from mqbroker import errors
+from mqbroker.model import FetchResult, Principal, ProduceResult
+from mqbroker.protocols.amqp.actions import Delivery, Outcome
+from mqbroker.protocols.amqp.queue_state import QueuePolicy, QueueState
+from mqbroker.protocols.amqp.queues import PRODUCE_TIMEOUT_MS, ClassicQueue, Consumer
+from mqbroker.protocols.amqp.stored import QueueDeclaration
+from mqbroker.records.batch import read_header
+
+
+class FakeBroker:
+    """Appends count offsets; the high watermark moves only when the test calls ``sync`` (the fsync)."""
+
+    def __init__(self) -> None:
+        self.log_end = 0
+        self.high_watermark = 0
+        self.acks: list[int] = []
+        self.refuse = False
+        self._fetches: list[tuple[int, Deferred[list[FetchResult]]]] = []
+
+    def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
+                timeout_ms: int) -> Deferred[ProduceResult]:
+        if self.refuse:
+            return fail(errors.NotLeaderError("leadership moved"))
+        self.acks.append(acks)
+        count = read_header(records).records_count
+        base, self.log_end = self.log_end, self.log_end + count
+        return succeed(ProduceResult(base_offset=base, last_offset=self.log_end - 1, log_append_time_ms=-1,
+                                     log_start_offset=0))
+
+    def fetch(self, principal: Principal, positions: list[Any], max_wait_ms: int, min_bytes: int,
+              max_bytes: int) -> Deferred[list[FetchResult]]:
+        fetched: Deferred[list[FetchResult]] = Deferred()
+        self._fetches.append((positions[0].offset, fetched))
+        return fetched
+
+    def sync(self) -> None:
+        """Everything appended is durable: answer the long polls (records are not needed here)."""
+        self.high_watermark = self.log_end
+        fetches, self._fetches = self._fetches, []
+        for _, fetched in fetches:
+            fetched.callback([FetchResult(topic="t", partition=0, high_watermark=self.high_watermark,
+                                          log_start_offset=0)])
+
+
+class Host:
+    """The virtual host side of a queue."""
+
+    def __init__(self) -> None:
+        self.broker = FakeBroker()
+        self.principal = Principal("Service", "amqp")
+        self.reactor = Clock()
+
+    def now_ms(self) -> int:
+        return int(self.reactor.seconds() * 1000)
+
+    def state_changed(self, queue: ClassicQueue) -> None:
+        pass  # snapshots are the virtual host's business
+
+    def dead_letter(self, queue: ClassicQueue, dead: Any) -> None:
+        raise AssertionError("nothing is dead-lettered here")
+
+
+class Session:
+    """A consumer's connection, with an open window."""
+
+    session_id = 1
+
+    def __init__(self) -> None:
+        self.connection = self
+        self.delivered: list[Delivery] = []
+
+    def delivery_window(self, channel: int, tag: str) -> int:
+        return 100
+
+    def deliver(self, channel: int, tag: str, delivery: Delivery) -> None:
+        self.delivered.append(delivery)
+
+    def flush(self) -> None:
+        pass
+
+
+def consumed_queue() -> tuple[ClassicQueue, Host, Session]:
+    host, session = Host(), Session()
+    queue = ClassicQueue(host, QueueDeclaration(name="q"), None, QueueState(policy=QueuePolicy(), now_ms=0))
+    queue.add_consumer(Consumer(session=session, channel=1, tag="c", no_ack=False))
+    return queue, host, session
+
+
+def test_a_consumer_gets_a_message_before_it_is_durable_and_its_publisher_hears_only_after() -> None:
+    queue, host, session = consumed_queue()
+    stored = queue.append(0, "", "q", b"\x00\x00", b"hello", None)
+    host.reactor.advance(0)  # the turn's batch goes to the broker
+    assert host.broker.acks == [0]
+    assert [delivery.body for delivery in session.delivered] == [b"hello"]
+    assert stored.outcome is None and queue.unsettled_appends == [stored]
+    host.broker.sync()
+    assert stored.outcome is True and queue.unsettled_appends == []
+
+
+def test_messages_appended_while_the_cursor_lags_are_left_to_the_fetch() -> None:
+    queue, host, session = consumed_queue()
+    host.broker.log_end = 5  # records the queue has not read (produced natively)
+    stored = queue.append(0, "", "q", b"\x00\x00", b"late", None)
+    host.reactor.advance(0)
+    assert session.delivered == [] and queue.state.cursor == 0
+    host.broker.sync()
+    assert stored.outcome is True
+
+
+def test_a_batch_never_seen_durable_is_refused_after_the_produce_timeout() -> None:
+    queue, host, _ = consumed_queue()
+    stored = queue.append(0, "", "q", b"\x00\x00", b"x", None)
+    host.reactor.advance(0)
+    queue.housekeep(host.now_ms() + PRODUCE_TIMEOUT_MS - 1)
+    assert stored.outcome is None
+    queue.housekeep(host.now_ms() + PRODUCE_TIMEOUT_MS)
+    assert stored.outcome is False
+
+
+def test_a_refused_append_is_neither_delivered_nor_confirmed() -> None:
+    queue, host, session = consumed_queue()
+    host.broker.refuse = True
+    stored = queue.append(0, "", "q", b"\x00\x00", b"x", None)
+    host.reactor.advance(0)
+    assert stored.outcome is False and session.delivered == []
+
+
+def test_a_multiple_ack_settles_the_leases() -> None:
+    queue, host, session = consumed_queue()
+    for index in range(3):
+        queue.append(0, "", "q", b"\x00\x00", b"m%d" % index, None)
+    host.reactor.advance(0)
+    queue.settle([delivery.message_ref for delivery in session.delivered], Outcome.ACK)
+    assert queue.state.leased_count == 0 and queue.state.low_watermark == 3
