@@ -140,27 +140,29 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:
-    """Convert ``value`` (from TOML or a ``--set`` string) to the field type, naming ``key`` on failure."""
+    """Check ``value`` (a TOML value, from the file or a ``--set``) against the field type, naming ``key`` on failure.
+
+    Booleans must be TOML booleans and integers TOML integers; a string field takes a string or
+    a list of strings (``super_users = ["User:admin"]``, kept comma-separated).
+    """
     kind_name = kind if isinstance(kind, str) else kind.__name__
-    try:
-        if kind_name == "bool":
-            if isinstance(value, bool):
-                return value
-            lowered = str(value).strip().lower()
-            if lowered in ("true", "1", "yes", "on"):
-                return True
-            if lowered in ("false", "0", "no", "off"):
-                return False
-            raise ValueError(value)
-        if kind_name == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return int(value)
-        if isinstance(value, list):  # a TOML array, e.g. super_users = ["User:admin"]
-            return ",".join(str(item) for item in value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"configuration key {key!r}: {value!r} is not a valid {kind_name}") from None
+    if kind_name != "str" and isinstance(value, str):
+        value = parse_value(value.strip())  # settings built in code: "1000", "true"
+    if kind_name == "bool" and isinstance(value, bool):
+        return value
+    if kind_name == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind_name == "str":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # --set cpu_affinity=0, cluster_id=7
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return ",".join(value)
+    shown = "a list" if isinstance(value, list) else type(value).__name__
+    expected = {"bool": "true or false", "int": "an integer", "str": "a string (or a list of strings)"}.get(
+        kind_name, kind_name)
+    raise ConfigError(f"configuration key {key!r}: {value!r} is {shown}, expected {expected}")
 
 
 def _check_value(key: str, value: Any) -> None:
@@ -231,12 +233,27 @@ def parse_toml(text: str, source: str = "<config>") -> dict[str, Any]:
         raise ConfigError(f"{source}: not valid TOML: {error}") from None
 
 
-def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
-    """Parse ``KEY=VALUE`` strings from ``--set`` options."""
-    settings: dict[str, str] = {}
+def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
+    """Parse ``KEY=VALUE`` strings from ``--set`` options; VALUE is a TOML value.
+
+    ``--set security.super_users=["User:admin"]`` is a list, ``true`` a boolean, ``5`` an
+    integer; anything that is not valid TOML (``localhost``, ``User:admin``) is taken as a
+    bare string, as a shell user means it. ``build_config`` then checks the type.
+    """
+    settings: dict[str, Any] = {}
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
-        settings[key.strip()] = value.strip()
+        settings[key.strip()] = parse_value(value.strip())
     return settings
+
+
+def parse_value(text: str) -> Any:
+    """One ``--set`` value as TOML (a list, boolean, number or quoted string), else the text itself."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        if text.startswith(("[", "{", '"', "'")):
+            raise ConfigError(f"--set value {text!r} looks like TOML but is not valid TOML") from None
+        return text
