@@ -8,7 +8,6 @@ waiting fetches, finish the last fsync round, checkpoint, write the clean-shutdo
 from __future__ import annotations
 
 import gc
-import os
 import pathlib
 import random
 from typing import Any
@@ -49,6 +48,8 @@ from mqbroker.security.service import SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
 BACKGROUND_THREADS_MAX = 4
+#: A new data directory is the broker's alone: partition data, the metadata log, the server secret.
+DATA_DIRECTORY_MODE = 0o700
 
 
 def _listen_endpoint(reactor: Any, host: str, port: int) -> Any:
@@ -97,7 +98,7 @@ class BrokerService(MultiService):
         if self.config.cpu_affinity:  # first, so that every thread started below inherits the mask
             pin_all_threads(parse_cpu_list(self.config.cpu_affinity))
             self.log.info("broker threads run on CPU(s) {cpus} (cpu_affinity)", cpus=self.config.cpu_affinity)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=DATA_DIRECTORY_MODE, parents=True, exist_ok=True)  # an existing one keeps its mode
         self.log.info("mqbroker {version} starting: node {node_id}, data directory {data_dir}",
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
         now_ms = int(self.reactor.seconds() * 1000)
@@ -316,8 +317,7 @@ class BrokerService(MultiService):
 
 
 def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:
-    """The whole broker as one service for twistd or ``mqbroker serve``."""
-    os.umask(0o022)
+    """The whole broker as one service for twistd or ``mqbroker serve`` (the operator's umask applies)."""
     return BrokerService(config, reactor)
 
 
