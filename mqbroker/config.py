@@ -42,6 +42,10 @@ class BrokerConfig:
     http_port: int = 9394
     controller_port: int = 9395
     controller_quorum: str = ""
+    #: Interface the controller listener binds (empty: ``host``); a cluster-internal network in production.
+    controller_host: str = ""
+    #: Open connections the controller listener accepts (its own budget: client floods cannot lock voters out).
+    controller_connections_max: int = 64
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3_000
     auto_create_topics: bool = True
@@ -94,6 +98,14 @@ class BrokerConfig:
     security_principal_mapping_rules: str = "DEFAULT"
     #: Replica fetches between brokers over the native TLS listeners, authenticated by each broker's certificate.
     security_inter_broker_tls: bool = False
+    #: The SCRAM user brokers authenticate as (controller port, replica fetches, forwarded requests) without mTLS.
+    security_inter_broker_user: str = "broker"
+    #: A file holding the inter-broker user's password (the same on every broker); empty: no inter-broker SCRAM.
+    security_inter_broker_password_file: str = ""
+    #: Which certificates are brokers' and which node each names (mapping rule syntax; the id is the result).
+    security_broker_certificate_rules: str = r"SAN:^URI:urn:mqbroker:broker:([0-9]{1,9})$/$1/"
+    #: HTTP paths served without authentication when the ACL authorizer is on (comma-separated).
+    security_http_open_paths: str = "/health,/ready"
     #: The ``[quotas]`` table: byte rates (0 = unlimited), connection limits, the slow-client timeout.
     quotas_principal_produce_bytes_per_second: int = 0
     quotas_principal_fetch_bytes_per_second: int = 0
@@ -102,6 +114,10 @@ class BrokerConfig:
     quotas_connections_max: int = 10_000
     quotas_connections_per_ip_max: int = 1_000
     quotas_frame_timeout_ms: int = 30_000
+    #: Open connections the HTTP listener accepts (its own budget, apart from the client protocols').
+    quotas_http_connections_max: int = 256
+    #: An HTTP request must arrive whole within this (slow clients cannot hold connections open).
+    http_request_timeout_ms: int = 10_000
     #: Per-principal / per-client-id rates over the defaults: "principal User:alice produce=N fetch=N, client ID ...".
     quotas_overrides: str = ""
     topic_defaults: Mapping[str, str] = field(default_factory=dict)

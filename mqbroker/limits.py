@@ -53,3 +53,10 @@ scram_iterations_max = 1_000_000
 sasl_message_bytes_max = 4096
 #: Longest user name a credential may be stored under.
 username_length_max = 255
+#: Largest controller (Raft) frame from an authenticated voter: a snapshot of the metadata image
+#: (about 100 bytes a partition: 32 MiB holds some 300,000 partitions).
+controller_frame_bytes_max = 32 * 1024 * 1024
+#: Open connections the controller listener accepts (a few per voter, plus reconnects in flight).
+controller_connections_max = 64
+#: Largest frame a native connection may send before it is authenticated (Kafka's sasl.server.max.receive.size).
+pre_authentication_frame_bytes_max = 512 * 1024

@@ -78,6 +78,10 @@ def load_config(options: dict[str, Any]) -> BrokerConfig:
         if options.get(option) is not None:
             settings[key] = parse_value(str(options[option]))
     config = build_config(settings, validate_topic_defaults=validate_topic_defaults)
+    from mqbroker.cluster.controlplane import parse_quorum
+    from mqbroker.security.cluster_auth import ClusterAuthentication
+
+    ClusterAuthentication.from_config(config, frozenset(parse_quorum(config)))  # a cluster must not run open
     unavailable = unavailable_cpus(parse_cpu_list(config.cpu_affinity)) if config.cpu_affinity else []
     if unavailable:
         raise ConfigError(f"configuration key 'cpu_affinity': CPU(s) {unavailable} are not available on this machine "
