@@ -39,6 +39,10 @@ class LengthPrefixedFrames:
         """Bytes received but not yet returned as a frame."""
         return len(self._buffer)
 
+    def allow_frames_up_to(self, frame_bytes_max: int) -> None:
+        """Change the bound (e.g. raised once the peer is authenticated)."""
+        self._frame_bytes_max = frame_bytes_max
+
     def take_buffered(self) -> bytes:
         """Remove and return the bytes of an incomplete frame (a protocol switch hands them on)."""
         rest = bytes(self._buffer)
