@@ -60,3 +60,8 @@ controller_frame_bytes_max = 32 * 1024 * 1024
 controller_connections_max = 64
 #: Largest frame a native connection may send before it is authenticated (Kafka's sasl.server.max.receive.size).
 pre_authentication_frame_bytes_max = 512 * 1024
+#: AMQP: message bytes one connection may hold in memory: the announced size of messages being received
+#: (on every channel) plus the bodies of open transactions. Past it the channel is closed with 406.
+amqp_held_bytes_per_connection_max = 128 * 1024 * 1024
+#: AMQP: the same, over every connection of the broker together.
+amqp_held_bytes_broker_max = 1024 * 1024 * 1024
