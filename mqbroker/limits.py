@@ -65,3 +65,6 @@ pre_authentication_frame_bytes_max = 512 * 1024
 amqp_held_bytes_per_connection_max = 128 * 1024 * 1024
 #: AMQP: the same, over every connection of the broker together.
 amqp_held_bytes_broker_max = 1024 * 1024 * 1024
+#: AMQP: bytes the compressed batches of one fetch may decompress to together in a queue or source reader
+#: (one 64 MiB message fits; a handful of 2 KiB zstd bombs does not).
+amqp_fetch_decompressed_bytes_max = 128 * 1024 * 1024

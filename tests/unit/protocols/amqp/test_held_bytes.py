@@ -71,3 +71,31 @@ def test_plain_publishes_hold_nothing_once_complete(channels) -> None:
     for number in range(1, channels + 1):
         _run(script, f"publish {number} 50000 exchange='' routing_key='q'")
     assert script.connection.held_bytes == 0 and budget.reserved_bytes == 0
+
+
+def test_a_fetch_of_compressed_batches_decompresses_to_at_most_the_budget() -> None:
+    """A zstd bomb: a few KiB that expand to megabytes each; the reader stops at the fetch's budget."""
+    from mqbroker.protocols.amqp.queues import decode_fetched
+    from mqbroker.protocols.amqp.stored import DecompressionBudget, append_message
+    from mqbroker.records.batch import BatchBuilder, iter_batches
+    from mqbroker.records.compression import Compression
+    from mqbroker.storage.errors import CorruptRecordError
+
+    batches = b""
+    for base_offset in range(0, 4):
+        builder = BatchBuilder(compression=Compression.ZSTD, base_offset=base_offset)
+        append_message(builder, 0, "", "q", b"", b"\0" * (4 * 1024 * 1024), None)
+        batches += builder.build()
+    assert len(batches) < 4 * 4096
+    assert len(decode_fetched(batches)) == 4  # 16 MiB in all: within the default budget
+    budget = DecompressionBudget(10 * 1024 * 1024)
+    view = memoryview(batches)
+    decoded = 0
+    with pytest.raises(CorruptRecordError, match="decompresses to more than"):
+        for position, header in iter_batches(view):
+            from mqbroker.protocols.amqp.stored import queued_message
+
+            budget.decode(view[position:position + header.size_bytes], header, queued_message,
+                          lambda message: len(message.payload.body))
+            decoded += 1
+    assert decoded == 2
