@@ -20,6 +20,7 @@ from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.internet.protocol import Protocol
 from zope.interface import directlyProvides, implementer, providedBy
 
+from mqbroker.errors import BrokerError
 from mqbroker.interfaces import IAuthenticatedPeer
 from mqbroker.protocols.framing import FrameTooLarge, LengthPrefixedFrames, frame
 from mqbroker.security.inter_broker import (
@@ -86,7 +87,7 @@ class _Handshaking(ProtocolWrapper):
                 if self.peer_node_id is not None:
                     self._hand_over(bodies[index + 1 :])
                     return
-        except (PeerAuthenticationError, FrameTooLarge) as error:
+        except (BrokerError, FrameTooLarge) as error:  # PeerAuthenticationError, or SCRAM's own SASL errors
             self._refuse(error)
 
     def _hand_over(self, later_frames: list[bytes]) -> None:
