@@ -145,9 +145,9 @@ class _Authenticated:
         host = getattr(request.getClientAddress(), "host", "")
         header = request.getHeader(b"authorization")
         if header is not None:
-            scheme, _, encoded = header.partition(" ")
-            if scheme.lower() != "basic":
-                raise errors.SaslAuthenticationError(f"HTTP authentication scheme {scheme!r} is not supported")
+            scheme, _, encoded = header.partition(b" ")
+            if scheme.lower() != b"basic":
+                raise errors.SaslAuthenticationError(f"HTTP authentication scheme {scheme[:16]!r} is not supported")
             try:
                 username, colon, password = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
             except (binascii.Error, UnicodeDecodeError):
