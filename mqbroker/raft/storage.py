@@ -102,6 +102,9 @@ class FileRaftStorage(StoredEntries):
         hard_state_body = _read_checked(os.path.join(directory, HARD_STATE_FILE))
         hard_state = HardState()
         if hard_state_body is not None:
+            if len(hard_state_body) != _HARD_STATE.size:
+                raise CorruptRecordError(f"hard state in {directory} has {len(hard_state_body)} bytes, not "
+                                         f"{_HARD_STATE.size}")
             term, vote, commit = _HARD_STATE.unpack(hard_state_body)
             hard_state = HardState(term=term, vote=vote, commit=commit)
         entries, offsets = _recover_entries(os.path.join(directory, ENTRIES_FILE), snapshot)
