@@ -303,7 +303,7 @@ def test_the_metadata_log_and_data_directory_are_private(secured: SecuredBroker)
     assert b"stored_key" in (raft / "entries.log").read_bytes() + (raft / "snapshot").read_bytes()
 
 
-def test_tls_1_1_and_untrusted_clients_cannot_reach_the_admin_apis(secured: SecuredBroker) -> None:
+def test_an_unauthenticated_tls_client_cannot_reach_the_admin_apis(secured: SecuredBroker) -> None:
     """A client with no certificate and no SASL is refused before any admin API (metadata, users)."""
     before = _state(secured)
     context = ssl.create_default_context(cafile=str(secured.files.ca))
