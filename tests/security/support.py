@@ -178,7 +178,7 @@ def start_secured_cluster(root: pathlib.Path, size: int = 3) -> SecuredCluster:
     config = root / "security.toml"
     config.write_text(CLUSTER_TOML.format(password_file=password_file))
     controller_ports = {node_id: free_port() for node_id in range(1, size + 1)}
-    native_ports = {node_id: _port_pair() for node_id in controller_ports}
+    native_ports = {node_id: port_pair() for node_id in controller_ports}
     tls_ports = {node_id: port + TLS_OFFSET for node_id, port in native_ports.items()}
     quorum = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in controller_ports.items())
     brokers = []
@@ -203,7 +203,7 @@ def start_secured_cluster(root: pathlib.Path, size: int = 3) -> SecuredCluster:
     return cluster
 
 
-def _port_pair() -> int:
+def port_pair() -> int:
     """A free port whose partner ``TLS_OFFSET`` above is free too (every broker's TLS port has the same offset)."""
     while True:
         port = free_port()

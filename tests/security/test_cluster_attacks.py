@@ -268,6 +268,24 @@ def test_a_forged_replica_fetch_by_a_user_is_refused_and_moves_nothing(cluster: 
     cluster.honest()
 
 
+def _unknown_user_salt(port: int) -> str:
+    raw = RawNativeConnection(port)
+    raw.call(m.ApiVersionsRequest())
+    raw.call(m.SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    client = ScramClient(ScramMechanism.SHA_512, "nobody-here", "x", os.urandom)
+    first = raw.call(m.SaslAuthenticateRequest(auth_bytes=client.first_message()))
+    raw.close()
+    return dict(item.split("=", 1) for item in first.auth_bytes.decode().split(","))["s"]
+
+
+def test_brokers_cannot_be_compared_to_tell_unknown_users(cluster: SecuredCluster) -> None:
+    """An unknown user's decoy salt derives from the cluster's secret: every broker answers the same, as for a
+    real user (a per-broker random salt would give unknown users away)."""
+    wait_until(lambda: len({_unknown_user_salt(broker.ports["native"]) for broker in cluster.brokers}) == 1, 10,
+               "the cluster's decoy secret on every broker")
+    cluster.honest()
+
+
 def test_the_inter_broker_user_cannot_be_created_as_a_client_user(cluster: SecuredCluster) -> None:
     before = cluster.state()
     with cluster.admin() as admin:
