@@ -97,7 +97,7 @@ def inter_broker_credentials(cluster_id: str, username: str, password: str) -> M
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InterBrokerLogin:
-    """What a broker needs to prove its identity with SCRAM (None password: it does not use SCRAM)."""
+    """The inter-broker SCRAM user and password a broker logs in with (the same on every broker)."""
 
     username: str
     password: str
