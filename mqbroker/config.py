@@ -186,7 +186,8 @@ def _check_value(key: str, value: Any) -> None:
     if key.endswith("_port") and not 0 <= value <= 65535:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
-               "offsets_topic_replication_factor") and value < 1:
+               "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
+               "http_request_timeout_ms") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
