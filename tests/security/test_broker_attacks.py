@@ -274,6 +274,41 @@ def test_partial_amqp_messages_on_many_channels_are_bounded(open_broker: BrokerP
     connection.close()
 
 
+def _peak_rss_bytes(process: BrokerProcess) -> int:
+    """The broker's peak resident memory so far (VmHWM)."""
+    assert process.process is not None
+    for line in pathlib.Path(f"/proc/{process.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_an_open_amqp_transaction_cannot_hold_unbounded_memory(open_broker: BrokerProcess) -> None:
+    """Issue 17 #5: 256 publishes of 1 MiB in an open transaction took the broker from 69 to 327 MiB with no
+    flow control; now the channel is closed with 406 once the connection holds 128 MiB."""
+    peak_before = _peak_rss_bytes(open_broker)
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", open_broker.ports["amqp"]))
+    channel = connection.channel()
+    channel.queue_declare("tx-flood")
+    channel.tx_select()
+    body = b"x" * (1024 * 1024)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        for _ in range(256):
+            channel.basic_publish("", "tx-flood", body)
+        channel.tx_commit()
+    assert closed.value.reply_code == 406 and "commit transactions sooner" in closed.value.reply_text
+    growth = _peak_rss_bytes(open_broker) - peak_before
+    print(f"\nthe broker's peak RSS grew by {growth / 2**20:.0f} MiB during the transaction flood")
+    assert growth < 200 * 1024 * 1024  # the 128 MiB bound and the frames in flight, not 256 MiB and more
+    honest = connection.channel()  # the connection and the broker go on
+    honest.queue_declare("tx-flood")
+    assert honest.queue_declare("tx-flood", passive=True).method.message_count == 0  # nothing was committed
+    honest.confirm_delivery()
+    honest.basic_publish("", "tx-flood", b"after")
+    assert honest.basic_get("tx-flood", auto_ack=True)[2] == b"after"
+    connection.close()
+
+
 def _publish_head(channel: int, body_size: int) -> bytes:
     """basic.publish and a content header announcing ``body_size`` bytes (no body frames)."""
     method = amqp_codec.encode_method(channel, spec.BasicPublish(exchange="", routing_key="q"))
