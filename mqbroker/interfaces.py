@@ -170,3 +170,9 @@ class IAuthenticator(Interface):
 
     def anonymous(host):
         """The principal of a client without credentials, or ``SaslAuthenticationError`` if that is off."""
+
+
+class IAuthenticatedPeer(Interface):
+    """A connection's transport whose peer proved a broker identity (the controller handshake)."""
+
+    peer_node_id = Attribute("The node id the peer proved (an int).")
