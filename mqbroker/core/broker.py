@@ -27,7 +27,6 @@ from mqbroker.core.topic_config import (
     validate_topic_name,
 )
 from mqbroker.config import BrokerConfig
-from mqbroker.cluster.controlplane import ControlPlane
 from mqbroker.durability.flusher import Flusher
 from mqbroker.groups.service import (
     OFFSETS_TOPIC,
@@ -41,10 +40,11 @@ from mqbroker.groups import messages as group_messages
 from mqbroker.groups.coordinator import GroupCoordinator
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import OffsetStore
-from mqbroker.interfaces import IAuthorizer, IBroker
+from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView
+from mqbroker.core.local_logs import LocalLogs
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max, partitions_per_topic_max, produce_timeout_ms_max
-from mqbroker.cluster.metadata import AlterPartition, MetadataImage, PartitionState
+from mqbroker.cluster.metadata import AlterPartition, MetadataImage, PartitionState, Record
 from mqbroker.replication.decisions import diverging_epoch, truncation_offset
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
@@ -115,15 +115,16 @@ class Broker:
         config: BrokerConfig,
         clock: IReactorTime,
         logs: LogManager,
-        control: ControlPlane,
+        cluster: IClusterView,
         flusher_factory: Callable[[Callable[[Iterable[PartitionLog]], None]], Flusher],
+        follower_factory: Callable[[Broker], Any],
         authorizer: IAuthorizer,
     ) -> None:
         self._config = config
         self._clock = clock
         self._logs = logs
-        self._control = control
-        control.partition_removed = self._partition_removed
+        self._control = cluster
+        self._local_logs = LocalLogs(config=config, clock=clock, logs=logs, before_delete=self._partition_removed)
         self._authorizer = authorizer
         self._flusher = flusher_factory(self._on_durable)
         self._fetch_waiters: dict[PartitionLog, set[_PendingFetch]] = {}
@@ -140,9 +141,9 @@ class Broker:
         self._leader_of_log: dict[PartitionLog, LeaderPartition] = {}
         #: The leader's high watermark as last reported to this broker while following.
         self._follower_high_watermarks: dict[tuple[str, int], int] = {}
-        #: Told which partitions to follow from which leader (None: no replication, e.g. in unit tests).
-        self.fetcher: Any = None
-        control.partitions_changed = self._partitions_changed
+        #: Told which partitions to follow from which leader.
+        self.fetcher = follower_factory(self)
+        cluster.add_image_listener(self._image_changed)
         self.produced_bytes = 0
         self.produced_records = 0
         self.fetched_bytes = 0
@@ -195,9 +196,8 @@ class Broker:
         partition_log = self._partition_log(topic, partition)
         return partition_log, self._leaders[(topic, partition)]
 
-    def _partition_removed(self, topic: str, partition: int) -> None:
-        """The control plane is about to delete a local partition: answer the fetches waiting on it."""
-        partition_log = self._logs.get(topic, partition)
+    def _partition_removed(self, partition_log: PartitionLog) -> None:
+        """A local partition log is about to be deleted: answer the fetches waiting on it."""
         waiters = self._fetch_waiters.get(partition_log)
         if waiters:
             for pending in list(waiters):
@@ -528,7 +528,7 @@ class Broker:
             for _, broker in sorted(image.brokers.items()) if not broker.fenced
         )
         return ClusterMetadata(
-            cluster_id=self._config.cluster_id, controller_id=self._control.node.leader_id, brokers=brokers,
+            cluster_id=self._config.cluster_id, controller_id=self._control.controller_id(), brokers=brokers,
             topics=tuple(described),
         )
 
@@ -951,6 +951,10 @@ class Broker:
 
     # -- replication ------------------------------------------------------------------------
 
+    def _image_changed(self, image: MetadataImage, record: Record | None) -> None:
+        self._local_logs.image_changed(image, record)
+        self._partitions_changed(image)
+
     def _partitions_changed(self, image: MetadataImage) -> None:
         """The image changed: take up or give up leaderships, and tell the fetcher what to follow."""
         if self._stopping:
@@ -976,8 +980,7 @@ class Broker:
                     following[key] = (state.leader_id, state.leader_epoch)
         for key in set(self._leaders) - current:
             self._resign(key)
-        if self.fetcher is not None:
-            self.fetcher.follow(following)
+        self.fetcher.follow(following)
         self._sync_coordinators()
         self._wake_live_broker_waiters(image)
 
@@ -1150,8 +1153,7 @@ class Broker:
     def stop(self) -> Deferred[None]:
         """Refuse new produces, answer waiting fetches, wait for the last fsync round."""
         self._stopping = True
-        if self.fetcher is not None:
-            self.fetcher.follow({})
+        self.fetcher.follow({})
         for key in list(self._leaders):
             self._resign(key)
         if self._coordinators is not None:
