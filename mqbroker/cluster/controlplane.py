@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.application.service import IService, MultiService
 from twisted.internet.defer import Deferred, fail, inlineCallbacks, succeed
@@ -53,7 +53,7 @@ from mqbroker.cluster.metadata import (
 )
 from mqbroker.interfaces import IClusterView
 from mqbroker.raft.errors import ProposalDroppedError
-from mqbroker.raft.messages import Campaign, EntryKind, Role
+from mqbroker.raft.messages import Campaign, Entry, EntryKind, Role, Snapshot
 from mqbroker.raft.node import RaftNode
 
 CONTROLLER_TICK_MS = 50
@@ -66,6 +66,20 @@ ELECTION_GRACE_HEARTBEATS = 2
 
 #: Told of every change of the image once this broker caught up: (image, record; None: all may have changed).
 ImageListener = Callable[[MetadataImage, "Record | None"], None]
+
+
+class ClosableRaftStorage(Protocol):
+    """What the control plane reads of its node's Raft log (``raft.storage.FileRaftStorage``), and closes at stop."""
+
+    def snapshot(self) -> Snapshot: ...
+
+    def first_index(self) -> int: ...
+
+    def last_index(self) -> int: ...
+
+    def entries(self, low: int, high: int) -> list[Entry]: ...
+
+    def close(self) -> None: ...
 
 
 def parse_quorum(config: BrokerConfig) -> dict[int, tuple[str, int]]:
@@ -100,18 +114,21 @@ class ControlPlane(MultiService):
         voters: Mapping[int, tuple[str, int]],
         machine: MetadataStateMachine,
         node: RaftNode,
+        storage: ClosableRaftStorage,
         transport: IService | None = None,
     ) -> None:
-        """``node`` applies committed records to ``machine``; ``transport`` (a child service, None for a
-        quorum of one) carries the node's frames to the other voters."""
+        """``node`` keeps its log in ``storage`` (closed when this service stops) and applies the committed
+        records to ``machine``; ``transport`` (a child service, None for a quorum of one) carries the
+        node's frames to the other voters."""
         super().__init__()
-        assert node.state_machine is machine, "the node applies the records to this control plane's image"
+        assert node.state_machine is machine and node.storage is storage, "the parts of one Raft node"
         self.config = config
         self.node_id = config.node_id
         self._clock = clock
         self.voters = dict(voters)
         self.machine = machine
         self.node = node
+        self._storage = storage
         self.transport = transport
         if transport is not None:
             transport.setServiceParent(self)
@@ -152,7 +169,7 @@ class ControlPlane(MultiService):
                 loop.stop()
         yield self.node.stop()
         yield super().stopService()
-        self.node.storage.close()
+        self._storage.close()
 
     def _register(self) -> None:
         record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.public_native_port,
@@ -190,7 +207,7 @@ class ControlPlane(MultiService):
 
         Uncommitted entries are included: this is only a hint, the replay reconfigures every log.
         """
-        storage = self.node.storage
+        storage = self._storage
         scratch = MetadataStateMachine()
         scratch.restore(storage.snapshot().data)
         for entry in storage.entries(storage.first_index(), storage.last_index() + 1):

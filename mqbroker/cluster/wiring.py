@@ -83,7 +83,8 @@ def build_control_plane(
         snapshot_entries=SNAPSHOT_ENTRIES,
         on_fatal=on_fatal,
     )
-    return ControlPlane(config=config, clock=reactor, voters=voters, machine=machine, node=node, transport=transport)
+    return ControlPlane(config=config, clock=reactor, voters=voters, machine=machine, node=node, storage=storage,
+                        transport=transport)
 
 
 def _no_peers(frame: PeerFrame) -> bool:
