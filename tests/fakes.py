@@ -21,18 +21,15 @@ from zope.interface import implementer
 
 from mqbroker import errors
 from mqbroker.cluster.controller import create_partitions_record, create_topic_record
-from mqbroker.cluster.metadata import (
+from mqbroker.cluster.metadata import MetadataImage, PartitionState, TopicState, apply_record
+from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
     AlterPartition,
     AlterTopicConfigs,
     DeleteTopic,
-    MetadataImage,
-    PartitionState,
     ReassignPartition,
     Record,
     RegisterBroker,
-    TopicState,
-    apply_record,
 )
 from mqbroker.config import BrokerConfig, build_config
 from mqbroker.core.broker import Broker

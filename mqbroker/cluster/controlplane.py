@@ -33,21 +33,18 @@ from mqbroker.cluster.controller import (
     create_topic_record,
     preferred_leader_elections,
 )
-from mqbroker.cluster.metadata import (
-    UNCLEAN_ELECTION_CONFIG,
+from mqbroker.cluster.metadata import UNCLEAN_ELECTION_CONFIG, MetadataImage, MetadataStateMachine, TopicState
+from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
     AlterPartition,
     AlterTopicConfigs,
     BrokerHeartbeat,
     DeleteTopic,
     FenceBroker,
-    MetadataImage,
-    MetadataStateMachine,
     PutGenericRecord,
-    Record,
     ReassignPartition,
+    Record,
     RegisterBroker,
-    TopicState,
     decode_result,
     encode_record,
 )

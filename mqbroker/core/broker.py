@@ -25,7 +25,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
-from mqbroker.cluster.metadata import MetadataImage, Record
+from mqbroker.cluster.metadata import MetadataImage
+from mqbroker.cluster.metadata_records import Record
 from mqbroker.config import BrokerConfig
 from mqbroker.core.fetch import FetchService, WaitingFetches
 from mqbroker.core.group_requests import GroupRequests

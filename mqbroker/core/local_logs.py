@@ -12,16 +12,15 @@ from collections.abc import Callable
 
 from twisted.internet.interfaces import IReactorTime
 
-from mqbroker.cluster.metadata import (
+from mqbroker.cluster.metadata import MetadataImage, TopicState
+from mqbroker.cluster.metadata_records import (
     AlterPartition,
     AlterTopicConfigs,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
-    MetadataImage,
     ReassignPartition,
     Record,
-    TopicState,
 )
 from mqbroker.config import BrokerConfig
 from mqbroker.core.topic_config import log_config_for

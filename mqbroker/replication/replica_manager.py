@@ -19,7 +19,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import AlterPartition, MetadataImage, PartitionState
+from mqbroker.cluster.metadata import MetadataImage, PartitionState
+from mqbroker.cluster.metadata_records import AlterPartition
 from mqbroker.config import BrokerConfig
 from mqbroker.durability.flusher import Flusher
 from mqbroker.interfaces import IClusterView

@@ -22,7 +22,8 @@ from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
 from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
 from mqbroker.config import BrokerConfig
 from mqbroker.interfaces import IAuthorizer
-from mqbroker.cluster.metadata import MetadataImage, PutGenericRecord, Record
+from mqbroker.cluster.metadata import MetadataImage
+from mqbroker.cluster.metadata_records import PutGenericRecord, Record
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.security.principal_mapping import PrincipalMapper
 from mqbroker.security.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager, QuotaScope, parse_quota_overrides

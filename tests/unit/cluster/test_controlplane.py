@@ -10,7 +10,8 @@ from zope.interface.verify import verifyObject
 
 from mqbroker import errors
 from mqbroker.cluster.controlplane import ControlPlane
-from mqbroker.cluster.metadata import AlterPartition, CreateTopic, MetadataImage, MetadataStateMachine, Record
+from mqbroker.cluster.metadata import MetadataImage, MetadataStateMachine
+from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, Record
 from mqbroker.config import build_config
 from mqbroker.interfaces import IClusterView
 from mqbroker.raft.core import RaftCore, RaftSettings

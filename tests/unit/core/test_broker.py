@@ -9,7 +9,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import CreateTopic, ReassignPartition, RegisterBroker
+from mqbroker.cluster.metadata_records import CreateTopic, ReassignPartition, RegisterBroker
 from mqbroker.core.topic_config import PRODUCER_ID_BLOCK_SIZE
 from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView
 from mqbroker.model import ANONYMOUS, FetchPosition, Operation, Principal, ResourceType, TopicSpec

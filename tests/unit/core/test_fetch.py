@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import CreateTopic, DeleteTopic
+from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
 from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult
 from mqbroker.records.batch import iter_batches
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired

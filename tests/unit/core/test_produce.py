@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import AlterPartition, CreateTopic, ElectLeader
+from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, ElectLeader
 from mqbroker.model import ANONYMOUS, FetchPosition
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 from tests.unit.storage.logtools import make_batch

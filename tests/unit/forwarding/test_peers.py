@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
-from mqbroker.cluster.metadata import CreateTopic
+from mqbroker.cluster.metadata_records import CreateTopic
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.forwarding import wire
 from mqbroker.forwarding.peers import REQUEST_SLACK_S, PeerConnections

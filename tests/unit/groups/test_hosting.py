@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import ElectLeader
+from mqbroker.cluster.metadata_records import ElectLeader
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.groups.messages import JoinRequest, OffsetCommitRequest, PartitionCommit
 from mqbroker.groups.model import TopicPartition

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from twisted.internet.task import Clock
 
-from mqbroker.cluster.metadata import CreateTopic
+from mqbroker.cluster.metadata_records import CreateTopic
 from mqbroker.model import ANONYMOUS
 from mqbroker.replication.fetcher import REQUEST_SLACK_S, ReplicaFetcher, ReplicaSink
 from tests.fakes import BrokerRig, FakeClusterView, MemoryEndpoint, build_broker, fired, native_server

@@ -13,7 +13,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import AlterPartition, CreateTopic, ElectLeader, ReassignPartition
+from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, ElectLeader, ReassignPartition
 from mqbroker.config import BrokerConfig, build_config
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.durability.flusher import Flusher
