@@ -33,7 +33,8 @@ from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig
 from mqbroker.cluster.controlplane import ControlPlane, parse_quorum
-from mqbroker.replication.fetcher import ReplicaFetcher
+from mqbroker.cluster.wiring import build_control_plane
+from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
 from mqbroker.durability.flusher import Flusher
 from mqbroker.durability.sync_engines import ISyncEngine, start_sync_engine
 from mqbroker.protocols.frontends import FrontEndContext
@@ -110,9 +111,9 @@ class BrokerService(MultiService):
         now_ms = int(self.reactor.seconds() * 1000)
         topic_defaults = self.config.topic_defaults
         self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
-        self.control = ControlPlane(
+        self.control = build_control_plane(
             config=self.config, reactor=self.reactor, data_dir=self.data_dir, threadpool=self._threadpool,
-            logs=self._logs, listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
+            listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
             on_fatal=lambda failure: self.reactor.stop(),
         )
         self.security = SecurityServices(self.config, self.control)
@@ -137,8 +138,9 @@ class BrokerService(MultiService):
             config=self.config,
             clock=self.reactor,
             logs=self._logs,
-            control=self.control,
+            cluster=self.control,
             flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
+            follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
         )
         broker = self.broker
@@ -148,7 +150,6 @@ class BrokerService(MultiService):
         started.addCallback(lambda _: self._freeze_start_up_heap())
         self._ensure_decoy_secret()
         self.metrics.attach(self.broker)
-        self.broker.fetcher = self._build_fetcher(self.broker)
         self._add_timers(self.broker)
         LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
                           self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
@@ -167,13 +168,13 @@ class BrokerService(MultiService):
         self.log.info("fsync rounds run through {engine}", engine={"aio": "Linux AIO", "thread": "a thread"}[self._sync_engine.name])
         return self._sync_engine
 
-    def _build_fetcher(self, broker: Broker) -> ReplicaFetcher:
+    def _build_fetcher(self, sink: ReplicaSink) -> ReplicaFetcher:
         """The follower side of replication: fetches from the leaders of the partitions this broker follows."""
         files = tls_files(self.config)
         if self.config.security_inter_broker_tls and (files is None or files.ca is None or not self.config.native_tls_port):
             raise ValueError("security.inter_broker_tls needs --tls-cert, --tls-key, --tls-ca and a native TLS port")
         return ReplicaFetcher(
-            node_id=self.config.node_id, reactor=self.reactor, sink=broker, address_of=self._address_of,
+            node_id=self.config.node_id, reactor=self.reactor, sink=sink, address_of=self._address_of,
             fetch_wait_ms=self.config.replica_fetch_wait_max_ms, partition_bytes_max=self.config.replica_fetch_max_bytes,
             response_bytes_max=self.config.replica_fetch_response_max_bytes,
             endpoint_for=self._replica_tls_endpoint if self.config.security_inter_broker_tls else None,

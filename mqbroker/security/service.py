@@ -23,7 +23,8 @@ from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
 from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
 from mqbroker.config import BrokerConfig
 from mqbroker.interfaces import IAuthorizer
-from mqbroker.cluster.metadata import MetadataImage, PutGenericRecord, Record
+from mqbroker.cluster.metadata import MetadataImage
+from mqbroker.cluster.metadata_records import PutGenericRecord, Record
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.security.cluster_auth import read_password_file
 from mqbroker.security.inter_broker import BrokerCertificateRules, inter_broker_credentials

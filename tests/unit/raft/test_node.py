@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from twisted.internet.task import Clock
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
@@ -19,26 +18,9 @@ from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration
 from mqbroker.raft.node import RaftNode
 from mqbroker.raft.state_machine import IRaftStateMachine
+from tests.fakes import InlinePool, ThreadlessReactor
 
 TICK_MS = 50
-
-
-class ThreadlessReactor(Clock):
-    """A task.Clock that runs "from thread" calls at once (the fake pool runs work inline)."""
-
-    def callFromThread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        function(*args, **kwargs)
-
-
-class InlinePool:
-    """Runs "threaded" work synchronously and records how often it was asked."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def callInThreadWithCallback(self, on_result: Callable[..., None], function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        self.calls += 1
-        on_result(True, function(*args, **kwargs))
 
 
 @implementer(IRaftStateMachine)
