@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from mqbroker.client.blocking import Admin
-from mqbroker.cluster.metadata import PutGenericRecord, encode_record
+from mqbroker.cluster.metadata_records import PutGenericRecord, encode_record
 from mqbroker.errors import SaslAuthenticationError
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import ErrorResponse
