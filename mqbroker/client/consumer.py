@@ -34,7 +34,7 @@ from mqbroker.protocols.native.messages import (
     OffsetSpec,
 )
 from mqbroker.records import batch as records
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 EARLIEST = int(OffsetSpec.EARLIEST)
 LATEST = int(OffsetSpec.LATEST)

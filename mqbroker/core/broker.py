@@ -64,6 +64,7 @@ from mqbroker.model import (
     TopicMetadata,
     TopicSpec,
 )
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage import errors as storage_errors
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
@@ -76,7 +77,7 @@ PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 OFFSETS_COMMIT_TIMEOUT_MS = 5_000
 
 _STORAGE_TO_BROKER_ERROR: dict[type[Exception], Callable[[str], errors.BrokerError]] = {
-    storage_errors.CorruptRecordError: errors.CorruptMessageError,
+    CorruptRecordError: errors.CorruptMessageError,
     storage_errors.OffsetOutOfRangeError: errors.OffsetOutOfRangeError,
     storage_errors.RecordTooLargeError: errors.MessageTooLargeError,
     storage_errors.LogClosedError: errors.UnknownTopicOrPartitionError,

@@ -30,7 +30,7 @@ from mqbroker.raft.log import IRaftStorage, StoredEntries
 from mqbroker.raft.messages import Entry, EntryKind, HardState, Snapshot
 from mqbroker.storage import fs
 from mqbroker.storage.checkpoint import write_atomically
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 HARD_STATE_FILE = "hard-state"
 SNAPSHOT_FILE = "snapshot"

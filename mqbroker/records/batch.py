@@ -35,7 +35,7 @@ from typing import TypeVar
 import crc32c
 
 from mqbroker.records.compression import DECOMPRESSED_BYTES_MAX, Compression, compress, decompress
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 MAGIC = 2
 HEADER_BYTES = 61

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from mqbroker.storage import fs
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 CHECKPOINT_VERSION = 0
 TEMPORARY_SUFFIX = ".tmp"

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from mqbroker.storage import checkpoint
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 EPOCH_CHECKPOINT_VERSION = 0

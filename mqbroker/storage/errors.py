@@ -7,10 +7,6 @@ class StorageError(Exception):
     """Base class of every error the storage library raises on purpose."""
 
 
-class CorruptRecordError(StorageError):
-    """Bytes that are not a valid RecordBatch v2 (bad size, magic, CRC or record framing)."""
-
-
 class OffsetOutOfRangeError(StorageError):
     """An offset below the log start or above the log end offset."""
 

@@ -19,7 +19,8 @@ from mqbroker.storage import checkpoint, fs
 from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
-from mqbroker.storage.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.records.batch import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
 from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment, file_name

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.errors import (
-    CorruptRecordError,
     DuplicateSequenceError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from mqbroker.records import batch as records
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
 from mqbroker.records.batch import HEADER_BYTES, BatchHeader
 

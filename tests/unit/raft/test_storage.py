@@ -12,7 +12,7 @@ from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration, Entry, EntryKind, HardState, Snapshot, SnapshotMetadata
 from mqbroker.raft.storage import ENTRIES_FILE, HARD_STATE_FILE, SNAPSHOT_FILE, FileRaftStorage
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 VOTERS = Configuration(voters=frozenset({1, 2, 3}))
 

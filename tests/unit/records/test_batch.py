@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.records.compression import Compression
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.batch import (
     HEADER_BYTES,
     BatchBuilder,

@@ -9,7 +9,7 @@ import pytest
 from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.log import PartitionLog
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.storage import checkpoint
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.producers import ProducerStates
 from tests.unit.storage.logtools import make_batch, open_log
 
