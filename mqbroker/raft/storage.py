@@ -30,7 +30,7 @@ from mqbroker.raft.log import IRaftStorage, StoredEntries
 from mqbroker.raft.messages import Entry, EntryKind, HardState, Snapshot
 from mqbroker.storage import fs
 from mqbroker.storage.checkpoint import write_atomically
-from mqbroker.records.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 
 HARD_STATE_FILE = "hard-state"
 SNAPSHOT_FILE = "snapshot"
@@ -58,7 +58,7 @@ def _read_checked(path: str) -> bytes | None:
     with open(path, "rb") as file:
         data = file.read()
     if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != crc32c.crc32c(data[_CRC.size :]):
-        raise CorruptRecordError(f"{path} fails its CRC; it is written atomically, so the disk corrupted it")
+        raise CorruptFileError(f"{path} fails its CRC; it is written atomically, so the disk corrupted it")
     return data[_CRC.size :]
 
 
@@ -91,7 +91,7 @@ class FileRaftStorage(StoredEntries):
             try:
                 snapshot = decode_snapshot(snapshot_body)
             except RaftCodecError as error:
-                raise CorruptRecordError(f"snapshot in {directory} does not decode: {error.message}") from None
+                raise CorruptFileError(f"snapshot in {directory} does not decode: {error.message}") from None
         hard_state_body = _read_checked(os.path.join(directory, HARD_STATE_FILE))
         hard_state = HardState()
         if hard_state_body is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from mqbroker.storage import fs
-from mqbroker.records.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 
 CHECKPOINT_VERSION = 0
 TEMPORARY_SUFFIX = ".tmp"
@@ -45,9 +45,9 @@ def read_offsets(path: str) -> dict[tuple[str, int], int]:
         entries = [line.rsplit(" ", 2) for line in lines[2:]]
         offsets = {(topic, int(partition)): int(offset) for topic, partition, offset in entries}
     except (IndexError, ValueError) as error:  # UnicodeDecodeError is a ValueError
-        raise CorruptRecordError(f"checkpoint {path} is malformed: {error}") from None
+        raise CorruptFileError(f"checkpoint {path} is malformed: {error}") from None
     if version != CHECKPOINT_VERSION or count != len(offsets):
-        raise CorruptRecordError(f"checkpoint {path} has version {version} and {count} entries; expected version 0")
+        raise CorruptFileError(f"checkpoint {path} has version {version} and {count} entries; expected version 0")
     return offsets
 
 
@@ -66,7 +66,7 @@ def read_offset(path: str) -> int | None:
         version_line, offset_line = data.decode("utf-8").splitlines()
         version, offset = int(version_line), int(offset_line)
     except ValueError as error:  # too few or many lines, not numbers, not UTF-8
-        raise CorruptRecordError(f"checkpoint {path} is malformed: {error}") from None
+        raise CorruptFileError(f"checkpoint {path} is malformed: {error}") from None
     if version != CHECKPOINT_VERSION or offset < 0:
-        raise CorruptRecordError(f"checkpoint {path} has version {version} and offset {offset}")
+        raise CorruptFileError(f"checkpoint {path} has version {version} and offset {offset}")
     return offset

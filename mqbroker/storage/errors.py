@@ -7,6 +7,10 @@ class StorageError(Exception):
     """Base class of every error the storage library raises on purpose."""
 
 
+class CorruptFileError(StorageError):
+    """A storage file (checkpoint, leader-epoch cache, producer snapshot, Raft state) with a bad CRC or layout."""
+
+
 class OffsetOutOfRangeError(StorageError):
     """An offset below the log start or above the log end offset."""
 

@@ -20,7 +20,7 @@ from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from mqbroker.storage.errors import CorruptFileError, LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.records.batch import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
 from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment, file_name
@@ -611,7 +611,7 @@ def _read_clean_offset(directory: str) -> int:
     """The cleaner checkpoint's offset; 0 (everything dirty, which is always safe) if missing or damaged."""
     try:
         return checkpoint.read_offset(os.path.join(directory, CLEANER_CHECKPOINT)) or 0
-    except CorruptRecordError:
+    except CorruptFileError:
         return 0
 
 
@@ -656,7 +656,7 @@ def _load_producers(directory: str, segments: list[Segment], end_offset: int) ->
             try:
                 states, start_offset = ProducerStates.from_bytes(file.read()), snapshot
                 break
-            except CorruptRecordError:
+            except CorruptFileError:
                 continue  # an older snapshot, or a full replay, rebuilds the same state
     for slot, segment in enumerate(segments):
         if slot + 1 < len(segments) and segments[slot + 1].base_offset <= start_offset:

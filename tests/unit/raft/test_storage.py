@@ -12,7 +12,7 @@ from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration, Entry, EntryKind, HardState, Snapshot, SnapshotMetadata
 from mqbroker.raft.storage import ENTRIES_FILE, HARD_STATE_FILE, SNAPSHOT_FILE, FileRaftStorage
-from mqbroker.records.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 
 VOTERS = Configuration(voters=frozenset({1, 2, 3}))
 
@@ -142,7 +142,7 @@ def test_corrupt_hard_state_is_an_error_not_a_silent_reset(tmp_path: pathlib.Pat
     storage.close()
     path = tmp_path / HARD_STATE_FILE
     path.write_bytes(b"\x00" + path.read_bytes()[1:])
-    with pytest.raises(CorruptRecordError, match="fails its CRC"):
+    with pytest.raises(CorruptFileError, match="fails its CRC"):
         FileRaftStorage.open(str(tmp_path))
 
 

@@ -9,7 +9,7 @@ import pytest
 from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
-from mqbroker.records.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.log import PartitionLog
 
 
@@ -47,7 +47,7 @@ def test_an_epoch_that_wrote_nothing_is_replaced_by_the_next(tmp_path: pathlib.P
 
 def test_malformed_checkpoint_is_a_typed_error(tmp_path: pathlib.Path) -> None:
     (tmp_path / EPOCH_CHECKPOINT_FILE).write_bytes(b"0\n2\n1 0\n")
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(CorruptFileError):
         LeaderEpochCache.load(str(tmp_path))
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.storage import checkpoint
-from mqbroker.records.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.producers import ProducerStates
 from tests.unit.storage.logtools import make_batch, open_log
 
@@ -16,7 +16,7 @@ from tests.unit.storage.logtools import make_batch, open_log
 def test_garbage_producer_snapshots_raise_only_the_corruption_error(data):
     try:
         ProducerStates.from_bytes(data)
-    except CorruptRecordError:
+    except CorruptFileError:
         pass
 
 
@@ -26,7 +26,7 @@ def test_garbage_checkpoints_raise_only_the_corruption_error(tmp_path_factory, d
     path.write_bytes(data)
     try:
         checkpoint.read_offsets(str(path))
-    except CorruptRecordError:
+    except CorruptFileError:
         pass
 
 
@@ -36,7 +36,7 @@ def test_garbage_single_offset_checkpoints_raise_only_the_corruption_error(tmp_p
     path.write_bytes(data)
     try:
         checkpoint.read_offset(str(path))
-    except CorruptRecordError:
+    except CorruptFileError:
         pass
 
 
@@ -66,5 +66,5 @@ def test_a_damaged_producer_snapshot_falls_back_to_replaying_the_log(tmp_path):
 
 def test_an_unreadable_checkpoint_names_the_file(tmp_path):
     (tmp_path / "c").write_text("0\n2\norders 0 1\n")
-    with pytest.raises(CorruptRecordError, match="c"):
+    with pytest.raises(CorruptFileError, match="c"):
         checkpoint.read_offsets(str(tmp_path / "c"))
