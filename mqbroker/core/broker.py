@@ -26,8 +26,8 @@ from mqbroker.core.topic_config import (
     validate_broker_topic_configs,
     validate_topic_name,
 )
-from mqbroker.config import BrokerConfig
 from mqbroker.cluster.controlplane import ControlPlane
+from mqbroker.config import BrokerConfig
 from mqbroker.durability.flusher import Flusher
 from mqbroker.groups.service import (
     OFFSETS_TOPIC,
@@ -37,15 +37,15 @@ from mqbroker.groups.service import (
     offsets_partition,
     read_offsets_records,
 )
+from mqbroker.cluster.metadata import AlterPartition, MetadataImage, PartitionState
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.coordinator import GroupCoordinator
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import OffsetStore
 from mqbroker.interfaces import IAuthorizer, IBroker
-from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max, partitions_per_topic_max, produce_timeout_ms_max
-from mqbroker.cluster.metadata import AlterPartition, MetadataImage, PartitionState
 from mqbroker.replication.decisions import diverging_epoch, truncation_offset
+from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -65,10 +65,10 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import read_header
 from mqbroker.storage import errors as storage_errors
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import read_header
 from mqbroker.storage.manager import LogManager
 
 #: acks=all produces that give no timeout wait this long for the ISR.

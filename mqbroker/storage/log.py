@@ -15,14 +15,20 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import (
+    HEADER_BYTES,
+    NO_PARTITION_LEADER_EPOCH,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    iter_batches,
+    stamp,
+)
 from mqbroker.storage import checkpoint, fs
-from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
-from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.errors import CorruptFileError, LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
-from mqbroker.records.batch import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
 from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment, file_name
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -72,14 +78,14 @@ def _stamped_pieces(view: memoryview, batches: list[tuple[int, BatchHeader]]) ->
     """The batches to write as (stamped header copy, untouched body) pieces: the body is never copied."""
     pieces: list[bytes | memoryview] = []
     for position, header in batches:
-        head = bytearray(view[position : position + records.HEADER_BYTES])
-        records.stamp(head, 0, header.base_offset, header.partition_leader_epoch)
-        pieces += (head, view[position + records.HEADER_BYTES : position + header.size_bytes])
+        head = bytearray(view[position : position + HEADER_BYTES])
+        stamp(head, 0, header.base_offset, header.partition_leader_epoch)
+        pieces += (head, view[position + HEADER_BYTES : position + header.size_bytes])
     return pieces
 
 
 def _stamped(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:
-    """The header as `records.stamp` rewrote it (positional: this is the append hot path)."""
+    """The header as `stamp` rewrote it (positional: this is the append hot path)."""
     return BatchHeader(
         base_offset,
         header.batch_length,
@@ -286,7 +292,7 @@ class PartitionLog:
 
     def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         """Framing, magic and CRC of every batch, and the size limit; no record is decoded."""
-        batches = list(records.iter_batches(view, check=True))
+        batches = list(iter_batches(view, check=True))
         if not batches:
             raise CorruptRecordError("an append needs at least one record batch")
         for _, header in batches:

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import crc32c
 
+from mqbroker.records.header import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from mqbroker.storage.errors import (
     CorruptFileError,
     DuplicateSequenceError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
 )
-from mqbroker.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 #: Batches remembered per producer (Kafka's NUM_BATCHES_TO_RETAIN; clients keep <= 5 in flight).
 BATCHES_RETAINED = 5

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from mqbroker.records import batch as records
 from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import HEADER_BYTES, BatchHeader, check_crc, read_header
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
-from mqbroker.records.batch import HEADER_BYTES, BatchHeader
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -218,7 +217,7 @@ class Segment:
         relative_last, position = last
         if index.entries()[0][0] < 0 or position + HEADER_BYTES > self.size_bytes:
             return False
-        header = records.read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
+        header = read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
         return header.last_offset == self.base_offset + relative_last
 
     def _time_index_sane(self, index: SparseIndex) -> bool:
@@ -252,7 +251,7 @@ class Segment:
         timed = self.time_index.last()
         self._max_timestamp = timed[0] if timed is not None else -1
         if self.size_bytes > 0:
-            first = records.read_header(os.pread(self._file(), HEADER_BYTES, 0), 0, require_whole=False)
+            first = read_header(os.pread(self._file(), HEADER_BYTES, 0), 0, require_whole=False)
             self._first_timestamp = first.max_timestamp
         self._bytes_since_index = self.size_bytes - start
         for _, header in self.scan(start, self.size_bytes, verify=False):
@@ -275,7 +274,7 @@ class Segment:
             cursor = 0
             want = SCAN_CHUNK_BYTES
             while len(chunk) - cursor >= HEADER_BYTES:
-                header = records.read_header(chunk, cursor, require_whole=False)
+                header = read_header(chunk, cursor, require_whole=False)
                 size = header.size_bytes
                 if cursor + size > len(chunk) and verify:
                     if position + cursor + size > end:
@@ -283,7 +282,7 @@ class Segment:
                     want = max(want, size)
                     break
                 if verify:
-                    records.check_crc(chunk, cursor, header)
+                    check_crc(chunk, cursor, header)
                 yield position + cursor, header
                 cursor += size
             if cursor == 0 and want == SCAN_CHUNK_BYTES:
@@ -304,7 +303,7 @@ class Segment:
             chunk = os.pread(fd, min(SEEK_CHUNK_BYTES, end - start), start)
             cursor = 0
             while len(chunk) - cursor >= HEADER_BYTES:
-                header = records.read_header(chunk, cursor, require_whole=False)
+                header = read_header(chunk, cursor, require_whole=False)
                 if header.last_offset >= offset:
                     return start + cursor, header
                 cursor += header.size_bytes
@@ -332,7 +331,7 @@ class Segment:
         data = os.pread(self._file(), min(limit, self.size_bytes) - position, position)
         cursor = 0
         while len(data) - cursor >= HEADER_BYTES:
-            header = records.read_header(data, cursor, require_whole=False)
+            header = read_header(data, cursor, require_whole=False)
             if header.last_offset >= max_offset or cursor + header.size_bytes > len(data):
                 break
             cursor += header.size_bytes
@@ -355,7 +354,7 @@ class Segment:
         if end is None:
             return None
         data = os.pread(self._file(), end - position, position)
-        return data if records.read_header(data).base_offset <= offset else None
+        return data if read_header(data).base_offset <= offset else None
 
     def _batch_boundary(self, position: int, limit: int, max_offset: int) -> int | None:
         """A batch boundary in (position, limit] with every batch before it below ``max_offset``, if known.

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
+from mqbroker.records.decoder import decode_records
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import decode_records
 from tests.integration.log_compaction_crash_child import CONFIG
 from tests.unit.storage.logtools import read_all
 

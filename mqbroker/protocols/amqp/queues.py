@@ -30,7 +30,9 @@ from mqbroker.protocols.amqp.queue_state import (
     parse_expiration,
 )
 from mqbroker.protocols.amqp.stored import QueueDeclaration, StoredMessage, append_message, queue_topic, queued_message
-from mqbroker.records.batch import BatchBuilder, decode_records_as, iter_batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.header import iter_batches
 
 #: Ready messages a classic queue reads ahead of its consumers.
 READ_AHEAD_MESSAGES = 2_000

@@ -26,7 +26,9 @@ from mqbroker.protocols.amqp.codec import encode_properties
 from mqbroker.protocols.amqp.queues import BatchStored, all_settled
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, METADATA_TOPIC, QUEUE_STATE_TOPIC, QUEUE_TOPIC_PREFIX
-from mqbroker.records.batch import RecordHeader, decode_records_as, iter_batches
+from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.header import iter_batches
+from mqbroker.records.record import RecordHeader
 
 #: The exchange argument naming the native topic an exchange reads from.
 SOURCE_TOPIC_ARGUMENT = "x-source-topic"

@@ -24,7 +24,8 @@ from typing import Any
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, parse_expiration
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType
-from mqbroker.records.batch import BatchBuilder, RecordHeader
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.record import RecordHeader
 
 METADATA_TOPIC = "__amqp_metadata"
 QUEUE_STATE_TOPIC = "__amqp_queue_state"

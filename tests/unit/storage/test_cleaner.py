@@ -8,10 +8,11 @@ import random
 
 import pytest
 
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches, read_header
 from mqbroker.storage import checkpoint, cleaner, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import CLEANER_CHECKPOINT
-from mqbroker.records.batch import decode_records, iter_batches, read_header
 from tests.unit.storage.logtools import make_batch, open_log, read_all
 
 RETENTION_MS = 1000

@@ -6,7 +6,8 @@ import pathlib
 
 import pytest
 
-from mqbroker.records import batch as records
+from mqbroker.records.builder import encode_batch
+from mqbroker.records.record import Record
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
 from mqbroker.storage.errors import CorruptFileError
@@ -14,8 +15,8 @@ from mqbroker.storage.log import PartitionLog
 
 
 def _batch(count: int = 1, leader_epoch: int = -1, base_offset: int = 0) -> bytes:
-    batch = [records.Record(offset=base_offset + n, timestamp_ms=0, key=None, value=b"v%d" % n) for n in range(count)]
-    return records.encode_batch(batch, base_offset=base_offset, partition_leader_epoch=leader_epoch)
+    batch = [Record(offset=base_offset + n, timestamp_ms=0, key=None, value=b"v%d" % n) for n in range(count)]
+    return encode_batch(batch, base_offset=base_offset, partition_leader_epoch=leader_epoch)
 
 
 def test_end_of_an_epoch_is_the_start_of_the_next_or_the_log_end(tmp_path: pathlib.Path) -> None:

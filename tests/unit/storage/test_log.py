@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from mqbroker.storage.config import LogConfig
 from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import iter_batches
+from mqbroker.storage.config import LogConfig
 from mqbroker.storage.errors import InvalidConfigError, OffsetOutOfRangeError, RecordTooLargeError
-from mqbroker.records.batch import iter_batches
 from tests.unit.storage.logtools import SMALL_SEGMENTS, make_batch, open_log, payload_batch, read_all
 
 

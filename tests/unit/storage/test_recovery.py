@@ -8,7 +8,7 @@ import shutil
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbroker.records.batch import iter_batches
+from mqbroker.records.header import iter_batches
 from tests.unit.storage.logtools import open_log, payload_batch, read_all
 
 BATCH_COUNT = 60
