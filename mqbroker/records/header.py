@@ -183,6 +183,38 @@ def stamp(buffer: bytearray | memoryview, position: int, base_offset: int, leade
     _LEADER_EPOCH.pack_into(buffer, position + 12, leader_epoch)
 
 
+def stamped_header(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:
+    """``header`` as `stamp` rewrites it (built positionally: this is the broker's append path)."""
+    return BatchHeader(
+        base_offset,
+        header.batch_length,
+        leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.records_count,
+    )
+
+
+def stamped_pieces(buffer: memoryview, batches: list[tuple[int, BatchHeader]]) -> list[bytes | memoryview]:
+    """The batches of ``buffer`` as (stamped header copy, untouched body) pieces for one vectored write.
+
+    Each ``header`` holds the base offset and leader epoch to stamp; the bodies are never copied.
+    """
+    pieces: list[bytes | memoryview] = []
+    for position, header in batches:
+        head = bytearray(buffer[position : position + HEADER_BYTES])
+        stamp(head, 0, header.base_offset, header.partition_leader_epoch)
+        pieces += (head, buffer[position + HEADER_BYTES : position + header.size_bytes])
+    return pieces
+
+
 def valid_prefix_bytes(buffer: bytes | bytearray | memoryview) -> int:
     """How many leading bytes of ``buffer`` are whole batches with good CRCs (recovery's cut point)."""
     valid_bytes = 0

@@ -14,6 +14,8 @@ from mqbroker.storage.errors import CorruptFileError
 
 CHECKPOINT_VERSION = 0
 TEMPORARY_SUFFIX = ".tmp"
+#: Where a compacted log's clean part ends (its first dirty offset), in the partition's directory.
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -70,3 +72,16 @@ def read_offset(path: str) -> int | None:
     if version != CHECKPOINT_VERSION or offset < 0:
         raise CorruptFileError(f"checkpoint {path} has version {version} and offset {offset}")
     return offset
+
+
+def read_clean_offset(directory: str) -> int:
+    """The cleaner checkpoint of the partition in ``directory``; 0 (all dirty, always safe) if missing or damaged."""
+    try:
+        return read_offset(os.path.join(directory, CLEANER_CHECKPOINT)) or 0
+    except CorruptFileError:
+        return 0
+
+
+def write_clean_offset(directory: str, offset: int) -> None:
+    """Atomically record that compaction covered everything below ``offset`` in ``directory``."""
+    write_offset(os.path.join(directory, CLEANER_CHECKPOINT), offset)

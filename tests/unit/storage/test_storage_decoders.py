@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from mqbroker.storage import checkpoint
 from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.producers import ProducerStates
-from tests.unit.storage.logtools import make_batch, open_log
 
 
 @given(st.binary(max_size=300))
@@ -51,17 +50,6 @@ def test_checkpoints_round_trip(tmp_path):
     checkpoint.write_offsets(str(tmp_path / "c"), offsets)
     assert checkpoint.read_offsets(str(tmp_path / "c")) == offsets
     assert checkpoint.read_offsets(str(tmp_path / "missing")) == {}
-
-
-def test_a_damaged_producer_snapshot_falls_back_to_replaying_the_log(tmp_path):
-    log = open_log(tmp_path)
-    log.append(make_batch([b"a"], producer_id=5, producer_epoch=0, base_sequence=0), now_ms=0)
-    log.close()
-    snapshot = next(tmp_path.glob("*.snapshot"))
-    snapshot.write_bytes(snapshot.read_bytes()[:-3])
-    reopened = open_log(tmp_path, clean_shutdown=True)
-    retry = reopened.append(make_batch([b"a"], producer_id=5, producer_epoch=0, base_sequence=0), now_ms=0)
-    assert retry.duplicate
 
 
 def test_an_unreadable_checkpoint_names_the_file(tmp_path):
