@@ -54,7 +54,8 @@ from mqbroker.cluster.metadata import (
     decode_result,
     encode_record,
 )
-from mqbroker.raft.core import RaftCore, RaftSettings
+from mqbroker.raft.core import RaftCore
+from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.errors import ProposalDroppedError
 from mqbroker.raft.forwarded_proposals import PeerFrame
 from mqbroker.raft.messages import Campaign, Configuration, EntryKind, Role, Snapshot, SnapshotMetadata
