@@ -76,13 +76,13 @@ class FileRaftStorage(StoredEntries):
         self._entries = entries
         #: File position of each entry's record, to truncate at a conflicting index.
         self._offsets = offsets
-        self._file = open(os.path.join(directory, ENTRIES_FILE), "r+b")
+        self._file = fs.open_file(os.path.join(directory, ENTRIES_FILE), "r+b")
         self._file.seek(0, os.SEEK_END)
 
     @classmethod
     def open(cls, directory: str, bootstrap: Snapshot | None = None) -> FileRaftStorage:
         """Recover the state in ``directory`` (created if missing); ``bootstrap`` seeds a new node's snapshot."""
-        os.makedirs(directory, exist_ok=True)
+        fs.makedirs(directory)
         snapshot_body = _read_checked(os.path.join(directory, SNAPSHOT_FILE))
         if snapshot_body is None:
             snapshot = bootstrap or Snapshot()
@@ -143,7 +143,7 @@ class FileRaftStorage(StoredEntries):
         for record in records:
             self._offsets.append(position)
             position += len(record)
-        self._file = open(os.path.join(self.directory, ENTRIES_FILE), "r+b")
+        self._file = fs.open_file(os.path.join(self.directory, ENTRIES_FILE), "r+b")
         self._file.seek(0, os.SEEK_END)
 
     def _append(self, entries: Sequence[Entry]) -> None:
@@ -200,7 +200,7 @@ def _recover_entries(path: str, snapshot: Snapshot) -> tuple[list[Entry], list[i
         position = 0  # entries that do not continue the snapshot are stale: drop them all
         continuation = [], []
     if position != len(data):
-        with open(path, "r+b") as file:
+        with fs.open_file(path, "r+b") as file:
             file.truncate(position)  # the torn tail of a write a crash interrupted, or stale entries
             file.flush()
             fs.fsync(file.fileno())

@@ -21,7 +21,7 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 def write_atomically(path: str, data: bytes) -> None:
     """Replace the file at ``path`` with ``data`` so a crash leaves either the old or the new file."""
     temporary = path + TEMPORARY_SUFFIX
-    with open(temporary, "wb") as file:
+    with fs.open_file(temporary, "wb") as file:
         file.write(data)
         file.flush()
         fs.fsync(file.fileno())

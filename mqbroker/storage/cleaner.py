@@ -93,7 +93,7 @@ def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult
         before += segment.size_bytes
         cleaned, dropped, changed = _rewrite(segment, rules)
         if not changed:
-            os.unlink(cleaned)
+            fs.unlink(cleaned)
             after += segment.size_bytes
             continue
         swap = segment.path + SWAP_SUFFIX
@@ -153,7 +153,7 @@ def _rewrite(segment: Segment, rules: _Rules) -> tuple[str, int, bool]:
     path = segment.path + CLEANED_SUFFIX
     dropped = 0
     changed = False
-    with open(path, "wb") as output:
+    with fs.open_file(path, "wb") as output:
         for header, batch in _batches(segment):
             kept, removed = _filter_batch(header, batch, rules)
             dropped += removed

@@ -454,7 +454,7 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             if old not in self._segments[:-1]:
-                os.unlink(swap_path)  # retention or a truncation removed it meanwhile
+                fs.unlink(swap_path)  # retention or a truncation removed it meanwhile
                 return
             old.drop_indexes()
             fs.replace(swap_path, old.path)

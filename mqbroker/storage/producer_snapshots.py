@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from mqbroker.storage import checkpoint
+from mqbroker.storage import checkpoint, fs
 from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.producers import ProducerStates
 from mqbroker.storage.segment import Segment, file_name
@@ -31,14 +31,14 @@ def write_snapshot(directory: str, end_offset: int, data: bytes) -> None:
     """Write the table ``data`` as the snapshot at ``end_offset`` and drop all but the newest few."""
     checkpoint.write_atomically(os.path.join(directory, file_name(end_offset, SNAPSHOT_SUFFIX)), data)
     for stale in snapshot_offsets(directory)[:-SNAPSHOTS_KEPT]:
-        os.unlink(os.path.join(directory, file_name(stale, SNAPSHOT_SUFFIX)))
+        fs.unlink(os.path.join(directory, file_name(stale, SNAPSHOT_SUFFIX)))
 
 
 def remove_snapshots_after(directory: str, offset: int) -> None:
     """Delete the snapshots past ``offset`` (the log was truncated there)."""
     for snapshot in snapshot_offsets(directory):
         if snapshot > offset:
-            os.unlink(os.path.join(directory, file_name(snapshot, SNAPSHOT_SUFFIX)))
+            fs.unlink(os.path.join(directory, file_name(snapshot, SNAPSHOT_SUFFIX)))
 
 
 def load_producers(directory: str, segments: list[Segment], end_offset: int) -> ProducerStates:

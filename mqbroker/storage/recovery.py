@@ -31,7 +31,7 @@ def open_segments(
     no trusted position inside a segment, and costs at most one segment of CRC checks more
     (`benchmarks/storage_bench.py` measures ``recovery_s_per_gib``: 0.1-0.3 s per GiB here).
     """
-    os.makedirs(directory, exist_ok=True)
+    fs.makedirs(directory)
     _remove_leftovers(directory)
     segments = [Segment(directory, base, index_interval_bytes) for base in segment_bases(directory)]
     if not segments:
@@ -55,7 +55,7 @@ def _remove_leftovers(directory: str) -> None:
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if name.endswith(LOG_SUFFIX + CLEANED_SUFFIX):
-            os.unlink(path)
+            fs.unlink(path)
         elif name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
             target = path[: -len(SWAP_SUFFIX)]
             Segment(directory, int(name[:20]), 0).drop_indexes()
@@ -64,7 +64,7 @@ def _remove_leftovers(directory: str) -> None:
     for name in os.listdir(directory):
         orphan_index = name.endswith(INDEX_SUFFIXES) and int(name.split(".")[0]) not in bases
         if name.endswith(LEFTOVER_SUFFIXES) or orphan_index:
-            os.unlink(os.path.join(directory, name))
+            fs.unlink(os.path.join(directory, name))
 
 
 def _recover(directory: str, segments: list[Segment], recovery_point: int) -> list[Segment]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import HEADER_BYTES, BatchHeader, check_crc, read_header
+from mqbroker.storage import fs
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
 
 LOG_SUFFIX = ".log"
@@ -77,7 +78,7 @@ class Segment:
 
     def _file(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = fs.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         return self._fd
 
     def create(self) -> None:
@@ -136,7 +137,7 @@ class Segment:
             self._fd = None
         for path in (self.offset_index.path, self.time_index.path):
             if os.path.exists(path):
-                os.unlink(path)
+                fs.unlink(path)
 
     def delete(self) -> None:
         """Close and remove the segment's files (the log first, so leftovers are only indexes)."""
@@ -145,7 +146,7 @@ class Segment:
             self._fd = None
         for path in (self.path, self.offset_index.path, self.time_index.path):
             if os.path.exists(path):
-                os.unlink(path)
+                fs.unlink(path)
 
     # -- appending ---------------------------------------------------------------------------
 
