@@ -132,6 +132,8 @@ class PartitionLog:
         )
         end_offset = segments[-1].next_offset
         log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
+        if remove_snapshots_after(directory, end_offset):
+            fs.fsync_path(directory)  # gone before the log can grow back past them
         producers = load_producers(directory, segments, end_offset)
         epochs = LeaderEpochCache.load(directory)
         epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it

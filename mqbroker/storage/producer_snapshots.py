@@ -5,6 +5,9 @@ A snapshot holds the idempotent-producer table as it stood at its offset; it is 
 atomically, the newest ``SNAPSHOTS_KEPT`` are kept, and those past a truncation point are
 removed. Opening a log loads the newest snapshot at or below the log end that decodes and
 replays the batch headers after it, so a missing or damaged snapshot only costs a longer replay.
+A snapshot is taken at the log end, which need not be durable yet: after a power loss took the
+tail it describes, opening the log deletes it, or it would describe other batches once the log
+grows back past its offset.
 """
 
 from __future__ import annotations
@@ -34,11 +37,14 @@ def write_snapshot(directory: str, end_offset: int, data: bytes) -> None:
         fs.unlink(os.path.join(directory, file_name(stale, SNAPSHOT_SUFFIX)))
 
 
-def remove_snapshots_after(directory: str, offset: int) -> None:
-    """Delete the snapshots past ``offset`` (the log was truncated there)."""
+def remove_snapshots_after(directory: str, offset: int) -> bool:
+    """Delete the snapshots past ``offset`` (the log was truncated there); True if there were any."""
+    removed = False
     for snapshot in snapshot_offsets(directory):
         if snapshot > offset:
             fs.unlink(os.path.join(directory, file_name(snapshot, SNAPSHOT_SUFFIX)))
+            removed = True
+    return removed
 
 
 def load_producers(directory: str, segments: list[Segment], end_offset: int) -> ProducerStates:

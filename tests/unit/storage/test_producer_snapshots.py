@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 from mqbroker.storage.producer_snapshots import SNAPSHOTS_KEPT, snapshot_offsets
+from tests.powerloss import power_loss_disks
 from tests.unit.storage.logtools import make_batch, open_log
 
 
@@ -48,3 +51,23 @@ def test_a_damaged_producer_snapshot_falls_back_to_replaying_the_log(tmp_path):
     reopened = open_log(tmp_path, clean_shutdown=True)
     retry = reopened.append(make_batch([b"a"], producer_id=5, producer_epoch=0, base_sequence=0), now_ms=0)
     assert retry.duplicate
+
+
+def test_a_snapshot_past_a_tail_lost_to_a_power_loss_is_not_used_when_the_log_grows_back(tmp_path):
+    directory = str(tmp_path)
+    with power_loss_disks(directory) as (disk,):
+        log = open_log(directory)
+        log.append(_idempotent_batch(0), now_ms=0)
+        log.flush()
+        log.append(_idempotent_batch(1), now_ms=0)  # never flushed: the producer gets no acknowledgement
+        log.snapshot_producers()  # at offset 2, durable, describing the batch the power loss takes
+        disk.crash(random.Random(0), lose_everything=True)
+        log = open_log(directory)
+        assert log.log_end_offset == 1
+        for _ in range(2):
+            log.append(make_batch([b"another producer"]), now_ms=0)  # the log grows back past offset 2
+        log.flush()
+        disk.crash(random.Random(0), lose_everything=True)
+        log = open_log(directory)
+        retry = log.append(_idempotent_batch(1), now_ms=0)  # the producer retries what was never acknowledged
+    assert not retry.duplicate and retry.base_offset == 3
