@@ -30,6 +30,7 @@ from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, Recor
 from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, write_snapshot
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.storage.recovery import open_segments
+from mqbroker.storage.retention import expired_segment_count
 from mqbroker.storage.segment import Segment
 from mqbroker.storage.sync_state import FlushTicket, SyncState
 
@@ -390,17 +391,7 @@ class PartitionLog:
             return 0
         with self._lock:
             self._check_open()
-            total_bytes = sum(segment.size_bytes for segment in self._segments)
-            count = 0
-            for segment, following in zip(self._segments, self._segments[1:]):
-                if max_offset is not None and following.base_offset > max_offset:
-                    break  # offsets up to the next segment's base may lie in this one (compaction leaves gaps)
-                too_old = self.config.retention_ms >= 0 and segment.max_timestamp < now_ms - self.config.retention_ms
-                too_big = self.config.retention_bytes >= 0 and total_bytes - segment.size_bytes >= self.config.retention_bytes
-                if not (too_old or too_big):
-                    break
-                total_bytes -= segment.size_bytes
-                count += 1
+            count = expired_segment_count(self._segments, self.config, now_ms, max_offset)
             self._drop_prefix(count)
             return count
 
