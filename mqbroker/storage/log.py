@@ -331,37 +331,46 @@ class PartitionLog:
     # -- removing data -----------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every batch whose last offset is >= ``offset`` (a follower diverging from its leader)."""
+        """Remove every batch whose last offset is >= ``offset`` (a follower diverging from its leader).
+
+        The cut is made durable before the epoch cache and the producer snapshots forget what it
+        removed: otherwise a power loss could bring the batches back without their epochs.
+        """
         with self._lock:
             self._check_open()
+            if offset < self._end_offset:
+                if offset <= self._segments[0].base_offset:
+                    self._start_empty_at(offset)
+                else:
+                    self._delete_segments([s for s in self._segments if s.base_offset >= offset])
+                    self._segments = [s for s in self._segments if s.base_offset < offset]
+                    self._segments[-1].truncate_to(offset)
+                self._end_offset = self._segments[-1].next_offset
+                self._log_start_offset = min(self._log_start_offset, self._end_offset)
+                self._unsynced.truncated(self._end_offset)
+                self._make_cut_durable(self._end_offset)
+                if self._clean_offset > self._end_offset:
+                    self._set_clean_offset(self._end_offset)  # what is appended next is dirty
+                self._producers = load_producers(self.directory, self._segments, self._end_offset)
             self.epochs.truncate_from_end(offset)  # also an epoch that began at the log end but wrote nothing
-            if offset >= self._end_offset:
-                return
-            if offset <= self._segments[0].base_offset:
-                self._start_empty_at(offset)
-            else:
-                self._delete_segments([s for s in self._segments if s.base_offset >= offset])
-                self._segments = [s for s in self._segments if s.base_offset < offset]
-                self._segments[-1].truncate_to(offset)
-            self._end_offset = self._segments[-1].next_offset
-            self._log_start_offset = min(self._log_start_offset, self._end_offset)
-            self._unsynced.truncated(self._end_offset)
-            if self._clean_offset > self._end_offset:
-                self._set_clean_offset(self._end_offset)  # what is appended next is dirty
-            remove_snapshots_after(self.directory, self._end_offset)
-            self._producers = load_producers(self.directory, self._segments, self._end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every batch and go on, empty, from ``offset`` (a follower below its leader's log start)."""
         with self._lock:
             self._check_open()
-            self.epochs.truncate_from_end(0)
             self._start_empty_at(offset)
             self._end_offset = offset
             self._unsynced.restarted(offset)
+            self._make_cut_durable(-1)
+            self.epochs.truncate_from_end(0)
             self._set_clean_offset(offset)
-            remove_snapshots_after(self.directory, -1)
             self._producers = ProducerStates()
+
+    def _make_cut_durable(self, end_offset: int) -> None:
+        """Drop the producer snapshots past ``end_offset``; fsync the cut segment and the directory."""
+        remove_snapshots_after(self.directory, end_offset)
+        self._segments[-1].sync()
+        fs.fsync_path(self.directory)
 
     def _start_empty_at(self, offset: int) -> None:
         self._delete_segments(self._segments)

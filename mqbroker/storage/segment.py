@@ -118,6 +118,10 @@ class Segment:
             self.load_tail()
         return self._first_timestamp
 
+    def sync(self) -> None:
+        """fsync the `.log` file (a cut; appends are synced through `duplicate_handle`)."""
+        fs.fsync(self._file())
+
     def duplicate_handle(self) -> int:
         """A new descriptor for the `.log` file, so an fsync can outlive a concurrent close."""
         return os.dup(self._file())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import random
 
 import pytest
 
@@ -12,6 +13,7 @@ from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
 from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.log import PartitionLog
+from tests.powerloss import power_loss_disks
 
 
 def _batch(count: int = 1, leader_epoch: int = -1, base_offset: int = 0) -> bytes:
@@ -69,3 +71,17 @@ def test_follower_appends_take_epochs_from_the_batches(tmp_path: pathlib.Path) -
     log.append(copied, 0, assign_offsets=False)
     assert log.epochs.entries == [EpochEntry(epoch=1, start_offset=0), EpochEntry(epoch=3, start_offset=2)]
     assert log.log_end_offset == 3
+
+
+@pytest.mark.parametrize("cut", [2, 0], ids=["inside-the-log", "everything"])
+def test_a_truncation_is_durable_before_the_cache_forgets_its_epochs(tmp_path: pathlib.Path, cut: int) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+        log.append(_batch(2), 0, leader_epoch=0)
+        log.append(_batch(3), 0, leader_epoch=4)
+        log.flush()
+        log.truncate_to(cut)  # a follower cuts back to its new leader's log
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+    assert recovered.log_end_offset == cut
+    assert [entry.epoch for entry in recovered.epochs.entries] == ([0] if cut else [])
