@@ -260,6 +260,7 @@ class PartitionLog:
     def _roll(self, base_offset: int, now_ms: int) -> None:
         sealed = self._segments[-1]
         sealed.finish()
+        sealed.sync()  # before the next segment's name can be durable: else a power loss leaves a hole
         self._unsynced.sealed(sealed)
         segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
         segment.create()

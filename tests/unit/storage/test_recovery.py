@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbroker.records.header import iter_batches
+from mqbroker.records.header import iter_batches, read_header
+from tests.powerloss import power_loss_disks
 from tests.unit.storage.logtools import open_log, payload_batch, read_all
 
 BATCH_COUNT = 60
@@ -154,3 +156,17 @@ def test_unclean_restart_keeps_every_valid_batch_and_is_durable(tmp_path):
     reopened = open_log(tmp_path)
     assert read_all(reopened) == expected
     assert reopened.durable_end_offset == reopened.log_end_offset == 40
+
+
+def test_a_segment_rolled_before_its_predecessor_was_durable_leaves_no_hole_after_a_power_loss(tmp_path):
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = open_log(tmp_path)
+        log.append(payload_batch(1), now_ms=0)
+        log.flush()
+        log.append(payload_batch(2), now_ms=0)  # not flushed: a power loss may take it
+        log.roll(now_ms=0)  # a new segment named 2
+        log.snapshot_producers()  # its atomic write fsyncs the directory: the new name is durable
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = open_log(tmp_path)
+        batches = read_all(recovered)
+    assert recovered.log_end_offset == read_header(batches[-1]).next_offset, "offsets before the log end hold nothing"
