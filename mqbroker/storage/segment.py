@@ -222,7 +222,10 @@ class Segment:
         relative_last, position = last
         if index.entries()[0][0] < 0 or position + HEADER_BYTES > self.size_bytes:
             return False
-        header = read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
+        try:
+            header = read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
+        except CorruptRecordError:
+            return False  # an entry the `.log` never had (a power loss kept more of the index than of it)
         return header.last_offset == self.base_offset + relative_last
 
     def _time_index_sane(self, index: SparseIndex) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,6 +148,21 @@ def test_missing_or_corrupt_indexes_are_rebuilt(tmp_path):
     for offset in range(0, log.log_end_offset, 7):
         first = next(iter_batches(log.read(offset, 1).records))[1]
         assert first.base_offset <= offset <= first.last_offset
+
+
+@pytest.mark.parametrize("clean_shutdown", [True, False], ids=["clean", "unclean"])
+def test_an_index_entry_pointing_inside_a_batch_is_rebuilt_not_an_error(tmp_path, clean_shutdown):
+    """A power loss can leave an index with entries its `.log` never had (the index is synced later)."""
+    batches = written_log(tmp_path)
+    bases = open_log(tmp_path, clean_shutdown=True).segment_bases()
+    log = open_log(tmp_path, clean_shutdown=True)
+    log.close()
+    for base in bases[:-1]:
+        with open(tmp_path / f"{base:020d}.index", "r+b") as file:
+            file.seek(0, os.SEEK_END)
+            file.write(struct.pack(">ii", 2**30, 7))  # a last entry at byte 7: inside the first batch
+    log = open_log(tmp_path, clean_shutdown=clean_shutdown, recovery_point=bases[-1])
+    assert read_all(log) == batches and log.segment_bases() == bases
 
 
 def test_unclean_restart_keeps_every_valid_batch_and_is_durable(tmp_path):
