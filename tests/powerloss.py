@@ -110,12 +110,19 @@ class Disk:
                 self._calls_until_cut = None
                 raise PowerCut(f"power cut on {self.root}")
 
-    def crash(self, chooser: random.Random, *, lose_everything: bool = False) -> CrashReport:
-        """The power goes out: rebuild the tree from what was durable plus a torn part of the rest."""
-        with self._file_system.lock:
-            return self._crash(chooser, lose_everything)
+    def crash(
+        self, chooser: random.Random, *, lose_everything: bool = False, keep_everything: bool = False
+    ) -> CrashReport:
+        """The power goes out: rebuild the tree from what was durable plus a torn part of the rest.
 
-    def _crash(self, chooser: random.Random, lose_everything: bool) -> CrashReport:
+        ``lose_everything`` keeps nothing unsynced; ``keep_everything`` keeps all of it (what a
+        killed process leaves: the state just before the interrupted call).
+        """
+        assert not (lose_everything and keep_everything)
+        with self._file_system.lock:
+            return self._crash(chooser, lose_everything, keep_everything)
+
+    def _crash(self, chooser: random.Random, lose_everything: bool, keep_everything: bool) -> CrashReport:
         self.check_matches_the_files()
         self._calls_until_cut = None
         self._close_open_files()
@@ -126,7 +133,10 @@ class Disk:
             nonlocal lost, torn
             assert depth < 64, "a directory inside itself"
             directory = self._inodes[directory_id]
-            kept = 0 if lose_everything else chooser.randint(0, len(directory.pending))
+            if lose_everything or keep_everything:
+                kept = len(directory.pending) if keep_everything else 0
+            else:
+                kept = chooser.randint(0, len(directory.pending))
             lost += len(directory.pending) - kept
             entries = _apply(directory.durable_entries, directory.pending[:kept])
             for name, inode_id in sorted(entries.items()):
@@ -137,7 +147,10 @@ class Disk:
                     rebuild(inode_id, path, depth + 1)
                     continue
                 current = self._current_bytes(inode_id)
-                data = inode.durable if lose_everything else _torn(chooser, inode.durable, current)
+                if lose_everything or keep_everything:
+                    data = current if keep_everything else inode.durable
+                else:
+                    data = _torn(chooser, inode.durable, current)
                 torn += data != current
                 tree[path] = data
 

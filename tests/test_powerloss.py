@@ -136,3 +136,12 @@ def test_paths_outside_every_disk_go_to_the_operating_system(tmp_path: pathlib.P
         fs.makedirs(str(tmp_path / "elsewhere" / "deep"))
         disk.crash(random.Random(0), lose_everything=True)
     assert (tmp_path / "outside").read_bytes() == b"real" and (tmp_path / "elsewhere" / "deep").is_dir()
+
+
+def test_keeping_everything_is_what_a_killed_process_leaves(tmp_path: pathlib.Path) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        _write(tmp_path / "f", b"never synced")
+        fs.unlink(str(tmp_path / "f"))
+        _write(tmp_path / "g", b"written")
+        disk.crash(random.Random(0), keep_everything=True)
+    assert os.listdir(tmp_path) == ["g"] and (tmp_path / "g").read_bytes() == b"written"

@@ -119,11 +119,7 @@ class PartitionLog:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
     ) -> PartitionLog:
-        """Open (or create) the log in ``directory``; recover it unless it was shut down cleanly.
-
-        Recovery (`recovery.open_segments`) checks every batch from the segment holding
-        ``recovery_point`` and cuts the log at the first invalid byte.
-        """
+        """Open (or create) the log in ``directory``; recover it (`recovery.open_segments`) unless shut down cleanly."""
         segments = open_segments(
             directory,
             config.index_interval_bytes,
@@ -343,7 +339,7 @@ class PartitionLog:
                 if offset <= self._segments[0].base_offset:
                     self._start_empty_at(offset)
                 else:
-                    self._delete_segments([s for s in self._segments if s.base_offset >= offset])
+                    self._delete_segments([s for s in reversed(self._segments) if s.base_offset >= offset])
                     self._segments = [s for s in self._segments if s.base_offset < offset]
                     self._segments[-1].truncate_to(offset)
                 self._end_offset = self._segments[-1].next_offset
@@ -374,7 +370,7 @@ class PartitionLog:
         fs.fsync_path(self.directory)
 
     def _start_empty_at(self, offset: int) -> None:
-        self._delete_segments(self._segments)
+        self._delete_segments(self._segments[::-1])
         segment = Segment(self.directory, offset, self.config.index_interval_bytes)
         segment.create()
         self._segments = [segment]
@@ -415,6 +411,7 @@ class PartitionLog:
         self._producers.remove_before(self._log_start_offset)
 
     def _delete_segments(self, doomed: list[Segment]) -> None:
+        """Delete in the order given (a tail newest first): what a power loss keeps stays contiguous."""
         for segment in doomed:
             segment.delete()
         self._unsynced.removed(doomed)

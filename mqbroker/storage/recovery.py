@@ -85,8 +85,11 @@ def _recover(directory: str, segments: list[Segment], recovery_point: int) -> li
 
 
 def _keep_segments(directory: str, segments: list[Segment], count: int) -> list[Segment]:
-    """Delete the segments after the first ``count`` (they follow a cut, so they cannot be trusted)."""
-    for doomed in segments[count:]:
+    """Delete the segments after the first ``count`` (they follow a cut, so they cannot be trusted).
+
+    Newest first: whatever part of the deletions a power loss keeps, no hole is left behind.
+    """
+    for doomed in reversed(segments[count:]):
         doomed.delete()
     fs.fsync_path(directory)
     return segments[:count]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbroker.records.header import iter_batches, read_header
-from tests.powerloss import power_loss_disks
+from tests.powerloss import PowerCut, power_loss_disks
 from tests.unit.storage.logtools import open_log, payload_batch, read_all
 
 BATCH_COUNT = 60
@@ -187,3 +187,29 @@ def test_a_segment_rolled_before_its_predecessor_was_durable_leaves_no_hole_afte
         recovered = open_log(tmp_path)
         batches = read_all(recovered)
     assert recovered.log_end_offset == read_header(batches[-1]).next_offset, "offsets before the log end hold nothing"
+
+
+def test_a_truncation_cut_short_by_a_power_loss_leaves_a_log_without_holes(tmp_path):
+    """Whatever prefix of a truncation's deletions reaches the disk, the log that remains is contiguous."""
+    calls = 1
+    while True:
+        directory = tmp_path / str(calls)
+        with power_loss_disks(str(directory)) as (disk,):
+            log = open_log(directory)
+            for tag in range(40):
+                log.append(payload_batch(tag, value_bytes=400), now_ms=0)
+            log.flush()
+            assert len(log.segment_bases()) > 3
+            disk.cut_power_after(calls)
+            try:
+                log.truncate_to(3)  # inside the first segment: every later segment goes
+            except PowerCut:
+                disk.crash(random.Random(0), keep_everything=True)
+            else:
+                break
+            recovered = open_log(directory, recovery_point=39)  # the truncated offsets were all durable
+            offsets = [(read_header(batch).base_offset, read_header(batch).next_offset) for batch in read_all(recovered)]
+        assert all(end == next_base for (_, end), (next_base, _) in zip(offsets, offsets[1:])), f"a hole: {offsets}"
+        assert recovered.log_end_offset == offsets[-1][1]
+        calls += 1
+    assert calls > 6, "the truncation made too few file-system calls to be cut in its middle"
