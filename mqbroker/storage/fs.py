@@ -139,13 +139,15 @@ def replace(source: str, target: str) -> None:
 
 
 def makedirs(path: str) -> None:
-    """Create ``path`` and any missing parents."""
+    """Create ``path`` and any missing parents, each made durable in its parent before its children are made."""
     path = os.path.abspath(path)
     if os.path.isdir(path):
         return
-    makedirs(os.path.dirname(path))
+    parent = os.path.dirname(path)
+    makedirs(parent)
     with contextlib.suppress(FileExistsError):  # another thread or process made it meanwhile
         _installed.mkdir(path)
+    fsync_path(parent)
 
 
 def remove_tree(path: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 
 import pytest
 from zope.interface.verify import verifyObject
@@ -13,6 +14,7 @@ from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration, Entry, EntryKind, HardState, Snapshot, SnapshotMetadata
 from mqbroker.raft.storage import ENTRIES_FILE, HARD_STATE_FILE, SNAPSHOT_FILE, FileRaftStorage
 from mqbroker.storage.errors import CorruptFileError
+from tests.powerloss import power_loss_disks
 
 VOTERS = Configuration(voters=frozenset({1, 2, 3}))
 
@@ -153,3 +155,14 @@ def test_term_and_vote_reach_the_disk_while_the_commit_index_may_lag(tmp_path: p
     recovered = reopen(storage)
     assert (recovered.hard_state().term, recovered.hard_state().vote) == (2, 3)
     assert recovered.hard_state().commit in (0, 2)  # a lagging commit index is relearned from the leader
+
+
+def test_a_new_node_remembers_its_first_vote_through_a_power_loss(tmp_path: pathlib.Path) -> None:
+    directory = tmp_path / "data" / "raft"  # made by the node's first start
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        storage = FileRaftStorage.open(str(directory))
+        storage.save(HardState(term=3, vote=2), entries(1, 2, term=3), None)  # durable when save returns
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = FileRaftStorage.open(str(directory))
+    assert (recovered.hard_state().term, recovered.hard_state().vote) == (3, 2)
+    assert recovered.entries(1, 3) == entries(1, 2, term=3)
