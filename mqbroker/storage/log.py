@@ -330,8 +330,7 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove every batch whose last offset is >= ``offset`` (a follower diverging from its leader).
 
-        The cut is made durable before the epoch cache and the producer snapshots forget what it
-        removed: otherwise a power loss could bring the batches back without their epochs.
+        Durably, before the epoch cache forgets the cut epochs (a power loss must not bring them back).
         """
         with self._lock:
             self._check_open()
@@ -339,9 +338,9 @@ class PartitionLog:
                 if offset <= self._segments[0].base_offset:
                     self._start_empty_at(offset)
                 else:
-                    self._delete_segments([s for s in reversed(self._segments) if s.base_offset >= offset])
+                    self._delete_tail([s for s in reversed(self._segments) if s.base_offset >= offset])
                     self._segments = [s for s in self._segments if s.base_offset < offset]
-                    self._segments[-1].truncate_to(offset)
+                    self._segments[-1].truncate_to(offset)  # after the later segments are gone for good
                 self._end_offset = self._segments[-1].next_offset
                 self._log_start_offset = min(self._log_start_offset, self._end_offset)
                 self._unsynced.truncated(self._end_offset)
@@ -370,7 +369,7 @@ class PartitionLog:
         fs.fsync_path(self.directory)
 
     def _start_empty_at(self, offset: int) -> None:
-        self._delete_segments(self._segments[::-1])
+        self._delete_tail(self._segments[::-1])
         segment = Segment(self.directory, offset, self.config.index_interval_bytes)
         segment.create()
         self._segments = [segment]
@@ -411,10 +410,14 @@ class PartitionLog:
         self._producers.remove_before(self._log_start_offset)
 
     def _delete_segments(self, doomed: list[Segment]) -> None:
-        """Delete in the order given (a tail newest first): what a power loss keeps stays contiguous."""
         for segment in doomed:
             segment.delete()
         self._unsynced.removed(doomed)
+
+    def _delete_tail(self, newest_first: list[Segment]) -> None:
+        """Delete the newest segments, newest first, durably: no hole, and nothing cut or made next outlives them."""
+        self._delete_segments(newest_first)
+        fs.fsync_path(self.directory)
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget idle idempotent producers (producer.id.expiration.ms); return how many were expired."""

@@ -189,8 +189,10 @@ def test_a_segment_rolled_before_its_predecessor_was_durable_leaves_no_hole_afte
     assert recovered.log_end_offset == read_header(batches[-1]).next_offset, "offsets before the log end hold nothing"
 
 
-def test_a_truncation_cut_short_by_a_power_loss_leaves_a_log_without_holes(tmp_path):
-    """Whatever prefix of a truncation's deletions reaches the disk, the log that remains is contiguous."""
+@pytest.mark.parametrize("crash_seed", [None, 0, 1, 2, 3, 4], ids=lambda seed: "killed" if seed is None else f"torn-{seed}")
+@pytest.mark.parametrize("cut", [3, 0], ids=["inside-the-first-segment", "everything"])
+def test_a_truncation_cut_short_by_a_power_loss_leaves_a_log_without_holes(tmp_path, cut, crash_seed):
+    """Whatever a power loss keeps of a truncation, at any of its calls, the log that remains is contiguous."""
     calls = 1
     while True:
         directory = tmp_path / str(calls)
@@ -202,14 +204,14 @@ def test_a_truncation_cut_short_by_a_power_loss_leaves_a_log_without_holes(tmp_p
             assert len(log.segment_bases()) > 3
             disk.cut_power_after(calls)
             try:
-                log.truncate_to(3)  # inside the first segment: every later segment goes
+                log.truncate_to(cut)
             except PowerCut:
-                disk.crash(random.Random(0), keep_everything=True)
+                disk.crash(random.Random(crash_seed), keep_everything=crash_seed is None)
             else:
                 break
             recovered = open_log(directory, recovery_point=39)  # the truncated offsets were all durable
             offsets = [(read_header(batch).base_offset, read_header(batch).next_offset) for batch in read_all(recovered)]
         assert all(end == next_base for (_, end), (next_base, _) in zip(offsets, offsets[1:])), f"a hole: {offsets}"
-        assert recovered.log_end_offset == offsets[-1][1]
+        assert recovered.log_end_offset == (offsets[-1][1] if offsets else recovered.log_start_offset)
         calls += 1
     assert calls > 6, "the truncation made too few file-system calls to be cut in its middle"
