@@ -177,11 +177,16 @@ class Disk:
                     file.write(data)
 
     def _close_open_files(self) -> None:
-        """Close what the crashed code left open on this disk (only descriptors still naming a disk file)."""
+        """Close what the crashed code left open on this disk.
+
+        A descriptor the code closed itself may have been reused since: only one that still names
+        a file of this disk (so of the crashed world) is closed.
+        """
         for handle in self._open_files:
             if isinstance(handle, int):
                 with contextlib.suppress(OSError):
-                    if self._file_system.inode_of_descriptor(handle) is not None:
+                    found = self._file_system.inode_of_descriptor(handle)
+                    if found is not None and found[0] is self:
                         os.close(handle)
             else:
                 with contextlib.suppress(OSError):
