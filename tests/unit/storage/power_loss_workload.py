@@ -44,6 +44,8 @@ class PartitionHistory:
     leader_epoch: int = 0
     #: The log start the workload asked for: recovery may start lower (not checkpointed), never higher.
     requested_start: int = 0
+    #: The highest log start ever asked for: batches below it may come back, but their producer state need not.
+    deleted_below: int = 0
 
 
 class LogWorkload:
@@ -82,8 +84,6 @@ class LogWorkload:
             (self._new_leader_epoch, 2),
         ]
         functions, weights = zip(*operations)
-        if not self.histories:
-            self._create_partition()
         for _ in range(steps):
             self.now_ms += self.chooser.randint(0, 50)
             operation = self.chooser.choices(functions, weights)[0]
@@ -91,6 +91,8 @@ class LogWorkload:
             operation()
 
     def _partition(self) -> tuple[tuple[str, int], PartitionLog, PartitionHistory]:
+        if not self.manager.partitions():
+            self._create_partition()  # a power loss took every partition not yet durable
         key = self.chooser.choice(sorted(self.manager.partitions()))
         return key, self.manager.get(*key), self.histories[key]
 
@@ -211,6 +213,7 @@ def _restart_producer(history: PartitionHistory) -> None:
 
 def _check_partition(key: tuple[str, int], log: PartitionLog, history: PartitionHistory) -> None:
     name = f"{key[0]}-{key[1]}"
+    history.deleted_below = max(history.deleted_below, history.requested_start)
     batches = read_all(log)  # every batch's framing and CRC checked on the way
     present = {read_header(batch).base_offset: batch for batch in batches}
     expected_offset = log.log_start_offset
@@ -249,9 +252,13 @@ def _check_epochs(name: str, log: PartitionLog, batches: list[bytes]) -> None:
 
 
 def _check_producer(name: str, log: PartitionLog, history: PartitionHistory, batches: list[bytes]) -> None:
-    """A retry of the producer's last batch in the log is answered with its offsets, not written again."""
+    """A retry of the producer's last batch in the log is answered with its offsets, not written again.
+
+    Not for a batch below the log start the workload asked for: delete-records and retention drop
+    its producer's state, and a power loss before the next checkpoint may bring the batch back.
+    """
     ours = [read_header(batch) for batch in batches if read_header(batch).producer_id == PRODUCER_ID]
-    if not ours:
+    if not ours or ours[-1].last_offset < history.deleted_below:
         return
     last = ours[-1]
     retry = log.append(history.idempotent[(last.producer_epoch, last.base_sequence)], 0)
