@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.storage.test_log -*-
+# -*- test-case-name: tests.unit.storage.test_retention -*-
 """Retention: how many of a log's oldest segments retention.ms and retention.bytes let go.
 
 Whole segments only, oldest first, never the active one (the last); a segment holding an offset
