@@ -102,6 +102,15 @@ class Disk:
         assert calls is None or calls >= 1
         self._calls_until_cut = calls
 
+    @contextlib.contextmanager
+    def power_cuts_held(self) -> Iterator[None]:
+        """No power cut while the block runs (a checker reading the disk); an armed one stays armed."""
+        armed, self._calls_until_cut = self._calls_until_cut, None
+        try:
+            yield
+        finally:
+            self._calls_until_cut = armed
+
     def _count_call(self) -> None:
         self.calls += 1
         if self._calls_until_cut is not None:

@@ -22,6 +22,7 @@ acknowledged one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -120,8 +121,11 @@ class ReplicationSimulation:
         self.trace.append(f"{self.now_ms} {name}")
         action()
         self._elect()
-        self.check_acknowledged_on_leader()
-        self.check_committed_prefixes_agree()
+        with contextlib.ExitStack() as checking:
+            for broker in self.brokers.values():
+                checking.enter_context(broker.disk.power_cuts_held())
+            self.check_acknowledged_on_leader()
+            self.check_committed_prefixes_agree()
 
     def heal(self) -> None:
         """Restart every broker, stop cutting power, and replicate until the replicas settle."""
