@@ -110,7 +110,7 @@ class LogWorkload:
         self.deleted.add(key)
         self.manager.delete(*key)
 
-    def _store(self, log: PartitionLog, history: PartitionHistory, client_batch: bytes, base_offset: int) -> None:
+    def _store(self, history: PartitionHistory, client_batch: bytes, base_offset: int) -> None:
         stored = bytearray(client_batch)
         stamp(stored, 0, base_offset, history.leader_epoch)
         history.written.setdefault(base_offset, set()).add(bytes(stored))
@@ -122,7 +122,7 @@ class LogWorkload:
         values = [self.chooser.randbytes(self.chooser.randint(1, 120)) for _ in range(count)]
         client_batch = make_batch(values, timestamp_ms=self.now_ms)
         result = log.append(client_batch, self.now_ms, leader_epoch=history.leader_epoch)
-        self._store(log, history, client_batch, result.base_offset)
+        self._store(history, client_batch, result.base_offset)
 
     def _append_idempotent(self) -> None:
         _, log, history = self._partition()
@@ -135,7 +135,7 @@ class LogWorkload:
         assert not result.duplicate
         history.idempotent[(history.producer_epoch, history.next_sequence)] = client_batch
         history.next_sequence += len(values)
-        self._store(log, history, client_batch, result.base_offset)
+        self._store(history, client_batch, result.base_offset)
 
     def _flush(self) -> None:
         _, log, history = self._partition()

@@ -35,9 +35,12 @@ def run_power_losses(disk_root: str, seed: int, rounds: int, *, fsync_works: boo
             try:
                 workload.run(STEPS_PER_ROUND)
             except PowerCut:
-                pass
+                workload.trace.append("power cut")
             disk.crash(chooser, lose_everything=chooser.random() < 0.2)
-            workload.restart_after_power_loss()
+            try:
+                workload.restart_after_power_loss()
+            except AssertionError as error:
+                raise AssertionError(f"{error}\nlast operations: {', '.join(workload.trace[-30:])}") from error
 
 
 def _seeds(count: int) -> list[int]:
