@@ -32,5 +32,5 @@ def test_acknowledged_records_survive_power_losses_and_replicas_agree(tmp_path) 
 
 @pytest.mark.slow
 def test_long_schedules_of_power_losses(tmp_path) -> None:
-    for seed in _seeds(200, first=1_000_000):
+    for seed in _seeds(60, first=1_000_000):
         run_schedule(seed, 5 * STEPS, str(tmp_path / f"seed-{seed}"))
