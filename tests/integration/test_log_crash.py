@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
+from mqbroker.records.header import iter_batches, stamp
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import iter_batches, stamp
 from tests.unit.storage.logtools import payload_batch, read_all
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]

@@ -13,10 +13,11 @@ import pytest
 from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.connection import BlockingConnection
 from mqbroker.errors import FencedLeaderEpochError, NotLeaderError
-from mqbroker.groups.service import OFFSETS_TOPIC, offsets_partition
 from mqbroker.groups.model import TopicPartition
+from mqbroker.groups.service import OFFSETS_TOPIC, offsets_partition
 from mqbroker.protocols.native import messages as m
-from mqbroker.records.batch import Record, encode_batch
+from mqbroker.records.builder import encode_batch
+from mqbroker.records.record import Record
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
 

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from mqbroker.client import Admin, Consumer, Producer
-from mqbroker.records import batch as records
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
 from tests.integration.brokerprocess import BrokerProcess
@@ -129,8 +130,8 @@ def _replica_values(data_dir: pathlib.Path, partition: int) -> dict[int, bytes]:
         data = log.read(offset, 1 << 20).records
         if not data:
             break
-        for position, header in records.iter_batches(data):
-            for record in records.decode_records(data[position : position + header.size_bytes]):
+        for position, header in iter_batches(data):
+            for record in decode_records(data[position : position + header.size_bytes]):
                 values[record.offset] = record.value
             offset = header.next_offset
     log.close()

@@ -37,7 +37,8 @@ from mqbroker.protocols.amqp.stored import (
     queue_topic,
     queued_message,
 )
-from mqbroker.records.batch import BatchBuilder, iter_batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import iter_batches
 
 #: Ready messages a classic queue reads ahead of its consumers.
 READ_AHEAD_MESSAGES = 2_000

@@ -32,7 +32,8 @@ from mqbroker.protocols.amqp.stored import (
     QUEUE_TOPIC_PREFIX,
     DecompressionBudget,
 )
-from mqbroker.records.batch import RecordHeader, iter_batches
+from mqbroker.records.header import iter_batches
+from mqbroker.records.record import RecordHeader
 
 #: The exchange argument naming the native topic an exchange reads from.
 SOURCE_TOPIC_ARGUMENT = "x-source-topic"

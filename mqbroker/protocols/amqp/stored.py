@@ -27,8 +27,10 @@ from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, parse_expiration
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType
 from mqbroker import limits
-from mqbroker.records.batch import BatchBuilder, RecordHeader, decode_records_as
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.compression import DECOMPRESSED_BYTES_MAX
+from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.record import RecordHeader
 
 METADATA_TOPIC = "__amqp_metadata"
 QUEUE_STATE_TOPIC = "__amqp_queue_state"

@@ -52,7 +52,9 @@ from mqbroker.protocols.amqp.stored import (
     queue_topic,
 )
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.records.batch import BatchBuilder, decode_records, iter_batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches
 
 Queue = ClassicQueue | StreamQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.

@@ -38,7 +38,10 @@ from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscri
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.records.batch import BatchBuilder, Record, decode_records, iter_batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches
+from mqbroker.records.record import Record
 
 RETAINED_TOPIC = "__mqtt_retained"
 SESSIONS_TOPIC = "__mqtt_sessions"

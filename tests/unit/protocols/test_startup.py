@@ -34,7 +34,8 @@ from mqbroker.protocols.mqtt.actions import Retain
 from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.protocols.startup import READY_WAIT_S, RETRY_FIRST_S, StartedSignal, start_with_retries
-from mqbroker.records.batch import BatchBuilder, iter_batches, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import iter_batches, stamp
 
 
 class TopicsBroker:

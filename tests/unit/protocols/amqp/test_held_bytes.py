@@ -77,9 +77,10 @@ def test_a_fetch_of_compressed_batches_decompresses_to_at_most_the_budget() -> N
     """A zstd bomb: a few KiB that expand to megabytes each; the reader stops at the fetch's budget."""
     from mqbroker.protocols.amqp.queues import decode_fetched
     from mqbroker.protocols.amqp.stored import DecompressionBudget, append_message
-    from mqbroker.records.batch import BatchBuilder, iter_batches
+    from mqbroker.records.builder import BatchBuilder
+    from mqbroker.records.header import iter_batches
     from mqbroker.records.compression import Compression
-    from mqbroker.storage.errors import CorruptRecordError
+    from mqbroker.records.errors import CorruptRecordError
 
     batches = b""
     for base_offset in range(0, 4):

@@ -13,7 +13,7 @@ from mqbroker.protocols.amqp.actions import Delivery, Outcome
 from mqbroker.protocols.amqp.queue_state import QueuePolicy, QueueState
 from mqbroker.protocols.amqp.queues import PRODUCE_TIMEOUT_MS, ClassicQueue, Consumer
 from mqbroker.protocols.amqp.stored import QueueDeclaration
-from mqbroker.records.batch import read_header
+from mqbroker.records.header import read_header
 
 
 class FakeBroker:

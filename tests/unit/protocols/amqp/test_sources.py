@@ -9,7 +9,8 @@ from mqbroker.protocols.amqp.codec import decode_properties
 from mqbroker.protocols.amqp.sources import decode_positions, decode_source_records, encode_positions, source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES
-from mqbroker.records.batch import BatchBuilder, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
 
 
 def test_an_exchange_without_the_argument_has_no_source() -> None:
