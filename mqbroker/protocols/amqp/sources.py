@@ -65,8 +65,14 @@ def encode_positions(positions: Positions) -> bytes:
 
 
 def decode_positions(value: bytes) -> Positions:
-    """A stored positions value → {partition: offset}."""
-    return {int(partition): int(offset) for partition, offset in fields.Reader(value).table().items()}
+    """A stored positions value → {partition: offset}; AmqpError (and nothing else) if it is not one."""
+    positions = {}
+    for partition, offset in fields.Reader(value).table().items():
+        if not (partition.isascii() and partition.isdigit()) or type(offset) is not int or offset < 0:
+            raise AmqpError(ReplyCode.INTERNAL_ERROR,
+                            f"stored AMQP source position {partition[:40]!r}: {str(offset)[:40]} is not partition: offset")
+        positions[int(partition)] = offset
+    return positions
 
 
 def _header_value(value: bytes | None) -> str | bytes:
