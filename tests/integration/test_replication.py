@@ -158,7 +158,7 @@ def test_reassignment_under_load_loses_nothing_and_ends_in_sync(cluster: list[Br
 
 def test_an_admin_whose_cached_leader_moved_follows_the_new_leader(cluster: list[BrokerProcess]) -> None:
     """A NOT_LEADER reply makes the admin look the leader up again (it used to retry the old one until timeout)."""
-    with Admin([broker.bootstrap for broker in cluster], request_timeout_ms=10_000) as admin:
+    with Admin([broker.bootstrap for broker in cluster], request_timeout_ms=60_000) as admin:
         end = admin.list_offset("replicated", 1, -1)  # caches the current leader
         before = _partition(cluster[0].bootstrap, "replicated", 1)
         target = [n for n in (1, 2, 3) if n != before.leader_id] + [before.leader_id]
@@ -166,7 +166,7 @@ def test_an_admin_whose_cached_leader_moved_follows_the_new_leader(cluster: list
         wait_for(lambda: _partition(cluster[0].bootstrap, "replicated", 1).leader_id == target[0], timeout_s=60)
         started = time.monotonic()
         assert admin.list_offset("replicated", 1, -1) == end
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 15  # far below the 60 s request timeout that retrying the old leader waits
 
 
 def test_offset_commit_waits_for_the_in_sync_replicas(cluster: list[BrokerProcess]) -> None:
