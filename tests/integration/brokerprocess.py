@@ -45,6 +45,8 @@ class BrokerProcess:
     ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     log_path: pathlib.Path | None = None
+    #: Variables added to the broker's environment (e.g. a libfaketime preload for clock jumps).
+    environment: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -70,7 +72,8 @@ class BrokerProcess:
         """Start the broker and wait until /ready answers."""
         assert self.process is None or self.process.poll() is not None, "already running"
         log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent)
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent,
+                                        env={**os.environ, **self.environment} if self.environment else None)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
