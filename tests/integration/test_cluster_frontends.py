@@ -13,6 +13,7 @@ import pytest
 
 from mqbroker.client import Admin, Consumer
 from mqbroker.protocols.mqtt.stored import StoredSession
+from tests.integration.amqp_support import wait_for_acks_stored
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import retrying, start_cluster
 from tests.integration.mqtt_support import Client, unique
@@ -169,7 +170,7 @@ def test_amqp_on_a_broker_not_leading_its_metadata_declares_publishes_consumes_a
     bodies = _consume(channel, queue, 20)
     assert bodies == [b"order %d" % index for index in range(20)]
     connection.close()
-    time.sleep(1.0)  # queue states (the acks) are written a moment after they change, not at shutdown
+    wait_for_acks_stored(broker.bootstrap, queue, 20)  # queue states (the acks) are written a moment after they change
 
     broker.stop()
     broker.restart()
