@@ -264,7 +264,8 @@ def start_partitionable_cluster(
     network = Network()
     node_ids = range(1, size + 1)
     controller_ports = {node_id: free_port() for node_id in node_ids}
-    brokers = {node_id: BrokerProcess(data_dir=root / f"broker-{node_id}", environment=(environments or {}).get(node_id, {}))
+    brokers = {node_id: BrokerProcess(data_dir=root / f"broker-{node_id}", environment=(environments or {}).get(node_id, {}),
+                                      movable_ports=False)  # the proxies point at these ports
                for node_id in node_ids}
     network.reserved_ports = {*controller_ports.values(), *(p for b in brokers.values() for p in b.ports.values())}
     native_proxies = {
