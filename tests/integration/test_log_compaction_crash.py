@@ -26,6 +26,7 @@ def run_child(directory: pathlib.Path, seed: int, kill_at_rename: int, lifetime_
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"  # the lifetime counts from an open log
     deadline = time.monotonic() + lifetime_s
     while child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -88,15 +88,23 @@ def test_a_fetch_of_compressed_batches_decompresses_to_at_most_the_budget() -> N
         append_message(builder, 0, "", "q", b"", b"\0" * (4 * 1024 * 1024), None)
         batches += builder.build()
     assert len(batches) < 4 * 4096
-    assert len(decode_fetched(batches)) == 4  # 16 MiB in all: within the default budget
-    budget = DecompressionBudget(10 * 1024 * 1024)
-    view = memoryview(batches)
-    decoded = 0
-    with pytest.raises(CorruptRecordError, match="decompresses to more than"):
-        for position, header in iter_batches(view):
-            from mqbroker.protocols.amqp.stored import queued_message
+    messages, unreadable = decode_fetched(batches)
+    assert len(messages) == 4 and unreadable == []  # 16 MiB in all: within the default budget
+    from mqbroker.protocols.amqp.stored import FetchBudgetSpent, queued_message
 
+    def decode_with(budget: DecompressionBudget) -> int:
+        decoded = 0
+        view = memoryview(batches)
+        for position, header in iter_batches(view):
             budget.decode(view[position:position + header.size_bytes], header, queued_message,
                           lambda message: len(message.payload.body))
             decoded += 1
-    assert decoded == 2
+        return decoded
+
+    # 4 MiB each: two fit 10 MiB; the third may fit the next fetch's whole budget, so it waits for it
+    with pytest.raises(FetchBudgetSpent):
+        decode_with(budget := DecompressionBudget(10 * 1024 * 1024))
+    assert budget.remaining_bytes == 2 * 1024 * 1024
+    # a batch larger than a whole budget never fits: it is corrupt (a bomb)
+    with pytest.raises(CorruptRecordError, match="decompresses to more than"):
+        decode_with(DecompressionBudget(2 * 1024 * 1024))
