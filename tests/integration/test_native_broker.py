@@ -17,7 +17,7 @@ from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.errors import ErrorCode
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import ErrorResponse
-from mqbroker.protocols.native.schema import compile_message, encode_into
+from mqbroker.protocols.schema import compile_message, encode_into
 from mqbroker.records.batch import BatchBuilder
 from tests.integration.brokerprocess import GRACEFUL_EXIT_CODES, TWISTD, BrokerProcess, free_port
 from tests.integration.nativewire import RawNativeConnection
