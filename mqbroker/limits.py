@@ -53,3 +53,9 @@ scram_iterations_max = 1_000_000
 sasl_message_bytes_max = 4096
 #: Longest user name a credential may be stored under.
 username_length_max = 255
+#: Kafka: largest request the Kafka listener accepts (Kafka's socket.request.max.bytes is 100 MiB;
+#: a 1 MiB batch per partition over many partitions fits well within this).
+kafka_request_bytes_max = 100 * 1024 * 1024
+#: Kafka: requests one connection may have in progress before the broker stops reading from it
+#: (librdkafka pipelines up to 1,000,000 by default; five is the norm for idempotent producers).
+kafka_inflight_requests_max = 64
