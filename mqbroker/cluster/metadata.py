@@ -45,6 +45,8 @@ class RegisterBroker:
     host: str
     port: int
     unclean_election_default: str = "false"
+    #: Every listener's port by configuration key ("kafka_port", "kafka_tls_port", ...); ``port`` is the native one.
+    listeners: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +216,8 @@ _FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
     "tuple[tuple[int, ...], ...]": lambda value: True,
     "Mapping[str, str]": lambda value: isinstance(value, dict)
     and all(isinstance(key, str) and isinstance(item, str) for key, item in value.items()),
+    "Mapping[str, int]": lambda value: isinstance(value, dict)
+    and all(isinstance(key, str) and isinstance(item, int) and not isinstance(item, bool) for key, item in value.items()),
     "Any": lambda value: True,
 }
 
@@ -262,6 +266,8 @@ class BrokerState:
     host: str
     port: int
     fenced: bool = False
+    #: Every listener's port by configuration key (see ``RegisterBroker.listeners``).
+    listeners: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -361,9 +367,11 @@ class MetadataImage:
 def apply_record(image: MetadataImage, record: Record) -> int | None:
     """Apply one committed record to ``image``; return its value or raise the ``BrokerError`` refusing it."""
     match record:
-        case RegisterBroker(node_id=node_id, host=host, port=port, unclean_election_default=unclean_default):
+        case RegisterBroker(node_id=node_id, host=host, port=port, unclean_election_default=unclean_default,
+                            listeners=listeners):
             fenced = image.brokers[node_id].fenced if node_id in image.brokers else False
-            image.brokers[node_id] = BrokerState(node_id=node_id, host=host, port=port, fenced=fenced)
+            image.brokers[node_id] = BrokerState(node_id=node_id, host=host, port=port, fenced=fenced,
+                                                 listeners=dict(listeners))
             _unfence(image, node_id, unclean_default)
         case BrokerHeartbeat(node_id=node_id, unclean_election_default=unclean_default):
             if node_id not in image.brokers:

@@ -524,7 +524,7 @@ class Broker:
             except errors.BrokerError as error:
                 described.append(TopicMetadata(name=name, error=error))
         brokers = tuple(
-            BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port)
+            BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, listeners=broker.listeners)
             for _, broker in sorted(image.brokers.items()) if not broker.fenced
         )
         return ClusterMetadata(
@@ -907,7 +907,8 @@ class Broker:
                 raise errors.CoordinatorNotAvailableError(
                     f"{OFFSETS_TOPIC}-{partition} (group {group_id!r}) has no live leader right now; retry"
                 )
-            return succeed(BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port))
+            return succeed(BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port,
+                                          listeners=broker.listeners))
         except errors.BrokerError as error:
             return fail(error)
 
