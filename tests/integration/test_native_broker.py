@@ -238,7 +238,7 @@ def test_a_port_in_use_stops_start_up(tmp_path) -> None:
         occupied.listen()
         port = occupied.getsockname()[1]
         result = subprocess.run([*TWISTD, "-n", "--pidfile=", "mqbroker", "--data-dir", str(tmp_path),
-                                 "--host", "127.0.0.1", "--native-port", str(port), "--mqtt-port", "0",
+                                 "--host", "127.0.0.1", "--native-port", str(port), "--mqtt-port", "0", "--kafka-port", "0",
                                  "--amqp-port", "0", "--http-port", str(free_port()), "--controller-port", "0"],
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
