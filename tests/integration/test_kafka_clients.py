@@ -4,7 +4,6 @@ produce and consume at every acks level, idempotently, with every compression co
 from __future__ import annotations
 
 import asyncio
-import pathlib
 import socket
 import struct
 import subprocess

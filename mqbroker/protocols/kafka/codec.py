@@ -122,8 +122,10 @@ def decode_request(body: bytes) -> tuple[RequestHeader, Any]:
     try:
         if api.flexible(header.api_version):
             _, position = decode_value(_HEADER_TAGS, view, position, "request header tagged fields")
-        request = decode_exactly(_request_codec(api, header.api_version), view, position,
-                                 f"{api_key.name} v{header.api_version} request")
+        # Bytes after the request are ignored, as Kafka's own broker ignores them (librdkafka sends one
+        # extra byte after AlterUserScramCredentials).
+        request, _ = decode_value(_request_codec(api, header.api_version), view, position,
+                                  f"{api_key.name} v{header.api_version} request")
     except MalformedMessageError as error:
         error.header = header
         raise

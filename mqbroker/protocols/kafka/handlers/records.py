@@ -10,7 +10,8 @@ from typing import Any
 from twisted.internet.defer import Deferred, fail, succeed
 
 from mqbroker import errors
-from mqbroker.model import FetchResult
+from mqbroker.model import FetchResult, OffsetAndTimestamp
+from mqbroker.records.batch import CorruptRecordError, decode_records, iter_batches
 from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.kafka.error_codes import kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
@@ -20,6 +21,8 @@ from mqbroker.protocols.kafka.messages import produce_fetch as m
 FETCH_SESSION_ID_NOT_FOUND = 70
 #: Fetch isolation level read_committed.
 READ_COMMITTED = 1
+#: Bytes read to find the first record at or after a time (the batch the broker's time index names).
+TIME_LOOKUP_BYTES_MAX = 1024 * 1024
 _NO_TRANSACTIONS = "transactions are not supported by this broker yet; use a producer without a transactional id"
 
 
@@ -89,7 +92,7 @@ def _fetch_result(result: FetchResult, aborted: tuple[()] | None) -> m.Partition
 async def handle_list_offsets(context: RequestContext, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
     """Earliest (-2), latest (-1) or first-at-or-after-a-time offsets, all partitions looked up at once."""
     lookups = [
-        settled(context.calls.list_offset(topic.name, partition.partition_index, partition.timestamp))
+        settled(Deferred.fromCoroutine(_list_offset(context, topic.name, partition.partition_index, partition.timestamp)))
         .addCallback(_offset_result, topic.name, partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
@@ -98,6 +101,32 @@ async def handle_list_offsets(context: RequestContext, request: m.ListOffsetsReq
     return m.ListOffsetsResponse(topics=tuple(
         m.ListOffsetsTopicResponse(name=name, partitions=tuple(results)) for name, results in by_topic(answers).items()
     ))
+
+
+async def _list_offset(context: RequestContext, topic: str, partition: int, timestamp_ms: int) -> OffsetAndTimestamp:
+    """The broker's lookup; by time, narrowed from the batch it names to the first record at or after the time.
+
+    The broker's time index answers per batch (no record is decoded on its paths); Kafka answers
+    per record, with that record's timestamp. Decoding the one batch here, on an admin path,
+    gives clients Kafka's answer.
+    """
+    found = await context.calls.list_offset(topic, partition, timestamp_ms)
+    if timestamp_ms < 0 or found.offset < 0:
+        return found
+    [read] = await context.calls.fetch([(topic, partition, found.offset, TIME_LOOKUP_BYTES_MAX, -1)], 0, 0,
+                                       TIME_LOOKUP_BYTES_MAX)
+    if read.error is not None:
+        return found  # e.g. not allowed to read the records: the batch's first offset still answers
+    try:
+        for position, header in iter_batches(read.records):
+            if header.is_control or header.max_timestamp < timestamp_ms:
+                continue
+            for record in decode_records(read.records[position:position + header.size_bytes]):
+                if record.offset >= found.offset and record.timestamp_ms >= timestamp_ms:
+                    return OffsetAndTimestamp(offset=record.offset, timestamp_ms=record.timestamp_ms)
+    except CorruptRecordError:
+        pass
+    return found
 
 
 def _offset_result(outcome: tuple[Any, BaseException | None], topic: str, partition: int) -> tuple[str, Any]:
