@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +50,53 @@ def wait_until(condition: Callable[[], Any], timeout_s: float = 20.0, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met within {timeout_s} s")
         time.sleep(0.05)
+
+
+class ApacheKafka:
+    """The reference: one Apache Kafka broker (KRaft) on loopback, started and stopped by kafka_reference.sh."""
+
+    def __init__(self, directory: pathlib.Path, port: int, *settings: str) -> None:
+        self.directory = directory
+        self.port = port
+        self.settings = settings
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of its listener."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Format (the first time) and start it; returns once it serves."""
+        subprocess.run([str(REFERENCE_SCRIPT), "start", str(self.directory), str(self.port), *self.settings],
+                       check=True, timeout=120)
+
+    def stop(self) -> None:
+        """SIGTERM (SIGKILL if it lingers)."""
+        subprocess.run([str(REFERENCE_SCRIPT), "stop", str(self.directory)], check=True, timeout=60)
+
+    def pid(self) -> int:
+        """The broker's process id (for CPU accounting)."""
+        return int((self.directory / "kafka.pid").read_text())
+
+
+def running_apache_kafka(directory: pathlib.Path, *settings: str) -> Iterator[ApacheKafka]:
+    """A started reference broker on a free port pair, stopped afterwards."""
+    from tests.integration.brokerprocess import free_port
+
+    port = free_port()
+    while True:  # the controller listens on the next port, which must be free too
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port + 1))
+            break
+        except OSError:
+            port = free_port()
+    kafka = ApacheKafka(directory, port, *settings)
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
 
 
 def kafka_tool(name: str, *args: str, timeout_s: float = 90.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.kafka_support import kafka_bootstrap, kafka_tool, start_kafka_broker, unique
 
 
