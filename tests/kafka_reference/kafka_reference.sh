@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Apache Kafka as the reference for mqbroker's Kafka front end (docs/kafka.md, "The reference").
 #
-#   kafka_reference.sh install                 fetch Apache Kafka's jars from Maven Central into lib/ (pom.xml)
+#   kafka_reference.sh install                 fetch Apache Kafka's jars from Maven Central into lib/ (pom.xml),
+#                                              and Spark's Kafka connector into spark/lib/ (spark/pom.xml)
 #   kafka_reference.sh start DIR PORT [K=V...] format DIR and start one KRaft broker+controller on
 #                                              127.0.0.1:PORT (controller on PORT+1); extra server properties
 #                                              as K=V; returns once the broker answers
@@ -98,7 +99,9 @@ stop() {
 }
 
 case "${1:-}" in
-    install) cd "$HERE" && mvn -q -B dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime ;;
+    install)  # Apache Kafka, and Spark's Kafka connector (spark/pom.xml) for the Spark tests
+        cd "$HERE" && mvn -q -B dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime
+        cd "$HERE/spark" && mvn -q -B dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime ;;
     start) shift; start "$@" ;;
     stop) shift; stop "$@" ;;
     "") sed -n '2,12p' "$0"; exit 2 ;;
