@@ -45,6 +45,15 @@ from collections.abc import Callable
 from typing import Annotated, Any, Union
 
 from mqbroker.protocols.exceptions import LocalProtocolError, MalformedMessageError
+from mqbroker.protocols.flexible import (
+    TaggedField,
+    decode_uvarint,
+    encode_uvarint,
+    read_tags,
+    tag_decoder,
+    tags_encoder,
+    truncated,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,55 +136,6 @@ class MessageCodec:
     fixed_format: str = ""
 
 
-def _truncated(what: str, position: int) -> MalformedMessageError:
-    """The error for a length that runs past the end of the frame."""
-    return MalformedMessageError(f"{what} at byte {position} runs past the end of the frame")
-
-
-# -- unsigned varints (lengths, counts and tags of flexible versions) ---------------------------
-
-_SMALL_UVARINTS = tuple(bytes((value,)) for value in range(128))
-
-
-def encode_uvarint(value: int) -> bytes:
-    """``value`` (0 <= value < 2**32) as an unsigned varint: 7 bits a byte, low bits first."""
-    if value < 128:
-        return _SMALL_UVARINTS[value]
-    if not 0 <= value < 2**32:
-        raise LocalProtocolError(f"{value} does not fit an unsigned varint")
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def decode_uvarint(buffer: memoryview, position: int) -> tuple[int, int]:
-    """Read an unsigned varint of at most 5 bytes (32 bits); return it and the position after it."""
-    end = len(buffer)
-    if position >= end:
-        raise _truncated("varint", position)
-    byte = buffer[position]
-    if byte < 0x80:
-        return byte, position + 1
-    value = byte & 0x7F
-    shift = 7
-    start = position
-    position += 1
-    while True:
-        if position >= end:
-            raise _truncated("varint", start)
-        byte = buffer[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-        if shift > 28:
-            raise MalformedMessageError(f"varint at byte {start} is longer than 5 bytes")
-
-
 # -- scalar and sized codecs --------------------------------------------------------------------
 
 
@@ -232,7 +192,7 @@ def _string(nullable: bool, compact: bool = False) -> MessageCodec:
             raise MalformedMessageError(f"string length {length} at byte {start} is not allowed here")
         end = position + length
         if end > len(buffer):
-            raise _truncated("string", position)
+            raise truncated("string", position)
         return str(buffer[position:end], "utf-8"), end
 
     return MessageCodec(encode=encode, decode=decode, size_bytes_min=1 if compact else 2)
@@ -261,7 +221,7 @@ def _bytes(nullable: bool, copy: bool, compact: bool = False) -> MessageCodec:
             raise MalformedMessageError(f"bytes length {length} at byte {start} is not allowed here")
         end = position + length
         if end > len(buffer):
-            raise _truncated("bytes", position)
+            raise truncated("bytes", position)
         view = buffer[position:end]
         return (view.tobytes() if copy else view), end
 
@@ -278,7 +238,7 @@ def _checked_count(count: int, start: int, buffer: memoryview, position: int, nu
     # Every element takes at least one byte, so a count larger than the rest of the frame is a
     # lie; refusing it here keeps a peer from making us loop over billions of phantom elements.
     if count * element_bytes_min > len(buffer) - position:
-        raise _truncated(f"array of {count} elements", position)
+        raise truncated(f"array of {count} elements", position)
     return count
 
 
@@ -408,16 +368,6 @@ class _Step:
     codec: MessageCodec
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _TaggedField:
-    """A field of a struct's tagged-field section (flexible versions only)."""
-
-    tag: int
-    name: str
-    codec: MessageCodec
-    default: Any
-
-
 def _default_of(field: dataclasses.Field[Any]) -> Any:
     """The value a field holds in versions that do not carry it (defaults are immutable: shared)."""
     if field.default is not dataclasses.MISSING:
@@ -426,61 +376,12 @@ def _default_of(field: dataclasses.Field[Any]) -> Any:
     return field.default_factory()
 
 
-def _read_tags(buffer: memoryview, position: int) -> tuple[dict[int, memoryview], int]:
-    """A tagged-field section: each tag's value bytes (unknown tags are the caller's to ignore)."""
-    start = position
-    count, position = decode_uvarint(buffer, position)
-    if count * 2 > len(buffer) - position:  # a tag and a size take a byte each at least
-        raise _truncated(f"tagged-field section of {count} fields", start)
-    tags: dict[int, memoryview] = {}
-    for _ in range(count):
-        tag, position = decode_uvarint(buffer, position)
-        size, position = decode_uvarint(buffer, position)
-        end = position + size
-        if end > len(buffer):
-            raise _truncated(f"tagged field {tag}", position)
-        tags[tag] = buffer[position:end]
-        position = end
-    return tags, position
-
-
-def _tag_decoder(field: _TaggedField) -> Callable[[memoryview], Any]:
-    """Decodes one tagged field's value, which must fill its announced size exactly."""
-    decode = field.codec.decode
-
-    def decode_tag(view: memoryview) -> Any:
-        value, end = decode(view, 0)
-        if end != len(view):
-            raise MalformedMessageError(f"tagged field {field.name} has {len(view) - end} bytes past its value")
-        return value
-
-    return decode_tag
-
-
-def _tags_encoder(tagged: list[_TaggedField]) -> Callable[[Any, list[bytes | memoryview]], None]:
-    """Writes a struct's tagged-field section: the fields that differ from their defaults, by tag."""
-    ordered = sorted(tagged, key=lambda field: field.tag)
-
-    def encode_tags(message: Any, parts: list[bytes | memoryview]) -> None:
-        sent = [(field, getattr(message, field.name)) for field in ordered]
-        sent = [(field, value) for field, value in sent if value != field.default]
-        parts.append(encode_uvarint(len(sent)))
-        for field, value in sent:
-            value_parts: list[bytes | memoryview] = []
-            field.codec.encode(value, value_parts)
-            parts.append(encode_uvarint(field.tag))
-            parts.append(encode_uvarint(sum(map(len, value_parts))))
-            parts.extend(value_parts)
-
-    return encode_tags
-
-
-def _plan(cls: type, version: int, flexible: bool) -> tuple[list[_Step], list[_TaggedField], dict[str, Any]]:
+def _plan(cls: type, version: int, flexible: bool) -> tuple[list[_Step], list[TaggedField], dict[str, Any]]:
     """The fields of ``cls`` in ``version``: fixed-width runs and variable steps, tagged fields, and
     the defaults of the fields that do not travel."""
     hints = typing.get_type_hints(cls, include_extras=True)
     steps: list[_Step] = []
-    tagged: list[_TaggedField] = []
+    tagged: list[TaggedField] = []
     absent: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         versions: WireVersions = field.metadata.get(_WIRE_KEY, _ALWAYS)
@@ -491,7 +392,7 @@ def _plan(cls: type, version: int, flexible: bool) -> tuple[list[_Step], list[_T
         nullable_allowed = versions.nullable_since is None or version >= versions.nullable_since
         field_codec = _compile_annotation(hints[name], version, flexible, nullable_allowed)
         if versions.tag is not None:
-            tagged.append(_TaggedField(versions.tag, name, field_codec, _default_of(field)))
+            tagged.append(TaggedField(versions.tag, name, field_codec, _default_of(field)))
         elif field_codec.fixed_format and steps and steps[-1].fixed_format:
             previous = steps.pop()
             steps.append(_Step(previous.names + (name,), previous.fixed_format + field_codec.fixed_format, field_codec))
@@ -508,7 +409,7 @@ def _compile_struct(cls: type, version: int, flexible: bool) -> MessageCodec:
     message's path, and straight-line code costs a fraction of walking step closures.
     """
     steps, tagged, absent = _plan(cls, version, flexible)
-    namespace: dict[str, Any] = {"_message_class": cls, "_read_tags": _read_tags}
+    namespace: dict[str, Any] = {"_message_class": cls, "read_tags": read_tags}
     encode_lines = ["def encode(message, parts):", "    append = parts.append"]
     decode_lines = ["def decode(buffer, position):"]
     size_bytes_min = 0
@@ -529,13 +430,13 @@ def _compile_struct(cls: type, version: int, flexible: bool) -> MessageCodec:
     if flexible:
         size_bytes_min += 1  # the tagged-field count
         if tagged:
-            namespace["_encode_tags"] = _tags_encoder(tagged)
+            namespace["_encode_tags"] = tags_encoder(tagged)
             encode_lines.append("    _encode_tags(message, parts)")
         else:
             encode_lines.append("    append(b'\\x00')")
-        decode_lines.append("    tags, position = _read_tags(buffer, position)")
+        decode_lines.append("    tags, position = read_tags(buffer, position)")
         for field in tagged:
-            namespace[f"_tag_{field.name}"], namespace[f"_default_{field.name}"] = _tag_decoder(field), field.default
+            namespace[f"_tag_{field.name}"], namespace[f"_default_{field.name}"] = tag_decoder(field), field.default
             decode_lines.append(f"    field_{field.name} = _tag_{field.name}(tags[{field.tag}]) if {field.tag} in tags "
                                 f"else _default_{field.name}")
     for name, default in absent.items():

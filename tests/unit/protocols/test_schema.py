@@ -9,17 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.protocols.exceptions import LocalProtocolError, MalformedMessageError
-from mqbroker.protocols.schema import (
-    Int16,
-    Int32,
-    compile_message,
-    decode_exactly,
-    decode_uvarint,
-    encode_into,
-    encode_uvarint,
-    message,
-    wire,
-)
+from mqbroker.protocols.flexible import decode_uvarint, encode_uvarint
+from mqbroker.protocols.schema import Int16, Int32, compile_message, decode_exactly, encode_into, message, wire
 
 
 @message
