@@ -68,6 +68,7 @@ class ErrorCode(enum.IntEnum):
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
+    INVALID_RECORD_STATE = 121
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
     MALFORMED_REQUEST = 1003
@@ -162,6 +163,13 @@ ResourceNotFoundError = _error_class("ResourceNotFoundError", ErrorCode.RESOURCE
 DuplicateResourceError = _error_class("DuplicateResourceError", ErrorCode.DUPLICATE_RESOURCE)
 UnacceptableCredentialError = _error_class("UnacceptableCredentialError", ErrorCode.UNACCEPTABLE_CREDENTIAL)
 NotControllerError = _error_class("NotControllerError", ErrorCode.NOT_CONTROLLER, True)
+
+
+class InvalidRecordStateError(BrokerError):
+    """A share-group acknowledgement names records this member does not hold leased (KIP-932's code):
+    the lease expired, another member holds them, or they were acknowledged already."""
+
+    code = ErrorCode.INVALID_RECORD_STATE
 
 _BY_CODE: dict[ErrorCode, type[BrokerError]] = {
     cls.code: cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, BrokerError)
