@@ -153,9 +153,20 @@ class BrokerService(MultiService):
         self._add_timers(self.broker)
         LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
                           self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
-        self._add_listeners(self.broker, self._build_routing_broker(self.broker))
+        routing = self._build_routing_broker(self.broker)
+        shares = self.control.when_caught_up()
+        shares.addCallback(lambda _: broker.start_share_groups(
+            routing, MemberIdGenerator(random.SystemRandom()), self._push_factory()))
+        shares.addErrback(lambda failure: self.log.failure("share groups did not start", failure))
+        self._add_listeners(self.broker, routing)
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
+
+    def _push_factory(self) -> Any:
+        """Push subscriptions: a dispatcher per share group with a ``push.endpoint``, POSTing with an Agent."""
+        from mqbroker.shares.push.dispatcher import dispatcher_factory
+
+        return dispatcher_factory(self.reactor)
 
     def _ensure_decoy_secret(self) -> None:
         """Until the cluster has its SCRAM decoy secret, keep trying to make one (a proposal needs a quorum)."""

@@ -9,6 +9,7 @@ per-record work happens here. Each job is its own service:
 - ``FetchService`` and ``WaitingFetches`` (``core/fetch.py``): reads, long-poll fetches, offset lookups;
 - ``TopicAdmin`` (``core/topics.py``): metadata, topic admin, configs, partitions, delete-records;
 - ``ProducerIds`` (``core/producer_ids.py``), ``GroupRequests`` over ``GroupHosting`` (``groups/hosting.py``);
+- ``ShareRequests`` (``core/share_requests.py``) over ``ShareHosting`` (``shares/hosting.py``): share groups;
 - ``ReplicaManager`` (``replication/replica_manager.py``): leadership, high watermarks, ISR, following;
 - ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here.
 
@@ -33,6 +34,7 @@ from mqbroker.core.group_requests import GroupRequests
 from mqbroker.core.local_logs import LocalLogs
 from mqbroker.core.produce import ProduceService
 from mqbroker.core.producer_ids import ProducerIds
+from mqbroker.core.share_requests import ShareRequests
 from mqbroker.core.topics import TopicAdmin, internal_replication_factor
 from mqbroker.durability.flusher import Flusher
 from mqbroker.groups import messages as group_messages
@@ -54,6 +56,10 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.replication.replica_manager import Follower, ReplicaManager
+from mqbroker.shares import messages as share_messages
+from mqbroker.shares.data import BrokerShareData
+from mqbroker.shares.hosting import ShareHosting
+from mqbroker.shares.service import PushFactory
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 
@@ -95,6 +101,12 @@ class Broker:
             offsets_replication_factor=internal_replication_factor(config, len(cluster.voters)),
         )
         self._group_requests = GroupRequests(authorizer=authorizer, hosting=self._groups)
+        self._shares = ShareHosting(
+            config=config, clock=clock, cluster=cluster, logs=logs, replicas=self._replicas,
+            append_replicated=self._produce.append_replicated,
+            replication_factor=internal_replication_factor(config, len(cluster.voters)),
+        )
+        self._share_requests = ShareRequests(authorizer=authorizer, hosting=self._shares)
         self._topics = TopicAdmin(config=config, cluster=cluster, authorizer=authorizer, replicas=self._replicas,
                                   topics_changed=self._groups.topics_changed)
         self._producer_ids = ProducerIds(cluster=cluster, authorizer=authorizer)
@@ -107,6 +119,7 @@ class Broker:
             return
         self._replicas.partitions_changed(image)
         self._groups.sync_coordinators()
+        self._shares.sync()
         self._topics.wake_live_broker_waiters(image)
 
     # -- produce and fetch -----------------------------------------------------------------
@@ -251,6 +264,66 @@ class Broker:
         """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
         return self._group_requests.delete_group(principal, group_id)
 
+    # -- share groups ----------------------------------------------------------------------
+
+    def start_share_groups(self, data_broker: IBroker, new_member_id: Callable[[str], str],
+                           push_factory: PushFactory | None) -> Deferred[None]:
+        """Create ``__share_group_state`` if needed, then host the share groups of the partitions this broker leads.
+
+        Share groups read their topics and write dead letters through ``data_broker`` (the broker the
+        front ends use, which forwards to the leaders of partitions led elsewhere).
+        """
+        self._shares.start(BrokerShareData(data_broker, self._partitions_of), new_member_id, push_factory)
+        created = self._topics.create_if_missing(self._shares.state_topic_spec())
+        created.addCallback(lambda _: self._shares.sync())
+        return created
+
+    def _partitions_of(self, topic: str) -> int:
+        record = self._cluster.topic(topic)
+        return len(record.partitions) if record is not None else 0
+
+    def find_share_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
+        """The broker hosting a share group; see ``IBroker.find_share_coordinator``."""
+        return self._share_requests.find_share_coordinator(principal, group_id)
+
+    def share_group_heartbeat(self, principal: Principal, request: share_messages.ShareHeartbeatRequest) -> Deferred[Any]:
+        """Join, stay in or leave a share group; see ``IBroker.share_group_heartbeat``."""
+        return self._share_requests.share_group_heartbeat(principal, request)
+
+    def share_fetch(self, principal: Principal, request: share_messages.ShareFetchRequest) -> Deferred[Any]:
+        """Acquire records of a share group; see ``IBroker.share_fetch``."""
+        return self._share_requests.share_fetch(principal, request)
+
+    def share_acknowledge(self, principal: Principal, request: share_messages.ShareAcknowledgeRequest) -> Deferred[Any]:
+        """Settle acquired records; see ``IBroker.share_acknowledge``."""
+        return self._share_requests.share_acknowledge(principal, request)
+
+    def create_share_group(self, principal: Principal, group_id: str, topics: Sequence[str],
+                           configs: Mapping[str, str]) -> Deferred[Any]:
+        """Define a share group; see ``IBroker.create_share_group``."""
+        return self._share_requests.create_share_group(principal, group_id, topics, configs)
+
+    def alter_share_group(self, principal: Principal, group_id: str, topics: Sequence[str] | None,
+                          set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[Any]:
+        """Change a share group; see ``IBroker.alter_share_group``."""
+        return self._share_requests.alter_share_group(principal, group_id, topics, set_configs, delete_configs)
+
+    def delete_share_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+        """Delete a share group; see ``IBroker.delete_share_group``."""
+        return self._share_requests.delete_share_group(principal, group_id)
+
+    def describe_share_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+        """A share group's state; see ``IBroker.describe_share_group``."""
+        return self._share_requests.describe_share_group(principal, group_id)
+
+    def list_share_groups(self, principal: Principal) -> Deferred[Any]:
+        """The share groups hosted here; see ``IBroker.list_share_groups``."""
+        return self._share_requests.list_share_groups(principal)
+
+    def share_group_lags(self) -> dict[tuple[str, str, int], int]:
+        """Records not yet done per (share group, topic, partition) hosted here (metrics)."""
+        return self._shares.lags()
+
     # -- housekeeping and metrics (the service's timers and the metrics collector call these) -
 
     def check_isr(self) -> None:
@@ -312,6 +385,7 @@ class Broker:
         self._produce.stop()
         self._replicas.stop()
         self._groups.stop()
+        self._shares.stop()
         self._topics.stop()
         self._waiting.complete_all()
         for partition_log in self._logs.logs():

@@ -98,6 +98,15 @@ class RoutingBroker:
     list_groups = _served_locally("list_groups")
     describe_group = _served_locally("describe_group")
     delete_group = _served_locally("delete_group")
+    find_share_coordinator = _served_locally("find_share_coordinator")
+    share_group_heartbeat = _served_locally("share_group_heartbeat")
+    share_fetch = _served_locally("share_fetch")
+    share_acknowledge = _served_locally("share_acknowledge")
+    create_share_group = _served_locally("create_share_group")
+    alter_share_group = _served_locally("alter_share_group")
+    delete_share_group = _served_locally("delete_share_group")
+    describe_share_group = _served_locally("describe_share_group")
+    list_share_groups = _served_locally("list_share_groups")
 
     # -- routing ---------------------------------------------------------------------------
 

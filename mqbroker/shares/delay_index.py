@@ -93,6 +93,12 @@ class DelayIndex:
                                (share_partition,)).fetchone()
         return None if row is None else row[0]
 
+    def offsets_from(self, share_partition: int, offset: int) -> list[int]:
+        """Offsets of one share partition's entries at or above ``offset``."""
+        rows = self._db.execute("SELECT offset FROM delays WHERE share_partition = ? AND offset >= ? ORDER BY offset",
+                                (share_partition, offset)).fetchall()
+        return [row[0] for row in rows]
+
     def count(self, share_partition: int) -> int:
         """Entries of one share partition."""
         return int(self._db.execute("SELECT COUNT(*) FROM delays WHERE share_partition = ?",

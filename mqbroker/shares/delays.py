@@ -15,10 +15,11 @@ header names: a share group reading records without delays does no work per reco
 
 from __future__ import annotations
 
+from mqbroker.records.builder import encode_batch
 from mqbroker.records.compression import decompress
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import HEADER_BYTES, BatchHeader
+from mqbroker.records.header import HEADER_BYTES, BatchHeader, iter_batches
 from mqbroker.records.record import Record, RecordHeader
 
 DELIVER_AT_HEADER = "x-deliver-at"
@@ -78,3 +79,22 @@ def delayed_records(buffer: bytes, position: int, header: BatchHeader) -> list[t
         if at is not None:
             delayed.append((record, at))
     return delayed
+
+
+def one_record_batch(record: Record) -> bytes:
+    """``record`` alone in a batch at its own offset (what a due record is served as)."""
+    return encode_batch([record], base_offset=record.offset)
+
+
+def record_batch_at(buffer: bytes, offset: int) -> bytes | None:
+    """The record at ``offset`` among ``buffer``'s batches, alone in a batch (None: not there, or unreadable)."""
+    try:
+        for position, header in iter_batches(buffer, check=False):
+            if header.is_control or not header.base_offset <= offset <= header.last_offset:
+                continue
+            for record in decode_records(buffer[position : position + header.size_bytes]):
+                if record.offset == offset:
+                    return one_record_batch(record)
+    except CorruptRecordError:
+        return None
+    return None

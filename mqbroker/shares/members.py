@@ -32,7 +32,7 @@ class ShareMember:
 class ShareMembers:
     """The members of one share group."""
 
-    def __init__(self, *, new_member_id: Callable[[], str]) -> None:
+    def __init__(self, *, new_member_id: Callable[[str], str]) -> None:
         self._new_member_id = new_member_id
         self._members: dict[str, ShareMember] = {}
 
@@ -67,7 +67,7 @@ class ShareMembers:
                 raise errors.GroupMaxSizeReachedError(
                     f"share group {group_id!r} has {limits.share_group_members_max} members, its maximum"
                 )
-            member_id = member_id or self._new_member_id()
+            member_id = member_id or self._new_member_id(client_id)
             member = ShareMember(member_id=member_id, member_epoch=1, client_id=client_id, client_host=client_host,
                                  topics=frozenset(topics), last_heartbeat_ms=now_ms)
             self._members[member_id] = member

@@ -118,6 +118,19 @@ class PartitionSnapshot:
     runs: tuple[SnapshotRun, ...]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunView:
+    """One run as it is now (``due``: a due record outside the region)."""
+
+    first: int
+    last: int
+    state: RecordState
+    delivery_count: int
+    owner: str
+    deadline_ms: int
+    due: bool
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionStats:
     """What ``share-groups describe`` shows of one partition."""
@@ -313,9 +326,9 @@ class SharePartition:
         self._advance()
         return True
 
-    def release_member(self, member: str, reason: str) -> None:
-        """``member`` left (or was evicted): everything it holds is released."""
-        self._release_where(lambda run: run.owner == member, reason)
+    def release_member(self, member: str, reason: str) -> int:
+        """``member`` left (or was evicted): everything it holds is released; how many records."""
+        return self._release_where(lambda run: run.owner == member, reason)
 
     def next_deadline_ms(self) -> int | None:
         """When ``tick`` next has something to do (a lease ends or a held-back record becomes available)."""
@@ -375,6 +388,24 @@ class SharePartition:
             if run.state is RecordState.AVAILABLE and run.deadline_ms <= now_ms:
                 return True
         return False
+
+    def runs(self) -> list[RunView]:
+        """Every run, due records first (for inspection and tests)."""
+        return [RunView(run.first, run.last, run.state, run.delivery_count, run.owner, run.deadline_ms, due)
+                for due, runs in ((True, self._due.values()), (False, self._runs)) for run in runs]
+
+    def undone_count(self) -> int:
+        """Records of the region and due records that are not done."""
+        return sum(run.last - run.first + 1 for run in self._all_runs() if run.state is not RecordState.DONE)
+
+    def due_offsets(self) -> list[int]:
+        """Offsets of the due records in memory."""
+        return list(self._due_sorted)
+
+    def acquired_count(self, member: str) -> int:
+        """Records leased to ``member``."""
+        return sum(run.last - run.first + 1 for run in self._all_runs()
+                   if run.state is RecordState.ACQUIRED and run.owner == member)
 
     @property
     def due_count(self) -> int:
@@ -476,17 +507,18 @@ class SharePartition:
         else:
             self._available_from = min(self._available_from, run.first)
 
-    def _release_where(self, matches: Callable[[_Run], bool], reason: str) -> None:
-        """Release every acquired record (due or in the region) that ``matches``."""
-        for run in list(self._due.values()):
+    def _release_where(self, matches: Callable[[_Run], bool], reason: str) -> int:
+        """Release every acquired record (due or in the region) that ``matches``; how many."""
+        released = 0
+        for run in [*self._due.values(), *self._runs]:
             if run.state is RecordState.ACQUIRED and matches(run):
                 self._release(run, reason)
-        for run in self._runs:
-            if run.state is RecordState.ACQUIRED and matches(run):
-                self._release(run, reason)
-                self.changed = True
-        self._coalesce(0, len(self._runs))
-        self._advance()
+                released += run.last - run.first + 1
+        if released:
+            self.changed = True
+            self._coalesce(0, len(self._runs))
+            self._advance()
+        return released
 
     def _dead_letter(self, run: _Run, reason: DeathReason, error: str) -> None:
         run.state, run.owner, run.deadline_ms = RecordState.DEAD_LETTERING, NO_OWNER, 0
