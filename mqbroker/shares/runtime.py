@@ -144,8 +144,8 @@ class HostedPartition:
     # -- reading the log ---------------------------------------------------------------------
 
     def read_ahead(self) -> None:
-        """Read more of the log if the group wants records and the region has room."""
-        if self._reading or self._stopped or not self.active:
+        """Read more of the log if the group wants records and the region has room (and no delay holds it)."""
+        if self._reading or self._stopped or not self.active or self._timer_pending():
             return
         if self.state.room() <= 0 or self.cache.size_bytes >= limits.share_inflight_bytes_max:
             return
@@ -164,17 +164,21 @@ class HostedPartition:
         self.log_end = max(self.log_end, result.high_watermark)
         if result.log_start_offset > self.cache_end:
             self._skip_to(result.log_start_offset)
+        self._reading = True  # the state changes below must not start the next read from inside this one
         self._take(bytes(result.records))
         self._changed(self)
+        self._reading = False
         if not self._timer_pending():
-            self.read_ahead()
+            self._timer = self._clock.callLater(0, self._wake)
 
     def _read_error(self, result: FetchResult) -> None:
         error = result.error
         if isinstance(error, errors.OffsetOutOfRangeError) and result.log_start_offset > self.cache_end:
             self._skip_to(result.log_start_offset)
+            self._reading = True
             self._changed(self)
-            self.read_ahead()
+            self._reading = False
+            self._retry_later(0)
             return
         if not isinstance(error, (errors.NotLeaderError, errors.LeaderNotAvailableError, errors.BrokerShuttingDownError)):
             self.log.warn("share group {group}: reading {topic}-{partition} at {offset} failed ({error}); retrying",
