@@ -50,6 +50,15 @@ class ResourceType(enum.Enum):
     TRANSACTIONAL_ID = "transactional_id"
 
 
+class AcknowledgeType(enum.IntEnum):
+    """A share-group member's verdict on records leased to it (KIP-932's numbers, plus RENEW as in KIP-1222)."""
+
+    ACCEPT = 1  # processed: done
+    RELEASE = 2  # give back: available again at once (or at a not-before time)
+    REJECT = 3  # unprocessable: dead-lettered
+    RENEW = 4  # still working: the lease restarts from now
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceResult:
     """Where a produced batch landed."""

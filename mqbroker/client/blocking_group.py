@@ -36,6 +36,7 @@ from mqbroker.client.group_member import (
 from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import (
+    CoordinatorType,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     JoinGroupResponse,
@@ -55,9 +56,9 @@ def _now_ms() -> int:
 
 def coordinator_connection(
     bootstrap: Sequence[tuple[str, int]], group_id: str, client_id: str, timeout_s: float,
-    security: ClientSecurity | None = None,
+    security: ClientSecurity | None = None, key_type: CoordinatorType = CoordinatorType.GROUP,
 ) -> BlockingConnection:
-    """Ask a bootstrap broker which broker coordinates ``group_id`` and connect to it.
+    """Ask a bootstrap broker which broker coordinates ``group_id`` (or hosts it: ``key_type`` SHARE) and connect.
 
     A broker that cannot say yet (COORDINATOR_NOT_AVAILABLE) raises that error; the caller retries.
     """
@@ -69,7 +70,7 @@ def coordinator_connection(
             failures.append(str(error))
             continue
         try:
-            found = probe.request(FindCoordinatorRequest(key=group_id), timeout_s)
+            found = probe.request(FindCoordinatorRequest(key=group_id, key_type=key_type), timeout_s)
         except BrokerUnavailableError as error:
             failures.append(str(error))
             continue

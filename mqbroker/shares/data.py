@@ -15,7 +15,14 @@ from typing import Protocol
 from twisted.internet.defer import Deferred
 
 from mqbroker.interfaces import IBroker
-from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPosition, FetchResult, Principal, ProduceResult
+from mqbroker.model import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchPosition,
+    FetchResult,
+    Principal,
+    ProduceResult,
+)
 
 SHARES_PRINCIPAL = Principal("Service", "shares")
 #: acks=all for dead-letter copies: a record is done only once its copy is on every in-sync replica.

@@ -13,9 +13,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall
 
 from mqbroker.groups.model import TopicPartition
+from mqbroker.model import AcknowledgeType
 from mqbroker.shares.members import ShareMembers
 from mqbroker.shares.messages import SharePartitionRecords
-from mqbroker.shares.partition import AcknowledgeType
 from mqbroker.shares.runtime import HostedPartition
 from mqbroker.shares.settings import ShareGroupSettings, parse_settings
 from mqbroker.shares.state_records import GroupDefinition

@@ -30,7 +30,11 @@ from mqbroker.shares.data import ShareData
 from mqbroker.shares.delay_index import DelayIndex
 from mqbroker.shares.replay import replay_state
 from mqbroker.shares.service import PushFactory, ShareService
-from mqbroker.shares.state_records import STATE_TOPIC, STATE_TOPIC_CONFIGS, state_partition
+from mqbroker.shares.state_records import (
+    STATE_TOPIC,
+    STATE_TOPIC_CONFIGS,
+    state_partition,
+)
 from mqbroker.storage.manager import LogManager
 
 #: How long a state append waits for the in-sync replicas.

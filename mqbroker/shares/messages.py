@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 from mqbroker.errors import BrokerError
 from mqbroker.groups.model import TopicPartition
-from mqbroker.shares.partition import AcknowledgeType, AcquiredRange, PartitionStats
+from mqbroker.model import AcknowledgeType
+from mqbroker.shares.partition import AcquiredRange, PartitionStats
 
 #: ``lease_ms`` value meaning "the group's lease".
 GROUP_LEASE = -1

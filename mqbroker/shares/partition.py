@@ -33,6 +33,8 @@ import enum
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from mqbroker.model import AcknowledgeType
+
 #: Member name the snapshot and describe use for records no member holds.
 NO_OWNER = ""
 
@@ -44,15 +46,6 @@ class RecordState(enum.Enum):
     ACQUIRED = "acquired"
     DEAD_LETTERING = "dead_lettering"
     DONE = "done"
-
-
-class AcknowledgeType(enum.IntEnum):
-    """What a member says about records it holds (KIP-932's numbers, plus RENEW as in KIP-1222)."""
-
-    ACCEPT = 1  # processed: done
-    RELEASE = 2  # give back: available again at once (or at a not-before time)
-    REJECT = 3  # unprocessable: dead-lettered
-    RENEW = 4  # still working: the lease restarts from now
 
 
 class DeathReason(enum.Enum):

@@ -20,12 +20,13 @@ from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
 from mqbroker.groups.model import TopicPartition
+from mqbroker.model import AcknowledgeType
 from mqbroker.shares import messages as m
 from mqbroker.shares.data import ShareData
 from mqbroker.shares.dead_letters import dead_letter_batch
 from mqbroker.shares.delay_index import DelayIndex
 from mqbroker.shares.group import FetchWaiter, HostedGroup
-from mqbroker.shares.partition import AcknowledgeType, AcquiredRange, DeadLetter, SharePartition
+from mqbroker.shares.partition import AcquiredRange, DeadLetter, SharePartition
 from mqbroker.shares.replay import ReplayedState
 from mqbroker.shares.runtime import HostedPartition
 from mqbroker.shares.settings import check_keys, parse_settings, shown_configs
@@ -473,10 +474,15 @@ class ShareService:
     # -- push ------------------------------------------------------------------------------------
 
     def _start_push(self, group: HostedGroup) -> None:
-        if group.settings.push is not None and self._push_factory is not None and group.group_id not in self._pushers:
+        if group.settings.push is None or self._push_factory is None or group.group_id in self._pushers:
+            return
+        try:
             pusher = self._push_factory(group, self)
-            self._pushers[group.group_id] = pusher
-            pusher.start()
+        except (OSError, ValueError) as error:  # e.g. an unreadable push.ca.file: fix it with `alter`
+            self.log.error("push subscription {group} cannot start: {error}", group=group.group_id, error=error)
+            return
+        self._pushers[group.group_id] = pusher
+        pusher.start()
 
     def _stop_push(self, group_id: str) -> None:
         pusher = self._pushers.pop(group_id, None)

@@ -25,7 +25,7 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult, Principal, TopicSpec
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.deferreds import gathered, settle, settled
-from mqbroker.protocols.native import consumer_protocol
+from mqbroker.protocols.native import consumer_protocol, share_handlers
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
 from mqbroker.protocols.native.security import SECURITY_APIS, ConnectionSecurity
@@ -278,9 +278,14 @@ async def handle_init_producer_id(broker: IBroker, principal: Principal, request
 
 
 async def handle_find_coordinator(broker: IBroker, principal: Principal, request: m.FindCoordinatorRequest) -> Any:
-    """The broker coordinating a group: the leader of the group's ``__consumer_offsets`` partition."""
+    """The broker coordinating a group (the leader of its ``__consumer_offsets`` partition) or hosting a share
+    group (the leader of its ``__share_group_state`` partition)."""
+    if request.key_type == m.CoordinatorType.SHARE:
+        node = await broker.find_share_coordinator(principal, request.key)
+        return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
     if request.key_type != m.CoordinatorType.GROUP:
-        raise errors.InvalidRequestError(f"coordinator type {request.key_type} is not served; only groups (0)")
+        raise errors.InvalidRequestError(
+            f"coordinator type {request.key_type} is not served; only groups (0) and share groups (2)")
     node = await broker.find_coordinator(principal, request.key)
     return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
 
@@ -495,6 +500,7 @@ HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,
     m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
     m.ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
+    **share_handlers.HANDLERS,
 }
 
 

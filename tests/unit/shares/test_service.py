@@ -13,13 +13,17 @@ from mqbroker import errors
 from mqbroker.cluster.metadata_records import ElectLeader
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.groups.model import TopicPartition
-from mqbroker.model import ANONYMOUS, TopicSpec
+from mqbroker.model import ANONYMOUS, AcknowledgeType, TopicSpec
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.dead_letters import HEADER_ATTEMPTS, HEADER_ERROR, HEADER_OFFSET, HEADER_REASON
+from mqbroker.records.dead_letters import (
+    HEADER_ATTEMPTS,
+    HEADER_ERROR,
+    HEADER_OFFSET,
+    HEADER_REASON,
+)
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import iter_batches
 from mqbroker.shares import messages as m
-from mqbroker.shares.partition import AcknowledgeType
 from mqbroker.shares.state_records import STATE_TOPIC, state_partition
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 
