@@ -11,7 +11,7 @@ from mqbroker import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (each subcommand module adds its own parser)."""
-    from mqbroker.cli import bench, certs, clients, cluster, groups, security, serve
+    from mqbroker.cli import bench, certs, clients, cluster, groups, security, serve, shares
 
     parser = argparse.ArgumentParser(
         prog="mqbroker",
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(commands)
     certs.add_parser(commands)
     groups.add_parser(commands)
+    shares.add_parsers(commands)
     cluster.add_parser(commands)
     security.add_parsers(commands)
     return parser

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from mqbroker.client.blocking_group import coordinator_connection
 from mqbroker.client.connection import (
@@ -32,6 +32,7 @@ from mqbroker.client.connection import (
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.share_core import (
     COORDINATOR_RETRY_MS,
+    AcknowledgedCallback,
     AcknowledgeOutcome,
     Rejoin,
     ShareConsumerCore,
@@ -47,9 +48,6 @@ from mqbroker.protocols.native.share_messages import (
     ShareFetchResponse,
     ShareGroupHeartbeatResponse,
 )
-
-#: Called with the outcome of every acknowledgement sent (from the thread that sent it).
-AcknowledgedCallback = Callable[[list[AcknowledgeOutcome]], None]
 
 
 class ShareConsumer:

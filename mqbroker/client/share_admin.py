@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from mqbroker.client.group_admin import CoordinatorAdmin
 from mqbroker.errors import error_for_code
+from mqbroker.shares.settings import SECRET_BYTES, push_configs
 from mqbroker.protocols.native.messages import CoordinatorType
 from mqbroker.protocols.native.share_messages import (
     AlterShareGroupRequest,
@@ -25,24 +27,6 @@ from mqbroker.protocols.native.share_messages import (
     ShareGroupDescribeRequest,
     ShareGroupDescribeResponse,
 )
-
-#: Bytes of randomness in a generated push signing secret (hex-encoded: twice as many characters).
-SECRET_BYTES = 32
-
-
-def push_configs(*, endpoint: str, secret: str | None = None, filter_text: str = "", max_outstanding: int | None = None,
-                 ack_deadline_ms: int | None = None, dead_letter_topic: str = "", max_delivery_attempts: int | None = None,
-                 rate_per_second: int | None = None, batch_max_messages: int | None = None, ca_file: str = "",
-                 ) -> dict[str, str]:
-    """The share-group configs of a push subscription (a fresh random secret unless ``secret`` is given)."""
-    configs = {"push.endpoint": endpoint, "push.secret": secret or secrets.token_hex(SECRET_BYTES)}
-    optional = {"push.filter": filter_text or None, "push.max.outstanding": max_outstanding,
-                "push.ack.deadline.ms": ack_deadline_ms, "dead.letter.topic": dead_letter_topic or None,
-                "max.delivery.attempts": max_delivery_attempts, "push.rate.per.second": rate_per_second,
-                "push.batch.max.messages": batch_max_messages, "push.ca.file": ca_file or None}
-    configs.update({key: str(value) for key, value in optional.items() if value is not None})
-    return configs
-
 
 class ShareGroupAdmin(CoordinatorAdmin):
     """Talks to share groups' hosts on the caller's thread."""
@@ -80,9 +64,11 @@ class ShareGroupAdmin(CoordinatorAdmin):
         assert isinstance(response, ShareGroupDescribeResponse)
         return response.groups[0]
 
-    def create_subscription(self, name: str, topic: str, **push: object) -> str:
-        """Create a push subscription (``push_configs``'s keywords); returns its signing secret."""
-        configs = push_configs(**push)  # type: ignore[arg-type]
+    def create_subscription(self, name: str, topic: str, *, endpoint: str, secret: str | None = None,
+                            **options: Any) -> str:
+        """Create a push subscription (the other keywords are ``push_configs``'s); returns its signing secret,
+        a fresh random one unless ``secret`` is given."""
+        configs = push_configs(endpoint=endpoint, secret=secret or secrets.token_hex(SECRET_BYTES), **options)
         self.create(name, [topic], configs)
         return configs["push.secret"]
 

@@ -13,7 +13,7 @@ import bisect
 import dataclasses
 import enum
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from mqbroker.client.consumer import _collector_paused
@@ -61,6 +61,10 @@ class AcknowledgeOutcome:
     last_offset: int
     kind: AcknowledgeType
     error: BrokerError | None = None
+
+
+#: Called with the outcome of every acknowledgement a consumer sent (from the thread or reactor that sent it).
+AcknowledgedCallback = Callable[[list[AcknowledgeOutcome]], None]
 
 
 class Rejoin(enum.Enum):

@@ -42,6 +42,7 @@ from mqbroker.protocols.native.connection import ClientConnection, ConnectionFai
 from mqbroker.protocols.native.messages import (
     Acks,
     ApiVersionsRequest,
+    CoordinatorType,
     FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -193,12 +194,15 @@ class _TwistedCluster:
         self.view.update(response, int(self.reactor.seconds() * 1000))  # type: ignore[attr-defined]
         return response
 
-    async def coordinator_request(self, role: str, request: object) -> Any:
-        """Send ``request`` to the group coordinator over the connection named ``role``."""
+    async def coordinator_request(self, role: str, request: object,
+                                  key_type: CoordinatorType = CoordinatorType.GROUP) -> Any:
+        """Send ``request`` to the group coordinator (``key_type`` SHARE: the share group's host) over the
+        connection named ``role``."""
         key = ("coordinator", role)
         connection = self._connected.get(key)
         if connection is None:  # look the group's coordinator up again for every new connection
-            found = await self.request(None, FindCoordinatorRequest(key=request.group_id))  # type: ignore[attr-defined]
+            found = await self.request(None, FindCoordinatorRequest(key=request.group_id,  # type: ignore[attr-defined]
+                                                                    key_type=key_type))
             assert isinstance(found, FindCoordinatorResponse)
             connection = await self._connect(key, found.host, found.port)
         return await connection.request(request)

@@ -320,9 +320,9 @@ class Broker:
         """The share groups hosted here; see ``IBroker.list_share_groups``."""
         return self._share_requests.list_share_groups(principal)
 
-    def share_group_lags(self) -> dict[tuple[str, str, int], int]:
-        """Records not yet done per (share group, topic, partition) hosted here (metrics)."""
-        return self._shares.lags()
+    def share_group_metrics(self) -> share_messages.ShareMetrics:
+        """Lag and leased records per share partition, dead letters per share group, of the groups hosted here."""
+        return self._shares.metrics()
 
     # -- housekeeping and metrics (the service's timers and the metrics collector call these) -
 

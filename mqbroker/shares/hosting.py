@@ -28,6 +28,7 @@ from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.shares.data import ShareData
 from mqbroker.shares.delay_index import DelayIndex
+from mqbroker.shares.messages import ShareMetrics
 from mqbroker.shares.replay import replay_state
 from mqbroker.shares.service import PushFactory, ShareService
 from mqbroker.shares.state_records import (
@@ -161,9 +162,12 @@ class ShareHosting:
         return errors.CoordinatorNotAvailableError(
             f"{STATE_TOPIC} does not exist yet (it is created once {self._replication_factor} brokers are live); retry")
 
-    def lags(self) -> dict[tuple[str, str, int], int]:
-        """Records not yet done per (share group, topic, partition) hosted here (metrics)."""
-        return {key: lag for service in self.services() for key, lag in service.lags().items()}
+    def metrics(self) -> ShareMetrics:
+        """Lag, leased records and dead letters of the share groups hosted here."""
+        metrics = ShareMetrics()
+        for service in self.services():
+            service.metrics(metrics)
+        return metrics
 
     def stop(self) -> None:
         """Stop every share service (shutdown)."""

@@ -157,3 +157,13 @@ class ShareGroupListing:
     topics: tuple[str, ...]
     members: int
     push_endpoint: str
+
+
+@dataclasses.dataclass(slots=True)
+class ShareMetrics:
+    """What ``/metrics`` shows of the share groups hosted by a broker."""
+
+    #: (group, topic, partition) -> (lag, records leased now).
+    partitions: dict[tuple[str, str, int], tuple[int, int]] = dataclasses.field(default_factory=dict)
+    #: group -> records dead-lettered since this broker took the group over.
+    dead_lettered: dict[str, int] = dataclasses.field(default_factory=dict)

@@ -349,10 +349,12 @@ class ShareService:
                                     push_endpoint=group.settings.push.endpoint if group.settings.push else "")
                 for group_id, group in sorted(self._groups.items())]
 
-    def lags(self) -> dict[tuple[str, str, int], int]:
-        """Records not yet done per (group, topic, partition), as of each partition's last read (metrics)."""
-        return {(group_id, hosted.topic, hosted.partition): hosted.lag()
-                for group_id, group in self._groups.items() for hosted in group.partitions.values()}
+    def metrics(self, into: m.ShareMetrics) -> None:
+        """Add lag and leased records per partition, dead letters per group (as of each partition's last read)."""
+        for group_id, group in self._groups.items():
+            into.dead_lettered[group_id] = group.dead_lettered
+            for hosted in group.partitions.values():
+                into.partitions[group_id, hosted.topic, hosted.partition] = (hosted.lag(), hosted.state.stats().acquired)
 
     def group(self, group_id: str) -> HostedGroup | None:
         """A hosted group (for the push dispatcher and tests)."""

@@ -158,3 +158,21 @@ def _push_settings(configs: Mapping[str, str], endpoint: str) -> PushSettings:
 def shown_configs(configs: Mapping[str, str]) -> dict[str, str]:
     """Configs as ``describe`` shows them: secrets masked."""
     return {key: ("********" if key in SECRET_KEYS else value) for key, value in sorted(configs.items())}
+
+
+#: Bytes of randomness in a generated push signing secret (hex-encoded: twice as many characters).
+SECRET_BYTES = 32
+
+
+def push_configs(*, endpoint: str, secret: str, filter_text: str = "", max_outstanding: int | None = None,
+                 ack_deadline_ms: int | None = None, dead_letter_topic: str = "", max_delivery_attempts: int | None = None,
+                 rate_per_second: int | None = None, batch_max_messages: int | None = None, ca_file: str = "",
+                 start: str | None = None) -> dict[str, str]:
+    """The share-group configs of a push subscription (options left as None keep their defaults)."""
+    configs = {"push.endpoint": endpoint, "push.secret": secret}
+    optional = {"push.filter": filter_text or None, "push.max.outstanding": max_outstanding, "auto.offset.reset": start,
+                "push.ack.deadline.ms": ack_deadline_ms, "dead.letter.topic": dead_letter_topic or None,
+                "max.delivery.attempts": max_delivery_attempts, "push.rate.per.second": rate_per_second,
+                "push.batch.max.messages": batch_max_messages, "push.ca.file": ca_file or None}
+    configs.update({key: str(value) for key, value in optional.items() if value is not None})
+    return configs
