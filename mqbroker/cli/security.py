@@ -8,7 +8,7 @@ from typing import Any
 
 from mqbroker.security.acl import WILDCARD
 from mqbroker.cli.common import client_security, client_command, reporting_errors
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from mqbroker.protocols.native.messages import AclBinding
 from mqbroker.security.service import CLUSTER_RESOURCE
 

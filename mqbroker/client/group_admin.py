@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mqbroker.client.blocking_group import RETRY_S, coordinator_connection
+from mqbroker.client.blocking.group import RETRY_S, coordinator_connection
 from mqbroker.client.connection import (
     BlockingConnection,
     BrokerUnavailableError,

@@ -1,6 +1,6 @@
 """The producer's logic, without I/O: batching, idempotent sequence numbers, retries, in-flight bounds.
 
-``ProducerCore`` is driven by a driver (``blocking.py``, ``twisted.py``) that owns sockets and
+``ProducerCore`` is driven by a driver (``blocking/``, ``twisted/``) that owns sockets and
 the clock:
 
 1. ``append`` puts a record into its partition's open batch builder and returns the batch and
