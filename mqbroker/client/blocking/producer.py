@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
 from mqbroker.client.blocking.producer_io import ProducerIO
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
-from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, RecordMetadata, parse_acks
+from mqbroker.client.producer import ProducerCore
+from mqbroker.client.producer_batch import ProducerBatch, RecordMetadata
+from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError, RequestTimedOutError
 from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest, InitProducerIdResponse

@@ -12,7 +12,8 @@ import threading
 
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
-from mqbroker.client.producer import ProducerBatch, ProducerCore, ProducePlan
+from mqbroker.client.producer import ProducerCore
+from mqbroker.client.producer_batch import ProducerBatch, ProducePlan
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import Acks
 

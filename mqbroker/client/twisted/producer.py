@@ -15,7 +15,9 @@ from twisted.python.failure import Failure
 
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
-from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, ProducePlan, RecordMetadata, parse_acks
+from mqbroker.client.producer import ProducerCore
+from mqbroker.client.producer_batch import ProducerBatch, ProducePlan, RecordMetadata
+from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.twisted.cluster import TwistedCluster
 from mqbroker.errors import BrokerError

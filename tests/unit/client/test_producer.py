@@ -5,7 +5,9 @@ import random
 import pytest
 
 from mqbroker.client.backoff import Backoff
-from mqbroker.client.producer import ProducerConfig, ProducerCore, ProducePlan, parse_acks
+from mqbroker.client.producer import ProducerCore
+from mqbroker.client.producer_batch import ProducePlan
+from mqbroker.client.producer_config import ProducerConfig
 from mqbroker.errors import ErrorCode, NotLeaderError, TopicAuthorizationError
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import Acks, ProducePartitionResult, ProduceResponse, ProduceTopicResult
@@ -197,14 +199,6 @@ def test_lost_connection_retries_and_old_batches_expire() -> None:
     assert core.plan_failed(plan, NotLeaderError("connection lost"), now_ms=1) == []
     (expired,) = core.expire(now_ms=1000)
     assert expired.error is not None and expired.error.code == ErrorCode.REQUEST_TIMED_OUT
-
-
-def test_settings_are_checked_together() -> None:
-    with pytest.raises(ValueError, match="idempotence"):
-        ProducerConfig(acks=Acks.NONE).validated()
-    with pytest.raises(ValueError, match="compression"):
-        ProducerConfig(compression="brotli").validated()
-    assert parse_acks("all") is Acks.ALL and parse_acks("1") is Acks.LEADER
 
 
 def test_batch_keeps_growing_past_linger_while_an_earlier_one_waits_for_an_in_flight_slot() -> None:
