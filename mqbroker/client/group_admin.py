@@ -14,7 +14,7 @@ from mqbroker.client.blocking.group import RETRY_S, coordinator_connection
 from mqbroker.client.connection import (
     BlockingConnection,
     BrokerUnavailableError,
-    parse_address,
+    parse_bootstrap,
 )
 from mqbroker.client.group_member import (
     COORDINATOR_RETRY_MS,
@@ -68,8 +68,7 @@ class GroupAdmin:
 
     def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000,
                  client_id: str = "mqbroker-admin", security: ClientSecurity | None = None) -> None:
-        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
-        self._bootstrap = [parse_address(a) for a in addresses]
+        self._bootstrap = parse_bootstrap(bootstrap)
         self._timeout_s = request_timeout_ms / 1000
         self._client_id = client_id
         self._security = security

@@ -15,7 +15,7 @@ from typing import TypeVar
 from mqbroker.client import admin
 from mqbroker.client.backoff import Backoff
 from mqbroker.client.cluster import ClusterView
-from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError, parse_address
+from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError, parse_bootstrap
 from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import MetadataRequest, MetadataResponse
@@ -35,8 +35,7 @@ class BlockingCluster:
     def __init__(
         self, bootstrap: str | Sequence[str], client_id: str, timeout_s: float, security: ClientSecurity | None = None
     ) -> None:
-        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
-        self.bootstrap = [parse_address(address) for address in addresses]
+        self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.timeout_s = timeout_s
         self.security = security

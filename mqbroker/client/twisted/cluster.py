@@ -16,7 +16,7 @@ from twisted.internet.interfaces import IReactorTCP
 from twisted.python.failure import Failure
 
 from mqbroker.client.cluster import ClusterView
-from mqbroker.client.connection import BrokerUnavailableError, parse_address
+from mqbroker.client.connection import BrokerUnavailableError, parse_bootstrap
 from mqbroker.client.security import ClientSecurity, sasl_steps
 from mqbroker.client.twisted.protocol import NativeClientProtocol
 from mqbroker.errors import BrokerError
@@ -36,10 +36,9 @@ class TwistedCluster:
 
     def __init__(self, reactor: IReactorTCP, bootstrap: str | Sequence[str], client_id: str,
                  security: ClientSecurity | None = None) -> None:
-        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
         self.reactor = reactor
         self.security = security
-        self.bootstrap = [parse_address(address) for address in addresses]
+        self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.view = ClusterView()
         self._connected: dict[Any, NativeClientProtocol] = {}
@@ -105,14 +104,24 @@ class TwistedCluster:
                 return
 
     def connection(self, node_id: int | None) -> Deferred[NativeClientProtocol]:
-        """The connection to ``node_id`` (None: the first bootstrap broker)."""
+        """The connection to ``node_id`` (None: to any broker, see ``_any_connection``)."""
         if node_id is None:
-            host, port = self.bootstrap[0]
-            return self._connect(None, host, port)
+            return Deferred.fromCoroutine(self._any_connection())
         address = self.view.address(node_id)
         if address is None:
             return fail(BrokerUnavailableError(f"broker {node_id} is not in the cluster metadata"))
         return self._connect(node_id, *address)
+
+    async def _any_connection(self) -> NativeClientProtocol:
+        """A connection to some broker: the bootstrap brokers in turn, then those the metadata named."""
+        failures = []
+        known = [address for node in self.view.node_ids if (address := self.view.address(node))]
+        for host, port in self.bootstrap + known:
+            try:
+                return await self._connect(None, host, port)
+            except BrokerUnavailableError as error:
+                failures.append(str(error))
+        raise BrokerUnavailableError("no broker reachable: " + "; ".join(failures))
 
     async def request(self, node_id: int | None, request: object) -> Any:
         """Send ``request`` to ``node_id`` and wait for the response."""
