@@ -53,3 +53,6 @@ scram_iterations_max = 1_000_000
 sasl_message_bytes_max = 4096
 #: Longest user name a credential may be stored under.
 username_length_max = 255
+#: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
+#: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
+delivery_callbacks_queued_max = 100_000

@@ -9,7 +9,8 @@ from typing import Any
 
 from mqbroker.cli.common import UsageError, client_command, client_security, reporting_errors
 from mqbroker.cli.output import JSON, PLAIN, add_output_options
-from mqbroker.client import Consumer, Message, Producer
+from mqbroker.client import Consumer, Message, Producer, RecordMetadata
+from mqbroker.errors import BrokerError
 
 FORMAT_FIELDS = "{topic} {partition} {offset} {timestamp} {key} {value} {headers}"
 
@@ -41,33 +42,29 @@ def add_parsers(commands: Any) -> None:
                        help_text="plain (each message as --format says; the default) or json (JSON Lines)")
     consume.set_defaults(run=reporting_errors(_consume))
 def _produce(arguments: argparse.Namespace) -> int:
-    producer = Producer(arguments.bootstrap, security=client_security(arguments), acks=arguments.acks,
-                        compression=arguments.compression, linger_ms=5)
-    futures = []
+    failures: list[BrokerError] = []
+
+    def delivered(error: BrokerError | None, metadata: RecordMetadata | None) -> None:
+        if error is not None:
+            failures.append(error)
+
     count = 0
-    try:
+    with Producer(arguments.bootstrap, security=client_security(arguments), acks=arguments.acks,
+                  compression=arguments.compression, linger_ms=5) as producer:
         for line in sys.stdin.buffer:
+            if failures:
+                break  # stop reading: the first failure is reported below
             line = line.rstrip(b"\r\n")
             key = None
             if arguments.key_separator is not None:
                 key, _, line = line.partition(arguments.key_separator.encode())
-            futures.append(producer.send(arguments.topic, value=line, key=key, partition=arguments.partition))
+            producer.send(arguments.topic, value=line, key=key, partition=arguments.partition, on_delivery=delivered)
             count += 1
-            if len(futures) >= 10_000:
-                _check_delivered(futures)
         producer.flush()
-        _check_delivered(futures)
-    finally:
-        producer.close()
+    if failures:
+        raise failures[0]
     print(f"produced {count} message(s) to {arguments.topic}", file=sys.stderr)
     return 0
-
-
-def _check_delivered(futures: list[Any]) -> None:
-    """Raise the first delivery error (acks=0 futures resolve without an offset)."""
-    for future in futures:
-        future.result()
-    futures.clear()
 
 
 def _consume(arguments: argparse.Namespace) -> int:

@@ -172,8 +172,8 @@ class GroupAdmin:
         """Delete a group without members and its committed offsets."""
         self._request(group_id, DeleteGroupsRequest(groups_names=(group_id,)), _raise_for_deleted)
 
-    def close(self) -> None:
-        """Close the connections."""
+    def close(self, timeout: float | None = None) -> None:
+        """Close the connections (at once; ``timeout`` is accepted so that every client closes alike)."""
         connections, self._connections = self._connections, {}
         for connection in connections.values():
             connection.close()

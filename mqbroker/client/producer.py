@@ -216,6 +216,13 @@ class ProducerCore:
         return self._in_flight.get(node_id, 0)
 
     @property
+    def pending_records(self) -> int:
+        """Records not acknowledged or failed yet: in open, queued and in-flight batches."""
+        batches = [*self._open.values(), *(batch for queue in self._queues.values() for batch in queue),
+                   *(batch for pending in self._unacknowledged.values() for batch in pending)]
+        return sum(batch.record_count for batch in batches)
+
+    @property
     def has_pending(self) -> bool:
         """True while any record waits to be sent or acknowledged."""
         return bool(self._open) or any(self._queues.values()) or any(self._unacknowledged.values())
@@ -276,6 +283,20 @@ class ProducerCore:
             self.stale_topics.add(batch.topic)
             batch.awaiting_leader = True
             self._retry_or_fail(batch, error, now_ms, finished)
+        return finished
+
+    def fail_pending(self, error: BrokerError) -> list[ProducerBatch]:
+        """Fail every unfinished batch, open, queued or in flight (the driver is closing); return them."""
+        for key in list(self._open):
+            self._close(key, self._open[key])
+        finished: list[ProducerBatch] = []
+        for queue in self._queues.values():
+            while queue:
+                self._fail(queue.popleft(), error, finished)
+        for pending in self._unacknowledged.values():
+            for batch in list(pending):
+                self._fail(batch, error, finished)
+        self._in_flight.clear()
         return finished
 
     def expire(self, now_ms: int) -> list[ProducerBatch]:

@@ -9,6 +9,7 @@ do their I/O on the caller's thread. The logic is the pure ``ProducerCore`` and
 
 from mqbroker.client.blocking.admin import Admin
 from mqbroker.client.blocking.consumer import Consumer
-from mqbroker.client.blocking.producer import Producer, RecordFuture
+from mqbroker.client.blocking.delivery import RecordFuture
+from mqbroker.client.blocking.producer import Producer
 
 __all__ = ["Admin", "Consumer", "Producer", "RecordFuture"]

@@ -173,8 +173,9 @@ class Admin:
             lambda: admin.delete_records_result(self._calls.leader(topic, partition, request)), topic  # type: ignore[arg-type]
         )
 
-    def close(self) -> None:
-        """Close the connections."""
+    def close(self, timeout: float | None = None) -> None:
+        """Close the connections (at once: an admin has nothing in flight between calls; ``timeout`` is
+        accepted so that every client closes alike)."""
         self._cluster.close()
 
     def __enter__(self) -> Admin:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests, wall_clock_ms
-from mqbroker.client.blocking.group import GroupMembership, resolve_callback
+from mqbroker.client.blocking.group import GroupMembership, remaining_s, resolve_callback
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, Message, OffsetReset, TopicPartition
 from mqbroker.client.group_member import (
@@ -258,16 +258,20 @@ class Consumer:
             time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
         return messages
 
-    def close(self) -> None:
-        """Commit (with auto-commit), leave the group (static members stay) and close the connections."""
+    def close(self, timeout: float | None = None) -> None:
+        """Commit (with auto-commit), leave the group (static members stay) and close the connections,
+        waiting on the broker for at most ``timeout`` seconds in all (None: a request timeout per step)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             if self._group is not None:
                 if self._auto_commit.enabled:
+                    positions = known_positions(self._core, self._core.assignment())
                     try:
-                        self.commit()
-                    except BrokerError:
-                        pass  # not a member any more: nothing of ours to commit
-                self._group.close()
+                        if positions:
+                            self._group.commit(positions, remaining_s(deadline))
+                    except (BrokerError, TimeoutError):
+                        pass  # not a member any more, or out of time: the last auto-commit stands
+                self._group.close(timeout_s=remaining_s(deadline))
         finally:
             self._cluster.close()
 

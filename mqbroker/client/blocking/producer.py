@@ -2,7 +2,8 @@
 
 The caller's ``send`` only appends to the pure ``ProducerCore`` under a lock, so producing
 overlaps with sending; ``ProducerIO`` (``producer_io.py``) drains the core, talks to the
-partition leaders and completes each batch's ``RecordFuture``s.
+partition leaders and completes each batch's ``RecordFuture``s, whose callbacks run as
+``delivery.py`` describes.
 """
 
 from __future__ import annotations
@@ -12,46 +13,16 @@ import threading
 import time
 from collections.abc import Sequence
 
+from mqbroker import limits
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
+from mqbroker.client.blocking.delivery import IMMEDIATE, POLL, BatchDelivery, Deliveries, DeliveryCallback, RecordFuture
 from mqbroker.client.blocking.producer_io import ProducerIO
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerCore
-from mqbroker.client.producer_batch import ProducerBatch, RecordMetadata
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
-from mqbroker.errors import BrokerError, RequestTimedOutError
+from mqbroker.errors import RequestTimedOutError
 from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest, InitProducerIdResponse
-
-
-class RecordFuture:
-    """The delivery outcome of one record: ``result()`` waits for its ``RecordMetadata``."""
-
-    __slots__ = ("_batch", "_index", "_timestamp_ms")
-
-    def __init__(self, batch: ProducerBatch, index: int, timestamp_ms: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp_ms = timestamp_ms
-
-    def done(self) -> bool:
-        """True once the record is acknowledged or failed."""
-        return self._batch.done
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait (up to ``timeout`` seconds) and return where the record landed, or raise its error."""
-        waiter = self._batch.waiter
-        assert isinstance(waiter, threading.Event)
-        if not waiter.wait(timeout):
-            raise TimeoutError(f"record not acknowledged within {timeout}s")
-        return self._batch.metadata(self._index, self._timestamp_ms)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Wait and return the record's error, or None if it was written."""
-        try:
-            self.result(timeout)
-        except BrokerError as error:
-            return error
-        return None
 
 
 class Producer:
@@ -74,7 +45,9 @@ class Producer:
         client_id: str = "mqbroker-producer",
         seed: int | None = None,
         security: ClientSecurity | None = None,
+        delivery_callbacks: str = IMMEDIATE,
     ) -> None:
+        self._deliveries = Deliveries(delivery_callbacks)
         parsed_acks = parse_acks(acks)
         if enable_idempotence is None:
             enable_idempotence = parsed_acks != Acks.NONE  # on by default wherever it can be
@@ -90,20 +63,19 @@ class Producer:
             buffer_bytes_max=buffer_bytes_max,
         ).validated()
         rng = random.Random(seed)
-        self._core = ProducerCore(self._config, rng, new_waiter=threading.Event)
+        self._core = ProducerCore(self._config, rng, new_waiter=BatchDelivery)
         self._sticky = StickyPartitioner(rng)
         self._max_block_s = max_block_ms / 1000
         self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000, security)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
-        self._io_error: BaseException | None = None
         if enable_idempotence:
             identity = self._cluster.any_connection().request(InitProducerIdRequest(), self._cluster.timeout_s)
             assert isinstance(identity, InitProducerIdResponse)
             self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
         self._core.on_batch_full = self._batch_full
-        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed)
+        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed, self._deliveries)
         self._thread = threading.Thread(target=self._io.run, name="mqbroker-producer-io", daemon=True)
         self._thread.start()
 
@@ -119,13 +91,20 @@ class Producer:
         headers: list[tuple[str, bytes | None]] | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
     ) -> RecordFuture:
-        """Queue one record; the future resolves to its ``RecordMetadata`` once acknowledged."""
+        """Queue one record; the future resolves to its ``RecordMetadata`` once acknowledged.
+
+        ``on_delivery(error, metadata)`` is called once the record is written (``error`` None)
+        or has failed (``metadata`` None), on the thread ``delivery_callbacks`` chose.
+        """
         if partition is None:
             count = self._cluster.view.partition_count(topic)
             if count is None:
                 count = self._wait_for_topic(topic)
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+        if self._deliveries.queued > limits.delivery_callbacks_queued_max:
+            self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
         now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
         if timestamp_ms is None:
             timestamp_ms = now_ms
@@ -136,9 +115,21 @@ class Producer:
             if core.queued_bytes > self._config.buffer_bytes_max:
                 self._wait_for_buffer_space()
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
+            self._io.unresolved_records += 1
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
-        return RecordFuture(batch, index, timestamp_ms)
+        future = RecordFuture(batch, index, timestamp_ms, self._deliveries)
+        if on_delivery is not None:
+            future.add_delivery_callback(on_delivery)
+        return future
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Run the delivery callbacks of records completed since the last call, in this thread; wait up to
+        ``timeout`` seconds for one when none is ready. Returns how many ran (always 0 unless the producer
+        was made with ``delivery_callbacks="poll"``: otherwise they run on the I/O thread as records complete)."""
+        if self._deliveries.mode != POLL:
+            return 0
+        return self._deliveries.run_queued(timeout)
 
     def _wait_for_topic(self, topic: str) -> int:
         deadline = time.monotonic() + self._max_block_s
@@ -165,26 +156,42 @@ class Producer:
                 raise RequestTimedOutError("the producer's buffer stayed full for max_block_ms")
             self._changed.wait(remaining)
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued now and wait until it is acknowledged (or failed)."""
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued now and wait until it is acknowledged or failed, up to ``timeout`` seconds
+        (None: as long as it takes). Returns how many records are still unfinished (0: all of them are).
+
+        In poll mode it also runs the delivery callbacks meanwhile, as ``poll`` does; once it returns 0,
+        every callback of the records sent before it has run.
+        """
+        self._refuse_on_io_thread("flush")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._core.flush()
-            self._io.wake()
-            while self._core.has_pending:
+        self._io.wake()
+        while True:
+            self.poll()
+            with self._lock:
                 if self._io.error is not None:
                     raise self._io.error
+                unresolved = self._io.unresolved_records
+                if not unresolved:
+                    break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"flush did not finish within {timeout}s")
+                    return unresolved
                 self._changed.wait(0.05 if remaining is None else min(remaining, 0.05))
                 if self._core.has_pending:
-                    self._core.flush()
+                    self._core.flush()  # records sent while flushing go at once too
+        self.poll()  # the callbacks of the last batches, queued before they counted as resolved
+        return 0
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, stop the I/O thread and close the connections."""
+        """Flush (up to ``timeout`` seconds; None: until everything is acknowledged), stop the I/O thread and
+        close the connections. Records still unfinished then fail with ``RequestTimedOutError``; every
+        delivery callback has run when ``close`` returns (in poll mode, here)."""
         if self._closed:
             return
+        self._refuse_on_io_thread("close")
         try:
             self.flush(timeout)
         finally:
@@ -192,7 +199,18 @@ class Producer:
                 self._closed = True
             self._io.stop()
             self._thread.join()
+            abandoned = RequestTimedOutError(
+                f"the producer was closed (close(timeout={timeout})) before these records were acknowledged")
+            self._io.resolve(self._core.fail_pending(abandoned))
             self._cluster.close()
+            self.poll()
+
+    def _refuse_on_io_thread(self, name: str) -> None:
+        """``flush`` and ``close`` wait for the I/O thread: from one of its callbacks they would wait forever."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(f"{name}() called from a delivery callback on the producer's I/O thread would wait "
+                               "for itself; create the Producer with delivery_callbacks='poll' to run callbacks "
+                               "in your own thread")
 
     def __enter__(self) -> Producer:
         return self

@@ -11,6 +11,7 @@ import socket
 import threading
 
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
+from mqbroker.client.blocking.delivery import BatchDelivery, Deliveries
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_batch import ProducerBatch, ProducePlan
@@ -22,12 +23,17 @@ class ProducerIO:
     """The producer's I/O thread: drains the core, writes requests, reads replies, fires futures."""
 
     def __init__(
-        self, core: ProducerCore, cluster: BlockingCluster, lock: threading.Lock, changed: threading.Condition
+        self, core: ProducerCore, cluster: BlockingCluster, lock: threading.Lock, changed: threading.Condition,
+        deliveries: Deliveries,
     ) -> None:
         self.core = core
         self.cluster = cluster
         self.lock = lock
         self.changed = changed
+        self.deliveries = deliveries
+        #: Records sent whose batch has not been resolved yet (its waiters woken, its callbacks run or
+        #: queued); guarded by ``lock``. ``flush`` waits for 0.
+        self.unresolved_records = 0
         self.error: BaseException | None = None
         self._selector = selectors.DefaultSelector()
         self._wake_reader, self._wake_writer = _socket_pair()
@@ -75,7 +81,7 @@ class ProducerIO:
         with self.lock:
             plans = core.drain(now_ms, self.cluster.view.leader)
             deadline_ms = core.next_deadline_ms(now_ms)
-        self._resolve(finished)
+        self.resolve(finished)
         for plan in plans:
             self._send(plan, now_ms)
         timeout_s = None if deadline_ms is None else max(0.0, (deadline_ms - wall_clock_ms()) / 1000)
@@ -104,12 +110,12 @@ class ProducerIO:
             self._connection_lost(plan.node_id, error)
             with self.lock:
                 finished = self.core.plan_failed(plan, error, now_ms)
-            self._resolve(finished)
+            self.resolve(finished)
             return
         if plan.acks == Acks.NONE:
             with self.lock:
                 finished = self.core.plan_completed(plan, None, now_ms)
-            self._resolve(finished)
+            self.resolve(finished)
             return
         self._pending[plan.node_id, correlation_id] = plan
 
@@ -137,7 +143,7 @@ class ProducerIO:
             for event in responses:
                 plan = self._pending.pop((node_id, event.correlation_id))
                 finished += self.core.plan_completed(plan, event.response, now_ms)
-        self._resolve(finished)
+        self.resolve(finished)
 
     def _connection_lost(self, node_id: int, error: BrokerError) -> None:
         connection = self._registered.pop(node_id, None)
@@ -150,15 +156,17 @@ class ProducerIO:
         with self.lock:
             for key in lost:
                 finished += self.core.plan_failed(self._pending.pop(key), error, now_ms)
-        self._resolve(finished)
+        self.resolve(finished)
 
-    def _resolve(self, finished: list[ProducerBatch]) -> None:
+    def resolve(self, finished: list[ProducerBatch]) -> None:
+        """Complete finished batches: wake their futures, run or queue their callbacks, then count them resolved."""
         for batch in finished:
             waiter = batch.waiter
-            assert isinstance(waiter, threading.Event)
-            waiter.set()
+            assert isinstance(waiter, BatchDelivery)
+            self.deliveries.completed(waiter)
         if finished:
             with self.lock:
+                self.unresolved_records -= sum(batch.record_count for batch in finished)
                 self.changed.notify_all()
 
 

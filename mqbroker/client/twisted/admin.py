@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTCP
 
 from mqbroker.client import admin
@@ -42,6 +42,8 @@ class TwistedAdmin:
         """Brokers and leaders of ``topics`` (None: every topic)."""
         return Deferred.fromCoroutine(self._cluster.refresh(topics, auto_create=False))
 
-    def close(self) -> None:
-        """Close the connections."""
+    def close(self, timeout: float | None = None) -> Deferred[None]:
+        """Close the connections (at once: nothing is in flight between calls; ``timeout`` is accepted
+        so that every client closes alike)."""
         self._cluster.close()
+        return succeed(None)

@@ -43,8 +43,11 @@ class TwistedCluster:
         self.view = ClusterView()
         self._connected: dict[Any, NativeClientProtocol] = {}
         self._waiters: dict[Any, list[Deferred[NativeClientProtocol]]] = {}
+        self._closed = False
 
     def _connect(self, key: Any, host: str, port: int) -> Deferred[NativeClientProtocol]:
+        if self._closed:
+            return fail(BrokerUnavailableError("the client is closed"))
         connected = self._connected.get(key)
         if connected is not None:
             return succeed(connected)
@@ -156,7 +159,8 @@ class TwistedCluster:
         return await self.refresh(None, auto_create=False)
 
     def close(self) -> None:
-        """Close every open connection."""
+        """Close every open connection; none is opened any more."""
+        self._closed = True
         for protocol in list(self._connected.values()):
             protocol.transport.loseConnection()
         self._connected.clear()

@@ -253,8 +253,14 @@ class TwistedConsumer:
                         self.log.info("final commit refused (not a member any more): {error}", error=error)
                 await self._group.close()
         finally:
+            if self._group is not None:
+                self._group.abandon()  # close timed out part-way: stop the membership loop all the same
             self._cluster.close()
 
-    def close(self) -> Deferred[None]:
-        """Commit (with auto-commit), leave the group (static members stay) and close the connections."""
-        return Deferred.fromCoroutine(self._close())
+    def close(self, timeout: float | None = None) -> Deferred[None]:
+        """Commit (with auto-commit), leave the group (static members stay) and close the connections;
+        after ``timeout`` seconds (None: no limit) what is left is abandoned and the connections closed."""
+        closing = Deferred.fromCoroutine(self._close())
+        if timeout is not None:
+            closing.addTimeout(timeout, self._clock(), onTimeoutCancel=lambda result, timeout: None)
+        return closing

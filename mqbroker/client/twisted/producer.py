@@ -20,7 +20,7 @@ from mqbroker.client.producer_batch import ProducerBatch, ProducePlan, RecordMet
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.twisted.cluster import TwistedCluster
-from mqbroker.errors import BrokerError
+from mqbroker.errors import BrokerError, RequestTimedOutError
 from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest
 
 #: Pause after a metadata refresh before draining again (bounds the retry rate if it failed).
@@ -62,6 +62,7 @@ class TwistedProducer:
         self._timer: Any = None
         self._ready: Deferred[None] | None = None
         self._flushes: list[Deferred[None]] = []
+        self._closed = False
 
     def _clock(self) -> IReactorTime:
         return self._reactor  # type: ignore[return-value]
@@ -91,6 +92,8 @@ class TwistedProducer:
     async def _send(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Any, partition: int | None, timestamp_ms: int | None
     ) -> RecordMetadata:
+        if self._closed:
+            raise RuntimeError("send() on a closed producer")
         count = await self._prepare(topic)
         if partition is None:
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
@@ -126,6 +129,8 @@ class TwistedProducer:
 
     def _drain(self) -> None:
         self._timer = None
+        if self._closed:
+            return
         now_ms = self._now_ms()
         self._resolve(self._core.expire(now_ms))
         if self._core.stale_topics:
@@ -142,10 +147,14 @@ class TwistedProducer:
         self._check_flushes()
 
     def _completed(self, response: Any, plan: ProducePlan) -> None:
+        if self._closed:
+            return  # its batches failed when the producer closed
         self._resolve(self._core.plan_completed(plan, None if plan.acks == Acks.NONE else response, self._now_ms()))
         self._drain()
 
     def _failed(self, failure: Failure, plan: ProducePlan) -> None:
+        if self._closed:
+            return  # its batches failed when the producer closed
         error = failure.value if isinstance(failure.value, BrokerError) else BrokerUnavailableError(str(failure.value))
         self._resolve(self._core.plan_failed(plan, error, self._now_ms()))
         self._drain()
@@ -164,18 +173,29 @@ class TwistedProducer:
             self._core.flush()
             self._schedule()
 
-    def flush(self) -> Deferred[None]:
-        """Fire once everything queued so far is acknowledged (or failed)."""
-        flushed: Deferred[None] = Deferred()
+    def flush(self, timeout: float | None = None) -> Deferred[int]:
+        """Fire with 0 once everything queued so far is acknowledged or failed; or, after ``timeout``
+        seconds, with how many records are still unfinished."""
+        flushed: Deferred[Any] = Deferred()
         self._flushes.append(flushed)
         self._core.flush()
         self._drain()
+        flushed.addCallback(lambda _: 0)
+        if timeout is not None:
+            flushed.addTimeout(timeout, self._clock(), onTimeoutCancel=lambda result, timeout: self._core.pending_records)
         return flushed
 
-    async def _close(self) -> None:
-        await self.flush()
+    async def _close(self, timeout: float | None) -> None:
+        await self.flush(timeout)
+        self._closed = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        abandoned = RequestTimedOutError(
+            f"the producer was closed (close(timeout={timeout})) before these records were acknowledged")
+        self._resolve(self._core.fail_pending(abandoned))
         self._cluster.close()
 
-    def close(self) -> Deferred[None]:
-        """Flush, then close the connections."""
-        return Deferred.fromCoroutine(self._close())
+    def close(self, timeout: float | None = None) -> Deferred[None]:
+        """Flush (up to ``timeout`` seconds; None: until everything is acknowledged), then close the
+        connections; records still unfinished then fail with ``RequestTimedOutError``."""
+        return Deferred.fromCoroutine(self._close(timeout))
