@@ -37,11 +37,13 @@ log = logging.getLogger(__name__)
 class BatchDelivery:
     """The driver's waiter on one batch: set once it completes; record callbacks wait for that."""
 
-    __slots__ = ("event", "callbacks")
+    __slots__ = ("event", "callbacks", "deliveries")
 
-    def __init__(self) -> None:
+    def __init__(self, deliveries: Deliveries) -> None:
         self.event = threading.Event()
         self.callbacks: list[Callable[[], None]] = []
+        #: Where the callbacks of this batch run.
+        self.deliveries = deliveries
 
 
 class Deliveries:
@@ -59,6 +61,10 @@ class Deliveries:
     def queued(self) -> int:
         """Callbacks waiting for ``run_queued`` (poll mode)."""
         return len(self._queued)
+
+    def new_batch(self) -> BatchDelivery:
+        """The waiter of a new batch (``ProducerCore``'s ``new_waiter``)."""
+        return BatchDelivery(self)
 
     def add(self, delivery: BatchDelivery, callback: Callable[[], None]) -> None:
         """Run ``callback`` once ``delivery`` completes (now, if it has)."""
@@ -105,13 +111,12 @@ class Deliveries:
 class RecordFuture:
     """The delivery outcome of one record: ``result()`` waits for its ``RecordMetadata``."""
 
-    __slots__ = ("_batch", "_index", "_timestamp_ms", "_deliveries")
+    __slots__ = ("_batch", "_index", "_timestamp_ms")
 
-    def __init__(self, batch: ProducerBatch, index: int, timestamp_ms: int, deliveries: Deliveries) -> None:
+    def __init__(self, batch: ProducerBatch, index: int, timestamp_ms: int) -> None:
         self._batch = batch
         self._index = index
         self._timestamp_ms = timestamp_ms
-        self._deliveries = deliveries
 
     def done(self) -> bool:
         """True once the record is acknowledged or failed."""
@@ -137,7 +142,7 @@ class RecordFuture:
         """Call ``callback(future)`` once the record is acknowledged or failed (see the module for which thread)."""
         waiter = self._batch.waiter
         assert isinstance(waiter, BatchDelivery)
-        self._deliveries.add(waiter, lambda: callback(self))
+        waiter.deliveries.add(waiter, lambda: callback(self))
 
     def add_delivery_callback(self, callback: DeliveryCallback) -> None:
         """Call ``callback(error, metadata)`` once the record is acknowledged or failed (``send``'s ``on_delivery``)."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from mqbroker import limits
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
-from mqbroker.client.blocking.delivery import IMMEDIATE, POLL, BatchDelivery, Deliveries, DeliveryCallback, RecordFuture
+from mqbroker.client.blocking.delivery import IMMEDIATE, POLL, Deliveries, DeliveryCallback, RecordFuture
 from mqbroker.client.blocking.producer_io import ProducerIO
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerCore
@@ -48,6 +48,7 @@ class Producer:
         delivery_callbacks: str = IMMEDIATE,
     ) -> None:
         self._deliveries = Deliveries(delivery_callbacks)
+        self._poll_mode = self._deliveries.mode == POLL
         parsed_acks = parse_acks(acks)
         if enable_idempotence is None:
             enable_idempotence = parsed_acks != Acks.NONE  # on by default wherever it can be
@@ -63,7 +64,7 @@ class Producer:
             buffer_bytes_max=buffer_bytes_max,
         ).validated()
         rng = random.Random(seed)
-        self._core = ProducerCore(self._config, rng, new_waiter=BatchDelivery)
+        self._core = ProducerCore(self._config, rng, new_waiter=self._deliveries.new_batch)
         self._sticky = StickyPartitioner(rng)
         self._max_block_s = max_block_ms / 1000
         self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000, security)
@@ -75,7 +76,7 @@ class Producer:
             assert isinstance(identity, InitProducerIdResponse)
             self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
         self._core.on_batch_full = self._batch_full
-        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed, self._deliveries)
+        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed)
         self._thread = threading.Thread(target=self._io.run, name="mqbroker-producer-io", daemon=True)
         self._thread.start()
 
@@ -103,7 +104,7 @@ class Producer:
             if count is None:
                 count = self._wait_for_topic(topic)
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
-        if self._deliveries.queued > limits.delivery_callbacks_queued_max:
+        if self._poll_mode and self._deliveries.queued > limits.delivery_callbacks_queued_max:
             self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
         now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
         if timestamp_ms is None:
@@ -115,10 +116,9 @@ class Producer:
             if core.queued_bytes > self._config.buffer_bytes_max:
                 self._wait_for_buffer_space()
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
-            self._io.unresolved_records += 1
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
-        future = RecordFuture(batch, index, timestamp_ms, self._deliveries)
+        future = RecordFuture(batch, index, timestamp_ms)
         if on_delivery is not None:
             future.add_delivery_callback(on_delivery)
         return future
@@ -127,7 +127,7 @@ class Producer:
         """Run the delivery callbacks of records completed since the last call, in this thread; wait up to
         ``timeout`` seconds for one when none is ready. Returns how many ran (always 0 unless the producer
         was made with ``delivery_callbacks="poll"``: otherwise they run on the I/O thread as records complete)."""
-        if self._deliveries.mode != POLL:
+        if not self._poll_mode:
             return 0
         return self._deliveries.run_queued(timeout)
 
@@ -173,7 +173,7 @@ class Producer:
             with self._lock:
                 if self._io.error is not None:
                     raise self._io.error
-                unresolved = self._io.unresolved_records
+                unresolved = self._core.pending_records + self._io.resolving_records
                 if not unresolved:
                     break
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -201,7 +201,7 @@ class Producer:
             self._thread.join()
             abandoned = RequestTimedOutError(
                 f"the producer was closed (close(timeout={timeout})) before these records were acknowledged")
-            self._io.resolve(self._core.fail_pending(abandoned))
+            self._io.resolve(self._io.finishing(self._core.fail_pending(abandoned)))
             self._cluster.close()
             self.poll()
 

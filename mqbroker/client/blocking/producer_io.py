@@ -11,7 +11,7 @@ import socket
 import threading
 
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
-from mqbroker.client.blocking.delivery import BatchDelivery, Deliveries
+from mqbroker.client.blocking.delivery import BatchDelivery
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_batch import ProducerBatch, ProducePlan
@@ -23,17 +23,15 @@ class ProducerIO:
     """The producer's I/O thread: drains the core, writes requests, reads replies, fires futures."""
 
     def __init__(
-        self, core: ProducerCore, cluster: BlockingCluster, lock: threading.Lock, changed: threading.Condition,
-        deliveries: Deliveries,
+        self, core: ProducerCore, cluster: BlockingCluster, lock: threading.Lock, changed: threading.Condition
     ) -> None:
         self.core = core
         self.cluster = cluster
         self.lock = lock
         self.changed = changed
-        self.deliveries = deliveries
-        #: Records sent whose batch has not been resolved yet (its waiters woken, its callbacks run or
-        #: queued); guarded by ``lock``. ``flush`` waits for 0.
-        self.unresolved_records = 0
+        #: Records of batches the core finished and ``resolve`` has not yet completed (futures woken,
+        #: callbacks run or queued); guarded by ``lock``. With the core's pending records, what ``flush`` waits for.
+        self.resolving_records = 0
         self.error: BaseException | None = None
         self._selector = selectors.DefaultSelector()
         self._wake_reader, self._wake_writer = _socket_pair()
@@ -75,7 +73,7 @@ class ProducerIO:
         with self.lock:
             self._awake = False
             stale = set(core.stale_topics)
-            finished = core.expire(now_ms)
+            finished = self.finishing(core.expire(now_ms))
         if stale:
             self._refresh(stale)
         with self.lock:
@@ -109,12 +107,12 @@ class ProducerIO:
         except BrokerUnavailableError as error:
             self._connection_lost(plan.node_id, error)
             with self.lock:
-                finished = self.core.plan_failed(plan, error, now_ms)
+                finished = self.finishing(self.core.plan_failed(plan, error, now_ms))
             self.resolve(finished)
             return
         if plan.acks == Acks.NONE:
             with self.lock:
-                finished = self.core.plan_completed(plan, None, now_ms)
+                finished = self.finishing(self.core.plan_completed(plan, None, now_ms))
             self.resolve(finished)
             return
         self._pending[plan.node_id, correlation_id] = plan
@@ -142,7 +140,7 @@ class ProducerIO:
         with self.lock:
             for event in responses:
                 plan = self._pending.pop((node_id, event.correlation_id))
-                finished += self.core.plan_completed(plan, event.response, now_ms)
+                finished += self.finishing(self.core.plan_completed(plan, event.response, now_ms))
         self.resolve(finished)
 
     def _connection_lost(self, node_id: int, error: BrokerError) -> None:
@@ -155,18 +153,24 @@ class ProducerIO:
         finished: list[ProducerBatch] = []
         with self.lock:
             for key in lost:
-                finished += self.core.plan_failed(self._pending.pop(key), error, now_ms)
+                finished += self.finishing(self.core.plan_failed(self._pending.pop(key), error, now_ms))
         self.resolve(finished)
 
+    def finishing(self, finished: list[ProducerBatch]) -> list[ProducerBatch]:
+        """Count the batches the core just finished as resolving (call under ``lock``); return them."""
+        self.resolving_records += sum(batch.record_count for batch in finished)
+        return finished
+
     def resolve(self, finished: list[ProducerBatch]) -> None:
-        """Complete finished batches: wake their futures, run or queue their callbacks, then count them resolved."""
+        """Complete batches from ``finishing``: wake their futures, run or queue their callbacks, then count
+        them resolved."""
         for batch in finished:
             waiter = batch.waiter
             assert isinstance(waiter, BatchDelivery)
-            self.deliveries.completed(waiter)
+            waiter.deliveries.completed(waiter)
         if finished:
             with self.lock:
-                self.unresolved_records -= sum(batch.record_count for batch in finished)
+                self.resolving_records -= sum(batch.record_count for batch in finished)
                 self.changed.notify_all()
 
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from mqbroker.client.blocking.delivery import IMMEDIATE, POLL, BatchDelivery, Deliveries
+from mqbroker.client.blocking.delivery import IMMEDIATE, POLL, Deliveries
 
 
 def _on_thread(name: str, work: object) -> None:
@@ -18,7 +18,7 @@ def _on_thread(name: str, work: object) -> None:
 
 def test_immediate_callbacks_run_once_on_the_thread_that_completes_the_batch() -> None:
     deliveries = Deliveries(IMMEDIATE)
-    delivery = BatchDelivery()
+    delivery = deliveries.new_batch()
     ran: list[str] = []
     deliveries.add(delivery, lambda: ran.append(threading.current_thread().name))
     assert ran == []
@@ -31,7 +31,7 @@ def test_immediate_callbacks_run_once_on_the_thread_that_completes_the_batch() -
 
 def test_poll_callbacks_wait_for_run_queued_and_run_in_the_polling_thread() -> None:
     deliveries = Deliveries(POLL)
-    delivery = BatchDelivery()
+    delivery = deliveries.new_batch()
     ran: list[str] = []
     deliveries.add(delivery, lambda: ran.append(threading.current_thread().name))
     _on_thread("io", lambda: deliveries.completed(delivery))
@@ -45,7 +45,7 @@ def test_poll_callbacks_wait_for_run_queued_and_run_in_the_polling_thread() -> N
 
 def test_run_queued_waits_up_to_its_timeout_for_a_callback() -> None:
     deliveries = Deliveries(POLL)
-    delivery = BatchDelivery()
+    delivery = deliveries.new_batch()
     deliveries.add(delivery, lambda: None)
     timer = threading.Timer(0.05, deliveries.completed, args=(delivery,))
     timer.start()
@@ -56,7 +56,7 @@ def test_run_queued_waits_up_to_its_timeout_for_a_callback() -> None:
 
 def test_a_failing_poll_callback_propagates_and_the_ones_after_it_stay_queued() -> None:
     deliveries = Deliveries(POLL)
-    delivery = BatchDelivery()
+    delivery = deliveries.new_batch()
     ran: list[int] = []
 
     def fail() -> None:
@@ -72,7 +72,7 @@ def test_a_failing_poll_callback_propagates_and_the_ones_after_it_stay_queued() 
 
 def test_a_failing_immediate_callback_is_logged_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
     deliveries = Deliveries(IMMEDIATE)
-    delivery = BatchDelivery()
+    delivery = deliveries.new_batch()
     ran: list[int] = []
     deliveries.add(delivery, lambda: 1 / 0)  # type: ignore[arg-type,func-returns-value]
     deliveries.add(delivery, lambda: ran.append(2))
@@ -84,7 +84,7 @@ def test_a_failing_immediate_callback_is_logged_and_the_others_still_run(caplog:
 def test_callbacks_added_while_batches_complete_each_run_exactly_once() -> None:
     """A callback added as its batch completes on another thread is neither lost nor run twice."""
     deliveries = Deliveries(IMMEDIATE)
-    batches = [BatchDelivery() for _ in range(2000)]
+    batches = [deliveries.new_batch() for _ in range(2000)]
     counts = [0] * len(batches)
     lock = threading.Lock()
 
