@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mqbroker.client.connection import BlockingConnection, parse_bootstrap
 from mqbroker.protocols.native.codec import supported_api_versions
@@ -73,3 +75,12 @@ def test_bootstrap_takes_kafkas_comma_separated_form_a_list_or_both_in_order() -
 def test_a_bootstrap_without_a_usable_address_is_refused_with_the_form_to_use(bootstrap: object) -> None:
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_bootstrap(bootstrap)  # type: ignore[arg-type]
+
+
+@given(st.text(alphabet=st.sampled_from("ab:[],1 9"), max_size=30) | st.text(max_size=30))
+def test_any_bootstrap_text_parses_to_addresses_or_raises_value_error(text: str) -> None:
+    try:
+        addresses = parse_bootstrap(text)
+    except ValueError:
+        return
+    assert addresses and all(isinstance(host, str) and 0 <= port for host, port in addresses)
