@@ -93,7 +93,8 @@ def _describe(arguments: argparse.Namespace) -> int:
             })
     members = [
         {"member_id": member.member_id, "group_instance_id": member.group_instance_id, "client_id": member.client_id,
-         "host": member.client_host, "assignment": [[topic, partition] for topic, partition in sorted(member.assignment)]}
+         "host": member.client_host,
+         "assignment": [[topic, partition] for topic, partition in sorted(member.assignment)]}
         for member in info.members
     ]
     summary = {"group": info.group_id, "state": info.state, "assignor": info.assignor or None,

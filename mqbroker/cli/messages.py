@@ -41,6 +41,8 @@ def add_parsers(commands: Any) -> None:
     add_output_options(consume, formats=(PLAIN, JSON),
                        help_text="plain (each message as --format says; the default) or json (JSON Lines)")
     consume.set_defaults(run=reporting_errors(_consume))
+
+
 def _produce(arguments: argparse.Namespace) -> int:
     failures: list[BrokerError] = []
 

@@ -50,7 +50,10 @@ class ProducerIO:
     def stop(self) -> None:
         """End the loop (after the current iteration)."""
         self._running = False
-        self._wake_writer.send(b"\0")
+        try:
+            self._wake_writer.send(b"\0")
+        except OSError:
+            pass  # the loop has ended already (``error`` says why) and closed its sockets
 
     def run(self) -> None:
         """The loop: refresh metadata, drain, send, wait for replies or the next deadline."""

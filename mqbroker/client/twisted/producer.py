@@ -182,7 +182,8 @@ class TwistedProducer:
         self._drain()
         flushed.addCallback(lambda _: 0)
         if timeout is not None:
-            flushed.addTimeout(timeout, self._clock(), onTimeoutCancel=lambda result, timeout: self._core.pending_records)
+            flushed.addTimeout(timeout, self._clock(),
+                               onTimeoutCancel=lambda result, timeout: self._core.pending_records)
         return flushed
 
     async def _close(self, timeout: float | None) -> None:
