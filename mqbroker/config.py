@@ -42,6 +42,10 @@ class BrokerConfig:
     http_port: int = 9394
     controller_port: int = 9395
     controller_quorum: str = ""
+    #: Interface the controller listener binds (empty: ``host``); a cluster-internal network in production.
+    controller_host: str = ""
+    #: Open connections the controller listener accepts (its own budget: client floods cannot lock voters out).
+    controller_connections_max: int = 64
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3_000
     auto_create_topics: bool = True
@@ -94,6 +98,14 @@ class BrokerConfig:
     security_principal_mapping_rules: str = "DEFAULT"
     #: Replica fetches between brokers over the native TLS listeners, authenticated by each broker's certificate.
     security_inter_broker_tls: bool = False
+    #: The SCRAM user brokers authenticate as (controller port, replica fetches, forwarded requests) without mTLS.
+    security_inter_broker_user: str = "broker"
+    #: A file holding the inter-broker user's password (the same on every broker); empty: no inter-broker SCRAM.
+    security_inter_broker_password_file: str = ""
+    #: Which certificates are brokers' and which node each names (mapping rule syntax; the id is the result).
+    security_broker_certificate_rules: str = r"SAN:^URI:urn:mqbroker:broker:([0-9]{1,9})$/$1/"
+    #: HTTP paths served without authentication when the ACL authorizer is on (comma-separated).
+    security_http_open_paths: str = "/health,/ready"
     #: The ``[quotas]`` table: byte rates (0 = unlimited), connection limits, the slow-client timeout.
     quotas_principal_produce_bytes_per_second: int = 0
     quotas_principal_fetch_bytes_per_second: int = 0
@@ -102,6 +114,10 @@ class BrokerConfig:
     quotas_connections_max: int = 10_000
     quotas_connections_per_ip_max: int = 1_000
     quotas_frame_timeout_ms: int = 30_000
+    #: Open connections the HTTP listener accepts (its own budget, apart from the client protocols').
+    quotas_http_connections_max: int = 256
+    #: An HTTP request must arrive whole within this (slow clients cannot hold connections open).
+    http_request_timeout_ms: int = 10_000
     #: Per-principal / per-client-id rates over the defaults: "principal User:alice produce=N fetch=N, client ID ...".
     quotas_overrides: str = ""
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
@@ -140,27 +156,29 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:
-    """Convert ``value`` (from TOML or a ``--set`` string) to the field type, naming ``key`` on failure."""
+    """Check ``value`` (a TOML value, from the file or a ``--set``) against the field type, naming ``key`` on failure.
+
+    Booleans must be TOML booleans and integers TOML integers; a string field takes a string or
+    a list of strings (``super_users = ["User:admin"]``, kept comma-separated).
+    """
     kind_name = kind if isinstance(kind, str) else kind.__name__
-    try:
-        if kind_name == "bool":
-            if isinstance(value, bool):
-                return value
-            lowered = str(value).strip().lower()
-            if lowered in ("true", "1", "yes", "on"):
-                return True
-            if lowered in ("false", "0", "no", "off"):
-                return False
-            raise ValueError(value)
-        if kind_name == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return int(value)
-        if isinstance(value, list):  # a TOML array, e.g. super_users = ["User:admin"]
-            return ",".join(str(item) for item in value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"configuration key {key!r}: {value!r} is not a valid {kind_name}") from None
+    if kind_name != "str" and isinstance(value, str):
+        value = parse_value(value.strip())  # settings built in code: "1000", "true"
+    if kind_name == "bool" and isinstance(value, bool):
+        return value
+    if kind_name == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind_name == "str":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # --set cpu_affinity=0, cluster_id=7
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return ",".join(value)
+    shown = "a list" if isinstance(value, list) else type(value).__name__
+    expected = {"bool": "true or false", "int": "an integer", "str": "a string (or a list of strings)"}.get(
+        kind_name, kind_name)
+    raise ConfigError(f"configuration key {key!r}: {value!r} is {shown}, expected {expected}")
 
 
 def _check_value(key: str, value: Any) -> None:
@@ -168,7 +186,8 @@ def _check_value(key: str, value: Any) -> None:
     if key.endswith("_port") and not 0 <= value <= 65535:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
-               "offsets_topic_replication_factor") and value < 1:
+               "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
+               "http_request_timeout_ms") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
@@ -231,12 +250,27 @@ def parse_toml(text: str, source: str = "<config>") -> dict[str, Any]:
         raise ConfigError(f"{source}: not valid TOML: {error}") from None
 
 
-def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
-    """Parse ``KEY=VALUE`` strings from ``--set`` options."""
-    settings: dict[str, str] = {}
+def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
+    """Parse ``KEY=VALUE`` strings from ``--set`` options; VALUE is a TOML value.
+
+    ``--set security.super_users=["User:admin"]`` is a list, ``true`` a boolean, ``5`` an
+    integer; anything that is not valid TOML (``localhost``, ``User:admin``) is taken as a
+    bare string, as a shell user means it. ``build_config`` then checks the type.
+    """
+    settings: dict[str, Any] = {}
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
-        settings[key.strip()] = value.strip()
+        settings[key.strip()] = parse_value(value.strip())
     return settings
+
+
+def parse_value(text: str) -> Any:
+    """One ``--set`` value as TOML (a list, boolean, number or quoted string), else the text itself."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        if text.startswith(("[", "{", '"', "'")):
+            raise ConfigError(f"--set value {text!r} looks like TOML but is not valid TOML") from None
+        return text

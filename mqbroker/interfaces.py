@@ -68,7 +68,7 @@ class IBroker(Interface):
         """Allocate an idempotent producer id and epoch (``ProducerIdentity``)."""
 
     def describe_quorum(principal):
-        """The controller's voters, leader, term, commit index and brokers (a dict, see ``ControlPlane.describe``)."""
+        """The controller's voters, leader, term, commit index and brokers (a dict, see ``IClusterView.describe``)."""
 
     def find_coordinator(principal, group_id):
         """Fire with the ``BrokerEndpoint`` coordinating ``group_id``: the leader of its offsets partition.
@@ -109,6 +109,56 @@ class IBroker(Interface):
 
     def delete_group(principal, group_id):
         """Delete a group without members and its offsets; fire with None."""
+
+
+class IClusterView(Interface):
+    """All that the broker core knows of the cluster: the metadata image, its changes and the controller.
+
+    Writes are metadata records proposed to the controller. Each returned Deferred fires once the
+    record is committed and applied to this broker's image too (read your writes), or fails with
+    the typed ``BrokerError`` that refused it (``NotControllerError`` when the controller moved:
+    retry). Admin writes wait until this broker is registered and caught up.
+    """
+
+    image = Attribute("The ``MetadataImage`` as of the last record applied on this broker.")
+    voters = Attribute("The controller quorum's voters: {node id: (host, controller port)}.")
+
+    def topic(name):
+        """The image's ``TopicState`` of topic ``name``, or None."""
+
+    def controller_id():
+        """The controller (Raft) leader this broker knows of, or 0 while there is none."""
+
+    def add_image_listener(listener):
+        """Call ``listener(image, record)`` after each record applied once this broker caught up.
+
+        ``record`` is None when the whole image may have changed: this broker just caught up, or a
+        snapshot replaced the image.
+        """
+
+    def describe():
+        """Voters, leader, term, commit index and brokers as a dict (``cluster describe``)."""
+
+    def create_topic(name, partitions, configs, replication_factor):
+        """Create a topic, its partitions' replicas spread over the live brokers."""
+
+    def delete_topic(name):
+        """Delete a topic everywhere."""
+
+    def create_partitions(name, total_count):
+        """Grow a topic to ``total_count`` partitions."""
+
+    def alter_configs(name, configs):
+        """Replace a topic's config overrides with ``configs``."""
+
+    def alter_partition(record):
+        """Commit a partition leader's ISR change (an ``AlterPartition``; refused if its epochs are stale)."""
+
+    def reassign_partition(topic, partition, target_replicas):
+        """Start moving a partition to ``target_replicas``."""
+
+    def allocate_producer_ids(count):
+        """Reserve ``count`` producer ids cluster-wide; fire with the first."""
 
 
 class IAuthorizer(Interface):
@@ -170,3 +220,9 @@ class IAuthenticator(Interface):
 
     def anonymous(host):
         """The principal of a client without credentials, or ``SaslAuthenticationError`` if that is off."""
+
+
+class IAuthenticatedPeer(Interface):
+    """A connection's transport whose peer proved a broker identity (the controller handshake)."""
+
+    peer_node_id = Attribute("The node id the peer proved (an int).")

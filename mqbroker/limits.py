@@ -53,6 +53,21 @@ scram_iterations_max = 1_000_000
 sasl_message_bytes_max = 4096
 #: Longest user name a credential may be stored under.
 username_length_max = 255
+#: Largest controller (Raft) frame from an authenticated voter: a snapshot of the metadata image
+#: (about 100 bytes a partition: 32 MiB holds some 300,000 partitions).
+controller_frame_bytes_max = 32 * 1024 * 1024
+#: Open connections the controller listener accepts (a few per voter, plus reconnects in flight).
+controller_connections_max = 64
+#: Largest frame a native connection may send before it is authenticated (Kafka's sasl.server.max.receive.size).
+pre_authentication_frame_bytes_max = 512 * 1024
+#: AMQP: message bytes one connection may hold in memory: the announced size of messages being received
+#: (on every channel) plus the bodies of open transactions. Past it the channel is closed with 406.
+amqp_held_bytes_per_connection_max = 128 * 1024 * 1024
+#: AMQP: the same, over every connection of the broker together.
+amqp_held_bytes_broker_max = 1024 * 1024 * 1024
+#: AMQP: bytes the compressed batches of one fetch may decompress to together in a queue or source reader
+#: (one 64 MiB message fits; a handful of 2 KiB zstd bombs does not).
+amqp_fetch_decompressed_bytes_max = 128 * 1024 * 1024
 #: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
 #: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
 delivery_callbacks_queued_max = 100_000

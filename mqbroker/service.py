@@ -8,14 +8,13 @@ waiting fetches, finish the last fsync round, checkpoint, write the clean-shutdo
 from __future__ import annotations
 
 import gc
-import os
 import pathlib
 import random
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService, TimerService
 from twisted.application.service import MultiService
-from twisted.internet.defer import inlineCallbacks
+from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import (
     HostnameEndpoint,
@@ -33,22 +32,28 @@ from mqbroker.core.broker import Broker
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig
-from mqbroker.cluster.controlplane import ControlPlane
-from mqbroker.replication.fetcher import ReplicaFetcher
+from mqbroker.cluster.controlplane import ControlPlane, parse_quorum
+from mqbroker.cluster.wiring import build_control_plane
+from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
 from mqbroker.durability.flusher import Flusher
 from mqbroker.durability.sync_engines import ISyncEngine, start_sync_engine
 from mqbroker.protocols.frontends import FrontEndContext
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IBroker, IFrontEnd
-from mqbroker.protocols.listeners import TlsServerEndpoint, listener_factory
+from mqbroker.protocols.listeners import listener_factory
 from mqbroker.durability.cleaner_service import LogCleanerService
 from mqbroker.ops.metrics import BrokerMetrics
 from mqbroker.forwarding.peers import PeerConnections
 from mqbroker.forwarding.routing_broker import RoutingBroker
+from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files, log_in_as_broker
+from mqbroker.security.peer_handshake import AuthenticatedClientEndpoint, AuthenticatedServerEndpoint
+from mqbroker.security.quotas import ConnectionLimiter
 from mqbroker.security.service import SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
 BACKGROUND_THREADS_MAX = 4
+#: A new data directory is the broker's alone: partition data, the metadata log, the server secret.
+DATA_DIRECTORY_MODE = 0o700
 
 
 def _listen_endpoint(reactor: Any, host: str, port: int) -> Any:
@@ -92,20 +97,23 @@ class BrokerService(MultiService):
         self.listening_ports: dict[str, Any] = {}
         #: The front ends that replay state before they serve (``startup.StartedSignal``); ``/ready`` waits for them.
         self._front_end_starts: list[Any] = []
+        #: The controller voters {node id: (host, port)} and how brokers prove who they are to each other.
+        self._voters = parse_quorum(config)
+        self.cluster_auth = ClusterAuthentication.from_config(config, frozenset(self._voters))
 
     def startService(self) -> None:
         if self.config.cpu_affinity:  # first, so that every thread started below inherits the mask
             pin_all_threads(parse_cpu_list(self.config.cpu_affinity))
             self.log.info("broker threads run on CPU(s) {cpus} (cpu_affinity)", cpus=self.config.cpu_affinity)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=DATA_DIRECTORY_MODE, parents=True, exist_ok=True)  # an existing one keeps its mode
         self.log.info("mqbroker {version} starting: node {node_id}, data directory {data_dir}",
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
         now_ms = int(self.reactor.seconds() * 1000)
         topic_defaults = self.config.topic_defaults
         self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
-        self.control = ControlPlane(
+        self.control = build_control_plane(
             config=self.config, reactor=self.reactor, data_dir=self.data_dir, threadpool=self._threadpool,
-            logs=self._logs, listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
+            listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
             on_fatal=lambda failure: self.reactor.stop(),
         )
         self.security = SecurityServices(self.config, self.control)
@@ -130,8 +138,9 @@ class BrokerService(MultiService):
             config=self.config,
             clock=self.reactor,
             logs=self._logs,
-            control=self.control,
+            cluster=self.control,
             flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
+            follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
         )
         broker = self.broker
@@ -139,8 +148,8 @@ class BrokerService(MultiService):
         started.addCallback(lambda _: broker.start_groups(MemberIdGenerator(random.SystemRandom())))
         started.addErrback(lambda failure: self.log.failure("consumer groups did not start", failure))
         started.addCallback(lambda _: self._freeze_start_up_heap())
+        self._ensure_decoy_secret()
         self.metrics.attach(self.broker)
-        self.broker.fetcher = self._build_fetcher(self.broker)
         self._add_timers(self.broker)
         LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
                           self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
@@ -148,22 +157,38 @@ class BrokerService(MultiService):
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
 
+    def _ensure_decoy_secret(self) -> None:
+        """Until the cluster has its SCRAM decoy secret, keep trying to make one (a proposal needs a quorum)."""
+        assert self.security is not None
+        ensured = self.security.ensure_decoy_secret()
+        ensured.addErrback(lambda failure: self.running and self.reactor.callLater(1.0, self._ensure_decoy_secret))
+
     def _start_sync_engine(self) -> ISyncEngine:
         self._sync_engine = start_sync_engine(self.reactor, self.config.fsync_engine, str(self.data_dir), self.log)
         self.log.info("fsync rounds run through {engine}", engine={"aio": "Linux AIO", "thread": "a thread"}[self._sync_engine.name])
         return self._sync_engine
 
-    def _build_fetcher(self, broker: Broker) -> ReplicaFetcher:
+    def _build_fetcher(self, sink: ReplicaSink) -> ReplicaFetcher:
         """The follower side of replication: fetches from the leaders of the partitions this broker follows."""
         files = tls_files(self.config)
         if self.config.security_inter_broker_tls and (files is None or files.ca is None or not self.config.native_tls_port):
             raise ValueError("security.inter_broker_tls needs --tls-cert, --tls-key, --tls-ca and a native TLS port")
         return ReplicaFetcher(
-            node_id=self.config.node_id, reactor=self.reactor, sink=broker, address_of=self._address_of,
+            node_id=self.config.node_id, reactor=self.reactor, sink=sink, address_of=self._address_of,
             fetch_wait_ms=self.config.replica_fetch_wait_max_ms, partition_bytes_max=self.config.replica_fetch_max_bytes,
             response_bytes_max=self.config.replica_fetch_response_max_bytes,
             endpoint_for=self._replica_tls_endpoint if self.config.security_inter_broker_tls else None,
+            authenticate=self._native_login(),
         )
+
+    def _native_login(self) -> Any:
+        """What the replica fetcher and peer connections run after ApiVersions: SCRAM as ``Broker:<id>``
+        without inter-broker TLS when the inter-broker user is configured (None: nothing)."""
+        login = self.cluster_auth.login
+        if login is None or self.config.security_inter_broker_tls:
+            return None
+        node_id = self.config.node_id
+        return lambda protocol: Deferred.fromCoroutine(log_in_as_broker(protocol, login, node_id))
 
     def _address_of(self, node_id: int) -> tuple[str, int] | None:
         """Where broker ``node_id``'s native listener is, as registered in the metadata image."""
@@ -188,7 +213,8 @@ class BrokerService(MultiService):
         assert self.security is not None
         endpoint_for = self._replica_tls_endpoint if self.config.security_inter_broker_tls else self._peer_tcp_endpoint
         self.peers = PeerConnections(reactor=self.reactor, client_id=f"broker-{self.config.node_id}-frontends",
-                                     address_of=self._address_of, endpoint_for=endpoint_for)
+                                     address_of=self._address_of, endpoint_for=endpoint_for,
+                                     authenticate=self._native_login())
         return RoutingBroker(local=broker, node_id=self.config.node_id, leader_of=self._leader_of, peers=self.peers,
                              authorizer=self.security.authorizer, clock=self.reactor)
 
@@ -263,30 +289,39 @@ class BrokerService(MultiService):
             self._listen("http", self.config.http_port, build_site(self, self.metrics), http_tls)
 
     def _controller_endpoint(self, port: int) -> Any:
-        """The controller's listening endpoint: TLS with ``controller_tls`` (peers then need client certificates)."""
-        endpoint = _listen_endpoint(self.reactor, self.config.host, port)
-        files = tls_files(self.config)
-        if self.config.controller_tls and files is not None:
+        """The controller's listening endpoint on ``controller_host``: its own connection budget, mutual TLS
+        with ``controller_tls``, then the broker handshake (a peer must prove a voter's identity)."""
+        endpoint = _listen_endpoint(self.reactor, self.config.controller_host or self.config.host, port)
+        tls = None
+        if self.config.controller_tls:
             from mqbroker.security.tls import ReloadingServerContextFactory
 
-            return TlsServerEndpoint(endpoint, ReloadingServerContextFactory(files))
-        return endpoint
+            tls = ReloadingServerContextFactory(controller_tls_files(self.config))
+        budget = self.config.controller_connections_max  # its own budget; voters share one host in tests
+        limiter = ConnectionLimiter(total_max=budget, per_host_max=budget)
+        return AuthenticatedServerEndpoint(endpoint, self.cluster_auth.policy(), self.reactor,
+                                           wrap_factory=lambda factory: listener_factory(factory, limiter, "controller", tls))
 
     def _controller_peer_endpoint(self, host: str, port: int) -> Any:
-        """How this broker dials a peer controller: TLS with our certificate under ``controller_tls``."""
+        """How this broker dials a peer controller: TLS with our broker certificate under ``controller_tls``,
+        then the broker handshake proving our node id."""
+        peer_id = next(node_id for node_id, (voter_host, voter_port) in self._voters.items()
+                       if voter_port == port and host in (voter_host, "127.0.0.1" if voter_host == "localhost" else voter_host))
         endpoint = TCP4ClientEndpoint(self.reactor, host, port)
-        files = tls_files(self.config)
-        if self.config.controller_tls and files is not None:
+        if self.config.controller_tls:
             from mqbroker.security.tls import client_options
 
-            options = client_options(host, files.ca, files.certificate, files.key)
-            return wrapClientTLS(options, endpoint)
-        return endpoint
+            files = controller_tls_files(self.config)
+            endpoint = wrapClientTLS(client_options(host, files.ca, files.certificate, files.key), endpoint)
+        auth = self.cluster_auth
+        return AuthenticatedClientEndpoint(endpoint, reactor=self.reactor, node_id=self.config.node_id, peer_id=peer_id,
+                                           method=auth.controller_method, login=auth.login,
+                                           certificate_rules=auth.certificate_rules)
 
     def _listen(self, name: str, port: int, factory: Any, tls: Any = None) -> None:
         endpoint = _listen_endpoint(self.reactor, self.config.host, port)
         assert self.security is not None
-        listener = StreamServerEndpointService(endpoint, listener_factory(factory, self.security.limiter, name, tls))
+        listener = StreamServerEndpointService(endpoint, listener_factory(factory, self.security.limiter_for(name), name, tls))
         listener._raiseSynchronously = True  # a port in use must stop start-up, not log and carry on
         listener.setServiceParent(self)
         self.listening_ports[name] = listener
@@ -316,8 +351,7 @@ class BrokerService(MultiService):
 
 
 def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:
-    """The whole broker as one service for twistd or ``mqbroker serve``."""
-    os.umask(0o022)
+    """The whole broker as one service for twistd or ``mqbroker serve`` (the operator's umask applies)."""
     return BrokerService(config, reactor)
 
 

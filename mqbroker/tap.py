@@ -10,7 +10,7 @@ from twisted.application.service import IService
 from twisted.python import usage
 
 from mqbroker.ops.affinity import parse_cpu_list, unavailable_cpus
-from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml
+from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml, parse_value
 
 #: (option, config key, help) for the options of DESIGN §7; each maps onto a config key.
 CONFIG_OPTIONS: list[tuple[str, str, str]] = [
@@ -76,8 +76,12 @@ def load_config(options: dict[str, Any]) -> BrokerConfig:
     settings.update(parse_overrides(options.get("set", [])))
     for option, key, _ in CONFIG_OPTIONS:
         if options.get(option) is not None:
-            settings[key] = options[option]
+            settings[key] = parse_value(str(options[option]))
     config = build_config(settings, validate_topic_defaults=validate_topic_defaults)
+    from mqbroker.cluster.controlplane import parse_quorum
+    from mqbroker.security.cluster_auth import ClusterAuthentication
+
+    ClusterAuthentication.from_config(config, frozenset(parse_quorum(config)))  # a cluster must not run open
     unavailable = unavailable_cpus(parse_cpu_list(config.cpu_affinity)) if config.cpu_affinity else []
     if unavailable:
         raise ConfigError(f"configuration key 'cpu_affinity': CPU(s) {unavailable} are not available on this machine "

@@ -25,6 +25,10 @@ def add_parser(commands: Any) -> None:
                       help="a DNS name or IP address the server is reached by (repeatable; default localhost, 127.0.0.1, ::1)")
     init.add_argument("--client", action="append", default=[], metavar="NAME",
                       help="create a client certificate with CN=NAME (repeatable)")
+    init.add_argument("--broker", action="append", default=[], type=int, metavar="NODE_ID",
+                      help="create broker NODE_ID's certificate, broker-NODE_ID.pem: a server certificate for the hosts "
+                      "that also names the broker (SAN URI:urn:mqbroker:broker:NODE_ID), for controller_tls and "
+                      "inter-broker TLS (repeatable)")
     init.set_defaults(run=run_init)
 
 
@@ -34,7 +38,7 @@ def run_init(arguments: argparse.Namespace) -> int:
 
     hosts = arguments.host or ["localhost", "127.0.0.1", "::1"]
     try:
-        files = init_directory(arguments.dir, hosts, arguments.client)
+        files = init_directory(arguments.dir, hosts, arguments.client, brokers=arguments.broker)
     except (ValueError, OSError) as error:
         print(f"mqbroker certs init: {error}", file=sys.stderr)
         return 2
@@ -42,6 +46,9 @@ def run_init(arguments: argparse.Namespace) -> int:
     print(f"server: {files.server} for {', '.join(hosts)}")
     for name, (certificate, _) in files.clients.items():
         print(f"client: {certificate} (CN={name})")
+    for node_id, (certificate, key) in files.brokers.items():
+        print(f"broker: {certificate} (Broker:{node_id}; start broker {node_id} with --tls-cert {certificate}"
+              f" --tls-key {key})")
     print("\nbroker options:")
     print(f"  --tls-cert {files.server} --tls-key {files.server_key} --tls-ca {files.ca} --tls-client-auth required")
     print("client options:")

@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Mapping
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import CreatePartitions, CreateTopic, ElectLeader, FenceBroker, MetadataImage
+from mqbroker.cluster.metadata import MetadataImage
+from mqbroker.cluster.metadata_records import CreatePartitions, CreateTopic, ElectLeader, FenceBroker
 from mqbroker.replication.decisions import assign_replicas
 
 

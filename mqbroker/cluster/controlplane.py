@@ -1,32 +1,31 @@
-"""The broker's control plane (Twisted): its Raft node, the metadata image and the local partitions.
+"""The broker's control plane (Twisted): its Raft node and the metadata image, behind ``IClusterView``.
 
 Every admin operation becomes a metadata record proposed to the controller (forwarded to the
 Raft leader when this broker is not it); every broker applies the committed records to its
 ``MetadataImage`` and serves metadata from it. A broker with no ``controller_quorum`` is a
 quorum of one, on the same code path. The control plane also registers this broker,
-heartbeats for it, fences brokers whose session expired (while it leads), keeps the local
-partition logs in step with the image.
+heartbeats for it, fences brokers whose session expired (while it leads), and tells its image
+listeners (the broker core) of every change once this broker caught up.
+
+It is handed its Raft node (with its storage and random source) and transport;
+``cluster.wiring.build_control_plane`` builds them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import pathlib
-import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from twisted.application.service import MultiService
+from twisted.application.service import IService, MultiService
 from twisted.internet.defer import Deferred, fail, inlineCallbacks, succeed
-from twisted.internet.endpoints import TCP4ClientEndpoint
-from twisted.internet.interfaces import IStreamServerEndpoint
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from mqbroker import errors
-from mqbroker.core.topic_config import log_config_for
 from mqbroker.config import BrokerConfig, ConfigError
 from mqbroker.cluster.controller import (
     BrokerSessions,
@@ -34,46 +33,50 @@ from mqbroker.cluster.controller import (
     create_topic_record,
     preferred_leader_elections,
 )
-from mqbroker.cluster.metadata import (
-    UNCLEAN_ELECTION_CONFIG,
+from mqbroker.cluster.metadata import UNCLEAN_ELECTION_CONFIG, MetadataImage, MetadataStateMachine, TopicState
+from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
     AlterPartition,
     AlterTopicConfigs,
     BrokerHeartbeat,
-    CreatePartitions,
-    CreateTopic,
     DeleteTopic,
     FenceBroker,
-    MetadataImage,
-    MetadataStateMachine,
     PutGenericRecord,
-    Record,
     ReassignPartition,
+    Record,
     RegisterBroker,
-    TopicState,
     decode_result,
     encode_record,
 )
-from mqbroker.raft.core import RaftCore, RaftSettings
+from mqbroker.interfaces import IClusterView
 from mqbroker.raft.errors import ProposalDroppedError
-from mqbroker.raft.forwarded_proposals import PeerFrame
-from mqbroker.raft.messages import Campaign, Configuration, EntryKind, Role, Snapshot, SnapshotMetadata
+from mqbroker.raft.messages import Campaign, Entry, EntryKind, Role, Snapshot
 from mqbroker.raft.node import RaftNode
-from mqbroker.raft.storage import FileRaftStorage
-from mqbroker.raft.transport import RaftTransport
-from mqbroker.storage.manager import LogManager
 
-#: The Raft log's directory under the data directory (not a partition name: no "-N" suffix).
-RAFT_DIRECTORY = "controller-raft"
 CONTROLLER_TICK_MS = 50
-CONTROLLER_ELECTION_TICKS = 10
 REGISTRATION_RETRY_MS = 200
 #: After a controller election every broker gets at least half its session (and this many
 #: heartbeat intervals) before it is fenced: its heartbeats waited for the new leader. Its session
 #: still counts from the last heartbeat this node applied, so a broker that died with the old
 #: leader is fenced about a session after its death, not a session after the election.
 ELECTION_GRACE_HEARTBEATS = 2
-SNAPSHOT_ENTRIES = 10_000
+
+#: Told of every change of the image once this broker caught up: (image, record; None: all may have changed).
+ImageListener = Callable[[MetadataImage, "Record | None"], None]
+
+
+class ClosableRaftStorage(Protocol):
+    """What the control plane reads of its node's Raft log (``raft.storage.FileRaftStorage``), and closes at stop."""
+
+    def snapshot(self) -> Snapshot: ...
+
+    def first_index(self) -> int: ...
+
+    def last_index(self) -> int: ...
+
+    def entries(self, low: int, high: int) -> list[Entry]: ...
+
+    def close(self) -> None: ...
 
 
 def parse_quorum(config: BrokerConfig) -> dict[int, tuple[str, int]]:
@@ -94,8 +97,9 @@ def parse_quorum(config: BrokerConfig) -> dict[int, tuple[str, int]]:
     return voters
 
 
+@implementer(IClusterView)
 class ControlPlane(MultiService):
-    """Owns the Raft node and the metadata image of one broker; admin operations return Deferreds."""
+    """The metadata image of one broker and the Raft node replicating it; admin operations return Deferreds."""
 
     log = Logger()
 
@@ -103,87 +107,45 @@ class ControlPlane(MultiService):
         self,
         *,
         config: BrokerConfig,
-        reactor: Any,
-        data_dir: pathlib.Path,
-        threadpool: Any,
-        logs: LogManager,
-        listen_endpoint: Callable[[int], IStreamServerEndpoint],
-        on_fatal: Callable[[Failure], None] | None = None,
-        peer_endpoint: Callable[[str, int], Any] | None = None,
+        clock: IReactorTime,
+        voters: Mapping[int, tuple[str, int]],
+        machine: MetadataStateMachine,
+        node: RaftNode,
+        storage: ClosableRaftStorage,
+        transport: IService | None = None,
     ) -> None:
+        """``node`` keeps its log in ``storage`` (closed when this service stops) and applies the committed
+        records to ``machine``; ``transport`` (a child service, None for a quorum of one) carries the
+        node's frames to the other voters."""
         super().__init__()
-        #: How to dial a peer controller (the service wraps it in TLS with ``controller_tls``).
-        self._peer_endpoint = peer_endpoint or (lambda host, port: TCP4ClientEndpoint(reactor, host, port))
+        assert node.state_machine is machine and node.storage is storage, "the parts of one Raft node"
         self.config = config
         self.node_id = config.node_id
-        self._reactor = reactor
-        self._data_dir = data_dir
-        self._logs = logs
-        self.voters = parse_quorum(config)
-        self.machine = MetadataStateMachine()
+        self._clock = clock
+        self.voters = dict(voters)
+        self.machine = machine
+        self.node = node
+        self._storage = storage
+        self.transport = transport
+        if transport is not None:
+            transport.setServiceParent(self)
         self.sessions = BrokerSessions(config.broker_session_timeout_ms)
         self.caught_up = False
-        #: Called with (topic, partition) before a local partition is deleted (the broker wakes its fetches).
-        self.partition_removed: Callable[[str, int], None] = lambda topic, partition: None
-        #: Called with the image after the local partitions were brought in step with it (leaders, ISRs).
-        self.partitions_changed: Callable[[MetadataImage], None] = lambda image: None
+        self._image_listeners: list[ImageListener] = []
         self._apply_waiters: list[tuple[int, Deferred[None]]] = []
         self._caught_up_waiters: list[Deferred[None]] = []
         self._heartbeat_in_flight = False
         self._fencing: set[int] = set()
-        storage = FileRaftStorage.open(str(data_dir / RAFT_DIRECTORY), bootstrap=self._bootstrap())
-        core = RaftCore(
-            RaftSettings(node_id=self.node_id, election_ticks=CONTROLLER_ELECTION_TICKS),
-            storage,
-            random.Random(int.from_bytes(os.urandom(8), "big")),
-        )
-        self.transport: RaftTransport | None = None
-        if len(self.voters) > 1:
-            self.transport = self._build_transport(listen_endpoint)
-            self.transport.setServiceParent(self)
-        self.node = RaftNode(
-            core=core,
-            storage=storage,
-            state_machine=self.machine,
-            send=self.transport.send if self.transport is not None else lambda frame: False,
-            reactor=reactor,
-            threadpool=threadpool,
-            tick_ms=CONTROLLER_TICK_MS,
-            snapshot_entries=SNAPSHOT_ENTRIES,
-            on_fatal=on_fatal,
-        )
         self.machine.record_listeners.append(self._record_applied)
         self.machine.restore_listeners.append(self._image_restored)
         self.machine.index_listeners.append(self._index_applied)
         self.node.add_leader_listener(self._leader_changed)
         self._heartbeats = LoopingCall(self._heartbeat)
-        self._heartbeats.clock = reactor
+        self._heartbeats.clock = clock
         self._session_checks = LoopingCall(self._check_sessions)
-        self._session_checks.clock = reactor
+        self._session_checks.clock = clock
         self._leader_balance = LoopingCall(self._elect_preferred_leaders)
-        self._leader_balance.clock = reactor
-
-    def _bootstrap(self) -> Snapshot:
-        voters = Configuration(voters=frozenset(self.voters))
-        return Snapshot(metadata=SnapshotMetadata(configuration=voters))
-
-    def _build_transport(self, listen_endpoint: Callable[[int], IStreamServerEndpoint]) -> RaftTransport:
-        peers = {
-            node_id: self._peer_endpoint("127.0.0.1" if host == "localhost" else host, port)
-            for node_id, (host, port) in self.voters.items()
-            if node_id != self.node_id
-        }
-        own_port = self.voters[self.node_id][1]
-        return RaftTransport(
-            node_id=self.node_id,
-            server_endpoint=listen_endpoint(own_port),
-            peer_endpoints=peers,
-            deliver=self._deliver,
-            clock=self._reactor,
-        )
-
-    def _deliver(self, frame: PeerFrame) -> None:
-        self.node.receive(frame)
+        self._leader_balance.clock = clock
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -204,7 +166,7 @@ class ControlPlane(MultiService):
                 loop.stop()
         yield self.node.stop()
         yield super().stopService()
-        self.node.storage.close()
+        self._storage.close()
 
     def _register(self) -> None:
         record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.public_native_port,
@@ -215,14 +177,13 @@ class ControlPlane(MultiService):
     def _registration_failed(self, failure: Failure) -> None:
         failure.trap(errors.BrokerError)
         if self.running:
-            self._reactor.callLater(REGISTRATION_RETRY_MS / 1000.0, self._register)
+            self._clock.callLater(REGISTRATION_RETRY_MS / 1000.0, self._register)
 
     def _registered(self, _: Any) -> None:
         self.log.info("broker {node} registered with the controller (leader {leader})",
                       node=self.node_id, leader=self.node.leader_id)
         self.caught_up = True
-        self._sync_local_partitions(self.image)
-        self.partitions_changed(self.image)
+        self._tell_listeners(self.image, None)
         self._heartbeats.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
         waiters, self._caught_up_waiters = self._caught_up_waiters, []
         for waiter in waiters:
@@ -243,7 +204,7 @@ class ControlPlane(MultiService):
 
         Uncommitted entries are included: this is only a hint, the replay reconfigures every log.
         """
-        storage = self.node.storage
+        storage = self._storage
         scratch = MetadataStateMachine()
         scratch.restore(storage.snapshot().data)
         for entry in storage.entries(storage.first_index(), storage.last_index() + 1):
@@ -259,6 +220,14 @@ class ControlPlane(MultiService):
     def topic(self, name: str) -> TopicState | None:
         """A topic of the image, or None."""
         return self.image.topics.get(name)
+
+    def controller_id(self) -> int:
+        """The Raft leader this node knows of (0 while there is none)."""
+        return self.node.leader_id
+
+    def add_image_listener(self, listener: ImageListener) -> None:
+        """Tell ``listener`` of every change of the image once this broker caught up (see ``IClusterView``)."""
+        self._image_listeners.append(listener)
 
     def describe(self) -> dict[str, Any]:
         """Voters, leader, term, commit index and brokers, for ``cluster describe``."""
@@ -307,7 +276,7 @@ class ControlPlane(MultiService):
             return succeed(None)
         fenced = self._propose_discarding(FenceBroker(node_id=self.node_id,
                                                       unclean_election_default=self._unclean_election_default))
-        fenced.addTimeout(self.config.controlled_shutdown_timeout_ms / 1000.0, self._reactor)
+        fenced.addTimeout(self.config.controlled_shutdown_timeout_ms / 1000.0, self._clock)
         fenced.addErrback(lambda failure: self.log.warn("controlled shutdown: leadership not moved ({error})",
                                                         error=failure.getErrorMessage()))
         return fenced
@@ -380,7 +349,7 @@ class ControlPlane(MultiService):
         return self.config.topic_defaults.get(UNCLEAN_ELECTION_CONFIG, "false")
 
     def _now_ms(self) -> int:
-        return int(self._reactor.seconds() * 1000)
+        return int(self._clock.seconds() * 1000)
 
     def _heartbeat(self) -> None:
         if self._heartbeat_in_flight:
@@ -423,54 +392,21 @@ class ControlPlane(MultiService):
             fenced.addErrback(lambda failure: failure.trap(errors.BrokerError))
             fenced.addBoth(lambda _, node_id=record.node_id: self._fencing.discard(node_id))
 
-    # ---- local partitions ------------------------------------------------------------------
+    # ---- image listeners ---------------------------------------------------------------------
 
     def _record_applied(self, record: Record, image: MetadataImage) -> None:
-        match record:
-            case RegisterBroker(node_id=node_id) | BrokerHeartbeat(node_id=node_id):
-                self.sessions.heard_from(node_id, self._now_ms())
-            case CreateTopic(name=name) | CreatePartitions(name=name) | AlterTopicConfigs(name=name):
-                if self.caught_up:
-                    self._sync_topic(image.topics[name])
-            case DeleteTopic(name=name):
-                if self.caught_up:
-                    self._remove_local(name, keep=set())
-            case AlterPartition() | ReassignPartition():
-                if self.caught_up:
-                    self._sync_local_partitions(image)
+        if isinstance(record, (RegisterBroker, BrokerHeartbeat)):
+            self.sessions.heard_from(record.node_id, self._now_ms())
         if self.caught_up:
-            self.partitions_changed(image)
+            self._tell_listeners(image, record)
 
     def _image_restored(self, image: MetadataImage) -> None:
         if self.caught_up:
-            self._sync_local_partitions(image)
-            self.partitions_changed(image)
+            self._tell_listeners(image, None)
 
-    def _sync_local_partitions(self, image: MetadataImage) -> None:
-        """Make the local logs match the image: create what this broker hosts, delete the rest."""
-        hosted = set(image.partitions_hosted(self.node_id))
-        for topic in image.topics.values():
-            self._sync_topic(topic)
-        for topic, partition in self._logs.partitions():
-            if (topic, partition) not in hosted:
-                self._remove_local(topic, keep=hosted)
-
-    def _sync_topic(self, topic: TopicState) -> None:
-        log_config = log_config_for(self.config.topic_defaults, topic.configs)
-        local = set(self._logs.partitions())
-        for number, partition in enumerate(topic.partitions):
-            if self.node_id not in partition.replicas:
-                continue
-            if (topic.name, number) in local:
-                self._logs.get(topic.name, number).reconfigure(log_config)
-            else:
-                self._logs.create(topic.name, number, log_config, self._now_ms())
-
-    def _remove_local(self, name: str, keep: set[tuple[str, int]]) -> None:
-        for topic, partition in self._logs.partitions():
-            if topic == name and (topic, partition) not in keep:
-                self.partition_removed(topic, partition)
-                self._logs.delete(topic, partition)
+    def _tell_listeners(self, image: MetadataImage, record: Record | None) -> None:
+        for listener in self._image_listeners:
+            listener(image, record)
 
 
 def _as_not_controller(failure: Failure) -> Failure:

@@ -1,14 +1,10 @@
-"""The cluster metadata as a replicated state machine: records in the Raft log, an image in memory.
+"""The cluster metadata as a replicated state machine: committed records applied to an image in memory.
 
-Pure: no Twisted, no clock. Every admin operation becomes one ``Record``; the controller
-commits it to the Raft log and every broker applies the committed records, in order, to its
+Pure: no Twisted, no clock. The controller commits each ``Record`` (``cluster.metadata_records``)
+to the Raft log and every broker applies the committed records, in order, to its
 ``MetadataImage``. Applying is deterministic and validates again (a record proposed from a
 stale image may be refused: the proposer gets the error back through the apply result).
 ``snapshot``/``restore`` turn the whole image into bytes and back, so snapshots bound the log.
-
-Records are JSON objects with a ``type`` field. Besides brokers, topics, partition
-assignments and leaders, ``PutGenericRecord`` holds typed key/value records (ACLs, users,
-AMQP exchanges/queues/bindings, MQTT mappings) that other features define by ``kind``.
 """
 
 from __future__ import annotations
@@ -22,234 +18,29 @@ from typing import Any
 from zope.interface import implementer
 
 from mqbroker import errors
+from mqbroker.cluster.metadata_records import (
+    AllocateProducerIds,
+    AlterPartition,
+    AlterTopicConfigs,
+    BrokerHeartbeat,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    ElectLeader,
+    FenceBroker,
+    PutGenericRecord,
+    ReassignPartition,
+    Record,
+    RegisterBroker,
+    decode_record,
+    encode_result,
+)
 from mqbroker.raft.state_machine import IRaftStateMachine
 from mqbroker.replication.decisions import NO_LEADER, elect_leader, ordered_union
 
 #: Topic config turning on election of out-of-sync replicas (may lose acknowledged records).
 UNCLEAN_ELECTION_CONFIG = "unclean.leader.election.enable"
 _SNAPSHOT_VERSION = 1
-
-# ---- records --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegisterBroker:
-    """A broker announces (or re-announces after a restart) where clients reach it.
-
-    ``unclean_election_default`` (here and in the other records that may elect leaders) is the
-    proposer's broker-wide ``log.unclean.leader.election.enable``: topics without their own
-    setting use it, and carrying it in the record keeps applying deterministic on every node.
-    """
-
-    node_id: int
-    host: str
-    port: int
-    unclean_election_default: str = "false"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerHeartbeat:
-    """A broker is alive; a fenced broker that heartbeats is unfenced."""
-
-    node_id: int
-    unclean_election_default: str = "false"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FenceBroker:
-    """``node_id`` missed its session (or is shutting down): its leaderships move to other ISR members."""
-
-    node_id: int
-    unclean_election_default: str = "false"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CreateTopic:
-    """A new topic; ``assignment[p]`` is partition ``p``'s preferred leader, ``replicas[p]`` all its replicas.
-
-    Without ``replicas`` (records written before replication) each partition has one replica.
-    """
-
-    name: str
-    assignment: tuple[int, ...]
-    configs: Mapping[str, str] = field(default_factory=dict)
-    replicas: tuple[tuple[int, ...], ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteTopic:
-    """Remove a topic and, on the brokers hosting it, its data."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CreatePartitions:
-    """Grow a topic: ``assignment``/``replicas`` give the preferred leaders/replicas of the new partitions."""
-
-    name: str
-    assignment: tuple[int, ...]
-    replicas: tuple[tuple[int, ...], ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AlterPartition:
-    """A partition leader changes its ISR; refused unless the leader and partition epochs are current."""
-
-    topic: str
-    partition: int
-    leader_id: int
-    leader_epoch: int
-    partition_epoch: int
-    isr: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ElectLeader:
-    """The controller moves leadership to ``leader_id`` (preferred-leader rebalancing); it must be an ISR member."""
-
-    topic: str
-    partition: int
-    leader_id: int
-    leader_epoch: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReassignPartition:
-    """Move a partition to ``target_replicas``: they join as followers, catch up, then the others leave."""
-
-    topic: str
-    partition: int
-    target_replicas: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AlterTopicConfigs:
-    """Replace a topic's config overrides with ``configs``."""
-
-    name: str
-    configs: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocateProducerIds:
-    """Hand out ``count`` producer ids starting no lower than ``minimum``; the result is the first id."""
-
-    count: int
-    minimum: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PutGenericRecord:
-    """Set (or, with ``value`` None, delete) the record ``key`` of a feature-defined ``kind``."""
-
-    kind: str
-    key: str
-    value: Any = None
-
-
-Record = (
-    RegisterBroker
-    | BrokerHeartbeat
-    | FenceBroker
-    | CreateTopic
-    | DeleteTopic
-    | CreatePartitions
-    | AlterTopicConfigs
-    | AllocateProducerIds
-    | PutGenericRecord
-    | AlterPartition
-    | ElectLeader
-    | ReassignPartition
-)
-_RECORD_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        RegisterBroker,
-        BrokerHeartbeat,
-        FenceBroker,
-        CreateTopic,
-        DeleteTopic,
-        CreatePartitions,
-        AlterTopicConfigs,
-        AllocateProducerIds,
-        PutGenericRecord,
-        AlterPartition,
-        ElectLeader,
-        ReassignPartition,
-    )
-}
-
-
-def encode_record(record: Record) -> bytes:
-    """The bytes of one record, as proposed to the Raft log."""
-    document = {"type": type(record).__name__}
-    for item in dataclasses.fields(record):
-        value = getattr(record, item.name)
-        document[item.name] = dict(value) if isinstance(value, Mapping) else value
-    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
-
-
-def decode_record(data: bytes) -> Record:
-    """Read what ``encode_record`` wrote; unreadable bytes raise ``CorruptMessageError``."""
-    try:
-        document = json.loads(data)
-        cls = _RECORD_TYPES[document.pop("type")]
-        for name in ("assignment", "isr", "target_replicas"):
-            if name in document:
-                document[name] = tuple(int(broker) for broker in document[name])
-        if "replicas" in document:
-            document["replicas"] = tuple(tuple(int(broker) for broker in replicas) for replicas in document["replicas"])
-        record: Record = cls(**document)
-        _check_field_types(record)
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise errors.CorruptMessageError(f"a metadata record does not decode: {error!r}") from None
-    return record
-
-
-_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
-    "int": lambda value: isinstance(value, int) and not isinstance(value, bool),
-    "str": lambda value: isinstance(value, str),
-    "tuple[int, ...]": lambda value: True,  # converted (and so checked) by decode_record
-    "tuple[tuple[int, ...], ...]": lambda value: True,
-    "Mapping[str, str]": lambda value: isinstance(value, dict)
-    and all(isinstance(key, str) and isinstance(item, str) for key, item in value.items()),
-    "Any": lambda value: True,
-}
-
-
-def _check_field_types(record: Record) -> None:
-    for item in dataclasses.fields(record):
-        if not _FIELD_CHECKS[str(item.type)](getattr(record, item.name)):
-            raise TypeError(f"{type(record).__name__}.{item.name} has the wrong type")
-
-
-# ---- results --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ApplyResult:
-    """What applying a record gave: its log index (wait for it to read your write) and value."""
-
-    index: int
-    value: int | None = None
-
-
-def encode_result(index: int, error: errors.BrokerError | None = None, value: int | None = None) -> bytes:
-    """The apply result a proposer gets back: the index and an error code and message, or a value."""
-    if error is None:
-        return json.dumps({"index": index, "error": 0, "value": value}).encode()
-    return json.dumps({"index": index, "error": int(error.code), "message": error.message}).encode()
-
-
-def decode_result(data: bytes) -> ApplyResult:
-    """The index and value of an apply result, or raise the typed error it carries."""
-    document = json.loads(data)
-    if document["error"]:
-        raise errors.error_for_code(document["error"], document["message"])
-    value = document["value"]
-    return ApplyResult(index=int(document["index"]), value=None if value is None else int(value))
-
 
 # ---- the image ------------------------------------------------------------------------------
 

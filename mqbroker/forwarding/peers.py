@@ -46,9 +46,11 @@ class PeerConnections:
 
     def __init__(
         self, *, reactor: Any, client_id: str, address_of: Callable[[int], tuple[str, int] | None],
-        endpoint_for: Callable[[str, int], Any],
+        endpoint_for: Callable[[str, int], Any], authenticate: Callable[[Any], Deferred[None]] | None = None,
     ) -> None:
+        """``authenticate(protocol)`` runs after version negotiation on each new connection (inter-broker SCRAM)."""
         self._reactor = reactor
+        self._authenticate = authenticate
         self.client_id = client_id
         self._address_of = address_of
         self._endpoint_for = endpoint_for
@@ -101,10 +103,22 @@ class PeerConnections:
         factory = Factory.forProtocol(lambda: NativeClientProtocol(self.client_id))
         service = ClientService(self._endpoint_for(*address), factory,
                                 retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=1.0),
-                                clock=self._reactor, prepareConnection=_negotiate)
+                                clock=self._reactor, prepareConnection=self._prepare)
         service.startService()
         peer = self._peers[node_id] = _Peer(address, service)
         return peer
+
+    def _prepare(self, protocol: NativeClientProtocol) -> Deferred[None]:
+        prepared = _negotiate(protocol)
+        if self._authenticate is not None:
+            prepared.addCallback(lambda _: self._authenticate(protocol))
+            prepared.addErrback(self._login_failed, protocol)
+        return prepared
+
+    def _login_failed(self, failure: Any, protocol: NativeClientProtocol) -> Any:
+        self.log.warn("a forwarding connection could not log in as this broker: {error}", error=failure.value)
+        protocol.transport.abortConnection()
+        return failure
 
     def stop(self) -> Deferred[Any]:
         """Close every connection (broker shutdown); requests in flight fail."""

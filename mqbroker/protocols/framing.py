@@ -39,6 +39,17 @@ class LengthPrefixedFrames:
         """Bytes received but not yet returned as a frame."""
         return len(self._buffer)
 
+    def allow_frames_up_to(self, frame_bytes_max: int) -> None:
+        """Change the bound (e.g. raised once the peer is authenticated)."""
+        self._frame_bytes_max = frame_bytes_max
+
+    def take_buffered(self) -> bytes:
+        """Remove and return the bytes of an incomplete frame (a protocol switch hands them on)."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        self._needed = 0
+        return rest
+
     def feed(self, data: bytes | memoryview) -> list[bytes]:
         """Add ``data``; return the frame bodies it completes. Raises ``FrameTooLarge``."""
         buffer = self._buffer

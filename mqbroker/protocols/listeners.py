@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.interfaces import IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.protocols.tls import TLSMemoryBIOFactory
-from zope.interface import implementer
 
 from mqbroker.security.quotas import Admission, ConnectionLimiter
 
@@ -65,16 +63,3 @@ def listener_factory(factory: Any, limiter: ConnectionLimiter, listener: str, tl
     if tls is not None:
         factory = TLSMemoryBIOFactory(tls, False, factory)
     return ConnectionLimitingFactory(factory, limiter, listener)
-
-
-@implementer(IStreamServerEndpoint)
-class TlsServerEndpoint:
-    """A server endpoint whose connections speak TLS (for listeners built by others, e.g. the controller)."""
-
-    def __init__(self, endpoint: Any, tls: Any) -> None:
-        self._endpoint = endpoint
-        self._tls = tls
-
-    def listen(self, protocolFactory: Any) -> Any:
-        """Listen with ``protocolFactory`` behind TLS."""
-        return self._endpoint.listen(TLSMemoryBIOFactory(self._tls, False, protocolFactory))

@@ -18,18 +18,20 @@ from mqbroker.raft.messages import NO_NODE, Message
 
 _FORWARDED_PROPOSAL_TAG = 8
 _FORWARDED_RESULT_TAG = 9
-_PROPOSAL_HEAD = struct.Struct(">BIIQI")
+_PROPOSAL_HEAD = struct.Struct(">BIIQHI")  # tag, from, to, request id, principal length, data length
 _RESULT_HEAD = struct.Struct(">BIIQhII")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardedProposal:
-    """A follower asks the leader to propose ``data``; ``request_id`` matches the answer."""
+    """A follower asks the leader to propose ``data`` on behalf of ``principal``; ``request_id`` matches the answer."""
 
     from_id: int
     to_id: int
     request_id: int
     data: bytes
+    #: Who the proposal is made for (``Broker:<from_id>`` for the broker's own control-plane records).
+    principal: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,10 +53,11 @@ def encode_frame(frame: PeerFrame) -> bytes:
     """Encode a Raft message or a forwarding frame (without the length prefix)."""
     match frame:
         case ForwardedProposal():
+            principal = frame.principal.encode("utf-8")
             head = _PROPOSAL_HEAD.pack(
-                _FORWARDED_PROPOSAL_TAG, frame.from_id, frame.to_id, frame.request_id, len(frame.data)
+                _FORWARDED_PROPOSAL_TAG, frame.from_id, frame.to_id, frame.request_id, len(principal), len(frame.data)
             )
-            return head + frame.data
+            return head + principal + frame.data
         case ForwardedResult():
             head = _RESULT_HEAD.pack(
                 _FORWARDED_RESULT_TAG,
@@ -75,9 +78,15 @@ def decode_frame(data: bytes) -> PeerFrame:
     if not data:
         raise RaftCodecError("an empty controller frame")
     if data[0] == _FORWARDED_PROPOSAL_TAG:
-        tag, from_id, to_id, request_id, length = _unpack(_PROPOSAL_HEAD, data)
-        _check_body(data, _PROPOSAL_HEAD.size, length, from_id, to_id)
-        return ForwardedProposal(from_id=from_id, to_id=to_id, request_id=request_id, data=data[_PROPOSAL_HEAD.size :])
+        tag, from_id, to_id, request_id, principal_length, length = _unpack(_PROPOSAL_HEAD, data)
+        _check_body(data, _PROPOSAL_HEAD.size, principal_length + length, from_id, to_id)
+        principal_end = _PROPOSAL_HEAD.size + principal_length
+        try:
+            principal = data[_PROPOSAL_HEAD.size : principal_end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise RaftCodecError("a forwarded proposal's principal is not UTF-8") from None
+        return ForwardedProposal(from_id=from_id, to_id=to_id, request_id=request_id, principal=principal,
+                                 data=data[principal_end:])
     if data[0] == _FORWARDED_RESULT_TAG:
         tag, from_id, to_id, request_id, error_code, leader_id, length = _unpack(_RESULT_HEAD, data)
         _check_body(data, _RESULT_HEAD.size, length, from_id, to_id)

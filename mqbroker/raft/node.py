@@ -7,8 +7,11 @@ Ready is being persisted, inputs (peer frames, ticks, proposals) wait in an inbo
 stepped together afterwards: the core is never touched while its storage is being written,
 and the proposals that arrive during one fsync share the next (group commit).
 
-A proposal made on a follower is forwarded to the leader (``ForwardedProposal``); the
-leader answers once the entry is applied. Proposals with no known leader wait, retried on
+A proposal made on a follower is forwarded to the leader (``ForwardedProposal``), carrying
+the principal it is made for; the leader answers once the entry is applied. The leader
+accepts a forwarded proposal only for the forwarding broker's own principal
+(``Broker:<from_id>``; the transport checked that the frame came from that broker): client
+requests are authorized where they arrive, and what they propose is the broker's record. Proposals with no known leader wait, retried on
 every tick, until one is elected or their timeout fires.
 """
 
@@ -34,6 +37,7 @@ from mqbroker.raft.forwarded_proposals import ForwardedProposal, ForwardedResult
 from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.messages import NO_NODE, EntryKind, Role
 from mqbroker.raft.state_machine import IRaftStateMachine
+from mqbroker.security.inter_broker import broker_principal
 
 #: Inputs waiting for the core while a Ready is persisted; beyond this, new inputs are refused.
 INBOX_ITEMS_MAX = 100_000
@@ -278,7 +282,8 @@ class RaftNode:
         if leader_id != NO_NODE:
             request_id = next(self._request_ids)
             frame = ForwardedProposal(
-                from_id=self.core.node_id, to_id=leader_id, request_id=request_id, data=proposal.data
+                from_id=self.core.node_id, to_id=leader_id, request_id=request_id, data=proposal.data,
+                principal=str(broker_principal(self.core.node_id)),
             )
             if self._send(frame):
                 proposal.forwarded_to = leader_id
@@ -287,6 +292,14 @@ class RaftNode:
         self._awaiting_leader.append(proposal)
 
     def _propose_for_peer(self, request: ForwardedProposal) -> None:
+        if request.principal != str(broker_principal(request.from_id)):
+            self.log.warn("refusing a proposal node {node} forwarded for {principal}", node=request.from_id,
+                          principal=request.principal or "nobody")
+            error = errors.ClusterAuthorizationError(
+                f"node {request.from_id} may forward proposals only as Broker:{request.from_id},"
+                f" not {request.principal or 'without a principal'}")
+            self._answer(request, error_code=int(error.code), data=error.message.encode())
+            return
         proposal = _Proposal(data=request.data)
         proposal.timer = self._reactor.callLater(self._proposal_timeout_ms / 1000.0, self._expire, proposal)
         proposal.deferred.addCallbacks(

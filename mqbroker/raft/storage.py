@@ -11,6 +11,9 @@ A node's directory holds three files:
   data``, fsynced once per ``save``. On open, the first record that is short or fails its
   CRC ends the log: a crash tore it, so it and everything after are cut off.
 
+The directory is 0700 and the files 0600 whatever the umask: the metadata log holds the users'
+salted SCRAM keys and every ACL.
+
 Entries are also kept in memory (the metadata log is bounded by snapshots), so reads never
 touch the disk. Synchronous file I/O only: the Twisted node calls ``save`` off the reactor thread.
 """
@@ -40,6 +43,9 @@ _RECORD_HEAD = struct.Struct(">II")
 _ENTRY_HEAD = struct.Struct(">QQB")
 _HARD_STATE = struct.Struct(">QIQ")
 _CRC = struct.Struct(">I")
+#: The Raft files hold secrets (users' SCRAM keys): only the broker's own user may read them.
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
 
 
 def _encode_entry(entry: Entry) -> bytes:
@@ -82,11 +88,12 @@ class FileRaftStorage(StoredEntries):
     @classmethod
     def open(cls, directory: str, bootstrap: Snapshot | None = None) -> FileRaftStorage:
         """Recover the state in ``directory`` (created if missing); ``bootstrap`` seeds a new node's snapshot."""
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=DIRECTORY_MODE, exist_ok=True)
+        _restrict_permissions(directory)
         snapshot_body = _read_checked(os.path.join(directory, SNAPSHOT_FILE))
         if snapshot_body is None:
             snapshot = bootstrap or Snapshot()
-            write_atomically(os.path.join(directory, SNAPSHOT_FILE), _with_crc(encode_snapshot(snapshot)))
+            write_atomically(os.path.join(directory, SNAPSHOT_FILE), _with_crc(encode_snapshot(snapshot)), FILE_MODE)
         else:
             try:
                 snapshot = decode_snapshot(snapshot_body)
@@ -95,6 +102,9 @@ class FileRaftStorage(StoredEntries):
         hard_state_body = _read_checked(os.path.join(directory, HARD_STATE_FILE))
         hard_state = HardState()
         if hard_state_body is not None:
+            if len(hard_state_body) != _HARD_STATE.size:
+                raise CorruptRecordError(f"hard state in {directory} has {len(hard_state_body)} bytes, not "
+                                         f"{_HARD_STATE.size}")
             term, vote, commit = _HARD_STATE.unpack(hard_state_body)
             hard_state = HardState(term=term, vote=vote, commit=commit)
         entries, offsets = _recover_entries(os.path.join(directory, ENTRIES_FILE), snapshot)
@@ -121,7 +131,7 @@ class FileRaftStorage(StoredEntries):
         index = snapshot.metadata.index
         assert self.first_index() <= index <= self.last_index(), "compacting outside the stored log"
         assert self.term(index) == snapshot.metadata.term
-        write_atomically(os.path.join(self.directory, SNAPSHOT_FILE), _with_crc(encode_snapshot(snapshot)))
+        write_atomically(os.path.join(self.directory, SNAPSHOT_FILE), _with_crc(encode_snapshot(snapshot)), FILE_MODE)
         remaining = self._entries[index + 1 - self.first_index() :]
         self._snapshot = snapshot
         self._rewrite_entries(remaining)
@@ -129,14 +139,14 @@ class FileRaftStorage(StoredEntries):
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         # A crash between these two writes leaves old entries after the new snapshot; recovery
         # keeps them only if they continue the snapshot's last entry (see _recover_entries).
-        write_atomically(os.path.join(self.directory, SNAPSHOT_FILE), _with_crc(encode_snapshot(snapshot)))
+        write_atomically(os.path.join(self.directory, SNAPSHOT_FILE), _with_crc(encode_snapshot(snapshot)), FILE_MODE)
         self._snapshot = snapshot
         self._rewrite_entries([])
 
     def _rewrite_entries(self, entries: list[Entry]) -> None:
         self._file.close()
         records = [_encode_entry(entry) for entry in entries]
-        write_atomically(os.path.join(self.directory, ENTRIES_FILE), b"".join(records))
+        write_atomically(os.path.join(self.directory, ENTRIES_FILE), b"".join(records), FILE_MODE)
         self._entries = list(entries)
         self._offsets = []
         position = 0
@@ -172,13 +182,22 @@ class FileRaftStorage(StoredEntries):
         self._hard_state = hard_state
         if changed_vote or force:
             body = _HARD_STATE.pack(hard_state.term, hard_state.vote, hard_state.commit)
-            write_atomically(os.path.join(self.directory, HARD_STATE_FILE), _with_crc(body))
+            write_atomically(os.path.join(self.directory, HARD_STATE_FILE), _with_crc(body), FILE_MODE)
+
+
+def _restrict_permissions(directory: str) -> None:
+    """Make the directory 0700 and its files 0600 (files written by an older version may be 0644)."""
+    os.chmod(directory, DIRECTORY_MODE)
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            os.chmod(path, FILE_MODE)
 
 
 def _recover_entries(path: str, snapshot: Snapshot) -> tuple[list[Entry], list[int]]:
     """Read the entries after ``snapshot``, cutting off a torn or corrupt tail."""
     if not os.path.exists(path):
-        write_atomically(path, b"")
+        write_atomically(path, b"", FILE_MODE)
     with open(path, "rb") as file:
         data = file.read()
     records: list[tuple[Entry, int]] = []

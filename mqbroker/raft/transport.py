@@ -7,6 +7,12 @@ reconnect with exponential backoff (``ClientService``). Frames are length-prefix
 Sending never blocks: a frame for a peer that is not connected, or whose socket buffer is
 full, is dropped — Raft retries on its own. Endpoints are injected, so TLS is a matter of
 passing TLS endpoints (``wrapClientTLS`` / ``SSL4ServerEndpoint``).
+
+Whom it trusts: a frame is delivered only if its sender (``from_id``) is one of the configured
+voters (the peers this node dials); on a connection whose transport provides
+``IAuthenticatedPeer`` (the broker handshake of ``mqbroker.security.peer_handshake``, which
+the service always puts in front), only if the sender is the node the peer proved it is. A
+frame that breaks either rule closes the connection and goes to the audit log: it is forged.
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from mqbroker import limits
+from mqbroker.interfaces import IAuthenticatedPeer
 from mqbroker.protocols.framing import FrameTooLarge, LengthPrefixedFrames, frame
 from mqbroker.raft.errors import RaftCodecError
 from mqbroker.raft.forwarded_proposals import PeerFrame, decode_frame, encode_frame
 
-#: A controller frame carries at most a snapshot of the metadata image.
-CONTROLLER_FRAME_BYTES_MAX = 64 * 1024 * 1024
+audit = Logger(namespace="mqbroker.audit")
 #: Reconnect delays: start fast (a restarted peer is back within a second), cap at one second.
 RECONNECT_DELAY_INITIAL_S = 0.05
 RECONNECT_DELAY_MAX_S = 1.0
@@ -71,13 +78,15 @@ class _OutgoingProtocol(Protocol):
 
 
 class _IncomingProtocol(Protocol):
-    """Reads frames a peer sends; garbage closes the connection (the peer reconnects)."""
+    """Reads frames a peer sends; garbage or a forged sender closes the connection (the peer reconnects)."""
 
     log = Logger()
 
-    def __init__(self, deliver: Callable[[PeerFrame], None]) -> None:
-        self._frames = LengthPrefixedFrames(CONTROLLER_FRAME_BYTES_MAX)
+    def __init__(self, deliver: Callable[[PeerFrame], None], voters: frozenset[int] | None = None) -> None:
+        """``voters``: the node ids frames may come from (None: any, for tests of the framing alone)."""
+        self._frames = LengthPrefixedFrames(limits.controller_frame_bytes_max)
         self._deliver = deliver
+        self._voters = voters
 
     def dataReceived(self, data: bytes) -> None:
         try:
@@ -88,7 +97,23 @@ class _IncomingProtocol(Protocol):
             self.transport.loseConnection()
             return
         for item in decoded:
+            refusal = self._refusal(item.from_id)
+            if refusal is not None:
+                peer = self.transport.getPeer()
+                audit.warn("FORGED CONTROLLER FRAME host={host}: {reason}; connection closed",
+                           host=getattr(peer, "host", "-"), reason=refusal)
+                self.transport.loseConnection()
+                return
             self._deliver(item)
+
+    def _refusal(self, from_id: int) -> str | None:
+        """Why a frame from ``from_id`` may not be delivered on this connection (None: it may)."""
+        if self._voters is not None and from_id not in self._voters:
+            return f"a frame from node {from_id}, which is not a voter ({sorted(self._voters)})"
+        authenticated = IAuthenticatedPeer(self.transport, None)
+        if authenticated is not None and authenticated.peer_node_id != from_id:
+            return f"a frame from node {from_id} on a connection authenticated as node {authenticated.peer_node_id}"
+        return None
 
 
 class RaftTransport(MultiService):
@@ -112,7 +137,8 @@ class RaftTransport(MultiService):
         self._deliver = deliver
         self._connected: dict[int, _OutgoingProtocol] = {}
         if server_endpoint is not None:
-            factory = Factory.forProtocol(lambda: _IncomingProtocol(self._deliver_own))
+            voters = frozenset(peer_endpoints)
+            factory = Factory.forProtocol(lambda: _IncomingProtocol(self._deliver_own, voters))
             listener = StreamServerEndpointService(server_endpoint, factory)
             listener._raiseSynchronously = True  # a controller port in use must stop start-up
             listener.setServiceParent(self)

@@ -56,8 +56,11 @@ class ReplicaFetcher:
         self, *, node_id: int, reactor: Any, sink: ReplicaSink, address_of: Callable[[int], tuple[str, int] | None],
         fetch_wait_ms: int, partition_bytes_max: int, response_bytes_max: int,
         endpoint_for: Callable[[str, int], Any] | None = None,
+        authenticate: Callable[[Any], Deferred[None]] | None = None,
     ) -> None:
+        """``authenticate(protocol)`` logs a new connection in as this broker (inter-broker SCRAM), if given."""
         self.node_id = node_id
+        self.authenticate = authenticate
         self._reactor = reactor
         self._sink = sink
         self._address_of = address_of
@@ -151,6 +154,14 @@ class LeaderSession:
         protocol = await self._service.whenConnected()
         if id(protocol) not in self._negotiated:
             protocol.codec.use_broker_versions(await protocol.request(m.ApiVersionsRequest()))
+            if fetcher.authenticate is not None:
+                try:
+                    await fetcher.authenticate(protocol)
+                except BrokerError as error:
+                    self.log.warn("replica fetcher could not log in to broker {leader}: {error}",
+                                  leader=self.leader_id, error=error)
+                    protocol.transport.abortConnection()
+                    raise
             self._negotiated.add(id(protocol))
         sent = dict(self.partitions)
         request = self._request(sent)

@@ -22,6 +22,7 @@ from zope.interface import implementer
 from mqbroker.errors import InvalidRequestError
 from mqbroker.interfaces import IAuthorizer
 from mqbroker.model import Operation, Principal, ResourceType
+from mqbroker.security.inter_broker import BROKER
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -256,8 +257,8 @@ class AclAuthorizer:
 
     def _decide(self, principal: Principal, operation: Operation, resource_type: ResourceType, resource_name: str) -> bool:
         identity = str(principal)
-        if identity in self._super_users:
-            return True
+        if identity in self._super_users or principal.kind == BROKER:
+            return True  # brokers (a broker certificate or the inter-broker user) act for the cluster itself
         allowing = _ALLOWING[operation]
         allowed = False
         matched_any = False

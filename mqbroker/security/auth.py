@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from zope.interface import implementer
@@ -27,10 +27,12 @@ from mqbroker.errors import (
 )
 from mqbroker.interfaces import IAuthenticator, ISaslExchange
 from mqbroker.model import ANONYMOUS, Principal
+from mqbroker.security.inter_broker import BrokerCertificateRules, broker_principal
 from mqbroker.security.principal_mapping import PrincipalMapper
 from mqbroker.security.scram import (
     DEFAULT_ITERATIONS,
     SALT_BYTES,
+    DecoyCredentials,
     RandomBytes,
     ScramCredential,
     ScramMechanism,
@@ -41,8 +43,6 @@ from mqbroker.security.scram import (
 
 PLAIN = "PLAIN"
 USER = "User"
-# Checked against when a PLAIN user does not exist, so both failures take the same time.
-_DECOY = make_credential(ScramMechanism.SHA_256, "decoy", b"mqbroker-decoy-salt", limits.scram_iterations_min)
 
 
 # -- SASL PLAIN ------------------------------------------------------------------------------
@@ -130,6 +130,12 @@ class CredentialStore:
         self._iterations = iterations
         self._mechanisms = tuple(mechanisms)
         self._users: dict[str, UserRecord] = {}
+        #: Answer for users that do not exist (replace with ``use_decoy_secret`` once the cluster's secret is known).
+        self.decoys = DecoyCredentials(random_bytes(32), iterations)
+
+    def use_decoy_secret(self, secret: bytes) -> None:
+        """Derive unknown users' decoys from ``secret`` (the same on every broker of the cluster)."""
+        self.decoys = DecoyCredentials(secret, self._iterations)
 
     def add(self, name: str, password: str) -> UserRecord:
         """Create a user; returns the record to store. DuplicateResourceError if the user exists."""
@@ -168,7 +174,8 @@ class CredentialStore:
     def verify_password(self, name: str, password: str) -> bool:
         """True if ``password`` is the user's (checked against the stored SCRAM key)."""
         record = self._users.get(name)
-        credential = record.credentials[0] if record else _DECOY
+        # An unknown user costs the same derivation as a real one, so timing cannot tell them apart.
+        credential = record.credentials[0] if record else self.decoys.credential(name, self._mechanisms[0])
         matches = password_matches(credential, password)
         return matches and record is not None
 
@@ -197,11 +204,12 @@ class CredentialStore:
 
 @implementer(ISaslExchange)
 class ScramExchange:
-    """A SCRAM exchange whose result is a principal."""
+    """A SCRAM exchange whose result is a principal (``Broker:<id>`` for the inter-broker user)."""
 
-    def __init__(self, server: ScramServer, host: str) -> None:
+    def __init__(self, server: ScramServer, host: str, inter_broker_username: str = "") -> None:
         self._server = server
         self._host = host
+        self._inter_broker_username = inter_broker_username
         self.principal: Principal | None = None
 
     @property
@@ -213,8 +221,17 @@ class ScramExchange:
         """Step the SCRAM server."""
         reply = self._server.respond(message)
         if self._server.complete:
-            self.principal = Principal(USER, self._server.username, self._host)
+            self.principal = self._principal_of(self._server)
         return reply
+
+    def _principal_of(self, server: ScramServer) -> Principal:
+        if not self._inter_broker_username or server.username != self._inter_broker_username:
+            return Principal(USER, server.username, self._host)
+        node = server.authorization_id
+        if not (node.isascii() and node.isdigit() and 0 < len(node) <= 9):
+            raise SaslAuthenticationError(
+                "the inter-broker user must name its node id as the SCRAM authorization identity")
+        return broker_principal(int(node), self._host)
 
 
 @implementer(ISaslExchange)
@@ -258,8 +275,16 @@ class Authenticator:
         plain_without_tls: bool = False,
         mapper: PrincipalMapper | None = None,
         scram_mechanisms: Iterable[ScramMechanism] = (ScramMechanism.SHA_512, ScramMechanism.SHA_256),
+        broker_certificates: BrokerCertificateRules | None = None,
+        inter_broker_username: str = "",
+        inter_broker_credentials: Mapping[ScramMechanism, ScramCredential] | None = None,
     ) -> None:
+        """``broker_certificates`` recognise other brokers' certificates (principal ``Broker:<id>``);
+        ``inter_broker_username`` with its credentials is the SCRAM user brokers log in as."""
         self._store = store
+        self._broker_certificates = broker_certificates
+        self._inter_broker_username = inter_broker_username if inter_broker_credentials else ""
+        self._inter_broker_credentials = dict(inter_broker_credentials or {})
         self._random_bytes = random_bytes
         self._allow_anonymous = allow_anonymous
         self._plain_without_tls = plain_without_tls
@@ -282,8 +307,15 @@ class Authenticator:
             )
         if mechanism == PLAIN:
             return PlainExchange(self, secure, host)
-        server = ScramServer(ScramMechanism.from_name(mechanism), self._store.lookup, self._random_bytes)
-        return ScramExchange(server, host)
+        server = ScramServer(ScramMechanism.from_name(mechanism), self._lookup, self._random_bytes,
+                             decoys=self._store.decoys,
+                             may_act_for_others=lambda username: username == self._inter_broker_username)
+        return ScramExchange(server, host, self._inter_broker_username)
+
+    def _lookup(self, name: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        if self._inter_broker_username and name == self._inter_broker_username:
+            return self._inter_broker_credentials.get(mechanism)
+        return self._store.lookup(name, mechanism)
 
     def authenticate_password(self, username: str, password: str, secure: bool, host: str) -> Principal:
         """The principal for a correct username and password."""
@@ -306,8 +338,13 @@ class Authenticator:
             raise
 
     def authenticate_certificate(self, subject: str, alternative_names: Iterable[str], host: str) -> Principal:
-        """The principal the mapping rules give the certificate."""
-        name = self._mapper.map(subject, tuple(alternative_names))
+        """``Broker:<id>`` for a broker certificate, else the principal the mapping rules give it."""
+        alternative_names = tuple(alternative_names)
+        if self._broker_certificates is not None:
+            node_id = self._broker_certificates.node_id(subject, alternative_names)
+            if node_id is not None:
+                return broker_principal(node_id, host)
+        name = self._mapper.map(subject, alternative_names)
         if name is None:
             raise SaslAuthenticationError(f"no principal mapping rule matches certificate subject {subject!r}")
         return Principal(USER, name, host)

@@ -13,6 +13,7 @@ import os
 import pathlib
 import re
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -26,6 +27,7 @@ LEAF_VALID_DAYS = 825
 PrivateKey = ec.EllipticCurvePrivateKey
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _RESERVED_NAMES = {"ca", "ca-key", "server", "server-key"}
+_BROKER_FILE = re.compile(r"broker-[0-9]+")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +47,8 @@ class CertificateFiles:
     server: pathlib.Path
     server_key: pathlib.Path
     clients: dict[str, tuple[pathlib.Path, pathlib.Path]]
+    #: ``broker-N.pem``, ``broker-N-key.pem`` by node id.
+    brokers: dict[int, tuple[pathlib.Path, pathlib.Path]] = dataclasses.field(default_factory=dict)
 
 
 def _new_key() -> PrivateKey:
@@ -120,6 +124,19 @@ def issue_server(ca: Issued, hosts: Sequence[str], now: datetime.datetime) -> Is
     return Issued(certificate=builder.sign(ca.key, hashes.SHA256()), key=key)
 
 
+def issue_broker(ca: Issued, node_id: int, hosts: Sequence[str], now: datetime.datetime) -> Issued:
+    """Broker ``node_id``'s certificate: a server certificate for ``hosts`` that also carries the SAN
+    ``URI:urn:mqbroker:broker:<node_id>``, which the broker certificate rules map to ``Broker:<node_id>``."""
+    from mqbroker.security.inter_broker import broker_uri
+
+    assert hosts and node_id > 0
+    builder, key = _leaf(ca, f"broker-{node_id}", now,
+                         (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH))
+    names = [*alternative_names(hosts), x509.UniformResourceIdentifier(broker_uri(node_id))]
+    builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return Issued(certificate=builder.sign(ca.key, hashes.SHA256()), key=key)
+
+
 def issue_client(ca: Issued, name: str, now: datetime.datetime) -> Issued:
     """A client certificate with CN=``name`` (the principal under the default mapping rule)."""
     builder, key = _leaf(ca, name, now, (ExtendedKeyUsageOID.CLIENT_AUTH,))
@@ -156,11 +173,13 @@ def load_or_create_ca(directory: pathlib.Path, now: datetime.datetime) -> Issued
 
 
 def init_directory(
-    directory: pathlib.Path, hosts: Sequence[str], clients: Sequence[str], now: datetime.datetime | None = None
+    directory: pathlib.Path, hosts: Sequence[str], clients: Sequence[str], now: datetime.datetime | None = None,
+    brokers: Sequence[int] = (),
 ) -> CertificateFiles:
-    """Create (or reuse) the CA, then a server certificate for ``hosts`` and one per client name."""
+    """Create (or reuse) the CA, then a server certificate for ``hosts``, one per client name and one per
+    broker node id (``broker-N.pem``: a server certificate for ``hosts`` naming broker N)."""
     for name in clients:
-        if not _CLIENT_NAME.fullmatch(name) or name in _RESERVED_NAMES:
+        if not _CLIENT_NAME.fullmatch(name) or name in _RESERVED_NAMES or _BROKER_FILE.fullmatch(name):
             raise ValueError(f"client name {name!r} must be letters, digits, '.', '_', '@', '-' (and not ca or server)")
     now = now or datetime.datetime.now(datetime.timezone.utc)
     directory.mkdir(parents=True, exist_ok=True)
@@ -174,7 +193,16 @@ def init_directory(
         client_files[name] = (directory / f"{name}.pem", directory / f"{name}-key.pem")
         write_certificate(client_files[name][0], client.certificate)
         write_key(client_files[name][1], client.key)
+    broker_files: dict[int, tuple[pathlib.Path, pathlib.Path]] = {}
+    for node_id in brokers:
+        if node_id < 1:
+            raise ValueError(f"broker node id {node_id} must be at least 1")
+        issued = issue_broker(ca, node_id, hosts, now)
+        broker_files[node_id] = (directory / f"broker-{node_id}.pem", directory / f"broker-{node_id}-key.pem")
+        write_certificate(broker_files[node_id][0], issued.certificate)
+        write_key(broker_files[node_id][1], issued.key)
     return CertificateFiles(
+        brokers=broker_files,
         ca=directory / "ca.pem",
         ca_key=directory / "ca-key.pem",
         server=directory / "server.pem",

@@ -122,6 +122,29 @@ def password_matches(credential: ScramCredential, password: str) -> bool:
     return hmac.compare_digest(_hash(credential.mechanism, client_key), credential.stored_key)
 
 
+class DecoyCredentials:
+    """Plausible credentials for users that do not exist, so probing cannot tell them from real ones.
+
+    Derived from a server secret and the user name: the same salt and iteration count every time
+    for the same name (a real user's salt is stable too), and keys nobody can know.
+    """
+
+    def __init__(self, secret: bytes, iterations: int = DEFAULT_ITERATIONS) -> None:
+        assert len(secret) >= 16, "the decoy secret must be unguessable"
+        self.secret = secret
+        self.iterations = iterations
+
+    def credential(self, username: str, mechanism: ScramMechanism) -> ScramCredential:
+        """The decoy for ``username`` under ``mechanism``."""
+        def derive(purpose: bytes, size: int) -> bytes:
+            message = purpose + b"\0" + mechanism.value.encode() + b"\0" + username.encode("utf-8", "surrogatepass")
+            return hmac.digest(self.secret, message, "sha512")[:size]
+
+        digest_size = hashlib.new(mechanism.hash_name).digest_size
+        return ScramCredential(mechanism=mechanism, salt=derive(b"salt", SALT_BYTES), iterations=self.iterations,
+                               stored_key=derive(b"stored-key", digest_size), server_key=derive(b"server-key", digest_size))
+
+
 # -- message syntax ------------------------------------------------------------------------
 
 
@@ -250,12 +273,19 @@ CredentialLookup = Callable[[str, ScramMechanism], "ScramCredential | None"]
 class ScramServer:
     """The server side of one SCRAM exchange: ``respond(message) -> reply`` until ``complete``."""
 
-    def __init__(self, mechanism: ScramMechanism, lookup: CredentialLookup, random_bytes: RandomBytes) -> None:
+    def __init__(self, mechanism: ScramMechanism, lookup: CredentialLookup, random_bytes: RandomBytes, *,
+                 decoys: DecoyCredentials | None = None,
+                 may_act_for_others: Callable[[str], bool] = lambda username: False) -> None:
+        """``decoys`` answer for unknown users (random ones without it); a user for whom
+        ``may_act_for_others`` is true may name a different authorization identity (brokers: their node id)."""
         self.mechanism = mechanism
         self.state = ScramServerState.AWAIT_CLIENT_FIRST
         self.username = ""
+        self.authorization_id = ""
         self._lookup = lookup
         self._random_bytes = random_bytes
+        self._decoys = decoys
+        self._may_act_for_others = may_act_for_others
         self._credential: ScramCredential | None = None
         self._client_first: ClientFirst | None = None
         self._server_first = ""
@@ -284,20 +314,24 @@ class ScramServer:
 
     def _on_client_first(self, message: bytes) -> bytes:
         first = parse_client_first(message)
-        if first.authorization_id and first.authorization_id != first.username:
+        if (first.authorization_id and first.authorization_id != first.username
+                and not self._may_act_for_others(first.username)):
             raise _fail("authorization identity differs from the user name")
         credential = self._lookup(first.username, self.mechanism)
         # An unknown user gets a plausible challenge and fails on the proof, so that
         # probing cannot tell unknown users from wrong passwords (RFC 5802 §5.1).
-        self._credential = credential or self._decoy_credential()
+        self._credential = credential or self._decoy_credential(first.username)
         self._client_first = first
         self.username = first.username
+        self.authorization_id = first.authorization_id
         self._nonce = first.client_nonce + _new_nonce(self._random_bytes)
         self._server_first = f"r={self._nonce},s={_b64(self._credential.salt)},i={self._credential.iterations}"
         self.state = ScramServerState.AWAIT_CLIENT_FINAL
         return self._server_first.encode("ascii")
 
-    def _decoy_credential(self) -> ScramCredential:
+    def _decoy_credential(self, username: str) -> ScramCredential:
+        if self._decoys is not None:
+            return self._decoys.credential(username, self.mechanism)
         digest_size = hashlib.new(self.mechanism.hash_name).digest_size
         return ScramCredential(
             mechanism=self.mechanism,
@@ -347,10 +381,13 @@ class ScramClientState(enum.Enum):
 class ScramClient:
     """The client side: ``first_message()``, ``respond(server_first)``, ``finish(server_final)``."""
 
-    def __init__(self, mechanism: ScramMechanism, username: str, password: str, random_bytes: RandomBytes) -> None:
+    def __init__(self, mechanism: ScramMechanism, username: str, password: str, random_bytes: RandomBytes,
+                 authorization_id: str = "") -> None:
+        """``authorization_id``: act as this identity (a broker names its node id); empty: as ``username``."""
         self.mechanism = mechanism
         self.state = ScramClientState.INITIAL
         self._password = password
+        self._gs2_header = f"n,a={_encode_saslname(authorization_id)}," if authorization_id else "n,,"
         self._nonce = _new_nonce(random_bytes)
         self._bare = f"n={_encode_saslname(username)},r={self._nonce}"
         self._auth_message = b""
@@ -360,7 +397,7 @@ class ScramClient:
         """The client-first message (no channel binding, no authorization identity)."""
         self._expect(ScramClientState.INITIAL)
         self.state = ScramClientState.AWAIT_SERVER_FIRST
-        return f"n,,{self._bare}".encode("utf-8")
+        return f"{self._gs2_header}{self._bare}".encode("utf-8")
 
     def respond(self, server_first: bytes) -> bytes:
         """Check the server-first message and return the client-final message with the proof."""
@@ -376,7 +413,7 @@ class ScramClient:
         except SaslAuthenticationError:
             self.state = ScramClientState.ERROR
             raise
-        without_proof = f"c={_b64(b'n,,')},r={nonce}"
+        without_proof = f"c={_b64(self._gs2_header.encode('utf-8'))},r={nonce}"
         self._auth_message = f"{self._bare},{text},{without_proof}".encode("utf-8")
         self._salted_password = salted_password(self.mechanism, self._password, salt, iterations)
         client_key = _hmac(self.mechanism, self._salted_password, b"Client Key")

@@ -8,6 +8,7 @@ proposals. Denials and failed logins go to the audit log, namespace ``mqbroker.a
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
@@ -22,14 +23,20 @@ from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
 from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
 from mqbroker.config import BrokerConfig
 from mqbroker.interfaces import IAuthorizer
-from mqbroker.cluster.metadata import MetadataImage, PutGenericRecord, Record
+from mqbroker.cluster.metadata import MetadataImage
+from mqbroker.cluster.metadata_records import PutGenericRecord, Record
 from mqbroker.model import Operation, Principal, ResourceType
+from mqbroker.security.cluster_auth import read_password_file
+from mqbroker.security.inter_broker import BrokerCertificateRules, inter_broker_credentials
 from mqbroker.security.principal_mapping import PrincipalMapper
 from mqbroker.security.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager, QuotaScope, parse_quota_overrides
 from mqbroker.security.tls import ClientAuth, ReloadingServerContextFactory, ServerTlsFiles
 
 USER_KIND = "user"
 ACL_KIND = "acl"
+#: The cluster's secrets (generic records of this kind): the key the unknown users' SCRAM decoys derive from.
+SECRET_KIND = "secret"
+DECOY_SECRET_KEY = "scram-decoy"
 #: The front ends' own principals (reading and writing the logs they map onto): never a client's.
 INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp")
 CLUSTER_RESOURCE = "kafka-cluster"
@@ -80,18 +87,25 @@ class SecurityServices:
     def __init__(self, config: BrokerConfig, control: Any = None) -> None:
         self.config = config
         self.store = CredentialStore(os.urandom)
+        inter_broker_credentials_ = {}
+        if config.security_inter_broker_password_file:
+            password = read_password_file(config.security_inter_broker_password_file)
+            inter_broker_credentials_ = inter_broker_credentials(config.cluster_id, config.security_inter_broker_user,
+                                                                 password)
         self.authenticator = Authenticator(
             self.store, os.urandom, allow_anonymous=config.security_allow_anonymous,
             plain_without_tls=config.security_plain_without_tls,
             mapper=PrincipalMapper(config.security_principal_mapping_rules),
+            broker_certificates=BrokerCertificateRules(config.security_broker_certificate_rules),
+            inter_broker_username=config.security_inter_broker_user,
+            inter_broker_credentials=inter_broker_credentials_,
         )
         super_users = [name.strip() for name in config.security_super_users.split(",") if name.strip()]
         self.acls = AclAuthorizer(super_users=[*super_users, *INTERNAL_PRINCIPALS], on_denied=audit_denial,
                                   allow_if_no_acl=config.security_allow_if_no_acl)
         self.authorizer: IAuthorizer = self.acls if config.security_authorizer == "acl" else AllowEverything()
         self.quotas = quota_manager(config)
-        self.limiter = ConnectionLimiter(total_max=config.quotas_connections_max,
-                                         per_host_max=config.quotas_connections_per_ip_max)
+        self._limiters: dict[str, ConnectionLimiter] = {}
         files = tls_files(config)
         self.tls = ReloadingServerContextFactory(files, on_reload_error=self._reload_failed) if files else None
         self._control = control
@@ -99,6 +113,19 @@ class SecurityServices:
             control.machine.record_listeners.append(self._record_applied)
             control.machine.restore_listeners.append(self._image_restored)
             self._image_restored(control.image)
+
+    def limiter_for(self, listener: str) -> ConnectionLimiter:
+        """The connection budget of one listener (by name: "native", "mqtt-tls", "http"...).
+
+        Each listener has its own, so a flood of half-open HTTP requests cannot lock native clients
+        out (the controller has its own too: ``controller_connections_max``)."""
+        limiter = self._limiters.get(listener)
+        if limiter is None:
+            config = self.config
+            total = config.quotas_http_connections_max if listener == "http" else config.quotas_connections_max
+            limiter = self._limiters[listener] = ConnectionLimiter(
+                total_max=total, per_host_max=min(total, config.quotas_connections_per_ip_max))
+        return limiter
 
     @property
     def quotas_enabled(self) -> bool:
@@ -113,8 +140,27 @@ class SecurityServices:
     def _record_applied(self, record: Record, image: MetadataImage) -> None:
         if isinstance(record, PutGenericRecord) and record.kind in (USER_KIND, ACL_KIND):
             self._apply(record.kind, record.key, record.value)
+        elif isinstance(record, PutGenericRecord) and (record.kind, record.key) == (SECRET_KIND, DECOY_SECRET_KEY):
+            self._use_decoy_secret(record.value)
+
+    def _use_decoy_secret(self, value: Any) -> None:
+        if isinstance(value, str):
+            self.store.use_decoy_secret(base64.b64decode(value))
+
+    def ensure_decoy_secret(self) -> Deferred[None]:
+        """Make sure the cluster has a decoy secret (proposed once, by whichever broker finds none), so that
+        an unknown user's SCRAM salt is the same on every broker and across restarts, as a real user's is."""
+        assert self._control is not None
+
+        def propose_if_missing(_: object) -> Any:
+            if DECOY_SECRET_KEY in self._control.image.generic.get(SECRET_KIND, {}):
+                return None
+            return self._propose(SECRET_KIND, DECOY_SECRET_KEY, base64.b64encode(os.urandom(32)).decode("ascii"))
+
+        return self._control.when_caught_up().addCallback(propose_if_missing)
 
     def _image_restored(self, image: MetadataImage) -> None:
+        self._use_decoy_secret(image.generic.get(SECRET_KIND, {}).get(DECOY_SECRET_KEY))
         self.store.load(b"[]")
         for acl in self.acls.acls():
             self.acls.remove(acl)
@@ -146,6 +192,10 @@ class SecurityServices:
     def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
         """Add a user (``create``) or change a user's password: fresh salted SCRAM credentials."""
         self.check_cluster(principal, Operation.ALTER)
+        if name == self.config.security_inter_broker_user:
+            raise errors.InvalidRequestError(
+                f"{name!r} is the inter-broker user (security.inter_broker_user); its password is the broker "
+                "configuration's, not a stored user's")
         scratch = CredentialStore(os.urandom)
         if name in self.store.list():
             if create:

@@ -16,10 +16,14 @@ CHECKPOINT_VERSION = 0
 TEMPORARY_SUFFIX = ".tmp"
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace the file at ``path`` with ``data`` so a crash leaves either the old or the new file."""
+def write_atomically(path: str, data: bytes, mode: int = 0o666) -> None:
+    """Replace the file at ``path`` with ``data`` so a crash leaves either the old or the new file.
+
+    A new file gets ``mode`` less the process umask (0o600 for files that hold secrets).
+    """
     temporary = path + TEMPORARY_SUFFIX
-    with open(temporary, "wb") as file:
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(descriptor, "wb") as file:
         file.write(data)
         file.flush()
         fs.fsync(file.fileno())

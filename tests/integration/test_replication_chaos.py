@@ -5,7 +5,8 @@ and from it through fault-injecting proxies: controller, replica fetches, client
 every few seconds while producers write unique values to several partitions and a consumer reads. At the end,
 with every broker back: no acknowledged value is missing, no offset holds two values (across the
 reads and across the replicas' logs on disk), per-producer acknowledgement order matches offset
-order per partition, and no value appears twice. The CI variant runs ~30 s; the slow one 90 s.
+order per partition, and no value appears twice. The CI variant runs ~30 s with inter-broker authentication
+on (the controller handshake and replica-fetch logins on every reconnection); the slow one 90 s without.
 """
 
 from __future__ import annotations
@@ -136,8 +137,13 @@ def _replica_values(data_dir: pathlib.Path, partition: int) -> dict[int, bytes]:
     return values
 
 
-def _run_chaos(root: pathlib.Path, duration_s: float, seed: int) -> None:
-    cluster, network, proxied = start_partitionable_cluster(root, extra_args=["--set", "replica_lag_time_max_ms=1500"])
+def _run_chaos(root: pathlib.Path, duration_s: float, seed: int, inter_broker_authentication: bool = False) -> None:
+    extra_args = ["--set", "replica_lag_time_max_ms=1500"]
+    if inter_broker_authentication:  # controller handshakes and replica-fetch logins as Broker:N, every reconnect
+        password_file = root / "inter-broker-password"
+        password_file.write_text("chaos-inter-broker-password\n")
+        extra_args += ["--set", f'security.inter_broker_password_file="{password_file}"']
+    cluster, network, proxied = start_partitionable_cluster(root, extra_args=extra_args)
     bootstraps = [proxied(broker) for broker in cluster]
     try:
         with Admin(bootstraps[0]) as admin:
@@ -208,7 +214,8 @@ def _check(history: History, final: dict[int, list[tuple[int, bytes]]], data_dir
 
 
 def test_chaos_kills_pauses_restarts_lose_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
-    _run_chaos(tmp_path, duration_s=30, seed=int(os.environ.get("CHAOS_SEED", "8")))
+    """With inter-broker authentication on: the brokers prove who they are on every (re)connection."""
+    _run_chaos(tmp_path, duration_s=30, seed=int(os.environ.get("CHAOS_SEED", "8")), inter_broker_authentication=True)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""Inter-broker TLS: followers fetch from leaders over the native TLS listener, authenticated by the broker
-certificate, on a two-broker cluster that refuses anonymous clients and authorizes with ACLs."""
+"""Inter-broker TLS: followers fetch from leaders over the native TLS listener, authenticated by their broker
+certificates (``Broker:<id>``), and the controllers speak mutual TLS with the same certificates, on a two-broker
+cluster that refuses anonymous clients and authorizes with ACLs."""
 
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ from tests.integration.clusterprocess import retrying, start_all
 #: Every broker's native TLS port is its native port plus this (the offset must be the same on every broker).
 TLS_OFFSET = 1000
 SECURITY_TOML = """
+controller_tls = true
 [security]
 allow_anonymous = false
 authorizer = "acl"
 inter_broker_tls = true
-super_users = ["User:admin", "User:localhost"]   # the brokers' certificates have CN=localhost
+super_users = ["User:admin"]   # the brokers' certificates name Broker:1 and Broker:2, which act for the cluster
 principal_mapping_rules = "RULE:^CN=(.*?)(,.*)?$/$1/,DEFAULT"
 """
 
@@ -44,7 +46,7 @@ def _port_pair() -> int:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[BrokerProcess], CertificateFiles]]:
     root: pathlib.Path = tmp_path_factory.mktemp("inter-broker-tls")
-    files = init_directory(root / "tls", ["localhost", "127.0.0.1"], ["admin"])
+    files = init_directory(root / "tls", ["localhost", "127.0.0.1"], ["admin"], brokers=[1, 2])
     config = root / "security.toml"
     config.write_text(SECURITY_TOML)
     controller_ports = {node_id: free_port() for node_id in (1, 2)}
@@ -55,7 +57,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Bro
         ports["native"] = _port_pair()
         brokers.append(BrokerProcess(data_dir=root / f"broker-{node_id}", ports=ports, extra_args=[
             "--node-id", str(node_id), "--controller-quorum", quorum, "--controller-port", str(controller_port),
-            "--config", str(config), "--tls-cert", str(files.server), "--tls-key", str(files.server_key),
+            "--config", str(config), "--tls-cert", str(files.brokers[node_id][0]), "--tls-key", str(files.brokers[node_id][1]),
             "--tls-ca", str(files.ca), "--tls-client-auth", "optional",
             "--native-tls-port", str(ports["native"] + TLS_OFFSET), "--mqtt-tls-port", "0", "--amqp-tls-port", "0",
         ]))
@@ -82,7 +84,7 @@ def test_followers_replicate_over_tls_as_the_broker_principal(
         retrying(lambda: admin.create_topics(["replicated"], partitions=1, replication_factor=2,
                                              configs={"min.insync.replicas": "2"}), timeout_s=30)
         deadline = time.monotonic() + 30
-        while True:  # both replicas in sync: the follower fetched everything over TLS, as User:localhost
+        while True:  # both replicas in sync: the follower fetched everything over TLS, as Broker:2
             [topic] = [t for t in admin.metadata(["replicated"]).topics if t.name == "replicated"]
             if sorted(topic.partitions[0].isr_nodes) == [1, 2]:
                 break

@@ -88,3 +88,41 @@ def test_a_cpu_this_machine_lacks_is_refused_by_name() -> None:
     missing = max(os.sched_getaffinity(0)) + 1
     with pytest.raises(usage.UsageError, match=rf"cpu_affinity.*\[{missing}\]"):
         Options().parseOptions(["--set", f"cpu_affinity={missing}"])
+
+
+@pytest.mark.parametrize(
+    ("pair", "key", "expected"),
+    [
+        ('security.super_users=["User:admin", "User:ops"]', "security_super_users", "User:admin,User:ops"),
+        ("security.allow_anonymous=false", "security_allow_anonymous", False),
+        ("native_port=1000", "native_port", 1000),
+        ('cluster_id="prod"', "cluster_id", "prod"),
+        ("host=127.0.0.1", "host", "127.0.0.1"),
+        ("cpu_affinity=0", "cpu_affinity", "0"),
+        ("security.super_users=User:admin", "security_super_users", "User:admin"),
+    ],
+)
+def test_set_values_are_toml_values(pair, key, expected) -> None:
+    config = build_config(parse_overrides([pair]))
+    assert getattr(config, key) == expected
+
+
+@pytest.mark.parametrize(
+    ("pair", "named"),
+    [
+        ("security.allow_anonymous=[1, 2]", "security.allow_anonymous"),
+        ("security.allow_anonymous=maybe", "security.allow_anonymous"),
+        ("native_port=true", "native_port"),
+        ("native_port=[1]", "native_port"),
+        ("security.super_users=[1, 2]", "security.super_users"),
+        ("http_tls=1", "http_tls"),
+    ],
+)
+def test_set_value_of_the_wrong_type_is_refused_by_name(pair, named) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        build_config(parse_overrides([pair]))
+
+
+def test_set_value_that_looks_like_broken_toml_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        parse_overrides(['security.super_users=["User:admin"'])

@@ -134,12 +134,39 @@ class _Channel:
     generated_tags: int = 0
     #: The open transaction's publishes and settling methods, in order (None: not transactional).
     transaction: list[Publish | SettlingMethod] | None = None
+    #: Message bytes this channel holds in memory: the announced size of a message being received, and the
+    #: bodies of the open transaction's publishes.
+    held_bytes: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class ByteBudget:
+    """Bytes reserved against a bound; one is shared by every AMQP connection of a broker."""
+
+    bytes_max: int
+    reserved_bytes: int = 0
+
+    def reserve(self, byte_count: int) -> bool:
+        """Take ``byte_count`` if they fit under the bound."""
+        if self.reserved_bytes + byte_count > self.bytes_max:
+            return False
+        self.reserved_bytes += byte_count
+        return True
+
+    def release(self, byte_count: int) -> None:
+        """Give back bytes ``reserve`` took."""
+        assert 0 <= byte_count <= self.reserved_bytes, (byte_count, self.reserved_bytes)
+        self.reserved_bytes -= byte_count
 
 
 class Connection:
     """One client connection, server side."""
 
-    def __init__(self, *, now_ms: int, version: str = "0.1.0") -> None:
+    def __init__(self, *, now_ms: int, version: str = "0.1.0", broker_budget: ByteBudget | None = None) -> None:
+        """``broker_budget``: the bound on message bytes held by every connection together (None: only this one's)."""
+        self._broker_budget = broker_budget
+        #: Message bytes the channels hold (partial messages, open transactions): bounded per connection.
+        self.held_bytes = 0
         self.state = ConnectionState.AWAITING_HEADER
         self._decoder = codec.FrameDecoder(limits.amqp_frame_bytes_max)
         self._output = bytearray()
@@ -369,6 +396,7 @@ class Connection:
 
     def _forget_channel(self, number: int) -> ChannelClosed:
         channel = self._channels.pop(number)
+        self._release(channel, channel.held_bytes)
         return ChannelClosed(
             channel=number, unacked=tuple(channel.unacked.values()), consumer_tags=tuple(channel.consumers)
         )
@@ -584,6 +612,7 @@ class Connection:
     def _tx_commit(self, channel: _Channel, method: spec.TxCommit) -> list[Action]:
         held = self._transaction_of(channel)
         channel.transaction = []
+        self._release(channel, channel.held_bytes)
         actions: list[Action] = []
         for item in held:
             if isinstance(item, Publish):
@@ -596,6 +625,7 @@ class Connection:
     def _tx_rollback(self, channel: _Channel, method: spec.TxRollback) -> list[Action]:
         self._transaction_of(channel)
         channel.transaction = []
+        self._release(channel, channel.held_bytes)
         self._send_method(channel.number, spec.TxRollbackOk())
         return []
 
@@ -629,6 +659,7 @@ class Connection:
                 channel.content = None
                 raise AmqpError(ReplyCode.CONTENT_TOO_LARGE, f"message body of {frame.body_size} bytes exceeds "
                                 f"the limit of {limits.amqp_message_bytes_max}", class_id=60, method_id=40)
+            self._reserve(channel, frame.body_size)
             content.header = frame
         elif isinstance(frame, codec.BodyFrame) and content.header is not None:
             content.parts.append(frame.payload)
@@ -647,6 +678,8 @@ class Connection:
             sequence = channel.next_publish_sequence
             channel.next_publish_sequence += 1
             channel.confirm_outcomes[sequence] = None
+        if channel.transaction is None:
+            self._release(channel, content.header.body_size)  # handed on now; only a transaction keeps holding it
         publish = Publish(
             channel=channel.number, exchange=content.method.exchange, routing_key=content.method.routing_key,
             mandatory=content.method.mandatory, properties=content.header.properties,
@@ -657,6 +690,31 @@ class Connection:
             channel.transaction.append(publish)
             return []
         return [publish]
+
+    def _reserve(self, channel: _Channel, byte_count: int) -> None:
+        """Count a message's bytes against this connection's bound and the broker's, or refuse the channel."""
+        if self.held_bytes + byte_count > limits.amqp_held_bytes_per_connection_max:
+            channel.content = None
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED,
+                            f"this connection holds {self.held_bytes} bytes of unfinished messages and open "
+                            f"transactions; {byte_count} more would pass its limit of "
+                            f"{limits.amqp_held_bytes_per_connection_max}: commit transactions sooner",
+                            class_id=60, method_id=40)
+        if self._broker_budget is not None and not self._broker_budget.reserve(byte_count):
+            channel.content = None
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED,
+                            f"the broker holds {self._broker_budget.reserved_bytes} bytes of unfinished AMQP messages "
+                            f"and open transactions (limit {self._broker_budget.bytes_max}); retry later",
+                            class_id=60, method_id=40)
+        channel.held_bytes += byte_count
+        self.held_bytes += byte_count
+
+    def _release(self, channel: _Channel, byte_count: int) -> None:
+        if byte_count:
+            channel.held_bytes -= byte_count
+            self.held_bytes -= byte_count
+            if self._broker_budget is not None:
+                self._broker_budget.release(byte_count)
 
     def return_message(self, channel: int, publish: Publish, reply_code: ReplyCode, reply_text: str) -> None:
         """Give an unroutable mandatory message back (before its confirm)."""

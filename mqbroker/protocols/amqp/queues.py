@@ -29,8 +29,15 @@ from mqbroker.protocols.amqp.queue_state import (
     StreamStart,
     parse_expiration,
 )
-from mqbroker.protocols.amqp.stored import QueueDeclaration, StoredMessage, append_message, queue_topic, queued_message
-from mqbroker.records.batch import BatchBuilder, decode_records_as, iter_batches
+from mqbroker.protocols.amqp.stored import (
+    DecompressionBudget,
+    QueueDeclaration,
+    StoredMessage,
+    append_message,
+    queue_topic,
+    queued_message,
+)
+from mqbroker.records.batch import BatchBuilder, iter_batches
 
 #: Ready messages a classic queue reads ahead of its consumers.
 READ_AHEAD_MESSAGES = 2_000
@@ -80,12 +87,18 @@ def decode_fetched(records: bytes, skip_below: int = 0) -> list[QueuedMessage]:
     below ``skip_below`` are not decoded: the queue has them already)."""
     view = memoryview(records)
     messages = []
+    budget = DecompressionBudget()
     for position, header in iter_batches(view):
         if header.is_control or header.base_offset + header.last_offset_delta < skip_below:
             continue
         batch = view[position : position + header.size_bytes]
-        messages += decode_records_as(batch, queued_message)
+        messages += budget.decode(batch, header, queued_message, _message_bytes)
     return messages
+
+
+def _message_bytes(message: QueuedMessage) -> int:
+    stored: StoredMessage = message.payload
+    return len(stored.body) + len(stored.properties_raw) + len(stored.routing_key) + len(stored.exchange)
 
 
 def delivery_of(queue: str, message: QueuedMessage, redelivered: bool) -> Delivery:

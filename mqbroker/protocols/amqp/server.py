@@ -61,7 +61,7 @@ class AmqpSession:
         self._vhost = vhost
         self._reactor = reactor
         self._security = security  # a SecurityServices, or None: everyone is let in
-        self.connection = Connection(now_ms=vhost.now_ms(), version=mqbroker_version)
+        self.connection = Connection(now_ms=vhost.now_ms(), version=mqbroker_version, broker_budget=vhost.held_bytes)
         self._handle: ConnectionHandle | None = None
         self._principal: Principal | None = None
         self._timer: Any = None

@@ -25,8 +25,14 @@ from mqbroker.protocols.amqp import fields, spec
 from mqbroker.protocols.amqp.codec import encode_properties
 from mqbroker.protocols.amqp.queues import BatchStored, all_settled
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
-from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, METADATA_TOPIC, QUEUE_STATE_TOPIC, QUEUE_TOPIC_PREFIX
-from mqbroker.records.batch import RecordHeader, decode_records_as, iter_batches
+from mqbroker.protocols.amqp.stored import (
+    EMPTY_PROPERTIES,
+    METADATA_TOPIC,
+    QUEUE_STATE_TOPIC,
+    QUEUE_TOPIC_PREFIX,
+    DecompressionBudget,
+)
+from mqbroker.records.batch import RecordHeader, iter_batches
 
 #: The exchange argument naming the native topic an exchange reads from.
 SOURCE_TOPIC_ARGUMENT = "x-source-topic"
@@ -99,13 +105,20 @@ def decode_source_records(records: bytes, first_offset: int) -> tuple[list[Sourc
     view = memoryview(records)
     decoded: list[SourceRecord] = []
     next_offset = first_offset
+    budget = DecompressionBudget()
     for position, header in iter_batches(view):
         next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
         if header.is_control:
             continue
         batch = view[position : position + header.size_bytes]
-        decoded += [record for offset, record in decode_records_as(batch, _offset_and_record) if offset >= first_offset]
+        records = budget.decode(batch, header, _offset_and_record, _record_bytes)
+        decoded += [record for offset, record in records if offset >= first_offset]
     return decoded, next_offset
+
+
+def _record_bytes(item: tuple[int, SourceRecord]) -> int:
+    record = item[1]
+    return len(record.body) + len(record.properties_raw) + len(record.routing_key)
 
 
 def _offset_and_record(offset: int, key: bytes | None, value: bytes | None, headers: tuple[RecordHeader, ...],

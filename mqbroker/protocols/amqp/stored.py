@@ -18,13 +18,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import string
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, parse_expiration
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType
-from mqbroker.records.batch import BatchBuilder, RecordHeader
+from mqbroker import limits
+from mqbroker.records.batch import BatchBuilder, RecordHeader, decode_records_as
+from mqbroker.records.compression import DECOMPRESSED_BYTES_MAX
 
 METADATA_TOPIC = "__amqp_metadata"
 QUEUE_STATE_TOPIC = "__amqp_queue_state"
@@ -173,3 +177,20 @@ def decode_binding_key(key: bytes) -> Binding:
     return Binding(source=table["source"], destination=table["destination"],
                    destination_kind=DestinationKind(table["kind"]), routing_key=table["routing-key"],
                    arguments=tuple(sorted(table["arguments"].items())))
+
+
+class DecompressionBudget:
+    """What the batches of one fetch may decompress to together, so a few small compressed batches
+    cannot expand to gigabytes in an AMQP reader: a batch past the budget raises ``CorruptRecordError``."""
+
+    def __init__(self, bytes_max: int | None = None) -> None:
+        self.remaining_bytes = limits.amqp_fetch_decompressed_bytes_max if bytes_max is None else bytes_max
+
+    def decode(self, batch: memoryview, header: Any, make: Callable[..., T], size_of: Callable[[T], int]) -> list[T]:
+        """``decode_records_as(batch, make)`` within what is left; ``size_of`` measures a decoded record."""
+        if not header.compression:  # uncompressed: its records are no larger than the fetched bytes
+            return decode_records_as(batch, make)
+        decoded = decode_records_as(batch, make, decompressed_bytes_max=max(0, min(DECOMPRESSED_BYTES_MAX,
+                                                                                   self.remaining_bytes)))
+        self.remaining_bytes -= sum(size_of(item) for item in decoded)
+        return decoded

@@ -17,10 +17,11 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
 from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp.channel import ByteBudget
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
 from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuePolicy, QueueState, QueueType, x_death_headers
 from mqbroker.protocols.amqp.queues import BatchStored, ClassicQueue, ConsumerKey, StreamQueue
@@ -76,6 +77,8 @@ class VirtualHost:
     def __init__(self, broker: IBroker, reactor: Any) -> None:
         self.broker = broker
         self.reactor = reactor
+        #: Message bytes every connection's channels hold in memory together (partial messages, open transactions).
+        self.held_bytes = ByteBudget(limits.amqp_held_bytes_broker_max)
         self.principal = INTERNAL_PRINCIPAL
         self.router = Router()
         self.queues: dict[str, Queue] = {}

@@ -623,6 +623,11 @@ class PacketDecoder:
         """Bytes received but not yet decoded (always below the packet bound)."""
         return len(self._buffer)
 
+    def allow_packets_up_to(self, packet_bytes_max: int) -> None:
+        """Change the packet bound (the server raises it from the pre-authentication bound once CONNECT is accepted)."""
+        assert 2 <= packet_bytes_max <= PACKET_BYTES_MAX_ABSOLUTE, packet_bytes_max
+        self._packet_bytes_max = packet_bytes_max
+
     def receive_data(self, data: bytes) -> list[Packet]:
         """Add ``data``; return the packets it completes. Raises ``MqttProtocolError``."""
         self._buffer += data

@@ -169,7 +169,9 @@ class MqttSession:
         self.protocol_level = PROTOCOL_LEVEL_5
         self._mapping = mapping
         self._generate_client_id = generate_client_id
-        self._decoder = PacketDecoder(packet_bytes_max=config.packet_bytes_max)
+        # Until the client is authenticated and its session open, packets are small (CONNECT, a will).
+        self._decoder = PacketDecoder(
+            packet_bytes_max=min(config.packet_bytes_max, limits.pre_authentication_frame_bytes_max))
         #: May this client subscribe to the filter? (The adapter checks READ on the log topics it maps to.)
         self.authorize_filter: Callable[[str], bool] = lambda topic_filter: True
         self._connect: Connect | None = None
@@ -220,6 +222,7 @@ class MqttSession:
         connect = self._connect
         assert self.state is ConnectionState.OPENING and connect is not None, self.state
         self._move(Event.SESSION_OPENED)
+        self._decoder.allow_packets_up_to(self.config.packet_bytes_max)
         present = stored is not None and not connect.clean_start
         if present:
             assert stored is not None

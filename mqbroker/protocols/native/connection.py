@@ -97,6 +97,10 @@ class ServerConnection:
         """Bytes of a request frame received so far but not yet complete."""
         return self._frames.buffered_bytes
 
+    def allow_frames_up_to(self, frame_bytes_max: int) -> None:
+        """Change the request frame bound (the server starts small until the client authenticates)."""
+        self._frames.allow_frames_up_to(frame_bytes_max)
+
     def receive_data(self, data: bytes) -> list[RequestReceived | RequestRejected | ConnectionFailed]:
         """Feed received bytes; return the requests they complete."""
         if self.state is ConnectionState.FAILED:

@@ -530,6 +530,7 @@ class NativeSession:
         self, broker: IBroker, frame_bytes_max: int, latency: Any = None, security: Any = None, clock: Any = None
     ) -> None:
         self._broker = broker
+        self._frame_bytes_max = frame_bytes_max
         self._codec = ServerConnection(frame_bytes_max)
         self._latency = latency
         self._connection: ConnectionHandle | None = None
@@ -539,6 +540,8 @@ class NativeSession:
         self._security: ConnectionSecurity | None = None
         self._clock = clock
         self._throttled = False
+        #: Whether a request has run as an authenticated principal (the frame bound is then the full one).
+        self._authenticated = False
 
     @property
     def buffered_bytes(self) -> int:
@@ -552,7 +555,8 @@ class NativeSession:
         self._principal = dataclasses.replace(self._principal, host=host)
         if self._services is not None:
             self._security = ConnectionSecurity(self._services, connection.secure, host, connection.peer_certificate)
-
+            if not self._services.config.security_allow_anonymous:  # small frames until SASL or a certificate names it
+                self._codec.allow_frames_up_to(min(self._frame_bytes_max, limits.pre_authentication_frame_bytes_max))
     def connection_lost(self, reason: Failure) -> None:
         self._closed = True
 
@@ -578,7 +582,11 @@ class NativeSession:
         principal = self._principal
         if self._security is not None:
             try:
-                principal = self._security.require_principal(api_key) or principal
+                authenticated = self._security.require_principal(api_key)
+                if authenticated is not None and not self._authenticated:
+                    self._authenticated = True
+                    self._codec.allow_frames_up_to(self._frame_bytes_max)
+                principal = authenticated or principal
             except errors.BrokerError as error:
                 self._write(self._codec.reply_error(header, error))
                 return

@@ -6,15 +6,12 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.cluster.controller import create_partitions_record, create_topic_record, preferred_leader_elections
-from mqbroker.cluster.metadata import (
-    NO_LEADER,
+from mqbroker.cluster.metadata import NO_LEADER, MetadataImage, MetadataStateMachine, PartitionState
+from mqbroker.cluster.metadata_records import (
     AlterPartition,
     BrokerHeartbeat,
     ElectLeader,
     FenceBroker,
-    MetadataImage,
-    MetadataStateMachine,
-    PartitionState,
     ReassignPartition,
     Record,
     RegisterBroker,

@@ -7,38 +7,20 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from twisted.internet.task import Clock
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from mqbroker import errors
 from mqbroker.raft.core import RaftCore, RaftSettings
 from mqbroker.raft.errors import ProposalDroppedError
-from mqbroker.raft.forwarded_proposals import PeerFrame
+from mqbroker.raft.forwarded_proposals import ForwardedProposal, ForwardedResult, PeerFrame
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration
 from mqbroker.raft.node import RaftNode
 from mqbroker.raft.state_machine import IRaftStateMachine
+from tests.fakes import InlinePool, ThreadlessReactor
 
 TICK_MS = 50
-
-
-class ThreadlessReactor(Clock):
-    """A task.Clock that runs "from thread" calls at once (the fake pool runs work inline)."""
-
-    def callFromThread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        function(*args, **kwargs)
-
-
-class InlinePool:
-    """Runs "threaded" work synchronously and records how often it was asked."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def callInThreadWithCallback(self, on_result: Callable[..., None], function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        self.calls += 1
-        on_result(True, function(*args, **kwargs))
 
 
 @implementer(IRaftStateMachine)
@@ -119,6 +101,23 @@ def test_a_proposal_on_a_follower_is_forwarded_to_the_leader() -> None:
     cluster.run(0.2)
     assert len(results) == 1
     assert cluster.leader().state_machine.applied == [b"via follower"]
+
+
+@pytest.mark.parametrize("claimed", ["User:admin", "another broker", ""])
+def test_a_forwarded_proposal_for_anyone_but_the_forwarding_broker_is_refused(claimed: str) -> None:
+    cluster = Cluster()
+    cluster.run(2)
+    leader = cluster.leader()
+    follower_id, other_id = [node_id for node_id, node in cluster.nodes.items() if not node.is_leader]
+    principal = f"Broker:{other_id}" if claimed == "another broker" else claimed
+    answers: list[ForwardedResult] = []
+    follower = cluster.nodes[follower_id]
+    follower.receive = lambda frame: answers.append(frame) if isinstance(frame, ForwardedResult) else None  # type: ignore[method-assign]
+    leader.receive(ForwardedProposal(from_id=follower_id, to_id=leader.core.node_id, request_id=1,
+                                     principal=principal, data=b"forged"))
+    cluster.run(0.2)
+    assert [answer.error_code for answer in answers] == [errors.ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+    assert leader.state_machine.applied == []
 
 
 def test_proposals_made_during_one_write_share_the_next_write() -> None:

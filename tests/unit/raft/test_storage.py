@@ -153,3 +153,35 @@ def test_term_and_vote_reach_the_disk_while_the_commit_index_may_lag(tmp_path: p
     recovered = reopen(storage)
     assert (recovered.hard_state().term, recovered.hard_state().vote) == (2, 3)
     assert recovered.hard_state().commit in (0, 2)  # a lagging commit index is relearned from the leader
+
+
+def test_raft_files_are_private_whatever_the_umask(tmp_path) -> None:
+    """The metadata log holds users' SCRAM keys: 0600 files in a 0700 directory, even under umask 000."""
+    import stat
+
+    from mqbroker.raft.messages import Entry, HardState
+
+    previous = os.umask(0)
+    try:
+        directory = tmp_path / "raft"
+        storage = FileRaftStorage.open(str(directory))
+        storage.save(HardState(term=1, vote=1, commit=0), [Entry(term=1, index=1, data=b"user")], None)
+        storage.close()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    for path in directory.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+
+
+def test_raft_files_written_world_readable_before_are_made_private_on_open(tmp_path) -> None:
+    import stat
+
+    directory = tmp_path / "raft"
+    FileRaftStorage.open(str(directory)).close()
+    os.chmod(directory, 0o755)
+    for path in directory.iterdir():
+        os.chmod(path, 0o644)
+    FileRaftStorage.open(str(directory)).close()
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()} == {0o600}

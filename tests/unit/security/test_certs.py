@@ -56,3 +56,25 @@ def test_running_again_reuses_the_ca(tmp_path):
 def test_client_names_that_are_not_safe_file_names_are_refused(tmp_path, name, capsys):
     assert run_certs_init("--dir", str(tmp_path), "--client", name) == 2
     assert "client name" in capsys.readouterr().err
+
+
+def test_broker_certificates_name_their_node_and_client_certificates_name_none(tmp_path, capsys):
+    from mqbroker.security.inter_broker import BrokerCertificateRules
+    from mqbroker.security.tls import certificate_identity
+
+    assert run_certs_init("--dir", str(tmp_path), "--host", "localhost", "--client", "alice", "--broker", "2") == 0
+    verified = subprocess.run(["openssl", "verify", "-CAfile", "ca.pem", "broker-2.pem"], cwd=tmp_path,
+                              capture_output=True, text=True, check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    rules = BrokerCertificateRules()
+    broker = certificate_identity(x509.load_pem_x509_certificate((tmp_path / "broker-2.pem").read_bytes()))
+    client = certificate_identity(x509.load_pem_x509_certificate((tmp_path / "alice.pem").read_bytes()))
+    assert rules.node_id(broker.subject, broker.alternative_names) == 2
+    assert "DNS:localhost" in broker.alternative_names  # also a server certificate for the hosts
+    assert rules.node_id(client.subject, client.alternative_names) is None
+    assert stat.S_IMODE((tmp_path / "broker-2-key.pem").stat().st_mode) == 0o600
+    assert "Broker:2" in capsys.readouterr().out
+
+
+def test_a_client_named_like_a_broker_file_is_refused(tmp_path, capsys):
+    assert run_certs_init("--dir", str(tmp_path), "--client", "broker-1") == 2

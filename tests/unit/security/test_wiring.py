@@ -16,7 +16,8 @@ from mqbroker.security.auth import Authenticator, CredentialStore
 from mqbroker.config import BrokerConfig, ConfigError, build_config
 from mqbroker.errors import ClusterAuthorizationError, SaslAuthenticationError
 from mqbroker.protocols.listeners import ConnectionLimitingFactory
-from mqbroker.cluster.metadata import MetadataImage, PutGenericRecord
+from mqbroker.cluster.metadata import MetadataImage
+from mqbroker.cluster.metadata_records import PutGenericRecord
 from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
 from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.native import messages as m

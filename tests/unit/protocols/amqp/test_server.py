@@ -11,6 +11,7 @@ from twisted.internet.testing import StringTransport
 from mqbroker import limits
 from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.amqp import codec, spec
+from mqbroker.protocols.amqp.channel import ByteBudget
 from mqbroker.protocols.amqp.queues import BatchStored, ConsumerKey
 from mqbroker.protocols.amqp.server import AmqpSession
 from mqbroker.protocols.amqp.spec import ReplyCode
@@ -23,6 +24,7 @@ class FakeVirtualHost:
 
     def __init__(self, clock: Clock, started: bool = True) -> None:
         self.clock = clock
+        self.held_bytes = ByteBudget(limits.amqp_held_bytes_broker_max)
         self.started = StartedSignal(clock, "AMQP front end")
         if started:
             self.started.fire()

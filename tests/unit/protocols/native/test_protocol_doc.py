@@ -17,7 +17,7 @@ from mqbroker.errors import ErrorCode
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native.messages import APIS
 
-DOCUMENT = pathlib.Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
+DOCUMENT = pathlib.Path(__file__).resolve().parents[4] / "docs" / "protocol.md"
 BEGIN = "<!-- BEGIN GENERATED: tests/unit/protocols/native/test_protocol_doc.py -->"
 END = "<!-- END GENERATED -->"
 _FIXED = {"b": "int8", "h": "int16", "i": "int32", "q": "int64"}

@@ -1,0 +1,244 @@
+"""Reads (tx-light): consumers' and followers' long-poll fetches, and offset lookups.
+
+A fetch reads whole batches up to the high watermark (a follower's, up to the log end, or it
+learns where its log diverged). One that finds less than ``min_bytes`` waits in
+``WaitingFetches`` on the logs it reads: the replica manager wakes it when the high watermark
+moves (a consumer) or a batch is appended (a follower), and the clock answers it at
+``max_wait_ms`` with whatever is there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+from mqbroker import errors
+from mqbroker.core.guards import broker_error, errors_as_failures, require_permission
+from mqbroker.interfaces import IAuthorizer
+from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max
+from mqbroker.model import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchPosition,
+    FetchResult,
+    OffsetAndTimestamp,
+    Operation,
+    Principal,
+    ResourceType,
+)
+from mqbroker.replication.replica_manager import ReplicaManager, divergence
+from mqbroker.storage.log import PartitionLog
+
+
+class WaitingFetches:
+    """Long-poll fetches waiting for data, by the partition logs they read."""
+
+    def __init__(self, clock: IReactorTime) -> None:
+        self._clock = clock
+        self._by_log: dict[PartitionLog, set[_PendingFetch]] = {}
+
+    def wait(
+        self, logs: Sequence[PartitionLog], read: Callable[[], list[FetchResult]], min_bytes: int, max_wait_ms: int,
+        follower: bool,
+    ) -> Deferred[list[FetchResult]]:
+        """Fire with ``read()`` once it brings ``min_bytes`` or an error, or at ``max_wait_ms`` with what it brings."""
+        pending = _PendingFetch(self, logs, read, min_bytes, follower)
+        for partition_log in logs:
+            self._by_log.setdefault(partition_log, set()).add(pending)
+        pending.timer = self._clock.callLater(min(max_wait_ms, fetch_wait_ms_max) / 1000.0, pending.complete)
+        return pending.deferred
+
+    def wake(self, partition_log: PartitionLog, followers_only: bool = False) -> None:
+        """Let the fetches of ``partition_log`` answer if they now can (only followers' after an append)."""
+        waiters = self._by_log.get(partition_log)
+        if waiters:
+            for pending in list(waiters):
+                if not followers_only or pending.follower:
+                    pending.try_complete()
+
+    def complete(self, partition_log: PartitionLog) -> None:
+        """Answer the fetches of ``partition_log`` now with what they find (its log is about to be deleted)."""
+        for pending in list(self._by_log.get(partition_log, ())):
+            pending.complete()
+
+    def complete_all(self) -> None:
+        """Answer every waiting fetch now (shutdown)."""
+        for waiters in list(self._by_log.values()):
+            for pending in list(waiters):
+                pending.complete()
+
+    def _forget(self, pending: _PendingFetch) -> None:
+        for partition_log in pending.logs:
+            waiters = self._by_log.get(partition_log)
+            if waiters is not None:
+                waiters.discard(pending)
+                if not waiters:
+                    del self._by_log[partition_log]
+
+
+class _PendingFetch:
+    """A long-poll fetch waiting for ``min_bytes`` or its timer."""
+
+    __slots__ = ("owner", "logs", "read", "min_bytes", "follower", "deferred", "timer")
+
+    def __init__(
+        self, owner: WaitingFetches, logs: Sequence[PartitionLog], read: Callable[[], list[FetchResult]],
+        min_bytes: int, follower: bool,
+    ) -> None:
+        self.owner = owner
+        self.logs = logs
+        self.read = read
+        self.min_bytes = min_bytes
+        self.follower = follower
+        self.deferred: Deferred[list[FetchResult]] = Deferred()
+        self.timer: IDelayedCall | None = None
+
+    def try_complete(self) -> None:
+        """Answer now if enough data has become visible."""
+        results = self.read()
+        if sum(len(r.records) for r in results) >= max(self.min_bytes, 1) or any(r.error for r in results):
+            self._finish(results)
+
+    def complete(self) -> None:
+        """Answer with whatever is there (timer expiry or shutdown)."""
+        if not self.deferred.called:
+            self._finish(self.read())
+
+    def _finish(self, results: list[FetchResult]) -> None:
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        self.owner._forget(self)
+        self.deferred.callback(results)
+
+
+class FetchService:
+    """Serves consumers' and followers' fetches and offset lookups from the partitions this broker leads."""
+
+    def __init__(
+        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, waiting: WaitingFetches
+    ) -> None:
+        self._clock = clock
+        self._authorizer = authorizer
+        self._replicas = replicas
+        self._waiting = waiting
+        #: Bytes of record batches served to consumers (a metric).
+        self.fetched_bytes = 0
+
+    @errors_as_failures
+    def fetch(
+        self, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> Deferred[list[FetchResult]]:
+        """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""
+        return self._fetch(principal, -1, positions, max_wait_ms, min_bytes, max_bytes)
+
+    @errors_as_failures
+    def replica_fetch(
+        self, principal: Principal, replica_id: int, positions: Sequence[FetchPosition], max_wait_ms: int,
+        min_bytes: int, max_bytes: int,
+    ) -> Deferred[list[FetchResult]]:
+        """A follower's long-poll fetch, which also reports its progress; see ``IBroker.replica_fetch``."""
+        require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
+        now_ms = int(self._clock.seconds() * 1000)
+        for position in positions:
+            self._replicas.follower_fetched(replica_id, position, now_ms)
+        return self._fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes)
+
+    @errors_as_failures
+    def list_offset(
+        self, principal: Principal, topic: str, partition: int, timestamp_ms: int
+    ) -> Deferred[OffsetAndTimestamp]:
+        """Find an offset by position or time; see ``IBroker.list_offset``."""
+        require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        partition_log = self._replicas.partition_log(topic, partition)
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return succeed(OffsetAndTimestamp(offset=partition_log.log_start_offset))
+        high_watermark = self._replicas.high_watermark(partition_log)
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return succeed(OffsetAndTimestamp(offset=high_watermark))
+        if timestamp_ms < 0:
+            raise errors.InvalidTimestampError(f"timestamp {timestamp_ms} is neither -1, -2 nor a time in ms")
+        found = partition_log.offset_for_timestamp(timestamp_ms)
+        if found is None or found >= high_watermark:
+            return succeed(OffsetAndTimestamp(offset=-1))
+        return succeed(OffsetAndTimestamp(offset=found, timestamp_ms=timestamp_ms))
+
+    def _fetch(
+        self, principal: Principal, replica_id: int, positions: Sequence[FetchPosition], max_wait_ms: int,
+        min_bytes: int, max_bytes: int,
+    ) -> Deferred[list[FetchResult]]:
+        max_bytes = min(max_bytes, fetch_response_bytes_max) if max_bytes > 0 else fetch_response_bytes_max
+        results = self._read_all(principal, positions, max_bytes, replica_id)
+        available = sum(len(r.records) for r in results)
+        answered = any(r.error or r.diverging_end_offset >= 0 for r in results)
+        if max_wait_ms <= 0 or available >= max(min_bytes, 1) or answered:
+            return succeed(results)
+        logs = [self._replicas.partition_log(p.topic, p.partition) for p in positions]
+        return self._waiting.wait(logs, lambda: self._read_all(principal, positions, max_bytes, replica_id),
+                                  min_bytes, max_wait_ms, follower=replica_id >= 0)
+
+    def _read_all(
+        self, principal: Principal, positions: Sequence[FetchPosition], max_bytes: int, replica_id: int
+    ) -> list[FetchResult]:
+        results = []
+        remaining = max_bytes
+        for position in positions:
+            try:
+                if replica_id >= 0:
+                    result = self._read_for_follower(position, remaining, first=not results)
+                else:
+                    result = self._read_one(principal, position, remaining, first=not results)
+            except Exception as error:  # reported in this partition's result; other partitions go on
+                result = FetchResult(topic=position.topic, partition=position.partition, error=broker_error(error))
+            remaining = max(0, remaining - len(result.records))
+            results.append(result)
+        return results
+
+    def _read_for_follower(self, position: FetchPosition, remaining: int, first: bool) -> FetchResult:
+        """Batches up to the log end for a follower, or where its log diverged from ours."""
+        topic, partition = position.topic, position.partition
+        partition_log, leader = self._replicas.leader(topic, partition)
+        if position.current_leader_epoch != leader.leader_epoch:
+            stale = position.current_leader_epoch < leader.leader_epoch
+            raise (errors.FencedLeaderEpochError if stale else errors.NotLeaderError)(
+                f"{topic}-{partition}: the follower is at leader epoch {position.current_leader_epoch}, "
+                f"this leader at {leader.leader_epoch}"
+            )
+        if position.offset < partition_log.log_start_offset:  # retention or delete-records passed the follower
+            return FetchResult(topic=topic, partition=partition, high_watermark=leader.high_watermark,
+                               log_start_offset=partition_log.log_start_offset,
+                               error=errors.OffsetOutOfRangeError(
+                                   f"{topic}-{partition}: the follower's offset {position.offset} is below the "
+                                   f"log start {partition_log.log_start_offset}; start again from there"))
+        diverged = divergence(partition_log, position)
+        if diverged is not None:
+            return FetchResult(topic=topic, partition=partition, high_watermark=leader.high_watermark,
+                               log_start_offset=partition_log.log_start_offset,
+                               diverging_epoch=diverged[0], diverging_end_offset=diverged[1])
+        limit = min(position.max_bytes, remaining) if not first else position.max_bytes
+        records = b""
+        if position.offset < partition_log.log_end_offset and limit > 0:
+            records = partition_log.read(position.offset, limit).records
+        return FetchResult(topic=topic, partition=partition, records=records, high_watermark=leader.high_watermark,
+                           log_start_offset=partition_log.log_start_offset)
+
+    def _read_one(self, principal: Principal, position: FetchPosition, remaining: int, first: bool) -> FetchResult:
+        """Batches below the high watermark for a consumer."""
+        topic, partition = position.topic, position.partition
+        require_permission(self._authorizer, principal, Operation.READ, ResourceType.TOPIC, topic)
+        partition_log = self._replicas.partition_log(topic, partition)
+        high_watermark = self._replicas.high_watermark(partition_log)
+        start = partition_log.log_start_offset
+        if position.offset < start or position.offset > partition_log.log_end_offset:
+            raise errors.OffsetOutOfRangeError(
+                f"offset {position.offset} is outside {topic}-{partition}'s range "
+                f"{start}..{partition_log.log_end_offset}; seek to the beginning or end"
+            )
+        records = b""
+        limit = min(position.max_bytes, remaining) if not first else position.max_bytes
+        if position.offset < high_watermark and limit > 0:
+            records = partition_log.read(position.offset, limit, max_offset=high_watermark).records
+        self.fetched_bytes += len(records)
+        return FetchResult(topic=topic, partition=partition, records=records, high_watermark=high_watermark,
+                           log_start_offset=start)

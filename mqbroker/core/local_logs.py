@@ -1,0 +1,78 @@
+"""This broker's partition logs, kept in step with the metadata image (tx-light: no I/O beyond storage calls).
+
+A broker holds a log for every partition it has a replica of: created when the image assigns it
+one, reconfigured when the topic's configs change, deleted when the topic is deleted or a
+reassignment moved the replica away. Leadership is the replica manager's business; this is only
+where the data lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet.interfaces import IReactorTime
+
+from mqbroker.cluster.metadata import MetadataImage, TopicState
+from mqbroker.cluster.metadata_records import (
+    AlterPartition,
+    AlterTopicConfigs,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    ReassignPartition,
+    Record,
+)
+from mqbroker.config import BrokerConfig
+from mqbroker.core.topic_config import log_config_for
+from mqbroker.storage.log import PartitionLog
+from mqbroker.storage.manager import LogManager
+
+
+class LocalLogs:
+    """Creates, reconfigures and deletes the local partition logs as the metadata image says."""
+
+    def __init__(
+        self, *, config: BrokerConfig, clock: IReactorTime, logs: LogManager,
+        before_delete: Callable[[PartitionLog], None],
+    ) -> None:
+        """``before_delete(log)`` runs before a local log is deleted (the broker answers the fetches waiting on it)."""
+        self._config = config
+        self._clock = clock
+        self._logs = logs
+        self._before_delete = before_delete
+
+    def image_changed(self, image: MetadataImage, record: Record | None) -> None:
+        """Bring the logs in step with ``image`` after ``record`` (None: compare every partition)."""
+        match record:
+            case CreateTopic(name=name) | CreatePartitions(name=name) | AlterTopicConfigs(name=name):
+                self._sync_topic(image.topics[name])
+            case DeleteTopic(name=name):
+                self._remove(name, keep=set())
+            case None | AlterPartition() | ReassignPartition():
+                self._sync_all(image)
+
+    def _sync_all(self, image: MetadataImage) -> None:
+        """Create what this broker hosts, delete the rest."""
+        hosted = set(image.partitions_hosted(self._config.node_id))
+        for topic in image.topics.values():
+            self._sync_topic(topic)
+        for topic, partition in self._logs.partitions():
+            if (topic, partition) not in hosted:
+                self._remove(topic, keep=hosted)
+
+    def _sync_topic(self, topic: TopicState) -> None:
+        log_config = log_config_for(self._config.topic_defaults, topic.configs)
+        local = set(self._logs.partitions())
+        for number, partition in enumerate(topic.partitions):
+            if self._config.node_id not in partition.replicas:
+                continue
+            if (topic.name, number) in local:
+                self._logs.get(topic.name, number).reconfigure(log_config)
+            else:
+                self._logs.create(topic.name, number, log_config, int(self._clock.seconds() * 1000))
+
+    def _remove(self, name: str, keep: set[tuple[str, int]]) -> None:
+        for topic, partition in self._logs.partitions():
+            if topic == name and (topic, partition) not in keep:
+                self._before_delete(self._logs.get(topic, partition))
+                self._logs.delete(topic, partition)

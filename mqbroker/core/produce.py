@@ -1,0 +1,99 @@
+"""Appends (tx-light): client produces with acks 0, 1 or all, and the broker's own replicated appends.
+
+A batch goes to the log of a partition this broker leads as it came (the log checks and stamps
+it; no record is decoded). Then acks=0 answers at once; acks=1 once the batch is on this
+broker's disk under the ``sync`` flush policy (at once under ``interval``); acks=all once the high
+watermark passed it, that is once every in-sync replica holds it, and is refused before anything
+is written while the ISR is smaller than ``min.insync.replicas``.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+
+from mqbroker import errors
+from mqbroker.core.guards import errors_as_failures, require_permission
+from mqbroker.durability.flusher import Flusher
+from mqbroker.interfaces import IAuthorizer
+from mqbroker.limits import produce_timeout_ms_max
+from mqbroker.model import Operation, Principal, ProduceResult, ResourceType
+from mqbroker.replication.leadership import LeaderPartition
+from mqbroker.replication.replica_manager import ReplicaManager, check_enough_replicas
+from mqbroker.storage.log import AppendResult, PartitionLog
+
+#: acks=all produces that give no timeout wait this long for the ISR.
+PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+
+
+class ProduceService:
+    """Appends batches to the partitions this broker leads and answers when the acks say so."""
+
+    def __init__(
+        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, flusher: Flusher
+    ) -> None:
+        self._clock = clock
+        self._authorizer = authorizer
+        self._replicas = replicas
+        self._flusher = flusher
+        self._stopping = False
+        #: Bytes and records appended for clients (metrics; retried duplicates not counted).
+        self.produced_bytes = 0
+        self.produced_records = 0
+
+    @errors_as_failures
+    def produce(
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+    ) -> Deferred[ProduceResult]:
+        """Append a client's batches; see ``IBroker.produce``."""
+        if self._stopping:
+            raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
+        if acks not in (0, 1, -1):
+            raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
+        require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.TOPIC, topic)
+        partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=acks == -1)
+        result = ProduceResult(
+            base_offset=appended.base_offset,
+            last_offset=appended.last_offset,
+            log_append_time_ms=appended.log_append_time_ms,
+            log_start_offset=appended.log_start_offset,
+        )
+        if not appended.duplicate:
+            self.produced_bytes += len(records)
+            self.produced_records += appended.last_offset - appended.base_offset + 1
+        sync = self._replicas.leader_appended(partition_log)
+        if acks == 0 or (acks == 1 and not sync):
+            return succeed(result)
+        if acks == 1:
+            waited = self._flusher.wait_durable(partition_log, appended.last_offset)
+        else:
+            timeout_ms = min(timeout_ms, produce_timeout_ms_max) if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT
+            waited = leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
+        waited.addCallback(lambda _: result)
+        return waited
+
+    @errors_as_failures
+    def append_replicated(self, topic: str, partition: int, records: bytes, timeout_ms: int) -> Deferred[None]:
+        """Append the broker's own batch (e.g. group offsets) with acks=all: fire once every in-sync replica has it.
+
+        A write acknowledged only by the leader's disk would be lost, or go back to an older
+        state, when that leader fails before its followers copied it.
+        """
+        partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=True)
+        self._replicas.leader_appended(partition_log)
+        return leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
+
+    def _append(
+        self, topic: str, partition: int, records: bytes, acks_all: bool
+    ) -> tuple[PartitionLog, LeaderPartition, AppendResult, int]:
+        """Append at the leader (refused first if acks=all and the ISR is too small): log, leader, result, min ISR."""
+        partition_log, leader = self._replicas.leader(topic, partition)
+        min_insync = self._replicas.min_insync_replicas(topic)
+        if acks_all:
+            check_enough_replicas(leader, min_insync)
+        appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch)
+        return partition_log, leader, appended, min_insync
+
+    def stop(self) -> None:
+        """Refuse new produces (shutdown)."""
+        self._stopping = True

@@ -1,0 +1,128 @@
+"""Fetch in-process: long-polls woken by durability or appends, expiring on the Clock; offset lookups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqbroker import errors
+from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
+from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult
+from mqbroker.records.batch import iter_batches
+from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
+from tests.unit.storage.logtools import make_batch
+
+BATCH = make_batch([b"a", b"b", b"c"], timestamp_ms=5_000)
+
+
+def _broker(tmp_path: Path, configs: dict[str, str] | None = None, replicas: tuple[int, ...] = (1,)) -> BrokerRig:
+    cluster = FakeClusterView(broker_ids=sorted({1, *replicas}))
+    rig = build_broker(tmp_path, cluster)
+    cluster.apply(CreateTopic(name="t", assignment=(1,), configs=configs or {}, replicas=(replicas,)))
+    return rig
+
+
+def _position(offset: int = 0, epoch: int = -1, last_fetched_epoch: int = -1) -> FetchPosition:
+    return FetchPosition(topic="t", partition=0, offset=offset, max_bytes=1 << 20, current_leader_epoch=epoch,
+                         last_fetched_epoch=last_fetched_epoch)
+
+
+def _offsets(result: FetchResult) -> list[int]:
+    return [header.base_offset for _, header in iter_batches(result.records)]
+
+
+def test_a_long_poll_is_answered_once_the_batch_is_durable(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    assert not fetched.called  # appended, but consumers see only what is durable (the high watermark)
+    rig.engine.finish_round()
+    [result] = fired(fetched)
+    assert _offsets(result) == [0] and result.high_watermark == 3
+
+
+def test_under_interval_flushing_the_append_itself_wakes_the_long_poll(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, {"flush.policy": "interval"})
+    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    assert _offsets(fired(fetched)[0]) == [0]
+
+
+def test_a_long_poll_expires_on_max_wait_with_what_there_is(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 500, 1, 1 << 20)
+    rig.clock.advance(0.499)
+    assert not fetched.called
+    rig.clock.advance(0.001)
+    [result] = fired(fetched)
+    assert (result.records, result.error, result.high_watermark) == (b"", None, 0)
+
+
+def test_a_long_poll_waits_for_min_bytes(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, {"flush.policy": "interval"})
+    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 2 * len(BATCH), 1 << 20)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    assert not fetched.called
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    assert _offsets(fired(fetched)[0]) == [0, 3]
+
+
+def test_a_followers_long_poll_is_woken_by_the_append_before_the_fsync(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, replicas=(1, 2))
+    fetched = rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=0)], 5_000, 1, 1 << 20)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    [result] = fired(fetched)  # a follower copies up to the log end; the high watermark waits for it
+    assert _offsets(result) == [0] and result.high_watermark == 0
+
+
+def test_a_follower_whose_log_diverged_is_told_where(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, replicas=(1, 2))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(5, epoch=0, last_fetched_epoch=0)],
+                                              5_000, 1, 1 << 20))
+    assert (result.diverging_epoch, result.diverging_end_offset) == (0, 3)  # it claims offsets we never had
+
+
+def test_a_follower_at_a_stale_leader_epoch_is_fenced(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, replicas=(1, 2))
+    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=-1)], 0, 1, 1 << 20))
+    assert isinstance(result.error, errors.FencedLeaderEpochError)
+
+
+def test_deleting_the_topic_answers_its_waiting_fetches(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    rig.cluster.apply(DeleteTopic(name="t"))
+    [result] = fired(fetched)
+    assert isinstance(result.error, errors.UnknownTopicOrPartitionError)
+    assert rig.logs.partitions() == []
+
+
+def test_an_offset_outside_the_log_is_an_error_of_that_partition_only(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, {"flush.policy": "interval"})
+    rig.cluster.apply(CreateTopic(name="u", assignment=(1,), replicas=((1,),)))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    wrong, right = fired(rig.broker.fetch(ANONYMOUS, [_position(7), _position(0)], 0, 1, 1 << 20))
+    assert isinstance(wrong.error, errors.OffsetOutOfRangeError) and _offsets(right) == [0]
+
+
+def test_list_offset_finds_the_start_the_high_watermark_and_a_time(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -1)).offset == 0  # nothing durable yet
+    rig.engine.finish_round()
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -2)).offset == 0
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -1)).offset == 3
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, 5_000)).offset == 0
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, 9_000)).offset == -1
+    with pytest.raises(errors.InvalidTimestampError):
+        fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -5))
+
+
+def test_stopping_answers_every_waiting_fetch(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    rig.broker.stop()
+    [result] = fired(fetched)
+    assert result.records == b""
