@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import ProducePartition, ProduceRequest, ProduceTopic
-from mqbroker.records import batch as records
+from mqbroker.records.builder import BatchBuilder
 
 
 class RecordMetadata(NamedTuple):
@@ -56,7 +56,7 @@ class ProducerBatch:
         self,
         topic: str,
         partition: int,
-        builder: records.BatchBuilder | None,
+        builder: BatchBuilder | None,
         base_sequence: int,
         created_ms: int,
         waiter: object,

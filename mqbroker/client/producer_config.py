@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from mqbroker.client.backoff import Backoff
 from mqbroker.protocols.native.messages import Acks
-from mqbroker.records import batch as records
+from mqbroker.records.header import HEADER_BYTES
 from mqbroker.records.compression import Compression
 
 #: The broker keeps the last 5 batches per producer and partition, so more in flight breaks dedup.
@@ -64,6 +64,6 @@ class ProducerConfig:
             raise ValueError(f"idempotence allows 1 to {IDEMPOTENT_IN_FLIGHT_MAX} requests in flight")
         if self.max_in_flight < 1 or self.batch_size < 1 or self.linger_ms < 0:
             raise ValueError("max_in_flight and batch_size must be positive and linger_ms not negative")
-        if self.batch_size + records.HEADER_BYTES > self.request_bytes_max:
+        if self.batch_size + HEADER_BYTES > self.request_bytes_max:
             raise ValueError("batch_size must fit in request_bytes_max")
         return self
