@@ -74,3 +74,6 @@ kafka_request_bytes_max = 100 * 1024 * 1024
 #: Kafka: requests one connection may have in progress before the broker stops reading from it
 #: (librdkafka pipelines up to 1,000,000 by default; five is the norm for idempotent producers).
 kafka_inflight_requests_max = 64
+#: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
+#: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
+delivery_callbacks_queued_max = 100_000

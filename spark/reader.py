@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from mqbroker.client.blocking import Admin, Consumer, Message
+from mqbroker.client import Admin, Consumer, Message
 from mqbroker.errors import BrokerError
 from mqbroker_spark.offsets import EARLIEST, LATEST, OffsetRange, TopicOffsets, from_json, limit_end, plan_ranges, to_json
 from mqbroker_spark.options import OptionError, SourceOptions

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.security import ClientSecurity
 from mqbroker.protocols.framing import LengthPrefixedFrames, frame
 from mqbroker.security.certs import CertificateFiles, init_directory

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from mqbroker.cluster.metadata_records import PutGenericRecord, encode_record
 from mqbroker.errors import SaslAuthenticationError
 from mqbroker.protocols.native import messages as m

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context
 from mqbroker.protocols.framing import LengthPrefixedFrames, frame
