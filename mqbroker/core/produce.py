@@ -4,7 +4,8 @@ A batch goes to the log of a partition this broker leads as it came (the log che
 it; no record is decoded). Then acks=0 answers at once; acks=1 once the batch is on this
 broker's disk under the ``sync`` flush policy (at once under ``interval``); acks=all once the high
 watermark passed it, that is once every in-sync replica holds it, and is refused before anything
-is written while the ISR is smaller than ``min.insync.replicas``.
+is written while the ISR is smaller than ``min.insync.replicas``. Internal topics (``__``) take
+only the cluster's own writes (``ClusterPrincipals``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mqbroker.limits import produce_timeout_ms_max
 from mqbroker.model import Operation, Principal, ProduceResult, ResourceType
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager, check_enough_replicas
+from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import AppendResult, PartitionLog
 
 #: acks=all produces that give no timeout wait this long for the ISR.
@@ -30,10 +32,12 @@ class ProduceService:
     """Appends batches to the partitions this broker leads and answers when the acks say so."""
 
     def __init__(
-        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, flusher: Flusher
+        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, flusher: Flusher,
+        principals: ClusterPrincipals,
     ) -> None:
         self._clock = clock
         self._authorizer = authorizer
+        self._principals = principals
         self._replicas = replicas
         self._flusher = flusher
         self._stopping = False
@@ -50,6 +54,7 @@ class ProduceService:
             raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
         if acks not in (0, 1, -1):
             raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
+        self._principals.check_internal_write(principal, topic)
         require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.TOPIC, topic)
         partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=acks == -1)
         result = ProduceResult(

@@ -8,14 +8,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from mqbroker.errors import InvalidConfigError, InvalidTopicError
+from mqbroker.errors import InvalidConfigError, InvalidTopicError, PolicyViolationError
 from mqbroker.limits import topic_name_length_max
 from mqbroker.storage import errors as storage_errors
 from mqbroker.storage.config import LogConfig
 
 #: Topic configuration keys the broker itself interprets (the rest belong to the storage engine).
 BROKER_TOPIC_CONFIG_DEFAULTS = {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"}
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+#: A topic name, matched against the whole string (``$`` would also match before a final newline).
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 #: Producer ids are handed out in blocks so that a restart never reuses one without a write per id.
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -24,10 +25,18 @@ def validate_topic_name(name: str) -> None:
     """Raise ``InvalidTopicError`` unless ``name`` can be a topic (and a directory name)."""
     if not name or len(name) > topic_name_length_max:
         raise InvalidTopicError(f"topic name must be 1..{topic_name_length_max} characters, got {len(name)}")
-    if name in (".", "..") or not _TOPIC_NAME.match(name):
+    if name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
         raise InvalidTopicError(
             f"topic name {name!r} is not valid: use ASCII letters, digits, '.', '_' and '-'"
         )
+
+
+def check_cluster_partitions(existing: int, adding: int, partitions_max: int) -> None:
+    """Raise ``PolicyViolationError`` if ``adding`` partitions to the ``existing`` ones passes ``partitions_max``."""
+    if existing + adding > partitions_max:
+        raise PolicyViolationError(
+            f"the cluster holds {existing} partitions; {adding} more would pass its limit of {partitions_max} "
+            f"(setting cluster_partitions_max): delete topics you no longer need or raise the setting")
 
 
 def validate_broker_topic_configs(configs: Mapping[str, str]) -> None:

@@ -27,6 +27,7 @@ from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import PutGenericRecord, Record
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.security.cluster_auth import read_password_file
+from mqbroker.security.cluster_principals import super_users_of
 from mqbroker.security.inter_broker import BrokerCertificateRules, inter_broker_credentials
 from mqbroker.security.principal_mapping import PrincipalMapper
 from mqbroker.security.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager, QuotaScope, parse_quota_overrides
@@ -100,8 +101,7 @@ class SecurityServices:
             inter_broker_username=config.security_inter_broker_user,
             inter_broker_credentials=inter_broker_credentials_,
         )
-        super_users = [name.strip() for name in config.security_super_users.split(",") if name.strip()]
-        self.acls = AclAuthorizer(super_users=[*super_users, *INTERNAL_PRINCIPALS], on_denied=audit_denial,
+        self.acls = AclAuthorizer(super_users=[*super_users_of(config), *INTERNAL_PRINCIPALS], on_denied=audit_denial,
                                   allow_if_no_acl=config.security_allow_if_no_acl)
         self.authorizer: IAuthorizer = self.acls if config.security_authorizer == "acl" else AllowEverything()
         self.quotas = quota_manager(config)
