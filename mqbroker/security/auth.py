@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from mqbroker.errors import (
 from mqbroker.interfaces import IAuthenticator, ISaslExchange
 from mqbroker.model import ANONYMOUS, Principal
 from mqbroker.security.inter_broker import BrokerCertificateRules, broker_principal
+from mqbroker.security.names import name_problem
 from mqbroker.security.principal_mapping import PrincipalMapper
 from mqbroker.security.scram import (
     DEFAULT_ITERATIONS,
@@ -109,10 +109,9 @@ class UserRecord:
 
 def check_username(name: str) -> str:
     """Return ``name`` if it can name a user, else raise InvalidRequestError saying why."""
-    if not name or len(name) > limits.username_length_max:
-        raise InvalidRequestError(f"user name must be 1 to {limits.username_length_max} characters")
-    if any(unicodedata.category(character).startswith("C") for character in name):
-        raise InvalidRequestError("user name may not contain control characters")
+    problem = name_problem(name, limits.username_length_max)
+    if problem is not None:
+        raise InvalidRequestError(f"user name {name[:64]!r} {problem}; use printable characters")
     return name
 
 

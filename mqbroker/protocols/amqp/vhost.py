@@ -53,6 +53,7 @@ from mqbroker.protocols.amqp.stored import (
 )
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.batch import BatchBuilder, decode_records, iter_batches
+from mqbroker.security.names import name_problem
 
 Queue = ClassicQueue | StreamQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.
@@ -62,11 +63,20 @@ STATE_WRITE_DELAY_S = 0.2
 #: How often TTL and x-expires are checked.
 HOUSEKEEPING_INTERVAL_S = 1.0
 _WRITE_TIMEOUT_MS = 30_000
+#: Longest queue or exchange name (a shortstr holds 255 bytes).
+NAME_LENGTH_MAX = 255
 _PUBLIC = Exchange(name="", type=ExchangeType.DIRECT)  # stands in for an exchange that is not internal
 
 
 def _error(code: ReplyCode, text: str, method: spec.Method) -> AmqpError:
     return AmqpError(code, text, class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+
+
+def _check_name(kind: str, name: str, method: spec.Method) -> None:
+    """406 for a queue or exchange name that is not printable (it appears in logs and stored keys)."""
+    problem = name_problem(name, NAME_LENGTH_MAX)
+    if problem is not None:
+        raise _error(ReplyCode.PRECONDITION_FAILED, f"{kind} name {name[:64]!r} {problem}", method)
 
 
 class VirtualHost:
@@ -311,6 +321,7 @@ class VirtualHost:
         else:
             if name.startswith("amq.") and method.queue:
                 raise _error(ReplyCode.ACCESS_REFUSED, f"queue name '{name}' is reserved (amq.*)", method)
+            _check_name("queue", name, method)
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
                                            arguments=dict(method.arguments))
             QueuePolicy.from_arguments(declaration.arguments)  # 406 before anything is created
@@ -397,6 +408,8 @@ class VirtualHost:
         except ValueError:
             raise _error(ReplyCode.COMMAND_INVALID, f"exchange type '{method.type}' is not supported; "
                          "use direct, fanout, topic or headers", method) from None
+        if method.exchange:  # "" is the default exchange, as before
+            _check_name("exchange", method.exchange, method)
         exchange = Exchange(name=method.exchange, type=exchange_type, durable=method.durable,
                             auto_delete=method.auto_delete, internal=method.internal, arguments=dict(method.arguments))
         topic = source_topic(exchange.arguments, method)
