@@ -52,6 +52,7 @@ from mqbroker.model import (
     ProducerIdentity,
     TopicSpec,
 )
+from mqbroker.records.readable import UnreadableTally
 from mqbroker.replication.replica_manager import Follower, ReplicaManager
 from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import PartitionLog
@@ -73,10 +74,12 @@ class Broker:
         follower_factory: Callable[[ReplicaManager], Follower],
         authorizer: IAuthorizer,
         principals: ClusterPrincipals | None = None,
+        unreadable: UnreadableTally | None = None,
     ) -> None:
         """``flusher_factory(on_durable)`` builds the group-commit flusher, ``follower_factory(sink)`` the replica
         fetcher that follows the leaders of the partitions this broker does not lead; ``principals`` who acts
-        for the cluster (by default as the configuration says)."""
+        for the cluster (by default as the configuration says); ``unreadable`` counts the batches the offsets
+        replay skips (the broker's metric)."""
         self._config = config
         self._clock = clock
         self._logs = logs
@@ -90,13 +93,15 @@ class Broker:
         self._flusher = self._replicas.flusher
         self._local_logs = LocalLogs(config=config, clock=clock, logs=logs, before_delete=self._waiting.complete)
         self._produce = ProduceService(clock=clock, authorizer=authorizer, replicas=self._replicas,
-                                       flusher=self._flusher, principals=principals)
+                                       flusher=self._flusher, principals=principals, cluster=cluster,
+                                       topic_defaults=config.topic_defaults)
         self._fetch = FetchService(clock=clock, authorizer=authorizer, replicas=self._replicas, waiting=self._waiting,
                                    principals=principals)
         self._groups = GroupHosting(
             config=config, clock=clock, cluster=cluster, logs=logs, replicas=self._replicas,
             append_replicated=self._produce.append_replicated,
             offsets_replication_factor=internal_replication_factor(config, len(cluster.voters)),
+            unreadable=unreadable,
         )
         self._group_requests = GroupRequests(authorizer=authorizer, hosting=self._groups)
         self._topics = TopicAdmin(config=config, cluster=cluster, authorizer=authorizer, replicas=self._replicas,

@@ -97,10 +97,16 @@ class UserRecord:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> UserRecord:
-        """Rebuild a record written by ``to_bytes``."""
-        document = json.loads(data)
-        credentials = tuple(ScramCredential.from_json(item) for item in document["credentials"])
-        return cls(name=document["name"], credentials=credentials)
+        """Rebuild a record written by ``to_bytes``; InvalidRequestError (and nothing else) if it is not one."""
+        try:
+            document = json.loads(data)
+            credentials = tuple(ScramCredential.from_json(item) for item in document["credentials"])
+            name = document["name"]
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # binascii.Error is a ValueError
+            raise InvalidRequestError(f"malformed user record: {error!r}") from None
+        if not isinstance(name, str):
+            raise InvalidRequestError("malformed user record: the name is not a string")
+        return cls(name=name, credentials=credentials)
 
     def credential(self, mechanism: ScramMechanism) -> ScramCredential | None:
         """The credential for ``mechanism``, if the user has one."""

@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred, gatherResults
 from twisted.logger import Logger
 
 from mqbroker import errors
+from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableTally
 from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
 from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
 from mqbroker.config import BrokerConfig
@@ -41,6 +42,8 @@ DECOY_SECRET_KEY = "scram-decoy"
 #: The front ends' own principals (reading and writing the logs they map onto): never a client's.
 INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp")
 CLUSTER_RESOURCE = "kafka-cluster"
+#: How skipped metadata records are reported (the Raft log of cluster metadata, Kafka's name for it).
+METADATA_LOG = "__cluster_metadata"
 
 audit = Logger(namespace="mqbroker.audit")
 
@@ -85,8 +88,10 @@ class SecurityServices:
 
     log = Logger()
 
-    def __init__(self, config: BrokerConfig, control: Any = None) -> None:
+    def __init__(self, config: BrokerConfig, control: Any = None, unreadable: UnreadableTally | None = None) -> None:
+        """``unreadable`` counts the user and ACL records of the metadata that do not decode (the broker's metric)."""
         self.config = config
+        self.unreadable = unreadable or UnreadableTally()
         self.store = CredentialStore(os.urandom)
         inter_broker_credentials_ = {}
         if config.security_inter_broker_password_file:
@@ -169,6 +174,16 @@ class SecurityServices:
                 self._apply(kind, key, value)
 
     def _apply(self, kind: str, key: str, value: Any) -> None:
+        """Take a user or ACL record into the store or authorizer; one that does not decode is counted, logged
+        and skipped (the metadata replay goes on)."""
+        try:
+            self._apply_one(kind, key, value)
+        except errors.InvalidRequestError as error:
+            index = self._control.image.applied_index if self._control is not None else -1
+            self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped_at(
+                "metadata replay", METADATA_LOG, 0, index, index, f"{kind} record {key[:80]!r}: {error.message}"))
+
+    def _apply_one(self, kind: str, key: str, value: Any) -> None:
         if kind == USER_KIND:
             if value is None:
                 if key in self.store.list():

@@ -52,7 +52,14 @@ from mqbroker.protocols.amqp.stored import (
     queue_topic,
 )
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.records.batch import BatchBuilder, decode_records, iter_batches
+from mqbroker.records.batch import BatchBuilder
+from mqbroker.records.readable import (
+    SKIPPED_LOG_FORMAT,
+    UnreadableBatch,
+    UnreadableTally,
+    next_offset_after,
+    readable_records,
+)
 from mqbroker.security.names import name_problem
 
 Queue = ClassicQueue | StreamQueue
@@ -84,9 +91,11 @@ class VirtualHost:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: Any) -> None:
+    def __init__(self, broker: IBroker, reactor: Any, unreadable: UnreadableTally | None = None) -> None:
+        """``unreadable`` counts the batches its readers skip (the broker's metric)."""
         self.broker = broker
         self.reactor = reactor
+        self.unreadable = unreadable or UnreadableTally()
         #: Message bytes every connection's channels hold in memory together (partial messages, open transactions).
         self.held_bytes = ByteBudget(limits.amqp_held_bytes_broker_max)
         self.principal = INTERNAL_PRINCIPAL
@@ -159,14 +168,15 @@ class VirtualHost:
             [result] = await self.broker.fetch(self.principal, [position], 0, 1, 16 * 1024 * 1024)
             if result.error is not None:
                 raise result.error
-            view = memoryview(result.records)
-            for position_bytes, header in iter_batches(view):
-                if not header.is_control:
-                    batch = view[position_bytes : position_bytes + header.size_bytes]
-                    records += [r for r in decode_records(batch) if r.offset >= offset]
-            offset = max(offset, records[-1].offset + 1) if records else offset
+            records += readable_records(result.records, offset, topic=topic, partition=0,
+                                        skipped=lambda batch: self.skip_unreadable("AMQP replay", batch))
+            offset = next_offset_after(result.records, offset)
             if offset >= result.high_watermark or not result.records:
                 return records
+
+    def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None:
+        """A batch ``reader`` could not decode: count it, log where it is; the reader goes on after it."""
+        self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped(reader, batch))
 
     # --- persistence --------------------------------------------------------------------------
 
@@ -325,7 +335,7 @@ class VirtualHost:
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
                                            arguments=dict(method.arguments))
             QueuePolicy.from_arguments(declaration.arguments)  # 406 before anything is created
-            topic_spec = TopicSpec(name=queue_topic(name), partitions=1)
+            topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
             except errors.TopicAlreadyExistsError:

@@ -450,7 +450,7 @@ class MqttConnection:
 
     def _catch_up_records(self, key: PartitionKey, data: bytes, offset: int) -> None:
         limit = self.hub.live_position(key)
-        for record in hub_module.records_after(data, offset):
+        for record in self.hub.records_after(key, data, offset):
             if record.offset >= limit or not self._catch_up_one(key, record):
                 return
             self._behind[key] = record.offset + 1
@@ -496,7 +496,8 @@ class MqttConnection:
 def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
-    hub = MqttHub(broker, reactor, TopicMapping())
+    hub = MqttHub(broker, reactor, TopicMapping(),
+                  unreadable=context.metrics.unreadable if context.metrics is not None else None)
     config = SessionConfig(receive_maximum=RECEIVE_MAXIMUM, outbound_inflight_max_3_1_1=RECEIVE_MAXIMUM)
     counter = itertools.count(1)
     prefix = f"mqbroker-{context.config.node_id}-{int(reactor.seconds() * 1000):x}"
