@@ -10,7 +10,9 @@ from collections.abc import Mapping
 
 from mqbroker.errors import CorruptMessageError, InvalidConfigError, InvalidRecordError, InvalidTopicError, PolicyViolationError
 from mqbroker.limits import topic_name_length_max
-from mqbroker.records.batch import decode_records, iter_batches
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import iter_batches
 from mqbroker.storage import errors as storage_errors
 from mqbroker.storage.config import LogConfig
 
@@ -72,7 +74,7 @@ def check_produced_records(topic: str, records: bytes, *, keys_required: bool) -
                     raise InvalidRecordError(
                         f"topic {topic!r} is compacted: every record needs a key (record at offset delta "
                         f"{record.offset - header.base_offset} has none)")
-    except storage_errors.CorruptRecordError as error:
+    except CorruptRecordError as error:
         raise CorruptMessageError(f"topic {topic!r} takes only records that decode (the broker reads them): "
                                   f"{error}") from None
 

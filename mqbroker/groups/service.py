@@ -35,9 +35,9 @@ from mqbroker.groups.messages import (
 )
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset, OffsetsRecord, decode_key
-from mqbroker.records import batch as batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.readable import UnreadableBatch, next_offset_after, readable_batches
-from mqbroker.storage.errors import CorruptRecordError
 from mqbroker.storage.log import PartitionLog
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -247,11 +247,11 @@ class GroupService:
 
     def _write(self, records: list[OffsetsRecord]) -> Deferred[Any]:
         """Append records to their groups' partitions, one batch per partition; fires when all are durable."""
-        by_partition: dict[int, batches.BatchBuilder] = {}
+        by_partition: dict[int, BatchBuilder] = {}
         now_ms = self.now_ms()
         for record in records:
             partition = offsets_partition(decode_key(record.key).group_id, self._offsets_partitions)
-            builder = by_partition.setdefault(partition, batches.BatchBuilder())
+            builder = by_partition.setdefault(partition, BatchBuilder())
             builder.append(now_ms, record.key, record.value)
         appends = [self._append(partition, builder.build()) for partition, builder in by_partition.items()]
         written = gatherResults(appends, consumeErrors=True)

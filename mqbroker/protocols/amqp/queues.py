@@ -31,13 +31,15 @@ from mqbroker.protocols.amqp.queue_state import (
 )
 from mqbroker.protocols.amqp.stored import (
     DecompressionBudget,
+    FetchBudgetSpent,
     QueueDeclaration,
     StoredMessage,
     append_message,
     queue_topic,
     queued_message,
 )
-from mqbroker.records.batch import BatchBuilder, iter_batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.readable import UnreadableBatch, readable_batches
 
 #: Ready messages a classic queue reads ahead of its consumers.
 READ_AHEAD_MESSAGES = 2_000
@@ -82,18 +84,24 @@ class Consumer:
         return int(self.session.delivery_window(self.channel, self.tag))
 
 
-def decode_fetched(records: bytes, skip_below: int = 0) -> list[QueuedMessage]:
-    """Whole record batches from a fetch → the queue's view of their records (batches wholly
-    below ``skip_below`` are not decoded: the queue has them already)."""
-    view = memoryview(records)
-    messages = []
+def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "") -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
+    """Whole record batches from a fetch → the queue's view of their records and the batches that do not decode
+    (batches wholly below ``skip_below`` are not decoded: the queue has them already).
+
+    Stops early, at a batch boundary, once the fetch's decompression budget is spent (the next fetch reads on).
+    Raises ``CorruptRecordError`` only for a batch header that does not read (nothing after it can be found).
+    """
+    messages: list[QueuedMessage] = []
+    unreadable: list[UnreadableBatch] = []
     budget = DecompressionBudget()
-    for position, header in iter_batches(view):
-        if header.is_control or header.base_offset + header.last_offset_delta < skip_below:
-            continue
-        batch = view[position : position + header.size_bytes]
-        messages += budget.decode(batch, header, queued_message, _message_bytes)
-    return messages
+    batches = readable_batches(records, skip_below, topic=topic, partition=0, skipped=unreadable.append,
+                               decode=lambda batch, header: budget.decode(batch, header, queued_message, _message_bytes))
+    try:
+        for _, decoded in batches:
+            messages += decoded
+    except FetchBudgetSpent:
+        pass
+    return messages, unreadable
 
 
 def _message_bytes(message: QueuedMessage) -> int:
@@ -120,6 +128,8 @@ class QueueHost(Protocol):
     def state_changed(self, queue: ClassicQueue) -> None: ...
 
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None: ...
+
+    def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None: ...
 
 
 class BatchStored:
@@ -319,6 +329,9 @@ class _Queue(abc.ABC):
             self._backing_off = True
             self.host.reactor.callLater(1.0, self._retry)
 
+    def _skip_unreadable(self, batch: UnreadableBatch) -> None:
+        self.host.skip_unreadable("AMQP queue", batch)  # counted and logged; its messages are skipped
+
     def _retry(self) -> None:
         self._backing_off = False
         self.dispatch()
@@ -477,7 +490,11 @@ class ClassicQueue(_Queue):
         cursor = self.state.cursor
         if offset <= cursor and self.state.ready_in_memory < READ_AHEAD_MESSAGES:
             # Read from at or before the cursor: the records from the cursor on are contiguous.
-            self.state.receive(decode_fetched(result.records, skip_below=cursor))
+            messages, unreadable = decode_fetched(result.records, skip_below=cursor, topic=self.topic)
+            self.state.receive(messages)
+            for batch in unreadable:
+                self._skip_unreadable(batch)
+                self.state.skip_unreadable(batch.first_offset, batch.last_offset)
 
     def _fetch_finished(self, _: Any) -> None:
         self._fetching = False
@@ -595,7 +612,13 @@ class StreamQueue(_Queue):
             raise result.error
         self.log_start, self.log_end = result.log_start_offset, result.high_watermark
         reader.offset = max(reader.offset, result.log_start_offset)
-        reader.buffer = [message for message in decode_fetched(result.records) if message.offset >= reader.offset]
+        messages, unreadable = decode_fetched(result.records, topic=self.topic)
+        reader.buffer = [message for message in messages if message.offset >= reader.offset]
+        for batch in unreadable:
+            if batch.last_offset >= reader.offset:
+                self._skip_unreadable(batch)
+            if not reader.buffer and batch.first_offset <= reader.offset <= batch.last_offset:
+                reader.offset = batch.last_offset + 1  # nothing to deliver before it: read on after it
 
     def _fetch_finished(self, _: Any, reader: _StreamReader) -> None:
         reader.fetching = False

@@ -32,9 +32,10 @@ from mqbroker.protocols.amqp.stored import (
     QUEUE_STATE_TOPIC,
     QUEUE_TOPIC_PREFIX,
     DecompressionBudget,
+    FetchBudgetSpent,
 )
-from mqbroker.records.batch import RecordHeader
-from mqbroker.records.readable import UnreadableBatch, next_offset_after, readable_batches
+from mqbroker.records.readable import UnreadableBatch, readable_batches
+from mqbroker.records.record import RecordHeader
 
 #: The exchange argument naming the native topic an exchange reads from.
 SOURCE_TOPIC_ARGUMENT = "x-source-topic"
@@ -73,8 +74,14 @@ def encode_positions(positions: Positions) -> bytes:
 
 
 def decode_positions(value: bytes) -> Positions:
-    """A stored positions value → {partition: offset}."""
-    return {int(partition): int(offset) for partition, offset in fields.Reader(value).table().items()}
+    """A stored positions value → {partition: offset}; AmqpError (and nothing else) if it is not one."""
+    positions = {}
+    for partition, offset in fields.Reader(value).table().items():
+        if not (partition.isascii() and partition.isdigit()) or type(offset) is not int or offset < 0:
+            raise AmqpError(ReplyCode.INTERNAL_ERROR,
+                            f"stored AMQP source position {partition[:40]!r}: {str(offset)[:40]} is not partition: offset")
+        positions[int(partition)] = offset
+    return positions
 
 
 def _header_value(value: bytes | None) -> str | bytes:
@@ -105,16 +112,20 @@ class SourceRecord:
 def decode_source_records(
     records: bytes, first_offset: int, *, topic: str, partition: int, skipped: Callable[[UnreadableBatch], None]
 ) -> tuple[list[SourceRecord], int]:
-    """Fetched batches → the records at or after ``first_offset`` and the offset after the last batch; a batch
-    that does not decode (or passes the fetch's decompression budget) goes to ``skipped``."""
+    """Fetched batches → the records at or after ``first_offset`` and the offset after the last batch decoded or
+    skipped (a batch that does not decode goes to ``skipped``; those after a batch that no longer fits the
+    fetch's decompression budget wait for the next fetch)."""
     decoded: list[SourceRecord] = []
     budget = DecompressionBudget()
     batches = readable_batches(records, first_offset, topic=topic, partition=partition, skipped=skipped,
                                decode=lambda batch, header: budget.decode(batch, header, _offset_and_record,
                                                                           _record_bytes))
-    for _, offsets_and_records in batches:
-        decoded += [record for offset, record in offsets_and_records if offset >= first_offset]
-    return decoded, next_offset_after(records, first_offset)
+    try:
+        for _, offsets_and_records in batches:
+            decoded += [record for offset, record in offsets_and_records if offset >= first_offset]
+    except FetchBudgetSpent:
+        pass
+    return decoded, batches.next_offset
 
 
 def _record_bytes(item: tuple[int, SourceRecord]) -> int:

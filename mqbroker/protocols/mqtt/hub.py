@@ -40,7 +40,7 @@ from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscri
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.records.batch import BatchBuilder, Record
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import (
     SKIPPED_LOG_FORMAT,
     UnreadableBatch,
@@ -48,6 +48,7 @@ from mqbroker.records.readable import (
     next_offset_after,
     readable_records,
 )
+from mqbroker.records.record import Record
 
 RETAINED_TOPIC = "__mqtt_retained"
 SESSIONS_TOPIC = "__mqtt_sessions"
@@ -287,7 +288,17 @@ class MqttHub:
             self.offline.pop(client_id, None)
             self._durable_sessions.discard(client_id)
         else:
-            self.offline[client_id] = StoredSession.from_bytes(record.value)
+            try:
+                stored = StoredSession.from_bytes(record.value)
+                SessionState.from_bytes(stored.state)  # checked here: the expiry timer and the next connect read it
+            except errors.CorruptMessageError as error:
+                self.offline.pop(client_id, None)  # an older record of this client is stale now
+                self._durable_sessions.add(client_id)  # the record is still there: forgetting writes a tombstone
+                fields = self.unreadable.skipped_at("MQTT replay", SESSIONS_TOPIC, 0, record.offset, record.offset,
+                                                    error, what=f"the session of {client_id!r}")
+                self.log.warn(SKIPPED_LOG_FORMAT + " (the client starts a new session)", **fields)
+                return
+            self.offline[client_id] = stored
             self._durable_sessions.add(client_id)
 
     # ------------------------------------------------------------------ fan-out

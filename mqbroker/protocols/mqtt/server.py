@@ -48,7 +48,8 @@ from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, Sessio
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter, topic_matches
-from mqbroker.records.batch import BatchBuilder, Record
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.record import Record
 from mqbroker.security.throttle import throttles
 
 #: A client that has not sent CONNECT by then is disconnected.

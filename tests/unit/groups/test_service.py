@@ -29,9 +29,9 @@ from mqbroker.groups.messages import (
 )
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset, OffsetStore, offset_commit_record
-from mqbroker.records.batch import BatchBuilder
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.storage.config import LogConfig
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.log import PartitionLog
 from tests.poison import poison_batch
 

@@ -7,7 +7,8 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqbroker.records.batch import BatchBuilder, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
 from mqbroker.records.readable import UnreadableBatch, UnreadableTally, readable_records
 from tests.poison import poison_batch
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp import fields, spec
 from mqbroker.protocols.amqp.codec import decode_properties
 from mqbroker.protocols.amqp.sources import decode_positions, decode_source_records, encode_positions, source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES
-from mqbroker.records.batch import BatchBuilder, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
 from mqbroker.records.readable import UnreadableBatch
 from tests.poison import poison_batch
+from tests.unit.protocols.amqp.strategies import field_values, shortstrs
 
 
 def test_an_exchange_without_the_argument_has_no_source() -> None:
@@ -65,3 +69,13 @@ def test_a_poison_batch_among_source_records_is_skipped_and_the_reader_reads_on(
     assert [record.body for record in records] == [b"before", b"after"] and next_offset == 14
     assert [(batch.topic, batch.partition, batch.first_offset, batch.last_offset) for batch in skipped] == [
         ("orders", 2, 11, 12)]
+
+
+@given(value=st.binary(max_size=80) | st.dictionaries(shortstrs, field_values, max_size=4).map(fields.table))
+@settings(max_examples=300)
+def test_garbage_positions_raise_only_amqp_error(value: bytes) -> None:
+    try:
+        positions = decode_positions(value)
+    except AmqpError:
+        return
+    assert all(type(offset) is int and offset >= 0 for offset in positions.values())

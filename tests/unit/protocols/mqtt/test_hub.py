@@ -10,7 +10,8 @@ from twisted.internet.task import Clock
 from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
 from mqbroker.protocols.mqtt.state import Subscription
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
-from mqbroker.records.batch import BatchBuilder, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
 from mqbroker.records.readable import UnreadableTally
 from tests.poison import poison_batch
 from tests.unit.protocols.test_startup import TopicsBroker, warnings  # noqa: F401  (a fixture)
