@@ -44,6 +44,7 @@ def add_parsers(commands: Any) -> None:
     listing.add_argument("--topic")
     listing.add_argument("--group")
     listing.add_argument("--principal")
+    listing.add_argument("--mqtt-topic", metavar="FILTER")
     listing.set_defaults(run=_list_acls)
 
 
@@ -58,6 +59,9 @@ def _add_acl_options(parser: argparse.ArgumentParser) -> None:
     resource.add_argument("--group", metavar="NAME", help="a consumer group (or *)")
     resource.add_argument("--transactional-id", metavar="ID")
     resource.add_argument("--cluster", action="store_true", help="the cluster (create topics, admin)")
+    resource.add_argument("--mqtt-topic", metavar="FILTER",
+                          help="an MQTT topic filter ('+', '#'; %%c is the client id, %%u the user name): "
+                               "read (subscribe, receive), write (publish) or all")
     parser.add_argument("--prefixed", action="store_true", help="NAME is a prefix: every resource starting with it")
 
 
@@ -68,6 +72,8 @@ def _binding(arguments: argparse.Namespace) -> AclBinding:
         resource_type, name = "group", arguments.group
     elif arguments.transactional_id is not None:
         resource_type, name = "transactional_id", arguments.transactional_id
+    elif arguments.mqtt_topic is not None:
+        resource_type, name = "mqtt_topic", arguments.mqtt_topic
     else:
         resource_type, name = "cluster", CLUSTER_RESOURCE
     return AclBinding(
@@ -140,6 +146,9 @@ def _list_acls(arguments: argparse.Namespace) -> int:
         if arguments.group is not None and (binding.resource_type, binding.resource_name) != ("group", arguments.group):
             continue
         if arguments.principal is not None and binding.principal != arguments.principal:
+            continue
+        if arguments.mqtt_topic is not None and (binding.resource_type, binding.resource_name) != (
+                "mqtt_topic", arguments.mqtt_topic):
             continue
         print(_describe(binding))
     return 0

@@ -24,10 +24,11 @@ from twisted.python.failure import Failure
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Principal
+from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.mqtt import hub as hub_module
 from mqbroker.protocols.mqtt import security as mqtt_security
+from mqbroker.protocols.mqtt.acl import TopicDecisions
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -65,9 +66,14 @@ class MqttConnection:
 
     log = Logger()
 
-    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any, security: Any = None) -> None:
+    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any, security: Any = None,
+                 topic_acls: mqtt_security.ListenerAcls | None = None) -> None:
+        """``topic_acls``: the listener's MQTT topic ACLs (shared by its connections)."""
         self.hub = hub
         self._security = security  # a SecurityServices, or None: every client is let in under its username
+        self.topic_acls = topic_acls or mqtt_security.ListenerAcls(security)
+        #: This connection's topic decisions once it is authenticated (None: MQTT topic ACLs do not apply).
+        self.topic_decisions: TopicDecisions | None = None
         self.session = MqttSession(config=config, mapping=hub.mapping, generate_client_id=generate_client_id)
         self.client_id = ""
         self.principal: Principal = ANONYMOUS
@@ -151,7 +157,7 @@ class MqttConnection:
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
-        if self.session.state is _CONNECTED:
+        if self.session.state is _CONNECTED and mqtt_security.topic_allowed(self, Operation.READ, message.topic):
             self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
 
     def take_over(self) -> Deferred[None]:
@@ -217,10 +223,15 @@ class MqttConnection:
 
     def _execute(self, actions: list[Action]) -> None:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
+        refused: list[int] = []
         for action in actions:
             if isinstance(action, Send):
                 self._send(action)
             elif isinstance(action, PublishToLog):
+                if not mqtt_security.topic_allowed(self, Operation.WRITE, action.key.decode("utf-8", "replace")):
+                    if action.ticket is not None:  # QoS 1/2: PUBACK/PUBREC 0x87 (level 5); QoS 0 is dropped
+                        refused.append(action.ticket)
+                    continue
                 partition = self.hub.partition_for(action.log_topic, action.key)
                 publishes.setdefault((action.log_topic, partition), []).append(action)
             elif isinstance(action, Close):
@@ -248,6 +259,8 @@ class MqttConnection:
                 assert isinstance(action, StoreSession), action  # written by _drain before this list ran
         for key, group in publishes.items():
             self._append(key, group)
+        if refused:
+            self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), ReasonCode.NOT_AUTHORIZED))
 
     def _send(self, action: Send) -> None:
         if self._connection is None:
@@ -402,6 +415,8 @@ class MqttConnection:
     ) -> None:
         state = self.session.session
         assert state is not None
+        if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+            return  # a subscription to '#' brings only what the principal may read
         queued_before = len(state.pending) + len(state.inflight)
         actions = self.session.deliver(message, subscriptions, self.hub.now_ms())
         if len(state.pending) + len(state.inflight) > queued_before:
@@ -422,6 +437,8 @@ class MqttConnection:
                 return
             if message.qos and not self.session.accepting_deliveries:
                 continue  # the queue is full; a retained message is a snapshot, the next one replaces it
+            if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+                continue
             self._run(self.session.deliver(message, [subscription], self.hub.now_ms(), from_retained_store=True))
 
     def _resume_catch_up(self) -> None:
@@ -509,8 +526,9 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     reactor.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
     reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
+    topic_acls = mqtt_security.ListenerAcls(context.security)
     return SessionFactory(
-        lambda address: MqttConnection(hub, config, generate_client_id, context.security),
+        lambda address: MqttConnection(hub, config, generate_client_id, context.security, topic_acls),
         idle_timeout_s=None, metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
         started=hub.started,
     )
