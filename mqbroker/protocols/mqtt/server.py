@@ -44,7 +44,7 @@ from mqbroker.protocols.mqtt.actions import (
     StoreSession,
 )
 from mqbroker.protocols.mqtt.hub import FETCH_BYTES_MAX, FRONT_END_PRINCIPAL, PRODUCE_TIMEOUT_MS, MqttHub
-from mqbroker.protocols.mqtt.packets import Publish, ReasonCode
+from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
@@ -259,8 +259,9 @@ class MqttConnection:
                 assert isinstance(action, StoreSession), action  # written by _drain before this list ran
         for key, group in publishes.items():
             self._append(key, group)
-        if refused:
-            self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), ReasonCode.NOT_AUTHORIZED))
+        if refused:  # 3.1.1 has no negative acknowledgement: acknowledged and dropped, as Mosquitto does
+            code = ReasonCode.NOT_AUTHORIZED if self.session.protocol_level == PROTOCOL_LEVEL_5 else ReasonCode.SUCCESS
+            self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), code))
 
     def _send(self, action: Send) -> None:
         if self._connection is None:
