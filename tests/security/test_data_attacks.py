@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import pika
 import pytest
 
 from mqbroker.client.blocking import Admin
+from mqbroker.protocols.amqp.stored import queue_topic
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.mqtt_support import Client as MqttClient
@@ -59,6 +61,11 @@ def _produce(broker: BrokerProcess, topic: str, records: bytes, partition: int =
         raw.close()
     [result] = answer.topics[0].partitions
     return result.error_code, result.error_message or ""
+
+
+def _end(broker: BrokerProcess, topic: str) -> int:
+    with Admin(broker.bootstrap) as admin:
+        return admin.list_offset(topic, 0, -1)
 
 
 def _internal_ends(admin: Admin) -> dict[str, int]:
@@ -136,6 +143,33 @@ def test_a_poison_batch_for_the_mqtt_log_is_refused_and_one_already_there_is_ski
     assert _metric(broker, "mqbroker_unreadable_batches_total", reader="MQTT reader", topic=MQTT_LOG_TOPIC) >= 1
     assert re.search(rf"MQTT reader skipped an undecodable batch of {MQTT_LOG_TOPIC}-0 at offsets "
                      rf"{poisoned_at}\.\.{poisoned_at}", broker.log_text())
+    _honest(broker)
+
+
+def test_a_poison_batch_on_an_amqp_source_topic_is_skipped_and_queues_are_refused_one(broker: BrokerProcess) -> None:
+    """A native topic an exchange reads (x-source-topic) takes any CRC-valid batch: the source reader counts, logs
+    and skips the poison and routes what follows. A queue's own topic (record.validation=decode) refuses it."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["sensors"], partitions=1)
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.ports["amqp"]))
+    try:
+        channel = connection.channel()
+        channel.exchange_declare("sensors-x", "fanout", arguments={"x-source-topic": "sensors"})
+        channel.queue_declare("sensor-readings")
+        channel.queue_bind("sensor-readings", "sensors-x")
+        before = _state(broker), _end(broker, queue_topic("sensor-readings"))
+        code, message = _produce(broker, queue_topic("sensor-readings"), poison_batch())
+        assert (code, "takes only records that decode" in message) == (2, True)
+        assert (_state(broker), _end(broker, queue_topic("sensor-readings"))) == before
+        assert _produce(broker, "sensors", poison_batch()) == (0, "")
+        assert _produce(broker, "sensors", make_batch([b"21.5 C"], keys=[b"sensor-1"])) == (0, "")
+        taken = []
+        wait_until(lambda: bool(taken.append(channel.basic_get("sensor-readings", auto_ack=True)[2]) or taken[-1]),
+                   20, "the reading routed after the poison batch")
+        assert taken[-1] == b"21.5 C"
+    finally:
+        connection.close()
+    assert _metric(broker, "mqbroker_unreadable_batches_total", reader="AMQP source reader", topic="sensors") == 1
     _honest(broker)
 
 
