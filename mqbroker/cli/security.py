@@ -52,6 +52,7 @@ def add_parsers(commands: Any) -> None:
     listing.add_argument("--topic")
     listing.add_argument("--group")
     listing.add_argument("--principal")
+    listing.add_argument("--mqtt-topic", metavar="FILTER")
     add_output_options(listing)
     listing.set_defaults(run=_list_acls)
 
@@ -67,6 +68,9 @@ def _add_acl_options(parser: argparse.ArgumentParser) -> None:
     resource.add_argument("--group", metavar="NAME", help="a consumer group (or *)")
     resource.add_argument("--transactional-id", metavar="ID")
     resource.add_argument("--cluster", action="store_true", help="the cluster (create topics, admin)")
+    resource.add_argument("--mqtt-topic", metavar="FILTER",
+                          help="an MQTT topic filter ('+', '#'; %%c is the client id, %%u the user name): "
+                               "read (subscribe, receive), write (publish) or all")
     parser.add_argument("--prefixed", action="store_true", help="NAME is a prefix: every resource starting with it")
 
 
@@ -77,6 +81,8 @@ def _binding(arguments: argparse.Namespace) -> AclBinding:
         resource_type, name = "group", arguments.group
     elif arguments.transactional_id is not None:
         resource_type, name = "transactional_id", arguments.transactional_id
+    elif arguments.mqtt_topic is not None:
+        resource_type, name = "mqtt_topic", arguments.mqtt_topic
     else:
         resource_type, name = "cluster", CLUSTER_RESOURCE
     return AclBinding(
@@ -151,8 +157,9 @@ def _list_acls(arguments: argparse.Namespace) -> int:
 
 
 def _shown(binding: AclBinding, arguments: argparse.Namespace) -> bool:
-    """Whether ``binding`` passes the --topic, --group and --principal filters of ``acls list``."""
+    """Whether ``binding`` passes the --topic, --group, --mqtt-topic and --principal filters of ``acls list``."""
     resource = (binding.resource_type, binding.resource_name)
     return ((arguments.topic is None or resource == ("topic", arguments.topic))
             and (arguments.group is None or resource == ("group", arguments.group))
+            and (arguments.mqtt_topic is None or resource == ("mqtt_topic", arguments.mqtt_topic))
             and (arguments.principal is None or binding.principal == arguments.principal))

@@ -28,6 +28,7 @@ from mqbroker.client.group_member import (
 from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import FetchResponse
+from mqbroker.records.readable import UnreadableBatch
 
 
 class Consumer:
@@ -64,7 +65,10 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         client_id: str = "mqbroker-consumer",
         security: ClientSecurity | None = None,
+        on_unreadable: Callable[[UnreadableBatch], None] | None = None,
     ) -> None:
+        """``on_unreadable``: pass over a fetched batch that does not decode, reporting it there (default: ``poll``
+        raises ``CorruptMessageError`` and the position stays before it)."""
         if group_id is None and (enable_auto_commit or pattern is not None or group_instance_id is not None):
             raise ValueError("enable_auto_commit, pattern and group_instance_id need a group_id")
         self._core = ConsumerCore(
@@ -74,7 +78,8 @@ class Consumer:
                 fetch_min_bytes=fetch_min_bytes,
                 fetch_max_bytes=fetch_max_bytes,
                 partition_max_bytes=partition_max_bytes,
-            )
+            ),
+            on_unreadable,
         )
         self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000 + fetch_max_wait_ms / 1000, security)
         self._admin = ClusterRequests(self._cluster)
