@@ -53,6 +53,8 @@ scram_iterations_max = 1_000_000
 sasl_message_bytes_max = 4096
 #: Longest user name a credential may be stored under.
 username_length_max = 255
+#: Longest consumer group id (it keys the group's records in __consumer_offsets and appears in log lines).
+group_id_length_max = 255
 #: Largest controller (Raft) frame from an authenticated voter: a snapshot of the metadata image
 #: (about 100 bytes a partition: 32 MiB holds some 300,000 partitions).
 controller_frame_bytes_max = 32 * 1024 * 1024
@@ -100,3 +102,6 @@ push_batch_messages_max = 1000
 push_ack_deadline_ms_max = 600_000
 #: Push subscriptions: bytes of an endpoint's response body read (the rest is discarded).
 push_response_bytes_max = 64 * 1024
+#: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
+#: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
+delivery_callbacks_queued_max = 100_000

@@ -7,18 +7,25 @@ header line when piped, or one JSON document; nothing is cut to the terminal's w
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from mqbroker.cli.common import add_client_options, client_security, parse_key_values, reporting_errors
+from mqbroker.cli.output import Column, Table, add_output_options, emit
+from mqbroker.client.share_admin import ShareGroupAdmin
+from mqbroker.shares.settings import push_configs
 
-OUTPUT_FORMATS = ("table", "json", "plain")
-_UNBOUNDED_WIDTH = 100_000
+GROUP_COLUMNS = (Column("group", "group"), Column("topics", "topics"), Column("members", "members", numeric=True),
+                 Column("push_endpoint", "push endpoint"))
+SUMMARY_COLUMNS = (Column("group", "group"), Column("topics", "topics"), Column("members", "members", numeric=True),
+                   Column("dead_lettered", "dead lettered", numeric=True),
+                   Column("dead_letter_depth", "dead letter depth", numeric=True))
+PARTITION_COLUMNS = tuple(Column(key, key.replace("_", " "), numeric=key not in ("topic", "delivery_counts"))
+                          for key in ("topic", "partition", "start_offset", "end_offset", "in_flight", "available",
+                                      "dead_lettering", "due", "scheduled", "lag", "delivery_counts"))
+MEMBER_COLUMNS = (Column("member", "member"), Column("client_id", "client id"), Column("host", "host"),
+                  Column("topics", "topics"), Column("acquired", "acquired", numeric=True))
+CONFIG_COLUMNS = (Column("config", "config"), Column("value", "value"))
+SUBSCRIPTION_COLUMNS = (Column("name", "name"), Column("topics", "topics"), Column("endpoint", "endpoint"))
 
 
 def add_parsers(commands: Any) -> None:
@@ -30,8 +37,7 @@ def add_parsers(commands: Any) -> None:
 def _read_command(actions: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = actions.add_parser(name, help=help_text)
     add_client_options(parser)
-    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default=None,
-                        help="table (the default on a terminal), plain (the default when piped) or json")
+    add_output_options(parser)
     return parser
 
 
@@ -144,9 +150,7 @@ def _push_options(arguments: argparse.Namespace) -> dict[str, Any]:
 # -- running -------------------------------------------------------------------------------------
 
 
-def _admin(arguments: argparse.Namespace) -> Any:
-    from mqbroker.client.share_admin import ShareGroupAdmin
-
+def _admin(arguments: argparse.Namespace) -> ShareGroupAdmin:
     return ShareGroupAdmin(arguments.bootstrap, security=client_security(arguments))
 
 
@@ -155,7 +159,7 @@ def _list_groups(arguments: argparse.Namespace) -> int:
         groups = admin.list()
     records = [{"group": g.group_id, "topics": list(g.topics), "members": g.members, "push_endpoint": g.push_endpoint or None}
                for g in groups]
-    _emit(arguments, {"share_groups": records}, [(("group", "topics", "members", "push_endpoint"), records, None)])
+    emit(arguments, {"share_groups": records}, [Table(columns=GROUP_COLUMNS, records=records)])
     return 0
 
 
@@ -179,12 +183,11 @@ def _describe_group(arguments: argparse.Namespace) -> int:
                 "dead_lettered": described.dead_lettered, "dead_letter_depth": document["dead_letter_depth"]}]
     shown_partitions = [{**p, "delivery_counts": " ".join(f"{count}x{records}" for count, records
                                                           in p["delivery_counts"].items()) or None} for p in partitions]
-    _emit(arguments, document, [
-        (("group", "topics", "members", "dead_lettered", "dead_letter_depth"), summary, "share group"),
-        (("topic", "partition", "start_offset", "end_offset", "in_flight", "available", "dead_lettering", "due",
-          "scheduled", "lag", "delivery_counts"), shown_partitions, "partitions"),
-        (("member", "client_id", "host", "topics", "acquired"), members, "members"),
-        (("config", "value"), configs, "configs"),
+    emit(arguments, document, [
+        Table(columns=SUMMARY_COLUMNS, records=summary, title="share group"),
+        Table(columns=PARTITION_COLUMNS, records=shown_partitions, title="partitions"),
+        Table(columns=MEMBER_COLUMNS, records=members, title="members", empty="no members"),
+        Table(columns=CONFIG_COLUMNS, records=configs, title="configs"),
     ])
     return 0
 
@@ -222,8 +225,6 @@ def _create_subscription(arguments: argparse.Namespace) -> int:
 
 
 def _update_subscription(arguments: argparse.Namespace) -> int:
-    from mqbroker.shares.settings import push_configs
-
     options = _push_options(arguments)
     configs = push_configs(endpoint=arguments.push_endpoint or "", secret=arguments.secret or "", **options)
     changed = {key: value for key, value in configs.items() if value}
@@ -237,41 +238,5 @@ def _list_subscriptions(arguments: argparse.Namespace) -> int:
     with _admin(arguments) as admin:
         groups = [group for group in admin.list() if group.push_endpoint]
     records = [{"name": g.group_id, "topics": list(g.topics), "endpoint": g.push_endpoint} for g in groups]
-    _emit(arguments, {"subscriptions": records}, [(("name", "topics", "endpoint"), records, None)])
+    emit(arguments, {"subscriptions": records}, [Table(columns=SUBSCRIPTION_COLUMNS, records=records)])
     return 0
-
-
-# -- output --------------------------------------------------------------------------------------
-
-
-def _emit(arguments: argparse.Namespace, document: Any,
-          tables: Sequence[tuple[tuple[str, ...], list[dict[str, Any]], str | None]]) -> None:
-    """Print ``document`` (-o json) or ``tables``: rich tables on a terminal, tab-separated rows when piped."""
-    chosen = arguments.output or ("table" if sys.stdout.isatty() else "plain")
-    if chosen == "json":
-        print(json.dumps(document, indent=2))
-        return
-    if chosen == "plain":
-        for number, (columns, records, _) in enumerate(tables):
-            if number:
-                print()
-            print("\t".join(column.upper().replace("_", "-") for column in columns))
-            for record in records:
-                print("\t".join(_cell(record.get(column)) for column in columns))
-        return
-    console = Console(width=None if sys.stdout.isatty() else _UNBOUNDED_WIDTH, highlight=False)
-    for columns, records, title in tables:
-        table = Table(title=title)
-        for column in columns:
-            table.add_column(column.replace("_", " "), overflow="fold")
-        for record in records:
-            table.add_row(*(_cell(record.get(column)) for column in columns))
-        console.print(table)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value)) or "-"
-    return str(value)

@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from mqbroker.client.blocking_group import RETRY_S, coordinator_connection
+from mqbroker.client.blocking.group import RETRY_S, coordinator_connection
 from mqbroker.client.connection import (
     BlockingConnection,
     BrokerUnavailableError,
-    parse_address,
+    parse_bootstrap,
 )
 from mqbroker.client.group_member import (
     COORDINATOR_RETRY_MS,
@@ -72,8 +72,7 @@ class CoordinatorAdmin:
 
     def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000,
                  client_id: str = "mqbroker-admin", security: ClientSecurity | None = None) -> None:
-        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
-        self._bootstrap = [parse_address(a) for a in addresses]
+        self._bootstrap = parse_bootstrap(bootstrap)
         self._timeout_s = request_timeout_ms / 1000
         self._client_id = client_id
         self._security = security
@@ -134,8 +133,8 @@ class CoordinatorAdmin:
                 connection.close()
         return responses
 
-    def close(self) -> None:
-        """Close the connections."""
+    def close(self, timeout: float | None = None) -> None:
+        """Close the connections (at once; ``timeout`` is accepted so that every client closes alike)."""
         connections, self._connections = self._connections, {}
         for connection in connections.values():
             connection.close()

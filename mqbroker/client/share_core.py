@@ -4,7 +4,7 @@ A share consumer belongs to a share group: it heartbeats to the group's host (``
 fetches records leased to it, and acknowledges each one: accept (done), release (deliver it again,
 to anyone), reject (dead-letter it) or renew (extend its lease). Acknowledgements queue up and go
 with the next fetch or an explicit ``acknowledge_request``, consecutive offsets of one kind as
-one range. Drivers (``blocking_share``, ``twisted_share``) move the requests and replies.
+one range. Drivers (``blocking.share``, ``twisted.share``) move the requests and replies.
 """
 
 from __future__ import annotations

@@ -23,11 +23,11 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
-from mqbroker.client.blocking_group import coordinator_connection
+from mqbroker.client.blocking.group import coordinator_connection, remaining_s
 from mqbroker.client.connection import (
     BlockingConnection,
     BrokerUnavailableError,
-    parse_address,
+    parse_bootstrap,
 )
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.share_core import (
@@ -57,8 +57,7 @@ class ShareConsumer:
                  client_id: str = "mqbroker-share-consumer", records_max: int = 500, fetch_wait_ms: int = 500,
                  lease_ms: int | None = None, request_timeout_s: float = 30.0, security: ClientSecurity | None = None,
                  on_acknowledged: AcknowledgedCallback | None = None) -> None:
-        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
-        self._bootstrap = [parse_address(address) for address in addresses]
+        self._bootstrap = parse_bootstrap(bootstrap)
         self._client_id = client_id
         self._security = security
         self._timeout_s = request_timeout_s
@@ -128,9 +127,10 @@ class ShareConsumer:
         request, sent = self._core.renew_request(self._membership.member_id, messages, lease_ms)
         return self._send_acknowledgements(request, sent)
 
-    def _send_acknowledgements(self, request: object, sent: list[AcknowledgeOutcome]) -> list[AcknowledgeOutcome]:
+    def _send_acknowledgements(self, request: object, sent: list[AcknowledgeOutcome],
+                               timeout_s: float | None = None) -> list[AcknowledgeOutcome]:
         try:
-            response = self._link().request(request, self._timeout_s)
+            response = self._link().request(request, self._timeout_s if timeout_s is None else timeout_s)
             assert isinstance(response, ShareAcknowledgeResponse)
             outcomes = self._core.acknowledge_completed(response, sent)
         except BrokerError as error:
@@ -221,20 +221,24 @@ class ShareConsumer:
 
     # -- the end -------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Send the queued verdicts, leave the group (what this consumer holds is released), disconnect."""
-        try:
-            if self._membership.joined:
-                self.commit()
-        except BrokerError:
-            pass  # the records go back to the group when their leases end
+    def close(self, timeout: float | None = None) -> None:
+        """Send the queued verdicts, leave the group (what this consumer holds is released), disconnect;
+        waiting on the broker for at most ``timeout`` seconds in all (None: a request timeout per step)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._membership.joined:
+            request, sent = self._core.acknowledge_request(self._membership.member_id)
+            if request is not None and _time_left(deadline):
+                try:
+                    self._send_acknowledgements(request, sent, remaining_s(deadline, self._timeout_s))
+                except BrokerError:
+                    pass  # the records go back to the group when their leases end
         with self._lock:
             self._stopping = True
             self._changed.notify_all()
-        self._thread.join()
-        if self._membership.joined:
+        self._thread.join(remaining_s(deadline))
+        if self._membership.joined and _time_left(deadline):
             try:
-                self._link().request(self._membership.leave_request(), self._timeout_s)
+                self._link().request(self._membership.leave_request(), remaining_s(deadline, self._timeout_s))
             except BrokerError:
                 pass  # the session timeout removes this member instead
         for connection in (self._connection, self._heartbeat_connection):
@@ -247,3 +251,8 @@ class ShareConsumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _time_left(deadline: float | None) -> bool:
+    """Whether a monotonic ``deadline`` (None: none) still leaves time for a request."""
+    return deadline is None or deadline > time.monotonic()

@@ -32,7 +32,7 @@ from mqbroker.client.share_core import (
     ShareMessage,
     failed_outcomes,
 )
-from mqbroker.client.twisted import _TwistedCluster
+from mqbroker.client.twisted.cluster import TwistedCluster
 from mqbroker.errors import BrokerError
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.native.messages import CoordinatorType
@@ -51,7 +51,7 @@ class TwistedShareConsumer:
                  fetch_wait_ms: int = 500, lease_ms: int | None = None, security: ClientSecurity | None = None,
                  on_acknowledged: AcknowledgedCallback | None = None) -> None:
         self._reactor = reactor
-        self._cluster = _TwistedCluster(reactor, bootstrap, client_id, security)
+        self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
         self._membership = ShareMembership(group_id, topics)
         self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
         self._fetch_wait_ms = fetch_wait_ms
@@ -173,19 +173,26 @@ class TwistedShareConsumer:
         if outcomes and self._on_acknowledged is not None:
             self._on_acknowledged(outcomes)
 
-    def close(self) -> Deferred[None]:
-        """Send the queued verdicts, leave the group (what this consumer holds is released), disconnect."""
-        return Deferred.fromCoroutine(self._close())
+    def close(self, timeout: float | None = None) -> Deferred[None]:
+        """Send the queued verdicts, leave the group (what this consumer holds is released), disconnect;
+        after ``timeout`` seconds (None: no limit) what is left is abandoned and the connections closed."""
+        closing = Deferred.fromCoroutine(self._close())
+        if timeout is not None:
+            closing.addTimeout(timeout, self._reactor, onTimeoutCancel=lambda result, timeout: None)
+        return closing
 
     async def _close(self) -> None:
-        if self._membership.joined:
-            await self.commit()
-        self._closed = True
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        if self._membership.joined:
-            try:
+        try:
+            if self._membership.joined:
+                await self.commit()
+        finally:  # also when close timed out part-way: stop heartbeating all the same
+            self._closed = True
+            if self._timer is not None and self._timer.active():
+                self._timer.cancel()
+        try:
+            if self._membership.joined:
                 await self._host(HEARTBEATS, self._membership.leave_request())
-            except BrokerError:
-                pass  # the session timeout removes this member instead
-        self._cluster.close()
+        except BrokerError:
+            pass  # the session timeout removes this member instead
+        finally:
+            self._cluster.close()
