@@ -2,8 +2,10 @@
 
 READ on the group to join, fetch and acknowledge, and READ on every topic a member subscribes to
 (or names in a fetch); ALTER on the group to create or change it (and READ on its topics);
-DELETE to delete it; DESCRIBE to find, describe and list it. Internal ``__`` topics can be
-neither read nor dead-lettered into by a share group.
+DELETE to delete it; DESCRIBE to find, describe and list it. Naming a dead-letter topic needs WRITE
+on it: the broker copies records there as its own principal, so without this check a group could
+write where its creator may not. Internal ``__`` topics can be neither read nor dead-lettered into
+by a share group.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class ShareRequests:
         for topic in sorted(topics):
             require_permission(self._authorizer, principal, Operation.READ, ResourceType.TOPIC, topic)
 
+    def _require_dead_letter_topic(self, principal: Principal, configs: Mapping[str, str]) -> None:
+        topic = configs.get("dead.letter.topic")
+        if topic:
+            _check_topics([topic])
+            require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.TOPIC, topic)
+
     @errors_as_failures
     def _call(self, principal: Principal, operation: Operation, group_id: str,
               call: Callable[[ShareService], Deferred[Any]]) -> Deferred[Any]:
@@ -74,7 +82,7 @@ class ShareRequests:
                            configs: Mapping[str, str]) -> Deferred[Any]:
         """Define a share group; see ``IBroker.create_share_group``."""
         self._require_topics(principal, topics)
-        _check_topics([configs.get("dead.letter.topic") or "x"])
+        self._require_dead_letter_topic(principal, configs)
         return self._call(principal, Operation.ALTER, group_id,
                           lambda shares: shares.create_group(group_id, topics, dict(configs)))
 
@@ -83,7 +91,7 @@ class ShareRequests:
                           set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[Any]:
         """Change a share group; see ``IBroker.alter_share_group``."""
         self._require_topics(principal, topics or ())
-        _check_topics([set_configs.get("dead.letter.topic") or "x"])
+        self._require_dead_letter_topic(principal, set_configs)
         return self._call(principal, Operation.ALTER, group_id,
                           lambda shares: shares.alter_group(group_id, topics, dict(set_configs), delete_configs))
 
