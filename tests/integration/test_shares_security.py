@@ -21,7 +21,6 @@ from mqbroker.errors import InvalidTopicError, TopicAuthorizationError
 from mqbroker.records import dead_letters
 from mqbroker.shares.state_records import STATE_TOPIC
 from tests.integration.security_support import SecuredBroker, acl, start_secured_broker
-from tests.integration.share_support import produce
 
 
 @pytest.fixture

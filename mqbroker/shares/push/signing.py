@@ -56,9 +56,10 @@ def sign(secret: str, timestamp_ms: int, body: bytes) -> str:
 
 def verify(secret: str, timestamp_ms: str, body: bytes, signature: str) -> bool:
     """Whether ``signature`` is this body's, signed at ``timestamp_ms`` with ``secret`` (constant time)."""
-    if not timestamp_ms.isdigit():
+    if not (timestamp_ms.isascii() and timestamp_ms.isdigit()):  # int() refuses some Unicode digits ("²")
         return False
-    return hmac.compare_digest(sign(secret, int(timestamp_ms), body), signature)
+    # As bytes: compare_digest refuses str with non-ASCII characters, which a forged header may hold.
+    return hmac.compare_digest(sign(secret, int(timestamp_ms), body).encode(), signature.encode("utf-8", "replace"))
 
 
 def _b64(value: bytes | None) -> str | None:
