@@ -99,6 +99,7 @@ def test_an_unsettled_lease_expires_to_another_consumer_and_a_renewed_one_does_n
     produce(broker.bootstrap, "slow", (b"m%d" % n for n in range(10)))
     with _consumer(broker, "slow-workers", "slow", "a", records_max=10) as first, \
             _consumer(broker, "slow-workers", "slow", "b") as second:
+        assert first.wait_joined(30) and second.wait_joined(30)
         leased = _poll_until(first, 10, 20)
         leased_at = time.monotonic()
         assert [m.offset for m in leased] == list(range(10))

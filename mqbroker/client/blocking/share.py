@@ -74,6 +74,10 @@ class ShareConsumer:
         self._thread = threading.Thread(target=self._heartbeats, name="mqbroker-share-heartbeat", daemon=True)
         self._thread.start()
 
+    def wait_joined(self, timeout: float) -> bool:
+        """Whether this consumer is a member of its group, waiting up to ``timeout`` seconds for the join."""
+        return self._wait_joined(time.monotonic() + timeout) is not None
+
     # -- fetching ------------------------------------------------------------------------------
 
     def poll(self, timeout: float = 1.0) -> list[ShareMessage]:
