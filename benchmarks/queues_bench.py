@@ -12,6 +12,9 @@ measures in alternating rounds (the broker not measured is SIGSTOPped, as in ``a
 * **latency**: records produced at ``--latency-rate`` per second for ``--latency-seconds`` while one
   consumer acknowledges; each record's latency runs from just before ``send`` to the return of the
   ``poll`` that delivered it (p50/p99; a record never delivered counts as infinitely late).
+* **deliver-at lateness**: ``--scheduled`` records with ``x-deliver-at`` times spread evenly over
+  ``--schedule-seconds`` (the first due 3 s + 0.5 ms per record after producing starts), one consumer acknowledging:
+  p50/p99 of arrival minus deliver-at (negative: early, counted apart).
 * **RabbitMQ with pika** (the queue case, for comparison): the same message count and body size
   published with confirms into a durable queue, then consumed by one pika consumer with prefetch
   1,000 acknowledging every 100 (``amqp_bench``'s functions), and pika's latency at the same rate.
@@ -143,6 +146,38 @@ def _produce_paced(bootstrap: str, topic: str, total: int, options: argparse.Nam
             producer.send(topic, b"%012d" % index + padding)
 
 
+def delayed_lateness(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
+    """Lateness (ms) of ``--scheduled`` records whose deliver-at times are spread over ``--schedule-seconds``,
+    starting 3 s after they were all produced: arrival at the consumer minus the deliver-at time."""
+    topic, group = f"delayed-{uuid.uuid4().hex[:8]}", f"delayed-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with ShareGroupAdmin(broker.bootstrap) as admin:
+        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    count = options.scheduled
+    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+        first_ms = int(time.time() * 1000) + 3_000 + count // 2  # room to produce them all (at 2,000/s or faster)
+        spacing_ms = options.schedule_seconds * 1000 / count
+        futures = []
+        for index in range(count):
+            at = str(first_ms + int(index * spacing_ms)).encode()
+            futures.append(producer.send(topic, at, headers=[("x-deliver-at", at)]))
+        producer.flush()
+        assert time.time() * 1000 < first_ms, "producing took longer than the head start: lower --scheduled"
+        for future in futures:
+            future.result(0)  # raises if a send failed
+    lateness: list[float] = []
+    with ShareConsumer(broker.bootstrap, group_id=group, topics=[topic], records_max=RECORDS_PER_POLL,
+                       fetch_wait_ms=100) as consumer:
+        deadline = time.monotonic() + (first_ms / 1000 - time.time()) + options.schedule_seconds + 30
+        while len(lateness) < count and time.monotonic() < deadline:
+            messages = consumer.poll(0.2)
+            now_ms = time.time() * 1000
+            lateness += [now_ms - int(m.value) for m in messages]
+            consumer.acknowledge(messages)
+    return sorted(lateness) + [math.inf] * (count - len(lateness))
+
+
 # --- rounds ------------------------------------------------------------------------------------
 
 
@@ -158,6 +193,11 @@ def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figu
     latencies = share_latency(broker, options)
     figures += [("share latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                 ("share latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
+    if options.scheduled:
+        lateness = delayed_lateness(broker, options)
+        figures += [(f"deliver-at lateness p50 ms ({options.scheduled:,} scheduled)", amqp_bench.percentile(lateness, 0.5)),
+                    ("deliver-at lateness p99 ms", amqp_bench.percentile(lateness, 0.99)),
+                    ("  early deliveries", float(sum(1 for value in lateness if value < 0)))]
     return figures
 
 
@@ -217,6 +257,9 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=4, help="the second drain's consumer processes [4]")
     parser.add_argument("--latency-rate", type=int, default=1_000)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--scheduled", type=int, default=20_000, help="delayed records for the lateness figure "
+                                                                      "(0: skip it) [20,000]")
+    parser.add_argument("--schedule-seconds", type=float, default=10.0, help="their deliver-at times' spread [10]")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-rabbitmq", action="store_true", help="measure mqbroker only")
     parser.add_argument("--pika-on-mqbroker", action="store_true", help="also run pika against mqbroker's AMQP queues")
