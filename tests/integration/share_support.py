@@ -16,6 +16,8 @@ from mqbroker.client import Admin, Producer
 from mqbroker.client.share_admin import ShareGroupAdmin
 
 ROOT = pathlib.Path(__file__).parents[2]
+#: Every child started and not yet killed: ``kill_children`` ends them after a test, failed or not.
+_RUNNING: list[ShareChild] = []
 
 
 def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
@@ -72,6 +74,7 @@ class ShareChild:
         self.joined = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        _RUNNING.append(self)
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -93,6 +96,11 @@ class ShareChild:
         with self._lock:
             return list(self.deliveries), list(self.acked)
 
+    def refusals(self) -> list[list[Any]]:
+        """``[partition, first, last, error class]`` of every acknowledgement the broker did not confirm."""
+        with self._lock:
+            return list(self.refused)
+
     def held(self) -> list[int]:
         """Offsets a ``hold`` child keeps leased."""
         with self._lock:
@@ -108,6 +116,14 @@ class ShareChild:
         self.process.kill()
         self.process.wait()
         self._reader.join(5)
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+
+
+def kill_children() -> None:
+    """SIGKILL every child still running (a test's teardown: a failed assertion must not leave them behind)."""
+    for child in list(_RUNNING):
+        child.kill()
 
 
 def acknowledged(children: Iterable[ShareChild]) -> Counter[tuple[int, int]]:
@@ -122,9 +138,7 @@ def unanswered(children: Iterable[ShareChild]) -> set[tuple[int, int]]:
     """Records whose acknowledgement met a dead connection: the broker may or may not have stored it."""
     lost = set()
     for child in children:
-        with child._lock:
-            refused = list(child.refused)
-        lost.update((partition, offset) for partition, first, last, error in refused
+        lost.update((partition, offset) for partition, first, last, error in child.refusals()
                     if error == "BrokerUnavailableError" for offset in range(first, last + 1))
     return lost
 

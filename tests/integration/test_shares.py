@@ -27,12 +27,20 @@ from tests.integration.share_support import (
     create_group,
     create_topic,
     delivered,
+    kill_children,
     produce,
     unanswered,
     wait_until,
 )
 
 LEASE_MS = 2_000
+
+
+@pytest.fixture(autouse=True)
+def _children_killed() -> Iterator[None]:
+    """Consumer processes end with their test, whatever its outcome."""
+    yield
+    kill_children()
 
 
 @pytest.fixture
@@ -68,7 +76,6 @@ def test_five_consumers_share_one_partition_and_a_killed_ones_leases_go_to_the_o
     for worker in workers:
         assert worker.joined.wait(30), worker.errors()
     holder.kill()  # mid-lease: its records come back only when their leases end
-    killed_at = time.monotonic()
     produce(broker.bootstrap, "jobs", (b"job-%d" % n for n in range(50, 2_000)))
 
     wait_until(lambda: len(acknowledged(workers)) == 2_000, 90, "all 2,000 records acknowledged")
@@ -84,12 +91,16 @@ def test_five_consumers_share_one_partition_and_a_killed_ones_leases_go_to_the_o
     redelivered = {offset: (count, at) for _, offset, count, at in deliveries if offset in held_set}
     assert set(redelivered) == held_set
     assert all(count == 2 for count, _ in redelivered.values())
-    first_lease_ended = killed_at - 0.1  # the holder's leases began before it was killed
-    assert min(at for _, at in redelivered.values()) >= first_lease_ended
+    # Not before their leases ran out (on a loaded machine the workers may join after that, while the
+    # holder still lives: its leases end all the same). Times are when this process read each report, so
+    # a late report of the holder's delivery shortens the gap seen: half the lease still tells a lease
+    # that ran from one handed back at once.
+    held_at = min(at for _, offset, _, at in holder.snapshot()[0] if offset in held_set)
+    assert min(at for _, at in redelivered.values()) - held_at >= LEASE_MS / 1000 / 2
     # Parallelism beyond the partition count: most workers did some of the work.
     assert sum(1 for worker in workers if worker.snapshot()[1]) >= 3
     for worker in workers:
-        assert not worker.refused
+        assert not worker.refusals()
         worker.kill()
 
 
@@ -189,6 +200,8 @@ def test_deliver_at_times_survive_a_kill_9_and_records_arrive_on_time(broker: Br
     broker.restart()
     arrivals: dict[bytes, float] = {}
     with _consumer(broker, "reminders-now", "reminders", "late") as late:
+        assert late.wait_joined(30)
+        serving_ms = time.time() * 1000  # restarted and joined: from here on the broker owes punctuality
         deadline = time.monotonic() + 30
         while len(arrivals) < 3 and time.monotonic() < deadline:
             messages = late.poll(0.5)
@@ -196,8 +209,9 @@ def test_deliver_at_times_survive_a_kill_9_and_records_arrive_on_time(broker: Br
             late.acknowledge(messages)
     assert set(arrivals) == {b"at-1", b"at-2", b"delay-1"}  # not now-1 or now-2 again: they were acknowledged
     for value in (b"at-1", b"at-2"):
-        lateness_ms = arrivals[value] - deliver_at_ms
-        assert 0 <= lateness_ms < 2_000, (value, lateness_ms)
+        assert arrivals[value] >= deliver_at_ms, (value, arrivals[value] - deliver_at_ms)
+        lateness_ms = arrivals[value] - max(deliver_at_ms, serving_ms)
+        assert lateness_ms < 2_000, (value, lateness_ms)
     assert arrivals[b"delay-1"] >= deliver_at_ms - 500  # x-delay counts from the record's timestamp
     # The group's own delay (SQS DelaySeconds) holds back even records without a header.
     with _consumer(broker, "reminders-later", "reminders", "patient") as patient:

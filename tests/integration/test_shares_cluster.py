@@ -19,9 +19,23 @@ from mqbroker.protocols.native import messages as m
 from mqbroker.shares.state_records import STATE_TOPIC, state_partition
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
-from tests.integration.share_support import ShareChild, acknowledged, create_group, delivered, unanswered
+from tests.integration.share_support import (
+    ShareChild,
+    acknowledged,
+    create_group,
+    delivered,
+    kill_children,
+    unanswered,
+)
 
 TOPIC = "cluster-tasks"
+
+
+@pytest.fixture(autouse=True)
+def _children_killed() -> Iterator[None]:
+    """Consumer processes end with their test, whatever its outcome."""
+    yield
+    kill_children()
 
 
 @pytest.fixture(scope="module")
