@@ -68,3 +68,13 @@ amqp_held_bytes_broker_max = 1024 * 1024 * 1024
 #: AMQP: bytes the compressed batches of one fetch may decompress to together in a queue or source reader
 #: (one 64 MiB message fits; a handful of 2 KiB zstd bombs does not).
 amqp_fetch_decompressed_bytes_max = 128 * 1024 * 1024
+#: Admin API: largest request body (a topic's configs or an ACL list are a few KiB; nothing needs more).
+http_request_body_bytes_max = 1024 * 1024
+#: Admin API message browser: most records one request returns (a screenful; it decodes each one).
+http_browse_records_max = 500
+#: Admin API message browser: bytes it fetches per partition for one request.
+http_browse_fetch_bytes_max = 4 * 1024 * 1024
+#: Admin API message browser: longest key or value text returned per record (the rest is cut, flagged).
+http_browse_value_chars_max = 64 * 1024
+#: Admin API: most retained MQTT messages one listing returns.
+http_retained_listing_max = 1000

@@ -38,6 +38,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.replication.replica_manager import ReplicaManager
+from mqbroker.storage.manager import LogManager
 
 #: Defaults for compacted internal topics (offsets, MQTT and AMQP state), as Kafka's
 #: ``offsets.topic.segment.bytes`` does for its offsets topic.
@@ -134,6 +135,14 @@ class TopicAdmin:
         """The controller quorum and brokers; see ``IBroker.describe_quorum``."""
         require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
         return succeed(self._cluster.describe())
+
+    @errors_as_failures
+    def replica_sizes(self, principal: Principal, topic: str, logs: LogManager) -> Deferred[dict[int, int]]:
+        """Bytes on disk of ``topic``'s replicas in ``logs`` (this broker's); see ``IBroker.replica_sizes``."""
+        require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        if self._cluster.topic(topic) is None:
+            raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        return succeed({partition: logs.get(name, partition).size_bytes for name, partition in logs.partitions() if name == topic})
 
     @errors_as_failures
     def list_reassignments(

@@ -85,6 +85,7 @@ class RoutingBroker:
     create_partitions = _served_locally("create_partitions")
     init_producer_id = _served_locally("init_producer_id")
     describe_quorum = _served_locally("describe_quorum")
+    replica_sizes = _served_locally("replica_sizes")
     replica_fetch = _served_locally("replica_fetch")
     reassign_partition = _served_locally("reassign_partition")
     list_reassignments = _served_locally("list_reassignments")

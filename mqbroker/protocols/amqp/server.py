@@ -25,6 +25,7 @@ from mqbroker.model import Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.amqp import security as amqp_security
 from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp.admin_view import AmqpAdminView
 from mqbroker.protocols.amqp.actions import (
     Action,
     Authenticate,
@@ -505,4 +506,4 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
     return SessionFactory(lambda address: AmqpSession(vhost, reactor, security), idle_timeout_s=None,
                           metrics_gauge=gauge, no_delay=True, frame_timeout_s=getattr(context, "frame_timeout_s", None),
-                          started=vhost.started)
+                          started=vhost.started, admin_view=AmqpAdminView(vhost))

@@ -28,6 +28,7 @@ from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Princip
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.mqtt import hub as hub_module
 from mqbroker.protocols.mqtt import security as mqtt_security
+from mqbroker.protocols.mqtt.admin_view import MqttAdminView
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -92,6 +93,11 @@ class MqttConnection:
         """Start the CONNECT timeout."""
         self._connection = connection
         self._connect_timer = self.hub.reactor.callLater(CONNECT_TIMEOUT_S, self._connect_timed_out)
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` of the client ("" before the connection is made)."""
+        return self._connection.peer() if self._connection is not None else ""
 
     @property
     def buffered_bytes(self) -> int:
@@ -511,5 +517,5 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     return SessionFactory(
         lambda address: MqttConnection(hub, config, generate_client_id, context.security),
         idle_timeout_s=None, metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
-        started=hub.started,
+        started=hub.started, admin_view=MqttAdminView(hub),
     )
