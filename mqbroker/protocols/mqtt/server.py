@@ -97,7 +97,7 @@ class MqttConnection:
     @property
     def peer(self) -> str:
         """``host:port`` of the client ("" before the connection is made)."""
-        return self._connection.peer() if self._connection is not None else ""
+        return self._connection.peer if self._connection is not None else ""
 
     @property
     def buffered_bytes(self) -> int:
