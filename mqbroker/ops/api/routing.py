@@ -35,6 +35,8 @@ T = TypeVar("T")
 
 #: The request attribute ``http._Authenticated`` stores the authenticated principal in.
 _PRINCIPAL_ATTRIBUTE = "mqbroker_principal"
+#: Set on a request whose client went away before its answer was ready.
+_GONE_ATTRIBUTE = "mqbroker_client_gone"
 
 #: HTTP status of each broker error code the admin API reports other than 400 (retriable ones: 503).
 _STATUS_BY_CODE = {
@@ -215,6 +217,7 @@ class ApiResource(Resource):
             call = self._call(request, route, path_parameters)
         except ApiError as error:
             return self._refuse(request, error)
+        request.notifyFinish().addErrback(lambda _: setattr(request, _GONE_ATTRIBUTE, True))
         answered = Deferred.fromCoroutine(_run(route.handler, call))
         answered.addCallbacks(self._reply, self._failed, callbackArgs=(request, route, call),
                               errbackArgs=(request, route, call))
@@ -277,7 +280,7 @@ class ApiResource(Resource):
         status = route.status if route.response is not None else 204
         if route.mutating:
             _audit(request, call.principal, status, "done")
-        if request.finished or request._disconnected:
+        if not _still_open(request):
             return
         request.setResponseCode(status)
         if route.response is None:
@@ -301,7 +304,7 @@ class ApiResource(Resource):
             status, body = 500, _error_body("UNKNOWN_SERVER_ERROR", "the broker failed to answer; see its log", -1, False)
         if route.mutating:
             _audit(request, call.principal, status, body["error"]["message"])
-        if request.finished or request._disconnected:
+        if not _still_open(request):
             return
         request.setResponseCode(status)
         request.write(_json_bytes(body))
@@ -312,6 +315,11 @@ class ApiResource(Resource):
         if request.method not in (b"GET", b"HEAD"):
             _audit(request, principal_of(request), error.status, error.message)
         return _json_bytes(_error_body(error.code, error.message, None, False))
+
+
+def _still_open(request: Request) -> bool:
+    """Whether the answer can still be written (not finished, the client still there)."""
+    return not request.finished and not getattr(request, _GONE_ATTRIBUTE, False)
 
 
 async def _run(handler: Handler, call: ApiCall) -> Any:
