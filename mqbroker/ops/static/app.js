@@ -3,7 +3,7 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-let timers = [];
+let generation = 0;  // the latest route; an older page still loading is dropped when it finishes
 
 // -- DOM and API helpers ---------------------------------------------------------------------------
 
@@ -41,9 +41,10 @@ function say(message, error = false) {
   setTimeout(() => line.remove(), error ? 8000 : 4000);
 }
 
-function every(milliseconds, action) {
+// Run action now and every few seconds while page (the page's container) is shown; it stops by itself after.
+function every(page, milliseconds, action) {
   action();
-  timers.push(setInterval(action, milliseconds));
+  const timer = setInterval(() => (page.isConnected ? action() : clearInterval(timer)), milliseconds);
 }
 
 function table(caption, headers, rows, emptyText = "none") {
@@ -54,6 +55,11 @@ function table(caption, headers, rows, emptyText = "none") {
       h("th", {scope: "col", className: numeric ? "number" : ""}, label)))),
     h("tbody", {}, rows.map((cells) => h("tr", {}, cells.map((cell, index) =>
       h("td", {className: headers[index][1] ? "number" : ""}, cell))))));
+}
+
+// A form field: its label (naming the input on its own) above the input.
+function field(text, input) {
+  return h("div", {className: "field"}, h("label", {for: input.id}, text), input);
 }
 
 function card(label, value, tone = "") {
@@ -106,7 +112,7 @@ async function overview(main) {
   };
   main.append(h("div", {className: "charts"}, Object.values(charts).map((chart) => chart.figure)));
   let last = null;
-  every(REFRESH_MS, async () => {
+  every(main, REFRESH_MS, async () => {
     const counters = await api("GET", "/counters");
     if (last !== null) {
       const seconds = Math.max((counters.time_ms - last.time_ms) / 1000, 0.001);
@@ -143,8 +149,8 @@ async function topics(main) {
       await load();
     } catch (error) { say(error.message, true); }
   }},
-    h("label", {for: "new-topic-name"}, "New topic name", name),
-    h("label", {for: "new-topic-partitions"}, "Partitions", partitions),
+    field("New topic name", name),
+    field("Partitions", partitions),
     h("button", {type: "submit"}, "Create topic"));
   search.addEventListener("input", load);
   internal.addEventListener("change", load);
@@ -176,7 +182,7 @@ async function topic(main, name) {
     h("details", {}, h("summary", {}, "Configuration"), table("Effective configuration", [["Key"], ["Value"]],
       Object.entries(described.configs).map(([key, value]) => [key, value]))),
     h("h2", {}, "Messages"), browser(name, described.partitions.length));
-  every(REFRESH_MS * 2, loadPartitions);
+  every(main, REFRESH_MS * 2, loadPartitions);
 }
 
 function browser(name, partitionCount) {
@@ -204,9 +210,9 @@ function browser(name, partitionCount) {
     } catch (error) { say(error.message, true); }
   }
   const form = h("form", {className: "inline", "aria-label": "Browse messages", onsubmit: show},
-    h("label", {for: "browse-partition"}, "Partition", partition), h("label", {for: "browse-mode"}, "Start", mode),
-    h("label", {for: "browse-offset"}, "Offset", offset), h("label", {for: "browse-time"}, "Time", time),
-    h("label", {for: "browse-limit"}, "Records", limit), h("button", {type: "submit"}, "Show messages"));
+    field("Partition", partition), field("Start", mode),
+    field("Offset", offset), field("Time", time),
+    field("Records", limit), h("button", {type: "submit"}, "Show messages"));
   show();
   return h("section", {"aria-label": "Message browser"}, form, results);
 }
@@ -227,7 +233,7 @@ async function group(main, groupId) {
   const chart = new LiveChart("Lag over time (records)", "records");
   main.append(heading, summary, h("h2", {}, "Lag"), h("div", {className: "charts"}, chart.figure),
     h("h2", {}, "Members"), members, h("h2", {}, "Committed offsets"), offsets);
-  every(REFRESH_MS, async () => {
+  every(main, REFRESH_MS, async () => {
     const described = await api("GET", "/groups/" + encoded(groupId));
     summary.replaceChildren(card("State", described.state), card("Members", described.members.length),
       card("Generation", described.generation_id), card("Total lag", described.total_lag,
@@ -281,8 +287,8 @@ async function security(main) {
       say(`User ${userName.value.trim()} added`);
       route();
     } catch (error) { say(error.message, true); }
-  }}, h("label", {for: "new-user-name"}, "User name", userName),
-    h("label", {for: "new-user-password"}, "Password", password), h("button", {type: "submit"}, "Add user"));
+  }}, field("User name", userName),
+    field("Password", password), h("button", {type: "submit"}, "Add user"));
   const removeUser = (name) => h("button", {type: "button", className: "secondary", "aria-label": `Delete user ${name}`,
     onclick: async () => {
       if (!window.confirm(`Delete user ${name}?`)) return;
@@ -322,23 +328,24 @@ async function configuration(main) {
 const PAGES = {overview, topics, groups, mqtt, amqp, security, configuration};
 
 async function route() {
-  timers.forEach(clearInterval);
-  timers = [];
+  const mine = ++generation;
   const [page, ...rest] = (location.hash.replace(/^#\/?/, "") || "overview").split("/");
   const argument = rest.length ? decodeURIComponent(rest.join("/")) : null;
   for (const navigation of document.querySelectorAll("nav a")) {
     if (navigation.dataset.page === page) navigation.setAttribute("aria-current", "page");
     else navigation.removeAttribute("aria-current");
   }
-  const main = document.getElementById("main");
   const render = page === "topics" && argument ? (m) => topic(m, argument)
     : page === "groups" && argument ? (m) => group(m, argument) : PAGES[page] || overview;
-  main.replaceChildren();
+  const content = h("div", {});
   try {
-    await render(main);
+    await render(content);
   } catch (error) {
-    main.append(h("h1", {}, "Cannot show this page"), h("p", {role: "alert"}, error.message));
+    content.replaceChildren(h("h1", {}, "Cannot show this page"), h("p", {role: "alert"}, error.message));
   }
+  if (mine !== generation) return;  // the user moved on meanwhile
+  const main = document.getElementById("main");
+  main.replaceChildren(content);
   const heading = main.querySelector("h1");
   document.title = `${heading ? heading.textContent : "mqbroker"} · mqbroker console`;
   main.focus();

@@ -14,7 +14,7 @@ function svgElement(tag, attributes) {
 function formatNumber(value) {
   if (value >= 1e9) return (value / 1e9).toFixed(1) + " G";
   if (value >= 1e6) return (value / 1e6).toFixed(1) + " M";
-  if (value >= 1e4) return (value / 1e3).toFixed(1) + " k";
+  if (value >= 1e3) return (value / 1e3).toFixed(1) + " k";
   return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
 
