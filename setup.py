@@ -30,6 +30,10 @@ TEST_REQUIREMENTS = [
     "pika>=1.3",
     "kombu>=5.3",
     "aio-pika>=9.4",
+    # Kafka clients the Kafka front end is tested with
+    "kafka-python>=3.0",
+    "aiokafka>=0.14",
+    "confluent-kafka>=2.6",
     # the admin API's OpenAPI document, its fuzzing, and the console in Debian's chromium (never `playwright install`)
     "openapi-spec-validator>=0.7",
     "schemathesis>=3.30",
