@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 from openapi_spec_validator import validate
 
 from mqbroker.ops.api.catalog import ROUTES, SECTIONS
@@ -30,3 +32,9 @@ def test_sections_not_yet_built_have_no_routes_and_the_others_have() -> None:
     for name, prefix, present in SECTIONS:
         routed = any(route.path.startswith(prefix) for route in ROUTES)
         assert routed == present, name
+
+
+def test_docs_admin_api_lists_every_route() -> None:
+    document = (pathlib.Path(__file__).resolve().parents[4] / "docs" / "admin-api.md").read_text()
+    missing = [f"{route.method} {route.path}" for route in ROUTES if f"`{route.method} {route.path}`" not in document]
+    assert not missing, f"docs/admin-api.md does not list {missing}"
