@@ -43,8 +43,9 @@ function say(message, error = false) {
 
 // Run action now and every few seconds while page (the page's container) is shown; it stops by itself after.
 function every(page, milliseconds, action) {
-  action();
-  const timer = setInterval(() => (page.isConnected ? action() : clearInterval(timer)), milliseconds);
+  const run = () => Promise.resolve(action()).catch((error) => page.isConnected && say(error.message, true));
+  run();
+  const timer = setInterval(() => (page.isConnected ? run() : clearInterval(timer)), milliseconds);
 }
 
 function table(caption, headers, rows, emptyText = "none") {
