@@ -7,21 +7,27 @@ the last test walks the document and fails for any route no test exercised succe
 from __future__ import annotations
 
 import json
+import queue
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import paho.mqtt.client as mqtt
 import pika
 import pytest
 import requests
 from openapi_spec_validator import validate
+from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbroker.client import Consumer, Producer
+from mqbroker.protocols.native import messages as m
 from tests.integration.admin_api_support import AdminApi, eventually
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.mqtt_support import Client as MqttClient
 from tests.integration.mqtt_support import MqttBroker
+from tests.integration.nativewire import RawNativeConnection
 from tests.integration.security_support import start_secured_broker
+from tests.poison import poison_batch
 
 
 @pytest.fixture(scope="module")
@@ -200,9 +206,68 @@ def test_users_and_acls(api: AdminApi, broker: BrokerProcess) -> None:
     assert acl not in api.json("listAcls")
     api.call("deleteAcl", params=acl, expect=404)
     api.call("deleteAcl", params={"principal": "User:alice"}, expect=400)
+
+    fleet = {**acl, "principal": "User:*", "resource_type": "mqtt_topic", "resource_name": "devices/%c/#",
+             "pattern_type": "literal", "operation": "all"}
+    assert api.json("createAcls", json={"acls": [fleet]}) == {"acls": [fleet]}
+    assert fleet in api.json("listAcls")
+    prefixed = api.call("createAcls", json={"acls": [{**fleet, "pattern_type": "prefixed"}]}, expect=400)
+    assert "not a prefix" in prefixed.json()["error"]["message"]
+    api.call("createAcls", json={"acls": [{**fleet, "operation": "delete"}]}, expect=400)
+    api.call("createAcls", json={"acls": [{**fleet, "resource_name": "devices/#/x"}]}, expect=400)
+    api.call("deleteAcl", params=fleet, expect=204)
+    assert fleet not in api.json("listAcls")
     log = broker.log_text()
     assert "ADMIN POST /api/v1/users principal=User:ANONYMOUS host=127.0.0.1 status=201" in log
     assert "s3cret" not in log and "n3w" not in log
+
+
+def test_internal_topics_are_shown_and_refused_to_clients(api: AdminApi, broker: BrokerProcess) -> None:
+    """The API acts as a client (here the anonymous principal, not a super user): it may describe the broker's
+    internal topics but not create, delete, alter or grow one, nor delete its records; nothing changes."""
+    described = api.json("describeTopic", topic="__consumer_offsets")
+    assert described["internal"] is True and described["partitions"]
+    created = api.call("createTopic", json={"name": "__mine"}, expect=400)
+    assert created.json()["error"]["code"] == "INVALID_TOPIC_EXCEPTION" and "is internal" in created.text
+    refused = [
+        api.call("deleteTopic", topic="__mqtt_sessions", expect=403),
+        api.call("alterTopicConfigs", topic="__mqtt_sessions", json={"set": {"retention.ms": "1"}}, expect=403),
+        api.call("addPartitions", topic="__consumer_offsets", json={"count": 99}, expect=403),
+        api.call("deleteRecords", topic="__consumer_offsets", partition=0, expect=403),
+    ]
+    assert all(answer.json()["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED" for answer in refused)
+    assert api.json("describeTopic", topic="__consumer_offsets")["partitions"] == described["partitions"]
+    assert "__mine" not in [t["name"] for t in api.json("listTopics", params={"internal": "true"})]
+    assert api.json("describeTopicConfigs", topic="__mqtt_sessions").get("retention.ms") != "1"
+    assert "DELETE /api/v1/topics/__mqtt_sessions principal=User:ANONYMOUS host=127.0.0.1 status=403" in \
+        broker.log_text()
+
+
+def test_the_message_browser_passes_over_a_batch_that_does_not_decode(api: AdminApi, broker: BrokerProcess) -> None:
+    """A batch whose CRC is right and records garbage (the log takes it on a topic without record validation) is
+    listed under ``unreadable`` with its offsets; the records around it are shown and paging goes past it."""
+    api.json("createTopic", json={"name": "half-poisoned", "partitions": 1})
+    _produce(broker, "half-poisoned", [b"before-0", b"before-1"])
+    raw = RawNativeConnection(broker.ports["native"])
+    try:
+        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
+            name="half-poisoned", partitions=(m.ProducePartition(partition_index=0, records=poison_batch()),)),)))
+    finally:
+        raw.close()
+    assert answer.topics[0].partitions[0].error_code == 0
+    _produce(broker, "half-poisoned", [b"after-3"])
+
+    page = api.json("browseRecords", topic="half-poisoned", params={"partition": 0, "offset": 0})
+    assert [(r["offset"], r["value"]["text"]) for r in page["records"]] == [(0, "before-0"), (1, "before-1"),
+                                                                              (3, "after-3")]
+    [unreadable] = page["unreadable"]
+    assert (unreadable["partition"], unreadable["first_offset"], unreadable["last_offset"]) == (0, 2, 2)
+    assert unreadable["error"] and page["next_offsets"] == {"0": 4}
+    alone = api.json("browseRecords", topic="half-poisoned", params={"partition": 0, "offset": 2, "limit": 1})
+    assert [r["offset"] for r in alone["records"]] == [3] and alone["next_offsets"] == {"0": 4}
+    before_it = api.json("browseRecords", topic="half-poisoned", params={"partition": 0, "offset": 0, "limit": 2})
+    assert [r["offset"] for r in before_it["records"]] == [0, 1] and before_it["unreadable"] == []
+    api.call("deleteTopic", topic="half-poisoned", expect=204)
 
 
 def test_mqtt_clients_sessions_and_retained_messages(api: AdminApi, broker: MqttBroker) -> None:
@@ -298,9 +363,34 @@ def test_with_security_on_the_api_acts_as_the_authenticated_principal(secured: B
     alice.call("listMqttSessions", expect=200)
     alice.call("deleteMqttSession", client_id="anyone", expect=403)
     admin.call("createTopic", json={"name": "admin-topic"}, expect=201)
+    fleet = [{"principal": "User:*", "host": "*", "resource_type": resource_type, "resource_name": name,
+              "pattern_type": "literal", "operation": "all", "permission": "allow"}
+             for resource_type, name in (("mqtt_topic", "devices/%c/#"), ("topic", "mqtt.messages"))]
+    admin.call("createAcls", json={"acls": fleet}, expect=201)
+    assert _alice_subscribes(secured, "dev-1", ["devices/dev-1/#", "devices/dev-2/#"]) == [1, 0x87]
+    for rule in fleet:
+        admin.call("deleteAcl", params=rule, expect=204)
     log = secured.log_text()
     assert "ADMIN POST /api/v1/topics principal=User:alice" in log and "status=403" in log
     assert "ADMIN POST /api/v1/topics principal=User:admin" in log
+
+
+def _alice_subscribes(broker: BrokerProcess, client_id: str, filters: list[str]) -> list[int]:
+    """The SUBACK reason codes (MQTT 5) alice's device ``client_id`` gets for ``filters``, at QoS 1."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    client.username_pw_set("alice", "alice-secret")
+    client.on_connect = lambda client, userdata, flags, reason, properties: answers.put(reason)
+    client.on_subscribe = lambda client, userdata, mid, reasons, properties: answers.put(reasons)
+    client.connect("127.0.0.1", broker.ports["mqtt"])
+    client.loop_start()
+    try:
+        assert not answers.get(timeout=10).is_failure
+        client.subscribe([(topic_filter, 1) for topic_filter in filters])
+        return [int(code.value) for code in answers.get(timeout=10)]
+    finally:
+        client.disconnect()
+        client.loop_stop()
 
 
 def test_every_route_in_the_document_is_exercised(api: AdminApi) -> None:

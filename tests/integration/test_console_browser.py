@@ -236,3 +236,36 @@ def test_every_page_is_labelled_legible_and_photographed(page: Page, broker: Mqt
     expect(page.get_by_role("cell", name="invoices", exact=True)).to_be_visible()
     _open(page, "#/security", "Users and ACLs")
     expect(page.get_by_role("button", name="Delete user operator")).to_be_visible()
+
+
+def test_an_mqtt_topic_acl_added_in_the_console_is_the_clis_too_and_internal_topics_cannot_be_deleted(
+        page: Page, broker: MqttBroker) -> None:
+    """The ACL form offers what the API's document allows (mqtt_topic among the resource types; an MQTT topic
+    filter is always literal); the ACL it adds is the one `mqbroker acls list` shows. An internal topic's page says
+    whose it is and offers no delete."""
+    def add_mqtt_topic_acl(topic_filter: str) -> None:
+        page.get_by_label("Principal", exact=True).fill("User:*")
+        page.get_by_label("Operation", exact=True).select_option("write")
+        page.get_by_label("Resource type", exact=True).select_option("mqtt_topic")
+        expect(page.get_by_label("Pattern", exact=True)).to_be_disabled()
+        page.get_by_label("Resource name", exact=True).fill(topic_filter)
+        page.get_by_role("button", name="Add ACL").click()
+
+    _open(page, "#/security", "Users and ACLs")
+    add_mqtt_topic_acl("devices/%c/#")
+    expect(page.get_by_role("status")).to_contain_text("ACL added: allow User:* write mqtt_topic devices/%c/#")
+    expect(page.get_by_role("cell", name="mqtt_topic devices/%c/#", exact=True)).to_be_visible()
+    assert page.evaluate(UNLABELLED) == []
+    listed = json.loads(_cli(broker, "acls", "list", "-o", "json"))["acls"]
+    assert {"permission": "allow", "principal": "User:*", "operation": "write", "resource_type": "mqtt_topic",
+            "resource_name": "devices/%c/#", "pattern_type": "literal", "host": "*"} in listed
+
+    add_mqtt_topic_acl("devices/#/broken")
+    expect(page.locator("#status .error")).to_contain_text("devices/#/broken")  # the broker's refusal, shown
+    page.get_by_role("button", name="Delete ACL allow User:* write devices/%c/#").click()
+    expect(page.get_by_role("cell", name="mqtt_topic devices/%c/#", exact=True)).to_have_count(0)
+    assert "mqtt_topic" not in _cli(broker, "acls", "list", "-o", "json")
+
+    _open(page, "#/topics/__consumer_offsets", "Topic __consumer_offsets")
+    expect(page.get_by_text("An internal topic: it belongs to the broker.")).to_be_visible()
+    expect(page.get_by_role("button", name="Delete topic")).to_have_count(0)

@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import time
 import urllib.request
 
+import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mqbroker.client import Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
+from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
+from tests.integration.nativewire import RawNativeConnection
+from tests.poison import poison_batch
 
 DASHBOARD = pathlib.Path(__file__).resolve().parents[2] / "docs" / "grafana" / "mqbroker.json"
 METRIC = re.compile(r"\bmqbroker_[a-z_]+\b")
@@ -28,9 +33,38 @@ def _queries(dashboard: dict) -> list[str]:
     return panels + variables
 
 
+def _scrape(broker: BrokerProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.ports['http']}/metrics", timeout=10) as reply:
+        return reply.read().decode()
+
+
+def _skip_a_poison_batch(broker: BrokerProcess) -> None:
+    """An AMQP exchange reads topic ``sensors``; a batch whose records do not decode is appended there, and the
+    exchange's source reader skips it (mqbroker_unreadable_batches_total gets its first sample)."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["sensors"], partitions=1)
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.ports["amqp"]))
+    try:
+        connection.channel().exchange_declare("sensors-x", "fanout", arguments={"x-source-topic": "sensors"})
+    finally:
+        connection.close()
+    raw = RawNativeConnection(broker.ports["native"])
+    try:
+        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
+            name="sensors", partitions=(m.ProducePartition(partition_index=0, records=poison_batch()),)),)))
+    finally:
+        raw.close()
+    assert answer.topics[0].partitions[0].error_code == 0
+    deadline = time.monotonic() + 20
+    while 'mqbroker_unreadable_batches_total{reader="AMQP source reader"' not in _scrape(broker):
+        assert time.monotonic() < deadline, "the AMQP source reader did not skip the poison batch within 20 s"
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def exposed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
-    """Sample names and their label names from a broker's /metrics after produce, fetch and a group's commit."""
+    """Sample names and their label names from a broker's /metrics after produce, fetch, a group's commit and a
+    skipped unreadable batch."""
     for broker in running(BrokerProcess(data_dir=tmp_path_factory.mktemp("grafana") / "data")):
         with Producer(broker.bootstrap, acks="all") as producer:
             for n in range(20):
@@ -41,8 +75,8 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
             while taken < 5:
                 taken += len(consumer.poll(timeout=1.0))
             consumer.commit({("metered", 0): 5})
-        with urllib.request.urlopen(f"http://127.0.0.1:{broker.ports['http']}/metrics", timeout=10) as reply:
-            text = reply.read().decode()
+        _skip_a_poison_batch(broker)
+        text = _scrape(broker)
     samples: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

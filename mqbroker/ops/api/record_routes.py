@@ -2,12 +2,15 @@
 
 Records are read with the broker's fetch (at each partition's leader, committed records only,
 no waiting) and decoded here, a bounded page at a time: this is an operator's read path,
-never the produce or fetch path.
+never the produce or fetch path. A batch whose CRC or records do not decode (see
+``mqbroker.records.readable``) is listed under ``unreadable`` with its offsets and the page goes
+on after it, as the broker's own readers do.
 """
 
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass, field
 from typing import Any
 
 from mqbroker import errors
@@ -15,49 +18,63 @@ from mqbroker.limits import http_browse_fetch_bytes_max, http_browse_records_max
 from mqbroker.ops.api.routing import ApiCall, Route, gathered, query_parameter
 from mqbroker.ops.api.schemas import ref
 from mqbroker.ops.api.topic_routes import TOPIC, described_topic
-from mqbroker.records.decoder import decode_records
-from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import iter_batches
+from mqbroker.records.readable import UnreadableBatch, readable_records
 
 TAG = "records"
 LIMIT_DEFAULT = 50
 
 
 def text_of(data: bytes | None) -> dict[str, Any] | None:
-    """A key, value or header as UTF-8 text when it is text, else base64; cut at the browser's bound."""
+    """A key, value or header as UTF-8 text when it is text, else base64; cut at the browser's bound (in bytes)."""
     if data is None:
         return None
     cut = data[:http_browse_value_chars_max]
     try:
-        return {"text": cut.decode("utf-8"), "base64": None, "truncated": len(cut) < len(data)}
-    except UnicodeDecodeError:
-        pass
-    try:  # a multi-byte character cut in two at the bound
-        return {"text": data[:http_browse_value_chars_max + 3].decode("utf-8")[:http_browse_value_chars_max],
-                "base64": None, "truncated": True}
-    except UnicodeDecodeError:
-        return {"text": None, "base64": base64.b64encode(cut).decode("ascii"), "truncated": len(cut) < len(data)}
+        text = cut.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.reason != "unexpected end of data" or len(cut) == len(data):
+            return {"text": None, "base64": base64.b64encode(cut).decode("ascii"), "truncated": len(cut) < len(data)}
+        cut = cut[:error.start]  # a multi-byte character cut in two at the bound
+        text = cut.decode("utf-8")
+    return {"text": text, "base64": None, "truncated": len(cut) < len(data)}
 
 
-def decoded_records(data: bytes, partition: int, start_offset: int, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` records at or after ``start_offset`` from whole batches (control batches skipped)."""
+@dataclass(slots=True, kw_only=True)
+class PartitionPage:
+    """What one partition's read gave: its decoded records and the batches that did not decode."""
+
+    partition: int
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[UnreadableBatch] = field(default_factory=list)
+
+
+def unreadable_of(batch: UnreadableBatch) -> dict[str, Any]:
+    """A skipped batch as the API shows it: where it is and why it does not decode."""
+    return {"partition": batch.partition, "first_offset": batch.first_offset, "last_offset": batch.last_offset,
+            "error": str(batch.error)}
+
+
+def decoded_records(data: bytes, topic: str, partition: int, start_offset: int, limit: int,
+                    skipped: list[UnreadableBatch]) -> list[dict[str, Any]]:
+    """Up to ``limit`` records at or after ``start_offset`` from whole batches (control batches passed over,
+    undecodable ones appended to ``skipped``)."""
     found: list[dict[str, Any]] = []
-    view = memoryview(data)
-    try:
-        for position, header in iter_batches(view):
-            if header.is_control:
-                continue
-            for record in decode_records(view[position:position + header.size_bytes]):
-                if record.offset < start_offset:
-                    continue
-                found.append({"partition": partition, "offset": record.offset, "timestamp_ms": record.timestamp_ms,
-                              "key": text_of(record.key), "value": text_of(record.value),
-                              "headers": [{"key": key, "value": text_of(value)} for key, value in record.headers]})
-                if len(found) >= limit:
-                    return found
-    except CorruptRecordError as error:
-        raise errors.CorruptMessageError(f"partition {partition} holds a batch that does not decode: {error}") from None
+    for record in readable_records(data, start_offset, topic=topic, partition=partition, skipped=skipped.append):
+        found.append({"partition": partition, "offset": record.offset, "timestamp_ms": record.timestamp_ms,
+                      "key": text_of(record.key), "value": text_of(record.value),
+                      "headers": [{"key": key, "value": text_of(value)} for key, value in record.headers]})
+        if len(found) >= limit:
+            break
     return found
+
+
+def next_offset(shown: list[int], read_all: bool, skipped: list[UnreadableBatch]) -> int | None:
+    """Where a partition's next page starts (None: nothing shown or skipped): after its last record shown, and past
+    its unreadable batches when every record read from it is shown (none lies between them and the page's end)."""
+    ends = [offset + 1 for offset in shown[-1:]]
+    if read_all:
+        ends += [batch.last_offset + 1 for batch in skipped]
+    return max(ends, default=None)
 
 
 async def _start_offset(call: ApiCall, topic: str, partition: int, limit: int) -> int | None:
@@ -76,12 +93,13 @@ async def _start_offset(call: ApiCall, topic: str, partition: int, limit: int) -
     return max(earliest, call.query["offset"])  # records below the log start are gone: show the first ones left
 
 
-async def _read_partition(call: ApiCall, topic: str, partition: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+async def _read_partition(call: ApiCall, topic: str, partition: int, limit: int) -> PartitionPage:
     start = await _start_offset(call, topic, partition, limit)
-    if start is None:
-        return partition, []
-    result = await call.operations.read(call.principal, topic, partition, start, http_browse_fetch_bytes_max)
-    return partition, decoded_records(result.records, partition, start, limit)
+    page = PartitionPage(partition=partition)
+    if start is not None:
+        result = await call.operations.read(call.principal, topic, partition, start, http_browse_fetch_bytes_max)
+        page.records = decoded_records(result.records, topic, partition, start, limit, page.skipped)
+    return page
 
 
 async def browse(call: ApiCall) -> dict[str, Any]:
@@ -94,16 +112,18 @@ async def browse(call: ApiCall) -> dict[str, Any]:
         partitions = [call.query["partition"]]
     else:
         partitions = list(range(len(topic.partitions)))
-    read = await gathered(_read_partition(call, topic.name, partition, limit) for partition in partitions)
-    records = sorted((record for _, found in read for record in found),
+    pages = await gathered(_read_partition(call, topic.name, partition, limit) for partition in partitions)
+    records = sorted((record for page in pages for record in page.records),
                      key=lambda record: (record["timestamp_ms"], record["partition"], record["offset"]))
     records = records[:limit] if ("offset" in call.query or "timestamp_ms" in call.query) else records[-limit:]
     next_offsets = {}
-    for partition, found in read:
-        shown = [record["offset"] for record in records if record["partition"] == partition]
-        if shown:
-            next_offsets[str(partition)] = max(shown) + 1
-    return {"topic": topic.name, "records": records, "next_offsets": next_offsets}
+    for page in pages:
+        shown = sorted(record["offset"] for record in records if record["partition"] == page.partition)
+        following = next_offset(shown, len(shown) == len(page.records), page.skipped)
+        if following is not None:
+            next_offsets[str(page.partition)] = following
+    return {"topic": topic.name, "records": records, "next_offsets": next_offsets,
+            "unreadable": [unreadable_of(batch) for page in pages for batch in page.skipped]}
 
 
 ROUTES = (

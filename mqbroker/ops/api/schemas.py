@@ -6,9 +6,12 @@ describe responses in ``/api/openapi.json`` (the integration tests validate ever
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from mqbroker.limits import partitions_per_topic_max, topic_name_length_max, username_length_max
+from mqbroker.model import Operation, ResourceType
+from mqbroker.security.acl import AllOperations, PatternType, Permission
 
 
 def ref(name: str) -> dict[str, str]:
@@ -35,6 +38,13 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] | None = None,
             "required": list(properties if required is None else required), "additionalProperties": False, **extra}
 
 
+def _enum_of(values: type[enum.Enum]) -> dict[str, list[str]]:
+    """A string enum of every value of ``values`` (the schema follows the model)."""
+    return {"enum": [member.value for member in values]}
+
+
+_MQTT_TOPIC_ACLS = ("mqtt_topic: the name is an MQTT topic filter ('+', '#'; %c and %u stand for the client id "
+                    "and user name), literal, with operation read, write or all")
 _TOPIC_NAME = {"type": "string", "minLength": 1, "maxLength": topic_name_length_max}
 _TEXT_OR_NULL = {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/Text"}]}
 
@@ -88,7 +98,10 @@ COMPONENTS: dict[str, Any] = {
                        "headers": {"type": "array", "items": _object({"key": _STR, "value": _TEXT_OR_NULL})}}),
     "Records": _object({"topic": _STR, "records": array_of("Record"),
                         "next_offsets": {"type": "object", "additionalProperties": _INT,
-                                         "description": "per partition: where the next page starts"}}),
+                                         "description": "per partition: where the next page starts"},
+                        "unreadable": {"type": "array", "items": ref("UnreadableBatch"),
+                                       "description": "batches whose CRC or records do not decode, passed over"}}),
+    "UnreadableBatch": _object({"partition": _INT, "first_offset": _INT, "last_offset": _INT, "error": _STR}),
     "GroupSummary": _object({"group_id": _STR, "state": _STR, "protocol_type": _STR}),
     "GroupMember": _object({"member_id": _STR, "group_instance_id": _NULLABLE_STR, "client_id": _STR,
                             "client_host": _STR, "assignment": {"type": "array", "items": ref("TopicPartition")}}),
@@ -112,11 +125,10 @@ COMPONENTS: dict[str, Any] = {
     "Password": _object({"password": {**_STR, "minLength": 1}}),
     "Acl": _object({
         "principal": {**_STR, "minLength": 1, "examples": ["User:alice"]}, "host": {**_STR, "minLength": 1},
-        "resource_type": {"enum": ["topic", "group", "cluster", "transactional_id"]},
-        "resource_name": {**_STR, "minLength": 1}, "pattern_type": {"enum": ["literal", "prefixed"]},
-        "operation": {"enum": ["all", "read", "write", "create", "delete", "alter", "describe", "describe_configs",
-                               "alter_configs"]},
-        "permission": {"enum": ["allow", "deny"]}}),
+        "resource_type": {**_enum_of(ResourceType), "description": _MQTT_TOPIC_ACLS},
+        "resource_name": {**_STR, "minLength": 1}, "pattern_type": _enum_of(PatternType),
+        "operation": {"enum": [AllOperations.ALL.value, *_enum_of(Operation)["enum"]]},
+        "permission": _enum_of(Permission)}),
     "AclList": _object({"acls": {"type": "array", "items": {"$ref": "#/components/schemas/Acl"}, "minItems": 1,
                                  "maxItems": 1000}}),
     "MqttSubscription": _object({"topic_filter": _STR, "qos": _INT, "share_group": _NULLABLE_STR,

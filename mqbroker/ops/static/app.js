@@ -179,7 +179,11 @@ async function topic(main, name) {
       p.partition, p.leader < 0 ? "offline" : p.leader, p.replicas.join(", "), p.isr.join(", "),
       p.earliest_offset ?? "–", p.latest_offset ?? "–", bytes(p.size_bytes)])));
   }
-  main.append(h("h1", {}, `Topic ${name}`), h("div", {className: "toolbar"}, remove), partitionTable,
+  const actions = described.internal
+    ? h("p", {className: "note"}, "An internal topic: it belongs to the broker. Clients may not create it or write " +
+        "to it; only a super user may delete or alter it.")
+    : h("div", {className: "toolbar"}, remove);
+  main.append(h("h1", {}, `Topic ${name}`), actions, partitionTable,
     h("details", {}, h("summary", {}, "Configuration"), table("Effective configuration", [["Key"], ["Value"]],
       Object.entries(described.configs).map(([key, value]) => [key, value]))),
     h("h2", {}, "Messages"), browser(name, described.partitions.length));
@@ -207,7 +211,10 @@ function browser(name, partitionCount) {
         ["Time"], ["Key"], ["Value"], ["Headers"]], page.records.map((record) => [
         record.partition, record.offset, when(record.timestamp_ms), shown(record.key), shown(record.value),
         record.headers.map((header) => `${header.key}=${header.value ? header.value.text ?? "(binary)" : "null"}`)
-          .join(", ")]), "no records"));
+          .join(", ")]), "no records"),
+        ...page.unreadable.map((batch) => h("p", {className: "note", role: "alert"}, `Partition ${batch.partition}, ` +
+          `offsets ${batch.first_offset}–${batch.last_offset}: a batch that does not decode, passed over ` +
+          `(${batch.error})`)));
     } catch (error) { say(error.message, true); }
   }
   const form = h("form", {className: "inline", "aria-label": "Browse messages", onsubmit: show},
@@ -304,11 +311,47 @@ async function security(main) {
     }}, "Delete");
   main.append(h("h1", {}, "Users and ACLs"), h("h2", {}, "Users (SCRAM)"), addUser,
     table("Users", [["Name"], ["Action"]], users.map((user) => [user.name, removeUser(user.name)])),
-    h("h2", {}, "ACLs"),
+    h("h2", {}, "ACLs"), await aclForm(),
     table("ACLs", [["Permission"], ["Principal"], ["Host"], ["Operation"], ["Resource"], ["Pattern"], ["Action"]],
       acls.map((acl) => [acl.permission, acl.principal, acl.host, acl.operation,
-        `${acl.resource_type} ${acl.resource_name}`, acl.pattern_type, removeAcl(acl)])),
-    h("p", {}, "Add ACLs with ", h("code", {}, "mqbroker acls add"), " or POST /api/v1/acls."));
+        `${acl.resource_type} ${acl.resource_name}`, acl.pattern_type, removeAcl(acl)])));
+}
+
+// The form adding one ACL; its choices are the Acl schema's enums in the API's own document.
+async function aclForm() {
+  const described = await (await fetch("/api/openapi.json", {credentials: "same-origin"})).json();
+  const fields = described.components.schemas.Acl.properties;
+  const choice = (id, name, chosen) => h("select", {id, name}, fields[name].enum.map((value) =>
+    h("option", {value, selected: value === chosen}, value)));
+  const inputs = {
+    permission: choice("acl-permission", "permission", "allow"),
+    principal: h("input", {id: "acl-principal", name: "principal", required: true, value: "User:", autocomplete: "off"}),
+    operation: choice("acl-operation", "operation", "read"),
+    resource_type: choice("acl-resource-type", "resource_type", "topic"),
+    resource_name: h("input", {id: "acl-resource-name", name: "resource_name", required: true, autocomplete: "off",
+                               placeholder: "orders"}),
+    pattern_type: choice("acl-pattern", "pattern_type", "literal"),
+    host: h("input", {id: "acl-host", name: "host", required: true, value: "*", autocomplete: "off"}),
+  };
+  // An MQTT topic ACL names a topic filter (+, #; %c client id, %u user name), always literal.
+  inputs.resource_type.addEventListener("change", () => {
+    const mqttTopic = inputs.resource_type.value === "mqtt_topic";
+    inputs.resource_name.placeholder = mqttTopic ? "devices/%c/#" : "orders";
+    if (mqttTopic) inputs.pattern_type.value = "literal";
+    inputs.pattern_type.disabled = mqttTopic;
+  });
+  return h("form", {className: "inline", "aria-label": "Add an ACL", onsubmit: async (event) => {
+    event.preventDefault();
+    const acl = Object.fromEntries(Object.entries(inputs).map(([key, input]) => [key, input.value.trim()]));
+    try {
+      await api("POST", "/acls", {acls: [acl]});
+      say(`ACL added: ${acl.permission} ${acl.principal} ${acl.operation} ${acl.resource_type} ${acl.resource_name}`);
+      route();
+    } catch (error) { say(error.message, true); }
+  }}, field("Permission", inputs.permission), field("Principal", inputs.principal),
+    field("Operation", inputs.operation), field("Resource type", inputs.resource_type),
+    field("Resource name", inputs.resource_name), field("Pattern", inputs.pattern_type),
+    field("Host", inputs.host), h("button", {type: "submit"}, "Add ACL"));
 }
 
 async function configuration(main) {
