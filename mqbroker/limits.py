@@ -76,6 +76,9 @@ http_request_body_bytes_max = 1024 * 1024
 http_browse_records_max = 500
 #: Admin API message browser: bytes it fetches per partition for one request.
 http_browse_fetch_bytes_max = 4 * 1024 * 1024
+#: Admin API message browser: bytes of a partition's first read; each further read of the page doubles it, up to
+#: ``http_browse_fetch_bytes_max`` in all (a page of small records costs one small read, not 4 MiB).
+http_browse_first_read_bytes = 64 * 1024
 #: Admin API message browser: longest key or value text returned per record (the rest is cut, flagged).
 http_browse_value_chars_max = 64 * 1024
 #: Admin API: most retained MQTT messages one listing returns.

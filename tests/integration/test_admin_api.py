@@ -143,6 +143,12 @@ def test_the_message_browser_reads_by_offset_and_time_and_decodes_text(api: Admi
     assert json.loads(page["records"][0]["value"]["text"]) == {"t": 10}
     later = api.json("browseRecords", topic="readings", params={"timestamp_ms": middle_ms})["records"]
     assert [r["partition"] for r in later] == [1, 1]
+    big = [b"%04d" % n + b"." * 8_000 for n in range(40)]  # 320 KB in 40 batches: reads of 64, 128, 256 KiB
+    for value in big:
+        _produce(broker, "readings", [value], partition=0)
+    many = api.json("browseRecords", topic="readings", params={"partition": 0, "offset": 30, "limit": 40})
+    assert [r["value"]["text"][:4] for r in many["records"]] == ["%04d" % n for n in range(40)]
+    assert [r["offset"] for r in many["records"]] == list(range(30, 70)) and many["next_offsets"] == {"0": 70}
     beyond = api.json("browseRecords", topic="readings", params={"partition": 0, "offset": 500})
     assert beyond["records"] == [] and beyond["next_offsets"] == {}
     api.call("browseRecords", topic="readings", params={"partition": 5}, expect=404)

@@ -14,11 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqbroker import errors
-from mqbroker.limits import http_browse_fetch_bytes_max, http_browse_records_max, http_browse_value_chars_max
+from mqbroker.limits import (
+    http_browse_fetch_bytes_max,
+    http_browse_first_read_bytes,
+    http_browse_records_max,
+    http_browse_value_chars_max,
+)
 from mqbroker.ops.api.routing import ApiCall, Route, gathered, query_parameter
 from mqbroker.ops.api.schemas import ref
 from mqbroker.ops.api.topic_routes import TOPIC, described_topic
-from mqbroker.records.readable import UnreadableBatch, readable_records
+from mqbroker.records.readable import UnreadableBatch, next_offset_after, readable_records
 
 TAG = "records"
 LIMIT_DEFAULT = 50
@@ -94,11 +99,22 @@ async def _start_offset(call: ApiCall, topic: str, partition: int, limit: int) -
 
 
 async def _read_partition(call: ApiCall, topic: str, partition: int, limit: int) -> PartitionPage:
-    start = await _start_offset(call, topic, partition, limit)
+    """Up to ``limit`` records from where the query says: reads of growing size until the page is full, the
+    partition's end is reached or ``http_browse_fetch_bytes_max`` bytes were read."""
     page = PartitionPage(partition=partition)
-    if start is not None:
-        result = await call.operations.read(call.principal, topic, partition, start, http_browse_fetch_bytes_max)
-        page.records = decoded_records(result.records, topic, partition, start, limit, page.skipped)
+    offset = await _start_offset(call, topic, partition, limit)
+    read_bytes, budget = 0, http_browse_first_read_bytes
+    while offset is not None and len(page.records) < limit and read_bytes < http_browse_fetch_bytes_max:
+        result = await call.operations.read(call.principal, topic, partition, offset, budget)
+        if not result.records:
+            break
+        page.records += decoded_records(result.records, topic, partition, offset, limit - len(page.records),
+                                        page.skipped)
+        read_bytes += len(result.records)
+        offset = next_offset_after(result.records, offset)
+        if offset >= result.high_watermark:
+            break
+        budget = min(2 * budget, http_browse_fetch_bytes_max - read_bytes)
     return page
 
 
