@@ -69,7 +69,7 @@ function card(label, value, tone = "") {
 
 function link(text, hash) { return h("a", {href: hash}, text); }
 function encoded(name) { return encodeURIComponent(name); }
-function bytes(value) { return value === null ? "–" : formatNumber(value) + "B"; }
+function bytes(value) { return value === null ? "–" : formatNumber(value) + (value < 1e3 ? " B" : "B"); }
 function when(milliseconds) { return new Date(milliseconds).toLocaleString(); }
 
 // A key or value as the browser shows it: pretty JSON, UTF-8 text, or a note for binary data.

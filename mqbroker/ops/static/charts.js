@@ -12,11 +12,20 @@ function svgElement(tag, attributes) {
 }
 
 function formatNumber(value) {
-  if (value >= 1e9) return (value / 1e9).toFixed(1) + " G";
-  if (value >= 1e6) return (value / 1e6).toFixed(1) + " M";
-  if (value >= 1e3) return (value / 1e3).toFixed(1) + " k";
+  const short = (scaled) => scaled.toFixed(1).replace(/\.0$/, "");
+  if (value >= 1e9) return short(value / 1e9) + " G";
+  if (value >= 1e6) return short(value / 1e6) + " M";
+  if (value >= 1e3) return short(value / 1e3) + " k";
   return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
+
+// The smallest of 1, 2, 2.5 and 5 times a power of ten that is at least value: the axis's top.
+function niceCeiling(value) {
+  const power = 10 ** Math.floor(Math.log10(value));
+  return [1, 2, 2.5, 5, 10].map((step) => step * power).find((top) => top >= value);
+}
+
+const PLOT_LEFT = 52;  // room for the axis labels ("250 k")
 
 // A chart in a <figure>: call add(name, time, value) as values arrive; it redraws itself.
 class LiveChart {
@@ -50,11 +59,11 @@ class LiveChart {
     const times = all.map(([time]) => time);
     const start = Math.min(...times);
     const span = Math.max(Math.max(...times) - start, 1);
-    const top = Math.max(...all.map(([, value]) => value), 1) * 1.1;
+    const top = niceCeiling(Math.max(...all.map(([, value]) => value), 1) * 1.05);
     for (const y of [0, 0.5, 1]) {
-      this.svg.append(svgElement("line", {x1: 40, x2: 400, y1: 150 - y * 140, y2: 150 - y * 140,
+      this.svg.append(svgElement("line", {x1: PLOT_LEFT, x2: 400, y1: 150 - y * 140, y2: 150 - y * 140,
                                           stroke: "#c9d1db", "stroke-width": 1}));
-      const label = svgElement("text", {x: 36, y: 154 - y * 140, "text-anchor": "end", "font-size": 11, fill: "#4a5360"});
+      const label = svgElement("text", {x: PLOT_LEFT - 4, y: 154 - y * 140, "text-anchor": "end", "font-size": 11, fill: "#4a5360"});
       label.textContent = formatNumber(top * y);
       this.svg.append(label);
     }
@@ -63,7 +72,7 @@ class LiveChart {
     for (const [name, points] of this.series) {
       const color = CHART_COLORS[index++ % CHART_COLORS.length];
       const coordinates = points.map(([time, value]) =>
-        `${(40 + (time - start) / span * 360).toFixed(1)},${(150 - value / top * 140).toFixed(1)}`);
+        `${(PLOT_LEFT + (time - start) / span * (400 - PLOT_LEFT)).toFixed(1)},${(150 - value / top * 140).toFixed(1)}`);
       this.svg.append(svgElement("polyline", {points: coordinates.join(" "), fill: "none", stroke: color,
                                               "stroke-width": 2, "vector-effect": "non-scaling-stroke"}));
       summary.push(`${name}: ${formatNumber(points[points.length - 1][1])} ${this.unit}`);
