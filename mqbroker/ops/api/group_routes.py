@@ -6,12 +6,13 @@ from typing import Any
 
 from mqbroker import errors
 from mqbroker.groups.model import TopicPartition
+from mqbroker.limits import group_id_length_max
 from mqbroker.ops.api.routing import ApiCall, ApiError, Route, gathered, path_parameter
-from mqbroker.ops.api.schemas import array_of, ref
+from mqbroker.ops.api.schemas import array_of, printable_name, ref
 from mqbroker.ops.api.topic_routes import described_topic
 
 TAG = "groups"
-GROUP = path_parameter("group", "the group id")
+GROUP = path_parameter("group", "the group id", printable_name(group_id_length_max))
 
 
 async def _latest_or_none(call: ApiCall, partition: TopicPartition) -> int | None:

@@ -38,6 +38,17 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] | None = None,
             "required": list(properties if required is None else required), "additionalProperties": False, **extra}
 
 
+#: No C0 or C1 control character: what a portable (ECMA-262) pattern can say of ``security/names.py``'s rule.
+_NO_CONTROL_CHARACTER = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+
+
+def printable_name(length_max: int) -> dict[str, Any]:
+    """A name the broker checks whole (``security/names.py``): a user name, a group id."""
+    return {"type": "string", "minLength": 1, "maxLength": length_max, "pattern": _NO_CONTROL_CHARACTER,
+            "description": f"printable, at most {length_max} characters: a control, format, private-use or "
+                           "unassigned character is refused (400)"}
+
+
 def _enum_of(values: type[enum.Enum]) -> dict[str, list[str]]:
     """A string enum of every value of ``values`` (the schema follows the model)."""
     return {"enum": [member.value for member in values]}
@@ -120,7 +131,7 @@ COMPONENTS: dict[str, Any] = {
         "dry_run": {"type": "boolean", "description": "show the new offsets, commit nothing"},
     }, required=("to",)),
     "User": _object({"name": _STR}),
-    "NewUser": _object({"name": {**_STR, "minLength": 1, "maxLength": username_length_max},
+    "NewUser": _object({"name": printable_name(username_length_max),
                         "password": {**_STR, "minLength": 1}}),
     "Password": _object({"password": {**_STR, "minLength": 1}}),
     "Acl": _object({

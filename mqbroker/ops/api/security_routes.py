@@ -6,11 +6,12 @@ from typing import Any
 
 from mqbroker import errors
 from mqbroker.ops.api.routing import ApiCall, Route, path_parameter, query_parameter
-from mqbroker.ops.api.schemas import COMPONENTS, array_of, ref
+from mqbroker.limits import username_length_max
+from mqbroker.ops.api.schemas import COMPONENTS, array_of, printable_name, ref
 from mqbroker.security.acl import Acl
 
 TAG = "security"
-USER = path_parameter("name", "the user name")
+USER = path_parameter("name", "the user name", printable_name(username_length_max))
 #: The fields of an ACL, each also a query parameter of the delete route.
 ACL_FIELDS = tuple(COMPONENTS["Acl"]["properties"])
 
