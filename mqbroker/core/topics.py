@@ -304,8 +304,10 @@ class TopicAdmin:
     def reassign_partition(
         self, principal: Principal, topic: str, partition: int, target_replicas: Sequence[int]
     ) -> Deferred[None]:
-        """Move a partition's replicas through the controller; see ``IBroker.reassign_partition``."""
-        self._principals.check_internal_admin(principal, topic, "reassign")
+        """Move a partition's replicas through the controller; see ``IBroker.reassign_partition``.
+
+        Internal topics too (raising ``__consumer_offsets``' replication factor is routine): a move keeps
+        every record, so the topic ALTER permission decides, as for any topic."""
         require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.TOPIC, topic)
         return self._replicas.reassign(topic, partition, target_replicas)
 
