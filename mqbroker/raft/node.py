@@ -182,8 +182,8 @@ class RaftNode:
 
     def _drive(self) -> None:
         self._scheduled = False
-        if self._busy:
-            return
+        if self._busy or self._stopping:
+            return  # a stopped node writes nothing more: its storage is closed once ``stop`` fires
         inbox, self._inbox = self._inbox, []
         for action in inbox:
             action()
