@@ -44,7 +44,8 @@ from mqbroker.protocols.mqtt.actions import (
 )
 from mqbroker.protocols.mqtt.hub import FETCH_BYTES_MAX, FRONT_END_PRINCIPAL, PRODUCE_TIMEOUT_MS, MqttHub
 from mqbroker.protocols.mqtt.packets import Publish, ReasonCode
-from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
+from mqbroker.protocols.mqtt.connect import SessionConfig
+from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter, topic_matches
