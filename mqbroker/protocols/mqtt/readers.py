@@ -1,0 +1,91 @@
+"""How the MQTT front end reads the log: record decoding helpers and one shared reader per log partition.
+
+A ``PartitionDispatcher`` long-polls ``IBroker.fetch`` from a partition's end and hands each
+fetch to the hub, which fans the records out to the live sessions (one fetch for everybody,
+never a fetch per session). Sessions that catch up and share groups read through the same
+helpers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from mqbroker import errors
+from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal
+from mqbroker.protocols.mqtt.headers import message_from_record
+from mqbroker.protocols.mqtt.state import OutboundMessage
+from mqbroker.protocols.mqtt.stored import PartitionKey
+from mqbroker.records.batch import Record, decode_records, iter_batches
+
+if TYPE_CHECKING:
+    from mqbroker.protocols.mqtt.hub import MqttHub
+
+#: Who the front end is when it reads and writes its own topics.
+FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can authenticate as it
+FETCH_WAIT_MS = 500
+FETCH_BYTES_MAX = 1024 * 1024
+RETRY_DELAY_S = 1.0
+
+
+def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
+    """Data records of the whole batches in ``data`` from ``start_offset`` on (a read starts at a batch)."""
+    for position, header in iter_batches(data):
+        if header.is_control:
+            continue
+        for record in decode_records(memoryview(data)[position : position + header.size_bytes]):
+            if record.offset >= start_offset:
+                yield record
+
+
+def next_offset_after(data: bytes, start_offset: int) -> int:
+    """The offset after the last batch in ``data`` (``start_offset`` if it holds none)."""
+    end = start_offset
+    for _, header in iter_batches(data, check=False):
+        end = max(end, header.next_offset)
+    return end
+
+
+def message_of(record: Record) -> OutboundMessage | None:
+    """The MQTT message a log record stands for (None if it cannot go to MQTT subscribers)."""
+    headers = [(name, value) for name, value in record.headers if value is not None]
+    return message_from_record(record.key, record.value, headers, record.timestamp_ms)
+
+
+class PartitionDispatcher:
+    """Reads one log partition from its end and fans each record out to the live sessions."""
+
+    log = Logger()
+
+    def __init__(self, hub: MqttHub, key: PartitionKey, position: int) -> None:
+        self.hub = hub
+        self.key = key
+        self.position = position
+
+    async def run(self) -> None:
+        """Long-poll until the hub stops."""
+        topic, partition = self.key
+        while not self.hub.stopped:
+            fetch = FetchPosition(topic=topic, partition=partition, offset=self.position, max_bytes=FETCH_BYTES_MAX)
+            try:
+                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], FETCH_WAIT_MS, 1, FETCH_BYTES_MAX)
+            except errors.BrokerError as error:
+                self.log.warn("MQTT reader of {key} failed: {error}", key=self.key, error=error)
+                await deferLater(self.hub.reactor, RETRY_DELAY_S)
+                continue
+            if result.error is not None:
+                await self._recover(result.error)
+                continue
+            if len(self.hub.registry):  # with nobody subscribed there is nothing to decode
+                self.hub.dispatch_all(self.key, result.records, self.position)
+            self.position = next_offset_after(result.records, self.position)
+
+    async def _recover(self, error: Exception) -> None:
+        if isinstance(error, errors.OffsetOutOfRangeError):
+            self.position = await self.hub.offset_of(self.key, LATEST_TIMESTAMP)
+            return
+        self.log.warn("MQTT reader of {key}: {error}", key=self.key, error=error)
+        await deferLater(self.hub.reactor, RETRY_DELAY_S)
