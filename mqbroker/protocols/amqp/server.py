@@ -39,12 +39,14 @@ from mqbroker.protocols.amqp.actions import (
     Settle,
     Unacked,
 )
+from mqbroker.protocols.amqp.appender import BatchStored, all_settled
 from mqbroker.protocols.amqp.channel import Connection
-from mqbroker.protocols.amqp.queue_state import parse_stream_offset
-from mqbroker.protocols.amqp.queues import BatchStored, Consumer, ConsumerKey, StreamQueue, all_settled, delivery_of
+from mqbroker.protocols.amqp.queue_arguments import parse_stream_offset
+from mqbroker.protocols.amqp.queues import Consumer, ConsumerKey, delivery_of
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
 from mqbroker.protocols.amqp.sources import source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.amqp.vhost import VirtualHost
 from mqbroker.security.throttle import throttles
 

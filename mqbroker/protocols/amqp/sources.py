@@ -22,8 +22,8 @@ from mqbroker import errors
 from mqbroker.interfaces import IBroker
 from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, Principal
 from mqbroker.protocols.amqp import fields, spec
+from mqbroker.protocols.amqp.appender import BatchStored, all_settled
 from mqbroker.protocols.amqp.codec import encode_properties
-from mqbroker.protocols.amqp.queues import BatchStored, all_settled
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import (
     EMPTY_PROPERTIES,

@@ -21,11 +21,23 @@ from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
 from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.channel import ByteBudget
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
-from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuePolicy, QueueState, QueueType, x_death_headers
-from mqbroker.protocols.amqp.queues import BatchStored, ClassicQueue, ConsumerKey, StreamQueue
-from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType, Router
+from mqbroker.protocols.amqp.queue_arguments import (
+    QueuePolicy,
+    QueueType,
+    x_death_headers,
+)
+from mqbroker.protocols.amqp.queue_state import DeadLetter, QueueState
+from mqbroker.protocols.amqp.queues import ClassicQueue, ConsumerKey
+from mqbroker.protocols.amqp.routing import (
+    Binding,
+    DestinationKind,
+    Exchange,
+    ExchangeType,
+    Router,
+)
 from mqbroker.protocols.amqp.sources import (
     SOURCE_POSITIONS_TOPIC,
     SOURCE_TOPIC_ARGUMENT,
@@ -51,6 +63,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
+from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.batch import BatchBuilder, decode_records, iter_batches
 

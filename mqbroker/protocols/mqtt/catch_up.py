@@ -18,7 +18,13 @@ from twisted.python.failure import Failure
 
 from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition
 from mqbroker.protocols.mqtt.hub import MqttHub
-from mqbroker.protocols.mqtt.readers import FETCH_BYTES_MAX, FRONT_END_PRINCIPAL, message_of, next_offset_after, records_after
+from mqbroker.protocols.mqtt.readers import (
+    FETCH_BYTES_MAX,
+    FRONT_END_PRINCIPAL,
+    message_of,
+    next_offset_after,
+    records_after,
+)
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey

@@ -12,7 +12,6 @@ first [MQTT-3.1.0-1].
 
 from __future__ import annotations
 
-
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, malformed, protocol_error
 from mqbroker.protocols.mqtt.fields import (
     U16,

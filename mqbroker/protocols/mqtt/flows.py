@@ -35,7 +35,12 @@ from mqbroker.protocols.mqtt.packets import (
     PubRel,
     ReasonCode,
 )
-from mqbroker.protocols.mqtt.state import Inflight, InflightState, OutboundMessage, SessionState
+from mqbroker.protocols.mqtt.state import (
+    Inflight,
+    InflightState,
+    OutboundMessage,
+    SessionState,
+)
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
 
 

@@ -20,7 +20,8 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Protocol as TypingProtocol
+from typing import Any
+from typing import Protocol as TypingProtocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
@@ -29,7 +30,12 @@ from twisted.python.failure import Failure
 
 from mqbroker import __version__, errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPosition, TopicSpec
+from mqbroker.model import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchPosition,
+    TopicSpec,
+)
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
@@ -41,7 +47,11 @@ from mqbroker.protocols.mqtt.readers import (
     next_offset_after,
     records_after,
 )
-from mqbroker.protocols.mqtt.registry import GroupKey, SubscriptionRegistry, group_key_of
+from mqbroker.protocols.mqtt.registry import (
+    GroupKey,
+    SubscriptionRegistry,
+    group_key_of,
+)
 from mqbroker.protocols.mqtt.retained import RetainedStore
 from mqbroker.protocols.mqtt.share_backlog import ShareBacklog
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription

@@ -16,7 +16,13 @@ from twisted.logger import Logger
 
 from mqbroker import errors
 from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition
-from mqbroker.protocols.mqtt.readers import FETCH_BYTES_MAX, FRONT_END_PRINCIPAL, message_of, next_offset_after, records_after
+from mqbroker.protocols.mqtt.readers import (
+    FETCH_BYTES_MAX,
+    FRONT_END_PRINCIPAL,
+    message_of,
+    next_offset_after,
+    records_after,
+)
 from mqbroker.protocols.mqtt.registry import GroupKey
 from mqbroker.protocols.mqtt.stored import PartitionKey
 

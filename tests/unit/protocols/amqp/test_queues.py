@@ -10,8 +10,10 @@ from twisted.internet.task import Clock
 from mqbroker import errors
 from mqbroker.model import FetchResult, Principal, ProduceResult
 from mqbroker.protocols.amqp.actions import Delivery, Outcome
-from mqbroker.protocols.amqp.queue_state import QueuePolicy, QueueState
-from mqbroker.protocols.amqp.queues import PRODUCE_TIMEOUT_MS, ClassicQueue, Consumer
+from mqbroker.protocols.amqp.appender import PRODUCE_TIMEOUT_MS
+from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
+from mqbroker.protocols.amqp.queue_state import QueueState
+from mqbroker.protocols.amqp.queues import ClassicQueue, Consumer
 from mqbroker.protocols.amqp.stored import QueueDeclaration
 from mqbroker.records.batch import read_header
 

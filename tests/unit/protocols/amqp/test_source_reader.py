@@ -9,7 +9,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 
 from mqbroker.model import FetchResult, Principal
-from mqbroker.protocols.amqp.queues import BatchStored
+from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.sources import SOURCE_RETRY_S, SourceReader, SourceRecord
 from mqbroker.records.batch import BatchBuilder, stamp
 

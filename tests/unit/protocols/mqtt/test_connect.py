@@ -9,7 +9,13 @@ from mqbroker.protocols.mqtt.connect import (
     granted_keep_alive_s,
     will_refusal,
 )
-from mqbroker.protocols.mqtt.packets import Connect, ConnectReturnCode, Properties, ReasonCode, Will
+from mqbroker.protocols.mqtt.packets import (
+    Connect,
+    ConnectReturnCode,
+    Properties,
+    ReasonCode,
+    Will,
+)
 
 
 def test_a_5_0_client_gets_the_server_keep_alive_and_a_3_1_1_client_keeps_its_own() -> None:

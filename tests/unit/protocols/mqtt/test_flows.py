@@ -5,7 +5,13 @@ from __future__ import annotations
 from mqbroker.protocols.mqtt.actions import Close, Send
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
-from mqbroker.protocols.mqtt.packets import Connect, Properties, Publish, PubRel, ReasonCode
+from mqbroker.protocols.mqtt.packets import (
+    Connect,
+    Properties,
+    Publish,
+    PubRel,
+    ReasonCode,
+)
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.topics import TopicMapping

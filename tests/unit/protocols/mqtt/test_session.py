@@ -9,7 +9,13 @@ from mqbroker.protocols.mqtt.actions import Close, PublishToLog
 from mqbroker.protocols.mqtt.headers import message_from_record, record_headers
 from mqbroker.protocols.mqtt.packets import Properties, Publish, RetainHandling
 from mqbroker.protocols.mqtt.session import ConnectionState
-from mqbroker.protocols.mqtt.state import Inflight, InflightState, OutboundMessage, SessionState, Subscription
+from mqbroker.protocols.mqtt.state import (
+    Inflight,
+    InflightState,
+    OutboundMessage,
+    SessionState,
+    Subscription,
+)
 from tests.unit.protocols.mqtt.test_flows import connected_session
 
 texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=10)
