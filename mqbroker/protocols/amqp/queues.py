@@ -48,7 +48,7 @@ class Subscriber(Protocol):
     """What a queue needs from the session that owns a consumer."""
 
     session_id: int
-    connection: Any  # mqbroker.protocols.amqp.channel.Connection
+    connection: Any  # mqbroker.protocols.amqp.connection.Connection
 
     def flush(self) -> None: ...
 

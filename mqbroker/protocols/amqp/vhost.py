@@ -22,8 +22,8 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.appender import BatchStored
-from mqbroker.protocols.amqp.channel import ByteBudget
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
+from mqbroker.protocols.amqp.held_bytes import ByteBudget
 from mqbroker.protocols.amqp.queue_arguments import (
     QueuePolicy,
     QueueType,

@@ -12,7 +12,7 @@ from mqbroker import limits
 from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.amqp import codec, spec
 from mqbroker.protocols.amqp.appender import BatchStored
-from mqbroker.protocols.amqp.channel import ByteBudget
+from mqbroker.protocols.amqp.held_bytes import ByteBudget
 from mqbroker.protocols.amqp.queues import ConsumerKey
 from mqbroker.protocols.amqp.server import AmqpSession
 from mqbroker.protocols.amqp.spec import ReplyCode
