@@ -1,6 +1,6 @@
 """The AMQP 0-9-1 front end: the sans-I/O ``Connection``'s actions carried out against ``IBroker``.
 
-Thin by design: ``channel.Connection`` speaks the protocol, ``vhost.VirtualHost`` holds
+Thin by design: ``connection.Connection`` speaks the protocol, ``vhost.VirtualHost`` holds
 exchanges, queues and bindings, ``queues`` reads and writes queue logs; this module moves
 bytes, runs each action, reports results back to the connection and keeps its timer.
 A connection's broker-side methods run one after another (a nowait declare followed by a
@@ -40,7 +40,8 @@ from mqbroker.protocols.amqp.actions import (
     Unacked,
 )
 from mqbroker.protocols.amqp.appender import BatchStored, all_settled
-from mqbroker.protocols.amqp.channel import Connection
+from mqbroker.protocols.amqp.confirm_runs import ConfirmRuns
+from mqbroker.protocols.amqp.connection import Connection
 from mqbroker.protocols.amqp.queue_arguments import parse_stream_offset
 from mqbroker.protocols.amqp.queues import Consumer, ConsumerKey, delivery_of
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
@@ -72,7 +73,7 @@ class AmqpSession:
         self._lease_holders: set[ConsumerKey] = set()
         self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
         self._waiting: list[tuple[Callable[[Any], Deferred[None] | None], Action]] = []
-        self._confirms = _ConfirmRuns(self.connection, self._confirmed)
+        self._confirms = ConfirmRuns(self.connection, self._confirmed)
         self._unstored: dict[BatchStored, int] = {}  # body bytes published into each unsettled batch
         self._transaction_batches: dict[int, list[BatchStored]] = {}  # channel → its committed publishes' batches
         self._unstored_bytes = 0
@@ -447,52 +448,6 @@ class AmqpSession:
     def _confirmed(self, channel: int, first: int, last: int, stored: bool) -> None:
         self.connection.publish_settled_range(channel, first, last, stored=stored)
         self.flush()
-
-
-class _ConfirmRuns:
-    """Groups confirmed publishes into runs that went to the same batches, settled with one call.
-
-    pika and kombu pipeline publishes, so one read brings hundreds; they land in one batch per
-    queue, and a run of them is answered with a single basic.ack (multiple) once that batch is
-    durable. ``seal`` closes the open run (the session calls it whenever it flushes).
-    """
-
-    def __init__(self, connection: Connection, confirmed: Callable[[int, int, int, bool], None]) -> None:
-        self._connection = connection
-        self._confirmed = confirmed
-        self._channel = 0
-        self._first = 0
-        self._last = -1  # the open run is first..last; empty while last < first
-        self._batches: list[BatchStored] = []
-
-    def add(self, channel: int, sequence: int, batches: list[BatchStored]) -> None:
-        """A confirmed publish stored in ``batches`` (none: unroutable, settled at once)."""
-        if channel == self._channel and sequence == self._last + 1 and batches == self._batches:
-            self._last = sequence
-            return
-        self.seal()
-        self._channel, self._first, self._last, self._batches = channel, sequence, sequence, batches
-
-    def seal(self) -> None:
-        """Hand the open run to its batches (or settle it now if nothing was stored)."""
-        if self._last < self._first:
-            return
-        channel, first, last, batches = self._channel, self._first, self._last, self._batches
-        self._first, self._last = 0, -1
-        if not batches:
-            self._connection.publish_settled_range(channel, first, last, stored=True)
-        elif len(batches) == 1:
-            batches[0].when_settled(functools.partial(self._confirmed, channel, first, last))
-        else:
-            outcomes: list[bool] = []
-
-            def one_settled(stored: bool) -> None:
-                outcomes.append(stored)
-                if len(outcomes) == len(batches):
-                    self._confirmed(channel, first, last, all(outcomes))
-
-            for batch in batches:
-                batch.when_settled(one_settled)
 
 
 def build_factory(broker: IBroker, context: Any) -> SessionFactory:
