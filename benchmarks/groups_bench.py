@@ -9,7 +9,13 @@ Starts a broker (``twistd mqbroker`` on free ports, temporary data directory), t
   until each of its partitions is read again by another member (target: session timeout + 1 s);
 * throughput: messages/s consumed by a group of 1 member vs 3 members (separate processes),
   timed from the moment every member has its assignment and its first record (so process
-  start-up and the joins are not counted) until the whole topic is read.
+  start-up and the joins are not counted) until the whole topic is read. What counts is distinct
+  (partition, offset) pairs: each member reports its position in each partition it reads, and a
+  partition's progress is the furthest any member got, so a record read again after a rebalance
+  is not counted twice. The topic is filled with acknowledged sends (a failed one fails the run).
+
+Settings that differ from the defaults: the broker's ``group_initial_rebalance_delay_ms=0`` and
+``group_min_session_timeout_ms=500``; members' session timeout 3 s, heartbeats 500 ms, fetch wait 100 ms.
 
 Run: ``python benchmarks/groups_bench.py [--json]``.
 """
@@ -29,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from mqbroker.cli.bench import produce_acknowledged  # noqa: E402
 from mqbroker.client.blocking import Admin, Consumer, Producer  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
@@ -47,7 +54,7 @@ class ChildMember:
         self.process = subprocess.Popen([sys.executable, __file__, "--child", bootstrap, group, topic, offset_reset],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.partitions: set[int] = set()
-        self.count = 0
+        self.positions: dict[int, int] = {}  # partition → the next offset this member will read
         self.first_record_at: float | None = None
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -57,8 +64,8 @@ class ChildMember:
         for line in self.process.stdout:
             event = json.loads(line)
             self.partitions = set(event["partitions"])
-            self.count = event["count"]
-            if self.count and self.first_record_at is None:
+            self.positions.update({int(p): position for p, position in event["positions"].items()})
+            if any(self.positions.values()) and self.first_record_at is None:
                 self.first_record_at = time.monotonic()
 
     def go(self) -> None:
@@ -173,15 +180,21 @@ def throughput(bootstrap: str, members: int) -> float:
         _wait(lambda: all(c.first_record_at is not None for c in children)
               and sum(len(c.partitions) for c in children) == THROUGHPUT_PARTITIONS, 120)
         time.sleep(0.5)  # the last reports of held partitions
-        started, read_before = time.monotonic(), sum(c.count for c in children)
+        started, read_before = time.monotonic(), distinct_read(children)
         for child in children:
             child.go()
-        _wait(lambda: sum(c.count for c in children) >= THROUGHPUT_MESSAGES, 600)
+        _wait(lambda: distinct_read(children) >= THROUGHPUT_MESSAGES, 600)
         elapsed = time.monotonic() - started
     finally:
         for child in children:
             child.kill()
     return (THROUGHPUT_MESSAGES - read_before) / elapsed
+
+
+def distinct_read(children: list[ChildMember]) -> int:
+    """Distinct (partition, offset) pairs the group has read: per partition, the furthest position of any member
+    (the topic's offsets start at 0 and are dense; a member reads a partition in offset order)."""
+    return sum(max(child.positions.get(partition, 0) for child in children) for partition in range(THROUGHPUT_PARTITIONS))
 
 
 def child(bootstrap: str, group: str, topic: str, offset_reset: str) -> None:
@@ -191,15 +204,16 @@ def child(bootstrap: str, group: str, topic: str, offset_reset: str) -> None:
                         fetch_max_wait_ms=100)
     told_to_go = threading.Event()
     threading.Thread(target=lambda: sys.stdin.readline() and told_to_go.set(), daemon=True).start()
-    count = 0
+    read_any = False
     while True:
-        count += len(consumer.poll(0.1))
-        if count and not told_to_go.is_set():  # hold what we have until every member is ready
+        read_any = bool(consumer.poll(0.1)) or read_any
+        if read_any and not told_to_go.is_set():  # hold what we have until every member is ready
             consumer.pause(*consumer.assignment())
         elif told_to_go.is_set() and consumer.paused():
             consumer.resume(*consumer.paused())
-        partitions = sorted(p for _, p in consumer.assignment())
-        print(json.dumps({"partitions": partitions, "count": count}), flush=True)
+        assignment = sorted(consumer.assignment())
+        positions = {p: consumer.position((t, p)) for t, p in assignment} if read_any else {}
+        print(json.dumps({"partitions": [p for _, p in assignment], "positions": positions}), flush=True)
 
 
 def main() -> None:
@@ -221,9 +235,10 @@ def main() -> None:
             with Admin(broker.bootstrap) as admin:
                 admin.create_topics(["groups-tput"], partitions=THROUGHPUT_PARTITIONS)
             with Producer(broker.bootstrap, linger_ms=20, acks=1) as producer:
-                payload = b"v" * 100
-                for number in range(THROUGHPUT_MESSAGES):
-                    producer.send("groups-tput", payload, partition=number % THROUGHPUT_PARTITIONS)
+                for partition in range(THROUGHPUT_PARTITIONS):
+                    filled = produce_acknowledged(producer, "groups-tput", b"v" * 100,
+                                                  THROUGHPUT_MESSAGES // THROUGHPUT_PARTITIONS, partition=partition)
+                    assert not filled.failed, f"{filled.failed} sends filling the topic failed: {filled.first_error}"
             figures["throughput_1_member_msgs_per_s"] = round(throughput(broker.bootstrap, 1))
             figures["throughput_3_members_msgs_per_s"] = round(throughput(broker.bootstrap, 3))
         finally:

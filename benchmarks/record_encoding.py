@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.compression import Compression
-from mqbroker.records.batch import BatchBuilder, decode_records
+from mqbroker.records.decoder import decode_records
 
 RECORDS = 100_000
 BATCH_BYTES_MAX = 1024 * 1024

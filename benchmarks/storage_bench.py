@@ -41,9 +41,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import BatchBuilder
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

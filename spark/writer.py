@@ -30,7 +30,7 @@ from mqbroker.protocols.native.messages import (
     ProduceResponse,
     ProduceTopic,
 )
-from mqbroker.records.batch import BatchBuilder
+from mqbroker.records.builder import BatchBuilder
 from mqbroker_spark.delivery import PRODUCER_EPOCH, OutgoingRecord, PlannedBatch, TopicPartition, plan_writes, target_partition
 from mqbroker_spark.options import OptionError, SinkOptions
 

@@ -1,14 +1,19 @@
 """``mqbroker bench produce|consume|e2e``: throughput and latency against a running broker.
 
 Progress is shown on stderr while a benchmark runs; the summary is a table on stdout, or one
-JSON object with ``--json``. Latencies: ``produce`` samples the acknowledgement time of one
-record in every ``SAMPLE_EVERY``; ``e2e`` measures every message from send to receipt.
+JSON object with ``--json``. Every rate counts only what was acknowledged (``produce``: every
+send's future is checked once the producer has flushed; failures are counted and printed) or
+received (``consume``, ``e2e``). Latencies: ``produce`` samples the acknowledgement time of one
+record in every ``SAMPLE_EVERY``; ``e2e`` measures every message from send to receipt, and its
+percentiles are over every message sent: one that never arrived counts as an infinite latency
+(shown as ``lost``), not as a missing sample. The settings of the run come with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import struct
@@ -31,7 +36,7 @@ _SEND_TIME = struct.Struct(">q")
 
 @dataclass
 class BenchResult:
-    """What a benchmark measured."""
+    """What a benchmark measured; ``messages`` counts only acknowledged (or received) ones."""
 
     mode: str
     messages: int
@@ -39,20 +44,74 @@ class BenchResult:
     seconds: float
     messages_per_s: float
     mb_per_s: float
-    latency_ms: dict[str, float] = field(default_factory=dict)
+    sent: int = 0
+    failed: int = 0
+    first_error: str | None = None
+    latency_ms: dict[str, float | None] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def percentiles_ms(samples_s: Sequence[float]) -> dict[str, float]:
-    """p50, p90, p99, p99.9 and max of latency samples (seconds in, milliseconds out)."""
-    if not samples_s:
+@dataclass
+class SendOutcomes:
+    """How the sends of a run ended: acknowledged, failed (with the first error), and how long until the flush."""
+
+    seconds: float
+    acknowledged: int
+    failed: int
+    first_error: str | None
+
+
+def percentiles_ms(samples_s: Sequence[float], total: int | None = None) -> dict[str, float | None]:
+    """p50, p90, p99, p99.9 and max of latency samples (seconds in, milliseconds out).
+
+    With ``total`` (messages sent) above ``len(samples_s)`` the missing ones count as lost: an
+    infinite latency, reported as None ("lost"), so a percentile is never computed over survivors only.
+    """
+    ordered = sorted(samples_s) + [math.inf] * max(0, (total or 0) - len(samples_s))
+    if not ordered:
         return {}
-    ordered = sorted(samples_s)
 
-    def at(fraction: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000, 3)
+    def milliseconds(value: float) -> float | None:
+        return None if math.isinf(value) else round(value * 1000, 3)
 
-    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999), "max": round(ordered[-1] * 1000, 3)}
+    def at(fraction: float) -> float | None:
+        return milliseconds(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))])
+
+    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999), "max": milliseconds(ordered[-1])}
+
+
+def count_outcomes(futures: Sequence[Any]) -> tuple[int, int, str | None]:
+    """(acknowledged, failed, first error) of finished send futures (``RecordFuture`` or ``concurrent`` ones)."""
+    acknowledged, failed, first_error = 0, 0, None
+    for future in futures:
+        try:
+            future.result(0)
+        except Exception as error:  # any failure of that send: it is not counted as delivered
+            failed += 1
+            first_error = first_error or f"{type(error).__name__}: {error}"
+        else:
+            acknowledged += 1
+    return acknowledged, failed, first_error
+
+
+def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
+                         on_progress: Callable[[int, Any], None] | None = None, **send_options: Any) -> SendOutcomes:
+    """Send ``count`` copies of ``value`` as fast as ``producer`` takes them, flush, and check every future.
+
+    ``seconds`` runs from the first send to the end of the flush (when every outcome is known);
+    counting the outcomes afterwards is not timed.
+    """
+    futures = []
+    send = producer.send
+    started = time.perf_counter()
+    for index in range(count):
+        future = send(topic, value, **send_options)
+        futures.append(future)
+        if on_progress is not None:
+            on_progress(index, future)
+    producer.flush()
+    seconds = time.perf_counter() - started
+    return SendOutcomes(seconds, *count_outcomes(futures))
 
 
 def add_parser(commands: Any) -> None:
@@ -116,8 +175,8 @@ def _producer(arguments: argparse.Namespace) -> Any:
 
 
 def _produce_messages(arguments: argparse.Namespace, topic: str, count: int, progress: Progress,
-                      label: str) -> tuple[float, list[float]]:
-    """Send ``count`` messages as fast as the producer takes them; return (seconds, sampled ack latencies)."""
+                      label: str) -> tuple[SendOutcomes, list[float]]:
+    """Send ``count`` messages as fast as the producer takes them; return their outcomes and sampled ack latencies."""
     producer = _producer(arguments)
     value = os.urandom(arguments.size)
     samples: list[float] = []
@@ -126,28 +185,27 @@ def _produce_messages(arguments: argparse.Namespace, topic: str, count: int, pro
     def await_samples() -> None:
         while (item := pending.get()) is not None:
             sent_at, future = item
-            future.result()
-            samples.append(time.perf_counter() - sent_at)
+            if future.exception() is None:  # a failed send has no acknowledgement latency
+                samples.append(time.perf_counter() - sent_at)
 
     sampler = threading.Thread(target=await_samples, name="bench-ack-sampler", daemon=True)
     sampler.start()
     task = progress.add_task(label, total=count, rate="")
-    send = producer.send
     started = time.perf_counter()
+
+    def on_progress(index: int, future: Any) -> None:
+        if index % SAMPLE_EVERY == 0:
+            pending.put((time.perf_counter(), future))
+            progress.update(task, completed=index, rate=_rate(index, started))
+
     try:
-        for index in range(count):
-            future = send(topic, value)
-            if index % SAMPLE_EVERY == 0:
-                pending.put((time.perf_counter(), future))
-                progress.update(task, completed=index, rate=_rate(index, started))
-        producer.flush()
-        elapsed = time.perf_counter() - started
+        outcomes = produce_acknowledged(producer, topic, value, count, on_progress)
     finally:
         pending.put(None)
         sampler.join()
         producer.close()
     progress.update(task, completed=count)
-    return elapsed, samples
+    return outcomes, samples
 
 
 def _rate(count: int, started: float) -> str:
@@ -156,8 +214,9 @@ def _rate(count: int, started: float) -> str:
 
 
 def _bench_produce(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
-    seconds, samples = _produce_messages(arguments, topic, arguments.messages, progress, "producing")
-    return _result("produce", arguments, arguments.messages, seconds, samples)
+    outcomes, samples = _produce_messages(arguments, topic, arguments.messages, progress, "producing")
+    return _result("produce", arguments, outcomes.acknowledged, outcomes.seconds, percentiles_ms(samples),
+                   sent=arguments.messages, failed=outcomes.failed, first_error=outcomes.first_error)
 
 
 def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
@@ -167,7 +226,10 @@ def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress
         partitions = admin.describe_topics([topic])[topic]
         stored = sum(admin.list_offset(topic, p, -1) - admin.list_offset(topic, p, -2) for p in range(partitions))
     if stored < arguments.messages:
-        _produce_messages(arguments, topic, arguments.messages - stored, progress, "filling the topic")
+        filled, _ = _produce_messages(arguments, topic, arguments.messages - stored, progress, "filling the topic")
+        if filled.failed:
+            raise RuntimeError(f"{filled.failed} of the sends filling {topic} failed ({filled.first_error}); "
+                               "the topic holds fewer messages than --messages")
     consumer = Consumer(arguments.bootstrap, security=client_security(arguments), topics=[topic], auto_offset_reset="earliest")
     task = progress.add_task("consuming", total=arguments.messages, rate="")
     received = 0
@@ -183,7 +245,7 @@ def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress
         elapsed = time.perf_counter() - started
     finally:
         consumer.close()
-    return _result("consume", arguments, received, elapsed, poll_latencies)
+    return _result("consume", arguments, received, elapsed, percentiles_ms(poll_latencies))
 
 
 def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
@@ -206,6 +268,7 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
     padding = os.urandom(max(0, arguments.size - _SEND_TIME.size))
     interval_s = 1.0 / arguments.rate
     task = progress.add_task("end to end", total=arguments.messages, rate="")
+    futures = []
     started = time.perf_counter()
     try:
         for index in range(arguments.messages):
@@ -213,7 +276,7 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding)
+            futures.append(producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding))
             if index % 500 == 0:
                 progress.update(task, completed=len(latencies), rate=_rate(index, started))
         producer.flush()
@@ -224,27 +287,35 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
         producer.close()
         receiver.join(timeout=5)
         consumer.close()
-    return _result("e2e", arguments, len(latencies), elapsed, latencies)
+    _, failed, first_error = count_outcomes(futures)
+    return _result("e2e", arguments, len(latencies), elapsed, percentiles_ms(latencies, total=arguments.messages),
+                   sent=arguments.messages, failed=failed, first_error=first_error)
 
 
-def _result(mode: str, arguments: argparse.Namespace, count: int, seconds: float, latencies: list[float]) -> BenchResult:
+def _result(mode: str, arguments: argparse.Namespace, count: int, seconds: float, latency_ms: dict[str, float | None],
+            **outcomes: Any) -> BenchResult:
     return BenchResult(
         mode=mode, messages=count, message_bytes=arguments.size, seconds=round(seconds, 3),
         messages_per_s=round(count / seconds, 1), mb_per_s=round(count * arguments.size / seconds / 1e6, 2),
-        latency_ms=percentiles_ms(latencies),
+        latency_ms=latency_ms, **outcomes,
     )
 
 
 def _print_table(result: BenchResult) -> None:
     latency_kind = {"produce": "ack latency (sampled)", "consume": "poll call", "e2e": "send → receive"}[result.mode]
+    counted = {"produce": "messages acknowledged", "consume": "messages received", "e2e": "messages received"}
     table = Table(title=f"mqbroker bench {result.mode}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("messages", f"{result.messages:,}")
+    if result.sent:
+        table.add_row("messages sent", f"{result.sent:,}")
+        table.add_row("sends failed", f"{result.failed:,}" + (f" (first: {result.first_error})" if result.first_error else ""))
+    table.add_row(counted[result.mode], f"{result.messages:,}")
     table.add_row("message bytes", str(result.message_bytes))
     table.add_row("seconds", f"{result.seconds:.2f}")
     table.add_row("messages/s", f"{result.messages_per_s:,.0f}")
     table.add_row("MB/s", f"{result.mb_per_s:.1f}")
     for name, value in result.latency_ms.items():
-        table.add_row(f"{latency_kind} {name}", f"{value:.3f} ms")
+        table.add_row(f"{latency_kind} {name}", "lost" if value is None else f"{value:.3f} ms")
+    table.add_row("settings", ", ".join(f"{name}={value}" for name, value in result.settings.items()))
     Console().print(table)

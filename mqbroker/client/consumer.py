@@ -33,8 +33,9 @@ from mqbroker.protocols.native.messages import (
     FetchTopic,
     OffsetSpec,
 )
-from mqbroker.records import batch as records
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import LOG_OVERHEAD_BYTES, iter_batches
 
 EARLIEST = int(OffsetSpec.EARLIEST)
 LATEST = int(OffsetSpec.LATEST)
@@ -293,11 +294,11 @@ def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int
     next_offset = start_offset
     make_message = functools.partial(Message, topic, partition)
     try:
-        for position, header in records.iter_batches(view[: _whole_batches_bytes(view)], check=False):
+        for position, header in iter_batches(view[: _whole_batches_bytes(view)], check=False):
             next_offset = max(next_offset, header.next_offset)
             if header.is_control:
                 continue
-            messages = records.decode_records_as(view[position : position + header.size_bytes], make_message)
+            messages = decode_records_as(view[position : position + header.size_bytes], make_message)
             if header.base_offset < start_offset:  # the fetch began inside this batch
                 messages = [message for message in messages if message.offset >= start_offset]
             into += messages
@@ -313,9 +314,9 @@ def _whole_batches_bytes(view: memoryview) -> int:
     """Bytes of ``view`` made of complete batches (the broker may cut the last one short)."""
     position = 0
     end = len(view)
-    while end - position >= records.LOG_OVERHEAD_BYTES:
+    while end - position >= LOG_OVERHEAD_BYTES:
         (batch_length,) = _BATCH_LENGTH.unpack_from(view, position + 8)
-        size_bytes = batch_length + records.LOG_OVERHEAD_BYTES
+        size_bytes = batch_length + LOG_OVERHEAD_BYTES
         if batch_length < 0 or position + size_bytes > end:
             break
         position += size_bytes

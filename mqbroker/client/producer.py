@@ -40,8 +40,9 @@ from mqbroker.client.backoff import Backoff
 from mqbroker.errors import BrokerError, ErrorCode, InvalidRequestError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import Acks, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
-from mqbroker.records import batch as records
+from mqbroker.records.builder import RECORD_OVERHEAD_BYTES_MAX, BatchBuilder
 from mqbroker.records.compression import Compression
+from mqbroker.records.header import HEADER_BYTES, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 #: Sequence numbers wrap to 0 after int32 max (as the broker's check expects).
 _SEQUENCE_MODULUS = 1 << 31
@@ -122,7 +123,7 @@ class ProducerConfig:
             raise ValueError(f"idempotence allows 1 to {IDEMPOTENT_IN_FLIGHT_MAX} requests in flight")
         if self.max_in_flight < 1 or self.batch_size < 1 or self.linger_ms < 0:
             raise ValueError("max_in_flight and batch_size must be positive and linger_ms not negative")
-        if self.batch_size + records.HEADER_BYTES > self.request_bytes_max:
+        if self.batch_size + HEADER_BYTES > self.request_bytes_max:
             raise ValueError("batch_size must fit in request_bytes_max")
         return self
 
@@ -159,7 +160,7 @@ class ProducerBatch:
         self,
         topic: str,
         partition: int,
-        builder: records.BatchBuilder | None,
+        builder: BatchBuilder | None,
         base_sequence: int,
         created_ms: int,
         waiter: object,
@@ -236,8 +237,8 @@ class ProducerCore:
         #: a reply, not a timer, lets them go on (so they set no deadline: no busy loop).
         self._waiting_for_slot: set[tuple[str, int]] = set()
         self._flushing = False
-        self.producer_id = records.NO_PRODUCER_ID
-        self.producer_epoch = records.NO_PRODUCER_EPOCH
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
         #: Bytes in closed batches not yet finished (the buffer bound ``send`` respects).
         self.queued_bytes = 0
         #: Topics whose leaders must be looked up again before their batches can be routed.
@@ -278,8 +279,8 @@ class ProducerCore:
     def _open_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
         assert not self.needs_producer_id, "appending before InitProducerId answered"
         key = (topic, partition)
-        base_sequence = self._next_sequence.get(key, 0) if self.config.enable_idempotence else records.NO_SEQUENCE
-        builder = records.BatchBuilder(
+        base_sequence = self._next_sequence.get(key, 0) if self.config.enable_idempotence else NO_SEQUENCE
+        builder = BatchBuilder(
             compression=self._compression,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
@@ -294,7 +295,7 @@ class ProducerCore:
     @property
     def needs_producer_id(self) -> bool:
         """True while idempotence is on and InitProducerId has not answered yet."""
-        return self.config.enable_idempotence and self.producer_id == records.NO_PRODUCER_ID
+        return self.config.enable_idempotence and self.producer_id == NO_PRODUCER_ID
 
     def set_producer_identity(self, producer_id: int, producer_epoch: int) -> None:
         """Take the id and epoch InitProducerId allocated; sequences restart at 0."""
@@ -550,7 +551,7 @@ def _ignore_batch_full(topic: str, partition: int) -> None:
 
 def _encoded_size_max(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None) -> int:
     """An upper bound of the bytes a record adds to a batch: its fields plus varint framing."""
-    size = records.RECORD_OVERHEAD_BYTES_MAX + (len(key) if key else 0) + (len(value) if value else 0)
+    size = RECORD_OVERHEAD_BYTES_MAX + (len(key) if key else 0) + (len(value) if value else 0)
     for header_key, header_value in headers or ():
         size += 10 + len(header_key.encode()) + (len(header_value) if header_value else 0)
     return size

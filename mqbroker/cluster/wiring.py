@@ -20,7 +20,8 @@ from twisted.python.failure import Failure
 from mqbroker.cluster.controlplane import CONTROLLER_TICK_MS, ControlPlane, parse_quorum
 from mqbroker.cluster.metadata import MetadataStateMachine
 from mqbroker.config import BrokerConfig
-from mqbroker.raft.core import RaftCore, RaftSettings
+from mqbroker.raft.core import RaftCore
+from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.forwarded_proposals import PeerFrame
 from mqbroker.raft.messages import Configuration, Snapshot, SnapshotMetadata
 from mqbroker.raft.node import RaftNode

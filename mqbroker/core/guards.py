@@ -11,10 +11,11 @@ from twisted.internet.defer import Deferred, fail
 from mqbroker import errors
 from mqbroker.interfaces import IAuthorizer
 from mqbroker.model import Operation, Principal, ResourceType
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage import errors as storage_errors
 
 _STORAGE_TO_BROKER_ERROR: dict[type[Exception], Callable[[str], errors.BrokerError]] = {
-    storage_errors.CorruptRecordError: errors.CorruptMessageError,
+    CorruptRecordError: errors.CorruptMessageError,
     storage_errors.OffsetOutOfRangeError: errors.OffsetOutOfRangeError,
     storage_errors.RecordTooLargeError: errors.MessageTooLargeError,
     storage_errors.LogClosedError: errors.UnknownTopicOrPartitionError,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from mqbroker import errors
 from mqbroker.model import FetchPosition, FetchResult, OffsetAndTimestamp, ProduceResult
 from mqbroker.protocols.native import messages as m
-from mqbroker.records.batch import iter_batches
+from mqbroker.records.header import iter_batches
 
 
 def _raise_for(error_code: int, error_message: str | None) -> None:

@@ -35,7 +35,9 @@ from mqbroker.groups.messages import (
 )
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset, OffsetsRecord, decode_key
-from mqbroker.records import batch as batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches
 from mqbroker.storage.log import PartitionLog
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -60,13 +62,13 @@ def read_offsets_records(partition_log: PartitionLog, end_offset: int | None = N
         read = partition_log.read(offset, _REPLAY_READ_BYTES)
         if not read.records:
             return
-        for position, header in batches.iter_batches(read.records):
+        for position, header in iter_batches(read.records):
             if header.base_offset >= end:
                 return
             offset = header.next_offset
             if header.is_control:
                 continue
-            for record in batches.decode_records(read.records[position : position + header.size_bytes]):
+            for record in decode_records(read.records[position : position + header.size_bytes]):
                 assert record.key is not None, "every __consumer_offsets record has a key"
                 yield OffsetsRecord(key=record.key, value=record.value)
 
@@ -230,11 +232,11 @@ class GroupService:
 
     def _write(self, records: list[OffsetsRecord]) -> Deferred[Any]:
         """Append records to their groups' partitions, one batch per partition; fires when all are durable."""
-        by_partition: dict[int, batches.BatchBuilder] = {}
+        by_partition: dict[int, BatchBuilder] = {}
         now_ms = self.now_ms()
         for record in records:
             partition = offsets_partition(decode_key(record.key).group_id, self._offsets_partitions)
-            builder = by_partition.setdefault(partition, batches.BatchBuilder())
+            builder = by_partition.setdefault(partition, BatchBuilder())
             builder.append(now_ms, record.key, record.value)
         appends = [self._append(partition, builder.build()) for partition, builder in by_partition.items()]
         written = gatherResults(appends, consumeErrors=True)

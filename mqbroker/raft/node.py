@@ -31,12 +31,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors
-from mqbroker.raft.core import RaftCore, Ready, Status
+from mqbroker.raft.core import RaftCore, Ready
 from mqbroker.raft.errors import ProposalDroppedError
 from mqbroker.raft.forwarded_proposals import ForwardedProposal, ForwardedResult, PeerFrame
 from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.messages import NO_NODE, EntryKind, Role
 from mqbroker.raft.state_machine import IRaftStateMachine
+from mqbroker.raft.status import Status
 from mqbroker.security.inter_broker import broker_principal
 
 #: Inputs waiting for the core while a Ready is persisted; beyond this, new inputs are refused.

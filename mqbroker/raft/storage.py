@@ -33,7 +33,7 @@ from mqbroker.raft.log import IRaftStorage, StoredEntries
 from mqbroker.raft.messages import Entry, EntryKind, HardState, Snapshot
 from mqbroker.storage import fs
 from mqbroker.storage.checkpoint import write_atomically
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 
 HARD_STATE_FILE = "hard-state"
 SNAPSHOT_FILE = "snapshot"
@@ -64,7 +64,7 @@ def _read_checked(path: str) -> bytes | None:
     with open(path, "rb") as file:
         data = file.read()
     if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != crc32c.crc32c(data[_CRC.size :]):
-        raise CorruptRecordError(f"{path} fails its CRC; it is written atomically, so the disk corrupted it")
+        raise CorruptFileError(f"{path} fails its CRC; it is written atomically, so the disk corrupted it")
     return data[_CRC.size :]
 
 
@@ -82,13 +82,13 @@ class FileRaftStorage(StoredEntries):
         self._entries = entries
         #: File position of each entry's record, to truncate at a conflicting index.
         self._offsets = offsets
-        self._file = open(os.path.join(directory, ENTRIES_FILE), "r+b")
+        self._file = fs.open_file(os.path.join(directory, ENTRIES_FILE), "r+b")
         self._file.seek(0, os.SEEK_END)
 
     @classmethod
     def open(cls, directory: str, bootstrap: Snapshot | None = None) -> FileRaftStorage:
         """Recover the state in ``directory`` (created if missing); ``bootstrap`` seeds a new node's snapshot."""
-        os.makedirs(directory, mode=DIRECTORY_MODE, exist_ok=True)
+        fs.makedirs(directory)
         _restrict_permissions(directory)
         snapshot_body = _read_checked(os.path.join(directory, SNAPSHOT_FILE))
         if snapshot_body is None:
@@ -98,12 +98,12 @@ class FileRaftStorage(StoredEntries):
             try:
                 snapshot = decode_snapshot(snapshot_body)
             except RaftCodecError as error:
-                raise CorruptRecordError(f"snapshot in {directory} does not decode: {error.message}") from None
+                raise CorruptFileError(f"snapshot in {directory} does not decode: {error.message}") from None
         hard_state_body = _read_checked(os.path.join(directory, HARD_STATE_FILE))
         hard_state = HardState()
         if hard_state_body is not None:
             if len(hard_state_body) != _HARD_STATE.size:
-                raise CorruptRecordError(f"hard state in {directory} has {len(hard_state_body)} bytes, not "
+                raise CorruptFileError(f"hard state in {directory} has {len(hard_state_body)} bytes, not "
                                          f"{_HARD_STATE.size}")
             term, vote, commit = _HARD_STATE.unpack(hard_state_body)
             hard_state = HardState(term=term, vote=vote, commit=commit)
@@ -153,7 +153,7 @@ class FileRaftStorage(StoredEntries):
         for record in records:
             self._offsets.append(position)
             position += len(record)
-        self._file = open(os.path.join(self.directory, ENTRIES_FILE), "r+b")
+        self._file = fs.open_file(os.path.join(self.directory, ENTRIES_FILE), "r+b")
         self._file.seek(0, os.SEEK_END)
 
     def _append(self, entries: Sequence[Entry]) -> None:
@@ -219,7 +219,7 @@ def _recover_entries(path: str, snapshot: Snapshot) -> tuple[list[Entry], list[i
         position = 0  # entries that do not continue the snapshot are stale: drop them all
         continuation = [], []
     if position != len(data):
-        with open(path, "r+b") as file:
+        with fs.open_file(path, "r+b") as file:
             file.truncate(position)  # the torn tail of a write a crash interrupted, or stale entries
             file.flush()
             fs.fsync(file.fileno())

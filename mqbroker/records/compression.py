@@ -28,7 +28,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 #: Default cap on the bytes one batch may decompress to (Kafka's largest batch is 1 MiB).
 DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024

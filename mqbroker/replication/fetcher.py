@@ -26,6 +26,7 @@ from mqbroker.client.twisted import NativeClientProtocol
 from mqbroker.errors import BrokerError, ErrorCode
 from mqbroker.model import FetchResult
 from mqbroker.protocols.native import messages as m
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.errors import StorageError as StorageLayerError
 
 PartitionKey = tuple[str, int]
@@ -142,7 +143,7 @@ class LeaderSession:
                 if self.running:
                     self.log.debug("replica fetch from broker {leader} failed: {error}", leader=self.leader_id, error=error)
                 progressed = False
-            except StorageLayerError as error:  # a batch the log refused (e.g. a stale answer after a truncation)
+            except (StorageLayerError, CorruptRecordError) as error:  # a batch the log refused (stale or damaged)
                 self.log.warn("replica fetch from broker {leader}: {error}", leader=self.leader_id, error=error)
                 progressed = False
             if not progressed and self.running:

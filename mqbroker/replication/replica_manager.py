@@ -25,7 +25,7 @@ from mqbroker.config import BrokerConfig
 from mqbroker.durability.flusher import Flusher
 from mqbroker.interfaces import IClusterView
 from mqbroker.model import FetchPosition, FetchResult, PartitionReassignment
-from mqbroker.records.batch import read_header
+from mqbroker.records.header import read_header
 from mqbroker.replication.decisions import diverging_epoch, truncation_offset
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.storage.log import PartitionLog

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 
 from mqbroker.storage import fs
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 
 CHECKPOINT_VERSION = 0
 TEMPORARY_SUFFIX = ".tmp"
+#: Where a compacted log's clean part ends (its first dirty offset), in the partition's directory.
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 def write_atomically(path: str, data: bytes, mode: int = 0o666) -> None:
@@ -22,7 +24,7 @@ def write_atomically(path: str, data: bytes, mode: int = 0o666) -> None:
     A new file gets ``mode`` less the process umask (0o600 for files that hold secrets).
     """
     temporary = path + TEMPORARY_SUFFIX
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    descriptor = fs.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(descriptor, "wb") as file:
         file.write(data)
         file.flush()
@@ -49,9 +51,9 @@ def read_offsets(path: str) -> dict[tuple[str, int], int]:
         entries = [line.rsplit(" ", 2) for line in lines[2:]]
         offsets = {(topic, int(partition)): int(offset) for topic, partition, offset in entries}
     except (IndexError, ValueError) as error:  # UnicodeDecodeError is a ValueError
-        raise CorruptRecordError(f"checkpoint {path} is malformed: {error}") from None
+        raise CorruptFileError(f"checkpoint {path} is malformed: {error}") from None
     if version != CHECKPOINT_VERSION or count != len(offsets):
-        raise CorruptRecordError(f"checkpoint {path} has version {version} and {count} entries; expected version 0")
+        raise CorruptFileError(f"checkpoint {path} has version {version} and {count} entries; expected version 0")
     return offsets
 
 
@@ -70,7 +72,20 @@ def read_offset(path: str) -> int | None:
         version_line, offset_line = data.decode("utf-8").splitlines()
         version, offset = int(version_line), int(offset_line)
     except ValueError as error:  # too few or many lines, not numbers, not UTF-8
-        raise CorruptRecordError(f"checkpoint {path} is malformed: {error}") from None
+        raise CorruptFileError(f"checkpoint {path} is malformed: {error}") from None
     if version != CHECKPOINT_VERSION or offset < 0:
-        raise CorruptRecordError(f"checkpoint {path} has version {version} and offset {offset}")
+        raise CorruptFileError(f"checkpoint {path} has version {version} and offset {offset}")
     return offset
+
+
+def read_clean_offset(directory: str) -> int:
+    """The cleaner checkpoint of the partition in ``directory``; 0 (all dirty, always safe) if missing or damaged."""
+    try:
+        return read_offset(os.path.join(directory, CLEANER_CHECKPOINT)) or 0
+    except CorruptFileError:
+        return 0
+
+
+def write_clean_offset(directory: str, offset: int) -> None:
+    """Atomically record that compaction covered everything below ``offset`` in ``directory``."""
+    write_offset(os.path.join(directory, CLEANER_CHECKPOINT), offset)

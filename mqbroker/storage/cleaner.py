@@ -32,12 +32,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mqbroker.storage import fs
-from mqbroker.records import batch as records
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.compression import Compression
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import TIMESTAMP_TYPE_MASK, BatchHeader, TimestampType, iter_batches
+from mqbroker.records.record import Record
+from mqbroker.storage import fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import BatchBuilder, BatchHeader, Record, TimestampType
 from mqbroker.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
 
 
@@ -91,7 +93,7 @@ def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult
         before += segment.size_bytes
         cleaned, dropped, changed = _rewrite(segment, rules)
         if not changed:
-            os.unlink(cleaned)
+            fs.unlink(cleaned)
             after += segment.size_bytes
             continue
         swap = segment.path + SWAP_SUFFIX
@@ -134,7 +136,7 @@ def _newest_offsets(segments: list[Segment]) -> dict[bytes, int]:
         for header, batch in _batches(segment):
             if header.is_control:
                 continue
-            for record in records.decode_records(batch):
+            for record in decode_records(batch):
                 if record.key is not None:
                     newest[record.key] = record.offset
     return newest
@@ -143,7 +145,7 @@ def _newest_offsets(segments: list[Segment]) -> dict[bytes, int]:
 def _batches(segment: Segment) -> list[tuple[BatchHeader, bytes]]:
     with open(segment.path, "rb") as file:
         data = file.read(segment.size_bytes)
-    return [(header, data[position : position + header.size_bytes]) for position, header in records.iter_batches(data)]
+    return [(header, data[position : position + header.size_bytes]) for position, header in iter_batches(data)]
 
 
 def _rewrite(segment: Segment, rules: _Rules) -> tuple[str, int, bool]:
@@ -151,7 +153,7 @@ def _rewrite(segment: Segment, rules: _Rules) -> tuple[str, int, bool]:
     path = segment.path + CLEANED_SUFFIX
     dropped = 0
     changed = False
-    with open(path, "wb") as output:
+    with fs.open_file(path, "wb") as output:
         for header, batch in _batches(segment):
             kept, removed = _filter_batch(header, batch, rules)
             dropped += removed
@@ -167,7 +169,7 @@ def _filter_batch(header: BatchHeader, batch: bytes, rules: _Rules) -> tuple[byt
     """The batch as compaction leaves it (``batch`` itself when unchanged, None when gone) and the records removed."""
     if header.is_control:
         return batch, 0
-    decoded = records.decode_records(batch)
+    decoded = decode_records(batch)
     kept = [record for record in decoded if _keeps(record, header, rules)]
     removed = len(decoded) - len(kept)
     horizon_ms = header.delete_horizon_ms
@@ -191,7 +193,7 @@ def _keeps(record: Record, header: BatchHeader, rules: _Rules) -> bool:
 
 def _rebuild(header: BatchHeader, kept: list[Record], delete_horizon_ms: int | None) -> bytes:
     """A batch with ``header``'s identity (offsets, producer, epoch, codec, max timestamp) holding only ``kept``."""
-    log_append_time = bool(header.attributes & records.TIMESTAMP_TYPE_MASK)
+    log_append_time = bool(header.attributes & TIMESTAMP_TYPE_MASK)
     builder = BatchBuilder(
         base_offset=header.base_offset,
         compression=Compression(header.compression),

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from mqbroker.storage import checkpoint
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 
 EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 EPOCH_CHECKPOINT_VERSION = 0
@@ -106,7 +106,7 @@ def _parse(path: str, data: bytes) -> list[EpochEntry]:
             epoch, start_offset = line.split(" ")
             entries.append(EpochEntry(epoch=int(epoch), start_offset=int(start_offset)))
     except (IndexError, ValueError) as error:  # UnicodeDecodeError is a ValueError
-        raise CorruptRecordError(f"leader epoch checkpoint {path} is malformed: {error}") from None
+        raise CorruptFileError(f"leader epoch checkpoint {path} is malformed: {error}") from None
     if version != EPOCH_CHECKPOINT_VERSION or count != len(entries):
-        raise CorruptRecordError(f"leader epoch checkpoint {path} has version {version} and {count} entries")
+        raise CorruptFileError(f"leader epoch checkpoint {path} has version {version} and {count} entries")
     return entries

@@ -7,8 +7,8 @@ class StorageError(Exception):
     """Base class of every error the storage library raises on purpose."""
 
 
-class CorruptRecordError(StorageError):
-    """Bytes that are not a valid RecordBatch v2 (bad size, magic, CRC or record framing)."""
+class CorruptFileError(StorageError):
+    """A storage file (checkpoint, leader-epoch cache, producer snapshot, Raft state) with a bad CRC or layout."""
 
 
 class OffsetOutOfRangeError(StorageError):

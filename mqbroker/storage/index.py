@@ -15,6 +15,8 @@ import os
 import struct
 from collections.abc import Callable
 
+from mqbroker.storage import fs
+
 
 class SparseIndex:
     """An ordered list of (key, value) entries in a fixed-width file, loaded on first use."""
@@ -63,7 +65,7 @@ class SparseIndex:
         self._keys = array.array(self._key_type)
         self._values = array.array(self._value_type)
         self._written_count = 0
-        with open(self.path, "wb"):
+        with fs.open_file(self.path, "wb"):
             pass
 
     def __len__(self) -> int:
@@ -128,7 +130,7 @@ class SparseIndex:
         data = b"".join(
             pack(self._keys[slot], self._values[slot]) for slot in range(self._written_count, len(self._keys))
         )
-        with open(self.path, "ab") as file:
+        with fs.open_file(self.path, "ab") as file:
             file.write(data)
         self._written_count = len(self._keys)
         return True

@@ -13,23 +13,27 @@ import bisect
 import os
 import threading
 from dataclasses import dataclass
-from typing import NamedTuple
 
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import (
+    NO_PARTITION_LEADER_EPOCH,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    iter_batches,
+    stamped_header,
+    stamped_pieces,
+)
 from mqbroker.storage import checkpoint, fs
-from mqbroker.records import batch as records
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
-from mqbroker.storage.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, write_snapshot
 from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
-from mqbroker.records.batch import NO_PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK, BatchHeader
-from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment, file_name
+from mqbroker.storage.recovery import open_segments
+from mqbroker.storage.retention import expired_segment_count
+from mqbroker.storage.segment import Segment
+from mqbroker.storage.sync_state import FlushTicket, SyncState
 
-SNAPSHOT_SUFFIX = ".snapshot"
-#: Where the log's clean (compacted) part ends: the first dirty offset, in the partition directory.
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-SNAPSHOTS_KEPT = 2
-#: Leftovers of an interrupted write or delete, removed when a log is opened.
-LEFTOVER_SUFFIXES = (".tmp", ".deleted")
 NO_TIMESTAMP = -1
 
 
@@ -67,43 +71,6 @@ class ReadResult:
     log_end_offset: int
 
 
-def _stamped_pieces(view: memoryview, batches: list[tuple[int, BatchHeader]]) -> list[bytes | memoryview]:
-    """The batches to write as (stamped header copy, untouched body) pieces: the body is never copied."""
-    pieces: list[bytes | memoryview] = []
-    for position, header in batches:
-        head = bytearray(view[position : position + records.HEADER_BYTES])
-        records.stamp(head, 0, header.base_offset, header.partition_leader_epoch)
-        pieces += (head, view[position + records.HEADER_BYTES : position + header.size_bytes])
-    return pieces
-
-
-def _stamped(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:
-    """The header as `records.stamp` rewrote it (positional: this is the append hot path)."""
-    return BatchHeader(
-        base_offset,
-        header.batch_length,
-        leader_epoch,
-        header.magic,
-        header.crc,
-        header.attributes,
-        header.last_offset_delta,
-        header.base_timestamp,
-        header.max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        header.records_count,
-    )
-
-
-class FlushTicket(NamedTuple):
-    """One fsync in progress: the descriptors to sync and the end they make durable."""
-
-    handles: list[int]
-    end_offset: int
-    generation: int
-
-
 class PartitionLog:
     """A partition's ordered segments with offsets, durability bookkeeping and producer state.
 
@@ -129,18 +96,13 @@ class PartitionLog:
         self._segments = segments
         self._log_start_offset = log_start_offset
         self._end_offset = segments[-1].next_offset
-        self._durable_end_offset = self._end_offset
         self._producers = producers
         self._clean_offset = clean_offset
         self._lock = threading.Lock()
         self._closed = False
         self._active_since_ms = now_ms
-        # Durability bookkeeping, guarded by the lock.
-        self._generation = 0
-        self._sealed_unsynced: list[Segment] = []
-        self._directory_unsynced = False
-        self._unflushed_messages = 0
-        self._unflushed_since_ms: int | None = None
+        #: What the next fsync must cover (guarded by the lock).
+        self._unsynced = SyncState(durable_end_offset=self._end_offset)
         #: (log end, producer table) of the last snapshot written, to skip writing an identical one.
         self._last_snapshot: tuple[int, bytes] | None = None
 
@@ -157,31 +119,22 @@ class PartitionLog:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
     ) -> PartitionLog:
-        """Open (or create) the log in ``directory``; recover it unless it was shut down cleanly.
-
-        Recovery checks every batch from the segment holding ``recovery_point`` (and always the
-        last segment), cuts the log at the first invalid byte and drops the segments after it.
-        It rescans that first segment from its beginning, not from the recovery point: it needs
-        no trusted position inside a segment, and costs at most one segment of CRC checks more
-        (`benchmarks/storage_bench.py` measures ``recovery_s_per_gib``: 0.1-0.3 s per GiB here).
-        """
-        os.makedirs(directory, exist_ok=True)
-        _remove_leftovers(directory)
-        segments = [Segment(directory, base, config.index_interval_bytes) for base in _segment_bases(directory)]
-        if not segments:
-            segments = [Segment(directory, log_start_offset, config.index_interval_bytes)]
-            segments[0].create()
-            fs.fsync_path(directory)
-        elif clean_shutdown:
-            segments[-1].load_tail()
-        else:
-            segments = _recover(directory, segments, recovery_point)
+        """Open (or create) the log in ``directory``; recover it (`recovery.open_segments`) unless shut down cleanly."""
+        segments = open_segments(
+            directory,
+            config.index_interval_bytes,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            clean_shutdown=clean_shutdown,
+        )
         end_offset = segments[-1].next_offset
         log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
-        producers = _load_producers(directory, segments, end_offset)
+        if remove_snapshots_after(directory, end_offset):
+            fs.fsync_path(directory)  # gone before the log can grow back past them
+        producers = load_producers(directory, segments, end_offset)
         epochs = LeaderEpochCache.load(directory)
         epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it
-        clean_offset = min(_read_clean_offset(directory), end_offset)
+        clean_offset = min(checkpoint.read_clean_offset(directory), end_offset)
         log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
         log._active_since_ms = segments[-1].first_timestamp if segments[-1].first_timestamp >= 0 else now_ms
         return log
@@ -201,7 +154,7 @@ class PartitionLog:
     @property
     def durable_end_offset(self) -> int:
         """Every batch below this offset is on stable storage (fsynced)."""
-        return self._durable_end_offset
+        return self._unsynced.durable_end_offset
 
     @property
     def size_bytes(self) -> int:
@@ -251,7 +204,7 @@ class PartitionLog:
                             log_start_offset=self._log_start_offset,
                             duplicate=True,
                         )
-                    header = _stamped(header, next_offset, leader_epoch)
+                    header = stamped_header(header, next_offset, leader_epoch)
                     batches[slot] = (position, header)
                 elif header.base_offset < next_offset:
                     raise CorruptRecordError(f"batch offset {header.base_offset} is below the log end {next_offset}")
@@ -269,12 +222,10 @@ class PartitionLog:
                 self._roll(first.base_offset, now_ms)
             for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
                 self.epochs.assign(epoch, start_offset)
-            self._segments[-1].append(_stamped_pieces(view, batches) if assign_offsets else [view], batches)
+            self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
             self._producers.commit(staged)
             self._end_offset = next_offset
-            self._unflushed_messages += next_offset - first.base_offset
-            if self._unflushed_since_ms is None:
-                self._unflushed_since_ms = now_ms
+            self._unsynced.appended(next_offset - first.base_offset, now_ms)
             append_time = now_ms if first.attributes & TIMESTAMP_TYPE_MASK else NO_TIMESTAMP
             return AppendResult(
                 base_offset=first.base_offset,
@@ -285,7 +236,7 @@ class PartitionLog:
 
     def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         """Framing, magic and CRC of every batch, and the size limit; no record is decoded."""
-        batches = list(records.iter_batches(view, check=True))
+        batches = list(iter_batches(view, check=True))
         if not batches:
             raise CorruptRecordError("an append needs at least one record batch")
         for _, header in batches:
@@ -305,11 +256,11 @@ class PartitionLog:
     def _roll(self, base_offset: int, now_ms: int) -> None:
         sealed = self._segments[-1]
         sealed.finish()
-        self._sealed_unsynced.append(sealed)
+        sealed.sync()  # before the next segment's name can be durable: else a power loss leaves a hole
+        self._unsynced.sealed(sealed)
         segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
         segment.create()
         self._segments.append(segment)
-        self._directory_unsynced = True
         self._active_since_ms = now_ms
 
     # -- durability --------------------------------------------------------------------------
@@ -317,14 +268,8 @@ class PartitionLog:
     def needs_flush(self, now_ms: int) -> bool:
         """True when unsynced appends are due: at once under `sync`, by flush.ms/flush.messages otherwise."""
         with self._lock:
-            if self._unflushed_messages == 0 or self._unflushed_since_ms is None:
-                return False
-            if self.config.flush_policy == "sync":
-                return True
-            return (
-                self._unflushed_messages >= self.config.flush_messages
-                or now_ms - self._unflushed_since_ms >= self.config.flush_ms
-            )
+            config = self.config
+            return self._unsynced.due(config.flush_policy, config.flush_messages, config.flush_ms, now_ms)
 
     def flush(self) -> int:
         """fsync everything appended so far (lock not held during the fsync); return the durable end."""
@@ -341,28 +286,14 @@ class PartitionLog:
         """Capture what an fsync must cover: descriptors to sync (the caller syncs them, then calls `end_flush`)."""
         with self._lock:
             self._check_open()
-            handles = [segment.duplicate_handle() for segment in self._sealed_unsynced]
-            for segment in self._sealed_unsynced:
-                handles += [os.open(index.path, os.O_RDONLY) for index in (segment.offset_index, segment.time_index)]
-            handles.append(self._segments[-1].duplicate_handle())
-            if self._directory_unsynced:
-                handles.append(os.open(self.directory, os.O_RDONLY))
-            ticket = FlushTicket(handles, self._end_offset, self._generation)
-            self._sealed_unsynced = []
-            self._directory_unsynced = False
-            self._unflushed_messages = 0
-            self._unflushed_since_ms = None
-        return ticket
+            return self._unsynced.capture(self.directory, self._segments[-1], self._end_offset)
 
     def end_flush(self, ticket: FlushTicket, synced: bool) -> int:
         """Close a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
         for handle in ticket.handles:
             os.close(handle)
         with self._lock:
-            # A truncation during the fsync may have replaced what was captured: publish nothing then.
-            if synced and ticket.generation == self._generation and ticket.end_offset > self._durable_end_offset:
-                self._durable_end_offset = ticket.end_offset
-            return self._durable_end_offset
+            return self._unsynced.publish(ticket, synced)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -397,51 +328,52 @@ class PartitionLog:
     # -- removing data -----------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every batch whose last offset is >= ``offset`` (a follower diverging from its leader)."""
+        """Remove every batch whose last offset is >= ``offset`` (a follower diverging from its leader).
+
+        Durably, before the epoch cache forgets the cut epochs (a power loss must not bring them back).
+        """
         with self._lock:
             self._check_open()
+            if offset < self._end_offset:
+                if offset <= self._segments[0].base_offset:
+                    self._start_empty_at(offset)
+                else:
+                    self._delete_tail([s for s in reversed(self._segments) if s.base_offset >= offset])
+                    self._segments = [s for s in self._segments if s.base_offset < offset]
+                    self._segments[-1].truncate_to(offset)  # after the later segments are gone for good
+                self._end_offset = self._segments[-1].next_offset
+                self._log_start_offset = min(self._log_start_offset, self._end_offset)
+                self._unsynced.truncated(self._end_offset)
+                self._make_cut_durable(self._end_offset)
+                if self._clean_offset > self._end_offset:
+                    self._set_clean_offset(self._end_offset)  # what is appended next is dirty
+                self._producers = load_producers(self.directory, self._segments, self._end_offset)
             self.epochs.truncate_from_end(offset)  # also an epoch that began at the log end but wrote nothing
-            if offset >= self._end_offset:
-                return
-            if offset <= self._segments[0].base_offset:
-                self._start_empty_at(offset)
-            else:
-                self._delete_segments([s for s in self._segments if s.base_offset >= offset])
-                self._segments = [s for s in self._segments if s.base_offset < offset]
-                self._segments[-1].truncate_to(offset)
-            self._sealed_unsynced = [s for s in self._sealed_unsynced if s in self._segments[:-1]]
-            self._end_offset = self._segments[-1].next_offset
-            self._log_start_offset = min(self._log_start_offset, self._end_offset)
-            self._durable_end_offset = min(self._durable_end_offset, self._end_offset)
-            self._generation += 1
-            self._directory_unsynced = True
-            if self._clean_offset > self._end_offset:
-                self._clean_offset = self._end_offset  # what is appended next is dirty
-                checkpoint.write_offset(os.path.join(self.directory, CLEANER_CHECKPOINT), self._clean_offset)
-            _remove_snapshots_after(self.directory, self._end_offset)
-            self._producers = _load_producers(self.directory, self._segments, self._end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every batch and go on, empty, from ``offset`` (a follower below its leader's log start)."""
         with self._lock:
             self._check_open()
-            self.epochs.truncate_from_end(0)
             self._start_empty_at(offset)
-            self._sealed_unsynced = []
-            self._end_offset = self._durable_end_offset = offset
-            self._generation += 1
-            self._clean_offset = offset
-            checkpoint.write_offset(os.path.join(self.directory, CLEANER_CHECKPOINT), self._clean_offset)
-            _remove_snapshots_after(self.directory, -1)
+            self._end_offset = offset
+            self._unsynced.restarted(offset)
+            self._make_cut_durable(-1)
+            self.epochs.truncate_from_end(0)
+            self._set_clean_offset(offset)
             self._producers = ProducerStates()
 
+    def _make_cut_durable(self, end_offset: int) -> None:
+        """Drop the producer snapshots past ``end_offset``; fsync the cut segment and the directory."""
+        remove_snapshots_after(self.directory, end_offset)
+        self._segments[-1].sync()
+        fs.fsync_path(self.directory)
+
     def _start_empty_at(self, offset: int) -> None:
-        self._delete_segments(self._segments)
+        self._delete_tail(self._segments[::-1])
         segment = Segment(self.directory, offset, self.config.index_interval_bytes)
         segment.create()
         self._segments = [segment]
         self._log_start_offset = offset
-        self._directory_unsynced = True
 
     def delete_records_before(self, offset: int) -> int:
         """Advance the log start offset to ``offset`` and drop the segments wholly below it."""
@@ -464,17 +396,7 @@ class PartitionLog:
             return 0
         with self._lock:
             self._check_open()
-            total_bytes = sum(segment.size_bytes for segment in self._segments)
-            count = 0
-            for segment, following in zip(self._segments, self._segments[1:]):
-                if max_offset is not None and following.base_offset > max_offset:
-                    break  # offsets up to the next segment's base may lie in this one (compaction leaves gaps)
-                too_old = self.config.retention_ms >= 0 and segment.max_timestamp < now_ms - self.config.retention_ms
-                too_big = self.config.retention_bytes >= 0 and total_bytes - segment.size_bytes >= self.config.retention_bytes
-                if not (too_old or too_big):
-                    break
-                total_bytes -= segment.size_bytes
-                count += 1
+            count = expired_segment_count(self._segments, self.config, now_ms, max_offset)
             self._drop_prefix(count)
             return count
 
@@ -489,10 +411,13 @@ class PartitionLog:
 
     def _delete_segments(self, doomed: list[Segment]) -> None:
         for segment in doomed:
-            if segment in self._sealed_unsynced:
-                self._sealed_unsynced.remove(segment)
             segment.delete()
-        self._directory_unsynced = True
+        self._unsynced.removed(doomed)
+
+    def _delete_tail(self, newest_first: list[Segment]) -> None:
+        """Delete the newest segments, newest first, durably: no hole, and nothing cut or made next outlives them."""
+        self._delete_segments(newest_first)
+        fs.fsync_path(self.directory)
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget idle idempotent producers (producer.id.expiration.ms); return how many were expired."""
@@ -510,7 +435,7 @@ class PartitionLog:
                 segments=list(self._segments[:-1]),
                 first_dirty_offset=max(self._clean_offset, self._log_start_offset),
                 producer_last_offsets=self._producers.last_batch_offsets(),
-                generation=self._generation,
+                generation=self._unsynced.generation,
             )
 
     def mark_clean(self, offset: int, generation: int) -> None:
@@ -520,23 +445,26 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            if generation == self._generation and offset > self._clean_offset:
-                self._clean_offset = min(offset, self._end_offset)
-                checkpoint.write_offset(os.path.join(self.directory, CLEANER_CHECKPOINT), self._clean_offset)
+            if generation == self._unsynced.generation and offset > self._clean_offset:
+                self._set_clean_offset(min(offset, self._end_offset))
+
+    def _set_clean_offset(self, offset: int) -> None:
+        self._clean_offset = offset
+        checkpoint.write_clean_offset(self.directory, offset)
 
     def swap_in(self, old: Segment, swap_path: str) -> None:
         """Replace sealed segment ``old`` by its rewritten, fsynced ``swap_path`` (compaction's last step)."""
         with self._lock:
             self._check_open()
             if old not in self._segments[:-1]:
-                os.unlink(swap_path)  # retention or a truncation removed it meanwhile
+                fs.unlink(swap_path)  # retention or a truncation removed it meanwhile
                 return
             old.drop_indexes()
             fs.replace(swap_path, old.path)
             self._segments[self._segments.index(old)] = Segment(
                 self.directory, old.base_offset, self.config.index_interval_bytes
             )
-            self._sealed_unsynced = [s for s in self._sealed_unsynced if s is not old]
+            self._unsynced.replaced([old])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -546,9 +474,7 @@ class PartitionLog:
             end_offset, data = self._end_offset, self._producers.to_bytes()
         if (end_offset, data) == self._last_snapshot:
             return  # nothing changed since the last one: spare the fsyncs
-        checkpoint.write_atomically(os.path.join(self.directory, file_name(end_offset, SNAPSHOT_SUFFIX)), data)
-        for stale in _snapshot_offsets(self.directory)[:-SNAPSHOTS_KEPT]:
-            os.unlink(os.path.join(self.directory, file_name(stale, SNAPSHOT_SUFFIX)))
+        write_snapshot(self.directory, end_offset, data)
         self._last_snapshot = (end_offset, data)
 
     def reconfigure(self, config: LogConfig) -> None:
@@ -574,96 +500,3 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"partition log {self.directory} is closed")
-
-
-# -- directory helpers -------------------------------------------------------------------------
-
-
-def _segment_bases(directory: str) -> list[int]:
-    return sorted(int(name[: -len(LOG_SUFFIX)]) for name in os.listdir(directory) if name.endswith(LOG_SUFFIX))
-
-
-def _snapshot_offsets(directory: str) -> list[int]:
-    return sorted(
-        int(name[: -len(SNAPSHOT_SUFFIX)]) for name in os.listdir(directory) if name.endswith(SNAPSHOT_SUFFIX)
-    )
-
-
-def _remove_leftovers(directory: str) -> None:
-    """Finish interrupted swaps; delete temp files, half-written or half-deleted files, orphan indexes."""
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        if name.endswith(LOG_SUFFIX + CLEANED_SUFFIX):
-            os.unlink(path)
-        elif name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-            target = path[: -len(SWAP_SUFFIX)]
-            Segment(directory, int(name[:20]), 0).drop_indexes()
-            fs.replace(path, target)
-    bases = set(_segment_bases(directory))
-    for name in os.listdir(directory):
-        orphan_index = name.endswith(INDEX_SUFFIXES) and int(name.split(".")[0]) not in bases
-        if name.endswith(LEFTOVER_SUFFIXES) or orphan_index:
-            os.unlink(os.path.join(directory, name))
-
-
-def _read_clean_offset(directory: str) -> int:
-    """The cleaner checkpoint's offset; 0 (everything dirty, which is always safe) if missing or damaged."""
-    try:
-        return checkpoint.read_offset(os.path.join(directory, CLEANER_CHECKPOINT)) or 0
-    except CorruptRecordError:
-        return 0
-
-
-def _remove_snapshots_after(directory: str, offset: int) -> None:
-    for snapshot in _snapshot_offsets(directory):
-        if snapshot > offset:
-            os.unlink(os.path.join(directory, file_name(snapshot, SNAPSHOT_SUFFIX)))
-
-
-def _recover(directory: str, segments: list[Segment], recovery_point: int) -> list[Segment]:
-    """Validate the segments from the one holding the recovery point; cut at the first bad byte."""
-    first = max(0, bisect.bisect_right(segments, recovery_point, key=lambda s: s.base_offset) - 1)
-    for slot in range(first, len(segments)):
-        segment = segments[slot]
-        if slot > 0 and segment.base_offset < segments[slot - 1].next_offset:
-            return _keep_segments(directory, segments, slot)
-        cut_bytes = segment.recover()
-        fs.fsync_path(segment.path)
-        if slot < len(segments) - 1:
-            segment.finish()
-            if cut_bytes:
-                return _keep_segments(directory, segments, slot + 1)
-    fs.fsync_path(directory)
-    return segments
-
-
-def _keep_segments(directory: str, segments: list[Segment], count: int) -> list[Segment]:
-    """Delete the segments after the first ``count`` (they follow a cut, so they cannot be trusted)."""
-    for doomed in segments[count:]:
-        doomed.delete()
-    fs.fsync_path(directory)
-    return segments[:count]
-
-
-def _load_producers(directory: str, segments: list[Segment], end_offset: int) -> ProducerStates:
-    """The newest usable snapshot at or below ``end_offset``, plus the batch headers after it."""
-    states, start_offset = ProducerStates(), segments[0].base_offset
-    for snapshot in reversed(_snapshot_offsets(directory)):
-        if snapshot > end_offset:
-            continue
-        with open(os.path.join(directory, file_name(snapshot, SNAPSHOT_SUFFIX)), "rb") as file:
-            try:
-                states, start_offset = ProducerStates.from_bytes(file.read()), snapshot
-                break
-            except CorruptRecordError:
-                continue  # an older snapshot, or a full replay, rebuilds the same state
-    for slot, segment in enumerate(segments):
-        if slot + 1 < len(segments) and segments[slot + 1].base_offset <= start_offset:
-            continue  # decided by base offsets alone, so a clean start leaves old indexes unread
-        found = segment.position_of(start_offset)
-        if found is None:
-            continue
-        for _, header in segment.scan(found[0], segment.size_bytes, verify=False):
-            if header.base_offset >= start_offset:
-                states.replay(header)
-    return states

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import threading
 from collections.abc import Mapping
 
@@ -46,11 +45,11 @@ class LogManager:
 
     def open_all(self, now_ms: int, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
         """Open every partition found on disk, recovering them unless the last stop was clean."""
-        os.makedirs(self.data_dir, exist_ok=True)
+        fs.makedirs(self.data_dir)
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN)
         clean = os.path.exists(marker)
         if clean:
-            os.unlink(marker)  # from now on a crash must be treated as unclean
+            fs.unlink(marker)  # from now on a crash must be treated as unclean
             fs.fsync_path(self.data_dir)
         recovery_points = checkpoint.read_offsets(os.path.join(self.data_dir, RECOVERY_POINTS))
         log_starts = checkpoint.read_offsets(os.path.join(self.data_dir, LOG_START_OFFSETS))
@@ -58,7 +57,7 @@ class LogManager:
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
             if name.endswith(DELETING_SUFFIX):
-                shutil.rmtree(path)
+                fs.remove_tree(path)
                 continue
             match = _PARTITION_DIRECTORY.match(name)
             if match is None or not os.path.isdir(path):
@@ -108,9 +107,9 @@ class LogManager:
             log.close()
             doomed = self._directory((topic, partition)) + DELETING_SUFFIX
             if os.path.exists(doomed):
-                shutil.rmtree(doomed)
+                fs.remove_tree(doomed)
             fs.replace(self._directory((topic, partition)), doomed)
-            shutil.rmtree(doomed)
+            fs.remove_tree(doomed)
             self._write_offsets()
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:

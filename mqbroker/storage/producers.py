@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import crc32c
 
+from mqbroker.records.header import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from mqbroker.storage.errors import (
-    CorruptRecordError,
+    CorruptFileError,
     DuplicateSequenceError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
 )
-from mqbroker.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 #: Batches remembered per producer (Kafka's NUM_BATCHES_TO_RETAIN; clients keep <= 5 in flight).
 BATCHES_RETAINED = 5
@@ -162,12 +162,12 @@ class ProducerStates:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ProducerStates:
-        """Decode a snapshot; ``CorruptRecordError`` if it is damaged."""
+        """Decode a snapshot; ``CorruptFileError`` if it is damaged."""
         try:
             version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
             body = memoryview(data)[_SNAPSHOT_HEADER.size :]
             if version != SNAPSHOT_VERSION or crc32c.crc32c(body) != crc:
-                raise CorruptRecordError("producer snapshot has a bad version or CRC")
+                raise CorruptFileError("producer snapshot has a bad version or CRC")
             states = cls()
             position = 0
             for _ in range(count):
@@ -188,7 +188,7 @@ class ProducerStates:
                     )
                 states.entries[pid] = ProducerEntry(epoch, batches, last_timestamp_ms)
         except struct.error as error:
-            raise CorruptRecordError(f"producer snapshot is truncated: {error}") from None
+            raise CorruptFileError(f"producer snapshot is truncated: {error}") from None
         return states
 
 

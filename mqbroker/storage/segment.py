@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from mqbroker.records import batch as records
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import HEADER_BYTES, BatchHeader, check_crc, read_header
+from mqbroker.storage import fs
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
-from mqbroker.records.batch import HEADER_BYTES, BatchHeader
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -78,7 +78,7 @@ class Segment:
 
     def _file(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = fs.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         return self._fd
 
     def create(self) -> None:
@@ -118,6 +118,10 @@ class Segment:
             self.load_tail()
         return self._first_timestamp
 
+    def sync(self) -> None:
+        """fsync the `.log` file (a cut; appends are synced through `duplicate_handle`)."""
+        fs.fsync(self._file())
+
     def duplicate_handle(self) -> int:
         """A new descriptor for the `.log` file, so an fsync can outlive a concurrent close."""
         return os.dup(self._file())
@@ -137,7 +141,7 @@ class Segment:
             self._fd = None
         for path in (self.offset_index.path, self.time_index.path):
             if os.path.exists(path):
-                os.unlink(path)
+                fs.unlink(path)
 
     def delete(self) -> None:
         """Close and remove the segment's files (the log first, so leftovers are only indexes)."""
@@ -146,7 +150,7 @@ class Segment:
             self._fd = None
         for path in (self.path, self.offset_index.path, self.time_index.path):
             if os.path.exists(path):
-                os.unlink(path)
+                fs.unlink(path)
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -218,7 +222,10 @@ class Segment:
         relative_last, position = last
         if index.entries()[0][0] < 0 or position + HEADER_BYTES > self.size_bytes:
             return False
-        header = records.read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
+        try:
+            header = read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
+        except CorruptRecordError:
+            return False  # an entry the `.log` never had (a power loss kept more of the index than of it)
         return header.last_offset == self.base_offset + relative_last
 
     def _time_index_sane(self, index: SparseIndex) -> bool:
@@ -252,7 +259,7 @@ class Segment:
         timed = self.time_index.last()
         self._max_timestamp = timed[0] if timed is not None else -1
         if self.size_bytes > 0:
-            first = records.read_header(os.pread(self._file(), HEADER_BYTES, 0), 0, require_whole=False)
+            first = read_header(os.pread(self._file(), HEADER_BYTES, 0), 0, require_whole=False)
             self._first_timestamp = first.max_timestamp
         self._bytes_since_index = self.size_bytes - start
         for _, header in self.scan(start, self.size_bytes, verify=False):
@@ -275,7 +282,7 @@ class Segment:
             cursor = 0
             want = SCAN_CHUNK_BYTES
             while len(chunk) - cursor >= HEADER_BYTES:
-                header = records.read_header(chunk, cursor, require_whole=False)
+                header = read_header(chunk, cursor, require_whole=False)
                 size = header.size_bytes
                 if cursor + size > len(chunk) and verify:
                     if position + cursor + size > end:
@@ -283,7 +290,7 @@ class Segment:
                     want = max(want, size)
                     break
                 if verify:
-                    records.check_crc(chunk, cursor, header)
+                    check_crc(chunk, cursor, header)
                 yield position + cursor, header
                 cursor += size
             if cursor == 0 and want == SCAN_CHUNK_BYTES:
@@ -304,7 +311,7 @@ class Segment:
             chunk = os.pread(fd, min(SEEK_CHUNK_BYTES, end - start), start)
             cursor = 0
             while len(chunk) - cursor >= HEADER_BYTES:
-                header = records.read_header(chunk, cursor, require_whole=False)
+                header = read_header(chunk, cursor, require_whole=False)
                 if header.last_offset >= offset:
                     return start + cursor, header
                 cursor += header.size_bytes
@@ -332,7 +339,7 @@ class Segment:
         data = os.pread(self._file(), min(limit, self.size_bytes) - position, position)
         cursor = 0
         while len(data) - cursor >= HEADER_BYTES:
-            header = records.read_header(data, cursor, require_whole=False)
+            header = read_header(data, cursor, require_whole=False)
             if header.last_offset >= max_offset or cursor + header.size_bytes > len(data):
                 break
             cursor += header.size_bytes
@@ -355,7 +362,7 @@ class Segment:
         if end is None:
             return None
         data = os.pread(self._file(), end - position, position)
-        return data if records.read_header(data).base_offset <= offset else None
+        return data if read_header(data).base_offset <= offset else None
 
     def _batch_boundary(self, position: int, limit: int, max_offset: int) -> int | None:
         """A batch boundary in (position, limit] with every batch before it below ``max_offset``, if known.

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import pathlib
+import time
 from collections.abc import Iterator
 
 import pika
 import pytest
 
+from mqbroker.client import Admin, Consumer
+from mqbroker.protocols.amqp.queue_state import QueuePolicy, QueueState
+from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC
 from tests.integration.brokerprocess import BrokerProcess, running
 
 
@@ -32,3 +36,23 @@ def running_broker(data_dir: pathlib.Path) -> Iterator[AmqpBroker]:
 def amqp_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AmqpBroker]:
     """One broker shared by a module's tests (each test uses its own queue names)."""
     yield from running_broker(tmp_path_factory.mktemp("amqp") / "data")
+
+
+def wait_for_acks_stored(bootstrap: str, queue: str, acknowledged_below: int, timeout_s: float = 30.0) -> None:
+    """Wait until the stored state of ``queue`` (its newest record in ``__amqp_queue_state``) holds every
+    offset below ``acknowledged_below`` as done: the acks then survive a kill -9."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with Admin(bootstrap) as admin:
+            end = admin.list_offset(QUEUE_STATE_TOPIC, 0, -1)
+        newest = None
+        with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([(QUEUE_STATE_TOPIC, 0)])
+            while consumer.position((QUEUE_STATE_TOPIC, 0)) < end and time.monotonic() < deadline:
+                for message in consumer.poll(timeout=0.5):
+                    if message.key == queue.encode():
+                        newest = message.value
+        if newest and QueueState.restore(newest, policy=QueuePolicy()).low_watermark >= acknowledged_below:
+            return
+        assert time.monotonic() < deadline, f"the acks of {queue} were not stored within {timeout_s} s"
+        time.sleep(0.1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,17 @@ LISTENERS = ("native", "mqtt", "amqp", "http")
 TWISTD = (sys.executable, "-c", "from twisted.scripts.twistd import run; run()")
 #: After a graceful shutdown twistd re-raises the signal that stopped it, so SIGTERM shows as -15.
 GRACEFUL_EXIT_CODES = (0, -signal.SIGTERM)
+
+
+#: Starts tried when a listener's port was taken between ``free_port`` and the broker's bind.
+PORT_RETRIES = 3
+_PORT_TAKEN = re.compile(r"Couldn't listen on [0-9.]+:(\d+): \[Errno 98\]")
+
+
+def _taken_listener(log: str, ports: dict[str, int]) -> str | None:
+    """The listener whose port the broker found taken, according to its log (None: another failure)."""
+    found = _PORT_TAKEN.search(log)
+    return next((name for name, port in ports.items() if found and port == int(found.group(1))), None)
 
 
 def running(process: BrokerProcess) -> Iterator[BrokerProcess]:
@@ -45,6 +57,11 @@ class BrokerProcess:
     ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     log_path: pathlib.Path | None = None
+    #: Variables added to the broker's environment (e.g. a libfaketime preload for clock jumps).
+    environment: dict[str, str] = field(default_factory=dict)
+    #: Whether a first start may move a listener whose port another process took (False: proxies point at them).
+    movable_ports: bool = True
+    _started: bool = False
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -67,10 +84,29 @@ class BrokerProcess:
         ]
 
     def start(self, timeout_s: float = 30.0) -> None:
-        """Start the broker and wait until /ready answers."""
+        """Start the broker and wait until /ready answers.
+
+        ``free_port`` cannot reserve a port: on a shared machine another process may take it before
+        the broker binds it. On a first start (and while ``movable_ports``) a listener port found
+        taken is replaced by another free one and the start retried; a restart keeps its ports.
+        """
+        for attempt in range(PORT_RETRIES):
+            log_start = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
+            try:
+                self._start_once(timeout_s)
+                self._started = True
+                return
+            except RuntimeError:
+                taken = _taken_listener(self.log_text()[log_start:], self.ports)
+                if taken is None or self._started or not self.movable_ports or attempt == PORT_RETRIES - 1:
+                    raise
+                self.ports[taken] = free_port()
+
+    def _start_once(self, timeout_s: float) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
         log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent)
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent,
+                                        env={**os.environ, **self.environment} if self.environment else None)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -252,17 +252,21 @@ class Network:
 
 def start_partitionable_cluster(
     root: pathlib.Path, size: int = 3, extra_args: list[str] | None = None,
+    environments: dict[int, dict[str, str]] | None = None,
 ) -> tuple[list[BrokerProcess], Network, Callable[[BrokerProcess], str]]:
     """Brokers 1..size whose controller links and native listeners are all behind one ``Network``'s proxies.
 
     Broker i reaches broker j's controller through the proxy (i → j); clients and replica fetches
     reach broker j's native listener through j's native proxy (advertised in the metadata).
+    ``environments`` adds variables to some brokers' environments (by node id).
     Returns the brokers, the network and a function giving a broker's proxied bootstrap address.
     """
     network = Network()
     node_ids = range(1, size + 1)
     controller_ports = {node_id: free_port() for node_id in node_ids}
-    brokers = {node_id: BrokerProcess(data_dir=root / f"broker-{node_id}") for node_id in node_ids}
+    brokers = {node_id: BrokerProcess(data_dir=root / f"broker-{node_id}", environment=(environments or {}).get(node_id, {}),
+                                      movable_ports=False)  # the proxies point at these ports
+               for node_id in node_ids}
     network.reserved_ports = {*controller_ports.values(), *(p for b in brokers.values() for p in b.ports.values())}
     native_proxies = {
         node_id: network.proxy(broker.ports["native"], target=node_id, identify=True)

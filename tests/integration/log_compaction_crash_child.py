@@ -14,20 +14,9 @@ import random
 import signal
 import sys
 
-from mqbroker.storage import cleaner, fs
-from mqbroker.storage.config import LogConfig
+from mqbroker.storage import fs
 from mqbroker.storage.log import PartitionLog
-from tests.unit.storage.logtools import make_batch
-
-CONFIG = LogConfig(
-    segment_bytes=4096,
-    index_interval_bytes=512,
-    cleanup_policy="compact",
-    delete_retention_ms=10**12,  # tombstones stay: every key's newest record must survive
-    flush_policy="sync",
-)
-KEYS = [f"key-{number}".encode() for number in range(8)]
-BATCHES_PER_ROUND = 12
+from tests.unit.storage.compaction_workload import CONFIG, CompactionWorkload, DurableRecord
 
 
 def die_at_rename(rename_number: int, after: bool) -> None:
@@ -45,32 +34,21 @@ def die_at_rename(rename_number: int, after: bool) -> None:
     fs.replace = replace
 
 
+def report(records: list[DurableRecord]) -> None:
+    """One "durable" line per record an fsync covered."""
+    lines = [f"durable {offset} {key.decode()} {value.decode() if value else '-'}" for offset, key, value in records]
+    print("\n".join(lines), flush=True)
+
+
 def main(directory: str, seed: int, kill_at_rename: int) -> None:
     """Append, report what is durable, roll and compact until killed."""
-    chooser = random.Random(seed)
     log = PartitionLog.open(directory, CONFIG, now_ms=0)
+    workload = CompactionWorkload(log, seed)
     if kill_at_rename:
-        die_at_rename(kill_at_rename, after=chooser.random() < 0.5)
+        die_at_rename(kill_at_rename, after=random.Random(seed).random() < 0.5)
     print("ready", flush=True)
-    serial = 0
     while True:
-        for _ in range(BATCHES_PER_ROUND):
-            keys = [chooser.choice(KEYS) for _ in range(chooser.randint(1, 3))]
-            values = []
-            for key in keys:
-                serial += 1
-                values.append(None if chooser.random() < 0.1 else b"%s:%d:%d" % (key, seed, serial))
-            result = log.append(make_batch(values, keys=keys), now_ms=0)
-            log.flush()
-            lines = [
-                f"durable {result.base_offset + slot} {key.decode()} {value.decode() if value else '-'}"
-                for slot, (key, value) in enumerate(zip(keys, values))
-            ]
-            print("\n".join(lines), flush=True)
-        log.roll(now_ms=0)
-        print("cleaning", flush=True)
-        cleaner.clean(log, now_ms=10**6, force=True)
-        print("cleaned", flush=True)
+        workload.round(report, lambda progress: print(progress, flush=True))
 
 
 if __name__ == "__main__":

@@ -116,6 +116,29 @@ class Client:
                 break
         return received
 
+    def received_before_marker(self, publisher: Client, topic: str, qos: int = 1,
+                               timeout_s: float = 20.0) -> list[mqtt.MQTTMessage]:
+        """What this client receives before a marker that ``publisher`` sends to ``topic`` (which it subscribes to).
+
+        Messages reach a subscriber in log order, and the default MQTT log topic has one partition;
+        so whatever was on its way to this client arrives before the marker. A check that nothing
+        (more) arrives waits for that condition instead of a quiet period a loaded machine can outlast.
+        """
+        marker = b"marker-%d" % next(_client_numbers)
+        publisher.publish(topic, marker, qos)
+        deadline = time.monotonic() + timeout_s
+        found = []
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"the marker sent to {topic} did not arrive within {timeout_s} s"
+            try:
+                message = self.messages.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if message.payload == marker:
+                return found
+            found.append(message)
+
     def quiet(self, seconds: float = 0.5) -> list[mqtt.MQTTMessage]:
         """Whatever arrives within ``seconds`` (to check that nothing does)."""
         time.sleep(seconds)

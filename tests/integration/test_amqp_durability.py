@@ -159,9 +159,11 @@ def test_a_client_that_goes_silent_is_dropped_after_two_missed_heartbeats(fresh_
     received = bytearray(buffer)
     while chunk := sock.recv(65536):  # from now on the client sends nothing, not even heartbeats
         received += chunk
+        assert time.monotonic() - silent_since < 30, "the silent client was never dropped"
     dropped_after_s = time.monotonic() - silent_since
     sock.close()
-    assert 1.5 <= dropped_after_s <= 6.0
+    # Two missed 1 s heartbeats: not before 1.5 s; the upper bound leaves a loaded machine room.
+    assert 1.5 <= dropped_after_s <= 12.0
     assert received and all(received[index : index + 8] == b"\x08\x00\x00\x00\x00\x00\x00\xce"
                             for index in range(0, len(received), 8))  # the broker sent heartbeats only
     other = fresh_broker.connect()

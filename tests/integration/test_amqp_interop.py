@@ -4,14 +4,13 @@ reach the AMQP queues bound to that exchange, and the reader's position survives
 from __future__ import annotations
 
 import pathlib
-import time
 from collections.abc import Iterator
 
 import pika
 import pytest
 
 from mqbroker.client import Admin, Producer
-from tests.integration.amqp_support import AmqpBroker, running_broker
+from tests.integration.amqp_support import AmqpBroker, running_broker, wait_for_acks_stored
 
 
 @pytest.fixture
@@ -83,7 +82,7 @@ def test_the_source_position_survives_a_restart_without_replaying_routed_records
     _produce(fresh_broker, "events", [(b"", b"first %d" % index) for index in range(5)])
     assert [body for _, _, body in _take(channel, "all-events", 5)] == [b"first %d" % index for index in range(5)]
     connection.close()
-    time.sleep(1.0)  # the queue state snapshot (acks) is written within 200 ms
+    wait_for_acks_stored(fresh_broker.bootstrap, "all-events", 5)  # written within 200 ms of the acks
     fresh_broker.kill()
     fresh_broker.start()
     _produce(fresh_broker, "events", [(b"", b"second %d" % index) for index in range(3)])

@@ -11,6 +11,7 @@ import pytest
 from mqbroker.client import Admin, Consumer, Producer
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import controller_leader, retrying, start_all, start_cluster, wait_for
+from tests.integration.replicas import assert_replica_matches
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +28,12 @@ def _assignment(bootstrap: str, topic: str) -> list[int]:
     with Admin(bootstrap) as admin:
         [described] = [t for t in admin.metadata([topic]).topics if t.name == topic]
         return [partition.leader_id for partition in sorted(described.partitions, key=lambda p: p.partition_index)]
+
+
+def _isr(bootstrap: str, topic: str) -> list[int]:
+    with Admin(bootstrap) as admin:
+        [described] = [t for t in admin.metadata([topic]).topics if t.name == topic]
+        return list(described.partitions[0].isr_nodes)
 
 
 def _broker_states(broker: BrokerProcess) -> dict[int, str]:
@@ -67,15 +74,24 @@ def test_a_broker_that_stops_heartbeating_is_fenced_and_comes_back(cluster: list
     stopped = next(broker for number, broker in enumerate(cluster, start=1) if number != leader)
     watcher = next(broker for broker in cluster if broker is not stopped)
     stopped_id = cluster.index(stopped) + 1
+    with Admin(watcher.bootstrap) as admin:
+        retrying(lambda: admin.create_topics(["fenced-data"], partitions=1, replication_factor=3))
+    wait_for(lambda: len(_isr(watcher.bootstrap, "fenced-data")) == 3)
     assert stopped.process is not None
     os.kill(stopped.process.pid, signal.SIGSTOP)
     try:
         wait_for(lambda: _broker_states(watcher)[stopped_id] == "fenced", timeout_s=20)
         hosted = [leader_id for leader_id in _assignment(watcher.bootstrap, "spread-0")]
         assert stopped_id not in hosted and -1 in hosted  # its partitions lost their leader
+        with Producer(watcher.bootstrap, acks="all") as producer:  # written while it is away
+            futures = [producer.send("fenced-data", value=b"f%d" % n, partition=0) for n in range(50)]
+            producer.flush()
+            assert [future.result(30).offset for future in futures] == list(range(50))
     finally:
         os.kill(stopped.process.pid, signal.SIGCONT)
     wait_for(lambda: _broker_states(watcher)[stopped_id] == "active", timeout_s=20)
+    wait_for(lambda: stopped_id in _isr(watcher.bootstrap, "fenced-data"), timeout_s=60)
+    assert assert_replica_matches(stopped.data_dir, watcher.bootstrap, "fenced-data", 0) == 50  # it caught up
 
 
 def test_killing_the_controller_leader_elects_another_and_admin_goes_on(cluster: list[BrokerProcess]) -> None:

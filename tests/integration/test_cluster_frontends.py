@@ -11,7 +11,9 @@ from typing import Any
 import pika
 import pytest
 
-from mqbroker.client import Admin
+from mqbroker.client import Admin, Consumer
+from mqbroker.protocols.mqtt.stored import StoredSession
+from tests.integration.amqp_support import wait_for_acks_stored
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import retrying, start_cluster
 from tests.integration.mqtt_support import Client, unique
@@ -75,7 +77,7 @@ def test_qos1_publishes_on_one_broker_reach_a_subscriber_on_another(cluster: lis
     publisher = _mqtt(_node(cluster, publisher_node))
     prefix = unique("devices")
     subscriber.subscribe(f"{prefix}/#", qos=1)
-    time.sleep(0.5)  # the subscriber's hub reads the log from its end
+    _until_delivered(publisher, subscriber, f"{prefix}/probe")  # the subscriber's hub reads the log from its end
     payloads = {f"{prefix}/sensor-{index}": f"reading {index}".encode() for index in range(30)}
     for topic, payload in payloads.items():
         publisher.publish(topic, payload, qos=1)
@@ -106,7 +108,7 @@ def test_retained_messages_and_persistent_sessions_work_where_their_topics_are_l
     session = _mqtt(broker, client_id, clean=False)
     session.subscribe(f"{prefix}/queued/#", qos=1)
     session.disconnect()
-    time.sleep(0.3)
+    _eventually(lambda: _stored_offline(broker, client_id))
     remote_writer = _mqtt(other)
     for index in range(5):
         remote_writer.publish(f"{prefix}/queued/{index}", b"offline %d" % index, qos=1)
@@ -116,6 +118,33 @@ def test_retained_messages_and_persistent_sessions_work_where_their_topics_are_l
     assert sorted(message.payload for message in resumed.receive(5, timeout_s=20)) == [b"offline %d" % i for i in range(5)]
     for client in (writer, remote_writer, resumed):
         client.disconnect()
+
+
+def _until_delivered(publisher: Client, subscriber: Client, topic: str, timeout_s: float = 30.0) -> None:
+    """Publish probes to ``topic`` until one reaches ``subscriber`` (its subscription is live end to end)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        publisher.publish(topic, b"probe", qos=1)
+        if subscriber.receive(1, timeout_s=0.5):
+            break
+        assert time.monotonic() < deadline, f"no probe sent to {topic} arrived within {timeout_s} s"
+    while subscriber.receive(1, timeout_s=0.5):
+        pass  # later probes of the loop above
+
+
+def _stored_offline(broker: BrokerProcess, client_id: str) -> None:
+    """Assert the newest record of ``client_id`` in ``__mqtt_sessions`` is its session as stored at disconnect."""
+    sessions = ("__mqtt_sessions", 0)
+    with Admin(broker.bootstrap) as admin:
+        end = admin.list_offset(*sessions, -1)
+    newest = None
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([sessions])
+        deadline = time.monotonic() + 10
+        while consumer.position(sessions) < end:
+            assert time.monotonic() < deadline, "the sessions topic was not read to its end"
+            newest = next((m.value for m in reversed(consumer.poll(timeout=0.5)) if m.key == client_id.encode()), newest)
+    assert newest is not None and StoredSession.from_bytes(newest).ended_at_ms is not None, "not stored offline yet"
 
 
 def _amqp(broker: BrokerProcess) -> pika.BlockingConnection:
@@ -141,7 +170,7 @@ def test_amqp_on_a_broker_not_leading_its_metadata_declares_publishes_consumes_a
     bodies = _consume(channel, queue, 20)
     assert bodies == [b"order %d" % index for index in range(20)]
     connection.close()
-    time.sleep(1.0)  # queue states (the acks) are written a moment after they change, not at shutdown
+    wait_for_acks_stored(broker.bootstrap, queue, 20)  # queue states (the acks) are written a moment after they change
 
     broker.stop()
     broker.restart()

@@ -10,10 +10,7 @@ import subprocess
 import sys
 import time
 
-from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import decode_records
-from tests.integration.log_compaction_crash_child import CONFIG
-from tests.unit.storage.logtools import read_all
+from tests.unit.storage.compaction_workload import check_log
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 KILLS = 30
@@ -29,6 +26,7 @@ def run_child(directory: pathlib.Path, seed: int, kill_at_rename: int, lifetime_
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"  # the lifetime counts from an open log
     deadline = time.monotonic() + lifetime_s
     while child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -37,22 +35,6 @@ def run_child(directory: pathlib.Path, seed: int, kill_at_rename: int, lifetime_
     output, _ = child.communicate()
     assert child.returncode == -signal.SIGKILL
     return output.split("\n")[:-1]  # a kill can cut the last line short: only newline-ended lines count
-
-
-def check_log(directory: pathlib.Path, newest_durable: dict[bytes, tuple[int, bytes | None]]) -> None:
-    """Readable (CRCs checked), offsets ascending, only written records, no key's newest durable record lost."""
-    log = PartitionLog.open(str(directory), CONFIG, now_ms=0)
-    stored = [record for batch in read_all(log) for record in decode_records(batch)]
-    log.close()
-    offsets = [record.offset for record in stored]
-    assert offsets == sorted(set(offsets))
-    assert all(record.value is None or record.value.startswith(record.key + b":") for record in stored)
-    newest_stored = {record.key: (record.offset, record.value) for record in stored}
-    for key, (offset, value) in newest_durable.items():
-        assert key in newest_stored, f"every record of {key!r} is gone (newest durable at {offset})"
-        stored_offset, stored_value = newest_stored[key]
-        assert stored_offset >= offset, f"{key!r}: newest durable record at {offset} lost"
-        assert stored_offset > offset or stored_value == value, f"{key!r}: record at {offset} changed"
 
 
 def test_compaction_killed_at_random_moments_and_in_its_swap_loses_no_newest_record(tmp_path):
@@ -69,6 +51,6 @@ def test_compaction_killed_at_random_moments_and_in_its_swap_loses_no_newest_rec
                 newest_durable[key.encode()] = (int(offset), None if value == "-" else value.encode())
         progress = [line for line in lines if line in ("cleaning", "cleaned")]
         killed_while_cleaning += bool(progress) and progress[-1] == "cleaning"
-        check_log(directory, newest_durable)
+        check_log(str(directory), newest_durable)
     assert len(newest_durable) == 8, "the children hardly wrote anything"
     assert killed_while_cleaning >= KILLS // 3, f"only {killed_while_cleaning} kills landed in a compaction pass"

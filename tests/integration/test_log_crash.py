@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
+from mqbroker.records.header import iter_batches, stamp
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import iter_batches, stamp
 from tests.unit.storage.logtools import payload_batch, read_all
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
@@ -27,13 +27,15 @@ def expected_batch(base_offset: int, tag: int, count: int, value_bytes: int) -> 
 
 
 def run_child(directory: pathlib.Path, seed: int, lifetime_s: float) -> list[tuple[int, bytes]]:
-    """Start the child, SIGKILL it after ``lifetime_s``, return the batches it reported durable."""
+    """Start the child, SIGKILL it ``lifetime_s`` after its log is open (start-up on a loaded machine takes
+    longer than any lifetime), return the batches it reported durable."""
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.integration.log_crash_child", str(directory), str(seed)],
         cwd=REPOSITORY,
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"  # the lifetime counts from an open log
     time.sleep(lifetime_s)
     child.send_signal(signal.SIGKILL)
     output, _ = child.communicate()

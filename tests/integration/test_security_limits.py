@@ -73,10 +73,8 @@ def _connect(port: int) -> socket.socket:
 
 def test_connections_beyond_the_per_ip_limit_are_refused_without_harming_open_ones(limited: BrokerProcess) -> None:
     port = limited.ports["native"]
-    time.sleep(1.5)  # connections of earlier tests have closed
-    open_ones = [_connect(port) for _ in range(PER_IP_CONNECTIONS_MAX)]
+    open_ones = _every_slot(port)  # once the connections of earlier tests are closed
     try:
-        assert all(_ping(sock) for sock in open_ones)
         flood = [_connect(port) for _ in range(50)]
         assert not any(_ping(sock) for sock in flood)  # each was closed as soon as it was accepted
         for sock in flood:
@@ -85,10 +83,21 @@ def test_connections_beyond_the_per_ip_limit_are_refused_without_harming_open_on
     finally:
         for sock in open_ones:
             sock.close()
-    time.sleep(0.5)
-    fresh = _connect(port)
-    assert _ping(fresh)  # slots are released on close
-    fresh.close()
+    for sock in _every_slot(port):  # slots are released on close
+        sock.close()
+
+
+def _every_slot(port: int, timeout_s: float = 20.0) -> list[socket.socket]:
+    """``PER_IP_CONNECTIONS_MAX`` connections that all answer (retried while older ones are still being closed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sockets = [_connect(port) for _ in range(PER_IP_CONNECTIONS_MAX)]
+        if all([_ping(sock) for sock in sockets]):
+            return sockets
+        for sock in sockets:
+            sock.close()
+        assert time.monotonic() < deadline, f"{PER_IP_CONNECTIONS_MAX} connections never all answered"
+        time.sleep(0.1)
 
 
 def test_a_slow_loris_connection_is_closed_after_the_frame_timeout(limited: BrokerProcess) -> None:
@@ -108,7 +117,8 @@ def test_a_slow_loris_connection_is_closed_after_the_frame_timeout(limited: Brok
             except OSError:
                 closed_after_s = time.monotonic() - started
                 break
-        assert closed_after_s is not None and closed_after_s < 3.0
+        # Closed by the frame timeout, long before the 21 s the frame would take (the bound leaves a loaded machine room).
+        assert closed_after_s is not None and closed_after_s < 10.0
     finally:
         sock.close()
 

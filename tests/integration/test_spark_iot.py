@@ -136,7 +136,7 @@ def test_paho_devices_to_mqtt_subscriber_through_spark(spark: SparkSession, spar
     settings = iot_aggregates.PipelineSettings(bootstrap=spark_broker.bootstrap, checkpoint_dir=str(tmp_path / "checkpoints"))
     queries = iot_aggregates.start(spark, settings)
     try:
-        run_scenario(spark_broker, subscriber, "local", timeout_s=90)
+        run_scenario(spark_broker, subscriber, "local", timeout_s=180)  # JVMs start slowly on a loaded machine
     finally:
         subscriber.close()
         for query in queries:
@@ -181,7 +181,7 @@ def test_the_same_job_on_a_standalone_cluster(spark_broker: MqttBroker, standalo
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
         )
     try:
-        run_scenario(spark_broker, subscriber, "cluster", timeout_s=120)
+        run_scenario(spark_broker, subscriber, "cluster", timeout_s=240)
     except AssertionError:
         print((tmp_path / "job.log").read_text()[-5000:])
         raise

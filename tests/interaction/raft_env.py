@@ -26,7 +26,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from mqbroker.raft.core import RaftCore, RaftSettings, Ready
+from mqbroker.raft.core import RaftCore, Ready
+from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.errors import ConfigurationChangeRefusedError, ProposalDroppedError
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import (

@@ -18,7 +18,7 @@ from mqbroker.raft.errors import RaftCodecError
 from mqbroker.raft.messages import Configuration, Snapshot, SnapshotMetadata
 from mqbroker.raft.storage import ENTRIES_FILE, HARD_STATE_FILE, SNAPSHOT_FILE, FileRaftStorage
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, LeaderEpochCache
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.index import offset_index, time_index
 
 GARBAGE = st.binary(max_size=512)
@@ -54,7 +54,7 @@ def _open_with(files: dict[str, bytes]) -> None:
             pathlib.Path(directory, name).write_bytes(data)
         try:
             FileRaftStorage.open(directory).close()
-        except CorruptRecordError:
+        except CorruptFileError:
             pass
 
 
@@ -102,5 +102,5 @@ def test_a_garbage_leader_epoch_checkpoint_is_a_corrupt_file_error(data: bytes) 
         pathlib.Path(directory, EPOCH_CHECKPOINT_FILE).write_bytes(data)
         try:
             LeaderEpochCache.load(directory)
-        except CorruptRecordError:
+        except CorruptFileError:
             pass

@@ -17,7 +17,8 @@ import hashlib
 import random
 from collections.abc import Callable
 
-from mqbroker.raft.core import RaftCore, RaftSettings, Ready
+from mqbroker.raft.core import RaftCore, Ready
+from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.errors import ConfigurationChangeRefusedError, ProposalDroppedError
 from mqbroker.raft.log import RaftLog
 from mqbroker.raft.log import IRaftStorage

@@ -18,7 +18,7 @@ from mqbroker.model import Principal, ProduceResult
 from mqbroker.protocols.amqp.queue_arguments import parse_expiration
 from mqbroker.protocols.amqp.queue_state import QueuedMessage
 from mqbroker.protocols.amqp.stored import StoredMessage, append_message
-from mqbroker.records.batch import BatchBuilder
+from mqbroker.records.builder import BatchBuilder
 
 #: How long publishes wait for a durable append.
 PRODUCE_TIMEOUT_MS = 30_000

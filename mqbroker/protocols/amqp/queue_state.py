@@ -153,6 +153,14 @@ class QueueState:
             self._make_ready(message)
         self._enforce_max_length()
 
+    def skip_unreadable(self, first_offset: int, last_offset: int) -> None:
+        """Offsets ``first_offset..last_offset`` of the log do not decode: done without a delivery, read past."""
+        self._mark_done_range(first_offset, last_offset + 1)
+        if first_offset <= self.cursor <= last_offset:
+            self.cursor = last_offset + 1
+            self.log_end = max(self.log_end, self.cursor)
+        self._compact()
+
     @property
     def unread_count(self) -> int:
         """Messages in the log not read yet (and not already done)."""
@@ -324,10 +332,14 @@ class QueueState:
 
     @classmethod
     def restore(cls, snapshot: bytes, *, policy: QueuePolicy) -> QueueState:
-        """Rebuild from ``snapshot``: the cursor restarts at the watermark; leases are forgotten."""
+        """Rebuild from ``snapshot``: the cursor restarts at the watermark; leases are forgotten.
+
+        Raises ``ValueError`` (and nothing else) if ``snapshot`` is not one ``snapshot()`` wrote.
+        """
         try:
             version, low, last_used_ms, ranges, counts = _SNAPSHOT_HEADER.unpack_from(snapshot)
-            assert version == _SNAPSHOT_VERSION, f"queue state snapshot version {version} is unknown"
+            if version != _SNAPSHOT_VERSION:
+                raise ValueError(f"queue state snapshot version {version} is unknown")
             state = cls(policy=policy, now_ms=last_used_ms, low_watermark=low)
             position = _SNAPSHOT_HEADER.size
             for _ in range(ranges):

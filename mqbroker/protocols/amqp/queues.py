@@ -27,12 +27,14 @@ from mqbroker.protocols.amqp.queue_state import (
 )
 from mqbroker.protocols.amqp.stored import (
     DecompressionBudget,
+    FetchBudgetSpent,
     QueueDeclaration,
     StoredMessage,
     queue_topic,
     queued_message,
 )
-from mqbroker.records.batch import iter_batches
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import check_crc, iter_batches
 
 #: Ready messages a classic queue reads ahead of its consumers.
 READ_AHEAD_MESSAGES = 2_000
@@ -75,18 +77,37 @@ class Consumer:
         return int(self.session.delivery_window(self.channel, self.tag))
 
 
-def decode_fetched(records: bytes, skip_below: int = 0) -> list[QueuedMessage]:
-    """Whole record batches from a fetch → the queue's view of their records (batches wholly
-    below ``skip_below`` are not decoded: the queue has them already)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnreadableBatch:
+    """A fetched batch whose header reads but whose CRC or records do not: its offsets and why."""
+
+    first_offset: int
+    last_offset: int
+    error: CorruptRecordError
+
+
+def decode_fetched(records: bytes, skip_below: int = 0) -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
+    """Whole record batches from a fetch → the queue's view of their records and the batches that do not decode
+    (batches wholly below ``skip_below`` are not decoded: the queue has them already).
+
+    Stops early, at a batch boundary, once the fetch's decompression budget is spent (the next fetch reads on).
+    Raises ``CorruptRecordError`` only for a batch header that does not read (nothing after it can be found).
+    """
     view = memoryview(records)
-    messages = []
+    messages: list[QueuedMessage] = []
+    unreadable: list[UnreadableBatch] = []
     budget = DecompressionBudget()
-    for position, header in iter_batches(view):
+    for position, header in iter_batches(view, check=False):
         if header.is_control or header.base_offset + header.last_offset_delta < skip_below:
             continue
-        batch = view[position : position + header.size_bytes]
-        messages += budget.decode(batch, header, queued_message, _message_bytes)
-    return messages
+        try:
+            check_crc(view, position, header)
+            messages += budget.decode(view[position : position + header.size_bytes], header, queued_message, _message_bytes)
+        except FetchBudgetSpent:
+            break
+        except CorruptRecordError as error:
+            unreadable.append(UnreadableBatch(header.base_offset, header.base_offset + header.last_offset_delta, error))
+    return messages, unreadable
 
 
 def _message_bytes(message: QueuedMessage) -> int:
@@ -122,6 +143,8 @@ class BaseQueue(abc.ABC):
         self.consumers: dict[ConsumerKey, Consumer] = {}
         self.had_consumers = False
         self.deleted = False
+        #: Batches of its log that did not decode and whose messages were skipped (each logged).
+        self.unreadable_batches_skipped = 0
         self._backing_off = False  # reading failed a moment ago
         self._appender = Appender(host, self.topic, self._appended, early=isinstance(self, ClassicQueue))
 
@@ -146,6 +169,12 @@ class BaseQueue(abc.ABC):
             self.log.failure("AMQP queue {queue}: reading its log failed; retrying in 1 s", failure, queue=self.name)
             self._backing_off = True
             self.host.reactor.callLater(1.0, self._retry)
+
+    def _skip_unreadable(self, batch: UnreadableBatch) -> None:
+        self.unreadable_batches_skipped += 1
+        self.log.warn("AMQP queue {queue}: batch at {topic}-0 offsets {first}..{last} does not decode; its messages "
+                      "are skipped: {error}", queue=self.name, topic=self.topic, first=batch.first_offset,
+                      last=batch.last_offset, error=batch.error)
 
     def _retry(self) -> None:
         self._backing_off = False
@@ -305,7 +334,11 @@ class ClassicQueue(BaseQueue):
         cursor = self.state.cursor
         if offset <= cursor and self.state.ready_in_memory < READ_AHEAD_MESSAGES:
             # Read from at or before the cursor: the records from the cursor on are contiguous.
-            self.state.receive(decode_fetched(result.records, skip_below=cursor))
+            messages, unreadable = decode_fetched(result.records, skip_below=cursor)
+            self.state.receive(messages)
+            for batch in unreadable:
+                self._skip_unreadable(batch)
+                self.state.skip_unreadable(batch.first_offset, batch.last_offset)
 
     def _fetch_finished(self, _: Any) -> None:
         self._fetching = False

@@ -31,8 +31,10 @@ from mqbroker.protocols.amqp.stored import (
     QUEUE_STATE_TOPIC,
     QUEUE_TOPIC_PREFIX,
     DecompressionBudget,
+    FetchBudgetSpent,
 )
-from mqbroker.records.batch import RecordHeader, iter_batches
+from mqbroker.records.header import iter_batches
+from mqbroker.records.record import RecordHeader
 
 #: The exchange argument naming the native topic an exchange reads from.
 SOURCE_TOPIC_ARGUMENT = "x-source-topic"
@@ -71,8 +73,14 @@ def encode_positions(positions: Positions) -> bytes:
 
 
 def decode_positions(value: bytes) -> Positions:
-    """A stored positions value → {partition: offset}."""
-    return {int(partition): int(offset) for partition, offset in fields.Reader(value).table().items()}
+    """A stored positions value → {partition: offset}; AmqpError (and nothing else) if it is not one."""
+    positions = {}
+    for partition, offset in fields.Reader(value).table().items():
+        if not (partition.isascii() and partition.isdigit()) or type(offset) is not int or offset < 0:
+            raise AmqpError(ReplyCode.INTERNAL_ERROR,
+                            f"stored AMQP source position {partition[:40]!r}: {str(offset)[:40]} is not partition: offset")
+        positions[int(partition)] = offset
+    return positions
 
 
 def _header_value(value: bytes | None) -> str | bytes:
@@ -101,18 +109,21 @@ class SourceRecord:
 
 
 def decode_source_records(records: bytes, first_offset: int) -> tuple[list[SourceRecord], int]:
-    """Fetched batches → the records at or after ``first_offset`` and the offset after the last batch."""
+    """Fetched batches → the records at or after ``first_offset`` and the offset after the last batch decoded
+    (those after a batch that no longer fits the fetch's decompression budget wait for the next fetch)."""
     view = memoryview(records)
     decoded: list[SourceRecord] = []
     next_offset = first_offset
     budget = DecompressionBudget()
     for position, header in iter_batches(view):
+        if not header.is_control:
+            batch = view[position : position + header.size_bytes]
+            try:
+                records = budget.decode(batch, header, _offset_and_record, _record_bytes)
+            except FetchBudgetSpent:
+                break
+            decoded += [record for offset, record in records if offset >= first_offset]
         next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
-        if header.is_control:
-            continue
-        batch = view[position : position + header.size_bytes]
-        records = budget.decode(batch, header, _offset_and_record, _record_bytes)
-        decoded += [record for offset, record in records if offset >= first_offset]
     return decoded, next_offset
 
 

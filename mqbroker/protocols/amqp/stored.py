@@ -16,6 +16,7 @@ trips), a tombstone (None) when deleted. ``__amqp_queue_state`` holds each queue
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import string
 from collections.abc import Callable, Mapping
@@ -33,8 +34,12 @@ from mqbroker.protocols.amqp.routing import (
     Exchange,
     ExchangeType,
 )
-from mqbroker.records.batch import BatchBuilder, RecordHeader, decode_records_as
+from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.compression import DECOMPRESSED_BYTES_MAX
+from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.record import RecordHeader
 
 METADATA_TOPIC = "__amqp_metadata"
 QUEUE_STATE_TOPIC = "__amqp_queue_state"
@@ -162,41 +167,78 @@ def _read_table(data: bytes) -> dict[str, Any]:
     return fields.Reader(data).table()
 
 
+def _corrupt(key: bytes, problem: str) -> AmqpError:
+    return AmqpError(ReplyCode.INTERNAL_ERROR, f"stored AMQP declaration {bytes(key[:60])!r}: {problem}")
+
+
+def _entry(table: Mapping[str, Any], name: str, kind: type | tuple[type, ...], key: bytes) -> Any:
+    """``table[name]``, checked to be a ``kind``; AmqpError otherwise."""
+    value = table.get(name)
+    if not isinstance(value, kind):
+        raise _corrupt(key, f"'{name}' is {type(value).__name__}, not what the declaration writes")
+    return value
+
+
+def _enum_entry(table: Mapping[str, Any], name: str, kind: type[enum.Enum], key: bytes) -> Any:
+    try:
+        return kind(_entry(table, name, str, key))
+    except ValueError:
+        raise _corrupt(key, f"'{name}' {table[name]!r} is no {kind.__name__}") from None
+
+
 def decode_declaration(key: bytes, value: bytes) -> Exchange | QueueDeclaration | Binding:
-    """A metadata record (not a tombstone) → what it declares; AmqpError if it does not parse."""
+    """A metadata record (not a tombstone) → what it declares; AmqpError (and nothing else) if it does not parse."""
     kind, name = key[:2], key[2:].decode("utf-8", "surrogateescape")
     if kind == b"e:":
         table = _read_table(value)
-        return Exchange(name=name, type=ExchangeType(table["type"]), durable=bool(table["durable"]),
-                        auto_delete=bool(table["auto-delete"]), internal=bool(table["internal"]),
-                        arguments=table["arguments"])
+        return Exchange(name=name, type=_enum_entry(table, "type", ExchangeType, key),
+                        durable=bool(_entry(table, "durable", int, key)),
+                        auto_delete=bool(_entry(table, "auto-delete", int, key)),
+                        internal=bool(_entry(table, "internal", int, key)), arguments=_entry(table, "arguments", dict, key))
     if kind == b"q:":
         table = _read_table(value)
-        return QueueDeclaration(name=name, durable=bool(table["durable"]), auto_delete=bool(table["auto-delete"]),
-                                arguments=table["arguments"])
-    return decode_binding_key(key)
+        return QueueDeclaration(name=name, durable=bool(_entry(table, "durable", int, key)),
+                                auto_delete=bool(_entry(table, "auto-delete", int, key)),
+                                arguments=_entry(table, "arguments", dict, key))
+    if kind == b"b:":
+        return decode_binding_key(key)
+    raise _corrupt(key, "the key starts with none of 'e:', 'q:', 'b:'")
 
 
 def decode_binding_key(key: bytes) -> Binding:
-    """A ``b:`` metadata key → the binding."""
+    """A ``b:`` metadata key → the binding; AmqpError (and nothing else) if it does not parse."""
     table = _read_table(key[2:])
-    return Binding(source=table["source"], destination=table["destination"],
-                   destination_kind=DestinationKind(table["kind"]), routing_key=table["routing-key"],
-                   arguments=tuple(sorted(table["arguments"].items())))
+    return Binding(source=_entry(table, "source", str, key), destination=_entry(table, "destination", str, key),
+                   destination_kind=_enum_entry(table, "kind", DestinationKind, key),
+                   routing_key=_entry(table, "routing-key", str, key),
+                   arguments=tuple(sorted(_entry(table, "arguments", dict, key).items())))
+
+
+class FetchBudgetSpent(Exception):
+    """The batches decoded so far used up the fetch's decompression budget: the next fetch reads on from here."""
 
 
 class DecompressionBudget:
     """What the batches of one fetch may decompress to together, so a few small compressed batches
-    cannot expand to gigabytes in an AMQP reader: a batch past the budget raises ``CorruptRecordError``."""
+    cannot expand to gigabytes in an AMQP reader. A batch that does not fit what is left raises
+    ``FetchBudgetSpent`` (it may fit the next fetch's whole budget); one that does not fit a whole budget
+    raises ``CorruptRecordError`` (a bomb)."""
 
     def __init__(self, bytes_max: int | None = None) -> None:
-        self.remaining_bytes = limits.amqp_fetch_decompressed_bytes_max if bytes_max is None else bytes_max
+        self.bytes_max = limits.amqp_fetch_decompressed_bytes_max if bytes_max is None else bytes_max
+        self.remaining_bytes = self.bytes_max
 
     def decode(self, batch: memoryview, header: Any, make: Callable[..., T], size_of: Callable[[T], int]) -> list[T]:
         """``decode_records_as(batch, make)`` within what is left; ``size_of`` measures a decoded record."""
         if not header.compression:  # uncompressed: its records are no larger than the fetched bytes
             return decode_records_as(batch, make)
-        decoded = decode_records_as(batch, make, decompressed_bytes_max=max(0, min(DECOMPRESSED_BYTES_MAX,
-                                                                                   self.remaining_bytes)))
+        batch_bytes_max = min(DECOMPRESSED_BYTES_MAX, self.bytes_max)
+        allowed_bytes = max(0, min(batch_bytes_max, self.remaining_bytes))
+        try:
+            decoded = decode_records_as(batch, make, decompressed_bytes_max=allowed_bytes)
+        except CorruptRecordError:
+            if allowed_bytes < batch_bytes_max:
+                raise FetchBudgetSpent() from None
+            raise
         self.remaining_bytes -= sum(size_of(item) for item in decoded)
         return decoded

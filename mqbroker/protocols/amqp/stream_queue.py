@@ -117,7 +117,13 @@ class StreamQueue(BaseQueue):
             raise result.error
         self.log_start, self.log_end = result.log_start_offset, result.high_watermark
         reader.offset = max(reader.offset, result.log_start_offset)
-        reader.buffer = [message for message in decode_fetched(result.records) if message.offset >= reader.offset]
+        messages, unreadable = decode_fetched(result.records)
+        reader.buffer = [message for message in messages if message.offset >= reader.offset]
+        for batch in unreadable:
+            if batch.last_offset >= reader.offset:
+                self._skip_unreadable(batch)
+            if not reader.buffer and batch.first_offset <= reader.offset <= batch.last_offset:
+                reader.offset = batch.last_offset + 1  # nothing to deliver before it: read on after it
 
     def _fetch_finished(self, _: Any, reader: _StreamReader) -> None:
         reader.fetching = False

@@ -65,7 +65,9 @@ from mqbroker.protocols.amqp.stored import (
 )
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.records.batch import BatchBuilder, decode_records, iter_batches
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches
 
 Queue = ClassicQueue | StreamQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.
@@ -101,6 +103,8 @@ class VirtualHost:
         self._state_write: IDelayedCall | None = None
         self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
         self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
+        #: Records of the internal topics that the replay could not read (each logged with its offset).
+        self.bad_records_skipped = 0
         #: Fires once the declarations are replayed; connections wait for it before Connection.OpenOk.
         self.started = StartedSignal(reactor, "AMQP front end")
         Deferred.fromCoroutine(self.started.run(self._load, self.log))
@@ -122,29 +126,49 @@ class VirtualHost:
         declarations: dict[bytes, Any] = {}
         for record in await self._read_all(METADATA_TOPIC):
             if record.key is not None:
-                declarations[record.key] = record.value
-        snapshots = {record.key.decode("utf-8", "surrogateescape"): record.value
+                declarations[record.key] = record
+        snapshots = {record.key.decode("utf-8", "surrogateescape"): record
                      for record in await self._read_all(QUEUE_STATE_TOPIC) if record.key is not None}
-        stored_positions = {record.key.decode("utf-8", "surrogateescape"): decode_positions(record.value)
-                            for record in await self._read_all(SOURCE_POSITIONS_TOPIC)
-                            if record.key is not None and record.value is not None}
+        stored_positions = {}
+        for record in await self._read_all(SOURCE_POSITIONS_TOPIC):
+            if record.key is not None and record.value is not None:
+                try:
+                    stored_positions[record.key.decode("utf-8", "surrogateescape")] = decode_positions(record.value)
+                except AmqpError as error:
+                    self._skip_bad_record(SOURCE_POSITIONS_TOPIC, record.offset, error, "its source reads from the end")
         queues, bindings = [], []
-        for key, value in declarations.items():
-            if value is None:
+        for key, record in declarations.items():
+            if record.value is None:
                 continue
-            declared = decode_declaration(key, value)
+            try:
+                declared = decode_declaration(key, record.value)
+                if isinstance(declared, Exchange):
+                    self.router.declare_exchange(declared)
+            except AmqpError as error:
+                self._skip_bad_record(METADATA_TOPIC, record.offset, error, "the declaration is lost")
+                continue
             if isinstance(declared, Exchange):
-                self.router.declare_exchange(declared)
                 self._persisted_exchanges[declared.name] = declared
             elif isinstance(declared, QueueDeclaration):
-                queues.append(declared)
+                queues.append((declared, record.offset))
             else:
-                bindings.append(declared)
-        for declaration in queues:
+                bindings.append((declared, record.offset))
+        for declaration, offset in queues:
             snapshot = snapshots.get(declaration.name)
-            self._add_queue(declaration, owner=None, snapshot=snapshot)
-        for binding in bindings:
-            self.router.bind(binding)
+            try:
+                self._add_queue(declaration, owner=None, snapshot=snapshot.value if snapshot else None)
+            except ValueError as error:  # QueueState.restore: the snapshot does not parse
+                assert snapshot is not None
+                self._skip_bad_record(QUEUE_STATE_TOPIC, snapshot.offset, error, "the queue is read from its start")
+                self._add_queue(declaration, owner=None)
+            except AmqpError as error:  # QueuePolicy: arguments no declare would have accepted
+                self._skip_bad_record(METADATA_TOPIC, offset, error, "the queue is not declared")
+        for binding, offset in bindings:
+            try:
+                self.router.bind(binding)
+            except AmqpError as error:
+                self._skip_bad_record(METADATA_TOPIC, offset, error, "the binding is lost")
+                continue
             self._persisted_bindings.add(binding)
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
@@ -153,6 +177,12 @@ class VirtualHost:
             await self._sync_sources(stored_positions)
         except errors.BrokerError as error:  # only forgetting positions of gone sources failed: harmless, redone next start
             self.log.warn("AMQP virtual host could not forget stale source positions: {error}", error=error)
+
+    def _skip_bad_record(self, topic: str, offset: int, error: Exception, consequence: str) -> None:
+        """A replayed record that does not decode: count it, log where it is, go on without it."""
+        self.bad_records_skipped += 1
+        self.log.warn("AMQP virtual host: unreadable record at {topic}-0 offset {offset} skipped ({consequence}): "
+                      "{error}", topic=topic, offset=offset, consequence=consequence, error=error)
 
     async def _read_all(self, topic: str) -> list[Any]:
         records: list[Any] = []

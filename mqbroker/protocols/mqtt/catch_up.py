@@ -29,7 +29,7 @@ from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
-from mqbroker.records.batch import Record
+from mqbroker.records.record import Record
 
 
 class Deliverer(Protocol):

@@ -58,7 +58,8 @@ from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscri
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.records.batch import BatchBuilder, Record
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.record import Record
 
 RETAINED_TOPIC = "__mqtt_retained"
 SESSIONS_TOPIC = "__mqtt_sessions"
@@ -130,6 +131,8 @@ class MqttHub:
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
         self._durable_sessions: set[str] = set()
+        #: Records of the internal topics that replays could not read (each logged with its offset).
+        self.bad_records_skipped = 0
         self._expiry_timers: dict[str, Any] = {}
         self._will_timers: dict[str, Any] = {}
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
@@ -245,7 +248,18 @@ class MqttHub:
             self.offline.pop(client_id, None)
             self._durable_sessions.discard(client_id)
         else:
-            self.offline[client_id] = StoredSession.from_bytes(record.value)
+            try:
+                stored = StoredSession.from_bytes(record.value)
+                SessionState.from_bytes(stored.state)  # checked here: the expiry timer and the next connect read it
+            except errors.CorruptMessageError as error:
+                self.offline.pop(client_id, None)  # an older record of this client is stale now
+                self._durable_sessions.add(client_id)  # the record is still there: forgetting writes a tombstone
+                self.bad_records_skipped += 1
+                self.log.warn("MQTT session of {client_id} at {topic}-0 offset {offset} is unreadable; skipped "
+                              "(the client starts a new session): {error}",
+                              client_id=client_id, topic=SESSIONS_TOPIC, offset=record.offset, error=error)
+                return
+            self.offline[client_id] = stored
             self._durable_sessions.add(client_id)
 
     # ------------------------------------------------------------------ fan-out

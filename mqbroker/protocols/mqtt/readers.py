@@ -19,7 +19,9 @@ from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.state import OutboundMessage
 from mqbroker.protocols.mqtt.stored import PartitionKey
-from mqbroker.records.batch import Record, decode_records, iter_batches
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches
+from mqbroker.records.record import Record
 
 if TYPE_CHECKING:
     from mqbroker.protocols.mqtt.hub import MqttHub

@@ -49,7 +49,7 @@ from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter
-from mqbroker.records.batch import BatchBuilder
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.security.throttle import throttles
 
 #: A client that has not sent CONNECT by then is disconnected.

@@ -21,9 +21,12 @@ import json
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mqbroker import limits
+from mqbroker.errors import CorruptMessageError
 from mqbroker.protocols.mqtt.codec import PACKET_BYTES_MAX_ABSOLUTE, PacketDecoder, encode
+from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.packets import NO_PROPERTIES, PROTOCOL_LEVEL_5, Properties, Publish, RetainHandling
 
 _STATE_FORMAT_VERSION = 1
@@ -177,23 +180,105 @@ class SessionState:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:
-        """Rebuild the durable part written by ``to_bytes`` (queues start empty)."""
-        document = json.loads(data)
-        assert document["version"] == _STATE_FORMAT_VERSION, document["version"]
-        state = cls(document["client_id"], expiry_interval_s=document["expiry_interval_s"])
-        state.next_packet_id = document["next_packet_id"]
-        for item in document["subscriptions"]:
-            subscription = Subscription(**{**item, "retain_handling": RetainHandling(item["retain_handling"])})
+        """Rebuild the durable part written by ``to_bytes`` (queues start empty).
+
+        Raises ``CorruptMessageError`` (and nothing else) for bytes that are not such a record.
+        """
+        where = "MQTT session state"
+        document = load_stored_document(data, _STATE_FORMAT_VERSION, where)
+        state = cls(stored_field(document, "client_id", str, where),
+                    expiry_interval_s=stored_field(document, "expiry_interval_s", int, where, 0, 0xFFFF_FFFF))
+        state.next_packet_id = stored_field(document, "next_packet_id", int, where, 1, 0xFFFF)
+        for item in stored_field(document, "subscriptions", list, where):
+            subscription = _subscription_from(item)
             state.subscriptions[subscription.topic_filter] = subscription
-        decoder = PacketDecoder(packet_bytes_max=PACKET_BYTES_MAX_ABSOLUTE, protocol_level=PROTOCOL_LEVEL_5)
-        for item in document["inflight"]:
-            (publish,) = decoder.receive_data(base64.b64decode(item["publish"]))
-            assert isinstance(publish, Publish) and publish.packet_id is not None
-            state.inflight[publish.packet_id] = Inflight(publish=publish, state=InflightState(item["state"]))
-        state.received_qos2 = set(document["received_qos2"])
+        for item in stored_field(document, "inflight", list, where):
+            publish = _inflight_publish(stored_base64(item, "publish", where))
+            try:
+                flow = InflightState(stored_field(item, "state", str, where))
+            except ValueError:
+                raise CorruptMessageError(f"{where}: unknown in-flight state {item['state']!r}") from None
+            state.inflight[publish.packet_id] = Inflight(publish=publish, state=flow)  # type: ignore[index]
+        received = stored_field(document, "received_qos2", list, where)
+        for packet_id in received:
+            _check_stored_value(packet_id, int, f"{where} received_qos2", 1, 0xFFFF)
+        state.received_qos2 = set(received)
         return state
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SessionState) and self.to_bytes() == other.to_bytes()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+#: (type, optional) of every field of a stored subscription, as ``to_bytes`` writes it.
+_SUBSCRIPTION_FIELDS: dict[str, tuple[type, bool]] = {
+    "topic_filter": (str, False), "share_group": (str, True), "qos": (int, False), "no_local": (bool, False),
+    "retain_as_published": (bool, False), "retain_handling": (int, False), "subscription_identifier": (int, True),
+}
+
+
+def _subscription_from(item: object) -> Subscription:
+    where = "MQTT session state subscription"
+    if not isinstance(item, dict) or item.keys() != _SUBSCRIPTION_FIELDS.keys():
+        raise CorruptMessageError(f"{where} is not an object with the fields {sorted(_SUBSCRIPTION_FIELDS)}")
+    for name, (kind, optional) in _SUBSCRIPTION_FIELDS.items():
+        if not (optional and item[name] is None):
+            _check_stored_value(item[name], kind, f"{where} field '{name}'")
+    if not 0 <= item["qos"] <= 2:
+        raise CorruptMessageError(f"{where}: QoS {item['qos']} is not 0, 1 or 2")
+    try:
+        retain_handling = RetainHandling(item["retain_handling"])
+    except ValueError:
+        raise CorruptMessageError(f"{where}: unknown retain handling {item['retain_handling']}") from None
+    return Subscription(**{**item, "retain_handling": retain_handling})
+
+
+def _inflight_publish(packet: bytes) -> Publish:
+    where = "MQTT session state in-flight message"
+    decoder = PacketDecoder(packet_bytes_max=PACKET_BYTES_MAX_ABSOLUTE, protocol_level=PROTOCOL_LEVEL_5)
+    try:
+        packets = decoder.receive_data(packet)
+    except MqttProtocolError as error:
+        raise CorruptMessageError(f"{where} does not decode: {error}") from None
+    if len(packets) != 1 or not isinstance(packets[0], Publish) or packets[0].packet_id is None:
+        raise CorruptMessageError(f"{where} is not one whole PUBLISH with a packet id")
+    return packets[0]
+
+
+def load_stored_document(data: bytes, version: int, where: str) -> dict[str, Any]:
+    """The JSON object of a stored record of format ``version``; CorruptMessageError if ``data`` is not one."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        raise CorruptMessageError(f"{where} is not JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("version") != version:
+        raise CorruptMessageError(f"{where} is not a JSON object of format version {version}")
+    return document
+
+
+def stored_field(document: object, name: str, kind: type, where: str,
+                 minimum: int | None = None, maximum: int | None = None) -> Any:
+    """``document[name]`` checked to be a ``kind`` (within bounds if given); CorruptMessageError otherwise."""
+    if not isinstance(document, dict) or name not in document:
+        raise CorruptMessageError(f"{where}: field '{name}' is missing")
+    return _check_stored_value(document[name], kind, f"{where} field '{name}'", minimum, maximum)
+
+
+def stored_base64(document: object, name: str, where: str) -> bytes:
+    """The bytes of a base64 string field; CorruptMessageError if it is not one."""
+    try:
+        return base64.b64decode(stored_field(document, name, str, where), validate=True)
+    except ValueError as error:  # binascii.Error, or a non-ASCII string
+        raise CorruptMessageError(f"{where}: field '{name}' is not base64: {error}") from None
+
+
+def _check_stored_value(value: object, kind: type, what: str, minimum: int | None = None,
+                        maximum: int | None = None) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise CorruptMessageError(f"{what} is {type(value).__name__}, not {kind.__name__}")
+    too_small = minimum is not None and value < minimum  # type: ignore[operator]
+    too_large = maximum is not None and value > maximum  # type: ignore[operator]
+    if too_small or too_large:
+        raise CorruptMessageError(f"{what} {value} is out of range [{minimum}, {maximum}]")
+    return value

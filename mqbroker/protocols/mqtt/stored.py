@@ -13,6 +13,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from mqbroker.errors import CorruptMessageError
+from mqbroker.protocols.mqtt.state import load_stored_document, stored_base64, stored_field
+
 _FORMAT_VERSION = 1
 
 #: A log partition: (log topic, partition).
@@ -39,11 +42,21 @@ class StoredSession:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StoredSession:
-        """Read a record written by ``to_bytes``."""
-        document = json.loads(data)
-        assert document["version"] == _FORMAT_VERSION, document["version"]
-        return cls(
-            state=base64.b64decode(document["state"]),
-            cursors={(topic, partition): offset for topic, partition, offset in document["cursors"]},
-            ended_at_ms=document["ended_at_ms"],
-        )
+        """Read a record written by ``to_bytes``; ``CorruptMessageError`` (and nothing else) if it is not one.
+
+        The state stays bytes here: ``SessionState.from_bytes`` checks it.
+        """
+        where = "stored MQTT session"
+        document = load_stored_document(data, _FORMAT_VERSION, where)
+        cursors: dict[PartitionKey, int] = {}
+        for cursor in stored_field(document, "cursors", list, where):
+            if not (isinstance(cursor, list) and len(cursor) == 3 and isinstance(cursor[0], str)
+                    and all(type(number) is int and number >= 0 for number in cursor[1:])):
+                raise CorruptMessageError(f"{where}: a cursor is not [topic, partition, offset]")
+            cursors[(cursor[0], cursor[1])] = cursor[2]
+        ended_at_ms = document.get("ended_at_ms")
+        if ended_at_ms is not None:
+            ended_at_ms = stored_field(document, "ended_at_ms", int, where)
+        elif "ended_at_ms" not in document:
+            raise CorruptMessageError(f"{where}: field 'ended_at_ms' is missing")
+        return cls(state=stored_base64(document, "state", where), cursors=cursors, ended_at_ms=ended_at_ms)

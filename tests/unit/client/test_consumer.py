@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from mqbroker.client.consumer import EARLIEST, LATEST, ConsumerConfig, ConsumerCore, OffsetReset, decode_messages
 from mqbroker.errors import CorruptMessageError, ErrorCode
 from mqbroker.protocols.native.messages import FetchPartitionResult, FetchResponse, FetchTopicResult
-from mqbroker.records.batch import BatchBuilder, ControlType, encode_control_batch, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.control import ControlType, encode_control_batch
+from mqbroker.records.header import stamp
 
 EVENTS_0 = ("events", 0)
 

@@ -9,7 +9,8 @@ from mqbroker.client.producer import ProducerConfig, ProducerCore, ProducePlan, 
 from mqbroker.errors import ErrorCode, NotLeaderError, TopicAuthorizationError
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import Acks, ProducePartitionResult, ProduceResponse, ProduceTopicResult
-from mqbroker.records.batch import decode_records, read_header
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import read_header
 
 
 def _core(**settings: object) -> ProducerCore:

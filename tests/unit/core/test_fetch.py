@@ -9,7 +9,7 @@ import pytest
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
 from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult
-from mqbroker.records.batch import iter_batches
+from mqbroker.records.header import iter_batches
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 from tests.unit.storage.logtools import make_batch
 

@@ -7,9 +7,11 @@ from twisted.internet import reactor
 from twisted.python.threadpool import ThreadPool
 
 from mqbroker.durability.cleaner_service import LogCleanerService
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import BatchBuilder, decode_records, iter_batches
 
 
 def _log(path, **settings: object) -> PartitionLog:

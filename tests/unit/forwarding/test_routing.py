@@ -6,10 +6,10 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.forwarding import wire as forwarded
+from mqbroker.forwarding.routes import answered_enough, failed_results, merge_results, route_of, split_positions
 from mqbroker.model import FetchPosition, FetchResult
 from mqbroker.protocols.native import messages as m
-from mqbroker.forwarding.routes import answered_enough, failed_results, merge_results, route_of, split_positions
-from mqbroker.records.batch import BatchBuilder
+from mqbroker.records.builder import BatchBuilder
 
 LEADERS = {("a", 0): 1, ("a", 1): 2, ("b", 0): 3, ("b", 1): 1, ("c", 0): -1}
 

@@ -11,11 +11,11 @@ from zope.interface.verify import verifyObject
 
 from mqbroker import errors
 from mqbroker.client.connection import BrokerUnavailableError
+from mqbroker.forwarding.routing_broker import RoutingBroker
 from mqbroker.interfaces import IBroker
 from mqbroker.model import FetchPosition, FetchResult, OffsetAndTimestamp, Principal, ProduceResult
 from mqbroker.protocols.native import messages as m
-from mqbroker.forwarding.routing_broker import RoutingBroker
-from mqbroker.records.batch import BatchBuilder
+from mqbroker.records.builder import BatchBuilder
 
 ALICE = Principal("User", "alice")
 MALLORY = Principal("User", "mallory")

@@ -27,14 +27,19 @@ from mqbroker.model import (
     ProduceResult,
     TopicMetadata,
 )
+from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.routing import Exchange, ExchangeType
+from mqbroker.protocols.amqp.sources import SOURCE_POSITIONS_TOPIC
 from mqbroker.protocols.amqp.stored import METADATA_TOPIC, QUEUE_STATE_TOPIC, QueueDeclaration, exchange_record, queue_record
 from mqbroker.protocols.amqp.vhost import VirtualHost
 from mqbroker.protocols.mqtt.actions import Retain
-from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
+from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, SESSIONS_TOPIC, MqttHub
+from mqbroker.protocols.mqtt.state import SessionState
+from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.protocols.startup import READY_WAIT_S, RETRY_FIRST_S, StartedSignal, start_with_retries
-from mqbroker.records.batch import BatchBuilder, iter_batches, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import iter_batches, stamp
 
 
 class TopicsBroker:
@@ -234,3 +239,39 @@ def test_the_mqtt_hub_replays_retained_messages_once_across_a_failed_attempt() -
     assert [message.payload for message in hub.retained.matching("plant/#")] == [b"21.5"]
     assert list(hub.dispatchers) == [(TopicMapping().default_log_topic, 0)]
     hub.stop()
+
+
+# --------------------------------------------------------------------------- replays survive a bad record
+
+
+def test_the_mqtt_hub_skips_an_unreadable_session_and_replays_the_rest(warnings: list[dict[str, Any]]) -> None:
+    broker, clock = TopicsBroker(), Clock()
+    good = StoredSession(state=SessionState("kept", expiry_interval_s=60).to_bytes())
+    broker.topics[SESSIONS_TOPIC] = bytearray()
+    broker.append(SESSIONS_TOPIC, [(b"lost", good.to_bytes()), (b"lost", b'{"version": 1, "state": 7}'),
+                                   (b"kept", good.to_bytes()), (b"rotten", StoredSession(state=b"\xff").to_bytes())])
+    hub = MqttHub(broker, clock, TopicMapping())
+    Deferred.fromCoroutine(hub.start())
+    assert hub.started.started
+    assert list(hub.offline) == ["kept"]  # "lost": its newest record is unreadable, the older one is stale
+    assert hub.bad_records_skipped == 2
+    assert [(event["topic"], event["offset"]) for event in warnings if "offset" in event] == [
+        (SESSIONS_TOPIC, 1), (SESSIONS_TOPIC, 3)]
+    hub.stop()
+
+
+def test_the_amqp_virtual_host_skips_unreadable_records_and_replays_the_rest(warnings: list[dict[str, Any]]) -> None:
+    broker, clock = TopicsBroker(), Clock()
+    for topic in (METADATA_TOPIC, QUEUE_STATE_TOPIC, SOURCE_POSITIONS_TOPIC):
+        broker.topics[topic] = bytearray()
+    broker.append(METADATA_TOPIC, [
+        (b"e:orders", b"\x00\x00\x00\x03bad"), queue_record(QueueDeclaration(name="work", durable=True)),
+        queue_record(QueueDeclaration(name="jobs", durable=True)), (b"q:odd", fields.table({"durable": "yes"}))])
+    broker.append(QUEUE_STATE_TOPIC, [(b"work", b"\x09 not a snapshot")])
+    broker.append(SOURCE_POSITIONS_TOPIC, [(b"sensors", fields.table({"zero": 1}))])
+    host = VirtualHost(broker, clock)
+    assert host.started.started
+    assert sorted(host.queues) == ["jobs", "work"] and "orders" not in host.router.exchanges
+    assert host.bad_records_skipped == 4
+    assert sorted((event["topic"], event["offset"]) for event in warnings if "offset" in event) == [
+        (METADATA_TOPIC, 0), (METADATA_TOPIC, 3), (QUEUE_STATE_TOPIC, 0), (SOURCE_POSITIONS_TOPIC, 0)]

@@ -11,7 +11,8 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from mqbroker import errors
-from mqbroker.raft.core import RaftCore, RaftSettings
+from mqbroker.raft.core import RaftCore
+from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.errors import ProposalDroppedError
 from mqbroker.raft.forwarded_proposals import ForwardedProposal, ForwardedResult, PeerFrame
 from mqbroker.raft.memory_storage import MemoryRaftStorage

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 
 import pytest
 from zope.interface.verify import verifyObject
@@ -12,7 +13,8 @@ from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration, Entry, EntryKind, HardState, Snapshot, SnapshotMetadata
 from mqbroker.raft.storage import ENTRIES_FILE, HARD_STATE_FILE, SNAPSHOT_FILE, FileRaftStorage
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
+from tests.powerloss import power_loss_disks
 
 VOTERS = Configuration(voters=frozenset({1, 2, 3}))
 
@@ -142,7 +144,7 @@ def test_corrupt_hard_state_is_an_error_not_a_silent_reset(tmp_path: pathlib.Pat
     storage.close()
     path = tmp_path / HARD_STATE_FILE
     path.write_bytes(b"\x00" + path.read_bytes()[1:])
-    with pytest.raises(CorruptRecordError, match="fails its CRC"):
+    with pytest.raises(CorruptFileError, match="fails its CRC"):
         FileRaftStorage.open(str(tmp_path))
 
 
@@ -185,3 +187,14 @@ def test_raft_files_written_world_readable_before_are_made_private_on_open(tmp_p
     FileRaftStorage.open(str(directory)).close()
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert {stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()} == {0o600}
+
+
+def test_a_new_node_remembers_its_first_vote_through_a_power_loss(tmp_path: pathlib.Path) -> None:
+    directory = tmp_path / "data" / "raft"  # made by the node's first start
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        storage = FileRaftStorage.open(str(directory))
+        storage.save(HardState(term=3, vote=2), entries(1, 2, term=3), None)  # durable when save returns
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = FileRaftStorage.open(str(directory))
+    assert (recovered.hard_state().term, recovered.hard_state().vote) == (3, 2)
+    assert recovered.entries(1, 3) == entries(1, 2, term=3)

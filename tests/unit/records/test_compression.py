@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.records.compression import Compression, compress, decompress
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.records.errors import CorruptRecordError
 
 CODECS = list(Compression)
 COMPRESSING_CODECS = [codec for codec in Compression if codec is not Compression.NONE]

@@ -19,7 +19,7 @@ from mqbroker.core.topic_config import log_config_for
 from mqbroker.durability.flusher import Flusher
 from mqbroker.errors import ErrorCode
 from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult
-from mqbroker.records.batch import stamp
+from mqbroker.records.header import stamp
 from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, iter_batches
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder, iter_batches
 
 SMALL_SEGMENTS = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches, read_header
 from mqbroker.storage import checkpoint, cleaner, fs
 from mqbroker.storage.config import LogConfig
-from mqbroker.storage.log import CLEANER_CHECKPOINT
-from mqbroker.records.batch import decode_records, iter_batches, read_header
 from tests.unit.storage.logtools import make_batch, open_log, read_all
 
 RETENTION_MS = 1000
@@ -147,7 +147,7 @@ def test_the_dirty_ratio_decides_when_a_pass_runs_and_the_checkpoint_records_the
     assert cleaner.dirty_ratio(log, NOW_MS) == 1.0
     clean_end = log.log_end_offset
     assert cleaner.clean(log, NOW_MS).ran
-    assert checkpoint.read_offset(str(tmp_path / CLEANER_CHECKPOINT)) == clean_end
+    assert checkpoint.read_offset(str(tmp_path / checkpoint.CLEANER_CHECKPOINT)) == clean_end
     assert cleaner.dirty_ratio(log, NOW_MS) == 0.0
     assert not cleaner.clean(log, NOW_MS).ran  # nothing dirty
     log.append(make_batch([b"late"], keys=[b"key-1"]), now_ms=NOW_MS)
@@ -167,7 +167,7 @@ def test_a_truncation_below_the_clean_end_makes_the_new_records_dirty(tmp_path):
     cleaner.clean(log, NOW_MS, force=True)
     bases = log.segment_bases()
     log.truncate_to(bases[1] + 1)
-    assert checkpoint.read_offset(str(tmp_path / CLEANER_CHECKPOINT)) == log.log_end_offset
+    assert checkpoint.read_offset(str(tmp_path / checkpoint.CLEANER_CHECKPOINT)) == log.log_end_offset
     log.append(make_batch([b"after"], keys=[b"key-2"]), now_ms=NOW_MS)
     log.roll(now_ms=NOW_MS)
     assert cleaner.dirty_ratio(log, NOW_MS) > 0.0
@@ -177,7 +177,7 @@ def test_a_damaged_cleaner_checkpoint_makes_the_whole_log_dirty(tmp_path):
     log, _ = keyed_log(tmp_path, seed=7)
     cleaner.clean(log, NOW_MS, force=True)
     log.close()
-    (tmp_path / CLEANER_CHECKPOINT).write_bytes(b"\xff garbage")
+    (tmp_path / checkpoint.CLEANER_CHECKPOINT).write_bytes(b"\xff garbage")
     reopened = open_log(tmp_path, COMPACTED, clean_shutdown=True)
     assert cleaner.dirty_ratio(reopened, NOW_MS) == 1.0
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import pathlib
+import random
 
 import pytest
 
-from mqbroker.records import batch as records
+from mqbroker.records.builder import encode_batch
+from mqbroker.records.record import Record
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
-from mqbroker.storage.errors import CorruptRecordError
+from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.log import PartitionLog
+from tests.powerloss import power_loss_disks
 
 
 def _batch(count: int = 1, leader_epoch: int = -1, base_offset: int = 0) -> bytes:
-    batch = [records.Record(offset=base_offset + n, timestamp_ms=0, key=None, value=b"v%d" % n) for n in range(count)]
-    return records.encode_batch(batch, base_offset=base_offset, partition_leader_epoch=leader_epoch)
+    batch = [Record(offset=base_offset + n, timestamp_ms=0, key=None, value=b"v%d" % n) for n in range(count)]
+    return encode_batch(batch, base_offset=base_offset, partition_leader_epoch=leader_epoch)
 
 
 def test_end_of_an_epoch_is_the_start_of_the_next_or_the_log_end(tmp_path: pathlib.Path) -> None:
@@ -47,7 +50,7 @@ def test_an_epoch_that_wrote_nothing_is_replaced_by_the_next(tmp_path: pathlib.P
 
 def test_malformed_checkpoint_is_a_typed_error(tmp_path: pathlib.Path) -> None:
     (tmp_path / EPOCH_CHECKPOINT_FILE).write_bytes(b"0\n2\n1 0\n")
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(CorruptFileError):
         LeaderEpochCache.load(str(tmp_path))
 
 
@@ -68,3 +71,17 @@ def test_follower_appends_take_epochs_from_the_batches(tmp_path: pathlib.Path) -
     log.append(copied, 0, assign_offsets=False)
     assert log.epochs.entries == [EpochEntry(epoch=1, start_offset=0), EpochEntry(epoch=3, start_offset=2)]
     assert log.log_end_offset == 3
+
+
+@pytest.mark.parametrize("cut", [2, 0], ids=["inside-the-log", "everything"])
+def test_a_truncation_is_durable_before_the_cache_forgets_its_epochs(tmp_path: pathlib.Path, cut: int) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+        log.append(_batch(2), 0, leader_epoch=0)
+        log.append(_batch(3), 0, leader_epoch=4)
+        log.flush()
+        log.truncate_to(cut)  # a follower cuts back to its new leader's log
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+    assert recovered.log_end_offset == cut
+    assert [entry.epoch for entry in recovered.epochs.entries] == ([0] if cut else [])

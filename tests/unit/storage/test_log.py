@@ -1,15 +1,15 @@
-"""Partition log behaviours: offsets, reads, segments, indexes, durability points, removal of data."""
+"""Partition log behaviours: offsets, reads, segments, indexes, removal of data (durability points: test_sync_state)."""
 
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import iter_batches
 from mqbroker.storage.config import LogConfig
-from mqbroker.storage.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError, RecordTooLargeError
-from mqbroker.records.batch import iter_batches
+from mqbroker.storage.errors import InvalidConfigError, OffsetOutOfRangeError, RecordTooLargeError
 from tests.unit.storage.logtools import SMALL_SEGMENTS, make_batch, open_log, payload_batch, read_all
 
 
@@ -160,91 +160,6 @@ def test_batches_above_max_message_bytes_are_rejected(tmp_path):
         log.append(payload_batch(1, value_bytes=600), now_ms=0)
 
 
-def test_append_is_written_before_it_is_durable(tmp_path):
-    log = open_log(tmp_path)
-    log.append(payload_batch(1), now_ms=0)
-    assert log.log_end_offset == 1 and log.durable_end_offset == 0
-    assert log.needs_flush(now_ms=0)
-    assert log.flush() == 1 and log.durable_end_offset == 1
-    assert not log.needs_flush(now_ms=0)
-
-
-def test_a_split_flush_makes_durable_what_was_appended_before_it_began(tmp_path):
-    log = open_log(tmp_path)
-    log.append(payload_batch(1), now_ms=0)
-    ticket = log.begin_flush()
-    assert ticket.end_offset == 1 and ticket.handles
-    log.append(payload_batch(2), now_ms=0)  # after the capture: the next flush's business
-    for handle in ticket.handles:
-        os.fsync(handle)
-    assert log.end_flush(ticket, synced=True) == 1
-    assert log.durable_end_offset == 1 and log.log_end_offset == 2
-    for handle in ticket.handles:  # end_flush closed the flush's own descriptors
-        with pytest.raises(OSError):
-            os.fstat(handle)
-
-
-def test_a_split_flush_that_failed_publishes_nothing(tmp_path):
-    log = open_log(tmp_path)
-    log.append(payload_batch(1), now_ms=0)
-    ticket = log.begin_flush()
-    assert log.end_flush(ticket, synced=False) == 0
-    assert log.durable_end_offset == 0
-
-
-def test_a_truncation_during_a_split_flush_keeps_its_end_from_being_published(tmp_path):
-    log = open_log(tmp_path)
-    for tag in range(3):
-        log.append(payload_batch(tag), now_ms=0)
-    ticket = log.begin_flush()
-    log.truncate_to(1)
-    log.append(payload_batch(9), now_ms=0)
-    assert log.end_flush(ticket, synced=True) == 0  # offset 1 and 2 are other batches now
-    assert log.flush() == 2
-
-
-def test_a_split_flush_covers_a_sealed_segment_and_its_indexes(tmp_path):
-    log = open_log(tmp_path)
-    log.append(payload_batch(1), now_ms=0)
-    log.roll(now_ms=0)
-    log.append(payload_batch(2), now_ms=0)
-    ticket = log.begin_flush()
-    assert len(ticket.handles) >= 4  # the sealed .log, its two indexes, the active .log (and the directory)
-    log.end_flush(ticket, synced=True)
-    next_ticket = log.begin_flush()
-    assert len(next_ticket.handles) == 1  # only the active segment is left to sync
-    log.end_flush(next_ticket, synced=True)
-
-
-def test_interval_policy_asks_for_a_flush_by_time_or_count(tmp_path):
-    log = open_log(tmp_path, LogConfig(flush_policy="interval", flush_ms=100, flush_messages=5))
-    log.append(payload_batch(1, 2), now_ms=1000)
-    assert not log.needs_flush(now_ms=1050)
-    assert log.needs_flush(now_ms=1100)
-    log.flush()
-    log.append(payload_batch(2, 5), now_ms=2000)
-    assert log.needs_flush(now_ms=2000)
-
-
-def test_appends_go_on_while_another_thread_flushes(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=64 * 1024))
-    stop = threading.Event()
-    durable: list[int] = []
-
-    def flusher() -> None:
-        while not stop.is_set():
-            durable.append(log.flush())
-
-    thread = threading.Thread(target=flusher)
-    thread.start()
-    for tag in range(500):
-        log.append(payload_batch(tag), now_ms=0)
-    stop.set()
-    thread.join()
-    assert durable == sorted(durable) and durable[-1] <= 500
-    assert log.flush() == 500
-
-
 def test_truncate_removes_the_batch_holding_the_offset_and_everything_after(tmp_path):
     log = open_log(tmp_path)
     for tag in range(100):
@@ -277,48 +192,6 @@ def test_delete_records_before_advances_the_start_and_drops_whole_segments(tmp_p
         log.read(bases[2], 100)
     with pytest.raises(OffsetOutOfRangeError):
         log.delete_records_before(101)
-
-
-def test_retention_by_time_deletes_old_sealed_segments_only(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=1000))
-    for tag in range(100):
-        log.append(payload_batch(tag, timestamp_ms=tag * 100), now_ms=0)
-    before = log.segment_bases()
-    deleted = log.apply_retention(now_ms=5000)
-    assert deleted > 0 and log.segment_bases() == before[deleted:]
-    assert log.log_start_offset == before[deleted]
-    assert log.apply_retention(now_ms=10**9) == len(before) - deleted - 1
-    assert len(log.segment_bases()) == 1
-
-
-def test_retention_by_size_keeps_the_partition_under_the_limit(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_bytes=10_000, retention_ms=-1))
-    for tag in range(200):
-        log.append(payload_batch(tag), now_ms=0)
-    log.apply_retention(now_ms=0)
-    sizes = [os.path.getsize(tmp_path / f"{base:020d}.log") for base in log.segment_bases()]
-    assert sum(sizes) - sizes[0] < 10_000 <= sum(sizes) or len(sizes) == 1
-
-
-@pytest.mark.parametrize("high_watermark_segment", [0, 1, 3])
-def test_retention_never_deletes_a_segment_holding_offsets_at_or_above_the_bound(tmp_path, high_watermark_segment):
-    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=0))
-    for tag in range(300):
-        log.append(payload_batch(tag), now_ms=0)
-    bases = log.segment_bases()
-    assert len(bases) > 5
-    high_watermark = bases[high_watermark_segment] + 1  # inside that segment
-    deleted = log.apply_retention(now_ms=10**9, max_offset=high_watermark)
-    assert deleted == high_watermark_segment and log.segment_bases()[0] == bases[high_watermark_segment]
-    assert log.apply_retention(now_ms=10**9, max_offset=bases[high_watermark_segment + 1]) == 1
-    assert log.apply_retention(now_ms=10**9, max_offset=None) == len(bases) - high_watermark_segment - 2
-
-
-def test_compacted_only_topics_keep_old_segments(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=0, cleanup_policy="compact"))
-    for tag in range(100):
-        log.append(payload_batch(tag), now_ms=0)
-    assert log.apply_retention(now_ms=10**9) == 0
 
 
 def test_clean_reopen_keeps_offsets_and_data(tmp_path):

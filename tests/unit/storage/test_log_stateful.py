@@ -11,10 +11,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import iter_batches, read_header, stamp
 from mqbroker.storage import cleaner, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
-from mqbroker.records.batch import decode_records, iter_batches, read_header, stamp
 from tests.unit.storage.logtools import make_batch, read_all
 
 DELETE_RETENTION_MS = 1000

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.errors import InvalidConfigError, PartitionExistsError, UnknownPartitionError
 from mqbroker.storage.manager import CLEAN_SHUTDOWN, LogManager
+from tests.powerloss import power_loss_disks
 from tests.unit.storage.logtools import SMALL_SEGMENTS, payload_batch, read_all
 
 
@@ -91,3 +93,18 @@ def test_topic_configs_apply_on_open(tmp_path):
     compacted = LogConfig(cleanup_policy="compact")
     restarted.open_all(now_ms=0, topic_configs={"orders": compacted})
     assert restarted.get("orders", 0).config == compacted
+
+
+def test_a_new_data_directory_and_its_durable_batches_survive_a_power_loss(tmp_path):
+    data_dir = tmp_path / "var" / "mqbroker"  # a first start makes these directories
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        manager = LogManager(str(data_dir), SMALL_SEGMENTS)
+        manager.open_all(now_ms=0)
+        log = manager.create("orders", 0)
+        log.append(payload_batch(1), now_ms=0)
+        log.flush()  # acknowledged under the sync policy
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = LogManager(str(data_dir), SMALL_SEGMENTS)
+        recovered.open_all(now_ms=0)
+    assert recovered.partitions() == [("orders", 0)]
+    assert recovered.get("orders", 0).log_end_offset == 1 and len(read_all(recovered.get("orders", 0))) == 1

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbroker.records.batch import iter_batches
+from mqbroker.records.header import iter_batches, read_header
+from tests.powerloss import PowerCut, power_loss_disks
 from tests.unit.storage.logtools import open_log, payload_batch, read_all
 
 BATCH_COUNT = 60
@@ -146,6 +150,21 @@ def test_missing_or_corrupt_indexes_are_rebuilt(tmp_path):
         assert first.base_offset <= offset <= first.last_offset
 
 
+@pytest.mark.parametrize("clean_shutdown", [True, False], ids=["clean", "unclean"])
+def test_an_index_entry_pointing_inside_a_batch_is_rebuilt_not_an_error(tmp_path, clean_shutdown):
+    """A power loss can leave an index with entries its `.log` never had (the index is synced later)."""
+    batches = written_log(tmp_path)
+    bases = open_log(tmp_path, clean_shutdown=True).segment_bases()
+    log = open_log(tmp_path, clean_shutdown=True)
+    log.close()
+    for base in bases[:-1]:
+        with open(tmp_path / f"{base:020d}.index", "r+b") as file:
+            file.seek(0, os.SEEK_END)
+            file.write(struct.pack(">ii", 2**30, 7))  # a last entry at byte 7: inside the first batch
+    log = open_log(tmp_path, clean_shutdown=clean_shutdown, recovery_point=bases[-1])
+    assert read_all(log) == batches and log.segment_bases() == bases
+
+
 def test_unclean_restart_keeps_every_valid_batch_and_is_durable(tmp_path):
     log = open_log(tmp_path)
     for tag in range(40):
@@ -154,3 +173,45 @@ def test_unclean_restart_keeps_every_valid_batch_and_is_durable(tmp_path):
     reopened = open_log(tmp_path)
     assert read_all(reopened) == expected
     assert reopened.durable_end_offset == reopened.log_end_offset == 40
+
+
+def test_a_segment_rolled_before_its_predecessor_was_durable_leaves_no_hole_after_a_power_loss(tmp_path):
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = open_log(tmp_path)
+        log.append(payload_batch(1), now_ms=0)
+        log.flush()
+        log.append(payload_batch(2), now_ms=0)  # not flushed: a power loss may take it
+        log.roll(now_ms=0)  # a new segment named 2
+        log.snapshot_producers()  # its atomic write fsyncs the directory: the new name is durable
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = open_log(tmp_path)
+        batches = read_all(recovered)
+    assert recovered.log_end_offset == read_header(batches[-1]).next_offset, "offsets before the log end hold nothing"
+
+
+@pytest.mark.parametrize("crash_seed", [None, 0, 1, 2, 3, 4], ids=lambda seed: "killed" if seed is None else f"torn-{seed}")
+@pytest.mark.parametrize("cut", [3, 0], ids=["inside-the-first-segment", "everything"])
+def test_a_truncation_cut_short_by_a_power_loss_leaves_a_log_without_holes(tmp_path, cut, crash_seed):
+    """Whatever a power loss keeps of a truncation, at any of its calls, the log that remains is contiguous."""
+    calls = 1
+    while True:
+        directory = tmp_path / str(calls)
+        with power_loss_disks(str(directory)) as (disk,):
+            log = open_log(directory)
+            for tag in range(40):
+                log.append(payload_batch(tag, value_bytes=400), now_ms=0)
+            log.flush()
+            assert len(log.segment_bases()) > 3
+            disk.cut_power_after(calls)
+            try:
+                log.truncate_to(cut)
+            except PowerCut:
+                disk.crash(random.Random(crash_seed), keep_everything=crash_seed is None)
+            else:
+                break
+            recovered = open_log(directory, recovery_point=39)  # the truncated offsets were all durable
+            offsets = [(read_header(batch).base_offset, read_header(batch).next_offset) for batch in read_all(recovered)]
+        assert all(end == next_base for (_, end), (next_base, _) in zip(offsets, offsets[1:])), f"a hole: {offsets}"
+        assert recovered.log_end_offset == (offsets[-1][1] if offsets else recovered.log_start_offset)
+        calls += 1
+    assert calls > 6, "the truncation made too few file-system calls to be cut in its middle"

@@ -77,9 +77,10 @@ def test_a_fetch_of_compressed_batches_decompresses_to_at_most_the_budget() -> N
     """A zstd bomb: a few KiB that expand to megabytes each; the reader stops at the fetch's budget."""
     from mqbroker.protocols.amqp.queues import decode_fetched
     from mqbroker.protocols.amqp.stored import DecompressionBudget, append_message
-    from mqbroker.records.batch import BatchBuilder, iter_batches
+    from mqbroker.records.builder import BatchBuilder
+    from mqbroker.records.header import iter_batches
     from mqbroker.records.compression import Compression
-    from mqbroker.storage.errors import CorruptRecordError
+    from mqbroker.records.errors import CorruptRecordError
 
     batches = b""
     for base_offset in range(0, 4):
@@ -87,15 +88,23 @@ def test_a_fetch_of_compressed_batches_decompresses_to_at_most_the_budget() -> N
         append_message(builder, 0, "", "q", b"", b"\0" * (4 * 1024 * 1024), None)
         batches += builder.build()
     assert len(batches) < 4 * 4096
-    assert len(decode_fetched(batches)) == 4  # 16 MiB in all: within the default budget
-    budget = DecompressionBudget(10 * 1024 * 1024)
-    view = memoryview(batches)
-    decoded = 0
-    with pytest.raises(CorruptRecordError, match="decompresses to more than"):
-        for position, header in iter_batches(view):
-            from mqbroker.protocols.amqp.stored import queued_message
+    messages, unreadable = decode_fetched(batches)
+    assert len(messages) == 4 and unreadable == []  # 16 MiB in all: within the default budget
+    from mqbroker.protocols.amqp.stored import FetchBudgetSpent, queued_message
 
+    def decode_with(budget: DecompressionBudget) -> int:
+        decoded = 0
+        view = memoryview(batches)
+        for position, header in iter_batches(view):
             budget.decode(view[position:position + header.size_bytes], header, queued_message,
                           lambda message: len(message.payload.body))
             decoded += 1
-    assert decoded == 2
+        return decoded
+
+    # 4 MiB each: two fit 10 MiB; the third may fit the next fetch's whole budget, so it waits for it
+    with pytest.raises(FetchBudgetSpent):
+        decode_with(budget := DecompressionBudget(10 * 1024 * 1024))
+    assert budget.remaining_bytes == 2 * 1024 * 1024
+    # a batch larger than a whole budget never fits: it is corrupt (a bomb)
+    with pytest.raises(CorruptRecordError, match="decompresses to more than"):
+        decode_with(DecompressionBudget(2 * 1024 * 1024))

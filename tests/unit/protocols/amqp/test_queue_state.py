@@ -141,6 +141,24 @@ def test_snapshot_restores_done_offsets_and_delivery_counts() -> None:
     ]
 
 
+@given(snapshot=st.binary(max_size=120))
+def test_garbage_snapshots_raise_only_value_error(snapshot: bytes) -> None:
+    try:
+        QueueState.restore(snapshot, policy=QueuePolicy())
+    except ValueError:
+        pass
+
+
+def test_offsets_that_do_not_decode_are_done_and_read_past() -> None:
+    state = QueueState(policy=QueuePolicy(), now_ms=0)
+    state.receive(messages(0, 2))
+    state.skip_unreadable(2, 4)
+    assert state.cursor == 5 and state.unread_count == 0
+    for offset in (0, 1):
+        state.ack(state.take("c", now_ms=0).message.offset)  # type: ignore[union-attr]
+    assert state.low_watermark == 5
+
+
 @pytest.mark.parametrize("snapshot", [b"", b"\x01" + b"\x00" * 10, QueueState(policy=QueuePolicy(), now_ms=0).snapshot() + b"x"])
 def test_damaged_snapshot_is_a_value_error(snapshot: bytes) -> None:
     with pytest.raises(ValueError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 
@@ -13,9 +15,15 @@ from mqbroker.protocols.amqp.actions import Delivery, Outcome
 from mqbroker.protocols.amqp.appender import PRODUCE_TIMEOUT_MS
 from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
 from mqbroker.protocols.amqp.queue_state import QueueState
-from mqbroker.protocols.amqp.queues import ClassicQueue, Consumer
-from mqbroker.protocols.amqp.stored import QueueDeclaration
-from mqbroker.records.batch import read_header
+from mqbroker.protocols.amqp.queues import ClassicQueue, Consumer, decode_fetched
+from mqbroker.protocols.amqp.stored import (
+    EMPTY_PROPERTIES,
+    QueueDeclaration,
+    append_message,
+)
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import read_header, stamp
 
 
 class FakeBroker:
@@ -143,3 +151,48 @@ def test_a_multiple_ack_settles_the_leases() -> None:
     host.reactor.advance(0)
     queue.settle([delivery.message_ref for delivery in session.delivered], Outcome.ACK)
     assert queue.state.leased_count == 0 and queue.state.low_watermark == 3
+
+
+def _message_batches(base_offsets: list[int], corrupt: set[int]) -> bytes:
+    """One two-message batch per base offset, stamped; the batches at ``corrupt`` indexes fail their CRC."""
+    chunk = bytearray()
+    for index, base in enumerate(base_offsets):
+        builder = BatchBuilder()
+        for number in range(2):
+            append_message(builder, 0, "", "q", EMPTY_PROPERTIES, b"m%d" % (base + number), None)
+        batch = bytearray(builder.build())
+        stamp(batch, 0, base, 0)
+        if index in corrupt:
+            batch[-1] ^= 0xFF  # inside the records, covered by the CRC
+        chunk += batch
+    return bytes(chunk)
+
+
+def test_a_batch_that_does_not_decode_is_reported_and_the_others_are_read() -> None:
+    messages, unreadable = decode_fetched(_message_batches([0, 2, 4], corrupt={1}))
+    assert [message.offset for message in messages] == [0, 1, 4, 5]
+    assert [(batch.first_offset, batch.last_offset) for batch in unreadable] == [(2, 3)]
+    assert "CRC" in str(unreadable[0].error)
+
+
+@given(st.binary(max_size=300) | st.builds(lambda chunk, position, byte: chunk[:position] + bytes([byte]) + chunk[position + 1:],
+                                             st.just(_message_batches([0, 2], corrupt=set())), st.integers(0, 200),
+                                             st.integers(0, 255)))
+@settings(max_examples=300)
+def test_garbage_fetches_raise_only_corrupt_record(chunk: bytes) -> None:
+    try:
+        decode_fetched(chunk)
+    except CorruptRecordError:
+        pass
+
+
+def test_a_queue_reads_past_a_batch_that_does_not_decode_and_delivers_the_rest() -> None:
+    queue, host, session = consumed_queue()
+    host.broker.log_end = host.broker.high_watermark = 6
+    queue.dispatch()
+    [(offset, fetched)] = host.broker._fetches
+    fetched.callback([FetchResult(topic=queue.topic, partition=0, records=_message_batches([0, 2, 4], corrupt={2}),
+                                  high_watermark=6, log_start_offset=0)])
+    assert [delivery.body for delivery in session.delivered] == [b"m0", b"m1", b"m2", b"m3"]
+    assert queue.state.cursor == 6 and queue.state.unread_count == 0
+    assert queue.unreadable_batches_skipped == 1

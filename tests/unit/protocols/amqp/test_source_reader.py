@@ -11,7 +11,8 @@ from twisted.internet.task import Clock
 from mqbroker.model import FetchResult, Principal
 from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.sources import SOURCE_RETRY_S, SourceReader, SourceRecord
-from mqbroker.records.batch import BatchBuilder, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
 
 
 def _records(base_offset: int, count: int) -> bytes:

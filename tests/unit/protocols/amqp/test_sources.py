@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp import fields, spec
 from mqbroker.protocols.amqp.codec import decode_properties
 from mqbroker.protocols.amqp.sources import decode_positions, decode_source_records, encode_positions, source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES
-from mqbroker.records.batch import BatchBuilder, stamp
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
+from tests.unit.protocols.amqp.strategies import field_values, shortstrs
 
 
 def test_an_exchange_without_the_argument_has_no_source() -> None:
@@ -48,3 +52,13 @@ def test_fetched_records_become_messages_from_the_requested_offset_on() -> None:
     assert records[0].headers == {"origin": "native", "raw": b"\xff"}
     assert decode_properties(records[0].properties_raw).headers == {"origin": "native", "raw": b"\xff"}
     assert records[1].headers is None and records[1].properties_raw == EMPTY_PROPERTIES
+
+
+@given(value=st.binary(max_size=80) | st.dictionaries(shortstrs, field_values, max_size=4).map(fields.table))
+@settings(max_examples=300)
+def test_garbage_positions_raise_only_amqp_error(value: bytes) -> None:
+    try:
+        positions = decode_positions(value)
+    except AmqpError:
+        return
+    assert all(type(offset) is int and offset >= 0 for offset in positions.values())

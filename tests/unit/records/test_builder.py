@@ -1,0 +1,109 @@
+# -*- test-case-name: tests.unit.records.test_builder -*-
+"""Building batches: Kafka's byte layout, the header a builder writes, the cleaner's rewrite options."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqbroker.records.builder import BatchBuilder, encode_batch
+from mqbroker.records.compression import Compression
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.header import HEADER_BYTES, check_crc, read_header
+from mqbroker.records.record import Record
+from tests.unit.records.batchtools import (
+    CODECS,
+    KAFKA_BATCH_ONE_RECORD,
+    KAFKA_BATCH_TWO_EMPTY_RECORDS,
+    TIMESTAMP_MS,
+    sample_records,
+)
+
+
+def test_one_record_encodes_to_the_kafka_byte_layout() -> None:
+    builder = BatchBuilder()
+    builder.append(TIMESTAMP_MS, b"k", b"v")
+    batch = builder.build()
+    # length 8, attributes 0, timestamp delta 0, offset delta 0, key "k", value "v", no headers
+    assert batch[HEADER_BYTES:] == b"\x10\x00\x00\x00\x02k\x02v\x00"
+    assert len(batch) == read_header(batch).size_bytes == HEADER_BYTES + 9
+
+
+def test_encoding_matches_kafka_byte_for_byte() -> None:
+    one = [Record(offset=0, timestamp_ms=1503229838908, key=None, value=b"123")]
+    assert encode_batch(one, partition_leader_epoch=1) == KAFKA_BATCH_ONE_RECORD
+    two = decode_records(KAFKA_BATCH_TWO_EMPTY_RECORDS)
+    assert encode_batch(two, base_offset=1, partition_leader_epoch=2) == KAFKA_BATCH_TWO_EMPTY_RECORDS
+
+
+def test_header_describes_the_records() -> None:
+    timestamps = [TIMESTAMP_MS + 5, TIMESTAMP_MS, TIMESTAMP_MS + 9, TIMESTAMP_MS + 2]
+    builder = BatchBuilder(
+        compression=Compression.LZ4, producer_id=7, producer_epoch=3, base_sequence=40, is_transactional=True
+    )
+    for timestamp_ms in timestamps:
+        builder.append(timestamp_ms, None, b"v")
+    batch = builder.build()
+    header = read_header(batch)
+    check_crc(batch, 0, header)
+    assert (header.base_offset, header.last_offset_delta, header.records_count) == (0, 3, 4)
+    assert (header.base_timestamp, header.max_timestamp) == (TIMESTAMP_MS + 5, TIMESTAMP_MS + 9)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 3, 40)
+    assert header.compression == Compression.LZ4 and header.is_transactional and not header.is_control
+    assert header.last_sequence == 43
+    assert [record.timestamp_ms for record in decode_records(batch)] == timestamps
+
+
+def test_builder_size_is_the_uncompressed_batch_size() -> None:
+    builder = BatchBuilder()
+    assert builder.size_bytes == HEADER_BYTES and builder.records_count == 0
+    for index in range(20):
+        builder.append(TIMESTAMP_MS, b"k", b"x" * index)
+    assert builder.size_bytes == len(builder.build())
+    assert builder.records_count == 20
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda codec: codec.name)
+def test_a_rewritten_batch_keeps_its_last_offset_and_max_timestamp(codec: Compression) -> None:
+    builder = BatchBuilder(
+        base_offset=100, compression=codec, producer_id=7, producer_epoch=1, base_sequence=30,
+        last_offset_delta=9, max_timestamp_ms=TIMESTAMP_MS + 50,
+    )
+    builder.append_at(4, TIMESTAMP_MS, b"k", b"v")
+    batch = builder.build()
+    header = read_header(batch)
+    assert (header.base_offset, header.last_offset, header.records_count) == (100, 109, 1)
+    assert (header.last_sequence, header.max_timestamp, header.delete_horizon_ms) == (39, TIMESTAMP_MS + 50, None)
+    assert decode_records(batch) == [Record(offset=104, timestamp_ms=TIMESTAMP_MS, key=b"k", value=b"v")]
+
+
+def test_a_header_only_batch_keeps_offsets_sequences_and_timestamps() -> None:
+    builder = BatchBuilder(
+        base_offset=100, compression=Compression.ZSTD, producer_id=7, producer_epoch=1, base_sequence=30,
+        last_offset_delta=9, max_timestamp_ms=TIMESTAMP_MS,
+    )
+    batch = builder.build()
+    header = read_header(batch)
+    check_crc(batch, 0, header)
+    assert len(batch) == HEADER_BYTES and header.records_count == 0 and header.compression == 0
+    assert (header.next_offset, header.last_sequence, header.base_timestamp, header.max_timestamp) == (
+        110, 39, TIMESTAMP_MS, TIMESTAMP_MS,
+    )
+    assert decode_records(batch) == []
+
+
+def test_an_empty_batch_without_a_fixed_last_offset_cannot_be_built() -> None:
+    with pytest.raises(AssertionError):
+        BatchBuilder().build()
+
+
+def test_the_delete_horizon_is_the_base_timestamp_and_record_timestamps_are_unchanged() -> None:
+    horizon_ms = TIMESTAMP_MS + 86_400_000
+    builder = BatchBuilder(delete_horizon_ms=horizon_ms)
+    builder.append(TIMESTAMP_MS, b"k", None)
+    builder.append(TIMESTAMP_MS + 5, b"j", b"v")
+    batch = builder.build()
+    header = read_header(batch)
+    assert header.delete_horizon_ms == horizon_ms == header.base_timestamp
+    assert header.attributes & 0x40 and header.max_timestamp == TIMESTAMP_MS + 5
+    assert [record.timestamp_ms for record in decode_records(batch)] == [TIMESTAMP_MS, TIMESTAMP_MS + 5]
+    assert read_header(encode_batch(sample_records(1))).delete_horizon_ms is None
