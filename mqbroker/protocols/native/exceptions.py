@@ -1,7 +1,9 @@
 """The native protocol's failures, each carrying the wire error code it is answered with.
 
 A *peer* that breaks the protocol raises a ``NativeProtocolError`` (a ``BrokerError``: one
-connection is answered or closed, the broker keeps serving the others). Code that tries to
+connection is answered or closed, the broker keeps serving the others). Each concrete class is
+also the ``mqbroker.errors`` class of its code, so ``except errors.MalformedRequestError``
+catches a ``MalformedMessageError`` too. Code that tries to
 *send* something the protocol cannot carry raises ``LocalProtocolError``.
 """
 
@@ -27,17 +29,25 @@ class NativeProtocolError(errors.BrokerError):
 class MalformedMessageError(NativeProtocolError, errors.MalformedRequestError):
     """A frame is truncated, has trailing bytes, or holds an impossible value."""
 
+    code = errors.ErrorCode.MALFORMED_REQUEST
+
 
 class UnknownApiKeyError(NativeProtocolError, errors.UnknownApiKeyError):
     """A request names an API key this codec does not know."""
+
+    code = errors.ErrorCode.UNKNOWN_API_KEY
 
 
 class UnsupportedVersionError(NativeProtocolError, errors.UnsupportedVersionError):
     """A request names a version outside the API's supported range."""
 
+    code = errors.ErrorCode.UNSUPPORTED_VERSION
+
 
 class FrameTooLargeError(NativeProtocolError, errors.FrameTooLargeError):
     """A peer announced a frame longer than the connection's bound."""
+
+    code = errors.ErrorCode.FRAME_TOO_LARGE
 
 
 class LocalProtocolError(ValueError):
