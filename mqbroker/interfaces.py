@@ -16,19 +16,21 @@ class IBroker(Interface):
     def produce(principal, topic, partition, records, acks, timeout_ms):
         """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
 
-        ``acks`` 0 or 1 fire once the batch is written (1) or accepted (0); ``-1`` (all) once it
-        is durable on every in-sync replica. Fires with a ``ProduceResult``.
+        ``acks`` (an ``Acks``) says when the Deferred fires with a ``ProduceResult``: once the batch
+        is accepted (``NONE``), on the leader's disk (``LEADER``), or held by every in-sync replica
+        (``ALL``, waiting at most ``timeout_ms``; 0: ``limits.produce_timeout_ms_default``).
         """
 
-    def fetch(principal, positions, max_wait_ms, min_bytes, max_bytes):
-        """Read whole record batches for several ``FetchPosition``s (long-poll).
+    def fetch(principal, request):
+        """Read whole record batches for the ``FetchPosition``s of a ``FetchRequest`` (long-poll).
 
-        Waits up to ``max_wait_ms`` until at least ``min_bytes`` are available, then fires
-        with one ``FetchResult`` per position (an error is carried in the result).
+        Waits up to ``request.wait_ms_max`` until at least ``request.response_bytes_min`` are
+        available, then fires with one ``FetchResult`` per position (an error is carried in the result).
         """
 
-    def replica_fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes):
-        """A follower's fetch: batches up to the log end (not the high watermark), or where its log diverged.
+    def replica_fetch(principal, replica_id, request):
+        """A follower's fetch (a ``FetchRequest``): batches up to the log end (not the high watermark), or where
+        its log diverged.
 
         Records the follower's position (it holds everything below each ``offset``) for the high
         watermark and the ISR; fires with one ``FetchResult`` per position like ``fetch``.
@@ -79,12 +81,12 @@ class IBroker(Interface):
     def join_group(principal, request):
         """Join a consumer group (a ``groups.messages.JoinRequest``); needs READ on the group.
 
-        Fires with a ``JoinResponse`` once the group's rebalance completes (the join is parked
-        until then), or fails with the coordinator's typed error.
+        Fires with a ``groups.messages.JoinResponse`` once the group's rebalance completes (the
+        join is parked until then), or fails with the coordinator's typed error.
         """
 
     def sync_group(principal, request):
-        """Fire with the member's ``SyncResponse`` (its assignment) for the generation it joined."""
+        """Fire with the member's ``groups.messages.SyncResponse`` (its assignment) for the generation it joined."""
 
     def heartbeat(principal, request, polled):
         """Keep a member alive (``polled``: the application polled since the last heartbeat).
@@ -99,13 +101,14 @@ class IBroker(Interface):
         """Commit offsets (an ``OffsetCommitRequest``); fire with None once they are durable."""
 
     def fetch_offsets(principal, group_id, partitions):
-        """Fire with ``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: all committed)."""
+        """Fire with ``{TopicPartition: CommittedOffset | None}`` (``groups.model``, ``groups.offsets``) for
+        ``partitions`` (None: all committed)."""
 
     def list_groups(principal):
-        """Fire with the ``GroupListing``s of the groups the principal may describe."""
+        """Fire with the ``groups.messages.GroupListing``s of the groups the principal may describe."""
 
     def describe_group(principal, group_id):
-        """Fire with the group's ``GroupDescription`` (state Dead when unknown)."""
+        """Fire with the group's ``groups.messages.GroupDescription`` (state Dead when unknown)."""
 
     def delete_group(principal, group_id):
         """Delete a group without members and its offsets; fire with None."""

@@ -16,6 +16,9 @@ fetch_wait_ms_max = 30_000
 fetch_response_bytes_max = 64 * 1024 * 1024
 #: Longest a produce with acks=all may wait for replication.
 produce_timeout_ms_max = 300_000
+#: How long an acks=all produce that names no timeout waits for replication; also the timeout of the
+#: front ends' own appends (MQTT and AMQP clients have no produce timeout to give).
+produce_timeout_ms_default = 30_000
 #: Longest topic name (as Kafka: it becomes a directory name with a partition suffix).
 topic_name_length_max = 249
 #: Most partitions one topic may have.

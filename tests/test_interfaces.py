@@ -11,6 +11,7 @@ from mqbroker.security.acl import AllowEverything
 from mqbroker.core.broker import Broker
 from mqbroker.interfaces import IAuthorizer, IBroker, IFrontEnd
 from mqbroker.protocols.adapter import CodecProtocol
+from tests.fake_broker import FakeBroker
 
 
 def test_the_broker_provides_the_broker_api() -> None:
@@ -31,3 +32,7 @@ def test_every_installed_front_end_is_a_plugin_providing_the_front_end_interface
 
 def test_the_codec_adapter_is_a_push_producer() -> None:
     assert verifyObject(IPushProducer, CodecProtocol(session=None, idle_timeout_s=None))  # type: ignore[arg-type]
+
+
+def test_the_shared_fake_broker_provides_the_broker_api() -> None:
+    assert verifyObject(IBroker, FakeBroker())

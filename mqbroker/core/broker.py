@@ -38,11 +38,13 @@ from mqbroker.durability.flusher import Flusher
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.hosting import GroupHosting
 from mqbroker.groups.model import TopicPartition
+from mqbroker.groups.offsets import CommittedOffset
 from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView
 from mqbroker.model import (
+    Acks,
     BrokerEndpoint,
     ClusterMetadata,
-    FetchPosition,
+    FetchRequest,
     FetchResult,
     OffsetAndTimestamp,
     Operation,
@@ -112,7 +114,7 @@ class Broker:
     # -- produce and fetch -----------------------------------------------------------------
 
     def produce(
-        self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int
     ) -> Deferred[ProduceResult]:
         """Append a client's batches, creating the topic first if allowed; see ``IBroker.produce``."""
         if self._cluster.topic(topic) is None and self._authorizer.authorize(
@@ -123,18 +125,13 @@ class Broker:
             return ensured
         return self._produce.produce(principal, topic, partition, records, acks, timeout_ms)
 
-    def fetch(
-        self, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int
-    ) -> Deferred[list[FetchResult]]:
+    def fetch(self, principal: Principal, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""
-        return self._fetch.fetch(principal, positions, max_wait_ms, min_bytes, max_bytes)
+        return self._fetch.fetch(principal, request)
 
-    def replica_fetch(
-        self, principal: Principal, replica_id: int, positions: Sequence[FetchPosition], max_wait_ms: int,
-        min_bytes: int, max_bytes: int,
-    ) -> Deferred[list[FetchResult]]:
+    def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """A follower's long-poll fetch; see ``IBroker.replica_fetch``."""
-        return self._fetch.replica_fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes)
+        return self._fetch.replica_fetch(principal, replica_id, request)
 
     def list_offset(
         self, principal: Principal, topic: str, partition: int, timestamp_ms: int
@@ -213,41 +210,45 @@ class Broker:
         """The broker leading the group's offsets partition; see ``IBroker.find_coordinator``."""
         return self._group_requests.find_coordinator(principal, group_id)
 
-    def join_group(self, principal: Principal, request: group_messages.JoinRequest) -> Deferred[Any]:
+    def join_group(
+        self, principal: Principal, request: group_messages.JoinRequest
+    ) -> Deferred[group_messages.JoinResponse]:
         """Join a group; see ``IBroker.join_group``."""
         return self._group_requests.join_group(principal, request)
 
-    def sync_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[Any]:
+    def sync_group(
+        self, principal: Principal, request: group_messages.MemberRequest
+    ) -> Deferred[group_messages.SyncResponse]:
         """A member's assignment; see ``IBroker.sync_group``."""
         return self._group_requests.sync_group(principal, request)
 
-    def heartbeat(self, principal: Principal, request: group_messages.MemberRequest, polled: bool) -> Deferred[Any]:
+    def heartbeat(self, principal: Principal, request: group_messages.MemberRequest, polled: bool) -> Deferred[None]:
         """Keep a member alive; see ``IBroker.heartbeat``."""
         return self._group_requests.heartbeat(principal, request, polled)
 
-    def leave_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[Any]:
+    def leave_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[None]:
         """A member leaves; see ``IBroker.leave_group``."""
         return self._group_requests.leave_group(principal, request)
 
-    def commit_offsets(self, principal: Principal, request: group_messages.OffsetCommitRequest) -> Deferred[Any]:
+    def commit_offsets(self, principal: Principal, request: group_messages.OffsetCommitRequest) -> Deferred[None]:
         """Commit offsets durably; see ``IBroker.commit_offsets``."""
         return self._group_requests.commit_offsets(principal, request)
 
     def fetch_offsets(
         self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None
-    ) -> Deferred[Any]:
+    ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets; see ``IBroker.fetch_offsets``."""
         return self._group_requests.fetch_offsets(principal, group_id, partitions)
 
-    def list_groups(self, principal: Principal) -> Deferred[Any]:
+    def list_groups(self, principal: Principal) -> Deferred[list[group_messages.GroupListing]]:
         """Groups coordinated here that the principal may describe; see ``IBroker.list_groups``."""
         return self._group_requests.list_groups(principal)
 
-    def describe_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+    def describe_group(self, principal: Principal, group_id: str) -> Deferred[group_messages.GroupDescription]:
         """A group's state and members; see ``IBroker.describe_group``."""
         return self._group_requests.describe_group(principal, group_id)
 
-    def delete_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+    def delete_group(self, principal: Principal, group_id: str) -> Deferred[None]:
         """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
         return self._group_requests.delete_group(principal, group_id)
 

@@ -14,15 +14,12 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from mqbroker.interfaces import IBroker
-from mqbroker.model import Principal, ProduceResult
+from mqbroker.limits import produce_timeout_ms_default
+from mqbroker.model import Acks, Principal, ProduceResult
 from mqbroker.protocols.amqp.queue_arguments import parse_expiration
 from mqbroker.protocols.amqp.queue_state import QueuedMessage
 from mqbroker.protocols.amqp.stored import StoredMessage, append_message
 from mqbroker.records.builder import BatchBuilder
-
-#: How long publishes wait for a durable append.
-PRODUCE_TIMEOUT_MS = 30_000
-
 
 class AppendHost(Protocol):
     """What appending needs from the virtual host."""
@@ -147,8 +144,8 @@ class Appender:
         batch, stored, messages = self._builder.build(), self._batch, self._messages
         self._builder, self._batch, self._messages = None, None, []
         self._in_flight += 1
-        acks = 0 if self._early else -1
-        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, acks, PRODUCE_TIMEOUT_MS)
+        acks = Acks.NONE if self._early else Acks.ALL
+        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, acks, produce_timeout_ms_default)
         produced.addCallbacks(self._stored, self._refused, callbackArgs=(stored, messages), errbackArgs=(stored,))
         produced.addBoth(self._landed)
 
@@ -165,7 +162,7 @@ class Appender:
             self._on_appended(result.base_offset, result.last_offset + 1, [])
             stored.settle(True)
             return
-        self._unsettled.append((result.last_offset, self._host.now_ms() + PRODUCE_TIMEOUT_MS, stored))
+        self._unsettled.append((result.last_offset, self._host.now_ms() + produce_timeout_ms_default, stored))
         placed = [QueuedMessage(offset=offset, timestamp_ms=timestamp_ms, expiration_ms=expiration_ms, payload=payload)
                   for offset, (timestamp_ms, expiration_ms, payload) in enumerate(messages, start=result.base_offset)]
         self._on_appended(result.base_offset, result.last_offset + 1, placed)

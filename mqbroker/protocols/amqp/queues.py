@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from mqbroker.model import FetchPosition
+from mqbroker.model import FetchPosition, FetchRequest
 from mqbroker.protocols.amqp.actions import Delivery, Outcome
 from mqbroker.protocols.amqp.appender import Appender, AppendHost, BatchStored
 from mqbroker.protocols.amqp.queue_state import (
@@ -162,7 +162,8 @@ class BaseQueue(abc.ABC):
 
     def _fetch(self, offset: int, wait_ms: int) -> Deferred[list[Any]]:
         position = FetchPosition(topic=self.topic, partition=0, offset=offset, max_bytes=FETCH_BYTES_MAX)
-        return self.host.broker.fetch(self.host.principal, [position], wait_ms, 1, FETCH_BYTES_MAX)
+        request = FetchRequest(positions=(position,), wait_ms_max=wait_ms, response_bytes_max=FETCH_BYTES_MAX)
+        return self.host.broker.fetch(self.host.principal, request)
 
     def _fetch_failed(self, failure: Any) -> None:
         if not self.deleted:

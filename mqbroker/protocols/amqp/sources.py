@@ -20,7 +20,7 @@ from twisted.logger import Logger
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, Principal
+from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
 from mqbroker.protocols.amqp import fields, spec
 from mqbroker.protocols.amqp.appender import BatchStored, all_settled
 from mqbroker.protocols.amqp.codec import encode_properties
@@ -219,11 +219,12 @@ class SourceReader:
             # topic was missing at start-up) the partitions found now are read from their start.
             self.positions = await resolve_positions(self.host.broker, self.host.principal, self.topic, {},
                                                      EARLIEST_TIMESTAMP)
-        positions = [FetchPosition(topic=self.topic, partition=partition, offset=offset,
-                                   max_bytes=SOURCE_FETCH_BYTES_MAX)
-                     for partition, offset in sorted(self.positions.items())]
-        results = await self.host.broker.fetch(self.host.principal, positions, SOURCE_FETCH_WAIT_MS, 1,
-                                               SOURCE_FETCH_BYTES_MAX)
+        positions = tuple(FetchPosition(topic=self.topic, partition=partition, offset=offset,
+                                        max_bytes=SOURCE_FETCH_BYTES_MAX)
+                          for partition, offset in sorted(self.positions.items()))
+        request = FetchRequest(positions=positions, wait_ms_max=SOURCE_FETCH_WAIT_MS,
+                               response_bytes_max=SOURCE_FETCH_BYTES_MAX)
+        results = await self.host.broker.fetch(self.host.principal, request)
         if self._stopped:
             return True
         advanced: Positions = {}

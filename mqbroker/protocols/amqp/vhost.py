@@ -19,7 +19,15 @@ from twisted.logger import Logger
 
 from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
-from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
+from mqbroker.limits import produce_timeout_ms_default
+from mqbroker.model import (
+    LATEST_TIMESTAMP,
+    Acks,
+    FetchPosition,
+    FetchRequest,
+    Principal,
+    TopicSpec,
+)
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
@@ -76,7 +84,8 @@ INTERNAL_PRINCIPAL = Principal("Service", "amqp")
 STATE_WRITE_DELAY_S = 0.2
 #: How often TTL and x-expires are checked.
 HOUSEKEEPING_INTERVAL_S = 1.0
-_WRITE_TIMEOUT_MS = 30_000
+#: Bytes one fetch of an internal topic's replay may return.
+REPLAY_FETCH_BYTES_MAX = 16 * 1024 * 1024
 _PUBLIC = Exchange(name="", type=ExchangeType.DIRECT)  # stands in for an exchange that is not internal
 
 
@@ -188,8 +197,9 @@ class VirtualHost:
         records: list[Any] = []
         offset = 0
         while True:
-            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=16 * 1024 * 1024)
-            [result] = await self.broker.fetch(self.principal, [position], 0, 1, 16 * 1024 * 1024)
+            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=REPLAY_FETCH_BYTES_MAX)
+            request = FetchRequest(positions=(position,), response_bytes_max=REPLAY_FETCH_BYTES_MAX)
+            [result] = await self.broker.fetch(self.principal, request)
             if result.error is not None:
                 raise result.error
             view = memoryview(result.records)
@@ -209,7 +219,7 @@ class VirtualHost:
         for key, value in entries:
             builder.append(now_ms, key, value)
         if builder.records_count:
-            await self.broker.produce(self.principal, topic, 0, builder.build(), -1, _WRITE_TIMEOUT_MS)
+            await self.broker.produce(self.principal, topic, 0, builder.build(), Acks.ALL, produce_timeout_ms_default)
 
     async def _sync_metadata(self, extra: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
         """Write what changed in the router since the last write (durable exchanges and bindings)."""

@@ -16,13 +16,13 @@ from typing import Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition
+from mqbroker.model import EARLIEST_TIMESTAMP
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
-    FETCH_BYTES_MAX,
     FRONT_END_PRINCIPAL,
     message_of,
     next_offset_after,
+    read_from,
     records_after,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
@@ -108,8 +108,7 @@ class CatchUp:
                 if offset >= hub.live_position(key):
                     del self._behind[key]
                     continue
-                fetch = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
-                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
+                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
                 if result.error is not None:
                     self._behind[key] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
                     continue

@@ -30,21 +30,22 @@ from twisted.python.failure import Failure
 
 from mqbroker import __version__, errors
 from mqbroker.interfaces import IBroker
+from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    FetchPosition,
+    Acks,
     TopicSpec,
 )
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.readers import (
-    FETCH_BYTES_MAX,
     FRONT_END_PRINCIPAL,
     PartitionDispatcher,
     message_of,
     next_offset_after,
+    read_from,
     records_after,
 )
 from mqbroker.protocols.mqtt.registry import (
@@ -66,7 +67,6 @@ SESSIONS_TOPIC = "__mqtt_sessions"
 SYS_INTERVAL_S = 10.0
 #: How often the log topics' partition counts are checked (a grown topic gets readers for its new partitions).
 PARTITION_REFRESH_S = 5.0
-PRODUCE_TIMEOUT_MS = 30_000
 _COMPACTED = {"cleanup.policy": "compact"}
 
 
@@ -229,8 +229,7 @@ class MqttHub:
         position = await self.offset_of((topic, 0), EARLIEST_TIMESTAMP)
         end = await self.offset_of((topic, 0), LATEST_TIMESTAMP)
         while position < end:
-            fetch = FetchPosition(topic=topic, partition=0, offset=position, max_bytes=FETCH_BYTES_MAX)
-            (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
+            (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, read_from((topic, 0), position))
             if result.error is not None:
                 raise result.error
             for record in records_after(result.records, position):
@@ -346,7 +345,7 @@ class MqttHub:
         """Write a session record; fires once it is durable."""
         self._durable_sessions.add(client_id)
         batch = single_record_batch(self.now_ms(), client_id.encode(), stored.to_bytes(), ())
-        return self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS)
+        return self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default)
 
     def forget_session(self, client_id: str) -> None:
         """Delete a stored session (a tombstone in the compacted topic)."""
@@ -354,7 +353,7 @@ class MqttHub:
             return
         self._durable_sessions.discard(client_id)
         batch = single_record_batch(self.now_ms(), client_id.encode(), None, ())
-        self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS).addErrback(
+        self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default).addErrback(
             self.log_failure, "deleting an MQTT session"
         )
 
@@ -404,7 +403,7 @@ class MqttHub:
         """Append one record that nobody waits for (a will)."""
         batch = single_record_batch(self.now_ms(), action.key, action.payload, action.headers)
         partition = self.partition_for(action.log_topic, action.key)
-        produced = self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, -1, PRODUCE_TIMEOUT_MS)
+        produced = self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, Acks.ALL, produce_timeout_ms_default)
         return produced.addErrback(self.log_failure, "publishing an MQTT will")
 
     def retain(self, action: Retain) -> None:
@@ -414,7 +413,7 @@ class MqttHub:
         assert message is not None, "the session validated the topic name"
         self.retained.set(replace(message, retain=True))
         batch = single_record_batch(self.now_ms(), key, action.payload or None, action.headers)
-        self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS).addErrback(
+        self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default).addErrback(
             self.log_failure, "storing a retained message"
         )
 

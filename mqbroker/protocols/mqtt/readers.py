@@ -15,7 +15,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from mqbroker import errors
-from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal
+from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.state import OutboundMessage
 from mqbroker.protocols.mqtt.stored import PartitionKey
@@ -31,6 +31,12 @@ FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can a
 FETCH_WAIT_MS = 500
 FETCH_BYTES_MAX = 1024 * 1024
 RETRY_DELAY_S = 1.0
+
+
+def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0) -> FetchRequest:
+    """A fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``)."""
+    position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
+    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=FETCH_BYTES_MAX)
 
 
 def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
@@ -69,11 +75,10 @@ class PartitionDispatcher:
 
     async def run(self) -> None:
         """Long-poll until the hub stops."""
-        topic, partition = self.key
         while not self.hub.stopped:
-            fetch = FetchPosition(topic=topic, partition=partition, offset=self.position, max_bytes=FETCH_BYTES_MAX)
             try:
-                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], FETCH_WAIT_MS, 1, FETCH_BYTES_MAX)
+                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL,
+                                                        read_from(self.key, self.position, FETCH_WAIT_MS))
             except errors.BrokerError as error:
                 self.log.warn("MQTT reader of {key} failed: {error}", key=self.key, error=error)
                 await deferLater(self.hub.reactor, RETRY_DELAY_S)

@@ -24,7 +24,8 @@ from twisted.python.failure import Failure
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import ANONYMOUS, Principal
+from mqbroker.limits import produce_timeout_ms_default
+from mqbroker.model import ANONYMOUS, Acks, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.mqtt import security as mqtt_security
 from mqbroker.protocols.mqtt.actions import (
@@ -43,7 +44,7 @@ from mqbroker.protocols.mqtt.actions import (
 )
 from mqbroker.protocols.mqtt.catch_up import CatchUp
 from mqbroker.protocols.mqtt.connect import SessionConfig
-from mqbroker.protocols.mqtt.hub import PRODUCE_TIMEOUT_MS, MqttHub, reason_code_for
+from mqbroker.protocols.mqtt.hub import MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import Publish, ReasonCode
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
@@ -274,7 +275,8 @@ class MqttConnection:
         tickets = [action.ticket for action in group if action.ticket is not None]
         self.hub.statistics["messages/received"] += len(group)
         batch = builder.build()
-        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, -1 if tickets else 0, PRODUCE_TIMEOUT_MS)
+        acks = Acks.ALL if tickets else Acks.NONE
+        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default)
         if self._produce_throttle is not None:
             self._produce_throttle.record(len(batch))
             self._apply_backpressure()

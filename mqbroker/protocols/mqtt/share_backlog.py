@@ -15,12 +15,12 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from mqbroker import errors
-from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition
+from mqbroker.model import EARLIEST_TIMESTAMP
 from mqbroker.protocols.mqtt.readers import (
-    FETCH_BYTES_MAX,
     FRONT_END_PRINCIPAL,
     message_of,
     next_offset_after,
+    read_from,
     records_after,
 )
 from mqbroker.protocols.mqtt.registry import GroupKey
@@ -75,8 +75,7 @@ class ShareBacklog:
         if offset >= hub.live_position(key):
             del self._kept[entry]
             return True
-        fetch = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
-        (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
+        (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
         if isinstance(result.error, errors.OffsetOutOfRangeError):  # retention deleted the oldest kept messages
             self._kept[entry] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
             return True

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 
+from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import FetchPosition, FetchResult, Principal
+from mqbroker.model import Acks, FetchPosition, FetchRequest, FetchResult, Principal
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.replies import (
     error_code,
@@ -46,11 +47,18 @@ async def handle_metadata(broker: IBroker, principal: Principal, request: m.Meta
 
 def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequest) -> Deferred[Any]:
     """Append each partition's batches (all before anything waits, which keeps their order);
-    answer once each partition is acknowledged. Plain Deferreds, no coroutine: this is the hot path."""
+    answer once each partition is acknowledged. Plain Deferreds, no coroutine: this is the hot path.
+    Acks other than 0, 1 and -1 fail every partition with INVALID_REQUIRED_ACKS."""
+    try:
+        acks = Acks.from_wire(request.acks)
+    except errors.InvalidRequiredAcksError as error:
+        refusals = [succeed((None, error)).addCallback(_produce_result, topic.name, partition.partition_index)
+                    for topic in request.topics for partition in topic.partitions]
+        return gathered(refusals).addCallback(_produce_response)
     answers = [
         settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
-                                request.acks, request.timeout_ms)).addCallback(_produce_result, topic.name,
-                                                                               partition.partition_index)
+                               acks, request.timeout_ms)).addCallback(_produce_result, topic.name,
+                                                                      partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
     ]
@@ -74,17 +82,20 @@ def _produce_response(answers: list[tuple[str, m.ProducePartitionResult]]) -> m.
 
 def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest) -> Deferred[Any]:
     """Long-poll read of whole batches (plain Deferreds, like produce)."""
-    positions = [
-        FetchPosition(topic=topic.name, partition=p.partition_index, offset=p.fetch_offset, max_bytes=p.partition_max_bytes,
-                      current_leader_epoch=p.current_leader_epoch, last_fetched_epoch=p.last_fetched_epoch)
-        for topic in request.topics
-        for p in topic.partitions
-    ]
+    fetch = FetchRequest(
+        positions=tuple(
+            FetchPosition(topic=topic.name, partition=p.partition_index, offset=p.fetch_offset,
+                          max_bytes=p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch,
+                          last_fetched_epoch=p.last_fetched_epoch)
+            for topic in request.topics
+            for p in topic.partitions
+        ),
+        wait_ms_max=request.max_wait_ms, response_bytes_min=request.min_bytes, response_bytes_max=request.max_bytes,
+    )
     if request.replica_id >= 0:  # a follower broker replicating (reads past the high watermark, reports divergence)
-        fetched = broker.replica_fetch(principal, request.replica_id, positions, request.max_wait_ms,
-                                       request.min_bytes, request.max_bytes)
+        fetched = broker.replica_fetch(principal, request.replica_id, fetch)
     else:
-        fetched = broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
+        fetched = broker.fetch(principal, fetch)
     return fetched.addCallback(_fetch_response)
 
 

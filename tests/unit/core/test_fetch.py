@@ -8,7 +8,7 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
-from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult
+from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, FetchResult
 from mqbroker.records.header import iter_batches
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 from tests.unit.storage.logtools import make_batch
@@ -34,8 +34,8 @@ def _offsets(result: FetchResult) -> list[int]:
 
 def test_a_long_poll_is_answered_once_the_batch_is_durable(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     assert not fetched.called  # appended, but consumers see only what is durable (the high watermark)
     rig.engine.finish_round()
     [result] = fired(fetched)
@@ -44,14 +44,14 @@ def test_a_long_poll_is_answered_once_the_batch_is_durable(tmp_path: Path) -> No
 
 def test_under_interval_flushing_the_append_itself_wakes_the_long_poll(tmp_path: Path) -> None:
     rig = _broker(tmp_path, {"flush.policy": "interval"})
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
     assert _offsets(fired(fetched)[0]) == [0]
 
 
 def test_a_long_poll_expires_on_max_wait_with_what_there_is(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 500, 1, 1 << 20)
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=500))
     rig.clock.advance(0.499)
     assert not fetched.called
     rig.clock.advance(0.001)
@@ -61,38 +61,40 @@ def test_a_long_poll_expires_on_max_wait_with_what_there_is(tmp_path: Path) -> N
 
 def test_a_long_poll_waits_for_min_bytes(tmp_path: Path) -> None:
     rig = _broker(tmp_path, {"flush.policy": "interval"})
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 2 * len(BATCH), 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000,
+                                                       response_bytes_min=2 * len(BATCH)))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
     assert not fetched.called
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
     assert _offsets(fired(fetched)[0]) == [0, 3]
 
 
 def test_a_followers_long_poll_is_woken_by_the_append_before_the_fsync(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    fetched = rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=0)], 5_000, 1, 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    fetched = rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=0),),
+                                                                  wait_ms_max=5_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     [result] = fired(fetched)  # a follower copies up to the log end; the high watermark waits for it
     assert _offsets(result) == [0] and result.high_watermark == 0
 
 
 def test_a_follower_whose_log_diverged_is_told_where(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
-    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(5, epoch=0, last_fetched_epoch=0)],
-                                              5_000, 1, 1 << 20))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
+    request = FetchRequest(positions=(_position(5, epoch=0, last_fetched_epoch=0),), wait_ms_max=5_000)
+    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, request))
     assert (result.diverging_epoch, result.diverging_end_offset) == (0, 3)  # it claims offsets we never had
 
 
 def test_a_follower_at_a_stale_leader_epoch_is_fenced(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=-1)], 0, 1, 1 << 20))
+    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=-1),))))
     assert isinstance(result.error, errors.FencedLeaderEpochError)
 
 
 def test_deleting_the_topic_answers_its_waiting_fetches(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
     rig.cluster.apply(DeleteTopic(name="t"))
     [result] = fired(fetched)
     assert isinstance(result.error, errors.UnknownTopicOrPartitionError)
@@ -102,14 +104,14 @@ def test_deleting_the_topic_answers_its_waiting_fetches(tmp_path: Path) -> None:
 def test_an_offset_outside_the_log_is_an_error_of_that_partition_only(tmp_path: Path) -> None:
     rig = _broker(tmp_path, {"flush.policy": "interval"})
     rig.cluster.apply(CreateTopic(name="u", assignment=(1,), replicas=((1,),)))
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
-    wrong, right = fired(rig.broker.fetch(ANONYMOUS, [_position(7), _position(0)], 0, 1, 1 << 20))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
+    wrong, right = fired(rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(7), _position(0)))))
     assert isinstance(wrong.error, errors.OffsetOutOfRangeError) and _offsets(right) == [0]
 
 
 def test_list_offset_finds_the_start_the_high_watermark_and_a_time(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -1)).offset == 0  # nothing durable yet
     rig.engine.finish_round()
     assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -2)).offset == 0
@@ -122,7 +124,7 @@ def test_list_offset_finds_the_start_the_high_watermark_and_a_time(tmp_path: Pat
 
 def test_stopping_answers_every_waiting_fetch(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
     rig.broker.stop()
     [result] = fired(fetched)
     assert result.records == b""
