@@ -113,6 +113,25 @@ class IBroker(Interface):
     def delete_group(principal, group_id):
         """Delete a group without members and its offsets; fire with None."""
 
+    def list_users(principal):
+        """Fire with every SCRAM user's name; needs DESCRIBE on the cluster."""
+
+    def upsert_user(principal, name, password, create):
+        """Add a user (``create``) or change a user's password (fresh salted SCRAM credentials); needs ALTER on
+        the cluster. Fires with None once the record is committed."""
+
+    def remove_user(principal, name):
+        """Delete a user; needs ALTER on the cluster. Fires with None once committed."""
+
+    def list_acls(principal):
+        """Fire with every ``security.acl.Acl``; needs DESCRIBE on the cluster."""
+
+    def add_acls(principal, acls):
+        """Store ``acls`` (``security.acl.Acl``s); needs ALTER on the cluster. Fires with None once committed."""
+
+    def remove_acls(principal, acls):
+        """Delete exactly these ACLs; needs ALTER on the cluster. Fires with None once committed."""
+
 
 class IClusterView(Interface):
     """All that the broker core knows of the cluster: the metadata image, its changes and the controller.
@@ -164,6 +183,66 @@ class IClusterView(Interface):
         """Reserve ``count`` producer ids cluster-wide; fire with the first."""
 
 
+class IGenericRecords(Interface):
+    """The cluster metadata's generic records (users, ACLs, secrets), for the services that keep their own in it.
+
+    A feature's records are ``PutGenericRecord``s of its kind; the security services read them
+    into their credential store and authorizer and write them for the admin requests.
+    """
+
+    image = Attribute("The ``MetadataImage`` as of the last record applied on this broker.")
+
+    def add_record_listener(listener):
+        """Call ``listener(image, record)`` for every record applied on this broker, caught up or not.
+
+        ``record`` is None when a snapshot replaced the whole image.
+        """
+
+    def put_generic_record(kind, key, value):
+        """Propose a generic record (``value`` None: delete it); fire once committed and applied here."""
+
+    def when_caught_up():
+        """Fire once this broker is registered and its image holds everything committed before that."""
+
+
+class ISecurityAdmin(Interface):
+    """The user and ACL records behind the broker's admin calls; the core authorizes every call first."""
+
+    def list_users():
+        """Every user name (a list)."""
+
+    def upsert_user(name, password, create):
+        """Propose a user's fresh credentials (``create``: a new user); fire once committed."""
+
+    def remove_user(name):
+        """Propose a user's deletion; fire once committed."""
+
+    def list_acls():
+        """Every ACL (a list of ``security.acl.Acl``)."""
+
+    def add_acls(acls):
+        """Propose ``acls``; fire once all are committed."""
+
+    def remove_acls(acls):
+        """Propose the deletion of ``acls``; fire once all are committed."""
+
+
+class IByteRateQuotas(Interface):
+    """Byte-rate quotas per principal and client id: how long a flow over its quota is held."""
+
+    has_quotas = Attribute("True if any quota is configured (front ends skip the bookkeeping otherwise).")
+
+    def record(kind, principal, client_id, byte_count, now_ms):
+        """Count ``byte_count`` bytes of a ``security.quotas.QuotaKind`` flow; return the ms to hold it (0: none)."""
+
+
+class IAuthenticationAudit(Interface):
+    """The audit log of refused logins (namespace ``mqbroker.audit``)."""
+
+    def authentication_failed(protocol, host, who, reason):
+        """Record one refused login or unauthenticated request: which protocol, from where, as whom, why."""
+
+
 class IAuthorizer(Interface):
     """Decides whether a principal may perform an operation on a resource."""
 
@@ -184,7 +263,8 @@ class IFrontEnd(Interface):
     def build_factory(broker, context):
         """Return an ``IProtocolFactory`` serving this protocol on top of ``broker`` (an ``IBroker``).
 
-        ``context`` is a ``FrontEndContext`` carrying the reactor, configuration and metrics.
+        ``context`` is a ``FrontEndContext`` carrying the reactor, configuration, metrics and the
+        connection-level security (authentication, authorization of subscriptions, quotas, audit).
         """
 
 
@@ -217,6 +297,10 @@ class IAuthenticator(Interface):
 
     def authenticate_password(username, password, secure, host):
         """The ``Principal`` for a username and password, or raise ``SaslAuthenticationError``."""
+
+    def authenticate_password_or_anonymous(username, password, secure, host):
+        """As ``authenticate_password``, but credentials that cannot be checked (no such user, or PLAIN without
+        TLS when that is refused) yield the anonymous principal where anonymous access is allowed."""
 
     def authenticate_certificate(subject, alternative_names, host):
         """The ``Principal`` mapped from a verified client certificate, or ``SaslAuthenticationError``."""

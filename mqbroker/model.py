@@ -28,6 +28,16 @@ class Principal:
 
 
 ANONYMOUS = Principal("User", "ANONYMOUS")
+#: The cluster as an ACL resource (Kafka's name for it).
+CLUSTER_RESOURCE = "kafka-cluster"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerIdentity:
+    """A verified client certificate, as the principal mapping sees it: subject and alternative names."""
+
+    subject: str
+    alternative_names: tuple[str, ...]
 
 
 class Operation(enum.Enum):

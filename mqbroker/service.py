@@ -37,7 +37,7 @@ from mqbroker.cluster.wiring import build_control_plane
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
 from mqbroker.durability.flusher import Flusher
 from mqbroker.durability.sync_engines import ISyncEngine, start_sync_engine
-from mqbroker.protocols.frontends import FrontEndContext
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IBroker, IFrontEnd
 from mqbroker.protocols.listeners import listener_factory
@@ -48,7 +48,7 @@ from mqbroker.forwarding.routing_broker import RoutingBroker
 from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files, log_in_as_broker
 from mqbroker.security.peer_handshake import AuthenticatedClientEndpoint, AuthenticatedServerEndpoint
 from mqbroker.security.quotas import ConnectionLimiter
-from mqbroker.security.service import SecurityServices, tls_files
+from mqbroker.security.service import AuthenticationAudit, SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
 BACKGROUND_THREADS_MAX = 4
@@ -142,6 +142,7 @@ class BrokerService(MultiService):
             flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
             follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
+            security_admin=self.security,
         )
         broker = self.broker
         started = self.control.when_caught_up()
@@ -265,8 +266,10 @@ class BrokerService(MultiService):
 
     def _add_listeners(self, broker: Broker, routing: IBroker) -> None:
         """Every front end's listeners: those whose clients route themselves get ``broker``, the others ``routing``."""
-        context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics, security=self.security)
-        tls = self.security.tls if self.security is not None else None
+        assert self.security is not None
+        context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
+                                  security=front_end_security(self.security))
+        tls = self.security.tls
         for front_end in discover_front_ends():
             port = getattr(self.config, front_end.config_key)
             # e.g. native_tls_port; a TLS listener exists only when a certificate is configured
@@ -348,6 +351,12 @@ class BrokerService(MultiService):
         """True once the logs are open, the listeners are up and the front ends have replayed their state."""
         return (self.running and self.broker is not None and self.control is not None and self.control.caught_up
                 and all(signal.started for signal in self._front_end_starts))
+
+
+def front_end_security(services: SecurityServices) -> FrontEndSecurity:
+    """The connection-level part of the security services that the front ends get (admin goes through IBroker)."""
+    return FrontEndSecurity(authenticator=services.authenticator, authorizer=services.authorizer,
+                            quotas=services.quotas, audit=AuthenticationAudit())
 
 
 def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:

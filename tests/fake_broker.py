@@ -29,6 +29,7 @@ from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset
 from mqbroker.interfaces import IAuthorizer, IBroker
 from mqbroker.model import (
+    CLUSTER_RESOURCE,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     Acks,
@@ -50,7 +51,7 @@ from mqbroker.model import (
 )
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import iter_batches, read_header, stamp
-from mqbroker.security.acl import AllowEverything
+from mqbroker.security.acl import Acl, AllowEverything
 
 _DENIED = {ResourceType.TOPIC: errors.TopicAuthorizationError, ResourceType.GROUP: errors.GroupAuthorizationError,
            ResourceType.CLUSTER: errors.ClusterAuthorizationError}
@@ -106,6 +107,9 @@ class FakeBroker:
         self._scripts: dict[tuple[str, str | None], list[Any]] = {}
         self._pending: list[_PendingFetch] = []
         self._next_producer_id = 1000
+        #: SCRAM users by name (their passwords: the fake keeps no credentials) and ACLs.
+        self.users: dict[str, str] = {}
+        self.acls: list[Acl] = []
 
     # -- driving the fake ------------------------------------------------------------------
 
@@ -420,7 +424,73 @@ class FakeBroker:
         self.calls.append(("delete_group", principal, group_id))
         return self._scripted("delete_group", None) or self._unmodelled("delete_group")
 
+    # -- users and ACLs: in memory, authorized on the cluster ------------------------------------------
+
+    def list_users(self, principal: Principal) -> Deferred[list[str]]:
+        """Every user name."""
+        self.calls.append(("list_users", principal))
+        return self._scripted("list_users", None) or self._guarded(
+            lambda: self._cluster(principal, Operation.DESCRIBE) or succeed(sorted(self.users)))
+
+    def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
+        """Add a user or change a password (DUPLICATE_RESOURCE / RESOURCE_NOT_FOUND as the broker answers)."""
+        self.calls.append(("upsert_user", principal, name, password, create))
+
+        def upsert() -> Deferred[None]:
+            self._cluster(principal, Operation.ALTER)
+            if create and name in self.users:
+                raise errors.DuplicateResourceError(f"user {name!r} already exists")
+            if not create and name not in self.users:
+                raise errors.ResourceNotFoundError(f"user {name!r} does not exist")
+            self.users[name] = password
+            return succeed(None)
+
+        return self._scripted("upsert_user", None) or self._guarded(upsert)
+
+    def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
+        """Delete a user."""
+        self.calls.append(("remove_user", principal, name))
+
+        def remove() -> Deferred[None]:
+            self._cluster(principal, Operation.ALTER)
+            if self.users.pop(name, None) is None:
+                raise errors.ResourceNotFoundError(f"user {name!r} does not exist")
+            return succeed(None)
+
+        return self._scripted("remove_user", None) or self._guarded(remove)
+
+    def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:
+        """Every ACL."""
+        self.calls.append(("list_acls", principal))
+        return self._scripted("list_acls", None) or self._guarded(
+            lambda: self._cluster(principal, Operation.DESCRIBE) or succeed(list(self.acls)))
+
+    def add_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """Store ACLs."""
+        self.calls.append(("add_acls", principal, acls))
+
+        def add() -> Deferred[None]:
+            self._cluster(principal, Operation.ALTER)
+            self.acls.extend(acl for acl in acls if acl not in self.acls)
+            return succeed(None)
+
+        return self._scripted("add_acls", None) or self._guarded(add)
+
+    def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """Delete exactly these ACLs."""
+        self.calls.append(("remove_acls", principal, acls))
+
+        def remove() -> Deferred[None]:
+            self._cluster(principal, Operation.ALTER)
+            self.acls = [acl for acl in self.acls if acl not in acls]
+            return succeed(None)
+
+        return self._scripted("remove_acls", None) or self._guarded(remove)
+
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _cluster(self, principal: Principal, operation: Operation) -> None:
+        self._require(principal, operation, ResourceType.CLUSTER, CLUSTER_RESOURCE)
 
     def _scripted(self, call: str, topic: str | None) -> Deferred[Any] | None:
         for key in ((call, topic), (call, None)):

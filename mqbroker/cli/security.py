@@ -6,11 +6,11 @@ import argparse
 import getpass
 from typing import Any
 
-from mqbroker.security.acl import WILDCARD
-from mqbroker.cli.common import client_security, client_command, reporting_errors
+from mqbroker.cli.common import client_command, client_security, reporting_errors
 from mqbroker.client.blocking import Admin
+from mqbroker.model import CLUSTER_RESOURCE
 from mqbroker.protocols.native.messages import AclBinding
-from mqbroker.security.service import CLUSTER_RESOURCE
+from mqbroker.security.acl import WILDCARD
 
 OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs", "all")
 

@@ -9,6 +9,7 @@ per-record work happens here. Each job is its own service:
 - ``FetchService`` and ``WaitingFetches`` (``core/fetch.py``): reads, long-poll fetches, offset lookups;
 - ``TopicAdmin`` (``core/topics.py``): metadata, topic admin, configs, partitions, delete-records;
 - ``ProducerIds`` (``core/producer_ids.py``), ``GroupRequests`` over ``GroupHosting`` (``groups/hosting.py``);
+- ``SecurityRequests`` (``core/security_requests.py``): users and ACLs, authorized here, kept by an ``ISecurityAdmin``;
 - ``ReplicaManager`` (``replication/replica_manager.py``): leadership, high watermarks, ISR, following;
 - ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here.
 
@@ -33,13 +34,14 @@ from mqbroker.core.group_requests import GroupRequests
 from mqbroker.core.local_logs import LocalLogs
 from mqbroker.core.produce import ProduceService
 from mqbroker.core.producer_ids import ProducerIds
+from mqbroker.core.security_requests import SecurityRequests
 from mqbroker.core.topics import TopicAdmin, internal_replication_factor
 from mqbroker.durability.flusher import Flusher
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.hosting import GroupHosting
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset
-from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView
+from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView, ISecurityAdmin
 from mqbroker.model import (
     Acks,
     BrokerEndpoint,
@@ -56,6 +58,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.replication.replica_manager import Follower, ReplicaManager
+from mqbroker.security.acl import Acl
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 
@@ -74,6 +77,7 @@ class Broker:
         flusher_factory: Callable[[Callable[[Iterable[PartitionLog]], None]], Flusher],
         follower_factory: Callable[[ReplicaManager], Follower],
         authorizer: IAuthorizer,
+        security_admin: ISecurityAdmin,
     ) -> None:
         """``flusher_factory(on_durable)`` builds the group-commit flusher, ``follower_factory(sink)`` the replica
         fetcher that follows the leaders of the partitions this broker does not lead."""
@@ -100,6 +104,7 @@ class Broker:
         self._topics = TopicAdmin(config=config, cluster=cluster, authorizer=authorizer, replicas=self._replicas,
                                   topics_changed=self._groups.topics_changed)
         self._producer_ids = ProducerIds(cluster=cluster, authorizer=authorizer)
+        self._security = SecurityRequests(authorizer=authorizer, admin=security_admin)
         cluster.add_image_listener(self._image_changed)
 
     def _image_changed(self, image: MetadataImage, record: Record | None) -> None:
@@ -251,6 +256,32 @@ class Broker:
     def delete_group(self, principal: Principal, group_id: str) -> Deferred[None]:
         """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
         return self._group_requests.delete_group(principal, group_id)
+
+    # -- users and ACLs ---------------------------------------------------------------------
+
+    def list_users(self, principal: Principal) -> Deferred[list[str]]:
+        """Every user name; see ``IBroker.list_users``."""
+        return self._security.list_users(principal)
+
+    def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
+        """Add a user or change a password; see ``IBroker.upsert_user``."""
+        return self._security.upsert_user(principal, name, password, create)
+
+    def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
+        """Delete a user; see ``IBroker.remove_user``."""
+        return self._security.remove_user(principal, name)
+
+    def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:
+        """Every ACL; see ``IBroker.list_acls``."""
+        return self._security.list_acls(principal)
+
+    def add_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """Store ACLs; see ``IBroker.add_acls``."""
+        return self._security.add_acls(principal, acls)
+
+    def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """Delete ACLs; see ``IBroker.remove_acls``."""
+        return self._security.remove_acls(principal, acls)
 
     # -- housekeeping and metrics (the service's timers and the metrics collector call these) -
 

@@ -19,6 +19,7 @@ from mqbroker.core.guards import broker_error, errors_as_failures, require_permi
 from mqbroker.interfaces import IAuthorizer
 from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max
 from mqbroker.model import (
+    CLUSTER_RESOURCE,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     FetchPosition,
@@ -135,7 +136,7 @@ class FetchService:
     @errors_as_failures
     def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """A follower's long-poll fetch, which also reports its progress; see ``IBroker.replica_fetch``."""
-        require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
+        require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         now_ms = int(self._clock.seconds() * 1000)
         for position in request.positions:
             self._replicas.follower_fetched(replica_id, position, now_ms)

@@ -31,8 +31,17 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from mqbroker import errors
-from mqbroker.forwarding import wire as forwarded
 from mqbroker.client.connection import BrokerUnavailableError
+from mqbroker.forwarding import wire as forwarded
+from mqbroker.forwarding.routes import (
+    LeaderOf,
+    Route,
+    answered_enough,
+    failed_results,
+    merge_results,
+    route_of,
+    split_positions,
+)
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset
@@ -54,7 +63,7 @@ from mqbroker.model import (
     ResourceType,
     TopicSpec,
 )
-from mqbroker.forwarding.routes import LeaderOf, Route, answered_enough, failed_results, merge_results, route_of, split_positions
+from mqbroker.security.acl import Acl
 
 #: How long list-offset and delete-records calls keep re-routing through a leader change.
 REROUTE_DEADLINE_MS = 5_000
@@ -181,6 +190,30 @@ class RoutingBroker:
     def delete_group(self, principal: Principal, group_id: str) -> Deferred[None]:
         """The local broker's ``delete_group``."""
         return self.local.delete_group(principal, group_id)
+
+    def list_users(self, principal: Principal) -> Deferred[list[str]]:
+        """The local broker's ``list_users``."""
+        return self.local.list_users(principal)
+
+    def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
+        """The local broker's ``upsert_user``."""
+        return self.local.upsert_user(principal, name, password, create)
+
+    def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
+        """The local broker's ``remove_user``."""
+        return self.local.remove_user(principal, name)
+
+    def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:
+        """The local broker's ``list_acls``."""
+        return self.local.list_acls(principal)
+
+    def add_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """The local broker's ``add_acls``."""
+        return self.local.add_acls(principal, acls)
+
+    def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """The local broker's ``remove_acls``."""
+        return self.local.remove_acls(principal, acls)
 
     # -- routing ---------------------------------------------------------------------------
 

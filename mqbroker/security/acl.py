@@ -26,8 +26,6 @@ from mqbroker.security.inter_broker import BROKER
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
-#: The resource name the broker uses for cluster-level operations.
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
 
 
 @implementer(IAuthorizer)

@@ -17,6 +17,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from zope.interface import implementer
+
+from mqbroker.interfaces import IByteRateQuotas
+
 #: A bucket holds at most this much of its quota's rate: the burst a fresh or idle client may send at once.
 BURST_MS = 1000
 #: The longest single hold; a larger debt stays in the bucket and is paid over the next requests.
@@ -124,6 +128,7 @@ def parse_quota_overrides(text: str) -> list[QuotaOverride]:
     return overrides
 
 
+@implementer(IByteRateQuotas)
 class QuotaManager:
     """Tracks byte rates per principal and per client id and says how long to throttle."""
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from mqbroker.interfaces import IBroker
@@ -26,7 +27,7 @@ class AppendHost(Protocol):
 
     broker: IBroker
     principal: Principal
-    reactor: Any
+    reactor: IReactorTime
 
     def now_ms(self) -> int: ...
 

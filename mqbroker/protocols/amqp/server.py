@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorCore, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -23,6 +24,7 @@ from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.amqp import security as amqp_security
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.actions import (
@@ -49,7 +51,7 @@ from mqbroker.protocols.amqp.sources import source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.amqp.vhost import VirtualHost
-from mqbroker.security.throttle import throttles
+from mqbroker.protocols.throttle import throttles
 
 _session_ids = itertools.count(1)
 
@@ -59,15 +61,16 @@ class AmqpSession:
 
     log = Logger()
 
-    def __init__(self, vhost: VirtualHost, reactor: Any, security: Any = None) -> None:
+    def __init__(self, vhost: VirtualHost, reactor: IReactorTime, security: FrontEndSecurity | None = None) -> None:
+        """``security`` None: everyone is let in, named after the user name it gives."""
         self.session_id = next(_session_ids)
         self._vhost = vhost
         self._reactor = reactor
-        self._security = security  # a SecurityServices, or None: everyone is let in
+        self._security = security
         self.connection = Connection(now_ms=vhost.now_ms(), version=mqbroker_version, broker_budget=vhost.held_bytes)
         self._handle: ConnectionHandle | None = None
         self._principal: Principal | None = None
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._closed = False
         self._consumers: dict[tuple[int, str], str] = {}  # (channel, tag) → queue name
         self._lease_holders: set[ConsumerKey] = set()
@@ -81,7 +84,7 @@ class AmqpSession:
         self._timer_deadline_ms = 0
         # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in their queues.
         self._produce_throttle, self._fetch_throttle = throttles(
-            security, reactor, self._apply_backpressure, self._deliveries_released) or (None, None)
+            security, reactor, self._apply_backpressure, self._deliveries_released)
         self._delivered_bytes_counted = 0
 
     # --- Session --------------------------------------------------------------------------
@@ -228,7 +231,7 @@ class AmqpSession:
 
     def _authenticate(self, action: Authenticate) -> None:
         def accepted(_: Any) -> None:
-            if self._security is None:  # no security services: every user is accepted, named after itself
+            if self._security is None:  # no security: every user is accepted, named after itself
                 self._principal = Principal("User", action.username)
             else:
                 try:
@@ -450,16 +453,15 @@ class AmqpSession:
         self.flush()
 
 
-def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The AMQP listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
     vhost = VirtualHost(broker, reactor)
     # Runs before the broker service stops (registered earlier), while appends are still accepted.
-    reactor.addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
+    IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
     # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
-    security = getattr(context, "security", None)
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
-    return SessionFactory(lambda address: AmqpSession(vhost, reactor, security), idle_timeout_s=None,
-                          metrics_gauge=gauge, no_delay=True, frame_timeout_s=getattr(context, "frame_timeout_s", None),
+    return SessionFactory(lambda address: AmqpSession(vhost, reactor, context.security), idle_timeout_s=None,
+                          metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
                           started=vhost.started)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from mqbroker import errors
@@ -159,7 +160,7 @@ class SourceHost(Protocol):
 
     broker: IBroker
     principal: Principal
-    reactor: Any
+    reactor: IReactorTime
 
     def route_source(self, topic: str, records: list[SourceRecord]) -> list[BatchStored]: ...
 

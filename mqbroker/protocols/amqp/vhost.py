@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from mqbroker import errors, limits
@@ -98,7 +98,7 @@ class VirtualHost:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: Any) -> None:
+    def __init__(self, broker: IBroker, reactor: IReactorTime) -> None:
         self.broker = broker
         self.reactor = reactor
         #: Message bytes every connection's channels hold in memory together (partial messages, open transactions).

@@ -24,6 +24,7 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -113,7 +114,7 @@ class MqttHub:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: Any, mapping: TopicMapping) -> None:
+    def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping) -> None:
         self.broker = broker
         self.reactor = reactor
         self.mapping = mapping
@@ -133,8 +134,8 @@ class MqttHub:
         self._durable_sessions: set[str] = set()
         #: Records of the internal topics that replays could not read (each logged with its offset).
         self.bad_records_skipped = 0
-        self._expiry_timers: dict[str, Any] = {}
-        self._will_timers: dict[str, Any] = {}
+        self._expiry_timers: dict[str, IDelayedCall] = {}
+        self._will_timers: dict[str, IDelayedCall] = {}
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
         self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()

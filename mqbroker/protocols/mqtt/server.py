@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorCore
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -27,6 +29,7 @@ from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import ANONYMOUS, Acks, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.mqtt import security as mqtt_security
 from mqbroker.protocols.mqtt.actions import (
     Action,
@@ -50,8 +53,8 @@ from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter
+from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.security.throttle import throttles
 
 #: A client that has not sent CONNECT by then is disconnected.
 CONNECT_TIMEOUT_S = 10.0
@@ -66,9 +69,11 @@ class MqttConnection:
 
     log = Logger()
 
-    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any, security: Any = None) -> None:
+    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Callable[[], str],
+                 security: FrontEndSecurity | None = None) -> None:
+        """``security`` None: every client is let in under its username."""
         self.hub = hub
-        self._security = security  # a SecurityServices, or None: every client is let in under its username
+        self._security = security
         self.session = MqttSession(config=config, mapping=hub.mapping, generate_client_id=generate_client_id)
         self.client_id = ""
         self.principal: Principal = ANONYMOUS
@@ -76,14 +81,14 @@ class MqttConnection:
         self._queue: deque[list[Action]] = deque()
         self._storing = False
         self._executing = False
-        self._keep_alive_timer: Any = None
-        self._connect_timer: Any = None
+        self._keep_alive_timer: IDelayedCall | None = None
+        self._connect_timer: IDelayedCall | None = None
         self._catch_up = CatchUp(hub, self)
         self._ended_waiters: list[Deferred[None]] | None = []
         self._outgoing: list[bytes] = []  # packets of this turn, written to the socket as one
         # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in the log.
         self._produce_throttle, self._fetch_throttle = throttles(
-            security, hub.reactor, self._apply_backpressure, self._deliveries_released) or (None, None)
+            security, hub.reactor, self._apply_backpressure, self._deliveries_released)
 
     # ------------------------------------------------------------------ adapter Session
 
@@ -221,7 +226,7 @@ class MqttConnection:
             elif isinstance(action, OpenSession):
                 self._open(action)
             elif isinstance(action, Retain):
-                if mqtt_security.may_publish(self, action.topic):
+                if mqtt_security.may_publish(self._security, self.principal, self.hub.mapping, action.topic):
                     self.hub.retain(action)
             elif isinstance(action, AddSubscription):
                 self.hub.registry.add(action.client_id, action.subscription)
@@ -313,10 +318,13 @@ class MqttConnection:
         if self._security is None:
             self.principal = Principal("User", action.username) if action.username else ANONYMOUS
         else:
-            refusal = mqtt_security.authenticate(self, action)
-            if refusal is not None:
-                self._run(self.session.connect_refused(refusal, self.hub.now_ms()))
+            authenticated = mqtt_security.authenticate(self._security, self._connection, action)
+            if isinstance(authenticated, ReasonCode):
+                self._run(self.session.connect_refused(authenticated, self.hub.now_ms()))
                 return
+            self.principal = authenticated
+            self.session.authorize_filter = mqtt_security.filter_authorizer(self._security, authenticated,
+                                                                            self.hub.mapping)
         for throttle in (self._produce_throttle, self._fetch_throttle):
             if throttle is not None:
                 throttle.principal, throttle.client_id = str(self.principal), self.client_id
@@ -426,7 +434,7 @@ class MqttConnection:
         self.log.failure("{what} for {client_id} failed", failure, what=what, client_id=self.client_id)
 
 
-def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
     hub = MqttHub(broker, reactor, TopicMapping())
@@ -437,8 +445,9 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     def generate_client_id() -> str:
         return f"{prefix}-{next(counter)}"
 
-    reactor.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
-    reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
+    lifecycle = IReactorCore(reactor)
+    lifecycle.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
+    lifecycle.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
     return SessionFactory(
         lambda address: MqttConnection(hub, config, generate_client_id, context.security),

@@ -13,16 +13,19 @@ import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import maybeDeferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
+from mqbroker.config import BrokerConfig
 from mqbroker.interfaces import IBroker
 from mqbroker.model import ANONYMOUS, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.native import admin_handlers as admin
 from mqbroker.protocols.native import data_handlers as data
 from mqbroker.protocols.native import group_handlers as group
@@ -35,6 +38,9 @@ from mqbroker.protocols.native.connection import (
     ServerConnection,
 )
 from mqbroker.protocols.native.security import SECURITY_APIS, ConnectionSecurity
+
+if TYPE_CHECKING:
+    from prometheus_client import Histogram
 
 Handler = Callable[[Any, Principal, Any], Awaitable[Any]]
 
@@ -81,16 +87,19 @@ class NativeSession:
     log = Logger()
 
     def __init__(
-        self, broker: IBroker, frame_bytes_max: int, latency: Any = None, security: Any = None, clock: Any = None
+        self, broker: IBroker, config: BrokerConfig, *, clock: IReactorTime | None = None,
+        latency: Histogram | None = None, security: FrontEndSecurity | None = None,
     ) -> None:
+        """``security`` None: every client is anonymous; ``clock`` None: replies are never throttled."""
         self._broker = broker
-        self._frame_bytes_max = frame_bytes_max
-        self._codec = ServerConnection(frame_bytes_max)
+        self._config = config
+        self._frame_bytes_max = config.native_frame_bytes_max
+        self._codec = ServerConnection(self._frame_bytes_max)
         self._latency = latency
         self._connection: ConnectionHandle | None = None
         self._principal = ANONYMOUS
         self._closed = False
-        self._services = security  # a SecurityServices, or None: everyone is anonymous
+        self._front_end_security = security
         self._security: ConnectionSecurity | None = None
         self._clock = clock
         self._throttled = False
@@ -107,9 +116,10 @@ class NativeSession:
         # The peer's host goes into the principal: host-based ACLs and `groups describe` show it.
         host = connection.peer.rpartition(":")[0]
         self._principal = dataclasses.replace(self._principal, host=host)
-        if self._services is not None:
-            self._security = ConnectionSecurity(self._services, connection.secure, host, connection.peer_certificate)
-            if not self._services.config.security_allow_anonymous:  # small frames until SASL or a certificate names it
+        if self._front_end_security is not None:
+            self._security = ConnectionSecurity(self._front_end_security, self._config, connection.secure, host,
+                                                connection.peer_certificate)
+            if not self._config.security_allow_anonymous:  # small frames until SASL or a certificate names it
                 self._codec.allow_frames_up_to(min(self._frame_bytes_max, limits.pre_authentication_frame_bytes_max))
     def connection_lost(self, reason: Failure) -> None:
         self._closed = True
@@ -146,7 +156,7 @@ class NativeSession:
                 return
         handler = HANDLERS.get(api_key)
         if self._security is not None and api_key in SECURITY_APIS:
-            handler = lambda broker, principal, request: self._security.handle(principal, request)  # noqa: E731
+            handler = self._security.handle
         if handler is None:
             error = errors.UnknownApiKeyError(f"API {api_key.name} is not served by this broker version")
             self._write(self._codec.reply_error(header, error))
@@ -222,17 +232,17 @@ def _latency_series(latency: Any, api_key: int) -> Any:
     return latency.labels("native", m.ApiKey(api_key).name.lower())
 
 
-def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The native listener's factory (named by the front-end plugin)."""
     config = context.config
     latency = context.metrics.request_latency if context.metrics is not None else None
     gauge = context.metrics.connections.labels("native") if context.metrics is not None else None
-    security = getattr(context, "security", None)
     return SessionFactory(
-        lambda address: NativeSession(broker, config.native_frame_bytes_max, latency, security, context.reactor),
+        lambda address: NativeSession(broker, config, clock=context.reactor, latency=latency,
+                                      security=context.security),
         idle_timeout_s=config.connection_idle_ms / 1000.0,
         metrics_gauge=gauge,
-        frame_timeout_s=getattr(context, "frame_timeout_s", None),
+        frame_timeout_s=context.frame_timeout_s,
     )
 
 

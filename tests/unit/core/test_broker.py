@@ -15,7 +15,7 @@ from mqbroker.cluster.metadata_records import (
     RegisterBroker,
 )
 from mqbroker.core.topic_config import PRODUCER_ID_BLOCK_SIZE
-from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView
+from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView, IGenericRecords
 from mqbroker.model import (
     ANONYMOUS,
     Acks,
@@ -47,6 +47,7 @@ def test_the_broker_and_the_fake_cluster_provide_their_interfaces(tmp_path: Path
     rig = build_broker(tmp_path, FakeClusterView())
     assert verifyObject(IBroker, rig.broker)
     assert verifyObject(IClusterView, rig.cluster)
+    assert verifyObject(IGenericRecords, rig.cluster)
 
 
 def test_producing_to_a_missing_topic_creates_it_with_the_defaults(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from mqbroker import limits
+from mqbroker.config import BrokerConfig
 from mqbroker.model import BrokerEndpoint
 from mqbroker.protocols.adapter import CodecProtocol, ConnectionHandle
 from mqbroker.protocols.native import messages as m
@@ -89,7 +90,7 @@ def test_reading_stays_paused_until_both_transport_and_session_have_drained() ->
 
 def test_a_native_request_is_answered_on_the_same_connection() -> None:
     broker = FakeBroker(node=BrokerEndpoint(node_id=1, host="h", port=1))
-    protocol, transport = _connect(NativeSession(broker, limits.native_frame_bytes_max))
+    protocol, transport = _connect(NativeSession(broker, BrokerConfig()))
     client = ClientConnection("adapter-test")
     correlation_id, data = client.send_request(m.MetadataRequest(topics=None))
     protocol.dataReceived(data)
@@ -101,7 +102,7 @@ def test_a_native_request_is_answered_on_the_same_connection() -> None:
 def test_the_native_session_stops_reading_at_its_in_flight_bound() -> None:
     broker = FakeBroker()
     broker.hold_produces = True  # every produce stays pending, filling the in-flight window
-    protocol, transport = _connect(NativeSession(broker, limits.native_frame_bytes_max))
+    protocol, transport = _connect(NativeSession(broker, BrokerConfig()))
     client = ClientConnection("adapter-test", inflight_requests_max=10_000)
     request = m.ProduceRequest(acks=1, timeout_ms=1000, topics=(
         m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition_index=0, records=b""),)),))

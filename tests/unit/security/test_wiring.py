@@ -14,9 +14,8 @@ from twisted.internet.testing import StringTransport
 from mqbroker.security.acl import Acl, Permission
 from mqbroker.security.auth import Authenticator, CredentialStore
 from mqbroker.config import BrokerConfig, ConfigError, build_config
-from mqbroker.errors import ClusterAuthorizationError, SaslAuthenticationError
+from mqbroker.errors import SaslAuthenticationError
 from mqbroker.protocols.listeners import ConnectionLimitingFactory
-from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import PutGenericRecord
 from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
 from mqbroker.protocols.adapter import CodecProtocol
@@ -24,6 +23,8 @@ from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.security import ConnectionSecurity
 from mqbroker.security.quotas import ConnectionLimiter
 from mqbroker.security.service import ACL_KIND, USER_KIND, SecurityServices
+from mqbroker.service import front_end_security
+from tests.fakes import FakeClusterView
 
 
 def test_security_and_quota_tables_become_config_keys() -> None:
@@ -57,49 +58,30 @@ def test_uncheckable_credentials_are_anonymous_only_when_anonymous_is_allowed() 
         _authenticator(allow_anonymous=False).authenticate_password_or_anonymous("guest", "guest", True, "h")
 
 
-class _FakeMachine:
-    def __init__(self) -> None:
-        self.record_listeners: list = []
-        self.restore_listeners: list = []
-
-
-class _FakeControl:
-    def __init__(self, image: MetadataImage) -> None:
-        self.machine = _FakeMachine()
-        self.image = image
-        self.proposed: list[tuple[str, str, object]] = []
-
-    def put_generic_record(self, kind: str, key: str, value: object) -> None:
-        self.proposed.append((kind, key, value))
-
-
 def test_users_and_acls_follow_the_metadata_records() -> None:
     acl = Acl(principal="User:alice", resource_type=ResourceType.TOPIC, resource_name="orders",
               operation=Operation.WRITE, permission=Permission.ALLOW)
-    image = MetadataImage()
-    image.generic[ACL_KIND] = {acl.to_bytes().decode(): acl.to_json()}
-    control = _FakeControl(image)
-    services = SecurityServices(build_config({"security.authorizer": "acl"}), control)
+    cluster = FakeClusterView()
+    cluster.apply(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=acl.to_json()))
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster)
     alice = Principal("User", "alice", "10.0.0.1")
     assert services.authorizer.authorize(alice, Operation.WRITE, ResourceType.TOPIC, "orders")
     store = CredentialStore(os.urandom, iterations=4096)
     record = store.add("alice", "secret")
-    [applied] = control.machine.record_listeners
-    applied(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())), image)
+    cluster.apply(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())))
     assert services.authenticator.authenticate_password("alice", "secret", True, "h").name == "alice"
-    applied(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=None), image)
+    cluster.apply(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=None))
     assert not services.authorizer.authorize(alice, Operation.WRITE, ResourceType.TOPIC, "orders")
 
 
-def test_admin_requests_need_cluster_alter_and_store_no_password() -> None:
-    control = _FakeControl(MetadataImage())
-    services = SecurityServices(build_config({"security.authorizer": "acl", "security.super_users": "User:admin"}),
-                                control)
-    with pytest.raises(ClusterAuthorizationError):
-        services.upsert_user(Principal("User", "alice"), "bob", "pw", create=True)
-    services.upsert_user(Principal("User", "admin"), "bob", "bob-password", create=True)
-    [(kind, key, value)] = control.proposed
-    assert (kind, key) == (USER_KIND, "bob") and "bob-password" not in json.dumps(value)
+def test_a_new_user_is_proposed_as_a_record_without_its_password() -> None:
+    cluster = FakeClusterView()
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster)
+    services.upsert_user("bob", "bob-password", create=True)
+    [proposed] = cluster.proposed
+    assert isinstance(proposed, PutGenericRecord) and (proposed.kind, proposed.key) == (USER_KIND, "bob")
+    assert "bob-password" not in json.dumps(proposed.value)
+    assert services.list_users() == ["bob"]  # committed at once by the fake controller, and applied
 
 
 def test_connections_beyond_the_limit_are_refused_and_slots_come_back() -> None:
@@ -157,8 +139,9 @@ def _fetch(replica_id: int) -> tuple[m.FetchRequest, m.FetchResponse]:
 
 
 def test_consumer_fetches_are_throttled_and_replica_fetches_are_not() -> None:
-    services = SecurityServices(BrokerConfig(quotas_principal_fetch_bytes_per_second=10_000))
-    security = ConnectionSecurity(services, secure=False, host="127.0.0.1", peer_certificate=lambda: None)
+    config = BrokerConfig(quotas_principal_fetch_bytes_per_second=10_000)
+    security = ConnectionSecurity(front_end_security(SecurityServices(config)), config, secure=False,
+                                  host="127.0.0.1", peer_certificate=lambda: None)
     principal = Principal("User", "ANONYMOUS")
     assert security.throttle_ms(principal, "replica-2", *_fetch(replica_id=2), now_ms=0) == 0
     assert security.throttle_ms(principal, "consumer", *_fetch(replica_id=-1), now_ms=0) > 0
