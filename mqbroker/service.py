@@ -31,7 +31,7 @@ from mqbroker import __version__
 from mqbroker.core.broker import Broker
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
-from mqbroker.config import BrokerConfig
+from mqbroker.config import BrokerConfig, dial_address
 from mqbroker.cluster.controlplane import ControlPlane, parse_quorum
 from mqbroker.cluster.wiring import build_control_plane
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
@@ -58,9 +58,7 @@ DATA_DIRECTORY_MODE = 0o700
 
 def _listen_endpoint(reactor: Any, host: str, port: int) -> Any:
     """A TCP endpoint on ``host`` (IPv4 or IPv6 literal, or a name resolved by the OS)."""
-    interface = "" if host in ("", "0.0.0.0") else host
-    if interface == "localhost":
-        interface = "127.0.0.1"
+    interface = "" if host in ("", "0.0.0.0") else dial_address(host)
     if ":" in interface:
         return TCP6ServerEndpoint(reactor, port, interface=interface)
     return TCP4ServerEndpoint(reactor, port, interface=interface)
@@ -221,7 +219,7 @@ class BrokerService(MultiService):
 
     def _peer_tcp_endpoint(self, host: str, port: int) -> Any:
         """A plaintext connection to another broker's native listener."""
-        return HostnameEndpoint(self.reactor, "127.0.0.1" if host == "localhost" else host, port)
+        return HostnameEndpoint(self.reactor, dial_address(host), port)
 
     def _replica_tls_endpoint(self, host: str, port: int) -> Any:
         """Inter-broker TLS: a leader's native TLS listener (its native port plus our TLS offset, as in metadata),
@@ -233,8 +231,7 @@ class BrokerService(MultiService):
 
         options = client_options(host, files.ca, files.certificate, files.key)
         tls_port = port + self.config.native_tls_port - self.config.native_port
-        return wrapClientTLS(options, TCP4ClientEndpoint(self.reactor, "127.0.0.1" if host == "localhost" else host,
-                                                         tls_port))
+        return wrapClientTLS(options, TCP4ClientEndpoint(self.reactor, dial_address(host), tls_port))
 
     def _add_timers(self, broker: Broker) -> None:
         timers = [
@@ -309,7 +306,7 @@ class BrokerService(MultiService):
         """How this broker dials a peer controller: TLS with our broker certificate under ``controller_tls``,
         then the broker handshake proving our node id."""
         peer_id = next(node_id for node_id, (voter_host, voter_port) in self._voters.items()
-                       if voter_port == port and host in (voter_host, "127.0.0.1" if voter_host == "localhost" else voter_host))
+                       if voter_port == port and host in (voter_host, dial_address(voter_host)))
         endpoint = TCP4ClientEndpoint(self.reactor, host, port)
         if self.config.controller_tls:
             from mqbroker.security.tls import client_options

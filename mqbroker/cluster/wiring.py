@@ -19,7 +19,7 @@ from twisted.python.failure import Failure
 
 from mqbroker.cluster.controlplane import CONTROLLER_TICK_MS, ControlPlane, parse_quorum
 from mqbroker.cluster.metadata import MetadataStateMachine
-from mqbroker.config import BrokerConfig
+from mqbroker.config import BrokerConfig, dial_address
 from mqbroker.raft.core import RaftCore
 from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.forwarded_proposals import PeerFrame
@@ -62,7 +62,7 @@ def build_control_plane(
     if len(voters) > 1:
         dial = peer_endpoint or (lambda host, port: TCP4ClientEndpoint(reactor, host, port))
         peers = {
-            node_id: dial("127.0.0.1" if host == "localhost" else host, port)
+            node_id: dial(dial_address(host), port)
             for node_id, (host, port) in voters.items()
             if node_id != config.node_id
         }

@@ -23,6 +23,7 @@ from twisted.logger import Logger
 
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
+from mqbroker.config import dial_address
 from mqbroker.errors import BrokerError, ErrorCode
 from mqbroker.model import FetchResult
 from mqbroker.protocols.native import messages as m
@@ -98,7 +99,7 @@ class ReplicaFetcher:
         self.follow({})
 
     def _tcp_endpoint(self, host: str, port: int) -> Any:
-        return HostnameEndpoint(self._reactor, "127.0.0.1" if host == "localhost" else host, port)
+        return HostnameEndpoint(self._reactor, dial_address(host), port)
 
 
 class LeaderSession:
