@@ -15,6 +15,8 @@ from typing import Any
 from twisted.application.internet import StreamServerEndpointService, TimerService
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.interfaces import IReactorTCP, IStreamServerEndpoint
+from twisted.internet.posixbase import PosixReactorBase
 from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import (
     HostnameEndpoint,
@@ -56,7 +58,7 @@ BACKGROUND_THREADS_MAX = 4
 DATA_DIRECTORY_MODE = 0o700
 
 
-def _listen_endpoint(reactor: Any, host: str, port: int) -> Any:
+def _listen_endpoint(reactor: IReactorTCP, host: str, port: int) -> IStreamServerEndpoint:
     """A TCP endpoint on ``host`` (IPv4 or IPv6 literal, or a name resolved by the OS)."""
     interface = "" if host in ("", "0.0.0.0") else dial_address(host)
     if ":" in interface:
@@ -76,7 +78,8 @@ class BrokerService(MultiService):
 
     log = Logger()
 
-    def __init__(self, config: BrokerConfig, reactor: Any) -> None:
+    def __init__(self, config: BrokerConfig, reactor: PosixReactorBase) -> None:
+        """``reactor``: the running reactor, every facet of it (time, TCP, threads, its life cycle)."""
         super().__init__()
         self.config = config
         self.reactor = reactor
@@ -356,7 +359,7 @@ def front_end_security(services: SecurityServices) -> FrontEndSecurity:
                             quotas=services.quotas, audit=AuthenticationAudit())
 
 
-def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:
+def build_broker_service(config: BrokerConfig, reactor: PosixReactorBase) -> MultiService:
     """The whole broker as one service for twistd or ``mqbroker serve`` (the operator's umask applies)."""
     return BrokerService(config, reactor)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.endpoints import TCP4ClientEndpoint
-from twisted.internet.interfaces import IStreamClientEndpoint, IStreamServerEndpoint
+from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint, IStreamServerEndpoint
 from twisted.python.failure import Failure
 
 from mqbroker.cluster.controlplane import CONTROLLER_TICK_MS, ControlPlane, parse_quorum
@@ -37,7 +37,7 @@ SNAPSHOT_ENTRIES = 10_000
 def build_control_plane(
     *,
     config: BrokerConfig,
-    reactor: Any,
+    reactor: IReactorTime,
     data_dir: pathlib.Path,
     threadpool: Any,
     listen_endpoint: Callable[[int], IStreamServerEndpoint],

@@ -264,13 +264,14 @@ class _AioRound:
         self.done.callback(outcome)
 
 
-def start_sync_engine(reactor: Any, choice: str, data_directory: str, log: Logger) -> ISyncEngine:
+def start_sync_engine(reactor: IReactorFDSet, choice: str, data_directory: str, log: Logger) -> ISyncEngine:
     """The engine ``fsync_engine`` asks for: ``aio``, ``thread``, or ``auto`` (AIO where it works).
 
-    ``aio`` that cannot work raises ``OSError``; ``auto`` then falls back to a thread and says why.
+    ``aio`` that cannot work raises ``OSError``; ``auto`` then falls back to a thread and says why. A
+    thread needs the reactor's ``IReactorThreads`` too (a real reactor has both).
     """
     if choice == "thread":
-        return ThreadSync(reactor)
+        return ThreadSync(IReactorThreads(reactor))
     try:
         return AioSync(reactor, data_directory)
     except (ImportError, OSError) as error:
@@ -278,4 +279,4 @@ def start_sync_engine(reactor: Any, choice: str, data_directory: str, log: Logge
             raise OSError(f"fsync_engine=aio: Linux AIO fsync does not work here: {error}") from error
         log.info("Linux AIO is not available here ({error}); on Linux, install libaio1 for lower produce latency",
                  error=error)
-        return ThreadSync(reactor)
+        return ThreadSync(IReactorThreads(reactor))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, DeferredSemaphore, fail, gatherResults
 from twisted.internet.protocol import Factory
@@ -45,7 +46,7 @@ class PeerConnections:
     log = Logger()
 
     def __init__(
-        self, *, reactor: Any, client_id: str, address_of: Callable[[int], tuple[str, int] | None],
+        self, *, reactor: IReactorTime, client_id: str, address_of: Callable[[int], tuple[str, int] | None],
         endpoint_for: Callable[[str, int], Any], authenticate: Callable[[Any], Deferred[None]] | None = None,
     ) -> None:
         """``authenticate(protocol)`` runs after version negotiation on each new connection (inter-broker SCRAM)."""

@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -67,7 +67,7 @@ class RaftNode:
         storage: IRaftStorage,
         state_machine: IRaftStateMachine,
         send: Callable[[PeerFrame], bool],
-        reactor: Any,
+        reactor: IReactorTime,
         threadpool: Any,
         tick_ms: int = 50,
         snapshot_entries: int = 10_000,

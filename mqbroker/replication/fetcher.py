@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, TimeoutError, gatherResults
 from twisted.internet.endpoints import HostnameEndpoint
@@ -55,7 +56,7 @@ class ReplicaFetcher:
     log = Logger()
 
     def __init__(
-        self, *, node_id: int, reactor: Any, sink: ReplicaSink, address_of: Callable[[int], tuple[str, int] | None],
+        self, *, node_id: int, reactor: IReactorTime, sink: ReplicaSink, address_of: Callable[[int], tuple[str, int] | None],
         fetch_wait_ms: int, partition_bytes_max: int, response_bytes_max: int,
         endpoint_for: Callable[[str, int], Any] | None = None,
         authenticate: Callable[[Any], Deferred[None]] | None = None,

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.interfaces import IStreamClientEndpoint, IStreamServerEndpoint
+from twisted.internet.interfaces import IProtocolFactory, IReactorTime, IStreamClientEndpoint, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.internet.protocol import Protocol
@@ -153,7 +153,7 @@ class _ClientHandshaking(_Handshaking):
 class _HandshakeFactory(WrappingFactory):
     noisy = False
 
-    def __init__(self, wrapped: Any, reactor: Any) -> None:
+    def __init__(self, wrapped: IProtocolFactory, reactor: IReactorTime) -> None:
         super().__init__(wrapped)
         self.reactor = reactor
 
@@ -163,7 +163,7 @@ class AuthenticatedServerEndpoint:
     """The controller's listening endpoint: a connection reaches the Raft transport only once its peer
     proved a voter's identity under ``policy``."""
 
-    def __init__(self, endpoint: Any, policy: PeerPolicy, reactor: Any,
+    def __init__(self, endpoint: IStreamServerEndpoint, policy: PeerPolicy, reactor: IReactorTime,
                  wrap_factory: Callable[[Any], Any] = lambda factory: factory) -> None:
         """``wrap_factory`` adds what sits below the handshake (connection limits, TLS)."""
         self._endpoint = endpoint
@@ -183,7 +183,8 @@ class AuthenticatedServerEndpoint:
 class AuthenticatedClientEndpoint:
     """How this broker dials voter ``peer_id``'s controller: proves ``node_id`` with ``method``."""
 
-    def __init__(self, endpoint: Any, *, reactor: Any, node_id: int, peer_id: int, method: HandshakeMethod,
+    def __init__(self, endpoint: IStreamClientEndpoint, *, reactor: IReactorTime, node_id: int, peer_id: int,
+                 method: HandshakeMethod,
                  login: InterBrokerLogin | None = None, certificate_rules: BrokerCertificateRules | None = None) -> None:
         self._endpoint = endpoint
         self._reactor = reactor

@@ -198,6 +198,7 @@ class NativeSession:
             send()
             self._apply_backpressure()
 
+        assert self._clock is not None, "a reply is held only with a clock"
         self._clock.callLater(delay_ms / 1000.0, release)
 
     def _reply_failure(self, failure: Failure, header: RequestHeader) -> None:
@@ -227,7 +228,7 @@ class NativeSession:
 
 
 @functools.lru_cache(maxsize=256)
-def _latency_series(latency: Any, api_key: int) -> Any:
+def _latency_series(latency: Histogram, api_key: int) -> Histogram:
     """The request-latency histogram series of one API (looking a series up by labels is slow on every reply)."""
     return latency.labels("native", m.ApiKey(api_key).name.lower())
 
