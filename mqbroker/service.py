@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from twisted.plugin import getPlugins
 from twisted.python.threadpool import ThreadPool
 
-from mqbroker import __version__
+from mqbroker import __version__, limits
 from mqbroker.core.broker import Broker
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
@@ -53,7 +53,6 @@ from mqbroker.security.quotas import ConnectionLimiter
 from mqbroker.security.service import AuthenticationAudit, SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
-BACKGROUND_THREADS_MAX = 4
 #: A new data directory is the broker's alone: partition data, the metadata log, the server secret.
 DATA_DIRECTORY_MODE = 0o700
 
@@ -89,7 +88,7 @@ class BrokerService(MultiService):
         self.security: SecurityServices | None = None
         self.metrics = BrokerMetrics()
         #: Housekeeping off the reactor thread: controller persistence, checkpoints, the log cleaner.
-        self._threadpool = ThreadPool(minthreads=1, maxthreads=BACKGROUND_THREADS_MAX, name="mqbroker-background")
+        self._threadpool = ThreadPool(minthreads=1, maxthreads=limits.background_threads_max, name="mqbroker-background")
         #: Runs the produce path's fsync rounds (see ``Flusher``, ``sync_engines``).
         self._sync_engine: ISyncEngine | None = None
         self._logs: LogManager | None = None

@@ -30,7 +30,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.forwarding import wire as forwarded
 from mqbroker.forwarding.routes import (
@@ -65,8 +65,6 @@ from mqbroker.model import (
 )
 from mqbroker.security.acl import Acl
 
-#: How long list-offset and delete-records calls keep re-routing through a leader change.
-REROUTE_DEADLINE_MS = 5_000
 #: Pause before routing a call again after its leader moved or could not be reached.
 REROUTE_BACKOFF_S = 0.05
 #: Errors after which a call is routed again: the leader moved, or could not be asked.
@@ -301,7 +299,7 @@ class RoutingBroker:
     def list_offset(self, principal: Principal, topic: str, partition: int,
                     timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
         """Ask the partition's leader; see ``IBroker.list_offset``."""
-        return self._routed(self._now_ms() + REROUTE_DEADLINE_MS,
+        return self._routed(self._now_ms() + limits.reroute_ms_max,
                             lambda: self._list_offset_once(principal, topic, partition, timestamp_ms))
 
     def _list_offset_once(self, principal: Principal, topic: str, partition: int,
@@ -315,15 +313,15 @@ class RoutingBroker:
 
     def delete_records(self, principal: Principal, topic: str, partition: int, before_offset: int) -> Deferred[int]:
         """Advance the log start at the partition's leader; see ``IBroker.delete_records``."""
-        return self._routed(self._now_ms() + REROUTE_DEADLINE_MS,
+        return self._routed(self._now_ms() + limits.reroute_ms_max,
                             lambda: self._delete_records_once(principal, topic, partition, before_offset))
 
     def _delete_records_once(self, principal: Principal, topic: str, partition: int, before_offset: int) -> Deferred[int]:
         leader = self.route(principal, Operation.DELETE, topic, partition)
         if leader is None:
             return self.local.delete_records(principal, topic, partition, before_offset)
-        request = forwarded.delete_records_request(topic, partition, before_offset, REROUTE_DEADLINE_MS)
-        sent = self._peers.request(leader, request, REROUTE_DEADLINE_MS / 1000.0)
+        request = forwarded.delete_records_request(topic, partition, before_offset, limits.reroute_ms_max)
+        sent = self._peers.request(leader, request, limits.reroute_ms_max / 1000.0)
         sent.addCallback(forwarded.delete_records_result, topic, partition)
         return sent
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from twisted.internet.interfaces import IReactorTime
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, TimeoutError, gatherResults
 from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from mqbroker import limits
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
 from mqbroker.config import dial_address
@@ -34,8 +35,6 @@ from mqbroker.storage.errors import StorageError as StorageLayerError
 PartitionKey = tuple[str, int]
 #: Pause after a failed fetch (leader moved, connection lost) before the next one.
 RETRY_BACKOFF_S = 0.1
-#: A fetch may take the leader's long-poll wait plus this much before the connection is dropped as dead.
-REQUEST_SLACK_S = 3.0
 
 
 class ReplicaSink(Protocol):
@@ -171,7 +170,7 @@ class LeaderSession:
         if request is None:
             return False
         pending = protocol.request(request)
-        pending.addTimeout(fetcher._fetch_wait_ms / 1000.0 + REQUEST_SLACK_S, fetcher._reactor,
+        pending.addTimeout(fetcher._fetch_wait_ms / 1000.0 + limits.peer_request_slack_s, fetcher._reactor,
                            onTimeoutCancel=lambda result, timeout: self._drop(protocol, timeout))
         response = await pending
         appended = []

@@ -15,10 +15,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from mqbroker import limits
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
-
-#: Bound on ``x-max-length``: every ready message of a max-length queue is kept in memory.
-MAX_LENGTH_MAX = 100_000
 
 
 class DeathReason(enum.Enum):
@@ -90,8 +88,8 @@ class QueuePolicy:
         if expires_ms == 0:
             raise _precondition("x-expires must be at least 1 ms")
         max_length = _non_negative_int(arguments, "x-max-length")
-        if max_length is not None and max_length > MAX_LENGTH_MAX:
-            raise _precondition(f"x-max-length {max_length} exceeds this broker's bound of {MAX_LENGTH_MAX}")
+        if max_length is not None and max_length > limits.amqp_queue_length_max:
+            raise _precondition(f"x-max-length {max_length} exceeds this broker's bound of {limits.amqp_queue_length_max}")
         return cls(
             queue_type=queue_type,
             message_ttl_ms=_non_negative_int(arguments, "x-message-ttl"),

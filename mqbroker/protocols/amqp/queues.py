@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from mqbroker import limits
 from mqbroker.model import FetchPosition, FetchRequest
 from mqbroker.protocols.amqp.actions import Delivery, Outcome
 from mqbroker.protocols.amqp.appender import Appender, AppendHost, BatchStored
@@ -35,13 +36,6 @@ from mqbroker.protocols.amqp.stored import (
 )
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import check_crc, iter_batches
-
-#: Ready messages a classic queue reads ahead of its consumers.
-READ_AHEAD_MESSAGES = 2_000
-#: How long a queue's fetch waits for new messages.
-FETCH_WAIT_MS = 1_000
-#: Bytes one fetch may return.
-FETCH_BYTES_MAX = 4 * 1024 * 1024
 
 ConsumerKey = tuple[int, int, str | None]  # (session id, channel, consumer tag; None for basic.get)
 
@@ -161,8 +155,8 @@ class BaseQueue(abc.ABC):
         """A batch landed at ``base_offset``: the log grew to ``log_end`` (``messages``: the batch, if early)."""
 
     def _fetch(self, offset: int, wait_ms: int) -> Deferred[list[Any]]:
-        position = FetchPosition(topic=self.topic, partition=0, offset=offset, max_bytes=FETCH_BYTES_MAX)
-        request = FetchRequest(positions=(position,), wait_ms_max=wait_ms, response_bytes_max=FETCH_BYTES_MAX)
+        position = FetchPosition(topic=self.topic, partition=0, offset=offset, max_bytes=limits.amqp_log_fetch_bytes_max)
+        request = FetchRequest(positions=(position,), wait_ms_max=wait_ms, response_bytes_max=limits.amqp_log_fetch_bytes_max)
         return self.host.broker.fetch(self.host.principal, request)
 
     def _fetch_failed(self, failure: Any) -> None:
@@ -204,7 +198,7 @@ class ClassicQueue(BaseQueue):
 
     def _appended(self, base_offset: int, log_end: int, messages: list[QueuedMessage]) -> None:
         self.state.note_log_end(log_end)
-        room = self.state.ready_in_memory < READ_AHEAD_MESSAGES
+        room = self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max
         if messages and room and self.state.cursor == base_offset and not self.deleted:
             self.state.receive(messages)  # what a read from the cursor would return, without the read
             self._changed()
@@ -307,7 +301,7 @@ class ClassicQueue(BaseQueue):
         the high watermark passes it)."""
         if self._fetching or self._backing_off or self.deleted:
             return
-        reading = wanted and self.state.ready_in_memory < READ_AHEAD_MESSAGES
+        reading = wanted and self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max
         watching = self._appender.awaiting_durability
         if not (reading or watching):
             return
@@ -317,7 +311,7 @@ class ClassicQueue(BaseQueue):
             offset = self._durable_end
         # Waiting is only skipped for a basic.get on settled data; otherwise the broker answers at
         # once when there is data and holds the fetch (a long poll) when there is none yet.
-        wait_ms = 0 if self._fetch_waiters and not watching and self.state.unread_count else FETCH_WAIT_MS
+        wait_ms = 0 if self._fetch_waiters and not watching and self.state.unread_count else limits.amqp_log_fetch_wait_ms_max
         self._fetching = True
         fetched = self._fetch(offset, wait_ms)
         fetched.addCallbacks(self._fetched, self._fetch_failed, callbackArgs=(offset,))
@@ -333,7 +327,7 @@ class ClassicQueue(BaseQueue):
         if result.log_start_offset > self.state.cursor:
             self.state.note_log_start(result.log_start_offset)
         cursor = self.state.cursor
-        if offset <= cursor and self.state.ready_in_memory < READ_AHEAD_MESSAGES:
+        if offset <= cursor and self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max:
             # Read from at or before the cursor: the records from the cursor on are contiguous.
             messages, unreadable = decode_fetched(result.records, skip_below=cursor)
             self.state.receive(messages)

@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
 from mqbroker.protocols.amqp import fields, spec
@@ -41,10 +41,6 @@ from mqbroker.records.record import RecordHeader
 SOURCE_TOPIC_ARGUMENT = "x-source-topic"
 #: Compacted topic of the source readers' positions: key = topic, value = table {partition: next offset}.
 SOURCE_POSITIONS_TOPIC = "__amqp_source_positions"
-#: How long a source fetch waits for new records.
-SOURCE_FETCH_WAIT_MS = 1_000
-#: Bytes one source fetch may return (over all partitions).
-SOURCE_FETCH_BYTES_MAX = 4 * 1024 * 1024
 #: Pause after a failed read or a refused append before reading again.
 SOURCE_RETRY_S = 1.0
 
@@ -221,10 +217,10 @@ class SourceReader:
             self.positions = await resolve_positions(self.host.broker, self.host.principal, self.topic, {},
                                                      EARLIEST_TIMESTAMP)
         positions = tuple(FetchPosition(topic=self.topic, partition=partition, offset=offset,
-                                        max_bytes=SOURCE_FETCH_BYTES_MAX)
+                                        max_bytes=limits.amqp_log_fetch_bytes_max)
                           for partition, offset in sorted(self.positions.items()))
-        request = FetchRequest(positions=positions, wait_ms_max=SOURCE_FETCH_WAIT_MS,
-                               response_bytes_max=SOURCE_FETCH_BYTES_MAX)
+        request = FetchRequest(positions=positions, wait_ms_max=limits.amqp_log_fetch_wait_ms_max,
+                               response_bytes_max=limits.amqp_log_fetch_bytes_max)
         results = await self.host.broker.fetch(self.host.principal, request)
         if self._stopped:
             return True

@@ -6,12 +6,12 @@ import dataclasses
 from collections.abc import Hashable
 from typing import Any
 
+from mqbroker import limits
 from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from mqbroker.protocols.amqp.actions import Outcome
 from mqbroker.protocols.amqp.queue_arguments import StreamOffset, StreamStart
 from mqbroker.protocols.amqp.queue_state import QueuedMessage
 from mqbroker.protocols.amqp.queues import (
-    FETCH_WAIT_MS,
     BaseQueue,
     Consumer,
     ConsumerKey,
@@ -106,7 +106,7 @@ class StreamQueue(BaseQueue):
         idle = not reader.buffer and not reader.fetching and not self._backing_off
         if idle and consumer.key in self._readers and not self.deleted:
             reader.fetching = True
-            fetched = self._fetch(reader.offset, FETCH_WAIT_MS)
+            fetched = self._fetch(reader.offset, limits.amqp_log_fetch_wait_ms_max)
             fetched.addCallback(self._fetched, reader)
             fetched.addErrback(self._fetch_failed)
             fetched.addBoth(self._fetch_finished, reader)

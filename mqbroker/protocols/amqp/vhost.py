@@ -84,8 +84,6 @@ INTERNAL_PRINCIPAL = Principal("Service", "amqp")
 STATE_WRITE_DELAY_S = 0.2
 #: How often TTL and x-expires are checked.
 HOUSEKEEPING_INTERVAL_S = 1.0
-#: Bytes one fetch of an internal topic's replay may return.
-REPLAY_FETCH_BYTES_MAX = 16 * 1024 * 1024
 _PUBLIC = Exchange(name="", type=ExchangeType.DIRECT)  # stands in for an exchange that is not internal
 
 
@@ -197,8 +195,8 @@ class VirtualHost:
         records: list[Any] = []
         offset = 0
         while True:
-            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=REPLAY_FETCH_BYTES_MAX)
-            request = FetchRequest(positions=(position,), response_bytes_max=REPLAY_FETCH_BYTES_MAX)
+            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=limits.amqp_replay_fetch_bytes_max)
+            request = FetchRequest(positions=(position,), response_bytes_max=limits.amqp_replay_fetch_bytes_max)
             [result] = await self.broker.fetch(self.principal, request)
             if result.error is not None:
                 raise result.error

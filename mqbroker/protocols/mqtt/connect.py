@@ -41,7 +41,7 @@ class SessionConfig:
     """Server limits, advertised in CONNACK at level 5 and enforced at both levels."""
 
     receive_maximum: int = 32
-    topic_alias_maximum: int = 16
+    topic_alias_maximum: int = limits.mqtt_topic_aliases_max
     packet_bytes_max: int = limits.mqtt_packet_bytes_max
     maximum_qos: int = 2
     retain_available: bool = True
@@ -51,10 +51,10 @@ class SessionConfig:
     #: Longest keep-alive the server accepts; a 5.0 client is told the server keep-alive.
     keep_alive_s_max: int | None = None
     #: Longest session expiry granted; 3.1.1 persistent sessions (clean session 0) get this.
-    session_expiry_s_max: int = 7 * 24 * 3600
+    session_expiry_s_max: int = limits.mqtt_session_expiry_s_max
     #: Outbound in-flight window for 3.1.1 clients, which cannot announce a receive maximum.
     outbound_inflight_max_3_1_1: int = 20
-    client_id_length_max: int = 256
+    client_id_length_max: int = limits.mqtt_client_id_length_max
     pending_messages_max: int = limits.mqtt_pending_messages_max
     qos0_queue_length_max: int = limits.mqtt_qos0_queue_length_max
     packets_before_connack_max: int = limits.mqtt_packets_before_connack_max

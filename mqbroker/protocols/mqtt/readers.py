@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.state import OutboundMessage
@@ -28,15 +28,13 @@ if TYPE_CHECKING:
 
 #: Who the front end is when it reads and writes its own topics.
 FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can authenticate as it
-FETCH_WAIT_MS = 500
-FETCH_BYTES_MAX = 1024 * 1024
 RETRY_DELAY_S = 1.0
 
 
 def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0) -> FetchRequest:
     """A fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``)."""
-    position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
-    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=FETCH_BYTES_MAX)
+    position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=limits.mqtt_log_fetch_bytes_max)
+    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=limits.mqtt_log_fetch_bytes_max)
 
 
 def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
@@ -78,7 +76,7 @@ class PartitionDispatcher:
         while not self.hub.stopped:
             try:
                 (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL,
-                                                        read_from(self.key, self.position, FETCH_WAIT_MS))
+                                                        read_from(self.key, self.position, limits.mqtt_log_fetch_wait_ms_max))
             except errors.BrokerError as error:
                 self.log.warn("MQTT reader of {key} failed: {error}", key=self.key, error=error)
                 await deferLater(self.hub.reactor, RETRY_DELAY_S)

@@ -24,7 +24,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorCore
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import ANONYMOUS, Acks, Principal
@@ -56,12 +56,7 @@ from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filt
 from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
 
-#: A client that has not sent CONNECT by then is disconnected.
-CONNECT_TIMEOUT_S = 10.0
 _CONNECTED = ConnectionState.CONNECTED
-#: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
-#: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
-RECEIVE_MAXIMUM = 1000
 
 
 class MqttConnection:
@@ -95,7 +90,7 @@ class MqttConnection:
     def connection_made(self, connection: ConnectionHandle) -> None:
         """Start the CONNECT timeout."""
         self._connection = connection
-        self._connect_timer = self.hub.reactor.callLater(CONNECT_TIMEOUT_S, self._connect_timed_out)
+        self._connect_timer = self.hub.reactor.callLater(limits.mqtt_connect_s_max, self._connect_timed_out)
 
     @property
     def buffered_bytes(self) -> int:
@@ -391,7 +386,7 @@ class MqttConnection:
 
     def _connect_timed_out(self) -> None:
         if self.session.state is ConnectionState.AWAITING_CONNECT and self._connection is not None:
-            self.log.info("no CONNECT from {peer} within {timeout} s", peer=self._connection.peer, timeout=CONNECT_TIMEOUT_S)
+            self.log.info("no CONNECT from {peer} within {timeout} s", peer=self._connection.peer, timeout=limits.mqtt_connect_s_max)
             self._connection.close()
 
     # ------------------------------------------------------------------ delivering to the client
@@ -438,7 +433,7 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
     hub = MqttHub(broker, reactor, TopicMapping())
-    config = SessionConfig(receive_maximum=RECEIVE_MAXIMUM, outbound_inflight_max_3_1_1=RECEIVE_MAXIMUM)
+    config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max, outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)
     counter = itertools.count(1)
     prefix = f"mqbroker-{context.config.node_id}-{int(reactor.seconds() * 1000):x}"
 

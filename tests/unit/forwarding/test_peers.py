@@ -12,7 +12,7 @@ from mqbroker import errors, limits
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.cluster.metadata_records import CreateTopic
 from mqbroker.forwarding import wire
-from mqbroker.forwarding.peers import REQUEST_SLACK_S, PeerConnections
+from mqbroker.forwarding.peers import PeerConnections
 from mqbroker.model import Acks, FetchPosition, FetchRequest
 from tests.fakes import (
     BrokerRig,
@@ -73,7 +73,7 @@ def test_a_peer_that_does_not_answer_in_time_is_dropped_with_a_timeout(tmp_path:
     peers.endpoint.flush()
     fired(first)  # connected, versions agreed
     answered = peers.produce()  # written, never delivered
-    peers.clock.advance(1.0 + REQUEST_SLACK_S + 0.1)
+    peers.clock.advance(1.0 + limits.peer_request_slack_s + 0.1)
     with pytest.raises(errors.RequestTimedOutError, match="did not answer a forwarded request"):
         fired(answered)
     assert peers.endpoint.pumps[0].client.transport.disconnecting

@@ -16,7 +16,7 @@ from twisted.internet.task import Clock
 from twisted.logger import Logger, LogLevel, globalLogPublisher
 from twisted.python.failure import Failure
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.routing import Exchange, ExchangeType
@@ -35,7 +35,6 @@ from mqbroker.protocols.mqtt.state import SessionState
 from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.protocols.startup import (
-    READY_WAIT_S,
     RETRY_FIRST_S,
     StartedSignal,
     start_with_retries,
@@ -126,7 +125,7 @@ def test_a_waiter_gives_up_after_the_bound_with_a_clear_error_and_the_start_stil
     clock = Clock()
     signal = StartedSignal(clock, "test front end")
     waiter = signal.wait()
-    clock.advance(READY_WAIT_S)
+    clock.advance(limits.front_end_ready_wait_s_max)
     failure = waiter.result
     waiter.addErrback(lambda _: None)
     assert failure.check(errors.LeaderNotAvailableError)

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from twisted.internet.task import Clock
 
+from mqbroker import limits
 from mqbroker.cluster.metadata_records import CreateTopic
 from mqbroker.model import ANONYMOUS, Acks
-from mqbroker.replication.fetcher import REQUEST_SLACK_S, ReplicaFetcher, ReplicaSink
+from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
 from tests.fakes import (
     BrokerRig,
     FakeClusterView,
@@ -72,7 +73,7 @@ def test_a_leader_that_stops_answering_is_dropped_and_dialed_again(tmp_path: Pat
     pair = Pair(tmp_path)
     pair.run(rounds=3)
     assert len(pair.endpoint.pumps) == 1
-    pair.clock.advance(FETCH_WAIT_MS / 1000 + REQUEST_SLACK_S + 0.1)  # the long-poll's answer never delivered
+    pair.clock.advance(FETCH_WAIT_MS / 1000 + limits.peer_request_slack_s + 0.1)  # the long-poll's answer never delivered
     assert pair.endpoint.pumps[0].client.transport.disconnecting
     pair.run()
     assert len(pair.endpoint.pumps) == 2
