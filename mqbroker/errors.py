@@ -67,6 +67,7 @@ class ErrorCode(enum.IntEnum):
     THROTTLING_QUOTA_EXCEEDED = 89
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
+    INVALID_RECORD = 87
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
@@ -414,6 +415,12 @@ class DuplicateResourceError(BrokerError):
     """The resource to create exists already."""
 
     code = ErrorCode.DUPLICATE_RESOURCE
+
+
+class InvalidRecordError(BrokerError):
+    """A record was refused on produce: it does not decode, or lacks the key a compacted topic needs."""
+
+    code = ErrorCode.INVALID_RECORD
 
 
 class UnacceptableCredentialError(BrokerError):

@@ -123,6 +123,15 @@ class IBroker(Interface):
     def remove_user(principal, name):
         """Delete a user; needs ALTER on the cluster. Fires with None once committed."""
 
+    def describe_users(principal):
+        """Fire with ``{user name: {security.scram.ScramMechanism: iterations}}`` for every user; needs DESCRIBE
+        on the cluster."""
+
+    def alter_scram_credentials(principal, name, upsertions, deletions):
+        """Set a user's credentials from (mechanism, salt, iterations, salted password) ``upsertions`` and remove
+        those of the ``deletions`` mechanisms (Kafka's AlterUserScramCredentials); a user left without any is
+        removed. Needs ALTER on the cluster; fires with None once committed."""
+
     def list_acls(principal):
         """Fire with every ``security.acl.Acl``; needs DESCRIBE on the cluster."""
 
@@ -217,6 +226,12 @@ class ISecurityAdmin(Interface):
     def remove_user(name):
         """Propose a user's deletion; fire once committed."""
 
+    def describe_users():
+        """Every user with the iteration count of its credential of each SCRAM mechanism (a dict of dicts)."""
+
+    def alter_scram_credentials(name, upsertions, deletions):
+        """Propose a user's credentials from salted passwords (see ``IBroker.alter_scram_credentials``)."""
+
     def list_acls():
         """Every ACL (a list of ``security.acl.Acl``)."""
 
@@ -241,6 +256,21 @@ class IAuthenticationAudit(Interface):
 
     def authentication_failed(protocol, host, who, reason):
         """Record one refused login or unauthenticated request: which protocol, from where, as whom, why."""
+
+
+class IAclView(Interface):
+    """The ACLs the broker enforces, for a front end that decides on resources of its own (MQTT topic filters)."""
+
+    mqtt_version = Attribute("A number that changes whenever an MQTT topic ACL is added or removed.")
+
+    def acls(resource_type):
+        """Every ACL of ``resource_type`` (a ``model.ResourceType``), in a stable order."""
+
+    def is_super_user(principal):
+        """Whether ``principal`` is a super user or a broker (allowed everything, ACLs or not)."""
+
+    def report_denial(denial):
+        """Audit a refusal the front end decided (a ``security.acl.Denial``)."""
 
 
 class IAuthorizer(Interface):

@@ -116,7 +116,7 @@ class BrokerService(MultiService):
             listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
             on_fatal=lambda failure: self.reactor.stop(),
         )
-        self.security = SecurityServices(self.config, self.control)
+        self.security = SecurityServices(self.config, self.control, unreadable=self.metrics.unreadable)
         stored_configs = self.control.stored_topic_configs()
         self._logs.open_all(now_ms, {name: log_config_for(topic_defaults, configs) for name, configs in stored_configs.items()})
         self.log.info("opened {count} partition log(s)", count=len(self._logs.partitions()))
@@ -143,6 +143,7 @@ class BrokerService(MultiService):
             follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
             security_admin=self.security,
+            unreadable=self.metrics.unreadable,
         )
         broker = self.broker
         started = self.control.when_caught_up()
@@ -354,8 +355,9 @@ class BrokerService(MultiService):
 
 def front_end_security(services: SecurityServices) -> FrontEndSecurity:
     """The connection-level part of the security services that the front ends get (admin goes through IBroker)."""
+    acls = services.acls if services.authorizer is services.acls else None
     return FrontEndSecurity(authenticator=services.authenticator, authorizer=services.authorizer,
-                            quotas=services.quotas, audit=AuthenticationAudit())
+                            quotas=services.quotas, audit=AuthenticationAudit(), acls=acls)
 
 
 def build_broker_service(config: BrokerConfig, reactor: PosixReactorBase) -> MultiService:

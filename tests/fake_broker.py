@@ -52,6 +52,7 @@ from mqbroker.model import (
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import iter_batches, read_header, stamp
 from mqbroker.security.acl import Acl, AllowEverything
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion
 
 _DENIED = {ResourceType.TOPIC: errors.TopicAuthorizationError, ResourceType.GROUP: errors.GroupAuthorizationError,
            ResourceType.CLUSTER: errors.ClusterAuthorizationError}
@@ -109,6 +110,8 @@ class FakeBroker:
         self._next_producer_id = 1000
         #: SCRAM users by name (their passwords: the fake keeps no credentials) and ACLs.
         self.users: dict[str, str] = {}
+        #: Each user's SCRAM iterations per mechanism, as ``alter_scram_credentials`` set them.
+        self.scram: dict[str, dict[ScramMechanism, int]] = {}
         self.acls: list[Acl] = []
 
     # -- driving the fake ------------------------------------------------------------------
@@ -458,6 +461,36 @@ class FakeBroker:
             return succeed(None)
 
         return self._scripted("remove_user", None) or self._guarded(remove)
+
+    def describe_users(self, principal: Principal) -> Deferred[dict[str, dict[ScramMechanism, int]]]:
+        """Every user's mechanisms and iterations (a password user has SHA-256 and SHA-512 at 4096)."""
+        self.calls.append(("describe_users", principal))
+
+        def describe() -> Deferred[dict[str, dict[ScramMechanism, int]]]:
+            self._cluster(principal, Operation.DESCRIBE)
+            described = {name: {mechanism: 4096 for mechanism in ScramMechanism} for name in self.users}
+            described.update({name: dict(iterations) for name, iterations in self.scram.items()})
+            return succeed(described)
+
+        return self._scripted("describe_users", None) or self._guarded(describe)
+
+    def alter_scram_credentials(self, principal: Principal, name: str, upsertions: Sequence[ScramUpsertion],
+                                deletions: Sequence[ScramMechanism]) -> Deferred[None]:
+        """Set and remove a user's credentials by mechanism (a user left without any goes)."""
+        self.calls.append(("alter_scram_credentials", principal, name, upsertions, deletions))
+
+        def alter() -> Deferred[None]:
+            self._cluster(principal, Operation.ALTER)
+            iterations = self.scram.setdefault(name, {})
+            for mechanism in deletions:
+                if iterations.pop(mechanism, None) is None:
+                    raise errors.ResourceNotFoundError(f"user {name!r} has no {mechanism.value} credential to remove")
+            iterations.update({mechanism: count for mechanism, _, count, _ in upsertions})
+            if not iterations:
+                del self.scram[name]
+            return succeed(None)
+
+        return self._scripted("alter_scram_credentials", None) or self._guarded(alter)
 
     def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:
         """Every ACL."""

@@ -14,6 +14,7 @@ from mqbroker.core.guards import errors_as_failures, require_permission
 from mqbroker.interfaces import IAuthorizer, ISecurityAdmin
 from mqbroker.model import CLUSTER_RESOURCE, Operation, Principal, ResourceType
 from mqbroker.security.acl import Acl
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion
 
 
 class SecurityRequests:
@@ -43,6 +44,19 @@ class SecurityRequests:
         """Delete a user; see ``IBroker.remove_user``."""
         self._require(principal, Operation.ALTER)
         return self._admin.remove_user(name)
+
+    @errors_as_failures
+    def describe_users(self, principal: Principal) -> Deferred[dict[str, dict[ScramMechanism, int]]]:
+        """Every user's SCRAM mechanisms and iterations; see ``IBroker.describe_users``."""
+        self._require(principal, Operation.DESCRIBE)
+        return succeed(self._admin.describe_users())
+
+    @errors_as_failures
+    def alter_scram_credentials(self, principal: Principal, name: str, upsertions: Sequence[ScramUpsertion],
+                                deletions: Sequence[ScramMechanism]) -> Deferred[None]:
+        """Set credentials from salted passwords; see ``IBroker.alter_scram_credentials``."""
+        self._require(principal, Operation.ALTER)
+        return self._admin.alter_scram_credentials(name, upsertions, deletions)
 
     @errors_as_failures
     def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:

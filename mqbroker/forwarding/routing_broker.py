@@ -64,6 +64,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.security.acl import Acl
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion
 
 #: Pause before routing a call again after its leader moved or could not be reached.
 REROUTE_BACKOFF_S = 0.05
@@ -200,6 +201,15 @@ class RoutingBroker:
     def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
         """The local broker's ``remove_user``."""
         return self.local.remove_user(principal, name)
+
+    def describe_users(self, principal: Principal) -> Deferred[dict[str, dict[ScramMechanism, int]]]:
+        """The local broker's ``describe_users``."""
+        return self.local.describe_users(principal)
+
+    def alter_scram_credentials(self, principal: Principal, name: str, upsertions: Sequence[ScramUpsertion],
+                                deletions: Sequence[ScramMechanism]) -> Deferred[None]:
+        """The local broker's ``alter_scram_credentials``."""
+        return self.local.alter_scram_credentials(principal, name, upsertions, deletions)
 
     def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:
         """The local broker's ``list_acls``."""

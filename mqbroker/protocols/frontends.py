@@ -19,17 +19,28 @@ from twisted.python.reflect import namedAny
 from zope.interface import implementer
 
 from mqbroker.config import BrokerConfig
-from mqbroker.interfaces import IAuthenticationAudit, IAuthenticator, IAuthorizer, IBroker, IByteRateQuotas, IFrontEnd
+from mqbroker.interfaces import (
+    IAclView,
+    IAuthenticationAudit,
+    IAuthenticator,
+    IAuthorizer,
+    IBroker,
+    IByteRateQuotas,
+    IFrontEnd,
+)
 
 if TYPE_CHECKING:
+    from mqbroker.records.readable import UnreadableTally
     from prometheus_client import Gauge, Histogram
 
 
 class FrontEndMetrics(Protocol):
-    """The metrics a front end reports: connections per listener, request latency per API."""
+    """The metrics a front end reports: connections per listener, request latency per API, skipped batches."""
 
     connections: Gauge
     request_latency: Histogram
+    #: Batches its readers could not decode and skipped (``mqbroker_unreadable_batches_total``).
+    unreadable: UnreadableTally
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +52,8 @@ class FrontEndSecurity:
     authorizer: IAuthorizer
     quotas: IByteRateQuotas
     audit: IAuthenticationAudit
+    #: The ACLs themselves when the ACL authorizer is in force (MQTT topic ACLs); None otherwise.
+    acls: IAclView | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -74,7 +74,9 @@ class ScramCredential:
         """Rebuild a credential written by ``to_json``."""
         mechanism = ScramMechanism(data["mechanism"])
         iterations = int(data["iterations"])
-        assert limits.scram_iterations_min <= iterations <= limits.scram_iterations_max, iterations
+        if not limits.scram_iterations_min <= iterations <= limits.scram_iterations_max:
+            raise ValueError(f"{iterations} SCRAM iterations are outside {limits.scram_iterations_min}.."
+                             f"{limits.scram_iterations_max}")
         return cls(
             mechanism=mechanism,
             salt=base64.b64decode(data["salt"], validate=True),
@@ -82,6 +84,10 @@ class ScramCredential:
             stored_key=base64.b64decode(data["stored_key"], validate=True),
             server_key=base64.b64decode(data["server_key"], validate=True),
         )
+
+
+#: A credential set from a client's salted password: (mechanism, salt, iterations, salted password).
+ScramUpsertion = tuple[ScramMechanism, bytes, int, bytes]
 
 
 def _b64(data: bytes) -> str:
@@ -104,7 +110,12 @@ def salted_password(mechanism: ScramMechanism, password: str, salt: bytes, itera
 def make_credential(mechanism: ScramMechanism, password: str, salt: bytes, iterations: int) -> ScramCredential:
     """Derive the stored credential for ``password`` (the salt is the caller's fresh random bytes)."""
     assert limits.scram_iterations_min <= iterations <= limits.scram_iterations_max, iterations
-    salted = salted_password(mechanism, password, salt, iterations)
+    return credential_from_salted_password(mechanism, salt, iterations, salted_password(mechanism, password, salt, iterations))
+
+
+def credential_from_salted_password(mechanism: ScramMechanism, salt: bytes, iterations: int,
+                                    salted: bytes) -> ScramCredential:
+    """The stored credential of an already salted password (Kafka clients send those to set credentials)."""
     client_key = _hmac(mechanism, salted, b"Client Key")
     return ScramCredential(
         mechanism=mechanism,

@@ -22,7 +22,7 @@ from twisted.internet.defer import Deferred, gatherResults
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import PutGenericRecord, Record
 from mqbroker.config import BrokerConfig
@@ -34,13 +34,16 @@ from mqbroker.interfaces import (
 )
 from mqbroker.model import CLUSTER_RESOURCE, Operation, Principal, ResourceType
 from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
-from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
+from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableTally
+from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord, check_username
 from mqbroker.security.cluster_auth import read_password_file
+from mqbroker.security.cluster_principals import super_users_of
 from mqbroker.security.inter_broker import (
     BrokerCertificateRules,
     inter_broker_credentials,
 )
 from mqbroker.security.principal_mapping import PrincipalMapper
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion, credential_from_salted_password
 from mqbroker.security.quotas import (
     ByteRateQuota,
     ConnectionLimiter,
@@ -61,6 +64,8 @@ SECRET_KIND = "secret"
 DECOY_SECRET_KEY = "scram-decoy"
 #: The front ends' own principals (reading and writing the logs they map onto): never a client's.
 INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp")
+#: How skipped metadata records are reported (the Raft log of cluster metadata, Kafka's name for it).
+METADATA_LOG = "__cluster_metadata"
 
 audit = Logger(namespace="mqbroker.audit")
 
@@ -106,9 +111,12 @@ class SecurityServices:
 
     log = Logger()
 
-    def __init__(self, config: BrokerConfig, records: IGenericRecords | None = None) -> None:
-        """``records``: the cluster's generic records (None: a broker without users and ACLs in its metadata, in tests)."""
+    def __init__(self, config: BrokerConfig, records: IGenericRecords | None = None,
+                 unreadable: UnreadableTally | None = None) -> None:
+        """``records``: the cluster's generic records (None: a broker without users and ACLs in its metadata, in tests);
+        ``unreadable`` counts the user and ACL records of the metadata that do not decode (the broker's metric)."""
         self.config = config
+        self.unreadable = unreadable or UnreadableTally()
         self.store = CredentialStore(os.urandom)
         inter_broker_credentials_ = {}
         if config.security_inter_broker_password_file:
@@ -123,8 +131,7 @@ class SecurityServices:
             inter_broker_username=config.security_inter_broker_user,
             inter_broker_credentials=inter_broker_credentials_,
         )
-        super_users = [name.strip() for name in config.security_super_users.split(",") if name.strip()]
-        self.acls = AclAuthorizer(super_users=[*super_users, *INTERNAL_PRINCIPALS], on_denied=audit_denial,
+        self.acls = AclAuthorizer(super_users=[*super_users_of(config), *INTERNAL_PRINCIPALS], on_denied=audit_denial,
                                   allow_if_no_acl=config.security_allow_if_no_acl)
         self.authorizer: IAuthorizer = self.acls if config.security_authorizer == "acl" else AllowEverything()
         self.quotas = quota_manager(config)
@@ -190,6 +197,16 @@ class SecurityServices:
                 self._apply(kind, key, value)
 
     def _apply(self, kind: str, key: str, value: Any) -> None:
+        """Take a user or ACL record into the store or authorizer; one that does not decode is counted, logged
+        and skipped (the metadata replay goes on)."""
+        try:
+            self._apply_one(kind, key, value)
+        except errors.InvalidRequestError as error:
+            index = self._records.image.applied_index if self._records is not None else -1
+            self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped_at(
+                "metadata replay", METADATA_LOG, 0, index, index, f"{kind} record {key[:80]!r}: {error.message}"))
+
+    def _apply_one(self, kind: str, key: str, value: Any) -> None:
         if kind == USER_KIND:
             if value is None:
                 if key in self.store.list():
@@ -233,6 +250,31 @@ class SecurityServices:
         if name not in self.store.list():
             raise errors.ResourceNotFoundError(f"user {name!r} does not exist")
         return self._propose(USER_KIND, name, None)
+
+    def alter_scram_credentials(self, name: str, upsertions: Iterable[ScramUpsertion],
+                                deletions: Iterable[ScramMechanism]) -> Deferred[None]:
+        """Set (mechanism, salt, iterations, salted password) credentials of a user and remove others (Kafka's
+        AlterUserScramCredentials); a user left without credentials is removed."""
+        record = self.store.get(check_username(name)) or UserRecord(name=name, credentials=())
+        credentials = {credential.mechanism: credential for credential in record.credentials}
+        for mechanism in deletions:
+            if credentials.pop(mechanism, None) is None:
+                raise errors.ResourceNotFoundError(f"user {name!r} has no {mechanism.value} credential to remove")
+        for mechanism, salt, iterations, salted in upsertions:
+            if not limits.scram_iterations_min <= iterations <= limits.scram_iterations_max:
+                raise errors.UnacceptableCredentialError(
+                    f"{iterations} iterations is outside {limits.scram_iterations_min}..{limits.scram_iterations_max}")
+            credentials[mechanism] = credential_from_salted_password(mechanism, bytes(salt), iterations, bytes(salted))
+        if not credentials:
+            return self._propose(USER_KIND, name, None)
+        updated = UserRecord(name=name, credentials=tuple(credentials[key] for key in ScramMechanism if key in credentials))
+        return self._propose(USER_KIND, name, json.loads(updated.to_bytes()))
+
+    def describe_users(self) -> dict[str, dict[ScramMechanism, int]]:
+        """Every user with the iteration count of its SCRAM credential of each mechanism."""
+        records = {name: self.store.get(name) for name in self.store.list()}
+        return {name: {credential.mechanism: credential.iterations for credential in record.credentials}
+                for name, record in records.items() if record is not None}
 
     def list_users(self) -> list[str]:
         """Every user name."""

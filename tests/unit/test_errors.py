@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mqbroker import errors
-from mqbroker.protocols.native import exceptions
+from mqbroker.protocols import exceptions
 
 #: The classes ``mqbroker.errors`` defines (others, like the native codec's, subclass them).
 ERROR_CLASSES = [value for value in vars(errors).values()
@@ -35,7 +35,7 @@ def test_an_unknown_code_is_an_unknown_server_error_that_names_it() -> None:
     (exceptions.UnsupportedVersionError, errors.UnsupportedVersionError),
     (exceptions.FrameTooLargeError, errors.FrameTooLargeError),
 ])
-def test_a_native_codec_error_is_the_broker_error_of_its_code(cls: type[errors.BrokerError],
+def test_a_codec_error_is_the_broker_error_of_its_code(cls: type[errors.BrokerError],
                                                                  parent: type[errors.BrokerError]) -> None:
     error = cls("bad frame")
-    assert isinstance(error, parent) and isinstance(error, exceptions.NativeProtocolError) and error.code == parent.code
+    assert isinstance(error, parent) and isinstance(error, exceptions.ProtocolError) and error.code == parent.code

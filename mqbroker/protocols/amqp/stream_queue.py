@@ -117,7 +117,7 @@ class StreamQueue(BaseQueue):
             raise result.error
         self.log_start, self.log_end = result.log_start_offset, result.high_watermark
         reader.offset = max(reader.offset, result.log_start_offset)
-        messages, unreadable = decode_fetched(result.records)
+        messages, unreadable = decode_fetched(result.records, topic=self.topic)
         reader.buffer = [message for message in messages if message.offset >= reader.offset]
         for batch in unreadable:
             if batch.last_offset >= reader.offset:

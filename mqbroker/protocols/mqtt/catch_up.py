@@ -21,14 +21,13 @@ from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     message_of,
-    next_offset_after,
     read_from,
-    records_after,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
+from mqbroker.records.readable import next_offset_after
 from mqbroker.records.record import Record
 
 
@@ -120,7 +119,7 @@ class CatchUp:
 
     def _records(self, key: PartitionKey, data: bytes, offset: int) -> None:
         limit = self._hub.live_position(key)
-        for record in records_after(data, offset):
+        for record in self._hub.records_after(key, data, offset):
             if record.offset >= limit or not self._one(key, record):
                 return
             self._behind[key] = record.offset + 1

@@ -11,7 +11,9 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
   (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
   replayed into memory at start;
 * ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
-* partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``.
+* partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``;
+* a batch whose records do not decode is counted, logged and skipped (``records_after``):
+  every reader goes on after it.
 """
 
 from __future__ import annotations
@@ -45,9 +47,7 @@ from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     PartitionDispatcher,
     message_of,
-    next_offset_after,
     read_from,
-    records_after,
 )
 from mqbroker.protocols.mqtt.registry import (
     GroupKey,
@@ -61,6 +61,13 @@ from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.readable import (
+    SKIPPED_LOG_FORMAT,
+    UnreadableBatch,
+    UnreadableTally,
+    next_offset_after,
+    readable_records,
+)
 from mqbroker.records.record import Record
 
 RETAINED_TOPIC = "__mqtt_retained"
@@ -69,6 +76,8 @@ SYS_INTERVAL_S = 10.0
 #: How often the log topics' partition counts are checked (a grown topic gets readers for its new partitions).
 PARTITION_REFRESH_S = 5.0
 _COMPACTED = {"cleanup.policy": "compact"}
+#: The log topics the hub decodes: a client's produce whose records do not decode is refused.
+_DECODED = {"record.validation": "decode"}
 
 
 class Connection(TypingProtocol):
@@ -114,8 +123,11 @@ class MqttHub:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping) -> None:
+    def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
+                 unreadable: UnreadableTally | None = None) -> None:
+        """``unreadable`` counts the batches the readers skip (the broker's metric)."""
         self.broker = broker
+        self.unreadable = unreadable or UnreadableTally()
         self.reactor = reactor
         self.mapping = mapping
         self.registry = SubscriptionRegistry()
@@ -132,8 +144,6 @@ class MqttHub:
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
         self._durable_sessions: set[str] = set()
-        #: Records of the internal topics that replays could not read (each logged with its offset).
-        self.bad_records_skipped = 0
         self._expiry_timers: dict[str, IDelayedCall] = {}
         self._will_timers: dict[str, IDelayedCall] = {}
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
@@ -161,7 +171,7 @@ class MqttHub:
     async def _load(self) -> None:
         """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
         log_topics = self._log_topics()
-        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, {}) for t in log_topics]:
+        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, _DECODED) for t in log_topics]:
             await self._ensure_topic(name, configs)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
@@ -233,7 +243,7 @@ class MqttHub:
             (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, read_from((topic, 0), position))
             if result.error is not None:
                 raise result.error
-            for record in records_after(result.records, position):
+            for record in self.records_after((topic, 0), result.records, position):
                 yield record
             position = next_offset_after(result.records, position)
 
@@ -254,20 +264,27 @@ class MqttHub:
             except errors.CorruptMessageError as error:
                 self.offline.pop(client_id, None)  # an older record of this client is stale now
                 self._durable_sessions.add(client_id)  # the record is still there: forgetting writes a tombstone
-                self.bad_records_skipped += 1
-                self.log.warn("MQTT session of {client_id} at {topic}-0 offset {offset} is unreadable; skipped "
-                              "(the client starts a new session): {error}",
-                              client_id=client_id, topic=SESSIONS_TOPIC, offset=record.offset, error=error)
+                fields = self.unreadable.skipped_at("MQTT replay", SESSIONS_TOPIC, 0, record.offset, record.offset,
+                                                    error, what=f"the session of {client_id!r}")
+                self.log.warn(SKIPPED_LOG_FORMAT + " (the client starts a new session)", **fields)
                 return
             self.offline[client_id] = stored
             self._durable_sessions.add(client_id)
 
     # ------------------------------------------------------------------ fan-out
 
+    def records_after(self, key: PartitionKey, data: bytes, start_offset: int) -> Iterator[Record]:
+        """Data records of the whole batches of ``key`` in ``data`` from ``start_offset`` on; a batch that does
+        not decode is counted, logged and skipped."""
+        return readable_records(data, start_offset, topic=key[0], partition=key[1], skipped=self._skip_unreadable)
+
+    def _skip_unreadable(self, batch: UnreadableBatch) -> None:
+        self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped("MQTT reader", batch))
+
     def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int) -> None:
         """``dispatch`` every record of a fetch from ``start_offset`` on; one socket write per connection."""
         with self.batched_writes():
-            for record in records_after(data, start_offset):
+            for record in self.records_after(key, data, start_offset):
                 self.dispatch(key, record)
 
     @contextmanager

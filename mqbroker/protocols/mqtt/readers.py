@@ -8,7 +8,6 @@ helpers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from twisted.internet.task import deferLater
@@ -19,8 +18,7 @@ from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest, Princi
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.state import OutboundMessage
 from mqbroker.protocols.mqtt.stored import PartitionKey
-from mqbroker.records.decoder import decode_records
-from mqbroker.records.header import iter_batches
+from mqbroker.records.readable import next_offset_after
 from mqbroker.records.record import Record
 
 if TYPE_CHECKING:
@@ -35,24 +33,6 @@ def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0) -> FetchRequ
     """A fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``)."""
     position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=limits.mqtt_log_fetch_bytes_max)
     return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=limits.mqtt_log_fetch_bytes_max)
-
-
-def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
-    """Data records of the whole batches in ``data`` from ``start_offset`` on (a read starts at a batch)."""
-    for position, header in iter_batches(data):
-        if header.is_control:
-            continue
-        for record in decode_records(memoryview(data)[position : position + header.size_bytes]):
-            if record.offset >= start_offset:
-                yield record
-
-
-def next_offset_after(data: bytes, start_offset: int) -> int:
-    """The offset after the last batch in ``data`` (``start_offset`` if it holds none)."""
-    end = start_offset
-    for _, header in iter_batches(data, check=False):
-        end = max(end, header.next_offset)
-    return end
 
 
 def message_of(record: Record) -> OutboundMessage | None:

@@ -27,10 +27,11 @@ from twisted.python.failure import Failure
 from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
-from mqbroker.model import ANONYMOUS, Acks, Principal
+from mqbroker.model import ANONYMOUS, Acks, Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.mqtt import security as mqtt_security
+from mqbroker.protocols.mqtt.acl import MqttIdentity, TopicDecisions
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -48,7 +49,7 @@ from mqbroker.protocols.mqtt.actions import (
 from mqbroker.protocols.mqtt.catch_up import CatchUp
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub, reason_code_for
-from mqbroker.protocols.mqtt.packets import Publish, ReasonCode
+from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
@@ -65,10 +66,14 @@ class MqttConnection:
     log = Logger()
 
     def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Callable[[], str],
-                 security: FrontEndSecurity | None = None) -> None:
-        """``security`` None: every client is let in under its username."""
+                 security: FrontEndSecurity | None = None, topic_acls: mqtt_security.ListenerAcls | None = None) -> None:
+        """``security`` None: every client is let in under its username; ``topic_acls``: the listener's MQTT topic
+        ACLs (shared by its connections)."""
         self.hub = hub
-        self._security = security
+        self.security = security
+        self.topic_acls = topic_acls or mqtt_security.ListenerAcls(security)
+        #: This connection's topic decisions once it is authenticated (None: MQTT topic ACLs do not apply).
+        self.topic_decisions: TopicDecisions | None = None
         self.session = MqttSession(config=config, mapping=hub.mapping, generate_client_id=generate_client_id)
         self.client_id = ""
         self.principal: Principal = ANONYMOUS
@@ -150,7 +155,7 @@ class MqttConnection:
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
-        if self.session.state is _CONNECTED:
+        if self.session.state is _CONNECTED and mqtt_security.topic_allowed(self, Operation.READ, message.topic):
             self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
 
     def take_over(self) -> Deferred[None]:
@@ -208,10 +213,15 @@ class MqttConnection:
 
     def _execute(self, actions: list[Action]) -> None:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
+        refused: list[int] = []
         for action in actions:
             if isinstance(action, Send):
                 self._send(action)
             elif isinstance(action, PublishToLog):
+                if not mqtt_security.topic_allowed(self, Operation.WRITE, action.key.decode("utf-8", "replace")):
+                    if action.ticket is not None:  # QoS 1/2: PUBACK/PUBREC 0x87 (level 5); QoS 0 is dropped
+                        refused.append(action.ticket)
+                    continue
                 partition = self.hub.partition_for(action.log_topic, action.key)
                 publishes.setdefault((action.log_topic, partition), []).append(action)
             elif isinstance(action, Close):
@@ -221,7 +231,7 @@ class MqttConnection:
             elif isinstance(action, OpenSession):
                 self._open(action)
             elif isinstance(action, Retain):
-                if mqtt_security.may_publish(self._security, self.principal, self.hub.mapping, action.topic):
+                if mqtt_security.may_publish(self, self.hub.mapping, action.topic):
                     self.hub.retain(action)
             elif isinstance(action, AddSubscription):
                 self.hub.registry.add(action.client_id, action.subscription)
@@ -239,6 +249,9 @@ class MqttConnection:
                 assert isinstance(action, StoreSession), action  # written by _drain before this list ran
         for key, group in publishes.items():
             self._append(key, group)
+        if refused:  # 3.1.1 has no negative acknowledgement: acknowledged and dropped, as Mosquitto does
+            code = ReasonCode.NOT_AUTHORIZED if self.session.protocol_level == PROTOCOL_LEVEL_5 else ReasonCode.SUCCESS
+            self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), code))
 
     def _send(self, action: Send) -> None:
         if self._connection is None:
@@ -310,16 +323,21 @@ class MqttConnection:
 
     def _open(self, action: OpenSession) -> None:
         self.client_id = action.client_id
-        if self._security is None:
+        if self.security is None:
             self.principal = Principal("User", action.username) if action.username else ANONYMOUS
         else:
-            authenticated = mqtt_security.authenticate(self._security, self._connection, action)
+            authenticated = mqtt_security.authenticate(self.security, self._connection, action)
             if isinstance(authenticated, ReasonCode):
                 self._run(self.session.connect_refused(authenticated, self.hub.now_ms()))
                 return
             self.principal = authenticated
-            self.session.authorize_filter = mqtt_security.filter_authorizer(self._security, authenticated,
-                                                                            self.hub.mapping)
+            self.topic_decisions = TopicDecisions(MqttIdentity(principal=authenticated, client_id=action.client_id))
+            self.session.authorize_filter = mqtt_security.filter_authorizer(self, self.hub.mapping)
+            will_topic = self.session.will_topic
+            if will_topic is not None and not mqtt_security.may_publish(self, self.hub.mapping, will_topic):
+                # as Mosquitto 2: a will the client may not publish refuses the CONNECT
+                self._run(self.session.connect_refused(ReasonCode.NOT_AUTHORIZED, self.hub.now_ms()))
+                return
         for throttle in (self._produce_throttle, self._fetch_throttle):
             if throttle is not None:
                 throttle.principal, throttle.client_id = str(self.principal), self.client_id
@@ -397,6 +415,8 @@ class MqttConnection:
         """Hand the session a log record's message (live, or read while catching up)."""
         state = self.session.session
         assert state is not None
+        if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+            return  # a subscription to '#' brings only what the principal may read
         queued_before = len(state.pending) + len(state.inflight)
         actions = self.session.deliver(message, subscriptions, self.hub.now_ms())
         if len(state.pending) + len(state.inflight) > queued_before:
@@ -410,6 +430,8 @@ class MqttConnection:
                 return
             if message.qos and not self.session.accepting_deliveries:
                 continue  # the queue is full; a retained message is a snapshot, the next one replaces it
+            if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+                continue
             self._run(self.session.deliver(message, [subscription], self.hub.now_ms(), from_retained_store=True))
 
     @property
@@ -432,8 +454,10 @@ class MqttConnection:
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
-    hub = MqttHub(broker, reactor, TopicMapping())
-    config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max, outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)
+    hub = MqttHub(broker, reactor, TopicMapping(),
+                  unreadable=context.metrics.unreadable if context.metrics is not None else None)
+    config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
+                           outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)
     counter = itertools.count(1)
     prefix = f"mqbroker-{context.config.node_id}-{int(reactor.seconds() * 1000):x}"
 
@@ -444,8 +468,9 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     lifecycle.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
     lifecycle.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
+    topic_acls = mqtt_security.ListenerAcls(context.security)
     return SessionFactory(
-        lambda address: MqttConnection(hub, config, generate_client_id, context.security),
+        lambda address: MqttConnection(hub, config, generate_client_id, context.security, topic_acls),
         idle_timeout_s=None, metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
         started=hub.started,
     )

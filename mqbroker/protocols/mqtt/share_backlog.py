@@ -19,12 +19,11 @@ from mqbroker.model import EARLIEST_TIMESTAMP
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     message_of,
-    next_offset_after,
     read_from,
-    records_after,
 )
 from mqbroker.protocols.mqtt.registry import GroupKey
 from mqbroker.protocols.mqtt.stored import PartitionKey
+from mqbroker.records.readable import next_offset_after
 
 if TYPE_CHECKING:
     from mqbroker.protocols.mqtt.hub import MqttHub
@@ -90,7 +89,7 @@ class ShareBacklog:
         group_key, key = (entry[0], entry[1]), entry[2]
         limit = hub.live_position(key)
         connections = hub.connections
-        for record in records_after(data, offset):
+        for record in hub.records_after(key, data, offset):
             if record.offset >= limit:
                 break
             message = message_of(record)

@@ -8,7 +8,8 @@ from mqbroker import errors
 from mqbroker.interfaces import IBroker
 from mqbroker.model import Principal, TopicSpec
 from mqbroker.protocols.native import messages as m
-from mqbroker.protocols.native.replies import error_code, settle
+from mqbroker.protocols.deferreds import settle
+from mqbroker.protocols.native.replies import error_code
 
 
 async def handle_create_topics(broker: IBroker, principal: Principal, request: m.CreateTopicsRequest) -> Any:

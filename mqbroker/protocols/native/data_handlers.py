@@ -14,13 +14,8 @@ from mqbroker import errors
 from mqbroker.interfaces import IBroker
 from mqbroker.model import Acks, FetchPosition, FetchRequest, FetchResult, Principal
 from mqbroker.protocols.native import messages as m
-from mqbroker.protocols.native.replies import (
-    error_code,
-    gathered,
-    per_topic,
-    settle,
-    settled,
-)
+from mqbroker.protocols.deferreds import gathered, settle, settled
+from mqbroker.protocols.native.replies import error_code, per_topic
 
 
 async def handle_metadata(broker: IBroker, principal: Principal, request: m.MetadataRequest) -> Any:

@@ -12,7 +12,8 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import Principal
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native import messages as m
-from mqbroker.protocols.native.replies import error_code, settle
+from mqbroker.protocols.deferreds import settle
+from mqbroker.protocols.native.replies import error_code
 
 #: The requesting client's id (from the request header), for handlers that record it (group joins).
 REQUEST_CLIENT_ID: contextvars.ContextVar[str] = contextvars.ContextVar("client_id", default="")

@@ -16,8 +16,9 @@ from typing import Any
 
 from mqbroker import errors
 from mqbroker.config import BrokerConfig
-from mqbroker.interfaces import IBroker, ISaslExchange
+from mqbroker.interfaces import IBroker
 from mqbroker.model import PeerIdentity, Principal, ResourceType
+from mqbroker.protocols.connection_auth import ConnectionAuthentication
 from mqbroker.protocols.frontends import FrontEndSecurity
 from mqbroker.protocols.native import messages as m
 from mqbroker.security.acl import Acl, PatternType, Permission, parse_operation
@@ -57,58 +58,28 @@ class ConnectionSecurity:
         self._security = security
         self._config = config
         self._secure = secure
-        self._host = host
-        self._peer_certificate = peer_certificate
-        self._principal: Principal | None = None
-        self._checked_certificate = False
-        self._exchange: ISaslExchange | None = None
+        self.authentication = ConnectionAuthentication(security, "native", secure, host, peer_certificate)
 
     def principal(self) -> Principal | None:
         """Who this connection is so far (None: it must authenticate first)."""
-        if self._principal is None and not self._checked_certificate:
-            self._checked_certificate = True
-            identity = self._peer_certificate()
-            try:
-                if identity is not None:
-                    self._principal = self._security.authenticator.authenticate_certificate(
-                        identity.subject, identity.alternative_names, self._host)
-                else:
-                    self._principal = self._security.authenticator.anonymous(self._host)
-            except errors.SaslAuthenticationError:
-                self._principal = None  # SASL may still authenticate this connection
-        return self._principal
+        return self.authentication.principal()
 
     def require_principal(self, api_key: m.ApiKey) -> Principal | None:
         """The principal for a request to ``api_key``; SaslAuthenticationError if it needs one and there is none."""
-        principal = self.principal()
-        if principal is None and api_key not in UNAUTHENTICATED_APIS:
-            self._security.audit.authentication_failed("native", self._host, "", f"{api_key.name} before authenticating")
-            raise errors.SaslAuthenticationError(
-                "authenticate first: this broker does not allow anonymous access (use SASL or a client certificate)")
-        return principal
+        if api_key in UNAUTHENTICATED_APIS:
+            return self.principal()
+        return self.authentication.require_principal(api_key.name)
 
     # ---- SASL ----------------------------------------------------------------------------------
 
     def handshake(self, request: m.SaslHandshakeRequest) -> m.SaslHandshakeResponse:
         """Start an exchange with the chosen mechanism."""
-        self._exchange = self._security.authenticator.start(request.mechanism, self._secure, self._host)
-        return m.SaslHandshakeResponse(mechanisms=tuple(self._security.authenticator.mechanisms(self._secure)))
+        self.authentication.start_sasl(request.mechanism)
+        return m.SaslHandshakeResponse(mechanisms=tuple(self.authentication.mechanisms()))
 
     def authenticate(self, request: m.SaslAuthenticateRequest) -> m.SaslAuthenticateResponse:
         """One step of the exchange; on completion the connection takes the exchange's principal."""
-        if self._exchange is None:
-            raise errors.IllegalSaslStateError("SaslAuthenticate before SaslHandshake")
-        exchange = self._exchange
-        try:
-            reply = exchange.respond(request.auth_bytes)
-        except errors.BrokerError as error:
-            self._exchange = None
-            self._security.audit.authentication_failed("native", self._host, "", error.message)
-            raise
-        if exchange.complete:
-            self._principal = exchange.principal
-            self._exchange = None
-        return m.SaslAuthenticateResponse(auth_bytes=reply)
+        return m.SaslAuthenticateResponse(auth_bytes=self.authentication.step_sasl(request.auth_bytes))
 
     # ---- admin ---------------------------------------------------------------------------------
 

@@ -8,17 +8,29 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
-from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, FetchResult
+from mqbroker.model import ANONYMOUS, LATEST_TIMESTAMP, Acks, FetchPosition, FetchRequest, FetchResult, Principal
 from mqbroker.records.header import iter_batches
+from mqbroker.security.inter_broker import broker_principal
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 from tests.unit.storage.logtools import make_batch
 
 BATCH = make_batch([b"a", b"b", b"c"], timestamp_ms=5_000)
 
 
-def _broker(tmp_path: Path, configs: dict[str, str] | None = None, replicas: tuple[int, ...] = (1,)) -> BrokerRig:
-    cluster = FakeClusterView(broker_ids=sorted({1, *replicas}))
-    rig = build_broker(tmp_path, cluster)
+BROKER_2 = broker_principal(2)
+
+
+def _secured(tmp_path: Path) -> dict[str, object]:
+    """Brokers that prove who they are (an inter-broker password): anonymous is a client, not a broker."""
+    password_file = tmp_path / "inter-broker-password"
+    password_file.write_text("a-long-inter-broker-password\n")
+    return {"security.inter_broker_password_file": str(password_file)}
+
+
+def _broker(tmp_path: Path, configs: dict[str, str] | None = None, replicas: tuple[int, ...] = (1,),
+            brokers: tuple[int, ...] = (), settings: dict[str, object] | None = None) -> BrokerRig:
+    cluster = FakeClusterView(broker_ids=sorted({1, *replicas, *brokers}))
+    rig = build_broker(tmp_path, cluster, settings=settings)
     cluster.apply(CreateTopic(name="t", assignment=(1,), configs=configs or {}, replicas=(replicas,)))
     return rig
 
@@ -71,8 +83,8 @@ def test_a_long_poll_waits_for_min_bytes(tmp_path: Path) -> None:
 
 def test_a_followers_long_poll_is_woken_by_the_append_before_the_fsync(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    fetched = rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=0),),
-                                                                  wait_ms_max=5_000))
+    fetched = rig.broker.replica_fetch(BROKER_2, 2, FetchRequest(positions=(_position(0, epoch=0),),
+                                                                 wait_ms_max=5_000))
     fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     [result] = fired(fetched)  # a follower copies up to the log end; the high watermark waits for it
     assert _offsets(result) == [0] and result.high_watermark == 0
@@ -82,13 +94,13 @@ def test_a_follower_whose_log_diverged_is_told_where(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
     fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     request = FetchRequest(positions=(_position(5, epoch=0, last_fetched_epoch=0),), wait_ms_max=5_000)
-    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, request))
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, request))
     assert (result.diverging_epoch, result.diverging_end_offset) == (0, 3)  # it claims offsets we never had
 
 
 def test_a_follower_at_a_stale_leader_epoch_is_fenced(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=-1),))))
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, FetchRequest(positions=(_position(0, epoch=-1),))))
     assert isinstance(result.error, errors.FencedLeaderEpochError)
 
 
@@ -128,3 +140,36 @@ def test_stopping_answers_every_waiting_fetch(tmp_path: Path) -> None:
     rig.broker.stop()
     [result] = fired(fetched)
     assert result.records == b""
+
+
+def test_a_replica_fetch_is_served_only_to_the_broker_it_names(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, replicas=(1, 2), settings=_secured(tmp_path))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
+    rig.engine.finish_round()  # durable here; the high watermark waits for follower 2
+    for principal in (ANONYMOUS, Principal("User", "alice"), broker_principal(3)):
+        with pytest.raises(errors.ClusterAuthorizationError, match="only from Broker:2"):  # "I hold all 3 records"
+            fired(rig.broker.replica_fetch(principal, 2, FetchRequest(positions=(_position(3, epoch=0),))))
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, LATEST_TIMESTAMP)).offset == 0  # nothing moved
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, FetchRequest(positions=(_position(0, epoch=0),))))
+    assert _offsets(result) == [0] and result.high_watermark == 0
+
+
+def test_a_broker_that_is_no_replica_of_the_partition_cannot_read_past_the_high_watermark(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, replicas=(1, 2), brokers=(3,), settings=_secured(tmp_path))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))  # appended, not yet below the high watermark
+    [result] = fired(rig.broker.replica_fetch(broker_principal(3), 3, FetchRequest(positions=(_position(0, epoch=0),))))
+    assert isinstance(result.error, errors.NotLeaderError) and "not one of its followers" in result.error.message
+    assert result.records == b""
+
+
+def test_in_an_unauthenticated_cluster_the_anonymous_principal_is_taken_for_a_broker(tmp_path: Path) -> None:
+    """No inter-broker credentials, two brokers: a follower reaches the leader anonymously (firewall the ports)."""
+    rig = _broker(tmp_path, replicas=(1, 2))
+    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=0),))))
+    assert result.error is None
+
+
+def test_a_single_broker_serves_no_anonymous_replica_fetch(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    with pytest.raises(errors.ClusterAuthorizationError):
+        fired(rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=0),))))

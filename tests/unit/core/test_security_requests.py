@@ -11,6 +11,7 @@ from mqbroker import errors
 from mqbroker.cluster.metadata_records import PutGenericRecord
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.security.acl import Acl, AclAuthorizer, Permission
+from mqbroker.security.scram import ScramMechanism, salted_password
 from mqbroker.security.service import ACL_KIND, USER_KIND
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 
@@ -52,6 +53,15 @@ def test_acls_are_stored_listed_and_removed_exactly(tmp_path: Path) -> None:
     assert fired(rig.broker.list_acls(ADMIN)) == []
 
 
+def test_salted_credentials_are_set_described_and_removed_through_the_broker(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    salted = salted_password(ScramMechanism.SHA_256, "s3cret", b"salt", 4096)
+    fired(rig.broker.alter_scram_credentials(ADMIN, "carol", [(ScramMechanism.SHA_256, b"salt", 4096, salted)], []))
+    assert fired(rig.broker.describe_users(ADMIN)) == {"carol": {ScramMechanism.SHA_256: 4096}}
+    fired(rig.broker.alter_scram_credentials(ADMIN, "carol", [], [ScramMechanism.SHA_256]))
+    assert fired(rig.broker.describe_users(ADMIN)) == {}
+
+
 @pytest.mark.parametrize("call", [
     lambda broker: broker.list_users(ALICE),
     lambda broker: broker.upsert_user(ALICE, "bob", "pw", True),
@@ -59,7 +69,10 @@ def test_acls_are_stored_listed_and_removed_exactly(tmp_path: Path) -> None:
     lambda broker: broker.list_acls(ALICE),
     lambda broker: broker.add_acls(ALICE, [ORDERS_WRITE]),
     lambda broker: broker.remove_acls(ALICE, [ORDERS_WRITE]),
-], ids=["list_users", "upsert_user", "remove_user", "list_acls", "add_acls", "remove_acls"])
+    lambda broker: broker.describe_users(ALICE),
+    lambda broker: broker.alter_scram_credentials(ALICE, "bob", [], [ScramMechanism.SHA_256]),
+], ids=["list_users", "upsert_user", "remove_user", "list_acls", "add_acls", "remove_acls", "describe_users",
+        "alter_scram_credentials"])
 def test_every_admin_call_needs_the_cluster_permission_and_proposes_nothing_without_it(tmp_path: Path,
                                                                                       call: object) -> None:
     rig = _broker(tmp_path)

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.address import IPv4Address
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from mqbroker.security.acl import Acl, Permission
-from mqbroker.security.auth import Authenticator, CredentialStore
+from mqbroker.records.readable import UnreadableTally
+from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
 from mqbroker.config import BrokerConfig, ConfigError, build_config
-from mqbroker.errors import SaslAuthenticationError
+from mqbroker.errors import (
+    InvalidRequestError,
+    ResourceNotFoundError,
+    SaslAuthenticationError,
+    UnacceptableCredentialError,
+)
 from mqbroker.protocols.listeners import ConnectionLimitingFactory
 from mqbroker.cluster.metadata_records import PutGenericRecord
 from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
@@ -22,6 +31,7 @@ from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.security import ConnectionSecurity
 from mqbroker.security.quotas import ConnectionLimiter
+from mqbroker.security.scram import ScramMechanism, make_credential, salted_password
 from mqbroker.security.service import ACL_KIND, USER_KIND, SecurityServices
 from mqbroker.service import front_end_security
 from tests.fakes import FakeClusterView
@@ -82,6 +92,31 @@ def test_a_new_user_is_proposed_as_a_record_without_its_password() -> None:
     assert isinstance(proposed, PutGenericRecord) and (proposed.kind, proposed.key) == (USER_KIND, "bob")
     assert "bob-password" not in json.dumps(proposed.value)
     assert services.list_users() == ["bob"]  # committed at once by the fake controller, and applied
+
+
+def test_a_user_or_acl_record_that_does_not_decode_is_counted_and_skipped() -> None:
+    """The metadata replay goes on: the records after a broken one are applied."""
+    cluster = FakeClusterView()
+    tally = UnreadableTally()
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster, unreadable=tally)
+    record = CredentialStore(os.urandom, iterations=4096).add("alice", "secret")
+    for broken in ({"name": "bob"}, {"name": "bob", "credentials": [{"mechanism": "SCRAM-SHA-512", "iterations": 1}]},
+                   ["not", "a", "user"]):
+        cluster.apply(PutGenericRecord(kind=USER_KIND, key="bob", value=broken))
+    cluster.apply(PutGenericRecord(kind=ACL_KIND, key="{not an acl", value={}))
+    cluster.apply(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())))
+    assert services.authenticator.authenticate_password("alice", "secret", True, "h").name == "alice"
+    assert tally.counts() == {("metadata replay", "__cluster_metadata"): 4}
+
+
+@given(value=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                          lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12),
+                                                                                            children, max_size=4)))
+def test_garbage_user_records_raise_only_invalid_request(value: object) -> None:
+    with contextlib.suppress(InvalidRequestError):
+        UserRecord.from_bytes(json.dumps(value).encode())
+    with contextlib.suppress(InvalidRequestError):
+        UserRecord.from_bytes(json.dumps({"name": "x", "credentials": [value]}).encode())
 
 
 def test_connections_beyond_the_limit_are_refused_and_slots_come_back() -> None:
@@ -145,3 +180,23 @@ def test_consumer_fetches_are_throttled_and_replica_fetches_are_not() -> None:
     principal = Principal("User", "ANONYMOUS")
     assert security.throttle_ms(principal, "replica-2", *_fetch(replica_id=2), now_ms=0) == 0
     assert security.throttle_ms(principal, "consumer", *_fetch(replica_id=-1), now_ms=0) > 0
+
+
+def test_salted_credentials_from_a_kafka_client_authenticate_like_a_password_would() -> None:
+    """AlterUserScramCredentials carries Hi(password, salt, iterations); the stored keys match a password's."""
+    cluster = FakeClusterView()
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster)
+    salted = salted_password(ScramMechanism.SHA_512, "s3cret", b"salty", 8192)
+    services.alter_scram_credentials("carol", upsertions=[(ScramMechanism.SHA_512, b"salty", 8192, salted)],
+                                     deletions=[])
+    assert services.store.lookup("carol", ScramMechanism.SHA_512) == make_credential(ScramMechanism.SHA_512, "s3cret",
+                                                                                     b"salty", 8192)
+    assert services.describe_users() == {"carol": {ScramMechanism.SHA_512: 8192}}
+    with pytest.raises(ResourceNotFoundError):
+        services.alter_scram_credentials("carol", upsertions=[], deletions=[ScramMechanism.SHA_256])
+    with pytest.raises(UnacceptableCredentialError):
+        services.alter_scram_credentials("carol", upsertions=[(ScramMechanism.SHA_256, b"s", 10, salted)], deletions=[])
+    services.alter_scram_credentials("carol", upsertions=[], deletions=[ScramMechanism.SHA_512])
+    last = cluster.proposed[-1]
+    assert isinstance(last, PutGenericRecord) and (last.kind, last.key, last.value) == (USER_KIND, "carol", None)
+    assert services.describe_users() == {}  # no credential left: the user goes

@@ -3,6 +3,8 @@ records are durable, a refused append routes the chunk again, stop ends the loop
 
 from __future__ import annotations
 
+from typing import Any
+
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 
@@ -43,6 +45,9 @@ class FakeHost:
     def save_positions(self, topic: str, positions: dict[int, int]) -> Deferred[None]:
         self.saved.append(positions)
         return succeed(None)
+
+    def skip_unreadable(self, reader: str, batch: Any) -> None:
+        raise AssertionError(f"{reader} skipped {batch}")
 
 
 def test_the_position_is_saved_only_once_the_routed_records_are_durable() -> None:
