@@ -34,6 +34,7 @@ from mqbroker.core.broker import Broker
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig, dial_address
+from mqbroker.client.twisted.broker_login import log_in_as_broker
 from mqbroker.cluster.controlplane import ControlPlane, parse_quorum
 from mqbroker.cluster.wiring import build_control_plane
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
@@ -47,7 +48,7 @@ from mqbroker.durability.cleaner_service import LogCleanerService
 from mqbroker.ops.metrics import BrokerMetrics
 from mqbroker.forwarding.peers import PeerConnections
 from mqbroker.forwarding.routing_broker import RoutingBroker
-from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files, log_in_as_broker
+from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files
 from mqbroker.security.peer_handshake import AuthenticatedClientEndpoint, AuthenticatedServerEndpoint
 from mqbroker.security.quotas import ConnectionLimiter
 from mqbroker.security.service import AuthenticationAudit, SecurityServices, tls_files
