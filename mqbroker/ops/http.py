@@ -22,15 +22,11 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 from zope.interface import implementer
 
-from mqbroker import errors
-from mqbroker.limits import http_request_body_bytes_max
+from mqbroker import errors, limits
 from mqbroker.model import Operation, Principal
 from mqbroker.ops.api.routing import remember_principal
 from mqbroker.security.service import audit_authentication_failure
 from mqbroker.security.tls import peer_identity
-
-#: A keep-alive connection with no request in progress is closed after this long.
-HTTP_IDLE_TIMEOUT_S = 60
 
 
 class _Health(Resource):
@@ -64,7 +60,7 @@ class _BoundedRequest(Request):
 
     def handleContentChunk(self, data: bytes) -> None:
         self._body_bytes += len(data)
-        if self._body_bytes > http_request_body_bytes_max:
+        if self._body_bytes > limits.http_request_body_bytes_max:
             self.body_too_large = True
             return
         super().handleContentChunk(data)
@@ -112,7 +108,7 @@ class _Site(Site):
     protocol = _DeadlineChannel
 
     def __init__(self, resource: Any, request_timeout_s: float) -> None:
-        super().__init__(resource, requestFactory=_BoundedRequest, timeout=HTTP_IDLE_TIMEOUT_S)
+        super().__init__(resource, requestFactory=_BoundedRequest, timeout=limits.http_idle_s_max)
         self.request_timeout_s = request_timeout_s
 
     def buildProtocol(self, addr: Any) -> Any:
