@@ -294,8 +294,8 @@ class BrokerService(MultiService):
             from mqbroker.ops.http import build_site
 
             assert self.security is not None
-            operations = AdminOperations(broker=routing, authorizer=self.security.authorizer, security=self.security,
-                                         counters=broker, config=self.config, front_ends=admin_views)
+            operations = AdminOperations(broker=routing, authorizer=self.security.authorizer, counters=broker,
+                                         config=self.config, front_ends=admin_views)
             http_tls = tls if self.config.http_tls else None
             self._listen("http", self.config.http_port, build_site(self, self.metrics, operations), http_tls)
 

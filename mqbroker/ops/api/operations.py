@@ -1,14 +1,13 @@
 # -*- test-case-name: tests.integration.test_admin_api -*-
-"""Every broker operation the admin API performs, in one place: ``IBroker`` calls, user and ACL admin, front-end views.
+"""Every broker operation the admin API performs, in one place: ``IBroker`` calls and the front ends' admin views.
 
 The API's handlers call only this class, so the HTTP API does exactly what the native admin
 API does (the same ``IBroker`` methods, authorized by the core for the caller's principal)
 and a change of the broker API's signatures is adapted here alone. The broker is the
 front ends' routing broker: partition calls (offsets, reads, delete-records) reach each
-partition's leader in a cluster. What is not on ``IBroker`` yet goes through the same
-services the native protocol uses: user and ACL admin (``SecurityServices``), and the MQTT
-and AMQP front ends' own state (their admin views), shown to principals that may describe
-the cluster and changed by those that may alter it.
+partition's leader in a cluster; users and ACLs are ``IBroker``'s too, as for the native
+admin API and the CLI. The MQTT and AMQP front ends' own state comes from their admin views,
+shown to principals that may describe the cluster and changed by those that may alter it.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from mqbroker.model import (
     LATEST_TIMESTAMP,
     ClusterMetadata,
     FetchPosition,
+    FetchRequest,
     FetchResult,
     Operation,
     Principal,
@@ -47,13 +47,12 @@ class FrontEndMissing(Exception):
 class AdminOperations:
     """The broker operations behind the admin API (see the module docstring)."""
 
-    def __init__(self, *, broker: IBroker, authorizer: Any, security: Any, counters: Any, config: Any,
+    def __init__(self, *, broker: IBroker, authorizer: Any, counters: Any, config: Any,
                  front_ends: Mapping[str, Any]) -> None:
-        """``broker``: the routing ``IBroker``; ``security``: ``SecurityServices`` (None: no user admin);
-        ``counters``: the local broker's produce/fetch counters; ``front_ends``: admin views by front-end name."""
+        """``broker``: the routing ``IBroker``; ``counters``: the local broker's produce/fetch counters;
+        ``front_ends``: admin views by front-end name."""
         self._broker = broker
         self._authorizer = authorizer
-        self._security = security
         self._counters = counters
         self.config = config
         self._front_ends = dict(front_ends)
@@ -141,7 +140,8 @@ class AdminOperations:
     async def read(self, principal: Principal, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
         """Whole record batches of a partition from ``offset`` (read at its leader; no waiting)."""
         position = FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes)
-        (result,) = await maybeDeferred(self._broker.fetch, principal, [position], 0, 0, max_bytes)
+        request = FetchRequest(positions=(position,), wait_ms_max=0, response_bytes_max=max_bytes)
+        (result,) = await maybeDeferred(self._broker.fetch, principal, request)
         if result.error is not None:
             raise result.error
         return result
@@ -174,34 +174,29 @@ class AdminOperations:
 
     # -- users and ACLs ----------------------------------------------------------------------
 
-    def _security_services(self) -> Any:
-        if self._security is None:
-            raise errors.InvalidRequestError("this broker has no security services")
-        return self._security
-
-    def users(self, principal: Principal) -> list[str]:
+    async def users(self, principal: Principal) -> list[str]:
         """Every SCRAM user's name."""
-        return sorted(self._security_services().list_users(principal))
+        return sorted(await maybeDeferred(self._broker.list_users, principal))
 
     async def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> None:
         """Add a user (``create``) or set a user's password (fresh salted SCRAM credentials)."""
-        await maybeDeferred(self._security_services().upsert_user, principal, name, password, create)
+        await maybeDeferred(self._broker.upsert_user, principal, name, password, create)
 
     async def remove_user(self, principal: Principal, name: str) -> None:
         """Delete a user."""
-        await maybeDeferred(self._security_services().remove_user, principal, name)
+        await maybeDeferred(self._broker.remove_user, principal, name)
 
-    def acls(self, principal: Principal) -> list[Acl]:
+    async def acls(self, principal: Principal) -> list[Acl]:
         """Every ACL."""
-        return list(self._security_services().list_acls(principal))
+        return list(await maybeDeferred(self._broker.list_acls, principal))
 
     async def add_acls(self, principal: Principal, acls: Sequence[Acl]) -> None:
         """Store ACLs in the cluster metadata."""
-        await maybeDeferred(self._security_services().add_acls, principal, acls)
+        await maybeDeferred(self._broker.add_acls, principal, acls)
 
     async def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> None:
         """Delete ACLs (exact matches)."""
-        await maybeDeferred(self._security_services().remove_acls, principal, acls)
+        await maybeDeferred(self._broker.remove_acls, principal, acls)
 
     # -- front ends ------------------------------------------------------------------------
 

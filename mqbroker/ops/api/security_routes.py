@@ -23,7 +23,7 @@ def acl_of(fields: dict[str, Any]) -> Acl:
 
 async def list_users(call: ApiCall) -> list[dict[str, str]]:
     """Every SCRAM user (names only; credentials never leave the broker)."""
-    return [{"name": name} for name in call.operations.users(call.principal)]
+    return [{"name": name} for name in await call.operations.users(call.principal)]
 
 
 async def add_user(call: ApiCall) -> dict[str, str]:
@@ -44,7 +44,7 @@ async def remove_user(call: ApiCall) -> None:
 
 async def list_acls(call: ApiCall) -> list[dict[str, str]]:
     """Every ACL."""
-    return [acl.to_json() for acl in call.operations.acls(call.principal)]
+    return [acl.to_json() for acl in await call.operations.acls(call.principal)]
 
 
 async def add_acls(call: ApiCall) -> dict[str, Any]:
@@ -57,7 +57,7 @@ async def add_acls(call: ApiCall) -> dict[str, Any]:
 async def remove_acl(call: ApiCall) -> None:
     """Delete one ACL (an exact match)."""
     acl = acl_of(dict(call.query))
-    if acl not in call.operations.acls(call.principal):
+    if acl not in await call.operations.acls(call.principal):
         raise errors.ResourceNotFoundError(f"no such ACL: {acl.to_json()}")
     await call.operations.remove_acls(call.principal, [acl])
 
