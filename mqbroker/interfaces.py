@@ -72,6 +72,9 @@ class IBroker(Interface):
     def describe_quorum(principal):
         """The controller's voters, leader, term, commit index and brokers (a dict, see ``IClusterView.describe``)."""
 
+    def replica_sizes(principal, topic):
+        """Fire with ``{partition: bytes on disk}`` of the replicas of ``topic`` this broker holds (DescribeLogDirs)."""
+
     def find_coordinator(principal, group_id):
         """Fire with the ``BrokerEndpoint`` coordinating ``group_id``: the leader of its offsets partition.
 

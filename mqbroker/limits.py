@@ -135,6 +135,19 @@ mqtt_connect_s_max = 10.0
 #: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
 #: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
 mqtt_log_writes_in_flight_max = 1000
+#: Admin API: largest request body (a topic's configs or an ACL list are a few KiB; nothing needs more).
+http_request_body_bytes_max = 1024 * 1024
+#: Admin API message browser: most records one request returns (a screenful; it decodes each one).
+http_browse_records_max = 500
+#: Admin API message browser: bytes it fetches per partition for one request.
+http_browse_fetch_bytes_max = 4 * 1024 * 1024
+#: Admin API message browser: bytes of a partition's first read; each further read of the page doubles it, up to
+#: ``http_browse_fetch_bytes_max`` in all (a page of small records costs one small read, not 4 MiB).
+http_browse_first_read_bytes = 64 * 1024
+#: Admin API message browser: longest key or value text returned per record (the rest is cut, flagged).
+http_browse_value_chars_max = 64 * 1024
+#: Admin API: most retained MQTT messages one listing returns.
+http_retained_listing_max = 1000
 #: Kafka: largest request the Kafka listener accepts (Kafka's socket.request.max.bytes is 100 MiB;
 #: a 1 MiB batch per partition over many partitions fits well within this).
 kafka_request_bytes_max = 100 * 1024 * 1024

@@ -271,6 +271,7 @@ class BrokerService(MultiService):
         context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
                                   security=front_end_security(self.security))
         tls = self.security.tls
+        admin_views: dict[str, Any] = {}  # what the admin API shows of each front end
         for front_end in discover_front_ends():
             port = getattr(self.config, front_end.config_key)
             # e.g. native_tls_port; a TLS listener exists only when a certificate is configured
@@ -282,15 +283,21 @@ class BrokerService(MultiService):
             factory = front_end.build_factory(served, context)
             if getattr(factory, "started", None) is not None:
                 self._front_end_starts.append(factory.started)
+            if getattr(factory, "admin_view", None) is not None:
+                admin_views[front_end.name] = factory.admin_view
             if port:
                 self._listen(front_end.name, port, factory)
             if tls_port:
                 self._listen(f"{front_end.name}-tls", tls_port, factory, tls)
         if self.config.http_port:
+            from mqbroker.ops.api.operations import AdminOperations
             from mqbroker.ops.http import build_site
 
+            assert self.security is not None
+            operations = AdminOperations(broker=routing, authorizer=self.security.authorizer, counters=broker,
+                                         config=self.config, front_ends=admin_views)
             http_tls = tls if self.config.http_tls else None
-            self._listen("http", self.config.http_port, build_site(self, self.metrics), http_tls)
+            self._listen("http", self.config.http_port, build_site(self, self.metrics, operations), http_tls)
 
     def _controller_endpoint(self, port: int) -> Any:
         """The controller's listening endpoint on ``controller_host``: its own connection budget, mutual TLS

@@ -360,6 +360,13 @@ class FakeBroker:
             "node_id": node_id, "leader": node_id, "term": 1, "commit_index": 0, "applied_index": 0,
             "voters": [node_id], "brokers": []})
 
+    def replica_sizes(self, principal: Principal, topic: str) -> Deferred[dict[int, int]]:
+        """Bytes of the topic's replicas held here: every partition's records."""
+        self.calls.append(("replica_sizes", principal, topic))
+        return self._scripted("replica_sizes", topic) or succeed(
+            {number: sum(len(batch) for _, batch in log.batches) for (name, number), log in self.logs.items()
+             if name == topic})
+
     def reassign_partition(self, principal: Principal, topic: str, partition: int,
                            target_replicas: Sequence[int]) -> Deferred[None]:
         """Only scripted."""

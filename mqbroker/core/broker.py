@@ -206,6 +206,10 @@ class Broker:
         """The controller quorum and brokers; see ``IBroker.describe_quorum``."""
         return self._topics.describe_quorum(principal)
 
+    def replica_sizes(self, principal: Principal, topic: str) -> Deferred[dict[int, int]]:
+        """Bytes on disk of the topic's replicas held here; see ``IBroker.replica_sizes``."""
+        return self._topics.replica_sizes(principal, topic, self._logs)
+
     # -- consumer groups -------------------------------------------------------------------
 
     def start_groups(self, new_member_id: Callable[[str], str]) -> Deferred[None]:

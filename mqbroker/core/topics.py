@@ -42,6 +42,7 @@ from mqbroker.model import (
 )
 from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.security.cluster_principals import ClusterPrincipals, is_internal_topic
+from mqbroker.storage.manager import LogManager
 
 #: Defaults for compacted internal topics (offsets, MQTT and AMQP state), as Kafka's
 #: ``offsets.topic.segment.bytes`` does for its offsets topic.
@@ -145,6 +146,14 @@ class TopicAdmin:
         """The controller quorum and brokers; see ``IBroker.describe_quorum``."""
         require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return succeed(self._cluster.describe())
+
+    @errors_as_failures
+    def replica_sizes(self, principal: Principal, topic: str, logs: LogManager) -> Deferred[dict[int, int]]:
+        """Bytes on disk of ``topic``'s replicas in ``logs`` (this broker's); see ``IBroker.replica_sizes``."""
+        require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        if self._cluster.topic(topic) is None:
+            raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        return succeed({partition: logs.get(name, partition).size_bytes for name, partition in logs.partitions() if name == topic})
 
     @errors_as_failures
     def list_reassignments(

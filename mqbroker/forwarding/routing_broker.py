@@ -130,6 +130,10 @@ class RoutingBroker:
         """The local broker's ``describe_quorum``."""
         return self.local.describe_quorum(principal)
 
+    def replica_sizes(self, principal: Principal, topic: str) -> Deferred[dict[int, int]]:
+        """The local broker's ``replica_sizes`` (bytes of the topic's replicas on this broker)."""
+        return self.local.replica_sizes(principal, topic)
+
     def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """The local broker's ``replica_fetch`` (a follower asks its leader directly)."""
         return self.local.replica_fetch(principal, replica_id, request)

@@ -27,6 +27,7 @@ from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.amqp import security as amqp_security
 from mqbroker.protocols.amqp import spec
+from mqbroker.protocols.amqp.admin_view import AmqpAdminView
 from mqbroker.protocols.amqp.actions import (
     Action,
     Authenticate,
@@ -464,4 +465,4 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
     return SessionFactory(lambda address: AmqpSession(vhost, reactor, context.security), idle_timeout_s=None,
                           metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
-                          started=vhost.started)
+                          started=vhost.started, admin_view=AmqpAdminView(vhost))

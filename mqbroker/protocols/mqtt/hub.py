@@ -399,6 +399,15 @@ class MqttHub:
         if self.offline.pop(client_id, None) is not None:
             self.forget_session(client_id)
 
+    def discard_offline_session(self, client_id: str) -> bool:
+        """Delete a stored session whose client is not connected now (an operator's call); False if none."""
+        timer = self._expiry_timers.get(client_id)
+        if timer is not None and timer.active():
+            timer.cancel()
+        found = client_id in self.offline
+        self._expire(client_id)
+        return found
+
     # ------------------------------------------------------------------ wills and retained
 
     def schedule_will(self, will: ScheduleWill) -> None:

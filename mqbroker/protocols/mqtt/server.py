@@ -31,6 +31,7 @@ from mqbroker.model import ANONYMOUS, Acks, Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.mqtt import security as mqtt_security
+from mqbroker.protocols.mqtt.admin_view import MqttAdminView
 from mqbroker.protocols.mqtt.acl import MqttIdentity, TopicDecisions
 from mqbroker.protocols.mqtt.actions import (
     Action,
@@ -96,6 +97,11 @@ class MqttConnection:
         """Start the CONNECT timeout."""
         self._connection = connection
         self._connect_timer = self.hub.reactor.callLater(limits.mqtt_connect_s_max, self._connect_timed_out)
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` of the client ("" before the connection is made)."""
+        return self._connection.peer if self._connection is not None else ""
 
     @property
     def buffered_bytes(self) -> int:
@@ -472,5 +478,5 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     return SessionFactory(
         lambda address: MqttConnection(hub, config, generate_client_id, context.security, topic_acls),
         idle_timeout_s=None, metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
-        started=hub.started,
+        started=hub.started, admin_view=MqttAdminView(hub),
     )
