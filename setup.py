@@ -14,6 +14,8 @@ RUNTIME_REQUIREMENTS = [
     "cramjam>=2.8",
     "rich>=13",
     "prometheus_client>=0.20",
+    # the admin API validates request bodies against the schemas its OpenAPI document publishes
+    "jsonschema>=4.18",
     # fsync rounds through Linux AIO (needs the system's libaio.so.1; without it a thread does them)
     'libaio>=0.9.1; sys_platform == "linux"',
 ]
@@ -32,6 +34,10 @@ TEST_REQUIREMENTS = [
     "kafka-python>=3.0",
     "aiokafka>=0.14",
     "confluent-kafka>=2.6",
+    # the admin API's OpenAPI document, its fuzzing, and the console in Debian's chromium (never `playwright install`)
+    "openapi-spec-validator>=0.7",
+    "schemathesis>=3.30",
+    "playwright>=1.40",
 ]
 
 SPARK_REQUIREMENTS = ["pyspark>=4.0", "pyarrow>=15"]
@@ -56,5 +62,6 @@ setup(
     },
     entry_points={"console_scripts": ["mqbroker = mqbroker.cli:main"]},
     include_package_data=True,
+    package_data={"mqbroker.ops": ["static/*"]},
     zip_safe=False,
 )

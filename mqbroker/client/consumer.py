@@ -141,6 +141,13 @@ class ConsumerCore:
         """The partitions this consumer reads."""
         return set(self._positions) | set(self._resets)
 
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching assigned ``partitions``; a partition not assigned is a ValueError."""
+        unassigned = set(partitions) - self.assignment()
+        if unassigned:
+            raise ValueError(f"cannot pause partitions not assigned to this consumer: {sorted(unassigned)}")
+        self.paused.update(partitions)
+
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` next."""
         self._require_assigned(partition)

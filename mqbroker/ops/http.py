@@ -1,4 +1,4 @@
-"""The HTTP listener: ``/health`` (the process is up), ``/ready`` (serving), ``/metrics`` (Prometheus).
+"""The HTTP listener: ``/health``, ``/ready``, ``/metrics`` (Prometheus), the admin API (``/api``) and the console (``/``).
 
 Bounded like the other listeners: a request must arrive whole within ``http_request_timeout_ms``
 (a client trickling a request is disconnected), and an idle keep-alive connection is closed.
@@ -6,7 +6,8 @@ With the ACL authorizer on, every path but ``security.http_open_paths`` needs au
 HTTP basic auth checked against the SCRAM credential store (over TLS unless
 ``plain_without_tls``), or a verified client certificate (``http_tls`` with client auth); the
 principal needs ``describe`` on the cluster. Refusals are 401 (with a ``WWW-Authenticate``
-challenge) or 403, and go to the audit log.
+challenge) or 403, and go to the audit log. The admin API acts as the authenticated principal
+(anonymous without the ACL authorizer); request bodies are bounded (``http_request_body_bytes_max``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,11 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 from zope.interface import implementer
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.model import Operation, Principal
+from mqbroker.ops.api.routing import remember_principal
 from mqbroker.security.service import audit_authentication_failure
 from mqbroker.security.tls import peer_identity
-
-#: A keep-alive connection with no request in progress is closed after this long.
-HTTP_IDLE_TIMEOUT_S = 60
 
 
 class _Health(Resource):
@@ -51,6 +50,20 @@ class _Ready(Resource):
             return b"ready\n"
         request.setResponseCode(503)
         return b"starting or stopping\n"
+
+
+class _BoundedRequest(Request):
+    """A request whose body is kept only up to ``http_request_body_bytes_max`` (the admin API answers 413 past it)."""
+
+    body_too_large = False
+    _body_bytes = 0
+
+    def handleContentChunk(self, data: bytes) -> None:
+        self._body_bytes += len(data)
+        if self._body_bytes > limits.http_request_body_bytes_max:
+            self.body_too_large = True
+            return
+        super().handleContentChunk(data)
 
 
 class _DeadlineChannel(HTTPChannel):
@@ -95,7 +108,7 @@ class _Site(Site):
     protocol = _DeadlineChannel
 
     def __init__(self, resource: Any, request_timeout_s: float) -> None:
-        super().__init__(resource, timeout=HTTP_IDLE_TIMEOUT_S)
+        super().__init__(resource, requestFactory=_BoundedRequest, timeout=limits.http_idle_s_max)
         self.request_timeout_s = request_timeout_s
 
     def buildProtocol(self, addr: Any) -> Any:
@@ -132,6 +145,7 @@ class _Authenticated:
                                                   "certificate")
         except errors.ClusterAuthorizationError as error:
             return errorPage(403, "Forbidden", error.message)
+        remember_principal(request, principal)
         return self._root.getChildWithDefault(name, request)
 
     def putChild(self, path: bytes, child: Any) -> None:
@@ -161,8 +175,9 @@ class _Authenticated:
         raise errors.SaslAuthenticationError("this path needs authentication")
 
 
-def build_site(service: Any, metrics: Any) -> Site:
-    """The HTTP site for ``service`` (``is_ready()``, ``config``, ``security``) and its ``BrokerMetrics``."""
+def build_site(service: Any, metrics: Any, operations: Any = None) -> Site:
+    """The HTTP site for ``service`` (``is_ready()``, ``config``, ``security``) and its ``BrokerMetrics``;
+    with ``operations`` (an ``api.operations.AdminOperations``) the admin API and the console too."""
     # imported here: prometheus_client.twisted imports the reactor (integration-notes.md)
     from prometheus_client.twisted import MetricsResource
 
@@ -170,6 +185,12 @@ def build_site(service: Any, metrics: Any) -> Site:
     root.putChild(b"health", _Health())
     root.putChild(b"ready", _Ready(service))
     root.putChild(b"metrics", MetricsResource(registry=metrics.registry))
+    if operations is not None:
+        from mqbroker.ops.api.catalog import api_resource
+        from mqbroker.ops.console import add_console
+
+        root.putChild(b"api", api_resource(operations))
+        add_console(root)
     config = getattr(service, "config", None)
     security = getattr(service, "security", None)
     served: Any = root

@@ -17,7 +17,8 @@ from twisted.protocols.policies import ProtocolWrapper, TimeoutMixin
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from mqbroker.security.tls import PeerIdentity, peer_identity
+from mqbroker.model import PeerIdentity
+from mqbroker.security.tls import peer_identity
 
 
 class Session(TypingProtocol):
@@ -229,9 +230,11 @@ class SessionFactory(Factory):
 
     def __init__(
         self, make_session: Any, idle_timeout_s: float | None, metrics_gauge: Any = None,
-        frame_timeout_s: float | None = None, no_delay: bool = False, started: Any = None,
+        frame_timeout_s: float | None = None, no_delay: bool = False, started: Any = None, admin_view: Any = None,
     ) -> None:
         self._make_session = make_session
+        #: What the admin API shows of this front end (``mqtt.admin_view``, ``amqp.admin_view``; None: nothing).
+        self.admin_view = admin_view
         #: The front end's ``startup.StartedSignal`` when it must start before it serves (None: serves at once).
         self.started = started
         self._no_delay = no_delay

@@ -14,20 +14,20 @@ from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
+from mqbroker import limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    Acks,
     FetchPosition,
+    FetchRequest,
     FetchResult,
     Principal,
     ProduceResult,
 )
 
 SHARES_PRINCIPAL = Principal("Service", "shares")
-#: acks=all for dead-letter copies: a record is done only once its copy is on every in-sync replica.
-_ACKS_ALL = -1
-_APPEND_TIMEOUT_MS = 30_000
 
 
 class ShareData(Protocol):
@@ -56,12 +56,15 @@ class BrokerShareData:
     def read(self, topic: str, partition: int, offset: int, bytes_max: int, wait_ms: int) -> Deferred[FetchResult]:
         """See ``ShareData.read``."""
         position = FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=bytes_max)
-        fetched = self._broker.fetch(SHARES_PRINCIPAL, [position], wait_ms, 1, bytes_max)
+        request = FetchRequest(positions=(position,), wait_ms_max=wait_ms, response_bytes_max=bytes_max)
+        fetched = self._broker.fetch(SHARES_PRINCIPAL, request)
         return fetched.addCallback(lambda results: results[0])
 
     def append(self, topic: str, partition: int, records: bytes) -> Deferred[ProduceResult]:
-        """See ``ShareData.append``."""
-        return self._broker.produce(SHARES_PRINCIPAL, topic, partition, records, _ACKS_ALL, _APPEND_TIMEOUT_MS)
+        """See ``ShareData.append`` (acks=all: a dead letter is done only once its copy is on every in-sync
+        replica)."""
+        return self._broker.produce(SHARES_PRINCIPAL, topic, partition, records, Acks.ALL,
+                                    limits.produce_timeout_ms_default)
 
     def log_offset(self, topic: str, partition: int, earliest: bool) -> Deferred[int]:
         """See ``ShareData.log_offset``."""

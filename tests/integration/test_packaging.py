@@ -29,3 +29,19 @@ def test_console_script_is_installed(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     for command in ("serve", "topics", "produce", "consume", "bench"):
         assert command in result.stdout
+
+
+def test_the_wheel_ships_the_console(tmp_path) -> None:
+    """The console's static files are package data: a built wheel holds them (no build step to run the broker)."""
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    repository = Path(__file__).resolve().parents[2]
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path), str(repository)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("mqbroker-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for asset in ("index.html", "app.js", "charts.js", "style.css"):
+        assert f"mqbroker/ops/static/{asset}" in names

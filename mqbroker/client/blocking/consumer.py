@@ -164,10 +164,7 @@ class Consumer:
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching ``partitions`` (still assigned; heartbeats go on)."""
-        unassigned = set(partitions) - self._core.assignment()
-        if unassigned:
-            raise ValueError(f"cannot pause partitions not assigned to this consumer: {sorted(unassigned)}")
-        self._core.paused.update(partitions)
+        self._core.pause(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
         """Fetch paused ``partitions`` again."""

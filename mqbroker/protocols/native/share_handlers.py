@@ -11,16 +11,9 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import AcknowledgeType, Principal
 from mqbroker.protocols.deferreds import settle
 from mqbroker.protocols.native import share_messages as wire
-from mqbroker.protocols.native.messages import ApiKey
+from mqbroker.protocols.native.group_handlers import REQUEST_CLIENT_ID
+from mqbroker.protocols.native.replies import error_code, per_topic
 from mqbroker.shares import messages as shares
-
-
-def _code(error: BaseException | None) -> tuple[int, str | None]:
-    if error is None:
-        return 0, None
-    if isinstance(error, errors.BrokerError):
-        return int(error.code), error.message
-    return int(errors.ErrorCode.UNKNOWN_SERVER_ERROR), "internal error; see the broker log"
 
 
 def acknowledgements(topics: Iterable[wire.ShareAcknowledgeTopic]) -> tuple[shares.Acknowledgement, ...]:
@@ -45,7 +38,7 @@ def acknowledge_results(results: Iterable[shares.AcknowledgeResult]) -> tuple[wi
     """The broker's acknowledgement outcomes, grouped by topic and partition."""
     by_partition: dict[tuple[str, int], list[wire.ShareAcknowledgeBatchResult]] = {}
     for result in results:
-        code, message = _code(result.error)
+        code, message = error_code(result.error)
         by_partition.setdefault((result.topic, result.partition), []).append(wire.ShareAcknowledgeBatchResult(
             first_offset=result.first_offset, last_offset=result.last_offset, error_code=code, error_message=message))
     by_topic: dict[str, list[wire.ShareAcknowledgePartitionResult]] = {}
@@ -59,13 +52,9 @@ def acknowledge_results(results: Iterable[shares.AcknowledgeResult]) -> tuple[wi
 async def handle_share_group_heartbeat(broker: IBroker, principal: Principal,
                                        request: wire.ShareGroupHeartbeatRequest) -> Any:
     """Join, stay in or leave a share group."""
-    from mqbroker.protocols.native.server import (
-        _client_id,  # the request header's client id (set by the server)
-    )
-
     answer = await broker.share_group_heartbeat(principal, shares.ShareHeartbeatRequest(
         group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
-        client_id=_client_id.get(), client_host=principal.host, topics=request.subscribed_topic_names))
+        client_id=REQUEST_CLIENT_ID.get(), client_host=principal.host, topics=request.subscribed_topic_names))
     by_topic: dict[str, list[int]] = {}
     for topic_partition in answer.assignment:
         by_topic.setdefault(topic_partition.topic, []).append(topic_partition.partition)
@@ -83,16 +72,17 @@ async def handle_share_fetch(broker: IBroker, principal: Principal, request: wir
         group_id=request.group_id, member_id=request.member_id, partitions=partitions,
         records_max=request.max_records, bytes_max=request.max_bytes, wait_ms_max=request.max_wait_ms,
         lease_ms=request.lease_ms, acknowledgements=acknowledgements(request.acknowledgements)))
-    by_topic: dict[str, list[wire.ShareFetchPartitionResult]] = {}
-    for records in answer.partitions:
-        code, message = _code(records.error)
-        by_topic.setdefault(records.topic, []).append(wire.ShareFetchPartitionResult(
-            partition_index=records.partition, error_code=code, error_message=message, records=records.records,
-            acquired_records=tuple(wire.AcquiredRecords(first_offset=r.first, last_offset=r.last,
-                                                        delivery_count=r.delivery_count) for r in records.acquired)))
     return wire.ShareFetchResponse(
-        topics=tuple(wire.ShareFetchTopicResult(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+        topics=per_topic(wire.ShareFetchTopicResult, ((records.topic, _fetched(records)) for records in answer.partitions)),
         acknowledgements=acknowledge_results(answer.acknowledgements))
+
+
+def _fetched(records: shares.SharePartitionRecords) -> wire.ShareFetchPartitionResult:
+    code, message = error_code(records.error)
+    return wire.ShareFetchPartitionResult(
+        partition_index=records.partition, error_code=code, error_message=message, records=records.records,
+        acquired_records=tuple(wire.AcquiredRecords(first_offset=r.first, last_offset=r.last,
+                                                    delivery_count=r.delivery_count) for r in records.acquired))
 
 
 async def handle_share_acknowledge(broker: IBroker, principal: Principal, request: wire.ShareAcknowledgeRequest) -> Any:
@@ -136,7 +126,7 @@ async def handle_share_group_describe(broker: IBroker, principal: Principal,
     described = []
     for group_id in request.group_ids:
         group, error = await settle(broker.describe_share_group(principal, group_id))
-        code, message = _code(error)
+        code, message = error_code(error)
         if group is None:
             described.append(wire.DescribedShareGroup(group_id=group_id, error_code=code, error_message=message))
             continue
@@ -160,15 +150,3 @@ def _partition(partition: shares.SharePartitionDescription) -> wire.DescribedSha
         delivery_counts=tuple(wire.ShareDeliveryCount(delivery_count=count, records=records)
                               for count, records in stats.delivery_counts.items()))
 
-
-#: The share-group APIs and their handlers (merged into the server's table).
-HANDLERS = {
-    ApiKey.SHARE_GROUP_HEARTBEAT: handle_share_group_heartbeat,
-    ApiKey.SHARE_GROUP_DESCRIBE: handle_share_group_describe,
-    ApiKey.SHARE_FETCH: handle_share_fetch,
-    ApiKey.SHARE_ACKNOWLEDGE: handle_share_acknowledge,
-    ApiKey.CREATE_SHARE_GROUP: handle_create_share_group,
-    ApiKey.ALTER_SHARE_GROUP: handle_alter_share_group,
-    ApiKey.DELETE_SHARE_GROUP: handle_delete_share_group,
-    ApiKey.LIST_SHARE_GROUPS: handle_list_share_groups,
-}
