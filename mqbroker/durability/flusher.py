@@ -2,7 +2,9 @@
 
 Every append made before a round starts is covered by that round's fsync, so however many
 producers wait, the disk sees one fsync per partition per round. Appends go on on the
-reactor thread while a round runs; they are covered by the next round. Where a round's
+reactor thread while a round runs; they are covered by the next round. A log asked for again
+while a round runs joins the next round only if something new was written to it meanwhile
+(or a waiter is still short): a round never fsyncs what the previous one already covered. Where a round's
 fsyncs run (Linux AIO or a thread) is the ``ISyncEngine``'s business (``sync_engines``).
 """
 
@@ -63,8 +65,11 @@ class Flusher:
     def _maybe_start_round(self) -> None:
         if self._round is not None or not self._dirty:
             return
-        logs = list(self._dirty.values())
+        logs = [log for key, log in self._dirty.items() if key in self._waiters or log.has_unsynced()]
         self._dirty.clear()
+        if not logs:
+            self._fire_drain_waiters_if_idle()
+            return
         self.rounds += 1
         self._round = self._engine.sync(logs)
         self._round.addCallback(self._round_done)

@@ -271,6 +271,11 @@ class PartitionLog:
             config = self.config
             return self._unsynced.due(config.flush_policy, config.flush_messages, config.flush_ms, now_ms)
 
+    def has_unsynced(self) -> bool:
+        """True when something written is covered by no fsync, finished or running (a flush would sync it)."""
+        with self._lock:
+            return self._unsynced.has_unsynced(self._end_offset)
+
     def flush(self) -> int:
         """fsync everything appended so far (lock not held during the fsync); return the durable end."""
         ticket = self.begin_flush()

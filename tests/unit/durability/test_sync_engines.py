@@ -60,6 +60,9 @@ class _FailingLog:
     def flush(self) -> int:
         raise OSError(5, "Input/output error")
 
+    def has_unsynced(self) -> bool:
+        return True
+
 
 def test_both_engines_provide_the_engine_interface(engine) -> None:
     assert verifyObject(ISyncEngine, engine)
@@ -159,3 +162,20 @@ async def test_a_waiter_registered_from_another_waiters_callback_is_kept(engine,
     await registered[0].addTimeout(10, reactor)
     await flusher.drain()
     assert partition_log.durable_end_offset == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_round_that_covered_every_waiter_is_not_followed_by_an_empty_one(engine, tmp_path) -> None:
+    flusher = Flusher(engine, lambda logs: None)
+    (partition_log,) = _logs(tmp_path, 1, appended=1)
+    flusher.request_flush(partition_log)  # as a produce does: the append asks for a round, then its ack waits
+    await flusher.wait_durable(partition_log, 0)
+    await flusher.drain()
+    assert flusher.rounds == 1 and partition_log.durable_end_offset == 1
+    flusher.request_flush(partition_log)  # nothing new since: no round at all
+    await flusher.drain()
+    assert flusher.rounds == 1
+    partition_log.append(payload_batch(1), now_ms=0)
+    flusher.request_flush(partition_log)
+    await flusher.drain()
+    assert flusher.rounds == 2 and partition_log.durable_end_offset == 2
