@@ -110,7 +110,7 @@ class BrokerService(MultiService):
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
         now_ms = int(self.reactor.seconds() * 1000)
         topic_defaults = self.config.topic_defaults
-        self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
+        self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}), self.config.segment_files_open_max)
         self.control = build_control_plane(
             config=self.config, reactor=self.reactor, data_dir=self.data_dir, threadpool=self._threadpool,
             listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,

@@ -8,7 +8,9 @@ Layout::
     <data_dir>/.clean-shutdown                    present only after a clean `close()`
 
 With the marker present `open_all` skips recovery; each segment's indexes are then read
-only when first used, so a broker with many partitions starts quickly.
+only when first used, so a broker with many partitions starts quickly. The logs share one
+bounded set of open segment files (`segment_files`), so the broker's descriptors do not grow
+with its partitions.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mqbroker.storage import checkpoint, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.errors import InvalidConfigError, PartitionExistsError, UnknownPartitionError
 from mqbroker.storage.log import PartitionLog
+from mqbroker.storage.segment_files import OPEN_MAX_DEFAULT, SegmentFiles
 
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
 LOG_START_OFFSETS = "log-start-offset-checkpoint"
@@ -36,9 +39,13 @@ TopicPartition = tuple[str, int]
 class LogManager:
     """Creates, opens, checkpoints and deletes the partition logs under one data directory."""
 
-    def __init__(self, data_dir: str, default_config: LogConfig) -> None:
+    def __init__(
+        self, data_dir: str, default_config: LogConfig, segment_files_open_max: int = OPEN_MAX_DEFAULT
+    ) -> None:
         self.data_dir = data_dir
         self.default_config = default_config
+        #: The open `.log` files of every segment here, at most ``segment_files_open_max`` unpinned ones.
+        self.segment_files = SegmentFiles(segment_files_open_max)
         self._logs: dict[TopicPartition, PartitionLog] = {}
         #: Serializes checkpoint writers: the housekeeping thread, and deletes and close on the reactor thread.
         self._checkpoint_lock = threading.Lock()
@@ -70,6 +77,7 @@ class LogManager:
                 recovery_point=recovery_points.get(key, 0),
                 log_start_offset=log_starts.get(key, 0),
                 clean_shutdown=clean,
+                files=self.segment_files,
             )
 
     def create(self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0) -> PartitionLog:
@@ -79,7 +87,7 @@ class LogManager:
         key = (topic, partition)
         if key in self._logs:
             raise PartitionExistsError(f"partition {topic}-{partition} already exists")
-        log = PartitionLog.open(self._directory(key), config or self.default_config, now_ms)
+        log = PartitionLog.open(self._directory(key), config or self.default_config, now_ms, files=self.segment_files)
         fs.fsync_path(self.data_dir)
         self._logs[key] = log
         return log

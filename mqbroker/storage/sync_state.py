@@ -18,6 +18,7 @@ import os
 from typing import NamedTuple
 
 from mqbroker.storage.segment import Segment
+from mqbroker.storage.segment_files import SegmentFile
 
 
 class FlushTicket(NamedTuple):
@@ -28,6 +29,17 @@ class FlushTicket(NamedTuple):
     generation: int
     #: Whether it syncs the directory (handed back to the next flush if it fails).
     directory_changed: bool = False
+    #: Segment files whose pinned descriptors are among ``handles`` (unpinned by `release`).
+    pinned: tuple[SegmentFile, ...] = ()
+    #: Descriptors opened for this flush alone, indexes and the directory (closed by `release`).
+    opened: tuple[int, ...] = ()
+
+    def release(self) -> None:
+        """The fsyncs are done (or given up): unpin and close the ticket's descriptors."""
+        for handle in self.opened:
+            os.close(handle)
+        for log_file in self.pinned:
+            log_file.unpin()
 
 
 class SyncState:
@@ -98,18 +110,24 @@ class SyncState:
             self._in_flight += 1
             return FlushTicket([], end_offset, self.generation)
         directory_changed = self._directory_changed
-        handles = [segment.duplicate_handle() for segment in self._sealed]
-        for segment in self._sealed:
-            handles += [os.open(index.path, os.O_RDONLY) for index in (segment.offset_index, segment.time_index)]
-        handles.append(active.duplicate_handle())
-        if self._directory_changed:
-            handles.append(os.open(directory, os.O_RDONLY))
+        pinned = tuple(segment.log_file for segment in [*self._sealed, active])
+        opened = [os.open(index.path, os.O_RDONLY) for s in self._sealed for index in (s.offset_index, s.time_index)]
+        if directory_changed:
+            opened.append(os.open(directory, os.O_RDONLY))
+        handles = []
+        try:
+            for log_file in pinned:
+                handles.append(log_file.pin())
+        except BaseException:
+            FlushTicket([], 0, 0, pinned=pinned[: len(handles)], opened=tuple(opened)).release()
+            raise
+        handles += opened
         self._sealed = []
         self._directory_changed = False
         self._messages = 0
         self._since_ms = None
         self._in_flight += 1
-        return FlushTicket(handles, end_offset, self.generation, directory_changed)
+        return FlushTicket(handles, end_offset, self.generation, directory_changed, pinned, tuple(opened))
 
     def publish(self, ticket: FlushTicket, synced: bool) -> int:
         """After a flush: if it synced and no truncation intervened, its end is durable. Returns the durable end.

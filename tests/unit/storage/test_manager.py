@@ -46,7 +46,9 @@ def test_clean_restart_skips_recovery_and_loads_indexes_lazily(tmp_path):
     restarted.open_all(now_ms=0)
     assert not os.path.exists(tmp_path / CLEAN_SHUTDOWN)
     log = restarted.get("orders", 1)
-    assert not log.cleaner_view().segments[0].offset_index.loaded
+    oldest = log._segments[0]
+    assert not oldest.offset_index.loaded and oldest.log_file.fd is None  # neither read nor opened yet
+    assert restarted.segment_files.open_count == len(restarted.partitions())  # each log's active segment
     assert {key: read_all(restarted.get(*key)) for key in restarted.partitions()} == expected
 
 

@@ -30,7 +30,21 @@ def test_a_split_flush_makes_durable_what_was_appended_before_it_began(tmp_path)
         os.fsync(handle)
     assert log.end_flush(ticket, synced=True) == 1
     assert log.durable_end_offset == 1 and log.log_end_offset == 2
-    for handle in ticket.handles:  # end_flush closed the flush's own descriptors
+    assert [log_file.pins for log_file in ticket.pinned] == [0]  # end_flush let go of the active segment's file
+
+
+def test_a_flush_borrows_the_active_segments_descriptor_and_opens_only_what_it_alone_needs(tmp_path):
+    log = open_log(tmp_path)
+    log.append(payload_batch(1), now_ms=0)
+    log.roll(now_ms=0)
+    log.append(payload_batch(2), now_ms=0)
+    ticket = log.begin_flush()
+    sealed_file, active_file = ticket.pinned
+    assert sealed_file.fd in ticket.handles and active_file.fd in ticket.handles
+    assert len(ticket.opened) == 3  # the sealed segment's two indexes and the directory
+    log.end_flush(ticket, synced=True)
+    assert sealed_file.pins == active_file.pins == 0 and active_file.fd is not None  # still open for the next append
+    for handle in ticket.opened:  # end_flush closed the flush's own descriptors
         with pytest.raises(OSError):
             os.fstat(handle)
 
