@@ -70,6 +70,8 @@ class BrokerConfig:
     fsync_engine: str = "auto"
     #: Segment files kept open at once, least recently used closed first (``mqbroker.storage.segment_files``).
     segment_files_open_max: int = limits.segment_files_open_max
+    #: Threads that open (recover), create and checkpoint many partition logs at once (Kafka's num.recovery.threads.per.data.dir).
+    log_recovery_threads: int = 8
     #: Consumer groups (Kafka's group.* and offsets.* broker settings).
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -219,6 +221,8 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key 'fsync_engine': must be auto, aio or thread, got {value!r}")
     if key == "segment_files_open_max" and value < 1:
         raise ConfigError(f"configuration key 'segment_files_open_max': must be at least 1, got {value}")
+    if key == "log_recovery_threads" and value < 1:
+        raise ConfigError(f"configuration key 'log_recovery_threads': must be at least 1, got {value}")
     if key == "node_id" and value < 0:
         raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")
 

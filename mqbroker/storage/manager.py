@@ -10,7 +10,9 @@ Layout::
 With the marker present `open_all` skips recovery; each segment's indexes are then read
 only when first used, so a broker with many partitions starts quickly. The logs share one
 bounded set of open segment files (`segment_files`), so the broker's descriptors do not grow
-with its partitions.
+with its partitions. Work on many logs at once (opening them, creating them, writing their
+leader-epoch checkpoints) goes through ``parallel_map``: the broker passes a thread pool's, so
+the fsyncs of many partitions overlap (the disk commits them together) instead of queueing.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from mqbroker.storage import checkpoint, fs
 from mqbroker.storage.config import LogConfig
@@ -34,16 +37,24 @@ _PARTITION_DIRECTORY = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 TopicPartition = tuple[str, int]
+#: ``map``'s shape: a function and its arguments in, the results in order out.
+ParallelMap = Callable[[Callable[..., Any], Iterable[Any]], Iterator[Any]]
 
 
 class LogManager:
     """Creates, opens, checkpoints and deletes the partition logs under one data directory."""
 
     def __init__(
-        self, data_dir: str, default_config: LogConfig, segment_files_open_max: int = OPEN_MAX_DEFAULT
+        self,
+        data_dir: str,
+        default_config: LogConfig,
+        segment_files_open_max: int = OPEN_MAX_DEFAULT,
+        parallel_map: ParallelMap = map,
     ) -> None:
+        """``parallel_map`` runs per-log work of many logs (default: one after another, ``map``)."""
         self.data_dir = data_dir
         self.default_config = default_config
+        self._map = parallel_map
         #: The open `.log` files of every segment here, at most ``segment_files_open_max`` unpinned ones.
         self.segment_files = SegmentFiles(segment_files_open_max)
         self._logs: dict[TopicPartition, PartitionLog] = {}
@@ -61,16 +72,18 @@ class LogManager:
         recovery_points = checkpoint.read_offsets(os.path.join(self.data_dir, RECOVERY_POINTS))
         log_starts = checkpoint.read_offsets(os.path.join(self.data_dir, LOG_START_OFFSETS))
         configs = topic_configs or {}
+        found: list[tuple[TopicPartition, str]] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
             if name.endswith(DELETING_SUFFIX):
                 fs.remove_tree(path)
                 continue
             match = _PARTITION_DIRECTORY.fullmatch(name)
-            if match is None or not os.path.isdir(path):
-                continue
-            key = (match["topic"], int(match["partition"]))
-            self._logs[key] = PartitionLog.open(
+            if match is not None and os.path.isdir(path):
+                found.append(((match["topic"], int(match["partition"])), path))
+
+        def open_one(key: TopicPartition, path: str) -> PartitionLog:
+            return PartitionLog.open(
                 path,
                 configs.get(key[0], self.default_config),
                 now_ms,
@@ -80,17 +93,45 @@ class LogManager:
                 files=self.segment_files,
             )
 
+        opened = self._map(open_one, *zip(*found)) if found else iter(())
+        self._logs.update(zip((key for key, _ in found), opened))
+
+    def assign_epochs(self, assignments: Iterable[tuple[PartitionLog, int]]) -> None:
+        """Each ``(log, leader epoch)``: that epoch starts at the log's end (persisted; many logs at once)."""
+
+        def assign(log: PartitionLog, epoch: int) -> None:
+            log.epochs.assign(epoch, log.log_end_offset)
+
+        pairs = list(assignments)
+        if pairs:
+            for _ in self._map(assign, *zip(*pairs)):
+                pass
+
     def create(self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0) -> PartitionLog:
         """Create an empty partition log (its directory made durable before it is returned)."""
-        if not _TOPIC_NAME.fullmatch(topic) or partition < 0:
-            raise InvalidConfigError(f"topic {topic!r} partition {partition} cannot name a log directory")
-        key = (topic, partition)
-        if key in self._logs:
-            raise PartitionExistsError(f"partition {topic}-{partition} already exists")
-        log = PartitionLog.open(self._directory(key), config or self.default_config, now_ms, files=self.segment_files)
+        return self.create_many(topic, [partition], config, now_ms)[0]
+
+    def create_many(
+        self, topic: str, partitions: Iterable[int], config: LogConfig | None = None, now_ms: int = 0
+    ) -> list[PartitionLog]:
+        """Create empty logs for ``partitions`` of ``topic`` at once (durable, directories and all, on return)."""
+        keys = [(topic, partition) for partition in partitions]
+        for key in keys:
+            if not _TOPIC_NAME.fullmatch(topic) or key[1] < 0:
+                raise InvalidConfigError(f"topic {topic!r} partition {key[1]} cannot name a log directory")
+            if key in self._logs:
+                raise PartitionExistsError(f"partition {topic}-{key[1]} already exists")
+        if len(set(keys)) != len(keys):
+            raise PartitionExistsError(f"partitions {sorted(keys)} of topic {topic!r} name one partition twice")
+        log_config = config or self.default_config
+
+        def create_one(key: TopicPartition) -> PartitionLog:
+            return PartitionLog.open(self._directory(key), log_config, now_ms, files=self.segment_files)
+
+        logs = list(self._map(create_one, keys))
         fs.fsync_path(self.data_dir)
-        self._logs[key] = log
-        return log
+        self._logs.update(zip(keys, logs))
+        return logs
 
     def get(self, topic: str, partition: int) -> PartitionLog:
         """The open log of a partition; ``UnknownPartitionError`` if there is none."""
