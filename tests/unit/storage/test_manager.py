@@ -129,11 +129,11 @@ def test_logs_opened_recovered_and_created_by_a_thread_pool_hold_exactly_what_on
         # no close: the next open recovers every log, four at a time
         restarted = LogManager(str(tmp_path), SMALL_SEGMENTS, segment_files_open_max=4, parallel_map=pool.map)
         restarted.open_all(now_ms=0)
-    assert restarted.partitions() == [("orders", number) for number in range(12)]
-    for number in range(12):
-        log = restarted.get("orders", number)
-        assert len(read_all(log)) == number % 4
-    restarted.close()
+        assert restarted.partitions() == [("orders", number) for number in range(12)]
+        for number in range(12):
+            assert len(read_all(restarted.get("orders", number))) == number % 4
+        restarted.close()  # closed four at a time too
+    assert os.path.exists(tmp_path / CLEAN_SHUTDOWN)
 
 
 def test_create_many_refuses_a_partition_named_twice_or_already_there_and_creates_none(tmp_path):
