@@ -92,6 +92,8 @@ class ReplicaManager:
         #: Partitions this broker leads, by (topic, partition) and by log.
         self._leaders: dict[PartitionKey, LeaderPartition] = {}
         self._leader_of_log: dict[PartitionLog, LeaderPartition] = {}
+        #: The log each led partition had when its leadership began (resigning finds it without a scan).
+        self._log_led: dict[PartitionKey, PartitionLog] = {}
         #: The leader's high watermark as last reported to this broker while following.
         self._follower_high_watermarks: dict[PartitionKey, int] = {}
         self._follower = follower_factory(self)
@@ -250,6 +252,7 @@ class ReplicaManager:
         )
         self._leaders[key] = leader
         self._leader_of_log[partition_log] = leader
+        self._log_led[key] = partition_log
         self.log.info("leading {partition} at epoch {epoch} (ISR {isr})", partition=leader.name,
                       epoch=state.leader_epoch, isr=state.isr)
         self._progress(partition_log)
@@ -257,11 +260,11 @@ class ReplicaManager:
     def _resign(self, key: PartitionKey) -> None:
         leader = self._leaders.pop(key)
         leader.resign(errors.NotLeaderError(f"{leader.name}: leadership moved to another broker; retry there"))
-        for partition_log, led in list(self._leader_of_log.items()):
-            if led is leader:
-                del self._leader_of_log[partition_log]
-                self._follower_high_watermarks[key] = led.high_watermark
-                self._readers.wake(partition_log)
+        partition_log = self._log_led.pop(key)
+        if self._leader_of_log.get(partition_log) is leader:
+            del self._leader_of_log[partition_log]
+            self._follower_high_watermarks[key] = leader.high_watermark
+            self._readers.wake(partition_log)
 
     def stop(self) -> None:
         """Stop following and give up every leadership (waiting acks=all produces fail: retry elsewhere)."""
@@ -273,14 +276,14 @@ class ReplicaManager:
 
     def follower_position(self, key: PartitionKey) -> tuple[int, int] | None:
         """(fetch offset, last fetched leader epoch) of a partition we follow; None if we lead it or hold no log."""
-        if key in self._leaders or key not in set(self._logs.partitions()):
+        if key in self._leaders or not self._logs.holds(*key):
             return None
         partition_log = self._logs.get(*key)
         return partition_log.log_end_offset, partition_log.epochs.latest_epoch
 
     def follower_append(self, key: PartitionKey, result: FetchResult) -> PartitionLog | None:
         """Apply a leader's answer to our fetch: truncate where told, append the batches; return the log appended to."""
-        if key in self._leaders or key not in set(self._logs.partitions()):
+        if key in self._leaders or not self._logs.holds(*key):
             return None
         partition_log = self._logs.get(*key)
         if result.diverging_end_offset >= 0:
@@ -309,7 +312,7 @@ class ReplicaManager:
 
         True when the log was reset (the next fetch asks from the leader's log start).
         """
-        if key in self._leaders or key not in set(self._logs.partitions()):
+        if key in self._leaders or not self._logs.holds(*key):
             return False
         partition_log = self._logs.get(*key)
         if partition_log.log_end_offset >= leader_log_start_offset:

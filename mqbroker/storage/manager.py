@@ -152,6 +152,10 @@ class LogManager:
         """Every (topic, partition) held, sorted."""
         return sorted(self._logs)
 
+    def holds(self, topic: str, partition: int) -> bool:
+        """Whether a log of the partition is held here (without sorting them all, as `partitions` does)."""
+        return (topic, partition) in self._logs
+
     def delete(self, topic: str, partition: int) -> None:
         """Close a partition and remove its directory (renamed first, so a crash cannot half-delete it)."""
         log = self.get(topic, partition)
