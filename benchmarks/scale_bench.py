@@ -16,7 +16,7 @@ fit) with the default ``segment_files_open_max``, and measures:
 * ``kill9_ready_s``: kill -9 right after the produce, then time from start to ``/ready`` (the
   logs recover); then ``fetch``: every acknowledged record read back (checked: all N × records
   present), msg/s and MB/s, from one client process;
-* ``clean_ready_s``: a graceful stop, then time from start to ``/ready``;
+* ``stop_s`` and ``clean_ready_s``: a graceful stop (SIGTERM to exit), then time from start to ``/ready``;
 * ``files_open_max`` and ``rss_mib``: the most descriptors the broker held (sampled every 50 ms
   over the whole run) and its resident memory after the clean restart.
 
@@ -176,12 +176,14 @@ def measure(root: pathlib.Path, partitions: int, per_partition: int, seed: int) 
         broker.kill()
         figures["kill9_ready_s"] = timed_start(broker, watch)
         figures.update(fetch_all(broker.bootstrap, partitions, acknowledged))
-        broker.stop()
+        stopping = time.perf_counter()
+        broker.stop(timeout_s=READY_TIMEOUT_S)
+        figures["stop_s"] = time.perf_counter() - stopping
         figures["clean_ready_s"] = timed_start(broker, watch)
         figures["rss_mib"] = broker_rss_mib(broker)
         figures["data_mib"] = sum(path.stat().st_size for path in broker.data_dir.rglob("*") if path.is_file()) / MIB
     finally:
-        broker.stop()
+        broker.stop(timeout_s=READY_TIMEOUT_S)
         watch.close()
         shutil.rmtree(broker.data_dir, ignore_errors=True)
     figures["files_open_max"] = watch.peak
@@ -200,6 +202,7 @@ COLUMNS = [
     ("fetch_p50_ms", "p50 ms", "{:.2f}"),
     ("fetch_p99_ms", "p99 ms", "{:.2f}"),
     ("kill9_ready_s", "kill -9 ready s", "{:.1f}"),
+    ("stop_s", "stop s", "{:.1f}"),
     ("clean_ready_s", "clean ready s", "{:.1f}"),
     ("files_open_max", "open files max", "{:,}"),
     ("rss_mib", "RSS MiB", "{:.0f}"),

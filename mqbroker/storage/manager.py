@@ -180,8 +180,7 @@ class LogManager:
         the broker runs it in its thread pool).
         """
         with self._checkpoint_lock:
-            for log in list(self._logs.values()):
-                log.snapshot_producers()
+            self._run_all(PartitionLog.snapshot_producers, list(self._logs.values()))
             self._write_offsets()
 
     def _write_offsets(self) -> None:
