@@ -32,6 +32,9 @@ from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 
 PartitionKey = tuple[str, int]
+#: Leaderships taken up at once that are logged one line each; more are summed up in one line
+#: (a broker starting with 10,000 partitions spent seconds formatting a line per partition).
+LEADERSHIPS_LOGGED_MAX = 20
 
 
 class WaitingReaders(Protocol):
@@ -235,12 +238,15 @@ class ReplicaManager:
         # partitions would otherwise wait for three fsyncs per partition in turn.
         self._logs.assign_epochs((self._logs.get(*key), state.leader_epoch) for key, state in taken_up)
         for key, state in taken_up:
-            self._become_leader(key, state, now_ms)
+            self._become_leader(key, state, now_ms, announce=len(taken_up) <= LEADERSHIPS_LOGGED_MAX)
+        if len(taken_up) > LEADERSHIPS_LOGGED_MAX:
+            self.log.info("leading {count} more partitions at new epochs (first: {first})", count=len(taken_up),
+                          first=", ".join(f"{topic}-{number}" for (topic, number), _ in taken_up[:LEADERSHIPS_LOGGED_MAX]))
         for key in set(self._leaders) - current:
             self._resign(key)
         self._follower.follow(following)
 
-    def _become_leader(self, key: PartitionKey, state: PartitionState, now_ms: int) -> None:
+    def _become_leader(self, key: PartitionKey, state: PartitionState, now_ms: int, announce: bool = True) -> None:
         old = self._leaders.get(key)
         if old is not None:
             self._resign(key)
@@ -253,8 +259,9 @@ class ReplicaManager:
         self._leaders[key] = leader
         self._leader_of_log[partition_log] = leader
         self._log_led[key] = partition_log
-        self.log.info("leading {partition} at epoch {epoch} (ISR {isr})", partition=leader.name,
-                      epoch=state.leader_epoch, isr=state.isr)
+        if announce:
+            self.log.info("leading {partition} at epoch {epoch} (ISR {isr})", partition=leader.name,
+                          epoch=state.leader_epoch, isr=state.isr)
         self._progress(partition_log)
 
     def _resign(self, key: PartitionKey) -> None:
