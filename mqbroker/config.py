@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqbroker import limits
 from mqbroker.ops.affinity import parse_cpu_list
 from mqbroker.security.quotas import parse_quota_overrides
 
@@ -73,6 +74,10 @@ class BrokerConfig:
     cpu_affinity: str = ""
     #: How fsync rounds run off the reactor thread: "aio" (Linux AIO), "thread", or "auto" (AIO where it works).
     fsync_engine: str = "auto"
+    #: Segment files kept open at once, least recently used closed first (``mqbroker.storage.segment_files``).
+    segment_files_open_max: int = limits.segment_files_open_max
+    #: Threads that open (recover), create and checkpoint many partition logs at once (Kafka's num.recovery.threads.per.data.dir).
+    log_recovery_threads: int = 8
     #: Consumer groups (Kafka's group.* and offsets.* broker settings).
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -220,6 +225,10 @@ def _check_value(key: str, value: Any) -> None:
             raise ConfigError(f"configuration key 'cpu_affinity': {error}") from None
     if key == "fsync_engine" and value not in FSYNC_ENGINES:
         raise ConfigError(f"configuration key 'fsync_engine': must be auto, aio or thread, got {value!r}")
+    if key == "segment_files_open_max" and value < 1:
+        raise ConfigError(f"configuration key 'segment_files_open_max': must be at least 1, got {value}")
+    if key == "log_recovery_threads" and value < 1:
+        raise ConfigError(f"configuration key 'log_recovery_threads': must be at least 1, got {value}")
     if key == "node_id" and value < 0:
         raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")
 

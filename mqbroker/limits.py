@@ -23,6 +23,16 @@ produce_timeout_ms_default = 30_000
 topic_name_length_max = 249
 #: Most partitions one topic may have.
 partitions_per_topic_max = 10_000
+#: Segment `.log` files a broker keeps open at once (least recently used closed first): room for
+#: every busy partition's active segment, while 10,000+ partitions stay within a 1,024-descriptor
+#: ulimit with the sockets, the Raft log and the AIO context beside them.
+segment_files_open_max = 512
+#: Partition logs one group-commit fsync round syncs. Each keeps its active segment pinned open
+#: (and a new directory, sealed segments' indexes) until its fsync ends, so a round over 10,000
+#: freshly created partitions would need 20,000 descriptors at once; with 256, a round's pinned
+#: files beyond ``segment_files_open_max`` and its directories stay within a 1,024 ulimit. Logs
+#: past it go in the next round, which starts as soon as this one ends.
+fsync_round_logs_max = 256
 #: Largest native-protocol response frame a client accepts (a full fetch response plus headers).
 native_response_frame_bytes_max = 2 * fetch_response_bytes_max
 #: AMQP: frame_max the broker proposes in connection.tune (RabbitMQ's value); clients may choose less.

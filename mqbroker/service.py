@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import pathlib
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService, TimerService
@@ -90,6 +91,8 @@ class BrokerService(MultiService):
         self.metrics = BrokerMetrics()
         #: Housekeeping off the reactor thread: controller persistence, checkpoints, the log cleaner.
         self._threadpool = ThreadPool(minthreads=1, maxthreads=limits.background_threads_max, name="mqbroker-background")
+        #: Opens, creates and checkpoints many partition logs at once, their fsyncs overlapping (``LogManager``).
+        self._log_threads = ThreadPoolExecutor(config.log_recovery_threads, thread_name_prefix="mqbroker-logs")
         #: Runs the produce path's fsync rounds (see ``Flusher``, ``sync_engines``).
         self._sync_engine: ISyncEngine | None = None
         self._logs: LogManager | None = None
@@ -111,7 +114,8 @@ class BrokerService(MultiService):
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
         now_ms = int(self.reactor.seconds() * 1000)
         topic_defaults = self.config.topic_defaults
-        self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
+        self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}), self.config.segment_files_open_max,
+                                self._log_threads.map)
         self.control = build_control_plane(
             config=self.config, reactor=self.reactor, data_dir=self.data_dir, threadpool=self._threadpool,
             listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
@@ -131,6 +135,7 @@ class BrokerService(MultiService):
             if self._sync_engine is not None:
                 self._sync_engine.stop()
             self._logs.close()
+            self._log_threads.shutdown()
             raise
 
     def _start_serving(self) -> None:
@@ -353,6 +358,7 @@ class BrokerService(MultiService):
             self._sync_engine.stop()
         if self._logs is not None:
             self._logs.close()
+        self._log_threads.shutdown()
         self.log.info("mqbroker stopped cleanly (clean-shutdown marker written)")
 
     def is_ready(self) -> bool:

@@ -10,7 +10,6 @@ and every append written before the capture shares that one fsync (group commit)
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_dup
 from mqbroker.storage.recovery import open_segments
 from mqbroker.storage.retention import expired_segment_count
 from mqbroker.storage.segment import Segment
+from mqbroker.storage.segment_files import SegmentFiles
 from mqbroker.storage.sync_state import FlushTicket, SyncState
 
 NO_TIMESTAMP = -1
@@ -90,6 +90,10 @@ class PartitionLog:
     ) -> None:
         assert segments, "a log always has an active segment"
         self.directory = directory
+        #: Where the segments' `.log` descriptors come from (the broker's bounded set of open files),
+        #: and the log's lock, which the set takes before it closes one (`segment_files`).
+        self._files = segments[-1].log_file.files
+        self._lock = segments[-1].log_file.owner_lock
         #: Which leader epoch started at which offset (replicas compare these to find divergence).
         self.epochs = epochs if epochs is not None else LeaderEpochCache.load(directory)
         self.config = config
@@ -98,7 +102,6 @@ class PartitionLog:
         self._end_offset = segments[-1].next_offset
         self._producers = producers
         self._clean_offset = clean_offset
-        self._lock = threading.Lock()
         self._closed = False
         self._active_since_ms = now_ms
         #: What the next fsync must cover (guarded by the lock).
@@ -118,25 +121,35 @@ class PartitionLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
+        files: SegmentFiles | None = None,
     ) -> PartitionLog:
-        """Open (or create) the log in ``directory``; recover it (`recovery.open_segments`) unless shut down cleanly."""
-        segments = open_segments(
-            directory,
-            config.index_interval_bytes,
-            recovery_point=recovery_point,
-            log_start_offset=log_start_offset,
-            clean_shutdown=clean_shutdown,
-        )
-        end_offset = segments[-1].next_offset
-        log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
-        if remove_snapshots_after(directory, end_offset):
-            fs.fsync_path(directory)  # gone before the log can grow back past them
-        producers = load_producers(directory, segments, end_offset)
+        """Open (or create) the log in ``directory``; recover it (`recovery.open_segments`) unless shut down cleanly.
+
+        ``files`` bounds the open segment files: a broker's logs share one (`LogManager`); a log
+        opened without it gets a set of its own.
+        """
+        lock = threading.Lock()
+        with lock:  # the log's lock from the first use of its files on (the set closes none under it)
+            segments = open_segments(
+                directory,
+                config.index_interval_bytes,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                clean_shutdown=clean_shutdown,
+                files=files,
+                lock=lock,
+            )
+            end_offset = segments[-1].next_offset
+            log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
+            if remove_snapshots_after(directory, end_offset):
+                fs.fsync_path(directory)  # gone before the log can grow back past them
+            producers = load_producers(directory, segments, end_offset)
+            first_timestamp = segments[-1].first_timestamp
         epochs = LeaderEpochCache.load(directory)
         epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it
         clean_offset = min(checkpoint.read_clean_offset(directory), end_offset)
         log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
-        log._active_since_ms = segments[-1].first_timestamp if segments[-1].first_timestamp >= 0 else now_ms
+        log._active_since_ms = first_timestamp if first_timestamp >= 0 else now_ms
         return log
 
     # -- bounds ------------------------------------------------------------------------------
@@ -258,7 +271,7 @@ class PartitionLog:
         sealed.finish()
         sealed.sync()  # before the next segment's name can be durable: else a power loss leaves a hole
         self._unsynced.sealed(sealed)
-        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes, self._files, self._lock)
         segment.create()
         self._segments.append(segment)
         self._active_since_ms = now_ms
@@ -270,6 +283,11 @@ class PartitionLog:
         with self._lock:
             config = self.config
             return self._unsynced.due(config.flush_policy, config.flush_messages, config.flush_ms, now_ms)
+
+    def has_unsynced(self) -> bool:
+        """True when something written is covered by no fsync, finished or running (a flush would sync it)."""
+        with self._lock:
+            return self._unsynced.has_unsynced(self._end_offset)
 
     def flush(self) -> int:
         """fsync everything appended so far (lock not held during the fsync); return the durable end."""
@@ -289,9 +307,8 @@ class PartitionLog:
             return self._unsynced.capture(self.directory, self._segments[-1], self._end_offset)
 
     def end_flush(self, ticket: FlushTicket, synced: bool) -> int:
-        """Close a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
-        for handle in ticket.handles:
-            os.close(handle)
+        """Release a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
+        ticket.release()
         with self._lock:
             return self._unsynced.publish(ticket, synced)
 
@@ -370,7 +387,7 @@ class PartitionLog:
 
     def _start_empty_at(self, offset: int) -> None:
         self._delete_tail(self._segments[::-1])
-        segment = Segment(self.directory, offset, self.config.index_interval_bytes)
+        segment = Segment(self.directory, offset, self.config.index_interval_bytes, self._files, self._lock)
         segment.create()
         self._segments = [segment]
         self._log_start_offset = offset
@@ -431,6 +448,8 @@ class PartitionLog:
         """The sealed segments, where their dirty part starts and the batches producers need kept."""
         with self._lock:
             self._check_open()
+            for segment in self._segments[:-1]:
+                segment.ensure_tail()  # here, under the lock: the cleaner reads the tail state off it
             return CleanerView(
                 segments=list(self._segments[:-1]),
                 first_dirty_offset=max(self._clean_offset, self._log_start_offset),
@@ -462,7 +481,7 @@ class PartitionLog:
             old.drop_indexes()
             fs.replace(swap_path, old.path)
             self._segments[self._segments.index(old)] = Segment(
-                self.directory, old.base_offset, self.config.index_interval_bytes
+                self.directory, old.base_offset, self.config.index_interval_bytes, self._files, self._lock
             )
             self._unsynced.replaced([old])
 

@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 
 from mqbroker.storage import fs
 from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment
+from mqbroker.storage.segment_files import OPEN_MAX_DEFAULT, SegmentFiles
 
 #: Leftovers of an interrupted write or delete, removed when a log is opened.
 LEFTOVER_SUFFIXES = (".tmp", ".deleted")
 
 
 def open_segments(
-    directory: str, index_interval_bytes: int, *, recovery_point: int, log_start_offset: int, clean_shutdown: bool
+    directory: str,
+    index_interval_bytes: int,
+    *,
+    recovery_point: int,
+    log_start_offset: int,
+    clean_shutdown: bool,
+    files: SegmentFiles | None = None,
+    lock: threading.Lock | None = None,
 ) -> list[Segment]:
     """The segments of the log in ``directory`` (created empty at ``log_start_offset`` if there are none).
 
@@ -30,12 +39,14 @@ def open_segments(
     It rescans that first segment from its beginning, not from the recovery point: it needs
     no trusted position inside a segment, and costs at most one segment of CRC checks more
     (`benchmarks/storage_bench.py` measures ``recovery_s_per_gib``: 0.1-0.3 s per GiB here).
+    ``files`` and ``lock`` are the log's set of open segment files and its lock, held by the caller.
     """
+    files = files or SegmentFiles(OPEN_MAX_DEFAULT)
     fs.makedirs(directory)
     _remove_leftovers(directory)
-    segments = [Segment(directory, base, index_interval_bytes) for base in segment_bases(directory)]
+    segments = [Segment(directory, base, index_interval_bytes, files, lock) for base in segment_bases(directory)]
     if not segments:
-        segment = Segment(directory, log_start_offset, index_interval_bytes)
+        segment = Segment(directory, log_start_offset, index_interval_bytes, files, lock)
         segment.create()
         fs.fsync_path(directory)
         return [segment]
