@@ -81,6 +81,12 @@ def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
     )))
 
 
+def _subscription(topics: Iterable[str]) -> bytes:
+    """A member's subscription as DescribeGroups shows it (consumer protocol version 0: its topics)."""
+    return consumer_protocol.encode_subscription(consumer_protocol.ConsumerSubscription(topics=tuple(sorted(topics))),
+                                                 version=0)
+
+
 async def handle_sync_group(context: RequestContext, request: m.SyncGroupRequest) -> m.SyncGroupResponse:
     """The member's assignment for its generation (assignments a client sends are not needed)."""
     synced = await context.calls.sync_group(request.group_id, request.member_id, request.group_instance_id,
@@ -206,7 +212,8 @@ async def handle_describe_groups(context: RequestContext, request: m.DescribeGro
             members=tuple(
                 m.DescribedGroupMember(member_id=member.member_id, group_instance_id=member.group_instance_id,
                                        client_id=member.client_id, client_host=member.client_host,
-                                       member_metadata=b"", member_assignment=encode_assignment(member.assignment))
+                                       member_metadata=_subscription(member.topics),
+                                       member_assignment=encode_assignment(member.assignment))
                 for member in group.members),
         ))
     return m.DescribeGroupsResponse(groups=tuple(results))
