@@ -25,6 +25,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.LIST_GROUPS: groups.handle_list_groups,
     ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
     ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
     ApiKey.CREATE_TOPICS: admin.handle_create_topics,
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,

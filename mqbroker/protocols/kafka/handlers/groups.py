@@ -225,3 +225,18 @@ async def handle_delete_groups(context: RequestContext, request: m.DeleteGroupsR
     return m.DeleteGroupsResponse(throttle_time_ms=0, results=tuple(
         m.DeletableGroupResult(group_id=group_id, error_code=kafka_error(error)[0])
         for group_id, (_, error) in zip(request.groups_names, outcomes)))
+
+
+async def handle_offset_delete(context: RequestContext, request: m.OffsetDeleteRequest) -> m.OffsetDeleteResponse:
+    """Delete committed offsets of topics no member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others)."""
+    wanted = [(topic.name, partition.partition_index) for topic in request.topics for partition in topic.partitions]
+    outcomes, error = await settle(context.calls.delete_offsets(request.group_id, wanted))
+    if error is not None:
+        return m.OffsetDeleteResponse(error_code=kafka_error(error)[0])
+    return m.OffsetDeleteResponse(error_code=0, topics=tuple(
+        m.OffsetDeleteResponseTopic(name=topic.name, partitions=tuple(
+            m.OffsetDeleteResponsePartition(
+                partition_index=partition.partition_index,
+                error_code=kafka_error(outcomes[TopicPartition(topic.name, partition.partition_index)])[0])
+            for partition in topic.partitions))
+        for topic in request.topics))
