@@ -69,6 +69,12 @@ def test_consumer_groups_deletes_the_offsets_of_an_empty_group(bootstrap: str) -
     assert "GroupIdNotFoundException" in unknown.stdout + unknown.stderr
 
 
+def test_kafka_cluster_and_kafka_transactions_describe_the_cluster(bootstrap: str) -> None:
+    assert _ok("kafka-cluster", "cluster-id", "--bootstrap-server", bootstrap).strip() == "Cluster ID: mqbroker"
+    listed = _ok("kafka-transactions", "--bootstrap-server", bootstrap, "list")
+    assert listed.split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]  # none open
+
+
 def test_kafka_configs_alters_and_describes_topic_overrides(bootstrap: str) -> None:
     topic = unique("tool-configs")
     _ok("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic)

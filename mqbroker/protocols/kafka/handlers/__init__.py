@@ -15,6 +15,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.INIT_PRODUCER_ID: records.handle_init_producer_id,
     ApiKey.METADATA: cluster.handle_metadata,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.LIST_TRANSACTIONS: cluster.handle_list_transactions,
     ApiKey.FIND_COORDINATOR: cluster.handle_find_coordinator,
     ApiKey.JOIN_GROUP: groups.handle_join_group,
     ApiKey.SYNC_GROUP: groups.handle_sync_group,

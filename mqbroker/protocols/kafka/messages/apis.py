@@ -48,6 +48,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    LIST_TRANSACTIONS = 66
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,4 +115,5 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, security, "DescribeUserScramCredentials", (0, 0), 0),
     _api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, security, "AlterUserScramCredentials", (0, 0), 0),
     _api(ApiKey.DESCRIBE_CLUSTER, cluster, "DescribeCluster", (0, 1), 0),
+    _api(ApiKey.LIST_TRANSACTIONS, cluster, "ListTransactions", (0, 2), 0),
 )}
