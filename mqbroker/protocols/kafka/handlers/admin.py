@@ -127,7 +127,7 @@ async def handle_describe_configs(context: RequestContext, request: m.DescribeCo
         error: BaseException | None = None
         if resource.resource_type == RESOURCE_BROKER:
             error = _not_this_broker(context, resource.resource_name)
-            if error is None:
+            if error is None and resource.resource_name:  # "": the cluster-wide dynamic defaults, which mqbroker has none of
                 entries = [
                     m.DescribeConfigsResourceResult(name=key, value=entry.value, read_only=True,
                                                     config_source=entry.source, is_sensitive=False, synonyms=(),
@@ -153,7 +153,7 @@ async def handle_describe_configs(context: RequestContext, request: m.DescribeCo
 
 
 def _not_this_broker(context: RequestContext, name: str) -> errors.BrokerError | None:
-    """A broker resource names this broker (or, empty, the cluster-wide defaults, which are this broker's)."""
+    """A broker resource names this broker, or (empty) the cluster-wide dynamic defaults."""
     if name in ("", str(context.node_id)):
         return None
     return errors.InvalidRequestError(f"broker {name!r} is described by that broker itself; this is broker "
