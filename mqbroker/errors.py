@@ -68,6 +68,7 @@ class ErrorCode(enum.IntEnum):
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     INVALID_RECORD = 87
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
@@ -326,6 +327,12 @@ class GroupIdNotFoundError(BrokerError):
     """No group with this id exists."""
 
     code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class GroupSubscribedToTopicError(BrokerError):
+    """A member of the group subscribes to the topic: its committed offsets cannot be deleted while it does."""
+
+    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
 
 
 class FencedLeaderEpochError(BrokerError):

@@ -116,6 +116,11 @@ class IBroker(Interface):
     def delete_group(principal, group_id):
         """Delete a group without members and its offsets; fire with None."""
 
+    def delete_offsets(principal, group_id, partitions):
+        """Delete a group's committed offsets of ``partitions`` (Kafka's OffsetDelete); fire with
+        ``{TopicPartition: None or the error}`` (``GroupSubscribedToTopicError`` where a member subscribes to
+        the topic); fail as a whole with ``GroupIdNotFoundError`` for an unknown group."""
+
     def list_users(principal):
         """Fire with every SCRAM user's name; needs DESCRIBE on the cluster."""
 

@@ -434,6 +434,12 @@ class FakeBroker:
         self.calls.append(("delete_group", principal, group_id))
         return self._scripted("delete_group", None) or self._unmodelled("delete_group")
 
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Only scripted."""
+        self.calls.append(("delete_offsets", principal, group_id, tuple(partitions)))
+        return self._scripted("delete_offsets", None) or self._unmodelled("delete_offsets")
+
     # -- users and ACLs: in memory, authorized on the cluster ------------------------------------------
 
     def list_users(self, principal: Principal) -> Deferred[list[str]]:

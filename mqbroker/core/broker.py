@@ -269,6 +269,11 @@ class Broker:
         """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
         return self._group_requests.delete_group(principal, group_id)
 
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Delete some committed offsets of a group; see ``IBroker.delete_offsets``."""
+        return self._group_requests.delete_offsets(principal, group_id, partitions)
+
     # -- users and ACLs ---------------------------------------------------------------------
 
     def list_users(self, principal: Principal) -> Deferred[list[str]]:

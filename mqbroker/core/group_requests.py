@@ -78,6 +78,15 @@ class GroupRequests:
         return self._call(principal, Operation.DELETE, group_id, lambda groups: groups.delete_group(group_id))
 
     @errors_as_failures
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Delete some committed offsets of a group; see ``IBroker.delete_offsets``."""
+        for topic in sorted({tp.topic for tp in partitions}):
+            require_permission(self._authorizer, principal, Operation.READ, ResourceType.TOPIC, topic)
+        return self._call(principal, Operation.DELETE, group_id,
+                          lambda groups: groups.delete_offsets(group_id, partitions))
+
+    @errors_as_failures
     def find_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
         """The broker leading the group's offsets partition; see ``IBroker.find_coordinator``."""
         require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)

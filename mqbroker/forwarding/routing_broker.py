@@ -194,6 +194,11 @@ class RoutingBroker:
         """The local broker's ``delete_group``."""
         return self.local.delete_group(principal, group_id)
 
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """The local broker's ``delete_offsets``."""
+        return self.local.delete_offsets(principal, group_id, partitions)
+
     def list_users(self, principal: Principal) -> Deferred[list[str]]:
         """The local broker's ``list_users``."""
         return self.local.list_users(principal)

@@ -24,13 +24,15 @@ names and append its records; append the records ``commit_offsets`` returns and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Protocol
 
 from mqbroker.errors import (
+    BrokerError,
     ErrorCode,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidRequestError,
@@ -406,6 +408,26 @@ class GroupCoordinator:
         records = self._drop(group_id, now_ms)
         self._records += records
         return records
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> dict[TopicPartition, BrokerError | None]:
+        """Delete committed offsets of topics no member subscribes to (Kafka's OffsetDelete); each partition's outcome.
+
+        The tombstones are queued in ``ready()``. A partition of a subscribed topic keeps its offset and gets
+        ``GroupSubscribedToTopicError``; a partition without a committed offset is simply done.
+        """
+        _check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.store.group_ids():
+            raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        subscribed = {topic for member in group.members.values() for topic in member.topics} if group else set()
+        outcomes: dict[TopicPartition, BrokerError | None] = {}
+        for tp in partitions:
+            outcomes[tp] = GroupSubscribedToTopicError(
+                f"a member of group {group_id!r} subscribes to {tp.topic!r}; its offsets can be deleted once no "
+                f"member does") if tp.topic in subscribed else None
+        self._records += self.store.delete_offsets(group_id, [tp for tp, error in outcomes.items() if error is None])
+        return outcomes
 
     def _drop(self, group_id: str, now_ms: int) -> list[OffsetsRecord]:
         """Forget an empty group and its offsets; the group's metadata key gets a tombstone."""

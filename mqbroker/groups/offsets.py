@@ -350,6 +350,14 @@ class OffsetStore:
             self.apply(record)
         return records
 
+    def delete_offsets(self, group_id: str, partitions: Collection[TopicPartition]) -> list[OffsetsRecord]:
+        """Forget some committed offsets of a group; returns their tombstones (none for a partition without one)."""
+        committed = self._offsets.get(group_id, {})
+        records = [tombstone(offset_key(group_id, tp)) for tp in sorted(set(partitions)) if tp in committed]
+        for record in records:
+            self.apply(record)
+        return records
+
     def expire(
         self,
         *,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
@@ -191,11 +191,23 @@ class GroupService:
             self._coordinator.delete_group(group_id, self.now_ms())
         except errors.BrokerError as error:
             return fail(error)
-        # The tombstones are also queued in ready(): append them from there, and wait for them.
+        return self._write_queued().addCallback(lambda _: None)
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, errors.BrokerError | None]]:
+        """Delete committed offsets of topics the group does not subscribe to; fires with each partition's
+        outcome once the tombstones are durable."""
+        try:
+            outcomes = self._coordinator.delete_offsets(group_id, partitions)
+        except errors.BrokerError as error:
+            return fail(error)
+        return self._write_queued().addCallback(lambda _: outcomes)
+
+    def _write_queued(self) -> Deferred[Any]:
+        """Append the records the coordinator queued in ``ready()`` (tombstones) and fire once they are durable."""
         ready = self._coordinator.ready()
         self._answer(ready.replies)
         written = self._write(list(ready.records)) if ready.records else succeed(None)
-        written.addCallback(lambda _: None)
         self._schedule()
         return written
 

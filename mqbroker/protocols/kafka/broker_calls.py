@@ -167,6 +167,12 @@ class BrokerCalls:
         """Delete an empty group and its offsets."""
         return self._broker.delete_group(self.principal, group_id)
 
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Delete a group's committed offsets of (topic, partition)s; each one's outcome."""
+        return self._broker.delete_offsets(self.principal, group_id,
+                                           [TopicPartition(topic, partition) for topic, partition in partitions])
+
 
 def _member(group_id: str, member_id: str, group_instance_id: str | None,
             generation_id: int = group_messages.NO_GENERATION) -> group_messages.MemberRequest:

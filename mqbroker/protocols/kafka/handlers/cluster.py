@@ -103,3 +103,19 @@ async def _coordinator(context: RequestContext, key: str, key_type: int) -> m.Co
     host, port = address if address is not None else ("", -1)
     return m.Coordinator(key=key, node_id=endpoint.node_id if address else -1, host=host, port=port,
                          error_code=code, error_message=message)
+
+
+#: Kafka's transaction states (ListTransactions filters); a filter naming another is reported back as unknown.
+TRANSACTION_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+                                "Dead", "PrepareEpochFence"})
+
+
+async def handle_list_transactions(context: RequestContext, request: m.ListTransactionsRequest
+                                   ) -> m.ListTransactionsResponse:
+    """No transactions: this broker has no transaction coordinator yet, so none can be open (``kafka-transactions list``).
+
+    Once the broker core coordinates transactions, this answer must come from its coordinator instead.
+    """
+    return m.ListTransactionsResponse(
+        throttle_time_ms=0, error_code=0, transaction_states=(),
+        unknown_state_filters=tuple(state for state in request.state_filters if state not in TRANSACTION_STATES))

@@ -43,10 +43,12 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    LIST_TRANSACTIONS = 66
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,8 +78,7 @@ def _api(key: ApiKey, module: object, name: str, versions: tuple[int, int], flex
 
 
 #: Every API mqbroker serves. Transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-#: TxnOffsetCommit) are absent until the broker core has them, and so is OffsetDelete (the broker
-#: API cannot delete one partition's committed offset yet): clients learn it from ApiVersions.
+#: TxnOffsetCommit) are absent until the broker core has them: clients learn it from ApiVersions.
 APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 11), 9),
     # Fetch 13 on names topics by id, which mqbroker does not assign.
@@ -109,8 +110,10 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.SASL_AUTHENTICATE, security, "SaslAuthenticate", (0, 2), 2),
     _api(ApiKey.CREATE_PARTITIONS, admin, "CreatePartitions", (0, 3), 2),
     _api(ApiKey.DELETE_GROUPS, groups, "DeleteGroups", (0, 2), 2),
+    _api(ApiKey.OFFSET_DELETE, groups, "OffsetDelete", (0, 0), None),
     _api(ApiKey.INCREMENTAL_ALTER_CONFIGS, admin, "IncrementalAlterConfigs", (0, 1), 1),
     _api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, security, "DescribeUserScramCredentials", (0, 0), 0),
     _api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, security, "AlterUserScramCredentials", (0, 0), 0),
     _api(ApiKey.DESCRIBE_CLUSTER, cluster, "DescribeCluster", (0, 1), 0),
+    _api(ApiKey.LIST_TRANSACTIONS, cluster, "ListTransactions", (0, 2), 0),
 )}
