@@ -68,3 +68,13 @@ amqp_held_bytes_broker_max = 1024 * 1024 * 1024
 #: AMQP: bytes the compressed batches of one fetch may decompress to together in a queue or source reader
 #: (one 64 MiB message fits; a handful of 2 KiB zstd bombs does not).
 amqp_fetch_decompressed_bytes_max = 128 * 1024 * 1024
+#: Connectors: longest connector name (it is part of the keys in __connectors and of default Redis key names).
+connector_name_length_max = 128
+#: Connectors: configuration keys one connector may have.
+connector_config_entries_max = 256
+#: Connectors: longest configuration value (a topic list or a regular expression), in bytes.
+connector_config_value_bytes_max = 64 * 1024
+#: Connectors: tasks one connector may run (each holds its own connections and buffers).
+connector_tasks_max = 64
+#: Connectors: largest value of a __connectors record a broker decodes (a larger one is counted as corrupt).
+connector_state_value_bytes_max = 1024 * 1024

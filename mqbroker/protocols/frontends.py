@@ -27,6 +27,8 @@ class FrontEndContext:
     metrics: Any
     #: A ``SecurityServices`` (authenticator, authorizer, quotas); None in tests of a bare front end.
     security: Any = None
+    #: The connector admin service (an ``IConnectorAdmin``); None when connectors are disabled.
+    connectors: Any = None
 
     @property
     def frame_timeout_s(self) -> float | None:

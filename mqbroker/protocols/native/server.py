@@ -27,6 +27,7 @@ from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
+from mqbroker.protocols.native.connector_handlers import CONNECTOR_APIS, handle_connector_request
 from mqbroker.protocols.native.security import SECURITY_APIS, ConnectionSecurity
 from mqbroker.protocols.native.connection import (
     ConnectionFailed,
@@ -80,7 +81,7 @@ def _gathered(deferreds: list[Deferred[Any]]) -> Deferred[list[Any]]:
 async def handle_api_versions(broker: IBroker, principal: Principal, request: m.ApiVersionsRequest) -> Any:
     """List the APIs this server answers (only those with a handler)."""
     advertised = supported_api_versions()
-    served = HANDLERS.keys() | SECURITY_APIS
+    served = HANDLERS.keys() | SECURITY_APIS | CONNECTOR_APIS
     return m.ApiVersionsResponse(api_keys=tuple(r for r in advertised.api_keys if r.api_key in served))
 
 
@@ -527,9 +528,11 @@ class NativeSession:
     log = Logger()
 
     def __init__(
-        self, broker: IBroker, frame_bytes_max: int, latency: Any = None, security: Any = None, clock: Any = None
+        self, broker: IBroker, frame_bytes_max: int, latency: Any = None, security: Any = None, clock: Any = None,
+        connectors: Any = None,
     ) -> None:
         self._broker = broker
+        self._connectors = connectors  # an IConnectorAdmin, or None: connectors are off
         self._frame_bytes_max = frame_bytes_max
         self._codec = ServerConnection(frame_bytes_max)
         self._latency = latency
@@ -593,6 +596,9 @@ class NativeSession:
         handler = HANDLERS.get(api_key)
         if self._security is not None and api_key in SECURITY_APIS:
             handler = lambda broker, principal, request: self._security.handle(principal, request)  # noqa: E731
+        elif api_key in CONNECTOR_APIS:
+            handler = lambda broker, principal, request: handle_connector_request(  # noqa: E731
+                self._connectors, principal, request)
         if handler is None:
             error = errors.UnknownApiKeyError(f"API {api_key.name} is not served by this broker version")
             self._write(self._codec.reply_error(header, error))
@@ -675,7 +681,8 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     gauge = context.metrics.connections.labels("native") if context.metrics is not None else None
     security = getattr(context, "security", None)
     return SessionFactory(
-        lambda address: NativeSession(broker, config.native_frame_bytes_max, latency, security, context.reactor),
+        lambda address: NativeSession(broker, config.native_frame_bytes_max, latency, security, context.reactor,
+                                      getattr(context, "connectors", None)),
         idle_timeout_s=config.connection_idle_ms / 1000.0,
         metrics_gauge=gauge,
         frame_timeout_s=getattr(context, "frame_timeout_s", None),
