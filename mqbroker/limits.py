@@ -78,3 +78,9 @@ connector_config_value_bytes_max = 64 * 1024
 connector_tasks_max = 64
 #: Connectors: largest value of a __connectors record a broker decodes (a larger one is counted as corrupt).
 connector_state_value_bytes_max = 1024 * 1024
+#: Kafka: largest request the Kafka listener accepts (Kafka's socket.request.max.bytes is 100 MiB;
+#: a 1 MiB batch per partition over many partitions fits well within this).
+kafka_request_bytes_max = 100 * 1024 * 1024
+#: Kafka: requests one connection may have in progress before the broker stops reading from it
+#: (librdkafka pipelines up to 1,000,000 by default; five is the norm for idempotent producers).
+kafka_inflight_requests_max = 64
