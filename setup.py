@@ -32,6 +32,8 @@ TEST_REQUIREMENTS = [
     "kafka-python>=3.0",
     "aiokafka>=0.14",
     "confluent-kafka>=2.6",
+    # an independent Redis client: the connector tests check what reached Redis with it (the connectors use txredisapi)
+    "redis>=5",
 ]
 
 SPARK_REQUIREMENTS = ["pyspark>=4.0", "pyarrow>=15"]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import TypeVar
 
-from mqbroker.client import admin
+from mqbroker.client import admin, connectors
 from mqbroker.client.backoff import Backoff
 from mqbroker.client.blocking_group import GroupMembership, resolve_callback
 from mqbroker.client.cluster import ClusterView
@@ -40,6 +40,7 @@ from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, Message, Offs
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerBatch, ProducerConfig, ProducerCore, ProducePlan, RecordMetadata, parse_acks
 from mqbroker.client.security import ClientSecurity
+from mqbroker.connectors.model import ConnectorDescription
 from mqbroker.errors import BrokerError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.messages import (
     Acks,
@@ -860,6 +861,19 @@ class Admin:
         response = self._calls.any_broker(DescribeUserScramCredentialsRequest())
         assert isinstance(response, DescribeUserScramCredentialsResponse)
         return [user.name for user in response.users]
+
+    def create_connector(self, name: str, config: dict[str, str]) -> None:
+        """Create connector ``name`` (needs ALTER on the cluster); the broker checks ``config`` first."""
+        self._calls.any_broker(connectors.create_connector_request(name, config))
+
+    def alter_connector(self, name: str, action: str) -> None:
+        """``action`` is ``pause``, ``resume`` or ``delete``."""
+        self._calls.any_broker(connectors.alter_connector_request(name, action))
+
+    def describe_connectors(self, names: Sequence[str] | None = None) -> list[ConnectorDescription]:
+        """Connectors with their tasks' status and metrics (None: every connector)."""
+        response = self._calls.any_broker(connectors.describe_connectors_request(names))
+        return connectors.describe_connectors_result(response)  # type: ignore[arg-type]
 
     def _alter_users(self, request: AlterUserScramCredentialsRequest) -> None:
         response = self._calls.any_broker(request)

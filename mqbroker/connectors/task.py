@@ -175,6 +175,7 @@ class SupervisedTask:
 
     async def _supervise(self) -> None:
         attempt = 0
+        records_mark = -1
         try:
             while not self._stopping:
                 try:
@@ -183,14 +184,15 @@ class SupervisedTask:
                 except CancelledError:
                     return
                 except OUTAGES as error:
-                    attempt = attempt + 1 if self.state is TaskState.BACKOFF else 1
-                    delay_ms = OUTAGE_BACKOFF.delay_ms(attempt, self.context.rng)
-                    self._backing_off(TaskState.BACKOFF, f"{type(error).__name__}: {error}", delay_ms)
+                    state, backoff, message = TaskState.BACKOFF, OUTAGE_BACKOFF, f"{type(error).__name__}: {error}"
                 except Exception as error:  # a bug, or a setting the other system refuses: keep the broker serving
                     self.log.failure("connector {task} failed", task=self.label)
-                    attempt = attempt + 1 if self.state is TaskState.FAILED else 1
-                    delay_ms = FAILURE_BACKOFF.delay_ms(attempt, self.context.rng)
-                    self._backing_off(TaskState.FAILED, f"{type(error).__name__}: {error}", delay_ms)
+                    state, backoff, message = TaskState.FAILED, FAILURE_BACKOFF, f"{type(error).__name__}: {error}"
+                if self.counters.records_total != records_mark:  # it got somewhere since the last failure
+                    attempt, records_mark = 0, self.counters.records_total
+                attempt += 1
+                delay_ms = backoff.delay_ms(attempt, self.context.rng)
+                self._backing_off(state, message, delay_ms)
                 try:
                     await self.sleep(delay_ms / 1000.0)
                 except CancelledError:
@@ -202,7 +204,7 @@ class SupervisedTask:
         now_s = self.clock.seconds()
         self.state = state
         self.counters.error(message, now_s)
-        if self.counters.outage_started(now_s):
+        if state is TaskState.BACKOFF and self.counters.outage_started(now_s):
             self.log.warn("connector {task}: {error}; retrying in {delay_ms} ms (outage started)", task=self.label,
                           error=message, delay_ms=delay_ms)
         else:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-#: What a command argument may be: bytes as they are, text as UTF-8, integers in decimal.
-Argument = bytes | str | int
+#: What a command argument may be: bytes as they are, text as UTF-8, numbers in decimal.
+Argument = bytes | str | int | float
 
 
 def encode_command(arguments: Sequence[Argument]) -> bytes:
@@ -17,5 +17,7 @@ def encode_command(arguments: Sequence[Argument]) -> bytes:
             argument = argument.encode("utf-8")
         elif isinstance(argument, int):
             argument = b"%d" % argument
+        elif isinstance(argument, float):
+            argument = repr(argument).encode("ascii")
         append(b"$%d\r\n%b\r\n" % (len(argument), argument))
     return b"".join(parts)

@@ -239,7 +239,8 @@ def _checkpointed(progress: Mapping[str, Any] | None) -> dict[TopicPartition, in
         return {}
     try:
         return decode_positions(progress.get("positions"))
-    except CorruptConnectorStateError:
+    except CorruptConnectorStateError as error:
+        RedisSinkTask.log.warn("ignoring an unreadable redis-sink checkpoint: {error}", error=error)
         return {}
 
 

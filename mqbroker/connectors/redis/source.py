@@ -7,22 +7,32 @@ owner read and did not acknowledge), produces them, then reads new entries with 
 ... BLOCK``. Each read batch is produced (acks=all, idempotent producer) and only then
 acknowledged with one ``XACK``: an entry is never acknowledged before it is durable in the log.
 While running it also reclaims entries pending longer than ``redis.claim.idle.ms`` (a task of a
-larger ``tasks.max`` that died). A batch whose produce failed is kept and sent again unchanged
-on the next run, so a broker failover does not duplicate it; a crash of this broker may
-(at-least-once), see docs/connectors.md.
+larger ``tasks.max`` that died). No entry is produced twice: a batch whose produce failed is
+sent again unchanged (same sequence numbers: the log recognises a retry of what it has), and
+after a crash the next owner reads the log past the task's checkpoint for records carrying a
+pending entry's id (the ``mqbroker.redis.entry`` header) and acknowledges those instead of
+producing them again.
 
 List mode: ``BLMOVE`` the list's oldest item to the task's processing list, then up to
 ``batch.records`` more with ``LMOVE``; produce them; then trim them off the processing list.
-On start, items left on the processing list by a crash are produced first (at-least-once).
+On start, items left on the processing list by a crash are produced first: list items carry
+no id, so after a crash of the broker an item may reach the log twice (at-least-once).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from twisted.internet.defer import Deferred, FirstError, gatherResults
+
+from mqbroker import errors
 
 from mqbroker.connectors.producer import IdempotentProducer, ProducerStateLostError
 from mqbroker.connectors.redis.client import RedisCommandError, RedisConnection, connect
+from mqbroker.connectors.reading import records_from
 from mqbroker.connectors.redis.entries import (
+    ENTRY_HEADER,
     MalformedReplyError,
     SourceRecord,
     entry_record,
@@ -33,13 +43,17 @@ from mqbroker.connectors.redis.entries import (
 )
 from mqbroker.connectors.redis.settings import RedisSourceSettings
 from mqbroker.connectors.settings import fill
+from mqbroker.connectors.state import CorruptConnectorStateError, decode_positions, encode_positions
 from mqbroker.connectors.task import OutageError, SupervisedTask, TaskContext
+from mqbroker.model import FetchPosition
 from mqbroker.records.builder import BatchBuilder
 
 #: Entries one XAUTOCLAIM call takes over.
 CLAIM_COUNT = 500
 #: How often a running task looks for entries pending too long at other consumers.
 RECLAIM_INTERVAL_S = 10.0
+#: Bytes one fetch reads while recovery looks for entries already in the log.
+SCAN_FETCH_BYTES = 1024 * 1024
 
 
 class RedisSourceTask(SupervisedTask):
@@ -60,6 +74,13 @@ class RedisSourceTask(SupervisedTask):
         #: Entry ids (Stream) or items (list) in the log but not yet acknowledged (XACK) or trimmed off.
         self._delivered: list[bytes] = []
         self._partition_count = 0
+        #: Per partition of the topic: the offset after this task's last record in the log, and that offset as of
+        #: the last XACK: every entry this task produced below it is acknowledged (the checkpoint).
+        self._produced_ends: dict[int, int] = {}
+        self._acknowledged_ends = _checkpointed_ends(context.progress, settings.topic)
+        self._checkpointed = dict(self._acknowledged_ends)
+        #: While recovering: the entries found in the log past the checkpoint (acknowledge, do not produce again).
+        self._in_log: set[bytes] = set()
 
     async def run(self) -> None:
         settings = self.settings
@@ -100,6 +121,7 @@ class RedisSourceTask(SupervisedTask):
             return
         if self.settings.mode == "stream":
             await connection.execute(b"XACK", self.settings.source_key, self.settings.group, *delivered)
+            self._acknowledged_ends.update(self._produced_ends)
         else:
             await connection.execute(b"LTRIM", self.processing_list, 0, -(len(delivered) + 1))
         self._delivered = []
@@ -110,10 +132,14 @@ class RedisSourceTask(SupervisedTask):
 
     async def _run_stream(self, connection: RedisConnection, reader: RedisConnection) -> None:
         settings = self.settings
+        await self._checkpoint_every_partition()
+        self._in_log = await self._entries_in_log()
         await self._recover_own_pending(connection)
         # A single task is the group's only consumer: whatever is pending belongs to a crashed owner.
         await self._reclaim(connection, idle_ms=0 if self.context.tasks_count == 1 else settings.claim_idle_ms)
+        self._in_log = set()
         next_reclaim_s = self.clock.seconds() + RECLAIM_INTERVAL_S
+        next_checkpoint_s = self.clock.seconds() + settings.checkpoint_interval_ms / 1000.0
         while True:
             reply = await reader.execute(
                 b"XREADGROUP", b"GROUP", settings.group, self.consumer, b"COUNT", settings.batch_records,
@@ -125,6 +151,66 @@ class RedisSourceTask(SupervisedTask):
             if self.clock.seconds() >= next_reclaim_s:
                 next_reclaim_s = self.clock.seconds() + RECLAIM_INTERVAL_S
                 await self._reclaim(connection, idle_ms=settings.claim_idle_ms)
+            if self.clock.seconds() >= next_checkpoint_s:
+                next_checkpoint_s = self.clock.seconds() + settings.checkpoint_interval_ms / 1000.0
+                await self._checkpoint()
+
+    async def _entries_in_log(self) -> set[bytes]:
+        """The origins (``<connector>:<entry id>`` headers) of this task's records past its checkpoint.
+
+        A crash between a produce and its XACK leaves entries pending that are in the log already:
+        recovery acknowledges those instead of producing them twice.
+        """
+        topic, prefix = self.settings.topic, self.context.name.encode("ascii") + b":"
+        found: set[bytes] = set()
+        for partition, position in self._acknowledged_ends.items():
+            end = await self.context.broker.latest_offset(topic, partition)
+            while position < end:
+                (result,) = await self.context.broker.fetch(
+                    [FetchPosition(topic=topic, partition=partition, offset=position, max_bytes=SCAN_FETCH_BYTES)],
+                    0, SCAN_FETCH_BYTES)
+                if result.error is not None:
+                    raise result.error
+                fetched = records_from(result.records, position)
+                if fetched.next_position == position:
+                    break
+                position = fetched.next_position
+                for _, _, _, headers, _ in fetched.records:
+                    found.update(value for name, value in headers
+                                 if name == ENTRY_HEADER and value is not None and value.startswith(prefix))
+        return found
+
+    async def _checkpoint_every_partition(self) -> None:
+        """Before producing to a partition for the first time, store its end as a checkpoint (recovery reads from it)."""
+        missing = [partition for partition in range(self._partition_count) if partition not in self._acknowledged_ends]
+        if not missing:
+            return
+        for partition in missing:
+            self._acknowledged_ends[partition] = await self.context.broker.latest_offset(self.settings.topic, partition)
+        await self.context.checkpoint(self._progress(self._acknowledged_ends))
+        self._checkpointed = dict(self._acknowledged_ends)
+
+    def _progress(self, ends: Mapping[int, int]) -> dict[str, Any]:
+        return {"positions": encode_positions({(self.settings.topic, partition): offset
+                                               for partition, offset in ends.items()})}
+
+    async def _checkpoint(self) -> None:
+        """Store the acknowledged ends (where recovery starts looking for entries already in the log)."""
+        ends = dict(self._acknowledged_ends)
+        if ends == self._checkpointed:
+            return
+        try:
+            await self.context.checkpoint(self._progress(ends))
+        except errors.BrokerError as error:
+            self.log.info("connector {task}: checkpoint not stored ({error}); the next one retries", task=self.label,
+                          error=error)
+            return
+        self._checkpointed = ends
+
+    async def finish(self) -> None:
+        """The last checkpoint before stopping."""
+        if self.settings.mode == "stream":
+            await self._checkpoint()
 
     async def _ensure_group(self, connection: RedisConnection) -> None:
         settings = self.settings
@@ -148,7 +234,7 @@ class RedisSourceTask(SupervisedTask):
             after = entries[-1][0]
             readable = [(entry_id, fields) for entry_id, fields in entries if fields]
             if readable:
-                self.log.info("connector {task}: producing {count} entries read before a crash", task=self.label,
+                self.log.info("connector {task}: recovering {count} entries read before a crash", task=self.label,
                               count=len(readable))
                 await self._produce_entries(connection, readable)
             deleted = [entry_id for entry_id, fields in entries if not fields]
@@ -175,6 +261,16 @@ class RedisSourceTask(SupervisedTask):
 
     async def _produce_entries(self, connection: RedisConnection, entries: list[tuple[bytes, list[bytes]]]) -> None:
         settings = self.settings
+        origin = self.context.name.encode("ascii") + b":"
+        logged = [entry_id for entry_id, _ in entries if origin + entry_id in self._in_log]
+        if logged:  # produced before a crash, never acknowledged
+            self.log.info("connector {task}: {count} pending entries are in the log already: acknowledging them",
+                          task=self.label, count=len(logged))
+            self._delivered = logged
+            await self._settle(connection)
+            entries = [(entry_id, fields) for entry_id, fields in entries if origin + entry_id not in self._in_log]
+        if not entries:
+            return
         records = [entry_record(self.context.name, entry_id, fields, settings.key_field, settings.value_field)
                    for entry_id, fields in entries]
         await self._deliver(connection, [entry_id for entry_id, _ in entries], await self._build(records))
@@ -240,12 +336,25 @@ class RedisSourceTask(SupervisedTask):
 
     async def _send_one(self, batches: dict[int, tuple[bytes, int]], partition: int) -> None:
         batch, span = batches[partition]
-        await self._producer.send(self.settings.topic, partition, batch, span)
+        result = await self._producer.send(self.settings.topic, partition, batch, span)
+        self._produced_ends[partition] = result.last_offset + 1
         del batches[partition]
 
     def _count(self, records: int) -> None:
         self.counters.records_total += records
         self.healthy()
+
+
+def _checkpointed_ends(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int]:
+    """The acknowledged ends of a source checkpoint (none if there is none, or it does not decode)."""
+    if progress is None:
+        return {}
+    try:
+        positions = decode_positions(progress.get("positions"))
+    except CorruptConnectorStateError as error:
+        RedisSourceTask.log.warn("ignoring an unreadable redis-source checkpoint: {error}", error=error)
+        return {}
+    return {partition: offset for (name, partition), offset in positions.items() if name == topic}
 
 
 def build_task(settings: RedisSourceSettings, context: TaskContext) -> RedisSourceTask:
