@@ -184,8 +184,12 @@ class SupervisedTask:
                 except CancelledError:
                     return
                 except OUTAGES as error:
+                    if self._stopping:
+                        return  # the cancellation surfaced as another error (a gathered call's)
                     state, backoff, message = TaskState.BACKOFF, OUTAGE_BACKOFF, f"{type(error).__name__}: {error}"
                 except Exception as error:  # a bug, or a setting the other system refuses: keep the broker serving
+                    if self._stopping:
+                        return
                     self.log.failure("connector {task} failed", task=self.label)
                     state, backoff, message = TaskState.FAILED, FAILURE_BACKOFF, f"{type(error).__name__}: {error}"
                 if self.counters.records_total != records_mark:  # it got somewhere since the last failure

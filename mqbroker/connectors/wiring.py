@@ -12,6 +12,8 @@ from mqbroker.config import BrokerConfig
 from mqbroker.connectors.admin import ConnectorAdmin
 from mqbroker.connectors.broker_calls import ConnectorBroker, Forward
 from mqbroker.connectors.metrics import ConnectorCollector
+from mqbroker.connectors.mirror import settings as mirror_settings
+from mqbroker.connectors.mirror import task as mirror
 from mqbroker.connectors.redis import settings as redis_settings
 from mqbroker.connectors.redis import sink, source
 from mqbroker.connectors.runtime import ConnectorRuntime, ConnectorType
@@ -23,6 +25,7 @@ def connector_types() -> dict[str, ConnectorType]:
     kinds = [
         ConnectorType(name="redis-sink", parse_settings=redis_settings.parse_sink, build_task=sink.build_task),
         ConnectorType(name="redis-source", parse_settings=redis_settings.parse_source, build_task=source.build_task),
+        ConnectorType(name="mirror", parse_settings=mirror_settings.parse_mirror, build_task=mirror.build_task),
     ]
     return {kind.name: kind for kind in kinds}
 
