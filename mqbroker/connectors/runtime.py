@@ -168,6 +168,14 @@ class ConnectorRuntime:
             if self._claimed.get(partition) != epoch and self._claiming.get(partition) != epoch:
                 Deferred.fromCoroutine(self._claim(partition, epoch))
 
+    async def _still_leads(self, partition: int) -> bool:
+        """Whether this broker leads ``partition`` now, at the leader epoch it claimed it at."""
+        claimed = self._claimed.get(partition)
+        if claimed is None:
+            return False
+        found = [p for p in await self.broker.partitions(CONNECTORS_TOPIC) if p.partition == partition]
+        return bool(found) and found[0].leader_id == self.node_id and found[0].leader_epoch == claimed
+
     async def _claim(self, partition: int, epoch: int) -> None:
         """Record the takeover on the local broker, read up to it, then run the partition's tasks."""
         self._claiming[partition] = epoch
@@ -234,7 +242,8 @@ class ConnectorRuntime:
         context = TaskContext(
             name=task_id.name, task=task_id.task, tasks_count=plan.tasks_count, node_id=self.node_id,
             broker=self.broker, clock=self.clock, progress=self.store.view.progress_of(task_id),
-            checkpoint=lambda progress: Deferred.fromCoroutine(self._write_progress(plan, progress)), rng=self._rng,
+            checkpoint=lambda progress: Deferred.fromCoroutine(self._write_progress(plan, progress)),
+            still_owner=lambda: Deferred.fromCoroutine(self._still_leads(plan.partition)), rng=self._rng,
         )
         task = self.types[parsed.type].build_task(parsed.settings, context)
         if counters is not None:

@@ -56,6 +56,9 @@ class TaskContext:
     progress: Mapping[str, Any] | None
     #: Stores a checkpoint durably in ``__connectors`` (fails once this broker no longer owns the task).
     checkpoint: Callable[[Mapping[str, Any]], Deferred[None]]
+    #: Fires with whether this broker still leads the task's partition at the epoch it claimed (asked of the
+    #: broker's metadata now, not the last periodic check): a task asks before each write a successor could repeat.
+    still_owner: Callable[[], Deferred[bool]]
     rng: random.Random
 
 

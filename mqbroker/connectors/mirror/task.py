@@ -145,11 +145,14 @@ class MirrorTask(SupervisedTask):
             for problem in copy.skipped:
                 self.counters.error(f"{tp[0]}-{tp[1]}: skipped a corrupt {problem}", self.clock.seconds())
             if copy.batches:
-                writes.append(Deferred.fromCoroutine(self._write(tp, copy)))
+                writes.append((tp, copy))
             else:
                 self._maps[tp].source_end = copy.next_position
+        if writes and not await self.context.still_owner():
+            raise OutageError("this broker no longer owns the task (its __connectors partition moved): stopping here")
         try:
-            await gatherResults(writes, consumeErrors=True)
+            await gatherResults([Deferred.fromCoroutine(self._write(tp, copy)) for tp, copy in writes],
+                                consumeErrors=True)
         except FirstError as error:
             raise error.subFailure.value from None
         self._update_lag()

@@ -18,7 +18,8 @@ class ScriptedTask(SupervisedTask):
 
     def __init__(self, clock: Clock, steps: list[Any]) -> None:
         super().__init__(TaskContext(name="t", task=0, tasks_count=1, node_id=1, broker=None, clock=clock,  # type: ignore[arg-type]
-                                     progress=None, checkpoint=lambda progress: succeed(None), rng=random.Random(1)))
+                                     progress=None, checkpoint=lambda progress: succeed(None),
+                                     still_owner=lambda: succeed(True), rng=random.Random(1)))
         self.steps = steps
         self.runs = 0
         self.finished = 0
