@@ -1,9 +1,9 @@
 """Source batches as the mirror writes them into this cluster. Pure.
 
-The fast path copies a batch byte for byte: keys, values, headers, timestamps, compression and
-the records' offset deltas stay as they are; only the producer fields (this mirror's idempotent
-producer id, epoch and sequence) are written into the header, the transactional bit cleared
-(the records are committed data here) and the CRC computed again. Since the offset deltas are
+The fast path copies a batch byte for byte (its CRC checked first): keys, values, headers,
+timestamps, compression and the records' offset deltas stay as they are; only the producer
+fields (this mirror's idempotent producer id, epoch and sequence) are written into the header,
+the transactional bit cleared (the records are committed data here) and the CRC computed again. Since the offset deltas are
 kept, the distance between a record's source and target offsets changes only where the mirror
 skips something (transaction markers), which makes offset translation exact.
 
@@ -23,7 +23,14 @@ from mqbroker.connectors.mirror.naming import ORIGIN_HEADER
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import CRC_START, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, read_header
+from mqbroker.records.header import (
+    CRC_START,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    check_crc,
+    read_header,
+)
 from mqbroker.records.record import Record
 
 _ATTRIBUTES = struct.Struct(">h")
@@ -120,6 +127,7 @@ def _copied(data: bytes, header: BatchHeader, position: int, check_origin: bool,
     if header.base_offset >= position and not check_origin:
         if header.records_count == 0:
             return None  # a batch the cleaner emptied: nothing to write
+        check_crc(data, 0, header)  # restamping computes a new CRC: a damaged batch must not pass for a good one
         return CopiedBatch(source_base=header.base_offset, source_next=header.next_offset,
                            span=header.last_offset_delta + 1, records_count=header.records_count,
                            max_timestamp=header.max_timestamp, raw=data)
