@@ -67,6 +67,7 @@ class ErrorCode(enum.IntEnum):
     THROTTLING_QUOTA_EXCEEDED = 89
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
+    INVALID_RECORD = 87
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
@@ -160,6 +161,7 @@ BrokerShuttingDownError = _error_class("BrokerShuttingDownError", ErrorCode.BROK
 StorageError = _error_class("StorageError", ErrorCode.STORAGE_ERROR)
 ResourceNotFoundError = _error_class("ResourceNotFoundError", ErrorCode.RESOURCE_NOT_FOUND)
 DuplicateResourceError = _error_class("DuplicateResourceError", ErrorCode.DUPLICATE_RESOURCE)
+InvalidRecordError = _error_class("InvalidRecordError", ErrorCode.INVALID_RECORD)
 UnacceptableCredentialError = _error_class("UnacceptableCredentialError", ErrorCode.UNACCEPTABLE_CREDENTIAL)
 NotControllerError = _error_class("NotControllerError", ErrorCode.NOT_CONTROLLER, True)
 

@@ -19,7 +19,7 @@ broker appends these key/value pairs as ordinary records with the storage batch 
 from __future__ import annotations
 
 import struct
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from mqbroker.errors import CorruptMessageError
@@ -92,6 +92,8 @@ class OffsetsRecord:
 
     key: bytes
     value: bytes | None
+    #: Where it was read from the log (-1: built for an append).
+    offset: int = -1
 
 
 class _Writer:
@@ -292,11 +294,19 @@ class OffsetStore:
         self._groups: dict[str, GroupMetadata] = {}
 
     @classmethod
-    def replay(cls, records: Iterable[OffsetsRecord]) -> OffsetStore:
-        """Rebuild the store from the topic's records in log order."""
+    def replay(
+        cls, records: Iterable[OffsetsRecord], skipped: Callable[[OffsetsRecord, CorruptMessageError], None] | None = None
+    ) -> OffsetStore:
+        """Rebuild the store from the topic's records in log order; a record that does not decode goes to
+        ``skipped`` (which counts and logs it) and the replay goes on, or, without ``skipped``, raises."""
         store = cls()
         for record in records:
-            store.apply(record)
+            try:
+                store.apply(record)
+            except CorruptMessageError as error:
+                if skipped is None:
+                    raise
+                skipped(record, error)
         return store
 
     def apply(self, record: OffsetsRecord) -> None:

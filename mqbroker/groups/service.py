@@ -36,8 +36,8 @@ from mqbroker.groups.messages import (
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset, OffsetsRecord, decode_key
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.decoder import decode_records
-from mqbroker.records.header import iter_batches
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.readable import UnreadableBatch, next_offset_after, readable_batches
 from mqbroker.storage.log import PartitionLog
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -54,23 +54,38 @@ def offsets_partition(group_id: str, partition_count: int) -> int:
     return zlib.crc32(group_id.encode("utf-8")) % partition_count
 
 
-def read_offsets_records(partition_log: PartitionLog, end_offset: int | None = None) -> Iterator[OffsetsRecord]:
-    """Every record of one offsets partition below ``end_offset`` (default: the log end) in log order."""
+def read_offsets_records(
+    partition_log: PartitionLog, end_offset: int | None = None, *, partition: int = -1,
+    skipped: Callable[[UnreadableBatch], None] | None = None,
+) -> Iterator[OffsetsRecord]:
+    """Every record of one offsets partition below ``end_offset`` (default: the log end) in log order.
+
+    A batch that does not decode, or a record without a key (the broker writes none), goes to
+    ``skipped`` and the replay goes on after it; without ``skipped`` it raises ``CorruptRecordError``.
+    """
     end = partition_log.log_end_offset if end_offset is None else min(end_offset, partition_log.log_end_offset)
     offset = partition_log.log_start_offset
+
+    def skip(batch: UnreadableBatch) -> None:
+        if skipped is None:
+            raise batch.error
+        skipped(batch)
+
     while offset < end:
         read = partition_log.read(offset, _REPLAY_READ_BYTES)
         if not read.records:
             return
-        for position, header in iter_batches(read.records):
-            if header.base_offset >= end:
-                return
-            offset = header.next_offset
-            if header.is_control:
-                continue
-            for record in decode_records(read.records[position : position + header.size_bytes]):
-                assert record.key is not None, "every __consumer_offsets record has a key"
-                yield OffsetsRecord(key=record.key, value=record.value)
+        for header, records in readable_batches(read.records, offset, topic=OFFSETS_TOPIC, partition=partition,
+                                                skipped=skip):
+            for record in records:
+                if record.offset >= end:
+                    return
+                if record.key is None:
+                    skip(UnreadableBatch(topic=OFFSETS_TOPIC, partition=partition, first_offset=record.offset,
+                                         last_offset=record.offset, error=CorruptRecordError("a record without a key")))
+                    continue
+                yield OffsetsRecord(key=record.key, value=record.value, offset=record.offset)
+        offset = next_offset_after(read.records, offset)
 
 
 class GroupService:

@@ -18,7 +18,7 @@ from mqbroker import errors
 from mqbroker.client import admin
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
-from mqbroker.client.twisted import _TwistedCluster as TwistedCluster
+from mqbroker.client.twisted.cluster import TwistedCluster
 from mqbroker.connectors.mirror.settings import MirrorSettings
 from mqbroker.connectors.task import OutageError
 from mqbroker.protocols.native import messages as m
@@ -49,7 +49,7 @@ class SourceCluster:
             client_security = ClientSecurity.from_options(
                 tls=security.tls, tls_ca=security.tls_ca, tls_cert=security.tls_cert, tls_key=security.tls_key,
                 sasl_mechanism=security.sasl_mechanism, username=security.username, password=security.password)
-        self._cluster = TwistedCluster(reactor, settings.source_bootstrap.split(","), client_id, client_security)
+        self._cluster = TwistedCluster(reactor, settings.source_bootstrap, client_id, client_security)
         self._now_ms = lambda: int(reactor.seconds() * 1000)
 
     def close(self) -> None:
