@@ -169,7 +169,7 @@ class BrokerService(MultiService):
         assert self.broker is not None and self.security is not None and self.peers is not None
         self.connectors = build_connectors(config=self.config, reactor=self.reactor, routing=routing,
                                            local=self.broker, forward=self.peers.request,
-                                           authorizer=self.security.authorizer)
+                                           authorizer=self.security.authorizer, unreadable=self.metrics.unreadable)
         self.metrics.registry.register(self.connectors.collector)
         started.addCallback(lambda _: self.reactor.callLater(0, self._start_connectors))
 

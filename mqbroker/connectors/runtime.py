@@ -42,6 +42,7 @@ from mqbroker.connectors.state import (
 from mqbroker.connectors.store import StateStore
 from mqbroker.connectors.task import SupervisedTask, TaskContext
 from mqbroker.connectors.view import PlannedTask, TaskId
+from mqbroker.records.readable import UnreadableTally
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,8 +85,10 @@ class ConnectorRuntime:
 
     def __init__(self, *, broker: ConnectorBroker, clock: IReactorTime, node_id: int, partition_count: int,
                  types: Mapping[str, ConnectorType], leadership_check_interval_ms: int, status_interval_ms: int,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, unreadable: UnreadableTally | None = None) -> None:
         self.broker = broker
+        #: The broker's count of undecodable batches the tasks skipped.
+        self.unreadable = unreadable or UnreadableTally()
         self.clock = clock
         self.node_id = node_id
         self.types = dict(types)
@@ -244,6 +247,7 @@ class ConnectorRuntime:
             broker=self.broker, clock=self.clock, progress=self.store.view.progress_of(task_id),
             checkpoint=lambda progress: Deferred.fromCoroutine(self._write_progress(plan, progress)),
             still_owner=lambda: Deferred.fromCoroutine(self._still_leads(plan.partition)), rng=self._rng,
+            unreadable=self.unreadable,
         )
         task = self.types[parsed.type].build_task(parsed.settings, context)
         if counters is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred, succeed
@@ -25,6 +25,7 @@ from mqbroker.client.backoff import Backoff
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.connectors.broker_calls import ConnectorBroker
 from mqbroker.connectors.model import TaskMetrics, TaskState, TaskStatus
+from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableBatch, UnreadableTally
 
 #: Retry delays after an outage: 0.2 s doubling to 10 s.
 OUTAGE_BACKOFF = Backoff(initial_ms=200, max_ms=10_000)
@@ -60,6 +61,8 @@ class TaskContext:
     #: broker's metadata now, not the last periodic check): a task asks before each write a successor could repeat.
     still_owner: Callable[[], Deferred[bool]]
     rng: random.Random
+    #: The broker's count of skipped undecodable batches (``mqbroker_unreadable_batches_total``).
+    unreadable: UnreadableTally = field(default_factory=UnreadableTally)
 
 
 class TaskCounters:
@@ -164,6 +167,15 @@ class SupervisedTask:
         if ended is not None:
             self.log.info("connector {task}: working again after an outage of {seconds:.1f} s", task=self.label,
                           seconds=ended)
+
+    def skipped(self, batches: list[UnreadableBatch]) -> None:
+        """Count, log and report batches that did not decode (reading went on after them)."""
+        reader = f"connector {self.label}"
+        for batch in batches:
+            fields = self.context.unreadable.skipped(reader, batch)
+            self.log.warn(SKIPPED_LOG_FORMAT, **fields)
+            self.counters.error(f"skipped an undecodable batch of {batch.topic}-{batch.partition} at offsets "
+                                f"{batch.first_offset}..{batch.last_offset}: {batch.error}", self.clock.seconds())
 
     def sleep(self, seconds: float) -> Deferred[None]:
         """A cancellable pause on the task's clock."""

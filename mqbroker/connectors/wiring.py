@@ -18,6 +18,7 @@ from mqbroker.connectors.redis import settings as redis_settings
 from mqbroker.connectors.redis import sink, source
 from mqbroker.connectors.runtime import ConnectorRuntime, ConnectorType
 from mqbroker.interfaces import IAuthorizer, IBroker
+from mqbroker.records.readable import UnreadableTally
 
 
 def connector_types() -> dict[str, ConnectorType]:
@@ -48,13 +49,14 @@ class Connectors:
 
 
 def build_connectors(*, config: BrokerConfig, reactor: Any, routing: IBroker, local: IBroker,
-                     forward: Forward | None, authorizer: IAuthorizer) -> Connectors:
+                     forward: Forward | None, authorizer: IAuthorizer,
+                     unreadable: UnreadableTally | None = None) -> Connectors:
     """The connectors of the broker ``local`` (``routing``: its partition-routing front-end broker)."""
     broker = ConnectorBroker(broker=routing, local=local, node_id=config.node_id, forward=forward)
     runtime = ConnectorRuntime(
         broker=broker, clock=reactor, node_id=config.node_id, partition_count=config.connectors_topic_partitions,
         types=connector_types(), leadership_check_interval_ms=config.connectors_leadership_check_interval_ms,
-        status_interval_ms=config.connectors_status_interval_ms, rng=random.Random(),
+        status_interval_ms=config.connectors_status_interval_ms, rng=random.Random(), unreadable=unreadable,
     )
     return Connectors(runtime=runtime, admin=ConnectorAdmin(runtime=runtime, authorizer=authorizer),
                       collector=ConnectorCollector(runtime))

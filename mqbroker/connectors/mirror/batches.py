@@ -29,8 +29,8 @@ from mqbroker.records.header import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     check_crc,
-    read_header,
 )
+from mqbroker.records.readable import UnreadableBatch, readable_batches
 from mqbroker.records.record import Record
 
 _ATTRIBUTES = struct.Struct(">h")
@@ -87,38 +87,33 @@ class Copy:
 
     batches: list[CopiedBatch]
     next_position: int
-    #: One line per batch that could not be read (counted and logged by the task).
-    skipped: list[str]
+    #: The batches that could not be read (counted and logged by the task).
+    skipped: list[UnreadableBatch]
 
 
-def copy_batches(data: bytes, position: int, *, check_origin: bool, source_alias: str, target_alias: str) -> Copy:
-    """The batches of a fetch result (``data``) at or past ``position``, ready to write here.
+def copy_batches(data: bytes, position: int, *, topic: str, partition: int, check_origin: bool, source_alias: str,
+                 target_alias: str) -> Copy:
+    """The batches of a fetch result (``data``, of source ``topic``-``partition``) at or past ``position``.
 
     ``check_origin`` (identity naming): drop records whose origin is ``target_alias``, mark the
-    others' origin as ``source_alias`` when they have none. Transaction markers are passed over.
+    others' origin as ``source_alias`` when they have none. Transaction markers are passed over; a
+    batch that does not decode is skipped (``records.readable``); framing that does not read (a
+    partial batch at the end of a response) ends the copy there, the next fetch goes on from it.
     """
     copy = Copy(batches=[], next_position=position, skipped=[])
-    start = 0
-    while start < len(data):
-        try:
-            header = read_header(data, start, require_whole=False)
-        except CorruptRecordError as error:
-            copy.skipped.append(f"unreadable batch header after offset {copy.next_position}: {error}")
-            break
-        end = start + header.size_bytes
-        if end > len(data):
-            break  # a partial batch at the end of the response: the next fetch reads it whole
-        if header.next_offset > copy.next_position and not header.is_control:
-            try:
-                batch = _copied(data[start:end], header, copy.next_position, check_origin, source_alias,
-                                target_alias)
-            except CorruptRecordError as error:
-                copy.skipped.append(f"batch at offset {header.base_offset}: {error}")
-                batch = None
-            if batch is not None:
-                copy.batches.append(batch)
-        copy.next_position = max(copy.next_position, header.next_offset)
-        start = end
+
+    def decode(view: memoryview, header: BatchHeader) -> list[CopiedBatch]:
+        batch = _copied(bytes(view), header, position, check_origin, source_alias, target_alias)
+        return [] if batch is None else [batch]
+
+    batches = readable_batches(data, position, topic=topic, partition=partition, skipped=copy.skipped.append,
+                               decode=decode)
+    try:
+        for _, copied in batches:
+            copy.batches.extend(copied)
+    except CorruptRecordError:
+        pass  # the batch framing ends here: what came before it is copied
+    copy.next_position = batches.next_offset
     return copy
 
 

@@ -79,7 +79,8 @@ async def reconcile(settings: MirrorSettings, source: SourceCluster, broker: Con
         fetched = (await source.fetch({source_partition: position}, 0, settings.fetch_partition_bytes))[source_partition]
         if fetched.error is not None:
             raise SourceUnavailableError(f"reading {topic}-{partition} to reconcile: {fetched.error}")
-        copy = copy_batches(fetched.records, position, check_origin=settings.naming == "identity",
+        copy = copy_batches(fetched.records, position, topic=topic, partition=partition,
+                            check_origin=settings.naming == "identity",
                             source_alias=settings.source_alias, target_alias=settings.target_alias)
         if copy.next_position == position:
             break  # the source has nothing more: the target holds batches it cannot explain

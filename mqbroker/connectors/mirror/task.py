@@ -140,10 +140,10 @@ class MirrorTask(SupervisedTask):
                 retry_pause = True
                 continue
             self._high_watermarks[tp] = outcome.high_watermark
-            copy = copy_batches(outcome.records, positions[tp], check_origin=settings.naming == "identity",
-                                source_alias=settings.source_alias, target_alias=settings.target_alias)
-            for problem in copy.skipped:
-                self.counters.error(f"{tp[0]}-{tp[1]}: skipped a corrupt {problem}", self.clock.seconds())
+            copy = copy_batches(outcome.records, positions[tp], topic=tp[0], partition=tp[1],
+                                check_origin=settings.naming == "identity", source_alias=settings.source_alias,
+                                target_alias=settings.target_alias)
+            self.skipped(copy.skipped)
             if copy.batches:
                 writes.append((tp, copy))
             else:

@@ -103,9 +103,8 @@ class RedisSinkTask(SupervisedTask):
                     fetching[tp] = await self._fetch_failed(tp, fetching[tp], result.error)
                     continue
                 self._high_watermarks[tp] = result.high_watermark
-                fetched = records_from(result.records, fetching[tp])
-                for problem in fetched.skipped:
-                    self.counters.error(f"{tp[0]}-{tp[1]}: skipped a corrupt {problem}", self.clock.seconds())
+                fetched = records_from(result.records, fetching[tp], topic=tp[0], partition=tp[1])
+                self.skipped(fetched.skipped)
                 for start in range(0, len(fetched.records), settings.batch_records):
                     run = fetched.records[start:start + settings.batch_records]
                     pending.append(self._send(connection, script, tp, run))

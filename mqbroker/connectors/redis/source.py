@@ -171,7 +171,8 @@ class RedisSourceTask(SupervisedTask):
                     0, SCAN_FETCH_BYTES)
                 if result.error is not None:
                     raise result.error
-                fetched = records_from(result.records, position)
+                fetched = records_from(result.records, position, topic=topic, partition=partition)
+                self.skipped(fetched.skipped)
                 if fetched.next_position == position:
                     break
                 position = fetched.next_position

@@ -10,6 +10,8 @@ from twisted.internet.task import Clock
 
 from mqbroker.connectors.model import TaskState
 from mqbroker.connectors.task import OutageError, SupervisedTask, TaskContext
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.readable import UnreadableBatch
 from tests.fakes import fired
 
 
@@ -80,3 +82,12 @@ def test_a_task_never_started_stops_at_once() -> None:
     task = ScriptedTask(Clock(), [])
     fired(task.stop())
     assert task.finished == 0
+
+
+def test_skipped_batches_count_in_the_brokers_tally_and_as_the_tasks_errors() -> None:
+    task = ScriptedTask(Clock(), [])
+    task.skipped([UnreadableBatch(topic="telemetry", partition=2, first_offset=7, last_offset=9,
+                                  error=CorruptRecordError("a varint runs past the end"))])
+    assert task.context.unreadable.counts() == {("connector t/0", "telemetry"): 1}
+    metrics = task.status().metrics
+    assert metrics.errors_total == 1 and "telemetry-2 at offsets 7..9" in (metrics.last_error or "")

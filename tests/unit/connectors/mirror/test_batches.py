@@ -23,7 +23,7 @@ def batch(base_offset: int, records: list[tuple[bytes, list[tuple[str, bytes]]]]
 
 
 def copy(data: bytes, position: int = 0, identity: bool = False):
-    return copy_batches(data, position, check_origin=identity, source_alias="east", target_alias="west")
+    return copy_batches(data, position, topic="t", partition=0, check_origin=identity, source_alias="east", target_alias="west")
 
 
 def test_a_restamped_batch_keeps_its_records_and_takes_the_new_producer_fields() -> None:
