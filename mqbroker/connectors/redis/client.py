@@ -14,12 +14,15 @@ from typing import Any
 import txredisapi
 from twisted.internet.endpoints import HostnameEndpoint
 
+from mqbroker import limits
 from mqbroker.connectors.redis.resp import encode_command
 from mqbroker.connectors.settings import RedisAddress
 from mqbroker.connectors.task import OutageError
 
 #: How long connecting to Redis may take.
 CONNECT_TIMEOUT_S = 5
+#: The first characters of RESP2 reply lines: status, error, integer, bulk string, array.
+_RESP2_TOKENS = "+-:$*"
 #: A Redis reply later than this (beyond a blocking command's own wait) means the server is gone.
 REPLY_TIMEOUT_S = 10.0
 
@@ -28,15 +31,64 @@ class RedisUnavailableError(OutageError):
     """Redis cannot be reached, or the connection broke: the task backs off and reconnects."""
 
 
+class RedisProtocolError(RedisUnavailableError):
+    """The server answered with something that is not a Redis reply, or one past the bounds kept here."""
+
+
 class RedisCommandError(Exception):
     """Redis refused a command (e.g. WRONGTYPE: the key holds another type): a setting to fix, retried slowly."""
 
 
 class _OnePassProtocol(txredisapi.RedisProtocol):
-    """txredisapi's protocol with commands encoded in one pass."""
+    """txredisapi's protocol with commands encoded in one pass, and replies checked before they are buffered.
+
+    txredisapi passes over a line it does not know (the request then waits for its reply timeout)
+    and buffers a bulk reply of any announced length. Here a line that is not RESP, or a bulk or
+    array header past ``limits``, fails the waiting request with ``RedisProtocolError`` at once and
+    closes the connection.
+    """
 
     def _build_command(self, *args: Any, **kwargs: Any) -> bytes:
         return encode_command(args)
+
+    def dataReceived(self, data: bytes, unpause: bool = False) -> Any:
+        try:
+            return super().dataReceived(data, unpause)
+        except UnicodeDecodeError:  # txredisapi decodes each reply line as UTF-8
+            self._refuse("a line that is not text")
+            return None
+
+    def lineReceived(self, line: str) -> None:
+        problem = reply_line_problem(line)
+        if problem is None:
+            super().lineReceived(line)
+            return
+        self._refuse(problem)
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        self._refuse(f"a line of more than {self.MAX_LENGTH} bytes")
+
+    def _refuse(self, problem: str) -> None:
+        self.replyReceived(RedisProtocolError(f"Redis {self.factory.uuid} answered {problem}: is it a Redis server?"))
+        self.transport.abortConnection()
+
+
+def reply_line_problem(line: str) -> str | None:
+    """What is wrong with one RESP2 reply line (None: nothing; txredisapi reads it)."""
+    if not line:
+        return None
+    token, data = line[0], line[1:]
+    if token not in _RESP2_TOKENS:
+        return f"a line that is not RESP ({line[:40]!r})"
+    if token in "$*":
+        try:
+            length = int(data)
+        except ValueError:
+            return f"a {token} header that is not a number ({line[:40]!r})"
+        bound = limits.redis_reply_bulk_bytes_max if token == "$" else limits.redis_reply_array_items_max
+        if not -1 <= length <= bound:
+            return f"{'a bulk string' if token == '$' else 'an array'} of {length} (at most {bound} is read)"
+    return None
 
 
 class _Factory(txredisapi.RedisFactory):
