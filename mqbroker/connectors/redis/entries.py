@@ -18,6 +18,17 @@ class MalformedReplyError(Exception):
     """A Redis reply without the shape the command documents (a bug, or not a Redis server)."""
 
 
+class EntryTooLargeError(Exception):
+    """A Stream entry or list item too large for one batch of the topic (its ``max.message.bytes``)."""
+
+
+#: What a batch takes beyond its records (its header), and the most a record takes beyond its key,
+#: value and headers (length varints, timestamp and offset deltas, attributes): sizes are estimated
+#: from above, so a batch built from records within the budget is within ``max.message.bytes``.
+BATCH_OVERHEAD_BYTES = 61
+RECORD_OVERHEAD_BYTES = 32
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceRecord:
     """One record to produce, and where it came from."""
@@ -81,3 +92,43 @@ def record_partition(record: SourceRecord, partition_count: int) -> int:
     """The key's partition (as clients choose it); a keyless record's by its entry id, or a list item's by its bytes."""
     chosen_by = record.key if record.key is not None else (record.entry_id or record.value)
     return partition_for_key(chosen_by, partition_count)
+
+
+def record_bytes(record: SourceRecord) -> int:
+    """At most what ``record`` takes in a batch."""
+    headers = sum(len(name.encode("utf-8")) + len(value or b"") + 10 for name, value in record.headers)
+    return len(record.key or b"") + len(record.value) + headers + RECORD_OVERHEAD_BYTES
+
+
+def fits(record: SourceRecord, max_message_bytes: int) -> bool:
+    """True if ``record`` fits a batch of ``max_message_bytes`` alone."""
+    return record_bytes(record) <= max_message_bytes - BATCH_OVERHEAD_BYTES
+
+
+def too_large(record: SourceRecord, max_message_bytes: int) -> str:
+    """What is wrong with a record that does not fit, and what to do."""
+    origin = record.entry_id.decode("ascii", "replace") or f"a list item of {len(record.value)} bytes"
+    return (f"entry {origin} needs about {record_bytes(record)} bytes in a batch, more than the topic's "
+            f"max.message.bytes ({max_message_bytes}) allows: raise max.message.bytes on the topic, or set "
+            "oversized=skip")
+
+
+def size_chunks(records: Sequence[SourceRecord], max_message_bytes: int) -> list[tuple[int, int]]:
+    """``(start, end)`` runs of ``records``, in order, each fitting one batch of ``max_message_bytes``.
+
+    Raises ``EntryTooLargeError`` for a record that cannot fit even alone.
+    """
+    budget = max_message_bytes - BATCH_OVERHEAD_BYTES
+    runs: list[tuple[int, int]] = []
+    start, used = 0, 0
+    for index, record in enumerate(records):
+        size = record_bytes(record)
+        if size > budget:
+            raise EntryTooLargeError(too_large(record, max_message_bytes))
+        if used + size > budget and index > start:
+            runs.append((start, index))
+            start, used = index, 0
+        used += size
+    if start < len(records):
+        runs.append((start, len(records)))
+    return runs

@@ -52,6 +52,8 @@ class RedisSourceSettings:
     batch_records: int = 500
     block_ms: int = 1000
     checkpoint_interval_ms: int = 1000
+    #: An entry too large for one batch of the topic: ``fail`` the task (it stays in Redis) or ``skip`` it.
+    oversized: str = "fail"
 
 
 def parse_sink(name: str, reader: SettingsReader) -> RedisSinkSettings:
@@ -90,6 +92,7 @@ def parse_source(name: str, reader: SettingsReader) -> RedisSourceSettings:
         "batch_records": reader.integer("batch.records", 500, minimum=1, maximum=10_000),
         "block_ms": reader.integer("redis.block.ms", 1000, minimum=1, maximum=BLOCK_MS_MAX),
         "checkpoint_interval_ms": reader.integer("checkpoint.interval.ms", 1000, minimum=10, maximum=3_600_000),
+        "oversized": reader.choice("oversized", ("fail", "skip"), "fail"),
     }
     if mode == "stream":
         return RedisSourceSettings(

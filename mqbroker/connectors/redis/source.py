@@ -27,23 +27,29 @@ from typing import Any
 from twisted.internet.defer import Deferred, FirstError, gatherResults
 
 from mqbroker import errors
-
 from mqbroker.connectors.producer import IdempotentProducer, ProducerStateLostError
-from mqbroker.connectors.redis.client import RedisCommandError, RedisConnection, connect
 from mqbroker.connectors.reading import records_from
+from mqbroker.connectors.redis.client import RedisCommandError, RedisConnection, connect
 from mqbroker.connectors.redis.entries import (
     ENTRY_HEADER,
     MalformedReplyError,
     SourceRecord,
     entry_record,
+    fits,
     list_record,
     read_group_entries,
     record_partition,
+    size_chunks,
     stream_entries,
+    too_large,
 )
 from mqbroker.connectors.redis.settings import RedisSourceSettings
 from mqbroker.connectors.settings import fill
-from mqbroker.connectors.state import CorruptConnectorStateError, decode_positions, encode_positions
+from mqbroker.connectors.state import (
+    CorruptConnectorStateError,
+    decode_positions,
+    encode_positions,
+)
 from mqbroker.connectors.task import OutageError, SupervisedTask, TaskContext
 from mqbroker.model import FetchPosition
 from mqbroker.records.builder import BatchBuilder
@@ -54,6 +60,8 @@ CLAIM_COUNT = 500
 RECLAIM_INTERVAL_S = 10.0
 #: Bytes one fetch reads while recovery looks for entries already in the log.
 SCAN_FETCH_BYTES = 1024 * 1024
+#: The topic's batch limit when its configuration does not say (the log's default max.message.bytes).
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
 
 
 class RedisSourceTask(SupervisedTask):
@@ -74,6 +82,8 @@ class RedisSourceTask(SupervisedTask):
         #: Entry ids (Stream) or items (list) in the log but not yet acknowledged (XACK) or trimmed off.
         self._delivered: list[bytes] = []
         self._partition_count = 0
+        #: The topic's ``max.message.bytes``: what was read is produced in batches within it.
+        self._max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
         #: Per partition of the topic: the offset after this task's last record in the log, and that offset as of
         #: the last XACK: every entry this task produced below it is acknowledged (the checkpoint).
         self._produced_ends: dict[int, int] = {}
@@ -88,6 +98,8 @@ class RedisSourceTask(SupervisedTask):
         reader = await connect(self.clock, settings.address, blocking_wait_ms=settings.block_ms)
         try:
             self._partition_count = len(await self.context.broker.partitions(settings.topic, auto_create=True))
+            configs = await self.context.broker.topic_configs(settings.topic)
+            self._max_message_bytes = int(configs.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
             if settings.mode == "stream":
                 await self._ensure_group(connection)
             self.healthy()
@@ -274,7 +286,7 @@ class RedisSourceTask(SupervisedTask):
             return
         records = [entry_record(self.context.name, entry_id, fields, settings.key_field, settings.value_field)
                    for entry_id, fields in entries]
-        await self._deliver(connection, [entry_id for entry_id, _ in entries], await self._build(records))
+        await self._produce_records(connection, [entry_id for entry_id, _ in entries], records)
 
     # -- list --------------------------------------------------------------------------------
 
@@ -298,9 +310,36 @@ class RedisSourceTask(SupervisedTask):
 
     async def _produce_items(self, connection: RedisConnection, items: list[bytes]) -> None:
         """Produce processing-list items, oldest first."""
-        await self._deliver(connection, items, await self._build([list_record(item) for item in items]))
+        await self._produce_records(connection, items, [list_record(item) for item in items])
 
     # -- producing ---------------------------------------------------------------------------
+
+    async def _produce_records(self, connection: RedisConnection, read: list[bytes], records: list[SourceRecord]) -> None:
+        """Deliver what was read (entry ids or items, with their records) in batches within max.message.bytes.
+
+        A record too large for any batch fails the task (``oversized=fail``: it stays in Redis) or is
+        dropped from Redis, logged and counted as an error (``oversized=skip``).
+        """
+        if self.settings.oversized == "skip":
+            read, records = await self._drop_oversized(connection, read, records)
+        for start, end in size_chunks(records, self._max_message_bytes):
+            await self._deliver(connection, read[start:end], await self._build(records[start:end]))
+
+    async def _drop_oversized(self, connection: RedisConnection, read: list[bytes],
+                              records: list[SourceRecord]) -> tuple[list[bytes], list[SourceRecord]]:
+        limit = self._max_message_bytes
+        kept = [index for index, record in enumerate(records) if fits(record, limit)]
+        if len(kept) == len(records):
+            return read, records
+        for index in sorted(set(range(len(records))) - set(kept)):
+            message = f"skipped (oversized=skip) {too_large(records[index], limit)}"
+            self.log.warn("connector {task}: {message}", task=self.label, message=message)
+            self.counters.error(message, self.clock.seconds())
+            if self.settings.mode == "stream":
+                await connection.execute(b"XACK", self.settings.source_key, self.settings.group, read[index])
+            else:
+                await connection.execute(b"LREM", self.processing_list, -1, read[index])
+        return [read[index] for index in kept], [records[index] for index in kept]
 
     async def _build(self, records: list[SourceRecord]) -> dict[int, tuple[bytes, int]]:
         """One batch per partition (records in read order), with the span of sequence numbers each takes."""

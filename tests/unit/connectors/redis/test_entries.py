@@ -10,13 +10,17 @@ from hypothesis import strategies as st
 
 from mqbroker.connectors.redis.entries import (
     ENTRY_HEADER,
+    EntryTooLargeError,
     MalformedReplyError,
+    SourceRecord,
     entry_record,
     list_record,
     read_group_entries,
     record_partition,
+    size_chunks,
     stream_entries,
 )
+from mqbroker.records.builder import BatchBuilder
 
 
 def test_an_entry_takes_its_key_and_value_from_the_chosen_fields_and_names_its_origin() -> None:
@@ -60,3 +64,31 @@ def test_any_reply_parses_or_raises_the_typed_error(reply) -> None:
 def test_malformed_replies_are_refused(reply) -> None:
     with pytest.raises(MalformedReplyError):
         read_group_entries(reply)
+
+
+def source_record(size: int, number: int, keyed: bool) -> SourceRecord:
+    return SourceRecord(entry_id=b"%d-0" % number, key=b"k%d" % number if keyed else None, value=b"v" * size,
+                        headers=((ENTRY_HEADER, b"connector:%d-0" % number),))
+
+
+@given(st.lists(st.tuples(st.integers(0, 3_000), st.booleans()), max_size=40), st.integers(200, 20_000))
+def test_chunks_cover_every_record_in_order_and_each_builds_a_batch_within_the_limit(
+        shapes: list[tuple[int, bool]], max_message_bytes: int) -> None:
+    records = [source_record(size, number, keyed) for number, (size, keyed) in enumerate(shapes)]
+    try:
+        runs = size_chunks(records, max_message_bytes)
+    except EntryTooLargeError as error:
+        assert "max.message.bytes" in str(error) and "oversized=skip" in str(error)
+        return
+    assert [index for start, end in runs for index in range(start, end)] == list(range(len(records)))
+    assert all(end > start for start, end in runs)
+    for start, end in runs:
+        builder = BatchBuilder()
+        for record in records[start:end]:
+            builder.append(1_700_000_000_000, record.key, record.value, record.headers)
+        assert len(builder.build()) <= max_message_bytes
+
+
+def test_an_entry_that_cannot_fit_alone_is_named() -> None:
+    with pytest.raises(EntryTooLargeError, match="entry 1-0 needs about"):
+        size_chunks([source_record(10, 0, True), source_record(5_000, 1, True)], 2_000)
