@@ -19,7 +19,7 @@ from zope.interface import implementer
 from mqbroker import errors
 from mqbroker.connectors.model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState, redacted
 from mqbroker.connectors.runtime import ConnectorRuntime
-from mqbroker.connectors.settings import tasks_count
+from mqbroker.connectors.settings import PRINCIPAL_KEY, tasks_count
 from mqbroker.connectors.state import (
     CONNECTORS_TOPIC,
     ConnectorRecord,
@@ -82,6 +82,12 @@ class ConnectorAdmin:
             check_connector_name(name)
         except ValueError as error:
             raise errors.InvalidRequestError(str(error)) from None
+        stated = config.get(PRINCIPAL_KEY)
+        if stated is not None and stated != str(principal):
+            raise errors.InvalidConfigError(
+                f"{PRINCIPAL_KEY}={stated[:80]!r}: a connector's tasks act as the principal that creates it "
+                f"({principal}); leave the key out, or create the connector as that principal")
+        config = {**config, PRINCIPAL_KEY: str(principal)}
         self._runtime.parse(name, config)
         await self._store.ready
         if name in self._store.view.connectors:

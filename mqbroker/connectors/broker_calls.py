@@ -7,9 +7,10 @@ served where it is led) for the data connectors read and write, and the *local* 
 writes that must fail once this broker no longer leads the partition (a task's progress and
 status in ``__connectors``: that failure is what fences a deposed owner).
 
-The connectors act as the internal principal ``Service:connectors`` (a super user, like the
-MQTT and AMQP front ends' own principals); who may create connectors is checked by the admin
-service. Consumer-group calls for a group coordinated by another broker are forwarded to it over
+The runtime acts as the internal principal ``Service:connectors`` (a super user, like the MQTT
+and AMQP front ends' own principals) for the connectors' own topic ``__connectors``; a
+connector's tasks act as the principal that created it (``acting_as``), so they read and write
+only what their creator may (who may create connectors is checked by the admin service). Consumer-group calls for a group coordinated by another broker are forwarded to it over
 the broker's peer connections (``IBroker`` serves groups on their coordinator only).
 """
 
@@ -59,6 +60,11 @@ class ConnectorBroker:
         self._forward = forward
         self.node_id = node_id
         self.principal = principal
+
+    def acting_as(self, principal: Principal) -> ConnectorBroker:
+        """The same broker with every call authorized as ``principal`` (a connector's tasks)."""
+        return ConnectorBroker(broker=self._broker, local=self._local, node_id=self.node_id, forward=self._forward,
+                               principal=principal)
 
     # -- data ------------------------------------------------------------------------------
 

@@ -244,7 +244,8 @@ class ConnectorRuntime:
             return
         context = TaskContext(
             name=task_id.name, task=task_id.task, tasks_count=plan.tasks_count, node_id=self.node_id,
-            broker=self.broker, clock=self.clock, progress=self.store.view.progress_of(task_id),
+            broker=self.broker.acting_as(parsed.principal), clock=self.clock,
+            progress=self.store.view.progress_of(task_id),
             checkpoint=lambda progress: Deferred.fromCoroutine(self._write_progress(plan, progress)),
             still_owner=lambda: Deferred.fromCoroutine(self._still_leads(plan.partition)), rng=self._rng,
             unreadable=self.unreadable,

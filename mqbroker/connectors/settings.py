@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from mqbroker import errors, limits
+from mqbroker.model import ANONYMOUS, Principal
 
 _REQUIRED = object()
 #: Placeholders templates may use.
@@ -150,12 +151,17 @@ def fill(template: str, **values: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParsedConfig:
-    """A checked configuration: its type, task count and the type's own settings."""
+    """A checked configuration: its type, task count, who its tasks act as and the type's own settings."""
 
     type: str
     tasks_count: int
     settings: Any
+    #: The principal the tasks' reads and writes are authorized as (the connector's creator).
+    principal: Principal = ANONYMOUS
 
+
+#: The key the admin service sets to the creating principal: every task acts as it.
+PRINCIPAL_KEY = "principal"
 
 #: Reads one connector type's own settings (its keys only; ``type`` and ``tasks.max`` are read already).
 SettingsParser = Callable[[str, SettingsReader], Any]
@@ -166,9 +172,18 @@ def parse_config(name: str, config: Mapping[str, str], parsers: Mapping[str, Set
     reader = SettingsReader(config)
     connector_type = reader.choice("type", tuple(sorted(parsers)))
     tasks_count = reader.integer("tasks.max", 1, minimum=1, maximum=limits.connector_tasks_max)
+    principal = parse_principal(reader.text(PRINCIPAL_KEY, str(ANONYMOUS)))
     settings = parsers[connector_type](name, reader)
     reader.finish()
-    return ParsedConfig(type=connector_type, tasks_count=tasks_count, settings=settings)
+    return ParsedConfig(type=connector_type, tasks_count=tasks_count, settings=settings, principal=principal)
+
+
+def parse_principal(text: str) -> Principal:
+    """``Kind:name`` (``User:alice``) as a principal; InvalidConfigError otherwise."""
+    kind, separator, name = text.partition(":")
+    if not separator or not kind or not name:
+        raise errors.InvalidConfigError(f"{PRINCIPAL_KEY} must be KIND:NAME (e.g. User:alice), got {text[:80]!r}")
+    return Principal(kind, name)
 
 
 def tasks_count(config: Mapping[str, str]) -> int:

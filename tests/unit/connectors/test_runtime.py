@@ -221,3 +221,21 @@ def test_changing_connectors_needs_alter_on_the_cluster(rig: Rig) -> None:
     with pytest.raises(errors.ClusterAuthorizationError):
         rig.done(rig.admin.delete(viewer, "c"))
     assert [d.name for d in rig.done(rig.admin.describe(viewer, None))] == ["c"]
+
+
+def test_a_connectors_tasks_act_as_the_principal_that_created_it(rig: Rig) -> None:
+    alice = Principal("User", "alice", host="10.0.0.7")
+    rig.done(rig.admin.create(alice, "hers", {"type": "recording"}))
+    rig.settle()
+    (task,) = RecordingTask.built
+    assert task.context.broker.principal == Principal("User", "alice")
+    assert rig.runtime.store.view.connectors["hers"].config["principal"] == "User:alice"
+    (described,) = rig.done(rig.admin.describe(ANONYMOUS, ["hers"]))
+    assert described.config["principal"] == "User:alice", "describe shows who the tasks act as"
+
+
+@pytest.mark.parametrize("stated", ["User:admin", "Service:connectors", "nonsense"])
+def test_no_one_creates_a_connector_acting_as_someone_else(rig: Rig, stated: str) -> None:
+    with pytest.raises(errors.InvalidConfigError, match="act as the principal that creates it"):
+        rig.done(rig.admin.create(Principal("User", "alice"), "c", {"type": "recording", "principal": stated}))
+    assert rig.runtime.store.view.connectors == {}

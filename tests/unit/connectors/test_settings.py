@@ -41,6 +41,9 @@ def test_keys_of_another_mode_are_refused() -> None:
     ({"type": "redis-sink", "topics": "a", "redis.url": "redis://h", "batch.records": "many"}, "whole number"),
     ({"type": "redis-sink", "topics": "a", "redis.url": "redis://h", "redis.stream.headers": "maybe"}, "true or false"),
     ({"type": "redis-source", "topic": "t", "redis.url": "redis://h", "redis.mode": "list"}, "redis.list is required"),
+    ({"type": "redis-source", "topic": "t", "redis.url": "redis://h", "redis.stream": "s", "oversized": "drop"},
+     "oversized must be one of"),
+    ({"type": "redis-sink", "topics": "a", "redis.url": "redis://h", "principal": "alice"}, "KIND:NAME"),
 ])
 def test_bad_configurations_are_refused_with_the_key_named(config: dict[str, str], problem: str) -> None:
     with pytest.raises(errors.InvalidConfigError, match=problem):
