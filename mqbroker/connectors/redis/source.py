@@ -98,8 +98,7 @@ class RedisSourceTask(SupervisedTask):
         reader = await connect(self.clock, settings.address, blocking_wait_ms=settings.block_ms)
         try:
             self._partition_count = len(await self.context.broker.partitions(settings.topic, auto_create=True))
-            configs = await self.context.broker.topic_configs(settings.topic)
-            self._max_message_bytes = int(configs.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
+            self._max_message_bytes = await self._topic_max_message_bytes()
             if settings.mode == "stream":
                 await self._ensure_group(connection)
             self.healthy()
@@ -116,6 +115,16 @@ class RedisSourceTask(SupervisedTask):
                     await opened.close()
                 except Exception:  # closing a broken connection: nothing left to do
                     pass
+
+    async def _topic_max_message_bytes(self) -> int:
+        """The topic's max.message.bytes; the log's default if the connector's principal may not read its configs."""
+        try:
+            configs = await self.context.broker.topic_configs(self.settings.topic)
+        except errors.TopicAuthorizationError as error:
+            self.log.info("connector {task}: assuming max.message.bytes={limit} ({error})", task=self.label,
+                          limit=DEFAULT_MAX_MESSAGE_BYTES, error=error)
+            return DEFAULT_MAX_MESSAGE_BYTES
+        return int(configs.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
 
     async def _deliver(self, connection: RedisConnection, read: list[bytes],
                        batches: dict[int, tuple[bytes, int]]) -> None:
