@@ -125,7 +125,7 @@ def test_the_cli_creates_lists_describes_pauses_resumes_and_deletes_connectors(
 
 @pytest.mark.parametrize("reply, problem", [
     (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "a line that is not RESP"),
-    (b"\x00\xff\xfe\xfd binary garbage\r\n", "a line that is not text"),
+    (b"\x00\xff\xfe\xfd binary garbage\r\n", "a line that is not RESP"),
     (b"$2000000000\r\nabc", "a bulk string of 2000000000"),
 ])
 def test_a_redis_url_reaching_something_else_is_reported_and_the_broker_keeps_serving(
