@@ -22,13 +22,15 @@ class RedisProcess:
     directory: pathlib.Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: ``always``: every write is fsynced before Redis answers (what the crash tests need); ``everysec`` or ``no``.
+    appendfsync: str = "always"
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Start the server and wait until it answers PING."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", "redis.log"],
+             "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "", "--logfile", "redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while True:
