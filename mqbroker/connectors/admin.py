@@ -35,7 +35,7 @@ from mqbroker.connectors.state import (
 from mqbroker.connectors.view import TaskId
 from mqbroker.interfaces import IAuthorizer, IConnectorAdmin
 from mqbroker.model import Operation, Principal, ResourceType
-from mqbroker.security.service import CLUSTER_RESOURCE
+from mqbroker.model import CLUSTER_RESOURCE
 
 
 def random_incarnation() -> str:

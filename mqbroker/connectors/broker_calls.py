@@ -28,7 +28,9 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    Acks,
     FetchPosition,
+    FetchRequest,
     FetchResult,
     PartitionMetadata,
     Principal,
@@ -39,8 +41,6 @@ from mqbroker.model import (
 from mqbroker.protocols.native import messages as m
 
 CONNECTORS_PRINCIPAL = Principal("Service", "connectors")
-#: ``IBroker.produce``'s acks value for "durable on every in-sync replica".
-ACKS_ALL = -1
 #: How long a produce may wait for the in-sync replicas.
 PRODUCE_TIMEOUT_MS = 30_000
 #: Forwarded group requests give up after this long (the peer connection is dropped then).
@@ -70,15 +70,17 @@ class ConnectorBroker:
 
     async def produce(self, topic: str, partition: int, records: bytes) -> ProduceResult:
         """Append ``records`` at the partition's leader, durable on every in-sync replica (acks=all)."""
-        return await self._broker.produce(self.principal, topic, partition, records, ACKS_ALL, PRODUCE_TIMEOUT_MS)
+        return await self._broker.produce(self.principal, topic, partition, records, Acks.ALL, PRODUCE_TIMEOUT_MS)
 
     async def produce_local(self, topic: str, partition: int, records: bytes) -> ProduceResult:
         """Append on this broker only: fails with ``NotLeaderError`` once it does not lead the partition."""
-        return await self._local.produce(self.principal, topic, partition, records, ACKS_ALL, PRODUCE_TIMEOUT_MS)
+        return await self._local.produce(self.principal, topic, partition, records, Acks.ALL, PRODUCE_TIMEOUT_MS)
 
     async def fetch(self, positions: Sequence[FetchPosition], max_wait_ms: int, max_bytes: int) -> list[FetchResult]:
         """Whole batches from each position up to the high watermark (long-polls up to ``max_wait_ms``)."""
-        return list(await self._broker.fetch(self.principal, positions, max_wait_ms, 1, max_bytes))
+        request = FetchRequest(positions=tuple(positions), wait_ms_max=max_wait_ms, response_bytes_min=1,
+                               response_bytes_max=max_bytes)
+        return list(await self._broker.fetch(self.principal, request))
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The partition's log start offset."""

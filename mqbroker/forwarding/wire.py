@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mqbroker import errors
-from mqbroker.model import FetchPosition, FetchResult, OffsetAndTimestamp, ProduceResult
+from mqbroker.model import Acks, FetchPosition, FetchRequest, FetchResult, OffsetAndTimestamp, ProduceResult
 from mqbroker.protocols.native import messages as m
 from mqbroker.records.header import iter_batches
 
@@ -30,9 +30,9 @@ def _only_partition(topics: Sequence[object], topic: str, partition: int) -> obj
     raise errors.UnknownServerError(f"the leader's answer carries no result for {topic}-{partition}")
 
 
-def produce_request(topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> m.ProduceRequest:
+def produce_request(topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int) -> m.ProduceRequest:
     """A Produce of one partition's batches."""
-    return m.ProduceRequest(acks=acks, timeout_ms=timeout_ms, topics=(
+    return m.ProduceRequest(acks=acks.value, timeout_ms=timeout_ms, topics=(
         m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition_index=partition, records=records),)),))
 
 
@@ -52,15 +52,16 @@ def produce_result(response: m.ProduceResponse | None, topic: str, partition: in
                          log_append_time_ms=result.log_append_time_ms, log_start_offset=result.log_start_offset)
 
 
-def fetch_request(positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int) -> m.FetchRequest:
-    """A consumer's Fetch (replica id -1: reads stop at the high watermark) of ``positions``."""
+def fetch_request(request: FetchRequest) -> m.FetchRequest:
+    """A consumer's Fetch (replica id -1: reads stop at the high watermark) of the request's positions."""
     by_topic: dict[str, list[m.FetchPartition]] = {}
-    for position in positions:
+    for position in request.positions:
         by_topic.setdefault(position.topic, []).append(m.FetchPartition(
             partition_index=position.partition, current_leader_epoch=position.current_leader_epoch,
             fetch_offset=position.offset, partition_max_bytes=position.max_bytes,
             last_fetched_epoch=position.last_fetched_epoch))
-    return m.FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=tuple(
+    return m.FetchRequest(max_wait_ms=request.wait_ms_max, min_bytes=request.response_bytes_min,
+                          max_bytes=request.response_bytes_max, topics=tuple(
         m.FetchTopic(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()))
 
 

@@ -26,7 +26,7 @@ from mqbroker.connectors.settings import SettingsReader
 from mqbroker.connectors.state import CONNECTORS_TOPIC
 from mqbroker.connectors.task import SupervisedTask, TaskContext
 from mqbroker.interfaces import IAuthorizer, IConnectorAdmin
-from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
+from mqbroker.model import ANONYMOUS, Acks, Operation, Principal, ResourceType
 from mqbroker.records.builder import BatchBuilder
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 
@@ -206,7 +206,7 @@ def test_records_of_connectors_it_cannot_read_are_skipped_and_counted(rig: Rig) 
     builder = BatchBuilder()
     for key, value in [(b"connector/x", b"{not json"), (b"mystery", b"{}"), (None, b"1")]:
         builder.append(0, key, value)
-    rig.done(rig.broker_rig.broker.produce(CONNECTORS_PRINCIPAL, CONNECTORS_TOPIC, 0, builder.build(), 1, 1_000))
+    rig.done(rig.broker_rig.broker.produce(CONNECTORS_PRINCIPAL, CONNECTORS_TOPIC, 0, builder.build(), Acks.LEADER, 1_000))
     rig.settle()
     assert rig.runtime.store.corrupt_records_total == 3
     rig.create("after")
