@@ -136,6 +136,14 @@ class BrokerConfig:
     http_request_timeout_ms: int = 10_000
     #: Per-principal / per-client-id rates over the defaults: "principal User:alice produce=N fetch=N, client ID ...".
     quotas_overrides: str = ""
+    #: The ``[connectors]`` table (docs/connectors.md): run connector tasks on this broker.
+    connectors_enabled: bool = True
+    #: Partitions of ``__connectors``; a task runs on the leader of its partition (more partitions spread tasks wider).
+    connectors_topic_partitions: int = 8
+    #: How often a broker checks which ``__connectors`` partitions it leads (and so which tasks it runs).
+    connectors_leadership_check_interval_ms: int = 1_000
+    #: How often task owners store each task's status and metrics in ``__connectors`` (what ``describe`` shows).
+    connectors_status_interval_ms: int = 2_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -203,7 +211,8 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
                "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
-               "http_request_timeout_ms", "cluster_partitions_max") and value < 1:
+               "http_request_timeout_ms", "cluster_partitions_max", "connectors_topic_partitions",
+               "connectors_leadership_check_interval_ms", "connectors_status_interval_ms") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")

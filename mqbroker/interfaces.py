@@ -351,3 +351,28 @@ class IAuthenticatedPeer(Interface):
     """A connection's transport whose peer proved a broker identity (the controller handshake)."""
 
     peer_node_id = Attribute("The node id the peer proved (an int).")
+
+
+class IConnectorAdmin(Interface):
+    """The connector admin surface (``mqbroker connectors``, the native requests, the HTTP API).
+
+    Every method returns a Deferred and takes the calling ``Principal``: changes need ALTER on the
+    cluster, reads DESCRIBE. Failures are ``BrokerError``s: ``InvalidConfigError`` for a configuration
+    that does not parse, ``ResourceNotFoundError`` for an unknown connector, ``DuplicateResourceError``
+    when creating one that exists. Values are ``mqbroker.connectors.model`` types.
+    """
+
+    def create(principal, name, config):
+        """Check and store a new connector ``name`` with ``config`` ({key: value} strings); fire with None."""
+
+    def pause(principal, name):
+        """Stop the connector's tasks, keeping their progress; fire with None."""
+
+    def resume(principal, name):
+        """Run a paused connector's tasks again from their progress; fire with None."""
+
+    def delete(principal, name):
+        """Stop the connector's tasks and delete its configuration, status and progress; fire with None."""
+
+    def describe(principal, names):
+        """Fire with a ``ConnectorDescription`` per connector (``names`` None: every connector), by name."""

@@ -158,6 +158,21 @@ http_browse_first_read_bytes = 64 * 1024
 http_browse_value_chars_max = 64 * 1024
 #: Admin API: most retained MQTT messages one listing returns.
 http_retained_listing_max = 1000
+#: Connectors: longest connector name (it is part of the keys in __connectors and of default Redis key names).
+connector_name_length_max = 128
+#: Connectors: configuration keys one connector may have.
+connector_config_entries_max = 256
+#: Connectors: longest configuration value (a topic list or a regular expression), in bytes.
+connector_config_value_bytes_max = 64 * 1024
+#: Connectors: tasks one connector may run (each holds its own connections and buffers).
+connector_tasks_max = 64
+#: Connectors: largest Redis bulk reply read (a Stream entry's field, a list item): nothing larger fits a topic's
+#: max.message.bytes by default, and a larger announced length is refused instead of buffered.
+redis_reply_bulk_bytes_max = 64 * 1024 * 1024
+#: Connectors: most elements of one Redis array reply (the sources read at most 10,000 entries a call).
+redis_reply_array_items_max = 1_000_000
+#: Connectors: largest value of a __connectors record a broker decodes (a larger one is counted as corrupt).
+connector_state_value_bytes_max = 1024 * 1024
 #: Kafka: largest request the Kafka listener accepts (Kafka's socket.request.max.bytes is 100 MiB;
 #: a 1 MiB batch per partition over many partitions fits well within this).
 kafka_request_bytes_max = 100 * 1024 * 1024

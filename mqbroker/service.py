@@ -36,6 +36,7 @@ from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig, dial_address
 from mqbroker.client.twisted.broker_login import log_in_as_broker
+from mqbroker.connectors.wiring import Connectors, build_connectors
 from mqbroker.cluster.controlplane import ControlPlane, parse_quorum
 from mqbroker.cluster.wiring import build_control_plane
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
@@ -98,6 +99,8 @@ class BrokerService(MultiService):
         self._logs: LogManager | None = None
         #: Forwards the MQTT and AMQP front ends' partition calls to the other brokers' leaders.
         self.peers: PeerConnections | None = None
+        #: The connector runtime and admin service (None when ``connectors.enabled`` is false).
+        self.connectors: Connectors | None = None
         self.listening_ports: dict[str, Any] = {}
         #: The front ends that replay state before they serve (``startup.StartedSignal``); ``/ready`` waits for them.
         self._front_end_starts: list[Any] = []
@@ -161,9 +164,25 @@ class BrokerService(MultiService):
         self._add_timers(self.broker)
         LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
                           self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
-        self._add_listeners(self.broker, self._build_routing_broker(self.broker))
+        routing = self._build_routing_broker(self.broker)
+        if self.config.connectors_enabled:
+            self._build_connectors(routing, started)
+        self._add_listeners(self.broker, routing)
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
+
+    def _build_connectors(self, routing: IBroker, started: Deferred[Any]) -> None:
+        """The connector runtime (it starts once this broker caught up with the metadata) and its metrics."""
+        assert self.broker is not None and self.security is not None and self.peers is not None
+        self.connectors = build_connectors(config=self.config, reactor=self.reactor, routing=routing,
+                                           local=self.broker, forward=self.peers.request,
+                                           authorizer=self.security.authorizer, unreadable=self.metrics.unreadable)
+        self.metrics.registry.register(self.connectors.collector)
+        started.addCallback(lambda _: self.reactor.callLater(0, self._start_connectors))
+
+    def _start_connectors(self) -> None:
+        if self.running and self.connectors is not None:
+            self.connectors.start()
 
     def _ensure_decoy_secret(self) -> None:
         """Until the cluster has its SCRAM decoy secret, keep trying to make one (a proposal needs a quorum)."""
@@ -274,7 +293,8 @@ class BrokerService(MultiService):
         """Every front end's listeners: those whose clients route themselves get ``broker``, the others ``routing``."""
         assert self.security is not None
         context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
-                                  security=front_end_security(self.security))
+                                  security=front_end_security(self.security),
+                                  connectors=self.connectors.admin if self.connectors is not None else None)
         tls = self.security.tls
         admin_views: dict[str, Any] = {}  # what the admin API shows of each front end
         for front_end in discover_front_ends():
@@ -346,6 +366,8 @@ class BrokerService(MultiService):
     @inlineCallbacks
     def stopService(self) -> Any:
         self.log.info("mqbroker stopping: closing listeners, flushing and checkpointing")
+        if self.connectors is not None:
+            yield self.connectors.stop()  # first: their last checkpoints need this broker to lead their partitions
         if self.control is not None and self.control.running:
             yield self.control.controlled_shutdown()  # leaderships move to other in-sync replicas first
         yield super().stopService()  # listeners and timers stop first

@@ -53,6 +53,10 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
+    #: mqbroker's own APIs (no Kafka equivalent) are numbered from 1100.
+    CREATE_CONNECTOR = 1100
+    ALTER_CONNECTOR = 1101
+    DESCRIBE_CONNECTORS = 1102
 
 
 class Acks(enum.IntEnum):
@@ -89,6 +93,14 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+
+
+class ConnectorAction(enum.IntEnum):
+    """What an AlterConnector request does."""
+
+    PAUSE = 0
+    RESUME = 1
+    DELETE = 2
 
 
 class ConfigOperation(enum.IntEnum):
@@ -1214,6 +1226,81 @@ class DescribeQuorumResponse:
     brokers: tuple[QuorumBroker, ...]
 
 
+# ---------------------------------------------------------------------------------------------
+# Connectors (docs/connectors.md): mqbroker's own APIs. Failures travel in the response envelope.
+
+
+@message
+class CreateConnectorRequest:
+    """Creates connector ``name``; the broker checks ``configs`` before storing it."""
+
+    name: str
+    configs: dict[str, str]
+
+
+@message
+class CreateConnectorResponse:
+    """The connector is stored; its tasks start on their owners."""
+
+
+@message
+class AlterConnectorRequest:
+    """Pauses, resumes or deletes a connector (``action``: a ``ConnectorAction``)."""
+
+    name: str
+    action: Int8
+
+
+@message
+class AlterConnectorResponse:
+    """The change is stored; the tasks' owners apply it."""
+
+
+@message
+class DescribeConnectorsRequest:
+    """Describes connectors by name (None: every connector)."""
+
+    names: tuple[str, ...] | None
+
+
+@message
+class DescribedConnectorTask:
+    """One task as its owner last reported it (``state``: a ``TaskState`` value; -1: unknown)."""
+
+    task: Int32
+    state: str
+    owner_id: Int32
+    updated_ms: Int64
+    records_total: Int64
+    records_per_second: Int64
+    lag_records: Int64
+    lag_ms: Int64
+    errors_total: Int64
+    outages_total: Int64
+    outage_ms: Int64
+    in_outage: bool
+    last_error: str | None
+    last_error_ms: Int64
+
+
+@message
+class DescribedConnector:
+    """A connector: type, target state (``running`` or ``paused``), configuration (secrets hidden), tasks."""
+
+    name: str
+    type: str
+    state: str
+    configs: dict[str, str]
+    tasks: tuple[DescribedConnectorTask, ...]
+
+
+@message
+class DescribeConnectorsResponse:
+    """The described connectors, by name."""
+
+    connectors: tuple[DescribedConnector, ...]
+
+
 @message
 class ApiSchema:
     """The request and response types of one API and its supported versions (inclusive)."""
@@ -1272,6 +1359,11 @@ APIS: dict[ApiKey, ApiSchema] = {
     ),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSchema(
         request_type=AlterUserScramCredentialsRequest, response_type=AlterUserScramCredentialsResponse
+    ),
+    ApiKey.CREATE_CONNECTOR: ApiSchema(request_type=CreateConnectorRequest, response_type=CreateConnectorResponse),
+    ApiKey.ALTER_CONNECTOR: ApiSchema(request_type=AlterConnectorRequest, response_type=AlterConnectorResponse),
+    ApiKey.DESCRIBE_CONNECTORS: ApiSchema(
+        request_type=DescribeConnectorsRequest, response_type=DescribeConnectorsResponse
     ),
 }
 
