@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.unit.storage.test_sync_state -*-
 """What a partition log's next fsync must cover, and the end it makes durable: group commit's bookkeeping.
 
-Between fsyncs a log collects here what changed: sealed segments (their `.log` and both
-indexes), the directory when a segment was created or deleted, and how many messages wait
+Between fsyncs a log collects here what changed: sealed segments (their `.log` and their
+three indexes), the active segment's `.txnindex` when an abort was indexed (so every entry of a
+marker below the durable end is durable too), the directory when a segment was created or deleted, and how many messages wait
 (the active segment is always synced). `capture` turns that into a `FlushTicket` of descriptors
 for whoever runs the fsyncs (the log itself, or an fsync engine); `publish` moves the durable
 end once they succeeded, unless a truncation replaced what was captured (the generation).
@@ -34,6 +35,8 @@ class SyncState:
         #: Changes when the log is truncated, so an fsync that raced it publishes nothing.
         self.generation = 0
         self._sealed: list[Segment] = []
+        #: Segments whose `.txnindex` got entries since the last capture.
+        self._txn_indexed: list[Segment] = []
         self._directory_changed = False
         self._messages = 0
         self._since_ms: int | None = None
@@ -43,6 +46,11 @@ class SyncState:
         self._messages += messages
         if self._since_ms is None:
             self._since_ms = now_ms
+
+    def txn_indexed(self, segment: Segment) -> None:
+        """An aborted transaction was added to ``segment``'s `.txnindex` (written, not yet synced)."""
+        if segment not in self._txn_indexed:
+            self._txn_indexed.append(segment)
 
     def sealed(self, segment: Segment) -> None:
         """``segment`` stopped being active and a new one was created beside it."""
@@ -57,6 +65,7 @@ class SyncState:
     def replaced(self, segments: list[Segment]) -> None:
         """``segments`` were replaced by fsynced rewrites (compaction): they need no fsync of their own."""
         self._sealed = [segment for segment in self._sealed if segment not in segments]
+        self._txn_indexed = [segment for segment in self._txn_indexed if segment not in segments]
 
     def truncated(self, end_offset: int) -> None:
         """The log was cut to end at ``end_offset``: what a running fsync captured may be gone."""
@@ -67,6 +76,7 @@ class SyncState:
     def restarted(self, offset: int) -> None:
         """The log was emptied to go on from ``offset``: nothing below it is left to lose."""
         self._sealed = []
+        self._txn_indexed = []
         self.durable_end_offset = offset
         self.generation += 1
         self._directory_changed = True
@@ -83,11 +93,15 @@ class SyncState:
         """Descriptors covering everything written so far; the changes start collecting afresh."""
         handles = [segment.duplicate_handle() for segment in self._sealed]
         for segment in self._sealed:
-            handles += [os.open(index.path, os.O_RDONLY) for index in (segment.offset_index, segment.time_index)]
+            indexes = (segment.offset_index, segment.time_index, segment.txn_index)
+            handles += [os.open(index.path, os.O_RDONLY) for index in indexes]
+        handles += [os.open(segment.txn_index.path, os.O_RDONLY) for segment in self._txn_indexed
+                    if segment not in self._sealed]
         handles.append(active.duplicate_handle())
         if self._directory_changed:
             handles.append(os.open(directory, os.O_RDONLY))
         self._sealed = []
+        self._txn_indexed = []
         self._directory_changed = False
         self._messages = 0
         self._since_ms = None
