@@ -28,6 +28,10 @@ TEST_REQUIREMENTS = [
     "pika>=1.3",
     "kombu>=5.3",
     "aio-pika>=9.4",
+    # Kafka clients the Kafka front end is tested with
+    "kafka-python>=3.0",
+    "aiokafka>=0.14",
+    "confluent-kafka>=2.6",
 ]
 
 SPARK_REQUIREMENTS = ["pyspark>=4.0", "pyarrow>=15"]

@@ -169,7 +169,7 @@ def mqbroker_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
         sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
         f"--logfile={work / 'mqbroker.log'}", "mqbroker", "--data-dir", str(work / "mqbroker"), "--host", "127.0.0.1",
         "--native-port", str(ports["native"]), "--amqp-port", str(ports["amqp"]), "--http-port", str(ports["http"]),
-        "--mqtt-port", "0", "--controller-port", "0",
+        "--mqtt-port", "0", "--kafka-port", "0", "--controller-port", "0",
     ]
     process = subprocess.Popen(command, cwd=work)
     try:

@@ -79,7 +79,7 @@ def mqbroker_process(work: pathlib.Path, connections: int) -> Iterator[tuple[int
         sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
         f"--logfile={work / 'mqbroker.log'}", "mqbroker", "--data-dir", str(work / "data"), "--host", "127.0.0.1",
         "--native-port", str(ports["native"]), "--mqtt-port", str(ports["mqtt"]), "--http-port", str(ports["http"]),
-        "--amqp-port", "0", "--controller-port", "0",
+        "--amqp-port", "0", "--kafka-port", "0", "--controller-port", "0",
         "--set", f"quotas.connections_per_ip_max={connections + 100}", "--set", f"quotas.connections_max={connections + 100}",
     ]
     process = subprocess.Popen(command, cwd=work)

@@ -39,6 +39,8 @@ class BrokerConfig:
     native_port: int = 9393
     mqtt_port: int = 1883
     amqp_port: int = 5672
+    #: The Kafka wire protocol listener (``docs/kafka.md``); TLS on ``kafka_tls_port``.
+    kafka_port: int = 9092
     http_port: int = 9394
     controller_port: int = 9395
     controller_quorum: str = ""
@@ -87,6 +89,7 @@ class BrokerConfig:
     native_tls_port: int = 9493
     mqtt_tls_port: int = 8883
     amqp_tls_port: int = 5671
+    kafka_tls_port: int = 9093
     http_tls: bool = False
     controller_tls: bool = False
     #: The ``[security]`` table: authentication and authorization.

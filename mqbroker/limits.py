@@ -68,3 +68,9 @@ amqp_held_bytes_broker_max = 1024 * 1024 * 1024
 #: AMQP: bytes the compressed batches of one fetch may decompress to together in a queue or source reader
 #: (one 64 MiB message fits; a handful of 2 KiB zstd bombs does not).
 amqp_fetch_decompressed_bytes_max = 128 * 1024 * 1024
+#: Kafka: largest request the Kafka listener accepts (Kafka's socket.request.max.bytes is 100 MiB;
+#: a 1 MiB batch per partition over many partitions fits well within this).
+kafka_request_bytes_max = 100 * 1024 * 1024
+#: Kafka: requests one connection may have in progress before the broker stops reading from it
+#: (librdkafka pipelines up to 1,000,000 by default; five is the norm for idempotent producers).
+kafka_inflight_requests_max = 64

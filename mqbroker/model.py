@@ -109,11 +109,13 @@ class TopicSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerEndpoint:
-    """A broker of the cluster and where its native listener is."""
+    """A broker of the cluster and where its listeners are (``port``: the native one)."""
 
     node_id: int
     host: str
     port: int
+    #: Every listener's port by configuration key, e.g. ``{"kafka_port": 9092}`` (empty from older brokers).
+    listeners: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ CONFIG_OPTIONS: list[tuple[str, str, str]] = [
     ("native-port", "native_port", "Native protocol port; 0 disables [default: 9393]."),
     ("mqtt-port", "mqtt_port", "MQTT port; 0 disables [default: 1883]."),
     ("amqp-port", "amqp_port", "AMQP 0-9-1 port; 0 disables [default: 5672]."),
+    ("kafka-port", "kafka_port", "Kafka wire protocol port; 0 disables [default: 9092]."),
     ("http-port", "http_port", "HTTP health/metrics port; 0 disables [default: 9394]."),
     ("controller-port", "controller_port", "Raft controller port; 0 disables [default: 9395]."),
     ("controller-quorum", "controller_quorum", "Voters as ID@HOST:PORT,... [default: this broker alone]."),
@@ -30,6 +31,7 @@ CONFIG_OPTIONS: list[tuple[str, str, str]] = [
     ("native-tls-port", "native_tls_port", "Native protocol TLS port; 0 disables [default: 9493]."),
     ("mqtt-tls-port", "mqtt_tls_port", "MQTT TLS port; 0 disables [default: 8883]."),
     ("amqp-tls-port", "amqp_tls_port", "AMQP TLS port; 0 disables [default: 5671]."),
+    ("kafka-tls-port", "kafka_tls_port", "Kafka wire protocol TLS port; 0 disables [default: 9093]."),
 ]
 
 

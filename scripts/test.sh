@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(mosquitto mosquitto-clients amqp-tools redis-server libaio1 libfaketime)
+DEBIAN_PACKAGES=(mosquitto mosquitto-clients amqp-tools redis-server libaio1 libfaketime kcat maven)
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -19,6 +19,8 @@ python3 -m pip install -q --upgrade pip setuptools wheel
 # compat mode: twistd's plugin scan walks sys.path directories, which a strict editable
 # install of a flat layout does not put the repository on (see docs/operations.md).
 python3 -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+# Apache Kafka from Maven Central: the reference broker and Kafka's own tools (tests/kafka_reference/)
+bash tests/kafka_reference/kafka_reference.sh install
 
 export PYSPARK_PYTHON="$(command -v python3)" SPARK_LOCAL_IP=127.0.0.1
 python3 -m pytest -q "$@"

@@ -170,7 +170,8 @@ class ControlPlane(MultiService):
 
     def _register(self) -> None:
         record = RegisterBroker(node_id=self.node_id, host=self.config.public_host, port=self.config.public_native_port,
-                                unclean_election_default=self._unclean_election_default)
+                                unclean_election_default=self._unclean_election_default,
+                                listeners=self.config.listener_ports())
         registered = self._propose(record)
         registered.addCallbacks(self._registered, self._registration_failed)
 

@@ -53,6 +53,8 @@ class BrokerState:
     host: str
     port: int
     fenced: bool = False
+    #: Every listener's port by configuration key (see ``RegisterBroker.listeners``).
+    listeners: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -152,9 +154,11 @@ class MetadataImage:
 def apply_record(image: MetadataImage, record: Record) -> int | None:
     """Apply one committed record to ``image``; return its value or raise the ``BrokerError`` refusing it."""
     match record:
-        case RegisterBroker(node_id=node_id, host=host, port=port, unclean_election_default=unclean_default):
+        case RegisterBroker(node_id=node_id, host=host, port=port, unclean_election_default=unclean_default,
+                            listeners=listeners):
             fenced = image.brokers[node_id].fenced if node_id in image.brokers else False
-            image.brokers[node_id] = BrokerState(node_id=node_id, host=host, port=port, fenced=fenced)
+            image.brokers[node_id] = BrokerState(node_id=node_id, host=host, port=port, fenced=fenced,
+                                                 listeners=dict(listeners))
             _unfence(image, node_id, unclean_default)
         case BrokerHeartbeat(node_id=node_id, unclean_election_default=unclean_default):
             if node_id not in image.brokers:

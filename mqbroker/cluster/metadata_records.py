@@ -29,6 +29,8 @@ class RegisterBroker:
     host: str
     port: int
     unclean_election_default: str = "false"
+    #: Every listener's port by configuration key ("kafka_port", "kafka_tls_port", ...); ``port`` is the native one.
+    listeners: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +200,8 @@ _FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
     "tuple[tuple[int, ...], ...]": lambda value: True,
     "Mapping[str, str]": lambda value: isinstance(value, dict)
     and all(isinstance(key, str) and isinstance(item, str) for key, item in value.items()),
+    "Mapping[str, int]": lambda value: isinstance(value, dict)
+    and all(isinstance(key, str) and isinstance(item, int) and not isinstance(item, bool) for key, item in value.items()),
     "Any": lambda value: True,
 }
 

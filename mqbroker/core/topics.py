@@ -108,7 +108,7 @@ class TopicAdmin:
             except errors.BrokerError as error:
                 described.append(TopicMetadata(name=name, error=error))
         brokers = tuple(
-            BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port)
+            BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, listeners=broker.listeners)
             for _, broker in sorted(image.brokers.items()) if not broker.fenced
         )
         return ClusterMetadata(

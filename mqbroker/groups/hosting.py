@@ -176,7 +176,8 @@ class GroupHosting:
             raise errors.CoordinatorNotAvailableError(
                 f"{OFFSETS_TOPIC}-{partition} (group {group_id!r}) has no live leader right now; retry"
             )
-        return BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port)
+        return BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port,
+                              listeners=broker.listeners)
 
     def _running(self) -> CoordinatedPartitions:
         if self._coordinators is None:

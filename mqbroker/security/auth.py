@@ -159,6 +159,10 @@ class CredentialStore:
         self._users[record.name] = record
         return record
 
+    def get(self, name: str) -> UserRecord | None:
+        """The user's record, or None."""
+        return self._users.get(name)
+
     def __contains__(self, name: object) -> bool:
         return name in self._users
 

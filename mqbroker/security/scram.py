@@ -104,7 +104,12 @@ def salted_password(mechanism: ScramMechanism, password: str, salt: bytes, itera
 def make_credential(mechanism: ScramMechanism, password: str, salt: bytes, iterations: int) -> ScramCredential:
     """Derive the stored credential for ``password`` (the salt is the caller's fresh random bytes)."""
     assert limits.scram_iterations_min <= iterations <= limits.scram_iterations_max, iterations
-    salted = salted_password(mechanism, password, salt, iterations)
+    return credential_from_salted_password(mechanism, salt, iterations, salted_password(mechanism, password, salt, iterations))
+
+
+def credential_from_salted_password(mechanism: ScramMechanism, salt: bytes, iterations: int,
+                                    salted: bytes) -> ScramCredential:
+    """The stored credential of an already salted password (Kafka clients send those to set credentials)."""
     client_key = _hmac(mechanism, salted, b"Client Key")
     return ScramCredential(
         mechanism=mechanism,

@@ -18,9 +18,10 @@ from typing import Any
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
-from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
+from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord, check_username
+from mqbroker.security.scram import ScramMechanism, credential_from_salted_password
 from mqbroker.config import BrokerConfig
 from mqbroker.interfaces import IAuthorizer
 from mqbroker.cluster.metadata import MetadataImage
@@ -214,6 +215,27 @@ class SecurityServices:
         if name not in self.store.list():
             raise errors.ResourceNotFoundError(f"user {name!r} does not exist")
         return self._propose(USER_KIND, name, None)
+
+    def alter_scram_credentials(self, principal: Principal, name: str,
+                                upsertions: Iterable[tuple[ScramMechanism, bytes, int, bytes]],
+                                deletions: Iterable[ScramMechanism]) -> Deferred[None]:
+        """Set (mechanism, salt, iterations, salted password) credentials of a user and remove others (Kafka's
+        AlterUserScramCredentials); a user left without credentials is removed."""
+        self.check_cluster(principal, Operation.ALTER)
+        record = self.store.get(check_username(name)) or UserRecord(name=name, credentials=())
+        credentials = {credential.mechanism: credential for credential in record.credentials}
+        for mechanism in deletions:
+            if credentials.pop(mechanism, None) is None:
+                raise errors.ResourceNotFoundError(f"user {name!r} has no {mechanism.value} credential to remove")
+        for mechanism, salt, iterations, salted in upsertions:
+            if not limits.scram_iterations_min <= iterations <= limits.scram_iterations_max:
+                raise errors.UnacceptableCredentialError(
+                    f"{iterations} iterations is outside {limits.scram_iterations_min}..{limits.scram_iterations_max}")
+            credentials[mechanism] = credential_from_salted_password(mechanism, bytes(salt), iterations, bytes(salted))
+        if not credentials:
+            return self._propose(USER_KIND, name, None)
+        updated = UserRecord(name=name, credentials=tuple(credentials[key] for key in ScramMechanism if key in credentials))
+        return self._propose(USER_KIND, name, json.loads(updated.to_bytes()))
 
     def list_users(self, principal: Principal) -> list[str]:
         """Every user name."""

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-LISTENERS = ("native", "mqtt", "amqp", "http")
+LISTENERS = ("native", "mqtt", "amqp", "kafka", "http")
 #: twistd run by this interpreter (``python -m twisted.scripts.twistd`` has no ``__main__`` and exits at once).
 TWISTD = (sys.executable, "-c", "from twisted.scripts.twistd import run; run()")
 #: After a graceful shutdown twistd re-raises the signal that stopped it, so SIGTERM shows as -15.
@@ -79,7 +79,8 @@ class BrokerProcess:
             *TWISTD, "-n", "--pidfile=", "--logfile=-", "mqbroker",
             "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
             "--native-port", str(self.ports["native"]), "--mqtt-port", str(self.ports["mqtt"]),
-            "--amqp-port", str(self.ports["amqp"]), "--http-port", str(self.ports["http"]),
+            "--amqp-port", str(self.ports["amqp"]), "--kafka-port", str(self.ports["kafka"]),
+            "--http-port", str(self.ports["http"]),
             "--controller-port", "0", *self.extra_args,
         ]
 

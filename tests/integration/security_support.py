@@ -73,12 +73,12 @@ def start_secured_broker(directory: pathlib.Path, extra_args: tuple[str, ...] = 
     files = init_directory(directory / "tls", ["localhost", "127.0.0.1"], ["admin", "alice", "bob"])
     config = directory / "security.toml"
     config.write_text(SECURITY_TOML)
-    tls_ports = {name: free_port() for name in ("native", "mqtt", "amqp")}
+    tls_ports = {name: free_port() for name in ("native", "mqtt", "amqp", "kafka")}
     process = BrokerProcess(data_dir=directory / "data", extra_args=[
         "--config", str(config), "--tls-cert", str(files.server), "--tls-key", str(files.server_key),
         "--tls-ca", str(files.ca), "--tls-client-auth", "optional",
         "--native-tls-port", str(tls_ports["native"]), "--mqtt-tls-port", str(tls_ports["mqtt"]),
-        "--amqp-tls-port", str(tls_ports["amqp"]), *extra_args,
+        "--amqp-tls-port", str(tls_ports["amqp"]), "--kafka-tls-port", str(tls_ports["kafka"]), *extra_args,
     ])
     process.start()
     broker = SecuredBroker(process=process, files=files, tls_ports=tls_ports)

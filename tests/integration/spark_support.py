@@ -15,6 +15,17 @@ from mqbroker.client.blocking import Admin, Consumer, Message, Producer
 from tests.integration.mqtt_support import MqttBroker
 
 
+#: Spark's own Kafka source and sink (installed by tests/kafka_reference/kafka_reference.sh install); the
+#: connector's own copies of Spark, Scala and compression libraries are left to the PySpark installation.
+_SPARK_KAFKA_LIB = pathlib.Path(__file__).resolve().parents[1] / "kafka_reference" / "spark" / "lib"
+_SPARK_KAFKA_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
+
+
+def spark_kafka_connector_jars() -> list[pathlib.Path]:
+    """The jars of ``format("kafka")``, for ``spark.jars``."""
+    return sorted(jar for jar in _SPARK_KAFKA_LIB.glob("*.jar") if jar.name.startswith(_SPARK_KAFKA_JARS))
+
+
 def local_spark_session() -> SparkSession:
     """The shared session: fast settings from docs/spark.md; workers run this interpreter."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -27,6 +38,7 @@ def local_spark_session() -> SparkSession:
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.jars", ",".join(str(jar) for jar in spark_kafka_connector_jars()))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -18,7 +18,7 @@ from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.errors import ErrorCode
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import ErrorResponse
-from mqbroker.protocols.native.schema import compile_message, encode_into
+from mqbroker.protocols.schema import compile_message, encode_into
 from mqbroker.records.builder import BatchBuilder
 from tests.integration.brokerprocess import GRACEFUL_EXIT_CODES, TWISTD, BrokerProcess, free_port
 from tests.integration.nativewire import RawNativeConnection
@@ -246,7 +246,7 @@ def test_a_port_in_use_stops_start_up(tmp_path) -> None:
         occupied.listen()
         port = occupied.getsockname()[1]
         result = subprocess.run([*TWISTD, "-n", "--pidfile=", "mqbroker", "--data-dir", str(tmp_path),
-                                 "--host", "127.0.0.1", "--native-port", str(port), "--mqtt-port", "0",
+                                 "--host", "127.0.0.1", "--native-port", str(port), "--mqtt-port", "0", "--kafka-port", "0",
                                  "--amqp-port", "0", "--http-port", str(free_port()), "--controller-port", "0"],
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode != 0

@@ -60,6 +60,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Bro
             "--config", str(config), "--tls-cert", str(files.brokers[node_id][0]), "--tls-key", str(files.brokers[node_id][1]),
             "--tls-ca", str(files.ca), "--tls-client-auth", "optional",
             "--native-tls-port", str(ports["native"] + TLS_OFFSET), "--mqtt-tls-port", "0", "--amqp-tls-port", "0",
+            "--kafka-tls-port", "0",
         ]))
     for broker in brokers:
         broker.data_dir.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,7 @@ def test_command_line_reports_bad_config_as_usage_error() -> None:
 def test_help_lists_every_option_of_the_design() -> None:
     text = str(Options())
     for option in ("--config", "--data-dir", "--node-id", "--host", "--native-port", "--mqtt-port",
-                   "--amqp-port", "--http-port", "--controller-port", "--controller-quorum", "--set"):
+                   "--amqp-port", "--kafka-port", "--http-port", "--controller-port", "--controller-quorum", "--set"):
         assert option in text
 
 

@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from mqbroker.errors import BrokerError, ErrorCode
-from mqbroker.protocols.native.exceptions import (
+from mqbroker.protocols.exceptions import (
     LocalProtocolError,
     MalformedMessageError,
     UnknownApiKeyError,
@@ -30,7 +30,7 @@ from mqbroker.protocols.native.messages import (
     ApiVersionsResponse,
     ProduceRequest,
 )
-from mqbroker.protocols.native.schema import (
+from mqbroker.protocols.schema import (
     Int16,
     Int32,
     MessageCodec,

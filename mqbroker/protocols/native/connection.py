@@ -26,16 +26,16 @@ from mqbroker.protocols.native.codec import (
     expects_response,
     peek_correlation_id,
 )
-from mqbroker.protocols.native.exceptions import (
+from mqbroker.protocols.exceptions import (
     FrameTooLargeError,
     LocalProtocolError,
     MalformedMessageError,
-    NativeProtocolError,
+    ProtocolError,
     UnknownApiKeyError,
     UnsupportedVersionError,
 )
 from mqbroker.protocols.native.messages import APIS, ApiKey, ApiVersionsResponse
-from mqbroker.protocols.native.schema import message
+from mqbroker.protocols.schema import message
 
 _CORRELATION_ID_MAX = 2**31 - 1
 
@@ -60,7 +60,7 @@ class RequestRejected:
     """A request for an unknown API or version; answer with ``reply_error`` and keep serving."""
 
     header: RequestHeader
-    error: NativeProtocolError
+    error: ProtocolError
 
 
 @message
@@ -80,7 +80,7 @@ class ConnectionFailed:
     ``reply_error`` before closing so the client learns why.
     """
 
-    error: NativeProtocolError
+    error: ProtocolError
 
 
 class ServerConnection:
@@ -125,7 +125,7 @@ class ServerConnection:
             events.append(RequestReceived(header=header, request=request))
         return events
 
-    def _fail(self, events: list[Any], error: NativeProtocolError) -> list[Any]:
+    def _fail(self, events: list[Any], error: ProtocolError) -> list[Any]:
         """Enter the terminal state; the failure is the last event."""
         self.state = ConnectionState.FAILED
         if error.header is not None:
@@ -220,7 +220,7 @@ class ClientConnection:
         _, response = decode_response(api_key, version, body)
         return ResponseReceived(correlation_id=correlation_id, api_key=api_key, response=response)
 
-    def _fail(self, events: list[Any], error: NativeProtocolError) -> list[Any]:
+    def _fail(self, events: list[Any], error: ProtocolError) -> list[Any]:
         """Enter the terminal state; the failure is the last event."""
         self.state = ConnectionState.FAILED
         events.append(ConnectionFailed(error=error))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from mqbroker.protocols.native.exceptions import MalformedMessageError
-from mqbroker.protocols.native.schema import (
+from mqbroker.protocols.exceptions import MalformedMessageError
+from mqbroker.protocols.schema import (
     Int32,
     MessageCodec,
     compile_message,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from mqbroker.protocols.native.schema import Int8, Int16, Int32, Int64, Records, message
+from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message
 
 
 class ApiKey(enum.IntEnum):
@@ -1224,8 +1224,8 @@ class ApiSchema:
     max_version: int = 0
 
 
-#: Every API the codec speaks. Adding a version: add the fields with defaults to the types,
-#: raise ``max_version``, and teach ``schema`` to skip fields newer than a message's version.
+#: Every API the codec speaks. Adding a version: give the new fields ``wire(since=...)`` defaults
+#: (see ``mqbroker.protocols.schema``), raise ``max_version``, and compile per version as the Kafka codec does.
 APIS: dict[ApiKey, ApiSchema] = {
     ApiKey.PRODUCE: ApiSchema(request_type=ProduceRequest, response_type=ProduceResponse),
     ApiKey.FETCH: ApiSchema(request_type=FetchRequest, response_type=FetchResponse),

@@ -14,11 +14,11 @@ from typing import Any
 
 from mqbroker import errors
 from mqbroker.security.acl import Acl, PatternType, Permission, parse_operation
-from mqbroker.interfaces import ISaslExchange
 from mqbroker.model import Principal, ResourceType
 from mqbroker.protocols.native import messages as m
 from mqbroker.security.quotas import QuotaKind
-from mqbroker.security.service import SecurityServices, audit_authentication_failure
+from mqbroker.security.connection_auth import ConnectionAuthentication
+from mqbroker.security.service import SecurityServices
 
 #: APIs a connection may use before it is authenticated.
 UNAUTHENTICATED_APIS = frozenset({m.ApiKey.API_VERSIONS, m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE})
@@ -52,58 +52,28 @@ class ConnectionSecurity:
     def __init__(self, services: SecurityServices, secure: bool, host: str, peer_certificate: Any) -> None:
         self._services = services
         self._secure = secure
-        self._host = host
-        self._peer_certificate = peer_certificate
-        self._principal: Principal | None = None
-        self._checked_certificate = False
-        self._exchange: ISaslExchange | None = None
+        self.authentication = ConnectionAuthentication(services, "native", secure, host, peer_certificate)
 
     def principal(self) -> Principal | None:
         """Who this connection is so far (None: it must authenticate first)."""
-        if self._principal is None and not self._checked_certificate:
-            self._checked_certificate = True
-            identity = self._peer_certificate()
-            try:
-                if identity is not None:
-                    self._principal = self._services.authenticator.authenticate_certificate(
-                        identity.subject, identity.alternative_names, self._host)
-                else:
-                    self._principal = self._services.authenticator.anonymous(self._host)
-            except errors.SaslAuthenticationError:
-                self._principal = None  # SASL may still authenticate this connection
-        return self._principal
+        return self.authentication.principal()
 
     def require_principal(self, api_key: m.ApiKey) -> Principal | None:
         """The principal for a request to ``api_key``; SaslAuthenticationError if it needs one and there is none."""
-        principal = self.principal()
-        if principal is None and api_key not in UNAUTHENTICATED_APIS:
-            audit_authentication_failure("native", self._host, "", f"{api_key.name} before authenticating")
-            raise errors.SaslAuthenticationError(
-                "authenticate first: this broker does not allow anonymous access (use SASL or a client certificate)")
-        return principal
+        if api_key in UNAUTHENTICATED_APIS:
+            return self.principal()
+        return self.authentication.require_principal(api_key.name)
 
     # ---- SASL ----------------------------------------------------------------------------------
 
     def handshake(self, request: m.SaslHandshakeRequest) -> m.SaslHandshakeResponse:
         """Start an exchange with the chosen mechanism."""
-        self._exchange = self._services.authenticator.start(request.mechanism, self._secure, self._host)
-        return m.SaslHandshakeResponse(mechanisms=tuple(self._services.authenticator.mechanisms(self._secure)))
+        self.authentication.start_sasl(request.mechanism)
+        return m.SaslHandshakeResponse(mechanisms=tuple(self.authentication.mechanisms()))
 
     def authenticate(self, request: m.SaslAuthenticateRequest) -> m.SaslAuthenticateResponse:
         """One step of the exchange; on completion the connection takes the exchange's principal."""
-        if self._exchange is None:
-            raise errors.IllegalSaslStateError("SaslAuthenticate before SaslHandshake")
-        exchange = self._exchange
-        try:
-            reply = exchange.respond(request.auth_bytes)
-        except errors.BrokerError as error:
-            self._exchange = None
-            audit_authentication_failure("native", self._host, "", error.message)
-            raise
-        if exchange.complete:
-            self._principal = exchange.principal
-            self._exchange = None
-        return m.SaslAuthenticateResponse(auth_bytes=reply)
+        return m.SaslAuthenticateResponse(auth_bytes=self.authentication.step_sasl(request.auth_bytes))
 
     # ---- admin ---------------------------------------------------------------------------------
 

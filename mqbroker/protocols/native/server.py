@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from twisted.internet.defer import Deferred, FirstError, gatherResults, maybeDeferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -24,6 +24,7 @@ from mqbroker.groups.model import TopicPartition
 from mqbroker.interfaces import IBroker
 from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult, Principal, TopicSpec
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
@@ -48,30 +49,6 @@ def _code(error: BaseException | None) -> tuple[int, str | None]:
     if isinstance(error, errors.BrokerError):
         return int(error.code), error.message
     return int(errors.ErrorCode.UNKNOWN_SERVER_ERROR), "internal error; see the broker log"
-
-
-def _settled(deferred: Deferred[Any]) -> Deferred[tuple[Any, BaseException | None]]:
-    """Fires with (result, None) or (None, the broker error ``deferred`` failed with)."""
-    return deferred.addCallbacks(lambda result: (result, None), _broker_error)
-
-
-async def _settle(deferred: Deferred[Any]) -> tuple[Any, BaseException | None]:
-    """``_settled`` for the coroutine handlers."""
-    return await _settled(deferred)
-
-
-def _broker_error(failure: Failure) -> tuple[None, BaseException]:
-    failure.trap(errors.BrokerError)
-    return None, failure.value
-
-
-def _gathered(deferreds: list[Deferred[Any]]) -> Deferred[list[Any]]:
-    """All results, in order; the first unexpected failure fails the whole (one Deferred needs no list)."""
-    if len(deferreds) == 1:
-        return deferreds[0].addCallback(lambda result: [result])
-    return gatherResults(deferreds, consumeErrors=True).addErrback(
-        lambda failure: failure.value.subFailure if failure.check(FirstError) else failure
-    )
 
 
 # -- one coroutine per API -----------------------------------------------------------------
@@ -110,13 +87,13 @@ def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequ
     """Append each partition's batches (all before anything waits, which keeps their order);
     answer once each partition is acknowledged. Plain Deferreds, no coroutine: this is the hot path."""
     answers = [
-        _settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
+        settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
                                 request.acks, request.timeout_ms)).addCallback(_produce_result, topic.name,
                                                                                partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
     ]
-    return _gathered(answers).addCallback(_produce_response)
+    return gathered(answers).addCallback(_produce_response)
 
 
 def _produce_result(settled: tuple[Any, BaseException | None], topic: str, partition: int) -> tuple[str, Any]:
@@ -179,7 +156,7 @@ async def handle_list_offsets(broker: IBroker, principal: Principal, request: m.
     for topic in request.topics:
         partitions = []
         for partition in topic.partitions:
-            found, error = await _settle(
+            found, error = await settle(
                 broker.list_offset(principal, topic.name, partition.partition_index, partition.timestamp)
             )
             code, message = _code(error)
@@ -199,7 +176,7 @@ async def handle_create_topics(broker: IBroker, principal: Principal, request: m
             name=topic.name, partitions=topic.num_partitions, replication_factor=topic.replication_factor,
             configs={k: v for k, v in topic.configs.items() if v is not None},
         )
-        _, error = await _settle(broker.create_topic(principal, spec, request.validate_only))
+        _, error = await settle(broker.create_topic(principal, spec, request.validate_only))
         code, message = _code(error)
         results.append(m.CreateTopicResult(
             name=topic.name, error_code=code, error_message=message,
@@ -212,7 +189,7 @@ async def handle_delete_topics(broker: IBroker, principal: Principal, request: m
     """Delete topics, one result each."""
     results = []
     for name in request.topic_names:
-        _, error = await _settle(broker.delete_topic(principal, name))
+        _, error = await settle(broker.delete_topic(principal, name))
         code, message = _code(error)
         results.append(m.DeleteTopicResult(name=name, error_code=code, error_message=message))
     return m.DeleteTopicsResponse(topics=tuple(results))
@@ -225,7 +202,7 @@ async def handle_create_partitions(broker: IBroker, principal: Principal, reques
         if request.validate_only:
             error = None
         else:
-            _, error = await _settle(broker.create_partitions(principal, topic.name, topic.count))
+            _, error = await settle(broker.create_partitions(principal, topic.name, topic.count))
         code, message = _code(error)
         results.append(m.CreatePartitionsResult(name=topic.name, error_code=code, error_message=message))
     return m.CreatePartitionsResponse(results=tuple(results))
@@ -237,7 +214,7 @@ async def handle_delete_records(broker: IBroker, principal: Principal, request: 
     for topic in request.topics:
         partitions = []
         for partition in topic.partitions:
-            low, error = await _settle(
+            low, error = await settle(
                 broker.delete_records(principal, topic.name, partition.partition_index, partition.offset)
             )
             code, message = _code(error)
@@ -262,7 +239,7 @@ async def handle_describe_configs(broker: IBroker, principal: Principal, request
         configs: dict[str, Any] | None = None
         error = _topic_resource_error(resource.resource_type, resource.resource_name)
         if error is None:
-            configs, error = await _settle(broker.describe_configs(principal, resource.resource_name))
+            configs, error = await settle(broker.describe_configs(principal, resource.resource_name))
         wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         entries = tuple(
             m.DescribedConfig(name=key, value=str(value))
@@ -285,7 +262,7 @@ async def handle_alter_configs(broker: IBroker, principal: Principal, request: m
         if error is None and not request.validate_only:
             set_configs = {c.name: c.value or "" for c in resource.configs if c.config_operation == m.ConfigOperation.SET}
             delete_configs = [c.name for c in resource.configs if c.config_operation == m.ConfigOperation.DELETE]
-            _, error = await _settle(broker.alter_configs(principal, resource.resource_name, set_configs, delete_configs))
+            _, error = await settle(broker.alter_configs(principal, resource.resource_name, set_configs, delete_configs))
         code, message = _code(error)
         results.append(m.AlterConfigsResourceResult(
             resource_type=resource.resource_type, resource_name=resource.resource_name,
@@ -356,7 +333,7 @@ async def handle_leave_group(broker: IBroker, principal: Principal, request: m.L
     for leaving in request.members:
         member = groups.MemberRequest(group_id=request.group_id, member_id=leaving.member_id,
                                       group_instance_id=leaving.group_instance_id)
-        _, error = await _settle(broker.leave_group(principal, member))
+        _, error = await settle(broker.leave_group(principal, member))
         code, message = _code(error)
         results.append(m.LeaveGroupMemberResult(member_id=leaving.member_id, group_instance_id=leaving.group_instance_id,
                                                 error_code=code, error_message=message))
@@ -373,7 +350,7 @@ async def handle_offset_commit(broker: IBroker, principal: Principal, request: m
         )
         for topic in request.topics for p in topic.partitions
     )
-    _, error = await _settle(broker.commit_offsets(principal, groups.OffsetCommitRequest(
+    _, error = await settle(broker.commit_offsets(principal, groups.OffsetCommitRequest(
         group_id=request.group_id, member_id=request.member_id, group_instance_id=request.group_instance_id,
         generation_id=request.generation_id, offsets=commits,
     )))
@@ -420,7 +397,7 @@ async def handle_describe_groups(broker: IBroker, principal: Principal, request:
     """State, assignor and members (with their assignments) per group."""
     described = []
     for group_id in request.groups:
-        group, error = await _settle(broker.describe_group(principal, group_id))
+        group, error = await settle(broker.describe_group(principal, group_id))
         code, message = _code(error)
         if group is None:
             described.append(m.DescribedGroup(group_id=group_id, error_code=code, error_message=message))
@@ -442,7 +419,7 @@ async def handle_delete_groups(broker: IBroker, principal: Principal, request: m
     """Delete empty groups and their offsets, one outcome each."""
     results = []
     for group_id in request.groups_names:
-        _, error = await _settle(broker.delete_group(principal, group_id))
+        _, error = await settle(broker.delete_group(principal, group_id))
         code, message = _code(error)
         results.append(m.DeleteGroupResult(group_id=group_id, error_code=code, error_message=message))
     return m.DeleteGroupsResponse(results=tuple(results))
@@ -467,7 +444,7 @@ async def handle_alter_partition_reassignments(
     for topic in request.topics:
         partitions = []
         for partition in topic.partitions:
-            _, error = await _settle(broker.reassign_partition(principal, topic.name, partition.partition_index,
+            _, error = await settle(broker.reassign_partition(principal, topic.name, partition.partition_index,
                                                                partition.replicas))
             code, message = _code(error)
             partitions.append(m.ReassignablePartitionResult(partition_index=partition.partition_index,

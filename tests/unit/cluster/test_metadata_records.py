@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,3 +40,20 @@ def test_garbage_records_are_refused_with_a_typed_error(data: bytes) -> None:
         decode_result(machine.apply(100, data))
     except errors.BrokerError:
         pass
+
+
+def test_a_registration_carries_every_listener_port_through_the_log_and_snapshots() -> None:
+    machine = MetadataStateMachine()
+    machine.apply(1, encode_record(RegisterBroker(node_id=1, host="h", port=9393,
+                                                  listeners={"kafka_port": 9092, "mqtt_port": 1883})))
+    assert machine.image.brokers[1].listeners == {"kafka_port": 9092, "mqtt_port": 1883}
+    restored = MetadataStateMachine()
+    restored.restore(machine.snapshot())
+    assert restored.image.brokers[1].listeners == {"kafka_port": 9092, "mqtt_port": 1883}
+
+
+def test_a_registration_written_before_listeners_existed_still_decodes() -> None:
+    older = b'{"host":"h","node_id":2,"port":9393,"type":"RegisterBroker","unclean_election_default":"false"}'
+    assert decode_record(older) == RegisterBroker(node_id=2, host="h", port=9393)
+    with pytest.raises(errors.CorruptMessageError):
+        decode_record(older.replace(b'"port":9393', b'"port":9393,"listeners":{"kafka_port":"x"}'))

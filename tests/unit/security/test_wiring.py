@@ -14,7 +14,12 @@ from twisted.internet.testing import StringTransport
 from mqbroker.security.acl import Acl, Permission
 from mqbroker.security.auth import Authenticator, CredentialStore
 from mqbroker.config import BrokerConfig, ConfigError, build_config
-from mqbroker.errors import ClusterAuthorizationError, SaslAuthenticationError
+from mqbroker.errors import (
+    ClusterAuthorizationError,
+    ResourceNotFoundError,
+    SaslAuthenticationError,
+    UnacceptableCredentialError,
+)
 from mqbroker.protocols.listeners import ConnectionLimitingFactory
 from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import PutGenericRecord
@@ -23,6 +28,7 @@ from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.security import ConnectionSecurity
 from mqbroker.security.quotas import ConnectionLimiter
+from mqbroker.security.scram import ScramMechanism, make_credential, salted_password
 from mqbroker.security.service import ACL_KIND, USER_KIND, SecurityServices
 
 
@@ -162,3 +168,26 @@ def test_consumer_fetches_are_throttled_and_replica_fetches_are_not() -> None:
     principal = Principal("User", "ANONYMOUS")
     assert security.throttle_ms(principal, "replica-2", *_fetch(replica_id=2), now_ms=0) == 0
     assert security.throttle_ms(principal, "consumer", *_fetch(replica_id=-1), now_ms=0) > 0
+
+
+def test_salted_credentials_from_a_kafka_client_authenticate_like_a_password_would() -> None:
+    """AlterUserScramCredentials carries Hi(password, salt, iterations); the stored keys match a password's."""
+    control = _FakeControl(MetadataImage())
+    services = SecurityServices(build_config({"security.authorizer": "acl", "security.super_users": "User:admin"}),
+                                control)
+    admin = Principal("User", "admin")
+    salted = salted_password(ScramMechanism.SHA_512, "s3cret", b"salty", 8192)
+    services.alter_scram_credentials(admin, "carol", upsertions=[(ScramMechanism.SHA_512, b"salty", 8192, salted)],
+                                     deletions=[])
+    [(kind, key, value)] = control.proposed
+    [applied] = control.machine.record_listeners
+    applied(PutGenericRecord(kind=kind, key=key, value=value), control.image)
+    assert services.store.lookup("carol", ScramMechanism.SHA_512) == make_credential(ScramMechanism.SHA_512, "s3cret",
+                                                                                     b"salty", 8192)
+    with pytest.raises(ResourceNotFoundError):
+        services.alter_scram_credentials(admin, "carol", upsertions=[], deletions=[ScramMechanism.SHA_256])
+    with pytest.raises(UnacceptableCredentialError):
+        services.alter_scram_credentials(admin, "carol", upsertions=[(ScramMechanism.SHA_256, b"s", 10, salted)],
+                                         deletions=[])
+    services.alter_scram_credentials(admin, "carol", upsertions=[], deletions=[ScramMechanism.SHA_512])
+    assert control.proposed[-1] == (USER_KIND, "carol", None)  # no credential left: the user goes

@@ -21,11 +21,11 @@ from mqbroker.protocols.native.connection import (
     ResponseReceived,
     ServerConnection,
 )
-from mqbroker.protocols.native.exceptions import (
+from mqbroker.protocols.exceptions import (
     FrameTooLargeError,
     LocalProtocolError,
     MalformedMessageError,
-    NativeProtocolError,
+    ProtocolError,
     UnknownApiKeyError,
     UnsupportedVersionError,
 )
@@ -243,15 +243,15 @@ def test_values_the_wire_cannot_carry_are_refused_locally() -> None:
         codec.encode_request(ApiKey.FETCH, 0, 1, "c", MetadataRequest(topics=None))
 
 
-# -- garbage in: only NativeProtocolError comes out -------------------------------------------------
+# -- garbage in: only ProtocolError comes out -------------------------------------------------
 
 
 @given(body=st.binary(max_size=200))
 def test_garbage_request_bodies_raise_only_the_protocol_error(body: bytes) -> None:
-    """No input makes decode_request fail with anything but NativeProtocolError."""
+    """No input makes decode_request fail with anything but ProtocolError."""
     try:
         codec.decode_request(body)
-    except NativeProtocolError:
+    except ProtocolError:
         pass  # the typed refusal is the expected outcome for most garbage
 
 
@@ -260,17 +260,17 @@ def test_garbage_after_a_valid_header_raises_only_the_protocol_error(api_key: Ap
     """Body parsing of every API is exercised, not just the header check."""
     try:
         codec.decode_request(_raw_request(api_key, version, 1, body))
-    except NativeProtocolError as error:
+    except ProtocolError as error:
         assert error.header is not None and error.header.correlation_id == 1
 
 
 @given(api_key=st.sampled_from(ALL_APIS), success=st.booleans(), body=st.binary(max_size=120))
 def test_garbage_responses_raise_only_the_protocol_error(api_key: ApiKey, success: bool, body: bytes) -> None:
-    """No input makes decode_response fail with anything but NativeProtocolError."""
+    """No input makes decode_response fail with anything but ProtocolError."""
     envelope = struct.pack(">ihh", 0, 0, -1) if success else b""  # reach the body decoders too
     try:
         codec.decode_response(api_key, 0, envelope + body)
-    except NativeProtocolError:
+    except ProtocolError:
         pass  # the typed refusal is the expected outcome for most garbage
 
 
@@ -286,7 +286,7 @@ def test_mutated_valid_requests_raise_only_the_protocol_error(data: st.DataObjec
     cut = data.draw(st.integers(0, len(body)))
     try:
         codec.decode_request(bytes(body[:cut]))
-    except NativeProtocolError:
+    except ProtocolError:
         pass  # the typed refusal is the expected outcome for most mutations
 
 

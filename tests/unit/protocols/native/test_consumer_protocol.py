@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native.consumer_protocol import ConsumerAssignment, ConsumerSubscription, TopicPartitions
-from mqbroker.protocols.native.exceptions import MalformedMessageError
+from mqbroker.protocols.exceptions import MalformedMessageError
 from tests.unit.protocols.native.strategies import messages
 
 

@@ -1,0 +1,271 @@
+"""Kafka clients against Apache Kafka and mqbroker in one run: produce, consume, end-to-end latency, broker CPU.
+
+Run ``python benchmarks/kafka_bench.py [--clients confluent,kafka-python] [--messages N] [--e2e-seconds S]
+[--json]`` after ``tests/kafka_reference/kafka_reference.sh install``.
+
+For each client library (confluent-kafka, then kafka-python) the same workloads run against four brokers,
+one at a time (the others stopped), alternating Kafka and mqbroker at each durability setting:
+
+* ``kafka``: Apache Kafka 4.1 with its defaults (the OS flushes; an acknowledged record may be lost
+  if every replica's machine fails before it does);
+* ``mqbroker-interval``: mqbroker with ``log.flush.policy=interval`` (the same bargain);
+* ``kafka-fsync``: Apache Kafka with ``flush.messages=1`` (an fsync per append);
+* ``mqbroker``: mqbroker's default ``sync`` policy (fsync, shared by concurrent appends, before acking).
+
+Workloads per broker: produce ``--messages`` records of 100 B and of 1 KiB at acks=1 and acks=all
+(records/s), consume them all (records/s), and end-to-end latency at 5,000 records/s for
+``--e2e-seconds`` (acks=all, 100 B; p50 and p99 from send to receipt). The broker's CPU time per
+produced record comes from /proc over the produce workloads. One partition, replication factor 1,
+both brokers on loopback, the client in this process. Progress goes to stderr; the table (or one JSON
+object with ``--json``) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cputime import process_tree_cpu_s
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.integration
+
+from tests.integration.kafka_support import (  # noqa: E402
+    kafka_bootstrap,
+    running_apache_kafka,
+    start_kafka_broker,
+)
+
+BROKERS = ("kafka", "mqbroker-interval", "kafka-fsync", "mqbroker")
+SIZES = (100, 1024)
+E2E_RATE = 5000
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def broker(name: str, work: Path) -> Iterator[tuple[str, int]]:
+    """One broker variant, started fresh; yields (bootstrap, pid) and stops it afterwards."""
+    directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work))
+    if name.startswith("kafka"):
+        settings = ("flush.messages=1",) if name == "kafka-fsync" else ()
+        for kafka in running_apache_kafka(directory, *settings):
+            yield kafka.bootstrap, kafka.pid()
+    else:
+        extra = ("--set", "log.flush.policy=interval") if name == "mqbroker-interval" else ()
+        for process in start_kafka_broker(directory, *extra):
+            assert process.process is not None
+            yield kafka_bootstrap(process), process.process.pid
+
+
+# -- the clients -----------------------------------------------------------------------------------------
+
+
+class ConfluentClient:
+    """librdkafka through confluent-kafka."""
+
+    name = "confluent-kafka"
+
+    def produce(self, bootstrap: str, topic: str, count: int, size: int, acks: str) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                             "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000})
+        value = b"x" * size
+        for _ in range(count):
+            while True:
+                try:
+                    producer.produce(topic, value)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        assert producer.flush(120) == 0
+
+    def consume(self, bootstrap: str, topic: str, count: int) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                             "enable.auto.commit": False, "fetch.max.bytes": 50_000_000})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        read = 0
+        while read < count:
+            read += len(consumer.consume(10_000, 1.0))
+        consumer.close()
+
+    def e2e(self, bootstrap: str, topic: str, seconds: float) -> list[float]:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+        return _measure_e2e(self.name, bootstrap, topic, seconds,
+                            lambda payload: (producer.produce(topic, payload), producer.poll(0)),
+                            lambda: producer.flush(10))
+
+    @staticmethod
+    def receive_forever(bootstrap: str, topic: str, report: Any) -> None:
+        """The e2e consumer (in a process of its own): stamp every record's arrival."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{time.time_ns()}",
+                             "fetch.wait.max.ms": 100, "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        while True:
+            messages = consumer.consume(1000, 0.05)
+            now = time.time_ns()
+            report([now - int(m.value()[:20]) for m in messages if m.error() is None and m.value()[:1].isdigit()])
+
+
+class KafkaPythonClient:
+    """kafka-python (pure Python)."""
+
+    name = "kafka-python"
+
+    def produce(self, bootstrap: str, topic: str, count: int, size: int, acks: str) -> None:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1 if acks == "1" else "all", linger_ms=5,
+                                 batch_size=1_000_000)
+        value = b"x" * size
+        for _ in range(count):
+            producer.send(topic, value)
+        producer.flush(120)
+        producer.close()
+
+    def consume(self, bootstrap: str, topic: str, count: int) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                                 fetch_max_bytes=50_000_000, max_partition_fetch_bytes=10_000_000)
+        consumer.assign([TopicPartition(topic, 0)])
+        read = 0
+        while read < count:
+            read += sum(len(records) for records in consumer.poll(timeout_ms=1000, max_records=100_000).values())
+        consumer.close()
+
+    def e2e(self, bootstrap: str, topic: str, seconds: float) -> list[float]:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        return _measure_e2e(self.name, bootstrap, topic, seconds, lambda payload: producer.send(topic, payload),
+                            lambda: (producer.flush(10), producer.close()))
+
+    @staticmethod
+    def receive_forever(bootstrap: str, topic: str, report: Any) -> None:
+        """The e2e consumer (in a process of its own): stamp every record's arrival."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                                 fetch_max_wait_ms=100)
+        consumer.assign([TopicPartition(topic, 0)])
+        while True:
+            records = [r.value for batch in consumer.poll(timeout_ms=50).values() for r in batch]
+            now = time.time_ns()
+            report([now - int(value[:20]) for value in records if value[:1].isdigit()])
+
+
+def _receiver(client_name: str, bootstrap: str, topic: str, latencies: Any) -> None:
+    client = {ConfluentClient.name: ConfluentClient, KafkaPythonClient.name: KafkaPythonClient}[client_name]
+    client.receive_forever(bootstrap, topic, lambda found: latencies.put(found))
+
+
+def _measure_e2e(client_name: str, bootstrap: str, topic: str, seconds: float, send: Callable[[bytes], Any],
+                 close: Callable[[], Any]) -> list[float]:
+    """Send 100 B payloads stamped with the wall-clock send time at ``E2E_RATE``/s; a consumer in another
+    process (so that neither waits for the other's interpreter lock) stamps their arrival. Milliseconds."""
+    found: multiprocessing.Queue[list[int]] = multiprocessing.Queue()
+    receiver = multiprocessing.Process(target=_receiver, args=(client_name, bootstrap, topic, found), daemon=True)
+    receiver.start()
+    time.sleep(2.0)  # the consumer connects and starts fetching
+    started = time.perf_counter()
+    sent = 0
+    warm_until_ns = time.time_ns() + int(seconds * 0.2e9)  # the first fifth warms the connections up
+    while time.perf_counter() - started < seconds:
+        due = started + sent / E2E_RATE
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(b"%020d" % time.time_ns() + b"p" * 80)
+        sent += 1
+    close()
+    time.sleep(1.0)  # the last records arrive
+    receiver.terminate()
+    latencies: list[float] = []
+    while not found.empty():
+        latencies.extend(nanoseconds / 1e6 for nanoseconds in found.get())
+    del warm_until_ns
+    return latencies[len(latencies) // 5:]
+
+
+# -- one broker, every workload ----------------------------------------------------------------------------
+
+
+def run_broker(client: Any, name: str, work: Path, messages: int, e2e_seconds: float) -> dict[str, Any]:
+    """Every workload against one fresh broker."""
+    figures: dict[str, Any] = {}
+    with broker(name, work) as (bootstrap, pid):
+        produce_cpu_s = 0.0
+        produced = 0
+        for size in SIZES:
+            for acks in ("1", "all"):
+                topic = f"bench-{size}-{acks}-{time.time_ns()}"
+                client.produce(bootstrap, topic, 100, size, acks)  # creates the topic, warms up
+                cpu_before, started = process_tree_cpu_s(pid), time.perf_counter()
+                client.produce(bootstrap, topic, messages, size, acks)
+                elapsed = time.perf_counter() - started
+                produce_cpu_s += process_tree_cpu_s(pid) - cpu_before
+                produced += messages
+                figures[f"produce_{size}B_acks{acks}_msgs_per_s"] = round(messages / elapsed)
+                if size == 100 and acks == "1":
+                    started = time.perf_counter()
+                    client.consume(bootstrap, topic, messages + 100)
+                    figures["consume_100B_msgs_per_s"] = round((messages + 100) / (time.perf_counter() - started))
+                progress(f"  {name} {size} B acks={acks}: {figures[f'produce_{size}B_acks{acks}_msgs_per_s']} msg/s")
+        figures["broker_cpu_us_per_produced_msg"] = round(produce_cpu_s / produced * 1e6, 1)
+        topic = f"e2e-{time.time_ns()}"
+        client.produce(bootstrap, topic, 10, 100, "all")
+        latencies = sorted(client.e2e(bootstrap, topic, e2e_seconds))
+        figures["e2e_p50_ms"] = round(latencies[len(latencies) // 2], 2) if latencies else None
+        figures["e2e_p99_ms"] = round(latencies[int(len(latencies) * 0.99)], 2) if latencies else None
+        figures["e2e_received"] = len(latencies)
+        progress(f"  {name} e2e p50 {figures['e2e_p50_ms']} ms, p99 {figures['e2e_p99_ms']} ms")
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="confluent,kafka-python")
+    parser.add_argument("--messages", type=int, default=200_000, help="records per produce workload (confluent)")
+    parser.add_argument("--python-messages", type=int, default=50_000, help="records per produce workload (kafka-python)")
+    parser.add_argument("--e2e-seconds", type=float, default=10.0)
+    parser.add_argument("--json", action="store_true")
+    options = parser.parse_args()
+    clients = {"confluent": (ConfluentClient(), options.messages),
+               "kafka-python": (KafkaPythonClient(), options.python_messages)}
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="kafka-bench-") as work:
+        for key in options.clients.split(","):
+            client, messages = clients[key]
+            progress(f"{client.name}:")
+            for name in BROKERS:
+                results[f"{client.name}/{name}"] = run_broker(client, name, Path(work), messages, options.e2e_seconds)
+    if options.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    metrics = sorted({metric for figures in results.values() for metric in figures})
+    print("| metric | " + " | ".join(results) + " |")
+    print("|---|" + "---|" * len(results))
+    for metric in metrics:
+        print(f"| {metric} | " + " | ".join(str(figures.get(metric, "")) for figures in results.values()) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

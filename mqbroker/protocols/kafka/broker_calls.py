@@ -1,0 +1,161 @@
+"""Every call the Kafka front end makes on ``IBroker``, in one thin module.
+
+Handlers pass plain values (Kafka's numbers and names) and get the broker's value types back;
+building the broker's request objects happens here only, so a change of ``IBroker``'s
+signatures (typed acks, fetch requests, group results) is a change of this module alone. The
+one pure helper taken from the core (topic configuration defaults) is imported here for the same reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred
+
+from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, log_config_for
+from mqbroker.groups import messages as group_messages
+from mqbroker.groups.model import TopicPartition
+from mqbroker.interfaces import IBroker
+from mqbroker.model import FetchPosition, Principal, TopicSpec
+
+
+class BrokerCalls:
+    """The broker API as the Kafka handlers use it, for one connection's principal."""
+
+    def __init__(self, broker: IBroker, principal: Principal, client_id: str) -> None:
+        self._broker = broker
+        self.principal = principal
+        self.client_id = client_id
+
+    # -- records -------------------------------------------------------------------------------
+
+    def produce(self, topic: str, partition: int, records: Any, acks: int, timeout_ms: int) -> Deferred[Any]:
+        """Append batches; fires with a ``ProduceResult`` (acks: 0, 1 or -1 as on the Kafka wire)."""
+        return self._broker.produce(self.principal, topic, partition, records, acks, timeout_ms)
+
+    def fetch(self, positions: Iterable[tuple[str, int, int, int, int]], max_wait_ms: int, min_bytes: int,
+              max_bytes: int) -> Deferred[Any]:
+        """Long-poll read of (topic, partition, offset, max bytes, current leader epoch) positions."""
+        wanted = [FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=partition_max_bytes,
+                                current_leader_epoch=leader_epoch)
+                  for topic, partition, offset, partition_max_bytes, leader_epoch in positions]
+        return self._broker.fetch(self.principal, wanted, max_wait_ms, min_bytes, max_bytes)
+
+    def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> Deferred[Any]:
+        """Fires with an ``OffsetAndTimestamp`` (-1 latest, -2 earliest, else the first at or after the time)."""
+        return self._broker.list_offset(self.principal, topic, partition, timestamp_ms)
+
+    def init_producer_id(self) -> Deferred[Any]:
+        """A fresh idempotent producer identity (``ProducerIdentity``)."""
+        return self._broker.init_producer_id(self.principal, None)
+
+    # -- cluster and topics ----------------------------------------------------------------------
+
+    def metadata(self, topics: Sequence[str] | None, allow_auto_create: bool) -> Deferred[Any]:
+        """The cluster and ``topics`` (None: all) as ``ClusterMetadata``."""
+        return self._broker.metadata(self.principal, topics, allow_auto_create)
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str],
+                     validate_only: bool) -> Deferred[None]:
+        """Create a topic (-1: the broker's default partitions or replication factor)."""
+        spec = TopicSpec(name=name, partitions=partitions, replication_factor=replication_factor, configs=dict(configs))
+        return self._broker.create_topic(self.principal, spec, validate_only)
+
+    def delete_topic(self, name: str) -> Deferred[None]:
+        """Delete a topic and its data."""
+        return self._broker.delete_topic(self.principal, name)
+
+    def create_partitions(self, topic: str, total_count: int) -> Deferred[None]:
+        """Grow ``topic`` to ``total_count`` partitions."""
+        return self._broker.create_partitions(self.principal, topic, total_count)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> Deferred[int]:
+        """Delete records below ``before_offset``; fires with the new log start offset."""
+        return self._broker.delete_records(self.principal, topic, partition, before_offset)
+
+    def describe_configs(self, topic: str) -> Deferred[dict[str, str]]:
+        """A topic's effective configuration."""
+        return self._broker.describe_configs(self.principal, topic)
+
+    def alter_configs(self, topic: str, set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[None]:
+        """Set some keys of a topic's configuration and reset others to their defaults."""
+        return self._broker.alter_configs(self.principal, topic, dict(set_configs), list(delete_configs))
+
+    # -- groups ----------------------------------------------------------------------------------
+
+    def find_coordinator(self, group_id: str) -> Deferred[Any]:
+        """The ``BrokerEndpoint`` coordinating ``group_id``."""
+        return self._broker.find_coordinator(self.principal, group_id)
+
+    def join_group(self, *, group_id: str, member_id: str, group_instance_id: str | None, session_timeout_ms: int,
+                   rebalance_timeout_ms: int, protocol_type: str, topics: Iterable[str],
+                   assignors: Sequence[str]) -> Deferred[Any]:
+        """Join; fires with a ``JoinResponse`` (member id, generation, chosen assignor) when the rebalance completes."""
+        return self._broker.join_group(self.principal, group_messages.JoinRequest(
+            group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, client_id=self.client_id,
+            client_host=self.principal.host, session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, topics=frozenset(topics),
+            assignors=tuple(assignors),
+        ))
+
+    def sync_group(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> Deferred[Any]:
+        """The member's assignment for its generation; fires with a ``SyncResponse``."""
+        return self._broker.sync_group(self.principal, _member(group_id, member_id, group_instance_id, generation_id))
+
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> Deferred[None]:
+        """Keep a member alive; fails with ``RebalanceInProgressError`` when it must rejoin.
+
+        Kafka clients heartbeat from a background thread, so a heartbeat says nothing about the
+        application polling; the client leaves the group itself when its poll interval passes.
+        """
+        return self._broker.heartbeat(self.principal, _member(group_id, member_id, group_instance_id, generation_id),
+                                      True)
+
+    def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None) -> Deferred[None]:
+        """Remove a member at once."""
+        return self._broker.leave_group(self.principal, _member(group_id, member_id, group_instance_id))
+
+    def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                       offsets: Iterable[tuple[str, int, int, str, int]]) -> Deferred[None]:
+        """Commit (topic, partition, offset, metadata, leader epoch or -1) positions durably."""
+        commits = tuple(
+            group_messages.PartitionCommit(topic_partition=TopicPartition(topic, partition), offset=offset,
+                                           metadata=metadata, leader_epoch=None if leader_epoch < 0 else leader_epoch)
+            for topic, partition, offset, metadata, leader_epoch in offsets
+        )
+        return self._broker.commit_offsets(self.principal, group_messages.OffsetCommitRequest(
+            group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id,
+            offsets=commits,
+        ))
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None) -> Deferred[Any]:
+        """``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: every committed one)."""
+        wanted = None if partitions is None else [TopicPartition(topic, partition) for topic, partition in partitions]
+        return self._broker.fetch_offsets(self.principal, group_id, wanted)
+
+    def list_groups(self) -> Deferred[Any]:
+        """The ``GroupListing``s the principal may describe."""
+        return self._broker.list_groups(self.principal)
+
+    def describe_group(self, group_id: str) -> Deferred[Any]:
+        """A ``GroupDescription`` (state Dead when the group is unknown)."""
+        return self._broker.describe_group(self.principal, group_id)
+
+    def delete_group(self, group_id: str) -> Deferred[None]:
+        """Delete an empty group and its offsets."""
+        return self._broker.delete_group(self.principal, group_id)
+
+
+def _member(group_id: str, member_id: str, group_instance_id: str | None,
+            generation_id: int = group_messages.NO_GENERATION) -> group_messages.MemberRequest:
+    return group_messages.MemberRequest(group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
+                                        generation_id=generation_id)
+
+
+def topic_config_defaults(topic_defaults: Mapping[str, str]) -> dict[str, str]:
+    """The configuration a topic without overrides has on this broker (``log.`` defaults applied)."""
+    defaults = {key: str(value) for key, value in log_config_for(topic_defaults, {}).to_mapping().items()}
+    defaults.update(BROKER_TOPIC_CONFIG_DEFAULTS)
+    defaults.update({key: value for key, value in topic_defaults.items() if key in BROKER_TOPIC_CONFIG_DEFAULTS})
+    return defaults

@@ -1,0 +1,35 @@
+"""Kafka request handlers: each turns one request into broker calls and builds the response."""
+
+from __future__ import annotations
+
+from mqbroker.protocols.kafka.handlers import admin, cluster, groups, records
+from mqbroker.protocols.kafka.handlers.context import Handler
+from mqbroker.protocols.kafka.messages.apis import ApiKey
+
+#: The handler of every API answered through the broker (ApiVersions is answered by the connection,
+#: the SASL, ACL and SCRAM APIs by the connection's ``KafkaSecurity``).
+HANDLERS: dict[ApiKey, Handler] = {
+    ApiKey.PRODUCE: records.handle_produce,
+    ApiKey.FETCH: records.handle_fetch,
+    ApiKey.LIST_OFFSETS: records.handle_list_offsets,
+    ApiKey.INIT_PRODUCER_ID: records.handle_init_producer_id,
+    ApiKey.METADATA: cluster.handle_metadata,
+    ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.FIND_COORDINATOR: cluster.handle_find_coordinator,
+    ApiKey.JOIN_GROUP: groups.handle_join_group,
+    ApiKey.SYNC_GROUP: groups.handle_sync_group,
+    ApiKey.HEARTBEAT: groups.handle_heartbeat,
+    ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+    ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+    ApiKey.LIST_GROUPS: groups.handle_list_groups,
+    ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
+    ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.CREATE_TOPICS: admin.handle_create_topics,
+    ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
+    ApiKey.DELETE_RECORDS: admin.handle_delete_records,
+    ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+}

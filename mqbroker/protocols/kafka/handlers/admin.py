@@ -1,0 +1,195 @@
+"""Topic and configuration admin: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords and configs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mqbroker import errors
+from mqbroker.protocols.deferreds import gathered, settle, settled
+from mqbroker.protocols.kafka.error_codes import kafka_error
+from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
+from mqbroker.protocols.kafka.messages import admin as m
+
+#: Kafka's ConfigResource types and config sources (DescribeConfigs).
+RESOURCE_TOPIC = 2
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+#: IncrementalAlterConfigs operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_PLACEMENT = "mqbroker places replicas itself; leave the replica assignment out"
+
+
+async def handle_create_topics(context: RequestContext, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
+    """Create topics (all at once), one result each with the partition count and replication factor created."""
+    async def create(topic: m.CreatableTopic) -> m.CreatableTopicResult:
+        if topic.assignments:
+            error: BaseException | None = errors.InvalidRequestError(_PLACEMENT)
+        else:
+            configs = {config.name: config.value for config in topic.configs if config.value is not None}
+            _, error = await settle(context.calls.create_topic(topic.name, topic.num_partitions,
+                                                               topic.replication_factor, configs, request.validate_only))
+        partitions, replication_factor = topic.num_partitions, topic.replication_factor
+        if error is None and not request.validate_only:
+            partitions, replication_factor = await _shape(context, topic.name, partitions, replication_factor)
+        code, message = kafka_error(error)
+        return m.CreatableTopicResult(name=topic.name, error_code=code, error_message=message,
+                                      num_partitions=partitions if error is None else -1,
+                                      replication_factor=replication_factor if error is None else -1)
+
+    results = [await create(topic) for topic in request.topics]
+    return m.CreateTopicsResponse(throttle_time_ms=0, topics=tuple(results))
+
+
+async def _shape(context: RequestContext, name: str, partitions: int, replication_factor: int) -> tuple[int, int]:
+    """The partition count and replication factor a topic was created with (the request's where unknown)."""
+    cluster, _ = await settle(context.calls.metadata([name], False))
+    described = [topic for topic in (cluster.topics if cluster else ()) if topic.name == name and topic.partitions]
+    if not described:
+        return partitions, replication_factor
+    return len(described[0].partitions), len(described[0].partitions[0].replicas)
+
+
+async def handle_delete_topics(context: RequestContext, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
+    """Delete topics by name (version 6 may name them by id, which mqbroker does not assign)."""
+    names: list[str | None] = list(request.topic_names) if context.version < 6 else [t.name for t in request.topics]
+    results = []
+    for name in names:
+        if name is None:
+            error: BaseException | None = errors.InvalidRequestError("topics are deleted by name; mqbroker has no topic ids")
+        else:
+            _, error = await settle(context.calls.delete_topic(name))
+        code, message = kafka_error(error)
+        results.append(m.DeletableTopicResult(name=name, error_code=code, error_message=message))
+    return m.DeleteTopicsResponse(throttle_time_ms=0, responses=tuple(results))
+
+
+async def handle_create_partitions(context: RequestContext, request: m.CreatePartitionsRequest) -> m.CreatePartitionsResponse:
+    """Grow topics, one outcome each."""
+    results = []
+    for topic in request.topics:
+        error: BaseException | None = None
+        if topic.assignments:
+            error = errors.InvalidRequestError(_PLACEMENT)
+        elif not request.validate_only:
+            _, error = await settle(context.calls.create_partitions(topic.name, topic.count))
+        code, message = kafka_error(error)
+        results.append(m.CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message))
+    return m.CreatePartitionsResponse(throttle_time_ms=0, results=tuple(results))
+
+
+async def handle_delete_records(context: RequestContext, request: m.DeleteRecordsRequest) -> m.DeleteRecordsResponse:
+    """Move log start offsets forward (-1: to the high watermark)."""
+    deletions = [
+        settled(context.calls.delete_records(topic.name, partition.partition_index, partition.offset))
+        .addCallback(_deleted, topic.name, partition.partition_index)
+        for topic in request.topics for partition in topic.partitions
+    ]
+    answers = await gathered(deletions)
+    return m.DeleteRecordsResponse(throttle_time_ms=0, topics=tuple(
+        m.DeleteRecordsTopicResult(name=name, partitions=tuple(results)) for name, results in by_topic(answers).items()))
+
+
+def _deleted(outcome: tuple[Any, BaseException | None], topic: str, partition: int) -> tuple[str, Any]:
+    low, error = outcome
+    return topic, m.DeleteRecordsPartitionResult(partition_index=partition, error_code=kafka_error(error)[0],
+                                                 low_watermark=low if low is not None else -1)
+
+
+def _not_a_topic(resource_type: int) -> errors.BrokerError | None:
+    if resource_type == RESOURCE_TOPIC:
+        return None
+    return errors.InvalidRequestError(f"only topic configurations (resource type 2) are served, not type {resource_type}")
+
+
+def _source(context: RequestContext, key: str, value: str) -> int:
+    """Where a key's value comes from: the topic's override, a broker-wide ``log.`` default, or the built-in default."""
+    if context.topic_config_defaults.get(key) != value:
+        return SOURCE_DYNAMIC_TOPIC
+    return SOURCE_STATIC_BROKER if key in context.broker_topic_defaults else SOURCE_DEFAULT
+
+
+async def _overrides(context: RequestContext, topic: str) -> dict[str, str]:
+    """The keys a topic overrides (those whose value differs from the broker's default)."""
+    effective = await context.calls.describe_configs(topic)
+    return {key: value for key, value in effective.items() if _source(context, key, value) == SOURCE_DYNAMIC_TOPIC}
+
+
+async def handle_describe_configs(context: RequestContext, request: m.DescribeConfigsRequest) -> m.DescribeConfigsResponse:
+    """Effective topic configurations, each key with its source (overrides are DYNAMIC_TOPIC_CONFIG)."""
+    results = []
+    for resource in request.resources:
+        configs: Mapping[str, str] | None = None
+        error = _not_a_topic(resource.resource_type)
+        if error is None:
+            configs, error = await settle(context.calls.describe_configs(resource.resource_name))
+        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        entries = tuple(
+            m.DescribeConfigsResourceResult(name=key, value=str(value), read_only=False,
+                                            config_source=_source(context, key, str(value)), is_sensitive=False,
+                                            synonyms=())
+            for key, value in sorted((configs or {}).items()) if wanted is None or key in wanted)
+        code, message = kafka_error(error)
+        results.append(m.DescribeConfigsResult(error_code=code, error_message=message,
+                                               resource_type=resource.resource_type,
+                                               resource_name=resource.resource_name, configs=entries))
+    return m.DescribeConfigsResponse(throttle_time_ms=0, results=tuple(results))
+
+
+async def handle_alter_configs(context: RequestContext, request: m.AlterConfigsRequest) -> m.AlterConfigsResponse:
+    """Replace topics' whole configurations: the keys named are set, every other override is reset."""
+    results = []
+    for resource in request.resources:
+        error = _not_a_topic(resource.resource_type)
+        if error is None:
+            wanted = {config.name: config.value for config in resource.configs if config.value is not None}
+            try:
+                current = await _overrides(context, resource.resource_name)
+                if not request.validate_only:
+                    reset = [key for key in current if key not in wanted]
+                    await context.calls.alter_configs(resource.resource_name, wanted, reset)
+            except errors.BrokerError as refused:
+                error = refused
+        results.append(_altered(resource.resource_type, resource.resource_name, error))
+    return m.AlterConfigsResponse(throttle_time_ms=0, responses=tuple(results))
+
+
+def _altered(resource_type: int, name: str, error: BaseException | None) -> m.AlterConfigsResourceResponse:
+    code, message = kafka_error(error)
+    return m.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=resource_type,
+                                          resource_name=name)
+
+
+def _list_value(current: str | None) -> list[str]:
+    return [item for item in (current or "").split(",") if item]
+
+
+async def handle_incremental_alter_configs(context: RequestContext,
+                                           request: m.IncrementalAlterConfigsRequest) -> m.IncrementalAlterConfigsResponse:
+    """Set, reset, append to or subtract from some keys of topics' configurations."""
+    results = []
+    for resource in request.resources:
+        error = _not_a_topic(resource.resource_type)
+        if error is None:
+            effective, error = await settle(context.calls.describe_configs(resource.resource_name))
+        if error is None:
+            set_configs: dict[str, str] = {}
+            delete_configs: list[str] = []
+            for change in resource.configs:
+                if change.config_operation == SET:
+                    set_configs[change.name] = change.value or ""
+                elif change.config_operation == DELETE:
+                    delete_configs.append(change.name)
+                elif change.config_operation in (APPEND, SUBTRACT):
+                    items = _list_value(set_configs.get(change.name, effective.get(change.name)))
+                    given = _list_value(change.value)
+                    items = items + [i for i in given if i not in items] if change.config_operation == APPEND \
+                        else [i for i in items if i not in given]
+                    set_configs[change.name] = ",".join(items)
+                else:
+                    error = errors.InvalidRequestError(f"config operation {change.config_operation} is unknown")
+            if error is None and not request.validate_only:
+                _, error = await settle(context.calls.alter_configs(resource.resource_name, set_configs, delete_configs))
+        results.append(_altered(resource.resource_type, resource.resource_name, error))
+    return m.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=tuple(results))

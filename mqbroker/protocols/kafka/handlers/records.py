@@ -1,0 +1,152 @@
+"""Produce, Fetch, ListOffsets and InitProducerId: the record paths.
+
+Produce and Fetch are on every message's path: plain Deferreds, no coroutine, nothing per record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred, fail, succeed
+
+from mqbroker import errors
+from mqbroker.model import FetchResult, OffsetAndTimestamp
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import iter_batches
+from mqbroker.protocols.deferreds import gathered, settle, settled
+from mqbroker.protocols.kafka.error_codes import kafka_error
+from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
+from mqbroker.protocols.kafka.messages import produce_fetch as m
+
+#: Kafka's FETCH_SESSION_ID_NOT_FOUND: mqbroker creates no fetch sessions (every fetch is a full one).
+FETCH_SESSION_ID_NOT_FOUND = 70
+#: Fetch isolation level read_committed.
+READ_COMMITTED = 1
+#: Bytes read to find the first record at or after a time (the batch the broker's time index names).
+TIME_LOOKUP_BYTES_MAX = 1024 * 1024
+_NO_TRANSACTIONS = "transactions are not supported by this broker yet; use a producer without a transactional id"
+
+
+def handle_produce(context: RequestContext, request: m.ProduceRequest) -> Deferred[Any]:
+    """Append each partition's batches (all before anything waits, which keeps their order)."""
+    calls = context.calls
+    transactional = request.transactional_id is not None
+    answers = [
+        settled(fail(errors.UnsupportedVersionError(_NO_TRANSACTIONS)) if transactional else
+                calls.produce(topic.name, partition.index, partition.records or b"", request.acks, request.timeout_ms))
+        .addCallback(_produce_result, topic.name, partition.index)
+        for topic in request.topic_data
+        for partition in topic.partition_data
+    ]
+    return gathered(answers).addCallback(_produce_response)
+
+
+def _produce_result(outcome: tuple[Any, BaseException | None], topic: str, partition: int) -> tuple[str, Any]:
+    result, error = outcome
+    code, message = kafka_error(error)
+    return topic, m.PartitionProduceResponse(
+        index=partition, error_code=code, error_message=message,
+        base_offset=result.base_offset if result else -1,
+        log_append_time_ms=result.log_append_time_ms if result else -1,
+        log_start_offset=result.log_start_offset if result else -1,
+    )
+
+
+def _produce_response(answers: list[tuple[str, m.PartitionProduceResponse]]) -> m.ProduceResponse:
+    return m.ProduceResponse(responses=tuple(
+        m.TopicProduceResponse(name=name, partition_responses=tuple(results)) for name, results in by_topic(answers).items()
+    ))
+
+
+def handle_fetch(context: RequestContext, request: m.FetchRequest) -> Deferred[Any]:
+    """Long-poll read of whole batches; every fetch is a full one (session id 0, as KIP-227 allows)."""
+    if request.session_id != 0:
+        return succeed(m.FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, responses=()))
+    positions = [
+        (topic.topic, partition.partition, partition.fetch_offset, partition.partition_max_bytes,
+         partition.current_leader_epoch)
+        for topic in request.topics
+        for partition in topic.partitions
+    ]
+    aborted = () if request.isolation_level == READ_COMMITTED else None
+    fetched = context.calls.fetch(positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
+    return fetched.addCallback(_fetch_response, aborted)
+
+
+def _fetch_response(fetched: list[FetchResult], aborted: tuple[()] | None) -> m.FetchResponse:
+    answers = ((result.topic, _fetch_result(result, aborted)) for result in fetched)
+    return m.FetchResponse(throttle_time_ms=0, responses=tuple(
+        m.FetchableTopicResponse(topic=name, partitions=tuple(results)) for name, results in by_topic(answers).items()
+    ))
+
+
+def _fetch_result(result: FetchResult, aborted: tuple[()] | None) -> m.PartitionData:
+    code, _ = kafka_error(result.error)
+    # No transactions yet: the last stable offset is the high watermark and nothing was aborted.
+    return m.PartitionData(
+        partition_index=result.partition, error_code=code, high_watermark=result.high_watermark,
+        last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset,
+        aborted_transactions=aborted, records=result.records,
+    )
+
+
+async def handle_list_offsets(context: RequestContext, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+    """Earliest (-2), latest (-1) or first-at-or-after-a-time offsets, all partitions looked up at once."""
+    lookups = [
+        settled(Deferred.fromCoroutine(_list_offset(context, topic.name, partition.partition_index, partition.timestamp)))
+        .addCallback(_offset_result, topic.name, partition.partition_index)
+        for topic in request.topics
+        for partition in topic.partitions
+    ]
+    answers = await gathered(lookups)
+    return m.ListOffsetsResponse(topics=tuple(
+        m.ListOffsetsTopicResponse(name=name, partitions=tuple(results)) for name, results in by_topic(answers).items()
+    ))
+
+
+async def _list_offset(context: RequestContext, topic: str, partition: int, timestamp_ms: int) -> OffsetAndTimestamp:
+    """The broker's lookup; by time, narrowed from the batch it names to the first record at or after the time.
+
+    The broker's time index answers per batch (no record is decoded on its paths); Kafka answers
+    per record, with that record's timestamp. Decoding the one batch here, on an admin path,
+    gives clients Kafka's answer.
+    """
+    found = await context.calls.list_offset(topic, partition, timestamp_ms)
+    if timestamp_ms < 0 or found.offset < 0:
+        return found
+    [read] = await context.calls.fetch([(topic, partition, found.offset, TIME_LOOKUP_BYTES_MAX, -1)], 0, 0,
+                                       TIME_LOOKUP_BYTES_MAX)
+    if read.error is not None:
+        return found  # e.g. not allowed to read the records: the batch's first offset still answers
+    try:
+        for position, header in iter_batches(read.records):
+            if header.is_control or header.max_timestamp < timestamp_ms:
+                continue
+            for record in decode_records(read.records[position:position + header.size_bytes]):
+                if record.offset >= found.offset and record.timestamp_ms >= timestamp_ms:
+                    return OffsetAndTimestamp(offset=record.offset, timestamp_ms=record.timestamp_ms)
+    except CorruptRecordError:
+        pass
+    return found
+
+
+def _offset_result(outcome: tuple[Any, BaseException | None], topic: str, partition: int) -> tuple[str, Any]:
+    found, error = outcome
+    code, _ = kafka_error(error)
+    return topic, m.ListOffsetsPartitionResponse(
+        partition_index=partition, error_code=code,
+        offset=found.offset if found else -1, timestamp=found.timestamp_ms if found else -1,
+    )
+
+
+async def handle_init_producer_id(context: RequestContext, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+    """A fresh idempotent producer identity (a transactional id is refused until transactions exist)."""
+    if request.transactional_id is not None:
+        raise errors.UnsupportedVersionError(_NO_TRANSACTIONS)
+    identity, error = await settle(context.calls.init_producer_id())
+    code, _ = kafka_error(error)
+    return m.InitProducerIdResponse(
+        throttle_time_ms=0, error_code=code,
+        producer_id=identity.producer_id if identity else -1, producer_epoch=identity.producer_epoch if identity else -1,
+    )

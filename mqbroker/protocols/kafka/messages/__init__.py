@@ -1,0 +1,1 @@
+"""Kafka message definitions, written from Kafka's published protocol specification."""

@@ -1,0 +1,116 @@
+"""The Kafka APIs mqbroker serves: key, message types, version range and where flexible versions begin.
+
+The ranges are what ``ApiVersions`` advertises. Each is at most what the message classes model,
+and starts no lower than Apache Kafka 4's baseline (KIP-896) unless an older version costs
+nothing; ``docs/kafka.md`` lists them with the reasons for each upper bound.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from mqbroker.protocols.kafka.messages import admin, cluster, groups, produce_fetch, security
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys (those mqbroker knows, served or deliberately refused)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLUSTER = 60
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaApi:
+    """One served API: its message types and the versions advertised."""
+
+    key: ApiKey
+    request_type: type
+    response_type: type
+    min_version: int
+    max_version: int
+    #: First flexible version (compact encodings, tagged fields); None: no version is flexible.
+    flexible_since: int | None
+
+    def flexible(self, version: int) -> bool:
+        """Whether ``version`` uses compact encodings and tagged fields (and header v2 / v1)."""
+        return self.flexible_since is not None and version >= self.flexible_since
+
+    def speaks(self, version: int) -> bool:
+        """Whether ``version`` is in the advertised range."""
+        return self.min_version <= version <= self.max_version
+
+
+def _api(key: ApiKey, module: object, name: str, versions: tuple[int, int], flexible_since: int | None) -> KafkaApi:
+    return KafkaApi(key=key, request_type=getattr(module, name + "Request"), response_type=getattr(module, name + "Response"),
+                    min_version=versions[0], max_version=versions[1], flexible_since=flexible_since)
+
+
+#: Every API mqbroker serves. Transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+#: TxnOffsetCommit) are absent until the broker core has them, and so is OffsetDelete (the broker
+#: API cannot delete one partition's committed offset yet): clients learn it from ApiVersions.
+APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
+    _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 11), 9),
+    # Fetch 13 on names topics by id, which mqbroker does not assign.
+    _api(ApiKey.FETCH, produce_fetch, "Fetch", (4, 12), 12),
+    # ListOffsets 7 on adds the max-timestamp (-3), earliest-local (-4) and tiered (-5) lookups.
+    _api(ApiKey.LIST_OFFSETS, produce_fetch, "ListOffsets", (1, 6), 6),
+    _api(ApiKey.METADATA, cluster, "Metadata", (0, 12), 9),
+    _api(ApiKey.OFFSET_COMMIT, groups, "OffsetCommit", (2, 9), 8),
+    _api(ApiKey.OFFSET_FETCH, groups, "OffsetFetch", (1, 9), 6),
+    _api(ApiKey.FIND_COORDINATOR, cluster, "FindCoordinator", (0, 5), 3),
+    _api(ApiKey.JOIN_GROUP, groups, "JoinGroup", (0, 9), 6),
+    _api(ApiKey.HEARTBEAT, groups, "Heartbeat", (0, 4), 4),
+    _api(ApiKey.LEAVE_GROUP, groups, "LeaveGroup", (0, 5), 4),
+    _api(ApiKey.SYNC_GROUP, groups, "SyncGroup", (0, 5), 4),
+    _api(ApiKey.DESCRIBE_GROUPS, groups, "DescribeGroups", (0, 5), 5),
+    _api(ApiKey.LIST_GROUPS, groups, "ListGroups", (0, 5), 3),
+    # SaslHandshake 0 sends the SASL exchange as raw frames instead of SaslAuthenticate (removed in Kafka 4).
+    _api(ApiKey.SASL_HANDSHAKE, security, "SaslHandshake", (1, 1), None),
+    _api(ApiKey.API_VERSIONS, cluster, "ApiVersions", (0, 3), 3),
+    _api(ApiKey.CREATE_TOPICS, admin, "CreateTopics", (2, 7), 5),
+    _api(ApiKey.DELETE_TOPICS, admin, "DeleteTopics", (1, 6), 4),
+    _api(ApiKey.DELETE_RECORDS, admin, "DeleteRecords", (0, 2), 2),
+    _api(ApiKey.INIT_PRODUCER_ID, produce_fetch, "InitProducerId", (0, 4), 2),
+    _api(ApiKey.DESCRIBE_ACLS, security, "DescribeAcls", (1, 3), 2),
+    _api(ApiKey.CREATE_ACLS, security, "CreateAcls", (1, 3), 2),
+    _api(ApiKey.DELETE_ACLS, security, "DeleteAcls", (1, 3), 2),
+    _api(ApiKey.DESCRIBE_CONFIGS, admin, "DescribeConfigs", (1, 4), 4),
+    _api(ApiKey.ALTER_CONFIGS, admin, "AlterConfigs", (0, 2), 2),
+    _api(ApiKey.SASL_AUTHENTICATE, security, "SaslAuthenticate", (0, 2), 2),
+    _api(ApiKey.CREATE_PARTITIONS, admin, "CreatePartitions", (0, 3), 2),
+    _api(ApiKey.DELETE_GROUPS, groups, "DeleteGroups", (0, 2), 2),
+    _api(ApiKey.INCREMENTAL_ALTER_CONFIGS, admin, "IncrementalAlterConfigs", (0, 1), 1),
+    _api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, security, "DescribeUserScramCredentials", (0, 0), 0),
+    _api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, security, "AlterUserScramCredentials", (0, 0), 0),
+    _api(ApiKey.DESCRIBE_CLUSTER, cluster, "DescribeCluster", (0, 1), 0),
+)}

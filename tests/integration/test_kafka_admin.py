@@ -1,0 +1,108 @@
+"""Kafka admin clients against mqbroker: topics, partitions, configurations, records, offsets and groups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.kafka_support import kafka_bootstrap, start_kafka_broker, unique
+
+
+@pytest.fixture(scope="module")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-admin"))
+
+
+@pytest.fixture
+def admin(kafka_broker: BrokerProcess) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap(kafka_broker)})
+
+
+def _produce(bootstrap: str, topic: str, count: int, timestamp_ms: int = 0) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, value=b"%d" % i, timestamp=timestamp_ms + i if timestamp_ms else 0)
+    assert producer.flush(20) == 0
+
+
+def test_topics_are_created_grown_described_and_deleted(admin: Any) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    topic = unique("admin")
+    admin.create_topics([NewTopic(topic, 2, 1, config={"retention.ms": "3600000"})])[topic].result(10)
+    with pytest.raises(KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(10)
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(10)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 5
+    admin.delete_topics([topic])[topic].result(10)
+    assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_configurations_are_described_with_their_source_and_altered_incrementally(admin: Any) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
+
+    topic = unique("configs")
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    for changes in ([ConfigEntry("retention.ms", "120000", incremental_operation=AlterConfigOpType.SET),
+                     ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)],
+                    [ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.APPEND)]):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=changes)
+        admin.incremental_alter_configs([resource])[resource].result(10)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    entries = next(iter(described.values())).result(10)
+    assert entries["retention.ms"].value == "120000"
+    assert entries["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert entries["cleanup.policy"].value == "compact,delete"
+    assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_records_are_deleted_and_offsets_found_by_time(kafka_broker: BrokerProcess, admin: Any) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    bootstrap, topic = kafka_bootstrap(kafka_broker), unique("records")
+    _produce(bootstrap, topic, 10, timestamp_ms=1_700_000_000_000)
+    partition = TopicPartition(topic, 0)
+    found = admin.list_offsets({partition: OffsetSpec.for_timestamp(1_700_000_000_004)})[partition].result(10)
+    assert found.offset == 4
+    deleted = admin.delete_records([TopicPartition(topic, 0, 6)])[partition].result(10)
+    assert deleted.low_watermark == 6
+    earliest = admin.list_offsets({partition: OffsetSpec.earliest()})[partition].result(10)
+    latest = admin.list_offsets({partition: OffsetSpec.latest()})[partition].result(10)
+    assert (earliest.offset, latest.offset) == (6, 10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("low")})
+    assert consumer.get_watermark_offsets(partition, 10) == (6, 10)
+    consumer.close()
+
+
+def test_groups_are_listed_described_and_deleted(kafka_broker: BrokerProcess, admin: Any) -> None:
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+    bootstrap, topic, group = kafka_bootstrap(kafka_broker), unique("grouped"), unique("admin-group")
+    _produce(bootstrap, topic, 3)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    consumer.close()
+    listed = admin.list_consumer_groups().result(10)
+    assert group in {listing.group_id for listing in listed.valid}
+    [description] = admin.describe_consumer_groups([group]).values()
+    assert description.result(10).state.name == "EMPTY"
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+    [offsets] = admin.list_consumer_group_offsets([request]).values()
+    assert [tp.offset for tp in offsets.result(10).topic_partitions] == [2]
+    admin.delete_consumer_groups([group])[group].result(10)
+    assert group not in {listing.group_id for listing in admin.list_consumer_groups().result(10).valid}
+
+
+def test_the_cluster_is_described_with_the_kafka_listener(kafka_broker: BrokerProcess, admin: Any) -> None:
+    cluster = admin.describe_cluster().result(10)
+    assert [(node.id, node.host, node.port) for node in cluster.nodes] == [(1, "127.0.0.1", kafka_broker.ports["kafka"])]
+    assert cluster.controller.id == 1 and cluster.cluster_id == "mqbroker"
