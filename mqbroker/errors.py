@@ -55,6 +55,12 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     INVALID_CONFIG = 40
     POLICY_VIOLATION = 44
     SASL_AUTHENTICATION_FAILED = 58
@@ -64,10 +70,14 @@ class ErrorCode(enum.IntEnum):
     NON_EMPTY_GROUP = 68
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
     MALFORMED_REQUEST = 1003
@@ -162,6 +172,20 @@ ResourceNotFoundError = _error_class("ResourceNotFoundError", ErrorCode.RESOURCE
 DuplicateResourceError = _error_class("DuplicateResourceError", ErrorCode.DUPLICATE_RESOURCE)
 UnacceptableCredentialError = _error_class("UnacceptableCredentialError", ErrorCode.UNACCEPTABLE_CREDENTIAL)
 NotControllerError = _error_class("NotControllerError", ErrorCode.NOT_CONTROLLER, True)
+InvalidTxnStateError = _error_class("InvalidTxnStateError", ErrorCode.INVALID_TXN_STATE)
+InvalidProducerIdMappingError = _error_class("InvalidProducerIdMappingError", ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+InvalidTransactionTimeoutError = _error_class("InvalidTransactionTimeoutError", ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+ConcurrentTransactionsError = _error_class("ConcurrentTransactionsError", ErrorCode.CONCURRENT_TRANSACTIONS, True)
+TransactionCoordinatorFencedError = _error_class(
+    "TransactionCoordinatorFencedError", ErrorCode.TRANSACTION_COORDINATOR_FENCED
+)
+TransactionalIdAuthorizationError = _error_class(
+    "TransactionalIdAuthorizationError", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+)
+InvalidRecordError = _error_class("InvalidRecordError", ErrorCode.INVALID_RECORD)
+UnstableOffsetCommitError = _error_class("UnstableOffsetCommitError", ErrorCode.UNSTABLE_OFFSET_COMMIT, True)
+ProducerFencedError = _error_class("ProducerFencedError", ErrorCode.PRODUCER_FENCED)
+TransactionalIdNotFoundError = _error_class("TransactionalIdNotFoundError", ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
 
 _BY_CODE: dict[ErrorCode, type[BrokerError]] = {
     cls.code: cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, BrokerError)
