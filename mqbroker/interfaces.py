@@ -13,18 +13,22 @@ class IBroker(Interface):
     ``code`` a front end maps onto its own protocol.
     """
 
-    def produce(principal, topic, partition, records, acks, timeout_ms):
+    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None):
         """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
 
         ``acks`` 0 or 1 fire once the batch is written (1) or accepted (0); ``-1`` (all) once it
-        is durable on every in-sync replica. Fires with a ``ProduceResult``.
+        is durable on every in-sync replica. Fires with a ``ProduceResult``. Transactional batches
+        name their ``transactional_id``; the first of a transaction in a partition is verified with
+        its coordinator (KIP-890) and refused with INVALID_TXN_STATE unless the partition was added.
         """
 
-    def fetch(principal, positions, max_wait_ms, min_bytes, max_bytes):
+    def fetch(principal, positions, max_wait_ms, min_bytes, max_bytes, isolation_level=0):
         """Read whole record batches for several ``FetchPosition``s (long-poll).
 
         Waits up to ``max_wait_ms`` until at least ``min_bytes`` are available, then fires
-        with one ``FetchResult`` per position (an error is carried in the result).
+        with one ``FetchResult`` per position (an error is carried in the result). With
+        ``isolation_level`` 1 (``IsolationLevel.READ_COMMITTED``) reads stop at the last stable
+        offset and each result lists the aborted transactions its batches overlap.
         """
 
     def replica_fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes):
@@ -40,8 +44,9 @@ class IBroker(Interface):
     def list_reassignments(principal, topics):
         """The reassignments in progress (of ``topics``; None: every topic) as ``PartitionReassignment``s."""
 
-    def list_offset(principal, topic, partition, timestamp_ms):
-        """Find the earliest (-2), latest (-1) or first offset at or after ``timestamp_ms``."""
+    def list_offset(principal, topic, partition, timestamp_ms, isolation_level=0):
+        """Find the earliest (-2), latest (-1: the high watermark, or read_committed the last stable offset)
+        or first offset at or after ``timestamp_ms``."""
 
     def metadata(principal, topics, allow_auto_create):
         """Describe the cluster and ``topics`` (None: every topic) as ``ClusterMetadata``."""
@@ -64,8 +69,12 @@ class IBroker(Interface):
     def delete_records(principal, topic, partition, before_offset):
         """Delete records below ``before_offset``; fire with the new log start offset."""
 
-    def init_producer_id(principal, transactional_id):
-        """Allocate an idempotent producer id and epoch (``ProducerIdentity``)."""
+    def init_producer_id(principal, transactional_id, transaction_timeout_ms=-1):
+        """Allocate an idempotent producer id and epoch (``ProducerIdentity``).
+
+        With a ``transactional_id`` (ask its transaction coordinator): the id's stable producer id and
+        a new epoch that fences the previous incarnation, whose open transaction is aborted first.
+        """
 
     def describe_quorum(principal):
         """The controller's voters, leader, term, commit index and brokers (a dict, see ``IClusterView.describe``)."""
@@ -98,8 +107,11 @@ class IBroker(Interface):
     def commit_offsets(principal, request):
         """Commit offsets (an ``OffsetCommitRequest``); fire with None once they are durable."""
 
-    def fetch_offsets(principal, group_id, partitions):
-        """Fire with ``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: all committed)."""
+    def fetch_offsets(principal, group_id, partitions, require_stable=False):
+        """Fire with ``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: all committed).
+
+        ``require_stable``: fail with UNSTABLE_OFFSET_COMMIT while a transaction's offsets for them are pending.
+        """
 
     def list_groups(principal):
         """Fire with the ``GroupListing``s of the groups the principal may describe."""
@@ -109,6 +121,36 @@ class IBroker(Interface):
 
     def delete_group(principal, group_id):
         """Delete a group without members and its offsets; fire with None."""
+
+    def find_transaction_coordinator(principal, transactional_id):
+        """Fire with the ``BrokerEndpoint`` coordinating ``transactional_id``: the leader of its
+        ``__transaction_state`` partition (COORDINATOR_NOT_AVAILABLE while it has none)."""
+
+    def add_partitions_to_txn(principal, request):
+        """Add partitions to a producer's ongoing transaction (an ``AddPartitionsRequest``); needs WRITE on the
+        transactional id. Fires with None once durable; ``verify_only`` (from a partition leader) only checks."""
+
+    def add_offsets_to_txn(principal, request):
+        """Add a group's offsets to the producer's ongoing transaction (an ``AddOffsetsRequest``); fire with None."""
+
+    def end_txn(principal, request):
+        """Commit or abort the producer's ongoing transaction (an ``EndTxnRequest``); fire with None once the
+        decision is durable (its markers are then written to every partition)."""
+
+    def txn_commit_offsets(principal, request):
+        """Commit a group's offsets inside a transaction (a ``TxnOffsetCommitRequest``, sent to the group's
+        coordinator); they become visible when the transaction commits. Fire with None once durable."""
+
+    def write_txn_markers(principal, markers):
+        """Append the COMMIT/ABORT markers a transaction coordinator asks for (``TransactionMarker``s) to the
+        partitions this broker leads; fire with one ``MarkerOutcome`` per partition. Brokers only."""
+
+    def describe_transactions(principal, transactional_ids):
+        """Fire with a ``TransactionDescription`` or the typed error, per transactional id (at its coordinator)."""
+
+    def list_transactions(principal, states, producer_ids):
+        """Fire with the ``TransactionListing``s this broker coordinates (of ``states`` / ``producer_ids``
+        if given) that the principal may describe."""
 
 
 class IClusterView(Interface):

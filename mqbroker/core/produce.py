@@ -4,7 +4,9 @@ A batch goes to the log of a partition this broker leads as it came (the log che
 it; no record is decoded). Then acks=0 answers at once; acks=1 once the batch is on this
 broker's disk under the ``sync`` flush policy (at once under ``interval``); acks=all once the high
 watermark passed it, that is once every in-sync replica holds it, and is refused before anything
-is written while the ISR is smaller than ``min.insync.replicas``.
+is written while the ISR is smaller than ``min.insync.replicas``. A transactional batch opening its
+producer's transaction in a partition needs the verification guard ``core.transactions`` obtained
+(KIP-890); markers are only the broker's own appends (``append_replicated`` with ``markers_allowed``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from mqbroker.limits import produce_timeout_ms_max
 from mqbroker.model import Operation, Principal, ProduceResult, ResourceType
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager, check_enough_replicas
-from mqbroker.storage.log import AppendResult, PartitionLog
+from mqbroker.storage.log import NOT_VERIFIED, AppendResult, PartitionLog
 
 #: acks=all produces that give no timeout wait this long for the ISR.
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
@@ -43,15 +45,17 @@ class ProduceService:
 
     @errors_as_failures
     def produce(
-        self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
+        verification_guard: object | None = None,
     ) -> Deferred[ProduceResult]:
-        """Append a client's batches; see ``IBroker.produce``."""
+        """Append a client's batches; see ``IBroker.produce`` (``verification_guard``: see the module docstring)."""
         if self._stopping:
             raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
         if acks not in (0, 1, -1):
             raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
         require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.TOPIC, topic)
-        partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=acks == -1)
+        partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=acks == -1,
+                                                                   verification_guard=verification_guard)
         result = ProduceResult(
             base_offset=appended.base_offset,
             last_offset=appended.last_offset,
@@ -73,25 +77,32 @@ class ProduceService:
         return waited
 
     @errors_as_failures
-    def append_replicated(self, topic: str, partition: int, records: bytes, timeout_ms: int) -> Deferred[None]:
+    def append_replicated(
+        self, topic: str, partition: int, records: bytes, timeout_ms: int, *, markers_allowed: bool = False,
+        verification_guard: object | None = NOT_VERIFIED,
+    ) -> Deferred[None]:
         """Append the broker's own batch (e.g. group offsets) with acks=all: fire once every in-sync replica has it.
 
         A write acknowledged only by the leader's disk would be lost, or go back to an older
         state, when that leader fails before its followers copied it.
         """
-        partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=True)
+        partition_log, leader, appended, min_insync = self._append(
+            topic, partition, records, acks_all=True, markers_allowed=markers_allowed,
+            verification_guard=verification_guard)
         self._replicas.leader_appended(partition_log)
         return leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
 
     def _append(
-        self, topic: str, partition: int, records: bytes, acks_all: bool
+        self, topic: str, partition: int, records: bytes, acks_all: bool, *, markers_allowed: bool = False,
+        verification_guard: object | None = None,
     ) -> tuple[PartitionLog, LeaderPartition, AppendResult, int]:
         """Append at the leader (refused first if acks=all and the ISR is too small): log, leader, result, min ISR."""
         partition_log, leader = self._replicas.leader(topic, partition)
         min_insync = self._replicas.min_insync_replicas(topic)
         if acks_all:
             check_enough_replicas(leader, min_insync)
-        appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch)
+        appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch,
+                                        markers_allowed=markers_allowed, verification_guard=verification_guard)
         return partition_log, leader, appended, min_insync
 
     def stop(self) -> None:

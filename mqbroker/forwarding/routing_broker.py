@@ -33,7 +33,7 @@ from mqbroker import errors
 from mqbroker.forwarding import wire as forwarded
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.interfaces import IAuthorizer, IBroker
-from mqbroker.model import FetchPosition, FetchResult, OffsetAndTimestamp, Operation, Principal, ProduceResult, ResourceType
+from mqbroker.model import FetchPosition, FetchResult, IsolationLevel, OffsetAndTimestamp, Operation, Principal, ProduceResult, ResourceType
 from mqbroker.forwarding.routes import LeaderOf, Route, answered_enough, failed_results, merge_results, route_of, split_positions
 
 #: acks=all produces that give no timeout wait this long (as the broker's default).
@@ -98,6 +98,15 @@ class RoutingBroker:
     list_groups = _served_locally("list_groups")
     describe_group = _served_locally("describe_group")
     delete_group = _served_locally("delete_group")
+    # Transactions: the core reaches the coordinator and the partition leaders itself (TransactionPeers).
+    find_transaction_coordinator = _served_locally("find_transaction_coordinator")
+    add_partitions_to_txn = _served_locally("add_partitions_to_txn")
+    add_offsets_to_txn = _served_locally("add_offsets_to_txn")
+    end_txn = _served_locally("end_txn")
+    txn_commit_offsets = _served_locally("txn_commit_offsets")
+    write_txn_markers = _served_locally("write_txn_markers")
+    describe_transactions = _served_locally("describe_transactions")
+    list_transactions = _served_locally("list_transactions")
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -134,26 +143,27 @@ class RoutingBroker:
     # -- produce ---------------------------------------------------------------------------
 
     def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
-                timeout_ms: int) -> Deferred[ProduceResult]:
+                timeout_ms: int, transactional_id: str | None = None) -> Deferred[ProduceResult]:
         """Append at the partition's leader; see ``IBroker.produce``."""
         deadline_ms = self._now_ms() + (timeout_ms if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT)
-        return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks, timeout_ms))
+        return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks,
+                                                                    timeout_ms, transactional_id))
 
     def _produce_once(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
-                      timeout_ms: int) -> Deferred[ProduceResult]:
+                      timeout_ms: int, transactional_id: str | None) -> Deferred[ProduceResult]:
         leader = self.route(principal, Operation.WRITE, topic, partition)
         if leader is None:
-            return self.local.produce(principal, topic, partition, records, acks, timeout_ms)
+            return self.local.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id)
         wait_ms = timeout_ms if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT
-        sent = self._peers.request(leader, forwarded.produce_request(topic, partition, records, acks, timeout_ms),
-                                   wait_ms / 1000.0)
+        request = forwarded.produce_request(topic, partition, records, acks, timeout_ms, transactional_id)
+        sent = self._peers.request(leader, request, wait_ms / 1000.0)
         sent.addCallback(forwarded.produce_result, topic, partition, records)
         return sent
 
     # -- fetch -----------------------------------------------------------------------------
 
     def fetch(self, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> Deferred[list[FetchResult]]:
+              max_bytes: int, isolation_level: int = IsolationLevel.READ_UNCOMMITTED) -> Deferred[list[FetchResult]]:
         """Read from each partition's leader, one fetch per broker, merged; see ``IBroker.fetch``.
 
         Split over several brokers, the answer comes once every broker answered or one brought
@@ -163,20 +173,20 @@ class RoutingBroker:
         groups = split_positions(positions, lambda p: self.route(principal, Operation.READ, p.topic, p.partition))
         if len(groups) == 1:
             (route,) = groups
-            return self._fetch_from(route, principal, positions, max_wait_ms, min_bytes, max_bytes)
+            return self._fetch_from(route, principal, positions, max_wait_ms, min_bytes, max_bytes, isolation_level)
         calls = {route: self._fetch_from(route, principal, [positions[index] for index in indices], max_wait_ms,
-                                         min_bytes, max_bytes)
+                                         min_bytes, max_bytes, isolation_level)
                  for route, indices in groups.items()}
         gathered = _gather_until_enough(calls, min_bytes)
         gathered.addCallback(lambda answered: merge_results(positions, groups, answered))
         return gathered
 
     def _fetch_from(self, route: Route, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int,
-                    min_bytes: int, max_bytes: int) -> Deferred[list[FetchResult]]:
+                    min_bytes: int, max_bytes: int, isolation_level: int) -> Deferred[list[FetchResult]]:
         """One broker's share of a fetch; a leader that cannot be asked yields an error per position."""
         if route is None:
-            return self.local.fetch(principal, positions, max_wait_ms, min_bytes, max_bytes)
-        request = forwarded.fetch_request(positions, max_wait_ms, min_bytes, max_bytes)
+            return self.local.fetch(principal, positions, max_wait_ms, min_bytes, max_bytes, isolation_level)
+        request = forwarded.fetch_request(positions, max_wait_ms, min_bytes, max_bytes, isolation_level)
         sent = self._peers.request(route, request, max(max_wait_ms, 0) / 1000.0)
         sent.addCallback(forwarded.fetch_results, positions)
         sent.addErrback(_trapped_as_results, positions)
@@ -184,18 +194,19 @@ class RoutingBroker:
 
     # -- offsets ---------------------------------------------------------------------------
 
-    def list_offset(self, principal: Principal, topic: str, partition: int,
-                    timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
+    def list_offset(self, principal: Principal, topic: str, partition: int, timestamp_ms: int,
+                    isolation_level: int = IsolationLevel.READ_UNCOMMITTED) -> Deferred[OffsetAndTimestamp]:
         """Ask the partition's leader; see ``IBroker.list_offset``."""
         return self._routed(self._now_ms() + REROUTE_DEADLINE_MS,
-                            lambda: self._list_offset_once(principal, topic, partition, timestamp_ms))
+                            lambda: self._list_offset_once(principal, topic, partition, timestamp_ms, isolation_level))
 
     def _list_offset_once(self, principal: Principal, topic: str, partition: int,
-                          timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
+                          timestamp_ms: int, isolation_level: int) -> Deferred[OffsetAndTimestamp]:
         leader = self.route(principal, Operation.DESCRIBE, topic, partition)
         if leader is None:
-            return self.local.list_offset(principal, topic, partition, timestamp_ms)
-        sent = self._peers.request(leader, forwarded.list_offsets_request(topic, partition, timestamp_ms), 0.0)
+            return self.local.list_offset(principal, topic, partition, timestamp_ms, isolation_level)
+        request = forwarded.list_offsets_request(topic, partition, timestamp_ms, isolation_level)
+        sent = self._peers.request(leader, request, 0.0)
         sent.addCallback(forwarded.list_offset_result, topic, partition)
         return sent
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mqbroker import errors
-from mqbroker.model import FetchPosition, FetchResult, OffsetAndTimestamp, ProduceResult
+from mqbroker.model import (
+    AbortedTransaction,
+    FetchPosition,
+    FetchResult,
+    IsolationLevel,
+    OffsetAndTimestamp,
+    ProduceResult,
+)
 from mqbroker.protocols.native import messages as m
 from mqbroker.records.header import iter_batches
 
@@ -30,9 +37,11 @@ def _only_partition(topics: Sequence[object], topic: str, partition: int) -> obj
     raise errors.UnknownServerError(f"the leader's answer carries no result for {topic}-{partition}")
 
 
-def produce_request(topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> m.ProduceRequest:
-    """A Produce of one partition's batches."""
-    return m.ProduceRequest(acks=acks, timeout_ms=timeout_ms, topics=(
+def produce_request(
+    topic: str, partition: int, records: bytes, acks: int, timeout_ms: int, transactional_id: str | None = None
+) -> m.ProduceRequest:
+    """A Produce of one partition's batches (a transactional producer's name its ``transactional_id``)."""
+    return m.ProduceRequest(acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id, topics=(
         m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition_index=partition, records=records),)),))
 
 
@@ -52,8 +61,11 @@ def produce_result(response: m.ProduceResponse | None, topic: str, partition: in
                          log_append_time_ms=result.log_append_time_ms, log_start_offset=result.log_start_offset)
 
 
-def fetch_request(positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int) -> m.FetchRequest:
-    """A consumer's Fetch (replica id -1: reads stop at the high watermark) of ``positions``."""
+def fetch_request(
+    positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int,
+    isolation_level: int = IsolationLevel.READ_UNCOMMITTED,
+) -> m.FetchRequest:
+    """A consumer's Fetch (replica id -1: reads stop at the high watermark, read_committed at the stable offset)."""
     by_topic: dict[str, list[m.FetchPartition]] = {}
     for position in positions:
         by_topic.setdefault(position.topic, []).append(m.FetchPartition(
@@ -78,13 +90,19 @@ def fetch_results(response: m.FetchResponse, positions: Sequence[FetchPosition])
         results.append(FetchResult(
             topic=position.topic, partition=position.partition, records=found.records or b"",
             high_watermark=found.high_watermark, log_start_offset=found.log_start_offset, error=error,
-            diverging_epoch=found.diverging_epoch, diverging_end_offset=found.diverging_end_offset))
+            diverging_epoch=found.diverging_epoch, diverging_end_offset=found.diverging_end_offset,
+            last_stable_offset=found.last_stable_offset,
+            aborted_transactions=None if found.aborted_transactions is None else tuple(
+                AbortedTransaction(aborted.producer_id, aborted.first_offset)
+                for aborted in found.aborted_transactions)))
     return results
 
 
-def list_offsets_request(topic: str, partition: int, timestamp_ms: int) -> m.ListOffsetsRequest:
+def list_offsets_request(
+    topic: str, partition: int, timestamp_ms: int, isolation_level: int = IsolationLevel.READ_UNCOMMITTED
+) -> m.ListOffsetsRequest:
     """A ListOffsets of one partition (earliest -2, latest -1, or a time in ms)."""
-    return m.ListOffsetsRequest(topics=(m.ListOffsetsTopic(name=topic, partitions=(
+    return m.ListOffsetsRequest(isolation_level=isolation_level, topics=(m.ListOffsetsTopic(name=topic, partitions=(
         m.ListOffsetsPartition(partition_index=partition, timestamp=timestamp_ms),)),))
 
 

@@ -14,6 +14,10 @@ layout, simplified; all integers big-endian, strings as int32 length + UTF-8, -1
 A record with no value is a tombstone: compaction removes the key and replay forgets it. The
 broker appends these key/value pairs as ordinary records with the storage batch encoder;
 ``OffsetStore.replay`` rebuilds the coordinator's cache from them on start or takeover.
+Offsets committed inside a transaction (TxnOffsetCommit) are appended in that producer's
+transactional batch and stay pending until its COMMIT marker (then they apply) or ABORT marker
+(then they are dropped): replay sees the same, as records carrying their ``producer_id`` and
+markers carrying ``committed``.
 """
 
 from __future__ import annotations
@@ -85,10 +89,16 @@ class GroupKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetsRecord:
-    """One record of ``__consumer_offsets`` as the broker appends it; ``value`` None is a tombstone."""
+    """One record of ``__consumer_offsets`` as the broker appends it; ``value`` None is a tombstone.
+
+    In a transaction's batch ``producer_id`` names its producer (-1 otherwise). A transaction
+    marker is read as a record too: ``committed`` True or False, no key.
+    """
 
     key: bytes
     value: bytes | None
+    producer_id: int = -1
+    committed: bool | None = None
 
 
 def _reader(data: bytes, what: str) -> FieldReader:
@@ -204,6 +214,8 @@ class OffsetStore:
     def __init__(self) -> None:
         self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._groups: dict[str, GroupMetadata] = {}
+        #: Producer id -> offset records of its open transaction (applied on COMMIT, dropped on ABORT).
+        self._pending: dict[int, list[OffsetsRecord]] = {}
 
     @classmethod
     def replay(cls, records: Iterable[OffsetsRecord]) -> OffsetStore:
@@ -215,6 +227,12 @@ class OffsetStore:
 
     def apply(self, record: OffsetsRecord) -> None:
         """Take one record (after it is durable, or while replaying); garbage raises CorruptMessageError."""
+        if record.committed is not None:
+            self.end_transaction(record.producer_id, record.committed)
+            return
+        if record.producer_id >= 0:
+            self.add_pending(record.producer_id, [record])
+            return
         key = decode_key(record.key)
         if isinstance(key, OffsetKey):
             offsets = self._offsets.setdefault(key.group_id, {})
@@ -228,6 +246,31 @@ class OffsetStore:
             self._groups.pop(key.group_id, None)
         else:
             self._groups[key.group_id] = decode_group_value(record.value)
+
+    def add_pending(self, producer_id: int, records: Iterable[OffsetsRecord]) -> None:
+        """Offsets committed in ``producer_id``'s transaction: kept aside until it ends."""
+        for record in records:
+            if not isinstance(decode_key(record.key), OffsetKey) or record.value is None:
+                raise CorruptMessageError("a transaction may only commit offsets, not group metadata or tombstones")
+            decode_offset_value(record.value)
+            self._pending.setdefault(producer_id, []).append(
+                OffsetsRecord(key=record.key, value=record.value))
+
+    def end_transaction(self, producer_id: int, committed: bool) -> None:
+        """``producer_id``'s transaction ended: its offsets apply (committed) or go."""
+        for record in self._pending.pop(producer_id, []):
+            if committed:
+                self.apply(record)
+
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of ``group_id`` with offsets waiting for a transaction to end."""
+        pending = set()
+        for records in self._pending.values():
+            for record in records:
+                key = decode_key(record.key)
+                if isinstance(key, OffsetKey) and key.group_id == group_id:
+                    pending.add(key.topic_partition)
+        return pending
 
     def committed(self, group_id: str, topic_partition: TopicPartition) -> CommittedOffset | None:
         """The committed offset of one partition, if any."""

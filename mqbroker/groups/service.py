@@ -38,6 +38,7 @@ from mqbroker.groups.offsets import CommittedOffset, OffsetsRecord, decode_key
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import iter_batches
+from mqbroker.records.markers import read_control
 from mqbroker.storage.log import PartitionLog
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -67,10 +68,15 @@ def read_offsets_records(partition_log: PartitionLog, end_offset: int | None = N
                 return
             offset = header.next_offset
             if header.is_control:
+                control = read_control(read.records, position, header)
+                if control.is_marker:
+                    yield OffsetsRecord(key=b"", value=None, producer_id=header.producer_id,
+                                        committed=control.committed)
                 continue
+            producer_id = header.producer_id if header.is_transactional else -1
             for record in decode_records(read.records[position : position + header.size_bytes]):
                 assert record.key is not None, "every __consumer_offsets record has a key"
-                yield OffsetsRecord(key=record.key, value=record.value)
+                yield OffsetsRecord(key=record.key, value=record.value, producer_id=producer_id)
 
 
 class GroupService:
@@ -149,11 +155,26 @@ class GroupService:
         written.addCallback(lambda _: self._coordinator.offsets_written(records))
         return written
 
+    def txn_offset_records(self, request: OffsetCommitRequest) -> list[OffsetsRecord]:
+        """Check a transactional commit (the member's generation) and return its records to append."""
+        try:
+            return self._coordinator.commit_offsets(request, self.now_ms())
+        finally:
+            self._drain()
+
+    def txn_offsets_written(self, producer_id: int, records: list[OffsetsRecord]) -> None:
+        """The transaction's offset records are durable: pending until its marker."""
+        self._coordinator.txn_offsets_written(producer_id, records)
+
+    def transaction_ended(self, producer_id: int, committed: bool) -> None:
+        """A producer's transaction ended in this partition: its offsets apply or go."""
+        self._coordinator.transaction_ended(producer_id, committed)
+
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self, group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool = False
     ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets of a group (of ``partitions``, or all)."""
-        return self._call(lambda now_ms: self._coordinator.fetch_offsets(group_id, partitions))
+        return self._call(lambda now_ms: self._coordinator.fetch_offsets(group_id, partitions, require_stable))
 
     def committed_offsets(self) -> dict[str, dict[TopicPartition, CommittedOffset | None]]:
         """Every group's committed offsets (for lag metrics)."""
@@ -322,6 +343,11 @@ class CoordinatedPartitions:
     def services(self) -> list[GroupService]:
         """Every serving group service."""
         return list(self._services.values())
+
+    def serving(self, partition: int) -> list[GroupService]:
+        """The service of ``partition`` if it is serving here (an empty list otherwise)."""
+        service = self._services.get(partition)
+        return [] if service is None else [service]
 
     def stop(self) -> None:
         """Broker shutdown: cancel every service's timer."""

@@ -397,7 +397,8 @@ class TransactionCoordinator:
         """The earliest time ``tick`` has work to do."""
         deadlines = [self.next_expiry_check_ms]
         deadlines += [metadata.start_ms + metadata.timeout_ms for metadata in self._metadata.values()
-                      if metadata.state is TransactionState.ONGOING]
+                      if metadata.state is TransactionState.ONGOING
+                      and metadata.transactional_id not in self._writes_in_flight]
         return min(deadlines)
 
     # -- admin -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from mqbroker.errors import BrokerError
+from mqbroker.groups.messages import OffsetCommitRequest
 from mqbroker.groups.model import TopicPartition
 
 #: A producer epoch at this value or above is exhausted: the coordinator hands out a new producer id.
@@ -205,3 +206,26 @@ class Ready:
     #: (transactional id, log record) to append to ``__transaction_state``, then report with ``written``.
     writes: tuple[tuple[str, object], ...] = ()
     markers: tuple[MarkersToWrite, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitRequest:
+    """Offsets a transactional producer commits for a group: visible once its transaction commits.
+
+    ``offsets`` holds the group's ``OffsetCommitRequest`` (member id and generation fence a zombie
+    consumer, KIP-447); the producer id and epoch fence a zombie producer.
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: OffsetCommitRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkerOutcome:
+    """Whether one partition took a transaction's marker (``error`` None)."""
+
+    producer_id: int
+    topic_partition: TopicPartition
+    error: BrokerError | None = None

@@ -22,7 +22,7 @@ from mqbroker import errors, limits
 from mqbroker.groups import messages as groups
 from mqbroker.groups.model import TopicPartition
 from mqbroker.interfaces import IBroker
-from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult, Principal, TopicSpec
+from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult, IsolationLevel, Principal, TopicSpec
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.native import consumer_protocol
@@ -40,6 +40,8 @@ Handler = Callable[[Any, Principal, Any], Awaitable[Any]]
 
 #: The requesting client's id (from the request header), for handlers that record it (group joins).
 _client_id: contextvars.ContextVar[str] = contextvars.ContextVar("client_id", default="")
+#: The request's API version, for handlers whose answer differs by version (Fetch).
+_api_version: contextvars.ContextVar[int] = contextvars.ContextVar("api_version", default=0)
 
 
 def _code(error: BaseException | None) -> tuple[int, str | None]:
@@ -88,8 +90,8 @@ def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequ
     answer once each partition is acknowledged. Plain Deferreds, no coroutine: this is the hot path."""
     answers = [
         settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
-                                request.acks, request.timeout_ms)).addCallback(_produce_result, topic.name,
-                                                                               partition.partition_index)
+                                request.acks, request.timeout_ms, request.transactional_id)).addCallback(
+            _produce_result, topic.name, partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
     ]
@@ -131,7 +133,11 @@ def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest)
         fetched = broker.replica_fetch(principal, request.replica_id, positions, request.max_wait_ms,
                                        request.min_bytes, request.max_bytes)
     else:
-        fetched = broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
+        if request.isolation_level == IsolationLevel.READ_COMMITTED and _api_version.get() < 1:
+            raise errors.UnsupportedVersionError(
+                "read_committed needs Fetch version 1, whose answer lists the aborted transactions")
+        fetched = broker.fetch(principal, positions, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                               request.isolation_level)
     return fetched.addCallback(_fetch_response)
 
 
@@ -144,9 +150,13 @@ def _fetch_result(result: FetchResult) -> m.FetchPartitionResult:
     code, message = _code(result.error)
     return m.FetchPartitionResult(
         partition_index=result.partition, error_code=code, error_message=message,
-        high_watermark=result.high_watermark, last_stable_offset=result.high_watermark,
+        high_watermark=result.high_watermark,
+        last_stable_offset=result.last_stable_offset if result.last_stable_offset >= 0 else result.high_watermark,
         log_start_offset=result.log_start_offset, records=result.records,
         diverging_epoch=result.diverging_epoch, diverging_end_offset=result.diverging_end_offset,
+        aborted_transactions=None if result.aborted_transactions is None else tuple(
+            m.FetchAbortedTransaction(producer_id=aborted.producer_id, first_offset=aborted.first_offset)
+            for aborted in result.aborted_transactions),
     )
 
 
@@ -157,7 +167,8 @@ async def handle_list_offsets(broker: IBroker, principal: Principal, request: m.
         partitions = []
         for partition in topic.partitions:
             found, error = await settle(
-                broker.list_offset(principal, topic.name, partition.partition_index, partition.timestamp)
+                broker.list_offset(principal, topic.name, partition.partition_index, partition.timestamp,
+                                   request.isolation_level)
             )
             code, message = _code(error)
             partitions.append(m.ListOffsetsPartitionResult(
@@ -272,16 +283,20 @@ async def handle_alter_configs(broker: IBroker, principal: Principal, request: m
 
 
 async def handle_init_producer_id(broker: IBroker, principal: Principal, request: m.InitProducerIdRequest) -> Any:
-    """A fresh idempotent producer identity."""
-    identity = await broker.init_producer_id(principal, request.transactional_id)
+    """A fresh idempotent producer identity, or a transactional id's producer id with a new epoch."""
+    identity = await broker.init_producer_id(principal, request.transactional_id, request.transaction_timeout_ms)
     return m.InitProducerIdResponse(producer_id=identity.producer_id, producer_epoch=identity.producer_epoch)
 
 
 async def handle_find_coordinator(broker: IBroker, principal: Principal, request: m.FindCoordinatorRequest) -> Any:
-    """The broker coordinating a group: the leader of the group's ``__consumer_offsets`` partition."""
-    if request.key_type != m.CoordinatorType.GROUP:
-        raise errors.InvalidRequestError(f"coordinator type {request.key_type} is not served; only groups (0)")
-    node = await broker.find_coordinator(principal, request.key)
+    """The broker coordinating a group (or a transactional id): the leader of its internal topic's partition."""
+    if request.key_type == m.CoordinatorType.TRANSACTION:
+        node = await broker.find_transaction_coordinator(principal, request.key)
+    elif request.key_type == m.CoordinatorType.GROUP:
+        node = await broker.find_coordinator(principal, request.key)
+    else:
+        raise errors.InvalidRequestError(f"coordinator type {request.key_type} is unknown; groups are 0, "
+                                         "transactional ids 1")
     return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
 
 
@@ -369,7 +384,7 @@ async def handle_offset_fetch(broker: IBroker, principal: Principal, request: m.
     wanted = None if request.topics is None else [
         TopicPartition(topic.name, index) for topic in request.topics for index in topic.partition_indexes
     ]
-    found = await broker.fetch_offsets(principal, request.group_id, wanted)
+    found = await broker.fetch_offsets(principal, request.group_id, wanted, request.require_stable)
     by_topic: dict[str, list[m.OffsetFetchPartitionResult]] = {}
     for topic_partition, committed in sorted(found.items()):
         by_topic.setdefault(topic_partition.topic, []).append(m.OffsetFetchPartitionResult(
@@ -469,6 +484,8 @@ async def handle_list_partition_reassignments(
     ))
 
 
+from mqbroker.protocols.native import txn_handlers  # noqa: E402 (it uses this module's _code)
+
 HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.API_VERSIONS: handle_api_versions,
     m.ApiKey.METADATA: handle_metadata,
@@ -495,6 +512,7 @@ HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,
     m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
     m.ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
+    **txn_handlers.HANDLERS,
 }
 
 
@@ -576,6 +594,7 @@ class NativeSession:
             return
         started = time.perf_counter()
         _client_id.set(header.client_id)
+        _api_version.set(header.api_version)
         answered = maybeDeferred(handler, self._broker, principal, request)  # produce/fetch: Deferreds; others: coroutines
         if header.api_key == m.ApiKey.PRODUCE and request.acks == 0:
             answered.addCallback(self._throttle_then, principal, header, request, None, lambda: None)
