@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from mqbroker.cli.bench import produce_acknowledged  # noqa: E402
-from mqbroker.client.blocking import Admin, Consumer, Producer  # noqa: E402
+from mqbroker.client import Admin, Consumer, Producer  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
 SESSION_TIMEOUT_MS = 3_000

@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 import mqbroker_spark  # noqa: E402
 from mqbroker.cli.bench import produce_acknowledged  # noqa: E402
-from mqbroker.client.blocking import Admin, Producer  # noqa: E402
+from mqbroker.client import Admin, Producer  # noqa: E402
 from mqbroker_spark.jobs import iot_aggregates  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from mqbroker.cli.bench import produce_acknowledged  # noqa: E402
 from mqbroker.security.certs import init_directory  # noqa: E402
-from mqbroker.client.blocking import Admin, Producer  # noqa: E402
+from mqbroker.client import Admin, Producer  # noqa: E402
 from mqbroker.client.security import ClientSecurity  # noqa: E402
 from mqbroker.client.tls import client_ssl_context  # noqa: E402
 from mqbroker.protocols.native.codec import encode_request  # noqa: E402

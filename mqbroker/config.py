@@ -51,6 +51,8 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3_000
     auto_create_topics: bool = True
+    #: Partitions the whole cluster may hold (every topic's, internal ones included); clients' creations past it are refused.
+    cluster_partitions_max: int = 20_000
     default_partitions: int = 1
     default_replication_factor: int = 1
     producer_id_expiration_ms: int = 86_400_000
@@ -195,8 +197,8 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
                "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
-               "http_request_timeout_ms", "transaction_state_partitions", "transaction_max_timeout_ms",
-               "transactional_id_expiration_ms") and value < 1:
+               "http_request_timeout_ms", "cluster_partitions_max", "transaction_state_partitions",
+               "transaction_max_timeout_ms", "transactional_id_expiration_ms") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")

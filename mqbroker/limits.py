@@ -53,6 +53,8 @@ scram_iterations_max = 1_000_000
 sasl_message_bytes_max = 4096
 #: Longest user name a credential may be stored under.
 username_length_max = 255
+#: Longest consumer group id (it keys the group's records in __consumer_offsets and appears in log lines).
+group_id_length_max = 255
 #: Largest controller (Raft) frame from an authenticated voter: a snapshot of the metadata image
 #: (about 100 bytes a partition: 32 MiB holds some 300,000 partitions).
 controller_frame_bytes_max = 32 * 1024 * 1024
@@ -74,3 +76,6 @@ kafka_request_bytes_max = 100 * 1024 * 1024
 #: Kafka: requests one connection may have in progress before the broker stops reading from it
 #: (librdkafka pipelines up to 1,000,000 by default; five is the norm for idempotent producers).
 kafka_inflight_requests_max = 64
+#: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
+#: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
+delivery_callbacks_queued_max = 100_000

@@ -49,6 +49,8 @@ class ResourceType(enum.Enum):
     GROUP = "group"
     CLUSTER = "cluster"
     TRANSACTIONAL_ID = "transactional_id"
+    #: An MQTT topic filter (``+``, ``#``; ``%c`` and ``%u`` stand for the client id and user name): read/write.
+    MQTT_TOPIC = "mqtt_topic"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

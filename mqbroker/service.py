@@ -117,7 +117,7 @@ class BrokerService(MultiService):
             listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
             on_fatal=lambda failure: self.reactor.stop(),
         )
-        self.security = SecurityServices(self.config, self.control)
+        self.security = SecurityServices(self.config, self.control, unreadable=self.metrics.unreadable)
         stored_configs = self.control.stored_topic_configs()
         self._logs.open_all(now_ms, {name: log_config_for(topic_defaults, configs) for name, configs in stored_configs.items()})
         self.log.info("opened {count} partition log(s)", count=len(self._logs.partitions()))
@@ -143,6 +143,7 @@ class BrokerService(MultiService):
             flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
             follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
+            unreadable=self.metrics.unreadable,
         )
         broker = self.broker
         started = self.control.when_caught_up()

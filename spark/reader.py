@@ -3,11 +3,13 @@
 Planning (offsets, partitions) runs where Spark plans the query and asks the brokers with
 the blocking ``Admin``; ``read`` runs in Spark's Python workers, each with its own blocking
 ``Consumer`` on one offset range. Rows leave as Arrow record batches, which Spark takes
-without converting row by row.
+without converting row by row. A batch whose records do not decode is logged (topic, partition,
+offsets) in the worker's log and passed over: the query goes on with the records after it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 
@@ -16,8 +18,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from mqbroker.client.blocking import Admin, Consumer, Message
+from mqbroker.client import Admin, Consumer, Message
 from mqbroker.errors import BrokerError
+from mqbroker.records.readable import UnreadableBatch
 from mqbroker_spark.offsets import EARLIEST, LATEST, OffsetRange, TopicOffsets, from_json, limit_end, plan_ranges, to_json
 from mqbroker_spark.options import OptionError, SourceOptions
 
@@ -25,6 +28,8 @@ from mqbroker_spark.options import OptionError, SourceOptions
 ROWS_PER_ARROW_BATCH = 8192
 #: How long a read waits for records it was promised (below the high watermark) before failing.
 READ_STALL_S_MAX = 60.0
+
+log = logging.getLogger(__name__)
 
 _HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 _FIELDS = [
@@ -200,7 +205,8 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
     if offset_range.record_count <= 0:
         return
     target = (offset_range.topic, offset_range.partition)
-    consumer = Consumer(options.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200, client_id="mqbroker-spark-reader")
+    consumer = Consumer(options.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                        client_id="mqbroker-spark-reader", on_unreadable=skipped_batch)
     try:
         consumer.assign([target])
         consumer.seek(target, offset_range.start)
@@ -226,6 +232,12 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
             yield to_arrow(pending, options.include_headers)
     finally:
         consumer.close()
+
+
+def skipped_batch(batch: UnreadableBatch) -> None:
+    """A batch of the range that does not decode: logged with where it is, its records left out."""
+    log.warning("mqbroker source skipped an undecodable batch of %s-%d at offsets %d..%d: %s", batch.topic,
+                batch.partition, batch.first_offset, batch.last_offset, batch.error)
 
 
 def to_arrow(messages: list[Message], include_headers: bool) -> pa.RecordBatch:

@@ -20,7 +20,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from mqbroker.client.connection import BlockingConnection, raise_for_error_response
 from mqbroker.errors import BrokerError, ErrorCode, TopicAlreadyExistsError, error_for_code
 from mqbroker.protocols.native.messages import (

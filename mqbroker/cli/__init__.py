@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from mqbroker import __version__
+from mqbroker.cli.common import EXIT_INTERRUPTED, EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (each subcommand module adds its own parser)."""
-    from mqbroker.cli import bench, certs, clients, cluster, groups, security, serve
+    from mqbroker.cli import bench, certs, cluster, groups, messages, security, serve, topics
 
     parser = argparse.ArgumentParser(
         prog="mqbroker",
@@ -21,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mqbroker {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve.add_parser(commands)
-    clients.add_parsers(commands)
+    topics.add_parsers(commands)
+    messages.add_parsers(commands)
     bench.add_parser(commands)
     certs.add_parser(commands)
     groups.add_parser(commands)
@@ -31,14 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point."""
+    """Console entry point; returns the exit code (``mqbroker.cli.common`` lists them)."""
     arguments = build_parser().parse_args(argv)
     try:
-        return int(arguments.run(arguments) or 0)
+        return int(arguments.run(arguments) or EXIT_OK)
     except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader left (`| head`): not an error, and nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -6,13 +6,20 @@ import argparse
 import getpass
 from typing import Any
 
-from mqbroker.security.acl import WILDCARD
-from mqbroker.cli.common import client_security, client_command, reporting_errors
-from mqbroker.client.blocking import Admin
+from mqbroker.cli.common import client_command, reporting_errors
+from mqbroker.cli.output import Column, Table, add_output_options, emit
+from mqbroker.cli.topics import admin_client
 from mqbroker.protocols.native.messages import AclBinding
+from mqbroker.security.acl import WILDCARD
 from mqbroker.security.service import CLUSTER_RESOURCE
 
 OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs", "all")
+ACL_COLUMNS = (
+    Column("permission", "permission"), Column("principal", "principal"), Column("operation", "operation"),
+    Column("resource_type", "resource type"), Column("resource_name", "resource"), Column("pattern_type", "pattern"),
+    Column("host", "host"),
+)
+USER_COLUMNS = (Column("name", "user"),)
 
 
 def add_parsers(commands: Any) -> None:
@@ -31,6 +38,7 @@ def add_parsers(commands: Any) -> None:
     remove.add_argument("name")
     remove.set_defaults(run=_remove_user)
     listing = client_command(actions, "list", "list users", "List every user.")
+    add_output_options(listing)
     listing.set_defaults(run=_list_users)
 
     acls = commands.add_parser("acls", help="manage ACLs (who may do what to which resource)",
@@ -44,6 +52,8 @@ def add_parsers(commands: Any) -> None:
     listing.add_argument("--topic")
     listing.add_argument("--group")
     listing.add_argument("--principal")
+    listing.add_argument("--mqtt-topic", metavar="FILTER")
+    add_output_options(listing)
     listing.set_defaults(run=_list_acls)
 
 
@@ -58,6 +68,9 @@ def _add_acl_options(parser: argparse.ArgumentParser) -> None:
     resource.add_argument("--group", metavar="NAME", help="a consumer group (or *)")
     resource.add_argument("--transactional-id", metavar="ID")
     resource.add_argument("--cluster", action="store_true", help="the cluster (create topics, admin)")
+    resource.add_argument("--mqtt-topic", metavar="FILTER",
+                          help="an MQTT topic filter ('+', '#'; %%c is the client id, %%u the user name): "
+                               "read (subscribe, receive), write (publish) or all")
     parser.add_argument("--prefixed", action="store_true", help="NAME is a prefix: every resource starting with it")
 
 
@@ -68,6 +81,8 @@ def _binding(arguments: argparse.Namespace) -> AclBinding:
         resource_type, name = "group", arguments.group
     elif arguments.transactional_id is not None:
         resource_type, name = "transactional_id", arguments.transactional_id
+    elif arguments.mqtt_topic is not None:
+        resource_type, name = "mqtt_topic", arguments.mqtt_topic
     else:
         resource_type, name = "cluster", CLUSTER_RESOURCE
     return AclBinding(
@@ -75,10 +90,6 @@ def _binding(arguments: argparse.Namespace) -> AclBinding:
         principal=arguments.allow or arguments.deny, host=arguments.host, operation=arguments.operation,
         permission="allow" if arguments.allow else "deny",
     )
-
-
-def _admin(arguments: argparse.Namespace) -> Admin:
-    return Admin(arguments.bootstrap, security=client_security(arguments))
 
 
 def _describe(binding: AclBinding) -> str:
@@ -90,7 +101,7 @@ def _describe(binding: AclBinding) -> str:
 @reporting_errors
 def _upsert_user(arguments: argparse.Namespace) -> int:
     password = arguments.user_password or getpass.getpass(f"password for {arguments.name}: ")
-    with _admin(arguments) as admin:
+    with admin_client(arguments) as admin:
         admin.upsert_user(arguments.name, password, create=arguments.create)
     print(f"user {arguments.name} {'created' if arguments.create else 'updated'}")
     return 0
@@ -98,7 +109,7 @@ def _upsert_user(arguments: argparse.Namespace) -> int:
 
 @reporting_errors
 def _remove_user(arguments: argparse.Namespace) -> int:
-    with _admin(arguments) as admin:
+    with admin_client(arguments) as admin:
         admin.remove_user(arguments.name)
     print(f"user {arguments.name} removed")
     return 0
@@ -106,16 +117,16 @@ def _remove_user(arguments: argparse.Namespace) -> int:
 
 @reporting_errors
 def _list_users(arguments: argparse.Namespace) -> int:
-    with _admin(arguments) as admin:
-        for name in admin.list_users():
-            print(name)
+    with admin_client(arguments) as admin:
+        records = [{"name": name} for name in sorted(admin.list_users())]
+    emit(arguments, {"users": records}, [Table(columns=USER_COLUMNS, records=records)])
     return 0
 
 
 @reporting_errors
 def _add_acl(arguments: argparse.Namespace) -> int:
     binding = _binding(arguments)
-    with _admin(arguments) as admin:
+    with admin_client(arguments) as admin:
         admin.create_acls([binding])
     print(f"added: {_describe(binding)}")
     return 0
@@ -124,7 +135,7 @@ def _add_acl(arguments: argparse.Namespace) -> int:
 @reporting_errors
 def _remove_acl(arguments: argparse.Namespace) -> int:
     binding = _binding(arguments)
-    with _admin(arguments) as admin:
+    with admin_client(arguments) as admin:
         admin.delete_acls([binding])
     print(f"removed: {_describe(binding)}")
     return 0
@@ -132,14 +143,23 @@ def _remove_acl(arguments: argparse.Namespace) -> int:
 
 @reporting_errors
 def _list_acls(arguments: argparse.Namespace) -> int:
-    with _admin(arguments) as admin:
+    with admin_client(arguments) as admin:
         bindings = admin.describe_acls()
-    for binding in bindings:
-        if arguments.topic is not None and (binding.resource_type, binding.resource_name) != ("topic", arguments.topic):
-            continue
-        if arguments.group is not None and (binding.resource_type, binding.resource_name) != ("group", arguments.group):
-            continue
-        if arguments.principal is not None and binding.principal != arguments.principal:
-            continue
-        print(_describe(binding))
+    records = [
+        {"permission": binding.permission, "principal": binding.principal, "operation": binding.operation,
+         "resource_type": binding.resource_type, "resource_name": binding.resource_name,
+         "pattern_type": binding.pattern_type, "host": binding.host}
+        for binding in bindings
+        if _shown(binding, arguments)
+    ]
+    emit(arguments, {"acls": records}, [Table(columns=ACL_COLUMNS, records=records)])
     return 0
+
+
+def _shown(binding: AclBinding, arguments: argparse.Namespace) -> bool:
+    """Whether ``binding`` passes the --topic, --group, --mqtt-topic and --principal filters of ``acls list``."""
+    resource = (binding.resource_type, binding.resource_name)
+    return ((arguments.topic is None or resource == ("topic", arguments.topic))
+            and (arguments.group is None or resource == ("group", arguments.group))
+            and (arguments.mqtt_topic is None or resource == ("mqtt_topic", arguments.mqtt_topic))
+            and (arguments.principal is None or binding.principal == arguments.principal))

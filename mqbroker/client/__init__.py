@@ -2,6 +2,6 @@
 
 from mqbroker.client.blocking import Admin, Consumer, Producer, RecordFuture
 from mqbroker.client.consumer import Message
-from mqbroker.client.producer import RecordMetadata
+from mqbroker.client.producer_batch import RecordMetadata
 
 __all__ = ["Admin", "Consumer", "Message", "Producer", "RecordFuture", "RecordMetadata"]

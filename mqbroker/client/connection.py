@@ -10,6 +10,7 @@ import select
 import socket
 import ssl
 import time
+from collections.abc import Sequence
 
 from mqbroker.client.security import ClientSecurity, sasl_steps
 from mqbroker.errors import BrokerError, RequestTimedOutError, error_for_code
@@ -41,6 +42,16 @@ def parse_address(address: str) -> tuple[str, int]:
     if not separator or not port.isdigit():
         raise ValueError(f"bootstrap address {address!r} is not HOST:PORT")
     return host.strip("[]") or "localhost", int(port)
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
+    """Broker addresses, in order, from ``"host1:9393,host2:9393"`` (Kafka's ``bootstrap.servers``
+    form) or a list of such strings; clients try them in turn until one answers."""
+    entries = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = [parse_address(part.strip()) for entry in entries for part in entry.split(",") if part.strip()]
+    if not addresses:
+        raise ValueError(f"bootstrap {bootstrap!r} names no broker; give HOST:PORT[,HOST:PORT...]")
+    return addresses
 
 
 class BlockingConnection:

@@ -36,6 +36,7 @@ from mqbroker.protocols.native.messages import (
 from mqbroker.records.decoder import decode_records_as
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import LOG_OVERHEAD_BYTES, iter_batches
+from mqbroker.records.readable import UnreadableBatch
 
 EARLIEST = int(OffsetSpec.EARLIEST)
 LATEST = int(OffsetSpec.LATEST)
@@ -105,8 +106,11 @@ class FetchPlan:
 class ConsumerCore:
     """Sans-I/O consumer: fetch positions per assigned partition, fetch plans, decoded messages."""
 
-    def __init__(self, config: ConsumerConfig) -> None:
+    def __init__(self, config: ConsumerConfig, on_unreadable: Callable[[UnreadableBatch], None] | None = None) -> None:
+        """``on_unreadable``: skip a fetched batch that does not decode and report it there, instead of raising
+        ``CorruptMessageError`` with the position left before it (Kafka's behaviour, the default)."""
         self.config = config
+        self.on_unreadable = on_unreadable
         self._positions: dict[TopicPartition, int] = {}
         #: Partitions waiting for a ListOffsets answer: the timestamp to look up (or -1/-2).
         self._resets: dict[TopicPartition, int] = {}
@@ -241,7 +245,7 @@ class ConsumerCore:
                 self.high_watermarks[partition] = reply.high_watermark
                 if reply.records:
                     self._positions[partition] = decode_messages(
-                        topic.name, reply.partition_index, reply.records, fetched_from, messages
+                        topic.name, reply.partition_index, reply.records, fetched_from, messages, self.on_unreadable
                     )
         return messages
 
@@ -259,17 +263,19 @@ class ConsumerCore:
 
 
 def decode_messages(
-    topic: str, partition: int, data: bytes | memoryview, start_offset: int, into: list[Message]
+    topic: str, partition: int, data: bytes | memoryview, start_offset: int, into: list[Message],
+    skipped: Callable[[UnreadableBatch], None] | None = None,
 ) -> int:
     """Append the records of ``data`` (whole batches) at or after ``start_offset`` to ``into``.
 
     Every batch's CRC is checked. Control batches are skipped, as are records below
     ``start_offset`` (a fetch returns whole batches, so the first may begin earlier). A partial
-    batch at the end (a reply cut at ``max_bytes``) is left for the next fetch. Returns the
-    next position.
+    batch at the end (a reply cut at ``max_bytes``) is left for the next fetch. A batch that does
+    not decode raises ``CorruptMessageError``, or with ``skipped`` goes there and is passed over.
+    Returns the next position.
     """
     with _collector_paused():
-        return _decode_into(topic, partition, memoryview(data), start_offset, into)
+        return _decode_into(topic, partition, memoryview(data), start_offset, into, skipped)
 
 
 @contextlib.contextmanager
@@ -290,7 +296,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int, into: list[Message]) -> int:
+def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int, into: list[Message],
+                 skipped: Callable[[UnreadableBatch], None] | None = None) -> int:
     next_offset = start_offset
     make_message = functools.partial(Message, topic, partition)
     try:
@@ -298,7 +305,16 @@ def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int
             next_offset = max(next_offset, header.next_offset)
             if header.is_control:
                 continue
-            messages = decode_records_as(view[position : position + header.size_bytes], make_message)
+            batch = view[position : position + header.size_bytes]
+            if skipped is not None:
+                try:
+                    messages = decode_records_as(batch, make_message)
+                except CorruptRecordError as error:
+                    skipped(UnreadableBatch(topic=topic, partition=partition, first_offset=header.base_offset,
+                                            last_offset=header.last_offset, error=error))
+                    continue
+            else:
+                messages = decode_records_as(batch, make_message)
             if header.base_offset < start_offset:  # the fetch began inside this batch
                 messages = [message for message in messages if message.offset >= start_offset]
             into += messages

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mqbroker.client.blocking_group import RETRY_S, coordinator_connection
+from mqbroker.client.blocking.group import RETRY_S, coordinator_connection
 from mqbroker.client.connection import (
     BlockingConnection,
     BrokerUnavailableError,
-    parse_address,
+    parse_bootstrap,
 )
 from mqbroker.client.group_member import (
     COORDINATOR_RETRY_MS,
@@ -68,8 +68,7 @@ class GroupAdmin:
 
     def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000,
                  client_id: str = "mqbroker-admin", security: ClientSecurity | None = None) -> None:
-        addresses = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
-        self._bootstrap = [parse_address(a) for a in addresses]
+        self._bootstrap = parse_bootstrap(bootstrap)
         self._timeout_s = request_timeout_ms / 1000
         self._client_id = client_id
         self._security = security
@@ -173,8 +172,8 @@ class GroupAdmin:
         """Delete a group without members and its committed offsets."""
         self._request(group_id, DeleteGroupsRequest(groups_names=(group_id,)), _raise_for_deleted)
 
-    def close(self) -> None:
-        """Close the connections."""
+    def close(self, timeout: float | None = None) -> None:
+        """Close the connections (at once; ``timeout`` is accepted so that every client closes alike)."""
         connections, self._connections = self._connections, {}
         for connection in connections.values():
             connection.close()

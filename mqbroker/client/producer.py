@@ -1,6 +1,6 @@
 """The producer's logic, without I/O: batching, idempotent sequence numbers, retries, in-flight bounds.
 
-``ProducerCore`` is driven by a driver (``blocking.py``, ``twisted.py``) that owns sockets and
+``ProducerCore`` is driven by a driver (``blocking/``, ``twisted/``) that owns sockets and
 the clock:
 
 1. ``append`` puts a record into its partition's open batch builder and returns the batch and
@@ -22,10 +22,6 @@ Ordering: with idempotence (the default) the broker refuses a batch whose sequen
 follow the last one it stored, so up to ``max_in_flight`` (at most 5, the broker remembers the
 last 5 batches per producer) requests per connection still land in order, and a retried batch
 is stored once. Without idempotence a retry can reorder batches unless ``max_in_flight`` is 1.
-
-Batches default to 256 KiB: Kafka's 16 KiB costs a request per ~150 records of 100 bytes, and a
-Python client pays per request what Java pays per record; 256 KiB (~2,000 such records) keeps
-request overhead under a percent while a batch stays well below the broker's 1 MiB limit.
 """
 
 from __future__ import annotations
@@ -33,21 +29,17 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
-from mqbroker.client.backoff import Backoff
+from mqbroker.client.producer_batch import ProducerBatch, ProducePlan
+from mqbroker.client.producer_config import COMPRESSION_CODECS, ProducerConfig
 from mqbroker.errors import BrokerError, ErrorCode, InvalidRequestError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.codec import ErrorResponse
-from mqbroker.protocols.native.messages import Acks, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
+from mqbroker.protocols.native.messages import ProduceResponse
 from mqbroker.records.builder import RECORD_OVERHEAD_BYTES_MAX, BatchBuilder
-from mqbroker.records.compression import Compression
-from mqbroker.records.header import HEADER_BYTES, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from mqbroker.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 #: Sequence numbers wrap to 0 after int32 max (as the broker's check expects).
 _SEQUENCE_MODULUS = 1 << 31
-#: The broker keeps the last 5 batches per producer and partition, so more in flight breaks dedup.
-IDEMPOTENT_IN_FLIGHT_MAX = 5
 #: Errors after which the client's view of partition leaders must be refreshed.
 STALE_METADATA_CODES = frozenset(
     {
@@ -62,155 +54,6 @@ STALE_METADATA_CODES = frozenset(
 LEADER_POLL_INTERVAL_MS = 100
 #: Retried although the broker does not mark them retriable: a topic may be being created.
 _RETRIED_CODES = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
-
-COMPRESSION_CODECS = {
-    "none": Compression.NONE,
-    "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
-    "lz4": Compression.LZ4,
-    "zstd": Compression.ZSTD,
-}
-
-
-def parse_acks(value: int | str) -> Acks:
-    """Accept 0, 1, -1, "0", "1" or "all", as users write it."""
-    if value == "all":
-        return Acks.ALL
-    try:
-        return Acks(int(value))
-    except ValueError:
-        raise ValueError(f"acks must be 0, 1 or 'all', not {value!r}") from None
-
-
-class RecordMetadata(NamedTuple):
-    """Where a produced record landed (offset -1 with acks=0, which learns nothing).
-
-    A named tuple rather than a dataclass: one is built per record, and a tuple is the cheapest
-    immutable value Python builds.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProducerConfig:
-    """A producer's settings; ``validated`` checks them together."""
-
-    acks: Acks = Acks.ALL
-    linger_ms: int = 5
-    batch_size: int = 256 * 1024
-    compression: str = "none"
-    enable_idempotence: bool = True
-    max_in_flight: int = IDEMPOTENT_IN_FLIGHT_MAX
-    delivery_timeout_ms: int = 120_000
-    request_timeout_ms: int = 30_000
-    #: ``send`` blocks (or fails) while this many bytes wait for acknowledgement.
-    buffer_bytes_max: int = 64 * 1024 * 1024
-    #: Largest produce request one plan may carry (batches of many partitions together).
-    request_bytes_max: int = 8 * 1024 * 1024
-    backoff: Backoff = field(default_factory=Backoff)
-
-    def validated(self) -> ProducerConfig:
-        """Return self, or raise ValueError naming the inconsistent setting."""
-        if self.compression not in COMPRESSION_CODECS:
-            raise ValueError(f"compression must be one of {sorted(COMPRESSION_CODECS)}, not {self.compression!r}")
-        if self.enable_idempotence and self.acks != Acks.ALL and self.acks != Acks.LEADER:
-            raise ValueError("idempotence needs acks=1 or acks='all' (set enable_idempotence=False for acks=0)")
-        if self.enable_idempotence and not 1 <= self.max_in_flight <= IDEMPOTENT_IN_FLIGHT_MAX:
-            raise ValueError(f"idempotence allows 1 to {IDEMPOTENT_IN_FLIGHT_MAX} requests in flight")
-        if self.max_in_flight < 1 or self.batch_size < 1 or self.linger_ms < 0:
-            raise ValueError("max_in_flight and batch_size must be positive and linger_ms not negative")
-        if self.batch_size + HEADER_BYTES > self.request_bytes_max:
-            raise ValueError("batch_size must fit in request_bytes_max")
-        return self
-
-
-class ProducerBatch:
-    """The records of one partition sent (and retried) together; its outcome covers them all.
-
-    ``waiter`` belongs to the driver (a threading event, a list of Deferreds): the core never
-    touches it. ``base_offset`` and ``log_append_time_ms`` are set on success, ``error`` on
-    failure; ``done`` is set either way.
-    """
-
-    __slots__ = (
-        "topic",
-        "partition",
-        "builder",
-        "created_ms",
-        "payload",
-        "base_sequence",
-        "record_count",
-        "size_bytes",
-        "attempts",
-        "retry_at_ms",
-        "sent_to",
-        "awaiting_leader",
-        "waiter",
-        "base_offset",
-        "log_append_time_ms",
-        "error",
-        "done",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        builder: BatchBuilder | None,
-        base_sequence: int,
-        created_ms: int,
-        waiter: object,
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.builder = builder
-        self.created_ms = created_ms
-        self.payload = b""
-        self.base_sequence = base_sequence
-        self.record_count = 0
-        self.size_bytes = 0
-        self.attempts = 0
-        self.retry_at_ms = 0
-        #: The node the batch was last sent to, and whether that node failed as its leader.
-        self.sent_to = -1
-        self.awaiting_leader = False
-        self.waiter = waiter
-        self.base_offset = -1
-        self.log_append_time_ms = -1
-        self.error: BrokerError | None = None
-        self.done = False
-
-    def metadata(self, index: int, timestamp_ms: int) -> RecordMetadata:
-        """The metadata of record ``index`` (raise the batch's error if it failed)."""
-        assert self.done
-        if self.error is not None:
-            raise self.error
-        offset = -1 if self.base_offset < 0 else self.base_offset + index
-        timestamp = timestamp_ms if self.log_append_time_ms < 0 else self.log_append_time_ms
-        return RecordMetadata(self.topic, self.partition, offset, timestamp)
-
-
-@dataclass(slots=True, kw_only=True)
-class ProducePlan:
-    """One produce request to send to ``node_id``: a batch per partition."""
-
-    node_id: int
-    acks: int
-    timeout_ms: int
-    batches: list[ProducerBatch]
-
-    def request(self) -> ProduceRequest:
-        """The ProduceRequest carrying this plan's batches."""
-        by_topic: dict[str, list[ProducePartition]] = {}
-        for batch in self.batches:
-            partitions = by_topic.setdefault(batch.topic, [])
-            partitions.append(ProducePartition(partition_index=batch.partition, records=batch.payload))
-        topics = tuple(ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
-        return ProduceRequest(acks=self.acks, timeout_ms=self.timeout_ms, topics=topics)
 
 
 class ProducerCore:
@@ -374,6 +217,13 @@ class ProducerCore:
         return self._in_flight.get(node_id, 0)
 
     @property
+    def pending_records(self) -> int:
+        """Records not acknowledged or failed yet: in open, queued and in-flight batches."""
+        batches = [*self._open.values(), *(batch for queue in self._queues.values() for batch in queue),
+                   *(batch for pending in self._unacknowledged.values() for batch in pending)]
+        return sum(batch.record_count for batch in batches)
+
+    @property
     def has_pending(self) -> bool:
         """True while any record waits to be sent or acknowledged."""
         return bool(self._open) or any(self._queues.values()) or any(self._unacknowledged.values())
@@ -434,6 +284,20 @@ class ProducerCore:
             self.stale_topics.add(batch.topic)
             batch.awaiting_leader = True
             self._retry_or_fail(batch, error, now_ms, finished)
+        return finished
+
+    def fail_pending(self, error: BrokerError) -> list[ProducerBatch]:
+        """Fail every unfinished batch, open, queued or in flight (the driver is closing); return them."""
+        for key in list(self._open):
+            self._close(key, self._open[key])
+        finished: list[ProducerBatch] = []
+        for queue in self._queues.values():
+            while queue:
+                self._fail(queue.popleft(), error, finished)
+        for pending in self._unacknowledged.values():
+            for batch in list(pending):
+                self._fail(batch, error, finished)
+        self._in_flight.clear()
         return finished
 
     def expire(self, now_ms: int) -> list[ProducerBatch]:

@@ -56,10 +56,11 @@ from mqbroker.model import (
     Principal,
     ProduceResult,
     ProducerIdentity,
-    ResourceType,
     TopicSpec,
 )
+from mqbroker.records.readable import UnreadableTally
 from mqbroker.replication.replica_manager import Follower, ReplicaManager
+from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 from mqbroker.transactions import messages as txn_messages
@@ -80,14 +81,19 @@ class Broker:
         flusher_factory: Callable[[Callable[[Iterable[PartitionLog]], None]], Flusher],
         follower_factory: Callable[[ReplicaManager], Follower],
         authorizer: IAuthorizer,
+        principals: ClusterPrincipals | None = None,
+        unreadable: UnreadableTally | None = None,
     ) -> None:
         """``flusher_factory(on_durable)`` builds the group-commit flusher, ``follower_factory(sink)`` the replica
-        fetcher that follows the leaders of the partitions this broker does not lead."""
+        fetcher that follows the leaders of the partitions this broker does not lead; ``principals`` who acts
+        for the cluster (by default as the configuration says); ``unreadable`` counts the batches the offsets
+        replay skips (the broker's metric)."""
         self._config = config
         self._clock = clock
         self._logs = logs
         self._cluster = cluster
         self._authorizer = authorizer
+        principals = principals or ClusterPrincipals.from_config(config, broker_count=len(cluster.voters))
         self._stopping = False
         self._waiting = WaitingFetches(clock)
         self._replicas = ReplicaManager(config=config, clock=clock, logs=logs, cluster=cluster, readers=self._waiting,
@@ -95,16 +101,19 @@ class Broker:
         self._flusher = self._replicas.flusher
         self._local_logs = LocalLogs(config=config, clock=clock, logs=logs, before_delete=self._waiting.complete)
         self._produce = ProduceService(clock=clock, authorizer=authorizer, replicas=self._replicas,
-                                       flusher=self._flusher)
-        self._fetch = FetchService(clock=clock, authorizer=authorizer, replicas=self._replicas, waiting=self._waiting)
+                                       flusher=self._flusher, principals=principals, cluster=cluster,
+                                       topic_defaults=config.topic_defaults)
+        self._fetch = FetchService(clock=clock, authorizer=authorizer, replicas=self._replicas, waiting=self._waiting,
+                                   principals=principals)
         self._groups = GroupHosting(
             config=config, clock=clock, cluster=cluster, logs=logs, replicas=self._replicas,
             append_replicated=self._produce.append_replicated,
             offsets_replication_factor=internal_replication_factor(config, len(cluster.voters)),
+            unreadable=unreadable,
         )
         self._group_requests = GroupRequests(authorizer=authorizer, hosting=self._groups)
         self._topics = TopicAdmin(config=config, cluster=cluster, authorizer=authorizer, replicas=self._replicas,
-                                  topics_changed=self._groups.topics_changed)
+                                  topics_changed=self._groups.topics_changed, principals=principals)
         self._producer_ids = ProducerIds(cluster=cluster, authorizer=authorizer)
         self._transaction_peers: TransactionPeers | None = None
         self._markers = MarkerAppender(clock=clock, append=self._produce.append_replicated,
@@ -151,9 +160,7 @@ class Broker:
         transactional_id: str | None = None,
     ) -> Deferred[ProduceResult]:
         """Append a client's batches, creating the topic first if allowed; see ``IBroker.produce``."""
-        if self._cluster.topic(topic) is None and self._authorizer.authorize(
-            principal, Operation.WRITE, ResourceType.TOPIC, topic
-        ):
+        if self._cluster.topic(topic) is None and self._topics.may_auto_create(principal, topic, Operation.WRITE):
             ensured = self._topics.ensure_topic(topic)
             ensured.addCallback(lambda _: self._transactions.produce(principal, topic, partition, records, acks,
                                                                      timeout_ms, transactional_id))

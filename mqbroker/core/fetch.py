@@ -3,7 +3,9 @@
 A fetch reads whole batches up to the high watermark (a follower's, up to the log end, or it
 learns where its log diverged); a read_committed fetch up to the last stable offset, with the
 aborted transactions its batches overlap (the reader drops their batches: the broker does no
-per-record work; it walks the returned batches' headers only when an aborted transaction is near). One that finds less than ``min_bytes`` waits in
+per-record work; it walks the returned batches' headers only when an aborted transaction is near).
+Only broker N itself (``Broker:N``) may fetch as replica N, and only from partitions it is a
+replica of; every other fetch stops at the high watermark. One that finds less than ``min_bytes`` waits in
 ``WaitingFetches`` on the logs it reads: the replica manager wakes it when the high watermark
 moves (a consumer) or a batch is appended (a follower), and the clock answers it at
 ``max_wait_ms`` with whatever is there.
@@ -34,6 +36,7 @@ from mqbroker.model import (
 )
 from mqbroker.records.header import iter_batches
 from mqbroker.replication.replica_manager import ReplicaManager, divergence
+from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import PartitionLog
 
 
@@ -122,10 +125,12 @@ class FetchService:
     """Serves consumers' and followers' fetches and offset lookups from the partitions this broker leads."""
 
     def __init__(
-        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, waiting: WaitingFetches
+        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, waiting: WaitingFetches,
+        principals: ClusterPrincipals,
     ) -> None:
         self._clock = clock
         self._authorizer = authorizer
+        self._principals = principals
         self._replicas = replicas
         self._waiting = waiting
         #: Bytes of record batches served to consumers (a metric).
@@ -146,7 +151,7 @@ class FetchService:
         min_bytes: int, max_bytes: int,
     ) -> Deferred[list[FetchResult]]:
         """A follower's long-poll fetch, which also reports its progress; see ``IBroker.replica_fetch``."""
-        require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
+        self._principals.check_replica(principal, replica_id)
         now_ms = int(self._clock.seconds() * 1000)
         for position in positions:
             self._replicas.follower_fetched(replica_id, position, now_ms)
@@ -197,7 +202,7 @@ class FetchService:
         for position in positions:
             try:
                 if replica_id >= 0:
-                    result = self._read_for_follower(position, remaining, first=not results)
+                    result = self._read_for_follower(replica_id, position, remaining, first=not results)
                 else:
                     result = self._read_one(principal, position, remaining, first=not results, committed=committed)
             except Exception as error:  # reported in this partition's result; other partitions go on
@@ -206,10 +211,13 @@ class FetchService:
             results.append(result)
         return results
 
-    def _read_for_follower(self, position: FetchPosition, remaining: int, first: bool) -> FetchResult:
+    def _read_for_follower(self, replica_id: int, position: FetchPosition, remaining: int, first: bool) -> FetchResult:
         """Batches up to the log end for a follower, or where its log diverged from ours."""
         topic, partition = position.topic, position.partition
         partition_log, leader = self._replicas.leader(topic, partition)
+        if replica_id not in leader.replicas.followers:
+            raise errors.NotLeaderError(f"{topic}-{partition}: broker {replica_id} is not one of its followers "
+                                        f"{sorted(leader.replicas.followers)}; it may not read past the high watermark")
         if position.current_leader_epoch != leader.leader_epoch:
             stale = position.current_leader_epoch < leader.leader_epoch
             raise (errors.FencedLeaderEpochError if stale else errors.NotLeaderError)(

@@ -4,24 +4,32 @@ A batch goes to the log of a partition this broker leads as it came (the log che
 it; no record is decoded). Then acks=0 answers at once; acks=1 once the batch is on this
 broker's disk under the ``sync`` flush policy (at once under ``interval``); acks=all once the high
 watermark passed it, that is once every in-sync replica holds it, and is refused before anything
-is written while the ISR is smaller than ``min.insync.replicas``. A transactional batch opening its
-producer's transaction in a partition needs the verification guard ``core.transactions`` obtained
-(KIP-890); markers are only the broker's own appends (``append_replicated`` with ``markers_allowed``).
+is written while the ISR is smaller than ``min.insync.replicas``. Internal topics (``__``) take
+only the cluster's own writes (``ClusterPrincipals``). A client's records are decoded before the
+append only where the broker decodes them later (compacted topics, which also need keys, and
+topics with ``record.validation=decode``); everywhere else no record is decoded. A transactional
+batch opening its producer's transaction in a partition needs the verification guard
+``core.transactions`` obtained (KIP-890); markers are only the broker's own appends
+(``append_replicated`` with ``markers_allowed``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 
 from mqbroker import errors
 from mqbroker.core.guards import errors_as_failures, require_permission
+from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, check_produced_records
 from mqbroker.durability.flusher import Flusher
-from mqbroker.interfaces import IAuthorizer
+from mqbroker.interfaces import IAuthorizer, IClusterView
 from mqbroker.limits import produce_timeout_ms_max
 from mqbroker.model import Operation, Principal, ProduceResult, ResourceType
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager, check_enough_replicas
+from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import NOT_VERIFIED, AppendResult, PartitionLog
 
 #: acks=all produces that give no timeout wait this long for the ISR.
@@ -32,10 +40,16 @@ class ProduceService:
     """Appends batches to the partitions this broker leads and answers when the acks say so."""
 
     def __init__(
-        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, flusher: Flusher
+        self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, flusher: Flusher,
+        principals: ClusterPrincipals, cluster: IClusterView, topic_defaults: Mapping[str, str],
     ) -> None:
+        """``topic_defaults``: the broker-wide ``log.`` defaults (``record.validation``)."""
         self._clock = clock
+        self._cluster = cluster
+        self._record_validation_default = topic_defaults.get(
+            "record.validation", BROKER_TOPIC_CONFIG_DEFAULTS["record.validation"])
         self._authorizer = authorizer
+        self._principals = principals
         self._replicas = replicas
         self._flusher = flusher
         self._stopping = False
@@ -53,8 +67,11 @@ class ProduceService:
             raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
         if acks not in (0, 1, -1):
             raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
+        self._principals.check_internal_write(principal, topic)
         require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.TOPIC, topic)
+        client = not self._principals.acts_for_cluster(principal)
         partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=acks == -1,
+                                                                   check_records=client,
                                                                    verification_guard=verification_guard)
         result = ProduceResult(
             base_offset=appended.base_offset,
@@ -93,17 +110,29 @@ class ProduceService:
         return leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
 
     def _append(
-        self, topic: str, partition: int, records: bytes, acks_all: bool, *, markers_allowed: bool = False,
-        verification_guard: object | None = None,
+        self, topic: str, partition: int, records: bytes, acks_all: bool, check_records: bool = False, *,
+        markers_allowed: bool = False, verification_guard: object | None = None,
     ) -> tuple[PartitionLog, LeaderPartition, AppendResult, int]:
-        """Append at the leader (refused first if acks=all and the ISR is too small): log, leader, result, min ISR."""
+        """Append at the leader (refused first if acks=all and the ISR is too small, or with ``check_records`` if
+        records the broker will decode do not): log, leader, result, min ISR."""
         partition_log, leader = self._replicas.leader(topic, partition)
         min_insync = self._replicas.min_insync_replicas(topic)
         if acks_all:
             check_enough_replicas(leader, min_insync)
+        if check_records:
+            self._check_records(topic, partition_log, records)
         appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch,
                                         markers_allowed=markers_allowed, verification_guard=verification_guard)
         return partition_log, leader, appended, min_insync
+
+    def _check_records(self, topic: str, partition_log: PartitionLog, records: bytes) -> None:
+        """Decode a client's records where the broker reads them later (compacted: keys too)."""
+        record = self._cluster.topic(topic)
+        validation = (record.configs if record is not None else {}).get("record.validation",
+                                                                         self._record_validation_default)
+        compacted = partition_log.config.compacts
+        if compacted or validation == "decode":
+            check_produced_records(topic, records, keys_required=compacted)
 
     def stop(self) -> None:
         """Refuse new produces (shutdown)."""

@@ -2,7 +2,8 @@
 
 Every change is a metadata record proposed through ``IClusterView``; reads come from its image.
 Internal topics (``__`` prefix) with the default replication factor are created only once that
-many brokers are live, so their replicas are never fewer than asked.
+many brokers are live, so their replicas are never fewer than asked; no client creates them, and
+only a super user deletes or changes them (``ClusterPrincipals``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mqbroker.config import BrokerConfig
 from mqbroker.core.guards import errors_as_failures, require_permission
 from mqbroker.core.topic_config import (
     BROKER_TOPIC_CONFIG_DEFAULTS,
+    check_cluster_partitions,
     log_config_for,
     validate_broker_topic_configs,
     validate_topic_name,
@@ -38,6 +40,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.replication.replica_manager import ReplicaManager
+from mqbroker.security.cluster_principals import ClusterPrincipals, is_internal_topic
 
 #: Defaults for compacted internal topics (offsets, MQTT and AMQP state), as Kafka's
 #: ``offsets.topic.segment.bytes`` does for its offsets topic.
@@ -59,12 +62,13 @@ class TopicAdmin:
 
     def __init__(
         self, *, config: BrokerConfig, cluster: IClusterView, authorizer: IAuthorizer, replicas: ReplicaManager,
-        topics_changed: Callable[[list[str]], None],
+        topics_changed: Callable[[list[str]], None], principals: ClusterPrincipals,
     ) -> None:
         """``topics_changed(names)`` runs after this broker created or grew topics (their groups rebalance)."""
         self._config = config
         self._cluster = cluster
         self._authorizer = authorizer
+        self._principals = principals
         self._replicas = replicas
         self._topics_changed = topics_changed
         #: Internal topic creations waiting for enough live brokers: (count needed, waiter).
@@ -79,11 +83,17 @@ class TopicAdmin:
         if topics is None or not allow_auto_create:
             return succeed(self._describe(principal, topics))
         missing = [name for name in topics if self._cluster.topic(name) is None
-                   and self._authorizer.authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)]
+                   and self.may_auto_create(principal, name, Operation.DESCRIBE)]
         ensured = gatherResults([self.ensure_topic(name) for name in missing], consumeErrors=True)
         ensured.addErrback(lambda failure: failure.trap(FirstError))  # each topic's error shows in its entry
         ensured.addCallback(lambda _: self._describe(principal, topics, validate_names=self._config.auto_create_topics))
         return ensured
+
+    def may_auto_create(self, principal: Principal, name: str, operation: Operation) -> bool:
+        """True if a request of ``principal`` that may ``operation`` topic ``name`` may also create it (never an
+        internal topic for a client)."""
+        return ((not is_internal_topic(name) or self._principals.acts_for_cluster(principal))
+                and self._authorizer.authorize(principal, operation, ResourceType.TOPIC, name))
 
     def _describe(
         self, principal: Principal, topics: Sequence[str] | None, validate_names: bool = False
@@ -148,6 +158,7 @@ class TopicAdmin:
     @errors_as_failures
     def create_topic(self, principal: Principal, spec: TopicSpec, validate_only: bool) -> Deferred[None]:
         """Create a topic through the controller; see ``IBroker.create_topic``."""
+        self._principals.check_internal_write(principal, spec.name)
         require_permission(self._authorizer, principal, Operation.CREATE, ResourceType.TOPIC, spec.name)
         if self._cluster.topic(spec.name) is not None:
             raise errors.TopicAlreadyExistsError(f"topic {spec.name!r} already exists")
@@ -187,6 +198,12 @@ class TopicAdmin:
             )
         validate_broker_topic_configs(spec.configs)
         log_config_for(self._config.topic_defaults, spec.configs)
+        if not is_internal_topic(spec.name):  # the broker's own few are never refused
+            check_cluster_partitions(self._partition_count(), partitions, self._config.cluster_partitions_max)
+
+    def _partition_count(self) -> int:
+        """Partitions the cluster holds (every topic's)."""
+        return sum(len(record.partitions) for record in self._cluster.image.topics.values())
 
     def _create_topic_now(self, spec: TopicSpec) -> Deferred[None]:
         """Propose the topic (an internal one once enough brokers are live to hold all its replicas)."""
@@ -241,6 +258,7 @@ class TopicAdmin:
     @errors_as_failures
     def delete_topic(self, principal: Principal, name: str) -> Deferred[None]:
         """Delete a topic and its data everywhere; see ``IBroker.delete_topic``."""
+        self._principals.check_internal_admin(principal, name, "delete")
         require_permission(self._authorizer, principal, Operation.DELETE, ResourceType.TOPIC, name)
         if self._cluster.topic(name) is None:
             raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -251,6 +269,7 @@ class TopicAdmin:
         self, principal: Principal, topic: str, set_configs: Mapping[str, str], delete_configs: Sequence[str]
     ) -> Deferred[None]:
         """Change topic config overrides through the controller; see ``IBroker.alter_configs``."""
+        self._principals.check_internal_admin(principal, topic, "alter the configuration of")
         require_permission(self._authorizer, principal, Operation.ALTER_CONFIGS, ResourceType.TOPIC, topic)
         record = self._cluster.topic(topic)
         if record is None:
@@ -264,6 +283,7 @@ class TopicAdmin:
     @errors_as_failures
     def create_partitions(self, principal: Principal, topic: str, total_count: int) -> Deferred[None]:
         """Grow a topic through the controller; see ``IBroker.create_partitions``."""
+        self._principals.check_internal_admin(principal, topic, "add partitions to")
         require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.TOPIC, topic)
         record = self._cluster.topic(topic)
         if record is None:
@@ -273,6 +293,9 @@ class TopicAdmin:
                 f"topic {topic!r} has {len(record.partitions)} partitions; the new count must be larger "
                 f"(and at most {partitions_per_topic_max}), got {total_count}"
             )
+        if not is_internal_topic(topic):
+            check_cluster_partitions(self._partition_count(), total_count - len(record.partitions),
+                                     self._config.cluster_partitions_max)
         grown = self._cluster.create_partitions(topic, total_count)
         grown.addCallback(lambda _: self._topics_changed([topic]))
         return grown
@@ -282,12 +305,14 @@ class TopicAdmin:
         self, principal: Principal, topic: str, partition: int, target_replicas: Sequence[int]
     ) -> Deferred[None]:
         """Move a partition's replicas through the controller; see ``IBroker.reassign_partition``."""
+        self._principals.check_internal_admin(principal, topic, "reassign")
         require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.TOPIC, topic)
         return self._replicas.reassign(topic, partition, target_replicas)
 
     @errors_as_failures
     def delete_records(self, principal: Principal, topic: str, partition: int, before_offset: int) -> Deferred[int]:
         """Advance the log start offset; see ``IBroker.delete_records``."""
+        self._principals.check_internal_admin(principal, topic, "delete records of")
         require_permission(self._authorizer, principal, Operation.DELETE, ResourceType.TOPIC, topic)
         partition_log = self._replicas.partition_log(topic, partition)
         high_watermark = self._replicas.high_watermark(partition_log)

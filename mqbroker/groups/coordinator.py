@@ -67,6 +67,8 @@ from mqbroker.groups.offsets import (
     offset_commit_record,
     tombstone,
 )
+from mqbroker.limits import group_id_length_max
+from mqbroker.security.names import name_problem
 
 
 class RandomBits(Protocol):
@@ -487,6 +489,7 @@ def _identity(request: JoinRequest | OffsetCommitRequest) -> MemberRequest:
 
 
 def _check_group_id(group_id: str) -> None:
-    """Refuse an empty group id."""
-    if not group_id:
-        raise InvalidGroupIdError("group id must not be empty")
+    """Refuse a group id that is empty, too long or not printable."""
+    problem = name_problem(group_id, group_id_length_max)
+    if problem is not None:
+        raise InvalidGroupIdError(f"group id {group_id[:64]!r} {problem}; use printable characters")

@@ -4,7 +4,8 @@ A group belongs to one ``__consumer_offsets`` partition (``offsets_partition``);
 that partition coordinates it. When this broker becomes a partition's leader it waits until
 everything in the partition's log is replicated (below the high watermark), replays it into a
 fresh ``GroupService``, and serves the partition's groups; when the leadership moves away, the
-service stops. Coordinator appends go through the broker's replicated (acks=all) append.
+service stops. Coordinator appends go through the broker's replicated (acks=all) append. A batch
+or record of the partition that does not decode is counted, logged and skipped by the replay.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mqbroker.groups.service import (
 )
 from mqbroker.interfaces import IClusterView
 from mqbroker.model import BrokerEndpoint, TopicSpec
+from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableBatch, UnreadableTally
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.storage.manager import LogManager
@@ -50,9 +52,12 @@ class GroupHosting:
     def __init__(
         self, *, config: BrokerConfig, clock: IReactorTime, cluster: IClusterView, logs: LogManager,
         replicas: ReplicaManager, append_replicated: ReplicatedAppend, offsets_replication_factor: int,
+        unreadable: UnreadableTally | None = None,
     ) -> None:
-        """``offsets_replication_factor``: how many live brokers ``__consumer_offsets`` waits for (error messages)."""
+        """``offsets_replication_factor``: how many live brokers ``__consumer_offsets`` waits for (error messages);
+        ``unreadable`` counts what the replay skips (the broker's metric)."""
         self._config = config
+        self._unreadable = unreadable or UnreadableTally()
         self._clock = clock
         self._cluster = cluster
         self._logs = logs
@@ -124,7 +129,11 @@ class GroupHosting:
         coordinators, new_member_id = self._coordinators, self._new_member_id
         assert coordinators is not None and new_member_id is not None, "set before any partition loads"
         partition_log = self._logs.get(OFFSETS_TOPIC, partition)
-        store = OffsetStore.replay(read_offsets_records(partition_log, leader.high_watermark))
+        records = read_offsets_records(partition_log, leader.high_watermark, partition=partition,
+                                       skipped=self._skip_unreadable)
+        store = OffsetStore.replay(records, skipped=lambda record, error: self._skip_unreadable(UnreadableBatch(
+            topic=OFFSETS_TOPIC, partition=partition, first_offset=record.offset, last_offset=record.offset,
+            error=error)))
         coordinator = GroupCoordinator(config=self._group_config(), partitions_per_topic=self._partitions_of,
                                        new_member_id=new_member_id, store=store,
                                        now_ms=int(self._clock.seconds() * 1000))
@@ -134,6 +143,9 @@ class GroupHosting:
         self.log.info("coordinating the groups of {topic}-{partition} at epoch {epoch} ({count} group(s) loaded)",
                       topic=OFFSETS_TOPIC, partition=partition, epoch=leader.leader_epoch,
                       count=len(store.group_ids()))
+
+    def _skip_unreadable(self, batch: UnreadableBatch) -> None:
+        self.log.warn(SKIPPED_LOG_FORMAT, **self._unreadable.skipped("offsets loader", batch))
 
     def _group_config(self) -> group_messages.GroupConfig:
         config = self._config

@@ -22,7 +22,7 @@ markers carrying ``committed``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from mqbroker.errors import CorruptMessageError
@@ -97,6 +97,8 @@ class OffsetsRecord:
 
     key: bytes
     value: bytes | None
+    #: Where it was read from the log (-1: built for an append).
+    offset: int = -1
     producer_id: int = -1
     committed: bool | None = None
 
@@ -218,11 +220,19 @@ class OffsetStore:
         self._pending: dict[int, list[OffsetsRecord]] = {}
 
     @classmethod
-    def replay(cls, records: Iterable[OffsetsRecord]) -> OffsetStore:
-        """Rebuild the store from the topic's records in log order."""
+    def replay(
+        cls, records: Iterable[OffsetsRecord], skipped: Callable[[OffsetsRecord, CorruptMessageError], None] | None = None
+    ) -> OffsetStore:
+        """Rebuild the store from the topic's records in log order; a record that does not decode goes to
+        ``skipped`` (which counts and logs it) and the replay goes on, or, without ``skipped``, raises."""
         store = cls()
         for record in records:
-            store.apply(record)
+            try:
+                store.apply(record)
+            except CorruptMessageError as error:
+                if skipped is None:
+                    raise
+                skipped(record, error)
         return store
 
     def apply(self, record: OffsetsRecord) -> None:

@@ -36,9 +36,10 @@ from mqbroker.groups.messages import (
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset, OffsetsRecord, decode_key
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.decoder import decode_records
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import iter_batches
 from mqbroker.records.markers import read_control
+from mqbroker.records.readable import UnreadableBatch, decode_whole, next_offset_after
 from mqbroker.storage.log import PartitionLog
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -55,28 +56,55 @@ def offsets_partition(group_id: str, partition_count: int) -> int:
     return zlib.crc32(group_id.encode("utf-8")) % partition_count
 
 
-def read_offsets_records(partition_log: PartitionLog, end_offset: int | None = None) -> Iterator[OffsetsRecord]:
-    """Every record of one offsets partition below ``end_offset`` (default: the log end) in log order."""
+def read_offsets_records(
+    partition_log: PartitionLog, end_offset: int | None = None, *, partition: int = -1,
+    skipped: Callable[[UnreadableBatch], None] | None = None,
+) -> Iterator[OffsetsRecord]:
+    """Every record of one offsets partition below ``end_offset`` (default: the log end) in log order.
+
+    A batch that does not decode, or a record without a key (the broker writes none), goes to
+    ``skipped`` and the replay goes on after it; without ``skipped`` it raises ``CorruptRecordError``.
+    """
     end = partition_log.log_end_offset if end_offset is None else min(end_offset, partition_log.log_end_offset)
     offset = partition_log.log_start_offset
+
+    def skip(batch: UnreadableBatch) -> None:
+        if skipped is None:
+            raise batch.error
+        skipped(batch)
+
     while offset < end:
         read = partition_log.read(offset, _REPLAY_READ_BYTES)
         if not read.records:
             return
-        for position, header in iter_batches(read.records):
+        view = memoryview(read.records)
+        for position, header in iter_batches(view, check=False):
+            if header.last_offset < offset:
+                continue
             if header.base_offset >= end:
                 return
-            offset = header.next_offset
-            if header.is_control:
-                control = read_control(read.records, position, header)
-                if control.is_marker:
-                    yield OffsetsRecord(key=b"", value=None, producer_id=header.producer_id,
-                                        committed=control.committed)
+            try:
+                if header.is_control:
+                    control = read_control(view, position, header)
+                    if control.is_marker:  # a transaction's offsets apply or go here
+                        yield OffsetsRecord(key=b"", value=None, producer_id=header.producer_id,
+                                            committed=control.committed, offset=header.base_offset)
+                    continue
+                records = decode_whole(view[position : position + header.size_bytes], header)
+            except CorruptRecordError as error:
+                skip(UnreadableBatch(topic=OFFSETS_TOPIC, partition=partition, first_offset=header.base_offset,
+                                     last_offset=header.last_offset, error=error))
                 continue
             producer_id = header.producer_id if header.is_transactional else -1
-            for record in decode_records(read.records[position : position + header.size_bytes]):
-                assert record.key is not None, "every __consumer_offsets record has a key"
-                yield OffsetsRecord(key=record.key, value=record.value, producer_id=producer_id)
+            for record in records:
+                if record.offset >= end:
+                    return
+                if record.key is None:
+                    skip(UnreadableBatch(topic=OFFSETS_TOPIC, partition=partition, first_offset=record.offset,
+                                         last_offset=record.offset, error=CorruptRecordError("a record without a key")))
+                    continue
+                yield OffsetsRecord(key=record.key, value=record.value, offset=record.offset, producer_id=producer_id)
+        offset = next_offset_after(read.records, offset)
 
 
 class GroupService:

@@ -13,16 +13,26 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from mqbroker.records.readable import UnreadableTally
+
 LATENCY_BUCKETS_SECONDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class _BrokerCollector(Collector):
     """Reads the broker's counters when Prometheus scrapes."""
 
-    def __init__(self) -> None:
+    def __init__(self, unreadable: UnreadableTally) -> None:
         self.broker: Any = None
+        self.unreadable = unreadable
 
     def collect(self) -> Iterator[Any]:
+        skipped = CounterMetricFamily("mqbroker_unreadable_batches",
+                                      "Batches (and stored records) that readers inside the broker could not decode "
+                                      "and skipped, by reader and topic (each is logged with its offsets).",
+                                      labels=["reader", "topic"])
+        for (reader, topic), count in sorted(self.unreadable.counts().items()):
+            skipped.add_metric([reader, topic], count)
+        yield skipped
         broker = self.broker
         if broker is None:
             return
@@ -44,7 +54,9 @@ class BrokerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._collector = _BrokerCollector()
+        #: Batches the broker's own readers skipped (front ends, group coordinator), shared by all of them.
+        self.unreadable = UnreadableTally()
+        self._collector = _BrokerCollector(self.unreadable)
         self.registry.register(self._collector)
         self.request_latency = Histogram(
             "mqbroker_request_latency_seconds",

@@ -2,7 +2,8 @@
 
 An ACL allows or denies a principal (or ``User:*``), from a host (or ``*``), an operation (or
 ``all``) on a resource: a topic, group, the cluster or a transactional id, named literally,
-by prefix, or ``*``. Deny wins over allow; READ, WRITE, DELETE and ALTER imply DESCRIBE, and
+by prefix, or ``*``; or ``read``/``write`` on an MQTT topic filter (decided by the MQTT front
+end, ``mqbroker.protocols.mqtt.acl``, which this authorizer only stores and versions). Deny wins over allow; READ, WRITE, DELETE and ALTER imply DESCRIBE, and
 ALTER_CONFIGS implies DESCRIBE_CONFIGS (as in Kafka). With ``AclAuthorizer`` on, whatever no
 ACL allows is denied, except for super users. Lookups go through an index per resource type
 (literal names in a dict, prefixes by their distinct lengths), never a scan of every ACL.
@@ -82,6 +83,8 @@ class Acl:
             raise InvalidRequestError("ACL resource name and host may not be empty")
         if self.pattern_type is PatternType.PREFIXED and self.resource_name == WILDCARD:
             raise InvalidRequestError("a prefixed ACL needs a prefix; use a literal '*' to match every name")
+        if self.resource_type is ResourceType.MQTT_TOPIC:
+            _check_mqtt_acl(self)
 
     def to_json(self) -> dict[str, str]:
         """A JSON-ready dict for cluster metadata."""
@@ -125,6 +128,23 @@ class Acl:
         if not isinstance(document, dict):
             raise InvalidRequestError("malformed ACL record: not a JSON object")
         return cls.from_json(document)
+
+
+#: What an MQTT topic filter ACL may name: reading (subscribing, receiving), writing (publishing) or both.
+MQTT_OPERATIONS = frozenset({Operation.READ, Operation.WRITE, AllOperations.ALL})
+
+
+def _check_mqtt_acl(acl: Acl) -> None:
+    """An MQTT topic filter ACL: a literal, well-formed filter and read, write or all."""
+    if acl.pattern_type is not PatternType.LITERAL:
+        raise InvalidRequestError("an MQTT topic ACL names a topic filter ('+' and '#' are its wildcards), not a prefix")
+    if acl.operation not in MQTT_OPERATIONS:
+        raise InvalidRequestError(f"an MQTT topic ACL allows or denies read, write or all, not {acl.operation.value}")
+    levels = acl.resource_name.split("/")
+    for index, level in enumerate(levels):
+        if ("#" in level and (level != "#" or index != len(levels) - 1)) or ("+" in level and level != "+"):
+            raise InvalidRequestError(f"MQTT topic filter {acl.resource_name!r}: '+' must be a whole level and '#' a "
+                                      "whole last level")
 
 
 def parse_operation(name: str) -> AclOperation:
@@ -223,16 +243,32 @@ class AclAuthorizer:
         self._super_users = frozenset(super_users)
         self._on_denied = on_denied
         self._allow_if_no_acl = allow_if_no_acl
+        #: Bumped whenever an MQTT topic ACL comes or goes (the MQTT front end rebuilds its decisions then).
+        self.mqtt_version = 0
         for acl in acls:
             self.add(acl)
 
     def add(self, acl: Acl) -> None:
         """Install an ACL (idempotent)."""
         self._indexes[acl.resource_type].add(acl)
+        if acl.resource_type is ResourceType.MQTT_TOPIC:
+            self.mqtt_version += 1
 
     def remove(self, acl: Acl) -> bool:
         """Remove an ACL; False if it was not there."""
-        return self._indexes[acl.resource_type].discard(acl)
+        removed = self._indexes[acl.resource_type].discard(acl)
+        if removed and acl.resource_type is ResourceType.MQTT_TOPIC:
+            self.mqtt_version += 1
+        return removed
+
+    def is_super_user(self, principal: Principal) -> bool:
+        """A super user or a broker: allowed everything, ACLs or not."""
+        return str(principal) in self._super_users or principal.kind == BROKER
+
+    def report_denial(self, denial: Denial) -> None:
+        """Hand a refusal decided elsewhere (an MQTT topic ACL) to the audit hook."""
+        if self._on_denied is not None:
+            self._on_denied(denial)
 
     def acls(self, resource_type: ResourceType | None = None) -> list[Acl]:
         """Every ACL (of one resource type), in a stable order."""
@@ -257,7 +293,7 @@ class AclAuthorizer:
 
     def _decide(self, principal: Principal, operation: Operation, resource_type: ResourceType, resource_name: str) -> bool:
         identity = str(principal)
-        if identity in self._super_users or principal.kind == BROKER:
+        if self.is_super_user(principal):
             return True  # brokers (a broker certificate or the inter-broker user) act for the cluster itself
         allowing = _ALLOWING[operation]
         allowed = False

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from mqbroker.errors import (
 from mqbroker.interfaces import IAuthenticator, ISaslExchange
 from mqbroker.model import ANONYMOUS, Principal
 from mqbroker.security.inter_broker import BrokerCertificateRules, broker_principal
+from mqbroker.security.names import name_problem
 from mqbroker.security.principal_mapping import PrincipalMapper
 from mqbroker.security.scram import (
     DEFAULT_ITERATIONS,
@@ -97,10 +97,16 @@ class UserRecord:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> UserRecord:
-        """Rebuild a record written by ``to_bytes``."""
-        document = json.loads(data)
-        credentials = tuple(ScramCredential.from_json(item) for item in document["credentials"])
-        return cls(name=document["name"], credentials=credentials)
+        """Rebuild a record written by ``to_bytes``; InvalidRequestError (and nothing else) if it is not one."""
+        try:
+            document = json.loads(data)
+            credentials = tuple(ScramCredential.from_json(item) for item in document["credentials"])
+            name = document["name"]
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # binascii.Error is a ValueError
+            raise InvalidRequestError(f"malformed user record: {error!r}") from None
+        if not isinstance(name, str):
+            raise InvalidRequestError("malformed user record: the name is not a string")
+        return cls(name=name, credentials=credentials)
 
     def credential(self, mechanism: ScramMechanism) -> ScramCredential | None:
         """The credential for ``mechanism``, if the user has one."""
@@ -109,10 +115,9 @@ class UserRecord:
 
 def check_username(name: str) -> str:
     """Return ``name`` if it can name a user, else raise InvalidRequestError saying why."""
-    if not name or len(name) > limits.username_length_max:
-        raise InvalidRequestError(f"user name must be 1 to {limits.username_length_max} characters")
-    if any(unicodedata.category(character).startswith("C") for character in name):
-        raise InvalidRequestError("user name may not contain control characters")
+    problem = name_problem(name, limits.username_length_max)
+    if problem is not None:
+        raise InvalidRequestError(f"user name {name[:64]!r} {problem}; use printable characters")
     return name
 
 

@@ -74,7 +74,9 @@ class ScramCredential:
         """Rebuild a credential written by ``to_json``."""
         mechanism = ScramMechanism(data["mechanism"])
         iterations = int(data["iterations"])
-        assert limits.scram_iterations_min <= iterations <= limits.scram_iterations_max, iterations
+        if not limits.scram_iterations_min <= iterations <= limits.scram_iterations_max:
+            raise ValueError(f"{iterations} SCRAM iterations are outside {limits.scram_iterations_min}.."
+                             f"{limits.scram_iterations_max}")
         return cls(
             mechanism=mechanism,
             salt=base64.b64decode(data["salt"], validate=True),

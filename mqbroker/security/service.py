@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred, gatherResults
 from twisted.logger import Logger
 
 from mqbroker import errors, limits
+from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableTally
 from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
 from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord, check_username
 from mqbroker.security.scram import ScramMechanism, credential_from_salted_password
@@ -28,6 +29,7 @@ from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import PutGenericRecord, Record
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.security.cluster_auth import read_password_file
+from mqbroker.security.cluster_principals import super_users_of
 from mqbroker.security.inter_broker import BrokerCertificateRules, inter_broker_credentials
 from mqbroker.security.principal_mapping import PrincipalMapper
 from mqbroker.security.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager, QuotaScope, parse_quota_overrides
@@ -41,6 +43,8 @@ DECOY_SECRET_KEY = "scram-decoy"
 #: The front ends' own principals (reading and writing the logs they map onto): never a client's.
 INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp")
 CLUSTER_RESOURCE = "kafka-cluster"
+#: How skipped metadata records are reported (the Raft log of cluster metadata, Kafka's name for it).
+METADATA_LOG = "__cluster_metadata"
 
 audit = Logger(namespace="mqbroker.audit")
 
@@ -85,8 +89,10 @@ class SecurityServices:
 
     log = Logger()
 
-    def __init__(self, config: BrokerConfig, control: Any = None) -> None:
+    def __init__(self, config: BrokerConfig, control: Any = None, unreadable: UnreadableTally | None = None) -> None:
+        """``unreadable`` counts the user and ACL records of the metadata that do not decode (the broker's metric)."""
         self.config = config
+        self.unreadable = unreadable or UnreadableTally()
         self.store = CredentialStore(os.urandom)
         inter_broker_credentials_ = {}
         if config.security_inter_broker_password_file:
@@ -101,8 +107,7 @@ class SecurityServices:
             inter_broker_username=config.security_inter_broker_user,
             inter_broker_credentials=inter_broker_credentials_,
         )
-        super_users = [name.strip() for name in config.security_super_users.split(",") if name.strip()]
-        self.acls = AclAuthorizer(super_users=[*super_users, *INTERNAL_PRINCIPALS], on_denied=audit_denial,
+        self.acls = AclAuthorizer(super_users=[*super_users_of(config), *INTERNAL_PRINCIPALS], on_denied=audit_denial,
                                   allow_if_no_acl=config.security_allow_if_no_acl)
         self.authorizer: IAuthorizer = self.acls if config.security_authorizer == "acl" else AllowEverything()
         self.quotas = quota_manager(config)
@@ -170,6 +175,16 @@ class SecurityServices:
                 self._apply(kind, key, value)
 
     def _apply(self, kind: str, key: str, value: Any) -> None:
+        """Take a user or ACL record into the store or authorizer; one that does not decode is counted, logged
+        and skipped (the metadata replay goes on)."""
+        try:
+            self._apply_one(kind, key, value)
+        except errors.InvalidRequestError as error:
+            index = self._control.image.applied_index if self._control is not None else -1
+            self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped_at(
+                "metadata replay", METADATA_LOG, 0, index, index, f"{kind} record {key[:80]!r}: {error.message}"))
+
+    def _apply_one(self, kind: str, key: str, value: Any) -> None:
         if kind == USER_KIND:
             if value is None:
                 if key in self.store.list():

@@ -27,8 +27,8 @@ RECOVERY_POINTS = "recovery-point-offset-checkpoint"
 LOG_START_OFFSETS = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN = ".clean-shutdown"
 DELETING_SUFFIX = ".deleting"
-_PARTITION_DIRECTORY = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)$")
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_PARTITION_DIRECTORY = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-9]+)")  # whole names (fullmatch)
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 TopicPartition = tuple[str, int]
 
@@ -59,7 +59,7 @@ class LogManager:
             if name.endswith(DELETING_SUFFIX):
                 fs.remove_tree(path)
                 continue
-            match = _PARTITION_DIRECTORY.match(name)
+            match = _PARTITION_DIRECTORY.fullmatch(name)
             if match is None or not os.path.isdir(path):
                 continue
             key = (match["topic"], int(match["partition"]))
@@ -74,7 +74,7 @@ class LogManager:
 
     def create(self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0) -> PartitionLog:
         """Create an empty partition log (its directory made durable before it is returned)."""
-        if not _TOPIC_NAME.match(topic) or partition < 0:
+        if not _TOPIC_NAME.fullmatch(topic) or partition < 0:
             raise InvalidConfigError(f"topic {topic!r} partition {partition} cannot name a log directory")
         key = (topic, partition)
         if key in self._logs:

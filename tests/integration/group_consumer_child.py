@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from mqbroker.client.blocking import Consumer
+from mqbroker.client import Consumer
 
 
 def _say(**fields: object) -> None:

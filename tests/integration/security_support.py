@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mqbroker.security.certs import CertificateFiles, init_directory
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context
 from mqbroker.protocols.native.messages import AclBinding

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import mqbroker_spark
-from mqbroker.client.blocking import Admin, Consumer, Message, Producer
+from mqbroker.client import Admin, Consumer, Message, Producer
 from tests.integration.mqtt_support import MqttBroker
 
 

@@ -17,7 +17,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
-from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.dead_letter import DeadLetterHandler
 from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.client.twisted import TwistedConsumer

@@ -10,7 +10,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
 from mqbroker import limits
-from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.protocols.mqtt.packets import (
     ConnAck,
     Connect,

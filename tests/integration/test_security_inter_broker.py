@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from mqbroker.security.certs import CertificateFiles, init_directory
-from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context
 from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.protocols.native.codec import encode_request
 from mqbroker.protocols.native.messages import ApiKey, ApiVersionsRequest
 from tests.integration.brokerprocess import BrokerProcess

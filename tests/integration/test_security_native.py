@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from mqbroker.security.certs import init_directory
-from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context

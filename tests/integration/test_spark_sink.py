@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.spark_support import checkpoint, consume_all, produce, spark, spark_broker  # noqa: F401 (fixtures)
 

@@ -7,7 +7,7 @@ import pathlib
 
 from pyspark.sql import SparkSession
 
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.spark_support import checkpoint, produce, spark, spark_broker  # noqa: F401 (fixtures)
 

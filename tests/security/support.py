@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mqbroker.client.blocking import Admin, Consumer, Producer
+from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.security import ClientSecurity
 from mqbroker.protocols.framing import LengthPrefixedFrames, frame
 from mqbroker.security.certs import CertificateFiles, init_directory
@@ -189,7 +189,7 @@ def start_secured_cluster(root: pathlib.Path, size: int = 3) -> SecuredCluster:
             "--node-id", str(node_id), "--controller-quorum", quorum, "--controller-port", str(controller_ports[node_id]),
             "--config", str(config), "--tls-cert", str(certificate), "--tls-key", str(key), "--tls-ca", str(files.ca),
             "--tls-client-auth", "optional", "--native-tls-port", str(tls_ports[node_id]),
-            "--mqtt-tls-port", "0", "--amqp-tls-port", "0",
+            "--mqtt-tls-port", "0", "--amqp-tls-port", "0", "--kafka-tls-port", "0",
         ]))
         brokers[-1].data_dir.mkdir(parents=True, exist_ok=True)
     start_all(brokers)

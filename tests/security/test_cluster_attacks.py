@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from mqbroker.cluster.metadata_records import PutGenericRecord, encode_record
 from mqbroker.errors import SaslAuthenticationError
 from mqbroker.protocols.native import messages as m
@@ -30,7 +30,10 @@ from mqbroker.security.inter_broker import ClientHandshake, HandshakeMethod, Int
 from mqbroker.security.scram import ScramClient, ScramMechanism
 from tests.integration.brokerprocess import TWISTD
 from tests.integration.nativewire import RawNativeConnection
+from tests.integration.clusterprocess import retrying
+from tests.integration.security_support import PASSWORDS
 from tests.security.support import (
+    CANARY,
     INTER_BROKER_PASSWORD,
     RawController,
     SecuredCluster,
@@ -263,6 +266,67 @@ def test_a_forged_replica_fetch_by_a_user_is_refused_and_moves_nothing(cluster: 
     answer = raw.call(fetch)
     codes = {p.error_code for t in getattr(answer, "topics", ()) for p in t.partitions} or {answer.error_code}
     assert codes == {31}  # CLUSTER_AUTHORIZATION_FAILED
+    raw.close()
+    assert cluster.state() == before
+    cluster.honest()
+
+
+def _logged_in(cluster: SecuredCluster, node_id: int, user: str, password: str,
+               authorization_id: str = "") -> RawNativeConnection:
+    """A native connection to broker ``node_id`` after a SCRAM login (as a broker with ``authorization_id``)."""
+    raw = RawNativeConnection(cluster.brokers[node_id - 1].ports["native"])
+    raw.call(m.ApiVersionsRequest())
+    raw.call(m.SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    client = ScramClient(ScramMechanism.SHA_512, user, password, os.urandom, authorization_id=authorization_id)
+    first = raw.call(m.SaslAuthenticateRequest(auth_bytes=client.first_message()))
+    client.finish(raw.call(m.SaslAuthenticateRequest(auth_bytes=client.respond(first.auth_bytes))).auth_bytes)
+    return raw
+
+
+def _replica_fetch_codes(raw: RawNativeConnection, replica_id: int, topic: str, leader_epoch: int = -1) -> set[int]:
+    fetch = m.FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=(m.FetchTopic(
+        name=topic, partitions=(m.FetchPartition(partition_index=0, fetch_offset=10_000, partition_max_bytes=1 << 20,
+                                                 current_leader_epoch=leader_epoch),)),))
+    answer = raw.call(fetch)
+    return {p.error_code for t in getattr(answer, "topics", ()) for p in t.partitions} or {answer.error_code}
+
+
+def test_a_replica_fetch_by_the_super_user_is_refused(cluster: SecuredCluster) -> None:
+    """Part B: cluster ALTER is not enough (the super user has it); only Broker:2 may fetch as replica 2."""
+    before = cluster.state()
+    with cluster.admin() as admin:
+        leader = admin.metadata([CANARY]).topics[0].partitions[0].leader_id
+    raw = _logged_in(cluster, leader, "admin", PASSWORDS["admin"])
+    assert _replica_fetch_codes(raw, 2 if leader != 2 else 3, CANARY) == {31}  # CLUSTER_AUTHORIZATION_FAILED
+    raw.close()
+    assert cluster.state() == before
+    cluster.honest()
+
+
+def test_a_broker_cannot_fetch_as_another_broker(cluster: SecuredCluster) -> None:
+    """Logged in as Broker:3 (the inter-broker user, authorization identity 3), a fetch as replica 2 is refused:
+    the replica id must be the node the connection proved."""
+    before = cluster.state()
+    with cluster.admin() as admin:
+        partition = admin.metadata([CANARY]).topics[0].partitions[0]
+    claimed, proven = [node for node in (1, 2, 3) if node != partition.leader_id]
+    raw = _logged_in(cluster, partition.leader_id, "broker", INTER_BROKER_PASSWORD, str(proven))
+    assert _replica_fetch_codes(raw, claimed, CANARY, partition.leader_epoch) == {31}
+    raw.close()
+    assert cluster.state() == before
+    cluster.honest()
+
+
+def test_a_broker_that_is_no_replica_cannot_read_past_the_high_watermark(cluster: SecuredCluster) -> None:
+    """A broker fetching as itself a partition it does not replicate gets NOT_LEADER_OR_FOLLOWER: only followers
+    read past the high watermark (and only they move it)."""
+    with cluster.admin() as admin:
+        retrying(lambda: admin.create_topics(["solo"], partitions=1, replication_factor=1), timeout_s=30)
+        partition = retrying(lambda: admin.metadata(["solo"]).topics[0].partitions[0], timeout_s=30)
+    before = cluster.state()
+    outsider = next(node for node in (1, 2, 3) if node != partition.leader_id)
+    raw = _logged_in(cluster, partition.leader_id, "broker", INTER_BROKER_PASSWORD, str(outsider))
+    assert _replica_fetch_codes(raw, outsider, "solo", partition.leader_epoch) == {6}  # NOT_LEADER_OR_FOLLOWER
     raw.close()
     assert cluster.state() == before
     cluster.honest()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqbroker.client.blocking import Admin
+from mqbroker.client import Admin
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context
 from mqbroker.protocols.framing import LengthPrefixedFrames, frame
@@ -54,7 +54,7 @@ def mtls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[lis
             "--node-id", str(node_id), "--controller-quorum", quorum, "--controller-port", str(controller_port),
             "--config", str(config), "--tls-cert", str(certificate), "--tls-key", str(key), "--tls-ca", str(files.ca),
             "--tls-client-auth", "optional", "--native-tls-port", str(ports["native"] + TLS_OFFSET),
-            "--mqtt-tls-port", "0", "--amqp-tls-port", "0"]))
+            "--mqtt-tls-port", "0", "--amqp-tls-port", "0", "--kafka-tls-port", "0"]))
         brokers[-1].data_dir.mkdir(parents=True, exist_ok=True)
     start_all(brokers)
     with _admin(brokers, files) as admin:

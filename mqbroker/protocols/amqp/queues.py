@@ -39,8 +39,7 @@ from mqbroker.protocols.amqp.stored import (
     queued_message,
 )
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import check_crc, iter_batches
+from mqbroker.records.readable import UnreadableBatch, readable_batches
 
 #: Ready messages a classic queue reads ahead of its consumers.
 READ_AHEAD_MESSAGES = 2_000
@@ -85,36 +84,23 @@ class Consumer:
         return int(self.session.delivery_window(self.channel, self.tag))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class UnreadableBatch:
-    """A fetched batch whose header reads but whose CRC or records do not: its offsets and why."""
-
-    first_offset: int
-    last_offset: int
-    error: CorruptRecordError
-
-
-def decode_fetched(records: bytes, skip_below: int = 0) -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
+def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "") -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
     """Whole record batches from a fetch → the queue's view of their records and the batches that do not decode
     (batches wholly below ``skip_below`` are not decoded: the queue has them already).
 
     Stops early, at a batch boundary, once the fetch's decompression budget is spent (the next fetch reads on).
     Raises ``CorruptRecordError`` only for a batch header that does not read (nothing after it can be found).
     """
-    view = memoryview(records)
     messages: list[QueuedMessage] = []
     unreadable: list[UnreadableBatch] = []
     budget = DecompressionBudget()
-    for position, header in iter_batches(view, check=False):
-        if header.is_control or header.base_offset + header.last_offset_delta < skip_below:
-            continue
-        try:
-            check_crc(view, position, header)
-            messages += budget.decode(view[position : position + header.size_bytes], header, queued_message, _message_bytes)
-        except FetchBudgetSpent:
-            break
-        except CorruptRecordError as error:
-            unreadable.append(UnreadableBatch(header.base_offset, header.base_offset + header.last_offset_delta, error))
+    batches = readable_batches(records, skip_below, topic=topic, partition=0, skipped=unreadable.append,
+                               decode=lambda batch, header: budget.decode(batch, header, queued_message, _message_bytes))
+    try:
+        for _, decoded in batches:
+            messages += decoded
+    except FetchBudgetSpent:
+        pass
     return messages, unreadable
 
 
@@ -142,6 +128,8 @@ class QueueHost(Protocol):
     def state_changed(self, queue: ClassicQueue) -> None: ...
 
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None: ...
+
+    def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None: ...
 
 
 class BatchStored:
@@ -316,8 +304,6 @@ class _Queue(abc.ABC):
         self.consumers: dict[ConsumerKey, Consumer] = {}
         self.had_consumers = False
         self.deleted = False
-        #: Batches of its log that did not decode and whose messages were skipped (each logged).
-        self.unreadable_batches_skipped = 0
         self._backing_off = False  # reading failed a moment ago
         self._appender = _Appender(host, self.topic, self._appended, early=isinstance(self, ClassicQueue))
 
@@ -344,10 +330,7 @@ class _Queue(abc.ABC):
             self.host.reactor.callLater(1.0, self._retry)
 
     def _skip_unreadable(self, batch: UnreadableBatch) -> None:
-        self.unreadable_batches_skipped += 1
-        self.log.warn("AMQP queue {queue}: batch at {topic}-0 offsets {first}..{last} does not decode; its messages "
-                      "are skipped: {error}", queue=self.name, topic=self.topic, first=batch.first_offset,
-                      last=batch.last_offset, error=batch.error)
+        self.host.skip_unreadable("AMQP queue", batch)  # counted and logged; its messages are skipped
 
     def _retry(self) -> None:
         self._backing_off = False
@@ -507,7 +490,7 @@ class ClassicQueue(_Queue):
         cursor = self.state.cursor
         if offset <= cursor and self.state.ready_in_memory < READ_AHEAD_MESSAGES:
             # Read from at or before the cursor: the records from the cursor on are contiguous.
-            messages, unreadable = decode_fetched(result.records, skip_below=cursor)
+            messages, unreadable = decode_fetched(result.records, skip_below=cursor, topic=self.topic)
             self.state.receive(messages)
             for batch in unreadable:
                 self._skip_unreadable(batch)
@@ -629,7 +612,7 @@ class StreamQueue(_Queue):
             raise result.error
         self.log_start, self.log_end = result.log_start_offset, result.high_watermark
         reader.offset = max(reader.offset, result.log_start_offset)
-        messages, unreadable = decode_fetched(result.records)
+        messages, unreadable = decode_fetched(result.records, topic=self.topic)
         reader.buffer = [message for message in messages if message.offset >= reader.offset]
         for batch in unreadable:
             if batch.last_offset >= reader.offset:

@@ -496,7 +496,7 @@ class _ConfirmRuns:
 def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     """The AMQP listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
-    vhost = VirtualHost(broker, reactor)
+    vhost = VirtualHost(broker, reactor, unreadable=context.metrics.unreadable if context.metrics is not None else None)
     # Runs before the broker service stops (registered earlier), while appends are still accepted.
     reactor.addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None

@@ -8,11 +8,12 @@ topic long-polls all its partitions through ``IBroker.fetch`` and routes each fe
 through every exchange naming that topic. Its positions advance, and are written to the
 compacted topic ``__amqp_source_positions``, only once every queue append of the chunk is
 durable: a crash replays at most the chunks after the last written position (at least once).
+A batch whose records do not decode is counted, logged and skipped: the reader goes on after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -33,7 +34,7 @@ from mqbroker.protocols.amqp.stored import (
     DecompressionBudget,
     FetchBudgetSpent,
 )
-from mqbroker.records.header import iter_batches
+from mqbroker.records.readable import UnreadableBatch, readable_batches
 from mqbroker.records.record import RecordHeader
 
 #: The exchange argument naming the native topic an exchange reads from.
@@ -108,23 +109,23 @@ class SourceRecord:
             self.properties_raw = encode_properties(spec.BasicProperties(headers=self.headers))
 
 
-def decode_source_records(records: bytes, first_offset: int) -> tuple[list[SourceRecord], int]:
-    """Fetched batches → the records at or after ``first_offset`` and the offset after the last batch decoded
-    (those after a batch that no longer fits the fetch's decompression budget wait for the next fetch)."""
-    view = memoryview(records)
+def decode_source_records(
+    records: bytes, first_offset: int, *, topic: str, partition: int, skipped: Callable[[UnreadableBatch], None]
+) -> tuple[list[SourceRecord], int]:
+    """Fetched batches → the records at or after ``first_offset`` and the offset after the last batch decoded or
+    skipped (a batch that does not decode goes to ``skipped``; those after a batch that no longer fits the
+    fetch's decompression budget wait for the next fetch)."""
     decoded: list[SourceRecord] = []
-    next_offset = first_offset
     budget = DecompressionBudget()
-    for position, header in iter_batches(view):
-        if not header.is_control:
-            batch = view[position : position + header.size_bytes]
-            try:
-                records = budget.decode(batch, header, _offset_and_record, _record_bytes)
-            except FetchBudgetSpent:
-                break
-            decoded += [record for offset, record in records if offset >= first_offset]
-        next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
-    return decoded, next_offset
+    batches = readable_batches(records, first_offset, topic=topic, partition=partition, skipped=skipped,
+                               decode=lambda batch, header: budget.decode(batch, header, _offset_and_record,
+                                                                          _record_bytes))
+    try:
+        for _, offsets_and_records in batches:
+            decoded += [record for offset, record in offsets_and_records if offset >= first_offset]
+    except FetchBudgetSpent:
+        pass
+    return decoded, batches.next_offset
 
 
 def _record_bytes(item: tuple[int, SourceRecord]) -> int:
@@ -164,6 +165,8 @@ class SourceHost(Protocol):
     def route_source(self, topic: str, records: list[SourceRecord]) -> list[BatchStored]: ...
 
     def save_positions(self, topic: str, positions: Positions) -> Deferred[None]: ...
+
+    def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None: ...
 
 
 class SourceReader:
@@ -241,7 +244,9 @@ class SourceReader:
                 continue
             if result.error is not None:
                 raise result.error
-            decoded, next_offset = decode_source_records(result.records, offset)
+            decoded, next_offset = decode_source_records(
+                result.records, offset, topic=self.topic, partition=result.partition,
+                skipped=lambda batch: self.host.skip_unreadable("AMQP source reader", batch))
             records += decoded
             if next_offset > offset:
                 advanced[result.partition] = next_offset

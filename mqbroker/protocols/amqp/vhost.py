@@ -53,8 +53,14 @@ from mqbroker.protocols.amqp.stored import (
 )
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.decoder import decode_records
-from mqbroker.records.header import iter_batches
+from mqbroker.records.readable import (
+    SKIPPED_LOG_FORMAT,
+    UnreadableBatch,
+    UnreadableTally,
+    next_offset_after,
+    readable_records,
+)
+from mqbroker.security.names import name_problem
 
 Queue = ClassicQueue | StreamQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.
@@ -64,6 +70,8 @@ STATE_WRITE_DELAY_S = 0.2
 #: How often TTL and x-expires are checked.
 HOUSEKEEPING_INTERVAL_S = 1.0
 _WRITE_TIMEOUT_MS = 30_000
+#: Longest queue or exchange name (a shortstr holds 255 bytes).
+NAME_LENGTH_MAX = 255
 _PUBLIC = Exchange(name="", type=ExchangeType.DIRECT)  # stands in for an exchange that is not internal
 
 
@@ -71,14 +79,23 @@ def _error(code: ReplyCode, text: str, method: spec.Method) -> AmqpError:
     return AmqpError(code, text, class_id=method.CLASS_ID, method_id=method.METHOD_ID)
 
 
+def _check_name(kind: str, name: str, method: spec.Method) -> None:
+    """406 for a queue or exchange name that is not printable (it appears in logs and stored keys)."""
+    problem = name_problem(name, NAME_LENGTH_MAX)
+    if problem is not None:
+        raise _error(ReplyCode.PRECONDITION_FAILED, f"{kind} name {name[:64]!r} {problem}", method)
+
+
 class VirtualHost:
     """Exchanges, queues and bindings of vhost ``/``, shared by every AMQP connection."""
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: Any) -> None:
+    def __init__(self, broker: IBroker, reactor: Any, unreadable: UnreadableTally | None = None) -> None:
+        """``unreadable`` counts the batches its readers skip (the broker's metric)."""
         self.broker = broker
         self.reactor = reactor
+        self.unreadable = unreadable or UnreadableTally()
         #: Message bytes every connection's channels hold in memory together (partial messages, open transactions).
         self.held_bytes = ByteBudget(limits.amqp_held_bytes_broker_max)
         self.principal = INTERNAL_PRINCIPAL
@@ -90,8 +107,6 @@ class VirtualHost:
         self._state_write: IDelayedCall | None = None
         self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
         self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
-        #: Records of the internal topics that the replay could not read (each logged with its offset).
-        self.bad_records_skipped = 0
         #: Fires once the declarations are replayed; connections wait for it before Connection.OpenOk.
         self.started = StartedSignal(reactor, "AMQP front end")
         Deferred.fromCoroutine(self.started.run(self._load, self.log))
@@ -167,9 +182,8 @@ class VirtualHost:
 
     def _skip_bad_record(self, topic: str, offset: int, error: Exception, consequence: str) -> None:
         """A replayed record that does not decode: count it, log where it is, go on without it."""
-        self.bad_records_skipped += 1
-        self.log.warn("AMQP virtual host: unreadable record at {topic}-0 offset {offset} skipped ({consequence}): "
-                      "{error}", topic=topic, offset=offset, consequence=consequence, error=error)
+        fields = self.unreadable.skipped_at("AMQP replay", topic, 0, offset, offset, error)
+        self.log.warn(SKIPPED_LOG_FORMAT + " ({consequence})", consequence=consequence, **fields)
 
     async def _read_all(self, topic: str) -> list[Any]:
         records: list[Any] = []
@@ -179,14 +193,15 @@ class VirtualHost:
             [result] = await self.broker.fetch(self.principal, [position], 0, 1, 16 * 1024 * 1024)
             if result.error is not None:
                 raise result.error
-            view = memoryview(result.records)
-            for position_bytes, header in iter_batches(view):
-                if not header.is_control:
-                    batch = view[position_bytes : position_bytes + header.size_bytes]
-                    records += [r for r in decode_records(batch) if r.offset >= offset]
-            offset = max(offset, records[-1].offset + 1) if records else offset
+            records += readable_records(result.records, offset, topic=topic, partition=0,
+                                        skipped=lambda batch: self.skip_unreadable("AMQP replay", batch))
+            offset = next_offset_after(result.records, offset)
             if offset >= result.high_watermark or not result.records:
                 return records
+
+    def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None:
+        """A batch ``reader`` could not decode: count it, log where it is; the reader goes on after it."""
+        self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped(reader, batch))
 
     # --- persistence --------------------------------------------------------------------------
 
@@ -341,10 +356,11 @@ class VirtualHost:
         else:
             if name.startswith("amq.") and method.queue:
                 raise _error(ReplyCode.ACCESS_REFUSED, f"queue name '{name}' is reserved (amq.*)", method)
+            _check_name("queue", name, method)
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
                                            arguments=dict(method.arguments))
             QueuePolicy.from_arguments(declaration.arguments)  # 406 before anything is created
-            topic_spec = TopicSpec(name=queue_topic(name), partitions=1)
+            topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
             except errors.TopicAlreadyExistsError:
@@ -427,6 +443,8 @@ class VirtualHost:
         except ValueError:
             raise _error(ReplyCode.COMMAND_INVALID, f"exchange type '{method.type}' is not supported; "
                          "use direct, fanout, topic or headers", method) from None
+        if method.exchange:  # "" is the default exchange, as before
+            _check_name("exchange", method.exchange, method)
         exchange = Exchange(name=method.exchange, type=exchange_type, durable=method.durable,
                             auto_delete=method.auto_delete, internal=method.internal, arguments=dict(method.arguments))
         topic = source_topic(exchange.arguments, method)

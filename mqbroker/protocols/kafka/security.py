@@ -58,7 +58,12 @@ def acl_of(resource_type: int, resource_name: str, pattern_type: int, principal:
 
 
 def _matches(acl: Acl, request: m.DescribeAclsRequest | m.DeleteAclsFilter) -> bool:
-    """Whether ``acl`` matches a Kafka ACL filter (ANY matches everything; MATCH also takes wildcards and prefixes)."""
+    """Whether ``acl`` matches a Kafka ACL filter (ANY matches everything; MATCH also takes wildcards and prefixes).
+
+    ACLs of resource types Kafka has no number for (MQTT topic filters) never match: Kafka clients neither see
+    nor delete them."""
+    if acl.resource_type not in RESOURCE_TYPES.values():
+        return False
     if request.resource_type_filter != _ANY and RESOURCE_TYPES.get(request.resource_type_filter) != acl.resource_type:
         return False
     name = request.resource_name_filter

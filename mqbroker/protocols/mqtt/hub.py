@@ -10,7 +10,9 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
   (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
   replayed into memory at start;
 * ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
-* partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``.
+* partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``;
+* a batch whose records do not decode is counted, logged and skipped (``records_after``):
+  every reader goes on after it.
 """
 
 from __future__ import annotations
@@ -39,8 +41,13 @@ from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.decoder import decode_records
-from mqbroker.records.header import iter_batches
+from mqbroker.records.readable import (
+    SKIPPED_LOG_FORMAT,
+    UnreadableBatch,
+    UnreadableTally,
+    next_offset_after,
+    readable_records,
+)
 from mqbroker.records.record import Record
 
 RETAINED_TOPIC = "__mqtt_retained"
@@ -55,6 +62,8 @@ FETCH_BYTES_MAX = 1024 * 1024
 PRODUCE_TIMEOUT_MS = 30_000
 RETRY_DELAY_S = 1.0
 _COMPACTED = {"cleanup.policy": "compact"}
+#: The log topics the hub decodes: a client's produce whose records do not decode is refused.
+_DECODED = {"record.validation": "decode"}
 
 
 class Connection(TypingProtocol):
@@ -79,24 +88,6 @@ class Connection(TypingProtocol):
 
     def deliver_shared(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
                        subscription: Subscription) -> None: ...
-
-
-def records_after(data: bytes, start_offset: int) -> Iterator[Record]:
-    """Data records of the whole batches in ``data`` from ``start_offset`` on (a read starts at a batch)."""
-    for position, header in iter_batches(data):
-        if header.is_control:
-            continue
-        for record in decode_records(memoryview(data)[position : position + header.size_bytes]):
-            if record.offset >= start_offset:
-                yield record
-
-
-def next_offset_after(data: bytes, start_offset: int) -> int:
-    """The offset after the last batch in ``data`` (``start_offset`` if it holds none)."""
-    end = start_offset
-    for _, header in iter_batches(data, check=False):
-        end = max(end, header.next_offset)
-    return end
 
 
 def message_of(record: Record) -> OutboundMessage | None:
@@ -160,8 +151,11 @@ class MqttHub:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: Any, mapping: TopicMapping) -> None:
+    def __init__(self, broker: IBroker, reactor: Any, mapping: TopicMapping,
+                 unreadable: UnreadableTally | None = None) -> None:
+        """``unreadable`` counts the batches the readers skip (the broker's metric)."""
         self.broker = broker
+        self.unreadable = unreadable or UnreadableTally()
         self.reactor = reactor
         self.mapping = mapping
         self.registry = SubscriptionRegistry()
@@ -179,8 +173,6 @@ class MqttHub:
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
         self._durable_sessions: set[str] = set()
-        #: Records of the internal topics that replays could not read (each logged with its offset).
-        self.bad_records_skipped = 0
         self._expiry_timers: dict[str, Any] = {}
         self._will_timers: dict[str, Any] = {}
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
@@ -208,7 +200,7 @@ class MqttHub:
     async def _load(self) -> None:
         """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
         log_topics = self._log_topics()
-        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, {}) for t in log_topics]:
+        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, _DECODED) for t in log_topics]:
             await self._ensure_topic(name, configs)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
@@ -281,7 +273,7 @@ class MqttHub:
             (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
             if result.error is not None:
                 raise result.error
-            for record in records_after(result.records, position):
+            for record in self.records_after((topic, 0), result.records, position):
                 yield record
             position = next_offset_after(result.records, position)
 
@@ -302,20 +294,27 @@ class MqttHub:
             except errors.CorruptMessageError as error:
                 self.offline.pop(client_id, None)  # an older record of this client is stale now
                 self._durable_sessions.add(client_id)  # the record is still there: forgetting writes a tombstone
-                self.bad_records_skipped += 1
-                self.log.warn("MQTT session of {client_id} at {topic}-0 offset {offset} is unreadable; skipped "
-                              "(the client starts a new session): {error}",
-                              client_id=client_id, topic=SESSIONS_TOPIC, offset=record.offset, error=error)
+                fields = self.unreadable.skipped_at("MQTT replay", SESSIONS_TOPIC, 0, record.offset, record.offset,
+                                                    error, what=f"the session of {client_id!r}")
+                self.log.warn(SKIPPED_LOG_FORMAT + " (the client starts a new session)", **fields)
                 return
             self.offline[client_id] = stored
             self._durable_sessions.add(client_id)
 
     # ------------------------------------------------------------------ fan-out
 
+    def records_after(self, key: PartitionKey, data: bytes, start_offset: int) -> Iterator[Record]:
+        """Data records of the whole batches of ``key`` in ``data`` from ``start_offset`` on; a batch that does
+        not decode is counted, logged and skipped."""
+        return readable_records(data, start_offset, topic=key[0], partition=key[1], skipped=self._skip_unreadable)
+
+    def _skip_unreadable(self, batch: UnreadableBatch) -> None:
+        self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped("MQTT reader", batch))
+
     def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int) -> None:
         """``dispatch`` every record of a fetch from ``start_offset`` on; one socket write per connection."""
         with self._corked():
-            for record in records_after(data, start_offset):
+            for record in self.records_after(key, data, start_offset):
                 self.dispatch(key, record)
 
     @contextmanager
@@ -393,7 +392,7 @@ class MqttHub:
         group_key, key = (entry[0], entry[1]), entry[2]
         limit = self.live_position(key)
         connections = self.connections
-        for record in records_after(data, offset):
+        for record in self.records_after(key, data, offset):
             if record.offset >= limit:
                 break
             message = message_of(record)

@@ -24,10 +24,11 @@ from twisted.python.failure import Failure
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Principal
+from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.mqtt import hub as hub_module
 from mqbroker.protocols.mqtt import security as mqtt_security
+from mqbroker.protocols.mqtt.acl import TopicDecisions
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -43,7 +44,7 @@ from mqbroker.protocols.mqtt.actions import (
     StoreSession,
 )
 from mqbroker.protocols.mqtt.hub import FETCH_BYTES_MAX, FRONT_END_PRINCIPAL, PRODUCE_TIMEOUT_MS, MqttHub
-from mqbroker.protocols.mqtt.packets import Publish, ReasonCode
+from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
@@ -65,9 +66,14 @@ class MqttConnection:
 
     log = Logger()
 
-    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any, security: Any = None) -> None:
+    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any, security: Any = None,
+                 topic_acls: mqtt_security.ListenerAcls | None = None) -> None:
+        """``topic_acls``: the listener's MQTT topic ACLs (shared by its connections)."""
         self.hub = hub
         self._security = security  # a SecurityServices, or None: every client is let in under its username
+        self.topic_acls = topic_acls or mqtt_security.ListenerAcls(security)
+        #: This connection's topic decisions once it is authenticated (None: MQTT topic ACLs do not apply).
+        self.topic_decisions: TopicDecisions | None = None
         self.session = MqttSession(config=config, mapping=hub.mapping, generate_client_id=generate_client_id)
         self.client_id = ""
         self.principal: Principal = ANONYMOUS
@@ -151,7 +157,7 @@ class MqttConnection:
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
-        if self.session.state is _CONNECTED:
+        if self.session.state is _CONNECTED and mqtt_security.topic_allowed(self, Operation.READ, message.topic):
             self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
 
     def take_over(self) -> Deferred[None]:
@@ -217,10 +223,15 @@ class MqttConnection:
 
     def _execute(self, actions: list[Action]) -> None:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
+        refused: list[int] = []
         for action in actions:
             if isinstance(action, Send):
                 self._send(action)
             elif isinstance(action, PublishToLog):
+                if not mqtt_security.topic_allowed(self, Operation.WRITE, action.key.decode("utf-8", "replace")):
+                    if action.ticket is not None:  # QoS 1/2: PUBACK/PUBREC 0x87 (level 5); QoS 0 is dropped
+                        refused.append(action.ticket)
+                    continue
                 partition = self.hub.partition_for(action.log_topic, action.key)
                 publishes.setdefault((action.log_topic, partition), []).append(action)
             elif isinstance(action, Close):
@@ -248,6 +259,9 @@ class MqttConnection:
                 assert isinstance(action, StoreSession), action  # written by _drain before this list ran
         for key, group in publishes.items():
             self._append(key, group)
+        if refused:  # 3.1.1 has no negative acknowledgement: acknowledged and dropped, as Mosquitto does
+            code = ReasonCode.NOT_AUTHORIZED if self.session.protocol_level == PROTOCOL_LEVEL_5 else ReasonCode.SUCCESS
+            self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), code))
 
     def _send(self, action: Send) -> None:
         if self._connection is None:
@@ -402,6 +416,8 @@ class MqttConnection:
     ) -> None:
         state = self.session.session
         assert state is not None
+        if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+            return  # a subscription to '#' brings only what the principal may read
         queued_before = len(state.pending) + len(state.inflight)
         actions = self.session.deliver(message, subscriptions, self.hub.now_ms())
         if len(state.pending) + len(state.inflight) > queued_before:
@@ -422,6 +438,8 @@ class MqttConnection:
                 return
             if message.qos and not self.session.accepting_deliveries:
                 continue  # the queue is full; a retained message is a snapshot, the next one replaces it
+            if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+                continue
             self._run(self.session.deliver(message, [subscription], self.hub.now_ms(), from_retained_store=True))
 
     def _resume_catch_up(self) -> None:
@@ -451,7 +469,7 @@ class MqttConnection:
 
     def _catch_up_records(self, key: PartitionKey, data: bytes, offset: int) -> None:
         limit = self.hub.live_position(key)
-        for record in hub_module.records_after(data, offset):
+        for record in self.hub.records_after(key, data, offset):
             if record.offset >= limit or not self._catch_up_one(key, record):
                 return
             self._behind[key] = record.offset + 1
@@ -497,7 +515,8 @@ class MqttConnection:
 def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
-    hub = MqttHub(broker, reactor, TopicMapping())
+    hub = MqttHub(broker, reactor, TopicMapping(),
+                  unreadable=context.metrics.unreadable if context.metrics is not None else None)
     config = SessionConfig(receive_maximum=RECEIVE_MAXIMUM, outbound_inflight_max_3_1_1=RECEIVE_MAXIMUM)
     counter = itertools.count(1)
     prefix = f"mqbroker-{context.config.node_id}-{int(reactor.seconds() * 1000):x}"
@@ -508,8 +527,9 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     reactor.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
     reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
+    topic_acls = mqtt_security.ListenerAcls(context.security)
     return SessionFactory(
-        lambda address: MqttConnection(hub, config, generate_client_id, context.security),
+        lambda address: MqttConnection(hub, config, generate_client_id, context.security, topic_acls),
         idle_timeout_s=None, metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
         started=hub.started,
     )

@@ -198,6 +198,11 @@ class MqttSession:
         """Bytes of a packet received so far but not yet complete."""
         return self._decoder.buffered_bytes
 
+    @property
+    def will_topic(self) -> str | None:
+        """The topic of the will the CONNECT carried (the adapter checks the client may publish it)."""
+        return self._will.topic if self._will is not None else None
+
     def receive_data(self, data: bytes, now_ms: int) -> list[Action]:
         """Bytes from the client."""
         if self.state in _TERMINAL:

@@ -1,10 +1,15 @@
-"""The blocking client's socket wrapper against a minimal peer speaking the server codec over a real socket."""
+"""The blocking client's socket wrapper against a minimal peer speaking the server codec over a real socket,
+and how bootstrap addresses are read."""
 
 import socket
 import threading
 import time
 
-from mqbroker.client.connection import BlockingConnection
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mqbroker.client.connection import BlockingConnection, parse_bootstrap
 from mqbroker.protocols.native.codec import supported_api_versions
 from mqbroker.protocols.native.connection import RequestReceived, ServerConnection
 from mqbroker.protocols.native.messages import ProducePartition, ProduceRequest, ProduceTopic
@@ -57,3 +62,25 @@ def test_a_request_larger_than_the_send_buffer_goes_out_whole_on_a_non_blocking_
     received = peer.requests[1]
     assert isinstance(received, ProduceRequest)
     assert bytes(received.topics[0].partitions[0].records) == records
+
+
+def test_bootstrap_takes_kafkas_comma_separated_form_a_list_or_both_in_order() -> None:
+    assert parse_bootstrap("host1:9393,host2:9394") == [("host1", 9393), ("host2", 9394)]
+    assert parse_bootstrap(["host1:9393", " host2:9394 , [::1]:9395"]) == [
+        ("host1", 9393), ("host2", 9394), ("::1", 9395)]
+    assert parse_bootstrap("localhost:9393,") == [("localhost", 9393)]
+
+
+@pytest.mark.parametrize("bootstrap", ["", " , ", [], "host1:9393,host2", "host:port"])
+def test_a_bootstrap_without_a_usable_address_is_refused_with_the_form_to_use(bootstrap: object) -> None:
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_bootstrap(bootstrap)  # type: ignore[arg-type]
+
+
+@given(st.text(alphabet=st.sampled_from("ab:[],1 9"), max_size=30) | st.text(max_size=30))
+def test_any_bootstrap_text_parses_to_addresses_or_raises_value_error(text: str) -> None:
+    try:
+        addresses = parse_bootstrap(text)
+    except ValueError:
+        return
+    assert addresses and all(isinstance(host, str) and 0 <= port for host, port in addresses)

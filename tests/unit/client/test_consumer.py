@@ -12,6 +12,8 @@ from mqbroker.protocols.native.messages import FetchPartitionResult, FetchRespon
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.control import ControlType, encode_control_batch
 from mqbroker.records.header import stamp
+from mqbroker.records.readable import UnreadableBatch
+from tests.poison import poison_batch
 
 EVENTS_0 = ("events", 0)
 
@@ -117,3 +119,22 @@ def test_reply_for_a_partition_sought_meanwhile_is_dropped() -> None:
 def test_garbage_records_raise_only_the_typed_error(garbage: bytes) -> None:
     with contextlib.suppress(CorruptMessageError):
         decode_messages("events", 0, garbage, 0, [])
+
+
+def test_a_poison_batch_stops_the_consumer_unless_it_asked_to_pass_over_such_batches() -> None:
+    poison = bytearray(poison_batch(records_count=2))
+    stamp(poison, 0, 1, 0)
+    fetched = _batch(0, [b"a"]) + bytes(poison) + _batch(3, [b"d"])
+    core = _positioned(0)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    with pytest.raises(CorruptMessageError):  # Kafka's behaviour: the application decides (seek past it)
+        core.fetch_completed(plan, _response(fetched))
+    assert core.position(EVENTS_0) == 0
+    skipped: list[UnreadableBatch] = []
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.EARLIEST), on_unreadable=skipped.append)
+    core.assign([EVENTS_0])
+    core.seek(EVENTS_0, 0)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    assert [message.value for message in core.fetch_completed(plan, _response(fetched))] == [b"a", b"d"]
+    assert core.position(EVENTS_0) == 4
+    assert [(batch.topic, batch.first_offset, batch.last_offset) for batch in skipped] == [("events", 1, 2)]

@@ -5,7 +5,9 @@ import random
 import pytest
 
 from mqbroker.client.backoff import Backoff
-from mqbroker.client.producer import ProducerConfig, ProducerCore, ProducePlan, parse_acks
+from mqbroker.client.producer import ProducerCore
+from mqbroker.client.producer_batch import ProducePlan
+from mqbroker.client.producer_config import ProducerConfig
 from mqbroker.errors import ErrorCode, NotLeaderError, TopicAuthorizationError
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import Acks, ProducePartitionResult, ProduceResponse, ProduceTopicResult
@@ -200,14 +202,6 @@ def test_lost_connection_retries_and_old_batches_expire() -> None:
     assert expired.error is not None and expired.error.code == ErrorCode.REQUEST_TIMED_OUT
 
 
-def test_settings_are_checked_together() -> None:
-    with pytest.raises(ValueError, match="idempotence"):
-        ProducerConfig(acks=Acks.NONE).validated()
-    with pytest.raises(ValueError, match="compression"):
-        ProducerConfig(compression="brotli").validated()
-    assert parse_acks("all") is Acks.ALL and parse_acks("1") is Acks.LEADER
-
-
 def test_batch_keeps_growing_past_linger_while_an_earlier_one_waits_for_an_in_flight_slot() -> None:
     core = _core(linger_ms=1, max_in_flight=1)
     core.append("events", 0, 1, None, b"a", None, now_ms=0)
@@ -223,3 +217,34 @@ def test_batch_keeps_growing_past_linger_while_an_earlier_one_waits_for_an_in_fl
     core.plan_completed(second, _reply(second), now_ms=11)
     (third,) = core.drain(11, _leader_one)
     assert third.batches[0].record_count == 8  # one batch, not eight requests
+
+
+def test_pending_records_count_open_queued_and_in_flight_records_until_they_finish() -> None:
+    core = _core(linger_ms=0, max_in_flight=1)
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    core.append("events", 0, 1, None, b"b", None, now_ms=0)
+    (first,) = core.drain(0, _leader_one)  # in flight: 2 records
+    core.append("events", 0, 1, None, b"c", None, now_ms=0)
+    assert core.drain(0, _leader_one) == []  # queued behind the one request allowed: 1 record
+    core.append("logs", 0, 1, None, b"d", None, now_ms=0)  # open: not drained yet
+    assert core.pending_records == 4
+    core.plan_completed(first, _reply(first), now_ms=1)
+    assert core.pending_records == 2
+
+
+def test_failing_pending_batches_fails_each_unfinished_batch_once_and_leaves_nothing_pending() -> None:
+    core = _core(linger_ms=60_000, max_in_flight=1)
+    core.append("events", 0, 1, None, b"in flight", None, now_ms=0)
+    core.flush()
+    (in_flight,) = core.drain(0, _leader_one)
+    core.append("events", 0, 1, None, b"queued", None, now_ms=0)
+    core.flush()
+    assert core.drain(0, _leader_one) == []
+    core.append("events", 1, 1, None, b"open", None, now_ms=0)
+    error = TopicAuthorizationError("closing")
+    failed = core.fail_pending(error)
+    assert sorted(batch.partition for batch in failed) == [0, 0, 1]
+    assert all(batch.done and batch.error is error for batch in failed)
+    assert not core.has_pending and core.pending_records == 0 and core.queued_bytes == 0
+    assert core.fail_pending(error) == []
+    assert in_flight.batches[0] in failed

@@ -17,6 +17,8 @@ from tests.fakes import FakeClusterView, build_broker, fired
 from tests.unit.storage.logtools import make_batch
 
 BATCH = make_batch([b"a"])
+FRONT_END = Principal("Service", "mqtt")
+ALICE = Principal("User", "alice")
 
 
 @implementer(IAuthorizer)
@@ -122,7 +124,7 @@ def test_an_internal_topic_waits_until_enough_brokers_are_live(tmp_path: Path) -
     cluster = FakeClusterView(broker_ids=(1,))
     cluster.voters = {1: ("h", 1), 2: ("h", 2)}  # a quorum of two, the second broker not registered yet
     rig = build_broker(tmp_path, cluster, settings={"offsets_topic_replication_factor": 2})
-    created = rig.broker.create_topic(ANONYMOUS, TopicSpec(name="__state"), False)
+    created = rig.broker.create_topic(FRONT_END, TopicSpec(name="__state"), False)
     assert not created.called
     cluster.apply(RegisterBroker(node_id=2, host="h", port=2))
     fired(created)
@@ -161,3 +163,53 @@ def test_metrics_count_what_was_produced_and_fetched(tmp_path: Path) -> None:
     fired(rig.broker.fetch(ANONYMOUS, [position], 0, 1, 1 << 20))
     assert (rig.broker.produced_records, rig.broker.produced_bytes) == (2, len(make_batch([b"a", b"b"])))
     assert rig.broker.fetched_bytes == rig.broker.produced_bytes and rig.broker.partition_count() == 1
+
+
+def test_clients_neither_create_nor_produce_to_internal_topics(tmp_path: Path) -> None:
+    rig = build_broker(tmp_path, FakeClusterView())
+    for principal in (ANONYMOUS, ALICE):
+        with pytest.raises(errors.InvalidTopicError, match="'__mqtt_sessions' is internal"):
+            fired(rig.broker.produce(principal, "__mqtt_sessions", 0, BATCH, 1, 1_000))
+        with pytest.raises(errors.InvalidTopicError):
+            fired(rig.broker.create_topic(principal, TopicSpec(name="__mqtt_sessions"), False))
+        [described] = fired(rig.broker.metadata(principal, ["__mqtt_sessions"], True)).topics
+        assert isinstance(described.error, errors.UnknownTopicOrPartitionError)
+    assert rig.cluster.proposed == []  # nothing was auto-created on the way
+    produced = rig.broker.produce(FRONT_END, "__mqtt_sessions", 0, BATCH, 1, 1_000)  # the front end's own write
+    rig.engine.finish_round()
+    assert fired(produced).base_offset == 0
+    with pytest.raises(errors.InvalidTopicError):
+        fired(rig.broker.produce(ANONYMOUS, "__mqtt_sessions", 0, BATCH, 1, 1_000))  # existing or not
+
+
+def test_only_a_super_user_deletes_or_changes_an_internal_topic(tmp_path: Path) -> None:
+    rig = build_broker(tmp_path, FakeClusterView(), settings={"security.super_users": "User:admin"})
+    fired(rig.broker.create_topic(FRONT_END, TopicSpec(name="__amqp_metadata"), False))
+    refused = [
+        lambda: rig.broker.delete_topic(ALICE, "__amqp_metadata"),
+        lambda: rig.broker.alter_configs(ALICE, "__amqp_metadata", {"retention.ms": "1"}, []),
+        lambda: rig.broker.create_partitions(ALICE, "__amqp_metadata", 4),
+        lambda: rig.broker.delete_records(ALICE, "__amqp_metadata", 0, -1),
+        lambda: rig.broker.reassign_partition(ALICE, "__amqp_metadata", 0, [1]),
+    ]
+    for call in refused:
+        with pytest.raises(errors.TopicAuthorizationError, match="only a super user"):
+            fired(call())
+    assert len(rig.cluster.topic("__amqp_metadata").partitions) == 1 and rig.cluster.topic("__amqp_metadata").configs == {}
+    fired(rig.broker.delete_topic(Principal("User", "admin"), "__amqp_metadata"))
+    assert rig.cluster.topic("__amqp_metadata") is None
+
+
+def test_the_cluster_partition_limit_refuses_new_partitions_by_name(tmp_path: Path) -> None:
+    rig = build_broker(tmp_path, FakeClusterView(), settings={"cluster_partitions_max": 5})
+    fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="t", partitions=3), False))
+    with pytest.raises(errors.PolicyViolationError, match=r"holds 3 partitions; 3 more .* limit of 5 \(setting "
+                                                          r"cluster_partitions_max\)"):
+        fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="u", partitions=3), False))
+    fired(rig.broker.create_partitions(ANONYMOUS, "t", 5))
+    with pytest.raises(errors.PolicyViolationError):
+        fired(rig.broker.create_partitions(ANONYMOUS, "t", 6))
+    with pytest.raises(errors.PolicyViolationError):
+        fired(rig.broker.produce(ANONYMOUS, "auto", 0, BATCH, 1, 1_000))  # auto-creation counts too
+    assert sorted(rig.cluster.image.topics) == ["t"]
+    fired(rig.broker.create_topic(FRONT_END, TopicSpec(name="__mqtt_retained"), False))  # the broker's own

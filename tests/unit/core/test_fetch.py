@@ -8,17 +8,24 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
-from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult
+from mqbroker.model import ANONYMOUS, LATEST_TIMESTAMP, FetchPosition, FetchResult, Principal
 from mqbroker.records.header import iter_batches
+from mqbroker.security.inter_broker import broker_principal
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 from tests.unit.storage.logtools import make_batch
 
 BATCH = make_batch([b"a", b"b", b"c"], timestamp_ms=5_000)
 
 
-def _broker(tmp_path: Path, configs: dict[str, str] | None = None, replicas: tuple[int, ...] = (1,)) -> BrokerRig:
-    cluster = FakeClusterView(broker_ids=sorted({1, *replicas}))
-    rig = build_broker(tmp_path, cluster)
+BROKER_2 = broker_principal(2)
+#: Brokers that prove who they are (an inter-broker password): anonymous is a client, not a broker.
+SECURED = {"security.inter_broker_password_file": "/etc/mqbroker/inter-broker-password"}
+
+
+def _broker(tmp_path: Path, configs: dict[str, str] | None = None, replicas: tuple[int, ...] = (1,),
+            brokers: tuple[int, ...] = (), settings: dict[str, object] | None = None) -> BrokerRig:
+    cluster = FakeClusterView(broker_ids=sorted({1, *replicas, *brokers}))
+    rig = build_broker(tmp_path, cluster, settings=settings)
     cluster.apply(CreateTopic(name="t", assignment=(1,), configs=configs or {}, replicas=(replicas,)))
     return rig
 
@@ -70,7 +77,7 @@ def test_a_long_poll_waits_for_min_bytes(tmp_path: Path) -> None:
 
 def test_a_followers_long_poll_is_woken_by_the_append_before_the_fsync(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    fetched = rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=0)], 5_000, 1, 1 << 20)
+    fetched = rig.broker.replica_fetch(BROKER_2, 2, [_position(0, epoch=0)], 5_000, 1, 1 << 20)
     fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
     [result] = fired(fetched)  # a follower copies up to the log end; the high watermark waits for it
     assert _offsets(result) == [0] and result.high_watermark == 0
@@ -79,14 +86,14 @@ def test_a_followers_long_poll_is_woken_by_the_append_before_the_fsync(tmp_path:
 def test_a_follower_whose_log_diverged_is_told_where(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
     fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
-    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(5, epoch=0, last_fetched_epoch=0)],
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, [_position(5, epoch=0, last_fetched_epoch=0)],
                                               5_000, 1, 1 << 20))
     assert (result.diverging_epoch, result.diverging_end_offset) == (0, 3)  # it claims offsets we never had
 
 
 def test_a_follower_at_a_stale_leader_epoch_is_fenced(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=-1)], 0, 1, 1 << 20))
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, [_position(0, epoch=-1)], 0, 1, 1 << 20))
     assert isinstance(result.error, errors.FencedLeaderEpochError)
 
 
@@ -126,3 +133,36 @@ def test_stopping_answers_every_waiting_fetch(tmp_path: Path) -> None:
     rig.broker.stop()
     [result] = fired(fetched)
     assert result.records == b""
+
+
+def test_a_replica_fetch_is_served_only_to_the_broker_it_names(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, replicas=(1, 2), settings=SECURED)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    rig.engine.finish_round()  # durable here; the high watermark waits for follower 2
+    for principal in (ANONYMOUS, Principal("User", "alice"), broker_principal(3)):
+        with pytest.raises(errors.ClusterAuthorizationError, match="only from Broker:2"):  # "I hold all 3 records"
+            fired(rig.broker.replica_fetch(principal, 2, [_position(3, epoch=0)], 0, 1, 1 << 20))
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, LATEST_TIMESTAMP)).offset == 0  # nothing moved
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, [_position(0, epoch=0)], 0, 1, 1 << 20))
+    assert _offsets(result) == [0] and result.high_watermark == 0
+
+
+def test_a_broker_that_is_no_replica_of_the_partition_cannot_read_past_the_high_watermark(tmp_path: Path) -> None:
+    rig = _broker(tmp_path, replicas=(1, 2), brokers=(3,), settings=SECURED)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))  # appended, not yet below the high watermark
+    [result] = fired(rig.broker.replica_fetch(broker_principal(3), 3, [_position(0, epoch=0)], 0, 1, 1 << 20))
+    assert isinstance(result.error, errors.NotLeaderError) and "not one of its followers" in result.error.message
+    assert result.records == b""
+
+
+def test_in_an_unauthenticated_cluster_the_anonymous_principal_is_taken_for_a_broker(tmp_path: Path) -> None:
+    """No inter-broker credentials, two brokers: a follower reaches the leader anonymously (firewall the ports)."""
+    rig = _broker(tmp_path, replicas=(1, 2))
+    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=0)], 0, 1, 1 << 20))
+    assert result.error is None
+
+
+def test_a_single_broker_serves_no_anonymous_replica_fetch(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    with pytest.raises(errors.ClusterAuthorizationError):
+        fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=0)], 0, 1, 1 << 20))

@@ -8,8 +8,10 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, ElectLeader
-from mqbroker.model import ANONYMOUS, FetchPosition
+from mqbroker.model import ANONYMOUS, FetchPosition, Principal
+from mqbroker.security.inter_broker import broker_principal
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
+from tests.poison import poison_batch
 from tests.unit.storage.logtools import make_batch
 
 BATCH = make_batch([b"a", b"b", b"c"])
@@ -35,7 +37,7 @@ def _follower_fetched(rig: BrokerRig, replica_id: int, offset: int) -> None:
     state = rig.cluster.partition("t")
     position = FetchPosition(topic="t", partition=0, offset=offset, max_bytes=1 << 20,
                              current_leader_epoch=state.leader_epoch, last_fetched_epoch=state.leader_epoch)
-    fired(rig.broker.replica_fetch(ANONYMOUS, replica_id, [position], 0, 1, 1 << 20))
+    fired(rig.broker.replica_fetch(broker_principal(replica_id), replica_id, [position], 0, 1, 1 << 20))
 
 
 def _shrink_isr(rig: BrokerRig, isr: tuple[int, ...]) -> None:
@@ -157,3 +159,28 @@ def test_a_stopping_broker_refuses_produces_and_drains_its_last_fsync_round(tmp_
     rig.engine.finish_all()
     fired(stopped)
     assert rig.log("t").durable_end_offset == 3
+
+
+def test_a_compacted_topic_refuses_a_clients_record_without_a_key(tmp_path: Path) -> None:
+    rig = _single(tmp_path, {"cleanup.policy": "compact"})
+    with pytest.raises(errors.InvalidRecordError, match="compacted: every record needs a key"):
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"], keys=[None]), 0, 1_000))
+    with pytest.raises(errors.CorruptMessageError, match="only records that decode"):
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), 0, 1_000))
+    assert rig.log("t").log_end_offset == 0
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"], keys=[b"k"]), 0, 1_000)).base_offset == 0
+
+
+def test_a_topic_the_broker_decodes_refuses_records_that_do_not_decode(tmp_path: Path) -> None:
+    rig = _single(tmp_path, {"record.validation": "decode"})
+    with pytest.raises(errors.CorruptMessageError, match="'t' takes only records that decode"):
+        fired(rig.broker.produce(Principal("User", "alice"), "t", 0, poison_batch(), 0, 1_000))
+    assert rig.log("t").log_end_offset == 0
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000)).base_offset == 0
+    assert fired(rig.broker.produce(Principal("Service", "mqtt"), "t", 0, BATCH, 0, 1_000)).base_offset == 3
+
+
+def test_other_topics_take_batches_without_decoding_their_records(tmp_path: Path) -> None:
+    """No per-record work on the produce path: a CRC-valid batch of garbage records is appended (readers skip it)."""
+    rig = _single(tmp_path)
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), 0, 1_000)).base_offset == 0

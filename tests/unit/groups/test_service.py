@@ -28,9 +28,12 @@ from mqbroker.groups.messages import (
     PartitionCommit,
 )
 from mqbroker.groups.model import TopicPartition
-from mqbroker.groups.offsets import OffsetStore
+from mqbroker.groups.offsets import CommittedOffset, OffsetStore, offset_commit_record
+from mqbroker.records.builder import BatchBuilder
 from mqbroker.storage.config import LogConfig
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.storage.log import PartitionLog
+from tests.poison import poison_batch
 
 OFFSETS_PARTITIONS = 3
 DELAY_S = 3.0
@@ -240,3 +243,29 @@ def test_resigning_a_partition_fails_its_parked_joins_with_not_coordinator(clock
     assert clock.getDelayedCalls() == [] and coordinators.epoch_of(partition) is None
     with pytest.raises(errors.NotCoordinatorError):
         coordinators.service_for("g")
+
+
+def test_the_offsets_replay_skips_batches_and_records_it_cannot_read(tmp_path: pathlib.Path) -> None:
+    """A poison batch, a record without a key and one whose value is garbage are reported with their offsets;
+    the commits around them are loaded (the coordinator starts instead of failing for ever)."""
+    partition_log = PartitionLog.open(str(tmp_path / "__consumer_offsets-0"), LogConfig(), 0)
+    commit = offset_commit_record("g", TopicPartition("events", 0), CommittedOffset(offset=5, metadata="",
+                                                                                  commit_timestamp_ms=0))
+    later = offset_commit_record("g", TopicPartition("events", 1), CommittedOffset(offset=9, metadata="",
+                                                                                 commit_timestamp_ms=0))
+    for key, value in ((commit.key, commit.value), (None, b"keyless"), (later.key[:3], b"\xff"),
+                       (later.key, later.value)):
+        builder = BatchBuilder()
+        builder.append(0, key, value)
+        partition_log.append(builder.build(), 0)
+        if key is None:
+            partition_log.append(poison_batch(), 0)
+    skipped: list[tuple[int, int]] = []
+    records = read_offsets_records(partition_log, partition=0,
+                                   skipped=lambda batch: skipped.append((batch.first_offset, batch.last_offset)))
+    store = OffsetStore.replay(records, skipped=lambda record, error: skipped.append((record.offset, record.offset)))
+    assert store.committed("g", TopicPartition("events", 0)).offset == 5  # type: ignore[union-attr]
+    assert store.committed("g", TopicPartition("events", 1)).offset == 9  # type: ignore[union-attr]
+    assert skipped == [(1, 1), (2, 2), (3, 3)]  # the keyless record, the poison batch, the garbage key
+    with pytest.raises(CorruptRecordError):  # without a reporter the replay refuses, as before
+        list(read_offsets_records(partition_log))

@@ -254,8 +254,8 @@ def test_the_mqtt_hub_skips_an_unreadable_session_and_replays_the_rest(warnings:
     Deferred.fromCoroutine(hub.start())
     assert hub.started.started
     assert list(hub.offline) == ["kept"]  # "lost": its newest record is unreadable, the older one is stale
-    assert hub.bad_records_skipped == 2
-    assert [(event["topic"], event["offset"]) for event in warnings if "offset" in event] == [
+    assert hub.unreadable.counts() == {("MQTT replay", SESSIONS_TOPIC): 2}
+    assert [(event["topic"], event["first_offset"]) for event in warnings if "first_offset" in event] == [
         (SESSIONS_TOPIC, 1), (SESSIONS_TOPIC, 3)]
     hub.stop()
 
@@ -272,6 +272,6 @@ def test_the_amqp_virtual_host_skips_unreadable_records_and_replays_the_rest(war
     host = VirtualHost(broker, clock)
     assert host.started.started
     assert sorted(host.queues) == ["jobs", "work"] and "orders" not in host.router.exchanges
-    assert host.bad_records_skipped == 4
-    assert sorted((event["topic"], event["offset"]) for event in warnings if "offset" in event) == [
+    assert sum(host.unreadable.counts().values()) == 4
+    assert sorted((event["topic"], event["first_offset"]) for event in warnings if "first_offset" in event) == [
         (METADATA_TOPIC, 0), (METADATA_TOPIC, 3), (QUEUE_STATE_TOPIC, 0), (SOURCE_POSITIONS_TOPIC, 0)]

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.address import IPv4Address
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from mqbroker.security.acl import Acl, Permission
-from mqbroker.security.auth import Authenticator, CredentialStore
+from mqbroker.records.readable import UnreadableTally
+from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
 from mqbroker.config import BrokerConfig, ConfigError, build_config
 from mqbroker.errors import (
     ClusterAuthorizationError,
+    InvalidRequestError,
     ResourceNotFoundError,
     SaslAuthenticationError,
     UnacceptableCredentialError,
@@ -95,6 +100,34 @@ def test_users_and_acls_follow_the_metadata_records() -> None:
     assert services.authenticator.authenticate_password("alice", "secret", True, "h").name == "alice"
     applied(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=None), image)
     assert not services.authorizer.authorize(alice, Operation.WRITE, ResourceType.TOPIC, "orders")
+
+
+def test_a_user_or_acl_record_that_does_not_decode_is_counted_and_skipped() -> None:
+    """The metadata replay goes on: the records after a broken one are applied."""
+    image = MetadataImage()
+    image.applied_index = 41
+    control = _FakeControl(image)
+    tally = UnreadableTally()
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), control, unreadable=tally)
+    [applied] = control.machine.record_listeners
+    record = CredentialStore(os.urandom, iterations=4096).add("alice", "secret")
+    for broken in ({"name": "bob"}, {"name": "bob", "credentials": [{"mechanism": "SCRAM-SHA-512", "iterations": 1}]},
+                   ["not", "a", "user"]):
+        applied(PutGenericRecord(kind=USER_KIND, key="bob", value=broken), image)
+    applied(PutGenericRecord(kind=ACL_KIND, key="{not an acl", value={}), image)
+    applied(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())), image)
+    assert services.authenticator.authenticate_password("alice", "secret", True, "h").name == "alice"
+    assert tally.counts() == {("metadata replay", "__cluster_metadata"): 4}
+
+
+@given(value=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                          lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12),
+                                                                                            children, max_size=4)))
+def test_garbage_user_records_raise_only_invalid_request(value: object) -> None:
+    with contextlib.suppress(InvalidRequestError):
+        UserRecord.from_bytes(json.dumps(value).encode())
+    with contextlib.suppress(InvalidRequestError):
+        UserRecord.from_bytes(json.dumps({"name": "x", "credentials": [value]}).encode())
 
 
 def test_admin_requests_need_cluster_alter_and_store_no_password() -> None:

@@ -62,6 +62,7 @@ class Host:
         self.broker = FakeBroker()
         self.principal = Principal("Service", "amqp")
         self.reactor = Clock()
+        self.skipped: list[tuple[str, str, int, int]] = []
 
     def now_ms(self) -> int:
         return int(self.reactor.seconds() * 1000)
@@ -71,6 +72,9 @@ class Host:
 
     def dead_letter(self, queue: ClassicQueue, dead: Any) -> None:
         raise AssertionError("nothing is dead-lettered here")
+
+    def skip_unreadable(self, reader: str, batch: Any) -> None:
+        self.skipped.append((reader, batch.topic, batch.first_offset, batch.last_offset))
 
 
 class Session:
@@ -189,4 +193,4 @@ def test_a_queue_reads_past_a_batch_that_does_not_decode_and_delivers_the_rest()
                                   high_watermark=6, log_start_offset=0)])
     assert [delivery.body for delivery in session.delivered] == [b"m0", b"m1", b"m2", b"m3"]
     assert queue.state.cursor == 6 and queue.state.unread_count == 0
-    assert queue.unreadable_batches_skipped == 1
+    assert host.skipped == [("AMQP queue", queue.topic, 4, 5)]

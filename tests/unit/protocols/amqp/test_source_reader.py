@@ -61,6 +61,9 @@ class FakeHost:
         self.saved.append(positions)
         return succeed(None)
 
+    def skip_unreadable(self, reader: str, batch: Any) -> None:
+        raise AssertionError(f"{reader} skipped {batch}")
+
 
 def test_the_position_is_saved_only_once_the_routed_records_are_durable() -> None:
     host = FakeHost(log_end=3)

@@ -13,6 +13,8 @@ from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import stamp
+from mqbroker.records.readable import UnreadableBatch
+from tests.poison import poison_batch
 from tests.unit.protocols.amqp.strategies import field_values, shortstrs
 
 
@@ -34,6 +36,10 @@ def test_positions_round_trip() -> None:
     assert decode_positions(encode_positions({0: 12, 3: 0, 11: 1 << 40})) == {0: 12, 3: 0, 11: 1 << 40}
 
 
+def _no_skip(batch: UnreadableBatch) -> None:
+    raise AssertionError(f"nothing should be skipped here: {batch}")
+
+
 def _batch(base_offset: int, records: list[tuple[bytes | None, bytes, tuple[tuple[str, bytes], ...]]]) -> bytes:
     builder = BatchBuilder()
     for key, value, headers in records:
@@ -46,12 +52,23 @@ def _batch(base_offset: int, records: list[tuple[bytes | None, bytes, tuple[tupl
 def test_fetched_records_become_messages_from_the_requested_offset_on() -> None:
     fetched = _batch(10, [(b"a.b", b"skipped", ()), (b"a.c", b"kept", (("origin", b"native"), ("raw", b"\xff")))])
     fetched += _batch(12, [(None, b"no key", ())])
-    records, next_offset = decode_source_records(fetched, 11)
+    records, next_offset = decode_source_records(fetched, 11, topic="t", partition=0, skipped=_no_skip)
     assert next_offset == 13
     assert [(record.routing_key, record.body) for record in records] == [("a.c", b"kept"), ("", b"no key")]
     assert records[0].headers == {"origin": "native", "raw": b"\xff"}
     assert decode_properties(records[0].properties_raw).headers == {"origin": "native", "raw": b"\xff"}
     assert records[1].headers is None and records[1].properties_raw == EMPTY_PROPERTIES
+
+
+def test_a_poison_batch_among_source_records_is_skipped_and_the_reader_reads_on() -> None:
+    poison = bytearray(poison_batch(records_count=2))
+    stamp(poison, 0, 11, 0)
+    fetched = _batch(10, [(b"a", b"before", ())]) + bytes(poison) + _batch(13, [(b"b", b"after", ())])
+    skipped: list[UnreadableBatch] = []
+    records, next_offset = decode_source_records(fetched, 10, topic="orders", partition=2, skipped=skipped.append)
+    assert [record.body for record in records] == [b"before", b"after"] and next_offset == 14
+    assert [(batch.topic, batch.partition, batch.first_offset, batch.last_offset) for batch in skipped] == [
+        ("orders", 2, 11, 12)]
 
 
 @given(value=st.binary(max_size=80) | st.dictionaries(shortstrs, field_values, max_size=4).map(fields.table))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 
 from mqbroker.model import FetchResult, ProduceResult
+from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC, QueueDeclaration
 from mqbroker.protocols.amqp.vhost import STATE_WRITE_DELAY_S, VirtualHost
 
@@ -54,3 +55,18 @@ def test_at_shutdown_pending_states_are_written_at_once_and_not_again() -> None:
     clock.advance(STATE_WRITE_DELAY_S * 10)  # the delayed write was cancelled
     assert broker.produced_topics.count(QUEUE_STATE_TOPIC) == 1
     assert host.write_changed_states().called  # nothing pending: done at once
+
+
+def test_queue_and_exchange_names_must_be_printable() -> None:
+    """A name is checked whole: 'jobs\\n' is refused with 406 and nothing is created or stored."""
+    broker = EmptyLogBroker()
+    host = VirtualHost(broker, Clock())
+    for declared in (host.declare_queue(spec.QueueDeclare(queue="jobs\n"), session_id=1),
+                     host.declare_exchange(spec.ExchangeDeclare(exchange="logs\x00", type="fanout"))):
+        failure = Deferred.fromCoroutine(declared)
+        errors: list[Any] = []
+        failure.addErrback(errors.append)
+        [error] = errors
+        assert error.value.reply_code == spec.ReplyCode.PRECONDITION_FAILED and "control" in error.value.reply_text
+    assert "jobs\n" not in host.queues and "logs\x00" not in host.router.exchanges
+    assert broker.produced_topics == []

@@ -129,16 +129,22 @@ class GroupMembership:
         request = self.member.commit_request(dict(offsets))
         return self._commits.submit(self._commit, request)
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit and wait; raises the broker's refusal (e.g. a fenced or stale member)."""
-        self.commit_async(offsets).result()
+    def commit(self, offsets: Mapping[TopicPartition, int], timeout_s: float | None = None) -> None:
+        """Commit and wait (up to ``timeout_s``: then TimeoutError); raises the broker's refusal
+        (e.g. a fenced or stale member)."""
+        self.commit_async(offsets).result(timeout_s)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """Committed offsets of ``partitions`` (None where nothing is committed)."""
         return self._commits.submit(self._fetch_committed, list(partitions)).result()
 
-    def close(self, leave: bool = True) -> None:
-        """Stop heartbeating; leave the group (not for static members), close the connections."""
+    def close(self, leave: bool = True, timeout_s: float | None = None) -> None:
+        """Stop heartbeating; leave the group (not for static members), close the connections.
+
+        Waits on the coordinator for at most ``timeout_s`` in all (None: a request timeout per step);
+        what is left then is abandoned (the session timeout removes the member).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
             self._stopping = True
             self._wake.notify_all()
@@ -148,16 +154,21 @@ class GroupMembership:
                 connection.socket.shutdown(socket.SHUT_RDWR)  # wake the thread out of its parked join
             except OSError:
                 pass  # already closed by the thread itself
-        self._thread.join()
-        request = self.member.leave_request() if leave else None
-        if request is not None:
+        self._thread.join(remaining_s(deadline))
+        request = self.member.leave_request() if leave and not self._thread.is_alive() else None
+        leave_timeout_s = remaining_s(deadline, self._timeout_s)
+        if request is not None and leave_timeout_s:
             try:
-                self._link().request(request, self._timeout_s)
+                self._link().request(request, leave_timeout_s)
             except BrokerError:
                 pass  # the session timeout removes the member instead
         self._drop_connection()
-        self._commits.submit(self._close_commit_connection).result()
-        self._commits.shutdown()
+        closing = self._commits.submit(self._close_commit_connection)
+        try:
+            closing.result(remaining_s(deadline))
+        except TimeoutError:
+            pass  # a commit still waits for its answer: it ends at its request timeout, on its own thread
+        self._commits.shutdown(wait=False)
 
     # -- the commit thread -------------------------------------------------------------------
 
@@ -273,6 +284,14 @@ class GroupMembership:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+def remaining_s(deadline: float | None, cap_s: float | None = None) -> float | None:
+    """Seconds left until the monotonic ``deadline`` (None: no deadline), at most ``cap_s``, never negative."""
+    if deadline is None:
+        return cap_s
+    left_s = max(0.0, deadline - time.monotonic())
+    return left_s if cap_s is None else min(left_s, cap_s)
 
 
 def resolve_callback(callback: Callable[[set[TopicPartition]], None] | None) -> Callable[[set[TopicPartition]], None]:

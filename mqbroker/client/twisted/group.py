@@ -115,6 +115,13 @@ class TwistedGroupMembership:
         """Stop heartbeating; leave the group (not for static members); close the coordinator connections."""
         return Deferred.fromCoroutine(self._close(leave))
 
+    def abandon(self) -> None:
+        """Stop at once, without leaving: the loop ends and both coordinator connections close."""
+        self._stopping = True
+        self._wake()
+        self._links.drop_coordinator(MEMBERSHIP)
+        self._links.drop_coordinator(COMMITS)
+
     async def _commit(self, request: object) -> None:
         await self._commits_request(request, raise_for_commit)
 

@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.group_member import GroupMember, GroupSettings
-from mqbroker.client.twisted_group import COMMITS, MEMBERSHIP, TwistedGroupMembership
+from mqbroker.client.twisted.group import COMMITS, MEMBERSHIP, TwistedGroupMembership
 from mqbroker.errors import BrokerError, NotCoordinatorError, RebalanceInProgressError
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native import messages as m

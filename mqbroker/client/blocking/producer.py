@@ -1,0 +1,219 @@
+"""The blocking ``Producer``: ``send`` appends to a batch; a background I/O thread sends it.
+
+The caller's ``send`` only appends to the pure ``ProducerCore`` under a lock, so producing
+overlaps with sending; ``ProducerIO`` (``producer_io.py``) drains the core, talks to the
+partition leaders and completes each batch's ``RecordFuture``s, whose callbacks run as
+``delivery.py`` describes.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+
+from mqbroker import limits
+from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
+from mqbroker.client.blocking.delivery import IMMEDIATE, POLL, Deliveries, DeliveryCallback, RecordFuture
+from mqbroker.client.blocking.producer_io import ProducerIO
+from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
+from mqbroker.client.producer import ProducerCore
+from mqbroker.client.producer_config import ProducerConfig, parse_acks
+from mqbroker.client.security import ClientSecurity
+from mqbroker.errors import RequestTimedOutError
+from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest, InitProducerIdResponse
+
+
+class Producer:
+    """Sends records to partition leaders in batches; ``send`` returns a ``RecordFuture``."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = "localhost:9393",
+        *,
+        acks: int | str = "all",
+        linger_ms: int = 5,
+        batch_size: int = 256 * 1024,
+        compression: str = "none",
+        enable_idempotence: bool | None = None,
+        max_in_flight: int = 5,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        buffer_bytes_max: int = 64 * 1024 * 1024,
+        max_block_ms: int = 60_000,
+        client_id: str = "mqbroker-producer",
+        seed: int | None = None,
+        security: ClientSecurity | None = None,
+        delivery_callbacks: str = IMMEDIATE,
+    ) -> None:
+        self._deliveries = Deliveries(delivery_callbacks)
+        self._poll_mode = self._deliveries.mode == POLL
+        parsed_acks = parse_acks(acks)
+        if enable_idempotence is None:
+            enable_idempotence = parsed_acks != Acks.NONE  # on by default wherever it can be
+        self._config = ProducerConfig(
+            acks=parsed_acks,
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            compression=compression,
+            enable_idempotence=enable_idempotence,
+            max_in_flight=max_in_flight,
+            delivery_timeout_ms=delivery_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            buffer_bytes_max=buffer_bytes_max,
+        ).validated()
+        rng = random.Random(seed)
+        self._core = ProducerCore(self._config, rng, new_waiter=self._deliveries.new_batch)
+        self._sticky = StickyPartitioner(rng)
+        self._max_block_s = max_block_ms / 1000
+        self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000, security)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._closed = False
+        if enable_idempotence:
+            identity = self._cluster.any_connection().request(InitProducerIdRequest(), self._cluster.timeout_s)
+            assert isinstance(identity, InitProducerIdResponse)
+            self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
+        self._core.on_batch_full = self._batch_full
+        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed)
+        self._thread = threading.Thread(target=self._io.run, name="mqbroker-producer-io", daemon=True)
+        self._thread.start()
+
+    def _batch_full(self, topic: str, partition: int) -> None:
+        count = self._cluster.view.partition_count(topic)
+        self._sticky.batch_closed(topic, partition, count or 1)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> RecordFuture:
+        """Queue one record; the future resolves to its ``RecordMetadata`` once acknowledged.
+
+        ``on_delivery(error, metadata)`` is called once the record is written (``error`` None)
+        or has failed (``metadata`` None), on the thread ``delivery_callbacks`` chose.
+        """
+        if partition is None:
+            count = self._cluster.view.partition_count(topic)
+            if count is None:
+                count = self._wait_for_topic(topic)
+            partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+        if self._poll_mode and self._deliveries.queued > limits.delivery_callbacks_queued_max:
+            self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
+        now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
+        if timestamp_ms is None:
+            timestamp_ms = now_ms
+        core = self._core
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("send() on a closed producer")
+            if core.queued_bytes > self._config.buffer_bytes_max:
+                self._wait_for_buffer_space()
+            batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
+        if index == 0:
+            self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
+        future = RecordFuture(batch, index, timestamp_ms)
+        if on_delivery is not None:
+            future.add_delivery_callback(on_delivery)
+        return future
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Run the delivery callbacks of records completed since the last call, in this thread; wait up to
+        ``timeout`` seconds for one when none is ready. Returns how many ran (always 0 unless the producer
+        was made with ``delivery_callbacks="poll"``: otherwise they run on the I/O thread as records complete)."""
+        if not self._poll_mode:
+            return 0
+        return self._deliveries.run_queued(timeout)
+
+    def _wait_for_topic(self, topic: str) -> int:
+        deadline = time.monotonic() + self._max_block_s
+        with self._lock:
+            self._core.stale_topics.add(topic)
+            self._io.wake()
+            while (count := self._cluster.view.partition_count(topic)) is None:
+                error = self._cluster.view.topic_error(topic)
+                if error is not None and not error.retriable and error.code != 3:
+                    raise error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RequestTimedOutError(f"no metadata for topic {topic!r} within max_block_ms")
+                self._changed.wait(min(remaining, 0.1))
+                self._core.stale_topics.add(topic)
+                self._io.wake()
+        return count
+
+    def _wait_for_buffer_space(self) -> None:
+        deadline = time.monotonic() + self._max_block_s
+        while self._core.queued_bytes > self._config.buffer_bytes_max:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOutError("the producer's buffer stayed full for max_block_ms")
+            self._changed.wait(remaining)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued now and wait until it is acknowledged or failed, up to ``timeout`` seconds
+        (None: as long as it takes). Returns how many records are still unfinished (0: all of them are).
+
+        In poll mode it also runs the delivery callbacks meanwhile, as ``poll`` does; once it returns 0,
+        every callback of the records sent before it has run.
+        """
+        self._refuse_on_io_thread("flush")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._core.flush()
+        self._io.wake()
+        while True:
+            self.poll()
+            with self._lock:
+                if self._io.error is not None:
+                    raise self._io.error
+                unresolved = self._core.pending_records + self._io.resolving_records
+                if not unresolved:
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return unresolved
+                self._changed.wait(0.05 if remaining is None else min(remaining, 0.05))
+                if self._core.has_pending:
+                    self._core.flush()  # records sent while flushing go at once too
+        self.poll()  # the callbacks of the last batches, queued before they counted as resolved
+        return 0
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (up to ``timeout`` seconds; None: until everything is acknowledged), stop the I/O thread and
+        close the connections. Records still unfinished then fail with ``RequestTimedOutError``; every
+        delivery callback has run when ``close`` returns (in poll mode, here)."""
+        if self._closed:
+            return
+        self._refuse_on_io_thread("close")
+        try:
+            self.flush(timeout)
+        finally:
+            with self._lock:
+                self._closed = True
+            self._io.stop()
+            self._thread.join()
+            abandoned = RequestTimedOutError(
+                f"the producer was closed (close(timeout={timeout})) before these records were acknowledged")
+            self._io.resolve(self._io.finishing(self._core.fail_pending(abandoned)))
+            self._cluster.close()
+            self.poll()
+
+    def _refuse_on_io_thread(self, name: str) -> None:
+        """``flush`` and ``close`` wait for the I/O thread: from one of its callbacks they would wait forever."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(f"{name}() called from a delivery callback on the producer's I/O thread would wait "
+                               "for itself; create the Producer with delivery_callbacks='poll' to run callbacks "
+                               "in your own thread")
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

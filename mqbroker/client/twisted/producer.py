@@ -1,0 +1,202 @@
+"""The Twisted ``TwistedProducer``: ``send`` returns a Deferred; batching as the blocking producer.
+
+The pure ``ProducerCore`` batches; a reactor timer drains it at each batch's deadline.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTCP, IReactorTime
+from twisted.python.failure import Failure
+
+from mqbroker.client.connection import BrokerUnavailableError
+from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
+from mqbroker.client.producer import ProducerCore
+from mqbroker.client.producer_batch import ProducerBatch, ProducePlan, RecordMetadata
+from mqbroker.client.producer_config import ProducerConfig, parse_acks
+from mqbroker.client.security import ClientSecurity
+from mqbroker.client.twisted.cluster import TwistedCluster
+from mqbroker.errors import BrokerError, RequestTimedOutError
+from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest
+
+#: Pause after a metadata refresh before draining again (bounds the retry rate if it failed).
+_REFRESH_PAUSE_S = 0.05
+
+
+class TwistedProducer:
+    """``send`` returns a Deferred firing with ``RecordMetadata``; batching as the blocking producer."""
+
+    def __init__(
+        self,
+        reactor: IReactorTCP,
+        bootstrap: str | Sequence[str] = "localhost:9393",
+        *,
+        acks: int | str = "all",
+        linger_ms: int = 5,
+        batch_size: int = 256 * 1024,
+        compression: str = "none",
+        enable_idempotence: bool | None = None,
+        client_id: str = "mqbroker-producer",
+        rng: random.Random | None = None,
+        security: ClientSecurity | None = None,
+    ) -> None:
+        parsed_acks = parse_acks(acks)
+        if enable_idempotence is None:
+            enable_idempotence = parsed_acks != Acks.NONE
+        config = ProducerConfig(
+            acks=parsed_acks,
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            compression=compression,
+            enable_idempotence=enable_idempotence,
+        )
+        self._reactor = reactor
+        self._random = rng or random.Random()
+        self._core = ProducerCore(config, self._random, new_waiter=list)
+        self._sticky = StickyPartitioner(self._random)
+        self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
+        self._timer: Any = None
+        self._ready: Deferred[None] | None = None
+        self._flushes: list[Deferred[None]] = []
+        self._closed = False
+
+    def _clock(self) -> IReactorTime:
+        return self._reactor  # type: ignore[return-value]
+
+    def _now_ms(self) -> int:
+        return int(self._clock().seconds() * 1000)
+
+    async def _prepare(self, topic: str) -> int:
+        if self._core.needs_producer_id:
+            if self._ready is None:
+                self._ready = Deferred.fromCoroutine(self._init_producer_id())
+            await self._ready
+        count = self._cluster.view.partition_count(topic)
+        while count is None:
+            await self._cluster.refresh([topic])
+            count = self._cluster.view.partition_count(topic)
+            error = self._cluster.view.topic_error(topic)
+            if count is None and error is not None and not error.retriable and error.code != 3:
+                raise error
+        return count
+
+    async def _init_producer_id(self) -> None:
+        identity = await self._cluster.request(None, InitProducerIdRequest())
+        if self._core.needs_producer_id:
+            self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
+
+    async def _send(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Any, partition: int | None, timestamp_ms: int | None
+    ) -> RecordMetadata:
+        if self._closed:
+            raise RuntimeError("send() on a closed producer")
+        count = await self._prepare(topic)
+        if partition is None:
+            partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+        now_ms = self._now_ms()
+        timestamp = now_ms if timestamp_ms is None else timestamp_ms
+        batch, index = self._core.append(topic, partition, timestamp, key, value, headers, now_ms)
+        delivered: Deferred[None] = Deferred()
+        batch.waiter.append(delivered)  # type: ignore[attr-defined]
+        self._schedule()
+        await delivered
+        return batch.metadata(index, timestamp)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Deferred[RecordMetadata]:
+        """Queue one record; fire with its ``RecordMetadata`` once acknowledged."""
+        return Deferred.fromCoroutine(self._send(topic, value, key, headers, partition, timestamp_ms))
+
+    def _schedule(self) -> None:
+        if self._timer is not None and self._timer.active():
+            return
+        deadline_ms = self._core.next_deadline_ms(self._now_ms())
+        if deadline_ms is None:
+            return
+        delay_s = max(0.0, (deadline_ms - self._now_ms()) / 1000)
+        self._timer = self._clock().callLater(delay_s, self._drain)
+
+    def _drain(self) -> None:
+        self._timer = None
+        if self._closed:
+            return
+        now_ms = self._now_ms()
+        self._resolve(self._core.expire(now_ms))
+        if self._core.stale_topics:
+            topics = set(self._core.stale_topics)
+            self._core.stale_topics.clear()
+            refreshed = Deferred.fromCoroutine(self._cluster.refresh(topics))
+            refreshed.addBoth(lambda _: self._clock().callLater(_REFRESH_PAUSE_S, self._drain))
+            return
+        for plan in self._core.drain(now_ms, self._cluster.view.leader):
+            Deferred.fromCoroutine(self._cluster.request(plan.node_id, plan.request())).addCallbacks(
+                self._completed, self._failed, callbackArgs=(plan,), errbackArgs=(plan,)
+            )
+        self._schedule()
+        self._check_flushes()
+
+    def _completed(self, response: Any, plan: ProducePlan) -> None:
+        if self._closed:
+            return  # its batches failed when the producer closed
+        self._resolve(self._core.plan_completed(plan, None if plan.acks == Acks.NONE else response, self._now_ms()))
+        self._drain()
+
+    def _failed(self, failure: Failure, plan: ProducePlan) -> None:
+        if self._closed:
+            return  # its batches failed when the producer closed
+        error = failure.value if isinstance(failure.value, BrokerError) else BrokerUnavailableError(str(failure.value))
+        self._resolve(self._core.plan_failed(plan, error, self._now_ms()))
+        self._drain()
+
+    def _resolve(self, finished: list[ProducerBatch]) -> None:
+        for batch in finished:
+            for delivered in batch.waiter:  # type: ignore[attr-defined]
+                delivered.callback(None)
+
+    def _check_flushes(self) -> None:
+        if not self._core.has_pending:
+            flushes, self._flushes = self._flushes, []
+            for flushed in flushes:
+                flushed.callback(None)
+        elif self._flushes:
+            self._core.flush()
+            self._schedule()
+
+    def flush(self, timeout: float | None = None) -> Deferred[int]:
+        """Fire with 0 once everything queued so far is acknowledged or failed; or, after ``timeout``
+        seconds, with how many records are still unfinished."""
+        flushed: Deferred[Any] = Deferred()
+        self._flushes.append(flushed)
+        self._core.flush()
+        self._drain()
+        flushed.addCallback(lambda _: 0)
+        if timeout is not None:
+            flushed.addTimeout(timeout, self._clock(),
+                               onTimeoutCancel=lambda result, timeout: self._core.pending_records)
+        return flushed
+
+    async def _close(self, timeout: float | None) -> None:
+        await self.flush(timeout)
+        self._closed = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        abandoned = RequestTimedOutError(
+            f"the producer was closed (close(timeout={timeout})) before these records were acknowledged")
+        self._resolve(self._core.fail_pending(abandoned))
+        self._cluster.close()
+
+    def close(self, timeout: float | None = None) -> Deferred[None]:
+        """Flush (up to ``timeout`` seconds; None: until everything is acknowledged), then close the
+        connections; records still unfinished then fail with ``RequestTimedOutError``."""
+        return Deferred.fromCoroutine(self._close(timeout))

@@ -1,0 +1,78 @@
+"""The MQTT hub's log readers skip a batch they cannot decode, count and log it, and go on serving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
+from mqbroker.protocols.mqtt.state import Subscription
+from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
+from mqbroker.records.readable import UnreadableTally
+from tests.poison import poison_batch
+from tests.unit.protocols.test_startup import TopicsBroker, warnings  # noqa: F401  (a fixture)
+
+LOG_TOPIC = TopicMapping().default_log_topic
+
+
+class LiveConnection:
+    """A connected session that takes every live message."""
+
+    def __init__(self) -> None:
+        self.offered: list[tuple[int, str, bytes]] = []
+
+    def accepts_live(self, partition_key: Any) -> bool:
+        return True
+
+    def offer_live(self, partition_key: Any, offset: int, message: Any, subscriptions: Any) -> None:
+        self.offered.append((offset, message.topic, message.payload))
+
+    def flush(self, *, even_when_corked: bool = False) -> None:
+        pass
+
+
+def _poison(broker: TopicsBroker, topic: str) -> None:
+    batch = bytearray(poison_batch())
+    stamp(batch, 0, broker._end(topic), 0)
+    broker.topics.setdefault(topic, bytearray()).extend(batch)
+
+
+def _message_batch(topic: str, payload: bytes) -> bytes:
+    builder = BatchBuilder()
+    builder.append(0, record_key(topic), payload)
+    return builder.build()
+
+
+def test_retained_messages_around_a_poison_batch_are_restored(warnings: list[dict[str, Any]]) -> None:  # noqa: F811
+    broker, tally = TopicsBroker(), UnreadableTally()
+    broker.topics[RETAINED_TOPIC] = bytearray()
+    broker.produce(None, RETAINED_TOPIC, 0, _message_batch("plant/a", b"1"), -1, 0)
+    _poison(broker, RETAINED_TOPIC)
+    broker.produce(None, RETAINED_TOPIC, 0, _message_batch("plant/b", b"2"), -1, 0)
+    hub = MqttHub(broker, Clock(), TopicMapping(), unreadable=tally)
+    Deferred.fromCoroutine(hub.start())
+    assert hub.started.started
+    assert sorted(message.payload for message in hub.retained.matching("plant/#")) == [b"1", b"2"]
+    assert tally.counts() == {("MQTT reader", RETAINED_TOPIC): 1}
+    [logged] = [event for event in warnings if event.get("reader") == "MQTT reader"]
+    assert (logged["topic"], logged["partition"], logged["first_offset"], logged["last_offset"]) == (RETAINED_TOPIC, 0, 1, 1)
+    hub.stop()
+
+
+def test_live_subscribers_get_the_messages_after_a_poison_batch() -> None:
+    broker, tally = TopicsBroker(), UnreadableTally()
+    hub = MqttHub(broker, Clock(), TopicMapping(), unreadable=tally)
+    connection = LiveConnection()
+    hub.connections["device-1"] = connection  # type: ignore[assignment]
+    hub.registry.add("device-1", Subscription(topic_filter="#"))
+    key = (LOG_TOPIC, 0)
+    broker.produce(None, LOG_TOPIC, 0, _message_batch("plant/a", b"before"), -1, 0)
+    _poison(broker, LOG_TOPIC)
+    broker.produce(None, LOG_TOPIC, 0, _message_batch("plant/b", b"after"), -1, 0)
+    hub.dispatch_all(key, bytes(broker.topics[LOG_TOPIC]), 0)
+    assert connection.offered == [(0, "plant/a", b"before"), (2, "plant/b", b"after")]
+    assert tally.counts() == {("MQTT reader", LOG_TOPIC): 1}
