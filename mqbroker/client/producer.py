@@ -87,6 +87,8 @@ class ProducerCore:
         #: Topics whose leaders must be looked up again before their batches can be routed.
         self.stale_topics: set[str] = set()
         self._next_leader_poll_ms = 0
+        #: The first batch failure since the driver last took it (a transaction with one cannot commit).
+        self.failure: BrokerError | None = None
         #: Called with (topic, partition) when a partition's batch fills (the sticky partitioner).
         self.on_batch_full: Callable[[str, int], None] = _ignore_batch_full
 
@@ -128,6 +130,7 @@ class ProducerCore:
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=base_sequence,
+            is_transactional=self.config.transactional_id is not None,
         )
         batch = ProducerBatch(topic, partition, builder, base_sequence, now_ms, self._new_waiter())
         self._open[key] = batch
@@ -179,7 +182,8 @@ class ProducerCore:
                     self._waiting_for_slot.add(key)
                     continue
                 plan = ProducePlan(
-                    node_id=node_id, acks=int(self.config.acks), timeout_ms=self.config.request_timeout_ms, batches=[]
+                    node_id=node_id, acks=int(self.config.acks), timeout_ms=self.config.request_timeout_ms, batches=[],
+                    transactional_id=self.config.transactional_id,
                 )
                 plans[node_id] = plan
                 plan_bytes[node_id] = 0
@@ -372,6 +376,8 @@ class ProducerCore:
 
     def _fail(self, batch: ProducerBatch, error: BrokerError, finished: list[ProducerBatch]) -> None:
         batch.error = error
+        if self.failure is None:
+            self.failure = error
         self._finish(batch, finished)
 
     def _finish(self, batch: ProducerBatch, finished: list[ProducerBatch]) -> None:

@@ -8,10 +8,11 @@ partition leaders and completes each batch's ``RecordFuture``s, whose callbacks 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from mqbroker import limits
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
@@ -21,6 +22,10 @@ from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
+from mqbroker import errors
+from mqbroker.client.blocking.transactions import BlockingTransactions, CoordinatorCalls
+from mqbroker.client.group_member import ConsumerGroupMetadata
+from mqbroker.client.transaction_state import ProducerTransactionState, TopicPartition, TransactionTracker
 from mqbroker.errors import RequestTimedOutError
 from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest, InitProducerIdResponse
 
@@ -46,7 +51,11 @@ class Producer:
         seed: int | None = None,
         security: ClientSecurity | None = None,
         delivery_callbacks: str = IMMEDIATE,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
+        """``transactional_id``: a transactional producer (call ``init_transactions`` first, then send inside
+        ``begin_transaction`` ... ``commit_transaction``/``abort_transaction``, or ``with producer.transaction()``)."""
         self._deliveries = Deliveries(delivery_callbacks)
         self._poll_mode = self._deliveries.mode == POLL
         parsed_acks = parse_acks(acks)
@@ -62,6 +71,8 @@ class Producer:
             delivery_timeout_ms=delivery_timeout_ms,
             request_timeout_ms=request_timeout_ms,
             buffer_bytes_max=buffer_bytes_max,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
         ).validated()
         rng = random.Random(seed)
         self._core = ProducerCore(self._config, rng, new_waiter=self._deliveries.new_batch)
@@ -71,7 +82,13 @@ class Producer:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
-        if enable_idempotence:
+        self._transactions: ProducerTransactions | None = None
+        if transactional_id is not None:
+            calls = CoordinatorCalls(bootstrap=self._cluster.bootstrap, client_id=client_id,
+                                     timeout_s=request_timeout_ms / 1000, deadline_s=self._max_block_s, security=security)
+            self._transactions = ProducerTransactions(
+                BlockingTransactions(calls, transactional_id, transaction_timeout_ms), calls, self)
+        elif enable_idempotence:
             identity = self._cluster.any_connection().request(InitProducerIdRequest(), self._cluster.timeout_s)
             assert isinstance(identity, InitProducerIdResponse)
             self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
@@ -79,6 +96,49 @@ class Producer:
         self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed)
         self._thread = threading.Thread(target=self._io.run, name="mqbroker-producer-io", daemon=True)
         self._thread.start()
+
+    # -- transactions (a producer made with a transactional_id) -------------------------------
+
+    def _transactional(self, name: str) -> ProducerTransactions:
+        if self._transactions is None:
+            raise errors.InvalidTxnStateError(f"{name}() needs a transactional producer: create it with "
+                                              "transactional_id=...")
+        return self._transactions
+
+    def init_transactions(self) -> None:
+        """Register the transactional id with its coordinator: fences any older producer with the same id and
+        aborts (or finishes) the transaction it left open. Call once, before the first transaction."""
+        self._transactional("init_transactions").init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until it commits become visible together, or not at all."""
+        self._transactional("begin_transaction").tracker.begin()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: ConsumerGroupMetadata
+    ) -> None:
+        """Commit a consumer's ``offsets`` (the next offsets to read) with the transaction
+        (``group_metadata``: ``Consumer.group_metadata()``)."""
+        self._transactional("send_offsets_to_transaction").send_offsets(offsets, group_metadata)
+
+    def commit_transaction(self) -> None:
+        """Send everything queued, then commit; raises if any record of the transaction failed (abort it then)."""
+        self._transactional("commit_transaction").end(committed=True)
+
+    def abort_transaction(self) -> None:
+        """Abort: the transaction's records stay invisible to read_committed consumers, its offsets unused."""
+        self._transactional("abort_transaction").end(committed=False)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """``with producer.transaction():`` begins, commits on success, aborts when the block raises."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            self.abort_transaction()
+            raise
+        self.commit_transaction()
 
     def _batch_full(self, topic: str, partition: int) -> None:
         count = self._cluster.view.partition_count(topic)
@@ -104,6 +164,8 @@ class Producer:
             if count is None:
                 count = self._wait_for_topic(topic)
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+        if self._transactions is not None:
+            self._transactions.before_send(topic, partition)
         if self._poll_mode and self._deliveries.queued > limits.delivery_callbacks_queued_max:
             self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
         now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
@@ -199,6 +261,8 @@ class Producer:
                 self._closed = True
             self._io.stop()
             self._thread.join()
+            if self._transactions is not None:
+                self._transactions.close()
             abandoned = RequestTimedOutError(
                 f"the producer was closed (close(timeout={timeout})) before these records were acknowledged")
             self._io.resolve(self._io.finishing(self._core.fail_pending(abandoned)))
@@ -217,3 +281,77 @@ class Producer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class ProducerTransactions:
+    """A transactional ``Producer``'s side of its transactions: the tracker's checks, then the coordinator calls.
+
+    Calls hold one lock, so sends from several threads add each partition once.
+    """
+
+    def __init__(self, requests: BlockingTransactions, calls: CoordinatorCalls, producer: Producer) -> None:
+        self.tracker = TransactionTracker(requests.transactional_id)
+        self._requests = requests
+        self._calls = calls
+        self._producer = producer
+        self._lock = threading.Lock()
+
+    def _call(self, action: Callable[[], object]) -> None:
+        """Run a coordinator call; a failure moves the tracker (fatal when fenced) and is raised."""
+        try:
+            action()
+        except errors.BrokerError as error:
+            self.tracker.failed(error)
+            raise
+
+    def init(self) -> None:
+        """InitProducerId with the transactional id; the producer's batches take the id and epoch."""
+        with self._lock:
+            self.tracker.check_init()
+            self._call(self._requests.init_producer_id)
+            producer = self._producer
+            with producer._lock:
+                producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
+            self.tracker.initialized()
+
+    def before_send(self, topic: str, partition: int) -> None:
+        """Refuse a send outside a transaction; add its partition to the transaction first if it is new."""
+        with self._lock:
+            self.tracker.check_send()
+            new = self.tracker.to_add({(topic, partition)})
+            if new:
+                self._call(lambda: self._requests.add_partitions(new))
+                self.tracker.added(new)
+
+    def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
+        """AddOffsetsToTxn once per group and transaction, then TxnOffsetCommit at the group's coordinator."""
+        with self._lock:
+            self.tracker.check_offsets()
+            if group.group_id not in self.tracker.groups:
+                self._call(lambda: self._requests.add_offsets(group.group_id))
+                self.tracker.groups.add(group.group_id)
+            self._call(lambda: self._requests.commit_offsets(offsets, group))
+
+    def end(self, committed: bool) -> None:
+        """Flush the transaction's records, then EndTxn; a commit with a failed record raises instead."""
+        producer = self._producer
+        with self._lock:
+            if self.tracker.state in (ProducerTransactionState.IN_TRANSACTION,
+                                      ProducerTransactionState.ABORTABLE_ERROR):
+                producer.flush()
+                with producer._lock:
+                    failure, producer._core.failure = producer._core.failure, None
+                if failure is not None:
+                    self.tracker.failed(failure)
+                    if committed:
+                        raise errors.InvalidTxnStateError(
+                            f"a record of the transaction could not be written ({failure}); abort the transaction"
+                            if self.tracker.state is not ProducerTransactionState.FATAL_ERROR else
+                            f"the producer was fenced ({failure}); close it") from failure
+            if self.tracker.ending(committed):
+                self._call(lambda: self._requests.end(committed))
+            self.tracker.ended()
+
+    def close(self) -> None:
+        """Close the coordinator connections."""
+        self._calls.close()
