@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
 
 from mqbroker import errors
 from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.client.twisted import TwistedConsumer, TwistedProducer
 from tests.integration.brokerprocess import BrokerProcess
 
 
@@ -95,3 +99,31 @@ def test_illegal_calls_are_refused_client_side(broker: BrokerProcess) -> None:
     with Producer(broker.bootstrap) as plain:
         with pytest.raises(errors.InvalidTxnStateError, match="transactional_id"):
             plain.begin_transaction()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_twisted_producer_commits_and_aborts_for_a_twisted_read_committed_consumer(
+    broker: BrokerProcess,
+) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["twisted"], partitions=2)
+    producer = TwistedProducer(reactor, broker.bootstrap, transactional_id="twisted-writer", linger_ms=0)
+    await producer.init_transactions()
+    for committed in (False, True):
+        producer.begin_transaction()
+        await gatherResults([producer.send("twisted", value=b"%s-%d" % (b"kept" if committed else b"gone", number),
+                                           partition=number % 2) for number in range(10)])
+        await (producer.commit_transaction() if committed else producer.abort_transaction())
+    with pytest.raises(errors.InvalidTxnStateError, match="begin_transaction"):
+        await producer.commit_transaction()
+    await producer.close()
+    consumer = TwistedConsumer(reactor, broker.bootstrap, auto_offset_reset="earliest",
+                               isolation_level="read_committed")
+    await consumer.assign_topics(["twisted"])
+    values: list[bytes] = []
+    for _ in range(20):
+        values += [message.value for message in await consumer.poll()]
+        if len(values) >= 10:
+            break
+    await consumer.close()
+    assert sorted(values) == sorted(b"kept-%d" % number for number in range(10))

@@ -23,11 +23,12 @@ from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker import errors
-from mqbroker.client.blocking.transactions import BlockingTransactions, CoordinatorCalls
+from mqbroker.client.blocking.transactions import CoordinatorCalls
 from mqbroker.client.group_member import ConsumerGroupMetadata
+from mqbroker.client.transaction_requests import TransactionRequests, raise_first_partition_error
 from mqbroker.client.transaction_state import ProducerTransactionState, TopicPartition, TransactionTracker
 from mqbroker.errors import RequestTimedOutError
-from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest, InitProducerIdResponse
+from mqbroker.protocols.native.messages import Acks, CoordinatorType, InitProducerIdRequest, InitProducerIdResponse
 
 
 class Producer:
@@ -86,8 +87,8 @@ class Producer:
         if transactional_id is not None:
             calls = CoordinatorCalls(bootstrap=self._cluster.bootstrap, client_id=client_id,
                                      timeout_s=request_timeout_ms / 1000, deadline_s=self._max_block_s, security=security)
-            self._transactions = ProducerTransactions(
-                BlockingTransactions(calls, transactional_id, transaction_timeout_ms), calls, self)
+            self._transactions = ProducerTransactions(TransactionRequests(transactional_id, transaction_timeout_ms),
+                                                      calls, self)
         elif enable_idempotence:
             identity = self._cluster.any_connection().request(InitProducerIdRequest(), self._cluster.timeout_s)
             assert isinstance(identity, InitProducerIdResponse)
@@ -289,17 +290,19 @@ class ProducerTransactions:
     Calls hold one lock, so sends from several threads add each partition once.
     """
 
-    def __init__(self, requests: BlockingTransactions, calls: CoordinatorCalls, producer: Producer) -> None:
+    def __init__(self, requests: TransactionRequests, calls: CoordinatorCalls, producer: Producer) -> None:
         self.tracker = TransactionTracker(requests.transactional_id)
         self._requests = requests
         self._calls = calls
         self._producer = producer
         self._lock = threading.Lock()
 
-    def _call(self, action: Callable[[], object]) -> None:
-        """Run a coordinator call; a failure moves the tracker (fatal when fenced) and is raised."""
+    def _call(self, request: object, key: str | None = None, key_type: CoordinatorType = CoordinatorType.TRANSACTION,
+              check: Callable[[object], None] = lambda _: None) -> object:
+        """Send to the coordinator (of the transactional id, or of ``key``); a failure moves the tracker (fatal
+        when fenced) and is raised."""
         try:
-            action()
+            return self._calls.request(key or self._requests.transactional_id, key_type, request, check)
         except errors.BrokerError as error:
             self.tracker.failed(error)
             raise
@@ -308,7 +311,7 @@ class ProducerTransactions:
         """InitProducerId with the transactional id; the producer's batches take the id and epoch."""
         with self._lock:
             self.tracker.check_init()
-            self._call(self._requests.init_producer_id)
+            self._requests.initialized(self._call(self._requests.init_producer_id()))
             producer = self._producer
             with producer._lock:
                 producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
@@ -320,7 +323,7 @@ class ProducerTransactions:
             self.tracker.check_send()
             new = self.tracker.to_add({(topic, partition)})
             if new:
-                self._call(lambda: self._requests.add_partitions(new))
+                self._call(self._requests.add_partitions(new), check=raise_first_partition_error)
                 self.tracker.added(new)
 
     def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
@@ -328,9 +331,10 @@ class ProducerTransactions:
         with self._lock:
             self.tracker.check_offsets()
             if group.group_id not in self.tracker.groups:
-                self._call(lambda: self._requests.add_offsets(group.group_id))
+                self._call(self._requests.add_offsets(group.group_id))
                 self.tracker.groups.add(group.group_id)
-            self._call(lambda: self._requests.commit_offsets(offsets, group))
+            self._call(self._requests.commit_offsets(offsets, group), group.group_id, CoordinatorType.GROUP,
+                       raise_first_partition_error)
 
     def end(self, committed: bool) -> None:
         """Flush the transaction's records, then EndTxn; a commit with a failed record raises instead."""
@@ -349,7 +353,7 @@ class ProducerTransactions:
                             if self.tracker.state is not ProducerTransactionState.FATAL_ERROR else
                             f"the producer was fenced ({failure}); close it") from failure
             if self.tracker.ending(committed):
-                self._call(lambda: self._requests.end(committed))
+                self._call(self._requests.end(committed))
             self.tracker.ended()
 
     def close(self) -> None:
