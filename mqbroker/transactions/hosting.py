@@ -235,7 +235,8 @@ class TransactionHosting:
                 f"{TRANSACTION_STATE_TOPIC}-{partition} (transactional id {transactional_id!r}) has no live leader "
                 "right now; retry"
             )
-        return BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port)
+        return BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port,
+                              listeners=broker.listeners)
 
     def stop(self) -> None:
         """Stop every service (shutdown)."""

@@ -18,6 +18,7 @@ from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
 from mqbroker.interfaces import IBroker
 from mqbroker.model import FetchPosition, Principal, TopicSpec
+from mqbroker.transactions import messages as txn_messages
 
 
 class BrokerCalls:
@@ -30,25 +31,60 @@ class BrokerCalls:
 
     # -- records -------------------------------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, records: Any, acks: int, timeout_ms: int) -> Deferred[Any]:
+    def produce(self, topic: str, partition: int, records: Any, acks: int, timeout_ms: int,
+                transactional_id: str | None = None) -> Deferred[Any]:
         """Append batches; fires with a ``ProduceResult`` (acks: 0, 1 or -1 as on the Kafka wire)."""
-        return self._broker.produce(self.principal, topic, partition, records, acks, timeout_ms)
+        return self._broker.produce(self.principal, topic, partition, records, acks, timeout_ms, transactional_id)
 
     def fetch(self, positions: Iterable[tuple[str, int, int, int, int]], max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> Deferred[Any]:
+              max_bytes: int, isolation_level: int = 0) -> Deferred[Any]:
         """Long-poll read of (topic, partition, offset, max bytes, current leader epoch) positions."""
         wanted = [FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=partition_max_bytes,
                                 current_leader_epoch=leader_epoch)
                   for topic, partition, offset, partition_max_bytes, leader_epoch in positions]
-        return self._broker.fetch(self.principal, wanted, max_wait_ms, min_bytes, max_bytes)
+        return self._broker.fetch(self.principal, wanted, max_wait_ms, min_bytes, max_bytes, isolation_level)
 
-    def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> Deferred[Any]:
+    def list_offset(self, topic: str, partition: int, timestamp_ms: int, isolation_level: int = 0) -> Deferred[Any]:
         """Fires with an ``OffsetAndTimestamp`` (-1 latest, -2 earliest, else the first at or after the time)."""
-        return self._broker.list_offset(self.principal, topic, partition, timestamp_ms)
+        return self._broker.list_offset(self.principal, topic, partition, timestamp_ms, isolation_level)
 
-    def init_producer_id(self) -> Deferred[Any]:
-        """A fresh idempotent producer identity (``ProducerIdentity``)."""
-        return self._broker.init_producer_id(self.principal, None)
+    def init_producer_id(self, transactional_id: str | None = None, transaction_timeout_ms: int = -1) -> Deferred[Any]:
+        """A fresh idempotent producer identity, or a transactional id's with a new epoch (``ProducerIdentity``)."""
+        return self._broker.init_producer_id(self.principal, transactional_id, transaction_timeout_ms)
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def find_transaction_coordinator(self, transactional_id: str) -> Deferred[Any]:
+        """The ``BrokerEndpoint`` coordinating ``transactional_id``."""
+        return self._broker.find_transaction_coordinator(self.principal, transactional_id)
+
+    def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: Iterable[tuple[str, int]]) -> Deferred[None]:
+        """Add (topic, partition)s to the producer's ongoing transaction."""
+        return self._broker.add_partitions_to_txn(self.principal, txn_messages.AddPartitionsRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            partitions=frozenset(TopicPartition(topic, partition) for topic, partition in partitions)))
+
+    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                           group_id: str) -> Deferred[None]:
+        """Add the group's offsets partition to the producer's ongoing transaction."""
+        return self._broker.add_offsets_to_txn(self.principal, txn_messages.AddOffsetsRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            group_id=group_id))
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> Deferred[None]:
+        """Commit or abort the producer's ongoing transaction."""
+        return self._broker.end_txn(self.principal, txn_messages.EndTxnRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            committed=committed))
+
+    def txn_commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                           member_id: str, group_instance_id: str | None, generation_id: int,
+                           offsets: Iterable[tuple[str, int, int, str, int]]) -> Deferred[None]:
+        """Commit (topic, partition, offset, metadata, leader epoch or -1) positions inside the transaction."""
+        return self._broker.txn_commit_offsets(self.principal, txn_messages.TxnOffsetCommitRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            offsets=_offset_commit(group_id, member_id, group_instance_id, generation_id, offsets)))
 
     # -- cluster and topics ----------------------------------------------------------------------
 
@@ -119,20 +155,14 @@ class BrokerCalls:
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
                        offsets: Iterable[tuple[str, int, int, str, int]]) -> Deferred[None]:
         """Commit (topic, partition, offset, metadata, leader epoch or -1) positions durably."""
-        commits = tuple(
-            group_messages.PartitionCommit(topic_partition=TopicPartition(topic, partition), offset=offset,
-                                           metadata=metadata, leader_epoch=None if leader_epoch < 0 else leader_epoch)
-            for topic, partition, offset, metadata, leader_epoch in offsets
-        )
-        return self._broker.commit_offsets(self.principal, group_messages.OffsetCommitRequest(
-            group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id,
-            offsets=commits,
-        ))
+        return self._broker.commit_offsets(self.principal, _offset_commit(group_id, member_id, group_instance_id,
+                                                                          generation_id, offsets))
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None) -> Deferred[Any]:
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
+                      require_stable: bool = False) -> Deferred[Any]:
         """``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: every committed one)."""
         wanted = None if partitions is None else [TopicPartition(topic, partition) for topic, partition in partitions]
-        return self._broker.fetch_offsets(self.principal, group_id, wanted)
+        return self._broker.fetch_offsets(self.principal, group_id, wanted, require_stable)
 
     def list_groups(self) -> Deferred[Any]:
         """The ``GroupListing``s the principal may describe."""
@@ -145,6 +175,18 @@ class BrokerCalls:
     def delete_group(self, group_id: str) -> Deferred[None]:
         """Delete an empty group and its offsets."""
         return self._broker.delete_group(self.principal, group_id)
+
+
+def _offset_commit(group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                   offsets: Iterable[tuple[str, int, int, str, int]]) -> group_messages.OffsetCommitRequest:
+    commits = tuple(
+        group_messages.PartitionCommit(topic_partition=TopicPartition(topic, partition), offset=offset,
+                                       metadata=metadata, leader_epoch=None if leader_epoch < 0 else leader_epoch)
+        for topic, partition, offset, metadata, leader_epoch in offsets
+    )
+    return group_messages.OffsetCommitRequest(group_id=group_id, member_id=member_id,
+                                              group_instance_id=group_instance_id, generation_id=generation_id,
+                                              offsets=commits)
 
 
 def _member(group_id: str, member_id: str, group_instance_id: str | None,

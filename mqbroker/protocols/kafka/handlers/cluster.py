@@ -77,7 +77,7 @@ async def handle_describe_cluster(context: RequestContext, request: m.DescribeCl
 
 
 async def handle_find_coordinator(context: RequestContext, request: m.FindCoordinatorRequest) -> m.FindCoordinatorResponse:
-    """The broker coordinating a group (one key before version 4, a batch after)."""
+    """The broker coordinating a group or a transactional id (one key before version 4, a batch after)."""
     if context.version < 4:
         found = await _coordinator(context, request.key, request.key_type)
         return m.FindCoordinatorResponse(error_code=found.error_code, error_message=found.error_message,
@@ -87,18 +87,18 @@ async def handle_find_coordinator(context: RequestContext, request: m.FindCoordi
 
 
 async def _coordinator(context: RequestContext, key: str, key_type: int) -> m.Coordinator:
+    error: BaseException | None
     if key_type == COORDINATOR_TRANSACTION:
-        error: BaseException | None = errors.UnsupportedVersionError(
-            "transactions are not supported by this broker yet; there is no transaction coordinator")
-        endpoint = None
+        endpoint, error = await settle(context.calls.find_transaction_coordinator(key))
     elif key_type != COORDINATOR_GROUP:
         error, endpoint = errors.InvalidRequestError(f"coordinator type {key_type} is unknown"), None
     else:
         endpoint, error = await settle(context.calls.find_coordinator(key))
     address = kafka_address(endpoint, context.listener) if endpoint is not None else None
     if endpoint is not None and address is None:
+        what = "transactional id" if key_type == COORDINATOR_TRANSACTION else "group"
         error = errors.CoordinatorNotAvailableError(
-            f"the coordinator of group {key!r}, broker {endpoint.node_id}, has no Kafka listener")
+            f"the coordinator of {what} {key!r}, broker {endpoint.node_id}, has no Kafka listener")
     code, message = kafka_error(error)
     host, port = address if address is not None else ("", -1)
     return m.Coordinator(key=key, node_id=endpoint.node_id if address else -1, host=host, port=port,
