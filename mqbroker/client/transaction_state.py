@@ -1,13 +1,13 @@
 # -*- test-case-name: tests.unit.client.test_transaction_state -*-
 """A transactional producer's side of a transaction, without I/O: its state and what it has told the coordinator.
 
-The drivers (``blocking/transactions.py``) ask ``TransactionTracker`` before each call, so an
-illegal call (commit with no transaction open, send before ``begin_transaction``) is refused
+The drivers (the blocking and Twisted producers) ask ``TransactionTracker`` before each call, so
+an illegal call (commit with no transaction open, send before ``begin_transaction``) is refused
 client-side with ``InvalidTxnStateError`` naming what to do, and the broker never sees it. A
-partition is added to the transaction (AddPartitionsToTxn) before the first record for it is
-queued, so no batch reaches a partition leader before the coordinator lists that partition
-(the leader would refuse it, KIP-890). A send that fails inside a transaction makes it
-abortable only; being fenced (a newer producer with the same transactional id, or a
+partition is added to the transaction (AddPartitionsToTxn) before the first batch for it is
+sent, so no batch reaches a partition leader before the coordinator lists that partition (the
+leader would refuse it, KIP-890); the blocking producer's I/O thread adds every partition waiting
+in one request. A send that fails inside a transaction makes it abortable only; being fenced (a newer producer with the same transactional id, or a
 transaction the coordinator aborted after its timeout) is fatal: the producer must be closed.
 """
 
@@ -57,8 +57,9 @@ class TransactionTracker:
     def __init__(self, transactional_id: str) -> None:
         self.transactional_id = transactional_id
         self.state = ProducerTransactionState.UNINITIALIZED
-        #: Partitions the coordinator lists in the current transaction.
+        #: Partitions the coordinator lists in the current transaction, and those being added.
         self.partitions: set[TopicPartition] = set()
+        self.pending: set[TopicPartition] = set()
         #: Groups whose offsets the current transaction commits.
         self.groups: set[str] = set()
         #: Why the transaction can only be aborted (or the producer only closed).
@@ -94,6 +95,7 @@ class TransactionTracker:
                                if self.state is not ProducerTransactionState.UNINITIALIZED
                                else "call init_transactions() first")
         self.partitions.clear()
+        self.pending.clear()
         self.groups.clear()
         self.error = None
         self._move(ProducerTransactionState.IN_TRANSACTION)
@@ -106,12 +108,22 @@ class TransactionTracker:
             raise self._refuse("send()", "call begin_transaction() first")
 
     def to_add(self, partitions: set[TopicPartition]) -> set[TopicPartition]:
-        """The partitions the coordinator does not list yet (add them before queueing records for them)."""
-        return partitions - self.partitions
+        """The partitions the coordinator does not list yet and nobody is adding (their records must wait)."""
+        return partitions - self.partitions - self.pending
+
+    def adding(self, partitions: set[TopicPartition]) -> None:
+        """AddPartitionsToTxn for ``partitions`` is due (their batches wait for it)."""
+        self.pending |= partitions
 
     def added(self, partitions: set[TopicPartition]) -> None:
         """AddPartitionsToTxn answered for ``partitions``."""
         self.partitions |= partitions
+        self.pending -= partitions
+
+    def add_failed(self, partitions: set[TopicPartition], error: errors.BrokerError) -> None:
+        """AddPartitionsToTxn was refused: the transaction can only be aborted (or, fenced, the producer closed)."""
+        self.pending -= partitions
+        self.failed(error)
 
     def check_offsets(self) -> None:
         """Offsets may be sent only inside a transaction that can still commit."""
@@ -135,6 +147,7 @@ class TransactionTracker:
     def ended(self) -> None:
         """EndTxn answered (or nothing had to be told): a new transaction may begin."""
         self.partitions.clear()
+        self.pending.clear()
         self.groups.clear()
         self.error = None
         self._move(ProducerTransactionState.READY)

@@ -12,7 +12,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from mqbroker import limits
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
@@ -23,12 +23,12 @@ from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker import errors
-from mqbroker.client.blocking.transactions import CoordinatorCalls
+from mqbroker.client.blocking.transactions import CoordinatorCalls, ProducerTransactions
 from mqbroker.client.group_member import ConsumerGroupMetadata
-from mqbroker.client.transaction_requests import TransactionRequests, raise_first_partition_error
-from mqbroker.client.transaction_state import ProducerTransactionState, TopicPartition, TransactionTracker
+from mqbroker.client.transaction_requests import TransactionRequests
+from mqbroker.client.transaction_state import TopicPartition
 from mqbroker.errors import RequestTimedOutError
-from mqbroker.protocols.native.messages import Acks, CoordinatorType, InitProducerIdRequest, InitProducerIdResponse
+from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest, InitProducerIdResponse
 
 
 class Producer:
@@ -94,7 +94,8 @@ class Producer:
             assert isinstance(identity, InitProducerIdResponse)
             self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
         self._core.on_batch_full = self._batch_full
-        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed)
+        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed,
+                              None if self._transactions is None else self._transactions.add_waiting_partitions)
         self._thread = threading.Thread(target=self._io.run, name="mqbroker-producer-io", daemon=True)
         self._thread.start()
 
@@ -283,79 +284,3 @@ class Producer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-
-class ProducerTransactions:
-    """A transactional ``Producer``'s side of its transactions: the tracker's checks, then the coordinator calls.
-
-    Calls hold one lock, so sends from several threads add each partition once.
-    """
-
-    def __init__(self, requests: TransactionRequests, calls: CoordinatorCalls, producer: Producer) -> None:
-        self.tracker = TransactionTracker(requests.transactional_id)
-        self._requests = requests
-        self._calls = calls
-        self._producer = producer
-        self._lock = threading.Lock()
-
-    def _call(self, request: object, key: str | None = None, key_type: CoordinatorType = CoordinatorType.TRANSACTION,
-              check: Callable[[object], None] = lambda _: None) -> object:
-        """Send to the coordinator (of the transactional id, or of ``key``); a failure moves the tracker (fatal
-        when fenced) and is raised."""
-        try:
-            return self._calls.request(key or self._requests.transactional_id, key_type, request, check)
-        except errors.BrokerError as error:
-            self.tracker.failed(error)
-            raise
-
-    def init(self) -> None:
-        """InitProducerId with the transactional id; the producer's batches take the id and epoch."""
-        with self._lock:
-            self.tracker.check_init()
-            self._requests.initialized(self._call(self._requests.init_producer_id()))
-            producer = self._producer
-            with producer._lock:
-                producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
-            self.tracker.initialized()
-
-    def before_send(self, topic: str, partition: int) -> None:
-        """Refuse a send outside a transaction; add its partition to the transaction first if it is new."""
-        with self._lock:
-            self.tracker.check_send()
-            new = self.tracker.to_add({(topic, partition)})
-            if new:
-                self._call(self._requests.add_partitions(new), check=raise_first_partition_error)
-                self.tracker.added(new)
-
-    def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
-        """AddOffsetsToTxn once per group and transaction, then TxnOffsetCommit at the group's coordinator."""
-        with self._lock:
-            self.tracker.check_offsets()
-            if group.group_id not in self.tracker.groups:
-                self._call(self._requests.add_offsets(group.group_id))
-                self.tracker.groups.add(group.group_id)
-            self._call(self._requests.commit_offsets(offsets, group), group.group_id, CoordinatorType.GROUP,
-                       raise_first_partition_error)
-
-    def end(self, committed: bool) -> None:
-        """Flush the transaction's records, then EndTxn; a commit with a failed record raises instead."""
-        producer = self._producer
-        with self._lock:
-            if self.tracker.state in (ProducerTransactionState.IN_TRANSACTION,
-                                      ProducerTransactionState.ABORTABLE_ERROR):
-                producer.flush()
-                with producer._lock:
-                    failure, producer._core.failure = producer._core.failure, None
-                if failure is not None:
-                    self.tracker.failed(failure)
-                    if committed:
-                        raise errors.InvalidTxnStateError(
-                            f"a record of the transaction could not be written ({failure}); abort the transaction"
-                            if self.tracker.state is not ProducerTransactionState.FATAL_ERROR else
-                            f"the producer was fenced ({failure}); close it") from failure
-            if self.tracker.ending(committed):
-                self._call(self._requests.end(committed))
-            self.tracker.ended()
-
-    def close(self) -> None:
-        """Close the coordinator connections."""
-        self._calls.close()

@@ -20,8 +20,15 @@ def _in_transaction() -> TransactionTracker:
 def test_a_transaction_adds_each_partition_once_and_ends_ready_for_the_next() -> None:
     tracker = _in_transaction()
     assert tracker.to_add({("t", 0), ("t", 1)}) == {("t", 0), ("t", 1)}
+    tracker.adding({("t", 0), ("t", 1)})
+    assert tracker.to_add({("t", 0), ("t", 1)}) == set()  # being added: asked once
     tracker.added({("t", 0)})
-    assert tracker.to_add({("t", 0), ("t", 1)}) == {("t", 1)}
+    tracker.add_failed({("t", 1)}, errors.ConcurrentTransactionsError("busy"))
+    assert tracker.state is S.ABORTABLE_ERROR and tracker.partitions == {("t", 0)} and not tracker.pending
+    tracker.ending(committed=False)
+    tracker.ended()
+    tracker.begin()
+    tracker.added({("t", 0)})
     assert tracker.ending(committed=True) is True
     tracker.ended()
     assert tracker.state is S.READY and not tracker.partitions
