@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
@@ -9,6 +13,7 @@ from twisted.internet.defer import gatherResults
 
 from mqbroker import errors
 from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.cli import main
 from mqbroker.client.twisted import TwistedConsumer, TwistedProducer
 from tests.integration.brokerprocess import BrokerProcess
 
@@ -127,3 +132,30 @@ async def test_the_twisted_producer_commits_and_aborts_for_a_twisted_read_commit
             break
     await consumer.close()
     assert sorted(values) == sorted(b"kept-%d" % number for number in range(10))
+
+
+def test_the_cli_lists_and_describes_an_ongoing_transaction(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["watched"], partitions=2)
+    with Producer(broker.bootstrap, transactional_id="watched-writer", linger_ms=0) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("watched", value=b"v", partition=1).result(10)
+        listed = json.loads(_cli("transactions", "list", "--state", "Ongoing", "-o", "json", bootstrap=broker.bootstrap))
+        assert [item["transactional_id"] for item in listed["transactions"]] == ["watched-writer"]
+        described = json.loads(_cli("transactions", "describe", "watched-writer", "-o", "json",
+                                    bootstrap=broker.bootstrap))
+        assert (described["state"], described["partitions"]) == ("Ongoing", [["watched", 1]])
+        assert described["start_ms"] > 0 and described["timeout_ms"] == 60_000
+        producer.commit_transaction()
+    described = json.loads(_cli("transactions", "describe", "watched-writer", "-o", "json", bootstrap=broker.bootstrap))
+    assert described["state"] in ("CompleteCommit", "PrepareCommit")
+
+
+def _cli(*arguments: str, bootstrap: str) -> str:
+    """Standard output of an ``mqbroker`` command that must succeed."""
+    output, failures = io.StringIO(), io.StringIO()
+    with redirect_stdout(output), redirect_stderr(failures):
+        code = main([*arguments, "--bootstrap", bootstrap])
+    assert code == 0, failures.getvalue()
+    return output.getvalue()
