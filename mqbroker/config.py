@@ -21,6 +21,12 @@ TOPIC_DEFAULT_PREFIX = "log."
 FSYNC_ENGINES = ("auto", "aio", "thread")
 
 
+def dial_address(host: str) -> str:
+    """The address to dial or bind for a configured host: ``localhost`` is 127.0.0.1, as the listeners bind IPv4
+    (an OS resolving localhost to ::1 first would miss them); any other name or address is used as given."""
+    return "127.0.0.1" if host == "localhost" else host
+
+
 class ConfigError(Exception):
     """A configuration key that is unknown or has a bad value; the message names the key."""
 

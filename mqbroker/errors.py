@@ -86,7 +86,11 @@ class ErrorCode(enum.IntEnum):
 
 
 class BrokerError(Exception):
-    """An operating error reported to one client; the broker keeps serving the others."""
+    """An operating error reported to one client; the broker keeps serving the others.
+
+    Each subclass below is one wire code (``code``); ``retriable`` says whether the same
+    request may succeed later unchanged (the leader moved, the group is rebalancing...).
+    """
 
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
     retriable: bool = False
@@ -99,98 +103,407 @@ class BrokerError(Exception):
         return f"{type(self).__name__}({self.message!r})"
 
 
-def _error_class(name: str, code: ErrorCode, retriable: bool = False) -> type[BrokerError]:
-    """Build one ``BrokerError`` subclass bound to ``code`` (the table below is the whole tree)."""
-    return type(name, (BrokerError,), {"code": code, "retriable": retriable, "__doc__": f"Reported as {code.name}."})
+class UnknownServerError(BrokerError):
+    """The broker failed in a way it has no better code for (see its log)."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-UnknownServerError = _error_class("UnknownServerError", ErrorCode.UNKNOWN_SERVER_ERROR)
-OffsetOutOfRangeError = _error_class("OffsetOutOfRangeError", ErrorCode.OFFSET_OUT_OF_RANGE)
-CorruptMessageError = _error_class("CorruptMessageError", ErrorCode.CORRUPT_MESSAGE)
-UnknownTopicOrPartitionError = _error_class(
-    "UnknownTopicOrPartitionError", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-)
-LeaderNotAvailableError = _error_class("LeaderNotAvailableError", ErrorCode.LEADER_NOT_AVAILABLE, True)
-NotLeaderError = _error_class("NotLeaderError", ErrorCode.NOT_LEADER_OR_FOLLOWER, True)
-RequestTimedOutError = _error_class("RequestTimedOutError", ErrorCode.REQUEST_TIMED_OUT, True)
-MessageTooLargeError = _error_class("MessageTooLargeError", ErrorCode.MESSAGE_TOO_LARGE)
-InvalidTopicError = _error_class("InvalidTopicError", ErrorCode.INVALID_TOPIC_EXCEPTION)
-NotEnoughReplicasError = _error_class("NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS, True)
-NotEnoughReplicasAfterAppendError = _error_class(
-    "NotEnoughReplicasAfterAppendError", ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, True
-)
-InvalidRequiredAcksError = _error_class("InvalidRequiredAcksError", ErrorCode.INVALID_REQUIRED_ACKS)
-IllegalGenerationError = _error_class("IllegalGenerationError", ErrorCode.ILLEGAL_GENERATION)
-InconsistentGroupProtocolError = _error_class(
-    "InconsistentGroupProtocolError", ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-)
-InvalidGroupIdError = _error_class("InvalidGroupIdError", ErrorCode.INVALID_GROUP_ID)
-UnknownMemberIdError = _error_class("UnknownMemberIdError", ErrorCode.UNKNOWN_MEMBER_ID)
-InvalidSessionTimeoutError = _error_class("InvalidSessionTimeoutError", ErrorCode.INVALID_SESSION_TIMEOUT)
-RebalanceInProgressError = _error_class("RebalanceInProgressError", ErrorCode.REBALANCE_IN_PROGRESS, True)
-TopicAuthorizationError = _error_class("TopicAuthorizationError", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-GroupAuthorizationError = _error_class("GroupAuthorizationError", ErrorCode.GROUP_AUTHORIZATION_FAILED)
-ClusterAuthorizationError = _error_class("ClusterAuthorizationError", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-InvalidTimestampError = _error_class("InvalidTimestampError", ErrorCode.INVALID_TIMESTAMP)
-UnsupportedSaslMechanismError = _error_class(
-    "UnsupportedSaslMechanismError", ErrorCode.UNSUPPORTED_SASL_MECHANISM
-)
-IllegalSaslStateError = _error_class("IllegalSaslStateError", ErrorCode.ILLEGAL_SASL_STATE)
-UnsupportedVersionError = _error_class("UnsupportedVersionError", ErrorCode.UNSUPPORTED_VERSION)
-TopicAlreadyExistsError = _error_class("TopicAlreadyExistsError", ErrorCode.TOPIC_ALREADY_EXISTS)
-InvalidPartitionsError = _error_class("InvalidPartitionsError", ErrorCode.INVALID_PARTITIONS)
-InvalidReplicationFactorError = _error_class(
-    "InvalidReplicationFactorError", ErrorCode.INVALID_REPLICATION_FACTOR
-)
-InvalidConfigError = _error_class("InvalidConfigError", ErrorCode.INVALID_CONFIG)
-InvalidRequestError = _error_class("InvalidRequestError", ErrorCode.INVALID_REQUEST)
-PolicyViolationError = _error_class("PolicyViolationError", ErrorCode.POLICY_VIOLATION)
-OutOfOrderSequenceError = _error_class("OutOfOrderSequenceError", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-DuplicateSequenceError = _error_class("DuplicateSequenceError", ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
-InvalidProducerEpochError = _error_class("InvalidProducerEpochError", ErrorCode.INVALID_PRODUCER_EPOCH)
-SaslAuthenticationError = _error_class("SaslAuthenticationError", ErrorCode.SASL_AUTHENTICATION_FAILED)
-UnknownProducerIdError = _error_class("UnknownProducerIdError", ErrorCode.UNKNOWN_PRODUCER_ID)
-NonEmptyGroupError = _error_class("NonEmptyGroupError", ErrorCode.NON_EMPTY_GROUP)
-GroupIdNotFoundError = _error_class("GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND)
-FencedLeaderEpochError = _error_class("FencedLeaderEpochError", ErrorCode.FENCED_LEADER_EPOCH, True)
-FencedInstanceIdError = _error_class("FencedInstanceIdError", ErrorCode.FENCED_INSTANCE_ID)
-GroupMaxSizeReachedError = _error_class("GroupMaxSizeReachedError", ErrorCode.GROUP_MAX_SIZE_REACHED)
-OffsetMetadataTooLargeError = _error_class("OffsetMetadataTooLargeError", ErrorCode.OFFSET_METADATA_TOO_LARGE)
-CoordinatorNotAvailableError = _error_class(
-    "CoordinatorNotAvailableError", ErrorCode.COORDINATOR_NOT_AVAILABLE, True
-)
-NotCoordinatorError = _error_class("NotCoordinatorError", ErrorCode.NOT_COORDINATOR, True)
-CoordinatorLoadInProgressError = _error_class(
-    "CoordinatorLoadInProgressError", ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, True
-)
-UnknownApiKeyError = _error_class("UnknownApiKeyError", ErrorCode.UNKNOWN_API_KEY)
-FrameTooLargeError = _error_class("FrameTooLargeError", ErrorCode.FRAME_TOO_LARGE)
-MalformedRequestError = _error_class("MalformedRequestError", ErrorCode.MALFORMED_REQUEST)
-BrokerShuttingDownError = _error_class("BrokerShuttingDownError", ErrorCode.BROKER_SHUTTING_DOWN, True)
-StorageError = _error_class("StorageError", ErrorCode.STORAGE_ERROR)
-ResourceNotFoundError = _error_class("ResourceNotFoundError", ErrorCode.RESOURCE_NOT_FOUND)
-DuplicateResourceError = _error_class("DuplicateResourceError", ErrorCode.DUPLICATE_RESOURCE)
-UnacceptableCredentialError = _error_class("UnacceptableCredentialError", ErrorCode.UNACCEPTABLE_CREDENTIAL)
-NotControllerError = _error_class("NotControllerError", ErrorCode.NOT_CONTROLLER, True)
-InvalidTxnStateError = _error_class("InvalidTxnStateError", ErrorCode.INVALID_TXN_STATE)
-InvalidProducerIdMappingError = _error_class("InvalidProducerIdMappingError", ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-InvalidTransactionTimeoutError = _error_class("InvalidTransactionTimeoutError", ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-ConcurrentTransactionsError = _error_class("ConcurrentTransactionsError", ErrorCode.CONCURRENT_TRANSACTIONS, True)
-TransactionCoordinatorFencedError = _error_class(
-    "TransactionCoordinatorFencedError", ErrorCode.TRANSACTION_COORDINATOR_FENCED
-)
-TransactionalIdAuthorizationError = _error_class(
-    "TransactionalIdAuthorizationError", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-)
-InvalidRecordError = _error_class("InvalidRecordError", ErrorCode.INVALID_RECORD)
-UnstableOffsetCommitError = _error_class("UnstableOffsetCommitError", ErrorCode.UNSTABLE_OFFSET_COMMIT, True)
-ProducerFencedError = _error_class("ProducerFencedError", ErrorCode.PRODUCER_FENCED)
-TransactionalIdNotFoundError = _error_class("TransactionalIdNotFoundError", ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+class OffsetOutOfRangeError(BrokerError):
+    """The requested offset is outside the partition's log (below its start or past its end)."""
 
-_BY_CODE: dict[ErrorCode, type[BrokerError]] = {
-    cls.code: cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, BrokerError)
-    and cls is not BrokerError
-}
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class CorruptMessageError(BrokerError):
+    """A record batch or stored record fails its CRC or framing checks."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartitionError(BrokerError):
+    """The topic or partition does not exist (on this broker)."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class LeaderNotAvailableError(BrokerError):
+    """The partition has no leader right now (an election is under way)."""
+
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+    retriable = True
+
+
+class NotLeaderError(BrokerError):
+    """This broker does not lead (or follow) the partition: refresh metadata and retry."""
+
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
+class RequestTimedOutError(BrokerError):
+    """The request's wait (replication, a forwarded call) ran out before it completed."""
+
+    code = ErrorCode.REQUEST_TIMED_OUT
+    retriable = True
+
+
+class MessageTooLargeError(BrokerError):
+    """A record batch is larger than the topic or broker allows."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class InvalidTopicError(BrokerError):
+    """A topic name is invalid, or names an internal topic a client may not use."""
+
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class NotEnoughReplicasError(BrokerError):
+    """acks=all was refused: the ISR is smaller than min.insync.replicas."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(BrokerError):
+    """The batch was written but the ISR shrank below min.insync.replicas before it was replicated."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    retriable = True
+
+
+class InvalidRequiredAcksError(BrokerError):
+    """acks is not 0, 1 or -1 (all)."""
+
+    code = ErrorCode.INVALID_REQUIRED_ACKS
+
+
+class IllegalGenerationError(BrokerError):
+    """A group member spoke for a generation that is not the group's current one."""
+
+    code = ErrorCode.ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocolError(BrokerError):
+    """A member's protocol type or assignors do not match the group's."""
+
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+class InvalidGroupIdError(BrokerError):
+    """The group id is empty or invalid."""
+
+    code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberIdError(BrokerError):
+    """The group does not know this member id (it left or was evicted)."""
+
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeoutError(BrokerError):
+    """The session timeout is outside the broker's allowed range."""
+
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgressError(BrokerError):
+    """The group is rebalancing: the member must rejoin."""
+
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+    retriable = True
+
+
+class TopicAuthorizationError(BrokerError):
+    """The principal may not do this to the topic."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationError(BrokerError):
+    """The principal may not do this to the group."""
+
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationError(BrokerError):
+    """The principal may not do this to the cluster."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class InvalidTimestampError(BrokerError):
+    """A timestamp is neither a special value (-1, -2) nor a time in ms."""
+
+    code = ErrorCode.INVALID_TIMESTAMP
+
+
+class UnsupportedSaslMechanismError(BrokerError):
+    """The client asked for a SASL mechanism this listener does not offer."""
+
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(BrokerError):
+    """A SASL message arrived out of order (before the handshake, or after the exchange ended)."""
+
+    code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class UnsupportedVersionError(BrokerError):
+    """The request's version is outside the range the API supports."""
+
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExistsError(BrokerError):
+    """A topic with this name exists already."""
+
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitionsError(BrokerError):
+    """A partition count is invalid (not positive, too many, or fewer than now)."""
+
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(BrokerError):
+    """A replication factor is invalid (not positive, or more than the live brokers)."""
+
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidConfigError(BrokerError):
+    """A configuration key or value is unknown or invalid."""
+
+    code = ErrorCode.INVALID_CONFIG
+
+
+class InvalidRequestError(BrokerError):
+    """The request is well-formed but not valid (its message says what is wrong)."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class PolicyViolationError(BrokerError):
+    """The request breaks a broker policy."""
+
+    code = ErrorCode.POLICY_VIOLATION
+
+
+class OutOfOrderSequenceError(BrokerError):
+    """An idempotent producer's sequence number skips ahead: batches were lost in between."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceError(BrokerError):
+    """An idempotent producer resent a batch the log has already."""
+
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(BrokerError):
+    """The producer's epoch is older than the current one: a newer instance fenced it."""
+
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class SaslAuthenticationError(BrokerError):
+    """Authentication failed (wrong credentials, or none where they are required)."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class UnknownProducerIdError(BrokerError):
+    """The log knows no state for this producer id (it expired or was deleted)."""
+
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class NonEmptyGroupError(BrokerError):
+    """The group still has members: it cannot be deleted."""
+
+    code = ErrorCode.NON_EMPTY_GROUP
+
+
+class GroupIdNotFoundError(BrokerError):
+    """No group with this id exists."""
+
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class FencedLeaderEpochError(BrokerError):
+    """The request's leader epoch is older than the partition's: refresh metadata and retry."""
+
+    code = ErrorCode.FENCED_LEADER_EPOCH
+    retriable = True
+
+
+class FencedInstanceIdError(BrokerError):
+    """A static member with this instance id was replaced by a newer one."""
+
+    code = ErrorCode.FENCED_INSTANCE_ID
+
+
+class GroupMaxSizeReachedError(BrokerError):
+    """The group has as many members as it may."""
+
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class OffsetMetadataTooLargeError(BrokerError):
+    """A committed offset's metadata string is too long."""
+
+    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+
+
+class CoordinatorNotAvailableError(BrokerError):
+    """The group's coordinator is not available yet (its offsets partition has no leader)."""
+
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    retriable = True
+
+
+class NotCoordinatorError(BrokerError):
+    """This broker does not coordinate the group: find its coordinator again."""
+
+    code = ErrorCode.NOT_COORDINATOR
+    retriable = True
+
+
+class CoordinatorLoadInProgressError(BrokerError):
+    """The coordinator is still loading the group's offsets: retry shortly."""
+
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    retriable = True
+
+
+class UnknownApiKeyError(BrokerError):
+    """The request names an API this broker does not serve."""
+
+    code = ErrorCode.UNKNOWN_API_KEY
+
+
+class FrameTooLargeError(BrokerError):
+    """A frame is larger than the connection's bound."""
+
+    code = ErrorCode.FRAME_TOO_LARGE
+
+
+class MalformedRequestError(BrokerError):
+    """A request does not decode (truncated, trailing bytes, impossible values)."""
+
+    code = ErrorCode.MALFORMED_REQUEST
+
+
+class BrokerShuttingDownError(BrokerError):
+    """The broker is stopping: retry on another broker."""
+
+    code = ErrorCode.BROKER_SHUTTING_DOWN
+    retriable = True
+
+
+class StorageError(BrokerError):
+    """The broker's storage failed (disk full, I/O error)."""
+
+    code = ErrorCode.STORAGE_ERROR
+
+
+class ResourceNotFoundError(BrokerError):
+    """The named resource (a user, an ACL, a reassignment) does not exist."""
+
+    code = ErrorCode.RESOURCE_NOT_FOUND
+
+
+class DuplicateResourceError(BrokerError):
+    """The resource to create exists already."""
+
+    code = ErrorCode.DUPLICATE_RESOURCE
+
+
+class InvalidRecordError(BrokerError):
+    """A record was refused on produce: it does not decode, or lacks the key a compacted topic needs."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
+class UnacceptableCredentialError(BrokerError):
+    """A credential was refused (too few SCRAM iterations, a reserved user name...)."""
+
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
+
+
+class NotControllerError(BrokerError):
+    """The controller moved: the write was not applied; retry."""
+
+    code = ErrorCode.NOT_CONTROLLER
+    retriable = True
+
+
+class InvalidTxnStateError(BrokerError):
+    """The call does not fit the transaction's state (e.g. a commit with none ongoing, or a transactional batch
+    for a partition the coordinator does not list)."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(BrokerError):
+    """The producer id does not belong to the transactional id (another producer owns it now)."""
+
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(BrokerError):
+    """The transaction timeout asked for is above the broker's ``transaction_max_timeout_ms`` (or not positive)."""
+
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+
+
+class ConcurrentTransactionsError(BrokerError):
+    """The coordinator is still finishing the previous transaction of this id; retry shortly."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(BrokerError):
+    """A newer transaction coordinator (a higher coordinator epoch) owns the transaction."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class TransactionalIdAuthorizationError(BrokerError):
+    """The principal may not use (or see) this transactional id."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class UnstableOffsetCommitError(BrokerError):
+    """A transaction's offsets for these partitions are not decided yet; retry once it commits or aborts."""
+
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+
+
+class ProducerFencedError(BrokerError):
+    """A newer producer with the same transactional id exists (a higher epoch): this one must close."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class TransactionalIdNotFoundError(BrokerError):
+    """The coordinator knows no such transactional id."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+#: Every error class by its wire code (each code has exactly one class).
+_BY_CODE: dict[ErrorCode, type[BrokerError]] = {cls.code: cls for cls in BrokerError.__subclasses__()}
 
 
 def error_for_code(code: int, message: str) -> BrokerError:

@@ -16,23 +16,26 @@ class IBroker(Interface):
     def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None):
         """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
 
-        ``acks`` 0 or 1 fire once the batch is written (1) or accepted (0); ``-1`` (all) once it
-        is durable on every in-sync replica. Fires with a ``ProduceResult``. Transactional batches
-        name their ``transactional_id``; the first of a transaction in a partition is verified with
-        its coordinator (KIP-890) and refused with INVALID_TXN_STATE unless the partition was added.
+        ``acks`` (an ``Acks``) says when the Deferred fires with a ``ProduceResult``: once the batch
+        is accepted (``NONE``), on the leader's disk (``LEADER``), or held by every in-sync replica
+        (``ALL``, waiting at most ``timeout_ms``; 0: ``limits.produce_timeout_ms_default``).
+        Transactional batches name their ``transactional_id``; the first of a transaction in a
+        partition is verified with its coordinator (KIP-890) and refused with INVALID_TXN_STATE
+        unless the partition was added.
         """
 
-    def fetch(principal, positions, max_wait_ms, min_bytes, max_bytes, isolation_level=0):
-        """Read whole record batches for several ``FetchPosition``s (long-poll).
+    def fetch(principal, request):
+        """Read whole record batches for the ``FetchPosition``s of a ``FetchRequest`` (long-poll).
 
-        Waits up to ``max_wait_ms`` until at least ``min_bytes`` are available, then fires
-        with one ``FetchResult`` per position (an error is carried in the result). With
-        ``isolation_level`` 1 (``IsolationLevel.READ_COMMITTED``) reads stop at the last stable
-        offset and each result lists the aborted transactions its batches overlap.
+        Waits up to ``request.wait_ms_max`` until at least ``request.response_bytes_min`` are
+        available, then fires with one ``FetchResult`` per position (an error is carried in the result).
+        With ``request.isolation_level`` READ_COMMITTED reads stop at the last stable offset and each
+        result lists the aborted transactions its batches overlap.
         """
 
-    def replica_fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes):
-        """A follower's fetch: batches up to the log end (not the high watermark), or where its log diverged.
+    def replica_fetch(principal, replica_id, request):
+        """A follower's fetch (a ``FetchRequest``): batches up to the log end (not the high watermark), or where
+        its log diverged.
 
         Records the follower's position (it holds everything below each ``offset``) for the high
         watermark and the ISR; fires with one ``FetchResult`` per position like ``fetch``.
@@ -88,12 +91,12 @@ class IBroker(Interface):
     def join_group(principal, request):
         """Join a consumer group (a ``groups.messages.JoinRequest``); needs READ on the group.
 
-        Fires with a ``JoinResponse`` once the group's rebalance completes (the join is parked
-        until then), or fails with the coordinator's typed error.
+        Fires with a ``groups.messages.JoinResponse`` once the group's rebalance completes (the
+        join is parked until then), or fails with the coordinator's typed error.
         """
 
     def sync_group(principal, request):
-        """Fire with the member's ``SyncResponse`` (its assignment) for the generation it joined."""
+        """Fire with the member's ``groups.messages.SyncResponse`` (its assignment) for the generation it joined."""
 
     def heartbeat(principal, request, polled):
         """Keep a member alive (``polled``: the application polled since the last heartbeat).
@@ -108,19 +111,46 @@ class IBroker(Interface):
         """Commit offsets (an ``OffsetCommitRequest``); fire with None once they are durable."""
 
     def fetch_offsets(principal, group_id, partitions, require_stable=False):
-        """Fire with ``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: all committed).
-
-        ``require_stable``: fail with UNSTABLE_OFFSET_COMMIT while a transaction's offsets for them are pending.
-        """
+        """Fire with ``{TopicPartition: CommittedOffset | None}`` (``groups.model``, ``groups.offsets``) for
+        ``partitions`` (None: all committed). ``require_stable``: fail with UNSTABLE_OFFSET_COMMIT while a
+        transaction's offsets for them are pending."""
 
     def list_groups(principal):
-        """Fire with the ``GroupListing``s of the groups the principal may describe."""
+        """Fire with the ``groups.messages.GroupListing``s of the groups the principal may describe."""
 
     def describe_group(principal, group_id):
-        """Fire with the group's ``GroupDescription`` (state Dead when unknown)."""
+        """Fire with the group's ``groups.messages.GroupDescription`` (state Dead when unknown)."""
 
     def delete_group(principal, group_id):
         """Delete a group without members and its offsets; fire with None."""
+
+    def list_users(principal):
+        """Fire with every SCRAM user's name; needs DESCRIBE on the cluster."""
+
+    def upsert_user(principal, name, password, create):
+        """Add a user (``create``) or change a user's password (fresh salted SCRAM credentials); needs ALTER on
+        the cluster. Fires with None once the record is committed."""
+
+    def remove_user(principal, name):
+        """Delete a user; needs ALTER on the cluster. Fires with None once committed."""
+
+    def describe_users(principal):
+        """Fire with ``{user name: {security.scram.ScramMechanism: iterations}}`` for every user; needs DESCRIBE
+        on the cluster."""
+
+    def alter_scram_credentials(principal, name, upsertions, deletions):
+        """Set a user's credentials from (mechanism, salt, iterations, salted password) ``upsertions`` and remove
+        those of the ``deletions`` mechanisms (Kafka's AlterUserScramCredentials); a user left without any is
+        removed. Needs ALTER on the cluster; fires with None once committed."""
+
+    def list_acls(principal):
+        """Fire with every ``security.acl.Acl``; needs DESCRIBE on the cluster."""
+
+    def add_acls(principal, acls):
+        """Store ``acls`` (``security.acl.Acl``s); needs ALTER on the cluster. Fires with None once committed."""
+
+    def remove_acls(principal, acls):
+        """Delete exactly these ACLs; needs ALTER on the cluster. Fires with None once committed."""
 
     def find_transaction_coordinator(principal, transactional_id):
         """Fire with the ``BrokerEndpoint`` coordinating ``transactional_id``: the leader of its
@@ -203,6 +233,87 @@ class IClusterView(Interface):
         """Reserve ``count`` producer ids cluster-wide; fire with the first."""
 
 
+class IGenericRecords(Interface):
+    """The cluster metadata's generic records (users, ACLs, secrets), for the services that keep their own in it.
+
+    A feature's records are ``PutGenericRecord``s of its kind; the security services read them
+    into their credential store and authorizer and write them for the admin requests.
+    """
+
+    image = Attribute("The ``MetadataImage`` as of the last record applied on this broker.")
+
+    def add_record_listener(listener):
+        """Call ``listener(image, record)`` for every record applied on this broker, caught up or not.
+
+        ``record`` is None when a snapshot replaced the whole image.
+        """
+
+    def put_generic_record(kind, key, value):
+        """Propose a generic record (``value`` None: delete it); fire once committed and applied here."""
+
+    def when_caught_up():
+        """Fire once this broker is registered and its image holds everything committed before that."""
+
+
+class ISecurityAdmin(Interface):
+    """The user and ACL records behind the broker's admin calls; the core authorizes every call first."""
+
+    def list_users():
+        """Every user name (a list)."""
+
+    def upsert_user(name, password, create):
+        """Propose a user's fresh credentials (``create``: a new user); fire once committed."""
+
+    def remove_user(name):
+        """Propose a user's deletion; fire once committed."""
+
+    def describe_users():
+        """Every user with the iteration count of its credential of each SCRAM mechanism (a dict of dicts)."""
+
+    def alter_scram_credentials(name, upsertions, deletions):
+        """Propose a user's credentials from salted passwords (see ``IBroker.alter_scram_credentials``)."""
+
+    def list_acls():
+        """Every ACL (a list of ``security.acl.Acl``)."""
+
+    def add_acls(acls):
+        """Propose ``acls``; fire once all are committed."""
+
+    def remove_acls(acls):
+        """Propose the deletion of ``acls``; fire once all are committed."""
+
+
+class IByteRateQuotas(Interface):
+    """Byte-rate quotas per principal and client id: how long a flow over its quota is held."""
+
+    has_quotas = Attribute("True if any quota is configured (front ends skip the bookkeeping otherwise).")
+
+    def record(kind, principal, client_id, byte_count, now_ms):
+        """Count ``byte_count`` bytes of a ``security.quotas.QuotaKind`` flow; return the ms to hold it (0: none)."""
+
+
+class IAuthenticationAudit(Interface):
+    """The audit log of refused logins (namespace ``mqbroker.audit``)."""
+
+    def authentication_failed(protocol, host, who, reason):
+        """Record one refused login or unauthenticated request: which protocol, from where, as whom, why."""
+
+
+class IAclView(Interface):
+    """The ACLs the broker enforces, for a front end that decides on resources of its own (MQTT topic filters)."""
+
+    mqtt_version = Attribute("A number that changes whenever an MQTT topic ACL is added or removed.")
+
+    def acls(resource_type):
+        """Every ACL of ``resource_type`` (a ``model.ResourceType``), in a stable order."""
+
+    def is_super_user(principal):
+        """Whether ``principal`` is a super user or a broker (allowed everything, ACLs or not)."""
+
+    def report_denial(denial):
+        """Audit a refusal the front end decided (a ``security.acl.Denial``)."""
+
+
 class IAuthorizer(Interface):
     """Decides whether a principal may perform an operation on a resource."""
 
@@ -223,7 +334,8 @@ class IFrontEnd(Interface):
     def build_factory(broker, context):
         """Return an ``IProtocolFactory`` serving this protocol on top of ``broker`` (an ``IBroker``).
 
-        ``context`` is a ``FrontEndContext`` carrying the reactor, configuration and metrics.
+        ``context`` is a ``FrontEndContext`` carrying the reactor, configuration, metrics and the
+        connection-level security (authentication, authorization of subscriptions, quotas, audit).
         """
 
 
@@ -256,6 +368,10 @@ class IAuthenticator(Interface):
 
     def authenticate_password(username, password, secure, host):
         """The ``Principal`` for a username and password, or raise ``SaslAuthenticationError``."""
+
+    def authenticate_password_or_anonymous(username, password, secure, host):
+        """As ``authenticate_password``, but credentials that cannot be checked (no such user, or PLAIN without
+        TLS when that is refused) yield the anonymous principal where anonymous access is allowed."""
 
     def authenticate_certificate(subject, alternative_names, host):
         """The ``Principal`` mapped from a verified client certificate, or ``SaslAuthenticationError``."""

@@ -16,6 +16,9 @@ fetch_wait_ms_max = 30_000
 fetch_response_bytes_max = 64 * 1024 * 1024
 #: Longest a produce with acks=all may wait for replication.
 produce_timeout_ms_max = 300_000
+#: How long an acks=all produce that names no timeout waits for replication; also the timeout of the
+#: front ends' own appends (MQTT and AMQP clients have no produce timeout to give).
+produce_timeout_ms_default = 30_000
 #: Longest topic name (as Kafka: it becomes a directory name with a partition suffix).
 topic_name_length_max = 249
 #: Most partitions one topic may have.
@@ -45,6 +48,12 @@ mqtt_pending_messages_max = 1000
 mqtt_qos0_queue_length_max = 100
 #: Packets a client may pipeline after CONNECT before the broker has answered it.
 mqtt_packets_before_connack_max = 64
+#: MQTT: topic aliases a client may set on one connection (advertised as Topic Alias Maximum in CONNACK).
+mqtt_topic_aliases_max = 16
+#: MQTT: longest client id accepted (the specification asks for 23 at least; clients use UUIDs and host names).
+mqtt_client_id_length_max = 256
+#: MQTT: longest session expiry granted; a 3.1.1 persistent session (clean session 0) gets this.
+mqtt_session_expiry_s_max = 7 * 24 * 3600
 #: SCRAM: fewest PBKDF2 iterations a credential may use (RFC 7677's minimum).
 scram_iterations_min = 4096
 #: SCRAM: most PBKDF2 iterations accepted, so a hostile server cannot make a client spin.
@@ -70,6 +79,62 @@ amqp_held_bytes_broker_max = 1024 * 1024 * 1024
 #: AMQP: bytes the compressed batches of one fetch may decompress to together in a queue or source reader
 #: (one 64 MiB message fits; a handful of 2 KiB zstd bombs does not).
 amqp_fetch_decompressed_bytes_max = 128 * 1024 * 1024
+#: An HTTP keep-alive connection with no request in progress is closed after this long.
+http_idle_s_max = 60
+#: The AIO context's ring size: fsyncs in flight at once (more wait for a free slot). Each
+#: context takes this many of the machine's ``fs.aio-max-nr`` (65,536 by default).
+aio_fsyncs_in_flight_max = 256
+#: How long start-up waits for the probe fsync that tells whether AIO fsync works here.
+aio_probe_wait_s_max = 10.0
+#: Raft: inputs waiting for the core while a Ready is persisted; beyond this, new inputs are refused.
+raft_inbox_items_max = 100_000
+#: A request to another broker (forwarded, or a follower's fetch) may take its own wait plus this much before
+#: the connection is dropped as dead.
+peer_request_slack_s = 3.0
+#: How long forwarded list-offset and delete-records calls keep re-routing through a leader change.
+reroute_ms_max = 5_000
+#: How long a ``__consumer_offsets`` append waits for the in-sync replicas (Kafka's offsets.commit.timeout.ms).
+offsets_commit_timeout_ms_max = 5_000
+#: Quotas: the longest single hold; a larger debt stays in the bucket and is paid over the next requests.
+throttle_ms_max = 11_000
+#: Quotas: a bucket nobody recorded into for this long is forgotten (Kafka's quota sensor expiry).
+quota_sensor_idle_ms_max = 3_600_000
+#: A controller connection must prove its identity within this time after it opens.
+controller_handshake_s_max = 10.0
+#: Largest broker-handshake frame: they are tiny; anything larger before authentication is an attack.
+controller_handshake_frame_bytes_max = 4096
+#: Raft log entries kept before the metadata image is snapshotted and the log compacted.
+controller_log_entries_max = 10_000
+#: Longest pause between two start attempts of a front end replaying its state (the pause doubles up to it).
+front_end_start_retry_s_max = 5.0
+#: How long a connection waits for its front end to start before it is refused as "server unavailable"
+#: (shorter than the MQTT CONNECT and AMQP handshake limits, so the client hears why).
+front_end_ready_wait_s_max = 5.0
+#: AMQP: entries of each per-decoder cache (method payloads, property lists); full caches start over.
+amqp_decode_cache_entries_max = 256
+#: AMQP: longer payloads are decoded every time (they rarely repeat and would bloat the cache).
+amqp_decode_cache_key_bytes_max = 512
+#: Threads of the background pool: controller persistence, checkpoints, the log cleaner.
+background_threads_max = 4
+#: AMQP: bound on ``x-max-length``: every ready message of a max-length queue is kept in memory.
+amqp_queue_length_max = 100_000
+#: AMQP: ready messages a classic queue reads ahead of its consumers.
+amqp_queue_read_ahead_messages_max = 2_000
+#: AMQP: how long a queue's or a source exchange's long-poll fetch waits for new records.
+amqp_log_fetch_wait_ms_max = 1_000
+#: AMQP: bytes one fetch of a queue's or a source exchange's log may return.
+amqp_log_fetch_bytes_max = 4 * 1024 * 1024
+#: AMQP: bytes one fetch of an internal topic's replay at start-up may return.
+amqp_replay_fetch_bytes_max = 16 * 1024 * 1024
+#: MQTT: how long a shared log reader's long poll waits before it asks again.
+mqtt_log_fetch_wait_ms_max = 500
+#: MQTT: bytes one fetch of a log partition (shared reader, catch-up, replay) may return.
+mqtt_log_fetch_bytes_max = 1024 * 1024
+#: MQTT: a client that has not sent CONNECT by then is disconnected.
+mqtt_connect_s_max = 10.0
+#: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
+#: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
+mqtt_log_writes_in_flight_max = 1000
 #: Kafka: largest request the Kafka listener accepts (Kafka's socket.request.max.bytes is 100 MiB;
 #: a 1 MiB batch per partition over many partitions fits well within this).
 kafka_request_bytes_max = 100 * 1024 * 1024

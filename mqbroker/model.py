@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from mqbroker import errors, limits
+
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
@@ -27,6 +29,16 @@ class Principal:
 
 
 ANONYMOUS = Principal("User", "ANONYMOUS")
+#: The cluster as an ACL resource (Kafka's name for it).
+CLUSTER_RESOURCE = "kafka-cluster"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerIdentity:
+    """A verified client certificate, as the principal mapping sees it: subject and alternative names."""
+
+    subject: str
+    alternative_names: tuple[str, ...]
 
 
 class Operation(enum.Enum):
@@ -51,6 +63,25 @@ class ResourceType(enum.Enum):
     TRANSACTIONAL_ID = "transactional_id"
     #: An MQTT topic filter (``+``, ``#``; ``%c`` and ``%u`` stand for the client id and user name): read/write.
     MQTT_TOPIC = "mqtt_topic"
+
+
+class Acks(enum.Enum):
+    """When the broker answers a produce: how many replicas must hold the batch (Kafka's wire values)."""
+
+    #: Once the batch is accepted (nothing waits; a native client gets no response at all).
+    NONE = 0
+    #: Once the batch is on the leader's disk (under the ``sync`` flush policy; at once under ``interval``).
+    LEADER = 1
+    #: Once every in-sync replica holds it; refused before anything is written while the ISR is too small.
+    ALL = -1
+
+    @classmethod
+    def from_wire(cls, value: int) -> Acks:
+        """The acks a client sent; ``InvalidRequiredAcksError`` for anything but 0, 1 and -1."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {value}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +121,24 @@ class AbortedTransaction(NamedTuple):
 
     producer_id: int
     first_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRequest:
+    """A long-poll read of whole record batches from several partitions.
+
+    The broker answers once the partitions hold ``response_bytes_min`` bytes to return (or one
+    has an error), at the latest after ``wait_ms_max`` (0: at once, with whatever is there); the
+    answer holds at most ``response_bytes_max`` over all partitions (the first batch always
+    fits), each partition at most its position's ``max_bytes``.
+    """
+
+    positions: tuple[FetchPosition, ...]
+    wait_ms_max: int = 0
+    response_bytes_min: int = 1
+    response_bytes_max: int = limits.fetch_response_bytes_max
+    #: READ_COMMITTED: stop at the last stable offset and list the aborted transactions (consumers only).
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,8 @@ from typing import Any
 from twisted.application.internet import StreamServerEndpointService, TimerService
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.interfaces import IReactorTCP, IStreamServerEndpoint
+from twisted.internet.posixbase import PosixReactorBase
 from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import (
     HostnameEndpoint,
@@ -27,17 +29,18 @@ from twisted.logger import Logger
 from twisted.plugin import getPlugins
 from twisted.python.threadpool import ThreadPool
 
-from mqbroker import __version__
+from mqbroker import __version__, limits
 from mqbroker.core.broker import Broker
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
-from mqbroker.config import BrokerConfig
+from mqbroker.config import BrokerConfig, dial_address
+from mqbroker.client.twisted.broker_login import log_in_as_broker
 from mqbroker.cluster.controlplane import ControlPlane, parse_quorum
 from mqbroker.cluster.wiring import build_control_plane
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
 from mqbroker.durability.flusher import Flusher
 from mqbroker.durability.sync_engines import ISyncEngine, start_sync_engine
-from mqbroker.protocols.frontends import FrontEndContext
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.interfaces import IBroker, IFrontEnd
 from mqbroker.protocols.listeners import listener_factory
@@ -46,22 +49,19 @@ from mqbroker.ops.metrics import BrokerMetrics
 from mqbroker.forwarding.peers import PeerConnections
 from mqbroker.forwarding.routing_broker import RoutingBroker
 from mqbroker.forwarding.transaction_peers import NativeTransactionPeers
-from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files, log_in_as_broker
+from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files
 from mqbroker.security.peer_handshake import AuthenticatedClientEndpoint, AuthenticatedServerEndpoint
 from mqbroker.security.quotas import ConnectionLimiter
-from mqbroker.security.service import SecurityServices, tls_files
+from mqbroker.security.service import AuthenticationAudit, SecurityServices, tls_files
 from mqbroker.storage.manager import LogManager
 
-BACKGROUND_THREADS_MAX = 4
 #: A new data directory is the broker's alone: partition data, the metadata log, the server secret.
 DATA_DIRECTORY_MODE = 0o700
 
 
-def _listen_endpoint(reactor: Any, host: str, port: int) -> Any:
+def _listen_endpoint(reactor: IReactorTCP, host: str, port: int) -> IStreamServerEndpoint:
     """A TCP endpoint on ``host`` (IPv4 or IPv6 literal, or a name resolved by the OS)."""
-    interface = "" if host in ("", "0.0.0.0") else host
-    if interface == "localhost":
-        interface = "127.0.0.1"
+    interface = "" if host in ("", "0.0.0.0") else dial_address(host)
     if ":" in interface:
         return TCP6ServerEndpoint(reactor, port, interface=interface)
     return TCP4ServerEndpoint(reactor, port, interface=interface)
@@ -79,7 +79,8 @@ class BrokerService(MultiService):
 
     log = Logger()
 
-    def __init__(self, config: BrokerConfig, reactor: Any) -> None:
+    def __init__(self, config: BrokerConfig, reactor: PosixReactorBase) -> None:
+        """``reactor``: the running reactor, every facet of it (time, TCP, threads, its life cycle)."""
         super().__init__()
         self.config = config
         self.reactor = reactor
@@ -89,7 +90,7 @@ class BrokerService(MultiService):
         self.security: SecurityServices | None = None
         self.metrics = BrokerMetrics()
         #: Housekeeping off the reactor thread: controller persistence, checkpoints, the log cleaner.
-        self._threadpool = ThreadPool(minthreads=1, maxthreads=BACKGROUND_THREADS_MAX, name="mqbroker-background")
+        self._threadpool = ThreadPool(minthreads=1, maxthreads=limits.background_threads_max, name="mqbroker-background")
         #: Runs the produce path's fsync rounds (see ``Flusher``, ``sync_engines``).
         self._sync_engine: ISyncEngine | None = None
         self._logs: LogManager | None = None
@@ -143,6 +144,7 @@ class BrokerService(MultiService):
             flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
             follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
+            security_admin=self.security,
             unreadable=self.metrics.unreadable,
         )
         broker = self.broker
@@ -225,7 +227,7 @@ class BrokerService(MultiService):
 
     def _peer_tcp_endpoint(self, host: str, port: int) -> Any:
         """A plaintext connection to another broker's native listener."""
-        return HostnameEndpoint(self.reactor, "127.0.0.1" if host == "localhost" else host, port)
+        return HostnameEndpoint(self.reactor, dial_address(host), port)
 
     def _replica_tls_endpoint(self, host: str, port: int) -> Any:
         """Inter-broker TLS: a leader's native TLS listener (its native port plus our TLS offset, as in metadata),
@@ -237,8 +239,7 @@ class BrokerService(MultiService):
 
         options = client_options(host, files.ca, files.certificate, files.key)
         tls_port = port + self.config.native_tls_port - self.config.native_port
-        return wrapClientTLS(options, TCP4ClientEndpoint(self.reactor, "127.0.0.1" if host == "localhost" else host,
-                                                         tls_port))
+        return wrapClientTLS(options, TCP4ClientEndpoint(self.reactor, dial_address(host), tls_port))
 
     def _add_timers(self, broker: Broker) -> None:
         timers = [
@@ -270,8 +271,10 @@ class BrokerService(MultiService):
 
     def _add_listeners(self, broker: Broker, routing: IBroker) -> None:
         """Every front end's listeners: those whose clients route themselves get ``broker``, the others ``routing``."""
-        context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics, security=self.security)
-        tls = self.security.tls if self.security is not None else None
+        assert self.security is not None
+        context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
+                                  security=front_end_security(self.security))
+        tls = self.security.tls
         for front_end in discover_front_ends():
             port = getattr(self.config, front_end.config_key)
             # e.g. native_tls_port; a TLS listener exists only when a certificate is configured
@@ -311,7 +314,7 @@ class BrokerService(MultiService):
         """How this broker dials a peer controller: TLS with our broker certificate under ``controller_tls``,
         then the broker handshake proving our node id."""
         peer_id = next(node_id for node_id, (voter_host, voter_port) in self._voters.items()
-                       if voter_port == port and host in (voter_host, "127.0.0.1" if voter_host == "localhost" else voter_host))
+                       if voter_port == port and host in (voter_host, dial_address(voter_host)))
         endpoint = TCP4ClientEndpoint(self.reactor, host, port)
         if self.config.controller_tls:
             from mqbroker.security.tls import client_options
@@ -355,7 +358,14 @@ class BrokerService(MultiService):
                 and all(signal.started for signal in self._front_end_starts))
 
 
-def build_broker_service(config: BrokerConfig, reactor: Any) -> MultiService:
+def front_end_security(services: SecurityServices) -> FrontEndSecurity:
+    """The connection-level part of the security services that the front ends get (admin goes through IBroker)."""
+    acls = services.acls if services.authorizer is services.acls else None
+    return FrontEndSecurity(authenticator=services.authenticator, authorizer=services.authorizer,
+                            quotas=services.quotas, audit=AuthenticationAudit(), acls=acls)
+
+
+def build_broker_service(config: BrokerConfig, reactor: PosixReactorBase) -> MultiService:
     """The whole broker as one service for twistd or ``mqbroker serve`` (the operator's umask applies)."""
     return BrokerService(config, reactor)
 

@@ -27,6 +27,7 @@ from mqbroker.cluster.metadata_records import (
     AlterPartition,
     AlterTopicConfigs,
     DeleteTopic,
+    PutGenericRecord,
     ReassignPartition,
     Record,
     RegisterBroker,
@@ -36,25 +37,28 @@ from mqbroker.core.broker import Broker
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.durability.flusher import Flusher
 from mqbroker.durability.sync_engines import ISyncEngine, SyncableLog, Synced
-from mqbroker.interfaces import IAuthorizer, IClusterView
+from mqbroker.interfaces import IAuthorizer, IClusterView, IGenericRecords
 from mqbroker.protocols.frontends import FrontEndContext
 from mqbroker.protocols.native.server import build_factory as build_native_factory
 from mqbroker.security.acl import AllowEverything
+from mqbroker.security.service import SecurityServices
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 
 ImageListener = Callable[[MetadataImage, "Record | None"], None]
 
 
-@implementer(IClusterView)
+@implementer(IClusterView, IGenericRecords)
 class FakeClusterView:
-    """An ``IClusterView`` over an in-memory image: proposals commit at once, or wait for ``commit_held``."""
+    """An ``IClusterView`` (and ``IGenericRecords``) over an in-memory image: proposals commit at once, or wait for
+    ``commit_held``."""
 
     def __init__(self, broker_ids: Iterable[int] = (1,), controller_id: int = 1) -> None:
         self.image = MetadataImage()
         self.voters = {node_id: ("127.0.0.1", 9395 + node_id) for node_id in broker_ids}
         self._controller_id = controller_id
         self._listeners: list[ImageListener] = []
+        self._record_listeners: list[ImageListener] = []
         #: Every record proposed through the interface, in order (committed or not).
         self.proposed: list[Record] = []
         #: While True, proposals wait in ``held`` until ``commit_held`` (a slow controller).
@@ -69,7 +73,7 @@ class FakeClusterView:
         """Commit ``record`` now (as if another broker proposed it) and tell the listeners; raise if refused."""
         value = apply_record(self.image, record)
         self.image.applied_index += 1
-        for listener in list(self._listeners):
+        for listener in [*self._record_listeners, *self._listeners]:
             listener(self.image, record)
         return value
 
@@ -126,6 +130,17 @@ class FakeClusterView:
 
     def allocate_producer_ids(self, count: int) -> Deferred[int]:
         return self._propose(AllocateProducerIds(count=count), keep_value=True)
+
+    # -- IGenericRecords -------------------------------------------------------------------
+
+    def add_record_listener(self, listener: ImageListener) -> None:
+        self._record_listeners.append(listener)
+
+    def put_generic_record(self, kind: str, key: str, value: Any) -> Deferred[None]:
+        return self._propose(PutGenericRecord(kind=kind, key=key, value=value))
+
+    def when_caught_up(self) -> Deferred[None]:
+        return succeed(None)
 
     # -- proposals -------------------------------------------------------------------------
 
@@ -266,7 +281,8 @@ def build_broker(
 
     broker = Broker(config=config, clock=clock, logs=logs, cluster=cluster,
                     flusher_factory=lambda on_durable: Flusher(engine, on_durable),
-                    follower_factory=follow, authorizer=authorizer or AllowEverything())
+                    follower_factory=follow, authorizer=authorizer or AllowEverything(),
+                    security_admin=SecurityServices(config, cluster))
     cluster.tell_listeners()
     return BrokerRig(broker=broker, cluster=cluster, clock=clock, engine=engine, logs=logs, follower=followers[0],
                      config=config)

@@ -9,9 +9,9 @@ from typing import Any
 from mqbroker.cli.common import client_command, reporting_errors
 from mqbroker.cli.output import Column, Table, add_output_options, emit
 from mqbroker.cli.topics import admin_client
+from mqbroker.model import CLUSTER_RESOURCE
 from mqbroker.protocols.native.messages import AclBinding
 from mqbroker.security.acl import WILDCARD
-from mqbroker.security.service import CLUSTER_RESOURCE
 
 OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs", "all")
 ACL_COLUMNS = (

@@ -48,7 +48,7 @@ from mqbroker.cluster.metadata_records import (
     decode_result,
     encode_record,
 )
-from mqbroker.interfaces import IClusterView
+from mqbroker.interfaces import IClusterView, IGenericRecords
 from mqbroker.raft.errors import ProposalDroppedError
 from mqbroker.raft.messages import Campaign, Entry, EntryKind, Role, Snapshot
 from mqbroker.raft.node import RaftNode
@@ -97,7 +97,7 @@ def parse_quorum(config: BrokerConfig) -> dict[int, tuple[str, int]]:
     return voters
 
 
-@implementer(IClusterView)
+@implementer(IClusterView, IGenericRecords)
 class ControlPlane(MultiService):
     """The metadata image of one broker and the Raft node replicating it; admin operations return Deferreds."""
 
@@ -229,6 +229,11 @@ class ControlPlane(MultiService):
     def add_image_listener(self, listener: ImageListener) -> None:
         """Tell ``listener`` of every change of the image once this broker caught up (see ``IClusterView``)."""
         self._image_listeners.append(listener)
+
+    def add_record_listener(self, listener: ImageListener) -> None:
+        """Tell ``listener`` of every record applied, caught up or not (see ``IGenericRecords``)."""
+        self.machine.record_listeners.append(lambda record, image: listener(image, record))
+        self.machine.restore_listeners.append(lambda image: listener(image, None))
 
     def describe(self) -> dict[str, Any]:
         """Voters, leader, term, commit index and brokers, for ``cluster describe``."""

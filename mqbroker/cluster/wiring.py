@@ -14,30 +14,34 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.endpoints import TCP4ClientEndpoint
-from twisted.internet.interfaces import IStreamClientEndpoint, IStreamServerEndpoint
+from twisted.internet.interfaces import (
+    IReactorTime,
+    IStreamClientEndpoint,
+    IStreamServerEndpoint,
+)
 from twisted.python.failure import Failure
 
+from mqbroker import limits
 from mqbroker.cluster.controlplane import CONTROLLER_TICK_MS, ControlPlane, parse_quorum
 from mqbroker.cluster.metadata import MetadataStateMachine
-from mqbroker.config import BrokerConfig
+from mqbroker.config import BrokerConfig, dial_address
 from mqbroker.raft.core import RaftCore
-from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.forwarded_proposals import PeerFrame
 from mqbroker.raft.messages import Configuration, Snapshot, SnapshotMetadata
 from mqbroker.raft.node import RaftNode
+from mqbroker.raft.settings import RaftSettings
 from mqbroker.raft.storage import FileRaftStorage
 from mqbroker.raft.transport import RaftTransport
 
 #: The Raft log's directory under the data directory (not a partition name: no "-N" suffix).
 RAFT_DIRECTORY = "controller-raft"
 CONTROLLER_ELECTION_TICKS = 10
-SNAPSHOT_ENTRIES = 10_000
 
 
 def build_control_plane(
     *,
     config: BrokerConfig,
-    reactor: Any,
+    reactor: IReactorTime,
     data_dir: pathlib.Path,
     threadpool: Any,
     listen_endpoint: Callable[[int], IStreamServerEndpoint],
@@ -62,7 +66,7 @@ def build_control_plane(
     if len(voters) > 1:
         dial = peer_endpoint or (lambda host, port: TCP4ClientEndpoint(reactor, host, port))
         peers = {
-            node_id: dial("127.0.0.1" if host == "localhost" else host, port)
+            node_id: dial(dial_address(host), port)
             for node_id, (host, port) in voters.items()
             if node_id != config.node_id
         }
@@ -81,7 +85,7 @@ def build_control_plane(
         reactor=reactor,
         threadpool=threadpool,
         tick_ms=CONTROLLER_TICK_MS,
-        snapshot_entries=SNAPSHOT_ENTRIES,
+        snapshot_entries=limits.controller_log_entries_max,
         on_fatal=on_fatal,
     )
     return ControlPlane(config=config, clock=reactor, voters=voters, machine=machine, node=node, storage=storage,

@@ -11,6 +11,7 @@ per-record work happens here. Each job is its own service:
 - ``ProducerIds`` (``core/producer_ids.py``), ``GroupRequests`` over ``GroupHosting`` (``groups/hosting.py``);
 - ``TransactionRequests`` (``core/transactions.py``) over ``TransactionHosting`` (``transactions/hosting.py``),
   with the markers written by ``MarkerAppender`` and ``PartitionMarkers`` (``core/txn_markers.py``);
+- ``SecurityRequests`` (``core/security_requests.py``): users and ACLs, authorized here, kept by an ``ISecurityAdmin``;
 - ``ReplicaManager`` (``replication/replica_manager.py``): leadership, high watermarks, ISR, following;
 - ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here.
 
@@ -35,6 +36,7 @@ from mqbroker.core.group_requests import GroupRequests
 from mqbroker.core.local_logs import LocalLogs
 from mqbroker.core.produce import ProduceService
 from mqbroker.core.producer_ids import ProducerIds
+from mqbroker.core.security_requests import SecurityRequests
 from mqbroker.core.topics import TopicAdmin, internal_replication_factor
 from mqbroker.core.transactions import TransactionRequests
 from mqbroker.core.txn_markers import MarkerAppender, PartitionMarkers, TransactionPeers
@@ -42,12 +44,14 @@ from mqbroker.durability.flusher import Flusher
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.hosting import GroupHosting
 from mqbroker.groups.model import TopicPartition
+from mqbroker.groups.offsets import CommittedOffset
 from mqbroker.groups.service import OFFSETS_TOPIC, offsets_partition
-from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView
+from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView, ISecurityAdmin
 from mqbroker.model import (
+    Acks,
     BrokerEndpoint,
     ClusterMetadata,
-    FetchPosition,
+    FetchRequest,
     FetchResult,
     IsolationLevel,
     OffsetAndTimestamp,
@@ -60,6 +64,8 @@ from mqbroker.model import (
 )
 from mqbroker.records.readable import UnreadableTally
 from mqbroker.replication.replica_manager import Follower, ReplicaManager
+from mqbroker.security.acl import Acl
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion
 from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
@@ -81,6 +87,7 @@ class Broker:
         flusher_factory: Callable[[Callable[[Iterable[PartitionLog]], None]], Flusher],
         follower_factory: Callable[[ReplicaManager], Follower],
         authorizer: IAuthorizer,
+        security_admin: ISecurityAdmin,
         principals: ClusterPrincipals | None = None,
         unreadable: UnreadableTally | None = None,
     ) -> None:
@@ -131,6 +138,7 @@ class Broker:
             replicas=self._replicas, produce=self._produce, markers=self._markers,
             peers=lambda: self._transaction_peers,
         )
+        self._security = SecurityRequests(authorizer=authorizer, admin=security_admin)
         cluster.add_image_listener(self._image_changed)
 
     def use_transaction_peers(self, peers: TransactionPeers) -> None:
@@ -156,7 +164,7 @@ class Broker:
     # -- produce and fetch -----------------------------------------------------------------
 
     def produce(
-        self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int,
         transactional_id: str | None = None,
     ) -> Deferred[ProduceResult]:
         """Append a client's batches, creating the topic first if allowed; see ``IBroker.produce``."""
@@ -167,19 +175,13 @@ class Broker:
             return ensured
         return self._transactions.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id)
 
-    def fetch(
-        self, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int,
-        isolation_level: int = IsolationLevel.READ_UNCOMMITTED,
-    ) -> Deferred[list[FetchResult]]:
+    def fetch(self, principal: Principal, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""
-        return self._fetch.fetch(principal, positions, max_wait_ms, min_bytes, max_bytes, isolation_level)
+        return self._fetch.fetch(principal, request)
 
-    def replica_fetch(
-        self, principal: Principal, replica_id: int, positions: Sequence[FetchPosition], max_wait_ms: int,
-        min_bytes: int, max_bytes: int,
-    ) -> Deferred[list[FetchResult]]:
+    def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """A follower's long-poll fetch; see ``IBroker.replica_fetch``."""
-        return self._fetch.replica_fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes)
+        return self._fetch.replica_fetch(principal, replica_id, request)
 
     def list_offset(
         self, principal: Principal, topic: str, partition: int, timestamp_ms: int,
@@ -266,42 +268,46 @@ class Broker:
         """The broker leading the group's offsets partition; see ``IBroker.find_coordinator``."""
         return self._group_requests.find_coordinator(principal, group_id)
 
-    def join_group(self, principal: Principal, request: group_messages.JoinRequest) -> Deferred[Any]:
+    def join_group(
+        self, principal: Principal, request: group_messages.JoinRequest
+    ) -> Deferred[group_messages.JoinResponse]:
         """Join a group; see ``IBroker.join_group``."""
         return self._group_requests.join_group(principal, request)
 
-    def sync_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[Any]:
+    def sync_group(
+        self, principal: Principal, request: group_messages.MemberRequest
+    ) -> Deferred[group_messages.SyncResponse]:
         """A member's assignment; see ``IBroker.sync_group``."""
         return self._group_requests.sync_group(principal, request)
 
-    def heartbeat(self, principal: Principal, request: group_messages.MemberRequest, polled: bool) -> Deferred[Any]:
+    def heartbeat(self, principal: Principal, request: group_messages.MemberRequest, polled: bool) -> Deferred[None]:
         """Keep a member alive; see ``IBroker.heartbeat``."""
         return self._group_requests.heartbeat(principal, request, polled)
 
-    def leave_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[Any]:
+    def leave_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[None]:
         """A member leaves; see ``IBroker.leave_group``."""
         return self._group_requests.leave_group(principal, request)
 
-    def commit_offsets(self, principal: Principal, request: group_messages.OffsetCommitRequest) -> Deferred[Any]:
+    def commit_offsets(self, principal: Principal, request: group_messages.OffsetCommitRequest) -> Deferred[None]:
         """Commit offsets durably; see ``IBroker.commit_offsets``."""
         return self._group_requests.commit_offsets(principal, request)
 
     def fetch_offsets(
         self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None,
         require_stable: bool = False,
-    ) -> Deferred[Any]:
+    ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets; see ``IBroker.fetch_offsets``."""
         return self._group_requests.fetch_offsets(principal, group_id, partitions, require_stable)
 
-    def list_groups(self, principal: Principal) -> Deferred[Any]:
+    def list_groups(self, principal: Principal) -> Deferred[list[group_messages.GroupListing]]:
         """Groups coordinated here that the principal may describe; see ``IBroker.list_groups``."""
         return self._group_requests.list_groups(principal)
 
-    def describe_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+    def describe_group(self, principal: Principal, group_id: str) -> Deferred[group_messages.GroupDescription]:
         """A group's state and members; see ``IBroker.describe_group``."""
         return self._group_requests.describe_group(principal, group_id)
 
-    def delete_group(self, principal: Principal, group_id: str) -> Deferred[Any]:
+    def delete_group(self, principal: Principal, group_id: str) -> Deferred[None]:
         """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
         return self._group_requests.delete_group(principal, group_id)
 
@@ -342,6 +348,41 @@ class Broker:
     ) -> Deferred[Any]:
         """Transactional ids coordinated here; see ``IBroker.list_transactions``."""
         return self._transactions.list_transactions(principal, frozenset(states), frozenset(producer_ids))
+
+    # -- users and ACLs ---------------------------------------------------------------------
+
+    def list_users(self, principal: Principal) -> Deferred[list[str]]:
+        """Every user name; see ``IBroker.list_users``."""
+        return self._security.list_users(principal)
+
+    def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
+        """Add a user or change a password; see ``IBroker.upsert_user``."""
+        return self._security.upsert_user(principal, name, password, create)
+
+    def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
+        """Delete a user; see ``IBroker.remove_user``."""
+        return self._security.remove_user(principal, name)
+
+    def describe_users(self, principal: Principal) -> Deferred[dict[str, dict[ScramMechanism, int]]]:
+        """Every user's SCRAM mechanisms and iterations; see ``IBroker.describe_users``."""
+        return self._security.describe_users(principal)
+
+    def alter_scram_credentials(self, principal: Principal, name: str, upsertions: Sequence[ScramUpsertion],
+                                deletions: Sequence[ScramMechanism]) -> Deferred[None]:
+        """Set credentials from salted passwords; see ``IBroker.alter_scram_credentials``."""
+        return self._security.alter_scram_credentials(principal, name, upsertions, deletions)
+
+    def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:
+        """Every ACL; see ``IBroker.list_acls``."""
+        return self._security.list_acls(principal)
+
+    def add_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """Store ACLs; see ``IBroker.add_acls``."""
+        return self._security.add_acls(principal, acls)
+
+    def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """Delete ACLs; see ``IBroker.remove_acls``."""
+        return self._security.remove_acls(principal, acls)
 
     # -- housekeeping and metrics (the service's timers and the metrics collector call these) -
 

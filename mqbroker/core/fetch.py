@@ -27,6 +27,7 @@ from mqbroker.model import (
     LATEST_TIMESTAMP,
     AbortedTransaction,
     FetchPosition,
+    FetchRequest,
     FetchResult,
     IsolationLevel,
     OffsetAndTimestamp,
@@ -137,25 +138,18 @@ class FetchService:
         self.fetched_bytes = 0
 
     @errors_as_failures
-    def fetch(
-        self, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int,
-        isolation_level: int = IsolationLevel.READ_UNCOMMITTED,
-    ) -> Deferred[list[FetchResult]]:
+    def fetch(self, principal: Principal, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""
-        committed = isolation_level == IsolationLevel.READ_COMMITTED
-        return self._fetch(principal, -1, positions, max_wait_ms, min_bytes, max_bytes, committed)
+        return self._fetch(principal, -1, request)
 
     @errors_as_failures
-    def replica_fetch(
-        self, principal: Principal, replica_id: int, positions: Sequence[FetchPosition], max_wait_ms: int,
-        min_bytes: int, max_bytes: int,
-    ) -> Deferred[list[FetchResult]]:
+    def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """A follower's long-poll fetch, which also reports its progress; see ``IBroker.replica_fetch``."""
         self._principals.check_replica(principal, replica_id)
         now_ms = int(self._clock.seconds() * 1000)
-        for position in positions:
+        for position in request.positions:
             self._replicas.follower_fetched(replica_id, position, now_ms)
-        return self._fetch(principal, replica_id, positions, max_wait_ms, min_bytes, max_bytes)
+        return self._fetch(principal, replica_id, request)
 
     @errors_as_failures
     def list_offset(
@@ -179,19 +173,18 @@ class FetchService:
             return succeed(OffsetAndTimestamp(offset=-1))
         return succeed(OffsetAndTimestamp(offset=found, timestamp_ms=timestamp_ms))
 
-    def _fetch(
-        self, principal: Principal, replica_id: int, positions: Sequence[FetchPosition], max_wait_ms: int,
-        min_bytes: int, max_bytes: int, committed: bool = False,
-    ) -> Deferred[list[FetchResult]]:
+    def _fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
+        positions, min_bytes, max_bytes = request.positions, request.response_bytes_min, request.response_bytes_max
+        committed = replica_id < 0 and request.isolation_level == IsolationLevel.READ_COMMITTED
         max_bytes = min(max_bytes, fetch_response_bytes_max) if max_bytes > 0 else fetch_response_bytes_max
         results = self._read_all(principal, positions, max_bytes, replica_id, committed)
         available = sum(len(r.records) for r in results)
         answered = any(r.error or r.diverging_end_offset >= 0 for r in results)
-        if max_wait_ms <= 0 or available >= max(min_bytes, 1) or answered:
+        if request.wait_ms_max <= 0 or available >= max(min_bytes, 1) or answered:
             return succeed(results)
         logs = [self._replicas.partition_log(p.topic, p.partition) for p in positions]
         return self._waiting.wait(logs, lambda: self._read_all(principal, positions, max_bytes, replica_id, committed),
-                                  min_bytes, max_wait_ms, follower=replica_id >= 0)
+                                  min_bytes, request.wait_ms_max, follower=replica_id >= 0)
 
     def _read_all(
         self, principal: Principal, positions: Sequence[FetchPosition], max_bytes: int, replica_id: int,

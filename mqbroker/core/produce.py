@@ -25,16 +25,12 @@ from mqbroker.core.guards import errors_as_failures, require_permission
 from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, check_produced_records
 from mqbroker.durability.flusher import Flusher
 from mqbroker.interfaces import IAuthorizer, IClusterView
-from mqbroker.limits import produce_timeout_ms_max
-from mqbroker.model import Operation, Principal, ProduceResult, ResourceType
+from mqbroker.limits import produce_timeout_ms_default, produce_timeout_ms_max
+from mqbroker.model import Acks, Operation, Principal, ProduceResult, ResourceType
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager, check_enough_replicas
 from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import NOT_VERIFIED, AppendResult, PartitionLog
-
-#: acks=all produces that give no timeout wait this long for the ISR.
-PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
-
 
 class ProduceService:
     """Appends batches to the partitions this broker leads and answers when the acks say so."""
@@ -59,19 +55,17 @@ class ProduceService:
 
     @errors_as_failures
     def produce(
-        self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int,
         verification_guard: object | None = None,
     ) -> Deferred[ProduceResult]:
         """Append a client's batches; see ``IBroker.produce`` (``verification_guard``: see the module docstring)."""
         if self._stopping:
             raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
-        if acks not in (0, 1, -1):
-            raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
         self._principals.check_internal_write(principal, topic)
         require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.TOPIC, topic)
         client = not self._principals.acts_for_cluster(principal)
-        partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=acks == -1,
-                                                                   check_records=client,
+        partition_log, leader, appended, min_insync = self._append(topic, partition, records,
+                                                                   acks_all=acks is Acks.ALL, check_records=client,
                                                                    verification_guard=verification_guard)
         result = ProduceResult(
             base_offset=appended.base_offset,
@@ -83,12 +77,12 @@ class ProduceService:
             self.produced_bytes += len(records)
             self.produced_records += appended.last_offset - appended.base_offset + 1
         sync = self._replicas.leader_appended(partition_log)
-        if acks == 0 or (acks == 1 and not sync):
+        if acks is Acks.NONE or (acks is Acks.LEADER and not sync):
             return succeed(result)
-        if acks == 1:
+        if acks is Acks.LEADER:
             waited = self._flusher.wait_durable(partition_log, appended.last_offset)
         else:
-            timeout_ms = min(timeout_ms, produce_timeout_ms_max) if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT
+            timeout_ms = min(timeout_ms, produce_timeout_ms_max) if timeout_ms > 0 else produce_timeout_ms_default
             waited = leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
         waited.addCallback(lambda _: result)
         return waited

@@ -7,7 +7,13 @@ from twisted.internet.defer import Deferred, succeed
 from mqbroker.core.guards import errors_as_failures, require_permission
 from mqbroker.core.topic_config import PRODUCER_ID_BLOCK_SIZE
 from mqbroker.interfaces import IAuthorizer, IClusterView
-from mqbroker.model import Operation, Principal, ProducerIdentity, ResourceType
+from mqbroker.model import (
+    CLUSTER_RESOURCE,
+    Operation,
+    Principal,
+    ProducerIdentity,
+    ResourceType,
+)
 
 
 class ProducerIds:
@@ -22,7 +28,7 @@ class ProducerIds:
     @errors_as_failures
     def init_producer_id(self, principal: Principal, transactional_id: str | None) -> Deferred[ProducerIdentity]:
         """A fresh producer id with epoch 0; see ``IBroker.init_producer_id``."""
-        require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.CLUSTER, "kafka-cluster")
+        require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         allocated = self.allocate()
         return allocated.addCallback(lambda producer_id: ProducerIdentity(producer_id=producer_id, producer_epoch=0))
 

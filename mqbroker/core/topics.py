@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.logger import Logger
 
 from mqbroker import errors
+from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.config import BrokerConfig
 from mqbroker.core.guards import errors_as_failures, require_permission
 from mqbroker.core.topic_config import (
@@ -25,10 +26,10 @@ from mqbroker.core.topic_config import (
     validate_broker_topic_configs,
     validate_topic_name,
 )
-from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.interfaces import IAuthorizer, IClusterView
 from mqbroker.limits import partitions_per_topic_max
 from mqbroker.model import (
+    CLUSTER_RESOURCE,
     BrokerEndpoint,
     ClusterMetadata,
     Operation,
@@ -142,7 +143,7 @@ class TopicAdmin:
     @errors_as_failures
     def describe_quorum(self, principal: Principal) -> Deferred[dict[str, Any]]:
         """The controller quorum and brokers; see ``IBroker.describe_quorum``."""
-        require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
+        require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return succeed(self._cluster.describe())
 
     @errors_as_failures
@@ -150,7 +151,7 @@ class TopicAdmin:
         self, principal: Principal, topics: Sequence[str] | None
     ) -> Deferred[list[PartitionReassignment]]:
         """The reassignments in progress; see ``IBroker.list_reassignments``."""
-        require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
+        require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return succeed(self._replicas.reassignments(topics))
 
     # -- creating --------------------------------------------------------------------------
@@ -304,8 +305,10 @@ class TopicAdmin:
     def reassign_partition(
         self, principal: Principal, topic: str, partition: int, target_replicas: Sequence[int]
     ) -> Deferred[None]:
-        """Move a partition's replicas through the controller; see ``IBroker.reassign_partition``."""
-        self._principals.check_internal_admin(principal, topic, "reassign")
+        """Move a partition's replicas through the controller; see ``IBroker.reassign_partition``.
+
+        Internal topics too (raising ``__consumer_offsets``' replication factor is routine): a move keeps
+        every record, so the topic ALTER permission decides, as for any topic."""
         require_permission(self._authorizer, principal, Operation.ALTER, ResourceType.TOPIC, topic)
         return self._replicas.reassign(topic, partition, target_replicas)
 

@@ -8,8 +8,8 @@ keeps the disk for produce and fsync traffic, as Kafka's single default cleaner 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.application.internet import TimerService
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
@@ -30,7 +30,7 @@ class LogCleanerService(TimerService):
     def __init__(
         self,
         logs: Callable[[], Iterable[PartitionLog]],
-        reactor: Any,
+        reactor: IReactorTime,
         threadpool: ThreadPool,
         interval_s: float,
     ) -> None:

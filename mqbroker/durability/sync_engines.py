@@ -29,11 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import Attribute, Interface, implementer
 
-#: The AIO context's ring size: fsyncs in flight at once (more wait for a free slot). Each
-#: context takes this many of the machine's ``fs.aio-max-nr`` (65,536 by default).
-AIO_SLOTS = 256
-#: How long start-up waits for the probe fsync that tells whether AIO fsync works here.
-AIO_PROBE_TIMEOUT_S = 10.0
+from mqbroker import limits
 
 
 class SyncableLog(Protocol):
@@ -117,7 +113,7 @@ class AioSync:
 
     name = "aio"
 
-    def __init__(self, reactor: IReactorFDSet, probe_directory: str, slots: int = AIO_SLOTS) -> None:
+    def __init__(self, reactor: IReactorFDSet, probe_directory: str, slots: int = limits.aio_fsyncs_in_flight_max) -> None:
         """Open an AIO context and prove that an fsync through it works on ``probe_directory``.
 
         Raises ``OSError`` (or ``ImportError``) when Linux AIO cannot be used here.
@@ -205,9 +201,9 @@ class AioSync:
         handle = os.open(directory, os.O_RDONLY)
         try:
             self._context.submit([self._fsync_block(handle)])
-            events = self._context.getEvents(min_nr=1, nr=1, timeout=AIO_PROBE_TIMEOUT_S)
+            events = self._context.getEvents(min_nr=1, nr=1, timeout=limits.aio_probe_wait_s_max)
             if not events:
-                raise OSError(f"an AIO fsync of {directory} did not complete within {AIO_PROBE_TIMEOUT_S:.0f} s")
+                raise OSError(f"an AIO fsync of {directory} did not complete within {limits.aio_probe_wait_s_max:.0f} s")
             _, result, _ = events[0]
             if result < 0:
                 raise OSError(-result, f"AIO fsync of {directory}: {os.strerror(-result)}")
@@ -264,13 +260,14 @@ class _AioRound:
         self.done.callback(outcome)
 
 
-def start_sync_engine(reactor: Any, choice: str, data_directory: str, log: Logger) -> ISyncEngine:
+def start_sync_engine(reactor: IReactorFDSet, choice: str, data_directory: str, log: Logger) -> ISyncEngine:
     """The engine ``fsync_engine`` asks for: ``aio``, ``thread``, or ``auto`` (AIO where it works).
 
-    ``aio`` that cannot work raises ``OSError``; ``auto`` then falls back to a thread and says why.
+    ``aio`` that cannot work raises ``OSError``; ``auto`` then falls back to a thread and says why. A
+    thread needs the reactor's ``IReactorThreads`` too (a real reactor has both).
     """
     if choice == "thread":
-        return ThreadSync(reactor)
+        return ThreadSync(IReactorThreads(reactor))
     try:
         return AioSync(reactor, data_directory)
     except (ImportError, OSError) as error:
@@ -278,4 +275,4 @@ def start_sync_engine(reactor: Any, choice: str, data_directory: str, log: Logge
             raise OSError(f"fsync_engine=aio: Linux AIO fsync does not work here: {error}") from error
         log.info("Linux AIO is not available here ({error}); on Linux, install libaio1 for lower produce latency",
                  error=error)
-        return ThreadSync(reactor)
+        return ThreadSync(IReactorThreads(reactor))

@@ -4,7 +4,7 @@ of the front ends (Twisted).
 One connection per remote broker, kept by a ``ClientService`` (reconnects with backoff; versions
 are negotiated before the connection is handed out), many requests in flight over it. Long-poll
 fetches may hold at most ``LONG_POLLS_MAX`` of the codec's in-flight slots, so a produce never
-queues behind them. A request that gets no answer within its wait plus ``REQUEST_SLACK_S`` drops
+queues behind them. A request that gets no answer within its wait plus ``limits.peer_request_slack_s`` drops
 the connection (the peer is paused or cut off) and fails with ``RequestTimedOutError``.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, DeferredSemaphore, fail, gatherResults
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
@@ -23,8 +24,6 @@ from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
 from mqbroker.protocols.native import messages as m
 
-#: A request may take its own wait plus this much before the connection is dropped as dead.
-REQUEST_SLACK_S = 3.0
 #: In-flight slots long-poll fetches may hold on one connection; the rest stay free for other requests.
 LONG_POLLS_MAX = limits.native_inflight_requests_max * 3 // 4
 
@@ -45,7 +44,7 @@ class PeerConnections:
     log = Logger()
 
     def __init__(
-        self, *, reactor: Any, client_id: str, address_of: Callable[[int], tuple[str, int] | None],
+        self, *, reactor: IReactorTime, client_id: str, address_of: Callable[[int], tuple[str, int] | None],
         endpoint_for: Callable[[str, int], Any], authenticate: Callable[[Any], Deferred[None]] | None = None,
     ) -> None:
         """``authenticate(protocol)`` runs after version negotiation on each new connection (inter-broker SCRAM)."""
@@ -81,7 +80,7 @@ class PeerConnections:
         except Exception as error:  # every connect failure is one typed, retriable error
             raise BrokerUnavailableError(f"cannot reach broker {node_id} at {peer.address}: {error}") from None
         pending = protocol.request(request)
-        pending.addTimeout(wait_s + REQUEST_SLACK_S, self._reactor,
+        pending.addTimeout(wait_s + limits.peer_request_slack_s, self._reactor,
                            onTimeoutCancel=lambda result, timeout: self._drop(protocol, node_id, timeout))
         return await pending
 

@@ -21,6 +21,7 @@ until its deadline.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -29,17 +30,44 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from mqbroker import errors
-from mqbroker.forwarding import wire as forwarded
+from mqbroker import errors, limits
 from mqbroker.client.connection import BrokerUnavailableError
+from mqbroker.forwarding import wire as forwarded
+from mqbroker.forwarding.routes import (
+    LeaderOf,
+    Route,
+    answered_enough,
+    failed_results,
+    merge_results,
+    route_of,
+    split_positions,
+)
+from mqbroker.groups import messages as group_messages
+from mqbroker.groups.model import TopicPartition
+from mqbroker.groups.offsets import CommittedOffset
 from mqbroker.interfaces import IAuthorizer, IBroker
-from mqbroker.model import FetchPosition, FetchResult, IsolationLevel, OffsetAndTimestamp, Operation, Principal, ProduceResult, ResourceType
-from mqbroker.forwarding.routes import LeaderOf, Route, answered_enough, failed_results, merge_results, route_of, split_positions
+from mqbroker.limits import produce_timeout_ms_default
+from mqbroker.model import (
+    Acks,
+    BrokerEndpoint,
+    ClusterMetadata,
+    FetchPosition,
+    FetchRequest,
+    FetchResult,
+    IsolationLevel,
+    OffsetAndTimestamp,
+    Operation,
+    PartitionReassignment,
+    Principal,
+    ProduceResult,
+    ProducerIdentity,
+    ResourceType,
+    TopicSpec,
+)
+from mqbroker.security.acl import Acl
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion
+from mqbroker.transactions import messages as txn
 
-#: acks=all produces that give no timeout wait this long (as the broker's default).
-PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
-#: How long list-offset and delete-records calls keep re-routing through a leader change.
-REROUTE_DEADLINE_MS = 5_000
 #: Pause before routing a call again after its leader moved or could not be reached.
 REROUTE_BACKOFF_S = 0.05
 #: Errors after which a call is routed again: the leader moved, or could not be asked.
@@ -51,17 +79,6 @@ class PeerRequests(Protocol):
     """What the routing broker needs to reach other brokers (``peers.PeerConnections``)."""
 
     def request(self, node_id: int, request: object, wait_s: float) -> Deferred[Any]: ...
-
-
-def _served_locally(name: str) -> Callable[..., Any]:
-    """A method handing the call unchanged to the local broker (no partition leader involved)."""
-
-    def method(self: RoutingBroker, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.local, name)(*args, **kwargs)
-
-    method.__name__ = name
-    method.__doc__ = f"The local broker's ``{name}``: the call needs no routing."
-    return method
 
 
 @implementer(IBroker)
@@ -77,36 +94,176 @@ class RoutingBroker:
         self._authorizer = authorizer
         self._clock = clock
 
-    metadata = _served_locally("metadata")
-    create_topic = _served_locally("create_topic")
-    delete_topic = _served_locally("delete_topic")
-    describe_configs = _served_locally("describe_configs")
-    alter_configs = _served_locally("alter_configs")
-    create_partitions = _served_locally("create_partitions")
-    init_producer_id = _served_locally("init_producer_id")
-    describe_quorum = _served_locally("describe_quorum")
-    replica_fetch = _served_locally("replica_fetch")
-    reassign_partition = _served_locally("reassign_partition")
-    list_reassignments = _served_locally("list_reassignments")
-    find_coordinator = _served_locally("find_coordinator")
-    join_group = _served_locally("join_group")
-    sync_group = _served_locally("sync_group")
-    heartbeat = _served_locally("heartbeat")
-    leave_group = _served_locally("leave_group")
-    commit_offsets = _served_locally("commit_offsets")
-    fetch_offsets = _served_locally("fetch_offsets")
-    list_groups = _served_locally("list_groups")
-    describe_group = _served_locally("describe_group")
-    delete_group = _served_locally("delete_group")
-    # Transactions: the core reaches the coordinator and the partition leaders itself (TransactionPeers).
-    find_transaction_coordinator = _served_locally("find_transaction_coordinator")
-    add_partitions_to_txn = _served_locally("add_partitions_to_txn")
-    add_offsets_to_txn = _served_locally("add_offsets_to_txn")
-    end_txn = _served_locally("end_txn")
-    txn_commit_offsets = _served_locally("txn_commit_offsets")
-    write_txn_markers = _served_locally("write_txn_markers")
-    describe_transactions = _served_locally("describe_transactions")
-    list_transactions = _served_locally("list_transactions")
+    # -- served by the local broker (no partition leader involved; it forwards what it must) ----
+
+    def metadata(
+        self, principal: Principal, topics: Sequence[str] | None, allow_auto_create: bool
+    ) -> Deferred[ClusterMetadata]:
+        """The local broker's ``metadata``."""
+        return self.local.metadata(principal, topics, allow_auto_create)
+
+    def create_topic(self, principal: Principal, spec: TopicSpec, validate_only: bool) -> Deferred[None]:
+        """The local broker's ``create_topic``."""
+        return self.local.create_topic(principal, spec, validate_only)
+
+    def delete_topic(self, principal: Principal, name: str) -> Deferred[None]:
+        """The local broker's ``delete_topic``."""
+        return self.local.delete_topic(principal, name)
+
+    def describe_configs(self, principal: Principal, topic: str) -> Deferred[dict[str, str]]:
+        """The local broker's ``describe_configs``."""
+        return self.local.describe_configs(principal, topic)
+
+    def alter_configs(
+        self, principal: Principal, topic: str, set_configs: Mapping[str, str], delete_configs: Sequence[str]
+    ) -> Deferred[None]:
+        """The local broker's ``alter_configs``."""
+        return self.local.alter_configs(principal, topic, set_configs, delete_configs)
+
+    def create_partitions(self, principal: Principal, topic: str, total_count: int) -> Deferred[None]:
+        """The local broker's ``create_partitions``."""
+        return self.local.create_partitions(principal, topic, total_count)
+
+    def init_producer_id(self, principal: Principal, transactional_id: str | None,
+                         transaction_timeout_ms: int = -1) -> Deferred[ProducerIdentity]:
+        """The local broker's ``init_producer_id``."""
+        return self.local.init_producer_id(principal, transactional_id, transaction_timeout_ms)
+
+    def describe_quorum(self, principal: Principal) -> Deferred[dict[str, Any]]:
+        """The local broker's ``describe_quorum``."""
+        return self.local.describe_quorum(principal)
+
+    def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
+        """The local broker's ``replica_fetch`` (a follower asks its leader directly)."""
+        return self.local.replica_fetch(principal, replica_id, request)
+
+    def reassign_partition(
+        self, principal: Principal, topic: str, partition: int, target_replicas: Sequence[int]
+    ) -> Deferred[None]:
+        """The local broker's ``reassign_partition``."""
+        return self.local.reassign_partition(principal, topic, partition, target_replicas)
+
+    def list_reassignments(
+        self, principal: Principal, topics: Sequence[str] | None
+    ) -> Deferred[list[PartitionReassignment]]:
+        """The local broker's ``list_reassignments``."""
+        return self.local.list_reassignments(principal, topics)
+
+    def find_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
+        """The local broker's ``find_coordinator``."""
+        return self.local.find_coordinator(principal, group_id)
+
+    def join_group(self, principal: Principal, request: group_messages.JoinRequest) -> Deferred[group_messages.JoinResponse]:
+        """The local broker's ``join_group``."""
+        return self.local.join_group(principal, request)
+
+    def sync_group(
+        self, principal: Principal, request: group_messages.MemberRequest
+    ) -> Deferred[group_messages.SyncResponse]:
+        """The local broker's ``sync_group``."""
+        return self.local.sync_group(principal, request)
+
+    def heartbeat(self, principal: Principal, request: group_messages.MemberRequest, polled: bool) -> Deferred[None]:
+        """The local broker's ``heartbeat``."""
+        return self.local.heartbeat(principal, request, polled)
+
+    def leave_group(self, principal: Principal, request: group_messages.MemberRequest) -> Deferred[None]:
+        """The local broker's ``leave_group``."""
+        return self.local.leave_group(principal, request)
+
+    def commit_offsets(self, principal: Principal, request: group_messages.OffsetCommitRequest) -> Deferred[None]:
+        """The local broker's ``commit_offsets``."""
+        return self.local.commit_offsets(principal, request)
+
+    def fetch_offsets(
+        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
+    ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
+        """The local broker's ``fetch_offsets``."""
+        return self.local.fetch_offsets(principal, group_id, partitions, require_stable)
+
+    def list_groups(self, principal: Principal) -> Deferred[list[group_messages.GroupListing]]:
+        """The local broker's ``list_groups``."""
+        return self.local.list_groups(principal)
+
+    def describe_group(self, principal: Principal, group_id: str) -> Deferred[group_messages.GroupDescription]:
+        """The local broker's ``describe_group``."""
+        return self.local.describe_group(principal, group_id)
+
+    def delete_group(self, principal: Principal, group_id: str) -> Deferred[None]:
+        """The local broker's ``delete_group``."""
+        return self.local.delete_group(principal, group_id)
+
+    # Transactions: the core reaches the coordinators and the partition leaders itself (TransactionPeers).
+
+    def find_transaction_coordinator(self, principal: Principal, transactional_id: str) -> Deferred[BrokerEndpoint]:
+        """The local broker's ``find_transaction_coordinator``."""
+        return self.local.find_transaction_coordinator(principal, transactional_id)
+
+    def add_partitions_to_txn(self, principal: Principal, request: txn.AddPartitionsRequest) -> Deferred[None]:
+        """The local broker's ``add_partitions_to_txn``."""
+        return self.local.add_partitions_to_txn(principal, request)
+
+    def add_offsets_to_txn(self, principal: Principal, request: txn.AddOffsetsRequest) -> Deferred[None]:
+        """The local broker's ``add_offsets_to_txn``."""
+        return self.local.add_offsets_to_txn(principal, request)
+
+    def end_txn(self, principal: Principal, request: txn.EndTxnRequest) -> Deferred[None]:
+        """The local broker's ``end_txn``."""
+        return self.local.end_txn(principal, request)
+
+    def txn_commit_offsets(self, principal: Principal, request: txn.TxnOffsetCommitRequest) -> Deferred[None]:
+        """The local broker's ``txn_commit_offsets``."""
+        return self.local.txn_commit_offsets(principal, request)
+
+    def write_txn_markers(
+        self, principal: Principal, markers: Sequence[txn.TransactionMarker]
+    ) -> Deferred[list[txn.MarkerOutcome]]:
+        """The local broker's ``write_txn_markers``."""
+        return self.local.write_txn_markers(principal, markers)
+
+    def describe_transactions(self, principal: Principal, transactional_ids: Sequence[str]) -> Deferred[list[object]]:
+        """The local broker's ``describe_transactions``."""
+        return self.local.describe_transactions(principal, transactional_ids)
+
+    def list_transactions(
+        self, principal: Principal, states: Sequence[txn.TransactionState], producer_ids: Sequence[int]
+    ) -> Deferred[list[txn.TransactionListing]]:
+        """The local broker's ``list_transactions``."""
+        return self.local.list_transactions(principal, states, producer_ids)
+
+    def list_users(self, principal: Principal) -> Deferred[list[str]]:
+        """The local broker's ``list_users``."""
+        return self.local.list_users(principal)
+
+    def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
+        """The local broker's ``upsert_user``."""
+        return self.local.upsert_user(principal, name, password, create)
+
+    def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
+        """The local broker's ``remove_user``."""
+        return self.local.remove_user(principal, name)
+
+    def describe_users(self, principal: Principal) -> Deferred[dict[str, dict[ScramMechanism, int]]]:
+        """The local broker's ``describe_users``."""
+        return self.local.describe_users(principal)
+
+    def alter_scram_credentials(self, principal: Principal, name: str, upsertions: Sequence[ScramUpsertion],
+                                deletions: Sequence[ScramMechanism]) -> Deferred[None]:
+        """The local broker's ``alter_scram_credentials``."""
+        return self.local.alter_scram_credentials(principal, name, upsertions, deletions)
+
+    def list_acls(self, principal: Principal) -> Deferred[list[Acl]]:
+        """The local broker's ``list_acls``."""
+        return self.local.list_acls(principal)
+
+    def add_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """The local broker's ``add_acls``."""
+        return self.local.add_acls(principal, acls)
+
+    def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
+        """The local broker's ``remove_acls``."""
+        return self.local.remove_acls(principal, acls)
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -142,19 +299,19 @@ class RoutingBroker:
 
     # -- produce ---------------------------------------------------------------------------
 
-    def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
+    def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
                 timeout_ms: int, transactional_id: str | None = None) -> Deferred[ProduceResult]:
         """Append at the partition's leader; see ``IBroker.produce``."""
-        deadline_ms = self._now_ms() + (timeout_ms if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT)
+        deadline_ms = self._now_ms() + (timeout_ms if timeout_ms > 0 else produce_timeout_ms_default)
         return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks,
                                                                     timeout_ms, transactional_id))
 
-    def _produce_once(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
+    def _produce_once(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
                       timeout_ms: int, transactional_id: str | None) -> Deferred[ProduceResult]:
         leader = self.route(principal, Operation.WRITE, topic, partition)
         if leader is None:
             return self.local.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id)
-        wait_ms = timeout_ms if timeout_ms > 0 else PRODUCE_TIMEOUT_MS_DEFAULT
+        wait_ms = timeout_ms if timeout_ms > 0 else produce_timeout_ms_default
         request = forwarded.produce_request(topic, partition, records, acks, timeout_ms, transactional_id)
         sent = self._peers.request(leader, request, wait_ms / 1000.0)
         sent.addCallback(forwarded.produce_result, topic, partition, records)
@@ -162,34 +319,32 @@ class RoutingBroker:
 
     # -- fetch -----------------------------------------------------------------------------
 
-    def fetch(self, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int,
-              max_bytes: int, isolation_level: int = IsolationLevel.READ_UNCOMMITTED) -> Deferred[list[FetchResult]]:
+    def fetch(self, principal: Principal, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """Read from each partition's leader, one fetch per broker, merged; see ``IBroker.fetch``.
 
         Split over several brokers, the answer comes once every broker answered or one brought
-        ``min_bytes`` or an error; the positions of brokers still waiting then read as empty.
-        Each broker's fetch may return up to ``max_bytes``.
+        ``response_bytes_min`` or an error; the positions of brokers still waiting then read as
+        empty. Each broker's fetch may return up to ``response_bytes_max``.
         """
+        positions = request.positions
         groups = split_positions(positions, lambda p: self.route(principal, Operation.READ, p.topic, p.partition))
         if len(groups) == 1:
             (route,) = groups
-            return self._fetch_from(route, principal, positions, max_wait_ms, min_bytes, max_bytes, isolation_level)
-        calls = {route: self._fetch_from(route, principal, [positions[index] for index in indices], max_wait_ms,
-                                         min_bytes, max_bytes, isolation_level)
+            return self._fetch_from(route, principal, request)
+        calls = {route: self._fetch_from(route, principal, dataclasses.replace(
+                     request, positions=tuple(positions[index] for index in indices)))
                  for route, indices in groups.items()}
-        gathered = _gather_until_enough(calls, min_bytes)
+        gathered = _gather_until_enough(calls, request.response_bytes_min)
         gathered.addCallback(lambda answered: merge_results(positions, groups, answered))
         return gathered
 
-    def _fetch_from(self, route: Route, principal: Principal, positions: Sequence[FetchPosition], max_wait_ms: int,
-                    min_bytes: int, max_bytes: int, isolation_level: int) -> Deferred[list[FetchResult]]:
+    def _fetch_from(self, route: Route, principal: Principal, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """One broker's share of a fetch; a leader that cannot be asked yields an error per position."""
         if route is None:
-            return self.local.fetch(principal, positions, max_wait_ms, min_bytes, max_bytes, isolation_level)
-        request = forwarded.fetch_request(positions, max_wait_ms, min_bytes, max_bytes, isolation_level)
-        sent = self._peers.request(route, request, max(max_wait_ms, 0) / 1000.0)
-        sent.addCallback(forwarded.fetch_results, positions)
-        sent.addErrback(_trapped_as_results, positions)
+            return self.local.fetch(principal, request)
+        sent = self._peers.request(route, forwarded.fetch_request(request), max(request.wait_ms_max, 0) / 1000.0)
+        sent.addCallback(forwarded.fetch_results, request.positions)
+        sent.addErrback(_trapped_as_results, request.positions)
         return sent
 
     # -- offsets ---------------------------------------------------------------------------
@@ -197,7 +352,7 @@ class RoutingBroker:
     def list_offset(self, principal: Principal, topic: str, partition: int, timestamp_ms: int,
                     isolation_level: int = IsolationLevel.READ_UNCOMMITTED) -> Deferred[OffsetAndTimestamp]:
         """Ask the partition's leader; see ``IBroker.list_offset``."""
-        return self._routed(self._now_ms() + REROUTE_DEADLINE_MS,
+        return self._routed(self._now_ms() + limits.reroute_ms_max,
                             lambda: self._list_offset_once(principal, topic, partition, timestamp_ms, isolation_level))
 
     def _list_offset_once(self, principal: Principal, topic: str, partition: int,
@@ -212,15 +367,15 @@ class RoutingBroker:
 
     def delete_records(self, principal: Principal, topic: str, partition: int, before_offset: int) -> Deferred[int]:
         """Advance the log start at the partition's leader; see ``IBroker.delete_records``."""
-        return self._routed(self._now_ms() + REROUTE_DEADLINE_MS,
+        return self._routed(self._now_ms() + limits.reroute_ms_max,
                             lambda: self._delete_records_once(principal, topic, partition, before_offset))
 
     def _delete_records_once(self, principal: Principal, topic: str, partition: int, before_offset: int) -> Deferred[int]:
         leader = self.route(principal, Operation.DELETE, topic, partition)
         if leader is None:
             return self.local.delete_records(principal, topic, partition, before_offset)
-        request = forwarded.delete_records_request(topic, partition, before_offset, REROUTE_DEADLINE_MS)
-        sent = self._peers.request(leader, request, REROUTE_DEADLINE_MS / 1000.0)
+        request = forwarded.delete_records_request(topic, partition, before_offset, limits.reroute_ms_max)
+        sent = self._peers.request(leader, request, limits.reroute_ms_max / 1000.0)
         sent.addCallback(forwarded.delete_records_result, topic, partition)
         return sent
 

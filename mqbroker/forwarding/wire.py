@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from mqbroker import errors
 from mqbroker.model import (
     AbortedTransaction,
+    Acks,
     FetchPosition,
+    FetchRequest,
     FetchResult,
     IsolationLevel,
     OffsetAndTimestamp,
@@ -38,10 +40,10 @@ def _only_partition(topics: Sequence[object], topic: str, partition: int) -> obj
 
 
 def produce_request(
-    topic: str, partition: int, records: bytes, acks: int, timeout_ms: int, transactional_id: str | None = None
+    topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int, transactional_id: str | None = None
 ) -> m.ProduceRequest:
     """A Produce of one partition's batches (a transactional producer's name its ``transactional_id``)."""
-    return m.ProduceRequest(acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id, topics=(
+    return m.ProduceRequest(acks=acks.value, timeout_ms=timeout_ms, transactional_id=transactional_id, topics=(
         m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition_index=partition, records=records),)),))
 
 
@@ -61,18 +63,17 @@ def produce_result(response: m.ProduceResponse | None, topic: str, partition: in
                          log_append_time_ms=result.log_append_time_ms, log_start_offset=result.log_start_offset)
 
 
-def fetch_request(
-    positions: Sequence[FetchPosition], max_wait_ms: int, min_bytes: int, max_bytes: int,
-    isolation_level: int = IsolationLevel.READ_UNCOMMITTED,
-) -> m.FetchRequest:
-    """A consumer's Fetch (replica id -1: reads stop at the high watermark, read_committed at the stable offset)."""
+def fetch_request(request: FetchRequest) -> m.FetchRequest:
+    """A consumer's Fetch of the request's positions (replica id -1: reads stop at the high watermark, at
+    read_committed at the last stable offset)."""
     by_topic: dict[str, list[m.FetchPartition]] = {}
-    for position in positions:
+    for position in request.positions:
         by_topic.setdefault(position.topic, []).append(m.FetchPartition(
             partition_index=position.partition, current_leader_epoch=position.current_leader_epoch,
             fetch_offset=position.offset, partition_max_bytes=position.max_bytes,
             last_fetched_epoch=position.last_fetched_epoch))
-    return m.FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=tuple(
+    return m.FetchRequest(max_wait_ms=request.wait_ms_max, min_bytes=request.response_bytes_min,
+                          max_bytes=request.response_bytes_max, isolation_level=request.isolation_level, topics=tuple(
         m.FetchTopic(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()))
 
 

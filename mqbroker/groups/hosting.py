@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.config import BrokerConfig
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.coordinator import GroupCoordinator
@@ -36,9 +36,6 @@ from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableBatch, Unrea
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.storage.manager import LogManager
-
-#: How long a ``__consumer_offsets`` append waits for the in-sync replicas (Kafka's offsets.commit.timeout.ms).
-OFFSETS_COMMIT_TIMEOUT_MS = 5_000
 
 #: Appends a batch to a partition with acks=all: (topic, partition, records, timeout_ms) -> fires once replicated.
 ReplicatedAppend = Callable[[str, int, bytes, int], "Deferred[None]"]
@@ -108,7 +105,7 @@ class GroupHosting:
         committed could resurrect offsets the failed leader never acknowledged.
         """
         end_offset = self._logs.get(OFFSETS_TOPIC, partition).log_end_offset
-        committed = leader.wait_for_high_watermark(end_offset - 1, 1, OFFSETS_COMMIT_TIMEOUT_MS)
+        committed = leader.wait_for_high_watermark(end_offset - 1, 1, limits.offsets_commit_timeout_ms_max)
         committed.addCallbacks(lambda _: self._serve_offsets_partition(partition, leader),
                                self._offsets_load_failed, errbackArgs=(partition, leader))
 
@@ -163,7 +160,7 @@ class GroupHosting:
 
     def _append_offsets(self, partition: int, records: bytes) -> Deferred[None]:
         """Append a coordinator batch to ``__consumer_offsets``; fires once the in-sync replicas have it."""
-        appended = self._append_replicated(OFFSETS_TOPIC, partition, records, OFFSETS_COMMIT_TIMEOUT_MS)
+        appended = self._append_replicated(OFFSETS_TOPIC, partition, records, limits.offsets_commit_timeout_ms_max)
         return appended.addErrback(_leadership_lost_to_not_coordinator)
 
     # -- serving ---------------------------------------------------------------------------

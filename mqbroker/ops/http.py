@@ -21,13 +21,10 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 from zope.interface import implementer
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.model import Operation, Principal
 from mqbroker.security.service import audit_authentication_failure
 from mqbroker.security.tls import peer_identity
-
-#: A keep-alive connection with no request in progress is closed after this long.
-HTTP_IDLE_TIMEOUT_S = 60
 
 
 class _Health(Resource):
@@ -95,7 +92,7 @@ class _Site(Site):
     protocol = _DeadlineChannel
 
     def __init__(self, resource: Any, request_timeout_s: float) -> None:
-        super().__init__(resource, timeout=HTTP_IDLE_TIMEOUT_S)
+        super().__init__(resource, timeout=limits.http_idle_s_max)
         self.request_timeout_s = request_timeout_s
 
     def buildProtocol(self, addr: Any) -> Any:

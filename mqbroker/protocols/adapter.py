@@ -17,7 +17,8 @@ from twisted.protocols.policies import ProtocolWrapper, TimeoutMixin
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from mqbroker.security.tls import PeerIdentity, peer_identity
+from mqbroker.model import PeerIdentity
+from mqbroker.security.tls import peer_identity
 
 
 class Session(TypingProtocol):

@@ -16,22 +16,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeoutError, fail, succeed
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import TimeoutError as DeferredTimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import errors
+from mqbroker import errors, limits
 
 T = TypeVar("T")
 
-#: Pause after the first failed attempt; it doubles after each failure up to ``RETRY_MAX_S``.
+#: Pause after the first failed attempt; it doubles after each failure up to ``limits.front_end_start_retry_s_max``.
 RETRY_FIRST_S = 0.1
-RETRY_MAX_S = 5.0
-#: How long a connection waits for its front end to start before it is refused as "server unavailable"
-#: (shorter than the MQTT CONNECT and AMQP handshake limits, so the client hears why).
-READY_WAIT_S = 5.0
 
 
 def passes_on_its_own(error: errors.BrokerError) -> bool:
@@ -61,7 +58,7 @@ async def start_with_retries(clock: IReactorTime, attempt: Callable[[], Awaitabl
             log.warn("{what} not started yet (attempt {failures}): {error}; trying again in {pause:.1f} s",
                      what=what, failures=failures, error=error, pause=pause_s)
         await deferLater(clock, pause_s, lambda: None)
-        pause_s = min(pause_s * 2, RETRY_MAX_S)
+        pause_s = min(pause_s * 2, limits.front_end_start_retry_s_max)
 
 
 class StartedSignal:
@@ -78,7 +75,7 @@ class StartedSignal:
         """Whether the start succeeded."""
         return self._waiters is None and self._failure is None
 
-    def wait(self, timeout_s: float = READY_WAIT_S) -> Deferred[None]:
+    def wait(self, timeout_s: float = limits.front_end_ready_wait_s_max) -> Deferred[None]:
         """Fires once started; fails with the start's error, or ``LeaderNotAvailableError`` after ``timeout_s``."""
         if self._waiters is None:
             return fail(self._failure) if self._failure is not None else succeed(None)

@@ -24,24 +24,25 @@ from functools import partial
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.raft.core import RaftCore, Ready
 from mqbroker.raft.errors import ProposalDroppedError
-from mqbroker.raft.forwarded_proposals import ForwardedProposal, ForwardedResult, PeerFrame
+from mqbroker.raft.forwarded_proposals import (
+    ForwardedProposal,
+    ForwardedResult,
+    PeerFrame,
+)
 from mqbroker.raft.log import IRaftStorage
 from mqbroker.raft.messages import NO_NODE, EntryKind, Role
 from mqbroker.raft.state_machine import IRaftStateMachine
 from mqbroker.raft.status import Status
 from mqbroker.security.inter_broker import broker_principal
-
-#: Inputs waiting for the core while a Ready is persisted; beyond this, new inputs are refused.
-INBOX_ITEMS_MAX = 100_000
 
 
 @dataclass(slots=True, eq=False)
@@ -67,7 +68,7 @@ class RaftNode:
         storage: IRaftStorage,
         state_machine: IRaftStateMachine,
         send: Callable[[PeerFrame], bool],
-        reactor: Any,
+        reactor: IReactorTime,
         threadpool: Any,
         tick_ms: int = 50,
         snapshot_entries: int = 10_000,
@@ -159,7 +160,7 @@ class RaftNode:
         if self._stopping:
             self._settle(proposal, errors.BrokerShuttingDownError("the controller is shutting down"))
             return proposal.deferred
-        if len(self._inbox) + len(self._new_proposals) >= INBOX_ITEMS_MAX:
+        if len(self._inbox) + len(self._new_proposals) >= limits.raft_inbox_items_max:
             self._settle(proposal, errors.RequestTimedOutError("the controller is overloaded; retry later"))
             return proposal.deferred
         proposal.timer = self._reactor.callLater(self._proposal_timeout_ms / 1000.0, self._expire, proposal)
@@ -170,7 +171,7 @@ class RaftNode:
     # ---- the drive loop --------------------------------------------------------------------
 
     def _enqueue(self, action: Callable[[], None]) -> None:
-        if len(self._inbox) + len(self._new_proposals) >= INBOX_ITEMS_MAX:
+        if len(self._inbox) + len(self._new_proposals) >= limits.raft_inbox_items_max:
             return  # a peer frame or tick lost to overload: Raft retries
         self._inbox.append(action)
         self._schedule()
@@ -182,8 +183,8 @@ class RaftNode:
 
     def _drive(self) -> None:
         self._scheduled = False
-        if self._busy:
-            return
+        if self._busy or self._stopping:
+            return  # a stopped node writes nothing more: its storage is closed once ``stop`` fires
         inbox, self._inbox = self._inbox, []
         for action in inbox:
             action()

@@ -18,11 +18,10 @@ frame that breaks either rule closes the connection and goes to the audit log: i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from twisted.application.internet import ClientService, StreamServerEndpointService, backoffPolicy
 from twisted.application.service import MultiService
-from twisted.internet.interfaces import IPushProducer, IStreamClientEndpoint, IStreamServerEndpoint
+from twisted.internet.interfaces import IPushProducer, IReactorTime, IStreamClientEndpoint, IStreamServerEndpoint
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -128,7 +127,7 @@ class RaftTransport(MultiService):
         server_endpoint: IStreamServerEndpoint | None,
         peer_endpoints: Mapping[int, IStreamClientEndpoint],
         deliver: Callable[[PeerFrame], None],
-        clock: Any = None,
+        clock: IReactorTime | None = None,
     ) -> None:
         """``deliver`` receives every frame addressed to ``node_id``; ``clock`` drives reconnect delays."""
         super().__init__()

@@ -17,12 +17,15 @@ from typing import Any, Protocol
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, TimeoutError, gatherResults
 from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from mqbroker import limits
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
+from mqbroker.config import dial_address
 from mqbroker.errors import BrokerError, ErrorCode
 from mqbroker.model import FetchResult
 from mqbroker.protocols.native import messages as m
@@ -32,8 +35,6 @@ from mqbroker.storage.errors import StorageError as StorageLayerError
 PartitionKey = tuple[str, int]
 #: Pause after a failed fetch (leader moved, connection lost) before the next one.
 RETRY_BACKOFF_S = 0.1
-#: A fetch may take the leader's long-poll wait plus this much before the connection is dropped as dead.
-REQUEST_SLACK_S = 3.0
 
 
 class ReplicaSink(Protocol):
@@ -54,7 +55,7 @@ class ReplicaFetcher:
     log = Logger()
 
     def __init__(
-        self, *, node_id: int, reactor: Any, sink: ReplicaSink, address_of: Callable[[int], tuple[str, int] | None],
+        self, *, node_id: int, reactor: IReactorTime, sink: ReplicaSink, address_of: Callable[[int], tuple[str, int] | None],
         fetch_wait_ms: int, partition_bytes_max: int, response_bytes_max: int,
         endpoint_for: Callable[[str, int], Any] | None = None,
         authenticate: Callable[[Any], Deferred[None]] | None = None,
@@ -98,7 +99,7 @@ class ReplicaFetcher:
         self.follow({})
 
     def _tcp_endpoint(self, host: str, port: int) -> Any:
-        return HostnameEndpoint(self._reactor, "127.0.0.1" if host == "localhost" else host, port)
+        return HostnameEndpoint(self._reactor, dial_address(host), port)
 
 
 class LeaderSession:
@@ -169,7 +170,7 @@ class LeaderSession:
         if request is None:
             return False
         pending = protocol.request(request)
-        pending.addTimeout(fetcher._fetch_wait_ms / 1000.0 + REQUEST_SLACK_S, fetcher._reactor,
+        pending.addTimeout(fetcher._fetch_wait_ms / 1000.0 + limits.peer_request_slack_s, fetcher._reactor,
                            onTimeoutCancel=lambda result, timeout: self._drop(protocol, timeout))
         response = await pending
         appended = []

@@ -21,14 +21,12 @@ from typing import Any
 from zope.interface import implementer
 
 from mqbroker.errors import InvalidRequestError
-from mqbroker.interfaces import IAuthorizer
+from mqbroker.interfaces import IAclView, IAuthorizer
 from mqbroker.model import Operation, Principal, ResourceType
 from mqbroker.security.inter_broker import BROKER
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
-#: The resource name the broker uses for cluster-level operations.
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
 
 
 @implementer(IAuthorizer)
@@ -227,7 +225,7 @@ class _ResourceIndex:
             yield from self.prefixed.get(name[:length], ())
 
 
-@implementer(IAuthorizer)
+@implementer(IAuthorizer, IAclView)
 class AclAuthorizer:
     """Allows what an ACL allows and no ACL denies; super users may do everything."""
 

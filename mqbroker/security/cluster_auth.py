@@ -10,31 +10,28 @@ that would run open or half-configured (``ConfigError`` with what to set):
   for the controller, and ``inter_broker_tls`` or the SCRAM user for replica fetches and
   forwarded requests.
 
-Then it builds the controller endpoints (handshake, connection budget, TLS) and the native
-login that the replica fetcher and the peer connections run after ApiVersions.
+Then it builds the controller endpoints (handshake, connection budget, TLS) and says which
+login the replica fetcher and the peer connections run after ApiVersions (``login``; the login
+itself is the native client's, ``client/twisted/broker_login.py``).
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from cryptography import x509
 
 from mqbroker.config import BrokerConfig, ConfigError
-from mqbroker.protocols.native import messages as m
 from mqbroker.security.inter_broker import (
-    INTER_BROKER_MECHANISM,
     BrokerCertificateRules,
     HandshakeMethod,
     InterBrokerLogin,
     PeerPolicy,
     inter_broker_credentials,
 )
-from mqbroker.security.scram import ScramClient, ScramCredential, ScramMechanism
+from mqbroker.security.scram import ScramCredential, ScramMechanism
 from mqbroker.security.tls import ClientAuth, ServerTlsFiles, certificate_identity
 
 
@@ -136,16 +133,3 @@ def controller_tls_files(config: BrokerConfig) -> ServerTlsFiles:
     return ServerTlsFiles(certificate=pathlib.Path(config.tls_cert), key=pathlib.Path(config.tls_key or config.tls_cert),
                           ca=pathlib.Path(config.tls_ca), client_auth=ClientAuth.REQUIRED)
 
-
-async def log_in_as_broker(protocol: Any, login: InterBrokerLogin, node_id: int) -> None:
-    """SCRAM on a native connection as the inter-broker user acting as ``Broker:<node_id>``.
-
-    Raises the broker's typed error (SASL_AUTHENTICATION_FAILED) when refused, or
-    ``SaslAuthenticationError`` when the leader does not prove it knows the credential.
-    """
-    await protocol.request(m.SaslHandshakeRequest(mechanism=INTER_BROKER_MECHANISM.value))
-    client = ScramClient(INTER_BROKER_MECHANISM, login.username, login.password, os.urandom,
-                         authorization_id=str(node_id))
-    first = await protocol.request(m.SaslAuthenticateRequest(auth_bytes=client.first_message()))
-    final = await protocol.request(m.SaslAuthenticateRequest(auth_bytes=client.respond(first.auth_bytes)))
-    client.finish(final.auth_bytes)

@@ -50,8 +50,6 @@ BROKER_URI_PREFIX = "urn:mqbroker:broker:"
 DEFAULT_BROKER_CERTIFICATE_RULES = r"SAN:^URI:urn:mqbroker:broker:([0-9]{1,9})$/$1/"
 #: The SCRAM variant brokers use with each other.
 INTER_BROKER_MECHANISM = ScramMechanism.SHA_512
-#: Handshake frames are tiny; anything larger before authentication is an attack.
-HANDSHAKE_FRAME_BYTES_MAX = 4096
 
 
 def broker_principal(node_id: int, host: str = "") -> Principal:

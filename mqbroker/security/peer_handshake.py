@@ -2,8 +2,8 @@
 
 ``AuthenticatedServerEndpoint`` and ``AuthenticatedClientEndpoint`` wrap the controller's TCP (or
 TLS) endpoints. Every connection starts with the ``inter_broker`` handshake in length-prefixed
-frames of at most ``HANDSHAKE_FRAME_BYTES_MAX`` bytes, which must finish within
-``HANDSHAKE_TIMEOUT_S``; only then does the wrapped protocol (the Raft transport's) see the
+frames of at most ``limits.controller_handshake_frame_bytes_max`` bytes, which must finish within
+``limits.controller_handshake_s_max``; only then does the wrapped protocol (the Raft transport's) see the
 connection, and its transport provides ``IAuthenticatedPeer`` with the node id the peer proved.
 A peer that fails is sent the reason, logged to the audit log and disconnected.
 """
@@ -14,17 +14,22 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.interfaces import IStreamClientEndpoint, IStreamServerEndpoint
+from twisted.internet.interfaces import (
+    IProtocolFactory,
+    IReactorTime,
+    IStreamClientEndpoint,
+    IStreamServerEndpoint,
+)
+from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
-from twisted.internet.protocol import Protocol
 from zope.interface import directlyProvides, implementer, providedBy
 
+from mqbroker import limits
 from mqbroker.errors import BrokerError
 from mqbroker.interfaces import IAuthenticatedPeer
 from mqbroker.protocols.framing import FrameTooLarge, LengthPrefixedFrames, frame
 from mqbroker.security.inter_broker import (
-    HANDSHAKE_FRAME_BYTES_MAX,
     BrokerCertificateRules,
     ClientHandshake,
     HandshakeMethod,
@@ -36,9 +41,6 @@ from mqbroker.security.inter_broker import (
 )
 from mqbroker.security.service import audit_authentication_failure
 from mqbroker.security.tls import peer_identity
-
-#: A controller connection must prove its identity within this time after it opens.
-HANDSHAKE_TIMEOUT_S = 10.0
 
 log = Logger()
 
@@ -55,7 +57,7 @@ class _Handshaking(ProtocolWrapper):
     def __init__(self, factory: WrappingFactory, wrapped: Any) -> None:
         super().__init__(factory, wrapped)
         self.peer_node_id: int | None = None
-        self._frames = LengthPrefixedFrames(HANDSHAKE_FRAME_BYTES_MAX)
+        self._frames = LengthPrefixedFrames(limits.controller_handshake_frame_bytes_max)
         self._timer: Any = None
         self._handed_over = False
 
@@ -66,7 +68,7 @@ class _Handshaking(ProtocolWrapper):
 
     def connectionMade(self) -> None:
         self.factory.registerProtocol(self)
-        self._timer = self.factory.reactor.callLater(HANDSHAKE_TIMEOUT_S, self._timed_out)
+        self._timer = self.factory.reactor.callLater(limits.controller_handshake_s_max, self._timed_out)
         self._begin()
 
     def _begin(self) -> None:
@@ -107,7 +109,7 @@ class _Handshaking(ProtocolWrapper):
 
     def _timed_out(self) -> None:
         self._timer = None
-        self._refuse(PeerAuthenticationError(f"no controller handshake within {HANDSHAKE_TIMEOUT_S:.0f}s"))
+        self._refuse(PeerAuthenticationError(f"no controller handshake within {limits.controller_handshake_s_max:.0f}s"))
 
     def _cancel_timer(self) -> None:
         if self._timer is not None and self._timer.active():
@@ -153,7 +155,7 @@ class _ClientHandshaking(_Handshaking):
 class _HandshakeFactory(WrappingFactory):
     noisy = False
 
-    def __init__(self, wrapped: Any, reactor: Any) -> None:
+    def __init__(self, wrapped: IProtocolFactory, reactor: IReactorTime) -> None:
         super().__init__(wrapped)
         self.reactor = reactor
 
@@ -163,7 +165,7 @@ class AuthenticatedServerEndpoint:
     """The controller's listening endpoint: a connection reaches the Raft transport only once its peer
     proved a voter's identity under ``policy``."""
 
-    def __init__(self, endpoint: Any, policy: PeerPolicy, reactor: Any,
+    def __init__(self, endpoint: IStreamServerEndpoint, policy: PeerPolicy, reactor: IReactorTime,
                  wrap_factory: Callable[[Any], Any] = lambda factory: factory) -> None:
         """``wrap_factory`` adds what sits below the handshake (connection limits, TLS)."""
         self._endpoint = endpoint
@@ -183,7 +185,8 @@ class AuthenticatedServerEndpoint:
 class AuthenticatedClientEndpoint:
     """How this broker dials voter ``peer_id``'s controller: proves ``node_id`` with ``method``."""
 
-    def __init__(self, endpoint: Any, *, reactor: Any, node_id: int, peer_id: int, method: HandshakeMethod,
+    def __init__(self, endpoint: IStreamClientEndpoint, *, reactor: IReactorTime, node_id: int, peer_id: int,
+                 method: HandshakeMethod,
                  login: InterBrokerLogin | None = None, certificate_rules: BrokerCertificateRules | None = None) -> None:
         self._endpoint = endpoint
         self._reactor = reactor

@@ -17,12 +17,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from zope.interface import implementer
+
+from mqbroker import limits
+from mqbroker.interfaces import IByteRateQuotas
+
 #: A bucket holds at most this much of its quota's rate: the burst a fresh or idle client may send at once.
 BURST_MS = 1000
-#: The longest single hold; a larger debt stays in the bucket and is paid over the next requests.
-THROTTLE_MS_MAX = 11_000
-#: A bucket nobody recorded into for this long is forgotten (Kafka's quota sensor expiry).
-SENSOR_IDLE_MS_MAX = 3_600_000
 
 
 class QuotaKind(enum.Enum):
@@ -70,7 +71,7 @@ class TokenBucket:
         self.last_record_ms = max(self.last_record_ms, now_ms)
         if balance >= 0:
             return 0
-        return min(math.ceil(-balance * 1000.0 / limit_per_second), THROTTLE_MS_MAX)
+        return min(math.ceil(-balance * 1000.0 / limit_per_second), limits.throttle_ms_max)
 
 
 class QuotaScope(enum.Enum):
@@ -124,6 +125,7 @@ def parse_quota_overrides(text: str) -> list[QuotaOverride]:
     return overrides
 
 
+@implementer(IByteRateQuotas)
 class QuotaManager:
     """Tracks byte rates per principal and per client id and says how long to throttle."""
 
@@ -178,8 +180,8 @@ class QuotaManager:
         return any(quota.limit(kind) is not None for quota in quotas for kind in QuotaKind)
 
     def expire_idle(self, now_ms: int) -> int:
-        """Forget buckets nobody used for ``SENSOR_IDLE_MS_MAX``; returns how many were dropped."""
-        idle = [key for key, bucket in self._buckets.items() if now_ms - bucket.last_record_ms > SENSOR_IDLE_MS_MAX]
+        """Forget buckets nobody used for ``limits.quota_sensor_idle_ms_max``; returns how many were dropped."""
+        idle = [key for key, bucket in self._buckets.items() if now_ms - bucket.last_record_ms > limits.quota_sensor_idle_ms_max]
         for key in idle:
             del self._buckets[key]
         return len(idle)

@@ -86,6 +86,10 @@ class ScramCredential:
         )
 
 
+#: A credential set from a client's salted password: (mechanism, salt, iterations, salted password).
+ScramUpsertion = tuple[ScramMechanism, bytes, int, bytes]
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 

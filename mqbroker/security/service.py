@@ -1,9 +1,12 @@
 """The broker's security services, wired: authenticator, authorizer, quotas, connection limits, TLS.
 
-Users and ACLs live in the cluster metadata as generic records (kinds ``user`` and ``acl``);
-this module keeps the in-memory ``CredentialStore`` and ``AclAuthorizer`` in step with the
-applied records and turns admin requests (`mqbroker users`, `mqbroker acls`) into metadata
-proposals. Denials and failed logins go to the audit log, namespace ``mqbroker.audit``.
+Users and ACLs live in the cluster metadata as generic records (kinds ``user`` and ``acl``),
+seen through ``IGenericRecords``; this module keeps the in-memory ``CredentialStore`` and
+``AclAuthorizer`` in step with the applied records and turns admin requests (`mqbroker users`,
+`mqbroker acls`, which the broker core authorizes first) into metadata proposals
+(``ISecurityAdmin``). Front ends get the connection-level part (the authenticator, the
+authorizer, the quotas and ``AuthenticationAudit``) as a ``FrontEndSecurity`` from ``service.py``.
+Denials and failed logins go to the audit log, namespace ``mqbroker.audit``.
 """
 
 from __future__ import annotations
@@ -17,23 +20,42 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from mqbroker import errors, limits
-from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableTally
-from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
-from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord, check_username
-from mqbroker.security.scram import ScramMechanism, credential_from_salted_password
-from mqbroker.config import BrokerConfig
-from mqbroker.interfaces import IAuthorizer
 from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import PutGenericRecord, Record
-from mqbroker.model import Operation, Principal, ResourceType
+from mqbroker.config import BrokerConfig
+from mqbroker.interfaces import (
+    IAuthenticationAudit,
+    IAuthorizer,
+    IGenericRecords,
+    ISecurityAdmin,
+)
+from mqbroker.model import CLUSTER_RESOURCE, Operation, Principal, ResourceType
+from mqbroker.security.acl import Acl, AclAuthorizer, AllowEverything, Denial
+from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableTally
+from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord, check_username
 from mqbroker.security.cluster_auth import read_password_file
 from mqbroker.security.cluster_principals import super_users_of
-from mqbroker.security.inter_broker import BrokerCertificateRules, inter_broker_credentials
+from mqbroker.security.inter_broker import (
+    BrokerCertificateRules,
+    inter_broker_credentials,
+)
 from mqbroker.security.principal_mapping import PrincipalMapper
-from mqbroker.security.quotas import ByteRateQuota, ConnectionLimiter, QuotaManager, QuotaScope, parse_quota_overrides
-from mqbroker.security.tls import ClientAuth, ReloadingServerContextFactory, ServerTlsFiles
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion, credential_from_salted_password
+from mqbroker.security.quotas import (
+    ByteRateQuota,
+    ConnectionLimiter,
+    QuotaManager,
+    QuotaScope,
+    parse_quota_overrides,
+)
+from mqbroker.security.tls import (
+    ClientAuth,
+    ReloadingServerContextFactory,
+    ServerTlsFiles,
+)
 
 USER_KIND = "user"
 ACL_KIND = "acl"
@@ -42,7 +64,6 @@ SECRET_KIND = "secret"
 DECOY_SECRET_KEY = "scram-decoy"
 #: The front ends' own principals (reading and writing the logs they map onto): never a client's.
 INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp")
-CLUSTER_RESOURCE = "kafka-cluster"
 #: How skipped metadata records are reported (the Raft log of cluster metadata, Kafka's name for it).
 METADATA_LOG = "__cluster_metadata"
 
@@ -84,13 +105,16 @@ def quota_manager(config: BrokerConfig) -> QuotaManager:
     return manager
 
 
+@implementer(ISecurityAdmin)
 class SecurityServices:
-    """Everything a listener and a front end need to authenticate, authorize and throttle."""
+    """Everything a listener and a front end need to authenticate, authorize and throttle; the user and ACL records."""
 
     log = Logger()
 
-    def __init__(self, config: BrokerConfig, control: Any = None, unreadable: UnreadableTally | None = None) -> None:
-        """``unreadable`` counts the user and ACL records of the metadata that do not decode (the broker's metric)."""
+    def __init__(self, config: BrokerConfig, records: IGenericRecords | None = None,
+                 unreadable: UnreadableTally | None = None) -> None:
+        """``records``: the cluster's generic records (None: a broker without users and ACLs in its metadata, in tests);
+        ``unreadable`` counts the user and ACL records of the metadata that do not decode (the broker's metric)."""
         self.config = config
         self.unreadable = unreadable or UnreadableTally()
         self.store = CredentialStore(os.urandom)
@@ -114,11 +138,10 @@ class SecurityServices:
         self._limiters: dict[str, ConnectionLimiter] = {}
         files = tls_files(config)
         self.tls = ReloadingServerContextFactory(files, on_reload_error=self._reload_failed) if files else None
-        self._control = control
-        if control is not None:
-            control.machine.record_listeners.append(self._record_applied)
-            control.machine.restore_listeners.append(self._image_restored)
-            self._image_restored(control.image)
+        self._records = records
+        if records is not None:
+            records.add_record_listener(self._record_applied)
+            self._image_restored(records.image)
 
     def limiter_for(self, listener: str) -> ConnectionLimiter:
         """The connection budget of one listener (by name: "native", "mqtt-tls", "http"...).
@@ -133,18 +156,16 @@ class SecurityServices:
                 total_max=total, per_host_max=min(total, config.quotas_connections_per_ip_max))
         return limiter
 
-    @property
-    def quotas_enabled(self) -> bool:
-        """True if any byte-rate quota is configured (the front ends skip the bookkeeping otherwise)."""
-        return self.quotas.has_quotas
 
     def _reload_failed(self, error: Exception) -> None:
         self.log.error("TLS certificate files changed but cannot be used (keeping the old ones): {error}", error=error)
 
     # ---- the metadata image ------------------------------------------------------------------
 
-    def _record_applied(self, record: Record, image: MetadataImage) -> None:
-        if isinstance(record, PutGenericRecord) and record.kind in (USER_KIND, ACL_KIND):
+    def _record_applied(self, image: MetadataImage, record: Record | None) -> None:
+        if record is None:
+            self._image_restored(image)
+        elif isinstance(record, PutGenericRecord) and record.kind in (USER_KIND, ACL_KIND):
             self._apply(record.kind, record.key, record.value)
         elif isinstance(record, PutGenericRecord) and (record.kind, record.key) == (SECRET_KIND, DECOY_SECRET_KEY):
             self._use_decoy_secret(record.value)
@@ -156,14 +177,15 @@ class SecurityServices:
     def ensure_decoy_secret(self) -> Deferred[None]:
         """Make sure the cluster has a decoy secret (proposed once, by whichever broker finds none), so that
         an unknown user's SCRAM salt is the same on every broker and across restarts, as a real user's is."""
-        assert self._control is not None
+        records = self._records
+        assert records is not None
 
         def propose_if_missing(_: object) -> Any:
-            if DECOY_SECRET_KEY in self._control.image.generic.get(SECRET_KIND, {}):
+            if DECOY_SECRET_KEY in records.image.generic.get(SECRET_KIND, {}):
                 return None
             return self._propose(SECRET_KIND, DECOY_SECRET_KEY, base64.b64encode(os.urandom(32)).decode("ascii"))
 
-        return self._control.when_caught_up().addCallback(propose_if_missing)
+        return records.when_caught_up().addCallback(propose_if_missing)
 
     def _image_restored(self, image: MetadataImage) -> None:
         self._use_decoy_secret(image.generic.get(SECRET_KIND, {}).get(DECOY_SECRET_KEY))
@@ -180,7 +202,7 @@ class SecurityServices:
         try:
             self._apply_one(kind, key, value)
         except errors.InvalidRequestError as error:
-            index = self._control.image.applied_index if self._control is not None else -1
+            index = self._records.image.applied_index if self._records is not None else -1
             self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped_at(
                 "metadata replay", METADATA_LOG, 0, index, index, f"{kind} record {key[:80]!r}: {error.message}"))
 
@@ -198,16 +220,15 @@ class SecurityServices:
             else:
                 self.acls.add(acl)
 
-    # ---- admin: users --------------------------------------------------------------------------
+    # ---- admin: users (the broker core authorized the caller) ------------------------------------
 
     def check_cluster(self, principal: Principal, operation: Operation) -> None:
-        """ClusterAuthorizationError unless ``principal`` may ``operation`` the cluster."""
+        """ClusterAuthorizationError unless ``principal`` may ``operation`` the cluster (the HTTP admin API)."""
         if not self.authorizer.authorize(principal, operation, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             raise errors.ClusterAuthorizationError(f"{principal} may not {operation.value} the cluster")
 
-    def upsert_user(self, principal: Principal, name: str, password: str, create: bool) -> Deferred[None]:
+    def upsert_user(self, name: str, password: str, create: bool) -> Deferred[None]:
         """Add a user (``create``) or change a user's password: fresh salted SCRAM credentials."""
-        self.check_cluster(principal, Operation.ALTER)
         if name == self.config.security_inter_broker_user:
             raise errors.InvalidRequestError(
                 f"{name!r} is the inter-broker user (security.inter_broker_user); its password is the broker "
@@ -224,19 +245,16 @@ class SecurityServices:
             raise errors.ResourceNotFoundError(f"user {name!r} does not exist; create it with `mqbroker users add`")
         return self._propose(USER_KIND, name, json.loads(record.to_bytes()))
 
-    def remove_user(self, principal: Principal, name: str) -> Deferred[None]:
+    def remove_user(self, name: str) -> Deferred[None]:
         """Delete a user."""
-        self.check_cluster(principal, Operation.ALTER)
         if name not in self.store.list():
             raise errors.ResourceNotFoundError(f"user {name!r} does not exist")
         return self._propose(USER_KIND, name, None)
 
-    def alter_scram_credentials(self, principal: Principal, name: str,
-                                upsertions: Iterable[tuple[ScramMechanism, bytes, int, bytes]],
+    def alter_scram_credentials(self, name: str, upsertions: Iterable[ScramUpsertion],
                                 deletions: Iterable[ScramMechanism]) -> Deferred[None]:
         """Set (mechanism, salt, iterations, salted password) credentials of a user and remove others (Kafka's
         AlterUserScramCredentials); a user left without credentials is removed."""
-        self.check_cluster(principal, Operation.ALTER)
         record = self.store.get(check_username(name)) or UserRecord(name=name, credentials=())
         credentials = {credential.mechanism: credential for credential in record.credentials}
         for mechanism in deletions:
@@ -252,33 +270,37 @@ class SecurityServices:
         updated = UserRecord(name=name, credentials=tuple(credentials[key] for key in ScramMechanism if key in credentials))
         return self._propose(USER_KIND, name, json.loads(updated.to_bytes()))
 
-    def list_users(self, principal: Principal) -> list[str]:
+    def describe_users(self) -> dict[str, dict[ScramMechanism, int]]:
+        """Every user with the iteration count of its SCRAM credential of each mechanism."""
+        records = {name: self.store.get(name) for name in self.store.list()}
+        return {name: {credential.mechanism: credential.iterations for credential in record.credentials}
+                for name, record in records.items() if record is not None}
+
+    def list_users(self) -> list[str]:
         """Every user name."""
-        self.check_cluster(principal, Operation.DESCRIBE)
         return self.store.list()
 
     # ---- admin: ACLs ---------------------------------------------------------------------------
 
-    def add_acls(self, principal: Principal, acls: Iterable[Acl]) -> Deferred[Any]:
+    def add_acls(self, acls: Iterable[Acl]) -> Deferred[None]:
         """Store ACLs in the cluster metadata."""
-        self.check_cluster(principal, Operation.ALTER)
-        return gatherResults([self._propose(ACL_KIND, acl.to_bytes().decode("utf-8"), acl.to_json()) for acl in acls],
-                             consumeErrors=True)
+        proposed = gatherResults([self._propose(ACL_KIND, acl.to_bytes().decode("utf-8"), acl.to_json())
+                                  for acl in acls], consumeErrors=True)
+        return proposed.addCallback(lambda _: None)
 
-    def remove_acls(self, principal: Principal, acls: Iterable[Acl]) -> Deferred[Any]:
+    def remove_acls(self, acls: Iterable[Acl]) -> Deferred[None]:
         """Delete ACLs (exact matches) from the cluster metadata."""
-        self.check_cluster(principal, Operation.ALTER)
-        return gatherResults([self._propose(ACL_KIND, acl.to_bytes().decode("utf-8"), None) for acl in acls],
-                             consumeErrors=True)
+        proposed = gatherResults([self._propose(ACL_KIND, acl.to_bytes().decode("utf-8"), None) for acl in acls],
+                                 consumeErrors=True)
+        return proposed.addCallback(lambda _: None)
 
-    def list_acls(self, principal: Principal) -> list[Acl]:
+    def list_acls(self) -> list[Acl]:
         """Every ACL."""
-        self.check_cluster(principal, Operation.DESCRIBE)
         return self.acls.acls()
 
     def _propose(self, kind: str, key: str, value: Any) -> Deferred[None]:
-        assert self._control is not None, "admin requests need the control plane"
-        return self._control.put_generic_record(kind, key, value)
+        assert self._records is not None, "admin requests need the cluster metadata"
+        return self._records.put_generic_record(kind, key, value)
 
 
 def audit_denial(denial: Denial) -> None:
@@ -294,3 +316,12 @@ def audit_authentication_failure(protocol: str, host: str, who: str, reason: str
     """One audit line per refused login."""
     audit.warn("AUTHENTICATION FAILED protocol={protocol} host={host} user={who}: {reason}",
                protocol=protocol, host=host or "-", who=who or "-", reason=reason)
+
+
+@implementer(IAuthenticationAudit)
+class AuthenticationAudit:
+    """The front ends' view of the audit log: one line per refused login."""
+
+    def authentication_failed(self, protocol: str, host: str, who: str, reason: str) -> None:
+        """One audit line per refused login."""
+        audit_authentication_failure(protocol, host, who, reason)

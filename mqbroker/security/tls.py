@@ -21,6 +21,8 @@ from twisted.internet import ssl as twisted_ssl
 from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
 from zope.interface import implementer
 
+from mqbroker.model import PeerIdentity
+
 #: TLS 1.2 suites (TLS 1.3 has its own, all modern): ECDHE/DHE key exchange, AEAD only.
 MODERN_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20:!aNULL:!eNULL:!MD5:!DSS:!SHA1"
 
@@ -134,14 +136,6 @@ def client_options(
         clientCertificate=client_certificate,
         extraCertificateOptions={"raiseMinimumTo": twisted_ssl.TLSVersion.TLSv1_2},
     )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PeerIdentity:
-    """A verified client certificate, as the principal mapping sees it."""
-
-    subject: str
-    alternative_names: tuple[str, ...]
 
 
 def certificate_identity(certificate: x509.Certificate) -> PeerIdentity:

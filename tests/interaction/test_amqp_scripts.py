@@ -28,7 +28,7 @@ import pytest
 
 from mqbroker.protocols.amqp import codec, spec
 from mqbroker.protocols.amqp.actions import Delivery, Publish
-from mqbroker.protocols.amqp.channel import Connection
+from mqbroker.protocols.amqp.connection import Connection
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
 SCRIPTS = sorted(TESTDATA.glob("amqp_*.txt"))

@@ -30,10 +30,15 @@ import pytest
 from mqbroker.protocols.mqtt import packets
 from mqbroker.protocols.mqtt.actions import Close, Send, SessionEnded, StoreSession
 from mqbroker.protocols.mqtt.codec import encode
+from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import Connect, ReasonCode
-from mqbroker.protocols.mqtt.session import MqttSession, SessionConfig
+from mqbroker.protocols.mqtt.session import MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState
-from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter, topic_matches
+from mqbroker.protocols.mqtt.topics import (
+    TopicMapping,
+    parse_subscription_filter,
+    topic_matches,
+)
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
 SCRIPTS = sorted(TESTDATA.glob("mqtt_*.txt"))

@@ -6,7 +6,7 @@ import pytest
 
 from mqbroker.ops.affinity import parse_cpu_list
 
-from mqbroker.config import BrokerConfig, ConfigError, build_config, parse_overrides, parse_toml
+from mqbroker.config import BrokerConfig, ConfigError, build_config, dial_address, parse_overrides, parse_toml
 from mqbroker.storage.config import LogConfig
 from mqbroker.tap import Options
 
@@ -126,3 +126,9 @@ def test_set_value_of_the_wrong_type_is_refused_by_name(pair, named) -> None:
 def test_set_value_that_looks_like_broken_toml_is_refused() -> None:
     with pytest.raises(ConfigError, match="not valid TOML"):
         parse_overrides(['security.super_users=["User:admin"'])
+
+
+def test_localhost_is_dialled_as_the_ipv4_loopback_and_other_hosts_as_given() -> None:
+    assert dial_address("localhost") == "127.0.0.1"
+    hosts = ["broker-2.example", "10.0.0.7", "::1"]
+    assert [dial_address(host) for host in hosts] == hosts

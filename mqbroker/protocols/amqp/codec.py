@@ -15,6 +15,7 @@ import enum
 import struct
 from typing import Any, Union
 
+from mqbroker import limits
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.spec import (
     BASIC_CLASS_ID,
@@ -48,10 +49,6 @@ _METHOD, _HEADER, _BODY = int(FrameType.METHOD), int(FrameType.HEADER), int(Fram
 #: Method payloads that repeat verbatim (a publisher sends the same exchange and routing key
 #: again and again) decode once per connection; their dataclasses are frozen, so sharing is safe.
 _REPEATING_METHODS: frozenset[type[Method]] = frozenset({BasicPublish})
-#: Entries of each per-decoder cache (method payloads, property lists); full caches start over.
-DECODE_CACHE_ENTRIES_MAX = 256
-#: Longer payloads are decoded every time (they rarely repeat and would bloat the cache).
-DECODE_CACHE_KEY_BYTES_MAX = 512
 
 #: A heartbeat frame is always the same 8 bytes.
 HEARTBEAT_FRAME = _FRAME_HEADER.pack(FrameType.HEARTBEAT, 0, 0) + bytes([FRAME_END])
@@ -340,7 +337,7 @@ class FrameDecoder:
         if method is not None:
             return method
         method = _decode_settle(payload) or decode_method(payload)
-        if type(method) in _REPEATING_METHODS and len(payload) <= DECODE_CACHE_KEY_BYTES_MAX:
+        if type(method) in _REPEATING_METHODS and len(payload) <= limits.amqp_decode_cache_key_bytes_max:
             _remember(self._methods, payload, method)
         return method
 
@@ -348,12 +345,12 @@ class FrameDecoder:
         properties = self._properties.get(raw)
         if properties is None:
             properties = decode_properties(raw)
-            if len(raw) <= DECODE_CACHE_KEY_BYTES_MAX:
+            if len(raw) <= limits.amqp_decode_cache_key_bytes_max:
                 _remember(self._properties, raw, properties)
         return properties
 
 
 def _remember(cache: dict[bytes, Any], key: bytes, value: Any) -> None:
-    if len(cache) >= DECODE_CACHE_ENTRIES_MAX:
+    if len(cache) >= limits.amqp_decode_cache_entries_max:
         cache.clear()
     cache[key] = value

@@ -2,53 +2,39 @@
 
 A classic queue reads its topic from the ``QueueState`` cursor with one long-poll fetch at a
 time (while it has consumers or a basic.get waits), leases messages to consumers within their
-prefetch windows, round robin, and settles them. A stream queue keeps no per-message state:
-each consumer reads the log from its own ``x-stream-offset``. Appends made in one reactor turn
-go to the broker as one record batch (pika pipelines publishes), each caller's Deferred firing
-with its offset once the batch is durable.
+prefetch windows, round robin, and settles them. A stream queue (``stream_queue.py``) keeps no
+per-message state: each consumer reads the log from its own ``x-stream-offset``. Appends made in
+one reactor turn go to the broker as one record batch (``appender.py``).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from mqbroker.interfaces import IBroker
-from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPosition, Principal, ProduceResult
+from mqbroker import limits
+from mqbroker.model import FetchPosition, FetchRequest
 from mqbroker.protocols.amqp.actions import Delivery, Outcome
+from mqbroker.protocols.amqp.appender import Appender, AppendHost, BatchStored
 from mqbroker.protocols.amqp.queue_state import (
     DeadLetter,
     QueuedMessage,
     QueueState,
-    StreamOffset,
-    StreamStart,
-    parse_expiration,
 )
 from mqbroker.protocols.amqp.stored import (
     DecompressionBudget,
     FetchBudgetSpent,
     QueueDeclaration,
     StoredMessage,
-    append_message,
     queue_topic,
     queued_message,
 )
-from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import UnreadableBatch, readable_batches
-
-#: Ready messages a classic queue reads ahead of its consumers.
-READ_AHEAD_MESSAGES = 2_000
-#: How long a queue's fetch waits for new messages.
-FETCH_WAIT_MS = 1_000
-#: Bytes one fetch may return.
-FETCH_BYTES_MAX = 4 * 1024 * 1024
-#: How long publishes wait for a durable append.
-PRODUCE_TIMEOUT_MS = 30_000
 
 ConsumerKey = tuple[int, int, str | None]  # (session id, channel, consumer tag; None for basic.get)
 
@@ -57,7 +43,7 @@ class Subscriber(Protocol):
     """What a queue needs from the session that owns a consumer."""
 
     session_id: int
-    connection: Any  # mqbroker.protocols.amqp.channel.Connection
+    connection: Any  # mqbroker.protocols.amqp.connection.Connection
 
     def flush(self) -> None: ...
 
@@ -116,15 +102,8 @@ def delivery_of(queue: str, message: QueuedMessage, redelivered: bool) -> Delive
                     routing_key=stored.routing_key, properties_raw=stored.properties_raw, body=stored.body)
 
 
-class QueueHost(Protocol):
+class QueueHost(AppendHost, Protocol):
     """What queues need from their virtual host."""
-
-    broker: IBroker
-    principal: Principal
-    reactor: Any
-
-    def now_ms(self) -> int: ...
-
     def state_changed(self, queue: ClassicQueue) -> None: ...
 
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None: ...
@@ -132,165 +111,7 @@ class QueueHost(Protocol):
     def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None: ...
 
 
-class BatchStored:
-    """Whether one appended batch became durable; every message appended to it shares this.
-
-    Cheaper than a Deferred per message: listeners are plain callables told ``True``
-    (durable) or ``False`` (refused), in the order they were added.
-    """
-
-    __slots__ = ("_listeners", "outcome")
-
-    def __init__(self) -> None:
-        self._listeners: list[Callable[[bool], None]] = []
-        self.outcome: bool | None = None  # None while the batch is in flight
-
-    def when_settled(self, listener: Callable[[bool], None]) -> None:
-        """Call ``listener(stored)`` once the batch's fate is known (at once if it is)."""
-        if self.outcome is None:
-            self._listeners.append(listener)
-        else:
-            listener(self.outcome)
-
-    def settle(self, stored: bool) -> None:
-        """The broker stored (or refused) the batch."""
-        assert self.outcome is None, "a batch settles once"
-        self.outcome = stored
-        listeners, self._listeners = self._listeners, []
-        for listener in listeners:
-            listener(stored)
-
-
-def all_settled(batches: Iterable[BatchStored]) -> Deferred[bool]:
-    """Fires with True once every batch is durable, False as soon as one was refused."""
-    unique = list(dict.fromkeys(batches))
-    settled: Deferred[bool] = Deferred()
-    remaining = [len(unique)]
-
-    def one_settled(stored: bool) -> None:
-        if settled.called:
-            return
-        remaining[0] -= 1
-        if not stored or remaining[0] == 0:
-            settled.callback(stored)
-
-    if not unique:
-        settled.callback(True)
-    for batch in unique:
-        batch.when_settled(one_settled)
-    return settled
-
-
-class _Appender:
-    """Coalesces the appends of one reactor turn into one batch per queue topic.
-
-    Classic queues append *early*: the batch is produced with acks=0, so its offsets are known
-    at once and its messages go to consumers before the fsync (as RabbitMQ delivers before its
-    disk write); the batch counts as stored, and its confirms go out, only once the queue's
-    reads see the high watermark pass it (``durable_through``). Stream consumers read only
-    durable records, so stream queues produce with acks=-1 and settle on the produce result.
-    """
-
-    log = Logger()
-
-    def __init__(self, host: QueueHost, topic: str, on_appended: Callable[[int, int, list[QueuedMessage]], None],
-                 early: bool) -> None:
-        self._host = host
-        self._topic = topic
-        self._on_appended = on_appended
-        self._early = early
-        self._builder: BatchBuilder | None = None
-        self._batch: BatchStored | None = None
-        #: This batch's messages (early only): timestamp, expiration and contents; offsets come with the produce.
-        self._messages: list[tuple[int, int | None, StoredMessage]] = []
-        self._in_flight = 0
-        self._idle_waiters: list[Deferred[None]] = []
-        #: Appended early, not yet seen durable: (last offset, deadline in ms, batch), in offset order.
-        self._unsettled: list[tuple[int, int, BatchStored]] = []
-
-    @property
-    def unsettled(self) -> list[BatchStored]:
-        """Batches appended and not yet known durable (or refused)."""
-        return [batch for _, _, batch in self._unsettled]
-
-    @property
-    def awaiting_durability(self) -> bool:
-        """True while some appended batch is not yet known durable."""
-        return bool(self._unsettled)
-
-    def drained(self) -> Deferred[None]:
-        """Fires once every append made so far is in the log (or refused)."""
-        drained: Deferred[None] = Deferred()
-        if self._builder is None and not self._in_flight:
-            drained.callback(None)
-        else:
-            self._idle_waiters.append(drained)
-        return drained
-
-    def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
-               expiration: str | None) -> BatchStored:
-        if self._builder is None:
-            self._builder, self._batch = BatchBuilder(), BatchStored()
-            self._host.reactor.callLater(0, self._flush)
-        append_message(self._builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
-        if self._early:
-            self._messages.append((timestamp_ms, parse_expiration(expiration) if expiration is not None else None,
-                                   StoredMessage(exchange=exchange, routing_key=routing_key,
-                                                 properties_raw=properties_raw, body=body)))
-        assert self._batch is not None
-        return self._batch
-
-    def _flush(self) -> None:
-        assert self._builder is not None and self._batch is not None
-        batch, stored, messages = self._builder.build(), self._batch, self._messages
-        self._builder, self._batch, self._messages = None, None, []
-        self._in_flight += 1
-        acks = 0 if self._early else -1
-        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, acks, PRODUCE_TIMEOUT_MS)
-        produced.addCallbacks(self._stored, self._refused, callbackArgs=(stored, messages), errbackArgs=(stored,))
-        produced.addBoth(self._landed)
-
-    def _landed(self, _: Any) -> None:
-        self._in_flight -= 1
-        if self._builder is None and not self._in_flight:
-            waiters, self._idle_waiters = self._idle_waiters, []
-            for waiter in waiters:
-                waiter.callback(None)
-
-    def _stored(self, result: ProduceResult, stored: BatchStored,
-                messages: list[tuple[int, int | None, StoredMessage]]) -> None:
-        if not self._early:
-            self._on_appended(result.base_offset, result.last_offset + 1, [])
-            stored.settle(True)
-            return
-        self._unsettled.append((result.last_offset, self._host.now_ms() + PRODUCE_TIMEOUT_MS, stored))
-        placed = [QueuedMessage(offset=offset, timestamp_ms=timestamp_ms, expiration_ms=expiration_ms, payload=payload)
-                  for offset, (timestamp_ms, expiration_ms, payload) in enumerate(messages, start=result.base_offset)]
-        self._on_appended(result.base_offset, result.last_offset + 1, placed)
-
-    def _refused(self, failure: Any, stored: BatchStored) -> None:
-        self.log.failure("appending a batch to {topic} failed (its confirmed publishes are nacked)", failure,
-                         topic=self._topic)
-        stored.settle(False)
-
-    def durable_through(self, high_watermark: int) -> None:
-        """The log is durable below ``high_watermark``: batches ending below it are stored."""
-        while self._unsettled and self._unsettled[0][0] < high_watermark:
-            self._unsettled.pop(0)[2].settle(True)
-
-    def expire(self, now_ms: int) -> None:
-        """Batches not seen durable within the produce timeout are refused (their publishes nacked)."""
-        while self._unsettled and self._unsettled[0][1] <= now_ms:
-            self._unsettled.pop(0)[2].settle(False)
-
-    def abandon(self) -> None:
-        """The queue is gone: what was not seen durable is refused."""
-        unsettled, self._unsettled = self._unsettled, []
-        for _, _, batch in unsettled:
-            batch.settle(False)
-
-
-class _Queue(abc.ABC):
+class BaseQueue(abc.ABC):
     """What classic and stream queues share: a declaration, a topic, consumers and appends."""
 
     log = Logger()
@@ -305,7 +126,7 @@ class _Queue(abc.ABC):
         self.had_consumers = False
         self.deleted = False
         self._backing_off = False  # reading failed a moment ago
-        self._appender = _Appender(host, self.topic, self._appended, early=isinstance(self, ClassicQueue))
+        self._appender = Appender(host, self.topic, self._appended, early=isinstance(self, ClassicQueue))
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None) -> BatchStored:
@@ -320,8 +141,9 @@ class _Queue(abc.ABC):
         """A batch landed at ``base_offset``: the log grew to ``log_end`` (``messages``: the batch, if early)."""
 
     def _fetch(self, offset: int, wait_ms: int) -> Deferred[list[Any]]:
-        position = FetchPosition(topic=self.topic, partition=0, offset=offset, max_bytes=FETCH_BYTES_MAX)
-        return self.host.broker.fetch(self.host.principal, [position], wait_ms, 1, FETCH_BYTES_MAX)
+        position = FetchPosition(topic=self.topic, partition=0, offset=offset, max_bytes=limits.amqp_log_fetch_bytes_max)
+        request = FetchRequest(positions=(position,), wait_ms_max=wait_ms, response_bytes_max=limits.amqp_log_fetch_bytes_max)
+        return self.host.broker.fetch(self.host.principal, request)
 
     def _fetch_failed(self, failure: Any) -> None:
         if not self.deleted:
@@ -341,7 +163,7 @@ class _Queue(abc.ABC):
         """Deliver what consumer windows allow and read ahead."""
 
 
-class ClassicQueue(_Queue):
+class ClassicQueue(BaseQueue):
     """A queue with share-group semantics over its log."""
 
     def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None, state: QueueState) -> None:
@@ -359,7 +181,7 @@ class ClassicQueue(_Queue):
 
     def _appended(self, base_offset: int, log_end: int, messages: list[QueuedMessage]) -> None:
         self.state.note_log_end(log_end)
-        room = self.state.ready_in_memory < READ_AHEAD_MESSAGES
+        room = self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max
         if messages and room and self.state.cursor == base_offset and not self.deleted:
             self.state.receive(messages)  # what a read from the cursor would return, without the read
             self._changed()
@@ -462,7 +284,7 @@ class ClassicQueue(_Queue):
         the high watermark passes it)."""
         if self._fetching or self._backing_off or self.deleted:
             return
-        reading = wanted and self.state.ready_in_memory < READ_AHEAD_MESSAGES
+        reading = wanted and self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max
         watching = self._appender.awaiting_durability
         if not (reading or watching):
             return
@@ -472,7 +294,7 @@ class ClassicQueue(_Queue):
             offset = self._durable_end
         # Waiting is only skipped for a basic.get on settled data; otherwise the broker answers at
         # once when there is data and holds the fetch (a long poll) when there is none yet.
-        wait_ms = 0 if self._fetch_waiters and not watching and self.state.unread_count else FETCH_WAIT_MS
+        wait_ms = 0 if self._fetch_waiters and not watching and self.state.unread_count else limits.amqp_log_fetch_wait_ms_max
         self._fetching = True
         fetched = self._fetch(offset, wait_ms)
         fetched.addCallbacks(self._fetched, self._fetch_failed, callbackArgs=(offset,))
@@ -488,7 +310,7 @@ class ClassicQueue(_Queue):
         if result.log_start_offset > self.state.cursor:
             self.state.note_log_start(result.log_start_offset)
         cursor = self.state.cursor
-        if offset <= cursor and self.state.ready_in_memory < READ_AHEAD_MESSAGES:
+        if offset <= cursor and self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max:
             # Read from at or before the cursor: the records from the cursor on are contiguous.
             messages, unreadable = decode_fetched(result.records, skip_below=cursor, topic=self.topic)
             self.state.receive(messages)
@@ -515,112 +337,3 @@ class ClassicQueue(_Queue):
         lease = self.state.take(key, self.host.now_ms())
         self._changed()
         return None if lease is None else (lease.message, lease.redelivered)
-
-
-@dataclasses.dataclass(slots=True)
-class _StreamReader:
-    consumer: Consumer
-    offset: int
-    buffer: list[QueuedMessage] = dataclasses.field(default_factory=list)
-    fetching: bool = False
-
-
-class StreamQueue(_Queue):
-    """An append-only queue: every consumer replays the log from its own offset."""
-
-    def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None) -> None:
-        super().__init__(host, declaration, owner)
-        self._readers: dict[ConsumerKey, _StreamReader] = {}
-        self.log_start = 0
-        self.log_end = 0
-
-    @property
-    def message_count(self) -> int:
-        """Messages in the stream's log."""
-        return max(0, self.log_end - self.log_start)
-
-    def _appended(self, base_offset: int, log_end: int, messages: list[QueuedMessage]) -> None:
-        self.log_end = max(self.log_end, log_end)
-
-    async def add_consumer(self, consumer: Consumer, start: StreamOffset) -> None:
-        """Attach a consumer reading from ``start``."""
-        offset = await self._resolve(start)
-        self.consumers[consumer.key] = consumer
-        self.had_consumers = True
-        self._readers[consumer.key] = _StreamReader(consumer=consumer, offset=offset)
-        self.dispatch()
-
-    async def _resolve(self, start: StreamOffset) -> int:
-        broker, principal = self.host.broker, self.host.principal
-        if start.start is StreamStart.OFFSET:
-            first = await broker.list_offset(principal, self.topic, 0, EARLIEST_TIMESTAMP)
-            return max(start.value, first.offset)
-        if start.start is StreamStart.FIRST:
-            return (await broker.list_offset(principal, self.topic, 0, EARLIEST_TIMESTAMP)).offset
-        latest = (await broker.list_offset(principal, self.topic, 0, LATEST_TIMESTAMP)).offset
-        if start.start is StreamStart.NEXT:
-            return latest
-        if start.start is StreamStart.LAST:
-            return max(0, latest - 1)
-        found = await broker.list_offset(principal, self.topic, 0, start.value)
-        return latest if found.offset < 0 else found.offset
-
-    def remove_consumer(self, key: ConsumerKey) -> None:
-        """Detach a consumer."""
-        self.consumers.pop(key, None)
-        self._readers.pop(key, None)
-
-    def settle(self, offsets: list[Hashable], outcome: Outcome) -> None:
-        """Streams keep no per-message state: settling only reopens prefetch windows."""
-
-    def release(self, holders: set[ConsumerKey]) -> None:
-        """Nothing is leased in a stream."""
-
-    def purge(self) -> int:
-        """Streams are append-only; retention trims them."""
-        return 0
-
-    def housekeep(self, now_ms: int) -> None:
-        """Nothing expires per message in a stream."""
-
-    def dispatch(self) -> None:
-        """Deliver buffered messages within windows; fetch more for readers whose buffer ran dry."""
-        for reader in list(self._readers.values()):
-            self._deliver(reader)
-
-    def _deliver(self, reader: _StreamReader) -> None:
-        consumer = reader.consumer
-        sent = False
-        while reader.buffer and consumer.window() > 0:
-            message = reader.buffer.pop(0)
-            consumer.session.connection.deliver(consumer.channel, consumer.tag, delivery_of(self.name, message, False))
-            reader.offset = message.offset + 1
-            sent = True
-        if sent:
-            consumer.session.flush()
-        idle = not reader.buffer and not reader.fetching and not self._backing_off
-        if idle and consumer.key in self._readers and not self.deleted:
-            reader.fetching = True
-            fetched = self._fetch(reader.offset, FETCH_WAIT_MS)
-            fetched.addCallback(self._fetched, reader)
-            fetched.addErrback(self._fetch_failed)
-            fetched.addBoth(self._fetch_finished, reader)
-
-    def _fetched(self, results: list[Any], reader: _StreamReader) -> None:
-        [result] = results
-        if result.error is not None:
-            raise result.error
-        self.log_start, self.log_end = result.log_start_offset, result.high_watermark
-        reader.offset = max(reader.offset, result.log_start_offset)
-        messages, unreadable = decode_fetched(result.records, topic=self.topic)
-        reader.buffer = [message for message in messages if message.offset >= reader.offset]
-        for batch in unreadable:
-            if batch.last_offset >= reader.offset:
-                self._skip_unreadable(batch)
-            if not reader.buffer and batch.first_offset <= reader.offset <= batch.last_offset:
-                reader.offset = batch.last_offset + 1  # nothing to deliver before it: read on after it
-
-    def _fetch_finished(self, _: Any, reader: _StreamReader) -> None:
-        reader.fetching = False
-        if reader.consumer.key in self._readers:
-            self._deliver(reader)

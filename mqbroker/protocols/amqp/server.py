@@ -1,6 +1,6 @@
 """The AMQP 0-9-1 front end: the sans-I/O ``Connection``'s actions carried out against ``IBroker``.
 
-Thin by design: ``channel.Connection`` speaks the protocol, ``vhost.VirtualHost`` holds
+Thin by design: ``connection.Connection`` speaks the protocol, ``vhost.VirtualHost`` holds
 exchanges, queues and bindings, ``queues`` reads and writes queue logs; this module moves
 bytes, runs each action, reports results back to the connection and keeps its timer.
 A connection's broker-side methods run one after another (a nowait declare followed by a
@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorCore, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -23,6 +24,7 @@ from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.amqp import security as amqp_security
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.actions import (
@@ -39,14 +41,17 @@ from mqbroker.protocols.amqp.actions import (
     Settle,
     Unacked,
 )
-from mqbroker.protocols.amqp.channel import Connection
-from mqbroker.protocols.amqp.queue_state import parse_stream_offset
-from mqbroker.protocols.amqp.queues import BatchStored, Consumer, ConsumerKey, StreamQueue, all_settled, delivery_of
+from mqbroker.protocols.amqp.appender import BatchStored, all_settled
+from mqbroker.protocols.amqp.confirm_runs import ConfirmRuns
+from mqbroker.protocols.amqp.connection import Connection
+from mqbroker.protocols.amqp.queue_arguments import parse_stream_offset
+from mqbroker.protocols.amqp.queues import Consumer, ConsumerKey, delivery_of
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
 from mqbroker.protocols.amqp.sources import source_topic
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.amqp.vhost import VirtualHost
-from mqbroker.security.throttle import throttles
+from mqbroker.protocols.throttle import throttles
 
 _session_ids = itertools.count(1)
 
@@ -56,21 +61,22 @@ class AmqpSession:
 
     log = Logger()
 
-    def __init__(self, vhost: VirtualHost, reactor: Any, security: Any = None) -> None:
+    def __init__(self, vhost: VirtualHost, reactor: IReactorTime, security: FrontEndSecurity | None = None) -> None:
+        """``security`` None: everyone is let in, named after the user name it gives."""
         self.session_id = next(_session_ids)
         self._vhost = vhost
         self._reactor = reactor
-        self._security = security  # a SecurityServices, or None: everyone is let in
+        self._security = security
         self.connection = Connection(now_ms=vhost.now_ms(), version=mqbroker_version, broker_budget=vhost.held_bytes)
         self._handle: ConnectionHandle | None = None
         self._principal: Principal | None = None
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._closed = False
         self._consumers: dict[tuple[int, str], str] = {}  # (channel, tag) → queue name
         self._lease_holders: set[ConsumerKey] = set()
         self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
         self._waiting: list[tuple[Callable[[Any], Deferred[None] | None], Action]] = []
-        self._confirms = _ConfirmRuns(self.connection, self._confirmed)
+        self._confirms = ConfirmRuns(self.connection, self._confirmed)
         self._unstored: dict[BatchStored, int] = {}  # body bytes published into each unsettled batch
         self._transaction_batches: dict[int, list[BatchStored]] = {}  # channel → its committed publishes' batches
         self._unstored_bytes = 0
@@ -78,7 +84,7 @@ class AmqpSession:
         self._timer_deadline_ms = 0
         # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in their queues.
         self._produce_throttle, self._fetch_throttle = throttles(
-            security, reactor, self._apply_backpressure, self._deliveries_released) or (None, None)
+            security, reactor, self._apply_backpressure, self._deliveries_released)
         self._delivered_bytes_counted = 0
 
     # --- Session --------------------------------------------------------------------------
@@ -225,7 +231,7 @@ class AmqpSession:
 
     def _authenticate(self, action: Authenticate) -> None:
         def accepted(_: Any) -> None:
-            if self._security is None:  # no security services: every user is accepted, named after itself
+            if self._security is None:  # no security: every user is accepted, named after itself
                 self._principal = Principal("User", action.username)
             else:
                 try:
@@ -447,62 +453,15 @@ class AmqpSession:
         self.flush()
 
 
-class _ConfirmRuns:
-    """Groups confirmed publishes into runs that went to the same batches, settled with one call.
-
-    pika and kombu pipeline publishes, so one read brings hundreds; they land in one batch per
-    queue, and a run of them is answered with a single basic.ack (multiple) once that batch is
-    durable. ``seal`` closes the open run (the session calls it whenever it flushes).
-    """
-
-    def __init__(self, connection: Connection, confirmed: Callable[[int, int, int, bool], None]) -> None:
-        self._connection = connection
-        self._confirmed = confirmed
-        self._channel = 0
-        self._first = 0
-        self._last = -1  # the open run is first..last; empty while last < first
-        self._batches: list[BatchStored] = []
-
-    def add(self, channel: int, sequence: int, batches: list[BatchStored]) -> None:
-        """A confirmed publish stored in ``batches`` (none: unroutable, settled at once)."""
-        if channel == self._channel and sequence == self._last + 1 and batches == self._batches:
-            self._last = sequence
-            return
-        self.seal()
-        self._channel, self._first, self._last, self._batches = channel, sequence, sequence, batches
-
-    def seal(self) -> None:
-        """Hand the open run to its batches (or settle it now if nothing was stored)."""
-        if self._last < self._first:
-            return
-        channel, first, last, batches = self._channel, self._first, self._last, self._batches
-        self._first, self._last = 0, -1
-        if not batches:
-            self._connection.publish_settled_range(channel, first, last, stored=True)
-        elif len(batches) == 1:
-            batches[0].when_settled(functools.partial(self._confirmed, channel, first, last))
-        else:
-            outcomes: list[bool] = []
-
-            def one_settled(stored: bool) -> None:
-                outcomes.append(stored)
-                if len(outcomes) == len(batches):
-                    self._confirmed(channel, first, last, all(outcomes))
-
-            for batch in batches:
-                batch.when_settled(one_settled)
-
-
-def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The AMQP listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
     vhost = VirtualHost(broker, reactor, unreadable=context.metrics.unreadable if context.metrics is not None else None)
     # Runs before the broker service stops (registered earlier), while appends are still accepted.
-    reactor.addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
+    IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
     # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
-    security = getattr(context, "security", None)
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
-    return SessionFactory(lambda address: AmqpSession(vhost, reactor, security), idle_timeout_s=None,
-                          metrics_gauge=gauge, no_delay=True, frame_timeout_s=getattr(context, "frame_timeout_s", None),
+    return SessionFactory(lambda address: AmqpSession(vhost, reactor, context.security), idle_timeout_s=None,
+                          metrics_gauge=gauge, no_delay=True, frame_timeout_s=context.frame_timeout_s,
                           started=vhost.started)

@@ -17,14 +17,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
-from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, Principal
+from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
 from mqbroker.protocols.amqp import fields, spec
+from mqbroker.protocols.amqp.appender import BatchStored, all_settled
 from mqbroker.protocols.amqp.codec import encode_properties
-from mqbroker.protocols.amqp.queues import BatchStored, all_settled
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.protocols.amqp.stored import (
     EMPTY_PROPERTIES,
@@ -41,10 +42,6 @@ from mqbroker.records.record import RecordHeader
 SOURCE_TOPIC_ARGUMENT = "x-source-topic"
 #: Compacted topic of the source readers' positions: key = topic, value = table {partition: next offset}.
 SOURCE_POSITIONS_TOPIC = "__amqp_source_positions"
-#: How long a source fetch waits for new records.
-SOURCE_FETCH_WAIT_MS = 1_000
-#: Bytes one source fetch may return (over all partitions).
-SOURCE_FETCH_BYTES_MAX = 4 * 1024 * 1024
 #: Pause after a failed read or a refused append before reading again.
 SOURCE_RETRY_S = 1.0
 
@@ -160,7 +157,7 @@ class SourceHost(Protocol):
 
     broker: IBroker
     principal: Principal
-    reactor: Any
+    reactor: IReactorTime
 
     def route_source(self, topic: str, records: list[SourceRecord]) -> list[BatchStored]: ...
 
@@ -222,11 +219,12 @@ class SourceReader:
             # topic was missing at start-up) the partitions found now are read from their start.
             self.positions = await resolve_positions(self.host.broker, self.host.principal, self.topic, {},
                                                      EARLIEST_TIMESTAMP)
-        positions = [FetchPosition(topic=self.topic, partition=partition, offset=offset,
-                                   max_bytes=SOURCE_FETCH_BYTES_MAX)
-                     for partition, offset in sorted(self.positions.items())]
-        results = await self.host.broker.fetch(self.host.principal, positions, SOURCE_FETCH_WAIT_MS, 1,
-                                               SOURCE_FETCH_BYTES_MAX)
+        positions = tuple(FetchPosition(topic=self.topic, partition=partition, offset=offset,
+                                        max_bytes=limits.amqp_log_fetch_bytes_max)
+                          for partition, offset in sorted(self.positions.items()))
+        request = FetchRequest(positions=positions, wait_ms_max=limits.amqp_log_fetch_wait_ms_max,
+                               response_bytes_max=limits.amqp_log_fetch_bytes_max)
+        results = await self.host.broker.fetch(self.host.principal, request)
         if self._stopped:
             return True
         advanced: Positions = {}

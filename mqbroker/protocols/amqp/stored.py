@@ -24,10 +24,16 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-from mqbroker.protocols.amqp import fields
-from mqbroker.protocols.amqp.queue_state import QueuedMessage, parse_expiration
-from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType
 from mqbroker import limits
+from mqbroker.protocols.amqp import fields
+from mqbroker.protocols.amqp.queue_arguments import parse_expiration
+from mqbroker.protocols.amqp.queue_state import QueuedMessage
+from mqbroker.protocols.amqp.routing import (
+    Binding,
+    DestinationKind,
+    Exchange,
+    ExchangeType,
+)
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.compression import DECOMPRESSED_BYTES_MAX

@@ -14,18 +14,38 @@ from collections.abc import Iterable
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
-from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
+from mqbroker.limits import produce_timeout_ms_default
+from mqbroker.model import (
+    LATEST_TIMESTAMP,
+    Acks,
+    FetchPosition,
+    FetchRequest,
+    Principal,
+    TopicSpec,
+)
 from mqbroker.protocols.amqp import spec
-from mqbroker.protocols.amqp.channel import ByteBudget
+from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
-from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuePolicy, QueueState, QueueType, x_death_headers
-from mqbroker.protocols.amqp.queues import BatchStored, ClassicQueue, ConsumerKey, StreamQueue
-from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, ExchangeType, Router
+from mqbroker.protocols.amqp.held_bytes import ByteBudget
+from mqbroker.protocols.amqp.queue_arguments import (
+    QueuePolicy,
+    QueueType,
+    x_death_headers,
+)
+from mqbroker.protocols.amqp.queue_state import DeadLetter, QueueState
+from mqbroker.protocols.amqp.queues import ClassicQueue, ConsumerKey
+from mqbroker.protocols.amqp.routing import (
+    Binding,
+    DestinationKind,
+    Exchange,
+    ExchangeType,
+    Router,
+)
 from mqbroker.protocols.amqp.sources import (
     SOURCE_POSITIONS_TOPIC,
     SOURCE_TOPIC_ARGUMENT,
@@ -51,6 +71,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
+from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import (
@@ -69,7 +90,6 @@ INTERNAL_PRINCIPAL = Principal("Service", "amqp")
 STATE_WRITE_DELAY_S = 0.2
 #: How often TTL and x-expires are checked.
 HOUSEKEEPING_INTERVAL_S = 1.0
-_WRITE_TIMEOUT_MS = 30_000
 #: Longest queue or exchange name (a shortstr holds 255 bytes).
 NAME_LENGTH_MAX = 255
 _PUBLIC = Exchange(name="", type=ExchangeType.DIRECT)  # stands in for an exchange that is not internal
@@ -91,7 +111,7 @@ class VirtualHost:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: Any, unreadable: UnreadableTally | None = None) -> None:
+    def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None) -> None:
         """``unreadable`` counts the batches its readers skip (the broker's metric)."""
         self.broker = broker
         self.reactor = reactor
@@ -189,8 +209,9 @@ class VirtualHost:
         records: list[Any] = []
         offset = 0
         while True:
-            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=16 * 1024 * 1024)
-            [result] = await self.broker.fetch(self.principal, [position], 0, 1, 16 * 1024 * 1024)
+            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=limits.amqp_replay_fetch_bytes_max)
+            request = FetchRequest(positions=(position,), response_bytes_max=limits.amqp_replay_fetch_bytes_max)
+            [result] = await self.broker.fetch(self.principal, request)
             if result.error is not None:
                 raise result.error
             records += readable_records(result.records, offset, topic=topic, partition=0,
@@ -211,7 +232,7 @@ class VirtualHost:
         for key, value in entries:
             builder.append(now_ms, key, value)
         if builder.records_count:
-            await self.broker.produce(self.principal, topic, 0, builder.build(), -1, _WRITE_TIMEOUT_MS)
+            await self.broker.produce(self.principal, topic, 0, builder.build(), Acks.ALL, produce_timeout_ms_default)
 
     async def _sync_metadata(self, extra: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
         """Write what changed in the router since the last write (durable exchanges and bindings)."""

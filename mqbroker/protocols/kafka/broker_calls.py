@@ -1,23 +1,37 @@
 """Every call the Kafka front end makes on ``IBroker``, in one thin module.
 
-Handlers pass plain values (Kafka's numbers and names) and get the broker's value types back;
-building the broker's request objects happens here only, so a change of ``IBroker``'s
-signatures (typed acks, fetch requests, group results) is a change of this module alone. The
-one pure helper taken from the core (topic configuration defaults) is imported here for the same reason.
+Handlers pass plain values (Kafka's numbers and names) and get the broker's typed values back
+(``ProduceResult``, ``FetchResult``, the group responses); building the broker's request objects
+(``Acks``, ``FetchRequest``, the group requests) happens here only. The one pure helper taken from
+the core (topic configuration defaults) is imported here for the same reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 
+from mqbroker import errors
 from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, log_config_for
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
+from mqbroker.groups.offsets import CommittedOffset
 from mqbroker.interfaces import IBroker
-from mqbroker.model import FetchPosition, Principal, TopicSpec
+from mqbroker.model import (
+    Acks,
+    BrokerEndpoint,
+    ClusterMetadata,
+    FetchPosition,
+    FetchRequest,
+    FetchResult,
+    IsolationLevel,
+    OffsetAndTimestamp,
+    Principal,
+    ProduceResult,
+    ProducerIdentity,
+    TopicSpec,
+)
 from mqbroker.transactions import messages as txn_messages
 
 
@@ -31,30 +45,40 @@ class BrokerCalls:
 
     # -- records -------------------------------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, records: Any, acks: int, timeout_ms: int,
-                transactional_id: str | None = None) -> Deferred[Any]:
-        """Append batches; fires with a ``ProduceResult`` (acks: 0, 1 or -1 as on the Kafka wire)."""
-        return self._broker.produce(self.principal, topic, partition, records, acks, timeout_ms, transactional_id)
+    def produce(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
+                transactional_id: str | None = None) -> Deferred[ProduceResult]:
+        """Append batches (acks: 0, 1 or -1 as on the Kafka wire; others fail with INVALID_REQUIRED_ACKS)."""
+        try:
+            required = Acks.from_wire(acks)
+        except errors.BrokerError as error:
+            return fail(error)
+        return self._broker.produce(self.principal, topic, partition, records, required, timeout_ms, transactional_id)
 
     def fetch(self, positions: Iterable[tuple[str, int, int, int, int]], max_wait_ms: int, min_bytes: int,
-              max_bytes: int, isolation_level: int = 0) -> Deferred[Any]:
+              max_bytes: int, isolation_level: int = 0) -> Deferred[list[FetchResult]]:
         """Long-poll read of (topic, partition, offset, max bytes, current leader epoch) positions."""
-        wanted = [FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=partition_max_bytes,
-                                current_leader_epoch=leader_epoch)
-                  for topic, partition, offset, partition_max_bytes, leader_epoch in positions]
-        return self._broker.fetch(self.principal, wanted, max_wait_ms, min_bytes, max_bytes, isolation_level)
+        wanted = tuple(FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=partition_max_bytes,
+                                     current_leader_epoch=leader_epoch)
+                       for topic, partition, offset, partition_max_bytes, leader_epoch in positions)
+        request = FetchRequest(positions=wanted, wait_ms_max=max_wait_ms, response_bytes_min=min_bytes,
+                               response_bytes_max=max_bytes,
+                               isolation_level=IsolationLevel.READ_COMMITTED if isolation_level == 1
+                               else IsolationLevel.READ_UNCOMMITTED)
+        return self._broker.fetch(self.principal, request)
 
-    def list_offset(self, topic: str, partition: int, timestamp_ms: int, isolation_level: int = 0) -> Deferred[Any]:
+    def list_offset(self, topic: str, partition: int, timestamp_ms: int,
+                    isolation_level: int = 0) -> Deferred[OffsetAndTimestamp]:
         """Fires with an ``OffsetAndTimestamp`` (-1 latest, -2 earliest, else the first at or after the time)."""
         return self._broker.list_offset(self.principal, topic, partition, timestamp_ms, isolation_level)
 
-    def init_producer_id(self, transactional_id: str | None = None, transaction_timeout_ms: int = -1) -> Deferred[Any]:
+    def init_producer_id(self, transactional_id: str | None = None,
+                         transaction_timeout_ms: int = -1) -> Deferred[ProducerIdentity]:
         """A fresh idempotent producer identity, or a transactional id's with a new epoch (``ProducerIdentity``)."""
         return self._broker.init_producer_id(self.principal, transactional_id, transaction_timeout_ms)
 
     # -- transactions ----------------------------------------------------------------------------
 
-    def find_transaction_coordinator(self, transactional_id: str) -> Deferred[Any]:
+    def find_transaction_coordinator(self, transactional_id: str) -> Deferred[BrokerEndpoint]:
         """The ``BrokerEndpoint`` coordinating ``transactional_id``."""
         return self._broker.find_transaction_coordinator(self.principal, transactional_id)
 
@@ -88,7 +112,7 @@ class BrokerCalls:
 
     # -- cluster and topics ----------------------------------------------------------------------
 
-    def metadata(self, topics: Sequence[str] | None, allow_auto_create: bool) -> Deferred[Any]:
+    def metadata(self, topics: Sequence[str] | None, allow_auto_create: bool) -> Deferred[ClusterMetadata]:
         """The cluster and ``topics`` (None: all) as ``ClusterMetadata``."""
         return self._broker.metadata(self.principal, topics, allow_auto_create)
 
@@ -120,13 +144,13 @@ class BrokerCalls:
 
     # -- groups ----------------------------------------------------------------------------------
 
-    def find_coordinator(self, group_id: str) -> Deferred[Any]:
+    def find_coordinator(self, group_id: str) -> Deferred[BrokerEndpoint]:
         """The ``BrokerEndpoint`` coordinating ``group_id``."""
         return self._broker.find_coordinator(self.principal, group_id)
 
     def join_group(self, *, group_id: str, member_id: str, group_instance_id: str | None, session_timeout_ms: int,
                    rebalance_timeout_ms: int, protocol_type: str, topics: Iterable[str],
-                   assignors: Sequence[str]) -> Deferred[Any]:
+                   assignors: Sequence[str]) -> Deferred[group_messages.JoinResponse]:
         """Join; fires with a ``JoinResponse`` (member id, generation, chosen assignor) when the rebalance completes."""
         return self._broker.join_group(self.principal, group_messages.JoinRequest(
             group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, client_id=self.client_id,
@@ -135,7 +159,8 @@ class BrokerCalls:
             assignors=tuple(assignors),
         ))
 
-    def sync_group(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> Deferred[Any]:
+    def sync_group(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+                   ) -> Deferred[group_messages.SyncResponse]:
         """The member's assignment for its generation; fires with a ``SyncResponse``."""
         return self._broker.sync_group(self.principal, _member(group_id, member_id, group_instance_id, generation_id))
 
@@ -159,16 +184,16 @@ class BrokerCalls:
                                                                           generation_id, offsets))
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
-                      require_stable: bool = False) -> Deferred[Any]:
+                      require_stable: bool = False) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: every committed one)."""
         wanted = None if partitions is None else [TopicPartition(topic, partition) for topic, partition in partitions]
         return self._broker.fetch_offsets(self.principal, group_id, wanted, require_stable)
 
-    def list_groups(self) -> Deferred[Any]:
+    def list_groups(self) -> Deferred[list[group_messages.GroupListing]]:
         """The ``GroupListing``s the principal may describe."""
         return self._broker.list_groups(self.principal)
 
-    def describe_group(self, group_id: str) -> Deferred[Any]:
+    def describe_group(self, group_id: str) -> Deferred[group_messages.GroupDescription]:
         """A ``GroupDescription`` (state Dead when the group is unknown)."""
         return self._broker.describe_group(self.principal, group_id)
 

@@ -4,7 +4,8 @@ Authentication reuses the broker's authenticators (``ConnectionAuthentication``)
 certificate or anonymous access needs no SASL; otherwise only ApiVersions, SaslHandshake and
 SaslAuthenticate are answered until a SASL exchange (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
 completes, and anything else is refused with ILLEGAL_SASL_STATE and the connection closed, as
-Kafka does. Kafka's numeric ACL enums map onto mqbroker's ACL model.
+Kafka does. Kafka's numeric ACL enums map onto mqbroker's ACL model; the ACL and SCRAM admin
+APIs are ``IBroker`` calls, which authorize them on the cluster.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ from collections.abc import Callable
 from typing import Any
 
 from mqbroker import errors
-from mqbroker.model import Operation, Principal, ResourceType
+from mqbroker.interfaces import IBroker
+from mqbroker.model import Operation, PeerIdentity, Principal, ResourceType
+from mqbroker.protocols.connection_auth import ConnectionAuthentication
+from mqbroker.protocols.frontends import FrontEndSecurity
 from mqbroker.protocols.kafka.error_codes import kafka_error
 from mqbroker.protocols.kafka.messages import produce_fetch
 from mqbroker.protocols.kafka.messages import security as m
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from mqbroker.security.acl import Acl, AllOperations, PatternType, Permission
-from mqbroker.security.connection_auth import ConnectionAuthentication
 from mqbroker.security.quotas import QuotaKind
 from mqbroker.security.scram import ScramMechanism
-from mqbroker.security.service import SecurityServices
 
 #: APIs answered before authentication (ApiVersions is answered by the connection itself).
 SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -85,9 +87,11 @@ def _matches(acl: Acl, request: m.DescribeAclsRequest | m.DeleteAclsFilter) -> b
 class KafkaSecurity:
     """One Kafka connection's authentication and its security APIs."""
 
-    def __init__(self, services: SecurityServices, secure: bool, host: str, peer_certificate: Any) -> None:
-        self._services = services
-        self.authentication = ConnectionAuthentication(services, "kafka", secure, host, peer_certificate)
+    def __init__(self, security: FrontEndSecurity, broker: IBroker, secure: bool, host: str,
+                 peer_certificate: Callable[[], PeerIdentity | None]) -> None:
+        self._quotas = security.quotas
+        self._broker = broker
+        self.authentication = ConnectionAuthentication(security, "kafka", secure, host, peer_certificate)
 
     def principal_for(self, api_key: ApiKey) -> Principal | None:
         """The principal of a request; IllegalSaslStateError before authentication (but for the SASL APIs)."""
@@ -137,7 +141,7 @@ class KafkaSecurity:
     # ---- ACLs ----------------------------------------------------------------------------------
 
     async def _describe_acls(self, principal: Principal, request: m.DescribeAclsRequest) -> m.DescribeAclsResponse:
-        found = [acl for acl in self._services.list_acls(principal) if _matches(acl, request)]
+        found = [acl for acl in await self._broker.list_acls(principal) if _matches(acl, request)]
         by_resource: dict[tuple[Any, str, Any], list[Acl]] = {}
         for acl in found:
             by_resource.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(acl)
@@ -156,7 +160,7 @@ class KafkaSecurity:
             try:
                 acl = acl_of(creation.resource_type, creation.resource_name, creation.resource_pattern_type,
                              creation.principal, creation.host, creation.operation, creation.permission_type)
-                await self._services.add_acls(principal, [acl])
+                await self._broker.add_acls(principal, [acl])
                 code, message = 0, None
             except errors.BrokerError as error:
                 code, message = kafka_error(error)
@@ -167,9 +171,9 @@ class KafkaSecurity:
         results = []
         for acl_filter in request.filters:
             try:
-                matching = [acl for acl in self._services.list_acls(principal) if _matches(acl, acl_filter)]
+                matching = [acl for acl in await self._broker.list_acls(principal) if _matches(acl, acl_filter)]
                 if matching:
-                    await self._services.remove_acls(principal, matching)
+                    await self._broker.remove_acls(principal, matching)
                 results.append(m.DeleteAclsFilterResult(error_code=0, error_message=None, matching_acls=tuple(
                     m.DeleteAclsMatchingAcl(
                         error_code=0, error_message=None, resource_type=_number(RESOURCE_TYPES, acl.resource_type),
@@ -185,20 +189,21 @@ class KafkaSecurity:
 
     async def _describe_users(self, principal: Principal,
                               request: m.DescribeUserScramCredentialsRequest) -> m.DescribeUserScramCredentialsResponse:
-        known = self._services.list_users(principal)
-        names = known if request.users is None else [user.name for user in request.users]
+        known = await self._broker.describe_users(principal)
+        names = list(known) if request.users is None else [user.name for user in request.users]
         results = []
         for name in names:
-            credentials = [self._services.store.lookup(name, mechanism) for mechanism in SCRAM_MECHANISMS.values()]
-            present = [credential for credential in credentials if credential is not None]
+            iterations = known.get(name, {})
+            present = [(mechanism, iterations[mechanism]) for mechanism in SCRAM_MECHANISMS.values()
+                       if mechanism in iterations]
             if name not in known:
                 code, message = int(errors.ErrorCode.RESOURCE_NOT_FOUND), f"user {name!r} has no SCRAM credentials"
             else:
                 code, message = 0, None
             results.append(m.DescribeUserScramCredentialsResult(
                 user=name, error_code=code, error_message=message, credential_infos=tuple(
-                    m.CredentialInfo(mechanism=_number(SCRAM_MECHANISMS, credential.mechanism),
-                                     iterations=credential.iterations) for credential in present)))
+                    m.CredentialInfo(mechanism=_number(SCRAM_MECHANISMS, mechanism), iterations=count)
+                    for mechanism, count in present)))
         return m.DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=0, error_message=None,
                                                       results=tuple(results))
 
@@ -208,7 +213,7 @@ class KafkaSecurity:
         results = []
         for name in names:
             try:
-                await self._services.alter_scram_credentials(
+                await self._broker.alter_scram_credentials(
                     principal, name,
                     upsertions=[(self._mechanism(item.mechanism), item.salt, item.iterations, item.salted_password)
                                 for item in request.upsertions if item.name == name],
@@ -231,7 +236,7 @@ class KafkaSecurity:
 
     def throttle_ms(self, principal: Principal, client_id: str, request: Any, response: Any, now_ms: int) -> int:
         """Record a produce or fetch's bytes against the quotas; how long the client must now wait."""
-        if not self._services.quotas_enabled:
+        if not self._quotas.has_quotas:
             return 0
         if isinstance(request, produce_fetch.ProduceRequest):
             kind = QuotaKind.PRODUCE
@@ -241,4 +246,4 @@ class KafkaSecurity:
             byte_count = sum(len(p.records or b"") for topic in response.responses for p in topic.partitions)
         else:
             return 0
-        return self._services.quotas.record(kind, str(principal), client_id, byte_count, now_ms)
+        return self._quotas.record(kind, str(principal), client_id, byte_count, now_ms)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import maybeDeferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -20,6 +21,7 @@ from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.model import ANONYMOUS, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.kafka.broker_calls import BrokerCalls, topic_config_defaults
 from mqbroker.protocols.kafka.connection import ConnectionFailed, RequestReceived, ServerConnection
 from mqbroker.protocols.kafka.error_codes import error_response
@@ -27,6 +29,9 @@ from mqbroker.protocols.kafka.handlers import HANDLERS
 from mqbroker.protocols.kafka.handlers.context import RequestContext
 from mqbroker.protocols.kafka.messages.apis import APIS, ApiKey
 from mqbroker.protocols.kafka.security import SECURITY_APIS, KafkaSecurity
+
+if TYPE_CHECKING:
+    from prometheus_client import Histogram
 
 #: Listener port keys in broker registrations: clients are sent to the listener they came in on.
 PLAIN_LISTENER = "kafka_port"
@@ -48,13 +53,14 @@ class KafkaSession:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, facts: ListenerFacts, latency: Any = None, security: Any = None,
-                 clock: Any = None) -> None:
+    def __init__(self, broker: IBroker, facts: ListenerFacts, latency: Histogram | None = None,
+                 security: FrontEndSecurity | None = None, clock: IReactorTime | None = None) -> None:
+        """``security`` None: every client is anonymous; ``clock`` None: replies are never throttled."""
         self._broker = broker
         self._facts = facts
         self._codec = ServerConnection(facts.request_bytes_max)
         self._latency = latency
-        self._services = security  # SecurityServices, or None: everyone is anonymous
+        self._front_end_security = security
         self._security: KafkaSecurity | None = None
         self._clock = clock
         self._connection: ConnectionHandle | None = None
@@ -75,8 +81,9 @@ class KafkaSession:
         host = connection.peer.rpartition(":")[0]
         self._principal = dataclasses.replace(self._principal, host=host)
         self._listener = TLS_LISTENER if connection.secure else PLAIN_LISTENER
-        if self._services is not None:
-            self._security = KafkaSecurity(self._services, connection.secure, host, connection.peer_certificate)
+        if self._front_end_security is not None:
+            self._security = KafkaSecurity(self._front_end_security, self._broker, connection.secure, host,
+                                           connection.peer_certificate)
 
     def connection_lost(self, reason: Failure) -> None:
         self._closed = True
@@ -221,7 +228,7 @@ def _latency_series(latency: Any, api_key: int) -> Any:
     return latency.labels("kafka", ApiKey(api_key).name.lower())
 
 
-def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The Kafka listener's factory (named by the front-end plugin)."""
     config = context.config
     facts = ListenerFacts(
@@ -231,11 +238,10 @@ def build_factory(broker: IBroker, context: Any) -> SessionFactory:
     )
     latency = context.metrics.request_latency if context.metrics is not None else None
     gauge = context.metrics.connections.labels("kafka") if context.metrics is not None else None
-    security = getattr(context, "security", None)
     return SessionFactory(
-        lambda address: KafkaSession(broker, facts, latency, security, context.reactor),
+        lambda address: KafkaSession(broker, facts, latency, context.security, context.reactor),
         idle_timeout_s=config.connection_idle_ms / 1000.0,
         metrics_gauge=gauge,
-        frame_timeout_s=getattr(context, "frame_timeout_s", None),
+        frame_timeout_s=context.frame_timeout_s,
         no_delay=True,
     )

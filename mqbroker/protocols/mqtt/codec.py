@@ -5,23 +5,28 @@ exceeds ``packet_bytes_max`` as soon as its fixed header arrives (before the bod
 buffer never grows past the bound. Every decoding failure is an ``MqttProtocolError``
 carrying the reason code the specification requires; nothing else escapes.
 
-The protocol level decides whether properties and reason codes are on the wire. A server
+The primitives and the 5.0 property block are in ``fields.py``. The protocol level decides whether properties and reason codes are on the wire. A server
 decoder starts without a level and learns it from the CONNECT packet, which must come
 first [MQTT-3.1.0-1].
 """
 
 from __future__ import annotations
 
-import struct
-
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, malformed, protocol_error
+from mqbroker.protocols.mqtt.fields import (
+    U16,
+    VARIABLE_BYTE_INTEGER_MAX,
+    Reader,
+    decode_properties,
+    encode_binary,
+    encode_properties,
+    encode_string,
+    encode_variable_byte_integer,
+    read_packet_id,
+)
 from mqbroker.protocols.mqtt.packets import (
-    BOOLEAN_BYTE_PROPERTIES,
     NO_PROPERTIES,
-    NONZERO_PROPERTIES,
-    PROPERTY_SPECS,
     PROTOCOL_LEVEL_5,
-    REPEATABLE_PROPERTIES,
     SUBACK_FAILURE_3_1_1,
     SUPPORTED_PROTOCOL_LEVELS,
     WILL,
@@ -34,8 +39,6 @@ from mqbroker.protocols.mqtt.packets import (
     PingReq,
     PingResp,
     Properties,
-    PropertyId,
-    PropertyType,
     PubAck,
     PubComp,
     Publish,
@@ -53,8 +56,6 @@ from mqbroker.protocols.mqtt.packets import (
     packet_type_of,
 )
 
-#: Largest value a variable byte integer (four bytes) can carry (§1.5.5).
-VARIABLE_BYTE_INTEGER_MAX = 268_435_455
 #: The absolute largest MQTT packet: one type byte, four length bytes, the largest body.
 PACKET_BYTES_MAX_ABSOLUTE = 1 + 4 + VARIABLE_BYTE_INTEGER_MAX
 #: Fixed-header flags required for each type; PUBLISH carries DUP/QoS/RETAIN instead.
@@ -63,212 +64,13 @@ _REQUIRED_FLAGS = {packet_type: 0 for packet_type in PacketType} | {
     PacketType.SUBSCRIBE: 0b0010,
     PacketType.UNSUBSCRIBE: 0b0010,
 }
-_U16 = struct.Struct(">H")
-_ONE_BYTE = [bytes([value]) for value in range(0x80)]  # variable byte integers below 128
 _FIRST_BYTES = [bytes([value]) for value in range(0x100)]
-_U32 = struct.Struct(">I")
 _SIMPLE_RESPONSES: dict[PacketType, type[PublishResponse]] = {
     PacketType.PUBACK: PubAck,
     PacketType.PUBREC: PubRec,
     PacketType.PUBREL: PubRel,
     PacketType.PUBCOMP: PubComp,
 }
-
-
-# ---------------------------------------------------------------------------- primitives
-
-
-def encode_variable_byte_integer(value: int) -> bytes:
-    """The minimal 1-4 byte encoding of ``value`` [MQTT-1.5.5-1]."""
-    assert 0 <= value <= VARIABLE_BYTE_INTEGER_MAX, value
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while True:
-        value, digit = divmod(value, 128)
-        out.append(digit | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _encode_string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    assert len(data) <= 0xFFFF, "UTF-8 strings are at most 65,535 bytes"
-    return _U16.pack(len(data)) + data
-
-
-def _encode_binary(data: bytes) -> bytes:
-    assert len(data) <= 0xFFFF, "binary data is at most 65,535 bytes"
-    return _U16.pack(len(data)) + data
-
-
-class _Reader:
-    """Reads primitive fields from one packet body; running short is a malformed packet."""
-
-    __slots__ = ("_data", "_position", "_end")
-
-    def __init__(self, data: memoryview) -> None:
-        self._data = data
-        self._position = 0
-        self._end = len(data)
-
-    @property
-    def remaining(self) -> int:
-        return self._end - self._position
-
-    def take(self, count: int) -> memoryview:
-        if count > self.remaining:
-            raise malformed(f"packet ends {count - self.remaining} bytes early [MQTT-1.5]")
-        chunk = self._data[self._position : self._position + count]
-        self._position += count
-        return chunk
-
-    def rest(self) -> bytes:
-        return bytes(self.take(self.remaining))
-
-    def byte(self) -> int:
-        return self.take(1)[0]
-
-    def u16(self) -> int:
-        return int(_U16.unpack(self.take(2))[0])
-
-    def u32(self) -> int:
-        return int(_U32.unpack(self.take(4))[0])
-
-    def variable_byte_integer(self) -> int:
-        value, shift = 0, 0
-        for count in range(1, 5):
-            digit = self.byte()
-            value += (digit & 0x7F) << shift
-            if not digit & 0x80:
-                if count > 1 and digit == 0:
-                    raise malformed("variable byte integer is not minimally encoded [MQTT-1.5.5-1]")
-                return value
-            shift += 7
-        raise malformed("variable byte integer longer than 4 bytes [MQTT-1.5.5]")
-
-    def binary(self) -> bytes:
-        return bytes(self.take(self.u16()))
-
-    def string(self) -> str:
-        return decode_utf8(self.take(self.u16()))
-
-    def sub_reader(self, count: int) -> _Reader:
-        return _Reader(self.take(count))
-
-    def expect_end(self, what: str) -> None:
-        if self.remaining:
-            raise malformed(f"{self.remaining} unexpected bytes after the {what}")
-
-
-def decode_utf8(data: bytes | memoryview) -> str:
-    """Decode an MQTT UTF-8 string: well-formed, no surrogates, no U+0000 [MQTT-1.5.4-1, -2]."""
-    try:
-        text = bytes(data).decode("utf-8")  # strict: rejects overlongs and encoded surrogates
-    except UnicodeDecodeError as error:
-        raise malformed(f"ill-formed UTF-8 string ({error.reason}) [MQTT-1.5.4-1]") from None
-    if "\x00" in text:
-        raise malformed("UTF-8 string contains U+0000 [MQTT-1.5.4-2]")
-    return text
-
-
-def _packet_id(reader: _Reader) -> int:
-    packet_id = reader.u16()
-    if packet_id == 0:
-        raise malformed("packet identifier 0 is not allowed [MQTT-2.2.1-3]")
-    return packet_id
-
-
-# ---------------------------------------------------------------------------- properties
-
-
-def encode_properties(properties: Properties) -> bytes:
-    """The 5.0 property block (length prefix included)."""
-    if properties is NO_PROPERTIES:
-        return b"\x00"  # most packets: no need to look at every property
-    body = bytearray()
-    for property_id, spec in PROPERTY_SPECS.items():
-        value = getattr(properties, spec.name)
-        if value is None or value == ():
-            continue
-        values = value if property_id in REPEATABLE_PROPERTIES else (value,)
-        for one in values:
-            body += encode_variable_byte_integer(property_id)
-            body += _encode_property_value(spec.type, one)
-    return encode_variable_byte_integer(len(body)) + body
-
-
-def _encode_property_value(property_type: PropertyType, value: object) -> bytes:
-    if property_type is PropertyType.BYTE:
-        return bytes([value])  # type: ignore[list-item]
-    if property_type is PropertyType.TWO_BYTE_INTEGER:
-        return _U16.pack(value)
-    if property_type is PropertyType.FOUR_BYTE_INTEGER:
-        return _U32.pack(value)
-    if property_type is PropertyType.VARIABLE_BYTE_INTEGER:
-        return encode_variable_byte_integer(value)  # type: ignore[arg-type]
-    if property_type is PropertyType.UTF8_STRING:
-        return _encode_string(value)  # type: ignore[arg-type]
-    if property_type is PropertyType.BINARY:
-        return _encode_binary(value)  # type: ignore[arg-type]
-    name, text = value  # type: ignore[misc]
-    return _encode_string(name) + _encode_string(text)
-
-
-def _read_property_value(reader: _Reader, property_type: PropertyType) -> object:
-    if property_type is PropertyType.BYTE:
-        return reader.byte()
-    if property_type is PropertyType.TWO_BYTE_INTEGER:
-        return reader.u16()
-    if property_type is PropertyType.FOUR_BYTE_INTEGER:
-        return reader.u32()
-    if property_type is PropertyType.VARIABLE_BYTE_INTEGER:
-        return reader.variable_byte_integer()
-    if property_type is PropertyType.UTF8_STRING:
-        return reader.string()
-    if property_type is PropertyType.BINARY:
-        return reader.binary()
-    return (reader.string(), reader.string())
-
-
-def decode_properties(reader: _Reader, where: PacketType | str) -> Properties:
-    """Read a property block allowed in ``where`` (a packet type, or ``WILL``)."""
-    block = reader.sub_reader(reader.variable_byte_integer())
-    values: dict[str, object] = {}
-    repeated: dict[str, list[object]] = {}
-    while block.remaining:
-        raw_id = block.variable_byte_integer()
-        try:
-            property_id = PropertyId(raw_id)
-        except ValueError:
-            raise malformed(f"unknown property identifier 0x{raw_id:02X} [MQTT-2.2.2-2]") from None
-        spec = PROPERTY_SPECS[property_id]
-        if where not in spec.allowed_in:
-            raise malformed(f"property {property_id.name} is not allowed in {_name(where)} [MQTT-2.2.2-2]")
-        value = _read_property_value(block, spec.type)
-        _check_property_value(property_id, value)
-        if property_id in REPEATABLE_PROPERTIES:
-            repeated.setdefault(spec.name, []).append(value)
-        elif spec.name in values:
-            raise protocol_error(f"property {property_id.name} appears twice in {_name(where)} [MQTT-2.2.2]")
-        else:
-            values[spec.name] = value
-    for name, items in repeated.items():
-        values[name] = tuple(items)
-    if where == PacketType.SUBSCRIBE and len(repeated.get("subscription_identifiers", ())) > 1:
-        raise protocol_error("SUBSCRIBE carries more than one subscription identifier [MQTT-3.8.2.1.2]")
-    return Properties(**values) if values else NO_PROPERTIES  # type: ignore[arg-type]
-
-
-def _check_property_value(property_id: PropertyId, value: object) -> None:
-    if property_id in BOOLEAN_BYTE_PROPERTIES and value not in (0, 1):
-        raise protocol_error(f"property {property_id.name} must be 0 or 1, got {value} [MQTT-2.2.2]")
-    if property_id in NONZERO_PROPERTIES and value == 0:
-        raise protocol_error(f"property {property_id.name} must not be 0 [MQTT-2.2.2]")
-
-
-def _name(where: PacketType | str) -> str:
-    return where.name if isinstance(where, PacketType) else "the will properties"
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -287,19 +89,19 @@ def _encode_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
     flags |= 0x40 if packet.password is not None else 0
     if packet.will is not None:
         flags |= 0x04 | packet.will.qos << 3 | (0x20 if packet.will.retain else 0)
-    body = bytearray(_encode_string(packet.protocol_name))
-    body += bytes([packet.protocol_level, flags]) + _U16.pack(packet.keep_alive_s)
+    body = bytearray(encode_string(packet.protocol_name))
+    body += bytes([packet.protocol_level, flags]) + U16.pack(packet.keep_alive_s)
     if v5:
         body += encode_properties(packet.properties)
-    body += _encode_string(packet.client_id)
+    body += encode_string(packet.client_id)
     if packet.will is not None:
         if v5:
             body += encode_properties(packet.will.properties)
-        body += _encode_string(packet.will.topic) + _encode_binary(packet.will.payload)
+        body += encode_string(packet.will.topic) + encode_binary(packet.will.payload)
     if packet.username is not None:
-        body += _encode_string(packet.username)
+        body += encode_string(packet.username)
     if packet.password is not None:
-        body += _encode_binary(packet.password)
+        body += encode_binary(packet.password)
     return 0, bytes(body)
 
 
@@ -311,9 +113,9 @@ def _encode_connack(packet: ConnAck, v5: bool) -> tuple[int, bytes]:
 def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
     assert (packet.packet_id is None) == (packet.qos == 0), "a packet id exactly when QoS > 0"
     flags = (0x08 if packet.dup else 0) | packet.qos << 1 | (0x01 if packet.retain else 0)
-    parts = [_encode_string(packet.topic)]
+    parts = [encode_string(packet.topic)]
     if packet.packet_id is not None:
-        parts.append(_U16.pack(packet.packet_id))
+        parts.append(U16.pack(packet.packet_id))
     if v5:
         parts.append(encode_properties(packet.properties))
     parts.append(packet.payload)
@@ -326,7 +128,7 @@ def _no_properties(properties: Properties) -> bool:
 
 def _encode_publish_response(packet: PublishResponse, v5: bool) -> tuple[int, bytes]:
     flags = _REQUIRED_FLAGS[packet_type_of(packet)]  # type: ignore[arg-type]
-    body = _U16.pack(packet.packet_id)
+    body = U16.pack(packet.packet_id)
     if not v5 or (packet.reason_code == ReasonCode.SUCCESS and _no_properties(packet.properties)):
         return flags, body  # the short form [MQTT-3.4.2.1]
     if _no_properties(packet.properties):
@@ -335,7 +137,7 @@ def _encode_publish_response(packet: PublishResponse, v5: bool) -> tuple[int, by
 
 
 def _encode_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
-    body = bytearray(_U16.pack(packet.packet_id))
+    body = bytearray(U16.pack(packet.packet_id))
     if v5:
         body += encode_properties(packet.properties)
     for request in packet.subscriptions:
@@ -343,12 +145,12 @@ def _encode_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
         if v5:
             options |= (0x04 if request.no_local else 0) | (0x08 if request.retain_as_published else 0)
             options |= request.retain_handling << 4
-        body += _encode_string(request.topic_filter) + bytes([options])
+        body += encode_string(request.topic_filter) + bytes([options])
     return 0b0010, bytes(body)
 
 
 def _encode_suback(packet: SubAck, v5: bool) -> tuple[int, bytes]:
-    body = bytearray(_U16.pack(packet.packet_id))
+    body = bytearray(U16.pack(packet.packet_id))
     if v5:
         body += encode_properties(packet.properties) + bytes(packet.reason_codes)
     else:
@@ -357,16 +159,16 @@ def _encode_suback(packet: SubAck, v5: bool) -> tuple[int, bytes]:
 
 
 def _encode_unsubscribe(packet: Unsubscribe, v5: bool) -> tuple[int, bytes]:
-    body = bytearray(_U16.pack(packet.packet_id))
+    body = bytearray(U16.pack(packet.packet_id))
     if v5:
         body += encode_properties(packet.properties)
     for topic_filter in packet.topic_filters:
-        body += _encode_string(topic_filter)
+        body += encode_string(topic_filter)
     return 0b0010, bytes(body)
 
 
 def _encode_unsuback(packet: UnsubAck, v5: bool) -> tuple[int, bytes]:
-    body = _U16.pack(packet.packet_id)
+    body = U16.pack(packet.packet_id)
     if v5:
         body += encode_properties(packet.properties) + bytes(packet.reason_codes)
     return 0, body
@@ -407,7 +209,7 @@ _ENCODERS = {
 # ---------------------------------------------------------------------------- decoding
 
 
-def _decode_connect(reader: _Reader, flags: int, level: int | None) -> Connect:
+def _decode_connect(reader: Reader, flags: int, level: int | None) -> Connect:
     protocol_name = reader.string()
     protocol_level = reader.byte()
     if protocol_name != "MQTT" or protocol_level not in SUPPORTED_PROTOCOL_LEVELS:
@@ -448,7 +250,7 @@ def _decode_connect(reader: _Reader, flags: int, level: int | None) -> Connect:
     )
 
 
-def _decode_connack(reader: _Reader, flags: int, level: int) -> ConnAck:
+def _decode_connack(reader: Reader, flags: int, level: int) -> ConnAck:
     acknowledge_flags = reader.byte()
     if acknowledge_flags & 0xFE:
         raise malformed("CONNACK reserved flags are set [MQTT-3.2.2-1]")
@@ -458,7 +260,7 @@ def _decode_connack(reader: _Reader, flags: int, level: int) -> ConnAck:
     return ConnAck(session_present=bool(acknowledge_flags), reason_code=reason_code, properties=properties)
 
 
-def _decode_publish(reader: _Reader, flags: int, level: int) -> Publish:
+def _decode_publish(reader: Reader, flags: int, level: int) -> Publish:
     qos = flags >> 1 & 0x03
     if qos == 3:
         raise malformed("PUBLISH with QoS 3 [MQTT-3.3.1-4]")
@@ -466,7 +268,7 @@ def _decode_publish(reader: _Reader, flags: int, level: int) -> Publish:
     if dup and qos == 0:
         raise malformed("DUP set on a QoS 0 PUBLISH [MQTT-3.3.1-2]")
     topic = reader.string()
-    packet_id = _packet_id(reader) if qos else None
+    packet_id = read_packet_id(reader) if qos else None
     properties = decode_properties(reader, PacketType.PUBLISH) if level == PROTOCOL_LEVEL_5 else NO_PROPERTIES
     return Publish(
         topic=topic, payload=reader.rest(), qos=qos, retain=bool(flags & 0x01), dup=dup, packet_id=packet_id,
@@ -474,9 +276,9 @@ def _decode_publish(reader: _Reader, flags: int, level: int) -> Publish:
     )
 
 
-def _decode_publish_response(reader: _Reader, packet_type: PacketType, level: int) -> PublishResponse:
+def _decode_publish_response(reader: Reader, packet_type: PacketType, level: int) -> PublishResponse:
     cls = _SIMPLE_RESPONSES[packet_type]
-    packet_id = _packet_id(reader)
+    packet_id = read_packet_id(reader)
     if level != PROTOCOL_LEVEL_5 or not reader.remaining:
         reader.expect_end(packet_type.name)
         return cls(packet_id=packet_id)
@@ -486,9 +288,9 @@ def _decode_publish_response(reader: _Reader, packet_type: PacketType, level: in
     return cls(packet_id=packet_id, reason_code=reason_code, properties=properties)
 
 
-def _decode_subscribe(reader: _Reader, flags: int, level: int) -> Subscribe:
+def _decode_subscribe(reader: Reader, flags: int, level: int) -> Subscribe:
     v5 = level == PROTOCOL_LEVEL_5
-    packet_id = _packet_id(reader)
+    packet_id = read_packet_id(reader)
     properties = decode_properties(reader, PacketType.SUBSCRIBE) if v5 else NO_PROPERTIES
     requests = []
     while reader.remaining:
@@ -507,14 +309,14 @@ def _decode_subscribe(reader: _Reader, flags: int, level: int) -> Subscribe:
     return Subscribe(packet_id=packet_id, subscriptions=tuple(requests), properties=properties)
 
 
-def _decode_suback(reader: _Reader, flags: int, level: int) -> SubAck:
-    packet_id = _packet_id(reader)
+def _decode_suback(reader: Reader, flags: int, level: int) -> SubAck:
+    packet_id = read_packet_id(reader)
     properties = decode_properties(reader, PacketType.SUBACK) if level == PROTOCOL_LEVEL_5 else NO_PROPERTIES
     return SubAck(packet_id=packet_id, reason_codes=tuple(reader.rest()), properties=properties)
 
 
-def _decode_unsubscribe(reader: _Reader, flags: int, level: int) -> Unsubscribe:
-    packet_id = _packet_id(reader)
+def _decode_unsubscribe(reader: Reader, flags: int, level: int) -> Unsubscribe:
+    packet_id = read_packet_id(reader)
     properties = decode_properties(reader, PacketType.UNSUBSCRIBE) if level == PROTOCOL_LEVEL_5 else NO_PROPERTIES
     topic_filters = []
     while reader.remaining:
@@ -524,8 +326,8 @@ def _decode_unsubscribe(reader: _Reader, flags: int, level: int) -> Unsubscribe:
     return Unsubscribe(packet_id=packet_id, topic_filters=tuple(topic_filters), properties=properties)
 
 
-def _decode_unsuback(reader: _Reader, flags: int, level: int) -> UnsubAck:
-    packet_id = _packet_id(reader)
+def _decode_unsuback(reader: Reader, flags: int, level: int) -> UnsubAck:
+    packet_id = read_packet_id(reader)
     if level != PROTOCOL_LEVEL_5:
         reader.expect_end("UNSUBACK")
         return UnsubAck(packet_id=packet_id)
@@ -534,7 +336,7 @@ def _decode_unsuback(reader: _Reader, flags: int, level: int) -> UnsubAck:
 
 
 def _decode_empty(cls: type) -> object:
-    def decode(reader: _Reader, flags: int, level: int) -> object:
+    def decode(reader: Reader, flags: int, level: int) -> object:
         reader.expect_end(cls.__name__.upper())
         return cls()
 
@@ -544,7 +346,7 @@ def _decode_empty(cls: type) -> object:
 def _decode_disconnect_or_auth(cls: type[Disconnect] | type[Auth]) -> object:
     packet_type = PacketType.DISCONNECT if cls is Disconnect else PacketType.AUTH
 
-    def decode(reader: _Reader, flags: int, level: int) -> Disconnect | Auth:
+    def decode(reader: Reader, flags: int, level: int) -> Disconnect | Auth:
         if level != PROTOCOL_LEVEL_5:
             if cls is Auth:
                 raise malformed("packet type 15 is reserved in MQTT 3.1.1 [MQTT-2.2.1-1]")
@@ -597,7 +399,7 @@ def decode_packet(first_byte: int, body: bytes | bytearray | memoryview, protoco
         raise malformed(f"{packet_type.name} has reserved fixed-header flags 0b{flags:04b} [MQTT-2.1.3-1]")
     if protocol_level is None and packet_type is not PacketType.CONNECT:
         raise protocol_error(f"the first packet must be CONNECT, not {packet_type.name} [MQTT-3.1.0-1]")
-    packet = _DECODERS[packet_type](_Reader(memoryview(body)), flags, protocol_level)
+    packet = _DECODERS[packet_type](Reader(memoryview(body)), flags, protocol_level)
     return packet  # type: ignore[return-value]
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mqbroker.protocols.mqtt.codec import decode_utf8
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
+from mqbroker.protocols.mqtt.fields import decode_utf8
 from mqbroker.protocols.mqtt.packets import NO_PROPERTIES, Properties
 from mqbroker.protocols.mqtt.state import OutboundMessage
 from mqbroker.protocols.mqtt.topics import validate_topic_name

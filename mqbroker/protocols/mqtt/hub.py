@@ -3,9 +3,10 @@ stored sessions, wills, the client-id registry and one log reader per log partit
 
 Twisted side of the MQTT front end, talking to the core only through ``IBroker``:
 
-* one ``PartitionDispatcher`` per partition of every mapped log topic long-polls
-  ``broker.fetch`` from the log end and fans each record out to the live sessions whose
-  subscriptions match its key (one trie for all sessions, never a fetch per session);
+* one ``PartitionDispatcher`` (``readers.py``) per partition of every mapped log topic
+  long-polls ``broker.fetch`` from the log end; the hub fans each record out to the live
+  sessions whose subscriptions match its key (one trie for all sessions, never a fetch per
+  session), keeping a share group's messages back when no member has room (``share_backlog.py``);
 * retained messages and persistent sessions live in compacted internal topics
   (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
   replayed into memory at start;
@@ -21,21 +22,40 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Protocol as TypingProtocol
+from typing import Any
+from typing import Protocol as TypingProtocol
 
 from twisted.internet.defer import Deferred
-from twisted.internet.task import LoopingCall, deferLater
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import __version__, errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPosition, Principal, TopicSpec
+from mqbroker.limits import produce_timeout_ms_default
+from mqbroker.model import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Acks,
+    TopicSpec,
+)
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
-from mqbroker.protocols.mqtt.registry import GroupKey, SubscriptionRegistry, group_key_of
+from mqbroker.protocols.mqtt.readers import (
+    FRONT_END_PRINCIPAL,
+    PartitionDispatcher,
+    message_of,
+    read_from,
+)
+from mqbroker.protocols.mqtt.registry import (
+    GroupKey,
+    SubscriptionRegistry,
+    group_key_of,
+)
 from mqbroker.protocols.mqtt.retained import RetainedStore
+from mqbroker.protocols.mqtt.share_backlog import ShareBacklog
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
@@ -52,15 +72,9 @@ from mqbroker.records.record import Record
 
 RETAINED_TOPIC = "__mqtt_retained"
 SESSIONS_TOPIC = "__mqtt_sessions"
-#: Who the front end is when it reads and writes its own topics.
-FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can authenticate as it
 SYS_INTERVAL_S = 10.0
 #: How often the log topics' partition counts are checked (a grown topic gets readers for its new partitions).
 PARTITION_REFRESH_S = 5.0
-FETCH_WAIT_MS = 500
-FETCH_BYTES_MAX = 1024 * 1024
-PRODUCE_TIMEOUT_MS = 30_000
-RETRY_DELAY_S = 1.0
 _COMPACTED = {"cleanup.policy": "compact"}
 #: The log topics the hub decodes: a client's produce whose records do not decode is refused.
 _DECODED = {"record.validation": "decode"}
@@ -90,12 +104,6 @@ class Connection(TypingProtocol):
                        subscription: Subscription) -> None: ...
 
 
-def message_of(record: Record) -> OutboundMessage | None:
-    """The MQTT message a log record stands for (None if it cannot go to MQTT subscribers)."""
-    headers = [(name, value) for name, value in record.headers if value is not None]
-    return message_from_record(record.key, record.value, headers, record.timestamp_ms)
-
-
 def single_record_batch(timestamp_ms: int, key: bytes, value: bytes | None, headers: Any) -> bytes:
     """One record as a RecordBatch v2."""
     builder = BatchBuilder()
@@ -110,48 +118,12 @@ def reason_code_for(failure: Failure) -> ReasonCode:
     return ReasonCode.UNSPECIFIED_ERROR
 
 
-class PartitionDispatcher:
-    """Reads one log partition from its end and fans each record out to the live sessions."""
-
-    log = Logger()
-
-    def __init__(self, hub: MqttHub, key: PartitionKey, position: int) -> None:
-        self.hub = hub
-        self.key = key
-        self.position = position
-
-    async def run(self) -> None:
-        """Long-poll until the hub stops."""
-        topic, partition = self.key
-        while not self.hub.stopped:
-            fetch = FetchPosition(topic=topic, partition=partition, offset=self.position, max_bytes=FETCH_BYTES_MAX)
-            try:
-                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], FETCH_WAIT_MS, 1, FETCH_BYTES_MAX)
-            except errors.BrokerError as error:
-                self.log.warn("MQTT reader of {key} failed: {error}", key=self.key, error=error)
-                await deferLater(self.hub.reactor, RETRY_DELAY_S)
-                continue
-            if result.error is not None:
-                await self._recover(result.error)
-                continue
-            if len(self.hub.registry):  # with nobody subscribed there is nothing to decode
-                self.hub.dispatch_all(self.key, result.records, self.position)
-            self.position = next_offset_after(result.records, self.position)
-
-    async def _recover(self, error: Exception) -> None:
-        if isinstance(error, errors.OffsetOutOfRangeError):
-            self.position = await self.hub.offset_of(self.key, LATEST_TIMESTAMP)
-            return
-        self.log.warn("MQTT reader of {key}: {error}", key=self.key, error=error)
-        await deferLater(self.hub.reactor, RETRY_DELAY_S)
-
-
 class MqttHub:
     """State shared by every connection of one MQTT listener (see the module docstring)."""
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: Any, mapping: TopicMapping,
+    def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
                  unreadable: UnreadableTally | None = None) -> None:
         """``unreadable`` counts the batches the readers skip (the broker's metric)."""
         self.broker = broker
@@ -167,14 +139,13 @@ class MqttHub:
         #: While True, connections queue their writes and are flushed once the whole batch is out.
         self.corked = False
         self._to_flush: set[Connection] = set()
-        #: Share groups none of whose members had room: (group, filter, partition) -> first offset not handed out.
-        self._share_backlog: dict[tuple[str, str, PartitionKey], int] = {}
-        self._draining_share_backlog = False
+        #: Share groups none of whose members had room, and where each stands.
+        self.share_backlog = ShareBacklog(self)
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
         self._durable_sessions: set[str] = set()
-        self._expiry_timers: dict[str, Any] = {}
-        self._will_timers: dict[str, Any] = {}
+        self._expiry_timers: dict[str, IDelayedCall] = {}
+        self._will_timers: dict[str, IDelayedCall] = {}
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
         self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()
@@ -269,8 +240,7 @@ class MqttHub:
         position = await self.offset_of((topic, 0), EARLIEST_TIMESTAMP)
         end = await self.offset_of((topic, 0), LATEST_TIMESTAMP)
         while position < end:
-            fetch = FetchPosition(topic=topic, partition=0, offset=position, max_bytes=FETCH_BYTES_MAX)
-            (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
+            (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, read_from((topic, 0), position))
             if result.error is not None:
                 raise result.error
             for record in self.records_after((topic, 0), result.records, position):
@@ -313,12 +283,13 @@ class MqttHub:
 
     def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int) -> None:
         """``dispatch`` every record of a fetch from ``start_offset`` on; one socket write per connection."""
-        with self._corked():
+        with self.batched_writes():
             for record in self.records_after(key, data, start_offset):
                 self.dispatch(key, record)
 
     @contextmanager
-    def _corked(self) -> Iterator[None]:
+    def batched_writes(self) -> Iterator[None]:
+        """Cork every connection for the block: each writes once at its end (one socket write per fan-out)."""
         if self.corked:
             yield
             return
@@ -341,74 +312,22 @@ class MqttHub:
         if message is None:
             return
         connections = self.connections
-        backlog = self._share_backlog
+        backlog = self.share_backlog
 
         def accepts(client_id: str, subscription: Subscription) -> bool:
-            if backlog and (*group_key_of(subscription), key) in backlog:
+            if backlog.holds(group_key_of(subscription), key):
                 return False  # the group's kept messages go first, in log order
             return connections[client_id].accepts_live(key)
 
         unplaced: list[GroupKey] = []
         for client_id, subscriptions in self.registry.route(message.topic, accepts, unplaced).items():
             connections[client_id].offer_live(key, record.offset, message, subscriptions)
-        for group, topic_filter in unplaced:
-            backlog.setdefault((group, topic_filter, key), record.offset)
+        for group in unplaced:
+            backlog.keep(group, key, record.offset)
 
     def resume_share_groups(self) -> None:
         """Hand messages kept for share groups to members with room again (a client acknowledged, or caught up)."""
-        if self._share_backlog and not self._draining_share_backlog and not self.stopped:
-            self._draining_share_backlog = True
-            Deferred.fromCoroutine(self._drain_share_backlog()).addErrback(self.log_failure, "share-group catch-up")
-
-    async def _drain_share_backlog(self) -> None:
-        try:
-            progressed = True
-            while progressed and self._share_backlog and not self.stopped:
-                progressed = False
-                for entry in list(self._share_backlog):
-                    progressed = await self._drain_share_entry(entry) or progressed
-        finally:
-            self._draining_share_backlog = False
-
-    async def _drain_share_entry(self, entry: tuple[str, str, PartitionKey]) -> bool:
-        """Read one fetch of a group's kept messages; False when no member had room for the next one."""
-        key = entry[2]
-        offset = self._share_backlog[entry]
-        if offset >= self.live_position(key):
-            del self._share_backlog[entry]
-            return True
-        fetch = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
-        (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
-        if isinstance(result.error, errors.OffsetOutOfRangeError):  # retention deleted the oldest kept messages
-            self._share_backlog[entry] = await self.offset_of(key, EARLIEST_TIMESTAMP)
-            return True
-        if result.error is not None:
-            self.log.warn("share-group catch-up of {key}: {error}", key=key, error=result.error)
-            return False  # tried again at the next acknowledgement
-        with self._corked():
-            return self._hand_out(entry, result.records, offset)
-
-    def _hand_out(self, entry: tuple[str, str, PartitionKey], data: bytes, offset: int) -> bool:
-        group_key, key = (entry[0], entry[1]), entry[2]
-        limit = self.live_position(key)
-        connections = self.connections
-        for record in self.records_after(key, data, offset):
-            if record.offset >= limit:
-                break
-            message = message_of(record)
-            members = self.registry.group_members(message.topic, group_key) if message is not None else []
-            if members:
-                chosen = self.registry.choose(group_key, members, lambda client_id, _: connections[client_id].has_room())
-                if chosen is None:
-                    return self._share_backlog[entry] > offset
-                connections[chosen[0]].deliver_shared(key, record.offset, message, chosen[1])  # type: ignore[arg-type]
-            self._share_backlog[entry] = record.offset + 1
-        reached = min(max(next_offset_after(data, offset), self._share_backlog[entry]), limit)
-        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
-            del self._share_backlog[entry]
-        else:
-            self._share_backlog[entry] = reached
-        return True
+        self.share_backlog.resume()
 
     def live_position(self, key: PartitionKey) -> int:
         """The next offset the shared reader of ``key`` will hand out."""
@@ -444,7 +363,7 @@ class MqttHub:
         """Write a session record; fires once it is durable."""
         self._durable_sessions.add(client_id)
         batch = single_record_batch(self.now_ms(), client_id.encode(), stored.to_bytes(), ())
-        return self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS)
+        return self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default)
 
     def forget_session(self, client_id: str) -> None:
         """Delete a stored session (a tombstone in the compacted topic)."""
@@ -452,7 +371,7 @@ class MqttHub:
             return
         self._durable_sessions.discard(client_id)
         batch = single_record_batch(self.now_ms(), client_id.encode(), None, ())
-        self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS).addErrback(
+        self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default).addErrback(
             self.log_failure, "deleting an MQTT session"
         )
 
@@ -502,7 +421,7 @@ class MqttHub:
         """Append one record that nobody waits for (a will)."""
         batch = single_record_batch(self.now_ms(), action.key, action.payload, action.headers)
         partition = self.partition_for(action.log_topic, action.key)
-        produced = self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, -1, PRODUCE_TIMEOUT_MS)
+        produced = self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, Acks.ALL, produce_timeout_ms_default)
         return produced.addErrback(self.log_failure, "publishing an MQTT will")
 
     def retain(self, action: Retain) -> None:
@@ -512,7 +431,7 @@ class MqttHub:
         assert message is not None, "the session validated the topic name"
         self.retained.set(replace(message, retain=True))
         batch = single_record_batch(self.now_ms(), key, action.payload or None, action.headers)
-        self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, -1, PRODUCE_TIMEOUT_MS).addErrback(
+        self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default).addErrback(
             self.log_failure, "storing a retained message"
         )
 

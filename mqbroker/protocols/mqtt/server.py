@@ -9,26 +9,29 @@ The session decides; this module only carries out its actions, in order, against
   partition is a stable hash of the MQTT topic); QoS 1/2 are acknowledged once durable;
 * deliveries come from the hub's shared log readers while the session keeps up ("live");
   a session whose window is full, or that reconnects with a stored position, reads the log
-  itself from its cursor ("catching up") until it reaches the shared readers again.
+  itself from its cursor ("catching up", ``catch_up.py``) until it reaches the shared readers again.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorCore
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
-from mqbroker.model import ANONYMOUS, EARLIEST_TIMESTAMP, FetchPosition, Operation, Principal
+from mqbroker.limits import produce_timeout_ms_default
+from mqbroker.model import ANONYMOUS, Acks, Operation, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
-from mqbroker.protocols.mqtt import hub as hub_module
+from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.mqtt import security as mqtt_security
-from mqbroker.protocols.mqtt.acl import TopicDecisions
+from mqbroker.protocols.mqtt.acl import MqttIdentity, TopicDecisions
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -43,22 +46,18 @@ from mqbroker.protocols.mqtt.actions import (
     SetTimer,
     StoreSession,
 )
-from mqbroker.protocols.mqtt.hub import FETCH_BYTES_MAX, FRONT_END_PRINCIPAL, PRODUCE_TIMEOUT_MS, MqttHub
+from mqbroker.protocols.mqtt.catch_up import CatchUp
+from mqbroker.protocols.mqtt.connect import SessionConfig
+from mqbroker.protocols.mqtt.hub import MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
-from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
+from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
-from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter, topic_matches
+from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter
+from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.record import Record
-from mqbroker.security.throttle import throttles
 
-#: A client that has not sent CONNECT by then is disconnected.
-CONNECT_TIMEOUT_S = 10.0
 _CONNECTED = ConnectionState.CONNECTED
-#: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
-#: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
-RECEIVE_MAXIMUM = 1000
 
 
 class MqttConnection:
@@ -66,11 +65,12 @@ class MqttConnection:
 
     log = Logger()
 
-    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Any, security: Any = None,
-                 topic_acls: mqtt_security.ListenerAcls | None = None) -> None:
-        """``topic_acls``: the listener's MQTT topic ACLs (shared by its connections)."""
+    def __init__(self, hub: MqttHub, config: SessionConfig, generate_client_id: Callable[[], str],
+                 security: FrontEndSecurity | None = None, topic_acls: mqtt_security.ListenerAcls | None = None) -> None:
+        """``security`` None: every client is let in under its username; ``topic_acls``: the listener's MQTT topic
+        ACLs (shared by its connections)."""
         self.hub = hub
-        self._security = security  # a SecurityServices, or None: every client is let in under its username
+        self.security = security
         self.topic_acls = topic_acls or mqtt_security.ListenerAcls(security)
         #: This connection's topic decisions once it is authenticated (None: MQTT topic ACLs do not apply).
         self.topic_decisions: TopicDecisions | None = None
@@ -81,23 +81,21 @@ class MqttConnection:
         self._queue: deque[list[Action]] = deque()
         self._storing = False
         self._executing = False
-        self._keep_alive_timer: Any = None
-        self._connect_timer: Any = None
-        self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
-        self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
-        self._catching_up = False
+        self._keep_alive_timer: IDelayedCall | None = None
+        self._connect_timer: IDelayedCall | None = None
+        self._catch_up = CatchUp(hub, self)
         self._ended_waiters: list[Deferred[None]] | None = []
         self._outgoing: list[bytes] = []  # packets of this turn, written to the socket as one
         # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in the log.
         self._produce_throttle, self._fetch_throttle = throttles(
-            security, hub.reactor, self._apply_backpressure, self._deliveries_released) or (None, None)
+            security, hub.reactor, self._apply_backpressure, self._deliveries_released)
 
     # ------------------------------------------------------------------ adapter Session
 
     def connection_made(self, connection: ConnectionHandle) -> None:
         """Start the CONNECT timeout."""
         self._connection = connection
-        self._connect_timer = self.hub.reactor.callLater(CONNECT_TIMEOUT_S, self._connect_timed_out)
+        self._connect_timer = self.hub.reactor.callLater(limits.mqtt_connect_s_max, self._connect_timed_out)
 
     @property
     def buffered_bytes(self) -> int:
@@ -109,7 +107,7 @@ class MqttConnection:
         self.hub.statistics["bytes/received"] += len(data)
         self._run(self.session.receive_data(data, self.hub.now_ms()))
         self._apply_backpressure()
-        self._resume_catch_up()
+        self._catch_up.resume()
         self.hub.resume_share_groups()
 
     def connection_lost(self, reason: Failure) -> None:
@@ -130,30 +128,30 @@ class MqttConnection:
     def accepts_live(self, partition_key: PartitionKey) -> bool:
         """Whether a shared reader may hand this session a message of ``partition_key`` now."""
         return (
-            self.session.state is _CONNECTED and partition_key not in self._behind and self.session.accepting_deliveries
-            and not self._deliveries_held
+            self.session.state is _CONNECTED and not self._catch_up.is_behind(partition_key)
+            and self.session.accepting_deliveries and not self.deliveries_held
         )
 
     def offer_live(
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
     ) -> None:
         """A shared reader's record; a session with a full window falls back to reading the log itself."""
-        if self.session.state is not _CONNECTED or partition_key in self._behind:
+        if self.session.state is not _CONNECTED or self._catch_up.is_behind(partition_key):
             return
-        if self._deliveries_held or (message.qos and not self.session.accepting_deliveries):
-            self._behind[partition_key] = offset
+        if self.deliveries_held or (message.qos and not self.session.accepting_deliveries):
+            self._catch_up.fall_behind(partition_key, offset)
             return
-        self._deliver(partition_key, offset, message, subscriptions)
+        self.deliver(partition_key, offset, message, subscriptions)
 
     def has_room(self) -> bool:
         """Whether a message kept for one of this session's share groups may be handed to it now."""
-        return self.session.state is _CONNECTED and self.session.accepting_deliveries and not self._deliveries_held
+        return self.session.state is _CONNECTED and self.session.accepting_deliveries and not self.deliveries_held
 
     def deliver_shared(
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscription: Subscription
     ) -> None:
         """A message kept for a share group while every member was busy (``has_room`` said yes)."""
-        self._deliver(partition_key, offset, message, [subscription])
+        self.deliver(partition_key, offset, message, [subscription])
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
@@ -170,20 +168,12 @@ class MqttConnection:
         """The broker is stopping: DISCONNECT 0x8B (level 5) and close; the session ends as on any server close."""
         self._run(self.session.close(ReasonCode.SERVER_SHUTTING_DOWN, self.hub.now_ms()))
 
-    def cursors(self) -> dict[PartitionKey, int]:
-        """Per log partition, the first offset this session has not yet taken into flight."""
-        cursors = {key: self.hub.live_position(key) for key in self.hub.dispatchers}
-        cursors.update(self._behind)
-        for key, offset in self._pending_offsets:
-            cursors[key] = min(cursors[key], offset)
-        return cursors
-
     # ------------------------------------------------------------------ running actions in order
 
     def _run(self, actions: list[Action]) -> None:
         if actions:
             self._queue.append(actions)
-        self._trim_pending_offsets()
+        self._catch_up.trim()
         if not self._executing:
             self._drain()
 
@@ -204,7 +194,7 @@ class MqttConnection:
             lists = list(self._queue)
             self._queue.clear()
             self._storing = True
-            stored = StoredSession(state=stores[-1].data, cursors=self.cursors())  # only the last one matters
+            stored = StoredSession(state=stores[-1].data, cursors=self._catch_up.cursors())  # only the last one matters
             self.hub.store_session(self.client_id, stored).addBoth(self._stored, lists)
 
     def _stored(self, result: Any, lists: list[list[Action]]) -> None:
@@ -241,7 +231,7 @@ class MqttConnection:
             elif isinstance(action, OpenSession):
                 self._open(action)
             elif isinstance(action, Retain):
-                if mqtt_security.may_publish(self, action.topic):
+                if mqtt_security.may_publish(self, self.hub.mapping, action.topic):
                     self.hub.retain(action)
             elif isinstance(action, AddSubscription):
                 self.hub.registry.add(action.client_id, action.subscription)
@@ -298,14 +288,15 @@ class MqttConnection:
         tickets = [action.ticket for action in group if action.ticket is not None]
         self.hub.statistics["messages/received"] += len(group)
         batch = builder.build()
-        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, -1 if tickets else 0, PRODUCE_TIMEOUT_MS)
+        acks = Acks.ALL if tickets else Acks.NONE
+        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default)
         if self._produce_throttle is not None:
             self._produce_throttle.record(len(batch))
             self._apply_backpressure()
         if tickets:
             produced.addCallbacks(self._written, self._write_failed, callbackArgs=(tickets,), errbackArgs=(tickets,))
         else:
-            produced.addErrback(self._log_failure, "a QoS 0 log write")
+            produced.addErrback(self.log_failure, "a QoS 0 log write")
 
     def _written(self, result: Any, tickets: list[int]) -> None:
         self._run(self.session.log_writes_completed(tickets, self.hub.now_ms()))
@@ -316,7 +307,7 @@ class MqttConnection:
         the client is over its produce or fetch quota."""
         if self._connection is None:
             return
-        throttled = self._deliveries_held or (self._produce_throttle is not None and self._produce_throttle.active)
+        throttled = self.deliveries_held or (self._produce_throttle is not None and self._produce_throttle.active)
         if throttled or self.session.log_writes_in_flight >= self.session.config.receive_maximum:
             self._connection.pause_reading()
         else:
@@ -324,7 +315,7 @@ class MqttConnection:
 
     def _write_failed(self, failure: Failure, tickets: list[int]) -> None:
         self.log.warn("log write for {client_id} failed: {error}", client_id=self.client_id, error=failure.value)
-        code = hub_module.reason_code_for(failure)
+        code = reason_code_for(failure)
         self._run(self.session.log_writes_completed(tickets, self.hub.now_ms(), code))
         self._apply_backpressure()
 
@@ -332,12 +323,20 @@ class MqttConnection:
 
     def _open(self, action: OpenSession) -> None:
         self.client_id = action.client_id
-        if self._security is None:
+        if self.security is None:
             self.principal = Principal("User", action.username) if action.username else ANONYMOUS
         else:
-            refusal = mqtt_security.authenticate(self, action)
-            if refusal is not None:
-                self._run(self.session.connect_refused(refusal, self.hub.now_ms()))
+            authenticated = mqtt_security.authenticate(self.security, self._connection, action)
+            if isinstance(authenticated, ReasonCode):
+                self._run(self.session.connect_refused(authenticated, self.hub.now_ms()))
+                return
+            self.principal = authenticated
+            self.topic_decisions = TopicDecisions(MqttIdentity(principal=authenticated, client_id=action.client_id))
+            self.session.authorize_filter = mqtt_security.filter_authorizer(self, self.hub.mapping)
+            will_topic = self.session.will_topic
+            if will_topic is not None and not mqtt_security.may_publish(self, self.hub.mapping, will_topic):
+                # as Mosquitto 2: a will the client may not publish refuses the CONNECT
+                self._run(self.session.connect_refused(ReasonCode.NOT_AUTHORIZED, self.hub.now_ms()))
                 return
         for throttle in (self._produce_throttle, self._fetch_throttle):
             if throttle is not None:
@@ -350,20 +349,19 @@ class MqttConnection:
             self._connect_timer.cancel()
         state = SessionState.from_bytes(stored.state) if stored is not None else None
         if stored is not None:
-            # A partition the stored cursors do not know was added after: everything in it is new to this session.
-            self._behind = {key: stored.cursors.get(key, 0) for key in self.hub.dispatchers}
+            self._catch_up.start_from(stored.cursors)
         actions = self.session.session_opened(state, self.hub.now_ms())
         if self.session.state is _CONNECTED:
             assert self.session.session is not None
             if self.session.session is not state:
-                self._behind = {}  # a clean start reads from now on
+                self._catch_up.start_live()
             for subscription in self.session.session.subscriptions.values():
                 self.hub.registry.add(self.client_id, subscription)
         elif not any(isinstance(action, SessionEnded) for action in actions):
             self.hub.session_ended(self, None)  # the client left while its session was loading
             self._end()
         self._run(actions)
-        self._resume_catch_up()
+        self._catch_up.resume()
 
     def _open_failed(self, failure: Failure) -> None:
         if failure.check(errors.BrokerError):
@@ -375,7 +373,7 @@ class MqttConnection:
     def _session_ended(self, action: SessionEnded) -> None:
         stored = None
         if action.state is not None:
-            stored = StoredSession(state=action.state.to_bytes(), cursors=self.cursors(), ended_at_ms=self.hub.now_ms())
+            stored = StoredSession(state=action.state.to_bytes(), cursors=self._catch_up.cursors(), ended_at_ms=self.hub.now_ms())
         self.hub.session_ended(self, stored)
         self._end()
 
@@ -406,14 +404,15 @@ class MqttConnection:
 
     def _connect_timed_out(self) -> None:
         if self.session.state is ConnectionState.AWAITING_CONNECT and self._connection is not None:
-            self.log.info("no CONNECT from {peer} within {timeout} s", peer=self._connection.peer, timeout=CONNECT_TIMEOUT_S)
+            self.log.info("no CONNECT from {peer} within {timeout} s", peer=self._connection.peer, timeout=limits.mqtt_connect_s_max)
             self._connection.close()
 
     # ------------------------------------------------------------------ delivering to the client
 
-    def _deliver(
+    def deliver(
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
     ) -> None:
+        """Hand the session a log record's message (live, or read while catching up)."""
         state = self.session.session
         assert state is not None
         if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
@@ -421,15 +420,8 @@ class MqttConnection:
         queued_before = len(state.pending) + len(state.inflight)
         actions = self.session.deliver(message, subscriptions, self.hub.now_ms())
         if len(state.pending) + len(state.inflight) > queued_before:
-            self._pending_offsets.append((partition_key, offset))
+            self._catch_up.queued(partition_key, offset)
         self._run(actions)
-
-    def _trim_pending_offsets(self) -> None:
-        """Messages leave ``pending`` in order (into flight, which is durable); forget their offsets."""
-        state = self.session.session
-        pending = len(state.pending) if state is not None else 0
-        while len(self._pending_offsets) > pending:
-            self._pending_offsets.popleft()
 
     def _send_retained(self, subscription: Subscription) -> None:
         topic_filter = parse_subscription_filter(subscription.topic_filter).topic_filter
@@ -442,62 +434,8 @@ class MqttConnection:
                 continue
             self._run(self.session.deliver(message, [subscription], self.hub.now_ms(), from_retained_store=True))
 
-    def _resume_catch_up(self) -> None:
-        if self._behind and not self._catching_up and self.session.state is _CONNECTED:
-            self._catching_up = True
-            Deferred.fromCoroutine(self._catch_up()).addErrback(self._log_failure, "catching up from the log")
-
-    async def _catch_up(self) -> None:
-        """Read the partitions this session is behind on until it reaches the shared readers."""
-        try:
-            while (self._behind and self.session.state is _CONNECTED and self.session.accepting_deliveries
-                   and not self._deliveries_held):
-                key, offset = next(iter(self._behind.items()))
-                if offset >= self.hub.live_position(key):
-                    del self._behind[key]
-                    continue
-                fetch = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=FETCH_BYTES_MAX)
-                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL, [fetch], 0, 1, FETCH_BYTES_MAX)
-                if result.error is not None:
-                    self._behind[key] = await self.hub.offset_of(key, EARLIEST_TIMESTAMP)
-                    continue
-                if key in self._behind and self.session.state is _CONNECTED:
-                    self._catch_up_records(key, result.records, offset)
-        finally:
-            self._catching_up = False
-            self.hub.resume_share_groups()  # this member may have room for its groups' kept messages again
-
-    def _catch_up_records(self, key: PartitionKey, data: bytes, offset: int) -> None:
-        limit = self.hub.live_position(key)
-        for record in self.hub.records_after(key, data, offset):
-            if record.offset >= limit or not self._catch_up_one(key, record):
-                return
-            self._behind[key] = record.offset + 1
-        reached = min(max(hub_module.next_offset_after(data, offset), self._behind[key]), limit)
-        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
-            del self._behind[key]
-        else:
-            self._behind[key] = reached
-
-    def _catch_up_one(self, key: PartitionKey, record: Record) -> bool:
-        """Deliver one record read by this session; False when its window is full."""
-        message = hub_module.message_of(record)
-        state = self.session.session
-        if message is None or state is None:
-            return True
-        subscriptions = [
-            subscription for subscription in state.subscriptions.values()
-            if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
-        ]
-        if not subscriptions:
-            return True
-        if self._deliveries_held or (message.qos and not self.session.accepting_deliveries):
-            return False
-        self._deliver(key, record.offset, message, subscriptions)
-        return True
-
     @property
-    def _deliveries_held(self) -> bool:
+    def deliveries_held(self) -> bool:
         """Over its fetch quota, a session takes no deliveries: they wait in the log (it reads them later). Its
         connection is not read meanwhile either, so the acknowledgements that would release the messages
         already queued in the session wait too."""
@@ -505,27 +443,30 @@ class MqttConnection:
 
     def _deliveries_released(self) -> None:
         self._apply_backpressure()
-        self._resume_catch_up()
+        self._catch_up.resume()
         self.hub.resume_share_groups()
 
-    def _log_failure(self, failure: Failure, what: str) -> None:
+    def log_failure(self, failure: Failure, what: str) -> None:
+        """Log a failed background step of this connection."""
         self.log.failure("{what} for {client_id} failed", failure, what=what, client_id=self.client_id)
 
 
-def build_factory(broker: IBroker, context: Any) -> SessionFactory:
+def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
     hub = MqttHub(broker, reactor, TopicMapping(),
                   unreadable=context.metrics.unreadable if context.metrics is not None else None)
-    config = SessionConfig(receive_maximum=RECEIVE_MAXIMUM, outbound_inflight_max_3_1_1=RECEIVE_MAXIMUM)
+    config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
+                           outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)
     counter = itertools.count(1)
     prefix = f"mqbroker-{context.config.node_id}-{int(reactor.seconds() * 1000):x}"
 
     def generate_client_id() -> str:
         return f"{prefix}-{next(counter)}"
 
-    reactor.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
-    reactor.addSystemEventTrigger("before", "shutdown", hub.stop)
+    lifecycle = IReactorCore(reactor)
+    lifecycle.callWhenRunning(lambda: Deferred.fromCoroutine(hub.start()))
+    lifecycle.addSystemEventTrigger("before", "shutdown", hub.stop)
     gauge = context.metrics.connections.labels("mqtt") if context.metrics is not None else None
     topic_acls = mqtt_security.ListenerAcls(context.security)
     return SessionFactory(

@@ -25,9 +25,19 @@ from typing import Any
 
 from mqbroker import limits
 from mqbroker.errors import CorruptMessageError
-from mqbroker.protocols.mqtt.codec import PACKET_BYTES_MAX_ABSOLUTE, PacketDecoder, encode
+from mqbroker.protocols.mqtt.codec import (
+    PACKET_BYTES_MAX_ABSOLUTE,
+    PacketDecoder,
+    encode,
+)
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
-from mqbroker.protocols.mqtt.packets import NO_PROPERTIES, PROTOCOL_LEVEL_5, Properties, Publish, RetainHandling
+from mqbroker.protocols.mqtt.packets import (
+    NO_PROPERTIES,
+    PROTOCOL_LEVEL_5,
+    Properties,
+    Publish,
+    RetainHandling,
+)
 
 _STATE_FORMAT_VERSION = 1
 

@@ -14,7 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mqbroker.errors import CorruptMessageError
-from mqbroker.protocols.mqtt.state import load_stored_document, stored_base64, stored_field
+from mqbroker.protocols.mqtt.state import (
+    load_stored_document,
+    stored_base64,
+    stored_field,
+)
 
 _FORMAT_VERSION = 1
 

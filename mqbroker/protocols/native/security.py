@@ -1,5 +1,6 @@
 """Native protocol security: who a connection is (certificate, SASL or anonymous), the SASL APIs,
-the user and ACL admin APIs, and byte-rate quotas.
+the user and ACL admin APIs (answered through the ``IBroker``, which authorizes them), and
+byte-rate quotas.
 
 A connection's principal comes from, in order: a SASL exchange (SaslHandshake then
 SaslAuthenticate steps), the verified client certificate (mutual TLS), or anonymous access if
@@ -10,15 +11,18 @@ other request fails with SASL_AUTHENTICATION_FAILED.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from mqbroker import errors
-from mqbroker.security.acl import Acl, PatternType, Permission, parse_operation
-from mqbroker.model import Principal, ResourceType
+from mqbroker.config import BrokerConfig
+from mqbroker.interfaces import IBroker
+from mqbroker.model import PeerIdentity, Principal, ResourceType
+from mqbroker.protocols.connection_auth import ConnectionAuthentication
+from mqbroker.protocols.frontends import FrontEndSecurity
 from mqbroker.protocols.native import messages as m
+from mqbroker.security.acl import Acl, PatternType, Permission, parse_operation
 from mqbroker.security.quotas import QuotaKind
-from mqbroker.security.connection_auth import ConnectionAuthentication
-from mqbroker.security.service import SecurityServices
 
 #: APIs a connection may use before it is authenticated.
 UNAUTHENTICATED_APIS = frozenset({m.ApiKey.API_VERSIONS, m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE})
@@ -49,10 +53,12 @@ def binding_of(acl: Acl) -> m.AclBinding:
 class ConnectionSecurity:
     """One native connection's authentication state and its security APIs."""
 
-    def __init__(self, services: SecurityServices, secure: bool, host: str, peer_certificate: Any) -> None:
-        self._services = services
+    def __init__(self, security: FrontEndSecurity, config: BrokerConfig, secure: bool, host: str,
+                 peer_certificate: Callable[[], PeerIdentity | None]) -> None:
+        self._security = security
+        self._config = config
         self._secure = secure
-        self.authentication = ConnectionAuthentication(services, "native", secure, host, peer_certificate)
+        self.authentication = ConnectionAuthentication(security, "native", secure, host, peer_certificate)
 
     def principal(self) -> Principal | None:
         """Who this connection is so far (None: it must authenticate first)."""
@@ -77,33 +83,34 @@ class ConnectionSecurity:
 
     # ---- admin ---------------------------------------------------------------------------------
 
-    async def handle(self, principal: Principal, request: Any) -> Any:
-        """Answer one of ``SECURITY_APIS``."""
-        services = self._services
+    async def handle(self, broker: IBroker, principal: Principal, request: Any) -> Any:
+        """Answer one of ``SECURITY_APIS`` (the admin ones through ``broker``)."""
         if isinstance(request, m.SaslHandshakeRequest):
             return self.handshake(request)
         if isinstance(request, m.SaslAuthenticateRequest):
             return self.authenticate(request)
         if isinstance(request, m.DescribeAclsRequest):
-            return m.DescribeAclsResponse(acls=tuple(binding_of(acl) for acl in services.list_acls(principal)))
+            acls = await broker.list_acls(principal)
+            return m.DescribeAclsResponse(acls=tuple(binding_of(acl) for acl in acls))
         if isinstance(request, m.CreateAclsRequest):
-            await services.add_acls(principal, [acl_of(binding) for binding in request.creations])
+            await broker.add_acls(principal, [acl_of(binding) for binding in request.creations])
             return m.CreateAclsResponse()
         if isinstance(request, m.DeleteAclsRequest):
-            await services.remove_acls(principal, [acl_of(binding) for binding in request.deletions])
+            await broker.remove_acls(principal, [acl_of(binding) for binding in request.deletions])
             return m.DeleteAclsResponse()
         if isinstance(request, m.DescribeUserScramCredentialsRequest):
-            return m.DescribeUserScramCredentialsResponse(
-                users=tuple(m.DescribedUser(name=name) for name in services.list_users(principal)))
+            names = await broker.list_users(principal)
+            return m.DescribeUserScramCredentialsResponse(users=tuple(m.DescribedUser(name=name) for name in names))
         assert isinstance(request, m.AlterUserScramCredentialsRequest), request
-        return await self._alter_users(principal, request)
+        return await self._alter_users(broker, principal, request)
 
-    async def _alter_users(self, principal: Principal, request: m.AlterUserScramCredentialsRequest) -> Any:
+    async def _alter_users(self, broker: IBroker, principal: Principal,
+                           request: m.AlterUserScramCredentialsRequest) -> Any:
         results = []
         changes: list[tuple[str, Any]] = [
-            (upsertion.name, lambda u=upsertion: self._services.upsert_user(principal, u.name, u.password, bool(u.create)))
+            (upsertion.name, lambda u=upsertion: broker.upsert_user(principal, u.name, u.password, bool(u.create)))
             for upsertion in request.upsertions
-        ] + [(name, lambda n=name: self._services.remove_user(principal, n)) for name in request.deletions]
+        ] + [(name, lambda n=name: broker.remove_user(principal, n)) for name in request.deletions]
         for name, change in changes:
             try:
                 await change()
@@ -118,7 +125,7 @@ class ConnectionSecurity:
     def advertise(self, response: Any) -> Any:
         """On a TLS connection, brokers are advertised at their TLS ports: each broker's native port
         plus this broker's ``native_tls_port - native_port`` (the same offset on every broker)."""
-        config = self._services.config
+        config = self._config
         if not self._secure or not isinstance(response, (m.MetadataResponse, m.FindCoordinatorResponse)):
             return response
         offset = config.native_tls_port - config.native_port
@@ -131,7 +138,8 @@ class ConnectionSecurity:
 
     def throttle_ms(self, principal: Principal, client_id: str, request: Any, response: Any, now_ms: int) -> int:
         """Record a produce or fetch's bytes; how long to hold the reply and the connection."""
-        if not self._services.quotas_enabled:
+        quotas = self._security.quotas
+        if not quotas.has_quotas:
             return 0
         if isinstance(request, m.ProduceRequest):
             kind = QuotaKind.PRODUCE
@@ -143,4 +151,4 @@ class ConnectionSecurity:
             byte_count = sum(len(p.records or b"") for topic in response.topics for p in topic.partitions)
         else:
             return 0
-        return self._services.quotas.record(kind, str(principal), client_id, byte_count, now_ms)
+        return quotas.record(kind, str(principal), client_id, byte_count, now_ms)

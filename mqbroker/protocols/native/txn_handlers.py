@@ -17,7 +17,7 @@ from mqbroker.model import Principal
 from mqbroker.protocols.deferreds import settle
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native import txn_messages as t
-from mqbroker.protocols.native.server import _code
+from mqbroker.protocols.native.replies import error_code
 from mqbroker.transactions import messages as txn
 
 
@@ -39,7 +39,7 @@ async def handle_add_partitions_to_txn(broker: IBroker, principal: Principal, re
     _, error = await settle(broker.add_partitions_to_txn(principal, txn.AddPartitionsRequest(
         transactional_id=request.transactional_id, producer_id=request.producer_id,
         producer_epoch=request.producer_epoch, partitions=partitions, verify_only=request.verify_only)))
-    code, message = _code(error)
+    code, message = error_code(error)
     return t.AddPartitionsToTxnResponse(results=tuple(
         t.AddPartitionsToTxnTopicResult(name=name, partitions=tuple(
             t.AddPartitionsToTxnPartitionResult(partition_index=number, error_code=code, error_message=message)
@@ -80,7 +80,7 @@ async def handle_write_txn_markers(broker: IBroker, principal: Principal, reques
         for name, numbers in _by_topic(marker.partitions).items():
             partition_results = []
             for number in numbers:
-                code, message = _code(mine.get(TopicPartition(name, number)))
+                code, message = error_code(mine.get(TopicPartition(name, number)))
                 partition_results.append(t.WritableTxnMarkerPartitionResult(
                     partition_index=number, error_code=code, error_message=message))
             topics.append(t.WritableTxnMarkerTopicResult(name=name, partitions=tuple(partition_results)))
@@ -104,7 +104,7 @@ async def handle_txn_offset_commit(broker: IBroker, principal: Principal, reques
     _, error = await settle(broker.txn_commit_offsets(principal, txn.TxnOffsetCommitRequest(
         transactional_id=request.transactional_id, producer_id=request.producer_id,
         producer_epoch=request.producer_epoch, offsets=offsets)))
-    code, message = _code(error)
+    code, message = error_code(error)
     return t.TxnOffsetCommitResponse(topics=tuple(
         t.TxnOffsetCommitResponseTopic(name=topic.name, partitions=tuple(
             t.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code,
@@ -122,7 +122,7 @@ async def handle_describe_transactions(
     states = []
     for transactional_id, answer in zip(request.transactional_ids, described):
         if not isinstance(answer, txn.TransactionDescription):
-            code, message = _code(answer)
+            code, message = error_code(answer)
             states.append(t.DescribedTransaction(transactional_id=transactional_id, error_code=code,
                                                  error_message=message))
             continue

@@ -13,7 +13,7 @@ from mqbroker.cluster.controlplane import ControlPlane
 from mqbroker.cluster.metadata import MetadataImage, MetadataStateMachine
 from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, Record
 from mqbroker.config import build_config
-from mqbroker.interfaces import IClusterView
+from mqbroker.interfaces import IClusterView, IGenericRecords
 from mqbroker.raft.core import RaftCore, RaftSettings
 from mqbroker.raft.forwarded_proposals import PeerFrame
 from mqbroker.raft.memory_storage import MemoryRaftStorage
@@ -80,9 +80,10 @@ class Quorum:
         return leader
 
 
-def test_the_control_plane_is_a_cluster_view() -> None:
+def test_the_control_plane_is_a_cluster_view_and_keeps_the_generic_records() -> None:
     quorum = Quorum((1,))
     assert verifyObject(IClusterView, quorum.planes[1])
+    assert verifyObject(IGenericRecords, quorum.planes[1])
 
 
 def test_a_single_broker_registers_and_its_listeners_hear_once_it_caught_up() -> None:

@@ -9,10 +9,23 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from mqbroker import errors
-from mqbroker.cluster.metadata_records import CreateTopic, ReassignPartition, RegisterBroker
+from mqbroker.cluster.metadata_records import (
+    CreateTopic,
+    ReassignPartition,
+    RegisterBroker,
+)
 from mqbroker.core.topic_config import PRODUCER_ID_BLOCK_SIZE
-from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView
-from mqbroker.model import ANONYMOUS, FetchPosition, Operation, Principal, ResourceType, TopicSpec
+from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView, IGenericRecords
+from mqbroker.model import (
+    ANONYMOUS,
+    Acks,
+    FetchPosition,
+    FetchRequest,
+    Operation,
+    Principal,
+    ResourceType,
+    TopicSpec,
+)
 from tests.fakes import FakeClusterView, build_broker, fired
 from tests.unit.storage.logtools import make_batch
 
@@ -36,11 +49,12 @@ def test_the_broker_and_the_fake_cluster_provide_their_interfaces(tmp_path: Path
     rig = build_broker(tmp_path, FakeClusterView())
     assert verifyObject(IBroker, rig.broker)
     assert verifyObject(IClusterView, rig.cluster)
+    assert verifyObject(IGenericRecords, rig.cluster)
 
 
 def test_producing_to_a_missing_topic_creates_it_with_the_defaults(tmp_path: Path) -> None:
     rig = build_broker(tmp_path, FakeClusterView(), settings={"default_partitions": 2})
-    assert fired(rig.broker.produce(ANONYMOUS, "new", 1, BATCH, 0, 1_000)).base_offset == 0
+    assert fired(rig.broker.produce(ANONYMOUS, "new", 1, BATCH, Acks.NONE, 1_000)).base_offset == 0
     assert len(rig.cluster.partition("new", 1).replicas) == 1
     assert sorted(rig.logs.partitions()) == [("new", 0), ("new", 1)]
 
@@ -48,14 +62,14 @@ def test_producing_to_a_missing_topic_creates_it_with_the_defaults(tmp_path: Pat
 def test_without_auto_creation_a_missing_topic_is_unknown(tmp_path: Path) -> None:
     rig = build_broker(tmp_path, FakeClusterView(), settings={"auto_create_topics": False})
     with pytest.raises(errors.UnknownTopicOrPartitionError, match="mqbroker topics create new"):
-        fired(rig.broker.produce(ANONYMOUS, "new", 0, BATCH, 0, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, "new", 0, BATCH, Acks.NONE, 1_000))
     assert rig.cluster.proposed == []
 
 
 def test_an_unauthorized_producer_creates_nothing_and_is_refused(tmp_path: Path) -> None:
     rig = build_broker(tmp_path, FakeClusterView(), authorizer=DenyTopic("secret"))
     with pytest.raises(errors.TopicAuthorizationError):
-        fired(rig.broker.produce(ANONYMOUS, "secret", 0, BATCH, 0, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, "secret", 0, BATCH, Acks.NONE, 1_000))
     assert rig.cluster.topic("secret") is None
 
 
@@ -103,7 +117,7 @@ def test_partitions_only_grow_and_delete_records_stops_at_the_high_watermark(tmp
     assert ("t", 1) in rig.logs.partitions()
     with pytest.raises(errors.InvalidPartitionsError):
         fired(rig.broker.create_partitions(ANONYMOUS, "t", 2))
-    produced = rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a", b"b"]), 1, 1_000)
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a", b"b"]), Acks.LEADER, 1_000)
     rig.engine.finish_round()
     fired(produced)
     with pytest.raises(errors.OffsetOutOfRangeError):
@@ -158,9 +172,9 @@ def test_describe_quorum_is_the_cluster_views(tmp_path: Path) -> None:
 
 def test_metrics_count_what_was_produced_and_fetched(tmp_path: Path) -> None:
     rig = build_broker(tmp_path, FakeClusterView(), settings={"log.flush.policy": "interval"})
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a", b"b"]), 1, 1_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a", b"b"]), Acks.LEADER, 1_000))
     position = FetchPosition(topic="t", partition=0, offset=0, max_bytes=1 << 20)
-    fired(rig.broker.fetch(ANONYMOUS, [position], 0, 1, 1 << 20))
+    fired(rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(position,))))
     assert (rig.broker.produced_records, rig.broker.produced_bytes) == (2, len(make_batch([b"a", b"b"])))
     assert rig.broker.fetched_bytes == rig.broker.produced_bytes and rig.broker.partition_count() == 1
 
@@ -169,17 +183,17 @@ def test_clients_neither_create_nor_produce_to_internal_topics(tmp_path: Path) -
     rig = build_broker(tmp_path, FakeClusterView())
     for principal in (ANONYMOUS, ALICE):
         with pytest.raises(errors.InvalidTopicError, match="'__mqtt_sessions' is internal"):
-            fired(rig.broker.produce(principal, "__mqtt_sessions", 0, BATCH, 1, 1_000))
+            fired(rig.broker.produce(principal, "__mqtt_sessions", 0, BATCH, Acks.LEADER, 1_000))
         with pytest.raises(errors.InvalidTopicError):
             fired(rig.broker.create_topic(principal, TopicSpec(name="__mqtt_sessions"), False))
         [described] = fired(rig.broker.metadata(principal, ["__mqtt_sessions"], True)).topics
         assert isinstance(described.error, errors.UnknownTopicOrPartitionError)
     assert rig.cluster.proposed == []  # nothing was auto-created on the way
-    produced = rig.broker.produce(FRONT_END, "__mqtt_sessions", 0, BATCH, 1, 1_000)  # the front end's own write
+    produced = rig.broker.produce(FRONT_END, "__mqtt_sessions", 0, BATCH, Acks.LEADER, 1_000)  # the front end's own write
     rig.engine.finish_round()
     assert fired(produced).base_offset == 0
     with pytest.raises(errors.InvalidTopicError):
-        fired(rig.broker.produce(ANONYMOUS, "__mqtt_sessions", 0, BATCH, 1, 1_000))  # existing or not
+        fired(rig.broker.produce(ANONYMOUS, "__mqtt_sessions", 0, BATCH, Acks.LEADER, 1_000))  # existing or not
 
 
 def test_only_a_super_user_deletes_or_changes_an_internal_topic(tmp_path: Path) -> None:
@@ -210,6 +224,6 @@ def test_the_cluster_partition_limit_refuses_new_partitions_by_name(tmp_path: Pa
     with pytest.raises(errors.PolicyViolationError):
         fired(rig.broker.create_partitions(ANONYMOUS, "t", 6))
     with pytest.raises(errors.PolicyViolationError):
-        fired(rig.broker.produce(ANONYMOUS, "auto", 0, BATCH, 1, 1_000))  # auto-creation counts too
+        fired(rig.broker.produce(ANONYMOUS, "auto", 0, BATCH, Acks.LEADER, 1_000))  # auto-creation counts too
     assert sorted(rig.cluster.image.topics) == ["t"]
     fired(rig.broker.create_topic(FRONT_END, TopicSpec(name="__mqtt_retained"), False))  # the broker's own

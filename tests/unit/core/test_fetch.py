@@ -8,7 +8,7 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
-from mqbroker.model import ANONYMOUS, LATEST_TIMESTAMP, FetchPosition, FetchResult, Principal
+from mqbroker.model import ANONYMOUS, LATEST_TIMESTAMP, Acks, FetchPosition, FetchRequest, FetchResult, Principal
 from mqbroker.records.header import iter_batches
 from mqbroker.security.inter_broker import broker_principal
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
@@ -18,8 +18,13 @@ BATCH = make_batch([b"a", b"b", b"c"], timestamp_ms=5_000)
 
 
 BROKER_2 = broker_principal(2)
-#: Brokers that prove who they are (an inter-broker password): anonymous is a client, not a broker.
-SECURED = {"security.inter_broker_password_file": "/etc/mqbroker/inter-broker-password"}
+
+
+def _secured(tmp_path: Path) -> dict[str, object]:
+    """Brokers that prove who they are (an inter-broker password): anonymous is a client, not a broker."""
+    password_file = tmp_path / "inter-broker-password"
+    password_file.write_text("a-long-inter-broker-password\n")
+    return {"security.inter_broker_password_file": str(password_file)}
 
 
 def _broker(tmp_path: Path, configs: dict[str, str] | None = None, replicas: tuple[int, ...] = (1,),
@@ -41,8 +46,8 @@ def _offsets(result: FetchResult) -> list[int]:
 
 def test_a_long_poll_is_answered_once_the_batch_is_durable(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     assert not fetched.called  # appended, but consumers see only what is durable (the high watermark)
     rig.engine.finish_round()
     [result] = fired(fetched)
@@ -51,14 +56,14 @@ def test_a_long_poll_is_answered_once_the_batch_is_durable(tmp_path: Path) -> No
 
 def test_under_interval_flushing_the_append_itself_wakes_the_long_poll(tmp_path: Path) -> None:
     rig = _broker(tmp_path, {"flush.policy": "interval"})
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
     assert _offsets(fired(fetched)[0]) == [0]
 
 
 def test_a_long_poll_expires_on_max_wait_with_what_there_is(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 500, 1, 1 << 20)
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=500))
     rig.clock.advance(0.499)
     assert not fetched.called
     rig.clock.advance(0.001)
@@ -68,38 +73,40 @@ def test_a_long_poll_expires_on_max_wait_with_what_there_is(tmp_path: Path) -> N
 
 def test_a_long_poll_waits_for_min_bytes(tmp_path: Path) -> None:
     rig = _broker(tmp_path, {"flush.policy": "interval"})
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 2 * len(BATCH), 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000,
+                                                       response_bytes_min=2 * len(BATCH)))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
     assert not fetched.called
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
     assert _offsets(fired(fetched)[0]) == [0, 3]
 
 
 def test_a_followers_long_poll_is_woken_by_the_append_before_the_fsync(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    fetched = rig.broker.replica_fetch(BROKER_2, 2, [_position(0, epoch=0)], 5_000, 1, 1 << 20)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    fetched = rig.broker.replica_fetch(BROKER_2, 2, FetchRequest(positions=(_position(0, epoch=0),),
+                                                                 wait_ms_max=5_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     [result] = fired(fetched)  # a follower copies up to the log end; the high watermark waits for it
     assert _offsets(result) == [0] and result.high_watermark == 0
 
 
 def test_a_follower_whose_log_diverged_is_told_where(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
-    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, [_position(5, epoch=0, last_fetched_epoch=0)],
-                                              5_000, 1, 1 << 20))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
+    request = FetchRequest(positions=(_position(5, epoch=0, last_fetched_epoch=0),), wait_ms_max=5_000)
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, request))
     assert (result.diverging_epoch, result.diverging_end_offset) == (0, 3)  # it claims offsets we never had
 
 
 def test_a_follower_at_a_stale_leader_epoch_is_fenced(tmp_path: Path) -> None:
     rig = _broker(tmp_path, replicas=(1, 2))
-    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, [_position(0, epoch=-1)], 0, 1, 1 << 20))
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, FetchRequest(positions=(_position(0, epoch=-1),))))
     assert isinstance(result.error, errors.FencedLeaderEpochError)
 
 
 def test_deleting_the_topic_answers_its_waiting_fetches(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
     rig.cluster.apply(DeleteTopic(name="t"))
     [result] = fired(fetched)
     assert isinstance(result.error, errors.UnknownTopicOrPartitionError)
@@ -109,14 +116,14 @@ def test_deleting_the_topic_answers_its_waiting_fetches(tmp_path: Path) -> None:
 def test_an_offset_outside_the_log_is_an_error_of_that_partition_only(tmp_path: Path) -> None:
     rig = _broker(tmp_path, {"flush.policy": "interval"})
     rig.cluster.apply(CreateTopic(name="u", assignment=(1,), replicas=((1,),)))
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
-    wrong, right = fired(rig.broker.fetch(ANONYMOUS, [_position(7), _position(0)], 0, 1, 1 << 20))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
+    wrong, right = fired(rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(7), _position(0)))))
     assert isinstance(wrong.error, errors.OffsetOutOfRangeError) and _offsets(right) == [0]
 
 
 def test_list_offset_finds_the_start_the_high_watermark_and_a_time(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -1)).offset == 0  # nothing durable yet
     rig.engine.finish_round()
     assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -2)).offset == 0
@@ -129,28 +136,28 @@ def test_list_offset_finds_the_start_the_high_watermark_and_a_time(tmp_path: Pat
 
 def test_stopping_answers_every_waiting_fetch(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
-    fetched = rig.broker.fetch(ANONYMOUS, [_position()], 5_000, 1, 1 << 20)
+    fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000))
     rig.broker.stop()
     [result] = fired(fetched)
     assert result.records == b""
 
 
 def test_a_replica_fetch_is_served_only_to_the_broker_it_names(tmp_path: Path) -> None:
-    rig = _broker(tmp_path, replicas=(1, 2), settings=SECURED)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    rig = _broker(tmp_path, replicas=(1, 2), settings=_secured(tmp_path))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     rig.engine.finish_round()  # durable here; the high watermark waits for follower 2
     for principal in (ANONYMOUS, Principal("User", "alice"), broker_principal(3)):
         with pytest.raises(errors.ClusterAuthorizationError, match="only from Broker:2"):  # "I hold all 3 records"
-            fired(rig.broker.replica_fetch(principal, 2, [_position(3, epoch=0)], 0, 1, 1 << 20))
+            fired(rig.broker.replica_fetch(principal, 2, FetchRequest(positions=(_position(3, epoch=0),))))
     assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, LATEST_TIMESTAMP)).offset == 0  # nothing moved
-    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, [_position(0, epoch=0)], 0, 1, 1 << 20))
+    [result] = fired(rig.broker.replica_fetch(BROKER_2, 2, FetchRequest(positions=(_position(0, epoch=0),))))
     assert _offsets(result) == [0] and result.high_watermark == 0
 
 
 def test_a_broker_that_is_no_replica_of_the_partition_cannot_read_past_the_high_watermark(tmp_path: Path) -> None:
-    rig = _broker(tmp_path, replicas=(1, 2), brokers=(3,), settings=SECURED)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))  # appended, not yet below the high watermark
-    [result] = fired(rig.broker.replica_fetch(broker_principal(3), 3, [_position(0, epoch=0)], 0, 1, 1 << 20))
+    rig = _broker(tmp_path, replicas=(1, 2), brokers=(3,), settings=_secured(tmp_path))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))  # appended, not yet below the high watermark
+    [result] = fired(rig.broker.replica_fetch(broker_principal(3), 3, FetchRequest(positions=(_position(0, epoch=0),))))
     assert isinstance(result.error, errors.NotLeaderError) and "not one of its followers" in result.error.message
     assert result.records == b""
 
@@ -158,11 +165,11 @@ def test_a_broker_that_is_no_replica_of_the_partition_cannot_read_past_the_high_
 def test_in_an_unauthenticated_cluster_the_anonymous_principal_is_taken_for_a_broker(tmp_path: Path) -> None:
     """No inter-broker credentials, two brokers: a follower reaches the leader anonymously (firewall the ports)."""
     rig = _broker(tmp_path, replicas=(1, 2))
-    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=0)], 0, 1, 1 << 20))
+    [result] = fired(rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=0),))))
     assert result.error is None
 
 
 def test_a_single_broker_serves_no_anonymous_replica_fetch(tmp_path: Path) -> None:
     rig = _broker(tmp_path)
     with pytest.raises(errors.ClusterAuthorizationError):
-        fired(rig.broker.replica_fetch(ANONYMOUS, 2, [_position(0, epoch=0)], 0, 1, 1 << 20))
+        fired(rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=0),))))

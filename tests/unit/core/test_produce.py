@@ -8,7 +8,7 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, ElectLeader
-from mqbroker.model import ANONYMOUS, FetchPosition, Principal
+from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, Principal
 from mqbroker.security.inter_broker import broker_principal
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 from tests.poison import poison_batch
@@ -37,7 +37,7 @@ def _follower_fetched(rig: BrokerRig, replica_id: int, offset: int) -> None:
     state = rig.cluster.partition("t")
     position = FetchPosition(topic="t", partition=0, offset=offset, max_bytes=1 << 20,
                              current_leader_epoch=state.leader_epoch, last_fetched_epoch=state.leader_epoch)
-    fired(rig.broker.replica_fetch(broker_principal(replica_id), replica_id, [position], 0, 1, 1 << 20))
+    fired(rig.broker.replica_fetch(broker_principal(replica_id), replica_id, FetchRequest(positions=(position,))))
 
 
 def _shrink_isr(rig: BrokerRig, isr: tuple[int, ...]) -> None:
@@ -48,14 +48,14 @@ def _shrink_isr(rig: BrokerRig, isr: tuple[int, ...]) -> None:
 
 def test_acks_0_answers_before_the_batch_is_durable(tmp_path: Path) -> None:
     rig = _single(tmp_path)
-    result = fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    result = fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     assert (result.base_offset, result.last_offset) == (0, 2)
     assert rig.log("t").durable_end_offset == 0 and len(rig.engine.rounds) == 1  # the fsync is only scheduled
 
 
 def test_acks_1_answers_once_the_fsync_round_made_the_batch_durable(tmp_path: Path) -> None:
     rig = _single(tmp_path)
-    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000)
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000)
     assert not produced.called
     rig.engine.finish_round()
     assert fired(produced).last_offset == 2 and rig.log("t").durable_end_offset == 3
@@ -63,13 +63,13 @@ def test_acks_1_answers_once_the_fsync_round_made_the_batch_durable(tmp_path: Pa
 
 def test_acks_1_under_interval_flushing_answers_at_once(tmp_path: Path) -> None:
     rig = _single(tmp_path, {"flush.policy": "interval"})
-    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000)).last_offset == 2
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000)).last_offset == 2
     assert rig.engine.rounds == []
 
 
 def test_acks_all_waits_for_every_in_sync_replica(tmp_path: Path) -> None:
     rig = _leader_of_three(tmp_path)
-    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, -1, 10_000)
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 10_000)
     rig.engine.finish_round()
     _follower_fetched(rig, 2, 3)
     assert not produced.called  # broker 3 has not fetched the batch yet
@@ -79,7 +79,7 @@ def test_acks_all_waits_for_every_in_sync_replica(tmp_path: Path) -> None:
 
 def test_acks_all_counts_only_the_leaders_durable_end(tmp_path: Path) -> None:
     rig = _leader_of_three(tmp_path)
-    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, -1, 10_000)
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 10_000)
     _follower_fetched(rig, 2, 3)
     _follower_fetched(rig, 3, 3)
     assert not produced.called  # the followers have it, the leader's own disk not yet
@@ -91,14 +91,15 @@ def test_acks_all_is_refused_below_min_insync_replicas_and_nothing_is_written(tm
     rig = _leader_of_three(tmp_path, {"min.insync.replicas": "2"})
     _shrink_isr(rig, (1,))
     with pytest.raises(errors.NotEnoughReplicasError, match="min.insync.replicas=2"):
-        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, -1, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 1_000))
     assert rig.log("t").log_end_offset == 0
-    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000)).base_offset == 0  # acks=0 is not refused
+    acks_none = fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
+    assert acks_none.base_offset == 0  # acks=0 is not refused
 
 
 def test_acks_all_fails_after_the_append_when_the_isr_shrank_below_the_minimum(tmp_path: Path) -> None:
     rig = _leader_of_three(tmp_path, {"min.insync.replicas": "2"})
-    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, -1, 10_000)
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 10_000)
     rig.engine.finish_round()
     _shrink_isr(rig, (1,))  # the followers fell out: the high watermark is the leader's alone
     with pytest.raises(errors.NotEnoughReplicasAfterAppendError):
@@ -107,7 +108,7 @@ def test_acks_all_fails_after_the_append_when_the_isr_shrank_below_the_minimum(t
 
 def test_acks_all_times_out_when_the_followers_do_not_catch_up(tmp_path: Path) -> None:
     rig = _leader_of_three(tmp_path)
-    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, -1, 2_000)
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 2_000)
     rig.engine.finish_round()
     rig.clock.advance(1.9)
     assert not produced.called
@@ -118,7 +119,7 @@ def test_acks_all_times_out_when_the_followers_do_not_catch_up(tmp_path: Path) -
 
 def test_a_waiting_acks_all_produce_fails_when_the_leadership_moves(tmp_path: Path) -> None:
     rig = _leader_of_three(tmp_path)
-    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, -1, 10_000)
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 10_000)
     rig.cluster.apply(ElectLeader(topic="t", partition=0, leader_id=2, leader_epoch=0))
     with pytest.raises(errors.NotLeaderError, match="leadership moved"):
         fired(produced)
@@ -130,14 +131,7 @@ def test_a_partition_led_elsewhere_answers_not_leader(tmp_path: Path) -> None:
     rig = build_broker(tmp_path, cluster)
     cluster.apply(CreateTopic(name="t", assignment=(2,), replicas=((2, 1),)))
     with pytest.raises(errors.NotLeaderError, match="led by broker 2"):
-        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 1, 1_000))
-
-
-@pytest.mark.parametrize("acks", [2, -2])
-def test_acks_other_than_0_1_or_all_are_refused(tmp_path: Path, acks: int) -> None:
-    rig = _single(tmp_path)
-    with pytest.raises(errors.InvalidRequiredAcksError):
-        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, acks, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.LEADER, 1_000))
 
 
 def test_a_corrupt_batch_is_a_typed_error_and_the_broker_goes_on(tmp_path: Path) -> None:
@@ -145,16 +139,16 @@ def test_a_corrupt_batch_is_a_typed_error_and_the_broker_goes_on(tmp_path: Path)
     corrupt = bytearray(BATCH)
     corrupt[-1] ^= 0xFF
     with pytest.raises(errors.CorruptMessageError):
-        fired(rig.broker.produce(ANONYMOUS, "t", 0, bytes(corrupt), 1, 1_000))
-    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000)).base_offset == 0
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, bytes(corrupt), Acks.LEADER, 1_000))
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 0
 
 
 def test_a_stopping_broker_refuses_produces_and_drains_its_last_fsync_round(tmp_path: Path) -> None:
     rig = _single(tmp_path)
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     stopped = rig.broker.stop()
     with pytest.raises(errors.BrokerShuttingDownError):
-        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
     assert not stopped.called
     rig.engine.finish_all()
     fired(stopped)
@@ -164,23 +158,23 @@ def test_a_stopping_broker_refuses_produces_and_drains_its_last_fsync_round(tmp_
 def test_a_compacted_topic_refuses_a_clients_record_without_a_key(tmp_path: Path) -> None:
     rig = _single(tmp_path, {"cleanup.policy": "compact"})
     with pytest.raises(errors.InvalidRecordError, match="compacted: every record needs a key"):
-        fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"], keys=[None]), 0, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"], keys=[None]), Acks.NONE, 1_000))
     with pytest.raises(errors.CorruptMessageError, match="only records that decode"):
-        fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), 0, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), Acks.NONE, 1_000))
     assert rig.log("t").log_end_offset == 0
-    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"], keys=[b"k"]), 0, 1_000)).base_offset == 0
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"], keys=[b"k"]), Acks.NONE, 1_000)).base_offset == 0
 
 
 def test_a_topic_the_broker_decodes_refuses_records_that_do_not_decode(tmp_path: Path) -> None:
     rig = _single(tmp_path, {"record.validation": "decode"})
     with pytest.raises(errors.CorruptMessageError, match="'t' takes only records that decode"):
-        fired(rig.broker.produce(Principal("User", "alice"), "t", 0, poison_batch(), 0, 1_000))
+        fired(rig.broker.produce(Principal("User", "alice"), "t", 0, poison_batch(), Acks.NONE, 1_000))
     assert rig.log("t").log_end_offset == 0
-    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, 0, 1_000)).base_offset == 0
-    assert fired(rig.broker.produce(Principal("Service", "mqtt"), "t", 0, BATCH, 0, 1_000)).base_offset == 3
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 0
+    assert fired(rig.broker.produce(Principal("Service", "mqtt"), "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 3
 
 
 def test_other_topics_take_batches_without_decoding_their_records(tmp_path: Path) -> None:
     """No per-record work on the produce path: a CRC-valid batch of garbage records is appended (readers skip it)."""
     rig = _single(tmp_path)
-    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), 0, 1_000)).base_offset == 0
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), Acks.NONE, 1_000)).base_offset == 0

@@ -14,7 +14,7 @@ from mqbroker import errors
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.groups.messages import OffsetCommitRequest, PartitionCommit
 from mqbroker.groups.model import TopicPartition
-from mqbroker.model import ANONYMOUS, FetchPosition, IsolationLevel, ProducerIdentity, TopicSpec
+from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, IsolationLevel, ProducerIdentity, TopicSpec
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.isolation import committed_batches
@@ -64,16 +64,19 @@ def _batch(identity: ProducerIdentity, sequence: int, *values: bytes) -> bytes:
 
 
 def _produce(rig: BrokerRig, topic_partition: TopicPartition, batch: bytes, transactional_id: str = "tx") -> Any:
-    return _settled(rig, rig.broker.produce(ANONYMOUS, topic_partition.topic, topic_partition.partition, batch, -1,
+    return _settled(rig, rig.broker.produce(ANONYMOUS, topic_partition.topic, topic_partition.partition, batch, Acks.ALL,
                                             5_000, transactional_id))
+
+
+def _request(topic_partition: TopicPartition, isolation: IsolationLevel) -> FetchRequest:
+    position = FetchPosition(topic=topic_partition.topic, partition=topic_partition.partition, offset=0,
+                             max_bytes=1 << 20)
+    return FetchRequest(positions=(position,), isolation_level=isolation)
 
 
 def _read(rig: BrokerRig, topic_partition: TopicPartition, isolation: IsolationLevel) -> list[bytes]:
     """The values an application sees at ``isolation`` (markers and aborted batches dropped)."""
-    (result,) = fired(rig.broker.fetch(ANONYMOUS, [FetchPosition(topic=topic_partition.topic,
-                                                                 partition=topic_partition.partition, offset=0,
-                                                                 max_bytes=1 << 20)],
-                                       0, 1, 1 << 20, isolation))
+    (result,) = fired(rig.broker.fetch(ANONYMOUS, _request(topic_partition, isolation)))
     assert result.error is None
     aborted = None if result.aborted_transactions is None else [tuple(a) for a in result.aborted_transactions]
     values = []
@@ -131,8 +134,7 @@ def test_an_aborted_transaction_is_listed_to_read_committed_readers_who_drop_it(
     _add(rig, identity, T0)
     _produce(rig, T0, _batch(identity, 1, b"kept"))
     _end(rig, identity, committed=True)
-    (result,) = fired(rig.broker.fetch(ANONYMOUS, [FetchPosition(topic="t", partition=0, offset=0, max_bytes=1 << 20)], 0, 1, 1 << 20,
-                                       IsolationLevel.READ_COMMITTED))
+    (result,) = fired(rig.broker.fetch(ANONYMOUS, _request(T0, IsolationLevel.READ_COMMITTED)))
     assert [tuple(a) for a in result.aborted_transactions] == [(identity.producer_id, 0)]
     assert _read(rig, T0, IsolationLevel.READ_COMMITTED) == [b"kept"]
     assert _read(rig, T0, IsolationLevel.READ_UNCOMMITTED) == [b"gone", b"kept"]

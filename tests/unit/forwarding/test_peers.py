@@ -9,12 +9,19 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
-from mqbroker.cluster.metadata_records import CreateTopic
 from mqbroker.client.connection import BrokerUnavailableError
+from mqbroker.cluster.metadata_records import CreateTopic
 from mqbroker.forwarding import wire
-from mqbroker.forwarding.peers import REQUEST_SLACK_S, PeerConnections
-from mqbroker.model import FetchPosition
-from tests.fakes import BrokerRig, FakeClusterView, MemoryEndpoint, build_broker, fired, native_server
+from mqbroker.forwarding.peers import PeerConnections
+from mqbroker.model import Acks, FetchPosition, FetchRequest
+from tests.fakes import (
+    BrokerRig,
+    FakeClusterView,
+    MemoryEndpoint,
+    build_broker,
+    fired,
+    native_server,
+)
 from tests.unit.storage.logtools import make_batch
 
 BATCH = make_batch([b"a", b"b"])
@@ -35,11 +42,11 @@ class Peers:
                                      endpoint_for=lambda host, port: self.endpoint)
 
     def produce(self) -> object:
-        return self.peers.request(2, wire.produce_request("t", 0, BATCH, 1, 1_000), 1.0)
+        return self.peers.request(2, wire.produce_request("t", 0, BATCH, Acks.LEADER, 1_000), 1.0)
 
     def long_poll(self) -> object:
         position = FetchPosition(topic="t", partition=0, offset=0, max_bytes=1 << 20)
-        return self.peers.request(2, wire.fetch_request([position], 5_000, 1, 1 << 20), 5.0)
+        return self.peers.request(2, wire.fetch_request(FetchRequest(positions=(position,), wait_ms_max=5_000)), 5.0)
 
 
 def test_a_forwarded_produce_is_answered_by_the_peer_after_versions_are_agreed(tmp_path: Path) -> None:
@@ -57,7 +64,7 @@ def test_a_forwarded_produce_is_answered_by_the_peer_after_versions_are_agreed(t
 def test_a_broker_missing_from_the_metadata_is_unavailable(tmp_path: Path) -> None:
     peers = Peers(tmp_path)
     with pytest.raises(BrokerUnavailableError, match="not registered"):
-        fired(peers.peers.request(3, wire.produce_request("t", 0, BATCH, 1, 1_000), 1.0))
+        fired(peers.peers.request(3, wire.produce_request("t", 0, BATCH, Acks.LEADER, 1_000), 1.0))
 
 
 def test_a_peer_that_does_not_answer_in_time_is_dropped_with_a_timeout(tmp_path: Path) -> None:
@@ -66,7 +73,7 @@ def test_a_peer_that_does_not_answer_in_time_is_dropped_with_a_timeout(tmp_path:
     peers.endpoint.flush()
     fired(first)  # connected, versions agreed
     answered = peers.produce()  # written, never delivered
-    peers.clock.advance(1.0 + REQUEST_SLACK_S + 0.1)
+    peers.clock.advance(1.0 + limits.peer_request_slack_s + 0.1)
     with pytest.raises(errors.RequestTimedOutError, match="did not answer a forwarded request"):
         fired(answered)
     assert peers.endpoint.pumps[0].client.transport.disconnecting

@@ -6,8 +6,14 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.forwarding import wire as forwarded
-from mqbroker.forwarding.routes import answered_enough, failed_results, merge_results, route_of, split_positions
-from mqbroker.model import FetchPosition, FetchResult
+from mqbroker.forwarding.routes import (
+    answered_enough,
+    failed_results,
+    merge_results,
+    route_of,
+    split_positions,
+)
+from mqbroker.model import FetchPosition, FetchRequest, FetchResult
 from mqbroker.protocols.native import messages as m
 from mqbroker.records.builder import BatchBuilder
 
@@ -80,7 +86,7 @@ def test_the_leaders_error_code_comes_back_as_the_typed_error() -> None:
 
 def test_forwarded_fetch_results_are_matched_back_to_positions_by_partition() -> None:
     positions = [_position("a", 1, 5), _position("b", 0, 7), _position("a", 0, 3)]
-    request = forwarded.fetch_request(positions, max_wait_ms=500, min_bytes=1, max_bytes=4096)
+    request = forwarded.fetch_request(FetchRequest(positions=tuple(positions), wait_ms_max=500, response_bytes_max=4096))
     assert request.replica_id == -1 and request.max_wait_ms == 500
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics] == [("a", [1, 0]), ("b", [0])]
     response = m.FetchResponse(topics=(

@@ -13,44 +13,19 @@ from mqbroker import errors
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.forwarding.routing_broker import RoutingBroker
 from mqbroker.interfaces import IBroker
-from mqbroker.model import FetchPosition, FetchResult, OffsetAndTimestamp, Principal, ProduceResult
+from mqbroker.model import (
+    Acks,
+    FetchPosition,
+    FetchRequest,
+    FetchResult,
+    Principal,
+)
 from mqbroker.protocols.native import messages as m
 from mqbroker.records.builder import BatchBuilder
+from tests.fake_broker import FakeBroker
 
 ALICE = Principal("User", "alice")
 MALLORY = Principal("User", "mallory")
-LOCAL_RESULT = ProduceResult(base_offset=0, last_offset=0, log_append_time_ms=-1, log_start_offset=0)
-
-
-class LocalBroker:
-    """Records every call; answers produce and list_offset at once (after ``failures``), fetch from ``fetch_answers``."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.fetch_answer: Deferred[list[FetchResult]] | None = None
-        self.failures: list[Exception] = []
-
-    def produce(self, *args: Any) -> Deferred[ProduceResult]:
-        self.calls.append(("produce", *args))
-        if args[0] == MALLORY:
-            return fail(errors.TopicAuthorizationError("mallory may not write"))
-        return succeed(LOCAL_RESULT)
-
-    def fetch(self, principal: Principal, positions: list[FetchPosition], *args: Any) -> Deferred[list[FetchResult]]:
-        self.calls.append(("fetch", principal, positions, *args))
-        if self.fetch_answer is not None:
-            return self.fetch_answer
-        return succeed([FetchResult(topic=p.topic, partition=p.partition, records=b"local") for p in positions])
-
-    def list_offset(self, *args: Any) -> Deferred[OffsetAndTimestamp]:
-        self.calls.append(("list_offset", *args))
-        if self.failures:
-            return fail(self.failures.pop(0))
-        return succeed(OffsetAndTimestamp(offset=1))
-
-    def metadata(self, *args: Any) -> Deferred[str]:
-        self.calls.append(("metadata", *args))
-        return succeed("metadata")
 
 
 class Peers:
@@ -91,8 +66,9 @@ def leaders() -> dict[tuple[str, int], int]:
 
 
 @pytest.fixture
-def world(leaders: dict[tuple[str, int], int]) -> tuple[RoutingBroker, LocalBroker, Peers, Clock]:
-    local, peers, clock = LocalBroker(), Peers(), Clock()
+def world(leaders: dict[tuple[str, int], int]) -> tuple[RoutingBroker, FakeBroker, Peers, Clock]:
+    local, peers, clock = FakeBroker(authorizer=Authorizer()), Peers(), Clock()
+    local.add_topic("t", 3)
     routing = RoutingBroker(local=local, node_id=1, leader_of=lambda topic, partition: leaders.get((topic, partition)),
                             peers=peers, authorizer=Authorizer(), clock=clock)
     return routing, local, peers, clock
@@ -114,8 +90,10 @@ def test_the_routing_broker_provides_the_broker_interface(world: Any) -> None:
 
 def test_a_locally_led_partition_and_admin_calls_go_to_the_local_broker_untouched(world: Any) -> None:
     routing, local, peers, _ = world
-    assert _result(routing.produce(ALICE, "t", 0, b"batch", -1, 1000)) is LOCAL_RESULT
-    assert _result(routing.metadata(ALICE, None, False)) == "metadata"
+    assert _result(routing.produce(ALICE, "t", 0, _batch(), Acks.ALL, 1000)).last_offset == 1
+    answer = object()
+    local.script("metadata", answer)
+    assert _result(routing.metadata(ALICE, None, False)) is answer
     assert [call[0] for call in local.calls] == ["produce", "metadata"]
     assert peers.sent == []
 
@@ -123,7 +101,7 @@ def test_a_locally_led_partition_and_admin_calls_go_to_the_local_broker_untouche
 def test_a_produce_to_a_partition_led_elsewhere_is_forwarded_with_the_same_acks(world: Any) -> None:
     routing, local, peers, _ = world
     peers.answers.append(_produced(40, partition=1))
-    result = _result(routing.produce(ALICE, "t", 1, _batch(), -1, 1000))
+    result = _result(routing.produce(ALICE, "t", 1, _batch(), Acks.ALL, 1000))
     assert (result.base_offset, result.last_offset) == (40, 41)
     ((node_id, request),) = peers.sent
     assert node_id == 2 and request.acks == -1 and request.topics[0].partitions[0].partition_index == 1
@@ -133,7 +111,7 @@ def test_a_produce_to_a_partition_led_elsewhere_is_forwarded_with_the_same_acks(
 def test_a_refused_principal_is_never_forwarded_and_gets_the_local_refusal(world: Any) -> None:
     routing, local, peers, _ = world
     with pytest.raises(errors.TopicAuthorizationError):
-        _result(routing.produce(MALLORY, "t", 1, _batch(), -1, 1000))
+        _result(routing.produce(MALLORY, "t", 1, _batch(), Acks.ALL, 1000))
     assert peers.sent == [] and local.calls[0][0] == "produce"
 
 
@@ -141,13 +119,13 @@ def test_a_produce_meeting_a_moved_leader_is_routed_again_from_the_image(world: 
     routing, local, peers, clock = world
     peers.answers += [_produced(-1, partition=1, code=errors.ErrorCode.NOT_LEADER_OR_FOLLOWER),
                       BrokerUnavailableError("connection refused")]
-    produced = routing.produce(ALICE, "t", 1, _batch(), 1, 1000)
+    produced = routing.produce(ALICE, "t", 1, _batch(), Acks.LEADER, 1000)
     assert not produced.called
     clock.advance(0.05)
     assert not produced.called and len(peers.sent) == 2
     leaders[("t", 1)] = 1  # this broker took the partition over
     clock.advance(0.05)
-    assert _result(produced) is LOCAL_RESULT
+    assert _result(produced).base_offset == 0 and local.calls_of("produce")
 
 
 def test_a_local_call_meeting_not_leader_is_routed_again_once_the_image_names_the_leader(
@@ -155,7 +133,7 @@ def test_a_local_call_meeting_not_leader_is_routed_again_once_the_image_names_th
 ) -> None:
     """Right after a leader change the image can name this broker a moment too early (or too long)."""
     routing, local, peers, clock = world
-    local.failures.append(errors.NotLeaderError("t-0 is led by broker 2, not broker 1"))
+    local.script("list_offset", errors.NotLeaderError("t-0 is led by broker 2, not broker 1"))
     found = routing.list_offset(ALICE, "t", 0, -1)
     assert not found.called and [call[0] for call in local.calls] == ["list_offset"]
     leaders[("t", 0)] = 2  # the image catches up
@@ -169,7 +147,7 @@ def test_a_local_call_meeting_not_leader_is_routed_again_once_the_image_names_th
 def test_rerouting_gives_up_with_the_last_error_at_the_deadline(world: Any) -> None:
     routing, _, peers, clock = world
     peers.answers += [errors.NotLeaderError("moved")] * 10
-    produced = routing.produce(ALICE, "t", 1, _batch(), -1, 200)
+    produced = routing.produce(ALICE, "t", 1, _batch(), Acks.ALL, 200)
     clock.pump([0.05] * 10)
     with pytest.raises(errors.NotLeaderError):
         _result(produced)
@@ -185,10 +163,11 @@ def test_a_fetch_spanning_leaders_is_split_and_merged_in_request_order(world: An
         m.FetchResponse(topics=(m.FetchTopicResult(name="t", partitions=(
             m.FetchPartitionResult(partition_index=1, records=b"from-2"),)),)),
     ]
-    results = _result(routing.fetch(ALICE, positions, 0, 1, 1000))
+    local.script("fetch", [FetchResult(topic="t", partition=0, records=b"local")])
+    results = _result(routing.fetch(ALICE, FetchRequest(positions=tuple(positions), response_bytes_max=1000)))
     assert [r.records for r in results] == [b"from-3", b"local", b"from-2"]
     assert sorted(node for node, _ in peers.sent) == [2, 3]
-    assert [p.partition for p in local.calls[0][2]] == [0]
+    assert [p.partition for p in local.calls[0][2].positions] == [0]
 
 
 def test_a_split_fetch_answers_as_soon_as_one_leader_brings_data(world: Any) -> None:
@@ -196,17 +175,20 @@ def test_a_split_fetch_answers_as_soon_as_one_leader_brings_data(world: Any) -> 
     waiting_remote: Deferred[Any] = Deferred()
     peers.answers.append(waiting_remote)
     positions = [FetchPosition(topic="t", partition=p, offset=0, max_bytes=100) for p in (0, 1)]
-    results = _result(routing.fetch(ALICE, positions, 500, 1, 1000))
+    local.script("fetch", [FetchResult(topic="t", partition=0, records=b"local")])
+    results = _result(routing.fetch(ALICE, FetchRequest(positions=tuple(positions), wait_ms_max=500,
+                                                        response_bytes_max=1000)))
     assert [r.records for r in results] == [b"local", b""]
     waiting_remote.callback(m.FetchResponse(topics=()))  # a late answer is dropped quietly
 
 
 def test_an_unreachable_leader_becomes_an_error_in_its_positions_only(world: Any) -> None:
     routing, local, peers, _ = world
-    local.fetch_answer = succeed([FetchResult(topic="t", partition=0)])
+    local.script("fetch", [FetchResult(topic="t", partition=0)])
     peers.answers.append(BrokerUnavailableError("connection refused"))
     positions = [FetchPosition(topic="t", partition=p, offset=0, max_bytes=100) for p in (0, 1)]
-    results = _result(routing.fetch(ALICE, positions, 500, 1, 1000))
+    results = _result(routing.fetch(ALICE, FetchRequest(positions=tuple(positions), wait_ms_max=500,
+                                                        response_bytes_max=1000)))
     assert results[0].error is None and isinstance(results[1].error, BrokerUnavailableError)
 
 
@@ -222,5 +204,6 @@ def test_an_unknown_or_leaderless_partition_is_answered_by_the_local_broker(worl
     routing, local, peers, _ = world
     leaders[("t", 1)] = -1
     _result(routing.list_offset(ALICE, "t", 1, -1))
-    _result(routing.list_offset(ALICE, "unknown", 0, -1))
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        _result(routing.list_offset(ALICE, "unknown", 0, -1))
     assert len(local.calls) == 2 and peers.sent == []

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from mqbroker import limits
-from mqbroker.model import BrokerEndpoint, ClusterMetadata
+from mqbroker.config import BrokerConfig
+from mqbroker.model import BrokerEndpoint
 from mqbroker.protocols.adapter import CodecProtocol, ConnectionHandle
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.connection import ClientConnection
 from mqbroker.protocols.native.server import NativeSession
+from tests.fake_broker import FakeBroker
 
 
 class RecordingSession:
@@ -87,25 +88,9 @@ def test_reading_stays_paused_until_both_transport_and_session_have_drained() ->
     assert transport.producerState == "producing"
 
 
-class MetadataOnlyBroker:
-    """Answers Metadata; every produce stays pending (to fill the in-flight window)."""
-
-    def __init__(self) -> None:
-        self.pending_produces = 0
-
-    def metadata(self, principal: Any, topics: Any, allow_auto_create: bool) -> Any:
-        return succeed(ClusterMetadata(cluster_id="c", controller_id=1,
-                                       brokers=(BrokerEndpoint(node_id=1, host="h", port=1),), topics=()))
-
-    def produce(self, *arguments: Any) -> Any:
-        from twisted.internet.defer import Deferred
-
-        self.pending_produces += 1
-        return Deferred()
-
-
 def test_a_native_request_is_answered_on_the_same_connection() -> None:
-    protocol, transport = _connect(NativeSession(MetadataOnlyBroker(), limits.native_frame_bytes_max))
+    broker = FakeBroker(node=BrokerEndpoint(node_id=1, host="h", port=1))
+    protocol, transport = _connect(NativeSession(broker, BrokerConfig()))
     client = ClientConnection("adapter-test")
     correlation_id, data = client.send_request(m.MetadataRequest(topics=None))
     protocol.dataReceived(data)
@@ -115,12 +100,13 @@ def test_a_native_request_is_answered_on_the_same_connection() -> None:
 
 
 def test_the_native_session_stops_reading_at_its_in_flight_bound() -> None:
-    broker = MetadataOnlyBroker()
-    protocol, transport = _connect(NativeSession(broker, limits.native_frame_bytes_max))
+    broker = FakeBroker()
+    broker.hold_produces = True  # every produce stays pending, filling the in-flight window
+    protocol, transport = _connect(NativeSession(broker, BrokerConfig()))
     client = ClientConnection("adapter-test", inflight_requests_max=10_000)
     request = m.ProduceRequest(acks=1, timeout_ms=1000, topics=(
         m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition_index=0, records=b""),)),))
     for _ in range(limits.native_inflight_requests_max):
         protocol.dataReceived(client.send_request(request)[1])
-    assert broker.pending_produces == limits.native_inflight_requests_max
+    assert len(broker.held_produces) == limits.native_inflight_requests_max
     assert transport.producerState == "paused"

@@ -11,8 +11,9 @@ from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.amqp import codec, spec
 from mqbroker.protocols.amqp.server import AmqpSession
 from mqbroker.security.quotas import ByteRateQuota, QuotaKind, QuotaManager
+from mqbroker.protocols.throttle import Throttle, throttles
 from mqbroker.security.service import SecurityServices
-from mqbroker.security.throttle import Throttle, throttles
+from mqbroker.service import front_end_security
 from tests.unit.protocols.amqp.test_server import FakeVirtualHost
 
 
@@ -88,16 +89,17 @@ def test_a_closed_connection_cancels_its_hold() -> None:
 
 
 def test_no_throttles_without_byte_rate_quotas() -> None:
-    assert throttles(SecurityServices(BrokerConfig()), Clock(), lambda: None, lambda: None) is None
-    limited = SecurityServices(BrokerConfig(quotas_client_fetch_bytes_per_second=1))
-    produce, fetch = throttles(limited, Clock(), lambda: None, lambda: None) or (None, None)
+    unlimited = front_end_security(SecurityServices(BrokerConfig()))
+    assert throttles(unlimited, Clock(), lambda: None, lambda: None) == (None, None)
+    limited = front_end_security(SecurityServices(BrokerConfig(quotas_client_fetch_bytes_per_second=1)))
+    produce, fetch = throttles(limited, Clock(), lambda: None, lambda: None)
     assert produce is not None and fetch is not None
 
 
 def test_an_amqp_publisher_over_its_quota_is_not_read_until_the_throttle_ends() -> None:
     clock = Clock()
     services = SecurityServices(BrokerConfig(quotas_client_produce_bytes_per_second=1_000, security_plain_without_tls=True))
-    session = AmqpSession(FakeVirtualHost(clock), clock, services)  # type: ignore[arg-type]
+    session = AmqpSession(FakeVirtualHost(clock), clock, front_end_security(services))  # type: ignore[arg-type]
     protocol = CodecProtocol(session, None)
     transport = StringTransport()
     protocol.makeConnection(transport)

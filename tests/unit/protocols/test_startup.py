@@ -11,87 +11,35 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import Logger, LogLevel, globalLogPublisher
 from twisted.python.failure import Failure
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.client.connection import BrokerUnavailableError
-from mqbroker.model import (
-    BrokerEndpoint,
-    ClusterMetadata,
-    FetchResult,
-    OffsetAndTimestamp,
-    PartitionMetadata,
-    ProduceResult,
-    TopicMetadata,
-)
 from mqbroker.protocols.amqp import fields
 from mqbroker.protocols.amqp.routing import Exchange, ExchangeType
 from mqbroker.protocols.amqp.sources import SOURCE_POSITIONS_TOPIC
-from mqbroker.protocols.amqp.stored import METADATA_TOPIC, QUEUE_STATE_TOPIC, QueueDeclaration, exchange_record, queue_record
+from mqbroker.protocols.amqp.stored import (
+    METADATA_TOPIC,
+    QUEUE_STATE_TOPIC,
+    QueueDeclaration,
+    exchange_record,
+    queue_record,
+)
 from mqbroker.protocols.amqp.vhost import VirtualHost
 from mqbroker.protocols.mqtt.actions import Retain
 from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, SESSIONS_TOPIC, MqttHub
 from mqbroker.protocols.mqtt.state import SessionState
 from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
-from mqbroker.protocols.startup import READY_WAIT_S, RETRY_FIRST_S, StartedSignal, start_with_retries
-from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.header import iter_batches, stamp
-
-
-class TopicsBroker:
-    """Single-partition topics held as stamped record batches; ``failures[(call, topic)]`` are raised first."""
-
-    def __init__(self) -> None:
-        self.topics: dict[str, bytearray] = {}
-        self.failures: dict[tuple[str, str], list[Exception]] = {}
-
-    def _failure(self, call: str, topic: str) -> Deferred[Any] | None:
-        pending = self.failures.get((call, topic))
-        return fail(pending.pop(0)) if pending else None
-
-    def _end(self, topic: str) -> int:
-        return max((header.next_offset for _, header in iter_batches(memoryview(self.topics.get(topic, b"")))), default=0)
-
-    def create_topic(self, principal: Any, spec: Any, validate_only: bool) -> Deferred[Any]:
-        if spec.name in self.topics:
-            return fail(errors.TopicAlreadyExistsError(spec.name))
-        self.topics[spec.name] = bytearray()
-        return succeed(None)
-
-    def metadata(self, principal: Any, topics: list[str], allow_auto_create: bool) -> Deferred[Any]:
-        partition = PartitionMetadata(partition=0, leader_id=1, leader_epoch=0, replicas=(1,), isr=(1,))
-        return succeed(ClusterMetadata(
-            cluster_id="c", controller_id=1, brokers=(BrokerEndpoint(node_id=1, host="127.0.0.1", port=1),),
-            topics=tuple(TopicMetadata(name=name, partitions=(partition,)) for name in topics)))
-
-    def list_offset(self, principal: Any, topic: str, partition: int, timestamp_ms: int) -> Deferred[Any]:
-        return self._failure("list_offset", topic) or succeed(OffsetAndTimestamp(offset=0 if timestamp_ms == -2 else self._end(topic)))
-
-    def fetch(self, principal: Any, positions: list[Any], max_wait_ms: int, min_bytes: int, max_bytes: int) -> Any:
-        failed = self._failure("fetch", positions[0].topic)
-        if failed is not None:
-            return failed
-        if max_wait_ms > 0:
-            return Deferred()  # a log reader's long poll: nothing new arrives in these tests
-        return succeed([FetchResult(topic=p.topic, partition=p.partition, records=bytes(self.topics.get(p.topic, b"")),
-                                    high_watermark=self._end(p.topic), log_start_offset=0) for p in positions])
-
-    def produce(self, principal: Any, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> Any:
-        base = self._end(topic)
-        batch = bytearray(records)
-        stamp(batch, 0, base, 0)
-        self.topics.setdefault(topic, bytearray()).extend(batch)
-        return succeed(ProduceResult(base_offset=base, last_offset=base, log_append_time_ms=-1, log_start_offset=0))
-
-    def append(self, topic: str, entries: list[tuple[bytes, bytes]]) -> None:
-        builder = BatchBuilder()
-        for key, value in entries:
-            builder.append(0, key, value)
-        self.produce(None, topic, 0, builder.build(), -1, 0)
+from mqbroker.protocols.startup import (
+    RETRY_FIRST_S,
+    StartedSignal,
+    start_with_retries,
+)
+from tests.fake_broker import FakeBroker
 
 
 @pytest.fixture
@@ -177,7 +125,7 @@ def test_a_waiter_gives_up_after_the_bound_with_a_clear_error_and_the_start_stil
     clock = Clock()
     signal = StartedSignal(clock, "test front end")
     waiter = signal.wait()
-    clock.advance(READY_WAIT_S)
+    clock.advance(limits.front_end_ready_wait_s_max)
     failure = waiter.result
     waiter.addErrback(lambda _: None)
     assert failure.check(errors.LeaderNotAvailableError)
@@ -204,13 +152,13 @@ def test_a_failed_start_fails_every_waiter_now_and_later() -> None:
 
 
 def test_the_amqp_virtual_host_replays_its_declarations_once_across_a_failed_attempt() -> None:
-    broker, clock = TopicsBroker(), Clock()
-    broker.topics[METADATA_TOPIC] = bytearray()
-    broker.append(METADATA_TOPIC, [exchange_record(Exchange(name="orders", type=ExchangeType.TOPIC, durable=True)),
+    broker, clock = FakeBroker(), Clock()
+    broker.add_topic(METADATA_TOPIC)
+    broker.append_records(METADATA_TOPIC, [exchange_record(Exchange(name="orders", type=ExchangeType.TOPIC, durable=True)),
                                    queue_record(QueueDeclaration(name="work", durable=True))])
     # The declarations are read, then reading the queue states meets a leader change.
-    broker.failures[("fetch", QUEUE_STATE_TOPIC)] = [
-        errors.NotLeaderError(f"{QUEUE_STATE_TOPIC}-0 is led by broker 2, not broker 1")]
+    broker.script("fetch", errors.NotLeaderError(f"{QUEUE_STATE_TOPIC}-0 is led by broker 2, not broker 1"),
+                  topic=QUEUE_STATE_TOPIC)
     host = VirtualHost(broker, clock)
     connection_waiting = host.started.wait()
     assert not host.started.started and not host.queues
@@ -221,7 +169,7 @@ def test_the_amqp_virtual_host_replays_its_declarations_once_across_a_failed_att
 
 
 def test_the_mqtt_hub_replays_retained_messages_once_across_a_failed_attempt() -> None:
-    broker, clock = TopicsBroker(), Clock()
+    broker, clock = FakeBroker(), Clock()
     writer = MqttHub(broker, clock, TopicMapping())
     Deferred.fromCoroutine(writer.start())
     assert writer.started.started
@@ -229,7 +177,8 @@ def test_the_mqtt_hub_replays_retained_messages_once_across_a_failed_attempt() -
     writer.stop()
 
     # The CI failure: the retained topic's leader was not this broker yet when the hub asked for its start.
-    broker.failures[("list_offset", RETAINED_TOPIC)] = [errors.NotLeaderError(f"{RETAINED_TOPIC}-0 is led by broker 2, not broker 1")]
+    broker.script("list_offset", errors.NotLeaderError(f"{RETAINED_TOPIC}-0 is led by broker 2, not broker 1"),
+                  topic=RETAINED_TOPIC)
     hub = MqttHub(broker, clock, TopicMapping())
     Deferred.fromCoroutine(hub.start())
     connection_waiting = hub.started.wait()
@@ -245,10 +194,10 @@ def test_the_mqtt_hub_replays_retained_messages_once_across_a_failed_attempt() -
 
 
 def test_the_mqtt_hub_skips_an_unreadable_session_and_replays_the_rest(warnings: list[dict[str, Any]]) -> None:
-    broker, clock = TopicsBroker(), Clock()
+    broker, clock = FakeBroker(), Clock()
     good = StoredSession(state=SessionState("kept", expiry_interval_s=60).to_bytes())
-    broker.topics[SESSIONS_TOPIC] = bytearray()
-    broker.append(SESSIONS_TOPIC, [(b"lost", good.to_bytes()), (b"lost", b'{"version": 1, "state": 7}'),
+    broker.add_topic(SESSIONS_TOPIC)
+    broker.append_records(SESSIONS_TOPIC, [(b"lost", good.to_bytes()), (b"lost", b'{"version": 1, "state": 7}'),
                                    (b"kept", good.to_bytes()), (b"rotten", StoredSession(state=b"\xff").to_bytes())])
     hub = MqttHub(broker, clock, TopicMapping())
     Deferred.fromCoroutine(hub.start())
@@ -261,14 +210,14 @@ def test_the_mqtt_hub_skips_an_unreadable_session_and_replays_the_rest(warnings:
 
 
 def test_the_amqp_virtual_host_skips_unreadable_records_and_replays_the_rest(warnings: list[dict[str, Any]]) -> None:
-    broker, clock = TopicsBroker(), Clock()
+    broker, clock = FakeBroker(), Clock()
     for topic in (METADATA_TOPIC, QUEUE_STATE_TOPIC, SOURCE_POSITIONS_TOPIC):
-        broker.topics[topic] = bytearray()
-    broker.append(METADATA_TOPIC, [
+        broker.add_topic(topic)
+    broker.append_records(METADATA_TOPIC, [
         (b"e:orders", b"\x00\x00\x00\x03bad"), queue_record(QueueDeclaration(name="work", durable=True)),
         queue_record(QueueDeclaration(name="jobs", durable=True)), (b"q:odd", fields.table({"durable": "yes"}))])
-    broker.append(QUEUE_STATE_TOPIC, [(b"work", b"\x09 not a snapshot")])
-    broker.append(SOURCE_POSITIONS_TOPIC, [(b"sensors", fields.table({"zero": 1}))])
+    broker.append_records(QUEUE_STATE_TOPIC, [(b"work", b"\x09 not a snapshot")])
+    broker.append_records(SOURCE_POSITIONS_TOPIC, [(b"sensors", fields.table({"zero": 1}))])
     host = VirtualHost(broker, clock)
     assert host.started.started
     assert sorted(host.queues) == ["jobs", "work"] and "orders" not in host.router.exchanges

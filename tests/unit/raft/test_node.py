@@ -187,3 +187,37 @@ def test_every_node_reports_the_same_leader(node_id: int) -> None:
     cluster = Cluster()
     cluster.run(2)
     assert cluster.nodes[node_id].leader_id == cluster.leader().core.node_id
+
+
+class HeldPool:
+    """A "thread pool" whose work runs only when the test releases it (a write still in flight)."""
+
+    def __init__(self) -> None:
+        self.held: list[Callable[[], None]] = []
+
+    def callInThreadWithCallback(
+        self, on_result: Callable[..., None], function: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
+        self.held.append(lambda: on_result(True, function(*args, **kwargs)))
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for work in held:
+            work()
+
+
+def test_no_write_starts_after_stop_even_if_frames_arrive_while_one_is_in_flight() -> None:
+    cluster = Cluster()
+    cluster.run(2)
+    follower = next(node for node in cluster.nodes.values() if not node.is_leader)
+    held = HeldPool()
+    follower._threadpool = held  # from now on the follower's writes wait for the test
+    cluster.leader().propose(b"in flight")
+    cluster.run(0.2)  # heartbeats keep arriving while the append is held
+    assert held.held, "the follower's append should be in flight"
+    stopped: list[None] = []
+    follower.stop().addCallback(stopped.append)
+    cluster.leader().propose(b"after the stop")
+    held.release()
+    cluster.run(0.5)  # heartbeats and the new entry reach the stopped follower
+    assert stopped and not held.held, "a stopped node started another write (its storage may be closed)"

@@ -6,10 +6,18 @@ from pathlib import Path
 
 from twisted.internet.task import Clock
 
+from mqbroker import limits
 from mqbroker.cluster.metadata_records import CreateTopic
-from mqbroker.model import ANONYMOUS
-from mqbroker.replication.fetcher import REQUEST_SLACK_S, ReplicaFetcher, ReplicaSink
-from tests.fakes import BrokerRig, FakeClusterView, MemoryEndpoint, build_broker, fired, native_server
+from mqbroker.model import ANONYMOUS, Acks
+from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
+from tests.fakes import (
+    BrokerRig,
+    FakeClusterView,
+    MemoryEndpoint,
+    build_broker,
+    fired,
+    native_server,
+)
 from tests.unit.storage.logtools import make_batch, read_all
 
 FETCH_WAIT_MS = 500
@@ -54,7 +62,7 @@ def test_the_follower_copies_the_leaders_batches_and_completes_an_acks_all_produ
     pair = Pair(tmp_path)
     pair.run()
     assert pair.dialed == [("127.0.0.1", 9394)]  # the leader's native listener, as registered
-    produced = pair.leader.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a", b"b"]), -1, 10_000)
+    produced = pair.leader.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a", b"b"]), Acks.ALL, 10_000)
     pair.run()
     assert fired(produced).last_offset == 1  # the follower fetched past the batch: the high watermark moved
     assert read_all(pair.follower.log("t")) == read_all(pair.leader.log("t"))
@@ -65,11 +73,11 @@ def test_a_leader_that_stops_answering_is_dropped_and_dialed_again(tmp_path: Pat
     pair = Pair(tmp_path)
     pair.run(rounds=3)
     assert len(pair.endpoint.pumps) == 1
-    pair.clock.advance(FETCH_WAIT_MS / 1000 + REQUEST_SLACK_S + 0.1)  # the long-poll's answer never delivered
+    pair.clock.advance(FETCH_WAIT_MS / 1000 + limits.peer_request_slack_s + 0.1)  # the long-poll's answer never delivered
     assert pair.endpoint.pumps[0].client.transport.disconnecting
     pair.run()
     assert len(pair.endpoint.pumps) == 2
-    produced = pair.leader.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"]), -1, 10_000)
+    produced = pair.leader.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a"]), Acks.ALL, 10_000)
     pair.run()
     assert fired(produced).last_offset == 0
 

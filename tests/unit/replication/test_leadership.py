@@ -3,8 +3,8 @@
 from twisted.internet.task import Clock
 
 from mqbroker import errors
-from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.cluster.metadata import PartitionState
+from mqbroker.replication.leadership import LeaderPartition
 
 
 def _leader(clock: Clock) -> LeaderPartition:

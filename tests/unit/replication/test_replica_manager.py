@@ -13,17 +13,29 @@ import pytest
 from twisted.internet.task import Clock
 
 from mqbroker import errors
-from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, ElectLeader, ReassignPartition
+from mqbroker.cluster.metadata_records import (
+    AlterPartition,
+    CreateTopic,
+    ElectLeader,
+    ReassignPartition,
+)
 from mqbroker.config import BrokerConfig, build_config
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.durability.flusher import Flusher
 from mqbroker.errors import ErrorCode
-from mqbroker.model import ANONYMOUS, FetchPosition, FetchResult
+from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, FetchResult
 from mqbroker.records.header import stamp
 from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
-from tests.fakes import BrokerRig, FakeClusterView, RecordingFollower, StepSync, build_broker, fired
+from tests.fakes import (
+    BrokerRig,
+    FakeClusterView,
+    RecordingFollower,
+    StepSync,
+    build_broker,
+    fired,
+)
 from tests.unit.storage.logtools import make_batch, read_all
 
 KEY = ("t", 0)
@@ -211,7 +223,8 @@ def _replicate(follower: BrokerRig, leader: BrokerRig) -> None:
                                            current_leader_epoch=epoch, last_fetched_epoch=position[1]))
     if not positions:
         return
-    results = fired(leader.broker.replica_fetch(ANONYMOUS, follower.config.node_id, positions, 0, 1, 1 << 20))
+    results = fired(leader.broker.replica_fetch(ANONYMOUS, follower.config.node_id,
+                                                FetchRequest(positions=tuple(positions))))
     for result in results:
         key = (result.topic, result.partition)
         if result.error is not None and result.error.code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -234,7 +247,7 @@ def _brokers(tmp_path: Path, count: int, replicas: tuple[int, ...]) -> tuple[Fak
 
 
 def _produce(rig: BrokerRig, values: list[bytes]) -> None:
-    fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch(values), 0, 1_000))
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch(values), Acks.NONE, 1_000))
     rig.engine.finish_all()
 
 
@@ -265,6 +278,6 @@ def test_a_reassignment_moves_the_partition_to_its_target_replicas(tmp_path: Pat
     assert (state.replicas, state.target_replicas, state.leader_id) == ([2, 3], [], 2)
     assert one.logs.partitions() == [] and one.follower.following == {}
     assert three.follower.following == {KEY: (2, 1)}
-    fired(two.broker.produce(ANONYMOUS, "t", 0, make_batch([b"c"]), 0, 1_000))
+    fired(two.broker.produce(ANONYMOUS, "t", 0, make_batch([b"c"]), Acks.NONE, 1_000))
     _replicate(three, two)
     assert read_all(three.log("t")) == read_all(two.log("t"))

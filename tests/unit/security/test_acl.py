@@ -17,7 +17,7 @@ from mqbroker.security.acl import (
     parse_operation,
 )
 from mqbroker.errors import InvalidRequestError
-from mqbroker.interfaces import IAuthorizer
+from mqbroker.interfaces import IAclView, IAuthorizer
 from mqbroker.model import Operation, Principal, ResourceType
 
 ALICE = Principal("User", "alice", "10.0.0.1")
@@ -38,6 +38,7 @@ def acl(principal="User:alice", name="orders", operation=Operation.READ, permiss
 def test_both_authorizers_provide_the_interface():
     assert verifyObject(IAuthorizer, AllowEverything())
     assert verifyObject(IAuthorizer, AclAuthorizer())
+    assert verifyObject(IAclView, AclAuthorizer())
 
 
 def test_nothing_is_allowed_without_an_acl_and_the_denial_is_audited():

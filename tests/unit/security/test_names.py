@@ -22,7 +22,7 @@ from mqbroker.groups.coordinator import GroupCoordinator
 from mqbroker.groups.messages import GroupConfig, OffsetCommitRequest, PartitionCommit
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import OffsetStore
-from mqbroker.model import ANONYMOUS, TopicSpec
+from mqbroker.model import ANONYMOUS, Acks, TopicSpec
 from mqbroker.security.auth import CredentialStore, UserRecord
 from mqbroker.security.names import name_problem
 from mqbroker.storage.manager import LogManager
@@ -103,5 +103,5 @@ def test_the_names_that_broke_the_recovery_checkpoint_are_refused(tmp_path: Path
     with pytest.raises(errors.InvalidTopicError):
         fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name=name), False))
     with pytest.raises(errors.InvalidTopicError):  # auto-creation by a produce checks the same way
-        fired(rig.broker.produce(ANONYMOUS, name, 0, b"", 1, 1_000))
+        fired(rig.broker.produce(ANONYMOUS, name, 0, b"", Acks.LEADER, 1_000))
     assert rig.cluster.proposed == []

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mqbroker import limits
 from mqbroker.config import ConfigError, build_config
 from mqbroker.security.quotas import (
-    THROTTLE_MS_MAX,
     Admission,
     ByteRateQuota,
     ConnectionLimiter,
@@ -100,7 +100,7 @@ def test_throttle_is_never_negative_and_never_longer_than_the_maximum(amounts, l
     now_ms = 0
     for byte_count, step_ms in amounts:
         now_ms += step_ms
-        assert 0 <= bucket.record(byte_count, limit, now_ms) <= THROTTLE_MS_MAX
+        assert 0 <= bucket.record(byte_count, limit, now_ms) <= limits.throttle_ms_max
 
 
 def test_quota_overrides_parse_and_keep_the_default_for_flows_they_do_not_name():

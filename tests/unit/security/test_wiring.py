@@ -19,14 +19,12 @@ from mqbroker.records.readable import UnreadableTally
 from mqbroker.security.auth import Authenticator, CredentialStore, UserRecord
 from mqbroker.config import BrokerConfig, ConfigError, build_config
 from mqbroker.errors import (
-    ClusterAuthorizationError,
     InvalidRequestError,
     ResourceNotFoundError,
     SaslAuthenticationError,
     UnacceptableCredentialError,
 )
 from mqbroker.protocols.listeners import ConnectionLimitingFactory
-from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import PutGenericRecord
 from mqbroker.model import ANONYMOUS, Operation, Principal, ResourceType
 from mqbroker.protocols.adapter import CodecProtocol
@@ -35,6 +33,8 @@ from mqbroker.protocols.native.security import ConnectionSecurity
 from mqbroker.security.quotas import ConnectionLimiter
 from mqbroker.security.scram import ScramMechanism, make_credential, salted_password
 from mqbroker.security.service import ACL_KIND, USER_KIND, SecurityServices
+from mqbroker.service import front_end_security
+from tests.fakes import FakeClusterView
 
 
 def test_security_and_quota_tables_become_config_keys() -> None:
@@ -68,54 +68,43 @@ def test_uncheckable_credentials_are_anonymous_only_when_anonymous_is_allowed() 
         _authenticator(allow_anonymous=False).authenticate_password_or_anonymous("guest", "guest", True, "h")
 
 
-class _FakeMachine:
-    def __init__(self) -> None:
-        self.record_listeners: list = []
-        self.restore_listeners: list = []
-
-
-class _FakeControl:
-    def __init__(self, image: MetadataImage) -> None:
-        self.machine = _FakeMachine()
-        self.image = image
-        self.proposed: list[tuple[str, str, object]] = []
-
-    def put_generic_record(self, kind: str, key: str, value: object) -> None:
-        self.proposed.append((kind, key, value))
-
-
 def test_users_and_acls_follow_the_metadata_records() -> None:
     acl = Acl(principal="User:alice", resource_type=ResourceType.TOPIC, resource_name="orders",
               operation=Operation.WRITE, permission=Permission.ALLOW)
-    image = MetadataImage()
-    image.generic[ACL_KIND] = {acl.to_bytes().decode(): acl.to_json()}
-    control = _FakeControl(image)
-    services = SecurityServices(build_config({"security.authorizer": "acl"}), control)
+    cluster = FakeClusterView()
+    cluster.apply(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=acl.to_json()))
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster)
     alice = Principal("User", "alice", "10.0.0.1")
     assert services.authorizer.authorize(alice, Operation.WRITE, ResourceType.TOPIC, "orders")
     store = CredentialStore(os.urandom, iterations=4096)
     record = store.add("alice", "secret")
-    [applied] = control.machine.record_listeners
-    applied(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())), image)
+    cluster.apply(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())))
     assert services.authenticator.authenticate_password("alice", "secret", True, "h").name == "alice"
-    applied(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=None), image)
+    cluster.apply(PutGenericRecord(kind=ACL_KIND, key=acl.to_bytes().decode(), value=None))
     assert not services.authorizer.authorize(alice, Operation.WRITE, ResourceType.TOPIC, "orders")
+
+
+def test_a_new_user_is_proposed_as_a_record_without_its_password() -> None:
+    cluster = FakeClusterView()
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster)
+    services.upsert_user("bob", "bob-password", create=True)
+    [proposed] = cluster.proposed
+    assert isinstance(proposed, PutGenericRecord) and (proposed.kind, proposed.key) == (USER_KIND, "bob")
+    assert "bob-password" not in json.dumps(proposed.value)
+    assert services.list_users() == ["bob"]  # committed at once by the fake controller, and applied
 
 
 def test_a_user_or_acl_record_that_does_not_decode_is_counted_and_skipped() -> None:
     """The metadata replay goes on: the records after a broken one are applied."""
-    image = MetadataImage()
-    image.applied_index = 41
-    control = _FakeControl(image)
+    cluster = FakeClusterView()
     tally = UnreadableTally()
-    services = SecurityServices(build_config({"security.authorizer": "acl"}), control, unreadable=tally)
-    [applied] = control.machine.record_listeners
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster, unreadable=tally)
     record = CredentialStore(os.urandom, iterations=4096).add("alice", "secret")
     for broken in ({"name": "bob"}, {"name": "bob", "credentials": [{"mechanism": "SCRAM-SHA-512", "iterations": 1}]},
                    ["not", "a", "user"]):
-        applied(PutGenericRecord(kind=USER_KIND, key="bob", value=broken), image)
-    applied(PutGenericRecord(kind=ACL_KIND, key="{not an acl", value={}), image)
-    applied(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())), image)
+        cluster.apply(PutGenericRecord(kind=USER_KIND, key="bob", value=broken))
+    cluster.apply(PutGenericRecord(kind=ACL_KIND, key="{not an acl", value={}))
+    cluster.apply(PutGenericRecord(kind=USER_KIND, key="alice", value=json.loads(record.to_bytes())))
     assert services.authenticator.authenticate_password("alice", "secret", True, "h").name == "alice"
     assert tally.counts() == {("metadata replay", "__cluster_metadata"): 4}
 
@@ -128,17 +117,6 @@ def test_garbage_user_records_raise_only_invalid_request(value: object) -> None:
         UserRecord.from_bytes(json.dumps(value).encode())
     with contextlib.suppress(InvalidRequestError):
         UserRecord.from_bytes(json.dumps({"name": "x", "credentials": [value]}).encode())
-
-
-def test_admin_requests_need_cluster_alter_and_store_no_password() -> None:
-    control = _FakeControl(MetadataImage())
-    services = SecurityServices(build_config({"security.authorizer": "acl", "security.super_users": "User:admin"}),
-                                control)
-    with pytest.raises(ClusterAuthorizationError):
-        services.upsert_user(Principal("User", "alice"), "bob", "pw", create=True)
-    services.upsert_user(Principal("User", "admin"), "bob", "bob-password", create=True)
-    [(kind, key, value)] = control.proposed
-    assert (kind, key) == (USER_KIND, "bob") and "bob-password" not in json.dumps(value)
 
 
 def test_connections_beyond_the_limit_are_refused_and_slots_come_back() -> None:
@@ -196,8 +174,9 @@ def _fetch(replica_id: int) -> tuple[m.FetchRequest, m.FetchResponse]:
 
 
 def test_consumer_fetches_are_throttled_and_replica_fetches_are_not() -> None:
-    services = SecurityServices(BrokerConfig(quotas_principal_fetch_bytes_per_second=10_000))
-    security = ConnectionSecurity(services, secure=False, host="127.0.0.1", peer_certificate=lambda: None)
+    config = BrokerConfig(quotas_principal_fetch_bytes_per_second=10_000)
+    security = ConnectionSecurity(front_end_security(SecurityServices(config)), config, secure=False,
+                                  host="127.0.0.1", peer_certificate=lambda: None)
     principal = Principal("User", "ANONYMOUS")
     assert security.throttle_ms(principal, "replica-2", *_fetch(replica_id=2), now_ms=0) == 0
     assert security.throttle_ms(principal, "consumer", *_fetch(replica_id=-1), now_ms=0) > 0
@@ -205,22 +184,19 @@ def test_consumer_fetches_are_throttled_and_replica_fetches_are_not() -> None:
 
 def test_salted_credentials_from_a_kafka_client_authenticate_like_a_password_would() -> None:
     """AlterUserScramCredentials carries Hi(password, salt, iterations); the stored keys match a password's."""
-    control = _FakeControl(MetadataImage())
-    services = SecurityServices(build_config({"security.authorizer": "acl", "security.super_users": "User:admin"}),
-                                control)
-    admin = Principal("User", "admin")
+    cluster = FakeClusterView()
+    services = SecurityServices(build_config({"security.authorizer": "acl"}), cluster)
     salted = salted_password(ScramMechanism.SHA_512, "s3cret", b"salty", 8192)
-    services.alter_scram_credentials(admin, "carol", upsertions=[(ScramMechanism.SHA_512, b"salty", 8192, salted)],
+    services.alter_scram_credentials("carol", upsertions=[(ScramMechanism.SHA_512, b"salty", 8192, salted)],
                                      deletions=[])
-    [(kind, key, value)] = control.proposed
-    [applied] = control.machine.record_listeners
-    applied(PutGenericRecord(kind=kind, key=key, value=value), control.image)
     assert services.store.lookup("carol", ScramMechanism.SHA_512) == make_credential(ScramMechanism.SHA_512, "s3cret",
                                                                                      b"salty", 8192)
+    assert services.describe_users() == {"carol": {ScramMechanism.SHA_512: 8192}}
     with pytest.raises(ResourceNotFoundError):
-        services.alter_scram_credentials(admin, "carol", upsertions=[], deletions=[ScramMechanism.SHA_256])
+        services.alter_scram_credentials("carol", upsertions=[], deletions=[ScramMechanism.SHA_256])
     with pytest.raises(UnacceptableCredentialError):
-        services.alter_scram_credentials(admin, "carol", upsertions=[(ScramMechanism.SHA_256, b"s", 10, salted)],
-                                         deletions=[])
-    services.alter_scram_credentials(admin, "carol", upsertions=[], deletions=[ScramMechanism.SHA_512])
-    assert control.proposed[-1] == (USER_KIND, "carol", None)  # no credential left: the user goes
+        services.alter_scram_credentials("carol", upsertions=[(ScramMechanism.SHA_256, b"s", 10, salted)], deletions=[])
+    services.alter_scram_credentials("carol", upsertions=[], deletions=[ScramMechanism.SHA_512])
+    last = cluster.proposed[-1]
+    assert isinstance(last, PutGenericRecord) and (last.kind, last.key, last.value) == (USER_KIND, "carol", None)
+    assert services.describe_users() == {}  # no credential left: the user goes

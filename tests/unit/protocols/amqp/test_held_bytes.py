@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mqbroker import limits
-from mqbroker.protocols.amqp.channel import ByteBudget
+from mqbroker.protocols.amqp.held_bytes import ByteBudget
 from tests.interaction.test_amqp_scripts import Script
 
 
@@ -50,7 +50,7 @@ def test_the_broker_wide_bound_refuses_a_second_connection_while_the_first_holds
     first, second = Script(), Script()
     for script in (first, second):
         script.run("connect")
-        script.connection._broker_budget = budget
+        script.connection.held.broker_budget = budget
     _run(first, "send 1 TxSelect", "publish 1 8000 exchange='' routing_key='q'")
     assert budget.reserved_bytes == 8000
     output = _run(second, "send 1 TxSelect", "publish 1 8000 exchange='' routing_key='q'")
@@ -65,7 +65,7 @@ def test_plain_publishes_hold_nothing_once_complete(channels) -> None:
     budget = ByteBudget(1_000_000)
     script = Script()
     script.run("connect")
-    script.connection._broker_budget = budget
+    script.connection.held.broker_budget = budget
     for number in range(2, channels + 1):
         _run(script, f"send {number} ChannelOpen")
     for number in range(1, channels + 1):

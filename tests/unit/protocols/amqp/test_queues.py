@@ -6,60 +6,32 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 
-from mqbroker import errors
-from mqbroker.model import FetchResult, Principal, ProduceResult
+from mqbroker import errors, limits
+from mqbroker.model import Acks, Principal
 from mqbroker.protocols.amqp.actions import Delivery, Outcome
-from mqbroker.protocols.amqp.queue_state import QueuePolicy, QueueState
-from mqbroker.protocols.amqp.queues import PRODUCE_TIMEOUT_MS, ClassicQueue, Consumer, decode_fetched
-from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, QueueDeclaration, append_message
+from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
+from mqbroker.protocols.amqp.queue_state import QueueState
+from mqbroker.protocols.amqp.queues import ClassicQueue, Consumer, decode_fetched
+from mqbroker.protocols.amqp.stored import (
+    EMPTY_PROPERTIES,
+    QueueDeclaration,
+    append_message,
+    queue_topic,
+)
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import read_header, stamp
-
-
-class FakeBroker:
-    """Appends count offsets; the high watermark moves only when the test calls ``sync`` (the fsync)."""
-
-    def __init__(self) -> None:
-        self.log_end = 0
-        self.high_watermark = 0
-        self.acks: list[int] = []
-        self.refuse = False
-        self._fetches: list[tuple[int, Deferred[list[FetchResult]]]] = []
-
-    def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: int,
-                timeout_ms: int) -> Deferred[ProduceResult]:
-        if self.refuse:
-            return fail(errors.NotLeaderError("leadership moved"))
-        self.acks.append(acks)
-        count = read_header(records).records_count
-        base, self.log_end = self.log_end, self.log_end + count
-        return succeed(ProduceResult(base_offset=base, last_offset=self.log_end - 1, log_append_time_ms=-1,
-                                     log_start_offset=0))
-
-    def fetch(self, principal: Principal, positions: list[Any], max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> Deferred[list[FetchResult]]:
-        fetched: Deferred[list[FetchResult]] = Deferred()
-        self._fetches.append((positions[0].offset, fetched))
-        return fetched
-
-    def sync(self) -> None:
-        """Everything appended is durable: answer the long polls (records are not needed here)."""
-        self.high_watermark = self.log_end
-        fetches, self._fetches = self._fetches, []
-        for _, fetched in fetches:
-            fetched.callback([FetchResult(topic="t", partition=0, high_watermark=self.high_watermark,
-                                          log_start_offset=0)])
+from mqbroker.records.header import stamp
+from tests.fake_broker import FakeBroker
 
 
 class Host:
     """The virtual host side of a queue."""
 
     def __init__(self) -> None:
-        self.broker = FakeBroker()
+        self.broker = FakeBroker(durable_at_once=False)  # appends are durable at ``sync`` (the fsync)
+        self.broker.add_topic(queue_topic("q"))
         self.principal = Principal("Service", "amqp")
         self.reactor = Clock()
         self.skipped: list[tuple[str, str, int, int]] = []
@@ -107,7 +79,7 @@ def test_a_consumer_gets_a_message_before_it_is_durable_and_its_publisher_hears_
     queue, host, session = consumed_queue()
     stored = queue.append(0, "", "q", b"\x00\x00", b"hello", None)
     host.reactor.advance(0)  # the turn's batch goes to the broker
-    assert host.broker.acks == [0]
+    assert [call[4] for call in host.broker.calls_of("produce")] == [Acks.NONE]
     assert [delivery.body for delivery in session.delivered] == [b"hello"]
     assert stored.outcome is None and queue.unsettled_appends == [stored]
     host.broker.sync()
@@ -116,7 +88,7 @@ def test_a_consumer_gets_a_message_before_it_is_durable_and_its_publisher_hears_
 
 def test_messages_appended_while_the_cursor_lags_are_left_to_the_fetch() -> None:
     queue, host, session = consumed_queue()
-    host.broker.log_end = 5  # records the queue has not read (produced natively)
+    host.broker.append(queue.topic, _message_batches([0, 2], corrupt=set()))  # not read yet (produced natively)
     stored = queue.append(0, "", "q", b"\x00\x00", b"late", None)
     host.reactor.advance(0)
     assert session.delivered == [] and queue.state.cursor == 0
@@ -128,15 +100,15 @@ def test_a_batch_never_seen_durable_is_refused_after_the_produce_timeout() -> No
     queue, host, _ = consumed_queue()
     stored = queue.append(0, "", "q", b"\x00\x00", b"x", None)
     host.reactor.advance(0)
-    queue.housekeep(host.now_ms() + PRODUCE_TIMEOUT_MS - 1)
+    queue.housekeep(host.now_ms() + limits.produce_timeout_ms_default - 1)
     assert stored.outcome is None
-    queue.housekeep(host.now_ms() + PRODUCE_TIMEOUT_MS)
+    queue.housekeep(host.now_ms() + limits.produce_timeout_ms_default)
     assert stored.outcome is False
 
 
 def test_a_refused_append_is_neither_delivered_nor_confirmed() -> None:
     queue, host, session = consumed_queue()
-    host.broker.refuse = True
+    host.broker.script("produce", errors.NotLeaderError("leadership moved"))
     stored = queue.append(0, "", "q", b"\x00\x00", b"x", None)
     host.reactor.advance(0)
     assert stored.outcome is False and session.delivered == []
@@ -186,11 +158,8 @@ def test_garbage_fetches_raise_only_corrupt_record(chunk: bytes) -> None:
 
 def test_a_queue_reads_past_a_batch_that_does_not_decode_and_delivers_the_rest() -> None:
     queue, host, session = consumed_queue()
-    host.broker.log_end = host.broker.high_watermark = 6
-    queue.dispatch()
-    [(offset, fetched)] = host.broker._fetches
-    fetched.callback([FetchResult(topic=queue.topic, partition=0, records=_message_batches([0, 2, 4], corrupt={2}),
-                                  high_watermark=6, log_start_offset=0)])
+    host.broker.append(queue.topic, _message_batches([0, 2, 4], corrupt={2}))
+    host.broker.sync()  # the queue's long poll answers with the three batches
     assert [delivery.body for delivery in session.delivered] == [b"m0", b"m1", b"m2", b"m3"]
     assert queue.state.cursor == 6 and queue.state.unread_count == 0
     assert host.skipped == [("AMQP queue", queue.topic, 4, 5)]

@@ -11,11 +11,12 @@ from twisted.internet.testing import StringTransport
 from mqbroker import limits
 from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.amqp import codec, spec
-from mqbroker.protocols.amqp.channel import ByteBudget
-from mqbroker.protocols.amqp.queues import BatchStored, ConsumerKey
+from mqbroker.protocols.amqp.appender import BatchStored
+from mqbroker.protocols.amqp.held_bytes import ByteBudget
+from mqbroker.protocols.amqp.queues import ConsumerKey
 from mqbroker.protocols.amqp.server import AmqpSession
 from mqbroker.protocols.amqp.spec import ReplyCode
-from mqbroker.protocols.startup import READY_WAIT_S, StartedSignal
+from mqbroker.protocols.startup import StartedSignal
 
 
 class FakeVirtualHost:
@@ -108,7 +109,7 @@ def test_heartbeats_are_sent_when_idle_and_a_silent_client_is_dropped() -> None:
 def test_a_connection_waits_for_the_virtual_host_to_start_and_is_then_served() -> None:
     client = Client(vhost_started=False)
     assert not any(isinstance(method, spec.ConnectionTune) for method in client.methods())
-    client.clock.advance(READY_WAIT_S / 2)
+    client.clock.advance(limits.front_end_ready_wait_s_max / 2)
     client.vhost.started.fire()
     assert any(isinstance(method, spec.ConnectionTune) for method in client.methods())
     client.open()
@@ -116,7 +117,7 @@ def test_a_connection_waits_for_the_virtual_host_to_start_and_is_then_served() -
 
 def test_a_connection_is_closed_with_320_if_the_virtual_host_does_not_start_in_time() -> None:
     client = Client(vhost_started=False)
-    client.clock.advance(READY_WAIT_S)
+    client.clock.advance(limits.front_end_ready_wait_s_max)
     [close] = [method for method in client.methods() if isinstance(method, spec.ConnectionClose)]
     assert close.reply_code == ReplyCode.CONNECTION_FORCED
     assert "AMQP front end has not finished starting within 5 s" in close.reply_text

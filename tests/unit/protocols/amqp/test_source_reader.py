@@ -1,4 +1,4 @@
-"""The source reader (x-source-topic) against a fake broker and clock: positions advance only once routed
+"""The source reader (x-source-topic) against the fake broker and a clock: positions advance only once routed
 records are durable, a refused append routes the chunk again, stop ends the loop."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 
-from mqbroker.model import FetchResult, Principal
-from mqbroker.protocols.amqp.queues import BatchStored
+from mqbroker.model import Principal
+from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.sources import SOURCE_RETRY_S, SourceReader, SourceRecord
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import stamp
+from tests.fake_broker import FakeBroker
 
 
 def _records(base_offset: int, count: int) -> bytes:
@@ -24,28 +25,12 @@ def _records(base_offset: int, count: int) -> bytes:
     return bytes(batch)
 
 
-class FakeBroker:
-    """Serves a log of ``log_end`` records on partition 0; a fetch at the end stays pending (a long poll)."""
-
-    def __init__(self, log_end: int) -> None:
-        self.log_end = log_end
-        self.fetched_from: list[int] = []
-
-    def fetch(self, principal: Principal, positions: list[Any], max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> Deferred[list[FetchResult]]:
-        [position] = positions
-        self.fetched_from.append(position.offset)
-        if position.offset >= self.log_end:
-            return Deferred()
-        records = _records(position.offset, self.log_end - position.offset)
-        return succeed([FetchResult(topic=position.topic, partition=0, records=records, high_watermark=self.log_end)])
-
-
 class FakeHost:
     """Routes every record into one batch per chunk and records saved positions."""
 
     def __init__(self, log_end: int) -> None:
-        self.broker = FakeBroker(log_end)
+        self.broker = FakeBroker()
+        self.broker.append("orders", _records(0, log_end))
         self.principal = Principal("Service", "amqp")
         self.reactor = Clock()
         self.routed: list[list[str]] = []
@@ -71,7 +56,8 @@ def test_the_position_is_saved_only_once_the_routed_records_are_durable() -> Non
     assert host.routed == [["key.1", "key.2"]] and host.saved == []
     host.batches[0].settle(True)
     assert host.saved == [{0: 3}]
-    assert host.broker.fetched_from == [1, 3]  # then waits at the end of the log
+    fetched_from = [request.positions[0].offset for _, request in host.broker.calls_of("fetch")]
+    assert fetched_from == [1, 3]  # then waits at the end of the log
     reader.stop()
 
 

@@ -4,35 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from mqbroker.model import FetchResult, ProduceResult
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC, QueueDeclaration
 from mqbroker.protocols.amqp.vhost import STATE_WRITE_DELAY_S, VirtualHost
+from tests.fake_broker import FakeBroker
 
 
-class EmptyLogBroker:
-    """Every internal topic is empty; produces are recorded and durable at once."""
-
-    def __init__(self) -> None:
-        self.produced_topics: list[str] = []
-
-    def create_topic(self, principal: Any, spec: Any, validate_only: bool) -> Any:
-        return succeed(None)
-
-    def fetch(self, principal: Any, positions: list[Any], max_wait_ms: int, min_bytes: int, max_bytes: int) -> Any:
-        return succeed([FetchResult(topic=p.topic, partition=p.partition, high_watermark=0, log_start_offset=0)
-                        for p in positions])
-
-    def produce(self, principal: Any, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> Any:
-        self.produced_topics.append(topic)
-        return succeed(ProduceResult(base_offset=0, last_offset=0, log_append_time_ms=-1, log_start_offset=0))
-
-
-def _host_with_changed_queue() -> tuple[VirtualHost, EmptyLogBroker, Clock]:
-    broker, clock = EmptyLogBroker(), Clock()
+def _host_with_changed_queue() -> tuple[VirtualHost, FakeBroker, Clock]:
+    broker, clock = FakeBroker(), Clock()
     host = VirtualHost(broker, clock)
     assert host.started.started
     queue = host._add_queue(QueueDeclaration(name="work"), owner=None)
@@ -40,26 +22,30 @@ def _host_with_changed_queue() -> tuple[VirtualHost, EmptyLogBroker, Clock]:
     return host, broker, clock
 
 
+def _produced_topics(broker: FakeBroker) -> list[str]:
+    return [topic for _, topic, *_ in broker.calls_of("produce")]
+
+
 def test_a_changed_queue_state_is_written_after_the_delay() -> None:
     host, broker, clock = _host_with_changed_queue()
-    assert QUEUE_STATE_TOPIC not in broker.produced_topics
+    assert QUEUE_STATE_TOPIC not in _produced_topics(broker)
     clock.advance(STATE_WRITE_DELAY_S)
-    assert broker.produced_topics.count(QUEUE_STATE_TOPIC) == 1
+    assert _produced_topics(broker).count(QUEUE_STATE_TOPIC) == 1
 
 
 def test_at_shutdown_pending_states_are_written_at_once_and_not_again() -> None:
     host, broker, clock = _host_with_changed_queue()
     written = host.write_changed_states()
     assert written.called
-    assert broker.produced_topics.count(QUEUE_STATE_TOPIC) == 1
+    assert _produced_topics(broker).count(QUEUE_STATE_TOPIC) == 1
     clock.advance(STATE_WRITE_DELAY_S * 10)  # the delayed write was cancelled
-    assert broker.produced_topics.count(QUEUE_STATE_TOPIC) == 1
+    assert _produced_topics(broker).count(QUEUE_STATE_TOPIC) == 1
     assert host.write_changed_states().called  # nothing pending: done at once
 
 
 def test_queue_and_exchange_names_must_be_printable() -> None:
     """A name is checked whole: 'jobs\\n' is refused with 406 and nothing is created or stored."""
-    broker = EmptyLogBroker()
+    broker = FakeBroker()
     host = VirtualHost(broker, Clock())
     for declared in (host.declare_queue(spec.QueueDeclare(queue="jobs\n"), session_id=1),
                      host.declare_exchange(spec.ExchangeDeclare(exchange="logs\x00", type="fanout"))):
@@ -69,4 +55,4 @@ def test_queue_and_exchange_names_must_be_printable() -> None:
         [error] = errors
         assert error.value.reply_code == spec.ReplyCode.PRECONDITION_FAILED and "control" in error.value.reply_text
     assert "jobs\n" not in host.queues and "logs\x00" not in host.router.exchanges
-    assert broker.produced_topics == []
+    assert _produced_topics(broker) == []

@@ -5,15 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbroker.protocols.mqtt.actions import Close, Send
-from mqbroker.protocols.mqtt.codec import encode
-from mqbroker.protocols.mqtt.packets import Connect, Publish, ReasonCode
 from mqbroker.protocols.mqtt.registry import SubscriptionRegistry
 from mqbroker.protocols.mqtt.retained import RetainedStore
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import StoredSession
-from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
-from mqbroker.protocols.mqtt.topics import TopicMapping, topic_matches
+from mqbroker.protocols.mqtt.topics import topic_matches
 
 
 def _message(topic: str, payload: bytes = b"x") -> OutboundMessage:
@@ -111,27 +107,3 @@ def test_retained_matching_agrees_with_the_reference_matcher(topics: list[str], 
 def test_a_stored_session_round_trips_its_cursors() -> None:
     stored = StoredSession(state=b"{}", cursors={("mqtt.messages", 0): 42}, ended_at_ms=7)
     assert StoredSession.from_bytes(stored.to_bytes()) == stored
-
-
-def _connected_session(level: int) -> MqttSession:
-    session = MqttSession(config=SessionConfig(receive_maximum=2), mapping=TopicMapping(), generate_client_id=lambda: "g")
-    session.receive_data(encode(Connect(protocol_level=level, client_id="c"), level), 0)
-    session.session_opened(None, 0)
-    return session
-
-
-def test_a_3_1_1_client_over_the_receive_maximum_is_paced_not_disconnected() -> None:
-    session = _connected_session(4)
-    flood = b"".join(encode(Publish(topic="t", payload=b"x", qos=1, packet_id=n), 4) for n in range(1, 6))
-    actions = session.receive_data(flood, 0)
-    assert session.state is ConnectionState.CONNECTED and not any(isinstance(a, Close) for a in actions)
-    assert session.log_writes_in_flight == 5  # the adapter pauses reading at the receive maximum
-
-
-def test_a_5_0_client_over_the_receive_maximum_gets_disconnect_0x93() -> None:
-    session = _connected_session(5)
-    flood = b"".join(encode(Publish(topic="t", payload=b"x", qos=1, packet_id=n), 5) for n in range(1, 6))
-    actions = session.receive_data(flood, 0)
-    assert any(isinstance(a, Send) and getattr(a.packet, "reason_code", None) == ReasonCode.RECEIVE_MAXIMUM_EXCEEDED
-               for a in actions)
-    assert session.state is ConnectionState.ERROR

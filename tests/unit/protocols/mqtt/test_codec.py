@@ -6,7 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbroker.protocols.mqtt.codec import PacketDecoder, encode, encode_variable_byte_integer
+from mqbroker.protocols.mqtt.codec import (
+    PacketDecoder,
+    encode,
+    encode_variable_byte_integer,
+)
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.packets import (
     NO_PROPERTIES,

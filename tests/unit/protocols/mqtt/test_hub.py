@@ -11,10 +11,10 @@ from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
 from mqbroker.protocols.mqtt.state import Subscription
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.header import stamp
 from mqbroker.records.readable import UnreadableTally
+from tests.fake_broker import FakeBroker
 from tests.poison import poison_batch
-from tests.unit.protocols.test_startup import TopicsBroker, warnings  # noqa: F401  (a fixture)
+from tests.unit.protocols.test_startup import warnings  # noqa: F401  (a fixture)
 
 LOG_TOPIC = TopicMapping().default_log_topic
 
@@ -35,10 +35,8 @@ class LiveConnection:
         pass
 
 
-def _poison(broker: TopicsBroker, topic: str) -> None:
-    batch = bytearray(poison_batch())
-    stamp(batch, 0, broker._end(topic), 0)
-    broker.topics.setdefault(topic, bytearray()).extend(batch)
+def _poison(broker: FakeBroker, topic: str) -> None:
+    broker.append(topic, poison_batch())
 
 
 def _message_batch(topic: str, payload: bytes) -> bytes:
@@ -48,11 +46,10 @@ def _message_batch(topic: str, payload: bytes) -> bytes:
 
 
 def test_retained_messages_around_a_poison_batch_are_restored(warnings: list[dict[str, Any]]) -> None:  # noqa: F811
-    broker, tally = TopicsBroker(), UnreadableTally()
-    broker.topics[RETAINED_TOPIC] = bytearray()
-    broker.produce(None, RETAINED_TOPIC, 0, _message_batch("plant/a", b"1"), -1, 0)
+    broker, tally = FakeBroker(), UnreadableTally()
+    broker.append(RETAINED_TOPIC, _message_batch("plant/a", b"1"))
     _poison(broker, RETAINED_TOPIC)
-    broker.produce(None, RETAINED_TOPIC, 0, _message_batch("plant/b", b"2"), -1, 0)
+    broker.append(RETAINED_TOPIC, _message_batch("plant/b", b"2"))
     hub = MqttHub(broker, Clock(), TopicMapping(), unreadable=tally)
     Deferred.fromCoroutine(hub.start())
     assert hub.started.started
@@ -64,15 +61,15 @@ def test_retained_messages_around_a_poison_batch_are_restored(warnings: list[dic
 
 
 def test_live_subscribers_get_the_messages_after_a_poison_batch() -> None:
-    broker, tally = TopicsBroker(), UnreadableTally()
+    broker, tally = FakeBroker(), UnreadableTally()
     hub = MqttHub(broker, Clock(), TopicMapping(), unreadable=tally)
     connection = LiveConnection()
     hub.connections["device-1"] = connection  # type: ignore[assignment]
     hub.registry.add("device-1", Subscription(topic_filter="#"))
     key = (LOG_TOPIC, 0)
-    broker.produce(None, LOG_TOPIC, 0, _message_batch("plant/a", b"before"), -1, 0)
+    broker.append(LOG_TOPIC, _message_batch("plant/a", b"before"))
     _poison(broker, LOG_TOPIC)
-    broker.produce(None, LOG_TOPIC, 0, _message_batch("plant/b", b"after"), -1, 0)
-    hub.dispatch_all(key, bytes(broker.topics[LOG_TOPIC]), 0)
+    broker.append(LOG_TOPIC, _message_batch("plant/b", b"after"))
+    hub.dispatch_all(key, b"".join(batch for _, batch in broker.logs[key].batches), 0)
     assert connection.offered == [(0, "plant/a", b"before"), (2, "plant/b", b"after")]
     assert tally.counts() == {("MQTT reader", LOG_TOPIC): 1}

@@ -5,13 +5,18 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbroker.protocols.mqtt.actions import Close, PublishToLog, Send
-from mqbroker.protocols.mqtt.codec import encode
+from mqbroker.protocols.mqtt.actions import Close, PublishToLog
 from mqbroker.protocols.mqtt.headers import message_from_record, record_headers
-from mqbroker.protocols.mqtt.packets import Connect, Properties, Publish, RetainHandling
-from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession, SessionConfig
-from mqbroker.protocols.mqtt.state import Inflight, InflightState, OutboundMessage, SessionState, Subscription
-from mqbroker.protocols.mqtt.topics import TopicMapping
+from mqbroker.protocols.mqtt.packets import Properties, Publish, RetainHandling
+from mqbroker.protocols.mqtt.session import ConnectionState
+from mqbroker.protocols.mqtt.state import (
+    Inflight,
+    InflightState,
+    OutboundMessage,
+    SessionState,
+    Subscription,
+)
+from tests.unit.protocols.mqtt.test_flows import connected_session
 
 texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=10)
 
@@ -88,37 +93,6 @@ def test_native_records_go_out_at_the_subscription_qos_and_keyless_records_not_a
     assert message.properties.user_properties == (("trace", "abc"),)
     assert message_from_record(None, b"v", [], timestamp_ms=0) is None
     assert message_from_record(b"bad/+", b"v", [], timestamp_ms=0) is None
-
-
-def connected_session(level: int = 5) -> MqttSession:
-    """A session past CONNECT/CONNACK with one QoS 1 subscription on '#'."""
-    session = MqttSession(config=SessionConfig(), mapping=TopicMapping(), generate_client_id=lambda: "generated")
-    session.receive_data(encode(Connect(protocol_level=level, client_id="c", keep_alive_s=0), level), 0)
-    session.session_opened(None, 0)
-    assert session.state is ConnectionState.CONNECTED
-    return session
-
-
-def test_an_expired_message_is_dropped_and_a_live_one_carries_its_remaining_lifetime() -> None:
-    session = connected_session()
-    subscription = [Subscription(topic_filter="#", qos=1)]
-    expired = OutboundMessage(topic="t", payload=b"old", qos=1, properties=Properties(message_expiry_interval_s=5),
-                              created_ms=0)
-    assert session.deliver(expired, subscription, now_ms=5000) == []
-    live = OutboundMessage(topic="t", payload=b"new", qos=1, properties=Properties(message_expiry_interval_s=60),
-                           created_ms=1000)
-    (send,) = [action for action in session.deliver(live, subscription, now_ms=11_000) if isinstance(action, Send)]
-    assert isinstance(send.packet, Publish) and send.packet.properties.message_expiry_interval_s == 50
-
-
-def test_a_message_larger_than_the_client_maximum_packet_size_is_dropped() -> None:
-    session = MqttSession(config=SessionConfig(), mapping=TopicMapping(), generate_client_id=lambda: "g")
-    connect = Connect(client_id="c", keep_alive_s=0, properties=Properties(maximum_packet_size=64))
-    session.receive_data(encode(connect, 5), 0)
-    session.session_opened(None, 0)
-    big = OutboundMessage(topic="t", payload=b"x" * 100, qos=1)
-    assert session.deliver(big, [Subscription(topic_filter="#", qos=1)], 0) == []
-    assert session.session is not None and session.session.inflight == {}
 
 
 @given(data=st.lists(st.binary(max_size=64), max_size=5), level=st.sampled_from([4, 5]))

@@ -8,19 +8,21 @@ the decisions and the audit trail.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from mqbroker import errors
 from mqbroker.interfaces import ISaslExchange
-from mqbroker.model import Principal
-from mqbroker.security.service import SecurityServices, audit_authentication_failure
+from mqbroker.model import PeerIdentity, Principal
+from mqbroker.protocols.frontends import FrontEndSecurity
 
 
 class ConnectionAuthentication:
     """Who one connection is: certificate or anonymous until a SASL exchange says otherwise."""
 
-    def __init__(self, services: SecurityServices, protocol: str, secure: bool, host: str, peer_certificate: Any) -> None:
-        self._services = services
+    def __init__(self, security: FrontEndSecurity, protocol: str, secure: bool, host: str,
+                 peer_certificate: Callable[[], PeerIdentity | None]) -> None:
+        self._authenticator = security.authenticator
+        self._audit = security.audit
         self._protocol = protocol
         self.secure = secure
         self.host = host
@@ -38,10 +40,10 @@ class ConnectionAuthentication:
             identity = self._peer_certificate()
             try:
                 if identity is not None:
-                    self._principal = self._services.authenticator.authenticate_certificate(
+                    self._principal = self._authenticator.authenticate_certificate(
                         identity.subject, identity.alternative_names, self.host)
                 else:
-                    self._principal = self._services.authenticator.anonymous(self.host)
+                    self._principal = self._authenticator.anonymous(self.host)
             except errors.SaslAuthenticationError:
                 self._principal = None  # SASL may still authenticate this connection
         return self._principal
@@ -50,14 +52,14 @@ class ConnectionAuthentication:
         """The principal for a request named ``what``; SaslAuthenticationError if there is none yet."""
         principal = self.principal()
         if principal is None:
-            audit_authentication_failure(self._protocol, self.host, "", f"{what} before authenticating")
+            self._audit.authentication_failed(self._protocol, self.host, "", f"{what} before authenticating")
             raise errors.SaslAuthenticationError(
                 "authenticate first: this broker does not allow anonymous access (use SASL or a client certificate)")
         return principal
 
     def mechanisms(self) -> list[str]:
         """The SASL mechanisms this connection may use."""
-        return list(self._services.authenticator.mechanisms(self.secure))
+        return list(self._authenticator.mechanisms(self.secure))
 
     @property
     def exchanging(self) -> bool:
@@ -66,7 +68,7 @@ class ConnectionAuthentication:
 
     def start_sasl(self, mechanism: str) -> None:
         """Begin an exchange with ``mechanism``; UnsupportedSaslMechanismError if it is not enabled here."""
-        self._exchange = self._services.authenticator.start(mechanism, self.secure, self.host)
+        self._exchange = self._authenticator.start(mechanism, self.secure, self.host)
 
     def step_sasl(self, message: bytes) -> bytes:
         """One client message of the exchange; on completion the connection takes the exchange's principal."""
@@ -77,7 +79,7 @@ class ConnectionAuthentication:
             reply = exchange.respond(message)
         except errors.BrokerError as error:
             self._exchange = None
-            audit_authentication_failure(self._protocol, self.host, "", error.message)
+            self._audit.authentication_failed(self._protocol, self.host, "", error.message)
             raise
         if exchange.complete:
             self._principal = exchange.principal

@@ -11,20 +11,24 @@ held deliveries in the log or queue.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from mqbroker.security.quotas import QuotaKind, QuotaManager
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+from mqbroker.interfaces import IByteRateQuotas
+from mqbroker.protocols.frontends import FrontEndSecurity
+from mqbroker.security.quotas import QuotaKind
 
 
 class Throttle:
     """One flow (produce or fetch) of one connection, held while its principal or client id is over quota."""
 
-    def __init__(self, quotas: QuotaManager, kind: QuotaKind, clock: Any, on_release: Callable[[], None]) -> None:
+    def __init__(self, quotas: IByteRateQuotas, kind: QuotaKind, clock: IReactorTime,
+                 on_release: Callable[[], None]) -> None:
         self._quotas = quotas
         self._kind = kind
         self._clock = clock
         self._on_release = on_release
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._release_at_s = 0.0
         self.principal = ""
         self.client_id = ""
@@ -59,10 +63,10 @@ class Throttle:
         self._on_release()
 
 
-def throttles(services: Any, clock: Any, on_produce_release: Callable[[], None],
-              on_fetch_release: Callable[[], None]) -> tuple[Throttle, Throttle] | None:
-    """A connection's produce and fetch throttles, or None when no byte-rate quota is configured."""
-    if services is None or not services.quotas_enabled:
-        return None
-    return (Throttle(services.quotas, QuotaKind.PRODUCE, clock, on_produce_release),
-            Throttle(services.quotas, QuotaKind.FETCH, clock, on_fetch_release))
+def throttles(security: FrontEndSecurity | None, clock: IReactorTime, on_produce_release: Callable[[], None],
+              on_fetch_release: Callable[[], None]) -> tuple[Throttle, Throttle] | tuple[None, None]:
+    """A connection's produce and fetch throttles, or (None, None) when no byte-rate quota is configured."""
+    if security is None or not security.quotas.has_quotas:
+        return None, None
+    return (Throttle(security.quotas, QuotaKind.PRODUCE, clock, on_produce_release),
+            Throttle(security.quotas, QuotaKind.FETCH, clock, on_fetch_release))

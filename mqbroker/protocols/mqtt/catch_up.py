@@ -1,0 +1,148 @@
+"""Where one MQTT session stands in each log partition, and its own reads of the partitions it fell behind on.
+
+Deliveries come from the hub's shared log readers while the session keeps up ("live"). A session
+whose window is full, or that reconnects with a stored position, reads the log itself from its
+cursor ("catching up") until it reaches the shared readers again; meanwhile they skip it for
+that partition. Catch-up delivers only non-shared subscriptions (share groups catch up as a
+group, ``share_backlog.py``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from mqbroker.model import EARLIEST_TIMESTAMP
+from mqbroker.protocols.mqtt.hub import MqttHub
+from mqbroker.protocols.mqtt.readers import (
+    FRONT_END_PRINCIPAL,
+    message_of,
+    read_from,
+)
+from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
+from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.stored import PartitionKey
+from mqbroker.protocols.mqtt.topics import topic_matches
+from mqbroker.records.readable import next_offset_after
+from mqbroker.records.record import Record
+
+
+class Deliverer(Protocol):
+    """What catching up needs of its connection (``server.MqttConnection``)."""
+
+    session: MqttSession
+
+    @property
+    def deliveries_held(self) -> bool: ...
+
+    def deliver(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
+                subscriptions: list[Subscription]) -> None: ...
+
+    def log_failure(self, failure: Failure, what: str) -> None: ...
+
+
+class CatchUp:
+    """One session's cursors: the partitions it reads itself, and the log offsets of its pending messages."""
+
+    def __init__(self, hub: MqttHub, connection: Deliverer) -> None:
+        self._hub = hub
+        self._connection = connection
+        self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
+        self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
+        self._running = False
+
+    def is_behind(self, partition_key: PartitionKey) -> bool:
+        """Whether the session reads ``partition_key`` itself (the shared reader skips it)."""
+        return partition_key in self._behind
+
+    def fall_behind(self, partition_key: PartitionKey, offset: int) -> None:
+        """The session could not take the shared reader's message at ``offset``: read from there itself."""
+        self._behind[partition_key] = offset
+
+    def start_from(self, cursors: Mapping[PartitionKey, int]) -> None:
+        """A reopened session reads every partition from its stored cursor (a partition it does not know was
+        added after: everything in it is new to the session)."""
+        self._behind = {key: cursors.get(key, 0) for key in self._hub.dispatchers}
+
+    def start_live(self) -> None:
+        """A clean start reads from now on."""
+        self._behind = {}
+
+    def queued(self, partition_key: PartitionKey, offset: int) -> None:
+        """The message at ``offset`` went into the session's pending queue (not yet in flight)."""
+        self._pending_offsets.append((partition_key, offset))
+
+    def trim(self) -> None:
+        """Messages leave ``pending`` in order (into flight, which is durable); forget their offsets."""
+        state = self._connection.session.session
+        pending = len(state.pending) if state is not None else 0
+        while len(self._pending_offsets) > pending:
+            self._pending_offsets.popleft()
+
+    def cursors(self) -> dict[PartitionKey, int]:
+        """Per log partition, the first offset this session has not yet taken into flight."""
+        cursors = {key: self._hub.live_position(key) for key in self._hub.dispatchers}
+        cursors.update(self._behind)
+        for key, offset in self._pending_offsets:
+            cursors[key] = min(cursors[key], offset)
+        return cursors
+
+    def resume(self) -> None:
+        """Read on from the cursors while the session has room."""
+        if self._behind and not self._running and self._connection.session.state is ConnectionState.CONNECTED:
+            self._running = True
+            Deferred.fromCoroutine(self._run()).addErrback(self._connection.log_failure, "catching up from the log")
+
+    async def _run(self) -> None:
+        """Read the partitions this session is behind on until it reaches the shared readers."""
+        session, hub = self._connection.session, self._hub
+        try:
+            while (self._behind and session.state is ConnectionState.CONNECTED and session.accepting_deliveries
+                   and not self._connection.deliveries_held):
+                key, offset = next(iter(self._behind.items()))
+                if offset >= hub.live_position(key):
+                    del self._behind[key]
+                    continue
+                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
+                if result.error is not None:
+                    self._behind[key] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
+                    continue
+                if key in self._behind and session.state is ConnectionState.CONNECTED:
+                    self._records(key, result.records, offset)
+        finally:
+            self._running = False
+            hub.resume_share_groups()  # this member may have room for its groups' kept messages again
+
+    def _records(self, key: PartitionKey, data: bytes, offset: int) -> None:
+        limit = self._hub.live_position(key)
+        for record in self._hub.records_after(key, data, offset):
+            if record.offset >= limit or not self._one(key, record):
+                return
+            self._behind[key] = record.offset + 1
+        reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
+        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
+            del self._behind[key]
+        else:
+            self._behind[key] = reached
+
+    def _one(self, key: PartitionKey, record: Record) -> bool:
+        """Deliver one record read by this session; False when its window is full."""
+        message = message_of(record)
+        session = self._connection.session
+        state = session.session
+        if message is None or state is None:
+            return True
+        subscriptions = [
+            subscription for subscription in state.subscriptions.values()
+            if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
+        ]
+        if not subscriptions:
+            return True
+        if self._connection.deliveries_held or (message.qos and not session.accepting_deliveries):
+            return False
+        self._connection.deliver(key, record.offset, message, subscriptions)
+        return True

@@ -1,0 +1,293 @@
+"""The PUBLISH flows of one MQTT connection, both directions: the session's second level (sans-I/O).
+
+``MqttSession`` (``session.py``) owns the connection's states; once a CONNECT is accepted it
+hands every PUBLISH, PUBACK, PUBREC, PUBREL and PUBCOMP to a ``PublishFlows``, and every message
+to deliver. Like h2's per-stream machines, the flows keep the per-packet-id state:
+
+* inbound: topic aliases, the QoS 1/2 messages on their way to the log (``PublishToLog``
+  tickets), the receive maximum, the QoS 2 packet ids stored and not yet released;
+* outbound: the client's window (its receive maximum), its topic aliases and maximum packet
+  size, the in-flight messages and their acknowledgement states.
+
+Both write into the session's ``Outbox``: the actions of one entry point, in order, and whether
+the durable session state changed (``StoreSession``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send
+from mqbroker.protocols.mqtt.codec import encode
+from mqbroker.protocols.mqtt.connect import SessionConfig
+from mqbroker.protocols.mqtt.errors import MqttProtocolError, protocol_error
+from mqbroker.protocols.mqtt.headers import record_headers
+from mqbroker.protocols.mqtt.packets import (
+    NO_PROPERTIES,
+    PROTOCOL_LEVEL_5,
+    Packet,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    ReasonCode,
+)
+from mqbroker.protocols.mqtt.state import (
+    Inflight,
+    InflightState,
+    OutboundMessage,
+    SessionState,
+)
+from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
+
+
+class Outbox:
+    """What one entry point of the session produced: actions in order, and whether the stored session changed."""
+
+    __slots__ = ("actions", "dirty", "protocol_level")
+
+    def __init__(self) -> None:
+        self.actions: list[Action] = []
+        #: The durable session state changed: the session stores it before the actions run.
+        self.dirty = False
+        #: The level packets are encoded at (the CONNECT's, once one arrived).
+        self.protocol_level = PROTOCOL_LEVEL_5
+
+    def send(self, packet: Packet) -> None:
+        """Encode ``packet`` at the connection's level and queue it."""
+        self.actions.append(Send(packet=packet, data=encode(packet, self.protocol_level)))
+
+
+class PublishFlows:
+    """The QoS 0/1/2 PUBLISH flows of one accepted connection (see the module docstring)."""
+
+    def __init__(
+        self, *, config: SessionConfig, mapping: TopicMapping, outbox: Outbox, client_id: str,
+        client_receive_maximum: int, client_topic_alias_maximum: int, client_packet_bytes_max: int | None,
+    ) -> None:
+        self._config = config
+        self._mapping = mapping
+        self._outbox = outbox
+        self._client_id = client_id
+        self._client_receive_maximum = client_receive_maximum
+        self._client_topic_alias_maximum = client_topic_alias_maximum
+        self._client_packet_bytes_max = client_packet_bytes_max
+        #: The session state, once opened (``attach``).
+        self.state: SessionState | None = None
+        self._outbound_aliases: dict[str, int] = {}
+        self._inbound_aliases: dict[int, str] = {}
+        self._writes: dict[int, tuple[int, int]] = {}  # ticket -> (qos, packet id) awaiting the log
+        self._plain_headers: dict[tuple[int, bool], tuple[tuple[str, bytes], ...]] = {}
+        self._next_ticket = 1
+
+    def attach(self, state: SessionState, now_ms: int) -> None:
+        """The session is open: resend what was in flight [MQTT-4.4.0-1], then send what waits."""
+        self.state = state
+        self._resend_inflight()
+        self.pump(now_ms)
+
+    @property
+    def log_writes_in_flight(self) -> int:
+        """Client QoS 1/2 messages on their way to the log."""
+        return len(self._writes)
+
+    # ------------------------------------------------------------------ inbound PUBLISH flow
+
+    def on_publish(self, publish: Publish, now_ms: int) -> None:
+        """A client PUBLISH: append it to the log (QoS 1/2 with a ticket that completes its flow)."""
+        state = self.state
+        assert state is not None
+        if publish.properties.subscription_identifiers:
+            raise protocol_error("a client PUBLISH carries a subscription identifier [MQTT-3.3.4-6]")
+        topic = self._resolve_topic_alias(publish)
+        validate_topic_name(topic)
+        if publish.qos > self._config.maximum_qos:
+            raise MqttProtocolError(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {publish.qos} exceeds the maximum QoS [MQTT-3.2.2-11]")
+        if publish.retain and not self._config.retain_available:
+            raise MqttProtocolError(ReasonCode.RETAIN_NOT_SUPPORTED, "retain is not available [MQTT-3.2.2-14]")
+        if publish.qos == 2 and publish.packet_id in state.received_qos2:
+            self._outbox.send(PubRec(packet_id=publish.packet_id))  # a resend: the message is already stored
+            return
+        if publish.qos == 2 and (2, publish.packet_id) in self._writes.values():
+            return  # a resend while the first copy is being written: its PUBREC follows
+        if (
+            publish.qos
+            and self._outbox.protocol_level == PROTOCOL_LEVEL_5  # 3.1.1 has no receive maximum: the adapter pauses reading
+            and len(self._writes) + len(state.received_qos2) >= self._config.receive_maximum
+        ):
+            raise MqttProtocolError(
+                ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                f"more than the receive maximum of {self._config.receive_maximum} unacknowledged QoS 1/2 "
+                "PUBLISH packets (§3.3.4)",
+            )
+        properties = publish.properties
+        if properties.topic_alias is not None:  # subscription identifiers were refused above
+            properties = replace(properties, topic_alias=None)
+        headers = self._record_headers(publish.qos, publish.retain, properties)
+        ticket = None
+        if publish.qos:
+            assert publish.packet_id is not None
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._writes[ticket] = (publish.qos, publish.packet_id)
+        self._outbox.actions.append(PublishToLog(
+            ticket=ticket, log_topic=self._mapping.log_topic_for(topic), key=record_key(topic),
+            payload=publish.payload, headers=headers,
+        ))
+        if publish.retain:
+            self._outbox.actions.append(Retain(topic=topic, payload=publish.payload, headers=headers))
+
+    def _record_headers(self, qos: int, retain: bool, properties: Properties) -> tuple[tuple[str, bytes], ...]:
+        if properties is not NO_PROPERTIES:
+            return record_headers(qos, retain, self._client_id, properties)
+        key = (qos, retain)  # nearly every PUBLISH: the same few header tuples, built once per connection
+        headers = self._plain_headers.get(key)
+        if headers is None:
+            headers = self._plain_headers[key] = record_headers(qos, retain, self._client_id, properties)
+        return headers
+
+    def _resolve_topic_alias(self, publish: Publish) -> str:
+        alias = publish.properties.topic_alias
+        if alias is None:
+            if not publish.topic and self._outbox.protocol_level == PROTOCOL_LEVEL_5:
+                raise protocol_error("empty topic name without a topic alias (§3.3.2.3.4)")
+            return publish.topic
+        if alias > self._config.topic_alias_maximum:
+            raise MqttProtocolError(
+                ReasonCode.TOPIC_ALIAS_INVALID,
+                f"topic alias {alias} exceeds the topic alias maximum {self._config.topic_alias_maximum} (§3.3.2.3.4)",
+            )
+        if publish.topic:
+            self._inbound_aliases[alias] = publish.topic
+            return publish.topic
+        topic = self._inbound_aliases.get(alias)
+        if topic is None:
+            raise protocol_error(f"topic alias {alias} was never set on this connection (§3.3.2.3.4)")
+        return topic
+
+    def take_writes(self, tickets: Sequence[int]) -> list[tuple[int, int]]:
+        """The (qos, packet id) of log writes that completed, forgotten here."""
+        return [self._writes.pop(ticket) for ticket in tickets]
+
+    def acknowledge_writes(self, writes: Sequence[tuple[int, int]], reason_code: ReasonCode) -> None:
+        """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``)."""
+        for qos, packet_id in writes:
+            if qos == 1:
+                self._outbox.send(PubAck(packet_id=packet_id, reason_code=reason_code))
+                continue
+            if reason_code < 0x80:
+                assert self.state is not None
+                self.state.received_qos2.add(packet_id)
+                self._outbox.dirty = True
+            self._outbox.send(PubRec(packet_id=packet_id, reason_code=reason_code))
+
+    def on_pubrel(self, pubrel: PubRel, now_ms: int) -> None:
+        """The client releases a stored QoS 2 message: forget its packet id."""
+        assert self.state is not None
+        if pubrel.packet_id in self.state.received_qos2:
+            self.state.received_qos2.discard(pubrel.packet_id)
+            self._outbox.dirty = True
+            self._outbox.send(PubComp(packet_id=pubrel.packet_id))
+        else:
+            self._outbox.send(PubComp(packet_id=pubrel.packet_id, reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+
+    # ------------------------------------------------------------------ outbound PUBLISH flow
+
+    def on_puback(self, puback: PubAck, now_ms: int) -> None:
+        """A QoS 1 delivery is acknowledged."""
+        self._complete_outbound(puback.packet_id, InflightState.AWAITING_PUBACK, now_ms)
+
+    def on_pubrec(self, pubrec: PubRec, now_ms: int) -> None:
+        """A QoS 2 delivery is received: release it (or end it, if the client refused it)."""
+        assert self.state is not None
+        entry = self.state.inflight.get(pubrec.packet_id)
+        if entry is None or entry.state is not InflightState.AWAITING_PUBREC:
+            self._outbox.send(PubRel(packet_id=pubrec.packet_id, reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            return
+        if pubrec.reason_code >= 0x80:
+            self._complete_outbound(pubrec.packet_id, InflightState.AWAITING_PUBREC, now_ms)
+            return
+        self.state.inflight[pubrec.packet_id] = replace(entry, state=InflightState.AWAITING_PUBCOMP)
+        self._outbox.dirty = True
+        self._outbox.send(PubRel(packet_id=pubrec.packet_id))
+
+    def on_pubcomp(self, pubcomp: PubComp, now_ms: int) -> None:
+        """A QoS 2 delivery is complete."""
+        self._complete_outbound(pubcomp.packet_id, InflightState.AWAITING_PUBCOMP, now_ms)
+
+    def _complete_outbound(self, packet_id: int, expected: InflightState, now_ms: int) -> None:
+        assert self.state is not None
+        entry = self.state.inflight.get(packet_id)
+        if entry is None or entry.state is not expected:
+            return  # a late or duplicated acknowledgement: nothing is waiting for it
+        del self.state.inflight[packet_id]
+        self._outbox.dirty = True
+        self.pump(now_ms)
+
+    def _resend_inflight(self) -> None:
+        assert self.state is not None
+        for packet_id, entry in list(self.state.inflight.items()):
+            if entry.state is InflightState.AWAITING_PUBCOMP:
+                self._outbox.send(PubRel(packet_id=packet_id))
+            elif not self._send_if_fits(replace(entry.publish, dup=True)):
+                del self.state.inflight[packet_id]  # too large for this connection [MQTT-3.1.2-25]
+
+    def pump(self, now_ms: int) -> None:
+        """Send queued messages: QoS 0 at once, QoS 1/2 while the client's window has room."""
+        state = self.state
+        assert state is not None
+        while state.qos0_pending:
+            self._send_message(state.qos0_pending.popleft(), now_ms)
+        while state.pending and len(state.inflight) < self._client_receive_maximum:
+            self._send_message(state.pending.popleft(), now_ms)
+            self._outbox.dirty = True
+
+    def _send_message(self, message: OutboundMessage, now_ms: int) -> None:
+        properties = message.properties
+        expiry_s = properties.message_expiry_interval_s
+        if expiry_s is not None:
+            remaining_s = expiry_s - (now_ms - message.created_ms) // 1000
+            if remaining_s <= 0:
+                return  # expired while queued [MQTT-3.3.2-5]
+            properties = replace(properties, message_expiry_interval_s=remaining_s)  # [MQTT-3.3.2-6]
+        if message.qos == 0:
+            self._send_if_fits(Publish(topic=message.topic, payload=message.payload, retain=message.retain,
+                                       properties=properties))
+            return
+        assert self.state is not None
+        publish = Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
+                          packet_id=self.state.allocate_packet_id(), properties=properties)
+        if self._send_if_fits(publish):
+            state = InflightState.AWAITING_PUBACK if message.qos == 1 else InflightState.AWAITING_PUBREC
+            self.state.inflight[publish.packet_id] = Inflight(publish=publish, state=state)  # type: ignore[index]
+
+    def _send_if_fits(self, publish: Publish) -> bool:
+        """Send ``publish`` with an outbound topic alias if it fits the client's maximum packet size."""
+        alias = self._outbound_aliases.get(publish.topic)
+        new_alias = alias is None and len(self._outbound_aliases) < self._client_topic_alias_maximum
+        if new_alias:
+            alias = len(self._outbound_aliases) + 1
+        wire = publish
+        if alias is not None:
+            wire = replace(publish, topic="" if not new_alias else publish.topic,
+                           properties=replace(publish.properties, topic_alias=alias))
+        data = encode(wire, self._outbox.protocol_level)
+        if self._client_packet_bytes_max is not None and len(data) > self._client_packet_bytes_max:
+            return False  # the server discards what the client cannot receive [MQTT-3.1.2-25]
+        if new_alias:
+            self._outbound_aliases[publish.topic] = alias  # type: ignore[assignment]
+        self._outbox.actions.append(Send(packet=wire, data=data))
+        return True
+
+
+#: The packets of the PUBLISH flows, and the handler each goes to.
+FLOW_HANDLERS: dict[type, Callable[[PublishFlows, object, int], None]] = {
+    Publish: PublishFlows.on_publish,  # type: ignore[dict-item]
+    PubAck: PublishFlows.on_puback,  # type: ignore[dict-item]
+    PubRec: PublishFlows.on_pubrec,  # type: ignore[dict-item]
+    PubRel: PublishFlows.on_pubrel,  # type: ignore[dict-item]
+    PubComp: PublishFlows.on_pubcomp,  # type: ignore[dict-item]
+}

@@ -1,0 +1,76 @@
+"""How the MQTT front end reads the log: record decoding helpers and one shared reader per log partition.
+
+A ``PartitionDispatcher`` long-polls ``IBroker.fetch`` from a partition's end and hands each
+fetch to the hub, which fans the records out to the live sessions (one fetch for everybody,
+never a fetch per session). Sessions that catch up and share groups read through the same
+helpers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from mqbroker import errors, limits
+from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
+from mqbroker.protocols.mqtt.headers import message_from_record
+from mqbroker.protocols.mqtt.state import OutboundMessage
+from mqbroker.protocols.mqtt.stored import PartitionKey
+from mqbroker.records.readable import next_offset_after
+from mqbroker.records.record import Record
+
+if TYPE_CHECKING:
+    from mqbroker.protocols.mqtt.hub import MqttHub
+
+#: Who the front end is when it reads and writes its own topics.
+FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can authenticate as it
+RETRY_DELAY_S = 1.0
+
+
+def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0) -> FetchRequest:
+    """A fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``)."""
+    position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=limits.mqtt_log_fetch_bytes_max)
+    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=limits.mqtt_log_fetch_bytes_max)
+
+
+def message_of(record: Record) -> OutboundMessage | None:
+    """The MQTT message a log record stands for (None if it cannot go to MQTT subscribers)."""
+    headers = [(name, value) for name, value in record.headers if value is not None]
+    return message_from_record(record.key, record.value, headers, record.timestamp_ms)
+
+
+class PartitionDispatcher:
+    """Reads one log partition from its end and fans each record out to the live sessions."""
+
+    log = Logger()
+
+    def __init__(self, hub: MqttHub, key: PartitionKey, position: int) -> None:
+        self.hub = hub
+        self.key = key
+        self.position = position
+
+    async def run(self) -> None:
+        """Long-poll until the hub stops."""
+        while not self.hub.stopped:
+            try:
+                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL,
+                                                        read_from(self.key, self.position, limits.mqtt_log_fetch_wait_ms_max))
+            except errors.BrokerError as error:
+                self.log.warn("MQTT reader of {key} failed: {error}", key=self.key, error=error)
+                await deferLater(self.hub.reactor, RETRY_DELAY_S)
+                continue
+            if result.error is not None:
+                await self._recover(result.error)
+                continue
+            if len(self.hub.registry):  # with nobody subscribed there is nothing to decode
+                self.hub.dispatch_all(self.key, result.records, self.position)
+            self.position = next_offset_after(result.records, self.position)
+
+    async def _recover(self, error: Exception) -> None:
+        if isinstance(error, errors.OffsetOutOfRangeError):
+            self.position = await self.hub.offset_of(self.key, LATEST_TIMESTAMP)
+            return
+        self.log.warn("MQTT reader of {key}: {error}", key=self.key, error=error)
+        await deferLater(self.hub.reactor, RETRY_DELAY_S)

@@ -1,0 +1,80 @@
+"""The PUBLISH flows of a connected session: expiry and size on the way out, the receive maximum on the way in."""
+
+from __future__ import annotations
+
+from mqbroker.protocols.mqtt.actions import Close, Send
+from mqbroker.protocols.mqtt.codec import encode
+from mqbroker.protocols.mqtt.connect import SessionConfig
+from mqbroker.protocols.mqtt.packets import (
+    Connect,
+    Properties,
+    Publish,
+    PubRel,
+    ReasonCode,
+)
+from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
+from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.topics import TopicMapping
+
+
+def connected_session(level: int = 5, config: SessionConfig = SessionConfig()) -> MqttSession:
+    """A session past CONNECT/CONNACK."""
+    session = MqttSession(config=config, mapping=TopicMapping(), generate_client_id=lambda: "generated")
+    session.receive_data(encode(Connect(protocol_level=level, client_id="c", keep_alive_s=0), level), 0)
+    session.session_opened(None, 0)
+    assert session.state is ConnectionState.CONNECTED
+    return session
+
+
+def test_an_expired_message_is_dropped_and_a_live_one_carries_its_remaining_lifetime() -> None:
+    session = connected_session()
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    expired = OutboundMessage(topic="t", payload=b"old", qos=1, properties=Properties(message_expiry_interval_s=5),
+                              created_ms=0)
+    assert session.deliver(expired, subscription, now_ms=5000) == []
+    live = OutboundMessage(topic="t", payload=b"new", qos=1, properties=Properties(message_expiry_interval_s=60),
+                           created_ms=1000)
+    (send,) = [action for action in session.deliver(live, subscription, now_ms=11_000) if isinstance(action, Send)]
+    assert isinstance(send.packet, Publish) and send.packet.properties.message_expiry_interval_s == 50
+
+
+def test_a_message_larger_than_the_client_maximum_packet_size_is_dropped() -> None:
+    session = MqttSession(config=SessionConfig(), mapping=TopicMapping(), generate_client_id=lambda: "g")
+    connect = Connect(client_id="c", keep_alive_s=0, properties=Properties(maximum_packet_size=64))
+    session.receive_data(encode(connect, 5), 0)
+    session.session_opened(None, 0)
+    big = OutboundMessage(topic="t", payload=b"x" * 100, qos=1)
+    assert session.deliver(big, [Subscription(topic_filter="#", qos=1)], 0) == []
+    assert session.session is not None and session.session.inflight == {}
+
+
+def test_a_3_1_1_client_over_the_receive_maximum_is_paced_not_disconnected() -> None:
+    session = connected_session(4, SessionConfig(receive_maximum=2))
+    flood = b"".join(encode(Publish(topic="t", payload=b"x", qos=1, packet_id=n), 4) for n in range(1, 6))
+    actions = session.receive_data(flood, 0)
+    assert session.state is ConnectionState.CONNECTED and not any(isinstance(a, Close) for a in actions)
+    assert session.log_writes_in_flight == 5  # the adapter pauses reading at the receive maximum
+
+
+def test_a_5_0_client_over_the_receive_maximum_gets_disconnect_0x93() -> None:
+    session = connected_session(5, SessionConfig(receive_maximum=2))
+    flood = b"".join(encode(Publish(topic="t", payload=b"x", qos=1, packet_id=n), 5) for n in range(1, 6))
+    actions = session.receive_data(flood, 0)
+    assert any(isinstance(a, Send) and getattr(a.packet, "reason_code", None) == ReasonCode.RECEIVE_MAXIMUM_EXCEEDED
+               for a in actions)
+    assert session.state is ConnectionState.ERROR
+
+
+def test_a_pubrel_for_an_unknown_packet_id_is_answered_packet_identifier_not_found() -> None:
+    session = connected_session()
+    actions = session.receive_data(encode(PubRel(packet_id=7), 5), 0)
+    (send,) = [action for action in actions if isinstance(action, Send)]
+    assert send.packet.reason_code == ReasonCode.PACKET_IDENTIFIER_NOT_FOUND  # type: ignore[union-attr]
+
+
+def test_a_qos2_resend_while_the_first_copy_is_written_is_not_written_twice() -> None:
+    session = connected_session()
+    publish = Publish(topic="t", payload=b"x", qos=2, packet_id=9)
+    session.receive_data(encode(publish, 5), 0)
+    assert session.receive_data(encode(publish, 5), 0) == []
+    assert session.log_writes_in_flight == 1
