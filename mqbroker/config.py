@@ -93,6 +93,11 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1024 * 1024
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     leader_imbalance_check_interval_ms: int = 5_000
+    #: Transactions (Kafka's transaction.* settings): partitions of __transaction_state, the longest
+    #: transaction timeout a producer may ask for, how long an idle transactional id is remembered.
+    transaction_state_partitions: int = 8
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
     controlled_shutdown_timeout_ms: int = 5_000
     #: TLS listeners (see docs/security.md): only started when ``tls_cert`` is set; port 0 disables one.
     tls_cert: str = ""
@@ -212,7 +217,8 @@ def _check_value(key: str, value: Any) -> None:
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
                "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
                "http_request_timeout_ms", "cluster_partitions_max", "connectors_topic_partitions",
-               "connectors_leadership_check_interval_ms", "connectors_status_interval_ms") and value < 1:
+               "connectors_leadership_check_interval_ms", "connectors_status_interval_ms", "transaction_state_partitions",
+               "transaction_max_timeout_ms", "transactional_id_expiration_ms") and value < 1:
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")

@@ -50,6 +50,7 @@ from mqbroker.durability.cleaner_service import LogCleanerService
 from mqbroker.ops.metrics import BrokerMetrics
 from mqbroker.forwarding.peers import PeerConnections
 from mqbroker.forwarding.routing_broker import RoutingBroker
+from mqbroker.forwarding.transaction_peers import NativeTransactionPeers
 from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files
 from mqbroker.security.peer_handshake import AuthenticatedClientEndpoint, AuthenticatedServerEndpoint
 from mqbroker.security.quotas import ConnectionLimiter
@@ -234,6 +235,8 @@ class BrokerService(MultiService):
     def _build_routing_broker(self, broker: Broker) -> RoutingBroker:
         """The broker the MQTT and AMQP front ends see: partitions led elsewhere are served by their leaders.
 
+        The same connections carry the core's transaction calls to other brokers (verifications, markers).
+
         Forwarded requests use one pooled native connection per broker, as the replica fetcher does
         (over the leaders' TLS listeners with this broker's certificate under ``inter_broker_tls``).
         """
@@ -242,6 +245,7 @@ class BrokerService(MultiService):
         self.peers = PeerConnections(reactor=self.reactor, client_id=f"broker-{self.config.node_id}-frontends",
                                      address_of=self._address_of, endpoint_for=endpoint_for,
                                      authenticate=self._native_login())
+        broker.use_transaction_peers(NativeTransactionPeers(self.peers))
         return RoutingBroker(local=broker, node_id=self.config.node_id, leader_of=self._leader_of, peers=self.peers,
                              authorizer=self.security.authorizer, clock=self.reactor)
 

@@ -13,7 +13,7 @@ from mqbroker.cli.common import EXIT_INTERRUPTED, EXIT_OK
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (each subcommand module adds its own parser)."""
-    from mqbroker.cli import bench, certs, cluster, connectors, groups, messages, security, serve, topics
+    from mqbroker.cli import bench, certs, cluster, connectors, groups, messages, security, serve, topics, transactions
 
     parser = argparse.ArgumentParser(
         prog="mqbroker",
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(commands)
     certs.add_parser(commands)
     groups.add_parser(commands)
+    transactions.add_parser(commands)
     cluster.add_parser(commands)
     security.add_parsers(commands)
     connectors.add_parser(commands)

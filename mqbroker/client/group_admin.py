@@ -63,6 +63,25 @@ class GroupInfo:
     members: tuple[GroupMemberInfo, ...]
 
 
+def live_broker_addresses(bootstrap: Sequence[tuple[str, int]], client_id: str, timeout_s: float,
+                          security: ClientSecurity | None) -> list[tuple[str, int]]:
+    """Every live broker's address, from the first bootstrap broker that answers."""
+    failures = []
+    for host, port in bootstrap:
+        try:
+            probe = BlockingConnection(host, port, client_id, timeout_s, security)
+        except BrokerUnavailableError as error:
+            failures.append(str(error))
+            continue
+        try:
+            response = probe.request(MetadataRequest(topics=(), allow_auto_topic_creation=False), timeout_s)
+        finally:
+            probe.close()
+        assert isinstance(response, MetadataResponse)
+        return [(broker.host, broker.port) for broker in response.brokers]
+    raise BrokerUnavailableError("no bootstrap broker reachable: " + "; ".join(failures))
+
+
 class GroupAdmin:
     """Talks to the group coordinators on the caller's thread."""
 
@@ -116,20 +135,7 @@ class GroupAdmin:
 
     def _brokers(self) -> list[tuple[str, int]]:
         """Every live broker's address, from the first bootstrap broker that answers."""
-        failures = []
-        for host, port in self._bootstrap:
-            try:
-                probe = BlockingConnection(host, port, self._client_id, self._timeout_s, self._security)
-            except BrokerUnavailableError as error:
-                failures.append(str(error))
-                continue
-            try:
-                response = probe.request(MetadataRequest(topics=(), allow_auto_topic_creation=False), self._timeout_s)
-            finally:
-                probe.close()
-            assert isinstance(response, MetadataResponse)
-            return [(broker.host, broker.port) for broker in response.brokers]
-        raise BrokerUnavailableError("no bootstrap broker reachable: " + "; ".join(failures))
+        return live_broker_addresses(self._bootstrap, self._client_id, self._timeout_s, self._security)
 
     def describe_group(self, group_id: str) -> GroupInfo:
         """State, assignor and members (with their assignments) of a group."""

@@ -63,11 +63,12 @@ class GroupRequests:
         return self._call(principal, Operation.READ, request.group_id, lambda groups: groups.commit(request))
 
     def fetch_offsets(
-        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None
+        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets; see ``IBroker.fetch_offsets``."""
         return self._call(principal, Operation.DESCRIBE, group_id,
-                          lambda groups: groups.fetch_offsets(group_id, partitions))
+                          lambda groups: groups.fetch_offsets(group_id, partitions, require_stable))
 
     def describe_group(self, principal: Principal, group_id: str) -> Deferred[group_messages.GroupDescription]:
         """A group's state and members; see ``IBroker.describe_group``."""

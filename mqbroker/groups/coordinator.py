@@ -41,6 +41,7 @@ from mqbroker.errors import (
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 from mqbroker.groups.assignors import ASSIGNORS
 from mqbroker.groups.group import Group, Member, new_member
@@ -350,11 +351,29 @@ class GroupCoordinator:
         for record in records:
             self.store.apply(record)
 
+    def txn_offsets_written(self, producer_id: int, records: Iterable[OffsetsRecord]) -> None:
+        """A transaction's offset records are durable: pending until the transaction ends."""
+        self.store.add_pending(producer_id, records)
+
+    def transaction_ended(self, producer_id: int, committed: bool) -> None:
+        """The transaction's marker is durable here: its offsets become visible, or go."""
+        self.store.end_transaction(producer_id, committed)
+
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None, require_stable: bool = False
     ) -> dict[TopicPartition, CommittedOffset | None]:
-        """Committed offsets of a group: of ``partitions``, or all it has when None."""
+        """Committed offsets of a group: of ``partitions``, or all it has when None.
+
+        ``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction's offsets for them are pending.
+        """
         _check_group_id(group_id)
+        if require_stable:
+            pending = self.store.pending_partitions(group_id)
+            if pending and (partitions is None or pending & set(partitions)):
+                raise UnstableOffsetCommitError(
+                    f"group {group_id!r} has offsets of an unfinished transaction for "
+                    f"{', '.join(sorted(map(str, pending)))}; retry once it commits or aborts"
+                )
         if partitions is None:
             return dict(self.store.offsets(group_id))
         return {tp: self.store.committed(group_id, tp) for tp in partitions}

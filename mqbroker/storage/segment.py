@@ -1,7 +1,9 @@
-"""One segment: a `.log` file of whole record batches plus its derived `.index` and `.timeindex`.
+"""One segment: a `.log` file of whole record batches plus its derived `.index`, `.timeindex` and `.txnindex`.
 
-A segment is named by its base offset (20 digits). Its indexes are loaded lazily, checked
-against the log when loaded, and rebuilt from the log when missing or doubtful. Its `.log`
+A segment is named by its base offset (20 digits). Its offset and time indexes are loaded
+lazily, checked against the log when loaded, and rebuilt from the log when missing or
+doubtful. Its aborted-transaction index (``txn_index``) needs the producers' state to be
+rebuilt, so the partition log rebuilds it (``producer_snapshots.load_producers``). Its `.log`
 descriptor comes from a bounded set shared by the broker's logs (`segment_files`), fetched for
 each call under its log's lock: it may be closed between calls and reopened. A segment knows
 nothing of durability policy: the partition log decides when to fsync.
@@ -15,9 +17,11 @@ from collections.abc import Iterator, Sequence
 
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import HEADER_BYTES, BatchHeader, check_crc, read_header
+from mqbroker.records.markers import ControlRecord, read_control
 from mqbroker.storage import fs
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
 from mqbroker.storage.segment_files import OPEN_MAX_DEFAULT, SegmentFile, SegmentFiles
+from mqbroker.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -78,6 +82,7 @@ class Segment:
         self.log_file: SegmentFile = (files or SegmentFiles(OPEN_MAX_DEFAULT)).file(self.path, lock)
         self.offset_index: SparseIndex = offset_index(os.path.join(directory, file_name(base_offset, INDEX_SUFFIX)))
         self.time_index: SparseIndex = time_index(os.path.join(directory, file_name(base_offset, TIME_INDEX_SUFFIX)))
+        self.txn_index = TransactionIndex(os.path.join(directory, file_name(base_offset, TXN_INDEX_SUFFIX)))
         self._size_bytes: int | None = None
         # The tail state below is known once `load_tail` or `recover` ran (always for the active segment).
         self._next_offset: int | None = None
@@ -97,6 +102,7 @@ class Segment:
         self.log_file.descriptor(create=True)
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self._size_bytes = 0
         self._next_offset = self.base_offset
 
@@ -139,6 +145,7 @@ class Segment:
         """Write pending index entries and close the file."""
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.txn_index.write_pending()
         self.log_file.close()
 
     def drop_indexes(self) -> None:
@@ -151,7 +158,7 @@ class Segment:
     def delete(self) -> None:
         """Close and remove the segment's files (the log first, so leftovers are only indexes)."""
         self.log_file.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path):
+        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             if os.path.exists(path):
                 fs.unlink(path)
 
@@ -201,6 +208,7 @@ class Segment:
             self._add_time_entry(self.next_offset - 1 - self.base_offset)
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.txn_index.write_pending()
 
     def can_hold(self, size_bytes: int, last_offset: int, segment_bytes: int) -> bool:
         """False when a batch would push the segment past ``segment_bytes`` or its offset range."""
@@ -298,6 +306,10 @@ class Segment:
             if cursor == 0 and want == SCAN_CHUNK_BYTES:
                 raise CorruptRecordError(f"truncated batch header at byte {position} of {self.path}")
             position += cursor
+
+    def read_control(self, position: int, header: BatchHeader) -> ControlRecord:
+        """The meaning of the control batch at ``position`` (``CorruptRecordError`` if it is not one)."""
+        return read_control(self._pread(header.size_bytes, position), 0, header)
 
     def position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= ``offset``: (position, header), or None."""
@@ -423,6 +435,8 @@ class Segment:
         relative_end = found[1].base_offset - self.base_offset
         self.time_index.truncate(lambda _, relative: relative < relative_end)
         self._cut(position)
+        if self.txn_index.loaded:
+            self.txn_index.truncate_from(found[1].base_offset)
         self._next_offset = None
         self.load_tail()
 

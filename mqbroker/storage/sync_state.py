@@ -1,14 +1,16 @@
 # -*- test-case-name: tests.unit.storage.test_sync_state -*-
 """What a partition log's next fsync must cover, and the end it makes durable: group commit's bookkeeping.
 
-Between fsyncs a log collects here what changed: sealed segments (their `.log` and both
-indexes), the directory when a segment was created or deleted, and how many messages wait
-(the active segment is synced whenever anything is). `capture` turns that into a `FlushTicket`
-of descriptors for whoever runs the fsyncs (the log itself, or an fsync engine); `publish`
-moves the durable end once they succeeded, unless a truncation replaced what was captured (the
-generation), and hands a failed flush's changes back to the next one. A log whose every write
-is durable captures an empty ticket: an fsync of nothing new is never asked of the disk
-(`has_unsynced` lets the group-commit flusher leave such a log out of its round altogether).
+Between fsyncs a log collects here what changed: sealed segments (their `.log` and their
+three indexes), the active segment's `.txnindex` when an abort was indexed (so every entry of a
+marker below the durable end is durable too), the directory when a segment was created or
+deleted, and how many messages wait (the active segment is synced whenever anything is).
+`capture` turns that into a `FlushTicket` of descriptors for whoever runs the fsyncs (the log
+itself, or an fsync engine); `publish` moves the durable end once they succeeded, unless a
+truncation replaced what was captured (the generation), and hands a failed flush's changes back
+to the next one. A log whose every write is durable captures an empty ticket: an fsync of
+nothing new is never asked of the disk (`has_unsynced` lets the group-commit flusher leave such
+a log out of its round altogether).
 Not thread-safe on its own: the partition log calls it under its lock.
 """
 
@@ -51,6 +53,8 @@ class SyncState:
         #: Changes when the log is truncated, so an fsync that raced it publishes nothing.
         self.generation = 0
         self._sealed: list[Segment] = []
+        #: Segments whose `.txnindex` got entries since the last capture.
+        self._txn_indexed: list[Segment] = []
         self._directory_changed = False
         self._messages = 0
         self._since_ms: int | None = None
@@ -62,6 +66,11 @@ class SyncState:
         self._messages += messages
         if self._since_ms is None:
             self._since_ms = now_ms
+
+    def txn_indexed(self, segment: Segment) -> None:
+        """An aborted transaction was added to ``segment``'s `.txnindex` (written, not yet synced)."""
+        if segment not in self._txn_indexed:
+            self._txn_indexed.append(segment)
 
     def sealed(self, segment: Segment) -> None:
         """``segment`` stopped being active and a new one was created beside it."""
@@ -76,6 +85,7 @@ class SyncState:
     def replaced(self, segments: list[Segment]) -> None:
         """``segments`` were replaced by fsynced rewrites (compaction): they need no fsync of their own."""
         self._sealed = [segment for segment in self._sealed if segment not in segments]
+        self._txn_indexed = [segment for segment in self._txn_indexed if segment not in segments]
 
     def truncated(self, end_offset: int) -> None:
         """The log was cut to end at ``end_offset``: what a running fsync captured may be gone."""
@@ -86,6 +96,7 @@ class SyncState:
     def restarted(self, offset: int) -> None:
         """The log was emptied to go on from ``offset``: nothing below it is left to lose."""
         self._sealed = []
+        self._txn_indexed = []
         self.durable_end_offset = offset
         self.generation += 1
         self._directory_changed = True
@@ -100,7 +111,7 @@ class SyncState:
 
     def has_unsynced(self, end_offset: int) -> bool:
         """True when something written is covered by no fsync, finished or running (``end_offset``: the log end)."""
-        if self._messages or self._sealed or self._directory_changed:
+        if self._messages or self._sealed or self._txn_indexed or self._directory_changed:
             return True
         return self._in_flight == 0 and self.durable_end_offset < end_offset
 
@@ -111,7 +122,10 @@ class SyncState:
             return FlushTicket([], end_offset, self.generation)
         directory_changed = self._directory_changed
         pinned = tuple(segment.log_file for segment in [*self._sealed, active])
-        opened = [os.open(index.path, os.O_RDONLY) for s in self._sealed for index in (s.offset_index, s.time_index)]
+        opened = [os.open(index.path, os.O_RDONLY)
+                  for s in self._sealed for index in (s.offset_index, s.time_index, s.txn_index)]
+        opened += [os.open(segment.txn_index.path, os.O_RDONLY) for segment in self._txn_indexed
+                   if segment not in self._sealed]
         if directory_changed:
             opened.append(os.open(directory, os.O_RDONLY))
         handles = []
@@ -123,6 +137,7 @@ class SyncState:
             raise
         handles += opened
         self._sealed = []
+        self._txn_indexed = []
         self._directory_changed = False
         self._messages = 0
         self._since_ms = None

@@ -29,6 +29,7 @@ from mqbroker.client.group_member import (
     TopicPartition,
     committed_offsets,
     coordinator_moved,
+    retry_commit_request,
     matching_topics,
     offset_fetch_request,
     raise_for_commit,
@@ -36,6 +37,7 @@ from mqbroker.client.group_member import (
 from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import (
+    CoordinatorType,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     JoinGroupResponse,
@@ -55,9 +57,10 @@ def _now_ms() -> int:
 
 def coordinator_connection(
     bootstrap: Sequence[tuple[str, int]], group_id: str, client_id: str, timeout_s: float,
-    security: ClientSecurity | None = None,
+    security: ClientSecurity | None = None, key_type: CoordinatorType = CoordinatorType.GROUP,
 ) -> BlockingConnection:
-    """Ask a bootstrap broker which broker coordinates ``group_id`` and connect to it.
+    """Ask a bootstrap broker which broker coordinates ``group_id`` (or, with ``key_type`` TRANSACTION, a
+    transactional id) and connect to it.
 
     A broker that cannot say yet (COORDINATOR_NOT_AVAILABLE) raises that error; the caller retries.
     """
@@ -69,7 +72,7 @@ def coordinator_connection(
             failures.append(str(error))
             continue
         try:
-            found = probe.request(FindCoordinatorRequest(key=group_id), timeout_s)
+            found = probe.request(FindCoordinatorRequest(key=group_id, key_type=key_type), timeout_s)
         except BrokerUnavailableError as error:
             failures.append(str(error))
             continue
@@ -186,7 +189,7 @@ class GroupMembership:
                 check(response)
                 return response
             except BrokerError as error:
-                if not (isinstance(error, BrokerUnavailableError) or coordinator_moved(error)):
+                if not (isinstance(error, BrokerUnavailableError) or retry_commit_request(error)):
                     raise
                 self._close_commit_connection()
                 if self._stopping or _now_ms() + RETRY_S * 1000 >= deadline_ms:

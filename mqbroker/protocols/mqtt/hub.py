@@ -19,7 +19,7 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -35,6 +35,7 @@ from mqbroker import __version__, errors
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
+    AbortedTransaction,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     Acks,
@@ -243,7 +244,7 @@ class MqttHub:
             (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, read_from((topic, 0), position))
             if result.error is not None:
                 raise result.error
-            for record in self.records_after((topic, 0), result.records, position):
+            for record in self.records_after((topic, 0), result.records, position, result.aborted_transactions):
                 yield record
             position = next_offset_after(result.records, position)
 
@@ -273,18 +274,21 @@ class MqttHub:
 
     # ------------------------------------------------------------------ fan-out
 
-    def records_after(self, key: PartitionKey, data: bytes, start_offset: int) -> Iterator[Record]:
+    def records_after(self, key: PartitionKey, data: bytes, start_offset: int,
+                      aborted: Iterable[AbortedTransaction] | None = None) -> Iterator[Record]:
         """Data records of the whole batches of ``key`` in ``data`` from ``start_offset`` on; a batch that does
-        not decode is counted, logged and skipped."""
-        return readable_records(data, start_offset, topic=key[0], partition=key[1], skipped=self._skip_unreadable)
+        not decode is counted, logged and skipped, and so are the ``aborted`` transactions' (read_committed)."""
+        return readable_records(data, start_offset, topic=key[0], partition=key[1], skipped=self._skip_unreadable,
+                                aborted=aborted)
 
     def _skip_unreadable(self, batch: UnreadableBatch) -> None:
         self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped("MQTT reader", batch))
 
-    def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int) -> None:
-        """``dispatch`` every record of a fetch from ``start_offset`` on; one socket write per connection."""
+    def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int,
+                     aborted: Iterable[AbortedTransaction] | None = None) -> None:
+        """``dispatch`` every committed record of a fetch from ``start_offset`` on; one socket write per connection."""
         with self.batched_writes():
-            for record in self.records_after(key, data, start_offset):
+            for record in self.records_after(key, data, start_offset, aborted):
                 self.dispatch(key, record)
 
     @contextmanager

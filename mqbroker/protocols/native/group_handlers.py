@@ -20,10 +20,14 @@ REQUEST_CLIENT_ID: contextvars.ContextVar[str] = contextvars.ContextVar("client_
 
 
 async def handle_find_coordinator(broker: IBroker, principal: Principal, request: m.FindCoordinatorRequest) -> Any:
-    """The broker coordinating a group: the leader of the group's ``__consumer_offsets`` partition."""
-    if request.key_type != m.CoordinatorType.GROUP:
-        raise errors.InvalidRequestError(f"coordinator type {request.key_type} is not served; only groups (0)")
-    node = await broker.find_coordinator(principal, request.key)
+    """The broker coordinating a group (or a transactional id): the leader of its internal topic's partition."""
+    if request.key_type == m.CoordinatorType.TRANSACTION:
+        node = await broker.find_transaction_coordinator(principal, request.key)
+    elif request.key_type == m.CoordinatorType.GROUP:
+        node = await broker.find_coordinator(principal, request.key)
+    else:
+        raise errors.InvalidRequestError(f"coordinator type {request.key_type} is unknown; groups are 0, "
+                                         "transactional ids 1")
     return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
 
 
@@ -111,7 +115,7 @@ async def handle_offset_fetch(broker: IBroker, principal: Principal, request: m.
     wanted = None if request.topics is None else [
         TopicPartition(topic.name, index) for topic in request.topics for index in topic.partition_indexes
     ]
-    found = await broker.fetch_offsets(principal, request.group_id, wanted)
+    found = await broker.fetch_offsets(principal, request.group_id, wanted, request.require_stable)
     by_topic: dict[str, list[m.OffsetFetchPartitionResult]] = {}
     for topic_partition, committed in sorted(found.items()):
         by_topic.setdefault(topic_partition.topic, []).append(m.OffsetFetchPartitionResult(

@@ -15,7 +15,23 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message
+from mqbroker.protocols.native.txn_messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message, wire
 
 
 class ApiKey(enum.IntEnum):
@@ -40,6 +56,11 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -53,6 +74,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     #: mqbroker's own APIs (no Kafka equivalent) are numbered from 1100.
     CREATE_CONNECTOR = 1100
     ALTER_CONNECTOR = 1101
@@ -285,8 +308,21 @@ class FetchRequest:
 
 
 @message
+class FetchAbortedTransaction:
+    """A transaction whose batches a read_committed reader drops: the producer's, from ``first_offset`` up to
+    its ABORT marker."""
+
+    producer_id: Int64
+    first_offset: Int64
+
+
+@message
 class FetchPartitionResult:
-    """Record batches read from one partition, and where its log stands."""
+    """Record batches read from one partition, and where its log stands.
+
+    Version 1 adds ``aborted_transactions`` (null for read_uncommitted); a version 0 request for
+    read_committed is refused, since its answer could not list them.
+    """
 
     partition_index: Int32
     error_code: Int16 = 0
@@ -297,6 +333,7 @@ class FetchPartitionResult:
     records: Records = b""
     diverging_epoch: Int32 = -1  # to a follower: its log leaves the leader's after this epoch ...
     diverging_end_offset: Int64 = -1  # ... which ends here in the leader's log (truncate, then fetch again)
+    aborted_transactions: tuple[FetchAbortedTransaction, ...] | None = wire(since=1, default=None)
 
 
 @message
@@ -1315,7 +1352,7 @@ class ApiSchema:
 #: (see ``mqbroker.protocols.schema``), raise ``max_version``, and compile per version as the Kafka codec does.
 APIS: dict[ApiKey, ApiSchema] = {
     ApiKey.PRODUCE: ApiSchema(request_type=ProduceRequest, response_type=ProduceResponse),
-    ApiKey.FETCH: ApiSchema(request_type=FetchRequest, response_type=FetchResponse),
+    ApiKey.FETCH: ApiSchema(request_type=FetchRequest, response_type=FetchResponse, max_version=1),
     ApiKey.LIST_OFFSETS: ApiSchema(request_type=ListOffsetsRequest, response_type=ListOffsetsResponse),
     ApiKey.METADATA: ApiSchema(request_type=MetadataRequest, response_type=MetadataResponse),
     ApiKey.OFFSET_COMMIT: ApiSchema(request_type=OffsetCommitRequest, response_type=OffsetCommitResponse),
@@ -1365,6 +1402,17 @@ APIS: dict[ApiKey, ApiSchema] = {
     ApiKey.DESCRIBE_CONNECTORS: ApiSchema(
         request_type=DescribeConnectorsRequest, response_type=DescribeConnectorsResponse
     ),
+    ApiKey.ADD_PARTITIONS_TO_TXN: ApiSchema(
+        request_type=AddPartitionsToTxnRequest, response_type=AddPartitionsToTxnResponse
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: ApiSchema(request_type=AddOffsetsToTxnRequest, response_type=AddOffsetsToTxnResponse),
+    ApiKey.END_TXN: ApiSchema(request_type=EndTxnRequest, response_type=EndTxnResponse),
+    ApiKey.WRITE_TXN_MARKERS: ApiSchema(request_type=WriteTxnMarkersRequest, response_type=WriteTxnMarkersResponse),
+    ApiKey.TXN_OFFSET_COMMIT: ApiSchema(request_type=TxnOffsetCommitRequest, response_type=TxnOffsetCommitResponse),
+    ApiKey.DESCRIBE_TRANSACTIONS: ApiSchema(
+        request_type=DescribeTransactionsRequest, response_type=DescribeTransactionsResponse
+    ),
+    ApiKey.LIST_TRANSACTIONS: ApiSchema(request_type=ListTransactionsRequest, response_type=ListTransactionsResponse),
 }
 
 #: The API key of each request type (the codec derives a request's key from its type).

@@ -29,6 +29,7 @@ from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.native import admin_handlers as admin
 from mqbroker.protocols.native import data_handlers as data
 from mqbroker.protocols.native import group_handlers as group
+from mqbroker.protocols.native import txn_handlers
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
 from mqbroker.protocols.native.connector_handlers import CONNECTOR_APIS, handle_connector_request
@@ -79,6 +80,7 @@ HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.DESCRIBE_QUORUM: admin.handle_describe_quorum,
     m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
     m.ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
+    **txn_handlers.HANDLERS,
 }
 
 
@@ -169,6 +171,7 @@ class NativeSession:
             return
         started = time.perf_counter()
         group.REQUEST_CLIENT_ID.set(header.client_id)
+        data.REQUEST_API_VERSION.set(header.api_version)
         answered = maybeDeferred(handler, self._broker, principal, request)  # produce/fetch: Deferreds; others: coroutines
         if header.api_key == m.ApiKey.PRODUCE and request.acks == 0:
             answered.addCallback(self._throttle_then, principal, header, request, None, lambda: None)

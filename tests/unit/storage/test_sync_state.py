@@ -41,7 +41,7 @@ def test_a_flush_borrows_the_active_segments_descriptor_and_opens_only_what_it_a
     ticket = log.begin_flush()
     sealed_file, active_file = ticket.pinned
     assert sealed_file.fd in ticket.handles and active_file.fd in ticket.handles
-    assert len(ticket.opened) == 3  # the sealed segment's two indexes and the directory
+    assert len(ticket.opened) == 4  # the sealed segment's three indexes (offset, time, aborted transactions) and the directory
     log.end_flush(ticket, synced=True)
     assert sealed_file.pins == active_file.pins == 0 and active_file.fd is not None  # still open for the next append
     for handle in ticket.opened:  # end_flush closed the flush's own descriptors

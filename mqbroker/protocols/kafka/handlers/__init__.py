@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqbroker.protocols.kafka.handlers import admin, cluster, groups, records
+from mqbroker.protocols.kafka.handlers import admin, cluster, groups, records, transactions
 from mqbroker.protocols.kafka.handlers.context import Handler
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 
@@ -13,6 +13,10 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.FETCH: records.handle_fetch,
     ApiKey.LIST_OFFSETS: records.handle_list_offsets,
     ApiKey.INIT_PRODUCER_ID: records.handle_init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.handle_end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
     ApiKey.METADATA: cluster.handle_metadata,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.LIST_TRANSACTIONS: cluster.handle_list_transactions,

@@ -133,10 +133,11 @@ async def handle_offset_commit(context: RequestContext, request: m.OffsetCommitR
     ))
 
 
-async def _committed(context: RequestContext, group_id: str,
-                     wanted: Sequence[tuple[str, int]] | None) -> tuple[dict[str, list[tuple[int, Any]]], int]:
-    """A group's committed offsets per topic ((partition, CommittedOffset or None) pairs) and an error code."""
-    found, error = await settle(context.calls.fetch_offsets(group_id, wanted))
+async def _committed(context: RequestContext, group_id: str, wanted: Sequence[tuple[str, int]] | None,
+                     require_stable: bool) -> tuple[dict[str, list[tuple[int, Any]]], int]:
+    """A group's committed offsets per topic ((partition, CommittedOffset or None) pairs) and an error code
+    (``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction's offsets for them are pending)."""
+    found, error = await settle(context.calls.fetch_offsets(group_id, wanted, require_stable))
     code, _ = kafka_error(error)
     by_topic: dict[str, list[tuple[int, Any]]] = {}
     if found is not None:
@@ -162,7 +163,7 @@ async def handle_offset_fetch(context: RequestContext, request: m.OffsetFetchReq
         groups = []
         for group in request.groups:
             wanted = None if group.topics is None else [(t.name, p) for t in group.topics for p in t.partition_indexes]
-            by_topic, code = await _committed(context, group.group_id, wanted)
+            by_topic, code = await _committed(context, group.group_id, wanted, request.require_stable)
             groups.append(m.OffsetFetchResponseGroup(group_id=group.group_id, error_code=code, topics=tuple(
                 m.OffsetFetchResponseGroupTopic(name=name, partitions=tuple(
                     m.OffsetFetchResponseGroupPartition(
@@ -172,7 +173,7 @@ async def handle_offset_fetch(context: RequestContext, request: m.OffsetFetchReq
                 for name, entries in by_topic.items())))
         return m.OffsetFetchResponse(groups=tuple(groups))
     wanted = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    by_topic, code = await _committed(context, request.group_id, wanted)
+    by_topic, code = await _committed(context, request.group_id, wanted, request.require_stable)
     partition_code = code if context.version < 2 else 0  # version 1 has no top-level error code
     return m.OffsetFetchResponse(error_code=code, topics=tuple(
         m.OffsetFetchResponseTopic(name=name, partitions=tuple(
