@@ -60,7 +60,8 @@ class BrokerConfig:
     #: Partitions the whole cluster may hold (every topic's, internal ones included); clients' creations past it are refused.
     cluster_partitions_max: int = 20_000
     default_partitions: int = 1
-    default_replication_factor: int = 1
+    #: -1: as internal topics (``offsets_topic_replication_factor`` bounded by the voters; 1 on a single broker).
+    default_replication_factor: int = -1
     producer_id_expiration_ms: int = 86_400_000
     flush_check_interval_ms: int = 50
     retention_check_interval_ms: int = 300_000
@@ -198,7 +199,8 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
                "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
-               "http_request_timeout_ms", "cluster_partitions_max") and value < 1:
+               "http_request_timeout_ms", "cluster_partitions_max") and value < 1 and not (
+                   key == "default_replication_factor" and value == -1):
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
