@@ -97,6 +97,11 @@ class BrokerConfig:
     tls_client_auth: str = "none"
     native_tls_port: int = 9493
     mqtt_tls_port: int = 8883
+    #: Partitions of the MQTT log topics the front end creates (``mqtt.messages``, mapping rules' topics);
+    #: 0: one per broker of the cluster when they are created (1 on a single broker).
+    mqtt_log_partitions: int = 0
+    #: MQTT topic filter → log topic rules, first match wins: ``"filter=topic,filter=topic"`` (empty: none).
+    mqtt_mapping_rules: str = ""
     amqp_tls_port: int = 5671
     kafka_tls_port: int = 9093
     http_tls: bool = False

@@ -156,3 +156,32 @@ def test_kill9_of_the_broker_holding_a_session_loses_no_acknowledged_message(clu
     assert [p for p in received if p != b"probe"] == payloads, f"resumed after {resumed_s:.1f} s"
     publisher.disconnect()
     resumed.disconnect()
+
+
+def test_log_topics_get_a_partition_per_broker_and_mapping_rules_from_the_configuration(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    brokers = start_cluster(tmp_path, extra_args=["--set", "mqtt_mapping_rules=alarms/#=mqtt.alarms"])
+    try:
+        subscriber = _mqtt(_node(brokers, 3))
+        subscriber.subscribe("#", qos=1)
+        publisher = _mqtt(_node(brokers, 1))
+        _until_delivered(publisher, subscriber, "probe")
+        sent = [(f"{kind}/{device}", b"%d" % index) for index in range(20) for kind, device in
+                (("alarms", "pump"), ("telemetry", "pump"), ("telemetry", "fan"))]
+        for topic, payload in sent:
+            publisher.publish(topic, payload, qos=1)
+        received = [(m.topic, m.payload) for m in subscriber.receive(len(sent), timeout_s=30)]
+        for topic in {topic for topic, _payload in sent}:  # each MQTT topic in order
+            assert [p for t, p in received if t == topic] == [p for t, p in sent if t == topic], topic
+        with Admin(brokers[0].bootstrap) as admin:
+            described = {t.name: t for t in admin.metadata(["mqtt.messages", "mqtt.alarms"]).topics}
+            alarms_end = sum(admin.list_offset("mqtt.alarms", p.partition_index, -1)
+                             for p in described["mqtt.alarms"].partitions)
+        assert len(described["mqtt.messages"].partitions) == 3
+        assert alarms_end == 20  # only the alarms went there
+        publisher.disconnect()
+        subscriber.disconnect()
+    finally:
+        for broker in brokers:
+            broker.kill()

@@ -136,9 +136,11 @@ class MqttHub:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
-                 unreadable: UnreadableTally | None = None) -> None:
-        """``unreadable`` counts the batches the readers skip (the broker's metric)."""
+                 unreadable: UnreadableTally | None = None, log_partitions: int = 0) -> None:
+        """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
+        log topics it creates (0: one per broker of the cluster)."""
         self.broker = broker
+        self._log_partitions = log_partitions
         self.unreadable = unreadable or UnreadableTally()
         self.reactor = reactor
         self.mapping = mapping
@@ -197,8 +199,12 @@ class MqttHub:
     async def _load(self) -> None:
         """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
         log_topics = self._log_topics()
-        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, _DECODED) for t in log_topics]:
-            await self._ensure_topic(name, configs)
+        for name in (RETAINED_TOPIC, SESSIONS_TOPIC):  # they wait for all their replicas' brokers
+            await self._ensure_topic(name, _COMPACTED)
+        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
+        partitions = self._log_partitions or len(cluster.brokers) or 1
+        for name in log_topics:
+            await self._ensure_topic(name, _DECODED, partitions)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
         ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP) for topic in (RETAINED_TOPIC, SESSIONS_TOPIC)}
@@ -256,9 +262,10 @@ class MqttHub:
         for connection in list(self.connections.values()):
             connection.shut_down()
 
-    async def _ensure_topic(self, name: str, configs: dict[str, str]) -> None:
+    async def _ensure_topic(self, name: str, configs: dict[str, str], partitions: int = 1) -> None:
         try:
-            await self.broker.create_topic(FRONT_END_PRINCIPAL, TopicSpec(name=name, configs=configs), False)
+            await self.broker.create_topic(FRONT_END_PRINCIPAL, TopicSpec(name=name, partitions=partitions, configs=configs),
+                                           False)
         except errors.TopicAlreadyExistsError:
             return
 

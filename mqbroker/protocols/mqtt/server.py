@@ -25,6 +25,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
+from mqbroker.config import ConfigError
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import ANONYMOUS, Acks, Operation, Principal
@@ -53,7 +54,8 @@ from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCod
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
-from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter
+from mqbroker.protocols.mqtt.errors import MqttProtocolError
+from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter
 from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
 
@@ -462,7 +464,11 @@ class MqttConnection:
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
-    hub = MqttHub(broker, reactor, TopicMapping(),
+    try:
+        mapping = TopicMapping(parse_mapping_rules(context.config.mqtt_mapping_rules))
+    except (ValueError, MqttProtocolError) as error:
+        raise ConfigError(f"configuration key 'mqtt_mapping_rules': {error}") from None
+    hub = MqttHub(broker, reactor, mapping, log_partitions=context.config.mqtt_log_partitions,
                   unreadable=context.metrics.unreadable if context.metrics is not None else None)
     config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
                            outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)
