@@ -178,3 +178,13 @@ def test_mapping_rules_are_read_from_the_setting_in_order_and_a_malformed_one_is
     assert parse_mapping_rules("") == []
     with pytest.raises(ValueError, match="'alarms/#' is not 'topic filter=log topic'"):
         parse_mapping_rules("alarms/#")
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="ab/+#=,. -", max_size=40))
+def test_any_mapping_rules_setting_gives_rules_or_a_value_error(text: str) -> None:
+    try:
+        rules = parse_mapping_rules(text)
+    except ValueError:
+        return
+    assert all(rule.mqtt_filter and rule.log_topic and "," not in rule.log_topic for rule in rules)
