@@ -61,7 +61,8 @@ class BrokerConfig:
     #: Partitions the whole cluster may hold (every topic's, internal ones included); clients' creations past it are refused.
     cluster_partitions_max: int = 20_000
     default_partitions: int = 1
-    default_replication_factor: int = 1
+    #: -1: as internal topics (``offsets_topic_replication_factor`` bounded by the voters; 1 on a single broker).
+    default_replication_factor: int = -1
     producer_id_expiration_ms: int = 86_400_000
     flush_check_interval_ms: int = 50
     retention_check_interval_ms: int = 300_000
@@ -106,6 +107,11 @@ class BrokerConfig:
     tls_client_auth: str = "none"
     native_tls_port: int = 9493
     mqtt_tls_port: int = 8883
+    #: Partitions of the MQTT log topics the front end creates (``mqtt.messages``, mapping rules' topics);
+    #: 0: one per broker of the cluster when they are created (1 on a single broker).
+    mqtt_log_partitions: int = 0
+    #: MQTT topic filter → log topic rules, first match wins: ``"filter=topic,filter=topic"`` (empty: none).
+    mqtt_mapping_rules: str = ""
     amqp_tls_port: int = 5671
     kafka_tls_port: int = 9093
     http_tls: bool = False
@@ -218,7 +224,8 @@ def _check_value(key: str, value: Any) -> None:
                "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
                "http_request_timeout_ms", "cluster_partitions_max", "connectors_topic_partitions",
                "connectors_leadership_check_interval_ms", "connectors_status_interval_ms", "transaction_state_partitions",
-               "transaction_max_timeout_ms", "transactional_id_expiration_ms") and value < 1:
+               "transaction_max_timeout_ms", "transactional_id_expiration_ms") and value < 1 and not (
+                   key == "default_replication_factor" and value == -1):
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")

@@ -142,6 +142,9 @@ mqtt_log_fetch_wait_ms_max = 500
 mqtt_log_fetch_bytes_max = 1024 * 1024
 #: MQTT: a client that has not sent CONNECT by then is disconnected.
 mqtt_connect_s_max = 10.0
+#: How long a connect waits for the broker that held a live session to hand it over (its final state)
+#: before resuming the newest stored state: that broker may be dead; 2 s keeps failover well under 5 s.
+mqtt_session_handoff_ms_max = 2_000
 #: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
 #: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
 mqtt_log_writes_in_flight_max = 1000
