@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterable
 from typing import Any
 
 from mqbroker import errors
@@ -86,16 +87,21 @@ async def handle_leave_group(broker: IBroker, principal: Principal, request: m.L
     return m.LeaveGroupResponse(members=tuple(results))
 
 
-async def handle_offset_commit(broker: IBroker, principal: Principal, request: m.OffsetCommitRequest) -> Any:
-    """Commit offsets durably; a refused commit (fenced, stale generation) fails every partition."""
-    commits = tuple(
+def partition_commits(topics: Iterable[Any]) -> tuple[groups.PartitionCommit, ...]:
+    """The partition commits of an OffsetCommit or TxnOffsetCommit request's topics (-1 epoch: none given)."""
+    return tuple(
         groups.PartitionCommit(
             topic_partition=TopicPartition(topic.name, p.partition_index), offset=p.committed_offset,
             metadata=p.committed_metadata or "",
             leader_epoch=None if p.committed_leader_epoch < 0 else p.committed_leader_epoch,
         )
-        for topic in request.topics for p in topic.partitions
+        for topic in topics for p in topic.partitions
     )
+
+
+async def handle_offset_commit(broker: IBroker, principal: Principal, request: m.OffsetCommitRequest) -> Any:
+    """Commit offsets durably; a refused commit (fenced, stale generation) fails every partition."""
+    commits = partition_commits(request.topics)
     _, error = await settle(broker.commit_offsets(principal, groups.OffsetCommitRequest(
         group_id=request.group_id, member_id=request.member_id, group_instance_id=request.group_instance_id,
         generation_id=request.generation_id, offsets=commits,

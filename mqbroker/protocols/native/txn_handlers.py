@@ -17,6 +17,7 @@ from mqbroker.model import Principal
 from mqbroker.protocols.deferreds import settle
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native import txn_messages as t
+from mqbroker.protocols.native.group_handlers import partition_commits
 from mqbroker.protocols.native.replies import error_code
 from mqbroker.transactions import messages as txn
 
@@ -90,14 +91,7 @@ async def handle_write_txn_markers(broker: IBroker, principal: Principal, reques
 
 async def handle_txn_offset_commit(broker: IBroker, principal: Principal, request: t.TxnOffsetCommitRequest) -> Any:
     """Commit a group's offsets in a transaction; a refused commit fails every partition."""
-    commits = tuple(
-        groups.PartitionCommit(
-            topic_partition=TopicPartition(topic.name, p.partition_index), offset=p.committed_offset,
-            metadata=p.committed_metadata or "",
-            leader_epoch=None if p.committed_leader_epoch < 0 else p.committed_leader_epoch,
-        )
-        for topic in request.topics for p in topic.partitions
-    )
+    commits = partition_commits(request.topics)
     offsets = groups.OffsetCommitRequest(group_id=request.group_id, member_id=request.member_id,
                                          group_instance_id=request.group_instance_id,
                                          generation_id=request.generation_id, offsets=commits)
