@@ -38,6 +38,8 @@ TEST_REQUIREMENTS = [
     "openapi-spec-validator>=0.7",
     "schemathesis>=3.30",
     "playwright>=1.40",
+    # an independent Redis client: the connector tests check what reached Redis with it (the connectors use txredisapi)
+    "redis>=5",
 ]
 
 SPARK_REQUIREMENTS = ["pyspark>=4.0", "pyarrow>=15"]

@@ -13,11 +13,13 @@ one at a time (the others stopped), alternating Kafka and mqbroker at each durab
 * ``mqbroker``: mqbroker's default ``sync`` policy (fsync, shared by concurrent appends, before acking).
 
 Workloads per broker: produce ``--messages`` records of 100 B and of 1 KiB at acks=1 and acks=all
-(records/s), consume them all (records/s), and end-to-end latency at 5,000 records/s for
-``--e2e-seconds`` (acks=all, 100 B; p50 and p99 from send to receipt). The broker's CPU time per
-produced record comes from /proc over the produce workloads. One partition, replication factor 1,
-both brokers on loopback, the client in this process. Progress goes to stderr; the table (or one JSON
-object with ``--json``) to stdout.
+(acknowledged records/s and MB/s: a send the broker did not acknowledge does not count, and is
+reported as failed), consume them all (records/s, MB/s), and end-to-end latency at 5,000 records/s
+for ``--e2e-seconds`` (acks=all, 100 B; p50 and p99 from send to receipt). The broker's CPU time per
+acknowledged record comes from /proc over the produce workloads. One partition, replication factor
+1, both brokers on loopback, the client in this process. Progress goes to stderr; the figures and
+then mqbroker's ratios to Kafka at equal durability (interval vs default, sync vs ``flush.messages=1``)
+go to stdout as tables (or one JSON object with ``--json``).
 """
 
 from __future__ import annotations
@@ -75,20 +77,28 @@ class ConfluentClient:
 
     name = "confluent-kafka"
 
-    def produce(self, bootstrap: str, topic: str, count: int, size: int, acks: str) -> None:
+    def produce(self, bootstrap: str, topic: str, count: int, size: int, acks: str) -> int:
+        """Send ``count`` records; returns how many the broker acknowledged (delivery reports without an error)."""
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                              "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000})
+        acked = [0]
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is None:
+                acked[0] += 1
+
         value = b"x" * size
         for _ in range(count):
             while True:
                 try:
-                    producer.produce(topic, value)
+                    producer.produce(topic, value, on_delivery=delivered)
                     break
                 except BufferError:
                     producer.poll(0.01)
         assert producer.flush(120) == 0
+        return acked[0]
 
     def consume(self, bootstrap: str, topic: str, count: int) -> None:
         from confluent_kafka import Consumer, TopicPartition
@@ -128,16 +138,17 @@ class KafkaPythonClient:
 
     name = "kafka-python"
 
-    def produce(self, bootstrap: str, topic: str, count: int, size: int, acks: str) -> None:
+    def produce(self, bootstrap: str, topic: str, count: int, size: int, acks: str) -> int:
+        """Send ``count`` records; returns how many the broker acknowledged (futures that succeeded)."""
         from kafka import KafkaProducer
 
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1 if acks == "1" else "all", linger_ms=5,
                                  batch_size=1_000_000)
         value = b"x" * size
-        for _ in range(count):
-            producer.send(topic, value)
+        futures = [producer.send(topic, value) for _ in range(count)]
         producer.flush(120)
         producer.close()
+        return sum(1 for future in futures if future.succeeded())
 
     def consume(self, bootstrap: str, topic: str, count: int) -> None:
         from kafka import KafkaConsumer, TopicPartition
@@ -186,7 +197,6 @@ def _measure_e2e(client_name: str, bootstrap: str, topic: str, seconds: float, s
     time.sleep(2.0)  # the consumer connects and starts fetching
     started = time.perf_counter()
     sent = 0
-    warm_until_ns = time.time_ns() + int(seconds * 0.2e9)  # the first fifth warms the connections up
     while time.perf_counter() - started < seconds:
         due = started + sent / E2E_RATE
         delay = due - time.perf_counter()
@@ -200,8 +210,7 @@ def _measure_e2e(client_name: str, bootstrap: str, topic: str, seconds: float, s
     latencies: list[float] = []
     while not found.empty():
         latencies.extend(nanoseconds / 1e6 for nanoseconds in found.get())
-    del warm_until_ns
-    return latencies[len(latencies) // 5:]
+    return latencies[len(latencies) // 5:]  # the first fifth warms the connections up
 
 
 # -- one broker, every workload ----------------------------------------------------------------------------
@@ -216,19 +225,27 @@ def run_broker(client: Any, name: str, work: Path, messages: int, e2e_seconds: f
         for size in SIZES:
             for acks in ("1", "all"):
                 topic = f"bench-{size}-{acks}-{time.time_ns()}"
-                client.produce(bootstrap, topic, 100, size, acks)  # creates the topic, warms up
+                # Creates the topic and warms up (a fresh JVM's JIT needs far more than a few records).
+                client.produce(bootstrap, topic, max(100, messages // 5), size, acks)
                 cpu_before, started = process_tree_cpu_s(pid), time.perf_counter()
-                client.produce(bootstrap, topic, messages, size, acks)
+                acked = client.produce(bootstrap, topic, messages, size, acks)
                 elapsed = time.perf_counter() - started
                 produce_cpu_s += process_tree_cpu_s(pid) - cpu_before
-                produced += messages
-                figures[f"produce_{size}B_acks{acks}_msgs_per_s"] = round(messages / elapsed)
+                produced += acked
+                # Only acknowledged records count: a failed send is not throughput.
+                figures[f"produce_{size}B_acks{acks}_msgs_per_s"] = round(acked / elapsed)
+                figures[f"produce_{size}B_acks{acks}_MB_per_s"] = round(acked * size / elapsed / 1e6, 1)
+                if acked < messages:
+                    figures[f"produce_{size}B_acks{acks}_failed"] = messages - acked
                 if size == 100 and acks == "1":
                     started = time.perf_counter()
-                    client.consume(bootstrap, topic, messages + 100)
-                    figures["consume_100B_msgs_per_s"] = round((messages + 100) / (time.perf_counter() - started))
+                    stored = messages + max(100, messages // 5)
+                    client.consume(bootstrap, topic, stored)
+                    consumed_s = time.perf_counter() - started
+                    figures["consume_100B_msgs_per_s"] = round(stored / consumed_s)
+                    figures["consume_100B_MB_per_s"] = round(stored * 100 / consumed_s / 1e6, 1)
                 progress(f"  {name} {size} B acks={acks}: {figures[f'produce_{size}B_acks{acks}_msgs_per_s']} msg/s")
-        figures["broker_cpu_us_per_produced_msg"] = round(produce_cpu_s / produced * 1e6, 1)
+        figures["broker_cpu_us_per_produced_msg"] = round(produce_cpu_s / produced * 1e6, 1) if produced else None
         topic = f"e2e-{time.time_ns()}"
         client.produce(bootstrap, topic, 10, 100, "all")
         latencies = sorted(client.e2e(bootstrap, topic, e2e_seconds))
@@ -256,15 +273,41 @@ def main() -> int:
             progress(f"{client.name}:")
             for name in BROKERS:
                 results[f"{client.name}/{name}"] = run_broker(client, name, Path(work), messages, options.e2e_seconds)
+    ratios = _ratios(results)
     if options.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"figures": results, "ratios_mqbroker_over_kafka": ratios}, indent=2))
         return 0
-    metrics = sorted({metric for figures in results.values() for metric in figures})
-    print("| metric | " + " | ".join(results) + " |")
-    print("|---|" + "---|" * len(results))
-    for metric in metrics:
-        print(f"| {metric} | " + " | ".join(str(figures.get(metric, "")) for figures in results.values()) + " |")
+    _table(results)
+    print()
+    _table(ratios)
     return 0
+
+
+#: mqbroker variant -> the Kafka variant at the same durability (the OS flushes; or an fsync before the ack).
+PAIRS = {"mqbroker-interval": "kafka", "mqbroker": "kafka-fsync"}
+
+
+def _ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """mqbroker's figure over Kafka's at equal durability, per client and metric (above 1: mqbroker higher)."""
+    ratios: dict[str, dict[str, Any]] = {}
+    for key, figures in results.items():
+        client, name = key.split("/")
+        if name not in PAIRS:
+            continue
+        reference = results.get(f"{client}/{PAIRS[name]}", {})
+        ratios[f"{client}/{name} vs {PAIRS[name]}"] = {
+            metric: round(value / reference[metric], 2) for metric, value in figures.items()
+            if isinstance(value, (int, float)) and isinstance(reference.get(metric), (int, float)) and reference[metric]
+        }
+    return ratios
+
+
+def _table(columns: dict[str, dict[str, Any]]) -> None:
+    metrics = sorted({metric for figures in columns.values() for metric in figures})
+    print("| metric | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for metric in metrics:
+        print(f"| {metric} | " + " | ".join(str(figures.get(metric, "")) for figures in columns.values()) + " |")
 
 
 if __name__ == "__main__":

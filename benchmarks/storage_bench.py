@@ -1,6 +1,13 @@
 """Storage engine throughput: appends (interval and sync group commit), reads, recovery, against a yardstick.
 
-Run ``python benchmarks/storage_bench.py [--volume-mib N] [--runs N] [--json] [--directory DIR]``.
+Run ``python benchmarks/storage_bench.py [--volume-mib N] [--runs N] [--json] [--directory DIR] [--calls-only]``.
+
+The per-call costs come beside the volumes: ``append_one_record_us`` (an append of a one-record
+100-byte batch, nothing flushed) and ``read_one_batch_us`` (a reader following the tail, ``CALL_CHUNK``
+batches behind, reads them back one read each), both per call, the medians of ``CALL_REPEATS`` passes over
+``CALL_COUNT`` calls. They are what the produce and fetch paths pay per request apart from the
+bytes; ``--calls-only`` measures just them (to compare two source trees run after run, set
+``PYTHONPATH`` to each in turn).
 
 How the comparison is kept fair on a shared, noisy machine:
 
@@ -52,6 +59,11 @@ LARGE_BATCH_BYTES = MIB
 SMALL_BATCH_BYTES = 16 * 1024
 SYNC_APPENDERS = 64
 READ_REPEATS = 5
+#: Calls per pass, and passes, of the per-call measurements.
+CALL_COUNT = 20_000
+CALL_REPEATS = 5
+#: Appends between the tail reader's turns.
+CALL_CHUNK = 100
 #: Ratio name -> (numerator, denominator), computed within each run so the runs' noise cancels.
 RATIOS = {
     "append_to_yardstick_ratio": ("append_mb_per_s", "yardstick_write_mb_per_s"),
@@ -212,6 +224,29 @@ def _next_offset(data: bytes) -> int:
     return base + int.from_bytes(data[last_start + 23 : last_start + 27], "big") + 1
 
 
+def measure_calls(directory: str) -> dict[str, float]:
+    """Microseconds per append of a one-record batch and per tail read of one batch (medians of the passes)."""
+    batch = build_batch(len(RECORD_VALUE) + 80)
+    appends, reads = [], []
+    for repeat in range(CALL_REPEATS):
+        log = PartitionLog.open(os.path.join(directory, f"calls-{repeat}"), LogConfig(flush_policy="interval"), now_ms=0)
+        append, read = log.append, log.read
+        append_s = read_s = 0.0
+        for first in range(0, CALL_COUNT, CALL_CHUNK):  # the reader stays within a chunk of the tail, as consumers do
+            started = time.perf_counter()
+            for _ in range(CALL_CHUNK):
+                append(batch, 0)
+            appended = time.perf_counter()
+            for offset in range(first, first + CALL_CHUNK):
+                read(offset, LARGE_BATCH_BYTES)
+            append_s, read_s = append_s + appended - started, read_s + time.perf_counter() - appended
+        appends.append(append_s / CALL_COUNT * 1e6)
+        reads.append(read_s / CALL_COUNT * 1e6)
+        log.close()
+        shutil.rmtree(os.path.join(directory, f"calls-{repeat}"))
+    return {"append_one_record_us": statistics.median(appends), "read_one_batch_us": statistics.median(reads)}
+
+
 def recover(directory: str) -> float:
     """Seconds for an unclean open that checks every batch of the log."""
     for name in os.listdir(directory):
@@ -275,6 +310,7 @@ def measure_run(root: str, number: int, volume: int, large: bytes, small: bytes)
     os.unlink(yardstick_path)
     results["recovery_s_per_gib"] = recover(large_log) * GIB / log_reads[0][1]
     shutil.rmtree(large_log)
+    results.update(measure_calls(root))
     for name, (numerator, denominator) in RATIOS.items():
         results[name] = results[numerator] / results[denominator]
     return results
@@ -287,10 +323,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs; the medians are reported")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--directory", default=None, help="where to write (default: a temporary directory)")
+    parser.add_argument("--calls-only", action="store_true", help="measure only the per-call costs")
     options = parser.parse_args()
     volume = options.volume_mib * MIB
     root = tempfile.mkdtemp(prefix="storage-bench-", dir=options.directory)
     try:
+        if options.calls_only:
+            runs = []
+            for number in range(options.runs):
+                progress(f"run {number + 1}/{options.runs}: per-call costs")
+                runs.append(measure_calls(root))
+            _report(options, runs)
+            return
         large, small = build_batch(LARGE_BATCH_BYTES), build_batch(SMALL_BATCH_BYTES)
         warm_up = os.path.join(root, "warm-up")
         yardstick_write(warm_up, volume, len(large))  # the first writes of a process pay for fresh page-cache pages
@@ -302,6 +346,11 @@ def main() -> None:
             progress("  " + ", ".join(f"{key} {value:.2f}" for key, value in runs[-1].items()))
     finally:
         shutil.rmtree(root)
+    _report(options, runs)
+
+
+def _report(options: argparse.Namespace, runs: list[dict[str, float]]) -> None:
+    """Print the medians over the runs (and every run's figures) as a table or JSON."""
     results: dict[str, object] = {key: round(statistics.median(run[key] for run in runs), 3) for key in runs[0]}
     results["volume_mib"] = options.volume_mib
     results["runs"] = options.runs

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqbroker import limits
 from mqbroker.ops.affinity import parse_cpu_list
 from mqbroker.security.quotas import parse_quota_overrides
 
@@ -60,7 +61,8 @@ class BrokerConfig:
     #: Partitions the whole cluster may hold (every topic's, internal ones included); clients' creations past it are refused.
     cluster_partitions_max: int = 20_000
     default_partitions: int = 1
-    default_replication_factor: int = 1
+    #: -1: as internal topics (``offsets_topic_replication_factor`` bounded by the voters; 1 on a single broker).
+    default_replication_factor: int = -1
     producer_id_expiration_ms: int = 86_400_000
     flush_check_interval_ms: int = 50
     retention_check_interval_ms: int = 300_000
@@ -73,6 +75,10 @@ class BrokerConfig:
     cpu_affinity: str = ""
     #: How fsync rounds run off the reactor thread: "aio" (Linux AIO), "thread", or "auto" (AIO where it works).
     fsync_engine: str = "auto"
+    #: Segment files kept open at once, least recently used closed first (``mqbroker.storage.segment_files``).
+    segment_files_open_max: int = limits.segment_files_open_max
+    #: Threads that open (recover), create and checkpoint many partition logs at once (Kafka's num.recovery.threads.per.data.dir).
+    log_recovery_threads: int = 8
     #: Consumer groups (Kafka's group.* and offsets.* broker settings).
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -90,6 +96,11 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1024 * 1024
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     leader_imbalance_check_interval_ms: int = 5_000
+    #: Transactions (Kafka's transaction.* settings): partitions of __transaction_state, the longest
+    #: transaction timeout a producer may ask for, how long an idle transactional id is remembered.
+    transaction_state_partitions: int = 8
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
     controlled_shutdown_timeout_ms: int = 5_000
     #: TLS listeners (see docs/security.md): only started when ``tls_cert`` is set; port 0 disables one.
     tls_cert: str = ""
@@ -98,6 +109,11 @@ class BrokerConfig:
     tls_client_auth: str = "none"
     native_tls_port: int = 9493
     mqtt_tls_port: int = 8883
+    #: Partitions of the MQTT log topics the front end creates (``mqtt.messages``, mapping rules' topics);
+    #: 0: one per broker of the cluster when they are created (1 on a single broker).
+    mqtt_log_partitions: int = 0
+    #: MQTT topic filter → log topic rules, first match wins: ``"filter=topic,filter=topic"`` (empty: none).
+    mqtt_mapping_rules: str = ""
     amqp_tls_port: int = 5671
     kafka_tls_port: int = 9093
     http_tls: bool = False
@@ -133,6 +149,14 @@ class BrokerConfig:
     http_request_timeout_ms: int = 10_000
     #: Per-principal / per-client-id rates over the defaults: "principal User:alice produce=N fetch=N, client ID ...".
     quotas_overrides: str = ""
+    #: The ``[connectors]`` table (docs/connectors.md): run connector tasks on this broker.
+    connectors_enabled: bool = True
+    #: Partitions of ``__connectors``; a task runs on the leader of its partition (more partitions spread tasks wider).
+    connectors_topic_partitions: int = 8
+    #: How often a broker checks which ``__connectors`` partitions it leads (and so which tasks it runs).
+    connectors_leadership_check_interval_ms: int = 1_000
+    #: How often task owners store each task's status and metrics in ``__connectors`` (what ``describe`` shows).
+    connectors_status_interval_ms: int = 2_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -200,7 +224,10 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
     if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions", "share_state_topic_partitions",
                "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
-               "http_request_timeout_ms", "cluster_partitions_max") and value < 1:
+               "http_request_timeout_ms", "cluster_partitions_max", "connectors_topic_partitions",
+               "connectors_leadership_check_interval_ms", "connectors_status_interval_ms", "transaction_state_partitions",
+               "transaction_max_timeout_ms", "transactional_id_expiration_ms") and value < 1 and not (
+                   key == "default_replication_factor" and value == -1):
         raise ConfigError(f"configuration key {key!r}: must be at least 1, got {value}")
     if key.endswith("_ms") and value < 0:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
@@ -222,6 +249,10 @@ def _check_value(key: str, value: Any) -> None:
             raise ConfigError(f"configuration key 'cpu_affinity': {error}") from None
     if key == "fsync_engine" and value not in FSYNC_ENGINES:
         raise ConfigError(f"configuration key 'fsync_engine': must be auto, aio or thread, got {value!r}")
+    if key == "segment_files_open_max" and value < 1:
+        raise ConfigError(f"configuration key 'segment_files_open_max': must be at least 1, got {value}")
+    if key == "log_recovery_threads" and value < 1:
+        raise ConfigError(f"configuration key 'log_recovery_threads': must be at least 1, got {value}")
     if key == "node_id" and value < 0:
         raise ConfigError(f"configuration key 'node_id': must not be negative, got {value}")
 

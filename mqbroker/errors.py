@@ -55,6 +55,12 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     INVALID_CONFIG = 40
     POLICY_VIOLATION = 44
     SASL_AUTHENTICATION_FAILED = 58
@@ -64,12 +70,16 @@ class ErrorCode(enum.IntEnum):
     NON_EMPTY_GROUP = 68
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
-    INVALID_RECORD = 87
     UNACCEPTABLE_CREDENTIAL = 93
     INVALID_RECORD_STATE = 121
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
     MALFORMED_REQUEST = 1003
@@ -329,6 +339,12 @@ class GroupIdNotFoundError(BrokerError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
 
 
+class GroupSubscribedToTopicError(BrokerError):
+    """A member of the group subscribes to the topic: its committed offsets cannot be deleted while it does."""
+
+    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+
+
 class FencedLeaderEpochError(BrokerError):
     """The request's leader epoch is older than the partition's: refresh metadata and retry."""
 
@@ -442,6 +458,61 @@ class InvalidRecordStateError(BrokerError):
     the lease expired, another member holds them, or they were acknowledged already."""
 
     code = ErrorCode.INVALID_RECORD_STATE
+class InvalidTxnStateError(BrokerError):
+    """The call does not fit the transaction's state (e.g. a commit with none ongoing, or a transactional batch
+    for a partition the coordinator does not list)."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(BrokerError):
+    """The producer id does not belong to the transactional id (another producer owns it now)."""
+
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(BrokerError):
+    """The transaction timeout asked for is above the broker's ``transaction_max_timeout_ms`` (or not positive)."""
+
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+
+
+class ConcurrentTransactionsError(BrokerError):
+    """The coordinator is still finishing the previous transaction of this id; retry shortly."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(BrokerError):
+    """A newer transaction coordinator (a higher coordinator epoch) owns the transaction."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class TransactionalIdAuthorizationError(BrokerError):
+    """The principal may not use (or see) this transactional id."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class UnstableOffsetCommitError(BrokerError):
+    """A transaction's offsets for these partitions are not decided yet; retry once it commits or aborts."""
+
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+
+
+class ProducerFencedError(BrokerError):
+    """A newer producer with the same transactional id exists (a higher epoch): this one must close."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class TransactionalIdNotFoundError(BrokerError):
+    """The coordinator knows no such transactional id."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
 
 #: Every error class by its wire code (each code has exactly one class).

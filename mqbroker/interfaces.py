@@ -13,12 +13,15 @@ class IBroker(Interface):
     ``code`` a front end maps onto its own protocol.
     """
 
-    def produce(principal, topic, partition, records, acks, timeout_ms):
+    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None):
         """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
 
         ``acks`` (an ``Acks``) says when the Deferred fires with a ``ProduceResult``: once the batch
         is accepted (``NONE``), on the leader's disk (``LEADER``), or held by every in-sync replica
         (``ALL``, waiting at most ``timeout_ms``; 0: ``limits.produce_timeout_ms_default``).
+        Transactional batches name their ``transactional_id``; the first of a transaction in a
+        partition is verified with its coordinator (KIP-890) and refused with INVALID_TXN_STATE
+        unless the partition was added.
         """
 
     def fetch(principal, request):
@@ -26,6 +29,8 @@ class IBroker(Interface):
 
         Waits up to ``request.wait_ms_max`` until at least ``request.response_bytes_min`` are
         available, then fires with one ``FetchResult`` per position (an error is carried in the result).
+        With ``request.isolation_level`` READ_COMMITTED reads stop at the last stable offset and each
+        result lists the aborted transactions its batches overlap.
         """
 
     def replica_fetch(principal, replica_id, request):
@@ -42,8 +47,9 @@ class IBroker(Interface):
     def list_reassignments(principal, topics):
         """The reassignments in progress (of ``topics``; None: every topic) as ``PartitionReassignment``s."""
 
-    def list_offset(principal, topic, partition, timestamp_ms):
-        """Find the earliest (-2), latest (-1) or first offset at or after ``timestamp_ms``."""
+    def list_offset(principal, topic, partition, timestamp_ms, isolation_level=0):
+        """Find the earliest (-2), latest (-1: the high watermark, or read_committed the last stable offset)
+        or first offset at or after ``timestamp_ms``."""
 
     def metadata(principal, topics, allow_auto_create):
         """Describe the cluster and ``topics`` (None: every topic) as ``ClusterMetadata``."""
@@ -66,8 +72,12 @@ class IBroker(Interface):
     def delete_records(principal, topic, partition, before_offset):
         """Delete records below ``before_offset``; fire with the new log start offset."""
 
-    def init_producer_id(principal, transactional_id):
-        """Allocate an idempotent producer id and epoch (``ProducerIdentity``)."""
+    def init_producer_id(principal, transactional_id, transaction_timeout_ms=-1):
+        """Allocate an idempotent producer id and epoch (``ProducerIdentity``).
+
+        With a ``transactional_id`` (ask its transaction coordinator): the id's stable producer id and
+        a new epoch that fences the previous incarnation, whose open transaction is aborted first.
+        """
 
     def describe_quorum(principal):
         """The controller's voters, leader, term, commit index and brokers (a dict, see ``IClusterView.describe``)."""
@@ -103,9 +113,10 @@ class IBroker(Interface):
     def commit_offsets(principal, request):
         """Commit offsets (an ``OffsetCommitRequest``); fire with None once they are durable."""
 
-    def fetch_offsets(principal, group_id, partitions):
+    def fetch_offsets(principal, group_id, partitions, require_stable=False):
         """Fire with ``{TopicPartition: CommittedOffset | None}`` (``groups.model``, ``groups.offsets``) for
-        ``partitions`` (None: all committed)."""
+        ``partitions`` (None: all committed). ``require_stable``: fail with UNSTABLE_OFFSET_COMMIT while a
+        transaction's offsets for them are pending."""
 
     def list_groups(principal):
         """Fire with the ``groups.messages.GroupListing``s of the groups the principal may describe."""
@@ -152,6 +163,10 @@ class IBroker(Interface):
 
     def list_share_groups(principal):
         """Fire with the ``ShareGroupListing``s of the share groups hosted here the principal may describe."""
+    def delete_offsets(principal, group_id, partitions):
+        """Delete a group's committed offsets of ``partitions`` (Kafka's OffsetDelete); fire with
+        ``{TopicPartition: None or the error}`` (``GroupSubscribedToTopicError`` where a member subscribes to
+        the topic); fail as a whole with ``GroupIdNotFoundError`` for an unknown group."""
 
     def list_users(principal):
         """Fire with every SCRAM user's name; needs DESCRIBE on the cluster."""
@@ -180,6 +195,36 @@ class IBroker(Interface):
 
     def remove_acls(principal, acls):
         """Delete exactly these ACLs; needs ALTER on the cluster. Fires with None once committed."""
+
+    def find_transaction_coordinator(principal, transactional_id):
+        """Fire with the ``BrokerEndpoint`` coordinating ``transactional_id``: the leader of its
+        ``__transaction_state`` partition (COORDINATOR_NOT_AVAILABLE while it has none)."""
+
+    def add_partitions_to_txn(principal, request):
+        """Add partitions to a producer's ongoing transaction (an ``AddPartitionsRequest``); needs WRITE on the
+        transactional id. Fires with None once durable; ``verify_only`` (from a partition leader) only checks."""
+
+    def add_offsets_to_txn(principal, request):
+        """Add a group's offsets to the producer's ongoing transaction (an ``AddOffsetsRequest``); fire with None."""
+
+    def end_txn(principal, request):
+        """Commit or abort the producer's ongoing transaction (an ``EndTxnRequest``); fire with None once the
+        decision is durable (its markers are then written to every partition)."""
+
+    def txn_commit_offsets(principal, request):
+        """Commit a group's offsets inside a transaction (a ``TxnOffsetCommitRequest``, sent to the group's
+        coordinator); they become visible when the transaction commits. Fire with None once durable."""
+
+    def write_txn_markers(principal, markers):
+        """Append the COMMIT/ABORT markers a transaction coordinator asks for (``TransactionMarker``s) to the
+        partitions this broker leads; fire with one ``MarkerOutcome`` per partition. Brokers only."""
+
+    def describe_transactions(principal, transactional_ids):
+        """Fire with a ``TransactionDescription`` or the typed error, per transactional id (at its coordinator)."""
+
+    def list_transactions(principal, states, producer_ids):
+        """Fire with the ``TransactionListing``s this broker coordinates (of ``states`` / ``producer_ids``
+        if given) that the principal may describe."""
 
 
 class IClusterView(Interface):
@@ -383,3 +428,28 @@ class IAuthenticatedPeer(Interface):
     """A connection's transport whose peer proved a broker identity (the controller handshake)."""
 
     peer_node_id = Attribute("The node id the peer proved (an int).")
+
+
+class IConnectorAdmin(Interface):
+    """The connector admin surface (``mqbroker connectors``, the native requests, the HTTP API).
+
+    Every method returns a Deferred and takes the calling ``Principal``: changes need ALTER on the
+    cluster, reads DESCRIBE. Failures are ``BrokerError``s: ``InvalidConfigError`` for a configuration
+    that does not parse, ``ResourceNotFoundError`` for an unknown connector, ``DuplicateResourceError``
+    when creating one that exists. Values are ``mqbroker.connectors.model`` types.
+    """
+
+    def create(principal, name, config):
+        """Check and store a new connector ``name`` with ``config`` ({key: value} strings); fire with None."""
+
+    def pause(principal, name):
+        """Stop the connector's tasks, keeping their progress; fire with None."""
+
+    def resume(principal, name):
+        """Run a paused connector's tasks again from their progress; fire with None."""
+
+    def delete(principal, name):
+        """Stop the connector's tasks and delete its configuration, status and progress; fire with None."""
+
+    def describe(principal, names):
+        """Fire with a ``ConnectorDescription`` per connector (``names`` None: every connector), by name."""

@@ -23,6 +23,16 @@ produce_timeout_ms_default = 30_000
 topic_name_length_max = 249
 #: Most partitions one topic may have.
 partitions_per_topic_max = 10_000
+#: Segment `.log` files a broker keeps open at once (least recently used closed first): room for
+#: every busy partition's active segment, while 10,000+ partitions stay within a 1,024-descriptor
+#: ulimit with the sockets, the Raft log and the AIO context beside them.
+segment_files_open_max = 512
+#: Partition logs one group-commit fsync round syncs. Each keeps its active segment pinned open
+#: (and a new directory, sealed segments' indexes) until its fsync ends, so a round over 10,000
+#: freshly created partitions would need 20,000 descriptors at once; with 256, a round's pinned
+#: files beyond ``segment_files_open_max`` and its directories stay within a 1,024 ulimit. Logs
+#: past it go in the next round, which starts as soon as this one ends.
+fsync_round_logs_max = 256
 #: Largest native-protocol response frame a client accepts (a full fetch response plus headers).
 native_response_frame_bytes_max = 2 * fetch_response_bytes_max
 #: AMQP: frame_max the broker proposes in connection.tune (RabbitMQ's value); clients may choose less.
@@ -132,6 +142,9 @@ mqtt_log_fetch_wait_ms_max = 500
 mqtt_log_fetch_bytes_max = 1024 * 1024
 #: MQTT: a client that has not sent CONNECT by then is disconnected.
 mqtt_connect_s_max = 10.0
+#: How long a connect waits for the broker that held a live session to hand it over (its final state)
+#: before resuming the newest stored state: that broker may be dead; 2 s keeps failover well under 5 s.
+mqtt_session_handoff_ms_max = 2_000
 #: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
 #: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
 mqtt_log_writes_in_flight_max = 1000
@@ -148,6 +161,21 @@ http_browse_first_read_bytes = 64 * 1024
 http_browse_value_chars_max = 64 * 1024
 #: Admin API: most retained MQTT messages one listing returns.
 http_retained_listing_max = 1000
+#: Connectors: longest connector name (it is part of the keys in __connectors and of default Redis key names).
+connector_name_length_max = 128
+#: Connectors: configuration keys one connector may have.
+connector_config_entries_max = 256
+#: Connectors: longest configuration value (a topic list or a regular expression), in bytes.
+connector_config_value_bytes_max = 64 * 1024
+#: Connectors: tasks one connector may run (each holds its own connections and buffers).
+connector_tasks_max = 64
+#: Connectors: largest Redis bulk reply read (a Stream entry's field, a list item): nothing larger fits a topic's
+#: max.message.bytes by default, and a larger announced length is refused instead of buffered.
+redis_reply_bulk_bytes_max = 64 * 1024 * 1024
+#: Connectors: most elements of one Redis array reply (the sources read at most 10,000 entries a call).
+redis_reply_array_items_max = 1_000_000
+#: Connectors: largest value of a __connectors record a broker decodes (a larger one is counted as corrupt).
+connector_state_value_bytes_max = 1024 * 1024
 #: Kafka: largest request the Kafka listener accepts (Kafka's socket.request.max.bytes is 100 MiB;
 #: a 1 MiB batch per partition over many partitions fits well within this).
 kafka_request_bytes_max = 100 * 1024 * 1024

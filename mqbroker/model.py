@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from mqbroker import errors, limits
 
@@ -114,6 +115,23 @@ class FetchPosition:
     last_fetched_epoch: int = -1
 
 
+class IsolationLevel(enum.IntEnum):
+    """Which records a fetch may return (Kafka's numbers)."""
+
+    #: Everything below the high watermark, aborted transactions included.
+    READ_UNCOMMITTED = 0
+    #: Below the last stable offset, with the aborted transactions listed so the reader drops them.
+    READ_COMMITTED = 1
+
+
+class AbortedTransaction(NamedTuple):
+    """An aborted transaction a read_committed fetch lists: the producer's batches from ``first_offset`` up to
+    its ABORT marker are to be dropped (``mqbroker.records.isolation``)."""
+
+    producer_id: int
+    first_offset: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchRequest:
     """A long-poll read of whole record batches from several partitions.
@@ -128,6 +146,8 @@ class FetchRequest:
     wait_ms_max: int = 0
     response_bytes_min: int = 1
     response_bytes_max: int = limits.fetch_response_bytes_max
+    #: READ_COMMITTED: stop at the last stable offset and list the aborted transactions (consumers only).
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +155,8 @@ class FetchResult:
     """What a fetch returns for one partition: whole record batches plus watermarks, or an error.
 
     To a follower whose log diverged, ``diverging_epoch``/``diverging_end_offset`` say where to cut.
+    A read_committed fetch also says where the stable part ends (``last_stable_offset``) and lists
+    the aborted transactions its batches overlap (None for a read_uncommitted fetch).
     """
 
     topic: str
@@ -145,6 +167,8 @@ class FetchResult:
     error: Exception | None = None
     diverging_epoch: int = -1
     diverging_end_offset: int = -1
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

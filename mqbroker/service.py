@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import pathlib
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService, TimerService
@@ -35,6 +36,7 @@ from mqbroker.core.topic_config import log_config_for
 from mqbroker.ops.affinity import parse_cpu_list, pin_all_threads
 from mqbroker.config import BrokerConfig, dial_address
 from mqbroker.client.twisted.broker_login import log_in_as_broker
+from mqbroker.connectors.wiring import Connectors, build_connectors
 from mqbroker.cluster.controlplane import ControlPlane, parse_quorum
 from mqbroker.cluster.wiring import build_control_plane
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
@@ -48,6 +50,7 @@ from mqbroker.durability.cleaner_service import LogCleanerService
 from mqbroker.ops.metrics import BrokerMetrics
 from mqbroker.forwarding.peers import PeerConnections
 from mqbroker.forwarding.routing_broker import RoutingBroker
+from mqbroker.forwarding.transaction_peers import NativeTransactionPeers
 from mqbroker.security.cluster_auth import ClusterAuthentication, controller_tls_files
 from mqbroker.security.peer_handshake import AuthenticatedClientEndpoint, AuthenticatedServerEndpoint
 from mqbroker.security.quotas import ConnectionLimiter
@@ -90,11 +93,15 @@ class BrokerService(MultiService):
         self.metrics = BrokerMetrics()
         #: Housekeeping off the reactor thread: controller persistence, checkpoints, the log cleaner.
         self._threadpool = ThreadPool(minthreads=1, maxthreads=limits.background_threads_max, name="mqbroker-background")
+        #: Opens, creates and checkpoints many partition logs at once, their fsyncs overlapping (``LogManager``).
+        self._log_threads = ThreadPoolExecutor(config.log_recovery_threads, thread_name_prefix="mqbroker-logs")
         #: Runs the produce path's fsync rounds (see ``Flusher``, ``sync_engines``).
         self._sync_engine: ISyncEngine | None = None
         self._logs: LogManager | None = None
         #: Forwards the MQTT and AMQP front ends' partition calls to the other brokers' leaders.
         self.peers: PeerConnections | None = None
+        #: The connector runtime and admin service (None when ``connectors.enabled`` is false).
+        self.connectors: Connectors | None = None
         self.listening_ports: dict[str, Any] = {}
         #: The front ends that replay state before they serve (``startup.StartedSignal``); ``/ready`` waits for them.
         self._front_end_starts: list[Any] = []
@@ -111,7 +118,8 @@ class BrokerService(MultiService):
                       version=__version__, node_id=self.config.node_id, data_dir=str(self.data_dir))
         now_ms = int(self.reactor.seconds() * 1000)
         topic_defaults = self.config.topic_defaults
-        self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}))
+        self._logs = LogManager(str(self.data_dir), log_config_for(topic_defaults, {}), self.config.segment_files_open_max,
+                                self._log_threads.map)
         self.control = build_control_plane(
             config=self.config, reactor=self.reactor, data_dir=self.data_dir, threadpool=self._threadpool,
             listen_endpoint=self._controller_endpoint, peer_endpoint=self._controller_peer_endpoint,
@@ -131,6 +139,7 @@ class BrokerService(MultiService):
             if self._sync_engine is not None:
                 self._sync_engine.stop()
             self._logs.close()
+            self._log_threads.shutdown()
             raise
 
     def _start_serving(self) -> None:
@@ -161,6 +170,8 @@ class BrokerService(MultiService):
         shares.addCallback(lambda _: broker.start_share_groups(
             routing, MemberIdGenerator(random.SystemRandom()), self._push_factory()))
         shares.addErrback(lambda failure: self.log.failure("share groups did not start", failure))
+        if self.config.connectors_enabled:
+            self._build_connectors(routing, started)
         self._add_listeners(self.broker, routing)
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
@@ -170,6 +181,19 @@ class BrokerService(MultiService):
         from mqbroker.shares.push.dispatcher import dispatcher_factory
 
         return dispatcher_factory(self.reactor)
+
+    def _build_connectors(self, routing: IBroker, started: Deferred[Any]) -> None:
+        """The connector runtime (it starts once this broker caught up with the metadata) and its metrics."""
+        assert self.broker is not None and self.security is not None and self.peers is not None
+        self.connectors = build_connectors(config=self.config, reactor=self.reactor, routing=routing,
+                                           local=self.broker, forward=self.peers.request,
+                                           authorizer=self.security.authorizer, unreadable=self.metrics.unreadable)
+        self.metrics.registry.register(self.connectors.collector)
+        started.addCallback(lambda _: self.reactor.callLater(0, self._start_connectors))
+
+    def _start_connectors(self) -> None:
+        if self.running and self.connectors is not None:
+            self.connectors.start()
 
     def _ensure_decoy_secret(self) -> None:
         """Until the cluster has its SCRAM decoy secret, keep trying to make one (a proposal needs a quorum)."""
@@ -221,6 +245,8 @@ class BrokerService(MultiService):
     def _build_routing_broker(self, broker: Broker) -> RoutingBroker:
         """The broker the MQTT and AMQP front ends see: partitions led elsewhere are served by their leaders.
 
+        The same connections carry the core's transaction calls to other brokers (verifications, markers).
+
         Forwarded requests use one pooled native connection per broker, as the replica fetcher does
         (over the leaders' TLS listeners with this broker's certificate under ``inter_broker_tls``).
         """
@@ -229,6 +255,7 @@ class BrokerService(MultiService):
         self.peers = PeerConnections(reactor=self.reactor, client_id=f"broker-{self.config.node_id}-frontends",
                                      address_of=self._address_of, endpoint_for=endpoint_for,
                                      authenticate=self._native_login())
+        broker.use_transaction_peers(NativeTransactionPeers(self.peers))
         return RoutingBroker(local=broker, node_id=self.config.node_id, leader_of=self._leader_of, peers=self.peers,
                              authorizer=self.security.authorizer, clock=self.reactor)
 
@@ -280,7 +307,8 @@ class BrokerService(MultiService):
         """Every front end's listeners: those whose clients route themselves get ``broker``, the others ``routing``."""
         assert self.security is not None
         context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
-                                  security=front_end_security(self.security))
+                                  security=front_end_security(self.security),
+                                  connectors=self.connectors.admin if self.connectors is not None else None)
         tls = self.security.tls
         admin_views: dict[str, Any] = {}  # what the admin API shows of each front end
         for front_end in discover_front_ends():
@@ -352,6 +380,8 @@ class BrokerService(MultiService):
     @inlineCallbacks
     def stopService(self) -> Any:
         self.log.info("mqbroker stopping: closing listeners, flushing and checkpointing")
+        if self.connectors is not None:
+            yield self.connectors.stop()  # first: their last checkpoints need this broker to lead their partitions
         if self.control is not None and self.control.running:
             yield self.control.controlled_shutdown()  # leaderships move to other in-sync replicas first
         yield super().stopService()  # listeners and timers stop first
@@ -364,6 +394,7 @@ class BrokerService(MultiService):
             self._sync_engine.stop()
         if self._logs is not None:
             self._logs.close()
+        self._log_threads.shutdown()
         self.log.info("mqbroker stopped cleanly (clean-shutdown marker written)")
 
     def is_ready(self) -> bool:

@@ -163,7 +163,7 @@ class FakeBroker:
     # -- the broker API --------------------------------------------------------------------
 
     def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
-                timeout_ms: int) -> Deferred[ProduceResult]:
+                timeout_ms: int, transactional_id: str | None = None) -> Deferred[ProduceResult]:
         """Append at once (creating the topic); fire as the acks say (``hold_produces``: never, until the test)."""
         assert isinstance(acks, Acks), acks
         self.calls.append(("produce", principal, topic, partition, records, acks, timeout_ms))
@@ -240,7 +240,7 @@ class FakeBroker:
             pending.deferred.callback(self._read(pending.request))
 
     def list_offset(self, principal: Principal, topic: str, partition: int,
-                    timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
+                    timestamp_ms: int, isolation_level: int = 0) -> Deferred[OffsetAndTimestamp]:
         """The log start (-2) or the high watermark (-1); no time index: -1 for a timestamp."""
         self.calls.append(("list_offset", principal, topic, partition, timestamp_ms))
         return self._scripted("list_offset", topic) or self._guarded(
@@ -346,7 +346,8 @@ class FakeBroker:
 
         return self._scripted("delete_records", topic) or self._guarded(delete)
 
-    def init_producer_id(self, principal: Principal, transactional_id: str | None) -> Deferred[ProducerIdentity]:
+    def init_producer_id(self, principal: Principal, transactional_id: str | None,
+                         transaction_timeout_ms: int = -1) -> Deferred[ProducerIdentity]:
         """A fresh producer id, epoch 0."""
         self.calls.append(("init_producer_id", principal, transactional_id))
         self._next_producer_id += 1
@@ -414,8 +415,8 @@ class FakeBroker:
         self.calls.append(("commit_offsets", principal, request))
         return self._scripted("commit_offsets", None) or self._unmodelled("commit_offsets")
 
-    def fetch_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None
-                      ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
+    def fetch_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None,
+                      require_stable: bool = False) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Only scripted."""
         self.calls.append(("fetch_offsets", principal, group_id, partitions))
         return self._scripted("fetch_offsets", None) or self._unmodelled("fetch_offsets")
@@ -487,6 +488,54 @@ class FakeBroker:
         """No share groups, unless scripted."""
         self.calls.append(("list_share_groups", principal))
         return self._scripted("list_share_groups", None) or succeed([])
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Only scripted."""
+        self.calls.append(("delete_offsets", principal, group_id, tuple(partitions)))
+        return self._scripted("delete_offsets", None) or self._unmodelled("delete_offsets")
+
+    # -- transactions: scripted ----------------------------------------------------------------------
+
+    def find_transaction_coordinator(self, principal: Principal, transactional_id: str) -> Deferred[BrokerEndpoint]:
+        """This broker coordinates every transactional id."""
+        self.calls.append(("find_transaction_coordinator", principal, transactional_id))
+        return self._scripted("find_transaction_coordinator", None) or succeed(self.node)
+
+    def add_partitions_to_txn(self, principal: Principal, request: Any) -> Deferred[None]:
+        """Only scripted."""
+        self.calls.append(("add_partitions_to_txn", principal, request))
+        return self._scripted("add_partitions_to_txn", None) or self._unmodelled("add_partitions_to_txn")
+
+    def add_offsets_to_txn(self, principal: Principal, request: Any) -> Deferred[None]:
+        """Only scripted."""
+        self.calls.append(("add_offsets_to_txn", principal, request))
+        return self._scripted("add_offsets_to_txn", None) or self._unmodelled("add_offsets_to_txn")
+
+    def end_txn(self, principal: Principal, request: Any) -> Deferred[None]:
+        """Only scripted."""
+        self.calls.append(("end_txn", principal, request))
+        return self._scripted("end_txn", None) or self._unmodelled("end_txn")
+
+    def txn_commit_offsets(self, principal: Principal, request: Any) -> Deferred[None]:
+        """Only scripted."""
+        self.calls.append(("txn_commit_offsets", principal, request))
+        return self._scripted("txn_commit_offsets", None) or self._unmodelled("txn_commit_offsets")
+
+    def write_txn_markers(self, principal: Principal, markers: Sequence[Any]) -> Deferred[list[Any]]:
+        """Only scripted."""
+        self.calls.append(("write_txn_markers", principal, markers))
+        return self._scripted("write_txn_markers", None) or self._unmodelled("write_txn_markers")
+
+    def describe_transactions(self, principal: Principal, transactional_ids: Sequence[str]) -> Deferred[list[Any]]:
+        """Only scripted."""
+        self.calls.append(("describe_transactions", principal, transactional_ids))
+        return self._scripted("describe_transactions", None) or self._unmodelled("describe_transactions")
+
+    def list_transactions(self, principal: Principal, states: Sequence[Any],
+                          producer_ids: Sequence[int]) -> Deferred[list[Any]]:
+        """None, unless scripted."""
+        self.calls.append(("list_transactions", principal, states, producer_ids))
+        return self._scripted("list_transactions", None) or succeed([])
 
     # -- users and ACLs: in memory, authorized on the cluster ------------------------------------------
 

@@ -49,3 +49,13 @@ def test_no_unused_imports_variables_or_undefined_names() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_readme_and_architecture_list_every_package() -> None:
+    """The README's Layout and docs/architecture.md's Packages table name each package of mqbroker/ and no other."""
+    packages = {f"mqbroker/{path.parent.name}/" for path in (REPOSITORY / "mqbroker").glob("*/__init__.py")}
+    for document, section in (("README.md", "## Layout"), ("docs/architecture.md", "## Packages")):
+        text = (REPOSITORY / document).read_text()
+        table = text[text.index(section):].split("\n## ", 1)[0]
+        listed = set(re.findall(r"^\| `(mqbroker/[a-z_]+/)`", table, re.M))
+        assert listed == packages, f"{document} {section}: missing {packages - listed}, stale {listed - packages}"

@@ -13,7 +13,9 @@ from mqbroker.cli.common import EXIT_INTERRUPTED, EXIT_OK
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (each subcommand module adds its own parser)."""
-    from mqbroker.cli import bench, certs, cluster, groups, messages, security, serve, shares, topics
+    from mqbroker.cli import (
+        bench, certs, cluster, connectors, groups, messages, security, serve, shares, topics, transactions,
+    )
 
     parser = argparse.ArgumentParser(
         prog="mqbroker",
@@ -29,8 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     certs.add_parser(commands)
     groups.add_parser(commands)
     shares.add_parsers(commands)
+    transactions.add_parser(commands)
     cluster.add_parser(commands)
     security.add_parsers(commands)
+    connectors.add_parser(commands)
     return parser
 
 

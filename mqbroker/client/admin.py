@@ -96,10 +96,13 @@ def alter_configs_result(response: m.IncrementalAlterConfigsResponse) -> None:
         _raise_for(result.error_code, result.error_message, f"altering {result.resource_name!r}")
 
 
-def list_offsets_request(topic: str, partition: int, timestamp_ms: int) -> m.ListOffsetsRequest:
-    """Earliest (-2), latest (-1) or first offset at or after ``timestamp_ms``."""
+def list_offsets_request(
+    topic: str, partition: int, timestamp_ms: int, isolation_level: int = m.IsolationLevel.READ_UNCOMMITTED
+) -> m.ListOffsetsRequest:
+    """Earliest (-2), latest (-1: read_committed, the last stable offset) or first offset at or after ``timestamp_ms``."""
     wanted = m.ListOffsetsPartition(partition_index=partition, timestamp=timestamp_ms)
-    return m.ListOffsetsRequest(topics=(m.ListOffsetsTopic(name=topic, partitions=(wanted,)),))
+    return m.ListOffsetsRequest(isolation_level=isolation_level,
+                                topics=(m.ListOffsetsTopic(name=topic, partitions=(wanted,)),))
 
 
 def list_offsets_result(response: m.ListOffsetsResponse) -> int:

@@ -31,11 +31,13 @@ from mqbroker.protocols.native.messages import (
     FetchRequest,
     FetchResponse,
     FetchTopic,
+    IsolationLevel,
     OffsetSpec,
 )
 from mqbroker.records.decoder import decode_records_as
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import LOG_OVERHEAD_BYTES, iter_batches
+from mqbroker.records.isolation import ReadCommittedFilter
 from mqbroker.records.readable import UnreadableBatch
 
 EARLIEST = int(OffsetSpec.EARLIEST)
@@ -68,6 +70,14 @@ class OffsetReset(enum.Enum):
     NONE = "none"
 
 
+def parse_isolation_level(value: str) -> IsolationLevel:
+    """Accept "read_uncommitted" or "read_committed", as Kafka users write ``isolation.level``."""
+    try:
+        return IsolationLevel[value.upper()]
+    except KeyError:
+        raise ValueError(f"isolation_level must be 'read_uncommitted' or 'read_committed', not {value!r}") from None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerConfig:
     """A consumer's fetch settings."""
@@ -77,6 +87,8 @@ class ConsumerConfig:
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_max_bytes: int = 8 * 1024 * 1024
+    #: READ_COMMITTED: read up to the last stable offset and drop aborted transactions (Kafka's isolation.level).
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
 @dataclass(slots=True, kw_only=True)
@@ -99,6 +111,7 @@ class FetchPlan:
             max_wait_ms=self.config.fetch_max_wait_ms if max_wait_ms is None else min(max_wait_ms, self.config.fetch_max_wait_ms),
             min_bytes=self.config.fetch_min_bytes,
             max_bytes=self.config.fetch_max_bytes,
+            isolation_level=self.config.isolation_level,
             topics=tuple(FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
         )
 
@@ -251,8 +264,11 @@ class ConsumerCore:
                     continue
                 self.high_watermarks[partition] = reply.high_watermark
                 if reply.records:
+                    aborted = None if reply.aborted_transactions is None else [
+                        (item.producer_id, item.first_offset) for item in reply.aborted_transactions]
                     self._positions[partition] = decode_messages(
-                        topic.name, reply.partition_index, reply.records, fetched_from, messages, self.on_unreadable
+                        topic.name, reply.partition_index, reply.records, fetched_from, messages, self.on_unreadable,
+                        aborted,
                     )
         return messages
 
@@ -271,18 +287,19 @@ class ConsumerCore:
 
 def decode_messages(
     topic: str, partition: int, data: bytes | memoryview, start_offset: int, into: list[Message],
-    skipped: Callable[[UnreadableBatch], None] | None = None,
+    skipped: Callable[[UnreadableBatch], None] | None = None, aborted: list[tuple[int, int]] | None = None,
 ) -> int:
     """Append the records of ``data`` (whole batches) at or after ``start_offset`` to ``into``.
 
-    Every batch's CRC is checked. Control batches are skipped, as are records below
+    Every batch's CRC is checked. Control batches are skipped, and with ``aborted`` (a read_committed
+    fetch's aborted transactions) the batches of those transactions (``records.isolation``), as are records below
     ``start_offset`` (a fetch returns whole batches, so the first may begin earlier). A partial
     batch at the end (a reply cut at ``max_bytes``) is left for the next fetch. A batch that does
     not decode raises ``CorruptMessageError``, or with ``skipped`` goes there and is passed over.
     Returns the next position.
     """
     with _collector_paused():
-        return _decode_into(topic, partition, memoryview(data), start_offset, into, skipped)
+        return _decode_into(topic, partition, memoryview(data), start_offset, into, skipped, aborted)
 
 
 @contextlib.contextmanager
@@ -304,12 +321,16 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int, into: list[Message],
-                 skipped: Callable[[UnreadableBatch], None] | None = None) -> int:
+                 skipped: Callable[[UnreadableBatch], None] | None = None,
+                 aborted: list[tuple[int, int]] | None = None) -> int:
     next_offset = start_offset
     make_message = functools.partial(Message, topic, partition)
+    keeper = None if not aborted else ReadCommittedFilter(aborted)
     try:
         for position, header in iter_batches(view[: _whole_batches_bytes(view)], check=False):
             next_offset = max(next_offset, header.next_offset)
+            if keeper is not None and not keeper.keep(view, position, header):
+                continue
             if header.is_control:
                 continue
             batch = view[position : position + header.size_bytes]

@@ -65,6 +65,25 @@ class GroupInfo:
     members: tuple[GroupMemberInfo, ...]
 
 
+def live_broker_addresses(bootstrap: Sequence[tuple[str, int]], client_id: str, timeout_s: float,
+                          security: ClientSecurity | None) -> list[tuple[str, int]]:
+    """Every live broker's address, from the first bootstrap broker that answers."""
+    failures = []
+    for host, port in bootstrap:
+        try:
+            probe = BlockingConnection(host, port, client_id, timeout_s, security)
+        except BrokerUnavailableError as error:
+            failures.append(str(error))
+            continue
+        try:
+            response = probe.request(MetadataRequest(topics=(), allow_auto_topic_creation=False), timeout_s)
+        finally:
+            probe.close()
+        assert isinstance(response, MetadataResponse)
+        return [(broker.host, broker.port) for broker in response.brokers]
+    raise BrokerUnavailableError("no bootstrap broker reachable: " + "; ".join(failures))
+
+
 class CoordinatorAdmin:
     """Requests to the broker coordinating a group (``coordinator_type``), found again while it moves."""
 
@@ -104,20 +123,7 @@ class CoordinatorAdmin:
 
     def _brokers(self) -> list[tuple[str, int]]:
         """Every live broker's address, from the first bootstrap broker that answers."""
-        failures = []
-        for host, port in self._bootstrap:
-            try:
-                probe = BlockingConnection(host, port, self._client_id, self._timeout_s, self._security)
-            except BrokerUnavailableError as error:
-                failures.append(str(error))
-                continue
-            try:
-                response = probe.request(MetadataRequest(topics=(), allow_auto_topic_creation=False), self._timeout_s)
-            finally:
-                probe.close()
-            assert isinstance(response, MetadataResponse)
-            return [(broker.host, broker.port) for broker in response.brokers]
-        raise BrokerUnavailableError("no bootstrap broker reachable: " + "; ".join(failures))
+        return live_broker_addresses(self._bootstrap, self._client_id, self._timeout_s, self._security)
 
     def _ask_every_broker(self, request: object) -> list[object]:
         """Each live broker's answer to ``request`` (brokers that cannot be reached are left out)."""

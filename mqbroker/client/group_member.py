@@ -111,6 +111,17 @@ class AssignmentChange:
         return bool(self.assigned or self.revoked or self.lost)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMetadata:
+    """Who a consumer is in its group right now: a transactional producer commits offsets in its name, so the
+    coordinator refuses them once the consumer was fenced by a rebalance (KIP-447)."""
+
+    group_id: str
+    generation_id: int = NO_GENERATION
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class GroupMember:
     """One consumer's membership state machine; requests out, answers in."""
 
@@ -126,6 +137,11 @@ class GroupMember:
         self._pending: list[AssignmentChange] = []
         self._unapplied = 0
         self._polled = True
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The member's id and generation, for ``send_offsets_to_transaction``."""
+        return ConsumerGroupMetadata(group_id=self.settings.group_id, generation_id=self.generation_id,
+                                     member_id=self.member_id, group_instance_id=self.settings.group_instance_id)
 
     # -- the driver's loop -------------------------------------------------------------------
 
@@ -298,6 +314,13 @@ def coordinator_moved(error: BaseException) -> bool:
     return isinstance(error, BrokerError) and error.code in COORDINATOR_MOVED
 
 
+def retry_commit_request(error: BaseException) -> bool:
+    """A commit or offset fetch to retry: the coordinator moved or is not ready, or the offsets wait for a
+    transaction to end (UNSTABLE_OFFSET_COMMIT)."""
+    return coordinator_moved(error) or (isinstance(error, BrokerError)
+                                        and error.code == ErrorCode.UNSTABLE_OFFSET_COMMIT)
+
+
 def raise_for_commit(response: object) -> None:
     """Raise the typed error of the first partition whose commit was refused (``response``: an OffsetCommit answer)."""
     assert isinstance(response, OffsetCommitResponse), response
@@ -369,6 +392,7 @@ def offset_fetch_request(group_id: str, partitions: Iterable[TopicPartition]) ->
         by_topic.setdefault(topic, []).append(partition)
     return OffsetFetchRequest(
         group_id=group_id,
+        require_stable=True,  # never start from an offset a transaction is still replacing (KIP-447)
         topics=tuple(OffsetFetchTopic(name=t, partition_indexes=tuple(p)) for t, p in by_topic.items()),
     )
 

@@ -79,6 +79,8 @@ class ProducerCore:
         #: Partitions whose next batch is ready but its leader has max_in_flight requests out:
         #: a reply, not a timer, lets them go on (so they set no deadline: no busy loop).
         self._waiting_for_slot: set[tuple[str, int]] = set()
+        #: Partitions whose batches wait until the transaction coordinator lists them (AddPartitionsToTxn).
+        self.gated: set[tuple[str, int]] = set()
         self._flushing = False
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
@@ -87,6 +89,8 @@ class ProducerCore:
         #: Topics whose leaders must be looked up again before their batches can be routed.
         self.stale_topics: set[str] = set()
         self._next_leader_poll_ms = 0
+        #: The first batch failure since the driver last took it (a transaction with one cannot commit).
+        self.failure: BrokerError | None = None
         #: Called with (topic, partition) when a partition's batch fills (the sticky partitioner).
         self.on_batch_full: Callable[[str, int], None] = _ignore_batch_full
 
@@ -128,6 +132,7 @@ class ProducerCore:
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=base_sequence,
+            is_transactional=self.config.transactional_id is not None,
         )
         batch = ProducerBatch(topic, partition, builder, base_sequence, now_ms, self._new_waiter())
         self._open[key] = batch
@@ -159,7 +164,7 @@ class ProducerCore:
         plan_bytes: dict[int, int] = {}
         awaiting_leader: set[str] = set()
         for key, queue in self._queues.items():
-            if not queue:
+            if not queue or key in self.gated:
                 continue
             batch = queue[0]
             node_id = leader_of(batch.topic, batch.partition)
@@ -179,7 +184,8 @@ class ProducerCore:
                     self._waiting_for_slot.add(key)
                     continue
                 plan = ProducePlan(
-                    node_id=node_id, acks=int(self.config.acks), timeout_ms=self.config.request_timeout_ms, batches=[]
+                    node_id=node_id, acks=int(self.config.acks), timeout_ms=self.config.request_timeout_ms, batches=[],
+                    transactional_id=self.config.transactional_id,
                 )
                 plans[node_id] = plan
                 plan_bytes[node_id] = 0
@@ -286,6 +292,18 @@ class ProducerCore:
             self._retry_or_fail(batch, error, now_ms, finished)
         return finished
 
+    def fail_gated(self, keys: set[tuple[str, int]], error: BrokerError) -> list[ProducerBatch]:
+        """The coordinator refused to list these partitions: fail their unsent batches; return them."""
+        self.gated -= keys
+        finished: list[ProducerBatch] = []
+        for key in keys:
+            if key in self._open:
+                self._close(key, self._open[key])
+            queue = self._queues.get(key)
+            while queue:
+                self._fail(queue.popleft(), error, finished)
+        return finished
+
     def fail_pending(self, error: BrokerError) -> list[ProducerBatch]:
         """Fail every unfinished batch, open, queued or in flight (the driver is closing); return them."""
         for key in list(self._open):
@@ -372,6 +390,8 @@ class ProducerCore:
 
     def _fail(self, batch: ProducerBatch, error: BrokerError, finished: list[ProducerBatch]) -> None:
         batch.error = error
+        if self.failure is None:
+            self.failure = error
         self._finish(batch, finished)
 
     def _finish(self, batch: ProducerBatch, finished: list[ProducerBatch]) -> None:

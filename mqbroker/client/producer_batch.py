@@ -98,6 +98,7 @@ class ProducePlan:
     acks: int
     timeout_ms: int
     batches: list[ProducerBatch]
+    transactional_id: str | None = None
 
     def request(self) -> ProduceRequest:
         """The ProduceRequest carrying this plan's batches."""
@@ -106,4 +107,5 @@ class ProducePlan:
             partitions = by_topic.setdefault(batch.topic, [])
             partitions.append(ProducePartition(partition_index=batch.partition, records=batch.payload))
         topics = tuple(ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
-        return ProduceRequest(acks=self.acks, timeout_ms=self.timeout_ms, topics=topics)
+        return ProduceRequest(acks=self.acks, timeout_ms=self.timeout_ms, transactional_id=self.transactional_id,
+                              topics=topics)

@@ -53,6 +53,10 @@ class ProducerConfig:
     #: Largest produce request one plan may carry (batches of many partitions together).
     request_bytes_max: int = 8 * 1024 * 1024
     backoff: Backoff = field(default_factory=Backoff)
+    #: Makes the producer transactional: its batches belong to the transactions it begins and ends.
+    transactional_id: str | None = None
+    #: How long the coordinator lets a transaction stay open before it aborts it (transaction.timeout.ms).
+    transaction_timeout_ms: int = 60_000
 
     def validated(self) -> ProducerConfig:
         """Return self, or raise ValueError naming the inconsistent setting."""
@@ -64,6 +68,10 @@ class ProducerConfig:
             raise ValueError(f"idempotence allows 1 to {IDEMPOTENT_IN_FLIGHT_MAX} requests in flight")
         if self.max_in_flight < 1 or self.batch_size < 1 or self.linger_ms < 0:
             raise ValueError("max_in_flight and batch_size must be positive and linger_ms not negative")
+        if self.transactional_id is not None and (not self.enable_idempotence or self.acks != Acks.ALL):
+            raise ValueError("a transactional producer needs idempotence and acks='all'")
+        if self.transactional_id == "" or self.transaction_timeout_ms < 1:
+            raise ValueError("transactional_id must not be empty and transaction_timeout_ms must be positive")
         if self.batch_size + HEADER_BYTES > self.request_bytes_max:
             raise ValueError("batch_size must fit in request_bytes_max")
         return self

@@ -10,6 +10,8 @@ per-record work happens here. Each job is its own service:
 - ``TopicAdmin`` (``core/topics.py``): metadata, topic admin, configs, partitions, delete-records;
 - ``ProducerIds`` (``core/producer_ids.py``), ``GroupRequests`` over ``GroupHosting`` (``groups/hosting.py``);
 - ``ShareRequests`` (``core/share_requests.py``) over ``ShareHosting`` (``shares/hosting.py``): share groups;
+- ``TransactionRequests`` (``core/transactions.py``) over ``TransactionHosting`` (``transactions/hosting.py``),
+  with the markers written by ``MarkerAppender`` and ``PartitionMarkers`` (``core/txn_markers.py``);
 - ``SecurityRequests`` (``core/security_requests.py``): users and ACLs, authorized here, kept by an ``ISecurityAdmin``;
 - ``ReplicaManager`` (``replication/replica_manager.py``): leadership, high watermarks, ISR, following;
 - ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here.
@@ -38,11 +40,14 @@ from mqbroker.core.producer_ids import ProducerIds
 from mqbroker.core.security_requests import SecurityRequests
 from mqbroker.core.share_requests import ShareRequests
 from mqbroker.core.topics import TopicAdmin, internal_replication_factor
+from mqbroker.core.transactions import TransactionRequests
+from mqbroker.core.txn_markers import MarkerAppender, PartitionMarkers, TransactionPeers
 from mqbroker.durability.flusher import Flusher
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.hosting import GroupHosting
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset
+from mqbroker.groups.service import OFFSETS_TOPIC, offsets_partition
 from mqbroker.interfaces import IAuthorizer, IBroker, IClusterView, ISecurityAdmin
 from mqbroker.model import (
     Acks,
@@ -50,6 +55,7 @@ from mqbroker.model import (
     ClusterMetadata,
     FetchRequest,
     FetchResult,
+    IsolationLevel,
     OffsetAndTimestamp,
     Operation,
     PartitionReassignment,
@@ -69,6 +75,8 @@ from mqbroker.shares.hosting import ShareHosting
 from mqbroker.shares.service import PushFactory
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
+from mqbroker.transactions import messages as txn_messages
+from mqbroker.transactions.hosting import TransactionHosting
 
 
 @implementer(IBroker)
@@ -126,8 +134,34 @@ class Broker:
         self._topics = TopicAdmin(config=config, cluster=cluster, authorizer=authorizer, replicas=self._replicas,
                                   topics_changed=self._groups.topics_changed, principals=principals)
         self._producer_ids = ProducerIds(cluster=cluster, authorizer=authorizer)
+        self._transaction_peers: TransactionPeers | None = None
+        self._markers = MarkerAppender(clock=clock, append=self._produce.append_replicated,
+                                       transaction_ended=self._groups.transaction_ended)
+        self._txn_hosting = TransactionHosting(
+            config=config, clock=clock, cluster=cluster, logs=logs, replicas=self._replicas,
+            append_replicated=self._produce.append_replicated,
+            markers=PartitionMarkers(clock=clock, node_id=config.node_id, cluster=cluster, local=self._markers,
+                                     peers=lambda: self._transaction_peers),
+            allocate_producer_id=self._producer_ids.allocate, offsets_partition_of=self._offsets_partition_of,
+            replication_factor=internal_replication_factor(config, len(cluster.voters)),
+        )
+        self._transactions = TransactionRequests(
+            node_id=config.node_id, authorizer=authorizer, hosting=self._txn_hosting, groups=self._groups,
+            replicas=self._replicas, produce=self._produce, markers=self._markers,
+            peers=lambda: self._transaction_peers,
+        )
         self._security = SecurityRequests(authorizer=authorizer, admin=security_admin)
         cluster.add_image_listener(self._image_changed)
+
+    def use_transaction_peers(self, peers: TransactionPeers) -> None:
+        """How this broker reaches other brokers' transaction coordinators and partition leaders (cluster only)."""
+        self._transaction_peers = peers
+
+    def _offsets_partition_of(self, group_id: str) -> TopicPartition:
+        """The ``__consumer_offsets`` partition a transaction adds for ``group_id``'s offsets."""
+        record = self._cluster.topic(OFFSETS_TOPIC)
+        count = len(record.partitions) if record is not None else self._config.offsets_topic_partitions
+        return TopicPartition(OFFSETS_TOPIC, offsets_partition(group_id, count))
 
     def _image_changed(self, image: MetadataImage, record: Record | None) -> None:
         """Local logs first, then leaderships and following, then the groups of the led offsets partitions."""
@@ -137,19 +171,22 @@ class Broker:
         self._replicas.partitions_changed(image)
         self._groups.sync_coordinators()
         self._shares.sync()
+        self._txn_hosting.sync_coordinators()
         self._topics.wake_live_broker_waiters(image)
 
     # -- produce and fetch -----------------------------------------------------------------
 
     def produce(
-        self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int,
+        transactional_id: str | None = None,
     ) -> Deferred[ProduceResult]:
         """Append a client's batches, creating the topic first if allowed; see ``IBroker.produce``."""
         if self._cluster.topic(topic) is None and self._topics.may_auto_create(principal, topic, Operation.WRITE):
             ensured = self._topics.ensure_topic(topic)
-            ensured.addCallback(lambda _: self._produce.produce(principal, topic, partition, records, acks, timeout_ms))
+            ensured.addCallback(lambda _: self._transactions.produce(principal, topic, partition, records, acks,
+                                                                     timeout_ms, transactional_id))
             return ensured
-        return self._produce.produce(principal, topic, partition, records, acks, timeout_ms)
+        return self._transactions.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id)
 
     def fetch(self, principal: Principal, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""
@@ -160,14 +197,19 @@ class Broker:
         return self._fetch.replica_fetch(principal, replica_id, request)
 
     def list_offset(
-        self, principal: Principal, topic: str, partition: int, timestamp_ms: int
+        self, principal: Principal, topic: str, partition: int, timestamp_ms: int,
+        isolation_level: int = IsolationLevel.READ_UNCOMMITTED,
     ) -> Deferred[OffsetAndTimestamp]:
         """Find an offset by position or time; see ``IBroker.list_offset``."""
-        return self._fetch.list_offset(principal, topic, partition, timestamp_ms)
+        return self._fetch.list_offset(principal, topic, partition, timestamp_ms, isolation_level)
 
-    def init_producer_id(self, principal: Principal, transactional_id: str | None) -> Deferred[ProducerIdentity]:
-        """Hand out a fresh producer id; see ``IBroker.init_producer_id``."""
-        return self._producer_ids.init_producer_id(principal, transactional_id)
+    def init_producer_id(
+        self, principal: Principal, transactional_id: str | None, transaction_timeout_ms: int = -1
+    ) -> Deferred[ProducerIdentity]:
+        """A fresh producer id, or a transactional id's own with a new epoch; see ``IBroker.init_producer_id``."""
+        if transactional_id is None:
+            return self._producer_ids.init_producer_id(principal, transactional_id)
+        return self._transactions.init_producer_id(principal, transactional_id, transaction_timeout_ms)
 
     # -- metadata and admin ----------------------------------------------------------------
 
@@ -232,8 +274,11 @@ class Broker:
         brokers are live; until then group requests answer COORDINATOR_NOT_AVAILABLE.
         """
         self._groups.start(new_member_id)
+        self._txn_hosting.start()
         created = self._topics.create_if_missing(self._groups.offsets_topic_spec())
         created.addCallback(lambda _: self._groups.sync_coordinators())
+        created.addCallback(lambda _: self._topics.create_if_missing(self._txn_hosting.topic_spec()))
+        created.addCallback(lambda _: self._txn_hosting.sync_coordinators())
         return created
 
     def find_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
@@ -265,10 +310,11 @@ class Broker:
         return self._group_requests.commit_offsets(principal, request)
 
     def fetch_offsets(
-        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None
+        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets; see ``IBroker.fetch_offsets``."""
-        return self._group_requests.fetch_offsets(principal, group_id, partitions)
+        return self._group_requests.fetch_offsets(principal, group_id, partitions, require_stable)
 
     def list_groups(self, principal: Principal) -> Deferred[list[group_messages.GroupListing]]:
         """Groups coordinated here that the principal may describe; see ``IBroker.list_groups``."""
@@ -349,6 +395,48 @@ class Broker:
     def share_group_metrics(self) -> share_messages.ShareMetrics:
         """Lag and leased records per share partition, dead letters per share group, of the groups hosted here."""
         return self._shares.metrics()
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Delete some committed offsets of a group; see ``IBroker.delete_offsets``."""
+        return self._group_requests.delete_offsets(principal, group_id, partitions)
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def find_transaction_coordinator(self, principal: Principal, transactional_id: str) -> Deferred[BrokerEndpoint]:
+        """The broker leading the id's ``__transaction_state`` partition; see ``IBroker.find_transaction_coordinator``."""
+        return self._transactions.find_coordinator(principal, transactional_id)
+
+    def add_partitions_to_txn(self, principal: Principal, request: txn_messages.AddPartitionsRequest) -> Deferred[Any]:
+        """Add (or verify) partitions of a transaction; see ``IBroker.add_partitions_to_txn``."""
+        return self._transactions.add_partitions(principal, request)
+
+    def add_offsets_to_txn(self, principal: Principal, request: txn_messages.AddOffsetsRequest) -> Deferred[Any]:
+        """Add a group's offsets to a transaction; see ``IBroker.add_offsets_to_txn``."""
+        return self._transactions.add_offsets(principal, request)
+
+    def end_txn(self, principal: Principal, request: txn_messages.EndTxnRequest) -> Deferred[Any]:
+        """Commit or abort a transaction; see ``IBroker.end_txn``."""
+        return self._transactions.end_txn(principal, request)
+
+    def txn_commit_offsets(self, principal: Principal, request: txn_messages.TxnOffsetCommitRequest) -> Deferred[Any]:
+        """Offsets inside a transaction; see ``IBroker.txn_commit_offsets``."""
+        return self._transactions.txn_commit_offsets(principal, request)
+
+    def write_txn_markers(
+        self, principal: Principal, markers: Sequence[txn_messages.TransactionMarker]
+    ) -> Deferred[Any]:
+        """Append a coordinator's markers; see ``IBroker.write_txn_markers``."""
+        return self._transactions.write_markers(principal, markers)
+
+    def describe_transactions(self, principal: Principal, transactional_ids: Sequence[str]) -> Deferred[Any]:
+        """Transactional ids' states; see ``IBroker.describe_transactions``."""
+        return self._transactions.describe(principal, transactional_ids)
+
+    def list_transactions(
+        self, principal: Principal, states: Sequence[txn_messages.TransactionState], producer_ids: Sequence[int]
+    ) -> Deferred[Any]:
+        """Transactional ids coordinated here; see ``IBroker.list_transactions``."""
+        return self._transactions.list_transactions(principal, frozenset(states), frozenset(producer_ids))
 
     # -- users and ACLs ---------------------------------------------------------------------
 
@@ -388,8 +476,14 @@ class Broker:
     # -- housekeeping and metrics (the service's timers and the metrics collector call these) -
 
     def check_isr(self) -> None:
-        """Propose ISR changes for led partitions: lagging followers out, caught-up ones in."""
+        """Propose ISR changes for led partitions: lagging followers out, caught-up ones in.
+
+        Also lets each led log forget the finished transactions its high watermark passed (their
+        markers are replicated), so that list stays short without any read_committed reader.
+        """
         self._replicas.check_isr()
+        for partition_log in self._logs.logs():
+            partition_log.last_stable_offset(self._replicas.high_watermark(partition_log))
 
     def flush_due_logs(self) -> None:
         """Schedule fsync for logs whose interval flush policy says it is time."""
@@ -447,6 +541,7 @@ class Broker:
         self._replicas.stop()
         self._groups.stop()
         self._shares.stop()
+        self._txn_hosting.stop()
         self._topics.stop()
         self._waiting.complete_all()
         for partition_log in self._logs.logs():

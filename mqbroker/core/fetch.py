@@ -1,8 +1,11 @@
 """Reads (tx-light): consumers' and followers' long-poll fetches, and offset lookups.
 
 A fetch reads whole batches up to the high watermark (a follower's, up to the log end, or it
-learns where its log diverged). Only broker N itself (``Broker:N``) may fetch as replica N, and
-only from partitions it is a replica of; every other fetch stops at the high watermark. One that finds less than ``min_bytes`` waits in
+learns where its log diverged); a read_committed fetch up to the last stable offset, with the
+aborted transactions its batches overlap (the reader drops their batches: the broker does no
+per-record work; it walks the returned batches' headers only when an aborted transaction is near).
+Only broker N itself (``Broker:N``) may fetch as replica N, and only from partitions it is a
+replica of; every other fetch stops at the high watermark. One that finds less than ``min_bytes`` waits in
 ``WaitingFetches`` on the logs it reads: the replica manager wakes it when the high watermark
 moves (a consumer) or a batch is appended (a follower), and the clock answers it at
 ``max_wait_ms`` with whatever is there.
@@ -22,14 +25,17 @@ from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    AbortedTransaction,
     FetchPosition,
     FetchRequest,
     FetchResult,
+    IsolationLevel,
     OffsetAndTimestamp,
     Operation,
     Principal,
     ResourceType,
 )
+from mqbroker.records.header import iter_batches
 from mqbroker.replication.replica_manager import ReplicaManager, divergence
 from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import PartitionLog
@@ -147,7 +153,8 @@ class FetchService:
 
     @errors_as_failures
     def list_offset(
-        self, principal: Principal, topic: str, partition: int, timestamp_ms: int
+        self, principal: Principal, topic: str, partition: int, timestamp_ms: int,
+        isolation_level: int = IsolationLevel.READ_UNCOMMITTED,
     ) -> Deferred[OffsetAndTimestamp]:
         """Find an offset by position or time; see ``IBroker.list_offset``."""
         require_permission(self._authorizer, principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
@@ -155,6 +162,8 @@ class FetchService:
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return succeed(OffsetAndTimestamp(offset=partition_log.log_start_offset))
         high_watermark = self._replicas.high_watermark(partition_log)
+        if isolation_level == IsolationLevel.READ_COMMITTED:
+            high_watermark = partition_log.last_stable_offset(high_watermark)
         if timestamp_ms == LATEST_TIMESTAMP:
             return succeed(OffsetAndTimestamp(offset=high_watermark))
         if timestamp_ms < 0:
@@ -166,18 +175,20 @@ class FetchService:
 
     def _fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         positions, min_bytes, max_bytes = request.positions, request.response_bytes_min, request.response_bytes_max
+        committed = replica_id < 0 and request.isolation_level == IsolationLevel.READ_COMMITTED
         max_bytes = min(max_bytes, fetch_response_bytes_max) if max_bytes > 0 else fetch_response_bytes_max
-        results = self._read_all(principal, positions, max_bytes, replica_id)
+        results = self._read_all(principal, positions, max_bytes, replica_id, committed)
         available = sum(len(r.records) for r in results)
         answered = any(r.error or r.diverging_end_offset >= 0 for r in results)
         if request.wait_ms_max <= 0 or available >= max(min_bytes, 1) or answered:
             return succeed(results)
         logs = [self._replicas.partition_log(p.topic, p.partition) for p in positions]
-        return self._waiting.wait(logs, lambda: self._read_all(principal, positions, max_bytes, replica_id),
+        return self._waiting.wait(logs, lambda: self._read_all(principal, positions, max_bytes, replica_id, committed),
                                   min_bytes, request.wait_ms_max, follower=replica_id >= 0)
 
     def _read_all(
-        self, principal: Principal, positions: Sequence[FetchPosition], max_bytes: int, replica_id: int
+        self, principal: Principal, positions: Sequence[FetchPosition], max_bytes: int, replica_id: int,
+        committed: bool = False,
     ) -> list[FetchResult]:
         results = []
         remaining = max_bytes
@@ -186,7 +197,7 @@ class FetchService:
                 if replica_id >= 0:
                     result = self._read_for_follower(replica_id, position, remaining, first=not results)
                 else:
-                    result = self._read_one(principal, position, remaining, first=not results)
+                    result = self._read_one(principal, position, remaining, first=not results, committed=committed)
             except Exception as error:  # reported in this partition's result; other partitions go on
                 result = FetchResult(topic=position.topic, partition=position.partition, error=broker_error(error))
             remaining = max(0, remaining - len(result.records))
@@ -224,12 +235,15 @@ class FetchService:
         return FetchResult(topic=topic, partition=partition, records=records, high_watermark=leader.high_watermark,
                            log_start_offset=partition_log.log_start_offset)
 
-    def _read_one(self, principal: Principal, position: FetchPosition, remaining: int, first: bool) -> FetchResult:
-        """Batches below the high watermark for a consumer."""
+    def _read_one(
+        self, principal: Principal, position: FetchPosition, remaining: int, first: bool, committed: bool = False
+    ) -> FetchResult:
+        """Batches below the high watermark for a consumer (read_committed: below the last stable offset)."""
         topic, partition = position.topic, position.partition
         require_permission(self._authorizer, principal, Operation.READ, ResourceType.TOPIC, topic)
         partition_log = self._replicas.partition_log(topic, partition)
         high_watermark = self._replicas.high_watermark(partition_log)
+        stable = partition_log.last_stable_offset(high_watermark) if committed else high_watermark
         start = partition_log.log_start_offset
         if position.offset < start or position.offset > partition_log.log_end_offset:
             raise errors.OffsetOutOfRangeError(
@@ -238,8 +252,24 @@ class FetchService:
             )
         records = b""
         limit = min(position.max_bytes, remaining) if not first else position.max_bytes
-        if position.offset < high_watermark and limit > 0:
-            records = partition_log.read(position.offset, limit, max_offset=high_watermark).records
+        if position.offset < stable and limit > 0:
+            records = partition_log.read(position.offset, limit, max_offset=stable).records
         self.fetched_bytes += len(records)
+        aborted = _aborted_transactions(partition_log, position.offset, stable, records) if committed else None
         return FetchResult(topic=topic, partition=partition, records=records, high_watermark=high_watermark,
-                           log_start_offset=start)
+                           log_start_offset=start, last_stable_offset=stable, aborted_transactions=aborted)
+
+
+def _aborted_transactions(
+    partition_log: PartitionLog, start_offset: int, stable_offset: int, records: bytes
+) -> tuple[AbortedTransaction, ...]:
+    """The aborted transactions overlapping the batches read: found up to the stable offset, then (only if
+    any) narrowed to the batches' real end, which takes a walk over their headers."""
+    if not records:
+        return ()
+    found = partition_log.aborted_transactions(start_offset, stable_offset)
+    if not found:
+        return ()
+    *_, (_, last) = iter_batches(records, check=False)
+    return tuple(AbortedTransaction(entry.producer_id, entry.first_offset) for entry in found
+                 if entry.first_offset < last.next_offset)

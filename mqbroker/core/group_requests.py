@@ -63,11 +63,12 @@ class GroupRequests:
         return self._call(principal, Operation.READ, request.group_id, lambda groups: groups.commit(request))
 
     def fetch_offsets(
-        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None
+        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets; see ``IBroker.fetch_offsets``."""
         return self._call(principal, Operation.DESCRIBE, group_id,
-                          lambda groups: groups.fetch_offsets(group_id, partitions))
+                          lambda groups: groups.fetch_offsets(group_id, partitions, require_stable))
 
     def describe_group(self, principal: Principal, group_id: str) -> Deferred[group_messages.GroupDescription]:
         """A group's state and members; see ``IBroker.describe_group``."""
@@ -76,6 +77,15 @@ class GroupRequests:
     def delete_group(self, principal: Principal, group_id: str) -> Deferred[None]:
         """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
         return self._call(principal, Operation.DELETE, group_id, lambda groups: groups.delete_group(group_id))
+
+    @errors_as_failures
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Delete some committed offsets of a group; see ``IBroker.delete_offsets``."""
+        for topic in sorted({tp.topic for tp in partitions}):
+            require_permission(self._authorizer, principal, Operation.READ, ResourceType.TOPIC, topic)
+        return self._call(principal, Operation.DELETE, group_id,
+                          lambda groups: groups.delete_offsets(group_id, partitions))
 
     @errors_as_failures
     def find_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:

@@ -24,13 +24,16 @@ _STORAGE_TO_BROKER_ERROR: dict[type[Exception], Callable[[str], errors.BrokerErr
     storage_errors.DuplicateSequenceError: errors.DuplicateSequenceError,
     storage_errors.InvalidProducerEpochError: errors.InvalidProducerEpochError,
     storage_errors.UnknownPartitionError: errors.UnknownTopicOrPartitionError,
+    storage_errors.InvalidTxnStateError: errors.InvalidTxnStateError,
+    storage_errors.InvalidRecordError: errors.InvalidRecordError,
+    storage_errors.TransactionCoordinatorFencedError: errors.TransactionCoordinatorFencedError,
 }
 
 _DENIED: dict[ResourceType, Callable[[str], errors.BrokerError]] = {
     ResourceType.TOPIC: errors.TopicAuthorizationError,
     ResourceType.GROUP: errors.GroupAuthorizationError,
     ResourceType.CLUSTER: errors.ClusterAuthorizationError,
-    ResourceType.TRANSACTIONAL_ID: errors.ClusterAuthorizationError,
+    ResourceType.TRANSACTIONAL_ID: errors.TransactionalIdAuthorizationError,
 }
 
 Parameters = ParamSpec("Parameters")

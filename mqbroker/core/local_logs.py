@@ -63,13 +63,16 @@ class LocalLogs:
     def _sync_topic(self, topic: TopicState) -> None:
         log_config = log_config_for(self._config.topic_defaults, topic.configs)
         local = set(self._logs.partitions())
+        missing = []
         for number, partition in enumerate(topic.partitions):
             if self._config.node_id not in partition.replicas:
                 continue
             if (topic.name, number) in local:
                 self._logs.get(topic.name, number).reconfigure(log_config)
             else:
-                self._logs.create(topic.name, number, log_config, int(self._clock.seconds() * 1000))
+                missing.append(number)
+        if missing:  # together: a topic of thousands of partitions shares its fsyncs
+            self._logs.create_many(topic.name, missing, log_config, int(self._clock.seconds() * 1000))
 
     def _remove(self, name: str, keep: set[tuple[str, int]]) -> None:
         for topic, partition in self._logs.partitions():

@@ -7,7 +7,10 @@ watermark passed it, that is once every in-sync replica holds it, and is refused
 is written while the ISR is smaller than ``min.insync.replicas``. Internal topics (``__``) take
 only the cluster's own writes (``ClusterPrincipals``). A client's records are decoded before the
 append only where the broker decodes them later (compacted topics, which also need keys, and
-topics with ``record.validation=decode``); everywhere else no record is decoded.
+topics with ``record.validation=decode``); everywhere else no record is decoded. A transactional
+batch opening its producer's transaction in a partition needs the verification guard
+``core.transactions`` obtained (KIP-890); markers are only the broker's own appends
+(``append_replicated`` with ``markers_allowed``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from mqbroker.model import Acks, Operation, Principal, ProduceResult, ResourceTy
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager, check_enough_replicas
 from mqbroker.security.cluster_principals import ClusterPrincipals
-from mqbroker.storage.log import AppendResult, PartitionLog
+from mqbroker.storage.log import NOT_VERIFIED, AppendResult, PartitionLog
 
 class ProduceService:
     """Appends batches to the partitions this broker leads and answers when the acks say so."""
@@ -52,16 +55,18 @@ class ProduceService:
 
     @errors_as_failures
     def produce(
-        self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int
+        self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int,
+        verification_guard: object | None = None,
     ) -> Deferred[ProduceResult]:
-        """Append a client's batches; see ``IBroker.produce``."""
+        """Append a client's batches; see ``IBroker.produce`` (``verification_guard``: see the module docstring)."""
         if self._stopping:
             raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
         self._principals.check_internal_write(principal, topic)
         require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.TOPIC, topic)
         client = not self._principals.acts_for_cluster(principal)
         partition_log, leader, appended, min_insync = self._append(topic, partition, records,
-                                                                   acks_all=acks is Acks.ALL, check_records=client)
+                                                                   acks_all=acks is Acks.ALL, check_records=client,
+                                                                   verification_guard=verification_guard)
         result = ProduceResult(
             base_offset=appended.base_offset,
             last_offset=appended.last_offset,
@@ -83,18 +88,24 @@ class ProduceService:
         return waited
 
     @errors_as_failures
-    def append_replicated(self, topic: str, partition: int, records: bytes, timeout_ms: int) -> Deferred[None]:
+    def append_replicated(
+        self, topic: str, partition: int, records: bytes, timeout_ms: int, *, markers_allowed: bool = False,
+        verification_guard: object | None = NOT_VERIFIED,
+    ) -> Deferred[None]:
         """Append the broker's own batch (e.g. group offsets) with acks=all: fire once every in-sync replica has it.
 
         A write acknowledged only by the leader's disk would be lost, or go back to an older
         state, when that leader fails before its followers copied it.
         """
-        partition_log, leader, appended, min_insync = self._append(topic, partition, records, acks_all=True)
+        partition_log, leader, appended, min_insync = self._append(
+            topic, partition, records, acks_all=True, markers_allowed=markers_allowed,
+            verification_guard=verification_guard)
         self._replicas.leader_appended(partition_log)
         return leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
 
     def _append(
-        self, topic: str, partition: int, records: bytes, acks_all: bool, check_records: bool = False
+        self, topic: str, partition: int, records: bytes, acks_all: bool, check_records: bool = False, *,
+        markers_allowed: bool = False, verification_guard: object | None = None,
     ) -> tuple[PartitionLog, LeaderPartition, AppendResult, int]:
         """Append at the leader (refused first if acks=all and the ISR is too small, or with ``check_records`` if
         records the broker will decode do not): log, leader, result, min ISR."""
@@ -104,7 +115,8 @@ class ProduceService:
             check_enough_replicas(leader, min_insync)
         if check_records:
             self._check_records(topic, partition_log, records)
-        appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch)
+        appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch,
+                                        markers_allowed=markers_allowed, verification_guard=verification_guard)
         return partition_log, leader, appended, min_insync
 
     def _check_records(self, topic: str, partition_log: PartitionLog, records: bytes) -> None:

@@ -29,13 +29,18 @@ class ProducerIds:
     def init_producer_id(self, principal: Principal, transactional_id: str | None) -> Deferred[ProducerIdentity]:
         """A fresh producer id with epoch 0; see ``IBroker.init_producer_id``."""
         require_permission(self._authorizer, principal, Operation.WRITE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        allocated = self.allocate()
+        return allocated.addCallback(lambda producer_id: ProducerIdentity(producer_id=producer_id, producer_epoch=0))
+
+    def allocate(self) -> Deferred[int]:
+        """A producer id never handed out before (the transaction coordinator's, for a new transactional id)."""
         if self._next_producer_id < self._block_end:
             producer_id = self._next_producer_id
             self._next_producer_id += 1
-            return succeed(ProducerIdentity(producer_id=producer_id, producer_epoch=0))
+            return succeed(producer_id)
         reserved = self._cluster.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE)
         reserved.addCallback(self._reserved)
-        reserved.addCallback(lambda _: self.init_producer_id(principal, transactional_id))
+        reserved.addCallback(lambda _: self.allocate())
         return reserved
 
     def _reserved(self, first: int) -> None:

@@ -41,7 +41,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.replication.replica_manager import ReplicaManager
-from mqbroker.security.cluster_principals import ClusterPrincipals, is_internal_topic
+from mqbroker.security.cluster_principals import SERVICE, ClusterPrincipals, is_internal_topic
 from mqbroker.storage.manager import LogManager
 
 #: Defaults for compacted internal topics (offsets, MQTT and AMQP state), as Kafka's
@@ -55,6 +55,22 @@ def internal_replication_factor(config: BrokerConfig, voter_count: int) -> int:
     Every broker is a voter, so a single-broker cluster uses 1, whatever the setting.
     """
     return max(1, min(config.offsets_topic_replication_factor, voter_count))
+
+
+def default_replication_factor(config: BrokerConfig, voter_count: int) -> int:
+    """Replicas of a topic created without a factor: ``default_replication_factor``, or with -1 (the default)
+    the internal topics' rule, so one broker's loss loses no data in a cluster (1 on a single broker)."""
+    if config.default_replication_factor == -1:
+        return internal_replication_factor(config, voter_count)
+    return config.default_replication_factor
+
+
+def highly_available_configs(replication_factor: int, configs: Mapping[str, str]) -> dict[str, str]:
+    """``configs`` with ``min.insync.replicas`` 2 where there are at least 3 replicas and it is not set:
+    an acks=all write then survives the loss of any one broker once acknowledged."""
+    if replication_factor >= 3 and "min.insync.replicas" not in configs:
+        return {**configs, "min.insync.replicas": "2"}
+    return dict(configs)
 
 
 class TopicAdmin:
@@ -172,6 +188,7 @@ class TopicAdmin:
         require_permission(self._authorizer, principal, Operation.CREATE, ResourceType.TOPIC, spec.name)
         if self._cluster.topic(spec.name) is not None:
             raise errors.TopicAlreadyExistsError(f"topic {spec.name!r} already exists")
+        spec = self._with_default_replicas(spec, front_end=principal.kind == SERVICE)
         self._check_topic_spec(spec)
         if validate_only:
             return succeed(None)
@@ -183,13 +200,30 @@ class TopicAdmin:
         if self._cluster.topic(name) is not None or not self._config.auto_create_topics:
             return succeed(None)
         validate_topic_name(name)
-        return self.create_if_missing(TopicSpec(name=name))
+        return self.create_if_missing(self._with_default_replicas(TopicSpec(name=name), front_end=False))
 
     def create_if_missing(self, spec: TopicSpec) -> Deferred[None]:
         """Create ``spec`` on the broker's own account unless it exists (internal: once enough brokers are live)."""
         created = self._create_topic_now(spec)
         created.addErrback(lambda failure: failure.trap(errors.TopicAlreadyExistsError))
         return created
+
+    def _with_default_replicas(self, spec: TopicSpec, *, front_end: bool) -> TopicSpec:
+        """A non-internal topic's spec with its default replication factor filled in.
+
+        Front ends' topics for client data always get the internal topics' factor; clients' topics get
+        ``default_replication_factor``, whose automatic value (-1) is the same rule. The automatic factor
+        shrinks to the brokers live now (a creation never hangs on a dead broker), and brings
+        ``min.insync.replicas`` 2 when it reaches 3.
+        """
+        if spec.replication_factor != -1 or spec.name.startswith("__"):
+            return spec
+        if not (front_end or self._config.default_replication_factor == -1):
+            return dataclasses.replace(spec, replication_factor=self._config.default_replication_factor)
+        replication = internal_replication_factor(self._config, len(self._cluster.voters))
+        replication = max(1, min(replication, len(self._cluster.image.live_brokers())))
+        return dataclasses.replace(spec, replication_factor=replication,
+                                   configs=highly_available_configs(replication, spec.configs))
 
     def _check_topic_spec(self, spec: TopicSpec) -> None:
         validate_topic_name(spec.name)
@@ -245,7 +279,7 @@ class TopicAdmin:
             return spec.replication_factor
         if spec.name.startswith("__"):
             return internal_replication_factor(self._config, len(self._cluster.voters))
-        return self._config.default_replication_factor
+        return default_replication_factor(self._config, len(self._cluster.voters))
 
     def _when_live_brokers(self, count: int) -> Deferred[None]:
         """Fire once at least ``count`` brokers are registered and unfenced."""

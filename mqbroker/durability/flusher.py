@@ -2,8 +2,12 @@
 
 Every append made before a round starts is covered by that round's fsync, so however many
 producers wait, the disk sees one fsync per partition per round. Appends go on on the
-reactor thread while a round runs; they are covered by the next round. Where a round's
-fsyncs run (Linux AIO or a thread) is the ``ISyncEngine``'s business (``sync_engines``).
+reactor thread while a round runs; they are covered by the next round. A log asked for again
+while a round runs joins the next round only if something new was written to it meanwhile
+(or a waiter is still short): a round never fsyncs what the previous one already covered. Where a round's
+fsyncs run (Linux AIO or a thread) is the ``ISyncEngine``'s business (``sync_engines``). A round
+takes at most ``limits.fsync_round_logs_max`` logs, because each holds descriptors open while its
+fsync runs; logs past that go in the next round, which starts as soon as this one ends.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker.errors import StorageError
+from mqbroker import limits
 from mqbroker.durability.sync_engines import ISyncEngine, SyncableLog, Synced
+from mqbroker.errors import StorageError
 
 
 class Flusher:
@@ -63,8 +68,16 @@ class Flusher:
     def _maybe_start_round(self) -> None:
         if self._round is not None or not self._dirty:
             return
-        logs = list(self._dirty.values())
-        self._dirty.clear()
+        logs = []
+        for key in list(self._dirty):  # oldest request first; the rest wait for the next round
+            log = self._dirty.pop(key)
+            if key in self._waiters or log.has_unsynced():
+                logs.append(log)
+                if len(logs) == limits.fsync_round_logs_max:
+                    break
+        if not logs:
+            self._fire_drain_waiters_if_idle()
+            return
         self.rounds += 1
         self._round = self._engine.sync(logs)
         self._round.addCallback(self._round_done)

@@ -54,6 +54,7 @@ from mqbroker.model import (
     FetchPosition,
     FetchRequest,
     FetchResult,
+    IsolationLevel,
     OffsetAndTimestamp,
     Operation,
     PartitionReassignment,
@@ -66,6 +67,7 @@ from mqbroker.model import (
 from mqbroker.security.acl import Acl
 from mqbroker.security.scram import ScramMechanism, ScramUpsertion
 from mqbroker.shares import messages as share_messages
+from mqbroker.transactions import messages as txn
 
 #: Pause before routing a call again after its leader moved or could not be reached.
 REROUTE_BACKOFF_S = 0.05
@@ -123,9 +125,10 @@ class RoutingBroker:
         """The local broker's ``create_partitions``."""
         return self.local.create_partitions(principal, topic, total_count)
 
-    def init_producer_id(self, principal: Principal, transactional_id: str | None) -> Deferred[ProducerIdentity]:
+    def init_producer_id(self, principal: Principal, transactional_id: str | None,
+                         transaction_timeout_ms: int = -1) -> Deferred[ProducerIdentity]:
         """The local broker's ``init_producer_id``."""
-        return self.local.init_producer_id(principal, transactional_id)
+        return self.local.init_producer_id(principal, transactional_id, transaction_timeout_ms)
 
     def describe_quorum(self, principal: Principal) -> Deferred[dict[str, Any]]:
         """The local broker's ``describe_quorum``."""
@@ -178,10 +181,11 @@ class RoutingBroker:
         return self.local.commit_offsets(principal, request)
 
     def fetch_offsets(
-        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None
+        self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """The local broker's ``fetch_offsets``."""
-        return self.local.fetch_offsets(principal, group_id, partitions)
+        return self.local.fetch_offsets(principal, group_id, partitions, require_stable)
 
     def list_groups(self, principal: Principal) -> Deferred[list[group_messages.GroupListing]]:
         """The local broker's ``list_groups``."""
@@ -241,6 +245,48 @@ class RoutingBroker:
     def list_share_groups(self, principal: Principal) -> Deferred[list[share_messages.ShareGroupListing]]:
         """The local broker's ``list_share_groups``."""
         return self.local.list_share_groups(principal)
+    def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """The local broker's ``delete_offsets``."""
+        return self.local.delete_offsets(principal, group_id, partitions)
+
+    # Transactions: the core reaches the coordinators and the partition leaders itself (TransactionPeers).
+
+    def find_transaction_coordinator(self, principal: Principal, transactional_id: str) -> Deferred[BrokerEndpoint]:
+        """The local broker's ``find_transaction_coordinator``."""
+        return self.local.find_transaction_coordinator(principal, transactional_id)
+
+    def add_partitions_to_txn(self, principal: Principal, request: txn.AddPartitionsRequest) -> Deferred[None]:
+        """The local broker's ``add_partitions_to_txn``."""
+        return self.local.add_partitions_to_txn(principal, request)
+
+    def add_offsets_to_txn(self, principal: Principal, request: txn.AddOffsetsRequest) -> Deferred[None]:
+        """The local broker's ``add_offsets_to_txn``."""
+        return self.local.add_offsets_to_txn(principal, request)
+
+    def end_txn(self, principal: Principal, request: txn.EndTxnRequest) -> Deferred[None]:
+        """The local broker's ``end_txn``."""
+        return self.local.end_txn(principal, request)
+
+    def txn_commit_offsets(self, principal: Principal, request: txn.TxnOffsetCommitRequest) -> Deferred[None]:
+        """The local broker's ``txn_commit_offsets``."""
+        return self.local.txn_commit_offsets(principal, request)
+
+    def write_txn_markers(
+        self, principal: Principal, markers: Sequence[txn.TransactionMarker]
+    ) -> Deferred[list[txn.MarkerOutcome]]:
+        """The local broker's ``write_txn_markers``."""
+        return self.local.write_txn_markers(principal, markers)
+
+    def describe_transactions(self, principal: Principal, transactional_ids: Sequence[str]) -> Deferred[list[object]]:
+        """The local broker's ``describe_transactions``."""
+        return self.local.describe_transactions(principal, transactional_ids)
+
+    def list_transactions(
+        self, principal: Principal, states: Sequence[txn.TransactionState], producer_ids: Sequence[int]
+    ) -> Deferred[list[txn.TransactionListing]]:
+        """The local broker's ``list_transactions``."""
+        return self.local.list_transactions(principal, states, producer_ids)
 
     def list_users(self, principal: Principal) -> Deferred[list[str]]:
         """The local broker's ``list_users``."""
@@ -310,19 +356,20 @@ class RoutingBroker:
     # -- produce ---------------------------------------------------------------------------
 
     def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
-                timeout_ms: int) -> Deferred[ProduceResult]:
+                timeout_ms: int, transactional_id: str | None = None) -> Deferred[ProduceResult]:
         """Append at the partition's leader; see ``IBroker.produce``."""
         deadline_ms = self._now_ms() + (timeout_ms if timeout_ms > 0 else produce_timeout_ms_default)
-        return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks, timeout_ms))
+        return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks,
+                                                                    timeout_ms, transactional_id))
 
     def _produce_once(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
-                      timeout_ms: int) -> Deferred[ProduceResult]:
+                      timeout_ms: int, transactional_id: str | None) -> Deferred[ProduceResult]:
         leader = self.route(principal, Operation.WRITE, topic, partition)
         if leader is None:
-            return self.local.produce(principal, topic, partition, records, acks, timeout_ms)
+            return self.local.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id)
         wait_ms = timeout_ms if timeout_ms > 0 else produce_timeout_ms_default
-        sent = self._peers.request(leader, forwarded.produce_request(topic, partition, records, acks, timeout_ms),
-                                   wait_ms / 1000.0)
+        request = forwarded.produce_request(topic, partition, records, acks, timeout_ms, transactional_id)
+        sent = self._peers.request(leader, request, wait_ms / 1000.0)
         sent.addCallback(forwarded.produce_result, topic, partition, records)
         return sent
 
@@ -358,18 +405,19 @@ class RoutingBroker:
 
     # -- offsets ---------------------------------------------------------------------------
 
-    def list_offset(self, principal: Principal, topic: str, partition: int,
-                    timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
+    def list_offset(self, principal: Principal, topic: str, partition: int, timestamp_ms: int,
+                    isolation_level: int = IsolationLevel.READ_UNCOMMITTED) -> Deferred[OffsetAndTimestamp]:
         """Ask the partition's leader; see ``IBroker.list_offset``."""
         return self._routed(self._now_ms() + limits.reroute_ms_max,
-                            lambda: self._list_offset_once(principal, topic, partition, timestamp_ms))
+                            lambda: self._list_offset_once(principal, topic, partition, timestamp_ms, isolation_level))
 
     def _list_offset_once(self, principal: Principal, topic: str, partition: int,
-                          timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
+                          timestamp_ms: int, isolation_level: int) -> Deferred[OffsetAndTimestamp]:
         leader = self.route(principal, Operation.DESCRIBE, topic, partition)
         if leader is None:
-            return self.local.list_offset(principal, topic, partition, timestamp_ms)
-        sent = self._peers.request(leader, forwarded.list_offsets_request(topic, partition, timestamp_ms), 0.0)
+            return self.local.list_offset(principal, topic, partition, timestamp_ms, isolation_level)
+        request = forwarded.list_offsets_request(topic, partition, timestamp_ms, isolation_level)
+        sent = self._peers.request(leader, request, 0.0)
         sent.addCallback(forwarded.list_offset_result, topic, partition)
         return sent
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mqbroker import errors
-from mqbroker.model import Acks, FetchPosition, FetchRequest, FetchResult, OffsetAndTimestamp, ProduceResult
+from mqbroker.model import (
+    AbortedTransaction,
+    Acks,
+    FetchPosition,
+    FetchRequest,
+    FetchResult,
+    IsolationLevel,
+    OffsetAndTimestamp,
+    ProduceResult,
+)
 from mqbroker.protocols.native import messages as m
 from mqbroker.records.header import iter_batches
 
@@ -30,9 +39,11 @@ def _only_partition(topics: Sequence[object], topic: str, partition: int) -> obj
     raise errors.UnknownServerError(f"the leader's answer carries no result for {topic}-{partition}")
 
 
-def produce_request(topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int) -> m.ProduceRequest:
-    """A Produce of one partition's batches."""
-    return m.ProduceRequest(acks=acks.value, timeout_ms=timeout_ms, topics=(
+def produce_request(
+    topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int, transactional_id: str | None = None
+) -> m.ProduceRequest:
+    """A Produce of one partition's batches (a transactional producer's name its ``transactional_id``)."""
+    return m.ProduceRequest(acks=acks.value, timeout_ms=timeout_ms, transactional_id=transactional_id, topics=(
         m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition_index=partition, records=records),)),))
 
 
@@ -53,7 +64,8 @@ def produce_result(response: m.ProduceResponse | None, topic: str, partition: in
 
 
 def fetch_request(request: FetchRequest) -> m.FetchRequest:
-    """A consumer's Fetch (replica id -1: reads stop at the high watermark) of the request's positions."""
+    """A consumer's Fetch of the request's positions (replica id -1: reads stop at the high watermark, at
+    read_committed at the last stable offset)."""
     by_topic: dict[str, list[m.FetchPartition]] = {}
     for position in request.positions:
         by_topic.setdefault(position.topic, []).append(m.FetchPartition(
@@ -61,7 +73,7 @@ def fetch_request(request: FetchRequest) -> m.FetchRequest:
             fetch_offset=position.offset, partition_max_bytes=position.max_bytes,
             last_fetched_epoch=position.last_fetched_epoch))
     return m.FetchRequest(max_wait_ms=request.wait_ms_max, min_bytes=request.response_bytes_min,
-                          max_bytes=request.response_bytes_max, topics=tuple(
+                          max_bytes=request.response_bytes_max, isolation_level=request.isolation_level, topics=tuple(
         m.FetchTopic(name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()))
 
 
@@ -79,13 +91,19 @@ def fetch_results(response: m.FetchResponse, positions: Sequence[FetchPosition])
         results.append(FetchResult(
             topic=position.topic, partition=position.partition, records=found.records or b"",
             high_watermark=found.high_watermark, log_start_offset=found.log_start_offset, error=error,
-            diverging_epoch=found.diverging_epoch, diverging_end_offset=found.diverging_end_offset))
+            diverging_epoch=found.diverging_epoch, diverging_end_offset=found.diverging_end_offset,
+            last_stable_offset=found.last_stable_offset,
+            aborted_transactions=None if found.aborted_transactions is None else tuple(
+                AbortedTransaction(aborted.producer_id, aborted.first_offset)
+                for aborted in found.aborted_transactions)))
     return results
 
 
-def list_offsets_request(topic: str, partition: int, timestamp_ms: int) -> m.ListOffsetsRequest:
+def list_offsets_request(
+    topic: str, partition: int, timestamp_ms: int, isolation_level: int = IsolationLevel.READ_UNCOMMITTED
+) -> m.ListOffsetsRequest:
     """A ListOffsets of one partition (earliest -2, latest -1, or a time in ms)."""
-    return m.ListOffsetsRequest(topics=(m.ListOffsetsTopic(name=topic, partitions=(
+    return m.ListOffsetsRequest(isolation_level=isolation_level, topics=(m.ListOffsetsTopic(name=topic, partitions=(
         m.ListOffsetsPartition(partition_index=partition, timestamp=timestamp_ms),)),))
 
 

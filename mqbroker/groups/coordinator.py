@@ -24,13 +24,15 @@ names and append its records; append the records ``commit_offsets`` returns and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Protocol
 
 from mqbroker.errors import (
+    BrokerError,
     ErrorCode,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidRequestError,
@@ -39,6 +41,7 @@ from mqbroker.errors import (
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 from mqbroker.groups.assignors import ASSIGNORS
 from mqbroker.groups.group import Group, Member, new_member
@@ -348,11 +351,29 @@ class GroupCoordinator:
         for record in records:
             self.store.apply(record)
 
+    def txn_offsets_written(self, producer_id: int, records: Iterable[OffsetsRecord]) -> None:
+        """A transaction's offset records are durable: pending until the transaction ends."""
+        self.store.add_pending(producer_id, records)
+
+    def transaction_ended(self, producer_id: int, committed: bool) -> None:
+        """The transaction's marker is durable here: its offsets become visible, or go."""
+        self.store.end_transaction(producer_id, committed)
+
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None, require_stable: bool = False
     ) -> dict[TopicPartition, CommittedOffset | None]:
-        """Committed offsets of a group: of ``partitions``, or all it has when None."""
+        """Committed offsets of a group: of ``partitions``, or all it has when None.
+
+        ``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction's offsets for them are pending.
+        """
         _check_group_id(group_id)
+        if require_stable:
+            pending = self.store.pending_partitions(group_id)
+            if pending and (partitions is None or pending & set(partitions)):
+                raise UnstableOffsetCommitError(
+                    f"group {group_id!r} has offsets of an unfinished transaction for "
+                    f"{', '.join(sorted(map(str, pending)))}; retry once it commits or aborts"
+                )
         if partitions is None:
             return dict(self.store.offsets(group_id))
         return {tp: self.store.committed(group_id, tp) for tp in partitions}
@@ -406,6 +427,26 @@ class GroupCoordinator:
         records = self._drop(group_id, now_ms)
         self._records += records
         return records
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> dict[TopicPartition, BrokerError | None]:
+        """Delete committed offsets of topics no member subscribes to (Kafka's OffsetDelete); each partition's outcome.
+
+        The tombstones are queued in ``ready()``. A partition of a subscribed topic keeps its offset and gets
+        ``GroupSubscribedToTopicError``; a partition without a committed offset is simply done.
+        """
+        _check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.store.group_ids():
+            raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        subscribed = {topic for member in group.members.values() for topic in member.topics} if group else set()
+        outcomes: dict[TopicPartition, BrokerError | None] = {}
+        for tp in partitions:
+            outcomes[tp] = GroupSubscribedToTopicError(
+                f"a member of group {group_id!r} subscribes to {tp.topic!r}; its offsets can be deleted once no "
+                f"member does") if tp.topic in subscribed else None
+        self._records += self.store.delete_offsets(group_id, [tp for tp, error in outcomes.items() if error is None])
+        return outcomes
 
     def _drop(self, group_id: str, now_ms: int) -> list[OffsetsRecord]:
         """Forget an empty group and its offsets; the group's metadata key gets a tombstone."""

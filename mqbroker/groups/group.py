@@ -268,6 +268,7 @@ class Group:
                 client_id=m.client_id,
                 client_host=m.client_host,
                 assignment=m.assignment,
+                topics=m.topics,
             )
             for m in self.members.values()
         )

@@ -173,6 +173,19 @@ class GroupHosting:
         """Every group service running here (COORDINATOR_NOT_AVAILABLE before the offsets topic exists)."""
         return self._running().services()
 
+    def partition_of(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition holding ``group_id`` (COORDINATOR_NOT_AVAILABLE before it exists)."""
+        return self._running().partition_of(group_id)
+
+    def transaction_ended(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A transaction marker is durable in ``partition``: its group coordinator applies or drops the offsets.
+
+        A partition still loading needs nothing: its replay reads the marker.
+        """
+        if self._coordinators is not None:
+            for service in self._coordinators.serving(partition):
+                service.transaction_ended(producer_id, committed)
+
     def coordinator_of(self, group_id: str) -> BrokerEndpoint:
         """The broker leading the group's offsets partition (COORDINATOR_NOT_AVAILABLE if none is live)."""
         record = self._cluster.topic(OFFSETS_TOPIC)

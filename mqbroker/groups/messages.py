@@ -138,6 +138,8 @@ class MemberDescription:
     client_id: str
     client_host: str
     assignment: frozenset[TopicPartition]
+    #: The topics the member subscribed to (empty where unknown: a description forwarded by another broker).
+    topics: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,16 +14,20 @@ layout, simplified; all integers big-endian, strings as int32 length + UTF-8, -1
 A record with no value is a tombstone: compaction removes the key and replay forgets it. The
 broker appends these key/value pairs as ordinary records with the storage batch encoder;
 ``OffsetStore.replay`` rebuilds the coordinator's cache from them on start or takeover.
+Offsets committed inside a transaction (TxnOffsetCommit) are appended in that producer's
+transactional batch and stay pending until its COMMIT marker (then they apply) or ABORT marker
+(then they are dropped): replay sees the same, as records carrying their ``producer_id`` and
+markers carrying ``committed``.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from mqbroker.errors import CorruptMessageError
 from mqbroker.groups.model import TopicPartition
+from mqbroker.records.fields import FieldReader, FieldWriter
 
 OFFSET_KEY_TYPE = 1
 GROUP_KEY_TYPE = 2
@@ -31,9 +35,6 @@ OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 1
 NO_LEADER_EPOCH = -1
 
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,124 +89,47 @@ class GroupKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetsRecord:
-    """One record of ``__consumer_offsets`` as the broker appends it; ``value`` None is a tombstone."""
+    """One record of ``__consumer_offsets`` as the broker appends it; ``value`` None is a tombstone.
+
+    In a transaction's batch ``producer_id`` names its producer (-1 otherwise). A transaction
+    marker is read as a record too: ``committed`` True or False, no key.
+    """
 
     key: bytes
     value: bytes | None
     #: Where it was read from the log (-1: built for an append).
     offset: int = -1
+    producer_id: int = -1
+    committed: bool | None = None
 
 
-class _Writer:
-    """Appends big-endian fields to a byte buffer."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-
-    def int16(self, value: int) -> _Writer:
-        self.buffer += _INT16.pack(value)
-        return self
-
-    def int32(self, value: int) -> _Writer:
-        self.buffer += _INT32.pack(value)
-        return self
-
-    def int64(self, value: int) -> _Writer:
-        self.buffer += _INT64.pack(value)
-        return self
-
-    def string(self, value: str | None) -> _Writer:
-        if value is None:
-            return self.int32(-1)
-        encoded = value.encode("utf-8")
-        self.int32(len(encoded))
-        self.buffer += encoded
-        return self
-
-
-class _Reader:
-    """Reads big-endian fields; any shortfall or malformed field is a CorruptMessageError."""
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.position = 0
-        self.what = what
-
-    def fail(self, reason: str) -> CorruptMessageError:
-        return CorruptMessageError(f"corrupt {self.what} in __consumer_offsets at byte {self.position}: {reason}")
-
-    def _take(self, count: int) -> bytes:
-        if count > len(self.data) - self.position:
-            raise self.fail(f"needs {count} more bytes, has {len(self.data) - self.position}")
-        chunk = self.data[self.position : self.position + count]
-        self.position += count
-        return chunk
-
-    def int16(self) -> int:
-        return int(_INT16.unpack(self._take(2))[0])
-
-    def int32(self) -> int:
-        return int(_INT32.unpack(self._take(4))[0])
-
-    def int64(self) -> int:
-        return int(_INT64.unpack(self._take(8))[0])
-
-    def count(self) -> int:
-        """An array length; each element takes at least one byte, which bounds it by what is left."""
-        value = self.int32()
-        if not 0 <= value <= len(self.data) - self.position:
-            raise self.fail(f"array length {value} is impossible")
-        return value
-
-    def nullable_string(self) -> str | None:
-        length = self.int32()
-        if length == -1:
-            return None
-        if length < 0:
-            raise self.fail(f"string length {length} is negative")
-        try:
-            return self._take(length).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise self.fail(f"string is not UTF-8 ({error.reason})") from None
-
-    def string(self) -> str:
-        value = self.nullable_string()
-        if value is None:
-            raise self.fail("required string is null")
-        return value
-
-    def version(self, expected: int) -> None:
-        found = self.int16()
-        if found != expected:
-            raise self.fail(f"version {found} is not supported (expected {expected})")
-
-    def done(self) -> None:
-        if self.position != len(self.data):
-            raise self.fail(f"{len(self.data) - self.position} trailing bytes")
+def _reader(data: bytes, what: str) -> FieldReader:
+    """A reader whose garbage is a ``CorruptMessageError`` naming ``__consumer_offsets``."""
+    return FieldReader(data, f"{what} in __consumer_offsets", CorruptMessageError)
 
 
 def offset_key(group_id: str, topic_partition: TopicPartition) -> bytes:
     """The record key of one committed offset."""
-    writer = _Writer().int16(OFFSET_KEY_TYPE).string(group_id).string(topic_partition.topic)
+    writer = FieldWriter().int16(OFFSET_KEY_TYPE).string(group_id).string(topic_partition.topic)
     return bytes(writer.int32(topic_partition.partition).buffer)
 
 
 def group_key(group_id: str) -> bytes:
     """The record key of a group's metadata."""
-    return bytes(_Writer().int16(GROUP_KEY_TYPE).string(group_id).buffer)
+    return bytes(FieldWriter().int16(GROUP_KEY_TYPE).string(group_id).buffer)
 
 
 def offset_commit_record(group_id: str, topic_partition: TopicPartition, committed: CommittedOffset) -> OffsetsRecord:
     """The record that commits ``committed`` for one partition of a group."""
     epoch = NO_LEADER_EPOCH if committed.leader_epoch is None else committed.leader_epoch
-    writer = _Writer().int16(OFFSET_VALUE_VERSION).int64(committed.offset).int32(epoch)
+    writer = FieldWriter().int16(OFFSET_VALUE_VERSION).int64(committed.offset).int32(epoch)
     writer.string(committed.metadata).int64(committed.commit_timestamp_ms)
     return OffsetsRecord(key=offset_key(group_id, topic_partition), value=bytes(writer.buffer))
 
 
 def group_metadata_record(group_id: str, metadata: GroupMetadata) -> OffsetsRecord:
     """The record that persists a group's membership and assignment."""
-    writer = _Writer().int16(GROUP_VALUE_VERSION).string(metadata.protocol_type).int32(metadata.generation_id)
+    writer = FieldWriter().int16(GROUP_VALUE_VERSION).string(metadata.protocol_type).int32(metadata.generation_id)
     writer.string(metadata.assignor).int64(metadata.state_timestamp_ms).int32(len(metadata.members))
     for member in metadata.members:
         writer.string(member.member_id).string(member.group_instance_id).string(member.client_id)
@@ -226,7 +150,7 @@ def tombstone(key: bytes) -> OffsetsRecord:
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey:
     """Parse a record key; garbage raises CorruptMessageError."""
-    reader = _Reader(data, "key")
+    reader = _reader(data, "key")
     key_type = reader.int16()
     key: OffsetKey | GroupKey
     if key_type == OFFSET_KEY_TYPE:
@@ -242,7 +166,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
 
 def decode_offset_value(data: bytes) -> CommittedOffset:
     """Parse an offset record's value; garbage raises CorruptMessageError."""
-    reader = _Reader(data, "offset value")
+    reader = _reader(data, "offset value")
     reader.version(OFFSET_VALUE_VERSION)
     offset, epoch, metadata, timestamp_ms = reader.int64(), reader.int32(), reader.string(), reader.int64()
     reader.done()
@@ -252,7 +176,7 @@ def decode_offset_value(data: bytes) -> CommittedOffset:
 
 def decode_group_value(data: bytes) -> GroupMetadata:
     """Parse a group-metadata record's value; garbage raises CorruptMessageError."""
-    reader = _Reader(data, "group value")
+    reader = _reader(data, "group value")
     reader.version(GROUP_VALUE_VERSION)
     protocol_type, generation_id, assignor = reader.string(), reader.int32(), reader.string()
     state_timestamp_ms = reader.int64()
@@ -267,7 +191,7 @@ def decode_group_value(data: bytes) -> GroupMetadata:
     )
 
 
-def _read_member(reader: _Reader) -> MemberMetadata:
+def _read_member(reader: FieldReader) -> MemberMetadata:
     """One member of a group value."""
     member_id, instance_id = reader.string(), reader.nullable_string()
     client_id, client_host = reader.string(), reader.string()
@@ -292,6 +216,8 @@ class OffsetStore:
     def __init__(self) -> None:
         self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._groups: dict[str, GroupMetadata] = {}
+        #: Producer id -> offset records of its open transaction (applied on COMMIT, dropped on ABORT).
+        self._pending: dict[int, list[OffsetsRecord]] = {}
 
     @classmethod
     def replay(
@@ -311,6 +237,12 @@ class OffsetStore:
 
     def apply(self, record: OffsetsRecord) -> None:
         """Take one record (after it is durable, or while replaying); garbage raises CorruptMessageError."""
+        if record.committed is not None:
+            self.end_transaction(record.producer_id, record.committed)
+            return
+        if record.producer_id >= 0:
+            self.add_pending(record.producer_id, [record])
+            return
         key = decode_key(record.key)
         if isinstance(key, OffsetKey):
             offsets = self._offsets.setdefault(key.group_id, {})
@@ -324,6 +256,31 @@ class OffsetStore:
             self._groups.pop(key.group_id, None)
         else:
             self._groups[key.group_id] = decode_group_value(record.value)
+
+    def add_pending(self, producer_id: int, records: Iterable[OffsetsRecord]) -> None:
+        """Offsets committed in ``producer_id``'s transaction: kept aside until it ends."""
+        for record in records:
+            if not isinstance(decode_key(record.key), OffsetKey) or record.value is None:
+                raise CorruptMessageError("a transaction may only commit offsets, not group metadata or tombstones")
+            decode_offset_value(record.value)
+            self._pending.setdefault(producer_id, []).append(
+                OffsetsRecord(key=record.key, value=record.value))
+
+    def end_transaction(self, producer_id: int, committed: bool) -> None:
+        """``producer_id``'s transaction ended: its offsets apply (committed) or go."""
+        for record in self._pending.pop(producer_id, []):
+            if committed:
+                self.apply(record)
+
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of ``group_id`` with offsets waiting for a transaction to end."""
+        pending = set()
+        for records in self._pending.values():
+            for record in records:
+                key = decode_key(record.key)
+                if isinstance(key, OffsetKey) and key.group_id == group_id:
+                    pending.add(key.topic_partition)
+        return pending
 
     def committed(self, group_id: str, topic_partition: TopicPartition) -> CommittedOffset | None:
         """The committed offset of one partition, if any."""
@@ -346,6 +303,14 @@ class OffsetStore:
         records = [tombstone(offset_key(group_id, tp)) for tp in sorted(self._offsets.get(group_id, {}))]
         if group_id in self._groups:
             records.append(tombstone(group_key(group_id)))
+        for record in records:
+            self.apply(record)
+        return records
+
+    def delete_offsets(self, group_id: str, partitions: Collection[TopicPartition]) -> list[OffsetsRecord]:
+        """Forget some committed offsets of a group; returns their tombstones (none for a partition without one)."""
+        committed = self._offsets.get(group_id, {})
+        records = [tombstone(offset_key(group_id, tp)) for tp in sorted(set(partitions)) if tp in committed]
         for record in records:
             self.apply(record)
         return records

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
@@ -37,7 +37,9 @@ from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset, OffsetsRecord, decode_key
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.readable import UnreadableBatch, next_offset_after, readable_batches
+from mqbroker.records.header import iter_batches
+from mqbroker.records.markers import read_control
+from mqbroker.records.readable import UnreadableBatch, decode_whole, next_offset_after
 from mqbroker.storage.log import PartitionLog
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -75,8 +77,25 @@ def read_offsets_records(
         read = partition_log.read(offset, _REPLAY_READ_BYTES)
         if not read.records:
             return
-        for header, records in readable_batches(read.records, offset, topic=OFFSETS_TOPIC, partition=partition,
-                                                skipped=skip):
+        view = memoryview(read.records)
+        for position, header in iter_batches(view, check=False):
+            if header.last_offset < offset:
+                continue
+            if header.base_offset >= end:
+                return
+            try:
+                if header.is_control:
+                    control = read_control(view, position, header)
+                    if control.is_marker:  # a transaction's offsets apply or go here
+                        yield OffsetsRecord(key=b"", value=None, producer_id=header.producer_id,
+                                            committed=control.committed, offset=header.base_offset)
+                    continue
+                records = decode_whole(view[position : position + header.size_bytes], header)
+            except CorruptRecordError as error:
+                skip(UnreadableBatch(topic=OFFSETS_TOPIC, partition=partition, first_offset=header.base_offset,
+                                     last_offset=header.last_offset, error=error))
+                continue
+            producer_id = header.producer_id if header.is_transactional else -1
             for record in records:
                 if record.offset >= end:
                     return
@@ -84,7 +103,7 @@ def read_offsets_records(
                     skip(UnreadableBatch(topic=OFFSETS_TOPIC, partition=partition, first_offset=record.offset,
                                          last_offset=record.offset, error=CorruptRecordError("a record without a key")))
                     continue
-                yield OffsetsRecord(key=record.key, value=record.value, offset=record.offset)
+                yield OffsetsRecord(key=record.key, value=record.value, offset=record.offset, producer_id=producer_id)
         offset = next_offset_after(read.records, offset)
 
 
@@ -164,11 +183,26 @@ class GroupService:
         written.addCallback(lambda _: self._coordinator.offsets_written(records))
         return written
 
+    def txn_offset_records(self, request: OffsetCommitRequest) -> list[OffsetsRecord]:
+        """Check a transactional commit (the member's generation) and return its records to append."""
+        try:
+            return self._coordinator.commit_offsets(request, self.now_ms())
+        finally:
+            self._drain()
+
+    def txn_offsets_written(self, producer_id: int, records: list[OffsetsRecord]) -> None:
+        """The transaction's offset records are durable: pending until its marker."""
+        self._coordinator.txn_offsets_written(producer_id, records)
+
+    def transaction_ended(self, producer_id: int, committed: bool) -> None:
+        """A producer's transaction ended in this partition: its offsets apply or go."""
+        self._coordinator.transaction_ended(producer_id, committed)
+
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self, group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool = False
     ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets of a group (of ``partitions``, or all)."""
-        return self._call(lambda now_ms: self._coordinator.fetch_offsets(group_id, partitions))
+        return self._call(lambda now_ms: self._coordinator.fetch_offsets(group_id, partitions, require_stable))
 
     def committed_offsets(self) -> dict[str, dict[TopicPartition, CommittedOffset | None]]:
         """Every group's committed offsets (for lag metrics)."""
@@ -191,11 +225,23 @@ class GroupService:
             self._coordinator.delete_group(group_id, self.now_ms())
         except errors.BrokerError as error:
             return fail(error)
-        # The tombstones are also queued in ready(): append them from there, and wait for them.
+        return self._write_queued().addCallback(lambda _: None)
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]
+                       ) -> Deferred[dict[TopicPartition, errors.BrokerError | None]]:
+        """Delete committed offsets of topics the group does not subscribe to; fires with each partition's
+        outcome once the tombstones are durable."""
+        try:
+            outcomes = self._coordinator.delete_offsets(group_id, partitions)
+        except errors.BrokerError as error:
+            return fail(error)
+        return self._write_queued().addCallback(lambda _: outcomes)
+
+    def _write_queued(self) -> Deferred[Any]:
+        """Append the records the coordinator queued in ``ready()`` (tombstones) and fire once they are durable."""
         ready = self._coordinator.ready()
         self._answer(ready.replies)
         written = self._write(list(ready.records)) if ready.records else succeed(None)
-        written.addCallback(lambda _: None)
         self._schedule()
         return written
 
@@ -353,6 +399,11 @@ class CoordinatedPartitions(Generic[ServiceT]):
     def services(self) -> list[ServiceT]:
         """Every serving service."""
         return list(self._services.values())
+
+    def serving(self, partition: int) -> list[ServiceT]:
+        """The service of ``partition`` if it is serving here (an empty list otherwise)."""
+        service = self._services.get(partition)
+        return [] if service is None else [service]
 
     def stop(self) -> None:
         """Broker shutdown: cancel every service's timer."""

@@ -26,6 +26,7 @@ from mqbroker.interfaces import (
     IAuthorizer,
     IBroker,
     IByteRateQuotas,
+    IConnectorAdmin,
     IFrontEnd,
 )
 
@@ -65,6 +66,8 @@ class FrontEndContext:
     metrics: FrontEndMetrics | None = None
     #: None in tests of a bare front end: every client is let in under the name it gives.
     security: FrontEndSecurity | None = None
+    #: The connector admin service; None when connectors are disabled (or in tests of a bare front end).
+    connectors: IConnectorAdmin | None = None
 
     @property
     def frame_timeout_s(self) -> float | None:

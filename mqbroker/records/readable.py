@@ -8,18 +8,21 @@ offsets loader) decodes a fetch through ``readable_batches`` or ``readable_recor
 whose CRC or records do not decode becomes an ``UnreadableBatch``, handed to the reader's
 ``skipped`` callback (which counts it in ``UnreadableTally``, a metric, and logs its topic,
 partition and offsets), and reading goes on after it (``next_offset``, ``next_offset_after``). A batch is decoded
-whole before any of its records is handed out: it is delivered completely or not at all.
+whole before any of its records is handed out: it is delivered completely or not at all. Given a
+read_committed fetch's aborted transactions (``aborted``), the batches of those transactions are
+passed over too (``records.isolation``): inside the broker every reader reads committed data only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mqbroker.records.decoder import decode_records_as
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import BatchHeader, iter_batches
+from mqbroker.records.isolation import AbortedRange, ReadCommittedFilter
 from mqbroker.records.record import Record, RecordHeader
 
 #: Decodes one batch (its bytes and header) into what a reader wants of its records; ``CorruptRecordError`` if it
@@ -67,8 +70,10 @@ class ReadableBatches:
     def __init__(
         self, data: bytes | memoryview, start_offset: int, *, topic: str, partition: int,
         skipped: Callable[[UnreadableBatch], None], decode: BatchDecoder = decode_whole,
+        aborted: Iterable[AbortedRange] | None = None,
     ) -> None:
         self._view = memoryview(data)
+        self._aborted = list(aborted or ())
         self._start_offset = start_offset
         self._topic = topic
         self._partition = partition
@@ -78,7 +83,11 @@ class ReadableBatches:
 
     def __iter__(self) -> Iterator[tuple[BatchHeader, list[Any]]]:
         view = self._view
+        keeper = ReadCommittedFilter(self._aborted) if self._aborted else None
         for position, header in iter_batches(view, check=False):
+            if keeper is not None and not keeper.keep(view, position, header):
+                self.next_offset = max(self.next_offset, header.next_offset)
+                continue
             if not header.is_control and header.last_offset >= self._start_offset:
                 try:
                     decoded = self._decode(view[position : position + header.size_bytes], header)
@@ -95,17 +104,21 @@ class ReadableBatches:
 def readable_batches(
     data: bytes | memoryview, start_offset: int, *, topic: str, partition: int,
     skipped: Callable[[UnreadableBatch], None], decode: BatchDecoder = decode_whole,
+    aborted: Iterable[AbortedRange] | None = None,
 ) -> ReadableBatches:
     """The readable batches of ``data`` (see ``ReadableBatches``)."""
-    return ReadableBatches(data, start_offset, topic=topic, partition=partition, skipped=skipped, decode=decode)
+    return ReadableBatches(data, start_offset, topic=topic, partition=partition, skipped=skipped, decode=decode,
+                           aborted=aborted)
 
 
 def readable_records(
     data: bytes | memoryview, start_offset: int, *, topic: str, partition: int,
-    skipped: Callable[[UnreadableBatch], None],
+    skipped: Callable[[UnreadableBatch], None], aborted: Iterable[AbortedRange] | None = None,
 ) -> Iterator[Record]:
-    """The data records of ``data`` from ``start_offset`` on, each undecodable batch handed to ``skipped``."""
-    for _, records in readable_batches(data, start_offset, topic=topic, partition=partition, skipped=skipped):
+    """The data records of ``data`` from ``start_offset`` on, each undecodable batch handed to ``skipped``
+    (``aborted``: a read_committed fetch's aborted transactions, whose batches are passed over)."""
+    for _, records in readable_batches(data, start_offset, topic=topic, partition=partition, skipped=skipped,
+                                       aborted=aborted):
         for record in records:
             if record.offset >= start_offset:
                 yield record

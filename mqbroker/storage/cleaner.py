@@ -19,6 +19,14 @@ never touched) and older than ``min.compaction.lag.ms``. A pass:
    first cleaned them: that pass stamps their batch with a delete horizon (attribute bit 6, the
    horizon in the base timestamp, KIP-534) and a later pass past the horizon drops them.
 
+Transactions follow Kafka's cleaner: nothing at or past the first offset of an open transaction
+is cleaned (the log's stable end); the records of aborted transactions (known from the
+segments' `.txnindex`) are removed whatever their key and never count as a key's newest value;
+a marker stays while any batch of its transaction stays (even as a header: replaying the log
+must not find a transaction without its end), and once none does it gets a delete horizon like a
+tombstone and goes after it, an ABORT marker taking its `.txnindex` entry with it (the rewritten
+index is written as `<base>.txnindex.cleaned` before the swap's commit point).
+
 Each rewritten segment goes to `<base>.log.cleaned`, is fsynced, renamed to `<base>.log.swap`
 (the commit point) and then renamed over `<base>.log` under the log's lock; `PartitionLog.open`
 finishes a swap a crash interrupted and deletes a `.cleaned` leftover, so a crash at any moment
@@ -29,18 +37,21 @@ Tombstones that expire are removed by the next pass that runs (by ratio, or forc
 
 from __future__ import annotations
 
+import bisect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.compression import Compression
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import TIMESTAMP_TYPE_MASK, BatchHeader, TimestampType, iter_batches
+from mqbroker.records.markers import read_control
 from mqbroker.records.record import Record
 from mqbroker.storage import fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
+from mqbroker.storage.txn_index import AbortedTxn, encode_entries
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,20 +66,62 @@ class CleanResult:
     ran: bool = False
 
 
+class _Transactions:
+    """Which transactional batches are aborted, and which transactions still have a batch kept in this pass."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in sorted(aborted, key=lambda entry: entry.first_offset):
+            self._ranges.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
+        #: Producers whose current transaction has a batch this pass keeps (its marker must stay).
+        self._retained: set[int] = set()
+
+    def aborted(self, header: BatchHeader) -> bool:
+        """True for a data batch of a transaction that its producer aborted."""
+        if not header.is_transactional:
+            return False
+        ranges = self._ranges.get(header.producer_id, ())
+        slot = bisect.bisect_right(ranges, (header.base_offset, float("inf"))) - 1
+        return slot >= 0 and ranges[slot][0] <= header.base_offset <= ranges[slot][1]
+
+    def kept(self, header: BatchHeader) -> None:
+        """A transactional batch stays: its transaction's marker must stay too."""
+        if header.is_transactional:
+            self._retained.add(header.producer_id)
+
+    def ended(self, producer_id: int) -> bool:
+        """A marker of ``producer_id``: True if a batch of the transaction it ends stays."""
+        if producer_id in self._retained:
+            self._retained.discard(producer_id)
+            return True
+        return False
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Rules:
-    """What a pass keeps: the newest offset per key, the producers' latest batches, the clock."""
+    """What a pass keeps: the newest offset per key, the producers' latest batches, transactions, the clock."""
 
     newest: dict[bytes, int]
     producer_last_offsets: dict[int, int]
+    transactions: _Transactions
     now_ms: int
     delete_retention_ms: int
+
+
+@dataclass(slots=True)
+class _Rewrite:
+    """One segment's rewrite: where it went, what it dropped, and the ABORT markers dropped with it."""
+
+    path: str
+    records_removed: int = 0
+    changed: bool = False
+    dropped_markers: set[int] = field(default_factory=set)
 
 
 def dirty_ratio(log: PartitionLog, now_ms: int) -> float:
     """Dirty bytes / cleanable bytes of ``log`` now (0.0 when nothing is cleanable)."""
     view = log.cleaner_view()
-    return _dirty_share(_cleanable(view.segments, log.config, now_ms), view.first_dirty_offset)
+    return _dirty_share(_cleanable(view.segments, log.config, now_ms, view.stable_end_offset), view.first_dirty_offset)
 
 
 def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult:
@@ -76,32 +129,35 @@ def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult
     if not log.config.compacts:
         return CleanResult()
     view = log.cleaner_view()
-    segments = _cleanable(view.segments, log.config, now_ms)
+    segments = _cleanable(view.segments, log.config, now_ms, view.stable_end_offset)
     ratio = _dirty_share(segments, view.first_dirty_offset)
     dirty = [segment for segment in segments if segment.next_offset > view.first_dirty_offset]
     if not segments or not (force or (dirty and ratio >= log.config.min_cleanable_dirty_ratio)):
         return CleanResult(dirty_ratio=ratio)
     clean_end = segments[-1].next_offset  # before the rewrite can shrink it
+    transactions = _Transactions(view.aborted)
     rules = _Rules(
-        newest=_newest_offsets(dirty),
+        newest=_newest_offsets(dirty, transactions),
         producer_last_offsets=view.producer_last_offsets,
+        transactions=transactions,
         now_ms=now_ms,
         delete_retention_ms=log.config.delete_retention_ms,
     )
     rewritten = removed = before = after = 0
     for segment in segments:
         before += segment.size_bytes
-        cleaned, dropped, changed = _rewrite(segment, rules)
-        if not changed:
-            fs.unlink(cleaned)
+        rewrite = _rewrite(segment, rules)
+        if not rewrite.changed:
+            fs.unlink(rewrite.path)
             after += segment.size_bytes
             continue
+        txn_index = _rewrite_txn_index(segment, rewrite.dropped_markers)
         swap = segment.path + SWAP_SUFFIX
-        fs.replace(cleaned, swap)  # the commit point: from here on recovery completes the swap
+        fs.replace(rewrite.path, swap)  # the commit point: from here on recovery completes the swap
         after += os.path.getsize(swap)
-        log.swap_in(segment, swap)
+        log.swap_in(segment, swap, txn_index)
         rewritten += 1
-        removed += dropped
+        removed += rewrite.records_removed
     log.mark_clean(clean_end, view.generation)
     return CleanResult(
         segments_rewritten=rewritten,
@@ -113,11 +169,12 @@ def clean(log: PartitionLog, now_ms: int, *, force: bool = False) -> CleanResult
     )
 
 
-def _cleanable(sealed: list[Segment], config: LogConfig, now_ms: int) -> list[Segment]:
-    """The sealed segments from the oldest up to the first one younger than min.compaction.lag.ms."""
+def _cleanable(sealed: list[Segment], config: LogConfig, now_ms: int, stable_end_offset: int) -> list[Segment]:
+    """The sealed segments from the oldest up to the first one younger than min.compaction.lag.ms or reaching
+    an open transaction (``stable_end_offset``)."""
     segments = []
     for segment in sealed:
-        if segment.max_timestamp > now_ms - config.min_compaction_lag_ms:
+        if segment.max_timestamp > now_ms - config.min_compaction_lag_ms or segment.next_offset > stable_end_offset:
             break
         segments.append(segment)
     return segments
@@ -129,12 +186,12 @@ def _dirty_share(segments: list[Segment], first_dirty_offset: int) -> float:
     return dirty / total if total else 0.0
 
 
-def _newest_offsets(segments: list[Segment]) -> dict[bytes, int]:
-    """Pass 1: the offset of the newest record of every key in ``segments``."""
+def _newest_offsets(segments: list[Segment], transactions: _Transactions) -> dict[bytes, int]:
+    """Pass 1: the offset of the newest record of every key in ``segments`` (aborted records do not count)."""
     newest: dict[bytes, int] = {}
     for segment in segments:
         for header, batch in _batches(segment):
-            if header.is_control:
+            if header.is_control or transactions.aborted(header):
                 continue
             for record in decode_records(batch):
                 if record.key is not None:
@@ -148,38 +205,67 @@ def _batches(segment: Segment) -> list[tuple[BatchHeader, bytes]]:
     return [(header, data[position : position + header.size_bytes]) for position, header in iter_batches(data)]
 
 
-def _rewrite(segment: Segment, rules: _Rules) -> tuple[str, int, bool]:
-    """Pass 2: write what ``segment`` keeps to its `.cleaned` file; return (path, records dropped, changed)."""
-    path = segment.path + CLEANED_SUFFIX
-    dropped = 0
-    changed = False
-    with fs.open_file(path, "wb") as output:
+def _rewrite(segment: Segment, rules: _Rules) -> _Rewrite:
+    """Pass 2: write what ``segment`` keeps to its `.cleaned` file."""
+    rewrite = _Rewrite(path=segment.path + CLEANED_SUFFIX)
+    with fs.open_file(rewrite.path, "wb") as output:
         for header, batch in _batches(segment):
-            kept, removed = _filter_batch(header, batch, rules)
-            dropped += removed
-            changed = changed or kept is not batch
+            if header.is_control:
+                kept, removed = _filter_marker(header, batch, rules)
+                if kept is None:
+                    rewrite.dropped_markers.add(header.base_offset)
+            else:
+                kept, removed = _filter_batch(header, batch, rules)
+            rewrite.records_removed += removed
+            rewrite.changed = rewrite.changed or kept is not batch
             if kept is not None:
                 output.write(kept)
         output.flush()
         fs.fsync(output.fileno())
-    return path, dropped, changed
+    return rewrite
+
+
+def _rewrite_txn_index(segment: Segment, dropped_markers: set[int]) -> str | None:
+    """Write the segment's `.txnindex` without the entries of dropped markers (fsynced); None if unchanged."""
+    entries = segment.txn_index.entries()
+    kept = [entry for entry in entries if entry.last_offset not in dropped_markers]
+    if len(kept) == len(entries):
+        return None
+    path = segment.txn_index.path + CLEANED_SUFFIX
+    with fs.open_file(path, "wb") as output:
+        output.write(encode_entries(kept))
+        output.flush()
+        fs.fsync(output.fileno())
+    return path
 
 
 def _filter_batch(header: BatchHeader, batch: bytes, rules: _Rules) -> tuple[bytes | None, int]:
     """The batch as compaction leaves it (``batch`` itself when unchanged, None when gone) and the records removed."""
-    if header.is_control:
-        return batch, 0
     decoded = decode_records(batch)
-    kept = [record for record in decoded if _keeps(record, header, rules)]
+    aborted = rules.transactions.aborted(header)
+    kept = [] if aborted else [record for record in decoded if _keeps(record, header, rules)]
     removed = len(decoded) - len(kept)
     horizon_ms = header.delete_horizon_ms
     if horizon_ms is None and any(record.value is None for record in kept):
         horizon_ms = rules.now_ms + rules.delete_retention_ms  # the tombstones' clock starts now
     if not kept and rules.producer_last_offsets.get(header.producer_id) != header.last_offset:
         return None, removed  # a producer's latest batch stays, if only as a header: its sequences live on
+    rules.transactions.kept(header)
     if removed == 0 and horizon_ms == header.delete_horizon_ms:
         return batch, 0
     return _rebuild(header, kept, horizon_ms), removed
+
+
+def _filter_marker(header: BatchHeader, batch: bytes, rules: _Rules) -> tuple[bytes | None, int]:
+    """A control batch as compaction leaves it: a marker goes a delete horizon after the last batch it ends went."""
+    if not read_control(batch, 0, header).is_marker or rules.transactions.ended(header.producer_id):
+        return batch, 0
+    horizon_ms = header.delete_horizon_ms
+    if horizon_ms is None:
+        return _rebuild(header, decode_records(batch), rules.now_ms + rules.delete_retention_ms), 0
+    if rules.now_ms < horizon_ms:
+        return batch, 0
+    return None, 1
 
 
 def _keeps(record: Record, header: BatchHeader, rules: _Rules) -> bool:
@@ -201,6 +287,7 @@ def _rebuild(header: BatchHeader, kept: list[Record], delete_horizon_ms: int | N
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
         is_transactional=header.is_transactional,
+        is_control=header.is_control,
         partition_leader_epoch=header.partition_leader_epoch,
         timestamp_type=TimestampType.LOG_APPEND_TIME if log_append_time else TimestampType.CREATE_TIME,
         last_offset_delta=header.last_offset_delta,

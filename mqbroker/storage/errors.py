@@ -45,3 +45,16 @@ class UnknownPartitionError(StorageError):
 
 class PartitionExistsError(StorageError):
     """A partition created twice."""
+
+
+class InvalidTxnStateError(StorageError):
+    """A batch that does not fit the producer's transaction here: a transactional batch the coordinator
+    has not verified, or a non-transactional batch while its transaction is open (Kafka's INVALID_TXN_STATE)."""
+
+
+class InvalidRecordError(StorageError):
+    """A batch a client may not write: a control batch, or a transactional batch without a producer id."""
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker from an older coordinator epoch than the partition has seen for that producer."""

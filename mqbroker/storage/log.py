@@ -1,5 +1,9 @@
 """PartitionLog: one partition's directory of segments; append assigns offsets, read returns whole batches.
 
+Transactions (KIP-98, KIP-890): the log keeps, from batch headers and markers, each producer's
+open transaction, the last stable offset and the aborted-transaction index of every segment;
+``txn_guards`` checks what may come in (markers, verified transaction starts).
+
 Threading contract: `append`, `read` and the other operations may be called from any thread
 (they hold the log's lock briefly); `flush` captures what to sync under the lock, runs the
 fsyncs without it and then publishes the new durable end, so appends go on during an fsync
@@ -10,9 +14,7 @@ and every append written before the capture shares that one fsync (group commit)
 from __future__ import annotations
 
 import bisect
-import os
 import threading
-from dataclasses import dataclass
 
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import (
@@ -27,48 +29,20 @@ from mqbroker.storage import checkpoint, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from mqbroker.storage.log_views import AppendResult, CleanerView, ReadResult
 from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, write_snapshot
-from mqbroker.storage.producers import ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
+from mqbroker.storage.producers import CompletedTxn, ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.storage.recovery import open_segments
 from mqbroker.storage.retention import expired_segment_count
 from mqbroker.storage.segment import Segment
+from mqbroker.storage.segment_files import SegmentFiles
 from mqbroker.storage.sync_state import FlushTicket, SyncState
+from mqbroker.storage.txn_guards import NOT_VERIFIED, VerificationGuards, control_of
+from mqbroker.storage.txn_index import AbortedTxn, collect_aborted
+
+__all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "PartitionLog", "ReadResult"]
 
 NO_TIMESTAMP = -1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendResult:
-    """Where an append landed; ``duplicate`` marks a producer retry answered with its original offsets."""
-
-    base_offset: int
-    last_offset: int
-    log_append_time_ms: int
-    log_start_offset: int
-    duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CleanerView:
-    """A consistent picture of what the cleaner may rewrite, taken under the log's lock."""
-
-    #: The sealed segments, oldest first (the active segment is never cleaned).
-    segments: list[Segment]
-    #: Offsets below this were compacted by an earlier pass (the log start if higher).
-    first_dirty_offset: int
-    #: Producer id -> last offset of its latest batch: compaction keeps that batch, if only as a header.
-    producer_last_offsets: dict[int, int]
-    #: Changes when the log is truncated, so a pass that raced a truncation records nothing.
-    generation: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadResult:
-    """Whole batches read from the log plus the log's bounds at the time of the read."""
-
-    records: bytes
-    log_start_offset: int
-    log_end_offset: int
 
 
 class PartitionLog:
@@ -90,6 +64,10 @@ class PartitionLog:
     ) -> None:
         assert segments, "a log always has an active segment"
         self.directory = directory
+        #: Where the segments' `.log` descriptors come from (the broker's bounded set of open files),
+        #: and the log's lock, which the set takes before it closes one (`segment_files`).
+        self._files = segments[-1].log_file.files
+        self._lock = segments[-1].log_file.owner_lock
         #: Which leader epoch started at which offset (replicas compare these to find divergence).
         self.epochs = epochs if epochs is not None else LeaderEpochCache.load(directory)
         self.config = config
@@ -98,13 +76,15 @@ class PartitionLog:
         self._end_offset = segments[-1].next_offset
         self._producers = producers
         self._clean_offset = clean_offset
-        self._lock = threading.Lock()
         self._closed = False
         self._active_since_ms = now_ms
         #: What the next fsync must cover (guarded by the lock).
         self._unsynced = SyncState(durable_end_offset=self._end_offset)
         #: (log end, producer table) of the last snapshot written, to skip writing an identical one.
         self._last_snapshot: tuple[int, bytes] | None = None
+        #: Serializes snapshot writers: a checkpoint (in a thread) and a roll (under the log's lock; taken second).
+        self._snapshot_lock = threading.Lock()
+        self._verification_guards = VerificationGuards()
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -118,25 +98,35 @@ class PartitionLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
+        files: SegmentFiles | None = None,
     ) -> PartitionLog:
-        """Open (or create) the log in ``directory``; recover it (`recovery.open_segments`) unless shut down cleanly."""
-        segments = open_segments(
-            directory,
-            config.index_interval_bytes,
-            recovery_point=recovery_point,
-            log_start_offset=log_start_offset,
-            clean_shutdown=clean_shutdown,
-        )
-        end_offset = segments[-1].next_offset
-        log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
-        if remove_snapshots_after(directory, end_offset):
-            fs.fsync_path(directory)  # gone before the log can grow back past them
-        producers = load_producers(directory, segments, end_offset)
+        """Open (or create) the log in ``directory``; recover it (`recovery.open_segments`) unless shut down cleanly.
+
+        ``files`` bounds the open segment files: a broker's logs share one (`LogManager`); a log
+        opened without it gets a set of its own.
+        """
+        lock = threading.Lock()
+        with lock:  # the log's lock from the first use of its files on (the set closes none under it)
+            segments, rebuild_txn_index_from = open_segments(
+                directory,
+                config.index_interval_bytes,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                clean_shutdown=clean_shutdown,
+                files=files,
+                lock=lock,
+            )
+            end_offset = segments[-1].next_offset
+            log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
+            if remove_snapshots_after(directory, end_offset):
+                fs.fsync_path(directory)  # gone before the log can grow back past them
+            producers = load_producers(directory, segments, end_offset, rebuild_txn_index_from)
+            first_timestamp = segments[-1].first_timestamp
         epochs = LeaderEpochCache.load(directory)
         epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it
         clean_offset = min(checkpoint.read_clean_offset(directory), end_offset)
         log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
-        log._active_since_ms = segments[-1].first_timestamp if segments[-1].first_timestamp >= 0 else now_ms
+        log._active_since_ms = first_timestamp if first_timestamp >= 0 else now_ms
         return log
 
     # -- bounds ------------------------------------------------------------------------------
@@ -175,6 +165,9 @@ class PartitionLog:
         now_ms: int,
         leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
         assign_offsets: bool = True,
+        *,
+        markers_allowed: bool = False,
+        verification_guard: object | None = NOT_VERIFIED,
     ) -> AppendResult:
         """Validate one or more client-built batches, assign their offsets and write them.
 
@@ -183,17 +176,27 @@ class PartitionLog:
         ``DuplicateSequenceError``. A single retried batch returns its original offsets with
         ``duplicate`` set and is not written again. With ``assign_offsets`` False (a follower
         copying its leader) the batches keep their offsets, which must not go backwards.
+
+        Transactions: a control batch is refused (``InvalidRecordError``) unless
+        ``markers_allowed`` (the broker writing a coordinator's marker) or a follower copies it;
+        a transactional batch that opens its producer's transaction here needs the guard of a
+        verification started before it (``InvalidTxnStateError`` otherwise, and after a marker
+        for that producer voided the guard) unless ``verification_guard`` is ``NOT_VERIFIED``.
         """
         view = memoryview(data).cast("B")
         batches = self._validate(view)
         with self._lock:
             self._check_open()
             staged: dict[int, ProducerEntry] = {}
+            completed: list[tuple[CompletedTxn, AbortedTxn | None]] = []
             next_offset = self._end_offset
             latest_epoch, epoch_starts = self.epochs.latest_epoch, []
             for slot, (position, header) in enumerate(batches):
+                marker = control_of(view, position, header, refuse=assign_offsets and not markers_allowed)
                 if assign_offsets:
-                    duplicate = self._producers.check(header, staged)
+                    opens = self._producers.starts_transaction(header, staged)
+                    self._verification_guards.check(header, opens, verification_guard)
+                    duplicate = self._producers.check(header, staged, marker)
                     if duplicate is not None:
                         if len(batches) > 1:
                             raise reject_duplicate_in_multi_batch(header)
@@ -211,7 +214,9 @@ class PartitionLog:
                 if header.partition_leader_epoch > latest_epoch:
                     latest_epoch = header.partition_leader_epoch
                     epoch_starts.append((latest_epoch, header.base_offset))
-                self._producers.stage(header, staged)
+                ended = self._producers.stage(header, staged, marker)
+                if ended is not None:
+                    completed.append((ended, self._producers.aborted_entry(ended, staged) if ended.aborted else None))
                 next_offset = header.next_offset
             first, last = batches[0][1], batches[-1][1]
             active = self._segments[-1]
@@ -223,7 +228,8 @@ class PartitionLog:
             for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
                 self.epochs.assign(epoch, start_offset)
             self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
-            self._producers.commit(staged)
+            self._producers.commit(staged, [ended for ended, _ in completed])
+            self._transactions_written(staged, completed)
             self._end_offset = next_offset
             self._unsynced.appended(next_offset - first.base_offset, now_ms)
             append_time = now_ms if first.attributes & TIMESTAMP_TYPE_MASK else NO_TIMESTAMP
@@ -233,6 +239,29 @@ class PartitionLog:
                 log_append_time_ms=append_time,
                 log_start_offset=self._log_start_offset,
             )
+
+    def _transactions_written(
+        self, staged: dict[int, ProducerEntry], completed: list[tuple[CompletedTxn, AbortedTxn | None]]
+    ) -> None:
+        """After a write: open transactions and markers void their producers' guards; aborts are indexed."""
+        self._verification_guards.void(staged)
+        active = self._segments[-1]
+        for _, entry in completed:
+            if entry is not None:
+                active.txn_index.append(entry)
+        if completed:
+            active.txn_index.write_pending()
+            self._unsynced.txn_indexed(active)
+
+    def start_verification(self, producer_id: int) -> object:
+        """The guard of a transaction verification for ``producer_id`` (append with it once verified)."""
+        with self._lock:
+            return self._verification_guards.start(producer_id)
+
+    def needs_verification(self, producer_id: int) -> bool:
+        """True unless ``producer_id`` has an open transaction here (its next transactional batch opens one)."""
+        with self._lock:
+            return not self._producers.has_open_transaction(producer_id)
 
     def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         """Framing, magic and CRC of every batch, and the size limit; no record is decoded."""
@@ -258,10 +287,16 @@ class PartitionLog:
         sealed.finish()
         sealed.sync()  # before the next segment's name can be durable: else a power loss leaves a hole
         self._unsynced.sealed(sealed)
-        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes, self._files, self._lock)
         segment.create()
         self._segments.append(segment)
         self._active_since_ms = now_ms
+        # The producers as of the new base (this append's batches are not staged in yet): an
+        # unclean restart rebuilds the segment's aborted-transaction index from here.
+        data = self._producers.to_bytes()
+        with self._snapshot_lock:
+            write_snapshot(self.directory, base_offset, data, keep_at_or_below=base_offset)
+            self._last_snapshot = (base_offset, data)
 
     # -- durability --------------------------------------------------------------------------
 
@@ -270,6 +305,11 @@ class PartitionLog:
         with self._lock:
             config = self.config
             return self._unsynced.due(config.flush_policy, config.flush_messages, config.flush_ms, now_ms)
+
+    def has_unsynced(self) -> bool:
+        """True when something written is covered by no fsync, finished or running (a flush would sync it)."""
+        with self._lock:
+            return self._unsynced.has_unsynced(self._end_offset)
 
     def flush(self) -> int:
         """fsync everything appended so far (lock not held during the fsync); return the durable end."""
@@ -289,9 +329,8 @@ class PartitionLog:
             return self._unsynced.capture(self.directory, self._segments[-1], self._end_offset)
 
     def end_flush(self, ticket: FlushTicket, synced: bool) -> int:
-        """Close a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
-        for handle in ticket.handles:
-            os.close(handle)
+        """Release a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
+        ticket.release()
         with self._lock:
             return self._unsynced.publish(ticket, synced)
 
@@ -313,6 +352,26 @@ class PartitionLog:
                 data = segment.read(max(offset, segment.base_offset), max_bytes, limit)
                 slot += 1
             return ReadResult(records=data, log_start_offset=self._log_start_offset, log_end_offset=self._end_offset)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The end of what read_committed readers may see: the first offset of an open (or unreplicated) transaction, capped at ``high_watermark``."""
+        with self._lock:
+            self._check_open()
+            first_unstable = self._producers.first_unstable_offset(high_watermark)
+            stable = high_watermark if first_unstable is None else min(first_unstable, high_watermark)
+            return max(stable, self._log_start_offset)
+
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_offset) (a read_committed fetch lists them)."""
+        with self._lock:
+            self._check_open()
+            slot = max(0, bisect.bisect_right(self._segments, start_offset, key=lambda s: s.base_offset) - 1)
+            return collect_aborted(self._segments[slot:], start_offset, upper_offset)
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of each transaction open in this partition."""
+        with self._lock:
+            return dict(self._producers.ongoing)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The base offset of the first batch with a timestamp >= ``timestamp_ms`` (None if none)."""
@@ -363,14 +422,20 @@ class PartitionLog:
             self._producers = ProducerStates()
 
     def _make_cut_durable(self, end_offset: int) -> None:
-        """Drop the producer snapshots past ``end_offset``; fsync the cut segment and the directory."""
-        remove_snapshots_after(self.directory, end_offset)
+        """Drop the producer snapshots past ``end_offset``; fsync the cut segment, its txn index and the directory.
+
+        Under the snapshot lock: a checkpoint writing a snapshot past the cut finishes first, and goes.
+        """
+        with self._snapshot_lock:
+            remove_snapshots_after(self.directory, end_offset)
+            self._last_snapshot = None
         self._segments[-1].sync()
+        fs.fsync_path(self._segments[-1].txn_index.path)
         fs.fsync_path(self.directory)
 
     def _start_empty_at(self, offset: int) -> None:
         self._delete_tail(self._segments[::-1])
-        segment = Segment(self.directory, offset, self.config.index_interval_bytes)
+        segment = Segment(self.directory, offset, self.config.index_interval_bytes, self._files, self._lock)
         segment.create()
         self._segments = [segment]
         self._log_start_offset = offset
@@ -431,10 +496,16 @@ class PartitionLog:
         """The sealed segments, where their dirty part starts and the batches producers need kept."""
         with self._lock:
             self._check_open()
+            for segment in self._segments[:-1]:
+                segment.ensure_tail()  # here, under the lock: the cleaner reads the tail state off it
+            first_open = min(self._producers.ongoing.values(), default=None)
+            sealed = list(self._segments[:-1])
             return CleanerView(
-                segments=list(self._segments[:-1]),
+                segments=sealed,
                 first_dirty_offset=max(self._clean_offset, self._log_start_offset),
                 producer_last_offsets=self._producers.last_batch_offsets(),
+                stable_end_offset=self._end_offset if first_open is None else first_open,
+                aborted=[entry for segment in self._segments for entry in segment.txn_index.entries()],
                 generation=self._unsynced.generation,
             )
 
@@ -452,18 +523,28 @@ class PartitionLog:
         self._clean_offset = offset
         checkpoint.write_clean_offset(self.directory, offset)
 
-    def swap_in(self, old: Segment, swap_path: str) -> None:
-        """Replace sealed segment ``old`` by its rewritten, fsynced ``swap_path`` (compaction's last step)."""
+    def swap_in(self, old: Segment, swap_path: str, txn_index_path: str | None = None) -> None:
+        """Replace sealed segment ``old`` by its rewritten, fsynced ``swap_path`` (compaction's last step).
+
+        ``txn_index_path`` is its rewritten aborted-transaction index (fsynced too, written before
+        the swap's commit point): it goes in first, so a crash between the renames leaves recovery
+        a `.log.swap` to finish beside the index that belongs to it.
+        """
         with self._lock:
             self._check_open()
             if old not in self._segments[:-1]:
                 fs.unlink(swap_path)  # retention or a truncation removed it meanwhile
+                if txn_index_path is not None:
+                    fs.unlink(txn_index_path)
                 return
+            if txn_index_path is not None:
+                fs.replace(txn_index_path, old.txn_index.path)
             old.drop_indexes()
             fs.replace(swap_path, old.path)
-            self._segments[self._segments.index(old)] = Segment(
-                self.directory, old.base_offset, self.config.index_interval_bytes
-            )
+            slot = self._segments.index(old)
+            segment = Segment(self.directory, old.base_offset, self.config.index_interval_bytes, self._files, self._lock)
+            segment.txn_index.load(old.base_offset, self._segments[slot + 1].base_offset)
+            self._segments[slot] = segment
             self._unsynced.replaced([old])
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -472,10 +553,12 @@ class PartitionLog:
         """Persist the producer table as `<log end>.snapshot` (only covers what is durable after a flush)."""
         with self._lock:
             end_offset, data = self._end_offset, self._producers.to_bytes()
-        if (end_offset, data) == self._last_snapshot:
-            return  # nothing changed since the last one: spare the fsyncs
-        write_snapshot(self.directory, end_offset, data)
-        self._last_snapshot = (end_offset, data)
+            active_base = self._segments[-1].base_offset
+        with self._snapshot_lock:
+            if (end_offset, data) == self._last_snapshot:
+                return  # nothing changed since the last one: spare the fsyncs
+            write_snapshot(self.directory, end_offset, data, keep_at_or_below=active_base)
+            self._last_snapshot = (end_offset, data)
 
     def reconfigure(self, config: LogConfig) -> None:
         """Apply changed settings (they take effect on the next append, roll or retention pass)."""
@@ -491,7 +574,7 @@ class PartitionLog:
         with self._lock:
             active = self._segments[-1]
             active.finish()
-            for index in (active.offset_index, active.time_index):
+            for index in (active.offset_index, active.time_index, active.txn_index):
                 fs.fsync_path(index.path)
             for segment in self._segments:
                 segment.close()

@@ -8,7 +8,11 @@ Layout::
     <data_dir>/.clean-shutdown                    present only after a clean `close()`
 
 With the marker present `open_all` skips recovery; each segment's indexes are then read
-only when first used, so a broker with many partitions starts quickly.
+only when first used, so a broker with many partitions starts quickly. The logs share one
+bounded set of open segment files (`segment_files`), so the broker's descriptors do not grow
+with its partitions. Work on many logs at once (opening them, creating them, writing their
+leader-epoch checkpoints) goes through ``parallel_map``: the broker passes a thread pool's, so
+the fsyncs of many partitions overlap (the disk commits them together) instead of queueing.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from mqbroker.storage import checkpoint, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.errors import InvalidConfigError, PartitionExistsError, UnknownPartitionError
 from mqbroker.storage.log import PartitionLog
+from mqbroker.storage.segment_files import OPEN_MAX_DEFAULT, SegmentFiles
 
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
 LOG_START_OFFSETS = "log-start-offset-checkpoint"
@@ -31,14 +37,26 @@ _PARTITION_DIRECTORY = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 TopicPartition = tuple[str, int]
+#: ``map``'s shape: a function and its arguments in, the results in order out.
+ParallelMap = Callable[[Callable[..., Any], Iterable[Any]], Iterator[Any]]
 
 
 class LogManager:
     """Creates, opens, checkpoints and deletes the partition logs under one data directory."""
 
-    def __init__(self, data_dir: str, default_config: LogConfig) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        default_config: LogConfig,
+        segment_files_open_max: int = OPEN_MAX_DEFAULT,
+        parallel_map: ParallelMap = map,
+    ) -> None:
+        """``parallel_map`` runs per-log work of many logs (default: one after another, ``map``)."""
         self.data_dir = data_dir
         self.default_config = default_config
+        self._map = parallel_map
+        #: The open `.log` files of every segment here, at most ``segment_files_open_max`` unpinned ones.
+        self.segment_files = SegmentFiles(segment_files_open_max)
         self._logs: dict[TopicPartition, PartitionLog] = {}
         #: Serializes checkpoint writers: the housekeeping thread, and deletes and close on the reactor thread.
         self._checkpoint_lock = threading.Lock()
@@ -54,35 +72,70 @@ class LogManager:
         recovery_points = checkpoint.read_offsets(os.path.join(self.data_dir, RECOVERY_POINTS))
         log_starts = checkpoint.read_offsets(os.path.join(self.data_dir, LOG_START_OFFSETS))
         configs = topic_configs or {}
+        found: list[tuple[TopicPartition, str]] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
             if name.endswith(DELETING_SUFFIX):
                 fs.remove_tree(path)
                 continue
             match = _PARTITION_DIRECTORY.fullmatch(name)
-            if match is None or not os.path.isdir(path):
-                continue
-            key = (match["topic"], int(match["partition"]))
-            self._logs[key] = PartitionLog.open(
+            if match is not None and os.path.isdir(path):
+                found.append(((match["topic"], int(match["partition"])), path))
+
+        def open_one(key: TopicPartition, path: str) -> PartitionLog:
+            return PartitionLog.open(
                 path,
                 configs.get(key[0], self.default_config),
                 now_ms,
                 recovery_point=recovery_points.get(key, 0),
                 log_start_offset=log_starts.get(key, 0),
                 clean_shutdown=clean,
+                files=self.segment_files,
             )
+
+        opened = self._map(open_one, *zip(*found)) if found else iter(())
+        self._logs.update(zip((key for key, _ in found), opened))
+
+    def assign_epochs(self, assignments: Iterable[tuple[PartitionLog, int]]) -> None:
+        """Each ``(log, leader epoch)``: that epoch starts at the log's end (persisted; many logs at once)."""
+
+        def assign(log: PartitionLog, epoch: int) -> None:
+            log.epochs.assign(epoch, log.log_end_offset)
+
+        pairs = list(assignments)
+        if pairs:
+            self._run_all(assign, *zip(*pairs))
+
+    def _run_all(self, function: Callable[..., Any], *arguments: Iterable[Any]) -> None:
+        """Call ``function`` on every set of ``arguments`` through ``parallel_map``; the first error is raised."""
+        for _ in self._map(function, *arguments):
+            pass
 
     def create(self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0) -> PartitionLog:
         """Create an empty partition log (its directory made durable before it is returned)."""
-        if not _TOPIC_NAME.fullmatch(topic) or partition < 0:
-            raise InvalidConfigError(f"topic {topic!r} partition {partition} cannot name a log directory")
-        key = (topic, partition)
-        if key in self._logs:
-            raise PartitionExistsError(f"partition {topic}-{partition} already exists")
-        log = PartitionLog.open(self._directory(key), config or self.default_config, now_ms)
+        return self.create_many(topic, [partition], config, now_ms)[0]
+
+    def create_many(
+        self, topic: str, partitions: Iterable[int], config: LogConfig | None = None, now_ms: int = 0
+    ) -> list[PartitionLog]:
+        """Create empty logs for ``partitions`` of ``topic`` at once (durable, directories and all, on return)."""
+        keys = [(topic, partition) for partition in partitions]
+        for key in keys:
+            if not _TOPIC_NAME.fullmatch(topic) or key[1] < 0:
+                raise InvalidConfigError(f"topic {topic!r} partition {key[1]} cannot name a log directory")
+            if key in self._logs:
+                raise PartitionExistsError(f"partition {topic}-{key[1]} already exists")
+        if len(set(keys)) != len(keys):
+            raise PartitionExistsError(f"partitions {sorted(keys)} of topic {topic!r} name one partition twice")
+        log_config = config or self.default_config
+
+        def create_one(key: TopicPartition) -> PartitionLog:
+            return PartitionLog.open(self._directory(key), log_config, now_ms, files=self.segment_files)
+
+        logs = list(self._map(create_one, keys))
         fs.fsync_path(self.data_dir)
-        self._logs[key] = log
-        return log
+        self._logs.update(zip(keys, logs))
+        return logs
 
     def get(self, topic: str, partition: int) -> PartitionLog:
         """The open log of a partition; ``UnknownPartitionError`` if there is none."""
@@ -98,6 +151,10 @@ class LogManager:
     def partitions(self) -> list[TopicPartition]:
         """Every (topic, partition) held, sorted."""
         return sorted(self._logs)
+
+    def holds(self, topic: str, partition: int) -> bool:
+        """Whether a log of the partition is held here (without sorting them all, as `partitions` does)."""
+        return (topic, partition) in self._logs
 
     def delete(self, topic: str, partition: int) -> None:
         """Close a partition and remove its directory (renamed first, so a crash cannot half-delete it)."""
@@ -123,8 +180,7 @@ class LogManager:
         the broker runs it in its thread pool).
         """
         with self._checkpoint_lock:
-            for log in list(self._logs.values()):
-                log.snapshot_producers()
+            self._run_all(PartitionLog.snapshot_producers, list(self._logs.values()))
             self._write_offsets()
 
     def _write_offsets(self) -> None:
@@ -139,8 +195,7 @@ class LogManager:
     def close(self) -> None:
         """Close every log, checkpoint, and leave the clean-shutdown marker."""
         with self._checkpoint_lock:
-            for log in self._logs.values():
-                log.close()
+            self._run_all(PartitionLog.close, list(self._logs.values()))  # each log's fsyncs beside the others'
             self._write_offsets()
             checkpoint.write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
             self._logs.clear()

@@ -1,10 +1,15 @@
 # -*- test-case-name: tests.unit.storage.test_producer_snapshots -*-
 """The producer-state snapshot files of one partition directory: `<log end offset>.snapshot`.
 
-A snapshot holds the idempotent-producer table as it stood at its offset; it is written
-atomically, the newest ``SNAPSHOTS_KEPT`` are kept, and those past a truncation point are
-removed. Opening a log loads the newest snapshot at or below the log end that decodes and
-replays the batch headers after it, so a missing or damaged snapshot only costs a longer replay.
+A snapshot holds the producer table (idempotence and open transactions) as it stood at its
+offset; it is written atomically, at every checkpoint and when a segment rolls (as Kafka
+does); the newest ``SNAPSHOTS_KEPT`` are kept, plus the newest at or below the active
+segment's base, and those past a truncation point are removed. Opening a log loads the newest
+snapshot at or below the log end that decodes and replays the batch headers after it, so a
+missing or damaged snapshot only costs a longer replay. The same replay rebuilds the
+aborted-transaction indexes of the segments that need it (from the first one recovery
+checked, or whose `.txnindex` was missing or malformed): it starts from a snapshot at or
+below that segment's base, which the roll snapshot usually is.
 A snapshot is taken at the log end, which need not be durable yet: after a power loss took the
 tail it describes, opening the log deletes it, or it would describe other batches once the log
 grows back past its offset.
@@ -30,11 +35,22 @@ def snapshot_offsets(directory: str) -> list[int]:
     )
 
 
-def write_snapshot(directory: str, end_offset: int, data: bytes) -> None:
-    """Write the table ``data`` as the snapshot at ``end_offset`` and drop all but the newest few."""
+def write_snapshot(directory: str, end_offset: int, data: bytes, keep_at_or_below: int | None = None) -> None:
+    """Write the table ``data`` as the snapshot at ``end_offset``; drop all but the newest few.
+
+    The newest snapshot at or below ``keep_at_or_below`` (the active segment's base) stays too:
+    an unclean restart replays from there to rebuild that segment's aborted-transaction index.
+    """
     checkpoint.write_atomically(os.path.join(directory, file_name(end_offset, SNAPSHOT_SUFFIX)), data)
-    for stale in snapshot_offsets(directory)[:-SNAPSHOTS_KEPT]:
-        fs.unlink(os.path.join(directory, file_name(stale, SNAPSHOT_SUFFIX)))
+    offsets = snapshot_offsets(directory)
+    kept = set(offsets[-SNAPSHOTS_KEPT:])
+    if keep_at_or_below is not None:
+        below = [offset for offset in offsets if offset <= keep_at_or_below]
+        if below:
+            kept.add(below[-1])
+    for stale in offsets:
+        if stale not in kept:
+            fs.unlink(os.path.join(directory, file_name(stale, SNAPSHOT_SUFFIX)))
 
 
 def remove_snapshots_after(directory: str, offset: int) -> bool:
@@ -47,11 +63,18 @@ def remove_snapshots_after(directory: str, offset: int) -> bool:
     return removed
 
 
-def load_producers(directory: str, segments: list[Segment], end_offset: int) -> ProducerStates:
-    """The newest usable snapshot at or below ``end_offset``, plus the batch headers after it."""
+def load_producers(
+    directory: str, segments: list[Segment], end_offset: int, rebuild_from: int | None = None
+) -> ProducerStates:
+    """The newest usable snapshot at or below ``end_offset``, plus the batch headers after it.
+
+    With ``rebuild_from`` the replay starts at or below that offset and rebuilds the
+    aborted-transaction index of every segment from the one holding it on (and fsyncs them).
+    """
+    start_limit = end_offset if rebuild_from is None else min(end_offset, rebuild_from)
     states, start_offset = ProducerStates(), segments[0].base_offset
     for snapshot in reversed(snapshot_offsets(directory)):
-        if snapshot > end_offset:
+        if snapshot > start_limit:
             continue
         with open(os.path.join(directory, file_name(snapshot, SNAPSHOT_SUFFIX)), "rb") as file:
             try:
@@ -59,13 +82,24 @@ def load_producers(directory: str, segments: list[Segment], end_offset: int) -> 
                 break
             except CorruptFileError:
                 continue  # an older snapshot, or a full replay, rebuilds the same state
+    rebuilt = [segment for segment in segments if rebuild_from is not None and segment.base_offset >= rebuild_from]
+    for segment in rebuilt:
+        segment.txn_index.reset()
     for slot, segment in enumerate(segments):
         if slot + 1 < len(segments) and segments[slot + 1].base_offset <= start_offset:
             continue  # decided by base offsets alone, so a clean start leaves old indexes unread
         found = segment.position_of(start_offset)
         if found is None:
             continue
-        for _, header in segment.scan(found[0], segment.size_bytes, verify=False):
-            if header.base_offset >= start_offset:
-                states.replay(header)
+        indexing = segment in rebuilt
+        for position, header in segment.scan(found[0], segment.size_bytes, verify=False):
+            if header.base_offset < start_offset:
+                continue
+            marker = segment.read_control(position, header) if header.is_control else None
+            completed = states.replay(header, marker)
+            if indexing and completed is not None and completed.aborted:
+                segment.txn_index.append(states.aborted_entry(completed, {}))
+    for segment in rebuilt:
+        segment.txn_index.write_pending()
+        fs.fsync_path(segment.txn_index.path)
     return states

@@ -1,48 +1,76 @@
 # -*- test-case-name: tests.unit.storage.test_recovery -*-
 """Opening a partition directory: finish what a crash interrupted, then trust nothing past the last good byte.
 
-A crash can leave a compaction swap half done (`<base>.log.swap`), a rewrite half written
-(`.cleaned`), temp files, indexes whose segment is gone, and a torn or garbage tail in the
-segments written since the last recovery point. `open_segments` tidies the directory, then
-(unless the last shutdown was clean) checks every batch from the segment holding the recovery
-point, cuts the first bad one and everything after it, and fsyncs what it changed.
+A crash can leave a compaction swap half done (`<base>.log.swap`, with its rewritten
+`<base>.txnindex.cleaned`), a rewrite half written (`.cleaned`), temp files, indexes whose
+segment is gone, and a torn or garbage tail in the segments written since the last recovery
+point. `open_segments` tidies the directory, then (unless the last shutdown was clean) checks
+every batch from the segment holding the recovery point, cuts the first bad one and everything
+after it, and fsyncs what it changed. It also says from which segment on the aborted-transaction
+indexes must be rebuilt (the log does that with its producers' replay): the first segment
+recovery checked, and any segment whose `.txnindex` is missing or does not fit it.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
+import threading
 
 from mqbroker.storage import fs
 from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment
+from mqbroker.storage.segment_files import OPEN_MAX_DEFAULT, SegmentFiles
+from mqbroker.storage.txn_index import TXN_INDEX_SUFFIX
 
 #: Leftovers of an interrupted write or delete, removed when a log is opened.
 LEFTOVER_SUFFIXES = (".tmp", ".deleted")
 
 
 def open_segments(
-    directory: str, index_interval_bytes: int, *, recovery_point: int, log_start_offset: int, clean_shutdown: bool
-) -> list[Segment]:
-    """The segments of the log in ``directory`` (created empty at ``log_start_offset`` if there are none).
+    directory: str,
+    index_interval_bytes: int,
+    *,
+    recovery_point: int,
+    log_start_offset: int,
+    clean_shutdown: bool,
+    files: SegmentFiles | None = None,
+    lock: threading.Lock | None = None,
+) -> tuple[list[Segment], int | None]:
+    """The segments of the log in ``directory`` (created empty at ``log_start_offset`` if there are none),
+    and the base offset from which their aborted-transaction indexes must be rebuilt (None: none).
 
     Recovery checks every batch from the segment holding ``recovery_point`` (and always the
     last segment), cuts the log at the first invalid byte and drops the segments after it.
     It rescans that first segment from its beginning, not from the recovery point: it needs
     no trusted position inside a segment, and costs at most one segment of CRC checks more
     (`benchmarks/storage_bench.py` measures ``recovery_s_per_gib``: 0.1-0.3 s per GiB here).
+    ``files`` and ``lock`` are the log's set of open segment files and its lock, held by the caller.
     """
+    files = files or SegmentFiles(OPEN_MAX_DEFAULT)
     fs.makedirs(directory)
     _remove_leftovers(directory)
-    segments = [Segment(directory, base, index_interval_bytes) for base in segment_bases(directory)]
+    segments = [Segment(directory, base, index_interval_bytes, files, lock) for base in segment_bases(directory)]
     if not segments:
-        segment = Segment(directory, log_start_offset, index_interval_bytes)
+        segment = Segment(directory, log_start_offset, index_interval_bytes, files, lock)
         segment.create()
         fs.fsync_path(directory)
-        return [segment]
+        return [segment], None
     if clean_shutdown:
         segments[-1].load_tail()
-        return segments
-    return _recover(directory, segments, recovery_point)
+        return segments, _doubtful_txn_index(segments, None)
+    segments, checked_from = _recover(directory, segments, recovery_point)
+    return segments, _doubtful_txn_index(segments, checked_from)
+
+
+def _doubtful_txn_index(segments: list[Segment], rebuild_from: int | None) -> int | None:
+    """Load every `.txnindex` below ``rebuild_from``; the base of the first that is missing or does not fit."""
+    for slot, segment in enumerate(segments):
+        if rebuild_from is not None and segment.base_offset >= rebuild_from:
+            break
+        end = segments[slot + 1].base_offset if slot + 1 < len(segments) else segment.next_offset
+        if not segment.txn_index.load(segment.base_offset, end):
+            return segment.base_offset
+    return rebuild_from
 
 
 def segment_bases(directory: str) -> list[int]:
@@ -52,36 +80,50 @@ def segment_bases(directory: str) -> list[int]:
 
 def _remove_leftovers(directory: str) -> None:
     """Finish interrupted swaps; delete temp files, half-written or half-deleted files, orphan indexes."""
-    for name in os.listdir(directory):
+    names = os.listdir(directory)
+    for name in names:
         path = os.path.join(directory, name)
         if name.endswith(LOG_SUFFIX + CLEANED_SUFFIX):
             fs.unlink(path)
-        elif name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+        elif name.endswith(TXN_INDEX_SUFFIX + CLEANED_SUFFIX):
+            # Written before the swap's commit point: it belongs to the swap if there is one.
+            swap = name[: -len(TXN_INDEX_SUFFIX + CLEANED_SUFFIX)] + LOG_SUFFIX + SWAP_SUFFIX
+            if swap in names:
+                fs.replace(path, path[: -len(CLEANED_SUFFIX)])
+            else:
+                fs.unlink(path)
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
             target = path[: -len(SWAP_SUFFIX)]
             Segment(directory, int(name[:20]), 0).drop_indexes()
             fs.replace(path, target)
     bases = set(segment_bases(directory))
     for name in os.listdir(directory):
-        orphan_index = name.endswith(INDEX_SUFFIXES) and int(name.split(".")[0]) not in bases
+        orphan_index = name.endswith((*INDEX_SUFFIXES, TXN_INDEX_SUFFIX)) and int(name.split(".")[0]) not in bases
         if name.endswith(LEFTOVER_SUFFIXES) or orphan_index:
             fs.unlink(os.path.join(directory, name))
 
 
-def _recover(directory: str, segments: list[Segment], recovery_point: int) -> list[Segment]:
-    """Validate the segments from the one holding the recovery point; cut at the first bad byte."""
+def _recover(directory: str, segments: list[Segment], recovery_point: int) -> tuple[list[Segment], int]:
+    """Validate the segments from the one holding the recovery point; cut at the first bad byte.
+
+    Returns the segments kept and the base offset of the first one checked.
+    """
     first = max(0, bisect.bisect_right(segments, recovery_point, key=lambda s: s.base_offset) - 1)
+    checked_from = segments[first].base_offset
     for slot in range(first, len(segments)):
         segment = segments[slot]
         if slot > 0 and segment.base_offset < segments[slot - 1].next_offset:
-            return _keep_segments(directory, segments, slot)
+            return _keep_segments(directory, segments, slot), checked_from
         cut_bytes = segment.recover()
         fs.fsync_path(segment.path)
         if slot < len(segments) - 1:
             segment.finish()
             if cut_bytes:
-                return _keep_segments(directory, segments, slot + 1)
+                return _keep_segments(directory, segments, slot + 1), checked_from
     fs.fsync_path(directory)
-    return segments
+    return segments, checked_from
 
 
 def _keep_segments(directory: str, segments: list[Segment], count: int) -> list[Segment]:

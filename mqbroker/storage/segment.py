@@ -1,19 +1,27 @@
-"""One segment: a `.log` file of whole record batches plus its derived `.index` and `.timeindex`.
+"""One segment: a `.log` file of whole record batches plus its derived `.index`, `.timeindex` and `.txnindex`.
 
-A segment is named by its base offset (20 digits). Its indexes are loaded lazily, checked
-against the log when loaded, and rebuilt from the log when missing or doubtful. A segment
-knows nothing of durability policy: the partition log decides when to fsync.
+A segment is named by its base offset (20 digits). Its offset and time indexes are loaded
+lazily, checked against the log when loaded, and rebuilt from the log when missing or
+doubtful. Its aborted-transaction index (``txn_index``) needs the producers' state to be
+rebuilt, so the partition log rebuilds it (``producer_snapshots.load_producers``). Its `.log`
+descriptor comes from a bounded set shared by the broker's logs (`segment_files`), fetched for
+each call under its log's lock: it may be closed between calls and reopened. A segment knows
+nothing of durability policy: the partition log decides when to fsync.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Sequence
 
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import HEADER_BYTES, BatchHeader, check_crc, read_header
+from mqbroker.records.markers import ControlRecord, read_control
 from mqbroker.storage import fs
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
+from mqbroker.storage.segment_files import OPEN_MAX_DEFAULT, SegmentFile, SegmentFiles
+from mqbroker.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -57,14 +65,24 @@ def _write_all(fd: int, pieces: Sequence[bytes | bytearray | memoryview], positi
 class Segment:
     """A `.log` file plus its sparse indexes; appends go to the end, reads start at batch boundaries."""
 
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        index_interval_bytes: int,
+        files: SegmentFiles | None = None,
+        lock: threading.Lock | None = None,
+    ) -> None:
+        """``files``: the bounded set of open files to use; ``lock``: the lock its log holds while using it."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.path = os.path.join(directory, file_name(base_offset, LOG_SUFFIX))
+        #: The `.log` file, opened on demand (``files``: its log's, or its broker's, bounded set of open files).
+        self.log_file: SegmentFile = (files or SegmentFiles(OPEN_MAX_DEFAULT)).file(self.path, lock)
         self.offset_index: SparseIndex = offset_index(os.path.join(directory, file_name(base_offset, INDEX_SUFFIX)))
         self.time_index: SparseIndex = time_index(os.path.join(directory, file_name(base_offset, TIME_INDEX_SUFFIX)))
-        self._fd: int | None = None
+        self.txn_index = TransactionIndex(os.path.join(directory, file_name(base_offset, TXN_INDEX_SUFFIX)))
         self._size_bytes: int | None = None
         # The tail state below is known once `load_tail` or `recover` ran (always for the active segment).
         self._next_offset: int | None = None
@@ -76,16 +94,15 @@ class Segment:
 
     # -- files -------------------------------------------------------------------------------
 
-    def _file(self) -> int:
-        if self._fd is None:
-            self._fd = fs.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
+    def _pread(self, size: int, position: int) -> bytes:
+        return os.pread(self.log_file.descriptor(), size, position)
 
     def create(self) -> None:
         """Create the empty files of a new segment."""
-        self._file()
+        self.log_file.descriptor(create=True)
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self._size_bytes = 0
         self._next_offset = self.base_offset
 
@@ -99,56 +116,49 @@ class Segment:
     @property
     def next_offset(self) -> int:
         """The offset after the segment's last batch (its base offset when empty)."""
-        if self._next_offset is None:
-            self.load_tail()
+        self.ensure_tail()
         assert self._next_offset is not None
         return self._next_offset
 
     @property
     def max_timestamp(self) -> int:
         """Largest batch max timestamp in the segment (-1 when none)."""
-        if self._next_offset is None:
-            self.load_tail()
+        self.ensure_tail()
         return self._max_timestamp
 
     @property
     def first_timestamp(self) -> int:
         """Max timestamp of the segment's first batch (-1 when empty): the start of its age."""
-        if self._next_offset is None:
-            self.load_tail()
+        self.ensure_tail()
         return self._first_timestamp
 
-    def sync(self) -> None:
-        """fsync the `.log` file (a cut; appends are synced through `duplicate_handle`)."""
-        fs.fsync(self._file())
+    def ensure_tail(self) -> None:
+        """Learn the tail state (`load_tail`) unless it is known: after this the properties above read no file."""
+        if self._next_offset is None:
+            self.load_tail()
 
-    def duplicate_handle(self) -> int:
-        """A new descriptor for the `.log` file, so an fsync can outlive a concurrent close."""
-        return os.dup(self._file())
+    def sync(self) -> None:
+        """fsync the `.log` file (a cut; appends are synced through a flush's pin of `log_file`)."""
+        fs.fsync(self.log_file.descriptor())
 
     def close(self) -> None:
         """Write pending index entries and close the file."""
         self.offset_index.write_pending()
         self.time_index.write_pending()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.txn_index.write_pending()
+        self.log_file.close()
 
     def drop_indexes(self) -> None:
         """Close the file and delete the indexes, before a rewritten `.log` replaces this one."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.log_file.close()
         for path in (self.offset_index.path, self.time_index.path):
             if os.path.exists(path):
                 fs.unlink(path)
 
     def delete(self) -> None:
         """Close and remove the segment's files (the log first, so leftovers are only indexes)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        for path in (self.path, self.offset_index.path, self.time_index.path):
+        self.log_file.close()
+        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             if os.path.exists(path):
                 fs.unlink(path)
 
@@ -162,7 +172,7 @@ class Segment:
         """
         self.ensure_indexes()
         start = self.size_bytes
-        size_bytes = _write_all(self._file(), pieces, start)
+        size_bytes = _write_all(self.log_file.descriptor(), pieces, start)
         recent = self._recent_batches
         for position, header in batches:
             self._track(start + position, header)
@@ -198,6 +208,7 @@ class Segment:
             self._add_time_entry(self.next_offset - 1 - self.base_offset)
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.txn_index.write_pending()
 
     def can_hold(self, size_bytes: int, last_offset: int, segment_bytes: int) -> bool:
         """False when a batch would push the segment past ``segment_bytes`` or its offset range."""
@@ -223,7 +234,7 @@ class Segment:
         if index.entries()[0][0] < 0 or position + HEADER_BYTES > self.size_bytes:
             return False
         try:
-            header = read_header(os.pread(self._file(), HEADER_BYTES, position), 0, require_whole=False)
+            header = read_header(self._pread(HEADER_BYTES, position), 0, require_whole=False)
         except CorruptRecordError:
             return False  # an entry the `.log` never had (a power loss kept more of the index than of it)
         return header.last_offset == self.base_offset + relative_last
@@ -259,7 +270,7 @@ class Segment:
         timed = self.time_index.last()
         self._max_timestamp = timed[0] if timed is not None else -1
         if self.size_bytes > 0:
-            first = read_header(os.pread(self._file(), HEADER_BYTES, 0), 0, require_whole=False)
+            first = read_header(self._pread(HEADER_BYTES, 0), 0, require_whole=False)
             self._first_timestamp = first.max_timestamp
         self._bytes_since_index = self.size_bytes - start
         for _, header in self.scan(start, self.size_bytes, verify=False):
@@ -274,11 +285,10 @@ class Segment:
         With ``verify`` each batch must be whole and pass its CRC, else ``CorruptRecordError``
         is raised at it; without, the bytes are trusted and only headers are read.
         """
-        fd = self._file()
         position = start
         want = SCAN_CHUNK_BYTES
         while position < end:
-            chunk = os.pread(fd, min(want, end - position), position)
+            chunk = self._pread(min(want, end - position), position)
             cursor = 0
             want = SCAN_CHUNK_BYTES
             while len(chunk) - cursor >= HEADER_BYTES:
@@ -297,6 +307,10 @@ class Segment:
                 raise CorruptRecordError(f"truncated batch header at byte {position} of {self.path}")
             position += cursor
 
+    def read_control(self, position: int, header: BatchHeader) -> ControlRecord:
+        """The meaning of the control batch at ``position`` (``CorruptRecordError`` if it is not one)."""
+        return read_control(self._pread(header.size_bytes, position), 0, header)
+
     def position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= ``offset``: (position, header), or None."""
         recent = self._recent_batches.get(offset)
@@ -306,9 +320,8 @@ class Segment:
         entry = self.offset_index.floor(offset - self.base_offset)
         start = entry[1] if entry is not None else 0
         end = self.size_bytes
-        fd = self._file()
         while start < end:
-            chunk = os.pread(fd, min(SEEK_CHUNK_BYTES, end - start), start)
+            chunk = self._pread(min(SEEK_CHUNK_BYTES, end - start), start)
             cursor = 0
             while len(chunk) - cursor >= HEADER_BYTES:
                 header = read_header(chunk, cursor, require_whole=False)
@@ -335,8 +348,8 @@ class Segment:
         limit = position + max(max_bytes, first.size_bytes)
         end = self._batch_boundary(position, limit, max_offset)
         if end is not None:
-            return os.pread(self._file(), end - position, position)  # one copy: the bytes returned
-        data = os.pread(self._file(), min(limit, self.size_bytes) - position, position)
+            return self._pread(end - position, position)  # one copy: the bytes returned
+        data = self._pread(min(limit, self.size_bytes) - position, position)
         cursor = 0
         while len(data) - cursor >= HEADER_BYTES:
             header = read_header(data, cursor, require_whole=False)
@@ -361,7 +374,7 @@ class Segment:
         end = self._batch_boundary(position, position + max_bytes, max_offset)
         if end is None:
             return None
-        data = os.pread(self._file(), end - position, position)
+        data = self._pread(end - position, position)
         return data if read_header(data).base_offset <= offset else None
 
     def _batch_boundary(self, position: int, limit: int, max_offset: int) -> int | None:
@@ -422,10 +435,12 @@ class Segment:
         relative_end = found[1].base_offset - self.base_offset
         self.time_index.truncate(lambda _, relative: relative < relative_end)
         self._cut(position)
+        if self.txn_index.loaded:
+            self.txn_index.truncate_from(found[1].base_offset)
         self._next_offset = None
         self.load_tail()
 
     def _cut(self, position: int) -> None:
         self._recent_batches.clear()
-        os.ftruncate(self._file(), position)
+        os.ftruncate(self.log_file.descriptor(), position)
         self._size_bytes = position

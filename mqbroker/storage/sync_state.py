@@ -1,11 +1,16 @@
 # -*- test-case-name: tests.unit.storage.test_sync_state -*-
 """What a partition log's next fsync must cover, and the end it makes durable: group commit's bookkeeping.
 
-Between fsyncs a log collects here what changed: sealed segments (their `.log` and both
-indexes), the directory when a segment was created or deleted, and how many messages wait
-(the active segment is always synced). `capture` turns that into a `FlushTicket` of descriptors
-for whoever runs the fsyncs (the log itself, or an fsync engine); `publish` moves the durable
-end once they succeeded, unless a truncation replaced what was captured (the generation).
+Between fsyncs a log collects here what changed: sealed segments (their `.log` and their
+three indexes), the active segment's `.txnindex` when an abort was indexed (so every entry of a
+marker below the durable end is durable too), the directory when a segment was created or
+deleted, and how many messages wait (the active segment is synced whenever anything is).
+`capture` turns that into a `FlushTicket` of descriptors for whoever runs the fsyncs (the log
+itself, or an fsync engine); `publish` moves the durable end once they succeeded, unless a
+truncation replaced what was captured (the generation), and hands a failed flush's changes back
+to the next one. A log whose every write is durable captures an empty ticket: an fsync of
+nothing new is never asked of the disk (`has_unsynced` lets the group-commit flusher leave such
+a log out of its round altogether).
 Not thread-safe on its own: the partition log calls it under its lock.
 """
 
@@ -15,6 +20,7 @@ import os
 from typing import NamedTuple
 
 from mqbroker.storage.segment import Segment
+from mqbroker.storage.segment_files import SegmentFile
 
 
 class FlushTicket(NamedTuple):
@@ -23,6 +29,19 @@ class FlushTicket(NamedTuple):
     handles: list[int]
     end_offset: int
     generation: int
+    #: Whether it syncs the directory (handed back to the next flush if it fails).
+    directory_changed: bool = False
+    #: Segment files whose pinned descriptors are among ``handles`` (unpinned by `release`).
+    pinned: tuple[SegmentFile, ...] = ()
+    #: Descriptors opened for this flush alone, indexes and the directory (closed by `release`).
+    opened: tuple[int, ...] = ()
+
+    def release(self) -> None:
+        """The fsyncs are done (or given up): unpin and close the ticket's descriptors."""
+        for handle in self.opened:
+            os.close(handle)
+        for log_file in self.pinned:
+            log_file.unpin()
 
 
 class SyncState:
@@ -34,15 +53,24 @@ class SyncState:
         #: Changes when the log is truncated, so an fsync that raced it publishes nothing.
         self.generation = 0
         self._sealed: list[Segment] = []
+        #: Segments whose `.txnindex` got entries since the last capture.
+        self._txn_indexed: list[Segment] = []
         self._directory_changed = False
         self._messages = 0
         self._since_ms: int | None = None
+        #: Captured tickets not yet published: while one runs, the durable end may still move.
+        self._in_flight = 0
 
     def appended(self, messages: int, now_ms: int) -> None:
         """``messages`` were written to the active segment."""
         self._messages += messages
         if self._since_ms is None:
             self._since_ms = now_ms
+
+    def txn_indexed(self, segment: Segment) -> None:
+        """An aborted transaction was added to ``segment``'s `.txnindex` (written, not yet synced)."""
+        if segment not in self._txn_indexed:
+            self._txn_indexed.append(segment)
 
     def sealed(self, segment: Segment) -> None:
         """``segment`` stopped being active and a new one was created beside it."""
@@ -57,6 +85,7 @@ class SyncState:
     def replaced(self, segments: list[Segment]) -> None:
         """``segments`` were replaced by fsynced rewrites (compaction): they need no fsync of their own."""
         self._sealed = [segment for segment in self._sealed if segment not in segments]
+        self._txn_indexed = [segment for segment in self._txn_indexed if segment not in segments]
 
     def truncated(self, end_offset: int) -> None:
         """The log was cut to end at ``end_offset``: what a running fsync captured may be gone."""
@@ -67,6 +96,7 @@ class SyncState:
     def restarted(self, offset: int) -> None:
         """The log was emptied to go on from ``offset``: nothing below it is left to lose."""
         self._sealed = []
+        self._txn_indexed = []
         self.durable_end_offset = offset
         self.generation += 1
         self._directory_changed = True
@@ -79,22 +109,50 @@ class SyncState:
             return True
         return self._messages >= flush_messages or now_ms - self._since_ms >= flush_ms
 
+    def has_unsynced(self, end_offset: int) -> bool:
+        """True when something written is covered by no fsync, finished or running (``end_offset``: the log end)."""
+        if self._messages or self._sealed or self._txn_indexed or self._directory_changed:
+            return True
+        return self._in_flight == 0 and self.durable_end_offset < end_offset
+
     def capture(self, directory: str, active: Segment, end_offset: int) -> FlushTicket:
-        """Descriptors covering everything written so far; the changes start collecting afresh."""
-        handles = [segment.duplicate_handle() for segment in self._sealed]
-        for segment in self._sealed:
-            handles += [os.open(index.path, os.O_RDONLY) for index in (segment.offset_index, segment.time_index)]
-        handles.append(active.duplicate_handle())
-        if self._directory_changed:
-            handles.append(os.open(directory, os.O_RDONLY))
+        """Descriptors covering everything written so far (none when all of it is durable); changes collect afresh."""
+        if not self.has_unsynced(end_offset) and self._in_flight == 0:  # all of it durable already
+            self._in_flight += 1
+            return FlushTicket([], end_offset, self.generation)
+        directory_changed = self._directory_changed
+        pinned = tuple(segment.log_file for segment in [*self._sealed, active])
+        opened = [os.open(index.path, os.O_RDONLY)
+                  for s in self._sealed for index in (s.offset_index, s.time_index, s.txn_index)]
+        opened += [os.open(segment.txn_index.path, os.O_RDONLY) for segment in self._txn_indexed
+                   if segment not in self._sealed]
+        if directory_changed:
+            opened.append(os.open(directory, os.O_RDONLY))
+        handles = []
+        try:
+            for log_file in pinned:
+                handles.append(log_file.pin())
+        except BaseException:
+            FlushTicket([], 0, 0, pinned=pinned[: len(handles)], opened=tuple(opened)).release()
+            raise
+        handles += opened
         self._sealed = []
+        self._txn_indexed = []
         self._directory_changed = False
         self._messages = 0
         self._since_ms = None
-        return FlushTicket(handles, end_offset, self.generation)
+        self._in_flight += 1
+        return FlushTicket(handles, end_offset, self.generation, directory_changed, pinned, tuple(opened))
 
     def publish(self, ticket: FlushTicket, synced: bool) -> int:
-        """After a flush: if it synced and no truncation intervened, its end is durable. Returns the durable end."""
+        """After a flush: if it synced and no truncation intervened, its end is durable. Returns the durable end.
+
+        After a failed flush `has_unsynced` holds until another succeeds (its directory sync is
+        handed on; a sealed segment's `.log` was synced when it was sealed).
+        """
+        self._in_flight -= 1
+        if not synced:
+            self._directory_changed = self._directory_changed or ticket.directory_changed
         if synced and ticket.generation == self.generation and ticket.end_offset > self.durable_end_offset:
             self.durable_end_offset = ticket.end_offset
         return self.durable_end_offset

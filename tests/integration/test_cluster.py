@@ -44,7 +44,7 @@ def _broker_states(broker: BrokerProcess) -> dict[int, str]:
 def test_topics_created_through_any_broker_spread_over_all_three(cluster: list[BrokerProcess]) -> None:
     for number, broker in enumerate(cluster):
         with Admin(broker.bootstrap) as admin:
-            retrying(lambda: admin.create_topics([f"spread-{number}"], partitions=6))
+            retrying(lambda: admin.create_topics([f"spread-{number}"], partitions=6, replication_factor=1))
         for other in cluster:
             assert set(_assignment(other.bootstrap, f"spread-{number}")) == {1, 2, 3}
 
@@ -82,7 +82,7 @@ def test_a_broker_that_stops_heartbeating_is_fenced_and_comes_back(cluster: list
     try:
         wait_for(lambda: _broker_states(watcher)[stopped_id] == "fenced", timeout_s=20)
         hosted = [leader_id for leader_id in _assignment(watcher.bootstrap, "spread-0")]
-        assert stopped_id not in hosted and -1 in hosted  # its partitions lost their leader
+        assert stopped_id not in hosted and -1 in hosted  # its single-replica partitions lost their leader
         with Producer(watcher.bootstrap, acks="all") as producer:  # written while it is away
             futures = [producer.send("fenced-data", value=b"f%d" % n, partition=0) for n in range(50)]
             producer.flush()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import kafka_bootstrap, start_kafka_broker, unique
+from tests.integration.kafka_support import kafka_bootstrap, start_kafka_broker, unique, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,30 @@ def test_configurations_are_described_with_their_source_and_altered_incrementall
     assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
 
 
+def test_configuration_types_and_the_brokers_own_settings_are_described(kafka_broker: BrokerProcess) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+    topic = unique("typed")
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(kafka_broker))
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+        entries = described["topic"][topic]
+        assert (entries["retention.bytes"]["value"], entries["retention.bytes"]["config_type"]) == ("-1", "LONG")
+        assert entries["cleanup.policy"]["config_type"] == "LIST"
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, 1)], config_filter="all")
+        settings = described["broker"]["1"]
+        advertised = settings["advertised.listeners"]
+        assert advertised["value"].endswith(f":{kafka_broker.ports['kafka']}")
+        assert (advertised["config_source"], advertised["read_only"]) == ("STATIC_BROKER_CONFIG", True)
+        delay = settings["group.initial.rebalance.delay.ms"]  # set on the command line
+        assert (delay["value"], delay["config_source"], delay["config_type"]) == ("200", "STATIC_BROKER_CONFIG", "INT")
+        assert settings["num.partitions"]["config_source"] == "DEFAULT_CONFIG"
+    finally:
+        admin.close()
+
+
 def test_records_are_deleted_and_offsets_found_by_time(kafka_broker: BrokerProcess, admin: Any) -> None:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -100,6 +124,24 @@ def test_groups_are_listed_described_and_deleted(kafka_broker: BrokerProcess, ad
     assert [tp.offset for tp in offsets.result(10).topic_partitions] == [2]
     admin.delete_consumer_groups([group])[group].result(10)
     assert group not in {listing.group_id for listing in admin.list_consumer_groups().result(10).valid}
+
+
+def test_a_described_members_subscription_names_its_topics(kafka_broker: BrokerProcess) -> None:
+    from kafka import KafkaAdminClient, KafkaConsumer
+
+    bootstrap, topic, group = kafka_bootstrap(kafka_broker), unique("subscribed"), unique("described")
+    _produce(bootstrap, topic, 1)
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        wait_until(lambda: consumer.poll(timeout_ms=200) is not None and consumer.assignment(), what="an assignment")
+        [described] = admin.describe_groups([group]).values()
+        [member] = described["members"]
+        assert member["member_metadata"]["topics"] == [topic]
+        assert member["member_assignment"]["assigned_partitions"][0]["topic"] == topic
+    finally:
+        consumer.close()
+        admin.close()
 
 
 def test_the_cluster_is_described_with_the_kafka_listener(kafka_broker: BrokerProcess, admin: Any) -> None:

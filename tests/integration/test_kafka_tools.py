@@ -54,6 +54,27 @@ def test_console_producer_and_consumer_groups_describe_and_reset_offsets(bootstr
     assert group in _ok("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--list").split()
 
 
+def test_consumer_groups_deletes_the_offsets_of_an_empty_group(bootstrap: str) -> None:
+    topic, group = unique("tool-offsets"), unique("tool-delete-offsets")
+    _ok("kafka-console-producer", "--bootstrap-server", bootstrap, "--topic", topic, stdin="a\nb\n")
+    _ok("kafka-console-consumer", "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+        "--from-beginning", "--max-messages", "2")
+    deleted = _ok("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--delete-offsets", "--group", group,
+                  "--topic", topic)
+    assert f"Request succeeded for deleting offsets from group {group}." in deleted
+    [row] = [line.split() for line in deleted.splitlines() if line.startswith(topic)]
+    assert row == [topic, "0", "Successful"]
+    unknown = kafka_tool("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--delete-offsets", "--group",
+                         unique("nobody"), "--topic", topic)
+    assert "GroupIdNotFoundException" in unknown.stdout + unknown.stderr
+
+
+def test_kafka_cluster_and_kafka_transactions_describe_the_cluster(bootstrap: str) -> None:
+    assert _ok("kafka-cluster", "cluster-id", "--bootstrap-server", bootstrap).strip() == "Cluster ID: mqbroker"
+    listed = _ok("kafka-transactions", "--bootstrap-server", bootstrap, "list")
+    assert listed.split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]  # none open
+
+
 def test_kafka_configs_alters_and_describes_topic_overrides(bootstrap: str) -> None:
     topic = unique("tool-configs")
     _ok("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic)

@@ -222,3 +222,23 @@ def test_records_on_partitions_added_later_reach_mqtt_subscribers(own_broker: Mq
     (message,) = subscriber.receive(1, timeout_s=20)  # the hub looks for new partitions every 5 s
     assert (message.topic, message.payload) == (topic, b"on the new partition")
     subscriber.disconnect()
+
+
+def test_mqtt_subscribers_see_committed_transactions_only(mqtt_broker: MqttBroker) -> None:
+    """The hub reads its log topic read_committed: an aborted transaction never reaches MQTT, an open one waits."""
+    topic = unique("interop/txn")
+    subscriber = Client(mqtt_broker, version=mqtt.MQTTv5)
+    subscriber.subscribe(topic, 1)
+    with Producer(mqtt_broker.bootstrap, transactional_id=unique("mqtt-writer"), linger_ms=0) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("mqtt.messages", b"aborted", key=topic.encode(), partition=0)
+        producer.flush()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send("mqtt.messages", b"committed", key=topic.encode(), partition=0).result(10)
+        assert subscriber.receive(1, timeout_s=1.5) == []  # still open: held back at the last stable offset
+        producer.commit_transaction()
+    (message,) = subscriber.receive(1)
+    assert (message.topic, message.payload) == (topic, b"committed")
+    subscriber.disconnect()

@@ -29,6 +29,8 @@ tool_class() {
         kafka-producer-perf-test) echo org.apache.kafka.tools.ProducerPerformance ;;
         kafka-consumer-perf-test) echo org.apache.kafka.tools.ConsumerPerformance ;;
         kafka-storage) echo kafka.tools.StorageTool ;;
+        kafka-transactions) echo org.apache.kafka.tools.TransactionsCommand ;;
+        kafka-cluster) echo org.apache.kafka.tools.ClusterTool ;;
         *) echo "unknown tool $1" >&2; exit 2 ;;
     esac
 }

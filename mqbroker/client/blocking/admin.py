@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from mqbroker.client import admin
+from mqbroker.client import admin, connectors
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests
 from mqbroker.client.security import ClientSecurity
+from mqbroker.connectors.model import ConnectorDescription
 from mqbroker.errors import error_for_code
 from mqbroker.protocols.native.messages import (
     AclBinding,
@@ -113,6 +114,19 @@ class Admin:
         response = self._calls.any_broker(DescribeUserScramCredentialsRequest())
         assert isinstance(response, DescribeUserScramCredentialsResponse)
         return [user.name for user in response.users]
+
+    def create_connector(self, name: str, config: dict[str, str]) -> None:
+        """Create connector ``name`` (needs ALTER on the cluster); the broker checks ``config`` first."""
+        self._calls.any_broker(connectors.create_connector_request(name, config))
+
+    def alter_connector(self, name: str, action: str) -> None:
+        """``action`` is ``pause``, ``resume`` or ``delete``."""
+        self._calls.any_broker(connectors.alter_connector_request(name, action))
+
+    def describe_connectors(self, names: Sequence[str] | None = None) -> list[ConnectorDescription]:
+        """Connectors with their tasks' status and metrics (None: every connector)."""
+        response = self._calls.any_broker(connectors.describe_connectors_request(names))
+        return connectors.describe_connectors_result(response)  # type: ignore[arg-type]
 
     def _alter_users(self, request: AlterUserScramCredentialsRequest) -> None:
         response = self._calls.any_broker(request)

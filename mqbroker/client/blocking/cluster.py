@@ -152,9 +152,9 @@ class ClusterRequests:
             self.cluster.drop(node_id)
             raise
 
-    def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> int:
+    def list_offset(self, topic: str, partition: int, timestamp_ms: int, isolation_level: int = 0) -> int:
         """Earliest (-2), latest (-1) or the first offset at or after ``timestamp_ms``, from the leader."""
-        request = admin.list_offsets_request(topic, partition, timestamp_ms)
+        request = admin.list_offsets_request(topic, partition, timestamp_ms, isolation_level)
         return self.retrying(
             lambda: admin.list_offsets_result(self.leader(topic, partition, request)), topic  # type: ignore[arg-type]
         )

@@ -15,8 +15,16 @@ from concurrent.futures import Future
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests, wall_clock_ms
 from mqbroker.client.blocking.group import GroupMembership, remaining_s, resolve_callback
 from mqbroker.client.connection import BrokerUnavailableError
-from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, Message, OffsetReset, TopicPartition
+from mqbroker.client.consumer import (
+    ConsumerConfig,
+    ConsumerCore,
+    Message,
+    OffsetReset,
+    TopicPartition,
+    parse_isolation_level,
+)
 from mqbroker.client.group_member import (
+    ConsumerGroupMetadata,
     AssignmentChange,
     AutoCommit,
     GroupMember,
@@ -66,9 +74,11 @@ class Consumer:
         client_id: str = "mqbroker-consumer",
         security: ClientSecurity | None = None,
         on_unreadable: Callable[[UnreadableBatch], None] | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         """``on_unreadable``: pass over a fetched batch that does not decode, reporting it there (default: ``poll``
-        raises ``CorruptMessageError`` and the position stays before it)."""
+        raises ``CorruptMessageError`` and the position stays before it). ``isolation_level="read_committed"``:
+        see only committed transactions' records (and non-transactional ones), up to the last stable offset."""
         if group_id is None and (enable_auto_commit or pattern is not None or group_instance_id is not None):
             raise ValueError("enable_auto_commit, pattern and group_instance_id need a group_id")
         self._core = ConsumerCore(
@@ -78,6 +88,7 @@ class Consumer:
                 fetch_min_bytes=fetch_min_bytes,
                 fetch_max_bytes=fetch_max_bytes,
                 partition_max_bytes=partition_max_bytes,
+                isolation_level=parse_isolation_level(isolation_level),
             ),
             on_unreadable,
         )
@@ -158,6 +169,10 @@ class Consumer:
         wanted = known_positions(self._core, self._core.assignment()) if offsets is None else offsets
         return self._membership().commit_async(wanted)
 
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The consumer's group, member id and generation, for ``Producer.send_offsets_to_transaction``."""
+        return self._membership().member.group_metadata()
+
     def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of ``partition`` (None when nothing is committed)."""
         return self._membership().committed([partition])[partition]
@@ -231,7 +246,7 @@ class Consumer:
         if not requests:
             return
         for (topic, partition), timestamp_ms in requests.items():
-            offset = self._admin.list_offset(topic, partition, timestamp_ms)
+            offset = self._admin.list_offset(topic, partition, timestamp_ms, self._core.config.isolation_level)
             self._core.reset_resolved((topic, partition), timestamp_ms, offset)
 
     def _fetch_once(self, max_wait_ms: int) -> list[Message]:

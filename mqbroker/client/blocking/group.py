@@ -29,6 +29,7 @@ from mqbroker.client.group_member import (
     TopicPartition,
     committed_offsets,
     coordinator_moved,
+    retry_commit_request,
     matching_topics,
     offset_fetch_request,
     raise_for_commit,
@@ -58,7 +59,8 @@ def coordinator_connection(
     bootstrap: Sequence[tuple[str, int]], group_id: str, client_id: str, timeout_s: float,
     security: ClientSecurity | None = None, key_type: CoordinatorType = CoordinatorType.GROUP,
 ) -> BlockingConnection:
-    """Ask a bootstrap broker which broker coordinates ``group_id`` (or hosts it: ``key_type`` SHARE) and connect.
+    """Ask a bootstrap broker which broker coordinates ``group_id`` (``key_type`` SHARE: hosts the share group;
+    TRANSACTION: coordinates a transactional id) and connect to it.
 
     A broker that cannot say yet (COORDINATOR_NOT_AVAILABLE) raises that error; the caller retries.
     """
@@ -187,7 +189,7 @@ class GroupMembership:
                 check(response)
                 return response
             except BrokerError as error:
-                if not (isinstance(error, BrokerUnavailableError) or coordinator_moved(error)):
+                if not (isinstance(error, BrokerUnavailableError) or retry_commit_request(error)):
                     raise
                 self._close_commit_connection()
                 if self._stopping or _now_ms() + RETRY_S * 1000 >= deadline_ms:

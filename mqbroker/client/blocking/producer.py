@@ -8,10 +8,11 @@ partition leaders and completes each batch's ``RecordFuture``s, whose callbacks 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from mqbroker import limits
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
@@ -21,6 +22,11 @@ from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
+from mqbroker import errors
+from mqbroker.client.blocking.transactions import CoordinatorCalls, ProducerTransactions
+from mqbroker.client.group_member import ConsumerGroupMetadata
+from mqbroker.client.transaction_requests import TransactionRequests
+from mqbroker.client.transaction_state import TopicPartition
 from mqbroker.errors import RequestTimedOutError
 from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest, InitProducerIdResponse
 
@@ -46,7 +52,11 @@ class Producer:
         seed: int | None = None,
         security: ClientSecurity | None = None,
         delivery_callbacks: str = IMMEDIATE,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
+        """``transactional_id``: a transactional producer (call ``init_transactions`` first, then send inside
+        ``begin_transaction`` ... ``commit_transaction``/``abort_transaction``, or ``with producer.transaction()``)."""
         self._deliveries = Deliveries(delivery_callbacks)
         self._poll_mode = self._deliveries.mode == POLL
         parsed_acks = parse_acks(acks)
@@ -62,6 +72,8 @@ class Producer:
             delivery_timeout_ms=delivery_timeout_ms,
             request_timeout_ms=request_timeout_ms,
             buffer_bytes_max=buffer_bytes_max,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
         ).validated()
         rng = random.Random(seed)
         self._core = ProducerCore(self._config, rng, new_waiter=self._deliveries.new_batch)
@@ -71,14 +83,64 @@ class Producer:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
-        if enable_idempotence:
+        self._transactions: ProducerTransactions | None = None
+        if transactional_id is not None:
+            calls = CoordinatorCalls(bootstrap=self._cluster.bootstrap, client_id=client_id,
+                                     timeout_s=request_timeout_ms / 1000, deadline_s=self._max_block_s, security=security)
+            self._transactions = ProducerTransactions(TransactionRequests(transactional_id, transaction_timeout_ms),
+                                                      calls, self)
+        elif enable_idempotence:
             identity = self._cluster.any_connection().request(InitProducerIdRequest(), self._cluster.timeout_s)
             assert isinstance(identity, InitProducerIdResponse)
             self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
         self._core.on_batch_full = self._batch_full
-        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed)
+        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed,
+                              None if self._transactions is None else self._transactions.add_waiting_partitions)
         self._thread = threading.Thread(target=self._io.run, name="mqbroker-producer-io", daemon=True)
         self._thread.start()
+
+    # -- transactions (a producer made with a transactional_id) -------------------------------
+
+    def _transactional(self, name: str) -> ProducerTransactions:
+        if self._transactions is None:
+            raise errors.InvalidTxnStateError(f"{name}() needs a transactional producer: create it with "
+                                              "transactional_id=...")
+        return self._transactions
+
+    def init_transactions(self) -> None:
+        """Register the transactional id with its coordinator: fences any older producer with the same id and
+        aborts (or finishes) the transaction it left open. Call once, before the first transaction."""
+        self._transactional("init_transactions").init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until it commits become visible together, or not at all."""
+        self._transactional("begin_transaction").tracker.begin()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: ConsumerGroupMetadata
+    ) -> None:
+        """Commit a consumer's ``offsets`` (the next offsets to read) with the transaction
+        (``group_metadata``: ``Consumer.group_metadata()``)."""
+        self._transactional("send_offsets_to_transaction").send_offsets(offsets, group_metadata)
+
+    def commit_transaction(self) -> None:
+        """Send everything queued, then commit; raises if any record of the transaction failed (abort it then)."""
+        self._transactional("commit_transaction").end(committed=True)
+
+    def abort_transaction(self) -> None:
+        """Abort: the transaction's records stay invisible to read_committed consumers, its offsets unused."""
+        self._transactional("abort_transaction").end(committed=False)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """``with producer.transaction():`` begins, commits on success, aborts when the block raises."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            self.abort_transaction()
+            raise
+        self.commit_transaction()
 
     def _batch_full(self, topic: str, partition: int) -> None:
         count = self._cluster.view.partition_count(topic)
@@ -104,6 +166,8 @@ class Producer:
             if count is None:
                 count = self._wait_for_topic(topic)
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+        if self._transactions is not None:
+            self._transactions.before_send(topic, partition)
         if self._poll_mode and self._deliveries.queued > limits.delivery_callbacks_queued_max:
             self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
         now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
@@ -199,6 +263,8 @@ class Producer:
                 self._closed = True
             self._io.stop()
             self._thread.join()
+            if self._transactions is not None:
+                self._transactions.close()
             abandoned = RequestTimedOutError(
                 f"the producer was closed (close(timeout={timeout})) before these records were acknowledged")
             self._io.resolve(self._io.finishing(self._core.fail_pending(abandoned)))
@@ -217,3 +283,4 @@ class Producer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+

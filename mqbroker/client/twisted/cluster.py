@@ -139,17 +139,19 @@ class TwistedCluster:
         self.view.update(response, int(self.reactor.seconds() * 1000))  # type: ignore[attr-defined]
         return response
 
-    async def coordinator_request(self, role: str, request: object,
-                                  key_type: CoordinatorType = CoordinatorType.GROUP) -> Any:
-        """Send ``request`` to the group coordinator (``key_type`` SHARE: the share group's host) over the
-        connection named ``role``."""
-        key = ("coordinator", role)
-        connection = self._connected.get(key)
-        if connection is None:  # look the group's coordinator up again for every new connection
-            found = await self.request(None, FindCoordinatorRequest(key=request.group_id,  # type: ignore[attr-defined]
-                                                                    key_type=key_type))
+    async def coordinator_request(
+        self, role: str, request: object, key: str | None = None, key_type: CoordinatorType = CoordinatorType.GROUP
+    ) -> Any:
+        """Send ``request`` to the coordinator of ``key`` (default: the request's group) over the connection
+        named ``role``."""
+        connection_key = ("coordinator", role)
+        connection = self._connected.get(connection_key)
+        if connection is None:  # look the coordinator up again for every new connection
+            lookup = FindCoordinatorRequest(key=request.group_id if key is None else key,  # type: ignore[attr-defined]
+                                            key_type=key_type)
+            found = await self.request(None, lookup)
             assert isinstance(found, FindCoordinatorResponse)
-            connection = await self._connect(key, found.host, found.port)
+            connection = await self._connect(connection_key, found.host, found.port)
         return await connection.request(request)
 
     def drop_coordinator(self, role: str) -> None:

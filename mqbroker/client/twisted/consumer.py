@@ -15,9 +15,17 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker.client import admin
-from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, Message, OffsetReset, TopicPartition
+from mqbroker.client.consumer import (
+    ConsumerConfig,
+    ConsumerCore,
+    Message,
+    OffsetReset,
+    TopicPartition,
+    parse_isolation_level,
+)
 from mqbroker.client.group_member import (
     AssignmentChange,
+    ConsumerGroupMetadata,
     AutoCommit,
     GroupMember,
     GroupSettings,
@@ -68,11 +76,14 @@ class TwistedConsumer:
         fetch_max_wait_ms: int = 500,
         client_id: str = "mqbroker-consumer",
         security: ClientSecurity | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        """``isolation_level="read_committed"``: only committed transactions' (and non-transactional) records."""
         if group_id is None and (enable_auto_commit or pattern is not None or group_instance_id is not None):
             raise ValueError("enable_auto_commit, pattern and group_instance_id need a group_id")
         self._core = ConsumerCore(
-            ConsumerConfig(auto_offset_reset=OffsetReset(auto_offset_reset), fetch_max_wait_ms=fetch_max_wait_ms)
+            ConsumerConfig(auto_offset_reset=OffsetReset(auto_offset_reset), fetch_max_wait_ms=fetch_max_wait_ms,
+                           isolation_level=parse_isolation_level(isolation_level))
         )
         self._reactor = reactor
         self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
@@ -103,6 +114,12 @@ class TwistedConsumer:
     def assign_topics(self, topics: Iterable[str]) -> Deferred[None]:
         """Read every partition of ``topics`` (no group)."""
         return Deferred.fromCoroutine(self._subscribe(topics))
+
+    async def _subscribe(self, topics: Iterable[str]) -> None:
+        names = list(topics)
+        await self._cluster.refresh(names)
+        self._core.assign((topic, partition) for topic in names
+                          for partition in range(self._cluster.view.partition_count(topic) or 0))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions."""
@@ -137,6 +154,10 @@ class TwistedConsumer:
         if not wanted:
             return succeed(None)
         return self._membership().commit(wanted)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The consumer's group, member id and generation, for ``send_offsets_to_transaction``."""
+        return self._membership().member.group_metadata()
 
     def committed(self, partition: TopicPartition) -> Deferred[int | None]:
         """Fire with the group's committed offset of ``partition`` (None when nothing is committed)."""
@@ -204,7 +225,8 @@ class TwistedConsumer:
             if node_id < 0:
                 await self._cluster.refresh([topic], auto_create=False)
                 node_id = self._cluster.view.leader(topic, partition)
-            response = await self._cluster.request(node_id, admin.list_offsets_request(topic, partition, timestamp_ms))
+            response = await self._cluster.request(node_id, admin.list_offsets_request(
+                topic, partition, timestamp_ms, self._core.config.isolation_level))
             self._core.reset_resolved((topic, partition), timestamp_ms, admin.list_offsets_result(response))
 
     async def _position(self, partition: TopicPartition) -> int:

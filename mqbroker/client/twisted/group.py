@@ -29,6 +29,7 @@ from mqbroker.client.group_member import (
     TopicPartition,
     committed_offsets,
     coordinator_moved,
+    retry_commit_request,
     matching_topics,
     offset_fetch_request,
     raise_for_commit,
@@ -140,7 +141,7 @@ class TwistedGroupMembership:
                 check(response)
                 return response
             except BrokerError as error:
-                if not (isinstance(error, BrokerUnavailableError) or coordinator_moved(error)):
+                if not (isinstance(error, BrokerUnavailableError) or retry_commit_request(error)):
                     raise
                 self._links.drop_coordinator(COMMITS)
                 if self._stopping or self._now_ms() + RETRY_S * 1000 >= deadline_ms:

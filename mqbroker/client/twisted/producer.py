@@ -6,7 +6,7 @@ The pure ``ProducerCore`` batches; a reactor timer drains it at each batch's dea
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -20,7 +20,11 @@ from mqbroker.client.producer_batch import ProducerBatch, ProducePlan, RecordMet
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.twisted.cluster import TwistedCluster
-from mqbroker.errors import BrokerError, RequestTimedOutError
+from mqbroker.client.group_member import ConsumerGroupMetadata
+from mqbroker.client.transaction_requests import TransactionRequests
+from mqbroker.client.transaction_state import TopicPartition
+from mqbroker.client.twisted.transactions import TwistedTransactions
+from mqbroker.errors import BrokerError, InvalidTxnStateError, RequestTimedOutError
 from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest
 
 #: Pause after a metadata refresh before draining again (bounds the retry rate if it failed).
@@ -43,7 +47,12 @@ class TwistedProducer:
         client_id: str = "mqbroker-producer",
         rng: random.Random | None = None,
         security: ClientSecurity | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
+        max_block_ms: int = 60_000,
     ) -> None:
+        """``transactional_id``: a transactional producer (``init_transactions`` first, then ``send`` between
+        ``begin_transaction`` and ``commit_transaction``/``abort_transaction``, as the blocking ``Producer``)."""
         parsed_acks = parse_acks(acks)
         if enable_idempotence is None:
             enable_idempotence = parsed_acks != Acks.NONE
@@ -53,7 +62,9 @@ class TwistedProducer:
             batch_size=batch_size,
             compression=compression,
             enable_idempotence=enable_idempotence,
-        )
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+        ).validated()
         self._reactor = reactor
         self._random = rng or random.Random()
         self._core = ProducerCore(config, self._random, new_waiter=list)
@@ -63,6 +74,45 @@ class TwistedProducer:
         self._ready: Deferred[None] | None = None
         self._flushes: list[Deferred[None]] = []
         self._closed = False
+        self._transactions: TwistedTransactions | None = None
+        if transactional_id is not None:
+            self._transactions = TwistedTransactions(
+                clock=self._clock(), cluster=self._cluster, deadline_s=max_block_ms / 1000,
+                requests=TransactionRequests(transactional_id, transaction_timeout_ms),
+                flush=self.flush, take_failure=self._take_failure, set_identity=self._core.set_producer_identity)
+
+    # -- transactions (a producer made with a transactional_id) -------------------------------
+
+    def _transactional(self, name: str) -> TwistedTransactions:
+        if self._transactions is None:
+            raise InvalidTxnStateError(f"{name}() needs a transactional producer: create it with transactional_id=...")
+        return self._transactions
+
+    def init_transactions(self) -> Deferred[None]:
+        """Register the transactional id: fences older producers with it and ends what they left open."""
+        return self._transactional("init_transactions").init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (no broker call)."""
+        self._transactional("begin_transaction").tracker.begin()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: ConsumerGroupMetadata
+    ) -> Deferred[None]:
+        """Commit a consumer's ``offsets`` (the next offsets to read) with the transaction."""
+        return self._transactional("send_offsets_to_transaction").send_offsets(offsets, group_metadata)
+
+    def commit_transaction(self) -> Deferred[None]:
+        """Send everything queued, then commit; fails if any record of the transaction failed (abort then)."""
+        return self._transactional("commit_transaction").end(committed=True)
+
+    def abort_transaction(self) -> Deferred[None]:
+        """Abort: the transaction's records stay invisible to read_committed consumers."""
+        return self._transactional("abort_transaction").end(committed=False)
+
+    def _take_failure(self) -> BrokerError | None:
+        failure, self._core.failure = self._core.failure, None
+        return failure
 
     def _clock(self) -> IReactorTime:
         return self._reactor  # type: ignore[return-value]
@@ -71,7 +121,7 @@ class TwistedProducer:
         return int(self._clock().seconds() * 1000)
 
     async def _prepare(self, topic: str) -> int:
-        if self._core.needs_producer_id:
+        if self._core.needs_producer_id and self._transactions is None:
             if self._ready is None:
                 self._ready = Deferred.fromCoroutine(self._init_producer_id())
             await self._ready
@@ -97,6 +147,8 @@ class TwistedProducer:
         count = await self._prepare(topic)
         if partition is None:
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+        if self._transactions is not None:
+            await self._transactions.before_send(topic, partition)
         now_ms = self._now_ms()
         timestamp = now_ms if timestamp_ms is None else timestamp_ms
         batch, index = self._core.append(topic, partition, timestamp, key, value, headers, now_ms)

@@ -261,6 +261,8 @@ class AmqpSession:
     async def _execute(self, action: Execute) -> None:
         method, vhost = action.method, self._vhost
         reply: spec.Method
+        await vhost.caught_up(queue=getattr(method, "queue", None) or None,
+                              exchange=getattr(method, "exchange", None) or getattr(method, "source", None) or None)
         if isinstance(method, spec.ExchangeDeclare):
             topic = None if method.passive else source_topic(method.arguments, method)
             if topic is not None:
@@ -310,6 +312,7 @@ class AmqpSession:
 
     async def _get(self, channel: int, method: spec.BasicGet) -> None:
         amqp_security.check_queue(self._security, self._principal, method.queue, Operation.READ, 60, 70)
+        await self._vhost.adopt(method.queue)
         queue = self._vhost.queue(method.queue, method, self.session_id)
         if isinstance(queue, StreamQueue):
             raise AmqpError(ReplyCode.PRECONDITION_FAILED, "basic.get is not supported on stream queues; consume "
@@ -331,6 +334,8 @@ class AmqpSession:
     async def _consume(self, action: Consume) -> None:
         method = spec.BasicConsume(queue=action.queue)
         amqp_security.check_queue(self._security, self._principal, action.queue, Operation.READ, 60, 20)
+        await self._vhost.caught_up(queue=action.queue)
+        await self._vhost.adopt(action.queue)
         queue = self._vhost.queue(action.queue, method, self.session_id)
         if action.exclusive and queue.consumers:
             raise AmqpError(ReplyCode.ACCESS_REFUSED, f"queue '{action.queue}' already has consumers; "
@@ -385,7 +390,19 @@ class AmqpSession:
 
     # --- publishing ------------------------------------------------------------------------
 
-    def _publish(self, action: Publish) -> None:
+    def _publish(self, action: Publish) -> Deferred[None] | None:
+        """Store a publish; in a cluster, one to a queue or exchange unknown here waits for the declarations
+        other brokers made first (it would find no route otherwise)."""
+        queue = action.routing_key if action.exchange == "" else None
+        if self._vhost.definitions is not None and (
+                (queue is not None and queue not in self._vhost.queues)
+                or (action.exchange and action.exchange not in self._vhost.router.exchanges)):
+            caught_up = Deferred.fromCoroutine(self._vhost.caught_up(queue=queue, exchange=action.exchange or None))
+            return caught_up.addCallback(lambda _: self._publish_now(action))
+        self._publish_now(action)
+        return None
+
+    def _publish_now(self, action: Publish) -> None:
         try:
             amqp_security.check_publish(self._security, self._principal, self._vhost, action.exchange,
                                         action.routing_key, action.properties.headers)

@@ -13,7 +13,7 @@ A batch whose records do not decode is counted, logged and skipped: the reader g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -22,7 +22,14 @@ from twisted.logger import Logger
 
 from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
-from mqbroker.model import EARLIEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
+from mqbroker.model import (
+    EARLIEST_TIMESTAMP,
+    AbortedTransaction,
+    FetchPosition,
+    FetchRequest,
+    IsolationLevel,
+    Principal,
+)
 from mqbroker.protocols.amqp import fields, spec
 from mqbroker.protocols.amqp.appender import BatchStored, all_settled
 from mqbroker.protocols.amqp.codec import encode_properties
@@ -107,16 +114,18 @@ class SourceRecord:
 
 
 def decode_source_records(
-    records: bytes, first_offset: int, *, topic: str, partition: int, skipped: Callable[[UnreadableBatch], None]
+    records: bytes, first_offset: int, *, topic: str, partition: int, skipped: Callable[[UnreadableBatch], None],
+    aborted: Iterable[AbortedTransaction] | None = None,
 ) -> tuple[list[SourceRecord], int]:
     """Fetched batches → the records at or after ``first_offset`` and the offset after the last batch decoded or
     skipped (a batch that does not decode goes to ``skipped``; those after a batch that no longer fits the
-    fetch's decompression budget wait for the next fetch)."""
+    fetch's decompression budget wait for the next fetch; ``aborted``: the read_committed fetch's aborted
+    transactions, whose batches are passed over)."""
     decoded: list[SourceRecord] = []
     budget = DecompressionBudget()
     batches = readable_batches(records, first_offset, topic=topic, partition=partition, skipped=skipped,
                                decode=lambda batch, header: budget.decode(batch, header, _offset_and_record,
-                                                                          _record_bytes))
+                                                                          _record_bytes), aborted=aborted)
     try:
         for _, offsets_and_records in batches:
             decoded += [record for offset, record in offsets_and_records if offset >= first_offset]
@@ -223,7 +232,8 @@ class SourceReader:
                                         max_bytes=limits.amqp_log_fetch_bytes_max)
                           for partition, offset in sorted(self.positions.items()))
         request = FetchRequest(positions=positions, wait_ms_max=limits.amqp_log_fetch_wait_ms_max,
-                               response_bytes_max=limits.amqp_log_fetch_bytes_max)
+                               response_bytes_max=limits.amqp_log_fetch_bytes_max,
+                               isolation_level=IsolationLevel.READ_COMMITTED)  # no open or aborted transaction
         results = await self.host.broker.fetch(self.host.principal, request)
         if self._stopped:
             return True
@@ -244,7 +254,8 @@ class SourceReader:
                 raise result.error
             decoded, next_offset = decode_source_records(
                 result.records, offset, topic=self.topic, partition=result.partition,
-                skipped=lambda batch: self.host.skip_unreadable("AMQP source reader", batch))
+                skipped=lambda batch: self.host.skip_unreadable("AMQP source reader", batch),
+                aborted=result.aborted_transactions)
             records += decoded
             if next_offset > offset:
                 advanced[result.partition] = next_offset

@@ -16,6 +16,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.internet.task import deferLater
 
 from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
@@ -31,6 +32,7 @@ from mqbroker.model import (
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
+from mqbroker.protocols.amqp.definitions import VHOST_HEADER, DefinitionsFollower
 from mqbroker.protocols.amqp.held_bytes import ByteBudget
 from mqbroker.protocols.amqp.queue_arguments import (
     QueuePolicy,
@@ -88,6 +90,8 @@ Queue = ClassicQueue | StreamQueue
 INTERNAL_PRINCIPAL = Principal("Service", "amqp")
 #: How long queue-state changes wait before they are written (they are batched).
 STATE_WRITE_DELAY_S = 0.2
+#: Pause between reads of the queue states while their partition has no reachable leader.
+ADOPT_RETRY_S = 0.2
 #: How often TTL and x-expires are checked.
 HOUSEKEEPING_INTERVAL_S = 1.0
 #: Longest queue or exchange name (a shortstr holds 255 bytes).
@@ -121,12 +125,18 @@ class VirtualHost:
         self.principal = INTERNAL_PRINCIPAL
         self.router = Router()
         self.queues: dict[str, Queue] = {}
-        self._persisted_exchanges: dict[str, Exchange] = {}
-        self._persisted_bindings: set[Binding] = set()
+        self.persisted_exchanges: dict[str, Exchange] = {}
+        self.persisted_bindings: set[Binding] = set()
         self._dirty_states: set[str] = set()
         self._state_write: IDelayedCall | None = None
         self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
         self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
+        #: Names this virtual host's metadata records (``definitions.py``); new at every start.
+        self.instance = uuid.uuid4().hex.encode()
+        #: Applies the declarations other brokers make (started once the replay is done; None alone).
+        self.definitions: DefinitionsFollower | None = None
+        #: Queues declared through other brokers and not consumed here yet (their state is read at first use).
+        self.learned_queues: set[str] = set()
         #: Fires once the declarations are replayed; connections wait for it before Connection.OpenOk.
         self.started = StartedSignal(reactor, "AMQP front end")
         Deferred.fromCoroutine(self.started.run(self._load, self.log))
@@ -146,6 +156,8 @@ class VirtualHost:
             except errors.TopicAlreadyExistsError:
                 pass  # replayed below
         declarations: dict[bytes, Any] = {}
+        metadata_end = (await self.broker.list_offset(self.principal, METADATA_TOPIC, 0, LATEST_TIMESTAMP)).offset
+        brokers = (await self.broker.metadata(self.principal, [METADATA_TOPIC], False)).brokers
         for record in await self._read_all(METADATA_TOPIC):
             if record.key is not None:
                 declarations[record.key] = record
@@ -170,7 +182,7 @@ class VirtualHost:
                 self._skip_bad_record(METADATA_TOPIC, record.offset, error, "the declaration is lost")
                 continue
             if isinstance(declared, Exchange):
-                self._persisted_exchanges[declared.name] = declared
+                self.persisted_exchanges[declared.name] = declared
             elif isinstance(declared, QueueDeclaration):
                 queues.append((declared, record.offset))
             else:
@@ -178,11 +190,11 @@ class VirtualHost:
         for declaration, offset in queues:
             snapshot = snapshots.get(declaration.name)
             try:
-                self._add_queue(declaration, owner=None, snapshot=snapshot.value if snapshot else None)
+                self.add_queue(declaration, owner=None, snapshot=snapshot.value if snapshot else None)
             except ValueError as error:  # QueueState.restore: the snapshot does not parse
                 assert snapshot is not None
                 self._skip_bad_record(QUEUE_STATE_TOPIC, snapshot.offset, error, "the queue is read from its start")
-                self._add_queue(declaration, owner=None)
+                self.add_queue(declaration, owner=None)
             except AmqpError as error:  # QueuePolicy: arguments no declare would have accepted
                 self._skip_bad_record(METADATA_TOPIC, offset, error, "the queue is not declared")
         for binding, offset in bindings:
@@ -191,10 +203,14 @@ class VirtualHost:
             except AmqpError as error:
                 self._skip_bad_record(METADATA_TOPIC, offset, error, "the binding is lost")
                 continue
-            self._persisted_bindings.add(binding)
+            self.persisted_bindings.add(binding)
+        if len(brokers) > 1:
+            self.definitions = DefinitionsFollower(self, metadata_end)
+            Deferred.fromCoroutine(self.definitions.run()).addErrback(
+                lambda failure: self.log.failure("the AMQP definitions follower failed", failure))
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
-                      exchanges=len(self._persisted_exchanges), queues=len(queues), bindings=len(bindings))
+                      exchanges=len(self.persisted_exchanges), queues=len(queues), bindings=len(bindings))
         try:
             await self._sync_sources(stored_positions)
         except errors.BrokerError as error:  # only forgetting positions of gone sources failed: harmless, redone next start
@@ -230,7 +246,7 @@ class VirtualHost:
         builder = BatchBuilder()
         now_ms = self.now_ms()
         for key, value in entries:
-            builder.append(now_ms, key, value)
+            builder.append(now_ms, key, value, ((VHOST_HEADER, self.instance),))
         if builder.records_count:
             await self.broker.produce(self.principal, topic, 0, builder.build(), Acks.ALL, produce_timeout_ms_default)
 
@@ -239,16 +255,16 @@ class VirtualHost:
         entries = list(extra)
         current = {name: exchange for name, exchange in self.router.exchanges.items()
                    if exchange.durable and not name.startswith("amq.")}
-        for name in self._persisted_exchanges.keys() - current.keys():
+        for name in self.persisted_exchanges.keys() - current.keys():
             entries.append((exchange_key(name), None))
         entries += [exchange_record(exchange) for name, exchange in current.items()
-                    if self._persisted_exchanges.get(name) != exchange]
+                    if self.persisted_exchanges.get(name) != exchange]
         durable_queues = {name for name, queue in self.queues.items() if queue.owner is None and queue.declaration.durable}
         bindings = {binding for binding in self.router.bindings
                     if binding.destination_kind is DestinationKind.EXCHANGE or binding.destination in durable_queues}
-        entries += [(binding_key(binding), None) for binding in self._persisted_bindings - bindings]
-        entries += [(binding_key(binding), b"") for binding in bindings - self._persisted_bindings]
-        self._persisted_exchanges, self._persisted_bindings = current, bindings
+        entries += [(binding_key(binding), None) for binding in self.persisted_bindings - bindings]
+        entries += [(binding_key(binding), b"") for binding in bindings - self.persisted_bindings]
+        self.persisted_exchanges, self.persisted_bindings = current, bindings
         await self._write(METADATA_TOPIC, entries)
         await self._sync_sources({})
 
@@ -296,8 +312,9 @@ class VirtualHost:
         return list(batches)
 
     def state_changed(self, queue: ClassicQueue) -> None:
-        """Schedule a write of the queue's state snapshot."""
-        if queue.owner is not None or not queue.declaration.durable:
+        """Schedule a write of the queue's state snapshot (not for a queue only published to here: the broker
+        consuming it writes its state)."""
+        if queue.owner is not None or not queue.declaration.durable or queue.name in self.learned_queues:
             return
         self._dirty_states.add(queue.name)
         if self._state_write is None:
@@ -347,7 +364,7 @@ class VirtualHost:
 
     # --- queues -------------------------------------------------------------------------------
 
-    def _add_queue(self, declaration: QueueDeclaration, owner: int | None, snapshot: bytes | None = None) -> Queue:
+    def add_queue(self, declaration: QueueDeclaration, owner: int | None, snapshot: bytes | None = None) -> Queue:
         policy = QueuePolicy.from_arguments(declaration.arguments)
         queue: Queue
         if policy.queue_type is QueueType.STREAM:
@@ -386,7 +403,7 @@ class VirtualHost:
                 await self.broker.create_topic(self.principal, topic_spec, False)
             except errors.TopicAlreadyExistsError:
                 pass  # left by a queue whose deletion did not finish; its records are this queue's
-            queue = self._add_queue(declaration, owner=session_id if method.exclusive else None)
+            queue = self.add_queue(declaration, owner=session_id if method.exclusive else None)
             if queue.owner is None:
                 await self._sync_metadata([queue_record(declaration)])
         if isinstance(queue, ClassicQueue):
@@ -404,15 +421,7 @@ class VirtualHost:
         if method is not None and if_empty and queue.message_count:
             raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' is not empty", method)
         count = queue.message_count
-        queue.deleted = True
-        queue.abandon_appends()
-        del self.queues[name]
-        self.router.remove_queue(name)
-        for consumer in list(queue.consumers.values()):
-            consumer.session.connection.cancel_consumer(consumer.channel, consumer.tag)
-            consumer.session.forget_consumer(consumer.channel, consumer.tag)
-            consumer.session.flush()
-        self._dirty_states.discard(name)
+        self.drop_queue(queue)
         if queue.owner is None:
             await self._sync_metadata([(queue_key(name), None)])
             await self._write(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
@@ -421,6 +430,57 @@ class VirtualHost:
         except errors.UnknownTopicOrPartitionError:
             pass  # never written to
         return count
+
+    def drop_queue(self, queue: Queue) -> None:
+        """Forget a deleted queue here: no more appends, its consumers cancelled (nothing written)."""
+        queue.deleted = True
+        queue.abandon_appends()
+        del self.queues[queue.name]
+        self.router.remove_queue(queue.name)
+        for consumer in list(queue.consumers.values()):
+            consumer.session.connection.cancel_consumer(consumer.channel, consumer.tag)
+            consumer.session.forget_consumer(consumer.channel, consumer.tag)
+            consumer.session.flush()
+        self._dirty_states.discard(queue.name)
+
+    async def caught_up(self, queue: str | None = None, exchange: str | None = None) -> None:
+        """In a cluster, before a queue or exchange this broker does not know is reported missing: apply
+        every declaration other brokers made so far."""
+        unknown = (queue is not None and queue not in self.queues) or (
+            exchange is not None and exchange not in self.router.exchanges)
+        if unknown and self.definitions is not None:
+            try:
+                await self.definitions.caught_up()
+            except errors.BrokerError as error:  # the metadata topic has no leader now: answer with what is known
+                self.log.warn("AMQP definitions could not be brought up to date: {error}", error=error)
+
+    async def adopt(self, name: str) -> None:
+        """Before the first consumer or get here of a queue another broker declared (and maybe consumed):
+        take its newest stored state (what was acknowledged there is not delivered again)."""
+        if name not in self.learned_queues:
+            return
+        self.learned_queues.discard(name)
+        queue = self.queues.get(name)
+        if not isinstance(queue, ClassicQueue) or queue.consumers or queue.unsettled_appends:
+            return
+        key = name.encode("utf-8", "surrogateescape")
+        deadline_s = self.reactor.seconds() + limits.reroute_ms_max / 1000.0
+        while True:  # right after a broker died, its partitions answer only once their new leader is known
+            try:
+                snapshots = [record for record in await self._read_all(QUEUE_STATE_TOPIC) if record.key == key]
+                break
+            except errors.BrokerError as error:
+                if not error.retriable or self.reactor.seconds() > deadline_s:
+                    self.learned_queues.add(name)
+                    raise
+                await deferLater(self.reactor, ADOPT_RETRY_S)
+        if snapshots and snapshots[-1].value is not None and self.queues.get(name) is queue and not queue.consumers:
+            queue.deleted = True  # its reads stop; the adopted queue reads from the stored cursor
+            try:
+                self.add_queue(queue.declaration, owner=None, snapshot=snapshots[-1].value)
+            except ValueError as error:
+                self._skip_bad_record(QUEUE_STATE_TOPIC, snapshots[-1].offset, error, "the queue is read from its start")
+                self.add_queue(queue.declaration, owner=None)
 
     def session_gone(self, session_id: int, holders: set[ConsumerKey]) -> None:
         """A connection closed: requeue its leases, drop its consumers, delete its exclusive queues."""

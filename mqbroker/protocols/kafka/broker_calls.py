@@ -25,12 +25,14 @@ from mqbroker.model import (
     FetchPosition,
     FetchRequest,
     FetchResult,
+    IsolationLevel,
     OffsetAndTimestamp,
     Principal,
     ProduceResult,
     ProducerIdentity,
     TopicSpec,
 )
+from mqbroker.transactions import messages as txn_messages
 
 
 class BrokerCalls:
@@ -43,33 +45,77 @@ class BrokerCalls:
 
     # -- records -------------------------------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> Deferred[ProduceResult]:
+    def produce(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
+                transactional_id: str | None = None) -> Deferred[ProduceResult]:
         """Append batches (acks: 0, 1 or -1 as on the Kafka wire; others fail with INVALID_REQUIRED_ACKS)."""
         try:
             required = Acks.from_wire(acks)
         except errors.BrokerError as error:
             return fail(error)
-        return self._broker.produce(self.principal, topic, partition, records, required, timeout_ms)
+        return self._broker.produce(self.principal, topic, partition, records, required, timeout_ms, transactional_id)
 
     def fetch(self, positions: Iterable[tuple[str, int, int, int, int]], max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> Deferred[list[FetchResult]]:
+              max_bytes: int, isolation_level: int = 0) -> Deferred[list[FetchResult]]:
         """Long-poll read of (topic, partition, offset, max bytes, current leader epoch) positions."""
         wanted = tuple(FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=partition_max_bytes,
                                      current_leader_epoch=leader_epoch)
                        for topic, partition, offset, partition_max_bytes, leader_epoch in positions)
         request = FetchRequest(positions=wanted, wait_ms_max=max_wait_ms, response_bytes_min=min_bytes,
-                               response_bytes_max=max_bytes)
+                               response_bytes_max=max_bytes,
+                               isolation_level=IsolationLevel.READ_COMMITTED if isolation_level == 1
+                               else IsolationLevel.READ_UNCOMMITTED)
         return self._broker.fetch(self.principal, request)
 
-    def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> Deferred[OffsetAndTimestamp]:
+    def list_offset(self, topic: str, partition: int, timestamp_ms: int,
+                    isolation_level: int = 0) -> Deferred[OffsetAndTimestamp]:
         """Fires with an ``OffsetAndTimestamp`` (-1 latest, -2 earliest, else the first at or after the time)."""
-        return self._broker.list_offset(self.principal, topic, partition, timestamp_ms)
+        return self._broker.list_offset(self.principal, topic, partition, timestamp_ms, isolation_level)
 
-    def init_producer_id(self) -> Deferred[ProducerIdentity]:
-        """A fresh idempotent producer identity (``ProducerIdentity``)."""
-        return self._broker.init_producer_id(self.principal, None)
+    def init_producer_id(self, transactional_id: str | None = None,
+                         transaction_timeout_ms: int = -1) -> Deferred[ProducerIdentity]:
+        """A fresh idempotent producer identity, or a transactional id's with a new epoch (``ProducerIdentity``)."""
+        return self._broker.init_producer_id(self.principal, transactional_id, transaction_timeout_ms)
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def find_transaction_coordinator(self, transactional_id: str) -> Deferred[BrokerEndpoint]:
+        """The ``BrokerEndpoint`` coordinating ``transactional_id``."""
+        return self._broker.find_transaction_coordinator(self.principal, transactional_id)
+
+    def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: Iterable[tuple[str, int]]) -> Deferred[None]:
+        """Add (topic, partition)s to the producer's ongoing transaction."""
+        return self._broker.add_partitions_to_txn(self.principal, txn_messages.AddPartitionsRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            partitions=frozenset(TopicPartition(topic, partition) for topic, partition in partitions)))
+
+    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                           group_id: str) -> Deferred[None]:
+        """Add the group's offsets partition to the producer's ongoing transaction."""
+        return self._broker.add_offsets_to_txn(self.principal, txn_messages.AddOffsetsRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            group_id=group_id))
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> Deferred[None]:
+        """Commit or abort the producer's ongoing transaction."""
+        return self._broker.end_txn(self.principal, txn_messages.EndTxnRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            committed=committed))
+
+    def txn_commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                           member_id: str, group_instance_id: str | None, generation_id: int,
+                           offsets: Iterable[tuple[str, int, int, str, int]]) -> Deferred[None]:
+        """Commit (topic, partition, offset, metadata, leader epoch or -1) positions inside the transaction."""
+        return self._broker.txn_commit_offsets(self.principal, txn_messages.TxnOffsetCommitRequest(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            offsets=_offset_commit(group_id, member_id, group_instance_id, generation_id, offsets)))
 
     # -- cluster and topics ----------------------------------------------------------------------
+
+    def list_transactions(self, states: Sequence[txn_messages.TransactionState], producer_ids: Sequence[int]
+                          ) -> Deferred[list[txn_messages.TransactionListing]]:
+        """The transactions coordinated here, in the given states and of the given producers (empty: any)."""
+        return self._broker.list_transactions(self.principal, states, producer_ids)
 
     def metadata(self, topics: Sequence[str] | None, allow_auto_create: bool) -> Deferred[ClusterMetadata]:
         """The cluster and ``topics`` (None: all) as ``ClusterMetadata``."""
@@ -139,21 +185,14 @@ class BrokerCalls:
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
                        offsets: Iterable[tuple[str, int, int, str, int]]) -> Deferred[None]:
         """Commit (topic, partition, offset, metadata, leader epoch or -1) positions durably."""
-        commits = tuple(
-            group_messages.PartitionCommit(topic_partition=TopicPartition(topic, partition), offset=offset,
-                                           metadata=metadata, leader_epoch=None if leader_epoch < 0 else leader_epoch)
-            for topic, partition, offset, metadata, leader_epoch in offsets
-        )
-        return self._broker.commit_offsets(self.principal, group_messages.OffsetCommitRequest(
-            group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id,
-            offsets=commits,
-        ))
+        return self._broker.commit_offsets(self.principal, _offset_commit(group_id, member_id, group_instance_id,
+                                                                          generation_id, offsets))
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None
-                      ) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
+                      require_stable: bool = False) -> Deferred[dict[TopicPartition, CommittedOffset | None]]:
         """``{TopicPartition: CommittedOffset | None}`` for ``partitions`` (None: every committed one)."""
         wanted = None if partitions is None else [TopicPartition(topic, partition) for topic, partition in partitions]
-        return self._broker.fetch_offsets(self.principal, group_id, wanted)
+        return self._broker.fetch_offsets(self.principal, group_id, wanted, require_stable)
 
     def list_groups(self) -> Deferred[list[group_messages.GroupListing]]:
         """The ``GroupListing``s the principal may describe."""
@@ -166,6 +205,24 @@ class BrokerCalls:
     def delete_group(self, group_id: str) -> Deferred[None]:
         """Delete an empty group and its offsets."""
         return self._broker.delete_group(self.principal, group_id)
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
+                       ) -> Deferred[dict[TopicPartition, BaseException | None]]:
+        """Delete a group's committed offsets of (topic, partition)s; each one's outcome."""
+        return self._broker.delete_offsets(self.principal, group_id,
+                                           [TopicPartition(topic, partition) for topic, partition in partitions])
+
+
+def _offset_commit(group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                   offsets: Iterable[tuple[str, int, int, str, int]]) -> group_messages.OffsetCommitRequest:
+    commits = tuple(
+        group_messages.PartitionCommit(topic_partition=TopicPartition(topic, partition), offset=offset,
+                                       metadata=metadata, leader_epoch=None if leader_epoch < 0 else leader_epoch)
+        for topic, partition, offset, metadata, leader_epoch in offsets
+    )
+    return group_messages.OffsetCommitRequest(group_id=group_id, member_id=member_id,
+                                              group_instance_id=group_instance_id, generation_id=generation_id,
+                                              offsets=commits)
 
 
 def _member(group_id: str, member_id: str, group_instance_id: str | None,

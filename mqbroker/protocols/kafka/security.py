@@ -190,7 +190,8 @@ class KafkaSecurity:
     async def _describe_users(self, principal: Principal,
                               request: m.DescribeUserScramCredentialsRequest) -> m.DescribeUserScramCredentialsResponse:
         known = await self._broker.describe_users(principal)
-        names = list(known) if request.users is None else [user.name for user in request.users]
+        # Null or empty: every user (as Kafka reads it; librdkafka sends an empty array).
+        names = list(known) if not request.users else [user.name for user in request.users]
         results = []
         for name in names:
             iterations = known.get(name, {})

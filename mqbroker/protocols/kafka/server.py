@@ -23,6 +23,7 @@ from mqbroker.model import ANONYMOUS, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.kafka.broker_calls import BrokerCalls, topic_config_defaults
+from mqbroker.protocols.kafka.config_catalog import BrokerConfigEntry, broker_configs
 from mqbroker.protocols.kafka.connection import ConnectionFailed, RequestReceived, ServerConnection
 from mqbroker.protocols.kafka.error_codes import error_response
 from mqbroker.protocols.kafka.handlers import HANDLERS
@@ -46,6 +47,7 @@ class ListenerFacts:
     request_bytes_max: int
     topic_config_defaults: dict[str, str]
     broker_topic_defaults: dict[str, str]
+    broker_configs: dict[str, BrokerConfigEntry] = dataclasses.field(default_factory=dict)
 
 
 class KafkaSession:
@@ -129,6 +131,7 @@ class KafkaSession:
                 node_id=self._facts.node_id, listener=self._listener,
                 topic_config_defaults=self._facts.topic_config_defaults,
                 broker_topic_defaults=self._facts.broker_topic_defaults,
+                broker_configs=self._facts.broker_configs,
             )
             answered = maybeDeferred(HANDLERS[api_key], context, request)
         self._in_progress += 1
@@ -228,13 +231,24 @@ def _latency_series(latency: Any, api_key: int) -> Any:
     return latency.labels("kafka", ApiKey(api_key).name.lower())
 
 
+def _listener_settings(config: Any) -> dict[str, str]:
+    """Kafka's ``listeners`` and ``advertised.listeners`` for this broker's Kafka listeners."""
+    ports = [("PLAINTEXT", config.kafka_port)]
+    if config.tls_cert:
+        ports.append(("SSL", config.kafka_tls_port))
+    listening = [(name, port) for name, port in ports if port]
+    return {"listeners": ",".join(f"{name}://{config.host}:{port}" for name, port in listening),
+            "advertised.listeners": ",".join(f"{name}://{config.public_host}:{port}" for name, port in listening)}
+
+
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The Kafka listener's factory (named by the front-end plugin)."""
     config = context.config
+    defaults = topic_config_defaults(config.topic_defaults)
     facts = ListenerFacts(
         node_id=config.node_id, request_bytes_max=limits.kafka_request_bytes_max,
-        topic_config_defaults=topic_config_defaults(config.topic_defaults),
-        broker_topic_defaults=dict(config.topic_defaults),
+        topic_config_defaults=defaults, broker_topic_defaults=dict(config.topic_defaults),
+        broker_configs=broker_configs(config, type(config)(), defaults, _listener_settings(config)),
     )
     latency = context.metrics.request_latency if context.metrics is not None else None
     gauge = context.metrics.connections.labels("kafka") if context.metrics is not None else None

@@ -10,13 +10,13 @@ group, ``share_backlog.py``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from mqbroker.model import EARLIEST_TIMESTAMP
+from mqbroker.model import EARLIEST_TIMESTAMP, AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
@@ -112,14 +112,15 @@ class CatchUp:
                     self._behind[key] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
-                    self._records(key, result.records, offset)
+                    self._records(key, result.records, offset, result.aborted_transactions)
         finally:
             self._running = False
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
 
-    def _records(self, key: PartitionKey, data: bytes, offset: int) -> None:
+    def _records(self, key: PartitionKey, data: bytes, offset: int,
+                 aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
-        for record in self._hub.records_after(key, data, offset):
+        for record in self._hub.records_after(key, data, offset, aborted):
             if record.offset >= limit or not self._one(key, record):
                 return
             self._behind[key] = record.offset + 1

@@ -9,7 +9,8 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
   session), keeping a share group's messages back when no member has room (``share_backlog.py``);
 * retained messages and persistent sessions live in compacted internal topics
   (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
-  replayed into memory at start;
+  replayed into memory at start and followed afterwards (``followers.py``): what another broker's
+  hub writes is in force here too, and a session moves to whichever broker its client connects to;
 * ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
 * partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``;
 * a batch whose records do not decode is counted, logged and skipped (``records_after``):
@@ -18,29 +19,33 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
 
 from __future__ import annotations
 
+import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 from typing import Protocol as TypingProtocol
 
 from twisted.internet.defer import Deferred
+from twisted.internet.error import TimeoutError as DeferredTimeout
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import __version__, errors
+from mqbroker import __version__, errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
+    AbortedTransaction,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     Acks,
     TopicSpec,
 )
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
+from mqbroker.protocols.mqtt.followers import HUB_HEADER, StateFollower, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.readers import (
@@ -111,6 +116,14 @@ def single_record_batch(timestamp_ms: int, key: bytes, value: bytes | None, head
     return builder.build()
 
 
+def _ended(value: bytes) -> bool:
+    """Whether a stored session record says its client had gone (an unreadable one: not)."""
+    try:
+        return StoredSession.from_bytes(value).ended_at_ms is not None
+    except errors.CorruptMessageError:
+        return False
+
+
 def reason_code_for(failure: Failure) -> ReasonCode:
     """The MQTT reason code that reports a failed log write."""
     if failure.check(errors.TopicAuthorizationError):
@@ -124,9 +137,11 @@ class MqttHub:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
-                 unreadable: UnreadableTally | None = None) -> None:
-        """``unreadable`` counts the batches the readers skip (the broker's metric)."""
+                 unreadable: UnreadableTally | None = None, log_partitions: int = 0) -> None:
+        """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
+        log topics it creates (0: one per broker of the cluster)."""
         self.broker = broker
+        self._log_partitions = log_partitions
         self.unreadable = unreadable or UnreadableTally()
         self.reactor = reactor
         self.mapping = mapping
@@ -146,6 +161,20 @@ class MqttHub:
         self._durable_sessions: set[str] = set()
         self._expiry_timers: dict[str, IDelayedCall] = {}
         self._will_timers: dict[str, IDelayedCall] = {}
+        #: Names this hub's session and retained records (``followers.py``); new at every start.
+        self.instance = uuid.uuid4().hex.encode()
+        self._own_header = ((HUB_HEADER, self.instance),)
+        #: Whether other brokers run hubs too (sessions then move between them).
+        self._clustered = False
+        #: Sessions whose newest record says they are live on another broker.
+        self._live_elsewhere: set[str] = set()
+        #: Clients whose local connection was taken over by another broker's clean start (nothing to store).
+        self._moved: set[str] = set()
+        #: Connects waiting for another broker to hand over the session it held (its final state).
+        self._handoffs: dict[str, Deferred[StoredSession]] = {}
+        self.sessions_follower: StateFollower | None = None
+        #: When each live connection's session was opened (older records of other brokers cannot take it over).
+        self._opened_at_ms: dict[str, int] = {}
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
         self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()
@@ -171,15 +200,21 @@ class MqttHub:
     async def _load(self) -> None:
         """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
         log_topics = self._log_topics()
-        for name, configs in [(RETAINED_TOPIC, _COMPACTED), (SESSIONS_TOPIC, _COMPACTED)] + [(t, _DECODED) for t in log_topics]:
-            await self._ensure_topic(name, configs)
+        for name in (RETAINED_TOPIC, SESSIONS_TOPIC):  # they wait for all their replicas' brokers
+            await self._ensure_topic(name, _COMPACTED)
+        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
+        partitions = self._log_partitions or len(cluster.brokers) or 1
+        for name in log_topics:
+            await self._ensure_topic(name, _DECODED, partitions)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
-        retained = [record async for record in self._replay(RETAINED_TOPIC)]
-        sessions = [record async for record in self._replay(SESSIONS_TOPIC)]
+        ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP) for topic in (RETAINED_TOPIC, SESSIONS_TOPIC)}
+        retained = [record async for record in self._replay(RETAINED_TOPIC, ends[RETAINED_TOPIC])]
+        sessions = [record async for record in self._replay(SESSIONS_TOPIC, ends[SESSIONS_TOPIC])]
         log_ends = {(topic, partition): await self.offset_of((topic, partition), LATEST_TIMESTAMP)
                     for topic, count in partition_counts.items() for partition in range(count)}
         self._partition_counts = partition_counts
+        self._clustered = len(cluster.brokers) > 1
         for record in retained:
             self._replay_retained(record)
         for record in sessions:
@@ -188,6 +223,10 @@ class MqttHub:
             self._start_expiry(client_id, stored)
         for key, position in log_ends.items():
             self._start_reader(key, position)
+        self.sessions_follower = StateFollower(self, SESSIONS_TOPIC, ends[SESSIONS_TOPIC], self._follow_session)
+        for follower in (StateFollower(self, RETAINED_TOPIC, ends[RETAINED_TOPIC], self._follow_retained),
+                         self.sessions_follower):
+            Deferred.fromCoroutine(follower.run()).addErrback(self.log_failure, "MQTT state follower")
         self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
                       retained=len(self.retained), sessions=len(self.offline))
         self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
@@ -224,9 +263,10 @@ class MqttHub:
         for connection in list(self.connections.values()):
             connection.shut_down()
 
-    async def _ensure_topic(self, name: str, configs: dict[str, str]) -> None:
+    async def _ensure_topic(self, name: str, configs: dict[str, str], partitions: int = 1) -> None:
         try:
-            await self.broker.create_topic(FRONT_END_PRINCIPAL, TopicSpec(name=name, configs=configs), False)
+            await self.broker.create_topic(FRONT_END_PRINCIPAL, TopicSpec(name=name, partitions=partitions, configs=configs),
+                                           False)
         except errors.TopicAlreadyExistsError:
             return
 
@@ -235,15 +275,14 @@ class MqttHub:
         found = await self.broker.list_offset(FRONT_END_PRINCIPAL, key[0], key[1], timestamp_ms)
         return int(found.offset)
 
-    async def _replay(self, topic: str) -> Any:
-        """Every record of partition 0 of an internal topic, up to its end at the time of reading."""
+    async def _replay(self, topic: str, end: int) -> Any:
+        """Every record of partition 0 of an internal topic, up to ``end``."""
         position = await self.offset_of((topic, 0), EARLIEST_TIMESTAMP)
-        end = await self.offset_of((topic, 0), LATEST_TIMESTAMP)
         while position < end:
             (result,) = await self.broker.fetch(FRONT_END_PRINCIPAL, read_from((topic, 0), position))
             if result.error is not None:
                 raise result.error
-            for record in self.records_after((topic, 0), result.records, position):
+            for record in self.records_after((topic, 0), result.records, position, result.aborted_transactions):
                 yield record
             position = next_offset_after(result.records, position)
 
@@ -270,21 +309,56 @@ class MqttHub:
                 return
             self.offline[client_id] = stored
             self._durable_sessions.add(client_id)
+            if stored.ended_at_ms is None:
+                self._live_elsewhere.add(client_id)  # its broker may still hold it (or died holding it)
+            else:
+                self._live_elsewhere.discard(client_id)
+
+    def _follow_retained(self, record: Record) -> None:
+        """A retained message another broker's hub set or cleared."""
+        if written_by(record) != self.instance:
+            self._replay_retained(record)
+
+    def _follow_session(self, record: Record) -> None:
+        """A session record another broker's hub wrote: the session is live there, offline, or gone."""
+        if written_by(record) == self.instance:
+            return
+        client_id = (record.key or b"").decode("utf-8", "replace")
+        local = self.connections.get(client_id)
+        ended = record.value is not None and _ended(record.value)
+        if record.value is None or not (local or ended):  # gone, or live there: nothing to expire here
+            self._cancel_expiry(client_id)
+            self._replay_session(record)
+        if local is not None and not ended and record.timestamp_ms >= self._opened_at_ms.get(client_id, 0):
+            if record.value is None:
+                self._moved.add(client_id)  # a clean start elsewhere: this session is over, nothing to store
+            local.take_over().addErrback(self.log_failure, "a session takeover from another broker")
+        elif ended and (client_id in self._handoffs or local is None):
+            self._cancel_expiry(client_id)
+            self._replay_session(record)
+            handoff = self._handoffs.pop(client_id, None)
+            if handoff is not None:
+                handoff.callback(self.offline.get(client_id))
+            elif client_id in self.offline:
+                self._start_expiry(client_id, self.offline[client_id])
 
     # ------------------------------------------------------------------ fan-out
 
-    def records_after(self, key: PartitionKey, data: bytes, start_offset: int) -> Iterator[Record]:
+    def records_after(self, key: PartitionKey, data: bytes, start_offset: int,
+                      aborted: Iterable[AbortedTransaction] | None = None) -> Iterator[Record]:
         """Data records of the whole batches of ``key`` in ``data`` from ``start_offset`` on; a batch that does
-        not decode is counted, logged and skipped."""
-        return readable_records(data, start_offset, topic=key[0], partition=key[1], skipped=self._skip_unreadable)
+        not decode is counted, logged and skipped, and so are the ``aborted`` transactions' (read_committed)."""
+        return readable_records(data, start_offset, topic=key[0], partition=key[1], skipped=self._skip_unreadable,
+                                aborted=aborted)
 
     def _skip_unreadable(self, batch: UnreadableBatch) -> None:
         self.log.warn(SKIPPED_LOG_FORMAT, **self.unreadable.skipped("MQTT reader", batch))
 
-    def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int) -> None:
-        """``dispatch`` every record of a fetch from ``start_offset`` on; one socket write per connection."""
+    def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int,
+                     aborted: Iterable[AbortedTransaction] | None = None) -> None:
+        """``dispatch`` every committed record of a fetch from ``start_offset`` on; one socket write per connection."""
         with self.batched_writes():
-            for record in self.records_after(key, data, start_offset):
+            for record in self.records_after(key, data, start_offset, aborted):
                 self.dispatch(key, record)
 
     @contextmanager
@@ -349,20 +423,44 @@ class MqttHub:
         timer = self._will_timers.pop(client_id, None)
         if timer is not None and timer.active():
             timer.cancel()  # a will with a delay is not sent when the client comes back [MQTT-3.1.3-9]
-        expiry = self._expiry_timers.pop(client_id, None)
-        if expiry is not None and expiry.active():
-            expiry.cancel()
+        self._cancel_expiry(client_id)
+        if self._clustered and self.sessions_follower is not None:
+            await self.sessions_follower.caught_up()  # the newest record of the session, whoever wrote it
+            if client_id in self._live_elsewhere and not clean_start:
+                await self._claim(client_id)
         stored = self.offline.pop(client_id, None)
         if clean_start and client_id in self._durable_sessions:
             self.forget_session(client_id)
             stored = None
         self.connections[client_id] = connection
+        self._opened_at_ms[client_id] = self.now_ms()
         return stored
+
+    async def _claim(self, client_id: str) -> None:
+        """Take a session that is live on another broker: that broker closes its connection and writes the
+        session's final state, waited for at most ``limits.mqtt_session_handoff_ms_max`` (it may be dead:
+        then the newest record known is the session)."""
+        known = self.offline.get(client_id)
+        handoff: Deferred[StoredSession] = Deferred()
+        self._handoffs[client_id] = handoff
+        handoff.addTimeout(limits.mqtt_session_handoff_ms_max / 1000.0, self.reactor)
+        try:
+            if known is not None:
+                await self.store_session(client_id, replace(known, ended_at_ms=None))
+            handed = await handoff
+            if handed is not None:
+                self.offline[client_id] = handed
+        except DeferredTimeout:
+            self.log.info("MQTT session {client_id}: no broker handed it over; resuming its newest stored state",
+                          client_id=client_id)
+        finally:
+            self._handoffs.pop(client_id, None)
+            self._live_elsewhere.discard(client_id)
 
     def store_session(self, client_id: str, stored: StoredSession) -> Deferred[Any]:
         """Write a session record; fires once it is durable."""
         self._durable_sessions.add(client_id)
-        batch = single_record_batch(self.now_ms(), client_id.encode(), stored.to_bytes(), ())
+        batch = single_record_batch(self.now_ms(), client_id.encode(), stored.to_bytes(), self._own_header)
         return self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default)
 
     def forget_session(self, client_id: str) -> None:
@@ -370,7 +468,7 @@ class MqttHub:
         if client_id not in self._durable_sessions:
             return
         self._durable_sessions.discard(client_id)
-        batch = single_record_batch(self.now_ms(), client_id.encode(), None, ())
+        batch = single_record_batch(self.now_ms(), client_id.encode(), None, self._own_header)
         self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default).addErrback(
             self.log_failure, "deleting an MQTT session"
         )
@@ -381,6 +479,10 @@ class MqttHub:
         if self.connections.get(client_id) is connection:
             del self.connections[client_id]
             self.registry.remove_client(client_id)
+            self._opened_at_ms.pop(client_id, None)
+        if client_id in self._moved:
+            self._moved.discard(client_id)
+            return
         if stored is None:
             self.forget_session(client_id)
             return
@@ -393,6 +495,11 @@ class MqttHub:
         ended_at_ms = stored.ended_at_ms if stored.ended_at_ms is not None else self.now_ms()
         delay_s = max(0, ended_at_ms + expiry_ms - self.now_ms()) / 1000.0
         self._expiry_timers[client_id] = self.reactor.callLater(delay_s, self._expire, client_id)
+
+    def _cancel_expiry(self, client_id: str) -> None:
+        expiry = self._expiry_timers.pop(client_id, None)
+        if expiry is not None and expiry.active():
+            expiry.cancel()
 
     def _expire(self, client_id: str) -> None:
         self._expiry_timers.pop(client_id, None)
@@ -422,7 +529,7 @@ class MqttHub:
         self._will_timers.pop(will.client_id, None)
         for action in will.actions:
             if isinstance(action, Retain):
-                self.retain(action)
+                self.retain(action).addErrback(self.log_failure, "storing a retained will")
             else:
                 self.publish_once(action)
 
@@ -433,16 +540,15 @@ class MqttHub:
         produced = self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, Acks.ALL, produce_timeout_ms_default)
         return produced.addErrback(self.log_failure, "publishing an MQTT will")
 
-    def retain(self, action: Retain) -> None:
-        """Set or clear a retained message, in memory at once and durably in the compacted topic."""
+    def retain(self, action: Retain) -> Deferred[Any]:
+        """Set or clear a retained message, in memory at once and durably in the compacted topic (the
+        Deferred fires once that write is held by the in-sync replicas)."""
         key = record_key(action.topic)
         message = message_from_record(key, action.payload, action.headers, self.now_ms())
         assert message is not None, "the session validated the topic name"
         self.retained.set(replace(message, retain=True))
-        batch = single_record_batch(self.now_ms(), key, action.payload or None, action.headers)
-        self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default).addErrback(
-            self.log_failure, "storing a retained message"
-        )
+        batch = single_record_batch(self.now_ms(), key, action.payload or None, (*action.headers, *self._own_header))
+        return self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default)
 
     # ------------------------------------------------------------------ $SYS
 

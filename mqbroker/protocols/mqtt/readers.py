@@ -14,7 +14,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from mqbroker import errors, limits
-from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest, Principal
+from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest, IsolationLevel, Principal
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.state import OutboundMessage
 from mqbroker.protocols.mqtt.stored import PartitionKey
@@ -30,9 +30,11 @@ RETRY_DELAY_S = 1.0
 
 
 def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0) -> FetchRequest:
-    """A fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``)."""
+    """A read_committed fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``):
+    MQTT subscribers see no record of an open or aborted transaction."""
     position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=limits.mqtt_log_fetch_bytes_max)
-    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=limits.mqtt_log_fetch_bytes_max)
+    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=limits.mqtt_log_fetch_bytes_max,
+                        isolation_level=IsolationLevel.READ_COMMITTED)
 
 
 def message_of(record: Record) -> OutboundMessage | None:
@@ -65,7 +67,7 @@ class PartitionDispatcher:
                 await self._recover(result.error)
                 continue
             if len(self.hub.registry):  # with nobody subscribed there is nothing to decode
-                self.hub.dispatch_all(self.key, result.records, self.position)
+                self.hub.dispatch_all(self.key, result.records, self.position, result.aborted_transactions)
             self.position = next_offset_after(result.records, self.position)
 
     async def _recover(self, error: Exception) -> None:

@@ -19,12 +19,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorCore
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
+from mqbroker.config import ConfigError
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import ANONYMOUS, Acks, Operation, Principal
@@ -54,7 +55,8 @@ from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCod
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
-from mqbroker.protocols.mqtt.topics import TopicMapping, parse_subscription_filter
+from mqbroker.protocols.mqtt.errors import MqttProtocolError
+from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter
 from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
 
@@ -220,6 +222,7 @@ class MqttConnection:
     def _execute(self, actions: list[Action]) -> None:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
         refused: list[int] = []
+        retained_writes: list[Deferred[Any]] = []
         for action in actions:
             if isinstance(action, Send):
                 self._send(action)
@@ -238,7 +241,7 @@ class MqttConnection:
                 self._open(action)
             elif isinstance(action, Retain):
                 if mqtt_security.may_publish(self, self.hub.mapping, action.topic):
-                    self.hub.retain(action)
+                    retained_writes.append(self.hub.retain(action))
             elif isinstance(action, AddSubscription):
                 self.hub.registry.add(action.client_id, action.subscription)
                 if action.send_retained:
@@ -254,7 +257,10 @@ class MqttConnection:
             else:
                 assert isinstance(action, StoreSession), action  # written by _drain before this list ran
         for key, group in publishes.items():
-            self._append(key, group)
+            self._append(key, group, retained_writes)
+            retained_writes = []
+        for write in retained_writes:  # not acknowledged with a log write (refused there): logged if it fails
+            write.addErrback(self.log_failure, "storing a retained message")
         if refused:  # 3.1.1 has no negative acknowledgement: acknowledged and dropped, as Mosquitto does
             code = ReasonCode.NOT_AUTHORIZED if self.session.protocol_level == PROTOCOL_LEVEL_5 else ReasonCode.SUCCESS
             self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), code))
@@ -285,8 +291,9 @@ class MqttConnection:
 
     # ------------------------------------------------------------------ publishing into the log
 
-    def _append(self, key: PartitionKey, group: list[PublishToLog]) -> None:
-        """One batch per log partition; QoS 1/2 tickets complete once it is durable (acks=-1)."""
+    def _append(self, key: PartitionKey, group: list[PublishToLog], retained_writes: list[Deferred[Any]]) -> None:
+        """One batch per log partition; QoS 1/2 tickets complete once it is durable (acks=-1), and so are the
+        retained messages set along with it (a PUBACKed retained message survives any one broker)."""
         now_ms = self.hub.now_ms()
         builder = BatchBuilder()
         for action in group:
@@ -299,6 +306,9 @@ class MqttConnection:
         if self._produce_throttle is not None:
             self._produce_throttle.record(len(batch))
             self._apply_backpressure()
+        if retained_writes:
+            produced = gatherResults([produced, *retained_writes], consumeErrors=True)
+            produced.addErrback(lambda failure: failure.value.subFailure)  # the first write's own error
         if tickets:
             produced.addCallbacks(self._written, self._write_failed, callbackArgs=(tickets,), errbackArgs=(tickets,))
         else:
@@ -460,7 +470,11 @@ class MqttConnection:
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The MQTT listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
-    hub = MqttHub(broker, reactor, TopicMapping(),
+    try:
+        mapping = TopicMapping(parse_mapping_rules(context.config.mqtt_mapping_rules))
+    except (ValueError, MqttProtocolError) as error:
+        raise ConfigError(f"configuration key 'mqtt_mapping_rules': {error}") from None
+    hub = MqttHub(broker, reactor, mapping, log_partitions=context.config.mqtt_log_partitions,
                   unreadable=context.metrics.unreadable if context.metrics is not None else None)
     config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
                            outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)

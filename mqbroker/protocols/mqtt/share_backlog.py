@@ -9,13 +9,14 @@ room, until the group reaches the shared reader again. Nothing is lost, nothing 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from mqbroker import errors
-from mqbroker.model import EARLIEST_TIMESTAMP
+from mqbroker.model import EARLIEST_TIMESTAMP, AbortedTransaction
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     message_of,
@@ -82,14 +83,15 @@ class ShareBacklog:
             self.log.warn("share-group catch-up of {key}: {error}", key=key, error=result.error)
             return False  # tried again at the next acknowledgement
         with hub.batched_writes():
-            return self._hand_out(entry, result.records, offset)
+            return self._hand_out(entry, result.records, offset, result.aborted_transactions)
 
-    def _hand_out(self, entry: BacklogKey, data: bytes, offset: int) -> bool:
+    def _hand_out(self, entry: BacklogKey, data: bytes, offset: int,
+                  aborted: Iterable[AbortedTransaction] | None) -> bool:
         hub = self._hub
         group_key, key = (entry[0], entry[1]), entry[2]
         limit = hub.live_position(key)
         connections = hub.connections
-        for record in hub.records_after(key, data, offset):
+        for record in hub.records_after(key, data, offset, aborted):
             if record.offset >= limit:
                 break
             message = message_of(record)

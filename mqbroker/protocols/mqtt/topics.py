@@ -239,6 +239,20 @@ class MappingRule:
     log_topic: str
 
 
+def parse_mapping_rules(text: str) -> list[MappingRule]:
+    """``"filter=log_topic,filter=log_topic"`` (the ``mqtt_mapping_rules`` setting) → the rules, in order.
+
+    ``ValueError`` says which rule is malformed; ``TopicMapping`` then checks filters and topic names.
+    """
+    rules = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        mqtt_filter, equals, log_topic = item.rpartition("=")
+        if not equals or not mqtt_filter.strip() or not log_topic.strip():
+            raise ValueError(f"MQTT mapping rule {item!r} is not 'topic filter=log topic'")
+        rules.append(MappingRule(mqtt_filter=mqtt_filter.strip(), log_topic=log_topic.strip()))
+    return rules
+
+
 class TopicMapping:
     """Maps MQTT topic names to log topics by ordered rules, with a default (DESIGN §4)."""
 

@@ -116,8 +116,8 @@ async def handle_alter_configs(broker: IBroker, principal: Principal, request: m
 
 
 async def handle_init_producer_id(broker: IBroker, principal: Principal, request: m.InitProducerIdRequest) -> Any:
-    """A fresh idempotent producer identity."""
-    identity = await broker.init_producer_id(principal, request.transactional_id)
+    """A fresh idempotent producer identity, or a transactional id's producer id with a new epoch."""
+    identity = await broker.init_producer_id(principal, request.transactional_id, request.transaction_timeout_ms)
     return m.InitProducerIdResponse(producer_id=identity.producer_id, producer_epoch=identity.producer_epoch)
 
 

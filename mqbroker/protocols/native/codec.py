@@ -75,8 +75,15 @@ class _ResponseEnvelope:
 _API_KEYS: dict[int, ApiKey] = {int(key): key for key in ApiKey}
 _HEADER = compile_message(RequestHeader)
 _ENVELOPE = compile_message(_ResponseEnvelope)
-_REQUEST_CODECS: dict[ApiKey, MessageCodec] = {key: compile_message(api.request_type) for key, api in APIS.items()}
-_RESPONSE_CODECS: dict[ApiKey, MessageCodec] = {key: compile_message(api.response_type) for key, api in APIS.items()}
+#: (API, version) -> codec: a message travels in each version with the fields ``wire(since=...)`` gives it.
+_REQUEST_CODECS: dict[tuple[ApiKey, int], MessageCodec] = {
+    (key, version): compile_message(api.request_type, version)
+    for key, api in APIS.items() for version in range(api.min_version, api.max_version + 1)
+}
+_RESPONSE_CODECS: dict[tuple[ApiKey, int], MessageCodec] = {
+    (key, version): compile_message(api.response_type, version)
+    for key, api in APIS.items() for version in range(api.min_version, api.max_version + 1)
+}
 
 
 def _framed(parts: list[bytes | memoryview]) -> bytes:
@@ -113,7 +120,7 @@ def encode_request(api_key: ApiKey, version: int, correlation_id: int, client_id
     parts: list[bytes | memoryview] = [b""]
     header = RequestHeader(api_key=api_key, api_version=version, correlation_id=correlation_id, client_id=client_id)
     encode_into(_HEADER, header, parts)
-    encode_into(_REQUEST_CODECS[api_key], request, parts)
+    encode_into(_REQUEST_CODECS[api_key, version], request, parts)
     return _framed(parts)
 
 
@@ -146,7 +153,8 @@ def decode_request(body: bytes) -> tuple[RequestHeader, Any]:
             header,
         )
     try:
-        request = decode_exactly(_REQUEST_CODECS[api_key], view, position, f"{api_key.name} request")
+        request = decode_exactly(_REQUEST_CODECS[api_key, header.api_version], view, position,
+                                 f"{api_key.name} request")
     except MalformedMessageError as error:
         error.header = header
         raise
@@ -173,7 +181,7 @@ def encode_response(correlation_id: int, api_key: int, version: int, response: A
         raise LocalProtocolError(f"{type(response).__name__} is not a {known_key.name} response")
     assert _check_version(known_key, version), "answering a version the codec refused"
     encode_into(_ENVELOPE, _ResponseEnvelope(correlation_id=correlation_id, error_code=0, error_message=None), parts)
-    encode_into(_RESPONSE_CODECS[known_key], response, parts)
+    encode_into(_RESPONSE_CODECS[known_key, version], response, parts)
     return _framed(parts)
 
 
@@ -193,7 +201,7 @@ def decode_response(api_key: ApiKey, version: int, body: bytes) -> tuple[int, An
         return envelope.correlation_id, ErrorResponse(
             error_code=envelope.error_code, error_message=envelope.error_message
         )
-    response = decode_exactly(_RESPONSE_CODECS[api_key], view, position, f"{api_key.name} response")
+    response = decode_exactly(_RESPONSE_CODECS[api_key, version], view, position, f"{api_key.name} response")
     return envelope.correlation_id, response
 
 

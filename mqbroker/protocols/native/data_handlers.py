@@ -6,16 +6,20 @@ through untouched.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
-from mqbroker.model import Acks, FetchPosition, FetchRequest, FetchResult, Principal
+from mqbroker.model import Acks, FetchPosition, FetchRequest, FetchResult, IsolationLevel, Principal
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.native.replies import error_code, per_topic
+
+#: The request's API version, for handlers whose answer differs by version (Fetch).
+REQUEST_API_VERSION: contextvars.ContextVar[int] = contextvars.ContextVar("api_version", default=0)
 
 
 async def handle_metadata(broker: IBroker, principal: Principal, request: m.MetadataRequest) -> Any:
@@ -52,8 +56,8 @@ def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequ
         return gathered(refusals).addCallback(_produce_response)
     answers = [
         settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
-                               acks, request.timeout_ms)).addCallback(_produce_result, topic.name,
-                                                                      partition.partition_index)
+                               acks, request.timeout_ms, request.transactional_id)).addCallback(
+            _produce_result, topic.name, partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
     ]
@@ -76,7 +80,11 @@ def _produce_response(answers: list[tuple[str, m.ProducePartitionResult]]) -> m.
 
 
 def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest) -> Deferred[Any]:
-    """Long-poll read of whole batches (plain Deferreds, like produce)."""
+    """Long-poll read of whole batches (plain Deferreds, like produce); read_committed needs version 1."""
+    committed = request.isolation_level == IsolationLevel.READ_COMMITTED
+    if committed and REQUEST_API_VERSION.get() < 1:
+        raise errors.UnsupportedVersionError(
+            "read_committed needs Fetch version 1, whose answer lists the aborted transactions")
     fetch = FetchRequest(
         positions=tuple(
             FetchPosition(topic=topic.name, partition=p.partition_index, offset=p.fetch_offset,
@@ -86,6 +94,7 @@ def handle_fetch(broker: IBroker, principal: Principal, request: m.FetchRequest)
             for p in topic.partitions
         ),
         wait_ms_max=request.max_wait_ms, response_bytes_min=request.min_bytes, response_bytes_max=request.max_bytes,
+        isolation_level=IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED,
     )
     if request.replica_id >= 0:  # a follower broker replicating (reads past the high watermark, reports divergence)
         fetched = broker.replica_fetch(principal, request.replica_id, fetch)
@@ -103,9 +112,13 @@ def _fetch_result(result: FetchResult) -> m.FetchPartitionResult:
     code, message = error_code(result.error)
     return m.FetchPartitionResult(
         partition_index=result.partition, error_code=code, error_message=message,
-        high_watermark=result.high_watermark, last_stable_offset=result.high_watermark,
+        high_watermark=result.high_watermark,
+        last_stable_offset=result.last_stable_offset if result.last_stable_offset >= 0 else result.high_watermark,
         log_start_offset=result.log_start_offset, records=result.records,
         diverging_epoch=result.diverging_epoch, diverging_end_offset=result.diverging_end_offset,
+        aborted_transactions=None if result.aborted_transactions is None else tuple(
+            m.FetchAbortedTransaction(producer_id=aborted.producer_id, first_offset=aborted.first_offset)
+            for aborted in result.aborted_transactions),
     )
 
 
@@ -116,7 +129,8 @@ async def handle_list_offsets(broker: IBroker, principal: Principal, request: m.
         partitions = []
         for partition in topic.partitions:
             found, error = await settle(
-                broker.list_offset(principal, topic.name, partition.partition_index, partition.timestamp)
+                broker.list_offset(principal, topic.name, partition.partition_index, partition.timestamp,
+                                   request.isolation_level)
             )
             code, message = error_code(error)
             partitions.append(m.ListOffsetsPartitionResult(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterable
 from typing import Any
 
 from mqbroker import errors
@@ -20,15 +21,17 @@ REQUEST_CLIENT_ID: contextvars.ContextVar[str] = contextvars.ContextVar("client_
 
 
 async def handle_find_coordinator(broker: IBroker, principal: Principal, request: m.FindCoordinatorRequest) -> Any:
-    """The broker coordinating a group (the leader of its ``__consumer_offsets`` partition) or hosting a share
-    group (the leader of its ``__share_group_state`` partition)."""
+    """The broker coordinating a group (or a transactional id), or hosting a share group: the leader of its
+    internal topic's partition."""
     if request.key_type == m.CoordinatorType.SHARE:
         node = await broker.find_share_coordinator(principal, request.key)
-        return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
-    if request.key_type != m.CoordinatorType.GROUP:
-        raise errors.InvalidRequestError(
-            f"coordinator type {request.key_type} is not served; only groups (0) and share groups (2)")
-    node = await broker.find_coordinator(principal, request.key)
+    elif request.key_type == m.CoordinatorType.TRANSACTION:
+        node = await broker.find_transaction_coordinator(principal, request.key)
+    elif request.key_type == m.CoordinatorType.GROUP:
+        node = await broker.find_coordinator(principal, request.key)
+    else:
+        raise errors.InvalidRequestError(f"coordinator type {request.key_type} is unknown; groups are 0, "
+                                         "transactional ids 1, share groups 2")
     return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
 
 
@@ -87,16 +90,21 @@ async def handle_leave_group(broker: IBroker, principal: Principal, request: m.L
     return m.LeaveGroupResponse(members=tuple(results))
 
 
-async def handle_offset_commit(broker: IBroker, principal: Principal, request: m.OffsetCommitRequest) -> Any:
-    """Commit offsets durably; a refused commit (fenced, stale generation) fails every partition."""
-    commits = tuple(
+def partition_commits(topics: Iterable[Any]) -> tuple[groups.PartitionCommit, ...]:
+    """The partition commits of an OffsetCommit or TxnOffsetCommit request's topics (-1 epoch: none given)."""
+    return tuple(
         groups.PartitionCommit(
             topic_partition=TopicPartition(topic.name, p.partition_index), offset=p.committed_offset,
             metadata=p.committed_metadata or "",
             leader_epoch=None if p.committed_leader_epoch < 0 else p.committed_leader_epoch,
         )
-        for topic in request.topics for p in topic.partitions
+        for topic in topics for p in topic.partitions
     )
+
+
+async def handle_offset_commit(broker: IBroker, principal: Principal, request: m.OffsetCommitRequest) -> Any:
+    """Commit offsets durably; a refused commit (fenced, stale generation) fails every partition."""
+    commits = partition_commits(request.topics)
     _, error = await settle(broker.commit_offsets(principal, groups.OffsetCommitRequest(
         group_id=request.group_id, member_id=request.member_id, group_instance_id=request.group_instance_id,
         generation_id=request.generation_id, offsets=commits,
@@ -116,7 +124,7 @@ async def handle_offset_fetch(broker: IBroker, principal: Principal, request: m.
     wanted = None if request.topics is None else [
         TopicPartition(topic.name, index) for topic in request.topics for index in topic.partition_indexes
     ]
-    found = await broker.fetch_offsets(principal, request.group_id, wanted)
+    found = await broker.fetch_offsets(principal, request.group_id, wanted, request.require_stable)
     by_topic: dict[str, list[m.OffsetFetchPartitionResult]] = {}
     for topic_partition, committed in sorted(found.items()):
         by_topic.setdefault(topic_partition.topic, []).append(m.OffsetFetchPartitionResult(

@@ -16,7 +16,23 @@ import dataclasses
 import enum
 
 from mqbroker.protocols.native import share_messages as share
-from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message
+from mqbroker.protocols.native.txn_messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message, wire
 
 
 class ApiKey(enum.IntEnum):
@@ -41,6 +57,11 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -58,10 +79,16 @@ class ApiKey(enum.IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
-    CREATE_SHARE_GROUP = 1100
-    ALTER_SHARE_GROUP = 1101
-    DELETE_SHARE_GROUP = 1102
-    LIST_SHARE_GROUPS = 1103
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    #: mqbroker's own APIs (no Kafka equivalent) are numbered from 1100.
+    CREATE_CONNECTOR = 1100
+    ALTER_CONNECTOR = 1101
+    DESCRIBE_CONNECTORS = 1102
+    CREATE_SHARE_GROUP = 1110
+    ALTER_SHARE_GROUP = 1111
+    DELETE_SHARE_GROUP = 1112
+    LIST_SHARE_GROUPS = 1113
 
 
 class Acks(enum.IntEnum):
@@ -99,6 +126,14 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+
+
+class ConnectorAction(enum.IntEnum):
+    """What an AlterConnector request does."""
+
+    PAUSE = 0
+    RESUME = 1
+    DELETE = 2
 
 
 class ConfigOperation(enum.IntEnum):
@@ -283,8 +318,21 @@ class FetchRequest:
 
 
 @message
+class FetchAbortedTransaction:
+    """A transaction whose batches a read_committed reader drops: the producer's, from ``first_offset`` up to
+    its ABORT marker."""
+
+    producer_id: Int64
+    first_offset: Int64
+
+
+@message
 class FetchPartitionResult:
-    """Record batches read from one partition, and where its log stands."""
+    """Record batches read from one partition, and where its log stands.
+
+    Version 1 adds ``aborted_transactions`` (null for read_uncommitted); a version 0 request for
+    read_committed is refused, since its answer could not list them.
+    """
 
     partition_index: Int32
     error_code: Int16 = 0
@@ -295,6 +343,7 @@ class FetchPartitionResult:
     records: Records = b""
     diverging_epoch: Int32 = -1  # to a follower: its log leaves the leader's after this epoch ...
     diverging_end_offset: Int64 = -1  # ... which ends here in the leader's log (truncate, then fetch again)
+    aborted_transactions: tuple[FetchAbortedTransaction, ...] | None = wire(since=1, default=None)
 
 
 @message
@@ -1224,6 +1273,81 @@ class DescribeQuorumResponse:
     brokers: tuple[QuorumBroker, ...]
 
 
+# ---------------------------------------------------------------------------------------------
+# Connectors (docs/connectors.md): mqbroker's own APIs. Failures travel in the response envelope.
+
+
+@message
+class CreateConnectorRequest:
+    """Creates connector ``name``; the broker checks ``configs`` before storing it."""
+
+    name: str
+    configs: dict[str, str]
+
+
+@message
+class CreateConnectorResponse:
+    """The connector is stored; its tasks start on their owners."""
+
+
+@message
+class AlterConnectorRequest:
+    """Pauses, resumes or deletes a connector (``action``: a ``ConnectorAction``)."""
+
+    name: str
+    action: Int8
+
+
+@message
+class AlterConnectorResponse:
+    """The change is stored; the tasks' owners apply it."""
+
+
+@message
+class DescribeConnectorsRequest:
+    """Describes connectors by name (None: every connector)."""
+
+    names: tuple[str, ...] | None
+
+
+@message
+class DescribedConnectorTask:
+    """One task as its owner last reported it (``state``: a ``TaskState`` value; -1: unknown)."""
+
+    task: Int32
+    state: str
+    owner_id: Int32
+    updated_ms: Int64
+    records_total: Int64
+    records_per_second: Int64
+    lag_records: Int64
+    lag_ms: Int64
+    errors_total: Int64
+    outages_total: Int64
+    outage_ms: Int64
+    in_outage: bool
+    last_error: str | None
+    last_error_ms: Int64
+
+
+@message
+class DescribedConnector:
+    """A connector: type, target state (``running`` or ``paused``), configuration (secrets hidden), tasks."""
+
+    name: str
+    type: str
+    state: str
+    configs: dict[str, str]
+    tasks: tuple[DescribedConnectorTask, ...]
+
+
+@message
+class DescribeConnectorsResponse:
+    """The described connectors, by name."""
+
+    connectors: tuple[DescribedConnector, ...]
+
+
 @message
 class ApiSchema:
     """The request and response types of one API and its supported versions (inclusive)."""
@@ -1238,7 +1362,7 @@ class ApiSchema:
 #: (see ``mqbroker.protocols.schema``), raise ``max_version``, and compile per version as the Kafka codec does.
 APIS: dict[ApiKey, ApiSchema] = {
     ApiKey.PRODUCE: ApiSchema(request_type=ProduceRequest, response_type=ProduceResponse),
-    ApiKey.FETCH: ApiSchema(request_type=FetchRequest, response_type=FetchResponse),
+    ApiKey.FETCH: ApiSchema(request_type=FetchRequest, response_type=FetchResponse, max_version=1),
     ApiKey.LIST_OFFSETS: ApiSchema(request_type=ListOffsetsRequest, response_type=ListOffsetsResponse),
     ApiKey.METADATA: ApiSchema(request_type=MetadataRequest, response_type=MetadataResponse),
     ApiKey.OFFSET_COMMIT: ApiSchema(request_type=OffsetCommitRequest, response_type=OffsetCommitResponse),
@@ -1305,6 +1429,22 @@ APIS: dict[ApiKey, ApiSchema] = {
     ApiKey.LIST_SHARE_GROUPS: ApiSchema(
         request_type=share.ListShareGroupsRequest, response_type=share.ListShareGroupsResponse
     ),
+    ApiKey.CREATE_CONNECTOR: ApiSchema(request_type=CreateConnectorRequest, response_type=CreateConnectorResponse),
+    ApiKey.ALTER_CONNECTOR: ApiSchema(request_type=AlterConnectorRequest, response_type=AlterConnectorResponse),
+    ApiKey.DESCRIBE_CONNECTORS: ApiSchema(
+        request_type=DescribeConnectorsRequest, response_type=DescribeConnectorsResponse
+    ),
+    ApiKey.ADD_PARTITIONS_TO_TXN: ApiSchema(
+        request_type=AddPartitionsToTxnRequest, response_type=AddPartitionsToTxnResponse
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: ApiSchema(request_type=AddOffsetsToTxnRequest, response_type=AddOffsetsToTxnResponse),
+    ApiKey.END_TXN: ApiSchema(request_type=EndTxnRequest, response_type=EndTxnResponse),
+    ApiKey.WRITE_TXN_MARKERS: ApiSchema(request_type=WriteTxnMarkersRequest, response_type=WriteTxnMarkersResponse),
+    ApiKey.TXN_OFFSET_COMMIT: ApiSchema(request_type=TxnOffsetCommitRequest, response_type=TxnOffsetCommitResponse),
+    ApiKey.DESCRIBE_TRANSACTIONS: ApiSchema(
+        request_type=DescribeTransactionsRequest, response_type=DescribeTransactionsResponse
+    ),
+    ApiKey.LIST_TRANSACTIONS: ApiSchema(request_type=ListTransactionsRequest, response_type=ListTransactionsResponse),
 }
 
 #: The API key of each request type (the codec derives a request's key from its type).

@@ -15,14 +15,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import maybeDeferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
 from mqbroker.config import BrokerConfig
-from mqbroker.interfaces import IBroker
+from mqbroker.interfaces import IBroker, IConnectorAdmin
 from mqbroker.model import ANONYMOUS, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
@@ -30,8 +30,10 @@ from mqbroker.protocols.native import admin_handlers as admin
 from mqbroker.protocols.native import data_handlers as data
 from mqbroker.protocols.native import group_handlers as group
 from mqbroker.protocols.native import share_handlers as share
+from mqbroker.protocols.native import txn_handlers
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
+from mqbroker.protocols.native.connector_handlers import CONNECTOR_APIS, handle_connector_request
 from mqbroker.protocols.native.connection import (
     ConnectionFailed,
     RequestReceived,
@@ -49,7 +51,7 @@ Handler = Callable[[Any, Principal, Any], Awaitable[Any]]
 async def handle_api_versions(broker: IBroker, principal: Principal, request: m.ApiVersionsRequest) -> Any:
     """List the APIs this server answers (only those with a handler)."""
     advertised = supported_api_versions()
-    served = HANDLERS.keys() | SECURITY_APIS
+    served = HANDLERS.keys() | SECURITY_APIS | CONNECTOR_APIS
     return m.ApiVersionsResponse(api_keys=tuple(r for r in advertised.api_keys if r.api_key in served))
 
 
@@ -87,6 +89,7 @@ HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.ALTER_SHARE_GROUP: share.handle_alter_share_group,
     m.ApiKey.DELETE_SHARE_GROUP: share.handle_delete_share_group,
     m.ApiKey.LIST_SHARE_GROUPS: share.handle_list_share_groups,
+    **txn_handlers.HANDLERS,
 }
 
 
@@ -98,10 +101,13 @@ class NativeSession:
     def __init__(
         self, broker: IBroker, config: BrokerConfig, *, clock: IReactorTime | None = None,
         latency: Histogram | None = None, security: FrontEndSecurity | None = None,
+        connectors: IConnectorAdmin | None = None,
     ) -> None:
         """``security`` None: every client is anonymous; ``clock`` None: replies are never throttled."""
         self._broker = broker
         self._config = config
+        #: The connector admin service, or None: connectors are off on this broker.
+        self._connectors = connectors
         self._frame_bytes_max = config.native_frame_bytes_max
         self._codec = ServerConnection(self._frame_bytes_max)
         self._latency = latency
@@ -166,12 +172,15 @@ class NativeSession:
         handler = HANDLERS.get(api_key)
         if self._security is not None and api_key in SECURITY_APIS:
             handler = self._security.handle
+        elif api_key in CONNECTOR_APIS:
+            handler = functools.partial(_connector_request, self._connectors)
         if handler is None:
             error = errors.UnknownApiKeyError(f"API {api_key.name} is not served by this broker version")
             self._write(self._codec.reply_error(header, error))
             return
         started = time.perf_counter()
         group.REQUEST_CLIENT_ID.set(header.client_id)
+        data.REQUEST_API_VERSION.set(header.api_version)
         answered = maybeDeferred(handler, self._broker, principal, request)  # produce/fetch: Deferreds; others: coroutines
         if header.api_key == m.ApiKey.PRODUCE and request.acks == 0:
             answered.addCallback(self._throttle_then, principal, header, request, None, lambda: None)
@@ -242,6 +251,11 @@ def _latency_series(latency: Histogram, api_key: int) -> Histogram:
     return latency.labels("native", m.ApiKey(api_key).name.lower())
 
 
+def _connector_request(admin: IConnectorAdmin | None, broker: IBroker, principal: Principal, request: Any) -> Any:
+    """A connector API call, in the handlers' shape (the broker is not used: the admin service answers)."""
+    return Deferred.fromCoroutine(handle_connector_request(admin, principal, request))
+
+
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The native listener's factory (named by the front-end plugin)."""
     config = context.config
@@ -249,7 +263,7 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     gauge = context.metrics.connections.labels("native") if context.metrics is not None else None
     return SessionFactory(
         lambda address: NativeSession(broker, config, clock=context.reactor, latency=latency,
-                                      security=context.security),
+                                      security=context.security, connectors=context.connectors),
         idle_timeout_s=config.connection_idle_ms / 1000.0,
         metrics_gauge=gauge,
         frame_timeout_s=context.frame_timeout_s,

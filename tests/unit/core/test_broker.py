@@ -99,6 +99,31 @@ def test_create_topic_validates_then_proposes(tmp_path: Path) -> None:
         fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="u", configs={"segment.bytes": "-1"}), False))
 
 
+def test_topics_without_a_factor_get_three_replicas_and_min_insync_two_in_a_cluster_and_one_on_a_single_broker(
+    tmp_path: Path,
+) -> None:
+    cluster = build_broker(tmp_path / "cluster", FakeClusterView(broker_ids=(1, 2, 3)))
+    fired(cluster.broker.create_topic(ANONYMOUS, TopicSpec(name="t"), False))
+    fired(cluster.broker.create_topic(Principal("Service", "mqtt"), TopicSpec(name="mqtt.messages"), False))
+    fired(cluster.broker.create_topic(ANONYMOUS, TopicSpec(name="one", replication_factor=1), False))
+    for name in ("t", "mqtt.messages"):
+        assert [len(p.replicas) for p in cluster.cluster.image.topics[name].partitions] == [3]
+        assert cluster.cluster.topic(name).configs == {"min.insync.replicas": "2"}
+    assert cluster.cluster.topic("one").configs == {}
+    single = build_broker(tmp_path / "single", FakeClusterView())
+    fired(single.broker.create_topic(ANONYMOUS, TopicSpec(name="t"), False))
+    assert [len(p.replicas) for p in single.cluster.image.topics["t"].partitions] == [1]
+    assert single.cluster.topic("t").configs == {}
+
+
+def test_an_explicit_default_replication_factor_applies_to_clients_but_not_to_front_ends(tmp_path: Path) -> None:
+    rig = build_broker(tmp_path, FakeClusterView(broker_ids=(1, 2, 3)), settings={"default_replication_factor": 1})
+    fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="t"), False))
+    fired(rig.broker.create_topic(Principal("Service", "amqp"), TopicSpec(name="amqp.queue.q"), False))
+    assert [len(p.replicas) for p in rig.cluster.image.topics["t"].partitions] == [1]
+    assert [len(p.replicas) for p in rig.cluster.image.topics["amqp.queue.q"].partitions] == [3]
+
+
 def test_configs_are_altered_incrementally_and_described_with_the_broker_defaults(tmp_path: Path) -> None:
     rig = build_broker(tmp_path, FakeClusterView(), settings={"log.min.insync.replicas": "1"})
     fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="t", configs={"retention.ms": "1000"}), False))

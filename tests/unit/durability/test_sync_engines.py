@@ -18,6 +18,7 @@ from twisted.internet.interfaces import IReadDescriptor
 from twisted.logger import Logger
 from zope.interface.verify import verifyObject
 
+from mqbroker import limits
 from mqbroker.errors import StorageError
 from mqbroker.durability.flusher import Flusher
 from mqbroker.storage.log import FlushTicket, PartitionLog
@@ -59,6 +60,9 @@ class _FailingLog:
 
     def flush(self) -> int:
         raise OSError(5, "Input/output error")
+
+    def has_unsynced(self) -> bool:
+        return True
 
 
 def test_both_engines_provide_the_engine_interface(engine) -> None:
@@ -159,3 +163,43 @@ async def test_a_waiter_registered_from_another_waiters_callback_is_kept(engine,
     await registered[0].addTimeout(10, reactor)
     await flusher.drain()
     assert partition_log.durable_end_offset == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_round_that_covered_every_waiter_is_not_followed_by_an_empty_one(engine, tmp_path) -> None:
+    flusher = Flusher(engine, lambda logs: None)
+    (partition_log,) = _logs(tmp_path, 1, appended=1)
+    flusher.request_flush(partition_log)  # as a produce does: the append asks for a round, then its ack waits
+    await flusher.wait_durable(partition_log, 0)
+    await flusher.drain()
+    assert flusher.rounds == 1 and partition_log.durable_end_offset == 1
+    flusher.request_flush(partition_log)  # nothing new since: no round at all
+    await flusher.drain()
+    assert flusher.rounds == 1
+    partition_log.append(payload_batch(1), now_ms=0)
+    flusher.request_flush(partition_log)
+    await flusher.drain()
+    assert flusher.rounds == 2 and partition_log.durable_end_offset == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_round_syncs_at_most_fsync_round_logs_max_logs_and_the_rest_follow_in_the_next(
+    engine, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(limits, "fsync_round_logs_max", 3)
+    round_sizes: list[int] = []
+    real_sync = engine.sync
+
+    def counting_sync(logs):  # type: ignore[no-untyped-def]
+        round_sizes.append(len(logs))
+        return real_sync(logs)
+
+    monkeypatch.setattr(engine, "sync", counting_sync)
+    flusher = Flusher(engine, lambda logs: None)
+    logs = _logs(tmp_path, 7, appended=1)
+    waits = [flusher.wait_durable(partition_log, 0) for partition_log in logs]
+    for waited in waits:
+        await waited
+    await flusher.drain()
+    assert round_sizes == [1, 3, 3]  # the first waiter starts a round at once; the other six wait, three a round
+    assert all(partition_log.durable_end_offset == 1 for partition_log in logs)

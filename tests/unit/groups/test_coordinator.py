@@ -10,6 +10,7 @@ from mqbroker.errors import (
     ErrorCode,
     FencedInstanceIdError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
@@ -271,6 +272,30 @@ def test_only_a_group_without_members_can_be_deleted() -> None:
     c.leave(who(a), 20)
     c.delete_group("g", 30)
     assert c.list_groups() == []
+
+
+def test_offsets_are_deleted_only_for_topics_no_member_subscribes_to() -> None:
+    c = coordinator()
+    join(c, "a", 0)
+    a = responses(c)["a"]
+    c.sync(who(a), 0)
+    subscribed, other = TopicPartition(TOPIC, 1), TopicPartition("other", 0)
+    c.offsets_written(c.commit_offsets(OffsetCommitRequest(
+        group_id="g", member_id=a.member_id, generation_id=a.generation_id, group_instance_id=None,
+        offsets=tuple(PartitionCommit(topic_partition=tp, offset=5, metadata="", leader_epoch=None)
+                      for tp in (subscribed, other))), 10))
+    c.ready()
+    outcomes = c.delete_offsets("g", [subscribed, other, TopicPartition("other", 3)])
+    assert isinstance(outcomes[subscribed], GroupSubscribedToTopicError)
+    assert outcomes[other] is None and outcomes[TopicPartition("other", 3)] is None  # nothing committed: done
+    assert [decode_key(r.key) for r in c.ready().records] == [OffsetKey(group_id="g", topic_partition=other)]
+    assert set(c.fetch_offsets("g")) == {subscribed}
+    with pytest.raises(GroupIdNotFoundError):
+        c.delete_offsets("nobody", [other])
+    c.leave(who(a), 20)
+    c.ready()
+    assert c.delete_offsets("g", [subscribed]) == {subscribed: None}
+    assert c.fetch_offsets("g") == {}
 
 
 def test_a_new_coordinator_replaying_the_offsets_topic_restores_members_and_offsets() -> None:

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.control import ControlType, encode_control_batch
 from mqbroker.records.header import stamp
 from mqbroker.records.readable import UnreadableBatch, UnreadableTally, readable_records
 from tests.poison import poison_batch
@@ -72,3 +73,20 @@ def test_the_tally_counts_by_reader_and_topic_and_gives_the_log_fields() -> None
     assert fields["skipped_total"] == 2 and fields["first_offset"] == 7 and fields["partition"] == 0
     tally.skipped_at("offsets loader", "__consumer_offsets", 1, 3, 3, ValueError("y"))
     assert tally.counts() == {("MQTT reader", "mqtt.messages"): 2, ("offsets loader", "__consumer_offsets"): 1}
+
+
+def test_an_aborted_transactions_batches_and_every_marker_are_passed_over() -> None:
+    def transactional(producer_id: int, value: bytes) -> bytes:
+        builder = BatchBuilder(producer_id=producer_id, producer_epoch=0, base_sequence=0, is_transactional=True)
+        builder.append(1_000, b"k", value)
+        return builder.build()
+
+    data = (_at(transactional(7, b"aborted"), 0) + _at(transactional(8, b"committed"), 1)
+            + _at(encode_control_batch(ControlType.ABORT, 7, 0, 0, 1_000), 2)
+            + _at(encode_control_batch(ControlType.COMMIT, 8, 0, 0, 1_000), 3) + _at(_batch(b"plain"), 4))
+    records = [(record.offset, record.value) for record in readable_records(
+        data, 0, topic="t", partition=0, skipped=lambda batch: None, aborted=[(7, 0)])]
+    assert records == [(1, b"committed"), (4, b"plain")]
+    everything = [record.value for record in readable_records(data, 0, topic="t", partition=0,
+                                                               skipped=lambda batch: None)]
+    assert everything == [b"aborted", b"committed", b"plain"]  # read_uncommitted: only the markers go

@@ -23,6 +23,8 @@ from tests.unit.storage.logtools import make_batch, read_all
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, retention_bytes=6000)
 PRODUCER_ID = 77
+#: Fewer open segment files than the workload's segments: files are closed and reopened under the power cuts too.
+SEGMENT_FILES_OPEN_MAX = 2
 
 
 @dataclasses.dataclass
@@ -62,7 +64,7 @@ class LogWorkload:
         self.manager = self._open()
 
     def _open(self) -> LogManager:
-        manager = LogManager(self.data_dir, CONFIG)
+        manager = LogManager(self.data_dir, CONFIG, segment_files_open_max=SEGMENT_FILES_OPEN_MAX)
         manager.open_all(self.now_ms, {})
         for key in manager.partitions():
             self.histories.setdefault(key, PartitionHistory())

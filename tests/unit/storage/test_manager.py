@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from mqbroker.storage.config import LogConfig
+from mqbroker.storage.epochs import EpochEntry, LeaderEpochCache
 from mqbroker.storage.errors import InvalidConfigError, PartitionExistsError, UnknownPartitionError
 from mqbroker.storage.manager import CLEAN_SHUTDOWN, LogManager
 from tests.powerloss import power_loss_disks
@@ -46,7 +48,9 @@ def test_clean_restart_skips_recovery_and_loads_indexes_lazily(tmp_path):
     restarted.open_all(now_ms=0)
     assert not os.path.exists(tmp_path / CLEAN_SHUTDOWN)
     log = restarted.get("orders", 1)
-    assert not log.cleaner_view().segments[0].offset_index.loaded
+    oldest = log._segments[0]
+    assert not oldest.offset_index.loaded and oldest.log_file.fd is None  # neither read nor opened yet
+    assert restarted.segment_files.open_count == len(restarted.partitions())  # each log's active segment
     assert {key: read_all(restarted.get(*key)) for key in restarted.partitions()} == expected
 
 
@@ -108,3 +112,36 @@ def test_a_new_data_directory_and_its_durable_batches_survive_a_power_loss(tmp_p
         recovered.open_all(now_ms=0)
     assert recovered.partitions() == [("orders", 0)]
     assert recovered.get("orders", 0).log_end_offset == 1 and len(read_all(recovered.get("orders", 0))) == 1
+
+
+def test_logs_opened_recovered_and_created_by_a_thread_pool_hold_exactly_what_one_by_one_would(tmp_path):
+    with ThreadPoolExecutor(4) as pool:
+        manager = LogManager(str(tmp_path), SMALL_SEGMENTS, segment_files_open_max=4, parallel_map=pool.map)
+        created = manager.create_many("orders", range(12))
+        assert [log.directory for log in created] == [str(tmp_path / f"orders-{number}") for number in range(12)]
+        for number, log in enumerate(created):
+            for tag in range(number % 4):
+                log.append(payload_batch(tag), now_ms=0)
+            log.flush()
+        manager.assign_epochs((log, 5) for log in created)
+        for number, log in enumerate(created):  # persisted: a fresh read of the checkpoint file has it
+            assert LeaderEpochCache.load(log.directory).entries == [EpochEntry(epoch=5, start_offset=number % 4)]
+        # no close: the next open recovers every log, four at a time
+        restarted = LogManager(str(tmp_path), SMALL_SEGMENTS, segment_files_open_max=4, parallel_map=pool.map)
+        restarted.open_all(now_ms=0)
+        assert restarted.partitions() == [("orders", number) for number in range(12)]
+        for number in range(12):
+            assert len(read_all(restarted.get("orders", number))) == number % 4
+        restarted.close()  # closed four at a time too
+    assert os.path.exists(tmp_path / CLEAN_SHUTDOWN)
+
+
+def test_create_many_refuses_a_partition_named_twice_or_already_there_and_creates_none(tmp_path):
+    manager = LogManager(str(tmp_path), SMALL_SEGMENTS)
+    manager.create("orders", 0)
+    with pytest.raises(PartitionExistsError):
+        manager.create_many("orders", [1, 0])
+    with pytest.raises(PartitionExistsError):
+        manager.create_many("orders", [2, 2])
+    assert manager.partitions() == [("orders", 0)]
+    manager.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqbroker.protocols.kafka.handlers import admin, cluster, groups, records
+from mqbroker.protocols.kafka.handlers import admin, cluster, groups, records, transactions
 from mqbroker.protocols.kafka.handlers.context import Handler
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 
@@ -13,8 +13,13 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.FETCH: records.handle_fetch,
     ApiKey.LIST_OFFSETS: records.handle_list_offsets,
     ApiKey.INIT_PRODUCER_ID: records.handle_init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.handle_end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
     ApiKey.METADATA: cluster.handle_metadata,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.LIST_TRANSACTIONS: cluster.handle_list_transactions,
     ApiKey.FIND_COORDINATOR: cluster.handle_find_coordinator,
     ApiKey.JOIN_GROUP: groups.handle_join_group,
     ApiKey.SYNC_GROUP: groups.handle_sync_group,
@@ -25,6 +30,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.LIST_GROUPS: groups.handle_list_groups,
     ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
     ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
     ApiKey.CREATE_TOPICS: admin.handle_create_topics,
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,

@@ -7,12 +7,14 @@ from typing import Any
 
 from mqbroker import errors
 from mqbroker.protocols.deferreds import gathered, settle, settled
+from mqbroker.protocols.kafka.config_catalog import config_type
 from mqbroker.protocols.kafka.error_codes import kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import admin as m
 
 #: Kafka's ConfigResource types and config sources (DescribeConfigs).
 RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -117,24 +119,45 @@ async def _overrides(context: RequestContext, topic: str) -> dict[str, str]:
 
 
 async def handle_describe_configs(context: RequestContext, request: m.DescribeConfigsRequest) -> m.DescribeConfigsResponse:
-    """Effective topic configurations, each key with its source (overrides are DYNAMIC_TOPIC_CONFIG)."""
+    """Effective topic configurations (overrides are DYNAMIC_TOPIC_CONFIG) and this broker's own settings."""
     results = []
     for resource in request.resources:
-        configs: Mapping[str, str] | None = None
-        error = _not_a_topic(resource.resource_type)
-        if error is None:
-            configs, error = await settle(context.calls.describe_configs(resource.resource_name))
         wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-        entries = tuple(
-            m.DescribeConfigsResourceResult(name=key, value=str(value), read_only=False,
-                                            config_source=_source(context, key, str(value)), is_sensitive=False,
-                                            synonyms=())
-            for key, value in sorted((configs or {}).items()) if wanted is None or key in wanted)
+        entries: list[m.DescribeConfigsResourceResult] = []
+        error: BaseException | None = None
+        if resource.resource_type == RESOURCE_BROKER:
+            error = _not_this_broker(context, resource.resource_name)
+            if error is None and resource.resource_name:  # "": the cluster-wide dynamic defaults, which mqbroker has none of
+                entries = [
+                    m.DescribeConfigsResourceResult(name=key, value=entry.value, read_only=True,
+                                                    config_source=entry.source, is_sensitive=False, synonyms=(),
+                                                    config_type=entry.type)
+                    for key, entry in sorted(context.broker_configs.items())]
+        else:
+            error = _not_a_topic(resource.resource_type)
+            configs: Mapping[str, str] | None = None
+            if error is None:
+                configs, error = await settle(context.calls.describe_configs(resource.resource_name))
+            entries = [
+                m.DescribeConfigsResourceResult(name=key, value=str(value), read_only=False,
+                                                config_source=_source(context, key, str(value)), is_sensitive=False,
+                                                synonyms=(), config_type=config_type(key))
+                for key, value in sorted((configs or {}).items())]
         code, message = kafka_error(error)
         results.append(m.DescribeConfigsResult(error_code=code, error_message=message,
                                                resource_type=resource.resource_type,
-                                               resource_name=resource.resource_name, configs=entries))
+                                               resource_name=resource.resource_name,
+                                               configs=tuple(entry for entry in entries
+                                                             if wanted is None or entry.name in wanted)))
     return m.DescribeConfigsResponse(throttle_time_ms=0, results=tuple(results))
+
+
+def _not_this_broker(context: RequestContext, name: str) -> errors.BrokerError | None:
+    """A broker resource names this broker, or (empty) the cluster-wide dynamic defaults."""
+    if name in ("", str(context.node_id)):
+        return None
+    return errors.InvalidRequestError(f"broker {name!r} is described by that broker itself; this is broker "
+                                      f"{context.node_id} (send the request to the broker it names)")
 
 
 async def handle_alter_configs(context: RequestContext, request: m.AlterConfigsRequest) -> m.AlterConfigsResponse:

@@ -8,6 +8,7 @@ from mqbroker.protocols.deferreds import settle
 from mqbroker.protocols.kafka.error_codes import kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext
 from mqbroker.protocols.kafka.messages import cluster as m
+from mqbroker.transactions.messages import TransactionState
 
 #: Kafka's "authorized operations not requested" value.
 OPERATIONS_NOT_REQUESTED = -(2**31)
@@ -77,7 +78,7 @@ async def handle_describe_cluster(context: RequestContext, request: m.DescribeCl
 
 
 async def handle_find_coordinator(context: RequestContext, request: m.FindCoordinatorRequest) -> m.FindCoordinatorResponse:
-    """The broker coordinating a group (one key before version 4, a batch after)."""
+    """The broker coordinating a group or a transactional id (one key before version 4, a batch after)."""
     if context.version < 4:
         found = await _coordinator(context, request.key, request.key_type)
         return m.FindCoordinatorResponse(error_code=found.error_code, error_message=found.error_message,
@@ -87,19 +88,43 @@ async def handle_find_coordinator(context: RequestContext, request: m.FindCoordi
 
 
 async def _coordinator(context: RequestContext, key: str, key_type: int) -> m.Coordinator:
+    error: BaseException | None
     if key_type == COORDINATOR_TRANSACTION:
-        error: BaseException | None = errors.UnsupportedVersionError(
-            "transactions are not supported by this broker yet; there is no transaction coordinator")
-        endpoint = None
+        endpoint, error = await settle(context.calls.find_transaction_coordinator(key))
     elif key_type != COORDINATOR_GROUP:
         error, endpoint = errors.InvalidRequestError(f"coordinator type {key_type} is unknown"), None
     else:
         endpoint, error = await settle(context.calls.find_coordinator(key))
     address = kafka_address(endpoint, context.listener) if endpoint is not None else None
     if endpoint is not None and address is None:
+        what = "transactional id" if key_type == COORDINATOR_TRANSACTION else "group"
         error = errors.CoordinatorNotAvailableError(
-            f"the coordinator of group {key!r}, broker {endpoint.node_id}, has no Kafka listener")
+            f"the coordinator of {what} {key!r}, broker {endpoint.node_id}, has no Kafka listener")
     code, message = kafka_error(error)
     host, port = address if address is not None else ("", -1)
     return m.Coordinator(key=key, node_id=endpoint.node_id if address else -1, host=host, port=port,
                          error_code=code, error_message=message)
+
+
+#: Kafka's transaction states (ListTransactions filters); a filter naming another is reported back as unknown.
+TRANSACTION_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+                                "Dead", "PrepareEpochFence"})
+
+
+async def handle_list_transactions(context: RequestContext, request: m.ListTransactionsRequest
+                                   ) -> m.ListTransactionsResponse:
+    """The transactions this broker coordinates (``kafka-transactions list`` asks every broker and merges)."""
+    unknown = tuple(state for state in request.state_filters if state not in TRANSACTION_STATES)
+    ours = {state.value: state for state in TransactionState}
+    states = [ours[name] for name in request.state_filters if name in ours]
+    if request.state_filters and not states:
+        return m.ListTransactionsResponse(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
+                                          transaction_states=())  # only states no transaction here is in
+    listings, error = await settle(context.calls.list_transactions(states, request.producer_id_filters))
+    code, _ = kafka_error(error)
+    return m.ListTransactionsResponse(
+        throttle_time_ms=0, error_code=code, unknown_state_filters=unknown,
+        transaction_states=tuple(
+            m.TransactionState(transactional_id=listing.transactional_id, producer_id=listing.producer_id,
+                               transaction_state=listing.state.value)
+            for listing in listings or ()))

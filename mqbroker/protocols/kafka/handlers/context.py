@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqbroker.protocols.kafka.broker_calls import BrokerCalls
+from mqbroker.protocols.kafka.config_catalog import BrokerConfigEntry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,6 +24,8 @@ class RequestContext:
     #: The configuration of a topic without overrides, and the keys set broker-wide (``log.``), for DescribeConfigs.
     topic_config_defaults: Mapping[str, str] = field(default_factory=dict)
     broker_topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    #: This broker's own settings under Kafka's names (DescribeConfigs of a broker resource).
+    broker_configs: Mapping[str, BrokerConfigEntry] = field(default_factory=dict)
 
 
 #: A handler answers one request: a coroutine, or a Deferred on the produce and fetch paths.

@@ -81,6 +81,12 @@ def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
     )))
 
 
+def _subscription(topics: Iterable[str]) -> bytes:
+    """A member's subscription as DescribeGroups shows it (consumer protocol version 0: its topics)."""
+    return consumer_protocol.encode_subscription(consumer_protocol.ConsumerSubscription(topics=tuple(sorted(topics))),
+                                                 version=0)
+
+
 async def handle_sync_group(context: RequestContext, request: m.SyncGroupRequest) -> m.SyncGroupResponse:
     """The member's assignment for its generation (assignments a client sends are not needed)."""
     synced = await context.calls.sync_group(request.group_id, request.member_id, request.group_instance_id,
@@ -127,10 +133,11 @@ async def handle_offset_commit(context: RequestContext, request: m.OffsetCommitR
     ))
 
 
-async def _committed(context: RequestContext, group_id: str,
-                     wanted: Sequence[tuple[str, int]] | None) -> tuple[dict[str, list[tuple[int, Any]]], int]:
-    """A group's committed offsets per topic ((partition, CommittedOffset or None) pairs) and an error code."""
-    found, error = await settle(context.calls.fetch_offsets(group_id, wanted))
+async def _committed(context: RequestContext, group_id: str, wanted: Sequence[tuple[str, int]] | None,
+                     require_stable: bool) -> tuple[dict[str, list[tuple[int, Any]]], int]:
+    """A group's committed offsets per topic ((partition, CommittedOffset or None) pairs) and an error code
+    (``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction's offsets for them are pending)."""
+    found, error = await settle(context.calls.fetch_offsets(group_id, wanted, require_stable))
     code, _ = kafka_error(error)
     by_topic: dict[str, list[tuple[int, Any]]] = {}
     if found is not None:
@@ -156,7 +163,7 @@ async def handle_offset_fetch(context: RequestContext, request: m.OffsetFetchReq
         groups = []
         for group in request.groups:
             wanted = None if group.topics is None else [(t.name, p) for t in group.topics for p in t.partition_indexes]
-            by_topic, code = await _committed(context, group.group_id, wanted)
+            by_topic, code = await _committed(context, group.group_id, wanted, request.require_stable)
             groups.append(m.OffsetFetchResponseGroup(group_id=group.group_id, error_code=code, topics=tuple(
                 m.OffsetFetchResponseGroupTopic(name=name, partitions=tuple(
                     m.OffsetFetchResponseGroupPartition(
@@ -166,7 +173,7 @@ async def handle_offset_fetch(context: RequestContext, request: m.OffsetFetchReq
                 for name, entries in by_topic.items())))
         return m.OffsetFetchResponse(groups=tuple(groups))
     wanted = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    by_topic, code = await _committed(context, request.group_id, wanted)
+    by_topic, code = await _committed(context, request.group_id, wanted, request.require_stable)
     partition_code = code if context.version < 2 else 0  # version 1 has no top-level error code
     return m.OffsetFetchResponse(error_code=code, topics=tuple(
         m.OffsetFetchResponseTopic(name=name, partitions=tuple(
@@ -206,7 +213,8 @@ async def handle_describe_groups(context: RequestContext, request: m.DescribeGro
             members=tuple(
                 m.DescribedGroupMember(member_id=member.member_id, group_instance_id=member.group_instance_id,
                                        client_id=member.client_id, client_host=member.client_host,
-                                       member_metadata=b"", member_assignment=encode_assignment(member.assignment))
+                                       member_metadata=_subscription(member.topics),
+                                       member_assignment=encode_assignment(member.assignment))
                 for member in group.members),
         ))
     return m.DescribeGroupsResponse(groups=tuple(results))
@@ -218,3 +226,18 @@ async def handle_delete_groups(context: RequestContext, request: m.DeleteGroupsR
     return m.DeleteGroupsResponse(throttle_time_ms=0, results=tuple(
         m.DeletableGroupResult(group_id=group_id, error_code=kafka_error(error)[0])
         for group_id, (_, error) in zip(request.groups_names, outcomes)))
+
+
+async def handle_offset_delete(context: RequestContext, request: m.OffsetDeleteRequest) -> m.OffsetDeleteResponse:
+    """Delete committed offsets of topics no member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others)."""
+    wanted = [(topic.name, partition.partition_index) for topic in request.topics for partition in topic.partitions]
+    outcomes, error = await settle(context.calls.delete_offsets(request.group_id, wanted))
+    if error is not None:
+        return m.OffsetDeleteResponse(error_code=kafka_error(error)[0])
+    return m.OffsetDeleteResponse(error_code=0, topics=tuple(
+        m.OffsetDeleteResponseTopic(name=topic.name, partitions=tuple(
+            m.OffsetDeleteResponsePartition(
+                partition_index=partition.partition_index,
+                error_code=kafka_error(outcomes[TopicPartition(topic.name, partition.partition_index)])[0])
+            for partition in topic.partitions))
+        for topic in request.topics))

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 
-from mqbroker import errors
 from mqbroker.model import FetchResult, OffsetAndTimestamp
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.errors import CorruptRecordError
@@ -25,16 +24,14 @@ FETCH_SESSION_ID_NOT_FOUND = 70
 READ_COMMITTED = 1
 #: Bytes read to find the first record at or after a time (the batch the broker's time index names).
 TIME_LOOKUP_BYTES_MAX = 1024 * 1024
-_NO_TRANSACTIONS = "transactions are not supported by this broker yet; use a producer without a transactional id"
 
 
 def handle_produce(context: RequestContext, request: m.ProduceRequest) -> Deferred[Any]:
     """Append each partition's batches (all before anything waits, which keeps their order)."""
     calls = context.calls
-    transactional = request.transactional_id is not None
     answers = [
-        settled(fail(errors.UnsupportedVersionError(_NO_TRANSACTIONS)) if transactional else
-                calls.produce(topic.name, partition.index, partition.records or b"", request.acks, request.timeout_ms))
+        settled(calls.produce(topic.name, partition.index, partition.records or b"", request.acks, request.timeout_ms,
+                              request.transactional_id))
         .addCallback(_produce_result, topic.name, partition.index)
         for topic in request.topic_data
         for partition in topic.partition_data
@@ -69,32 +66,36 @@ def handle_fetch(context: RequestContext, request: m.FetchRequest) -> Deferred[A
         for topic in request.topics
         for partition in topic.partitions
     ]
-    aborted = () if request.isolation_level == READ_COMMITTED else None
-    fetched = context.calls.fetch(positions, request.max_wait_ms, request.min_bytes, request.max_bytes)
-    return fetched.addCallback(_fetch_response, aborted)
+    fetched = context.calls.fetch(positions, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                                  request.isolation_level)
+    return fetched.addCallback(_fetch_response)
 
 
-def _fetch_response(fetched: list[FetchResult], aborted: tuple[()] | None) -> m.FetchResponse:
-    answers = ((result.topic, _fetch_result(result, aborted)) for result in fetched)
+def _fetch_response(fetched: list[FetchResult]) -> m.FetchResponse:
+    answers = ((result.topic, _fetch_result(result)) for result in fetched)
     return m.FetchResponse(throttle_time_ms=0, responses=tuple(
         m.FetchableTopicResponse(topic=name, partitions=tuple(results)) for name, results in by_topic(answers).items()
     ))
 
 
-def _fetch_result(result: FetchResult, aborted: tuple[()] | None) -> m.PartitionData:
+def _fetch_result(result: FetchResult) -> m.PartitionData:
     code, _ = kafka_error(result.error)
-    # No transactions yet: the last stable offset is the high watermark and nothing was aborted.
+    # read_uncommitted results carry no stable offset (-1) and no aborted list (None): the high watermark answers.
     return m.PartitionData(
         partition_index=result.partition, error_code=code, high_watermark=result.high_watermark,
-        last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset,
-        aborted_transactions=aborted, records=result.records,
+        last_stable_offset=result.last_stable_offset if result.last_stable_offset >= 0 else result.high_watermark,
+        log_start_offset=result.log_start_offset, records=result.records,
+        aborted_transactions=None if result.aborted_transactions is None else tuple(
+            m.AbortedTransaction(producer_id=aborted.producer_id, first_offset=aborted.first_offset)
+            for aborted in result.aborted_transactions),
     )
 
 
 async def handle_list_offsets(context: RequestContext, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
     """Earliest (-2), latest (-1) or first-at-or-after-a-time offsets, all partitions looked up at once."""
     lookups = [
-        settled(Deferred.fromCoroutine(_list_offset(context, topic.name, partition.partition_index, partition.timestamp)))
+        settled(Deferred.fromCoroutine(_list_offset(context, topic.name, partition.partition_index, partition.timestamp,
+                                                    request.isolation_level)))
         .addCallback(_offset_result, topic.name, partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
@@ -105,14 +106,16 @@ async def handle_list_offsets(context: RequestContext, request: m.ListOffsetsReq
     ))
 
 
-async def _list_offset(context: RequestContext, topic: str, partition: int, timestamp_ms: int) -> OffsetAndTimestamp:
+async def _list_offset(
+    context: RequestContext, topic: str, partition: int, timestamp_ms: int, isolation_level: int
+) -> OffsetAndTimestamp:
     """The broker's lookup; by time, narrowed from the batch it names to the first record at or after the time.
 
     The broker's time index answers per batch (no record is decoded on its paths); Kafka answers
     per record, with that record's timestamp. Decoding the one batch here, on an admin path,
     gives clients Kafka's answer.
     """
-    found = await context.calls.list_offset(topic, partition, timestamp_ms)
+    found = await context.calls.list_offset(topic, partition, timestamp_ms, isolation_level)
     if timestamp_ms < 0 or found.offset < 0:
         return found
     [read] = await context.calls.fetch([(topic, partition, found.offset, TIME_LOOKUP_BYTES_MAX, -1)], 0, 0,
@@ -141,10 +144,9 @@ def _offset_result(outcome: tuple[Any, BaseException | None], topic: str, partit
 
 
 async def handle_init_producer_id(context: RequestContext, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
-    """A fresh idempotent producer identity (a transactional id is refused until transactions exist)."""
-    if request.transactional_id is not None:
-        raise errors.UnsupportedVersionError(_NO_TRANSACTIONS)
-    identity, error = await settle(context.calls.init_producer_id())
+    """A fresh idempotent producer identity, or a transactional id's with a new epoch (at its coordinator)."""
+    identity, error = await settle(context.calls.init_producer_id(request.transactional_id,
+                                                                  request.transaction_timeout_ms))
     code, _ = kafka_error(error)
     return m.InitProducerIdResponse(
         throttle_time_ms=0, error_code=code,

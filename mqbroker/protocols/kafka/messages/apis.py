@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from mqbroker.protocols.kafka.messages import admin, cluster, groups, produce_fetch, security
+from mqbroker.protocols.kafka.messages import admin, cluster, groups, produce_fetch, security, transactions
 
 
 class ApiKey(enum.IntEnum):
@@ -35,6 +35,10 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -43,10 +47,12 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    LIST_TRANSACTIONS = 66
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,9 +81,7 @@ def _api(key: ApiKey, module: object, name: str, versions: tuple[int, int], flex
                     min_version=versions[0], max_version=versions[1], flexible_since=flexible_since)
 
 
-#: Every API mqbroker serves. Transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-#: TxnOffsetCommit) are absent until the broker core has them, and so is OffsetDelete (the broker
-#: API cannot delete one partition's committed offset yet): clients learn it from ApiVersions.
+#: Every API mqbroker serves; clients learn what is absent from ApiVersions.
 APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 11), 9),
     # Fetch 13 on names topics by id, which mqbroker does not assign.
@@ -101,6 +105,12 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.DELETE_TOPICS, admin, "DeleteTopics", (1, 6), 4),
     _api(ApiKey.DELETE_RECORDS, admin, "DeleteRecords", (0, 2), 2),
     _api(ApiKey.INIT_PRODUCER_ID, produce_fetch, "InitProducerId", (0, 4), 2),
+    # AddPartitionsToTxn 4 batches transactional ids for brokers (KIP-890); EndTxn 4 adds only an error code and 5
+    # answers a bumped epoch (transaction version 2).
+    _api(ApiKey.ADD_PARTITIONS_TO_TXN, transactions, "AddPartitionsToTxn", (0, 3), 3),
+    _api(ApiKey.ADD_OFFSETS_TO_TXN, transactions, "AddOffsetsToTxn", (0, 3), 3),
+    _api(ApiKey.END_TXN, transactions, "EndTxn", (0, 3), 3),
+    _api(ApiKey.TXN_OFFSET_COMMIT, transactions, "TxnOffsetCommit", (0, 3), 3),
     _api(ApiKey.DESCRIBE_ACLS, security, "DescribeAcls", (1, 3), 2),
     _api(ApiKey.CREATE_ACLS, security, "CreateAcls", (1, 3), 2),
     _api(ApiKey.DELETE_ACLS, security, "DeleteAcls", (1, 3), 2),
@@ -109,8 +119,10 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.SASL_AUTHENTICATE, security, "SaslAuthenticate", (0, 2), 2),
     _api(ApiKey.CREATE_PARTITIONS, admin, "CreatePartitions", (0, 3), 2),
     _api(ApiKey.DELETE_GROUPS, groups, "DeleteGroups", (0, 2), 2),
+    _api(ApiKey.OFFSET_DELETE, groups, "OffsetDelete", (0, 0), None),
     _api(ApiKey.INCREMENTAL_ALTER_CONFIGS, admin, "IncrementalAlterConfigs", (0, 1), 1),
     _api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, security, "DescribeUserScramCredentials", (0, 0), 0),
     _api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, security, "AlterUserScramCredentials", (0, 0), 0),
     _api(ApiKey.DESCRIBE_CLUSTER, cluster, "DescribeCluster", (0, 1), 0),
+    _api(ApiKey.LIST_TRANSACTIONS, cluster, "ListTransactions", (0, 2), 0),
 )}

@@ -1,4 +1,5 @@
-"""The Kafka messages that describe the cluster: ApiVersions, Metadata, DescribeCluster and FindCoordinator.
+"""The Kafka messages that describe the cluster: ApiVersions, Metadata, DescribeCluster, FindCoordinator and
+ListTransactions.
 
 Written from Kafka's published message specifications, one class per struct; the field
 annotations are the wire schema and ``wire(...)`` says in which versions a field travels
@@ -187,3 +188,32 @@ class FindCoordinatorResponse:
     host: str = wire(until=3, default="")
     port: Int32 = wire(until=3, default=0)
     coordinators: tuple[Coordinator, ...] = wire(since=4, default=())
+
+
+@message
+class ListTransactionsRequest:
+    """List transactions, optionally only those in some states, of some producers or running for long."""
+
+    state_filters: tuple[str, ...]
+    producer_id_filters: tuple[Int64, ...]
+    duration_filter: Int64 = wire(since=1, default=-1)
+    transactional_id_pattern: str | None = wire(since=2, nullable_since=2, default=None)
+
+
+@message
+class TransactionState:
+    """One transactional id, its producer and its transaction's state."""
+
+    transactional_id: str
+    producer_id: Int64
+    transaction_state: str
+
+
+@message
+class ListTransactionsResponse:
+    """The transactions found, and the state filters the coordinator does not know."""
+
+    throttle_time_ms: Int32
+    error_code: Int16
+    unknown_state_filters: tuple[str, ...]
+    transaction_states: tuple[TransactionState, ...]

@@ -378,3 +378,51 @@ class DeleteGroupsResponse:
 
     throttle_time_ms: Int32
     results: tuple[DeletableGroupResult, ...]
+
+
+@message
+class OffsetDeleteRequestPartition:
+    """One partition whose committed offset is to be deleted."""
+
+    partition_index: Int32
+
+
+@message
+class OffsetDeleteRequestTopic:
+    """Partitions of one topic whose committed offsets are to be deleted."""
+
+    name: str
+    partitions: tuple[OffsetDeleteRequestPartition, ...]
+
+
+@message
+class OffsetDeleteRequest:
+    """Delete a group's committed offsets of topics none of its members subscribes to."""
+
+    group_id: str
+    topics: tuple[OffsetDeleteRequestTopic, ...]
+
+
+@message
+class OffsetDeleteResponsePartition:
+    """Whether one partition's committed offset was deleted."""
+
+    partition_index: Int32
+    error_code: Int16
+
+
+@message
+class OffsetDeleteResponseTopic:
+    """The outcome for one topic's partitions."""
+
+    name: str
+    partitions: tuple[OffsetDeleteResponsePartition, ...]
+
+
+@message
+class OffsetDeleteResponse:
+    """The group's error (unknown group, not authorized) and each partition's outcome."""
+
+    error_code: Int16
+    throttle_time_ms: Int32 = 0
+    topics: tuple[OffsetDeleteResponseTopic, ...] = ()

@@ -33,6 +33,7 @@ class FakeVirtualHost:
         self.batches: list[BatchStored] = []
         self.stored: list[bytes] = []
         self.gone: list[int] = []
+        self.definitions = None  # a single broker: no other broker's declarations to wait for
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)

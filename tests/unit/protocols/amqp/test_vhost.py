@@ -17,7 +17,7 @@ def _host_with_changed_queue() -> tuple[VirtualHost, FakeBroker, Clock]:
     broker, clock = FakeBroker(), Clock()
     host = VirtualHost(broker, clock)
     assert host.started.started
-    queue = host._add_queue(QueueDeclaration(name="work"), owner=None)
+    queue = host.add_queue(QueueDeclaration(name="work"), owner=None)
     host.state_changed(queue)  # e.g. an ack
     return host, broker, clock
 

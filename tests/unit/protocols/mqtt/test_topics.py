@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.topics import (
+    parse_mapping_rules,
     MappingRule,
     SubscriptionFilter,
     SubscriptionTrie,
@@ -168,3 +169,22 @@ def test_a_subscription_reads_every_log_topic_its_filter_may_map_onto() -> None:
 def test_invalid_log_topic_names_are_refused() -> None:
     with pytest.raises(ValueError, match="log topic"):
         TopicMapping([MappingRule(mqtt_filter="a", log_topic="has space")])
+
+
+def test_mapping_rules_are_read_from_the_setting_in_order_and_a_malformed_one_is_named() -> None:
+    rules = parse_mapping_rules(" plant/+/temperature = mqtt.temperature ,alarms/#=mqtt.alarms,")
+    assert [(rule.mqtt_filter, rule.log_topic) for rule in rules] == [
+        ("plant/+/temperature", "mqtt.temperature"), ("alarms/#", "mqtt.alarms")]
+    assert parse_mapping_rules("") == []
+    with pytest.raises(ValueError, match="'alarms/#' is not 'topic filter=log topic'"):
+        parse_mapping_rules("alarms/#")
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="ab/+#=,. -", max_size=40))
+def test_any_mapping_rules_setting_gives_rules_or_a_value_error(text: str) -> None:
+    try:
+        rules = parse_mapping_rules(text)
+    except ValueError:
+        return
+    assert all(rule.mqtt_filter and rule.log_topic and "," not in rule.log_topic for rule in rules)

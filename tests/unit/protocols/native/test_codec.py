@@ -160,7 +160,7 @@ def test_unsupported_version_is_rejected_naming_the_supported_range() -> None:
         codec.decode_request(_raw_request(api_key=ApiKey.FETCH, version=7, correlation_id=3, body=b"junk"))
     assert caught.value.code == ErrorCode.UNSUPPORTED_VERSION
     assert caught.value.header.api_key is ApiKey.FETCH and caught.value.header.correlation_id == 3
-    assert "versions 0 to 0" in caught.value.message
+    assert "versions 0 to 1" in caught.value.message
 
 
 def test_truncated_request_is_malformed_and_keeps_its_header() -> None:

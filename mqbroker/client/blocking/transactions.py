@@ -1,0 +1,213 @@
+"""The blocking producer's transaction calls: to the transactional id's coordinator and the group's coordinator.
+
+The calls run on their own connections (the producer's I/O thread keeps its sockets to the
+partition leaders), on the application's thread, or the I/O thread's for AddPartitionsToTxn. A call meeting a coordinator that moved, is
+loading, is unreachable or is still finishing the previous transaction (CONCURRENT_TRANSACTIONS)
+finds the coordinator again and retries, with backoff, until ``max_block_ms``; other errors are
+raised typed. ``client/transaction_requests.py`` builds the requests; the pure
+``TransactionTracker`` decides what is allowed.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from mqbroker import errors
+from mqbroker.client.backoff import Backoff
+from mqbroker.client.blocking.group import coordinator_connection
+from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
+from mqbroker.client.security import ClientSecurity
+from mqbroker.client.group_member import ConsumerGroupMetadata
+from mqbroker.client.producer_batch import ProducerBatch
+from mqbroker.client.transaction_requests import FIND_AGAIN, WAIT, TransactionRequests, raise_first_partition_error
+from mqbroker.client.transaction_state import ProducerTransactionState, TopicPartition, TransactionTracker
+from mqbroker.protocols.native.messages import CoordinatorType
+
+if TYPE_CHECKING:
+    from mqbroker.client.blocking.producer import Producer
+
+
+class CoordinatorCalls:
+    """Sends requests to the coordinator of a key (transactional id or group), finding it again as it moves."""
+
+    def __init__(
+        self, *, bootstrap: list[tuple[str, int]], client_id: str, timeout_s: float, deadline_s: float,
+        security: ClientSecurity | None,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._client_id = client_id
+        self._timeout_s = timeout_s
+        self._deadline_s = deadline_s
+        self._security = security
+        self._connections: dict[tuple[str, int], BlockingConnection] = {}
+        self._backoff = Backoff(initial_ms=20, max_ms=500)
+        self._random = random.Random()
+        #: The application's and the I/O thread's calls share the connections: one at a time.
+        self._one_at_a_time = threading.Lock()
+
+    def request(
+        self, key: str, key_type: CoordinatorType, request: object, check: Callable[[object], None] = lambda _: None
+    ) -> object:
+        """Send ``request`` to the coordinator of ``key``; retry what is retriable until the deadline."""
+        with self._one_at_a_time:
+            return self._request(key, key_type, request, check)
+
+    def _request(self, key: str, key_type: CoordinatorType, request: object, check: Callable[[object], None]) -> object:
+        deadline = time.monotonic() + self._deadline_s
+        attempt = 0
+        while True:
+            try:
+                response = self._connection(key, key_type).request(request, self._timeout_s)
+                check(response)
+                return response
+            except errors.BrokerError as error:
+                if isinstance(error, BrokerUnavailableError) or error.code in FIND_AGAIN:
+                    self._drop(key, key_type)
+                elif error.code not in WAIT:
+                    raise
+                attempt += 1
+                delay_s = self._backoff.delay_ms(attempt, self._random) / 1000
+                if time.monotonic() + delay_s >= deadline:
+                    raise
+                time.sleep(delay_s)
+
+    def _connection(self, key: str, key_type: CoordinatorType) -> BlockingConnection:
+        connection = self._connections.get((key, key_type))
+        if connection is None:
+            connection = coordinator_connection(self._bootstrap, key, self._client_id, self._timeout_s,
+                                                self._security, key_type)
+            self._connections[key, key_type] = connection
+        return connection
+
+    def _drop(self, key: str, key_type: CoordinatorType) -> None:
+        connection = self._connections.pop((key, key_type), None)
+        if connection is not None:
+            connection.close()
+
+    def close(self) -> None:
+        """Close every coordinator connection."""
+        with self._one_at_a_time:
+            for connection in self._connections.values():
+                connection.close()
+            self._connections.clear()
+
+
+class ProducerTransactions:
+    """A transactional ``Producer``'s side of its transactions: the tracker's checks, then the coordinator calls.
+
+    ``send`` only marks a new partition as waiting (its batches are held: ``core.gated``); the I/O
+    thread adds every waiting partition in one AddPartitionsToTxn before it sends their batches
+    (``add_waiting_partitions``), as Kafka's sender does. ``_state`` guards the tracker (never held
+    across a request or a flush); ``_calls_in_order`` serializes the application's own calls.
+    """
+
+    def __init__(self, requests: TransactionRequests, calls: CoordinatorCalls, producer: Producer) -> None:
+        self.tracker = TransactionTracker(requests.transactional_id)
+        self._requests = requests
+        self._calls = calls
+        self._producer = producer
+        self._state = threading.Lock()
+        self._calls_in_order = threading.Lock()
+
+    def _call(self, request: object, key: str | None = None, key_type: CoordinatorType = CoordinatorType.TRANSACTION,
+              check: Callable[[object], None] = lambda _: None) -> object:
+        """Send to the coordinator (of the transactional id, or of ``key``); a failure moves the tracker (fatal
+        when fenced) and is raised."""
+        try:
+            return self._calls.request(key or self._requests.transactional_id, key_type, request, check)
+        except errors.BrokerError as error:
+            with self._state:
+                self.tracker.failed(error)
+            raise
+
+    def init(self) -> None:
+        """InitProducerId with the transactional id; the producer's batches take the id and epoch."""
+        with self._calls_in_order:
+            with self._state:
+                self.tracker.check_init()
+            self._requests.initialized(self._call(self._requests.init_producer_id()))
+            producer = self._producer
+            with producer._lock:
+                producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
+            with self._state:
+                self.tracker.initialized()
+
+    def before_send(self, topic: str, partition: int) -> None:
+        """Refuse a send outside a transaction; a partition new to the transaction waits to be added."""
+        with self._state:
+            self.tracker.check_send()
+            new = self.tracker.to_add({(topic, partition)})
+            if new:
+                self.tracker.adding(new)
+                with self._producer._lock:
+                    self._producer._core.gated |= new
+
+    def add_waiting_partitions(self) -> list[ProducerBatch]:
+        """(The I/O thread.) One AddPartitionsToTxn for every waiting partition, then let their batches go; if it
+        is refused, fail those batches (the transaction must be aborted) and return them."""
+        with self._state:
+            waiting = set(self.tracker.pending)
+        if not waiting:
+            return []
+        core = self._producer._core
+        try:
+            self._calls.request(self._requests.transactional_id, CoordinatorType.TRANSACTION,
+                                self._requests.add_partitions(waiting), raise_first_partition_error)
+        except errors.BrokerError as error:
+            with self._state:
+                self.tracker.add_failed(waiting, error)
+            with self._producer._lock:
+                return core.fail_gated(waiting, error)
+        with self._state:
+            self.tracker.added(waiting)
+        with self._producer._lock:
+            core.gated -= waiting
+        return []
+
+    def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
+        """AddOffsetsToTxn once per group and transaction, then TxnOffsetCommit at the group's coordinator."""
+        with self._calls_in_order:
+            with self._state:
+                self.tracker.check_offsets()
+                new_group = group.group_id not in self.tracker.groups
+            if new_group:
+                self._call(self._requests.add_offsets(group.group_id))
+                with self._state:
+                    self.tracker.groups.add(group.group_id)
+            self._call(self._requests.commit_offsets(offsets, group), group.group_id, CoordinatorType.GROUP,
+                       raise_first_partition_error)
+
+    def end(self, committed: bool) -> None:
+        """Flush the transaction's records, then EndTxn; a commit with a failed record raises instead."""
+        producer = self._producer
+        with self._calls_in_order:
+            with self._state:
+                open_transaction = self.tracker.state in (ProducerTransactionState.IN_TRANSACTION,
+                                                          ProducerTransactionState.ABORTABLE_ERROR)
+            if open_transaction:
+                producer.flush()  # the I/O thread adds the waiting partitions meanwhile
+                with producer._lock:
+                    failure, producer._core.failure = producer._core.failure, None
+                if failure is not None:
+                    with self._state:
+                        self.tracker.failed(failure)
+                        fatal = self.tracker.state is ProducerTransactionState.FATAL_ERROR
+                    if committed:
+                        raise errors.InvalidTxnStateError(
+                            f"the producer was fenced ({failure}); close it" if fatal else
+                            f"a record of the transaction could not be written ({failure}); abort the transaction"
+                        ) from failure
+            with self._state:
+                needs_call = self.tracker.ending(committed)
+            if needs_call:
+                self._call(self._requests.end(committed))
+            with self._state:
+                self.tracker.ended()
+
+    def close(self) -> None:
+        """Close the coordinator connections."""
+        self._calls.close()

@@ -1,0 +1,248 @@
+# -*- test-case-name: tests.unit.transactions.test_service -*-
+"""Runs the pure ``TransactionCoordinator`` of one ``__transaction_state`` partition inside the broker.
+
+"tx-light", like the group service: it returns Deferreds, schedules through the injected clock
+and does no I/O of its own. It answers the coordinator's parked requests, appends its records
+to the partition (acks=all: a change is durable once every in-sync replica has it; the writes
+of one turn go out as one batch) and reports each back, has the markers written by the partition
+leaders (``MarkerWriter``, which retries until every partition has its marker) and reports them
+back, and ticks the coordinator at its deadlines.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqbroker import errors
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.transactions.coordinator import TransactionCoordinator
+from mqbroker.transactions.log_records import TransactionLogRecord
+from mqbroker.transactions.messages import (
+    AddOffsetsRequest,
+    AddPartitionsRequest,
+    EndTxnRequest,
+    InitTransactionsRequest,
+    ProducerIdAndEpoch,
+    TransactionDescription,
+    TransactionListing,
+    TransactionMarker,
+    TransactionState,
+)
+
+#: Appends one batch to this coordinator's ``__transaction_state`` partition; fires once it is replicated.
+Appender = Callable[[bytes], "Deferred[Any]"]
+#: Ticks never come closer than this (a write that keeps failing must not spin the reactor).
+TICK_INTERVAL_MS_MIN = 50
+
+
+class MarkerWriter(Protocol):
+    """Has the partition leaders append a transaction's markers; fires once every partition has its marker."""
+
+    def write(self, marker: TransactionMarker) -> Deferred[None]:
+        """Retry until done; the Deferred may be cancelled when the coordinator resigns."""
+
+
+class TransactionService:
+    """The broker's transaction coordinator for one partition: Deferred answers over the pure state machine."""
+
+    log = Logger()
+
+    def __init__(
+        self, *, coordinator: TransactionCoordinator, clock: IReactorTime, append: Appender, markers: MarkerWriter,
+        allocate_producer_id: Callable[[], Deferred[int]],
+    ) -> None:
+        self._coordinator = coordinator
+        self._clock = clock
+        self._append = append
+        self._markers = markers
+        self._allocate_producer_id = allocate_producer_id
+        self._parked: dict[int, Deferred[Any]] = {}
+        self._keys = itertools.count()
+        self._marking: dict[str, Deferred[None]] = {}
+        self._timer: IDelayedCall | None = None
+        self._timer_deadline_ms: int | None = None
+        self._stopped = False
+        self._drain()
+
+    def now_ms(self) -> int:
+        """The clock in milliseconds."""
+        return int(self._clock.seconds() * 1000)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def init_producer_id(self, request: InitTransactionsRequest) -> Deferred[ProducerIdAndEpoch]:
+        """Fence the previous incarnation; fires with the producer id and its new epoch once durable."""
+        if not self._coordinator.needs_producer_id(request.transactional_id):
+            return self._park(lambda key: self._coordinator.init_producer_id(request, key, self.now_ms()))
+        allocated = self._allocate_producer_id()
+        return allocated.addCallback(lambda producer_id: self._park(
+            lambda key: self._coordinator.init_producer_id(request, key, self.now_ms(), producer_id)))
+
+    def add_partitions(self, request: AddPartitionsRequest) -> Deferred[None]:
+        """Add partitions to the ongoing transaction (or, ``verify_only``, check they are in it)."""
+        if request.verify_only:
+            return self._now(lambda: self._coordinator.verify(request))
+        return self._park(lambda key: self._coordinator.add_partitions(request, key, self.now_ms()))
+
+    def add_offsets(self, request: AddOffsetsRequest) -> Deferred[None]:
+        """Add a group's offsets partition to the ongoing transaction."""
+        return self._park(lambda key: self._coordinator.add_offsets(request, key, self.now_ms()))
+
+    def end_txn(self, request: EndTxnRequest) -> Deferred[None]:
+        """Commit or abort; fires once the decision is durable (the markers follow)."""
+        return self._park(lambda key: self._coordinator.end_txn(request, key, self.now_ms()))
+
+    def describe(self, transactional_id: str) -> Deferred[TransactionDescription]:
+        """A transactional id's persisted state."""
+        return self._now(lambda: self._coordinator.describe(transactional_id))
+
+    def list_transactions(
+        self, states: frozenset[TransactionState], producer_ids: frozenset[int]
+    ) -> list[TransactionListing]:
+        """The transactional ids coordinated here, filtered."""
+        return self._coordinator.list_transactions(states, producer_ids)
+
+    def ongoing_count(self) -> int:
+        """Transactions ongoing or deciding (a metric)."""
+        active = {TransactionState.ONGOING, TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT}
+        return len(self._coordinator.list_transactions(active))
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _now(self, action: Callable[[], Any]) -> Deferred[Any]:
+        """Run a coordinator call that answers at once; a typed error fails the Deferred."""
+        try:
+            result = action()
+        except errors.BrokerError as error:
+            return fail(error)
+        finally:
+            self._drain()
+        return succeed(result)
+
+    def _park(self, action: Callable[[int], None]) -> Deferred[Any]:
+        """Run a coordinator call whose answer comes out of ``ready()`` (now, or once durable)."""
+        if self._stopped:
+            return fail(errors.NotCoordinatorError("this transaction coordinator stopped; find it again"))
+        key = next(self._keys)
+        answer: Deferred[Any] = Deferred()
+        self._parked[key] = answer
+        try:
+            action(key)
+        except errors.BrokerError as error:
+            del self._parked[key]
+            return fail(error)
+        finally:
+            self._drain()
+        return answer
+
+    def _drain(self) -> None:
+        """Answer replies, append writes (one batch), have markers written, re-arm the timer."""
+        if self._stopped:
+            return
+        ready = self._coordinator.ready()
+        for reply in ready.replies:
+            answer = self._parked.pop(reply.request_key, None)  # type: ignore[call-overload]
+            if answer is None:
+                continue
+            if reply.error is not None:
+                answer.errback(reply.error)
+            else:
+                answer.callback(reply.response)
+        if ready.writes:
+            self._write([transactional_id for transactional_id, _ in ready.writes],
+                        [record for _, record in ready.writes])  # type: ignore[misc]
+        for request in ready.markers:
+            self._write_markers(request.transactional_id, request.marker)
+        self._schedule()
+
+    def _write(self, transactional_ids: list[str], records: list[TransactionLogRecord]) -> None:
+        builder = BatchBuilder()
+        now_ms = self.now_ms()
+        for record in records:
+            builder.append(now_ms, record.key, record.value)
+        appended = self._append(builder.build())
+        appended.addCallbacks(self._written, self._write_failed, callbackArgs=(transactional_ids,),
+                              errbackArgs=(transactional_ids,))
+
+    def _written(self, _: Any, transactional_ids: list[str]) -> None:
+        if self._stopped:
+            return
+        for transactional_id in transactional_ids:
+            self._coordinator.written(transactional_id, self.now_ms())
+        self._drain()
+
+    def _write_failed(self, failure: Failure, transactional_ids: list[str]) -> None:
+        if self._stopped:
+            return
+        error = failure.value if failure.check(errors.BrokerError) else errors.UnknownServerError(
+            f"appending to __transaction_state failed: {failure.getErrorMessage()}")
+        if not failure.check(errors.BrokerError):
+            self.log.failure("appending to __transaction_state failed", failure)
+        for transactional_id in transactional_ids:
+            self._coordinator.written(transactional_id, self.now_ms(), error)
+        self._drain()
+
+    def _write_markers(self, transactional_id: str, marker: TransactionMarker) -> None:
+        if transactional_id in self._marking:
+            return  # already being written; the same decision
+        written = self._markers.write(marker)
+        self._marking[transactional_id] = written
+        written.addCallbacks(self._markers_written, self._markers_failed, callbackArgs=(transactional_id,),
+                             errbackArgs=(transactional_id,))
+
+    def _markers_written(self, _: Any, transactional_id: str) -> None:
+        self._marking.pop(transactional_id, None)
+        if not self._stopped:
+            self._coordinator.markers_written(transactional_id, self.now_ms())
+            self._drain()
+
+    def _markers_failed(self, failure: Failure, transactional_id: str) -> None:
+        self._marking.pop(transactional_id, None)
+        if not self._stopped:  # a writer only gives up when the partitions' leaders fenced this coordinator
+            self.log.warn("markers of {id} not written: {error}", id=transactional_id, error=failure.getErrorMessage())
+
+    def _schedule(self) -> None:
+        """Arm the timer for the coordinator's next deadline (no closer than ``TICK_INTERVAL_MS_MIN``)."""
+        if self._stopped:
+            return
+        now_ms = self.now_ms()
+        deadline_ms = max(self._coordinator.next_deadline_ms(), now_ms + TICK_INTERVAL_MS_MIN)
+        if self._timer is not None and self._timer.active():
+            if self._timer_deadline_ms is not None and self._timer_deadline_ms <= deadline_ms:
+                return
+            self._timer.cancel()
+        self._timer_deadline_ms = deadline_ms
+        self._timer = self._clock.callLater((deadline_ms - now_ms) / 1000.0, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._timer_deadline_ms = None
+        if self._stopped:
+            return
+        self._coordinator.tick(self.now_ms())
+        self._drain()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Cancel the timer and the marker writes (shutdown); parked requests are answered by ``resign``."""
+        self._stopped = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        marking, self._marking = self._marking, {}
+        for written in marking.values():
+            written.cancel()
+
+    def resign(self, error: errors.BrokerError) -> None:
+        """Another broker coordinates these ids now: stop, and fail the parked requests with ``error``."""
+        self.stop()
+        parked, self._parked = self._parked, {}
+        for answer in parked.values():
+            answer.errback(error)

@@ -1,0 +1,187 @@
+"""MQTT on a 3-broker cluster when brokers die or clients move: the front ends' topics are replicated
+three ways, readers follow a partition's new leader, and persistent sessions resume on any broker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from mqbroker.client import Admin
+from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.clusterprocess import start_cluster
+from tests.integration.mqtt_support import Client, unique
+from tests.integration.test_cluster_frontends import _eventually, _mqtt, _node, _stored_offline, _until_delivered
+
+
+@pytest.fixture
+def cluster(tmp_path: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    """Three brokers with every default (each test may kill one)."""
+    brokers = start_cluster(tmp_path)
+    try:
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.kill()
+
+
+def _partition(broker: BrokerProcess, topic: str) -> tuple[int, tuple[int, ...]]:
+    """Leader and replicas of partition 0 of ``topic`` (waits until it exists and has a leader)."""
+    def described() -> tuple[int, tuple[int, ...]]:
+        with Admin(broker.bootstrap) as admin:
+            [found] = [t for t in admin.metadata([topic]).topics if t.name == topic]
+            [partition] = [p for p in found.partitions if p.partition_index == 0]
+        assert partition.leader_id >= 0, f"{topic} has no leader yet"
+        return partition.leader_id, tuple(sorted(partition.replica_nodes))
+
+    return _eventually(described)
+
+
+def _publish_all(publisher: Client, topic: str, count: int) -> list[bytes]:
+    """Publish ``count`` QoS 1 messages, each waiting for its PUBACK; return the payloads acknowledged."""
+    payloads = [b"reading %d" % index for index in range(count)]
+    for payload in payloads:
+        publisher.publish(topic, payload, qos=1)
+    return payloads
+
+
+def test_front_end_topics_get_three_replicas_and_min_insync_two(cluster: list[BrokerProcess]) -> None:
+    for topic in ("mqtt.messages", "__mqtt_sessions", "__mqtt_retained"):
+        assert _partition(cluster[0], topic)[1] == (1, 2, 3), topic
+    with Admin(cluster[0].bootstrap) as admin:
+        assert admin.describe_configs("mqtt.messages")["min.insync.replicas"] == "2"
+        admin.create_topics(["user-topic"])
+    assert _partition(cluster[0], "user-topic")[1] == (1, 2, 3)
+
+
+def test_kill9_of_the_mqtt_messages_leader_loses_no_acknowledged_message(cluster: list[BrokerProcess]) -> None:
+    leader, _replicas = _partition(cluster[0], "mqtt.messages")
+    publisher_node, subscriber_node = sorted({1, 2, 3} - {leader})
+    prefix = unique("fleet")
+    subscriber = _mqtt(_node(cluster, subscriber_node), unique("sub"), clean=False)
+    subscriber.subscribe(f"{prefix}/#", qos=1)
+    publisher = _mqtt(_node(cluster, publisher_node))
+    _until_delivered(publisher, subscriber, f"{prefix}/probe")
+    before = _publish_all(publisher, f"{prefix}/before", 20)
+    _node(cluster, leader).kill()
+    killed_at = time.monotonic()
+    publisher.publish(f"{prefix}/after", b"first after the kill", qos=1)
+    recovered_s = time.monotonic() - killed_at
+    after = _publish_all(publisher, f"{prefix}/after", 20)
+    received = [m.payload for m in subscriber.receive(len(before) + 1 + len(after), timeout_s=30)]
+    assert received == before + [b"first after the kill"] + after, f"recovered in {recovered_s:.1f} s"
+    publisher.disconnect()
+    subscriber.disconnect()
+
+
+@pytest.mark.parametrize("version", [mqtt.MQTTv311, mqtt.MQTTv5])
+def test_a_persistent_session_resumes_on_another_broker_with_every_offline_message(
+    cluster: list[BrokerProcess], version: int,
+) -> None:
+    client_id, prefix = unique("device"), unique("fleet")
+    options = {"version": version, "clean": False}
+    if version == mqtt.MQTTv5:
+        options["session_expiry_s"] = 3600
+    session = _mqtt(_node(cluster, 1), client_id, **options)
+    session.subscribe(f"{prefix}/#", qos=2 if version == mqtt.MQTTv5 else 1)
+    session.disconnect()
+    _eventually(lambda: _stored_offline(cluster[0], client_id))
+    publisher = _mqtt(_node(cluster, 2))
+    payloads = _publish_all(publisher, f"{prefix}/temperature", 100)
+    resumed = _mqtt(_node(cluster, 3), client_id, **options)
+    flags, _code, _properties = resumed.connack_result
+    assert flags.session_present
+    received = [m.payload for m in resumed.receive(len(payloads), timeout_s=30)]
+    assert received == payloads
+    assert resumed.quiet(1.0) == []  # none twice
+    publisher.disconnect()
+    resumed.disconnect()
+
+
+def test_the_same_client_id_on_a_second_broker_takes_the_session_over(cluster: list[BrokerProcess]) -> None:
+    client_id = unique("device")
+    first = _mqtt(_node(cluster, 1), client_id, clean=False)
+    second = _mqtt(_node(cluster, 2), client_id, clean=False)
+    assert second.connack_result[1] == 0
+    first.disconnects.get(timeout=15)  # broker 1 closed the first connection
+    second.disconnect()
+
+
+def _retained_on(broker: BrokerProcess, topic_filter: str) -> list[tuple[str, bytes]]:
+    """The retained messages a new subscriber on ``broker`` gets for ``topic_filter`` (waits 1 s for them)."""
+    subscriber = _mqtt(broker)
+    subscriber.subscribe(topic_filter, qos=1)
+    found = [(m.topic, m.payload) for m in subscriber.receive(1, timeout_s=1.0) if m.retain]
+    subscriber.disconnect()
+    return found
+
+
+def test_retained_messages_reach_every_broker_survive_kill9_and_clear_everywhere(cluster: list[BrokerProcess]) -> None:
+    topic = f"{unique('site')}/config"
+    writer = _mqtt(_node(cluster, 1))
+    writer.publish(topic, b"setpoint 21", qos=1, retain=True)
+    writer.drop()
+    _node(cluster, 1).kill()  # right after the PUBACK
+    for node in (2, 3):
+        assert _eventually(lambda: _retained_on(_node(cluster, node), topic) or None, timeout_s=10) == [
+            (topic, b"setpoint 21")], node
+    _node(cluster, 1).restart()
+    assert _retained_on(_node(cluster, 1), topic) == [(topic, b"setpoint 21")]
+    clearer = _mqtt(_node(cluster, 2))
+    clearer.publish(topic, b"", qos=1, retain=True)
+    clearer.disconnect()
+    for node in (1, 3):
+        _eventually(lambda: _retained_on(_node(cluster, node), topic) == [] or None, timeout_s=10)
+
+
+def test_kill9_of_the_broker_holding_a_session_loses_no_acknowledged_message(cluster: list[BrokerProcess]) -> None:
+    sessions_leader, _replicas = _partition(cluster[0], "__mqtt_sessions")
+    holder = next(node for node in (1, 2, 3) if node != sessions_leader)
+    survivor, publisher_node = sorted({1, 2, 3} - {holder})
+    client_id, prefix = unique("device"), unique("fleet")
+    session = _mqtt(_node(cluster, holder), client_id, clean=False)
+    session.subscribe(f"{prefix}/#", qos=1)
+    publisher = _mqtt(_node(cluster, publisher_node))
+    _until_delivered(publisher, session, f"{prefix}/probe")
+    session.drop()
+    _node(cluster, holder).kill()
+    payloads = _publish_all(publisher, f"{prefix}/temperature", 50)
+    killed_at = time.monotonic()
+    resumed = _mqtt(_node(cluster, survivor), client_id, clean=False)
+    assert resumed.connack_result[0].session_present
+    received = [m.payload for m in resumed.receive(len(payloads), timeout_s=30)]
+    resumed_s = time.monotonic() - killed_at
+    assert [p for p in received if p != b"probe"] == payloads, f"resumed after {resumed_s:.1f} s"
+    publisher.disconnect()
+    resumed.disconnect()
+
+
+def test_log_topics_get_a_partition_per_broker_and_mapping_rules_from_the_configuration(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    brokers = start_cluster(tmp_path, extra_args=["--set", "mqtt_mapping_rules=alarms/#=mqtt.alarms"])
+    try:
+        subscriber = _mqtt(_node(brokers, 3))
+        subscriber.subscribe("#", qos=1)
+        publisher = _mqtt(_node(brokers, 1))
+        _until_delivered(publisher, subscriber, "probe")
+        sent = [(f"{kind}/{device}", b"%d" % index) for index in range(20) for kind, device in
+                (("alarms", "pump"), ("telemetry", "pump"), ("telemetry", "fan"))]
+        for topic, payload in sent:
+            publisher.publish(topic, payload, qos=1)
+        received = [(m.topic, m.payload) for m in subscriber.receive(len(sent), timeout_s=30)]
+        for topic in {topic for topic, _payload in sent}:  # each MQTT topic in order
+            assert [p for t, p in received if t == topic] == [p for t, p in sent if t == topic], topic
+        with Admin(brokers[0].bootstrap) as admin:
+            described = {t.name: t for t in admin.metadata(["mqtt.messages", "mqtt.alarms"]).topics}
+            alarms_end = sum(admin.list_offset("mqtt.alarms", p.partition_index, -1)
+                             for p in described["mqtt.alarms"].partitions)
+        assert len(described["mqtt.messages"].partitions) == 3
+        assert alarms_end == 20  # only the alarms went there
+        publisher.disconnect()
+        subscriber.disconnect()
+    finally:
+        for broker in brokers:
+            broker.kill()

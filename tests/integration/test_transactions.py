@@ -1,0 +1,161 @@
+"""Transactions against a real broker process: atomic commit and abort across partitions, read_committed, fencing."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
+
+from mqbroker import errors
+from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.cli import main
+from mqbroker.client.twisted import TwistedConsumer, TwistedProducer
+from tests.integration.brokerprocess import BrokerProcess
+
+
+def _read(broker: BrokerProcess, topic: str, isolation_level: str, expected: int, timeout_s: float = 10.0
+          ) -> list[Message]:
+    """Everything ``topic`` shows at ``isolation_level``, waiting up to ``timeout_s`` for ``expected`` records."""
+    messages: list[Message] = []
+    with Consumer(broker.bootstrap, topics=[topic], auto_offset_reset="earliest",
+                  isolation_level=isolation_level) as consumer:
+        for _ in range(int(timeout_s / 0.25)):
+            messages += consumer.poll(timeout=0.25)
+            if len(messages) >= expected:
+                break
+        messages += consumer.poll(timeout=0.5)  # nothing more may come
+    return sorted(messages, key=lambda message: (message.partition, message.offset))
+
+
+def _values(messages: list[Message]) -> list[bytes]:
+    return sorted(message.value for message in messages if message.value is not None)
+
+
+def test_committed_and_aborted_transactions_across_partitions(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["orders"], partitions=3)
+    with Producer(broker.bootstrap, transactional_id="writer", linger_ms=0) as producer:
+        producer.init_transactions()
+        with producer.transaction():
+            for number in range(30):
+                producer.send("orders", value=b"committed-%02d" % number, partition=number % 3)
+        producer.begin_transaction()
+        for number in range(30):
+            producer.send("orders", value=b"aborted-%02d" % number, partition=number % 3)
+        producer.flush()
+        producer.abort_transaction()
+        with producer.transaction():
+            producer.send("orders", value=b"after", partition=1)
+    committed = _read(broker, "orders", "read_committed", 31)
+    assert _values(committed) == sorted([b"committed-%02d" % n for n in range(30)] + [b"after"])
+    everything = _read(broker, "orders", "read_uncommitted", 61)
+    assert len(everything) == 61  # the aborted records are in the log, only read_committed drops them
+
+
+def test_read_committed_never_sees_an_open_transaction(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["open"], partitions=1)
+    with Producer(broker.bootstrap, transactional_id="slow", linger_ms=0) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("open", value=b"pending").result(10)
+        with Producer(broker.bootstrap, linger_ms=0) as plain:
+            plain.send("open", value=b"plain-after").result(10)  # behind the open transaction: held back too
+        assert _read(broker, "open", "read_committed", 1, timeout_s=2.0) == []
+        assert _values(_read(broker, "open", "read_uncommitted", 2)) == [b"pending", b"plain-after"]
+        producer.commit_transaction()
+    assert _values(_read(broker, "open", "read_committed", 2)) == [b"pending", b"plain-after"]
+
+
+def test_a_new_incarnation_fences_the_zombie_and_aborts_its_transaction(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["fenced"], partitions=2)
+    zombie = Producer(broker.bootstrap, transactional_id="worker-1", linger_ms=0)
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("fenced", value=b"zombie", partition=0).result(10)
+    with Producer(broker.bootstrap, transactional_id="worker-1", linger_ms=0) as successor:
+        successor.init_transactions()  # aborts the zombie's open transaction
+        with pytest.raises((errors.ProducerFencedError, errors.InvalidProducerEpochError, errors.InvalidTxnStateError)):
+            zombie.send("fenced", value=b"late", partition=1)
+            zombie.commit_transaction()
+        with pytest.raises(errors.InvalidTxnStateError, match="close it"):
+            zombie.begin_transaction()
+        with successor.transaction():
+            successor.send("fenced", value=b"successor", partition=0)
+    zombie.close()
+    assert _values(_read(broker, "fenced", "read_committed", 1)) == [b"successor"]
+
+
+def test_illegal_calls_are_refused_client_side(broker: BrokerProcess) -> None:
+    with Producer(broker.bootstrap, transactional_id="careful") as producer:
+        with pytest.raises(errors.InvalidTxnStateError, match="init_transactions"):
+            producer.begin_transaction()
+        producer.init_transactions()
+        with pytest.raises(errors.InvalidTxnStateError, match="begin_transaction"):
+            producer.send("t", value=b"x")
+        with pytest.raises(errors.InvalidTxnStateError, match="begin_transaction"):
+            producer.commit_transaction()
+    with Producer(broker.bootstrap) as plain:
+        with pytest.raises(errors.InvalidTxnStateError, match="transactional_id"):
+            plain.begin_transaction()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_twisted_producer_commits_and_aborts_for_a_twisted_read_committed_consumer(
+    broker: BrokerProcess,
+) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["twisted"], partitions=2)
+    producer = TwistedProducer(reactor, broker.bootstrap, transactional_id="twisted-writer", linger_ms=0)
+    await producer.init_transactions()
+    for committed in (False, True):
+        producer.begin_transaction()
+        await gatherResults([producer.send("twisted", value=b"%s-%d" % (b"kept" if committed else b"gone", number),
+                                           partition=number % 2) for number in range(10)])
+        await (producer.commit_transaction() if committed else producer.abort_transaction())
+    with pytest.raises(errors.InvalidTxnStateError, match="begin_transaction"):
+        await producer.commit_transaction()
+    await producer.close()
+    consumer = TwistedConsumer(reactor, broker.bootstrap, auto_offset_reset="earliest",
+                               isolation_level="read_committed")
+    await consumer.assign_topics(["twisted"])
+    values: list[bytes] = []
+    for _ in range(20):
+        values += [message.value for message in await consumer.poll()]
+        if len(values) >= 10:
+            break
+    await consumer.close()
+    assert sorted(values) == sorted(b"kept-%d" % number for number in range(10))
+
+
+def test_the_cli_lists_and_describes_an_ongoing_transaction(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["watched"], partitions=2)
+    with Producer(broker.bootstrap, transactional_id="watched-writer", linger_ms=0) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("watched", value=b"v", partition=1).result(10)
+        listed = json.loads(_cli("transactions", "list", "--state", "Ongoing", "-o", "json", bootstrap=broker.bootstrap))
+        assert [item["transactional_id"] for item in listed["transactions"]] == ["watched-writer"]
+        described = json.loads(_cli("transactions", "describe", "watched-writer", "-o", "json",
+                                    bootstrap=broker.bootstrap))
+        assert (described["state"], described["partitions"]) == ("Ongoing", [["watched", 1]])
+        assert described["start_ms"] > 0 and described["timeout_ms"] == 60_000
+        producer.commit_transaction()
+    described = json.loads(_cli("transactions", "describe", "watched-writer", "-o", "json", bootstrap=broker.bootstrap))
+    assert described["state"] in ("CompleteCommit", "PrepareCommit")
+
+
+def _cli(*arguments: str, bootstrap: str) -> str:
+    """Standard output of an ``mqbroker`` command that must succeed."""
+    output, failures = io.StringIO(), io.StringIO()
+    with redirect_stdout(output), redirect_stderr(failures):
+        code = main([*arguments, "--bootstrap", bootstrap])
+    assert code == 0, failures.getvalue()
+    return output.getvalue()

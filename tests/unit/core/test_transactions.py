@@ -1,0 +1,202 @@
+"""Transactions through the core in-process: a single broker coordinates, verifies, marks and filters."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from mqbroker import errors
+from mqbroker.groups.coordinator import MemberIdGenerator
+from mqbroker.groups.messages import OffsetCommitRequest, PartitionCommit
+from mqbroker.groups.model import TopicPartition
+from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, IsolationLevel, ProducerIdentity, TopicSpec
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.isolation import committed_batches
+from mqbroker.transactions import messages as txn
+from mqbroker.transactions.log_records import TRANSACTION_STATE_TOPIC
+from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
+
+SETTINGS = {"offsets_topic_partitions": 2, "transaction_state_partitions": 2, "group_initial_rebalance_delay_ms": 0}
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def _started(tmp_path: Path) -> BrokerRig:
+    rig = build_broker(tmp_path, FakeClusterView(), settings=SETTINGS)
+    fired(rig.broker.start_groups(MemberIdGenerator(random.Random(7))))
+    fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="t", partitions=2), False))
+    return rig
+
+
+def _settled(rig: BrokerRig, deferred: Deferred[Any]) -> Any:
+    """Run fsync rounds and the clock until ``deferred`` fires; its result (or its error raised)."""
+    outcome: list[Any] = []
+    deferred.addBoth(outcome.append)
+    for _ in range(200):
+        if outcome:
+            break
+        rig.engine.finish_all()
+        rig.clock.advance(0.01)
+    assert outcome, "the call never answered"
+    if isinstance(outcome[0], Failure):
+        outcome[0].raiseException()
+    return outcome[0]
+
+
+def _quiet(rig: BrokerRig) -> None:
+    """Let markers and state writes finish."""
+    for _ in range(50):
+        rig.engine.finish_all()
+        rig.clock.advance(0.05)
+
+
+def _batch(identity: ProducerIdentity, sequence: int, *values: bytes) -> bytes:
+    builder = BatchBuilder(producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+                           base_sequence=sequence, is_transactional=True)
+    for value in values:
+        builder.append(1_000, None, value)
+    return builder.build()
+
+
+def _produce(rig: BrokerRig, topic_partition: TopicPartition, batch: bytes, transactional_id: str = "tx") -> Any:
+    return _settled(rig, rig.broker.produce(ANONYMOUS, topic_partition.topic, topic_partition.partition, batch, Acks.ALL,
+                                            5_000, transactional_id))
+
+
+def _request(topic_partition: TopicPartition, isolation: IsolationLevel) -> FetchRequest:
+    position = FetchPosition(topic=topic_partition.topic, partition=topic_partition.partition, offset=0,
+                             max_bytes=1 << 20)
+    return FetchRequest(positions=(position,), isolation_level=isolation)
+
+
+def _read(rig: BrokerRig, topic_partition: TopicPartition, isolation: IsolationLevel) -> list[bytes]:
+    """The values an application sees at ``isolation`` (markers and aborted batches dropped)."""
+    (result,) = fired(rig.broker.fetch(ANONYMOUS, _request(topic_partition, isolation)))
+    assert result.error is None
+    aborted = None if result.aborted_transactions is None else [tuple(a) for a in result.aborted_transactions]
+    values = []
+    for position, header in committed_batches(result.records, aborted):
+        values += [record.value for record in decode_records(result.records[position : position + header.size_bytes])]
+    return values
+
+
+def _begin(rig: BrokerRig, transactional_id: str = "tx") -> ProducerIdentity:
+    return _settled(rig, rig.broker.init_producer_id(ANONYMOUS, transactional_id, 10_000))
+
+
+def _add(rig: BrokerRig, identity: ProducerIdentity, *partitions: TopicPartition) -> None:
+    _settled(rig, rig.broker.add_partitions_to_txn(ANONYMOUS, txn.AddPartitionsRequest(
+        transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+        partitions=frozenset(partitions))))
+
+
+def _end(rig: BrokerRig, identity: ProducerIdentity, committed: bool) -> None:
+    _settled(rig, rig.broker.end_txn(ANONYMOUS, txn.EndTxnRequest(
+        transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+        committed=committed)))
+    _quiet(rig)
+
+
+def test_a_transactional_id_is_coordinated_by_the_leader_of_its_state_partition(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    assert rig.cluster.topic(TRANSACTION_STATE_TOPIC).configs["cleanup.policy"] == "compact"
+    assert fired(rig.broker.find_transaction_coordinator(ANONYMOUS, "tx")).node_id == 1
+    first = _begin(rig)
+    second = _begin(rig)
+    assert second.producer_id == first.producer_id and second.producer_epoch == first.producer_epoch + 1
+
+
+def test_a_committed_transaction_becomes_visible_to_read_committed_at_once_on_every_partition(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    _add(rig, identity, T0, T1)
+    _produce(rig, T0, _batch(identity, 0, b"a0", b"a1"))
+    _produce(rig, T1, _batch(identity, 0, b"b0"))
+    assert _read(rig, T0, IsolationLevel.READ_UNCOMMITTED) == [b"a0", b"a1"]
+    assert _read(rig, T0, IsolationLevel.READ_COMMITTED) == [] and _read(rig, T1, IsolationLevel.READ_COMMITTED) == []
+    _end(rig, identity, committed=True)
+    assert _read(rig, T0, IsolationLevel.READ_COMMITTED) == [b"a0", b"a1"]
+    assert _read(rig, T1, IsolationLevel.READ_COMMITTED) == [b"b0"]
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -1, IsolationLevel.READ_COMMITTED)).offset == 3  # + marker
+
+
+def test_an_aborted_transaction_is_listed_to_read_committed_readers_who_drop_it(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    _add(rig, identity, T0)
+    _produce(rig, T0, _batch(identity, 0, b"gone"))
+    _end(rig, identity, committed=False)
+    _add(rig, identity, T0)
+    _produce(rig, T0, _batch(identity, 1, b"kept"))
+    _end(rig, identity, committed=True)
+    (result,) = fired(rig.broker.fetch(ANONYMOUS, _request(T0, IsolationLevel.READ_COMMITTED)))
+    assert [tuple(a) for a in result.aborted_transactions] == [(identity.producer_id, 0)]
+    assert _read(rig, T0, IsolationLevel.READ_COMMITTED) == [b"kept"]
+    assert _read(rig, T0, IsolationLevel.READ_UNCOMMITTED) == [b"gone", b"kept"]
+
+
+def test_a_partition_not_added_to_the_transaction_refuses_its_batches(tmp_path: Path) -> None:
+    """KIP-890 part 1: no late or stray write can open a hanging transaction."""
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    _add(rig, identity, T0)
+    with pytest.raises(errors.InvalidTxnStateError):
+        _produce(rig, T1, _batch(identity, 0, b"stray"))
+    assert _read(rig, T1, IsolationLevel.READ_UNCOMMITTED) == []
+    with pytest.raises(errors.InvalidRecordError, match="transactional id"):
+        _produce(rig, T0, _batch(identity, 0, b"x"), transactional_id=None)
+
+
+def test_a_new_incarnation_aborts_the_old_open_transaction_and_fences_its_producer(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    zombie = _begin(rig)
+    _add(rig, zombie, T0)
+    _produce(rig, T0, _batch(zombie, 0, b"zombie"))
+    successor = _begin(rig)
+    _quiet(rig)
+    assert _read(rig, T0, IsolationLevel.READ_COMMITTED) == []  # the zombie's data is aborted, the LSO moved on
+    assert fired(rig.broker.list_offset(ANONYMOUS, "t", 0, -1, IsolationLevel.READ_COMMITTED)).offset == 2
+    with pytest.raises((errors.ProducerFencedError, errors.InvalidProducerEpochError)):
+        _produce(rig, T0, _batch(zombie, 1, b"late"))
+    with pytest.raises((errors.ProducerFencedError, errors.InvalidProducerEpochError)):
+        _end(rig, zombie, committed=True)
+    _add(rig, successor, T0)
+    _produce(rig, T0, _batch(successor, 0, b"fresh"))
+    _end(rig, successor, committed=True)
+    assert _read(rig, T0, IsolationLevel.READ_COMMITTED) == [b"fresh"]
+
+
+def test_offsets_committed_in_a_transaction_show_only_once_it_commits(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    offsets = OffsetCommitRequest(group_id="g", offsets=(PartitionCommit(topic_partition=T0, offset=7),))
+    for committed, expected in ((False, None), (True, 7)):
+        identity = _begin(rig)
+        _settled(rig, rig.broker.add_offsets_to_txn(ANONYMOUS, txn.AddOffsetsRequest(
+            transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+            group_id="g")))
+        _settled(rig, rig.broker.txn_commit_offsets(ANONYMOUS, txn.TxnOffsetCommitRequest(
+            transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+            offsets=offsets)))
+        assert fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0]))[T0] is None
+        with pytest.raises(errors.UnstableOffsetCommitError):
+            fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0], True))
+        _end(rig, identity, committed=committed)
+        found = fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0], True))[T0]
+        assert (found.offset if found is not None else None) == expected
+
+
+def test_transactions_are_described_and_listed_at_their_coordinator(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    _add(rig, identity, T0)
+    (described,) = fired(rig.broker.describe_transactions(ANONYMOUS, ["tx"]))
+    assert described.state is txn.TransactionState.ONGOING and described.partitions == frozenset({T0})
+    (listed,) = fired(rig.broker.list_transactions(ANONYMOUS, [], []))
+    assert (listed.transactional_id, listed.producer_id) == ("tx", identity.producer_id)
+    (unknown,) = fired(rig.broker.describe_transactions(ANONYMOUS, ["nobody"]))
+    assert isinstance(unknown, errors.BrokerError)
