@@ -88,6 +88,8 @@ class BrokerConfig:
     offsets_topic_partitions: int = 8
     #: Replicas of __consumer_offsets and the other internal topics (at most one per controller voter).
     offsets_topic_replication_factor: int = 3
+    #: Partitions of __share_group_state: a share group is hosted by the leader of its partition.
+    share_state_topic_partitions: int = 8
     #: Replication (Kafka's replica.* settings): a follower that has not caught up for the lag time leaves the ISR.
     replica_lag_time_max_ms: int = 10_000
     replica_fetch_wait_max_ms: int = 500
@@ -220,7 +222,7 @@ def _check_value(key: str, value: Any) -> None:
     """Range checks for settings where a wrong value would only fail later, far from its cause."""
     if key.endswith("_port") and not 0 <= value <= 65535:
         raise ConfigError(f"configuration key {key!r}: port {value} is outside 0..65535 (0 disables the listener)")
-    if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions",
+    if key in ("default_partitions", "default_replication_factor", "offsets_topic_partitions", "share_state_topic_partitions",
                "offsets_topic_replication_factor", "controller_connections_max", "quotas_http_connections_max",
                "http_request_timeout_ms", "cluster_partitions_max", "connectors_topic_partitions",
                "connectors_leadership_check_interval_ms", "connectors_status_interval_ms", "transaction_state_partitions",

@@ -78,6 +78,7 @@ class ErrorCode(enum.IntEnum):
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
+    INVALID_RECORD_STATE = 121
     TRANSACTIONAL_ID_NOT_FOUND = 105
     UNKNOWN_API_KEY = 1001
     FRAME_TOO_LARGE = 1002
@@ -452,6 +453,11 @@ class NotControllerError(BrokerError):
     retriable = True
 
 
+class InvalidRecordStateError(BrokerError):
+    """A share-group acknowledgement names records this member does not hold leased (KIP-932's code):
+    the lease expired, another member holds them, or they were acknowledged already."""
+
+    code = ErrorCode.INVALID_RECORD_STATE
 class InvalidTxnStateError(BrokerError):
     """The call does not fit the transaction's state (e.g. a commit with none ongoing, or a transactional batch
     for a partition the coordinator does not list)."""

@@ -127,6 +127,42 @@ class IBroker(Interface):
     def delete_group(principal, group_id):
         """Delete a group without members and its offsets; fire with None."""
 
+    def find_share_coordinator(principal, group_id):
+        """Fire with the ``BrokerEndpoint`` hosting share group ``group_id``: the leader of its state partition."""
+
+    def share_group_heartbeat(principal, request):
+        """Join, stay in or leave a share group (a ``shares.messages.ShareHeartbeatRequest``); needs READ on
+        the group and its topics. Fires with a ``ShareHeartbeatResponse`` (a new group is created on first use).
+        """
+
+    def share_fetch(principal, request):
+        """Acknowledge, then acquire records of a share group for a lease (a ``ShareFetchRequest``, long-poll).
+
+        Fires with a ``ShareFetchResponse``: per partition the whole batches holding the acquired
+        records and their offset ranges with delivery counts, and each acknowledgement's outcome.
+        """
+
+    def share_acknowledge(principal, request):
+        """Settle acquired records (a ``ShareAcknowledgeRequest``): accept, release, reject or renew.
+
+        Fires with one ``AcknowledgeResult`` per acknowledgement once it is replicated
+        (``InvalidRecordStateError`` in a result whose records the member does not hold).
+        """
+
+    def create_share_group(principal, group_id, topics, configs):
+        """Define a share group over ``topics`` with ``configs`` (see ``shares.settings``); needs ALTER on it."""
+
+    def alter_share_group(principal, group_id, topics, set_configs, delete_configs):
+        """Change a share group's topics (None: unchanged) and configs; needs ALTER on it."""
+
+    def delete_share_group(principal, group_id):
+        """Delete a share group without members, with its state and scheduled records; needs DELETE."""
+
+    def describe_share_group(principal, group_id):
+        """Fire with the ``ShareGroupDescription``: members, partitions, in-flight counts, DLQ depth."""
+
+    def list_share_groups(principal):
+        """Fire with the ``ShareGroupListing``s of the share groups hosted here the principal may describe."""
     def delete_offsets(principal, group_id, partitions):
         """Delete a group's committed offsets of ``partitions`` (Kafka's OffsetDelete); fire with
         ``{TopicPartition: None or the error}`` (``GroupSubscribedToTopicError`` where a member subscribes to

@@ -182,6 +182,32 @@ kafka_request_bytes_max = 100 * 1024 * 1024
 #: Kafka: requests one connection may have in progress before the broker stops reading from it
 #: (librdkafka pipelines up to 1,000,000 by default; five is the norm for idempotent producers).
 kafka_inflight_requests_max = 64
+#: Share groups: offsets one share partition keeps in flight (read, not yet done) — their states and
+#: record batches live in memory (KIP-932's group.share.partition.max.record.locks, raised for 16+ consumers).
+share_inflight_records_max = 20_000
+#: Share groups: bytes of record batches one share partition holds in memory for its in-flight records.
+share_inflight_bytes_max = 64 * 1024 * 1024
+#: Share groups: due delayed records one share partition holds in memory; the rest wait in the on-disk index.
+share_due_records_max = 10_000
+#: Share groups: the longest lease (visibility timeout) a group or a fetch may ask for (SQS's maximum).
+share_lease_ms_max = 12 * 60 * 60 * 1000
+#: Share groups: the most delivery attempts a group may allow (stored as an int16 per record).
+share_delivery_attempts_max = 1000
+#: Share groups: how far ahead a deliver-at time or a group's default delay may reach; later times are
+#: delivered at this horizon (one year).
+share_delay_ms_max = 366 * 24 * 60 * 60 * 1000
+#: Share groups: records one ShareFetch may acquire.
+share_fetch_records_max = 10_000
+#: Share groups: members of one share group.
+share_group_members_max = 1000
+#: Push subscriptions: HTTP requests one subscription may have outstanding (Pub/Sub's flow control bound).
+push_outstanding_max = 10_000
+#: Push subscriptions: messages one batched POST may carry.
+push_batch_messages_max = 1000
+#: Push subscriptions: the longest an endpoint may take to answer (Pub/Sub's ack deadline maximum).
+push_ack_deadline_ms_max = 600_000
+#: Push subscriptions: bytes of an endpoint's response body read (the rest is discarded).
+push_response_bytes_max = 64 * 1024
 #: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
 #: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
 delivery_callbacks_queued_max = 100_000

@@ -84,6 +84,15 @@ class Acks(enum.Enum):
             raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {value}") from None
 
 
+class AcknowledgeType(enum.IntEnum):
+    """A share-group member's verdict on records leased to it (KIP-932's numbers, plus RENEW as in KIP-1222)."""
+
+    ACCEPT = 1  # processed: done
+    RELEASE = 2  # give back: available again at once (or at a not-before time)
+    REJECT = 3  # unprocessable: dead-lettered
+    RENEW = 4  # still working: the lease restarts from now
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceResult:
     """Where a produced batch landed."""

@@ -166,11 +166,21 @@ class BrokerService(MultiService):
         LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
                           self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
         routing = self._build_routing_broker(self.broker)
+        shares = self.control.when_caught_up()
+        shares.addCallback(lambda _: broker.start_share_groups(
+            routing, MemberIdGenerator(random.SystemRandom()), self._push_factory()))
+        shares.addErrback(lambda failure: self.log.failure("share groups did not start", failure))
         if self.config.connectors_enabled:
             self._build_connectors(routing, started)
         self._add_listeners(self.broker, routing)
         self.control.setServiceParent(self)  # last: a listener that cannot bind stops start-up before any fsync thread
         super().startService()
+
+    def _push_factory(self) -> Any:
+        """Push subscriptions: a dispatcher per share group with a ``push.endpoint``, POSTing with an Agent."""
+        from mqbroker.shares.push.dispatcher import dispatcher_factory
+
+        return dispatcher_factory(self.reactor)
 
     def _build_connectors(self, routing: IBroker, started: Deferred[Any]) -> None:
         """The connector runtime (it starts once this broker caught up with the metadata) and its metrics."""

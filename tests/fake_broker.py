@@ -53,6 +53,7 @@ from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import iter_batches, read_header, stamp
 from mqbroker.security.acl import Acl, AllowEverything
 from mqbroker.security.scram import ScramMechanism, ScramUpsertion
+from mqbroker.shares import messages as share_messages
 
 _DENIED = {ResourceType.TOPIC: errors.TopicAuthorizationError, ResourceType.GROUP: errors.GroupAuthorizationError,
            ResourceType.CLUSTER: errors.ClusterAuthorizationError}
@@ -435,6 +436,58 @@ class FakeBroker:
         self.calls.append(("delete_group", principal, group_id))
         return self._scripted("delete_group", None) or self._unmodelled("delete_group")
 
+    # -- share groups: scripted ------------------------------------------------------------------------
+
+    def find_share_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
+        """This broker hosts every share group."""
+        self.calls.append(("find_share_coordinator", principal, group_id))
+        return self._scripted("find_share_coordinator", None) or succeed(self.node)
+
+    def share_group_heartbeat(self, principal: Principal, request: share_messages.ShareHeartbeatRequest
+                              ) -> Deferred[share_messages.ShareHeartbeatResponse]:
+        """Only scripted."""
+        self.calls.append(("share_group_heartbeat", principal, request))
+        return self._scripted("share_group_heartbeat", None) or self._unmodelled("share_group_heartbeat")
+
+    def share_fetch(self, principal: Principal, request: share_messages.ShareFetchRequest
+                    ) -> Deferred[share_messages.ShareFetchResponse]:
+        """Only scripted."""
+        self.calls.append(("share_fetch", principal, request))
+        return self._scripted("share_fetch", None) or self._unmodelled("share_fetch")
+
+    def share_acknowledge(self, principal: Principal, request: share_messages.ShareAcknowledgeRequest
+                          ) -> Deferred[tuple[share_messages.AcknowledgeResult, ...]]:
+        """Only scripted."""
+        self.calls.append(("share_acknowledge", principal, request))
+        return self._scripted("share_acknowledge", None) or self._unmodelled("share_acknowledge")
+
+    def create_share_group(self, principal: Principal, group_id: str, topics: Sequence[str],
+                           configs: Mapping[str, str]) -> Deferred[None]:
+        """Only scripted."""
+        self.calls.append(("create_share_group", principal, group_id, topics, configs))
+        return self._scripted("create_share_group", None) or self._unmodelled("create_share_group")
+
+    def alter_share_group(self, principal: Principal, group_id: str, topics: Sequence[str] | None,
+                          set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[None]:
+        """Only scripted."""
+        self.calls.append(("alter_share_group", principal, group_id, topics, set_configs, delete_configs))
+        return self._scripted("alter_share_group", None) or self._unmodelled("alter_share_group")
+
+    def delete_share_group(self, principal: Principal, group_id: str) -> Deferred[None]:
+        """Only scripted."""
+        self.calls.append(("delete_share_group", principal, group_id))
+        return self._scripted("delete_share_group", None) or self._unmodelled("delete_share_group")
+
+    def describe_share_group(self, principal: Principal, group_id: str
+                             ) -> Deferred[share_messages.ShareGroupDescription]:
+        """Only scripted."""
+        self.calls.append(("describe_share_group", principal, group_id))
+        return self._scripted("describe_share_group", None) or self._unmodelled("describe_share_group")
+
+    def list_share_groups(self, principal: Principal) -> Deferred[list[share_messages.ShareGroupListing]]:
+        """No share groups, unless scripted."""
+        self.calls.append(("list_share_groups", principal))
+        return self._scripted("list_share_groups", None) or succeed([])
     def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
                        ) -> Deferred[dict[TopicPartition, BaseException | None]]:
         """Only scripted."""

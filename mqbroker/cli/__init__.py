@@ -13,7 +13,9 @@ from mqbroker.cli.common import EXIT_INTERRUPTED, EXIT_OK
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (each subcommand module adds its own parser)."""
-    from mqbroker.cli import bench, certs, cluster, connectors, groups, messages, security, serve, topics, transactions
+    from mqbroker.cli import (
+        bench, certs, cluster, connectors, groups, messages, security, serve, shares, topics, transactions,
+    )
 
     parser = argparse.ArgumentParser(
         prog="mqbroker",
@@ -28,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(commands)
     certs.add_parser(commands)
     groups.add_parser(commands)
+    shares.add_parsers(commands)
     transactions.add_parser(commands)
     cluster.add_parser(commands)
     security.add_parsers(commands)

@@ -16,12 +16,14 @@ from typing import Protocol
 
 from mqbroker.client.backoff import Backoff
 from mqbroker.client.consumer import Message
-
-HEADER_ERROR = "dlq.error"
-HEADER_ATTEMPTS = "dlq.attempts"
-HEADER_TOPIC = "dlq.origin.topic"
-HEADER_PARTITION = "dlq.origin.partition"
-HEADER_OFFSET = "dlq.origin.offset"
+from mqbroker.records.dead_letters import (  # noqa: F401  (the header names, re-exported for applications)
+    HEADER_ATTEMPTS,
+    HEADER_ERROR,
+    HEADER_OFFSET,
+    HEADER_PARTITION,
+    HEADER_TOPIC,
+    dead_letter_headers,
+)
 
 
 class _Delivery(Protocol):
@@ -78,12 +80,9 @@ class DeadLetterHandler:
                 self.sleep(self.backoff.delay_ms(attempt, self.rng) / 1000)
 
     def _dead_letter(self, message: Message, error: Exception, attempts: int) -> None:
-        headers = list(message.headers) + [
-            (HEADER_ERROR, f"{type(error).__name__}: {error}".encode()),
-            (HEADER_ATTEMPTS, str(attempts).encode()),
-            (HEADER_TOPIC, message.topic.encode()),
-            (HEADER_PARTITION, str(message.partition).encode()),
-            (HEADER_OFFSET, str(message.offset).encode()),
-        ]
+        headers = list(message.headers) + dead_letter_headers(
+            topic=message.topic, partition=message.partition, offset=message.offset, attempts=attempts,
+            error=f"{type(error).__name__}: {error}",
+        )
         self.producer.send(self.dead_letter_topic, message.value, key=message.key, headers=headers).result()
         self.dead_lettered += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from mqbroker.client.blocking.group import RETRY_S, coordinator_connection
 from mqbroker.client.connection import (
@@ -26,6 +27,7 @@ from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError, error_for_code
 from mqbroker.protocols.native import consumer_protocol
 from mqbroker.protocols.native.messages import (
+    CoordinatorType,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -82,8 +84,10 @@ def live_broker_addresses(bootstrap: Sequence[tuple[str, int]], client_id: str, 
     raise BrokerUnavailableError("no bootstrap broker reachable: " + "; ".join(failures))
 
 
-class GroupAdmin:
-    """Talks to the group coordinators on the caller's thread."""
+class CoordinatorAdmin:
+    """Requests to the broker coordinating a group (``coordinator_type``), found again while it moves."""
+
+    coordinator_type = CoordinatorType.GROUP
 
     def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000,
                  client_id: str = "mqbroker-admin", security: ClientSecurity | None = None) -> None:
@@ -102,7 +106,7 @@ class GroupAdmin:
                 connection = self._connections.get(group_id)
                 if connection is None:
                     connection = coordinator_connection(self._bootstrap, group_id, self._client_id, self._timeout_s,
-                                                        self._security)
+                                                        self._security, key_type=self.coordinator_type)
                     self._connections[group_id] = connection
                 response = connection.request(request, self._timeout_s)
                 check(response)
@@ -117,25 +121,47 @@ class GroupAdmin:
                     raise
                 time.sleep(RETRY_S)
 
-    def list_groups(self) -> list[tuple[str, str]]:
-        """``(group id, state)`` of every group: each live broker lists the groups it coordinates."""
-        listed: dict[str, str] = {}
+    def _brokers(self) -> list[tuple[str, int]]:
+        """Every live broker's address, from the first bootstrap broker that answers."""
+        return live_broker_addresses(self._bootstrap, self._client_id, self._timeout_s, self._security)
+
+    def _ask_every_broker(self, request: object) -> list[object]:
+        """Each live broker's answer to ``request`` (brokers that cannot be reached are left out)."""
+        responses = []
         for host, port in self._brokers():
             try:
                 connection = BlockingConnection(host, port, self._client_id, self._timeout_s, self._security)
             except BrokerUnavailableError:
                 continue  # its groups are moving to other brokers
             try:
-                response = connection.request(ListGroupsRequest(), self._timeout_s)
+                responses.append(connection.request(request, self._timeout_s))
             finally:
                 connection.close()
+        return responses
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close the connections (at once; ``timeout`` is accepted so that every client closes alike)."""
+        connections, self._connections = self._connections, {}
+        for connection in connections.values():
+            connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class GroupAdmin(CoordinatorAdmin):
+    """Talks to the group coordinators on the caller's thread."""
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        """``(group id, state)`` of every group: each live broker lists the groups it coordinates."""
+        listed: dict[str, str] = {}
+        for response in self._ask_every_broker(ListGroupsRequest()):
             assert isinstance(response, ListGroupsResponse)
             listed.update((group.group_id, group.group_state) for group in response.groups)
         return sorted(listed.items())
-
-    def _brokers(self) -> list[tuple[str, int]]:
-        """Every live broker's address, from the first bootstrap broker that answers."""
-        return live_broker_addresses(self._bootstrap, self._client_id, self._timeout_s, self._security)
 
     def describe_group(self, group_id: str) -> GroupInfo:
         """State, assignor and members (with their assignments) of a group."""
@@ -177,18 +203,6 @@ class GroupAdmin:
     def delete_group(self, group_id: str) -> None:
         """Delete a group without members and its committed offsets."""
         self._request(group_id, DeleteGroupsRequest(groups_names=(group_id,)), _raise_for_deleted)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Close the connections (at once; ``timeout`` is accepted so that every client closes alike)."""
-        connections, self._connections = self._connections, {}
-        for connection in connections.values():
-            connection.close()
-
-    def __enter__(self) -> GroupAdmin:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def _raise_for_described(response: object) -> None:

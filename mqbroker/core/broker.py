@@ -9,6 +9,7 @@ per-record work happens here. Each job is its own service:
 - ``FetchService`` and ``WaitingFetches`` (``core/fetch.py``): reads, long-poll fetches, offset lookups;
 - ``TopicAdmin`` (``core/topics.py``): metadata, topic admin, configs, partitions, delete-records;
 - ``ProducerIds`` (``core/producer_ids.py``), ``GroupRequests`` over ``GroupHosting`` (``groups/hosting.py``);
+- ``ShareRequests`` (``core/share_requests.py``) over ``ShareHosting`` (``shares/hosting.py``): share groups;
 - ``TransactionRequests`` (``core/transactions.py``) over ``TransactionHosting`` (``transactions/hosting.py``),
   with the markers written by ``MarkerAppender`` and ``PartitionMarkers`` (``core/txn_markers.py``);
 - ``SecurityRequests`` (``core/security_requests.py``): users and ACLs, authorized here, kept by an ``ISecurityAdmin``;
@@ -37,6 +38,7 @@ from mqbroker.core.local_logs import LocalLogs
 from mqbroker.core.produce import ProduceService
 from mqbroker.core.producer_ids import ProducerIds
 from mqbroker.core.security_requests import SecurityRequests
+from mqbroker.core.share_requests import ShareRequests
 from mqbroker.core.topics import TopicAdmin, internal_replication_factor
 from mqbroker.core.transactions import TransactionRequests
 from mqbroker.core.txn_markers import MarkerAppender, PartitionMarkers, TransactionPeers
@@ -65,8 +67,12 @@ from mqbroker.model import (
 from mqbroker.records.readable import UnreadableTally
 from mqbroker.replication.replica_manager import Follower, ReplicaManager
 from mqbroker.security.acl import Acl
-from mqbroker.security.scram import ScramMechanism, ScramUpsertion
 from mqbroker.security.cluster_principals import ClusterPrincipals
+from mqbroker.security.scram import ScramMechanism, ScramUpsertion
+from mqbroker.shares import messages as share_messages
+from mqbroker.shares.data import BrokerShareData
+from mqbroker.shares.hosting import ShareHosting
+from mqbroker.shares.service import PushFactory
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 from mqbroker.transactions import messages as txn_messages
@@ -119,6 +125,12 @@ class Broker:
             unreadable=unreadable,
         )
         self._group_requests = GroupRequests(authorizer=authorizer, hosting=self._groups)
+        self._shares = ShareHosting(
+            config=config, clock=clock, cluster=cluster, logs=logs, replicas=self._replicas,
+            append_replicated=self._produce.append_replicated,
+            replication_factor=internal_replication_factor(config, len(cluster.voters)),
+        )
+        self._share_requests = ShareRequests(authorizer=authorizer, hosting=self._shares)
         self._topics = TopicAdmin(config=config, cluster=cluster, authorizer=authorizer, replicas=self._replicas,
                                   topics_changed=self._groups.topics_changed, principals=principals)
         self._producer_ids = ProducerIds(cluster=cluster, authorizer=authorizer)
@@ -158,6 +170,7 @@ class Broker:
             return
         self._replicas.partitions_changed(image)
         self._groups.sync_coordinators()
+        self._shares.sync()
         self._txn_hosting.sync_coordinators()
         self._topics.wake_live_broker_waiters(image)
 
@@ -315,6 +328,73 @@ class Broker:
         """Delete an empty group and its offsets; see ``IBroker.delete_group``."""
         return self._group_requests.delete_group(principal, group_id)
 
+    # -- share groups ----------------------------------------------------------------------
+
+    def start_share_groups(self, data_broker: IBroker, new_member_id: Callable[[str], str],
+                           push_factory: PushFactory | None) -> Deferred[None]:
+        """Create ``__share_group_state`` if needed, then host the share groups of the partitions this broker leads.
+
+        Share groups read their topics and write dead letters through ``data_broker`` (the broker the
+        front ends use, which forwards to the leaders of partitions led elsewhere).
+        """
+        self._shares.start(BrokerShareData(data_broker, self._partitions_of), new_member_id, push_factory)
+        created = self._topics.create_if_missing(self._shares.state_topic_spec())
+        created.addCallback(lambda _: self._shares.sync())
+        return created
+
+    def _partitions_of(self, topic: str) -> int:
+        record = self._cluster.topic(topic)
+        return len(record.partitions) if record is not None else 0
+
+    def find_share_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
+        """The broker hosting a share group; see ``IBroker.find_share_coordinator``."""
+        return self._share_requests.find_share_coordinator(principal, group_id)
+
+    def share_group_heartbeat(
+        self, principal: Principal, request: share_messages.ShareHeartbeatRequest
+    ) -> Deferred[share_messages.ShareHeartbeatResponse]:
+        """Join, stay in or leave a share group; see ``IBroker.share_group_heartbeat``."""
+        return self._share_requests.share_group_heartbeat(principal, request)
+
+    def share_fetch(
+        self, principal: Principal, request: share_messages.ShareFetchRequest
+    ) -> Deferred[share_messages.ShareFetchResponse]:
+        """Acquire records of a share group; see ``IBroker.share_fetch``."""
+        return self._share_requests.share_fetch(principal, request)
+
+    def share_acknowledge(
+        self, principal: Principal, request: share_messages.ShareAcknowledgeRequest
+    ) -> Deferred[tuple[share_messages.AcknowledgeResult, ...]]:
+        """Settle acquired records; see ``IBroker.share_acknowledge``."""
+        return self._share_requests.share_acknowledge(principal, request)
+
+    def create_share_group(self, principal: Principal, group_id: str, topics: Sequence[str],
+                           configs: Mapping[str, str]) -> Deferred[None]:
+        """Define a share group; see ``IBroker.create_share_group``."""
+        return self._share_requests.create_share_group(principal, group_id, topics, configs)
+
+    def alter_share_group(self, principal: Principal, group_id: str, topics: Sequence[str] | None,
+                          set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[None]:
+        """Change a share group; see ``IBroker.alter_share_group``."""
+        return self._share_requests.alter_share_group(principal, group_id, topics, set_configs, delete_configs)
+
+    def delete_share_group(self, principal: Principal, group_id: str) -> Deferred[None]:
+        """Delete a share group; see ``IBroker.delete_share_group``."""
+        return self._share_requests.delete_share_group(principal, group_id)
+
+    def describe_share_group(
+        self, principal: Principal, group_id: str
+    ) -> Deferred[share_messages.ShareGroupDescription]:
+        """A share group's state; see ``IBroker.describe_share_group``."""
+        return self._share_requests.describe_share_group(principal, group_id)
+
+    def list_share_groups(self, principal: Principal) -> Deferred[list[share_messages.ShareGroupListing]]:
+        """The share groups hosted here; see ``IBroker.list_share_groups``."""
+        return self._share_requests.list_share_groups(principal)
+
+    def share_group_metrics(self) -> share_messages.ShareMetrics:
+        """Lag and leased records per share partition, dead letters per share group, of the groups hosted here."""
+        return self._shares.metrics()
     def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
                        ) -> Deferred[dict[TopicPartition, BaseException | None]]:
         """Delete some committed offsets of a group; see ``IBroker.delete_offsets``."""
@@ -460,6 +540,7 @@ class Broker:
         self._produce.stop()
         self._replicas.stop()
         self._groups.stop()
+        self._shares.stop()
         self._txn_hosting.stop()
         self._topics.stop()
         self._waiting.complete_all()

@@ -66,6 +66,7 @@ from mqbroker.model import (
 )
 from mqbroker.security.acl import Acl
 from mqbroker.security.scram import ScramMechanism, ScramUpsertion
+from mqbroker.shares import messages as share_messages
 from mqbroker.transactions import messages as txn
 
 #: Pause before routing a call again after its leader moved or could not be reached.
@@ -198,6 +199,52 @@ class RoutingBroker:
         """The local broker's ``delete_group``."""
         return self.local.delete_group(principal, group_id)
 
+    def find_share_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
+        """The local broker's ``find_share_coordinator``."""
+        return self.local.find_share_coordinator(principal, group_id)
+
+    def share_group_heartbeat(
+        self, principal: Principal, request: share_messages.ShareHeartbeatRequest
+    ) -> Deferred[share_messages.ShareHeartbeatResponse]:
+        """The local broker's ``share_group_heartbeat``."""
+        return self.local.share_group_heartbeat(principal, request)
+
+    def share_fetch(
+        self, principal: Principal, request: share_messages.ShareFetchRequest
+    ) -> Deferred[share_messages.ShareFetchResponse]:
+        """The local broker's ``share_fetch`` (it reads the group's partitions through this routing broker)."""
+        return self.local.share_fetch(principal, request)
+
+    def share_acknowledge(
+        self, principal: Principal, request: share_messages.ShareAcknowledgeRequest
+    ) -> Deferred[tuple[share_messages.AcknowledgeResult, ...]]:
+        """The local broker's ``share_acknowledge``."""
+        return self.local.share_acknowledge(principal, request)
+
+    def create_share_group(
+        self, principal: Principal, group_id: str, topics: Sequence[str], configs: Mapping[str, str]
+    ) -> Deferred[None]:
+        """The local broker's ``create_share_group``."""
+        return self.local.create_share_group(principal, group_id, topics, configs)
+
+    def alter_share_group(self, principal: Principal, group_id: str, topics: Sequence[str] | None,
+                          set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[None]:
+        """The local broker's ``alter_share_group``."""
+        return self.local.alter_share_group(principal, group_id, topics, set_configs, delete_configs)
+
+    def delete_share_group(self, principal: Principal, group_id: str) -> Deferred[None]:
+        """The local broker's ``delete_share_group``."""
+        return self.local.delete_share_group(principal, group_id)
+
+    def describe_share_group(
+        self, principal: Principal, group_id: str
+    ) -> Deferred[share_messages.ShareGroupDescription]:
+        """The local broker's ``describe_share_group``."""
+        return self.local.describe_share_group(principal, group_id)
+
+    def list_share_groups(self, principal: Principal) -> Deferred[list[share_messages.ShareGroupListing]]:
+        """The local broker's ``list_share_groups``."""
+        return self.local.list_share_groups(principal)
     def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
                        ) -> Deferred[dict[TopicPartition, BaseException | None]]:
         """The local broker's ``delete_offsets``."""

@@ -62,7 +62,7 @@ class GroupHosting:
         self._append_replicated = append_replicated
         self._offsets_replication_factor = offsets_replication_factor
         #: The offsets partitions this broker leads and coordinates (None until the topic is in the image).
-        self._coordinators: CoordinatedPartitions | None = None
+        self._coordinators: CoordinatedPartitions[GroupService] | None = None
         self._new_member_id: Callable[[str], str] | None = None
         self._stopped = False
 
@@ -86,7 +86,7 @@ class GroupHosting:
             record = self._cluster.topic(OFFSETS_TOPIC)
             if record is None:
                 return
-            self._coordinators = CoordinatedPartitions(len(record.partitions))
+            self._coordinators = CoordinatedPartitions[GroupService](len(record.partitions))
         coordinators = self._coordinators
         for partition in range(coordinators.partition_count):
             leader = self._replicas.leading((OFFSETS_TOPIC, partition))
@@ -201,7 +201,7 @@ class GroupHosting:
         return BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port,
                               listeners=broker.listeners)
 
-    def _running(self) -> CoordinatedPartitions:
+    def _running(self) -> CoordinatedPartitions[GroupService]:
         if self._coordinators is None:
             raise self._offsets_topic_missing()
         return self._coordinators

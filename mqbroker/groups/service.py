@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -326,23 +326,39 @@ class GroupService:
         self._drain()
 
 
-class CoordinatedPartitions:
-    """The ``__consumer_offsets`` partitions this broker leads, each loading or serving its groups.
+class Resignable(Protocol):
+    """A service that serves the records of one internal-topic partition while this broker leads it."""
 
-    A partition is coordinated for one leader epoch: a new epoch (even of this broker) means a
-    new ``GroupService`` replayed from the log, since another leader may have written meanwhile.
+    def resign(self, error: errors.BrokerError) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+ServiceT = TypeVar("ServiceT", bound=Resignable)
+
+
+class CoordinatedPartitions(Generic[ServiceT]):
+    """The partitions of an internal topic this broker leads, each loading or serving its groups.
+
+    ``__consumer_offsets`` by default (``GroupService``s); share groups use it for
+    ``__share_group_state``. A partition is coordinated for one leader epoch: a new epoch (even
+    of this broker) means a new service replayed from the log, since another leader may have
+    written meanwhile.
     """
 
-    def __init__(self, partition_count: int) -> None:
+    def __init__(self, partition_count: int, *, topic: str = OFFSETS_TOPIC,
+                 partition_of: Callable[[str, int], int] = offsets_partition) -> None:
         self.partition_count = partition_count
+        self.topic = topic
+        self._partition_of = partition_of
         self._epochs: dict[int, int] = {}
-        self._services: dict[int, GroupService] = {}
+        self._services: dict[int, ServiceT] = {}
 
     def partition_of(self, group_id: str) -> int:
-        """The offsets partition of ``group_id`` (the one mapping used for routing and storage)."""
-        return offsets_partition(group_id, self.partition_count)
+        """The partition of ``group_id`` (the one mapping used for routing and storage)."""
+        return self._partition_of(group_id, self.partition_count)
 
-    def service_for(self, group_id: str) -> GroupService:
+    def service_for(self, group_id: str) -> ServiceT:
         """The service of the group's partition; NOT_COORDINATOR / LOAD_IN_PROGRESS when it has none here."""
         partition = self.partition_of(group_id)
         service = self._services.get(partition)
@@ -350,10 +366,10 @@ class CoordinatedPartitions:
             return service
         if partition in self._epochs:
             raise errors.CoordinatorLoadInProgressError(
-                f"{OFFSETS_TOPIC}-{partition} (group {group_id!r}) is still being loaded here; retry"
+                f"{self.topic}-{partition} (group {group_id!r}) is still being loaded here; retry"
             )
         raise errors.NotCoordinatorError(
-            f"this broker does not lead {OFFSETS_TOPIC}-{partition}, which holds group {group_id!r}; "
+            f"this broker does not lead {self.topic}-{partition}, which holds group {group_id!r}; "
             "find the coordinator again and retry there"
         )
 
@@ -366,7 +382,7 @@ class CoordinatedPartitions:
         assert partition not in self._epochs, partition
         self._epochs[partition] = leader_epoch
 
-    def serve(self, partition: int, leader_epoch: int, service: GroupService) -> None:
+    def serve(self, partition: int, leader_epoch: int, service: ServiceT) -> None:
         """The partition is replayed: its groups are served by ``service``."""
         assert self._epochs.get(partition) == leader_epoch and partition not in self._services, partition
         self._services[partition] = service
@@ -377,14 +393,14 @@ class CoordinatedPartitions:
         service = self._services.pop(partition, None)
         if service is not None:
             service.resign(errors.NotCoordinatorError(
-                f"{OFFSETS_TOPIC}-{partition}: its leadership moved; find the coordinator again and retry"
+                f"{self.topic}-{partition}: its leadership moved; find the coordinator again and retry"
             ))
 
-    def services(self) -> list[GroupService]:
-        """Every serving group service."""
+    def services(self) -> list[ServiceT]:
+        """Every serving service."""
         return list(self._services.values())
 
-    def serving(self, partition: int) -> list[GroupService]:
+    def serving(self, partition: int) -> list[ServiceT]:
         """The service of ``partition`` if it is serving here (an empty list otherwise)."""
         service = self._services.get(partition)
         return [] if service is None else [service]

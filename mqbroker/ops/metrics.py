@@ -47,6 +47,26 @@ class _BrokerCollector(Collector):
         for (group_id, topic, partition), records in sorted(broker.group_lags().items()):
             lag.add_metric([group_id, topic, str(partition)], records)
         yield lag
+        yield from _share_group_metrics(broker.share_group_metrics())
+
+
+def _share_group_metrics(metrics: Any) -> Iterator[Any]:
+    """Share groups hosted by this broker: lag and records in flight per partition, dead letters per group."""
+    labels = ["group", "topic", "partition"]
+    lag = GaugeMetricFamily("mqbroker_share_group_lag_records",
+                            "Records of a share partition not yet done (unread, available, leased), scheduled aside.",
+                            labels=labels)
+    in_flight = GaugeMetricFamily("mqbroker_share_group_in_flight_records",
+                                  "Records of a share partition leased to consumers right now.", labels=labels)
+    for (group_id, topic, partition), (records, leased) in sorted(metrics.partitions.items()):
+        lag.add_metric([group_id, topic, str(partition)], records)
+        in_flight.add_metric([group_id, topic, str(partition)], leased)
+    dead = CounterMetricFamily("mqbroker_share_group_dead_lettered_records",
+                               "Records a share group sent to its dead-letter topic (or dropped), since its host "
+                               "took it over.", labels=["group"])
+    for group_id, records in sorted(metrics.dead_lettered.items()):
+        dead.add_metric([group_id], records)
+    yield from (lag, in_flight, dead)
 
 
 class BrokerMetrics:

@@ -62,8 +62,9 @@ ACL_KIND = "acl"
 #: The cluster's secrets (generic records of this kind): the key the unknown users' SCRAM decoys derive from.
 SECRET_KIND = "secret"
 DECOY_SECRET_KEY = "scram-decoy"
-#: The front ends' and the connectors' own principals (reading and writing the logs they map onto): never a client's.
-INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp", "Service:connectors")
+#: The front ends', the connectors' and share groups' own principals (reading and writing the logs they map onto):
+#: never a client's.
+INTERNAL_PRINCIPALS = ("Service:mqtt", "Service:amqp", "Service:connectors", "Service:shares")
 #: How skipped metadata records are reported (the Raft log of cluster metadata, Kafka's name for it).
 METADATA_LOG = "__cluster_metadata"
 

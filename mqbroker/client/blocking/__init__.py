@@ -1,4 +1,4 @@
-"""The blocking client: ``Producer``, ``Consumer`` and ``Admin`` over plain sockets, no reactor.
+"""The blocking client: ``Producer``, ``Consumer``, ``ShareConsumer`` and ``Admin`` over plain sockets, no reactor.
 
 For scripts and Spark workers. The producer runs one background I/O thread (the caller's
 ``send`` only appends to a batch, so sending overlaps with producing); the consumer and admin
@@ -11,5 +11,6 @@ from mqbroker.client.blocking.admin import Admin
 from mqbroker.client.blocking.consumer import Consumer
 from mqbroker.client.blocking.delivery import RecordFuture
 from mqbroker.client.blocking.producer import Producer
+from mqbroker.client.blocking.share import ShareConsumer
 
-__all__ = ["Admin", "Consumer", "Producer", "RecordFuture"]
+__all__ = ["Admin", "Consumer", "Producer", "RecordFuture", "ShareConsumer"]

@@ -59,8 +59,8 @@ def coordinator_connection(
     bootstrap: Sequence[tuple[str, int]], group_id: str, client_id: str, timeout_s: float,
     security: ClientSecurity | None = None, key_type: CoordinatorType = CoordinatorType.GROUP,
 ) -> BlockingConnection:
-    """Ask a bootstrap broker which broker coordinates ``group_id`` (or, with ``key_type`` TRANSACTION, a
-    transactional id) and connect to it.
+    """Ask a bootstrap broker which broker coordinates ``group_id`` (``key_type`` SHARE: hosts the share group;
+    TRANSACTION: coordinates a transactional id) and connect to it.
 
     A broker that cannot say yet (COORDINATOR_NOT_AVAILABLE) raises that error; the caller retries.
     """

@@ -9,5 +9,7 @@ from mqbroker.client.twisted.admin import TwistedAdmin
 from mqbroker.client.twisted.consumer import RebalanceCallback, TwistedConsumer
 from mqbroker.client.twisted.producer import TwistedProducer
 from mqbroker.client.twisted.protocol import NativeClientProtocol
+from mqbroker.client.twisted.share import TwistedShareConsumer
 
-__all__ = ["NativeClientProtocol", "RebalanceCallback", "TwistedAdmin", "TwistedConsumer", "TwistedProducer"]
+__all__ = ["NativeClientProtocol", "RebalanceCallback", "TwistedAdmin", "TwistedConsumer", "TwistedProducer",
+           "TwistedShareConsumer"]

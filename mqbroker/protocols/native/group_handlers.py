@@ -21,14 +21,17 @@ REQUEST_CLIENT_ID: contextvars.ContextVar[str] = contextvars.ContextVar("client_
 
 
 async def handle_find_coordinator(broker: IBroker, principal: Principal, request: m.FindCoordinatorRequest) -> Any:
-    """The broker coordinating a group (or a transactional id): the leader of its internal topic's partition."""
-    if request.key_type == m.CoordinatorType.TRANSACTION:
+    """The broker coordinating a group (or a transactional id), or hosting a share group: the leader of its
+    internal topic's partition."""
+    if request.key_type == m.CoordinatorType.SHARE:
+        node = await broker.find_share_coordinator(principal, request.key)
+    elif request.key_type == m.CoordinatorType.TRANSACTION:
         node = await broker.find_transaction_coordinator(principal, request.key)
     elif request.key_type == m.CoordinatorType.GROUP:
         node = await broker.find_coordinator(principal, request.key)
     else:
         raise errors.InvalidRequestError(f"coordinator type {request.key_type} is unknown; groups are 0, "
-                                         "transactional ids 1")
+                                         "transactional ids 1, share groups 2")
     return m.FindCoordinatorResponse(node_id=node.node_id, host=node.host, port=node.port)
 
 

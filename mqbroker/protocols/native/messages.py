@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from mqbroker.protocols.native import share_messages as share
 from mqbroker.protocols.native.txn_messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -74,12 +75,20 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     #: mqbroker's own APIs (no Kafka equivalent) are numbered from 1100.
     CREATE_CONNECTOR = 1100
     ALTER_CONNECTOR = 1101
     DESCRIBE_CONNECTORS = 1102
+    CREATE_SHARE_GROUP = 1110
+    ALTER_SHARE_GROUP = 1111
+    DELETE_SHARE_GROUP = 1112
+    LIST_SHARE_GROUPS = 1113
 
 
 class Acks(enum.IntEnum):
@@ -109,6 +118,7 @@ class CoordinatorType(enum.IntEnum):
 
     GROUP = 0
     TRANSACTION = 1
+    SHARE = 2
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -1396,6 +1406,28 @@ APIS: dict[ApiKey, ApiSchema] = {
     ),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSchema(
         request_type=AlterUserScramCredentialsRequest, response_type=AlterUserScramCredentialsResponse
+    ),
+    ApiKey.SHARE_GROUP_HEARTBEAT: ApiSchema(
+        request_type=share.ShareGroupHeartbeatRequest, response_type=share.ShareGroupHeartbeatResponse
+    ),
+    ApiKey.SHARE_GROUP_DESCRIBE: ApiSchema(
+        request_type=share.ShareGroupDescribeRequest, response_type=share.ShareGroupDescribeResponse
+    ),
+    ApiKey.SHARE_FETCH: ApiSchema(request_type=share.ShareFetchRequest, response_type=share.ShareFetchResponse),
+    ApiKey.SHARE_ACKNOWLEDGE: ApiSchema(
+        request_type=share.ShareAcknowledgeRequest, response_type=share.ShareAcknowledgeResponse
+    ),
+    ApiKey.CREATE_SHARE_GROUP: ApiSchema(
+        request_type=share.CreateShareGroupRequest, response_type=share.CreateShareGroupResponse
+    ),
+    ApiKey.ALTER_SHARE_GROUP: ApiSchema(
+        request_type=share.AlterShareGroupRequest, response_type=share.AlterShareGroupResponse
+    ),
+    ApiKey.DELETE_SHARE_GROUP: ApiSchema(
+        request_type=share.DeleteShareGroupRequest, response_type=share.DeleteShareGroupResponse
+    ),
+    ApiKey.LIST_SHARE_GROUPS: ApiSchema(
+        request_type=share.ListShareGroupsRequest, response_type=share.ListShareGroupsResponse
     ),
     ApiKey.CREATE_CONNECTOR: ApiSchema(request_type=CreateConnectorRequest, response_type=CreateConnectorResponse),
     ApiKey.ALTER_CONNECTOR: ApiSchema(request_type=AlterConnectorRequest, response_type=AlterConnectorResponse),

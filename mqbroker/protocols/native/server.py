@@ -29,6 +29,7 @@ from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.native import admin_handlers as admin
 from mqbroker.protocols.native import data_handlers as data
 from mqbroker.protocols.native import group_handlers as group
+from mqbroker.protocols.native import share_handlers as share
 from mqbroker.protocols.native import txn_handlers
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import RequestHeader, supported_api_versions
@@ -80,6 +81,14 @@ HANDLERS: dict[m.ApiKey, Handler] = {
     m.ApiKey.DESCRIBE_QUORUM: admin.handle_describe_quorum,
     m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
     m.ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
+    m.ApiKey.SHARE_GROUP_HEARTBEAT: share.handle_share_group_heartbeat,
+    m.ApiKey.SHARE_GROUP_DESCRIBE: share.handle_share_group_describe,
+    m.ApiKey.SHARE_FETCH: share.handle_share_fetch,
+    m.ApiKey.SHARE_ACKNOWLEDGE: share.handle_share_acknowledge,
+    m.ApiKey.CREATE_SHARE_GROUP: share.handle_create_share_group,
+    m.ApiKey.ALTER_SHARE_GROUP: share.handle_alter_share_group,
+    m.ApiKey.DELETE_SHARE_GROUP: share.handle_delete_share_group,
+    m.ApiKey.LIST_SHARE_GROUPS: share.handle_list_share_groups,
     **txn_handlers.HANDLERS,
 }
 

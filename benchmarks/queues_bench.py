@@ -1,0 +1,298 @@
+"""Queue benchmark: share-group consume-and-acknowledge throughput and latency, beside RabbitMQ.
+
+``python benchmarks/queues_bench.py`` starts mqbroker (``twistd mqbroker`` on free ports, a
+temporary data directory) and, unless ``--no-rabbitmq``, Debian's ``rabbitmq-server``, and
+measures in alternating rounds (the broker not measured is SIGSTOPped, as in ``amqp_bench``):
+
+* **share group, native client** (the queue built on the log): a one-partition topic filled with
+  ``--messages`` acknowledged records of ``--body-bytes``; then 1 and ``--consumers`` consumer
+  processes (``ShareConsumer``, ``records_max`` 500, every record accepted and the verdicts stored
+  before the next poll) drain it. Timed from a start signal (every consumer has joined) until the
+  last acknowledgement the broker confirmed: msg/s and MB/s of acknowledged records.
+* **latency**: records produced at ``--latency-rate`` per second for ``--latency-seconds`` while one
+  consumer acknowledges; each record's latency runs from just before ``send`` to the return of the
+  ``poll`` that delivered it (p50/p99; a record never delivered counts as infinitely late).
+* **deliver-at lateness**: ``--scheduled`` records with ``x-deliver-at`` times spread evenly over
+  ``--schedule-seconds`` (the first due 3 s + 0.5 ms per record after producing starts), one consumer acknowledging:
+  p50/p99 of arrival minus deliver-at (negative: early, counted apart).
+* **RabbitMQ with pika** (the queue case, for comparison): the same message count and body size
+  published with confirms into a durable queue, then consumed by one pika consumer with prefetch
+  1,000 acknowledging every 100 (``amqp_bench``'s functions), and pika's latency at the same rate.
+  The clients differ (mqbroker has no share groups behind AMQP yet: phase 2 of issue 20), so the
+  table also shows ``--pika-on-mqbroker``: the same pika run against mqbroker's own AMQP queues.
+
+Figures are medians over ``--rounds`` rounds; compare ratios within one run, not across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import amqp_bench  # noqa: E402  (benchmarks/ is the script's directory)
+
+from mqbroker.cli.bench import produce_acknowledged  # noqa: E402
+from mqbroker.client import Admin, Producer, ShareConsumer  # noqa: E402
+from mqbroker.client.share_admin import ShareGroupAdmin  # noqa: E402
+from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
+
+RECORDS_PER_POLL = 500
+
+
+# --- the consumer processes ------------------------------------------------------------------------
+
+
+def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float) -> None:
+    """Join, say so, wait for ``go`` on stdin, then poll and acknowledge until ``idle_s`` pass without records;
+    print how many records the broker confirmed acknowledged and when the last confirmation came (epoch s)."""
+    acked = [0, 0.0]
+
+    def confirmed(outcomes: list[Any]) -> None:
+        for outcome in outcomes:
+            if outcome.error is None:
+                acked[0] += outcome.last_offset - outcome.first_offset + 1
+                acked[1] = time.time()
+
+    with ShareConsumer(bootstrap, group_id=group, topics=[topic], records_max=RECORDS_PER_POLL, fetch_wait_ms=100,
+                       on_acknowledged=confirmed) as consumer:
+        assert consumer.wait_joined(60), "the consumer did not join its group within 60 s"
+        print("ready", flush=True)
+        sys.stdin.readline()
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < idle_s:
+            messages = consumer.poll(0.2)
+            if messages:
+                consumer.acknowledge(messages)
+                consumer.commit()
+                quiet_since = time.monotonic()
+    print(json.dumps({"acked": acked[0], "last_ack_s": acked[1]}), flush=True)
+
+
+def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float]:
+    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s)."""
+    topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with ShareGroupAdmin(broker.bootstrap) as admin:
+        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+        outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.messages)
+    assert outcome.failed == 0, outcome
+    children = [subprocess.Popen([sys.executable, __file__, "--child", broker.bootstrap, group, topic],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(consumers)]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    started = time.time()
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    results = [json.loads(child.communicate(timeout=600)[0].strip().splitlines()[-1]) for child in children]
+    acked = sum(result["acked"] for result in results)
+    assert acked >= options.messages, f"only {acked} of {options.messages} acknowledged"
+    seconds = max(result["last_ack_s"] for result in results) - started
+    return options.messages / seconds, options.messages * options.body_bytes / seconds / 1e6
+
+
+def share_latency(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
+    """Per-record latency (ms) from send to the poll that delivered it, one consumer acknowledging."""
+    topic, group = f"latency-{uuid.uuid4().hex[:8]}", f"latency-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with ShareGroupAdmin(broker.bootstrap) as admin:
+        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    total = int(options.latency_rate * options.latency_seconds)
+    sent_at: dict[int, float] = {}
+    latencies: list[float] = []
+    with ShareConsumer(broker.bootstrap, group_id=group, topics=[topic], records_max=RECORDS_PER_POLL,
+                       fetch_wait_ms=100) as consumer:
+        assert consumer.wait_joined(60), "the consumer did not join its group within 60 s"
+        producing = threading.Thread(target=_produce_paced, args=(broker.bootstrap, topic, total, options, sent_at))
+        producing.start()
+        deadline = time.perf_counter() + options.latency_seconds + 10
+        while len(latencies) < total and time.perf_counter() < deadline:
+            messages = consumer.poll(0.2)
+            now = time.perf_counter()
+            latencies += [(now - sent_at[int(m.value[:12])]) * 1000 for m in messages if int(m.value[:12]) in sent_at]
+            consumer.acknowledge(messages)
+        producing.join()
+    return sorted(latencies) + [math.inf] * (total - len(latencies))
+
+
+def _produce_paced(bootstrap: str, topic: str, total: int, options: argparse.Namespace,
+                   sent_at: dict[int, float]) -> None:
+    padding = b"x" * max(0, options.body_bytes - 12)
+    with Producer(bootstrap, acks="all", linger_ms=0) as producer:
+        started = time.perf_counter()
+        for index in range(total):
+            due = started + index / options.latency_rate
+            while (wait := due - time.perf_counter()) > 0:
+                time.sleep(wait)
+            sent_at[index] = time.perf_counter()
+            producer.send(topic, b"%012d" % index + padding)
+
+
+def delayed_lateness(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
+    """Lateness (ms) of ``--scheduled`` records whose deliver-at times are spread over ``--schedule-seconds``,
+    starting 3 s after they were all produced: arrival at the consumer minus the deliver-at time."""
+    topic, group = f"delayed-{uuid.uuid4().hex[:8]}", f"delayed-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with ShareGroupAdmin(broker.bootstrap) as admin:
+        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    count = options.scheduled
+    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+        first_ms = int(time.time() * 1000) + 3_000 + count // 2  # room to produce them all (at 2,000/s or faster)
+        spacing_ms = options.schedule_seconds * 1000 / count
+        futures = []
+        for index in range(count):
+            at = str(first_ms + int(index * spacing_ms)).encode()
+            futures.append(producer.send(topic, at, headers=[("x-deliver-at", at)]))
+        producer.flush()
+        assert time.time() * 1000 < first_ms, "producing took longer than the head start: lower --scheduled"
+        for future in futures:
+            future.result(0)  # raises if a send failed
+    lateness: list[float] = []
+    with ShareConsumer(broker.bootstrap, group_id=group, topics=[topic], records_max=RECORDS_PER_POLL,
+                       fetch_wait_ms=100) as consumer:
+        deadline = time.monotonic() + (first_ms / 1000 - time.time()) + options.schedule_seconds + 30
+        while len(lateness) < count and time.monotonic() < deadline:
+            messages = consumer.poll(0.2)
+            now_ms = time.time() * 1000
+            lateness += [now_ms - int(m.value) for m in messages]
+            consumer.acknowledge(messages)
+    return sorted(lateness) + [math.inf] * (count - len(lateness))
+
+
+# --- rounds ------------------------------------------------------------------------------------
+
+
+Figures = list[tuple[str, float | None]]
+
+
+def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figures:
+    """The share-group figures."""
+    figures: Figures = []
+    for consumers in sorted({1, options.consumers}):
+        rate, megabytes = drain(broker, consumers, options)
+        figures += [(f"share consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes)]
+    latencies = share_latency(broker, options)
+    figures += [("share latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
+                ("share latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
+    if options.scheduled:
+        lateness = delayed_lateness(broker, options)
+        figures += [(f"deliver-at lateness p50 ms ({options.scheduled:,} scheduled)", amqp_bench.percentile(lateness, 0.5)),
+                    ("deliver-at lateness p99 ms", amqp_bench.percentile(lateness, 0.99)),
+                    ("  early deliveries", float(sum(1 for value in lateness if value < 0)))]
+    return figures
+
+
+def measure_pika(port: int, options: argparse.Namespace) -> Figures:
+    """pika publishing with confirms, then consuming and acknowledging, then latency at the same rate."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    amqp_bench.BODY_BYTES = options.body_bytes
+    amqp_bench.publish_with_confirms(port, queue, options.messages)
+    rate = amqp_bench.consume(port, queue, options.messages)
+    latencies = amqp_bench.latency(port, f"{queue}-latency", options.latency_rate, options.latency_seconds)
+    return [("pika consume+ack, 1 consumer msg/s", rate), ("  1 consumer MB/s", rate * options.body_bytes / 1e6),
+            ("pika latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
+            ("pika latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
+
+
+@contextlib.contextmanager
+def mqbroker(work: pathlib.Path) -> Iterator[BrokerProcess]:
+    """mqbroker with its native and AMQP listeners."""
+    broker = BrokerProcess(data_dir=work / "mqbroker", extra_args=["--mqtt-port", "0", "--kafka-port", "0",
+                                                                      "--kafka-tls-port", "0"])
+    broker.start(timeout_s=120)
+    try:
+        yield broker
+    finally:
+        broker.kill()
+
+
+def report(rounds: dict[str, list[Figures]], as_json: bool) -> None:
+    """Medians per figure, each broker's own column."""
+    medians = {name: {label: _median([dict(figures)[label] for figures in results]) for label, _ in results[0]}
+               for name, results in rounds.items()}
+    if as_json:
+        print(json.dumps(medians, indent=2))
+        return
+    print(f"medians of {len(next(iter(rounds.values())))} round(s)")
+    for name, figures in medians.items():
+        print(f"-- {name}")
+        for label, value in figures.items():
+            shown = "-" if value is None else "lost" if math.isinf(value) else f"{value:,.1f}" if value >= 10 \
+                else f"{value:,.3f}"
+            print(f"   {label:44}{shown:>14}")
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
+
+
+def main() -> None:
+    """Measure mqbroker's share groups (and pika against RabbitMQ and mqbroker's AMQP) in alternating rounds."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        consumer_child(sys.argv[2], sys.argv[3], sys.argv[4], idle_s=2.0)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--body-bytes", type=int, default=100)
+    parser.add_argument("--consumers", type=int, default=4, help="the second drain's consumer processes [4]")
+    parser.add_argument("--latency-rate", type=int, default=1_000)
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--scheduled", type=int, default=20_000, help="delayed records for the lateness figure "
+                                                                      "(0: skip it) [20,000]")
+    parser.add_argument("--schedule-seconds", type=float, default=10.0, help="their deliver-at times' spread [10]")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-rabbitmq", action="store_true", help="measure mqbroker only")
+    parser.add_argument("--pika-on-mqbroker", action="store_true", help="also run pika against mqbroker's AMQP queues")
+    parser.add_argument("--json", action="store_true")
+    options = parser.parse_args()
+    rounds: dict[str, list[Figures]] = {}
+    with contextlib.ExitStack() as stack:
+        work = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        broker = stack.enter_context(mqbroker(work))
+        assert broker.process is not None
+        pids = {"mqbroker share groups": broker.process.pid}
+        if options.pika_on_mqbroker:
+            pids["mqbroker AMQP (pika)"] = broker.process.pid
+        rabbit: tuple[int, int] | None = None
+        if not options.no_rabbitmq:
+            if not amqp_bench.RABBITMQ_SERVER.exists():
+                parser.error(f"{amqp_bench.RABBITMQ_SERVER} is missing: install rabbitmq-server or pass --no-rabbitmq")
+            rabbit = stack.enter_context(amqp_bench.rabbitmq_process(work))
+            pids["RabbitMQ (pika)"] = rabbit[1]
+        for number in range(options.rounds):
+            for name, pid in pids.items():
+                print(f"-- round {number + 1}: {name}", file=sys.stderr)
+                with amqp_bench.stopped(sorted({other for other in pids.values() if other != pid})):
+                    if name == "mqbroker share groups":
+                        figures = measure_mqbroker(broker, options)
+                    elif name == "mqbroker AMQP (pika)":
+                        figures = measure_pika(broker.ports["amqp"], options)
+                    else:
+                        assert rabbit is not None
+                        figures = measure_pika(rabbit[0], options)
+                rounds.setdefault(name, []).append(figures)
+    report(rounds, options.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""The share consumer's logic, without I/O: membership, fetch requests, leased records, acknowledgements.
+
+A share consumer belongs to a share group: it heartbeats to the group's host (``ShareMembership``),
+fetches records leased to it, and acknowledges each one: accept (done), release (deliver it again,
+to anyone), reject (dead-letter it) or renew (extend its lease). Acknowledgements queue up and go
+with the next fetch or an explicit ``acknowledge_request``, consecutive offsets of one kind as
+one range. Drivers (``blocking.share``, ``twisted.share``) move the requests and replies.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import enum
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
+
+from mqbroker.client.consumer import _collector_paused
+from mqbroker.errors import (
+    BrokerError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    CorruptMessageError,
+    NotCoordinatorError,
+    UnknownMemberIdError,
+    error_for_code,
+)
+from mqbroker.model import AcknowledgeType
+from mqbroker.protocols.native import share_messages as wire
+from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import iter_batches
+
+#: Errors after which a consumer looks its group's host up again.
+COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, CoordinatorLoadInProgressError)
+#: Pause before a consumer retries finding or reaching its group's host.
+COORDINATOR_RETRY_MS = 200
+
+
+class ShareMessage(NamedTuple):
+    """One record leased to this consumer: ``delivery_count`` says how often it was delivered (1: first time)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+    delivery_count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AcknowledgeOutcome:
+    """What became of one acknowledged range: ``error`` None once the broker stored it."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    kind: AcknowledgeType
+    error: BrokerError | None = None
+
+
+#: Called with the outcome of every acknowledgement a consumer sent (from the thread or reactor that sent it).
+AcknowledgedCallback = Callable[[list[AcknowledgeOutcome]], None]
+
+
+class Rejoin(enum.Enum):
+    """What a failed membership call asks of the driver."""
+
+    FIND_COORDINATOR = "find the group's host again, then heartbeat"
+    JOIN_AGAIN = "heartbeat with member epoch 0"
+
+
+class ShareMembership:
+    """A member's identity in its share group, from heartbeat to heartbeat."""
+
+    def __init__(self, group_id: str, topics: Sequence[str]) -> None:
+        self.group_id = group_id
+        self.topics = tuple(topics)
+        self.member_id = ""
+        self.member_epoch = 0
+        self.heartbeat_interval_ms = 1_000
+        self.assignment: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def joined(self) -> bool:
+        """Whether the group's host knows this member."""
+        return bool(self.member_id) and self.member_epoch > 0
+
+    def heartbeat_request(self) -> wire.ShareGroupHeartbeatRequest:
+        """The next heartbeat (a join while not a member)."""
+        return wire.ShareGroupHeartbeatRequest(group_id=self.group_id, member_id=self.member_id,
+                                               member_epoch=self.member_epoch, subscribed_topic_names=self.topics)
+
+    def leave_request(self) -> wire.ShareGroupHeartbeatRequest:
+        """The heartbeat that leaves the group (what the member holds is released)."""
+        return wire.ShareGroupHeartbeatRequest(group_id=self.group_id, member_id=self.member_id, member_epoch=-1)
+
+    def heartbeat_completed(self, response: wire.ShareGroupHeartbeatResponse) -> None:
+        """Take the host's answer: identity, heartbeat interval, assignment."""
+        self.member_id, self.member_epoch = response.member_id, response.member_epoch
+        self.heartbeat_interval_ms = max(100, response.heartbeat_interval_ms)
+        self.assignment = tuple((topic.name, partition) for topic in response.assignment for partition in topic.partitions)
+
+    def failed(self, error: BrokerError) -> Rejoin:
+        """What to do after a membership, fetch or acknowledgement error (``error`` itself: raise it)."""
+        if isinstance(error, UnknownMemberIdError):
+            self.member_id, self.member_epoch = "", 0
+            return Rejoin.JOIN_AGAIN
+        if isinstance(error, COORDINATOR_MOVED) or error.retriable:
+            return Rejoin.FIND_COORDINATOR
+        raise error
+
+
+class ShareConsumerCore:
+    """Leased records and queued acknowledgements of one share consumer."""
+
+    def __init__(self, group_id: str, *, records_max: int = 500, bytes_max: int = 16 * 1024 * 1024,
+                 lease_ms: int = -1) -> None:
+        self.group_id = group_id
+        self.records_max = records_max
+        self.bytes_max = bytes_max
+        self.lease_ms = lease_ms
+        self._pending: list[tuple[str, int, int, AcknowledgeType, str]] = []
+
+    @property
+    def pending_acknowledgements(self) -> int:
+        """Records acknowledged by the application and not sent yet."""
+        return len(self._pending)
+
+    def acknowledge(self, messages: Iterable[ShareMessage], kind: AcknowledgeType, error: str = "") -> None:
+        """Queue a verdict on leased records (sent with the next fetch or acknowledge request)."""
+        for message in messages:
+            self._pending.append((message.topic, message.partition, message.offset, kind, error))
+
+    def fetch_request(self, member_id: str, wait_ms: int) -> tuple[wire.ShareFetchRequest, list[AcknowledgeOutcome]]:
+        """The next fetch, carrying the queued acknowledgements; and those ranges, to match the reply's outcomes."""
+        topics, sent = self._take_pending()
+        request = wire.ShareFetchRequest(group_id=self.group_id, member_id=member_id, max_wait_ms=wait_ms,
+                                         max_records=self.records_max, max_bytes=self.bytes_max,
+                                         lease_ms=self.lease_ms, acknowledgements=topics)
+        return request, sent
+
+    def acknowledge_request(self, member_id: str) -> tuple[wire.ShareAcknowledgeRequest | None, list[AcknowledgeOutcome]]:
+        """The queued acknowledgements on their own (None: nothing queued)."""
+        topics, sent = self._take_pending()
+        if not topics:
+            return None, []
+        return wire.ShareAcknowledgeRequest(group_id=self.group_id, member_id=member_id, topics=topics), sent
+
+    def renew_request(self, member_id: str, messages: Iterable[ShareMessage],
+                      lease_ms: int) -> tuple[wire.ShareAcknowledgeRequest, list[AcknowledgeOutcome]]:
+        """Extend the leases of ``messages`` to ``lease_ms`` from now (sent at once, apart from the queue)."""
+        ranges = _ranges([(m.topic, m.partition, m.offset, AcknowledgeType.RENEW, "") for m in messages])
+        request = wire.ShareAcknowledgeRequest(group_id=self.group_id, member_id=member_id, lease_ms=lease_ms,
+                                               topics=_wire_topics(ranges))
+        return request, [outcome for outcome, _ in ranges]
+
+    def _take_pending(self) -> tuple[tuple[wire.ShareAcknowledgeTopic, ...], list[AcknowledgeOutcome]]:
+        pending, self._pending = self._pending, []
+        ranges = _ranges(pending)
+        return _wire_topics(ranges), [outcome for outcome, _ in ranges]
+
+    def fetch_completed(self, response: wire.ShareFetchResponse, sent: list[AcknowledgeOutcome]
+                        ) -> tuple[list[ShareMessage], list[AcknowledgeOutcome]]:
+        """The records leased by a fetch reply, and the outcomes of the acknowledgements it carried."""
+        messages: list[ShareMessage] = []
+        errors: list[BrokerError] = []
+        with _collector_paused():
+            for topic in response.topics:
+                for partition in topic.partitions:
+                    if partition.error_code:
+                        errors.append(error_for_code(partition.error_code, partition.error_message or ""))
+                        continue
+                    decode_leased(topic.name, partition.partition_index, partition.records,
+                                  partition.acquired_records, messages)
+        if errors and not messages:
+            raise errors[0]
+        return messages, outcomes_of(response.acknowledgements, sent)
+
+    def acknowledge_completed(self, response: wire.ShareAcknowledgeResponse,
+                              sent: list[AcknowledgeOutcome]) -> list[AcknowledgeOutcome]:
+        """The outcomes of an acknowledge request."""
+        return outcomes_of(response.topics, sent)
+
+
+def failed_outcomes(sent: list[AcknowledgeOutcome], error: BrokerError) -> list[AcknowledgeOutcome]:
+    """Every range of a request that got no answer: it may or may not have been applied."""
+    return [dataclasses.replace(outcome, error=error) for outcome in sent]
+
+
+def outcomes_of(results: Iterable[wire.ShareAcknowledgeTopicResult], sent: list[AcknowledgeOutcome]
+                ) -> list[AcknowledgeOutcome]:
+    """The sent ranges with the broker's verdict on each (a range it did not mention failed)."""
+    codes = {(topic.name, partition.partition_index, batch.first_offset, batch.last_offset):
+             (batch.error_code, batch.error_message)
+             for topic in results for partition in topic.partitions for batch in partition.batches}
+    outcomes = []
+    for outcome in sent:
+        code, message = codes.get((outcome.topic, outcome.partition, outcome.first_offset, outcome.last_offset),
+                                  (int(NotCoordinatorError.code), "the broker did not answer for this range"))
+        outcomes.append(dataclasses.replace(outcome, error=error_for_code(code, message or "") if code else None))
+    return outcomes
+
+
+def _ranges(pending: list[tuple[str, int, int, AcknowledgeType, str]]) -> list[tuple[AcknowledgeOutcome, str]]:
+    """Consecutive offsets of one partition with one kind and error, as ranges (the last verdict per offset wins)."""
+    latest = {(topic, partition, offset): (kind, error) for topic, partition, offset, kind, error in pending}
+    ranges: list[tuple[AcknowledgeOutcome, str]] = []
+    for (topic, partition, offset), (kind, error) in sorted(latest.items()):
+        if ranges:
+            last, last_error = ranges[-1]
+            if ((last.topic, last.partition, last.kind, last_error) == (topic, partition, kind, error)
+                    and last.last_offset + 1 == offset):
+                ranges[-1] = (dataclasses.replace(last, last_offset=offset), error)
+                continue
+        ranges.append((AcknowledgeOutcome(topic, partition, offset, offset, kind), error))
+    return ranges
+
+
+def _wire_topics(ranges: list[tuple[AcknowledgeOutcome, str]]) -> tuple[wire.ShareAcknowledgeTopic, ...]:
+    by_partition: dict[tuple[str, int], list[wire.ShareAcknowledgementBatch]] = {}
+    for outcome, error in ranges:
+        by_partition.setdefault((outcome.topic, outcome.partition), []).append(wire.ShareAcknowledgementBatch(
+            first_offset=outcome.first_offset, last_offset=outcome.last_offset, acknowledge_type=int(outcome.kind),
+            error=error or None))
+    by_topic: dict[str, list[wire.ShareAcknowledgePartition]] = {}
+    for (topic, partition), batches in by_partition.items():
+        by_topic.setdefault(topic, []).append(wire.ShareAcknowledgePartition(partition_index=partition,
+                                                                            batches=tuple(batches)))
+    return tuple(wire.ShareAcknowledgeTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+
+
+def decode_leased(topic: str, partition: int, data: bytes | memoryview, acquired: Sequence[wire.AcquiredRecords],
+                  into: list[ShareMessage]) -> None:
+    """Append the records of ``data`` that lie in ``acquired`` to ``into``, with their delivery counts."""
+    if not acquired:
+        return
+    ranges = sorted(acquired, key=lambda r: r.first_offset)
+    firsts = [r.first_offset for r in ranges]
+    low, high = firsts[0], max(r.last_offset for r in ranges)
+    view = memoryview(data)
+    try:
+        for position, header in iter_batches(view, check=False):
+            if header.is_control or header.last_offset < low or header.base_offset > high:
+                continue
+            records = decode_records_as(view[position : position + header.size_bytes],
+                                        functools.partial(_Leased, topic, partition))
+            for record in records:
+                slot = bisect.bisect_right(firsts, record.offset) - 1
+                if slot >= 0 and record.offset <= ranges[slot].last_offset:
+                    into.append(ShareMessage(*record, ranges[slot].delivery_count))
+    except CorruptRecordError as error:
+        raise CorruptMessageError(f"share fetch data for {topic}-{partition} is corrupt: {error}") from error
+
+
+class _Leased(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
