@@ -531,3 +531,9 @@ def cut_power_at_random(disk: Disk, chooser: random.Random, calls_max: int) -> i
     calls = chooser.randint(1, calls_max)
     disk.cut_power_after(calls)
     return calls
+
+
+def power_loss_seeds(first: int, count: int) -> list[int]:
+    """``count`` seeds from ``first``, or only ``$POWER_LOSS_SEED`` when set (to rerun the seed a failure named)."""
+    fixed = os.environ.get("POWER_LOSS_SEED")
+    return [int(fixed)] if fixed else [first + number for number in range(count)]

@@ -20,7 +20,7 @@ import pytest
 from mqbroker.raft.memory_storage import MemoryRaftStorage
 from mqbroker.raft.messages import Configuration, Entry, HardState, Snapshot, SnapshotMetadata
 from mqbroker.raft.storage import FileRaftStorage
-from tests.powerloss import PowerCut, power_loss_disks
+from tests.powerloss import PowerCut, power_loss_disks, power_loss_seeds
 
 VOTERS = Configuration(voters=frozenset({1, 2, 3}))
 ROUNDS = 15
@@ -125,8 +125,7 @@ def _reference_of(storage: FileRaftStorage) -> MemoryRaftStorage:
 
 
 def _seeds(count: int) -> list[int]:
-    fixed = os.environ.get("POWER_LOSS_SEED")
-    return [int(fixed)] if fixed else [20261128 + number for number in range(count)]
+    return power_loss_seeds(20261128, count)
 
 
 @pytest.mark.parametrize("seed", _seeds(5))

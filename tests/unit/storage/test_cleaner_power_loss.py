@@ -7,13 +7,12 @@ power-loss file system; a failure names its seed (rerun with ``POWER_LOSS_SEED=<
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 
 from mqbroker.storage.log import PartitionLog
-from tests.powerloss import PowerCut, power_loss_disks
+from tests.powerloss import PowerCut, power_loss_disks, power_loss_seeds
 from tests.unit.storage.compaction_workload import CONFIG, CompactionWorkload, DurableRecord, check_log
 
 ROUNDS = 10
@@ -48,8 +47,7 @@ def run_power_losses(directory: str, seed: int, rounds: int) -> int:
 
 
 def _seeds(count: int) -> list[int]:
-    fixed = os.environ.get("POWER_LOSS_SEED")
-    return [int(fixed)] if fixed else [20261127 + number for number in range(count)]
+    return power_loss_seeds(20261127, count)
 
 
 @pytest.mark.parametrize("seed", _seeds(4))

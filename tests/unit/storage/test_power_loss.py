@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from tests.powerloss import PowerCut, power_loss_disks
+from tests.powerloss import PowerCut, power_loss_disks, power_loss_seeds
 from tests.unit.storage.power_loss_workload import LogWorkload
 
 ROUNDS = 12
@@ -44,8 +44,7 @@ def run_power_losses(disk_root: str, seed: int, rounds: int, *, fsync_works: boo
 
 
 def _seeds(count: int) -> list[int]:
-    fixed = os.environ.get("POWER_LOSS_SEED")
-    return [int(fixed)] if fixed else [20261126 + number for number in range(count)]
+    return power_loss_seeds(20261126, count)
 
 
 @pytest.mark.parametrize("seed", _seeds(6))

@@ -25,7 +25,7 @@ from mqbroker.storage import cleaner
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
-from tests.powerloss import PowerCut, power_loss_disks
+from tests.powerloss import PowerCut, power_loss_disks, power_loss_seeds
 from tests.unit.storage.logtools import make_batch, read_all
 from tests.unit.storage.txntools import append_marker, append_txn, marker, read_committed_values, txn_batch
 
@@ -186,8 +186,7 @@ def run_power_losses(disk_root: str, seed: int, rounds: int) -> None:
 
 
 def _seeds(count: int) -> list[int]:
-    fixed = os.environ.get("POWER_LOSS_SEED")
-    return [int(fixed)] if fixed else [777_000 + number for number in range(count)]
+    return power_loss_seeds(777_000, count)
 
 
 @pytest.mark.parametrize("seed", _seeds(5))
