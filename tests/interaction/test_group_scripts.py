@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -322,23 +323,27 @@ def describe_record(record: OffsetsRecord) -> str:
     return f"record offset {key.group_id} {key.topic_partition}: {committed.offset} at={committed.commit_timestamp_ms}"
 
 
-@pytest.mark.parametrize("path", SCRIPTS, ids=[path.stem for path in SCRIPTS])
-def test_group_script(path: pathlib.Path) -> None:
-    """Replay a script; its output must match (or is rewritten under MQBROKER_REWRITE=1)."""
+def replay_script(path: pathlib.Path, run: Callable[[str], list[str]]) -> None:
+    """Run each case's commands through ``run``; the output must match the script's (rewritten under REWRITE)."""
     cases = parse(path.read_text())
-    script = Script()
     actual_cases = []
     for case in cases:
         output: list[str] = []
         for command in case.commands:
             if command.strip() and not command.startswith("#"):
-                output += script.run(command)
+                output += run(command)
         actual_cases.append(Case(commands=case.commands, expected=output))
     if REWRITE:
         path.write_text(render(actual_cases))
         return
     for case, actual in zip(cases, actual_cases):
         assert actual.expected == case.expected, "\n".join(case.commands)
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[path.stem for path in SCRIPTS])
+def test_group_script(path: pathlib.Path) -> None:
+    """Replay a script; its output must match (or is rewritten under MQBROKER_REWRITE=1)."""
+    replay_script(path, Script().run)
 
 
 def test_there_are_group_scripts() -> None:

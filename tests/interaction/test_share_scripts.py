@@ -29,7 +29,6 @@ Commands (``k=v`` options, all optional):
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest
@@ -46,11 +45,10 @@ from mqbroker.shares.state_records import (
     partition_record,
     tombstone,
 )
-from tests.interaction.test_group_scripts import Case, options, parse, render
+from tests.interaction.test_group_scripts import options, replay_script
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
 SCRIPTS = sorted(TESTDATA.glob("share_*.txt"))
-REWRITE = os.environ.get("MQBROKER_REWRITE") == "1"
 KEY = PartitionKey("g", "events", 0)
 
 
@@ -224,20 +222,7 @@ class Script:
 @pytest.mark.parametrize("path", SCRIPTS, ids=[path.stem for path in SCRIPTS])
 def test_share_script(path: pathlib.Path) -> None:
     """Replay a script; its output must match (or is rewritten under MQBROKER_REWRITE=1)."""
-    cases = parse(path.read_text())
-    script = Script()
-    actual_cases = []
-    for case in cases:
-        output: list[str] = []
-        for command in case.commands:
-            if command.strip() and not command.startswith("#"):
-                output += script.run(command)
-        actual_cases.append(Case(commands=case.commands, expected=output))
-    if REWRITE:
-        path.write_text(render(actual_cases))
-        return
-    for case, actual in zip(cases, actual_cases):
-        assert actual.expected == case.expected, "\n".join(case.commands)
+    replay_script(path, Script().run)
 
 
 def test_there_are_share_scripts() -> None:

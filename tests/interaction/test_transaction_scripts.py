@@ -37,7 +37,7 @@ from mqbroker.transactions.messages import (
     ProducerIdAndEpoch,
     TransactionConfig,
 )
-from tests.interaction.test_group_scripts import REWRITE, TESTDATA, Case, options, parse, partition_list, render
+from tests.interaction.test_group_scripts import TESTDATA, options, partition_list, replay_script
 
 SCRIPTS = sorted(TESTDATA.glob("transactions_*.txt"))
 
@@ -241,20 +241,7 @@ def describe_record(record: TransactionLogRecord) -> str:
 @pytest.mark.parametrize("path", SCRIPTS, ids=[path.stem for path in SCRIPTS])
 def test_transaction_script(path: pathlib.Path) -> None:
     """Replay a script; its output must match (or is rewritten under MQBROKER_REWRITE=1)."""
-    cases = parse(path.read_text())
-    script = Script()
-    actual_cases = []
-    for case in cases:
-        output: list[str] = []
-        for command in case.commands:
-            if command.strip() and not command.startswith("#"):
-                output += script.run(command)
-        actual_cases.append(Case(commands=case.commands, expected=output))
-    if REWRITE:
-        path.write_text(render(actual_cases))
-        return
-    for case, actual in zip(cases, actual_cases):
-        assert actual.expected == case.expected, "\n".join(case.commands)
+    replay_script(path, Script().run)
 
 
 def test_there_are_transaction_scripts() -> None:
