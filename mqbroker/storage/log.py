@@ -123,7 +123,7 @@ class PartitionLog:
             producers = load_producers(directory, segments, end_offset, rebuild_txn_index_from)
             first_timestamp = segments[-1].first_timestamp
         epochs = LeaderEpochCache.load(directory)
-        epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it
+        epochs.forget_from(end_offset)  # a recovered (cut) tail takes its epochs with it (written before the log grows)
         clean_offset = min(checkpoint.read_clean_offset(directory), end_offset)
         log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
         log._active_since_ms = first_timestamp if first_timestamp >= 0 else now_ms
@@ -227,6 +227,7 @@ class PartitionLog:
                 self._roll(first.base_offset, now_ms)
             for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
                 self.epochs.assign(epoch, start_offset)
+            self.epochs.persist_pending()
             self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
             self._producers.commit(staged, [ended for ended, _ in completed])
             self._transactions_written(staged, completed)
@@ -297,6 +298,12 @@ class PartitionLog:
         with self._snapshot_lock:
             write_snapshot(self.directory, base_offset, data, keep_at_or_below=base_offset)
             self._last_snapshot = (base_offset, data)
+
+    def start_leader_epoch(self, epoch: int) -> None:
+        """This broker leads the partition at ``epoch`` from the log end on (written with its first batch)."""
+        with self._lock:
+            self._check_open()
+            self.epochs.begin(epoch, self._end_offset)
 
     # -- durability --------------------------------------------------------------------------
 
