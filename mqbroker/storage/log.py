@@ -368,6 +368,11 @@ class PartitionLog:
             stable = high_watermark if first_unstable is None else min(first_unstable, high_watermark)
             return max(stable, self._log_start_offset)
 
+    def has_unreplicated_markers(self) -> bool:
+        """Whether finished transactions wait for the high watermark to pass their markers (see `last_stable_offset`)."""
+        with self._lock:
+            return bool(self._producers.unreplicated)
+
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [start_offset, upper_offset) (a read_committed fetch lists them)."""
         with self._lock:

@@ -135,8 +135,8 @@ class LogManager:
             raise UnknownPartitionError(f"partition {topic}-{partition} is not stored on this broker") from None
 
     def logs(self) -> list[PartitionLog]:
-        """Every open partition log, in (topic, partition) order."""
-        return [self._logs[key] for key in sorted(self._logs)]
+        """Every open partition log, in no particular order (housekeeping visits 10,000s every 50 ms: no sort)."""
+        return list(self._logs.values())
 
     def partitions(self) -> list[TopicPartition]:
         """Every (topic, partition) held, sorted."""
