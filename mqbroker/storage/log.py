@@ -30,7 +30,7 @@ from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.log_views import AppendResult, CleanerView, ReadResult
-from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, write_snapshot
+from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, snapshot_offsets, write_snapshot
 from mqbroker.storage.producers import CompletedTxn, ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.storage.recovery import open_segments
 from mqbroker.storage.retention import expired_segment_count
@@ -118,9 +118,11 @@ class PartitionLog:
             )
             end_offset = segments[-1].next_offset
             log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
-            if remove_snapshots_after(directory, end_offset):
+            snapshots = snapshot_offsets(directory)
+            if snapshots and snapshots[-1] > end_offset and remove_snapshots_after(directory, end_offset):
                 fs.fsync_path(directory)  # gone before the log can grow back past them
-            producers = load_producers(directory, segments, end_offset, rebuild_txn_index_from)
+            producers = load_producers(directory, segments, end_offset, rebuild_txn_index_from,
+                                       snapshots=[offset for offset in snapshots if offset <= end_offset])
             first_timestamp = segments[-1].first_timestamp
         epochs = LeaderEpochCache.load(directory)
         epochs.forget_from(end_offset)  # a recovered (cut) tail takes its epochs with it (written before the log grows)
