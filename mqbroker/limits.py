@@ -101,6 +101,9 @@ raft_inbox_items_max = 100_000
 #: A request to another broker (forwarded, or a follower's fetch) may take its own wait plus this much before
 #: the connection is dropped as dead.
 peer_request_slack_s = 3.0
+#: A broker that accepts an inter-broker connection but does not finish the version negotiation (and
+#: login) in this time is dropped and dialled again; requests waiting for that connection fail as unavailable.
+peer_handshake_timeout_s = 10.0
 #: How long forwarded list-offset and delete-records calls keep re-routing through a leader change.
 reroute_ms_max = 5_000
 #: How long a ``__consumer_offsets`` append waits for the in-sync replicas (Kafka's offsets.commit.timeout.ms).

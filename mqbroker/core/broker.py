@@ -483,13 +483,14 @@ class Broker:
         """
         self._replicas.check_isr()
         for partition_log in self._logs.logs():
-            partition_log.last_stable_offset(self._replicas.high_watermark(partition_log))
+            if partition_log.has_unreplicated_markers():
+                partition_log.last_stable_offset(self._replicas.high_watermark(partition_log))
 
     def flush_due_logs(self) -> None:
-        """Schedule fsync for logs whose interval flush policy says it is time."""
+        """Schedule fsync for logs whose interval flush policy says it is time (``sync`` logs flush on append)."""
         now_ms = self._now_ms()
         for partition_log in self._logs.logs():
-            if partition_log.needs_flush(now_ms):
+            if partition_log.config.flush_policy != "sync" and partition_log.needs_flush(now_ms):
                 self._flusher.request_flush(partition_log)
 
     def apply_retention(self) -> None:

@@ -6,6 +6,13 @@ are negotiated before the connection is handed out), many requests in flight ove
 fetches may hold at most ``LONG_POLLS_MAX`` of the codec's in-flight slots, so a produce never
 queues behind them. A request that gets no answer within its wait plus ``limits.peer_request_slack_s`` drops
 the connection (the peer is paused or cut off) and fails with ``RequestTimedOutError``.
+
+Each new connection's handshake (version negotiation, then the inter-broker login) is run by its first
+request and shared by the requests behind it. A peer that accepts the connection but does not finish
+the handshake within ``limits.peer_handshake_timeout_s`` is dropped and dialled again; the requests
+waiting fail with ``BrokerUnavailableError``. (The handshake is not the ``ClientService``'s
+``prepareConnection``: closing a connection that step rejected reaches the service in a state with no
+transition for it.)
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.application.internet import ClientService, backoffPolicy
+from twisted.internet import defer
 from twisted.internet.defer import Deferred, DeferredSemaphore, fail, gatherResults
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
 from mqbroker.client.connection import BrokerUnavailableError
@@ -36,6 +45,8 @@ class _Peer:
         self.service = service
         self.slots = DeferredSemaphore(limits.native_inflight_requests_max)
         self.long_polls = DeferredSemaphore(LONG_POLLS_MAX)
+        #: The current connection and its handshake, shared by every request over it.
+        self.handshake: tuple[object, Deferred[None]] | None = None
 
 
 class PeerConnections:
@@ -79,6 +90,7 @@ class PeerConnections:
             protocol = await connecting
         except Exception as error:  # every connect failure is one typed, retriable error
             raise BrokerUnavailableError(f"cannot reach broker {node_id} at {peer.address}: {error}") from None
+        await self._handshake(peer, protocol)
         pending = protocol.request(request)
         pending.addTimeout(wait_s + limits.peer_request_slack_s, self._reactor,
                            onTimeoutCancel=lambda result, timeout: self._drop(protocol, node_id, timeout))
@@ -102,27 +114,52 @@ class PeerConnections:
         factory = Factory.forProtocol(lambda: NativeClientProtocol(self.client_id))
         service = ClientService(self._endpoint_for(*address), factory,
                                 retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=1.0),
-                                clock=self._reactor, prepareConnection=self._prepare)
+                                clock=self._reactor)
         service.startService()
         peer = self._peers[node_id] = _Peer(address, service)
         return peer
 
-    def _prepare(self, protocol: NativeClientProtocol) -> Deferred[None]:
-        prepared = _negotiate(protocol)
-        if self._authenticate is not None:
-            prepared.addCallback(lambda _: self._authenticate(protocol))
-            prepared.addErrback(self._login_failed, protocol)
-        return prepared
+    def _handshake(self, peer: _Peer, protocol: NativeClientProtocol) -> Deferred[None]:
+        """The connection's handshake, started by its first request; fires for each request that waits on it."""
+        if peer.handshake is None or peer.handshake[0] is not protocol:
+            handshake = _negotiate(protocol)
+            if self._authenticate is not None:
+                authenticate = self._authenticate
+                handshake.addCallback(lambda _: authenticate(protocol))
+            handshake.addTimeout(limits.peer_handshake_timeout_s, self._reactor)
+            handshake.addErrback(self._handshake_failed, peer, protocol)
+            peer.handshake = (protocol, handshake)
+        return _follow(peer.handshake[1])
 
-    def _login_failed(self, failure: Any, protocol: NativeClientProtocol) -> Any:
-        self.log.warn("a forwarding connection could not log in as this broker: {error}", error=failure.value)
+    def _handshake_failed(self, failure: Any, peer: _Peer, protocol: NativeClientProtocol) -> Any:
+        if failure.check(defer.TimeoutError):
+            reason = f"no handshake answer within {limits.peer_handshake_timeout_s:.1f}s"
+        else:
+            reason = f"the handshake failed: {failure.getErrorMessage()}"
+        self.log.warn("forwarding connection to {host}:{port}: {reason}; dropping it and dialling again",
+                      host=peer.address[0], port=peer.address[1], reason=reason)
         protocol.transport.abortConnection()
-        return failure
+        raise BrokerUnavailableError(f"broker at {peer.address[0]}:{peer.address[1]}: {reason}")
 
     def stop(self) -> Deferred[Any]:
         """Close every connection (broker shutdown); requests in flight fail."""
         peers, self._peers = self._peers, {}
         return gatherResults([peer.service.stopService() for peer in peers.values()])
+
+
+def _follow(deferred: Deferred[None]) -> Deferred[None]:
+    """A new Deferred with ``deferred``'s outcome, leaving ``deferred``'s own result for the next follower."""
+    follower: Deferred[None] = Deferred()
+
+    def relay(outcome: Any) -> Any:
+        if isinstance(outcome, Failure):
+            follower.errback(outcome)
+        else:
+            follower.callback(outcome)
+        return outcome
+
+    deferred.addBoth(relay)
+    return follower
 
 
 def _negotiate(protocol: NativeClientProtocol) -> Deferred[None]:

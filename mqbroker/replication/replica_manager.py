@@ -233,10 +233,6 @@ class ReplicaManager:
                         self._progress(self._logs.get(*key))
                 elif state.leader_id >= 0:
                     following[key] = (state.leader_id, state.leader_epoch)
-        # Remember where each new epoch starts (a follower asking about a later epoch we never saw learns
-        # where we differ), persisted for all of them at once: a broker starting with thousands of
-        # partitions would otherwise wait for three fsyncs per partition in turn.
-        self._logs.assign_epochs((self._logs.get(*key), state.leader_epoch) for key, state in taken_up)
         for key, state in taken_up:
             self._become_leader(key, state, now_ms, announce=len(taken_up) <= LEADERSHIPS_LOGGED_MAX)
         if len(taken_up) > LEADERSHIPS_LOGGED_MAX:
@@ -251,6 +247,9 @@ class ReplicaManager:
         if old is not None:
             self._resign(key)
         partition_log = self._logs.get(*key)
+        # Remember where the new epoch starts (a follower asking about a later epoch we never saw learns
+        # where we differ); written with the epoch's first batch, so taking up leaderships costs no fsync.
+        partition_log.start_leader_epoch(state.leader_epoch)
         start_high_watermark = min(self._follower_high_watermarks.pop(key, 0), partition_log.log_end_offset)
         leader = LeaderPartition(
             name=f"{key[0]}-{key[1]}", node_id=self._config.node_id, state=state, high_watermark=start_high_watermark,

@@ -30,7 +30,7 @@ from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from mqbroker.storage.log_views import AppendResult, CleanerView, ReadResult
-from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, write_snapshot
+from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, snapshot_offsets, write_snapshot
 from mqbroker.storage.producers import CompletedTxn, ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.storage.recovery import open_segments
 from mqbroker.storage.retention import expired_segment_count
@@ -118,12 +118,14 @@ class PartitionLog:
             )
             end_offset = segments[-1].next_offset
             log_start = min(max(log_start_offset, segments[0].base_offset), end_offset)
-            if remove_snapshots_after(directory, end_offset):
+            snapshots = snapshot_offsets(directory)
+            if snapshots and snapshots[-1] > end_offset and remove_snapshots_after(directory, end_offset):
                 fs.fsync_path(directory)  # gone before the log can grow back past them
-            producers = load_producers(directory, segments, end_offset, rebuild_txn_index_from)
+            producers = load_producers(directory, segments, end_offset, rebuild_txn_index_from,
+                                       snapshots=[offset for offset in snapshots if offset <= end_offset])
             first_timestamp = segments[-1].first_timestamp
         epochs = LeaderEpochCache.load(directory)
-        epochs.truncate_from_end(end_offset)  # a recovered (cut) tail takes its epochs with it
+        epochs.forget_from(end_offset)  # a recovered (cut) tail takes its epochs with it (written before the log grows)
         clean_offset = min(checkpoint.read_clean_offset(directory), end_offset)
         log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
         log._active_since_ms = first_timestamp if first_timestamp >= 0 else now_ms
@@ -227,6 +229,7 @@ class PartitionLog:
                 self._roll(first.base_offset, now_ms)
             for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
                 self.epochs.assign(epoch, start_offset)
+            self.epochs.persist_pending()
             self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
             self._producers.commit(staged, [ended for ended, _ in completed])
             self._transactions_written(staged, completed)
@@ -298,6 +301,12 @@ class PartitionLog:
             write_snapshot(self.directory, base_offset, data, keep_at_or_below=base_offset)
             self._last_snapshot = (base_offset, data)
 
+    def start_leader_epoch(self, epoch: int) -> None:
+        """This broker leads the partition at ``epoch`` from the log end on (written with its first batch)."""
+        with self._lock:
+            self._check_open()
+            self.epochs.begin(epoch, self._end_offset)
+
     # -- durability --------------------------------------------------------------------------
 
     def needs_flush(self, now_ms: int) -> bool:
@@ -360,6 +369,11 @@ class PartitionLog:
             first_unstable = self._producers.first_unstable_offset(high_watermark)
             stable = high_watermark if first_unstable is None else min(first_unstable, high_watermark)
             return max(stable, self._log_start_offset)
+
+    def has_unreplicated_markers(self) -> bool:
+        """Whether finished transactions wait for the high watermark to pass their markers (see `last_stable_offset`)."""
+        with self._lock:
+            return bool(self._producers.unreplicated)
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [start_offset, upper_offset) (a read_committed fetch lists them)."""

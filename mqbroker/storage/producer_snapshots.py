@@ -64,16 +64,21 @@ def remove_snapshots_after(directory: str, offset: int) -> bool:
 
 
 def load_producers(
-    directory: str, segments: list[Segment], end_offset: int, rebuild_from: int | None = None
+    directory: str,
+    segments: list[Segment],
+    end_offset: int,
+    rebuild_from: int | None = None,
+    snapshots: list[int] | None = None,
 ) -> ProducerStates:
     """The newest usable snapshot at or below ``end_offset``, plus the batch headers after it.
 
     With ``rebuild_from`` the replay starts at or below that offset and rebuilds the
     aborted-transaction index of every segment from the one holding it on (and fsyncs them).
+    ``snapshots``: the snapshot offsets in ``directory`` if the caller has listed them already.
     """
     start_limit = end_offset if rebuild_from is None else min(end_offset, rebuild_from)
     states, start_offset = ProducerStates(), segments[0].base_offset
-    for snapshot in reversed(snapshot_offsets(directory)):
+    for snapshot in reversed(snapshot_offsets(directory) if snapshots is None else snapshots):
         if snapshot > start_limit:
             continue
         with open(os.path.join(directory, file_name(snapshot, SNAPSHOT_SUFFIX)), "rb") as file:

@@ -48,8 +48,8 @@ def open_segments(
     """
     files = files or SegmentFiles(OPEN_MAX_DEFAULT)
     fs.makedirs(directory)
-    _remove_leftovers(directory)
-    segments = [Segment(directory, base, index_interval_bytes, files, lock) for base in segment_bases(directory)]
+    names = _remove_leftovers(directory)
+    segments = [Segment(directory, base, index_interval_bytes, files, lock) for base in _log_bases(names)]
     if not segments:
         segment = Segment(directory, log_start_offset, index_interval_bytes, files, lock)
         segment.create()
@@ -73,18 +73,24 @@ def _doubtful_txn_index(segments: list[Segment], rebuild_from: int | None) -> in
     return rebuild_from
 
 
-def segment_bases(directory: str) -> list[int]:
-    """Base offsets of the `.log` files in ``directory``, ascending."""
-    return sorted(int(name[: -len(LOG_SUFFIX)]) for name in os.listdir(directory) if name.endswith(LOG_SUFFIX))
+def _log_bases(names: list[str]) -> list[int]:
+    """Base offsets of the `.log` files among ``names`` (a directory listing), ascending."""
+    return sorted(int(name[: -len(LOG_SUFFIX)]) for name in names if name.endswith(LOG_SUFFIX))
 
 
-def _remove_leftovers(directory: str) -> None:
-    """Finish interrupted swaps; delete temp files, half-written or half-deleted files, orphan indexes."""
+def _remove_leftovers(directory: str) -> list[str]:
+    """Finish interrupted swaps; delete temp files, half-written or half-deleted files, orphan indexes.
+
+    Returns the names left in ``directory`` (listed again only after a step changed it: opening
+    10,000 tidy partitions lists each directory once).
+    """
     names = os.listdir(directory)
+    changed = False
     for name in names:
         path = os.path.join(directory, name)
         if name.endswith(LOG_SUFFIX + CLEANED_SUFFIX):
             fs.unlink(path)
+            changed = True
         elif name.endswith(TXN_INDEX_SUFFIX + CLEANED_SUFFIX):
             # Written before the swap's commit point: it belongs to the swap if there is one.
             swap = name[: -len(TXN_INDEX_SUFFIX + CLEANED_SUFFIX)] + LOG_SUFFIX + SWAP_SUFFIX
@@ -92,17 +98,25 @@ def _remove_leftovers(directory: str) -> None:
                 fs.replace(path, path[: -len(CLEANED_SUFFIX)])
             else:
                 fs.unlink(path)
-    for name in os.listdir(directory):
+            changed = True
+    if changed:
+        names = os.listdir(directory)
+    swaps = [name for name in names if name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+    for name in swaps:
         path = os.path.join(directory, name)
-        if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-            target = path[: -len(SWAP_SUFFIX)]
-            Segment(directory, int(name[:20]), 0).drop_indexes()
-            fs.replace(path, target)
-    bases = set(segment_bases(directory))
-    for name in os.listdir(directory):
+        Segment(directory, int(name[:20]), 0).drop_indexes()
+        fs.replace(path, path[: -len(SWAP_SUFFIX)])
+    if swaps:
+        names = os.listdir(directory)
+    bases = set(_log_bases(names))
+    left = []
+    for name in names:
         orphan_index = name.endswith((*INDEX_SUFFIXES, TXN_INDEX_SUFFIX)) and int(name.split(".")[0]) not in bases
         if name.endswith(LEFTOVER_SUFFIXES) or orphan_index:
             fs.unlink(os.path.join(directory, name))
+        else:
+            left.append(name)
+    return left
 
 
 def _recover(directory: str, segments: list[Segment], recovery_point: int) -> tuple[list[Segment], int]:

@@ -272,7 +272,7 @@ class ReplicationSimulation:
 
     def _become_leader(self, broker: SimulatedBroker) -> None:
         log = broker.log
-        log.epochs.assign(self.leader_epoch, log.log_end_offset)
+        log.start_leader_epoch(self.leader_epoch)
         broker.epoch_start_offset = log.log_end_offset
         broker.replicas = LeaderReplicas(
             node_id=broker.node_id, replicas=REPLICAS, isr=self.isr,

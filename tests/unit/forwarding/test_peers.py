@@ -92,3 +92,17 @@ def test_long_polls_leave_slots_free_for_produces(tmp_path: Path) -> None:
     peers.endpoint.flush()
     assert len(answers) == limits.native_inflight_requests_max + 5  # the batch answered the polls, then the rest
     assert not [answer for answer in answers if isinstance(answer, Failure)]
+
+
+def test_a_peer_that_accepts_but_never_finishes_the_handshake_is_dropped_and_the_request_fails(tmp_path: Path) -> None:
+    peers = Peers(tmp_path)
+    answered = peers.produce()  # connected; the version negotiation is written but never delivered
+    peers.clock.advance(limits.peer_handshake_timeout_s + 0.1)
+    with pytest.raises(BrokerUnavailableError, match="no handshake answer"):
+        fired(answered)
+    assert peers.endpoint.pumps[0].client.transport.disconnecting
+    peers.endpoint.flush()  # the connection is gone
+    peers.clock.advance(2.0)  # dialled again (backoff) and, this time, answered
+    retried = peers.produce()
+    peers.endpoint.flush()
+    assert wire.produce_result(fired(retried), "t", 0, BATCH).last_offset == 1

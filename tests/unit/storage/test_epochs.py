@@ -1,4 +1,4 @@
-"""The leader-epoch cache: start offsets per epoch, persisted atomically, cut with the log."""
+"""The leader-epoch cache: start offsets per epoch, persisted atomically before the batches they describe, cut with the log."""
 
 from __future__ import annotations
 
@@ -85,3 +85,47 @@ def test_a_truncation_is_durable_before_the_cache_forgets_its_epochs(tmp_path: p
         recovered = PartitionLog.open(str(tmp_path), LogConfig(), 0)
     assert recovered.log_end_offset == cut
     assert [entry.epoch for entry in recovered.epochs.entries] == ([0] if cut else [])
+
+
+def test_a_leadership_epoch_is_written_with_its_first_batch_not_before(tmp_path: pathlib.Path) -> None:
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0)
+    log.append(_batch(2), 0, leader_epoch=0)
+    log.start_leader_epoch(3)
+    assert log.epochs.entries == [EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=3, start_offset=2)]
+    on_disk = LeaderEpochCache.load(log.directory)
+    assert on_disk.entries == [EpochEntry(epoch=0, start_offset=0)]  # taking up the leadership wrote nothing
+    log.append(_batch(1), 0, leader_epoch=3)
+    assert LeaderEpochCache.load(log.directory).entries == log.epochs.entries
+
+
+@pytest.mark.parametrize("append", [False, True], ids=["epoch-wrote-nothing", "epoch-wrote-a-batch"])
+def test_a_leadership_epoch_survives_a_crash_exactly_when_a_durable_batch_needs_it(tmp_path: pathlib.Path, append: bool) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+        log.append(_batch(2), 0, leader_epoch=0)
+        log.flush()
+        log.start_leader_epoch(3)
+        if append:
+            log.append(_batch(1), 0, leader_epoch=3)
+            log.flush()
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+    expected = [EpochEntry(epoch=0, start_offset=0)] + ([EpochEntry(epoch=3, start_offset=2)] if append else [])
+    assert recovered.epochs.entries == expected
+
+
+def test_an_epoch_cut_off_at_open_stays_forgotten_when_the_log_grows_back_past_its_start(tmp_path: pathlib.Path) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+        log.append(_batch(2), 0, leader_epoch=0)
+        log.flush()
+        log.append(_batch(3), 0, leader_epoch=4)  # its checkpoint entry is written, its batch never synced
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+        assert recovered.log_end_offset == 2 and recovered.epochs.latest_epoch == 0
+        recovered.append(_batch(3, leader_epoch=0, base_offset=2), 0, assign_offsets=False)  # a follower copies epoch 0
+        recovered.flush()
+        disk.crash(random.Random(0), lose_everything=True)
+        again = PartitionLog.open(str(tmp_path), LogConfig(), 0)
+    assert again.log_end_offset == 5
+    assert again.epochs.entries == [EpochEntry(epoch=0, start_offset=0)]  # not epoch 4 starting inside epoch 0's batches
