@@ -21,6 +21,7 @@ from mqbroker.limits import (
 )
 from mqbroker.model import Operation, ResourceType
 from mqbroker.security.acl import AllOperations, PatternType, Permission
+from mqbroker.shares.push.filters import FILTER_LENGTH_MAX
 from mqbroker.shares.settings import NUMERIC_BOUNDS, OFFSET_RESETS
 
 
@@ -208,13 +209,13 @@ COMPONENTS.update({
         "configs": {**_STRING_MAP, "maxProperties": 100,
                     "description": "share-group configs (docs/queues.md): lease.ms, max.delivery.attempts, ..."},
     }, required=("group_id", "topics")),
-    "Subscription": _object({"name": _STR, "topics": _STRING_LIST, "endpoint": _STR, "members": _INT}),
+    "Subscription": _object({"name": _STR, "topics": _STRING_LIST, "endpoint": _STR}),
     "NewSubscription": _object({
         "name": printable_name(group_id_length_max), "topic": _TOPIC_NAME,
         "endpoint": {**_STR, "maxLength": 2048, "pattern": "^https?://", "description": "the URL records are POSTed to"},
         "secret": {**_STR, "minLength": 16, "maxLength": 1024,
                    "description": "the HMAC-SHA256 signing key (default: a new random one, returned once)"},
-        "filter": {**_STR, "maxLength": 4096, "description": "push only matching records (docs/queues.md)"},
+        "filter": {**_STR, "maxLength": FILTER_LENGTH_MAX, "description": "push only matching records (docs/queues.md)"},
         "start": {"enum": list(OFFSET_RESETS), "description": "deliver from the topic's start or end (default latest)"},
         "dead_letter_topic": _TOPIC_NAME,
         "max_outstanding": _share_setting("push.max.outstanding", "POSTs in flight at once"),

@@ -80,7 +80,7 @@ async def _subscription(call: ApiCall, name: str) -> share_messages.ShareGroupDe
 
 async def list_subscriptions(call: ApiCall) -> list[dict[str, Any]]:
     """Every push subscription the principal may describe."""
-    return [{"name": g.group_id, "topics": list(g.topics), "endpoint": g.push_endpoint, "members": g.members}
+    return [{"name": g.group_id, "topics": list(g.topics), "endpoint": g.push_endpoint}
             for g in await call.operations.share_groups(call.principal) if g.push_endpoint]
 
 
