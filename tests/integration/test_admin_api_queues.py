@@ -22,6 +22,7 @@ from tests.integration.admin_api_support import QUEUE_TAGS, AdminApi, eventually
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.connector_support import connector_broker, produce
 from tests.integration.redisprocess import RedisProcess, running_redis
+from tests.integration.security_support import start_secured_broker
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +196,39 @@ def test_hostile_input_gets_a_clear_4xx_and_the_broker_keeps_serving(api: AdminA
         assert requests.post(base + path, data=b"name=x", timeout=10).status_code == 415
     assert "ADMIN POST /api/v1/connectors principal=User:ANONYMOUS host=127.0.0.1 status=413" in broker.log_text()
     assert requests.get(f"{base}/health", timeout=10).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """ACL authorizer, no anonymous access, super user admin; basic auth allowed over plain HTTP."""
+    for broker in start_secured_broker(tmp_path_factory.mktemp("admin-api-queues-secured"),
+                                       extra_args=("--set", "security.plain_without_tls=true")):
+        yield broker.process
+
+
+def test_with_acls_each_call_is_authorized_for_the_caller(secured: BrokerProcess) -> None:
+    base = f"http://127.0.0.1:{secured.ports['http']}"
+    assert requests.get(f"{base}/api/v1/share-groups", timeout=10).status_code == 401
+    admin = AdminApi(base, auth=("admin", "admin-secret"))
+    admin.call("createAcls", json={"acls": [{"principal": "User:alice", "host": "*", "resource_type": "cluster",
+                                             "resource_name": "kafka-cluster", "pattern_type": "literal",
+                                             "operation": "describe", "permission": "allow"}]}, expect=201)
+    admin.call("createTopic", json={"name": "secured-jobs"}, expect=201)
+    admin.call("createShareGroup", json={"group_id": "admins-queue", "topics": ["secured-jobs"]}, expect=201)
+    alice = AdminApi(base, auth=("alice", "alice-secret"))
+    assert alice.json("listShareGroups") == []  # alice may not describe the group: it is not listed
+    assert [g["group_id"] for g in admin.json("listShareGroups")] == ["admins-queue"]
+    assert alice.call("describeShareGroup", group="admins-queue", expect=403).json()["error"]["code"] == \
+        "GROUP_AUTHORIZATION_FAILED"
+    alice.call("createShareGroup", json={"group_id": "alices", "topics": ["secured-jobs"]}, expect=403)
+    alice.call("deleteShareGroup", group="admins-queue", expect=403)
+    alice.call("createSubscription", json={"name": "alices-hook", "topic": "secured-jobs",
+                                           "endpoint": "http://127.0.0.1:9/"}, expect=403)
+    assert alice.json("listConnectors") == []  # describe on the cluster is enough to read
+    refused = alice.call("createConnector", json={"name": "alices", "config": {"type": "redis-sink"}}, expect=403)
+    assert refused.json()["error"]["code"] == "CLUSTER_AUTHORIZATION_FAILED"
+    assert "ADMIN POST /api/v1/connectors principal=User:alice host=127.0.0.1 status=403" in secured.log_text()
+    admin.call("deleteShareGroup", group="admins-queue", expect=204)
 
 
 def test_every_route_of_these_sections_is_exercised(api: AdminApi) -> None:
