@@ -18,6 +18,7 @@ from mqbroker.protocols.native import share_messages as wire
 from mqbroker.protocols.native.share_handlers import handle_share_group_describe
 from mqbroker.shares import messages as shares
 from mqbroker.shares.partition import PartitionStats
+from tests.fakes import fired
 
 ALICE = Principal("User", "alice")
 
@@ -104,14 +105,8 @@ def _routing(local: Local, peers: Peers) -> ShareGroupRouting:
     return ShareGroupRouting(local=local, node_id=1, peers=peers, authorizer=Authorizer())
 
 
-def _result(deferred_or_coroutine: Any) -> Any:
-    found = Deferred.fromCoroutine(deferred_or_coroutine)
-    results: list[Any] = []
-    found.addBoth(results.append)
-    (result,) = results
-    if hasattr(result, "raiseException"):
-        result.raiseException()
-    return result
+def _result(coroutine: Any) -> Any:
+    return fired(Deferred.fromCoroutine(coroutine))
 
 
 def test_a_group_hosted_here_is_answered_locally() -> None:
@@ -122,11 +117,9 @@ def test_a_group_hosted_here_is_answered_locally() -> None:
 
 
 def test_a_group_hosted_elsewhere_is_asked_of_its_host_and_translated_back() -> None:
-    described = Deferred.fromCoroutine(handle_share_group_describe(
+    answer = _result(handle_share_group_describe(
         Local({"far": _description("far")}, {}), ALICE, wire.ShareGroupDescribeRequest(group_ids=("far",))))
-    answer: list[Any] = []
-    described.addCallback(answer.append)
-    peers = Peers({3: answer[0], 2: wire.CreateShareGroupResponse()})
+    peers = Peers({3: answer, 2: wire.CreateShareGroupResponse()})
     local = Local({}, {"far": 3, "new": 2})
     routing = _routing(local, peers)
     assert _result(routing.describe(ALICE, "far")) == _description("far")
@@ -185,8 +178,6 @@ _COUNTS = st.integers(0, 2**31 - 1)
                         delivery_counts=st.dictionaries(st.integers(1, 2**15 - 1), _COUNTS)))).map(tuple),
     dead_lettered=_COUNTS, dead_letter_depth=st.integers(-1, 2**40)))
 def test_a_description_survives_the_native_wire_and_back(group: shares.ShareGroupDescription) -> None:
-    answered = Deferred.fromCoroutine(handle_share_group_describe(
+    response = _result(handle_share_group_describe(
         Local({group.group_id: group}, {}), ALICE, wire.ShareGroupDescribeRequest(group_ids=(group.group_id,))))
-    response: list[Any] = []
-    answered.addCallback(response.append)
-    assert share_wire.description(response[0], group.group_id) == group
+    assert share_wire.description(response, group.group_id) == group

@@ -5,16 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred
 
 from mqbroker import errors
 from mqbroker.connectors.model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
 from mqbroker.model import Principal
 from mqbroker.ops.api import connector_routes
-from mqbroker.ops.api.routing import ApiCall, Schemas
+from mqbroker.ops.api.routing import Schemas
 from mqbroker.ops.api.schemas import COMPONENTS, array_of, ref
-
-ALICE = Principal("User", "alice")
+from tests.unit.ops.api.handlers import run_handler
 
 
 def _task(task: int, state: TaskState, lag_records: int, lag_seconds: float, errors_total: int = 0) -> TaskDescription:
@@ -51,18 +49,8 @@ class Operations:
         self.calls.append(("resume", name))
 
 
-def _run(handler: Any, operations: Operations, path: dict[str, Any] | None = None, body: Any = None) -> Any:
-    call = ApiCall(principal=ALICE, path=path or {}, query={}, body=body, operations=operations)
-    results: list[Any] = []
-    Deferred.fromCoroutine(handler(call)).addBoth(results.append)
-    (result,) = results
-    if hasattr(result, "raiseException"):
-        result.raiseException()
-    return result
-
-
 def test_the_listing_counts_task_states_sums_errors_and_lag() -> None:
-    listed = _run(connector_routes.list_connectors, Operations())
+    listed = run_handler(connector_routes.list_connectors, Operations())
     assert listed[0] == {"name": "sink", "type": "redis-sink", "state": "running", "tasks": 2, "running_tasks": 1,
                          "failed_tasks": 1, "errors_total": 7, "lag_records": 7, "lag_seconds": 2.0}
     assert listed[1]["lag_records"] is None  # a source cannot know how much is left
@@ -70,18 +58,18 @@ def test_the_listing_counts_task_states_sums_errors_and_lag() -> None:
 
 
 def test_a_description_keeps_the_masked_config_and_each_tasks_metrics() -> None:
-    found = _run(connector_routes.describe_connector, Operations(), {"name": "sink"})
+    found = run_handler(connector_routes.describe_connector, Operations(), {"name": "sink"})
     assert found["config"] == {"redis.url": "redis://:*****@cache"} and found["lag_records"] == 7
     assert [task["state"] for task in found["tasks"]] == ["running", "failed"]
     assert not Schemas(COMPONENTS).errors_in(found, ref("Connector"))
     with pytest.raises(errors.ResourceNotFoundError):
-        _run(connector_routes.describe_connector, Operations(), {"name": "nope"})
+        run_handler(connector_routes.describe_connector, Operations(), {"name": "nope"})
 
 
 def test_the_state_route_pauses_or_resumes_then_describes() -> None:
     operations = Operations()
-    _run(connector_routes.set_connector_state, operations, {"name": "sink"}, {"state": "paused"})
-    _run(connector_routes.set_connector_state, operations, {"name": "source"}, {"state": "running"})
+    run_handler(connector_routes.set_connector_state, operations, {"name": "sink"}, {"state": "paused"})
+    run_handler(connector_routes.set_connector_state, operations, {"name": "source"}, {"state": "running"})
     assert operations.calls == [("pause", "sink"), ("resume", "source")]
 
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred
 
 from mqbroker import errors
 from mqbroker.model import Principal
 from mqbroker.ops.api import share_routes
-from mqbroker.ops.api.routing import ApiCall, Schemas
+from mqbroker.ops.api.routing import Schemas
 from mqbroker.ops.api.schemas import COMPONENTS, ref
 from mqbroker.shares import messages as shares
 from mqbroker.shares.partition import PartitionStats
-from mqbroker.shares.push.signing import SIGNATURE_VERSION
-
-ALICE = Principal("User", "alice")
+from tests.unit.ops.api.handlers import run_handler
 
 
 def _group(group_id: str, configs: dict[str, str]) -> shares.ShareGroupDescription:
@@ -54,18 +51,8 @@ class Operations:
         self.deleted.append(group_id)
 
 
-def _run(handler: Any, operations: Operations, path: dict[str, Any] | None = None, body: Any = None) -> Any:
-    call = ApiCall(principal=ALICE, path=path or {}, query={}, body=body, operations=operations)
-    results: list[Any] = []
-    Deferred.fromCoroutine(handler(call)).addBoth(results.append)
-    (result,) = results
-    if hasattr(result, "raiseException"):
-        result.raiseException()
-    return result
-
-
 def test_a_description_sums_in_flight_and_lag_and_counts_deliveries_by_count() -> None:
-    found = _run(share_routes.describe_share_group, Operations(), {"group": "plain"})
+    found = run_handler(share_routes.describe_share_group, Operations(), {"group": "plain"})
     assert found["in_flight"] == 8 and found["lag"] == 16 and found["dead_lettered"] == 5
     assert found["dead_letter_depth"] is None and found["push_endpoint"] is None
     assert found["partitions"][0]["delivery_counts"] == {"1": 3, "2": 1}
@@ -76,27 +63,26 @@ def test_a_description_sums_in_flight_and_lag_and_counts_deliveries_by_count() -
 
 def test_subscriptions_are_the_share_groups_with_a_push_endpoint() -> None:
     operations = Operations()
-    assert _run(share_routes.list_subscriptions, operations) == [
+    assert run_handler(share_routes.list_subscriptions, operations) == [
         {"name": "hook", "topics": ["jobs"], "endpoint": "http://h/"}]
     with pytest.raises(errors.ResourceNotFoundError, match="not a push subscription"):
-        _run(share_routes.delete_subscription, operations, {"name": "plain"})
+        run_handler(share_routes.delete_subscription, operations, {"name": "plain"})
     assert operations.deleted == []
-    _run(share_routes.delete_subscription, operations, {"name": "hook"})
+    run_handler(share_routes.delete_subscription, operations, {"name": "hook"})
     assert operations.deleted == ["hook"]
 
 
 def test_creating_a_subscription_generates_a_secret_and_passes_only_the_options_given() -> None:
     operations = Operations()
-    created = _run(share_routes.create_subscription, operations, body={
+    created = run_handler(share_routes.create_subscription, operations, body={
         "name": "paid", "topic": "orders", "endpoint": "https://x/", "filter": 'header.type = "paid"',
         "max_outstanding": 7})
     assert len(created["secret"]) == 64 and created["topics"] == ["orders"]
     assert operations.groups["paid"] == {"push.endpoint": "https://x/", "push.secret": created["secret"],
                                          "push.filter": 'header.type = "paid"', "push.max.outstanding": "7"}
-    again = _run(share_routes.create_subscription, operations, body={
+    again = run_handler(share_routes.create_subscription, operations, body={
         "name": "mine", "topic": "orders", "endpoint": "https://x/", "secret": "s" * 16, "start": "earliest"})
     assert again["secret"] == "s" * 16 and operations.groups["mine"]["auto.offset.reset"] == "earliest"
-    assert SIGNATURE_VERSION == "v1"  # the secret signs v1 signatures (docs/queues.md)
 
 
 @pytest.mark.parametrize(("body", "problem"), [
