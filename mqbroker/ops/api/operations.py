@@ -53,7 +53,7 @@ class AdminOperations:
     """The broker operations behind the admin API (see the module docstring)."""
 
     def __init__(self, *, broker: IBroker, authorizer: Any, counters: Any, config: Any,
-                 front_ends: Mapping[str, Any], share_groups: Any = None,
+                 front_ends: Mapping[str, Any], share_groups: Any,
                  connectors: IConnectorAdmin | None = None) -> None:
         """``broker``: the routing ``IBroker``; ``counters``: the local broker's produce/fetch counters;
         ``front_ends``: admin views by front-end name; ``share_groups``: the share-group calls answered at each
