@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from twisted.internet.defer import maybeDeferred
+from twisted.internet.defer import Deferred, FirstError, gatherResults, maybeDeferred
 from twisted.logger import Logger
 
 from mqbroker import errors, limits
@@ -69,23 +69,30 @@ class ShareGroupRouting:
                                    lambda response: share_wire.description(response, group_id))
 
     async def list(self, principal: Principal) -> list[shares.ShareGroupListing]:
-        """Every share group of the cluster the principal may describe, by id."""
+        """Every share group of the cluster the principal may describe, by id (the other brokers asked at once)."""
         listed = {listing.group_id: listing for listing in await maybeDeferred(self._local.list_share_groups, principal)}
         metadata = await maybeDeferred(self._local.metadata, principal, (), False)
-        for broker in metadata.brokers:
-            if broker.node_id == self._node_id:
-                continue
-            try:
-                response = await self._peers.request(broker.node_id, wire.ListShareGroupsRequest(),
-                                                     limits.share_admin_forward_wait_s)
-            except (BrokerUnavailableError, errors.RequestTimedOutError) as error:
-                self.log.info("share groups of broker {node_id} left out of a listing: {error}",
-                              node_id=broker.node_id, error=error)
-                continue
-            for listing in share_wire.listings(response):
-                if self._authorizer.authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, listing.group_id):
-                    listed.setdefault(listing.group_id, listing)
+        asked = [Deferred.fromCoroutine(self._hosted_at(broker.node_id))
+                 for broker in metadata.brokers if broker.node_id != self._node_id]
+        try:
+            answers = await gatherResults(asked, consumeErrors=True)
+        except FirstError as error:
+            error.subFailure.raiseException()
+        for listing in (listing for answer in answers for listing in answer):
+            if self._authorizer.authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, listing.group_id):
+                listed.setdefault(listing.group_id, listing)
         return [listed[group_id] for group_id in sorted(listed)]
+
+    async def _hosted_at(self, node_id: int) -> list[shares.ShareGroupListing]:
+        """The share groups broker ``node_id`` hosts (none when it cannot be reached: its groups are moving)."""
+        try:
+            response = await self._peers.request(node_id, wire.ListShareGroupsRequest(),
+                                                 limits.share_admin_forward_wait_s)
+        except (BrokerUnavailableError, errors.RequestTimedOutError) as error:
+            self.log.info("share groups of broker {node_id} left out of a listing: {error}", node_id=node_id,
+                          error=error)
+            return []
+        return share_wire.listings(response)
 
     async def _at_host(self, principal: Principal, group_id: str, here: Callable[[], Any],
                        request: object, answer: Callable[[Any], T]) -> T:
