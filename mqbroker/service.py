@@ -333,8 +333,14 @@ class BrokerService(MultiService):
             from mqbroker.ops.http import build_site
 
             assert self.security is not None
+            from mqbroker.forwarding.share_routing import ShareGroupRouting
+
+            assert self.peers is not None
+            share_groups = ShareGroupRouting(local=broker, node_id=self.config.node_id, peers=self.peers,
+                                             authorizer=self.security.authorizer)
             operations = AdminOperations(broker=routing, authorizer=self.security.authorizer, counters=broker,
-                                         config=self.config, front_ends=admin_views)
+                                         config=self.config, front_ends=admin_views, share_groups=share_groups,
+                                         connectors=self.connectors.admin if self.connectors is not None else None)
             http_tls = tls if self.config.http_tls else None
             self._listen("http", self.config.http_port, build_site(self, self.metrics, operations), http_tls)
 

@@ -62,6 +62,16 @@ class AdminApi:
         return response.json()
 
 
+#: The sections ``test_admin_api_queues.py`` exercises (``test_admin_api.py`` walks the others).
+QUEUE_TAGS = frozenset({"share-groups", "subscriptions", "connectors"})
+
+
+def operations_tagged(api: AdminApi, tags: frozenset[str]) -> set[str]:
+    """The operation ids of the document whose tag is one of ``tags``."""
+    return {operation_id for operation_id, (_, _, operation) in api.operations.items()
+            if set(operation["tags"]) & tags}
+
+
 def eventually(check: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.2) -> Any:
     """Call ``check`` until it returns something true (and return it) or raise after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

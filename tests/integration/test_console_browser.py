@@ -1,7 +1,8 @@
 """The web console in a real browser: Debian's chromium, headless, driven by Playwright, against a real broker.
 
 A topic is created from the console, filled with the CLI, its messages and a group's lag are
-seen updating, and it is deleted from the console; the console is used with the keyboard
+seen updating, and it is deleted from the console; a share group, a push subscription and a Redis
+sink connector are created, watched and deleted there; the console is used with the keyboard
 alone; inputs have labels, tables captions, text enough contrast. Each page is photographed
 at a laptop's size: into the test's directory, or into ``docs/images/`` (the README shows them)
 with ``MQBROKER_UPDATE_SCREENSHOTS=1``.
@@ -23,10 +24,11 @@ import pika
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from mqbroker.client import Producer
+from mqbroker.client import Producer, ShareConsumer
 from tests.integration.brokerprocess import running
 from tests.integration.mqtt_support import Client as MqttClient
 from tests.integration.mqtt_support import MqttBroker
+from tests.integration.redisprocess import RedisProcess, running_redis
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -211,6 +213,8 @@ def test_every_page_is_labelled_legible_and_photographed(page: Page, broker: Mqt
     try:
         pages = [("#/overview", "Overview", "console-overview.png"), ("#/topics/orders", "Topic orders", None),
                  ("#/groups", "Consumer groups", "console-groups.png"), ("#/groups/invoicing", "Group invoicing", None),
+                 ("#/share-groups", "Share groups", None), ("#/subscriptions", "Push subscriptions", None),
+                 ("#/connectors", "Connectors", None),
                  ("#/mqtt", "MQTT", "console-mqtt.png"), ("#/amqp", "AMQP (vhost /)", "console-amqp.png"),
                  ("#/security", "Users and ACLs", "console-security.png"),
                  ("#/configuration", "Configuration", "console-configuration.png")]
@@ -269,3 +273,73 @@ def test_an_mqtt_topic_acl_added_in_the_console_is_the_clis_too_and_internal_top
     _open(page, "#/topics/__consumer_offsets", "Topic __consumer_offsets")
     expect(page.get_by_text("An internal topic: it belongs to the broker.")).to_be_visible()
     expect(page.get_by_role("button", name="Delete topic")).to_have_count(0)
+
+
+@pytest.fixture
+def redis_server(tmp_path: pathlib.Path) -> Iterator[RedisProcess]:
+    yield from running_redis(tmp_path / "redis")
+
+
+def test_share_groups_subscriptions_and_connectors_from_the_console(
+        page: Page, broker: MqttBroker, redis_server: RedisProcess, screenshots: pathlib.Path) -> None:
+    """A share group created in the console shows a real consumer's leases; a push subscription created there
+    shows its secret once and is deleted there; a Redis sink created there copies records, is paused and deleted."""
+    _cli(broker, "topics", "create", "tickets", "--partitions", "2")
+    _open(page, "#/share-groups", "Share groups")
+    page.get_by_label("New share group", exact=True).fill("support")
+    page.get_by_label("Topics (comma-separated)", exact=True).fill("tickets")
+    page.get_by_label("Start from", exact=True).select_option("earliest")
+    page.get_by_role("button", name="Create share group").click()
+    expect(page.get_by_role("link", name="support", exact=True)).to_be_visible()
+    _cli(broker, "produce", "tickets", lines="".join(f"ticket {n}\n" for n in range(8)))
+    agent = ShareConsumer(broker.bootstrap, group_id="support", topics=["tickets"], client_id="agent-7",
+                          records_max=3, fetch_wait_ms=200)
+    try:
+        held = []
+        deadline = time.monotonic() + 20
+        while not held and time.monotonic() < deadline:
+            held = agent.poll(1.0)
+        assert held, "the share consumer got no record"
+        page.get_by_role("link", name="support", exact=True).click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("Share group support")
+        in_flight = page.locator(".card").filter(has_text="In flight").locator(".value")
+        expect(in_flight).to_have_text(str(len(held)))
+        expect(page.get_by_role("cell", name="agent-7", exact=True)).to_be_visible()
+        agent.acknowledge(held)
+        agent.commit()
+        expect(in_flight).to_have_text("0")  # the page polls: the acknowledged records leave
+        page.screenshot(path=str(screenshots / "console-share-group.png"))
+    finally:
+        agent.close()
+
+    _open(page, "#/subscriptions", "Push subscriptions")
+    page.get_by_label("Name", exact=True).fill("ticket-hook")
+    page.get_by_label("Topic", exact=True).fill("tickets")
+    page.get_by_label("Endpoint URL", exact=True).fill("http://127.0.0.1:9/hook")
+    page.get_by_role("button", name="Create subscription").click()
+    expect(page.get_by_text("shown only now")).to_be_visible()
+    expect(page.get_by_role("cell", name="http://127.0.0.1:9/hook", exact=True)).to_be_visible()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete push subscription ticket-hook").click()
+    expect(page.get_by_text("no push subscription yet")).to_be_visible()
+
+    _open(page, "#/connectors", "Connectors")
+    page.get_by_label("New connector", exact=True).fill("tickets-to-redis")
+    page.get_by_label("Type", exact=True).select_option("redis-sink")
+    page.get_by_label("Settings (key=value per line)", exact=True).fill(
+        f"topics=tickets\nredis.url={redis_server.url(0)}\nredis.stream=tickets")
+    page.get_by_role("button", name="Create connector").click()
+    expect(page.get_by_role("cell", name="1 of 1", exact=True)).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("cell", name="0 (0.0 s)", exact=True)).to_be_visible(timeout=30_000)
+    assert redis_server.client(0).xlen("tickets") == 8
+    page.screenshot(path=str(screenshots / "console-connectors.png"))
+    page.get_by_role("button", name="Pause connector tickets-to-redis").click()
+    expect(page.get_by_role("button", name="Resume connector tickets-to-redis")).to_be_visible()
+    page.get_by_role("link", name="tickets-to-redis", exact=True).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Connector tickets-to-redis")
+    expect(page.get_by_role("cell", name="paused", exact=True)).to_be_visible(timeout=30_000)
+    assert page.evaluate(UNLABELLED) == [] and page.evaluate(CONTRAST) == []
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete connector tickets-to-redis").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Connectors")
+    expect(page.get_by_text("no connector yet")).to_be_visible()

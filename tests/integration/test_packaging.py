@@ -43,5 +43,5 @@ def test_the_wheel_ships_the_console(tmp_path) -> None:
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("mqbroker-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for asset in ("index.html", "app.js", "charts.js", "style.css"):
+    for asset in ("index.html", "app.js", "pipelines.js", "charts.js", "style.css"):
         assert f"mqbroker/ops/static/{asset}" in names

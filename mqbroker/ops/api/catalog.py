@@ -11,13 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from mqbroker import __version__
-from mqbroker.ops.api import cluster_routes, group_routes, protocol_routes, record_routes, security_routes, topic_routes
+from mqbroker.ops.api import (
+    cluster_routes,
+    connector_routes,
+    group_routes,
+    protocol_routes,
+    record_routes,
+    security_routes,
+    share_routes,
+    topic_routes,
+)
 from mqbroker.ops.api.openapi import openapi_document
 from mqbroker.ops.api.routing import ApiCall, ApiResource, Route, Schemas
 from mqbroker.ops.api.schemas import COMPONENTS, ref
 
-#: (name, path prefix, present): what ``GET /api/v1`` lists. Share groups, push subscriptions,
-#: connectors and transactions are being built; their routes come with them.
+#: (name, path prefix, present): what ``GET /api/v1`` lists. Transactions' routes are still to come.
 SECTIONS = (
     ("cluster", "/api/v1/cluster", True),
     ("brokers", "/api/v1/brokers", True),
@@ -27,9 +35,9 @@ SECTIONS = (
     ("AMQP", "/api/v1/amqp", True),
     ("users", "/api/v1/users", True),
     ("ACLs", "/api/v1/acls", True),
-    ("share groups", "/api/v1/share-groups", False),
-    ("push subscriptions", "/api/v1/subscriptions", False),
-    ("connectors", "/api/v1/connectors", False),
+    ("share groups", "/api/v1/share-groups", True),
+    ("push subscriptions", "/api/v1/subscriptions", True),
+    ("connectors", "/api/v1/connectors", True),
     ("transactions", "/api/v1/transactions", False),
 )
 
@@ -47,6 +55,8 @@ _MODULE_ROUTES = (
     group_routes.ROUTES,
     protocol_routes.ROUTES,
     security_routes.ROUTES,
+    share_routes.ROUTES,
+    connector_routes.ROUTES,
 )
 
 ROUTES: tuple[Route, ...] = (

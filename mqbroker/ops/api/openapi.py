@@ -64,7 +64,8 @@ def openapi_document(routes: Sequence[Route]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "mqbroker admin API", "version": __version__,
-            "description": "Cluster, topics, partitions, records, consumer groups, MQTT, AMQP, users and ACLs. "
+            "description": "Cluster, topics, partitions, records, consumer groups, share groups, push subscriptions, "
+                           "connectors, MQTT, AMQP, users and ACLs. "
                            "Every call acts as the authenticated principal and is authorized by the broker; every "
                            "call that changes something is written to the audit log (x-audited). See "
                            "docs/admin-api.md.",

@@ -8,6 +8,9 @@ front ends' routing broker: partition calls (offsets, reads, delete-records) rea
 partition's leader in a cluster; users and ACLs are ``IBroker``'s too, as for the native
 admin API and the CLI. The MQTT and AMQP front ends' own state comes from their admin views,
 shown to principals that may describe the cluster and changed by those that may alter it.
+Share groups (and push subscriptions, which are share groups) are asked of each group's host
+(``forwarding.share_routing``); connectors of the connector admin service (``IConnectorAdmin``),
+which answers on any broker.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from typing import Any
 from twisted.internet.defer import maybeDeferred
 
 from mqbroker import errors
+from mqbroker.connectors.model import ConnectorDescription
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
-from mqbroker.interfaces import IBroker
+from mqbroker.interfaces import IBroker, IConnectorAdmin
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -35,6 +39,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.security.acl import Acl
+from mqbroker.shares import messages as share_messages
 
 #: The name ACLs give the cluster resource.
 CLUSTER_RESOURCE = "kafka-cluster"
@@ -48,14 +53,18 @@ class AdminOperations:
     """The broker operations behind the admin API (see the module docstring)."""
 
     def __init__(self, *, broker: IBroker, authorizer: Any, counters: Any, config: Any,
-                 front_ends: Mapping[str, Any]) -> None:
+                 front_ends: Mapping[str, Any], share_groups: Any,
+                 connectors: IConnectorAdmin | None = None) -> None:
         """``broker``: the routing ``IBroker``; ``counters``: the local broker's produce/fetch counters;
-        ``front_ends``: admin views by front-end name."""
+        ``front_ends``: admin views by front-end name; ``share_groups``: the share-group calls answered at each
+        group's host (``forwarding.share_routing.ShareGroupRouting``); ``connectors``: None when they are off."""
         self._broker = broker
         self._authorizer = authorizer
         self._counters = counters
         self.config = config
         self._front_ends = dict(front_ends)
+        self._share_groups = share_groups
+        self._connectors = connectors
 
     @property
     def node_id(self) -> int:
@@ -197,6 +206,53 @@ class AdminOperations:
     async def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> None:
         """Delete ACLs (exact matches)."""
         await maybeDeferred(self._broker.remove_acls, principal, acls)
+
+    # -- share groups and push subscriptions (answered by each group's host) -----------------
+
+    async def share_groups(self, principal: Principal) -> list[share_messages.ShareGroupListing]:
+        """Every share group of the cluster the principal may describe."""
+        return await self._share_groups.list(principal)
+
+    async def describe_share_group(self, principal: Principal, group_id: str) -> share_messages.ShareGroupDescription:
+        """A share group's members, partitions (in flight, available, delivery counts, lag) and dead letters."""
+        return await self._share_groups.describe(principal, group_id)
+
+    async def create_share_group(self, principal: Principal, group_id: str, topics: Sequence[str],
+                                 configs: Mapping[str, str]) -> None:
+        """Define a share group (a push subscription: with ``push.*`` configs)."""
+        await self._share_groups.create(principal, group_id, topics, configs)
+
+    async def delete_share_group(self, principal: Principal, group_id: str) -> None:
+        """Delete a share group without members, with its state."""
+        await self._share_groups.delete(principal, group_id)
+
+    # -- connectors --------------------------------------------------------------------------
+
+    def _connector_admin(self) -> IConnectorAdmin:
+        if self._connectors is None:
+            raise errors.ResourceNotFoundError("connectors are off on this broker (connectors.enabled = false); "
+                                               "turn them on to manage connectors")
+        return self._connectors
+
+    async def connectors(self, principal: Principal, names: Sequence[str] | None) -> list[ConnectorDescription]:
+        """Connectors by name (None: every one) with their tasks' states, counters and lag."""
+        return list(await self._connector_admin().describe(principal, names))
+
+    async def create_connector(self, principal: Principal, name: str, config: Mapping[str, str]) -> None:
+        """Check and store a new connector; its tasks start on their owners."""
+        await self._connector_admin().create(principal, name, config)
+
+    async def pause_connector(self, principal: Principal, name: str) -> None:
+        """Stop a connector's tasks, keeping their progress."""
+        await self._connector_admin().pause(principal, name)
+
+    async def resume_connector(self, principal: Principal, name: str) -> None:
+        """Run a paused connector's tasks again from their progress."""
+        await self._connector_admin().resume(principal, name)
+
+    async def delete_connector(self, principal: Principal, name: str) -> None:
+        """Stop a connector's tasks and delete its configuration, status and progress."""
+        await self._connector_admin().delete(principal, name)
 
     # -- front ends ------------------------------------------------------------------------
 

@@ -9,9 +9,20 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from mqbroker.limits import partitions_per_topic_max, topic_name_length_max, username_length_max
+from mqbroker.connectors.model import TargetState, TaskState
+from mqbroker.limits import (
+    connector_config_entries_max,
+    connector_config_value_bytes_max,
+    connector_name_length_max,
+    group_id_length_max,
+    partitions_per_topic_max,
+    topic_name_length_max,
+    username_length_max,
+)
 from mqbroker.model import Operation, ResourceType
 from mqbroker.security.acl import AllOperations, PatternType, Permission
+from mqbroker.shares.push.filters import FILTER_LENGTH_MAX
+from mqbroker.shares.settings import NUMERIC_BOUNDS, OFFSET_RESETS
 
 
 def ref(name: str) -> dict[str, str]:
@@ -159,3 +170,83 @@ COMPONENTS: dict[str, Any] = {
     "AmqpBinding": _object({"source": _STR, "destination": _STR, "destination_type": {"enum": ["queue", "exchange"]},
                             "routing_key": _STR}),
 }
+
+
+# -- share groups, push subscriptions and connectors ------------------------------------------------
+
+_NUMBER = {"type": "number"}
+_BOOLEAN = {"type": "boolean"}
+_STRING_LIST = {"type": "array", "items": _STR}
+
+
+def _share_setting(key: str, description: str) -> dict[str, Any]:
+    """An integer share-group setting bounded as the broker bounds it (``shares.settings``)."""
+    low, high = NUMERIC_BOUNDS[key]
+    return {**_INT, "minimum": low, "maximum": high, "description": f"{description} ({key})"}
+
+
+COMPONENTS.update({
+    "ShareGroupSummary": _object({"group_id": _STR, "topics": _STRING_LIST, "members": _INT,
+                                  "push_endpoint": {**_NULLABLE_STR, "description": "set: a push subscription"}}),
+    "ShareGroupMember": _object({"member_id": _STR, "client_id": _STR, "client_host": _STR, "topics": _STRING_LIST,
+                                 "acquired": {**_INT, "description": "records it holds leased now"}}),
+    "SharePartition": _object({
+        "topic": _STR, "partition": _INT, "start_offset": _INT, "end_offset": _INT,
+        "in_flight": {**_INT, "description": "records acquired (leased) now"},
+        "available": _INT, "dead_lettering": _INT, "due": _INT,
+        "scheduled": {**_INT, "description": "delayed records not yet due"}, "lag": _INT,
+        "delivery_counts": {"type": "object", "additionalProperties": _INT,
+                            "description": "records delivered and not yet done, by delivery count"}}),
+    "ShareGroup": _object({
+        "group_id": _STR, "topics": _STRING_LIST, "configs": {**_STRING_MAP, "description": "secrets masked"},
+        "push_endpoint": _NULLABLE_STR, "members": array_of("ShareGroupMember"),
+        "partitions": array_of("SharePartition"), "in_flight": _INT, "lag": _INT,
+        "dead_lettered": {**_INT, "description": "records dead-lettered since the host took the group over"},
+        "dead_letter_depth": {**_NULLABLE_INT, "description": "records on the dead-letter topic (null: none set)"}}),
+    "NewShareGroup": _object({
+        "group_id": printable_name(group_id_length_max),
+        "topics": {"type": "array", "items": _TOPIC_NAME, "minItems": 1, "maxItems": 1000},
+        "configs": {**_STRING_MAP, "maxProperties": 100,
+                    "description": "share-group configs (docs/queues.md): lease.ms, max.delivery.attempts, ..."},
+    }, required=("group_id", "topics")),
+    "Subscription": _object({"name": _STR, "topics": _STRING_LIST, "endpoint": _STR}),
+    "NewSubscription": _object({
+        "name": printable_name(group_id_length_max), "topic": _TOPIC_NAME,
+        "endpoint": {**_STR, "maxLength": 2048, "pattern": "^https?://", "description": "the URL records are POSTed to"},
+        "secret": {**_STR, "minLength": 16, "maxLength": 1024,
+                   "description": "the HMAC-SHA256 signing key (default: a new random one, returned once)"},
+        "filter": {**_STR, "maxLength": FILTER_LENGTH_MAX, "description": "push only matching records (docs/queues.md)"},
+        "start": {"enum": list(OFFSET_RESETS), "description": "deliver from the topic's start or end (default latest)"},
+        "dead_letter_topic": _TOPIC_NAME,
+        "max_outstanding": _share_setting("push.max.outstanding", "POSTs in flight at once"),
+        "ack_deadline_ms": _share_setting("push.ack.deadline.ms", "answer time before a retry"),
+        "max_delivery_attempts": _share_setting("max.delivery.attempts", "attempts per record"),
+        "rate_per_second": _share_setting("push.rate.per.second", "POSTs per second at most, 0: no limit"),
+        "batch_max_messages": _share_setting("push.batch.max.messages", "records per POST"),
+    }, required=("name", "topic", "endpoint")),
+    "CreatedSubscription": _object({"name": _STR, "topics": _STRING_LIST, "endpoint": _STR,
+                                    "secret": {**_STR, "description": "the signing secret: shown only now"}}),
+    "ConnectorTask": _object({
+        "task": _INT, "state": _enum_of(TaskState), "owner": {**_INT, "description": "the broker running it"},
+        "updated_ms": _INT, "records_total": _INT, "records_per_second": _NUMBER,
+        "lag_records": {**_INT, "description": "records still to copy (-1: unknown, a source)"},
+        "lag_seconds": _NUMBER, "errors_total": _INT, "outages_total": _INT, "outage_seconds": _NUMBER,
+        "in_outage": _BOOLEAN, "last_error": _NULLABLE_STR, "last_error_ms": _INT}),
+    "ConnectorSummary": _object({
+        "name": _STR, "type": _STR, "state": _enum_of(TargetState), "tasks": _INT, "running_tasks": _INT,
+        "failed_tasks": _INT, "lag_records": {**_NULLABLE_INT, "description": "summed over tasks (null: unknown)"},
+        "lag_seconds": {**_NUMBER, "description": "the oldest record not yet copied, over all tasks"},
+        "errors_total": _INT}),
+    "Connector": _object({
+        "name": _STR, "type": _STR, "state": _enum_of(TargetState),
+        "config": {**_STRING_MAP, "description": "credentials masked"}, "tasks": array_of("ConnectorTask"),
+        "lag_records": _NULLABLE_INT, "lag_seconds": _NUMBER}),
+    "NewConnector": _object({
+        "name": {**_STR, "minLength": 1, "maxLength": connector_name_length_max, "pattern": "^[A-Za-z0-9._-]+$"},
+        "config": {"type": "object", "maxProperties": connector_config_entries_max,
+                   "additionalProperties": {**_STR, "maxLength": connector_config_value_bytes_max},
+                   "description": "the connector's settings (docs/connectors.md), type included"},
+    }),
+    "ConnectorState": _object({"state": {**_enum_of(TargetState), "description": "paused: stop the tasks, keep "
+                                                                                 "their progress; running: resume"}}),
+})

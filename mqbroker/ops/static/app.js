@@ -369,7 +369,9 @@ async function configuration(main) {
 
 // -- routing ---------------------------------------------------------------------------------------
 
+// Pages by the hash's first part; DETAILS: the page of one item (#/topics/NAME). pipelines.js adds its own.
 const PAGES = {overview, topics, groups, mqtt, amqp, security, configuration};
+const DETAILS = {topics: topic, groups: group};
 
 async function route() {
   const mine = ++generation;
@@ -379,8 +381,7 @@ async function route() {
     if (navigation.dataset.page === page) navigation.setAttribute("aria-current", "page");
     else navigation.removeAttribute("aria-current");
   }
-  const render = page === "topics" && argument ? (m) => topic(m, argument)
-    : page === "groups" && argument ? (m) => group(m, argument) : PAGES[page] || overview;
+  const render = argument && DETAILS[page] ? (m) => DETAILS[page](m, argument) : PAGES[page] || overview;
   const content = h("div", {});
   try {
     await render(content);
