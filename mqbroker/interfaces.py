@@ -436,7 +436,7 @@ class IConnectorAdmin(Interface):
     Every method returns a Deferred and takes the calling ``Principal``: changes need ALTER on the
     cluster, reads DESCRIBE. Failures are ``BrokerError``s: ``InvalidConfigError`` for a configuration
     that does not parse, ``ResourceNotFoundError`` for an unknown connector, ``DuplicateResourceError``
-    when creating one that exists. Values are ``mqbroker.connectors.model`` types.
+    when creating one that exists. Values are ``mqbroker.connector_model`` types.
     """
 
     def create(principal, name, config):

@@ -10,7 +10,7 @@ from typing import Any
 from mqbroker.cli.common import UsageError, add_client_options, parse_key_values, reporting_errors
 from mqbroker.cli.output import Column, Table, add_output_options, emit
 from mqbroker.cli.topics import admin_client
-from mqbroker.connectors.model import ConnectorDescription
+from mqbroker.connector_model import ConnectorDescription
 
 CONNECTOR_COLUMNS = (
     Column("name", "name"), Column("type", "type"), Column("state", "state"), Column("tasks", "tasks", numeric=True),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mqbroker.connectors.model import ConnectorDescription
-from mqbroker.connectors.wire import descriptions_from
+from mqbroker.connector_model import ConnectorDescription
+from mqbroker.protocols.native.connector_wire import descriptions_from
 from mqbroker.errors import UnknownServerError
 from mqbroker.protocols.native import messages as m
 

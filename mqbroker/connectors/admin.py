@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
 from mqbroker import errors
-from mqbroker.connectors.model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState, redacted
+from mqbroker.connector_model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState, redacted
 from mqbroker.connectors.runtime import ConnectorRuntime
 from mqbroker.connectors.settings import PRINCIPAL_KEY, tasks_count
 from mqbroker.connectors.state import (

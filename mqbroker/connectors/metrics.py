@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from mqbroker.connectors.model import TaskState
+from mqbroker.connector_model import TaskState
 from mqbroker.connectors.runtime import ConnectorRuntime
 
 _LABELS = ["connector", "task", "type"]

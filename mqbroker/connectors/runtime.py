@@ -26,7 +26,7 @@ from twisted.logger import Logger
 from mqbroker import errors
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.connectors.broker_calls import ConnectorBroker
-from mqbroker.connectors.model import TargetState, TaskMetrics, TaskState, TaskStatus
+from mqbroker.connector_model import TargetState, TaskMetrics, TaskState, TaskStatus
 from mqbroker.connectors.settings import ParsedConfig, SettingsParser, parse_config, tasks_count
 from mqbroker.connectors.state import (
     CONNECTORS_TOPIC,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqbroker import limits
-from mqbroker.connectors.model import TargetState, TaskMetrics, TaskState, TaskStatus
+from mqbroker.connector_model import TargetState, TaskMetrics, TaskState, TaskStatus
 
 CONNECTORS_TOPIC = "__connectors"
 CONNECTORS_TOPIC_CONFIGS = {"cleanup.policy": "compact"}

@@ -24,7 +24,7 @@ from mqbroker import errors
 from mqbroker.client.backoff import Backoff
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.connectors.broker_calls import ConnectorBroker
-from mqbroker.connectors.model import TaskMetrics, TaskState, TaskStatus
+from mqbroker.connector_model import TaskMetrics, TaskState, TaskStatus
 from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableBatch, UnreadableTally
 
 #: Retry delays after an outage: 0.2 s doubling to 10 s.

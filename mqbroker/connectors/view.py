@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mqbroker.connectors.model import TargetState
+from mqbroker.connector_model import TargetState
 from mqbroker.connectors.state import (
     ClaimRecord,
     ConnectorRecord,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mqbroker.client import Admin, Consumer, Producer
-from mqbroker.connectors.model import TaskDescription
+from mqbroker.connector_model import TaskDescription
 from tests.integration.brokerprocess import BrokerProcess
 
 #: Task owners report status twice a second, so that tests see changes quickly.

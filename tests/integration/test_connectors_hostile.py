@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from mqbroker.client import Admin
-from mqbroker.connectors.model import TaskState
+from mqbroker.connector_model import TaskState
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.connector_support import (

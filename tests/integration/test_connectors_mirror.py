@@ -17,7 +17,7 @@ import pytest
 
 from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.group_admin import GroupAdmin
-from mqbroker.connectors.model import TaskState
+from mqbroker.connector_model import TaskState
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import retrying, start_cluster
 from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, task_status, wait_for

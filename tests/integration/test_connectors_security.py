@@ -17,7 +17,7 @@ import redis
 
 from mqbroker import errors
 from mqbroker.client import Admin, Consumer, Producer
-from mqbroker.connectors.model import TaskState
+from mqbroker.connector_model import TaskState
 from mqbroker.connectors.state import CONNECTORS_TOPIC
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.connector_support import (

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from mqbroker.client import admin, connectors
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests
 from mqbroker.client.security import ClientSecurity
-from mqbroker.connectors.model import ConnectorDescription
+from mqbroker.connector_model import ConnectorDescription
 from mqbroker.errors import error_for_code
 from mqbroker.protocols.native.messages import (
     AclBinding,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqbroker.connectors.model import ConnectorDescription, TaskState
+from mqbroker.connector_model import ConnectorDescription, TaskState
 from mqbroker.limits import connector_name_length_max
 from mqbroker.ops.api.routing import ApiCall, Route, path_parameter
 from mqbroker.ops.api.schemas import array_of, ref

@@ -22,7 +22,7 @@ from typing import Any
 from twisted.internet.defer import maybeDeferred
 
 from mqbroker import errors
-from mqbroker.connectors.model import ConnectorDescription
+from mqbroker.connector_model import ConnectorDescription
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
 from mqbroker.interfaces import IBroker, IConnectorAdmin

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from mqbroker.connectors.model import TargetState, TaskState
+from mqbroker.connector_model import TargetState, TaskState
 from mqbroker.limits import (
     connector_config_entries_max,
     connector_config_value_bytes_max,

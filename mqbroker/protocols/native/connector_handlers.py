@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mqbroker import errors
-from mqbroker.connectors.wire import describe_response
+from mqbroker.protocols.native.connector_wire import describe_response
 from mqbroker.model import Principal
 from mqbroker.protocols.native import messages as m
 

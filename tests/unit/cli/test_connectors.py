@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from mqbroker.cli import build_parser
 from mqbroker.cli.common import UsageError
 from mqbroker.cli.connectors import settings_from_toml, summary
-from mqbroker.connectors.model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
+from mqbroker.connector_model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
 
 
 def test_tables_become_dotted_keys_and_values_strings() -> None:

@@ -20,7 +20,7 @@ from mqbroker import errors
 from mqbroker.cluster.metadata_records import FenceBroker
 from mqbroker.connectors.admin import ConnectorAdmin
 from mqbroker.connectors.broker_calls import CONNECTORS_PRINCIPAL, ConnectorBroker
-from mqbroker.connectors.model import TargetState, TaskState
+from mqbroker.connector_model import TargetState, TaskState
 from mqbroker.connectors.runtime import ConnectorRuntime, ConnectorType
 from mqbroker.connectors.settings import SettingsReader
 from mqbroker.connectors.state import CONNECTORS_TOPIC

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqbroker.connectors.model import TargetState, TaskMetrics, TaskState, TaskStatus
+from mqbroker.connector_model import TargetState, TaskMetrics, TaskState, TaskStatus
 from mqbroker.connectors.state import (
     ClaimRecord,
     ConnectorRecord,

@@ -8,7 +8,7 @@ from typing import Any
 from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 
-from mqbroker.connectors.model import TaskState
+from mqbroker.connector_model import TaskState
 from mqbroker.connectors.task import OutageError, SupervisedTask, TaskContext
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.readable import UnreadableBatch

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqbroker.connectors.model import TargetState, TaskState, TaskStatus
+from mqbroker.connector_model import TargetState, TaskState, TaskStatus
 from mqbroker.connectors.settings import tasks_count
 from mqbroker.connectors.state import (
     ConnectorRecord,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mqbroker import errors
-from mqbroker.connectors.model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
+from mqbroker.connector_model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
 from mqbroker.model import Principal
 from mqbroker.ops.api import connector_routes
 from mqbroker.ops.api.routing import Schemas

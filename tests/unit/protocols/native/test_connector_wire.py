@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from mqbroker.connectors.model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
-from mqbroker.connectors.wire import describe_response, descriptions_from
+from mqbroker.connector_model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
+from mqbroker.protocols.native.connector_wire import describe_response, descriptions_from
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import decode_response, encode_response
 

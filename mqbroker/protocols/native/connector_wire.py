@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mqbroker.connectors.model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
+from mqbroker.connector_model import ConnectorDescription, TargetState, TaskDescription, TaskMetrics, TaskState
 from mqbroker.protocols.native import messages as m
 
 
