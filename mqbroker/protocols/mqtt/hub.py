@@ -28,9 +28,9 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import TimeoutError as DeferredTimeout
+from twisted.internet.defer import TimeoutError as DeferredTimeout
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.internet.task import LoopingCall
+from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -45,7 +45,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
-from mqbroker.protocols.mqtt.followers import HUB_HEADER, StateFollower, written_by
+from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER, StateFollower, writer_broker, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.readers import (
@@ -83,6 +83,9 @@ PARTITION_REFRESH_S = 5.0
 _COMPACTED = {"cleanup.policy": "compact"}
 #: The log topics the hub decodes: a client's produce whose records do not decode is refused.
 _DECODED = {"record.validation": "decode"}
+#: While a connect waits for a session's handover: how often the metadata is read to see whether the
+#: broker holding the session was fenced meanwhile (then it is dead and the wait ends).
+HOLDER_CHECK_INTERVAL_S = 0.1
 
 
 class Connection(TypingProtocol):
@@ -137,10 +140,12 @@ class MqttHub:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
-                 unreadable: UnreadableTally | None = None, log_partitions: int = 0) -> None:
+                 unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None) -> None:
         """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
-        log topics it creates (0: one per broker of the cluster)."""
+        log topics it creates (0: one per broker of the cluster); ``node_id``: this broker's, named in the
+        session records it writes."""
         self.broker = broker
+        self._node_id = node_id
         self._log_partitions = log_partitions
         self.unreadable = unreadable or UnreadableTally()
         self.reactor = reactor
@@ -163,11 +168,12 @@ class MqttHub:
         self._will_timers: dict[str, IDelayedCall] = {}
         #: Names this hub's session and retained records (``followers.py``); new at every start.
         self.instance = uuid.uuid4().hex.encode()
-        self._own_header = ((HUB_HEADER, self.instance),)
+        self._own_header = ((HUB_HEADER, self.instance),) + (
+            () if node_id is None else ((BROKER_HEADER, str(node_id).encode()),))
         #: Whether other brokers run hubs too (sessions then move between them).
         self._clustered = False
-        #: Sessions whose newest record says they are live on another broker.
-        self._live_elsewhere: set[str] = set()
+        #: Sessions whose newest record says they are live on another broker, and that broker's node id.
+        self._live_elsewhere: dict[str, int | None] = {}
         #: Clients whose local connection was taken over by another broker's clean start (nothing to store).
         self._moved: set[str] = set()
         #: Connects waiting for another broker to hand over the session it held (its final state).
@@ -310,9 +316,9 @@ class MqttHub:
             self.offline[client_id] = stored
             self._durable_sessions.add(client_id)
             if stored.ended_at_ms is None:
-                self._live_elsewhere.add(client_id)  # its broker may still hold it (or died holding it)
+                self._live_elsewhere[client_id] = writer_broker(record)  # it may still hold it (or died holding it)
             else:
-                self._live_elsewhere.discard(client_id)
+                self._live_elsewhere.pop(client_id, None)
 
     def _follow_retained(self, record: Record) -> None:
         """A retained message another broker's hub set or cleared."""
@@ -438,12 +444,16 @@ class MqttHub:
 
     async def _claim(self, client_id: str) -> None:
         """Take a session that is live on another broker: that broker closes its connection and writes the
-        session's final state, waited for at most ``limits.mqtt_session_handoff_ms_max`` (it may be dead:
-        then the newest record known is the session)."""
+        session's final state, waited for at most ``limits.mqtt_session_handoff_ms_max``, or until that broker
+        is seen fenced (it is dead: then the newest record known is the session)."""
         known = self.offline.get(client_id)
-        handoff: Deferred[StoredSession] = Deferred()
+        handoff: Deferred[StoredSession | None] = Deferred()
         self._handoffs[client_id] = handoff
         handoff.addTimeout(limits.mqtt_session_handoff_ms_max / 1000.0, self.reactor)
+        holder = self._live_elsewhere.get(client_id)
+        if holder is not None:
+            Deferred.fromCoroutine(self._end_wait_when_fenced(holder, handoff)).addErrback(
+                self.log_failure, "watching a session holder's broker")
         try:
             if known is not None:
                 await self.store_session(client_id, replace(known, ended_at_ms=None))
@@ -455,7 +465,27 @@ class MqttHub:
                           client_id=client_id)
         finally:
             self._handoffs.pop(client_id, None)
-            self._live_elsewhere.discard(client_id)
+            self._live_elsewhere.pop(client_id, None)
+
+    async def _end_wait_when_fenced(self, holder: int, handoff: Deferred[StoredSession | None]) -> None:
+        """End a handover wait (with no handover) once broker ``holder`` is fenced: a dead broker sends none
+        (nor does this broker's own previous run: its records are never this hub's own)."""
+        if holder == self._node_id:
+            handoff.callback(None)
+            return
+        while not handoff.called:
+            try:
+                cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, [], False)
+            except errors.BrokerError:
+                cluster = None  # no answer now: look again, the handover bound still holds
+            if handoff.called:
+                return
+            if cluster is not None and holder not in {broker.node_id for broker in cluster.brokers}:
+                self.log.info("MQTT session holder broker {holder} is fenced; not waiting for its handover",
+                              holder=holder)
+                handoff.callback(None)
+                return
+            await deferLater(self.reactor, HOLDER_CHECK_INTERVAL_S)
 
     def store_session(self, client_id: str, stored: StoredSession) -> Deferred[Any]:
         """Write a session record; fires once it is durable."""
