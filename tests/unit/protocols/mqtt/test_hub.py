@@ -9,7 +9,8 @@ from twisted.internet.task import Clock
 
 from mqbroker import limits
 from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER
-from mqbroker.protocols.mqtt.hub import HOLDER_CHECK_INTERVAL_S, RETAINED_TOPIC, SESSIONS_TOPIC, MqttHub
+from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
+from mqbroker.protocols.mqtt.session_directory import HOLDER_CHECK_INTERVAL_S, SESSIONS_TOPIC
 from mqbroker.protocols.mqtt.state import SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
@@ -97,7 +98,7 @@ def _hub_with_a_session_live_on(holder: int) -> tuple[MqttHub, Clock]:
     hub = MqttHub(broker, clock, TopicMapping(), node_id=3)
     Deferred.fromCoroutine(hub.start())
     assert hub.started.started
-    hub._clustered = True  # the fake answers as a cluster of one broker (1): broker 2 reads as fenced
+    hub.sessions.clustered = True  # the fake answers as a cluster of one broker (1): broker 2 reads as fenced
     return hub, clock
 
 
