@@ -476,7 +476,7 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     reactor = context.reactor
     vhost = VirtualHost(broker, reactor, unreadable=context.metrics.unreadable if context.metrics is not None else None)
     # Runs before the broker service stops (registered earlier), while appends are still accepted.
-    IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
+    IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.snapshots.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
     # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.
