@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -83,6 +83,9 @@ from mqbroker.records.readable import (
 )
 from mqbroker.security.names import name_problem
 
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
 Queue = ClassicQueue | StreamQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.
 INTERNAL_PRINCIPAL = Principal("Service", "amqp")
@@ -111,11 +114,14 @@ class VirtualHost:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None) -> None:
-        """``unreadable`` counts the batches its readers skip (the broker's metric)."""
+    def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None,
+                 unroutable: Counter | None = None) -> None:
+        """``unreadable`` counts the batches its readers skip, ``unroutable`` the client messages that reach
+        no queue (labels protocol, outcome; the broker's metrics)."""
         self.broker = broker
         self.reactor = reactor
         self.unreadable = unreadable or UnreadableTally()
+        self._unroutable = unroutable
         #: Message bytes every connection's channels hold in memory together (partial messages, open transactions).
         self.held_bytes = ByteBudget(limits.amqp_held_bytes_broker_max)
         self.principal = INTERNAL_PRINCIPAL
@@ -483,6 +489,11 @@ class VirtualHost:
             for name in (names if len(names) == 1 else sorted(names))
             if name in self.queues
         ]
+
+    def count_unroutable(self, returned: bool) -> None:
+        """A client's message reached no queue: it was returned (mandatory) or dropped."""
+        if self._unroutable is not None:
+            self._unroutable.labels("amqp", "returned" if returned else "dropped").inc()
 
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None:
         """Republish a dead message to its queue's dead-letter exchange with ``x-death`` (or drop it)."""
