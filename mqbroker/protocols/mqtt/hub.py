@@ -45,6 +45,7 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
+from mqbroker.protocols.mqtt.cluster_wills import WILLS_TOPIC, ClusterWills
 from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER, StateFollower, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
@@ -151,6 +152,8 @@ class MqttHub:
             () if node_id is None else ((BROKER_HEADER, str(node_id).encode()),))
         #: Persistent sessions, offline here or live anywhere in the cluster.
         self.sessions = SessionDirectory(self)
+        #: Wills of the clients connected anywhere, published here if their broker dies.
+        self.wills = ClusterWills(self)
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
         self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()
@@ -176,7 +179,7 @@ class MqttHub:
     async def _load(self) -> None:
         """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
         log_topics = self._log_topics()
-        for name in (RETAINED_TOPIC, SESSIONS_TOPIC):  # they wait for all their replicas' brokers
+        for name in (RETAINED_TOPIC, SESSIONS_TOPIC, WILLS_TOPIC):  # they wait for all their replicas' brokers
             await self._ensure_topic(name, _COMPACTED)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partitions = self._log_partitions or len(cluster.brokers) or 1
@@ -184,9 +187,11 @@ class MqttHub:
             await self._ensure_topic(name, _DECODED, partitions)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
-        ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP) for topic in (RETAINED_TOPIC, SESSIONS_TOPIC)}
+        ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP)
+                for topic in (RETAINED_TOPIC, SESSIONS_TOPIC, WILLS_TOPIC)}
         retained = [record async for record in self._replay(RETAINED_TOPIC, ends[RETAINED_TOPIC])]
         sessions = [record async for record in self._replay(SESSIONS_TOPIC, ends[SESSIONS_TOPIC])]
+        wills = [record async for record in self._replay(WILLS_TOPIC, ends[WILLS_TOPIC])]
         log_ends = {(topic, partition): await self.offset_of((topic, partition), LATEST_TIMESTAMP)
                     for topic, count in partition_counts.items() for partition in range(count)}
         self._partition_counts = partition_counts
@@ -196,12 +201,15 @@ class MqttHub:
         for record in sessions:
             self.sessions.replay_session(record)
         self.sessions.start_expiry_timers()
+        for record in wills:
+            self.wills.apply(record)
         for key, position in log_ends.items():
             self._start_reader(key, position)
         self.sessions.follower = StateFollower(self, SESSIONS_TOPIC, ends[SESSIONS_TOPIC], self.sessions.follow_session)
         for follower in (StateFollower(self, RETAINED_TOPIC, ends[RETAINED_TOPIC], self._follow_retained),
-                         self.sessions.follower):
+                         self.sessions.follower, StateFollower(self, WILLS_TOPIC, ends[WILLS_TOPIC], self._follow_will)):
             Deferred.fromCoroutine(follower.run()).addErrback(self.log_failure, "MQTT state follower")
+        self.wills.start()
         self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
                       retained=len(self.retained), sessions=len(self.sessions.offline))
         self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
@@ -235,6 +243,7 @@ class MqttHub:
         for loop in (self._sys_loop, self._partition_loop):
             if loop.running:
                 loop.stop()
+        self.wills.stop()
         for connection in list(self.connections.values()):
             connection.shut_down()
 
@@ -265,6 +274,12 @@ class MqttHub:
         message = message_of(record)
         if message is not None:
             self.retained.set(replace(message, retain=True))
+
+    def _follow_will(self, record: Record) -> None:
+        """A will record another broker's hub wrote: its client is connected there now (or gone from there)."""
+        if written_by(record) != self.instance:
+            self.cancel_will(record.key.decode("utf-8", "replace") if record.key else "")
+            self.wills.apply(record)
 
     def _follow_retained(self, record: Record) -> None:
         """A retained message another broker's hub set or cleared."""
@@ -349,9 +364,7 @@ class MqttHub:
         previous = self.connections.get(client_id)
         if previous is not None and previous is not connection:
             await previous.take_over()
-        timer = self._will_timers.pop(client_id, None)
-        if timer is not None and timer.active():
-            timer.cancel()  # a will with a delay is not sent when the client comes back [MQTT-3.1.3-9]
+        self.cancel_will(client_id)  # a will with a delay is not sent when the client comes back [MQTT-3.1.3-9]
         stored = await self.sessions.load(client_id, clean_start)
         self.connections[client_id] = connection
         return stored
@@ -363,6 +376,7 @@ class MqttHub:
         if live_here:
             del self.connections[client_id]
             self.registry.remove_client(client_id)
+            self.wills.disconnected(client_id)  # before the session's record: a broker taking it over waits for that
         self.sessions.ended(client_id, stored, live_here)
 
     # ------------------------------------------------------------------ wills and retained
@@ -374,6 +388,12 @@ class MqttHub:
             self._publish_will(will)
             return
         self._will_timers[will.client_id] = self.reactor.callLater(delay_ms / 1000.0, self._publish_will, will)
+
+    def cancel_will(self, client_id: str) -> None:
+        """The client id connected again (here or elsewhere): its delayed will is not sent."""
+        timer = self._will_timers.pop(client_id, None)
+        if timer is not None and timer.active():
+            timer.cancel()
 
     def _publish_will(self, will: ScheduleWill) -> None:
         self._will_timers.pop(will.client_id, None)

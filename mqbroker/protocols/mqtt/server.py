@@ -373,6 +373,7 @@ class MqttConnection:
                 self._catch_up.start_live()
             for subscription in self.session.session.subscriptions.values():
                 self.hub.registry.add(self.client_id, subscription)
+            self.hub.wills.connected(self.client_id, self.session.pending_will(self.hub.now_ms()))
         elif not any(isinstance(action, SessionEnded) for action in actions):
             self.hub.session_ended(self, None)  # the client left while its session was loading
             self._end()
