@@ -5,7 +5,9 @@ when the connection ends (the hub then publishes or drops the will itself, as on
 Every hub follows the topic. When the broker holding a will is fenced (dead), the hub leading
 ``__mqtt_wills`` partition 0 — one at a time — deletes the record and publishes the will after its
 delay, unless the client connects again first (anywhere: its new broker writes the client's record).
-A will whose broker dies during the will delay it had already started is lost.
+A broker restarted before it was fenced publishes the wills its previous run held itself. A will
+whose broker dies during the will delay it had already started is lost. On a single broker nothing
+is stored: there is no survivor to publish a will.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class ClusterWills:
 
     def connected(self, client_id: str, will: ScheduleWill | None) -> None:
         """A client's session opened here: store its will (or delete the one another broker held)."""
+        if not self.hub.sessions.clustered:
+            return
         if will is not None:
             value: bytes | None = StoredWill.of(will, self.hub.now_ms()).to_bytes()
             self._stored_here.add(client_id)
@@ -95,7 +99,8 @@ class ClusterWills:
             self._write(client_id, None)
 
     async def publish_orphans(self) -> None:
-        """On the hub leading ``__mqtt_wills``: publish the wills whose broker is fenced, after their delay."""
+        """Publish the wills whose broker is fenced (on the hub leading ``__mqtt_wills``) or was this broker's
+        previous run, after their delay."""
         if not self.elsewhere:
             return
         try:
@@ -106,14 +111,17 @@ class ClusterWills:
             return
         [topic] = cluster.topics
         live = {broker.node_id for broker in cluster.brokers}
-        if topic.error is not None or not topic.partitions or topic.partitions[0].leader_id != self.hub.node_id:
-            return
+        leading = topic.error is None and bool(topic.partitions) and topic.partitions[0].leader_id == self.hub.node_id
         now_ms = self.hub.now_ms()
         for client_id, (holder, will) in list(self.elsewhere.items()):
-            if holder is None or holder in live or client_id in self.hub.connections:
+            # A will of this broker's previous run (this hub's own records are never in ``elsewhere``).
+            previous_run = holder is not None and holder == self.hub.node_id
+            if not (previous_run or (leading and holder is not None and holder not in live)):
+                continue
+            if client_id in self.hub.connections:
                 continue
             del self.elsewhere[client_id]
-            self.log.info("MQTT will of {client_id}: its broker {holder} is fenced; publishing it",
+            self.log.info("MQTT will of {client_id}: its broker {holder} died holding it; publishing it",
                           client_id=client_id, holder=holder)
             self._write(client_id, None)
             self.hub.schedule_will(will.schedule(client_id, now_ms))
