@@ -48,7 +48,7 @@ def _publish_all(publisher: Client, topic: str, count: int) -> list[bytes]:
 
 
 def test_front_end_topics_get_three_replicas_and_min_insync_two(cluster: list[BrokerProcess]) -> None:
-    for topic in ("mqtt.messages", "__mqtt_sessions", "__mqtt_retained"):
+    for topic in ("mqtt.messages", "__mqtt_sessions", "__mqtt_retained", "__mqtt_wills"):
         assert _partition(cluster[0], topic)[1] == (1, 2, 3), topic
     with Admin(cluster[0].bootstrap) as admin:
         assert admin.describe_configs("mqtt.messages")["min.insync.replicas"] == "2"

@@ -12,6 +12,8 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
   replayed into memory at start and followed afterwards (``followers.py``): what another broker's
   hub writes is in force here too, and a session moves to whichever broker its client connects to
   (``session_directory.py`` keeps where each session is);
+* the wills of connected clients are stored in ``__mqtt_wills`` so that a survivor publishes them
+  when their broker dies (``cluster_wills.py``);
 * ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
 * partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``;
 * a batch whose records do not decode is counted, logged and skipped (``records_after``):
