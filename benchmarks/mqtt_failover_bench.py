@@ -3,7 +3,7 @@
 Each round: a persistent subscriber (``clean_session=False``, ``fleet/#``) and a publisher are
 connected to the same broker, which is then killed with SIGKILL. The publisher reconnects to one
 survivor at once; we time from the kill to its first PUBACK; then the subscriber reconnects to the
-other survivor and we time from the kill to the first message it gets (the publish-and-reconnect
+other survivor and we time from the kill to its CONNACK and to the first message it gets (the publish-and-reconnect
 sequence is serial, so this includes the publisher's recovery); we check that every
 message acknowledged before and after the kill reaches the subscriber. The killed broker is
 restarted before the next round. Targets: both times ≤ 5 s, 0 acknowledged messages lost.
