@@ -3,7 +3,7 @@
 Each round: a persistent subscriber (``clean_session=False``, ``fleet/#``) and a publisher are
 connected to the same broker, which is then killed with SIGKILL. The publisher reconnects to one
 survivor at once; we time from the kill to its first PUBACK; then the subscriber reconnects to the
-other survivor and we time from the kill to the first message it gets (the publish-and-reconnect
+other survivor and we time from the kill to its CONNACK and to the first message it gets (the publish-and-reconnect
 sequence is serial, so this includes the publisher's recovery); we check that every
 message acknowledged before and after the kill reaches the subscriber. The killed broker is
 restarted before the next round. Targets: both times ≤ 5 s, 0 acknowledged messages lost.
@@ -77,6 +77,7 @@ def one_round(cluster: list[BrokerProcess], victim: int, round_number: int) -> d
     _first_puback(publisher, f"{prefix}/t")
     puback_s = time.monotonic() - killed_at
     subscriber = _connect(survivors[1], client_id, clean=False)
+    connack_s = time.monotonic() - killed_at
     first = subscriber.receive(1, timeout_s=30)
     delivery_s = time.monotonic() - killed_at
     for index in range(1, AFTER):
@@ -90,7 +91,7 @@ def one_round(cluster: list[BrokerProcess], victim: int, round_number: int) -> d
     publisher.disconnect()
     subscriber.disconnect()
     cluster[victim].restart()
-    return {"puback_s": puback_s, "delivery_s": delivery_s, "lost": float(len(lost))}
+    return {"puback_s": puback_s, "connack_s": connack_s, "delivery_s": delivery_s, "lost": float(len(lost))}
 
 
 def main() -> None:
@@ -109,6 +110,8 @@ def main() -> None:
         "kills": arguments.kills,
         "puback_s_p50": statistics.median(r["puback_s"] for r in rounds),
         "puback_s_max": max(r["puback_s"] for r in rounds),
+        "subscriber_connack_s_p50": statistics.median(r["connack_s"] for r in rounds),
+        "subscriber_connack_s_max": max(r["connack_s"] for r in rounds),
         "delivery_s_p50": statistics.median(r["delivery_s"] for r in rounds),
         "delivery_s_max": max(r["delivery_s"] for r in rounds),
         "acknowledged_lost": int(sum(r["lost"] for r in rounds)),

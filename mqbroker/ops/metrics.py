@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -87,6 +87,12 @@ class BrokerMetrics:
         )
         self.connections = Gauge(
             "mqbroker_connections", "Open client connections, by protocol.", ["protocol"], registry=self.registry
+        )
+        self.unroutable = Counter(
+            "mqbroker_unroutable_messages",
+            "Messages clients published that reached no queue, by protocol and outcome "
+            "(returned: an AMQP mandatory publish sent back with NO_ROUTE; dropped: discarded, as RabbitMQ does).",
+            ["protocol", "outcome"], registry=self.registry,
         )
 
     def attach(self, broker: Any) -> None:

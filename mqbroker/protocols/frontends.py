@@ -32,14 +32,17 @@ from mqbroker.interfaces import (
 
 if TYPE_CHECKING:
     from mqbroker.records.readable import UnreadableTally
-    from prometheus_client import Gauge, Histogram
+    from prometheus_client import Counter, Gauge, Histogram
 
 
 class FrontEndMetrics(Protocol):
-    """The metrics a front end reports: connections per listener, request latency per API, skipped batches."""
+    """The metrics a front end reports: connections per listener, request latency per API, skipped batches,
+    unroutable messages."""
 
     connections: Gauge
     request_latency: Histogram
+    #: Published messages that reached no queue (``mqbroker_unroutable_messages_total{protocol, outcome}``).
+    unroutable: Counter
     #: Batches its readers could not decode and skipped (``mqbroker_unreadable_batches_total``).
     unreadable: UnreadableTally
 

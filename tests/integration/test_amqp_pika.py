@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 import uuid
 
 import pika
@@ -186,7 +188,16 @@ def test_stream_queue_replays_from_an_offset(amqp_broker: AmqpBroker) -> None:
     connection.close()
 
 
-def test_unroutable_mandatory_message_is_returned(amqp_broker: AmqpBroker) -> None:
+def _unroutable_counts(broker: AmqpBroker) -> dict[str, float]:
+    """``mqbroker_unroutable_messages_total`` of the AMQP front end by outcome, scraped from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.ports['http']}/metrics") as reply:
+        text = reply.read().decode()
+    pattern = r'^mqbroker_unroutable_messages_total\{outcome="(\w+)",protocol="amqp"\} (\S+)$'
+    return {outcome: float(value) for outcome, value in re.findall(pattern, text, re.M)}
+
+
+def test_unroutable_messages_are_returned_if_mandatory_and_counted(amqp_broker: AmqpBroker) -> None:
+    before = _unroutable_counts(amqp_broker)
     connection = amqp_broker.connect()
     channel = connection.channel()
     exchange = unique("nowhere")
@@ -194,7 +205,12 @@ def test_unroutable_mandatory_message_is_returned(amqp_broker: AmqpBroker) -> No
     channel.confirm_delivery()
     with pytest.raises(pika.exceptions.UnroutableError):
         channel.basic_publish(exchange, "no-binding", b"lost", mandatory=True)
+    channel.basic_publish(exchange, "no-binding", b"dropped")  # confirmed, as RabbitMQ does, and counted
+    channel.basic_publish(exchange, "no-binding", b"dropped too")
     connection.close()
+    after = _unroutable_counts(amqp_broker)
+    assert after.get("returned", 0) - before.get("returned", 0) == 1
+    assert after.get("dropped", 0) - before.get("dropped", 0) == 2
 
 
 def test_missing_queue_closes_only_the_channel_with_404(amqp_broker: AmqpBroker) -> None:

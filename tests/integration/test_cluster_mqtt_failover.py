@@ -48,7 +48,7 @@ def _publish_all(publisher: Client, topic: str, count: int) -> list[bytes]:
 
 
 def test_front_end_topics_get_three_replicas_and_min_insync_two(cluster: list[BrokerProcess]) -> None:
-    for topic in ("mqtt.messages", "__mqtt_sessions", "__mqtt_retained"):
+    for topic in ("mqtt.messages", "__mqtt_sessions", "__mqtt_retained", "__mqtt_wills"):
         assert _partition(cluster[0], topic)[1] == (1, 2, 3), topic
     with Admin(cluster[0].bootstrap) as admin:
         assert admin.describe_configs("mqtt.messages")["min.insync.replicas"] == "2"
@@ -156,6 +156,29 @@ def test_kill9_of_the_broker_holding_a_session_loses_no_acknowledged_message(clu
     assert [p for p in received if p != b"probe"] == payloads, f"resumed after {resumed_s:.1f} s"
     publisher.disconnect()
     resumed.disconnect()
+
+
+def test_the_wills_of_a_killed_brokers_clients_are_published_by_a_survivor(cluster: list[BrokerProcess]) -> None:
+    prefix = unique("fleet")
+    watcher = _mqtt(cluster[1], unique("watcher"))
+    watcher.subscribe(f"{prefix}/+/status", qos=1)
+    publisher = _mqtt(cluster[2])
+    _until_delivered(publisher, watcher, f"{prefix}/probe/status")
+    devices = [_mqtt(cluster[0], unique("device"), will=(f"{prefix}/{index}/status", b"offline %d" % index, 1))
+               for index in range(2)]
+    polite = _mqtt(cluster[0], unique("device"), will=(f"{prefix}/polite/status", b"offline polite", 1))
+    polite.disconnect()  # a normal DISCONNECT drops the will, in a cluster as on one broker
+    for device in devices:
+        device.paho.loop_stop()  # connected when their broker dies: it cannot publish their wills itself
+    cluster[0].kill()
+    killed_at = time.monotonic()
+    expected, received = [b"offline 0", b"offline 1"], []
+    while not set(expected) <= set(received) and time.monotonic() < killed_at + 30:
+        received += [m.payload for m in watcher.receive(1, timeout_s=1) if m.payload != b"probe"]
+    assert sorted(received) == expected, f"after {time.monotonic() - killed_at:.1f} s"
+    assert not [m for m in watcher.receive(1, timeout_s=3) if m.payload != b"probe"], "each will goes out once"
+    watcher.disconnect()
+    publisher.disconnect()
 
 
 def test_log_topics_get_a_partition_per_broker_and_mapping_rules_from_the_configuration(

@@ -414,8 +414,10 @@ class AmqpSession:
             self._run(self.connection.fail(action.channel, error, self._vhost.now_ms()))
             self.flush()
             return
-        if not batches and action.mandatory:
-            self.connection.return_message(action.channel, action, ReplyCode.NO_ROUTE, "NO_ROUTE")
+        if not batches:
+            self._vhost.count_unroutable(returned=action.mandatory)
+            if action.mandatory:
+                self.connection.return_message(action.channel, action, ReplyCode.NO_ROUTE, "NO_ROUTE")
         if action.confirm_sequence is not None:
             self._confirms.add(action.channel, action.confirm_sequence, batches)
         if action.transactional:
@@ -474,9 +476,11 @@ class AmqpSession:
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The AMQP listener's factory (named by the front-end plugin)."""
     reactor = context.reactor
-    vhost = VirtualHost(broker, reactor, unreadable=context.metrics.unreadable if context.metrics is not None else None)
+    metrics = context.metrics
+    vhost = VirtualHost(broker, reactor, unreadable=metrics.unreadable if metrics is not None else None,
+                        unroutable=metrics.unroutable if metrics is not None else None)
     # Runs before the broker service stops (registered earlier), while appends are still accepted.
-    IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.write_changed_states)
+    IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.snapshots.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None
     # Heartbeats detect dead peers; the generic idle timeout stays off (a consumer may be idle).
     # No Nagle: writes already coalesce per reactor turn; a held-back delivery or confirm is only latency.

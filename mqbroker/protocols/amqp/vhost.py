@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.internet.task import deferLater
 
@@ -40,7 +40,9 @@ from mqbroker.protocols.amqp.queue_arguments import (
     x_death_headers,
 )
 from mqbroker.protocols.amqp.queue_state import DeadLetter, QueueState
+from mqbroker.protocols.amqp.queue_snapshots import QueueSnapshots
 from mqbroker.protocols.amqp.queues import ClassicQueue, ConsumerKey
+from mqbroker.protocols.amqp.source_readers import SourceReaders
 from mqbroker.protocols.amqp.routing import (
     Binding,
     DestinationKind,
@@ -50,13 +52,9 @@ from mqbroker.protocols.amqp.routing import (
 )
 from mqbroker.protocols.amqp.sources import (
     SOURCE_POSITIONS_TOPIC,
-    SOURCE_TOPIC_ARGUMENT,
     Positions,
-    SourceReader,
     SourceRecord,
     decode_positions,
-    encode_positions,
-    resolve_positions,
     source_topic,
 )
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
@@ -85,11 +83,12 @@ from mqbroker.records.readable import (
 )
 from mqbroker.security.names import name_problem
 
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
 Queue = ClassicQueue | StreamQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.
 INTERNAL_PRINCIPAL = Principal("Service", "amqp")
-#: How long queue-state changes wait before they are written (they are batched).
-STATE_WRITE_DELAY_S = 0.2
 #: Pause between reads of the queue states while their partition has no reachable leader.
 ADOPT_RETRY_S = 0.2
 #: How often TTL and x-expires are checked.
@@ -115,11 +114,14 @@ class VirtualHost:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None) -> None:
-        """``unreadable`` counts the batches its readers skip (the broker's metric)."""
+    def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None,
+                 unroutable: Counter | None = None) -> None:
+        """``unreadable`` counts the batches its readers skip, ``unroutable`` the client messages that reach
+        no queue (labels protocol, outcome; the broker's metrics)."""
         self.broker = broker
         self.reactor = reactor
         self.unreadable = unreadable or UnreadableTally()
+        self._unroutable = unroutable
         #: Message bytes every connection's channels hold in memory together (partial messages, open transactions).
         self.held_bytes = ByteBudget(limits.amqp_held_bytes_broker_max)
         self.principal = INTERNAL_PRINCIPAL
@@ -127,10 +129,9 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.persisted_exchanges: dict[str, Exchange] = {}
         self.persisted_bindings: set[Binding] = set()
-        self._dirty_states: set[str] = set()
-        self._state_write: IDelayedCall | None = None
-        self._dead_letter_batches: list[BatchStored] = []  # dead letters' copies not yet known durable
-        self.sources: dict[str, SourceReader] = {}  # native topic → the reader routing it into exchanges
+        #: Queue state snapshots waiting to be written.
+        self.snapshots = QueueSnapshots(reactor, self.queues, self.write_records)
+        self.sources = SourceReaders(self)
         #: Names this virtual host's metadata records (``definitions.py``); new at every start.
         self.instance = uuid.uuid4().hex.encode()
         #: Applies the declarations other brokers make (started once the replay is done; None alone).
@@ -212,7 +213,7 @@ class VirtualHost:
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
                       exchanges=len(self.persisted_exchanges), queues=len(queues), bindings=len(bindings))
         try:
-            await self._sync_sources(stored_positions)
+            await self.sources.sync(stored_positions)
         except errors.BrokerError as error:  # only forgetting positions of gone sources failed: harmless, redone next start
             self.log.warn("AMQP virtual host could not forget stale source positions: {error}", error=error)
 
@@ -242,7 +243,8 @@ class VirtualHost:
 
     # --- persistence --------------------------------------------------------------------------
 
-    async def _write(self, topic: str, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+    async def write_records(self, topic: str, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write keyed records to a compacted topic of the virtual host (fires once durable)."""
         builder = BatchBuilder()
         now_ms = self.now_ms()
         for key, value in entries:
@@ -265,102 +267,23 @@ class VirtualHost:
         entries += [(binding_key(binding), None) for binding in self.persisted_bindings - bindings]
         entries += [(binding_key(binding), b"") for binding in bindings - self.persisted_bindings]
         self.persisted_exchanges, self.persisted_bindings = current, bindings
-        await self._write(METADATA_TOPIC, entries)
-        await self._sync_sources({})
-
-    async def _sync_sources(self, stored: dict[str, Positions]) -> None:
-        """One reader per topic some exchange names in ``x-source-topic``: start the missing ones from
-        ``stored`` (a replay; partitions without a position from their start), stop and forget the rest."""
-        wanted = {topic for exchange in self.router.exchanges.values()
-                  if (topic := source_topic(exchange.arguments)) is not None}
-        gone = [topic for topic in self.sources if topic not in wanted]
-        for topic in gone:
-            self.sources.pop(topic).stop()
-        for topic in sorted(wanted - self.sources.keys()):
-            self.sources[topic] = SourceReader(self, topic, stored.get(topic, {}))
-        forgotten = set(gone) | (stored.keys() - wanted)
-        await self._write(SOURCE_POSITIONS_TOPIC, [(topic.encode("utf-8", "surrogateescape"), None)
-                                                   for topic in sorted(forgotten)])
-
-    async def _start_source(self, topic: str, exchange: Exchange, method: spec.ExchangeDeclare) -> None:
-        """Declare ``exchange`` reading the native ``topic`` from its current end: the positions are
-        stored before declare-ok, so every record produced after it is routed."""
-        try:
-            start = await resolve_positions(self.broker, self.principal, topic, {}, LATEST_TIMESTAMP)
-        except errors.UnknownTopicOrPartitionError:
-            raise _error(ReplyCode.NOT_FOUND, f"no topic '{topic}' to read ({SOURCE_TOPIC_ARGUMENT})", method) from None
-        self.router.declare_exchange(exchange)
-        if topic not in self.sources:  # another connection may have started it meanwhile
-            await self.save_positions(topic, start)
-            if topic not in self.sources:
-                self.sources[topic] = SourceReader(self, topic, start)
+        await self.write_records(METADATA_TOPIC, entries)
+        await self.sources.sync({})
 
     def save_positions(self, topic: str, positions: Positions) -> Deferred[None]:
         """Store a source reader's positions (durably)."""
-        entry = (topic.encode("utf-8", "surrogateescape"), encode_positions(positions))
-        return Deferred.fromCoroutine(self._write(SOURCE_POSITIONS_TOPIC, [entry]))
+        return self.sources.save_positions(topic, positions)
 
     def route_source(self, topic: str, records: list[SourceRecord]) -> list[BatchStored]:
         """Route records of a native topic through every exchange reading it; the batches they went to."""
-        exchanges = [name for name, exchange in self.router.exchanges.items()
-                     if source_topic(exchange.arguments) == topic]
-        batches: dict[BatchStored, None] = {}
-        for record in records:
-            for exchange in exchanges:
-                batches.update(dict.fromkeys(self.store(exchange, record.routing_key, record.headers,
-                                                        record.properties_raw, record.body, None)))
-        return list(batches)
+        return self.sources.route(topic, records)
 
     def state_changed(self, queue: ClassicQueue) -> None:
         """Schedule a write of the queue's state snapshot (not for a queue only published to here: the broker
         consuming it writes its state)."""
         if queue.owner is not None or not queue.declaration.durable or queue.name in self.learned_queues:
             return
-        self._dirty_states.add(queue.name)
-        if self._state_write is None:
-            self._state_write = self.reactor.callLater(STATE_WRITE_DELAY_S, self._write_states)
-
-    def write_changed_states(self) -> Deferred[None]:
-        """Write every changed queue state now (at shutdown: acks made just before it stick)."""
-        if self._state_write is None:
-            return succeed(None)
-        self._state_write.cancel()
-        return self._write_states()
-
-    def _write_states(self) -> Deferred[None]:
-        self._state_write = None
-        written: Deferred[None] = Deferred()
-        names, self._dirty_states = self._dirty_states, set()
-        entries = [(name.encode("utf-8", "surrogateescape"), queue.state.snapshot())
-                   for name in names if isinstance(queue := self.queues.get(name), ClassicQueue)]
-        # A snapshot marks dead-lettered messages done: it is written only once their copies on
-        # the dead-letter exchange are durable, so a crash in between redelivers, never loses.
-        # Later snapshots wait for the same batches, so they cannot overtake this one.
-        pending = [batch for batch in self._dead_letter_batches if batch.outcome is None]
-        self._dead_letter_batches = pending
-        # Consumers get messages before they are durable, so a snapshot may mark done offsets a crash
-        # could still take back (and hand to new messages): it too waits for those appends.
-        pending = pending + [batch for name in names if isinstance(queue := self.queues.get(name), ClassicQueue)
-                             for batch in queue.unsettled_appends]
-        remaining = [len(pending)]
-
-        def one_settled(stored: bool) -> None:
-            if not stored:
-                self.log.error("an append this queue state depends on was not stored (a dead letter may be lost)")
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                self._write_snapshots(entries).chainDeferred(written)
-
-        if not pending:
-            self._write_snapshots(entries).chainDeferred(written)
-        for batch in pending:
-            batch.when_settled(one_settled)
-        return written
-
-    def _write_snapshots(self, entries: list[tuple[bytes, bytes | None]]) -> Deferred[None]:
-        written = Deferred.fromCoroutine(self._write(QUEUE_STATE_TOPIC, entries))
-        written.addErrback(lambda failure: self.log.failure("writing AMQP queue states failed", failure))
-        return written
+        self.snapshots.changed(queue.name)
 
     # --- queues -------------------------------------------------------------------------------
 
@@ -424,7 +347,7 @@ class VirtualHost:
         self.drop_queue(queue)
         if queue.owner is None:
             await self._sync_metadata([(queue_key(name), None)])
-            await self._write(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
+            await self.write_records(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
         try:
             await self.broker.delete_topic(self.principal, queue.topic)
         except errors.UnknownTopicOrPartitionError:
@@ -441,7 +364,7 @@ class VirtualHost:
             consumer.session.connection.cancel_consumer(consumer.channel, consumer.tag)
             consumer.session.forget_consumer(consumer.channel, consumer.tag)
             consumer.session.flush()
-        self._dirty_states.discard(queue.name)
+        self.snapshots.forget(queue.name)
 
     async def caught_up(self, queue: str | None = None, exchange: str | None = None) -> None:
         """In a cluster, before a queue or exchange this broker does not know is reported missing: apply
@@ -530,7 +453,7 @@ class VirtualHost:
                             auto_delete=method.auto_delete, internal=method.internal, arguments=dict(method.arguments))
         topic = source_topic(exchange.arguments, method)
         if topic is not None and topic not in self.sources and method.exchange not in self.router.exchanges:
-            await self._start_source(topic, exchange, method)
+            await self.sources.start(topic, exchange, method)
         else:
             self.router.declare_exchange(exchange)
         await self._sync_metadata()
@@ -567,6 +490,11 @@ class VirtualHost:
             if name in self.queues
         ]
 
+    def count_unroutable(self, returned: bool) -> None:
+        """A client's message reached no queue: it was returned (mandatory) or dropped."""
+        if self._unroutable is not None:
+            self._unroutable.labels("amqp", "returned" if returned else "dropped").inc()
+
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None:
         """Republish a dead message to its queue's dead-letter exchange with ``x-death`` (or drop it)."""
         policy = queue.state.policy
@@ -584,4 +512,4 @@ class VirtualHost:
         except AmqpError as error:
             self.log.warn("dead letter from {queue} dropped: {error}", queue=queue.name, error=error.reply_text)
             return
-        self._dead_letter_batches += batches
+        self.snapshots.dead_lettered(batches)

@@ -98,7 +98,7 @@ class MqttAdminView:
                              expiry_interval_s=self._expiry_of(client.client_id), ended_at_ms=None,
                              subscriptions=client.subscriptions, inflight=client.inflight)
                  for client in self.clients()]
-        for client_id, stored in sorted(self._hub.offline.items()):
+        for client_id, stored in sorted(self._hub.sessions.offline.items()):
             state = SessionState.from_bytes(stored.state)
             views.append(SessionView(client_id=client_id, connected=False, expiry_interval_s=state.expiry_interval_s,
                                      ended_at_ms=stored.ended_at_ms, subscriptions=_subscriptions(state),
@@ -115,7 +115,7 @@ class MqttAdminView:
 
     def delete_session(self, client_id: str) -> bool:
         """Delete the stored session of a client that is not connected; False if there is none."""
-        return bool(self._hub.discard_offline_session(client_id))
+        return bool(self._hub.sessions.discard_offline_session(client_id))
 
     def retained(self, topic_filter: str, limit: int) -> list[RetainedView]:
         """Up to ``limit`` retained messages whose topics match ``topic_filter``, by topic."""

@@ -6,7 +6,8 @@ A session record names where the session is: live on the writing hub (``ended_at
 offline (``ended_at_ms`` set), or gone (a tombstone). A hub whose client connects while the session
 is live on another hub claims it (a live record of its own); the other hub then closes its
 connection (session taken over) and writes the session's final state, which the new hub waits for
-at most ``limits.mqtt_session_handoff_ms_max`` before it answers CONNACK.
+at most ``limits.mqtt_session_handoff_ms_max`` before it answers CONNACK — or only until the
+metadata shows that broker fenced (dead: no handover will come; the record names it in ``mqtt.broker``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,22 @@ if TYPE_CHECKING:
 
 #: The header naming the hub that wrote a session or retained record.
 HUB_HEADER = "mqtt.hub"
+#: The header naming the broker (node id, decimal) whose hub wrote a session record.
+BROKER_HEADER = "mqtt.broker"
 
 
 def written_by(record: Record) -> bytes | None:
     """The ``mqtt.hub`` header of a record (None for records from before hubs named themselves)."""
     return next((value for name, value in record.headers if name == HUB_HEADER), None)
+
+
+def writer_broker(record: Record) -> int | None:
+    """The node id in a record's ``mqtt.broker`` header (None without one, or when it does not read)."""
+    value = next((value for name, value in record.headers if name == BROKER_HEADER), None)
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 class StateFollower:

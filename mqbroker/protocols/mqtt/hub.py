@@ -10,7 +10,10 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
 * retained messages and persistent sessions live in compacted internal topics
   (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
   replayed into memory at start and followed afterwards (``followers.py``): what another broker's
-  hub writes is in force here too, and a session moves to whichever broker its client connects to;
+  hub writes is in force here too, and a session moves to whichever broker its client connects to
+  (``session_directory.py`` keeps where each session is);
+* the wills of connected clients are stored in ``__mqtt_wills`` so that a survivor publishes them
+  when their broker dies (``cluster_wills.py``);
 * ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
 * partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``;
 * a batch whose records do not decode is counted, logged and skipped (``records_after``):
@@ -28,13 +31,12 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import TimeoutError as DeferredTimeout
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import __version__, errors, limits
+from mqbroker import __version__, errors
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
@@ -45,7 +47,8 @@ from mqbroker.model import (
     TopicSpec,
 )
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
-from mqbroker.protocols.mqtt.followers import HUB_HEADER, StateFollower, written_by
+from mqbroker.protocols.mqtt.cluster_wills import WILLS_TOPIC, ClusterWills
+from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER, StateFollower, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.readers import (
@@ -60,12 +63,12 @@ from mqbroker.protocols.mqtt.registry import (
     group_key_of,
 )
 from mqbroker.protocols.mqtt.retained import RetainedStore
+from mqbroker.protocols.mqtt.session_directory import SESSIONS_TOPIC, SessionDirectory, single_record_batch
 from mqbroker.protocols.mqtt.share_backlog import ShareBacklog
-from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
+from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
-from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import (
     SKIPPED_LOG_FORMAT,
     UnreadableBatch,
@@ -76,7 +79,6 @@ from mqbroker.records.readable import (
 from mqbroker.records.record import Record
 
 RETAINED_TOPIC = "__mqtt_retained"
-SESSIONS_TOPIC = "__mqtt_sessions"
 SYS_INTERVAL_S = 10.0
 #: How often the log topics' partition counts are checked (a grown topic gets readers for its new partitions).
 PARTITION_REFRESH_S = 5.0
@@ -109,21 +111,6 @@ class Connection(TypingProtocol):
                        subscription: Subscription) -> None: ...
 
 
-def single_record_batch(timestamp_ms: int, key: bytes, value: bytes | None, headers: Any) -> bytes:
-    """One record as a RecordBatch v2."""
-    builder = BatchBuilder()
-    builder.append(timestamp_ms, key, value, headers)
-    return builder.build()
-
-
-def _ended(value: bytes) -> bool:
-    """Whether a stored session record says its client had gone (an unreadable one: not)."""
-    try:
-        return StoredSession.from_bytes(value).ended_at_ms is not None
-    except errors.CorruptMessageError:
-        return False
-
-
 def reason_code_for(failure: Failure) -> ReasonCode:
     """The MQTT reason code that reports a failed log write."""
     if failure.check(errors.TopicAuthorizationError):
@@ -137,10 +124,12 @@ class MqttHub:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
-                 unreadable: UnreadableTally | None = None, log_partitions: int = 0) -> None:
+                 unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None) -> None:
         """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
-        log topics it creates (0: one per broker of the cluster)."""
+        log topics it creates (0: one per broker of the cluster); ``node_id``: this broker's, named in the
+        session records it writes."""
         self.broker = broker
+        self.node_id = node_id
         self._log_partitions = log_partitions
         self.unreadable = unreadable or UnreadableTally()
         self.reactor = reactor
@@ -148,7 +137,6 @@ class MqttHub:
         self.registry = SubscriptionRegistry()
         self.retained = RetainedStore()
         self.connections: dict[str, Connection] = {}
-        self.offline: dict[str, StoredSession] = {}
         self.dispatchers: dict[PartitionKey, PartitionDispatcher] = {}
         self.stopped = False
         #: While True, connections queue their writes and are flushed once the whole batch is out.
@@ -158,23 +146,16 @@ class MqttHub:
         self.share_backlog = ShareBacklog(self)
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
-        self._durable_sessions: set[str] = set()
-        self._expiry_timers: dict[str, IDelayedCall] = {}
         self._will_timers: dict[str, IDelayedCall] = {}
         #: Names this hub's session and retained records (``followers.py``); new at every start.
         self.instance = uuid.uuid4().hex.encode()
-        self._own_header = ((HUB_HEADER, self.instance),)
-        #: Whether other brokers run hubs too (sessions then move between them).
-        self._clustered = False
-        #: Sessions whose newest record says they are live on another broker.
-        self._live_elsewhere: set[str] = set()
-        #: Clients whose local connection was taken over by another broker's clean start (nothing to store).
-        self._moved: set[str] = set()
-        #: Connects waiting for another broker to hand over the session it held (its final state).
-        self._handoffs: dict[str, Deferred[StoredSession]] = {}
-        self.sessions_follower: StateFollower | None = None
-        #: When each live connection's session was opened (older records of other brokers cannot take it over).
-        self._opened_at_ms: dict[str, int] = {}
+        #: The headers of the session and retained records this hub writes: its instance and broker.
+        self.own_header = ((HUB_HEADER, self.instance),) + (
+            () if node_id is None else ((BROKER_HEADER, str(node_id).encode()),))
+        #: Persistent sessions, offline here or live anywhere in the cluster.
+        self.sessions = SessionDirectory(self)
+        #: Wills of the clients connected anywhere, published here if their broker dies.
+        self.wills = ClusterWills(self)
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
         self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()
@@ -200,7 +181,7 @@ class MqttHub:
     async def _load(self) -> None:
         """One start attempt: every broker call first, the hub's state changes only once all succeeded."""
         log_topics = self._log_topics()
-        for name in (RETAINED_TOPIC, SESSIONS_TOPIC):  # they wait for all their replicas' brokers
+        for name in (RETAINED_TOPIC, SESSIONS_TOPIC, WILLS_TOPIC):  # they wait for all their replicas' brokers
             await self._ensure_topic(name, _COMPACTED)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partitions = self._log_partitions or len(cluster.brokers) or 1
@@ -208,27 +189,31 @@ class MqttHub:
             await self._ensure_topic(name, _DECODED, partitions)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
-        ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP) for topic in (RETAINED_TOPIC, SESSIONS_TOPIC)}
+        ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP)
+                for topic in (RETAINED_TOPIC, SESSIONS_TOPIC, WILLS_TOPIC)}
         retained = [record async for record in self._replay(RETAINED_TOPIC, ends[RETAINED_TOPIC])]
         sessions = [record async for record in self._replay(SESSIONS_TOPIC, ends[SESSIONS_TOPIC])]
+        wills = [record async for record in self._replay(WILLS_TOPIC, ends[WILLS_TOPIC])]
         log_ends = {(topic, partition): await self.offset_of((topic, partition), LATEST_TIMESTAMP)
                     for topic, count in partition_counts.items() for partition in range(count)}
         self._partition_counts = partition_counts
-        self._clustered = len(cluster.brokers) > 1
+        self.sessions.clustered = len(cluster.brokers) > 1
         for record in retained:
             self._replay_retained(record)
         for record in sessions:
-            self._replay_session(record)
-        for client_id, stored in self.offline.items():
-            self._start_expiry(client_id, stored)
+            self.sessions.replay_session(record)
+        self.sessions.start_expiry_timers()
+        for record in wills:
+            self.wills.apply(record)
         for key, position in log_ends.items():
             self._start_reader(key, position)
-        self.sessions_follower = StateFollower(self, SESSIONS_TOPIC, ends[SESSIONS_TOPIC], self._follow_session)
+        self.sessions.follower = StateFollower(self, SESSIONS_TOPIC, ends[SESSIONS_TOPIC], self.sessions.follow_session)
         for follower in (StateFollower(self, RETAINED_TOPIC, ends[RETAINED_TOPIC], self._follow_retained),
-                         self.sessions_follower):
+                         self.sessions.follower, StateFollower(self, WILLS_TOPIC, ends[WILLS_TOPIC], self._follow_will)):
             Deferred.fromCoroutine(follower.run()).addErrback(self.log_failure, "MQTT state follower")
+        self.wills.start()
         self.log.info("MQTT front end ready: {retained} retained messages, {sessions} stored sessions",
-                      retained=len(self.retained), sessions=len(self.offline))
+                      retained=len(self.retained), sessions=len(self.sessions.offline))
         self._sys_loop.start(SYS_INTERVAL_S).addErrback(self.log_failure, "$SYS publisher")
         self._partition_loop.start(PARTITION_REFRESH_S, now=False).addErrback(self.log_failure, "partition refresh")
 
@@ -260,6 +245,7 @@ class MqttHub:
         for loop in (self._sys_loop, self._partition_loop):
             if loop.running:
                 loop.stop()
+        self.wills.stop()
         for connection in list(self.connections.values()):
             connection.shut_down()
 
@@ -291,56 +277,16 @@ class MqttHub:
         if message is not None:
             self.retained.set(replace(message, retain=True))
 
-    def _replay_session(self, record: Record) -> None:
-        client_id = (record.key or b"").decode("utf-8", "replace")
-        if record.value is None:
-            self.offline.pop(client_id, None)
-            self._durable_sessions.discard(client_id)
-        else:
-            try:
-                stored = StoredSession.from_bytes(record.value)
-                SessionState.from_bytes(stored.state)  # checked here: the expiry timer and the next connect read it
-            except errors.CorruptMessageError as error:
-                self.offline.pop(client_id, None)  # an older record of this client is stale now
-                self._durable_sessions.add(client_id)  # the record is still there: forgetting writes a tombstone
-                fields = self.unreadable.skipped_at("MQTT replay", SESSIONS_TOPIC, 0, record.offset, record.offset,
-                                                    error, what=f"the session of {client_id!r}")
-                self.log.warn(SKIPPED_LOG_FORMAT + " (the client starts a new session)", **fields)
-                return
-            self.offline[client_id] = stored
-            self._durable_sessions.add(client_id)
-            if stored.ended_at_ms is None:
-                self._live_elsewhere.add(client_id)  # its broker may still hold it (or died holding it)
-            else:
-                self._live_elsewhere.discard(client_id)
+    def _follow_will(self, record: Record) -> None:
+        """A will record another broker's hub wrote: its client is connected there now (or gone from there)."""
+        if written_by(record) != self.instance:
+            self.cancel_will(record.key.decode("utf-8", "replace") if record.key else "")
+            self.wills.apply(record)
 
     def _follow_retained(self, record: Record) -> None:
         """A retained message another broker's hub set or cleared."""
         if written_by(record) != self.instance:
             self._replay_retained(record)
-
-    def _follow_session(self, record: Record) -> None:
-        """A session record another broker's hub wrote: the session is live there, offline, or gone."""
-        if written_by(record) == self.instance:
-            return
-        client_id = (record.key or b"").decode("utf-8", "replace")
-        local = self.connections.get(client_id)
-        ended = record.value is not None and _ended(record.value)
-        if record.value is None or not (local or ended):  # gone, or live there: nothing to expire here
-            self._cancel_expiry(client_id)
-            self._replay_session(record)
-        if local is not None and not ended and record.timestamp_ms >= self._opened_at_ms.get(client_id, 0):
-            if record.value is None:
-                self._moved.add(client_id)  # a clean start elsewhere: this session is over, nothing to store
-            local.take_over().addErrback(self.log_failure, "a session takeover from another broker")
-        elif ended and (client_id in self._handoffs or local is None):
-            self._cancel_expiry(client_id)
-            self._replay_session(record)
-            handoff = self._handoffs.pop(client_id, None)
-            if handoff is not None:
-                handoff.callback(self.offline.get(client_id))
-            elif client_id in self.offline:
-                self._start_expiry(client_id, self.offline[client_id])
 
     # ------------------------------------------------------------------ fan-out
 
@@ -420,100 +366,20 @@ class MqttHub:
         previous = self.connections.get(client_id)
         if previous is not None and previous is not connection:
             await previous.take_over()
-        timer = self._will_timers.pop(client_id, None)
-        if timer is not None and timer.active():
-            timer.cancel()  # a will with a delay is not sent when the client comes back [MQTT-3.1.3-9]
-        self._cancel_expiry(client_id)
-        if self._clustered and self.sessions_follower is not None:
-            await self.sessions_follower.caught_up()  # the newest record of the session, whoever wrote it
-            if client_id in self._live_elsewhere and not clean_start:
-                await self._claim(client_id)
-        stored = self.offline.pop(client_id, None)
-        if clean_start and client_id in self._durable_sessions:
-            self.forget_session(client_id)
-            stored = None
+        self.cancel_will(client_id)  # a will with a delay is not sent when the client comes back [MQTT-3.1.3-9]
+        stored = await self.sessions.load(client_id, clean_start)
         self.connections[client_id] = connection
-        self._opened_at_ms[client_id] = self.now_ms()
         return stored
-
-    async def _claim(self, client_id: str) -> None:
-        """Take a session that is live on another broker: that broker closes its connection and writes the
-        session's final state, waited for at most ``limits.mqtt_session_handoff_ms_max`` (it may be dead:
-        then the newest record known is the session)."""
-        known = self.offline.get(client_id)
-        handoff: Deferred[StoredSession] = Deferred()
-        self._handoffs[client_id] = handoff
-        handoff.addTimeout(limits.mqtt_session_handoff_ms_max / 1000.0, self.reactor)
-        try:
-            if known is not None:
-                await self.store_session(client_id, replace(known, ended_at_ms=None))
-            handed = await handoff
-            if handed is not None:
-                self.offline[client_id] = handed
-        except DeferredTimeout:
-            self.log.info("MQTT session {client_id}: no broker handed it over; resuming its newest stored state",
-                          client_id=client_id)
-        finally:
-            self._handoffs.pop(client_id, None)
-            self._live_elsewhere.discard(client_id)
-
-    def store_session(self, client_id: str, stored: StoredSession) -> Deferred[Any]:
-        """Write a session record; fires once it is durable."""
-        self._durable_sessions.add(client_id)
-        batch = single_record_batch(self.now_ms(), client_id.encode(), stored.to_bytes(), self._own_header)
-        return self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default)
-
-    def forget_session(self, client_id: str) -> None:
-        """Delete a stored session (a tombstone in the compacted topic)."""
-        if client_id not in self._durable_sessions:
-            return
-        self._durable_sessions.discard(client_id)
-        batch = single_record_batch(self.now_ms(), client_id.encode(), None, self._own_header)
-        self.broker.produce(FRONT_END_PRINCIPAL, SESSIONS_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default).addErrback(
-            self.log_failure, "deleting an MQTT session"
-        )
 
     def session_ended(self, connection: Connection, stored: StoredSession | None) -> None:
         """A connection is over: keep its session offline until it expires, or forget it."""
         client_id = connection.client_id
-        if self.connections.get(client_id) is connection:
+        live_here = self.connections.get(client_id) is connection
+        if live_here:
             del self.connections[client_id]
             self.registry.remove_client(client_id)
-            self._opened_at_ms.pop(client_id, None)
-        if client_id in self._moved:
-            self._moved.discard(client_id)
-            return
-        if stored is None:
-            self.forget_session(client_id)
-            return
-        self.offline[client_id] = stored
-        self.store_session(client_id, stored).addErrback(self.log_failure, "storing an MQTT session")
-        self._start_expiry(client_id, stored)
-
-    def _start_expiry(self, client_id: str, stored: StoredSession) -> None:
-        expiry_ms = SessionState.from_bytes(stored.state).expiry_interval_s * 1000
-        ended_at_ms = stored.ended_at_ms if stored.ended_at_ms is not None else self.now_ms()
-        delay_s = max(0, ended_at_ms + expiry_ms - self.now_ms()) / 1000.0
-        self._expiry_timers[client_id] = self.reactor.callLater(delay_s, self._expire, client_id)
-
-    def _cancel_expiry(self, client_id: str) -> None:
-        expiry = self._expiry_timers.pop(client_id, None)
-        if expiry is not None and expiry.active():
-            expiry.cancel()
-
-    def _expire(self, client_id: str) -> None:
-        self._expiry_timers.pop(client_id, None)
-        if self.offline.pop(client_id, None) is not None:
-            self.forget_session(client_id)
-
-    def discard_offline_session(self, client_id: str) -> bool:
-        """Delete a stored session whose client is not connected now (an operator's call); False if none."""
-        timer = self._expiry_timers.get(client_id)
-        if timer is not None and timer.active():
-            timer.cancel()
-        found = client_id in self.offline
-        self._expire(client_id)
-        return found
+            self.wills.disconnected(client_id)  # before the session's record: a broker taking it over waits for that
+        self.sessions.ended(client_id, stored, live_here)
 
     # ------------------------------------------------------------------ wills and retained
 
@@ -524,6 +390,12 @@ class MqttHub:
             self._publish_will(will)
             return
         self._will_timers[will.client_id] = self.reactor.callLater(delay_ms / 1000.0, self._publish_will, will)
+
+    def cancel_will(self, client_id: str) -> None:
+        """The client id connected again (here or elsewhere): its delayed will is not sent."""
+        timer = self._will_timers.pop(client_id, None)
+        if timer is not None and timer.active():
+            timer.cancel()
 
     def _publish_will(self, will: ScheduleWill) -> None:
         self._will_timers.pop(will.client_id, None)
@@ -547,7 +419,7 @@ class MqttHub:
         message = message_from_record(key, action.payload, action.headers, self.now_ms())
         assert message is not None, "the session validated the topic name"
         self.retained.set(replace(message, retain=True))
-        batch = single_record_batch(self.now_ms(), key, action.payload or None, (*action.headers, *self._own_header))
+        batch = single_record_batch(self.now_ms(), key, action.payload or None, (*action.headers, *self.own_header))
         return self.broker.produce(FRONT_END_PRINCIPAL, RETAINED_TOPIC, 0, batch, Acks.ALL, produce_timeout_ms_default)
 
     # ------------------------------------------------------------------ $SYS

@@ -203,7 +203,7 @@ class MqttConnection:
             self._queue.clear()
             self._storing = True
             stored = StoredSession(state=stores[-1].data, cursors=self._catch_up.cursors())  # only the last one matters
-            self.hub.store_session(self.client_id, stored).addBoth(self._stored, lists)
+            self.hub.sessions.store_session(self.client_id, stored).addBoth(self._stored, lists)
 
     def _stored(self, result: Any, lists: list[list[Action]]) -> None:
         self._storing = False
@@ -373,6 +373,7 @@ class MqttConnection:
                 self._catch_up.start_live()
             for subscription in self.session.session.subscriptions.values():
                 self.hub.registry.add(self.client_id, subscription)
+            self.hub.wills.connected(self.client_id, self.session.pending_will(self.hub.now_ms()))
         elif not any(isinstance(action, SessionEnded) for action in actions):
             self.hub.session_ended(self, None)  # the client left while its session was loading
             self._end()
@@ -475,7 +476,7 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     except (ValueError, MqttProtocolError) as error:
         raise ConfigError(f"configuration key 'mqtt_mapping_rules': {error}") from None
     hub = MqttHub(broker, reactor, mapping, log_partitions=context.config.mqtt_log_partitions,
-                  unreadable=context.metrics.unreadable if context.metrics is not None else None)
+                  node_id=context.config.node_id, unreadable=context.metrics.unreadable if context.metrics is not None else None)
     config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
                            outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)
     counter = itertools.count(1)

@@ -452,7 +452,11 @@ class MqttSession:
             client_id=self.client_id, state=self.session if keep else None, expiry_interval_s=self._expiry_interval_s,
         ))
 
-    def _will_action(self, will: Will, now_ms: int) -> Action:
+    def pending_will(self, now_ms: int) -> ScheduleWill | None:
+        """The will as it would be scheduled if the connection ended abnormally at ``now_ms`` (None without one)."""
+        return None if self._will is None else self._will_action(self._will, now_ms)
+
+    def _will_action(self, will: Will, now_ms: int) -> ScheduleWill:
         headers = record_headers(will.qos, will.retain, self.client_id, will.properties)
         write = PublishToLog(
             ticket=None, log_topic=self._mapping.log_topic_for(will.topic), key=record_key(will.topic),

@@ -30,7 +30,8 @@ from mqbroker.protocols.amqp.stored import (
 )
 from mqbroker.protocols.amqp.vhost import VirtualHost
 from mqbroker.protocols.mqtt.actions import Retain
-from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, SESSIONS_TOPIC, MqttHub
+from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
+from mqbroker.protocols.mqtt.session_directory import SESSIONS_TOPIC
 from mqbroker.protocols.mqtt.state import SessionState
 from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
@@ -202,7 +203,7 @@ def test_the_mqtt_hub_skips_an_unreadable_session_and_replays_the_rest(warnings:
     hub = MqttHub(broker, clock, TopicMapping())
     Deferred.fromCoroutine(hub.start())
     assert hub.started.started
-    assert list(hub.offline) == ["kept"]  # "lost": its newest record is unreadable, the older one is stale
+    assert list(hub.sessions.offline) == ["kept"]  # "lost": its newest record is unreadable, the older one is stale
     assert hub.unreadable.counts() == {("MQTT replay", SESSIONS_TOPIC): 2}
     assert [(event["topic"], event["first_offset"]) for event in warnings if "first_offset" in event] == [
         (SESSIONS_TOPIC, 1), (SESSIONS_TOPIC, 3)]

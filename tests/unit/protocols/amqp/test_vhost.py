@@ -9,7 +9,8 @@ from twisted.internet.task import Clock
 
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC, QueueDeclaration
-from mqbroker.protocols.amqp.vhost import STATE_WRITE_DELAY_S, VirtualHost
+from mqbroker.protocols.amqp.queue_snapshots import STATE_WRITE_DELAY_S
+from mqbroker.protocols.amqp.vhost import VirtualHost
 from tests.fake_broker import FakeBroker
 
 
@@ -35,12 +36,12 @@ def test_a_changed_queue_state_is_written_after_the_delay() -> None:
 
 def test_at_shutdown_pending_states_are_written_at_once_and_not_again() -> None:
     host, broker, clock = _host_with_changed_queue()
-    written = host.write_changed_states()
+    written = host.snapshots.write_changed_states()
     assert written.called
     assert _produced_topics(broker).count(QUEUE_STATE_TOPIC) == 1
     clock.advance(STATE_WRITE_DELAY_S * 10)  # the delayed write was cancelled
     assert _produced_topics(broker).count(QUEUE_STATE_TOPIC) == 1
-    assert host.write_changed_states().called  # nothing pending: done at once
+    assert host.snapshots.write_changed_states().called  # nothing pending: done at once
 
 
 def test_queue_and_exchange_names_must_be_printable() -> None:

@@ -7,8 +7,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from mqbroker import limits
+from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER
 from mqbroker.protocols.mqtt.hub import RETAINED_TOPIC, MqttHub
-from mqbroker.protocols.mqtt.state import Subscription
+from mqbroker.protocols.mqtt.session_directory import HOLDER_CHECK_INTERVAL_S, SESSIONS_TOPIC
+from mqbroker.protocols.mqtt.state import SessionState, Subscription
+from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import UnreadableTally
@@ -73,3 +77,51 @@ def test_live_subscribers_get_the_messages_after_a_poison_batch() -> None:
     hub.dispatch_all(key, b"".join(batch for _, batch in broker.logs[key].batches), 0)
     assert connection.offered == [(0, "plant/a", b"before"), (2, "plant/b", b"after")]
     assert tally.counts() == {("MQTT reader", LOG_TOPIC): 1}
+
+
+class _Connecting:
+    """A client connecting to the hub (``open_session`` only reads its client id)."""
+
+    client_id = "device-9"
+
+    def shut_down(self) -> None:
+        pass
+
+
+def _hub_with_a_session_live_on(holder: int) -> tuple[MqttHub, Clock]:
+    """A clustered hub on broker 3 whose sessions topic says device-9 is live on broker ``holder``."""
+    broker, clock = FakeBroker(), Clock()
+    live = StoredSession(state=SessionState("device-9").to_bytes())
+    builder = BatchBuilder()
+    builder.append(0, b"device-9", live.to_bytes(), ((HUB_HEADER, b"another hub"), (BROKER_HEADER, b"%d" % holder)))
+    broker.append(SESSIONS_TOPIC, builder.build())
+    hub = MqttHub(broker, clock, TopicMapping(), node_id=3)
+    Deferred.fromCoroutine(hub.start())
+    assert hub.started.started
+    hub.sessions.clustered = True  # the fake answers as a cluster of one broker (1): broker 2 reads as fenced
+    return hub, clock
+
+
+def _open(hub: MqttHub) -> list[StoredSession | None]:
+    """Connect device-9; the list gets the session once the connect may answer (it stays empty on an error)."""
+    opened: list[StoredSession | None] = []
+    Deferred.fromCoroutine(hub.open_session(_Connecting(), clean_start=False)).addCallback(opened.append)  # type: ignore[arg-type]
+    return opened
+
+
+def test_a_connect_does_not_wait_for_a_handover_from_a_fenced_broker() -> None:
+    hub, clock = _hub_with_a_session_live_on(holder=2)
+    opened = _open(hub)
+    clock.advance(HOLDER_CHECK_INTERVAL_S)
+    assert len(opened) == 1 and opened[0] is not None, "broker 2 is not among the live brokers: no handover can come"
+    hub.stop()
+
+
+def test_a_connect_waits_for_the_handover_of_a_live_broker_up_to_its_bound() -> None:
+    hub, clock = _hub_with_a_session_live_on(holder=1)
+    opened = _open(hub)
+    clock.pump([HOLDER_CHECK_INTERVAL_S] * int(limits.mqtt_session_handoff_ms_max / 1000 / HOLDER_CHECK_INTERVAL_S - 1))
+    assert not opened, "broker 1 is live: it may still hand the session over"
+    clock.advance(2 * HOLDER_CHECK_INTERVAL_S)
+    assert len(opened) == 1 and opened[0] is not None, "past the bound the newest stored state resumes"
+    hub.stop()

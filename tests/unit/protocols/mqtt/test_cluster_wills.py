@@ -1,0 +1,108 @@
+"""A will stored by another broker's hub is published by the hub leading ``__mqtt_wills`` once that broker
+is fenced, and only then."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from mqbroker.model import BrokerEndpoint, ClusterMetadata
+from mqbroker.protocols.mqtt.actions import PublishToLog, ScheduleWill
+from mqbroker.protocols.mqtt.cluster_wills import ORPHAN_CHECK_INTERVAL_S, WILLS_TOPIC
+from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER
+from mqbroker.protocols.mqtt.hub import MqttHub
+from mqbroker.protocols.mqtt.stored_will import StoredWill
+from mqbroker.protocols.mqtt.topics import TopicMapping
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.readable import readable_records
+from tests.fake_broker import FakeBroker
+
+LOG_TOPIC = TopicMapping().default_log_topic
+
+
+def _will_record(client_id: str, holder: int, payload: bytes) -> bytes:
+    will = StoredWill(delay_ms=0, write=PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status",
+                                                     payload=payload, headers=()))
+    builder = BatchBuilder()
+    builder.append(0, client_id.encode(), will.to_bytes(), ((HUB_HEADER, b"another hub"), (BROKER_HEADER, b"%d" % holder)))
+    return builder.build()
+
+
+class _ClusterOfOneAndThree(FakeBroker):
+    """The fake broker 1, in a cluster whose live brokers are 1 and 3 (2 is fenced); 1 leads every partition."""
+
+    def _metadata(self, topics: Sequence[str] | None) -> ClusterMetadata:
+        cluster = super()._metadata(topics)
+        return replace(cluster, brokers=(*cluster.brokers, BrokerEndpoint(node_id=3, host="127.0.0.1", port=9395)))
+
+
+def _started_hub(broker: FakeBroker, clock: Clock, node_id: int) -> MqttHub:
+    hub = MqttHub(broker, clock, TopicMapping(), node_id=node_id)
+    Deferred.fromCoroutine(hub.start())
+    assert hub.started.started
+    hub.sessions.clustered = True
+    return hub
+
+
+def _published(broker: FakeBroker) -> list[tuple[str, bytes]]:
+    """(topic, record value) of every produce to the MQTT log or the wills topic."""
+    found = []
+    for _, topic, partition, records, *_ in broker.calls_of("produce"):
+        if topic in (LOG_TOPIC, WILLS_TOPIC):
+            found += [(topic, record.value) for record in readable_records(records, 0, topic=topic, partition=partition,
+                                                                           skipped=_unexpected)]
+    return found
+
+
+def _unexpected(batch: object) -> None:
+    raise AssertionError(f"the hub wrote a batch that does not decode: {batch}")
+
+
+def test_the_will_of_a_client_whose_broker_is_fenced_is_published_once() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    broker.add_topic(WILLS_TOPIC)
+    broker.append(WILLS_TOPIC, _will_record("dev-1", holder=2, payload=b"dev-1 is gone"))
+    broker.append(WILLS_TOPIC, _will_record("dev-2", holder=3, payload=b"dev-2 is gone"))  # its broker is live
+    hub = _started_hub(broker, clock, node_id=1)
+    assert (LOG_TOPIC, b"dev-1 is gone") not in _published(broker)
+    clock.advance(ORPHAN_CHECK_INTERVAL_S)
+    assert _published(broker).count((LOG_TOPIC, b"dev-1 is gone")) == 1
+    assert (WILLS_TOPIC, None) in _published(broker), "the record is deleted: no other hub publishes it again"
+    clock.advance(ORPHAN_CHECK_INTERVAL_S * 3)
+    assert _published(broker).count((LOG_TOPIC, b"dev-1 is gone")) == 1
+    assert (LOG_TOPIC, b"dev-2 is gone") not in _published(broker)
+    hub.stop()
+
+
+def test_only_the_hub_leading_the_wills_topic_publishes_orphans() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    broker.add_topic(WILLS_TOPIC)
+    broker.append(WILLS_TOPIC, _will_record("dev-1", holder=2, payload=b"dev-1 is gone"))
+    hub = _started_hub(broker, clock, node_id=3)  # broker 1 leads every partition
+    clock.advance(ORPHAN_CHECK_INTERVAL_S * 3)
+    assert (LOG_TOPIC, b"dev-1 is gone") not in _published(broker)
+    hub.stop()
+
+
+def test_a_restarted_broker_publishes_the_wills_its_previous_run_held() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    broker.add_topic(WILLS_TOPIC)
+    broker.append(WILLS_TOPIC, _will_record("dev-1", holder=3, payload=b"dev-1 is gone"))  # written before a crash
+    hub = _started_hub(broker, clock, node_id=3)  # broker 3 again, not leading the wills topic, never fenced
+    clock.advance(ORPHAN_CHECK_INTERVAL_S)
+    assert _published(broker).count((LOG_TOPIC, b"dev-1 is gone")) == 1
+    hub.stop()
+
+
+def test_a_single_broker_stores_no_wills() -> None:
+    broker, clock = FakeBroker(), Clock()
+    hub = MqttHub(broker, clock, TopicMapping(), node_id=1)
+    Deferred.fromCoroutine(hub.start())
+    write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
+    hub.wills.connected("dev-1", ScheduleWill(client_id="dev-1", at_ms=0, actions=(write,)))
+    hub.wills.disconnected("dev-1")
+    assert not [topic for _, topic, *_ in broker.calls_of("produce") if topic == WILLS_TOPIC]
+    hub.stop()
