@@ -14,7 +14,12 @@ from mqbroker.client.share_core import (
     ShareMessage,
     decode_leased,
 )
-from mqbroker.errors import CorruptMessageError, GroupAuthorizationError, NotCoordinatorError, UnknownMemberIdError
+from mqbroker.errors import (
+    CorruptMessageError,
+    GroupAuthorizationError,
+    NotCoordinatorError,
+    UnknownMemberIdError,
+)
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.native import share_messages as wire
 from mqbroker.records.builder import encode_batch

@@ -18,8 +18,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from mqbroker.model import AcknowledgeType
 from mqbroker.shares.partition import (
     AcquiredRange,
-    DeathReason,
     DeadLetter,
+    DeathReason,
     DueEntry,
     RecordState,
     Scheduled,

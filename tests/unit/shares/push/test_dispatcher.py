@@ -224,7 +224,7 @@ def test_records_the_filter_does_not_want_are_accepted_without_a_post() -> None:
 
 def test_the_rate_limit_spaces_posts_out() -> None:
     """At 2 POSTs a second, a burst of two goes at once and the third waits for its token."""
-    _, host, sender, group = start(10, rate_per_second=2)
+    _, host, sender, _ = start(10, rate_per_second=2)
     for post in sender.posts:
         post.answer.callback(200)
     sent = len(sender.posts)
