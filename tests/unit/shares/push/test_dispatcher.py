@@ -24,7 +24,7 @@ from mqbroker.model import AcknowledgeType
 from mqbroker.records.builder import encode_batch
 from mqbroker.records.record import Record
 from mqbroker.shares import messages as m
-from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition import AcquiredRange, SharePartition
 from mqbroker.shares.push.dispatcher import LEASE_MARGIN_MS, PUSH_MEMBER, PushDispatcher
 from mqbroker.shares.push.signing import PushRequest, verify
 from mqbroker.shares.settings import PushSettings, ShareGroupSettings
@@ -57,6 +57,7 @@ class PartitionHost:
         self.dead: list[int] = []
         self.accepted: list[int] = []
         self.refused: list[m.Acknowledgement] = []
+        self.settle_calls = 0
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
@@ -71,6 +72,7 @@ class PartitionHost:
     def push_settle(self, group: FakeGroup, member_id: str, acknowledgements: Sequence[m.Acknowledgement], *,
                     lease_ms: int, available_at_ms: int = 0) -> Deferred[None]:
         assert member_id == PUSH_MEMBER
+        self.settle_calls += 1
         for ack in acknowledgements:
             if self.partition.acknowledge(member_id, ack.first_offset, ack.last_offset, ack.kind, self.now_ms(),
                                           lease_ms=lease_ms, error=ack.error, available_at_ms=available_at_ms):
@@ -83,6 +85,7 @@ class PartitionHost:
 
     def advance(self, group: FakeGroup, seconds: float) -> None:
         """Time passes: leases end, held-back records return, and the watchers hear of it."""
+        self.clock.advance(0)
         self.clock.advance(seconds)
         self.partition.tick(self.now_ms())
         self._dead_letters_are_durable()
@@ -149,7 +152,9 @@ def test_each_record_is_posted_signed_and_a_2xx_accepts_it() -> None:
         assert verify(SECRET, headers["X-MQ-Timestamp"], post.request.body, headers["X-MQ-Signature"])
         assert headers["X-MQ-Attempt"] == "1" and post.timeout_s == 10.0
         post.answer.callback(204)
+    host.clock.advance(0)
     assert sorted(host.accepted) == [0, 1, 2] and dispatcher.delivered == 3
+    assert host.settle_calls == 1, "answers of one reactor turn are settled together"
     assert host.partition.undone_count() == 0 and not host.refused
 
 
@@ -165,9 +170,11 @@ def test_no_more_than_max_outstanding_posts_are_in_flight() -> None:
     _, host, sender, _ = start(10, max_outstanding=3)
     assert len(sender.open_posts()) == 3
     sender.posts[0].answer.callback(200)
+    host.clock.advance(0)
     assert len(sender.open_posts()) == 3 and len(sender.posts) == 4
     while sender.open_posts():
         sender.open_posts()[0].answer.callback(200)
+        host.clock.advance(0)
     assert sorted(host.accepted) == list(range(10))
 
 
@@ -211,6 +218,7 @@ def test_batching_posts_several_records_as_one_json_body() -> None:
     assert sender.posts[0].request.headers["X-MQ-Batch-Size"] == "4"
     for post in sender.posts:
         post.answer.callback(200)
+    host.clock.advance(0)
     assert dispatcher.delivered == 10 and sorted(host.accepted) == list(range(10))
 
 
@@ -219,6 +227,7 @@ def test_records_the_filter_does_not_want_are_accepted_without_a_post() -> None:
     headers = [[("type", b"paid" if offset % 2 else b"draft")] for offset in range(6)]
     _, host, sender, _ = start(6, headers=headers, filter='header.type = "paid"')
     assert [post.offsets() for post in sender.posts] == [[1], [3], [5]]
+    host.clock.advance(0)
     assert sorted(host.accepted) == [0, 2, 4]
 
 
@@ -283,3 +292,26 @@ def test_every_record_is_accepted_or_dead_lettered_and_never_in_two_posts_at_onc
             break
     assert sorted(host.accepted + host.dead) == list(range(count))
     assert not host.refused, "the dispatcher only settles records it holds"
+
+
+def test_a_batch_is_decoded_once_while_its_records_are_acquired_a_few_at_a_time(monkeypatch) -> None:
+    """Acquiring one record at a time out of a big batch decodes it once; a due record's own batch is not mistaken
+    for the big batch starting at the same offset."""
+    from mqbroker.shares.push import dispatcher as module
+
+    decodes = []
+    real = module.decode_records
+    monkeypatch.setattr(module, "decode_records", lambda batch: decodes.append(1) or real(batch))
+    big = encode_batch([Record(offset=offset, timestamp_ms=0, key=None, value=b"%d" % offset) for offset in range(100)])
+    due = encode_batch([Record(offset=0, timestamp_ms=0, key=None, value=b"due")])
+    decoded = module.DecodedBatches(batches_max=2)
+    for offset in range(100):
+        answer = m.SharePartitionRecords(topic=TOPIC, partition=0, records=big,
+                                         acquired=(AcquiredRange(offset, offset, 1),))
+        assert [d.record.value for d in decoded.deliveries(answer)] == [b"%d" % offset]
+    assert len(decodes) == 1
+    answer = m.SharePartitionRecords(topic=TOPIC, partition=0, records=due, acquired=(AcquiredRange(0, 0, 4),))
+    assert [(d.record.value, d.attempt) for d in decoded.deliveries(answer)] == [(b"due", 4)]
+    garbage = m.SharePartitionRecords(topic=TOPIC, partition=0, records=b"\x00" * 80,
+                                      acquired=(AcquiredRange(0, 0, 1),))
+    assert decoded.deliveries(garbage) == []
