@@ -73,6 +73,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
+from mqbroker.protocols.amqp.share_queue import ShareQueue, check_share_arguments
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
@@ -85,7 +86,7 @@ from mqbroker.records.readable import (
 )
 from mqbroker.security.names import name_problem
 
-Queue = ClassicQueue | StreamQueue
+Queue = ClassicQueue | StreamQueue | ShareQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.
 INTERNAL_PRINCIPAL = Principal("Service", "amqp")
 #: How long queue-state changes wait before they are written (they are batched).
@@ -369,6 +370,8 @@ class VirtualHost:
         queue: Queue
         if policy.queue_type is QueueType.STREAM:
             queue = StreamQueue(self, declaration, owner)
+        elif policy.queue_type is QueueType.SHARE:
+            queue = ShareQueue(self, declaration, owner)
         else:
             state = (QueueState.restore(snapshot, policy=policy) if snapshot
                      else QueueState(policy=policy, now_ms=self.now_ms()))
@@ -397,7 +400,8 @@ class VirtualHost:
             _check_name("queue", name, method)
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
                                            arguments=dict(method.arguments))
-            QueuePolicy.from_arguments(declaration.arguments)  # 406 before anything is created
+            if QueuePolicy.from_arguments(declaration.arguments).queue_type is QueueType.SHARE:  # 406 before
+                check_share_arguments(declaration.arguments)  # anything is created
             topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
