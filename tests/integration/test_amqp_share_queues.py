@@ -173,3 +173,15 @@ def test_basic_get_on_a_share_queue_is_refused(amqp_broker: AmqpBroker) -> None:
         channel.basic_get(queue)
     assert refused.value.reply_code == 406 and "basic.consume" in refused.value.reply_text
     connection.close()
+
+
+def test_a_share_queue_deleted_and_declared_again_starts_afresh(amqp_broker: AmqpBroker) -> None:
+    """queue.delete removes the share group too: the queue declared again delivers its new messages."""
+    queue = unique("again")
+    declare_and_publish(amqp_broker, queue, [b"old-%d" % index for index in range(5)])
+    assert len(consume_all(amqp_broker, queue, 2, consumers=1, timeout_s=10)[0]) >= 2
+    connection = amqp_broker.connect()
+    connection.channel().queue_delete(queue)
+    connection.close()
+    declare_and_publish(amqp_broker, queue, [b"new"])
+    assert consume_all(amqp_broker, queue, 1, consumers=1, timeout_s=15) == [[b"new"]]

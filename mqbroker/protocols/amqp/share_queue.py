@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IDelayedCall
 
 from mqbroker import errors, limits
@@ -110,6 +110,7 @@ class ShareQueue(BaseQueue):
         #: Who holds each delivered, unsettled offset (settlements come by offset, per queue).
         self._holders: dict[int, ConsumerKey] = {}
         self._group_created = False
+        self._leaving: list[Deferred[Any]] = []
         Deferred.fromCoroutine(self.ensure_group()).addErrback(
             lambda failure: self.log.failure("AMQP share queue {queue}: creating share group {group} failed; "
                                              "its first consumer tries again", failure, queue=self.name,
@@ -154,7 +155,7 @@ class ShareQueue(BaseQueue):
 
     async def _heartbeat(self, member: _Member) -> None:
         member.heartbeat = None
-        if not member.attached:
+        if not member.attached or self.deleted:
             return
         answer = await self.host.broker.share_group_heartbeat(self.host.principal, share.ShareHeartbeatRequest(
             group_id=self.group_id, member_id=member.member_id, member_epoch=member.epoch,
@@ -187,6 +188,22 @@ class ShareQueue(BaseQueue):
         left.addErrback(lambda failure: self.log.warn("AMQP share queue {queue}: leaving failed ({error}); its "
                                                       "leases end by themselves", queue=self.name,
                                                       error=failure.getErrorMessage()))
+        self._leaving.append(left)
+        left.addBoth(lambda result: (self._leaving.remove(left), result)[1])
+
+    def detach_all(self) -> None:
+        """The queue was deleted (its consumers cancelled): every member leaves the group."""
+        for key in list(self._members):
+            self.remove_consumer(key)
+
+    async def delete_group(self) -> None:
+        """Delete the share group once the members left (a failure is logged: the group then outlives the queue)."""
+        await DeferredList(list(self._leaving))
+        try:
+            await self.host.broker.delete_share_group(self.host.principal, self.group_id)
+        except errors.BrokerError as error:
+            self.log.warn("AMQP share queue {queue}: deleting share group {group} failed: {error}; delete it with "
+                          "`mqbroker share-groups delete {group}`", queue=self.name, group=self.group_id, error=error)
 
     def _member_failed(self, failure: Any, member: _Member) -> None:
         if not member.attached or self.deleted:

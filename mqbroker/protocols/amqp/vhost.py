@@ -426,6 +426,8 @@ class VirtualHost:
             raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' is not empty", method)
         count = queue.message_count
         self.drop_queue(queue)
+        if isinstance(queue, ShareQueue):
+            await queue.delete_group()  # a queue declared again under this name starts afresh
         if queue.owner is None:
             await self._sync_metadata([(queue_key(name), None)])
             await self._write(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
@@ -439,6 +441,8 @@ class VirtualHost:
         """Forget a deleted queue here: no more appends, its consumers cancelled (nothing written)."""
         queue.deleted = True
         queue.abandon_appends()
+        if isinstance(queue, ShareQueue):
+            queue.detach_all()
         del self.queues[queue.name]
         self.router.remove_queue(queue.name)
         for consumer in list(queue.consumers.values()):
