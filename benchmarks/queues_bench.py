@@ -24,7 +24,8 @@ measures in alternating rounds (the broker not measured is SIGSTOPped, as in ``a
   consumer processes (prefetch 1,000, acknowledging every 100 with ``multiple``; an acknowledgement
   counts when sent, as AMQP confirms none), and pika's latency at the same rate (``amqp_bench``).
   RabbitMQ has no push, so its push rows show ``-``. ``--pika-on-mqbroker`` adds the same pika run
-  against mqbroker's own AMQP queues.
+  against mqbroker's own (classic) AMQP queues, ``--pika-on-share-queues`` against its AMQP share
+  queues (``x-queue-type: share``: the AMQP consumers are share-group members).
 
 Figures are medians over ``--rounds`` rounds; compare ratios within one run, not across runs.
 """
@@ -145,9 +146,11 @@ def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) ->
     return run_children([[sys.executable, __file__, "--child", broker.bootstrap, group, topic]] * consumers, options)
 
 
-def pika_drain(port: int, consumers: int, options: argparse.Namespace) -> tuple[float, float]:
-    """``drain`` for RabbitMQ: publish with confirms into a fresh durable queue, ``consumers`` pika processes drain it."""
+def pika_drain(port: int, consumers: int, options: argparse.Namespace, arguments: dict[str, Any]) -> tuple[float, float]:
+    """``drain`` for RabbitMQ: publish with confirms into a fresh durable queue (declared with ``arguments``),
+    ``consumers`` pika processes drain it."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
+    declare(port, queue, arguments)
     amqp_bench.publish_with_confirms(port, queue, options.messages)
     return run_children([[sys.executable, __file__, "--pika-child", str(port), queue]] * consumers, options)
 
@@ -305,14 +308,25 @@ def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figu
     return figures
 
 
-def measure_pika(port: int, options: argparse.Namespace) -> Figures:
-    """pika publishing with confirms, then 1..N consumer processes acknowledging, then latency at the same rate."""
+def declare(port: int, queue: str, arguments: dict[str, Any]) -> None:
+    """Declare a durable queue with ``arguments`` (the pika functions declare it again, plainly: mqbroker keeps the
+    first declaration's type)."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    connection.channel().queue_declare(queue, durable=True, arguments=arguments)
+    connection.close()
+
+
+def measure_pika(port: int, options: argparse.Namespace, arguments: dict[str, Any] | None = None) -> Figures:
+    """pika publishing with confirms, then 1..N consumer processes acknowledging, then latency at the same rate;
+    queues declared with ``arguments`` (``x-queue-type: share`` for mqbroker's share queues)."""
     amqp_bench.BODY_BYTES = options.body_bytes
     figures: Figures = []
     for consumers in options.consumers:
-        rate, megabytes = pika_drain(port, consumers, options)
+        rate, megabytes = pika_drain(port, consumers, options, arguments or {})
         figures += [(f"consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes)]
-    latencies = amqp_bench.latency(port, f"latency-{uuid.uuid4().hex[:8]}", options.latency_rate, options.latency_seconds)
+    latency_queue = f"latency-{uuid.uuid4().hex[:8]}"
+    declare(port, latency_queue, arguments or {})
+    latencies = amqp_bench.latency(port, latency_queue, options.latency_rate, options.latency_seconds)
     return figures + [("latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                       ("latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
 
@@ -338,9 +352,9 @@ def report(rounds: dict[str, list[Figures]], as_json: bool) -> None:
         return
     labels = list(dict.fromkeys(label for figures in medians.values() for label in figures))
     print(f"medians of {len(next(iter(rounds.values())))} round(s): {' '.join(sys.argv)}")
-    print(f"{'':44}" + "".join(f"{name:>24}" for name in medians))
+    print(f"{'':44}" + "".join(f"{name:>30}" for name in medians))
     for label in labels:
-        print(f"{label:44}" + "".join(f"{_shown(figures.get(label)):>24}" for figures in medians.values()))
+        print(f"{label:44}" + "".join(f"{_shown(figures.get(label)):>30}" for figures in medians.values()))
 
 
 def _shown(value: float | None) -> str:
@@ -376,6 +390,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-rabbitmq", action="store_true", help="measure mqbroker only")
     parser.add_argument("--pika-on-mqbroker", action="store_true", help="also run pika against mqbroker's AMQP queues")
+    parser.add_argument("--pika-on-share-queues", action="store_true",
+                        help="also run pika against mqbroker's AMQP share queues (x-queue-type share)")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     rounds: dict[str, list[Figures]] = {}
@@ -386,6 +402,8 @@ def main() -> None:
         pids = {"mqbroker share groups": broker.process.pid}
         if options.pika_on_mqbroker:
             pids["mqbroker AMQP (pika)"] = broker.process.pid
+        if options.pika_on_share_queues:
+            pids["mqbroker share queue (pika)"] = broker.process.pid
         rabbit: tuple[int, int] | None = None
         if not options.no_rabbitmq:
             if not amqp_bench.RABBITMQ_SERVER.exists():
@@ -400,6 +418,8 @@ def main() -> None:
                         figures = measure_mqbroker(broker, options)
                     elif name == "mqbroker AMQP (pika)":
                         figures = measure_pika(broker.ports["amqp"], options)
+                    elif name == "mqbroker share queue (pika)":
+                        figures = measure_pika(broker.ports["amqp"], options, {"x-queue-type": "share"})
                     else:
                         assert rabbit is not None
                         figures = measure_pika(rabbit[0], options)
