@@ -3,16 +3,19 @@ compete for one queue through its share group; nack, reject, ``x-delay`` and wha
 
 from __future__ import annotations
 
+import pathlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 import pika
 import pytest
 
 from mqbroker.client import ShareConsumer
+from mqbroker.client.share_admin import ShareGroupAdmin
 from mqbroker.protocols.amqp.stored import queue_topic
-from tests.integration.amqp_support import AmqpBroker, amqp_broker  # noqa: F401 (fixture)
+from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_broker  # noqa: F401 (fixture)
 
 SHARE = {"x-queue-type": "share"}
 
@@ -185,3 +188,48 @@ def test_a_share_queue_deleted_and_declared_again_starts_afresh(amqp_broker: Amq
     connection.close()
     declare_and_publish(amqp_broker, queue, [b"new"])
     assert consume_all(amqp_broker, queue, 1, consumers=1, timeout_s=15) == [[b"new"]]
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: pathlib.Path) -> Iterator[AmqpBroker]:
+    yield from running_broker(tmp_path / "data")
+
+
+def test_acknowledged_messages_stay_done_and_the_rest_come_back_after_kill_9(fresh_broker: AmqpBroker) -> None:
+    """The queue's state is the share group's, durable: after kill -9 and a restart, acked messages are not
+    delivered again and the unacked ones are, flagged redelivered."""
+    queue = unique("durable")
+    declare_and_publish(fresh_broker, queue, [b"d%d" % index for index in range(10)])
+    connection = fresh_broker.connect()
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=6)
+    taken = []
+    for method, _, body in channel.consume(queue, inactivity_timeout=10):
+        assert method is not None, "the queue's messages did not arrive"
+        taken.append(body)
+        if len(taken) <= 4:
+            channel.basic_ack(method.delivery_tag)
+        if len(taken) == 6:
+            break
+    # AMQP confirms no ack: wait until the group applied the four, then store the group's state (an alter
+    # returns once the group's state, with its partitions, is written), so the kill cannot outrun them.
+    with ShareGroupAdmin(fresh_broker.bootstrap) as admin:
+        deadline = time.monotonic() + 15
+        while admin.describe(queue_topic(queue)).partitions[0].start_offset < 4:
+            assert time.monotonic() < deadline, "the four acks were not applied"
+            time.sleep(0.05)
+        admin.alter(queue_topic(queue), set_configs={"lease.ms": "30000"})
+    fresh_broker.kill()
+    fresh_broker.restart()
+    connection = fresh_broker.connect()
+    channel = connection.channel()
+    after: list[tuple[bytes, bool]] = []
+    for method, _, body in channel.consume(queue, inactivity_timeout=20):
+        assert method is not None, f"only {after} came back"
+        after.append((body, method.redelivered))
+        channel.basic_ack(method.delivery_tag)
+        if len(after) == 6:
+            break
+    connection.close()
+    assert sorted(body for body, _ in after) == [b"d%d" % index for index in range(4, 10)], "acked ones stay done"
+    assert {body for body, redelivered in after if redelivered} >= {b"d4", b"d5"}, "delivered before: redelivered"

@@ -112,9 +112,9 @@ class ShareQueue(BaseQueue):
         self._group_created = False
         self._leaving: list[Deferred[Any]] = []
         Deferred.fromCoroutine(self.ensure_group()).addErrback(
-            lambda failure: self.log.failure("AMQP share queue {queue}: creating share group {group} failed; "
-                                             "its first consumer tries again", failure, queue=self.name,
-                                             group=self.group_id))
+            lambda failure: self.log.warn("AMQP share queue {queue}: share group {group} not created yet ({error}); "
+                                          "its first consumer tries again", queue=self.name, group=self.group_id,
+                                          error=failure.getErrorMessage()))
 
     @property
     def message_count(self) -> int:
@@ -244,6 +244,7 @@ class ShareQueue(BaseQueue):
     def _fetched(self, answer: share.ShareFetchResponse, member: _Member) -> None:
         consumer = member.consumer
         delivered = False
+        unacknowledged: list[int] = []  # delivered to a no-ack consumer: accepted together below
         for partition in answer.partitions:
             if partition.error is not None:
                 raise partition.error
@@ -258,9 +259,11 @@ class ShareQueue(BaseQueue):
                                                     delivery_of(self.name, message, delivery_count > 1))
                 delivered = True
                 if consumer.no_ack:
-                    self._acknowledge(member, [message.offset], AcknowledgeType.ACCEPT)
+                    unacknowledged.append(message.offset)
                 else:
                     self._holders[message.offset] = consumer.key
+        if unacknowledged:
+            self._acknowledge(member, unacknowledged, AcknowledgeType.ACCEPT)
         if delivered:
             consumer.session.flush()
 
