@@ -248,8 +248,16 @@ def decode_leased(topic: str, partition: int, data: bytes | memoryview, acquired
         for position, header in iter_batches(view, check=False):
             if header.is_control or header.last_offset < low or header.base_offset > high:
                 continue
-            records = decode_records_as(view[position : position + header.size_bytes],
-                                        functools.partial(_Leased, topic, partition))
+            batch = view[position : position + header.size_bytes]
+            slot = bisect.bisect_right(firsts, header.base_offset) - 1
+            if slot >= 0 and ranges[slot].last_offset >= header.last_offset:
+                # One range holds the whole batch (the usual case): build the messages directly.
+                count = ranges[slot].delivery_count
+                into += decode_records_as(
+                    batch, lambda offset, key, value, headers, timestamp, count=count: ShareMessage(
+                        topic, partition, offset, key, value, headers, timestamp, count))
+                continue
+            records = decode_records_as(batch, functools.partial(_Leased, topic, partition))
             for record in records:
                 slot = bisect.bisect_right(firsts, record.offset) - 1
                 if slot >= 0 and record.offset <= ranges[slot].last_offset:

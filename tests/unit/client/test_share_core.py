@@ -107,6 +107,19 @@ def test_only_acquired_records_are_returned_with_their_delivery_counts() -> None
     assert into[0] == ShareMessage("t", 2, 11, b"k", b"11", (("h", b"x"),), 111, 1)
 
 
+def test_a_batch_inside_one_acquired_range_is_returned_whole_with_its_delivery_count() -> None:
+    """The usual case, one range over the whole batch, gives the same messages as the general path."""
+    whole: list[ShareMessage] = []
+    decode_leased("t", 2, leased_batch(), [wire.AcquiredRecords(first_offset=5, last_offset=30, delivery_count=2)],
+                  whole)
+    assert [(m.offset, m.delivery_count) for m in whole] == [(offset, 2) for offset in range(10, 20)]
+    split: list[ShareMessage] = []
+    decode_leased("t", 2, leased_batch(), [wire.AcquiredRecords(first_offset=5, last_offset=14, delivery_count=2),
+                                           wire.AcquiredRecords(first_offset=15, last_offset=30, delivery_count=2)],
+                  split)
+    assert split == whole
+
+
 def test_a_fetch_reply_yields_records_and_raises_only_when_every_partition_failed() -> None:
     """A failed partition beside one with records is skipped; alone, its error is raised."""
     core = ShareConsumerCore("g")
