@@ -233,3 +233,25 @@ def test_acknowledged_messages_stay_done_and_the_rest_come_back_after_kill_9(fre
     connection.close()
     assert sorted(body for body, _ in after) == [b"d%d" % index for index in range(4, 10)], "acked ones stay done"
     assert {body for body, redelivered in after if redelivered} >= {b"d4", b"d5"}, "delivered before: redelivered"
+
+
+def test_messages_acked_after_basic_cancel_are_not_delivered_again(amqp_broker: AmqpBroker) -> None:
+    """AMQP lets a channel ack what it was given after cancelling its consumer: the member stays until then."""
+    queue = unique("cancelled")
+    declare_and_publish(amqp_broker, queue, [b"c%d" % index for index in range(6)])
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=3)
+    given: list[tuple[int, bytes]] = []
+    tag = channel.basic_consume(queue, lambda _channel, method, _properties, body: given.append(
+        (method.delivery_tag, body)))
+    deadline = time.monotonic() + 15
+    while len(given) < 3 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.1)
+    channel.basic_cancel(tag)
+    for delivery_tag, _ in given:
+        channel.basic_ack(delivery_tag)
+    rest = consume_all(amqp_broker, queue, 3, consumers=1, timeout_s=15)[0]
+    connection.close()
+    assert len(given) == 3
+    assert sorted(body for _, body in given) + sorted(rest) == [b"c%d" % index for index in range(6)]

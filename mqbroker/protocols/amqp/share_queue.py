@@ -95,6 +95,8 @@ class _Member:
     heartbeat_ms: int = 1_000
     heartbeat: IDelayedCall | None = None
     fetching: bool = False
+    #: Consuming (fetching). A cancelled consumer stays a member, without fetching, until its channel
+    #: settled what it was given (AMQP lets a channel ack after basic.cancel).
     attached: bool = True
 
 
@@ -153,30 +155,45 @@ class ShareQueue(BaseQueue):
         await self._heartbeat(member)
         self._fetch(member)
 
+    def _is_member(self, member: _Member) -> bool:
+        return self._members.get(member.consumer.key) is member and not self.deleted
+
     async def _heartbeat(self, member: _Member) -> None:
         member.heartbeat = None
-        if not member.attached or self.deleted:
+        if not self._is_member(member):
             return
         answer = await self.host.broker.share_group_heartbeat(self.host.principal, share.ShareHeartbeatRequest(
             group_id=self.group_id, member_id=member.member_id, member_epoch=member.epoch,
             client_id=f"amqp:{self.name}", topics=(self.topic,)))
         member.member_id, member.epoch = answer.member_id, answer.member_epoch
         member.heartbeat_ms = max(100, answer.heartbeat_interval_ms)
-        if member.attached:
+        if self._is_member(member):
             member.heartbeat = self.host.reactor.callLater(member.heartbeat_ms / 1000, self._heartbeat_again, member)
         else:
-            self._leave(member)  # removed while joining
+            self._leave(member)  # dropped while joining
 
     def _heartbeat_again(self, member: _Member) -> None:
         Deferred.fromCoroutine(self._heartbeat(member)).addErrback(self._member_failed, member)
 
     def remove_consumer(self, key: ConsumerKey) -> None:
-        """Leave the group: what the consumer held and did not settle is released to the others."""
+        """basic.cancel (or a closed channel): stop fetching; leave the group once nothing given is unsettled
+        (leaving releases what the member still holds to the others)."""
         self.consumers.pop(key, None)
-        member = self._members.pop(key, None)
-        if member is None:
-            return
-        member.attached = False
+        member = self._members.get(key)
+        if member is not None:
+            member.attached = False
+            self._leave_when_settled([key])
+
+    def _leave_when_settled(self, keys: list[ConsumerKey]) -> None:
+        """Drop the cancelled members among ``keys`` that hold nothing unsettled any more."""
+        holding = set(self._holders.values())
+        for key in keys:
+            member = self._members.get(key)
+            if member is not None and not member.attached and key not in holding:
+                self._drop(member)
+
+    def _drop(self, member: _Member) -> None:
+        del self._members[member.consumer.key]
         if member.heartbeat is not None and member.heartbeat.active():
             member.heartbeat.cancel()
         if member.member_id:
@@ -193,8 +210,11 @@ class ShareQueue(BaseQueue):
 
     def detach_all(self) -> None:
         """The queue was deleted (its consumers cancelled): every member leaves the group."""
-        for key in list(self._members):
-            self.remove_consumer(key)
+        self.consumers.clear()
+        self._holders.clear()
+        for member in list(self._members.values()):
+            member.attached = False
+            self._drop(member)
 
     async def delete_group(self) -> None:
         """Delete the share group once the members left (a failure is logged: the group then outlives the queue)."""
@@ -206,7 +226,7 @@ class ShareQueue(BaseQueue):
                           "`mqbroker share-groups delete {group}`", queue=self.name, group=self.group_id, error=error)
 
     def _member_failed(self, failure: Any, member: _Member) -> None:
-        if not member.attached or self.deleted:
+        if not member.attached or not self._is_member(member):
             return
         self.log.warn("AMQP share queue {queue}: consumer {tag}: {error}; joining again in 1 s", queue=self.name,
                       tag=member.consumer.tag, error=failure.getErrorMessage())
@@ -217,7 +237,7 @@ class ShareQueue(BaseQueue):
 
     def _rejoin(self, member: _Member) -> None:
         member.heartbeat = None
-        if member.attached:
+        if member.attached and self._is_member(member):
             Deferred.fromCoroutine(self._join(member)).addErrback(self._member_failed, member)
 
     # -- delivering ------------------------------------------------------------------------------
@@ -251,10 +271,10 @@ class ShareQueue(BaseQueue):
             leased, undecoded = _leased(partition)
             if undecoded:
                 self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)  # the next fetch reads them again
+            if not member.attached:  # cancelled while fetching: give them back
+                self._acknowledge(member, [message.offset for message, _ in leased], AcknowledgeType.RELEASE)
+                continue
             for message, delivery_count in leased:
-                if not member.attached:
-                    self._acknowledge(member, [message.offset], AcknowledgeType.RELEASE)
-                    continue
                 consumer.session.connection.deliver(consumer.channel, consumer.tag,
                                                     delivery_of(self.name, message, delivery_count > 1))
                 delivered = True
@@ -284,6 +304,7 @@ class ShareQueue(BaseQueue):
             member = self._members.get(holder)
             if member is not None and member.member_id:
                 self._acknowledge(member, held, _OUTCOMES[outcome])
+        self._leave_when_settled(list(by_member))
         self.dispatch()
 
     def _acknowledge(self, member: _Member, offsets: list[int], kind: AcknowledgeType) -> None:
@@ -305,9 +326,14 @@ class ShareQueue(BaseQueue):
                               last=result.last_offset, error=result.error)
 
     def release(self, holders: set[ConsumerKey]) -> None:
-        """The channel settled its unacked deliveries as requeued before this; nothing else is held here."""
+        """These consumers' channel or connection is gone: their members leave (the group releases what they held)."""
         for offset in [offset for offset, holder in self._holders.items() if holder in holders]:
             del self._holders[offset]
+        for key in holders:
+            member = self._members.get(key)
+            if member is not None:
+                member.attached = False
+        self._leave_when_settled(list(holders))
 
     def purge(self) -> int:
         """Refused: a share queue's records are the share group's to settle."""
