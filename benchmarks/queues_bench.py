@@ -5,21 +5,27 @@ temporary data directory) and, unless ``--no-rabbitmq``, Debian's ``rabbitmq-ser
 measures in alternating rounds (the broker not measured is SIGSTOPped, as in ``amqp_bench``):
 
 * **share group, native client** (the queue built on the log): a one-partition topic filled with
-  ``--messages`` acknowledged records of ``--body-bytes``; then 1 and ``--consumers`` consumer
-  processes (``ShareConsumer``, ``records_max`` 500, every record accepted and the verdicts stored
-  before the next poll) drain it. Timed from a start signal (every consumer has joined) until the
-  last acknowledgement the broker confirmed: msg/s and MB/s of acknowledged records.
+  ``--messages`` acknowledged records of ``--body-bytes``; then each count of ``--consumers``
+  (1, 4 and 16) consumer processes (``ShareConsumer``, ``records_max`` 500, every record accepted
+  and the verdicts stored before the next poll) drain it. Timed from a start signal (every consumer
+  has joined) until the last acknowledgement the broker confirmed: msg/s and MB/s.
 * **latency**: records produced at ``--latency-rate`` per second for ``--latency-seconds`` while one
   consumer acknowledges; each record's latency runs from just before ``send`` to the return of the
   ``poll`` that delivered it (p50/p99; a record never delivered counts as infinitely late).
+* **push**: a push subscription (batching off, ``--push-outstanding`` POSTs in flight) over a topic
+  filled with ``--push-messages`` records, to a local endpoint (``push_endpoint.py``, asyncio,
+  answering 204 at once): records/s from creating the subscription to the last POST's arrival;
+  then push latency from just before ``send`` to the POST's arrival at ``--latency-rate``.
 * **deliver-at lateness**: ``--scheduled`` records with ``x-deliver-at`` times spread evenly over
   ``--schedule-seconds`` (the first due 3 s + 0.5 ms per record after producing starts), one consumer acknowledging:
   p50/p99 of arrival minus deliver-at (negative: early, counted apart).
 * **RabbitMQ with pika** (the queue case, for comparison): the same message count and body size
-  published with confirms into a durable queue, then consumed by one pika consumer with prefetch
-  1,000 acknowledging every 100 (``amqp_bench``'s functions), and pika's latency at the same rate.
-  The clients differ (mqbroker has no share groups behind AMQP yet: phase 2 of issue 20), so the
-  table also shows ``--pika-on-mqbroker``: the same pika run against mqbroker's own AMQP queues.
+  published with confirms into a fresh durable queue, then drained by the same counts of pika
+  consumer processes (prefetch 1,000, acknowledging every 100 with ``multiple``; an acknowledgement
+  counts when sent, as AMQP confirms none), and pika's latency at the same rate (``amqp_bench``).
+  RabbitMQ has no push, so its push rows show ``-``. ``--pika-on-mqbroker`` adds the same pika run
+  against mqbroker's own (classic) AMQP queues, ``--pika-on-share-queues`` against its AMQP share
+  queues (``x-queue-type: share``: the AMQP consumers are share-group members).
 
 Figures are medians over ``--rounds`` rounds; compare ratios within one run, not across runs.
 """
@@ -44,6 +50,8 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import amqp_bench  # noqa: E402  (benchmarks/ is the script's directory)
+import pika  # noqa: E402
+import push_endpoint as push_endpoint_module  # noqa: E402
 
 from mqbroker.cli.bench import produce_acknowledged  # noqa: E402
 from mqbroker.client import Admin, Producer, ShareConsumer  # noqa: E402
@@ -82,18 +90,35 @@ def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float) -> Non
     print(json.dumps({"acked": acked[0], "last_ack_s": acked[1]}), flush=True)
 
 
-def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float]:
-    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s)."""
-    topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:8]}"
-    with Admin(broker.bootstrap) as admin:
-        admin.create_topics([topic], partitions=1)
-    with ShareGroupAdmin(broker.bootstrap) as admin:
-        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
-    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
-        outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.messages)
-    assert outcome.failed == 0, outcome
-    children = [subprocess.Popen([sys.executable, __file__, "--child", broker.bootstrap, group, topic],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(consumers)]
+def pika_consumer_child(port: int, queue: str, idle_s: float) -> None:
+    """``consumer_child`` for RabbitMQ: prefetch ``amqp_bench.PREFETCH``, acknowledging every 100 (multiple) and
+    the rest once ``idle_s`` pass without a message; the time of an acknowledgement is when its last message came
+    (AMQP confirms no acknowledgement)."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=amqp_bench.PREFETCH)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    acked, unacked, last_ack_s, last_tag = 0, 0, 0.0, 0
+    for method, _, _ in channel.consume(queue, inactivity_timeout=idle_s):
+        if method is None:
+            break
+        unacked, last_tag, received_s = unacked + 1, method.delivery_tag, time.time()
+        if unacked == 100:
+            channel.basic_ack(last_tag, multiple=True)
+            acked, unacked, last_ack_s = acked + unacked, 0, received_s
+    if unacked:
+        channel.basic_ack(last_tag, multiple=True)
+        acked, last_ack_s = acked + unacked, received_s
+    channel.cancel()
+    connection.close()
+    print(json.dumps({"acked": acked, "last_ack_s": last_ack_s}), flush=True)
+
+
+def run_children(commands: list[list[str]], options: argparse.Namespace) -> tuple[float, float]:
+    """Start the consumer processes, wait for each to be ready, start them together; (acknowledged msg/s, MB/s)."""
+    children = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for command in commands]
     for child in children:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     started = time.time()
@@ -106,6 +131,82 @@ def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) ->
     assert acked >= options.messages, f"only {acked} of {options.messages} acknowledged"
     seconds = max(result["last_ack_s"] for result in results) - started
     return options.messages / seconds, options.messages * options.body_bytes / seconds / 1e6
+
+
+def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float]:
+    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s)."""
+    topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with ShareGroupAdmin(broker.bootstrap) as admin:
+        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+        outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.messages)
+    assert outcome.failed == 0, outcome
+    return run_children([[sys.executable, __file__, "--child", broker.bootstrap, group, topic]] * consumers, options)
+
+
+def pika_drain(port: int, consumers: int, options: argparse.Namespace, arguments: dict[str, Any]) -> tuple[float, float]:
+    """``drain`` for RabbitMQ: publish with confirms into a fresh durable queue (declared with ``arguments``),
+    ``consumers`` pika processes drain it."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    declare(port, queue, arguments)
+    amqp_bench.publish_with_confirms(port, queue, options.messages)
+    return run_children([[sys.executable, __file__, "--pika-child", str(port), queue]] * consumers, options)
+
+
+def push_throughput(broker: BrokerProcess, options: argparse.Namespace) -> tuple[float, float]:
+    """A push subscription (batching off) over a filled one-partition topic, to a local endpoint; (records/s, MB/s)
+    from creating the subscription to the endpoint receiving the last record (answered 204 at once)."""
+    topic, name = f"pushed-{uuid.uuid4().hex[:8]}", f"push-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+        outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.push_messages)
+    assert outcome.failed == 0, outcome
+    with push_endpoint(idle_s=2.0) as (port, tally):
+        started = time.time()
+        with ShareGroupAdmin(broker.bootstrap) as admin:
+            admin.create_subscription(name, topic, endpoint=f"http://127.0.0.1:{port}/push", start="earliest",
+                                      max_outstanding=options.push_outstanding)
+        result = tally()
+    assert result["records"] >= options.push_messages, f"only {result['records']} of {options.push_messages} pushed"
+    seconds = result["last_s"] - started
+    return options.push_messages / seconds, options.push_messages * options.body_bytes / seconds / 1e6
+
+
+def push_latency(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
+    """Per-record latency (ms) from just before ``send`` to the endpoint receiving the POST, at ``--latency-rate``."""
+    topic, name = f"pushlat-{uuid.uuid4().hex[:8]}", f"pushlat-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    total = int(options.latency_rate * options.latency_seconds)
+    with push_endpoint(idle_s=3.0) as (port, tally):
+        with ShareGroupAdmin(broker.bootstrap) as admin:
+            admin.create_subscription(name, topic, endpoint=f"http://127.0.0.1:{port}/push", start="earliest",
+                                      max_outstanding=options.push_outstanding)
+        with Producer(broker.bootstrap, acks="all", linger_ms=0) as producer:
+            started = time.perf_counter()
+            for index in range(total):
+                while (wait := started + index / options.latency_rate - time.perf_counter()) > 0:
+                    time.sleep(wait)
+                producer.send(topic, push_endpoint_module.latency_value(options.body_bytes))
+        latencies = sorted(tally()["latencies_ms"])
+    return latencies + [math.inf] * (total - len(latencies))
+
+
+@contextlib.contextmanager
+def push_endpoint(idle_s: float) -> Iterator[tuple[int, Any]]:
+    """``push_endpoint.py`` in a child process: (its port, a function waiting for its tally)."""
+    child = subprocess.Popen([sys.executable, push_endpoint_module.__file__, str(idle_s)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        yield port, lambda: json.loads(child.communicate(timeout=600)[0].strip().splitlines()[-1])
+    finally:
+        if child.poll() is None:
+            child.kill()
 
 
 def share_latency(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
@@ -187,12 +288,18 @@ Figures = list[tuple[str, float | None]]
 def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figures:
     """The share-group figures."""
     figures: Figures = []
-    for consumers in sorted({1, options.consumers}):
+    for consumers in options.consumers:
         rate, megabytes = drain(broker, consumers, options)
-        figures += [(f"share consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes)]
+        figures += [(f"consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes)]
     latencies = share_latency(broker, options)
-    figures += [("share latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
-                ("share latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
+    figures += [("latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
+                ("latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
+    if options.push_messages:
+        rate, megabytes = push_throughput(broker, options)
+        latencies = push_latency(broker, options)
+        figures += [("push to HTTP endpoint msg/s", rate), ("  push MB/s", megabytes),
+                    ("push latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
+                    ("push latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
     if options.scheduled:
         lateness = delayed_lateness(broker, options)
         figures += [(f"deliver-at lateness p50 ms ({options.scheduled:,} scheduled)", amqp_bench.percentile(lateness, 0.5)),
@@ -201,16 +308,27 @@ def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figu
     return figures
 
 
-def measure_pika(port: int, options: argparse.Namespace) -> Figures:
-    """pika publishing with confirms, then consuming and acknowledging, then latency at the same rate."""
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
+def declare(port: int, queue: str, arguments: dict[str, Any]) -> None:
+    """Declare a durable queue with ``arguments`` (the pika functions declare it again, plainly: mqbroker keeps the
+    first declaration's type)."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    connection.channel().queue_declare(queue, durable=True, arguments=arguments)
+    connection.close()
+
+
+def measure_pika(port: int, options: argparse.Namespace, arguments: dict[str, Any] | None = None) -> Figures:
+    """pika publishing with confirms, then 1..N consumer processes acknowledging, then latency at the same rate;
+    queues declared with ``arguments`` (``x-queue-type: share`` for mqbroker's share queues)."""
     amqp_bench.BODY_BYTES = options.body_bytes
-    amqp_bench.publish_with_confirms(port, queue, options.messages)
-    rate = amqp_bench.consume(port, queue, options.messages)
-    latencies = amqp_bench.latency(port, f"{queue}-latency", options.latency_rate, options.latency_seconds)
-    return [("pika consume+ack, 1 consumer msg/s", rate), ("  1 consumer MB/s", rate * options.body_bytes / 1e6),
-            ("pika latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
-            ("pika latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
+    figures: Figures = []
+    for consumers in options.consumers:
+        rate, megabytes = pika_drain(port, consumers, options, arguments or {})
+        figures += [(f"consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes)]
+    latency_queue = f"latency-{uuid.uuid4().hex[:8]}"
+    declare(port, latency_queue, arguments or {})
+    latencies = amqp_bench.latency(port, latency_queue, options.latency_rate, options.latency_seconds)
+    return figures + [("latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
+                      ("latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
 
 
 @contextlib.contextmanager
@@ -226,19 +344,21 @@ def mqbroker(work: pathlib.Path) -> Iterator[BrokerProcess]:
 
 
 def report(rounds: dict[str, list[Figures]], as_json: bool) -> None:
-    """Medians per figure, each broker's own column."""
-    medians = {name: {label: _median([dict(figures)[label] for figures in results]) for label, _ in results[0]}
+    """Medians per figure, the brokers side by side (``-``: the broker has no such figure)."""
+    medians = {name: {label: _median([dict(figures).get(label) for figures in results]) for label, _ in results[0]}
                for name, results in rounds.items()}
     if as_json:
-        print(json.dumps(medians, indent=2))
+        print(json.dumps({"command": sys.argv, "medians": medians}, indent=2))
         return
-    print(f"medians of {len(next(iter(rounds.values())))} round(s)")
-    for name, figures in medians.items():
-        print(f"-- {name}")
-        for label, value in figures.items():
-            shown = "-" if value is None else "lost" if math.isinf(value) else f"{value:,.1f}" if value >= 10 \
-                else f"{value:,.3f}"
-            print(f"   {label:44}{shown:>14}")
+    labels = list(dict.fromkeys(label for figures in medians.values() for label in figures))
+    print(f"medians of {len(next(iter(rounds.values())))} round(s): {' '.join(sys.argv)}")
+    print(f"{'':44}" + "".join(f"{name:>30}" for name in medians))
+    for label in labels:
+        print(f"{label:44}" + "".join(f"{_shown(figures.get(label)):>30}" for figures in medians.values()))
+
+
+def _shown(value: float | None) -> str:
+    return "-" if value is None else "lost" if math.isinf(value) else f"{value:,.1f}" if value >= 10 else f"{value:,.3f}"
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -251,10 +371,17 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         consumer_child(sys.argv[2], sys.argv[3], sys.argv[4], idle_s=2.0)
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--pika-child":
+        pika_consumer_child(int(sys.argv[2]), sys.argv[3], idle_s=2.0)
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--body-bytes", type=int, default=100)
-    parser.add_argument("--consumers", type=int, default=4, help="the second drain's consumer processes [4]")
+    parser.add_argument("--consumers", type=lambda text: sorted({int(n) for n in text.split(",")}), default=[1, 4, 16],
+                        help="consumer processes of each drain, comma-separated [1,4,16]")
+    parser.add_argument("--push-messages", type=int, default=20_000, help="records pushed to the local endpoint "
+                                                                          "(0: skip push) [20,000]")
+    parser.add_argument("--push-outstanding", type=int, default=100, help="the subscription's push.max.outstanding")
     parser.add_argument("--latency-rate", type=int, default=1_000)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--scheduled", type=int, default=20_000, help="delayed records for the lateness figure "
@@ -263,6 +390,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-rabbitmq", action="store_true", help="measure mqbroker only")
     parser.add_argument("--pika-on-mqbroker", action="store_true", help="also run pika against mqbroker's AMQP queues")
+    parser.add_argument("--pika-on-share-queues", action="store_true",
+                        help="also run pika against mqbroker's AMQP share queues (x-queue-type share)")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     rounds: dict[str, list[Figures]] = {}
@@ -273,6 +402,8 @@ def main() -> None:
         pids = {"mqbroker share groups": broker.process.pid}
         if options.pika_on_mqbroker:
             pids["mqbroker AMQP (pika)"] = broker.process.pid
+        if options.pika_on_share_queues:
+            pids["mqbroker share queue (pika)"] = broker.process.pid
         rabbit: tuple[int, int] | None = None
         if not options.no_rabbitmq:
             if not amqp_bench.RABBITMQ_SERVER.exists():
@@ -287,6 +418,8 @@ def main() -> None:
                         figures = measure_mqbroker(broker, options)
                     elif name == "mqbroker AMQP (pika)":
                         figures = measure_pika(broker.ports["amqp"], options)
+                    elif name == "mqbroker share queue (pika)":
+                        figures = measure_pika(broker.ports["amqp"], options, {"x-queue-type": "share"})
                     else:
                         assert rabbit is not None
                         figures = measure_pika(rabbit[0], options)

@@ -214,6 +214,9 @@ push_batch_messages_max = 1000
 push_ack_deadline_ms_max = 600_000
 #: Push subscriptions: bytes of an endpoint's response body read (the rest is discarded).
 push_response_bytes_max = 64 * 1024
+#: Push subscriptions: decoded batches a dispatcher keeps, so a batch acquired a few records at a time is
+#: decoded once (a producer's batch holds thousands of records; each POST answered acquires one).
+push_decoded_batches_max = 16
 #: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
 #: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
 delivery_callbacks_queued_max = 100_000

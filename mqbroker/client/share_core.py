@@ -209,16 +209,17 @@ def outcomes_of(results: Iterable[wire.ShareAcknowledgeTopicResult], sent: list[
 def _ranges(pending: list[tuple[str, int, int, AcknowledgeType, str]]) -> list[tuple[AcknowledgeOutcome, str]]:
     """Consecutive offsets of one partition with one kind and error, as ranges (the last verdict per offset wins)."""
     latest = {(topic, partition, offset): (kind, error) for topic, partition, offset, kind, error in pending}
-    ranges: list[tuple[AcknowledgeOutcome, str]] = []
+    spans: list[list] = []  # [topic, partition, first, last, kind, error]: one object per range, not per offset
     for (topic, partition, offset), (kind, error) in sorted(latest.items()):
-        if ranges:
-            last, last_error = ranges[-1]
-            if ((last.topic, last.partition, last.kind, last_error) == (topic, partition, kind, error)
-                    and last.last_offset + 1 == offset):
-                ranges[-1] = (dataclasses.replace(last, last_offset=offset), error)
+        if spans:
+            span = spans[-1]
+            if span[3] + 1 == offset and span[0] == topic and span[1] == partition and span[4] is kind \
+                    and span[5] == error:
+                span[3] = offset
                 continue
-        ranges.append((AcknowledgeOutcome(topic, partition, offset, offset, kind), error))
-    return ranges
+        spans.append([topic, partition, offset, offset, kind, error])
+    return [(AcknowledgeOutcome(topic, partition, first, last, kind), error)
+            for topic, partition, first, last, kind, error in spans]
 
 
 def _wire_topics(ranges: list[tuple[AcknowledgeOutcome, str]]) -> tuple[wire.ShareAcknowledgeTopic, ...]:
@@ -247,8 +248,16 @@ def decode_leased(topic: str, partition: int, data: bytes | memoryview, acquired
         for position, header in iter_batches(view, check=False):
             if header.is_control or header.last_offset < low or header.base_offset > high:
                 continue
-            records = decode_records_as(view[position : position + header.size_bytes],
-                                        functools.partial(_Leased, topic, partition))
+            batch = view[position : position + header.size_bytes]
+            slot = bisect.bisect_right(firsts, header.base_offset) - 1
+            if slot >= 0 and ranges[slot].last_offset >= header.last_offset:
+                # One range holds the whole batch (the usual case): build the messages directly.
+                count = ranges[slot].delivery_count
+                into += decode_records_as(
+                    batch, lambda offset, key, value, headers, timestamp, count=count: ShareMessage(
+                        topic, partition, offset, key, value, headers, timestamp, count))
+                continue
+            records = decode_records_as(batch, functools.partial(_Leased, topic, partition))
             for record in records:
                 slot = bisect.bisect_right(firsts, record.offset) - 1
                 if slot >= 0 and record.offset <= ranges[slot].last_offset:

@@ -7,7 +7,7 @@ is durable (or refused).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -21,6 +21,7 @@ from mqbroker.protocols.amqp.queue_arguments import parse_expiration
 from mqbroker.protocols.amqp.queue_state import QueuedMessage
 from mqbroker.protocols.amqp.stored import StoredMessage, append_message
 from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.record import RecordHeader
 
 class AppendHost(Protocol):
     """What appending needs from the virtual host."""
@@ -128,11 +129,12 @@ class Appender:
         return drained
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
-               expiration: str | None) -> BatchStored:
+               expiration: str | None, extra_headers: Sequence[RecordHeader] = ()) -> BatchStored:
         if self._builder is None:
             self._builder, self._batch = BatchBuilder(), BatchStored()
             self._host.reactor.callLater(0, self._flush)
-        append_message(self._builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
+        append_message(self._builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration,
+                       extra_headers)
         if self._early:
             self._messages.append((timestamp_ms, parse_expiration(expiration) if expiration is not None else None,
                                    StoredMessage(exchange=exchange, routing_key=routing_key,

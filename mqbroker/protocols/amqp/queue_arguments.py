@@ -29,10 +29,11 @@ class DeathReason(enum.Enum):
 
 
 class QueueType(enum.Enum):
-    """A classic share-group queue or an append-only stream read from an offset."""
+    """A classic queue, an append-only stream read from an offset, or a queue served by a share group."""
 
     CLASSIC = "classic"
     STREAM = "stream"
+    SHARE = "share"  # served by the share group over its log (share_queue.py)
 
 
 def _precondition(text: str) -> AmqpError:
@@ -80,7 +81,7 @@ class QueuePolicy:
         try:
             queue_type = QueueType(queue_type_name)
         except ValueError:
-            raise _precondition(f"x-queue-type {queue_type_name!r} is not supported; use classic or stream") from None
+            raise _precondition(f"x-queue-type {queue_type_name!r} is not supported; use classic, stream or share") from None
         overflow = _optional_str(arguments, "x-overflow") or "drop-head"
         if overflow != "drop-head":
             raise _precondition(f"x-overflow {overflow!r} is not supported; only drop-head is")

@@ -19,7 +19,7 @@ import dataclasses
 import enum
 import hashlib
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -83,14 +83,15 @@ class StoredMessage:
 
 def append_message(
     builder: BatchBuilder, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes,
-    body: bytes, expiration: str | None,
+    body: bytes, expiration: str | None, extra_headers: Sequence[RecordHeader] = (),
 ) -> None:
-    """Add one message record to a batch."""
+    """Add one message record to a batch (``extra_headers`` after the AMQP ones: a share queue's ``x-delay``)."""
     key = routing_key.encode("utf-8", "surrogateescape")
     headers: list[RecordHeader] = [(_EXCHANGE, exchange.encode("utf-8", "surrogateescape")), (_ROUTING_KEY, key),
                                    (_PROPERTIES, properties_raw)]
     if expiration is not None:
         headers.append((_EXPIRATION, expiration.encode("utf-8", "surrogateescape")))
+    headers.extend(extra_headers)
     builder.append(timestamp_ms, key, body, headers)
 
 

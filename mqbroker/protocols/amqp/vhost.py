@@ -71,6 +71,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
+from mqbroker.protocols.amqp.share_queue import ShareQueue, check_share_arguments
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
@@ -86,7 +87,7 @@ from mqbroker.security.names import name_problem
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
-Queue = ClassicQueue | StreamQueue
+Queue = ClassicQueue | StreamQueue | ShareQueue
 #: Who the AMQP front end acts as for its own bookkeeping topics.
 INTERNAL_PRINCIPAL = Principal("Service", "amqp")
 #: Pause between reads of the queue states while their partition has no reachable leader.
@@ -292,6 +293,8 @@ class VirtualHost:
         queue: Queue
         if policy.queue_type is QueueType.STREAM:
             queue = StreamQueue(self, declaration, owner)
+        elif policy.queue_type is QueueType.SHARE:
+            queue = ShareQueue(self, declaration, owner)
         else:
             state = (QueueState.restore(snapshot, policy=policy) if snapshot
                      else QueueState(policy=policy, now_ms=self.now_ms()))
@@ -320,7 +323,8 @@ class VirtualHost:
             _check_name("queue", name, method)
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
                                            arguments=dict(method.arguments))
-            QueuePolicy.from_arguments(declaration.arguments)  # 406 before anything is created
+            if QueuePolicy.from_arguments(declaration.arguments).queue_type is QueueType.SHARE:  # 406 before
+                check_share_arguments(declaration.arguments)  # anything is created
             topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
@@ -345,6 +349,8 @@ class VirtualHost:
             raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' is not empty", method)
         count = queue.message_count
         self.drop_queue(queue)
+        if isinstance(queue, ShareQueue):
+            await queue.delete_group()  # a queue declared again under this name starts afresh
         if queue.owner is None:
             await self._sync_metadata([(queue_key(name), None)])
             await self.write_records(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
@@ -358,6 +364,8 @@ class VirtualHost:
         """Forget a deleted queue here: no more appends, its consumers cancelled (nothing written)."""
         queue.deleted = True
         queue.abandon_appends()
+        if isinstance(queue, ShareQueue):
+            queue.detach_all()
         del self.queues[queue.name]
         self.router.remove_queue(queue.name)
         for consumer in list(queue.consumers.values()):

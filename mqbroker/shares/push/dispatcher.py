@@ -12,7 +12,9 @@ dies with the broker, and the new host delivers it again.
 
 from __future__ import annotations
 
+import bisect
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -21,10 +23,12 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from mqbroker import limits
 from mqbroker.model import AcknowledgeType
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import iter_batches
+from mqbroker.records.header import BatchHeader, iter_batches
+from mqbroker.records.record import Record
 from mqbroker.shares import messages as m
 from mqbroker.shares.group import HostedGroup
 from mqbroker.shares.push.filters import parse_filter
@@ -49,23 +53,58 @@ class PushHost(Protocol):
                     lease_ms: int, available_at_ms: int = 0) -> Any: ...
 
 
-def leased_deliveries(records: m.SharePartitionRecords) -> list[Delivery]:
-    """The acquired records of one partition's answer, decoded, with their delivery counts as attempts."""
-    counts = {offset: acquired.delivery_count for acquired in records.acquired
-              for offset in range(acquired.first, acquired.last + 1)}
-    deliveries = []
-    data = records.records
-    try:
-        for position, header in iter_batches(data, check=False):
-            if header.is_control:
+class DecodedBatches:
+    """The acquired records of share-fetch answers, decoding each batch once while it stays in use.
+
+    The dispatcher acquires as POSTs finish, often one record at a time out of a batch of thousands:
+    decoding the whole batch for each (what the records are read from) made pushing cost a batch's
+    decoding per record. The last ``limits.push_decoded_batches_max`` decoded batches are kept,
+    keyed by where they lie and their CRC (a due record comes back as its own one-record batch).
+    """
+
+    def __init__(self, batches_max: int = limits.push_decoded_batches_max) -> None:
+        self._batches_max = batches_max
+        self._decoded: OrderedDict[tuple[str, int, int, int], tuple[list[int], list[Record]]] = OrderedDict()
+
+    def deliveries(self, records: m.SharePartitionRecords) -> list[Delivery]:
+        """The acquired records of one partition's answer, in offset order, with their delivery counts as attempts."""
+        ranges = sorted(records.acquired, key=lambda acquired: acquired.first)
+        deliveries: list[Delivery] = []
+        data = memoryview(records.records)
+        try:
+            batches = list(iter_batches(data, check=False))
+        except CorruptRecordError:
+            return []  # what does not frame cannot be pushed; its leases end and the delivery limit settles it
+        for position, header in batches:
+            if header.is_control or header.last_offset < ranges[0].first or header.base_offset > ranges[-1].last:
                 continue
-            for record in decode_records(data[position : position + header.size_bytes]):
-                attempt = counts.get(record.offset)
-                if attempt is not None:
-                    deliveries.append(Delivery(records.topic, records.partition, record, attempt))
-    except CorruptRecordError:
-        pass  # what does not decode cannot be pushed; its lease ends and it comes back to the limit
-    return deliveries
+            decoded = self._decode(records.topic, records.partition, header, data[position : position + header.size_bytes])
+            if decoded is None:
+                continue
+            offsets, decoded_records = decoded
+            for acquired in ranges:
+                low = bisect.bisect_left(offsets, acquired.first)
+                high = bisect.bisect_right(offsets, acquired.last)
+                deliveries += [Delivery(records.topic, records.partition, record, acquired.delivery_count)
+                               for record in decoded_records[low:high]]
+        return deliveries
+
+    def _decode(self, topic: str, partition: int, header: BatchHeader,
+                batch: memoryview) -> tuple[list[int], list[Record]] | None:
+        key = (topic, partition, header.base_offset, header.crc)
+        decoded = self._decoded.get(key)
+        if decoded is not None:
+            self._decoded.move_to_end(key)
+            return decoded
+        try:
+            decoded_records = decode_records(batch)
+        except CorruptRecordError:
+            return None
+        decoded = ([record.offset for record in decoded_records], decoded_records)
+        self._decoded[key] = decoded
+        if len(self._decoded) > self._batches_max:
+            self._decoded.popitem(last=False)
+        return decoded
 
 
 class PushDispatcher:
@@ -86,9 +125,12 @@ class PushDispatcher:
         self._filter = parse_filter(settings.filter)
         self._bucket = TokenBucket(settings.rate_per_second, self._now_ms()) if settings.rate_per_second else None
         self._lease_ms = settings.ack_deadline_ms + LEASE_MARGIN_MS
+        self._decoded = DecodedBatches()
         self._outstanding = 0
         self._pumping = False
         self._timer: IDelayedCall | None = None
+        self._turn: IDelayedCall | None = None
+        self._accepted: list[Delivery] = []
         self._stopped = False
         #: Records an endpoint accepted, and failed attempts (for tests and operators).
         self.delivered = 0
@@ -107,8 +149,9 @@ class PushDispatcher:
         self._stopped = True
         if self._pump in self._group.watchers:
             self._group.watchers.remove(self._pump)
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
+        for call in (self._timer, self._turn):
+            if call is not None and call.active():
+                call.cancel()
         self._sender.close()
 
     # -- acquiring -------------------------------------------------------------------------------
@@ -131,7 +174,7 @@ class PushDispatcher:
                 answers = self._host.push_acquire(self._group, PUSH_MEMBER, posts * per_post, self._lease_ms)
                 if not answers:
                     break
-                self._deliver([delivery for answer in answers for delivery in leased_deliveries(answer)], per_post)
+                self._deliver([delivery for answer in answers for delivery in self._decoded.deliveries(answer)], per_post)
         finally:
             self._pumping = False
 
@@ -141,7 +184,7 @@ class PushDispatcher:
             record = delivery.record
             (wanted if self._filter.matches(record.key, record.headers) else unwanted).append(delivery)
         if unwanted:
-            self._settle(unwanted, AcknowledgeType.ACCEPT)
+            self._accept_soon(unwanted)
         for start in range(0, len(wanted), per_post):
             self._post(wanted[start : start + per_post])
 
@@ -169,7 +212,7 @@ class PushDispatcher:
     def _answered(self, status: int, deliveries: list[Delivery]) -> None:
         if 200 <= status < 300:
             self.delivered += len(deliveries)
-            self._settle(deliveries, AcknowledgeType.ACCEPT)
+            self._accept_soon(deliveries)
         else:
             self._retry(deliveries, f"the endpoint answered HTTP {status}")
 
@@ -182,6 +225,28 @@ class PushDispatcher:
 
     def _posted(self, _: Any) -> None:
         self._outstanding -= 1
+        self._next_turn_soon()
+
+    # -- one turn of the reactor -----------------------------------------------------------------
+
+    def _accept_soon(self, deliveries: list[Delivery]) -> None:
+        self._accepted += deliveries
+        self._next_turn_soon()
+
+    def _next_turn_soon(self) -> None:
+        """Settle and refill once for all the answers of one reactor turn, not once per answer.
+
+        Answers to many POSTs arrive together; accepting each alone and acquiring one record per
+        freed slot cost a state change, an acquisition and a batch lookup per record.
+        """
+        if self._turn is None and not self._stopped:
+            self._turn = self._clock.callLater(0, self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn = None
+        accepted, self._accepted = self._accepted, []
+        if accepted:
+            self._settle(accepted, AcknowledgeType.ACCEPT)
         self._pump()
 
     def _retry(self, deliveries: list[Delivery], error: str) -> None:
@@ -197,15 +262,26 @@ class PushDispatcher:
                 available_at_ms: int = 0) -> None:
         if self._stopped:
             return  # the group moved: these leases ended with the hosting
-        acknowledgements = [m.Acknowledgement(topic=d.topic, partition=d.partition, first_offset=d.record.offset,
-                                              last_offset=d.record.offset, kind=kind, error=error)
-                            for d in deliveries]
+        acknowledgements = [m.Acknowledgement(topic=topic, partition=partition, first_offset=first, last_offset=last,
+                                              kind=kind, error=error)
+                            for topic, partition, first, last in _ranges(deliveries)]
         settled = self._host.push_settle(self._group, PUSH_MEMBER, acknowledgements, lease_ms=self._lease_ms,
                                          available_at_ms=available_at_ms)
         settled.addErrback(lambda failure: self.log.warn(
             "push subscription {group}: storing {count} verdict(s) failed ({error}); the records come back when "
             "their leases end", group=self._group.group_id, count=len(acknowledgements),
             error=failure.getErrorMessage()))
+
+
+def _ranges(deliveries: list[Delivery]) -> list[tuple[str, int, int, int]]:
+    """Consecutive offsets of one partition as ``(topic, partition, first, last)`` ranges."""
+    ranges: list[list[Any]] = []
+    for topic, partition, offset in sorted((d.topic, d.partition, d.record.offset) for d in deliveries):
+        if ranges and ranges[-1][:2] == [topic, partition] and ranges[-1][3] + 1 >= offset:
+            ranges[-1][3] = max(ranges[-1][3], offset)
+        else:
+            ranges.append([topic, partition, offset, offset])
+    return [(topic, partition, first, last) for topic, partition, first, last in ranges]
 
 
 def dispatcher_factory(reactor: Any) -> Callable[[HostedGroup, PushHost], PushDispatcher]:

@@ -1,0 +1,257 @@
+"""AMQP share queues (``x-queue-type: share``) against a real broker: pika consumers and native share consumers
+compete for one queue through its share group; nack, reject, ``x-delay`` and what a share queue refuses."""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from mqbroker.client import ShareConsumer
+from mqbroker.client.share_admin import ShareGroupAdmin
+from mqbroker.protocols.amqp.stored import queue_topic
+from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_broker  # noqa: F401 (fixture)
+
+SHARE = {"x-queue-type": "share"}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def declare_and_publish(broker: AmqpBroker, queue: str, bodies: list[bytes], arguments: dict | None = None,
+                        headers: dict | None = None) -> None:
+    connection = broker.connect()
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True, arguments={**SHARE, **(arguments or {})})
+    channel.confirm_delivery()
+    for body in bodies:
+        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, headers=headers))
+    connection.close()
+
+
+def consume_all(broker: AmqpBroker, queue: str, expected: int, consumers: int, timeout_s: float = 30.0
+                ) -> list[list[bytes]]:
+    """``consumers`` channels on one connection consume and ack until ``expected`` messages arrived in all."""
+    connection = broker.connect()
+    received: list[list[bytes]] = [[] for _ in range(consumers)]
+    for index in range(consumers):
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=5)
+
+        def on_message(channel: object, method: pika.spec.Basic.Deliver, _: object, body: bytes,
+                       index: int = index) -> None:
+            received[index].append(body)
+            channel.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
+
+        channel.basic_consume(queue, on_message)
+    deadline = time.monotonic() + timeout_s
+    while sum(map(len, received)) < expected and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.1)
+    connection.close()
+    return received
+
+
+def test_consumers_of_a_share_queue_compete_and_each_message_is_delivered_once(amqp_broker: AmqpBroker) -> None:
+    """Three consumers with prefetch 5 split 300 messages: every one delivered once, to one consumer."""
+    queue = unique("work")
+    bodies = [b"m%d" % index for index in range(300)]
+    declare_and_publish(amqp_broker, queue, bodies)
+    received = consume_all(amqp_broker, queue, len(bodies), consumers=3)
+    everything = [body for share in received for body in share]
+    assert sorted(everything) == sorted(bodies), "each message exactly once"
+    assert sum(1 for share in received if share) >= 2, "more than one consumer got work"
+
+
+def test_a_native_share_consumer_and_an_amqp_consumer_share_one_queue(amqp_broker: AmqpBroker) -> None:
+    """The queue's share group is open to native clients: both kinds of consumer get disjoint parts of it."""
+    queue = unique("mixed")
+    bodies = [b"n%d" % index for index in range(200)]
+    declare_and_publish(amqp_broker, queue, bodies)
+    native: list[bytes] = []
+    stop = threading.Event()
+
+    def run_native() -> None:
+        with ShareConsumer(amqp_broker.bootstrap, group_id=queue_topic(queue), topics=[queue_topic(queue)],
+                           records_max=10, fetch_wait_ms=100) as consumer:
+            while not stop.is_set():
+                messages = consumer.poll(0.2)
+                native.extend(message.value for message in messages)
+                consumer.acknowledge(messages)
+                consumer.commit()
+
+    thread = threading.Thread(target=run_native)
+    thread.start()
+    try:
+        time.sleep(0.5)  # let the native consumer join first so both take part
+        amqp = consume_all(amqp_broker, queue, len(bodies) - 0, consumers=1, timeout_s=5)[0]
+        deadline = time.monotonic() + 30
+        while len(native) + len(amqp) < len(bodies) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert sorted(native + amqp) == sorted(bodies), "each message once, to one kind of consumer or the other"
+    assert native, "the native consumer took part"
+
+
+def test_a_requeued_message_comes_back_redelivered_and_a_rejected_one_does_not(amqp_broker: AmqpBroker) -> None:
+    """basic.nack with requeue is a release (redelivered flag set); basic.reject without requeue dead-letters."""
+    queue = unique("verdicts")
+    declare_and_publish(amqp_broker, queue, [b"again", b"poison", b"fine"])
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    seen: list[tuple[bytes, bool]] = []
+    for method, _, body in channel.consume(queue, inactivity_timeout=5):
+        if method is None:
+            break
+        seen.append((body, method.redelivered))
+        if body == b"again" and not method.redelivered:
+            channel.basic_nack(method.delivery_tag, requeue=True)
+        elif body == b"poison":
+            channel.basic_reject(method.delivery_tag, requeue=False)
+        else:
+            channel.basic_ack(method.delivery_tag)
+        if len(seen) == 4:
+            break
+    channel.cancel()
+    connection.close()
+    assert sorted(seen) == [(b"again", False), (b"again", True), (b"fine", False), (b"poison", False)]
+
+
+def test_x_delay_holds_a_message_back_until_its_time(amqp_broker: AmqpBroker) -> None:
+    """With a consumer waiting, a message published with ``x-delay: 1500`` arrives no sooner than 1.5 s later,
+    after one published behind it without a delay."""
+    queue = unique("delayed")
+    declare_and_publish(amqp_broker, queue, [b"ready"])
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    publisher = amqp_broker.connect().channel()
+    publisher.confirm_delivery()
+    arrivals: dict[bytes, float] = {}
+    published_s = 0.0
+    for method, _, body in channel.consume(queue, inactivity_timeout=15):
+        if method is None:
+            break
+        arrivals[body] = time.monotonic() - published_s
+        channel.basic_ack(method.delivery_tag)
+        if body == b"ready":  # the consumer is a member now: publish the two
+            published_s = time.monotonic()
+            publisher.basic_publish("", queue, b"later", pika.BasicProperties(headers={"x-delay": 1500}))
+            publisher.basic_publish("", queue, b"now")
+        if len(arrivals) == 3:
+            break
+    channel.cancel()
+    connection.close()
+    assert set(arrivals) == {b"ready", b"later", b"now"}
+    assert arrivals[b"now"] < arrivals[b"later"]
+    assert arrivals[b"later"] >= 1.5
+
+
+@pytest.mark.parametrize("arguments", [{"x-message-ttl": 1000}, {"x-max-length": 10},
+                                       {"x-dead-letter-exchange": "dlx"}])
+def test_arguments_a_share_queue_cannot_honour_are_refused(amqp_broker: AmqpBroker, arguments: dict) -> None:
+    """406 PRECONDITION_FAILED names the argument; the connection stays usable."""
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_declare(unique("refused"), durable=True, arguments={**SHARE, **arguments})
+    assert refused.value.reply_code == 406 and next(iter(arguments)) in refused.value.reply_text
+    connection.channel().queue_declare(unique("fine"), durable=True, arguments=SHARE)
+    connection.close()
+
+
+def test_basic_get_on_a_share_queue_is_refused(amqp_broker: AmqpBroker) -> None:
+    """basic.get answers 406 and says to consume instead."""
+    queue = unique("noget")
+    declare_and_publish(amqp_broker, queue, [b"x"])
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.basic_get(queue)
+    assert refused.value.reply_code == 406 and "basic.consume" in refused.value.reply_text
+    connection.close()
+
+
+def test_a_share_queue_deleted_and_declared_again_starts_afresh(amqp_broker: AmqpBroker) -> None:
+    """queue.delete removes the share group too: the queue declared again delivers its new messages."""
+    queue = unique("again")
+    declare_and_publish(amqp_broker, queue, [b"old-%d" % index for index in range(5)])
+    assert len(consume_all(amqp_broker, queue, 2, consumers=1, timeout_s=10)[0]) >= 2
+    connection = amqp_broker.connect()
+    connection.channel().queue_delete(queue)
+    connection.close()
+    declare_and_publish(amqp_broker, queue, [b"new"])
+    assert consume_all(amqp_broker, queue, 1, consumers=1, timeout_s=15) == [[b"new"]]
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: pathlib.Path) -> Iterator[AmqpBroker]:
+    yield from running_broker(tmp_path / "data")
+
+
+def test_acknowledged_messages_stay_done_and_the_rest_come_back_after_kill_9(fresh_broker: AmqpBroker) -> None:
+    """The queue's state is the share group's, durable: after kill -9 and a restart, acked messages are not
+    delivered again and the unacked ones are, flagged redelivered."""
+    queue = unique("durable")
+    declare_and_publish(fresh_broker, queue, [b"d%d" % index for index in range(10)])
+    connection = fresh_broker.connect()
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=6)
+    taken = []
+    for method, _, body in channel.consume(queue, inactivity_timeout=10):
+        assert method is not None, "the queue's messages did not arrive"
+        taken.append(body)
+        if len(taken) <= 4:
+            channel.basic_ack(method.delivery_tag)
+        if len(taken) == 6:
+            break
+    # AMQP confirms no ack: wait until the group applied the four, then store the group's state (an alter
+    # returns once the group's state, with its partitions, is written), so the kill cannot outrun them.
+    with ShareGroupAdmin(fresh_broker.bootstrap) as admin:
+        deadline = time.monotonic() + 15
+        while admin.describe(queue_topic(queue)).partitions[0].start_offset < 4:
+            assert time.monotonic() < deadline, "the four acks were not applied"
+            time.sleep(0.05)
+        admin.alter(queue_topic(queue), set_configs={"lease.ms": "30000"})
+    fresh_broker.kill()
+    fresh_broker.restart()
+    connection = fresh_broker.connect()
+    channel = connection.channel()
+    after: list[tuple[bytes, bool]] = []
+    for method, _, body in channel.consume(queue, inactivity_timeout=20):
+        assert method is not None, f"only {after} came back"
+        after.append((body, method.redelivered))
+        channel.basic_ack(method.delivery_tag)
+        if len(after) == 6:
+            break
+    connection.close()
+    assert sorted(body for body, _ in after) == [b"d%d" % index for index in range(4, 10)], "acked ones stay done"
+    assert {body for body, redelivered in after if redelivered} >= {b"d4", b"d5"}, "delivered before: redelivered"
+
+
+def test_messages_acked_after_basic_cancel_are_not_delivered_again(amqp_broker: AmqpBroker) -> None:
+    """AMQP lets a channel ack what it was given after cancelling its consumer: the member stays until then."""
+    queue = unique("cancelled")
+    declare_and_publish(amqp_broker, queue, [b"c%d" % index for index in range(6)])
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=3)
+    given: list[tuple[int, bytes]] = []
+    tag = channel.basic_consume(queue, lambda _channel, method, _properties, body: given.append(
+        (method.delivery_tag, body)))
+    deadline = time.monotonic() + 15
+    while len(given) < 3 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.1)
+    channel.basic_cancel(tag)
+    for delivery_tag, _ in given:
+        channel.basic_ack(delivery_tag)
+    rest = consume_all(amqp_broker, queue, 3, consumers=1, timeout_s=15)[0]
+    connection.close()
+    assert len(given) == 3
+    assert sorted(body for _, body in given) + sorted(rest) == [b"c%d" % index for index in range(6)]

@@ -1,0 +1,48 @@
+"""A share queue's pure parts: arguments it refuses, its share group's configs, x-delay as a record header."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mqbroker.protocols.amqp.codec import encode_properties
+from mqbroker.protocols.amqp.share_queue import (
+    _ranges,
+    check_share_arguments,
+    delay_header,
+    share_group_configs,
+)
+from mqbroker.protocols.amqp.spec import AmqpError, BasicProperties
+
+
+def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
+    with pytest.raises(AmqpError) as refused:
+        check_share_arguments({"x-queue-type": "share", "x-message-ttl": 5, "x-max-length": 1})
+    assert refused.value.reply_code == 406 and "x-max-length, x-message-ttl" in refused.value.reply_text
+    check_share_arguments({"x-queue-type": "share", "x-delivery-limit": 3})
+
+
+def test_the_share_group_reads_from_the_start_and_takes_the_delivery_limit() -> None:
+    assert share_group_configs({"x-queue-type": "share"}) == {"auto.offset.reset": "earliest"}
+    assert share_group_configs({"x-queue-type": "share", "x-delivery-limit": 4}) == {
+        "auto.offset.reset": "earliest", "max.delivery.attempts": "4"}
+
+
+@pytest.mark.parametrize(("value", "header"), [(1500, b"1500"), ("250", b"250"), (b"7", b"7"), (0, None), (-5, None),
+                                               ("soon", None), (True, None), (None, None)])
+def test_x_delay_becomes_the_delay_record_header(value: object, header: bytes | None) -> None:
+    raw = encode_properties(BasicProperties(headers={"x-delay": value} if value is not None else None))
+    assert delay_header(raw) == ((("x-delay", header),) if header else ())
+
+
+@given(st.binary(max_size=64))
+def test_garbage_properties_carry_no_delay(raw: bytes) -> None:
+    assert delay_header(raw) in ((),) or delay_header(raw)[0][0] == "x-delay"
+
+
+@given(st.lists(st.integers(0, 100), max_size=50))
+def test_settled_offsets_become_disjoint_consecutive_ranges(offsets: list[int]) -> None:
+    ranges = _ranges(offsets)
+    assert [offset for first, last in ranges for offset in range(first, last + 1)] == sorted(set(offsets))
+    assert all(later[0] > earlier[1] + 1 for earlier, later in zip(ranges, ranges[1:]))
