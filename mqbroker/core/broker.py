@@ -136,7 +136,8 @@ class Broker:
         self._producer_ids = ProducerIds(cluster=cluster, authorizer=authorizer)
         self._transaction_peers: TransactionPeers | None = None
         self._markers = MarkerAppender(clock=clock, append=self._produce.append_replicated,
-                                       transaction_ended=self._groups.transaction_ended)
+                                       transaction_ended=self._groups.transaction_ended,
+                                       one_round=self._flusher.one_round)
         self._txn_hosting = TransactionHosting(
             config=config, clock=clock, cluster=cluster, logs=logs, replicas=self._replicas,
             append_replicated=self._produce.append_replicated,

@@ -203,7 +203,8 @@ class Ready:
     """What the coordinator produced since the last ``ready()``: replies, records to append, markers to write."""
 
     replies: tuple[Reply, ...] = ()
-    #: (transactional id, log record) to append to ``__transaction_state``, then report with ``written``.
+    #: (transactional id, log record) to append to ``__transaction_state`` in this order, in one batch, then report
+    #: with ``written`` once per id (an id may have two records: a completion and the next transaction's start).
     writes: tuple[tuple[str, object], ...] = ()
     markers: tuple[MarkersToWrite, ...] = ()
 

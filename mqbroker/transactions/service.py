@@ -155,8 +155,8 @@ class TransactionService:
                 answer.errback(reply.error)
             else:
                 answer.callback(reply.response)
-        if ready.writes:
-            self._write([transactional_id for transactional_id, _ in ready.writes],
+        if ready.writes:  # an id with two records (a completion and the next start) is reported once
+            self._write(list(dict.fromkeys(transactional_id for transactional_id, _ in ready.writes)),
                         [record for _, record in ready.writes])  # type: ignore[misc]
         for request in ready.markers:
             self._write_markers(request.transactional_id, request.marker)

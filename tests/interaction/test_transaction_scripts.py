@@ -55,7 +55,7 @@ class Script:
         self.log: list[TransactionLogRecord] = []
         self.now_ms = 0
         self.producers: dict[str, ProducerIdAndEpoch] = {}
-        self.in_flight: dict[str, TransactionLogRecord] = {}
+        self.in_flight: dict[str, list[TransactionLogRecord]] = {}
         self.markers: dict[str, str] = {}
         self.names = (f"r{number}" for number in itertools.count(1))
         self.labels: dict[str, str] = {}
@@ -99,7 +99,7 @@ class Script:
                 lines.append(f"{label}: ok")
         for transactional_id, record in ready.writes:
             assert isinstance(record, TransactionLogRecord)
-            self.in_flight[transactional_id] = record
+            self.in_flight.setdefault(transactional_id, []).append(record)
             lines.append("write " + describe_record(record))
         for request in ready.markers:
             marker = request.marker
@@ -200,9 +200,9 @@ class Script:
         failed = "fail" in positional
         lines = []
         for transactional_id in ids:
-            record = self.in_flight.pop(transactional_id)
+            records = self.in_flight.pop(transactional_id)
             if not failed:
-                self.log.append(record)
+                self.log.extend(records)
             error = NotCoordinatorError("the append failed") if failed else None
             self.coordinator.written(transactional_id, self.now_ms, error)
             lines += self.drain()

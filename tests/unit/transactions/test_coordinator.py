@@ -36,7 +36,8 @@ class Harness:
         self.epoch = 0
         self.producers: dict[str, ProducerIdAndEpoch] = {}
         self.next_producer_id = 100
-        self.pending: dict[str, TransactionLogRecord] = {}
+        #: Records of the write in flight per id (two when a completion and the next start share a batch).
+        self.pending: dict[str, list[TransactionLogRecord]] = {}
         self.markers: dict[str, bool] = {}
         self.keys = iter(range(10**9))
         self.coordinator = self._coordinator()
@@ -58,9 +59,12 @@ class Harness:
                 assert (durable.producer_id, durable.producer_epoch) == (
                     reply.response.producer_id, reply.response.producer_epoch)
                 self.producers[transactional_id] = reply.response
+        fresh: dict[str, list[TransactionLogRecord]] = {}
         for transactional_id, record in ready.writes:
             assert transactional_id not in self.pending, "two writes in flight for one id"
-            self.pending[transactional_id] = record
+            fresh.setdefault(transactional_id, []).append(record)
+        assert all(len(records) <= 2 for records in fresh.values()), fresh
+        self.pending.update(fresh)
         for request in ready.markers:
             durable = replay(self.log)[request.transactional_id]
             assert durable.state.prepared, "markers asked for before the decision is durable"
@@ -111,10 +115,11 @@ class Harness:
             self.failover()
 
     def settle_write(self, transactional_id: str, failed: bool = False) -> None:
-        record = self.pending.pop(transactional_id)
+        records = self.pending.pop(transactional_id)
         if not failed:
-            self.check_transition(record)
-            self.log.append(record)
+            for record in records:  # one batch: durable together
+                self.check_transition(record)
+                self.log.append(record)
         error = NotCoordinatorError("append failed") if failed else None
         self.call(lambda: self.coordinator.written(transactional_id, self.now_ms, error))
 
