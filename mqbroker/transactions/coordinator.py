@@ -19,8 +19,10 @@ requests (``verify``) are never parked: they answer from the persisted state at 
 Fewer writes, each as durable: AddPartitions/AddOffsets parked together share one write (the
 union of their partitions), and those parked behind a decision's markers go out in the same
 write as its completion (CompleteCommit then Ongoing, two records in one batch, so both are
-durable or neither): a producer committing in a loop costs one ``__transaction_state`` write per
-transaction fewer. Nothing is answered or acted on before the write that carries it is durable.
+durable or neither). Once the markers are written the completion waits up to
+``completion_linger_ms`` for such a request (any request of the id, or the deadline, writes it):
+a producer committing in a loop costs one ``__transaction_state`` write per transaction fewer.
+Nothing is answered or acted on before the write that carries it is durable.
 
 The caller (``service.TransactionService``) duties: pass ``now_ms`` to every call; call ``tick``
 at ``next_deadline_ms()``; after every call drain ``ready()``: answer the replies, append the
@@ -123,6 +125,8 @@ class TransactionCoordinator:
         self._replies: list[Reply] = []
         self._writes: list[tuple[str, TransactionLogRecord]] = []
         self._markers: list[MarkersToWrite] = []
+        #: Transactional id -> when its completion is written if no request comes first (markers all written).
+        self._completing: dict[str, int] = {}
         self.next_expiry_check_ms = now_ms + config.expiration_check_interval_ms
         for metadata in sorted(self._metadata.values(), key=lambda m: m.transactional_id):
             if metadata.state.prepared:  # the previous coordinator may not have written them all
@@ -183,7 +187,7 @@ class TransactionCoordinator:
         if not request.transactional_id:
             raise InvalidRequestError("a transactional id must not be empty")
         current = self._metadata.get(request.transactional_id)
-        if self._park_if_busy(request.transactional_id, request, request_key):
+        if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         if current is not None and current.state is TransactionState.ONGOING:
             # Abort the previous incarnation's transaction under a new epoch, then run this again.
@@ -209,7 +213,7 @@ class TransactionCoordinator:
     def add_partitions(self, request: AddPartitionsRequest, request_key: Hashable, now_ms: int) -> None:
         """Add partitions to the producer's transaction (starting it); answered once durable."""
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
-        if self._park_if_busy(request.transactional_id, request, request_key):
+        if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         assert current is not None
         if current.state is TransactionState.ONGOING and request.partitions <= current.partitions:
@@ -261,7 +265,7 @@ class TransactionCoordinator:
     def end_txn(self, request: EndTxnRequest, request_key: Hashable, now_ms: int) -> None:
         """Commit or abort: answered once the decision is durable; the markers follow."""
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
-        if self._park_if_busy(request.transactional_id, request, request_key):
+        if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         assert current is not None
         wanted = TransactionState.COMPLETE_COMMIT if request.committed else TransactionState.COMPLETE_ABORT
@@ -305,12 +309,15 @@ class TransactionCoordinator:
 
     # -- parking -----------------------------------------------------------------------------
 
-    def _park_if_busy(self, transactional_id: str, request: Request, request_key: Hashable) -> bool:
-        """Park the request while a write is in flight or the decision's markers are being written."""
+    def _park_if_busy(self, transactional_id: str, request: Request, request_key: Hashable, now_ms: int) -> bool:
+        """Park the request while a write is in flight or the decision's markers are being written (a completion
+        lingering is written now, with the request if it adds partitions)."""
         current = self._metadata.get(transactional_id)
         busy = transactional_id in self._writes_in_flight or (current is not None and current.state.prepared)
         if busy:
             self._park(transactional_id, request, request_key)
+            if current is not None and self._completing.pop(transactional_id, None) is not None:
+                self._complete(current, now_ms)
         return busy
 
     def _park(self, transactional_id: str, request: Request, request_key: Hashable) -> None:
@@ -411,9 +418,13 @@ class TransactionCoordinator:
         """Every partition has the decision's marker: complete the transaction (and start the next one, if its
         additions wait: one write)."""
         current = self._metadata.get(transactional_id)
-        if current is None or not current.state.prepared or transactional_id in self._writes_in_flight:
+        if current is None or not current.state.prepared or transactional_id in self._writes_in_flight \
+                or transactional_id in self._completing:
             return
-        self._complete(current, now_ms)
+        if transactional_id in self._parked or not self.config.completion_linger_ms:
+            self._complete(current, now_ms)
+        else:
+            self._completing[transactional_id] = now_ms + self.config.completion_linger_ms
 
     def _complete(self, current: TransactionMetadata, now_ms: int) -> None:
         state = TransactionState.COMPLETE_COMMIT if current.state is TransactionState.PREPARE_COMMIT \
@@ -447,7 +458,12 @@ class TransactionCoordinator:
     # -- timers ------------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> None:
-        """Abort transactions past their timeout; forget ids idle past the expiration."""
+        """Write lingering completions that are due; abort transactions past their timeout; forget ids idle past
+        the expiration."""
+        for transactional_id, due_ms in sorted(self._completing.items()):
+            if now_ms >= due_ms:
+                del self._completing[transactional_id]
+                self._complete(self._metadata[transactional_id], now_ms)
         for transactional_id, metadata in sorted(self._metadata.items()):
             if transactional_id in self._writes_in_flight:
                 continue
@@ -464,7 +480,7 @@ class TransactionCoordinator:
 
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work to do."""
-        deadlines = [self.next_expiry_check_ms]
+        deadlines = [self.next_expiry_check_ms, *self._completing.values()]
         deadlines += [metadata.start_ms + metadata.timeout_ms for metadata in self._metadata.values()
                       if metadata.state is TransactionState.ONGOING
                       and metadata.transactional_id not in self._writes_in_flight]

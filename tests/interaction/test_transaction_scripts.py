@@ -5,7 +5,8 @@ rewrites the expected parts). Every request is named ``rN`` by its order; its re
 when the coordinator gives it (after the write it waits for, or after the transaction it was
 parked behind). Writes stay in flight until ``written``; markers until ``markers``.
 
-  coordinator [epoch=N] [timeout_max=ms] [expiration=ms] [check=ms]   a fresh coordinator, clock at 0
+  coordinator [epoch=N] [timeout_max=ms] [expiration=ms] [check=ms] [linger=ms]   a fresh coordinator, clock at 0
+                                         (``linger``: completion_linger_ms, 0 unless given)
   time <ms>                              move the clock and run ``tick`` (prints ``next deadline``)
   init <id> [timeout=ms] [pid=N]         InitProducerId (``pid``: the fresh producer id it may use)
   add <id> <topic>-<partition>... [epoch=N] [pid=N]   AddPartitionsToTxn (the id's own pid/epoch by default)
@@ -68,6 +69,7 @@ class Script:
             transaction_timeout_ms_max=int(self.settings.get("timeout_max", "900000")),
             transactional_id_expiration_ms=int(self.settings.get("expiration", "604800000")),
             expiration_check_interval_ms=int(self.settings.get("check", "3600000")),
+            completion_linger_ms=int(self.settings.get("linger", "0")),
         )
         self.coordinator = TransactionCoordinator(
             config=config, coordinator_epoch=int(named.get("epoch", self.settings.get("epoch", "0"))),
