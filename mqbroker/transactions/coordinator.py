@@ -511,6 +511,11 @@ class TransactionCoordinator:
             if (not wanted_states or m.state in wanted_states) and (not wanted_ids or m.producer_id in wanted_ids)
         ]
 
+    def open_count(self) -> int:
+        """Transactions Ongoing, or decided with markers still to write (a completion lingering is not open)."""
+        return sum(1 for m in self._metadata.values() if m.state is TransactionState.ONGOING
+                   or (m.state.prepared and m.transactional_id not in self._completing))
+
     def pending_request_keys(self) -> list[Hashable]:
         """Every parked request and write awaiting an answer (failed when the coordinator resigns)."""
         keys = [item.request_key for parked in self._parked.values() for item in parked]

@@ -170,3 +170,23 @@ def test_random_schedules_keep_the_rules_and_finish_every_transaction(seed: int)
     for _ in range(300):
         harness.step()
     harness.settle_everything()
+
+
+def test_a_transaction_is_open_until_its_markers_are_written_not_while_its_completion_lingers() -> None:
+    coordinator = TransactionCoordinator(
+        config=TransactionConfig(completion_linger_ms=10), coordinator_epoch=0,
+        offsets_partition_of=lambda group: TopicPartition("__consumer_offsets", 0), now_ms=0)
+    coordinator.init_producer_id(InitTransactionsRequest(transactional_id="t", transaction_timeout_ms=1_000), 1, 0, 7)
+    coordinator.written("t", 0)
+    coordinator.add_partitions(AddPartitionsRequest(transactional_id="t", producer_id=7, producer_epoch=0,
+                                                    partitions=frozenset(PARTITIONS[:1])), 2, 0)
+    coordinator.written("t", 0)
+    assert coordinator.open_count() == 1
+    coordinator.end_txn(EndTxnRequest(transactional_id="t", producer_id=7, producer_epoch=0, committed=True), 3, 0)
+    coordinator.written("t", 0)
+    assert coordinator.open_count() == 1  # decided; its markers are not written yet
+    coordinator.markers_written("t", 1)
+    assert coordinator.open_count() == 0 and coordinator.next_deadline_ms() == 11
+    coordinator.ready()
+    coordinator.tick(11)
+    assert [record for _, record in coordinator.ready().writes]  # the lingering completion, written at its deadline
