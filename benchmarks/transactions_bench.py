@@ -14,9 +14,11 @@ policy, fsync before acknowledging), creates a 3-partition topic per variant, th
 
 Targets (issue 18): transactional at 1,000 records per transaction >= 70% of idempotent; commit p99 <= 20 ms.
 
-``--baseline-source DIR`` compares against other broker code (e.g. ``git archive main | tar -x -C DIR``):
-a second broker runs with ``PYTHONPATH=DIR`` beside this tree's, every round and every batch of commits
-alternates between the two, and the report adds the baseline's figures and this tree's speed-up.
+``--baseline-source DIR`` compares against other code (e.g. ``git archive main | tar -x -C DIR``): a
+second broker runs with ``PYTHONPATH=DIR`` beside this tree's, and every producer measurement runs in a
+child process whose client comes from the same tree as its broker (client and broker change together);
+every round and every batch of commits alternates between the two, and the report adds the baseline's
+figures and this tree's speed-up.
 
 Run: ``python benchmarks/transactions_bench.py [--records N] [--rounds R] [--commits C] [--baseline-source DIR]
 [--json]``.
@@ -27,14 +29,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import pathlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+THIS_SOURCE = str(pathlib.Path(__file__).resolve().parents[1])
+#: A child measuring with another tree's client (``--child``) imports that tree first.
+sys.path.insert(0, os.environ.get("MQBROKER_BENCH_SOURCE", THIS_SOURCE))
 
 from mqbroker.client import Admin, Consumer, Producer  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
@@ -117,6 +123,20 @@ def _percentile(values: list[float], fraction: float) -> float:
 COMMITS_PER_TURN = 50
 
 
+def _measure(source: str | None, kind: str, bootstrap: str, topic: str, count: int, per_transaction: int = 0) -> Any:
+    """One producer measurement, in this process (``source`` None) or in a child using ``source``'s client."""
+    if source is None:
+        if kind == "idempotent":
+            return idempotent_rate(bootstrap, topic, count)
+        if kind == "transactional":
+            return transactional_rate(bootstrap, topic, count, per_transaction)
+        return commit_latencies_ms(bootstrap, topic, count)
+    command = [sys.executable, __file__, "--child", kind, bootstrap, topic, str(count), str(per_transaction)]
+    child = subprocess.run(command, env={**os.environ, "MQBROKER_BENCH_SOURCE": source}, capture_output=True,
+                           text=True, check=True, timeout=600)
+    return json.loads(child.stdout)
+
+
 def _summary(variants: dict[str, list[float]], latencies: list[float]) -> dict[str, Any]:
     medians = {name: statistics.median(rates) for name, rates in variants.items()}
     return {
@@ -129,6 +149,7 @@ def _summary(variants: dict[str, list[float]], latencies: list[float]) -> dict[s
 
 def run(records: int, rounds: int, commits: int, baseline_source: str | None = None) -> dict[str, Any]:
     """Every measurement against one broker (two with ``baseline_source``); variants and brokers alternate."""
+    sources = {"this": None if baseline_source is None else THIS_SOURCE, "baseline": baseline_source}
     with tempfile.TemporaryDirectory(prefix="txn-bench-") as directory:
         brokers = {"this": BrokerProcess(data_dir=pathlib.Path(directory) / "data")}
         if baseline_source is not None:
@@ -144,18 +165,20 @@ def run(records: int, rounds: int, commits: int, baseline_source: str | None = N
             try:
                 for _ in range(rounds):
                     for name, broker in brokers.items():
-                        bootstrap, admin, rates = broker.bootstrap, admins[name], variants[name]
-                        rates["idempotent"].append(idempotent_rate(bootstrap, _topic(admin, "idem"), records))
+                        bootstrap, admin, rates, source = broker.bootstrap, admins[name], variants[name], sources[name]
+                        rates["idempotent"].append(_measure(source, "idempotent", bootstrap, _topic(admin, "idem"),
+                                                            records))
                         for size in (10, 100, 1000):
                             topic = _topic(admin, f"txn{size}")
-                            rates[f"txn-{size}"].append(transactional_rate(bootstrap, topic, records, size))
+                            rates[f"txn-{size}"].append(_measure(source, "transactional", bootstrap, topic, records,
+                                                                 size))
                             if size == 1000 and name == "this":
                                 filled = topic
                 topics = {name: _topic(admins[name], "latency") for name in brokers}
                 for turn in range(0, commits, COMMITS_PER_TURN):
                     for name, broker in brokers.items():
-                        latencies[name] += commit_latencies_ms(broker.bootstrap, topics[name],
-                                                               min(COMMITS_PER_TURN, commits - turn))
+                        latencies[name] += _measure(sources[name], "commits", broker.bootstrap, topics[name],
+                                                    min(COMMITS_PER_TURN, commits - turn))
             finally:
                 for admin in admins.values():
                     admin.close()
@@ -180,6 +203,10 @@ def run(records: int, rounds: int, commits: int, baseline_source: str | None = N
 
 def main() -> None:
     """Parse the options, run, print a table or JSON."""
+    if sys.argv[1:2] == ["--child"]:  # one measurement for a parent comparing trees: its result as JSON
+        kind, bootstrap, topic, count, per_transaction = sys.argv[2:7]
+        print(json.dumps(_measure(None, kind, bootstrap, topic, int(count), int(per_transaction))))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=30_000, help="records per producer variant and round")
     parser.add_argument("--rounds", type=int, default=3)

@@ -14,7 +14,10 @@ the caller reports the write durable (``written``). One write per transactional 
 at a time. A request that meets a write in flight, or a transaction whose markers are being
 written, is parked and run again when that finishes, so a producer that begins its next
 transaction right after committing waits in the broker, not in a retry loop. Verification
-requests (``verify``) are never parked: they answer from the persisted state at once.
+requests answer from the persisted state: at once when it lists the partitions (``verify``
+raises otherwise); ``verify_waiting`` gives one that fails only because they are not listed yet
+up to ``verification_wait_ms`` of the id's writes, so a producer may send its AddPartitionsToTxn
+and its first records together. Fencing errors are never waited on.
 
 Fewer writes, each as durable: AddPartitions/AddOffsets parked together share one write (the
 union of their partitions), and those parked behind a decision's markers go out in the same
@@ -97,6 +100,15 @@ class _Write:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Verification:
+    """A partition leader's verification waiting for the partitions to be listed (until ``deadline_ms``)."""
+
+    request: AddPartitionsRequest
+    request_key: Hashable
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Parked:
     """A request waiting for a write in flight or for markers, to be run again."""
 
@@ -127,6 +139,8 @@ class TransactionCoordinator:
         self._markers: list[MarkersToWrite] = []
         #: Transactional id -> when its completion is written if no request comes first (markers all written).
         self._completing: dict[str, int] = {}
+        #: Transactional id -> verifications waiting for its partitions to be listed.
+        self._verifications: dict[str, list[_Verification]] = {}
         self.next_expiry_check_ms = now_ms + config.expiration_check_interval_ms
         for metadata in sorted(self._metadata.values(), key=lambda m: m.transactional_id):
             if metadata.state.prepared:  # the previous coordinator may not have written them all
@@ -262,6 +276,40 @@ class TransactionCoordinator:
                 f"{', '.join(sorted(map(str, missing)))}; add them (AddPartitionsToTxn) before writing"
             )
 
+    def verify_waiting(self, request: AddPartitionsRequest, request_key: Hashable, now_ms: int) -> None:
+        """``verify``, answered through ``ready()``; waits up to ``verification_wait_ms`` for the partitions to be
+        listed (fencing errors raise at once)."""
+        try:
+            self.verify(request)
+        except InvalidTxnStateError:
+            if not self.config.verification_wait_ms:
+                raise
+            waiting = self._verifications.setdefault(request.transactional_id, [])
+            if len(waiting) >= PARKED_PER_ID_MAX:
+                raise
+            waiting.append(_Verification(request=request, request_key=request_key,
+                                         deadline_ms=now_ms + self.config.verification_wait_ms))
+            return
+        self._reply(request_key)
+
+    def _recheck_verifications(self, transactional_id: str, now_ms: int) -> None:
+        """Answer the id's waiting verifications that pass now, fail or expired; keep the others."""
+        still = []
+        for waiting in self._verifications.pop(transactional_id, []):
+            try:
+                self.verify(waiting.request)
+            except InvalidTxnStateError as error:
+                if now_ms < waiting.deadline_ms:
+                    still.append(waiting)
+                else:
+                    self._reply(waiting.request_key, error=error)
+            except BrokerError as error:
+                self._reply(waiting.request_key, error=error)
+            else:
+                self._reply(waiting.request_key)
+        if still:
+            self._verifications[transactional_id] = still
+
     def end_txn(self, request: EndTxnRequest, request_key: Hashable, now_ms: int) -> None:
         """Commit or abort: answered once the decision is durable; the markers follow."""
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
@@ -391,6 +439,10 @@ class TransactionCoordinator:
 
     def written(self, transactional_id: str, now_ms: int, error: BrokerError | None = None) -> None:
         """The write for ``transactional_id`` is durable (``error`` None) or failed; act on it."""
+        self._written(transactional_id, now_ms, error)
+        self._recheck_verifications(transactional_id, now_ms)
+
+    def _written(self, transactional_id: str, now_ms: int, error: BrokerError | None) -> None:
         write = self._writes_in_flight.pop(transactional_id, None)
         assert write is not None, f"no write in flight for {transactional_id!r}"
         if error is not None:
@@ -460,6 +512,8 @@ class TransactionCoordinator:
     def tick(self, now_ms: int) -> None:
         """Write lingering completions that are due; abort transactions past their timeout; forget ids idle past
         the expiration."""
+        for transactional_id in sorted(self._verifications):
+            self._recheck_verifications(transactional_id, now_ms)
         for transactional_id, due_ms in sorted(self._completing.items()):
             if now_ms >= due_ms:
                 del self._completing[transactional_id]
@@ -481,6 +535,7 @@ class TransactionCoordinator:
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work to do."""
         deadlines = [self.next_expiry_check_ms, *self._completing.values()]
+        deadlines += [waiting.deadline_ms for waiting_list in self._verifications.values() for waiting in waiting_list]
         deadlines += [metadata.start_ms + metadata.timeout_ms for metadata in self._metadata.values()
                       if metadata.state is TransactionState.ONGOING
                       and metadata.transactional_id not in self._writes_in_flight]
@@ -520,4 +575,5 @@ class TransactionCoordinator:
         """Every parked request and write awaiting an answer (failed when the coordinator resigns)."""
         keys = [item.request_key for parked in self._parked.values() for item in parked]
         keys += [key for write in self._writes_in_flight.values() for key in write.request_keys]
+        keys += [waiting.request_key for waiting_list in self._verifications.values() for waiting in waiting_list]
         return keys
