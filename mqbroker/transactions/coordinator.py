@@ -55,6 +55,8 @@ from mqbroker.errors import (
 )
 from mqbroker.groups.model import TopicPartition
 from mqbroker.transactions.log_records import TransactionLogRecord, TransactionMetadata, metadata_record, tombstone
+from mqbroker.transactions.parking import PARKED_PER_ID_MAX, Parked, Request, leading_additions
+from mqbroker.transactions.verifications import WaitingVerifications
 from mqbroker.transactions.messages import (
     PRODUCER_EPOCH_MAX,
     TRANSITIONS,
@@ -73,11 +75,7 @@ from mqbroker.transactions.messages import (
     TransactionState,
 )
 
-#: Requests one transactional id may have parked at once (a producer has at most a few in flight).
-PARKED_PER_ID_MAX = 64
 NO_START = -1
-
-Request = InitTransactionsRequest | AddPartitionsRequest | AddOffsetsRequest | EndTxnRequest
 
 
 class _After(enum.Enum):
@@ -99,23 +97,6 @@ class _Write:
     response: object = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Verification:
-    """A partition leader's verification waiting for the partitions to be listed (until ``deadline_ms``)."""
-
-    request: AddPartitionsRequest
-    request_key: Hashable
-    deadline_ms: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Parked:
-    """A request waiting for a write in flight or for markers, to be run again."""
-
-    request: Request
-    request_key: Hashable
-
-
 class TransactionCoordinator:
     """InitProducerId, AddPartitions/AddOffsets, EndTxn, verification, timeouts and markers for many ids."""
 
@@ -133,14 +114,13 @@ class TransactionCoordinator:
         self.offsets_partition_of = offsets_partition_of
         self._metadata: dict[str, TransactionMetadata] = dict(state or {})
         self._writes_in_flight: dict[str, _Write] = {}
-        self._parked: dict[str, list[_Parked]] = {}
+        self._parked: dict[str, list[Parked]] = {}
         self._replies: list[Reply] = []
         self._writes: list[tuple[str, TransactionLogRecord]] = []
         self._markers: list[MarkersToWrite] = []
         #: Transactional id -> when its completion is written if no request comes first (markers all written).
         self._completing: dict[str, int] = {}
-        #: Transactional id -> verifications waiting for its partitions to be listed.
-        self._verifications: dict[str, list[_Verification]] = {}
+        self._verifications = WaitingVerifications(wait_ms=config.verification_wait_ms, per_id_max=PARKED_PER_ID_MAX)
         self.next_expiry_check_ms = now_ms + config.expiration_check_interval_ms
         for metadata in sorted(self._metadata.values(), key=lambda m: m.transactional_id):
             if metadata.state.prepared:  # the previous coordinator may not have written them all
@@ -282,33 +262,10 @@ class TransactionCoordinator:
         try:
             self.verify(request)
         except InvalidTxnStateError:
-            if not self.config.verification_wait_ms:
+            if not self._verifications.wait(request, request_key, now_ms):
                 raise
-            waiting = self._verifications.setdefault(request.transactional_id, [])
-            if len(waiting) >= PARKED_PER_ID_MAX:
-                raise
-            waiting.append(_Verification(request=request, request_key=request_key,
-                                         deadline_ms=now_ms + self.config.verification_wait_ms))
             return
         self._reply(request_key)
-
-    def _recheck_verifications(self, transactional_id: str, now_ms: int) -> None:
-        """Answer the id's waiting verifications that pass now, fail or expired; keep the others."""
-        still = []
-        for waiting in self._verifications.pop(transactional_id, []):
-            try:
-                self.verify(waiting.request)
-            except InvalidTxnStateError as error:
-                if now_ms < waiting.deadline_ms:
-                    still.append(waiting)
-                else:
-                    self._reply(waiting.request_key, error=error)
-            except BrokerError as error:
-                self._reply(waiting.request_key, error=error)
-            else:
-                self._reply(waiting.request_key)
-        if still:
-            self._verifications[transactional_id] = still
 
     def end_txn(self, request: EndTxnRequest, request_key: Hashable, now_ms: int) -> None:
         """Commit or abort: answered once the decision is durable; the markers follow."""
@@ -374,7 +331,7 @@ class TransactionCoordinator:
             raise ConcurrentTransactionsError(
                 f"transactional id {transactional_id!r} has {len(parked)} requests waiting; retry"
             )
-        parked.append(_Parked(request=request, request_key=request_key))
+        parked.append(Parked(request=request, request_key=request_key))
 
     def _run_parked(self, transactional_id: str, now_ms: int) -> None:
         """Run the parked requests again, in order (those still blocked park again); additions at the front
@@ -389,25 +346,10 @@ class TransactionCoordinator:
             except BrokerError as error:
                 self._reply(item.request_key, error=error)
 
-    def _additions(self, parked: list[_Parked], metadata: TransactionMetadata) -> tuple[int, frozenset[TopicPartition]]:
-        """How many requests at the front of ``parked`` add partitions or offsets for ``metadata``'s producer id
-        and epoch, and the partitions they add together."""
-        count, partitions = 0, frozenset[TopicPartition]()
-        for item in parked:
-            request = item.request
-            if isinstance(request, AddPartitionsRequest) and not request.verify_only:
-                adds = request.partitions
-            elif isinstance(request, AddOffsetsRequest):
-                adds = frozenset({self.offsets_partition_of(request.group_id)})
-            else:
-                break
-            if (request.producer_id, request.producer_epoch) != (metadata.producer_id, metadata.producer_epoch):
-                break
-            count += 1
-            partitions |= adds
-        return count, partitions
+    def _additions(self, parked: list[Parked], metadata: TransactionMetadata) -> tuple[int, frozenset[TopicPartition]]:
+        return leading_additions(parked, metadata.producer_id, metadata.producer_epoch, self.offsets_partition_of)
 
-    def _add_together(self, current: TransactionMetadata, parked: list[_Parked], now_ms: int) -> list[_Parked]:
+    def _add_together(self, current: TransactionMetadata, parked: list[Parked], now_ms: int) -> list[Parked]:
         """Answer the additions at the front of ``parked`` with one write (when more than one wait); the rest."""
         count, partitions = self._additions(parked, current)
         if count < 2:
@@ -440,7 +382,7 @@ class TransactionCoordinator:
     def written(self, transactional_id: str, now_ms: int, error: BrokerError | None = None) -> None:
         """The write for ``transactional_id`` is durable (``error`` None) or failed; act on it."""
         self._written(transactional_id, now_ms, error)
-        self._recheck_verifications(transactional_id, now_ms)
+        self._replies += self._verifications.recheck(transactional_id, now_ms, self.verify)
 
     def _written(self, transactional_id: str, now_ms: int, error: BrokerError | None) -> None:
         write = self._writes_in_flight.pop(transactional_id, None)
@@ -512,8 +454,8 @@ class TransactionCoordinator:
     def tick(self, now_ms: int) -> None:
         """Write lingering completions that are due; abort transactions past their timeout; forget ids idle past
         the expiration."""
-        for transactional_id in sorted(self._verifications):
-            self._recheck_verifications(transactional_id, now_ms)
+        for transactional_id in self._verifications.ids():
+            self._replies += self._verifications.recheck(transactional_id, now_ms, self.verify)
         for transactional_id, due_ms in sorted(self._completing.items()):
             if now_ms >= due_ms:
                 del self._completing[transactional_id]
@@ -535,7 +477,7 @@ class TransactionCoordinator:
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work to do."""
         deadlines = [self.next_expiry_check_ms, *self._completing.values()]
-        deadlines += [waiting.deadline_ms for waiting_list in self._verifications.values() for waiting in waiting_list]
+        deadlines += self._verifications.deadlines_ms()
         deadlines += [metadata.start_ms + metadata.timeout_ms for metadata in self._metadata.values()
                       if metadata.state is TransactionState.ONGOING
                       and metadata.transactional_id not in self._writes_in_flight]
@@ -575,5 +517,5 @@ class TransactionCoordinator:
         """Every parked request and write awaiting an answer (failed when the coordinator resigns)."""
         keys = [item.request_key for parked in self._parked.values() for item in parked]
         keys += [key for write in self._writes_in_flight.values() for key in write.request_keys]
-        keys += [waiting.request_key for waiting_list in self._verifications.values() for waiting in waiting_list]
+        keys += self._verifications.request_keys()
         return keys
