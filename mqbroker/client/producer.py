@@ -79,6 +79,8 @@ class ProducerCore:
         #: Partitions whose next batch is ready but its leader has max_in_flight requests out:
         #: a reply, not a timer, lets them go on (so they set no deadline: no busy loop).
         self._waiting_for_slot: set[tuple[str, int]] = set()
+        #: Partitions whose batches wait until the transaction coordinator lists them (AddPartitionsToTxn).
+        self.gated: set[tuple[str, int]] = set()
         self._flushing = False
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
@@ -162,7 +164,7 @@ class ProducerCore:
         plan_bytes: dict[int, int] = {}
         awaiting_leader: set[str] = set()
         for key, queue in self._queues.items():
-            if not queue:
+            if not queue or key in self.gated:
                 continue
             batch = queue[0]
             node_id = leader_of(batch.topic, batch.partition)
@@ -290,6 +292,17 @@ class ProducerCore:
             self._retry_or_fail(batch, error, now_ms, finished)
         return finished
 
+    def fail_gated(self, keys: set[tuple[str, int]], error: BrokerError) -> list[ProducerBatch]:
+        """The coordinator refused to list these partitions: fail their unsent batches; return them."""
+        self.gated -= keys
+        finished: list[ProducerBatch] = []
+        for key in keys:
+            if key in self._open:
+                self._close(key, self._open[key])
+            queue = self._queues.get(key)
+            while queue:
+                self._fail(queue.popleft(), error, finished)
+        return finished
 
     def fail_pending(self, error: BrokerError) -> list[ProducerBatch]:
         """Fail every unfinished batch, open, queued or in flight (the driver is closing); return them."""

@@ -4,11 +4,10 @@
 The drivers (the blocking and Twisted producers) ask ``TransactionTracker`` before each call, so
 an illegal call (commit with no transaction open, send before ``begin_transaction``) is refused
 client-side with ``InvalidTxnStateError`` naming what to do, and the broker never sees it. A
-partition new to the transaction is added (AddPartitionsToTxn) when its first record is sent:
-the Twisted producer waits for the answer before it sends the partition's first batch; the
-blocking producer sends both at once (its adder thread adds every partition waiting in one
-request) and the partition leader's verification (KIP-890) waits for the coordinator to list
-the partition. A send that fails inside a transaction makes it abortable only; being fenced (a newer producer with the same transactional id, or a
+partition is added to the transaction (AddPartitionsToTxn) before the first batch for it is
+sent, so no batch reaches a partition leader before the coordinator lists that partition (the
+leader would refuse it, KIP-890); the blocking producer's I/O thread adds every partition waiting
+in one request. A send that fails inside a transaction makes it abortable only; being fenced (a newer producer with the same transactional id, or a
 transaction the coordinator aborted after its timeout) is fatal: the producer must be closed.
 """
 

@@ -14,10 +14,7 @@ the caller reports the write durable (``written``). One write per transactional 
 at a time. A request that meets a write in flight, or a transaction whose markers are being
 written, is parked and run again when that finishes, so a producer that begins its next
 transaction right after committing waits in the broker, not in a retry loop. Verification
-requests answer from the persisted state: at once when it lists the partitions (``verify``
-raises otherwise); ``verify_waiting`` gives one that fails only because they are not listed yet
-up to ``verification_wait_ms`` of the id's writes, so a producer may send its AddPartitionsToTxn
-and its first records together. Fencing errors are never waited on.
+requests (``verify``) are never parked: they answer from the persisted state at once.
 
 Fewer writes, each as durable: AddPartitions/AddOffsets parked together share one write (the
 union of their partitions), and those parked behind a decision's markers go out in the same
@@ -56,7 +53,6 @@ from mqbroker.errors import (
 from mqbroker.groups.model import TopicPartition
 from mqbroker.transactions.log_records import TransactionLogRecord, TransactionMetadata, metadata_record, tombstone
 from mqbroker.transactions.parking import PARKED_PER_ID_MAX, Parked, Request, leading_additions
-from mqbroker.transactions.verifications import WaitingVerifications
 from mqbroker.transactions.messages import (
     PRODUCER_EPOCH_MAX,
     TRANSITIONS,
@@ -120,7 +116,6 @@ class TransactionCoordinator:
         self._markers: list[MarkersToWrite] = []
         #: Transactional id -> when its completion is written if no request comes first (markers all written).
         self._completing: dict[str, int] = {}
-        self._verifications = WaitingVerifications(wait_ms=config.verification_wait_ms, per_id_max=PARKED_PER_ID_MAX)
         self.next_expiry_check_ms = now_ms + config.expiration_check_interval_ms
         for metadata in sorted(self._metadata.values(), key=lambda m: m.transactional_id):
             if metadata.state.prepared:  # the previous coordinator may not have written them all
@@ -256,17 +251,6 @@ class TransactionCoordinator:
                 f"{', '.join(sorted(map(str, missing)))}; add them (AddPartitionsToTxn) before writing"
             )
 
-    def verify_waiting(self, request: AddPartitionsRequest, request_key: Hashable, now_ms: int) -> None:
-        """``verify``, answered through ``ready()``; waits up to ``verification_wait_ms`` for the partitions to be
-        listed (fencing errors raise at once)."""
-        try:
-            self.verify(request)
-        except InvalidTxnStateError:
-            if not self._verifications.wait(request, request_key, now_ms):
-                raise
-            return
-        self._reply(request_key)
-
     def end_txn(self, request: EndTxnRequest, request_key: Hashable, now_ms: int) -> None:
         """Commit or abort: answered once the decision is durable; the markers follow."""
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
@@ -381,10 +365,6 @@ class TransactionCoordinator:
 
     def written(self, transactional_id: str, now_ms: int, error: BrokerError | None = None) -> None:
         """The write for ``transactional_id`` is durable (``error`` None) or failed; act on it."""
-        self._written(transactional_id, now_ms, error)
-        self._replies += self._verifications.recheck(transactional_id, now_ms, self.verify)
-
-    def _written(self, transactional_id: str, now_ms: int, error: BrokerError | None) -> None:
         write = self._writes_in_flight.pop(transactional_id, None)
         assert write is not None, f"no write in flight for {transactional_id!r}"
         if error is not None:
@@ -454,8 +434,6 @@ class TransactionCoordinator:
     def tick(self, now_ms: int) -> None:
         """Write lingering completions that are due; abort transactions past their timeout; forget ids idle past
         the expiration."""
-        for transactional_id in self._verifications.ids():
-            self._replies += self._verifications.recheck(transactional_id, now_ms, self.verify)
         for transactional_id, due_ms in sorted(self._completing.items()):
             if now_ms >= due_ms:
                 del self._completing[transactional_id]
@@ -477,7 +455,6 @@ class TransactionCoordinator:
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work to do."""
         deadlines = [self.next_expiry_check_ms, *self._completing.values()]
-        deadlines += self._verifications.deadlines_ms()
         deadlines += [metadata.start_ms + metadata.timeout_ms for metadata in self._metadata.values()
                       if metadata.state is TransactionState.ONGOING
                       and metadata.transactional_id not in self._writes_in_flight]
@@ -517,5 +494,4 @@ class TransactionCoordinator:
         """Every parked request and write awaiting an answer (failed when the coordinator resigns)."""
         keys = [item.request_key for parked in self._parked.values() for item in parked]
         keys += [key for write in self._writes_in_flight.values() for key in write.request_keys]
-        keys += self._verifications.request_keys()
         return keys

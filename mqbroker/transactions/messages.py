@@ -95,10 +95,6 @@ class TransactionConfig:
     #: the same id meanwhile (a producer beginning its next transaction) shares the write. The decision and
     #: its markers are durable already; a coordinator taking over only writes the markers again. 0: at once.
     completion_linger_ms: int = 10
-    #: How long a partition leader's verification (KIP-890) that fails only because the partitions are not in the
-    #: producer's ongoing transaction yet waits for the id's writes: a producer may send AddPartitionsToTxn and its
-    #: first records at once. Below the 5 s a leader waits for another broker's answer.
-    verification_wait_ms: int = 3_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

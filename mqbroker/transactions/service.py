@@ -91,7 +91,7 @@ class TransactionService:
     def add_partitions(self, request: AddPartitionsRequest) -> Deferred[None]:
         """Add partitions to the ongoing transaction (or, ``verify_only``, check they are in it)."""
         if request.verify_only:
-            return self._park(lambda key: self._coordinator.verify_waiting(request, key, self.now_ms()))
+            return self._now(lambda: self._coordinator.verify(request))
         return self._park(lambda key: self._coordinator.add_partitions(request, key, self.now_ms()))
 
     def add_offsets(self, request: AddOffsetsRequest) -> Deferred[None]:

@@ -5,9 +5,8 @@ rewrites the expected parts). Every request is named ``rN`` by its order; its re
 when the coordinator gives it (after the write it waits for, or after the transaction it was
 parked behind). Writes stay in flight until ``written``; markers until ``markers``.
 
-  coordinator [epoch=N] [timeout_max=ms] [expiration=ms] [check=ms] [linger=ms] [verify_wait=ms]
-                                         a fresh coordinator, clock at 0 (``linger``: completion_linger_ms,
-                                         ``verify_wait``: verification_wait_ms; both 0 unless given)
+  coordinator [epoch=N] [timeout_max=ms] [expiration=ms] [check=ms] [linger=ms]   a fresh coordinator, clock at 0
+                                         (``linger``: completion_linger_ms, 0 unless given)
   time <ms>                              move the clock and run ``tick`` (prints ``next deadline``)
   init <id> [timeout=ms] [pid=N]         InitProducerId (``pid``: the fresh producer id it may use)
   add <id> <topic>-<partition>... [epoch=N] [pid=N]   AddPartitionsToTxn (the id's own pid/epoch by default)
@@ -71,7 +70,6 @@ class Script:
             transactional_id_expiration_ms=int(self.settings.get("expiration", "604800000")),
             expiration_check_interval_ms=int(self.settings.get("check", "3600000")),
             completion_linger_ms=int(self.settings.get("linger", "0")),
-            verification_wait_ms=int(self.settings.get("verify_wait", "0")),
         )
         self.coordinator = TransactionCoordinator(
             config=config, coordinator_epoch=int(named.get("epoch", self.settings.get("epoch", "0"))),
@@ -194,10 +192,10 @@ class Script:
     def do_verify(self, positional: list[str], named: dict[str, str]) -> list[str]:
         transactional_id, *partitions = positional
         producer_id, epoch = self.identity(transactional_id, named)
-        request = AddPartitionsRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                       producer_epoch=epoch, partitions=topic_partitions(partitions), verify_only=True)
-        return self._call(f"verify {transactional_id}",
-                          lambda key: self.coordinator.verify_waiting(request, key, self.now_ms))
+        self.coordinator.verify(AddPartitionsRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                                     producer_epoch=epoch, partitions=topic_partitions(partitions),
+                                                     verify_only=True))
+        return ["verified"]
 
     def do_written(self, positional: list[str], named: dict[str, str]) -> list[str]:
         ids = [word for word in positional if word != "fail"] or sorted(self.in_flight)

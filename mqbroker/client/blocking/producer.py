@@ -94,7 +94,8 @@ class Producer:
             assert isinstance(identity, InitProducerIdResponse)
             self._core.set_producer_identity(identity.producer_id, identity.producer_epoch)
         self._core.on_batch_full = self._batch_full
-        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed)
+        self._io = ProducerIO(self._core, self._cluster, self._lock, self._changed,
+                              None if self._transactions is None else self._transactions.add_waiting_partitions)
         self._thread = threading.Thread(target=self._io.run, name="mqbroker-producer-io", daemon=True)
         self._thread.start()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import selectors
 import socket
 import threading
+from collections.abc import Callable
 
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
 from mqbroker.client.blocking.delivery import BatchDelivery
@@ -24,8 +25,12 @@ class ProducerIO:
 
     def __init__(
         self, core: ProducerCore, cluster: BlockingCluster, lock: threading.Lock, changed: threading.Condition,
+        open_gates: Callable[[], list[ProducerBatch]] | None = None,
     ) -> None:
+        """``open_gates``: a transactional producer's AddPartitionsToTxn for the partitions whose batches wait
+        (``core.gated``); returns the batches it failed (called without ``lock``, before each drain)."""
         self.core = core
+        self._open_gates = open_gates
         self.cluster = cluster
         self.lock = lock
         self.changed = changed
@@ -79,6 +84,10 @@ class ProducerIO:
             finished = self.finishing(core.expire(now_ms))
         if stale:
             self._refresh(stale)
+        if self._open_gates is not None and core.gated:
+            failed = self._open_gates()
+            with self.lock:
+                finished += self.finishing(failed)
         with self.lock:
             plans = core.drain(now_ms, self.cluster.view.leader)
             deadline_ms = core.next_deadline_ms(now_ms)

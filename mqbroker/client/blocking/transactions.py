@@ -1,7 +1,7 @@
 """The blocking producer's transaction calls: to the transactional id's coordinator and the group's coordinator.
 
 The calls run on their own connections (the producer's I/O thread keeps its sockets to the
-partition leaders), on the application's thread, or the adder's for AddPartitionsToTxn. A call meeting a coordinator that moved, is
+partition leaders), on the application's thread, or the I/O thread's for AddPartitionsToTxn. A call meeting a coordinator that moved, is
 loading, is unreachable or is still finishing the previous transaction (CONCURRENT_TRANSACTIONS)
 finds the coordinator again and retries, with backoff, until ``max_block_ms``; other errors are
 raised typed. ``client/transaction_requests.py`` builds the requests; the pure
@@ -22,6 +22,7 @@ from mqbroker.client.blocking.group import coordinator_connection
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.group_member import ConsumerGroupMetadata
+from mqbroker.client.producer_batch import ProducerBatch
 from mqbroker.client.transaction_requests import FIND_AGAIN, WAIT, TransactionRequests, raise_first_partition_error
 from mqbroker.client.transaction_state import ProducerTransactionState, TopicPartition, TransactionTracker
 from mqbroker.protocols.native.messages import CoordinatorType
@@ -98,14 +99,10 @@ class CoordinatorCalls:
 class ProducerTransactions:
     """A transactional ``Producer``'s side of its transactions: the tracker's checks, then the coordinator calls.
 
-    ``send`` marks a partition new to the transaction as waiting and wakes the adder thread, which
-    adds every partition waiting at that moment in one AddPartitionsToTxn (``_add_partitions``),
-    while the I/O thread sends the partition's batches at once: the partition leader's verification
-    waits (``verification_wait_ms``) for the coordinator to list it, so the round trips overlap
-    instead of following each other. A refused AddPartitionsToTxn makes the transaction abortable
-    (its batches fail their verification). Commit and abort first wait for the adds in flight.
-    ``_state`` guards the tracker (never held across a request or a flush; ``_adds_changed`` is its
-    condition); ``_calls_in_order`` serializes the application's own calls.
+    ``send`` only marks a new partition as waiting (its batches are held: ``core.gated``); the I/O
+    thread adds every waiting partition in one AddPartitionsToTxn before it sends their batches
+    (``add_waiting_partitions``), as Kafka's sender does. ``_state`` guards the tracker (never held
+    across a request or a flush); ``_calls_in_order`` serializes the application's own calls.
     """
 
     def __init__(self, requests: TransactionRequests, calls: CoordinatorCalls, producer: Producer) -> None:
@@ -114,11 +111,7 @@ class ProducerTransactions:
         self._calls = calls
         self._producer = producer
         self._state = threading.Lock()
-        self._adds_changed = threading.Condition(self._state)
         self._calls_in_order = threading.Lock()
-        self._closing = False
-        self._adder = threading.Thread(target=self._add_partitions, name="mqbroker-producer-txn-adder", daemon=True)
-        self._adder.start()
 
     def _call(self, request: object, key: str | None = None, key_type: CoordinatorType = CoordinatorType.TRANSACTION,
               check: Callable[[object], None] = lambda _: None) -> object:
@@ -144,40 +137,36 @@ class ProducerTransactions:
                 self.tracker.initialized()
 
     def before_send(self, topic: str, partition: int) -> None:
-        """Refuse a send outside a transaction; a partition new to the transaction is added (by the adder)."""
+        """Refuse a send outside a transaction; a partition new to the transaction waits to be added."""
         with self._state:
             self.tracker.check_send()
             new = self.tracker.to_add({(topic, partition)})
             if new:
                 self.tracker.adding(new)
-                self._adds_changed.notify_all()
+                with self._producer._lock:
+                    self._producer._core.gated |= new
 
-    def _add_partitions(self) -> None:
-        """(The adder thread.) One AddPartitionsToTxn for every partition waiting, again and again until closed."""
-        while True:
-            with self._state:
-                while not self._closing and not self.tracker.pending:
-                    self._adds_changed.wait()
-                if self._closing:
-                    return
-                waiting = set(self.tracker.pending)
-            try:
-                self._calls.request(self._requests.transactional_id, CoordinatorType.TRANSACTION,
-                                    self._requests.add_partitions(waiting), raise_first_partition_error)
-            except errors.BrokerError as error:
-                with self._state:
-                    self.tracker.add_failed(waiting, error)
-                    self._adds_changed.notify_all()
-                continue
-            with self._state:
-                self.tracker.added(waiting)
-                self._adds_changed.notify_all()
-
-    def _wait_for_adds(self) -> None:
-        """Until no AddPartitionsToTxn is waiting or in flight (each ends within the coordinator calls' deadline)."""
+    def add_waiting_partitions(self) -> list[ProducerBatch]:
+        """(The I/O thread.) One AddPartitionsToTxn for every waiting partition, then let their batches go; if it
+        is refused, fail those batches (the transaction must be aborted) and return them."""
         with self._state:
-            while self.tracker.pending and not self._closing:
-                self._adds_changed.wait()
+            waiting = set(self.tracker.pending)
+        if not waiting:
+            return []
+        core = self._producer._core
+        try:
+            self._calls.request(self._requests.transactional_id, CoordinatorType.TRANSACTION,
+                                self._requests.add_partitions(waiting), raise_first_partition_error)
+        except errors.BrokerError as error:
+            with self._state:
+                self.tracker.add_failed(waiting, error)
+            with self._producer._lock:
+                return core.fail_gated(waiting, error)
+        with self._state:
+            self.tracker.added(waiting)
+        with self._producer._lock:
+            core.gated -= waiting
+        return []
 
     def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
         """AddOffsetsToTxn once per group and transaction, then TxnOffsetCommit at the group's coordinator."""
@@ -200,8 +189,7 @@ class ProducerTransactions:
                 open_transaction = self.tracker.state in (ProducerTransactionState.IN_TRANSACTION,
                                                           ProducerTransactionState.ABORTABLE_ERROR)
             if open_transaction:
-                producer.flush()  # the batches' verification waits for the adds
-                self._wait_for_adds()
+                producer.flush()  # the I/O thread adds the waiting partitions meanwhile
                 with producer._lock:
                     failure, producer._core.failure = producer._core.failure, None
                 if failure is not None:
@@ -221,9 +209,5 @@ class ProducerTransactions:
                 self.tracker.ended()
 
     def close(self) -> None:
-        """Stop the adder (after the add it is sending) and close the coordinator connections."""
-        with self._state:
-            self._closing = True
-            self._adds_changed.notify_all()
-        self._adder.join()
+        """Close the coordinator connections."""
         self._calls.close()

@@ -250,8 +250,24 @@ def test_failing_pending_batches_fails_each_unfinished_batch_once_and_leaves_not
     assert in_flight.batches[0] in failed
 
 
-def test_a_transactional_producer_s_batches_travel_transactional_with_its_id() -> None:
+def test_a_transactional_partition_waits_at_its_gate_and_travels_transactional_once_added() -> None:
     core = _core(linger_ms=0, transactional_id="tx")
-    core.append("events", 0, 1, None, b"first", None, now_ms=0)
+    core.gated.add(("events", 0))
+    core.append("events", 0, 1, None, b"held", None, now_ms=0)
+    core.append("events", 1, 1, None, b"free", None, now_ms=0)
     (plan,) = core.drain(0, _leader_one)
+    assert [batch.partition for batch in plan.batches] == [1]
     assert plan.request().transactional_id == "tx" and read_header(plan.batches[0].payload).is_transactional
+    core.gated.clear()
+    (later,) = core.drain(1, _leader_one)
+    assert [batch.partition for batch in later.batches] == [0]
+
+
+def test_a_refused_gate_fails_its_batches_and_records_the_failure() -> None:
+    core = _core(linger_ms=0, transactional_id="tx")
+    core.gated.add(("events", 0))
+    core.append("events", 0, 1, None, b"held", None, now_ms=0)
+    refused = TopicAuthorizationError("not allowed")
+    (batch,) = core.fail_gated({("events", 0)}, refused)
+    assert batch.error is refused and core.failure is refused
+    assert not core.gated and not core.has_pending

@@ -34,11 +34,10 @@ def _started(tmp_path: Path) -> BrokerRig:
 
 
 def _settled(rig: BrokerRig, deferred: Deferred[Any]) -> Any:
-    """Run fsync rounds and the clock (6 s at most: a refused verification waits 3 s) until ``deferred`` fires;
-    its result (or its error raised)."""
+    """Run fsync rounds and the clock until ``deferred`` fires; its result (or its error raised)."""
     outcome: list[Any] = []
     deferred.addBoth(outcome.append)
-    for _ in range(600):
+    for _ in range(200):
         if outcome:
             break
         rig.engine.finish_all()
