@@ -19,6 +19,9 @@ RECORDS_PER_RANGE_MAX = 1_000_000
 #: Uncompressed bytes per record batch the sink writes (well below the default max.message.bytes).
 BATCH_BYTES_MAX = 256 * 1024
 
+#: What the source's ``isolationLevel`` option may be (Kafka's isolation.level values), the default first.
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
 RESERVED_SECURITY_OPTIONS = (
     "security.protocol",
     "ssl.cafile",
@@ -80,6 +83,9 @@ class SourceOptions:
     records_per_trigger_max: int | None
     records_per_range_max: int
     include_headers: bool
+    #: ``read_committed`` (the default): only committed transactions' records, batches end at the last stable
+    #: offset; ``read_uncommitted``: everything up to the high watermark, aborted records included.
+    isolation_level: str
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -106,6 +112,9 @@ class SourceOptions:
             raise OptionError("endingOffsets applies to batch reads only; a stream reads on as data arrives")
         if ending == "earliest":
             raise OptionError("endingOffsets=earliest would read nothing; use latest or JSON offsets")
+        isolation_level = options.get("isolationLevel", "read_committed").strip().lower()
+        if isolation_level not in ISOLATION_LEVELS:
+            raise OptionError(f"isolationLevel must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation_level!r}")
         timestamp = options.get("startingTimestamp")
         if timestamp is not None and not timestamp.strip().isdigit():
             raise OptionError(f"startingTimestamp must be milliseconds since the epoch, got {timestamp!r}")
@@ -119,6 +128,7 @@ class SourceOptions:
             records_per_trigger_max=_positive_int(options, "maxOffsetsPerTrigger", None),
             records_per_range_max=_positive_int(options, "maxRecordsPerPartition", RECORDS_PER_RANGE_MAX) or 0,
             include_headers=_boolean(options, "includeHeaders"),
+            isolation_level=isolation_level,
         )
 
     def wants(self, topic: str) -> bool:

@@ -2,7 +2,10 @@
 
 Planning (offsets, partitions) runs where Spark plans the query and asks the brokers with
 the blocking ``Admin``; ``read`` runs in Spark's Python workers, each with its own blocking
-``Consumer`` on one offset range. Rows leave as Arrow record batches, which Spark takes
+``Consumer`` on one offset range. By default (``isolationLevel=read_committed``) a batch ends at
+each partition's last stable offset and its reads leave out aborted transactions' records (and
+the markers, which hold offsets but no row), as Spark's Kafka source does with
+``kafka.isolation.level=read_committed``. Rows leave as Arrow record batches, which Spark takes
 without converting row by row. A batch whose records do not decode is logged (topic, partition,
 offsets) in the worker's log and passed over: the query goes on with the records after it.
 """
@@ -69,9 +72,9 @@ class SourceCatalog:
         for topic, count in counts.items():
             offsets[topic] = {}
             for partition in range(count):
-                offset = self.admin.list_offset(topic, partition, timestamp_ms)
+                offset = self._list_offset(topic, partition, timestamp_ms)
                 if offset < 0:  # no record at or after the time: start at the end
-                    offset = self.admin.list_offset(topic, partition, LATEST)
+                    offset = self._list_offset(topic, partition, LATEST)
                 offsets[topic][partition] = offset
         return offsets
 
@@ -91,9 +94,13 @@ class SourceCatalog:
                 if partition >= counts[topic]:
                     raise OptionError(f"offsets name {topic}/{partition}, but {topic!r} has {counts[topic]} partitions")
                 if offset < 0:
-                    offset = self.admin.list_offset(topic, partition, offset)
+                    offset = self._list_offset(topic, partition, offset)
                 resolved[topic][partition] = offset
         return resolved
+
+    def _list_offset(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """As ``Admin.list_offset`` at the source's isolation level (LATEST: the last stable offset if committed)."""
+        return self.admin.list_offset(topic, partition, timestamp_ms, self.options.isolation_level)
 
     def starting_offsets(self) -> TopicOffsets:
         """Where a new query starts: ``startingTimestamp`` if given, else ``startingOffsets``."""
@@ -206,22 +213,24 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
         return
     target = (offset_range.topic, offset_range.partition)
     consumer = Consumer(options.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                        client_id="mqbroker-spark-reader", on_unreadable=skipped_batch)
+                        client_id="mqbroker-spark-reader", on_unreadable=skipped_batch,
+                        isolation_level=options.isolation_level)
     try:
         consumer.assign([target])
         consumer.seek(target, offset_range.start)
         pending: list[Message] = []
-        stalled_since = time.monotonic()
-        while consumer.position(target) < offset_range.end:
+        stalled_since, position = time.monotonic(), offset_range.start
+        while position < offset_range.end:
             messages = consumer.poll(0.5)
+            if consumer.position(target) > position:  # read_committed moves on over markers and aborted records too
+                stalled_since, position = time.monotonic(), consumer.position(target)
             if not messages:
                 if time.monotonic() - stalled_since > READ_STALL_S_MAX:
                     raise BrokerError(
-                        f"{offset_range.topic}/{offset_range.partition} stopped at offset {consumer.position(target)}"
+                        f"{offset_range.topic}/{offset_range.partition} stopped at offset {position}"
                         f" before {offset_range.end}, which it had reached when the batch was planned"
                     )
                 continue
-            stalled_since = time.monotonic()
             if messages[-1].offset >= offset_range.end:
                 messages = [message for message in messages if message.offset < offset_range.end]
             pending += messages

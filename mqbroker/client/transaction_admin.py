@@ -1,4 +1,5 @@
-"""``TransactionAdmin``: what the transaction coordinators know (blocking; for ``mqbroker transactions``)."""
+"""``TransactionAdmin``: what the transaction coordinators know, and an operator's abort (blocking; for
+``mqbroker transactions``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from mqbroker.client.connection import BlockingConnection, BrokerUnavailableErro
 from mqbroker.client.group_admin import live_broker_addresses
 from mqbroker.client.security import ClientSecurity
 from mqbroker.protocols.native import txn_messages as t
-from mqbroker.protocols.native.messages import CoordinatorType
+from mqbroker.protocols.native.messages import CoordinatorType, InitProducerIdRequest, InitProducerIdResponse
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,7 +31,8 @@ class TransactionInfo:
 
 
 class TransactionAdmin:
-    """Lists the transactional ids every broker coordinates and describes one at its coordinator."""
+    """Lists the transactional ids every broker coordinates, describes one at its coordinator, aborts one's
+    open transaction."""
 
     def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000,
                  client_id: str = "mqbroker-admin", security: ClientSecurity | None = None) -> None:
@@ -71,6 +73,25 @@ class TransactionAdmin:
             producer_epoch=found.producer_epoch, timeout_ms=found.transaction_timeout_ms,
             start_ms=found.transaction_start_time_ms, coordinator_epoch=found.coordinator_epoch,
             partitions=tuple((topic.topic, partition) for topic in found.topics for partition in topic.partitions))
+
+    def abort(self, transactional_id: str) -> TransactionInfo:
+        """Abort the id's Ongoing transaction and fence its producer; the id's state afterwards.
+
+        As Kafka's ``kafka-transactions force-terminate`` (Admin ``fenceProducers``): an InitProducerId
+        for the id makes its coordinator bump the epoch and abort the open transaction, and answers once
+        every partition has the ABORT marker. The producer that began it is fenced (PRODUCER_FENCED on its
+        next call) and must be closed; read_committed readers held back by the transaction move on.
+        Needs WRITE on the transactional id. Refused (INVALID_TXN_STATE) when no transaction is Ongoing.
+        """
+        info = self.describe(transactional_id)
+        if info.state != "Ongoing":
+            raise errors.InvalidTxnStateError(
+                f"transactional id {transactional_id!r} has no ongoing transaction to abort (it is {info.state})"
+                + ("; its decision is being carried out, wait for it" if info.state.startswith("Prepare") else ""))
+        response = self._calls.request(transactional_id, CoordinatorType.TRANSACTION, InitProducerIdRequest(
+            transactional_id=transactional_id, transaction_timeout_ms=info.timeout_ms))
+        assert isinstance(response, InitProducerIdResponse)
+        return self.describe(transactional_id)
 
     def close(self) -> None:
         """Close the coordinator connections."""

@@ -77,6 +77,7 @@ from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 from mqbroker.transactions import messages as txn_messages
 from mqbroker.transactions.hosting import TransactionHosting
+from mqbroker.transactions.stats import TransactionMetrics
 
 
 @implementer(IBroker)
@@ -136,7 +137,8 @@ class Broker:
         self._producer_ids = ProducerIds(cluster=cluster, authorizer=authorizer)
         self._transaction_peers: TransactionPeers | None = None
         self._markers = MarkerAppender(clock=clock, append=self._produce.append_replicated,
-                                       transaction_ended=self._groups.transaction_ended)
+                                       transaction_ended=self._groups.transaction_ended,
+                                       one_round=self._flusher.one_round)
         self._txn_hosting = TransactionHosting(
             config=config, clock=clock, cluster=cluster, logs=logs, replicas=self._replicas,
             append_replicated=self._produce.append_replicated,
@@ -148,7 +150,7 @@ class Broker:
         self._transactions = TransactionRequests(
             node_id=config.node_id, authorizer=authorizer, hosting=self._txn_hosting, groups=self._groups,
             replicas=self._replicas, produce=self._produce, markers=self._markers,
-            peers=lambda: self._transaction_peers,
+            peers=lambda: self._transaction_peers, logs=logs,
         )
         self._security = SecurityRequests(authorizer=authorizer, admin=security_admin)
         cluster.add_image_listener(self._image_changed)
@@ -534,6 +536,10 @@ class Broker:
     def group_lags(self) -> dict[tuple[str, str, int], int]:
         """Lag per (group, topic, partition) with a committed offset: high watermark minus committed."""
         return self._groups.group_lags()
+
+    def transaction_metrics(self) -> TransactionMetrics:
+        """Transactions open, decided and their commit latency here; LSO lag per led partition (metrics)."""
+        return self._transactions.metrics()
 
     def stop(self) -> Deferred[None]:
         """Refuse new produces, give up leaderships, answer waiting fetches, wait for the last fsync round."""

@@ -32,6 +32,7 @@ from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import read_header
 from mqbroker.replication.replica_manager import ReplicaManager
+from mqbroker.storage.manager import LogManager
 from mqbroker.transactions.hosting import TransactionHosting
 from mqbroker.transactions.messages import (
     AddOffsetsRequest,
@@ -45,6 +46,7 @@ from mqbroker.transactions.messages import (
     TransactionState,
     TxnOffsetCommitRequest,
 )
+from mqbroker.transactions.stats import TransactionMetrics
 
 #: How long a transactional offset commit waits for the in-sync replicas.
 TXN_OFFSET_COMMIT_TIMEOUT_MS = 5_000
@@ -58,9 +60,10 @@ class TransactionRequests:
     def __init__(
         self, *, node_id: int, authorizer: IAuthorizer, hosting: TransactionHosting, groups: GroupHosting,
         replicas: ReplicaManager, produce: ProduceService, markers: MarkerAppender,
-        peers: Callable[[], TransactionPeers | None],
+        peers: Callable[[], TransactionPeers | None], logs: LogManager,
     ) -> None:
         self._node_id = node_id
+        self._logs = logs
         self._authorizer = authorizer
         self._hosting = hosting
         self._groups = groups
@@ -143,6 +146,21 @@ class TransactionRequests:
                   if self._authorizer.authorize(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                                                 listing.transactional_id)]
         return succeed(sorted(listed, key=lambda listing: listing.transactional_id))
+
+    def metrics(self) -> TransactionMetrics:
+        """Decisions, commit latencies and open transactions of the coordinators here; the LSO lag of the
+        partitions led here (scrape time: one look per partition, none per record)."""
+        stable_lag = {}
+        for topic, partition in self._logs.partitions():
+            if self._replicas.leading((topic, partition)) is None:
+                continue
+            partition_log = self._logs.get(topic, partition)
+            high_watermark = self._replicas.high_watermark(partition_log)
+            lag = high_watermark - partition_log.last_stable_offset(high_watermark)
+            if lag > 0:
+                stable_lag[topic, partition] = lag
+        return TransactionMetrics(stats=self._hosting.stats, open_transactions=self._hosting.open_transactions(),
+                                  stable_lag=stable_lag)
 
     # -- the partition leader's calls ------------------------------------------------------
 

@@ -2,7 +2,8 @@
 """Transaction markers (tx-light): a coordinator's markers written by the partition leaders, until every partition has one.
 
 ``MarkerAppender`` is the partition leader's side of WriteTxnMarkers: it appends each COMMIT or
-ABORT control batch (acks=all, like any broker write) and, for a ``__consumer_offsets`` partition,
+ABORT control batch (acks=all, like any broker write; the markers of one request share one fsync
+round) and, for a ``__consumer_offsets`` partition,
 has the group coordinator make the transaction's offsets visible or drop them. ``PartitionMarkers``
 is the coordinator's side: it sends each marker to its partition's current leader (this broker's
 appender, or another broker over ``TransactionPeers``) and retries, with backoff and fresh
@@ -15,6 +16,7 @@ owns the id, and this one stops.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 from twisted.internet.defer import Deferred, DeferredList, gatherResults
@@ -54,18 +56,24 @@ TransactionEnded = Callable[[int, int, bool], None]
 class MarkerAppender:
     """Appends markers to the partitions this broker leads (the WriteTxnMarkers handler's work)."""
 
-    def __init__(self, *, clock: IReactorTime, append: MarkerAppend, transaction_ended: TransactionEnded) -> None:
+    def __init__(
+        self, *, clock: IReactorTime, append: MarkerAppend, transaction_ended: TransactionEnded,
+        one_round: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
+        """``one_round``: the flusher's ``one_round``, so the appends of one request share an fsync round."""
         self._clock = clock
         self._append = append
         self._transaction_ended = transaction_ended
+        self._one_round = one_round
         #: Markers appended, by decision (metrics).
         self.committed = 0
         self.aborted = 0
 
     def write(self, markers: Sequence[TransactionMarker]) -> Deferred[list[MarkerOutcome]]:
         """Append every marker to each of its partitions; one outcome per partition."""
-        outcomes = [self._write_one(marker, topic_partition)
-                    for marker in markers for topic_partition in sorted(marker.partitions)]
+        with self._one_round():
+            outcomes = [self._write_one(marker, topic_partition)
+                        for marker in markers for topic_partition in sorted(marker.partitions)]
         return gatherResults(outcomes, consumeErrors=True)
 
     def _write_one(self, marker: TransactionMarker, topic_partition: TopicPartition) -> Deferred[MarkerOutcome]:

@@ -5,14 +5,17 @@ producers wait, the disk sees one fsync per partition per round. Appends go on o
 reactor thread while a round runs; they are covered by the next round. A log asked for again
 while a round runs joins the next round only if something new was written to it meanwhile
 (or a waiter is still short): a round never fsyncs what the previous one already covered. Where a round's
-fsyncs run (Linux AIO or a thread) is the ``ISyncEngine``'s business (``sync_engines``). A round
+fsyncs run (Linux AIO or a thread) is the ``ISyncEngine``'s business (``sync_engines``). Appends
+made inside ``one_round()`` (a transaction's markers to several partitions) wait for each other:
+the round starts when the block ends, so they share it instead of the first going alone. A round
 takes at most ``limits.fsync_round_logs_max`` logs, because each holds descriptors open while its
 fsync runs; logs past that go in the next round, which starts as soon as this one ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -36,6 +39,7 @@ class Flusher:
         self._waiters: dict[int, list[tuple[int, Deferred[None]]]] = {}
         self._round: Deferred[Any] | None = None
         self._drain_waiters: list[Deferred[None]] = []
+        self._held = 0
         self.rounds = 0
 
     def wait_durable(self, partition_log: SyncableLog, offset: int) -> Deferred[None]:
@@ -52,6 +56,16 @@ class Flusher:
         self._dirty[id(partition_log)] = partition_log
         self._maybe_start_round()
 
+    @contextmanager
+    def one_round(self) -> Iterator[None]:
+        """Hold the next round while the block runs: the logs it appends to are fsynced together."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            self._maybe_start_round()
+
     def drain(self) -> Deferred[None]:
         """Fire when no round is running and nothing is dirty (used at shutdown)."""
         drained: Deferred[None] = Deferred()
@@ -66,7 +80,7 @@ class Flusher:
                 waiter.callback(None)
 
     def _maybe_start_round(self) -> None:
-        if self._round is not None or not self._dirty:
+        if self._round is not None or self._held or not self._dirty:
             return
         logs = []
         for key in list(self._dirty):  # oldest request first; the rest wait for the next round

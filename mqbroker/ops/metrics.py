@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from mqbroker.records.readable import UnreadableTally
+from mqbroker.transactions.stats import COMMIT_LATENCY_BUCKETS_MS, TransactionMetrics
 
 LATENCY_BUCKETS_SECONDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -48,6 +49,35 @@ class _BrokerCollector(Collector):
             lag.add_metric([group_id, topic, str(partition)], records)
         yield lag
         yield from _share_group_metrics(broker.share_group_metrics())
+        yield from _transaction_metrics(broker.transaction_metrics())
+
+
+def _transaction_metrics(metrics: TransactionMetrics) -> Iterator[Any]:
+    """Transactions at the coordinators here (open, carried out, commit latency); LSO lag of led partitions."""
+    stats = metrics.stats
+    yield GaugeMetricFamily("mqbroker_transactions_open",
+                            "Transactions Ongoing or deciding at the transaction coordinators on this broker.",
+                            value=metrics.open_transactions)
+    yield CounterMetricFamily("mqbroker_transactions_committed",
+                              "Transactions whose COMMIT markers every partition took (coordinators here).",
+                              value=stats.committed)
+    yield CounterMetricFamily("mqbroker_transactions_aborted",
+                              "Transactions whose ABORT markers every partition took, timeouts and fencing "
+                              "included (coordinators here).", value=stats.aborted)
+    buckets, cumulative = [], 0
+    for bound_ms, count in zip((*COMMIT_LATENCY_BUCKETS_MS, float("inf")), stats.commit_latency_counts):
+        cumulative += count
+        buckets.append(("+Inf" if bound_ms == float("inf") else str(bound_ms / 1000), cumulative))
+    yield HistogramMetricFamily("mqbroker_transaction_commit_latency_seconds",
+                                "From an EndTxn commit's arrival at its coordinator to its answer (decision durable).",
+                                buckets=buckets, sum_value=stats.commit_latency_sum_ms / 1000)
+    lag = GaugeMetricFamily("mqbroker_partition_stable_lag_records",
+                            "High watermark minus last stable offset, per partition led here where an open "
+                            "transaction holds read_committed readers back (0 elsewhere, not listed).",
+                            labels=["topic", "partition"])
+    for (topic, partition), records in sorted(metrics.stable_lag.items()):
+        lag.add_metric([topic, str(partition)], records)
+    yield lag
 
 
 def _share_group_metrics(metrics: Any) -> Iterator[Any]:

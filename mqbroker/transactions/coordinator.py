@@ -16,6 +16,14 @@ written, is parked and run again when that finishes, so a producer that begins i
 transaction right after committing waits in the broker, not in a retry loop. Verification
 requests (``verify``) are never parked: they answer from the persisted state at once.
 
+Fewer writes, each as durable: AddPartitions/AddOffsets parked together share one write (the
+union of their partitions), and those parked behind a decision's markers go out in the same
+write as its completion (CompleteCommit then Ongoing, two records in one batch, so both are
+durable or neither). Once the markers are written the completion waits up to
+``completion_linger_ms`` for such a request (any request of the id, or the deadline, writes it):
+a producer committing in a loop costs one ``__transaction_state`` write per transaction fewer.
+Nothing is answered or acted on before the write that carries it is durable.
+
 The caller (``service.TransactionService``) duties: pass ``now_ms`` to every call; call ``tick``
 at ``next_deadline_ms()``; after every call drain ``ready()``: answer the replies, append the
 writes and report each with ``written``, write the markers and report them with
@@ -44,6 +52,7 @@ from mqbroker.errors import (
 )
 from mqbroker.groups.model import TopicPartition
 from mqbroker.transactions.log_records import TransactionLogRecord, TransactionMetadata, metadata_record, tombstone
+from mqbroker.transactions.parking import PARKED_PER_ID_MAX, Parked, Request, leading_additions
 from mqbroker.transactions.messages import (
     PRODUCER_EPOCH_MAX,
     TRANSITIONS,
@@ -62,11 +71,7 @@ from mqbroker.transactions.messages import (
     TransactionState,
 )
 
-#: Requests one transactional id may have parked at once (a producer has at most a few in flight).
-PARKED_PER_ID_MAX = 64
 NO_START = -1
-
-Request = InitTransactionsRequest | AddPartitionsRequest | AddOffsetsRequest | EndTxnRequest
 
 
 class _After(enum.Enum):
@@ -84,16 +89,8 @@ class _Write:
 
     target: TransactionMetadata
     after: _After
-    request_key: Hashable | None = None
+    request_keys: tuple[Hashable, ...] = ()
     response: object = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Parked:
-    """A request waiting for a write in flight or for markers, to be run again."""
-
-    request: Request
-    request_key: Hashable
 
 
 class TransactionCoordinator:
@@ -113,10 +110,12 @@ class TransactionCoordinator:
         self.offsets_partition_of = offsets_partition_of
         self._metadata: dict[str, TransactionMetadata] = dict(state or {})
         self._writes_in_flight: dict[str, _Write] = {}
-        self._parked: dict[str, list[_Parked]] = {}
+        self._parked: dict[str, list[Parked]] = {}
         self._replies: list[Reply] = []
         self._writes: list[tuple[str, TransactionLogRecord]] = []
         self._markers: list[MarkersToWrite] = []
+        #: Transactional id -> when its completion is written if no request comes first (markers all written).
+        self._completing: dict[str, int] = {}
         self.next_expiry_check_ms = now_ms + config.expiration_check_interval_ms
         for metadata in sorted(self._metadata.values(), key=lambda m: m.transactional_id):
             if metadata.state.prepared:  # the previous coordinator may not have written them all
@@ -134,14 +133,20 @@ class TransactionCoordinator:
         self._replies.append(Reply(request_key=request_key, response=response, error=error))
 
     def _write(self, current: TransactionMetadata | None, target: TransactionMetadata, after: _After,
-               request_key: Hashable | None = None, response: object = None) -> None:
-        """Persist ``target`` (a legal step from ``current``) before acting on it."""
+               request_keys: tuple[Hashable, ...] = (), response: object = None,
+               through: TransactionMetadata | None = None) -> None:
+        """Persist ``target`` (a legal step from ``current``, or from ``through``, written first in the same batch)
+        before acting on it."""
         assert target.transactional_id not in self._writes_in_flight, "one write per transactional id"
-        if current is not None:
-            assert target.state in TRANSITIONS[current.state], (current.state, target.state)
+        steps = [current, through, target] if through is not None else [current, target]
+        for before, after_step in zip(steps, steps[1:]):
+            if before is not None and after_step is not None:
+                assert after_step.state in TRANSITIONS[before.state], (before.state, after_step.state)
         record = tombstone(target.transactional_id) if after is _After.EXPIRED else metadata_record(target)
-        self._writes_in_flight[target.transactional_id] = _Write(target=target, after=after, request_key=request_key,
-                                                                 response=response)
+        self._writes_in_flight[target.transactional_id] = _Write(target=target, after=after,
+                                                                 request_keys=request_keys, response=response)
+        if through is not None:
+            self._writes.append((target.transactional_id, metadata_record(through)))
         self._writes.append((target.transactional_id, record))
 
     def _emit_markers(self, metadata: TransactionMetadata) -> None:
@@ -171,7 +176,7 @@ class TransactionCoordinator:
         if not request.transactional_id:
             raise InvalidRequestError("a transactional id must not be empty")
         current = self._metadata.get(request.transactional_id)
-        if self._park_if_busy(request.transactional_id, request, request_key):
+        if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         if current is not None and current.state is TransactionState.ONGOING:
             # Abort the previous incarnation's transaction under a new epoch, then run this again.
@@ -191,30 +196,33 @@ class TransactionCoordinator:
             timeout_ms=request.transaction_timeout_ms, state=TransactionState.EMPTY, partitions=frozenset(),
             start_ms=NO_START, last_update_ms=now_ms,
         )
-        self._write(current, target, _After.REPLY, request_key,
+        self._write(current, target, _After.REPLY, (request_key,),
                     ProducerIdAndEpoch(producer_id=producer_id, producer_epoch=epoch))
 
     def add_partitions(self, request: AddPartitionsRequest, request_key: Hashable, now_ms: int) -> None:
         """Add partitions to the producer's transaction (starting it); answered once durable."""
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
-        if self._park_if_busy(request.transactional_id, request, request_key):
+        if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         assert current is not None
         if current.state is TransactionState.ONGOING and request.partitions <= current.partitions:
             self._reply(request_key)
             return
-        partitions = current.partitions | request.partitions if current.state is TransactionState.ONGOING \
-            else request.partitions
-        if len(partitions) > self.config.partitions_per_transaction_max:
+        self._write(current, self._with_partitions(current, request.partitions, now_ms), _After.REPLY, (request_key,))
+
+    def _with_partitions(self, current: TransactionMetadata, partitions: frozenset[TopicPartition],
+                         now_ms: int) -> TransactionMetadata:
+        """``current`` Ongoing with ``partitions`` added (a transaction starts if it was not Ongoing)."""
+        ongoing = current.state is TransactionState.ONGOING
+        combined = current.partitions | partitions if ongoing else partitions
+        if len(combined) > self.config.partitions_per_transaction_max:
             raise InvalidRequestError(
                 f"a transaction may write to at most {self.config.partitions_per_transaction_max} partitions"
             )
-        ongoing = current.state is TransactionState.ONGOING
-        target = dataclasses.replace(
-            current, state=TransactionState.ONGOING, partitions=frozenset(partitions),
+        return dataclasses.replace(
+            current, state=TransactionState.ONGOING, partitions=frozenset(combined),
             start_ms=current.start_ms if ongoing else now_ms, last_update_ms=now_ms,
         )
-        self._write(current, target, _After.REPLY, request_key)
 
     def add_offsets(self, request: AddOffsetsRequest, request_key: Hashable, now_ms: int) -> None:
         """Add the group's ``__consumer_offsets`` partition to the transaction (its TxnOffsetCommit goes there)."""
@@ -246,7 +254,7 @@ class TransactionCoordinator:
     def end_txn(self, request: EndTxnRequest, request_key: Hashable, now_ms: int) -> None:
         """Commit or abort: answered once the decision is durable; the markers follow."""
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
-        if self._park_if_busy(request.transactional_id, request, request_key):
+        if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         assert current is not None
         wanted = TransactionState.COMPLETE_COMMIT if request.committed else TransactionState.COMPLETE_ABORT
@@ -262,7 +270,7 @@ class TransactionCoordinator:
             )
         state = TransactionState.PREPARE_COMMIT if request.committed else TransactionState.PREPARE_ABORT
         self._write(current, dataclasses.replace(current, state=state, last_update_ms=now_ms), _After.MARKERS,
-                    request_key)
+                    (request_key,))
 
     def _checked(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata | None:
         """The id's metadata, if the request's producer id and epoch are its current ones (fencing)."""
@@ -290,12 +298,15 @@ class TransactionCoordinator:
 
     # -- parking -----------------------------------------------------------------------------
 
-    def _park_if_busy(self, transactional_id: str, request: Request, request_key: Hashable) -> bool:
-        """Park the request while a write is in flight or the decision's markers are being written."""
+    def _park_if_busy(self, transactional_id: str, request: Request, request_key: Hashable, now_ms: int) -> bool:
+        """Park the request while a write is in flight or the decision's markers are being written (a completion
+        lingering is written now, with the request if it adds partitions)."""
         current = self._metadata.get(transactional_id)
         busy = transactional_id in self._writes_in_flight or (current is not None and current.state.prepared)
         if busy:
             self._park(transactional_id, request, request_key)
+            if current is not None and self._completing.pop(transactional_id, None) is not None:
+                self._complete(current, now_ms)
         return busy
 
     def _park(self, transactional_id: str, request: Request, request_key: Hashable) -> None:
@@ -304,16 +315,40 @@ class TransactionCoordinator:
             raise ConcurrentTransactionsError(
                 f"transactional id {transactional_id!r} has {len(parked)} requests waiting; retry"
             )
-        parked.append(_Parked(request=request, request_key=request_key))
+        parked.append(Parked(request=request, request_key=request_key))
 
     def _run_parked(self, transactional_id: str, now_ms: int) -> None:
-        """Run the parked requests again, in order (those still blocked park again)."""
+        """Run the parked requests again, in order (those still blocked park again); additions at the front
+        share one write."""
         parked = self._parked.pop(transactional_id, [])
+        current = self._metadata.get(transactional_id)
+        if current is not None and not current.state.prepared and current.state is not TransactionState.DEAD:
+            parked = self._add_together(current, parked, now_ms)
         for item in parked:
             try:
                 self._dispatch(item.request, item.request_key, now_ms)
             except BrokerError as error:
                 self._reply(item.request_key, error=error)
+
+    def _additions(self, parked: list[Parked], metadata: TransactionMetadata) -> tuple[int, frozenset[TopicPartition]]:
+        return leading_additions(parked, metadata.producer_id, metadata.producer_epoch, self.offsets_partition_of)
+
+    def _add_together(self, current: TransactionMetadata, parked: list[Parked], now_ms: int) -> list[Parked]:
+        """Answer the additions at the front of ``parked`` with one write (when more than one wait); the rest."""
+        count, partitions = self._additions(parked, current)
+        if count < 2:
+            return parked
+        keys = tuple(item.request_key for item in parked[:count])
+        if current.state is TransactionState.ONGOING and partitions <= current.partitions:
+            for key in keys:
+                self._reply(key)
+            return parked[count:]
+        try:
+            target = self._with_partitions(current, partitions, now_ms)
+        except BrokerError:
+            return parked  # too many together: one by one, each answered on its own
+        self._write(current, target, _After.REPLY, keys)
+        return parked[count:]
 
     def _dispatch(self, request: Request, request_key: Hashable, now_ms: int) -> None:
         match request:
@@ -333,8 +368,8 @@ class TransactionCoordinator:
         write = self._writes_in_flight.pop(transactional_id, None)
         assert write is not None, f"no write in flight for {transactional_id!r}"
         if error is not None:
-            if write.request_key is not None:
-                self._reply(write.request_key, error=error)
+            for key in write.request_keys:
+                self._reply(key, error=error)
             current = self._metadata.get(transactional_id)
             if write.after is _After.COMPLETED and current is not None:
                 self._emit_markers(current)  # markers again (idempotent), then the completion again
@@ -344,8 +379,8 @@ class TransactionCoordinator:
             del self._metadata[transactional_id]
         else:
             self._metadata[transactional_id] = write.target
-        if write.request_key is not None:
-            self._reply(write.request_key, write.response)
+        for key in write.request_keys:
+            self._reply(key, write.response)
         if write.after is _After.MARKERS:
             if write.target.partitions:
                 self._emit_markers(write.target)
@@ -354,18 +389,37 @@ class TransactionCoordinator:
         self._run_parked(transactional_id, now_ms)
 
     def markers_written(self, transactional_id: str, now_ms: int) -> None:
-        """Every partition has the decision's marker: complete the transaction."""
+        """Every partition has the decision's marker: complete the transaction (and start the next one, if its
+        additions wait: one write)."""
         current = self._metadata.get(transactional_id)
-        if current is None or not current.state.prepared or transactional_id in self._writes_in_flight:
+        if current is None or not current.state.prepared or transactional_id in self._writes_in_flight \
+                or transactional_id in self._completing:
             return
-        self._complete(current, now_ms)
+        if transactional_id in self._parked or not self.config.completion_linger_ms:
+            self._complete(current, now_ms)
+        else:
+            self._completing[transactional_id] = now_ms + self.config.completion_linger_ms
 
     def _complete(self, current: TransactionMetadata, now_ms: int) -> None:
         state = TransactionState.COMPLETE_COMMIT if current.state is TransactionState.PREPARE_COMMIT \
             else TransactionState.COMPLETE_ABORT
         target = dataclasses.replace(current, state=state, partitions=frozenset(), start_ms=NO_START,
                                      last_update_ms=now_ms)
-        self._write(current, target, _After.COMPLETED)
+        parked = self._parked.get(current.transactional_id, [])
+        count, partitions = self._additions(parked, target)
+        if count:
+            try:
+                following = self._with_partitions(target, partitions, now_ms)
+            except BrokerError:
+                count = 0  # too many together: run one by one once complete
+        if not count:
+            self._write(current, target, _After.COMPLETED)
+            return
+        keys = tuple(item.request_key for item in parked[:count])
+        del parked[:count]
+        if not parked:
+            del self._parked[current.transactional_id]
+        self._write(current, following, _After.COMPLETED, keys, through=target)
 
     def _abort(self, current: TransactionMetadata, now_ms: int, bump_epoch: bool) -> None:
         """The coordinator aborts (timeout, fencing): a new epoch fences the producer that began it."""
@@ -378,7 +432,12 @@ class TransactionCoordinator:
     # -- timers ------------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> None:
-        """Abort transactions past their timeout; forget ids idle past the expiration."""
+        """Write lingering completions that are due; abort transactions past their timeout; forget ids idle past
+        the expiration."""
+        for transactional_id, due_ms in sorted(self._completing.items()):
+            if now_ms >= due_ms:
+                del self._completing[transactional_id]
+                self._complete(self._metadata[transactional_id], now_ms)
         for transactional_id, metadata in sorted(self._metadata.items()):
             if transactional_id in self._writes_in_flight:
                 continue
@@ -395,7 +454,7 @@ class TransactionCoordinator:
 
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work to do."""
-        deadlines = [self.next_expiry_check_ms]
+        deadlines = [self.next_expiry_check_ms, *self._completing.values()]
         deadlines += [metadata.start_ms + metadata.timeout_ms for metadata in self._metadata.values()
                       if metadata.state is TransactionState.ONGOING
                       and metadata.transactional_id not in self._writes_in_flight]
@@ -426,8 +485,13 @@ class TransactionCoordinator:
             if (not wanted_states or m.state in wanted_states) and (not wanted_ids or m.producer_id in wanted_ids)
         ]
 
+    def open_count(self) -> int:
+        """Transactions Ongoing, or decided with markers still to write (a completion lingering is not open)."""
+        return sum(1 for m in self._metadata.values() if m.state is TransactionState.ONGOING
+                   or (m.state.prepared and m.transactional_id not in self._completing))
+
     def pending_request_keys(self) -> list[Hashable]:
         """Every parked request and write awaiting an answer (failed when the coordinator resigns)."""
         keys = [item.request_key for parked in self._parked.values() for item in parked]
-        keys += [write.request_key for write in self._writes_in_flight.values() if write.request_key is not None]
+        keys += [key for write in self._writes_in_flight.values() for key in write.request_keys]
         return keys

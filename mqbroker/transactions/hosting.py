@@ -41,6 +41,7 @@ from mqbroker.transactions.log_records import (
 )
 from mqbroker.transactions.messages import TransactionConfig
 from mqbroker.transactions.service import MarkerWriter, TransactionService
+from mqbroker.transactions.stats import TransactionStats
 
 #: How long a ``__transaction_state`` append waits for the in-sync replicas.
 TRANSACTION_STATE_APPEND_TIMEOUT_MS = 5_000
@@ -104,6 +105,8 @@ class TransactionHosting:
         self._epochs: dict[int, int] = {}
         self._services: dict[int, TransactionService] = {}
         self._partition_count: int | None = None
+        #: What the services here did, kept across their leaderships (metrics).
+        self.stats = TransactionStats()
         self._started = False
         self._stopped = False
 
@@ -166,7 +169,7 @@ class TransactionHosting:
         self._services[partition] = TransactionService(
             coordinator=coordinator, clock=self._clock, markers=self._markers,
             append=lambda records: self._append(partition, records),
-            allocate_producer_id=self._allocate_producer_id,
+            allocate_producer_id=self._allocate_producer_id, stats=self.stats,
         )
         self.log.info("coordinating the transactions of {topic}-{partition} at epoch {epoch} ({count} id(s) loaded)",
                       topic=TRANSACTION_STATE_TOPIC, partition=partition, epoch=leader.leader_epoch, count=len(state))
@@ -222,6 +225,10 @@ class TransactionHosting:
     def services(self) -> list[TransactionService]:
         """Every serving service here."""
         return list(self._services.values())
+
+    def open_transactions(self) -> int:
+        """Transactions Ongoing or deciding at the coordinators here (a metric)."""
+        return sum(service.open_count() for service in self._services.values())
 
     def coordinator_of(self, transactional_id: str) -> BrokerEndpoint:
         """The broker leading the id's partition (COORDINATOR_NOT_AVAILABLE if none is live)."""

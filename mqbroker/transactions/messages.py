@@ -91,6 +91,10 @@ class TransactionConfig:
     expiration_check_interval_ms: int = 60 * 60 * 1000
     #: Most partitions one transaction may write to.
     partitions_per_transaction_max: int = 10_000
+    #: How long a transaction whose markers are all written may wait for its completion record: a request of
+    #: the same id meanwhile (a producer beginning its next transaction) shares the write. The decision and
+    #: its markers are durable already; a coordinator taking over only writes the markers again. 0: at once.
+    completion_linger_ms: int = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,7 +207,8 @@ class Ready:
     """What the coordinator produced since the last ``ready()``: replies, records to append, markers to write."""
 
     replies: tuple[Reply, ...] = ()
-    #: (transactional id, log record) to append to ``__transaction_state``, then report with ``written``.
+    #: (transactional id, log record) to append to ``__transaction_state`` in this order, in one batch, then report
+    #: with ``written`` once per id (an id may have two records: a completion and the next transaction's start).
     writes: tuple[tuple[str, object], ...] = ()
     markers: tuple[MarkersToWrite, ...] = ()
 

@@ -35,6 +35,7 @@ from mqbroker.transactions.messages import (
     TransactionMarker,
     TransactionState,
 )
+from mqbroker.transactions.stats import TransactionStats
 
 #: Appends one batch to this coordinator's ``__transaction_state`` partition; fires once it is replicated.
 Appender = Callable[[bytes], "Deferred[Any]"]
@@ -56,9 +57,11 @@ class TransactionService:
 
     def __init__(
         self, *, coordinator: TransactionCoordinator, clock: IReactorTime, append: Appender, markers: MarkerWriter,
-        allocate_producer_id: Callable[[], Deferred[int]],
+        allocate_producer_id: Callable[[], Deferred[int]], stats: TransactionStats | None = None,
     ) -> None:
+        """``stats``: where decisions and commit latencies are counted (shared by a broker's services)."""
         self._coordinator = coordinator
+        self._stats = stats if stats is not None else TransactionStats()
         self._clock = clock
         self._append = append
         self._markers = markers
@@ -97,7 +100,15 @@ class TransactionService:
 
     def end_txn(self, request: EndTxnRequest) -> Deferred[None]:
         """Commit or abort; fires once the decision is durable (the markers follow)."""
-        return self._park(lambda key: self._coordinator.end_txn(request, key, self.now_ms()))
+        arrived_s = self._clock.seconds()
+        answer = self._park(lambda key: self._coordinator.end_txn(request, key, self.now_ms()))
+        if request.committed:
+            answer.addCallback(self._commit_answered, arrived_s)
+        return answer
+
+    def _commit_answered(self, result: None, arrived_s: float) -> None:
+        self._stats.commit_answered((self._clock.seconds() - arrived_s) * 1000)
+        return result
 
     def describe(self, transactional_id: str) -> Deferred[TransactionDescription]:
         """A transactional id's persisted state."""
@@ -109,10 +120,9 @@ class TransactionService:
         """The transactional ids coordinated here, filtered."""
         return self._coordinator.list_transactions(states, producer_ids)
 
-    def ongoing_count(self) -> int:
+    def open_count(self) -> int:
         """Transactions ongoing or deciding (a metric)."""
-        active = {TransactionState.ONGOING, TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT}
-        return len(self._coordinator.list_transactions(active))
+        return self._coordinator.open_count()
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -155,8 +165,8 @@ class TransactionService:
                 answer.errback(reply.error)
             else:
                 answer.callback(reply.response)
-        if ready.writes:
-            self._write([transactional_id for transactional_id, _ in ready.writes],
+        if ready.writes:  # an id with two records (a completion and the next start) is reported once
+            self._write(list(dict.fromkeys(transactional_id for transactional_id, _ in ready.writes)),
                         [record for _, record in ready.writes])  # type: ignore[misc]
         for request in ready.markers:
             self._write_markers(request.transactional_id, request.marker)
@@ -194,12 +204,13 @@ class TransactionService:
             return  # already being written; the same decision
         written = self._markers.write(marker)
         self._marking[transactional_id] = written
-        written.addCallbacks(self._markers_written, self._markers_failed, callbackArgs=(transactional_id,),
+        written.addCallbacks(self._markers_written, self._markers_failed, callbackArgs=(transactional_id, marker),
                              errbackArgs=(transactional_id,))
 
-    def _markers_written(self, _: Any, transactional_id: str) -> None:
+    def _markers_written(self, _: Any, transactional_id: str, marker: TransactionMarker) -> None:
         self._marking.pop(transactional_id, None)
         if not self._stopped:
+            self._stats.decided(marker.committed)
             self._coordinator.markers_written(transactional_id, self.now_ms())
             self._drain()
 

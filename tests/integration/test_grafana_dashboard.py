@@ -63,8 +63,8 @@ def _skip_a_poison_batch(broker: BrokerProcess) -> None:
 
 @pytest.fixture(scope="module")
 def exposed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
-    """Sample names and their label names from a broker's /metrics after produce, fetch, a group's commit and a
-    skipped unreadable batch."""
+    """Sample names and their label names from a broker's /metrics after produce, fetch, a group's commit, a
+    skipped unreadable batch, a committed transaction and during an open one."""
     for broker in running(BrokerProcess(data_dir=tmp_path_factory.mktemp("grafana") / "data")):
         with Producer(broker.bootstrap, acks="all") as producer:
             for n in range(20):
@@ -76,7 +76,14 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
                 taken += len(consumer.poll(timeout=1.0))
             consumer.commit({("metered", 0): 5})
         _skip_a_poison_batch(broker)
-        text = _scrape(broker)
+        with Producer(broker.bootstrap, transactional_id="metered-txn", linger_ms=0) as transactional:
+            transactional.init_transactions()
+            with transactional.transaction():
+                transactional.send("metered", value=b"committed", partition=0)
+            transactional.begin_transaction()  # open while scraped: the stable-offset lag has a sample
+            transactional.send("metered", value=b"open", partition=0).result(10)
+            text = _scrape(broker)
+            transactional.abort_transaction()
     samples: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

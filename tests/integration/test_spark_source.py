@@ -7,7 +7,7 @@ import pathlib
 
 from pyspark.sql import SparkSession
 
-from mqbroker.client import Admin
+from mqbroker.client import Admin, Producer
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.spark_support import checkpoint, produce, spark, spark_broker  # noqa: F401 (fixtures)
 
@@ -81,3 +81,31 @@ def test_available_now_reads_everything_and_a_restart_reads_only_new_records_of_
         (path.name for path in (pathlib.Path(checkpoint_dir) / "offsets").iterdir() if path.name.isdigit()), key=int
     )).read_text().splitlines()[-1])
     assert sum(sum(partitions.values()) for partitions in last.values()) == 520
+
+
+def test_read_committed_by_default_leaves_out_aborted_and_open_transactions(spark: SparkSession,
+                                                                            spark_broker: BrokerProcess) -> None:
+    with Admin(spark_broker.bootstrap) as admin:
+        admin.create_topics(["txn-read"], partitions=2)
+    with Producer(spark_broker.bootstrap, transactional_id="spark-source-writer", linger_ms=0) as producer:
+        producer.init_transactions()
+        with producer.transaction():
+            for index in range(10):
+                producer.send("txn-read", value=b"committed-%d" % index, partition=index % 2)
+        producer.begin_transaction()
+        for index in range(10):
+            producer.send("txn-read", value=b"aborted-%d" % index, partition=index % 2)
+        producer.flush()
+        producer.abort_transaction()
+        with producer.transaction():
+            for index in range(4):
+                producer.send("txn-read", value=b"later-%d" % index, partition=index % 2)
+        producer.begin_transaction()  # open while Spark reads: the batch ends at the last stable offset
+        for index in range(4):
+            producer.send("txn-read", value=b"open-%d" % index, partition=index % 2)
+        producer.flush()
+        committed = sorted(row.value for row in _read(spark, spark_broker, "txn-read"))
+        assert committed == sorted([b"committed-%d" % index for index in range(10)] + [b"later-%d" % i for i in range(4)])
+        everything = _read(spark, spark_broker, "txn-read", isolationLevel="read_uncommitted")
+        assert len(everything) == 28 and {row.value[:4] for row in everything} == {b"comm", b"abor", b"late", b"open"}
+        producer.abort_transaction()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import urllib.request
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
@@ -13,6 +14,7 @@ from twisted.internet.defer import gatherResults
 
 from mqbroker import errors
 from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.client.transaction_admin import TransactionAdmin
 from mqbroker.cli import main
 from mqbroker.client.twisted import TwistedConsumer, TwistedProducer
 from tests.integration.brokerprocess import BrokerProcess
@@ -150,6 +152,45 @@ def test_the_cli_lists_and_describes_an_ongoing_transaction(broker: BrokerProces
         producer.commit_transaction()
     described = json.loads(_cli("transactions", "describe", "watched-writer", "-o", "json", bootstrap=broker.bootstrap))
     assert described["state"] in ("CompleteCommit", "PrepareCommit")
+
+
+def _metrics(broker: BrokerProcess) -> dict[str, float]:
+    """The broker's ``/metrics`` as ``{"name{labels}": value}``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.ports['http']}/metrics") as reply:
+        lines = reply.read().decode().splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line and line[0] != "#"}
+
+
+def test_an_operator_aborts_a_hanging_transaction_and_the_metrics_show_it(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["hung"], partitions=2)
+    with Producer(broker.bootstrap, transactional_id="committer", linger_ms=0) as committer:
+        committer.init_transactions()
+        with committer.transaction():
+            committer.send("hung", value=b"committed", partition=1)
+    hanging = Producer(broker.bootstrap, transactional_id="gone-away", linger_ms=0)
+    hanging.init_transactions()
+    hanging.begin_transaction()
+    hanging.send("hung", value=b"open", partition=0).result(10)
+    before = _metrics(broker)
+    assert before["mqbroker_transactions_open"] == 1
+    assert before['mqbroker_partition_stable_lag_records{partition="0",topic="hung"}'] == 1
+    assert before["mqbroker_transactions_committed_total"] >= 1
+    assert before["mqbroker_transaction_commit_latency_seconds_count"] >= 1
+    assert before['mqbroker_transaction_commit_latency_seconds_bucket{le="+Inf"}'] >= 1
+
+    aborted = json.loads(_cli("transactions", "abort", "gone-away", "-o", "json", bootstrap=broker.bootstrap))
+    assert aborted["state"] == "Empty" and aborted["partitions"] == []
+    with pytest.raises(errors.BrokerError):  # nothing open to abort any more
+        TransactionAdmin(broker.bootstrap).abort("gone-away")
+    after = _metrics(broker)
+    assert after["mqbroker_transactions_open"] == 0
+    assert not any(name.startswith("mqbroker_partition_stable_lag_records{") for name in after)
+    assert after["mqbroker_transactions_aborted_total"] >= 1
+    assert _values(_read(broker, "hung", "read_committed", 1)) == [b"committed"]  # read_committed moved on
+    with pytest.raises((errors.ProducerFencedError, errors.InvalidProducerEpochError, errors.InvalidTxnStateError)):
+        hanging.commit_transaction()  # the producer that began it is fenced
+    hanging.close()
 
 
 def _cli(*arguments: str, bootstrap: str) -> str:

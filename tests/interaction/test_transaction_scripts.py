@@ -5,7 +5,8 @@ rewrites the expected parts). Every request is named ``rN`` by its order; its re
 when the coordinator gives it (after the write it waits for, or after the transaction it was
 parked behind). Writes stay in flight until ``written``; markers until ``markers``.
 
-  coordinator [epoch=N] [timeout_max=ms] [expiration=ms] [check=ms]   a fresh coordinator, clock at 0
+  coordinator [epoch=N] [timeout_max=ms] [expiration=ms] [check=ms] [linger=ms]   a fresh coordinator, clock at 0
+                                         (``linger``: completion_linger_ms, 0 unless given)
   time <ms>                              move the clock and run ``tick`` (prints ``next deadline``)
   init <id> [timeout=ms] [pid=N]         InitProducerId (``pid``: the fresh producer id it may use)
   add <id> <topic>-<partition>... [epoch=N] [pid=N]   AddPartitionsToTxn (the id's own pid/epoch by default)
@@ -55,7 +56,7 @@ class Script:
         self.log: list[TransactionLogRecord] = []
         self.now_ms = 0
         self.producers: dict[str, ProducerIdAndEpoch] = {}
-        self.in_flight: dict[str, TransactionLogRecord] = {}
+        self.in_flight: dict[str, list[TransactionLogRecord]] = {}
         self.markers: dict[str, str] = {}
         self.names = (f"r{number}" for number in itertools.count(1))
         self.labels: dict[str, str] = {}
@@ -68,6 +69,7 @@ class Script:
             transaction_timeout_ms_max=int(self.settings.get("timeout_max", "900000")),
             transactional_id_expiration_ms=int(self.settings.get("expiration", "604800000")),
             expiration_check_interval_ms=int(self.settings.get("check", "3600000")),
+            completion_linger_ms=int(self.settings.get("linger", "0")),
         )
         self.coordinator = TransactionCoordinator(
             config=config, coordinator_epoch=int(named.get("epoch", self.settings.get("epoch", "0"))),
@@ -99,7 +101,7 @@ class Script:
                 lines.append(f"{label}: ok")
         for transactional_id, record in ready.writes:
             assert isinstance(record, TransactionLogRecord)
-            self.in_flight[transactional_id] = record
+            self.in_flight.setdefault(transactional_id, []).append(record)
             lines.append("write " + describe_record(record))
         for request in ready.markers:
             marker = request.marker
@@ -200,9 +202,9 @@ class Script:
         failed = "fail" in positional
         lines = []
         for transactional_id in ids:
-            record = self.in_flight.pop(transactional_id)
+            records = self.in_flight.pop(transactional_id)
             if not failed:
-                self.log.append(record)
+                self.log.extend(records)
             error = NotCoordinatorError("the append failed") if failed else None
             self.coordinator.written(transactional_id, self.now_ms, error)
             lines += self.drain()

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from mqbroker.client import admin, connectors
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests
+from mqbroker.client.consumer import parse_isolation_level
 from mqbroker.client.security import ClientSecurity
 from mqbroker.connector_model import ConnectorDescription
 from mqbroker.errors import error_for_code
@@ -176,9 +177,11 @@ class Admin:
             counts[topic.name] = len(topic.partitions)
         return counts
 
-    def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> int:
-        """Earliest (-2), latest (-1) or the first offset at or after ``timestamp_ms``."""
-        return self._calls.list_offset(topic, partition, timestamp_ms)
+    def list_offset(self, topic: str, partition: int, timestamp_ms: int,
+                    isolation_level: str = "read_uncommitted") -> int:
+        """Earliest (-2), latest (-1: with ``isolation_level="read_committed"`` the last stable offset) or the first
+        offset at or after ``timestamp_ms``."""
+        return self._calls.list_offset(topic, partition, timestamp_ms, parse_isolation_level(isolation_level))
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Delete records below ``before_offset``; return the new log start offset."""

@@ -203,3 +203,25 @@ async def test_a_round_syncs_at_most_fsync_round_logs_max_logs_and_the_rest_foll
     await flusher.drain()
     assert round_sizes == [1, 3, 3]  # the first waiter starts a round at once; the other six wait, three a round
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
+
+
+@pytest_twisted.ensureDeferred
+async def test_appends_inside_one_round_share_one_fsync_round(engine, tmp_path, monkeypatch) -> None:
+    round_sizes: list[int] = []
+    real_sync = engine.sync
+
+    def counting_sync(logs):  # type: ignore[no-untyped-def]
+        round_sizes.append(len(logs))
+        return real_sync(logs)
+
+    monkeypatch.setattr(engine, "sync", counting_sync)
+    flusher = Flusher(engine, lambda logs: None)
+    logs = _logs(tmp_path, 3, appended=1)
+    with flusher.one_round():  # as a transaction's markers to three partitions are appended
+        waits = [flusher.wait_durable(partition_log, 0) for partition_log in logs]
+        assert round_sizes == []  # held until the block ends
+    for waited in waits:
+        await waited
+    await flusher.drain()
+    assert round_sizes == [3]  # without the block: [1, 2], the first alone
+    assert all(partition_log.durable_end_offset == 1 for partition_log in logs)

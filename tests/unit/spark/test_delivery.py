@@ -72,7 +72,11 @@ def test_options_name_what_is_wrong() -> None:
     options = SourceOptions.parse({**base, "subscribePattern": "sensor-.*"}, streaming=True)
     assert options.wants("sensor-1") and not options.wants("xsensor-1") and options.starting == "latest"
     assert SourceOptions.parse({**base, "subscribe": "a, b"}, streaming=False).starting == "earliest"
-    for bad in ({"security.protocol": "SSL"}, {"maxOffsetsPerTrigger": "0"}, {"endingOffsets": "latest"}):
+    assert SourceOptions.parse({**base, "subscribe": "a"}, streaming=True).isolation_level == "read_committed"
+    assert SourceOptions.parse({**base, "subscribe": "a", "isolationLevel": "READ_UNCOMMITTED"},
+                               streaming=True).isolation_level == "read_uncommitted"
+    for bad in ({"security.protocol": "SSL"}, {"maxOffsetsPerTrigger": "0"}, {"endingOffsets": "latest"},
+                {"isolationLevel": "serializable"}):
         try:
             SourceOptions.parse({**base, "subscribe": "a", **bad}, streaming=True)
         except OptionError:

@@ -36,7 +36,8 @@ class Harness:
         self.epoch = 0
         self.producers: dict[str, ProducerIdAndEpoch] = {}
         self.next_producer_id = 100
-        self.pending: dict[str, TransactionLogRecord] = {}
+        #: Records of the write in flight per id (two when a completion and the next start share a batch).
+        self.pending: dict[str, list[TransactionLogRecord]] = {}
         self.markers: dict[str, bool] = {}
         self.keys = iter(range(10**9))
         self.coordinator = self._coordinator()
@@ -58,9 +59,12 @@ class Harness:
                 assert (durable.producer_id, durable.producer_epoch) == (
                     reply.response.producer_id, reply.response.producer_epoch)
                 self.producers[transactional_id] = reply.response
+        fresh: dict[str, list[TransactionLogRecord]] = {}
         for transactional_id, record in ready.writes:
             assert transactional_id not in self.pending, "two writes in flight for one id"
-            self.pending[transactional_id] = record
+            fresh.setdefault(transactional_id, []).append(record)
+        assert all(len(records) <= 2 for records in fresh.values()), fresh
+        self.pending.update(fresh)
         for request in ready.markers:
             durable = replay(self.log)[request.transactional_id]
             assert durable.state.prepared, "markers asked for before the decision is durable"
@@ -111,10 +115,11 @@ class Harness:
             self.failover()
 
     def settle_write(self, transactional_id: str, failed: bool = False) -> None:
-        record = self.pending.pop(transactional_id)
+        records = self.pending.pop(transactional_id)
         if not failed:
-            self.check_transition(record)
-            self.log.append(record)
+            for record in records:  # one batch: durable together
+                self.check_transition(record)
+                self.log.append(record)
         error = NotCoordinatorError("append failed") if failed else None
         self.call(lambda: self.coordinator.written(transactional_id, self.now_ms, error))
 
@@ -165,3 +170,23 @@ def test_random_schedules_keep_the_rules_and_finish_every_transaction(seed: int)
     for _ in range(300):
         harness.step()
     harness.settle_everything()
+
+
+def test_a_transaction_is_open_until_its_markers_are_written_not_while_its_completion_lingers() -> None:
+    coordinator = TransactionCoordinator(
+        config=TransactionConfig(completion_linger_ms=10), coordinator_epoch=0,
+        offsets_partition_of=lambda group: TopicPartition("__consumer_offsets", 0), now_ms=0)
+    coordinator.init_producer_id(InitTransactionsRequest(transactional_id="t", transaction_timeout_ms=1_000), 1, 0, 7)
+    coordinator.written("t", 0)
+    coordinator.add_partitions(AddPartitionsRequest(transactional_id="t", producer_id=7, producer_epoch=0,
+                                                    partitions=frozenset(PARTITIONS[:1])), 2, 0)
+    coordinator.written("t", 0)
+    assert coordinator.open_count() == 1
+    coordinator.end_txn(EndTxnRequest(transactional_id="t", producer_id=7, producer_epoch=0, committed=True), 3, 0)
+    coordinator.written("t", 0)
+    assert coordinator.open_count() == 1  # decided; its markers are not written yet
+    coordinator.markers_written("t", 1)
+    assert coordinator.open_count() == 0 and coordinator.next_deadline_ms() == 11
+    coordinator.ready()
+    coordinator.tick(11)
+    assert [record for _, record in coordinator.ready().writes]  # the lingering completion, written at its deadline
