@@ -110,6 +110,15 @@ class BrokerCalls:
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
             offsets=_offset_commit(group_id, member_id, group_instance_id, generation_id, offsets)))
 
+    def describe_transactions(self, transactional_ids: Sequence[str]) -> Deferred[list[object]]:
+        """A ``TransactionDescription`` or the typed error per transactional id."""
+        return self._broker.describe_transactions(self.principal, transactional_ids)
+
+    def write_txn_markers(self, markers: Sequence[txn_messages.TransactionMarker]
+                          ) -> Deferred[list[txn_messages.MarkerOutcome]]:
+        """Append a coordinator's markers to the partitions led here; one outcome per partition."""
+        return self._broker.write_txn_markers(self.principal, markers)
+
     # -- cluster and topics ----------------------------------------------------------------------
 
     def list_transactions(self, states: Sequence[txn_messages.TransactionState], producer_ids: Sequence[int]

@@ -38,6 +38,7 @@ class ApiKey(enum.IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -52,6 +53,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
 
 
@@ -111,6 +113,9 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.ADD_OFFSETS_TO_TXN, transactions, "AddOffsetsToTxn", (0, 3), 3),
     _api(ApiKey.END_TXN, transactions, "EndTxn", (0, 3), 3),
     _api(ApiKey.TXN_OFFSET_COMMIT, transactions, "TxnOffsetCommit", (0, 3), 3),
+    # WriteTxnMarkers 0 was removed in Kafka 4 (KIP-896); 2 adds the marker's transaction version.
+    _api(ApiKey.WRITE_TXN_MARKERS, transactions, "WriteTxnMarkers", (1, 2), 1),
+    _api(ApiKey.DESCRIBE_TRANSACTIONS, transactions, "DescribeTransactions", (0, 0), 0),
     _api(ApiKey.DESCRIBE_ACLS, security, "DescribeAcls", (1, 3), 2),
     _api(ApiKey.CREATE_ACLS, security, "CreateAcls", (1, 3), 2),
     _api(ApiKey.DELETE_ACLS, security, "DeleteAcls", (1, 3), 2),
