@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mqbroker import errors
 from mqbroker.model import BrokerEndpoint, ClusterMetadata, PartitionMetadata, TopicMetadata
 from mqbroker.protocols.deferreds import settle
@@ -55,16 +57,16 @@ async def handle_metadata(context: RequestContext, request: m.MetadataRequest) -
 def _topic(topic: TopicMetadata, live: set[int]) -> m.MetadataResponseTopic:
     code, _ = kafka_error(topic.error)
     return m.MetadataResponseTopic(error_code=code, name=topic.name, is_internal=topic.internal,
-                                   partitions=tuple(_partition(partition, live) for partition in topic.partitions))
+                                   partitions=tuple(m.MetadataResponsePartition(**partition_answer(partition, live))
+                                                    for partition in topic.partitions))
 
 
-def _partition(partition: PartitionMetadata, live: set[int]) -> m.MetadataResponsePartition:
+def partition_answer(partition: PartitionMetadata, live: set[int]) -> dict[str, Any]:
+    """A partition's fields as Metadata and DescribeTopicPartitions answer them (``live``: live broker ids)."""
     error = 0 if partition.leader_id >= 0 else int(errors.ErrorCode.LEADER_NOT_AVAILABLE)
-    return m.MetadataResponsePartition(
-        error_code=error, partition_index=partition.partition, leader_id=partition.leader_id,
-        leader_epoch=partition.leader_epoch, replica_nodes=partition.replicas, isr_nodes=partition.isr,
-        offline_replicas=tuple(replica for replica in partition.replicas if replica not in live),
-    )
+    return {"error_code": error, "partition_index": partition.partition, "leader_id": partition.leader_id,
+            "leader_epoch": partition.leader_epoch, "replica_nodes": partition.replicas, "isr_nodes": partition.isr,
+            "offline_replicas": tuple(replica for replica in partition.replicas if replica not in live)}
 
 
 async def handle_describe_cluster(context: RequestContext, request: m.DescribeClusterRequest) -> m.DescribeClusterResponse:

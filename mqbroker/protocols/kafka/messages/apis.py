@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from mqbroker.protocols.kafka.messages import admin, cluster, groups, produce_fetch, security, transactions
+from mqbroker.protocols.kafka.messages import admin, cluster, groups, operations, produce_fetch, security, transactions
 
 
 class ApiKey(enum.IntEnum):
@@ -45,16 +45,24 @@ class ApiKey(enum.IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     OFFSET_DELETE = 47
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,4 +138,13 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, security, "AlterUserScramCredentials", (0, 0), 0),
     _api(ApiKey.DESCRIBE_CLUSTER, cluster, "DescribeCluster", (0, 1), 0),
     _api(ApiKey.LIST_TRANSACTIONS, cluster, "ListTransactions", (0, 2), 0),
+    # The operations APIs at Apache Kafka 4.1's ranges (DescribeLogDirs 5 adds a cordoned flag, KIP-1066).
+    _api(ApiKey.ALTER_REPLICA_LOG_DIRS, operations, "AlterReplicaLogDirs", (1, 2), 2),
+    _api(ApiKey.DESCRIBE_LOG_DIRS, operations, "DescribeLogDirs", (1, 4), 2),
+    _api(ApiKey.ELECT_LEADERS, operations, "ElectLeaders", (0, 2), 2),
+    _api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, operations, "AlterPartitionReassignments", (0, 1), 0),
+    _api(ApiKey.LIST_PARTITION_REASSIGNMENTS, operations, "ListPartitionReassignments", (0, 0), 0),
+    _api(ApiKey.DESCRIBE_QUORUM, operations, "DescribeQuorum", (0, 2), 0),
+    _api(ApiKey.LIST_CONFIG_RESOURCES, operations, "ListConfigResources", (0, 1), 0),
+    _api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, operations, "DescribeTopicPartitions", (0, 0), 0),
 )}
