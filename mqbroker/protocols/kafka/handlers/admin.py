@@ -99,6 +99,15 @@ def _deleted(outcome: tuple[Any, BaseException | None], topic: str, partition: i
                                                  low_watermark=low if low is not None else -1)
 
 
+def _static_broker(resource: m.IncrementalAlterConfigsResource) -> errors.BrokerError | None:
+    """Deleting a broker's dynamic keys succeeds (it has none: its settings are static, as
+    ``kafka-reassign-partitions`` clearing throttles expects); setting one is refused."""
+    if all(change.config_operation == DELETE for change in resource.configs):
+        return None
+    return errors.InvalidRequestError("mqbroker's broker settings are static: set them in the broker's configuration "
+                                      "file or command line and restart it")
+
+
 def _not_a_topic(resource_type: int) -> errors.BrokerError | None:
     if resource_type == RESOURCE_TOPIC:
         return None
@@ -193,6 +202,9 @@ async def handle_incremental_alter_configs(context: RequestContext,
     """Set, reset, append to or subtract from some keys of topics' configurations."""
     results = []
     for resource in request.resources:
+        if resource.resource_type == RESOURCE_BROKER:
+            results.append(_altered(resource.resource_type, resource.resource_name, _static_broker(resource)))
+            continue
         error = _not_a_topic(resource.resource_type)
         if error is None:
             effective, error = await settle(context.calls.describe_configs(resource.resource_name))

@@ -31,7 +31,6 @@ ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 #: The Raft log Kafka's tools ask DescribeQuorum about.
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
-UNKNOWN_PARTITION = errors.UnknownTopicOrPartitionError("the topic or partition does not exist")
 
 
 async def _topics(context: RequestContext, names: Sequence[str] | None) -> dict[str, TopicMetadata]:
@@ -53,7 +52,7 @@ async def handle_elect_leaders(context: RequestContext, request: m.ElectLeadersR
     else:
         topics = await _topics(context, [entry.topic for entry in request.topic_partitions])
         wanted = [(entry.topic, number) for entry in request.topic_partitions for number in entry.partitions]
-    outcomes = [(topic, _election(request.election_type, _partition(topics, topic, number), number))
+    outcomes = [(topic, _election(request.election_type, topic, _partition(topics, topic, number), number))
                 for topic, number in wanted]
     if request.topic_partitions is None:  # as Kafka: "every partition" answers only those that needed one
         outcomes = [(topic, result) for topic, result in outcomes if result.error_code != ELECTION_NOT_NEEDED]
@@ -62,9 +61,14 @@ async def handle_elect_leaders(context: RequestContext, request: m.ElectLeadersR
         for topic, results in by_topic(outcomes).items()))
 
 
-def _election(election_type: int, partition: PartitionMetadata | None, number: int) -> m.ElectionPartitionResult:
+def _unknown(topic: str, number: int) -> errors.BrokerError:
+    return errors.UnknownTopicOrPartitionError(f"partition {topic}-{number} does not exist")
+
+
+def _election(election_type: int, topic: str, partition: PartitionMetadata | None, number: int
+              ) -> m.ElectionPartitionResult:
     if partition is None:
-        code, message = kafka_error(UNKNOWN_PARTITION)
+        code, message = kafka_error(_unknown(topic, number))
     elif election_type == ELECTION_PREFERRED:
         preferred = partition.replicas[0] if partition.replicas else -1
         code, message = (ELECTION_NOT_NEEDED, None) if partition.leader_id == preferred else (
@@ -148,7 +152,7 @@ async def _reassign(context: RequestContext, request: m.AlterPartitionReassignme
                     ) -> BaseException | int | None:
     partition = _partition(topics, topic, target.partition_index)
     if partition is None:
-        return UNKNOWN_PARTITION
+        return _unknown(topic, target.partition_index)
     if target.replicas is None:
         ongoing, error = await settle(context.calls.list_reassignments([topic]))
         if error is not None:
@@ -225,7 +229,9 @@ async def handle_describe_topic_partitions(context: RequestContext, request: m.D
         answered.append(m.DescribeTopicPartitionsResponseTopic(
             error_code=code, name=topic.name, is_internal=topic.internal,
             topic_authorized_operations=OPERATIONS_NOT_REQUESTED, partitions=tuple(
-                m.DescribeTopicPartitionsResponsePartition(**partition_answer(p, live)) for p in partitions)))
+                m.DescribeTopicPartitionsResponsePartition(**partition_answer(p, live), eligible_leader_replicas=(),
+                                                           last_known_elr=())  # no ELR (KIP-966); Java needs lists
+                for p in partitions)))
         if next_cursor is not None:
             break
         if budget == 0:
