@@ -14,6 +14,8 @@ from mqbroker import errors, limits
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+#: ListOffsets: the record with the largest timestamp (KIP-734).
+MAX_TIMESTAMP = -3
 
 
 @dataclass(frozen=True, slots=True)

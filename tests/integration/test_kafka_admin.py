@@ -107,6 +107,24 @@ def test_records_are_deleted_and_offsets_found_by_time(kafka_broker: BrokerProce
     consumer.close()
 
 
+def test_list_offsets_finds_the_record_with_the_largest_timestamp(kafka_broker: BrokerProcess, admin: Any) -> None:
+    """ListOffsets 7 (max timestamp, KIP-734): the record itself, inside a batch, the first of equal ones."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    bootstrap, topic = kafka_bootstrap(kafka_broker), unique("max-time")
+    partition = TopicPartition(topic, 0)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})  # one batch
+    for timestamp_ms in (1_000_100, 1_000_400, 1_000_200, 1_000_400):
+        producer.produce(topic, value=b"v", timestamp=timestamp_ms)
+    assert producer.flush(20) == 0
+    found = admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(10)
+    assert (found.offset, found.timestamp) == (1, 1_000_400)
+    producer.produce(topic, value=b"later", timestamp=2_000_000)
+    assert producer.flush(20) == 0
+    assert admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(10).offset == 4
+
+
 def test_groups_are_listed_described_and_deleted(kafka_broker: BrokerProcess, admin: Any) -> None:
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 

@@ -96,8 +96,8 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 11), 9),
     # Fetch 13 on names topics by id, which mqbroker does not assign.
     _api(ApiKey.FETCH, produce_fetch, "Fetch", (4, 12), 12),
-    # ListOffsets 7 on adds the max-timestamp (-3), earliest-local (-4) and tiered (-5) lookups.
-    _api(ApiKey.LIST_OFFSETS, produce_fetch, "ListOffsets", (1, 6), 6),
+    # ListOffsets 7 adds the max-timestamp lookup (-3), 8 the earliest-local one (-4); 9 on ask about tiered storage.
+    _api(ApiKey.LIST_OFFSETS, produce_fetch, "ListOffsets", (1, 8), 6),
     _api(ApiKey.METADATA, cluster, "Metadata", (0, 12), 9),
     _api(ApiKey.OFFSET_COMMIT, groups, "OffsetCommit", (2, 9), 8),
     _api(ApiKey.OFFSET_FETCH, groups, "OffsetFetch", (1, 9), 6),
