@@ -7,8 +7,19 @@ from typing import Any
 
 import pytest
 
+from mqbroker.protocols.kafka.messages.apis import ApiKey
+from mqbroker.protocols.kafka.messages.produce_fetch import FetchPartition, FetchRequest, FetchTopic
+from mqbroker.records.compression import Compression
+from mqbroker.records.header import iter_batches
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import kafka_bootstrap, start_kafka_broker, unique, wait_until
+from tests.integration.kafka_support import (
+    consume_with_confluent,
+    kafka_bootstrap,
+    kafka_call,
+    start_kafka_broker,
+    unique,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +134,42 @@ def test_list_offsets_finds_the_record_with_the_largest_timestamp(kafka_broker: 
     producer.produce(topic, value=b"later", timestamp=2_000_000)
     assert producer.flush(20) == 0
     assert admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(10).offset == 4
+
+
+def _stored_codecs(kafka_broker: BrokerProcess, topic: str) -> list[int]:
+    """The compression codec of each batch of partition 0, as a raw Fetch returns them."""
+    fetched = kafka_call(kafka_broker.ports["kafka"], ApiKey.FETCH, 12, FetchRequest(max_wait_ms=0, min_bytes=0, topics=(
+        FetchTopic(topic=topic, partitions=(FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),)))
+    return [header.compression for _, header in iter_batches(fetched.responses[0].partitions[0].records)]
+
+
+def test_a_topic_compression_type_rewrites_batches_in_its_codec(kafka_broker: BrokerProcess, admin: Any) -> None:
+    """``compression.type=zstd`` stores gzip batches as zstd, readable as before; ``producer`` keeps the client's."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    bootstrap, topic = kafka_bootstrap(kafka_broker), unique("recompressed")
+    admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": "zstd"})])[topic].result(10)
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "gzip", "enable.idempotence": True})
+    for number in range(50):
+        producer.produce(topic, key=b"k%d" % number, value=b"value %d" % number, headers=[("h", b"%d" % number)])
+    assert producer.flush(20) == 0
+    assert set(_stored_codecs(kafka_broker, topic)) == {Compression.ZSTD}
+    read = consume_with_confluent(bootstrap, topic, 50, timeout_s=10)
+    assert [(m.key(), m.value(), m.headers()) for m in read] == [
+        (b"k%d" % n, b"value %d" % n, [("h", b"%d" % n)]) for n in range(50)]
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("compression.type", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    described = admin.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(10)
+    assert described["compression.type"].value == "producer"
+    for _ in range(20):
+        producer.produce(topic, value=b"kept as sent " * 10)  # compressible (librdkafka sends what shrinks only)
+    assert producer.flush(20) == 0
+    assert _stored_codecs(kafka_broker, topic)[-1] == Compression.GZIP
+    bad = ConfigResource("topic", topic, set_config={"compression.type": "brotli"})
+    with pytest.raises(Exception, match="compression.type"):
+        admin.alter_configs([bad])[bad].result(10)
 
 
 def test_groups_are_listed_described_and_deleted(kafka_broker: BrokerProcess, admin: Any) -> None:
