@@ -136,6 +136,22 @@ def test_list_offsets_finds_the_record_with_the_largest_timestamp(kafka_broker: 
     assert admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(10).offset == 4
 
 
+def test_client_chosen_replicas_are_used_for_new_topics_and_partitions(admin: Any) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    topic = unique("placed")
+    (node_id,) = admin.list_topics(timeout=10).brokers
+    admin.create_topics([NewTopic(topic, 2, replica_assignment=[[node_id], [node_id]])])[topic].result(10)
+    admin.create_partitions([NewPartitions(topic, 4, replica_assignment=[[node_id], [node_id]])])[topic].result(10)
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    assert {number: p.replicas for number, p in partitions.items()} == {n: [node_id] for n in range(4)}
+    for wrong in ([[node_id + 5]], [[node_id, node_id]], [[node_id]] * 2):  # unknown, repeated, too many
+        with pytest.raises(KafkaException, match="INVALID_REPLICA_ASSIGNMENT"):
+            admin.create_partitions([NewPartitions(topic, 5, replica_assignment=wrong)])[topic].result(10)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 4
+
+
 def _stored_codecs(kafka_broker: BrokerProcess, topic: str) -> list[int]:
     """The compression codec of each batch of partition 0, as a raw Fetch returns them."""
     fetched = kafka_call(kafka_broker.ports["kafka"], ApiKey.FETCH, 12, FetchRequest(max_wait_ms=0, min_bytes=0, topics=(

@@ -65,7 +65,8 @@ def _leader(admin: Any, topic: str) -> int | None:
 
 @pytest.mark.slow
 def test_kafka_reassign_partitions_moves_a_partition_to_another_broker(tmp_path: pathlib.Path) -> None:
-    """``kafka-reassign-partitions`` moves a replica between brokers; the records move with it."""
+    """``kafka-reassign-partitions`` moves a replica between brokers; the records move with it. Replicas a client
+    chooses at creation are where it chose."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -92,6 +93,11 @@ def test_kafka_reassign_partitions_moves_a_partition_to_another_broker(tmp_path:
         assert (replicas, _leader(admin, topic)) == ([target], target)
         read = consume_with_confluent(kafka_bootstrap(brokers[target - 1]), topic, 100, timeout_s=20)
         assert [m.value() for m in read] == [b"%03d" % number for number in range(100)]
+        placed = unique("placed")  # replicas chosen by the client at creation: placed, then moved there
+        admin.create_topics([NewTopic(placed, 2, replica_assignment=[[3, 1], [2, 3]])])[placed].result(20)
+        wait_until(lambda: [p.replicas for _, p in sorted(
+            admin.list_topics(placed, timeout=10).topics[placed].partitions.items())] == [[3, 1], [2, 3]],
+            30, "the chosen replicas")
     finally:
         for broker in brokers:
             broker.kill()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mqbroker import errors
@@ -20,19 +20,27 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 #: IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_PLACEMENT = "mqbroker places replicas itself; leave the replica assignment out"
 
 
 async def handle_create_topics(context: RequestContext, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
     """Create topics (all at once), one result each with the partition count and replication factor created."""
     async def create(topic: m.CreatableTopic) -> m.CreatableTopicResult:
-        if topic.assignments:
-            error: BaseException | None = errors.InvalidRequestError(_PLACEMENT)
-        else:
-            configs = {config.name: config.value for config in topic.configs if config.value is not None}
-            _, error = await settle(context.calls.create_topic(topic.name, topic.num_partitions,
-                                                               topic.replication_factor, configs, request.validate_only))
+        ordered = sorted(topic.assignments, key=lambda assignment: assignment.partition_index)
+        chosen = [tuple(assignment.broker_ids) for assignment in ordered]
         partitions, replication_factor = topic.num_partitions, topic.replication_factor
+        error = await _check_placement(context, chosen, range(len(chosen)),
+                                       [assignment.partition_index for assignment in ordered])
+        if chosen and error is None:
+            if (partitions, replication_factor) != (-1, -1):
+                error = errors.InvalidRequestError("give either replica assignments or a partition count and "
+                                                   "replication factor (-1), not both")
+            partitions, replication_factor = len(chosen), len(chosen[0])
+        if error is None:
+            configs = {config.name: config.value for config in topic.configs if config.value is not None}
+            _, error = await settle(context.calls.create_topic(topic.name, partitions, replication_factor, configs,
+                                                               request.validate_only))
+        if error is None and chosen and not request.validate_only:
+            error = await _place(context, topic.name, 0, chosen)
         if error is None and not request.validate_only:
             partitions, replication_factor = await _shape(context, topic.name, partitions, replication_factor)
         code, message = kafka_error(error)
@@ -53,6 +61,36 @@ async def _shape(context: RequestContext, name: str, partitions: int, replicatio
     return len(described[0].partitions), len(described[0].partitions[0].replicas)
 
 
+async def _check_placement(context: RequestContext, chosen: list[tuple[int, ...]], wanted: range,
+                           given: Sequence[int]) -> BaseException | None:
+    """Why client-chosen replicas cannot be used (None: they can): every partition in ``wanted`` needs one
+    assignment, of live brokers, none repeated, all of one length."""
+    if not chosen:
+        return None
+    if list(given) != list(wanted):
+        return errors.InvalidReplicaAssignmentError(
+            f"assignments must name partitions {wanted.start}..{wanted.stop - 1}, one each; got {list(given)}")
+    cluster = await context.calls.metadata([], False)
+    live = {endpoint.node_id for endpoint in cluster.brokers}
+    for replicas in chosen:
+        unknown = sorted(set(replicas) - live)
+        if unknown or not replicas or len(set(replicas)) != len(replicas) or len(replicas) != len(chosen[0]):
+            return errors.InvalidReplicaAssignmentError(
+                f"replicas {list(replicas)} are not usable: each partition needs the same number of distinct live "
+                f"brokers ({sorted(live)})" + (f"; broker {unknown[0]} is not registered" if unknown else ""))
+    return None
+
+
+async def _place(context: RequestContext, topic: str, first: int, chosen: list[tuple[int, ...]]) -> BaseException | None:
+    """Move new partitions ``first``... to the replicas the client chose: mqbroker places them, then reassigns
+    them (empty, they move at once; a partition already there is left alone)."""
+    for number, replicas in enumerate(chosen, start=first):
+        _, error = await settle(context.calls.reassign_partition(topic, number, replicas))
+        if error is not None:
+            return error
+    return None
+
+
 async def handle_delete_topics(context: RequestContext, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
     """Delete topics by name (version 6 may name them by id, which mqbroker does not assign)."""
     names: list[str | None] = list(request.topic_names) if context.version < 6 else [t.name for t in request.topics]
@@ -71,11 +109,15 @@ async def handle_create_partitions(context: RequestContext, request: m.CreatePar
     """Grow topics, one outcome each."""
     results = []
     for topic in request.topics:
+        chosen = [tuple(entry.broker_ids) for entry in topic.assignments or ()]
         error: BaseException | None = None
-        if topic.assignments:
-            error = errors.InvalidRequestError(_PLACEMENT)
-        elif not request.validate_only:
+        first, _ = await _shape(context, topic.name, -1, -1) if chosen else (-1, -1)
+        if first >= 0:  # (an unknown topic fails below)
+            error = await _check_placement(context, chosen, range(first, topic.count), range(first, first + len(chosen)))
+        if error is None and not request.validate_only:
             _, error = await settle(context.calls.create_partitions(topic.name, topic.count))
+            if error is None and chosen:
+                error = await _place(context, topic.name, first, chosen)
         code, message = kafka_error(error)
         results.append(m.CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message))
     return m.CreatePartitionsResponse(throttle_time_ms=0, results=tuple(results))
