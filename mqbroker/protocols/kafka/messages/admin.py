@@ -12,7 +12,7 @@ from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Uuid, ZERO_UUID
 
 @message
 class CreatableReplicaAssignment:
-    """Replicas chosen by the client for one partition (refused: mqbroker places replicas)."""
+    """Replicas chosen by the client for one partition (mqbroker places it, then moves it there)."""
 
     partition_index: Int32
     broker_ids: tuple[Int32, ...]
