@@ -116,7 +116,7 @@ class DeleteTopicsResponse:
 
 @message
 class CreatePartitionsAssignment:
-    """Replicas chosen by the client for a new partition (refused: mqbroker places replicas)."""
+    """Replicas chosen by the client for a new partition (mqbroker places it, then moves it there)."""
 
     broker_ids: tuple[Int32, ...]
 
