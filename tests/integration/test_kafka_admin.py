@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
+from mqbroker.protocols.kafka.messages.admin import (
+    CreatableTopic,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DeleteTopicState,
+)
 from mqbroker.protocols.kafka.messages.apis import ApiKey
+from mqbroker.protocols.kafka.messages.cluster import MetadataRequest, MetadataRequestTopic
 from mqbroker.protocols.kafka.messages.produce_fetch import FetchPartition, FetchRequest, FetchTopic
 from mqbroker.records.compression import Compression
 from mqbroker.records.header import iter_batches
@@ -229,3 +236,22 @@ def test_the_cluster_is_described_with_the_kafka_listener(kafka_broker: BrokerPr
     cluster = admin.describe_cluster().result(10)
     assert [(node.id, node.host, node.port) for node in cluster.nodes] == [(1, "127.0.0.1", kafka_broker.ports["kafka"])]
     assert cluster.controller.id == 1 and cluster.cluster_id == "mqbroker"
+
+
+def test_topics_have_ids_that_metadata_and_delete_topics_take(kafka_broker: BrokerProcess, admin: Any) -> None:
+    """Topic ids: answered by CreateTopics and Metadata, looked up by Metadata and DeleteTopics, new per incarnation."""
+    port, topic = kafka_broker.ports["kafka"], unique("with-id")
+    created = kafka_call(port, ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest(topics=(CreatableTopic(
+        name=topic, num_partitions=1, replication_factor=-1, assignments=(), configs=()),)))
+    topic_id = created.topics[0].topic_id
+    assert topic_id != bytes(16)
+    by_id = kafka_call(port, ApiKey.METADATA, 12, MetadataRequest(topics=(
+        MetadataRequestTopic(topic_id=topic_id, name=None), MetadataRequestTopic(topic_id=b"\x01" * 16, name=None))))
+    assert [(t.name, t.topic_id, t.error_code) for t in by_id.topics] == [(topic, topic_id, 0),
+                                                                            (None, b"\x01" * 16, 100)]
+    deleted = kafka_call(port, ApiKey.DELETE_TOPICS, 6, DeleteTopicsRequest(topics=(
+        DeleteTopicState(name=None, topic_id=topic_id),), timeout_ms=10000))
+    assert [(t.name, t.error_code) for t in deleted.responses] == [(topic, 0)]
+    again = kafka_call(port, ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest(topics=(CreatableTopic(
+        name=topic, num_partitions=1, replication_factor=-1, assignments=(), configs=()),)))
+    assert again.topics[0].error_code == 0 and again.topics[0].topic_id not in (topic_id, bytes(16))

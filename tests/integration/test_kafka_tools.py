@@ -104,13 +104,15 @@ def test_producer_and_consumer_perf_tests_run_to_completion(bootstrap: str) -> N
     assert consumed.strip().splitlines()[-1].split(", ")[4] == "20000"  # data.consumed.in.nMsg
 
 
-def test_kafka_topics_describe_pages_through_partitions_with_a_cursor(bootstrap: str) -> None:
+def test_kafka_topics_describe_pages_through_partitions_with_a_cursor_and_shows_the_topic_id(bootstrap: str) -> None:
     topic = unique("tool-pages")
     _ok("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic, "--partitions", "3")
     described = _ok("kafka-topics", "--bootstrap-server", bootstrap, "--describe", "--topic", topic,
                     "--partition-size-limit-per-response", "1")  # DescribeTopicPartitions, one partition a page
     assert [line.split("\t")[2] for line in described.splitlines() if "\tPartition: " in line] == [
         f"Partition: {number}" for number in range(3)]
+    topic_id = described.split("TopicId: ")[1].split()[0]
+    assert topic_id != "AAAAAAAAAAAAAAAAAAAAAA"  # a real topic id, not zeros
 
 
 def test_kafka_leader_election_finds_preferred_leaders_in_place_and_names_unknown_partitions(bootstrap: str) -> None:

@@ -6,11 +6,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mqbroker import errors
+from mqbroker.model import TopicMetadata
 from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.kafka.config_catalog import config_type
 from mqbroker.protocols.kafka.error_codes import kafka_error
+from mqbroker.protocols.kafka.handlers.cluster import UNKNOWN_TOPIC_ID
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import admin as m
+from mqbroker.protocols.schema import ZERO_UUID
 
 #: Kafka's ConfigResource types and config sources (DescribeConfigs).
 RESOURCE_TOPIC = 2
@@ -41,10 +44,12 @@ async def handle_create_topics(context: RequestContext, request: m.CreateTopicsR
                                                                request.validate_only))
         if error is None and chosen and not request.validate_only:
             error = await _place(context, topic.name, 0, chosen)
-        if error is None and not request.validate_only:
-            partitions, replication_factor = await _shape(context, topic.name, partitions, replication_factor)
+        created = await _described(context, topic.name) if error is None and not request.validate_only else None
+        if created is not None:
+            partitions, replication_factor = len(created.partitions), len(created.partitions[0].replicas)
         code, message = kafka_error(error)
         return m.CreatableTopicResult(name=topic.name, error_code=code, error_message=message,
+                                      topic_id=created.topic_id if created is not None else ZERO_UUID,
                                       num_partitions=partitions if error is None else -1,
                                       replication_factor=replication_factor if error is None else -1)
 
@@ -52,13 +57,11 @@ async def handle_create_topics(context: RequestContext, request: m.CreateTopicsR
     return m.CreateTopicsResponse(throttle_time_ms=0, topics=tuple(results))
 
 
-async def _shape(context: RequestContext, name: str, partitions: int, replication_factor: int) -> tuple[int, int]:
-    """The partition count and replication factor a topic was created with (the request's where unknown)."""
+async def _described(context: RequestContext, name: str) -> TopicMetadata | None:
+    """Topic ``name`` with its partitions (None: it has none, or cannot be described)."""
     cluster, _ = await settle(context.calls.metadata([name], False))
-    described = [topic for topic in (cluster.topics if cluster else ()) if topic.name == name and topic.partitions]
-    if not described:
-        return partitions, replication_factor
-    return len(described[0].partitions), len(described[0].partitions[0].replicas)
+    return next((topic for topic in (cluster.topics if cluster else ()) if topic.name == name and topic.partitions),
+                None)
 
 
 async def _check_placement(context: RequestContext, chosen: list[tuple[int, ...]], wanted: range,
@@ -92,16 +95,21 @@ async def _place(context: RequestContext, topic: str, first: int, chosen: list[t
 
 
 async def handle_delete_topics(context: RequestContext, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
-    """Delete topics by name (version 6 may name them by id, which mqbroker does not assign)."""
-    names: list[str | None] = list(request.topic_names) if context.version < 6 else [t.name for t in request.topics]
+    """Delete topics by name, or by topic id from version 6 (answered with both)."""
+    wanted = ([(name, ZERO_UUID) for name in request.topic_names] if context.version < 6
+              else [(topic.name, topic.topic_id) for topic in request.topics])
+    known = {topic.name: topic.topic_id for topic in (await context.calls.metadata(None, False)).topics}
+    names_by_id = {topic_id: name for name, topic_id in known.items()}
     results = []
-    for name in names:
+    for name, topic_id in wanted:
+        name = name if name is not None else names_by_id.get(topic_id)
         if name is None:
-            error: BaseException | None = errors.InvalidRequestError("topics are deleted by name; mqbroker has no topic ids")
+            code, message = UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id.hex()}"
         else:
+            topic_id = known.get(name, topic_id)
             _, error = await settle(context.calls.delete_topic(name))
-        code, message = kafka_error(error)
-        results.append(m.DeletableTopicResult(name=name, error_code=code, error_message=message))
+            code, message = kafka_error(error)
+        results.append(m.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code, error_message=message))
     return m.DeleteTopicsResponse(throttle_time_ms=0, responses=tuple(results))
 
 
@@ -111,7 +119,8 @@ async def handle_create_partitions(context: RequestContext, request: m.CreatePar
     for topic in request.topics:
         chosen = [tuple(entry.broker_ids) for entry in topic.assignments or ()]
         error: BaseException | None = None
-        first, _ = await _shape(context, topic.name, -1, -1) if chosen else (-1, -1)
+        grown = await _described(context, topic.name) if chosen else None
+        first = len(grown.partitions) if grown is not None else -1
         if first >= 0:  # (an unknown topic fails below)
             error = await _check_placement(context, chosen, range(first, topic.count), range(first, first + len(chosen)))
         if error is None and not request.validate_only:

@@ -227,7 +227,7 @@ async def handle_describe_topic_partitions(context: RequestContext, request: m.D
         budget -= len(partitions)
         code, _ = kafka_error(topic.error)
         answered.append(m.DescribeTopicPartitionsResponseTopic(
-            error_code=code, name=topic.name, is_internal=topic.internal,
+            error_code=code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
             topic_authorized_operations=OPERATIONS_NOT_REQUESTED, partitions=tuple(
                 m.DescribeTopicPartitionsResponsePartition(**partition_answer(p, live), eligible_leader_replicas=(),
                                                            last_known_elr=())  # no ELR (KIP-966); Java needs lists

@@ -81,7 +81,7 @@ class CreateTopicsResponse:
 
 @message
 class DeleteTopicState:
-    """A topic to delete, by name (topic ids are not served)."""
+    """A topic to delete, by name or (no name) by topic id."""
 
     name: str | None = None
     topic_id: Uuid
