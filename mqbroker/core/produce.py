@@ -125,11 +125,11 @@ class ProduceService:
         """A client's batches as stored: decoded first where the broker reads them later (compacted: keys
         too), rewritten in the topic's ``compression.type`` when that names a codec."""
         record = self._cluster.topic(topic)
-        configs = {**self._topic_defaults, **(record.configs if record is not None else {})}
+        overrides = record.configs if record is not None else {}
         compacted = partition_log.config.compacts
-        if compacted or configs["record.validation"] == "decode":
+        if compacted or overrides.get("record.validation", self._topic_defaults["record.validation"]) == "decode":
             check_produced_records(topic, records, keys_required=compacted)
-        compression = COMPRESSION_TYPES.get(configs["compression.type"])
+        compression = COMPRESSION_TYPES.get(overrides.get("compression.type", self._topic_defaults["compression.type"]))
         if compression is None:
             return records
         try:

@@ -9,8 +9,7 @@ from mqbroker import errors
 from mqbroker.model import TopicMetadata
 from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.kafka.config_catalog import config_type
-from mqbroker.protocols.kafka.error_codes import kafka_error
-from mqbroker.protocols.kafka.handlers.cluster import UNKNOWN_TOPIC_ID
+from mqbroker.protocols.kafka.error_codes import UNKNOWN_TOPIC_ID, kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import admin as m
 from mqbroker.protocols.schema import ZERO_UUID

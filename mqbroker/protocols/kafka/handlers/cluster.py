@@ -7,15 +7,13 @@ from typing import Any
 from mqbroker import errors
 from mqbroker.model import BrokerEndpoint, ClusterMetadata, PartitionMetadata, TopicMetadata
 from mqbroker.protocols.deferreds import settle
-from mqbroker.protocols.kafka.error_codes import kafka_error
+from mqbroker.protocols.kafka.error_codes import UNKNOWN_TOPIC_ID, kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext
 from mqbroker.protocols.kafka.messages import cluster as m
 from mqbroker.transactions.messages import TransactionState
 
 #: Kafka's "authorized operations not requested" value.
 OPERATIONS_NOT_REQUESTED = -(2**31)
-#: Kafka's UNKNOWN_TOPIC_ID: no topic has the id asked for.
-UNKNOWN_TOPIC_ID = 100
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
 
