@@ -14,7 +14,19 @@ set -u
 WORK=$(cd "$1" && pwd); SUITES=${2:-"kp ck"}; BROKERS=${3:-"mq ref"}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REF=$ROOT/tests/kafka_reference/kafka_reference.sh
-free_port() { python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
+free_port() {  # a free port P with P+1 free too (the reference's controller listens on P+1)
+  python -c "
+import socket
+while True:
+    first, second = socket.socket(), socket.socket()
+    first.bind(('127.0.0.1', 0))
+    try:
+        second.bind(('127.0.0.1', first.getsockname()[1] + 1))
+    except OSError:
+        continue
+    print(first.getsockname()[1])
+    break"
+}
 
 # confluent-kafka's fixtures import trivup (a cluster launcher) even for a bring-your-own cluster,
 # and its schema-registry helpers need a few libraries: a stub and a private target directory.
@@ -61,6 +73,6 @@ for suite in $SUITES; do
     stop_broker "$which" "$WORK/broker-$suite-$which"
     echo "== $suite against $which:"
     grep -E "^(FAILED|ERROR) " "$out"
-    tail -1 "$out"
+    grep -E "^=+ .*(passed|failed)" "$out" | tail -1
   done
 done
