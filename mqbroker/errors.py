@@ -50,6 +50,7 @@ class ErrorCode(enum.IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -277,6 +278,12 @@ class InvalidReplicationFactorError(BrokerError):
     """A replication factor is invalid (not positive, or more than the live brokers)."""
 
     code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidReplicaAssignmentError(BrokerError):
+    """Replicas chosen by a client are invalid (an unknown broker, a repeated one, uneven or missing partitions)."""
+
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 
 
 class InvalidConfigError(BrokerError):

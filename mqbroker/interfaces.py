@@ -49,7 +49,7 @@ class IBroker(Interface):
 
     def list_offset(principal, topic, partition, timestamp_ms, isolation_level=0):
         """Find the earliest (-2), latest (-1: the high watermark, or read_committed the last stable offset)
-        or first offset at or after ``timestamp_ms``."""
+        or first offset at or after ``timestamp_ms``; -3: the batch holding the largest timestamp (and that timestamp)."""
 
     def metadata(principal, topics, allow_auto_create):
         """Describe the cluster and ``topics`` (None: every topic) as ``ClusterMetadata``."""

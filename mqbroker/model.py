@@ -14,6 +14,8 @@ from mqbroker import errors, limits
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+#: ListOffsets: the record with the largest timestamp (KIP-734).
+MAX_TIMESTAMP = -3
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +233,8 @@ class TopicMetadata:
     partitions: tuple[PartitionMetadata, ...] = ()
     internal: bool = False
     error: Exception | None = None
+    #: 16 bytes naming this incarnation of the topic (Kafka's topic id); zeros when unknown.
+    topic_id: bytes = bytes(16)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

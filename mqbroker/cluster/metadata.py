@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,21 @@ class TopicState:
     name: str
     partitions: list[PartitionState]
     configs: dict[str, str] = field(default_factory=dict)
+    #: 16 bytes naming this incarnation of the topic (Kafka's topic id): see ``topic_id_for``.
+    topic_id: bytes = b""
+
+
+def topic_id_for(name: str, created_index: int) -> bytes:
+    """The id of topic ``name`` created by the record at log index ``created_index``.
+
+    Derived, not drawn: every broker applying the record computes the same id, and a topic
+    deleted and created again gets another one. (Snapshots older than topic ids give their
+    topics the id of index 0.)
+    """
+    return uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{created_index}/{name}").bytes
+
+
+_TOPIC_ID_NAMESPACE = uuid.UUID("8f0c2a3e-5b7d-4c1e-9a6f-2d4b8e1c7a90")
 
 
 @dataclass(slots=True)
@@ -122,6 +138,7 @@ class MetadataImage:
             "topics": [
                 {
                     "name": topic.name,
+                    "topic_id": topic.topic_id.hex(),
                     "configs": dict(sorted(topic.configs.items())),
                     "partitions": [dataclasses.asdict(partition) for partition in topic.partitions],
                 }
@@ -140,6 +157,7 @@ class MetadataImage:
             topics={
                 topic["name"]: TopicState(
                     name=topic["name"],
+                    topic_id=bytes.fromhex(topic["topic_id"]) if "topic_id" in topic else topic_id_for(topic["name"], 0),
                     configs=dict(topic["configs"]),
                     partitions=[PartitionState(**partition) for partition in topic["partitions"]],
                 )
@@ -173,7 +191,8 @@ def apply_record(image: MetadataImage, record: Record) -> int | None:
             if name in image.topics:
                 raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
             image.topics[name] = TopicState(
-                name=name, partitions=_new_partitions(image, assignment, replicas), configs=dict(configs)
+                name=name, partitions=_new_partitions(image, assignment, replicas), configs=dict(configs),
+                topic_id=topic_id_for(name, image.applied_index),
             )
         case DeleteTopic(name=name):
             _topic(image, name)

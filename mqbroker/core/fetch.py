@@ -25,6 +25,7 @@ from mqbroker.limits import fetch_response_bytes_max, fetch_wait_ms_max
 from mqbroker.model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     AbortedTransaction,
     FetchPosition,
     FetchRequest,
@@ -166,8 +167,13 @@ class FetchService:
             high_watermark = partition_log.last_stable_offset(high_watermark)
         if timestamp_ms == LATEST_TIMESTAMP:
             return succeed(OffsetAndTimestamp(offset=high_watermark))
+        if timestamp_ms == MAX_TIMESTAMP:
+            largest = partition_log.largest_timestamp()
+            if largest is None or largest[1] >= high_watermark:
+                return succeed(OffsetAndTimestamp(offset=-1))
+            return succeed(OffsetAndTimestamp(offset=largest[1], timestamp_ms=largest[0]))
         if timestamp_ms < 0:
-            raise errors.InvalidTimestampError(f"timestamp {timestamp_ms} is neither -1, -2 nor a time in ms")
+            raise errors.InvalidTimestampError(f"timestamp {timestamp_ms} is neither -1, -2, -3 nor a time in ms")
         found = partition_log.offset_for_timestamp(timestamp_ms)
         if found is None or found >= high_watermark:
             return succeed(OffsetAndTimestamp(offset=-1))

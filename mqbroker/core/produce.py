@@ -7,7 +7,8 @@ watermark passed it, that is once every in-sync replica holds it, and is refused
 is written while the ISR is smaller than ``min.insync.replicas``. Internal topics (``__``) take
 only the cluster's own writes (``ClusterPrincipals``). A client's records are decoded before the
 append only where the broker decodes them later (compacted topics, which also need keys, and
-topics with ``record.validation=decode``); everywhere else no record is decoded. A transactional
+topics with ``record.validation=decode``); everywhere else no record is decoded. A topic whose
+``compression.type`` names a codec gets a client's batches rewritten in it (records untouched). A transactional
 batch opening its producer's transaction in a partition needs the verification guard
 ``core.transactions`` obtained (KIP-890); markers are only the broker's own appends
 (``append_replicated`` with ``markers_allowed``).
@@ -22,11 +23,13 @@ from twisted.internet.interfaces import IReactorTime
 
 from mqbroker import errors
 from mqbroker.core.guards import errors_as_failures, require_permission
-from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, check_produced_records
+from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, COMPRESSION_TYPES, check_produced_records
 from mqbroker.durability.flusher import Flusher
 from mqbroker.interfaces import IAuthorizer, IClusterView
 from mqbroker.limits import produce_timeout_ms_default, produce_timeout_ms_max
 from mqbroker.model import Acks, Operation, Principal, ProduceResult, ResourceType
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.recompress import recompressed
 from mqbroker.replication.leadership import LeaderPartition
 from mqbroker.replication.replica_manager import ReplicaManager, check_enough_replicas
 from mqbroker.security.cluster_principals import ClusterPrincipals
@@ -39,11 +42,10 @@ class ProduceService:
         self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, flusher: Flusher,
         principals: ClusterPrincipals, cluster: IClusterView, topic_defaults: Mapping[str, str],
     ) -> None:
-        """``topic_defaults``: the broker-wide ``log.`` defaults (``record.validation``)."""
+        """``topic_defaults``: the broker-wide ``log.`` defaults (``record.validation``, ``compression.type``)."""
         self._clock = clock
         self._cluster = cluster
-        self._record_validation_default = topic_defaults.get(
-            "record.validation", BROKER_TOPIC_CONFIG_DEFAULTS["record.validation"])
+        self._topic_defaults = {**BROKER_TOPIC_CONFIG_DEFAULTS, **topic_defaults}
         self._authorizer = authorizer
         self._principals = principals
         self._replicas = replicas
@@ -114,19 +116,27 @@ class ProduceService:
         if acks_all:
             check_enough_replicas(leader, min_insync)
         if check_records:
-            self._check_records(topic, partition_log, records)
+            records = self._client_records(topic, partition_log, records)
         appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch,
                                         markers_allowed=markers_allowed, verification_guard=verification_guard)
         return partition_log, leader, appended, min_insync
 
-    def _check_records(self, topic: str, partition_log: PartitionLog, records: bytes) -> None:
-        """Decode a client's records where the broker reads them later (compacted: keys too)."""
+    def _client_records(self, topic: str, partition_log: PartitionLog, records: bytes) -> bytes:
+        """A client's batches as stored: decoded first where the broker reads them later (compacted: keys
+        too), rewritten in the topic's ``compression.type`` when that names a codec."""
         record = self._cluster.topic(topic)
-        validation = (record.configs if record is not None else {}).get("record.validation",
-                                                                         self._record_validation_default)
+        overrides = record.configs if record is not None else {}
         compacted = partition_log.config.compacts
-        if compacted or validation == "decode":
+        if compacted or overrides.get("record.validation", self._topic_defaults["record.validation"]) == "decode":
             check_produced_records(topic, records, keys_required=compacted)
+        compression = COMPRESSION_TYPES.get(overrides.get("compression.type", self._topic_defaults["compression.type"]))
+        if compression is None:
+            return records
+        try:
+            return bytes(recompressed(records, compression))
+        except CorruptRecordError as error:
+            raise errors.CorruptMessageError(f"topic {topic!r} stores batches in {compression.name.lower()}; "
+                                             f"a batch could not be rewritten: {error}") from None
 
     def stop(self) -> None:
         """Refuse new produces (shutdown)."""

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from mqbroker.errors import CorruptMessageError, InvalidConfigError, InvalidRecordError, InvalidTopicError, PolicyViolationError
 from mqbroker.limits import topic_name_length_max
+from mqbroker.records.compression import Compression
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import iter_batches
@@ -18,10 +19,14 @@ from mqbroker.storage.config import LogConfig
 
 #: Topic configuration keys the broker itself interprets (the rest belong to the storage engine).
 BROKER_TOPIC_CONFIG_DEFAULTS = {"min.insync.replicas": "1", "unclean.leader.election.enable": "false",
-                                "record.validation": "none"}
+                                "record.validation": "none", "compression.type": "producer"}
 #: ``record.validation``: "decode" makes every record of a client's produce decode before it is appended
 #: (the topics the broker's own readers decode: MQTT log topics, AMQP queues); "none" checks batches only.
 RECORD_VALIDATIONS = ("none", "decode")
+#: ``compression.type``: the codec a client's batches are stored in ("producer": as the client sent them).
+#: Another codec costs a decompression and a compression per batch on the produce path, as in Kafka.
+COMPRESSION_TYPES = {"producer": None, "uncompressed": Compression.NONE, "gzip": Compression.GZIP,
+                     "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 #: A topic name, matched against the whole string (``$`` would also match before a final newline).
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 #: Producer ids are handed out in blocks so that a restart never reuses one without a write per id.
@@ -57,6 +62,10 @@ def validate_broker_topic_configs(configs: Mapping[str, str]) -> None:
     validation = configs.get("record.validation")
     if validation is not None and validation not in RECORD_VALIDATIONS:
         raise InvalidConfigError(f"topic config 'record.validation' must be none or decode, got {validation!r}")
+    compression = configs.get("compression.type")
+    if compression is not None and compression not in COMPRESSION_TYPES:
+        raise InvalidConfigError(f"topic config 'compression.type' must be one of {', '.join(COMPRESSION_TYPES)}, "
+                                 f"got {compression!r}")
 
 
 def check_produced_records(topic: str, records: bytes, *, keys_required: bool) -> None:

@@ -132,7 +132,8 @@ class TopicAdmin:
                                       replicas=tuple(state.replicas), isr=tuple(state.isr))
                     for number, state in enumerate(record.partitions)
                 )
-                described.append(TopicMetadata(name=name, partitions=partitions, internal=name.startswith("__")))
+                described.append(TopicMetadata(name=name, partitions=partitions, internal=name.startswith("__"),
+                                               topic_id=record.topic_id or bytes(16)))
             except errors.BrokerError as error:
                 described.append(TopicMetadata(name=name, error=error))
         brokers = tuple(

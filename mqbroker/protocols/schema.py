@@ -16,7 +16,8 @@ annotation                             wire form (all integers big-endian)
 ``Records`` (``| None``)               int32 length + RecordBatch v2 bytes, never parsed here
 ``tuple[T, ...]`` (``| None``)         int32 count (-1 = null) + each element
 ``dict[K, V]``                         int32 count + (key, value) pairs (not in flexible versions)
-another message dataclass              its fields in declaration order
+another message dataclass              its fields in declaration order (``| None``: an int8
+                                       marker first, -1 = null, 1 = present)
 =====================================  ==========================================================
 
 **Versions.** A message is compiled for one ``version`` and says per field, with
@@ -342,8 +343,31 @@ def _compile_annotation(annotation: Any, version: int = 0, flexible: bool = Fals
         assert not flexible, "maps do not travel in flexible versions"
         key, value = typing.get_args(inner)
         return _map(_compile_annotation(key), _compile_annotation(value))
-    assert dataclasses.is_dataclass(inner) and not optional, f"no wire form for {annotation!r}"
-    return compile_message(inner, version, flexible)
+    assert dataclasses.is_dataclass(inner), f"no wire form for {annotation!r}"
+    struct_codec = compile_message(inner, version, flexible)
+    return _nullable_struct(struct_codec) if nullable else struct_codec
+
+
+_NULL_STRUCT, _PRESENT_STRUCT = b"\xff", b"\x01"
+
+
+def _nullable_struct(struct_codec: MessageCodec) -> MessageCodec:
+    """A struct that may be null: an int8 marker (negative: null), then the struct when present."""
+
+    def encode(value: Any, parts: list[bytes | memoryview]) -> None:
+        if value is None:
+            parts.append(_NULL_STRUCT)
+        else:
+            parts.append(_PRESENT_STRUCT)
+            struct_codec.encode(value, parts)
+
+    def decode(buffer: memoryview, position: int) -> tuple[Any, int]:
+        (marker,) = struct.unpack_from(">b", buffer, position)
+        if marker < 0:
+            return None, position + 1
+        return struct_codec.decode(buffer, position + 1)
+
+    return MessageCodec(encode=encode, decode=decode, size_bytes_min=1)
 
 
 _COMPILED: dict[tuple[type, int, bool], MessageCodec] = {}

@@ -12,7 +12,8 @@ MIB = 1024 * 1024
 DAY_MS = 24 * 60 * 60 * 1000
 #: Positions in a segment and in its `.index` are int32, so a segment stays below 2 GiB.
 SEGMENT_BYTES_MAX = 2**31 - 1
-CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete"})
+#: Either order of both; "" (Kafka 4.1, KIP-1161): neither, the log is kept whole.
+CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact", ""})
 FLUSH_POLICIES = frozenset({"sync", "interval"})
 
 

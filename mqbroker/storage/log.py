@@ -398,6 +398,18 @@ class PartitionLog:
                         return max(found, self._log_start_offset)
             return None
 
+    def largest_timestamp(self) -> tuple[int, int] | None:
+        """(timestamp, base offset of its batch) of the largest timestamp in the log, the first such batch on ties
+        (None: the log holds no timestamped record)."""
+        with self._lock:
+            self._check_open()
+            timestamp = max((segment.max_timestamp for segment in self._segments), default=-1)
+            if timestamp < 0:
+                return None
+            segment = next(segment for segment in self._segments if segment.max_timestamp == timestamp)
+            found = segment.offset_for_timestamp(timestamp)
+            return (timestamp, max(found, self._log_start_offset)) if found is not None else None
+
     # -- removing data -----------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:

@@ -6,11 +6,14 @@ import itertools
 import os
 import pathlib
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mqbroker.protocols.kafka import codec
+from mqbroker.protocols.kafka.messages.apis import ApiKey
 from tests.integration.brokerprocess import BrokerProcess
 
 #: Groups form in 0.2 s instead of Kafka's 3 s (the same on the reference broker).
@@ -97,6 +100,32 @@ def running_apache_kafka(directory: pathlib.Path, *settings: str) -> Iterator[Ap
         yield kafka
     finally:
         kafka.stop()
+
+
+def send_kafka_request(sock: socket.socket, key: ApiKey, version: int, correlation_id: int, request: object) -> None:
+    """Write one Kafka request frame (client id ``raw``) with mqbroker's own codec."""
+    sock.sendall(codec.encode_request(key, version, correlation_id, "raw", request))
+
+
+def read_kafka_response(sock: socket.socket, key: ApiKey, version: int) -> tuple[int, Any]:
+    """Read one response frame: (correlation id, decoded body)."""
+    def read(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            assert chunk, "the broker closed the connection"
+            data += chunk
+        return data
+
+    (length,) = struct.unpack(">i", read(4))
+    return codec.decode_response(key, version, read(length))
+
+
+def kafka_call(port: int, key: ApiKey, version: int, request: object) -> Any:
+    """One request on a fresh connection to 127.0.0.1:``port``; the decoded response."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        send_kafka_request(sock, key, version, 1, request)
+        return read_kafka_response(sock, key, version)[1]
 
 
 def kafka_tool(name: str, *args: str, timeout_s: float = 90.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

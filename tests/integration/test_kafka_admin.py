@@ -7,8 +7,26 @@ from typing import Any
 
 import pytest
 
+from mqbroker.protocols.kafka.messages.admin import (
+    CreatableTopic,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DeleteTopicState,
+)
+from mqbroker.protocols.kafka.messages.apis import ApiKey
+from mqbroker.protocols.kafka.messages.cluster import MetadataRequest, MetadataRequestTopic
+from mqbroker.protocols.kafka.messages.produce_fetch import FetchPartition, FetchRequest, FetchTopic
+from mqbroker.records.compression import Compression
+from mqbroker.records.header import iter_batches
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import kafka_bootstrap, start_kafka_broker, unique, wait_until
+from tests.integration.kafka_support import (
+    consume_with_confluent,
+    kafka_bootstrap,
+    kafka_call,
+    start_kafka_broker,
+    unique,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +125,76 @@ def test_records_are_deleted_and_offsets_found_by_time(kafka_broker: BrokerProce
     consumer.close()
 
 
+def test_list_offsets_finds_the_record_with_the_largest_timestamp(kafka_broker: BrokerProcess, admin: Any) -> None:
+    """ListOffsets 7 (max timestamp, KIP-734): the record itself, inside a batch, the first of equal ones."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    bootstrap, topic = kafka_bootstrap(kafka_broker), unique("max-time")
+    partition = TopicPartition(topic, 0)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})  # one batch
+    for timestamp_ms in (1_000_100, 1_000_400, 1_000_200, 1_000_400):
+        producer.produce(topic, value=b"v", timestamp=timestamp_ms)
+    assert producer.flush(20) == 0
+    found = admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(10)
+    assert (found.offset, found.timestamp) == (1, 1_000_400)
+    producer.produce(topic, value=b"later", timestamp=2_000_000)
+    assert producer.flush(20) == 0
+    assert admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(10).offset == 4
+
+
+def test_client_chosen_replicas_are_used_for_new_topics_and_partitions(admin: Any) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    topic = unique("placed")
+    (node_id,) = admin.list_topics(timeout=10).brokers
+    admin.create_topics([NewTopic(topic, 2, replica_assignment=[[node_id], [node_id]])])[topic].result(10)
+    admin.create_partitions([NewPartitions(topic, 4, replica_assignment=[[node_id], [node_id]])])[topic].result(10)
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    assert {number: p.replicas for number, p in partitions.items()} == {n: [node_id] for n in range(4)}
+    for wrong in ([[node_id + 5]], [[node_id, node_id]], [[node_id]] * 2):  # unknown, repeated, too many
+        with pytest.raises(KafkaException, match="INVALID_REPLICA_ASSIGNMENT"):
+            admin.create_partitions([NewPartitions(topic, 5, replica_assignment=wrong)])[topic].result(10)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 4
+
+
+def _stored_codecs(kafka_broker: BrokerProcess, topic: str) -> list[int]:
+    """The compression codec of each batch of partition 0, as a raw Fetch returns them."""
+    fetched = kafka_call(kafka_broker.ports["kafka"], ApiKey.FETCH, 12, FetchRequest(max_wait_ms=0, min_bytes=0, topics=(
+        FetchTopic(topic=topic, partitions=(FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),)))
+    return [header.compression for _, header in iter_batches(fetched.responses[0].partitions[0].records)]
+
+
+def test_a_topic_compression_type_rewrites_batches_in_its_codec(kafka_broker: BrokerProcess, admin: Any) -> None:
+    """``compression.type=zstd`` stores gzip batches as zstd, readable as before; ``producer`` keeps the client's."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    bootstrap, topic = kafka_bootstrap(kafka_broker), unique("recompressed")
+    admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": "zstd"})])[topic].result(10)
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "gzip", "enable.idempotence": True})
+    for number in range(50):
+        producer.produce(topic, key=b"k%d" % number, value=b"value %d" % number, headers=[("h", b"%d" % number)])
+    assert producer.flush(20) == 0
+    assert set(_stored_codecs(kafka_broker, topic)) == {Compression.ZSTD}
+    read = consume_with_confluent(bootstrap, topic, 50, timeout_s=10)
+    assert [(m.key(), m.value(), m.headers()) for m in read] == [
+        (b"k%d" % n, b"value %d" % n, [("h", b"%d" % n)]) for n in range(50)]
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("compression.type", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    described = admin.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(10)
+    assert described["compression.type"].value == "producer"
+    for _ in range(20):
+        producer.produce(topic, value=b"kept as sent " * 10)  # compressible (librdkafka sends what shrinks only)
+    assert producer.flush(20) == 0
+    assert _stored_codecs(kafka_broker, topic)[-1] == Compression.GZIP
+    bad = ConfigResource("topic", topic, set_config={"compression.type": "brotli"})
+    with pytest.raises(Exception, match="compression.type"):
+        admin.alter_configs([bad])[bad].result(10)
+
+
 def test_groups_are_listed_described_and_deleted(kafka_broker: BrokerProcess, admin: Any) -> None:
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 
@@ -148,3 +236,22 @@ def test_the_cluster_is_described_with_the_kafka_listener(kafka_broker: BrokerPr
     cluster = admin.describe_cluster().result(10)
     assert [(node.id, node.host, node.port) for node in cluster.nodes] == [(1, "127.0.0.1", kafka_broker.ports["kafka"])]
     assert cluster.controller.id == 1 and cluster.cluster_id == "mqbroker"
+
+
+def test_topics_have_ids_that_metadata_and_delete_topics_take(kafka_broker: BrokerProcess, admin: Any) -> None:
+    """Topic ids: answered by CreateTopics and Metadata, looked up by Metadata and DeleteTopics, new per incarnation."""
+    port, topic = kafka_broker.ports["kafka"], unique("with-id")
+    created = kafka_call(port, ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest(topics=(CreatableTopic(
+        name=topic, num_partitions=1, replication_factor=-1, assignments=(), configs=()),)))
+    topic_id = created.topics[0].topic_id
+    assert topic_id != bytes(16)
+    by_id = kafka_call(port, ApiKey.METADATA, 12, MetadataRequest(topics=(
+        MetadataRequestTopic(topic_id=topic_id, name=None), MetadataRequestTopic(topic_id=b"\x01" * 16, name=None))))
+    assert [(t.name, t.topic_id, t.error_code) for t in by_id.topics] == [(topic, topic_id, 0),
+                                                                            (None, b"\x01" * 16, 100)]
+    deleted = kafka_call(port, ApiKey.DELETE_TOPICS, 6, DeleteTopicsRequest(topics=(
+        DeleteTopicState(name=None, topic_id=topic_id),), timeout_ms=10000))
+    assert [(t.name, t.error_code) for t in deleted.responses] == [(topic, 0)]
+    again = kafka_call(port, ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest(topics=(CreatableTopic(
+        name=topic, num_partitions=1, replication_factor=-1, assignments=(), configs=()),)))
+    assert again.topics[0].error_code == 0 and again.topics[0].topic_id not in (topic_id, bytes(16))

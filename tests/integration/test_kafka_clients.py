@@ -11,12 +11,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqbroker.protocols.kafka import codec
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from mqbroker.protocols.kafka.messages.cluster import MetadataRequest, MetadataRequestTopic
 from mqbroker.protocols.kafka.messages.produce_fetch import FetchPartition, FetchRequest, FetchTopic
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import consume_with_confluent, kafka_bootstrap, start_kafka_broker, unique
+from tests.integration.kafka_support import (
+    consume_with_confluent,
+    kafka_bootstrap,
+    read_kafka_response,
+    send_kafka_request,
+    start_kafka_broker,
+    unique,
+)
 
 
 @pytest.fixture(scope="module")
@@ -104,35 +110,18 @@ def test_kcat_produces_and_consumes_keys_and_headers(kafka_broker: BrokerProcess
     assert read.stdout.splitlines() == [f"key{i}|value {i}|origin=kcat|{i}" for i in range(20)]
 
 
-def _request(sock: socket.socket, key: ApiKey, version: int, correlation_id: int, request: object) -> None:
-    sock.sendall(codec.encode_request(key, version, correlation_id, "raw", request))
-
-
-def _response(sock: socket.socket, key: ApiKey, version: int) -> tuple[int, object]:
-    def read(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = sock.recv(count - len(data))
-            assert chunk, "the broker closed the connection"
-            data += chunk
-        return data
-
-    (length,) = struct.unpack(">i", read(4))
-    return codec.decode_response(key, version, read(length))
-
-
 def test_pipelined_responses_come_back_in_request_order(kafka_broker: BrokerProcess) -> None:
     """A long-polling Fetch sent first is answered before the Metadata sent right after it."""
     topic = unique("order")
     with socket.create_connection(("127.0.0.1", kafka_broker.ports["kafka"]), timeout=10) as sock:
-        _request(sock, ApiKey.METADATA, 12, 1, MetadataRequest(topics=(MetadataRequestTopic(name=topic),)))
-        _response(sock, ApiKey.METADATA, 12)
+        send_kafka_request(sock, ApiKey.METADATA, 12, 1, MetadataRequest(topics=(MetadataRequestTopic(name=topic),)))
+        read_kafka_response(sock, ApiKey.METADATA, 12)
         fetch = FetchRequest(max_wait_ms=600, min_bytes=1, topics=(
             FetchTopic(topic=topic, partitions=(FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1024),)),))
-        _request(sock, ApiKey.FETCH, 12, 2, fetch)
-        _request(sock, ApiKey.METADATA, 12, 3, MetadataRequest(topics=None))
-        assert _response(sock, ApiKey.FETCH, 12)[0] == 2
-        assert _response(sock, ApiKey.METADATA, 12)[0] == 3
+        send_kafka_request(sock, ApiKey.FETCH, 12, 2, fetch)
+        send_kafka_request(sock, ApiKey.METADATA, 12, 3, MetadataRequest(topics=None))
+        assert read_kafka_response(sock, ApiKey.FETCH, 12)[0] == 2
+        assert read_kafka_response(sock, ApiKey.METADATA, 12)[0] == 3
 
 
 def test_garbage_closes_that_connection_and_the_broker_keeps_serving(kafka_broker: BrokerProcess) -> None:
@@ -141,5 +130,5 @@ def test_garbage_closes_that_connection_and_the_broker_keeps_serving(kafka_broke
         assert sock.recv(100) == b""  # closed, as Kafka closes a connection it cannot parse
     with socket.create_connection(("127.0.0.1", kafka_broker.ports["kafka"]), timeout=10) as sock:
         sock.sendall(struct.pack(">i", 10) + struct.pack(">hhih", 18, 99, 4, -1))  # ApiVersions v99
-        correlation_id, answer = _response(sock, ApiKey.API_VERSIONS, 0)
+        correlation_id, answer = read_kafka_response(sock, ApiKey.API_VERSIONS, 0)
         assert (correlation_id, answer.error_code) == (4, 35) and answer.api_keys

@@ -1,5 +1,6 @@
 """Kafka clients' transactions against mqbroker's Kafka listener: confluent-kafka's transactional producer
-(commit, abort, offsets in the transaction, zombie fencing) read by read_committed consumers."""
+(commit, abort, offsets in the transaction, zombie fencing) read by read_committed consumers; Kafka's
+``kafka-transactions`` tool; DescribeTransactions and WriteTxnMarkers on the wire."""
 
 from __future__ import annotations
 
@@ -7,8 +8,23 @@ from collections.abc import Iterator
 
 import pytest
 
+from mqbroker.errors import ErrorCode
+from mqbroker.protocols.kafka.messages.apis import ApiKey
+from mqbroker.protocols.kafka.messages.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsTopic,
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import consume_with_confluent, kafka_bootstrap, start_kafka_broker, unique
+from tests.integration.kafka_support import (
+    consume_with_confluent,
+    kafka_bootstrap,
+    kafka_call,
+    start_kafka_broker,
+    unique,
+)
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +150,51 @@ def test_kafka_transactions_lists_an_open_transaction_then_its_completion(kafka_
         assert result.returncode == 0, result.stderr
         return [line.split() for line in result.stdout.splitlines()[1:] if line.split()[:1] == [transactional_id]]
 
+    def described() -> dict[str, str]:
+        result = kafka_tool("kafka-transactions", "--bootstrap-server", bootstrap, "describe",
+                            "--transactional-id", transactional_id)
+        assert result.returncode == 0, result.stderr
+        header, row = (line.split("\t") for line in result.stdout.splitlines()[:2])
+        return {name.strip(): value.strip() for name, value in zip(header, row)}
+
     assert [row[3] for row in listed()] == ["Ongoing"]
+    ongoing = described()
+    assert (ongoing["TransactionState"], ongoing["TopicPartitions"]) == ("Ongoing", f"{topic}-0")
+    assert int(ongoing["CurrentTransactionStartTimeMs"]) > 0
     producer.commit_transaction(30)
     assert [row[3] for row in listed()] in (["CompleteCommit"], ["Empty"])
+    finished = described()
+    assert (finished["ProducerId"], finished["TopicPartitions"]) == (ongoing["ProducerId"], "")
+    assert finished["TransactionState"] in ("CompleteCommit", "Empty")
+
+
+def test_describe_transactions_answers_each_id_and_write_txn_markers_each_partition(
+        kafka_broker: BrokerProcess) -> None:
+    """DescribeTransactions and WriteTxnMarkers on the wire: an unknown id and an unknown partition get their errors."""
+    from confluent_kafka import Producer
+
+    bootstrap, topic, transactional_id = kafka_bootstrap(kafka_broker), unique("marked"), unique("marked-writer")
+    _create(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open")
+    producer.flush(10)
+    port = kafka_broker.ports["kafka"]
+    described = kafka_call(port, ApiKey.DESCRIBE_TRANSACTIONS, 0, DescribeTransactionsRequest(
+        transactional_ids=(transactional_id, "never-used")))
+    mine, unknown = described.transaction_states
+    assert (mine.error_code, mine.transaction_state, mine.topics) == (
+        0, "Ongoing", (DescribeTransactionsTopic(topic=topic, partitions=(0,)),))
+    assert unknown.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    abort = WritableTxnMarker(producer_id=mine.producer_id, producer_epoch=mine.producer_epoch,
+                              transaction_result=False, coordinator_epoch=0, topics=(
+                                  WritableTxnMarkerTopic(name=topic, partition_indexes=(0,)),
+                                  WritableTxnMarkerTopic(name=unique("absent"), partition_indexes=(0,))))
+    written = kafka_call(port, ApiKey.WRITE_TXN_MARKERS, 1, WriteTxnMarkersRequest(markers=(abort,)))
+    (result,) = written.markers
+    assert result.producer_id == mine.producer_id
+    assert [[p.error_code for p in topic.partitions] for topic in result.topics] == [
+        [0], [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]]
+    producer.abort_transaction(30)  # the coordinator's own markers follow ours; the broker keeps serving
+    assert consume_with_confluent(bootstrap, topic, 1, timeout_s=3.0, **{"isolation.level": "read_committed"}) == []

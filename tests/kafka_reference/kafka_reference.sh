@@ -31,6 +31,10 @@ tool_class() {
         kafka-storage) echo kafka.tools.StorageTool ;;
         kafka-transactions) echo org.apache.kafka.tools.TransactionsCommand ;;
         kafka-cluster) echo org.apache.kafka.tools.ClusterTool ;;
+        kafka-leader-election) echo org.apache.kafka.tools.LeaderElectionCommand ;;
+        kafka-log-dirs) echo org.apache.kafka.tools.LogDirsCommand ;;
+        kafka-metadata-quorum) echo org.apache.kafka.tools.MetadataQuorumCommand ;;
+        kafka-reassign-partitions) echo org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
         *) echo "unknown tool $1" >&2; exit 2 ;;
     esac
 }

@@ -9,6 +9,7 @@ the core (topic configuration defaults) is imported here for the same reason.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from twisted.internet.defer import Deferred, fail
 
@@ -27,6 +28,7 @@ from mqbroker.model import (
     FetchResult,
     IsolationLevel,
     OffsetAndTimestamp,
+    PartitionReassignment,
     Principal,
     ProduceResult,
     ProducerIdentity,
@@ -110,6 +112,15 @@ class BrokerCalls:
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
             offsets=_offset_commit(group_id, member_id, group_instance_id, generation_id, offsets)))
 
+    def describe_transactions(self, transactional_ids: Sequence[str]) -> Deferred[list[object]]:
+        """A ``TransactionDescription`` or the typed error per transactional id."""
+        return self._broker.describe_transactions(self.principal, transactional_ids)
+
+    def write_txn_markers(self, markers: Sequence[txn_messages.TransactionMarker]
+                          ) -> Deferred[list[txn_messages.MarkerOutcome]]:
+        """Append a coordinator's markers to the partitions led here; one outcome per partition."""
+        return self._broker.write_txn_markers(self.principal, markers)
+
     # -- cluster and topics ----------------------------------------------------------------------
 
     def list_transactions(self, states: Sequence[txn_messages.TransactionState], producer_ids: Sequence[int]
@@ -146,6 +157,22 @@ class BrokerCalls:
     def alter_configs(self, topic: str, set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[None]:
         """Set some keys of a topic's configuration and reset others to their defaults."""
         return self._broker.alter_configs(self.principal, topic, dict(set_configs), list(delete_configs))
+
+    def replica_sizes(self, topic: str) -> Deferred[dict[int, int]]:
+        """Bytes on disk of ``topic``'s replicas on this broker, by partition."""
+        return self._broker.replica_sizes(self.principal, topic)
+
+    def reassign_partition(self, topic: str, partition: int, target_replicas: Sequence[int]) -> Deferred[None]:
+        """Start moving a partition's replicas to ``target_replicas`` (the first is the preferred leader)."""
+        return self._broker.reassign_partition(self.principal, topic, partition, list(target_replicas))
+
+    def list_reassignments(self, topics: Sequence[str] | None) -> Deferred[list[PartitionReassignment]]:
+        """The reassignments in progress (of ``topics``; None: every topic)."""
+        return self._broker.list_reassignments(self.principal, topics)
+
+    def describe_quorum(self) -> Deferred[dict[str, Any]]:
+        """The controller quorum: voters, leader, term, commit index and brokers."""
+        return self._broker.describe_quorum(self.principal)
 
     # -- groups ----------------------------------------------------------------------------------
 

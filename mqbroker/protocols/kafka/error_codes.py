@@ -17,6 +17,15 @@ from mqbroker.errors import ErrorCode
 #: Kafka codes mqbroker's own errors are reported with (Kafka has no code for them).
 KAFKA_STORAGE_ERROR = 56
 BROKER_NOT_AVAILABLE = 8
+#: Kafka codes of the operations APIs (ElectLeaders, log directories, reassignments) with no mqbroker error class.
+REPLICA_NOT_AVAILABLE = 9
+LOG_DIR_NOT_FOUND = 57
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED = 84
+NO_REASSIGNMENT_IN_PROGRESS = 85
+#: No topic has the id asked for (Metadata, DeleteTopics).
+UNKNOWN_TOPIC_ID = 100
 _KAFKA_CODE_OF_OWN = {
     ErrorCode.UNKNOWN_API_KEY: ErrorCode.UNSUPPORTED_VERSION,
     ErrorCode.FRAME_TOO_LARGE: ErrorCode.MESSAGE_TOO_LARGE,

@@ -7,7 +7,7 @@ from zope.interface.verify import verifyObject
 
 from mqbroker import errors
 from mqbroker.cluster.controller import BrokerSessions, assign_partitions, create_partitions_record, create_topic_record
-from mqbroker.cluster.metadata import NO_LEADER, MetadataStateMachine
+from mqbroker.cluster.metadata import NO_LEADER, MetadataImage, MetadataStateMachine, topic_id_for
 from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
     AlterTopicConfigs,
@@ -86,6 +86,29 @@ def test_snapshot_restores_an_identical_image() -> None:
     restored = MetadataStateMachine()
     restored.restore(machine.snapshot())
     assert restored.image.to_document() == machine.image.to_document()
+
+
+def test_topic_ids_are_the_same_on_every_broker_and_new_for_each_incarnation() -> None:
+    first, second = _three_brokers(), _three_brokers()
+    record = create_topic_record(first.image, "t", 1, {})
+    _apply(first, record)
+    _apply(second, record)
+    topic_id = first.image.topics["t"].topic_id
+    assert len(topic_id) == 16 and topic_id == second.image.topics["t"].topic_id
+    _apply(first, DeleteTopic(name="t"))
+    _apply(first, create_topic_record(first.image, "t", 1, {}))
+    assert first.image.topics["t"].topic_id not in (topic_id, bytes(16))
+    restored = MetadataStateMachine()
+    restored.restore(first.snapshot())
+    assert restored.image.topics["t"].topic_id == first.image.topics["t"].topic_id
+
+
+def test_a_snapshot_from_before_topic_ids_gives_each_topic_the_id_of_index_zero() -> None:
+    machine = _three_brokers()
+    _apply(machine, create_topic_record(machine.image, "t", 1, {}))
+    document = machine.image.to_document()
+    del document["topics"][0]["topic_id"]
+    assert MetadataImage.from_document(document).topics["t"].topic_id == topic_id_for("t", 0)
 
 
 def test_sessions_expire_without_heartbeats_and_a_new_leader_grants_a_fresh_session() -> None:

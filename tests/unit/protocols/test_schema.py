@@ -72,6 +72,21 @@ def test_null_is_refused_before_the_field_becomes_nullable() -> None:
         _decode(Sample, null_name, 1, False)
 
 
+@message
+class Paged:
+    """A nullable struct field (Kafka's cursors)."""
+
+    cursor: Point | None = None
+
+
+def test_a_nullable_struct_is_an_int8_marker_then_the_struct_when_present() -> None:
+    assert _encode(Paged(cursor=None), 0, True) == b"\xff\x00"
+    present = _encode(Paged(cursor=Point(x=3)), 0, True)
+    assert present == b"\x01" + struct.pack(">i", 3) + b"\x00" + b"\x00"
+    assert _decode(Paged, present, 0, True) == Paged(cursor=Point(x=3))
+    assert _decode(Paged, b"\x80\x00", 0, True) == Paged(cursor=None)  # any negative marker is null
+
+
 def test_tagged_fields_are_sent_only_when_they_differ_from_their_default() -> None:
     plain = _encode(Sample(id=1, name="", points=(Point(x=1),)), 2, True)
     tagged = _encode(Sample(id=1, name="", points=(Point(x=1, label="l"),), extra=9), 2, True)

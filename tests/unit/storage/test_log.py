@@ -140,6 +140,16 @@ def test_offset_for_timestamp_finds_the_first_batch_at_or_after_it(tmp_path):
     assert log.offset_for_timestamp(10**12) is None
 
 
+def test_largest_timestamp_names_the_first_batch_holding_it_across_segments(tmp_path):
+    log = open_log(tmp_path)
+    assert log.largest_timestamp() is None
+    for tag, timestamp_ms in enumerate((1000, 5000, 3000)):
+        log.append(payload_batch(tag, record_count=2, timestamp_ms=timestamp_ms), now_ms=0)
+        log.roll(now_ms=0)
+    log.append(payload_batch(3, record_count=2, timestamp_ms=5000), now_ms=0)  # a tie, later: not chosen
+    assert log.largest_timestamp() == (5000, 2)
+
+
 def test_invalid_batches_are_rejected_and_nothing_is_written(tmp_path):
     log = open_log(tmp_path)
     good = payload_batch(1)

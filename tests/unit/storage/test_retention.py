@@ -7,6 +7,7 @@ import os
 import pytest
 
 from mqbroker.storage.config import LogConfig
+from mqbroker.storage.errors import InvalidConfigError
 from tests.unit.storage.logtools import open_log, payload_batch
 
 
@@ -47,6 +48,20 @@ def test_retention_never_deletes_a_segment_holding_offsets_at_or_above_the_bound
 
 def test_compacted_only_topics_keep_old_segments(tmp_path):
     log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=0, cleanup_policy="compact"))
+    for tag in range(100):
+        log.append(payload_batch(tag), now_ms=0)
+    assert log.apply_retention(now_ms=10**9) == 0
+
+
+def test_an_empty_cleanup_policy_neither_deletes_nor_compacts_and_both_orders_mean_both():
+    assert (LogConfig(cleanup_policy="").deletes, LogConfig(cleanup_policy="").compacts) == (False, False)
+    assert LogConfig(cleanup_policy="delete,compact").compacts and LogConfig(cleanup_policy="delete,compact").deletes
+    with pytest.raises(InvalidConfigError):
+        LogConfig(cleanup_policy="delete,delete")
+
+
+def test_an_empty_cleanup_policy_keeps_old_segments(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=0, cleanup_policy=""))
     for tag in range(100):
         log.append(payload_batch(tag), now_ms=0)
     assert log.apply_retention(now_ms=10**9) == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqbroker.protocols.kafka.handlers import admin, cluster, groups, records, transactions
+from mqbroker.protocols.kafka.handlers import admin, cluster, groups, operations, records, transactions
 from mqbroker.protocols.kafka.handlers.context import Handler
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 
@@ -17,6 +17,8 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
     ApiKey.END_TXN: transactions.handle_end_txn,
     ApiKey.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
+    ApiKey.WRITE_TXN_MARKERS: transactions.handle_write_txn_markers,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
     ApiKey.METADATA: cluster.handle_metadata,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.LIST_TRANSACTIONS: cluster.handle_list_transactions,
@@ -38,4 +40,12 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
     ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+    ApiKey.ELECT_LEADERS: operations.handle_elect_leaders,
+    ApiKey.DESCRIBE_LOG_DIRS: operations.handle_describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: operations.handle_alter_replica_log_dirs,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: operations.handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: operations.handle_list_partition_reassignments,
+    ApiKey.DESCRIBE_QUORUM: operations.handle_describe_quorum,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: operations.handle_describe_topic_partitions,
+    ApiKey.LIST_CONFIG_RESOURCES: operations.handle_list_config_resources,
 }

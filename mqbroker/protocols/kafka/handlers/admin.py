@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mqbroker import errors
+from mqbroker.model import TopicMetadata
 from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.kafka.config_catalog import config_type
-from mqbroker.protocols.kafka.error_codes import kafka_error
+from mqbroker.protocols.kafka.error_codes import UNKNOWN_TOPIC_ID, kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import admin as m
+from mqbroker.protocols.schema import ZERO_UUID
 
 #: Kafka's ConfigResource types and config sources (DescribeConfigs).
 RESOURCE_TOPIC = 2
@@ -20,23 +22,33 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 #: IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_PLACEMENT = "mqbroker places replicas itself; leave the replica assignment out"
 
 
 async def handle_create_topics(context: RequestContext, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
     """Create topics (all at once), one result each with the partition count and replication factor created."""
     async def create(topic: m.CreatableTopic) -> m.CreatableTopicResult:
-        if topic.assignments:
-            error: BaseException | None = errors.InvalidRequestError(_PLACEMENT)
-        else:
-            configs = {config.name: config.value for config in topic.configs if config.value is not None}
-            _, error = await settle(context.calls.create_topic(topic.name, topic.num_partitions,
-                                                               topic.replication_factor, configs, request.validate_only))
+        ordered = sorted(topic.assignments, key=lambda assignment: assignment.partition_index)
+        chosen = [tuple(assignment.broker_ids) for assignment in ordered]
         partitions, replication_factor = topic.num_partitions, topic.replication_factor
-        if error is None and not request.validate_only:
-            partitions, replication_factor = await _shape(context, topic.name, partitions, replication_factor)
+        error = await _check_placement(context, chosen, range(len(chosen)),
+                                       [assignment.partition_index for assignment in ordered])
+        if chosen and error is None:
+            if (partitions, replication_factor) != (-1, -1):
+                error = errors.InvalidRequestError("give either replica assignments or a partition count and "
+                                                   "replication factor (-1), not both")
+            partitions, replication_factor = len(chosen), len(chosen[0])
+        if error is None:
+            configs = {config.name: config.value for config in topic.configs if config.value is not None}
+            _, error = await settle(context.calls.create_topic(topic.name, partitions, replication_factor, configs,
+                                                               request.validate_only))
+        if error is None and chosen and not request.validate_only:
+            error = await _place(context, topic.name, 0, chosen)
+        created = await _described(context, topic.name) if error is None and not request.validate_only else None
+        if created is not None:
+            partitions, replication_factor = len(created.partitions), len(created.partitions[0].replicas)
         code, message = kafka_error(error)
         return m.CreatableTopicResult(name=topic.name, error_code=code, error_message=message,
+                                      topic_id=created.topic_id if created is not None else ZERO_UUID,
                                       num_partitions=partitions if error is None else -1,
                                       replication_factor=replication_factor if error is None else -1)
 
@@ -44,26 +56,59 @@ async def handle_create_topics(context: RequestContext, request: m.CreateTopicsR
     return m.CreateTopicsResponse(throttle_time_ms=0, topics=tuple(results))
 
 
-async def _shape(context: RequestContext, name: str, partitions: int, replication_factor: int) -> tuple[int, int]:
-    """The partition count and replication factor a topic was created with (the request's where unknown)."""
+async def _described(context: RequestContext, name: str) -> TopicMetadata | None:
+    """Topic ``name`` with its partitions (None: it has none, or cannot be described)."""
     cluster, _ = await settle(context.calls.metadata([name], False))
-    described = [topic for topic in (cluster.topics if cluster else ()) if topic.name == name and topic.partitions]
-    if not described:
-        return partitions, replication_factor
-    return len(described[0].partitions), len(described[0].partitions[0].replicas)
+    return next((topic for topic in (cluster.topics if cluster else ()) if topic.name == name and topic.partitions),
+                None)
+
+
+async def _check_placement(context: RequestContext, chosen: list[tuple[int, ...]], wanted: range,
+                           given: Sequence[int]) -> BaseException | None:
+    """Why client-chosen replicas cannot be used (None: they can): every partition in ``wanted`` needs one
+    assignment, of live brokers, none repeated, all of one length."""
+    if not chosen:
+        return None
+    if list(given) != list(wanted):
+        return errors.InvalidReplicaAssignmentError(
+            f"assignments must name partitions {wanted.start}..{wanted.stop - 1}, one each; got {list(given)}")
+    cluster = await context.calls.metadata([], False)
+    live = {endpoint.node_id for endpoint in cluster.brokers}
+    for replicas in chosen:
+        unknown = sorted(set(replicas) - live)
+        if unknown or not replicas or len(set(replicas)) != len(replicas) or len(replicas) != len(chosen[0]):
+            return errors.InvalidReplicaAssignmentError(
+                f"replicas {list(replicas)} are not usable: each partition needs the same number of distinct live "
+                f"brokers ({sorted(live)})" + (f"; broker {unknown[0]} is not registered" if unknown else ""))
+    return None
+
+
+async def _place(context: RequestContext, topic: str, first: int, chosen: list[tuple[int, ...]]) -> BaseException | None:
+    """Move new partitions ``first``... to the replicas the client chose: mqbroker places them, then reassigns
+    them (empty, they move at once; a partition already there is left alone)."""
+    for number, replicas in enumerate(chosen, start=first):
+        _, error = await settle(context.calls.reassign_partition(topic, number, replicas))
+        if error is not None:
+            return error
+    return None
 
 
 async def handle_delete_topics(context: RequestContext, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
-    """Delete topics by name (version 6 may name them by id, which mqbroker does not assign)."""
-    names: list[str | None] = list(request.topic_names) if context.version < 6 else [t.name for t in request.topics]
+    """Delete topics by name, or by topic id from version 6 (answered with both)."""
+    wanted = ([(name, ZERO_UUID) for name in request.topic_names] if context.version < 6
+              else [(topic.name, topic.topic_id) for topic in request.topics])
+    known = {topic.name: topic.topic_id for topic in (await context.calls.metadata(None, False)).topics}
+    names_by_id = {topic_id: name for name, topic_id in known.items()}
     results = []
-    for name in names:
+    for name, topic_id in wanted:
+        name = name if name is not None else names_by_id.get(topic_id)
         if name is None:
-            error: BaseException | None = errors.InvalidRequestError("topics are deleted by name; mqbroker has no topic ids")
+            code, message = UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id.hex()}"
         else:
+            topic_id = known.get(name, topic_id)
             _, error = await settle(context.calls.delete_topic(name))
-        code, message = kafka_error(error)
-        results.append(m.DeletableTopicResult(name=name, error_code=code, error_message=message))
+            code, message = kafka_error(error)
+        results.append(m.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code, error_message=message))
     return m.DeleteTopicsResponse(throttle_time_ms=0, responses=tuple(results))
 
 
@@ -71,11 +116,16 @@ async def handle_create_partitions(context: RequestContext, request: m.CreatePar
     """Grow topics, one outcome each."""
     results = []
     for topic in request.topics:
+        chosen = [tuple(entry.broker_ids) for entry in topic.assignments or ()]
         error: BaseException | None = None
-        if topic.assignments:
-            error = errors.InvalidRequestError(_PLACEMENT)
-        elif not request.validate_only:
+        grown = await _described(context, topic.name) if chosen else None
+        first = len(grown.partitions) if grown is not None else -1
+        if first >= 0:  # (an unknown topic fails below)
+            error = await _check_placement(context, chosen, range(first, topic.count), range(first, first + len(chosen)))
+        if error is None and not request.validate_only:
             _, error = await settle(context.calls.create_partitions(topic.name, topic.count))
+            if error is None and chosen:
+                error = await _place(context, topic.name, first, chosen)
         code, message = kafka_error(error)
         results.append(m.CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message))
     return m.CreatePartitionsResponse(throttle_time_ms=0, results=tuple(results))
@@ -97,6 +147,15 @@ def _deleted(outcome: tuple[Any, BaseException | None], topic: str, partition: i
     low, error = outcome
     return topic, m.DeleteRecordsPartitionResult(partition_index=partition, error_code=kafka_error(error)[0],
                                                  low_watermark=low if low is not None else -1)
+
+
+def _static_broker(resource: m.IncrementalAlterConfigsResource) -> errors.BrokerError | None:
+    """Deleting a broker's dynamic keys succeeds (it has none: its settings are static, as
+    ``kafka-reassign-partitions`` clearing throttles expects); setting one is refused."""
+    if all(change.config_operation == DELETE for change in resource.configs):
+        return None
+    return errors.InvalidRequestError("mqbroker's broker settings are static: set them in the broker's configuration "
+                                      "file or command line and restart it")
 
 
 def _not_a_topic(resource_type: int) -> errors.BrokerError | None:
@@ -193,6 +252,9 @@ async def handle_incremental_alter_configs(context: RequestContext,
     """Set, reset, append to or subtract from some keys of topics' configurations."""
     results = []
     for resource in request.resources:
+        if resource.resource_type == RESOURCE_BROKER:
+            results.append(_altered(resource.resource_type, resource.resource_name, _static_broker(resource)))
+            continue
         error = _not_a_topic(resource.resource_type)
         if error is None:
             effective, error = await settle(context.calls.describe_configs(resource.resource_name))

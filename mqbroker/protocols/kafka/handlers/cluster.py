@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mqbroker import errors
 from mqbroker.model import BrokerEndpoint, ClusterMetadata, PartitionMetadata, TopicMetadata
 from mqbroker.protocols.deferreds import settle
-from mqbroker.protocols.kafka.error_codes import kafka_error
+from mqbroker.protocols.kafka.error_codes import UNKNOWN_TOPIC_ID, kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext
 from mqbroker.protocols.kafka.messages import cluster as m
 from mqbroker.transactions.messages import TransactionState
 
 #: Kafka's "authorized operations not requested" value.
 OPERATIONS_NOT_REQUESTED = -(2**31)
-#: Kafka's UNKNOWN_TOPIC_ID: topics are looked up by name; mqbroker assigns no topic ids.
-UNKNOWN_TOPIC_ID = 100
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
 
@@ -35,16 +35,21 @@ def _brokers(cluster: ClusterMetadata, listener: str) -> list[tuple[int, str, in
 
 
 async def handle_metadata(context: RequestContext, request: m.MetadataRequest) -> m.MetadataResponse:
-    """Brokers at their Kafka listeners and topic partitions with their leaders (may create missing topics)."""
+    """Brokers at their Kafka listeners and topic partitions with their leaders (may create missing topics);
+    topics asked for by id (version 10 on, no name) are looked up among all."""
     if request.topics is None or (context.version == 0 and not request.topics):
         names: list[str] | None = None  # every topic (an empty list means all of them in version 0 only)
     else:
         names = [topic.name for topic in request.topics if topic.name is not None]
-    unnamed = 0 if request.topics is None else sum(1 for topic in request.topics if topic.name is None)
+    by_id = [] if request.topics is None else [topic.topic_id for topic in request.topics if topic.name is None]
     cluster = await context.calls.metadata(names, request.allow_auto_topic_creation)
     live = {endpoint.node_id for endpoint in cluster.brokers}
     topics = [_topic(topic, live) for topic in cluster.topics]
-    topics += [m.MetadataResponseTopic(error_code=UNKNOWN_TOPIC_ID, name=None, partitions=())] * unnamed
+    if by_id:
+        known = {topic.topic_id: topic for topic in (await context.calls.metadata(None, False)).topics}
+        topics += [_topic(known[topic_id], live) if topic_id in known else
+                   m.MetadataResponseTopic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id, partitions=())
+                   for topic_id in by_id]
     return m.MetadataResponse(
         brokers=tuple(m.MetadataResponseBroker(node_id=node_id, host=host, port=port)
                       for node_id, host, port in _brokers(cluster, context.listener)),
@@ -54,17 +59,17 @@ async def handle_metadata(context: RequestContext, request: m.MetadataRequest) -
 
 def _topic(topic: TopicMetadata, live: set[int]) -> m.MetadataResponseTopic:
     code, _ = kafka_error(topic.error)
-    return m.MetadataResponseTopic(error_code=code, name=topic.name, is_internal=topic.internal,
-                                   partitions=tuple(_partition(partition, live) for partition in topic.partitions))
+    return m.MetadataResponseTopic(error_code=code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
+                                   partitions=tuple(m.MetadataResponsePartition(**partition_answer(partition, live))
+                                                    for partition in topic.partitions))
 
 
-def _partition(partition: PartitionMetadata, live: set[int]) -> m.MetadataResponsePartition:
+def partition_answer(partition: PartitionMetadata, live: set[int]) -> dict[str, Any]:
+    """A partition's fields as Metadata and DescribeTopicPartitions answer them (``live``: live broker ids)."""
     error = 0 if partition.leader_id >= 0 else int(errors.ErrorCode.LEADER_NOT_AVAILABLE)
-    return m.MetadataResponsePartition(
-        error_code=error, partition_index=partition.partition, leader_id=partition.leader_id,
-        leader_epoch=partition.leader_epoch, replica_nodes=partition.replicas, isr_nodes=partition.isr,
-        offline_replicas=tuple(replica for replica in partition.replicas if replica not in live),
-    )
+    return {"error_code": error, "partition_index": partition.partition, "leader_id": partition.leader_id,
+            "leader_epoch": partition.leader_epoch, "replica_nodes": partition.replicas, "isr_nodes": partition.isr,
+            "offline_replicas": tuple(replica for replica in partition.replicas if replica not in live)}
 
 
 async def handle_describe_cluster(context: RequestContext, request: m.DescribeClusterRequest) -> m.DescribeClusterResponse:

@@ -9,14 +9,19 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
-from mqbroker.model import FetchResult, OffsetAndTimestamp
-from mqbroker.records.decoder import decode_records
-from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import iter_batches
+from mqbroker.model import (
+    EARLIEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    FetchResult,
+    OffsetAndTimestamp,
+)
 from mqbroker.protocols.deferreds import gathered, settle, settled
 from mqbroker.protocols.kafka.error_codes import kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import produce_fetch as m
+from mqbroker.records.decoder import decode_records
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import iter_batches
 
 #: Kafka's FETCH_SESSION_ID_NOT_FOUND: mqbroker creates no fetch sessions (every fetch is a full one).
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -24,6 +29,8 @@ FETCH_SESSION_ID_NOT_FOUND = 70
 READ_COMMITTED = 1
 #: Bytes read to find the first record at or after a time (the batch the broker's time index names).
 TIME_LOOKUP_BYTES_MAX = 1024 * 1024
+#: ListOffsets 8: the start of the broker's local log (KIP-405); without tiered storage, the earliest offset.
+EARLIEST_LOCAL_TIMESTAMP = -4
 
 
 def handle_produce(context: RequestContext, request: m.ProduceRequest) -> Deferred[Any]:
@@ -92,10 +99,13 @@ def _fetch_result(result: FetchResult) -> m.PartitionData:
 
 
 async def handle_list_offsets(context: RequestContext, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
-    """Earliest (-2), latest (-1) or first-at-or-after-a-time offsets, all partitions looked up at once."""
+    """Earliest (-2, -4), latest (-1), largest-timestamp (-3) or first-at-or-after-a-time offsets, all partitions
+    looked up at once."""
     lookups = [
-        settled(Deferred.fromCoroutine(_list_offset(context, topic.name, partition.partition_index, partition.timestamp,
-                                                    request.isolation_level)))
+        settled(Deferred.fromCoroutine(_list_offset(
+            context, topic.name, partition.partition_index,
+            EARLIEST_TIMESTAMP if partition.timestamp == EARLIEST_LOCAL_TIMESTAMP else partition.timestamp,
+            request.isolation_level)))
         .addCallback(_offset_result, topic.name, partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
@@ -116,6 +126,8 @@ async def _list_offset(
     gives clients Kafka's answer.
     """
     found = await context.calls.list_offset(topic, partition, timestamp_ms, isolation_level)
+    if timestamp_ms == MAX_TIMESTAMP:
+        timestamp_ms = found.timestamp_ms  # the batch holding the largest timestamp: narrowed to its first record
     if timestamp_ms < 0 or found.offset < 0:
         return found
     [read] = await context.calls.fetch([(topic, partition, found.offset, TIME_LOOKUP_BYTES_MAX, -1)], 0, 0,

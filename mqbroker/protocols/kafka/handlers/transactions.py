@@ -1,4 +1,5 @@
-"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit: a transactional producer's calls.
+"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit: a transactional producer's calls;
+DescribeTransactions (the admin view) and WriteTxnMarkers (a coordinator's call on a partition leader).
 
 The first three go to the transactional id's coordinator, TxnOffsetCommit to the group's; the
 broker core checks permissions and fencing. A call's one outcome is reported on every partition
@@ -7,10 +8,12 @@ it named (a transaction takes them together or not at all).
 
 from __future__ import annotations
 
+from mqbroker.groups.model import TopicPartition
 from mqbroker.protocols.deferreds import settle
 from mqbroker.protocols.kafka.error_codes import kafka_error
-from mqbroker.protocols.kafka.handlers.context import RequestContext
+from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import transactions as m
+from mqbroker.transactions.messages import TransactionDescription, TransactionMarker
 
 
 async def handle_add_partitions_to_txn(
@@ -61,3 +64,50 @@ async def handle_txn_offset_commit(context: RequestContext, request: m.TxnOffset
             m.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in topic.partitions))
         for topic in request.topics))
+
+
+async def handle_describe_transactions(context: RequestContext, request: m.DescribeTransactionsRequest
+                                       ) -> m.DescribeTransactionsResponse:
+    """Each transactional id's state, producer and partitions (``kafka-transactions describe``)."""
+    answers, error = await settle(context.calls.describe_transactions(request.transactional_ids))
+    if error is not None:
+        answers = [error] * len(request.transactional_ids)
+    return m.DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=tuple(
+        _described(transactional_id, answer) for transactional_id, answer in zip(request.transactional_ids, answers)))
+
+
+def _described(transactional_id: str, answer: object) -> m.DescribedTransaction:
+    if not isinstance(answer, TransactionDescription):
+        code, _ = kafka_error(answer if isinstance(answer, BaseException) else None)
+        return m.DescribedTransaction(error_code=code, transactional_id=transactional_id, transaction_state="",
+                                      transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
+                                      producer_epoch=-1, topics=())
+    return m.DescribedTransaction(
+        error_code=0, transactional_id=transactional_id, transaction_state=answer.state.value,
+        transaction_timeout_ms=answer.timeout_ms, transaction_start_time_ms=answer.start_ms,
+        producer_id=answer.producer_id, producer_epoch=answer.producer_epoch,
+        topics=tuple(m.DescribeTransactionsTopic(topic=topic, partitions=tuple(partitions))
+                     for topic, partitions in by_topic(sorted(answer.partitions)).items()))
+
+
+async def handle_write_txn_markers(context: RequestContext, request: m.WriteTxnMarkersRequest
+                                   ) -> m.WriteTxnMarkersResponse:
+    """Append a coordinator's COMMIT/ABORT markers to the partitions led here (other brokers' coordinators only)."""
+    markers = [TransactionMarker(
+        producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+        coordinator_epoch=marker.coordinator_epoch, committed=marker.transaction_result,
+        partitions=frozenset(TopicPartition(topic.name, number)
+                             for topic in marker.topics for number in topic.partition_indexes))
+        for marker in request.markers]
+    outcomes, error = await settle(context.calls.write_txn_markers(markers))
+    codes = {(outcome.producer_id, outcome.topic_partition): kafka_error(outcome.error)[0]
+             for outcome in outcomes or ()}
+    everywhere, _ = kafka_error(error)
+    return m.WriteTxnMarkersResponse(markers=tuple(
+        m.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=tuple(
+            m.WritableTxnMarkerTopicResult(name=topic.name, partitions=tuple(
+                m.WritableTxnMarkerPartitionResult(partition_index=number, error_code=codes.get(
+                    (marker.producer_id, TopicPartition(topic.name, number)), everywhere))
+                for number in topic.partition_indexes))
+            for topic in marker.topics))
+        for marker in request.markers))

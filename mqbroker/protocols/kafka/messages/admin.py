@@ -12,7 +12,7 @@ from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Uuid, ZERO_UUID
 
 @message
 class CreatableReplicaAssignment:
-    """Replicas chosen by the client for one partition (refused: mqbroker places replicas)."""
+    """Replicas chosen by the client for one partition (mqbroker places it, then moves it there)."""
 
     partition_index: Int32
     broker_ids: tuple[Int32, ...]
@@ -81,7 +81,7 @@ class CreateTopicsResponse:
 
 @message
 class DeleteTopicState:
-    """A topic to delete, by name (topic ids are not served)."""
+    """A topic to delete, by name or (no name) by topic id."""
 
     name: str | None = None
     topic_id: Uuid
@@ -116,7 +116,7 @@ class DeleteTopicsResponse:
 
 @message
 class CreatePartitionsAssignment:
-    """Replicas chosen by the client for a new partition (refused: mqbroker places replicas)."""
+    """Replicas chosen by the client for a new partition (mqbroker places it, then moves it there)."""
 
     broker_ids: tuple[Int32, ...]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from mqbroker.protocols.kafka.messages import admin, cluster, groups, produce_fetch, security, transactions
+from mqbroker.protocols.kafka.messages import admin, cluster, groups, operations, produce_fetch, security, transactions
 
 
 class ApiKey(enum.IntEnum):
@@ -38,21 +38,31 @@ class ApiKey(enum.IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     OFFSET_DELETE = 47
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,10 +94,10 @@ def _api(key: ApiKey, module: object, name: str, versions: tuple[int, int], flex
 #: Every API mqbroker serves; clients learn what is absent from ApiVersions.
 APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 11), 9),
-    # Fetch 13 on names topics by id, which mqbroker does not assign.
+    # Fetch 13 on names topics by id only (topic ids are served by Metadata; the fetch path looks topics up by name).
     _api(ApiKey.FETCH, produce_fetch, "Fetch", (4, 12), 12),
-    # ListOffsets 7 on adds the max-timestamp (-3), earliest-local (-4) and tiered (-5) lookups.
-    _api(ApiKey.LIST_OFFSETS, produce_fetch, "ListOffsets", (1, 6), 6),
+    # ListOffsets 7 adds the max-timestamp lookup (-3), 8 the earliest-local one (-4); 9 on ask about tiered storage.
+    _api(ApiKey.LIST_OFFSETS, produce_fetch, "ListOffsets", (1, 8), 6),
     _api(ApiKey.METADATA, cluster, "Metadata", (0, 12), 9),
     _api(ApiKey.OFFSET_COMMIT, groups, "OffsetCommit", (2, 9), 8),
     _api(ApiKey.OFFSET_FETCH, groups, "OffsetFetch", (1, 9), 6),
@@ -111,6 +121,9 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.ADD_OFFSETS_TO_TXN, transactions, "AddOffsetsToTxn", (0, 3), 3),
     _api(ApiKey.END_TXN, transactions, "EndTxn", (0, 3), 3),
     _api(ApiKey.TXN_OFFSET_COMMIT, transactions, "TxnOffsetCommit", (0, 3), 3),
+    # WriteTxnMarkers 0 was removed in Kafka 4 (KIP-896); 2 adds the marker's transaction version.
+    _api(ApiKey.WRITE_TXN_MARKERS, transactions, "WriteTxnMarkers", (1, 2), 1),
+    _api(ApiKey.DESCRIBE_TRANSACTIONS, transactions, "DescribeTransactions", (0, 0), 0),
     _api(ApiKey.DESCRIBE_ACLS, security, "DescribeAcls", (1, 3), 2),
     _api(ApiKey.CREATE_ACLS, security, "CreateAcls", (1, 3), 2),
     _api(ApiKey.DELETE_ACLS, security, "DeleteAcls", (1, 3), 2),
@@ -125,4 +138,13 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, security, "AlterUserScramCredentials", (0, 0), 0),
     _api(ApiKey.DESCRIBE_CLUSTER, cluster, "DescribeCluster", (0, 1), 0),
     _api(ApiKey.LIST_TRANSACTIONS, cluster, "ListTransactions", (0, 2), 0),
+    # The operations APIs at Apache Kafka 4.1's ranges (DescribeLogDirs 5 adds a cordoned flag, KIP-1066).
+    _api(ApiKey.ALTER_REPLICA_LOG_DIRS, operations, "AlterReplicaLogDirs", (1, 2), 2),
+    _api(ApiKey.DESCRIBE_LOG_DIRS, operations, "DescribeLogDirs", (1, 4), 2),
+    _api(ApiKey.ELECT_LEADERS, operations, "ElectLeaders", (0, 2), 2),
+    _api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, operations, "AlterPartitionReassignments", (0, 1), 0),
+    _api(ApiKey.LIST_PARTITION_REASSIGNMENTS, operations, "ListPartitionReassignments", (0, 0), 0),
+    _api(ApiKey.DESCRIBE_QUORUM, operations, "DescribeQuorum", (0, 2), 0),
+    _api(ApiKey.LIST_CONFIG_RESOURCES, operations, "ListConfigResources", (0, 1), 0),
+    _api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, operations, "DescribeTopicPartitions", (0, 0), 0),
 )}

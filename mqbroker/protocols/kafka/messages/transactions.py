@@ -1,14 +1,16 @@
-"""The Kafka messages of transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit.
+"""The Kafka messages of transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+DescribeTransactions and WriteTxnMarkers.
 
 Written from Kafka's published message specifications (``AddPartitionsToTxnRequest.json`` and
 the others), up to the versions ``apis.py`` serves: AddPartitionsToTxn 0–3 (version 4 batches
 several transactional ids for brokers, KIP-890), AddOffsetsToTxn 0–3, EndTxn 0–3 (version 5
-answers a bumped epoch, transaction version 2), TxnOffsetCommit 0–3. Version 3 of each is flexible.
+answers a bumped epoch, transaction version 2), TxnOffsetCommit 0–3 (version 3 of each is
+flexible), DescribeTransactions 0 and WriteTxnMarkers 1–2 (all flexible).
 """
 
 from __future__ import annotations
 
-from mqbroker.protocols.schema import Int16, Int32, Int64, message, wire
+from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, message, wire
 
 
 @message
@@ -143,3 +145,98 @@ class TxnOffsetCommitResponse:
 
     throttle_time_ms: Int32
     topics: tuple[TxnOffsetCommitResponseTopic, ...]
+
+
+@message
+class DescribeTransactionsRequest:
+    """Describe these transactional ids (at their coordinator)."""
+
+    transactional_ids: tuple[str, ...]
+
+
+@message
+class DescribeTransactionsTopic:
+    """The partitions of one topic in a transaction."""
+
+    topic: str
+    partitions: tuple[Int32, ...]
+
+
+@message
+class DescribedTransaction:
+    """One transactional id's state, producer and open transaction, or why it cannot be described."""
+
+    error_code: Int16
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: Int32
+    transaction_start_time_ms: Int64
+    producer_id: Int64
+    producer_epoch: Int16
+    topics: tuple[DescribeTransactionsTopic, ...]
+
+
+@message
+class DescribeTransactionsResponse:
+    """One description per transactional id asked for."""
+
+    throttle_time_ms: Int32
+    transaction_states: tuple[DescribedTransaction, ...]
+
+
+@message
+class WritableTxnMarkerTopic:
+    """The partitions of one topic to write a marker to."""
+
+    name: str
+    partition_indexes: tuple[Int32, ...]
+
+
+@message
+class WritableTxnMarker:
+    """A COMMIT (``transaction_result``) or ABORT marker of a producer's transaction, for some partitions."""
+
+    producer_id: Int64
+    producer_epoch: Int16
+    transaction_result: bool
+    topics: tuple[WritableTxnMarkerTopic, ...]
+    coordinator_epoch: Int32
+    transaction_version: Int8 = wire(since=2, default=0)
+
+
+@message
+class WriteTxnMarkersRequest:
+    """A transaction coordinator asks a partition leader for markers (brokers only: needs cluster ALTER)."""
+
+    markers: tuple[WritableTxnMarker, ...]
+
+
+@message
+class WritableTxnMarkerPartitionResult:
+    """Whether one partition took its marker."""
+
+    partition_index: Int32
+    error_code: Int16
+
+
+@message
+class WritableTxnMarkerTopicResult:
+    """Outcomes for the partitions of one topic."""
+
+    name: str
+    partitions: tuple[WritableTxnMarkerPartitionResult, ...]
+
+
+@message
+class WritableTxnMarkerResult:
+    """Outcomes for one producer's marker."""
+
+    producer_id: Int64
+    topics: tuple[WritableTxnMarkerTopicResult, ...]
+
+
+@message
+class WriteTxnMarkersResponse:
+    """One result per marker asked for."""
+
+    markers: tuple[WritableTxnMarkerResult, ...]

@@ -147,7 +147,7 @@ def test_an_api_versions_request_of_an_unknown_version_gets_a_version_zero_answe
 
 def test_unknown_apis_and_versions_are_refused_with_the_header() -> None:
     with pytest.raises(UnknownApiKeyError) as unknown:
-        codec.decode_request(struct.pack(">hhih", 27, 0, 5, -1))  # WriteTxnMarkers: between brokers only
+        codec.decode_request(struct.pack(">hhih", 57, 0, 5, -1))  # UpdateFeatures: not served
     assert unknown.value.header.correlation_id == 5
     with pytest.raises(UnsupportedVersionError) as unsupported:
         codec.decode_request(struct.pack(">hhih", 1, 3, 6, -1))  # Fetch v3: below the served range
