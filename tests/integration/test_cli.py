@@ -32,6 +32,9 @@ CLI = "import sys; from mqbroker.cli import main; sys.exit(main(sys.argv[1:]))"
 TOPIC = "telemetry-from-the-north-sea-wind-farm-turbine-controllers-with-a-name-longer-than-any-terminal"
 GROUP = "billing-service-reading-" + TOPIC
 USER = "service-account-for-the-" + TOPIC
+SHARE_GROUP = "work-queue-of-" + TOPIC
+SUBSCRIPTION = "webhook-of-" + TOPIC
+TRANSACTIONAL_ID = "exactly-once-writer-of-" + TOPIC
 PRINCIPAL = f"User:{USER}"
 
 
@@ -164,6 +167,57 @@ def test_output_through_a_real_pipe_is_plain_and_a_table_asked_for_keeps_every_n
     table = mqbroker("groups", "describe", GROUP, "-o", "table", bootstrap=cluster.bootstrap).stdout
     assert GROUP in table and TOPIC in table and "…" not in table
     assert any("┃" in line for line in table.splitlines())
+
+
+def test_share_groups_list_and_describe(cluster: Cluster) -> None:
+    succeeded("share-groups", "create", SHARE_GROUP, "--topic", TOPIC, "--start", "earliest", bootstrap=cluster.bootstrap)
+    listed = json.loads(succeeded("share-groups", "list", "-o", "json", bootstrap=cluster.bootstrap))
+    assert {"group": SHARE_GROUP, "topics": [TOPIC], "members": 0, "push_endpoint": None} in listed["share_groups"]
+    assert any(row[:2] == [SHARE_GROUP, TOPIC] for row in plain_rows(succeeded("share-groups", "list",
+                                                                                bootstrap=cluster.bootstrap)))
+    described = json.loads(succeeded("share-groups", "describe", SHARE_GROUP, "-o", "json", bootstrap=cluster.bootstrap))
+    assert (described["group"], described["topics"], described["members"]) == (SHARE_GROUP, [TOPIC], [])
+    piped = mqbroker("share-groups", "describe", SHARE_GROUP, bootstrap=cluster.bootstrap)
+    assert piped.returncode == 0, piped.stderr
+    assert any(row[:2] == [SHARE_GROUP, TOPIC] for row in plain_rows(piped.stdout)) and "…" not in piped.stdout
+
+
+def test_subscriptions_list_and_describe(cluster: Cluster) -> None:
+    endpoint = "http://127.0.0.1:9/hooks/" + TOPIC  # nothing listens: the records wait, the settings are what count
+    succeeded("subscriptions", "create", SUBSCRIPTION, "--topic", TOPIC, "--push-endpoint", endpoint,
+              bootstrap=cluster.bootstrap)
+    listed = json.loads(succeeded("subscriptions", "list", "-o", "json", bootstrap=cluster.bootstrap))
+    assert {"name": SUBSCRIPTION, "topics": [TOPIC], "endpoint": endpoint} in next(iter(listed.values()))
+    assert [SUBSCRIPTION, TOPIC, endpoint] in plain_rows(succeeded("subscriptions", "list", bootstrap=cluster.bootstrap))
+    described = json.loads(succeeded("subscriptions", "describe", SUBSCRIPTION, "-o", "json",
+                                     bootstrap=cluster.bootstrap))
+    assert described["group"] == SUBSCRIPTION and described["topics"] == [TOPIC]
+    piped = mqbroker("subscriptions", "describe", SUBSCRIPTION, bootstrap=cluster.bootstrap)
+    assert piped.returncode == 0, piped.stderr
+    assert any(row[:2] == [SUBSCRIPTION, TOPIC] for row in plain_rows(piped.stdout)) and "…" not in piped.stdout
+
+
+def test_transactions_list_and_describe(cluster: Cluster) -> None:
+    with Producer(cluster.bootstrap.split(",")[1], transactional_id=TRANSACTIONAL_ID) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(TOPIC, value=b"committed", partition=0)
+        producer.commit_transaction()
+
+    def listed_states() -> list[str]:
+        listed = json.loads(succeeded("transactions", "list", "-o", "json", bootstrap=cluster.bootstrap))
+        return [record["state"] for record in listed["transactions"] if record["transactional_id"] == TRANSACTIONAL_ID]
+
+    # answered at PrepareCommit; the completion follows once the markers are written (docs/transactions.md)
+    wait_for(lambda: listed_states() == ["CompleteCommit"], 30, "the transaction completed")
+    assert any(row[0] == TRANSACTIONAL_ID and row[-1] == "CompleteCommit"
+               for row in plain_rows(succeeded("transactions", "list", bootstrap=cluster.bootstrap)))
+    described = json.loads(succeeded("transactions", "describe", TRANSACTIONAL_ID, "-o", "json",
+                                     bootstrap=cluster.bootstrap))
+    assert (described["transactional_id"], described["state"]) == (TRANSACTIONAL_ID, "CompleteCommit")
+    piped = mqbroker("transactions", "describe", TRANSACTIONAL_ID, bootstrap=cluster.bootstrap)
+    assert piped.returncode == 0, piped.stderr
+    assert any(row[:2] == [TRANSACTIONAL_ID, "CompleteCommit"] for row in plain_rows(piped.stdout))
 
 
 def test_groups_reset_offsets_dry_run(cluster: Cluster) -> None:
