@@ -73,12 +73,10 @@ class LeaderEpochCache:
         self._persist()
         return True
 
-    def begin(self, epoch: int, start_offset: int) -> bool:
+    def begin(self, epoch: int, start_offset: int) -> None:
         """A leadership's ``epoch`` starts at the log end ``start_offset``: in memory until a batch is appended."""
-        if not self._add(epoch, start_offset):
-            return False
-        self._unpersisted = True
-        return True
+        if self._add(epoch, start_offset):
+            self._unpersisted = True
 
     def persist_pending(self) -> None:
         """Write what `begin` and `forget_from` kept in memory (before a batch past the log end is written)."""

@@ -10,8 +10,8 @@ Layout::
 With the marker present `open_all` skips recovery; each segment's indexes are then read
 only when first used, so a broker with many partitions starts quickly. The logs share one
 bounded set of open segment files (`segment_files`), so the broker's descriptors do not grow
-with its partitions. Work on many logs at once (opening them, creating them, writing their
-closing them) goes through ``parallel_map``: the broker passes a thread pool's, so
+with its partitions. Work on many logs at once (opening, creating and closing them) goes
+through ``parallel_map``: the broker passes a thread pool's, so
 the fsyncs of many partitions overlap (the disk commits them together) instead of queueing.
 """
 
