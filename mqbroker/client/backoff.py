@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: Jitter spreads retries of many clients apart (+/- this fraction of the delay).
@@ -22,3 +23,13 @@ class Backoff:
         base = min(self.max_ms, self.initial_ms * (1 << min(attempt - 1, 30)))
         jitter = base * _JITTER_FRACTION
         return max(0, round(base + rng.uniform(-jitter, jitter)))
+
+    def retry_policy(self, rng: random.Random) -> Callable[[int], float]:
+        """This backoff as a Twisted ``ClientService`` retry policy: seconds before reconnect attempt ``n``."""
+        return lambda attempt: self.delay_ms(attempt, rng) / 1000
+
+
+#: How the broker redials its peers (Raft voters, forwarding peers, partition leaders): the first retry soon, so a
+#: restarted peer is found within a fraction of a second, and never more than a second apart. (Twisted's default
+#: jitter adds up to a whole second more to every wait.)
+PEER_RECONNECT = Backoff(initial_ms=50, max_ms=1000)

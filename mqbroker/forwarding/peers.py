@@ -17,10 +17,11 @@ transition for it.)
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
-from twisted.application.internet import ClientService, backoffPolicy
+from twisted.application.internet import ClientService
 from twisted.internet import defer
 from twisted.internet.defer import Deferred, DeferredSemaphore, fail, gatherResults
 from twisted.internet.interfaces import IReactorTime
@@ -29,6 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
+from mqbroker.client.backoff import PEER_RECONNECT
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
 from mqbroker.protocols.native import messages as m
@@ -113,7 +115,7 @@ class PeerConnections:
             peer.service.stopService()
         factory = Factory.forProtocol(lambda: NativeClientProtocol(self.client_id))
         service = ClientService(self._endpoint_for(*address), factory,
-                                retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=1.0),
+                                retryPolicy=PEER_RECONNECT.retry_policy(random.Random()),
                                 clock=self._reactor)
         service.startService()
         peer = self._peers[node_id] = _Peer(address, service)

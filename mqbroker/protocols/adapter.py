@@ -13,6 +13,7 @@ from typing import Any, Protocol as TypingProtocol
 from twisted.internet import tcp
 from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
 from twisted.protocols.policies import ProtocolWrapper, TimeoutMixin
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -55,6 +56,8 @@ class ConnectionHandle(TypingProtocol):
 class CodecProtocol(Protocol, TimeoutMixin):
     """Bytes in → ``session.data_received``; ``write`` → socket; pauses reading under pressure."""
 
+    log = Logger()
+
     def __init__(
         self, session: Session, idle_timeout_s: float | None, metrics_gauge: Any = None,
         frame_timeout_s: float | None = None, no_delay: bool = False,
@@ -87,8 +90,12 @@ class CodecProtocol(Protocol, TimeoutMixin):
 
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
+        buffered_before = self._buffered_bytes()
         self.session.data_received(data)
-        self._check_partial_frame()
+        buffered_after = self._buffered_bytes()
+        completed_a_frame = buffered_before is not None and buffered_after is not None and (
+            buffered_after < buffered_before + len(data))
+        self._check_partial_frame(restart=completed_a_frame)
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         self.closed = True
@@ -99,19 +106,32 @@ class CodecProtocol(Protocol, TimeoutMixin):
         self.session.connection_lost(reason)
 
     def timeoutConnection(self) -> None:
+        self.log.debug("closing the connection from {peer}: nothing received for {timeout_s} s (connection_idle_ms)",
+                       peer=self.peer, timeout_s=self._idle_timeout_s)
         self.close()
 
     # -- slow clients: a frame begun must be complete within the frame timeout ----------------
 
-    def _check_partial_frame(self) -> None:
+    def _buffered_bytes(self) -> int | None:
+        """Bytes of the session's incomplete frame, or None for sessions without slow-loris protection."""
+        return getattr(self.session, "buffered_bytes", None)
+
+    def _check_partial_frame(self, restart: bool = False) -> None:
         """Sessions that report ``buffered_bytes`` get slow-loris protection: a client that
-        trickles a frame (each byte resetting the idle timeout) is closed after the frame timeout."""
-        buffered = getattr(self.session, "buffered_bytes", None)
-        if buffered is None or self._frame_timeout_s is None:
+        trickles a frame (each byte resetting the idle timeout) is closed after the frame timeout.
+
+        The timeout is the age of the frame still incomplete: it starts again when a read completed a
+        frame (``restart``: the bytes left over begin a new one), so a fast client whose reads end
+        mid-frame is never closed for it, and it does not run while the broker itself holds reading
+        back (a produce quota or unstored publishes), which the client cannot help.
+        """
+        buffered = self._buffered_bytes()
+        if buffered is None or self._frame_timeout_s is None or buffered == 0 or self._paused_by_session:
             self._stop_frame_timer()
-        elif buffered == 0:
+            return
+        if restart:
             self._stop_frame_timer()
-        elif self._frame_timer is None:
+        if self._frame_timer is None:
             self._start_frame_timer()
 
     def _start_frame_timer(self) -> None:
@@ -126,6 +146,10 @@ class CodecProtocol(Protocol, TimeoutMixin):
 
     def _frame_timed_out(self) -> None:
         self._frame_timer = None
+        if not self.closed:
+            self.log.info("closing the connection from {peer}: a frame begun {timeout_s} s ago is still incomplete "
+                          "(a stalled or trickling client; the limit is quotas.frame_timeout_ms)",
+                          peer=self.peer, timeout_s=self._frame_timeout_s)
         self.close()
 
     # -- IPushProducer: the transport tells us its send buffer is full / drained ------------
@@ -214,6 +238,8 @@ class CodecProtocol(Protocol, TimeoutMixin):
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             self.transport.resumeProducing()
+        if not self.closed:
+            self._check_partial_frame()
 
 
 def _plain_tcp_connection(transport: Any) -> tcp.Connection | None:

@@ -17,9 +17,10 @@ frame that breaks either rule closes the connection and goes to the audit log: i
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 
-from twisted.application.internet import ClientService, StreamServerEndpointService, backoffPolicy
+from twisted.application.internet import ClientService, StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet.interfaces import IPushProducer, IReactorTime, IStreamClientEndpoint, IStreamServerEndpoint
 from twisted.internet.protocol import Factory, Protocol
@@ -28,15 +29,13 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from mqbroker import limits
+from mqbroker.client.backoff import PEER_RECONNECT
 from mqbroker.interfaces import IAuthenticatedPeer
 from mqbroker.protocols.framing import FrameTooLarge, LengthPrefixedFrames, frame
 from mqbroker.raft.errors import RaftCodecError
 from mqbroker.raft.forwarded_proposals import PeerFrame, decode_frame, encode_frame
 
 audit = Logger(namespace="mqbroker.audit")
-#: Reconnect delays: start fast (a restarted peer is back within a second), cap at one second.
-RECONNECT_DELAY_INITIAL_S = 0.05
-RECONNECT_DELAY_MAX_S = 1.0
 
 
 @implementer(IPushProducer)
@@ -147,7 +146,7 @@ class RaftTransport(MultiService):
             service = ClientService(
                 endpoint,
                 factory,
-                retryPolicy=backoffPolicy(initialDelay=RECONNECT_DELAY_INITIAL_S, maxDelay=RECONNECT_DELAY_MAX_S),
+                retryPolicy=PEER_RECONNECT.retry_policy(random.Random()),
                 clock=clock,
             )
             service.setServiceParent(self)

@@ -11,10 +11,11 @@ records for this follower only ever counts durable data.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from twisted.application.internet import ClientService, backoffPolicy
+from twisted.application.internet import ClientService
 from twisted.internet.defer import Deferred, TimeoutError, gatherResults
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IReactorTime
@@ -23,6 +24,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from mqbroker import limits
+from mqbroker.client.backoff import PEER_RECONNECT
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
 from mqbroker.config import dial_address
@@ -115,7 +117,7 @@ class LeaderSession:
         self.running = False
         endpoint = fetcher.endpoint_for(*address)
         factory = Factory.forProtocol(lambda: NativeClientProtocol(f"replica-{fetcher.node_id}"))
-        self._service = ClientService(endpoint, factory, retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=1.0),
+        self._service = ClientService(endpoint, factory, retryPolicy=PEER_RECONNECT.retry_policy(random.Random()),
                                       clock=fetcher._reactor)
         self._negotiated: set[int] = set()
 

@@ -30,6 +30,14 @@ def _assignment(bootstrap: str, topic: str) -> list[int]:
         return [partition.leader_id for partition in sorted(described.partitions, key=lambda p: p.partition_index)]
 
 
+def _knows(bootstrap: str, topic: str, partitions: int) -> bool:
+    """Whether the broker at ``bootstrap`` has ``topic`` with its ``partitions`` partitions, each led by someone."""
+    with Admin(bootstrap) as admin:
+        described = [t for t in admin.metadata([topic]).topics if t.name == topic and t.error_code == 0]
+        return bool(described) and len(described[0].partitions) == partitions and all(
+            partition.leader_id >= 0 for partition in described[0].partitions)
+
+
 def _isr(bootstrap: str, topic: str) -> list[int]:
     with Admin(bootstrap) as admin:
         [described] = [t for t in admin.metadata([topic]).topics if t.name == topic]
@@ -45,7 +53,9 @@ def test_topics_created_through_any_broker_spread_over_all_three(cluster: list[B
     for number, broker in enumerate(cluster):
         with Admin(broker.bootstrap) as admin:
             retrying(lambda: admin.create_topics([f"spread-{number}"], partitions=6, replication_factor=1))
-        for other in cluster:
+        for other in cluster:  # each broker learns the new topic from the metadata log, a moment later
+            wait_for(lambda: _knows(other.bootstrap, f"spread-{number}", partitions=6),
+                     what=f"spread-{number} in the metadata of the broker at {other.bootstrap}")
             assert set(_assignment(other.bootstrap, f"spread-{number}")) == {1, 2, 3}
 
 

@@ -183,6 +183,8 @@ class AmqpSession:
             elif isinstance(action, Authenticate):
                 self._authenticate(action)
             elif isinstance(action, CloseTransport):
+                self.log.info("closing the AMQP connection from {peer}: {reason}",
+                              peer=self._handle.peer if self._handle is not None else "?", reason=action.reason)
                 self.flush()
                 if self._handle is not None:
                     self._handle.close()

@@ -2,7 +2,7 @@
 
 import random
 
-from mqbroker.client.backoff import Backoff
+from mqbroker.client.backoff import PEER_RECONNECT, Backoff
 
 
 def test_delays_double_until_the_cap() -> None:
@@ -16,3 +16,10 @@ def test_delays_double_until_the_cap() -> None:
 
 def test_huge_attempt_numbers_stay_capped() -> None:
     assert Backoff(initial_ms=10, max_ms=50).delay_ms(10_000, random.Random(0)) <= 60
+
+
+def test_the_peer_reconnect_policy_redials_within_its_bounds_in_seconds() -> None:
+    policy = PEER_RECONNECT.retry_policy(random.Random(7))
+    first = [policy(1) for _ in range(1000)]
+    assert 0.04 <= min(first) and max(first) <= 0.06  # Twisted's default jitter would add up to a whole second
+    assert all(policy(attempt) <= 1.2 for attempt in range(1, 200))

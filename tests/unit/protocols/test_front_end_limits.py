@@ -117,3 +117,38 @@ def test_an_amqp_publisher_over_its_quota_is_not_read_until_the_throttle_ends() 
     assert transport.producerState == "paused"
     clock.advance(0.2)
     assert transport.producerState == "producing"
+
+
+def _open_amqp_channel(protocol: CodecProtocol) -> None:
+    for frame in (spec.PROTOCOL_HEADER,
+                  codec.encode_method(0, spec.ConnectionStartOk(client_properties={}, mechanism="PLAIN",
+                                                                response=b"\0guest\0guest")),
+                  codec.encode_method(0, spec.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=0)),
+                  codec.encode_method(0, spec.ConnectionOpen(virtual_host="/")),
+                  codec.encode_method(1, spec.ChannelOpen())):
+        protocol.dataReceived(frame)
+
+
+def test_a_fast_client_whose_reads_end_mid_frame_is_not_closed_at_the_frame_timeout() -> None:
+    clock, transport, _, protocol = _amqp_connection(frame_timeout_s=2.0)
+    _open_amqp_channel(protocol)
+    frame = codec.encode_method(1, spec.BasicQos(prefetch_count=1))
+    stream, chunk = frame * 40, len(frame) + 1
+    for start in range(0, 15 * chunk, chunk):  # 3 s of reads, each completing a frame and ending inside the next
+        protocol.dataReceived(stream[start:start + chunk])
+        clock.advance(0.2)
+    assert not transport.disconnecting
+
+
+def test_the_frame_timeout_does_not_run_while_the_broker_holds_reading_back() -> None:
+    clock, transport, _, protocol = _amqp_connection(frame_timeout_s=2.0)
+    _open_amqp_channel(protocol)
+    protocol.dataReceived(codec.encode_method(1, spec.BasicQos(prefetch_count=1))[:5])
+    protocol.pause_reading()  # as a produce quota or unstored publishes do
+    clock.advance(10)
+    assert not transport.disconnecting
+    protocol.resume_reading()  # the rest of the frame now gets the whole timeout
+    clock.advance(1.9)
+    assert not transport.disconnecting
+    clock.advance(0.2)
+    assert transport.disconnecting
