@@ -2,8 +2,9 @@
 
 Run ``python benchmarks/mqtt_idle_bench.py [--connections 18000] [--probe-messages 2000] [--probe-rate 500] [--json]``.
 
-One real broker (``twistd -n mqbroker``, the tests' ``BrokerProcess``) with its connection budgets
-raised to fit (printed). A child process opens ``--connections`` raw MQTT 3.1.1 connections
+mqbroker (``twistd -n mqbroker``, its connection budgets raised to fit) and Debian's Mosquitto
+side by side, one after the other with the same client (the brokers of ``mqtt_bench.py``). For each,
+a child process opens ``--connections`` raw MQTT 3.1.1 connections
 (CONNECT with keep-alive 0, CONNACK awaited; source addresses 127.0.0.2, .3, ... so no address
 runs out of ephemeral ports) and holds them idle. Then, with all of them connected:
 
@@ -43,8 +44,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from mqtt_bench import rss_kib  # noqa: E402
-from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
+from mqtt_bench import mosquitto_process, mqbroker_process, rss_kib  # noqa: E402
 
 #: Connections per source address (below the ~28,000 ephemeral ports of one address and port pair).
 PER_SOURCE_ADDRESS = 20_000
@@ -140,34 +140,39 @@ def probe_latency(port: int, messages: int, rate: int) -> dict[str, Any]:
             "probe_mb_s": len(received) * PAYLOAD_BYTES / elapsed / 1e6}
 
 
-def measure(connections: int, probe_messages: int, probe_rate: int) -> dict[str, Any]:
-    """Every figure, on one broker."""
-    budget = connections + DESCRIPTOR_MARGIN
-    settings = [f"quotas.connections_max={budget}", f"quotas.connections_per_ip_max={budget}"]
-    broker = BrokerProcess(data_dir=pathlib.Path(tempfile.mkdtemp(prefix="mqtt-idle-")) / "data",
-                           extra_args=[argument for setting in settings for argument in ("--set", setting)])
-    broker.start()
-    assert broker.process is not None
-    figures: dict[str, Any] = {"connections_asked": connections, "broker_settings": settings}
+def measure(port: int, pid: int, connections: int, probe_messages: int, probe_rate: int) -> dict[str, Any]:
+    """Every figure, on the broker listening on ``port`` (process ``pid``)."""
+    figures: dict[str, Any] = {}
     parent_end, child_end = multiprocessing.Pipe()
-    holder = multiprocessing.Process(target=hold_idle_connections, args=(broker.ports["mqtt"], connections, child_end))
+    holder = multiprocessing.Process(target=hold_idle_connections, args=(port, connections, child_end))
     try:
         time.sleep(1.0)
-        before = rss_kib(broker.process.pid)
+        before = rss_kib(pid)
         holder.start()
         connected, connect_s = parent_end.recv()
         time.sleep(1.0)
-        after = rss_kib(broker.process.pid)
+        after = rss_kib(pid)
         figures.update(connections=connected, connect_s=connect_s, connections_per_s=connected / connect_s,
                        rss_before_mib=before / 1024, rss_after_mib=after / 1024,
                        kib_per_connection=(after - before) / max(connected, 1))
         figures["projected_rss_100k_mib"] = (before + figures["kib_per_connection"] * 100_000) / 1024
-        figures.update(probe_latency(broker.ports["mqtt"], probe_messages, probe_rate))
+        figures.update(probe_latency(port, probe_messages, probe_rate))
     finally:
-        parent_end.send("stop")
+        if holder.is_alive():
+            parent_end.send("stop")
         holder.join(60)
-        broker.stop()
     return figures
+
+
+def print_report(name: str, figures: dict[str, Any], options: argparse.Namespace) -> None:
+    """A broker's figures, three lines."""
+    print(f"{name}: {figures['connections']:,} of {options.connections:,} idle connections in "
+          f"{figures['connect_s']:.1f} s ({figures['connections_per_s']:,.0f}/s); RSS {figures['rss_before_mib']:.0f} MiB "
+          f"before, {figures['rss_after_mib']:.0f} MiB after: {figures['kib_per_connection']:.1f} KiB per connection, "
+          f"projected {figures['projected_rss_100k_mib']:,.0f} MiB at 100,000")
+    print(f"  QoS 1 probe meanwhile ({options.probe_messages:,} msgs at {options.probe_rate}/s, {PAYLOAD_BYTES} B): "
+          f"p50 {figures['probe_p50_ms']:.2f} ms, p99 {figures['probe_p99_ms']:.2f} ms, delivered "
+          f"{figures['probe_delivered_fraction']:.4f}, {figures['probe_msg_s']:,.0f} msg/s, {figures['probe_mb_s']:.3f} MB/s")
 
 
 def main() -> None:
@@ -182,22 +187,21 @@ def main() -> None:
     if options.connections + DESCRIPTOR_MARGIN > hard:
         parser.error(f"{options.connections:,} connections need more descriptors than this machine's hard "
                      f"RLIMIT_NOFILE ({hard:,}) allows a process (broker and holder each need one per connection)")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the broker inherits it
-    figures = measure(options.connections, options.probe_messages, options.probe_rate)
-    figures["rlimit_nofile_hard"] = hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the brokers inherit it
+    results: dict[str, Any] = {"rlimit_nofile_hard": hard, "connections_asked": options.connections}
+    with tempfile.TemporaryDirectory(prefix="mqtt-idle-") as work:
+        for name, broker in (("mqbroker", mqbroker_process(pathlib.Path(work), options.connections)),
+                             ("mosquitto", mosquitto_process(pathlib.Path(work)))):
+            print(f"-- {name}", file=sys.stderr, flush=True)
+            with broker as (port, pid):
+                results[name] = measure(port, pid, options.connections, options.probe_messages, options.probe_rate)
     if options.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps(results, indent=2))
         return
-    print(f"one broker ({', '.join(figures['broker_settings'])}); hard RLIMIT_NOFILE {hard:,}")
-    print(f"idle MQTT connections: {figures['connections']:,} of {figures['connections_asked']:,} in "
-          f"{figures['connect_s']:.1f} s ({figures['connections_per_s']:,.0f}/s)")
-    print(f"broker RSS: {figures['rss_before_mib']:.0f} MiB before, {figures['rss_after_mib']:.0f} MiB after: "
-          f"{figures['kib_per_connection']:.1f} KiB per connection; projected at 100,000: "
-          f"{figures['projected_rss_100k_mib']:,.0f} MiB")
-    print(f"QoS 1 probe meanwhile ({options.probe_messages:,} msgs at {options.probe_rate}/s, {PAYLOAD_BYTES} B): "
-          f"p50 {figures['probe_p50_ms']:.2f} ms, p99 {figures['probe_p99_ms']:.2f} ms, "
-          f"delivered {figures['probe_delivered_fraction']:.4f}, {figures['probe_msg_s']:,.0f} msg/s, "
-          f"{figures['probe_mb_s']:.3f} MB/s")
+    print(f"hard RLIMIT_NOFILE {hard:,}; mqbroker with quotas.connections_max and connections_per_ip_max raised to "
+          f"{options.connections + 100:,}")
+    for name in ("mqbroker", "mosquitto"):
+        print_report(name, results[name], options)
 
 
 if __name__ == "__main__":
