@@ -8,6 +8,10 @@ native_frame_bytes_max = 16 * 1024 * 1024
 native_inflight_requests_max = 64
 #: Bytes of unsent replies queued on one connection before the broker stops reading from it.
 native_reply_bytes_max = 32 * 1024 * 1024
+#: Connections the kernel completes for a listener before the broker accepts them (listen(2)'s backlog,
+#: capped by net.core.somaxconn). Twisted's default of 50 overflows when a fleet reconnects at once (a
+#: broker restart): the kernel drops the SYNs past it and those clients retry 1 s, 3 s, 7 s later.
+listen_backlog = 4096
 #: A connection that sends nothing for this long is closed.
 connection_idle_ms_max = 10 * 60 * 1000
 #: Longest long-poll wait a fetch may ask for.

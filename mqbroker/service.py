@@ -65,8 +65,8 @@ def _listen_endpoint(reactor: IReactorTCP, host: str, port: int) -> IStreamServe
     """A TCP endpoint on ``host`` (IPv4 or IPv6 literal, or a name resolved by the OS)."""
     interface = "" if host in ("", "0.0.0.0") else dial_address(host)
     if ":" in interface:
-        return TCP6ServerEndpoint(reactor, port, interface=interface)
-    return TCP4ServerEndpoint(reactor, port, interface=interface)
+        return TCP6ServerEndpoint(reactor, port, backlog=limits.listen_backlog, interface=interface)
+    return TCP4ServerEndpoint(reactor, port, backlog=limits.listen_backlog, interface=interface)
 
 
 def discover_front_ends() -> list[IFrontEnd]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import subprocess
 import time
 
@@ -98,3 +100,28 @@ def test_mosquitto_sub_at_protocol_5_receives_retained_from_mosquitto_pub(mqtt_b
     result = subprocess.run(["mosquitto_sub", "-V", "mqttv5", "-p", port, "-t", topic, "-C", "1", "-W", "10"],
                             capture_output=True, text=True, timeout=15)
     assert result.stdout.strip() == "kept"
+
+
+def test_a_fleet_connecting_at_once_is_not_dropped_by_the_listen_queue(mqtt_broker: MqttBroker) -> None:
+    # 300 clients connect back to back without waiting for their CONNACKs, as a fleet does when its broker
+    # restarts. The kernel completes each handshake into the listener's queue; past listen(2)'s backlog it
+    # drops the SYN and the client retries a second later (Twisted's default backlog of 50 did that here).
+    sockets = []
+    slowest_s = 0.0
+    try:
+        for number in range(300):
+            client_id = f"fleet-{number}".encode()
+            body = b"\x00\x04MQTT\x04\x02\x00\x00" + struct.pack(">H", len(client_id)) + client_id
+            connection = socket.socket()
+            started = time.monotonic()
+            connection.connect(("127.0.0.1", mqtt_broker.ports["mqtt"]))
+            slowest_s = max(slowest_s, time.monotonic() - started)
+            connection.sendall(bytes([0x10, len(body)]) + body)
+            sockets.append(connection)
+        assert slowest_s < 0.9, f"a connect waited {slowest_s:.2f} s: its SYN was dropped and retried"
+        for connection in sockets:
+            connection.settimeout(30)
+            assert connection.recv(4) == b"\x20\x02\x00\x00"  # CONNACK, accepted
+    finally:
+        for connection in sockets:
+            connection.close()
