@@ -164,8 +164,9 @@ http_browse_first_read_bytes = 64 * 1024
 http_browse_value_chars_max = 64 * 1024
 #: Admin API: most retained MQTT messages one listing returns.
 http_retained_listing_max = 1000
-#: Admin API: how long a share-group call forwarded to the group's host (or a listing asked of a broker) may take;
-#: creating a group waits for its state record to replicate, which a healthy cluster does in milliseconds.
+#: How long a share-group call forwarded to the group's host (or a listing asked of a broker) may take beyond a
+#: fetch's own long poll; creating a group or acknowledging waits for the state to replicate, which a healthy
+#: cluster does in milliseconds.
 share_admin_forward_wait_s = 10.0
 #: Connectors: longest connector name (it is part of the keys in __connectors and of default Redis key names).
 connector_name_length_max = 128
