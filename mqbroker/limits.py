@@ -135,6 +135,9 @@ amqp_queue_length_max = 100_000
 amqp_queue_read_ahead_messages_max = 2_000
 #: AMQP: how long a queue's or a source exchange's long-poll fetch waits for new records.
 amqp_log_fetch_wait_ms_max = 1_000
+#: AMQP: how long a basic.get on a share queue waits for its share group to acquire a message (the group reads a
+#: message published just before at once; an empty queue answers get-empty after this).
+amqp_share_get_wait_ms_max = 200
 #: AMQP: bytes one fetch of a queue's or a source exchange's log may return.
 amqp_log_fetch_bytes_max = 4 * 1024 * 1024
 #: AMQP: bytes one fetch of an internal topic's replay at start-up may return.
