@@ -64,6 +64,14 @@ def check_share_arguments(arguments: Mapping[str, Any]) -> None:
                         "(x-queue-type share); configure the share group instead", class_id=50, method_id=10)
 
 
+def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> bool:
+    """Whether a declaration may become a share queue under ``amqp_default_queue_type = share``: it names no
+    type, and nothing in it needs a classic queue (non-durable, exclusive or auto-deleted queues live with a
+    connection on one broker; arguments a share queue refuses)."""
+    return (arguments.get("x-queue-type") is None and durable and not exclusive and not auto_delete
+            and not any(arguments.get(name) is not None for name in UNSUPPORTED_ARGUMENTS))
+
+
 def share_group_configs(arguments: Mapping[str, Any]) -> dict[str, str]:
     """The configs of a share queue's share group, from its declaration's arguments."""
     configs = {"auto.offset.reset": "earliest"}
