@@ -9,10 +9,11 @@ the host by the member id the host gave it (its client id and host there are thi
 Each call goes to the local broker first, which authorizes it for the caller and answers when
 it hosts the group; its ``NOT_COORDINATOR`` (raised only after the caller was authorized) sends
 the call to the host over the native protocol (``PeerConnections``), as the routing broker
-forwards produce and fetch. A fetch forwarded waits at the host for its long poll, so the call may
-take that long plus ``share_admin_forward_wait_s``. Listing asks every live broker, since each lists only the groups it
-hosts, and keeps the groups the caller may describe (the other brokers answer the inter-broker
-principal). A broker that cannot be reached is left out of a listing, as the CLI does.
+forwards produce and fetch. A fetch forwarded waits at the host for its long poll, so the call
+may take that long plus ``share_admin_forward_wait_s``. Listing asks every live broker, since
+each lists only the groups it hosts, and keeps the groups the caller may describe (the other
+brokers answer the inter-broker principal). A broker that cannot be reached is left out of a
+listing, as the CLI does.
 """
 
 from __future__ import annotations

@@ -365,28 +365,25 @@ class ShareQueue(BaseQueue):
         """
         await self._appender.drained()  # a publish before this get on the connection must be visible to it
         member = self._members.get(key)
-        if member is None or not member.epoch:
-            member = _Member(key=key, consumer=None, attached=False)
-            self._members[key] = member
-            await self.ensure_group()
-            await self._heartbeat(member)
+        taken = None
         try:
+            if member is None or not member.epoch:
+                member = self._members[key] = _Member(key=key, consumer=None, attached=False)
+                await self.ensure_group()
+                await self._heartbeat(member)
             answer = await self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
                 group_id=self.group_id, member_id=member.member_id, records_max=1,
                 wait_ms_max=limits.amqp_share_get_wait_ms_max))
-            taken = None
             for partition in answer.partitions:
                 if partition.error is not None:
                     raise partition.error
                 leased, undecoded = _leased(partition)
                 if undecoded:
-                    self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)
+                    self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)  # the next get reads them again
+                assert len(leased) <= 1 and not (leased and taken), "a fetch of one record acquired more"
                 for message, delivery_count in leased:
-                    if taken is None:
-                        taken = (message, delivery_count > 1)
-                        self._holders[message.offset] = key
-                    else:  # more than asked for (never, with records_max 1): give it back
-                        self._acknowledge(member, [message.offset], AcknowledgeType.RELEASE)
+                    taken = (message, delivery_count > 1)
+                    self._holders[message.offset] = key
         finally:
             self._leave_when_settled([key])
         return taken
