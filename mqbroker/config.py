@@ -46,6 +46,8 @@ class BrokerConfig:
     native_port: int = 9393
     mqtt_port: int = 1883
     amqp_port: int = 5672
+    #: The type of a durable AMQP queue declared without ``x-queue-type`` (``classic`` or ``share``: see docs/queues.md).
+    amqp_default_queue_type: str = "classic"
     #: The Kafka wire protocol listener (``docs/kafka.md``); TLS on ``kafka_tls_port``.
     kafka_port: int = 9092
     http_port: int = 9394
@@ -233,6 +235,8 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
     if key == "tls_client_auth" and value not in ("none", "optional", "required"):
         raise ConfigError(f"configuration key 'tls_client_auth': must be none, optional or required, got {value!r}")
+    if key == "amqp_default_queue_type" and value not in ("classic", "share"):
+        raise ConfigError(f"configuration key 'amqp_default_queue_type': must be classic or share, got {value!r}")
     if key == "security_authorizer" and value not in ("allow-all", "acl"):
         raise ConfigError(f"configuration key 'security.authorizer': must be allow-all or acl, got {value!r}")
     if key == "quotas_overrides":

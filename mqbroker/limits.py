@@ -139,6 +139,9 @@ amqp_queue_length_max = 100_000
 amqp_queue_read_ahead_messages_max = 2_000
 #: AMQP: how long a queue's or a source exchange's long-poll fetch waits for new records.
 amqp_log_fetch_wait_ms_max = 1_000
+#: AMQP: how long a basic.get on a share queue waits for its share group to acquire a message (the group reads a
+#: message published just before at once; an empty queue answers get-empty after this).
+amqp_share_get_wait_ms_max = 200
 #: AMQP: bytes one fetch of a queue's or a source exchange's log may return.
 amqp_log_fetch_bytes_max = 4 * 1024 * 1024
 #: AMQP: bytes one fetch of an internal topic's replay at start-up may return.
@@ -168,8 +171,9 @@ http_browse_first_read_bytes = 64 * 1024
 http_browse_value_chars_max = 64 * 1024
 #: Admin API: most retained MQTT messages one listing returns.
 http_retained_listing_max = 1000
-#: Admin API: how long a share-group call forwarded to the group's host (or a listing asked of a broker) may take;
-#: creating a group waits for its state record to replicate, which a healthy cluster does in milliseconds.
+#: How long a share-group call forwarded to the group's host (or a listing asked of a broker) may take beyond a
+#: fetch's own long poll; creating a group or acknowledging waits for the state to replicate, which a healthy
+#: cluster does in milliseconds.
 share_admin_forward_wait_s = 10.0
 #: Connectors: longest connector name (it is part of the keys in __connectors and of default Redis key names).
 connector_name_length_max = 128

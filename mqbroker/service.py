@@ -303,7 +303,7 @@ class BrokerService(MultiService):
         assert self._logs is not None
         return deferToThreadPool(self.reactor, self._threadpool, self._logs.checkpoint)
 
-    def _add_listeners(self, broker: Broker, routing: IBroker) -> None:
+    def _add_listeners(self, broker: Broker, routing: RoutingBroker) -> None:
         """Every front end's listeners: those whose clients route themselves get ``broker``, the others ``routing``."""
         assert self.security is not None
         context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
@@ -333,13 +333,8 @@ class BrokerService(MultiService):
             from mqbroker.ops.http import build_site
 
             assert self.security is not None
-            from mqbroker.forwarding.share_routing import ShareGroupRouting
-
-            assert self.peers is not None
-            share_groups = ShareGroupRouting(local=broker, node_id=self.config.node_id, peers=self.peers,
-                                             authorizer=self.security.authorizer)
             operations = AdminOperations(broker=routing, authorizer=self.security.authorizer, counters=broker,
-                                         config=self.config, front_ends=admin_views, share_groups=share_groups,
+                                         config=self.config, front_ends=admin_views, share_groups=routing.share_groups,
                                          connectors=self.connectors.admin if self.connectors is not None else None)
             http_tls = tls if self.config.http_tls else None
             self._listen("http", self.config.http_port, build_site(self, self.metrics, operations), http_tls)

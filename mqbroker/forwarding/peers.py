@@ -3,7 +3,7 @@ of the front ends (Twisted).
 
 One connection per remote broker, kept by a ``ClientService`` (reconnects with backoff; versions
 are negotiated before the connection is handed out), many requests in flight over it. Long-poll
-fetches may hold at most ``LONG_POLLS_MAX`` of the codec's in-flight slots, so a produce never
+fetches (and share fetches) may hold at most ``LONG_POLLS_MAX`` of the codec's in-flight slots, so a produce never
 queues behind them. A request that gets no answer within its wait plus ``limits.peer_request_slack_s`` drops
 the connection (the peer is paused or cut off) and fails with ``RequestTimedOutError``.
 
@@ -34,6 +34,7 @@ from mqbroker.client.backoff import PEER_RECONNECT
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.twisted import NativeClientProtocol
 from mqbroker.protocols.native import messages as m
+from mqbroker.protocols.native import share_messages
 
 #: In-flight slots long-poll fetches may hold on one connection; the rest stay free for other requests.
 LONG_POLLS_MAX = limits.native_inflight_requests_max * 3 // 4
@@ -78,7 +79,7 @@ class PeerConnections:
             peer = self._peer(node_id)
         except errors.BrokerError as error:
             return fail(error)
-        long_poll = isinstance(request, m.FetchRequest) and request.max_wait_ms > 0
+        long_poll = isinstance(request, (m.FetchRequest, share_messages.ShareFetchRequest)) and request.max_wait_ms > 0
         if long_poll:
             return peer.long_polls.run(peer.slots.run, self._send, peer, node_id, request, wait_s)
         return peer.slots.run(self._send, peer, node_id, request, wait_s)

@@ -3,7 +3,9 @@
 "tx-light" like the broker: it returns Deferreds and waits through an injected clock. MQTT and
 AMQP clients cannot re-route themselves the way native clients do (Metadata, then the leader), so
 this wrapper does it for them. Metadata, admin and group calls go to the local broker unchanged
-(it forwards what the controller or a group coordinator must do). Produce, fetch, list-offset
+(it forwards what the controller or a group coordinator must do). Share-group calls, admin and
+data alike (heartbeat, fetch, acknowledge), go to the group's host (``share_routing``), so an AMQP
+share queue consumed through several brokers has one owner of its leases. Produce, fetch, list-offset
 and delete-records go to the local broker when the metadata image names this broker the
 partition's leader (a single broker: always; one dict lookup), otherwise over the native
 protocol to the leader (``PeerConnections``): produce with the same acks (acks=all fires once
@@ -42,6 +44,7 @@ from mqbroker.forwarding.routes import (
     route_of,
     split_positions,
 )
+from mqbroker.forwarding.share_routing import ShareGroupRouting
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset
@@ -94,6 +97,8 @@ class RoutingBroker:
         self._peers = peers
         self._authorizer = authorizer
         self._clock = clock
+        #: Share-group calls at the group's host (the admin API uses it too).
+        self.share_groups = ShareGroupRouting(local=local, node_id=node_id, peers=peers, authorizer=authorizer)
 
     # -- served by the local broker (no partition leader involved; it forwards what it must) ----
 
@@ -206,45 +211,47 @@ class RoutingBroker:
     def share_group_heartbeat(
         self, principal: Principal, request: share_messages.ShareHeartbeatRequest
     ) -> Deferred[share_messages.ShareHeartbeatResponse]:
-        """The local broker's ``share_group_heartbeat``."""
-        return self.local.share_group_heartbeat(principal, request)
+        """Join, stay in or leave a share group at its host."""
+        return Deferred.fromCoroutine(self.share_groups.heartbeat(principal, request))
 
     def share_fetch(
         self, principal: Principal, request: share_messages.ShareFetchRequest
     ) -> Deferred[share_messages.ShareFetchResponse]:
-        """The local broker's ``share_fetch`` (it reads the group's partitions through this routing broker)."""
-        return self.local.share_fetch(principal, request)
+        """Acquire records at the group's host (which reads the group's partitions through its routing broker)."""
+        return Deferred.fromCoroutine(self.share_groups.fetch(principal, request))
 
     def share_acknowledge(
         self, principal: Principal, request: share_messages.ShareAcknowledgeRequest
     ) -> Deferred[tuple[share_messages.AcknowledgeResult, ...]]:
-        """The local broker's ``share_acknowledge``."""
-        return self.local.share_acknowledge(principal, request)
+        """Settle leased records at the group's host."""
+        return Deferred.fromCoroutine(self.share_groups.acknowledge(principal, request))
 
     def create_share_group(
         self, principal: Principal, group_id: str, topics: Sequence[str], configs: Mapping[str, str]
     ) -> Deferred[None]:
-        """The local broker's ``create_share_group``."""
-        return self.local.create_share_group(principal, group_id, topics, configs)
+        """Define a share group at its host."""
+        return Deferred.fromCoroutine(self.share_groups.create(principal, group_id, topics, configs))
 
     def alter_share_group(self, principal: Principal, group_id: str, topics: Sequence[str] | None,
                           set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> Deferred[None]:
-        """The local broker's ``alter_share_group``."""
-        return self.local.alter_share_group(principal, group_id, topics, set_configs, delete_configs)
+        """Change a share group at its host."""
+        return Deferred.fromCoroutine(self.share_groups.alter(principal, group_id, topics, set_configs,
+                                                              delete_configs))
 
     def delete_share_group(self, principal: Principal, group_id: str) -> Deferred[None]:
-        """The local broker's ``delete_share_group``."""
-        return self.local.delete_share_group(principal, group_id)
+        """Delete a share group without members at its host."""
+        return Deferred.fromCoroutine(self.share_groups.delete(principal, group_id))
 
     def describe_share_group(
         self, principal: Principal, group_id: str
     ) -> Deferred[share_messages.ShareGroupDescription]:
-        """The local broker's ``describe_share_group``."""
-        return self.local.describe_share_group(principal, group_id)
+        """A share group as its host describes it."""
+        return Deferred.fromCoroutine(self.share_groups.describe(principal, group_id))
 
     def list_share_groups(self, principal: Principal) -> Deferred[list[share_messages.ShareGroupListing]]:
-        """The local broker's ``list_share_groups``."""
-        return self.local.list_share_groups(principal)
+        """Every share group of the cluster the principal may describe."""
+        return Deferred.fromCoroutine(self.share_groups.list(principal))
+
     def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
                        ) -> Deferred[dict[TopicPartition, BaseException | None]]:
         """The local broker's ``delete_offsets``."""

@@ -110,7 +110,10 @@ class HostedGroup:
         return hosted if settled else None
 
     def release_member(self, member_id: str, reason: str) -> list[HostedPartition]:
-        """Everything a departed member held is released; the partitions that changed."""
+        """Everything a departed member held is released and its parked fetches answered empty (else records
+        arriving later would be leased to nobody until the lease ends); the partitions that changed."""
+        for waiter in [waiter for waiter in self.waiters if waiter.member_id == member_id]:
+            self.finish_waiter(waiter, [])
         return [hosted for hosted in self.partitions.values() if hosted.state.release_member(member_id, reason)]
 
     def assignment(self, member_topics: Iterable[str], partition_counts: Mapping[str, int]) -> list[TopicPartition]:

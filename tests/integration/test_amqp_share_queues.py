@@ -166,16 +166,39 @@ def test_arguments_a_share_queue_cannot_honour_are_refused(amqp_broker: AmqpBrok
     connection.close()
 
 
-def test_basic_get_on_a_share_queue_is_refused(amqp_broker: AmqpBroker) -> None:
-    """basic.get answers 406 and says to consume instead."""
-    queue = unique("noget")
-    declare_and_publish(amqp_broker, queue, [b"x"])
+def test_basic_get_takes_one_message_at_a_time_through_the_share_group(amqp_broker: AmqpBroker) -> None:
+    """basic.get acquires one message; a nack with requeue brings it back redelivered, a no-ack get settles at
+    once, an ack is final, and a drained queue answers get-empty; a consumer on another channel meanwhile
+    never gets what a get holds."""
+    queue = unique("polled")
+    declare_and_publish(amqp_broker, queue, [b"first", b"second", b"third"])
     connection = amqp_broker.connect()
     channel = connection.channel()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-        channel.basic_get(queue)
-    assert refused.value.reply_code == 406 and "basic.consume" in refused.value.reply_text
+    method, _, body = channel.basic_get(queue)
+    assert (body, method.redelivered) == (b"first", False)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    method, _, body = channel.basic_get(queue)
+    assert (body, method.redelivered) == (b"first", True)
+    held_tag = method.delivery_tag
+    rival = connection.channel()
+    rival.basic_qos(prefetch_count=5)
+    got: list[bytes] = []
+    for rival_method, _, rival_body in rival.consume(queue, inactivity_timeout=2):
+        if rival_method is None:
+            break
+        got.append(rival_body)
+        rival.basic_ack(rival_method.delivery_tag)
+    rival.cancel()
+    assert sorted(got) == [b"second", b"third"], "the rival consumer got all but the message the get holds"
+    channel.basic_ack(held_tag)
+    declare_and_publish(amqp_broker, queue, [b"fourth"])
+    method, _, body = channel.basic_get(queue, auto_ack=True)
+    assert body == b"fourth", "the rival left: its last long poll took nothing with it"
+    assert channel.basic_get(queue) == (None, None, None), "the queue is drained: get-empty"
     connection.close()
+    again = amqp_broker.connect()
+    assert again.channel().basic_get(queue) == (None, None, None), "acked and no-ack gets stay done"
+    again.close()
 
 
 def test_a_share_queue_deleted_and_declared_again_starts_afresh(amqp_broker: AmqpBroker) -> None:

@@ -46,6 +46,7 @@ def test_unknown_key_is_refused_by_name() -> None:
         ({"fsync_engine": "io_uring"}, "fsync_engine"),
         ({"cpu_affinity": "first"}, "cpu_affinity"),
         ({"cpu_affinity": "3-1"}, "cpu_affinity"),
+        ({"amqp_default_queue_type": "quorum"}, "amqp_default_queue_type"),
     ],
 )
 def test_bad_values_are_refused_with_the_key_named(settings, named) -> None:

@@ -45,7 +45,7 @@ from mqbroker.protocols.amqp.actions import (
 from mqbroker.protocols.amqp.appender import BatchStored, all_settled
 from mqbroker.protocols.amqp.confirm_runs import ConfirmRuns
 from mqbroker.protocols.amqp.connection import Connection
-from mqbroker.protocols.amqp.queue_arguments import parse_stream_offset
+from mqbroker.protocols.amqp.queue_arguments import QueueType, parse_stream_offset
 from mqbroker.protocols.amqp.queues import Consumer, ConsumerKey, delivery_of
 from mqbroker.protocols.amqp.routing import Binding, DestinationKind
 from mqbroker.protocols.amqp.sources import source_topic
@@ -480,7 +480,8 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     reactor = context.reactor
     metrics = context.metrics
     vhost = VirtualHost(broker, reactor, unreadable=metrics.unreadable if metrics is not None else None,
-                        unroutable=metrics.unroutable if metrics is not None else None)
+                        unroutable=metrics.unroutable if metrics is not None else None,
+                        default_queue_type=QueueType(context.config.amqp_default_queue_type))
     # Runs before the broker service stops (registered earlier), while appends are still accepted.
     IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.snapshots.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None

@@ -8,11 +8,15 @@ durable in ``__share_group_state`` and the same for every protocol. Each AMQP co
 member of the group: it fetches no more than its prefetch window allows, a record comes out with
 ``redelivered`` set when its delivery count is above one, and ``basic.ack`` / ``basic.nack`` or
 ``basic.reject`` with requeue / without settle it as accept / release / reject. A native
-``ShareConsumer`` of the group competes for the same messages.
+``ShareConsumer`` of the group competes for the same messages. ``basic.get`` joins the group as a
+member of its own for the channel, acquires one message (waiting up to
+``amqp_share_get_wait_ms_max`` for the group to read what was just published, ``get-empty`` after
+that), and leaves once the channel settled what it took; its ``message_count`` is 0 (the group's
+describe shows the depth).
 
 ``x-delay`` in a message's headers (milliseconds, as RabbitMQ's delayed-message plugin reads it)
 is stored as the record header the share group schedules by: the message is delivered once its
-time comes. Not on share queues: ``basic.get``, ``queue.purge``, ``x-message-ttl``, ``x-max-length``
+time comes. Not on share queues: ``queue.purge``, ``x-message-ttl``, ``x-max-length``
 and dead-letter exchanges (the group's ``dead.letter.topic`` config takes dead letters).
 """
 
@@ -60,6 +64,14 @@ def check_share_arguments(arguments: Mapping[str, Any]) -> None:
                         "(x-queue-type share); configure the share group instead", class_id=50, method_id=10)
 
 
+def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> bool:
+    """Whether a declaration may become a share queue under ``amqp_default_queue_type = share``: it names no
+    type, and nothing in it needs a classic queue (non-durable, exclusive or auto-deleted queues live with a
+    connection on one broker; arguments a share queue refuses)."""
+    return (arguments.get("x-queue-type") is None and durable and not exclusive and not auto_delete
+            and not any(arguments.get(name) is not None for name in UNSUPPORTED_ARGUMENTS))
+
+
 def share_group_configs(arguments: Mapping[str, Any]) -> dict[str, str]:
     """The configs of a share queue's share group, from its declaration's arguments."""
     configs = {"auto.offset.reset": "earliest"}
@@ -87,9 +99,11 @@ def delay_header(properties_raw: bytes) -> tuple[tuple[str, bytes], ...]:
 
 @dataclasses.dataclass(slots=True)
 class _Member:
-    """One AMQP consumer as a member of the queue's share group."""
+    """One AMQP consumer (or one channel's ``basic.get``) as a member of the queue's share group."""
 
-    consumer: Consumer
+    key: ConsumerKey
+    #: None for a ``basic.get`` member: it never fetches by itself.
+    consumer: Consumer | None
     member_id: str = ""
     epoch: int = 0
     heartbeat_ms: int = 1_000
@@ -146,7 +160,7 @@ class ShareQueue(BaseQueue):
         """Join the share group as this consumer, then fetch within its window."""
         self.consumers[consumer.key] = consumer
         self.had_consumers = True
-        member = _Member(consumer=consumer)
+        member = _Member(key=consumer.key, consumer=consumer)
         self._members[consumer.key] = member
         Deferred.fromCoroutine(self._join(member)).addErrback(self._member_failed, member)
 
@@ -156,7 +170,7 @@ class ShareQueue(BaseQueue):
         self._fetch(member)
 
     def _is_member(self, member: _Member) -> bool:
-        return self._members.get(member.consumer.key) is member and not self.deleted
+        return self._members.get(member.key) is member and not self.deleted
 
     async def _heartbeat(self, member: _Member) -> None:
         member.heartbeat = None
@@ -193,7 +207,7 @@ class ShareQueue(BaseQueue):
                 self._drop(member)
 
     def _drop(self, member: _Member) -> None:
-        del self._members[member.consumer.key]
+        del self._members[member.key]
         if member.heartbeat is not None and member.heartbeat.active():
             member.heartbeat.cancel()
         if member.member_id:
@@ -228,8 +242,8 @@ class ShareQueue(BaseQueue):
     def _member_failed(self, failure: Any, member: _Member) -> None:
         if not member.attached or not self._is_member(member):
             return
-        self.log.warn("AMQP share queue {queue}: consumer {tag}: {error}; joining again in 1 s", queue=self.name,
-                      tag=member.consumer.tag, error=failure.getErrorMessage())
+        self.log.warn("AMQP share queue {queue}: consumer {key}: {error}; joining again in 1 s", queue=self.name,
+                      key=member.key, error=failure.getErrorMessage())
         member.member_id, member.epoch, member.fetching = "", 0, False
         if member.heartbeat is not None and member.heartbeat.active():
             member.heartbeat.cancel()
@@ -248,7 +262,7 @@ class ShareQueue(BaseQueue):
             self._fetch(member)
 
     def _fetch(self, member: _Member) -> None:
-        if member.fetching or not member.attached or not member.epoch or self.deleted:
+        if member.fetching or not member.attached or not member.epoch or self.deleted or member.consumer is None:
             return
         window = min(member.consumer.window(), limits.share_fetch_records_max)
         if window <= 0:
@@ -263,6 +277,7 @@ class ShareQueue(BaseQueue):
 
     def _fetched(self, answer: share.ShareFetchResponse, member: _Member) -> None:
         consumer = member.consumer
+        assert consumer is not None
         delivered = False
         unacknowledged: list[int] = []  # delivered to a no-ack consumer: accepted together below
         for partition in answer.partitions:
@@ -344,9 +359,34 @@ class ShareQueue(BaseQueue):
         """Leases and delays expire in the share group itself."""
 
     async def get(self, key: ConsumerKey) -> tuple[QueuedMessage, bool] | None:
-        """Refused: consume from a share queue instead."""
-        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"basic.get is not supported on share queue '{self.name}'; "
-                        "use basic.consume", class_id=60, method_id=70)
+        """basic.get: acquire one message for the channel ``key`` as a member of the group (None: none came in time).
+
+        The member leaves once the channel settled everything it took (at once when nothing came).
+        """
+        await self._appender.drained()  # a publish before this get on the connection must be visible to it
+        member = self._members.get(key)
+        taken = None
+        try:
+            if member is None or not member.epoch:
+                member = self._members[key] = _Member(key=key, consumer=None, attached=False)
+                await self.ensure_group()
+                await self._heartbeat(member)
+            answer = await self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
+                group_id=self.group_id, member_id=member.member_id, records_max=1,
+                wait_ms_max=limits.amqp_share_get_wait_ms_max))
+            for partition in answer.partitions:
+                if partition.error is not None:
+                    raise partition.error
+                leased, undecoded = _leased(partition)
+                if undecoded:
+                    self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)  # the next get reads them again
+                assert len(leased) <= 1 and not (leased and taken), "a fetch of one record acquired more"
+                for message, delivery_count in leased:
+                    taken = (message, delivery_count > 1)
+                    self._holders[message.offset] = key
+        finally:
+            self._leave_when_settled([key])
+        return taken
 
 
 def _leased(partition: share.SharePartitionRecords) -> tuple[list[tuple[QueuedMessage, int]], list[int]]:

@@ -71,7 +71,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
-from mqbroker.protocols.amqp.share_queue import ShareQueue, check_share_arguments
+from mqbroker.protocols.amqp.share_queue import ShareQueue, check_share_arguments, takes_share_default
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
@@ -116,10 +116,12 @@ class VirtualHost:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None,
-                 unroutable: Counter | None = None) -> None:
+                 unroutable: Counter | None = None, default_queue_type: QueueType = QueueType.CLASSIC) -> None:
         """``unreadable`` counts the batches its readers skip, ``unroutable`` the client messages that reach
-        no queue (labels protocol, outcome; the broker's metrics)."""
+        no queue (labels protocol, outcome; the broker's metrics); ``default_queue_type`` is the type of a
+        queue declared without one (``amqp_default_queue_type``; share only where ``takes_share_default``)."""
         self.broker = broker
+        self.default_queue_type = default_queue_type
         self.reactor = reactor
         self.unreadable = unreadable or UnreadableTally()
         self._unroutable = unroutable
@@ -321,8 +323,13 @@ class VirtualHost:
             if name.startswith("amq.") and method.queue:
                 raise _error(ReplyCode.ACCESS_REFUSED, f"queue name '{name}' is reserved (amq.*)", method)
             _check_name("queue", name, method)
+            arguments = dict(method.arguments)
+            if self.default_queue_type is QueueType.SHARE and takes_share_default(
+                    durable=method.durable, exclusive=method.exclusive, auto_delete=method.auto_delete,
+                    arguments=arguments):
+                arguments["x-queue-type"] = "share"  # stored so: every broker serves it as a share queue
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
-                                           arguments=dict(method.arguments))
+                                           arguments=arguments)
             if QueuePolicy.from_arguments(declaration.arguments).queue_type is QueueType.SHARE:  # 406 before
                 check_share_arguments(declaration.arguments)  # anything is created
             topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})

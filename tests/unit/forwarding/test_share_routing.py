@@ -1,4 +1,5 @@
-"""Share-group admin calls at the group's host: answered locally, forwarded after NOT_COORDINATOR, listed cluster-wide."""
+"""Share-group calls at the group's host: admin and member calls answered locally or forwarded after NOT_COORDINATOR
+and translated back, listings cluster-wide."""
 
 from __future__ import annotations
 
@@ -15,9 +16,16 @@ from mqbroker.forwarding import share_wire
 from mqbroker.forwarding.share_routing import ShareGroupRouting
 from mqbroker.model import BrokerEndpoint, ClusterMetadata, Principal
 from mqbroker.protocols.native import share_messages as wire
-from mqbroker.protocols.native.share_handlers import handle_share_group_describe
+from mqbroker.groups.model import TopicPartition
+from mqbroker.model import AcknowledgeType
+from mqbroker.protocols.native.share_handlers import (
+    handle_share_acknowledge,
+    handle_share_fetch,
+    handle_share_group_describe,
+    handle_share_group_heartbeat,
+)
 from mqbroker.shares import messages as shares
-from mqbroker.shares.partition import PartitionStats
+from mqbroker.shares.partition import AcquiredRange, PartitionStats
 from tests.fakes import fired
 
 ALICE = Principal("User", "alice")
@@ -34,6 +42,9 @@ class Local:
         self.hosted = hosted
         self.host_of = host_of
         self.created: list[str] = []
+        #: What the member calls answer, by group id; the member requests received.
+        self.answers: dict[str, Any] = {}
+        self.fetched: list[Any] = []
 
     def _here(self, principal: Principal, group_id: str) -> None:
         if principal != ALICE:
@@ -58,6 +69,20 @@ class Local:
         self._here(principal, group_id)
         return succeed(None)
 
+    def share_group_heartbeat(self, principal: Principal, request: shares.ShareHeartbeatRequest) -> Deferred[Any]:
+        self._here(principal, request.group_id)
+        return succeed(self.answers[request.group_id])
+
+    def share_fetch(self, principal: Principal, request: shares.ShareFetchRequest) -> Deferred[Any]:
+        self._here(principal, request.group_id)
+        self.fetched.append(request)
+        return succeed(self.answers[request.group_id])
+
+    def share_acknowledge(self, principal: Principal, request: shares.ShareAcknowledgeRequest) -> Deferred[Any]:
+        self._here(principal, request.group_id)
+        self.fetched.append(request)
+        return succeed(self.answers[request.group_id])
+
     def find_share_coordinator(self, principal: Principal, group_id: str) -> Deferred[BrokerEndpoint]:
         return succeed(_endpoint(self.host_of[group_id]))
 
@@ -76,9 +101,11 @@ class Peers:
     def __init__(self, answers: dict[int, Any]) -> None:
         self.answers = answers
         self.sent: list[tuple[int, Any]] = []
+        self.waits: list[float] = []
 
     def request(self, node_id: int, request: object, wait_s: float) -> Deferred[Any]:
         self.sent.append((node_id, request))
+        self.waits.append(wait_s)
         answer = self.answers[node_id]
         return fail(answer) if isinstance(answer, Exception) else succeed(answer)
 
@@ -181,3 +208,93 @@ def test_a_description_survives_the_native_wire_and_back(group: shares.ShareGrou
     response = _result(handle_share_group_describe(
         Local({group.group_id: group}, {}), ALICE, wire.ShareGroupDescribeRequest(group_ids=(group.group_id,))))
     assert share_wire.description(response, group.group_id) == group
+
+
+# -- a member's calls (AMQP share queues consumed through any broker) -------------------------------
+
+
+def _at_host(host_answers: dict[str, Any], call: Any, request: Any) -> tuple[Any, Local]:
+    """The native answer of a host whose broker answers ``host_answers``, and that broker (what it received)."""
+    host = Local({}, {})
+    host.answers = host_answers
+    return _result(call(host, ALICE, request)), host
+
+
+_FETCHED = shares.ShareFetchResponse(
+    partitions=(shares.SharePartitionRecords(topic="jobs", partition=1, records=b"batch bytes",
+                                             acquired=(AcquiredRange(4, 6, 1), AcquiredRange(9, 9, 3))),
+                shares.SharePartitionRecords(topic="jobs", partition=2, records=b"", acquired=(),
+                                             error=errors.NotLeaderError("jobs-2 moved"))),
+    acknowledgements=(shares.AcknowledgeResult(topic="jobs", partition=1, first_offset=0, last_offset=3),
+                      shares.AcknowledgeResult(topic="jobs", partition=1, first_offset=7, last_offset=7,
+                                               error=errors.InvalidRecordStateError("lease expired"))))
+
+
+def test_a_members_fetch_goes_to_the_groups_host_and_its_records_come_back_unchanged() -> None:
+    request = shares.ShareFetchRequest(
+        group_id="far", member_id="m-1", partitions=(TopicPartition("jobs", 1), TopicPartition("jobs", 2)),
+        records_max=7, bytes_max=1000, wait_ms_max=800, lease_ms=5000,
+        acknowledgements=(shares.Acknowledgement(topic="jobs", partition=1, first_offset=0, last_offset=3,
+                                                 kind=AcknowledgeType.ACCEPT),
+                          shares.Acknowledgement(topic="jobs", partition=1, first_offset=7, last_offset=7,
+                                                 kind=AcknowledgeType.REJECT, error="poison")))
+    forwarded = share_wire.fetch_request(request)
+    answer, host = _at_host({"far": _FETCHED}, handle_share_fetch, forwarded)
+    peers = Peers({3: answer})
+    routing = _routing(Local({}, {"far": 3}), peers)
+    fetched = _result(routing.fetch(ALICE, request))
+    assert host.fetched == [request], "the host's broker got the member's request as it was sent"
+    assert [type(error) for error in (fetched.partitions[1].error, fetched.acknowledgements[1].error)] == [
+        errors.NotLeaderError, errors.InvalidRecordStateError]
+    assert _without_errors(fetched) == _without_errors(_FETCHED)
+    assert peers.sent == [(3, forwarded)]
+    assert peers.waits[0] >= 0.8, "the forwarded long poll may wait at the host"
+
+
+def _without_errors(response: shares.ShareFetchResponse) -> Any:
+    return ([(p.topic, p.partition, p.records, p.acquired, str(p.error)) for p in response.partitions],
+            [(a.topic, a.partition, a.first_offset, a.last_offset, str(a.error)) for a in response.acknowledgements])
+
+
+def test_a_members_heartbeat_and_acknowledgement_go_to_the_groups_host() -> None:
+    joined = shares.ShareHeartbeatResponse(member_id="m-1", member_epoch=3, heartbeat_interval_ms=500,
+                                           assignment=(TopicPartition("jobs", 0), TopicPartition("jobs", 2)))
+    heartbeat = shares.ShareHeartbeatRequest(group_id="far", member_id="m-1", member_epoch=2, topics=("jobs",))
+    beat_answer, host = _at_host({"far": joined}, handle_share_group_heartbeat, share_wire.heartbeat_request(heartbeat))
+    settled = (shares.AcknowledgeResult(topic="jobs", partition=0, first_offset=5, last_offset=8),)
+    acknowledge = shares.ShareAcknowledgeRequest(group_id="far", member_id="m-1", lease_ms=9000, acknowledgements=(
+        shares.Acknowledgement(topic="jobs", partition=0, first_offset=5, last_offset=8, kind=AcknowledgeType.RENEW),))
+    ack_answer, acknowledging_host = _at_host({"far": settled}, handle_share_acknowledge,
+                                              share_wire.acknowledge_request(acknowledge))
+    peers = Peers({3: beat_answer})
+    routing = _routing(Local({}, {"far": 3}), peers)
+    assert _result(routing.heartbeat(ALICE, heartbeat)) == joined
+    peers.answers[3] = ack_answer
+    assert _result(routing.acknowledge(ALICE, acknowledge)) == settled
+    assert acknowledging_host.fetched == [acknowledge]
+
+
+def test_a_member_of_a_group_hosted_here_is_served_locally_and_a_stranger_is_refused_before_forwarding() -> None:
+    local = Local({}, {"far": 3})
+    local.answers = {"here": _FETCHED, "far": _FETCHED}
+    peers = Peers({})
+    routing = _routing(local, peers)
+    assert _result(routing.fetch(ALICE, shares.ShareFetchRequest(group_id="here", member_id="m"))) is _FETCHED
+    with pytest.raises(errors.GroupAuthorizationError):
+        _result(routing.fetch(Principal("User", "mallory"), shares.ShareFetchRequest(group_id="far", member_id="m")))
+    assert peers.sent == []
+
+
+_ACKNOWLEDGEMENTS = st.lists(st.builds(
+    shares.Acknowledgement, topic=st.text(min_size=1), partition=_COUNTS, first_offset=st.integers(0, 2**62),
+    last_offset=st.integers(0, 2**62), kind=st.sampled_from(AcknowledgeType), error=st.text())).map(tuple)
+
+
+@given(st.builds(shares.ShareFetchRequest, group_id=st.text(min_size=1), member_id=st.text(),
+                 records_max=_COUNTS, bytes_max=_COUNTS, wait_ms_max=_COUNTS, lease_ms=st.integers(-1, 2**31 - 1),
+                 acknowledgements=_ACKNOWLEDGEMENTS))
+def test_a_fetch_request_survives_the_native_wire_and_back(request: shares.ShareFetchRequest) -> None:
+    host = Local({}, {})
+    host.answers = {request.group_id: shares.ShareFetchResponse(partitions=())}
+    _result(handle_share_fetch(host, ALICE, share_wire.fetch_request(request)))
+    assert host.fetched == [request]

@@ -161,6 +161,23 @@ def test_a_waiting_fetch_is_answered_when_records_arrive(tmp_path: Path) -> None
     assert _offsets(outcome[0]) == [(0, 1), (1, 1)]
 
 
+def test_a_member_leaving_while_its_fetch_waits_gets_an_empty_answer_and_leases_nothing(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    _create(rig)
+    leaving, staying = _join(rig, client_id="leaving"), _join(rig, client_id="staying")
+    waiting = _fetch(rig, leaving, wait_ms=5000)
+    outcome: list[Any] = []
+    waiting.addBoth(outcome.append)
+    _settle(rig)
+    left = rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(group_id="g", member_id=leaving,
+                                                                                member_epoch=-1))
+    _settle(rig)
+    fired(left)
+    assert [_offsets(answer) for answer in outcome] == [[]]
+    _produce(rig, 2)
+    assert _offsets(fired(_fetch(rig, staying))) == [(0, 1), (1, 1)]
+
+
 def test_a_rejected_record_goes_to_the_dead_letter_topic_with_its_origin(tmp_path: Path) -> None:
     rig = _started(tmp_path)
     _create(rig, dead_letter_topic="events.dlq")

@@ -12,6 +12,7 @@ from mqbroker.protocols.amqp.share_queue import (
     check_share_arguments,
     delay_header,
     share_group_configs,
+    takes_share_default,
 )
 from mqbroker.protocols.amqp.spec import AmqpError, BasicProperties
 
@@ -21,6 +22,23 @@ def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
         check_share_arguments({"x-queue-type": "share", "x-message-ttl": 5, "x-max-length": 1})
     assert refused.value.reply_code == 406 and "x-max-length, x-message-ttl" in refused.value.reply_text
     check_share_arguments({"x-queue-type": "share", "x-delivery-limit": 3})
+
+
+@pytest.mark.parametrize(("declared", "share"), [
+    ({}, True),
+    ({"durable": False}, False),
+    ({"exclusive": True}, False),
+    ({"auto_delete": True}, False),
+    ({"arguments": {"x-queue-type": "classic"}}, False),
+    ({"arguments": {"x-queue-type": "stream"}}, False),
+    ({"arguments": {"x-message-ttl": 1000}}, False),
+    ({"arguments": {"x-dead-letter-exchange": "dlx"}}, False),
+    ({"arguments": {"x-delivery-limit": 3}}, True),
+])
+def test_only_a_durable_shared_queue_without_type_or_refused_arguments_takes_the_share_default(
+        declared: dict, share: bool) -> None:
+    declaration = {"durable": True, "exclusive": False, "auto_delete": False, "arguments": {}, **declared}
+    assert takes_share_default(**declaration) is share
 
 
 def test_the_share_group_reads_from_the_start_and_takes_the_delivery_limit() -> None:
