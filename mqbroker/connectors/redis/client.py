@@ -17,7 +17,7 @@ import txredisapi
 from twisted.internet.endpoints import HostnameEndpoint
 
 from mqbroker import limits
-from mqbroker.connectors.redis.resp import RespProtocolError, RespReader, encode_command
+from mqbroker.connectors.redis.resp import Argument, EncodedArguments, RespProtocolError, RespReader, encode_command
 from mqbroker.connectors.settings import RedisAddress
 from mqbroker.connectors.task import OutageError
 
@@ -82,7 +82,7 @@ class RedisConnection:
         self._handler = handler
         self.address = address
 
-    async def execute(self, *arguments: bytes | str | int) -> Any:
+    async def execute(self, *arguments: Argument | EncodedArguments) -> Any:
         """Send one command (many may be in flight: replies come back in order)."""
         try:
             return await self._handler.execute_command(*arguments)

@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred
 from mqbroker import errors
 from mqbroker.connectors.reading import FetchedRecord, records_from
 from mqbroker.connectors.redis.client import RedisConnection, connect
+from mqbroker.connectors.redis.resp import Argument, EncodedArguments
 from mqbroker.connectors.redis.scripts import (
     SCRIPTS,
     keys_arguments,
@@ -129,8 +130,9 @@ class RedisSinkTask(SupervisedTask):
         settings = self.settings
         topic, partition = tp
         last_offset = run[-1][0]
+        records: list[Argument] | list[EncodedArguments]
         if settings.mode == "stream":
-            records = stream_arguments(run, settings.stream_headers)
+            records = [stream_arguments(run, settings.stream_headers)]
             parameter = settings.stream_length_max
         elif settings.mode == "keys":
             records, _ = keys_arguments(run)
