@@ -177,18 +177,24 @@ def sink_hand_bridge(bootstrap: str, server: RedisProcess, topic: str, stream: s
     return seconds
 
 
-def sink_connector(bootstrap: str, server: RedisProcess, name: str, topic: str, stream: str, records: int) -> float:
-    """A redis-sink from the topic's beginning into ``stream``: seconds from create to the last entry."""
+def sink_connector(bootstrap: str, server: RedisProcess, name: str, topic: str, stream: str, records: int,
+                   startups: list[float] | None = None) -> float:
+    """A redis-sink from the topic's beginning into ``stream``: seconds from create to the last entry (and into
+    ``startups`` the seconds from create to the first entry: the task starting, connecting, loading its script)."""
     client = server.client()
     started = time.perf_counter()
     with Admin(bootstrap) as admin:
         admin.create_connector(name, {"type": "redis-sink", "topics": topic, "redis.url": server.url(),
                                       "redis.stream": stream, "redis.stream.maxlen": str(STREAM_MAXLEN)})
+    wait_until(lambda: client.xlen(stream) > 0, f"{stream} holding its first entry", interval_s=0.002)
+    first_s = time.perf_counter() - started
     wait_until(lambda: client.xlen(stream) >= records, f"{stream} holding {records} entries")
     seconds = time.perf_counter() - started
     assert client.xlen(stream) == records, "the sink wrote an entry twice"
     with Admin(bootstrap) as admin:
         admin.alter_connector(name, "delete")
+    if startups is not None:
+        startups.append(first_s)
     return seconds
 
 
@@ -308,7 +314,7 @@ def _read_stream_delays(port: int, stream: str, total: int, ready: Any, results:
                 if value.startswith(LATENCY_MARK):
                     (sent_at,) = struct.unpack_from(">d", value, len(LATENCY_MARK))
                     delays.append((time.monotonic() - sent_at) * 1000)
-    results.send(delays)
+    results.send((delays, time.monotonic()))
 
 
 def _read_topic_delays(bootstrap: str, topic: str, total: int, ready: Any, results: Any) -> None:
@@ -324,7 +330,7 @@ def _read_topic_delays(bootstrap: str, topic: str, total: int, ready: Any, resul
                 if message.value and message.value.startswith(LATENCY_MARK):
                     (sent_at,) = struct.unpack_from(">d", message.value, len(LATENCY_MARK))
                     delays.append((time.monotonic() - sent_at) * 1000)
-    results.send(delays)
+    results.send((delays, time.monotonic()))
 
 
 def paced_latency(reader: Callable[..., None], reader_args: tuple[Any, ...], send: Callable[[bytes], None],
@@ -352,12 +358,13 @@ def paced_latency(reader: Callable[..., None], reader_args: tuple[Any, ...], sen
     sent_s = time.monotonic() - started
     if not receiving.poll(DEADLINE_S):
         raise RuntimeError("the latency reader sent no result")
-    delays = sorted(receiving.recv())
+    received, last_arrival = receiving.recv()
+    delays = sorted(received)
     child.join(30)
     if len(delays) != total:
         raise RuntimeError(f"the reader saw {len(delays)} of {total} paced records")
     return {"p50_ms": delays[len(delays) // 2], "p99_ms": delays[int(len(delays) * 0.99)], "records": total,
-            "sent_per_s": total / sent_s}
+            "sent_per_s": total / sent_s, "delivered_per_s": total / (last_arrival - started)}
 
 
 def latencies(broker: BrokerProcess, east: BrokerProcess, server: RedisProcess, rate: int, seconds: float,
@@ -403,9 +410,9 @@ def latencies(broker: BrokerProcess, east: BrokerProcess, server: RedisProcess, 
 
 def mirror_steady(east: BrokerProcess, broker: BrokerProcess, rate: int, seconds: float,
                   value_bytes: int) -> dict[str, float]:
-    """A mirror kept busy by a producer paced at ``rate`` records/s on the source: what it copies per second
-    (msg/s, MB/s, the records the target received over the time from the first send to the last arrival) and
-    the replication lag of each record (source send → readable in the target), p50/p99."""
+    """A mirror kept busy by a producer paced at ``rate`` records/s on the source: what it delivers per second
+    (msg/s, MB/s: the records over the time from the first send to the last arrival in the target, read by
+    another process) and the replication lag of each record (source send → read in the target), p50/p99."""
     with Admin(east.bootstrap) as admin:
         admin.create_topics(["steady"], partitions=2)
     with Admin(broker.bootstrap) as admin:
@@ -413,18 +420,17 @@ def mirror_steady(east: BrokerProcess, broker: BrokerProcess, rate: int, seconds
                                           "source.alias": "east", "target.alias": "bench", "topics": "steady",
                                           "sync.group.offsets": "false", "fetch.wait.ms": "100"})
     wait_until(lambda: "east.steady" in remote_topics(broker.bootstrap), "the mirror creating east.steady")
-    started = time.monotonic()
     with Producer(east.bootstrap, acks="all", linger_ms=5) as producer:
         lag = paced_latency(_read_topic_delays, (broker.bootstrap, "east.steady"),
                             lambda value: producer.send("steady", value=value), producer.flush, rate, seconds,
                             value_bytes)
-    copied_s = time.monotonic() - started
     copied = end_offsets(broker.bootstrap, "east.steady")
+    assert copied == lag["records"], f"the target holds {copied} of {lag['records']} records"
     with Admin(broker.bootstrap) as admin:
         admin.alter_connector("steady", "delete")
-    return {"offered_per_s": rate, "sent_per_s": lag["sent_per_s"], "msg_s": copied / copied_s,
-            "mb_s": copied * value_bytes / copied_s / 1e6, "lag_p50_ms": lag["p50_ms"], "lag_p99_ms": lag["p99_ms"],
-            "records": copied}
+    return {"offered_per_s": rate, "sent_per_s": lag["sent_per_s"], "msg_s": lag["delivered_per_s"],
+            "mb_s": lag["delivered_per_s"] * value_bytes / 1e6, "lag_p50_ms": lag["p50_ms"],
+            "lag_p99_ms": lag["p99_ms"], "records": copied}
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -438,6 +444,7 @@ def run(records: int, value_bytes: int, rounds: int, rate: int, seconds: float, 
                            "redis_appendfsync": appendfsync, "parts": list(parts),
                            "load_average": list(os.getloadavg())}
     samples: dict[str, list[float]] = {}
+    startups: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="connectors-bench-") as root, processes(
             pathlib.Path(root), appendfsync, before_tree) as (broker, east, server, before):
         bootstrap = broker.bootstrap
@@ -458,10 +465,10 @@ def run(records: int, value_bytes: int, rounds: int, rate: int, seconds: float, 
                 if before is not None:
                     samples.setdefault("sink connector (before)", []).append(
                         sink_connector(before.bootstrap, server, f"before-{round_number}", "sink-in",
-                                       f"before-{round_number}", records))
+                                       f"before-{round_number}", records, startups.setdefault("before", [])))
                 samples.setdefault("sink connector", []).append(
                     sink_connector(bootstrap, server, f"sink-{round_number}", "sink-in", f"sink-{round_number}",
-                                   records))
+                                   records, startups.setdefault("after", [])))
             if "source" in parts:
                 progress(f"round {round_number + 1}/{rounds}: source")
                 for variant in ("hand", "connector"):
@@ -485,6 +492,11 @@ def run(records: int, value_bytes: int, rounds: int, rate: int, seconds: float, 
         out["throughput"] = {name: figures(records, value_bytes, statistics.median(times))
                              for name, times in samples.items()}
         throughput = out["throughput"]
+        for variant, name in (("after", "sink connector"), ("before", "sink connector (before)")):
+            if variant in startups:
+                first_s = statistics.median(startups[variant])
+                throughput[name]["first_entry_s"] = first_s
+                throughput[name]["copy_msg_s"] = records / (throughput[name]["seconds"] - first_s)
         for kind, baseline in (("sink", "sink redis-py direct"), ("source", "source hand bridge"),
                                ("mirror", "mirror hand bridge"), ("sink", "sink hand bridge"),
                                ("sink", "sink connector (before)")):
@@ -509,6 +521,9 @@ def report(out: dict[str, Any]) -> str:
     for name, figure in out["throughput"].items():
         ratios = ", ".join(f"{key[9:]} {value:.2f}" for key, value in figure.items() if key.startswith("ratio_to_"))
         lines.append(f"{name:<24}{figure['msg_s']:>12,.0f}{figure['mb_s']:>9.1f}{figure['seconds']:>9.2f}  {ratios}")
+        if "first_entry_s" in figure:
+            lines.append(f"{'':<4}first entry after {figure['first_entry_s']:.2f} s; from it to the last: "
+                         f"{figure['copy_msg_s']:,.0f} msg/s")
     if "mirror_steady" in out:
         steady = out["mirror_steady"]
         lines.append(f"mirror at a steady load (offered {steady['offered_per_s']:,} msg/s, sent "
