@@ -62,6 +62,9 @@ class ClientThread:
         self._what = what
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name=name)
         self._pool.start()
+        self._stopped = False
+        #: A broker shutting down with the task still running stops the thread too (its workers are not daemons).
+        self._shutdown_trigger = reactor.addSystemEventTrigger("during", "shutdown", self._stop)
 
     async def call(self, function: Callable[..., T], *arguments: Any) -> T:
         """``function(*arguments)`` in the thread."""
@@ -74,4 +77,11 @@ class ClientThread:
         """Run ``closing`` (the clients' close) in the thread after the calls queued, then end the thread."""
         finished = deferToThreadPool(self._reactor, self._pool, closing)
         finished.addErrback(lambda _: None)  # closing a client that failed: nothing left to do
-        finished.addBoth(lambda _: self._reactor.callInThread(self._pool.stop))
+        finished.addBoth(lambda _: self._reactor.callInThread(self._stop))
+
+    def _stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._reactor.callFromThread(self._reactor.removeSystemEventTrigger, self._shutdown_trigger)
+        self._pool.stop()

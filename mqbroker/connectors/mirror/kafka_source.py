@@ -74,7 +74,11 @@ class KafkaSourceCluster:
 
     async def fetch(self, positions: Mapping[Partition, int], wait_ms: int,
                     partition_bytes: int) -> dict[Partition, Fetched]:
-        """Committed records from each position, as batches keeping their offsets (long-poll up to ``wait_ms``)."""
+        """Committed records from each position, as batches keeping their offsets (long-poll up to ``wait_ms``).
+
+        ``partition_bytes`` does not apply: librdkafka sizes its own fetches; a round takes at most
+        ``ROUND_RECORDS_MAX`` records.
+        """
         return await self._thread.call(self._fetch, dict(positions), wait_ms)
 
     def _fetch(self, positions: dict[Partition, int], wait_ms: int) -> dict[Partition, Fetched]:
