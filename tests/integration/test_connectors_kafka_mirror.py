@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from mqbroker.client import Admin, Consumer, Producer
+from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.connector_model import TaskState
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.connector_support import connector_broker, task_status, wait_for
@@ -196,3 +197,39 @@ def _kafka_records(bootstrap: str, topic: str, count: int) -> list[Any] | None:
         return None
     found = consume_with_confluent(bootstrap, topic, count + 1, timeout_s=5, **{"isolation.level": "read_committed"})
     return found if len(found) == count else None
+
+
+def test_a_kafka_groups_offsets_are_translated_into_mqbroker(clusters: tuple[ApacheKafka, BrokerProcess]) -> None:
+    """A group's offsets committed in Kafka (inside the committed transaction's records, past the
+    markers' gaps) are committed in mqbroker at the same records."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    kafka, broker = clusters
+    topic, group = unique("groups-from-kafka"), unique("kgroup")
+    _fill_kafka(kafka.bootstrap, topic)
+    # plain records at offsets 0..COUNT-1, the committed transaction's at COUNT..2*COUNT-1 in each partition
+    committed_at = COUNT + COUNT // 2
+    committer = KafkaConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(topic, partition, committed_at) for partition in range(PARTITIONS)],
+                         asynchronous=False)
+    finally:
+        committer.close()
+    name = unique("kafka-groups")
+    with Admin(broker.bootstrap) as admin:
+        admin.create_connector(name, {"type": "mirror", "source.bootstrap": kafka.bootstrap, "source.protocol": "kafka",
+                                      "source.alias": "kafka", "target.alias": "here", "topics": topic,
+                                      "groups": group, "checkpoint.interval.ms": "500", "fetch.wait.ms": "100"})
+    remote = f"kafka.{topic}"
+
+    def translated() -> dict[int, int]:
+        with GroupAdmin(broker.bootstrap) as groups:
+            found = groups.committed_offsets(group)
+        return {partition: offset for (found_topic, partition), offset in found.items() if found_topic == remote}
+
+    wait_for(lambda: translated() == dict.fromkeys(range(PARTITIONS), committed_at), 90,
+             "the group's offsets translated into mqbroker")
+    for partition in range(PARTITIONS):
+        records = _read_mqbroker(broker.bootstrap, remote, partition)
+        assert records[committed_at][1] == f"committed-{partition}-{COUNT // 2}".encode()
