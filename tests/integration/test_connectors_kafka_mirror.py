@@ -20,7 +20,7 @@ import pytest
 from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.connector_model import TaskState
-from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.brokerprocess import BrokerProcess, free_port
 from tests.integration.connector_support import connector_broker, task_status, wait_for
 from tests.integration.kafka_support import ApacheKafka, consume_with_confluent, running_apache_kafka, unique
 
@@ -233,3 +233,23 @@ def test_a_kafka_groups_offsets_are_translated_into_mqbroker(clusters: tuple[Apa
     for partition in range(PARTITIONS):
         records = _read_mqbroker(broker.bootstrap, remote, partition)
         assert records[committed_at][1] == f"committed-{partition}-{COUNT // 2}".encode()
+
+
+@pytest.mark.parametrize("direction", ["source", pytest.param("target", marks=pytest.mark.slow)])
+def test_an_unreachable_kafka_cluster_is_reported_as_an_outage(clusters: tuple[ApacheKafka, BrokerProcess],
+                                                                direction: str) -> None:
+    _, broker = clusters
+    nobody = f"127.0.0.1:{free_port()}"
+    name = unique(f"kafka-gone-{direction}")
+    config = {"type": "mirror", "source.alias": "kafka", "target.alias": "here", "topics": "anything"}
+    if direction == "source":
+        config.update({"source.bootstrap": nobody, "source.protocol": "kafka"})
+    else:
+        config.update({"target.bootstrap": nobody, "source.alias": "here", "target.alias": "kafka"})
+    with Admin(broker.bootstrap) as admin:
+        admin.create_connector(name, config)
+    status = wait_for(lambda: (found := task_status(broker.bootstrap, name)).metrics.in_outage and found, 60,
+                      "the unreachable Kafka cluster reported as an outage")
+    assert status.state is TaskState.BACKOFF and "Kafka" in (status.metrics.last_error or "")
+    with Admin(broker.bootstrap) as admin:
+        admin.alter_connector(name, "delete")
