@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from zope.interface import implementer
 
@@ -84,15 +84,19 @@ class KafkaSourceCluster:
     def _fetch(self, positions: dict[Partition, int], wait_ms: int) -> dict[Partition, Fetched]:
         """In the client's thread: move the consumer to ``positions``, take what it has, one batch run per partition."""
         consumer = self._consumer
-        if set(positions) != set(self._next):
+        moved = {tp: offset for tp, offset in positions.items() if self._next.get(tp) != offset}
+        if moved and set(positions) == set(self._next):
+            try:
+                for (topic, partition), offset in moved.items():
+                    consumer.seek(TopicPartition(topic, partition, offset))
+                    self._next[topic, partition] = offset
+                moved = {}
+            except KafkaException:  # a partition whose fetching has not started cannot seek yet: assign again
+                pass
+        if moved or set(positions) != set(self._next):
             consumer.assign([TopicPartition(topic, partition, offset) for (topic, partition), offset in positions.items()])
             self._next = dict(positions)
             wait_ms = max(wait_ms, ASSIGNED_WAIT_MS)
-        else:
-            for (topic, partition), offset in positions.items():
-                if self._next[topic, partition] != offset:
-                    consumer.seek(TopicPartition(topic, partition, offset))
-                    self._next[topic, partition] = offset
         messages = consumer.consume(ROUND_RECORDS_MAX, 0)
         if not messages:
             first = consumer.poll(wait_ms / 1000.0)
