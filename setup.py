@@ -18,6 +18,8 @@ RUNTIME_REQUIREMENTS = [
     "jsonschema>=4.18",
     # fsync rounds through Linux AIO (needs the system's libaio.so.1; without it a thread does them)
     'libaio>=0.9.1; sys_platform == "linux"',
+    # the mirror reads and writes Kafka-protocol clusters (Apache Kafka, Redpanda) with librdkafka
+    "confluent-kafka>=2.6",
 ]
 
 TEST_REQUIREMENTS = [

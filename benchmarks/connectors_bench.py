@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import pathlib
 import statistics
 import struct
@@ -60,6 +61,8 @@ LATENCY_MARK = b"lat:"
 BATCH = 500
 #: The Stream length bound the sink and the direct writer both ask for (MAXLEN ~).
 STREAM_MAXLEN = 10_000_000
+#: The parts of the run, each optional (``--only``).
+PARTS = ("sink", "source", "mirror", "latency")
 #: A variant that has not finished after this long fails the run.
 DEADLINE_S = 600.0
 
@@ -69,15 +72,23 @@ def progress(message: str) -> None:
 
 
 @contextmanager
-def processes(root: pathlib.Path, appendfsync: str) -> Iterator[tuple[BrokerProcess, BrokerProcess, RedisProcess]]:
-    """The broker under test, a second broker (the mirror's source cluster) and redis-server."""
+def processes(root: pathlib.Path, appendfsync: str, before_tree: pathlib.Path | None = None,
+              ) -> Iterator[tuple[BrokerProcess, BrokerProcess, RedisProcess, BrokerProcess | None]]:
+    """The broker under test, a second broker (the mirror's source cluster), redis-server, and with
+    ``before_tree`` a broker running that source tree (the sink's before/after comparison)."""
     started: list[Any] = []
     try:
         for process in (connector_broker(root / "broker"), connector_broker(root / "east"),
                         RedisProcess(root / "redis", appendfsync=appendfsync)):
             process.start()
             started.append(process)
-        yield started[0], started[1], started[2]
+        before = None
+        if before_tree is not None:
+            before = connector_broker(root / "before")
+            before.environment = {"PYTHONPATH": str(before_tree)}
+            before.start()
+            started.append(before)
+        yield started[0], started[1], started[2], before
     finally:
         for process in reversed(started):
             process.kill()
@@ -166,18 +177,24 @@ def sink_hand_bridge(bootstrap: str, server: RedisProcess, topic: str, stream: s
     return seconds
 
 
-def sink_connector(bootstrap: str, server: RedisProcess, name: str, topic: str, stream: str, records: int) -> float:
-    """A redis-sink from the topic's beginning into ``stream``: seconds from create to the last entry."""
+def sink_connector(bootstrap: str, server: RedisProcess, name: str, topic: str, stream: str, records: int,
+                   startups: list[float] | None = None) -> float:
+    """A redis-sink from the topic's beginning into ``stream``: seconds from create to the last entry (and into
+    ``startups`` the seconds from create to the first entry: the task starting, connecting, loading its script)."""
     client = server.client()
     started = time.perf_counter()
     with Admin(bootstrap) as admin:
         admin.create_connector(name, {"type": "redis-sink", "topics": topic, "redis.url": server.url(),
                                       "redis.stream": stream, "redis.stream.maxlen": str(STREAM_MAXLEN)})
+    wait_until(lambda: client.xlen(stream) > 0, f"{stream} holding its first entry", interval_s=0.002)
+    first_s = time.perf_counter() - started
     wait_until(lambda: client.xlen(stream) >= records, f"{stream} holding {records} entries")
     seconds = time.perf_counter() - started
     assert client.xlen(stream) == records, "the sink wrote an entry twice"
     with Admin(bootstrap) as admin:
         admin.alter_connector(name, "delete")
+    if startups is not None:
+        startups.append(first_s)
     return seconds
 
 
@@ -297,7 +314,7 @@ def _read_stream_delays(port: int, stream: str, total: int, ready: Any, results:
                 if value.startswith(LATENCY_MARK):
                     (sent_at,) = struct.unpack_from(">d", value, len(LATENCY_MARK))
                     delays.append((time.monotonic() - sent_at) * 1000)
-    results.send(delays)
+    results.send((delays, time.monotonic()))
 
 
 def _read_topic_delays(bootstrap: str, topic: str, total: int, ready: Any, results: Any) -> None:
@@ -313,7 +330,7 @@ def _read_topic_delays(bootstrap: str, topic: str, total: int, ready: Any, resul
                 if message.value and message.value.startswith(LATENCY_MARK):
                     (sent_at,) = struct.unpack_from(">d", message.value, len(LATENCY_MARK))
                     delays.append((time.monotonic() - sent_at) * 1000)
-    results.send(delays)
+    results.send((delays, time.monotonic()))
 
 
 def paced_latency(reader: Callable[..., None], reader_args: tuple[Any, ...], send: Callable[[bytes], None],
@@ -338,13 +355,16 @@ def paced_latency(reader: Callable[..., None], reader_args: tuple[Any, ...], sen
         for _ in range(burst):
             send(LATENCY_MARK + struct.pack(">d", time.monotonic()) + padding)
     flush()
+    sent_s = time.monotonic() - started
     if not receiving.poll(DEADLINE_S):
         raise RuntimeError("the latency reader sent no result")
-    delays = sorted(receiving.recv())
+    received, last_arrival = receiving.recv()
+    delays = sorted(received)
     child.join(30)
     if len(delays) != total:
         raise RuntimeError(f"the reader saw {len(delays)} of {total} paced records")
-    return {"p50_ms": delays[len(delays) // 2], "p99_ms": delays[int(len(delays) * 0.99)], "records": total}
+    return {"p50_ms": delays[len(delays) // 2], "p99_ms": delays[int(len(delays) * 0.99)], "records": total,
+            "sent_per_s": total / sent_s, "delivered_per_s": total / (last_arrival - started)}
 
 
 def latencies(broker: BrokerProcess, east: BrokerProcess, server: RedisProcess, rate: int, seconds: float,
@@ -388,57 +408,110 @@ def latencies(broker: BrokerProcess, east: BrokerProcess, server: RedisProcess, 
     return results
 
 
+def mirror_steady(east: BrokerProcess, broker: BrokerProcess, rate: int, seconds: float,
+                  value_bytes: int) -> dict[str, float]:
+    """A mirror kept busy by a producer paced at ``rate`` records/s on the source: what it delivers per second
+    (msg/s, MB/s: the records over the time from the first send to the last arrival in the target, read by
+    another process) and the replication lag of each record (source send → read in the target), p50/p99."""
+    with Admin(east.bootstrap) as admin:
+        admin.create_topics(["steady"], partitions=2)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_connector("steady", {"type": "mirror", "source.bootstrap": east.bootstrap,
+                                          "source.alias": "east", "target.alias": "bench", "topics": "steady",
+                                          "sync.group.offsets": "false", "fetch.wait.ms": "100"})
+    wait_until(lambda: "east.steady" in remote_topics(broker.bootstrap), "the mirror creating east.steady")
+    with Producer(east.bootstrap, acks="all", linger_ms=5) as producer:
+        lag = paced_latency(_read_topic_delays, (broker.bootstrap, "east.steady"),
+                            lambda value: producer.send("steady", value=value), producer.flush, rate, seconds,
+                            value_bytes)
+    copied = end_offsets(broker.bootstrap, "east.steady")
+    assert copied == lag["records"], f"the target holds {copied} of {lag['records']} records"
+    with Admin(broker.bootstrap) as admin:
+        admin.alter_connector("steady", "delete")
+    return {"offered_per_s": rate, "sent_per_s": lag["sent_per_s"], "msg_s": lag["delivered_per_s"],
+            "mb_s": lag["delivered_per_s"] * value_bytes / 1e6, "lag_p50_ms": lag["p50_ms"],
+            "lag_p99_ms": lag["p99_ms"], "records": copied}
+
+
 # -- the run -------------------------------------------------------------------------------------
 
 
-def run(records: int, value_bytes: int, rounds: int, rate: int, seconds: float, appendfsync: str) -> dict[str, Any]:
+def run(records: int, value_bytes: int, rounds: int, rate: int, seconds: float, appendfsync: str,
+        parts: tuple[str, ...] = PARTS, before_tree: pathlib.Path | None = None, steady_rate: int = 50_000,
+        steady_seconds: float = 10.0) -> dict[str, Any]:
     value = b"v" * value_bytes
     out: dict[str, Any] = {"records": records, "value_bytes": value_bytes, "rounds": rounds,
-                           "redis_appendfsync": appendfsync}
+                           "redis_appendfsync": appendfsync, "parts": list(parts),
+                           "load_average": list(os.getloadavg())}
     samples: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="connectors-bench-") as root, processes(pathlib.Path(root), appendfsync) as (
-            broker, east, server):
+    startups: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="connectors-bench-") as root, processes(
+            pathlib.Path(root), appendfsync, before_tree) as (broker, east, server, before):
         bootstrap = broker.bootstrap
         progress(f"filling the sink topic and the mirror's source topic with {records} records")
-        fill_topic(bootstrap, "sink-in", records, value)
-        fill_topic(east.bootstrap, "orders", records, value)
+        if "sink" in parts:
+            fill_topic(bootstrap, "sink-in", records, value)
+            if before is not None:
+                fill_topic(before.bootstrap, "sink-in", records, value)
+        if "mirror" in parts:
+            fill_topic(east.bootstrap, "orders", records, value)
         for round_number in range(rounds):
-            progress(f"round {round_number + 1}/{rounds}: sink")
-            samples.setdefault("sink redis-py direct", []).append(
-                sink_direct(server, f"direct-{round_number}", records, value))
-            samples.setdefault("sink hand bridge", []).append(
-                sink_hand_bridge(bootstrap, server, "sink-in", f"hand-{round_number}", records))
-            samples.setdefault("sink connector", []).append(
-                sink_connector(bootstrap, server, f"sink-{round_number}", "sink-in", f"sink-{round_number}", records))
-            progress(f"round {round_number + 1}/{rounds}: source")
-            for variant in ("hand", "connector"):
-                stream = f"src-{variant}-{round_number}"
-                fill_stream(server, stream, records, value)
-                topic = f"from-{stream}"
-                with Admin(bootstrap) as admin:
-                    admin.create_topics([topic], partitions=2)
-                if variant == "hand":
-                    took = source_hand_bridge(bootstrap, server, stream, topic, records)
-                else:
-                    took = source_connector(bootstrap, server, f"source-{round_number}", stream, topic, records)
-                samples.setdefault(f"source {'hand bridge' if variant == 'hand' else 'connector'}", []).append(took)
-            progress(f"round {round_number + 1}/{rounds}: mirror")
-            samples.setdefault("mirror hand bridge", []).append(
-                mirror_hand_bridge(east.bootstrap, bootstrap, "orders", f"hand-{round_number}.orders", records))
-            samples.setdefault("mirror connector", []).append(
-                mirror_connector(east.bootstrap, bootstrap, f"mirror-{round_number}", f"m{round_number}", "orders",
-                                 records))
+            if "sink" in parts:
+                progress(f"round {round_number + 1}/{rounds}: sink")
+                samples.setdefault("sink redis-py direct", []).append(
+                    sink_direct(server, f"direct-{round_number}", records, value))
+                samples.setdefault("sink hand bridge", []).append(
+                    sink_hand_bridge(bootstrap, server, "sink-in", f"hand-{round_number}", records))
+                if before is not None:
+                    samples.setdefault("sink connector (before)", []).append(
+                        sink_connector(before.bootstrap, server, f"before-{round_number}", "sink-in",
+                                       f"before-{round_number}", records, startups.setdefault("before", [])))
+                samples.setdefault("sink connector", []).append(
+                    sink_connector(bootstrap, server, f"sink-{round_number}", "sink-in", f"sink-{round_number}",
+                                   records, startups.setdefault("after", [])))
+            if "source" in parts:
+                progress(f"round {round_number + 1}/{rounds}: source")
+                for variant in ("hand", "connector"):
+                    stream = f"src-{variant}-{round_number}"
+                    fill_stream(server, stream, records, value)
+                    topic = f"from-{stream}"
+                    with Admin(bootstrap) as admin:
+                        admin.create_topics([topic], partitions=2)
+                    if variant == "hand":
+                        took = source_hand_bridge(bootstrap, server, stream, topic, records)
+                    else:
+                        took = source_connector(bootstrap, server, f"source-{round_number}", stream, topic, records)
+                    samples.setdefault(f"source {'hand bridge' if variant == 'hand' else 'connector'}", []).append(took)
+            if "mirror" in parts:
+                progress(f"round {round_number + 1}/{rounds}: mirror")
+                samples.setdefault("mirror hand bridge", []).append(
+                    mirror_hand_bridge(east.bootstrap, bootstrap, "orders", f"hand-{round_number}.orders", records))
+                samples.setdefault("mirror connector", []).append(
+                    mirror_connector(east.bootstrap, bootstrap, f"mirror-{round_number}", f"m{round_number}", "orders",
+                                     records))
         out["throughput"] = {name: figures(records, value_bytes, statistics.median(times))
                              for name, times in samples.items()}
+        throughput = out["throughput"]
+        for variant, name in (("after", "sink connector"), ("before", "sink connector (before)")):
+            if variant in startups:
+                first_s = statistics.median(startups[variant])
+                throughput[name]["first_entry_s"] = first_s
+                throughput[name]["copy_msg_s"] = records / (throughput[name]["seconds"] - first_s)
         for kind, baseline in (("sink", "sink redis-py direct"), ("source", "source hand bridge"),
-                               ("mirror", "mirror hand bridge")):
-            out["throughput"][f"{kind} connector"]["ratio_to_" + baseline.split(" ", 1)[1].replace(" ", "_")] = (
-                out["throughput"][baseline]["seconds"] / out["throughput"][f"{kind} connector"]["seconds"])
-        out["throughput"]["sink connector"]["ratio_to_hand_bridge"] = (
-            out["throughput"]["sink hand bridge"]["seconds"] / out["throughput"]["sink connector"]["seconds"])
-        progress(f"latency at {rate} records/s for {seconds} s through each connector")
-        out["latency"] = latencies(broker, east, server, rate, seconds, value_bytes)
-        out["latency_rate_per_s"] = rate
+                               ("mirror", "mirror hand bridge"), ("sink", "sink hand bridge"),
+                               ("sink", "sink connector (before)")):
+            if baseline in throughput:
+                throughput[f"{kind} connector"]["ratio_to_" + baseline.split(" ", 1)[1].replace(" ", "_").replace("(", "").replace(")", "")] = (
+                    throughput[baseline]["seconds"] / throughput[f"{kind} connector"]["seconds"])
+        if "mirror" in parts:
+            progress("steady-state mirror at a paced load")
+            out["mirror_steady"] = mirror_steady(east, broker, rate=steady_rate, seconds=steady_seconds,
+                                                 value_bytes=value_bytes)
+        if "latency" in parts:
+            progress(f"latency at {rate} records/s for {seconds} s through each connector")
+            out["latency"] = latencies(broker, east, server, rate, seconds, value_bytes)
+            out["latency_rate_per_s"] = rate
+    out["load_average_after"] = list(os.getloadavg())
     return out
 
 
@@ -448,10 +521,21 @@ def report(out: dict[str, Any]) -> str:
     for name, figure in out["throughput"].items():
         ratios = ", ".join(f"{key[9:]} {value:.2f}" for key, value in figure.items() if key.startswith("ratio_to_"))
         lines.append(f"{name:<24}{figure['msg_s']:>12,.0f}{figure['mb_s']:>9.1f}{figure['seconds']:>9.2f}  {ratios}")
-    lines.append(f"end-to-end latency at {out['latency_rate_per_s']} records/s (send → arrival, another process):")
-    for name, figure in out["latency"].items():
-        lines.append(f"  {name:<8} p50 {figure['p50_ms']:7.1f} ms   p99 {figure['p99_ms']:7.1f} ms   "
-                     f"({figure['records']} records)")
+        if "first_entry_s" in figure:
+            lines.append(f"{'':<4}first entry after {figure['first_entry_s']:.2f} s; from it to the last: "
+                         f"{figure['copy_msg_s']:,.0f} msg/s")
+    if "mirror_steady" in out:
+        steady = out["mirror_steady"]
+        lines.append(f"mirror at a steady load (offered {steady['offered_per_s']:,} msg/s, sent "
+                     f"{steady['sent_per_s']:,.0f} msg/s): copied {steady['msg_s']:,.0f} msg/s, "
+                     f"{steady['mb_s']:.1f} MB/s, lag p50 {steady['lag_p50_ms']:.1f} ms, p99 {steady['lag_p99_ms']:.1f} ms")
+    if "latency" in out:
+        lines.append(f"end-to-end latency at {out['latency_rate_per_s']} records/s (send → arrival, another process):")
+        for name, figure in out["latency"].items():
+            lines.append(f"  {name:<8} p50 {figure['p50_ms']:7.1f} ms   p99 {figure['p99_ms']:7.1f} ms   "
+                         f"({figure['records']} records)")
+    lines.append("load average (1, 5, 15 min) before {:.2f} {:.2f} {:.2f}, after {:.2f} {:.2f} {:.2f}".format(
+        *out["load_average"], *out["load_average_after"]))
     return "\n".join(lines)
 
 
@@ -464,10 +548,23 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="how long the latency load lasts")
     parser.add_argument("--redis-appendfsync", choices=("always", "everysec", "no"), default="always",
                         help="redis-server's appendfsync (always: a write is on disk before Redis acknowledges it)")
+    parser.add_argument("--steady-rate", type=int, default=50_000,
+                        help="records/s a producer offers the mirror's source topic for the steady-state figure")
+    parser.add_argument("--steady-seconds", type=float, default=10.0, help="how long the steady mirror load lasts")
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, of {', '.join(PARTS)} (default: all)")
+    parser.add_argument("--before-tree", type=pathlib.Path,
+                        help="a source tree (e.g. git archive of an older commit) whose sink runs beside this one's, "
+                             "alternating, in a broker of its own")
     parser.add_argument("--json", action="store_true")
     arguments = parser.parse_args()
+    parts = tuple(part.strip() for part in arguments.only.split(",") if part.strip())
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(sorted(unknown))}: choose from {', '.join(PARTS)}")
     out = run(arguments.records, arguments.value_bytes, arguments.rounds, arguments.rate, arguments.seconds,
-              arguments.redis_appendfsync)
+              arguments.redis_appendfsync, parts, arguments.before_tree, arguments.steady_rate,
+              arguments.steady_seconds)
     print(json.dumps(out, indent=2) if arguments.json else report(out))
     return 0
 

@@ -26,6 +26,7 @@ from mqbroker.groups.messages import OffsetCommitRequest, PartitionCommit
 from mqbroker.groups.model import TopicPartition
 from mqbroker.interfaces import IBroker
 from mqbroker.model import (
+    IsolationLevel,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     Acks,
@@ -76,10 +77,13 @@ class ConnectorBroker:
         """Append on this broker only: fails with ``NotLeaderError`` once it does not lead the partition."""
         return await self._local.produce(self.principal, topic, partition, records, Acks.ALL, PRODUCE_TIMEOUT_MS)
 
-    async def fetch(self, positions: Sequence[FetchPosition], max_wait_ms: int, max_bytes: int) -> list[FetchResult]:
-        """Whole batches from each position up to the high watermark (long-polls up to ``max_wait_ms``)."""
+    async def fetch(self, positions: Sequence[FetchPosition], max_wait_ms: int, max_bytes: int,
+                    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> list[FetchResult]:
+        """Whole batches from each position up to the high watermark, or with READ_COMMITTED up to the last stable
+        offset with the aborted transactions listed (``reading.read_committed`` drops them); long-polls up to
+        ``max_wait_ms``."""
         request = FetchRequest(positions=tuple(positions), wait_ms_max=max_wait_ms, response_bytes_min=1,
-                               response_bytes_max=max_bytes)
+                               response_bytes_max=max_bytes, isolation_level=isolation_level)
         return list(await self._broker.fetch(self.principal, request))
 
     async def earliest_offset(self, topic: str, partition: int) -> int:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mqbroker.model import FetchResult
 from mqbroker.records.decoder import decode_records_as
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import BatchHeader
+from mqbroker.records.header import BatchHeader, iter_batches
+from mqbroker.records.isolation import committed_records
 from mqbroker.records.readable import UnreadableBatch, readable_batches
 from mqbroker.records.record import RecordHeader
 
@@ -57,4 +59,19 @@ def records_from(data: bytes, position: int, *, topic: str, partition: int) -> F
     except CorruptRecordError:
         pass  # the batch framing ends here: what came before it is read, the next fetch goes on from there
     fetched.next_position = batches.next_offset
+    return fetched
+
+
+def read_committed(result: FetchResult, position: int) -> Fetched:
+    """The records of a read_committed fetch ``result`` at or past ``position``, without the aborted transactions
+    it lists; reading goes on past the markers and aborted batches it ends with."""
+    data = result.records
+    aborted = [(item.producer_id, item.first_offset) for item in result.aborted_transactions or ()]
+    try:
+        kept = committed_records(data, aborted) if aborted else data
+        end = max((header.next_offset for _, header in iter_batches(data, check=False)), default=position)
+    except CorruptRecordError:
+        kept, end = data, position  # broken framing: read what frames, the next fetch goes on from there
+    fetched = records_from(bytes(kept), position, topic=result.topic, partition=result.partition)
+    fetched.next_position = max(fetched.next_position, end)
     return fetched

@@ -117,15 +117,21 @@ class SettingsReader:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RedisAddress:
-    """Where a Redis server is: from ``redis.url`` (``redis://[:password@]host[:port][/db]``)."""
+    """Where a Redis server is: from ``redis.url`` (``redis[s]://[:password@]host[:port][/db]``; ``rediss``: TLS)."""
 
     host: str
     port: int
     database: int = 0
     password: str | None = None
+    #: TLS (``rediss://``): the server verified against ``tls_ca`` (else the system store) and its hostname.
+    tls: bool = False
+    tls_ca: str | None = None
+    #: The connector's own certificate and key, for a Redis that requires them (``tls-auth-clients``).
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def __str__(self) -> str:
-        return f"redis://{self.host}:{self.port}/{self.database}"
+        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/{self.database}"
 
 
 def redis_address(reader: SettingsReader) -> RedisAddress:
@@ -138,10 +144,18 @@ def redis_address(reader: SettingsReader) -> RedisAddress:
         database = int(database_text)
     except ValueError as error:
         raise errors.InvalidConfigError(f"redis.url {url!r} is not redis://host[:port][/db]: {error}") from None
-    if parts.scheme != "redis" or not parts.hostname or not 0 <= database <= 1_000_000:
-        raise errors.InvalidConfigError(f"redis.url {url!r} is not redis://[:password@]host[:port][/db]")
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname or not 0 <= database <= 1_000_000:
+        raise errors.InvalidConfigError(f"redis.url {url!r} is not redis://[:password@]host[:port][/db] "
+                                        "(rediss:// for TLS)")
     password = reader.text("redis.password", None) or (unquote(parts.password) if parts.password else None)
-    return RedisAddress(host=parts.hostname, port=port, database=database, password=password)
+    tls = parts.scheme == "rediss"
+    tls_files = {key: reader.text(f"redis.tls.{key}", None) for key in ("ca", "cert", "key")}
+    if not tls and any(tls_files.values()):
+        raise errors.InvalidConfigError("redis.tls.* settings need TLS: write redis.url as rediss://host:port")
+    if (tls_files["cert"] is None) != (tls_files["key"] is None):
+        raise errors.InvalidConfigError("redis.tls.cert and redis.tls.key go together: set both or neither")
+    return RedisAddress(host=parts.hostname, port=port, database=database, password=password, tls=tls,
+                        tls_ca=tls_files["ca"], tls_cert=tls_files["cert"], tls_key=tls_files["key"])
 
 
 def fill(template: str, **values: str) -> str:

@@ -25,6 +25,7 @@ from mqbroker.client.backoff import Backoff
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.connectors.broker_calls import ConnectorBroker
 from mqbroker.connector_model import TaskMetrics, TaskState, TaskStatus
+from mqbroker.connectors.state import CorruptConnectorStateError, decode_positions
 from mqbroker.records.readable import SKIPPED_LOG_FORMAT, UnreadableBatch, UnreadableTally
 
 #: Retry delays after an outage: 0.2 s doubling to 10 s.
@@ -229,3 +230,28 @@ class SupervisedTask:
         else:
             self.log.info("connector {task}: {error}; retrying in {delay_ms} ms", task=self.label, error=message,
                           delay_ms=delay_ms)
+
+
+def partitions_lag(high_watermarks: Mapping[tuple[str, int], int], positions: Mapping[tuple[str, int], int],
+                   newest_copied_ms: Mapping[tuple[str, int], int], now_ms: int) -> tuple[int, float]:
+    """Records between each position and its high watermark, and the age (seconds) of the newest record copied
+    from a partition still behind."""
+    lag = 0
+    age_ms = 0
+    for tp, high_watermark in high_watermarks.items():
+        behind = max(0, high_watermark - positions.get(tp, high_watermark))
+        lag += behind
+        if behind:
+            age_ms = max(age_ms, now_ms - newest_copied_ms.get(tp, now_ms))
+    return lag, age_ms / 1000.0
+
+
+def checkpointed_positions(progress: Mapping[str, Any] | None, task_type: str) -> dict[tuple[str, int], int]:
+    """The positions a task of ``task_type`` checkpointed (none if there is none, or it does not decode)."""
+    if progress is None:
+        return {}
+    try:
+        return decode_positions(progress.get("positions"))
+    except CorruptConnectorStateError as error:
+        SupervisedTask.log.warn("ignoring an unreadable {type} checkpoint: {error}", type=task_type, error=error)
+        return {}

@@ -65,8 +65,9 @@ def decode_records_as(
 def _decode_section(
     data: bytes, header: BatchHeader, make: Callable[[int, bytes | None, bytes | None, tuple[RecordHeader, ...], int], T]
 ) -> list[T]:
-    # The consumer's hot loop. Varints of one byte (and lengths of two) are decoded inline:
-    # they are nearly every varint in practice, and a call per field would double the cost.
+    # The consumer's hot loop. Varints of one byte (and the record's and the value's lengths of
+    # two) are decoded inline: they are nearly every varint in practice, and a call per field
+    # would double the cost.
     # Every position is still checked against the record's end; an index past the section
     # raises IndexError, reported as corruption.
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
@@ -78,7 +79,15 @@ def _decode_section(
     previous_offset_delta = -1
     try:
         for _ in range(header.records_count):
-            length, position = read_varint(data, position, size, 32)
+            if position + 1 < size and (byte := data[position]) < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                position += 1
+            elif position + 1 < size and data[position + 1] < 0x80:
+                unsigned = (data[position] & 0x7F) | data[position + 1] << 7
+                length = (unsigned >> 1) ^ -(unsigned & 1)
+                position += 2
+            else:
+                length, position = read_varint(data, position, size, 32)
             end = position + length
             if length < 0 or end > size:
                 raise CorruptRecordError(f"record of {length} bytes at byte {position} runs past the records section")
@@ -102,7 +111,22 @@ def _decode_section(
                 position += 1
             else:
                 key, position = _read_nullable_bytes(data, position, end)
-            value, position = _read_nullable_bytes(data, position, end)
+            byte = data[position]
+            if 1 < byte < 0x80 and not byte & 1:  # a short value (a non-negative one-byte length)
+                stop = position + 1 + (byte >> 1)
+                if stop > end:
+                    raise CorruptRecordError(f"field of {byte >> 1} bytes at byte {position + 1} runs past its record")
+                value = data[position + 1 : stop]
+                position = stop
+            elif byte >= 0x80 and data[position + 1] < 0x80 and not byte & 1:  # a two-byte non-negative length
+                stop = position + 2 + (((byte & 0x7F) | data[position + 1] << 7) >> 1)
+                if stop > end:
+                    raise CorruptRecordError(f"field of {stop - position - 2} bytes at byte {position + 2} runs past "
+                                             "its record")
+                value = data[position + 2 : stop]
+                position = stop
+            else:
+                value, position = _read_nullable_bytes(data, position, end)
             if position + 1 == end and data[position] == 0:  # the common case: no headers
                 headers: tuple[RecordHeader, ...] = ()
                 position = end

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from mqbroker.security.certs import CertificateFiles
 from tests.integration.brokerprocess import free_port
 
 
@@ -24,12 +25,19 @@ class RedisProcess:
     process: subprocess.Popen[bytes] | None = None
     #: ``always``: every write is fsynced before Redis answers (what the crash tests need); ``everysec`` or ``no``.
     appendfsync: str = "always"
+    #: Serve TLS only (``--tls-port``), with this CA's server certificate; client certificates optional.
+    tls: CertificateFiles | None = None
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Start the server and wait until it answers PING."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        listen = ["--port", str(self.port)]
+        if self.tls is not None:
+            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.server),
+                      "--tls-key-file", str(self.tls.server_key), "--tls-ca-cert-file", str(self.tls.ca),
+                      "--tls-auth-clients", "optional"]
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+            ["redis-server", *listen, "--bind", "127.0.0.1", "--dir", str(self.directory),
              "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "", "--logfile", "redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
@@ -52,11 +60,14 @@ class RedisProcess:
             self.process.wait(timeout=10)
 
     def url(self, database: int = 0) -> str:
-        """``redis://127.0.0.1:<port>/<database>``."""
-        return f"redis://127.0.0.1:{self.port}/{database}"
+        """``redis://127.0.0.1:<port>/<database>`` (``rediss://`` with TLS)."""
+        return f"{'rediss' if self.tls is not None else 'redis'}://127.0.0.1:{self.port}/{database}"
 
     def client(self, database: int = 0) -> redis.Redis:
         """A redis-py client (an independent check of what the connectors wrote)."""
+        if self.tls is not None:
+            return redis.Redis(host="127.0.0.1", port=self.port, db=database, socket_timeout=10, ssl=True,
+                               ssl_ca_certs=str(self.tls.ca))
         return redis.Redis(host="127.0.0.1", port=self.port, db=database, socket_timeout=10)
 
 

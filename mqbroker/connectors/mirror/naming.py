@@ -12,7 +12,10 @@ its target cluster, so active/active mirroring of the same topic names does not 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mqbroker.connectors.mirror.settings import MirrorSettings
+from mqbroker.connectors.reading import FetchedRecord
 
 #: The header naming the cluster a record was first produced in (identity naming only).
 ORIGIN_HEADER = "mqbroker.mirror.origin"
@@ -39,3 +42,19 @@ def group_mirrored(settings: MirrorSettings, group_id: str) -> bool:
     """Whether the mirror translates the offsets of consumer group ``group_id``."""
     return group_id in settings.groups or (settings.groups_pattern is not None and
                                            settings.groups_pattern.fullmatch(group_id) is not None)
+
+
+def with_origin(records: Sequence[FetchedRecord], source_alias: str, target_alias: str) -> list[FetchedRecord]:
+    """Identity naming, records leaving this cluster: drop those first produced in the target cluster (a loop),
+    mark the others' origin as ``source_alias`` where they carry none."""
+    origin = source_alias.encode("ascii")
+    target = target_alias.encode("ascii")
+    kept: list[FetchedRecord] = []
+    for offset, key, value, headers, timestamp_ms in records:
+        found = next((header_value for name, header_value in headers if name == ORIGIN_HEADER), None)
+        if found == target:
+            continue
+        if found is None:
+            headers = (*headers, (ORIGIN_HEADER, origin))
+        kept.append((offset, key, value, headers, timestamp_ms))
+    return kept

@@ -18,7 +18,7 @@ from mqbroker.connectors.broker_calls import ConnectorBroker
 from mqbroker.connectors.mirror.batches import copy_batches
 from mqbroker.connectors.mirror.offsets import OffsetMap
 from mqbroker.connectors.mirror.settings import MirrorSettings
-from mqbroker.connectors.mirror.source import SourceCluster, SourceUnavailableError
+from mqbroker.connectors.mirror.source import IMirrorSource, SourceUnavailableError
 from mqbroker.model import FetchPosition
 from mqbroker.records.header import iter_batches
 
@@ -66,7 +66,7 @@ async def target_batches(broker: ConnectorBroker, topic: str, partition: int, st
     return found
 
 
-async def reconcile(settings: MirrorSettings, source: SourceCluster, broker: ConnectorBroker,
+async def reconcile(settings: MirrorSettings, source: IMirrorSource, broker: ConnectorBroker,
                     source_partition: tuple[str, int], remote: str, checkpoint: OffsetMap) -> Reconciled:
     """Walk the target partition past the checkpoint and the source alongside; the map after the last match."""
     topic, partition = source_partition
@@ -82,6 +82,7 @@ async def reconcile(settings: MirrorSettings, source: SourceCluster, broker: Con
         copy = copy_batches(fetched.records, position, topic=topic, partition=partition,
                             check_origin=settings.naming == "identity",
                             source_alias=settings.source_alias, target_alias=settings.target_alias)
+        copy.next_position = max(copy.next_position, fetched.next_position)
         if copy.next_position == position:
             break  # the source has nothing more: the target holds batches it cannot explain
         for batch in copy.batches:

@@ -9,13 +9,16 @@ from mqbroker import errors
 from mqbroker.connectors.settings import SettingsReader
 
 NAMINGS = ("prefix", "identity")
+#: How the mirror talks to the other cluster: mqbroker's native protocol, or the Kafka protocol (any
+#: Kafka-protocol cluster: Apache Kafka, Redpanda, mqbroker's own Kafka listener).
+PROTOCOLS = ("native", "kafka")
 #: A cluster alias: it becomes part of topic names (``<alias>.<topic>``) and of record headers.
 _ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceSecurity:
-    """How the mirror authenticates to the source cluster (the native client's TLS and SASL options)."""
+    """How the mirror authenticates to the other cluster (the clients' TLS and SASL options)."""
 
     tls: bool = False
     tls_ca: str | None = None
@@ -28,9 +31,14 @@ class SourceSecurity:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MirrorSettings:
-    """Replicate topics from ``source_bootstrap`` (cluster ``source_alias``) into this cluster (``target_alias``)."""
+    """Replicate topics from ``source_bootstrap`` (cluster ``source_alias``) into this cluster (``target_alias``),
+    or, with ``target_bootstrap``, from this cluster (``source_alias``) into a Kafka-protocol cluster."""
 
     source_bootstrap: str
+    #: The protocol of the source cluster (``native`` or ``kafka``); ``kafka`` when this cluster is the source.
+    source_protocol: str = "native"
+    #: A Kafka-protocol cluster to copy this cluster's topics into (outbound); None: copy into this cluster.
+    target_bootstrap: str | None = None
     source_alias: str
     target_alias: str
     topics: tuple[str, ...] = ()
@@ -57,6 +65,15 @@ def _alias(reader: SettingsReader, key: str) -> str:
     return str(alias)
 
 
+def _security(reader: SettingsReader, prefix: str) -> SourceSecurity:
+    """TLS and SASL towards the other cluster (``source.*`` keys, or ``target.*`` for an outbound mirror)."""
+    return SourceSecurity(
+        tls=reader.boolean(f"{prefix}tls", False), tls_ca=reader.text(f"{prefix}tls.ca", None),
+        tls_cert=reader.text(f"{prefix}tls.cert", None), tls_key=reader.text(f"{prefix}tls.key", None),
+        sasl_mechanism=reader.text(f"{prefix}sasl.mechanism", None),
+        username=reader.text(f"{prefix}sasl.username", None), password=reader.text(f"{prefix}sasl.password", None))
+
+
 def parse_mirror(name: str, reader: SettingsReader) -> MirrorSettings:
     """The ``mirror`` keys (see docs/connectors.md)."""
     topics = reader.names("topics", ())
@@ -66,10 +83,19 @@ def parse_mirror(name: str, reader: SettingsReader) -> MirrorSettings:
     source_alias, target_alias = _alias(reader, "source.alias"), _alias(reader, "target.alias")
     if source_alias == target_alias:
         raise errors.InvalidConfigError("source.alias and target.alias must differ (they name two clusters)")
+    target_bootstrap = reader.text("target.bootstrap", None)
+    if target_bootstrap is not None:
+        reader.choice("target.protocol", ("kafka",), "kafka")
+        if reader.text("source.bootstrap", None) is not None:
+            raise errors.InvalidConfigError("a mirror reads source.bootstrap into this cluster or copies this cluster "
+                                            "into target.bootstrap, not both: set one of them")
     groups = reader.names("groups", ())
     groups_pattern = reader.pattern("groups.pattern", None if groups else ".*")
     return MirrorSettings(
-        source_bootstrap=reader.text("source.bootstrap"), source_alias=source_alias, target_alias=target_alias,
+        source_bootstrap=reader.text("source.bootstrap", "") if target_bootstrap is not None
+        else reader.text("source.bootstrap"),
+        source_protocol=reader.choice("source.protocol", PROTOCOLS, "native"), target_bootstrap=target_bootstrap,
+        source_alias=source_alias, target_alias=target_alias,
         topics=topics, topics_pattern=topics_pattern, topics_exclude=reader.pattern("topics.exclude.pattern"),
         naming=reader.choice("naming", NAMINGS, "prefix"), groups=groups, groups_pattern=groups_pattern,
         sync_group_offsets=reader.boolean("sync.group.offsets", True),
@@ -80,9 +106,5 @@ def parse_mirror(name: str, reader: SettingsReader) -> MirrorSettings:
         refresh_interval_ms=reader.integer("refresh.interval.ms", 10_000, minimum=100, maximum=3_600_000),
         fetch_partition_bytes=reader.integer("fetch.partition.bytes", 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024),
         fetch_wait_ms=reader.integer("fetch.wait.ms", 500, minimum=0, maximum=30_000),
-        security=SourceSecurity(
-            tls=reader.boolean("source.tls", False), tls_ca=reader.text("source.tls.ca", None),
-            tls_cert=reader.text("source.tls.cert", None), tls_key=reader.text("source.tls.key", None),
-            sasl_mechanism=reader.text("source.sasl.mechanism", None), username=reader.text("source.sasl.username", None),
-            password=reader.text("source.sasl.password", None)),
+        security=_security(reader, "target." if target_bootstrap is not None else "source."),
     )

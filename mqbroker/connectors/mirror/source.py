@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred, gatherResults
+from zope.interface import Interface, implementer
 
 from mqbroker import errors
 from mqbroker.client import admin
@@ -22,6 +23,9 @@ from mqbroker.client.twisted.cluster import TwistedCluster
 from mqbroker.connectors.mirror.settings import MirrorSettings
 from mqbroker.connectors.task import OutageError
 from mqbroker.protocols.native import messages as m
+from mqbroker.records.errors import CorruptRecordError
+from mqbroker.records.header import iter_batches
+from mqbroker.records.isolation import committed_records
 
 TopicPartition = tuple[str, int]
 
@@ -37,10 +41,40 @@ class Fetched:
     records: bytes = b""
     high_watermark: int = -1
     error: errors.BrokerError | None = None
+    #: Where reading goes on when the source passed over what it did not hand out past ``records`` (transaction
+    #: markers, aborted transactions); -1: right after ``records``.
+    next_position: int = -1
 
 
+class IMirrorSource(Interface):
+    """The source cluster as a mirror task reads it: over the native protocol, or the Kafka protocol."""
+
+    def close() -> None:
+        """Close every connection."""
+
+    async def topics() -> dict[str, int]:
+        """Every topic of the source cluster with its partition count."""
+
+    async def topic_configs(topic: str) -> dict[str, str]:
+        """A source topic's effective configuration."""
+
+    async def offset(topic: str, partition: int, timestamp_ms: int) -> int:
+        """The earliest (-2) or latest (-1) offset of a source partition."""
+
+    async def fetch(positions: Mapping[TopicPartition, int], wait_ms: int,
+                    partition_bytes: int) -> dict[TopicPartition, Fetched]:
+        """Committed records from each position (long-poll up to ``wait_ms``), as record batches."""
+
+    async def groups() -> list[str]:
+        """Every consumer group of the source cluster."""
+
+    async def committed_offsets(group_id: str) -> dict[TopicPartition, int]:
+        """Every offset ``group_id`` committed in the source cluster."""
+
+
+@implementer(IMirrorSource)
 class SourceCluster:
-    """A mirror task's client of the source cluster."""
+    """A mirror task's client of an mqbroker source cluster (native protocol)."""
 
     def __init__(self, reactor: Any, settings: MirrorSettings, client_id: str) -> None:
         security = settings.security
@@ -141,7 +175,8 @@ class SourceCluster:
                         self._forget_leaders([tp])
                     fetched[tp] = Fetched(error=error)
                 else:
-                    fetched[tp] = Fetched(records=bytes(result.records), high_watermark=result.high_watermark)
+                    fetched[tp] = _committed(bytes(result.records), result.high_watermark,
+                                             result.aborted_transactions)
         return fetched
 
     def _forget_leaders(self, partitions: Iterable[TopicPartition]) -> None:
@@ -169,3 +204,15 @@ class SourceCluster:
         return {(topic.name, partition.partition_index): partition.committed_offset
                 for topic in response.topics for partition in topic.partitions
                 if partition.error_code == 0 and partition.committed_offset >= 0}
+
+
+def _committed(records: bytes, high_watermark: int, aborted: Any) -> Fetched:
+    """A read_committed fetch result without the batches of the aborted transactions it lists."""
+    if not aborted:
+        return Fetched(records=records, high_watermark=high_watermark)
+    try:
+        kept = committed_records(records, [(item.producer_id, item.first_offset) for item in aborted])
+        next_position = max((header.next_offset for _, header in iter_batches(records, check=False)), default=-1)
+    except CorruptRecordError:
+        return Fetched(records=records, high_watermark=high_watermark)  # the copy reads what frames, and skips the rest
+    return Fetched(records=bytes(kept), high_watermark=high_watermark, next_position=next_position)

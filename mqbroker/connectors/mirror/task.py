@@ -24,10 +24,12 @@ from mqbroker import errors
 from mqbroker.connectors.broker_calls import ConnectorBroker
 from mqbroker.connectors.mirror.batches import Copy, CopiedBatch, copy_batches
 from mqbroker.connectors.mirror.naming import group_mirrored, remote_topic
+from mqbroker.connectors.mirror.outbound import OutboundMirrorTask
 from mqbroker.connectors.mirror.offsets import OffsetMap, decode_maps, encode_maps
 from mqbroker.connectors.mirror.reconcile import reconcile
 from mqbroker.connectors.mirror.settings import MirrorSettings
-from mqbroker.connectors.mirror.source import Fetched, SourceCluster, SourceUnavailableError
+from mqbroker.connectors.mirror.kafka_source import KafkaSourceCluster
+from mqbroker.connectors.mirror.source import Fetched, IMirrorSource, SourceCluster, SourceUnavailableError
 from mqbroker.connectors.mirror.topics import sync_topics
 from mqbroker.connectors.producer import SEQUENCE_MODULUS, IdempotentProducer, ProducerStateLostError
 from mqbroker.connectors.state import CorruptConnectorStateError
@@ -63,7 +65,9 @@ class MirrorTask(SupervisedTask):
 
     async def run(self) -> None:
         settings = self.settings
-        source = SourceCluster(self.clock, settings, f"mqbroker-mirror-{self.context.name}-{self.context.task}")
+        client_id = f"mqbroker-mirror-{self.context.name}-{self.context.task}"
+        source: IMirrorSource = (KafkaSourceCluster(self.clock, settings, client_id) if settings.source_protocol == "kafka"
+                                 else SourceCluster(self.clock, settings, client_id))
         self._producer.reset()  # a new run reconciles from the target log: no earlier sequence may be reused
         self._maps = {}
         try:
@@ -85,7 +89,7 @@ class MirrorTask(SupervisedTask):
         finally:
             source.close()
 
-    async def _partitions(self, source: SourceCluster) -> list[TopicPartition]:
+    async def _partitions(self, source: IMirrorSource) -> list[TopicPartition]:
         """This task's share of the mirrored partitions that exist here (topics made, grown and configured)."""
         ready, problems = await sync_topics(self.settings, source, self.broker, await source.topics())
         for problem in problems:
@@ -95,7 +99,7 @@ class MirrorTask(SupervisedTask):
         return [(topic, partition) for topic, count in ready.items() for partition in range(count)
                 if task_for_partition(topic, partition, context.tasks_count) == context.task]
 
-    async def _take_over(self, source: SourceCluster, partitions: list[TopicPartition]) -> None:
+    async def _take_over(self, source: IMirrorSource, partitions: list[TopicPartition]) -> None:
         """Resume each new partition from its reconciled checkpoint, or start it (checkpointed before copying)."""
         fresh = []
         for tp in partitions:
@@ -124,7 +128,7 @@ class MirrorTask(SupervisedTask):
 
     # -- copying -----------------------------------------------------------------------------
 
-    async def _copy_round(self, source: SourceCluster) -> None:
+    async def _copy_round(self, source: IMirrorSource) -> None:
         """One fetch from the source leaders, and each partition's batches written here."""
         settings = self.settings
         positions = {tp: offset_map.source_end for tp, offset_map in self._maps.items()}
@@ -143,6 +147,7 @@ class MirrorTask(SupervisedTask):
             copy = copy_batches(outcome.records, positions[tp], topic=tp[0], partition=tp[1],
                                 check_origin=settings.naming == "identity", source_alias=settings.source_alias,
                                 target_alias=settings.target_alias)
+            copy.next_position = max(copy.next_position, outcome.next_position)
             self.skipped(copy.skipped)
             if copy.batches:
                 writes.append((tp, copy))
@@ -193,7 +198,7 @@ class MirrorTask(SupervisedTask):
         self._copied_timestamp_ms[tp] = max(batch.max_timestamp for batch in batches)
         self.healthy()
 
-    async def _fetch_failed(self, source: SourceCluster, tp: TopicPartition, error: errors.BrokerError) -> None:
+    async def _fetch_failed(self, source: IMirrorSource, tp: TopicPartition, error: errors.BrokerError) -> None:
         """Source retention deleted records before they were copied: count the gap, go on from its log start."""
         if isinstance(error, errors.OffsetOutOfRangeError):
             earliest = await source.offset(*tp, EARLIEST_TIMESTAMP)
@@ -232,7 +237,7 @@ class MirrorTask(SupervisedTask):
             return
         self._checkpointed = maps
 
-    async def _sync_groups(self, source: SourceCluster) -> None:
+    async def _sync_groups(self, source: IMirrorSource) -> None:
         """Commit the mirrored groups' translated offsets here, where they are ahead and the group has no members."""
         if not self.settings.sync_group_offsets or not self._maps:
             return
@@ -285,8 +290,10 @@ def _checkpointed_maps(progress: Mapping[str, Any] | None) -> dict[TopicPartitio
         return {}
 
 
-def build_task(settings: MirrorSettings, context: TaskContext) -> MirrorTask:
-    """The ``mirror`` task factory."""
+def build_task(settings: MirrorSettings, context: TaskContext) -> MirrorTask | OutboundMirrorTask:
+    """The ``mirror`` task factory: into this cluster, or out of it into a Kafka-protocol cluster."""
+    if settings.target_bootstrap is not None:
+        return OutboundMirrorTask(settings, context)
     return MirrorTask(settings, context)
 
 

@@ -17,7 +17,7 @@ from mqbroker import errors
 from mqbroker.connectors.broker_calls import ConnectorBroker
 from mqbroker.connectors.mirror.naming import mirrored, remote_topic
 from mqbroker.connectors.mirror.settings import MirrorSettings
-from mqbroker.connectors.mirror.source import SourceCluster
+from mqbroker.connectors.mirror.source import IMirrorSource
 from mqbroker.model import TopicSpec
 
 #: Keys that depend on the cluster (its size, its replication throttles), not on the topic's data.
@@ -33,7 +33,7 @@ def config_changes(source: Mapping[str, str], target: Mapping[str, str]) -> dict
             if key in target and target[key] != value and key not in UNSYNCED_CONFIGS}
 
 
-async def sync_topics(settings: MirrorSettings, source: SourceCluster, broker: ConnectorBroker,
+async def sync_topics(settings: MirrorSettings, source: IMirrorSource, broker: ConnectorBroker,
                       topics: Mapping[str, int]) -> tuple[dict[str, int], list[str]]:
     """Create, grow and configure the remote topics of the mirrored ``topics`` ({name: source partitions}).
 
@@ -53,7 +53,7 @@ async def sync_topics(settings: MirrorSettings, source: SourceCluster, broker: C
     return ready, problems
 
 
-async def _shape(settings: MirrorSettings, source: SourceCluster, broker: ConnectorBroker, topic: str, remote: str,
+async def _shape(settings: MirrorSettings, source: IMirrorSource, broker: ConnectorBroker, topic: str, remote: str,
                  count: int) -> int:
     """Give ``remote`` the source's partition count and configuration; return its partitions here."""
     try:

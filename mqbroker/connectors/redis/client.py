@@ -11,14 +11,17 @@ is seen by the task, which backs off and reports it.
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import txredisapi
-from twisted.internet.endpoints import HostnameEndpoint
+from OpenSSL import SSL, crypto
+from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 
 from mqbroker import limits
-from mqbroker.connectors.redis.resp import RespProtocolError, RespReader, encode_command
+from mqbroker.connectors.redis.resp import Argument, EncodedArguments, RespProtocolError, RespReader, encode_command
 from mqbroker.connectors.settings import RedisAddress
+from mqbroker.security.tls import client_options
 from mqbroker.connectors.task import OutageError
 
 #: How long connecting to Redis may take.
@@ -82,7 +85,7 @@ class RedisConnection:
         self._handler = handler
         self.address = address
 
-    async def execute(self, *arguments: bytes | str | int) -> Any:
+    async def execute(self, *arguments: Argument | EncodedArguments) -> Any:
         """Send one command (many may be in flight: replies come back in order)."""
         try:
             return await self._handler.execute_command(*arguments)
@@ -105,13 +108,26 @@ async def connect(reactor: Any, address: RedisAddress, *, blocking_wait_ms: int 
                        address.password, REPLY_TIMEOUT_S + blocking_wait_ms / 1000.0, False)
     factory.reconnect = False
     connected = factory.deferred
-    factory.startConnecting(HostnameEndpoint(reactor, address.host, address.port, timeout=CONNECT_TIMEOUT_S))
+    factory.startConnecting(_endpoint(reactor, address))
     try:
         handler = await connected
     except Exception as error:
         factory.disconnect()
         raise RedisUnavailableError(f"cannot connect to Redis {address}: {error}") from None
     return RedisConnection(factory, handler, address)
+
+
+def _endpoint(reactor: Any, address: RedisAddress) -> Any:
+    """TCP to ``address``, or TLS over it for ``rediss://`` (certificate and hostname checked)."""
+    endpoint = HostnameEndpoint(reactor, address.host, address.port, timeout=CONNECT_TIMEOUT_S)
+    if not address.tls:
+        return endpoint
+    try:
+        options = client_options(address.host, *(pathlib.Path(path) if path else None
+                                                  for path in (address.tls_ca, address.tls_cert, address.tls_key)))
+    except (OSError, ValueError, SSL.Error, crypto.Error) as error:
+        raise RedisUnavailableError(f"TLS settings for Redis {address} do not load: {error}") from None
+    return wrapClientTLS(options, endpoint)
 
 
 def _name(arguments: tuple[Any, ...]) -> str:

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 #: What a command argument may be: bytes as they are, text as UTF-8, numbers in decimal.
 Argument = bytes | str | int | float
 
 
-def encode_command(arguments: Sequence[Argument]) -> bytes:
-    """``arguments`` as one RESP array of bulk strings."""
-    parts = [b"*%d\r\n" % len(arguments)]
+@dataclass(frozen=True, slots=True)
+class EncodedArguments:
+    """``count`` arguments already encoded as RESP bulk strings, spliced into a command by ``encode_command``."""
+
+    count: int
+    data: bytes
+
+
+def encode_arguments(arguments: Sequence[Argument]) -> EncodedArguments:
+    """``arguments`` as RESP bulk strings."""
+    parts = []
     append = parts.append
     for argument in arguments:
         if isinstance(argument, str):
@@ -20,6 +29,18 @@ def encode_command(arguments: Sequence[Argument]) -> bytes:
         elif isinstance(argument, float):
             argument = repr(argument).encode("ascii")
         append(b"$%d\r\n%b\r\n" % (len(argument), argument))
+    return EncodedArguments(len(arguments), b"".join(parts))
+
+
+def encode_command(arguments: Sequence[Argument | EncodedArguments]) -> bytes:
+    """``arguments`` (some perhaps encoded already) as one RESP array of bulk strings."""
+    count = 0
+    parts = [b""]
+    for argument in arguments:
+        encoded = argument if isinstance(argument, EncodedArguments) else encode_arguments((argument,))
+        count += encoded.count
+        parts.append(encoded.data)
+    parts[0] = b"*%d\r\n" % count
     return b"".join(parts)
 
 

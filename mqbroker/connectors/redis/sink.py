@@ -1,6 +1,7 @@
 """The Redis sink task: topic partitions into a Stream, pub/sub channels or keys (Twisted, txredisapi).
 
-One loop per task: fetch the task's partitions through the broker (long-poll), cut the records
+One loop per task: fetch the task's partitions through the broker (long-poll, read_committed: the
+records of aborted transactions are never written), cut the records
 into runs of ``batch.records`` per partition, and send each run as one script call
 (``scripts``); up to ``redis.pipeline.depth`` calls are in flight on the connection, their
 replies confirm the runs in order. Progress is checkpointed every ``checkpoint.interval.ms``,
@@ -18,8 +19,9 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from mqbroker import errors
-from mqbroker.connectors.reading import FetchedRecord, records_from
+from mqbroker.connectors.reading import FetchedRecord, read_committed
 from mqbroker.connectors.redis.client import RedisConnection, connect
+from mqbroker.connectors.redis.resp import Argument, EncodedArguments
 from mqbroker.connectors.redis.scripts import (
     SCRIPTS,
     keys_arguments,
@@ -29,10 +31,10 @@ from mqbroker.connectors.redis.scripts import (
 )
 from mqbroker.connectors.redis.settings import RedisSinkSettings
 from mqbroker.connectors.settings import fill
-from mqbroker.connectors.state import CorruptConnectorStateError, decode_positions, encode_positions
-from mqbroker.connectors.task import SupervisedTask, TaskContext
+from mqbroker.connectors.state import encode_positions
+from mqbroker.connectors.task import checkpointed_positions, SupervisedTask, TaskContext, partitions_lag
 from mqbroker.connectors.view import task_for_partition
-from mqbroker.model import FetchPosition
+from mqbroker.model import FetchPosition, IsolationLevel
 
 #: Bytes one fetch reads per partition.
 PARTITION_FETCH_BYTES = 4 * 1024 * 1024
@@ -67,7 +69,7 @@ class RedisSinkTask(SupervisedTask):
         super().__init__(context)
         self.settings = settings
         #: The offset after the last record Redis confirmed, per partition.
-        self._confirmed: dict[TopicPartition, int] = _checkpointed(context.progress)
+        self._confirmed: dict[TopicPartition, int] = checkpointed_positions(context.progress, "redis-sink")
         self._checkpointed: dict[TopicPartition, int] = dict(self._confirmed)
         self._written_timestamp_ms: dict[TopicPartition, int] = {}
         self._high_watermarks: dict[TopicPartition, int] = {}
@@ -96,14 +98,16 @@ class RedisSinkTask(SupervisedTask):
         while True:
             positions = [FetchPosition(topic=topic, partition=partition, offset=offset, max_bytes=PARTITION_FETCH_BYTES)
                          for (topic, partition), offset in fetching.items()]
-            results = await self.context.broker.fetch(positions, FETCH_WAIT_MS, PARTITION_FETCH_BYTES * len(positions))
+            results = await self.context.broker.fetch(positions, FETCH_WAIT_MS, PARTITION_FETCH_BYTES * len(positions),
+                                                      IsolationLevel.READ_COMMITTED)
             for result in results:
                 tp = (result.topic, result.partition)
                 if result.error is not None:
                     fetching[tp] = await self._fetch_failed(tp, fetching[tp], result.error)
                     continue
-                self._high_watermarks[tp] = result.high_watermark
-                fetched = records_from(result.records, fetching[tp], topic=tp[0], partition=tp[1])
+                stable = result.last_stable_offset
+                self._high_watermarks[tp] = stable if stable >= 0 else result.high_watermark
+                fetched = read_committed(result, fetching[tp])
                 self.skipped(fetched.skipped)
                 for start in range(0, len(fetched.records), settings.batch_records):
                     run = fetched.records[start:start + settings.batch_records]
@@ -129,8 +133,9 @@ class RedisSinkTask(SupervisedTask):
         settings = self.settings
         topic, partition = tp
         last_offset = run[-1][0]
+        records: list[Argument] | list[EncodedArguments]
         if settings.mode == "stream":
-            records = stream_arguments(run, settings.stream_headers)
+            records = [stream_arguments(run, settings.stream_headers)]
             parameter = settings.stream_length_max
         elif settings.mode == "keys":
             records, _ = keys_arguments(run)
@@ -204,16 +209,8 @@ class RedisSinkTask(SupervisedTask):
 
     def _update_lag(self) -> None:
         """Records up to the high watermarks not confirmed yet, and the age of the newest written while behind."""
-        now_ms = int(self.clock.seconds() * 1000)
-        lag = 0
-        age_ms = 0
-        for tp, high_watermark in self._high_watermarks.items():
-            behind = max(0, high_watermark - self._confirmed.get(tp, high_watermark))
-            lag += behind
-            if behind:
-                age_ms = max(age_ms, now_ms - self._written_timestamp_ms.get(tp, now_ms))
-        self.counters.lag_records = lag
-        self.counters.lag_seconds = age_ms / 1000.0
+        self.counters.lag_records, self.counters.lag_seconds = partitions_lag(
+            self._high_watermarks, self._confirmed, self._written_timestamp_ms, int(self.clock.seconds() * 1000))
 
     async def _checkpoint(self) -> None:
         if self._confirmed == self._checkpointed:
@@ -230,17 +227,6 @@ class RedisSinkTask(SupervisedTask):
     async def finish(self) -> None:
         """The last checkpoint before stopping (Redis's positions hash holds the truth anyway)."""
         await self._checkpoint()
-
-
-def _checkpointed(progress: Mapping[str, Any] | None) -> dict[TopicPartition, int]:
-    """The positions of a sink checkpoint (none if there is none, or it does not decode)."""
-    if progress is None:
-        return {}
-    try:
-        return decode_positions(progress.get("positions"))
-    except CorruptConnectorStateError as error:
-        RedisSinkTask.log.warn("ignoring an unreadable redis-sink checkpoint: {error}", error=error)
-        return {}
 
 
 def _as_bytes(value: Any) -> bytes:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from mqbroker.connectors.reading import records_from
+from mqbroker.connectors.reading import read_committed, records_from
+from mqbroker.model import AbortedTransaction, FetchResult
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.control import ControlType, encode_control_batch
 from mqbroker.records.header import compute_crc, read_header, stamp
@@ -60,3 +61,30 @@ def test_a_batch_with_a_good_crc_and_garbage_records_is_skipped() -> None:
     _CRC.pack_into(poison, 17, compute_crc(poison, 0, read_header(bytes(poison)).size_bytes))
     fetched = records_from(batch(0, [b"a"]) + bytes(poison) + batch(2, [b"b"]), 0, topic="t", partition=0)
     assert [record[2] for record in fetched.records] == [b"a", b"b"] and len(fetched.skipped) == 1
+
+
+def _transactional(offset: int, value: bytes, producer_id: int) -> bytes:
+    builder = BatchBuilder(base_offset=offset, producer_id=producer_id, producer_epoch=0, base_sequence=0,
+                           is_transactional=True)
+    builder.append(1_000, None, value)
+    return builder.build()
+
+
+def _marker(offset: int, producer_id: int, kind: ControlType) -> bytes:
+    marker = bytearray(encode_control_batch(kind, producer_id, 0, 0, 0))
+    stamp(marker, 0, offset, 0)
+    return bytes(marker)
+
+
+def test_read_committed_drops_aborted_transactions_and_goes_on_past_the_markers_it_ends_with() -> None:
+    data = (batch(0, [b"plain"]) + _transactional(1, b"committed", 7) + _transactional(2, b"aborted", 8)
+            + _marker(3, 7, ControlType.COMMIT) + _marker(4, 8, ControlType.ABORT))
+    result = FetchResult(topic="t", partition=0, records=data, high_watermark=5, last_stable_offset=5,
+                         aborted_transactions=(AbortedTransaction(producer_id=8, first_offset=2),))
+    fetched = read_committed(result, 0)
+    assert [record[2] for record in fetched.records] == [b"plain", b"committed"]
+    assert fetched.next_position == 5
+    tail = FetchResult(topic="t", partition=0, records=_transactional(2, b"aborted", 8) + _marker(3, 8, ControlType.ABORT),
+                       aborted_transactions=(AbortedTransaction(producer_id=8, first_offset=2),))
+    nothing = read_committed(tail, 2)
+    assert nothing.records == [] and nothing.next_position == 4

@@ -35,6 +35,8 @@ def test_keys_of_another_mode_are_refused() -> None:
     ({"type": "nope"}, "type must be one of"),
     ({"type": "redis-sink", "topics": "a", "redis.url": "http://h"}, "redis://"),
     ({"type": "redis-sink", "topics": "a", "redis.url": "redis://h:notaport"}, "redis.url"),
+    ({"type": "redis-sink", "topics": "a", "redis.url": "redis://h", "redis.tls.ca": "/ca.pem"}, "rediss://"),
+    ({"type": "redis-sink", "topics": "a", "redis.url": "rediss://h", "redis.tls.cert": "/c.pem"}, "go together"),
     ({"type": "redis-sink", "topics": "a", "redis.url": "redis://h", "tasks.max": "0"}, "tasks.max"),
     ({"type": "redis-sink", "redis.url": "redis://h"}, "topics is required"),
     ({"type": "redis-sink", "topics": "a", "redis.url": "redis://h", "redis.stream": "{device}"}, "placeholder"),
@@ -64,3 +66,11 @@ def test_a_stored_configuration_with_a_bad_task_count_runs_one_task() -> None:
 def test_too_many_keys_are_refused() -> None:
     with pytest.raises(errors.InvalidConfigError, match="at most"):
         parse_config("c", {f"k{i}": "v" for i in range(300)}, PARSERS)
+
+
+def test_rediss_urls_connect_over_tls_with_the_files_named() -> None:
+    address = parse(type="redis-sink", topics="a", redis__url="rediss://cache:6380", redis__tls__ca="/ca.pem",
+                    redis__tls__cert="/c.pem", redis__tls__key="/k.pem").settings.address
+    assert (address.tls, address.tls_ca, address.tls_cert, address.tls_key) == (True, "/ca.pem", "/c.pem", "/k.pem")
+    assert str(address) == "rediss://cache:6380/0"
+    assert not parse(type="redis-source", topic="t", redis__stream="s", redis__url="redis://cache").settings.address.tls

@@ -9,7 +9,7 @@ from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 
 from mqbroker.connector_model import TaskState
-from mqbroker.connectors.task import OutageError, SupervisedTask, TaskContext
+from mqbroker.connectors.task import OutageError, SupervisedTask, TaskContext, partitions_lag
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.readable import UnreadableBatch
 from tests.fakes import fired
@@ -91,3 +91,10 @@ def test_skipped_batches_count_in_the_brokers_tally_and_as_the_tasks_errors() ->
     assert task.context.unreadable.counts() == {("connector t/0", "telemetry"): 1}
     metrics = task.status().metrics
     assert metrics.errors_total == 1 and "telemetry-2 at offsets 7..9" in (metrics.last_error or "")
+
+
+def test_lag_counts_records_behind_and_the_age_of_the_newest_copied_while_behind() -> None:
+    high_watermarks = {("t", 0): 10, ("t", 1): 5}
+    assert partitions_lag(high_watermarks, {("t", 0): 4, ("t", 1): 5}, {("t", 0): 1_000, ("t", 1): 500}, 3_500) == (
+        6, 2.5)
+    assert partitions_lag(high_watermarks, {("t", 0): 10, ("t", 1): 5}, {}, 3_500) == (0, 0.0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqbroker.connectors.mirror.naming import group_mirrored, mirrored, remote_topic
+from mqbroker.connectors.mirror.naming import ORIGIN_HEADER, group_mirrored, mirrored, remote_topic, with_origin
 from mqbroker.connectors.mirror.settings import parse_mirror
 from mqbroker.connectors.settings import SettingsReader
 
@@ -31,3 +31,11 @@ def test_identity_naming_keeps_names_and_groups_follow_their_pattern() -> None:
     assert remote_topic(mirror, "a") == "a" and mirrored(mirror, "west.a") is False
     assert group_mirrored(mirror, "billing") and not group_mirrored(mirror, "other")
     assert group_mirrored(settings(topics="a"), "anything"), "every group by default"
+
+
+def test_records_leaving_with_identity_naming_carry_their_origin_and_never_go_back() -> None:
+    records = [(1, b"k", b"mine", (), 0), (2, b"k", b"theirs", ((ORIGIN_HEADER, b"west"),), 0),
+               (3, b"k", b"relayed", ((ORIGIN_HEADER, b"south"),), 0)]
+    kept = with_origin(records, "east", "west")
+    assert kept == [(1, b"k", b"mine", ((ORIGIN_HEADER, b"east"),), 0),
+                    (3, b"k", b"relayed", ((ORIGIN_HEADER, b"south"),), 0)]

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from mqbroker.connectors.redis.resp import encode_command
+from mqbroker.connectors.redis.resp import encode_arguments, encode_command
 from mqbroker.connectors.redis.scripts import keys_arguments, position_field, pubsub_arguments, stream_arguments
 
 
 def test_stream_arguments_flag_what_follows() -> None:
-    records = [(5, b"k", b"v", (("h", b"1"), ("n", None)), 100), (6, None, None, (), 101)]
-    assert stream_arguments(records, with_headers=True) == [5, 100, 7, b"k", b"v", 2, "h", b"1", "n", b"", 6, 101, 0]
-    assert stream_arguments(records, with_headers=False) == [5, 100, 3, b"k", b"v", 6, 101, 0]
+    records = [(5, b"k", b"v", (("h", b"1"), ("n", None)), 100), (6, None, None, (), 101), (7, None, b"w", (), 102),
+               (8, b"k", b"", (), 103)]
+    assert stream_arguments(records, with_headers=True) == encode_arguments(
+        [5, 100, 7, b"k", b"v", 2, "h", b"1", "n", b"", 6, 101, 0, 7, 102, 2, b"w", 8, 103, 3, b"k", b""])
+    assert stream_arguments(records, with_headers=False) == encode_arguments(
+        [5, 100, 3, b"k", b"v", 6, 101, 0, 7, 102, 2, b"w", 8, 103, 3, b"k", b""])
+
+
+def test_encoded_arguments_are_spliced_into_a_command() -> None:
+    spliced = encode_command([b"EVALSHA", encode_arguments([1, b"x"]), "y"])
+    assert spliced == encode_command([b"EVALSHA", 1, b"x", "y"]) == b"*4\r\n$7\r\nEVALSHA\r\n$1\r\n1\r\n$1\r\nx\r\n$1\r\ny\r\n"
 
 
 def test_keys_arguments_leave_out_keyless_records_and_mark_tombstones() -> None:
