@@ -34,8 +34,7 @@ TEST_REQUIREMENTS = [
     "aio-pika>=9.4",
     # Kafka clients the Kafka front end is tested with
     "kafka-python>=3.0",
-    "aiokafka>=0.14",
-    "confluent-kafka>=2.6",
+    "aiokafka>=0.14",  # (and confluent-kafka, a runtime requirement above)
     # the admin API's OpenAPI document, its fuzzing, and the console in Debian's chromium (never `playwright install`)
     "openapi-spec-validator>=0.7",
     "schemathesis>=3.30",
