@@ -45,8 +45,10 @@ def test_topics_created_through_any_broker_spread_over_all_three(cluster: list[B
     for number, broker in enumerate(cluster):
         with Admin(broker.bootstrap) as admin:
             retrying(lambda: admin.create_topics([f"spread-{number}"], partitions=6, replication_factor=1))
-        for other in cluster:
-            assert set(_assignment(other.bootstrap, f"spread-{number}")) == {1, 2, 3}
+        for other in cluster:  # each broker learns the topic from the metadata log, shortly after the creation
+            topic, bootstrap = f"spread-{number}", other.bootstrap
+            wait_for(lambda: set(_assignment(bootstrap, topic)) == {1, 2, 3}, timeout_s=10.0,
+                     what=f"the broker at {bootstrap} sees {topic} on all three brokers")
 
 
 def test_produce_and_consume_through_any_bootstrap_address(cluster: list[BrokerProcess]) -> None:
