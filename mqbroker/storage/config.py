@@ -35,6 +35,8 @@ class LogConfig:
     flush_policy: str = "sync"
     flush_ms: int = 1000
     flush_messages: int = 2**63 - 1
+    #: How long files a log let go (retention, DeleteRecords) stay on disk, renamed `.deleted`, before they are removed.
+    file_delete_delay_ms: int = 60_000
 
     def __post_init__(self) -> None:
         _check_range("segment.bytes", self.segment_bytes, 1024, SEGMENT_BYTES_MAX)
@@ -47,6 +49,7 @@ class LogConfig:
         _check_range("max.message.bytes", self.max_message_bytes, 61, SEGMENT_BYTES_MAX)
         _check_range("flush.ms", self.flush_ms, 0)
         _check_range("flush.messages", self.flush_messages, 1)
+        _check_range("file.delete.delay.ms", self.file_delete_delay_ms, 0)
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise InvalidConfigError("min.cleanable.dirty.ratio must lie between 0 and 1")
         if self.cleanup_policy not in CLEANUP_POLICIES:

@@ -33,7 +33,7 @@ from mqbroker.storage.log_views import AppendResult, CleanerView, ReadResult
 from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, snapshot_offsets, write_snapshot
 from mqbroker.storage.producers import CompletedTxn, ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
 from mqbroker.storage.recovery import open_segments
-from mqbroker.storage.retention import expired_segment_count
+from mqbroker.storage.retention import RetiredFiles, expired_segment_count
 from mqbroker.storage.segment import Segment
 from mqbroker.storage.segment_files import SegmentFiles
 from mqbroker.storage.sync_state import FlushTicket, SyncState
@@ -85,6 +85,8 @@ class PartitionLog:
         #: Serializes snapshot writers: a checkpoint (in a thread) and a roll (under the log's lock; taken second).
         self._snapshot_lock = threading.Lock()
         self._verification_guards = VerificationGuards()
+        #: Segments let go whose files wait for file.delete.delay.ms (guarded by the lock).
+        self._retired = RetiredFiles()
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -483,19 +485,27 @@ class PartitionLog:
         With ``max_offset`` (the broker passes its high watermark) a segment holding any offset at
         or above it is kept, so retention never removes data consumers have not been allowed to see.
         """
-        if not self.config.deletes:
-            return 0
         with self._lock:
             self._check_open()
+            self._retired.sweep(now_ms, self.config.file_delete_delay_ms)
+            if not self.config.deletes:
+                return 0
             count = expired_segment_count(self._segments, self.config, now_ms, max_offset)
-            self._drop_prefix(count)
+            self._drop_prefix(count, now_ms)
             return count
 
-    def _drop_prefix(self, count: int) -> None:
+    def _drop_prefix(self, count: int, now_ms: int | None = None) -> None:
+        """Let the oldest ``count`` segments go: their files are removed file.delete.delay.ms after ``now_ms``
+        (None: after the next retention pass), or at once with a delay of 0."""
         if count == 0:
             return
         assert count < len(self._segments), "the active segment is never deleted"
-        self._delete_segments(self._segments[:count])
+        doomed = self._segments[:count]
+        if self.config.file_delete_delay_ms > 0:
+            self._retired.retire(doomed, now_ms)
+            self._unsynced.removed(doomed)
+        else:
+            self._delete_segments(doomed)
         self._segments = self._segments[count:]
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self._producers.remove_before(self._log_start_offset)
@@ -604,6 +614,7 @@ class PartitionLog:
                 fs.fsync_path(index.path)
             for segment in self._segments:
                 segment.close()
+            self._retired.remove_all()
             self._closed = True
 
     def _check_open(self) -> None:

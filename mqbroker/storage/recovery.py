@@ -18,12 +18,12 @@ import os
 import threading
 
 from mqbroker.storage import fs
-from mqbroker.storage.segment import CLEANED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment
+from mqbroker.storage.segment import CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment
 from mqbroker.storage.segment_files import OPEN_MAX_DEFAULT, SegmentFiles
 from mqbroker.storage.txn_index import TXN_INDEX_SUFFIX
 
 #: Leftovers of an interrupted write or delete, removed when a log is opened.
-LEFTOVER_SUFFIXES = (".tmp", ".deleted")
+LEFTOVER_SUFFIXES = (".tmp", DELETED_SUFFIX)
 
 
 def open_segments(

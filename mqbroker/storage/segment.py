@@ -30,6 +30,8 @@ INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 #: Compaction's output while it is written (`<base>.log.cleaned`) and once it is complete (`.swap`).
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+#: A segment's files between the log letting them go and their removal (file.delete.delay.ms).
+DELETED_SUFFIX = ".deleted"
 #: Bytes read at once when scanning a segment's batches.
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 #: Bytes read at once when walking from an index entry to the batch that holds an offset.
@@ -158,9 +160,25 @@ class Segment:
     def delete(self) -> None:
         """Close and remove the segment's files (the log first, so leftovers are only indexes)."""
         self.log_file.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
+        for path in self._file_paths():
             if os.path.exists(path):
                 fs.unlink(path)
+
+    def retire(self) -> list[str]:
+        """Close the segment and rename its files ``.deleted`` (the log first); return the new paths.
+
+        Whoever retires them removes them later; a restart removes any left (``recovery``).
+        """
+        self.log_file.close()
+        retired = []
+        for path in self._file_paths():
+            if os.path.exists(path):
+                fs.replace(path, path + DELETED_SUFFIX)
+                retired.append(path + DELETED_SUFFIX)
+        return retired
+
+    def _file_paths(self) -> tuple[str, ...]:
+        return self.path, self.offset_index.path, self.time_index.path, self.txn_index.path
 
     # -- appending ---------------------------------------------------------------------------
 

@@ -82,6 +82,23 @@ def test_configurations_are_described_with_their_source_and_altered_incrementall
     assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
 
 
+def test_file_delete_delay_ms_is_altered_described_and_checked(admin: Any) -> None:
+    """AlterConfigs (the whole set, as confluent-kafka's own suite sends it) takes file.delete.delay.ms."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic
+
+    topic = unique("delay")
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"file.delete.delay.ms": "12345"})
+    admin.alter_configs([resource])[resource].result(10)
+    entries = next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values())).result(10)
+    delay = entries["file.delete.delay.ms"]
+    assert (delay.value, delay.source) == ("12345", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    bad = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"file.delete.delay.ms": "-5"})
+    with pytest.raises(KafkaException, match="file.delete.delay.ms"):
+        admin.alter_configs([bad])[bad].result(10)
+
+
 def test_configuration_types_and_the_brokers_own_settings_are_described(kafka_broker: BrokerProcess) -> None:
     from kafka import KafkaAdminClient
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
@@ -94,6 +111,7 @@ def test_configuration_types_and_the_brokers_own_settings_are_described(kafka_br
         entries = described["topic"][topic]
         assert (entries["retention.bytes"]["value"], entries["retention.bytes"]["config_type"]) == ("-1", "LONG")
         assert entries["cleanup.policy"]["config_type"] == "LIST"
+        assert (entries["file.delete.delay.ms"]["value"], entries["file.delete.delay.ms"]["config_type"]) == ("60000", "LONG")
         described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, 1)], config_filter="all")
         settings = described["broker"]["1"]
         advertised = settings["advertised.listeners"]
@@ -102,6 +120,8 @@ def test_configuration_types_and_the_brokers_own_settings_are_described(kafka_br
         delay = settings["group.initial.rebalance.delay.ms"]  # set on the command line
         assert (delay["value"], delay["config_source"], delay["config_type"]) == ("200", "STATIC_BROKER_CONFIG", "INT")
         assert settings["num.partitions"]["config_source"] == "DEFAULT_CONFIG"
+        assert (settings["log.segment.delete.delay.ms"]["value"], settings["log.segment.delete.delay.ms"]["config_type"]) \
+            == ("60000", "LONG")
     finally:
         admin.close()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, fail, succeed
 
 from mqbroker import errors
 from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, log_config_for
@@ -34,6 +34,7 @@ from mqbroker.model import (
     ProducerIdentity,
     TopicSpec,
 )
+from mqbroker.protocols.schema import ZERO_UUID
 from mqbroker.transactions import messages as txn_messages
 
 
@@ -44,6 +45,8 @@ class BrokerCalls:
         self._broker = broker
         self.principal = principal
         self.client_id = client_id
+        #: Topic names by id, learnt from Metadata for the requests that name topics by id (``topic_names``).
+        self._topic_names: dict[bytes, str] = {}
 
     # -- records -------------------------------------------------------------------------------
 
@@ -131,6 +134,33 @@ class BrokerCalls:
     def metadata(self, topics: Sequence[str] | None, allow_auto_create: bool) -> Deferred[ClusterMetadata]:
         """The cluster and ``topics`` (None: all) as ``ClusterMetadata``."""
         return self._broker.metadata(self.principal, topics, allow_auto_create)
+
+    def topic_names(self, topic_ids: Iterable[bytes]) -> Deferred[dict[bytes, str]]:
+        """The names of the topics with these ids (KIP-516) that the principal may describe; unknown ids are absent.
+
+        Names learnt stay with the connection and are checked against the named topics' current ids on every
+        call (a topic deleted and created again has a new id); an id not known yet costs one look at every topic.
+        """
+        wanted = set(topic_ids)
+        known = {self._topic_names[topic_id] for topic_id in wanted if topic_id in self._topic_names}
+        if not wanted:
+            return succeed({})
+        if len(known) < len(wanted):
+            return self._learn_topic_names(wanted)
+        return self.metadata(sorted(known), False).addCallback(self._checked_topic_names, wanted)
+
+    def _checked_topic_names(self, described: ClusterMetadata, wanted: set[bytes]) -> Any:
+        current = {topic.topic_id: topic.name for topic in described.topics if topic.error is None}
+        if wanted <= current.keys():
+            return {topic_id: current[topic_id] for topic_id in wanted}
+        return self._learn_topic_names(wanted)
+
+    def _learn_topic_names(self, wanted: set[bytes]) -> Deferred[dict[bytes, str]]:
+        def learnt(described: ClusterMetadata) -> dict[bytes, str]:
+            self._topic_names = {topic.topic_id: topic.name for topic in described.topics
+                                 if topic.error is None and topic.topic_id != ZERO_UUID}
+            return {topic_id: self._topic_names[topic_id] for topic_id in wanted if topic_id in self._topic_names}
+        return self.metadata(None, False).addCallback(learnt)
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str],
                      validate_only: bool) -> Deferred[None]:

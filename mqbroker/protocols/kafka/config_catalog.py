@@ -44,6 +44,7 @@ TOPIC_CONFIG_TYPES: Mapping[str, ConfigType] = {
     "cleanup.policy": ConfigType.LIST,
     "compression.type": ConfigType.STRING,
     "delete.retention.ms": ConfigType.LONG,
+    "file.delete.delay.ms": ConfigType.LONG,
     "flush.messages": ConfigType.LONG,
     "flush.ms": ConfigType.LONG,
     "index.interval.bytes": ConfigType.INT,
@@ -129,6 +130,7 @@ def broker_configs(config: Any, defaults: Any, topic_defaults: Mapping[str, str]
 
 #: Topic keys whose broker-wide default is not simply ``log.`` + the key.
 _BROKER_NAMES = {"max.message.bytes": "message.max.bytes", "flush.ms": "log.flush.interval.ms",
+                 "file.delete.delay.ms": "log.segment.delete.delay.ms",
                  "flush.messages": "log.flush.interval.messages", "min.insync.replicas": "min.insync.replicas",
                  "unclean.leader.election.enable": "unclean.leader.election.enable"}
 

@@ -24,7 +24,7 @@ PREFERRED_LEADER_NOT_AVAILABLE = 80
 ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
 ELECTION_NOT_NEEDED = 84
 NO_REASSIGNMENT_IN_PROGRESS = 85
-#: No topic has the id asked for (Metadata, DeleteTopics).
+#: No topic has the id asked for (Metadata, DeleteTopics; Produce and Fetch from version 13).
 UNKNOWN_TOPIC_ID = 100
 _KAFKA_CODE_OF_OWN = {
     ErrorCode.UNKNOWN_API_KEY: ErrorCode.UNSUPPORTED_VERSION,

@@ -65,3 +65,58 @@ def test_an_empty_cleanup_policy_keeps_old_segments(tmp_path):
     for tag in range(100):
         log.append(payload_batch(tag), now_ms=0)
     assert log.apply_retention(now_ms=10**9) == 0
+
+
+def _names(directory, suffix):
+    return sorted(name for name in os.listdir(directory) if name.endswith(suffix))
+
+
+def test_files_let_go_stay_renamed_deleted_for_file_delete_delay_ms(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=1000, file_delete_delay_ms=60_000))
+    for tag in range(100):
+        log.append(payload_batch(tag, timestamp_ms=tag * 100), now_ms=0)
+    before = log.segment_bases()
+    deleted = log.apply_retention(now_ms=5000)
+    assert deleted > 0 and _names(tmp_path, ".log") == [f"{base:020d}.log" for base in before[deleted:]]
+    retired = [f"{base:020d}.log.deleted" for base in before[:deleted]]
+    assert _names(tmp_path, ".log.deleted") == retired
+    assert log.read(log.log_start_offset, 4096).records  # what is kept still reads
+    log.reconfigure(LogConfig(segment_bytes=4096, retention_ms=-1, file_delete_delay_ms=60_000))  # no more go
+    log.apply_retention(now_ms=5000 + 59_999)
+    assert _names(tmp_path, ".log.deleted") == retired
+    log.apply_retention(now_ms=5000 + 60_000)
+    assert _names(tmp_path, ".deleted") == []
+
+
+def test_delete_records_times_its_files_from_the_next_retention_pass_and_a_zero_delay_removes_at_once(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=-1, file_delete_delay_ms=1000))
+    for tag in range(100):
+        log.append(payload_batch(tag), now_ms=0)
+    second = log.segment_bases()[1]
+    log.delete_records_before(second)
+    assert _names(tmp_path, ".log.deleted") == [f"{0:020d}.log.deleted"]
+    log.apply_retention(now_ms=10**9)  # starts the delay
+    assert _names(tmp_path, ".log.deleted") == [f"{0:020d}.log.deleted"]
+    log.apply_retention(now_ms=10**9 + 1000)
+    assert _names(tmp_path, ".deleted") == []
+    log.reconfigure(LogConfig(segment_bytes=4096, retention_ms=-1, file_delete_delay_ms=0))
+    log.delete_records_before(log.segment_bases()[1])
+    assert _names(tmp_path, ".deleted") == [] and len(_names(tmp_path, ".log")) == len(log.segment_bases())
+
+
+def test_closing_a_log_removes_the_files_still_waiting(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=4096, retention_ms=-1))
+    for tag in range(100):
+        log.append(payload_batch(tag), now_ms=0)
+    log.delete_records_before(log.segment_bases()[2])
+    assert _names(tmp_path, ".deleted")
+    log.close()
+    assert _names(tmp_path, ".deleted") == []
+    assert open_log(tmp_path, LogConfig(segment_bytes=4096)).log_start_offset > 0
+
+
+def test_file_delete_delay_ms_is_a_log_setting_of_at_least_zero():
+    assert LogConfig.from_mapping({"file.delete.delay.ms": "12345"}).file_delete_delay_ms == 12345
+    assert LogConfig().to_mapping()["file.delete.delay.ms"] == 60_000
+    with pytest.raises(InvalidConfigError):
+        LogConfig.from_mapping({"file.delete.delay.ms": "-1"})

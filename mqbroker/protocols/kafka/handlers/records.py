@@ -16,7 +16,7 @@ from mqbroker.model import (
     OffsetAndTimestamp,
 )
 from mqbroker.protocols.deferreds import gathered, settle, settled
-from mqbroker.protocols.kafka.error_codes import kafka_error
+from mqbroker.protocols.kafka.error_codes import UNKNOWN_TOPIC_ID, kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import produce_fetch as m
 from mqbroker.records.decoder import decode_records
@@ -35,18 +35,33 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 
 def handle_produce(context: RequestContext, request: m.ProduceRequest) -> Deferred[Any]:
     """Append each partition's batches (all before anything waits, which keeps their order)."""
+    if context.version < m.TOPIC_ID_VERSION:
+        return _produce(context, request, None)
+    named = context.calls.topic_names(topic.topic_id for topic in request.topic_data)
+    return named.addCallback(lambda names: _produce(context, request, names))
+
+
+def _produce(context: RequestContext, request: m.ProduceRequest, names: dict[bytes, str] | None) -> Deferred[Any]:
+    """The Produce with its topics named (``names``: by id, for versions that name topics by id)."""
     calls = context.calls
-    answers = [
-        settled(calls.produce(topic.name, partition.index, partition.records or b"", request.acks, request.timeout_ms,
-                              request.transactional_id))
-        .addCallback(_produce_result, topic.name, partition.index)
-        for topic in request.topic_data
-        for partition in topic.partition_data
-    ]
-    return gathered(answers).addCallback(_produce_response)
+    answers = []
+    for topic in request.topic_data:
+        name = topic.name if names is None else names.get(topic.topic_id)
+        key = topic.name if names is None else topic.topic_id
+        for partition in topic.partition_data:
+            if name is None:
+                answers.append(succeed((key, m.PartitionProduceResponse(
+                    index=partition.index, error_code=UNKNOWN_TOPIC_ID, base_offset=-1,
+                    error_message=f"no topic has the id {topic.topic_id.hex()}: refresh the metadata"))))
+                continue
+            produced = calls.produce(name, partition.index, partition.records or b"", request.acks, request.timeout_ms,
+                                     request.transactional_id)
+            answers.append(settled(produced).addCallback(_produce_result, key, partition.index))
+    return gathered(answers).addCallback(_produce_response, names is not None)
 
 
-def _produce_result(outcome: tuple[Any, BaseException | None], topic: str, partition: int) -> tuple[str, Any]:
+def _produce_result(outcome: tuple[Any, BaseException | None], topic: str | bytes, partition: int
+                    ) -> tuple[str | bytes, Any]:
     result, error = outcome
     code, message = kafka_error(error)
     return topic, m.PartitionProduceResponse(
@@ -57,9 +72,11 @@ def _produce_result(outcome: tuple[Any, BaseException | None], topic: str, parti
     )
 
 
-def _produce_response(answers: list[tuple[str, m.PartitionProduceResponse]]) -> m.ProduceResponse:
+def _produce_response(answers: list[tuple[Any, m.PartitionProduceResponse]], by_id: bool) -> m.ProduceResponse:
     return m.ProduceResponse(responses=tuple(
-        m.TopicProduceResponse(name=name, partition_responses=tuple(results)) for name, results in by_topic(answers).items()
+        m.TopicProduceResponse(topic_id=key, partition_responses=tuple(results)) if by_id else
+        m.TopicProduceResponse(name=key, partition_responses=tuple(results))
+        for key, results in by_topic(answers).items()
     ))
 
 
@@ -67,21 +84,43 @@ def handle_fetch(context: RequestContext, request: m.FetchRequest) -> Deferred[A
     """Long-poll read of whole batches; every fetch is a full one (session id 0, as KIP-227 allows)."""
     if request.session_id != 0:
         return succeed(m.FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, responses=()))
-    positions = [
-        (topic.topic, partition.partition, partition.fetch_offset, partition.partition_max_bytes,
-         partition.current_leader_epoch)
-        for topic in request.topics
-        for partition in topic.partitions
-    ]
+    if context.version < m.TOPIC_ID_VERSION:
+        return _fetch(context, request, None)
+    named = context.calls.topic_names(topic.topic_id for topic in request.topics)
+    return named.addCallback(lambda names: _fetch(context, request, names))
+
+
+def _fetch(context: RequestContext, request: m.FetchRequest, names: dict[bytes, str] | None) -> Deferred[Any]:
+    """The Fetch with its topics named (``names``: by id, for versions that name topics by id); partitions of
+    unknown ids answer UNKNOWN_TOPIC_ID without a read."""
+    positions = []
+    unknown: list[tuple[bytes, m.PartitionData]] = []
+    for topic in request.topics:
+        name = topic.topic if names is None else names.get(topic.topic_id)
+        for partition in topic.partitions:
+            if name is None:
+                unknown.append((topic.topic_id, m.PartitionData(
+                    partition_index=partition.partition, error_code=UNKNOWN_TOPIC_ID, high_watermark=-1,
+                    aborted_transactions=None, records=None)))
+            else:
+                positions.append((name, partition.partition, partition.fetch_offset, partition.partition_max_bytes,
+                                  partition.current_leader_epoch))
     fetched = context.calls.fetch(positions, request.max_wait_ms, request.min_bytes, request.max_bytes,
-                                  request.isolation_level)
-    return fetched.addCallback(_fetch_response)
+                                  request.isolation_level) if positions else succeed([])
+    return fetched.addCallback(_fetch_response, names, unknown)
 
 
-def _fetch_response(fetched: list[FetchResult]) -> m.FetchResponse:
-    answers = ((result.topic, _fetch_result(result)) for result in fetched)
+def _fetch_response(fetched: list[FetchResult], names: dict[bytes, str] | None,
+                    unknown: list[tuple[bytes, m.PartitionData]]) -> m.FetchResponse:
+    answers = [(result.topic, _fetch_result(result)) for result in fetched]
+    if names is None:
+        return m.FetchResponse(throttle_time_ms=0, responses=tuple(
+            m.FetchableTopicResponse(topic=name, partitions=tuple(results)) for name, results in by_topic(answers).items()
+        ))
+    ids = {name: topic_id for topic_id, name in names.items()}
     return m.FetchResponse(throttle_time_ms=0, responses=tuple(
-        m.FetchableTopicResponse(topic=name, partitions=tuple(results)) for name, results in by_topic(answers).items()
+        m.FetchableTopicResponse(topic_id=topic_id, partitions=tuple(results))
+        for topic_id, results in by_topic([(ids[name], result) for name, result in answers] + unknown).items()
     ))
 
 

@@ -93,9 +93,10 @@ def _api(key: ApiKey, module: object, name: str, versions: tuple[int, int], flex
 
 #: Every API mqbroker serves; clients learn what is absent from ApiVersions.
 APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
-    _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 11), 9),
-    # Fetch 13 on names topics by id only (topic ids are served by Metadata; the fetch path looks topics up by name).
-    _api(ApiKey.FETCH, produce_fetch, "Fetch", (4, 12), 12),
+    # Produce 13 and Fetch 13 on name topics by id (KIP-516); Fetch 15-18 add only follower fields (ignored).
+    # Produce 12 adds nothing for us: transactional producers stay at 11 until transaction version 2 is advertised.
+    _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 13), 9),
+    _api(ApiKey.FETCH, produce_fetch, "Fetch", (4, 18), 12),
     # ListOffsets 7 adds the max-timestamp lookup (-3), 8 the earliest-local one (-4); 9 on ask about tiered storage.
     _api(ApiKey.LIST_OFFSETS, produce_fetch, "ListOffsets", (1, 8), 6),
     _api(ApiKey.METADATA, cluster, "Metadata", (0, 12), 9),

@@ -7,7 +7,10 @@ annotations are the wire schema and ``wire(...)`` says in which versions a field
 
 from __future__ import annotations
 
-from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message, wire
+from mqbroker.protocols.schema import ZERO_UUID, Int8, Int16, Int32, Int64, Records, Uuid, message, wire
+
+#: The first Produce and Fetch version naming topics by id instead of by name (KIP-516).
+TOPIC_ID_VERSION = 13
 
 
 @message
@@ -20,9 +23,10 @@ class PartitionProduceData:
 
 @message
 class TopicProduceData:
-    """The partitions of one topic a Produce writes to."""
+    """The partitions of one topic a Produce writes to (named up to version 12, by id from 13)."""
 
-    name: str
+    name: str = wire(until=12, default="")
+    topic_id: Uuid = wire(since=13, default=ZERO_UUID)
     partition_data: tuple[PartitionProduceData, ...]
 
 
@@ -70,7 +74,8 @@ class PartitionProduceResponse:
 class TopicProduceResponse:
     """The outcome of a Produce for one topic's partitions."""
 
-    name: str
+    name: str = wire(until=12, default="")
+    topic_id: Uuid = wire(since=13, default=ZERO_UUID)
     partition_responses: tuple[PartitionProduceResponse, ...]
 
 
@@ -103,13 +108,24 @@ class FetchPartition:
     last_fetched_epoch: Int32 = wire(since=12, default=-1)
     log_start_offset: Int64 = wire(since=5, default=-1)
     partition_max_bytes: Int32
+    replica_directory_id: Uuid = wire(tag=0, since=17, default=ZERO_UUID)
+    high_watermark: Int64 = wire(tag=1, since=18, default=0x7fffffffffffffff)
+
+
+@message
+class ReplicaState:
+    """Who fetches (a follower's id and broker epoch; -1 for a consumer), from version 15."""
+
+    replica_id: Int32 = -1
+    replica_epoch: Int64 = -1
 
 
 @message
 class FetchTopic:
-    """The partitions of one topic a Fetch reads."""
+    """The partitions of one topic a Fetch reads (named up to version 12, by id from 13)."""
 
-    topic: str
+    topic: str = wire(until=12, default="")
+    topic_id: Uuid = wire(since=13, default=ZERO_UUID)
     partitions: tuple[FetchPartition, ...]
 
 
@@ -117,7 +133,8 @@ class FetchTopic:
 class ForgottenTopic:
     """Partitions an incremental fetch session drops (unused: sessions are not kept)."""
 
-    topic: str
+    topic: str = wire(until=12, default="")
+    topic_id: Uuid = wire(since=13, default=ZERO_UUID)
     partitions: tuple[Int32, ...]
 
 
@@ -126,7 +143,8 @@ class FetchRequest:
     """Long-poll read of record batches (``session_id`` 0: a full fetch, no session)."""
 
     cluster_id: str | None = wire(tag=0, since=12, default=None)
-    replica_id: Int32 = -1
+    replica_id: Int32 = wire(until=14, default=-1)
+    replica_state: ReplicaState = wire(tag=1, since=15, default_factory=ReplicaState)
     max_wait_ms: Int32
     min_bytes: Int32
     max_bytes: Int32 = 0x7fffffff
@@ -183,7 +201,8 @@ class PartitionData:
 class FetchableTopicResponse:
     """The partitions of one topic in a Fetch answer."""
 
-    topic: str
+    topic: str = wire(until=12, default="")
+    topic_id: Uuid = wire(since=13, default=ZERO_UUID)
     partitions: tuple[PartitionData, ...]
 
 
@@ -195,6 +214,7 @@ class FetchResponse:
     error_code: Int16 = wire(since=7, default=0)
     session_id: Int32 = wire(since=7, default=0)
     responses: tuple[FetchableTopicResponse, ...]
+    node_endpoints: tuple[NodeEndpoint, ...] = wire(tag=0, since=16, default=())
 
 
 @message
