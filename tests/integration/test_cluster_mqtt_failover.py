@@ -208,3 +208,27 @@ def test_log_topics_get_a_partition_per_broker_and_mapping_rules_from_the_config
     finally:
         for broker in brokers:
             broker.kill()
+
+
+def test_a_will_whose_delay_began_is_published_on_time_by_a_survivor_after_kill9(cluster: list[BrokerProcess]) -> None:
+    prefix, will_delay_s = unique("fleet"), 8
+    watcher = _mqtt(cluster[1], unique("watcher"), version=mqtt.MQTTv5)
+    watcher.subscribe(f"{prefix}/+/status", qos=1)
+    publisher = _mqtt(cluster[2])
+    _until_delivered(publisher, watcher, f"{prefix}/probe/status")
+    device = _mqtt(cluster[0], unique("device"), version=mqtt.MQTTv5, clean=False, session_expiry_s=3600,
+                   will=(f"{prefix}/device/status", b"offline", 1), will_delay_s=will_delay_s)
+    device.drop()  # broker 1 begins the will delay
+    dropped_at = time.monotonic()
+    time.sleep(1.5)
+    cluster[0].kill()  # it dies holding the delayed will
+    received: list[tuple[bytes, float]] = []
+    while not received and time.monotonic() < dropped_at + will_delay_s + 20:
+        received += [(m.payload, time.monotonic() - dropped_at) for m in watcher.receive(1, timeout_s=1)
+                     if m.payload != b"probe"]
+    assert [payload for payload, _ in received] == [b"offline"], "the delayed will is not lost with its broker"
+    [(_, after_s)] = received
+    assert will_delay_s - 0.5 <= after_s <= will_delay_s + 5, f"published {after_s:.1f} s after the connection ended"
+    assert not [m for m in watcher.receive(1, timeout_s=3) if m.payload != b"probe"], "it goes out once"
+    watcher.disconnect()
+    publisher.disconnect()

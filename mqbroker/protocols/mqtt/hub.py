@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 from typing import Protocol as TypingProtocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -146,7 +146,8 @@ class MqttHub:
         self.share_backlog = ShareBacklog(self)
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
-        self._will_timers: dict[str, IDelayedCall] = {}
+        #: Wills waiting for their delay, by client id: the timer that publishes each and the will.
+        self._will_timers: dict[str, tuple[IDelayedCall, ScheduleWill]] = {}
         #: Names this hub's session and retained records (``followers.py``); new at every start.
         self.instance = uuid.uuid4().hex.encode()
         #: The headers of the session and retained records this hub writes: its instance and broker.
@@ -378,7 +379,9 @@ class MqttHub:
         if live_here:
             del self.connections[client_id]
             self.registry.remove_client(client_id)
-            self.wills.disconnected(client_id)  # before the session's record: a broker taking it over waits for that
+            delayed = self._will_timers.get(client_id)
+            # before the session's record: a broker taking it over waits for that
+            self.wills.disconnected(client_id, None if delayed is None else delayed[1])
         self.sessions.ended(client_id, stored, live_here)
 
     # ------------------------------------------------------------------ wills and retained
@@ -389,21 +392,26 @@ class MqttHub:
         if delay_ms <= 0:
             self._publish_will(will)
             return
-        self._will_timers[will.client_id] = self.reactor.callLater(delay_ms / 1000.0, self._publish_will, will)
+        self.cancel_will(will.client_id)
+        timer = self.reactor.callLater(delay_ms / 1000.0, self._publish_will, will)
+        self._will_timers[will.client_id] = (timer, will)
 
     def cancel_will(self, client_id: str) -> None:
         """The client id connected again (here or elsewhere): its delayed will is not sent."""
-        timer = self._will_timers.pop(client_id, None)
-        if timer is not None and timer.active():
-            timer.cancel()
+        pending = self._will_timers.pop(client_id, None)
+        if pending is not None and pending[0].active():
+            pending[0].cancel()
 
     def _publish_will(self, will: ScheduleWill) -> None:
         self._will_timers.pop(will.client_id, None)
+        writes = []
         for action in will.actions:
             if isinstance(action, Retain):
-                self.retain(action).addErrback(self.log_failure, "storing a retained will")
+                writes.append(self.retain(action).addErrback(self.log_failure, "storing a retained will"))
             else:
-                self.publish_once(action)
+                writes.append(self.publish_once(action))
+        # the stored record goes once the will is written: a broker dying in between leaves it to a survivor
+        gatherResults(writes).addCallback(lambda _: self.wills.published(will.client_id))
 
     def publish_once(self, action: PublishToLog) -> Deferred[Any]:
         """Append one record that nobody waits for (a will)."""
