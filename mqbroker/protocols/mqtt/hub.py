@@ -16,6 +16,8 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
   when their broker dies (``cluster_wills.py``);
 * ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
 * partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``;
+* the mapping rules are the cluster's (``mapping_rules.py``): when they change, every session uses the
+  new ones at once and the log topics they add get readers from the time the rules were set;
 * a batch whose records do not decode is counted, logged and skipped (``records_after``):
   every reader goes on after it.
 """
@@ -37,7 +39,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import __version__, errors
-from mqbroker.interfaces import IBroker
+from mqbroker.interfaces import IBroker, IGenericRecords
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
     AbortedTransaction,
@@ -48,6 +50,7 @@ from mqbroker.model import (
 )
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.cluster_wills import WILLS_TOPIC, ClusterWills
+from mqbroker.protocols.mqtt.mapping_rules import ClusterMappingRules
 from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER, StateFollower, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.packets import ReasonCode
@@ -67,7 +70,7 @@ from mqbroker.protocols.mqtt.session_directory import SESSIONS_TOPIC, SessionDir
 from mqbroker.protocols.mqtt.share_backlog import ShareBacklog
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
-from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
+from mqbroker.protocols.mqtt.topics import MappingRule, TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.readable import (
     SKIPPED_LOG_FORMAT,
@@ -124,10 +127,12 @@ class MqttHub:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
-                 unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None) -> None:
+                 unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None,
+                 records: IGenericRecords | None = None) -> None:
         """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
         log topics it creates (0: one per broker of the cluster); ``node_id``: this broker's, named in the
-        session records it writes."""
+        session records it writes; ``records``: the cluster metadata, where the mapping rules set at run time
+        are (``mapping`` holds the configured ones)."""
         self.broker = broker
         self.node_id = node_id
         self._log_partitions = log_partitions
@@ -146,6 +151,9 @@ class MqttHub:
         self.share_backlog = ShareBacklog(self)
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
+        #: Log topics whose readers are being started (mapping rules changed), and when those rules were set.
+        self._adding: set[str] = set()
+        self._mapping_set_at_ms: int | None = None
         #: Wills waiting for their delay, by client id: the timer that publishes each and the will.
         self._will_timers: dict[str, tuple[IDelayedCall, ScheduleWill]] = {}
         #: Names this hub's session and retained records (``followers.py``); new at every start.
@@ -157,6 +165,8 @@ class MqttHub:
         self.sessions = SessionDirectory(self)
         #: Wills of the clients connected anywhere, published here if their broker dies.
         self.wills = ClusterWills(self)
+        #: The mapping rules in force cluster-wide (configured, or set through the admin API).
+        self.mapping_rules = ClusterMappingRules(self, records, mapping.rules)
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
         self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()
@@ -184,10 +194,7 @@ class MqttHub:
         log_topics = self._log_topics()
         for name in (RETAINED_TOPIC, SESSIONS_TOPIC, WILLS_TOPIC):  # they wait for all their replicas' brokers
             await self._ensure_topic(name, _COMPACTED)
-        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
-        partitions = self._log_partitions or len(cluster.brokers) or 1
-        for name in log_topics:
-            await self._ensure_topic(name, _DECODED, partitions)
+        await self.create_log_topics(log_topics)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
         ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP)
@@ -219,7 +226,56 @@ class MqttHub:
         self._partition_loop.start(PARTITION_REFRESH_S, now=False).addErrback(self.log_failure, "partition refresh")
 
     def _log_topics(self) -> list[str]:
-        return sorted({self.mapping.default_log_topic, *(rule.log_topic for rule in self.mapping.rules)})
+        return self.mapping.log_topics()
+
+    async def create_log_topics(self, names: list[str]) -> None:
+        """Create the log topics among ``names`` that do not exist yet (``mqtt_log_partitions`` partitions each)."""
+        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, names, False)
+        partitions = self._log_partitions or len(cluster.brokers) or 1
+        for name in names:
+            await self._ensure_topic(name, _DECODED, partitions)
+
+    def apply_mapping_rules(self, rules: list[MappingRule], set_at_ms: int | None) -> None:
+        """Put new mapping rules in force for every session; read the log topics they add from ``set_at_ms``
+        on (None: from their end)."""
+        self.mapping.replace_rules(rules)
+        self._mapping_set_at_ms = set_at_ms
+        if self.started.started and not self.stopped:
+            Deferred.fromCoroutine(self._read_new_log_topics()).addErrback(self.log_failure, "reading new log topics")
+
+    async def _read_new_log_topics(self) -> None:
+        """Start the readers of the log topics the mapping rules added (the next refresh retries a failure)."""
+        new = [name for name in self._log_topics() if name not in self._partition_counts and name not in self._adding]
+        if not new:
+            return
+        self._adding.update(new)
+        try:
+            await self.create_log_topics(new)
+            cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, new, False)
+            for topic in cluster.topics:
+                if topic.error is not None or not topic.partitions:
+                    continue
+                starts = [await self._offset_since((topic.name, partition), self._mapping_set_at_ms)
+                          for partition in range(len(topic.partitions))]
+                if self.stopped:
+                    return
+                if topic.name in self._partition_counts:
+                    continue
+                for partition, position in enumerate(starts):
+                    self._start_reader((topic.name, partition), position)
+                self._partition_counts[topic.name] = len(starts)
+        except errors.BrokerError as error:
+            self.log.warn("MQTT: the mapping rules' new log topics are not read yet ({error}); retrying", error=error)
+        finally:
+            self._adding.difference_update(new)
+
+    async def _offset_since(self, key: PartitionKey, since_ms: int | None) -> int:
+        """The first offset written at or after ``since_ms`` (its end when None or nothing is that new)."""
+        if since_ms is not None:
+            found = await self.offset_of(key, since_ms)
+            if found >= 0:
+                return found
+        return await self.offset_of(key, LATEST_TIMESTAMP)
 
     def _start_reader(self, key: PartitionKey, position: int) -> None:
         dispatcher = PartitionDispatcher(self, key, position)
@@ -228,8 +284,9 @@ class MqttHub:
 
     async def refresh_partitions(self) -> None:
         """Start readers for partitions added to the log topics since (they are read from their start)."""
+        await self._read_new_log_topics()
         try:
-            cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, self._log_topics(), False)
+            cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, sorted(self._partition_counts), False)
             for topic in cluster.topics:
                 known = self._partition_counts.get(topic.name, 0)
                 for partition in range(known, len(topic.partitions)):
