@@ -38,7 +38,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import __version__, errors
+from mqbroker import __version__, errors, limits
 from mqbroker.interfaces import IBroker, IGenericRecords
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
@@ -270,9 +270,10 @@ class MqttHub:
             self._adding.difference_update(new)
 
     async def _offset_since(self, key: PartitionKey, since_ms: int | None) -> int:
-        """The first offset written at or after ``since_ms`` (its end when None or nothing is that new)."""
+        """The first offset written at or after ``since_ms`` less the clock allowance (its end when None or
+        nothing is that new)."""
         if since_ms is not None:
-            found = await self.offset_of(key, since_ms)
+            found = await self.offset_of(key, max(0, since_ms - limits.mqtt_mapping_read_back_ms))
             if found >= 0:
                 return found
         return await self.offset_of(key, LATEST_TIMESTAMP)
