@@ -38,7 +38,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import __version__, errors, limits
+from mqbroker import __version__, errors
 from mqbroker.interfaces import IBroker, IGenericRecords
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
@@ -50,9 +50,9 @@ from mqbroker.model import (
 )
 from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.cluster_wills import WILLS_TOPIC, ClusterWills
-from mqbroker.protocols.mqtt.mapping_rules import ClusterMappingRules
 from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER, StateFollower, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
+from mqbroker.protocols.mqtt.mapping_rules import ClusterMappingRules
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
@@ -70,7 +70,7 @@ from mqbroker.protocols.mqtt.session_directory import SESSIONS_TOPIC, SessionDir
 from mqbroker.protocols.mqtt.share_backlog import ShareBacklog
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
-from mqbroker.protocols.mqtt.topics import MappingRule, TopicMapping, record_key
+from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.readable import (
     SKIPPED_LOG_FORMAT,
@@ -151,9 +151,6 @@ class MqttHub:
         self.share_backlog = ShareBacklog(self)
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
-        #: Log topics whose readers are being started (mapping rules changed), and when those rules were set.
-        self._adding: set[str] = set()
-        self._mapping_set_at_ms: int | None = None
         #: Wills waiting for their delay, by client id: the timer that publishes each and the will.
         self._will_timers: dict[str, tuple[IDelayedCall, ScheduleWill]] = {}
         #: Names this hub's session and retained records (``followers.py``); new at every start.
@@ -235,48 +232,15 @@ class MqttHub:
         for name in names:
             await self._ensure_topic(name, _DECODED, partitions)
 
-    def apply_mapping_rules(self, rules: list[MappingRule], set_at_ms: int | None) -> None:
-        """Put new mapping rules in force for every session; read the log topics they add from ``set_at_ms``
-        on (None: from their end)."""
-        self.mapping.replace_rules(rules)
-        self._mapping_set_at_ms = set_at_ms
-        if self.started.started and not self.stopped:
-            Deferred.fromCoroutine(self._read_new_log_topics()).addErrback(self.log_failure, "reading new log topics")
+    def reads(self, log_topic: str) -> bool:
+        """Whether this hub reads ``log_topic`` already."""
+        return log_topic in self._partition_counts
 
-    async def _read_new_log_topics(self) -> None:
-        """Start the readers of the log topics the mapping rules added (the next refresh retries a failure)."""
-        new = [name for name in self._log_topics() if name not in self._partition_counts and name not in self._adding]
-        if not new:
-            return
-        self._adding.update(new)
-        try:
-            await self.create_log_topics(new)
-            cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, new, False)
-            for topic in cluster.topics:
-                if topic.error is not None or not topic.partitions:
-                    continue
-                starts = [await self._offset_since((topic.name, partition), self._mapping_set_at_ms)
-                          for partition in range(len(topic.partitions))]
-                if self.stopped:
-                    return
-                if topic.name in self._partition_counts:
-                    continue
-                for partition, position in enumerate(starts):
-                    self._start_reader((topic.name, partition), position)
-                self._partition_counts[topic.name] = len(starts)
-        except errors.BrokerError as error:
-            self.log.warn("MQTT: the mapping rules' new log topics are not read yet ({error}); retrying", error=error)
-        finally:
-            self._adding.difference_update(new)
-
-    async def _offset_since(self, key: PartitionKey, since_ms: int | None) -> int:
-        """The first offset written at or after ``since_ms`` less the clock allowance (its end when None or
-        nothing is that new)."""
-        if since_ms is not None:
-            found = await self.offset_of(key, max(0, since_ms - limits.mqtt_mapping_read_back_ms))
-            if found >= 0:
-                return found
-        return await self.offset_of(key, LATEST_TIMESTAMP)
+    def start_readers(self, log_topic: str, positions: list[int]) -> None:
+        """Read every partition of a log topic the mapping rules added, each from its position."""
+        for partition, position in enumerate(positions):
+            self._start_reader((log_topic, partition), position)
+        self._partition_counts[log_topic] = len(positions)
 
     def _start_reader(self, key: PartitionKey, position: int) -> None:
         dispatcher = PartitionDispatcher(self, key, position)
@@ -285,7 +249,7 @@ class MqttHub:
 
     async def refresh_partitions(self) -> None:
         """Start readers for partitions added to the log topics since (they are read from their start)."""
-        await self._read_new_log_topics()
+        await self.mapping_rules.read_new_log_topics()
         try:
             cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, sorted(self._partition_counts), False)
             for topic in cluster.topics:

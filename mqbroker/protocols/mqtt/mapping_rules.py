@@ -17,10 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.interfaces import IGenericRecords
+from mqbroker.model import LATEST_TIMESTAMP
+from mqbroker.protocols.mqtt.readers import FRONT_END_PRINCIPAL
+from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import MappingRule, mapping_rules_document, mapping_rules_from_document
 
 if TYPE_CHECKING:
@@ -53,6 +57,8 @@ class ClusterMappingRules:
         self.configured = tuple(configured)
         #: Where the rules in force come from: ``FROM_CONFIGURATION`` or ``FROM_CLUSTER``.
         self.source = FROM_CONFIGURATION
+        self._set_at_ms: int | None = None  # when the rules in force were set (None: configured)
+        self._adding: set[str] = set()  # log topics whose readers are being started
 
     def start(self) -> None:
         """Apply the metadata's rules now and whenever the record changes."""
@@ -80,7 +86,48 @@ class ClusterMappingRules:
         if tuple(rules) != self._hub.mapping.rules:
             self.log.info("MQTT mapping rules from the {source}: {rules}", source=source,
                           rules=mapping_rules_document(rules))
-            self._hub.apply_mapping_rules(rules, set_at_ms)
+            self._apply(rules, set_at_ms)
+
+    def _apply(self, rules: list[MappingRule], set_at_ms: int | None) -> None:
+        """Put ``rules`` in force for every session of the hub; read the log topics they add from ``set_at_ms``
+        on (None: from their end)."""
+        self._hub.mapping.replace_rules(rules)
+        self._set_at_ms = set_at_ms
+        if self._hub.started.started and not self._hub.stopped:
+            Deferred.fromCoroutine(self.read_new_log_topics()).addErrback(self._hub.log_failure, "reading new log topics")
+
+    async def read_new_log_topics(self) -> None:
+        """Start the hub's readers of the log topics the rules added (the hub's next refresh retries a failure)."""
+        hub = self._hub
+        new = [name for name in hub.mapping.log_topics() if not hub.reads(name) and name not in self._adding]
+        if not new:
+            return
+        self._adding.update(new)
+        try:
+            await hub.create_log_topics(new)
+            cluster = await hub.broker.metadata(FRONT_END_PRINCIPAL, new, False)
+            for topic in cluster.topics:
+                if topic.error is not None or not topic.partitions:
+                    continue
+                positions = [await self._offset_since((topic.name, partition))
+                             for partition in range(len(topic.partitions))]
+                if hub.stopped:
+                    return
+                if not hub.reads(topic.name):
+                    hub.start_readers(topic.name, positions)
+        except errors.BrokerError as error:
+            self.log.warn("MQTT: the mapping rules' new log topics are not read yet ({error}); retrying", error=error)
+        finally:
+            self._adding.difference_update(new)
+
+    async def _offset_since(self, key: PartitionKey) -> int:
+        """The first offset written at or after the time the rules were set, less the clock allowance (the
+        partition's end with configured rules, or when nothing is that new)."""
+        if self._set_at_ms is not None:
+            found = await self._hub.offset_of(key, max(0, self._set_at_ms - limits.mqtt_mapping_read_back_ms))
+            if found >= 0:
+                return found
+        return await self._hub.offset_of(key, LATEST_TIMESTAMP)
 
     async def replace(self, document: Any) -> list[MappingRule]:
         """Check rules in their JSON form, create their log topics, and put them in force cluster-wide;
@@ -92,7 +139,7 @@ class ClusterMappingRules:
         await self._hub.create_log_topics(sorted({rule.log_topic for rule in rules}))
         value = {"rules": mapping_rules_document(rules), "set_at_ms": self._hub.now_ms()}
         if self._records is None:
-            self._hub.apply_mapping_rules(rules, value["set_at_ms"])
+            self._apply(rules, value["set_at_ms"])
             self.source = FROM_CLUSTER
         else:
             await self._records.put_generic_record(MAPPING_KIND, RULES_KEY, value)
@@ -101,7 +148,7 @@ class ClusterMappingRules:
     async def reset(self) -> None:
         """Delete the rules set at run time: the configured ones are in force again, everywhere."""
         if self._records is None:
-            self._hub.apply_mapping_rules(list(self.configured), self._hub.now_ms())
+            self._apply(list(self.configured), self._hub.now_ms())
             self.source = FROM_CONFIGURATION
         else:
             await self._records.put_generic_record(MAPPING_KIND, RULES_KEY, None)
