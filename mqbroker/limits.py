@@ -155,6 +155,16 @@ mqtt_connect_s_max = 10.0
 #: How long a connect waits for the broker that held a live session to hand it over (its final state)
 #: before resuming the newest stored state: that broker may be dead; 2 s keeps failover well under 5 s.
 mqtt_session_handoff_ms_max = 2_000
+#: MQTT mapping rules in force (configured or set through the admin API): each is checked against every
+#: SUBSCRIBE filter and each names a log topic the front end creates and reads; a few dozen cover real fleets.
+mqtt_mapping_rules_max = 256
+#: How long before the mapping rules were set each broker reads the log topics they add: a message published
+#: under the new rules through a broker whose clock is behind the one that set them is still read (a
+#: topic the rules add holds no MQTT message older than the rules; at most this much of a native
+#: producer's data may show up once).
+mqtt_mapping_read_back_ms = 5_000
+#: Characters of one mapping rule's MQTT topic filter (a rule is matched at every publish; real ones are short).
+mqtt_mapping_filter_length_max = 1024
 #: Client QoS 1/2 messages on their way to the log per connection (and the 3.1.1 outbound window):
 #: enough to cover a few fsync rounds at full rate, so the group commit is what paces a publisher.
 mqtt_log_writes_in_flight_max = 1000

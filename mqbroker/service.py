@@ -308,7 +308,8 @@ class BrokerService(MultiService):
         assert self.security is not None
         context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
                                   security=front_end_security(self.security),
-                                  connectors=self.connectors.admin if self.connectors is not None else None)
+                                  connectors=self.connectors.admin if self.connectors is not None else None,
+                                  cluster_records=self.control)
         tls = self.security.tls
         admin_views: dict[str, Any] = {}  # what the admin API shows of each front end
         for front_end in discover_front_ends():

@@ -14,7 +14,7 @@ from mqbroker.cli.common import EXIT_INTERRUPTED, EXIT_OK
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (each subcommand module adds its own parser)."""
     from mqbroker.cli import (
-        bench, certs, cluster, connectors, groups, messages, security, serve, shares, topics, transactions,
+        bench, certs, cluster, connectors, groups, messages, mqtt, security, serve, shares, topics, transactions,
     )
 
     parser = argparse.ArgumentParser(
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(commands)
     security.add_parsers(commands)
     connectors.add_parser(commands)
+    mqtt.add_parser(commands)
     return parser
 
 

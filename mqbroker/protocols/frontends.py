@@ -28,6 +28,7 @@ from mqbroker.interfaces import (
     IByteRateQuotas,
     IConnectorAdmin,
     IFrontEnd,
+    IGenericRecords,
 )
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class FrontEndContext:
     security: FrontEndSecurity | None = None
     #: The connector admin service; None when connectors are disabled (or in tests of a bare front end).
     connectors: IConnectorAdmin | None = None
+    #: The cluster metadata's generic records (the MQTT mapping rules set at run time); None in tests of a bare front end.
+    cluster_records: IGenericRecords | None = None
 
     @property
     def frame_timeout_s(self) -> float | None:

@@ -54,7 +54,8 @@ class Client:
 
     def __init__(self, broker: MqttBroker, client_id: str = "", *, version: int = mqtt.MQTTv311,
                  clean: bool = True, session_expiry_s: int | None = None, will: tuple[str, bytes, int] | None = None,
-                 keep_alive_s: int = 60, connect_properties: Any = None, **options: Any) -> None:
+                 keep_alive_s: int = 60, connect_properties: Any = None, will_delay_s: int | None = None,
+                 **options: Any) -> None:
         self.version = version
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.disconnects: queue.Queue[Any] = queue.Queue()
@@ -70,7 +71,14 @@ class Client:
         self.paho.on_disconnect = lambda client, userdata, flags, code, properties: self.disconnects.put(code)
         self.paho.on_subscribe = lambda client, userdata, mid, codes, properties: self.suback.put(codes)
         if will is not None:
-            self.paho.will_set(will[0], will[1], will[2])
+            will_properties = None
+            if will_delay_s is not None:  # MQTT 5.0's Will Delay Interval
+                from paho.mqtt.packettypes import PacketTypes
+                from paho.mqtt.properties import Properties
+
+                will_properties = Properties(PacketTypes.WILLMESSAGE)
+                will_properties.WillDelayInterval = will_delay_s
+            self.paho.will_set(will[0], will[1], will[2], properties=will_properties)
         properties = connect_properties
         if version == mqtt.MQTTv5 and session_expiry_s is not None:
             from paho.mqtt.packettypes import PacketTypes

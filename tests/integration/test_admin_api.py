@@ -302,6 +302,34 @@ def test_mqtt_clients_sessions_and_retained_messages(api: AdminApi, broker: Mqtt
     api.call("clearMqttRetained", expect=400)
 
 
+def test_mqtt_mapping_rules_are_changed_at_run_time_and_hostile_ones_refused(api: AdminApi, broker: MqttBroker) -> None:
+    assert api.json("getMqttMappingRules") == {"rules": [], "default_log_topic": "mqtt.messages", "source": "configuration"}
+    hostile = {
+        "a/#/b": "'#' must be a whole last level", "$share/g/a": "shared subscription", "ok/#": "internal",
+    }
+    for mqtt_filter, complaint in hostile.items():
+        log_topic = "__consumer_offsets" if complaint == "internal" else "mqtt.alarms"
+        refused = api.call("replaceMqttMappingRules", json={"rules": [{"filter": mqtt_filter, "log_topic": log_topic}]},
+                           expect=400)
+        assert complaint in refused.json()["error"]["message"], refused.json()
+    too_many = [{"filter": f"f/{index}", "log_topic": "mqtt.many"} for index in range(257)]
+    api.call("replaceMqttMappingRules", json={"rules": too_many}, expect=400)
+    api.call("replaceMqttMappingRules", json={"rules": [{"filter": "a", "log_topic": "bad name"}]}, expect=400)
+    api.call("replaceMqttMappingRules", json={"rules": [{"filter": "a", "log_topic": "t"}] * 2}, expect=400)
+    assert api.json("getMqttMappingRules")["source"] == "configuration", "nothing refused was stored"
+    rules = [{"filter": "plant/+/alarms", "log_topic": "mqtt.alarms"}]
+    answer = api.json("replaceMqttMappingRules", json={"rules": rules})
+    assert answer == {"rules": rules, "default_log_topic": "mqtt.messages", "source": "cluster"}
+    publisher = MqttClient(broker, "plant-7")
+    publisher.publish("plant/7/alarms", b"overheated", qos=1)
+    publisher.disconnect()
+    with Consumer(broker.bootstrap, group_id=None, topics=["mqtt.alarms"], auto_offset_reset="earliest") as consumer:
+        found = eventually(lambda: [(r.key, r.value) for r in consumer.poll(timeout=1.0)])
+    assert found == [(b"plant/7/alarms", b"overheated")]
+    reset = api.json("resetMqttMappingRules")
+    assert reset == {"rules": [], "default_log_topic": "mqtt.messages", "source": "configuration"}
+
+
 def test_amqp_exchanges_queues_and_bindings(api: AdminApi, broker: BrokerProcess) -> None:
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.ports["amqp"]))
     try:

@@ -294,3 +294,38 @@ def test_exit_codes_say_what_went_wrong(cluster: Cluster, tmp_path: pathlib.Path
         done = mqbroker(*usage, bootstrap=cluster.bootstrap)
         assert done.returncode == 2, (usage, done.stderr)
     assert mqbroker("topics", "list", bootstrap="no-port-here").returncode == 2
+
+
+def _http(broker: BrokerProcess) -> str:
+    return f"http://127.0.0.1:{broker.ports['http']}"
+
+
+def test_mqtt_mapping_rules_set_on_one_broker_read_on_another_and_reset(cluster: Cluster) -> None:
+    first, second = cluster.brokers[0], cluster.brokers[1]
+    log_topic = "mqtt.wind-farm-alarms-" + TOPIC[:120]
+    rule = f"turbines/+/alarms={log_topic}"
+    done = mqbroker("mqtt", "mapping-rules", "set", rule, "-o", "json", "--http", _http(first))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rules"] == [{"filter": "turbines/+/alarms", "log_topic": log_topic}]
+
+    def read_on_second() -> dict[str, object]:
+        found = mqbroker("mqtt", "mapping-rules", "get", "-o", "json", "--http", _http(second))
+        assert found.returncode == 0, found.stderr
+        return dict(json.loads(found.stdout))
+
+    wait_for(lambda: read_on_second()["source"] == "cluster", 20, "the rules applied on the second broker")
+    assert read_on_second()["rules"] == [{"filter": "turbines/+/alarms", "log_topic": log_topic}]
+    piped = mqbroker("mqtt", "mapping-rules", "get", "--http", _http(second))  # plain on a pipe, nothing cut
+    assert plain_rows(piped.stdout) == [["ORDER", "MQTT-TOPIC-FILTER", "LOG-TOPIC"], ["1", "turbines/+/alarms", log_topic],
+                                        ["-", "(anything else)", "mqtt.messages"]]
+    with Admin(first.bootstrap) as admin:
+        assert [t.name for t in admin.metadata([log_topic]).topics if t.error_code == 0] == [log_topic], "created"
+    refused = mqbroker("mqtt", "mapping-rules", "set", "a/#/b=x", "--http", _http(first))
+    assert refused.returncode == 1 and "'#' must be a whole last level" in refused.stderr
+    internal = mqbroker("mqtt", "mapping-rules", "set", "a=__consumer_offsets", "--http", _http(first))
+    assert internal.returncode == 1 and "internal" in internal.stderr
+    assert mqbroker("mqtt", "mapping-rules", "set", "no-equals-sign", "--http", _http(first)).returncode == 2
+    unreachable = mqbroker("mqtt", "mapping-rules", "get", "--http", f"http://127.0.0.1:{free_port()}")
+    assert unreachable.returncode == 3 and "cannot reach the admin API" in unreachable.stderr
+    reset = mqbroker("mqtt", "mapping-rules", "reset", "-o", "json", "--http", _http(first))
+    assert reset.returncode == 0 and json.loads(reset.stdout)["source"] == "configuration", reset.stderr

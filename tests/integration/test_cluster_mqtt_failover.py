@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import paho.mqtt.client as mqtt
 import pytest
+import requests
 
-from mqbroker.client import Admin
+from mqbroker.client import Admin, Consumer
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import start_cluster
 from tests.integration.mqtt_support import Client, unique
@@ -208,3 +209,58 @@ def test_log_topics_get_a_partition_per_broker_and_mapping_rules_from_the_config
     finally:
         for broker in brokers:
             broker.kill()
+
+
+def _mapping_rules_url(broker: BrokerProcess) -> str:
+    return f"http://127.0.0.1:{broker.ports['http']}/api/v1/mqtt/mapping-rules"
+
+
+def test_mapping_rules_changed_through_one_brokers_admin_api_hold_on_every_broker(cluster: list[BrokerProcess]) -> None:
+    prefix = unique("plant")
+    subscriber = _mqtt(_node(cluster, 3), unique("operator"))
+    subscriber.subscribe(f"{prefix}/#", qos=1)
+    publisher = _mqtt(_node(cluster, 2))
+    _until_delivered(publisher, subscriber, f"{prefix}/probe")
+    rules = [{"filter": f"{prefix}/+/alarms", "log_topic": "mqtt.plant-alarms"}]
+    answer = requests.put(_mapping_rules_url(_node(cluster, 1)), json={"rules": rules}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    for node in (2, 3):  # each broker's API shows the rules it applies
+        _eventually(lambda: requests.get(_mapping_rules_url(_node(cluster, node)), timeout=10).json()["rules"] == rules
+                    or None)
+    sent = [(f"{prefix}/{index}/alarms", b"alarm %d" % index) for index in range(20)]
+    for topic, payload in sent:
+        publisher.publish(topic, payload, qos=1)
+    received = [(m.topic, m.payload) for m in subscriber.receive(len(sent), timeout_s=30)]
+    assert sorted(received) == sorted(sent)
+    with Consumer(cluster[0].bootstrap, group_id=None, topics=["mqtt.plant-alarms"], auto_offset_reset="earliest") as consumer:
+        stored: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(stored) < len(sent) and time.monotonic() < deadline:
+            stored += [(message.key, message.value) for message in consumer.poll(timeout=1.0)]
+    assert sorted(stored) == sorted((topic.encode(), payload) for topic, payload in sent), "in the new log topic"
+    publisher.disconnect()
+    subscriber.disconnect()
+
+
+def test_a_will_whose_delay_began_is_published_on_time_by_a_survivor_after_kill9(cluster: list[BrokerProcess]) -> None:
+    prefix, will_delay_s = unique("fleet"), 8
+    watcher = _mqtt(cluster[1], unique("watcher"), version=mqtt.MQTTv5)
+    watcher.subscribe(f"{prefix}/+/status", qos=1)
+    publisher = _mqtt(cluster[2])
+    _until_delivered(publisher, watcher, f"{prefix}/probe/status")
+    device = _mqtt(cluster[0], unique("device"), version=mqtt.MQTTv5, clean=False, session_expiry_s=3600,
+                   will=(f"{prefix}/device/status", b"offline", 1), will_delay_s=will_delay_s)
+    device.drop()  # broker 1 begins the will delay
+    dropped_at = time.monotonic()
+    time.sleep(1.5)
+    cluster[0].kill()  # it dies holding the delayed will
+    received: list[tuple[bytes, float]] = []
+    while not received and time.monotonic() < dropped_at + will_delay_s + 20:
+        received += [(m.payload, time.monotonic() - dropped_at) for m in watcher.receive(1, timeout_s=1)
+                     if m.payload != b"probe"]
+    assert [payload for payload, _ in received] == [b"offline"], "the delayed will is not lost with its broker"
+    [(_, after_s)] = received
+    assert will_delay_s - 0.5 <= after_s <= will_delay_s + 5, f"published {after_s:.1f} s after the connection ended"
+    assert not [m for m in watcher.receive(1, timeout_s=3) if m.payload != b"probe"], "it goes out once"
+    watcher.disconnect()
+    publisher.disconnect()

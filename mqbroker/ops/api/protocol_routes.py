@@ -1,4 +1,5 @@
-"""Admin API: the MQTT front end (clients, sessions, retained messages) and AMQP (exchanges, queues, bindings).
+"""Admin API: the MQTT front end (clients, sessions, retained messages, mapping rules) and AMQP (exchanges,
+queues, bindings).
 
 Both come from the front ends' admin views on this broker; reading needs ``describe`` on the
 cluster, changing ``alter``. A front end whose listener is off answers 404.
@@ -15,7 +16,7 @@ from mqbroker.model import Operation
 from mqbroker.ops.api.operations import FrontEndMissing
 from mqbroker.ops.api.record_routes import text_of
 from mqbroker.ops.api.routing import ApiCall, ApiError, Route, path_parameter, query_parameter
-from mqbroker.ops.api.schemas import array_of
+from mqbroker.ops.api.schemas import array_of, ref
 
 MQTT_TAG = "mqtt"
 AMQP_TAG = "amqp"
@@ -64,6 +65,21 @@ async def clear_mqtt_retained(call: ApiCall) -> None:
     topic = call.query["topic"]
     if not _view(call, "mqtt", Operation.ALTER).clear_retained(topic):
         raise errors.ResourceNotFoundError(f"no retained message on MQTT topic {topic!r}")
+
+
+async def mqtt_mapping_rules(call: ApiCall) -> dict[str, Any]:
+    """The MQTT mapping rules this broker applies."""
+    return dict(_view(call, "mqtt").mapping_rules())
+
+
+async def replace_mqtt_mapping_rules(call: ApiCall) -> dict[str, Any]:
+    """Put new MQTT mapping rules in force on every broker (stored in the cluster metadata)."""
+    return dict(await _view(call, "mqtt", Operation.ALTER).replace_mapping_rules(call.body["rules"]))
+
+
+async def reset_mqtt_mapping_rules(call: ApiCall) -> dict[str, Any]:
+    """Bring the configured MQTT mapping rules back on every broker."""
+    return dict(await _view(call, "mqtt", Operation.ALTER).reset_mapping_rules())
 
 
 async def amqp_exchanges(call: ApiCall) -> list[dict[str, Any]]:
@@ -117,6 +133,15 @@ ROUTES = (
           handler=clear_mqtt_retained, summary="Clear the retained message of a topic", error_statuses=(404,),
           parameters=(query_parameter("topic", "the MQTT topic name", {"type": "string", "minLength": 1},
                                       required=True),)),
+    Route(method="GET", path="/api/v1/mqtt/mapping-rules", operation_id="getMqttMappingRules", tag=MQTT_TAG,
+          handler=mqtt_mapping_rules, summary="The MQTT topic filter -> log topic rules this broker applies",
+          response=ref("MqttMappingRules"), error_statuses=_MQTT_ERRORS),
+    Route(method="PUT", path="/api/v1/mqtt/mapping-rules", operation_id="replaceMqttMappingRules", tag=MQTT_TAG,
+          handler=replace_mqtt_mapping_rules, summary="Replace the MQTT mapping rules on every broker",
+          body=ref("NewMqttMappingRules"), response=ref("MqttMappingRules"), error_statuses=_MQTT_ERRORS),
+    Route(method="DELETE", path="/api/v1/mqtt/mapping-rules", operation_id="resetMqttMappingRules", tag=MQTT_TAG,
+          handler=reset_mqtt_mapping_rules, summary="Bring the configured MQTT mapping rules back on every broker",
+          response=ref("MqttMappingRules"), error_statuses=_MQTT_ERRORS),
     Route(method="GET", path="/api/v1/amqp/exchanges", operation_id="listAmqpExchanges", tag=AMQP_TAG,
           handler=amqp_exchanges, summary="AMQP exchanges", response=array_of("AmqpExchange"), error_statuses=(404,)),
     Route(method="GET", path="/api/v1/amqp/queues", operation_id="listAmqpQueues", tag=AMQP_TAG,

@@ -15,6 +15,8 @@ from mqbroker.limits import (
     connector_config_value_bytes_max,
     connector_name_length_max,
     group_id_length_max,
+    mqtt_mapping_filter_length_max,
+    mqtt_mapping_rules_max,
     partitions_per_topic_max,
     topic_name_length_max,
     username_length_max,
@@ -41,6 +43,8 @@ _INT_LIST = {"type": "array", "items": _INT}
 _NULLABLE_STR = {"type": ["string", "null"]}
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _STRING_MAP = {"type": "object", "additionalProperties": _STR}
+#: MQTT mapping rules in order, first match wins.
+_MAPPING_RULES = {"type": "array", "items": ref("MqttMappingRule"), "maxItems": mqtt_mapping_rules_max}
 
 
 def _object(properties: dict[str, Any], required: tuple[str, ...] | None = None, **extra: Any) -> dict[str, Any]:
@@ -161,6 +165,15 @@ COMPONENTS: dict[str, Any] = {
                             "ended_at_ms": _NULLABLE_INT, "subscriptions": array_of("MqttSubscription"),
                             "inflight": _INT}),
     "MqttRetained": _object({"topic": _STR, "qos": _INT, "payload": ref("Text"), "created_ms": _INT}),
+    "MqttMappingRule": _object({
+        "filter": {"type": "string", "minLength": 1, "maxLength": mqtt_mapping_filter_length_max,
+                   "description": "an MQTT topic filter ('+', '#'; not $share/...)"},
+        "log_topic": {"type": "string", "minLength": 1, "maxLength": topic_name_length_max,
+                      "pattern": "^[A-Za-z0-9._-]+$", "description": "the log topic (not internal: no '__' prefix)"},
+    }),
+    "NewMqttMappingRules": _object({"rules": _MAPPING_RULES}),
+    "MqttMappingRules": _object({"rules": _MAPPING_RULES, "default_log_topic": _STR,
+                                 "source": {"type": "string", "enum": ["configuration", "cluster"]}}),
     "AmqpExchange": _object({"name": _STR, "type": _STR, "durable": {"type": "boolean"},
                              "auto_delete": {"type": "boolean"}, "internal": {"type": "boolean"}}),
     "AmqpQueue": _object({"name": _STR, "type": _STR, "durable": {"type": "boolean"},

@@ -1,4 +1,5 @@
-"""What the admin API shows of the MQTT front end: connected clients, stored sessions, retained messages.
+"""What the admin API shows of the MQTT front end: connected clients, stored sessions, retained messages,
+and the mapping rules in force (which it may also change, cluster-wide).
 
 Read from this broker's ``MqttHub``: the clients connected to this broker, and the sessions and
 retained messages every broker replays from ``__mqtt_sessions`` and ``__mqtt_retained`` at
@@ -15,6 +16,7 @@ from typing import Any
 
 from mqbroker.protocols.mqtt.actions import Retain
 from mqbroker.protocols.mqtt.state import SessionState, Subscription
+from mqbroker.protocols.mqtt.topics import mapping_rules_document
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,3 +133,19 @@ class MqttAdminView:
         self._hub.retain(Retain(topic=topic, payload=b"", headers=()))
         return True
 
+
+    def mapping_rules(self) -> dict[str, Any]:
+        """The mapping rules this broker applies, the default log topic and where the rules come from."""
+        mapping = self._hub.mapping
+        return {"rules": mapping_rules_document(mapping.rules), "default_log_topic": mapping.default_log_topic,
+                "source": self._hub.mapping_rules.source}
+
+    async def replace_mapping_rules(self, document: Any) -> dict[str, Any]:
+        """Put rules (their JSON form) in force cluster-wide; ``InvalidRequestError`` says what is wrong."""
+        await self._hub.mapping_rules.replace(document)
+        return self.mapping_rules()
+
+    async def reset_mapping_rules(self) -> dict[str, Any]:
+        """Bring the configured rules back, cluster-wide."""
+        await self._hub.mapping_rules.reset()
+        return self.mapping_rules()

@@ -1,13 +1,15 @@
 """Wills that outlive their broker: each hub stores the will of every client connected to it in the
-compacted ``__mqtt_wills`` topic (keyed by client id, naming its broker in ``mqtt.broker``) and deletes it
-when the connection ends (the hub then publishes or drops the will itself, as on a single broker).
+compacted ``__mqtt_wills`` topic (keyed by client id, naming its broker in ``mqtt.broker``). When the
+connection ends the hub publishes or drops the will itself, as on a single broker; a will with a delay
+stays stored, rewritten with the wall-clock time it is due, until the hub has published it or the
+client is back (then the record is deleted or replaced).
 
 Every hub follows the topic. When the broker holding a will is fenced (dead), the hub leading
-``__mqtt_wills`` partition 0 — one at a time — deletes the record and publishes the will after its
-delay, unless the client connects again first (anywhere: its new broker writes the client's record).
-A broker restarted before it was fenced publishes the wills its previous run held itself. A will
-whose broker dies during the will delay it had already started is lost. On a single broker nothing
-is stored: there is no survivor to publish a will.
+``__mqtt_wills`` partition 0 — one at a time — takes the will over: it stores it under its own name,
+publishes it after its delay (at its due time if the delay had begun), then deletes the record, unless
+the client connects again first (anywhere: its new broker writes the client's record). A broker
+restarted before it was fenced publishes the wills its previous run held itself. On a single broker
+nothing is stored: there is no survivor to publish a will.
 """
 
 from __future__ import annotations
@@ -79,21 +81,33 @@ class ClusterWills:
         self.elsewhere[client_id] = (writer_broker(record), will)
 
     def connected(self, client_id: str, will: ScheduleWill | None) -> None:
-        """A client's session opened here: store its will (or delete the one another broker held)."""
+        """A client's session opened here: store its will (or delete the one another broker, or this one, held)."""
         if not self.hub.sessions.clustered:
             return
         if will is not None:
             value: bytes | None = StoredWill.of(will, self.hub.now_ms()).to_bytes()
             self._stored_here.add(client_id)
-        elif client_id in self.elsewhere:
+        elif client_id in self.elsewhere or client_id in self._stored_here:
             value = None
+            self._stored_here.discard(client_id)
         else:
             return
         self.elsewhere.pop(client_id, None)
         self._write(client_id, value)
 
-    def disconnected(self, client_id: str) -> None:
-        """A client's connection here ended: this hub publishes or drops its will itself."""
+    def disconnected(self, client_id: str, delayed: ScheduleWill | None) -> None:
+        """A client's connection here ended: this hub publishes or drops its will itself. A ``delayed`` will (its
+        delay began now) stays stored with its due time, so a survivor publishes it if this broker dies first."""
+        if client_id not in self._stored_here:
+            return
+        if delayed is not None:
+            self._write(client_id, StoredWill.begun(delayed, self.hub.now_ms()).to_bytes())
+        else:
+            self._stored_here.discard(client_id)
+            self._write(client_id, None)
+
+    def published(self, client_id: str) -> None:
+        """This hub published a will it had stored: delete the record."""
         if client_id in self._stored_here:
             self._stored_here.discard(client_id)
             self._write(client_id, None)
@@ -121,10 +135,12 @@ class ClusterWills:
             if client_id in self.hub.connections:
                 continue
             del self.elsewhere[client_id]
-            self.log.info("MQTT will of {client_id}: its broker {holder} died holding it; publishing it",
-                          client_id=client_id, holder=holder)
-            self._write(client_id, None)
-            self.hub.schedule_will(will.schedule(client_id, now_ms))
+            scheduled = will.schedule(client_id, now_ms)
+            self.log.info("MQTT will of {client_id}: its broker {holder} died holding it; publishing it in {delay_ms} ms",
+                          client_id=client_id, holder=holder, delay_ms=max(0, scheduled.at_ms - now_ms))
+            self._stored_here.add(client_id)  # held here now: if this broker dies too, the next survivor has it
+            self._write(client_id, StoredWill.begun(scheduled, now_ms).to_bytes())
+            self.hub.schedule_will(scheduled)
 
     def _write(self, client_id: str, value: bytes | None) -> None:
         batch = single_record_batch(self.hub.now_ms(), client_id.encode(), value, self.hub.own_header)

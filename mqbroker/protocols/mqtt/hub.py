@@ -16,6 +16,8 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
   when their broker dies (``cluster_wills.py``);
 * ``$SYS/broker/...`` statistics are published every ``SYS_INTERVAL_S`` (in memory only);
 * partitions added to a log topic later get their reader within ``PARTITION_REFRESH_S``;
+* the mapping rules are the cluster's (``mapping_rules.py``): when they change, every session uses the
+  new ones at once and the log topics they add get readers from the time the rules were set;
 * a batch whose records do not decode is counted, logged and skipped (``records_after``):
   every reader goes on after it.
 """
@@ -30,14 +32,14 @@ from dataclasses import replace
 from typing import Any
 from typing import Protocol as TypingProtocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import __version__, errors
-from mqbroker.interfaces import IBroker
+from mqbroker.interfaces import IBroker, IGenericRecords
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
     AbortedTransaction,
@@ -50,6 +52,7 @@ from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.cluster_wills import WILLS_TOPIC, ClusterWills
 from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER, StateFollower, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
+from mqbroker.protocols.mqtt.mapping_rules import ClusterMappingRules
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
@@ -124,10 +127,12 @@ class MqttHub:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
-                 unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None) -> None:
+                 unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None,
+                 records: IGenericRecords | None = None) -> None:
         """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
         log topics it creates (0: one per broker of the cluster); ``node_id``: this broker's, named in the
-        session records it writes."""
+        session records it writes; ``records``: the cluster metadata, where the mapping rules set at run time
+        are (``mapping`` holds the configured ones)."""
         self.broker = broker
         self.node_id = node_id
         self._log_partitions = log_partitions
@@ -146,7 +151,8 @@ class MqttHub:
         self.share_backlog = ShareBacklog(self)
         self.statistics = {"messages/received": 0, "messages/sent": 0, "bytes/received": 0, "bytes/sent": 0}
         self._partition_counts: dict[str, int] = {}
-        self._will_timers: dict[str, IDelayedCall] = {}
+        #: Wills waiting for their delay, by client id: the timer that publishes each and the will.
+        self._will_timers: dict[str, tuple[IDelayedCall, ScheduleWill]] = {}
         #: Names this hub's session and retained records (``followers.py``); new at every start.
         self.instance = uuid.uuid4().hex.encode()
         #: The headers of the session and retained records this hub writes: its instance and broker.
@@ -156,6 +162,8 @@ class MqttHub:
         self.sessions = SessionDirectory(self)
         #: Wills of the clients connected anywhere, published here if their broker dies.
         self.wills = ClusterWills(self)
+        #: The mapping rules in force cluster-wide (configured, or set through the admin API).
+        self.mapping_rules = ClusterMappingRules(self, records, mapping.rules)
         #: Fires once ``start`` has finished; connections wait for it before their CONNACK.
         self.started = StartedSignal(reactor, "MQTT front end")
         self._started_s = reactor.seconds()
@@ -183,10 +191,7 @@ class MqttHub:
         log_topics = self._log_topics()
         for name in (RETAINED_TOPIC, SESSIONS_TOPIC, WILLS_TOPIC):  # they wait for all their replicas' brokers
             await self._ensure_topic(name, _COMPACTED)
-        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
-        partitions = self._log_partitions or len(cluster.brokers) or 1
-        for name in log_topics:
-            await self._ensure_topic(name, _DECODED, partitions)
+        await self.create_log_topics(log_topics)
         cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, log_topics, False)
         partition_counts = {topic.name: len(topic.partitions) for topic in cluster.topics}
         ends = {topic: await self.offset_of((topic, 0), LATEST_TIMESTAMP)
@@ -218,7 +223,24 @@ class MqttHub:
         self._partition_loop.start(PARTITION_REFRESH_S, now=False).addErrback(self.log_failure, "partition refresh")
 
     def _log_topics(self) -> list[str]:
-        return sorted({self.mapping.default_log_topic, *(rule.log_topic for rule in self.mapping.rules)})
+        return self.mapping.log_topics()
+
+    async def create_log_topics(self, names: list[str]) -> None:
+        """Create the log topics among ``names`` that do not exist yet (``mqtt_log_partitions`` partitions each)."""
+        cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, names, False)
+        partitions = self._log_partitions or len(cluster.brokers) or 1
+        for name in names:
+            await self._ensure_topic(name, _DECODED, partitions)
+
+    def reads(self, log_topic: str) -> bool:
+        """Whether this hub reads ``log_topic`` already."""
+        return log_topic in self._partition_counts
+
+    def start_readers(self, log_topic: str, positions: list[int]) -> None:
+        """Read every partition of a log topic the mapping rules added, each from its position."""
+        for partition, position in enumerate(positions):
+            self._start_reader((log_topic, partition), position)
+        self._partition_counts[log_topic] = len(positions)
 
     def _start_reader(self, key: PartitionKey, position: int) -> None:
         dispatcher = PartitionDispatcher(self, key, position)
@@ -227,8 +249,9 @@ class MqttHub:
 
     async def refresh_partitions(self) -> None:
         """Start readers for partitions added to the log topics since (they are read from their start)."""
+        await self.mapping_rules.read_new_log_topics()
         try:
-            cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, self._log_topics(), False)
+            cluster = await self.broker.metadata(FRONT_END_PRINCIPAL, sorted(self._partition_counts), False)
             for topic in cluster.topics:
                 known = self._partition_counts.get(topic.name, 0)
                 for partition in range(known, len(topic.partitions)):
@@ -378,7 +401,9 @@ class MqttHub:
         if live_here:
             del self.connections[client_id]
             self.registry.remove_client(client_id)
-            self.wills.disconnected(client_id)  # before the session's record: a broker taking it over waits for that
+            delayed = self._will_timers.get(client_id)
+            # before the session's record: a broker taking it over waits for that
+            self.wills.disconnected(client_id, None if delayed is None else delayed[1])
         self.sessions.ended(client_id, stored, live_here)
 
     # ------------------------------------------------------------------ wills and retained
@@ -389,21 +414,26 @@ class MqttHub:
         if delay_ms <= 0:
             self._publish_will(will)
             return
-        self._will_timers[will.client_id] = self.reactor.callLater(delay_ms / 1000.0, self._publish_will, will)
+        self.cancel_will(will.client_id)
+        timer = self.reactor.callLater(delay_ms / 1000.0, self._publish_will, will)
+        self._will_timers[will.client_id] = (timer, will)
 
     def cancel_will(self, client_id: str) -> None:
         """The client id connected again (here or elsewhere): its delayed will is not sent."""
-        timer = self._will_timers.pop(client_id, None)
-        if timer is not None and timer.active():
-            timer.cancel()
+        pending = self._will_timers.pop(client_id, None)
+        if pending is not None and pending[0].active():
+            pending[0].cancel()
 
     def _publish_will(self, will: ScheduleWill) -> None:
         self._will_timers.pop(will.client_id, None)
+        writes = []
         for action in will.actions:
             if isinstance(action, Retain):
-                self.retain(action).addErrback(self.log_failure, "storing a retained will")
+                writes.append(self.retain(action).addErrback(self.log_failure, "storing a retained will"))
             else:
-                self.publish_once(action)
+                writes.append(self.publish_once(action))
+        # the stored record goes once the will is written: a broker dying in between leaves it to a survivor
+        gatherResults(writes).addCallback(lambda _: self.wills.published(will.client_id))
 
     def publish_once(self, action: PublishToLog) -> Deferred[Any]:
         """Append one record that nobody waits for (a will)."""

@@ -476,7 +476,9 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     except (ValueError, MqttProtocolError) as error:
         raise ConfigError(f"configuration key 'mqtt_mapping_rules': {error}") from None
     hub = MqttHub(broker, reactor, mapping, log_partitions=context.config.mqtt_log_partitions,
-                  node_id=context.config.node_id, unreadable=context.metrics.unreadable if context.metrics is not None else None)
+                  node_id=context.config.node_id, unreadable=context.metrics.unreadable if context.metrics is not None else None,
+                  records=context.cluster_records)
+    hub.mapping_rules.start()
     config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
                            outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)
     counter = itertools.count(1)

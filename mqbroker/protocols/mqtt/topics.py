@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from mqbroker.limits import mqtt_mapping_filter_length_max, mqtt_mapping_rules_max
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.packets import ReasonCode
 
@@ -253,26 +254,85 @@ def parse_mapping_rules(text: str) -> list[MappingRule]:
     return rules
 
 
+def check_mapping_rules(rules: Sequence[MappingRule], default_log_topic: str = DEFAULT_LOG_TOPIC) -> None:
+    """``ValueError`` naming the first thing wrong with ``rules``: too many, a filter that is malformed, shared,
+    too long or given twice, a log topic whose name is invalid or internal (``__``)."""
+    if len(rules) > mqtt_mapping_rules_max:
+        raise ValueError(f"{len(rules)} MQTT mapping rules; at most {mqtt_mapping_rules_max} are allowed "
+                         "(map whole subtrees with '#' instead of single topics)")
+    seen: set[str] = set()
+    for number, rule in enumerate(rules, start=1):
+        where = f"MQTT mapping rule {number} ({rule.mqtt_filter[:64]!r} -> {rule.log_topic[:64]!r})"
+        if len(rule.mqtt_filter) > mqtt_mapping_filter_length_max:
+            raise ValueError(f"{where}: the topic filter is longer than {mqtt_mapping_filter_length_max} characters")
+        if rule.mqtt_filter.startswith(SHARED_PREFIX):
+            raise ValueError(f"{where}: a shared subscription ($share/...) is not a topic filter; map its filter")
+        try:
+            validate_topic_filter(rule.mqtt_filter)
+        except MqttProtocolError as error:
+            raise ValueError(f"{where}: {error.message}") from None
+        if rule.mqtt_filter in seen:
+            raise ValueError(f"{where}: the filter is given twice (the first rule would always win)")
+        seen.add(rule.mqtt_filter)
+    for name in [rule.log_topic for rule in rules] + [default_log_topic]:
+        if not _LOG_TOPIC_NAME.fullmatch(name):
+            raise ValueError(f"log topic {name[:300]!r} must be 1-249 characters of [A-Za-z0-9._-]")
+        if name.startswith("__"):
+            raise ValueError(f"log topic {name!r} is internal (it starts with '__'); map onto a topic of your own")
+
+
+def mapping_rules_document(rules: Sequence[MappingRule]) -> list[dict[str, str]]:
+    """The JSON form of ``rules`` (the admin API's and the cluster metadata's)."""
+    return [{"filter": rule.mqtt_filter, "log_topic": rule.log_topic} for rule in rules]
+
+
+def mapping_rules_from_document(document: Any) -> list[MappingRule]:
+    """Rules from their JSON form, checked (``check_mapping_rules``); ``ValueError`` (only) for anything else."""
+    if not isinstance(document, list):
+        raise ValueError(f"MQTT mapping rules are a list of {{'filter', 'log_topic'}} objects, not {type(document).__name__}")
+    if len(document) > mqtt_mapping_rules_max:
+        raise ValueError(f"{len(document)} MQTT mapping rules; at most {mqtt_mapping_rules_max} are allowed")
+    rules = []
+    for number, item in enumerate(document, start=1):
+        if not (isinstance(item, dict) and set(item) == {"filter", "log_topic"}
+                and isinstance(item["filter"], str) and isinstance(item["log_topic"], str)):
+            raise ValueError(f"MQTT mapping rule {number} is not an object with string fields 'filter' and 'log_topic'")
+        rules.append(MappingRule(mqtt_filter=item["filter"], log_topic=item["log_topic"]))
+    check_mapping_rules(rules)
+    return rules
+
+
 class TopicMapping:
-    """Maps MQTT topic names to log topics by ordered rules, with a default (DESIGN §4)."""
+    """Maps MQTT topic names to log topics by ordered rules, with a default (DESIGN §4).
+
+    One object per front end, shared by its sessions: ``replace_rules`` puts new rules in force for all of
+    them at once (the cluster's rules changed).
+    """
 
     __slots__ = ("_rules", "_trie", "default_log_topic")
 
     def __init__(self, rules: Sequence[MappingRule] = (), default_log_topic: str = DEFAULT_LOG_TOPIC) -> None:
-        for name in [rule.log_topic for rule in rules] + [default_log_topic]:
-            if not _LOG_TOPIC_NAME.fullmatch(name):
-                raise ValueError(f"log topic {name!r} must be 1-249 characters of [A-Za-z0-9._-]")
-        self._rules = tuple(rules)
-        self._trie: SubscriptionTrie[int, MappingRule] = SubscriptionTrie()
-        for index, rule in enumerate(self._rules):
-            validate_topic_filter(rule.mqtt_filter)
-            self._trie.add(rule.mqtt_filter, index, rule)
         self.default_log_topic = default_log_topic
+        self._rules: tuple[MappingRule, ...] = ()
+        self._trie: SubscriptionTrie[int, MappingRule] = SubscriptionTrie()
+        self.replace_rules(rules)
+
+    def replace_rules(self, rules: Sequence[MappingRule]) -> None:
+        """Put ``rules`` in force (checked first: ``ValueError`` leaves the old ones)."""
+        check_mapping_rules(rules, self.default_log_topic)
+        trie: SubscriptionTrie[int, MappingRule] = SubscriptionTrie()
+        for index, rule in enumerate(rules):
+            trie.add(rule.mqtt_filter, index, rule)
+        self._rules, self._trie = tuple(rules), trie
 
     @property
     def rules(self) -> tuple[MappingRule, ...]:
         """The rules, first match wins."""
         return self._rules
+
+    def log_topics(self) -> list[str]:
+        """Every log topic the rules and the default name, sorted."""
+        return sorted({self.default_log_topic, *(rule.log_topic for rule in self._rules)})
 
     def log_topic_for(self, mqtt_topic: str) -> str:
         """The log topic a message published to ``mqtt_topic`` is stored in."""

@@ -23,9 +23,9 @@ from tests.fake_broker import FakeBroker
 LOG_TOPIC = TopicMapping().default_log_topic
 
 
-def _will_record(client_id: str, holder: int, payload: bytes) -> bytes:
-    will = StoredWill(delay_ms=0, write=PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status",
-                                                     payload=payload, headers=()))
+def _will_record(client_id: str, holder: int, payload: bytes, due_at_ms: int | None = None) -> bytes:
+    will = StoredWill(delay_ms=0 if due_at_ms is None else 60_000, due_at_ms=due_at_ms,
+                      write=PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=payload, headers=()))
     builder = BatchBuilder()
     builder.append(0, client_id.encode(), will.to_bytes(), ((HUB_HEADER, b"another hub"), (BROKER_HEADER, b"%d" % holder)))
     return builder.build()
@@ -45,6 +45,12 @@ def _started_hub(broker: FakeBroker, clock: Clock, node_id: int) -> MqttHub:
     assert hub.started.started
     hub.sessions.clustered = True
     return hub
+
+
+def _stored_wills(broker: FakeBroker) -> list[StoredWill | None]:
+    """Every record the hub wrote to the wills topic, read back (None: a deletion)."""
+    return [None if value is None else StoredWill.from_bytes(value)
+            for topic, value in _published(broker) if topic == WILLS_TOPIC]
 
 
 def _published(broker: FakeBroker) -> list[tuple[str, bytes]]:
@@ -103,6 +109,59 @@ def test_a_single_broker_stores_no_wills() -> None:
     Deferred.fromCoroutine(hub.start())
     write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
     hub.wills.connected("dev-1", ScheduleWill(client_id="dev-1", at_ms=0, actions=(write,)))
-    hub.wills.disconnected("dev-1")
+    hub.wills.disconnected("dev-1", None)
     assert not [topic for _, topic, *_ in broker.calls_of("produce") if topic == WILLS_TOPIC]
+    hub.stop()
+
+
+def test_a_will_whose_delay_began_stays_stored_with_its_due_time_until_it_is_published() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    hub = _started_hub(broker, clock, node_id=1)
+    clock.advance(100)
+    write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
+    will = ScheduleWill(client_id="dev-1", at_ms=hub.now_ms() + 10_000, actions=(write,))
+    hub.wills.connected("dev-1", will)
+    hub.schedule_will(will)  # the connection ended: the session's will action, then the end of its session
+    hub.wills.disconnected("dev-1", will)
+    [connected, begun] = _stored_wills(broker)
+    assert connected is not None and connected.due_at_ms is None and connected.delay_ms == 10_000
+    assert begun is not None and begun.due_at_ms == will.at_ms, "a survivor publishes it at its time"
+    clock.advance(9.9)
+    assert (LOG_TOPIC, b"gone") not in _published(broker)
+    clock.advance(0.1)
+    assert (LOG_TOPIC, b"gone") in _published(broker)
+    assert _stored_wills(broker)[-1] is None, "published: the record is deleted"
+    hub.stop()
+
+
+def test_a_client_back_on_the_same_broker_deletes_its_begun_will() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    hub = _started_hub(broker, clock, node_id=1)
+    write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
+    will = ScheduleWill(client_id="dev-1", at_ms=hub.now_ms() + 10_000, actions=(write,))
+    hub.wills.connected("dev-1", will)
+    hub.schedule_will(will)
+    hub.wills.disconnected("dev-1", will)
+    hub.cancel_will("dev-1")  # the client is back, without a will
+    hub.wills.connected("dev-1", None)
+    assert _stored_wills(broker)[-1] is None
+    clock.advance(20)
+    assert (LOG_TOPIC, b"gone") not in _published(broker)
+    hub.stop()
+
+
+def test_a_dead_brokers_will_whose_delay_began_is_published_at_its_due_time_and_held_meanwhile() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    clock.advance(1000)
+    broker.add_topic(WILLS_TOPIC)
+    broker.append(WILLS_TOPIC, _will_record("dev-1", holder=2, payload=b"dev-1 is gone", due_at_ms=1_005_000))
+    hub = _started_hub(broker, clock, node_id=1)
+    clock.advance(ORPHAN_CHECK_INTERVAL_S)
+    [held] = _stored_wills(broker)
+    assert held is not None and held.due_at_ms == 1_005_000, "stored under this broker: if it dies too, another has it"
+    clock.advance(3.9)
+    assert (LOG_TOPIC, b"dev-1 is gone") not in _published(broker), "not before its time"
+    clock.advance(0.1)
+    assert _published(broker).count((LOG_TOPIC, b"dev-1 is gone")) == 1
+    assert _stored_wills(broker)[-1] is None
     hub.stop()

@@ -18,7 +18,8 @@ def stored_wills(draw: st.DrawFn) -> StoredWill:
     write = PublishToLog(ticket=None, log_topic=draw(st.text(max_size=10)), key=draw(st.binary(max_size=10)),
                          payload=payload, headers=headers)
     retain = draw(st.none() | st.text(max_size=10).map(lambda topic: Retain(topic=topic, payload=payload, headers=headers)))
-    return StoredWill(delay_ms=draw(st.integers(0, 2**40)), write=write, retain=retain)
+    return StoredWill(delay_ms=draw(st.integers(0, 2**40)), write=write, retain=retain,
+                      due_at_ms=draw(st.none() | st.integers(0, 2**50)))
 
 
 @given(will=stored_wills())
@@ -38,3 +39,10 @@ def test_a_will_keeps_its_delay_and_goes_out_that_long_after_it_is_rescheduled()
     stored = StoredWill.of(ScheduleWill(client_id="dev-1", at_ms=1_500, actions=(write, retain)), now_ms=1_000)
     assert stored.delay_ms == 500
     assert stored.schedule("dev-1", now_ms=9_000) == ScheduleWill(client_id="dev-1", at_ms=9_500, actions=(write, retain))
+
+
+def test_a_will_whose_delay_began_goes_out_at_its_due_time_wherever_it_is_rescheduled() -> None:
+    write = PublishToLog(ticket=None, log_topic="mqtt.messages", key=b"dev/1", payload=b"gone", headers=())
+    begun = StoredWill.begun(ScheduleWill(client_id="dev-1", at_ms=1_500, actions=(write,)), now_ms=1_000)
+    assert (begun.delay_ms, begun.due_at_ms) == (500, 1_500)
+    assert StoredWill.from_bytes(begun.to_bytes()).schedule("dev-1", now_ms=1_200).at_ms == 1_500

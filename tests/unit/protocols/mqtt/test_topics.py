@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mqbroker import limits
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.topics import (
+    mapping_rules_document,
+    mapping_rules_from_document,
     parse_mapping_rules,
     MappingRule,
     SubscriptionFilter,
@@ -188,3 +194,51 @@ def test_any_mapping_rules_setting_gives_rules_or_a_value_error(text: str) -> No
     except ValueError:
         return
     assert all(rule.mqtt_filter and rule.log_topic and "," not in rule.log_topic for rule in rules)
+
+
+@pytest.mark.parametrize(("rules", "complaint"), [
+    ([MappingRule(mqtt_filter="a/#/b", log_topic="t")], "'#' must be a whole last level"),
+    ([MappingRule(mqtt_filter="$share/g/a", log_topic="t")], "shared subscription"),
+    ([MappingRule(mqtt_filter="a", log_topic="__consumer_offsets")], "internal"),
+    ([MappingRule(mqtt_filter="a", log_topic="t"), MappingRule(mqtt_filter="a", log_topic="u")], "given twice"),
+    ([MappingRule(mqtt_filter="a/" * 600, log_topic="t")], "longer than"),
+    ([MappingRule(mqtt_filter=f"a/{index}", log_topic="t") for index in range(limits.mqtt_mapping_rules_max + 1)],
+     "at most"),
+])
+def test_hostile_mapping_rules_are_refused_with_what_is_wrong_and_the_old_rules_stay(
+    rules: list[MappingRule], complaint: str,
+) -> None:
+    mapping = TopicMapping([MappingRule(mqtt_filter="alarms/#", log_topic="alarms")])
+    with pytest.raises(ValueError, match=re.escape(complaint)):
+        mapping.replace_rules(rules)
+    assert mapping.log_topic_for("alarms/1") == "alarms"
+
+
+def test_replaced_rules_are_in_force_at_once() -> None:
+    mapping = TopicMapping()
+    mapping.replace_rules([MappingRule(mqtt_filter="alarms/#", log_topic="alarms")])
+    assert mapping.log_topic_for("alarms/1") == "alarms"
+    assert mapping.log_topics() == ["alarms", "mqtt.messages"]
+    mapping.replace_rules([])
+    assert mapping.log_topic_for("alarms/1") == "mqtt.messages"
+
+
+def test_mapping_rules_round_trip_through_their_json_form() -> None:
+    rules = [MappingRule(mqtt_filter="plant/+/temperature", log_topic="mqtt.temperature"),
+             MappingRule(mqtt_filter="alarms/#", log_topic="mqtt.alarms")]
+    assert mapping_rules_from_document(json.loads(json.dumps(mapping_rules_document(rules)))) == rules
+
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(alphabet="ab/+#_$.", max_size=12),
+                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                                st.sampled_from(["filter", "log_topic", "x"]), inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=400)
+@given(_json_values)
+def test_any_json_gives_checked_mapping_rules_or_a_value_error(document: object) -> None:
+    try:
+        rules = mapping_rules_from_document(document)
+    except ValueError:
+        return
+    TopicMapping(rules)  # whatever decodes is usable as it is
