@@ -6,7 +6,7 @@ the micro-batch and the task; see that module and docs/spark.md), encodes them w
 record codec and sends them to the partition leaders with acks=all, several in flight per
 connection. A retried task or a replayed micro-batch sends the same batches again and the
 broker's idempotent-producer check drops what it already has. With the ``transactional``
-option the gathered rows go out as one transaction instead (``transactional``).
+option the gathered rows go out as one transaction instead (``mqbroker_spark.transactional``).
 """
 
 from __future__ import annotations
