@@ -18,6 +18,8 @@ from mqbroker_spark.offsets import OffsetsFormatError, TopicOffsets, parse_optio
 RECORDS_PER_RANGE_MAX = 1_000_000
 #: Uncompressed bytes per record batch the sink writes (well below the default max.message.bytes).
 BATCH_BYTES_MAX = 256 * 1024
+#: How long a task's transaction may stay open before the coordinator aborts it (the broker's own default).
+TRANSACTION_TIMEOUT_MS = 60_000
 
 #: What the source's ``isolationLevel`` option may be (Kafka's isolation.level values), the default first.
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
@@ -140,11 +142,15 @@ class SourceOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SinkOptions:
-    """Where to write: the brokers, a default topic for rows without one, batch size."""
+    """Where to write: the brokers, a default topic for rows without one, batch size, how to be exactly once."""
 
     bootstrap: str
     topic: str | None
     batch_bytes_max: int
+    #: False (the default): deterministic idempotent batches (``delivery``); True: one transaction per task
+    #: and micro-batch (``transactional``), for read_committed readers.
+    transactional: bool = False
+    transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -154,4 +160,6 @@ class SinkOptions:
             bootstrap=_required(options, "bootstrap"),
             topic=options.get("topic") or None,
             batch_bytes_max=_positive_int(options, "batchBytesMax", BATCH_BYTES_MAX) or 0,
+            transactional=_boolean(options, "transactional"),
+            transaction_timeout_ms=_positive_int(options, "transactionTimeoutMs", TRANSACTION_TIMEOUT_MS) or 0,
         )

@@ -5,7 +5,8 @@ asks ``delivery.plan_writes`` for deterministic batches (producer ids derived fr
 the micro-batch and the task; see that module and docs/spark.md), encodes them with the
 record codec and sends them to the partition leaders with acks=all, several in flight per
 connection. A retried task or a replayed micro-batch sends the same batches again and the
-broker's idempotent-producer check drops what it already has.
+broker's idempotent-producer check drops what it already has. With the ``transactional``
+option the gathered rows go out as one transaction instead (``mqbroker_spark.transactional``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from mqbroker.protocols.native.messages import (
 from mqbroker.records.builder import BatchBuilder
 from mqbroker_spark.delivery import PRODUCER_EPOCH, OutgoingRecord, PlannedBatch, TopicPartition, plan_writes, target_partition
 from mqbroker_spark.options import OptionError, SinkOptions
+from mqbroker_spark.transactional import write_transaction
 
 #: Produce requests in flight per broker connection.
 REQUESTS_IN_FLIGHT_MAX = 5
@@ -72,9 +74,8 @@ def _column(batch: pa.RecordBatch, name: str) -> list | None:
 class PartitionWriter:
     """One task's writes: rows grouped per target partition, then the planned batches sent."""
 
-    def __init__(self, options: SinkOptions, write_identity: str) -> None:
+    def __init__(self, options: SinkOptions) -> None:
         self.options = options
-        self.write_identity = write_identity
         self.admin = Admin(options.bootstrap, client_id="mqbroker-spark-writer")
         self.partition_counts: dict[str, int] = {}
         self.records: dict[TopicPartition, list[OutgoingRecord]] = {}
@@ -119,9 +120,9 @@ class PartitionWriter:
         (described,) = self.admin.metadata([topic]).topics
         return described
 
-    def flush(self) -> int:
+    def flush(self, write_identity: str) -> int:
         """Send every planned batch and wait for all acknowledgements; return the records written."""
-        planned = plan_writes(self.write_identity, self.records, self.options.batch_bytes_max)
+        planned = plan_writes(write_identity, self.records, self.options.batch_bytes_max)
         sender = _Sender(self._leaders())
         try:
             sender.send_all(planned)
@@ -210,13 +211,21 @@ def _request(batch: PlannedBatch, timestamp_ms: int) -> ProduceRequest:
     )
 
 
-def write_rows(options: SinkOptions, write_identity: str, batches: Iterator[pa.RecordBatch]) -> WrittenRecords:
-    """The body of both writers' ``write``: gather, plan, send."""
-    writer = PartitionWriter(options, write_identity)
+def write_rows(
+    options: SinkOptions, query_identity: str, batch_id: int, task_partition: int, batches: Iterator[pa.RecordBatch]
+) -> WrittenRecords:
+    """The body of both writers' ``write``: gather, then plan and send, or write one transaction."""
+    writer = PartitionWriter(options)
     try:
         for batch in batches:
             writer.add(batch)
-        return WrittenRecords(records=writer.flush())
+        if not options.transactional:
+            return WrittenRecords(records=writer.flush(f"{query_identity}/{batch_id}/{task_partition}"))
+        if not writer.records:
+            return WrittenRecords(records=0)  # nothing to write, nothing a replay could duplicate
+        return WrittenRecords(records=write_transaction(
+            options.bootstrap, query_identity, task_partition, batch_id, writer.records, options.transaction_timeout_ms
+        ))
     finally:
         writer.close()
 
@@ -234,17 +243,18 @@ class MqbrokerStreamWriter(DataSourceStreamArrowWriter):
         query_id = context.getLocalProperty("sql.streaming.queryId")
         batch_id = context.getLocalProperty("streaming.sql.batchId")
         assert query_id and batch_id is not None, "a streaming write carries its query id and batch id"
-        return write_rows(self.options, f"{query_id}/{batch_id}/{context.partitionId()}", iterator)
+        return write_rows(self.options, query_id, int(batch_id), context.partitionId(), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: every record is durable once its task returned."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: Spark re-runs the batch with the same id, whose writes deduplicate."""
+        """Nothing to undo: Spark re-runs the batch with the same id, whose writes deduplicate (or, transactional,
+        whose tasks skip what they committed and abort what they left open)."""
 
 
 class MqbrokerBatchWriter(DataSourceArrowWriter):
-    """The batch sink: one write identity per (job, Spark partition); retried tasks deduplicate."""
+    """The batch sink: one write identity per (job, Spark partition); retried tasks deduplicate (batch id 0)."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
@@ -254,10 +264,10 @@ class MqbrokerBatchWriter(DataSourceArrowWriter):
         """Write one task's rows (runs in a Python worker)."""
         context = TaskContext.get()
         assert context is not None, "write() runs inside a Spark task"
-        return write_rows(self.options, f"{self.job_id}/{context.partitionId()}", iterator)
+        return write_rows(self.options, self.job_id, 0, context.partitionId(), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to do: every record is durable once its task returned."""
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: records of finished tasks stay (there are no transactions to roll back)."""
+        """Nothing to undo: records of finished tasks stay (committed, with the transactional option, task by task)."""

@@ -183,9 +183,10 @@ class GroupAdmin(CoordinatorAdmin):
         return GroupInfo(group_id=group_id, state=described.group_state, assignor=described.protocol_data,
                          members=members)
 
-    def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        """Every committed offset of a group."""
-        response = self._request(group_id, OffsetFetchRequest(group_id=group_id, topics=None))
+    def committed_offsets(self, group_id: str, require_stable: bool = False) -> dict[TopicPartition, int]:
+        """Every committed offset of a group; ``require_stable``: raise ``UnstableOffsetCommitError`` while a
+        transaction's offsets for the group are undecided instead of answering the older ones."""
+        response = self._request(group_id, OffsetFetchRequest(group_id=group_id, topics=None, require_stable=require_stable))
         assert isinstance(response, OffsetFetchResponse)
         return {(topic.name, p.partition_index): p.committed_offset
                 for topic in response.topics for p in topic.partitions if p.committed_offset >= 0}

@@ -172,7 +172,7 @@ def _resumed_within(history: History, healed_at: float, timeout_s: float) -> flo
     return None
 
 
-def _nemesis(cluster: list[BrokerProcess], network: Network, clock: WallClock, history: History,
+def run_nemesis(cluster: list[BrokerProcess], network: Network, clock: WallClock, history: History,
              duration_s: float, seed: int) -> list[tuple[str, float | None]]:
     """Faults one after another until ``duration_s`` is over and every kind ran; (fault, seconds until acks
     resumed after its heal)."""
@@ -210,7 +210,7 @@ def _run_chaos(root: pathlib.Path, duration_s: float, seed: int, inter_broker_au
         workers.append(threading.Thread(target=_consume, args=(bootstraps, history, stop)))
         for worker in workers:
             worker.start()
-        outcomes = _nemesis(cluster, network, clock, history, duration_s, seed)
+        outcomes = run_nemesis(cluster, network, clock, history, duration_s, seed)
         time.sleep(3)
         stop.set()
         for worker in workers:

@@ -83,3 +83,16 @@ def test_options_name_what_is_wrong() -> None:
             continue
         raise AssertionError(f"{bad} must be refused")
     assert SinkOptions.parse({**base, "topic": "out"}).topic == "out"
+
+
+def test_the_sink_writes_transactions_only_when_asked_and_checks_the_timeout() -> None:
+    base = {"bootstrap": "localhost:9393", "topic": "out"}
+    assert not SinkOptions.parse(base).transactional
+    options = SinkOptions.parse({**base, "transactional": "TRUE", "transactionTimeoutMs": "5000"})
+    assert options.transactional and options.transaction_timeout_ms == 5000
+    for bad in ({"transactional": "yes"}, {"transactionTimeoutMs": "0"}):
+        try:
+            SinkOptions.parse({**base, **bad})
+        except OptionError:
+            continue
+        raise AssertionError(f"{bad} must be refused")
