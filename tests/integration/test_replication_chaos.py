@@ -191,6 +191,15 @@ def run_nemesis(cluster: list[BrokerProcess], network: Network, clock: WallClock
     return outcomes
 
 
+def stop_all(cluster: list[BrokerProcess], network: Network) -> None:
+    """End a chaos run: wake paused brokers and stop every broker still running, then the network proxies."""
+    for broker in cluster:
+        if broker.process is not None and broker.process.poll() is None:
+            os.kill(broker.process.pid, signal.SIGCONT)
+            broker.stop()
+    network.stop()
+
+
 def _run_chaos(root: pathlib.Path, duration_s: float, seed: int, inter_broker_authentication: bool = False) -> None:
     clock = WallClock(root / "faketime-offset")
     extra_args = ["--set", "replica_lag_time_max_ms=1500"]
@@ -222,11 +231,7 @@ def _run_chaos(root: pathlib.Path, duration_s: float, seed: int, inter_broker_au
         _wait_for_full_isr(bootstraps[0])
         leaders = {partition: leader_records(bootstraps[0], TOPIC, partition) for partition in range(PARTITIONS)}
     finally:
-        for broker in cluster:
-            if broker.process is not None and broker.process.poll() is None:
-                os.kill(broker.process.pid, signal.SIGCONT)
-                broker.stop()
-        network.stop()
+        stop_all(cluster, network)
     _check(history, final, leaders, [broker.data_dir for broker in cluster], outcomes, seed)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import pathlib
 import random
-import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -38,7 +37,7 @@ from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.errors import BrokerError
 from tests.integration.clusterprocess import retrying
 from tests.integration.faultproxy import start_partitionable_cluster
-from tests.integration.test_replication_chaos import RESUME_S_MAX, SKEWED_NODE, WallClock, run_nemesis
+from tests.integration.test_replication_chaos import RESUME_S_MAX, SKEWED_NODE, WallClock, run_nemesis, stop_all
 
 DIRECT, INPUT, OUTPUT, GROUP = "direct", "input", "output", "ctp"
 PARTITIONS = 3
@@ -261,11 +260,7 @@ def _run(root: pathlib.Path, duration_s: float, seed: int) -> None:
             ends = _stable_ends(admin)
         final = _final_read(bootstraps, history, ends)
     finally:
-        for broker in cluster:
-            if broker.process is not None and broker.process.poll() is None:
-                os.kill(broker.process.pid, signal.SIGCONT)
-                broker.stop()
-        network.stop()
+        stop_all(cluster, network)
     _check(history, final, hanging, outcomes, seed)
 
 
