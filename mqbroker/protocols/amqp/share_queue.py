@@ -281,11 +281,7 @@ class ShareQueue(BaseQueue):
         delivered = False
         unacknowledged: list[int] = []  # delivered to a no-ack consumer: accepted together below
         for partition in answer.partitions:
-            if partition.error is not None:
-                raise partition.error
-            leased, undecoded = _leased(partition)
-            if undecoded:
-                self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)  # the next fetch reads them again
+            leased = self._leased_releasing_undecoded(member, partition)
             if not member.attached:  # cancelled while fetching: give them back
                 self._acknowledge(member, [message.offset for message, _ in leased], AcknowledgeType.RELEASE)
                 continue
@@ -301,6 +297,17 @@ class ShareQueue(BaseQueue):
             self._acknowledge(member, unacknowledged, AcknowledgeType.ACCEPT)
         if delivered:
             consumer.session.flush()
+
+    def _leased_releasing_undecoded(self, member: _Member,
+                                    partition: share.SharePartitionRecords) -> list[tuple[QueuedMessage, int]]:
+        """The messages one partition's answer leased to ``member`` (its error raised); acquired offsets that did not
+        decode go back at once, so the next fetch or get reads them again."""
+        if partition.error is not None:
+            raise partition.error
+        leased, undecoded = _leased(partition)
+        if undecoded:
+            self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)
+        return leased
 
     def _fetch_finished(self, _: Any, member: _Member) -> None:
         member.fetching = False
@@ -375,11 +382,7 @@ class ShareQueue(BaseQueue):
                 group_id=self.group_id, member_id=member.member_id, records_max=1,
                 wait_ms_max=limits.amqp_share_get_wait_ms_max))
             for partition in answer.partitions:
-                if partition.error is not None:
-                    raise partition.error
-                leased, undecoded = _leased(partition)
-                if undecoded:
-                    self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)  # the next get reads them again
+                leased = self._leased_releasing_undecoded(member, partition)
                 assert len(leased) <= 1 and not (leased and taken), "a fetch of one record acquired more"
                 for message, delivery_count in leased:
                     taken = (message, delivery_count > 1)
