@@ -303,7 +303,8 @@ class MqttConnection:
         self.hub.statistics["messages/received"] += len(group)
         batch = builder.build()
         acks = self.hub.puback_acks if tickets else Acks.NONE
-        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default)
+        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default,
+                                           front_end_batches=True)
         if self._produce_throttle is not None:
             self._produce_throttle.record(len(batch))
             self._apply_backpressure()
