@@ -12,9 +12,7 @@ percentiles are over every message sent: one that never arrived counts as an inf
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
-import gc
 import json
 import math
 import os
@@ -23,7 +21,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mqbroker.cli.common import add_client_options, client_security, reporting_errors
+from mqbroker.client.collector import collector_paused
 
 SAMPLE_EVERY = 997
 _SEND_TIME = struct.Struct(">q")
@@ -105,32 +104,15 @@ def count_outcomes(futures: Sequence[Any]) -> tuple[int, int, str | None]:
     return acknowledged, failed, first_error
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a benchmark keeps every send's future (as ``timeit`` does).
-
-    A run keeps up to millions of futures alive to check each outcome afterwards; with the collector on, its
-    full collections rescan all of them again and again, and that cost (20-25% of ``bench produce``'s rate
-    in one measurement) is the benchmark's bookkeeping, not the producer's. Reference counting still frees
-    everything else; one collection runs when the block ends.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-            gc.collect()
-
-
 def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
                          on_sample: Callable[[int, Any], None] | None = None, values_per_call: int = 1,
                          **send_options: Any) -> SendOutcomes:
     """Send ``count`` copies of ``value`` as fast as ``producer`` takes them, flush, and check every future.
 
     ``seconds`` runs from the first send to the end of the flush (when every outcome is known);
-    counting the outcomes afterwards is not timed, and the collector is paused meanwhile (``collector_paused``).
+    counting the outcomes afterwards is not timed. The cyclic collector is paused while the futures are kept
+    (``collector_paused``, as ``timeit`` does): its full collections would rescan all of them again and again,
+    a cost of the benchmark's bookkeeping (20-25% of ``bench produce``'s rate in one measurement), not the producer's.
     ``on_sample(index, future)`` is called for one send in every ``SAMPLE_EVERY`` (latency samples, progress).
     With ``values_per_call`` above 1 the records go ``values_per_call`` at a time through ``send_many``.
     """

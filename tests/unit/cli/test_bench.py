@@ -6,7 +6,7 @@ import gc
 from concurrent.futures import Future
 from typing import Any
 
-from mqbroker.cli.bench import collector_paused, count_outcomes, percentiles_ms, produce_acknowledged
+from mqbroker.cli.bench import count_outcomes, percentiles_ms, produce_acknowledged
 from mqbroker.errors import MessageTooLargeError
 
 
@@ -43,23 +43,6 @@ def test_only_acknowledged_sends_are_counted_and_failures_are_named() -> None:
     assert (outcomes.acknowledged, outcomes.failed) == (7, 3)
     assert outcomes.first_error == "MessageTooLargeError: too large"
     assert not producer.collected_while_sending and gc.isenabled()
-
-
-def test_the_collector_is_paused_only_inside_the_block_and_restored_after_an_error() -> None:
-    try:
-        with collector_paused():
-            assert not gc.isenabled()
-            raise ValueError("the run failed")
-    except ValueError:
-        pass
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with collector_paused():
-            pass
-        assert not gc.isenabled()  # a caller that had it off keeps it off
-    finally:
-        gc.enable()
 
 
 def test_outcomes_of_no_sends_are_zero() -> None:
