@@ -146,3 +146,16 @@ def test_append_values_past_the_small_offset_deltas_goes_on_one_by_one() -> None
     values = [b"%d" % index for index in range(20_000)]
     assert builder.append_values(TIMESTAMP_MS, values, 0, 10_000_000) == 20_000
     assert [record.value for record in decode_records(builder.build())] == values
+
+
+def test_a_repeated_header_set_encodes_as_the_first_time() -> None:
+    headers = (("mqtt.qos", b"1"), ("mqtt.client_id", b"sensor-7"))
+    batches = []
+    for _ in range(2):
+        builder = BatchBuilder()
+        builder.append(TIMESTAMP_MS, b"k", b"v", headers)
+        builder.append(TIMESTAMP_MS, b"k", b"v", list(headers))  # a list: encoded, not remembered
+        builder.append(TIMESTAMP_MS, b"k", b"v", (("raw", bytearray(b"x")),))  # unhashable value
+        batches.append(builder.build())
+    assert batches[0] == batches[1]
+    assert [record.headers for record in decode_records(batches[0])] == [headers, headers, (("raw", b"x"),)]
