@@ -85,7 +85,7 @@ def mqbroker_process(work: pathlib.Path, connections: int, puback: str = "durabl
         "--native-port", str(ports["native"]), "--mqtt-port", str(ports["mqtt"]), "--http-port", str(ports["http"]),
         "--amqp-port", "0", "--kafka-port", "0", "--controller-port", "0",
         "--set", f"quotas.connections_per_ip_max={connections + 100}", "--set", f"quotas.connections_max={connections + 100}",
-        "--set", f"mqtt_puback={puback}",
+        *(["--set", f"mqtt_puback={puback}"] if puback != "durable" else []),  # durable: the default
     ]
     process = subprocess.Popen(command, cwd=work)
     try:
