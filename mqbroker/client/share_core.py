@@ -111,6 +111,9 @@ class ShareMembership:
             self.member_id, self.member_epoch = "", 0
             return Rejoin.JOIN_AGAIN
         if isinstance(error, COORDINATOR_MOVED) or error.retriable:
+            # Join the (maybe new) host under the same member id: a new host keeps this member's stored
+            # leases, so it may still settle the records it holds.
+            self.member_epoch = 0
             return Rejoin.FIND_COORDINATOR
         raise error
 

@@ -152,7 +152,7 @@ class ShareService:
         answers = group.acquire(request.member_id, partitions, records_max, request.bytes_max, lease_ms, now_ms)
         self._acquired(group, answers)
         if answers or request.wait_ms_max <= 0:
-            fetched: Deferred[list[m.SharePartitionRecords]] = succeed(answers)
+            fetched: Deferred[list[m.SharePartitionRecords]] = self._leases_stored(answers)
         else:
             fetched = self._park(group, FetchWaiter(
                 member_id=request.member_id, partitions=partitions, records_max=records_max,
@@ -215,12 +215,19 @@ class ShareService:
         for answer in answers:
             self._settle(group, group.partitions[TopicPartition(answer.topic, answer.partition)])
 
+    def _leases_stored(self, answers: list[m.SharePartitionRecords]) -> Deferred[list[m.SharePartitionRecords]]:
+        """``answers`` once the state recording their leases is replicated (a new host then keeps the leases and
+        delivery counts); at once when nothing was leased. Writes are coalesced: one per reactor turn at most."""
+        if not answers:
+            return succeed(answers)
+        return self._writer.request().addCallback(lambda _: answers)
+
     def _park(self, group: HostedGroup, waiter: FetchWaiter, wait_ms: int) -> Deferred[list[m.SharePartitionRecords]]:
         group.waiters.append(waiter)
         delay_s = min(wait_ms, limits.fetch_wait_ms_max) / 1000.0
         waiter.timer = self._clock.callLater(delay_s, group.finish_waiter, waiter, [])
         answer = waiter.answer
-        answer.addCallback(lambda answers: self._acquired(group, answers) or answers)
+        answer.addCallback(lambda answers: self._acquired(group, answers) or self._leases_stored(answers))
         return answer
 
     # -- the push dispatcher's host ----------------------------------------------------------------

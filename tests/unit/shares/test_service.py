@@ -76,8 +76,11 @@ def _join(rig: BrokerRig, group_id: str = "g", client_id: str = "c") -> str:
 
 def _fetch(rig: BrokerRig, member: str, records_max: int = 100, acks: tuple[m.Acknowledgement, ...] = (),
            wait_ms: int = 0, group_id: str = "g") -> Deferred[Any]:
-    return rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(
+    """A fetch, given the reactor turns that store its leases (a parked fetch stays parked)."""
+    fetched = rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(
         group_id=group_id, member_id=member, records_max=records_max, wait_ms_max=wait_ms, acknowledgements=acks))
+    _settle(rig)
+    return fetched
 
 
 def _offsets(answer: m.ShareFetchResponse) -> list[tuple[int, int]]:
@@ -236,9 +239,9 @@ def test_a_group_default_delay_holds_records_until_they_are_old_enough(tmp_path:
     assert _offsets(fired(_fetch(rig, member))) == [(0, 1), (1, 1)]
 
 
-def test_a_restarted_broker_replays_the_state_and_keeps_scheduled_records(tmp_path: Path) -> None:
+def test_a_restarted_broker_replays_the_state_and_keeps_scheduled_records_and_leases(tmp_path: Path) -> None:
     rig = _started(tmp_path)
-    _create(rig, lease_ms="60000")
+    _create(rig, lease_ms="60000", session_timeout_ms="120000")
     member = _join(rig)
     now_ms = int(rig.clock.seconds() * 1000)
     _produce(rig, 1, headers=[("x-delay", b"10000")], timestamp_ms=now_ms)
@@ -254,10 +257,17 @@ def test_a_restarted_broker_replays_the_state_and_keeps_scheduled_records(tmp_pa
     again = build_broker(tmp_path, rig.cluster, settings=SETTINGS, clock=rig.clock)
     fired(again.broker.start_share_groups(again.broker, MemberIdGenerator(random.Random(8)), None))
     _settle(again)
-    member = _join(again)
-    assert _offsets(fired(_fetch(again, member))) == [(2, 2), (3, 2)]  # leases gone, counts kept
+    newcomer = _join(again)
+    assert _offsets(fired(_fetch(again, newcomer))) == []  # the leases are kept
     _settle(again, 10.0)
-    assert _offsets(fired(_fetch(again, member))) == [(0, 1)]
+    assert _offsets(fired(_fetch(again, newcomer))) == [(0, 1)]
+    rejoined = again.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+        group_id="g", member_id=member, member_epoch=0, client_id="c", topics=("events",)))
+    _settle(again)
+    assert fired(rejoined).member_id == member
+    assert _acknowledge(again, member, _ack(2, 2))[0].error is None  # the holder still settles its lease
+    _settle(again, 50.0)
+    assert _offsets(fired(_fetch(again, newcomer))) == [(3, 2)]  # the lease ended: delivered again, count kept
 
 
 def test_when_the_state_partition_moves_away_the_group_is_no_longer_hosted_here(tmp_path: Path) -> None:
