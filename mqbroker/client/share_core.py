@@ -108,7 +108,7 @@ class ShareMembership:
     def failed(self, error: BrokerError) -> Rejoin:
         """What to do after a membership, fetch or acknowledgement error (``error`` itself: raise it)."""
         if isinstance(error, UnknownMemberIdError):
-            self.member_id, self.member_epoch = "", 0
+            self.member_epoch = 0  # the same id: leases a new host kept for it stay settleable
             return Rejoin.JOIN_AGAIN
         if isinstance(error, COORDINATOR_MOVED) or error.retriable:
             # Join the (maybe new) host under the same member id: a new host keeps this member's stored

@@ -31,7 +31,7 @@ import bisect
 import dataclasses
 import enum
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from mqbroker.model import AcknowledgeType
 
@@ -328,6 +328,14 @@ class SharePartition:
     def release_member(self, member: str, reason: str) -> int:
         """``member`` left (or was evicted): everything it holds is released; how many records."""
         return self._release_where(lambda run: run.owner == member, reason)
+
+    def lease_owners(self) -> set[str]:
+        """The members holding leases here (due records' included)."""
+        return {run.owner for run in self._all_runs() if run.state is RecordState.ACQUIRED}
+
+    def release_owners(self, owners: Collection[str], reason: str) -> int:
+        """Release every lease ``owners`` hold (holders of stored leases that did not come back); how many records."""
+        return self._release_where(lambda run: run.owner in owners, reason)
 
     def next_deadline_ms(self) -> int | None:
         """When ``tick`` next has something to do (a lease ends or a held-back record becomes available)."""

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from twisted.internet.defer import Deferred
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.cluster.metadata_records import ElectLeader
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.groups.model import TopicPartition
@@ -259,15 +259,36 @@ def test_a_restarted_broker_replays_the_state_and_keeps_scheduled_records_and_le
     _settle(again)
     newcomer = _join(again)
     assert _offsets(fired(_fetch(again, newcomer))) == []  # the leases are kept
-    _settle(again, 10.0)
-    assert _offsets(fired(_fetch(again, newcomer))) == [(0, 1)]
     rejoined = again.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
         group_id="g", member_id=member, member_epoch=0, client_id="c", topics=("events",)))
     _settle(again)
     assert fired(rejoined).member_id == member
+    _settle(again, 10.0)  # past the grace: the holder joined in time and keeps its leases
+    assert _offsets(fired(_fetch(again, newcomer))) == [(0, 1)]
     assert _acknowledge(again, member, _ack(2, 2))[0].error is None  # the holder still settles its lease
     _settle(again, 50.0)
     assert _offsets(fired(_fetch(again, newcomer))) == [(3, 2)]  # the lease ended: delivered again, count kept
+
+
+def test_stored_leases_of_a_holder_that_does_not_join_the_new_host_come_back_after_the_grace(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    _create(rig, lease_ms="600000", session_timeout_ms="1200000")
+    holder = _join(rig)
+    _produce(rig, 3)
+    assert _offsets(fired(_fetch(rig, holder))) == [(0, 1), (1, 1), (2, 1)]
+    stopped = rig.broker.stop()
+    _settle(rig)
+    fired(stopped)
+    rig.logs.close()
+
+    again = build_broker(tmp_path, rig.cluster, settings=SETTINGS, clock=rig.clock)
+    fired(again.broker.start_share_groups(again.broker, MemberIdGenerator(random.Random(8)), None))
+    _settle(again)
+    newcomer = _join(again)
+    _settle(again, limits.share_restored_lease_grace_ms / 1000 - 1)
+    assert _offsets(fired(_fetch(again, newcomer))) == []
+    _settle(again, 1.0)
+    assert _offsets(fired(_fetch(again, newcomer))) == [(0, 2), (1, 2), (2, 2)]
 
 
 def test_when_the_state_partition_moves_away_the_group_is_no_longer_hosted_here(tmp_path: Path) -> None:
