@@ -7,7 +7,8 @@ measures in alternating rounds (the broker not measured is SIGSTOPped, as in ``a
 * **share group, native client** (the queue built on the log): a one-partition topic filled with
   ``--messages`` acknowledged records of ``--body-bytes``; then each count of ``--consumers``
   (1, 4 and 16) consumer processes (``ShareConsumer``, ``records_max`` 500, every record accepted
-  and the verdicts stored before the next poll) drain it. Timed from a start signal (every consumer
+  and the verdicts stored before the next poll; with ``--ack-with-next-poll`` they travel with the next
+  poll instead of a commit of their own) drain it. Timed from a start signal (every consumer
   has joined) until the last acknowledgement the broker confirmed: msg/s and MB/s.
 * **latency**: records produced at ``--latency-rate`` per second for ``--latency-seconds`` while one
   consumer acknowledges; each record's latency runs from just before ``send`` to the return of the
@@ -64,9 +65,11 @@ RECORDS_PER_POLL = 500
 # --- the consumer processes ------------------------------------------------------------------------
 
 
-def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float) -> None:
+def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float, with_next_poll: bool = False) -> None:
     """Join, say so, wait for ``go`` on stdin, then poll and acknowledge until ``idle_s`` pass without records;
-    print how many records the broker confirmed acknowledged and when the last confirmation came (epoch s)."""
+    print how many records the broker confirmed acknowledged and when the last confirmation came (epoch s).
+    ``with_next_poll``: the verdicts travel with the next poll (one round trip per poll, as KafkaShareConsumer
+    does) instead of a commit of their own before it."""
     acked = [0, 0.0]
 
     def confirmed(outcomes: list[Any]) -> None:
@@ -85,8 +88,10 @@ def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float) -> Non
             messages = consumer.poll(0.2)
             if messages:
                 consumer.acknowledge(messages)
-                consumer.commit()
+                if not with_next_poll:
+                    consumer.commit()
                 quiet_since = time.monotonic()
+        consumer.commit()
     print(json.dumps({"acked": acked[0], "last_ack_s": acked[1]}), flush=True)
 
 
@@ -143,7 +148,9 @@ def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) ->
     with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
         outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.messages)
     assert outcome.failed == 0, outcome
-    return run_children([[sys.executable, __file__, "--child", broker.bootstrap, group, topic]] * consumers, options)
+    mode = ["with-next-poll"] if options.ack_with_next_poll else []
+    return run_children([[sys.executable, __file__, "--child", broker.bootstrap, group, topic, *mode]] * consumers,
+                        options)
 
 
 def pika_drain(port: int, consumers: int, options: argparse.Namespace, arguments: dict[str, Any]) -> tuple[float, float]:
@@ -369,7 +376,7 @@ def _median(values: list[float | None]) -> float | None:
 def main() -> None:
     """Measure mqbroker's share groups (and pika against RabbitMQ and mqbroker's AMQP) in alternating rounds."""
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        consumer_child(sys.argv[2], sys.argv[3], sys.argv[4], idle_s=2.0)
+        consumer_child(sys.argv[2], sys.argv[3], sys.argv[4], idle_s=2.0, with_next_poll="with-next-poll" in sys.argv)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--pika-child":
         pika_consumer_child(int(sys.argv[2]), sys.argv[3], idle_s=2.0)
@@ -379,6 +386,8 @@ def main() -> None:
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--consumers", type=lambda text: sorted({int(n) for n in text.split(",")}), default=[1, 4, 16],
                         help="consumer processes of each drain, comma-separated [1,4,16]")
+    parser.add_argument("--ack-with-next-poll", action="store_true",
+                        help="share consumers send each poll's verdicts with the next poll, not a commit of their own")
     parser.add_argument("--push-messages", type=int, default=20_000, help="records pushed to the local endpoint "
                                                                           "(0: skip push) [20,000]")
     parser.add_argument("--push-outstanding", type=int, default=100, help="the subscription's push.max.outstanding")
