@@ -51,6 +51,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import amqp_bench  # noqa: E402  (benchmarks/ is the script's directory)
+import cputime  # noqa: E402
 import pika  # noqa: E402
 import push_endpoint as push_endpoint_module  # noqa: E402
 
@@ -162,24 +163,28 @@ def pika_drain(port: int, consumers: int, options: argparse.Namespace, arguments
     return run_children([[sys.executable, __file__, "--pika-child", str(port), queue]] * consumers, options)
 
 
-def push_throughput(broker: BrokerProcess, options: argparse.Namespace) -> tuple[float, float]:
-    """A push subscription (batching off) over a filled one-partition topic, to a local endpoint; (records/s, MB/s)
-    from creating the subscription to the endpoint receiving the last record (answered 204 at once)."""
+def push_throughput(broker: BrokerProcess, options: argparse.Namespace) -> tuple[float, float, float]:
+    """A push subscription (batching off) over a filled one-partition topic, to a local endpoint; (records/s, MB/s,
+    broker CPU µs per record) from creating the subscription to the endpoint receiving the last record (answered 204
+    at once)."""
     topic, name = f"pushed-{uuid.uuid4().hex[:8]}", f"push-{uuid.uuid4().hex[:8]}"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([topic], partitions=1)
     with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
         outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.push_messages)
     assert outcome.failed == 0, outcome
+    assert broker.process is not None
     with push_endpoint(idle_s=2.0) as (port, tally):
+        cpu_before_s = cputime.process_tree_cpu_s(broker.process.pid)
         started = time.time()
         with ShareGroupAdmin(broker.bootstrap) as admin:
             admin.create_subscription(name, topic, endpoint=f"http://127.0.0.1:{port}/push", start="earliest",
                                       max_outstanding=options.push_outstanding)
         result = tally()
+        cpu_us = (cputime.process_tree_cpu_s(broker.process.pid) - cpu_before_s) * 1e6 / options.push_messages
     assert result["records"] >= options.push_messages, f"only {result['records']} of {options.push_messages} pushed"
     seconds = result["last_s"] - started
-    return options.push_messages / seconds, options.push_messages * options.body_bytes / seconds / 1e6
+    return options.push_messages / seconds, options.push_messages * options.body_bytes / seconds / 1e6, cpu_us
 
 
 def push_latency(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
@@ -302,9 +307,10 @@ def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figu
     figures += [("latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                 ("latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
     if options.push_messages:
-        rate, megabytes = push_throughput(broker, options)
+        rate, megabytes, cpu_us = push_throughput(broker, options)
         latencies = push_latency(broker, options)
         figures += [("push to HTTP endpoint msg/s", rate), ("  push MB/s", megabytes),
+                    ("  push broker CPU µs/msg (incl. its idle wait)", cpu_us),
                     ("push latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                     ("push latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
     if options.scheduled:
