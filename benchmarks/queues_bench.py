@@ -139,8 +139,9 @@ def run_children(commands: list[list[str]], options: argparse.Namespace) -> tupl
     return options.messages / seconds, options.messages * options.body_bytes / seconds / 1e6
 
 
-def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float]:
-    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s)."""
+def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float, float]:
+    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s, broker CPU
+    µs per acknowledged record)."""
     topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:8]}"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([topic], partitions=1)
@@ -150,8 +151,12 @@ def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) ->
         outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.messages)
     assert outcome.failed == 0, outcome
     mode = ["with-next-poll"] if options.ack_with_next_poll else []
-    return run_children([[sys.executable, __file__, "--child", broker.bootstrap, group, topic, *mode]] * consumers,
-                        options)
+    assert broker.process is not None
+    cpu_before_s = cputime.process_tree_cpu_s(broker.process.pid)
+    rate, megabytes = run_children(
+        [[sys.executable, __file__, "--child", broker.bootstrap, group, topic, *mode]] * consumers, options)
+    cpu_us = (cputime.process_tree_cpu_s(broker.process.pid) - cpu_before_s) * 1e6 / options.messages
+    return rate, megabytes, cpu_us
 
 
 def pika_drain(port: int, consumers: int, options: argparse.Namespace, arguments: dict[str, Any]) -> tuple[float, float]:
@@ -301,8 +306,9 @@ def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figu
     """The share-group figures."""
     figures: Figures = []
     for consumers in options.consumers:
-        rate, megabytes = drain(broker, consumers, options)
-        figures += [(f"consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes)]
+        rate, megabytes, cpu_us = drain(broker, consumers, options)
+        figures += [(f"consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes),
+                    (f"  {consumers} consumer(s) broker CPU µs/msg", cpu_us)]
     latencies = share_latency(broker, options)
     figures += [("latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                 ("latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
