@@ -104,7 +104,8 @@ class ShareService:
         holders: dict[str, set[str]] = {}
         for group in self._groups.values():
             for hosted in group.partitions.values():
-                hosted.state.release_owners((PUSH_MEMBER,), "the push subscription moved to another broker")
+                if group.settings.push is not None:
+                    hosted.state.release_owners((PUSH_MEMBER,), "the push subscription moved to another broker")
                 holders.setdefault(group.group_id, set()).update(hosted.state.lease_owners())
         return {group_id: owners for group_id, owners in holders.items() if owners}
 

@@ -6,8 +6,8 @@ rate limit allows, POSTs each record (or a batch), and settles it by the answer:
 anything else, a timeout or a connection error releases it to come back after an exponential
 backoff with full jitter, counting a delivery. Past ``max.delivery.attempts`` the share group
 dead-letters it. Records the filter does not want are accepted unseen. Since delivery is the
-share-group state, it is at least once across a broker's crash or a failover: a record's lease
-dies with the broker, and the new host delivers it again.
+share-group state, it is at least once across a broker's crash or a failover: the new host
+releases the push member's stored leases at once and delivers those records again.
 """
 
 from __future__ import annotations
