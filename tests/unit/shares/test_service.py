@@ -24,6 +24,7 @@ from mqbroker.records.dead_letters import (
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import iter_batches
 from mqbroker.shares import messages as m
+from mqbroker.shares.push.dispatcher import PUSH_MEMBER
 from mqbroker.shares.state_records import STATE_TOPIC, state_partition
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 
@@ -324,3 +325,24 @@ def test_unknown_members_and_groups_get_typed_errors(tmp_path: Path) -> None:
         fired(_fetch(rig, "nobody"))
     with pytest.raises(errors.InvalidConfigError, match="lease.ms"):
         fired(rig.broker.alter_share_group(ANONYMOUS, "g", None, {"lease.ms": "0"}, []))
+
+
+def test_a_push_subscriptions_stored_leases_come_back_at_once_on_a_new_host(tmp_path: Path) -> None:
+    """The push member's requests died with the old host: its leases are released when the new one starts."""
+    rig = _started(tmp_path)
+    _create(rig, lease_ms="600000", push_endpoint="http://127.0.0.1:9/push", push_secret="s")  # no dispatcher here
+    joined = rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+        group_id="g", member_id=PUSH_MEMBER, client_id="c", topics=("events",)))
+    _settle(rig)
+    assert fired(joined).member_id == PUSH_MEMBER
+    _produce(rig, 2)
+    assert _offsets(fired(_fetch(rig, PUSH_MEMBER))) == [(0, 1), (1, 1)]
+    stopped = rig.broker.stop()
+    _settle(rig)
+    fired(stopped)
+    rig.logs.close()
+
+    again = build_broker(tmp_path, rig.cluster, settings=SETTINGS, clock=rig.clock)
+    fired(again.broker.start_share_groups(again.broker, MemberIdGenerator(random.Random(8)), None))
+    _settle(again)
+    assert _offsets(fired(_fetch(again, _join(again)))) == [(0, 2), (1, 2)]
