@@ -13,6 +13,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, TimeoutError, gatherResults
 from twisted.internet.endpoints import SSL4ServerEndpoint, TCP4ServerEndpoint
+from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.ssl import PrivateCertificate
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -116,6 +117,31 @@ async def test_a_request_without_answer_fails_at_its_deadline_and_a_dropped_one_
         with pytest.raises(TimeoutError):
             await hung
         assert await sender.post(_request(b"after"), 5) == 201  # new connections replace the closed ones
+    finally:
+        sender.close()
+        await port.stopListening()
+
+
+class _UntilClose(Protocol):
+    """Answers its one request with a body delimited by the connection's end (HTTP/1.0 style), later."""
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802 (Twisted's name)
+        if b"\r\n\r\n" in data:
+            self.transport.write(b"HTTP/1.1 202 Accepted\r\n\r\npart one, ")
+            reactor.callLater(0.05, self._end)
+
+    def _end(self) -> None:
+        self.transport.write(b"part two")
+        self.transport.loseConnection()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_response_delimited_by_the_connections_end_answers_its_request() -> None:
+    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(Factory.forProtocol(_UntilClose))
+    sender = PushSender(reactor, endpoint=f"http://127.0.0.1:{port.getHost().port}/push", connections_max=1)
+    try:
+        assert await sender.post(_request(b"one"), 5) == 202
+        assert await sender.post(_request(b"two"), 5) == 202  # on a new connection
     finally:
         sender.close()
         await port.stopListening()

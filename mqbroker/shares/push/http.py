@@ -96,7 +96,7 @@ class _PushConnection(Protocol):
             return
         if statuses:
             self._answered(statuses[0])
-        if self._reader.must_close:
+        if self._reader.must_close and not self._reader.in_response:
             self.abort(ConnectionDone("the endpoint closes the connection"))
         elif statuses:
             self._sender._ready(self)

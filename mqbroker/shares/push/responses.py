@@ -65,6 +65,11 @@ class ResponseReader:
                 break
         return completed
 
+    @property
+    def in_response(self) -> bool:
+        """Whether a response's body is being read (one delimited by the connection's end waits for it)."""
+        return self._status != 0
+
     def connection_ended(self) -> int | None:
         """The connection closed: the status of a response delimited by that end (None: nothing was complete)."""
         if self._status and self._until_close:

@@ -32,8 +32,8 @@ def test_responses_in_a_row_are_split_by_their_framing(one_byte_at_a_time: bool)
 def test_a_body_without_length_ends_with_the_connection_which_cannot_carry_more() -> None:
     reader = ResponseReader()
     assert reader.feed(b"HTTP/1.0 202 Accepted\r\n\r\nsome body") == []
-    assert reader.must_close
-    assert reader.connection_ended() == 202
+    assert reader.must_close and reader.in_response
+    assert reader.connection_ended() == 202 and not reader.in_response
 
 
 def test_connection_close_answers_the_response_then_closes() -> None:
