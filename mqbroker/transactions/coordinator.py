@@ -252,12 +252,26 @@ class TransactionCoordinator:
             )
 
     def end_txn(self, request: EndTxnRequest, request_key: Hashable, now_ms: int) -> None:
-        """Commit or abort: answered once the decision is durable; the markers follow."""
+        """Commit or abort: answered once the decision is durable; the markers follow.
+
+        With ``bump_epoch`` (transaction version 2) the decision carries the producer's next epoch
+        (its markers too, so nothing of the next transaction can join this one), and the answer is
+        that ``ProducerIdAndEpoch``; a retry from the previous epoch gets the same answer.
+        """
+        current = self._metadata.get(request.transactional_id)
+        if request.bump_epoch and current is not None and self._is_bumped_retry(current, request):
+            if not self._park_if_busy(request.transactional_id, request, request_key, now_ms):
+                self._reply(request_key, ProducerIdAndEpoch(producer_id=current.producer_id,
+                                                            producer_epoch=current.producer_epoch))
+            return
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
         if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         assert current is not None
         wanted = TransactionState.COMPLETE_COMMIT if request.committed else TransactionState.COMPLETE_ABORT
+        if request.bump_epoch and current.state is not TransactionState.ONGOING:
+            self._end_without_transaction(current, request, request_key, now_ms)
+            return
         if current.state is wanted:
             self._reply(request_key)  # a retry of an EndTxn that completed
             return
@@ -269,8 +283,49 @@ class TransactionCoordinator:
                    if current.state is TransactionState.EMPTY else "")
             )
         state = TransactionState.PREPARE_COMMIT if request.committed else TransactionState.PREPARE_ABORT
-        self._write(current, dataclasses.replace(current, state=state, last_update_ms=now_ms), _After.MARKERS,
-                    (request_key,))
+        bumped = request.bump_epoch and current.producer_epoch < PRODUCER_EPOCH_MAX
+        target = dataclasses.replace(current, state=state, last_update_ms=now_ms,
+                                     producer_epoch=current.producer_epoch + (1 if bumped else 0))
+        if request.bump_epoch and not bumped:  # epoch exhausted: answered once complete, with a fresh producer id
+            self._write(current, target, _After.MARKERS)
+            self._park(request.transactional_id, request, request_key)
+            return
+        response = ProducerIdAndEpoch(producer_id=target.producer_id, producer_epoch=target.producer_epoch) \
+            if bumped else None
+        self._write(current, target, _After.MARKERS, (request_key,), response)
+
+    @staticmethod
+    def _is_bumped_retry(current: TransactionMetadata, request: EndTxnRequest) -> bool:
+        """A transaction version 2 EndTxn retried after its decision moved the producer to the next epoch."""
+        wanted = (TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT) if request.committed \
+            else (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT)
+        return (request.producer_id == current.producer_id and request.producer_epoch == current.producer_epoch - 1
+                and current.state in wanted)
+
+    def _end_without_transaction(self, current: TransactionMetadata, request: EndTxnRequest, request_key: Hashable,
+                                 now_ms: int) -> None:
+        """Transaction version 2: an EndTxn with nothing ongoing (no write reached the coordinator) bumps the epoch
+        when it aborts; an exhausted epoch (a decided transaction, or an abort) moves to the fresh producer id."""
+        if request.committed and current.state is not TransactionState.COMPLETE_COMMIT:
+            raise InvalidTxnStateError(
+                f"cannot commit transactional id {request.transactional_id!r} in state {current.state.value}; "
+                "no transaction was begun")
+        if current.producer_epoch < PRODUCER_EPOCH_MAX:
+            producer_id, epoch = current.producer_id, current.producer_epoch + 1
+        elif request.fresh_producer_id is not None:
+            producer_id, epoch = request.fresh_producer_id, 0
+        else:
+            raise ConcurrentTransactionsError(
+                f"transactional id {request.transactional_id!r} needs a new producer id; retry")
+        target = dataclasses.replace(current, producer_id=producer_id, producer_epoch=epoch,
+                                     state=TransactionState.EMPTY, last_update_ms=now_ms)
+        self._write(current, target, _After.REPLY, (request_key,),
+                    ProducerIdAndEpoch(producer_id=producer_id, producer_epoch=epoch))
+
+    def needs_fresh_producer_id(self, request: EndTxnRequest) -> bool:
+        """True when this transaction version 2 EndTxn would move the id past its last epoch (a new producer id)."""
+        metadata = self._metadata.get(request.transactional_id)
+        return request.bump_epoch and metadata is not None and metadata.producer_epoch >= PRODUCER_EPOCH_MAX
 
     def _checked(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata | None:
         """The id's metadata, if the request's producer id and epoch are its current ones (fencing)."""

@@ -4,6 +4,7 @@ the durable decision), and once writes and markers go through every transaction 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -102,7 +103,10 @@ class Harness:
             self.call(lambda: self.coordinator.add_partitions(request, key, self.now_ms))
         elif action == "end":
             request = EndTxnRequest(transactional_id=transactional_id, producer_id=pid, producer_epoch=epoch,
-                                    committed=chooser.random() < 0.5)
+                                    committed=chooser.random() < 0.5, bump_epoch=chooser.random() < 0.5)
+            if self.coordinator.needs_fresh_producer_id(request):
+                request = dataclasses.replace(request, fresh_producer_id=self.next_producer_id)
+                self.next_producer_id += 1
             self.call(lambda: self.coordinator.end_txn(request, key, self.now_ms))
         elif action in ("write", "fail") and self.pending:
             self.settle_write(chooser.choice(sorted(self.pending)), failed=action == "fail")
