@@ -27,7 +27,14 @@ from mqbroker.groups.hosting import GroupHosting
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.service import OFFSETS_TOPIC
 from mqbroker.interfaces import IAuthorizer
-from mqbroker.model import BrokerEndpoint, Operation, Principal, ProduceResult, ProducerIdentity, ResourceType
+from mqbroker.model import (
+    BrokerEndpoint,
+    Operation,
+    Principal,
+    ProduceResult,
+    ProducerIdentity,
+    ResourceType,
+)
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import read_header
