@@ -9,13 +9,23 @@ from __future__ import annotations
 import pathlib
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from mqbroker.protocols.kafka.messages.cluster import ApiVersionsRequest
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import REFERENCE, kafka_bootstrap, kafka_call, start_kafka_broker, unique
+from tests.integration.clusterprocess import start_cluster
+from tests.integration.kafka_support import (
+    FAST_GROUPS,
+    REFERENCE,
+    kafka_bootstrap,
+    kafka_call,
+    start_kafka_broker,
+    unique,
+    wait_until,
+)
 
 SOURCE = pathlib.Path(__file__).resolve().parent / "kafka_java" / "TransactionVersion2.java"
 CLASSPATH_JARS = f"{REFERENCE / 'lib'}/*"
@@ -46,11 +56,29 @@ def test_api_versions_finalize_transaction_version_2(kafka_broker: BrokerProcess
 
 
 def test_java_client_transactions_v2(kafka_broker: BrokerProcess, compiled: pathlib.Path) -> None:
+    _run_and_check(kafka_bootstrap(kafka_broker), compiled)
+
+
+@pytest.mark.slow
+def test_java_client_transactions_v2_across_brokers(tmp_path: pathlib.Path, compiled: pathlib.Path) -> None:
+    """Three brokers: partition leaders that are not the transaction's coordinator add their partition over the
+    inter-broker protocol, and the markers go to every leader."""
+    brokers = start_cluster(tmp_path, 3, list(FAST_GROUPS))
+    try:
+        _run_and_check(",".join(kafka_bootstrap(broker) for broker in brokers), compiled, spread_over=3)
+    finally:
+        for broker in brokers:
+            broker.kill()
+
+
+def _run_and_check(bootstrap: str, compiled: pathlib.Path, spread_over: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    bootstrap, topic = kafka_bootstrap(kafka_broker), unique("tv2")
+    topic = unique("tv2")
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(10)
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(20)
+    leaders = wait_until(lambda: _leaders(admin, topic), 20, "a leader for every partition")
+    assert len(set(leaders)) == spread_over, leaders
     run = subprocess.run(
         ["java", "-Xmx256m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={REFERENCE / 'log4j2-tools.xml'}",
          "-cp", f"{compiled}:{CLASSPATH_JARS}", "TransactionVersion2", bootstrap, topic, unique("tv2-id"),
@@ -67,3 +95,9 @@ def test_java_client_transactions_v2(kafka_broker: BrokerProcess, compiled: path
     read = [line.split()[1] for line in lines if line.startswith("read ")]
     expected = sorted(f"{prefix}-{number}" for prefix in ("commit1", "commit2", "second") for number in range(6))
     assert read == expected  # nothing aborted, nothing of the zombie, every committed record once
+
+
+def _leaders(admin: Any, topic: str) -> list[int] | None:
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    leaders = [partitions[number].leader for number in sorted(partitions)]
+    return leaders if len(leaders) == 3 and min(leaders) >= 0 else None
