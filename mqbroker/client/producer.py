@@ -232,6 +232,15 @@ class ProducerCore:
         return self._flushing or any(self._queues.get(key) for key in self.gated) or any(
             now_ms >= deadline_ms for deadline_ms in self._gate_deadlines_ms())
 
+    def open_gates(self, keys: set[tuple[str, int]]) -> None:
+        """These partitions were added to the transaction: their batches may go, the open ones at once (the
+        addition took the place of ``linger_ms``), so their records travel while the application writes more."""
+        self.gated -= keys
+        for key in keys:
+            batch = self._open.get(key)
+            if batch is not None and not self._queues.get(key):
+                self._close(key, batch)
+
     def _gate_deadlines_ms(self) -> list[int]:
         gather_ms = min(ADD_PARTITIONS_GATHER_MS, self.config.linger_ms)
         return [batch.created_ms + gather_ms for key, batch in self._open.items() if key in self.gated]

@@ -290,3 +290,14 @@ def test_gated_partitions_are_added_together_once_a_batch_gathered_or_is_ready()
     eager.gated.add(("events", 0))
     eager.append("events", 0, 1, None, b"a", None, now_ms=10)
     assert eager.gates_due(10)
+
+
+def test_an_added_partition_sends_its_open_batch_at_once() -> None:
+    """The addition took the place of linger_ms: the records travel while the application writes more."""
+    core = _core(linger_ms=5, transactional_id="tx")
+    core.gated.add(("events", 0))
+    core.append("events", 0, 1, None, b"a", None, now_ms=10)
+    assert core.drain(11, _leader_one) == []
+    core.open_gates({("events", 0)})
+    (plan,) = core.drain(11, _leader_one)  # before linger_ms passed
+    assert [batch.partition for batch in plan.batches] == [0] and not core.gated
