@@ -51,12 +51,7 @@ from mqbroker.errors import (
     ProducerFencedError,
 )
 from mqbroker.groups.model import TopicPartition
-from mqbroker.transactions import views
-from mqbroker.transactions.epoch_bumps import (
-    ended_without_transaction,
-    is_bumped_retry,
-    needs_fresh_producer_id,
-)
+from mqbroker.transactions import epoch_bumps, views
 from mqbroker.transactions.log_records import (
     TransactionLogRecord,
     TransactionMetadata,
@@ -275,7 +270,7 @@ class TransactionCoordinator:
         that ``ProducerIdAndEpoch``; a retry from the previous epoch gets the same answer.
         """
         current = self._metadata.get(request.transactional_id)
-        if current is not None and is_bumped_retry(current, request):
+        if current is not None and epoch_bumps.is_bumped_retry(current, request):
             if not self._park_if_busy(request.transactional_id, request, request_key, now_ms):
                 self._reply(request_key, ProducerIdAndEpoch(producer_id=current.producer_id,
                                                             producer_epoch=current.producer_epoch))
@@ -286,7 +281,7 @@ class TransactionCoordinator:
         assert current is not None
         wanted = TransactionState.COMPLETE_COMMIT if request.committed else TransactionState.COMPLETE_ABORT
         if request.bump_epoch and current.state is not TransactionState.ONGOING:
-            target = ended_without_transaction(current, request, now_ms)
+            target = epoch_bumps.ended_without_transaction(current, request, now_ms)
             self._write(current, target, _After.REPLY, (request_key,),
                         ProducerIdAndEpoch(producer_id=target.producer_id, producer_epoch=target.producer_epoch))
             return
@@ -314,7 +309,7 @@ class TransactionCoordinator:
 
     def needs_fresh_producer_id(self, request: EndTxnRequest) -> bool:
         """True when this transaction version 2 EndTxn would move the id past its last epoch (a new producer id)."""
-        return needs_fresh_producer_id(self._metadata.get(request.transactional_id), request)
+        return epoch_bumps.needs_fresh_producer_id(self._metadata.get(request.transactional_id), request)
 
     def _checked(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata | None:
         """The id's metadata, if the request's producer id and epoch are its current ones (fencing)."""
