@@ -13,7 +13,7 @@ class IBroker(Interface):
     ``code`` a front end maps onto its own protocol.
     """
 
-    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None,
+    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None, front_end_batches=False,
                 add_to_transaction=False):
         """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
 
@@ -24,6 +24,9 @@ class IBroker(Interface):
         partition is verified with its coordinator (KIP-890) and refused with INVALID_TXN_STATE
         unless the partition was added; with ``add_to_transaction`` (transaction version 2, KIP-890
         part 2) the coordinator adds the partition instead, before the batch is appended.
+        ``front_end_batches``: an in-process front end built the batches
+        itself (``BatchBuilder``, from fields it decoded), so the broker does not decode them again for the
+        topic's ``record.validation``; bytes that came from a client are never passed with it.
         """
 
     def fetch(principal, request):

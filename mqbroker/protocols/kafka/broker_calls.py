@@ -59,7 +59,7 @@ class BrokerCalls:
         except errors.BrokerError as error:
             return fail(error)
         return self._broker.produce(self.principal, topic, partition, records, required, timeout_ms, transactional_id,
-                                    add_to_transaction)
+                                    add_to_transaction=add_to_transaction)
 
     def fetch(self, positions: Iterable[tuple[str, int, int, int, int]], max_wait_ms: int, min_bytes: int,
               max_bytes: int, isolation_level: int = 0) -> Deferred[list[FetchResult]]:
