@@ -56,6 +56,11 @@ LEADER_POLL_INTERVAL_MS = 100
 _RETRIED_CODES = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
 
+#: A transactional producer's first record for a partition waits this long (at most ``linger_ms``) before the
+#: partition is added to the transaction, so partitions written to together are added in one request, one durable
+#: coordinator write; their batches are held until the addition anyway, and go out at ``linger_ms`` or a flush.
+ADD_PARTITIONS_GATHER_MS = 1
+
 class ProducerCore:
     """Sans-I/O producer: records in, produce plans out, replies in, finished batches out."""
 
@@ -242,7 +247,29 @@ class ProducerCore:
         )
         if any(queue and queue[0].awaiting_leader for queue in self._queues.values()):
             deadlines.append(max(now_ms, self._next_leader_poll_ms))
+        if self.gated:
+            deadlines.extend(self._gate_deadlines_ms())
         return min(deadlines, default=None)
+
+    def gates_due(self, now_ms: int) -> bool:
+        """True when the gated partitions should be added to the transaction now: a batch of one is ready to send
+        (full, or flushing), or has gathered records for ``ADD_PARTITIONS_GATHER_MS`` (or ``linger_ms``, if less),
+        so the partitions an application writes to in quick succession go in one AddPartitionsToTxn."""
+        return self._flushing or any(self._queues.get(key) for key in self.gated) or any(
+            now_ms >= deadline_ms for deadline_ms in self._gate_deadlines_ms())
+
+    def open_gates(self, keys: set[tuple[str, int]]) -> None:
+        """These partitions were added to the transaction: their batches may go, the open ones at once (the
+        addition took the place of ``linger_ms``), so their records travel while the application writes more."""
+        self.gated -= keys
+        for key in keys:
+            batch = self._open.get(key)
+            if batch is not None and not self._queues.get(key):
+                self._close(key, batch)
+
+    def _gate_deadlines_ms(self) -> list[int]:
+        gather_ms = min(ADD_PARTITIONS_GATHER_MS, self.config.linger_ms)
+        return [batch.created_ms + gather_ms for key, batch in self._open.items() if key in self.gated]
 
     def in_flight(self, node_id: int) -> int:
         """Produce requests sent to ``node_id`` and not yet answered."""

@@ -263,10 +263,11 @@ class PartitionLog:
         with self._lock:
             return self._verification_guards.start(producer_id)
 
-    def needs_verification(self, producer_id: int) -> bool:
-        """True unless ``producer_id`` has an open transaction here (its next transactional batch opens one)."""
+    def needs_verification(self, producer_id: int, producer_epoch: int = -1) -> bool:
+        """True unless ``producer_id`` has an open transaction here, begun at ``producer_epoch`` or later (its
+        next transactional batch opens one; a newer epoch's batch opens a new one, transaction version 2)."""
         with self._lock:
-            return not self._producers.has_open_transaction(producer_id)
+            return not self._producers.has_open_transaction(producer_id, producer_epoch)
 
     def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         """Framing, magic and CRC of every batch, and the size limit; no record is decoded."""

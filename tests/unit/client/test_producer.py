@@ -273,6 +273,36 @@ def test_a_refused_gate_fails_its_batches_and_records_the_failure() -> None:
     assert not core.gated and not core.has_pending
 
 
+def test_gated_partitions_are_added_together_once_a_batch_gathered_or_is_ready() -> None:
+    """A transaction's partitions written to in quick succession go in one AddPartitionsToTxn."""
+    from mqbroker.client.producer import ADD_PARTITIONS_GATHER_MS
+
+    core = _core(linger_ms=5, transactional_id="tx")
+    core.gated |= {("events", 0), ("events", 1)}
+    core.append("events", 0, 1, None, b"a", None, now_ms=10)
+    core.append("events", 1, 1, None, b"b", None, now_ms=10)
+    assert not core.gates_due(10)
+    assert core.next_deadline_ms(10) == 10 + ADD_PARTITIONS_GATHER_MS  # the I/O loop wakes for it
+    assert core.gates_due(10 + ADD_PARTITIONS_GATHER_MS)
+    core.flush()
+    assert core.gates_due(10)  # a flush (commit) adds at once
+    eager = _core(linger_ms=0, transactional_id="tx")
+    eager.gated.add(("events", 0))
+    eager.append("events", 0, 1, None, b"a", None, now_ms=10)
+    assert eager.gates_due(10)
+
+
+def test_an_added_partition_sends_its_open_batch_at_once() -> None:
+    """The addition took the place of linger_ms: the records travel while the application writes more."""
+    core = _core(linger_ms=5, transactional_id="tx")
+    core.gated.add(("events", 0))
+    core.append("events", 0, 1, None, b"a", None, now_ms=10)
+    assert core.drain(11, _leader_one) == []
+    core.open_gates({("events", 0)})
+    (plan,) = core.drain(11, _leader_one)  # before linger_ms passed
+    assert [batch.partition for batch in plan.batches] == [0] and not core.gated
+
+
 def test_append_values_fills_a_batch_closes_it_and_goes_on_in_a_new_one() -> None:
     core = _core(linger_ms=5, batch_size=1_000)
     full: list[tuple[str, int]] = []
