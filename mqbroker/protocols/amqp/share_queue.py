@@ -13,18 +13,12 @@ member of its own for the channel, acquires one message (waiting up to
 ``amqp_share_get_wait_ms_max`` for the group to read what was just published, ``get-empty`` after
 that), and leaves once the channel settled what it took.
 
-RabbitMQ's queue vocabulary maps onto the group (pure parts in ``share_arguments.py``):
-
-- message counts (queue.declare-ok, basic.get-ok, queue.delete-ok, queue.purge-ok) are the ready
-  records: available in the group's region plus the log not read into it yet;
-- ``x-message-ttl`` and a message's ``expiration`` are checked when a record is acquired (for a
-  consumer or basic.get), and once a second the records older than ``x-message-ttl`` at the head
-  are acquired by the broker and expired, so a queue nobody consumes expires too;
-- a rejected (requeue=false) or expired message goes to ``x-dead-letter-exchange`` (with
-  ``x-dead-letter-routing-key`` and ``x-death``, as on classic queues) and is accepted in the group
-  once its copy is durable; without a dead-letter exchange it is rejected in the group (to its
-  ``dead.letter.topic``, if configured);
-- ``queue.purge`` acquires and accepts every available record, so unacknowledged deliveries stay.
+RabbitMQ's queue vocabulary maps onto the group (docs/queues.md "AMQP share queues"): message
+counts are the group's ready records (``share_view.py``); ``queue.purge`` acquires and accepts
+every available record; ``x-message-ttl`` / ``expiration`` are checked when a record is acquired,
+and a head reaper expires a queue nobody consumes; a rejected or expired message goes through
+``x-dead-letter-exchange`` with ``x-death`` and is accepted once its copy is durable (rejected in the
+group without one).
 
 ``x-delay`` in a message's headers (milliseconds, as RabbitMQ's delayed-message plugin reads it)
 is stored as the record header the share group schedules by: the message is delivered once its
@@ -43,7 +37,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IDelayedCall
 
 from mqbroker import errors, limits
-from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AcknowledgeType
+from mqbroker.model import LATEST_TIMESTAMP, AcknowledgeType
 from mqbroker.protocols.amqp.actions import Outcome
 from mqbroker.protocols.amqp.appender import BatchStored, all_settled
 from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
@@ -57,6 +51,7 @@ from mqbroker.protocols.amqp.queues import (
     delivery_of,
 )
 from mqbroker.protocols.amqp.share_arguments import check_share_arguments, delay_header, ranges_of, share_group_configs
+from mqbroker.protocols.amqp.share_view import LostLeaseSuspects, ready_messages, records_past_ttl
 from mqbroker.protocols.amqp.stored import QueueDeclaration
 from mqbroker.shares import messages as share
 
@@ -104,6 +99,8 @@ class ShareQueue(BaseQueue):
         #: Dead letters on their way to the dead-letter exchange, per member: it stays a member until they land.
         self._dead_lettering: dict[ConsumerKey, int] = {}
         self._expiring = False
+        self._suspects = LostLeaseSuspects(host.reactor, lambda: host.broker.list_offset(
+            host.principal, self.topic, 0, LATEST_TIMESTAMP))
         self._group_created = False
         self._leaving: list[Deferred[Any]] = []
         Deferred.fromCoroutine(self.ensure_group()).addErrback(
@@ -120,18 +117,8 @@ class ShareQueue(BaseQueue):
         """Ready messages: available in the share group's region plus the log it has not read yet (0, logged, when
         the group's host cannot be asked)."""
         await self._appender.drained()  # a publish before this on the connection is counted
-        broker, principal = self.host.broker, self.host.principal
         try:
-            try:
-                partitions = (await broker.describe_share_group(principal, self.group_id)).partitions
-            except errors.GroupIdNotFoundError:
-                partitions = ()
-            log_end = (await broker.list_offset(principal, self.topic, 0, LATEST_TIMESTAMP)).offset
-            if partitions:
-                return sum(partition.stats.available + max(0, log_end - partition.stats.end_offset)
-                           for partition in partitions)
-            log_start = (await broker.list_offset(principal, self.topic, 0, EARLIEST_TIMESTAMP)).offset
-            return max(0, log_end - log_start)
+            return await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
         except errors.BrokerError as error:
             self.log.warn("AMQP share queue {queue}: its message count is not known now ({error}); 0 reported",
                           queue=self.name, error=error)
@@ -227,6 +214,7 @@ class ShareQueue(BaseQueue):
         self.consumers.clear()
         self._holders.clear()
         self._held.clear()
+        self._suspects.stopped = True
         for member in list(self._members.values()):
             member.attached = False
             self._drop(member)
@@ -241,6 +229,7 @@ class ShareQueue(BaseQueue):
                           "`mqbroker share-groups delete {group}`", queue=self.name, group=self.group_id, error=error)
 
     def _member_failed(self, failure: Any, member: _Member) -> None:
+        self._suspects.call_lost()
         if not member.attached or not self._is_member(member):
             return
         self.log.warn("AMQP share queue {queue}: consumer {key}: {error}; joining again in 1 s", queue=self.name,
@@ -293,7 +282,7 @@ class ShareQueue(BaseQueue):
                     expired.append(message)
                     continue
                 consumer.session.connection.deliver(consumer.channel, consumer.tag,
-                                                    delivery_of(self.name, message, delivery_count > 1))
+                                                    delivery_of(self.name, message, self._suspects.redelivered(message.offset, delivery_count)))
                 delivered = True
                 if consumer.no_ack:
                     unacknowledged.append(message.offset)
@@ -388,10 +377,13 @@ class ShareQueue(BaseQueue):
         settled = self.host.broker.share_acknowledge(self.host.principal, share.ShareAcknowledgeRequest(
             group_id=self.group_id, member_id=member.member_id, acknowledgements=acknowledgements))
         settled.addCallback(self._acknowledged)
-        settled.addErrback(lambda failure: self.log.warn(
-            "AMQP share queue {queue}: settling {count} range(s) failed ({error}); they come back when their "
-            "leases end", queue=self.name, count=len(ranges), error=failure.getErrorMessage()))
+        settled.addErrback(self._settling_failed, len(ranges))
         return settled
+
+    def _settling_failed(self, failure: Any, ranges: int) -> None:
+        self._suspects.call_lost()
+        self.log.warn("AMQP share queue {queue}: settling {count} range(s) failed ({error}); they come back when "
+                      "their leases end", queue=self.name, count=ranges, error=failure.getErrorMessage())
 
     def _acknowledged(self, results: tuple[share.AcknowledgeResult, ...]) -> None:
         for result in results:
@@ -450,21 +442,13 @@ class ShareQueue(BaseQueue):
     async def _expire_head(self, cutoff_ms: int) -> None:
         """Acquire the records stored before ``cutoff_ms`` that the group has not settled and expire them (one
         that turns out alive is released)."""
-        broker, principal = self.host.broker, self.host.principal
-        found = (await broker.list_offset(principal, self.topic, 0, cutoff_ms)).offset
-        if found < 0:  # every record is older than the cut
-            found = (await broker.list_offset(principal, self.topic, 0, LATEST_TIMESTAMP)).offset
-        try:
-            partitions = (await broker.describe_share_group(principal, self.group_id)).partitions
-        except errors.GroupIdNotFoundError:
+        records_max = await records_past_ttl(self.host.broker, self.host.principal, self.group_id, self.topic,
+                                             cutoff_ms)
+        if not records_max:
             return
-        start = min((partition.stats.start_offset for partition in partitions), default=0)
-        if found <= start or any(not partition.stats.available and partition.stats.end_offset >= found
-                                 for partition in partitions):
-            return  # nothing before the cut, or all of it read and held by consumers
         key = _broker_member_key("expiry")
         try:
-            member, leased = await self._take(key, min(found - start, limits.share_fetch_records_max))
+            member, leased = await self._take(key, min(records_max, limits.share_fetch_records_max))
             now_ms = self.host.now_ms()
             expired = [message for message, _ in leased if is_expired(self.policy, message, now_ms)]
             alive = [message.offset for message, _ in leased if not is_expired(self.policy, message, now_ms)]
@@ -514,7 +498,7 @@ class ShareQueue(BaseQueue):
                     self._dead_letter(member, [message], DeathReason.EXPIRED)
                     continue
                 self._hold(key, message)
-                return message, delivery_count > 1
+                return message, self._suspects.redelivered(message.offset, delivery_count)
             return None
         finally:
             self._leave_when_settled([key])
