@@ -99,6 +99,9 @@ class ShareQueue(BaseQueue):
         #: Dead letters on their way to the dead-letter exchange, per member: it stays a member until they land.
         self._dead_lettering: dict[ConsumerKey, int] = {}
         self._expiring = False
+        #: Consumers' settlements not sent yet, per member and kind (``_acknowledge_soon``).
+        self._unsent: dict[ConsumerKey, dict[AcknowledgeType, list[int]]] = {}
+        self._send_call: IDelayedCall | None = None
         self._suspects = LostLeaseSuspects(host.reactor, lambda: host.broker.list_offset(
             host.principal, self.topic, 0, LATEST_TIMESTAMP))
         self._group_created = False
@@ -194,6 +197,7 @@ class ShareQueue(BaseQueue):
                 self._drop(member)
 
     def _drop(self, member: _Member) -> None:
+        self._send_unsent([member.key])  # before leaving: leaving releases what it still holds
         del self._members[member.key]
         if member.heartbeat is not None and member.heartbeat.active():
             member.heartbeat.cancel()
@@ -260,12 +264,13 @@ class ShareQueue(BaseQueue):
         member.fetching = True
         fetched = self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
             group_id=self.group_id, member_id=member.member_id, records_max=window,
-            wait_ms_max=limits.amqp_log_fetch_wait_ms_max))
+            wait_ms_max=limits.amqp_log_fetch_wait_ms_max, acknowledgements=self._take_unsent(member.key)))
         fetched.addCallback(self._fetched, member)
         fetched.addErrback(self._member_failed, member)
         fetched.addBoth(self._fetch_finished, member)
 
     def _fetched(self, answer: share.ShareFetchResponse, member: _Member) -> None:
+        self._acknowledged(answer.acknowledgements)
         consumer = member.consumer
         assert consumer is not None
         delivered = False
@@ -356,7 +361,7 @@ class ShareQueue(BaseQueue):
         for holder, held in by_member.items():
             member = self._members.get(holder)
             if member is not None and member.member_id:
-                self._acknowledge(member, held, _OUTCOMES[outcome])
+                self._acknowledge_soon(member.key, held, _OUTCOMES[outcome])
         for holder, messages in dead.items():
             member = self._members.get(holder)
             if member is not None and member.member_id:
@@ -371,14 +376,42 @@ class ShareQueue(BaseQueue):
 
     def _acknowledge_ranges(self, member: _Member, ranges: list[tuple[int, int]], kind: AcknowledgeType,
                             error: str = "") -> Deferred[None]:
-        acknowledgements = tuple(share.Acknowledgement(topic=self.topic, partition=0, first_offset=first,
-                                                       last_offset=last, kind=kind, error=error)
-                                 for first, last in ranges)
+        return self._send_acknowledgements(member, self._acknowledgements(ranges, kind, error))
+
+    def _acknowledgements(self, ranges: list[tuple[int, int]], kind: AcknowledgeType,
+                          error: str = "") -> tuple[share.Acknowledgement, ...]:
+        return tuple(share.Acknowledgement(topic=self.topic, partition=0, first_offset=first, last_offset=last,
+                                           kind=kind, error=error) for first, last in ranges)
+
+    def _send_acknowledgements(self, member: _Member, acknowledgements: tuple[share.Acknowledgement, ...]
+                               ) -> Deferred[None]:
         settled = self.host.broker.share_acknowledge(self.host.principal, share.ShareAcknowledgeRequest(
             group_id=self.group_id, member_id=member.member_id, acknowledgements=acknowledgements))
         settled.addCallback(self._acknowledged)
-        settled.addErrback(self._settling_failed, len(ranges))
+        settled.addErrback(self._settling_failed, len(acknowledgements))
         return settled
+
+    def _acknowledge_soon(self, key: ConsumerKey, offsets: list[int], kind: AcknowledgeType) -> None:
+        """A consumer's settlement: sent with the member's next fetch if it fetches in this reactor turn, else with
+        the others of the turn in one acknowledgement (a client acking message by message costs one call a turn)."""
+        self._unsent.setdefault(key, {}).setdefault(kind, []).extend(offsets)
+        if self._send_call is None:
+            self._send_call = self.host.reactor.callLater(0, self._send_unsent)
+
+    def _take_unsent(self, key: ConsumerKey) -> tuple[share.Acknowledgement, ...]:
+        kinds = self._unsent.pop(key, {})
+        return tuple(acknowledgement for kind, offsets in kinds.items()
+                     for acknowledgement in self._acknowledgements(ranges_of(offsets), kind))
+
+    def _send_unsent(self, keys: list[ConsumerKey] | None = None) -> None:
+        """Send the settlements not sent yet (of ``keys``; None: all of them, at the end of the turn)."""
+        if keys is None:
+            self._send_call = None
+        for key in list(self._unsent) if keys is None else keys:
+            acknowledgements = self._take_unsent(key)
+            member = self._members.get(key)
+            if acknowledgements and member is not None and member.member_id:
+                self._send_acknowledgements(member, acknowledgements)
 
     def _settling_failed(self, failure: Any, ranges: int) -> None:
         self._suspects.call_lost()
