@@ -286,8 +286,9 @@ class ShareQueue(BaseQueue):
                 if is_expired(self.policy, message, now_ms):
                     expired.append(message)
                     continue
+                redelivered = self._suspects.redelivered(message.offset, delivery_count)
                 consumer.session.connection.deliver(consumer.channel, consumer.tag,
-                                                    delivery_of(self.name, message, self._suspects.redelivered(message.offset, delivery_count)))
+                                                    delivery_of(self.name, message, redelivered))
                 delivered = True
                 if consumer.no_ack:
                     unacknowledged.append(message.offset)
@@ -370,7 +371,8 @@ class ShareQueue(BaseQueue):
         self._leave_when_settled(list(by_member))
         self.dispatch()
 
-    def _acknowledge(self, member: _Member, offsets: list[int], kind: AcknowledgeType, error: str = "") -> Deferred[None]:
+    def _acknowledge(self, member: _Member, offsets: list[int], kind: AcknowledgeType,
+                     error: str = "") -> Deferred[None]:
         """Settle ``offsets`` as ``kind`` for ``member`` (fires once answered; failures are logged)."""
         return self._acknowledge_ranges(member, ranges_of(offsets), kind, error)
 
