@@ -13,7 +13,7 @@ class IBroker(Interface):
     ``code`` a front end maps onto its own protocol.
     """
 
-    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None):
+    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None, front_end_batches=False):
         """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
 
         ``acks`` (an ``Acks``) says when the Deferred fires with a ``ProduceResult``: once the batch
@@ -21,7 +21,9 @@ class IBroker(Interface):
         (``ALL``, waiting at most ``timeout_ms``; 0: ``limits.produce_timeout_ms_default``).
         Transactional batches name their ``transactional_id``; the first of a transaction in a
         partition is verified with its coordinator (KIP-890) and refused with INVALID_TXN_STATE
-        unless the partition was added.
+        unless the partition was added. ``front_end_batches``: an in-process front end built the batches
+        itself (``BatchBuilder``, from fields it decoded), so the broker does not decode them again for the
+        topic's ``record.validation``; bytes that came from a client are never passed with it.
         """
 
     def fetch(principal, request):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mqbroker.client.producer_batch import ProducerBatch, ProducePlan
 from mqbroker.client.producer_config import COMPRESSION_CODECS, ProducerConfig
@@ -122,6 +122,32 @@ class ProducerCore:
         batch.builder.append(timestamp_ms, key, value, headers or ())
         batch.record_count = index + 1
         return batch, index
+
+    def append_values(
+        self, topic: str, partition: int, timestamp_ms: int, values: Sequence[bytes], start: int, now_ms: int
+    ) -> tuple[ProducerBatch, int, int]:
+        """Add keyless, headerless records holding ``values[start:]`` to the partition's open batch, as many
+        as fit; return the batch, the index of the first record added and how many were added (at least one).
+
+        A batch that fills up is closed (``on_batch_full`` is called), so the caller moves on to the next
+        batch, or another partition, with the rest. The records are encoded in runs, without Python code
+        per record (``BatchBuilder.append_values``).
+        """
+        key = (topic, partition)
+        batch = self._open.get(key) or self._open_batch(topic, partition, now_ms)
+        first = batch.record_count
+        count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+        if not count:  # the open batch had no room left: the records go into a new one
+            self._close(key, batch)
+            self.on_batch_full(topic, partition)
+            batch = self._open_batch(topic, partition, now_ms)
+            first = 0
+            count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+        batch.record_count = first + count
+        if start + count < len(values):
+            self._close(key, batch)
+            self.on_batch_full(topic, partition)
+        return batch, first, count
 
     def _open_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
         assert not self.needs_producer_id, "appending before InitProducerId answered"

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from mqbroker.client.consumer import _collector_paused
+from mqbroker.client.collector import collector_paused
 from mqbroker.errors import (
     BrokerError,
     CoordinatorLoadInProgressError,
@@ -169,7 +169,7 @@ class ShareConsumerCore:
         """The records leased by a fetch reply, and the outcomes of the acknowledgements it carried."""
         messages: list[ShareMessage] = []
         errors: list[BrokerError] = []
-        with _collector_paused():
+        with collector_paused():
             for topic in response.topics:
                 for partition in topic.partitions:
                     if partition.error_code:

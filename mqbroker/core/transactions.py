@@ -172,15 +172,17 @@ class TransactionRequests:
 
     def produce(
         self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
-        transactional_id: str | None,
+        transactional_id: str | None, front_end_batches: bool = False,
     ) -> Deferred[ProduceResult]:
-        """A produce: straight to the log unless its batches open a transaction there, which is verified first."""
+        """A produce: straight to the log unless its batches open a transaction there, which is verified first
+        (``front_end_batches``: see ``IBroker.produce``)."""
         try:
             header = read_header(records, require_whole=False)
         except CorruptRecordError:
             header = None  # the log refuses it with the precise error
         if header is None or not header.is_transactional:
-            return self._produce.produce(principal, topic, partition, records, acks, timeout_ms)
+            return self._produce.produce(principal, topic, partition, records, acks, timeout_ms,
+                                         front_end_batches=front_end_batches)
         return self._verified(topic, partition, header.producer_id, header.producer_epoch, transactional_id,
                               principal, lambda guard: self._produce.produce(principal, topic, partition, records, acks,
                                                                              timeout_ms, verification_guard=guard))

@@ -271,3 +271,34 @@ def test_a_refused_gate_fails_its_batches_and_records_the_failure() -> None:
     (batch,) = core.fail_gated({("events", 0)}, refused)
     assert batch.error is refused and core.failure is refused
     assert not core.gated and not core.has_pending
+
+
+def test_append_values_fills_a_batch_closes_it_and_goes_on_in_a_new_one() -> None:
+    core = _core(linger_ms=5, batch_size=1_000)
+    full: list[tuple[str, int]] = []
+    core.on_batch_full = lambda topic, partition: full.append((topic, partition))
+    values = [b"v%03d" % number for number in range(300)]
+    spans = []
+    position = 0
+    while position < len(values):
+        batch, first, added = core.append_values("events", 0, 1000, values, position, now_ms=0)
+        spans.append((batch, first, added))
+        position += added
+    assert len(spans) > 1 and len(full) == len(spans) - 1  # every batch but the last filled up
+    assert all(batch.builder.size_bytes <= 1_000 for batch, _, _ in spans)
+    assert [batch.record_count for batch, _, _ in spans] == [added for _, _, added in spans]
+    plans = core.drain(5, _leader_one)
+    sent = [record.value for plan in plans for batch in plan.batches for record in decode_records(batch.payload)]
+    while core.has_pending and len(sent) < len(values):
+        for plan in plans:
+            core.plan_completed(plan, _reply(plan), now_ms=6)
+        plans = core.drain(6, _leader_one)
+        sent += [record.value for plan in plans for batch in plan.batches for record in decode_records(batch.payload)]
+    assert sent == values
+
+
+def test_append_values_continues_a_partly_filled_batch() -> None:
+    core = _core(linger_ms=5)
+    core.append("events", 0, 1000, None, b"single", None, now_ms=0)
+    batch, first, added = core.append_values("events", 0, 1000, [b"a", b"b"], 0, now_ms=0)
+    assert (first, added, batch.record_count) == (1, 2, 3)
