@@ -277,13 +277,15 @@ class ShareQueue(BaseQueue):
         unacknowledged: list[int] = []  # delivered to a no-ack consumer: accepted together below
         expired: list[QueuedMessage] = []
         now_ms = self.host.now_ms()
+        queue_ttl = self.policy.message_ttl_ms is not None
+        key = consumer.key
         for partition in answer.partitions:
             leased = self._leased_releasing_undecoded(member, partition)
             if not member.attached:  # cancelled while fetching: give them back
                 self._acknowledge(member, [message.offset for message, _ in leased], AcknowledgeType.RELEASE)
                 continue
             for message, delivery_count in leased:
-                if is_expired(self.policy, message, now_ms):
+                if (queue_ttl or message.expiration_ms is not None) and is_expired(self.policy, message, now_ms):
                     expired.append(message)
                     continue
                 redelivered = self._suspects.redelivered(message.offset, delivery_count)
@@ -293,7 +295,7 @@ class ShareQueue(BaseQueue):
                 if consumer.no_ack:
                     unacknowledged.append(message.offset)
                 else:
-                    self._hold(consumer.key, message)
+                    self._hold(key, message)
         if unacknowledged:
             self._acknowledge(member, unacknowledged, AcknowledgeType.ACCEPT)
         if expired:
@@ -542,8 +544,19 @@ class ShareQueue(BaseQueue):
 def _leased(partition: share.SharePartitionRecords) -> tuple[list[tuple[QueuedMessage, int]], list[int]]:
     """The acquired messages of one partition's answer with their delivery counts, in offset order; and the
     acquired offsets not decoded (past the fetch's decompression budget, or in a batch that does not decode)."""
-    counts = {offset: acquired.delivery_count for acquired in partition.acquired
-              for offset in range(acquired.first, acquired.last + 1)}
+    ranges = sorted(partition.acquired, key=lambda acquired: acquired.first)
     messages, _ = decode_fetched(partition.records, topic=partition.topic)
-    leased = [(message, counts.pop(message.offset)) for message in messages if message.offset in counts]
-    return leased, sorted(counts)
+    leased: list[tuple[QueuedMessage, int]] = []
+    index = 0
+    for message in messages:  # both in offset order: walk them together
+        while index < len(ranges) and ranges[index].last < message.offset:
+            index += 1
+        if index == len(ranges):
+            break
+        if ranges[index].first <= message.offset:
+            leased.append((message, ranges[index].delivery_count))
+    if len(leased) == sum(acquired.last - acquired.first + 1 for acquired in ranges):
+        return leased, []
+    found = {message.offset for message, _ in leased}
+    return leased, [offset for acquired in ranges for offset in range(acquired.first, acquired.last + 1)
+                    if offset not in found]

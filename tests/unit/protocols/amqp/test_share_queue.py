@@ -14,7 +14,13 @@ from mqbroker.protocols.amqp.share_arguments import (
     share_group_configs,
     takes_share_default,
 )
+from mqbroker.protocols.amqp.share_queue import _leased
 from mqbroker.protocols.amqp.spec import AmqpError, BasicProperties
+from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, append_message
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
+from mqbroker.shares.messages import SharePartitionRecords
+from mqbroker.shares.partition import AcquiredRange
 
 
 def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
@@ -67,3 +73,36 @@ def test_settled_offsets_become_disjoint_consecutive_ranges(offsets: list[int]) 
     ranges = ranges_of(offsets)
     assert [offset for first, last in ranges for offset in range(first, last + 1)] == sorted(set(offsets))
     assert all(later[0] > earlier[1] + 1 for earlier, later in zip(ranges, ranges[1:]))
+
+
+
+@given(st.lists(st.integers(0, 40), unique=True, max_size=30),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5)), max_size=6))
+def test_leased_pairs_each_decoded_acquired_record_with_its_count_and_names_the_rest(
+        stored: list[int], spans: list[tuple[int, int]]) -> None:
+    """Acquired ranges against the records a fetch returned: each acquired offset is leased (with its range's
+    delivery count) or reported undecoded, in offset order."""
+    ranges: list[AcquiredRange] = []
+    taken: set[int] = set()
+    for first, length in sorted(spans):
+        span = set(range(first, first + length + 1))
+        if not span & taken:
+            taken |= span
+            ranges.append(AcquiredRange(first, first + length, length + 1))
+    offsets = sorted(stored)
+    partition = SharePartitionRecords(topic="t", partition=0, records=b"".join(map(_one_message, offsets)),
+                                      acquired=tuple(reversed(ranges)))
+    leased, undecoded = _leased(partition)
+    counts = {offset: acquired.delivery_count for acquired in ranges
+              for offset in range(acquired.first, acquired.last + 1)}
+    assert [(message.offset, count) for message, count in leased] == [
+        (offset, counts[offset]) for offset in offsets if offset in counts]
+    assert undecoded == sorted(set(counts) - set(offsets))
+
+
+def _one_message(offset: int) -> bytes:
+    builder = BatchBuilder()
+    append_message(builder, 0, "", "q", EMPTY_PROPERTIES, b"m%d" % offset, None)
+    batch = bytearray(builder.build())
+    stamp(batch, 0, offset, 0)
+    return bytes(batch)
