@@ -162,14 +162,16 @@ def wait_for_amqp(port: int, process: subprocess.Popen[bytes], timeout_s: float 
 
 
 @contextlib.contextmanager
-def mqbroker_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
-    """mqbroker on free ports; yields (AMQP port, pid)."""
+def mqbroker_process(work: pathlib.Path, settings: tuple[str, ...] = ()) -> Iterator[tuple[int, int]]:
+    """mqbroker on free ports (``settings``: ``KEY=VALUE`` configuration overrides); yields (AMQP port, pid)."""
     ports = {name: free_port() for name in ("native", "amqp", "http")}
+    name = "-".join(settings).replace("=", "-") or "mqbroker"
     command = [
         sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
-        f"--logfile={work / 'mqbroker.log'}", "mqbroker", "--data-dir", str(work / "mqbroker"), "--host", "127.0.0.1",
+        f"--logfile={work / f'{name}.log'}", "mqbroker", "--data-dir", str(work / name), "--host", "127.0.0.1",
         "--native-port", str(ports["native"]), "--amqp-port", str(ports["amqp"]), "--http-port", str(ports["http"]),
         "--mqtt-port", "0", "--kafka-port", "0", "--controller-port", "0",
+        *(argument for setting in settings for argument in ("--set", setting)),
     ]
     process = subprocess.Popen(command, cwd=work)
     try:
@@ -250,6 +252,12 @@ def report(rounds: dict[str, list[Figures]]) -> None:
             cells.append("-" if median is None else "lost" if math.isinf(median) else f"{median:,.3f}" if median < 10
                          else f"{median:,.1f}")
         print(f"{label:30}" + "".join(f"{cell:>14}" for cell in cells))
+    if "share" in rounds:
+        ratios = [share[0][1] / classic[0][1] for share, classic in zip(rounds["share"], rounds["classic"])]
+        consume = [share[4][1] / classic[4][1] for share, classic in zip(rounds["share"], rounds["classic"])]
+        print(f"share / classic queue: publish with confirms {statistics.median(ratios):.2f} (per round: "
+              f"{', '.join(f'{ratio:.2f}' for ratio in ratios)}); consume {statistics.median(consume):.2f} "
+              f"(per round: {', '.join(f'{ratio:.2f}' for ratio in consume)})")
     if "rabbitmq" in rounds:
         ratios = [ours[0][1] / theirs[0][1] for ours, theirs in zip(rounds["mqbroker"], rounds["rabbitmq"])]
         print(f"publish with confirms: mqbroker / RabbitMQ = {statistics.median(ratios):.2f} (target >= 2; "
@@ -268,6 +276,9 @@ def main() -> None:
     parser.add_argument("--latency-rate", type=int, default=5_000)
     parser.add_argument("--latency-seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each broker, alternating [default: 3]")
+    parser.add_argument("--queue-types", action="store_true",
+                        help="compare mqbroker's plain durable queue as a classic and as a share queue "
+                             "(amqp_default_queue_type), no RabbitMQ")
     options = parser.parse_args()
     rounds: dict[str, list[Figures]] = {}
     with contextlib.ExitStack() as stack:
@@ -275,8 +286,12 @@ def main() -> None:
             brokers = {"broker": (options.port, options.pid)}
         else:
             work = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            brokers = {"mqbroker": stack.enter_context(mqbroker_process(work))}
-            if not options.no_rabbitmq:
+            if options.queue_types:
+                brokers = {kind: stack.enter_context(mqbroker_process(work, (f"amqp_default_queue_type={kind}",)))
+                           for kind in ("classic", "share")}
+            else:
+                brokers = {"mqbroker": stack.enter_context(mqbroker_process(work))}
+            if not options.no_rabbitmq and not options.queue_types:
                 if not RABBITMQ_SERVER.exists():
                     parser.error(f"{RABBITMQ_SERVER} is missing: install rabbitmq-server (Debian) to compare, "
                                  "or pass --no-rabbitmq to measure mqbroker alone")

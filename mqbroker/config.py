@@ -46,8 +46,8 @@ class BrokerConfig:
     native_port: int = 9393
     mqtt_port: int = 1883
     amqp_port: int = 5672
-    #: The type of a durable AMQP queue declared without ``x-queue-type`` (``classic`` or ``share``: see docs/queues.md).
-    amqp_default_queue_type: str = "classic"
+    #: The type of a durable AMQP queue declared without ``x-queue-type`` (``share`` or ``classic``: see docs/queues.md).
+    amqp_default_queue_type: str = "share"
     #: The Kafka wire protocol listener (``docs/kafka.md``); TLS on ``kafka_tls_port``.
     kafka_port: int = 9092
     http_port: int = 9394

@@ -10,8 +10,10 @@ import pika
 import pytest
 
 from mqbroker.client import Admin, Consumer
+from mqbroker.client.share_admin import ShareGroupAdmin
+from mqbroker.errors import BrokerError
 from mqbroker.protocols.amqp.queue_state import QueuePolicy, QueueState
-from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC
+from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC, queue_topic
 from tests.integration.brokerprocess import BrokerProcess, running
 
 
@@ -39,9 +41,21 @@ def amqp_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AmqpBroker
 
 
 def wait_for_acks_stored(bootstrap: str, queue: str, acknowledged_below: int, timeout_s: float = 30.0) -> None:
-    """Wait until the stored state of ``queue`` (its newest record in ``__amqp_queue_state``) holds every
-    offset below ``acknowledged_below`` as done: the acks then survive a kill -9."""
+    """Wait until the stored state of ``queue`` holds every offset below ``acknowledged_below`` as done: the acks
+    then survive a kill -9 (a share queue's in its share group, a classic queue's in ``__amqp_queue_state``)."""
     deadline = time.monotonic() + timeout_s
+    with ShareGroupAdmin(bootstrap) as share_admin:
+        try:
+            configs = share_admin.describe(queue_topic(queue)).configs
+        except BrokerError:
+            configs = None  # no share group: a classic queue
+        if configs is not None:
+            while share_admin.describe(queue_topic(queue)).partitions[0].start_offset < acknowledged_below:
+                assert time.monotonic() < deadline, f"the acks of {queue} were not applied within {timeout_s} s"
+                time.sleep(0.05)
+            # an alter returns once the group's state, with its partitions, is written
+            share_admin.alter(queue_topic(queue), set_configs={"lease.ms": configs.get("lease.ms", "30000")})
+            return
     while True:
         with Admin(bootstrap) as admin:
             end = admin.list_offset(QUEUE_STATE_TOPIC, 0, -1)

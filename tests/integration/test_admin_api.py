@@ -342,7 +342,7 @@ def test_amqp_exchanges_queues_and_bindings(api: AdminApi, broker: BrokerProcess
         assert {"name": "telemetry", "type": "topic", "durable": True, "auto_delete": False,
                 "internal": False} in api.json("listAmqpExchanges")
         (queue,) = [q for q in api.json("listAmqpQueues") if q["name"] == "alerts"]
-        assert queue["type"] == "classic" and queue["messages"] == 1 and queue["consumers"] == 0
+        assert queue["type"] == "share" and queue["messages"] == 1 and queue["consumers"] == 0
         assert {"source": "telemetry", "destination": "alerts", "destination_type": "queue",
                 "routing_key": "sensor.*.alert"} in api.json("listAmqpBindings")
         api.call("deleteAmqpQueue", queue="alerts", params={"if_empty": "true"}, expect=409)

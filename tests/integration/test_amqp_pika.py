@@ -6,6 +6,7 @@ import re
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 
 import pika
 import pytest
@@ -90,12 +91,24 @@ def test_prefetch_limits_unacked_deliveries(amqp_broker: AmqpBroker) -> None:
     channel.basic_qos(prefetch_count=3)
     received: list[int] = []
     channel.basic_consume(queue, lambda ch, method, properties, body: received.append(method.delivery_tag))
-    connection.process_data_events(time_limit=1.0)
+    settle(connection, lambda: len(received) >= 3)
     assert len(received) == 3
     channel.basic_ack(received[-1], multiple=True)
-    connection.process_data_events(time_limit=1.0)
+    settle(connection, lambda: len(received) >= 6)
     assert len(received) == 6
     connection.close()
+
+
+def settle(connection: pika.BlockingConnection, reached: Callable[[], bool], timeout_s: float = 5.0,
+           quiet_s: float = 1.0) -> None:
+    """Process events until ``reached`` holds (or ``timeout_s``), then ``quiet_s`` more: anything past the bound
+    would arrive then (``process_data_events`` returns as soon as it dispatched something)."""
+    deadline = time.monotonic() + timeout_s
+    while not reached() and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.1)
+    quiet_until = time.monotonic() + quiet_s
+    while time.monotonic() < quiet_until:
+        connection.process_data_events(time_limit=0.1)
 
 
 def test_nack_and_reject_requeue_with_the_redelivered_flag(amqp_broker: AmqpBroker) -> None:

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import kombu
 import pika
 import pytest
 
@@ -153,8 +154,7 @@ def test_x_delay_holds_a_message_back_until_its_time(amqp_broker: AmqpBroker) ->
     assert arrivals[b"later"] >= 1.5
 
 
-@pytest.mark.parametrize("arguments", [{"x-message-ttl": 1000}, {"x-max-length": 10},
-                                       {"x-dead-letter-exchange": "dlx"}])
+@pytest.mark.parametrize("arguments", [{"x-max-length": 10}, {"x-expires": 1000}])
 def test_arguments_a_share_queue_cannot_honour_are_refused(amqp_broker: AmqpBroker, arguments: dict) -> None:
     """406 PRECONDITION_FAILED names the argument; the connection stays usable."""
     connection = amqp_broker.connect()
@@ -164,6 +164,126 @@ def test_arguments_a_share_queue_cannot_honour_are_refused(amqp_broker: AmqpBrok
     assert refused.value.reply_code == 406 and next(iter(arguments)) in refused.value.reply_text
     connection.channel().queue_declare(unique("fine"), durable=True, arguments=SHARE)
     connection.close()
+
+
+def check_counts_and_purge(broker: AmqpBroker, other: AmqpBroker, queue: str) -> None:
+    """Five confirmed messages through ``broker``; counts, a get, a purge and a delete through ``other``."""
+    declare_and_publish(broker, queue, [b"p%d" % index for index in range(5)])
+    connection = other.connect()
+    channel = connection.channel()
+    assert channel.queue_declare(queue, passive=True).method.message_count == 5, "declare-ok counts ready messages"
+    method, _, body = channel.basic_get(queue)
+    assert body == b"p0" and method.message_count == 4, "get-ok counts what is left"
+    assert channel.queue_purge(queue).method.message_count == 4, "purge-ok counts what it dropped"
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
+    channel.basic_nack(method.delivery_tag, requeue=True)  # the unacked one survived the purge
+    deadline = time.monotonic() + 10
+    while channel.queue_declare(queue, passive=True).method.message_count != 1:
+        assert time.monotonic() < deadline, "the requeued message is not counted again"
+        time.sleep(0.05)
+    assert channel.queue_delete(queue).method.message_count == 1, "delete-ok counts the ready message"
+    connection.close()
+
+
+def test_counts_and_purge_of_a_share_queue(amqp_broker: AmqpBroker) -> None:
+    """queue.declare-ok, basic.get-ok, queue.purge-ok and queue.delete-ok carry the group's ready messages; a
+    purge drops the ready ones and leaves an unacknowledged delivery, which a requeue brings back."""
+    check_counts_and_purge(amqp_broker, amqp_broker, unique("counted"))
+
+
+def declare_dead_lettering(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str,
+                           arguments: dict) -> str:
+    """A fanout dead-letter exchange with a queue bound to it, and ``queue`` dead-lettering to it; the dead queue."""
+    dlx, dead_queue = unique("dlx"), unique("dead")
+    channel.exchange_declare(dlx, "fanout", durable=True)
+    channel.queue_declare(dead_queue, durable=True)
+    channel.queue_bind(dead_queue, dlx)
+    channel.queue_declare(queue, durable=True, arguments={**SHARE, "x-dead-letter-exchange": dlx, **arguments})
+    return dead_queue
+
+
+def drain_dead(channel: pika.adapters.blocking_connection.BlockingChannel, dead_queue: str, count: int,
+               timeout_s: float = 15.0) -> dict[bytes, tuple[pika.BasicProperties, str]]:
+    """Consume ``count`` dead letters: body -> (properties, routing key)."""
+    received: dict[bytes, tuple[pika.BasicProperties, str]] = {}
+    for method, properties, body in channel.consume(dead_queue, inactivity_timeout=timeout_s):
+        assert method is not None, f"only {sorted(received)} were dead-lettered"
+        received[body] = (properties, method.routing_key)
+        channel.basic_ack(method.delivery_tag)
+        if len(received) == count:
+            break
+    channel.cancel()
+    return received
+
+
+def check_dead_lettering(broker: AmqpBroker, other: AmqpBroker, queue: str) -> None:
+    """Through ``broker``: a reject, an expiry at basic.get and a per-message expiration; through ``other``: the
+    dead letters, with RabbitMQ's x-death."""
+    connection = broker.connect()
+    channel = connection.channel()
+    dead_queue = declare_dead_lettering(channel, queue, {"x-message-ttl": 300})
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"rejected")
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    channel.basic_publish("", queue, b"expired")
+    time.sleep(0.5)
+    assert channel.basic_get(queue) == (None, None, None), "an expired message is not delivered"
+    connection.close()
+    watcher = other.connect()
+    deaths = {body: properties.headers["x-death"][0] for body, (properties, _) in
+              drain_dead(watcher.channel(), dead_queue, 2).items()}
+    assert deaths[b"rejected"]["reason"] == "rejected" and deaths[b"expired"]["reason"] == "expired"
+    for death in deaths.values():
+        assert death["queue"] == queue and death["count"] == 1 and death["exchange"] == ""
+        assert death["routing-keys"] == [queue]
+    watcher.close()
+
+
+def test_rejected_and_expired_messages_of_a_share_queue_are_dead_lettered_with_x_death(
+        amqp_broker: AmqpBroker) -> None:
+    check_dead_lettering(amqp_broker, amqp_broker, unique("work"))
+
+
+def check_expiry_without_consumers(broker: AmqpBroker, other: AmqpBroker, queue: str) -> None:
+    """Published through ``broker``, nobody consuming: the messages expire to the dead-letter exchange (read
+    through ``other``) under ``x-dead-letter-routing-key``, not before the TTL, ``expiration`` shortening it."""
+    connection = broker.connect()
+    channel = connection.channel()
+    dead_queue = declare_dead_lettering(channel, queue, {"x-message-ttl": 1000, "x-dead-letter-routing-key": "retry"})
+    channel.confirm_delivery()
+    published_s = time.monotonic()
+    channel.basic_publish("", queue, b"ttl")
+    channel.basic_publish("", queue, b"short", pika.BasicProperties(expiration="200"))
+    watcher = other.connect()
+    dead = drain_dead(watcher.channel(), dead_queue, 2)
+    assert time.monotonic() - published_s >= 1.0, "not before the queue's TTL"
+    assert {body: key for body, (_, key) in dead.items()} == {b"ttl": "retry", b"short": "retry"}
+    assert all(properties.headers["x-death"][0]["reason"] == "expired" for properties, _ in dead.values())
+    assert watcher.channel().queue_declare(queue, passive=True).method.message_count == 0
+    watcher.close()
+    connection.close()
+
+
+def test_a_share_queue_nobody_consumes_expires_its_messages_to_the_dead_letter_exchange(
+        amqp_broker: AmqpBroker) -> None:
+    """The TTL + dead-letter "retry later" pattern works on a share queue."""
+    check_expiry_without_consumers(amqp_broker, amqp_broker, unique("parked"))
+
+
+def test_kombu_sees_counts_and_purges_a_share_queue(amqp_broker: AmqpBroker) -> None:
+    """kombu's ``queue_declare`` count and ``purge`` (what Celery's ``purge`` uses) on a share queue."""
+    name = unique("kombu")
+    url = f"amqp://guest:guest@127.0.0.1:{amqp_broker.ports['amqp']}//"
+    with kombu.Connection(url, transport_options={"confirm_publish": True}) as connection:
+        queue = kombu.Queue(name, durable=True, queue_arguments=SHARE)
+        producer = connection.Producer()
+        for index in range(7):
+            producer.publish({"n": index}, routing_key=name, declare=[queue], serializer="json")
+        bound = queue(connection.default_channel)
+        assert bound.queue_declare(passive=True).message_count == 7
+        assert bound.purge() == 7
+        assert bound.queue_declare(passive=True).message_count == 0
 
 
 def test_basic_get_takes_one_message_at_a_time_through_the_share_group(amqp_broker: AmqpBroker) -> None:

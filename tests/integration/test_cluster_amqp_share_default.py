@@ -1,31 +1,35 @@
-"""Plain AMQP queues on a 3-broker cluster with ``amqp_default_queue_type = share``: a durable queue declared
-without a type (as pika and kombu users do) is a share queue, so its per-message state has one owner in the
-cluster. Declared through one broker, published to with confirms through a second, consumed through the third
-and the first at once: every message arrives, none goes to two consumers at once; a consumer whose broker is
-killed -9 reconnects elsewhere and gets its unacknowledged deliveries again."""
+"""Plain AMQP queues on a 3-broker cluster (``amqp_default_queue_type = share``, the default): a durable queue
+declared without a type (as pika and kombu users do) is a share queue, so its per-message state has one owner in
+the cluster. Declared through one broker, published to through a second, consumed through the third and the
+first at once: every message arrives, none goes to two consumers; the same with the queue's owner killed -9
+mid-stream (no committed publish lost, a message comes again only flagged redelivered); a consumer whose broker
+is killed -9 reconnects elsewhere and gets its unacknowledged deliveries again."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 
+import pika
+import pika.exceptions
 import pytest
 
 from mqbroker.client.share_admin import ShareGroupAdmin
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.amqp.stored import queue_topic
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import retrying, start_cluster, wait_for
+from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
 from tests.integration.mqtt_support import unique
-from tests.integration.test_amqp_share_queues_cluster import AmqpWorker, _overlapping
+from tests.integration.test_amqp_share_queues_cluster import AmqpWorker, _overlapping, _queue_hosted_away_from
 from tests.integration.test_cluster_amqp_failover import _publish_confirmed, _take
 from tests.integration.test_cluster_frontends import _amqp, _node
 
 
 @pytest.fixture
 def cluster(tmp_path: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    brokers = start_cluster(tmp_path, extra_args=["--set", "amqp_default_queue_type=share", "--kafka-tls-port", "0"])
+    brokers = start_cluster(tmp_path, extra_args=["--set", "replica_lag_time_max_ms=2000", "--kafka-tls-port", "0"])
     try:
         yield brokers
     finally:
@@ -69,6 +73,109 @@ def test_consumers_on_two_brokers_share_a_plain_queue_and_each_message_goes_to_o
     assert max(given.values()) == 1, [body for body, count in given.items() if count > 1][:10]
     assert all(worker.snapshot() for worker in workers), "both brokers' consumers got messages"
     assert not _overlapping(workers, time.monotonic())
+
+
+#: Messages of the exactly-once-delivery tests, and how many each publish transaction commits.
+MESSAGES = 5_000
+COMMIT_EVERY = 100
+
+
+class CommittingPublisher(threading.Thread):
+    """Publishes ``count`` persistent messages through its brokers in transactions (tx.commit-ok: every message of
+    the transaction is stored); keeps the committed bodies. A commit that fails is not counted; it goes on through
+    the next broker."""
+
+    def __init__(self, brokers: list[BrokerProcess], queue: str, count: int) -> None:
+        super().__init__(daemon=True)
+        self.brokers, self.queue, self.count = brokers, queue, count
+        self.committed: list[bytes] = []
+        self.failures = 0
+
+    def run(self) -> None:
+        number, turn = 0, 0
+        while len(self.committed) < self.count and self.failures < 20:
+            try:
+                connection = _amqp(self.brokers[turn % len(self.brokers)])
+                channel = connection.channel()
+                channel.tx_select()
+                while len(self.committed) < self.count:
+                    bodies = [b"msg %d" % (number + index) for index in range(COMMIT_EVERY)]
+                    number += COMMIT_EVERY
+                    for body in bodies:
+                        channel.basic_publish("", self.queue, body, pika.BasicProperties(delivery_mode=2))
+                    channel.tx_commit()
+                    self.committed += bodies
+                connection.close()
+            except (pika.exceptions.AMQPError, OSError, AssertionError):
+                self.failures += 1
+                turn += 1
+                time.sleep(0.5)
+
+
+def _run_until_delivered(workers: list[AmqpWorker], publisher: CommittingPublisher, timeout_s: float) -> None:
+    """Wait until the publisher is done and every committed message was given to a worker; stop the workers."""
+    try:
+        publisher.join(timeout_s)
+        assert not publisher.is_alive() and len(publisher.committed) >= MESSAGES, publisher.failures
+        committed = set(publisher.committed)
+        wait_for(lambda: committed <= {body for worker in workers for body, *_ in worker.snapshot()}, timeout_s,
+                 "every committed message delivered")
+        time.sleep(1.0)  # anything delivered twice would show up now
+    finally:
+        for worker in workers:
+            worker.stop.set()
+            worker.join(30)
+
+
+def test_a_plain_queue_consumed_through_two_brokers_gives_each_of_5000_messages_to_one_consumer(
+    cluster: list[BrokerProcess],
+) -> None:
+    queue = unique("tasks")
+    _declare(_node(cluster, 1), queue)
+    workers = [AmqpWorker(f"amqp-{node}", [_node(cluster, node)], queue) for node in (2, 3)]
+    for worker in workers:
+        worker.start()
+    publisher = CommittingPublisher([_node(cluster, 1)], queue, MESSAGES)
+    publisher.start()
+    _run_until_delivered(workers, publisher, 180)
+    given = Counter(body for worker in workers for body, *_ in worker.snapshot())
+    assert sorted(given) == sorted(publisher.committed), "every committed message, nothing else"
+    assert max(given.values()) == 1, [body for body, count in given.items() if count > 1][:10]
+    assert all(len(worker.snapshot()) > MESSAGES // 10 for worker in workers), "both brokers' consumers worked"
+    assert not any(redelivered for worker in workers for _, redelivered, *_ in worker.snapshot())
+
+
+def test_a_plain_queue_keeps_each_message_to_one_consumer_through_a_kill9_of_its_owner(
+    cluster: list[BrokerProcess],
+) -> None:
+    """Consumers on two brokers, the queue's owner (its share group's host) killed -9 mid-stream: every committed
+    message delivered; before the kill none twice; a message delivered again is flagged redelivered."""
+    queue, owner = _queue_hosted_away_from(cluster[0].bootstrap, controller_leader(cluster))
+    victim = _node(cluster, owner)
+    others = [broker for broker in cluster if broker is not victim]
+    _declare(others[0], queue)
+    workers = [AmqpWorker("amqp-owner", [victim, *others], queue), AmqpWorker("amqp-other", others, queue)]
+    for worker in workers:
+        worker.start()
+    publisher = CommittingPublisher(others[::-1], queue, MESSAGES)
+    publisher.start()
+    wait_for(lambda: sum(len(worker.snapshot()) for worker in workers) >= MESSAGES // 3, 120, "a third delivered")
+    kill_time = time.monotonic()
+    victim.kill()
+    _run_until_delivered(workers, publisher, 240)
+    deliveries = sorted((given, body, redelivered) for worker in workers
+                        for body, redelivered, given, _ in worker.snapshot())
+    seen: set[bytes] = set()
+    unflagged = []
+    for _, body, redelivered in deliveries:
+        if body in seen and not redelivered:
+            unflagged.append(body)
+        seen.add(body)
+    assert set(publisher.committed) <= seen, "no committed publish lost"
+    assert not unflagged, f"delivered again without the redelivered flag: {unflagged[:10]}"
+    before_kill = Counter(body for given, body, _ in deliveries if given < kill_time)
+    assert max(before_kill.values()) == 1, "delivered twice while the owner lived"
+    assert not _overlapping(workers, kill_time)
 
 
 def test_a_consumer_whose_broker_is_killed_gets_its_unacked_deliveries_again_elsewhere(

@@ -89,7 +89,7 @@ async def amqp_exchanges(call: ApiCall) -> list[dict[str, Any]]:
 
 async def amqp_queues(call: ApiCall) -> list[dict[str, Any]]:
     """Queues of vhost /."""
-    return _plain(_view(call, "amqp").queues())
+    return _plain(await _view(call, "amqp").queues())
 
 
 async def amqp_bindings(call: ApiCall) -> list[dict[str, Any]]:
@@ -105,7 +105,7 @@ async def delete_amqp_queue(call: ApiCall) -> None:
     if call.query.get("if_unused", False) and view.queue_in_use(name):
         raise ApiError(409, "QUEUE_IN_USE", f"queue {name!r} has consumers")
     if call.query.get("if_empty", False):
-        (queue,) = [queue for queue in view.queues() if queue.name == name]
+        (queue,) = [queue for queue in await view.queues() if queue.name == name]
         if queue.messages:
             raise ApiError(409, "QUEUE_NOT_EMPTY", f"queue {name!r} holds {queue.messages} message(s)")
     await view.delete_queue(name)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqbroker.protocols.amqp.queues import ClassicQueue
+from mqbroker.protocols.amqp.share_queue import ShareQueue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,7 +27,8 @@ class ExchangeView:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueView:
-    """A declared queue: classic (messages ready plus unacknowledged) or a stream (messages in its log)."""
+    """A declared queue: classic (messages ready plus unacknowledged), share (its share group's ready messages)
+    or a stream (messages in its log)."""
 
     name: str
     type: str
@@ -61,17 +63,19 @@ class AmqpAdminView:
                              auto_delete=exchange.auto_delete, internal=exchange.internal)
                 for _, exchange in sorted(self._vhost.router.exchanges.items())]
 
-    def queues(self) -> list[QueueView]:
-        """Every queue, by name."""
+    async def queues(self) -> list[QueueView]:
+        """Every queue, by name (a share queue's messages are its share group's ready ones)."""
         views = []
         for name, queue in sorted(self._vhost.queues.items()):
             classic = isinstance(queue, ClassicQueue)
             unacknowledged = queue.state.leased_count if classic else None
+            kind = "classic" if classic else "share" if isinstance(queue, ShareQueue) else "stream"
+            messages = await queue.ready_count()
             views.append(QueueView(
-                name=name, type="classic" if classic else "stream", durable=queue.declaration.durable,
+                name=name, type=kind, durable=queue.declaration.durable,
                 exclusive=queue.owner is not None, auto_delete=queue.declaration.auto_delete,
-                messages=queue.message_count + (unacknowledged or 0) if classic else queue.message_count,
-                unacknowledged=unacknowledged, consumers=len(queue.consumers), topic=queue.topic))
+                messages=messages + (unacknowledged or 0), unacknowledged=unacknowledged,
+                consumers=len(queue.consumers), topic=queue.topic))
         return views
 
     def bindings(self) -> list[BindingView]:

@@ -68,6 +68,12 @@ class DeadLetter:
     reason: DeathReason
 
 
+def is_expired(policy: QueuePolicy, message: QueuedMessage, now_ms: int) -> bool:
+    """Whether ``message`` outlived ``x-message-ttl`` or its own ``expiration`` by ``now_ms``."""
+    ttls = [ttl for ttl in (policy.message_ttl_ms, message.expiration_ms) if ttl is not None]
+    return bool(ttls) and now_ms - message.timestamp_ms >= min(ttls)
+
+
 class RangeSet:
     """Disjoint half-open integer ranges, sorted; adjacent ranges merge."""
 
@@ -294,8 +300,7 @@ class QueueState:
         heapq.heappush(self._ready_order, message.offset)
 
     def _expired(self, message: QueuedMessage, now_ms: int) -> bool:
-        ttls = [ttl for ttl in (self.policy.message_ttl_ms, message.expiration_ms) if ttl is not None]
-        return bool(ttls) and now_ms - message.timestamp_ms >= min(ttls)
+        return is_expired(self.policy, message, now_ms)
 
     def _enforce_max_length(self) -> None:
         limit = self.policy.max_length

@@ -21,6 +21,7 @@ from mqbroker import limits
 from mqbroker.model import FetchPosition, FetchRequest
 from mqbroker.protocols.amqp.actions import Delivery, Outcome
 from mqbroker.protocols.amqp.appender import Appender, AppendHost, BatchStored
+from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
 from mqbroker.protocols.amqp.queue_state import (
     DeadLetter,
     QueuedMessage,
@@ -108,6 +109,9 @@ class QueueHost(AppendHost, Protocol):
 
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None: ...
 
+    def republish_dead(self, queue: str, policy: QueuePolicy, message: QueuedMessage,
+                       reason: DeathReason) -> list[BatchStored]: ...
+
     def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None: ...
 
 
@@ -132,6 +136,15 @@ class BaseQueue(abc.ABC):
                expiration: str | None) -> BatchStored:
         """Store a message; the returned batch says when it (and the rest of its batch) is durable."""
         return self._appender.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
+
+    async def ready_count(self) -> int:
+        """Messages ready for delivery (queue.declare-ok, basic.get-ok, queue.delete-ok)."""
+        return self.message_count
+
+    @property
+    @abc.abstractmethod
+    def message_count(self) -> int:
+        """Ready messages as known here at once."""
 
     def abandon_appends(self) -> None:
         """The queue was deleted: appends not yet seen durable are refused."""
@@ -218,7 +231,7 @@ class ClassicQueue(BaseQueue):
             self.state.release_consumer(holder)
         self._changed()
 
-    def purge(self) -> int:
+    async def purge(self) -> int:
         """Drop the ready messages."""
         dropped = self.state.purge()
         self._changed()

@@ -290,7 +290,7 @@ class AmqpSession:
             reply = spec.QueueBindOk() if isinstance(method, spec.QueueBind) else spec.QueueUnbindOk()
         elif isinstance(method, spec.QueuePurge):
             amqp_security.check_queue(self._security, self._principal, method.queue, Operation.DELETE, 50, 30)
-            reply = spec.QueuePurgeOk(message_count=vhost.queue(method.queue, method, self.session_id).purge())
+            reply = spec.QueuePurgeOk(message_count=await vhost.queue(method.queue, method, self.session_id).purge())
         elif isinstance(method, spec.QueueDelete):
             amqp_security.check_queue(self._security, self._principal, method.queue, Operation.DELETE, 50, 40)
             if method.queue in vhost.queues:
@@ -329,7 +329,8 @@ class AmqpSession:
                 queue.settle([message.offset], Outcome.ACK)
             else:
                 self._lease_holders.add(key)
-            self.connection.get_ok(channel, delivery_of(queue.name, message, redelivered), queue.message_count,
+            remaining = await queue.ready_count()
+            self.connection.get_ok(channel, delivery_of(queue.name, message, redelivered), remaining,
                                    no_ack=method.no_ack)
         self.flush()
 

@@ -11,31 +11,37 @@ member of the group: it fetches no more than its prefetch window allows, a recor
 ``ShareConsumer`` of the group competes for the same messages. ``basic.get`` joins the group as a
 member of its own for the channel, acquires one message (waiting up to
 ``amqp_share_get_wait_ms_max`` for the group to read what was just published, ``get-empty`` after
-that), and leaves once the channel settled what it took; its ``message_count`` is 0 (the group's
-describe shows the depth).
+that), and leaves once the channel settled what it took.
+
+RabbitMQ's queue vocabulary maps onto the group (docs/queues.md "AMQP share queues"): message
+counts are the group's ready records (``share_view.py``); ``queue.purge`` acquires and accepts
+every available record; ``x-message-ttl`` / ``expiration`` are checked when a record is acquired,
+and a head reaper expires a queue nobody consumes; a rejected or expired message goes through
+``x-dead-letter-exchange`` with ``x-death`` and is accepted once its copy is durable (rejected in the
+group without one).
 
 ``x-delay`` in a message's headers (milliseconds, as RabbitMQ's delayed-message plugin reads it)
 is stored as the record header the share group schedules by: the message is delivered once its
-time comes. Not on share queues: ``queue.purge``, ``x-message-ttl``, ``x-max-length``
-and dead-letter exchanges (the group's ``dead.letter.topic`` config takes dead letters).
+time comes. Not on share queues: ``x-max-length`` and ``x-expires``. A message dead at
+``x-delivery-limit`` goes to the group's ``dead.letter.topic``, not the dead-letter exchange.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping
+import itertools
+from collections.abc import Hashable
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IDelayedCall
 
 from mqbroker import errors, limits
-from mqbroker.model import AcknowledgeType
+from mqbroker.model import LATEST_TIMESTAMP, AcknowledgeType
 from mqbroker.protocols.amqp.actions import Outcome
-from mqbroker.protocols.amqp.appender import BatchStored
-from mqbroker.protocols.amqp.codec import decode_properties
-from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
-from mqbroker.protocols.amqp.queue_state import QueuedMessage
+from mqbroker.protocols.amqp.appender import BatchStored, all_settled
+from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
+from mqbroker.protocols.amqp.queue_state import QueuedMessage, is_expired
 from mqbroker.protocols.amqp.queues import (
     BaseQueue,
     Consumer,
@@ -44,57 +50,19 @@ from mqbroker.protocols.amqp.queues import (
     decode_fetched,
     delivery_of,
 )
-from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.protocols.amqp.share_arguments import check_share_arguments, delay_header, ranges_of, share_group_configs
+from mqbroker.protocols.amqp.share_view import LostLeaseSuspects, ready_messages, records_past_ttl
 from mqbroker.protocols.amqp.stored import QueueDeclaration
 from mqbroker.shares import messages as share
-from mqbroker.shares.delays import DELAY_HEADER
 
-#: Arguments a share queue refuses: the share group has no such per-queue behaviour.
-UNSUPPORTED_ARGUMENTS = ("x-message-ttl", "x-max-length", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-                         "x-expires")
 _OUTCOMES = {Outcome.ACK: AcknowledgeType.ACCEPT, Outcome.REQUEUE: AcknowledgeType.RELEASE,
              Outcome.DISCARD: AcknowledgeType.REJECT}
+#: Member keys of the broker's own short-lived members (purge, expiry): never a session's (those count from 1).
+_BROKER_MEMBERS = itertools.count(1)
 
 
-def check_share_arguments(arguments: Mapping[str, Any]) -> None:
-    """406 for an argument a share queue cannot honour, naming it."""
-    refused = sorted(name for name in UNSUPPORTED_ARGUMENTS if arguments.get(name) is not None)
-    if refused:
-        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{', '.join(refused)} not supported on share queues "
-                        "(x-queue-type share); configure the share group instead", class_id=50, method_id=10)
-
-
-def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> bool:
-    """Whether a declaration may become a share queue under ``amqp_default_queue_type = share``: it names no
-    type, and nothing in it needs a classic queue (non-durable, exclusive or auto-deleted queues live with a
-    connection on one broker; arguments a share queue refuses)."""
-    return (arguments.get("x-queue-type") is None and durable and not exclusive and not auto_delete
-            and not any(arguments.get(name) is not None for name in UNSUPPORTED_ARGUMENTS))
-
-
-def share_group_configs(arguments: Mapping[str, Any]) -> dict[str, str]:
-    """The configs of a share queue's share group, from its declaration's arguments."""
-    configs = {"auto.offset.reset": "earliest"}
-    delivery_limit = QueuePolicy.from_arguments(arguments).delivery_limit
-    if delivery_limit:
-        configs["max.delivery.attempts"] = str(min(delivery_limit, limits.share_delivery_attempts_max))
-    return configs
-
-
-def delay_header(properties_raw: bytes) -> tuple[tuple[str, bytes], ...]:
-    """The record header scheduling a message whose ``x-delay`` header is a positive number of ms (else none)."""
-    try:
-        headers = decode_properties(properties_raw).headers or {}
-    except AmqpError:
-        return ()
-    delay = headers.get(DELAY_HEADER)
-    if isinstance(delay, bytes):
-        delay = delay.decode("ascii", "replace")
-    if isinstance(delay, str) and delay.isdigit():
-        delay = int(delay)
-    if isinstance(delay, bool) or not isinstance(delay, int) or delay <= 0:
-        return ()
-    return ((DELAY_HEADER, str(delay).encode("ascii")),)
+def _broker_member_key(purpose: str) -> ConsumerKey:
+    return (-1, next(_BROKER_MEMBERS), purpose)
 
 
 @dataclasses.dataclass(slots=True)
@@ -122,9 +90,20 @@ class ShareQueue(BaseQueue):
         super().__init__(host, declaration, owner)
         self.group_id = self.topic
         self._configs = share_group_configs(declaration.arguments)
+        self.policy = QueuePolicy.from_arguments(declaration.arguments)
         self._members: dict[ConsumerKey, _Member] = {}
         #: Who holds each delivered, unsettled offset (settlements come by offset, per queue).
         self._holders: dict[int, ConsumerKey] = {}
+        #: The messages behind ``_holders`` (kept only with a dead-letter exchange: a reject republishes them).
+        self._held: dict[int, QueuedMessage] = {}
+        #: Dead letters on their way to the dead-letter exchange, per member: it stays a member until they land.
+        self._dead_lettering: dict[ConsumerKey, int] = {}
+        self._expiring = False
+        #: Consumers' settlements not sent yet, per member and kind (``_acknowledge_soon``).
+        self._unsent: dict[ConsumerKey, dict[AcknowledgeType, list[int]]] = {}
+        self._send_call: IDelayedCall | None = None
+        self._suspects = LostLeaseSuspects(host.reactor, lambda: host.broker.list_offset(
+            host.principal, self.topic, 0, LATEST_TIMESTAMP))
         self._group_created = False
         self._leaving: list[Deferred[Any]] = []
         Deferred.fromCoroutine(self.ensure_group()).addErrback(
@@ -134,8 +113,19 @@ class ShareQueue(BaseQueue):
 
     @property
     def message_count(self) -> int:
-        """Not counted here (the share group's describe shows available, acquired and lag)."""
+        """Not known here at once: ``ready_count`` asks the share group."""
         return 0
+
+    async def ready_count(self) -> int:
+        """Ready messages: available in the share group's region plus the log it has not read yet (0, logged, when
+        the group's host cannot be asked)."""
+        await self._appender.drained()  # a publish before this on the connection is counted
+        try:
+            return await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
+        except errors.BrokerError as error:
+            self.log.warn("AMQP share queue {queue}: its message count is not known now ({error}); 0 reported",
+                          queue=self.name, error=error)
+            return 0
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None) -> BatchStored:
@@ -203,10 +193,11 @@ class ShareQueue(BaseQueue):
         holding = set(self._holders.values())
         for key in keys:
             member = self._members.get(key)
-            if member is not None and not member.attached and key not in holding:
+            if member is not None and not member.attached and key not in holding and key not in self._dead_lettering:
                 self._drop(member)
 
     def _drop(self, member: _Member) -> None:
+        self._send_unsent([member.key])  # before leaving: leaving releases what it still holds
         del self._members[member.key]
         if member.heartbeat is not None and member.heartbeat.active():
             member.heartbeat.cancel()
@@ -226,6 +217,8 @@ class ShareQueue(BaseQueue):
         """The queue was deleted (its consumers cancelled): every member leaves the group."""
         self.consumers.clear()
         self._holders.clear()
+        self._held.clear()
+        self._suspects.stopped = True
         for member in list(self._members.values()):
             member.attached = False
             self._drop(member)
@@ -240,6 +233,7 @@ class ShareQueue(BaseQueue):
                           "`mqbroker share-groups delete {group}`", queue=self.name, group=self.group_id, error=error)
 
     def _member_failed(self, failure: Any, member: _Member) -> None:
+        self._suspects.call_lost()
         if not member.attached or not self._is_member(member):
             return
         self.log.warn("AMQP share queue {queue}: consumer {key}: {error}; joining again in 1 s", queue=self.name,
@@ -270,33 +264,72 @@ class ShareQueue(BaseQueue):
         member.fetching = True
         fetched = self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
             group_id=self.group_id, member_id=member.member_id, records_max=window,
-            wait_ms_max=limits.amqp_log_fetch_wait_ms_max))
+            wait_ms_max=limits.amqp_log_fetch_wait_ms_max, acknowledgements=self._take_unsent(member.key)))
         fetched.addCallback(self._fetched, member)
         fetched.addErrback(self._member_failed, member)
         fetched.addBoth(self._fetch_finished, member)
 
     def _fetched(self, answer: share.ShareFetchResponse, member: _Member) -> None:
+        self._acknowledged(answer.acknowledgements)
         consumer = member.consumer
         assert consumer is not None
         delivered = False
         unacknowledged: list[int] = []  # delivered to a no-ack consumer: accepted together below
+        expired: list[QueuedMessage] = []
+        now_ms = self.host.now_ms()
+        queue_ttl = self.policy.message_ttl_ms is not None
+        key = consumer.key
         for partition in answer.partitions:
             leased = self._leased_releasing_undecoded(member, partition)
             if not member.attached:  # cancelled while fetching: give them back
                 self._acknowledge(member, [message.offset for message, _ in leased], AcknowledgeType.RELEASE)
                 continue
             for message, delivery_count in leased:
+                if (queue_ttl or message.expiration_ms is not None) and is_expired(self.policy, message, now_ms):
+                    expired.append(message)
+                    continue
+                redelivered = self._suspects.redelivered(message.offset, delivery_count)
                 consumer.session.connection.deliver(consumer.channel, consumer.tag,
-                                                    delivery_of(self.name, message, delivery_count > 1))
+                                                    delivery_of(self.name, message, redelivered))
                 delivered = True
                 if consumer.no_ack:
                     unacknowledged.append(message.offset)
                 else:
-                    self._holders[message.offset] = consumer.key
+                    self._hold(key, message)
         if unacknowledged:
             self._acknowledge(member, unacknowledged, AcknowledgeType.ACCEPT)
+        if expired:
+            self._dead_letter(member, expired, DeathReason.EXPIRED)
         if delivered:
             consumer.session.flush()
+
+    def _hold(self, key: ConsumerKey, message: QueuedMessage) -> None:
+        """``message`` went to ``key`` unsettled."""
+        self._holders[message.offset] = key
+        if self.policy.dead_letter_exchange is not None:
+            self._held[message.offset] = message
+
+    def _dead_letter(self, member: _Member, messages: list[QueuedMessage], reason: DeathReason) -> None:
+        """Messages ``member`` holds died: through the dead-letter exchange, accepted once their copies are durable
+        (released if a copy was refused); without one, rejected in the group."""
+        offsets = [message.offset for message in messages]
+        if self.policy.dead_letter_exchange is None:
+            self._acknowledge(member, offsets, AcknowledgeType.REJECT, error=reason.value)
+            return
+        batches = [batch for message in messages
+                   for batch in self.host.republish_dead(self.name, self.policy, message, reason)]
+        self._dead_lettering[member.key] = self._dead_lettering.get(member.key, 0) + 1
+
+        def landed(stored: bool) -> None:
+            remaining = self._dead_lettering.pop(member.key) - 1
+            if remaining:
+                self._dead_lettering[member.key] = remaining
+            if self._members.get(member.key) is member and member.member_id:
+                self._acknowledge(member, offsets, AcknowledgeType.ACCEPT if stored else AcknowledgeType.RELEASE,
+                                  error="" if stored else "its dead-letter copy was not stored")
+            self._leave_when_settled([member.key])
+
+        all_settled(batches).addCallback(landed)
 
     def _leased_releasing_undecoded(self, member: _Member,
                                     partition: share.SharePartitionRecords) -> list[tuple[QueuedMessage, int]]:
@@ -318,27 +351,76 @@ class ShareQueue(BaseQueue):
     def settle(self, offsets: list[Hashable], outcome: Outcome) -> None:
         """basic.ack / nack / reject: one acknowledgement per member holding some of ``offsets``."""
         by_member: dict[ConsumerKey, list[int]] = {}
+        dead: dict[ConsumerKey, list[QueuedMessage]] = {}
+        dead_lettering = outcome is Outcome.DISCARD and self.policy.dead_letter_exchange is not None
         for offset in offsets:
             holder = self._holders.pop(offset, None)  # type: ignore[arg-type]
+            message = self._held.pop(offset, None)  # type: ignore[arg-type]
             if holder is not None:
-                by_member.setdefault(holder, []).append(offset)  # type: ignore[arg-type]
+                if dead_lettering and message is not None:
+                    dead.setdefault(holder, []).append(message)
+                else:
+                    by_member.setdefault(holder, []).append(offset)  # type: ignore[arg-type]
         for holder, held in by_member.items():
             member = self._members.get(holder)
             if member is not None and member.member_id:
-                self._acknowledge(member, held, _OUTCOMES[outcome])
+                self._acknowledge_soon(member.key, held, _OUTCOMES[outcome])
+        for holder, messages in dead.items():
+            member = self._members.get(holder)
+            if member is not None and member.member_id:
+                self._dead_letter(member, messages, DeathReason.REJECTED)
+        by_member.update(dict.fromkeys(dead, []))
         self._leave_when_settled(list(by_member))
         self.dispatch()
 
-    def _acknowledge(self, member: _Member, offsets: list[int], kind: AcknowledgeType) -> None:
-        acknowledgements = tuple(share.Acknowledgement(topic=self.topic, partition=0, first_offset=first,
-                                                       last_offset=last, kind=kind)
-                                 for first, last in _ranges(offsets))
+    def _acknowledge(self, member: _Member, offsets: list[int], kind: AcknowledgeType,
+                     error: str = "") -> Deferred[None]:
+        """Settle ``offsets`` as ``kind`` for ``member`` (fires once answered; failures are logged)."""
+        return self._acknowledge_ranges(member, ranges_of(offsets), kind, error)
+
+    def _acknowledge_ranges(self, member: _Member, ranges: list[tuple[int, int]], kind: AcknowledgeType,
+                            error: str = "") -> Deferred[None]:
+        return self._send_acknowledgements(member, self._acknowledgements(ranges, kind, error))
+
+    def _acknowledgements(self, ranges: list[tuple[int, int]], kind: AcknowledgeType,
+                          error: str = "") -> tuple[share.Acknowledgement, ...]:
+        return tuple(share.Acknowledgement(topic=self.topic, partition=0, first_offset=first, last_offset=last,
+                                           kind=kind, error=error) for first, last in ranges)
+
+    def _send_acknowledgements(self, member: _Member, acknowledgements: tuple[share.Acknowledgement, ...]
+                               ) -> Deferred[None]:
         settled = self.host.broker.share_acknowledge(self.host.principal, share.ShareAcknowledgeRequest(
             group_id=self.group_id, member_id=member.member_id, acknowledgements=acknowledgements))
         settled.addCallback(self._acknowledged)
-        settled.addErrback(lambda failure: self.log.warn(
-            "AMQP share queue {queue}: settling {count} message(s) failed ({error}); they come back when their "
-            "leases end", queue=self.name, count=len(offsets), error=failure.getErrorMessage()))
+        settled.addErrback(self._settling_failed, len(acknowledgements))
+        return settled
+
+    def _acknowledge_soon(self, key: ConsumerKey, offsets: list[int], kind: AcknowledgeType) -> None:
+        """A consumer's settlement: sent with the member's next fetch if it fetches in this reactor turn, else with
+        the others of the turn in one acknowledgement (a client acking message by message costs one call a turn)."""
+        self._unsent.setdefault(key, {}).setdefault(kind, []).extend(offsets)
+        if self._send_call is None:
+            self._send_call = self.host.reactor.callLater(0, self._send_unsent)
+
+    def _take_unsent(self, key: ConsumerKey) -> tuple[share.Acknowledgement, ...]:
+        kinds = self._unsent.pop(key, {})
+        return tuple(acknowledgement for kind, offsets in kinds.items()
+                     for acknowledgement in self._acknowledgements(ranges_of(offsets), kind))
+
+    def _send_unsent(self, keys: list[ConsumerKey] | None = None) -> None:
+        """Send the settlements not sent yet (of ``keys``; None: all of them, at the end of the turn)."""
+        if keys is None:
+            self._send_call = None
+        for key in list(self._unsent) if keys is None else keys:
+            acknowledgements = self._take_unsent(key)
+            member = self._members.get(key)
+            if acknowledgements and member is not None and member.member_id:
+                self._send_acknowledgements(member, acknowledgements)
+
+    def _settling_failed(self, failure: Any, ranges: int) -> None:
+        self._suspects.call_lost()
+        self.log.warn("AMQP share queue {queue}: settling {count} range(s) failed ({error}); they come back when "
+                      "their leases end", queue=self.name, count=ranges, error=failure.getErrorMessage())
 
     def _acknowledged(self, results: tuple[share.AcknowledgeResult, ...]) -> None:
         for result in results:
@@ -351,63 +433,130 @@ class ShareQueue(BaseQueue):
         """These consumers' channel or connection is gone: their members leave (the group releases what they held)."""
         for offset in [offset for offset, holder in self._holders.items() if holder in holders]:
             del self._holders[offset]
+            self._held.pop(offset, None)
         for key in holders:
             member = self._members.get(key)
             if member is not None:
                 member.attached = False
         self._leave_when_settled(list(holders))
 
-    def purge(self) -> int:
-        """Refused: a share queue's records are the share group's to settle."""
-        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"queue.purge is not supported on share queue '{self.name}'",
-                        class_id=50, method_id=30)
+    async def purge(self) -> int:
+        """queue.purge: acquire and accept every available message as a member of the group (unacknowledged
+        deliveries stay); how many."""
+        await self._appender.drained()  # a publish before the purge on the connection is purged
+        key = _broker_member_key("purge")
+        purged = 0
+        try:
+            while not self.deleted:
+                member = await self._member_for(key)
+                answer = await self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
+                    group_id=self.group_id, member_id=member.member_id, records_max=limits.share_fetch_records_max,
+                    wait_ms_max=limits.amqp_share_get_wait_ms_max))
+                ranges = []
+                for partition in answer.partitions:
+                    if partition.error is not None:
+                        raise partition.error
+                    ranges += [(acquired.first, acquired.last) for acquired in partition.acquired]
+                if not ranges:
+                    break
+                await self._acknowledge_ranges(member, ranges, AcknowledgeType.ACCEPT)
+                purged += sum(last - first + 1 for first, last in ranges)
+        finally:
+            self._leave_when_settled([key])
+        return purged
 
     def housekeep(self, now_ms: int) -> None:
-        """Leases and delays expire in the share group itself."""
+        """Expire what ``x-message-ttl`` ended at the head (leases and delays expire in the share group itself)."""
+        if self.policy.message_ttl_ms is None or self._expiring or self.deleted:
+            return
+        self._expiring = True
+        expiring = Deferred.fromCoroutine(self._expire_head(now_ms - self.policy.message_ttl_ms))
+        expiring.addErrback(lambda failure: self.log.warn(
+            "AMQP share queue {queue}: expiring messages failed ({error}); tried again in a moment",
+            queue=self.name, error=failure.getErrorMessage()))
+        expiring.addBoth(lambda _: setattr(self, "_expiring", False))
+
+    async def _expire_head(self, cutoff_ms: int) -> None:
+        """Acquire the records stored before ``cutoff_ms`` that the group has not settled and expire them (one
+        that turns out alive is released)."""
+        records_max = await records_past_ttl(self.host.broker, self.host.principal, self.group_id, self.topic,
+                                             cutoff_ms)
+        if not records_max:
+            return
+        key = _broker_member_key("expiry")
+        try:
+            member, leased = await self._take(key, min(records_max, limits.share_fetch_records_max))
+            now_ms = self.host.now_ms()
+            expired = [message for message, _ in leased if is_expired(self.policy, message, now_ms)]
+            alive = [message.offset for message, _ in leased if not is_expired(self.policy, message, now_ms)]
+            if alive:
+                self._acknowledge(member, alive, AcknowledgeType.RELEASE, error="not expired")
+            if expired:
+                self._dead_letter(member, expired, DeathReason.EXPIRED)
+        finally:
+            self._leave_when_settled([key])
+
+    async def _member_for(self, key: ConsumerKey) -> _Member:
+        """The broker's own member ``key`` of the group (joined now unless it is)."""
+        member = self._members.get(key)
+        if member is None or not member.epoch:
+            member = self._members[key] = _Member(key=key, consumer=None, attached=False)
+            await self.ensure_group()
+            await self._heartbeat(member)
+        return member
+
+    async def _take(self, key: ConsumerKey, records_max: int) -> tuple[_Member, list[tuple[QueuedMessage, int]]]:
+        """Acquire up to ``records_max`` messages as member ``key`` (waiting up to ``amqp_share_get_wait_ms_max``
+        for the group to read what was just published)."""
+        member = await self._member_for(key)
+        answer = await self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
+            group_id=self.group_id, member_id=member.member_id, records_max=records_max,
+            wait_ms_max=limits.amqp_share_get_wait_ms_max))
+        leased = []
+        for partition in answer.partitions:
+            leased += self._leased_releasing_undecoded(member, partition)
+        return member, leased
 
     async def get(self, key: ConsumerKey) -> tuple[QueuedMessage, bool] | None:
-        """basic.get: acquire one message for the channel ``key`` as a member of the group (None: none came in time).
+        """basic.get: acquire one message for the channel ``key`` as a member of the group (None: none came in time;
+        expired ones met on the way are dead-lettered).
 
         The member leaves once the channel settled everything it took (at once when nothing came).
         """
         await self._appender.drained()  # a publish before this get on the connection must be visible to it
-        member = self._members.get(key)
-        taken = None
         try:
-            if member is None or not member.epoch:
-                member = self._members[key] = _Member(key=key, consumer=None, attached=False)
-                await self.ensure_group()
-                await self._heartbeat(member)
-            answer = await self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
-                group_id=self.group_id, member_id=member.member_id, records_max=1,
-                wait_ms_max=limits.amqp_share_get_wait_ms_max))
-            for partition in answer.partitions:
-                leased = self._leased_releasing_undecoded(member, partition)
-                assert len(leased) <= 1 and not (leased and taken), "a fetch of one record acquired more"
-                for message, delivery_count in leased:
-                    taken = (message, delivery_count > 1)
-                    self._holders[message.offset] = key
+            while not self.deleted:
+                member, leased = await self._take(key, 1)
+                assert len(leased) <= 1, "a fetch of one record acquired more"
+                if not leased:
+                    return None
+                [(message, delivery_count)] = leased
+                if is_expired(self.policy, message, self.host.now_ms()):
+                    self._dead_letter(member, [message], DeathReason.EXPIRED)
+                    continue
+                self._hold(key, message)
+                return message, self._suspects.redelivered(message.offset, delivery_count)
+            return None
         finally:
             self._leave_when_settled([key])
-        return taken
 
 
 def _leased(partition: share.SharePartitionRecords) -> tuple[list[tuple[QueuedMessage, int]], list[int]]:
     """The acquired messages of one partition's answer with their delivery counts, in offset order; and the
     acquired offsets not decoded (past the fetch's decompression budget, or in a batch that does not decode)."""
-    counts = {offset: acquired.delivery_count for acquired in partition.acquired
-              for offset in range(acquired.first, acquired.last + 1)}
+    ranges = sorted(partition.acquired, key=lambda acquired: acquired.first)
     messages, _ = decode_fetched(partition.records, topic=partition.topic)
-    leased = [(message, counts.pop(message.offset)) for message in messages if message.offset in counts]
-    return leased, sorted(counts)
-
-
-def _ranges(offsets: list[int]) -> list[tuple[int, int]]:
-    """Sorted offsets as consecutive ``(first, last)`` ranges."""
-    ranges: list[list[int]] = []
-    for offset in sorted(set(offsets)):
-        if ranges and ranges[-1][1] + 1 == offset:
-            ranges[-1][1] = offset
-        else:
-            ranges.append([offset, offset])
-    return [(first, last) for first, last in ranges]
+    leased: list[tuple[QueuedMessage, int]] = []
+    index = 0
+    for message in messages:  # both in offset order: walk them together
+        while index < len(ranges) and ranges[index].last < message.offset:
+            index += 1
+        if index == len(ranges):
+            break
+        if ranges[index].first <= message.offset:
+            leased.append((message, ranges[index].delivery_count))
+    if len(leased) == sum(acquired.last - acquired.first + 1 for acquired in ranges):
+        return leased, []
+    found = {message.offset for message, _ in leased}
+    return leased, [offset for acquired in ranges for offset in range(acquired.first, acquired.last + 1)
+                    if offset not in found]

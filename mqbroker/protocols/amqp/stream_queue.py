@@ -81,7 +81,7 @@ class StreamQueue(BaseQueue):
     def release(self, holders: set[ConsumerKey]) -> None:
         """Nothing is leased in a stream."""
 
-    def purge(self) -> int:
+    async def purge(self) -> int:
         """Streams are append-only; retention trims them."""
         return 0
 

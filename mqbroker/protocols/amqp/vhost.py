@@ -35,11 +35,12 @@ from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
 from mqbroker.protocols.amqp.definitions import VHOST_HEADER, DefinitionsFollower
 from mqbroker.protocols.amqp.held_bytes import ByteBudget
 from mqbroker.protocols.amqp.queue_arguments import (
+    DeathReason,
     QueuePolicy,
     QueueType,
     x_death_headers,
 )
-from mqbroker.protocols.amqp.queue_state import DeadLetter, QueueState
+from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuedMessage, QueueState
 from mqbroker.protocols.amqp.queue_snapshots import QueueSnapshots
 from mqbroker.protocols.amqp.queues import ClassicQueue, ConsumerKey
 from mqbroker.protocols.amqp.source_readers import SourceReaders
@@ -71,7 +72,8 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
-from mqbroker.protocols.amqp.share_queue import ShareQueue, check_share_arguments, takes_share_default
+from mqbroker.protocols.amqp.share_arguments import check_share_arguments, takes_share_default
+from mqbroker.protocols.amqp.share_queue import ShareQueue
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
@@ -342,7 +344,8 @@ class VirtualHost:
                 await self._sync_metadata([queue_record(declaration)])
         if isinstance(queue, ClassicQueue):
             queue.state.touch(self.now_ms())
-        return spec.QueueDeclareOk(queue=name, message_count=queue.message_count, consumer_count=len(queue.consumers))
+        return spec.QueueDeclareOk(queue=name, message_count=await queue.ready_count(),
+                                   consumer_count=len(queue.consumers))
 
     async def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False,
                            method: spec.Method | None = None) -> int:
@@ -352,9 +355,9 @@ class VirtualHost:
             return 0
         if method is not None and if_unused and queue.consumers:
             raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' has consumers", method)
-        if method is not None and if_empty and queue.message_count:
+        count = await queue.ready_count()
+        if method is not None and if_empty and count:
             raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' is not empty", method)
-        count = queue.message_count
         self.drop_queue(queue)
         if isinstance(queue, ShareQueue):
             await queue.delete_group()  # a queue declared again under this name starts afresh
@@ -448,6 +451,8 @@ class VirtualHost:
                 elif (queue.state.policy.message_ttl_ms is not None or queue.state.unread_count
                       or queue.state.ready_in_memory or queue.unsettled_appends):
                     queue.housekeep(now_ms)
+            elif isinstance(queue, ShareQueue):
+                queue.housekeep(now_ms)
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
 
     # --- exchanges and bindings -----------------------------------------------------------------
@@ -512,19 +517,23 @@ class VirtualHost:
 
     def dead_letter(self, queue: ClassicQueue, dead: DeadLetter) -> None:
         """Republish a dead message to its queue's dead-letter exchange with ``x-death`` (or drop it)."""
-        policy = queue.state.policy
+        self.snapshots.dead_lettered(self.republish_dead(queue.name, queue.state.policy, dead.message, dead.reason))
+
+    def republish_dead(self, queue: str, policy: QueuePolicy, message: QueuedMessage,
+                       reason: DeathReason) -> list[BatchStored]:
+        """Route a message dead in ``queue`` through its dead-letter exchange with ``x-death``; the batches it went
+        to (none: the queue has no dead-letter exchange, or the exchange is gone and the message is dropped)."""
         if policy.dead_letter_exchange is None:
-            return
-        stored: StoredMessage = dead.message.payload
+            return []
+        stored: StoredMessage = message.payload
         properties = decode_properties(stored.properties_raw)
-        headers = x_death_headers(properties.headers, queue=queue.name, reason=dead.reason, exchange=stored.exchange,
+        headers = x_death_headers(properties.headers, queue=queue, reason=reason, exchange=stored.exchange,
                                   routing_keys=[stored.routing_key], now_ms=self.now_ms(),
                                   original_expiration=properties.expiration)
         properties_raw = encode_properties(dataclasses.replace(properties, headers=headers, expiration=None))
         routing_key = policy.dead_letter_routing_key or stored.routing_key
         try:
-            batches = self.store(policy.dead_letter_exchange, routing_key, headers, properties_raw, stored.body, None)
+            return self.store(policy.dead_letter_exchange, routing_key, headers, properties_raw, stored.body, None)
         except AmqpError as error:
-            self.log.warn("dead letter from {queue} dropped: {error}", queue=queue.name, error=error.reply_text)
-            return
-        self.snapshots.dead_lettered(batches)
+            self.log.warn("dead letter from {queue} dropped: {error}", queue=queue, error=error.reply_text)
+            return []

@@ -7,21 +7,28 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.protocols.amqp.codec import encode_properties
-from mqbroker.protocols.amqp.share_queue import (
-    _ranges,
+from mqbroker.protocols.amqp.share_arguments import (
     check_share_arguments,
     delay_header,
+    ranges_of,
     share_group_configs,
     takes_share_default,
 )
+from mqbroker.protocols.amqp.share_queue import _leased
 from mqbroker.protocols.amqp.spec import AmqpError, BasicProperties
+from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, append_message
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.header import stamp
+from mqbroker.shares.messages import SharePartitionRecords
+from mqbroker.shares.partition import AcquiredRange
 
 
 def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
     with pytest.raises(AmqpError) as refused:
-        check_share_arguments({"x-queue-type": "share", "x-message-ttl": 5, "x-max-length": 1})
-    assert refused.value.reply_code == 406 and "x-max-length, x-message-ttl" in refused.value.reply_text
-    check_share_arguments({"x-queue-type": "share", "x-delivery-limit": 3})
+        check_share_arguments({"x-queue-type": "share", "x-expires": 5, "x-max-length": 1})
+    assert refused.value.reply_code == 406 and "x-expires, x-max-length" in refused.value.reply_text
+    check_share_arguments({"x-queue-type": "share", "x-delivery-limit": 3, "x-message-ttl": 5,
+                           "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead"})
 
 
 @pytest.mark.parametrize(("declared", "share"), [
@@ -31,8 +38,10 @@ def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
     ({"auto_delete": True}, False),
     ({"arguments": {"x-queue-type": "classic"}}, False),
     ({"arguments": {"x-queue-type": "stream"}}, False),
-    ({"arguments": {"x-message-ttl": 1000}}, False),
-    ({"arguments": {"x-dead-letter-exchange": "dlx"}}, False),
+    ({"arguments": {"x-message-ttl": 1000}}, True),
+    ({"arguments": {"x-dead-letter-exchange": "dlx"}}, True),
+    ({"arguments": {"x-max-length": 10}}, False),
+    ({"arguments": {"x-expires": 1000}}, False),
     ({"arguments": {"x-delivery-limit": 3}}, True),
 ])
 def test_only_a_durable_shared_queue_without_type_or_refused_arguments_takes_the_share_default(
@@ -61,6 +70,39 @@ def test_garbage_properties_carry_no_delay(raw: bytes) -> None:
 
 @given(st.lists(st.integers(0, 100), max_size=50))
 def test_settled_offsets_become_disjoint_consecutive_ranges(offsets: list[int]) -> None:
-    ranges = _ranges(offsets)
+    ranges = ranges_of(offsets)
     assert [offset for first, last in ranges for offset in range(first, last + 1)] == sorted(set(offsets))
     assert all(later[0] > earlier[1] + 1 for earlier, later in zip(ranges, ranges[1:]))
+
+
+
+@given(st.lists(st.integers(0, 40), unique=True, max_size=30),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5)), max_size=6))
+def test_leased_pairs_each_decoded_acquired_record_with_its_count_and_names_the_rest(
+        stored: list[int], spans: list[tuple[int, int]]) -> None:
+    """Acquired ranges against the records a fetch returned: each acquired offset is leased (with its range's
+    delivery count) or reported undecoded, in offset order."""
+    ranges: list[AcquiredRange] = []
+    taken: set[int] = set()
+    for first, length in sorted(spans):
+        span = set(range(first, first + length + 1))
+        if not span & taken:
+            taken |= span
+            ranges.append(AcquiredRange(first, first + length, length + 1))
+    offsets = sorted(stored)
+    partition = SharePartitionRecords(topic="t", partition=0, records=b"".join(map(_one_message, offsets)),
+                                      acquired=tuple(reversed(ranges)))
+    leased, undecoded = _leased(partition)
+    counts = {offset: acquired.delivery_count for acquired in ranges
+              for offset in range(acquired.first, acquired.last + 1)}
+    assert [(message.offset, count) for message, count in leased] == [
+        (offset, counts[offset]) for offset in offsets if offset in counts]
+    assert undecoded == sorted(set(counts) - set(offsets))
+
+
+def _one_message(offset: int) -> bytes:
+    builder = BatchBuilder()
+    append_message(builder, 0, "", "q", EMPTY_PROPERTIES, b"m%d" % offset, None)
+    batch = bytearray(builder.build())
+    stamp(batch, 0, offset, 0)
+    return bytes(batch)

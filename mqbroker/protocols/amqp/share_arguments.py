@@ -1,0 +1,69 @@
+"""What an AMQP share queue's declaration and messages say, pure: the arguments it refuses, when a plain
+declaration becomes a share queue, its share group's configs, ``x-delay`` as a record header, and settled offsets
+as ranges."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mqbroker import limits
+from mqbroker.protocols.amqp.codec import decode_properties
+from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
+from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.shares.delays import DELAY_HEADER
+
+#: Arguments a share queue refuses: the share group has no such per-queue behaviour.
+UNSUPPORTED_ARGUMENTS = ("x-max-length", "x-expires")
+
+
+def check_share_arguments(arguments: Mapping[str, Any]) -> None:
+    """406 for an argument a share queue cannot honour, naming it."""
+    refused = sorted(name for name in UNSUPPORTED_ARGUMENTS if arguments.get(name) is not None)
+    if refused:
+        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{', '.join(refused)} not supported on share queues "
+                        "(x-queue-type share); configure the share group instead", class_id=50, method_id=10)
+
+
+def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> bool:
+    """Whether a declaration may become a share queue under ``amqp_default_queue_type = share``: it names no
+    type, and nothing in it needs a classic queue (non-durable, exclusive or auto-deleted queues live with a
+    connection on one broker; arguments a share queue refuses)."""
+    return (arguments.get("x-queue-type") is None and durable and not exclusive and not auto_delete
+            and not any(arguments.get(name) is not None for name in UNSUPPORTED_ARGUMENTS))
+
+
+def share_group_configs(arguments: Mapping[str, Any]) -> dict[str, str]:
+    """The configs of a share queue's share group, from its declaration's arguments."""
+    configs = {"auto.offset.reset": "earliest"}
+    delivery_limit = QueuePolicy.from_arguments(arguments).delivery_limit
+    if delivery_limit:
+        configs["max.delivery.attempts"] = str(min(delivery_limit, limits.share_delivery_attempts_max))
+    return configs
+
+
+def delay_header(properties_raw: bytes) -> tuple[tuple[str, bytes], ...]:
+    """The record header scheduling a message whose ``x-delay`` header is a positive number of ms (else none)."""
+    try:
+        headers = decode_properties(properties_raw).headers or {}
+    except AmqpError:
+        return ()
+    delay = headers.get(DELAY_HEADER)
+    if isinstance(delay, bytes):
+        delay = delay.decode("ascii", "replace")
+    if isinstance(delay, str) and delay.isdigit():
+        delay = int(delay)
+    if isinstance(delay, bool) or not isinstance(delay, int) or delay <= 0:
+        return ()
+    return ((DELAY_HEADER, str(delay).encode("ascii")),)
+
+
+def ranges_of(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as consecutive ``(first, last)`` ranges."""
+    ranges: list[list[int]] = []
+    for offset in sorted(set(offsets)):
+        if ranges and ranges[-1][1] + 1 == offset:
+            ranges[-1][1] = offset
+        else:
+            ranges.append([offset, offset])
+    return [(first, last) for first, last in ranges]
