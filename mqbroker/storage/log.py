@@ -1,8 +1,7 @@
 """PartitionLog: one partition's directory of segments; append assigns offsets, read returns whole batches.
 
-Transactions (KIP-98, KIP-890): the log keeps, from batch headers and markers, each producer's
-open transaction, the last stable offset and the aborted-transaction index of every segment;
-``txn_guards`` checks what may come in (markers, verified transaction starts).
+Transactions (KIP-98, KIP-890): the log's transactional reads and writes' bookkeeping live in
+``log_transactions`` (mixed into `PartitionLog`); ``txn_guards`` checks what may come in.
 
 Threading contract: `append`, `read` and the other operations may be called from any thread
 (they hold the log's lock briefly); `flush` captures what to sync under the lock, runs the
@@ -37,15 +36,16 @@ from mqbroker.storage.retention import RetiredFiles, expired_segment_count
 from mqbroker.storage.segment import Segment
 from mqbroker.storage.segment_files import SegmentFiles
 from mqbroker.storage.sync_state import FlushTicket, SyncState
-from mqbroker.storage.txn_guards import NOT_VERIFIED, VerificationGuards, control_of
-from mqbroker.storage.txn_index import AbortedTxn, collect_aborted
+from mqbroker.storage.log_transactions import TransactionalLog
+from mqbroker.storage.txn_guards import NOT_VERIFIED, VerificationGuards
+from mqbroker.storage.txn_index import AbortedTxn
 
 __all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "PartitionLog", "ReadResult"]
 
 NO_TIMESTAMP = -1
 
 
-class PartitionLog:
+class PartitionLog(TransactionalLog):
     """A partition's ordered segments with offsets, durability bookkeeping and producer state.
 
     Build one with `PartitionLog.open`; the constructor only stores what it is given.
@@ -196,10 +196,8 @@ class PartitionLog:
             next_offset = self._end_offset
             latest_epoch, epoch_starts = self.epochs.latest_epoch, []
             for slot, (position, header) in enumerate(batches):
-                marker = control_of(view, position, header, refuse=assign_offsets and not markers_allowed)
+                marker = self._admit(view, position, header, staged, assign_offsets, markers_allowed, verification_guard)
                 if assign_offsets:
-                    opens = self._producers.starts_transaction(header, staged)
-                    self._verification_guards.check(header, opens, verification_guard)
                     duplicate = self._producers.check(header, staged, marker)
                     if duplicate is not None:
                         if len(batches) > 1:
@@ -244,29 +242,6 @@ class PartitionLog:
                 log_append_time_ms=append_time,
                 log_start_offset=self._log_start_offset,
             )
-
-    def _transactions_written(
-        self, staged: dict[int, ProducerEntry], completed: list[tuple[CompletedTxn, AbortedTxn | None]]
-    ) -> None:
-        """After a write: open transactions and markers void their producers' guards; aborts are indexed."""
-        self._verification_guards.void(staged)
-        active = self._segments[-1]
-        for _, entry in completed:
-            if entry is not None:
-                active.txn_index.append(entry)
-        if completed:
-            active.txn_index.write_pending()
-            self._unsynced.txn_indexed(active)
-
-    def start_verification(self, producer_id: int) -> object:
-        """The guard of a transaction verification for ``producer_id`` (append with it once verified)."""
-        with self._lock:
-            return self._verification_guards.start(producer_id)
-
-    def needs_verification(self, producer_id: int) -> bool:
-        """True unless ``producer_id`` has an open transaction here (its next transactional batch opens one)."""
-        with self._lock:
-            return not self._producers.has_open_transaction(producer_id)
 
     def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         """Framing, magic and CRC of every batch, and the size limit; no record is decoded."""
@@ -363,31 +338,6 @@ class PartitionLog:
                 data = segment.read(max(offset, segment.base_offset), max_bytes, limit)
                 slot += 1
             return ReadResult(records=data, log_start_offset=self._log_start_offset, log_end_offset=self._end_offset)
-
-    def last_stable_offset(self, high_watermark: int) -> int:
-        """The end of what read_committed readers may see: the first offset of an open (or unreplicated) transaction, capped at ``high_watermark``."""
-        with self._lock:
-            self._check_open()
-            first_unstable = self._producers.first_unstable_offset(high_watermark)
-            stable = high_watermark if first_unstable is None else min(first_unstable, high_watermark)
-            return max(stable, self._log_start_offset)
-
-    def has_unreplicated_markers(self) -> bool:
-        """Whether finished transactions wait for the high watermark to pass their markers (see `last_stable_offset`)."""
-        with self._lock:
-            return bool(self._producers.unreplicated)
-
-    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping [start_offset, upper_offset) (a read_committed fetch lists them)."""
-        with self._lock:
-            self._check_open()
-            slot = max(0, bisect.bisect_right(self._segments, start_offset, key=lambda s: s.base_offset) - 1)
-            return collect_aborted(self._segments[slot:], start_offset, upper_offset)
-
-    def open_transactions(self) -> dict[int, int]:
-        """Producer id -> first offset of each transaction open in this partition."""
-        with self._lock:
-            return dict(self._producers.ongoing)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The base offset of the first batch with a timestamp >= ``timestamp_ms`` (None if none)."""
