@@ -84,6 +84,11 @@ class PartitionLog(TransactionalLog):
         self._last_snapshot: tuple[int, bytes] | None = None
         #: Serializes snapshot writers: a checkpoint (in a thread) and a roll (under the log's lock; taken second).
         self._snapshot_lock = threading.Lock()
+        #: Serializes leader-epoch checkpoint writers: `persist_epochs` (in a thread) and a truncation (taken second).
+        self._epochs_write_lock = threading.Lock()
+        #: An epoch change starting below this offset is written at once, by the append or truncation making
+        #: it: a recovery point already on disk may lie past it (the log was cut below one).
+        self._epochs_written_at_once_below = 0
         self._verification_guards = VerificationGuards()
         #: Segments let go whose files wait for file.delete.delay.ms (guarded by the lock).
         self._retired = RetiredFiles()
@@ -109,7 +114,7 @@ class PartitionLog(TransactionalLog):
         """
         lock = threading.Lock()
         with lock:  # the log's lock from the first use of its files on (the set closes none under it)
-            segments, rebuild_txn_index_from = open_segments(
+            segments, rebuild_txn_index_from, recovered_epochs = open_segments(
                 directory,
                 config.index_interval_bytes,
                 recovery_point=recovery_point,
@@ -127,9 +132,14 @@ class PartitionLog(TransactionalLog):
                                        snapshots=[offset for offset in snapshots if offset <= end_offset])
             first_timestamp = segments[-1].first_timestamp
         epochs = LeaderEpochCache.load(directory)
-        epochs.forget_from(end_offset)  # a recovered (cut) tail takes its epochs with it (written before the log grows)
+        epochs.forget_from(end_offset)  # a recovered (cut) tail takes its epochs with it
+        if recovered_epochs is not None:  # past the recovery point the batches say which epoch wrote them
+            epochs.forget_from(recovered_epochs.checked_from)
+            for epoch, start_offset in recovered_epochs.starts:
+                epochs.assign(epoch, start_offset)
         clean_offset = min(checkpoint.read_clean_offset(directory), end_offset)
         log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
+        log._epochs_written_at_once_below = recovery_point  # a damaged log may have lost data below it
         log._active_since_ms = first_timestamp if first_timestamp >= 0 else now_ms
         return log
 
@@ -149,6 +159,13 @@ class PartitionLog(TransactionalLog):
     def durable_end_offset(self) -> int:
         """Every batch below this offset is on stable storage (fsynced)."""
         return self._unsynced.durable_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Where recovery after a crash must start checking: the durable end, or the first epoch change not on disk."""
+        durable_end = self._unsynced.durable_end_offset  # first: a batch it covers had its epoch assigned before
+        unpersisted_from = self.epochs.unpersisted_from
+        return durable_end if unpersisted_from is None else min(durable_end, unpersisted_from)
 
     @property
     def size_bytes(self) -> int:
@@ -227,9 +244,11 @@ class PartitionLog(TransactionalLog):
                 or now_ms - self._active_since_ms > self.config.segment_ms
             ):
                 self._roll(first.base_offset, now_ms)
-            for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
+            for epoch, start_offset in epoch_starts:  # in memory; `persist_epochs` writes them off the reactor
                 self.epochs.assign(epoch, start_offset)
-            self.epochs.persist_pending()
+            unpersisted_from = self.epochs.unpersisted_from
+            if unpersisted_from is not None and unpersisted_from < self._epochs_written_at_once_below:
+                self._write_epochs()
             self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
             self._producers.commit(staged, [ended for ended, _ in completed])
             self._transactions_written(staged, completed)
@@ -279,10 +298,30 @@ class PartitionLog(TransactionalLog):
             self._last_snapshot = (base_offset, data)
 
     def start_leader_epoch(self, epoch: int) -> None:
-        """This broker leads the partition at ``epoch`` from the log end on (written with its first batch)."""
+        """This broker leads the partition at ``epoch`` from the log end on (in memory; see `persist_epochs`)."""
         with self._lock:
             self._check_open()
             self.epochs.begin(epoch, self._end_offset)
+
+    def persist_epochs(self) -> None:
+        """Write the leader-epoch cache if it changed (it fsyncs: call it off the reactor).
+
+        Until it is written, `recovery_point` stays at or below the first change, so recovery
+        after a crash rebuilds the cache from the batches instead.
+        """
+        with self._lock:
+            pending = self.epochs.pending()
+        if pending is None:
+            return
+        with self._epochs_write_lock:
+            self.epochs.write(pending)
+        with self._lock:
+            self.epochs.written(pending)
+
+    def _write_epochs(self) -> None:
+        """`persist_epochs` for a caller holding the log's lock (an append below a recovery point)."""
+        with self._epochs_write_lock:
+            self.epochs.persist()
 
     # -- durability --------------------------------------------------------------------------
 
@@ -371,6 +410,7 @@ class PartitionLog(TransactionalLog):
         """
         with self._lock:
             self._check_open()
+            previous_end = self._end_offset
             if offset < self._end_offset:
                 if offset <= self._segments[0].base_offset:
                     self._start_empty_at(offset)
@@ -385,17 +425,21 @@ class PartitionLog(TransactionalLog):
                 if self._clean_offset > self._end_offset:
                     self._set_clean_offset(self._end_offset)  # what is appended next is dirty
                 self._producers = load_producers(self.directory, self._segments, self._end_offset)
-            self.epochs.truncate_from_end(offset)  # also an epoch that began at the log end but wrote nothing
+            self._epochs_written_at_once_below = max(self._epochs_written_at_once_below, previous_end)
+            with self._epochs_write_lock:
+                self.epochs.truncate_from_end(offset)  # also an epoch that began at the log end but wrote nothing
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every batch and go on, empty, from ``offset`` (a follower below its leader's log start)."""
         with self._lock:
             self._check_open()
             self._start_empty_at(offset)
+            self._epochs_written_at_once_below = max(self._epochs_written_at_once_below, self._end_offset)
             self._end_offset = offset
             self._unsynced.restarted(offset)
             self._make_cut_durable(-1)
-            self.epochs.truncate_from_end(0)
+            with self._epochs_write_lock:
+                self.epochs.truncate_from_end(0)
             self._set_clean_offset(offset)
             self._producers = ProducerStates()
 
@@ -557,6 +601,7 @@ class PartitionLog(TransactionalLog):
             return
         self.flush()
         self.snapshot_producers()
+        self.persist_epochs()
         with self._lock:
             active = self._segments[-1]
             active.finish()
