@@ -1,7 +1,9 @@
 """PartitionLog: one partition's directory of segments; append assigns offsets, read returns whole batches.
 
-Transactions (KIP-98, KIP-890): the log's transactional reads and writes' bookkeeping live in
-``log_transactions`` (mixed into `PartitionLog`); ``txn_guards`` checks what may come in.
+Three parts of the log live beside it, mixed into `PartitionLog` and working on its state under
+its lock: transactions (KIP-98, KIP-890; ``log_transactions``, with ``txn_guards`` checking what
+may come in), durability (flushes, the recovery point and the epoch checkpoint; ``log_durability``)
+and the cleaner's side of compaction (``log_compaction``).
 
 Threading contract: `append`, `read` and the other operations may be called from any thread
 (they hold the log's lock briefly); `flush` captures what to sync under the lock, runs the
@@ -28,6 +30,9 @@ from mqbroker.storage import checkpoint, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from mqbroker.storage.log_compaction import CompactedLog
+from mqbroker.storage.log_durability import DurableLog
+from mqbroker.storage.log_transactions import TransactionalLog
 from mqbroker.storage.log_views import AppendResult, CleanerView, ReadResult
 from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, snapshot_offsets, write_snapshot
 from mqbroker.storage.producers import CompletedTxn, ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
@@ -36,16 +41,15 @@ from mqbroker.storage.retention import RetiredFiles, expired_segment_count
 from mqbroker.storage.segment import Segment
 from mqbroker.storage.segment_files import SegmentFiles
 from mqbroker.storage.sync_state import FlushTicket, SyncState
-from mqbroker.storage.log_transactions import TransactionalLog
 from mqbroker.storage.txn_guards import NOT_VERIFIED, VerificationGuards
 from mqbroker.storage.txn_index import AbortedTxn
 
-__all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "PartitionLog", "ReadResult"]
+__all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "FlushTicket", "PartitionLog", "ReadResult"]
 
 NO_TIMESTAMP = -1
 
 
-class PartitionLog(TransactionalLog):
+class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
     """A partition's ordered segments with offsets, durability bookkeeping and producer state.
 
     Build one with `PartitionLog.open`; the constructor only stores what it is given.
@@ -154,18 +158,6 @@ class PartitionLog(TransactionalLog):
     def log_end_offset(self) -> int:
         """The offset the next appended record gets."""
         return self._end_offset
-
-    @property
-    def durable_end_offset(self) -> int:
-        """Every batch below this offset is on stable storage (fsynced)."""
-        return self._unsynced.durable_end_offset
-
-    @property
-    def recovery_point(self) -> int:
-        """Where recovery after a crash must start checking: the durable end, or the first epoch change not on disk."""
-        durable_end = self._unsynced.durable_end_offset  # first: a batch it covers had its epoch assigned before
-        unpersisted_from = self.epochs.unpersisted_from
-        return durable_end if unpersisted_from is None else min(durable_end, unpersisted_from)
 
     @property
     def size_bytes(self) -> int:
@@ -302,62 +294,6 @@ class PartitionLog(TransactionalLog):
         with self._lock:
             self._check_open()
             self.epochs.begin(epoch, self._end_offset)
-
-    def persist_epochs(self) -> None:
-        """Write the leader-epoch cache if it changed (it fsyncs: call it off the reactor).
-
-        Until it is written, `recovery_point` stays at or below the first change, so recovery
-        after a crash rebuilds the cache from the batches instead.
-        """
-        with self._lock:
-            pending = self.epochs.pending()
-        if pending is None:
-            return
-        with self._epochs_write_lock:
-            self.epochs.write(pending)
-        with self._lock:
-            self.epochs.written(pending)
-
-    def _write_epochs(self) -> None:
-        """`persist_epochs` for a caller holding the log's lock (an append below a recovery point)."""
-        with self._epochs_write_lock:
-            self.epochs.persist()
-
-    # -- durability --------------------------------------------------------------------------
-
-    def needs_flush(self, now_ms: int) -> bool:
-        """True when unsynced appends are due: at once under `sync`, by flush.ms/flush.messages otherwise."""
-        with self._lock:
-            config = self.config
-            return self._unsynced.due(config.flush_policy, config.flush_messages, config.flush_ms, now_ms)
-
-    def has_unsynced(self) -> bool:
-        """True when something written is covered by no fsync, finished or running (a flush would sync it)."""
-        with self._lock:
-            return self._unsynced.has_unsynced(self._end_offset)
-
-    def flush(self) -> int:
-        """fsync everything appended so far (lock not held during the fsync); return the durable end."""
-        ticket = self.begin_flush()
-        try:
-            for handle in ticket.handles:
-                fs.fsync(handle)
-        except BaseException:
-            self.end_flush(ticket, synced=False)
-            raise
-        return self.end_flush(ticket, synced=True)
-
-    def begin_flush(self) -> FlushTicket:
-        """Capture what an fsync must cover: descriptors to sync (the caller syncs them, then calls `end_flush`)."""
-        with self._lock:
-            self._check_open()
-            return self._unsynced.capture(self.directory, self._segments[-1], self._end_offset)
-
-    def end_flush(self, ticket: FlushTicket, synced: bool) -> int:
-        """Release a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
-        ticket.release()
-        with self._lock:
-            return self._unsynced.publish(ticket, synced)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -519,63 +455,6 @@ class PartitionLog(TransactionalLog):
         with self._lock:
             self._check_open()
             return self._producers.expire(now_ms, expiration_ms)
-
-    # -- segments for the cleaner ------------------------------------------------------------
-
-    def cleaner_view(self) -> CleanerView:
-        """The sealed segments, where their dirty part starts and the batches producers need kept."""
-        with self._lock:
-            self._check_open()
-            for segment in self._segments[:-1]:
-                segment.ensure_tail()  # here, under the lock: the cleaner reads the tail state off it
-            first_open = min(self._producers.ongoing.values(), default=None)
-            sealed = list(self._segments[:-1])
-            return CleanerView(
-                segments=sealed,
-                first_dirty_offset=max(self._clean_offset, self._log_start_offset),
-                producer_last_offsets=self._producers.last_batch_offsets(),
-                stable_end_offset=self._end_offset if first_open is None else first_open,
-                aborted=[entry for segment in self._segments for entry in segment.txn_index.entries()],
-                generation=self._unsynced.generation,
-            )
-
-    def mark_clean(self, offset: int, generation: int) -> None:
-        """Record that compaction covered everything below ``offset`` (atomically checkpointed).
-
-        Ignored when the log was truncated since the pass took its `cleaner_view` (``generation``).
-        """
-        with self._lock:
-            self._check_open()
-            if generation == self._unsynced.generation and offset > self._clean_offset:
-                self._set_clean_offset(min(offset, self._end_offset))
-
-    def _set_clean_offset(self, offset: int) -> None:
-        self._clean_offset = offset
-        checkpoint.write_clean_offset(self.directory, offset)
-
-    def swap_in(self, old: Segment, swap_path: str, txn_index_path: str | None = None) -> None:
-        """Replace sealed segment ``old`` by its rewritten, fsynced ``swap_path`` (compaction's last step).
-
-        ``txn_index_path`` is its rewritten aborted-transaction index (fsynced too, written before
-        the swap's commit point): it goes in first, so a crash between the renames leaves recovery
-        a `.log.swap` to finish beside the index that belongs to it.
-        """
-        with self._lock:
-            self._check_open()
-            if old not in self._segments[:-1]:
-                fs.unlink(swap_path)  # retention or a truncation removed it meanwhile
-                if txn_index_path is not None:
-                    fs.unlink(txn_index_path)
-                return
-            if txn_index_path is not None:
-                fs.replace(txn_index_path, old.txn_index.path)
-            old.drop_indexes()
-            fs.replace(swap_path, old.path)
-            slot = self._segments.index(old)
-            segment = Segment(self.directory, old.base_offset, self.config.index_interval_bytes, self._files, self._lock)
-            segment.txn_index.load(old.base_offset, self._segments[slot + 1].base_offset)
-            self._segments[slot] = segment
-            self._unsynced.replaced([old])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
