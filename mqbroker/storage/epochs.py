@@ -4,15 +4,17 @@ Every batch carries the epoch of the leader that appended it; this cache remembe
 offset of each epoch so a leader can tell a follower where their logs diverge (the end of the
 follower's epoch in the leader's log) without reading the log. It is small and changes only
 when leadership does; it is written atomically to ``leader-epoch-checkpoint`` (Kafka's text
-layout: version, count, ``<epoch> <start offset>`` lines) before any batch it describes.
+layout: version, count, ``<epoch> <start offset>`` lines).
 
-Changes wait in memory (`assign`, `begin`, `forget_from`) until `pending` hands them to a writer
+Changes wait in memory (`assign`, `forget_from`) until `pending` hands them to a writer
 off the append path: the partition log persists them when the log manager checkpoints (in a
 thread), before a recovery point passes them, and at close. A crash loses nothing by not having
 them on disk: the log never reports a recovery point past the first offset a change concerns
 (`unpersisted_from`), and recovery rebuilds the cache from the batches past the recovery point
 (each carries its leader epoch), as Kafka does; a leadership's first append thus costs no fsync
 on the reactor (KAFKA-15046 made the same choice for a broker taking up thousands of leaderships).
+A leadership's epoch (`begin`) is not even pending until its first batch is appended (`appended`):
+a broker taking up 10,000 leaderships writes no checkpoint for those that write nothing.
 Truncation is the exception: the log writes what it forgot at once, since the cut may lie below a
 recovery point already written (and so do appends below such a point).
 """
@@ -62,6 +64,8 @@ class LeaderEpochCache:
         self._written_version = 0
         #: The lowest offset a change not yet on disk concerns (None: the file is up to date).
         self._unpersisted_from: int | None = None
+        #: Where the epoch of a leadership that has appended nothing yet starts (None: no such epoch).
+        self._begun_from: int | None = None
 
     @classmethod
     def load(cls, directory: str) -> LeaderEpochCache:
@@ -87,11 +91,21 @@ class LeaderEpochCache:
 
         An epoch not newer than the latest is ignored: batches of an epoch come after its start.
         """
-        return self._add(epoch, start_offset)
+        if not self._add(epoch, start_offset):
+            return False
+        self._changed(start_offset)
+        return True
 
     def begin(self, epoch: int, start_offset: int) -> None:
-        """A leadership's ``epoch`` starts at the log end ``start_offset`` (in memory, like `assign`)."""
-        self._add(epoch, start_offset)
+        """A leadership's ``epoch`` starts at the log end ``start_offset``: pending only once it appends (`appended`)."""
+        if self._add(epoch, start_offset):
+            self._begun_from = start_offset
+
+    def appended(self) -> None:
+        """A batch was appended: the epoch of a leadership that had appended nothing is now pending."""
+        if self._begun_from is not None:
+            self._changed(self._begun_from)
+            self._begun_from = None
 
     @property
     def unpersisted_from(self) -> int | None:
@@ -127,7 +141,6 @@ class LeaderEpochCache:
         if self._entries and self._entries[-1].start_offset == start_offset:
             self._entries.pop()  # the older epoch wrote nothing: the newer one replaces it
         self._entries.append(EpochEntry(epoch=epoch, start_offset=start_offset))
-        self._changed(start_offset)
         return True
 
     def _changed(self, offset: int) -> None:
@@ -167,6 +180,8 @@ class LeaderEpochCache:
         if len(kept) == len(self._entries):
             return False
         self._entries = kept
+        if self._begun_from is not None and self._begun_from >= end_offset:
+            self._begun_from = None
         self._changed(end_offset)
         return True
 

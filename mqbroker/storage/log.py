@@ -238,6 +238,7 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
                 self._roll(first.base_offset, now_ms)
             for epoch, start_offset in epoch_starts:  # in memory; `persist_epochs` writes them off the reactor
                 self.epochs.assign(epoch, start_offset)
+            self.epochs.appended()
             unpersisted_from = self.epochs.unpersisted_from
             if unpersisted_from is not None and unpersisted_from < self._epochs_written_at_once_below:
                 self._write_epochs()

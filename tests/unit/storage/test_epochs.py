@@ -109,6 +109,18 @@ def test_a_leadership_first_append_fsyncs_nothing_and_the_checkpoint_writes_its_
         log.close()
 
 
+def test_a_leadership_that_appends_nothing_is_never_written(tmp_path: pathlib.Path) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0)
+        log.append(_batch(2), 0, leader_epoch=0)
+        log.persist_epochs()
+        fsyncs = disk.fsyncs
+        log.start_leader_epoch(3)  # a broker taking up thousands of leaderships at start-up
+        log.persist_epochs()
+        assert disk.fsyncs == fsyncs and log.recovery_point == log.durable_end_offset
+        log.close()
+
+
 def test_an_acknowledged_leadership_keeps_its_epoch_across_a_power_loss_before_the_checkpoint(tmp_path: pathlib.Path) -> None:
     """The epoch is not on disk, but the recovery point written meanwhile stops before it: recovery rebuilds it."""
     with power_loss_disks(str(tmp_path)) as (disk,):
