@@ -23,6 +23,7 @@ within a minute, so single runs of one broker after the other compare different 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -72,15 +73,19 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float 
 
 
 @contextmanager
-def mqbroker_process(work: pathlib.Path, connections: int) -> Iterator[tuple[int, int]]:
-    """A broker on free ports that admits ``connections`` more from 127.0.0.1 than the default limits; yields (MQTT port, pid)."""
+def mqbroker_process(work: pathlib.Path, connections: int, puback: str = "durable") -> Iterator[tuple[int, int]]:
+    """A broker on free ports that admits ``connections`` more from 127.0.0.1 than the default limits, with
+    ``mqtt_puback = puback``; yields (MQTT port, pid)."""
     ports = {name: free_port() for name in ("native", "mqtt", "http")}
+    work = work / f"mqbroker-{puback}"
+    work.mkdir(exist_ok=True)
     command = [
         sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
         f"--logfile={work / 'mqbroker.log'}", "mqbroker", "--data-dir", str(work / "data"), "--host", "127.0.0.1",
         "--native-port", str(ports["native"]), "--mqtt-port", str(ports["mqtt"]), "--http-port", str(ports["http"]),
         "--amqp-port", "0", "--kafka-port", "0", "--controller-port", "0",
         "--set", f"quotas.connections_per_ip_max={connections + 100}", "--set", f"quotas.connections_max={connections + 100}",
+        *(["--set", f"mqtt_puback={puback}"] if puback != "durable" else []),  # durable: the default
     ]
     process = subprocess.Popen(command, cwd=work)
     try:
@@ -300,24 +305,31 @@ def measure_rounds(brokers: dict[str, tuple[int, int]], arguments: argparse.Name
 
 
 def report(samples: dict[str, dict[str, list[Any]]]) -> None:
-    """Medians over the rounds side by side; the ratio is the median of the per-round mqbroker / mosquitto ratios."""
-    ours, theirs = samples["mqbroker"], samples["mosquitto"]
-    rounds = len(ours["publish_qos0"])
+    """Medians over the rounds side by side; each ratio is the median of the per-round mqbroker / mosquitto ratios."""
+    theirs = samples["mosquitto"]
+    ours = {name: measured for name, measured in samples.items() if name != "mosquitto"}
+    rounds = len(theirs["publish_qos0"])
     print(f"medians of {rounds} round(s)")
-    print(f"{'':34}{'mqbroker':>14}{'mosquitto':>14}{'ratio':>9}")
+    print(f"{'':34}" + "".join(f"{name:>18}" for name in ours) + f"{'mosquitto':>14}"
+          + "".join(f"{'ratio ' + name.split()[-1]:>16}" for name in ours))
     for label, measurement, figure in ROWS:
-        mine = [sample[figure] for sample in ours[measurement]]
         reference = [sample[figure] for sample in theirs[measurement]]
-        ratios = [a / b if b and math.isfinite(a) and math.isfinite(b) else float("nan") for a, b in zip(mine, reference)]
-        print(f"{label:34}{_cell(statistics.median(mine))}{_cell(statistics.median(reference))}"
-              f"{statistics.median(ratios):9.2f}")
+        cells, ratios = [], []
+        for measured in ours.values():
+            mine = [sample[figure] for sample in measured[measurement]]
+            cells.append(_cell(statistics.median(mine), 18))
+            per_round = [a / b if b and math.isfinite(a) and math.isfinite(b) else float("nan")
+                         for a, b in zip(mine, reference)]
+            ratios.append(f"{statistics.median(per_round):16.2f}")
+        print(f"{label:34}{''.join(cells)}{_cell(statistics.median(reference), 14)}{''.join(ratios)}")
     print("rates count acknowledged (QoS 1) or marker-covered (QoS 0) messages; latency percentiles are over every "
           "message sent ('lost': it falls on an undelivered one); mosquitto runs with persistence false, "
-          "max_queued_messages 1000000, max_inflight_messages 1000; mqbroker with raised connection quotas")
+          "max_queued_messages 1000000, max_inflight_messages 1000; mqbroker with raised connection quotas and "
+          "mqtt_puback as named (durable: PUBACK after fsync, the default; written: after the append)")
 
 
-def _cell(value: float) -> str:
-    return f"{'lost':>14}" if math.isinf(value) else f"{value:14.2f}"
+def _cell(value: float, width: int) -> str:
+    return f"{'lost':>{width}}" if math.isinf(value) else f"{value:{width}.2f}"
 
 
 def main() -> None:
@@ -327,14 +339,20 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3, help="repetitions of the throughput and latency figures")
     parser.add_argument("--json", action="store_true", help="print every sample as JSON")
+    parser.add_argument("--puback", choices=["durable", "written", "both"], default="both",
+                        help="mqbroker's mqtt_puback: one broker per mode [default: both, side by side]")
     arguments = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     arguments.connections = min(arguments.connections, hard - 200)
     with tempfile.TemporaryDirectory() as directory:
         work = pathlib.Path(directory)
-        with mqbroker_process(work, arguments.connections) as ours, mosquitto_process(work) as theirs:
-            samples = measure_rounds({"mqbroker": ours, "mosquitto": theirs}, arguments)
+        modes = ["durable", "written"] if arguments.puback == "both" else [arguments.puback]
+        with contextlib.ExitStack() as stack:
+            brokers = {f"mqbroker {mode}": stack.enter_context(mqbroker_process(work, arguments.connections, mode))
+                       for mode in modes}
+            brokers["mosquitto"] = stack.enter_context(mosquitto_process(work))
+            samples = measure_rounds(brokers, arguments)
     if arguments.json:
         print(json.dumps(samples, indent=2))
     else:

@@ -7,7 +7,8 @@ measures in alternating rounds (the broker not measured is SIGSTOPped, as in ``a
 * **share group, native client** (the queue built on the log): a one-partition topic filled with
   ``--messages`` acknowledged records of ``--body-bytes``; then each count of ``--consumers``
   (1, 4 and 16) consumer processes (``ShareConsumer``, ``records_max`` 500, every record accepted
-  and the verdicts stored before the next poll) drain it. Timed from a start signal (every consumer
+  and the verdicts stored before the next poll; with ``--ack-with-next-poll`` they travel with the next
+  poll instead of a commit of their own) drain it. Timed from a start signal (every consumer
   has joined) until the last acknowledgement the broker confirmed: msg/s and MB/s.
 * **latency**: records produced at ``--latency-rate`` per second for ``--latency-seconds`` while one
   consumer acknowledges; each record's latency runs from just before ``send`` to the return of the
@@ -50,6 +51,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import amqp_bench  # noqa: E402  (benchmarks/ is the script's directory)
+import cputime  # noqa: E402
 import pika  # noqa: E402
 import push_endpoint as push_endpoint_module  # noqa: E402
 
@@ -64,9 +66,11 @@ RECORDS_PER_POLL = 500
 # --- the consumer processes ------------------------------------------------------------------------
 
 
-def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float) -> None:
+def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float, with_next_poll: bool = False) -> None:
     """Join, say so, wait for ``go`` on stdin, then poll and acknowledge until ``idle_s`` pass without records;
-    print how many records the broker confirmed acknowledged and when the last confirmation came (epoch s)."""
+    print how many records the broker confirmed acknowledged and when the last confirmation came (epoch s).
+    ``with_next_poll``: the verdicts travel with the next poll (one round trip per poll, as KafkaShareConsumer
+    does) instead of a commit of their own before it."""
     acked = [0, 0.0]
 
     def confirmed(outcomes: list[Any]) -> None:
@@ -85,8 +89,10 @@ def consumer_child(bootstrap: str, group: str, topic: str, idle_s: float) -> Non
             messages = consumer.poll(0.2)
             if messages:
                 consumer.acknowledge(messages)
-                consumer.commit()
+                if not with_next_poll:
+                    consumer.commit()
                 quiet_since = time.monotonic()
+        consumer.commit()
     print(json.dumps({"acked": acked[0], "last_ack_s": acked[1]}), flush=True)
 
 
@@ -133,8 +139,9 @@ def run_children(commands: list[list[str]], options: argparse.Namespace) -> tupl
     return options.messages / seconds, options.messages * options.body_bytes / seconds / 1e6
 
 
-def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float]:
-    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s)."""
+def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float, float]:
+    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s, broker CPU
+    µs per acknowledged record)."""
     topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:8]}"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([topic], partitions=1)
@@ -143,7 +150,13 @@ def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) ->
     with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
         outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.messages)
     assert outcome.failed == 0, outcome
-    return run_children([[sys.executable, __file__, "--child", broker.bootstrap, group, topic]] * consumers, options)
+    mode = ["with-next-poll"] if options.ack_with_next_poll else []
+    assert broker.process is not None
+    cpu_before_s = cputime.process_tree_cpu_s(broker.process.pid)
+    rate, megabytes = run_children(
+        [[sys.executable, __file__, "--child", broker.bootstrap, group, topic, *mode]] * consumers, options)
+    cpu_us = (cputime.process_tree_cpu_s(broker.process.pid) - cpu_before_s) * 1e6 / options.messages
+    return rate, megabytes, cpu_us
 
 
 def pika_drain(port: int, consumers: int, options: argparse.Namespace, arguments: dict[str, Any]) -> tuple[float, float]:
@@ -155,24 +168,28 @@ def pika_drain(port: int, consumers: int, options: argparse.Namespace, arguments
     return run_children([[sys.executable, __file__, "--pika-child", str(port), queue]] * consumers, options)
 
 
-def push_throughput(broker: BrokerProcess, options: argparse.Namespace) -> tuple[float, float]:
-    """A push subscription (batching off) over a filled one-partition topic, to a local endpoint; (records/s, MB/s)
-    from creating the subscription to the endpoint receiving the last record (answered 204 at once)."""
+def push_throughput(broker: BrokerProcess, options: argparse.Namespace) -> tuple[float, float, float]:
+    """A push subscription (batching off) over a filled one-partition topic, to a local endpoint; (records/s, MB/s,
+    broker CPU µs per record) from creating the subscription to the endpoint receiving the last record (answered 204
+    at once)."""
     topic, name = f"pushed-{uuid.uuid4().hex[:8]}", f"push-{uuid.uuid4().hex[:8]}"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([topic], partitions=1)
     with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
         outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.push_messages)
     assert outcome.failed == 0, outcome
+    assert broker.process is not None
     with push_endpoint(idle_s=2.0) as (port, tally):
+        cpu_before_s = cputime.process_tree_cpu_s(broker.process.pid)
         started = time.time()
         with ShareGroupAdmin(broker.bootstrap) as admin:
             admin.create_subscription(name, topic, endpoint=f"http://127.0.0.1:{port}/push", start="earliest",
                                       max_outstanding=options.push_outstanding)
         result = tally()
+        cpu_us = (cputime.process_tree_cpu_s(broker.process.pid) - cpu_before_s) * 1e6 / options.push_messages
     assert result["records"] >= options.push_messages, f"only {result['records']} of {options.push_messages} pushed"
     seconds = result["last_s"] - started
-    return options.push_messages / seconds, options.push_messages * options.body_bytes / seconds / 1e6
+    return options.push_messages / seconds, options.push_messages * options.body_bytes / seconds / 1e6, cpu_us
 
 
 def push_latency(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
@@ -289,15 +306,17 @@ def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figu
     """The share-group figures."""
     figures: Figures = []
     for consumers in options.consumers:
-        rate, megabytes = drain(broker, consumers, options)
-        figures += [(f"consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes)]
+        rate, megabytes, cpu_us = drain(broker, consumers, options)
+        figures += [(f"consume+ack, {consumers} consumer(s) msg/s", rate), (f"  {consumers} consumer(s) MB/s", megabytes),
+                    (f"  {consumers} consumer(s) broker CPU µs/msg", cpu_us)]
     latencies = share_latency(broker, options)
     figures += [("latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                 ("latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
     if options.push_messages:
-        rate, megabytes = push_throughput(broker, options)
+        rate, megabytes, cpu_us = push_throughput(broker, options)
         latencies = push_latency(broker, options)
         figures += [("push to HTTP endpoint msg/s", rate), ("  push MB/s", megabytes),
+                    ("  push broker CPU µs/msg (incl. its idle wait)", cpu_us),
                     ("push latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                     ("push latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
     if options.scheduled:
@@ -369,7 +388,7 @@ def _median(values: list[float | None]) -> float | None:
 def main() -> None:
     """Measure mqbroker's share groups (and pika against RabbitMQ and mqbroker's AMQP) in alternating rounds."""
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        consumer_child(sys.argv[2], sys.argv[3], sys.argv[4], idle_s=2.0)
+        consumer_child(sys.argv[2], sys.argv[3], sys.argv[4], idle_s=2.0, with_next_poll="with-next-poll" in sys.argv)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--pika-child":
         pika_consumer_child(int(sys.argv[2]), sys.argv[3], idle_s=2.0)
@@ -379,6 +398,8 @@ def main() -> None:
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--consumers", type=lambda text: sorted({int(n) for n in text.split(",")}), default=[1, 4, 16],
                         help="consumer processes of each drain, comma-separated [1,4,16]")
+    parser.add_argument("--ack-with-next-poll", action="store_true",
+                        help="share consumers send each poll's verdicts with the next poll, not a commit of their own")
     parser.add_argument("--push-messages", type=int, default=20_000, help="records pushed to the local endpoint "
                                                                           "(0: skip push) [20,000]")
     parser.add_argument("--push-outstanding", type=int, default=100, help="the subscription's push.max.outstanding")

@@ -116,6 +116,9 @@ class BrokerConfig:
     mqtt_log_partitions: int = 0
     #: MQTT topic filter → log topic rules, first match wins: ``"filter=topic,filter=topic"`` (empty: none).
     mqtt_mapping_rules: str = ""
+    #: When a QoS 1/2 PUBLISH is acknowledged: ``durable`` once every in-sync replica holds it on disk (acks=all,
+    #: fsync before ack), ``written`` once this broker appended it (page cache; the fsync follows in its round).
+    mqtt_puback: str = "durable"
     amqp_tls_port: int = 5671
     kafka_tls_port: int = 9093
     http_tls: bool = False
@@ -235,6 +238,8 @@ def _check_value(key: str, value: Any) -> None:
         raise ConfigError(f"configuration key {key!r}: must not be negative, got {value}")
     if key == "tls_client_auth" and value not in ("none", "optional", "required"):
         raise ConfigError(f"configuration key 'tls_client_auth': must be none, optional or required, got {value!r}")
+    if key == "mqtt_puback" and value not in ("durable", "written"):
+        raise ConfigError(f"configuration key 'mqtt_puback': must be durable or written, got {value!r}")
     if key == "amqp_default_queue_type" and value not in ("classic", "share"):
         raise ConfigError(f"configuration key 'amqp_default_queue_type': must be classic or share, got {value!r}")
     if key == "security_authorizer" and value not in ("allow-all", "acl"):

@@ -13,7 +13,8 @@ class IBroker(Interface):
     ``code`` a front end maps onto its own protocol.
     """
 
-    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None):
+    def produce(principal, topic, partition, records, acks, timeout_ms, transactional_id=None, front_end_batches=False,
+                add_to_transaction=False):
         """Append ``records`` (one or more RecordBatch v2, as bytes) to a partition.
 
         ``acks`` (an ``Acks``) says when the Deferred fires with a ``ProduceResult``: once the batch
@@ -21,7 +22,11 @@ class IBroker(Interface):
         (``ALL``, waiting at most ``timeout_ms``; 0: ``limits.produce_timeout_ms_default``).
         Transactional batches name their ``transactional_id``; the first of a transaction in a
         partition is verified with its coordinator (KIP-890) and refused with INVALID_TXN_STATE
-        unless the partition was added.
+        unless the partition was added; with ``add_to_transaction`` (transaction version 2, KIP-890
+        part 2) the coordinator adds the partition instead, before the batch is appended.
+        ``front_end_batches``: an in-process front end built the batches
+        itself (``BatchBuilder``, from fields it decoded), so the broker does not decode them again for the
+        topic's ``record.validation``; bytes that came from a client are never passed with it.
         """
 
     def fetch(principal, request):
@@ -208,12 +213,15 @@ class IBroker(Interface):
         """Add a group's offsets to the producer's ongoing transaction (an ``AddOffsetsRequest``); fire with None."""
 
     def end_txn(principal, request):
-        """Commit or abort the producer's ongoing transaction (an ``EndTxnRequest``); fire with None once the
-        decision is durable (its markers are then written to every partition)."""
+        """Commit or abort the producer's ongoing transaction (an ``EndTxnRequest``); fire once the decision is
+        durable (its markers are then written to every partition): with None, or with the producer's next
+        ``ProducerIdAndEpoch`` when the request bumps the epoch (transaction version 2)."""
 
     def txn_commit_offsets(principal, request):
         """Commit a group's offsets inside a transaction (a ``TxnOffsetCommitRequest``, sent to the group's
-        coordinator); they become visible when the transaction commits. Fire with None once durable."""
+        coordinator); they become visible when the transaction commits. Fire with None once durable. With
+        ``add_to_transaction`` (transaction version 2) the group's offsets partition joins the transaction
+        here (no AddOffsetsToTxn first)."""
 
     def write_txn_markers(principal, markers):
         """Append the COMMIT/ABORT markers a transaction coordinator asks for (``TransactionMarker``s) to the

@@ -224,6 +224,10 @@ share_delay_ms_max = 366 * 24 * 60 * 60 * 1000
 share_fetch_records_max = 10_000
 #: Share groups: members of one share group.
 share_group_members_max = 1000
+#: Share groups: how long a new host keeps a stored lease for a holder that has not joined it: a live
+#: consumer finds the new host within a few heartbeat retries; a dead one's records come back this soon
+#: instead of at their lease end (a holder that rejoins in time keeps its leases to their end).
+share_restored_lease_grace_ms = 10_000
 #: Push subscriptions: HTTP requests one subscription may have outstanding (Pub/Sub's flow control bound).
 push_outstanding_max = 10_000
 #: Push subscriptions: messages one batched POST may carry.

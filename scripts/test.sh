@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(mosquitto mosquitto-clients amqp-tools redis-server libaio1 libfaketime kcat maven chromium chromium-driver)
+DEBIAN_PACKAGES=(mosquitto mosquitto-clients amqp-tools redis-server libaio1 libfaketime kcat maven openjdk-17-jdk-headless chromium chromium-driver)
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -163,7 +163,8 @@ class FakeBroker:
     # -- the broker API --------------------------------------------------------------------
 
     def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
-                timeout_ms: int, transactional_id: str | None = None) -> Deferred[ProduceResult]:
+                timeout_ms: int, transactional_id: str | None = None, front_end_batches: bool = False,
+                add_to_transaction: bool = False) -> Deferred[ProduceResult]:
         """Append at once (creating the topic); fire as the acks say (``hold_produces``: never, until the test)."""
         assert isinstance(acks, Acks), acks
         self.calls.append(("produce", principal, topic, partition, records, acks, timeout_ms))

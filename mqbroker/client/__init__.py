@@ -1,8 +1,8 @@
 """The native Python client: Producer, Consumer and Admin (blocking; Twisted variants in ``client.twisted``)."""
 
-from mqbroker.client.blocking import Admin, Consumer, Producer, RecordFuture, ShareConsumer
+from mqbroker.client.blocking import Admin, Consumer, Producer, RecordFuture, RecordsFuture, ShareConsumer
 from mqbroker.client.consumer import Message
 from mqbroker.client.producer_batch import RecordMetadata
 from mqbroker.client.share_core import ShareMessage
 
-__all__ = ["Admin", "Consumer", "Message", "Producer", "RecordFuture", "RecordMetadata", "ShareConsumer", "ShareMessage"]
+__all__ = ["Admin", "Consumer", "Message", "Producer", "RecordFuture", "RecordMetadata", "RecordsFuture", "ShareConsumer", "ShareMessage"]

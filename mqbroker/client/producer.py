@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mqbroker.client.producer_batch import ProducerBatch, ProducePlan
 from mqbroker.client.producer_config import COMPRESSION_CODECS, ProducerConfig
@@ -55,6 +55,11 @@ LEADER_POLL_INTERVAL_MS = 100
 #: Retried although the broker does not mark them retriable: a topic may be being created.
 _RETRIED_CODES = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
+
+#: A transactional producer's first record for a partition waits this long (at most ``linger_ms``) before the
+#: partition is added to the transaction, so partitions written to together are added in one request, one durable
+#: coordinator write; their batches are held until the addition anyway, and go out at ``linger_ms`` or a flush.
+ADD_PARTITIONS_GATHER_MS = 1
 
 class ProducerCore:
     """Sans-I/O producer: records in, produce plans out, replies in, finished batches out."""
@@ -122,6 +127,32 @@ class ProducerCore:
         batch.builder.append(timestamp_ms, key, value, headers or ())
         batch.record_count = index + 1
         return batch, index
+
+    def append_values(
+        self, topic: str, partition: int, timestamp_ms: int, values: Sequence[bytes], start: int, now_ms: int
+    ) -> tuple[ProducerBatch, int, int]:
+        """Add keyless, headerless records holding ``values[start:]`` to the partition's open batch, as many
+        as fit; return the batch, the index of the first record added and how many were added (at least one).
+
+        A batch that fills up is closed (``on_batch_full`` is called), so the caller moves on to the next
+        batch, or another partition, with the rest. The records are encoded in runs, without Python code
+        per record (``BatchBuilder.append_values``).
+        """
+        key = (topic, partition)
+        batch = self._open.get(key) or self._open_batch(topic, partition, now_ms)
+        first = batch.record_count
+        count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+        if not count:  # the open batch had no room left: the records go into a new one
+            self._close(key, batch)
+            self.on_batch_full(topic, partition)
+            batch = self._open_batch(topic, partition, now_ms)
+            first = 0
+            count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+        batch.record_count = first + count
+        if start + count < len(values):
+            self._close(key, batch)
+            self.on_batch_full(topic, partition)
+        return batch, first, count
 
     def _open_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
         assert not self.needs_producer_id, "appending before InitProducerId answered"
@@ -216,7 +247,29 @@ class ProducerCore:
         )
         if any(queue and queue[0].awaiting_leader for queue in self._queues.values()):
             deadlines.append(max(now_ms, self._next_leader_poll_ms))
+        if self.gated:
+            deadlines.extend(self._gate_deadlines_ms())
         return min(deadlines, default=None)
+
+    def gates_due(self, now_ms: int) -> bool:
+        """True when the gated partitions should be added to the transaction now: a batch of one is ready to send
+        (full, or flushing), or has gathered records for ``ADD_PARTITIONS_GATHER_MS`` (or ``linger_ms``, if less),
+        so the partitions an application writes to in quick succession go in one AddPartitionsToTxn."""
+        return self._flushing or any(self._queues.get(key) for key in self.gated) or any(
+            now_ms >= deadline_ms for deadline_ms in self._gate_deadlines_ms())
+
+    def open_gates(self, keys: set[tuple[str, int]]) -> None:
+        """These partitions were added to the transaction: their batches may go, the open ones at once (the
+        addition took the place of ``linger_ms``), so their records travel while the application writes more."""
+        self.gated -= keys
+        for key in keys:
+            batch = self._open.get(key)
+            if batch is not None and not self._queues.get(key):
+                self._close(key, batch)
+
+    def _gate_deadlines_ms(self) -> list[int]:
+        gather_ms = min(ADD_PARTITIONS_GATHER_MS, self.config.linger_ms)
+        return [batch.created_ms + gather_ms for key, batch in self._open.items() if key in self.gated]
 
     def in_flight(self, node_id: int) -> int:
         """Produce requests sent to ``node_id`` and not yet answered."""

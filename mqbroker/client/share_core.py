@@ -14,9 +14,9 @@ import dataclasses
 import enum
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from mqbroker.client.consumer import _collector_paused
+from mqbroker.client.collector import collector_paused
 from mqbroker.errors import (
     BrokerError,
     CoordinatorLoadInProgressError,
@@ -108,9 +108,12 @@ class ShareMembership:
     def failed(self, error: BrokerError) -> Rejoin:
         """What to do after a membership, fetch or acknowledgement error (``error`` itself: raise it)."""
         if isinstance(error, UnknownMemberIdError):
-            self.member_id, self.member_epoch = "", 0
+            self.member_epoch = 0  # the same id: leases a new host kept for it stay settleable
             return Rejoin.JOIN_AGAIN
         if isinstance(error, COORDINATOR_MOVED) or error.retriable:
+            # Join the (maybe new) host under the same member id: a new host keeps this member's stored
+            # leases, so it may still settle the records it holds.
+            self.member_epoch = 0
             return Rejoin.FIND_COORDINATOR
         raise error
 
@@ -124,17 +127,27 @@ class ShareConsumerCore:
         self.records_max = records_max
         self.bytes_max = bytes_max
         self.lease_ms = lease_ms
-        self._pending: list[tuple[str, int, int, AcknowledgeType, str]] = []
+        #: Queued verdicts as spans ``[topic, partition, first, last, kind, error]``, in the order given: records
+        #: acknowledged in offset order (the usual case) extend one span, so nothing here costs per record but
+        #: a comparison.
+        self._pending: list[list[Any]] = []
 
     @property
     def pending_acknowledgements(self) -> int:
         """Records acknowledged by the application and not sent yet."""
-        return len(self._pending)
+        return sum(span[3] - span[2] + 1 for span in self._pending)
 
     def acknowledge(self, messages: Iterable[ShareMessage], kind: AcknowledgeType, error: str = "") -> None:
         """Queue a verdict on leased records (sent with the next fetch or acknowledge request)."""
+        pending = self._pending
+        span = pending[-1] if pending else None
         for message in messages:
-            self._pending.append((message.topic, message.partition, message.offset, kind, error))
+            if (span is not None and message.offset == span[3] + 1 and message.partition == span[1]
+                    and message.topic == span[0] and span[4] is kind and span[5] == error):
+                span[3] = message.offset
+            else:
+                span = [message.topic, message.partition, message.offset, message.offset, kind, error]
+                pending.append(span)
 
     def fetch_request(self, member_id: str, wait_ms: int) -> tuple[wire.ShareFetchRequest, list[AcknowledgeOutcome]]:
         """The next fetch, carrying the queued acknowledgements; and those ranges, to match the reply's outcomes."""
@@ -161,7 +174,7 @@ class ShareConsumerCore:
 
     def _take_pending(self) -> tuple[tuple[wire.ShareAcknowledgeTopic, ...], list[AcknowledgeOutcome]]:
         pending, self._pending = self._pending, []
-        ranges = _ranges(pending)
+        ranges = _ranges_of_spans(pending)
         return _wire_topics(ranges), [outcome for outcome, _ in ranges]
 
     def fetch_completed(self, response: wire.ShareFetchResponse, sent: list[AcknowledgeOutcome]
@@ -169,7 +182,7 @@ class ShareConsumerCore:
         """The records leased by a fetch reply, and the outcomes of the acknowledgements it carried."""
         messages: list[ShareMessage] = []
         errors: list[BrokerError] = []
-        with _collector_paused():
+        with collector_paused():
             for topic in response.topics:
                 for partition in topic.partitions:
                     if partition.error_code:
@@ -220,6 +233,23 @@ def _ranges(pending: list[tuple[str, int, int, AcknowledgeType, str]]) -> list[t
         spans.append([topic, partition, offset, offset, kind, error])
     return [(AcknowledgeOutcome(topic, partition, first, last, kind), error)
             for topic, partition, first, last, kind, error in spans]
+
+
+def _ranges_of_spans(spans: list[list[Any]]) -> list[tuple[AcknowledgeOutcome, str]]:
+    """Queued spans as ranges: as they are when they lie apart in order, else merged offset by offset (the last
+    verdict per offset wins)."""
+    ends: dict[tuple[str, int], int] = {}
+    ordered = True
+    for topic, partition, first, last, _, _ in spans:
+        if ends.get((topic, partition), -1) >= first:
+            ordered = False
+            break
+        ends[topic, partition] = last
+    if ordered:
+        return [(AcknowledgeOutcome(topic, partition, first, last, kind), error)
+                for topic, partition, first, last, kind, error in spans]
+    return _ranges([(topic, partition, offset, kind, error) for topic, partition, first, last, kind, error in spans
+                    for offset in range(first, last + 1)])
 
 
 def _wire_topics(ranges: list[tuple[AcknowledgeOutcome, str]]) -> tuple[wire.ShareAcknowledgeTopic, ...]:

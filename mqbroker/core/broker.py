@@ -180,15 +180,17 @@ class Broker:
 
     def produce(
         self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int,
-        transactional_id: str | None = None,
+        transactional_id: str | None = None, front_end_batches: bool = False, add_to_transaction: bool = False,
     ) -> Deferred[ProduceResult]:
         """Append a client's batches, creating the topic first if allowed; see ``IBroker.produce``."""
         if self._cluster.topic(topic) is None and self._topics.may_auto_create(principal, topic, Operation.WRITE):
             ensured = self._topics.ensure_topic(topic)
             ensured.addCallback(lambda _: self._transactions.produce(principal, topic, partition, records, acks,
-                                                                     timeout_ms, transactional_id))
+                                                                     timeout_ms, transactional_id, front_end_batches,
+                                                                     add_to_transaction))
             return ensured
-        return self._transactions.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id)
+        return self._transactions.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id,
+                                          front_end_batches, add_to_transaction)
 
     def fetch(self, principal: Principal, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""

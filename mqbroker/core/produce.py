@@ -58,9 +58,10 @@ class ProduceService:
     @errors_as_failures
     def produce(
         self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int,
-        verification_guard: object | None = None,
+        verification_guard: object | None = None, front_end_batches: bool = False,
     ) -> Deferred[ProduceResult]:
-        """Append a client's batches; see ``IBroker.produce`` (``verification_guard``: see the module docstring)."""
+        """Append a client's batches; see ``IBroker.produce`` (``verification_guard``: see the module docstring;
+        ``front_end_batches``: built in-process from decoded fields, so ``record.validation`` needs no decode)."""
         if self._stopping:
             raise errors.BrokerShuttingDownError("the broker is shutting down; retry on another broker")
         self._principals.check_internal_write(principal, topic)
@@ -68,7 +69,8 @@ class ProduceService:
         client = not self._principals.acts_for_cluster(principal)
         partition_log, leader, appended, min_insync = self._append(topic, partition, records,
                                                                    acks_all=acks is Acks.ALL, check_records=client,
-                                                                   verification_guard=verification_guard)
+                                                                   verification_guard=verification_guard,
+                                                                   decodable=front_end_batches)
         result = ProduceResult(
             base_offset=appended.base_offset,
             last_offset=appended.last_offset,
@@ -107,27 +109,28 @@ class ProduceService:
 
     def _append(
         self, topic: str, partition: int, records: bytes, acks_all: bool, check_records: bool = False, *,
-        markers_allowed: bool = False, verification_guard: object | None = None,
+        markers_allowed: bool = False, verification_guard: object | None = None, decodable: bool = False,
     ) -> tuple[PartitionLog, LeaderPartition, AppendResult, int]:
         """Append at the leader (refused first if acks=all and the ISR is too small, or with ``check_records`` if
-        records the broker will decode do not): log, leader, result, min ISR."""
+        records the broker will decode do not; ``decodable``: known to decode): log, leader, result, min ISR."""
         partition_log, leader = self._replicas.leader(topic, partition)
         min_insync = self._replicas.min_insync_replicas(topic)
         if acks_all:
             check_enough_replicas(leader, min_insync)
         if check_records:
-            records = self._client_records(topic, partition_log, records)
+            records = self._client_records(topic, partition_log, records, decodable)
         appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch,
                                         markers_allowed=markers_allowed, verification_guard=verification_guard)
         return partition_log, leader, appended, min_insync
 
-    def _client_records(self, topic: str, partition_log: PartitionLog, records: bytes) -> bytes:
-        """A client's batches as stored: decoded first where the broker reads them later (compacted: keys
-        too), rewritten in the topic's ``compression.type`` when that names a codec."""
+    def _client_records(self, topic: str, partition_log: PartitionLog, records: bytes, decodable: bool) -> bytes:
+        """A client's batches as stored: decoded first where the broker reads them later (unless ``decodable``;
+        compacted: keys too, always), rewritten in the topic's ``compression.type`` when that names a codec."""
         record = self._cluster.topic(topic)
         overrides = record.configs if record is not None else {}
         compacted = partition_log.config.compacts
-        if compacted or overrides.get("record.validation", self._topic_defaults["record.validation"]) == "decode":
+        validation = overrides.get("record.validation", self._topic_defaults["record.validation"])
+        if compacted or (validation == "decode" and not decodable):
             check_produced_records(topic, records, keys_required=compacted)
         compression = COMPRESSION_TYPES.get(overrides.get("compression.type", self._topic_defaults["compression.type"]))
         if compression is None:

@@ -27,7 +27,14 @@ from mqbroker.groups.hosting import GroupHosting
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.service import OFFSETS_TOPIC
 from mqbroker.interfaces import IAuthorizer
-from mqbroker.model import BrokerEndpoint, Operation, Principal, ProduceResult, ProducerIdentity, ResourceType
+from mqbroker.model import (
+    BrokerEndpoint,
+    Operation,
+    Principal,
+    ProduceResult,
+    ProducerIdentity,
+    ResourceType,
+)
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import read_header
@@ -40,6 +47,7 @@ from mqbroker.transactions.messages import (
     EndTxnRequest,
     InitTransactionsRequest,
     MarkerOutcome,
+    ProducerIdAndEpoch,
     TransactionDescription,
     TransactionListing,
     TransactionMarker,
@@ -116,7 +124,7 @@ class TransactionRequests:
         return self._hosting.service_for(request.transactional_id).add_offsets(request)
 
     @errors_as_failures
-    def end_txn(self, principal: Principal, request: EndTxnRequest) -> Deferred[None]:
+    def end_txn(self, principal: Principal, request: EndTxnRequest) -> Deferred[ProducerIdAndEpoch | None]:
         """Commit or abort; see ``IBroker.end_txn``."""
         self._require(principal, Operation.WRITE, request.transactional_id)
         return self._hosting.service_for(request.transactional_id).end_txn(request)
@@ -172,28 +180,35 @@ class TransactionRequests:
 
     def produce(
         self, principal: Principal, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
-        transactional_id: str | None,
+        transactional_id: str | None, front_end_batches: bool = False, add_to_transaction: bool = False,
     ) -> Deferred[ProduceResult]:
-        """A produce: straight to the log unless its batches open a transaction there, which is verified first."""
+        """A produce: straight to the log unless its batches open a transaction there, which is verified (or,
+        ``add_to_transaction``, added) first (``front_end_batches``: see ``IBroker.produce``)."""
         try:
             header = read_header(records, require_whole=False)
         except CorruptRecordError:
             header = None  # the log refuses it with the precise error
         if header is None or not header.is_transactional:
-            return self._produce.produce(principal, topic, partition, records, acks, timeout_ms)
+            return self._produce.produce(principal, topic, partition, records, acks, timeout_ms,
+                                         front_end_batches=front_end_batches)
         return self._verified(topic, partition, header.producer_id, header.producer_epoch, transactional_id,
                               principal, lambda guard: self._produce.produce(principal, topic, partition, records, acks,
-                                                                             timeout_ms, verification_guard=guard))
+                                                                             timeout_ms, verification_guard=guard),
+                              add_to_transaction)
 
     @errors_as_failures
     def _verified(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, transactional_id: str | None,
-        principal: Principal, append: Callable[[object | None], Deferred[object]],
+        principal: Principal, append: Callable[[object | None], Deferred[object]], add: bool = False,
     ) -> Deferred[object]:
         """``append(guard)`` once the coordinator confirmed the partition is in the producer's transaction.
 
         While a verification of this producer and partition is in flight, its later produces wait
-        behind it (a lock per key, dropped when idle), so their batches keep their order.
+        behind it (a lock per key, dropped when idle), so their batches keep their order. With
+        ``add`` (transaction version 2) the coordinator first adds the partition; it answers once the
+        producer's previous transaction is complete, so its marker (which voids a guard) is in the
+        log before the guard of the verification that follows is taken. A batch of a newer epoch
+        than the transaction open here opens a new one, so it is verified too.
         """
         if transactional_id is None:
             raise errors.InvalidRecordError(
@@ -203,26 +218,31 @@ class TransactionRequests:
         key = (topic, partition, producer_id)
         lock = self._verifying.get(key)
         if lock is None:
-            if not partition_log.needs_verification(producer_id):
+            if not partition_log.needs_verification(producer_id, producer_epoch):
                 return append(None)  # the transaction is open here: nothing to verify
             lock = self._verifying[key] = DeferredLock()
+        request = AddPartitionsRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                       producer_epoch=producer_epoch,
+                                       partitions=frozenset({TopicPartition(topic, partition)}), verify_only=True)
 
-        def verify_then_append() -> Deferred[list[Deferred[object]]]:
-            if not partition_log.needs_verification(producer_id):
+        def verify_then_append(_: object = None) -> Deferred[list[Deferred[object]]]:
+            if not partition_log.needs_verification(producer_id, producer_epoch):
                 return succeed([append(None)])  # an earlier produce opened it
             guard = partition_log.start_verification(producer_id)
-            request = AddPartitionsRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                           producer_epoch=producer_epoch,
-                                           partitions=frozenset({TopicPartition(topic, partition)}), verify_only=True)
             # The append's own wait (acks) is boxed: the next produce may go once this one is appended.
             return self._verify(request).addCallback(lambda _: [append(guard)])
+
+        def add_then_append() -> Deferred[list[Deferred[object]]]:
+            if not partition_log.needs_verification(producer_id, producer_epoch):
+                return succeed([append(None)])
+            return self._verify(replace(request, verify_only=False)).addCallback(verify_then_append)
 
         def release_if_idle(result: object) -> object:
             if not lock.locked and not lock.waiting and self._verifying.get(key) is lock:
                 del self._verifying[key]
             return result
 
-        appended = lock.run(verify_then_append).addBoth(release_if_idle)
+        appended = lock.run(add_then_append if add else verify_then_append).addBoth(release_if_idle)
         return appended.addCallback(lambda box: box[0])
 
     def _verify(self, request: AddPartitionsRequest) -> Deferred[None]:
@@ -265,7 +285,8 @@ class TransactionRequests:
         written = self._verified(
             OFFSETS_TOPIC, partition, request.producer_id, request.producer_epoch, request.transactional_id,
             principal, lambda guard: self._produce.append_replicated(
-                OFFSETS_TOPIC, partition, batch, TXN_OFFSET_COMMIT_TIMEOUT_MS, verification_guard=guard))
+                OFFSETS_TOPIC, partition, batch, TXN_OFFSET_COMMIT_TIMEOUT_MS, verification_guard=guard),
+            request.add_to_transaction)
         written.addCallback(lambda _: service.txn_offsets_written(request.producer_id, records))
         return written
 

@@ -41,7 +41,8 @@ class TransactionPeers(Protocol):
     """The transaction calls this broker makes on other brokers (``forwarding.transaction_peers``)."""
 
     def verify(self, node_id: int, request: AddPartitionsRequest) -> Deferred[None]:
-        """Ask broker ``node_id``, the transaction's coordinator, whether the partitions are in it (KIP-890)."""
+        """Ask broker ``node_id``, the transaction's coordinator, whether the partitions are in it (KIP-890), or
+        to add them (``request.verify_only`` false)."""
 
     def write_markers(self, node_id: int, markers: Sequence[TransactionMarker]) -> Deferred[list[MarkerOutcome]]:
         """Have broker ``node_id`` append markers to the partitions it leads."""

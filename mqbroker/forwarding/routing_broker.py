@@ -363,17 +363,22 @@ class RoutingBroker:
     # -- produce ---------------------------------------------------------------------------
 
     def produce(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
-                timeout_ms: int, transactional_id: str | None = None) -> Deferred[ProduceResult]:
-        """Append at the partition's leader; see ``IBroker.produce``."""
+                timeout_ms: int, transactional_id: str | None = None, front_end_batches: bool = False,
+                add_to_transaction: bool = False) -> Deferred[ProduceResult]:
+        """Append at the partition's leader; see ``IBroker.produce`` (a forwarded batch is checked by its leader
+        as a client's: verified there, not added, so transaction version 2 clients write to the leader itself)."""
         deadline_ms = self._now_ms() + (timeout_ms if timeout_ms > 0 else produce_timeout_ms_default)
         return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks,
-                                                                    timeout_ms, transactional_id))
+                                                                    timeout_ms, transactional_id, front_end_batches,
+                                                                    add_to_transaction))
 
     def _produce_once(self, principal: Principal, topic: str, partition: int, records: bytes, acks: Acks,
-                      timeout_ms: int, transactional_id: str | None) -> Deferred[ProduceResult]:
+                      timeout_ms: int, transactional_id: str | None, front_end_batches: bool,
+                      add_to_transaction: bool) -> Deferred[ProduceResult]:
         leader = self.route(principal, Operation.WRITE, topic, partition)
         if leader is None:
-            return self.local.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id)
+            return self.local.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id,
+                                      front_end_batches, add_to_transaction)
         wait_ms = timeout_ms if timeout_ms > 0 else produce_timeout_ms_default
         request = forwarded.produce_request(topic, partition, records, acks, timeout_ms, transactional_id)
         sent = self._peers.request(leader, request, wait_ms / 1000.0)

@@ -33,10 +33,10 @@ def _by_topic(partitions: frozenset[TopicPartition]) -> dict[str, tuple[int, ...
 
 
 def verify_request(request: AddPartitionsRequest) -> t.AddPartitionsToTxnRequest:
-    """The native form of a leader's verification (``verify_only`` set)."""
+    """The native form of a leader's verification (``verify_only``), or of its addition (transaction version 2)."""
     return t.AddPartitionsToTxnRequest(
         transactional_id=request.transactional_id, producer_id=request.producer_id,
-        producer_epoch=request.producer_epoch, verify_only=True,
+        producer_epoch=request.producer_epoch, verify_only=request.verify_only,
         topics=tuple(t.AddPartitionsToTxnTopic(name=name, partitions=numbers)
                      for name, numbers in _by_topic(request.partitions).items()))
 
@@ -85,7 +85,8 @@ class NativeTransactionPeers:
         self._peers = peers
 
     def verify(self, node_id: int, request: AddPartitionsRequest) -> Deferred[None]:
-        """Ask broker ``node_id``, the transaction's coordinator, whether the partitions are in it (KIP-890)."""
+        """Ask broker ``node_id``, the transaction's coordinator, whether the partitions are in it (KIP-890), or
+        to add them (``request.verify_only`` false)."""
         sent = self._peers.request(node_id, verify_request(request), TRANSACTION_PEER_WAIT_S)
         sent.addErrback(_unreachable_coordinator, node_id)
         return sent.addCallback(verify_result)

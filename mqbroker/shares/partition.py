@@ -31,7 +31,7 @@ import bisect
 import dataclasses
 import enum
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from mqbroker.model import AcknowledgeType
 
@@ -94,17 +94,23 @@ class DueEntry:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SnapshotRun:
-    """Offsets ``first..last`` of a stored region: done, or waiting with a delivery count."""
+    """Offsets ``first..last`` of a stored region: done, or waiting with a delivery count.
+
+    A waiting run with an ``owner`` is leased to that member until ``deadline_ms`` (a new host
+    keeps the lease); without one it is available.
+    """
 
     first: int
     last: int
     done: bool
     delivery_count: int
+    owner: str = NO_OWNER
+    deadline_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionSnapshot:
-    """The durable part of a region: leases are not kept (a new leader releases them, counts kept)."""
+    """The durable part of a region: done runs, delivery counts and leases (a new leader keeps them)."""
 
     start_offset: int
     end_offset: int
@@ -323,6 +329,14 @@ class SharePartition:
         """``member`` left (or was evicted): everything it holds is released; how many records."""
         return self._release_where(lambda run: run.owner == member, reason)
 
+    def lease_owners(self) -> set[str]:
+        """The members holding leases here (due records' included)."""
+        return {run.owner for run in self._all_runs() if run.state is RecordState.ACQUIRED}
+
+    def release_owners(self, owners: Collection[str], reason: str) -> int:
+        """Release every lease ``owners`` hold (holders of stored leases that did not come back); how many records."""
+        return self._release_where(lambda run: run.owner in owners, reason)
+
     def next_deadline_ms(self) -> int | None:
         """When ``tick`` next has something to do (a lease ends or a held-back record becomes available)."""
         return self._deadlines[0] if self._deadlines else None
@@ -411,29 +425,38 @@ class SharePartition:
         return None if run is None else DueEntry(offset, run.deliver_at_ms, run.delivery_count)
 
     def snapshot(self) -> PartitionSnapshot:
-        """The region as stored: done runs, and the delivery counts of the rest."""
+        """The region as stored: done runs, the delivery counts of the rest, and leases with their owners and ends."""
         runs: list[SnapshotRun] = []
         for run in self._runs:
             done = run.state is RecordState.DONE
             count = 0 if done else run.delivery_count
-            if runs and runs[-1].done == done and runs[-1].delivery_count == count:
-                runs[-1] = SnapshotRun(runs[-1].first, run.last, done, count)
+            leased = run.state is RecordState.ACQUIRED
+            owner, deadline_ms = (run.owner, run.deadline_ms) if leased else (NO_OWNER, 0)
+            if runs and (runs[-1].done, runs[-1].delivery_count, runs[-1].owner, runs[-1].deadline_ms) == (
+                    done, count, owner, deadline_ms):
+                runs[-1] = dataclasses.replace(runs[-1], last=run.last)
             else:
-                runs.append(SnapshotRun(run.first, run.last, done, count))
+                runs.append(SnapshotRun(run.first, run.last, done, count, owner, deadline_ms))
         return PartitionSnapshot(start_offset=self.start_offset, end_offset=self.end_offset, runs=tuple(runs))
 
     @classmethod
     def restore(cls, snapshot: PartitionSnapshot, *, max_delivery_attempts: int,
                 inflight_records_max: int) -> SharePartition:
-        """A region as a new leader finds it: every lease released, delivery counts kept."""
+        """A region as a new leader finds it: leases kept until their stored ends (then expired), delivery counts kept."""
         partition = cls(start_offset=snapshot.start_offset, max_delivery_attempts=max_delivery_attempts,
                         inflight_records_max=inflight_records_max)
         position = snapshot.start_offset
         for stored in snapshot.runs:
             if stored.first > position:
                 partition._append(_Run(position, stored.first - 1, RecordState.AVAILABLE))
-            state = RecordState.DONE if stored.done else RecordState.AVAILABLE
-            partition._append(_Run(stored.first, stored.last, state, stored.delivery_count))
+            if stored.done:
+                partition._append(_Run(stored.first, stored.last, RecordState.DONE))
+            elif stored.owner:
+                partition._append(_Run(stored.first, stored.last, RecordState.ACQUIRED, stored.delivery_count,
+                                       stored.owner, stored.deadline_ms))
+                heapq.heappush(partition._deadlines, stored.deadline_ms)
+            else:
+                partition._append(_Run(stored.first, stored.last, RecordState.AVAILABLE, stored.delivery_count))
             position = stored.last + 1
         if snapshot.end_offset > position:
             partition._append(_Run(position, snapshot.end_offset - 1, RecordState.AVAILABLE))

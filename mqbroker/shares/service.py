@@ -27,6 +27,7 @@ from mqbroker.shares.dead_letters import dead_letter_batch
 from mqbroker.shares.delay_index import DelayIndex
 from mqbroker.shares.group import FetchWaiter, HostedGroup
 from mqbroker.shares.partition import AcquiredRange, DeadLetter, SharePartition
+from mqbroker.shares.push.dispatcher import PUSH_MEMBER
 from mqbroker.shares.replay import ReplayedState
 from mqbroker.shares.runtime import HostedPartition
 from mqbroker.shares.settings import check_keys, parse_settings, shown_configs
@@ -88,10 +89,38 @@ class ShareService:
                 state = SharePartition.restore(snapshot, max_delivery_attempts=group.settings.max_delivery_attempts,
                                                inflight_records_max=limits.share_inflight_records_max)
                 self._host(group, key, state, replayed.index_ids[key], reads_from=snapshot.start_offset)
+        self._restored_holders = self._keep_restored_leases()
+        self._grace: IDelayedCall | None = None
+        if self._restored_holders:
+            self._grace = clock.callLater(limits.share_restored_lease_grace_ms / 1000, self._release_absent_holders)
         for group in self._groups.values():
             self._start_push(group)
             group.activate()
         self._schedule()
+
+    def _keep_restored_leases(self) -> dict[str, set[str]]:
+        """Stored leases stay with their holders; the push member's go at once (its requests died with the old
+        host). The holders of the rest, by group: those that do not join within the grace lose them."""
+        holders: dict[str, set[str]] = {}
+        for group in self._groups.values():
+            for hosted in group.partitions.values():
+                if group.settings.push is not None:
+                    hosted.state.release_owners((PUSH_MEMBER,), "the push subscription moved to another broker")
+                holders.setdefault(group.group_id, set()).update(hosted.state.lease_owners())
+        return {group_id: owners for group_id, owners in holders.items() if owners}
+
+    def _release_absent_holders(self) -> None:
+        """The grace ended: leases of stored holders that did not join this host are released (counts kept)."""
+        self._grace = None
+        for group_id, owners in self._restored_holders.items():
+            group = self._groups.get(group_id)
+            if group is None:
+                continue
+            absent = {owner for owner in owners if group.members.get(owner) is None}
+            for hosted in group.partitions.values():
+                if hosted.state.release_owners(absent, "its holder did not join the group's new host"):
+                    self._settle(group, hosted)
+        self._restored_holders = {}
 
     def now_ms(self) -> int:
         """The clock in milliseconds."""
@@ -152,7 +181,7 @@ class ShareService:
         answers = group.acquire(request.member_id, partitions, records_max, request.bytes_max, lease_ms, now_ms)
         self._acquired(group, answers)
         if answers or request.wait_ms_max <= 0:
-            fetched: Deferred[list[m.SharePartitionRecords]] = succeed(answers)
+            fetched: Deferred[list[m.SharePartitionRecords]] = self._leases_stored(answers)
         else:
             fetched = self._park(group, FetchWaiter(
                 member_id=request.member_id, partitions=partitions, records_max=records_max,
@@ -215,12 +244,19 @@ class ShareService:
         for answer in answers:
             self._settle(group, group.partitions[TopicPartition(answer.topic, answer.partition)])
 
+    def _leases_stored(self, answers: list[m.SharePartitionRecords]) -> Deferred[list[m.SharePartitionRecords]]:
+        """``answers`` once the state recording their leases is replicated (a new host then keeps the leases and
+        delivery counts); at once when nothing was leased. Writes are coalesced: one per reactor turn at most."""
+        if not answers:
+            return succeed(answers)
+        return self._writer.request().addCallback(lambda _: answers)
+
     def _park(self, group: HostedGroup, waiter: FetchWaiter, wait_ms: int) -> Deferred[list[m.SharePartitionRecords]]:
         group.waiters.append(waiter)
         delay_s = min(wait_ms, limits.fetch_wait_ms_max) / 1000.0
         waiter.timer = self._clock.callLater(delay_s, group.finish_waiter, waiter, [])
         answer = waiter.answer
-        answer.addCallback(lambda answers: self._acquired(group, answers) or answers)
+        answer.addCallback(lambda answers: self._acquired(group, answers) or self._leases_stored(answers))
         return answer
 
     # -- the push dispatcher's host ----------------------------------------------------------------
@@ -541,7 +577,7 @@ class ShareService:
     def resign(self, error: errors.BrokerError) -> None:
         """Another broker hosts these groups now (or this one stops): fail whoever waits with ``error``."""
         self._stopped = True
-        for timer in (self._timer, self._arming):
+        for timer in (self._timer, self._arming, self._grace):
             if timer is not None and timer.active():
                 timer.cancel()
         for group_id in list(self._pushers):

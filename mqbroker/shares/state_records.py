@@ -7,8 +7,10 @@ tombstone: replay forgets the key and compaction removes it::
     group key       1 | group
     group value     1 | created ms int64 | topics: count int32, strings | configs: count int32, (key, value) strings
     partition key   2 | group | topic | partition int32
-    partition value 1 | start offset int64 | end offset int64 |
-                    runs: count int32, each first int64 | last int64 | done int8 | delivery count int16
+    partition value 2 | start offset int64 | end offset int64 | owners: count int32, strings |
+                    runs: count int32, each first int64 | last int64 | done int8 | delivery count int16 |
+                    owner int16 (index into owners, -1: not leased) | lease end ms int64
+                    (version 1, still read: no owners, runs without their last two fields)
     delay key       3 | group | topic | partition int32 | offset int64
     delay value     1 | deliver-at ms int64 | delivery count int16
 
@@ -34,11 +36,14 @@ GROUP_KEY_TYPE = 1
 PARTITION_KEY_TYPE = 2
 DELAY_KEY_TYPE = 3
 VALUE_VERSION = 1
+#: Version 2 of the partition value stores leases (owner and end); version 1 is still read.
+PARTITION_VALUE_VERSION = 2
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-_RUN = struct.Struct(">qqbh")
+_RUN_V1 = struct.Struct(">qqbh")
+_RUN = struct.Struct(">qqbhhq")
 _REGION = struct.Struct(">hqq")
 _GROUP_HEAD = struct.Struct(">hq")
 _DELAY = struct.Struct(">hqh")
@@ -122,9 +127,16 @@ def group_record(group_id: str, definition: GroupDefinition) -> StateRecord:
 
 
 def partition_record(key: PartitionKey, snapshot: PartitionSnapshot) -> StateRecord:
-    """The record storing a share partition's region."""
-    parts = [_REGION.pack(VALUE_VERSION, snapshot.start_offset, snapshot.end_offset), _INT32.pack(len(snapshot.runs))]
-    parts += [_RUN.pack(run.first, run.last, run.done, min(run.delivery_count, _DELIVERY_COUNT_MAX))
+    """The record storing a share partition's region (with its leases)."""
+    owners: dict[str, int] = {}
+    for run in snapshot.runs:
+        if run.owner:
+            owners.setdefault(run.owner, len(owners))
+    assert len(owners) <= 32767, "a group has at most limits.share_group_members_max members"
+    parts = [_REGION.pack(PARTITION_VALUE_VERSION, snapshot.start_offset, snapshot.end_offset),
+             _INT32.pack(len(owners)), *(_string(owner) for owner in owners), _INT32.pack(len(snapshot.runs))]
+    parts += [_RUN.pack(run.first, run.last, run.done, min(run.delivery_count, _DELIVERY_COUNT_MAX),
+                        owners[run.owner] if run.owner else -1, run.deadline_ms if run.owner else 0)
               for run in snapshot.runs]
     return StateRecord(key=encode_key(key), value=b"".join(parts))
 
@@ -228,19 +240,26 @@ def decode_group_value(data: bytes) -> GroupDefinition:
 
 
 def decode_partition_value(data: bytes) -> PartitionSnapshot:
-    """Parse a share partition's region; its runs must lie in order inside ``[start, end)``."""
+    """Parse a share partition's region (version 1 or 2); its runs must lie in order inside ``[start, end)``."""
     reader = _Reader(data, "partition value")
     version, start, end = reader.unpack(_REGION)
-    _version(reader, version)
+    if version not in (VALUE_VERSION, PARTITION_VALUE_VERSION):
+        raise reader.fail(f"value version {version} is not supported (expected 1 or {PARTITION_VALUE_VERSION})")
     if not 0 <= start <= end:
         raise reader.fail(f"region {start}..{end} is impossible")
+    owners = [reader.string() for _ in range(reader.count(2))] if version == PARTITION_VALUE_VERSION else []
+    layout = _RUN if version == PARTITION_VALUE_VERSION else _RUN_V1
     runs = []
     position = start
-    for _ in range(reader.count(_RUN.size)):
-        first, last, done, delivery_count = reader.unpack(_RUN)
+    for _ in range(reader.count(layout.size)):
+        first, last, done, delivery_count, *lease = reader.unpack(layout)
+        owner_index, deadline_ms = lease or (-1, 0)
         if not position <= first <= last < end or done not in (0, 1) or delivery_count < 0:
             raise reader.fail(f"run {first}..{last} (done {done}, count {delivery_count}) is impossible here")
-        runs.append(SnapshotRun(first, last, bool(done), delivery_count))
+        if not -1 <= owner_index < len(owners) or (owner_index >= 0 and (done or deadline_ms < 0)):
+            raise reader.fail(f"run {first}..{last}: lease (owner {owner_index}, end {deadline_ms}) is impossible")
+        owner = owners[owner_index] if owner_index >= 0 else ""
+        runs.append(SnapshotRun(first, last, bool(done), delivery_count, owner, deadline_ms if owner else 0))
         position = last + 1
     reader.done()
     return PartitionSnapshot(start_offset=start, end_offset=end, runs=tuple(runs))

@@ -72,10 +72,11 @@ class TransactionalLog:
         with self._lock:
             return self._verification_guards.start(producer_id)
 
-    def needs_verification(self, producer_id: int) -> bool:
-        """True unless ``producer_id`` has an open transaction here (its next transactional batch opens one)."""
+    def needs_verification(self, producer_id: int, producer_epoch: int = -1) -> bool:
+        """True unless ``producer_id`` has an open transaction here, begun at ``producer_epoch`` or later (its
+        next transactional batch opens one; a newer epoch's batch opens a new one, transaction version 2)."""
         with self._lock:
-            return not self._producers.has_open_transaction(producer_id)
+            return not self._producers.has_open_transaction(producer_id, producer_epoch)
 
     # -- reading -------------------------------------------------------------------------------
 

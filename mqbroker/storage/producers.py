@@ -247,9 +247,10 @@ class ProducerStates:
         return AbortedTxn(producer_id=pid, first_offset=completed.first_offset, last_offset=completed.last_offset,
                           last_stable_offset=min(firsts, default=completed.last_offset + 1))
 
-    def has_open_transaction(self, producer_id: int) -> bool:
-        """True while ``producer_id`` has an open transaction in this partition."""
-        return producer_id in self.ongoing
+    def has_open_transaction(self, producer_id: int, producer_epoch: int = -1) -> bool:
+        """True while ``producer_id`` has an open transaction in this partition, at ``producer_epoch`` or later."""
+        entry = self.entries.get(producer_id)
+        return producer_id in self.ongoing and (entry is None or entry.epoch >= producer_epoch)
 
     def remove_before(self, offset: int) -> None:
         """Forget producers whose last batch lies wholly below ``offset`` (removed by retention); open transactions stay."""

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.unit.transactions.test_coordinator -*-
 """The transaction coordinator: a pure state machine over the transactional ids of one ``__transaction_state`` partition.
 
-Kafka's protocol (KIP-98) with KIP-890 part 1's server-side verification. Per transactional id:
+Kafka's protocol (KIP-98) with KIP-890's server-side verification (part 1) and epoch bumps (part 2,
+``epoch_bumps``: an EndTxn with ``bump_epoch`` moves the producer to the next epoch). Per transactional id:
 InitProducerId fences the previous incarnation (a new epoch; its open transaction is aborted
 first), AddPartitionsToTxn / AddOffsetsToTxn make the transaction Ongoing with those partitions,
 EndTxn decides (PrepareCommit / PrepareAbort), the markers are written to every partition, and
@@ -48,11 +49,15 @@ from mqbroker.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
-    TransactionalIdNotFoundError,
 )
 from mqbroker.groups.model import TopicPartition
-from mqbroker.transactions.log_records import TransactionLogRecord, TransactionMetadata, metadata_record, tombstone
-from mqbroker.transactions.parking import PARKED_PER_ID_MAX, Parked, Request, leading_additions
+from mqbroker.transactions import epoch_bumps, views
+from mqbroker.transactions.log_records import (
+    TransactionLogRecord,
+    TransactionMetadata,
+    metadata_record,
+    tombstone,
+)
 from mqbroker.transactions.messages import (
     PRODUCER_EPOCH_MAX,
     TRANSITIONS,
@@ -69,6 +74,12 @@ from mqbroker.transactions.messages import (
     TransactionListing,
     TransactionMarker,
     TransactionState,
+)
+from mqbroker.transactions.parking import (
+    PARKED_PER_ID_MAX,
+    Parked,
+    Request,
+    leading_additions,
 )
 
 NO_START = -1
@@ -252,12 +263,28 @@ class TransactionCoordinator:
             )
 
     def end_txn(self, request: EndTxnRequest, request_key: Hashable, now_ms: int) -> None:
-        """Commit or abort: answered once the decision is durable; the markers follow."""
+        """Commit or abort: answered once the decision is durable; the markers follow.
+
+        With ``bump_epoch`` (transaction version 2) the decision carries the producer's next epoch
+        (its markers too, so nothing of the next transaction can join this one), and the answer is
+        that ``ProducerIdAndEpoch``; a retry from the previous epoch gets the same answer.
+        """
+        current = self._metadata.get(request.transactional_id)
+        if current is not None and epoch_bumps.is_bumped_retry(current, request):
+            if not self._park_if_busy(request.transactional_id, request, request_key, now_ms):
+                self._reply(request_key, ProducerIdAndEpoch(producer_id=current.producer_id,
+                                                            producer_epoch=current.producer_epoch))
+            return
         current = self._checked(request.transactional_id, request.producer_id, request.producer_epoch)
         if self._park_if_busy(request.transactional_id, request, request_key, now_ms):
             return
         assert current is not None
         wanted = TransactionState.COMPLETE_COMMIT if request.committed else TransactionState.COMPLETE_ABORT
+        if request.bump_epoch and current.state is not TransactionState.ONGOING:
+            target = epoch_bumps.ended_without_transaction(current, request, now_ms)
+            self._write(current, target, _After.REPLY, (request_key,),
+                        ProducerIdAndEpoch(producer_id=target.producer_id, producer_epoch=target.producer_epoch))
+            return
         if current.state is wanted:
             self._reply(request_key)  # a retry of an EndTxn that completed
             return
@@ -269,8 +296,20 @@ class TransactionCoordinator:
                    if current.state is TransactionState.EMPTY else "")
             )
         state = TransactionState.PREPARE_COMMIT if request.committed else TransactionState.PREPARE_ABORT
-        self._write(current, dataclasses.replace(current, state=state, last_update_ms=now_ms), _After.MARKERS,
-                    (request_key,))
+        bumped = request.bump_epoch and current.producer_epoch < PRODUCER_EPOCH_MAX
+        target = dataclasses.replace(current, state=state, last_update_ms=now_ms,
+                                     producer_epoch=current.producer_epoch + (1 if bumped else 0))
+        if request.bump_epoch and not bumped:  # epoch exhausted: answered once complete, with a fresh producer id
+            self._write(current, target, _After.MARKERS)
+            self._park(request.transactional_id, request, request_key)
+            return
+        response = ProducerIdAndEpoch(producer_id=target.producer_id, producer_epoch=target.producer_epoch) \
+            if bumped else None
+        self._write(current, target, _After.MARKERS, (request_key,), response)
+
+    def needs_fresh_producer_id(self, request: EndTxnRequest) -> bool:
+        """True when this transaction version 2 EndTxn would move the id past its last epoch (a new producer id)."""
+        return epoch_bumps.needs_fresh_producer_id(self._metadata.get(request.transactional_id), request)
 
     def _checked(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata | None:
         """The id's metadata, if the request's producer id and epoch are its current ones (fencing)."""
@@ -464,26 +503,13 @@ class TransactionCoordinator:
 
     def describe(self, transactional_id: str) -> TransactionDescription:
         """The id's state as persisted (``TransactionalIdNotFoundError`` if unknown here)."""
-        metadata = self._metadata.get(transactional_id)
-        if metadata is None:
-            raise TransactionalIdNotFoundError(f"transactional id {transactional_id!r} is not known")
-        return TransactionDescription(
-            transactional_id=transactional_id, state=metadata.state, producer_id=metadata.producer_id,
-            producer_epoch=metadata.producer_epoch, timeout_ms=metadata.timeout_ms, start_ms=metadata.start_ms,
-            last_update_ms=metadata.last_update_ms, partitions=metadata.partitions,
-            coordinator_epoch=self.coordinator_epoch,
-        )
+        return views.describe(self._metadata, transactional_id, self.coordinator_epoch)
 
     def list_transactions(
         self, states: Iterable[TransactionState] = (), producer_ids: Iterable[int] = ()
     ) -> list[TransactionListing]:
         """Every id here, optionally only those in ``states`` or of ``producer_ids``."""
-        wanted_states, wanted_ids = set(states), set(producer_ids)
-        return [
-            TransactionListing(transactional_id=m.transactional_id, producer_id=m.producer_id, state=m.state)
-            for m in sorted(self._metadata.values(), key=lambda m: m.transactional_id)
-            if (not wanted_states or m.state in wanted_states) and (not wanted_ids or m.producer_id in wanted_ids)
-        ]
+        return views.list_transactions(self._metadata, states, producer_ids)
 
     def open_count(self) -> int:
         """Transactions Ongoing, or decided with markers still to write (a completion lingering is not open)."""

@@ -139,12 +139,19 @@ class AddOffsetsRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndTxnRequest:
-    """Commit (``committed``) or abort the producer's ongoing transaction."""
+    """Commit (``committed``) or abort the producer's ongoing transaction.
+
+    ``bump_epoch`` (transaction version 2, KIP-890 part 2): the decision moves the producer to the
+    next epoch, answered as a ``ProducerIdAndEpoch`` (a fresh producer id at epoch 0 once the epoch
+    is exhausted: ``fresh_producer_id``, allocated by the service before the coordinator needs it).
+    """
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
     committed: bool
+    bump_epoch: bool = False
+    fresh_producer_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,13 +225,16 @@ class TxnOffsetCommitRequest:
     """Offsets a transactional producer commits for a group: visible once its transaction commits.
 
     ``offsets`` holds the group's ``OffsetCommitRequest`` (member id and generation fence a zombie
-    consumer, KIP-447); the producer id and epoch fence a zombie producer.
+    consumer, KIP-447); the producer id and epoch fence a zombie producer. ``add_to_transaction``
+    (transaction version 2): the group's offsets partition joins the transaction here, without an
+    AddOffsetsToTxn first.
     """
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
     offsets: OffsetCommitRequest
+    add_to_transaction: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

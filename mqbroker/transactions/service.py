@@ -11,6 +11,7 @@ back, and ticks the coordinator at its deadlines.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -98,15 +99,21 @@ class TransactionService:
         """Add a group's offsets partition to the ongoing transaction."""
         return self._park(lambda key: self._coordinator.add_offsets(request, key, self.now_ms()))
 
-    def end_txn(self, request: EndTxnRequest) -> Deferred[None]:
-        """Commit or abort; fires once the decision is durable (the markers follow)."""
+    def end_txn(self, request: EndTxnRequest) -> Deferred[ProducerIdAndEpoch | None]:
+        """Commit or abort; fires once the decision is durable (the markers follow), with the producer's next
+        epoch when ``request.bump_epoch``."""
         arrived_s = self._clock.seconds()
-        answer = self._park(lambda key: self._coordinator.end_txn(request, key, self.now_ms()))
+        if self._coordinator.needs_fresh_producer_id(request):
+            allocated = self._allocate_producer_id()
+            answer = allocated.addCallback(lambda producer_id: self._park(lambda key: self._coordinator.end_txn(
+                dataclasses.replace(request, fresh_producer_id=producer_id), key, self.now_ms())))
+        else:
+            answer = self._park(lambda key: self._coordinator.end_txn(request, key, self.now_ms()))
         if request.committed:
             answer.addCallback(self._commit_answered, arrived_s)
         return answer
 
-    def _commit_answered(self, result: None, arrived_s: float) -> None:
+    def _commit_answered(self, result: ProducerIdAndEpoch | None, arrived_s: float) -> ProducerIdAndEpoch | None:
         self._stats.commit_answered((self._clock.seconds() - arrived_s) * 1000)
         return result
 

@@ -13,7 +13,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mqbroker.client import Admin, Producer
+from mqbroker.client.connection import BlockingConnection
 from mqbroker.client.share_admin import ShareGroupAdmin
+from mqbroker.errors import BrokerError
+from mqbroker.protocols.native import messages as m
+from mqbroker.shares.state_records import STATE_TOPIC, state_partition
+from tests.integration.clusterprocess import wait_for
 
 ROOT = pathlib.Path(__file__).parents[2]
 #: Every child started and not yet killed: ``kill_children`` ends them after a test, failed or not.
@@ -149,3 +154,39 @@ def delivered(children: Iterable[ShareChild]) -> Counter[tuple[int, int]]:
     for child in children:
         counts.update((partition, offset) for partition, offset, _, _ in child.snapshot()[0])
     return counts
+
+
+def state_leaders(bootstrap: str) -> list[int]:
+    """The leader of each ``__share_group_state`` partition (-1: none), empty before the topic exists."""
+    with Admin(bootstrap) as admin:
+        topics = [t for t in admin.metadata([STATE_TOPIC]).topics if t.name == STATE_TOPIC and not t.error_code]
+    return [p.leader_id for p in sorted(topics[0].partitions, key=lambda p: p.partition_index)] if topics else []
+
+
+def share_host(bootstrap: str, group_id: str) -> int:
+    """The node id FindCoordinator (key type SHARE) names, -1 while there is none."""
+    host, port = bootstrap.split(":")
+    connection = BlockingConnection(host, int(port), "test", 10)
+    try:
+        found = connection.request(m.FindCoordinatorRequest(key=group_id, key_type=m.CoordinatorType.SHARE), 10)
+        return found.node_id  # type: ignore[attr-defined]
+    except BrokerError:
+        return -1
+    finally:
+        connection.close()
+
+
+def group_hosted_away_from(bootstrap: str, avoid: int) -> tuple[str, int]:
+    """A group id whose state partition is led by a broker other than ``avoid`` (the controller), and that broker."""
+    def settled() -> bool:
+        leaders = state_leaders(bootstrap)
+        return bool(leaders) and -1 not in leaders and set(leaders) != {avoid}
+
+    wait_for(settled, 60, "the share-group state topic's leaders on every broker")
+    leaders = state_leaders(bootstrap)
+    for n in range(1000):
+        group_id = f"tasks-{n}"
+        leader = leaders[state_partition(group_id, len(leaders))]
+        if leader != avoid:
+            return group_id, leader
+    raise AssertionError("no group id is hosted away from the controller")

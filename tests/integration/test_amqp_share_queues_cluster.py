@@ -21,9 +21,15 @@ from mqbroker.protocols.amqp.stored import queue_topic
 from mqbroker.shares.state_records import state_partition
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import controller_leader, start_cluster, wait_for
-from tests.integration.share_support import ShareChild, acknowledged, delivered, kill_children
+from tests.integration.share_support import (
+    ShareChild,
+    acknowledged,
+    delivered,
+    kill_children,
+)
+from tests.integration.share_support import share_host as _share_host
+from tests.integration.share_support import state_leaders as _state_leaders
 from tests.integration.test_cluster_frontends import _amqp
-from tests.integration.test_shares_cluster import _share_host, _state_leaders
 
 SHARE = {"x-queue-type": "share"}
 

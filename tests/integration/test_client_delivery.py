@@ -204,3 +204,24 @@ async def test_twisted_consumer_close_gives_up_on_a_dead_coordinator_at_its_time
     started = time.monotonic()
     await consumer.close(timeout=1.0)
     assert time.monotonic() - started < 5
+
+
+@pytest_twisted.ensureDeferred
+async def test_twisted_send_many_fires_with_every_record_in_order(broker: BrokerProcess) -> None:
+    producer = TwistedProducer(reactor, broker.bootstrap, acks="all", batch_size=16_384)
+    values = [b"twisted-%05d" % number for number in range(5_000)]
+    written = await producer.send_many("twisted-bulk", values, partition=0)
+    assert [metadata.offset for metadata in written] == list(range(5_000))
+    with pytest.raises(MessageTooLargeError):
+        await producer.send_many("twisted-bulk", [TOO_LARGE], partition=0)
+    await producer.close()
+    with pytest.raises(ValueError, match="assign_topics"):
+        TwistedConsumer(reactor, broker.bootstrap, topics=["twisted-bulk"])  # silently read nothing before
+    consumer = TwistedConsumer(reactor, broker.bootstrap, auto_offset_reset="earliest")
+    await consumer.assign_topics(["twisted-bulk"])
+    received: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(received) < 5_000 and time.monotonic() < deadline:
+        received += [message.value for message in await consumer.poll()]
+    await consumer.close()
+    assert received == values

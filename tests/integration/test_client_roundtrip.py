@@ -102,3 +102,29 @@ def test_seek_and_position_move_the_read_point(broker: BrokerProcess) -> None:
         assert consumer.position(("log", 0)) == 0
         consumer.seek_to_timestamp(("log", 0), 0)
         assert consumer.position(("log", 0)) == 0
+
+
+def test_send_many_writes_every_value_in_order_and_counts_the_outcomes(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["bulk"], partitions=1)
+        admin.create_topics(["bulk-spread"], partitions=3)
+        admin.create_topics(["bulk-small"], partitions=1, configs={"max.message.bytes": "2000"})
+    values = [b"value-%05d" % number for number in range(20_000)]
+    with Producer(broker.bootstrap, acks="all", batch_size=16_384) as producer:
+        in_order = producer.send_many("bulk", values[:10_000], partition=0)
+        producer.send("bulk", b"between", partition=0)
+        after = producer.send_many("bulk", values[10_000:], partition=0)
+        spread = producer.send_many("bulk-spread", values)  # the sticky partition moves as batches fill
+        refused = producer.send_many("bulk-small", [b"x" * 3_000] * 5)
+        producer.flush()
+        assert in_order.counts(10) == (10_000, 0) and after.counts(10) == (10_000, 0)
+        assert [metadata.offset for metadata in in_order.result(10)] == list(range(10_000))
+        assert after.result(10)[0].offset == 10_001
+        assert spread.counts(10) == (20_000, 0)
+        assert {metadata.partition for metadata in spread.result(10)} == {0, 1, 2}
+        assert refused.counts(10) == (0, 5) and refused.exception(10) is not None
+        with pytest.raises(Exception, match="(?i)too large|max.message.bytes"):
+            refused.result(10)
+    messages = _consume(broker, "bulk", 20_001)
+    assert [message.value for message in messages] == values[:10_000] + [b"between"] + values[10_000:]
+    assert {message.key for message in messages} == {None}

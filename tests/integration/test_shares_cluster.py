@@ -12,19 +12,22 @@ from collections.abc import Iterator
 import pytest
 
 from mqbroker.client import Admin, Producer
-from mqbroker.client.connection import BlockingConnection
 from mqbroker.client.share_admin import ShareGroupAdmin
-from mqbroker.errors import BrokerError
-from mqbroker.protocols.native import messages as m
-from mqbroker.shares.state_records import STATE_TOPIC, state_partition
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
+from tests.integration.clusterprocess import (
+    controller_leader,
+    retrying,
+    start_cluster,
+    wait_for,
+)
 from tests.integration.share_support import (
     ShareChild,
     acknowledged,
     create_group,
     delivered,
+    group_hosted_away_from,
     kill_children,
+    share_host,
     unanswered,
 )
 
@@ -51,46 +54,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerPro
             broker.kill()
 
 
-def _state_leaders(bootstrap: str) -> list[int]:
-    with Admin(bootstrap) as admin:
-        topics = [t for t in admin.metadata([STATE_TOPIC]).topics if t.name == STATE_TOPIC and not t.error_code]
-    return [p.leader_id for p in sorted(topics[0].partitions, key=lambda p: p.partition_index)] if topics else []
-
-
-def _share_host(bootstrap: str, group_id: str) -> int:
-    """The node id FindCoordinator (key type SHARE) names, -1 while there is none."""
-    host, port = bootstrap.split(":")
-    connection = BlockingConnection(host, int(port), "test", 10)
-    try:
-        found = connection.request(m.FindCoordinatorRequest(key=group_id, key_type=m.CoordinatorType.SHARE), 10)
-        return found.node_id  # type: ignore[attr-defined]
-    except BrokerError:
-        return -1
-    finally:
-        connection.close()
-
-
-def _group_hosted_away_from(bootstrap: str, avoid: int) -> tuple[str, int]:
-    """A group id whose state partition is led by a broker other than ``avoid`` (the controller), and that broker."""
-    def settled() -> bool:
-        leaders = _state_leaders(bootstrap)
-        return bool(leaders) and -1 not in leaders and set(leaders) != {avoid}
-
-    wait_for(settled, 60, "the share-group state topic's leaders on every broker")
-    leaders = _state_leaders(bootstrap)
-    for n in range(1000):
-        group_id = f"tasks-{n}"
-        leader = leaders[state_partition(group_id, len(leaders))]
-        if leader != avoid:
-            return group_id, leader
-    raise AssertionError("no group id is hosted away from the controller")
-
-
 def test_killing_the_share_groups_host_moves_it_and_its_consumers_lose_nothing(cluster: list[BrokerProcess]) -> None:
     bootstraps = ",".join(broker.bootstrap for broker in cluster)
-    group_id, host = _group_hosted_away_from(cluster[0].bootstrap, controller_leader(cluster))
+    group_id, host = group_hosted_away_from(cluster[0].bootstrap, controller_leader(cluster))
     retrying(lambda: create_group(bootstraps, group_id, [TOPIC], lease_ms="3000"), 30)
-    assert _share_host(cluster[0].bootstrap, group_id) == host
+    assert share_host(cluster[0].bootstrap, group_id) == host
     workers = [ShareChild(bootstraps, group_id, TOPIC, f"w{n}") for n in range(3)]
     for worker in workers:
         assert worker.joined.wait(60), worker.errors()
@@ -119,7 +87,7 @@ def test_killing_the_share_groups_host_moves_it_and_its_consumers_lose_nothing(c
         os.kill(victim.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
         victim.process.wait()  # type: ignore[union-attr]
         survivor = next(b for b in cluster if b is not victim)
-        wait_for(lambda: _share_host(survivor.bootstrap, group_id) not in (-1, host), 60, "a new host")
+        wait_for(lambda: share_host(survivor.bootstrap, group_id) not in (-1, host), 60, "a new host")
         before = len(acknowledged(workers))
         wait_for(lambda: len(acknowledged(workers)) >= before + 300, 90, "acknowledgements through the new host")
     finally:

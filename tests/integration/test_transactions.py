@@ -200,3 +200,19 @@ def _cli(*arguments: str, bootstrap: str) -> str:
         code = main([*arguments, "--bootstrap", bootstrap])
     assert code == 0, failures.getvalue()
     return output.getvalue()
+
+
+def test_send_many_inside_transactions_commits_and_aborts_whole_runs(broker: BrokerProcess) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["bulk-orders"], partitions=2)
+    with Producer(broker.bootstrap, transactional_id="bulk-writer", batch_size=16_384) as producer:
+        producer.init_transactions()
+        with producer.transaction():
+            committed = producer.send_many("bulk-orders", [b"committed-%04d" % n for n in range(3_000)])
+        producer.begin_transaction()
+        aborted = producer.send_many("bulk-orders", [b"aborted"] * 500)
+        producer.flush()
+        producer.abort_transaction()
+        assert committed.counts(10) == (3_000, 0) and aborted.counts(10) == (500, 0)
+    visible = _read(broker, "bulk-orders", "read_committed", 3_000)
+    assert _values(visible) == [b"committed-%04d" % n for n in range(3_000)]

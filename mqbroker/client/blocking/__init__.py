@@ -9,8 +9,8 @@ do their I/O on the caller's thread. The logic is the pure ``ProducerCore`` and
 
 from mqbroker.client.blocking.admin import Admin
 from mqbroker.client.blocking.consumer import Consumer
-from mqbroker.client.blocking.delivery import RecordFuture
+from mqbroker.client.blocking.delivery import RecordFuture, RecordsFuture
 from mqbroker.client.blocking.producer import Producer
 from mqbroker.client.blocking.share import ShareConsumer
 
-__all__ = ["Admin", "Consumer", "Producer", "RecordFuture", "ShareConsumer"]
+__all__ = ["Admin", "Consumer", "Producer", "RecordFuture", "RecordsFuture", "ShareConsumer"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -155,3 +156,52 @@ class RecordFuture:
             callback(error, None)
         else:
             callback(None, metadata)
+
+
+class RecordsFuture:
+    """The delivery outcome of the records of one ``send_many``: spans of one or more batches."""
+
+    __slots__ = ("_spans", "_timestamp_ms")
+
+    def __init__(self, spans: list[tuple[ProducerBatch, int, int]], timestamp_ms: int) -> None:
+        """``spans``: (batch, index of the first record in it, record count), in the order of the values."""
+        self._spans = spans
+        self._timestamp_ms = timestamp_ms
+
+    @property
+    def record_count(self) -> int:
+        """How many records the call sent."""
+        return sum(count for _, _, count in self._spans)
+
+    def done(self) -> bool:
+        """True once every record is acknowledged or failed."""
+        return all(batch.done for batch, _, _ in self._spans)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until every record is acknowledged or failed; ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for batch, _, _ in self._spans:
+            waiter = batch.waiter
+            assert isinstance(waiter, BatchDelivery)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not waiter.event.wait(remaining):
+                raise TimeoutError(f"records not acknowledged within {timeout}s")
+
+    def counts(self, timeout: float | None = None) -> tuple[int, int]:
+        """Wait, then return (records acknowledged, records failed)."""
+        self.wait(timeout)
+        failed = sum(count for batch, _, count in self._spans if batch.error is not None)
+        return self.record_count - failed, failed
+
+    def exception(self, timeout: float | None = None) -> BrokerError | None:
+        """Wait and return the first failed record's error, or None if every record was written."""
+        self.wait(timeout)
+        return next((batch.error for batch, _, _ in self._spans if batch.error is not None), None)
+
+    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
+        """Wait and return where each record landed, in the order of the values; raise the first error."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        return [batch.metadata(index, self._timestamp_ms)
+                for batch, first, count in self._spans for index in range(first, first + count)]

@@ -28,7 +28,8 @@ class ProducerIO:
         open_gates: Callable[[], list[ProducerBatch]] | None = None,
     ) -> None:
         """``open_gates``: a transactional producer's AddPartitionsToTxn for the partitions whose batches wait
-        (``core.gated``); returns the batches it failed (called without ``lock``, before each drain)."""
+        (``core.gated``); returns the batches it failed (called without ``lock``, before a drain, once one of
+        their batches is ready to go: a transaction's partitions go in one request, not one per send)."""
         self.core = core
         self._open_gates = open_gates
         self.cluster = cluster
@@ -82,10 +83,11 @@ class ProducerIO:
             self._awake = False
             stale = set(core.stale_topics)
             finished = self.finishing(core.expire(now_ms))
+            open_gates = self._open_gates if core.gated and core.gates_due(now_ms) else None
         if stale:
             self._refresh(stale)
-        if self._open_gates is not None and core.gated:
-            failed = self._open_gates()
+        if open_gates is not None:
+            failed = open_gates()
             with self.lock:
                 finished += self.finishing(failed)
         with self.lock:

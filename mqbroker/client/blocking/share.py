@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 from mqbroker.client.blocking.group import coordinator_connection, remaining_s
 from mqbroker.client.connection import (
     BlockingConnection,
-    BrokerUnavailableError,
     parse_bootstrap,
 )
 from mqbroker.client.security import ClientSecurity
@@ -161,10 +160,7 @@ class ShareConsumer:
     def _recover(self, error: BrokerError) -> None:
         """After a failed call: reconnect (the host moved or was unreachable) or rejoin (this member is unknown)."""
         with self._lock:
-            if isinstance(error, BrokerUnavailableError):
-                action = Rejoin.FIND_COORDINATOR
-            else:
-                action = self._membership.failed(error)  # raises what no retry can fix
+            action = self._membership.failed(error)  # raises what no retry can fix
             self._changed.notify_all()
         if action is Rejoin.FIND_COORDINATOR and self._connection is not None:
             self._connection.close()
@@ -208,8 +204,7 @@ class ShareConsumer:
         """Whether to go on heartbeating after ``error`` (a fatal one is raised by the next poll)."""
         with self._lock:
             try:
-                action = (Rejoin.FIND_COORDINATOR if isinstance(error, BrokerUnavailableError)
-                          else self._membership.failed(error))
+                action = self._membership.failed(error)
             except BrokerError as fatal:
                 self._error = fatal
                 self._changed.notify_all()

@@ -165,7 +165,7 @@ class ProducerTransactions:
         with self._state:
             self.tracker.added(waiting)
         with self._producer._lock:
-            core.gated -= waiting
+            core.open_gates(waiting)
         return []
 
     def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:

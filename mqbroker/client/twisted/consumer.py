@@ -81,6 +81,10 @@ class TwistedConsumer:
         """``isolation_level="read_committed"``: only committed transactions' (and non-transactional) records."""
         if group_id is None and (enable_auto_commit or pattern is not None or group_instance_id is not None):
             raise ValueError("enable_auto_commit, pattern and group_instance_id need a group_id")
+        topics = tuple(topics)
+        if group_id is None and topics:
+            raise ValueError("topics are subscribed through a group: give a group_id, or read them without one "
+                             "with assign_topics(...)")
         self._core = ConsumerCore(
             ConsumerConfig(auto_offset_reset=OffsetReset(auto_offset_reset), fetch_max_wait_ms=fetch_max_wait_ms,
                            isolation_level=parse_isolation_level(isolation_level))

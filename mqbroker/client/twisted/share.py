@@ -20,7 +20,6 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
-from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.share_core import (
     COORDINATOR_RETRY_MS,
@@ -88,7 +87,7 @@ class TwistedShareConsumer:
     def _failed(self, error: BrokerError, role: str) -> bool:
         """Reconnect or rejoin after ``error``; False (and the error kept for ``poll``) when nothing helps."""
         try:
-            action = Rejoin.FIND_COORDINATOR if isinstance(error, BrokerUnavailableError) else self._membership.failed(error)
+            action = self._membership.failed(error)
         except BrokerError as fatal:
             self.error = fatal
             waiters, self._joined = self._joined, []
@@ -97,7 +96,7 @@ class TwistedShareConsumer:
             return False
         if action is Rejoin.FIND_COORDINATOR:
             self._cluster.drop_coordinator(role)
-        elif self._timer is not None and self._timer.active():
+        if self._timer is not None and self._timer.active():
             self._timer.reset(0)  # rejoin now
         return True
 

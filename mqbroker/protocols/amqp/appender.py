@@ -148,7 +148,8 @@ class Appender:
         self._builder, self._batch, self._messages = None, None, []
         self._in_flight += 1
         acks = Acks.NONE if self._early else Acks.ALL
-        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, acks, produce_timeout_ms_default)
+        produced = self._host.broker.produce(self._host.principal, self._topic, 0, batch, acks, produce_timeout_ms_default,
+                                             front_end_batches=True)
         produced.addCallbacks(self._stored, self._refused, callbackArgs=(stored, messages), errbackArgs=(stored,))
         produced.addBoth(self._landed)
 

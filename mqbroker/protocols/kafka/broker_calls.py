@@ -51,13 +51,15 @@ class BrokerCalls:
     # -- records -------------------------------------------------------------------------------
 
     def produce(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
-                transactional_id: str | None = None) -> Deferred[ProduceResult]:
-        """Append batches (acks: 0, 1 or -1 as on the Kafka wire; others fail with INVALID_REQUIRED_ACKS)."""
+                transactional_id: str | None = None, add_to_transaction: bool = False) -> Deferred[ProduceResult]:
+        """Append batches (acks: 0, 1 or -1 as on the Kafka wire; others fail with INVALID_REQUIRED_ACKS);
+        ``add_to_transaction``: a transactional batch adds its partition to the transaction (version 2)."""
         try:
             required = Acks.from_wire(acks)
         except errors.BrokerError as error:
             return fail(error)
-        return self._broker.produce(self.principal, topic, partition, records, required, timeout_ms, transactional_id)
+        return self._broker.produce(self.principal, topic, partition, records, required, timeout_ms, transactional_id,
+                                    add_to_transaction=add_to_transaction)
 
     def fetch(self, positions: Iterable[tuple[str, int, int, int, int]], max_wait_ms: int, min_bytes: int,
               max_bytes: int, isolation_level: int = 0) -> Deferred[list[FetchResult]]:
@@ -101,19 +103,24 @@ class BrokerCalls:
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
             group_id=group_id))
 
-    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> Deferred[None]:
-        """Commit or abort the producer's ongoing transaction."""
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
+                bump_epoch: bool = False) -> Deferred[txn_messages.ProducerIdAndEpoch | None]:
+        """Commit or abort the producer's ongoing transaction; ``bump_epoch`` (transaction version 2): fires with
+        the producer's next id and epoch."""
         return self._broker.end_txn(self.principal, txn_messages.EndTxnRequest(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            committed=committed))
+            committed=committed, bump_epoch=bump_epoch))
 
     def txn_commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
                            member_id: str, group_instance_id: str | None, generation_id: int,
-                           offsets: Iterable[tuple[str, int, int, str, int]]) -> Deferred[None]:
-        """Commit (topic, partition, offset, metadata, leader epoch or -1) positions inside the transaction."""
+                           offsets: Iterable[tuple[str, int, int, str, int]],
+                           add_to_transaction: bool = False) -> Deferred[None]:
+        """Commit (topic, partition, offset, metadata, leader epoch or -1) positions inside the transaction
+        (``add_to_transaction``: its offsets partition joins the transaction first, transaction version 2)."""
         return self._broker.txn_commit_offsets(self.principal, txn_messages.TxnOffsetCommitRequest(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            offsets=_offset_commit(group_id, member_id, group_instance_id, generation_id, offsets)))
+            offsets=_offset_commit(group_id, member_id, group_instance_id, generation_id, offsets),
+            add_to_transaction=add_to_transaction))
 
     def describe_transactions(self, transactional_ids: Sequence[str]) -> Deferred[list[object]]:
         """A ``TransactionDescription`` or the typed error per transactional id."""

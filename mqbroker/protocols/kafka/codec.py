@@ -25,8 +25,20 @@ from mqbroker.protocols.exceptions import (
     UnknownApiKeyError,
     UnsupportedVersionError,
 )
-from mqbroker.protocols.kafka.messages.apis import APIS, ApiKey, KafkaApi
-from mqbroker.protocols.kafka.messages.cluster import ApiVersion, ApiVersionsResponse
+from mqbroker.protocols.kafka.messages.apis import (
+    APIS,
+    FINALIZED_FEATURES_EPOCH,
+    TRANSACTION_VERSION,
+    TRANSACTION_VERSION_FEATURE,
+    ApiKey,
+    KafkaApi,
+)
+from mqbroker.protocols.kafka.messages.cluster import (
+    ApiVersion,
+    ApiVersionsResponse,
+    FinalizedFeatureKey,
+    SupportedFeatureKey,
+)
 from mqbroker.protocols.schema import (
     Int16,
     Int32,
@@ -90,11 +102,16 @@ def _response_header_flexible(api: KafkaApi, version: int) -> bool:
 
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
-    """The ApiVersions answer: every served API with its advertised range."""
+    """The ApiVersions answer: every served API with its advertised range, and the finalized features (version 3+:
+    ``transaction.version`` 2, so Kafka 4 clients use KIP-890 part 2 transactions)."""
     return ApiVersionsResponse(error_code=error_code, api_keys=tuple(
         ApiVersion(api_key=key, min_version=api.min_version, max_version=api.max_version)
         for key, api in sorted(APIS.items())
-    ))
+    ), supported_features=(SupportedFeatureKey(name=TRANSACTION_VERSION_FEATURE, min_version=0,
+                                               max_version=TRANSACTION_VERSION),),
+        finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+        finalized_features=(FinalizedFeatureKey(name=TRANSACTION_VERSION_FEATURE, max_version_level=TRANSACTION_VERSION,
+                                                min_version_level=TRANSACTION_VERSION),))
 
 
 # -- the broker's side ------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from mqbroker.protocols.mqtt.packets import Packet
 from mqbroker.protocols.mqtt.state import SessionState, Subscription
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+#: Made once per packet sent, so not frozen (see ``packets.Publish``); nothing changes one after it is made.
+@dataclass(slots=True, kw_only=True)
 class Send:
     """Write ``data`` (the encoding of ``packet``) to the client."""
 
@@ -45,7 +46,8 @@ class OpenSession:
     protocol_level: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+#: Made once per message, so not frozen (see ``packets.Publish``); nothing changes one after it is made.
+@dataclass(slots=True, kw_only=True)
 class PublishToLog:
     """Append one record to ``log_topic``; report completion with ``log_write_completed(ticket)``.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from mqbroker.protocols.mqtt.errors import malformed, protocol_error
+from mqbroker.protocols.mqtt.errors import MqttProtocolError, malformed, protocol_error
 from mqbroker.protocols.mqtt.packets import (
     BOOLEAN_BYTE_PROPERTIES,
     NO_PROPERTIES,
@@ -71,20 +71,34 @@ class Reader:
         return self._end - self._position
 
     def take(self, count: int) -> memoryview:
-        if count > self.remaining:
-            raise malformed(f"packet ends {count - self.remaining} bytes early [MQTT-1.5]")
-        chunk = self._data[self._position : self._position + count]
-        self._position += count
-        return chunk
+        position = self._position
+        end = position + count
+        if end > self._end:
+            raise self._short(end)
+        self._position = end
+        return self._data[position:end]
 
     def rest(self) -> bytes:
         return bytes(self.take(self.remaining))
 
     def byte(self) -> int:
-        return self.take(1)[0]
+        position = self._position
+        if position >= self._end:
+            raise self._short(position + 1)
+        self._position = position + 1
+        return self._data[position]
 
     def u16(self) -> int:
-        return int(U16.unpack(self.take(2))[0])
+        # inline, not through take(): every PUBLISH has one or two (topic length, packet identifier)
+        position = self._position
+        if position + 2 > self._end:
+            raise self._short(position + 2)
+        self._position = position + 2
+        data = self._data
+        return data[position] << 8 | data[position + 1]
+
+    def _short(self, needed_end: int) -> MqttProtocolError:
+        return malformed(f"packet ends {needed_end - self._end} bytes early [MQTT-1.5]")
 
     def u32(self) -> int:
         return int(_U32.unpack(self.take(4))[0])
@@ -118,7 +132,7 @@ class Reader:
 def decode_utf8(data: bytes | memoryview) -> str:
     """Decode an MQTT UTF-8 string: well-formed, no surrogates, no U+0000 [MQTT-1.5.4-1, -2]."""
     try:
-        text = bytes(data).decode("utf-8")  # strict: rejects overlongs and encoded surrogates
+        text = str(data, "utf-8")  # strict: rejects overlongs and encoded surrogates
     except UnicodeDecodeError as error:
         raise malformed(f"ill-formed UTF-8 string ({error.reason}) [MQTT-1.5.4-1]") from None
     if "\x00" in text:

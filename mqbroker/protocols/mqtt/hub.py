@@ -121,6 +121,10 @@ def reason_code_for(failure: Failure) -> ReasonCode:
     return ReasonCode.UNSPECIFIED_ERROR
 
 
+#: What a QoS 1/2 publish waits for before it is acknowledged, by ``mqtt_puback`` (docs/mqtt.md "When PUBACK is sent").
+PUBACK_ACKS = {"durable": Acks.ALL, "written": Acks.NONE}
+
+
 class MqttHub:
     """State shared by every connection of one MQTT listener (see the module docstring)."""
 
@@ -128,12 +132,14 @@ class MqttHub:
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
                  unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None,
-                 records: IGenericRecords | None = None) -> None:
+                 records: IGenericRecords | None = None, puback_acks: Acks = Acks.ALL) -> None:
         """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
         log topics it creates (0: one per broker of the cluster); ``node_id``: this broker's, named in the
         session records it writes; ``records``: the cluster metadata, where the mapping rules set at run time
-        are (``mapping`` holds the configured ones)."""
+        are (``mapping`` holds the configured ones); ``puback_acks``: what a QoS 1/2 publish waits for before its
+        PUBACK/PUBREC (``PUBACK_ACKS``: ALL for ``mqtt_puback = "durable"``, NONE for ``"written"``)."""
         self.broker = broker
+        self.puback_acks = puback_acks
         self.node_id = node_id
         self._log_partitions = log_partitions
         self.unreadable = unreadable or UnreadableTally()

@@ -333,7 +333,10 @@ class ConnAck:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+#: PUBLISH and its responses are made once per message on the hot path: they are plain (not frozen)
+#: slotted dataclasses, since a frozen dataclass's __init__ sets each field through object.__setattr__ and
+#: costs about twice as much (2.8 vs 1.0 us for a PUBLISH); nothing changes one after it is made.
+@dataclass(slots=True, kw_only=True)
 class Publish:
     """PUBLISH in either direction; ``packet_id`` is None exactly when ``qos`` is 0."""
 
@@ -346,7 +349,7 @@ class Publish:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PublishResponse:
     """The shape shared by PUBACK, PUBREC, PUBREL and PUBCOMP."""
 
@@ -355,22 +358,22 @@ class PublishResponse:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PubAck(PublishResponse):
     """PUBACK: completes a QoS 1 delivery."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PubRec(PublishResponse):
     """PUBREC: first answer in a QoS 2 delivery."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PubRel(PublishResponse):
     """PUBREL: releases a QoS 2 message after PUBREC."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PubComp(PublishResponse):
     """PUBCOMP: completes a QoS 2 delivery."""
 

@@ -50,7 +50,7 @@ from mqbroker.protocols.mqtt.actions import (
 )
 from mqbroker.protocols.mqtt.catch_up import CatchUp
 from mqbroker.protocols.mqtt.connect import SessionConfig
-from mqbroker.protocols.mqtt.hub import MqttHub, reason_code_for
+from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
@@ -292,8 +292,9 @@ class MqttConnection:
     # ------------------------------------------------------------------ publishing into the log
 
     def _append(self, key: PartitionKey, group: list[PublishToLog], retained_writes: list[Deferred[Any]]) -> None:
-        """One batch per log partition; QoS 1/2 tickets complete once it is durable (acks=-1), and so are the
-        retained messages set along with it (a PUBACKed retained message survives any one broker)."""
+        """One batch per log partition; QoS 1/2 tickets complete once it is durable (acks=-1; or, with
+        ``mqtt_puback = "written"``, appended: acks=0), and so are the retained messages set along with it
+        (with ``durable``, a PUBACKed retained message survives any one broker)."""
         now_ms = self.hub.now_ms()
         builder = BatchBuilder()
         for action in group:
@@ -301,8 +302,9 @@ class MqttConnection:
         tickets = [action.ticket for action in group if action.ticket is not None]
         self.hub.statistics["messages/received"] += len(group)
         batch = builder.build()
-        acks = Acks.ALL if tickets else Acks.NONE
-        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default)
+        acks = self.hub.puback_acks if tickets else Acks.NONE
+        produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default,
+                                           front_end_batches=True)
         if self._produce_throttle is not None:
             self._produce_throttle.record(len(batch))
             self._apply_backpressure()
@@ -477,7 +479,7 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
         raise ConfigError(f"configuration key 'mqtt_mapping_rules': {error}") from None
     hub = MqttHub(broker, reactor, mapping, log_partitions=context.config.mqtt_log_partitions,
                   node_id=context.config.node_id, unreadable=context.metrics.unreadable if context.metrics is not None else None,
-                  records=context.cluster_records)
+                  records=context.cluster_records, puback_acks=PUBACK_ACKS[context.config.mqtt_puback])
     hub.mapping_rules.start()
     config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
                            outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)

@@ -271,3 +271,64 @@ def test_a_refused_gate_fails_its_batches_and_records_the_failure() -> None:
     (batch,) = core.fail_gated({("events", 0)}, refused)
     assert batch.error is refused and core.failure is refused
     assert not core.gated and not core.has_pending
+
+
+def test_gated_partitions_are_added_together_once_a_batch_gathered_or_is_ready() -> None:
+    """A transaction's partitions written to in quick succession go in one AddPartitionsToTxn."""
+    from mqbroker.client.producer import ADD_PARTITIONS_GATHER_MS
+
+    core = _core(linger_ms=5, transactional_id="tx")
+    core.gated |= {("events", 0), ("events", 1)}
+    core.append("events", 0, 1, None, b"a", None, now_ms=10)
+    core.append("events", 1, 1, None, b"b", None, now_ms=10)
+    assert not core.gates_due(10)
+    assert core.next_deadline_ms(10) == 10 + ADD_PARTITIONS_GATHER_MS  # the I/O loop wakes for it
+    assert core.gates_due(10 + ADD_PARTITIONS_GATHER_MS)
+    core.flush()
+    assert core.gates_due(10)  # a flush (commit) adds at once
+    eager = _core(linger_ms=0, transactional_id="tx")
+    eager.gated.add(("events", 0))
+    eager.append("events", 0, 1, None, b"a", None, now_ms=10)
+    assert eager.gates_due(10)
+
+
+def test_an_added_partition_sends_its_open_batch_at_once() -> None:
+    """The addition took the place of linger_ms: the records travel while the application writes more."""
+    core = _core(linger_ms=5, transactional_id="tx")
+    core.gated.add(("events", 0))
+    core.append("events", 0, 1, None, b"a", None, now_ms=10)
+    assert core.drain(11, _leader_one) == []
+    core.open_gates({("events", 0)})
+    (plan,) = core.drain(11, _leader_one)  # before linger_ms passed
+    assert [batch.partition for batch in plan.batches] == [0] and not core.gated
+
+
+def test_append_values_fills_a_batch_closes_it_and_goes_on_in_a_new_one() -> None:
+    core = _core(linger_ms=5, batch_size=1_000)
+    full: list[tuple[str, int]] = []
+    core.on_batch_full = lambda topic, partition: full.append((topic, partition))
+    values = [b"v%03d" % number for number in range(300)]
+    spans = []
+    position = 0
+    while position < len(values):
+        batch, first, added = core.append_values("events", 0, 1000, values, position, now_ms=0)
+        spans.append((batch, first, added))
+        position += added
+    assert len(spans) > 1 and len(full) == len(spans) - 1  # every batch but the last filled up
+    assert all(batch.builder.size_bytes <= 1_000 for batch, _, _ in spans)
+    assert [batch.record_count for batch, _, _ in spans] == [added for _, _, added in spans]
+    plans = core.drain(5, _leader_one)
+    sent = [record.value for plan in plans for batch in plan.batches for record in decode_records(batch.payload)]
+    while core.has_pending and len(sent) < len(values):
+        for plan in plans:
+            core.plan_completed(plan, _reply(plan), now_ms=6)
+        plans = core.drain(6, _leader_one)
+        sent += [record.value for plan in plans for batch in plan.batches for record in decode_records(batch.payload)]
+    assert sent == values
+
+
+def test_append_values_continues_a_partly_filled_batch() -> None:
+    core = _core(linger_ms=5)
+    core.append("events", 0, 1000, None, b"single", None, now_ms=0)
+    batch, first, added = core.append_values("events", 0, 1000, [b"a", b"b"], 0, now_ms=0)
+    assert (first, added, batch.record_count) == (1, 2, 3)

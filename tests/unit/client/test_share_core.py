@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.share_core import (
     AcknowledgeOutcome,
     Rejoin,
@@ -155,6 +156,12 @@ def test_membership_follows_the_hosts_answers() -> None:
     assert membership.assignment == (("t", 0), ("t", 1))
     assert membership.leave_request().member_epoch == -1
     assert membership.failed(NotCoordinatorError("moved")) is Rejoin.FIND_COORDINATOR
+    rejoin = membership.heartbeat_request()  # the same member id at epoch 0: a new host keeps its leases
+    assert (rejoin.member_id, rejoin.member_epoch) == ("m-1", 0) and not membership.joined
+    membership.heartbeat_completed(wire.ShareGroupHeartbeatResponse(
+        member_id="m-1", member_epoch=1, heartbeat_interval_ms=10, assignment=()))
+    assert membership.failed(BrokerUnavailableError("unreachable")) is Rejoin.FIND_COORDINATOR
+    assert membership.heartbeat_request().member_id == "m-1"
     assert membership.failed(UnknownMemberIdError("gone")) is Rejoin.JOIN_AGAIN and not membership.joined
     with pytest.raises(GroupAuthorizationError):
         membership.failed(GroupAuthorizationError("no"))

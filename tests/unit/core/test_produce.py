@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mqbroker import errors
+from mqbroker.core import produce as produce_module
 from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, ElectLeader
 from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, Principal
 from mqbroker.security.inter_broker import broker_principal
@@ -172,6 +173,20 @@ def test_a_topic_the_broker_decodes_refuses_records_that_do_not_decode(tmp_path:
     assert rig.log("t").log_end_offset == 0
     assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 0
     assert fired(rig.broker.produce(Principal("Service", "mqtt"), "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 3
+
+
+def test_batches_a_front_end_built_are_not_decoded_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MQTT or AMQP front end builds its batches from fields it decoded: no second decode per record."""
+    rig = _single(tmp_path, {"record.validation": "decode"})
+    decoded: list[str] = []
+    original = produce_module.check_produced_records
+    monkeypatch.setattr(produce_module, "check_produced_records",
+                        lambda topic, records, **options: decoded.append(topic) or original(topic, records, **options))
+    alice = Principal("User", "alice")
+    assert fired(rig.broker.produce(alice, "t", 0, BATCH, Acks.NONE, 1_000, front_end_batches=True)).base_offset == 0
+    assert decoded == []
+    fired(rig.broker.produce(alice, "t", 0, BATCH, Acks.NONE, 1_000))  # a client's bytes: decoded
+    assert decoded == ["t"]
 
 
 def test_other_topics_take_batches_without_decoding_their_records(tmp_path: Path) -> None:

@@ -200,3 +200,64 @@ def test_transactions_are_described_and_listed_at_their_coordinator(tmp_path: Pa
     assert (listed.transactional_id, listed.producer_id) == ("tx", identity.producer_id)
     (unknown,) = fired(rig.broker.describe_transactions(ANONYMOUS, ["nobody"]))
     assert isinstance(unknown, errors.BrokerError)
+
+
+# -- transaction version 2 (KIP-890 part 2) -------------------------------------------------------
+
+
+def _produce_adding(rig: BrokerRig, topic_partition: TopicPartition, batch: bytes) -> Deferred[Any]:
+    """A version 2 produce: its partition joins the transaction at the leader (no AddPartitionsToTxn)."""
+    return rig.broker.produce(ANONYMOUS, topic_partition.topic, topic_partition.partition, batch, Acks.ALL, 5_000,
+                              "tx", add_to_transaction=True)
+
+
+def _end_bumping(identity: ProducerIdentity, committed: bool) -> txn.EndTxnRequest:
+    return txn.EndTxnRequest(transactional_id="tx", producer_id=identity.producer_id,
+                             producer_epoch=identity.producer_epoch, committed=committed, bump_epoch=True)
+
+
+def test_version_2_each_decision_bumps_the_epoch_and_the_next_transaction_never_joins_the_last(
+        tmp_path: Path) -> None:
+    """The next transaction's first batch is sent from inside EndTxn's answer, before the decision's markers are
+    written: it waits for them at the coordinator and opens a transaction of its own."""
+    rig = _started(tmp_path)
+    first = _begin(rig)
+    _settled(rig, _produce_adding(rig, T0, _batch(first, 0, b"committed")))
+    _settled(rig, _produce_adding(rig, T1, _batch(first, 0, b"committed-1")))
+    following: list[Deferred[Any]] = []
+
+    def next_transaction(bumped: txn.ProducerIdAndEpoch) -> txn.ProducerIdAndEpoch:
+        identity = ProducerIdentity(producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch)
+        following.append(_produce_adding(rig, T0, _batch(identity, 0, b"aborted")))
+        return bumped
+
+    ended = rig.broker.end_txn(ANONYMOUS, _end_bumping(first, committed=True)).addCallback(next_transaction)
+    bumped = _settled(rig, ended)
+    assert (bumped.producer_id, bumped.producer_epoch) == (first.producer_id, first.producer_epoch + 1)
+    _settled(rig, following[0])
+    second = ProducerIdentity(producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch)
+    after_abort = _settled(rig, rig.broker.end_txn(ANONYMOUS, _end_bumping(second, committed=False)))
+    assert after_abort.producer_epoch == first.producer_epoch + 2
+    _quiet(rig)
+    assert _read(rig, T0, IsolationLevel.READ_COMMITTED) == [b"committed"]
+    assert _read(rig, T1, IsolationLevel.READ_COMMITTED) == [b"committed-1"]
+    assert _read(rig, T0, IsolationLevel.READ_UNCOMMITTED) == [b"committed", b"aborted"]
+    # A retry of the abort from the previous epoch gets the same answer; the older epochs are fenced.
+    assert _settled(rig, rig.broker.end_txn(ANONYMOUS, _end_bumping(second, committed=False))) == after_abort
+    with pytest.raises(errors.ProducerFencedError):
+        _settled(rig, rig.broker.end_txn(ANONYMOUS, _end_bumping(first, committed=True)))
+    with pytest.raises((errors.ProducerFencedError, errors.InvalidProducerEpochError)):
+        _settled(rig, _produce_adding(rig, T1, _batch(second, 1, b"late")))
+
+
+def test_version_2_offsets_join_the_transaction_without_add_offsets(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    offsets = OffsetCommitRequest(group_id="g", offsets=(PartitionCommit(topic_partition=T0, offset=9),))
+    _settled(rig, rig.broker.txn_commit_offsets(ANONYMOUS, txn.TxnOffsetCommitRequest(
+        transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+        offsets=offsets, add_to_transaction=True)))
+    assert fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0]))[T0] is None
+    _settled(rig, rig.broker.end_txn(ANONYMOUS, _end_bumping(identity, committed=True)))
+    _quiet(rig)
+    assert fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0], True))[T0].offset == 9

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mqbroker.records.builder import BatchBuilder, encode_batch
 from mqbroker.records.compression import Compression
@@ -107,3 +109,53 @@ def test_the_delete_horizon_is_the_base_timestamp_and_record_timestamps_are_unch
     assert header.attributes & 0x40 and header.max_timestamp == TIMESTAMP_MS + 5
     assert [record.timestamp_ms for record in decode_records(batch)] == [TIMESTAMP_MS, TIMESTAMP_MS + 5]
     assert read_header(encode_batch(sample_records(1))).delete_horizon_ms is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.binary(max_size=300) | st.sampled_from([b"", b"v" * 16_500]), min_size=1, max_size=300),
+    earlier=st.integers(min_value=0, max_value=3),
+    start=st.integers(min_value=0, max_value=5),
+    size_bytes_max=st.sampled_from([64, 200, 1_000, 5_000, 100_000, 10_000_000]),
+    timestamp_step_ms=st.sampled_from([0, 7, -3, 10**9]),
+)
+def test_append_values_builds_the_batch_append_would(
+    values: list[bytes], earlier: int, start: int, size_bytes_max: int, timestamp_step_ms: int
+) -> None:
+    bulk, one_by_one = BatchBuilder(producer_id=3, base_sequence=0), BatchBuilder(producer_id=3, base_sequence=0)
+    for index in range(earlier):
+        bulk.append(TIMESTAMP_MS + index, None, b"e")
+        one_by_one.append(TIMESTAMP_MS + index, None, b"e")
+    start = min(start, len(values) - 1)
+    added = bulk.append_values(TIMESTAMP_MS + timestamp_step_ms, values, start, size_bytes_max)
+    for value in values[start:start + added]:
+        one_by_one.append(TIMESTAMP_MS + timestamp_step_ms, None, value)
+    assert (bulk.records_count, bulk.size_bytes) == (one_by_one.records_count, one_by_one.size_bytes)
+    assert bulk.build() == one_by_one.build()
+    if earlier == 0:
+        assert added >= 1  # an empty batch always takes the first record, whatever its size
+    if start + added < len(values):  # it stopped because the next record did not fit
+        one_by_one.append(TIMESTAMP_MS + timestamp_step_ms, None, values[start + added])
+        assert one_by_one.size_bytes > size_bytes_max
+    else:
+        assert bulk.size_bytes <= size_bytes_max or bulk.records_count == 1
+
+
+def test_append_values_past_the_small_offset_deltas_goes_on_one_by_one() -> None:
+    builder = BatchBuilder()
+    values = [b"%d" % index for index in range(20_000)]
+    assert builder.append_values(TIMESTAMP_MS, values, 0, 10_000_000) == 20_000
+    assert [record.value for record in decode_records(builder.build())] == values
+
+
+def test_a_repeated_header_set_encodes_as_the_first_time() -> None:
+    headers = (("mqtt.qos", b"1"), ("mqtt.client_id", b"sensor-7"))
+    batches = []
+    for _ in range(2):
+        builder = BatchBuilder()
+        builder.append(TIMESTAMP_MS, b"k", b"v", headers)
+        builder.append(TIMESTAMP_MS, b"k", b"v", list(headers))  # a list: encoded, not remembered
+        builder.append(TIMESTAMP_MS, b"k", b"v", (("raw", bytearray(b"x")),))  # unhashable value
+        batches.append(builder.build())
+    assert batches[0] == batches[1]
+    assert [record.headers for record in decode_records(batches[0])] == [headers, headers, (("raw", b"x"),)]

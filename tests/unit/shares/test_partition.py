@@ -179,17 +179,33 @@ def test_a_record_due_later_is_scheduled_and_comes_back_first_when_due() -> None
     assert partition.due_changed == {2} and partition.due_entry(2) is None
 
 
-def test_a_snapshot_keeps_delivery_counts_and_a_new_leader_releases_the_leases() -> None:
-    """``restore(snapshot())``: done stays done, leased becomes available with its count."""
+def test_a_snapshot_keeps_delivery_counts_and_a_new_leader_keeps_the_leases_until_they_end() -> None:
+    """``restore(snapshot())``: done stays done, a lease stays with its member until its end, counts are kept."""
     partition = new_partition(start=10)
     read(partition, 10, 19)
     partition.acquire("a", 5, 0, LEASE_MS, 20)
     partition.acknowledge("a", 11, 12, AcknowledgeType.ACCEPT, 0)
     restored = SharePartition.restore(partition.snapshot(), max_delivery_attempts=3, inflight_records_max=1_000)
     assert (restored.start_offset, restored.end_offset) == (10, 20)
-    assert restored.acquire("b", 100, 0, LEASE_MS, 20) == [
-        AcquiredRange(10, 10, 2), AcquiredRange(13, 14, 2), AcquiredRange(15, 19, 1)]
-    assert not restored.changed or restored.snapshot() != partition.snapshot()
+    assert restored.snapshot() == partition.snapshot()
+    assert restored.acquire("b", 100, 0, 10 * LEASE_MS, 20) == [AcquiredRange(15, 19, 1)]
+    assert restored.next_deadline_ms() == LEASE_MS
+    assert restored.acknowledge("a", 13, 13, AcknowledgeType.RELEASE, 10)
+    restored.tick(LEASE_MS)
+    assert restored.acquire("c", 100, LEASE_MS, LEASE_MS, 20) == [AcquiredRange(10, 10, 2), AcquiredRange(13, 14, 2)]
+
+
+def test_a_restored_lease_counts_towards_the_delivery_limit() -> None:
+    """A record delivered before the host moved is dead-lettered at the limit after it, not delivered afresh."""
+    partition = new_partition(attempts=2)
+    read(partition, 0, 0)
+    partition.acquire("a", 1, 0, LEASE_MS, 1)
+    restored = SharePartition.restore(partition.snapshot(), max_delivery_attempts=2, inflight_records_max=1_000)
+    restored.tick(LEASE_MS)
+    assert restored.acquire("b", 1, LEASE_MS, LEASE_MS, 1) == [AcquiredRange(0, 0, 2)]
+    assert restored.acknowledge("b", 0, 0, AcknowledgeType.RELEASE, LEASE_MS + 1)
+    assert [(dead.first, dead.reason, dead.delivery_count) for dead in restored.dead_letters] == [
+        (0, DeathReason.DELIVERY_LIMIT, 2)]
 
 
 def test_records_below_the_log_start_are_done() -> None:

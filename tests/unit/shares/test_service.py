@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from twisted.internet.defer import Deferred
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.cluster.metadata_records import ElectLeader
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.groups.model import TopicPartition
@@ -24,6 +24,7 @@ from mqbroker.records.dead_letters import (
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import iter_batches
 from mqbroker.shares import messages as m
+from mqbroker.shares.push.dispatcher import PUSH_MEMBER
 from mqbroker.shares.state_records import STATE_TOPIC, state_partition
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
 
@@ -76,8 +77,11 @@ def _join(rig: BrokerRig, group_id: str = "g", client_id: str = "c") -> str:
 
 def _fetch(rig: BrokerRig, member: str, records_max: int = 100, acks: tuple[m.Acknowledgement, ...] = (),
            wait_ms: int = 0, group_id: str = "g") -> Deferred[Any]:
-    return rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(
+    """A fetch, given the reactor turns that store its leases (a parked fetch stays parked)."""
+    fetched = rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(
         group_id=group_id, member_id=member, records_max=records_max, wait_ms_max=wait_ms, acknowledgements=acks))
+    _settle(rig)
+    return fetched
 
 
 def _offsets(answer: m.ShareFetchResponse) -> list[tuple[int, int]]:
@@ -236,9 +240,9 @@ def test_a_group_default_delay_holds_records_until_they_are_old_enough(tmp_path:
     assert _offsets(fired(_fetch(rig, member))) == [(0, 1), (1, 1)]
 
 
-def test_a_restarted_broker_replays_the_state_and_keeps_scheduled_records(tmp_path: Path) -> None:
+def test_a_restarted_broker_replays_the_state_and_keeps_scheduled_records_and_leases(tmp_path: Path) -> None:
     rig = _started(tmp_path)
-    _create(rig, lease_ms="60000")
+    _create(rig, lease_ms="60000", session_timeout_ms="120000")
     member = _join(rig)
     now_ms = int(rig.clock.seconds() * 1000)
     _produce(rig, 1, headers=[("x-delay", b"10000")], timestamp_ms=now_ms)
@@ -254,10 +258,38 @@ def test_a_restarted_broker_replays_the_state_and_keeps_scheduled_records(tmp_pa
     again = build_broker(tmp_path, rig.cluster, settings=SETTINGS, clock=rig.clock)
     fired(again.broker.start_share_groups(again.broker, MemberIdGenerator(random.Random(8)), None))
     _settle(again)
-    member = _join(again)
-    assert _offsets(fired(_fetch(again, member))) == [(2, 2), (3, 2)]  # leases gone, counts kept
-    _settle(again, 10.0)
-    assert _offsets(fired(_fetch(again, member))) == [(0, 1)]
+    newcomer = _join(again)
+    assert _offsets(fired(_fetch(again, newcomer))) == []  # the leases are kept
+    rejoined = again.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+        group_id="g", member_id=member, member_epoch=0, client_id="c", topics=("events",)))
+    _settle(again)
+    assert fired(rejoined).member_id == member
+    _settle(again, 10.0)  # past the grace: the holder joined in time and keeps its leases
+    assert _offsets(fired(_fetch(again, newcomer))) == [(0, 1)]
+    assert _acknowledge(again, member, _ack(2, 2))[0].error is None  # the holder still settles its lease
+    _settle(again, 50.0)
+    assert _offsets(fired(_fetch(again, newcomer))) == [(3, 2)]  # the lease ended: delivered again, count kept
+
+
+def test_stored_leases_of_a_holder_that_does_not_join_the_new_host_come_back_after_the_grace(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    _create(rig, lease_ms="600000", session_timeout_ms="1200000")
+    holder = _join(rig)
+    _produce(rig, 3)
+    assert _offsets(fired(_fetch(rig, holder))) == [(0, 1), (1, 1), (2, 1)]
+    stopped = rig.broker.stop()
+    _settle(rig)
+    fired(stopped)
+    rig.logs.close()
+
+    again = build_broker(tmp_path, rig.cluster, settings=SETTINGS, clock=rig.clock)
+    fired(again.broker.start_share_groups(again.broker, MemberIdGenerator(random.Random(8)), None))
+    _settle(again)
+    newcomer = _join(again)
+    _settle(again, limits.share_restored_lease_grace_ms / 1000 - 1)
+    assert _offsets(fired(_fetch(again, newcomer))) == []
+    _settle(again, 1.0)
+    assert _offsets(fired(_fetch(again, newcomer))) == [(0, 2), (1, 2), (2, 2)]
 
 
 def test_when_the_state_partition_moves_away_the_group_is_no_longer_hosted_here(tmp_path: Path) -> None:
@@ -293,3 +325,24 @@ def test_unknown_members_and_groups_get_typed_errors(tmp_path: Path) -> None:
         fired(_fetch(rig, "nobody"))
     with pytest.raises(errors.InvalidConfigError, match="lease.ms"):
         fired(rig.broker.alter_share_group(ANONYMOUS, "g", None, {"lease.ms": "0"}, []))
+
+
+def test_a_push_subscriptions_stored_leases_come_back_at_once_on_a_new_host(tmp_path: Path) -> None:
+    """The push member's requests died with the old host: its leases are released when the new one starts."""
+    rig = _started(tmp_path)
+    _create(rig, lease_ms="600000", push_endpoint="http://127.0.0.1:9/push", push_secret="s")  # no dispatcher here
+    joined = rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+        group_id="g", member_id=PUSH_MEMBER, client_id="c", topics=("events",)))
+    _settle(rig)
+    assert fired(joined).member_id == PUSH_MEMBER
+    _produce(rig, 2)
+    assert _offsets(fired(_fetch(rig, PUSH_MEMBER))) == [(0, 1), (1, 1)]
+    stopped = rig.broker.stop()
+    _settle(rig)
+    fired(stopped)
+    rig.logs.close()
+
+    again = build_broker(tmp_path, rig.cluster, settings=SETTINGS, clock=rig.clock)
+    fired(again.broker.start_share_groups(again.broker, MemberIdGenerator(random.Random(8)), None))
+    _settle(again)
+    assert _offsets(fired(_fetch(again, _join(again)))) == [(0, 2), (1, 2)]

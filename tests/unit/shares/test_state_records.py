@@ -22,7 +22,10 @@ def snapshots(draw: st.DrawFn) -> PartitionSnapshot:
     cuts = sorted(draw(st.sets(st.integers(0, 1_000), max_size=8)))
     runs, position = [], start
     for low, high in zip(cuts[::2], cuts[1::2]):
-        runs.append(SnapshotRun(start + low, start + high, draw(st.booleans()), draw(st.integers(0, 32767))))
+        done = draw(st.booleans())
+        owner = "" if done else draw(st.sampled_from(["", "member-1", "member-2"]))
+        deadline_ms = draw(st.integers(0, 2**50)) if owner else 0
+        runs.append(SnapshotRun(start + low, start + high, done, draw(st.integers(0, 32767)), owner, deadline_ms))
         position = start + high + 1
     end = max(position, start) + draw(st.integers(0, 10))
     return PartitionSnapshot(start_offset=start, end_offset=end, runs=tuple(runs))
@@ -101,3 +104,10 @@ def test_a_corrupt_record_names_the_topic_and_the_byte() -> None:
         assert "__share_group_state" in str(error) and "byte" in str(error)
     else:
         raise AssertionError("a truncated region decoded")
+
+
+def test_a_version_1_region_still_reads_without_leases() -> None:
+    """Regions written before leases were stored (version 1) read back with every waiting run available."""
+    value = sr._REGION.pack(1, 10, 20) + sr._INT32.pack(2) + sr._RUN_V1.pack(10, 12, 1, 0) + sr._RUN_V1.pack(13, 14, 0, 3)
+    assert sr.decode_partition_value(value) == PartitionSnapshot(
+        start_offset=10, end_offset=20, runs=(SnapshotRun(10, 12, True, 0), SnapshotRun(13, 14, False, 3)))

@@ -4,6 +4,7 @@ the durable decision), and once writes and markers go through every transaction 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -102,7 +103,10 @@ class Harness:
             self.call(lambda: self.coordinator.add_partitions(request, key, self.now_ms))
         elif action == "end":
             request = EndTxnRequest(transactional_id=transactional_id, producer_id=pid, producer_epoch=epoch,
-                                    committed=chooser.random() < 0.5)
+                                    committed=chooser.random() < 0.5, bump_epoch=chooser.random() < 0.5)
+            if self.coordinator.needs_fresh_producer_id(request):
+                request = dataclasses.replace(request, fresh_producer_id=self.next_producer_id)
+                self.next_producer_id += 1
             self.call(lambda: self.coordinator.end_txn(request, key, self.now_ms))
         elif action in ("write", "fail") and self.pending:
             self.settle_write(chooser.choice(sorted(self.pending)), failed=action == "fail")
@@ -190,3 +194,69 @@ def test_a_transaction_is_open_until_its_markers_are_written_not_while_its_compl
     coordinator.ready()
     coordinator.tick(11)
     assert [record for _, record in coordinator.ready().writes]  # the lingering completion, written at its deadline
+
+
+def _ongoing_at(epoch: int) -> TransactionCoordinator:
+    """A coordinator whose id "t" (producer 7) has a transaction ongoing at ``epoch`` in PARTITIONS[0]."""
+    from mqbroker.transactions.log_records import TransactionMetadata
+
+    state = {"t": TransactionMetadata(transactional_id="t", producer_id=7, producer_epoch=epoch, timeout_ms=1_000,
+                                      state=TransactionState.ONGOING, partitions=frozenset(PARTITIONS[:1]),
+                                      start_ms=0, last_update_ms=0)}
+    return TransactionCoordinator(config=TransactionConfig(completion_linger_ms=0), coordinator_epoch=0,
+                                  offsets_partition_of=lambda group: TopicPartition("__consumer_offsets", 0),
+                                  state=state, now_ms=0)
+
+
+def _written_states(coordinator: TransactionCoordinator) -> list[tuple[TransactionState, int, int]]:
+    return [(decode_value("t", record.value).state, decode_value("t", record.value).producer_id,
+             decode_value("t", record.value).producer_epoch) for _, record in coordinator.ready().writes]
+
+
+def test_version_2_end_bumps_the_epoch_of_the_decision_and_its_markers() -> None:
+    coordinator = _ongoing_at(3)
+    coordinator.end_txn(EndTxnRequest(transactional_id="t", producer_id=7, producer_epoch=3, committed=True,
+                                      bump_epoch=True), "end", 0)
+    assert _written_states(coordinator) == [(TransactionState.PREPARE_COMMIT, 7, 4)]
+    coordinator.written("t", 0)
+    ready = coordinator.ready()
+    assert [reply.response for reply in ready.replies] == [ProducerIdAndEpoch(producer_id=7, producer_epoch=4)]
+    assert [request.marker.producer_epoch for request in ready.markers] == [4]
+    # The same EndTxn again, from the epoch it was sent with: the same answer once complete, nothing written.
+    coordinator.end_txn(EndTxnRequest(transactional_id="t", producer_id=7, producer_epoch=3, committed=True,
+                                      bump_epoch=True), "retry", 0)
+    coordinator.markers_written("t", 0)
+    assert _written_states(coordinator) == [(TransactionState.COMPLETE_COMMIT, 7, 4)]
+    coordinator.written("t", 0)
+    assert [reply.response for reply in coordinator.ready().replies] == [ProducerIdAndEpoch(producer_id=7,
+                                                                                            producer_epoch=4)]
+    # An abort with nothing ongoing (a write that never reached the coordinator) bumps the epoch too;
+    # a commit of nothing is refused.
+    with pytest.raises(BrokerError):
+        coordinator.end_txn(EndTxnRequest(transactional_id="t", producer_id=7, producer_epoch=4, committed=False,
+                                          bump_epoch=False), "v1", 0)
+    coordinator.end_txn(EndTxnRequest(transactional_id="t", producer_id=7, producer_epoch=4, committed=False,
+                                      bump_epoch=True), "abort", 0)
+    assert _written_states(coordinator) == [(TransactionState.EMPTY, 7, 5)]
+
+
+def test_version_2_an_exhausted_epoch_moves_to_a_fresh_producer_id_once_the_transaction_completes() -> None:
+    from mqbroker.transactions.messages import PRODUCER_EPOCH_MAX
+
+    coordinator = _ongoing_at(PRODUCER_EPOCH_MAX)
+    request = EndTxnRequest(transactional_id="t", producer_id=7, producer_epoch=PRODUCER_EPOCH_MAX, committed=True,
+                            bump_epoch=True)
+    assert coordinator.needs_fresh_producer_id(request)
+    coordinator.end_txn(dataclasses.replace(request, fresh_producer_id=99), "end", 0)
+    assert _written_states(coordinator) == [(TransactionState.PREPARE_COMMIT, 7, PRODUCER_EPOCH_MAX)]
+    coordinator.written("t", 0)
+    ready = coordinator.ready()
+    assert not ready.replies and [request.marker.producer_epoch for request in ready.markers] == [PRODUCER_EPOCH_MAX]
+    coordinator.markers_written("t", 0)
+    assert _written_states(coordinator) == [(TransactionState.COMPLETE_COMMIT, 7, PRODUCER_EPOCH_MAX)]
+    coordinator.written("t", 0)
+    assert _written_states(coordinator) == [(TransactionState.EMPTY, 99, 0)]
+    assert not coordinator.ready().replies  # answered only once the new producer id is durable
+    coordinator.written("t", 0)
+    assert [reply.response for reply in coordinator.ready().replies] == [ProducerIdAndEpoch(producer_id=99,
+                                                                                            producer_epoch=0)]

@@ -44,6 +44,7 @@ def handle_produce(context: RequestContext, request: m.ProduceRequest) -> Deferr
 def _produce(context: RequestContext, request: m.ProduceRequest, names: dict[bytes, str] | None) -> Deferred[Any]:
     """The Produce with its topics named (``names``: by id, for versions that name topics by id)."""
     calls = context.calls
+    add_to_transaction = context.version >= m.PRODUCE_ADDS_TO_TRANSACTION_VERSION
     answers = []
     for topic in request.topic_data:
         name = topic.name if names is None else names.get(topic.topic_id)
@@ -55,7 +56,7 @@ def _produce(context: RequestContext, request: m.ProduceRequest, names: dict[byt
                     error_message=f"no topic has the id {topic.topic_id.hex()}: refresh the metadata"))))
                 continue
             produced = calls.produce(name, partition.index, partition.records or b"", request.acks, request.timeout_ms,
-                                     request.transactional_id)
+                                     request.transactional_id, add_to_transaction)
             answers.append(settled(produced).addCallback(_produce_result, key, partition.index))
     return gathered(answers).addCallback(_produce_response, names is not None)
 

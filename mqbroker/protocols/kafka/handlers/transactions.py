@@ -13,7 +13,7 @@ from mqbroker.protocols.deferreds import settle
 from mqbroker.protocols.kafka.error_codes import kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import transactions as m
-from mqbroker.transactions.messages import TransactionDescription, TransactionMarker
+from mqbroker.transactions.messages import ProducerIdAndEpoch, TransactionDescription, TransactionMarker
 
 
 async def handle_add_partitions_to_txn(
@@ -41,11 +41,16 @@ async def handle_add_offsets_to_txn(context: RequestContext, request: m.AddOffse
 
 
 async def handle_end_txn(context: RequestContext, request: m.EndTxnRequest) -> m.EndTxnResponse:
-    """Commit or abort; answered once the decision is durable."""
-    _, error = await settle(context.calls.end_txn(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.committed))
+    """Commit or abort; answered once the decision is durable. Version 5 (transaction version 2) bumps the
+    producer's epoch and answers it."""
+    bump_epoch = context.version >= m.END_TXN_BUMPS_EPOCH_VERSION
+    bumped, error = await settle(context.calls.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed, bump_epoch))
     code, _ = kafka_error(error)
-    return m.EndTxnResponse(throttle_time_ms=0, error_code=code)
+    if not isinstance(bumped, ProducerIdAndEpoch):
+        return m.EndTxnResponse(throttle_time_ms=0, error_code=code)
+    return m.EndTxnResponse(throttle_time_ms=0, error_code=code, producer_id=bumped.producer_id,
+                            producer_epoch=bumped.producer_epoch)
 
 
 async def handle_txn_offset_commit(context: RequestContext, request: m.TxnOffsetCommitRequest
@@ -57,7 +62,8 @@ async def handle_txn_offset_commit(context: RequestContext, request: m.TxnOffset
     ]
     _, error = await settle(context.calls.txn_commit_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, request.member_id,
-        request.group_instance_id, request.generation_id, offsets))
+        request.group_instance_id, request.generation_id, offsets,
+        context.version >= m.TXN_OFFSET_COMMIT_ADDS_TO_TRANSACTION_VERSION))
     code, _ = kafka_error(error)
     return m.TxnOffsetCommitResponse(throttle_time_ms=0, topics=tuple(
         m.TxnOffsetCommitResponseTopic(name=topic.name, partitions=tuple(

@@ -91,10 +91,18 @@ def _api(key: ApiKey, module: object, name: str, versions: tuple[int, int], flex
                     min_version=versions[0], max_version=versions[1], flexible_since=flexible_since)
 
 
+#: The cluster feature that tells Kafka clients which transaction protocol to speak (KIP-890, KIP-1022).
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+#: 2: EndTxn bumps the producer epoch on every transaction and Produce / TxnOffsetCommit add their partitions to
+#: it (KIP-890 part 2); clients that do not know the feature (librdkafka, kafka-python, aiokafka) keep version 1.
+TRANSACTION_VERSION = 2
+#: The finalized features never change at run time: one epoch.
+FINALIZED_FEATURES_EPOCH = 1
+
 #: Every API mqbroker serves; clients learn what is absent from ApiVersions.
 APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     # Produce 13 and Fetch 13 on name topics by id (KIP-516); Fetch 15-18 add only follower fields (ignored).
-    # Produce 12 adds nothing for us: transactional producers stay at 11 until transaction version 2 is advertised.
+    # Produce 12 and 13 in a transaction add its partition to it (transaction version 2; version 1 producers stay at 11).
     _api(ApiKey.PRODUCE, produce_fetch, "Produce", (3, 13), 9),
     _api(ApiKey.FETCH, produce_fetch, "Fetch", (4, 18), 12),
     # ListOffsets 7 adds the max-timestamp lookup (-3), 8 the earliest-local one (-4); 9 on ask about tiered storage.
@@ -115,13 +123,14 @@ APIS: dict[ApiKey, KafkaApi] = {api.key: api for api in (
     _api(ApiKey.CREATE_TOPICS, admin, "CreateTopics", (2, 7), 5),
     _api(ApiKey.DELETE_TOPICS, admin, "DeleteTopics", (1, 6), 4),
     _api(ApiKey.DELETE_RECORDS, admin, "DeleteRecords", (0, 2), 2),
-    _api(ApiKey.INIT_PRODUCER_ID, produce_fetch, "InitProducerId", (0, 4), 2),
-    # AddPartitionsToTxn 4 batches transactional ids for brokers (KIP-890); EndTxn 4 adds only an error code and 5
-    # answers a bumped epoch (transaction version 2).
+    # InitProducerId 5, EndTxn 4 and TxnOffsetCommit 4 add only the TRANSACTION_ABORTABLE error (never sent here).
+    _api(ApiKey.INIT_PRODUCER_ID, produce_fetch, "InitProducerId", (0, 5), 2),
+    # AddPartitionsToTxn 4 batches transactional ids for brokers (KIP-890); EndTxn 5 bumps the epoch and answers it,
+    # TxnOffsetCommit 5 adds the group's offsets partition to the transaction (both transaction version 2).
     _api(ApiKey.ADD_PARTITIONS_TO_TXN, transactions, "AddPartitionsToTxn", (0, 3), 3),
     _api(ApiKey.ADD_OFFSETS_TO_TXN, transactions, "AddOffsetsToTxn", (0, 3), 3),
-    _api(ApiKey.END_TXN, transactions, "EndTxn", (0, 3), 3),
-    _api(ApiKey.TXN_OFFSET_COMMIT, transactions, "TxnOffsetCommit", (0, 3), 3),
+    _api(ApiKey.END_TXN, transactions, "EndTxn", (0, 5), 3),
+    _api(ApiKey.TXN_OFFSET_COMMIT, transactions, "TxnOffsetCommit", (0, 5), 3),
     # WriteTxnMarkers 0 was removed in Kafka 4 (KIP-896); 2 adds the marker's transaction version.
     _api(ApiKey.WRITE_TXN_MARKERS, transactions, "WriteTxnMarkers", (1, 2), 1),
     _api(ApiKey.DESCRIBE_TRANSACTIONS, transactions, "DescribeTransactions", (0, 0), 0),

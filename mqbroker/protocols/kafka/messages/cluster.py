@@ -30,7 +30,7 @@ class ApiVersion:
 
 @message
 class SupportedFeatureKey:
-    """A cluster feature and the levels the broker supports (none advertised by mqbroker)."""
+    """A cluster feature and the levels the broker supports (mqbroker: ``transaction.version``)."""
 
     name: str
     min_version: Int16
@@ -39,7 +39,7 @@ class SupportedFeatureKey:
 
 @message
 class FinalizedFeatureKey:
-    """A cluster feature level in force (none advertised by mqbroker)."""
+    """A cluster feature level in force (mqbroker: ``transaction.version``)."""
 
     name: str
     max_version_level: Int16

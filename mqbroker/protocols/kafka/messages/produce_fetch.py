@@ -11,6 +11,8 @@ from mqbroker.protocols.schema import ZERO_UUID, Int8, Int16, Int32, Int64, Reco
 
 #: The first Produce and Fetch version naming topics by id instead of by name (KIP-516).
 TOPIC_ID_VERSION = 13
+#: From this Produce version on a transactional batch adds its partition to the transaction (transaction version 2).
+PRODUCE_ADDS_TO_TRANSACTION_VERSION = 12
 
 
 @message

@@ -3,14 +3,19 @@ DescribeTransactions and WriteTxnMarkers.
 
 Written from Kafka's published message specifications (``AddPartitionsToTxnRequest.json`` and
 the others), up to the versions ``apis.py`` serves: AddPartitionsToTxn 0–3 (version 4 batches
-several transactional ids for brokers, KIP-890), AddOffsetsToTxn 0–3, EndTxn 0–3 (version 5
-answers a bumped epoch, transaction version 2), TxnOffsetCommit 0–3 (version 3 of each is
+several transactional ids for brokers, KIP-890), AddOffsetsToTxn 0–3, EndTxn 0–5 (version 5
+answers a bumped epoch, transaction version 2), TxnOffsetCommit 0–5 (version 3 of each is
 flexible), DescribeTransactions 0 and WriteTxnMarkers 1–2 (all flexible).
 """
 
 from __future__ import annotations
 
 from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, message, wire
+
+#: EndTxn from this version on bumps the producer epoch and answers it (transaction version 2, KIP-890 part 2).
+END_TXN_BUMPS_EPOCH_VERSION = 5
+#: TxnOffsetCommit from this version on adds the group's offsets partition to the transaction (no AddOffsetsToTxn).
+TXN_OFFSET_COMMIT_ADDS_TO_TRANSACTION_VERSION = 5
 
 
 @message
@@ -85,10 +90,12 @@ class EndTxnRequest:
 
 @message
 class EndTxnResponse:
-    """The decision is durable, or why not."""
+    """The decision is durable, or why not; version 5: the producer's next id and epoch (transaction version 2)."""
 
     throttle_time_ms: Int32
     error_code: Int16
+    producer_id: Int64 = wire(since=5, default=-1)
+    producer_epoch: Int16 = wire(since=5, default=-1)
 
 
 @message

@@ -25,7 +25,7 @@ from mqbroker.records.builder import encode_batch
 from mqbroker.records.record import Record
 from mqbroker.shares import messages as m
 from mqbroker.shares.partition import AcquiredRange, SharePartition
-from mqbroker.shares.push.dispatcher import LEASE_MARGIN_MS, PUSH_MEMBER, PushDispatcher
+from mqbroker.shares.push.dispatcher import ACCEPT_INTERVAL_S, LEASE_MARGIN_MS, PUSH_MEMBER, PushDispatcher
 from mqbroker.shares.push.signing import PushRequest, verify
 from mqbroker.shares.settings import PushSettings, ShareGroupSettings
 
@@ -82,6 +82,11 @@ class PartitionHost:
                 self.refused.append(ack)
         self._dead_letters_are_durable()
         return succeed(None)
+
+    def answers_settle(self) -> None:
+        """The dispatcher's next turn, and its settling of what the endpoint accepted meanwhile."""
+        self.clock.advance(0)
+        self.clock.advance(ACCEPT_INTERVAL_S)
 
     def advance(self, group: FakeGroup, seconds: float) -> None:
         """Time passes: leases end, held-back records return, and the watchers hear of it."""
@@ -152,7 +157,7 @@ def test_each_record_is_posted_signed_and_a_2xx_accepts_it() -> None:
         assert verify(SECRET, headers["X-MQ-Timestamp"], post.request.body, headers["X-MQ-Signature"])
         assert headers["X-MQ-Attempt"] == "1" and post.timeout_s == 10.0
         post.answer.callback(204)
-    host.clock.advance(0)
+    host.answers_settle()
     assert sorted(host.accepted) == [0, 1, 2] and dispatcher.delivered == 3
     assert host.settle_calls == 1, "answers of one reactor turn are settled together"
     assert host.partition.undone_count() == 0 and not host.refused
@@ -170,11 +175,11 @@ def test_no_more_than_max_outstanding_posts_are_in_flight() -> None:
     _, host, sender, _ = start(10, max_outstanding=3)
     assert len(sender.open_posts()) == 3
     sender.posts[0].answer.callback(200)
-    host.clock.advance(0)
+    host.answers_settle()
     assert len(sender.open_posts()) == 3 and len(sender.posts) == 4
     while sender.open_posts():
         sender.open_posts()[0].answer.callback(200)
-        host.clock.advance(0)
+        host.answers_settle()
     assert sorted(host.accepted) == list(range(10))
 
 
@@ -218,7 +223,7 @@ def test_batching_posts_several_records_as_one_json_body() -> None:
     assert sender.posts[0].request.headers["X-MQ-Batch-Size"] == "4"
     for post in sender.posts:
         post.answer.callback(200)
-    host.clock.advance(0)
+    host.answers_settle()
     assert dispatcher.delivered == 10 and sorted(host.accepted) == list(range(10))
 
 
@@ -227,7 +232,7 @@ def test_records_the_filter_does_not_want_are_accepted_without_a_post() -> None:
     headers = [[("type", b"paid" if offset % 2 else b"draft")] for offset in range(6)]
     _, host, sender, _ = start(6, headers=headers, filter='header.type = "paid"')
     assert [post.offsets() for post in sender.posts] == [[1], [3], [5]]
-    host.clock.advance(0)
+    host.answers_settle()
     assert sorted(host.accepted) == [0, 2, 4]
 
 

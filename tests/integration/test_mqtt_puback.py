@@ -1,0 +1,60 @@
+"""``mqtt_puback``: a QoS 1 PUBACK waits for every in-sync replica's disk (``durable``) or only for the append
+(``written``). A log topic whose ``min.insync.replicas`` a single broker cannot meet tells them apart: acks=all
+is refused there, a leader-only append is not."""
+
+from __future__ import annotations
+
+import pathlib
+import queue
+from collections.abc import Iterator
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from mqbroker.client import Admin, Consumer
+from tests.integration.brokerprocess import running
+from tests.integration.mqtt_support import MqttBroker
+
+
+@pytest.fixture(params=["durable", "written"])
+def puback_broker(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[tuple[str, MqttBroker]]:
+    broker = MqttBroker(data_dir=tmp_path / "data", extra_args=[
+        "--set", f"mqtt_puback={request.param}", "--set", "mqtt_mapping_rules=strict/#=strict-log"])
+    for started in running(broker):
+        yield request.param, started  # type: ignore[misc]
+
+
+def _puback_code(broker: MqttBroker, topic: str, payload: bytes) -> int:
+    codes: queue.Queue[int] = queue.Queue()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="puback-probe", protocol=mqtt.MQTTv5)
+    client.on_publish = lambda client, userdata, mid, code, properties: codes.put(int(code.value))
+    client.connect("127.0.0.1", broker.mqtt_port)
+    client.loop_start()
+    try:
+        client.publish(topic, payload, qos=1)
+        return codes.get(timeout=15)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def test_puback_waits_for_what_mqtt_puback_names(puback_broker: tuple[str, MqttBroker]) -> None:
+    mode, broker = puback_broker
+    with Admin(broker.bootstrap) as admin:  # the front end made the mapped log topic at start
+        admin.alter_configs("strict-log", {"min.insync.replicas": "2"})
+    code = _puback_code(broker, "strict/sensor", b"21.5")
+    if mode == "durable":
+        assert code >= 0x80  # acks=all is refused: one broker cannot make two in-sync replicas
+        return
+    assert code == 0
+    with Consumer(broker.bootstrap, topics=["strict-log"], auto_offset_reset="earliest") as consumer:
+        stored = [message for _ in range(40) for message in consumer.poll(timeout=0.25)]
+    assert [message.value for message in stored] == [b"21.5"]
+
+
+def test_an_unknown_puback_mode_refuses_to_start(tmp_path: pathlib.Path) -> None:
+    broker = MqttBroker(data_dir=tmp_path / "data", extra_args=["--set", "mqtt_puback=later"])
+    with pytest.raises(Exception, match="mqtt_puback"):
+        broker.start(timeout_s=20)
+    broker.kill()
