@@ -6,7 +6,9 @@ The per-call costs come beside the volumes: ``append_one_record_us`` (an append 
 100-byte batch, nothing flushed) and ``read_one_batch_us`` (a reader following the tail, ``CALL_CHUNK``
 batches behind, reads them back one read each), both per call, the medians of ``CALL_REPEATS`` passes over
 ``CALL_COUNT`` calls. They are what the produce and fetch paths pay per request apart from the
-bytes; ``--calls-only`` measures just them (to compare two source trees run after run, set
+bytes. ``first_append_of_leadership_us`` is the first append after ``start_leader_epoch`` (once per
+partition per leadership: where the leader-epoch checkpoint of the new epoch used to be fsynced), the
+median over ``LEADERSHIPS`` leaderships. ``--calls-only`` measures just them (to compare two source trees run after run, set
 ``PYTHONPATH`` to each in turn).
 
 How the comparison is kept fair on a shared, noisy machine:
@@ -62,6 +64,8 @@ READ_REPEATS = 5
 #: Calls per pass, and passes, of the per-call measurements.
 CALL_COUNT = 20_000
 CALL_REPEATS = 5
+#: Leaderships whose first append `first_appends_of_leaderships` times.
+LEADERSHIPS = 50
 #: Appends between the tail reader's turns.
 CALL_CHUNK = 100
 #: Ratio name -> (numerator, denominator), computed within each run so the runs' noise cancels.
@@ -244,7 +248,25 @@ def measure_calls(directory: str) -> dict[str, float]:
         reads.append(read_s / CALL_COUNT * 1e6)
         log.close()
         shutil.rmtree(os.path.join(directory, f"calls-{repeat}"))
-    return {"append_one_record_us": statistics.median(appends), "read_one_batch_us": statistics.median(reads)}
+    return {"append_one_record_us": statistics.median(appends), "read_one_batch_us": statistics.median(reads),
+            "first_append_of_leadership_us": first_appends_of_leaderships(directory)}
+
+
+def first_appends_of_leaderships(directory: str) -> float:
+    """Median microseconds of the first append of each of ``LEADERSHIPS`` leaderships of one log."""
+    batch = build_batch(len(RECORD_VALUE) + 80)
+    log = PartitionLog.open(os.path.join(directory, "leaderships"), LogConfig(flush_policy="interval"), now_ms=0)
+    log.append(batch, 0, leader_epoch=0)
+    timings = []
+    for epoch in range(1, LEADERSHIPS + 1):
+        log.start_leader_epoch(epoch)
+        started = time.perf_counter()
+        log.append(batch, 0, leader_epoch=epoch)
+        timings.append((time.perf_counter() - started) * 1e6)
+        log.append(batch, 0, leader_epoch=epoch)  # the leadership goes on: no checkpoint to write
+    log.close()
+    shutil.rmtree(os.path.join(directory, "leaderships"))
+    return statistics.median(timings)
 
 
 def recover(directory: str) -> float:

@@ -1,8 +1,9 @@
 """PartitionLog: one partition's directory of segments; append assigns offsets, read returns whole batches.
 
-Transactions (KIP-98, KIP-890): the log keeps, from batch headers and markers, each producer's
-open transaction, the last stable offset and the aborted-transaction index of every segment;
-``txn_guards`` checks what may come in (markers, verified transaction starts).
+Three parts of the log live beside it, mixed into `PartitionLog` and working on its state under
+its lock: transactions (KIP-98, KIP-890; ``log_transactions``, with ``txn_guards`` checking what
+may come in), durability (flushes, the recovery point and the epoch checkpoint; ``log_durability``)
+and the cleaner's side of compaction (``log_compaction``).
 
 Threading contract: `append`, `read` and the other operations may be called from any thread
 (they hold the log's lock briefly); `flush` captures what to sync under the lock, runs the
@@ -29,6 +30,9 @@ from mqbroker.storage import checkpoint, fs
 from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import LeaderEpochCache
 from mqbroker.storage.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from mqbroker.storage.log_compaction import CompactedLog
+from mqbroker.storage.log_durability import DurableLog
+from mqbroker.storage.log_transactions import TransactionalLog
 from mqbroker.storage.log_views import AppendResult, CleanerView, ReadResult
 from mqbroker.storage.producer_snapshots import load_producers, remove_snapshots_after, snapshot_offsets, write_snapshot
 from mqbroker.storage.producers import CompletedTxn, ProducerEntry, ProducerStates, reject_duplicate_in_multi_batch
@@ -37,15 +41,15 @@ from mqbroker.storage.retention import RetiredFiles, expired_segment_count
 from mqbroker.storage.segment import Segment
 from mqbroker.storage.segment_files import SegmentFiles
 from mqbroker.storage.sync_state import FlushTicket, SyncState
-from mqbroker.storage.txn_guards import NOT_VERIFIED, VerificationGuards, control_of
-from mqbroker.storage.txn_index import AbortedTxn, collect_aborted
+from mqbroker.storage.txn_guards import NOT_VERIFIED, VerificationGuards
+from mqbroker.storage.txn_index import AbortedTxn
 
-__all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "PartitionLog", "ReadResult"]
+__all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "FlushTicket", "PartitionLog", "ReadResult"]
 
 NO_TIMESTAMP = -1
 
 
-class PartitionLog:
+class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
     """A partition's ordered segments with offsets, durability bookkeeping and producer state.
 
     Build one with `PartitionLog.open`; the constructor only stores what it is given.
@@ -84,6 +88,11 @@ class PartitionLog:
         self._last_snapshot: tuple[int, bytes] | None = None
         #: Serializes snapshot writers: a checkpoint (in a thread) and a roll (under the log's lock; taken second).
         self._snapshot_lock = threading.Lock()
+        #: Serializes leader-epoch checkpoint writers: `persist_epochs` (in a thread) and a truncation (taken second).
+        self._epochs_write_lock = threading.Lock()
+        #: An epoch change starting below this offset is written at once, by the append or truncation making
+        #: it: a recovery point already on disk may lie past it (the log was cut below one).
+        self._epochs_written_at_once_below = 0
         self._verification_guards = VerificationGuards()
         #: Segments let go whose files wait for file.delete.delay.ms (guarded by the lock).
         self._retired = RetiredFiles()
@@ -109,7 +118,7 @@ class PartitionLog:
         """
         lock = threading.Lock()
         with lock:  # the log's lock from the first use of its files on (the set closes none under it)
-            segments, rebuild_txn_index_from = open_segments(
+            segments, rebuild_txn_index_from, recovered_epochs = open_segments(
                 directory,
                 config.index_interval_bytes,
                 recovery_point=recovery_point,
@@ -127,9 +136,14 @@ class PartitionLog:
                                        snapshots=[offset for offset in snapshots if offset <= end_offset])
             first_timestamp = segments[-1].first_timestamp
         epochs = LeaderEpochCache.load(directory)
-        epochs.forget_from(end_offset)  # a recovered (cut) tail takes its epochs with it (written before the log grows)
+        epochs.forget_from(end_offset)  # a recovered (cut) tail takes its epochs with it
+        if recovered_epochs is not None:  # past the recovery point the batches say which epoch wrote them
+            epochs.forget_from(recovered_epochs.checked_from)
+            for epoch, start_offset in recovered_epochs.starts:
+                epochs.assign(epoch, start_offset)
         clean_offset = min(checkpoint.read_clean_offset(directory), end_offset)
         log = cls(directory, config, segments, log_start, producers, now_ms, epochs, clean_offset)
+        log._epochs_written_at_once_below = recovery_point  # a damaged log may have lost data below it
         log._active_since_ms = first_timestamp if first_timestamp >= 0 else now_ms
         return log
 
@@ -144,11 +158,6 @@ class PartitionLog:
     def log_end_offset(self) -> int:
         """The offset the next appended record gets."""
         return self._end_offset
-
-    @property
-    def durable_end_offset(self) -> int:
-        """Every batch below this offset is on stable storage (fsynced)."""
-        return self._unsynced.durable_end_offset
 
     @property
     def size_bytes(self) -> int:
@@ -196,10 +205,8 @@ class PartitionLog:
             next_offset = self._end_offset
             latest_epoch, epoch_starts = self.epochs.latest_epoch, []
             for slot, (position, header) in enumerate(batches):
-                marker = control_of(view, position, header, refuse=assign_offsets and not markers_allowed)
+                marker = self._admit(view, position, header, staged, assign_offsets, markers_allowed, verification_guard)
                 if assign_offsets:
-                    opens = self._producers.starts_transaction(header, staged)
-                    self._verification_guards.check(header, opens, verification_guard)
                     duplicate = self._producers.check(header, staged, marker)
                     if duplicate is not None:
                         if len(batches) > 1:
@@ -229,9 +236,12 @@ class PartitionLog:
                 or now_ms - self._active_since_ms > self.config.segment_ms
             ):
                 self._roll(first.base_offset, now_ms)
-            for epoch, start_offset in epoch_starts:  # before the batches can be durable: the cache is never behind
+            for epoch, start_offset in epoch_starts:  # in memory; `persist_epochs` writes them off the reactor
                 self.epochs.assign(epoch, start_offset)
-            self.epochs.persist_pending()
+            self.epochs.appended()
+            unpersisted_from = self.epochs.unpersisted_from
+            if unpersisted_from is not None and unpersisted_from < self._epochs_written_at_once_below:
+                self._write_epochs()
             self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
             self._producers.commit(staged, [ended for ended, _ in completed])
             self._transactions_written(staged, completed)
@@ -244,30 +254,6 @@ class PartitionLog:
                 log_append_time_ms=append_time,
                 log_start_offset=self._log_start_offset,
             )
-
-    def _transactions_written(
-        self, staged: dict[int, ProducerEntry], completed: list[tuple[CompletedTxn, AbortedTxn | None]]
-    ) -> None:
-        """After a write: open transactions and markers void their producers' guards; aborts are indexed."""
-        self._verification_guards.void(staged)
-        active = self._segments[-1]
-        for _, entry in completed:
-            if entry is not None:
-                active.txn_index.append(entry)
-        if completed:
-            active.txn_index.write_pending()
-            self._unsynced.txn_indexed(active)
-
-    def start_verification(self, producer_id: int) -> object:
-        """The guard of a transaction verification for ``producer_id`` (append with it once verified)."""
-        with self._lock:
-            return self._verification_guards.start(producer_id)
-
-    def needs_verification(self, producer_id: int, producer_epoch: int = -1) -> bool:
-        """True unless ``producer_id`` has an open transaction here, begun at ``producer_epoch`` or later (its
-        next transactional batch opens one; a newer epoch's batch opens a new one, transaction version 2)."""
-        with self._lock:
-            return not self._producers.has_open_transaction(producer_id, producer_epoch)
 
     def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         """Framing, magic and CRC of every batch, and the size limit; no record is decoded."""
@@ -305,46 +291,10 @@ class PartitionLog:
             self._last_snapshot = (base_offset, data)
 
     def start_leader_epoch(self, epoch: int) -> None:
-        """This broker leads the partition at ``epoch`` from the log end on (written with its first batch)."""
+        """This broker leads the partition at ``epoch`` from the log end on (in memory; see `persist_epochs`)."""
         with self._lock:
             self._check_open()
             self.epochs.begin(epoch, self._end_offset)
-
-    # -- durability --------------------------------------------------------------------------
-
-    def needs_flush(self, now_ms: int) -> bool:
-        """True when unsynced appends are due: at once under `sync`, by flush.ms/flush.messages otherwise."""
-        with self._lock:
-            config = self.config
-            return self._unsynced.due(config.flush_policy, config.flush_messages, config.flush_ms, now_ms)
-
-    def has_unsynced(self) -> bool:
-        """True when something written is covered by no fsync, finished or running (a flush would sync it)."""
-        with self._lock:
-            return self._unsynced.has_unsynced(self._end_offset)
-
-    def flush(self) -> int:
-        """fsync everything appended so far (lock not held during the fsync); return the durable end."""
-        ticket = self.begin_flush()
-        try:
-            for handle in ticket.handles:
-                fs.fsync(handle)
-        except BaseException:
-            self.end_flush(ticket, synced=False)
-            raise
-        return self.end_flush(ticket, synced=True)
-
-    def begin_flush(self) -> FlushTicket:
-        """Capture what an fsync must cover: descriptors to sync (the caller syncs them, then calls `end_flush`)."""
-        with self._lock:
-            self._check_open()
-            return self._unsynced.capture(self.directory, self._segments[-1], self._end_offset)
-
-    def end_flush(self, ticket: FlushTicket, synced: bool) -> int:
-        """Release a flush's descriptors; if they were synced, publish its end as durable. Returns the durable end."""
-        ticket.release()
-        with self._lock:
-            return self._unsynced.publish(ticket, synced)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -364,31 +314,6 @@ class PartitionLog:
                 data = segment.read(max(offset, segment.base_offset), max_bytes, limit)
                 slot += 1
             return ReadResult(records=data, log_start_offset=self._log_start_offset, log_end_offset=self._end_offset)
-
-    def last_stable_offset(self, high_watermark: int) -> int:
-        """The end of what read_committed readers may see: the first offset of an open (or unreplicated) transaction, capped at ``high_watermark``."""
-        with self._lock:
-            self._check_open()
-            first_unstable = self._producers.first_unstable_offset(high_watermark)
-            stable = high_watermark if first_unstable is None else min(first_unstable, high_watermark)
-            return max(stable, self._log_start_offset)
-
-    def has_unreplicated_markers(self) -> bool:
-        """Whether finished transactions wait for the high watermark to pass their markers (see `last_stable_offset`)."""
-        with self._lock:
-            return bool(self._producers.unreplicated)
-
-    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping [start_offset, upper_offset) (a read_committed fetch lists them)."""
-        with self._lock:
-            self._check_open()
-            slot = max(0, bisect.bisect_right(self._segments, start_offset, key=lambda s: s.base_offset) - 1)
-            return collect_aborted(self._segments[slot:], start_offset, upper_offset)
-
-    def open_transactions(self) -> dict[int, int]:
-        """Producer id -> first offset of each transaction open in this partition."""
-        with self._lock:
-            return dict(self._producers.ongoing)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The base offset of the first batch with a timestamp >= ``timestamp_ms`` (None if none)."""
@@ -422,6 +347,7 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
+            previous_end = self._end_offset
             if offset < self._end_offset:
                 if offset <= self._segments[0].base_offset:
                     self._start_empty_at(offset)
@@ -436,17 +362,21 @@ class PartitionLog:
                 if self._clean_offset > self._end_offset:
                     self._set_clean_offset(self._end_offset)  # what is appended next is dirty
                 self._producers = load_producers(self.directory, self._segments, self._end_offset)
-            self.epochs.truncate_from_end(offset)  # also an epoch that began at the log end but wrote nothing
+            self._epochs_written_at_once_below = max(self._epochs_written_at_once_below, previous_end)
+            with self._epochs_write_lock:
+                self.epochs.truncate_from_end(offset)  # also an epoch that began at the log end but wrote nothing
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every batch and go on, empty, from ``offset`` (a follower below its leader's log start)."""
         with self._lock:
             self._check_open()
             self._start_empty_at(offset)
+            self._epochs_written_at_once_below = max(self._epochs_written_at_once_below, self._end_offset)
             self._end_offset = offset
             self._unsynced.restarted(offset)
             self._make_cut_durable(-1)
-            self.epochs.truncate_from_end(0)
+            with self._epochs_write_lock:
+                self.epochs.truncate_from_end(0)
             self._set_clean_offset(offset)
             self._producers = ProducerStates()
 
@@ -527,63 +457,6 @@ class PartitionLog:
             self._check_open()
             return self._producers.expire(now_ms, expiration_ms)
 
-    # -- segments for the cleaner ------------------------------------------------------------
-
-    def cleaner_view(self) -> CleanerView:
-        """The sealed segments, where their dirty part starts and the batches producers need kept."""
-        with self._lock:
-            self._check_open()
-            for segment in self._segments[:-1]:
-                segment.ensure_tail()  # here, under the lock: the cleaner reads the tail state off it
-            first_open = min(self._producers.ongoing.values(), default=None)
-            sealed = list(self._segments[:-1])
-            return CleanerView(
-                segments=sealed,
-                first_dirty_offset=max(self._clean_offset, self._log_start_offset),
-                producer_last_offsets=self._producers.last_batch_offsets(),
-                stable_end_offset=self._end_offset if first_open is None else first_open,
-                aborted=[entry for segment in self._segments for entry in segment.txn_index.entries()],
-                generation=self._unsynced.generation,
-            )
-
-    def mark_clean(self, offset: int, generation: int) -> None:
-        """Record that compaction covered everything below ``offset`` (atomically checkpointed).
-
-        Ignored when the log was truncated since the pass took its `cleaner_view` (``generation``).
-        """
-        with self._lock:
-            self._check_open()
-            if generation == self._unsynced.generation and offset > self._clean_offset:
-                self._set_clean_offset(min(offset, self._end_offset))
-
-    def _set_clean_offset(self, offset: int) -> None:
-        self._clean_offset = offset
-        checkpoint.write_clean_offset(self.directory, offset)
-
-    def swap_in(self, old: Segment, swap_path: str, txn_index_path: str | None = None) -> None:
-        """Replace sealed segment ``old`` by its rewritten, fsynced ``swap_path`` (compaction's last step).
-
-        ``txn_index_path`` is its rewritten aborted-transaction index (fsynced too, written before
-        the swap's commit point): it goes in first, so a crash between the renames leaves recovery
-        a `.log.swap` to finish beside the index that belongs to it.
-        """
-        with self._lock:
-            self._check_open()
-            if old not in self._segments[:-1]:
-                fs.unlink(swap_path)  # retention or a truncation removed it meanwhile
-                if txn_index_path is not None:
-                    fs.unlink(txn_index_path)
-                return
-            if txn_index_path is not None:
-                fs.replace(txn_index_path, old.txn_index.path)
-            old.drop_indexes()
-            fs.replace(swap_path, old.path)
-            slot = self._segments.index(old)
-            segment = Segment(self.directory, old.base_offset, self.config.index_interval_bytes, self._files, self._lock)
-            segment.txn_index.load(old.base_offset, self._segments[slot + 1].base_offset)
-            self._segments[slot] = segment
-            self._unsynced.replaced([old])
-
     # -- lifecycle ---------------------------------------------------------------------------
 
     def snapshot_producers(self) -> None:
@@ -608,6 +481,7 @@ class PartitionLog:
             return
         self.flush()
         self.snapshot_producers()
+        self.persist_epochs()
         with self._lock:
             active = self._segments[-1]
             active.finish()

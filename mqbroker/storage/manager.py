@@ -3,7 +3,7 @@
 Layout::
 
     <data_dir>/<topic>-<partition>/          one PartitionLog per partition
-    <data_dir>/recovery-point-offset-checkpoint   below these offsets every log is fsynced
+    <data_dir>/recovery-point-offset-checkpoint   below these offsets every log (and its epoch cache) is fsynced
     <data_dir>/log-start-offset-checkpoint        where each log starts (delete_records_before)
     <data_dir>/.clean-shutdown                    present only after a clean `close()`
 
@@ -164,19 +164,19 @@ class LogManager:
         return sum(log.expire_producers(now_ms, expiration_ms) for log in self._logs.values())
 
     def checkpoint(self) -> None:
-        """Persist recovery points (durable ends), log start offsets and producer snapshots atomically.
+        """Persist leader-epoch caches, recovery points, log start offsets and producer snapshots atomically.
 
         Safe to call from a thread other than the one creating and deleting logs (it fsyncs, so
         the broker runs it in its thread pool).
         """
         with self._checkpoint_lock:
-            self._run_all(PartitionLog.snapshot_producers, list(self._logs.values()))
+            self._run_all(_persist_state, list(self._logs.values()))
             self._write_offsets()
 
     def _write_offsets(self) -> None:
         logs = list(self._logs.items())
         checkpoint.write_offsets(
-            os.path.join(self.data_dir, RECOVERY_POINTS), {key: log.durable_end_offset for key, log in logs}
+            os.path.join(self.data_dir, RECOVERY_POINTS), {key: log.recovery_point for key, log in logs}
         )
         checkpoint.write_offsets(
             os.path.join(self.data_dir, LOG_START_OFFSETS), {key: log.log_start_offset for key, log in logs}
@@ -192,3 +192,9 @@ class LogManager:
 
     def _directory(self, key: TopicPartition) -> str:
         return os.path.join(self.data_dir, f"{key[0]}-{key[1]}")
+
+
+def _persist_state(partition_log: PartitionLog) -> None:
+    """A checkpoint's work on one log: its producer snapshot and its epoch cache (before its recovery point moves)."""
+    partition_log.snapshot_producers()
+    partition_log.persist_epochs()

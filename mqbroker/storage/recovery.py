@@ -8,7 +8,8 @@ point. `open_segments` tidies the directory, then (unless the last shutdown was 
 every batch from the segment holding the recovery point, cuts the first bad one and everything
 after it, and fsyncs what it changed. It also says from which segment on the aborted-transaction
 indexes must be rebuilt (the log does that with its producers' replay): the first segment
-recovery checked, and any segment whose `.txnindex` is missing or does not fit it.
+recovery checked, and any segment whose `.txnindex` is missing or does not fit it; and where
+the leader epochs of the checked batches start (the log's epoch cache is rebuilt from them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+from typing import NamedTuple
 
 from mqbroker.storage import fs
 from mqbroker.storage.segment import CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX, Segment
@@ -24,6 +26,23 @@ from mqbroker.storage.txn_index import TXN_INDEX_SUFFIX
 
 #: Leftovers of an interrupted write or delete, removed when a log is opened.
 LEFTOVER_SUFFIXES = (".tmp", DELETED_SUFFIX)
+
+
+class RecoveredEpochs(NamedTuple):
+    """The leader epochs recovery found: from ``checked_from`` on, (epoch, start offset) of each change."""
+
+    checked_from: int
+    starts: list[tuple[int, int]]
+
+
+class OpenedSegments(NamedTuple):
+    """What `open_segments` found: the segments, and what of the log's derived state must be rebuilt."""
+
+    segments: list[Segment]
+    #: The base offset from which the aborted-transaction indexes must be rebuilt (None: none).
+    rebuild_txn_index_from: int | None
+    #: The epochs of the batches recovery checked (None: nothing was checked, the shutdown was clean).
+    epochs: RecoveredEpochs | None = None
 
 
 def open_segments(
@@ -35,9 +54,9 @@ def open_segments(
     clean_shutdown: bool,
     files: SegmentFiles | None = None,
     lock: threading.Lock | None = None,
-) -> tuple[list[Segment], int | None]:
+) -> OpenedSegments:
     """The segments of the log in ``directory`` (created empty at ``log_start_offset`` if there are none),
-    and the base offset from which their aborted-transaction indexes must be rebuilt (None: none).
+    the base offset from which their aborted-transaction indexes must be rebuilt, and the epochs recovery found.
 
     Recovery checks every batch from the segment holding ``recovery_point`` (and always the
     last segment), cuts the log at the first invalid byte and drops the segments after it.
@@ -54,12 +73,13 @@ def open_segments(
         segment = Segment(directory, log_start_offset, index_interval_bytes, files, lock)
         segment.create()
         fs.fsync_path(directory)
-        return [segment], None
+        return OpenedSegments([segment], None)
     if clean_shutdown:
         segments[-1].load_tail()
-        return segments, _doubtful_txn_index(segments, None)
-    segments, checked_from = _recover(directory, segments, recovery_point)
-    return segments, _doubtful_txn_index(segments, checked_from)
+        return OpenedSegments(segments, _doubtful_txn_index(segments, None))
+    epoch_starts: list[tuple[int, int]] = []
+    segments, checked_from = _recover(directory, segments, recovery_point, epoch_starts)
+    return OpenedSegments(segments, _doubtful_txn_index(segments, checked_from), RecoveredEpochs(checked_from, epoch_starts))
 
 
 def _doubtful_txn_index(segments: list[Segment], rebuild_from: int | None) -> int | None:
@@ -119,10 +139,13 @@ def _remove_leftovers(directory: str) -> list[str]:
     return left
 
 
-def _recover(directory: str, segments: list[Segment], recovery_point: int) -> tuple[list[Segment], int]:
+def _recover(
+    directory: str, segments: list[Segment], recovery_point: int, epoch_starts: list[tuple[int, int]]
+) -> tuple[list[Segment], int]:
     """Validate the segments from the one holding the recovery point; cut at the first bad byte.
 
-    Returns the segments kept and the base offset of the first one checked.
+    Returns the segments kept and the base offset of the first one checked; adds the leader
+    epochs of the kept batches to ``epoch_starts`` (see `Segment.recover`).
     """
     first = max(0, bisect.bisect_right(segments, recovery_point, key=lambda s: s.base_offset) - 1)
     checked_from = segments[first].base_offset
@@ -130,7 +153,7 @@ def _recover(directory: str, segments: list[Segment], recovery_point: int) -> tu
         segment = segments[slot]
         if slot > 0 and segment.base_offset < segments[slot - 1].next_offset:
             return _keep_segments(directory, segments, slot), checked_from
-        cut_bytes = segment.recover()
+        cut_bytes = segment.recover(epoch_starts)
         fs.fsync_path(segment.path)
         if slot < len(segments) - 1:
             segment.finish()

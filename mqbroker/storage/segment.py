@@ -421,10 +421,11 @@ class Segment:
 
     # -- recovery and truncation -------------------------------------------------------------
 
-    def recover(self) -> int:
+    def recover(self, epoch_starts: list[tuple[int, int]] | None = None) -> int:
         """Check every batch (framing, CRC, offsets), rebuild the indexes, cut a torn or garbage tail.
 
-        Returns the number of bytes cut.
+        Returns the number of bytes cut. Adds to ``epoch_starts`` (leader epoch, base offset) of
+        each valid batch whose leader epoch differs from the previous batch's.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -437,6 +438,8 @@ class Segment:
                     break
                 self._track(position, header)
                 valid_bytes = position + header.size_bytes
+                if epoch_starts is not None and (not epoch_starts or epoch_starts[-1][0] != header.partition_leader_epoch):
+                    epoch_starts.append((header.partition_leader_epoch, header.base_offset))
         except CorruptRecordError:
             pass  # everything from the first invalid byte on is cut below
         if valid_bytes < size:

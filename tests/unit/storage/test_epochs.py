@@ -1,4 +1,4 @@
-"""The leader-epoch cache: start offsets per epoch, persisted atomically before the batches they describe, cut with the log."""
+"""The leader-epoch cache: start offsets per epoch, persisted atomically off the append path, rebuilt by recovery, cut with the log."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from mqbroker.storage.config import LogConfig
 from mqbroker.storage.epochs import EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
 from mqbroker.storage.errors import CorruptFileError
 from mqbroker.storage.log import PartitionLog
+from mqbroker.storage.manager import LogManager
 from tests.powerloss import power_loss_disks
+from tests.unit.storage.logtools import SMALL_SEGMENTS, payload_batch
 
 
 def _batch(count: int = 1, leader_epoch: int = -1, base_offset: int = 0) -> bytes:
@@ -87,15 +89,84 @@ def test_a_truncation_is_durable_before_the_cache_forgets_its_epochs(tmp_path: p
     assert [entry.epoch for entry in recovered.epochs.entries] == ([0] if cut else [])
 
 
-def test_a_leadership_epoch_is_written_with_its_first_batch_not_before(tmp_path: pathlib.Path) -> None:
-    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0)
-    log.append(_batch(2), 0, leader_epoch=0)
-    log.start_leader_epoch(3)
-    assert log.epochs.entries == [EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=3, start_offset=2)]
-    on_disk = LeaderEpochCache.load(log.directory)
-    assert on_disk.entries == [EpochEntry(epoch=0, start_offset=0)]  # taking up the leadership wrote nothing
-    log.append(_batch(1), 0, leader_epoch=3)
-    assert LeaderEpochCache.load(log.directory).entries == log.epochs.entries
+def test_a_leadership_first_append_fsyncs_nothing_and_the_checkpoint_writes_its_epoch(tmp_path: pathlib.Path) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0)
+        log.append(_batch(2), 0, leader_epoch=0)
+        log.persist_epochs()
+        log.start_leader_epoch(3)
+        assert log.epochs.entries == [EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=3, start_offset=2)]
+        fsyncs = disk.fsyncs
+        log.append(_batch(1), 0, leader_epoch=3)  # on the reactor in a broker: it must not wait for the disk
+        assert disk.fsyncs == fsyncs
+        assert LeaderEpochCache.load(log.directory).entries == [EpochEntry(epoch=0, start_offset=0)]
+        assert log.recovery_point == 0  # the durable end (nothing flushed yet), and never past epoch 3's start
+        log.flush()
+        assert log.recovery_point == 2  # durable to 3, but epoch 3 (from 2) is only in memory
+        log.persist_epochs()  # the log manager's checkpoint, in a thread
+        assert LeaderEpochCache.load(log.directory).entries == log.epochs.entries
+        assert log.recovery_point == 3
+        log.close()
+
+
+def test_a_leadership_that_appends_nothing_is_never_written(tmp_path: pathlib.Path) -> None:
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0)
+        log.append(_batch(2), 0, leader_epoch=0)
+        log.persist_epochs()
+        fsyncs = disk.fsyncs
+        log.start_leader_epoch(3)  # a broker taking up thousands of leaderships at start-up
+        log.persist_epochs()
+        assert disk.fsyncs == fsyncs and log.recovery_point == log.durable_end_offset
+        log.close()
+
+
+def test_an_acknowledged_leadership_keeps_its_epoch_across_a_power_loss_before_the_checkpoint(tmp_path: pathlib.Path) -> None:
+    """The epoch is not on disk, but the recovery point written meanwhile stops before it: recovery rebuilds it."""
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        manager = LogManager(str(tmp_path), SMALL_SEGMENTS)
+        manager.open_all(now_ms=0)
+        log, _ = manager.create("t", 0), manager.create("t", 1)
+        for tag in range(60):
+            log.append(payload_batch(tag), 0, leader_epoch=0)
+        log.flush()
+        manager.checkpoint()  # epoch 0 and a recovery point at 60 on disk
+        log.start_leader_epoch(3)
+        for tag in range(60, 120):  # acknowledged: appended and fsynced, over several segments
+            log.append(payload_batch(tag), 0, leader_epoch=3)
+        assert log.flush() == 120 and len(log.segment_bases()) > 3
+        manager.delete("t", 1)  # rewrites the recovery points on the reactor, with no epoch write
+        disk.crash(random.Random(0), lose_everything=True)
+        recovered = LogManager(str(tmp_path), SMALL_SEGMENTS)
+        recovered.open_all(now_ms=0)
+        log = recovered.get("t", 0)
+        assert log.log_end_offset == 120
+        assert log.epochs.entries == [EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=3, start_offset=60)]
+        recovered.close()
+
+
+def test_an_epoch_starting_below_a_recovery_point_on_disk_is_written_by_its_append(tmp_path: pathlib.Path) -> None:
+    """After a truncation below the recovery point on disk, recovery would not rescan where the new epoch starts."""
+    with power_loss_disks(str(tmp_path)) as (disk,):
+        manager = LogManager(str(tmp_path), SMALL_SEGMENTS)
+        manager.open_all(now_ms=0)
+        log = manager.create("t", 0)
+        for tag in range(120):
+            log.append(payload_batch(tag), 0, leader_epoch=0)
+        log.flush()
+        manager.checkpoint()  # a recovery point at 120 on disk
+        log.truncate_to(30)  # a follower cut back to its new leader's log
+        log.start_leader_epoch(2)  # then it leads
+        for tag in range(30, 150):
+            log.append(payload_batch(tag), 0, leader_epoch=2)
+        assert log.flush() == 150
+        disk.crash(random.Random(0), lose_everything=True)  # before the next checkpoint
+        recovered = LogManager(str(tmp_path), SMALL_SEGMENTS)
+        recovered.open_all(now_ms=0)
+        log = recovered.get("t", 0)
+        assert log.log_end_offset == 150
+        assert log.epochs.entries == [EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=2, start_offset=30)]
+        recovered.close()
 
 
 @pytest.mark.parametrize("append", [False, True], ids=["epoch-wrote-nothing", "epoch-wrote-a-batch"])
