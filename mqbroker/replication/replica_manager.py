@@ -216,12 +216,12 @@ class ReplicaManager:
         node_id, now_ms = self._config.node_id, self._now_ms()
         following: dict[PartitionKey, tuple[int, int]] = {}
         current: set[PartitionKey] = set()
-        local = set(self._logs.partitions())
+        holds = self._logs.holds
         taken_up: list[tuple[PartitionKey, PartitionState]] = []
         for topic in image.topics.values():
             for number, state in enumerate(topic.partitions):
                 key = (topic.name, number)
-                if key not in local or node_id not in state.replicas:
+                if node_id not in state.replicas or not holds(*key):
                     continue
                 if state.leader_id == node_id:
                     current.add(key)
