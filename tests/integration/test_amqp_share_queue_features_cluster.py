@@ -19,7 +19,7 @@ from tests.integration.test_amqp_share_queues import (
     unique,
 )
 from tests.integration.test_cluster_frontends import _amqp, _node
-from tests.integration.test_shares_cluster import _share_host
+from tests.integration.share_support import share_host
 
 
 class Via:
@@ -45,8 +45,8 @@ def cluster(tmp_path: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
 def _owner_and_other(cluster: list[BrokerProcess], queue: str) -> tuple[Via, Via]:
     """The broker hosting ``queue``'s share group and another one."""
     bootstrap = cluster[0].bootstrap
-    wait_for(lambda: _share_host(bootstrap, queue_topic(queue)) > 0, 60, "a host for the queue's share group")
-    owner = _share_host(bootstrap, queue_topic(queue))
+    wait_for(lambda: share_host(bootstrap, queue_topic(queue)) > 0, 60, "a host for the queue's share group")
+    owner = share_host(bootstrap, queue_topic(queue))
     other = next(node for node in (1, 2, 3) if node != owner)
     return Via(_node(cluster, owner)), Via(_node(cluster, other))
 
