@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 import re
 import signal
 import socket
@@ -42,10 +43,37 @@ def running(process: BrokerProcess) -> Iterator[BrokerProcess]:
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A TCP port nobody listens on right now, below the kernel's ephemeral range.
+
+    A port the kernel picked (bind to 0) could be handed out again, as a connection's source port or
+    to another port-0 listener, between this pick and the broker's bind: a fixed port such as a
+    cluster's controller port then fails to bind. Ports below ``ip_local_port_range`` are never
+    handed out by the kernel, and one process never gets the same one twice.
+    """
+    while True:
+        port = _ports.randrange(_PORTS_LOW, _ephemeral_low())
+        if port in _handed_out:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+
+
+_PORTS_LOW = 10_000
+_ports = random.Random()
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out by itself (32768 where it cannot be read)."""
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 @dataclass
