@@ -15,6 +15,7 @@ the leader epochs of the checked batches start (the log's epoch cache is rebuilt
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import threading
 from typing import NamedTuple
@@ -133,7 +134,8 @@ def _remove_leftovers(directory: str) -> list[str]:
     for name in names:
         orphan_index = name.endswith((*INDEX_SUFFIXES, TXN_INDEX_SUFFIX)) and int(name.split(".")[0]) not in bases
         if name.endswith(LEFTOVER_SUFFIXES) or orphan_index:
-            fs.unlink(os.path.join(directory, name))
+            with contextlib.suppress(FileNotFoundError):  # already gone is what this step wants: never fail recovery
+                fs.unlink(os.path.join(directory, name))
         else:
             left.append(name)
     return left

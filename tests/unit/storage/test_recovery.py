@@ -215,3 +215,16 @@ def test_a_truncation_cut_short_by_a_power_loss_leaves_a_log_without_holes(tmp_p
         assert recovered.log_end_offset == (offsets[-1][1] if offsets else recovered.log_start_offset)
         calls += 1
     assert calls > 6, "the truncation made too few file-system calls to be cut in its middle"
+
+
+def test_a_leftover_gone_before_recovery_removes_it_does_not_fail_the_open(tmp_path, monkeypatch):
+    """The tidy-up lists the directory, then unlinks leftovers: one already gone (seen once in a crash test,
+    cause not found) is what that step wants, not a reason to refuse the log."""
+    log = open_log(tmp_path)
+    log.append(payload_batch(1), now_ms=0)
+    log.close()
+    listed = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: [*listed(path), "00000000000000000099.txnindex", "x.tmp"])
+    reopened = open_log(tmp_path)
+    assert len(read_all(reopened)) == 1
+    reopened.close()
