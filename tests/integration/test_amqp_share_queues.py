@@ -216,18 +216,25 @@ def drain_dead(channel: pika.adapters.blocking_connection.BlockingChannel, dead_
     return received
 
 
+#: The queue TTL of the dead-lettering check.
+TTL_MS = 2_000
+
+
 def check_dead_lettering(broker: AmqpBroker, other: AmqpBroker, queue: str) -> None:
     """Through ``broker``: a reject, an expiry at basic.get and a per-message expiration; through ``other``: the
     dead letters, with RabbitMQ's x-death."""
     connection = broker.connect()
     channel = connection.channel()
-    dead_queue = declare_dead_lettering(channel, queue, {"x-message-ttl": 300})
+    # The TTL leaves the first message time to reach the group and be taken on a loaded machine (the
+    # group reads what is durable and replicated); the second outlives it on purpose.
+    dead_queue = declare_dead_lettering(channel, queue, {"x-message-ttl": TTL_MS})
     channel.confirm_delivery()
     channel.basic_publish("", queue, b"rejected")
     method, _, _ = channel.basic_get(queue)
+    assert method is not None, f"a message published and confirmed was not there to get within {TTL_MS} ms"
     channel.basic_reject(method.delivery_tag, requeue=False)
     channel.basic_publish("", queue, b"expired")
-    time.sleep(0.5)
+    time.sleep(TTL_MS / 1000 + 0.2)
     assert channel.basic_get(queue) == (None, None, None), "an expired message is not delivered"
     connection.close()
     watcher = other.connect()
