@@ -156,6 +156,7 @@ def _overlapping(workers: list[AmqpWorker], before: float) -> list[bytes]:
     return overlaps
 
 
+@pytest.mark.slow  # share is the default type now: test_cluster_amqp_share_default.py runs the same through plain queues
 def test_a_share_queue_consumed_through_every_broker_has_one_owner_and_survives_a_kill9_of_it(
     cluster: list[BrokerProcess],
 ) -> None:
