@@ -14,7 +14,7 @@ from mqbroker import errors
 from mqbroker.groups.model import TopicPartition
 from mqbroker.protocols.native import share_messages as wire
 from mqbroker.shares import messages as shares
-from mqbroker.shares.partition import AcquiredRange, PartitionStats
+from mqbroker.shares.partition_values import AcquiredRange, PartitionStats
 
 
 def create_request(group_id: str, topics: Sequence[str], configs: Mapping[str, str]) -> wire.CreateShareGroupRequest:

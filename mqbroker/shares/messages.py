@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from mqbroker.errors import BrokerError
 from mqbroker.groups.model import TopicPartition
 from mqbroker.model import AcknowledgeType
-from mqbroker.shares.partition import AcquiredRange, PartitionStats
+from mqbroker.shares.partition_values import AcquiredRange, PartitionStats
 
 #: ``lease_ms`` value meaning "the group's lease".
 GROUP_LEASE = -1

@@ -27,12 +27,8 @@ from mqbroker.records.header import iter_batches
 from mqbroker.shares.data import ShareData
 from mqbroker.shares.delay_index import DelayIndex, IndexedDelay
 from mqbroker.shares.delays import delayed_records, one_record_batch, record_batch_at
-from mqbroker.shares.partition import (
-    AcquiredRange,
-    DeadLetter,
-    DueEntry,
-    SharePartition,
-)
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition_values import AcquiredRange, DeadLetter, DueEntry
 from mqbroker.shares.state_records import (
     DelayKey,
     PartitionKey,

@@ -34,7 +34,8 @@ import pathlib
 import pytest
 
 from mqbroker.model import AcknowledgeType
-from mqbroker.shares.partition import DueEntry, RecordState, SharePartition
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition_values import DueEntry, RecordState
 from mqbroker.shares.state_records import (
     DelayKey,
     PartitionKey,

@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mqbroker.model import AcknowledgeType
-from mqbroker.shares.partition import (
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition_values import (
     AcquiredRange,
     DeadLetter,
     DeathReason,
     DueEntry,
     RecordState,
     Scheduled,
-    SharePartition,
 )
 
 LEASE_MS = 1_000

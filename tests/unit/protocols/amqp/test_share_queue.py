@@ -20,7 +20,7 @@ from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, append_message
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import stamp
 from mqbroker.shares.messages import SharePartitionRecords
-from mqbroker.shares.partition import AcquiredRange
+from mqbroker.shares.partition_values import AcquiredRange
 
 
 def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
