@@ -68,8 +68,9 @@ class HostedGroup:
 
     @property
     def wants_records(self) -> bool:
-        """Whether anyone may fetch: members, or the broker itself for a push subscription."""
-        return len(self.members) > 0 or self.settings.push is not None
+        """Whether the partitions are read: someone may fetch (members, or the broker itself for a push
+        subscription), or a maximum of ready records must be kept whether anyone consumes or not."""
+        return len(self.members) > 0 or self.settings.push is not None or self.settings.ready_records_max is not None
 
     def activate(self) -> None:
         """Read ahead in every partition while someone may fetch."""

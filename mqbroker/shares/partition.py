@@ -13,7 +13,8 @@ region each offset is
 Offsets with one state are kept as *runs* (``first..last``), so a fetch of 500 records acquires
 one run and their acknowledgement settles one run: nothing here costs per record. Each acquisition
 counts a delivery; a released or expired record whose delivery count reached
-``max_delivery_attempts`` is dead-lettered instead of made available, as a rejected one is.
+``max_delivery_attempts`` is dead-lettered instead of made available, as a rejected one is. A group
+with a maximum of ready records (``trim``) dead-letters the oldest available ones beyond it.
 
 A record whose deliver-at time lies ahead leaves the region as done and is reported in
 ``scheduled``: the service stores it durably in the delay index. When it is due it comes back
@@ -255,6 +256,23 @@ class SharePartition:
             due = True
         if due:
             self._release_where(lambda run: run.deadline_ms <= now_ms, "lease expired")
+
+    def trim(self, ready_records_max: int, unread: int) -> int:
+        """Drop-head overflow: dead-letter (reason ``maxlen``) the oldest available records of the region until the
+        available ones plus ``unread`` (in the log past the region, all newer) are at most ``ready_records_max``."""
+        excess = sum(run.last - run.first + 1 for run in self._runs
+                     if run.state is RecordState.AVAILABLE) + unread - ready_records_max
+        dropped = 0
+        index = max(0, bisect.bisect_right(self._firsts, self._available_from) - 1)
+        while dropped < excess and index < len(self._runs):
+            run = self._runs[index]
+            if run.state is RecordState.AVAILABLE:
+                if run.first + excess - dropped <= run.last:
+                    self._split_at(index + 1, run.first + excess - dropped)
+                self._dead_letter(run, DeathReason.MAXLEN, "the queue is at its maximum length")
+                dropped += run.last - run.first + 1
+            index += 1
+        return dropped
 
     # --- dead letters -----------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class DeathReason(enum.Enum):
 
     REJECTED = "rejected"
     DELIVERY_LIMIT = "delivery_limit"
+    MAXLEN = "maxlen"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -126,6 +126,26 @@ class ShareService:
 
     def fetch(self, request: m.ShareFetchRequest) -> Deferred[m.ShareFetchResponse]:
         """Acknowledge, then acquire (waiting up to ``wait_ms_max`` for records when none are available)."""
+        group = self._groups.get(request.group_id)
+        if group is None or group.settings.ready_records_max is None:
+            return self._fetch(request)
+        return self._count_log_ends(group).addCallback(lambda _: self._fetch(request))
+
+    def _count_log_ends(self, group: HostedGroup) -> Deferred[None]:
+        """A group with a maximum of ready records counts what its logs hold now before it leases (then drops the
+        heads beyond it): a message published, and confirmed, before a fetch is counted, wherever it came through."""
+        ends = [self._data.log_offset(hosted.topic, hosted.partition, False).addCallback(hosted.note_log_end)
+                for hosted in group.partitions.values()]
+        counted = gatherResults(ends, consumeErrors=True)
+        counted.addErrback(lambda _: None)  # not known now: the ends of the last reads count
+
+        def trim(_: object) -> None:
+            for hosted in list(group.partitions.values()):
+                self._settle(group, hosted)
+
+        return counted.addCallback(trim)
+
+    def _fetch(self, request: m.ShareFetchRequest) -> Deferred[m.ShareFetchResponse]:
         try:
             group = self._group(request.group_id)
             member = group.members.require(request.group_id, request.member_id)
@@ -382,6 +402,8 @@ class ShareService:
         """After a state change: dead letters out, state to write, waiting fetches served, reading on."""
         if group.deleted or self._stopped:
             return []
+        if group.settings.ready_records_max is not None:
+            hosted.trim(group.settings.ready_records_max)
         copies = [self._dead_letters.copy(group, hosted, dead) for dead in hosted.drain()]
         if hosted.dirty:
             self._dirty.add(hosted)

@@ -14,15 +14,28 @@ from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.shares.delays import DELAY_HEADER
 
 #: Arguments a share queue refuses: the share group has no such per-queue behaviour.
-UNSUPPORTED_ARGUMENTS = ("x-max-length", "x-expires")
+UNSUPPORTED_ARGUMENTS = ("x-expires",)
+#: Arguments a share queue refuses together: the share group drops the heads beyond ``x-max-length`` itself
+#: (``max.ready.records``), and cannot route them through a dead-letter exchange.
+UNSUPPORTED_TOGETHER = (("x-max-length", "x-dead-letter-exchange"),)
+
+
+def refused_arguments(arguments: Mapping[str, Any]) -> list[str]:
+    """The arguments of a declaration that a share queue cannot honour (none: it may be one)."""
+    refused = [name for name in UNSUPPORTED_ARGUMENTS if arguments.get(name) is not None]
+    for names in UNSUPPORTED_TOGETHER:
+        if all(arguments.get(name) is not None for name in names):
+            refused.append(" with ".join(names))
+    return sorted(refused)
 
 
 def check_share_arguments(arguments: Mapping[str, Any]) -> None:
     """406 for an argument a share queue cannot honour, naming it."""
-    refused = sorted(name for name in UNSUPPORTED_ARGUMENTS if arguments.get(name) is not None)
+    refused = refused_arguments(arguments)
     if refused:
         raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{', '.join(refused)} not supported on share queues "
-                        "(x-queue-type share); configure the share group instead", class_id=50, method_id=10)
+                        "(x-queue-type share); declare a classic queue (x-queue-type classic) for it",
+                        class_id=50, method_id=10)
 
 
 def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> bool:
@@ -30,15 +43,17 @@ def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, ar
     type, and nothing in it needs a classic queue (non-durable, exclusive or auto-deleted queues live with a
     connection on one broker; arguments a share queue refuses)."""
     return (arguments.get("x-queue-type") is None and durable and not exclusive and not auto_delete
-            and not any(arguments.get(name) is not None for name in UNSUPPORTED_ARGUMENTS))
+            and not refused_arguments(arguments))
 
 
 def share_group_configs(arguments: Mapping[str, Any]) -> dict[str, str]:
     """The configs of a share queue's share group, from its declaration's arguments."""
     configs = {"auto.offset.reset": "earliest"}
-    delivery_limit = QueuePolicy.from_arguments(arguments).delivery_limit
-    if delivery_limit:
-        configs["max.delivery.attempts"] = str(min(delivery_limit, limits.share_delivery_attempts_max))
+    policy = QueuePolicy.from_arguments(arguments)
+    if policy.delivery_limit:
+        configs["max.delivery.attempts"] = str(min(policy.delivery_limit, limits.share_delivery_attempts_max))
+    if policy.max_length is not None:  # x-overflow is drop-head (QueuePolicy refuses the others)
+        configs["max.ready.records"] = str(policy.max_length)
     return configs
 
 

@@ -22,8 +22,11 @@ group without one).
 
 ``x-delay`` in a message's headers (milliseconds, as RabbitMQ's delayed-message plugin reads it)
 is stored as the record header the share group schedules by: the message is delivered once its
-time comes. Not on share queues: ``x-max-length`` and ``x-expires``. A message dead at
-``x-delivery-limit`` goes to the group's ``dead.letter.topic``, not the dead-letter exchange.
+time comes. ``x-max-length`` (drop-head) is the group's ``max.ready.records``: the group's host drops
+the oldest ready messages beyond it, counting what it has not read yet, whichever broker they were
+published through. Not on share queues: ``x-expires``, and ``x-max-length`` with a dead-letter
+exchange. A message dead at ``x-delivery-limit`` goes to the group's ``dead.letter.topic`` (none for
+a share queue: it is dropped, and counted), not the dead-letter exchange.
 """
 
 from __future__ import annotations
@@ -117,15 +120,17 @@ class ShareQueue(BaseQueue):
         return 0
 
     async def ready_count(self) -> int:
-        """Ready messages: available in the share group's region plus the log it has not read yet (0, logged, when
-        the group's host cannot be asked)."""
+        """Ready messages: available in the share group's region plus the log it has not read yet, at most
+        ``x-max-length`` (0, logged, when the group's host cannot be asked)."""
         await self._appender.drained()  # a publish before this on the connection is counted
         try:
-            return await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
+            ready = await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
         except errors.BrokerError as error:
             self.log.warn("AMQP share queue {queue}: its message count is not known now ({error}); 0 reported",
                           queue=self.name, error=error)
             return 0
+        # The group's host drops the heads beyond x-max-length as it counts what it has not read yet: never more.
+        return ready if self.policy.max_length is None else min(ready, self.policy.max_length)
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None) -> BatchStored:

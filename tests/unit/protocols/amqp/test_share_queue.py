@@ -25,10 +25,13 @@ from mqbroker.shares.partition_values import AcquiredRange
 
 def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
     with pytest.raises(AmqpError) as refused:
-        check_share_arguments({"x-queue-type": "share", "x-expires": 5, "x-max-length": 1})
-    assert refused.value.reply_code == 406 and "x-expires, x-max-length" in refused.value.reply_text
+        check_share_arguments({"x-queue-type": "share", "x-expires": 5, "x-max-length": 1,
+                               "x-dead-letter-exchange": "dlx"})
+    assert refused.value.reply_code == 406
+    assert "x-expires, x-max-length with x-dead-letter-exchange" in refused.value.reply_text
     check_share_arguments({"x-queue-type": "share", "x-delivery-limit": 3, "x-message-ttl": 5,
                            "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead"})
+    check_share_arguments({"x-queue-type": "share", "x-max-length": 3, "x-overflow": "drop-head"})
 
 
 @pytest.mark.parametrize(("declared", "share"), [
@@ -40,7 +43,8 @@ def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
     ({"arguments": {"x-queue-type": "stream"}}, False),
     ({"arguments": {"x-message-ttl": 1000}}, True),
     ({"arguments": {"x-dead-letter-exchange": "dlx"}}, True),
-    ({"arguments": {"x-max-length": 10}}, False),
+    ({"arguments": {"x-max-length": 10}}, True),
+    ({"arguments": {"x-max-length": 10, "x-dead-letter-exchange": "dlx"}}, False),
     ({"arguments": {"x-expires": 1000}}, False),
     ({"arguments": {"x-delivery-limit": 3}}, True),
 ])
@@ -54,6 +58,8 @@ def test_the_share_group_reads_from_the_start_and_takes_the_delivery_limit() -> 
     assert share_group_configs({"x-queue-type": "share"}) == {"auto.offset.reset": "earliest"}
     assert share_group_configs({"x-queue-type": "share", "x-delivery-limit": 4}) == {
         "auto.offset.reset": "earliest", "max.delivery.attempts": "4"}
+    assert share_group_configs({"x-max-length": 0, "x-overflow": "drop-head"}) == {
+        "auto.offset.reset": "earliest", "max.ready.records": "0"}
 
 
 @pytest.mark.parametrize(("value", "header"), [(1500, b"1500"), ("250", b"250"), (b"7", b"7"), (0, None), (-5, None),
