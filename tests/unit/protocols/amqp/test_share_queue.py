@@ -14,7 +14,7 @@ from mqbroker.protocols.amqp.share_arguments import (
     share_group_configs,
     takes_share_default,
 )
-from mqbroker.protocols.amqp.share_queue import _leased
+from mqbroker.protocols.amqp.share_consumers import _leased
 from mqbroker.protocols.amqp.spec import AmqpError, BasicProperties
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, append_message
 from mqbroker.records.builder import BatchBuilder
