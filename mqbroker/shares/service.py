@@ -68,7 +68,7 @@ class ShareService:
         self._arming: IDelayedCall | None = None
         self._stopped = False
         for group_id, definition in replayed.definitions.items():
-            self._groups[group_id] = HostedGroup(group_id, definition, new_member_id)
+            self._groups[group_id] = HostedGroup(group_id, definition, new_member_id, now_ms=self.now_ms())
         for key, snapshot in replayed.snapshots.items():
             group = self._groups.get(key.group_id)
             if group is not None:
@@ -96,6 +96,7 @@ class ShareService:
                                              topics=request.topics, now_ms=self.now_ms())
         except errors.BrokerError as error:
             return fail(error)
+        group.last_used_ms = self.now_ms()
         if member is None:
             self._member_gone(group, request.member_id, "the member left")
             return succeed(m.ShareHeartbeatResponse(member_id=request.member_id, member_epoch=-1,
@@ -118,6 +119,7 @@ class ShareService:
         return assignment
 
     def _member_gone(self, group: HostedGroup, member_id: str, reason: str) -> None:
+        group.last_used_ms = self.now_ms()
         for hosted in group.release_member(member_id, reason):
             self._settle(group, hosted)
         group.activate()
@@ -266,7 +268,7 @@ class ShareService:
         """A heartbeat for a new group creates it with the default settings, as KIP-932 does."""
         _check_group_id(group_id)
         group = HostedGroup(group_id, GroupDefinition(created_ms=self.now_ms(), topics=(), configs={}),
-                            self._new_member_id)
+                            self._new_member_id, now_ms=self.now_ms())
         group.definition_changed = True
         self._groups[group_id] = group
         self._writer.nudge()
@@ -281,7 +283,8 @@ class ShareService:
                     f"share group {group_id!r} exists; change it with `mqbroker share-groups alter`")
             parse_settings(configs)
             group = HostedGroup(group_id, GroupDefinition(created_ms=self.now_ms(), topics=tuple(topics),
-                                                          configs=dict(configs)), self._new_member_id)
+                                                          configs=dict(configs)), self._new_member_id,
+                                now_ms=self.now_ms())
         except errors.BrokerError as error:
             return fail(error)
         group.definition_changed = True
@@ -346,7 +349,8 @@ class ShareService:
         depth = self._dead_letters.depth(group.settings.dead_letter_topic)
         return depth.addCallback(lambda records: m.ShareGroupDescription(
             group_id=group_id, topics=group.definition.topics, configs=shown_configs(group.definition.configs),
-            members=members, partitions=partitions, dead_lettered=group.dead_lettered, dead_letter_depth=records))
+            members=members, partitions=partitions, dead_lettered=group.dead_lettered, dead_letter_depth=records,
+            unused_ms=group.unused_ms(self.now_ms())))
 
     def list_groups(self) -> list[m.ShareGroupListing]:
         """Every group hosted here."""

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pika
 import pytest
 
+from mqbroker.client.share_admin import ShareGroupAdmin
+from mqbroker.errors import GroupIdNotFoundError
 from mqbroker.protocols.amqp.stored import queue_topic
 from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_broker  # noqa: F401 (fixture)
 from tests.integration.brokerprocess import BrokerProcess
@@ -132,3 +134,57 @@ def _declared(channel: pika.adapters.blocking_connection.BlockingChannel, queue:
         return True
     except pika.exceptions.ChannelClosedByBroker:
         return False
+
+
+def test_an_unused_share_queue_with_x_expires_is_deleted(amqp_broker: AmqpBroker) -> None:
+    """A consumer keeps the queue; after it left, redeclaring restarts the clock; unused for x-expires, it is gone
+    (its share group, watched without touching the queue, and then the queue itself)."""
+    connection = amqp_broker.connect()
+    queue = unique("expiring")
+    arguments = {**SHARE, "x-expires": 1500}
+    connection.channel().queue_declare(queue, durable=True, arguments=arguments)
+    publish_confirmed(connection, queue, [b"kept"])
+    consumer = connection.channel()
+    tag = consumer.basic_consume(queue, lambda channel, method, _, body: None, auto_ack=True)
+    connection.sleep(2.5)  # longer than x-expires: the consumer keeps it
+    assert group_exists(amqp_broker.bootstrap, queue)
+    consumer.basic_cancel(tag)
+    connection.sleep(1.0)
+    connection.channel().queue_declare(queue, durable=True, arguments=arguments)
+    connection.sleep(1.0)  # 2 s since the consumer left, 1 s since the redeclaration
+    assert group_exists(amqp_broker.bootstrap, queue)
+    wait_until(lambda: not group_exists(amqp_broker.bootstrap, queue), 10, "the unused queue's deletion")
+    assert not _declared(connection.channel(), queue)
+    connection.close()
+
+
+def group_exists(bootstrap: str, queue: str) -> bool:
+    """Whether ``queue``'s share group is there (asked of the group's host: the queue is not touched)."""
+    with ShareGroupAdmin(bootstrap) as admin:
+        try:
+            admin.describe(queue_topic(queue))
+            return True
+        except GroupIdNotFoundError:
+            return False
+
+
+@pytest.mark.slow
+def test_a_share_queue_consumed_through_another_broker_expires_only_once_unused_everywhere(
+        cluster: list[BrokerProcess]) -> None:
+    """Declared through broker 1, consumed through broker 2 for longer than x-expires: kept; once the consumer left,
+    the group's host counts it unused and the queue is gone from every broker."""
+    first, second, third = (_amqp(broker) for broker in cluster)
+    queue = unique("cluster-expiring")
+    first.channel().queue_declare(queue, durable=True, arguments={"x-expires": 2000})
+    bootstrap = cluster[0].bootstrap
+    wait_until(lambda: group_exists(bootstrap, queue), 30, "the queue's share group")
+    wait_until(lambda: _declared(second.channel(), queue), 30, "the queue on broker 2")
+    consumer = second.channel()
+    tag = consumer.basic_consume(queue, lambda channel, method, _, body: None, auto_ack=True)
+    second.sleep(3.5)
+    assert group_exists(bootstrap, queue)
+    consumer.basic_cancel(tag)
+    wait_until(lambda: not group_exists(bootstrap, queue), 15, "the unused queue's deletion")
+    wait_until(lambda: not _declared(third.channel(), queue), 10, "the queue gone from broker 3")
+    for connection in (first, second, third):
+        connection.close()

@@ -13,8 +13,6 @@ from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.shares.delays import DELAY_HEADER
 
-#: Arguments a share queue refuses: the share group has no such per-queue behaviour.
-UNSUPPORTED_ARGUMENTS = ("x-expires",)
 #: Arguments a share queue refuses together: the share group drops the heads beyond ``x-max-length`` itself
 #: (``max.ready.records``), and cannot route them through a dead-letter exchange.
 UNSUPPORTED_TOGETHER = (("x-max-length", "x-dead-letter-exchange"),)
@@ -22,7 +20,7 @@ UNSUPPORTED_TOGETHER = (("x-max-length", "x-dead-letter-exchange"),)
 
 def refused_arguments(arguments: Mapping[str, Any]) -> list[str]:
     """The arguments of a declaration that a share queue cannot honour (none: it may be one)."""
-    refused = [name for name in UNSUPPORTED_ARGUMENTS if arguments.get(name) is not None]
+    refused = []
     for names in UNSUPPORTED_TOGETHER:
         if all(arguments.get(name) is not None for name in names):
             refused.append(" with ".join(names))

@@ -155,3 +155,28 @@ class ShareQueue(ShareGroupMembers):
             return None
         finally:
             self._leave_when_settled([key])
+
+    async def touch(self) -> None:
+        """A redeclaration uses an ``x-expires`` queue: a member of the broker's own joins and leaves its share
+        group, so the group's host counts the queue's unused time from now (a failure is logged)."""
+        if self.policy.expires_ms is None or self.deleted:
+            return
+        key = broker_member_key("declare")
+        try:
+            await self._member_for(key)
+        except errors.BrokerError as error:
+            self.log.warn("AMQP share queue {queue}: its redeclaration did not reach its share group ({error}); "
+                          "its x-expires counts from its last use before", queue=self.name, error=error)
+        finally:
+            self._leave_when_settled([key])
+
+    async def unused_past_expiry(self) -> bool:
+        """Whether ``x-expires`` ended this queue: its share group's host has counted it without members (no
+        consumer, no basic.get, no redeclaration, through any broker) that long."""
+        if self.policy.expires_ms is None or self.deleted or self.consumers:
+            return False
+        try:
+            described = await self.host.broker.describe_share_group(self.host.principal, self.group_id)
+        except errors.BrokerError:
+            return False  # not known now: asked again at the next housekeeping
+        return described.unused_ms >= self.policy.expires_ms

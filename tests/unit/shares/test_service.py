@@ -244,6 +244,25 @@ def test_a_maximum_of_ready_records_counts_what_the_group_has_not_read_and_spare
     assert fired(rig.broker.describe_share_group(ANONYMOUS, "g")).dead_lettered == 2
 
 
+def test_the_host_counts_how_long_a_group_has_been_without_members(tmp_path: Path) -> None:
+    """``unused_ms`` (AMQP x-expires) runs from the hosting, stops while a member is in, and restarts as it leaves."""
+    rig = _started(tmp_path)
+    _create(rig)
+
+    def unused_ms() -> int:
+        return fired(rig.broker.describe_share_group(ANONYMOUS, "g")).unused_ms
+
+    _settle(rig, 2.0)
+    assert unused_ms() == 2_000
+    member = _join(rig)
+    _settle(rig, 3.0)
+    assert unused_ms() == 0
+    fired(rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+        group_id="g", member_id=member, member_epoch=-1)))
+    _settle(rig, 0.5)
+    assert unused_ms() == 500
+
+
 def test_a_delayed_record_is_delivered_at_its_time_and_not_before(tmp_path: Path) -> None:
     rig = _started(tmp_path)
     _create(rig)

@@ -25,13 +25,12 @@ from mqbroker.shares.partition_values import AcquiredRange
 
 def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
     with pytest.raises(AmqpError) as refused:
-        check_share_arguments({"x-queue-type": "share", "x-expires": 5, "x-max-length": 1,
-                               "x-dead-letter-exchange": "dlx"})
+        check_share_arguments({"x-queue-type": "share", "x-max-length": 1, "x-dead-letter-exchange": "dlx"})
     assert refused.value.reply_code == 406
-    assert "x-expires, x-max-length with x-dead-letter-exchange" in refused.value.reply_text
+    assert "x-max-length with x-dead-letter-exchange" in refused.value.reply_text
     check_share_arguments({"x-queue-type": "share", "x-delivery-limit": 3, "x-message-ttl": 5,
                            "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead"})
-    check_share_arguments({"x-queue-type": "share", "x-max-length": 3, "x-overflow": "drop-head"})
+    check_share_arguments({"x-queue-type": "share", "x-max-length": 3, "x-overflow": "drop-head", "x-expires": 5})
 
 
 @pytest.mark.parametrize(("declared", "share"), [
@@ -45,7 +44,7 @@ def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
     ({"arguments": {"x-dead-letter-exchange": "dlx"}}, True),
     ({"arguments": {"x-max-length": 10}}, True),
     ({"arguments": {"x-max-length": 10, "x-dead-letter-exchange": "dlx"}}, False),
-    ({"arguments": {"x-expires": 1000}}, False),
+    ({"arguments": {"x-expires": 1000}}, True),
     ({"arguments": {"x-delivery-limit": 3}}, True),
 ])
 def test_only_a_durable_shared_queue_without_type_or_refused_arguments_takes_the_share_default(
