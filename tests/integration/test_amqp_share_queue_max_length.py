@@ -1,5 +1,7 @@
-"""``x-max-length`` (drop-head) on AMQP share queues, with pika against real brokers: the share group's host drops
-the oldest ready messages beyond the maximum, whichever broker they were published through."""
+"""What the share group's host decides for an AMQP share queue, with pika against real brokers: ``x-max-length``
+(drop-head) drops the oldest ready messages whichever broker they were published through; they, and messages past
+``x-delivery-limit``, go through the dead-letter exchange; ``x-expires`` deletes a queue unused through every
+broker."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_brok
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import start_cluster
 from tests.integration.share_support import share_host, wait_until
-from tests.integration.test_amqp_share_queues import SHARE, unique
+from tests.integration.test_amqp_share_queues import SHARE, declare_dead_lettering, drain_dead, unique
 from tests.integration.test_cluster_frontends import _amqp
 
 
@@ -134,6 +136,39 @@ def _declared(channel: pika.adapters.blocking_connection.BlockingChannel, queue:
         return True
     except pika.exceptions.ChannelClosedByBroker:
         return False
+
+
+def test_heads_dropped_at_max_length_go_through_the_dead_letter_exchange_with_reason_maxlen(
+        amqp_broker: AmqpBroker) -> None:
+    """RabbitMQ dead-letters the heads x-max-length drops: so does a share queue with a dead-letter exchange."""
+    connection = amqp_broker.connect()
+    queue = unique("bounded-dlx")
+    dead_queue = declare_dead_lettering(connection.channel(), queue, {"x-max-length": 2})
+    publish_confirmed(connection, queue, [b"1", b"2", b"3", b"4"])
+    deaths = {body: properties.headers["x-death"][0] for body, (properties, _) in
+              drain_dead(connection.channel(), dead_queue, 2).items()}
+    assert sorted(deaths) == [b"1", b"2"]
+    assert all(death["reason"] == "maxlen" and death["queue"] == queue for death in deaths.values())
+    assert take_all(connection, queue) == [b"3", b"4"]
+    connection.close()
+
+
+def test_a_message_past_its_delivery_limit_goes_through_the_dead_letter_exchange(amqp_broker: AmqpBroker) -> None:
+    """x-delivery-limit 2: requeued twice, the message is dead-lettered with reason delivery_limit (as a RabbitMQ
+    quorum queue does), not delivered a third time."""
+    connection = amqp_broker.connect()
+    queue = unique("limited")
+    dead_queue = declare_dead_lettering(connection.channel(), queue, {"x-delivery-limit": 2})
+    publish_confirmed(connection, queue, [b"poison"])
+    channel = connection.channel()
+    for attempt in (1, 2):
+        method = wait_until(lambda: channel.basic_get(queue)[0], 10, f"delivery {attempt}")
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    [(properties, _)] = drain_dead(connection.channel(), dead_queue, 1).values()
+    death = properties.headers["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"]) == ("delivery_limit", queue, 1)
+    assert channel.basic_get(queue) == (None, None, None)
+    connection.close()
 
 
 def test_an_unused_share_queue_with_x_expires_is_deleted(amqp_broker: AmqpBroker) -> None:

@@ -68,7 +68,7 @@ class ShareGroupMembers(BaseQueue):
     def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None) -> None:
         super().__init__(host, declaration, owner)
         self.group_id = self.topic
-        self._configs = share_group_configs(declaration.arguments)
+        self._configs = share_group_configs(declaration.name, declaration.arguments)
         self.policy = QueuePolicy.from_arguments(declaration.arguments)
         self._members: dict[ConsumerKey, _Member] = {}
         #: Who holds each delivered, unsettled offset (settlements come by offset, per queue).

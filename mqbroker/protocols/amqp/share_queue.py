@@ -36,11 +36,12 @@ from twisted.internet.defer import Deferred
 from mqbroker import errors, limits
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.amqp.appender import BatchStored
-from mqbroker.protocols.amqp.queue_arguments import DeathReason
+from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, is_expired
 from mqbroker.protocols.amqp.queues import ConsumerKey, QueueHost
-from mqbroker.protocols.amqp.share_arguments import check_share_arguments, delay_header
+from mqbroker.protocols.amqp.share_arguments import delay_header
 from mqbroker.protocols.amqp.share_consumers import ShareGroupMembers, broker_member_key
+from mqbroker.protocols.amqp.share_dead_letters import DeadLetterForwarding
 from mqbroker.protocols.amqp.share_view import ready_messages, records_past_ttl
 from mqbroker.protocols.amqp.stored import QueueDeclaration
 from mqbroker.shares import messages as share
@@ -50,8 +51,25 @@ class ShareQueue(ShareGroupMembers):
     """An AMQP queue served by the share group of its log topic."""
 
     def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None) -> None:
-        check_share_arguments(declaration.arguments)
+        policy = QueuePolicy.from_arguments(declaration.arguments)
+        #: Routes the dead letters the group's host decides on (maxlen, delivery_limit) through the dead-letter
+        #: exchange (set before the group is created: its topic and group come first).
+        self._dead_letters = None if policy.dead_letter_exchange is None else DeadLetterForwarding(
+            host, declaration.name, policy, host.republish_dead)
         super().__init__(host, declaration, owner)
+
+    async def ensure_group(self) -> None:
+        """Create the share group unless it exists (with a dead-letter exchange, its dead-letter topic and group
+        first: the group names the topic)."""
+        if self._dead_letters is not None and not self._group_created:
+            await self._dead_letters.ensure_group()
+        await super().ensure_group()
+
+    async def delete_group(self) -> None:
+        """Delete the share group (and the dead-letter topic and group) once the members left."""
+        await super().delete_group()
+        if self._dead_letters is not None:
+            await self._dead_letters.delete()
 
     @property
     def message_count(self) -> int:
@@ -103,8 +121,18 @@ class ShareQueue(ShareGroupMembers):
         return purged
 
     def housekeep(self, now_ms: int) -> None:
-        """Expire what ``x-message-ttl`` ended at the head (leases and delays expire in the share group itself)."""
-        if self.policy.message_ttl_ms is None or self._expiring or self.deleted:
+        """Route the host's dead letters through the dead-letter exchange; expire what ``x-message-ttl`` ended at the
+        head (leases and delays expire in the share group itself)."""
+        if self.deleted:
+            return
+        if self._dead_letters is not None and not self._dead_letters.running:
+            self._dead_letters.running = True
+            forwarding = Deferred.fromCoroutine(self._dead_letters.forward())
+            forwarding.addErrback(lambda failure: self.log.warn(
+                "AMQP share queue {queue}: routing dead letters through {exchange} failed ({error}); tried again in a "
+                "moment", queue=self.name, exchange=self.policy.dead_letter_exchange, error=failure.getErrorMessage()))
+            forwarding.addBoth(lambda _: setattr(self._dead_letters, "running", False))
+        if self.policy.message_ttl_ms is None or self._expiring:
             return
         self._expiring = True
         expiring = Deferred.fromCoroutine(self._expire_head(now_ms - self.policy.message_ttl_ms))

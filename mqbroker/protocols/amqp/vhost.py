@@ -72,7 +72,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
-from mqbroker.protocols.amqp.share_arguments import check_share_arguments, takes_share_default
+from mqbroker.protocols.amqp.share_arguments import takes_share_default
 from mqbroker.protocols.amqp.share_queue import ShareQueue
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
@@ -334,8 +334,7 @@ class VirtualHost:
                 arguments["x-queue-type"] = "share"  # stored so: every broker serves it as a share queue
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
                                            arguments=arguments)
-            if QueuePolicy.from_arguments(declaration.arguments).queue_type is QueueType.SHARE:  # 406 before
-                check_share_arguments(declaration.arguments)  # anything is created
+            QueuePolicy.from_arguments(declaration.arguments)  # a bad argument: 406 before anything is created
             topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
