@@ -24,9 +24,11 @@ group without one).
 is stored as the record header the share group schedules by: the message is delivered once its
 time comes. ``x-max-length`` (drop-head) is the group's ``max.ready.records``: the group's host drops
 the oldest ready messages beyond it, counting what it has not read yet, whichever broker they were
-published through. Not on share queues: ``x-expires``, and ``x-max-length`` with a dead-letter
-exchange. A message dead at ``x-delivery-limit`` goes to the group's ``dead.letter.topic`` (none for
-a share queue: it is dropped, and counted), not the dead-letter exchange.
+published through. ``x-expires``: the host counts how long the group has had no member, a
+redeclaration joins and leaves, and each broker's housekeeping deletes the queue once that reached
+it. The dead letters the host decides on (``maxlen``, ``delivery_limit``) reach the dead-letter
+exchange through the queue's dead-letter topic (``share_dead_letters.py``); without one they are
+dropped, and counted.
 """
 
 from __future__ import annotations
