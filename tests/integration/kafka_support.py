@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from mqbroker.protocols.kafka import codec
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from tests.integration.brokerprocess import BrokerProcess
@@ -36,6 +38,17 @@ def start_kafka_broker(directory: pathlib.Path, *extra_args: str) -> Iterator[Br
         yield process
     finally:
         process.kill()
+
+
+def kafka_broker_fixture(name: str, *extra_args: str) -> Any:
+    """A module-scoped ``kafka_broker`` fixture: one broker (``start_kafka_broker``, ``extra_args``) in a temporary
+    directory named ``name``, for a test module's tests. Use: ``kafka_broker = kafka_broker_fixture("kafka-admin")``."""
+
+    @pytest.fixture(scope="module")
+    def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+        yield from start_kafka_broker(tmp_path_factory.mktemp(name), *extra_args)
+
+    return kafka_broker
 
 
 def unique(prefix: str) -> str:

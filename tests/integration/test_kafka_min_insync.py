@@ -6,7 +6,6 @@ wire (the exact error code) and with kafka-python, whose producer raises ``NotEn
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,15 +24,13 @@ from tests.integration.kafka_support import (
     FAST_GROUPS,
     kafka_bootstrap,
     kafka_call,
-    start_kafka_broker,
+    kafka_broker_fixture,
     unique,
     wait_until,
 )
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-min-insync"))
+kafka_broker = kafka_broker_fixture("kafka-min-insync")
 
 
 def _produce(port: int, topic: str, acks: int, value: bytes) -> int:
