@@ -141,6 +141,19 @@ def kafka_call(port: int, key: ApiKey, version: int, request: object) -> Any:
         return read_kafka_response(sock, key, version)[1]
 
 
+def produce_one(port: int, topic: str, acks: int, value: bytes) -> int:
+    """One Produce v9 of one record to partition 0 of ``topic`` at 127.0.0.1:``port``; the partition's error code."""
+    from mqbroker.protocols.kafka.messages.produce_fetch import PartitionProduceData, ProduceRequest, TopicProduceData
+    from mqbroker.records.builder import BatchBuilder
+
+    builder = BatchBuilder()
+    builder.append(1_700_000_000_000, None, value)
+    request = ProduceRequest(acks=acks, timeout_ms=5_000, topic_data=(
+        TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=builder.build()),)),))
+    answer = kafka_call(port, ApiKey.PRODUCE, 9, request)
+    return int(answer.responses[0].partition_responses[0].error_code)
+
+
 def kafka_tool(name: str, *args: str, timeout_s: float = 90.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run one of Apache Kafka's command-line tools (installed by ``kafka_reference.sh install``)."""
     return subprocess.run([str(REFERENCE_SCRIPT), name, *args], input=stdin, capture_output=True, text=True,
