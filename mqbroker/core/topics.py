@@ -357,7 +357,14 @@ class TopicAdmin:
         # As a topic without overrides takes them: on this broker (the cluster's) or on the broker named.
         layers = TopicConfigLayers.of(self._config.topic_defaults, proposed,
                                       self._config.node_id if broker_id is None else broker_id)
-        validate_dynamic_topic_defaults(layers)
+        if broker_id is not None and "min.insync.replicas" in set_configs:
+            raise errors.InvalidConfigError(
+                "min.insync.replicas is cluster-wide (as in Kafka with eligible leader replicas): set it for the "
+                "cluster (broker resource \"\", kafka-configs --entity-default) or per topic")
+        try:
+            validate_dynamic_topic_defaults(layers)
+        except errors.InvalidConfigError as error:  # a broker config's value: Kafka answers INVALID_REQUEST
+            raise errors.InvalidRequestError(error.message) from None
         if validate_only:
             return succeed(None)
         return self._cluster.alter_broker_configs(entity, dict(set_configs), list(delete_configs))

@@ -271,8 +271,10 @@ def test_dynamic_broker_configs_need_alter_configs_on_the_cluster_and_validate_o
         fired(denied.broker.alter_broker_configs(ALICE, None, {"retention.ms": "100"}, []))
     rig = build_broker(tmp_path / "allowed", FakeClusterView())
     fired(rig.broker.alter_broker_configs(ALICE, None, {"retention.ms": "100"}, [], validate_only=True))
-    with pytest.raises(errors.InvalidConfigError):
-        fired(rig.broker.alter_broker_configs(ALICE, 1, {"min.insync.replicas": "zero"}, []))
+    with pytest.raises(errors.InvalidRequestError, match="min.insync.replicas"):  # a bad value, as Kafka answers it
+        fired(rig.broker.alter_broker_configs(ALICE, None, {"min.insync.replicas": "zero"}, []))
+    with pytest.raises(errors.InvalidConfigError, match="cluster-wide"):
+        fired(rig.broker.alter_broker_configs(ALICE, 1, {"min.insync.replicas": "2"}, []))
     assert denied.cluster.proposed == rig.cluster.proposed == []
     fired(rig.broker.alter_broker_configs(ALICE, 1, {"retention.ms": "100", "segment.bytes": "2000000"}, []))
     fired(rig.broker.alter_broker_configs(ALICE, 1, {}, ["segment.bytes"]))

@@ -128,8 +128,12 @@ def _topic_keys(names: Sequence[str], *, deleting: bool = False) -> dict[str, st
 
 async def _alter_broker(context: RequestContext, name: str, set_configs: Mapping[str, str],
                         delete_configs: Sequence[str], validate_only: bool) -> None:
-    """Change dynamic topic defaults of the cluster or a broker, given under their broker names."""
+    """Change dynamic topic defaults of the cluster or of this broker (as Kafka: a broker's own are changed through
+    it; clients send them there), given under their broker names."""
     broker_id = _broker_id(name)
+    if broker_id is not None and broker_id != context.node_id:
+        raise errors.InvalidRequestError(f"broker {broker_id}'s configs are changed through broker {broker_id} itself; "
+                                         f"this is broker {context.node_id} (send the request to the broker it names)")
     keys = _topic_keys(list(set_configs))
     deleted = _topic_keys(delete_configs, deleting=True)
     await context.calls.alter_broker_configs(broker_id, {keys[key]: value for key, value in set_configs.items()},
