@@ -30,7 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mqbroker.cli.common import add_client_options, client_security, reporting_errors
-from mqbroker.client.collector import collector_paused
+from mqbroker.client.producer_batch import DeliveryCounts
 
 SAMPLE_EVERY = 997
 _SEND_TIME = struct.Struct(">q")
@@ -82,18 +82,12 @@ def percentiles_ms(samples_s: Sequence[float], total: int | None = None) -> dict
     return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999), "max": milliseconds(ordered[-1])}
 
 
-def count_outcomes(futures: Sequence[Any]) -> tuple[int, int, str | None]:
-    """(acknowledged, failed, first error) of finished send futures, one record each."""
-    acknowledged, failed, first_error = 0, 0, None
-    for future in futures:
-        try:
-            future.result(0)
-        except Exception as error:  # any failure of that send: it is not counted as delivered
-            failed += 1
-            first_error = first_error or f"{type(error).__name__}: {error}"
-        else:
-            acknowledged += 1
-    return acknowledged, failed, first_error
+def outcomes_between(before: DeliveryCounts, after: DeliveryCounts, seconds: float) -> SendOutcomes:
+    """The outcomes of the records a producer finished between two of its ``delivery_counts``."""
+    failed = after.failed - before.failed
+    error = after.first_error if failed else None
+    return SendOutcomes(seconds, after.acknowledged - before.acknowledged, failed,
+                        None if error is None else f"{type(error).__name__}: {error}")
 
 
 def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
@@ -126,12 +120,7 @@ def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
             if on_sample is not None and index % SAMPLE_EVERY == 0:
                 on_sample(index, future)
     producer.flush()
-    seconds = time.perf_counter() - started
-    after = producer.delivery_counts()
-    failed = after.failed - before.failed
-    first_error = after.first_error if failed else None
-    return SendOutcomes(seconds, after.acknowledged - before.acknowledged, failed,
-                        None if first_error is None else f"{type(first_error).__name__}: {first_error}")
+    return outcomes_between(before, producer.delivery_counts(), time.perf_counter() - started)
 
 
 def add_parser(commands: Any) -> None:
@@ -291,29 +280,29 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
     padding = os.urandom(max(0, arguments.size - _SEND_TIME.size))
     interval_s = 1.0 / arguments.rate
     task = progress.add_task("end to end", total=arguments.messages, rate="")
-    futures = []
+    before = producer.delivery_counts()
     started = time.perf_counter()
-    with collector_paused():
-        try:
-            for index in range(arguments.messages):
-                due = started + index * interval_s
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                futures.append(producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding))
-                if index % 500 == 0:
-                    progress.update(task, completed=len(latencies), rate=_rate(index, started))
-            producer.flush()
-            receiver.join(timeout=30)
-            elapsed = time.perf_counter() - started
-        finally:
-            done.set()
-            producer.close()
-            receiver.join(timeout=5)
-            consumer.close()
-    _, failed, first_error = count_outcomes(futures)
+    try:
+        for index in range(arguments.messages):
+            due = started + index * interval_s
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding)
+            if index % 500 == 0:
+                progress.update(task, completed=len(latencies), rate=_rate(index, started))
+        producer.flush()
+        receiver.join(timeout=30)
+        elapsed = time.perf_counter() - started
+        counts = producer.delivery_counts()
+    finally:
+        done.set()
+        producer.close()
+        receiver.join(timeout=5)
+        consumer.close()
+    outcomes = outcomes_between(before, counts, elapsed)
     return _result("e2e", arguments, len(latencies), elapsed, percentiles_ms(latencies, total=arguments.messages),
-                   sent=arguments.messages, failed=failed, first_error=first_error)
+                   sent=arguments.messages, failed=outcomes.failed, first_error=outcomes.first_error)
 
 
 def _result(mode: str, arguments: argparse.Namespace, count: int, seconds: float, latency_ms: dict[str, float | None],

@@ -6,17 +6,14 @@ import dataclasses
 from concurrent.futures import Future
 from typing import Any
 
-from mqbroker.cli.bench import count_outcomes, percentiles_ms, produce_acknowledged
+from mqbroker.cli.bench import SendOutcomes, outcomes_between, percentiles_ms, produce_acknowledged
 from mqbroker.client.producer_batch import DeliveryCounts
 from mqbroker.errors import MessageTooLargeError
 
 
-def _future(error: Exception | None = None) -> Future[Any]:
+def _settled() -> Future[Any]:
     future: Future[Any] = Future()
-    if error is None:
-        future.set_result("metadata")
-    else:
-        future.set_exception(error)
+    future.set_result("metadata")
     return future
 
 
@@ -27,7 +24,6 @@ class RefusingEveryThirdProducer:
         self.sends = 0
         self.flushed = False
         self.counts = DeliveryCounts()
-        self.futures_kept: list[Future[Any]] = []
 
     def delivery_counts(self) -> DeliveryCounts:
         return dataclasses.replace(self.counts)
@@ -43,11 +39,11 @@ class RefusingEveryThirdProducer:
 
     def send(self, topic: str, value: bytes) -> Future[Any]:
         self._settle(1)
-        return _future()
+        return _settled()
 
     def send_many(self, topic: str, values: list[bytes]) -> Future[Any]:
         self._settle(len(values))
-        return _future()
+        return _settled()
 
     def flush(self) -> None:
         self.flushed = True
@@ -71,18 +67,16 @@ def test_send_many_runs_count_every_record_of_every_call() -> None:
     assert (outcomes.acknowledged, outcomes.failed) == (17, 8)
 
 
-def test_futures_count_one_record_each() -> None:
-    futures = [_future(), _future(MessageTooLargeError("too large")), _future()]
-    assert count_outcomes(futures) == (2, 1, "MessageTooLargeError: too large")
-
-
-def test_outcomes_of_no_sends_are_zero() -> None:
-    assert count_outcomes([]) == (0, 0, None)
-
-
 def test_percentiles_count_lost_messages_as_infinitely_late() -> None:
     samples = [0.001] * 98
     assert percentiles_ms(samples)["p99"] == 1.0  # over survivors only this would look fine
     lost = percentiles_ms(samples, total=100)
     assert lost["p50"] == 1.0 and lost["p99"] is None and lost["max"] is None
     assert percentiles_ms(samples + [0.002, 0.003], total=100)["max"] == 3.0
+
+
+def test_outcomes_between_two_counts_name_the_error_only_when_a_record_failed() -> None:
+    error = MessageTooLargeError("too large")
+    earlier = DeliveryCounts(acknowledged=4, failed=1, first_error=error)
+    assert outcomes_between(earlier, DeliveryCounts(9, 1, error), 2.0) == SendOutcomes(2.0, 5, 0, None)
+    assert outcomes_between(earlier, DeliveryCounts(9, 3, error), 2.0).first_error == "MessageTooLargeError: too large"
