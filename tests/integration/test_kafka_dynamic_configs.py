@@ -170,6 +170,26 @@ def test_static_keys_bad_values_per_broker_min_insync_and_validate_only_change_n
     assert _source(bootstrap, topic, "segment.bytes") == ("1073741824", DEFAULT)
 
 
+def test_the_legacy_alter_configs_replaces_a_brokers_dynamic_configs_whole(kafka_broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    bootstrap = kafka_bootstrap(kafka_broker)
+    topic = _topic(bootstrap)
+    admin = _admin(bootstrap)
+
+    def replace(**configs: str) -> None:
+        resource = ConfigResource(ConfigResource.Type.BROKER, "1", set_config=configs)
+        admin.alter_configs([resource])[resource].result(15)
+
+    replace(**{"log.segment.bytes": "2000000", "log.retention.ms": "3600000"})
+    assert _source(bootstrap, topic, "segment.bytes") == ("2000000", DYNAMIC_BROKER)
+    replace(**{"log.retention.ms": "7200000"})  # segment.bytes, not named, goes back to its default
+    assert _source(bootstrap, topic, "segment.bytes") == ("1073741824", DEFAULT)
+    assert _source(bootstrap, topic, "retention.ms") == ("7200000", DYNAMIC_BROKER)
+    replace()
+    assert _source(bootstrap, topic, "retention.ms") == ("604800000", DEFAULT)
+
+
 def test_kafka_configs_sets_describes_and_deletes_a_cluster_default(kafka_broker: BrokerProcess) -> None:
     bootstrap = kafka_bootstrap(kafka_broker)
     topic = _topic(bootstrap)
