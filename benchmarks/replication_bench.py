@@ -13,7 +13,7 @@
   a shortened broker session (``CLUSTER_SETTINGS``: 1.5 s instead of the default, heartbeats every
   250 ms) so the controller notices the dead leader sooner; the report says so with the figure.
 
-Throughput counts acknowledged messages only: every send's future is checked; failures are
+Throughput counts acknowledged messages only: the producer counts every record's outcome; failures are
 counted and printed. The latency consumer must see every paced message (a lost one fails the run).
 
 Run: ``python benchmarks/replication_bench.py [--messages 200000] [--failovers 3] [--json]``.

@@ -71,6 +71,14 @@ class IBroker(Interface):
     def alter_configs(principal, topic, set_configs, delete_configs):
         """Set and reset topic configuration keys (incrementally); fire with None."""
 
+    def describe_config_layers(principal, topic):
+        """Fire with a topic's configuration layer by layer (a ``TopicConfigLayers``; ``topic`` None: the topic
+        defaults of this broker, which needs DESCRIBE_CONFIGS on the cluster)."""
+
+    def alter_broker_configs(principal, broker_id, set_configs, delete_configs, validate_only=False):
+        """Set and reset dynamic topic defaults (topic keys) of the cluster (``broker_id`` None) or of one broker,
+        stored in the cluster metadata (needs ALTER_CONFIGS on the cluster); fire with None."""
+
     def create_partitions(principal, topic, total_count):
         """Grow ``topic`` to ``total_count`` partitions; fire with None."""
 
@@ -274,6 +282,9 @@ class IClusterView(Interface):
 
     def alter_configs(name, configs):
         """Replace a topic's config overrides with ``configs``."""
+
+    def alter_broker_configs(entity, set_configs, delete_configs):
+        """Set and reset dynamic topic defaults of ``entity`` ("" the cluster, else a broker id)."""
 
     def alter_partition(record):
         """Commit a partition leader's ISR change (an ``AlterPartition``; refused if its epochs are stale)."""

@@ -24,6 +24,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from zope.interface import implementer
 
 from mqbroker import errors
+from mqbroker.core.topic_config import TopicConfigLayers
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset
@@ -102,6 +103,8 @@ class FakeBroker:
         self.node = node or BrokerEndpoint(node_id=1, host="127.0.0.1", port=9393)
         self.logs: dict[tuple[str, int], FakeLog] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        #: Dynamic topic defaults by entity ("" the cluster's, else a broker id), as the metadata image holds them.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self.calls: list[tuple[Any, ...]] = []
         #: While True, produces are appended but their Deferreds wait in ``held_produces`` (a slow leader).
         self.hold_produces = False
@@ -324,6 +327,27 @@ class FakeBroker:
             return succeed(None)
 
         return self._scripted("alter_configs", topic) or self._guarded(alter)
+
+    def describe_config_layers(self, principal: Principal, topic: str | None) -> Deferred[TopicConfigLayers]:
+        """The topic's overrides over the dynamic defaults (the fake has no static ones)."""
+        self.calls.append(("describe_config_layers", principal, topic))
+        return self._scripted("describe_config_layers", topic) or self._guarded(lambda: succeed(TopicConfigLayers.of(
+            {}, self.broker_configs, self.node.node_id, {} if topic is None else self._configs(topic))))
+
+    def alter_broker_configs(self, principal: Principal, broker_id: int | None, set_configs: Mapping[str, str],
+                             delete_configs: Sequence[str], validate_only: bool = False) -> Deferred[None]:
+        """Set and reset dynamic defaults (unchecked)."""
+        self.calls.append(("alter_broker_configs", principal, broker_id, set_configs, delete_configs, validate_only))
+
+        def alter() -> Deferred[None]:
+            if not validate_only:
+                configs = self.broker_configs.setdefault("" if broker_id is None else str(broker_id), {})
+                configs.update(set_configs)
+                for key in delete_configs:
+                    configs.pop(key, None)
+            return succeed(None)
+
+        return self._scripted("alter_broker_configs", None) or self._guarded(alter)
 
     def create_partitions(self, principal: Principal, topic: str, total_count: int) -> Deferred[None]:
         """Add empty partitions up to ``total_count``."""

@@ -24,6 +24,7 @@ from mqbroker.cluster.controller import create_partitions_record, create_topic_r
 from mqbroker.cluster.metadata import MetadataImage, PartitionState, TopicState, apply_record
 from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
+    AlterBrokerConfigs,
     AlterPartition,
     AlterTopicConfigs,
     DeleteTopic,
@@ -120,6 +121,12 @@ class FakeClusterView:
 
     def alter_configs(self, name: str, configs: Mapping[str, str]) -> Deferred[None]:
         return self._propose(AlterTopicConfigs(name=name, configs=dict(configs)))
+
+    def alter_broker_configs(self, entity: str, set_configs: Mapping[str, str],
+                             delete_configs: Sequence[str]) -> Deferred[None]:
+        configs = {key: value for key, value in self.image.broker_configs.get(entity, {}).items()
+                   if key not in delete_configs}
+        return self._propose(AlterBrokerConfigs(entity=entity, configs={**configs, **set_configs}))
 
     def alter_partition(self, record: AlterPartition) -> Deferred[None]:
         return self._propose(record)

@@ -1,8 +1,8 @@
 """``mqbroker bench produce|consume|e2e``: throughput and latency against a running broker.
 
 Progress is shown on stderr while a benchmark runs; the summary is a table on stdout, or one
-JSON object with ``--json``. Every rate counts only what was acknowledged (``produce``: every
-send's future is checked once the producer has flushed; failures are counted and printed) or
+JSON object with ``--json``. Every rate counts only what was acknowledged (``produce``: the producer's
+count of acknowledged records once it has flushed; failures are counted and printed) or
 received (``consume``, ``e2e``). Latencies: ``produce`` samples the acknowledgement time of one
 record in every ``SAMPLE_EVERY``; ``e2e`` measures every message from send to receipt, and its
 percentiles are over every message sent: one that never arrived counts as an infinite latency
@@ -30,7 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mqbroker.cli.common import add_client_options, client_security, reporting_errors
-from mqbroker.client.collector import collector_paused
+from mqbroker.client.producer_batch import DeliveryCounts
 
 SAMPLE_EVERY = 997
 _SEND_TIME = struct.Struct(">q")
@@ -82,61 +82,45 @@ def percentiles_ms(samples_s: Sequence[float], total: int | None = None) -> dict
     return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999), "max": milliseconds(ordered[-1])}
 
 
-def count_outcomes(futures: Sequence[Any]) -> tuple[int, int, str | None]:
-    """(acknowledged, failed, first error) of finished send futures: ``RecordFuture`` or ``concurrent`` ones
-    count one record each, a ``send_many`` future (``RecordsFuture``) the records it stands for."""
-    acknowledged, failed, first_error = 0, 0, None
-    for future in futures:
-        if hasattr(future, "counts"):
-            written, refused = future.counts(0)
-            acknowledged, failed = acknowledged + written, failed + refused
-            if refused and first_error is None:
-                error = future.exception(0)
-                first_error = f"{type(error).__name__}: {error}"
-            continue
-        try:
-            future.result(0)
-        except Exception as error:  # any failure of that send: it is not counted as delivered
-            failed += 1
-            first_error = first_error or f"{type(error).__name__}: {error}"
-        else:
-            acknowledged += 1
-    return acknowledged, failed, first_error
+def outcomes_between(before: DeliveryCounts, after: DeliveryCounts, seconds: float) -> SendOutcomes:
+    """The outcomes of the records a producer finished between two of its ``delivery_counts``."""
+    failed = after.failed - before.failed
+    error = after.first_error if failed else None
+    return SendOutcomes(seconds, after.acknowledged - before.acknowledged, failed,
+                        None if error is None else f"{type(error).__name__}: {error}")
 
 
 def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
                          on_sample: Callable[[int, Any], None] | None = None, values_per_call: int = 1,
                          **send_options: Any) -> SendOutcomes:
-    """Send ``count`` copies of ``value`` as fast as ``producer`` takes them, flush, and check every future.
+    """Send ``count`` copies of ``value`` as fast as ``producer`` takes them, flush, and count every outcome.
 
-    ``seconds`` runs from the first send to the end of the flush (when every outcome is known);
-    counting the outcomes afterwards is not timed. The cyclic collector is paused while the futures are kept
-    (``collector_paused``, as ``timeit`` does): its full collections would rescan all of them again and again,
-    a cost of the benchmark's bookkeeping (20-25% of ``bench produce``'s rate in one measurement), not the producer's.
+    ``seconds`` runs from the first send to the end of the flush, when every record is acknowledged or
+    failed. The outcomes are the change in the producer's ``delivery_counts`` (every record's outcome, as
+    Kafka's ``record-send-total``/``record-error-total``), so no future is kept per record: keeping a
+    million of them cost the benchmark a fifth of its rate, a cost of the bookkeeping, not the producer.
     ``on_sample(index, future)`` is called for one send in every ``SAMPLE_EVERY`` (latency samples, progress).
     With ``values_per_call`` above 1 the records go ``values_per_call`` at a time through ``send_many``.
     """
-    futures: list[Any] = []
-    keep = futures.append
-    with collector_paused():
-        started = time.perf_counter()
-        if values_per_call > 1:
-            calls = [[value] * values_per_call] * (count // values_per_call)
-            calls += [[value] * (count % values_per_call)] if count % values_per_call else []
-            send_many = functools.partial(producer.send_many, **send_options)
-            for index, values in enumerate(calls):
-                keep(future := send_many(topic, values))
-                if on_sample is not None and index % max(1, SAMPLE_EVERY // values_per_call) == 0:
-                    on_sample(index * values_per_call, future)
-        else:
-            send = functools.partial(producer.send, **send_options) if send_options else producer.send
-            for index in range(count):
-                keep(future := send(topic, value))
-                if on_sample is not None and index % SAMPLE_EVERY == 0:
-                    on_sample(index, future)
-        producer.flush()
-        seconds = time.perf_counter() - started
-    return SendOutcomes(seconds, *count_outcomes(futures))
+    before = producer.delivery_counts()
+    started = time.perf_counter()
+    if values_per_call > 1:
+        calls = [[value] * values_per_call] * (count // values_per_call)
+        calls += [[value] * (count % values_per_call)] if count % values_per_call else []
+        send_many = functools.partial(producer.send_many, **send_options)
+        sample_every = max(1, SAMPLE_EVERY // values_per_call)
+        for index, values in enumerate(calls):
+            future = send_many(topic, values)
+            if on_sample is not None and index % sample_every == 0:
+                on_sample(index * values_per_call, future)
+    else:
+        send = functools.partial(producer.send, **send_options) if send_options else producer.send
+        for index in range(count):
+            future = send(topic, value)
+            if on_sample is not None and index % SAMPLE_EVERY == 0:
+                on_sample(index, future)
+    producer.flush()
+    return outcomes_between(before, producer.delivery_counts(), time.perf_counter() - started)
 
 
 def add_parser(commands: Any) -> None:
@@ -296,29 +280,29 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
     padding = os.urandom(max(0, arguments.size - _SEND_TIME.size))
     interval_s = 1.0 / arguments.rate
     task = progress.add_task("end to end", total=arguments.messages, rate="")
-    futures = []
+    before = producer.delivery_counts()
     started = time.perf_counter()
-    with collector_paused():
-        try:
-            for index in range(arguments.messages):
-                due = started + index * interval_s
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                futures.append(producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding))
-                if index % 500 == 0:
-                    progress.update(task, completed=len(latencies), rate=_rate(index, started))
-            producer.flush()
-            receiver.join(timeout=30)
-            elapsed = time.perf_counter() - started
-        finally:
-            done.set()
-            producer.close()
-            receiver.join(timeout=5)
-            consumer.close()
-    _, failed, first_error = count_outcomes(futures)
+    try:
+        for index in range(arguments.messages):
+            due = started + index * interval_s
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding)
+            if index % 500 == 0:
+                progress.update(task, completed=len(latencies), rate=_rate(index, started))
+        producer.flush()
+        receiver.join(timeout=30)
+        elapsed = time.perf_counter() - started
+        counts = producer.delivery_counts()
+    finally:
+        done.set()
+        producer.close()
+        receiver.join(timeout=5)
+        consumer.close()
+    outcomes = outcomes_between(before, counts, elapsed)
     return _result("e2e", arguments, len(latencies), elapsed, percentiles_ms(latencies, total=arguments.messages),
-                   sent=arguments.messages, failed=failed, first_error=first_error)
+                   sent=arguments.messages, failed=outcomes.failed, first_error=outcomes.first_error)
 
 
 def _result(mode: str, arguments: argparse.Namespace, count: int, seconds: float, latency_ms: dict[str, float | None],

@@ -1,13 +1,14 @@
-"""``mqbroker cluster describe``: the controller quorum (voters, leader, term, commit index) and brokers."""
+"""``mqbroker cluster describe``: the controller quorum (voters, leader, term, commit index) and brokers;
+``mqbroker cluster configs`` and ``alter-configs``: the cluster-wide dynamic topic defaults."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from mqbroker.cli.common import client_command, reporting_errors
+from mqbroker.cli.common import UsageError, client_command, parse_key_values, reporting_errors
 from mqbroker.cli.output import Column, Table, add_output_options, emit
-from mqbroker.cli.topics import admin_client
+from mqbroker.cli.topics import CONFIG_COLUMNS, admin_client
 
 QUORUM_COLUMNS = (
     Column("leader", "controller leader", numeric=True), Column("term", "term", numeric=True),
@@ -19,7 +20,7 @@ BROKER_COLUMNS = (Column("node_id", "broker", numeric=True), Column("host", "hos
 
 
 def add_parser(commands: Any) -> None:
-    """Register ``cluster describe``."""
+    """Register ``cluster describe``, ``configs`` and ``alter-configs``."""
     cluster = commands.add_parser("cluster", help="inspect the cluster", description="Inspect the cluster.")
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
     describe = client_command(actions, "describe", "show the controller quorum and the brokers",
@@ -28,6 +29,17 @@ def add_parser(commands: Any) -> None:
                               " In JSON the leader's node id is under 'leader' (-1: none).")
     add_output_options(describe)
     describe.set_defaults(run=reporting_errors(_describe))
+    configs = client_command(actions, "configs", "show the cluster-wide dynamic topic defaults",
+                             "Show the topic defaults set for the whole cluster at run time (they win over every "
+                             "broker's log. settings and yield to a topic's own configs).")
+    add_output_options(configs)
+    configs.set_defaults(run=reporting_errors(_configs))
+    alter = client_command(actions, "alter-configs", "change the cluster-wide dynamic topic defaults",
+                           "Set or reset topic defaults for the whole cluster, stored in the cluster metadata "
+                           "(topic keys, e.g. --config retention.ms=3600000 or min.insync.replicas=2).")
+    alter.add_argument("--config", action="append", metavar="KEY=VALUE", help="set a default (repeatable)")
+    alter.add_argument("--delete-config", action="append", metavar="KEY", help="reset a default (repeatable)")
+    alter.set_defaults(run=reporting_errors(_alter_configs))
 
 
 def _describe(arguments: argparse.Namespace) -> int:
@@ -50,4 +62,23 @@ def _describe(arguments: argparse.Namespace) -> int:
         Table(columns=QUORUM_COLUMNS, records=[shown], title="controller quorum"),
         Table(columns=BROKER_COLUMNS, records=brokers, title="brokers"),
     ])
+    return 0
+
+
+def _configs(arguments: argparse.Namespace) -> int:
+    with admin_client(arguments) as admin:
+        configs = admin.describe_cluster_configs()
+    emit(arguments, {"configs": configs}, [
+        Table(columns=CONFIG_COLUMNS, records=[{"key": key, "value": value} for key, value in sorted(configs.items())],
+              title="cluster-wide dynamic topic defaults")])
+    return 0
+
+
+def _alter_configs(arguments: argparse.Namespace) -> int:
+    set_configs = parse_key_values(arguments.config, "--config")
+    if not (set_configs or arguments.delete_config):
+        raise UsageError("nothing to alter: give --config or --delete-config")
+    with admin_client(arguments) as admin:
+        admin.alter_cluster_configs(set_configs, arguments.delete_config or ())
+    print("altered the cluster-wide dynamic topic defaults")
     return 0

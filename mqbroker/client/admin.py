@@ -62,9 +62,9 @@ def create_partitions_result(response: m.CreatePartitionsResponse) -> None:
         _raise_for(result.error_code, result.error_message, f"adding partitions to {result.name!r}")
 
 
-def describe_configs_request(topic: str) -> m.DescribeConfigsRequest:
-    """Every config key of ``topic``."""
-    resource = m.DescribeConfigsResource(resource_type=m.ConfigResourceType.TOPIC, resource_name=topic)
+def describe_configs_request(topic: str, resource_type: int = m.ConfigResourceType.TOPIC) -> m.DescribeConfigsRequest:
+    """Every config key of ``topic`` (or, with BROKER and "", the cluster-wide dynamic topic defaults)."""
+    resource = m.DescribeConfigsResource(resource_type=resource_type, resource_name=topic)
     return m.DescribeConfigsRequest(resources=(resource,))
 
 
@@ -76,17 +76,16 @@ def describe_configs_result(response: m.DescribeConfigsResponse) -> dict[str, st
 
 
 def alter_configs_request(
-    topic: str, set_configs: Mapping[str, str], delete_configs: Iterable[str]
+    topic: str, set_configs: Mapping[str, str], delete_configs: Iterable[str],
+    resource_type: int = m.ConfigResourceType.TOPIC,
 ) -> m.IncrementalAlterConfigsRequest:
-    """Set some keys and reset others to their defaults."""
+    """Set some keys and reset others to their defaults (of a topic, or as ``describe_configs_request``)."""
     changes = [
         m.AlterableConfig(name=name, config_operation=m.ConfigOperation.SET, value=value)
         for name, value in set_configs.items()
     ]
     changes += [m.AlterableConfig(name=name, config_operation=m.ConfigOperation.DELETE) for name in delete_configs]
-    resource = m.AlterConfigsResource(
-        resource_type=m.ConfigResourceType.TOPIC, resource_name=topic, configs=tuple(changes)
-    )
+    resource = m.AlterConfigsResource(resource_type=resource_type, resource_name=topic, configs=tuple(changes))
     return m.IncrementalAlterConfigsRequest(resources=(resource,))
 
 

@@ -30,7 +30,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from mqbroker.client.producer_batch import ProducerBatch, ProducePlan
+from mqbroker.client.producer_batch import DeliveryCounts, ProducerBatch, ProducePlan
 from mqbroker.client.producer_config import COMPRESSION_CODECS, ProducerConfig
 from mqbroker.errors import BrokerError, ErrorCode, InvalidRequestError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.codec import ErrorResponse
@@ -96,6 +96,8 @@ class ProducerCore:
         self._next_leader_poll_ms = 0
         #: The first batch failure since the driver last took it (a transaction with one cannot commit).
         self.failure: BrokerError | None = None
+        #: Records acknowledged and failed so far (finished batches only).
+        self.delivered = DeliveryCounts()
         #: Called with (topic, partition) when a partition's batch fills (the sticky partitioner).
         self.on_batch_full: Callable[[str, int], None] = _ignore_batch_full
 
@@ -439,12 +441,16 @@ class ProducerCore:
     ) -> None:
         batch.base_offset = base_offset
         batch.log_append_time_ms = log_append_time_ms
+        self.delivered.acknowledged += batch.record_count
         self._finish(batch, finished)
 
     def _fail(self, batch: ProducerBatch, error: BrokerError, finished: list[ProducerBatch]) -> None:
         batch.error = error
         if self.failure is None:
             self.failure = error
+        self.delivered.failed += batch.record_count
+        if self.delivered.first_error is None:
+            self.delivered.first_error = error
         self._finish(batch, finished)
 
     def _finish(self, batch: ProducerBatch, finished: list[ProducerBatch]) -> None:

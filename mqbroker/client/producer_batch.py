@@ -24,6 +24,20 @@ class RecordMetadata(NamedTuple):
 
 
 
+@dataclass(slots=True)
+class DeliveryCounts:
+    """How many of a producer's records have been acknowledged and how many failed, since it was made.
+
+    Kafka's producer keeps the same figures as the ``record-send-total`` and ``record-error-total`` metrics;
+    a caller that only needs totals (a benchmark) reads these instead of keeping a future per record.
+    """
+
+    acknowledged: int = 0
+    failed: int = 0
+    #: The first failure, if any record failed.
+    first_error: BrokerError | None = None
+
+
 class ProducerBatch:
     """The records of one partition sent (and retried) together; its outcome covers them all.
 

@@ -14,7 +14,7 @@ It is handed its Raft node (with its storage and random source) and transport;
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from twisted.application.service import IService, MultiService
@@ -33,9 +33,16 @@ from mqbroker.cluster.controller import (
     create_topic_record,
     preferred_leader_elections,
 )
-from mqbroker.cluster.metadata import UNCLEAN_ELECTION_CONFIG, MetadataImage, MetadataStateMachine, TopicState
+from mqbroker.cluster.metadata import (
+    CLUSTER_ENTITY,
+    UNCLEAN_ELECTION_CONFIG,
+    MetadataImage,
+    MetadataStateMachine,
+    TopicState,
+)
 from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
+    AlterBrokerConfigs,
     AlterPartition,
     AlterTopicConfigs,
     BrokerHeartbeat,
@@ -60,6 +67,8 @@ REGISTRATION_RETRY_MS = 200
 #: still counts from the last heartbeat this node applied, so a broker that died with the old
 #: leader is fenced about a session after its death, not a session after the election.
 ELECTION_GRACE_HEARTBEATS = 2
+#: The topic config the controller writes a cluster-wide default of at activation (see ``_write_activation_defaults``).
+MIN_INSYNC_CONFIG = "min.insync.replicas"
 
 #: Told of every change of the image once this broker caught up: (image, record; None: all may have changed).
 ImageListener = Callable[[MetadataImage, "Record | None"], None]
@@ -136,6 +145,7 @@ class ControlPlane(MultiService):
         self._caught_up_waiters: list[Deferred[None]] = []
         self._heartbeat_in_flight = False
         self._fencing: set[int] = set()
+        self._activating = False
         self.machine.record_listeners.append(self._record_applied)
         self.machine.restore_listeners.append(self._image_restored)
         self.machine.index_listeners.append(self._index_applied)
@@ -186,6 +196,7 @@ class ControlPlane(MultiService):
         self.caught_up = True
         self._tell_listeners(self.image, None)
         self._heartbeats.start(self.config.broker_heartbeat_interval_ms / 1000.0, now=False)
+        self._write_activation_defaults()
         waiters, self._caught_up_waiters = self._caught_up_waiters, []
         for waiter in waiters:
             waiter.callback(None)
@@ -299,6 +310,16 @@ class ControlPlane(MultiService):
         """Replace a topic's config overrides."""
         return self._propose_from_image(lambda image: AlterTopicConfigs(name=name, configs=dict(configs)))
 
+    def alter_broker_configs(self, entity: str, set_configs: Mapping[str, str],
+                             delete_configs: Sequence[str]) -> Deferred[None]:
+        """Set and reset dynamic topic defaults of ``entity`` ("" the cluster, else a broker id)."""
+        def build(image: MetadataImage) -> Record:
+            configs = {key: value for key, value in image.broker_configs.get(entity, {}).items()
+                       if key not in delete_configs}
+            return AlterBrokerConfigs(entity=entity, configs={**configs, **set_configs})
+
+        return self._propose_from_image(build)
+
     def put_generic_record(self, kind: str, key: str, value: Any) -> Deferred[None]:
         """Set (``value`` None: delete) a feature's typed record, e.g. a user or an ACL."""
         return self._propose_from_image(lambda image: PutGenericRecord(kind=kind, key=key, value=value))
@@ -351,13 +372,31 @@ class ControlPlane(MultiService):
 
     @property
     def _unclean_election_default(self) -> str:
-        """This broker's ``log.unclean.leader.election.enable``, carried by the records that may elect leaders."""
-        return self.config.topic_defaults.get(UNCLEAN_ELECTION_CONFIG, "false")
+        """This broker's ``log.unclean.leader.election.enable`` (dynamic over static), carried by the records that
+        may elect leaders."""
+        dynamic = self.image.dynamic_topic_defaults(self.node_id).get(UNCLEAN_ELECTION_CONFIG)
+        return dynamic or self.config.topic_defaults.get(UNCLEAN_ELECTION_CONFIG, "false")
+
+    def _write_activation_defaults(self) -> None:
+        """While leading: give a cluster without dynamic defaults its ``min.insync.replicas`` (this broker's static
+        value), once, as Kafka 4.1's controller does at activation; clients see it as the cluster-wide default."""
+        if self._activating or not self.node.is_leader or not self.caught_up or CLUSTER_ENTITY in self.image.broker_configs:
+            return
+        self._activating = True
+        value = self.config.topic_defaults.get(MIN_INSYNC_CONFIG, "1")
+        written = self._propose(AlterBrokerConfigs(entity=CLUSTER_ENTITY, configs={MIN_INSYNC_CONFIG: value},
+                                                   activation=True))
+        written.addErrback(lambda failure: failure.trap(errors.BrokerError))
+        written.addBoth(self._activation_done)
+
+    def _activation_done(self, _: Any) -> None:
+        self._activating = False
 
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
 
     def _heartbeat(self) -> None:
+        self._write_activation_defaults()
         if self._heartbeat_in_flight:
             return
         self._heartbeat_in_flight = True

@@ -21,6 +21,7 @@ from zope.interface import implementer
 from mqbroker import errors
 from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
+    AlterBrokerConfigs,
     AlterPartition,
     AlterTopicConfigs,
     BrokerHeartbeat,
@@ -42,6 +43,8 @@ from mqbroker.replication.decisions import NO_LEADER, elect_leader, ordered_unio
 #: Topic config turning on election of out-of-sync replicas (may lose acknowledged records).
 UNCLEAN_ELECTION_CONFIG = "unclean.leader.election.enable"
 _SNAPSHOT_VERSION = 1
+#: The entity of ``AlterBrokerConfigs`` holding the cluster-wide dynamic defaults (Kafka's ``--entity-default``).
+CLUSTER_ENTITY = ""
 
 # ---- the image ------------------------------------------------------------------------------
 
@@ -114,6 +117,9 @@ class MetadataImage:
     topics: dict[str, TopicState] = field(default_factory=dict)
     next_producer_id: int = 0
     generic: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Dynamic topic defaults by entity ("" the cluster's, else a broker id); see ``AlterBrokerConfigs``.
+    #: The cluster's entry, once written, stays (possibly empty): the controller writes it once (``activation``).
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     applied_index: int = 0
 
     def live_brokers(self) -> list[int]:
@@ -128,6 +134,10 @@ class MetadataImage:
             for number, partition in enumerate(topic.partitions)
             if node_id in partition.replicas
         ]
+
+    def dynamic_topic_defaults(self, node_id: int) -> dict[str, str]:
+        """The dynamic topic defaults in force on broker ``node_id``: the cluster's, then its own over them."""
+        return {**self.broker_configs.get(CLUSTER_ENTITY, {}), **self.broker_configs.get(str(node_id), {})}
 
     def to_document(self) -> dict[str, Any]:
         """A JSON-ready form (snapshots, ``cluster describe`` and restart comparisons)."""
@@ -146,6 +156,7 @@ class MetadataImage:
             ],
             "next_producer_id": self.next_producer_id,
             "generic": {kind: dict(sorted(records.items())) for kind, records in sorted(self.generic.items())},
+            "broker_configs": {entity: dict(sorted(configs.items())) for entity, configs in sorted(self.broker_configs.items())},
         }
 
     @classmethod
@@ -165,6 +176,7 @@ class MetadataImage:
             },
             next_producer_id=document["next_producer_id"],
             generic={kind: dict(records) for kind, records in document["generic"].items()},
+            broker_configs={entity: dict(configs) for entity, configs in document.get("broker_configs", {}).items()},
             applied_index=document["applied_index"],
         )
 
@@ -212,6 +224,16 @@ def apply_record(image: MetadataImage, record: Record) -> int | None:
             _reassign(image, topic, number, target)
         case AlterTopicConfigs(name=name, configs=configs):
             _topic(image, name).configs = dict(configs)
+        case AlterBrokerConfigs(entity=entity, configs=configs, activation=activation):
+            if activation and (entity != CLUSTER_ENTITY or CLUSTER_ENTITY in image.broker_configs):
+                return None
+            if entity != CLUSTER_ENTITY and not (entity.isascii() and entity.isdigit() and int(entity) >= 1):
+                raise errors.InvalidRequestError(f"broker configs belong to the cluster (\"\") or a broker id, "
+                                                 f"not {entity!r}")
+            if configs or entity == CLUSTER_ENTITY:
+                image.broker_configs[entity] = dict(configs)
+            else:
+                image.broker_configs.pop(entity, None)
         case AllocateProducerIds(count=count, minimum=minimum):
             first = max(image.next_producer_id, minimum)
             image.next_producer_id = first + count

@@ -118,6 +118,21 @@ class AlterTopicConfigs:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AlterBrokerConfigs:
+    """Replace the dynamic topic defaults of ``entity``: "" the whole cluster's, else broker ``entity``'s (its id).
+
+    Keys are topic config keys (``retention.ms``, ``min.insync.replicas``); they override the brokers'
+    static ``log.`` defaults (a broker's own over the cluster's) and yield to a topic's own overrides.
+    """
+
+    entity: str
+    configs: Mapping[str, str]
+    #: The controller's one-time write of the cluster's defaults (Kafka 4.1 writes ``min.insync.replicas`` at
+    #: activation, KIP-966): applied only while the cluster has none, so it never undoes an operator's change.
+    activation: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AllocateProducerIds:
     """Hand out ``count`` producer ids starting no lower than ``minimum``; the result is the first id."""
 
@@ -142,6 +157,7 @@ Record = (
     | DeleteTopic
     | CreatePartitions
     | AlterTopicConfigs
+    | AlterBrokerConfigs
     | AllocateProducerIds
     | PutGenericRecord
     | AlterPartition
@@ -158,6 +174,7 @@ _RECORD_TYPES: dict[str, type] = {
         DeleteTopic,
         CreatePartitions,
         AlterTopicConfigs,
+        AlterBrokerConfigs,
         AllocateProducerIds,
         PutGenericRecord,
         AlterPartition,
@@ -196,6 +213,7 @@ def decode_record(data: bytes) -> Record:
 _FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
     "int": lambda value: isinstance(value, int) and not isinstance(value, bool),
     "str": lambda value: isinstance(value, str),
+    "bool": lambda value: isinstance(value, bool),
     "tuple[int, ...]": lambda value: True,  # converted (and so checked) by decode_record
     "tuple[tuple[int, ...], ...]": lambda value: True,
     "Mapping[str, str]": lambda value: isinstance(value, dict)

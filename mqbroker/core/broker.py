@@ -39,6 +39,7 @@ from mqbroker.core.produce import ProduceService
 from mqbroker.core.producer_ids import ProducerIds
 from mqbroker.core.security_requests import SecurityRequests
 from mqbroker.core.share_requests import ShareRequests
+from mqbroker.core.topic_config import TopicConfigLayers
 from mqbroker.core.topics import TopicAdmin, internal_replication_factor
 from mqbroker.core.transactions import TransactionRequests
 from mqbroker.core.txn_markers import MarkerAppender, PartitionMarkers, TransactionPeers
@@ -116,7 +117,7 @@ class Broker:
         self._local_logs = LocalLogs(config=config, clock=clock, logs=logs, before_delete=self._waiting.complete)
         self._produce = ProduceService(clock=clock, authorizer=authorizer, replicas=self._replicas,
                                        flusher=self._flusher, principals=principals, cluster=cluster,
-                                       topic_defaults=config.topic_defaults)
+                                       topic_defaults=config.topic_defaults, node_id=config.node_id)
         self._fetch = FetchService(clock=clock, authorizer=authorizer, replicas=self._replicas, waiting=self._waiting,
                                    principals=principals)
         self._groups = GroupHosting(
@@ -240,6 +241,15 @@ class Broker:
     ) -> Deferred[None]:
         """Change topic config overrides; see ``IBroker.alter_configs``."""
         return self._topics.alter_configs(principal, topic, set_configs, delete_configs)
+
+    def describe_config_layers(self, principal: Principal, topic: str | None) -> Deferred[TopicConfigLayers]:
+        """A topic's configuration layer by layer; see ``IBroker.describe_config_layers``."""
+        return self._topics.describe_config_layers(principal, topic)
+
+    def alter_broker_configs(self, principal: Principal, broker_id: int | None, set_configs: Mapping[str, str],
+                             delete_configs: Sequence[str], validate_only: bool = False) -> Deferred[None]:
+        """Change dynamic topic defaults; see ``IBroker.alter_broker_configs``."""
+        return self._topics.alter_broker_configs(principal, broker_id, set_configs, delete_configs, validate_only)
 
     def create_partitions(self, principal: Principal, topic: str, total_count: int) -> Deferred[None]:
         """Grow a topic; see ``IBroker.create_partitions``."""

@@ -14,6 +14,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from mqbroker.cluster.metadata import MetadataImage, TopicState
 from mqbroker.cluster.metadata_records import (
+    AlterBrokerConfigs,
     AlterPartition,
     AlterTopicConfigs,
     CreatePartitions,
@@ -23,7 +24,7 @@ from mqbroker.cluster.metadata_records import (
     Record,
 )
 from mqbroker.config import BrokerConfig
-from mqbroker.core.topic_config import log_config_for
+from mqbroker.core.topic_config import TopicConfigLayers, log_config_for
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 
@@ -45,23 +46,24 @@ class LocalLogs:
         """Bring the logs in step with ``image`` after ``record`` (None: compare every partition)."""
         match record:
             case CreateTopic(name=name) | CreatePartitions(name=name) | AlterTopicConfigs(name=name):
-                self._sync_topic(image.topics[name])
+                self._sync_topic(image, image.topics[name])
             case DeleteTopic(name=name):
                 self._remove(name, keep=set())
-            case None | AlterPartition() | ReassignPartition():
+            case None | AlterPartition() | ReassignPartition() | AlterBrokerConfigs():
                 self._sync_all(image)
 
     def _sync_all(self, image: MetadataImage) -> None:
         """Create what this broker hosts, delete the rest."""
         hosted = set(image.partitions_hosted(self._config.node_id))
         for topic in image.topics.values():
-            self._sync_topic(topic)
+            self._sync_topic(image, topic)
         for topic, partition in self._logs.partitions():
             if (topic, partition) not in hosted:
                 self._remove(topic, keep=hosted)
 
-    def _sync_topic(self, topic: TopicState) -> None:
-        log_config = log_config_for(self._config.topic_defaults, topic.configs)
+    def _sync_topic(self, image: MetadataImage, topic: TopicState) -> None:
+        layers = TopicConfigLayers.of(self._config.topic_defaults, image.broker_configs, self._config.node_id)
+        log_config = log_config_for(layers.broker_defaults(), topic.configs)
         local = set(self._logs.partitions())
         missing = []
         for number, partition in enumerate(topic.partitions):

@@ -40,10 +40,12 @@ class ProduceService:
 
     def __init__(
         self, *, clock: IReactorTime, authorizer: IAuthorizer, replicas: ReplicaManager, flusher: Flusher,
-        principals: ClusterPrincipals, cluster: IClusterView, topic_defaults: Mapping[str, str],
+        principals: ClusterPrincipals, cluster: IClusterView, topic_defaults: Mapping[str, str], node_id: int,
     ) -> None:
-        """``topic_defaults``: the broker-wide ``log.`` defaults (``record.validation``, ``compression.type``)."""
+        """``topic_defaults``: the broker-wide static ``log.`` defaults (``record.validation``, ``compression.type``);
+        the dynamic ones of broker ``node_id`` in the cluster's image take precedence."""
         self._clock = clock
+        self._node_id = node_id
         self._cluster = cluster
         self._topic_defaults = {**BROKER_TOPIC_CONFIG_DEFAULTS, **topic_defaults}
         self._authorizer = authorizer
@@ -123,16 +125,23 @@ class ProduceService:
                                         markers_allowed=markers_allowed, verification_guard=verification_guard)
         return partition_log, leader, appended, min_insync
 
+    def _topic_config(self, overrides: Mapping[str, str], key: str) -> str:
+        """A topic's ``key``: its override, else this broker's dynamic default, else its static one."""
+        if key in overrides:
+            return overrides[key]
+        dynamic = self._cluster.image.dynamic_topic_defaults(self._node_id).get(key)
+        return dynamic if dynamic is not None else self._topic_defaults[key]
+
     def _client_records(self, topic: str, partition_log: PartitionLog, records: bytes, decodable: bool) -> bytes:
         """A client's batches as stored: decoded first where the broker reads them later (unless ``decodable``;
         compacted: keys too, always), rewritten in the topic's ``compression.type`` when that names a codec."""
         record = self._cluster.topic(topic)
         overrides = record.configs if record is not None else {}
         compacted = partition_log.config.compacts
-        validation = overrides.get("record.validation", self._topic_defaults["record.validation"])
+        validation = self._topic_config(overrides, "record.validation")
         if compacted or (validation == "decode" and not decodable):
             check_produced_records(topic, records, keys_required=compacted)
-        compression = COMPRESSION_TYPES.get(overrides.get("compression.type", self._topic_defaults["compression.type"]))
+        compression = COMPRESSION_TYPES.get(self._topic_config(overrides, "compression.type"))
         if compression is None:
             return records
         try:

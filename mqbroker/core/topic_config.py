@@ -5,8 +5,10 @@ Pure. The topics themselves live in the controller's metadata image (``mqbroker.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from mqbroker.errors import CorruptMessageError, InvalidConfigError, InvalidRecordError, InvalidTopicError, PolicyViolationError
 from mqbroker.limits import topic_name_length_max
@@ -102,3 +104,75 @@ def validate_topic_defaults(topic_defaults: Mapping[str, str]) -> None:
     """Check the broker-wide ``log.`` defaults: the broker's own topic keys and the storage ones."""
     validate_broker_topic_configs(topic_defaults)
     log_config_for(topic_defaults, {})
+
+
+def built_in_topic_configs() -> dict[str, str]:
+    """The configuration of a topic when nothing is set anywhere: the storage engine's and the broker's own keys."""
+    defaults = {key: str(value) for key, value in LogConfig.from_mapping({}).to_mapping().items()}
+    defaults.update(BROKER_TOPIC_CONFIG_DEFAULTS)
+    return defaults
+
+
+_BUILT_IN = built_in_topic_configs()
+
+
+class ConfigLayer(enum.Enum):
+    """Where a topic config value comes from, highest precedence first (Kafka's config sources)."""
+
+    TOPIC = "topic"
+    DYNAMIC_BROKER = "dynamic_broker"
+    DYNAMIC_DEFAULT = "dynamic_default"
+    STATIC_BROKER = "static_broker"
+    BUILT_IN = "built_in"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfigLayers:
+    """A topic's configuration layer by layer: its own overrides, then this broker's dynamic defaults, the cluster's
+    dynamic defaults (both from the metadata image), this broker's static ``log.`` defaults, the built-in ones.
+
+    With ``topic`` empty it is what a broker gives a topic without overrides (DescribeConfigs of a broker).
+    """
+
+    topic: Mapping[str, str] = field(default_factory=dict)
+    dynamic_broker: Mapping[str, str] = field(default_factory=dict)
+    dynamic_default: Mapping[str, str] = field(default_factory=dict)
+    static_broker: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, static_broker: Mapping[str, str], broker_configs: Mapping[str, Mapping[str, str]], node_id: int,
+           topic: Mapping[str, str] | None = None) -> TopicConfigLayers:
+        """The layers on broker ``node_id``: ``broker_configs`` is the image's dynamic defaults by entity."""
+        return cls(topic=dict(topic or {}), dynamic_broker=dict(broker_configs.get(str(node_id), {})),
+                   dynamic_default=dict(broker_configs.get("", {})), static_broker=dict(static_broker))
+
+    def layers(self) -> tuple[tuple[ConfigLayer, Mapping[str, str]], ...]:
+        """Each layer and its keys, highest precedence first."""
+        return ((ConfigLayer.TOPIC, self.topic), (ConfigLayer.DYNAMIC_BROKER, self.dynamic_broker),
+                (ConfigLayer.DYNAMIC_DEFAULT, self.dynamic_default), (ConfigLayer.STATIC_BROKER, self.static_broker),
+                (ConfigLayer.BUILT_IN, _BUILT_IN))
+
+    def broker_defaults(self) -> dict[str, str]:
+        """The defaults a topic takes from its broker (the layers between the topic's and the built-in ones)."""
+        return {**self.static_broker, **self.dynamic_default, **self.dynamic_broker}
+
+    def effective(self) -> dict[str, str]:
+        """Each key's value in force."""
+        return {**_BUILT_IN, **self.broker_defaults(), **self.topic}
+
+    def sources(self) -> dict[str, list[tuple[ConfigLayer, str]]]:
+        """Each key's values by layer, highest precedence first (the first is in force; Kafka's synonyms)."""
+        return {key: [(layer, values[key]) for layer, values in self.layers() if key in values]
+                for key in self.effective()}
+
+
+def validate_dynamic_topic_defaults(layers: TopicConfigLayers) -> None:
+    """Check dynamic defaults as a topic without overrides would take them; raise ``InvalidConfigError``.
+
+    Only topic keys may be dynamic defaults: a key no topic has is refused.
+    """
+    for key in {**layers.dynamic_default, **layers.dynamic_broker}:
+        if key not in _BUILT_IN:
+            raise InvalidConfigError(f"{key!r} is not a topic configuration key, so it has no dynamic default; the "
+                                     f"keys that do: {', '.join(sorted(_BUILT_IN))}")
+    validate_topic_defaults(layers.broker_defaults())

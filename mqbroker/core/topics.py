@@ -20,10 +20,11 @@ from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.config import BrokerConfig
 from mqbroker.core.guards import errors_as_failures, require_permission
 from mqbroker.core.topic_config import (
-    BROKER_TOPIC_CONFIG_DEFAULTS,
+    TopicConfigLayers,
     check_cluster_partitions,
     log_config_for,
     validate_broker_topic_configs,
+    validate_dynamic_topic_defaults,
     validate_topic_name,
 )
 from mqbroker.interfaces import IAuthorizer, IClusterView
@@ -152,11 +153,26 @@ class TopicAdmin:
         record = self._cluster.topic(topic)
         if record is None:
             raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-        effective = log_config_for(self._config.topic_defaults, record.configs).to_mapping()
-        effective.update(BROKER_TOPIC_CONFIG_DEFAULTS)
-        effective.update({k: v for k, v in self._config.topic_defaults.items() if k in BROKER_TOPIC_CONFIG_DEFAULTS})
-        effective.update(record.configs)
-        return succeed(effective)
+        return succeed(self._layers(record.configs).effective())
+
+    @errors_as_failures
+    def describe_config_layers(self, principal: Principal, topic: str | None) -> Deferred[TopicConfigLayers]:
+        """A topic's configuration layer by layer (None: this broker's topic defaults); see
+        ``IBroker.describe_config_layers``."""
+        if topic is None:
+            require_permission(self._authorizer, principal, Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER,
+                               CLUSTER_RESOURCE)
+            return succeed(self._layers({}))
+        require_permission(self._authorizer, principal, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic)
+        record = self._cluster.topic(topic)
+        if record is None:
+            raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        return succeed(self._layers(record.configs))
+
+    def _layers(self, topic_configs: Mapping[str, str]) -> TopicConfigLayers:
+        """The layers of a topic with ``topic_configs`` on this broker."""
+        return TopicConfigLayers.of(self._config.topic_defaults, self._cluster.image.broker_configs,
+                                    self._config.node_id, topic_configs)
 
     @errors_as_failures
     def describe_quorum(self, principal: Principal) -> Deferred[dict[str, Any]]:
@@ -242,7 +258,7 @@ class TopicAdmin:
                 f"replication factor {replication} needs that many live brokers; {live} are live"
             )
         validate_broker_topic_configs(spec.configs)
-        log_config_for(self._config.topic_defaults, spec.configs)
+        log_config_for(self._layers({}).broker_defaults(), spec.configs)
         if not is_internal_topic(spec.name):  # the broker's own few are never refused
             check_cluster_partitions(self._partition_count(), partitions, self._config.cluster_partitions_max)
 
@@ -322,8 +338,36 @@ class TopicAdmin:
         configs = {k: v for k, v in record.configs.items() if k not in set(delete_configs)}
         configs.update(set_configs)
         validate_broker_topic_configs(configs)
-        log_config_for(self._config.topic_defaults, configs)
+        log_config_for(self._layers({}).broker_defaults(), configs)
         return self._cluster.alter_configs(topic, configs)
+
+    @errors_as_failures
+    def alter_broker_configs(self, principal: Principal, broker_id: int | None, set_configs: Mapping[str, str],
+                             delete_configs: Sequence[str], validate_only: bool = False) -> Deferred[None]:
+        """Change the dynamic topic defaults of the cluster (``broker_id`` None) or of one broker through the
+        controller; see ``IBroker.alter_broker_configs``."""
+        require_permission(self._authorizer, principal, Operation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        if broker_id is not None and broker_id < 1:
+            raise errors.InvalidRequestError(f"broker id {broker_id} is not valid: broker ids start at 1")
+        entity = "" if broker_id is None else str(broker_id)
+        image = self._cluster.image
+        configs = {key: value for key, value in image.broker_configs.get(entity, {}).items() if key not in delete_configs}
+        configs.update(set_configs)
+        proposed = {**image.broker_configs, entity: configs}
+        # As a topic without overrides takes them: on this broker (the cluster's) or on the broker named.
+        layers = TopicConfigLayers.of(self._config.topic_defaults, proposed,
+                                      self._config.node_id if broker_id is None else broker_id)
+        if broker_id is not None and "min.insync.replicas" in set_configs:
+            raise errors.InvalidConfigError(
+                "min.insync.replicas is cluster-wide (as in Kafka with eligible leader replicas): set it for the "
+                "cluster (broker resource \"\", kafka-configs --entity-default) or per topic")
+        try:
+            validate_dynamic_topic_defaults(layers)
+        except errors.InvalidConfigError as error:  # a broker config's value: Kafka answers INVALID_REQUEST
+            raise errors.InvalidRequestError(error.message) from None
+        if validate_only:
+            return succeed(None)
+        return self._cluster.alter_broker_configs(entity, dict(set_configs), list(delete_configs))
 
     @errors_as_failures
     def create_partitions(self, principal: Principal, topic: str, total_count: int) -> Deferred[None]:

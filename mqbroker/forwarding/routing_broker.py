@@ -126,6 +126,15 @@ class RoutingBroker:
         """The local broker's ``alter_configs``."""
         return self.local.alter_configs(principal, topic, set_configs, delete_configs)
 
+    def describe_config_layers(self, principal: Principal, topic: str | None) -> Deferred[Any]:
+        """The local broker's ``describe_config_layers``."""
+        return self.local.describe_config_layers(principal, topic)
+
+    def alter_broker_configs(self, principal: Principal, broker_id: int | None, set_configs: Mapping[str, str],
+                             delete_configs: Sequence[str], validate_only: bool = False) -> Deferred[None]:
+        """The local broker's ``alter_broker_configs`` (the controller stores them)."""
+        return self.local.alter_broker_configs(principal, broker_id, set_configs, delete_configs, validate_only)
+
     def create_partitions(self, principal: Principal, topic: str, total_count: int) -> Deferred[None]:
         """The local broker's ``create_partitions``."""
         return self.local.create_partitions(principal, topic, total_count)

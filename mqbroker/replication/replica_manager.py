@@ -136,9 +136,12 @@ class ReplicaManager:
         return self._leaders.get(key)
 
     def min_insync_replicas(self, topic: str) -> int:
-        """The topic's ``min.insync.replicas``, else the broker-wide default."""
+        """The topic's ``min.insync.replicas``, else this broker's dynamic default (its own, the cluster's), else its
+        static one."""
         record = self._cluster.topic(topic)
         configured = (record.configs if record is not None else {}).get("min.insync.replicas")
+        if configured is None:
+            configured = self._cluster.image.dynamic_topic_defaults(self._config.node_id).get("min.insync.replicas")
         if configured is None:
             configured = self._config.topic_defaults.get("min.insync.replicas", "1")
         return int(configured)

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from mqbroker.protocols.kafka import codec
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from tests.integration.brokerprocess import BrokerProcess
@@ -36,6 +38,17 @@ def start_kafka_broker(directory: pathlib.Path, *extra_args: str) -> Iterator[Br
         yield process
     finally:
         process.kill()
+
+
+def kafka_broker_fixture(name: str, *extra_args: str) -> Any:
+    """A module-scoped ``kafka_broker`` fixture: one broker (``start_kafka_broker``, ``extra_args``) in a temporary
+    directory named ``name``, for a test module's tests. Use: ``kafka_broker = kafka_broker_fixture("kafka-admin")``."""
+
+    @pytest.fixture(scope="module")
+    def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+        yield from start_kafka_broker(tmp_path_factory.mktemp(name), *extra_args)
+
+    return kafka_broker
 
 
 def unique(prefix: str) -> str:
@@ -126,6 +139,19 @@ def kafka_call(port: int, key: ApiKey, version: int, request: object) -> Any:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         send_kafka_request(sock, key, version, 1, request)
         return read_kafka_response(sock, key, version)[1]
+
+
+def produce_one(port: int, topic: str, acks: int, value: bytes) -> int:
+    """One Produce v9 of one record to partition 0 of ``topic`` at 127.0.0.1:``port``; the partition's error code."""
+    from mqbroker.protocols.kafka.messages.produce_fetch import PartitionProduceData, ProduceRequest, TopicProduceData
+    from mqbroker.records.builder import BatchBuilder
+
+    builder = BatchBuilder()
+    builder.append(1_700_000_000_000, None, value)
+    request = ProduceRequest(acks=acks, timeout_ms=5_000, topic_data=(
+        TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=builder.build()),)),))
+    answer = kafka_call(port, ApiKey.PRODUCE, 9, request)
+    return int(answer.responses[0].partition_responses[0].error_code)
 
 
 def kafka_tool(name: str, *args: str, timeout_s: float = 90.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -329,3 +329,19 @@ def test_mqtt_mapping_rules_set_on_one_broker_read_on_another_and_reset(cluster:
     assert unreachable.returncode == 3 and "cannot reach the admin API" in unreachable.stderr
     reset = mqbroker("mqtt", "mapping-rules", "reset", "-o", "json", "--http", _http(first))
     assert reset.returncode == 0 and json.loads(reset.stdout)["source"] == "configuration", reset.stderr
+
+
+def test_cluster_configs_set_show_and_reset_the_cluster_wide_topic_defaults(cluster: Cluster) -> None:
+    succeeded("cluster", "alter-configs", "--config", "retention.ms=3600000", bootstrap=cluster.bootstrap)
+    try:
+        shown = json.loads(succeeded("cluster", "configs", "--json", bootstrap=cluster.bootstrap))
+        assert shown["configs"]["retention.ms"] == "3600000"
+        assert ["retention.ms", "3600000"] in plain_rows(succeeded("cluster", "configs", bootstrap=cluster.bootstrap))
+        wait_for(lambda: json.loads(succeeded("topics", "describe", TOPIC, "--json", bootstrap=cluster.bootstrap))[
+            "configs"]["retention.ms"] == "3600000", 20, "the topic inherits the cluster-wide default")
+        refused = mqbroker("cluster", "alter-configs", "--config", "num.partitions=3", bootstrap=cluster.bootstrap)
+        assert refused.returncode == 1 and "'num.partitions' is not a topic configuration key" in refused.stderr
+    finally:
+        succeeded("cluster", "alter-configs", "--delete-config", "retention.ms", bootstrap=cluster.bootstrap)
+    assert "retention.ms" not in json.loads(succeeded("cluster", "configs", "--json", bootstrap=cluster.bootstrap))[
+        "configs"]

@@ -83,6 +83,8 @@ def test_on_delivery_reports_a_refused_record_once_with_its_typed_error(shared_b
     [failed] = [report for report in reports.reports if report.error is not None]
     assert failed.metadata is None and failed.thread == "mqbroker-producer-io"
     assert isinstance(refused.exception(0), MessageTooLargeError)
+    counts = producer.delivery_counts()
+    assert (counts.acknowledged, counts.failed) == (1, 1) and isinstance(counts.first_error, MessageTooLargeError)
 
 
 def test_a_done_callback_added_after_delivery_runs_at_once_in_the_callers_thread(shared_broker: BrokerProcess) -> None:
@@ -214,6 +216,7 @@ async def test_twisted_send_many_fires_with_every_record_in_order(broker: Broker
     assert [metadata.offset for metadata in written] == list(range(5_000))
     with pytest.raises(MessageTooLargeError):
         await producer.send_many("twisted-bulk", [TOO_LARGE], partition=0)
+    assert (producer.delivery_counts().acknowledged, producer.delivery_counts().failed) == (5_000, 1)
     await producer.close()
     with pytest.raises(ValueError, match="assign_topics"):
         TwistedConsumer(reactor, broker.bootstrap, topics=["twisted-bulk"])  # silently read nothing before

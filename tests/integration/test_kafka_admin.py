@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,15 +22,13 @@ from tests.integration.kafka_support import (
     consume_with_confluent,
     kafka_bootstrap,
     kafka_call,
-    start_kafka_broker,
+    kafka_broker_fixture,
     unique,
     wait_until,
 )
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-admin"))
+kafka_broker = kafka_broker_fixture("kafka-admin")
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import asyncio
 import socket
 import struct
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,14 +19,12 @@ from tests.integration.kafka_support import (
     kafka_bootstrap,
     read_kafka_response,
     send_kafka_request,
-    start_kafka_broker,
+    kafka_broker_fixture,
     unique,
 )
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-clients"))
+kafka_broker = kafka_broker_fixture("kafka-clients")
 
 
 @pytest.mark.parametrize("acks", [0, 1, "all"])

@@ -4,21 +4,18 @@ librdkafka, kafka-python and aiokafka in one group, eager and cooperative assign
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import kafka_bootstrap, start_kafka_broker, unique, wait_until
+from tests.integration.kafka_support import kafka_bootstrap, kafka_broker_fixture, unique, wait_until
 
 FAST = {"heartbeat.interval.ms": 300, "session.timeout.ms": 6000, "enable.auto.commit": False,
         "auto.offset.reset": "earliest"}
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-groups"))
+kafka_broker = kafka_broker_fixture("kafka-groups")
 
 
 def _topic(bootstrap: str, partitions: int) -> str:

@@ -6,44 +6,24 @@ wire (the exact error code) and with kafka-python, whose producer raises ``NotEn
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from mqbroker.errors import ErrorCode
-from mqbroker.protocols.kafka.messages.apis import ApiKey
-from mqbroker.protocols.kafka.messages.produce_fetch import (
-    PartitionProduceData,
-    ProduceRequest,
-    TopicProduceData,
-)
-from mqbroker.records.builder import BatchBuilder
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import start_cluster
 from tests.integration.kafka_support import (
     FAST_GROUPS,
     kafka_bootstrap,
-    kafka_call,
-    start_kafka_broker,
+    kafka_broker_fixture,
+    produce_one,
     unique,
     wait_until,
 )
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-min-insync"))
-
-
-def _produce(port: int, topic: str, acks: int, value: bytes) -> int:
-    """One Produce v9 of one record to partition 0 of ``topic``; the partition's error code."""
-    builder = BatchBuilder()
-    builder.append(1_700_000_000_000, None, value)
-    request = ProduceRequest(acks=acks, timeout_ms=5_000, topic_data=(
-        TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=builder.build()),)),))
-    answer = kafka_call(port, ApiKey.PRODUCE, 9, request)
-    return int(answer.responses[0].partition_responses[0].error_code)
+kafka_broker = kafka_broker_fixture("kafka-min-insync")
 
 
 def _create(bootstrap: str, topic: str, replicas: int, min_insync: int) -> None:
@@ -70,9 +50,9 @@ def test_acks_all_is_refused_below_min_insync_replicas(kafka_broker: BrokerProce
 
     bootstrap, port, topic = kafka_bootstrap(kafka_broker), kafka_broker.ports["kafka"], unique("min-isr")
     _create(bootstrap, topic, 1, 2)  # one broker: one in-sync replica, two required
-    assert _produce(port, topic, -1, b"refused") == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert produce_one(port, topic, -1, b"refused") == ErrorCode.NOT_ENOUGH_REPLICAS
     assert _end_offset(bootstrap, topic) == 0  # refused before the append
-    assert _produce(port, topic, 1, b"leader-only") == 0
+    assert produce_one(port, topic, 1, b"leader-only") == 0
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0)
     try:
         with pytest.raises(NotEnoughReplicasError):
@@ -93,14 +73,14 @@ def test_acks_all_follows_the_in_sync_replicas_as_a_follower_dies_and_returns(tm
         _create(bootstrap, topic, 2, 2)
         leader, replicas = wait_until(lambda: _placement(bootstrap, topic), 20, "a leader")
         port = brokers[leader - 1].ports["kafka"]
-        assert wait_until(lambda: _produce(port, topic, -1, b"both") == 0 or None, 20, "acks=all accepted")
+        assert wait_until(lambda: produce_one(port, topic, -1, b"both") == 0 or None, 20, "acks=all accepted")
         follower = brokers[next(node for node in replicas if node != leader) - 1]
         follower.kill()
-        wait_until(lambda: _produce(port, topic, -1, b"alone") == ErrorCode.NOT_ENOUGH_REPLICAS or None, 30,
+        wait_until(lambda: produce_one(port, topic, -1, b"alone") == ErrorCode.NOT_ENOUGH_REPLICAS or None, 30,
                    "NOT_ENOUGH_REPLICAS once the ISR shrank")
-        assert _produce(port, topic, 1, b"leader-only") == 0
+        assert produce_one(port, topic, 1, b"leader-only") == 0
         follower.restart()
-        wait_until(lambda: _produce(port, topic, -1, b"again") == 0 or None, 60, "acks=all accepted again")
+        wait_until(lambda: produce_one(port, topic, -1, b"again") == 0 or None, 60, "acks=all accepted again")
     finally:
         for broker in brokers:
             broker.kill()

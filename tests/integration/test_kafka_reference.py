@@ -176,10 +176,9 @@ def test_configuration_descriptions_agree_on_values_and_sources(brokers: dict[st
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     topic = unique("ref-configs")
-    # min.insync.replicas is left out: Kafka's KRaft format stores it as a cluster-wide dynamic default
-    # (source 3), where mqbroker reports its built-in default (source 5); docs/kafka.md lists the difference.
+    # min.insync.replicas: both report the cluster-wide dynamic default the controller wrote at activation (source 3).
     keys = ("retention.ms", "cleanup.policy", "segment.bytes", "max.message.bytes", "retention.bytes",
-            "delete.retention.ms", "segment.ms", "min.compaction.lag.ms")
+            "delete.retention.ms", "segment.ms", "min.compaction.lag.ms", "min.insync.replicas")
 
     def scenario(bootstrap: str) -> dict[str, tuple[str, int]]:
         _create(bootstrap, topic, 1, **{"retention.ms": "3600000", "cleanup.policy": "compact"})
@@ -189,6 +188,61 @@ def test_configuration_descriptions_agree_on_values_and_sources(brokers: dict[st
 
     observed = _same(brokers, scenario)
     assert observed["retention.ms"] == ("3600000", 1)  # DYNAMIC_TOPIC_CONFIG
+    assert observed["min.insync.replicas"] == ("1", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+
+
+def _alter_broker(bootstrap: str, name: str, validate_only: bool = False, **changes: str | None) -> int:
+    """IncrementalAlterConfigs v1 of broker resource ``name`` ("": the cluster-wide defaults); the error code."""
+    configs = tuple(admin_messages.IncrementalAlterableConfig(name=key.replace("_", "."), value=value,
+                                                              config_operation=0 if value is not None else 1)
+                    for key, value in changes.items())
+    request = admin_messages.IncrementalAlterConfigsRequest(validate_only=validate_only, resources=(
+        admin_messages.IncrementalAlterConfigsResource(resource_type=4, resource_name=name, configs=configs),))
+    return int(_raw(bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, request).responses[0].error_code)
+
+
+def _describe(bootstrap: str, resource_type: int, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """DescribeConfigs v4 with synonyms of ``keys``: {key: (value, source, read-only, synonym sources)}."""
+    request = admin_messages.DescribeConfigsRequest(include_synonyms=True, resources=(
+        admin_messages.DescribeConfigsResource(resource_type=resource_type, resource_name=name,
+                                               configuration_keys=keys),))
+    result = _raw(bootstrap, ApiKey.DESCRIBE_CONFIGS, 4, request).results[0]
+    assert result.error_code == 0, result.error_message
+    return {entry.name: (entry.value, entry.config_source, entry.read_only,
+                         [synonym.source for synonym in entry.synonyms if synonym.source in (1, 2, 3)])
+            for entry in result.configs}
+
+
+def test_dynamic_broker_configs_are_described_with_the_same_sources(brokers: dict[str, str]) -> None:
+    """The same cluster-wide and per-broker changes on both: the same errors, values, sources and dynamic synonyms."""
+    topic = unique("ref-dynamic")
+    topic_keys = ("min.insync.replicas", "retention.ms", "compression.type", "max.message.bytes", "segment.bytes")
+    broker_keys = ("min.insync.replicas", "log.retention.ms", "compression.type", "message.max.bytes")
+
+    def scenario(bootstrap: str) -> dict[str, Any]:
+        _create(bootstrap, topic, 1, **{"segment.bytes": "2000000"})
+        errors = [_alter_broker(bootstrap, "", log_retention_ms="7200000", message_max_bytes="2000000"),
+                  _alter_broker(bootstrap, "1", log_retention_ms="3600000", compression_type="gzip"),
+                  _alter_broker(bootstrap, "1", validate_only=True, min_insync_replicas="2"),
+                  _alter_broker(bootstrap, "1", num_partitions="3"),
+                  _alter_broker(bootstrap, "", min_insync_replicas="0"),
+                  _alter_broker(bootstrap, "", log_segment_bytes="many"),
+                  _alter_broker(bootstrap, "1", compression_type="brotli"),
+                  _alter_broker(bootstrap, "7", log_retention_ms="1")]
+        time.sleep(1)  # Kafka applies the records asynchronously
+        observed = {"errors": errors, "topic": _describe(bootstrap, 2, topic, topic_keys),
+                    "cluster": _describe(bootstrap, 4, "", broker_keys),
+                    "broker": _describe(bootstrap, 4, "1", broker_keys)}
+        _alter_broker(bootstrap, "", log_retention_ms=None, message_max_bytes=None)
+        _alter_broker(bootstrap, "1", log_retention_ms=None, compression_type=None)
+        time.sleep(1)
+        observed["reset"] = _describe(bootstrap, 2, topic, topic_keys)
+        return observed
+
+    observed = _same(brokers, scenario)
+    assert observed["errors"] == [0, 0, 40, 42, 42, 42, 42, 42]
+    assert observed["topic"]["retention.ms"][:2] == ("3600000", 2)  # DYNAMIC_BROKER_CONFIG
+    assert observed["topic"]["max.message.bytes"][:2] == ("2000000", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
 
 
 def test_deleted_records_and_unknown_topics_look_the_same(brokers: dict[str, str]) -> None:

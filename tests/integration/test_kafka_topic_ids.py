@@ -35,16 +35,14 @@ from tests.integration.kafka_support import (
     kafka_bootstrap,
     read_kafka_response,
     send_kafka_request,
-    start_kafka_broker,
+    kafka_broker_fixture,
     unique,
 )
 
 _correlation = iter(range(1, 1_000_000))
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-topic-ids"))
+kafka_broker = kafka_broker_fixture("kafka-topic-ids")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,14 +21,12 @@ from tests.integration.kafka_support import (
     consume_with_confluent,
     kafka_bootstrap,
     kafka_call,
-    start_kafka_broker,
+    kafka_broker_fixture,
     unique,
 )
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-transactions"))
+kafka_broker = kafka_broker_fixture("kafka-transactions")
 
 
 def _create(bootstrap: str, topic: str, partitions: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from tests.integration.kafka_support import (
     REFERENCE,
     kafka_bootstrap,
     kafka_call,
-    start_kafka_broker,
+    kafka_broker_fixture,
     unique,
     wait_until,
 )
@@ -31,9 +30,7 @@ SOURCE = pathlib.Path(__file__).resolve().parent / "kafka_java" / "TransactionVe
 CLASSPATH_JARS = f"{REFERENCE / 'lib'}/*"
 
 
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka-transactions-v2"))
+kafka_broker = kafka_broker_fixture("kafka-transactions-v2")
 
 
 @pytest.fixture(scope="module")

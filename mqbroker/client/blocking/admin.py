@@ -20,6 +20,7 @@ from mqbroker.protocols.native.messages import (
     AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    ConfigResourceType,
     CreateAclsRequest,
     DeleteAclsRequest,
     DescribeAclsRequest,
@@ -81,6 +82,16 @@ class Admin:
     def alter_configs(self, topic: str, set_configs: dict[str, str], delete_configs: Iterable[str] = ()) -> None:
         """Set some config keys of ``topic`` and reset others to their defaults."""
         request = admin.alter_configs_request(topic, set_configs, delete_configs)
+        self._calls.retrying(lambda: admin.alter_configs_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
+
+    def describe_cluster_configs(self) -> dict[str, str | None]:
+        """The cluster-wide dynamic topic defaults (they win over every broker's ``log.`` settings)."""
+        request = admin.describe_configs_request("", ConfigResourceType.BROKER)
+        return self._calls.retrying(lambda: admin.describe_configs_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
+
+    def alter_cluster_configs(self, set_configs: dict[str, str], delete_configs: Iterable[str] = ()) -> None:
+        """Set some cluster-wide dynamic topic defaults (topic keys: ``retention.ms``) and reset others."""
+        request = admin.alter_configs_request("", set_configs, delete_configs, ConfigResourceType.BROKER)
         self._calls.retrying(lambda: admin.alter_configs_result(self._calls.any_broker(request)))  # type: ignore[arg-type]
 
     def describe_quorum(self) -> DescribeQuorumResponse:

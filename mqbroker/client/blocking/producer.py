@@ -9,6 +9,7 @@ partition leaders and completes each batch's ``RecordFuture``s, whose callbacks 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import threading
 import time
@@ -20,7 +21,7 @@ from mqbroker.client.blocking.delivery import IMMEDIATE, POLL, Deliveries, Deliv
 from mqbroker.client.blocking.producer_io import ProducerIO
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerCore
-from mqbroker.client.producer_batch import ProducerBatch
+from mqbroker.client.producer_batch import DeliveryCounts, ProducerBatch
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker import errors
@@ -254,6 +255,12 @@ class Producer:
             if remaining <= 0:
                 raise RequestTimedOutError("the producer's buffer stayed full for max_block_ms")
             self._changed.wait(remaining)
+
+    def delivery_counts(self) -> DeliveryCounts:
+        """How many records sent so far were acknowledged and how many failed (a copy; records still in
+        flight are in neither count)."""
+        with self._lock:
+            return dataclasses.replace(self._core.delivered)
 
     def flush(self, timeout: float | None = None) -> int:
         """Send everything queued now and wait until it is acknowledged or failed, up to ``timeout`` seconds

@@ -5,6 +5,7 @@ The pure ``ProducerCore`` batches; a reactor timer drains it at each batch's dea
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,7 +17,7 @@ from twisted.python.failure import Failure
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.partitioner import StickyPartitioner, partition_for_key
 from mqbroker.client.producer import ProducerCore
-from mqbroker.client.producer_batch import ProducerBatch, ProducePlan, RecordMetadata
+from mqbroker.client.producer_batch import DeliveryCounts, ProducerBatch, ProducePlan, RecordMetadata
 from mqbroker.client.producer_config import ProducerConfig, parse_acks
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.twisted.cluster import TwistedCluster
@@ -260,6 +261,11 @@ class TwistedProducer:
         elif self._flushes:
             self._core.flush()
             self._schedule()
+
+    def delivery_counts(self) -> DeliveryCounts:
+        """How many records sent so far were acknowledged and how many failed (a copy; records still in
+        flight are in neither count)."""
+        return dataclasses.replace(self._core.delivered)
 
     def flush(self, timeout: float | None = None) -> Deferred[int]:
         """Fire with 0 once everything queued so far is acknowledged or failed; or, after ``timeout``

@@ -3,7 +3,7 @@
 Handlers pass plain values (Kafka's numbers and names) and get the broker's typed values back
 (``ProduceResult``, ``FetchResult``, the group responses); building the broker's request objects
 (``Acks``, ``FetchRequest``, the group requests) happens here only. The one pure helper taken from
-the core (topic configuration defaults) is imported here for the same reason.
+the core (the topic configuration keys and their layers) is imported here for the same reason.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, fail, succeed
 
 from mqbroker import errors
-from mqbroker.core.topic_config import BROKER_TOPIC_CONFIG_DEFAULTS, log_config_for
+from mqbroker.core.topic_config import TopicConfigLayers, built_in_topic_configs
 from mqbroker.groups import messages as group_messages
 from mqbroker.groups.model import TopicPartition
 from mqbroker.groups.offsets import CommittedOffset
@@ -195,6 +195,16 @@ class BrokerCalls:
         """Set some keys of a topic's configuration and reset others to their defaults."""
         return self._broker.alter_configs(self.principal, topic, dict(set_configs), list(delete_configs))
 
+    def describe_config_layers(self, topic: str | None) -> Deferred[TopicConfigLayers]:
+        """A topic's configuration layer by layer (None: this broker's topic defaults)."""
+        return self._broker.describe_config_layers(self.principal, topic)
+
+    def alter_broker_configs(self, broker_id: int | None, set_configs: Mapping[str, str], delete_configs: Sequence[str],
+                             validate_only: bool) -> Deferred[None]:
+        """Set and reset dynamic topic defaults (topic keys) of the cluster (None) or of one broker."""
+        return self._broker.alter_broker_configs(self.principal, broker_id, dict(set_configs), list(delete_configs),
+                                                 validate_only)
+
     def replica_sizes(self, topic: str) -> Deferred[dict[int, int]]:
         """Bytes on disk of ``topic``'s replicas on this broker, by partition."""
         return self._broker.replica_sizes(self.principal, topic)
@@ -295,9 +305,6 @@ def _member(group_id: str, member_id: str, group_instance_id: str | None,
                                         generation_id=generation_id)
 
 
-def topic_config_defaults(topic_defaults: Mapping[str, str]) -> dict[str, str]:
-    """The configuration a topic without overrides has on this broker (``log.`` defaults applied)."""
-    defaults = {key: str(value) for key, value in log_config_for(topic_defaults, {}).to_mapping().items()}
-    defaults.update(BROKER_TOPIC_CONFIG_DEFAULTS)
-    defaults.update({key: value for key, value in topic_defaults.items() if key in BROKER_TOPIC_CONFIG_DEFAULTS})
-    return defaults
+def topic_config_keys() -> list[str]:
+    """Every topic configuration key (the ones a broker has a default of, static or dynamic)."""
+    return sorted(built_in_topic_configs())

@@ -1,10 +1,11 @@
 """What DescribeConfigs says about configuration keys: each key's Kafka type, and the broker's own settings.
 
 Kafka clients show a key's type (DescribeConfigs v3+) and tools such as ``kafka-configs
---entity-type brokers`` describe a broker. mqbroker's broker settings are static (set at start-up
-from its configuration file and ``--set``), so a broker resource answers them read-only, under
-Kafka's names where Kafka has the same setting, with source STATIC_BROKER_CONFIG when the
-operator set them and DEFAULT_CONFIG otherwise. Pure: no Twisted, no I/O.
+--entity-type brokers`` describe a broker. mqbroker's broker settings other than the topic
+defaults are static (set at start-up from its configuration file and ``--set``), so a broker
+resource answers them read-only, under Kafka's names where Kafka has the same setting, with source
+STATIC_BROKER_CONFIG when the operator set them and DEFAULT_CONFIG otherwise (the topic defaults,
+which may be dynamic, are resolved per request: ``handlers.configs``). Pure: no Twisted, no I/O.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class ConfigSource(enum.IntEnum):
     """Kafka's config sources."""
 
     DYNAMIC_TOPIC = 1
+    DYNAMIC_BROKER = 2
+    DYNAMIC_DEFAULT = 3
     STATIC_BROKER = 4
     DEFAULT = 5
 
@@ -67,7 +70,7 @@ def config_type(key: str) -> ConfigType:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfigEntry:
-    """One broker setting as DescribeConfigs answers it (always read-only: broker settings are static)."""
+    """One static broker setting as DescribeConfigs answers it (read-only)."""
 
     value: str
     source: ConfigSource
@@ -104,13 +107,11 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def broker_configs(config: Any, defaults: Any, topic_defaults: Mapping[str, str], listeners: Mapping[str, str]
-                   ) -> dict[str, BrokerConfigEntry]:
-    """The broker's settings under Kafka's names.
+def broker_configs(config: Any, defaults: Any, listeners: Mapping[str, str]) -> dict[str, BrokerConfigEntry]:
+    """The broker's static settings under Kafka's names (its topic defaults, which may be dynamic, are not here).
 
     ``config`` is the broker's configuration and ``defaults`` one with nothing set (a setting that differs
-    was set by the operator); ``topic_defaults`` are the effective ``log.`` topic defaults with the keys the
-    operator set; ``listeners`` maps ``listeners`` and ``advertised.listeners`` to their Kafka-form values.
+    was set by the operator); ``listeners`` maps ``listeners`` and ``advertised.listeners`` to their Kafka-form values.
     """
     entries: dict[str, BrokerConfigEntry] = {}
     for key, (field_name, kind) in _BROKER_KEYS.items():
@@ -121,16 +122,15 @@ def broker_configs(config: Any, defaults: Any, topic_defaults: Mapping[str, str]
         entries[key] = BrokerConfigEntry(value=_text(value), source=source, type=kind)
     for key, value in listeners.items():
         entries[key] = BrokerConfigEntry(value=value, source=ConfigSource.STATIC_BROKER, type=ConfigType.LIST)
-    set_by_operator = set(config.topic_defaults)
-    for key, value in topic_defaults.items():
-        source = ConfigSource.STATIC_BROKER if key in set_by_operator else ConfigSource.DEFAULT
-        entries[broker_key(key)] = BrokerConfigEntry(value=value, source=source, type=config_type(key))
     return entries
 
 
-#: Topic keys whose broker-wide default is not simply ``log.`` + the key.
+#: Topic keys whose broker-wide default is not simply ``log.`` + the key (Kafka's ``ServerTopicConfigSynonyms``).
 _BROKER_NAMES = {"max.message.bytes": "message.max.bytes", "flush.ms": "log.flush.interval.ms",
-                 "file.delete.delay.ms": "log.segment.delete.delay.ms",
+                 "file.delete.delay.ms": "log.segment.delete.delay.ms", "segment.ms": "log.roll.ms",
+                 "delete.retention.ms": "log.cleaner.delete.retention.ms",
+                 "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+                 "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio", "compression.type": "compression.type",
                  "flush.messages": "log.flush.interval.messages", "min.insync.replicas": "min.insync.replicas",
                  "unclean.leader.election.enable": "unclean.leader.election.enable"}
 

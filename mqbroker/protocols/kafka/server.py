@@ -22,7 +22,7 @@ from mqbroker.interfaces import IBroker
 from mqbroker.model import ANONYMOUS, Principal
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
-from mqbroker.protocols.kafka.broker_calls import BrokerCalls, topic_config_defaults
+from mqbroker.protocols.kafka.broker_calls import BrokerCalls
 from mqbroker.protocols.kafka.config_catalog import BrokerConfigEntry, broker_configs
 from mqbroker.protocols.kafka.connection import ConnectionFailed, RequestReceived, ServerConnection
 from mqbroker.protocols.kafka.error_codes import error_response
@@ -45,8 +45,6 @@ class ListenerFacts:
 
     node_id: int
     request_bytes_max: int
-    topic_config_defaults: dict[str, str]
-    broker_topic_defaults: dict[str, str]
     broker_configs: dict[str, BrokerConfigEntry] = dataclasses.field(default_factory=dict)
 
 
@@ -129,8 +127,6 @@ class KafkaSession:
             context = RequestContext(
                 calls=self._calls_for(principal, header.client_id or ""), version=header.api_version,
                 node_id=self._facts.node_id, listener=self._listener,
-                topic_config_defaults=self._facts.topic_config_defaults,
-                broker_topic_defaults=self._facts.broker_topic_defaults,
                 broker_configs=self._facts.broker_configs,
             )
             answered = maybeDeferred(HANDLERS[api_key], context, request)
@@ -244,11 +240,9 @@ def _listener_settings(config: Any) -> dict[str, str]:
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     """The Kafka listener's factory (named by the front-end plugin)."""
     config = context.config
-    defaults = topic_config_defaults(config.topic_defaults)
     facts = ListenerFacts(
         node_id=config.node_id, request_bytes_max=limits.kafka_request_bytes_max,
-        topic_config_defaults=defaults, broker_topic_defaults=dict(config.topic_defaults),
-        broker_configs=broker_configs(config, type(config)(), defaults, _listener_settings(config)),
+        broker_configs=broker_configs(config, type(config)(), _listener_settings(config)),
     )
     latency = context.metrics.request_latency if context.metrics is not None else None
     gauge = context.metrics.connections.labels("kafka") if context.metrics is not None else None

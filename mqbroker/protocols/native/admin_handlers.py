@@ -70,20 +70,29 @@ async def handle_delete_records(broker: IBroker, principal: Principal, request: 
     return m.DeleteRecordsResponse(topics=tuple(topics))
 
 
-def _topic_resource_error(resource_type: int, name: str) -> errors.BrokerError | None:
-    if resource_type != m.ConfigResourceType.TOPIC:
-        return errors.InvalidRequestError(f"only topic configs can be described or altered, not resource type {resource_type}")
-    return None
+def _config_resource_error(resource_type: int, name: str) -> errors.BrokerError | None:
+    """Topics and the cluster-wide dynamic topic defaults (broker resource "") are served."""
+    if resource_type == m.ConfigResourceType.TOPIC or (resource_type == m.ConfigResourceType.BROKER and not name):
+        return None
+    return errors.InvalidRequestError(f"only topic configs and the cluster-wide dynamic defaults (broker resource \"\") "
+                                      f"can be described or altered, not resource type {resource_type} {name!r}")
+
+
+def _described(broker: IBroker, principal: Principal, resource: m.DescribeConfigsResource) -> Any:
+    """A Deferred of the topic's effective configs, or of the cluster-wide dynamic topic defaults."""
+    if resource.resource_type == m.ConfigResourceType.TOPIC:
+        return broker.describe_configs(principal, resource.resource_name)
+    return broker.describe_config_layers(principal, None).addCallback(lambda layers: dict(layers.dynamic_default))
 
 
 async def handle_describe_configs(broker: IBroker, principal: Principal, request: m.DescribeConfigsRequest) -> Any:
-    """Effective topic configs."""
+    """Effective topic configs, or the cluster-wide dynamic topic defaults."""
     results = []
     for resource in request.resources:
         configs: dict[str, Any] | None = None
-        error = _topic_resource_error(resource.resource_type, resource.resource_name)
+        error = _config_resource_error(resource.resource_type, resource.resource_name)
         if error is None:
-            configs, error = await settle(broker.describe_configs(principal, resource.resource_name))
+            configs, error = await settle(_described(broker, principal, resource))
         wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         entries = tuple(
             m.DescribedConfig(name=key, value=str(value))
@@ -99,13 +108,16 @@ async def handle_describe_configs(broker: IBroker, principal: Principal, request
 
 
 async def handle_alter_configs(broker: IBroker, principal: Principal, request: m.IncrementalAlterConfigsRequest) -> Any:
-    """Set or reset topic config keys."""
+    """Set or reset topic config keys, or cluster-wide dynamic topic defaults."""
     results = []
     for resource in request.resources:
-        error = _topic_resource_error(resource.resource_type, resource.resource_name)
-        if error is None and not request.validate_only:
-            set_configs = {c.name: c.value or "" for c in resource.configs if c.config_operation == m.ConfigOperation.SET}
-            delete_configs = [c.name for c in resource.configs if c.config_operation == m.ConfigOperation.DELETE]
+        error = _config_resource_error(resource.resource_type, resource.resource_name)
+        set_configs = {c.name: c.value or "" for c in resource.configs if c.config_operation == m.ConfigOperation.SET}
+        delete_configs = [c.name for c in resource.configs if c.config_operation == m.ConfigOperation.DELETE]
+        if error is None and resource.resource_type == m.ConfigResourceType.BROKER:
+            _, error = await settle(broker.alter_broker_configs(principal, None, set_configs, delete_configs,
+                                                                request.validate_only))
+        elif error is None and not request.validate_only:
             _, error = await settle(broker.alter_configs(principal, resource.resource_name, set_configs, delete_configs))
         code, message = error_code(error)
         results.append(m.AlterConfigsResourceResult(

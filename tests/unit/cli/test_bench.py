@@ -2,35 +2,48 @@
 
 from __future__ import annotations
 
-import gc
+import dataclasses
 from concurrent.futures import Future
 from typing import Any
 
-from mqbroker.cli.bench import count_outcomes, percentiles_ms, produce_acknowledged
+from mqbroker.cli.bench import SendOutcomes, outcomes_between, percentiles_ms, produce_acknowledged
+from mqbroker.client.producer_batch import DeliveryCounts
 from mqbroker.errors import MessageTooLargeError
 
 
-def _future(error: Exception | None = None) -> Future[Any]:
+def _settled() -> Future[Any]:
     future: Future[Any] = Future()
-    if error is None:
-        future.set_result("metadata")
-    else:
-        future.set_exception(error)
+    future.set_result("metadata")
     return future
 
 
 class RefusingEveryThirdProducer:
-    """Its third, sixth, ... send fails; ``flush`` finds every future settled."""
+    """Its third, sixth, ... record fails; ``flush`` settles every send, counted as the real producer does."""
 
     def __init__(self) -> None:
         self.sends = 0
         self.flushed = False
-        self.collected_while_sending = False
+        self.counts = DeliveryCounts()
+
+    def delivery_counts(self) -> DeliveryCounts:
+        return dataclasses.replace(self.counts)
+
+    def _settle(self, records: int) -> None:
+        for _ in range(records):
+            self.sends += 1
+            if self.sends % 3:
+                self.counts.acknowledged += 1
+            else:
+                self.counts.failed += 1
+                self.counts.first_error = self.counts.first_error or MessageTooLargeError("too large")
 
     def send(self, topic: str, value: bytes) -> Future[Any]:
-        self.sends += 1
-        self.collected_while_sending |= gc.isenabled()
-        return _future(MessageTooLargeError("too large") if self.sends % 3 == 0 else None)
+        self._settle(1)
+        return _settled()
+
+    def send_many(self, topic: str, values: list[bytes]) -> Future[Any]:
+        self._settle(len(values))
+        return _settled()
 
     def flush(self) -> None:
         self.flushed = True
@@ -38,15 +51,20 @@ class RefusingEveryThirdProducer:
 
 def test_only_acknowledged_sends_are_counted_and_failures_are_named() -> None:
     producer = RefusingEveryThirdProducer()
+    producer.counts.acknowledged, producer.counts.failed = 5, 0  # an earlier run of the same producer
     outcomes = produce_acknowledged(producer, "t", b"v", 10)
     assert producer.flushed and producer.sends == 10
     assert (outcomes.acknowledged, outcomes.failed) == (7, 3)
     assert outcomes.first_error == "MessageTooLargeError: too large"
-    assert not producer.collected_while_sending and gc.isenabled()
 
 
-def test_outcomes_of_no_sends_are_zero() -> None:
-    assert count_outcomes([]) == (0, 0, None)
+def test_send_many_runs_count_every_record_of_every_call() -> None:
+    producer = RefusingEveryThirdProducer()
+    samples: list[int] = []
+    outcomes = produce_acknowledged(producer, "t", b"v", 25, lambda index, future: samples.append(index),
+                                    values_per_call=10)
+    assert producer.sends == 25 and samples == [0]
+    assert (outcomes.acknowledged, outcomes.failed) == (17, 8)
 
 
 def test_percentiles_count_lost_messages_as_infinitely_late() -> None:
@@ -57,35 +75,8 @@ def test_percentiles_count_lost_messages_as_infinitely_late() -> None:
     assert percentiles_ms(samples + [0.002, 0.003], total=100)["max"] == 3.0
 
 
-class BulkProducer:
-    """``send_many`` futures whose records of every second call fail."""
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def send_many(self, topic: str, values: list[bytes]) -> Any:
-        self.calls.append(len(values))
-        failing = len(self.calls) % 2 == 0
-        return BulkFuture(len(values), MessageTooLargeError("too large") if failing else None)
-
-    def flush(self) -> None:
-        pass
-
-
-class BulkFuture:
-    def __init__(self, count: int, error: Exception | None) -> None:
-        self.count, self.error = count, error
-
-    def counts(self, timeout: float) -> tuple[int, int]:
-        return (0, self.count) if self.error else (self.count, 0)
-
-    def exception(self, timeout: float) -> Exception | None:
-        return self.error
-
-
-def test_send_many_runs_count_every_record_of_every_call() -> None:
-    producer = BulkProducer()
-    outcomes = produce_acknowledged(producer, "t", b"v", 25, values_per_call=10)
-    assert producer.calls == [10, 10, 5]
-    assert (outcomes.acknowledged, outcomes.failed) == (15, 10)
-    assert outcomes.first_error == "MessageTooLargeError: too large"
+def test_outcomes_between_two_counts_name_the_error_only_when_a_record_failed() -> None:
+    error = MessageTooLargeError("too large")
+    earlier = DeliveryCounts(acknowledged=4, failed=1, first_error=error)
+    assert outcomes_between(earlier, DeliveryCounts(9, 1, error), 2.0) == SendOutcomes(2.0, 5, 0, None)
+    assert outcomes_between(earlier, DeliveryCounts(9, 3, error), 2.0).first_error == "MessageTooLargeError: too large"

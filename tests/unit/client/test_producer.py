@@ -125,6 +125,24 @@ def test_fatal_error_fails_the_batch_with_its_typed_error() -> None:
         batch.metadata(0, 1)
 
 
+def test_delivery_counts_add_up_the_records_of_finished_batches_only() -> None:
+    core = _core(linger_ms=0)
+    for value in (b"a", b"b", b"c"):
+        core.append("events", 0, 1, None, value, None, now_ms=0)
+    core.append("denied", 0, 1, None, b"d", None, now_ms=0)
+    plans = core.drain(0, _leader_one)
+    assert (core.delivered.acknowledged, core.delivered.failed) == (0, 0)  # in flight: in neither count
+    (plan,) = plans
+    response = ProduceResponse(topics=(
+        ProduceTopicResult(name="events", partitions=(ProducePartitionResult(partition_index=0, error_code=0),)),
+        ProduceTopicResult(name="denied", partitions=(
+            ProducePartitionResult(partition_index=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED),)),
+    ))
+    core.plan_completed(plan, response, now_ms=1)
+    assert (core.delivered.acknowledged, core.delivered.failed) == (3, 1)
+    assert isinstance(core.delivered.first_error, TopicAuthorizationError)
+
+
 def test_whole_request_error_is_retried_when_retriable() -> None:
     core = _core(linger_ms=0)
     core.append("events", 0, 1, None, b"a", None, now_ms=0)

@@ -165,3 +165,23 @@ def test_a_controlled_shutdown_fences_the_broker_itself_and_stopping_closes_the_
     quorum.run(0.1)
     fired(stopped)
     assert plane.node.storage.closed  # type: ignore[attr-defined]
+
+
+def test_the_controller_writes_the_min_insync_replicas_cluster_default_once_and_keeps_an_operators_change() -> None:
+    """As Kafka 4.1 at activation; deleted by an operator, it is not written again (nor by a new controller)."""
+    quorum = Quorum((1, 2, 3))
+    quorum.start()
+    quorum.run(3)
+    assert all(plane.image.broker_configs == {"": {"min.insync.replicas": "1"}} for plane in quorum.planes.values())
+    follower = next(plane for plane in quorum.planes.values() if not plane.node.is_leader)
+    altered = [follower.alter_broker_configs("", {"retention.ms": "100"}, ["min.insync.replicas"]),
+               follower.alter_broker_configs("2", {"segment.bytes": "2000000"}, [])]
+    quorum.run(0.5)
+    for each in altered:
+        fired(each)
+    old_leader = quorum.leader()
+    quorum.down.add(old_leader.node_id)
+    quorum.run(5)
+    assert quorum.leader() is not old_leader
+    assert all(plane.image.broker_configs == {"": {"retention.ms": "100"}, "2": {"segment.bytes": "2000000"}}
+               for plane in quorum.planes.values() if plane is not old_leader)

@@ -10,6 +10,7 @@ from mqbroker.cluster.controller import BrokerSessions, assign_partitions, creat
 from mqbroker.cluster.metadata import NO_LEADER, MetadataImage, MetadataStateMachine, topic_id_for
 from mqbroker.cluster.metadata_records import (
     AllocateProducerIds,
+    AlterBrokerConfigs,
     AlterTopicConfigs,
     BrokerHeartbeat,
     CreateTopic,
@@ -133,3 +134,44 @@ def test_a_new_leader_counts_sessions_from_the_heartbeats_it_applied_plus_a_grac
     assert sessions.expired(machine.image, now_ms=1150) == []  # broker 3's session lapsed, its grace not yet
     assert sessions.expired(machine.image, now_ms=1250) == [FenceBroker(node_id=3)]
     assert sessions.expired(machine.image, now_ms=1801) == [FenceBroker(node_id=node_id) for node_id in (1, 2, 3)]
+
+
+def test_dynamic_broker_configs_are_set_replaced_and_resolved_per_broker() -> None:
+    machine = _three_brokers()
+    _apply(machine, AlterBrokerConfigs(entity="", configs={"min.insync.replicas": "2", "retention.ms": "100"}),
+           AlterBrokerConfigs(entity="2", configs={"retention.ms": "50"}))
+    assert machine.image.dynamic_topic_defaults(1) == {"min.insync.replicas": "2", "retention.ms": "100"}
+    assert machine.image.dynamic_topic_defaults(2) == {"min.insync.replicas": "2", "retention.ms": "50"}
+    _apply(machine, AlterBrokerConfigs(entity="2", configs={}), AlterBrokerConfigs(entity="", configs={}))
+    assert machine.image.broker_configs == {"": {}}  # the cluster's entry stays: its activation write is done
+
+
+def test_a_broker_config_entity_must_be_the_cluster_or_a_broker_id() -> None:
+    machine = _three_brokers()
+    for entity in ("x", "0", "-1", "\u00b2"):
+        with pytest.raises(errors.InvalidRequestError):
+            _apply(machine, AlterBrokerConfigs(entity=entity, configs={"retention.ms": "1"}))
+    assert machine.image.broker_configs == {}
+
+
+def test_the_activation_write_applies_only_to_a_cluster_without_dynamic_defaults() -> None:
+    """Two controllers may both propose it (one from an image not yet caught up): the second changes nothing, and
+    neither undoes an operator's change."""
+    activation = AlterBrokerConfigs(entity="", configs={"min.insync.replicas": "1"}, activation=True)
+    machine = _three_brokers()
+    _apply(machine, activation, AlterBrokerConfigs(entity="", configs={"min.insync.replicas": "2"}), activation)
+    assert machine.image.broker_configs == {"": {"min.insync.replicas": "2"}}
+    _apply(machine, AlterBrokerConfigs(entity="", configs={}), activation)
+    assert machine.image.broker_configs == {"": {}}
+
+
+def test_dynamic_broker_configs_survive_a_snapshot_and_older_snapshots_have_none() -> None:
+    machine = _three_brokers()
+    _apply(machine, AlterBrokerConfigs(entity="", configs={"retention.ms": "100"}),
+           AlterBrokerConfigs(entity="3", configs={"segment.bytes": "2000000"}))
+    restored = MetadataStateMachine()
+    restored.restore(machine.snapshot())
+    assert restored.image.broker_configs == {"": {"retention.ms": "100"}, "3": {"segment.bytes": "2000000"}}
+    document = machine.image.to_document()
+    del document["broker_configs"]
+    assert MetadataImage.from_document(document).broker_configs == {}

@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from mqbroker import errors
 from mqbroker.cluster.metadata import MetadataStateMachine
-from mqbroker.cluster.metadata_records import CreateTopic, RegisterBroker, decode_record, decode_result, encode_record
+from mqbroker.cluster.metadata_records import (
+    AlterBrokerConfigs,
+    CreateTopic,
+    RegisterBroker,
+    decode_record,
+    decode_result,
+    encode_record,
+)
 
 
 def _three_brokers() -> MetadataStateMachine:
@@ -21,6 +28,32 @@ def _three_brokers() -> MetadataStateMachine:
 def test_records_round_trip() -> None:
     record = CreateTopic(name="t", assignment=(1, 2), configs={"k": "v"})
     assert decode_record(encode_record(record)) == record
+    for dynamic in (AlterBrokerConfigs(entity="", configs={"min.insync.replicas": "2"}, activation=True),
+                    AlterBrokerConfigs(entity="3", configs={})):
+        assert decode_record(encode_record(dynamic)) == dynamic
+
+
+@settings(max_examples=300)
+@given(st.builds(
+    lambda entity, configs, activation: b'{"type":"AlterBrokerConfigs","entity":%s,"configs":%s%s}' % (
+        entity.encode(), configs.encode(), activation.encode()),
+    st.sampled_from(['""', '"1"', '"0"', '"-1"', '"x"', '"\u00b2"', "1", "null", "[]"]),
+    st.sampled_from(['{}', '{"min.insync.replicas":"2"}', '{"k":1}', '[]', '"x"', "null", '{"k":null}']),
+    st.sampled_from(["", ',"activation":true', ',"activation":1', ',"activation":"yes"', ',"other":1'])))
+def test_garbage_broker_config_records_are_refused_with_a_typed_error(data: bytes) -> None:
+    """Fields of the wrong type fail decoding; an entity that is neither "" nor a broker id fails applying."""
+    machine = _three_brokers()
+    try:
+        decode_record(data)
+    except errors.CorruptMessageError:
+        pass
+    try:
+        decode_result(machine.apply(100, data))
+    except errors.BrokerError:
+        pass
+    for entity, configs in machine.image.broker_configs.items():
+        assert entity == "" or int(entity) >= 1
+        assert all(isinstance(value, str) for value in configs.values())
 
 
 @settings(max_examples=300)

@@ -253,3 +253,41 @@ def test_the_cluster_partition_limit_refuses_new_partitions_by_name(tmp_path: Pa
         fired(rig.broker.produce(ANONYMOUS, "auto", 0, BATCH, Acks.LEADER, 1_000))  # auto-creation counts too
     assert sorted(rig.cluster.image.topics) == ["t"]
     fired(rig.broker.create_topic(FRONT_END, TopicSpec(name="__mqtt_retained"), False))  # the broker's own
+
+
+@implementer(IAuthorizer)
+class DenyClusterAlterConfigs:
+    """Allows everything except ALTER_CONFIGS on the cluster."""
+
+    def authorize(self, principal: Principal, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        return not (resource_type is ResourceType.CLUSTER and operation is Operation.ALTER_CONFIGS)
+
+
+def test_dynamic_broker_configs_need_alter_configs_on_the_cluster_and_validate_only_proposes_nothing(
+    tmp_path: Path,
+) -> None:
+    denied = build_broker(tmp_path / "denied", FakeClusterView(), authorizer=DenyClusterAlterConfigs())
+    with pytest.raises(errors.ClusterAuthorizationError):
+        fired(denied.broker.alter_broker_configs(ALICE, None, {"retention.ms": "100"}, []))
+    rig = build_broker(tmp_path / "allowed", FakeClusterView())
+    fired(rig.broker.alter_broker_configs(ALICE, None, {"retention.ms": "100"}, [], validate_only=True))
+    with pytest.raises(errors.InvalidRequestError, match="min.insync.replicas"):  # a bad value, as Kafka answers it
+        fired(rig.broker.alter_broker_configs(ALICE, None, {"min.insync.replicas": "zero"}, []))
+    with pytest.raises(errors.InvalidConfigError, match="cluster-wide"):
+        fired(rig.broker.alter_broker_configs(ALICE, 1, {"min.insync.replicas": "2"}, []))
+    assert denied.cluster.proposed == rig.cluster.proposed == []
+    fired(rig.broker.alter_broker_configs(ALICE, 1, {"retention.ms": "100", "segment.bytes": "2000000"}, []))
+    fired(rig.broker.alter_broker_configs(ALICE, 1, {}, ["segment.bytes"]))
+    assert rig.cluster.image.broker_configs == {"1": {"retention.ms": "100"}}
+
+
+def test_topics_take_dynamic_defaults_and_the_leader_enforces_min_insync_replicas_from_them(tmp_path: Path) -> None:
+    rig = build_broker(tmp_path, FakeClusterView(), settings={"log.retention.ms": "500"})
+    fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="t", replication_factor=1), False))
+    assert fired(rig.broker.describe_configs(ANONYMOUS, "t"))["retention.ms"] == "500"
+    fired(rig.broker.alter_broker_configs(ANONYMOUS, None, {"min.insync.replicas": "2", "retention.ms": "200"}, []))
+    effective = fired(rig.broker.describe_configs(ANONYMOUS, "t"))
+    assert (effective["min.insync.replicas"], effective["retention.ms"]) == ("2", "200")
+    assert rig.logs.get("t", 0).config.retention_ms == 200  # the local log is reconfigured
+    with pytest.raises(errors.NotEnoughReplicasError):
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 1_000))

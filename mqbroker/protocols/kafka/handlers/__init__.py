@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqbroker.protocols.kafka.handlers import admin, cluster, groups, operations, records, transactions
+from mqbroker.protocols.kafka.handlers import admin, cluster, configs, groups, operations, records, transactions
 from mqbroker.protocols.kafka.handlers.context import Handler
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 
@@ -37,9 +37,9 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
     ApiKey.DELETE_RECORDS: admin.handle_delete_records,
-    ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
-    ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
     ApiKey.ELECT_LEADERS: operations.handle_elect_leaders,
     ApiKey.DESCRIBE_LOG_DIRS: operations.handle_describe_log_dirs,
     ApiKey.ALTER_REPLICA_LOG_DIRS: operations.handle_alter_replica_log_dirs,

@@ -1,27 +1,18 @@
-"""Topic and configuration admin: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords and configs."""
+"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions and DeleteRecords (configs: ``handlers.configs``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from mqbroker import errors
 from mqbroker.model import TopicMetadata
 from mqbroker.protocols.deferreds import gathered, settle, settled
-from mqbroker.protocols.kafka.config_catalog import config_type
 from mqbroker.protocols.kafka.error_codes import UNKNOWN_TOPIC_ID, kafka_error
 from mqbroker.protocols.kafka.handlers.context import RequestContext, by_topic
 from mqbroker.protocols.kafka.messages import admin as m
 from mqbroker.protocols.schema import ZERO_UUID
 
-#: Kafka's ConfigResource types and config sources (DescribeConfigs).
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-#: IncrementalAlterConfigs operations.
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 async def handle_create_topics(context: RequestContext, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
@@ -147,134 +138,3 @@ def _deleted(outcome: tuple[Any, BaseException | None], topic: str, partition: i
     low, error = outcome
     return topic, m.DeleteRecordsPartitionResult(partition_index=partition, error_code=kafka_error(error)[0],
                                                  low_watermark=low if low is not None else -1)
-
-
-def _static_broker(resource: m.IncrementalAlterConfigsResource) -> errors.BrokerError | None:
-    """Deleting a broker's dynamic keys succeeds (it has none: its settings are static, as
-    ``kafka-reassign-partitions`` clearing throttles expects); setting one is refused."""
-    if all(change.config_operation == DELETE for change in resource.configs):
-        return None
-    return errors.InvalidRequestError("mqbroker's broker settings are static: set them in the broker's configuration "
-                                      "file or command line and restart it")
-
-
-def _not_a_topic(resource_type: int) -> errors.BrokerError | None:
-    if resource_type == RESOURCE_TOPIC:
-        return None
-    return errors.InvalidRequestError(f"only topic configurations (resource type 2) are served, not type {resource_type}")
-
-
-def _source(context: RequestContext, key: str, value: str) -> int:
-    """Where a key's value comes from: the topic's override, a broker-wide ``log.`` default, or the built-in default."""
-    if context.topic_config_defaults.get(key) != value:
-        return SOURCE_DYNAMIC_TOPIC
-    return SOURCE_STATIC_BROKER if key in context.broker_topic_defaults else SOURCE_DEFAULT
-
-
-async def _overrides(context: RequestContext, topic: str) -> dict[str, str]:
-    """The keys a topic overrides (those whose value differs from the broker's default)."""
-    effective = await context.calls.describe_configs(topic)
-    return {key: value for key, value in effective.items() if _source(context, key, value) == SOURCE_DYNAMIC_TOPIC}
-
-
-async def handle_describe_configs(context: RequestContext, request: m.DescribeConfigsRequest) -> m.DescribeConfigsResponse:
-    """Effective topic configurations (overrides are DYNAMIC_TOPIC_CONFIG) and this broker's own settings."""
-    results = []
-    for resource in request.resources:
-        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-        entries: list[m.DescribeConfigsResourceResult] = []
-        error: BaseException | None = None
-        if resource.resource_type == RESOURCE_BROKER:
-            error = _not_this_broker(context, resource.resource_name)
-            if error is None and resource.resource_name:  # "": the cluster-wide dynamic defaults, which mqbroker has none of
-                entries = [
-                    m.DescribeConfigsResourceResult(name=key, value=entry.value, read_only=True,
-                                                    config_source=entry.source, is_sensitive=False, synonyms=(),
-                                                    config_type=entry.type)
-                    for key, entry in sorted(context.broker_configs.items())]
-        else:
-            error = _not_a_topic(resource.resource_type)
-            configs: Mapping[str, str] | None = None
-            if error is None:
-                configs, error = await settle(context.calls.describe_configs(resource.resource_name))
-            entries = [
-                m.DescribeConfigsResourceResult(name=key, value=str(value), read_only=False,
-                                                config_source=_source(context, key, str(value)), is_sensitive=False,
-                                                synonyms=(), config_type=config_type(key))
-                for key, value in sorted((configs or {}).items())]
-        code, message = kafka_error(error)
-        results.append(m.DescribeConfigsResult(error_code=code, error_message=message,
-                                               resource_type=resource.resource_type,
-                                               resource_name=resource.resource_name,
-                                               configs=tuple(entry for entry in entries
-                                                             if wanted is None or entry.name in wanted)))
-    return m.DescribeConfigsResponse(throttle_time_ms=0, results=tuple(results))
-
-
-def _not_this_broker(context: RequestContext, name: str) -> errors.BrokerError | None:
-    """A broker resource names this broker, or (empty) the cluster-wide dynamic defaults."""
-    if name in ("", str(context.node_id)):
-        return None
-    return errors.InvalidRequestError(f"broker {name!r} is described by that broker itself; this is broker "
-                                      f"{context.node_id} (send the request to the broker it names)")
-
-
-async def handle_alter_configs(context: RequestContext, request: m.AlterConfigsRequest) -> m.AlterConfigsResponse:
-    """Replace topics' whole configurations: the keys named are set, every other override is reset."""
-    results = []
-    for resource in request.resources:
-        error = _not_a_topic(resource.resource_type)
-        if error is None:
-            wanted = {config.name: config.value for config in resource.configs if config.value is not None}
-            try:
-                current = await _overrides(context, resource.resource_name)
-                if not request.validate_only:
-                    reset = [key for key in current if key not in wanted]
-                    await context.calls.alter_configs(resource.resource_name, wanted, reset)
-            except errors.BrokerError as refused:
-                error = refused
-        results.append(_altered(resource.resource_type, resource.resource_name, error))
-    return m.AlterConfigsResponse(throttle_time_ms=0, responses=tuple(results))
-
-
-def _altered(resource_type: int, name: str, error: BaseException | None) -> m.AlterConfigsResourceResponse:
-    code, message = kafka_error(error)
-    return m.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=resource_type,
-                                          resource_name=name)
-
-
-def _list_value(current: str | None) -> list[str]:
-    return [item for item in (current or "").split(",") if item]
-
-
-async def handle_incremental_alter_configs(context: RequestContext,
-                                           request: m.IncrementalAlterConfigsRequest) -> m.IncrementalAlterConfigsResponse:
-    """Set, reset, append to or subtract from some keys of topics' configurations."""
-    results = []
-    for resource in request.resources:
-        if resource.resource_type == RESOURCE_BROKER:
-            results.append(_altered(resource.resource_type, resource.resource_name, _static_broker(resource)))
-            continue
-        error = _not_a_topic(resource.resource_type)
-        if error is None:
-            effective, error = await settle(context.calls.describe_configs(resource.resource_name))
-        if error is None:
-            set_configs: dict[str, str] = {}
-            delete_configs: list[str] = []
-            for change in resource.configs:
-                if change.config_operation == SET:
-                    set_configs[change.name] = change.value or ""
-                elif change.config_operation == DELETE:
-                    delete_configs.append(change.name)
-                elif change.config_operation in (APPEND, SUBTRACT):
-                    items = _list_value(set_configs.get(change.name, effective.get(change.name)))
-                    given = _list_value(change.value)
-                    items = items + [i for i in given if i not in items] if change.config_operation == APPEND \
-                        else [i for i in items if i not in given]
-                    set_configs[change.name] = ",".join(items)
-                else:
-                    error = errors.InvalidRequestError(f"config operation {change.config_operation} is unknown")
-            if error is None and not request.validate_only:
-                _, error = await settle(context.calls.alter_configs(resource.resource_name, set_configs, delete_configs))
-        results.append(_altered(resource.resource_type, resource.resource_name, error))
-    return m.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=tuple(results))

@@ -21,10 +21,7 @@ class RequestContext:
     node_id: int
     #: The listener's port key in broker registrations: brokers are advertised at this listener's ports.
     listener: str
-    #: The configuration of a topic without overrides, and the keys set broker-wide (``log.``), for DescribeConfigs.
-    topic_config_defaults: Mapping[str, str] = field(default_factory=dict)
-    broker_topic_defaults: Mapping[str, str] = field(default_factory=dict)
-    #: This broker's own settings under Kafka's names (DescribeConfigs of a broker resource).
+    #: This broker's own static settings under Kafka's names (DescribeConfigs of a broker resource).
     broker_configs: Mapping[str, BrokerConfigEntry] = field(default_factory=dict)
 
 
