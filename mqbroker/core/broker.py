@@ -73,7 +73,7 @@ from mqbroker.security.scram import ScramMechanism, ScramUpsertion
 from mqbroker.shares import messages as share_messages
 from mqbroker.shares.data import BrokerShareData
 from mqbroker.shares.hosting import ShareHosting
-from mqbroker.shares.service import PushFactory
+from mqbroker.shares.push_hosting import PushFactory
 from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 from mqbroker.transactions import messages as txn_messages

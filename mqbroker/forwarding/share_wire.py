@@ -14,7 +14,7 @@ from mqbroker import errors
 from mqbroker.groups.model import TopicPartition
 from mqbroker.protocols.native import share_messages as wire
 from mqbroker.shares import messages as shares
-from mqbroker.shares.partition import AcquiredRange, PartitionStats
+from mqbroker.shares.partition_values import AcquiredRange, PartitionStats
 
 
 def create_request(group_id: str, topics: Sequence[str], configs: Mapping[str, str]) -> wire.CreateShareGroupRequest:
@@ -59,7 +59,7 @@ def description(response: wire.ShareGroupDescribeResponse, group_id: str) -> sha
             member_id=member.member_id, client_id=member.client_id, client_host=member.client_host,
             topics=tuple(member.subscribed_topic_names), acquired=member.acquired_records) for member in group.members),
         partitions=tuple(_partition(partition) for partition in group.partitions),
-        dead_lettered=group.dead_lettered, dead_letter_depth=group.dead_letter_depth)
+        dead_lettered=group.dead_lettered, dead_letter_depth=group.dead_letter_depth, unused_ms=group.unused_ms)
 
 
 def _partition(partition: wire.DescribedSharePartition) -> shares.SharePartitionDescription:

@@ -12,7 +12,7 @@ from mqbroker.records.dead_letters import dead_letter_headers
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import iter_batches
-from mqbroker.shares.partition import DeadLetter
+from mqbroker.shares.partition_values import DeadLetter
 
 
 def dead_letter_batch(batches: bytes, dead: DeadLetter, *, group_id: str, topic: str, partition: int) -> bytes | None:

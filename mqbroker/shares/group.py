@@ -37,7 +37,8 @@ class FetchWaiter:
 class HostedGroup:
     """A share group served by this broker."""
 
-    def __init__(self, group_id: str, definition: GroupDefinition, new_member_id: Callable[[str], str]) -> None:
+    def __init__(self, group_id: str, definition: GroupDefinition, new_member_id: Callable[[str], str], *,
+                 now_ms: int) -> None:
         self.group_id = group_id
         self.definition = definition
         self.settings: ShareGroupSettings = parse_settings(definition.configs)
@@ -50,6 +51,8 @@ class HostedGroup:
         self.dead_lettered = 0
         self.definition_changed = False
         self.deleted = False
+        #: When a member last joined, heartbeat or left (or the hosting began): ``unused_ms`` counts from it.
+        self.last_used_ms = now_ms
         self._serving = False
         self._serve_again = False
 
@@ -62,14 +65,19 @@ class HostedGroup:
             hosted.state.max_delivery_attempts = self.settings.max_delivery_attempts
             hosted.delay_ms = self.settings.delivery_delay_ms
 
+    def unused_ms(self, now_ms: int) -> int:
+        """How long the group has been without members (0 while it has some)."""
+        return 0 if len(self.members) else max(0, now_ms - self.last_used_ms)
+
     def topics(self) -> frozenset[str]:
         """The group's own topics and those its members subscribe to."""
         return frozenset(self.definition.topics) | self.members.topics()
 
     @property
     def wants_records(self) -> bool:
-        """Whether anyone may fetch: members, or the broker itself for a push subscription."""
-        return len(self.members) > 0 or self.settings.push is not None
+        """Whether the partitions are read: someone may fetch (members, or the broker itself for a push
+        subscription), or a maximum of ready records must be kept whether anyone consumes or not."""
+        return len(self.members) > 0 or self.settings.push is not None or self.settings.ready_records_max is not None
 
     def activate(self) -> None:
         """Read ahead in every partition while someone may fetch."""

@@ -29,8 +29,9 @@ from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.shares.data import ShareData
 from mqbroker.shares.delay_index import DelayIndex
 from mqbroker.shares.messages import ShareMetrics
+from mqbroker.shares.push_hosting import PushFactory
 from mqbroker.shares.replay import replay_state
-from mqbroker.shares.service import PushFactory, ShareService
+from mqbroker.shares.service import ShareService
 from mqbroker.shares.state_records import (
     STATE_TOPIC,
     STATE_TOPIC_CONFIGS,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from mqbroker.errors import BrokerError
 from mqbroker.groups.model import TopicPartition
 from mqbroker.model import AcknowledgeType
-from mqbroker.shares.partition import AcquiredRange, PartitionStats
+from mqbroker.shares.partition_values import AcquiredRange, PartitionStats
 
 #: ``lease_ms`` value meaning "the group's lease".
 GROUP_LEASE = -1
@@ -147,6 +147,9 @@ class ShareGroupDescription:
     dead_lettered: int
     #: Records on the group's dead-letter topic (its log end offsets summed; -1 when it has none).
     dead_letter_depth: int
+    #: How long the group has been without members (0: it has some; -1: not known, a host from before this
+    #: was answered). Counted by its host from its last member's departure, a join or leave, or its hosting.
+    unused_ms: int = -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,8 @@ region each offset is
 Offsets with one state are kept as *runs* (``first..last``), so a fetch of 500 records acquires
 one run and their acknowledgement settles one run: nothing here costs per record. Each acquisition
 counts a delivery; a released or expired record whose delivery count reached
-``max_delivery_attempts`` is dead-lettered instead of made available, as a rejected one is.
+``max_delivery_attempts`` is dead-lettered instead of made available, as a rejected one is. A group
+with a maximum of ready records (``trim``) dead-letters the oldest available ones beyond it.
 
 A record whose deliver-at time lies ahead leaves the region as done and is reported in
 ``scheduled``: the service stores it durably in the delay index. When it is due it comes back
@@ -28,120 +29,26 @@ The caller drains the outputs after each call: ``dead_letters`` (copy, then ``de
 from __future__ import annotations
 
 import bisect
-import dataclasses
-import enum
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from mqbroker.model import AcknowledgeType
-
-#: Member name the snapshot and describe use for records no member holds.
-NO_OWNER = ""
-
-
-class RecordState(enum.Enum):
-    """Where one offset of the region is in its life."""
-
-    AVAILABLE = "available"
-    ACQUIRED = "acquired"
-    DEAD_LETTERING = "dead_lettering"
-    DONE = "done"
-
-
-class DeathReason(enum.Enum):
-    """Why a record went to the dead-letter topic (RabbitMQ's x-death reasons where they match)."""
-
-    REJECTED = "rejected"
-    DELIVERY_LIMIT = "delivery_limit"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AcquiredRange:
-    """Records leased to a member by one acquisition: ``first..last``, each delivered ``delivery_count`` times."""
-
-    first: int
-    last: int
-    delivery_count: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """Records to copy to the dead-letter topic, then report with ``dead_lettered(first, last)``."""
-
-    first: int
-    last: int
-    reason: DeathReason
-    delivery_count: int
-    last_error: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Scheduled:
-    """A record held back until ``deliver_at_ms``: store it in the delay index (durably, with the snapshot)."""
-
-    offset: int
-    deliver_at_ms: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DueEntry:
-    """A due record's delay entry: rewritten when its delivery count changes, removed (None) once it is done."""
-
-    offset: int
-    deliver_at_ms: int
-    delivery_count: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SnapshotRun:
-    """Offsets ``first..last`` of a stored region: done, or waiting with a delivery count.
-
-    A waiting run with an ``owner`` is leased to that member until ``deadline_ms`` (a new host
-    keeps the lease); without one it is available.
-    """
-
-    first: int
-    last: int
-    done: bool
-    delivery_count: int
-    owner: str = NO_OWNER
-    deadline_ms: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionSnapshot:
-    """The durable part of a region: done runs, delivery counts and leases (a new leader keeps them)."""
-
-    start_offset: int
-    end_offset: int
-    runs: tuple[SnapshotRun, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunView:
-    """One run as it is now (``due``: a due record outside the region)."""
-
-    first: int
-    last: int
-    state: RecordState
-    delivery_count: int
-    owner: str
-    deadline_ms: int
-    due: bool
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionStats:
-    """What ``share-groups describe`` shows of one partition."""
-
-    start_offset: int
-    end_offset: int
-    available: int
-    acquired: int
-    dead_lettering: int
-    due: int
-    #: Records delivered at least once and not done, by delivery count.
-    delivery_counts: Mapping[int, int]
+from mqbroker.shares.partition_snapshot import (
+    PartitionSnapshot,
+    restored_runs,
+    snapshot_of,
+)
+from mqbroker.shares.partition_values import (
+    NO_OWNER,
+    AcquiredRange,
+    DeadLetter,
+    DeathReason,
+    DueEntry,
+    PartitionStats,
+    RecordState,
+    RunView,
+    Scheduled,
+)
 
 
 class _Run:
@@ -350,6 +257,23 @@ class SharePartition:
         if due:
             self._release_where(lambda run: run.deadline_ms <= now_ms, "lease expired")
 
+    def trim(self, ready_records_max: int, unread: int) -> int:
+        """Drop-head overflow: dead-letter (reason ``maxlen``) the oldest available records of the region until the
+        available ones plus ``unread`` (in the log past the region, all newer) are at most ``ready_records_max``."""
+        excess = sum(run.last - run.first + 1 for run in self._runs
+                     if run.state is RecordState.AVAILABLE) + unread - ready_records_max
+        dropped = 0
+        index = max(0, bisect.bisect_right(self._firsts, self._available_from) - 1)
+        while dropped < excess and index < len(self._runs):
+            run = self._runs[index]
+            if run.state is RecordState.AVAILABLE:
+                if run.first + excess - dropped <= run.last:
+                    self._split_at(index + 1, run.first + excess - dropped)
+                self._dead_letter(run, DeathReason.MAXLEN, "the queue is at its maximum length")
+                dropped += run.last - run.first + 1
+            index += 1
+        return dropped
+
     # --- dead letters -----------------------------------------------------------------------
 
     def dead_lettered(self, first: int, last: int) -> None:
@@ -425,19 +349,10 @@ class SharePartition:
         return None if run is None else DueEntry(offset, run.deliver_at_ms, run.delivery_count)
 
     def snapshot(self) -> PartitionSnapshot:
-        """The region as stored: done runs, the delivery counts of the rest, and leases with their owners and ends."""
-        runs: list[SnapshotRun] = []
-        for run in self._runs:
-            done = run.state is RecordState.DONE
-            count = 0 if done else run.delivery_count
-            leased = run.state is RecordState.ACQUIRED
-            owner, deadline_ms = (run.owner, run.deadline_ms) if leased else (NO_OWNER, 0)
-            if runs and (runs[-1].done, runs[-1].delivery_count, runs[-1].owner, runs[-1].deadline_ms) == (
-                    done, count, owner, deadline_ms):
-                runs[-1] = dataclasses.replace(runs[-1], last=run.last)
-            else:
-                runs.append(SnapshotRun(run.first, run.last, done, count, owner, deadline_ms))
-        return PartitionSnapshot(start_offset=self.start_offset, end_offset=self.end_offset, runs=tuple(runs))
+        """The region as stored (``partition_snapshot``): leases kept with their owners and ends."""
+        return snapshot_of(self.start_offset, self.end_offset, (
+            RunView(run.first, run.last, run.state, run.delivery_count, run.owner, run.deadline_ms, False)
+            for run in self._runs))
 
     @classmethod
     def restore(cls, snapshot: PartitionSnapshot, *, max_delivery_attempts: int,
@@ -445,21 +360,10 @@ class SharePartition:
         """A region as a new leader finds it: leases kept until their stored ends (then expired), delivery counts kept."""
         partition = cls(start_offset=snapshot.start_offset, max_delivery_attempts=max_delivery_attempts,
                         inflight_records_max=inflight_records_max)
-        position = snapshot.start_offset
-        for stored in snapshot.runs:
-            if stored.first > position:
-                partition._append(_Run(position, stored.first - 1, RecordState.AVAILABLE))
-            if stored.done:
-                partition._append(_Run(stored.first, stored.last, RecordState.DONE))
-            elif stored.owner:
-                partition._append(_Run(stored.first, stored.last, RecordState.ACQUIRED, stored.delivery_count,
-                                       stored.owner, stored.deadline_ms))
-                heapq.heappush(partition._deadlines, stored.deadline_ms)
-            else:
-                partition._append(_Run(stored.first, stored.last, RecordState.AVAILABLE, stored.delivery_count))
-            position = stored.last + 1
-        if snapshot.end_offset > position:
-            partition._append(_Run(position, snapshot.end_offset - 1, RecordState.AVAILABLE))
+        for run in restored_runs(snapshot):
+            partition._append(_Run(run.first, run.last, run.state, run.delivery_count, run.owner, run.deadline_ms))
+            if run.state is RecordState.ACQUIRED:
+                heapq.heappush(partition._deadlines, run.deadline_ms)
         partition._advance()
         partition.changed = False
         return partition

@@ -24,7 +24,7 @@ from mqbroker.records.decoder import decode_records
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import iter_batches
 from mqbroker.shares.delay_index import DelayIndex, IndexedDelay
-from mqbroker.shares.partition import PartitionSnapshot
+from mqbroker.shares.partition_snapshot import PartitionSnapshot
 from mqbroker.shares.state_records import (
     STATE_TOPIC,
     GroupDefinition,

@@ -27,12 +27,8 @@ from mqbroker.records.header import iter_batches
 from mqbroker.shares.data import ShareData
 from mqbroker.shares.delay_index import DelayIndex, IndexedDelay
 from mqbroker.shares.delays import delayed_records, one_record_batch, record_batch_at
-from mqbroker.shares.partition import (
-    AcquiredRange,
-    DeadLetter,
-    DueEntry,
-    SharePartition,
-)
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition_values import AcquiredRange, DeadLetter, DueEntry
 from mqbroker.shares.state_records import (
     DelayKey,
     PartitionKey,
@@ -289,6 +285,14 @@ class HostedPartition:
 
     def _delay_key(self, offset: int) -> DelayKey:
         return DelayKey(self.key.group_id, self.topic, self.partition, offset)
+
+    def note_log_end(self, log_end: int) -> None:
+        """The log's end as just asked (records past the region count as ready for ``trim``)."""
+        self.log_end = max(self.log_end, log_end)
+
+    def trim(self, ready_records_max: int) -> None:
+        """Keep at most ``ready_records_max`` records ready, counting those of the log not read yet (drop-head)."""
+        self.state.trim(ready_records_max, max(0, self.log_end - self.state.end_offset))
 
     def lag(self) -> int:
         """Records not yet done, scheduled ones aside: unread ones plus those in flight."""

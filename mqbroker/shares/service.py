@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -23,12 +22,13 @@ from mqbroker.groups.model import TopicPartition
 from mqbroker.model import AcknowledgeType
 from mqbroker.shares import messages as m
 from mqbroker.shares.data import ShareData
-from mqbroker.shares.dead_letters import dead_letter_batch
+from mqbroker.shares.dead_letter_copies import DeadLetterCopies
 from mqbroker.shares.delay_index import DelayIndex
 from mqbroker.shares.group import FetchWaiter, HostedGroup
-from mqbroker.shares.partition import AcquiredRange, DeadLetter, SharePartition
-from mqbroker.shares.push.dispatcher import PUSH_MEMBER
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.push_hosting import PushFactory, PushHosting
 from mqbroker.shares.replay import ReplayedState
+from mqbroker.shares.restored_leases import RestoredLeases
 from mqbroker.shares.runtime import HostedPartition
 from mqbroker.shares.settings import check_keys, parse_settings, shown_configs
 from mqbroker.shares.state_records import (
@@ -40,21 +40,6 @@ from mqbroker.shares.state_records import (
     tombstone,
 )
 from mqbroker.shares.writer import StateAppend, StateWriter
-
-#: Pause before a dead-letter copy that failed is tried again.
-DEAD_LETTER_RETRY_S = 1.0
-
-
-class PushDispatcher(Protocol):
-    """A push subscription's delivery loop (``push.dispatcher``)."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-#: Builds the dispatcher of a group with ``push.endpoint`` (given the service as its host).
-PushFactory = Callable[[HostedGroup, "ShareService"], PushDispatcher]
 
 
 class ShareService:
@@ -70,57 +55,31 @@ class ShareService:
         self._data = data
         self._index = index
         self._new_member_id = new_member_id
-        self._push_factory = push_factory
         self._writer = StateWriter(clock=clock, append=append, collect=self._collect)
         self._groups: dict[str, HostedGroup] = {}
         self._dirty: set[HostedPartition] = set()
         self._initializing: set[tuple[str, TopicPartition]] = set()
-        self._pushers: dict[str, PushDispatcher] = {}
+        self._push = PushHosting(self, push_factory)
+        self._dead_letters = DeadLetterCopies(clock=clock, data=data, settle=self._settle,
+                                              stopped=lambda: self._stopped)
         self._index_ids = iter(range(max(replayed.index_ids.values(), default=0) + 1, 2**62))
         self._pending_deletions: list[HostedGroup] = []
         self._timer: IDelayedCall | None = None
         self._arming: IDelayedCall | None = None
         self._stopped = False
         for group_id, definition in replayed.definitions.items():
-            self._groups[group_id] = HostedGroup(group_id, definition, new_member_id)
+            self._groups[group_id] = HostedGroup(group_id, definition, new_member_id, now_ms=self.now_ms())
         for key, snapshot in replayed.snapshots.items():
             group = self._groups.get(key.group_id)
             if group is not None:
                 state = SharePartition.restore(snapshot, max_delivery_attempts=group.settings.max_delivery_attempts,
                                                inflight_records_max=limits.share_inflight_records_max)
                 self._host(group, key, state, replayed.index_ids[key], reads_from=snapshot.start_offset)
-        self._restored_holders = self._keep_restored_leases()
-        self._grace: IDelayedCall | None = None
-        if self._restored_holders:
-            self._grace = clock.callLater(limits.share_restored_lease_grace_ms / 1000, self._release_absent_holders)
+        self._restored = RestoredLeases(clock, self._groups, self._settle)
         for group in self._groups.values():
-            self._start_push(group)
+            self._push.start(group)
             group.activate()
         self._schedule()
-
-    def _keep_restored_leases(self) -> dict[str, set[str]]:
-        """Stored leases stay with their holders; the push member's go at once (its requests died with the old
-        host). The holders of the rest, by group: those that do not join within the grace lose them."""
-        holders: dict[str, set[str]] = {}
-        for group in self._groups.values():
-            for hosted in group.partitions.values():
-                if group.settings.push is not None:
-                    hosted.state.release_owners((PUSH_MEMBER,), "the push subscription moved to another broker")
-                holders.setdefault(group.group_id, set()).update(hosted.state.lease_owners())
-        return {group_id: owners for group_id, owners in holders.items() if owners}
-
-    def _release_absent_holders(self) -> None:
-        """The grace ended: leases of stored holders that did not join this host are released (counts kept)."""
-        self._grace = None
-        for group_id, owners in self._restored_holders.items():
-            group = self._groups.get(group_id)
-            if group is None:
-                continue
-            absent = {owner for owner in owners if group.members.get(owner) is None}
-            for hosted in group.partitions.values():
-                if hosted.state.release_owners(absent, "its holder did not join the group's new host"):
-                    self._settle(group, hosted)
-        self._restored_holders = {}
 
     def now_ms(self) -> int:
         """The clock in milliseconds."""
@@ -137,6 +96,7 @@ class ShareService:
                                              topics=request.topics, now_ms=self.now_ms())
         except errors.BrokerError as error:
             return fail(error)
+        group.last_used_ms = self.now_ms()
         if member is None:
             self._member_gone(group, request.member_id, "the member left")
             return succeed(m.ShareHeartbeatResponse(member_id=request.member_id, member_epoch=-1,
@@ -159,6 +119,7 @@ class ShareService:
         return assignment
 
     def _member_gone(self, group: HostedGroup, member_id: str, reason: str) -> None:
+        group.last_used_ms = self.now_ms()
         for hosted in group.release_member(member_id, reason):
             self._settle(group, hosted)
         group.activate()
@@ -167,6 +128,26 @@ class ShareService:
 
     def fetch(self, request: m.ShareFetchRequest) -> Deferred[m.ShareFetchResponse]:
         """Acknowledge, then acquire (waiting up to ``wait_ms_max`` for records when none are available)."""
+        group = self._groups.get(request.group_id)
+        if group is None or group.settings.ready_records_max is None:
+            return self._fetch(request)
+        return self._count_log_ends(group).addCallback(lambda _: self._fetch(request))
+
+    def _count_log_ends(self, group: HostedGroup) -> Deferred[None]:
+        """A group with a maximum of ready records counts what its logs hold now before it leases (then drops the
+        heads beyond it): a message published, and confirmed, before a fetch is counted, wherever it came through."""
+        ends = [self._data.log_offset(hosted.topic, hosted.partition, False).addCallback(hosted.note_log_end)
+                for hosted in group.partitions.values()]
+        counted = gatherResults(ends, consumeErrors=True)
+        counted.addErrback(lambda _: None)  # not known now: the ends of the last reads count
+
+        def trim(_: object) -> None:
+            for hosted in list(group.partitions.values()):
+                self._settle(group, hosted)
+
+        return counted.addCallback(trim)
+
+    def _fetch(self, request: m.ShareFetchRequest) -> Deferred[m.ShareFetchResponse]:
         try:
             group = self._group(request.group_id)
             member = group.members.require(request.group_id, request.member_id)
@@ -287,7 +268,7 @@ class ShareService:
         """A heartbeat for a new group creates it with the default settings, as KIP-932 does."""
         _check_group_id(group_id)
         group = HostedGroup(group_id, GroupDefinition(created_ms=self.now_ms(), topics=(), configs={}),
-                            self._new_member_id)
+                            self._new_member_id, now_ms=self.now_ms())
         group.definition_changed = True
         self._groups[group_id] = group
         self._writer.nudge()
@@ -302,13 +283,14 @@ class ShareService:
                     f"share group {group_id!r} exists; change it with `mqbroker share-groups alter`")
             parse_settings(configs)
             group = HostedGroup(group_id, GroupDefinition(created_ms=self.now_ms(), topics=tuple(topics),
-                                                          configs=dict(configs)), self._new_member_id)
+                                                          configs=dict(configs)), self._new_member_id,
+                                now_ms=self.now_ms())
         except errors.BrokerError as error:
             return fail(error)
         group.definition_changed = True
         self._groups[group_id] = group
         self._assignment(group, ())
-        self._start_push(group)
+        self._push.start(group)
         group.activate()
         return self._writer.request()
 
@@ -325,9 +307,9 @@ class ShareService:
             group.redefine(definition)
         except errors.BrokerError as error:
             return fail(error)
-        self._stop_push(group_id)
+        self._push.stop(group_id)
         self._assignment(group, ())
-        self._start_push(group)
+        self._push.start(group)
         group.activate()
         return self._writer.request()
 
@@ -340,7 +322,7 @@ class ShareService:
                     f"share group {group_id!r} has {len(group.members)} member(s); stop them first")
         except errors.BrokerError as error:
             return fail(error)
-        self._stop_push(group_id)
+        self._push.stop(group_id)
         del self._groups[group_id]
         self._pending_deletions.append(group)
         group.deleted = True
@@ -364,20 +346,11 @@ class ShareService:
             topic=hosted.topic, partition=hosted.partition, stats=hosted.state.stats(),
             scheduled=self._index.count(hosted.index_id), lag=hosted.lag())
             for _, hosted in sorted(group.partitions.items()))
-        depth = self._dead_letter_depth(group.settings.dead_letter_topic)
+        depth = self._dead_letters.depth(group.settings.dead_letter_topic)
         return depth.addCallback(lambda records: m.ShareGroupDescription(
             group_id=group_id, topics=group.definition.topics, configs=shown_configs(group.definition.configs),
-            members=members, partitions=partitions, dead_lettered=group.dead_lettered, dead_letter_depth=records))
-
-    def _dead_letter_depth(self, topic: str) -> Deferred[int]:
-        count = self._data.partition_count(topic) if topic else 0
-        if not count:
-            return succeed(-1 if not topic else 0)
-        ends = [self._data.log_offset(topic, partition, earliest) for partition in range(count)
-                for earliest in (True, False)]
-        depth = gatherResults(ends, consumeErrors=True)
-        depth.addCallback(lambda offsets: sum(offsets[index + 1] - offsets[index] for index in range(0, len(offsets), 2)))
-        return depth.addErrback(lambda _: -1)
+            members=members, partitions=partitions, dead_lettered=group.dead_lettered, dead_letter_depth=records,
+            unused_ms=group.unused_ms(self.now_ms())))
 
     def list_groups(self) -> list[m.ShareGroupListing]:
         """Every group hosted here."""
@@ -433,7 +406,9 @@ class ShareService:
         """After a state change: dead letters out, state to write, waiting fetches served, reading on."""
         if group.deleted or self._stopped:
             return []
-        copies = [self._dead_letter(group, hosted, dead) for dead in hosted.drain()]
+        if group.settings.ready_records_max is not None:
+            hosted.trim(group.settings.ready_records_max)
+        copies = [self._dead_letters.copy(group, hosted, dead) for dead in hosted.drain()]
         if hosted.dirty:
             self._dirty.add(hosted)
             self._writer.nudge()
@@ -469,63 +444,6 @@ class ShareService:
     def _deleted_groups(self) -> list[HostedGroup]:
         deleted, self._pending_deletions = self._pending_deletions, []
         return deleted
-
-    # -- dead letters ----------------------------------------------------------------------------
-
-    def _dead_letter(self, group: HostedGroup, hosted: HostedPartition, dead: DeadLetter) -> Deferred[None]:
-        """Copy dead letters to the group's topic (acks=all), then mark them done; without a topic, drop them."""
-        topic = group.settings.dead_letter_topic
-        batch = None
-        if topic:
-            batch = dead_letter_batch(hosted.cache.covering([AcquiredRange(dead.first, dead.last, 0)]), dead,
-                                      group_id=group.group_id, topic=hosted.topic, partition=hosted.partition)
-        if batch is None:
-            self._dead_lettered(group, hosted, dead)
-            return succeed(None)
-        count = self._data.partition_count(topic)
-        copied = self._data.append(topic, hosted.partition % count if count else 0, batch)
-        done: Deferred[None] = Deferred()
-
-        def landed(_: Any) -> None:
-            self._dead_lettered(group, hosted, dead)
-            done.callback(None)
-
-        def retry(failure: Failure) -> None:
-            if self._stopped or group.deleted:
-                done.errback(failure)
-                return
-            self.log.warn("share group {group}: copying {first}..{last} to dead-letter topic {topic} failed ({error}); "
-                          "retrying in {delay} s", group=group.group_id, first=dead.first, last=dead.last, topic=topic,
-                          error=failure.getErrorMessage(), delay=DEAD_LETTER_RETRY_S)
-            self._clock.callLater(DEAD_LETTER_RETRY_S, lambda: self._dead_letter(group, hosted, dead).chainDeferred(done))
-
-        copied.addCallbacks(landed, retry)
-        return done
-
-    def _dead_lettered(self, group: HostedGroup, hosted: HostedPartition, dead: DeadLetter) -> None:
-        if self._stopped or group.deleted:
-            return
-        hosted.state.dead_lettered(dead.first, dead.last)
-        group.dead_lettered += dead.last - dead.first + 1
-        self._settle(group, hosted)
-
-    # -- push ------------------------------------------------------------------------------------
-
-    def _start_push(self, group: HostedGroup) -> None:
-        if group.settings.push is None or self._push_factory is None or group.group_id in self._pushers:
-            return
-        try:
-            pusher = self._push_factory(group, self)
-        except (OSError, ValueError) as error:  # e.g. an unreadable push.ca.file: fix it with `alter`
-            self.log.error("push subscription {group} cannot start: {error}", group=group.group_id, error=error)
-            return
-        self._pushers[group.group_id] = pusher
-        pusher.start()
-
-    def _stop_push(self, group_id: str) -> None:
-        pusher = self._pushers.pop(group_id, None)
-        if pusher is not None:
-            pusher.stop()
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -577,11 +495,11 @@ class ShareService:
     def resign(self, error: errors.BrokerError) -> None:
         """Another broker hosts these groups now (or this one stops): fail whoever waits with ``error``."""
         self._stopped = True
-        for timer in (self._timer, self._arming, self._grace):
+        for timer in (self._timer, self._arming):
             if timer is not None and timer.active():
                 timer.cancel()
-        for group_id in list(self._pushers):
-            self._stop_push(group_id)
+        self._restored.cancel()
+        self._push.stop_all()
         for group in self._groups.values():
             group.fail_waiters(error)
             for hosted in group.partitions.values():

@@ -7,6 +7,9 @@ key                            default   meaning
 ``max.delivery.attempts``      5         deliveries before a released or expired record is dead-lettered
 ``dead.letter.topic``          (none)    where dead letters go (none: they are dropped, and counted)
 ``delivery.delay.ms``          0         every record waits this long after its timestamp (SQS DelaySeconds)
+``max.ready.records``          (none)    at most this many ready records per partition, counting those not read
+                                         yet: the oldest beyond it are dead-lettered (reason ``maxlen``; AMQP
+                                         ``x-max-length`` with ``x-overflow`` drop-head)
 ``auto.offset.reset``          latest    where a new share partition starts: ``latest`` or ``earliest``
 ``session.timeout.ms``         45000     a member silent this long is removed and its leases released
 ``heartbeat.interval.ms``      5000      how often members are told to heartbeat
@@ -38,6 +41,7 @@ NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "lease.ms": (1, limits.share_lease_ms_max),
     "max.delivery.attempts": (1, limits.share_delivery_attempts_max),
     "delivery.delay.ms": (0, limits.share_delay_ms_max),
+    "max.ready.records": (0, 2**31 - 1),
     "session.timeout.ms": (1_000, 60 * 60 * 1000),
     "heartbeat.interval.ms": (100, 60 * 1000),
     "push.max.outstanding": (1, limits.push_outstanding_max),
@@ -78,6 +82,8 @@ class ShareGroupSettings:
     max_delivery_attempts: int = 5
     dead_letter_topic: str = ""
     delivery_delay_ms: int = 0
+    #: Drop-head overflow: at most this many ready records (None: no limit).
+    ready_records_max: int | None = None
     auto_offset_reset: str = "latest"
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
@@ -123,6 +129,7 @@ def parse_settings(configs: Mapping[str, str]) -> ShareGroupSettings:
         max_delivery_attempts=_number(configs, "max.delivery.attempts", 5),
         dead_letter_topic=configs.get("dead.letter.topic", ""),
         delivery_delay_ms=_number(configs, "delivery.delay.ms", 0),
+        ready_records_max=_number(configs, "max.ready.records", 0) if "max.ready.records" in configs else None,
         auto_offset_reset=reset,
         session_timeout_ms=_number(configs, "session.timeout.ms", 45_000),
         heartbeat_interval_ms=_number(configs, "heartbeat.interval.ms", 5_000),

@@ -27,7 +27,8 @@ import zlib
 from collections.abc import Mapping
 
 from mqbroker.errors import CorruptMessageError
-from mqbroker.shares.partition import DueEntry, PartitionSnapshot, SnapshotRun
+from mqbroker.shares.partition_snapshot import PartitionSnapshot, SnapshotRun
+from mqbroker.shares.partition_values import DueEntry
 
 STATE_TOPIC = "__share_group_state"
 STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact"}

@@ -154,18 +154,6 @@ def test_x_delay_holds_a_message_back_until_its_time(amqp_broker: AmqpBroker) ->
     assert arrivals[b"later"] >= 1.5
 
 
-@pytest.mark.parametrize("arguments", [{"x-max-length": 10}, {"x-expires": 1000}])
-def test_arguments_a_share_queue_cannot_honour_are_refused(amqp_broker: AmqpBroker, arguments: dict) -> None:
-    """406 PRECONDITION_FAILED names the argument; the connection stays usable."""
-    connection = amqp_broker.connect()
-    channel = connection.channel()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-        channel.queue_declare(unique("refused"), durable=True, arguments={**SHARE, **arguments})
-    assert refused.value.reply_code == 406 and next(iter(arguments)) in refused.value.reply_text
-    connection.channel().queue_declare(unique("fine"), durable=True, arguments=SHARE)
-    connection.close()
-
-
 def check_counts_and_purge(broker: AmqpBroker, other: AmqpBroker, queue: str) -> None:
     """Five confirmed messages through ``broker``; counts, a get, a purge and a delete through ``other``."""
     declare_and_publish(broker, queue, [b"p%d" % index for index in range(5)])

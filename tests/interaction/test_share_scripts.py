@@ -19,6 +19,7 @@ Commands (``k=v`` options, all optional):
   acquire <member> <count> [lease=ms] [readable=offset]   (lease 1000, everything readable by default)
   ack <member> <first>..<last> accept|release|reject|renew [error=text] [lease=ms] [at=ms]
   leave <member>                              the member is gone: its records are released
+  trim <max> [unread=n]                       drop-head: at most <max> ready, n more in the log not read yet
   due                                         stored delay entries whose time has come are loaded
   dead-lettered <first>..<last>               their copies on the dead-letter topic are durable
   log-start <offset>                          retention deleted the log below <offset>
@@ -34,7 +35,8 @@ import pathlib
 import pytest
 
 from mqbroker.model import AcknowledgeType
-from mqbroker.shares.partition import DueEntry, RecordState, SharePartition
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition_values import DueEntry, RecordState
 from mqbroker.shares.state_records import (
     DelayKey,
     PartitionKey,
@@ -144,6 +146,10 @@ class Script:
     def do_leave(self, positional: list[str], named: dict[str, str]) -> list[str]:
         released = self.partition.release_member(positional[0], "the member left")
         return [f"{positional[0]} left: {released} released"]
+
+    def do_trim(self, positional: list[str], named: dict[str, str]) -> list[str]:
+        dropped = self.partition.trim(int(positional[0]), int(named.get("unread", "0")))
+        return [f"trimmed {dropped}"]
 
     def do_due(self, positional: list[str], named: dict[str, str]) -> list[str]:
         lines = []

@@ -1,6 +1,5 @@
-"""What an AMQP share queue's declaration and messages say, pure: the arguments it refuses, when a plain
-declaration becomes a share queue, its share group's configs, ``x-delay`` as a record header, and settled offsets
-as ranges."""
+"""What an AMQP share queue's declaration and messages say, pure: when a plain declaration becomes a share queue,
+its share group's configs, ``x-delay`` as a record header, and settled offsets as ranges."""
 
 from __future__ import annotations
 
@@ -10,35 +9,29 @@ from typing import Any
 from mqbroker import limits
 from mqbroker.protocols.amqp.codec import decode_properties
 from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
-from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+from mqbroker.protocols.amqp.spec import AmqpError
+from mqbroker.protocols.amqp.stored import dead_letter_topic
 from mqbroker.shares.delays import DELAY_HEADER
-
-#: Arguments a share queue refuses: the share group has no such per-queue behaviour.
-UNSUPPORTED_ARGUMENTS = ("x-max-length", "x-expires")
-
-
-def check_share_arguments(arguments: Mapping[str, Any]) -> None:
-    """406 for an argument a share queue cannot honour, naming it."""
-    refused = sorted(name for name in UNSUPPORTED_ARGUMENTS if arguments.get(name) is not None)
-    if refused:
-        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{', '.join(refused)} not supported on share queues "
-                        "(x-queue-type share); configure the share group instead", class_id=50, method_id=10)
 
 
 def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> bool:
     """Whether a declaration may become a share queue under ``amqp_default_queue_type = share``: it names no
     type, and nothing in it needs a classic queue (non-durable, exclusive or auto-deleted queues live with a
-    connection on one broker; arguments a share queue refuses)."""
-    return (arguments.get("x-queue-type") is None and durable and not exclusive and not auto_delete
-            and not any(arguments.get(name) is not None for name in UNSUPPORTED_ARGUMENTS))
+    connection on one broker)."""
+    return arguments.get("x-queue-type") is None and durable and not exclusive and not auto_delete
 
 
-def share_group_configs(arguments: Mapping[str, Any]) -> dict[str, str]:
-    """The configs of a share queue's share group, from its declaration's arguments."""
+def share_group_configs(queue: str, arguments: Mapping[str, Any]) -> dict[str, str]:
+    """The configs of a share queue's share group, from its declaration's arguments (with a dead-letter exchange,
+    the dead letters its host decides on go to the queue's dead-letter topic, for the exchange)."""
     configs = {"auto.offset.reset": "earliest"}
-    delivery_limit = QueuePolicy.from_arguments(arguments).delivery_limit
-    if delivery_limit:
-        configs["max.delivery.attempts"] = str(min(delivery_limit, limits.share_delivery_attempts_max))
+    policy = QueuePolicy.from_arguments(arguments)
+    if policy.dead_letter_exchange is not None:
+        configs["dead.letter.topic"] = dead_letter_topic(queue)
+    if policy.delivery_limit:
+        configs["max.delivery.attempts"] = str(min(policy.delivery_limit, limits.share_delivery_attempts_max))
+    if policy.max_length is not None:  # x-overflow is drop-head (QueuePolicy refuses the others)
+        configs["max.ready.records"] = str(policy.max_length)
     return configs
 
 

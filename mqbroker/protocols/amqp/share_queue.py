@@ -22,94 +22,56 @@ group without one).
 
 ``x-delay`` in a message's headers (milliseconds, as RabbitMQ's delayed-message plugin reads it)
 is stored as the record header the share group schedules by: the message is delivered once its
-time comes. Not on share queues: ``x-max-length`` and ``x-expires``. A message dead at
-``x-delivery-limit`` goes to the group's ``dead.letter.topic``, not the dead-letter exchange.
+time comes. ``x-max-length`` (drop-head) is the group's ``max.ready.records``: the group's host drops
+the oldest ready messages beyond it, counting what it has not read yet, whichever broker they were
+published through. ``x-expires``: the host counts how long the group has had no member, a
+redeclaration joins and leaves, and each broker's housekeeping deletes the queue once that reached
+it. The dead letters the host decides on (``maxlen``, ``delivery_limit``) reach the dead-letter
+exchange through the queue's dead-letter topic (``share_dead_letters.py``); without one they are
+dropped, and counted.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-from collections.abc import Hashable
-from typing import Any
-
-from twisted.internet.defer import Deferred, DeferredList
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.defer import Deferred
 
 from mqbroker import errors, limits
-from mqbroker.model import LATEST_TIMESTAMP, AcknowledgeType
-from mqbroker.protocols.amqp.actions import Outcome
-from mqbroker.protocols.amqp.appender import BatchStored, all_settled
+from mqbroker.model import AcknowledgeType
+from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, is_expired
-from mqbroker.protocols.amqp.queues import (
-    BaseQueue,
-    Consumer,
-    ConsumerKey,
-    QueueHost,
-    decode_fetched,
-    delivery_of,
-)
-from mqbroker.protocols.amqp.share_arguments import check_share_arguments, delay_header, ranges_of, share_group_configs
-from mqbroker.protocols.amqp.share_view import LostLeaseSuspects, ready_messages, records_past_ttl
+from mqbroker.protocols.amqp.queues import ConsumerKey, QueueHost
+from mqbroker.protocols.amqp.share_arguments import delay_header
+from mqbroker.protocols.amqp.share_consumers import ShareGroupMembers, broker_member_key
+from mqbroker.protocols.amqp.share_dead_letters import DeadLetterForwarding
+from mqbroker.protocols.amqp.share_view import ready_messages, records_past_ttl
 from mqbroker.protocols.amqp.stored import QueueDeclaration
 from mqbroker.shares import messages as share
 
-_OUTCOMES = {Outcome.ACK: AcknowledgeType.ACCEPT, Outcome.REQUEUE: AcknowledgeType.RELEASE,
-             Outcome.DISCARD: AcknowledgeType.REJECT}
-#: Member keys of the broker's own short-lived members (purge, expiry): never a session's (those count from 1).
-_BROKER_MEMBERS = itertools.count(1)
 
-
-def _broker_member_key(purpose: str) -> ConsumerKey:
-    return (-1, next(_BROKER_MEMBERS), purpose)
-
-
-@dataclasses.dataclass(slots=True)
-class _Member:
-    """One AMQP consumer (or one channel's ``basic.get``) as a member of the queue's share group."""
-
-    key: ConsumerKey
-    #: None for a ``basic.get`` member: it never fetches by itself.
-    consumer: Consumer | None
-    member_id: str = ""
-    epoch: int = 0
-    heartbeat_ms: int = 1_000
-    heartbeat: IDelayedCall | None = None
-    fetching: bool = False
-    #: Consuming (fetching). A cancelled consumer stays a member, without fetching, until its channel
-    #: settled what it was given (AMQP lets a channel ack after basic.cancel).
-    attached: bool = True
-
-
-class ShareQueue(BaseQueue):
+class ShareQueue(ShareGroupMembers):
     """An AMQP queue served by the share group of its log topic."""
 
     def __init__(self, host: QueueHost, declaration: QueueDeclaration, owner: int | None) -> None:
-        check_share_arguments(declaration.arguments)
+        policy = QueuePolicy.from_arguments(declaration.arguments)
+        #: Routes the dead letters the group's host decides on (maxlen, delivery_limit) through the dead-letter
+        #: exchange (set before the group is created: its topic and group come first).
+        self._dead_letters = None if policy.dead_letter_exchange is None else DeadLetterForwarding(
+            host, declaration.name, policy, host.republish_dead)
         super().__init__(host, declaration, owner)
-        self.group_id = self.topic
-        self._configs = share_group_configs(declaration.arguments)
-        self.policy = QueuePolicy.from_arguments(declaration.arguments)
-        self._members: dict[ConsumerKey, _Member] = {}
-        #: Who holds each delivered, unsettled offset (settlements come by offset, per queue).
-        self._holders: dict[int, ConsumerKey] = {}
-        #: The messages behind ``_holders`` (kept only with a dead-letter exchange: a reject republishes them).
-        self._held: dict[int, QueuedMessage] = {}
-        #: Dead letters on their way to the dead-letter exchange, per member: it stays a member until they land.
-        self._dead_lettering: dict[ConsumerKey, int] = {}
-        self._expiring = False
-        #: Consumers' settlements not sent yet, per member and kind (``_acknowledge_soon``).
-        self._unsent: dict[ConsumerKey, dict[AcknowledgeType, list[int]]] = {}
-        self._send_call: IDelayedCall | None = None
-        self._suspects = LostLeaseSuspects(host.reactor, lambda: host.broker.list_offset(
-            host.principal, self.topic, 0, LATEST_TIMESTAMP))
-        self._group_created = False
-        self._leaving: list[Deferred[Any]] = []
-        Deferred.fromCoroutine(self.ensure_group()).addErrback(
-            lambda failure: self.log.warn("AMQP share queue {queue}: share group {group} not created yet ({error}); "
-                                          "its first consumer tries again", queue=self.name, group=self.group_id,
-                                          error=failure.getErrorMessage()))
+
+    async def ensure_group(self) -> None:
+        """Create the share group unless it exists (with a dead-letter exchange, its dead-letter topic and group
+        first: the group names the topic)."""
+        if self._dead_letters is not None and not self._group_created:
+            await self._dead_letters.ensure_group()
+        await super().ensure_group()
+
+    async def delete_group(self) -> None:
+        """Delete the share group (and the dead-letter topic and group) once the members left."""
+        await super().delete_group()
+        if self._dead_letters is not None:
+            await self._dead_letters.delete()
 
     @property
     def message_count(self) -> int:
@@ -117,15 +79,17 @@ class ShareQueue(BaseQueue):
         return 0
 
     async def ready_count(self) -> int:
-        """Ready messages: available in the share group's region plus the log it has not read yet (0, logged, when
-        the group's host cannot be asked)."""
+        """Ready messages: available in the share group's region plus the log it has not read yet, at most
+        ``x-max-length`` (0, logged, when the group's host cannot be asked)."""
         await self._appender.drained()  # a publish before this on the connection is counted
         try:
-            return await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
+            ready = await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
         except errors.BrokerError as error:
             self.log.warn("AMQP share queue {queue}: its message count is not known now ({error}); 0 reported",
                           queue=self.name, error=error)
             return 0
+        # The group's host drops the heads beyond x-max-length as it counts what it has not read yet: never more.
+        return ready if self.policy.max_length is None else min(ready, self.policy.max_length)
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None) -> BatchStored:
@@ -133,318 +97,11 @@ class ShareQueue(BaseQueue):
         return self._appender.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration,
                                      extra_headers=delay_header(properties_raw))
 
-    async def ensure_group(self) -> None:
-        """Create the share group unless it exists (a consumer joining without it would create one that
-        starts at the log's end)."""
-        if self._group_created:
-            return
-        try:
-            await self.host.broker.create_share_group(self.host.principal, self.group_id, [self.topic], self._configs)
-        except errors.DuplicateResourceError:
-            pass
-        self._group_created = True
-
-    # -- consumers -------------------------------------------------------------------------------
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        """Join the share group as this consumer, then fetch within its window."""
-        self.consumers[consumer.key] = consumer
-        self.had_consumers = True
-        member = _Member(key=consumer.key, consumer=consumer)
-        self._members[consumer.key] = member
-        Deferred.fromCoroutine(self._join(member)).addErrback(self._member_failed, member)
-
-    async def _join(self, member: _Member) -> None:
-        await self.ensure_group()
-        await self._heartbeat(member)
-        self._fetch(member)
-
-    def _is_member(self, member: _Member) -> bool:
-        return self._members.get(member.key) is member and not self.deleted
-
-    async def _heartbeat(self, member: _Member) -> None:
-        member.heartbeat = None
-        if not self._is_member(member):
-            return
-        answer = await self.host.broker.share_group_heartbeat(self.host.principal, share.ShareHeartbeatRequest(
-            group_id=self.group_id, member_id=member.member_id, member_epoch=member.epoch,
-            client_id=f"amqp:{self.name}", topics=(self.topic,)))
-        member.member_id, member.epoch = answer.member_id, answer.member_epoch
-        member.heartbeat_ms = max(100, answer.heartbeat_interval_ms)
-        if self._is_member(member):
-            member.heartbeat = self.host.reactor.callLater(member.heartbeat_ms / 1000, self._heartbeat_again, member)
-        else:
-            self._leave(member)  # dropped while joining
-
-    def _heartbeat_again(self, member: _Member) -> None:
-        Deferred.fromCoroutine(self._heartbeat(member)).addErrback(self._member_failed, member)
-
-    def remove_consumer(self, key: ConsumerKey) -> None:
-        """basic.cancel (or a closed channel): stop fetching; leave the group once nothing given is unsettled
-        (leaving releases what the member still holds to the others)."""
-        self.consumers.pop(key, None)
-        member = self._members.get(key)
-        if member is not None:
-            member.attached = False
-            self._leave_when_settled([key])
-
-    def _leave_when_settled(self, keys: list[ConsumerKey]) -> None:
-        """Drop the cancelled members among ``keys`` that hold nothing unsettled any more."""
-        holding = set(self._holders.values())
-        for key in keys:
-            member = self._members.get(key)
-            if member is not None and not member.attached and key not in holding and key not in self._dead_lettering:
-                self._drop(member)
-
-    def _drop(self, member: _Member) -> None:
-        self._send_unsent([member.key])  # before leaving: leaving releases what it still holds
-        del self._members[member.key]
-        if member.heartbeat is not None and member.heartbeat.active():
-            member.heartbeat.cancel()
-        if member.member_id:
-            self._leave(member)
-
-    def _leave(self, member: _Member) -> None:
-        left = self.host.broker.share_group_heartbeat(self.host.principal, share.ShareHeartbeatRequest(
-            group_id=self.group_id, member_id=member.member_id, member_epoch=-1))
-        left.addErrback(lambda failure: self.log.warn("AMQP share queue {queue}: leaving failed ({error}); its "
-                                                      "leases end by themselves", queue=self.name,
-                                                      error=failure.getErrorMessage()))
-        self._leaving.append(left)
-        left.addBoth(lambda result: (self._leaving.remove(left), result)[1])
-
-    def detach_all(self) -> None:
-        """The queue was deleted (its consumers cancelled): every member leaves the group."""
-        self.consumers.clear()
-        self._holders.clear()
-        self._held.clear()
-        self._suspects.stopped = True
-        for member in list(self._members.values()):
-            member.attached = False
-            self._drop(member)
-
-    async def delete_group(self) -> None:
-        """Delete the share group once the members left (a failure is logged: the group then outlives the queue)."""
-        await DeferredList(list(self._leaving))
-        try:
-            await self.host.broker.delete_share_group(self.host.principal, self.group_id)
-        except errors.BrokerError as error:
-            self.log.warn("AMQP share queue {queue}: deleting share group {group} failed: {error}; delete it with "
-                          "`mqbroker share-groups delete {group}`", queue=self.name, group=self.group_id, error=error)
-
-    def _member_failed(self, failure: Any, member: _Member) -> None:
-        self._suspects.call_lost()
-        if not member.attached or not self._is_member(member):
-            return
-        self.log.warn("AMQP share queue {queue}: consumer {key}: {error}; joining again in 1 s", queue=self.name,
-                      key=member.key, error=failure.getErrorMessage())
-        member.member_id, member.epoch, member.fetching = "", 0, False
-        if member.heartbeat is not None and member.heartbeat.active():
-            member.heartbeat.cancel()
-        member.heartbeat = self.host.reactor.callLater(1.0, self._rejoin, member)
-
-    def _rejoin(self, member: _Member) -> None:
-        member.heartbeat = None
-        if member.attached and self._is_member(member):
-            Deferred.fromCoroutine(self._join(member)).addErrback(self._member_failed, member)
-
-    # -- delivering ------------------------------------------------------------------------------
-
-    def dispatch(self) -> None:
-        """Fetch for every member whose window has room (after acks reopened it, for instance)."""
-        for member in list(self._members.values()):
-            self._fetch(member)
-
-    def _fetch(self, member: _Member) -> None:
-        if member.fetching or not member.attached or not member.epoch or self.deleted or member.consumer is None:
-            return
-        window = min(member.consumer.window(), limits.share_fetch_records_max)
-        if window <= 0:
-            return  # the next settle or basic.qos dispatches again
-        member.fetching = True
-        fetched = self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
-            group_id=self.group_id, member_id=member.member_id, records_max=window,
-            wait_ms_max=limits.amqp_log_fetch_wait_ms_max, acknowledgements=self._take_unsent(member.key)))
-        fetched.addCallback(self._fetched, member)
-        fetched.addErrback(self._member_failed, member)
-        fetched.addBoth(self._fetch_finished, member)
-
-    def _fetched(self, answer: share.ShareFetchResponse, member: _Member) -> None:
-        self._acknowledged(answer.acknowledgements)
-        consumer = member.consumer
-        assert consumer is not None
-        delivered = False
-        unacknowledged: list[int] = []  # delivered to a no-ack consumer: accepted together below
-        expired: list[QueuedMessage] = []
-        now_ms = self.host.now_ms()
-        queue_ttl = self.policy.message_ttl_ms is not None
-        key = consumer.key
-        for partition in answer.partitions:
-            leased = self._leased_releasing_undecoded(member, partition)
-            if not member.attached:  # cancelled while fetching: give them back
-                self._acknowledge(member, [message.offset for message, _ in leased], AcknowledgeType.RELEASE)
-                continue
-            for message, delivery_count in leased:
-                if (queue_ttl or message.expiration_ms is not None) and is_expired(self.policy, message, now_ms):
-                    expired.append(message)
-                    continue
-                redelivered = self._suspects.redelivered(message.offset, delivery_count)
-                consumer.session.connection.deliver(consumer.channel, consumer.tag,
-                                                    delivery_of(self.name, message, redelivered))
-                delivered = True
-                if consumer.no_ack:
-                    unacknowledged.append(message.offset)
-                else:
-                    self._hold(key, message)
-        if unacknowledged:
-            self._acknowledge(member, unacknowledged, AcknowledgeType.ACCEPT)
-        if expired:
-            self._dead_letter(member, expired, DeathReason.EXPIRED)
-        if delivered:
-            consumer.session.flush()
-
-    def _hold(self, key: ConsumerKey, message: QueuedMessage) -> None:
-        """``message`` went to ``key`` unsettled."""
-        self._holders[message.offset] = key
-        if self.policy.dead_letter_exchange is not None:
-            self._held[message.offset] = message
-
-    def _dead_letter(self, member: _Member, messages: list[QueuedMessage], reason: DeathReason) -> None:
-        """Messages ``member`` holds died: through the dead-letter exchange, accepted once their copies are durable
-        (released if a copy was refused); without one, rejected in the group."""
-        offsets = [message.offset for message in messages]
-        if self.policy.dead_letter_exchange is None:
-            self._acknowledge(member, offsets, AcknowledgeType.REJECT, error=reason.value)
-            return
-        batches = [batch for message in messages
-                   for batch in self.host.republish_dead(self.name, self.policy, message, reason)]
-        self._dead_lettering[member.key] = self._dead_lettering.get(member.key, 0) + 1
-
-        def landed(stored: bool) -> None:
-            remaining = self._dead_lettering.pop(member.key) - 1
-            if remaining:
-                self._dead_lettering[member.key] = remaining
-            if self._members.get(member.key) is member and member.member_id:
-                self._acknowledge(member, offsets, AcknowledgeType.ACCEPT if stored else AcknowledgeType.RELEASE,
-                                  error="" if stored else "its dead-letter copy was not stored")
-            self._leave_when_settled([member.key])
-
-        all_settled(batches).addCallback(landed)
-
-    def _leased_releasing_undecoded(self, member: _Member,
-                                    partition: share.SharePartitionRecords) -> list[tuple[QueuedMessage, int]]:
-        """The messages one partition's answer leased to ``member`` (its error raised); acquired offsets that did not
-        decode go back at once, so the next fetch or get reads them again."""
-        if partition.error is not None:
-            raise partition.error
-        leased, undecoded = _leased(partition)
-        if undecoded:
-            self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)
-        return leased
-
-    def _fetch_finished(self, _: Any, member: _Member) -> None:
-        member.fetching = False
-        self._fetch(member)
-
-    # -- settling --------------------------------------------------------------------------------
-
-    def settle(self, offsets: list[Hashable], outcome: Outcome) -> None:
-        """basic.ack / nack / reject: one acknowledgement per member holding some of ``offsets``."""
-        by_member: dict[ConsumerKey, list[int]] = {}
-        dead: dict[ConsumerKey, list[QueuedMessage]] = {}
-        dead_lettering = outcome is Outcome.DISCARD and self.policy.dead_letter_exchange is not None
-        for offset in offsets:
-            holder = self._holders.pop(offset, None)  # type: ignore[arg-type]
-            message = self._held.pop(offset, None)  # type: ignore[arg-type]
-            if holder is not None:
-                if dead_lettering and message is not None:
-                    dead.setdefault(holder, []).append(message)
-                else:
-                    by_member.setdefault(holder, []).append(offset)  # type: ignore[arg-type]
-        for holder, held in by_member.items():
-            member = self._members.get(holder)
-            if member is not None and member.member_id:
-                self._acknowledge_soon(member.key, held, _OUTCOMES[outcome])
-        for holder, messages in dead.items():
-            member = self._members.get(holder)
-            if member is not None and member.member_id:
-                self._dead_letter(member, messages, DeathReason.REJECTED)
-        by_member.update(dict.fromkeys(dead, []))
-        self._leave_when_settled(list(by_member))
-        self.dispatch()
-
-    def _acknowledge(self, member: _Member, offsets: list[int], kind: AcknowledgeType,
-                     error: str = "") -> Deferred[None]:
-        """Settle ``offsets`` as ``kind`` for ``member`` (fires once answered; failures are logged)."""
-        return self._acknowledge_ranges(member, ranges_of(offsets), kind, error)
-
-    def _acknowledge_ranges(self, member: _Member, ranges: list[tuple[int, int]], kind: AcknowledgeType,
-                            error: str = "") -> Deferred[None]:
-        return self._send_acknowledgements(member, self._acknowledgements(ranges, kind, error))
-
-    def _acknowledgements(self, ranges: list[tuple[int, int]], kind: AcknowledgeType,
-                          error: str = "") -> tuple[share.Acknowledgement, ...]:
-        return tuple(share.Acknowledgement(topic=self.topic, partition=0, first_offset=first, last_offset=last,
-                                           kind=kind, error=error) for first, last in ranges)
-
-    def _send_acknowledgements(self, member: _Member, acknowledgements: tuple[share.Acknowledgement, ...]
-                               ) -> Deferred[None]:
-        settled = self.host.broker.share_acknowledge(self.host.principal, share.ShareAcknowledgeRequest(
-            group_id=self.group_id, member_id=member.member_id, acknowledgements=acknowledgements))
-        settled.addCallback(self._acknowledged)
-        settled.addErrback(self._settling_failed, len(acknowledgements))
-        return settled
-
-    def _acknowledge_soon(self, key: ConsumerKey, offsets: list[int], kind: AcknowledgeType) -> None:
-        """A consumer's settlement: sent with the member's next fetch if it fetches in this reactor turn, else with
-        the others of the turn in one acknowledgement (a client acking message by message costs one call a turn)."""
-        self._unsent.setdefault(key, {}).setdefault(kind, []).extend(offsets)
-        if self._send_call is None:
-            self._send_call = self.host.reactor.callLater(0, self._send_unsent)
-
-    def _take_unsent(self, key: ConsumerKey) -> tuple[share.Acknowledgement, ...]:
-        kinds = self._unsent.pop(key, {})
-        return tuple(acknowledgement for kind, offsets in kinds.items()
-                     for acknowledgement in self._acknowledgements(ranges_of(offsets), kind))
-
-    def _send_unsent(self, keys: list[ConsumerKey] | None = None) -> None:
-        """Send the settlements not sent yet (of ``keys``; None: all of them, at the end of the turn)."""
-        if keys is None:
-            self._send_call = None
-        for key in list(self._unsent) if keys is None else keys:
-            acknowledgements = self._take_unsent(key)
-            member = self._members.get(key)
-            if acknowledgements and member is not None and member.member_id:
-                self._send_acknowledgements(member, acknowledgements)
-
-    def _settling_failed(self, failure: Any, ranges: int) -> None:
-        self._suspects.call_lost()
-        self.log.warn("AMQP share queue {queue}: settling {count} range(s) failed ({error}); they come back when "
-                      "their leases end", queue=self.name, count=ranges, error=failure.getErrorMessage())
-
-    def _acknowledged(self, results: tuple[share.AcknowledgeResult, ...]) -> None:
-        for result in results:
-            if result.error is not None:
-                self.log.warn("AMQP share queue {queue}: offsets {first}..{last} not settled ({error}); they come "
-                              "back when their leases end", queue=self.name, first=result.first_offset,
-                              last=result.last_offset, error=result.error)
-
-    def release(self, holders: set[ConsumerKey]) -> None:
-        """These consumers' channel or connection is gone: their members leave (the group releases what they held)."""
-        for offset in [offset for offset, holder in self._holders.items() if holder in holders]:
-            del self._holders[offset]
-            self._held.pop(offset, None)
-        for key in holders:
-            member = self._members.get(key)
-            if member is not None:
-                member.attached = False
-        self._leave_when_settled(list(holders))
-
     async def purge(self) -> int:
         """queue.purge: acquire and accept every available message as a member of the group (unacknowledged
         deliveries stay); how many."""
         await self._appender.drained()  # a publish before the purge on the connection is purged
-        key = _broker_member_key("purge")
+        key = broker_member_key("purge")
         purged = 0
         try:
             while not self.deleted:
@@ -466,8 +123,18 @@ class ShareQueue(BaseQueue):
         return purged
 
     def housekeep(self, now_ms: int) -> None:
-        """Expire what ``x-message-ttl`` ended at the head (leases and delays expire in the share group itself)."""
-        if self.policy.message_ttl_ms is None or self._expiring or self.deleted:
+        """Route the host's dead letters through the dead-letter exchange; expire what ``x-message-ttl`` ended at the
+        head (leases and delays expire in the share group itself)."""
+        if self.deleted:
+            return
+        if self._dead_letters is not None and not self._dead_letters.running:
+            self._dead_letters.running = True
+            forwarding = Deferred.fromCoroutine(self._dead_letters.forward())
+            forwarding.addErrback(lambda failure: self.log.warn(
+                "AMQP share queue {queue}: routing dead letters through {exchange} failed ({error}); tried again in a "
+                "moment", queue=self.name, exchange=self.policy.dead_letter_exchange, error=failure.getErrorMessage()))
+            forwarding.addBoth(lambda _: setattr(self._dead_letters, "running", False))
+        if self.policy.message_ttl_ms is None or self._expiring:
             return
         self._expiring = True
         expiring = Deferred.fromCoroutine(self._expire_head(now_ms - self.policy.message_ttl_ms))
@@ -483,7 +150,7 @@ class ShareQueue(BaseQueue):
                                              cutoff_ms)
         if not records_max:
             return
-        key = _broker_member_key("expiry")
+        key = broker_member_key("expiry")
         try:
             member, leased = await self._take(key, min(records_max, limits.share_fetch_records_max))
             now_ms = self.host.now_ms()
@@ -495,27 +162,6 @@ class ShareQueue(BaseQueue):
                 self._dead_letter(member, expired, DeathReason.EXPIRED)
         finally:
             self._leave_when_settled([key])
-
-    async def _member_for(self, key: ConsumerKey) -> _Member:
-        """The broker's own member ``key`` of the group (joined now unless it is)."""
-        member = self._members.get(key)
-        if member is None or not member.epoch:
-            member = self._members[key] = _Member(key=key, consumer=None, attached=False)
-            await self.ensure_group()
-            await self._heartbeat(member)
-        return member
-
-    async def _take(self, key: ConsumerKey, records_max: int) -> tuple[_Member, list[tuple[QueuedMessage, int]]]:
-        """Acquire up to ``records_max`` messages as member ``key`` (waiting up to ``amqp_share_get_wait_ms_max``
-        for the group to read what was just published)."""
-        member = await self._member_for(key)
-        answer = await self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
-            group_id=self.group_id, member_id=member.member_id, records_max=records_max,
-            wait_ms_max=limits.amqp_share_get_wait_ms_max))
-        leased = []
-        for partition in answer.partitions:
-            leased += self._leased_releasing_undecoded(member, partition)
-        return member, leased
 
     async def get(self, key: ConsumerKey) -> tuple[QueuedMessage, bool] | None:
         """basic.get: acquire one message for the channel ``key`` as a member of the group (None: none came in time;
@@ -540,23 +186,27 @@ class ShareQueue(BaseQueue):
         finally:
             self._leave_when_settled([key])
 
+    async def touch(self) -> None:
+        """A redeclaration uses an ``x-expires`` queue: a member of the broker's own joins and leaves its share
+        group, so the group's host counts the queue's unused time from now (a failure is logged)."""
+        if self.policy.expires_ms is None or self.deleted:
+            return
+        key = broker_member_key("declare")
+        try:
+            await self._member_for(key)
+        except errors.BrokerError as error:
+            self.log.warn("AMQP share queue {queue}: its redeclaration did not reach its share group ({error}); "
+                          "its x-expires counts from its last use before", queue=self.name, error=error)
+        finally:
+            self._leave_when_settled([key])
 
-def _leased(partition: share.SharePartitionRecords) -> tuple[list[tuple[QueuedMessage, int]], list[int]]:
-    """The acquired messages of one partition's answer with their delivery counts, in offset order; and the
-    acquired offsets not decoded (past the fetch's decompression budget, or in a batch that does not decode)."""
-    ranges = sorted(partition.acquired, key=lambda acquired: acquired.first)
-    messages, _ = decode_fetched(partition.records, topic=partition.topic)
-    leased: list[tuple[QueuedMessage, int]] = []
-    index = 0
-    for message in messages:  # both in offset order: walk them together
-        while index < len(ranges) and ranges[index].last < message.offset:
-            index += 1
-        if index == len(ranges):
-            break
-        if ranges[index].first <= message.offset:
-            leased.append((message, ranges[index].delivery_count))
-    if len(leased) == sum(acquired.last - acquired.first + 1 for acquired in ranges):
-        return leased, []
-    found = {message.offset for message, _ in leased}
-    return leased, [offset for acquired in ranges for offset in range(acquired.first, acquired.last + 1)
-                    if offset not in found]
+    async def unused_past_expiry(self) -> bool:
+        """Whether ``x-expires`` ended this queue: its share group's host has counted it without members (no
+        consumer, no basic.get, no redeclaration, through any broker) that long."""
+        if self.policy.expires_ms is None or self.deleted or self.consumers:
+            return False
+        try:
+            described = await self.host.broker.describe_share_group(self.host.principal, self.group_id)
+        except errors.BrokerError:
+            return False  # not known now: asked again at the next housekeeping
+        return described.unused_ms >= self.policy.expires_ms

@@ -44,6 +44,7 @@ from mqbroker.records.record import RecordHeader
 METADATA_TOPIC = "__amqp_metadata"
 QUEUE_STATE_TOPIC = "__amqp_queue_state"
 QUEUE_TOPIC_PREFIX = "amqp.queue."
+DEAD_LETTER_TOPIC_SUFFIX = ".dead"
 _TOPIC_NAME_LENGTH_MAX = 249
 _KEPT = frozenset(string.ascii_letters + string.digits + "-")
 #: The property list of a message without properties (flags word 0).
@@ -68,6 +69,17 @@ def queue_topic(queue: str) -> str:
     topic = QUEUE_TOPIC_PREFIX + escaped
     if len(topic) > _TOPIC_NAME_LENGTH_MAX:
         topic = QUEUE_TOPIC_PREFIX + "h." + hashlib.sha256(queue.encode("utf-8", "surrogateescape")).hexdigest()
+    return topic
+
+
+def dead_letter_topic(queue: str) -> str:
+    """Where a share queue's group copies the dead letters its host decides on (``maxlen``, ``delivery_limit``), for
+    the dead-letter exchange: ``queue_topic(queue) + ".dead"`` (no queue topic holds a '.' past its prefix but the
+    hashed form, which never ends so), hashed as ``queue_topic`` does when that is too long."""
+    topic = queue_topic(queue) + DEAD_LETTER_TOPIC_SUFFIX
+    if len(topic) > _TOPIC_NAME_LENGTH_MAX:
+        digest = hashlib.sha256(queue.encode("utf-8", "surrogateescape")).hexdigest()
+        topic = QUEUE_TOPIC_PREFIX + "h." + digest + DEAD_LETTER_TOPIC_SUFFIX
     return topic
 
 

@@ -72,7 +72,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
-from mqbroker.protocols.amqp.share_arguments import check_share_arguments, takes_share_default
+from mqbroker.protocols.amqp.share_arguments import takes_share_default
 from mqbroker.protocols.amqp.share_queue import ShareQueue
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
 from mqbroker.protocols.startup import StartedSignal
@@ -132,6 +132,8 @@ class VirtualHost:
         self.principal = INTERNAL_PRINCIPAL
         self.router = Router()
         self.queues: dict[str, Queue] = {}
+        #: Share queues whose x-expires is being checked with their group's host (one check at a time each).
+        self._expiry_checks: set[str] = set()
         self.persisted_exchanges: dict[str, Exchange] = {}
         self.persisted_bindings: set[Binding] = set()
         #: Queue state snapshots waiting to be written.
@@ -332,8 +334,7 @@ class VirtualHost:
                 arguments["x-queue-type"] = "share"  # stored so: every broker serves it as a share queue
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
                                            arguments=arguments)
-            if QueuePolicy.from_arguments(declaration.arguments).queue_type is QueueType.SHARE:  # 406 before
-                check_share_arguments(declaration.arguments)  # anything is created
+            QueuePolicy.from_arguments(declaration.arguments)  # a bad argument: 406 before anything is created
             topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
@@ -344,6 +345,8 @@ class VirtualHost:
                 await self._sync_metadata([queue_record(declaration)])
         if isinstance(queue, ClassicQueue):
             queue.state.touch(self.now_ms())
+        elif isinstance(queue, ShareQueue):
+            await queue.touch()
         return spec.QueueDeclareOk(queue=name, message_count=await queue.ready_count(),
                                    consumer_count=len(queue.consumers))
 
@@ -452,8 +455,25 @@ class VirtualHost:
                       or queue.state.ready_in_memory or queue.unsettled_appends):
                     queue.housekeep(now_ms)
             elif isinstance(queue, ShareQueue):
+                self._expire_if_unused(queue)
                 queue.housekeep(now_ms)
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
+
+    def _expire_if_unused(self, queue: ShareQueue) -> None:
+        """Delete a share queue (cluster-wide) once its group's host counted it unused for its ``x-expires``."""
+        if queue.policy.expires_ms is None or queue.name in self._expiry_checks:
+            return
+        self._expiry_checks.add(queue.name)
+
+        async def check() -> None:
+            try:
+                if await queue.unused_past_expiry() and self.queues.get(queue.name) is queue:
+                    await self.delete_queue(queue.name)
+            finally:
+                self._expiry_checks.discard(queue.name)
+
+        Deferred.fromCoroutine(check()).addErrback(
+            lambda failure: self.log.failure("expiring AMQP queue {queue} failed", failure, queue=queue.name))
 
     # --- exchanges and bindings -----------------------------------------------------------------
 

@@ -1410,8 +1410,8 @@ APIS: dict[ApiKey, ApiSchema] = {
     ApiKey.SHARE_GROUP_HEARTBEAT: ApiSchema(
         request_type=share.ShareGroupHeartbeatRequest, response_type=share.ShareGroupHeartbeatResponse
     ),
-    ApiKey.SHARE_GROUP_DESCRIBE: ApiSchema(
-        request_type=share.ShareGroupDescribeRequest, response_type=share.ShareGroupDescribeResponse
+    ApiKey.SHARE_GROUP_DESCRIBE: ApiSchema(  # v1: DescribedShareGroup.unused_ms
+        request_type=share.ShareGroupDescribeRequest, response_type=share.ShareGroupDescribeResponse, max_version=1
     ),
     ApiKey.SHARE_FETCH: ApiSchema(request_type=share.ShareFetchRequest, response_type=share.ShareFetchResponse),
     ApiKey.SHARE_ACKNOWLEDGE: ApiSchema(

@@ -137,7 +137,7 @@ async def handle_share_group_describe(broker: IBroker, principal: Principal,
                                                     subscribed_topic_names=member.topics,
                                                     acquired_records=member.acquired) for member in group.members),
             partitions=tuple(_partition(partition) for partition in group.partitions),
-            dead_lettered=group.dead_lettered, dead_letter_depth=group.dead_letter_depth))
+            dead_lettered=group.dead_lettered, dead_letter_depth=group.dead_letter_depth, unused_ms=group.unused_ms))
     return wire.ShareGroupDescribeResponse(groups=tuple(described))
 
 

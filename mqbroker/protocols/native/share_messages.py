@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message
+from mqbroker.protocols.schema import Int8, Int16, Int32, Int64, Records, message, wire
 
 # ---------------------------------------------------------------------------------------------
 # ShareGroupHeartbeat
@@ -316,6 +316,8 @@ class DescribedShareGroup:
     dead_lettered: Int64 = 0
     #: Records on the dead-letter topic (-1: the group has none).
     dead_letter_depth: Int64 = -1
+    #: How long the group has been without members (0: it has some; -1: not known). Version 1 on.
+    unused_ms: Int64 = wire(since=1, default=-1)
 
 
 @message

@@ -14,10 +14,9 @@ from mqbroker import errors
 from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.forwarding import share_wire
 from mqbroker.forwarding.share_routing import ShareGroupRouting
-from mqbroker.model import BrokerEndpoint, ClusterMetadata, Principal
-from mqbroker.protocols.native import share_messages as wire
 from mqbroker.groups.model import TopicPartition
-from mqbroker.model import AcknowledgeType
+from mqbroker.model import AcknowledgeType, BrokerEndpoint, ClusterMetadata, Principal
+from mqbroker.protocols.native import share_messages as wire
 from mqbroker.protocols.native.share_handlers import (
     handle_share_acknowledge,
     handle_share_fetch,
@@ -25,7 +24,7 @@ from mqbroker.protocols.native.share_handlers import (
     handle_share_group_heartbeat,
 )
 from mqbroker.shares import messages as shares
-from mqbroker.shares.partition import AcquiredRange, PartitionStats
+from mqbroker.shares.partition_values import AcquiredRange, PartitionStats
 from tests.fakes import fired
 
 ALICE = Principal("User", "alice")

@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mqbroker.model import AcknowledgeType
-from mqbroker.shares.partition import (
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition_values import (
     AcquiredRange,
     DeadLetter,
     DeathReason,
     DueEntry,
     RecordState,
     Scheduled,
-    SharePartition,
 )
 
 LEASE_MS = 1_000
@@ -327,6 +327,21 @@ class SharePartitionMachine(RuleBasedStateMachine):
         for offset in mine:
             self._given_back(offset, "left")
         assert self.partition.release_member(member, "left") == len(mine)
+        self._collect_dead_letters()
+
+    @rule(maximum=st.integers(0, 20), unread=st.integers(0, 5))
+    def trim(self, maximum: int, unread: int) -> None:
+        """Drop-head: exactly the oldest available records of the region beyond the maximum go (reason maxlen)."""
+        gone = set(self.accepted) | set(self.dead) | set(self.leases) | set(self.scheduled) | self.due
+        available = [offset for offset in range(self.partition.start_offset, self.read_to) if offset not in gone]
+        expected = available[:max(0, len(available) + unread - maximum)]
+        assert self.partition.trim(maximum, unread) == len(expected)
+        dropped = {offset for letter in self.partition.dead_letters for offset in range(letter.first, letter.last + 1)
+                   if letter.reason is DeathReason.MAXLEN}
+        assert dropped == set(expected)
+        for offset in expected:
+            self.dead.append(offset)
+            self.held_back.pop(offset, None)
         self._collect_dead_letters()
 
     @precondition(lambda self: self.dead_lettering)

@@ -212,6 +212,57 @@ def test_past_the_delivery_limit_an_expiring_record_is_dead_lettered(tmp_path: P
     assert _offsets(fired(_fetch(rig, member))) == []
 
 
+def test_a_group_with_a_maximum_of_ready_records_drops_the_oldest_without_any_member(tmp_path: Path) -> None:
+    """The host reads a max-length group's log though nobody consumes, and dead-letters the oldest (reason maxlen)."""
+    rig = _started(tmp_path)
+    _create(rig, max_ready_records="3", dead_letter_topic="events.dlq")
+    _produce(rig, 5)
+    _produce(rig, 2)
+    _settle(rig, 0.6)
+    copies = rig.log("events.dlq").read(0, 1 << 20).records
+    dead = [record for position, header in iter_batches(copies)
+            for record in decode_records(copies[position : position + header.size_bytes])]
+    assert [(record.value, dict(record.headers)[HEADER_REASON]) for record in dead] == [
+        (f"v{index}".encode(), b"maxlen") for index in range(4)]  # offsets 0..3: the first batch's oldest four
+    member = _join(rig)
+    assert _offsets(fired(_fetch(rig, member))) == [(4, 1), (5, 1), (6, 1)]
+    described = fired(rig.broker.describe_share_group(ANONYMOUS, "g"))
+    assert described.dead_lettered == 4
+
+
+def test_a_maximum_of_ready_records_counts_what_the_group_has_not_read_and_spares_leased_ones(
+        tmp_path: Path) -> None:
+    """Leased records are not ready: only available ones beyond the maximum go, without a topic dropped and counted."""
+    rig = _started(tmp_path)
+    _create(rig, max_ready_records="2")
+    _produce(rig, 3)
+    member = _join(rig)
+    assert _offsets(fired(_fetch(rig, member, records_max=2))) == [(1, 1), (2, 1)]
+    _produce(rig, 3)
+    _settle(rig, 0.6)
+    assert _offsets(fired(_fetch(rig, member))) == [(4, 1), (5, 1)]
+    assert fired(rig.broker.describe_share_group(ANONYMOUS, "g")).dead_lettered == 2
+
+
+def test_the_host_counts_how_long_a_group_has_been_without_members(tmp_path: Path) -> None:
+    """``unused_ms`` (AMQP x-expires) runs from the hosting, stops while a member is in, and restarts as it leaves."""
+    rig = _started(tmp_path)
+    _create(rig)
+
+    def unused_ms() -> int:
+        return fired(rig.broker.describe_share_group(ANONYMOUS, "g")).unused_ms
+
+    _settle(rig, 2.0)
+    assert unused_ms() == 2_000
+    member = _join(rig)
+    _settle(rig, 3.0)
+    assert unused_ms() == 0
+    fired(rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+        group_id="g", member_id=member, member_epoch=-1)))
+    _settle(rig, 0.5)
+    assert unused_ms() == 500
+
+
 def test_a_delayed_record_is_delivered_at_its_time_and_not_before(tmp_path: Path) -> None:
     rig = _started(tmp_path)
     _create(rig)

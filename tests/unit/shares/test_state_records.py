@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from mqbroker.errors import CorruptMessageError
 from mqbroker.shares import state_records as sr
-from mqbroker.shares.partition import DueEntry, PartitionSnapshot, SnapshotRun
+from mqbroker.shares.partition_snapshot import PartitionSnapshot, SnapshotRun
+from mqbroker.shares.partition_values import DueEntry
 
 names = st.text(min_size=1, max_size=20)
 partitions = st.integers(0, 2**31 - 1)

@@ -12,7 +12,7 @@ from mqbroker.ops.api import share_routes
 from mqbroker.ops.api.routing import Schemas
 from mqbroker.ops.api.schemas import COMPONENTS, ref
 from mqbroker.shares import messages as shares
-from mqbroker.shares.partition import PartitionStats
+from mqbroker.shares.partition_values import PartitionStats
 from tests.unit.ops.api.handlers import run_handler
 
 

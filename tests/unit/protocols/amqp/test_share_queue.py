@@ -1,4 +1,4 @@
-"""A share queue's pure parts: arguments it refuses, its share group's configs, x-delay as a record header."""
+"""A share queue's pure parts: when a plain queue is one, its share group's configs, x-delay as a record header."""
 
 from __future__ import annotations
 
@@ -8,27 +8,18 @@ from hypothesis import strategies as st
 
 from mqbroker.protocols.amqp.codec import encode_properties
 from mqbroker.protocols.amqp.share_arguments import (
-    check_share_arguments,
     delay_header,
     ranges_of,
     share_group_configs,
     takes_share_default,
 )
-from mqbroker.protocols.amqp.share_queue import _leased
-from mqbroker.protocols.amqp.spec import AmqpError, BasicProperties
+from mqbroker.protocols.amqp.share_consumers import _leased
+from mqbroker.protocols.amqp.spec import BasicProperties
 from mqbroker.protocols.amqp.stored import EMPTY_PROPERTIES, append_message
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import stamp
 from mqbroker.shares.messages import SharePartitionRecords
-from mqbroker.shares.partition import AcquiredRange
-
-
-def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
-    with pytest.raises(AmqpError) as refused:
-        check_share_arguments({"x-queue-type": "share", "x-expires": 5, "x-max-length": 1})
-    assert refused.value.reply_code == 406 and "x-expires, x-max-length" in refused.value.reply_text
-    check_share_arguments({"x-queue-type": "share", "x-delivery-limit": 3, "x-message-ttl": 5,
-                           "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead"})
+from mqbroker.shares.partition_values import AcquiredRange
 
 
 @pytest.mark.parametrize(("declared", "share"), [
@@ -40,20 +31,25 @@ def test_arguments_without_a_share_group_meaning_are_refused_by_name() -> None:
     ({"arguments": {"x-queue-type": "stream"}}, False),
     ({"arguments": {"x-message-ttl": 1000}}, True),
     ({"arguments": {"x-dead-letter-exchange": "dlx"}}, True),
-    ({"arguments": {"x-max-length": 10}}, False),
-    ({"arguments": {"x-expires": 1000}}, False),
+    ({"arguments": {"x-max-length": 10}}, True),
+    ({"arguments": {"x-max-length": 10, "x-dead-letter-exchange": "dlx"}}, True),
+    ({"arguments": {"x-expires": 1000}}, True),
     ({"arguments": {"x-delivery-limit": 3}}, True),
 ])
-def test_only_a_durable_shared_queue_without_type_or_refused_arguments_takes_the_share_default(
+def test_only_a_durable_shared_queue_without_a_type_takes_the_share_default(
         declared: dict, share: bool) -> None:
     declaration = {"durable": True, "exclusive": False, "auto_delete": False, "arguments": {}, **declared}
     assert takes_share_default(**declaration) is share
 
 
-def test_the_share_group_reads_from_the_start_and_takes_the_delivery_limit() -> None:
-    assert share_group_configs({"x-queue-type": "share"}) == {"auto.offset.reset": "earliest"}
-    assert share_group_configs({"x-queue-type": "share", "x-delivery-limit": 4}) == {
+def test_the_share_group_reads_from_the_start_and_takes_the_limits_and_the_dead_letter_topic() -> None:
+    assert share_group_configs("q", {"x-queue-type": "share"}) == {"auto.offset.reset": "earliest"}
+    assert share_group_configs("q", {"x-queue-type": "share", "x-delivery-limit": 4}) == {
         "auto.offset.reset": "earliest", "max.delivery.attempts": "4"}
+    assert share_group_configs("q", {"x-max-length": 0, "x-overflow": "drop-head"}) == {
+        "auto.offset.reset": "earliest", "max.ready.records": "0"}
+    assert share_group_configs("q", {"x-dead-letter-exchange": ""}) == {
+        "auto.offset.reset": "earliest", "dead.letter.topic": "amqp.queue.q.dead"}
 
 
 @pytest.mark.parametrize(("value", "header"), [(1500, b"1500"), ("250", b"250"), (b"7", b"7"), (0, None), (-5, None),

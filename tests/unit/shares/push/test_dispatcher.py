@@ -24,8 +24,14 @@ from mqbroker.model import AcknowledgeType
 from mqbroker.records.builder import encode_batch
 from mqbroker.records.record import Record
 from mqbroker.shares import messages as m
-from mqbroker.shares.partition import AcquiredRange, SharePartition
-from mqbroker.shares.push.dispatcher import ACCEPT_INTERVAL_S, LEASE_MARGIN_MS, PUSH_MEMBER, PushDispatcher
+from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.partition_values import AcquiredRange
+from mqbroker.shares.push.dispatcher import (
+    ACCEPT_INTERVAL_S,
+    LEASE_MARGIN_MS,
+    PUSH_MEMBER,
+    PushDispatcher,
+)
 from mqbroker.shares.push.signing import PushRequest, verify
 from mqbroker.shares.settings import PushSettings, ShareGroupSettings
 
