@@ -101,6 +101,27 @@ def test_a_native_share_consumer_and_an_amqp_consumer_share_one_queue(amqp_broke
     assert native, "the native consumer took part"
 
 
+def test_without_a_delivery_limit_a_requeued_message_keeps_coming_back(amqp_broker: AmqpBroker) -> None:
+    """A share queue declared without x-delivery-limit redelivers as a RabbitMQ classic queue does: the share
+    group's default of 5 attempts does not apply (the 8th delivery still arrives)."""
+    queue = unique("requeued")
+    declare_and_publish(amqp_broker, queue, [b"again"])
+    connection = amqp_broker.connect()
+    channel = connection.channel()
+    deliveries = 0
+    for method, _, body in channel.consume(queue, inactivity_timeout=10):
+        if method is None:
+            break
+        deliveries += 1
+        if deliveries == 8:
+            channel.basic_ack(method.delivery_tag)
+            break
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    channel.cancel()
+    connection.close()
+    assert deliveries == 8
+
+
 def test_a_requeued_message_comes_back_redelivered_and_a_rejected_one_does_not(amqp_broker: AmqpBroker) -> None:
     """basic.nack with requeue is a release (redelivered flag set); basic.reject without requeue dead-letters."""
     queue = unique("verdicts")

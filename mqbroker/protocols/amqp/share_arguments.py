@@ -23,13 +23,18 @@ def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, ar
 
 def share_group_configs(queue: str, arguments: Mapping[str, Any]) -> dict[str, str]:
     """The configs of a share queue's share group, from its declaration's arguments (with a dead-letter exchange,
-    the dead letters its host decides on go to the queue's dead-letter topic, for the exchange)."""
+    the dead letters its host decides on go to the queue's dead-letter topic, for the exchange).
+
+    Without ``x-delivery-limit`` a message may come back as often as a share group allows, not the group default
+    of 5: a RabbitMQ classic queue redelivers a requeued message for ever, and a plain declaration must not start
+    dropping messages because share queues are the default type.
+    """
     configs = {"auto.offset.reset": "earliest"}
     policy = QueuePolicy.from_arguments(arguments)
     if policy.dead_letter_exchange is not None:
         configs["dead.letter.topic"] = dead_letter_topic(queue)
-    if policy.delivery_limit:
-        configs["max.delivery.attempts"] = str(min(policy.delivery_limit, limits.share_delivery_attempts_max))
+    configs["max.delivery.attempts"] = str(min(policy.delivery_limit or limits.share_delivery_attempts_max,
+                                               limits.share_delivery_attempts_max))
     if policy.max_length is not None:  # x-overflow is drop-head (QueuePolicy refuses the others)
         configs["max.ready.records"] = str(policy.max_length)
     return configs

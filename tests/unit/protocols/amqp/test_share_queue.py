@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mqbroker import limits
 from mqbroker.protocols.amqp.codec import encode_properties
 from mqbroker.protocols.amqp.share_arguments import (
     delay_header,
@@ -43,13 +44,16 @@ def test_only_a_durable_shared_queue_without_a_type_takes_the_share_default(
 
 
 def test_the_share_group_reads_from_the_start_and_takes_the_limits_and_the_dead_letter_topic() -> None:
-    assert share_group_configs("q", {"x-queue-type": "share"}) == {"auto.offset.reset": "earliest"}
+    unlimited = {"auto.offset.reset": "earliest", "max.delivery.attempts": str(limits.share_delivery_attempts_max)}
+    assert share_group_configs("q", {"x-queue-type": "share"}) == unlimited  # as a classic queue: not the group's 5
     assert share_group_configs("q", {"x-queue-type": "share", "x-delivery-limit": 4}) == {
-        "auto.offset.reset": "earliest", "max.delivery.attempts": "4"}
+        **unlimited, "max.delivery.attempts": "4"}
+    assert share_group_configs("q", {"x-delivery-limit": 10**6})["max.delivery.attempts"] == str(
+        limits.share_delivery_attempts_max)
     assert share_group_configs("q", {"x-max-length": 0, "x-overflow": "drop-head"}) == {
-        "auto.offset.reset": "earliest", "max.ready.records": "0"}
+        **unlimited, "max.ready.records": "0"}
     assert share_group_configs("q", {"x-dead-letter-exchange": ""}) == {
-        "auto.offset.reset": "earliest", "dead.letter.topic": "amqp.queue.q.dead"}
+        **unlimited, "dead.letter.topic": "amqp.queue.q.dead"}
 
 
 @pytest.mark.parametrize(("value", "header"), [(1500, b"1500"), ("250", b"250"), (b"7", b"7"), (0, None), (-5, None),
