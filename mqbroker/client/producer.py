@@ -86,6 +86,8 @@ class ProducerCore:
         self._waiting_for_slot: set[tuple[str, int]] = set()
         #: Partitions whose batches wait until the transaction coordinator lists them (AddPartitionsToTxn).
         self.gated: set[tuple[str, int]] = set()
+        #: Transaction version 2: transactional batches ask their partition leader to add the partition.
+        self.adds_to_transaction = False
         self._flushing = False
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
@@ -186,8 +188,10 @@ class ProducerCore:
         self._next_sequence.clear()
 
     def flush(self) -> None:
-        """Send every open batch at the next ``drain`` without waiting for ``linger_ms``."""
-        self._flushing = True
+        """Send every open batch at the next ``drain`` without waiting for ``linger_ms`` (nothing open: nothing to
+        do, so a record appended after the flush waits for its linger as usual)."""
+        if self._open:
+            self._flushing = True
 
     def drain(self, now_ms: int, leader_of: Callable[[str, int], int]) -> list[ProducePlan]:
         """Close due batches and return the produce requests to send now, one per leader node."""
@@ -218,7 +222,7 @@ class ProducerCore:
                     continue
                 plan = ProducePlan(
                     node_id=node_id, acks=int(self.config.acks), timeout_ms=self.config.request_timeout_ms, batches=[],
-                    transactional_id=self.config.transactional_id,
+                    transactional_id=self.config.transactional_id, add_to_transaction=self.adds_to_transaction,
                 )
                 plans[node_id] = plan
                 plan_bytes[node_id] = 0

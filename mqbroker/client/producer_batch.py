@@ -113,6 +113,7 @@ class ProducePlan:
     timeout_ms: int
     batches: list[ProducerBatch]
     transactional_id: str | None = None
+    add_to_transaction: bool = False
 
     def request(self) -> ProduceRequest:
         """The ProduceRequest carrying this plan's batches."""
@@ -122,4 +123,4 @@ class ProducePlan:
             partitions.append(ProducePartition(partition_index=batch.partition, records=batch.payload))
         topics = tuple(ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
         return ProduceRequest(acks=self.acks, timeout_ms=self.timeout_ms, transactional_id=self.transactional_id,
-                              topics=topics)
+                              topics=topics, add_to_transaction=self.add_to_transaction)

@@ -36,12 +36,18 @@ def raise_first_partition_error(response: object) -> None:
 
 @dataclass(slots=True)
 class TransactionRequests:
-    """Builds one transactional producer's requests (its id, and the producer id and epoch once known)."""
+    """Builds one transactional producer's requests (its id, and the producer id and epoch once known).
+
+    ``transaction_version`` 2 (KIP-890 part 2, used when the coordinator speaks EndTxn version 1): the
+    partition leaders add partitions as their first batches arrive, and every EndTxn moves the
+    producer to its next epoch (``ended``).
+    """
 
     transactional_id: str
     transaction_timeout_ms: int
     producer_id: int = -1
     producer_epoch: int = -1
+    transaction_version: int = 1
 
     def init_producer_id(self) -> InitProducerIdRequest:
         """Fence earlier incarnations of the id."""
@@ -77,6 +83,15 @@ class TransactionRequests:
                 for number in numbers)) for name, numbers in _by_topic(offsets).items()))
 
     def end(self, committed: bool) -> t.EndTxnRequest:
-        """Commit or abort."""
+        """Commit or abort (version 2: and move to the next epoch)."""
         return t.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
-                               producer_epoch=self.producer_epoch, committed=committed)
+                               producer_epoch=self.producer_epoch, committed=committed,
+                               bump_epoch=self.transaction_version >= 2)
+
+    def ended(self, response: object) -> bool:
+        """Take the producer id and epoch an epoch-bumping EndTxn answered; True when they changed."""
+        assert isinstance(response, t.EndTxnResponse)
+        if self.transaction_version < 2 or response.producer_id < 0:
+            return False
+        self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+        return True

@@ -375,7 +375,7 @@ class RoutingBroker:
                 timeout_ms: int, transactional_id: str | None = None, front_end_batches: bool = False,
                 add_to_transaction: bool = False) -> Deferred[ProduceResult]:
         """Append at the partition's leader; see ``IBroker.produce`` (a forwarded batch is checked by its leader
-        as a client's: verified there, not added, so transaction version 2 clients write to the leader itself)."""
+        as a client's, ``add_to_transaction`` included)."""
         deadline_ms = self._now_ms() + (timeout_ms if timeout_ms > 0 else produce_timeout_ms_default)
         return self._routed(deadline_ms, lambda: self._produce_once(principal, topic, partition, records, acks,
                                                                     timeout_ms, transactional_id, front_end_batches,
@@ -389,7 +389,8 @@ class RoutingBroker:
             return self.local.produce(principal, topic, partition, records, acks, timeout_ms, transactional_id,
                                       front_end_batches, add_to_transaction)
         wait_ms = timeout_ms if timeout_ms > 0 else produce_timeout_ms_default
-        request = forwarded.produce_request(topic, partition, records, acks, timeout_ms, transactional_id)
+        request = forwarded.produce_request(topic, partition, records, acks, timeout_ms, transactional_id,
+                                            add_to_transaction)
         sent = self._peers.request(leader, request, wait_ms / 1000.0)
         sent.addCallback(forwarded.produce_result, topic, partition, records)
         return sent

@@ -40,11 +40,14 @@ def _only_partition(topics: Sequence[object], topic: str, partition: int) -> obj
 
 
 def produce_request(
-    topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int, transactional_id: str | None = None
+    topic: str, partition: int, records: bytes, acks: Acks, timeout_ms: int, transactional_id: str | None = None,
+    add_to_transaction: bool = False,
 ) -> m.ProduceRequest:
-    """A Produce of one partition's batches (a transactional producer's name its ``transactional_id``)."""
+    """A Produce of one partition's batches (a transactional producer's name its ``transactional_id``;
+    ``add_to_transaction``: transaction version 2, the leader adds the partition)."""
     return m.ProduceRequest(acks=acks.value, timeout_ms=timeout_ms, transactional_id=transactional_id, topics=(
-        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition_index=partition, records=records),)),))
+        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition_index=partition, records=records),)),),
+        add_to_transaction=add_to_transaction)
 
 
 def last_offset_delta(records: bytes) -> int:

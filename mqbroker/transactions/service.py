@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors
+from mqbroker.groups.model import TopicPartition
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.transactions.coordinator import TransactionCoordinator
 from mqbroker.transactions.log_records import TransactionLogRecord
@@ -71,6 +72,9 @@ class TransactionService:
         self._keys = itertools.count()
         self._marking: dict[str, Deferred[None]] = {}
         self._timer: IDelayedCall | None = None
+        #: Additions asked this reactor turn, per (transactional id, producer id, epoch): partitions, answers.
+        self._gathered_additions: dict[tuple[str, int, int], tuple[set[TopicPartition], list[Deferred[None]]]] = {}
+        self._gathered_call: IDelayedCall | None = None
         self._timer_deadline_ms: int | None = None
         self._stopped = False
         self._drain()
@@ -90,10 +94,33 @@ class TransactionService:
             lambda key: self._coordinator.init_producer_id(request, key, self.now_ms(), producer_id)))
 
     def add_partitions(self, request: AddPartitionsRequest) -> Deferred[None]:
-        """Add partitions to the ongoing transaction (or, ``verify_only``, check they are in it)."""
+        """Add partitions to the ongoing transaction (or, ``verify_only``, check they are in it).
+
+        Additions for one producer id and epoch asked in the same reactor turn go to the coordinator as
+        one (one write): a produce opening a transaction in several partitions asks once per partition
+        (transaction version 2), and the first alone would otherwise make the rest wait for its write.
+        """
         if request.verify_only:
             return self._now(lambda: self._coordinator.verify(request))
-        return self._park(lambda key: self._coordinator.add_partitions(request, key, self.now_ms()))
+        answer: Deferred[None] = Deferred()
+        key = (request.transactional_id, request.producer_id, request.producer_epoch)
+        partitions, answers = self._gathered_additions.setdefault(key, (set(), []))
+        partitions.update(request.partitions)
+        answers.append(answer)
+        if self._gathered_call is None:
+            self._gathered_call = self._clock.callLater(0, self._add_gathered)
+        return answer
+
+    def _add_gathered(self) -> None:
+        """Send this turn's gathered additions: one coordinator call per producer id and epoch."""
+        self._gathered_call = None
+        gathered, self._gathered_additions = self._gathered_additions, {}
+        for (transactional_id, producer_id, producer_epoch), (partitions, answers) in gathered.items():
+            request = AddPartitionsRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                           producer_epoch=producer_epoch, partitions=frozenset(partitions))
+            added = self._park(lambda key, request=request: self._coordinator.add_partitions(  # type: ignore[misc]
+                request, key, self.now_ms()))
+            added.addBoth(_answer_each, answers)
 
     def add_offsets(self, request: AddOffsetsRequest) -> Deferred[None]:
         """Add a group's offsets partition to the ongoing transaction."""
@@ -254,6 +281,9 @@ class TransactionService:
         self._stopped = True
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
+        if self._gathered_call is not None:
+            self._gathered_call.cancel()
+            self._add_gathered()  # refused: this coordinator stopped
         marking, self._marking = self._marking, {}
         for written in marking.values():
             written.cancel()
@@ -264,3 +294,12 @@ class TransactionService:
         parked, self._parked = self._parked, {}
         for answer in parked.values():
             answer.errback(error)
+
+
+def _answer_each(result: object, answers: list[Deferred[None]]) -> None:
+    """Fire every gathered addition's answer with the one call's outcome."""
+    for answer in answers:
+        if isinstance(result, Failure):
+            answer.errback(result)
+        else:
+            answer.callback(None)

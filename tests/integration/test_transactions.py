@@ -216,3 +216,28 @@ def test_send_many_inside_transactions_commits_and_aborts_whole_runs(broker: Bro
         assert committed.counts(10) == (3_000, 0) and aborted.counts(10) == (500, 0)
     visible = _read(broker, "bulk-orders", "read_committed", 3_000)
     assert _values(visible) == [b"committed-%04d" % n for n in range(3_000)]
+
+
+def test_the_native_producer_speaks_transaction_version_2(broker: BrokerProcess) -> None:
+    """No AddPartitionsToTxn: each produce adds its partition at the leader; every commit and abort moves the
+    producer to its next epoch (tests/unit/core/test_transactions.py: a batch of the previous epoch is refused)."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["v2"], partitions=3)
+    with TransactionAdmin(broker.bootstrap) as transactions, \
+            Producer(broker.bootstrap, transactional_id="v2-writer", linger_ms=0) as producer:
+        producer.init_transactions()
+        first_epoch = transactions.describe("v2-writer").producer_epoch
+        producer.begin_transaction()
+        producer.send("v2", value=b"committed-0", partition=0).result(10)
+        producer.send("v2", value=b"committed-2", partition=2).result(10)
+        ongoing = transactions.describe("v2-writer")
+        assert (ongoing.state, ongoing.partitions) == ("Ongoing", (("v2", 0), ("v2", 2)))
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send("v2", value=b"aborted", partition=1).result(10)
+        producer.abort_transaction()
+        with producer.transaction():
+            producer.send("v2", value=b"committed-1", partition=1)
+        assert transactions.describe("v2-writer").producer_epoch == first_epoch + 3
+    assert _values(_read(broker, "v2", "read_committed", 3)) == [b"committed-0", b"committed-1", b"committed-2"]
+    assert len(_read(broker, "v2", "read_uncommitted", 4)) == 4

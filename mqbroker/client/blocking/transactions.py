@@ -25,7 +25,7 @@ from mqbroker.client.group_member import ConsumerGroupMetadata
 from mqbroker.client.producer_batch import ProducerBatch
 from mqbroker.client.transaction_requests import FIND_AGAIN, WAIT, TransactionRequests, raise_first_partition_error
 from mqbroker.client.transaction_state import ProducerTransactionState, TopicPartition, TransactionTracker
-from mqbroker.protocols.native.messages import CoordinatorType
+from mqbroker.protocols.native.messages import ApiKey, CoordinatorType
 
 if TYPE_CHECKING:
     from mqbroker.client.blocking.producer import Producer
@@ -55,6 +55,11 @@ class CoordinatorCalls:
         """Send ``request`` to the coordinator of ``key``; retry what is retriable until the deadline."""
         with self._one_at_a_time:
             return self._request(key, key_type, request, check)
+
+    def version_of(self, key: str, key_type: CoordinatorType, api_key: ApiKey) -> int | None:
+        """The version the coordinator of ``key`` is sent ``api_key`` at (None: it speaks none this client does)."""
+        with self._one_at_a_time:
+            return self._connection(key, key_type).codec.version_of(api_key)
 
     def _request(self, key: str, key_type: CoordinatorType, request: object, check: Callable[[object], None]) -> object:
         deadline = time.monotonic() + self._deadline_s
@@ -101,7 +106,8 @@ class ProducerTransactions:
 
     ``send`` only marks a new partition as waiting (its batches are held: ``core.gated``); the I/O
     thread adds every waiting partition in one AddPartitionsToTxn before it sends their batches
-    (``add_waiting_partitions``), as Kafka's sender does. ``_state`` guards the tracker (never held
+    (``add_waiting_partitions``), as Kafka's sender does; in transaction version 2 it sends them at
+    once and the partition leaders add the partitions. ``_state`` guards the tracker (never held
     across a request or a flush); ``_calls_in_order`` serializes the application's own calls.
     """
 
@@ -125,14 +131,20 @@ class ProducerTransactions:
             raise
 
     def init(self) -> None:
-        """InitProducerId with the transactional id; the producer's batches take the id and epoch."""
+        """InitProducerId with the transactional id; the producer's batches take the id and epoch. A coordinator
+        speaking EndTxn version 1 serves transaction version 2 (partitions added by the produce, epoch bumps)."""
         with self._calls_in_order:
             with self._state:
                 self.tracker.check_init()
-            self._requests.initialized(self._call(self._requests.init_producer_id()))
+            requests = self._requests
+            requests.initialized(self._call(requests.init_producer_id()))
+            end_version = self._calls.version_of(requests.transactional_id, CoordinatorType.TRANSACTION,
+                                                 ApiKey.END_TXN)
+            requests.transaction_version = 2 if end_version is not None and end_version >= 1 else 1
             producer = self._producer
             with producer._lock:
-                producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
+                producer._core.set_producer_identity(requests.producer_id, requests.producer_epoch)
+                producer._core.adds_to_transaction = requests.transaction_version >= 2
             with self._state:
                 self.tracker.initialized()
 
@@ -148,15 +160,17 @@ class ProducerTransactions:
 
     def add_waiting_partitions(self) -> list[ProducerBatch]:
         """(The I/O thread.) One AddPartitionsToTxn for every waiting partition, then let their batches go; if it
-        is refused, fail those batches (the transaction must be aborted) and return them."""
+        is refused, fail those batches (the transaction must be aborted) and return them. In transaction
+        version 2 their first batches add them at the partition leaders: they go at once, no request."""
         with self._state:
             waiting = set(self.tracker.pending)
         if not waiting:
             return []
         core = self._producer._core
         try:
-            self._calls.request(self._requests.transactional_id, CoordinatorType.TRANSACTION,
-                                self._requests.add_partitions(waiting), raise_first_partition_error)
+            if self._requests.transaction_version < 2:
+                self._calls.request(self._requests.transactional_id, CoordinatorType.TRANSACTION,
+                                    self._requests.add_partitions(waiting), raise_first_partition_error)
         except errors.BrokerError as error:
             with self._state:
                 self.tracker.add_failed(waiting, error)
@@ -204,7 +218,11 @@ class ProducerTransactions:
             with self._state:
                 needs_call = self.tracker.ending(committed)
             if needs_call:
-                self._call(self._requests.end(committed))
+                answer = self._call(self._requests.end(committed))
+                if self._requests.ended(answer):  # version 2: the next transaction starts at the next epoch
+                    with producer._lock:
+                        producer._core.set_producer_identity(self._requests.producer_id,
+                                                             self._requests.producer_epoch)
             with self._state:
                 self.tracker.ended()
 

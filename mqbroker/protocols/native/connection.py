@@ -176,6 +176,10 @@ class ClientConnection:
             else:
                 self._versions[key] = min(api.max_version, broker.max_version)
 
+    def version_of(self, api_key: ApiKey) -> int | None:
+        """The version ``api_key`` is sent at (None: the broker speaks none this client does)."""
+        return self._versions.get(api_key)
+
     def send_request(self, request: Any) -> tuple[int, bytes]:
         """Number ``request``; return its correlation id and the frame to write."""
         if self.state is ConnectionState.FAILED:

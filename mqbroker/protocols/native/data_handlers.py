@@ -56,7 +56,8 @@ def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequ
         return gathered(refusals).addCallback(_produce_response)
     answers = [
         settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
-                               acks, request.timeout_ms, request.transactional_id)).addCallback(
+                               acks, request.timeout_ms, request.transactional_id,
+                               add_to_transaction=request.add_to_transaction)).addCallback(
             _produce_result, topic.name, partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions

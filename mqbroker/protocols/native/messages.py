@@ -246,12 +246,15 @@ class ProduceTopic:
 
 @message
 class ProduceRequest:
-    """Appends record batches; with ``acks == 0`` the broker sends no response."""
+    """Appends record batches; with ``acks == 0`` the broker sends no response. Version 1: with
+    ``add_to_transaction`` a transactional batch adds its partition to the producer's transaction at
+    the partition leader (transaction version 2, no AddPartitionsToTxn first)."""
 
     transactional_id: str | None = None
     acks: Int16
     timeout_ms: Int32
     topics: tuple[ProduceTopic, ...]
+    add_to_transaction: bool = wire(since=1, default=False)
 
 
 @message
@@ -1361,7 +1364,7 @@ class ApiSchema:
 #: Every API the codec speaks. Adding a version: give the new fields ``wire(since=...)`` defaults
 #: (see ``mqbroker.protocols.schema``), raise ``max_version``, and compile per version as the Kafka codec does.
 APIS: dict[ApiKey, ApiSchema] = {
-    ApiKey.PRODUCE: ApiSchema(request_type=ProduceRequest, response_type=ProduceResponse),
+    ApiKey.PRODUCE: ApiSchema(request_type=ProduceRequest, response_type=ProduceResponse, max_version=1),
     ApiKey.FETCH: ApiSchema(request_type=FetchRequest, response_type=FetchResponse, max_version=1),
     ApiKey.LIST_OFFSETS: ApiSchema(request_type=ListOffsetsRequest, response_type=ListOffsetsResponse),
     ApiKey.METADATA: ApiSchema(request_type=MetadataRequest, response_type=MetadataResponse),
@@ -1438,7 +1441,7 @@ APIS: dict[ApiKey, ApiSchema] = {
         request_type=AddPartitionsToTxnRequest, response_type=AddPartitionsToTxnResponse
     ),
     ApiKey.ADD_OFFSETS_TO_TXN: ApiSchema(request_type=AddOffsetsToTxnRequest, response_type=AddOffsetsToTxnResponse),
-    ApiKey.END_TXN: ApiSchema(request_type=EndTxnRequest, response_type=EndTxnResponse),
+    ApiKey.END_TXN: ApiSchema(request_type=EndTxnRequest, response_type=EndTxnResponse, max_version=1),
     ApiKey.WRITE_TXN_MARKERS: ApiSchema(request_type=WriteTxnMarkersRequest, response_type=WriteTxnMarkersResponse),
     ApiKey.TXN_OFFSET_COMMIT: ApiSchema(request_type=TxnOffsetCommitRequest, response_type=TxnOffsetCommitResponse),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiSchema(

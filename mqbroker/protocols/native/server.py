@@ -267,6 +267,7 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
         idle_timeout_s=config.connection_idle_ms / 1000.0,
         metrics_gauge=gauge,
         frame_timeout_s=context.frame_timeout_s,
+        no_delay=True,  # Nagle held a pipelined answer until the client's delayed ACK (40 ms) once it went quiet
     )
 
 

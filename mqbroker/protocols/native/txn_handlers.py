@@ -58,11 +58,13 @@ async def handle_add_offsets_to_txn(broker: IBroker, principal: Principal, reque
 
 
 async def handle_end_txn(broker: IBroker, principal: Principal, request: t.EndTxnRequest) -> Any:
-    """Commit or abort; answered once the decision is durable."""
-    await broker.end_txn(principal, txn.EndTxnRequest(
+    """Commit or abort; answered once the decision is durable (with ``bump_epoch``: with the next epoch)."""
+    bumped = await broker.end_txn(principal, txn.EndTxnRequest(
         transactional_id=request.transactional_id, producer_id=request.producer_id,
-        producer_epoch=request.producer_epoch, committed=request.committed))
-    return t.EndTxnResponse()
+        producer_epoch=request.producer_epoch, committed=request.committed, bump_epoch=request.bump_epoch))
+    if bumped is None:
+        return t.EndTxnResponse()
+    return t.EndTxnResponse(producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch)
 
 
 async def handle_write_txn_markers(broker: IBroker, principal: Principal, request: t.WriteTxnMarkersRequest) -> Any:

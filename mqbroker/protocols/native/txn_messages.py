@@ -8,7 +8,7 @@ coordinator and ListTransactions to every broker. ``messages.APIS`` lists them.
 
 from __future__ import annotations
 
-from mqbroker.protocols.schema import Int16, Int32, Int64, message
+from mqbroker.protocols.schema import Int16, Int32, Int64, message, wire
 
 
 @message
@@ -71,17 +71,23 @@ class AddOffsetsToTxnResponse:
 
 @message
 class EndTxnRequest:
-    """Commits (``committed``) or aborts the producer's ongoing transaction."""
+    """Commits (``committed``) or aborts the producer's ongoing transaction. Version 1: with ``bump_epoch``
+    (transaction version 2) the decision moves the producer to its next epoch."""
 
     transactional_id: str
     producer_id: Int64
     producer_epoch: Int16
     committed: bool
+    bump_epoch: bool = wire(since=1, default=False)
 
 
 @message
 class EndTxnResponse:
-    """The decision is durable; the markers are being written (a failure travels in the envelope)."""
+    """The decision is durable; the markers are being written (a failure travels in the envelope). Version 1:
+    after a ``bump_epoch`` request, the producer id and epoch its next transaction uses (-1 otherwise)."""
+
+    producer_id: Int64 = wire(since=1, default=-1)
+    producer_epoch: Int16 = wire(since=1, default=-1)
 
 
 @message

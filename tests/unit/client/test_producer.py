@@ -350,3 +350,24 @@ def test_append_values_continues_a_partly_filled_batch() -> None:
     core.append("events", 0, 1000, None, b"single", None, now_ms=0)
     batch, first, added = core.append_values("events", 0, 1000, [b"a", b"b"], 0, now_ms=0)
     assert (first, added, batch.record_count) == (1, 2, 3)
+
+
+def test_a_flush_with_nothing_open_leaves_the_next_record_to_its_linger() -> None:
+    """A flush that found every batch closed must not send the next transaction's first record alone at once."""
+    core = _core(linger_ms=5)
+    core.flush()
+    core.append("events", 0, 1, None, b"a", None, now_ms=10)
+    assert core.drain(10, _leader_one) == []
+    (plan,) = core.drain(15, _leader_one)
+    assert [batch.record_count for batch in plan.batches] == [1]
+
+
+def test_version_2_transactional_produces_ask_the_leader_to_add_their_partition() -> None:
+    core = _core(linger_ms=0, transactional_id="tx")
+    core.append("events", 0, 1, None, b"a", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    assert plan.request().add_to_transaction is False  # version 1: AddPartitionsToTxn did it
+    core.adds_to_transaction = True
+    core.append("events", 0, 1, None, b"b", None, now_ms=1)
+    (plan,) = core.drain(1, _leader_one)
+    assert plan.request().add_to_transaction is True
