@@ -18,6 +18,7 @@ from mqbroker.client.transaction_admin import TransactionAdmin
 from mqbroker.cli import main
 from mqbroker.client.twisted import TwistedConsumer, TwistedProducer
 from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.clusterprocess import wait_for
 
 
 def _read(broker: BrokerProcess, topic: str, isolation_level: str, expected: int, timeout_s: float = 10.0
@@ -183,10 +184,14 @@ def test_an_operator_aborts_a_hanging_transaction_and_the_metrics_show_it(broker
     assert aborted["state"] == "Empty" and aborted["partitions"] == []
     with pytest.raises(errors.BrokerError):  # nothing open to abort any more
         TransactionAdmin(broker.bootstrap).abort("gone-away")
-    after = _metrics(broker)
-    assert after["mqbroker_transactions_open"] == 0
-    assert not any(name.startswith("mqbroker_partition_stable_lag_records{") for name in after)
-    assert after["mqbroker_transactions_aborted_total"] >= 1
+    # The abort is answered once its decision is durable; its markers may still be on their way (it counts as
+    # open until they are in), so the gauges are waited for, with a deadline.
+    def settled(metrics: dict[str, float]) -> bool:
+        return metrics["mqbroker_transactions_open"] == 0 and not any(
+            name.startswith("mqbroker_partition_stable_lag_records{") for name in metrics)
+
+    wait_for(lambda: settled(_metrics(broker)), timeout_s=15, what="no open transaction and no stable lag")
+    assert _metrics(broker)["mqbroker_transactions_aborted_total"] >= 1
     assert _values(_read(broker, "hung", "read_committed", 1)) == [b"committed"]  # read_committed moved on
     with pytest.raises((errors.ProducerFencedError, errors.InvalidProducerEpochError, errors.InvalidTxnStateError)):
         hanging.commit_transaction()  # the producer that began it is fenced
