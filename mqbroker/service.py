@@ -277,10 +277,10 @@ class BrokerService(MultiService):
 
     def _add_timers(self, broker: Broker) -> None:
         timers = [
-            (self.config.flush_check_interval_ms, broker.flush_due_logs),
-            (max(50, self.config.replica_lag_time_max_ms // 8), broker.check_isr),
-            (self.config.retention_check_interval_ms, broker.apply_retention),
-            (self.config.retention_check_interval_ms, broker.expire_producers),
+            (self.config.flush_check_interval_ms, broker.maintenance.flush_due_logs),
+            (max(50, self.config.replica_lag_time_max_ms // 8), broker.maintenance.check_isr),
+            (self.config.retention_check_interval_ms, broker.maintenance.apply_retention),
+            (self.config.retention_check_interval_ms, broker.maintenance.expire_producers),
             (self.config.checkpoint_interval_ms, self._checkpoint),
         ]
         for interval_ms, call in timers:

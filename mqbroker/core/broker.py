@@ -14,7 +14,8 @@ per-record work happens here. Each job is its own service:
   with the markers written by ``MarkerAppender`` and ``PartitionMarkers`` (``core/txn_markers.py``);
 - ``SecurityRequests`` (``core/security_requests.py``): users and ACLs, authorized here, kept by an ``ISecurityAdmin``;
 - ``ReplicaManager`` (``replication/replica_manager.py``): leadership, high watermarks, ISR, following;
-- ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here.
+- ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here;
+- ``LogMaintenance`` (``core/log_maintenance.py``): the timers' ISR checks, interval flushes, retention, producer expiry.
 
 The cluster is seen only through ``IClusterView``; this class wires the services and fans the
 image's changes out to them in order.
@@ -35,6 +36,7 @@ from mqbroker.config import BrokerConfig
 from mqbroker.core.fetch import FetchService, WaitingFetches
 from mqbroker.core.group_requests import GroupRequests
 from mqbroker.core.local_logs import LocalLogs
+from mqbroker.core.log_maintenance import LogMaintenance
 from mqbroker.core.produce import ProduceService
 from mqbroker.core.producer_ids import ProducerIds
 from mqbroker.core.security_requests import SecurityRequests
@@ -104,7 +106,6 @@ class Broker:
         for the cluster (by default as the configuration says); ``unreadable`` counts the batches the offsets
         replay skips (the broker's metric)."""
         self._config = config
-        self._clock = clock
         self._logs = logs
         self._cluster = cluster
         self._authorizer = authorizer
@@ -114,6 +115,9 @@ class Broker:
         self._replicas = ReplicaManager(config=config, clock=clock, logs=logs, cluster=cluster, readers=self._waiting,
                                         flusher_factory=flusher_factory, follower_factory=follower_factory)
         self._flusher = self._replicas.flusher
+        #: The service's timers call its ISR checks, interval flushes, retention and producer expiry.
+        self.maintenance = LogMaintenance(config=config, clock=clock, logs=logs, replicas=self._replicas,
+                                          flusher=self._flusher)
         self._local_logs = LocalLogs(config=config, clock=clock, logs=logs, before_delete=self._waiting.complete)
         self._produce = ProduceService(clock=clock, authorizer=authorizer, replicas=self._replicas,
                                        flusher=self._flusher, principals=principals, cluster=cluster,
@@ -487,40 +491,7 @@ class Broker:
         """Delete ACLs; see ``IBroker.remove_acls``."""
         return self._security.remove_acls(principal, acls)
 
-    # -- housekeeping and metrics (the service's timers and the metrics collector call these) -
-
-    def check_isr(self) -> None:
-        """Propose ISR changes for led partitions: lagging followers out, caught-up ones in.
-
-        Also lets each led log forget the finished transactions its high watermark passed (their
-        markers are replicated), so that list stays short without any read_committed reader.
-        """
-        self._replicas.check_isr()
-        for partition_log in self._logs.logs():
-            if partition_log.has_unreplicated_markers():
-                partition_log.last_stable_offset(self._replicas.high_watermark(partition_log))
-
-    def flush_due_logs(self) -> None:
-        """Schedule fsync for logs whose interval flush policy says it is time (``sync`` logs flush on append)."""
-        now_ms = self._now_ms()
-        for partition_log in self._logs.logs():
-            if partition_log.config.flush_policy != "sync" and partition_log.needs_flush(now_ms):
-                self._flusher.request_flush(partition_log)
-
-    def apply_retention(self) -> None:
-        """Delete whole segments past retention, for every partition, never at or above the high watermark."""
-        now_ms = self._now_ms()
-        for partition_log in self._logs.logs():
-            partition_log.apply_retention(now_ms, max_offset=self._replicas.high_watermark(partition_log))
-
-    def expire_producers(self) -> None:
-        """Forget idempotent producers idle for producer_id_expiration_ms, in every partition."""
-        now_ms = self._now_ms()
-        for partition_log in self._logs.logs():
-            partition_log.expire_producers(now_ms, self._config.producer_id_expiration_ms)
-
-    def _now_ms(self) -> int:
-        return int(self._clock.seconds() * 1000)
+    # -- metrics (the metrics collector and the admin API call these) ------------------------
 
     @property
     def produced_bytes(self) -> int:
@@ -563,6 +534,4 @@ class Broker:
         self._txn_hosting.stop()
         self._topics.stop()
         self._waiting.complete_all()
-        for partition_log in self._logs.logs():
-            self._flusher.request_flush(partition_log)
-        return self._flusher.drain()
+        return self.maintenance.flush_all()
