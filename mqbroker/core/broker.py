@@ -15,7 +15,8 @@ per-record work happens here. Each job is its own service:
 - ``SecurityRequests`` (``core/security_requests.py``): users and ACLs, authorized here, kept by an ``ISecurityAdmin``;
 - ``ReplicaManager`` (``replication/replica_manager.py``): leadership, high watermarks, ISR, following;
 - ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here;
-- ``LogMaintenance`` (``core/log_maintenance.py``): the timers' ISR checks, interval flushes, retention, producer expiry.
+- ``LogMaintenance`` (``core/log_maintenance.py``): the timers' ISR checks, interval flushes, retention, producer expiry;
+- ``BrokerStats`` (``core/broker_stats.py``): the counters and gauges the metrics and the admin API read.
 
 The cluster is seen only through ``IClusterView``; this class wires the services and fans the
 image's changes out to them in order.
@@ -33,6 +34,7 @@ from zope.interface import implementer
 from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import Record
 from mqbroker.config import BrokerConfig
+from mqbroker.core.broker_stats import BrokerStats
 from mqbroker.core.fetch import FetchService, WaitingFetches
 from mqbroker.core.group_requests import GroupRequests
 from mqbroker.core.local_logs import LocalLogs
@@ -80,7 +82,6 @@ from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 from mqbroker.transactions import messages as txn_messages
 from mqbroker.transactions.hosting import TransactionHosting
-from mqbroker.transactions.stats import TransactionMetrics
 
 
 @implementer(IBroker)
@@ -158,6 +159,10 @@ class Broker:
             peers=lambda: self._transaction_peers, logs=logs,
         )
         self._security = SecurityRequests(authorizer=authorizer, admin=security_admin)
+        #: What the metrics collector and the admin API's counters read.
+        self.stats = BrokerStats(node_id=config.node_id, cluster=cluster, logs=logs, produce=self._produce,
+                                 fetch=self._fetch, groups=self._groups, shares=self._shares,
+                                 transactions=self._transactions)
         cluster.add_image_listener(self._image_changed)
 
     def use_transaction_peers(self, peers: TransactionPeers) -> None:
@@ -410,9 +415,6 @@ class Broker:
         """The share groups hosted here; see ``IBroker.list_share_groups``."""
         return self._share_requests.list_share_groups(principal)
 
-    def share_group_metrics(self) -> share_messages.ShareMetrics:
-        """Lag and leased records per share partition, dead letters per share group, of the groups hosted here."""
-        return self._shares.metrics()
     def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
                        ) -> Deferred[dict[TopicPartition, BaseException | None]]:
         """Delete some committed offsets of a group; see ``IBroker.delete_offsets``."""
@@ -490,39 +492,6 @@ class Broker:
     def remove_acls(self, principal: Principal, acls: Sequence[Acl]) -> Deferred[None]:
         """Delete ACLs; see ``IBroker.remove_acls``."""
         return self._security.remove_acls(principal, acls)
-
-    # -- metrics (the metrics collector and the admin API call these) ------------------------
-
-    @property
-    def produced_bytes(self) -> int:
-        """Bytes of record batches appended for clients."""
-        return self._produce.produced_bytes
-
-    @property
-    def produced_records(self) -> int:
-        """Records appended for clients."""
-        return self._produce.produced_records
-
-    @property
-    def fetched_bytes(self) -> int:
-        """Bytes of record batches served to consumers."""
-        return self._fetch.fetched_bytes
-
-    def partition_count(self) -> int:
-        """Partitions this broker hosts."""
-        return len(self._cluster.image.partitions_hosted(self._config.node_id))
-
-    def log_size_bytes(self) -> int:
-        """Bytes of all partition logs on disk."""
-        return sum(p.size_bytes for p in self._logs.logs())
-
-    def group_lags(self) -> dict[tuple[str, str, int], int]:
-        """Lag per (group, topic, partition) with a committed offset: high watermark minus committed."""
-        return self._groups.group_lags()
-
-    def transaction_metrics(self) -> TransactionMetrics:
-        """Transactions open, decided and their commit latency here; LSO lag per led partition (metrics)."""
-        return self._transactions.metrics()
 
     def stop(self) -> Deferred[None]:
         """Refuse new produces, give up leaderships, answer waiting fetches, wait for the last fsync round."""
