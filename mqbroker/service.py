@@ -161,7 +161,7 @@ class BrokerService(MultiService):
         started.addErrback(lambda failure: self.log.failure("consumer groups did not start", failure))
         started.addCallback(lambda _: self._freeze_start_up_heap())
         self._ensure_decoy_secret()
-        self.metrics.attach(self.broker)
+        self.metrics.attach(self.broker.stats)
         self._add_timers(self.broker)
         LogCleanerService(self._logs.logs, self.reactor, self._threadpool,
                           self.config.log_cleaner_interval_ms / 1000.0).setServiceParent(self)
@@ -277,10 +277,10 @@ class BrokerService(MultiService):
 
     def _add_timers(self, broker: Broker) -> None:
         timers = [
-            (self.config.flush_check_interval_ms, broker.flush_due_logs),
-            (max(50, self.config.replica_lag_time_max_ms // 8), broker.check_isr),
-            (self.config.retention_check_interval_ms, broker.apply_retention),
-            (self.config.retention_check_interval_ms, broker.expire_producers),
+            (self.config.flush_check_interval_ms, broker.maintenance.flush_due_logs),
+            (max(50, self.config.replica_lag_time_max_ms // 8), broker.maintenance.check_isr),
+            (self.config.retention_check_interval_ms, broker.maintenance.apply_retention),
+            (self.config.retention_check_interval_ms, broker.maintenance.expire_producers),
             (self.config.checkpoint_interval_ms, self._checkpoint),
         ]
         for interval_ms, call in timers:
@@ -334,7 +334,7 @@ class BrokerService(MultiService):
             from mqbroker.ops.http import build_site
 
             assert self.security is not None
-            operations = AdminOperations(broker=routing, authorizer=self.security.authorizer, counters=broker,
+            operations = AdminOperations(broker=routing, authorizer=self.security.authorizer, counters=broker.stats,
                                          config=self.config, front_ends=admin_views, share_groups=routing.share_groups,
                                          connectors=self.connectors.admin if self.connectors is not None else None)
             http_tls = tls if self.config.http_tls else None

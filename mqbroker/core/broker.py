@@ -14,7 +14,9 @@ per-record work happens here. Each job is its own service:
   with the markers written by ``MarkerAppender`` and ``PartitionMarkers`` (``core/txn_markers.py``);
 - ``SecurityRequests`` (``core/security_requests.py``): users and ACLs, authorized here, kept by an ``ISecurityAdmin``;
 - ``ReplicaManager`` (``replication/replica_manager.py``): leadership, high watermarks, ISR, following;
-- ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here.
+- ``LocalLogs`` (``core/local_logs.py``): a partition log for every replica the image assigns here;
+- ``LogMaintenance`` (``core/log_maintenance.py``): the timers' ISR checks, interval flushes, retention, producer expiry;
+- ``BrokerStats`` (``core/broker_stats.py``): the counters and gauges the metrics and the admin API read.
 
 The cluster is seen only through ``IClusterView``; this class wires the services and fans the
 image's changes out to them in order.
@@ -32,9 +34,11 @@ from zope.interface import implementer
 from mqbroker.cluster.metadata import MetadataImage
 from mqbroker.cluster.metadata_records import Record
 from mqbroker.config import BrokerConfig
+from mqbroker.core.broker_stats import BrokerStats
 from mqbroker.core.fetch import FetchService, WaitingFetches
 from mqbroker.core.group_requests import GroupRequests
 from mqbroker.core.local_logs import LocalLogs
+from mqbroker.core.log_maintenance import LogMaintenance
 from mqbroker.core.produce import ProduceService
 from mqbroker.core.producer_ids import ProducerIds
 from mqbroker.core.security_requests import SecurityRequests
@@ -78,7 +82,6 @@ from mqbroker.storage.log import PartitionLog
 from mqbroker.storage.manager import LogManager
 from mqbroker.transactions import messages as txn_messages
 from mqbroker.transactions.hosting import TransactionHosting
-from mqbroker.transactions.stats import TransactionMetrics
 
 
 @implementer(IBroker)
@@ -104,7 +107,6 @@ class Broker:
         for the cluster (by default as the configuration says); ``unreadable`` counts the batches the offsets
         replay skips (the broker's metric)."""
         self._config = config
-        self._clock = clock
         self._logs = logs
         self._cluster = cluster
         self._authorizer = authorizer
@@ -114,6 +116,9 @@ class Broker:
         self._replicas = ReplicaManager(config=config, clock=clock, logs=logs, cluster=cluster, readers=self._waiting,
                                         flusher_factory=flusher_factory, follower_factory=follower_factory)
         self._flusher = self._replicas.flusher
+        #: The service's timers call its ISR checks, interval flushes, retention and producer expiry.
+        self.maintenance = LogMaintenance(config=config, clock=clock, logs=logs, replicas=self._replicas,
+                                          flusher=self._flusher)
         self._local_logs = LocalLogs(config=config, clock=clock, logs=logs, before_delete=self._waiting.complete)
         self._produce = ProduceService(clock=clock, authorizer=authorizer, replicas=self._replicas,
                                        flusher=self._flusher, principals=principals, cluster=cluster,
@@ -154,6 +159,10 @@ class Broker:
             peers=lambda: self._transaction_peers, logs=logs,
         )
         self._security = SecurityRequests(authorizer=authorizer, admin=security_admin)
+        #: What the metrics collector and the admin API's counters read.
+        self.stats = BrokerStats(node_id=config.node_id, cluster=cluster, logs=logs, produce=self._produce,
+                                 fetch=self._fetch, groups=self._groups, shares=self._shares,
+                                 transactions=self._transactions)
         cluster.add_image_listener(self._image_changed)
 
     def use_transaction_peers(self, peers: TransactionPeers) -> None:
@@ -406,9 +415,6 @@ class Broker:
         """The share groups hosted here; see ``IBroker.list_share_groups``."""
         return self._share_requests.list_share_groups(principal)
 
-    def share_group_metrics(self) -> share_messages.ShareMetrics:
-        """Lag and leased records per share partition, dead letters per share group, of the groups hosted here."""
-        return self._shares.metrics()
     def delete_offsets(self, principal: Principal, group_id: str, partitions: Sequence[TopicPartition]
                        ) -> Deferred[dict[TopicPartition, BaseException | None]]:
         """Delete some committed offsets of a group; see ``IBroker.delete_offsets``."""
@@ -487,72 +493,6 @@ class Broker:
         """Delete ACLs; see ``IBroker.remove_acls``."""
         return self._security.remove_acls(principal, acls)
 
-    # -- housekeeping and metrics (the service's timers and the metrics collector call these) -
-
-    def check_isr(self) -> None:
-        """Propose ISR changes for led partitions: lagging followers out, caught-up ones in.
-
-        Also lets each led log forget the finished transactions its high watermark passed (their
-        markers are replicated), so that list stays short without any read_committed reader.
-        """
-        self._replicas.check_isr()
-        for partition_log in self._logs.logs():
-            if partition_log.has_unreplicated_markers():
-                partition_log.last_stable_offset(self._replicas.high_watermark(partition_log))
-
-    def flush_due_logs(self) -> None:
-        """Schedule fsync for logs whose interval flush policy says it is time (``sync`` logs flush on append)."""
-        now_ms = self._now_ms()
-        for partition_log in self._logs.logs():
-            if partition_log.config.flush_policy != "sync" and partition_log.needs_flush(now_ms):
-                self._flusher.request_flush(partition_log)
-
-    def apply_retention(self) -> None:
-        """Delete whole segments past retention, for every partition, never at or above the high watermark."""
-        now_ms = self._now_ms()
-        for partition_log in self._logs.logs():
-            partition_log.apply_retention(now_ms, max_offset=self._replicas.high_watermark(partition_log))
-
-    def expire_producers(self) -> None:
-        """Forget idempotent producers idle for producer_id_expiration_ms, in every partition."""
-        now_ms = self._now_ms()
-        for partition_log in self._logs.logs():
-            partition_log.expire_producers(now_ms, self._config.producer_id_expiration_ms)
-
-    def _now_ms(self) -> int:
-        return int(self._clock.seconds() * 1000)
-
-    @property
-    def produced_bytes(self) -> int:
-        """Bytes of record batches appended for clients."""
-        return self._produce.produced_bytes
-
-    @property
-    def produced_records(self) -> int:
-        """Records appended for clients."""
-        return self._produce.produced_records
-
-    @property
-    def fetched_bytes(self) -> int:
-        """Bytes of record batches served to consumers."""
-        return self._fetch.fetched_bytes
-
-    def partition_count(self) -> int:
-        """Partitions this broker hosts."""
-        return len(self._cluster.image.partitions_hosted(self._config.node_id))
-
-    def log_size_bytes(self) -> int:
-        """Bytes of all partition logs on disk."""
-        return sum(p.size_bytes for p in self._logs.logs())
-
-    def group_lags(self) -> dict[tuple[str, str, int], int]:
-        """Lag per (group, topic, partition) with a committed offset: high watermark minus committed."""
-        return self._groups.group_lags()
-
-    def transaction_metrics(self) -> TransactionMetrics:
-        """Transactions open, decided and their commit latency here; LSO lag per led partition (metrics)."""
-        return self._transactions.metrics()
-
     def stop(self) -> Deferred[None]:
         """Refuse new produces, give up leaderships, answer waiting fetches, wait for the last fsync round."""
         self._stopping = True
@@ -563,6 +503,4 @@ class Broker:
         self._txn_hosting.stop()
         self._topics.stop()
         self._waiting.complete_all()
-        for partition_log in self._logs.logs():
-            self._flusher.request_flush(partition_log)
-        return self._flusher.drain()
+        return self.maintenance.flush_all()

@@ -69,6 +69,7 @@ from mqbroker.groups.offsets import (
     offset_commit_record,
     tombstone,
 )
+from mqbroker.groups.restore import restore_group
 from mqbroker.limits import group_id_length_max
 from mqbroker.security.names import name_problem
 
@@ -464,35 +465,8 @@ class GroupCoordinator:
     def _restore(self, group_id: str, now_ms: int) -> None:
         """Rebuild a group from its persisted metadata; members get a full session timeout to come back."""
         metadata = self.store.group_metadata(group_id)
-        if metadata is None:
-            return
-        group = Group(group_id, protocol_type=metadata.protocol_type, now_ms=metadata.state_timestamp_ms)
-        group.generation_id = metadata.generation_id
-        group.assignor = metadata.assignor
-        for persisted in metadata.members:
-            group.add_member(Member(
-                member_id=persisted.member_id,
-                group_instance_id=persisted.group_instance_id,
-                client_id=persisted.client_id,
-                client_host=persisted.client_host,
-                session_timeout_ms=persisted.session_timeout_ms,
-                rebalance_timeout_ms=persisted.rebalance_timeout_ms,
-                topics=frozenset(persisted.topics),
-                assignors=(metadata.assignor,),
-                assignment=frozenset(persisted.assignment),
-                synced_assignment=frozenset(persisted.assignment),
-                last_heartbeat_ms=now_ms,
-                last_poll_ms=now_ms,
-                synced=True,
-            ))
-        if group.members:
-            # Set directly, not through the transition table: the group resumes where it was persisted.
-            group.state = GroupState.STABLE
-            group.state_timestamp_ms = now_ms
-            if not group.covers_all_partitions(self.partitions_per_topic):
-                # The old coordinator died between the two phases of a cooperative move: finish it.
-                group.prepare_rebalance(now_ms, delay_ms=0)
-        self.groups[group_id] = group
+        if metadata is not None:
+            self.groups[group_id] = restore_group(group_id, metadata, now_ms, self.partitions_per_topic)
 
     def _group(self, group_id: str) -> Group:
         """The group a member request names; a group this coordinator does not know has no such member."""

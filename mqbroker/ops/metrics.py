@@ -23,7 +23,7 @@ class _BrokerCollector(Collector):
     """Reads the broker's counters when Prometheus scrapes."""
 
     def __init__(self, unreadable: UnreadableTally) -> None:
-        self.broker: Any = None
+        self.stats: Any = None
         self.unreadable = unreadable
 
     def collect(self) -> Iterator[Any]:
@@ -34,22 +34,22 @@ class _BrokerCollector(Collector):
         for (reader, topic), count in sorted(self.unreadable.counts().items()):
             skipped.add_metric([reader, topic], count)
         yield skipped
-        broker = self.broker
-        if broker is None:
+        stats = self.stats
+        if stats is None:
             return
-        yield CounterMetricFamily("mqbroker_produced_bytes", "Bytes of record batches appended.", value=broker.produced_bytes)
-        yield CounterMetricFamily("mqbroker_produced_records", "Records appended.", value=broker.produced_records)
-        yield CounterMetricFamily("mqbroker_fetched_bytes", "Bytes of record batches served by fetches.", value=broker.fetched_bytes)
-        yield GaugeMetricFamily("mqbroker_partitions", "Partitions hosted by this broker.", value=broker.partition_count())
-        yield GaugeMetricFamily("mqbroker_log_size_bytes", "Bytes of partition logs on disk.", value=broker.log_size_bytes())
+        yield CounterMetricFamily("mqbroker_produced_bytes", "Bytes of record batches appended.", value=stats.produced_bytes)
+        yield CounterMetricFamily("mqbroker_produced_records", "Records appended.", value=stats.produced_records)
+        yield CounterMetricFamily("mqbroker_fetched_bytes", "Bytes of record batches served by fetches.", value=stats.fetched_bytes)
+        yield GaugeMetricFamily("mqbroker_partitions", "Partitions hosted by this broker.", value=stats.partition_count())
+        yield GaugeMetricFamily("mqbroker_log_size_bytes", "Bytes of partition logs on disk.", value=stats.log_size_bytes())
         lag = GaugeMetricFamily("mqbroker_group_lag_records",
                                 "Records between a group's committed offset and the high watermark, per partition.",
                                 labels=["group", "topic", "partition"])
-        for (group_id, topic, partition), records in sorted(broker.group_lags().items()):
+        for (group_id, topic, partition), records in sorted(stats.group_lags().items()):
             lag.add_metric([group_id, topic, str(partition)], records)
         yield lag
-        yield from _share_group_metrics(broker.share_group_metrics())
-        yield from _transaction_metrics(broker.transaction_metrics())
+        yield from _share_group_metrics(stats.share_group_metrics())
+        yield from _transaction_metrics(stats.transaction_metrics())
 
 
 def _transaction_metrics(metrics: TransactionMetrics) -> Iterator[Any]:
@@ -125,6 +125,6 @@ class BrokerMetrics:
             ["protocol", "outcome"], registry=self.registry,
         )
 
-    def attach(self, broker: Any) -> None:
-        """Start collecting the broker's counters."""
-        self._collector.broker = broker
+    def attach(self, stats: Any) -> None:
+        """Start collecting the broker's counters (its ``BrokerStats``)."""
+        self._collector.stats = stats

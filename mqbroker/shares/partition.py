@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from mqbroker.model import AcknowledgeType
+from mqbroker.shares.partition_runs import Run, coalesce, gaps, split_at, split_range
 from mqbroker.shares.partition_snapshot import (
     PartitionSnapshot,
     restored_runs,
@@ -51,37 +52,6 @@ from mqbroker.shares.partition_values import (
 )
 
 
-class _Run:
-    """Offsets ``first..last`` in one state (mutable: runs split and merge)."""
-
-    __slots__ = ("first", "last", "state", "delivery_count", "owner", "deadline_ms", "deliver_at_ms")
-
-    def __init__(self, first: int, last: int, state: RecordState, delivery_count: int = 0, owner: str = NO_OWNER,
-                 deadline_ms: int = 0, deliver_at_ms: int = 0) -> None:
-        self.first = first
-        self.last = last
-        self.state = state
-        self.delivery_count = delivery_count
-        self.owner = owner
-        #: ACQUIRED: when the lease ends; AVAILABLE: not before (0: at once).
-        self.deadline_ms = deadline_ms
-        #: A due record's original deliver-at time (kept for its delay entry).
-        self.deliver_at_ms = deliver_at_ms
-
-    def copy_from(self, first: int) -> _Run:
-        return _Run(first, self.last, self.state, self.delivery_count, self.owner, self.deadline_ms, self.deliver_at_ms)
-
-    def mergeable(self, other: _Run) -> bool:
-        if self.state is not other.state or self.state is RecordState.DEAD_LETTERING:
-            return False
-        return self.state is RecordState.DONE or (
-            self.delivery_count == other.delivery_count and self.owner == other.owner
-            and self.deadline_ms == other.deadline_ms)
-
-    def __repr__(self) -> str:
-        return f"_Run({self.first}..{self.last} {self.state.value} n={self.delivery_count} {self.owner!r})"
-
-
 class SharePartition:
     """The record states of one partition of a share group's topic."""
 
@@ -91,10 +61,10 @@ class SharePartition:
         self.end_offset = start_offset
         self.max_delivery_attempts = max_delivery_attempts
         self.inflight_records_max = inflight_records_max
-        self._runs: list[_Run] = []  # cover [start_offset, end_offset) without gaps, in order
+        self._runs: list[Run] = []  # cover [start_offset, end_offset) without gaps, in order
         self._firsts: list[int] = []  # each run's first offset, for bisect
         self._available_from = start_offset  # no AVAILABLE run of the region starts below this offset
-        self._due: dict[int, _Run] = {}  # due delayed records by offset, oldest first
+        self._due: dict[int, Run] = {}  # due delayed records by offset, oldest first
         self._due_sorted: list[int] = []
         self._deadlines: list[int] = []  # a heap of lease ends and not-before times (stale ones are harmless)
         #: Outputs, drained by the caller.
@@ -117,23 +87,23 @@ class SharePartition:
         """
         assert first >= self.end_offset and last >= first, (first, last, self.end_offset)
         if first > self.end_offset:
-            self._append(_Run(self.end_offset, first - 1, RecordState.DONE))
+            self._append(Run(self.end_offset, first - 1, RecordState.DONE))
         later = sorted((offset, at) for offset, at in (deliver_at or {}).items() if at > now_ms and first <= offset <= last)
         position = first
         for offset, at in later:
             if offset > position:
-                self._append(_Run(position, offset - 1, RecordState.AVAILABLE))
-            self._append(_Run(offset, offset, RecordState.DONE))
+                self._append(Run(position, offset - 1, RecordState.AVAILABLE))
+            self._append(Run(offset, offset, RecordState.DONE))
             self.scheduled.append(Scheduled(offset, at))
             position = offset + 1
         if position <= last:
-            self._append(_Run(position, last, RecordState.AVAILABLE))
+            self._append(Run(position, last, RecordState.AVAILABLE))
         self._advance()
 
     def skip(self, first: int, last: int) -> None:
         """Offsets ``first..last`` hold nothing to deliver (control batches, batches that do not decode)."""
         assert first >= self.end_offset and last >= first, (first, last, self.end_offset)
-        self._append(_Run(self.end_offset, last, RecordState.DONE))
+        self._append(Run(self.end_offset, last, RecordState.DONE))
         self._advance()
 
     def note_log_start(self, log_start_offset: int) -> None:
@@ -147,7 +117,7 @@ class SharePartition:
             self._firsts.clear()
             self.start_offset = self.end_offset = log_start_offset
         else:
-            low, high = self._split_range(self.start_offset, log_start_offset - 1)
+            low, high = split_range(self._runs, self._firsts, self.start_offset, log_start_offset - 1)
             for run in self._runs[low:high]:
                 run.state, run.owner, run.deadline_ms = RecordState.DONE, NO_OWNER, 0
             self._advance()
@@ -157,7 +127,7 @@ class SharePartition:
     def add_due(self, offset: int, deliver_at_ms: int, delivery_count: int) -> None:
         """A scheduled record is due: it may be acquired (before the region's records)."""
         assert offset not in self._due, offset
-        self._due[offset] = _Run(offset, offset, RecordState.AVAILABLE, delivery_count, deliver_at_ms=deliver_at_ms)
+        self._due[offset] = Run(offset, offset, RecordState.AVAILABLE, delivery_count, deliver_at_ms=deliver_at_ms)
         bisect.insort(self._due_sorted, offset)
 
     # --- members ----------------------------------------------------------------------------
@@ -192,7 +162,7 @@ class SharePartition:
                 else:
                     last = min(run.last, run.first + remaining - 1, readable_end - 1)
                     if last < run.last:
-                        self._split_at(index + 1, last + 1)
+                        split_at(self._runs, self._firsts, index + 1, last + 1)
                     self._lease(run, member, deadline_ms)
                     acquired.append(AcquiredRange(run.first, run.last, run.delivery_count))
                     remaining -= run.last - run.first + 1
@@ -202,7 +172,7 @@ class SharePartition:
         self._available_from = next_unscanned if skipped_from is None else skipped_from
         if acquired:
             heapq.heappush(self._deadlines, deadline_ms)
-            self._coalesce(touched_low, index)
+            coalesce(self._runs, self._firsts, touched_low, index)
         return acquired
 
     def acknowledge(self, member: str, first: int, last: int, kind: AcknowledgeType, now_ms: int, *,
@@ -216,7 +186,7 @@ class SharePartition:
         if last < first:
             return False
         due = self._due_sorted[bisect.bisect_left(self._due_sorted, first):bisect.bisect_right(self._due_sorted, last)]
-        region = list(_gaps(first, last, due))
+        region = list(gaps(first, last, due))
         if not all(self._due[offset].state is RecordState.ACQUIRED and self._due[offset].owner == member
                    for offset in due):
             return False
@@ -225,10 +195,10 @@ class SharePartition:
         for offset in due:
             self._settle(self._due[offset], kind, now_ms, lease_ms, error, available_at_ms)
         for low, high in region:
-            start, end = self._split_range(low, high)
+            start, end = split_range(self._runs, self._firsts, low, high)
             for run in self._runs[start:end]:
                 self._settle(run, kind, now_ms, lease_ms, error, available_at_ms)
-            self._coalesce(start, end)
+            coalesce(self._runs, self._firsts, start, end)
         self._advance()
         return True
 
@@ -268,7 +238,7 @@ class SharePartition:
             run = self._runs[index]
             if run.state is RecordState.AVAILABLE:
                 if run.first + excess - dropped <= run.last:
-                    self._split_at(index + 1, run.first + excess - dropped)
+                    split_at(self._runs, self._firsts, index + 1, run.first + excess - dropped)
                 self._dead_letter(run, DeathReason.MAXLEN, "the queue is at its maximum length")
                 dropped += run.last - run.first + 1
             index += 1
@@ -284,11 +254,11 @@ class SharePartition:
         low, high = max(first, self.start_offset), min(last, self.end_offset - 1)
         if low > high:
             return
-        start, end = self._split_range(low, high)
+        start, end = split_range(self._runs, self._firsts, low, high)
         for run in self._runs[start:end]:
             if run.state is RecordState.DEAD_LETTERING:
                 run.state = RecordState.DONE
-        self._coalesce(start, end)
+        coalesce(self._runs, self._firsts, start, end)
         self._advance()
         self.changed = True
 
@@ -361,7 +331,7 @@ class SharePartition:
         partition = cls(start_offset=snapshot.start_offset, max_delivery_attempts=max_delivery_attempts,
                         inflight_records_max=inflight_records_max)
         for run in restored_runs(snapshot):
-            partition._append(_Run(run.first, run.last, run.state, run.delivery_count, run.owner, run.deadline_ms))
+            partition._append(Run(run.first, run.last, run.state, run.delivery_count, run.owner, run.deadline_ms))
             if run.state is RecordState.ACQUIRED:
                 heapq.heappush(partition._deadlines, run.deadline_ms)
         partition._advance()
@@ -370,11 +340,11 @@ class SharePartition:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _all_runs(self) -> Iterator[_Run]:
+    def _all_runs(self) -> Iterator[Run]:
         yield from self._due.values()
         yield from self._runs
 
-    def _append(self, run: _Run) -> None:
+    def _append(self, run: Run) -> None:
         assert run.first == self.end_offset, (run, self.end_offset)
         if self._runs and self._runs[-1].mergeable(run):
             self._runs[-1].last = run.last
@@ -386,7 +356,7 @@ class SharePartition:
             self._available_from = min(self._available_from, run.first)
         self.changed = True
 
-    def _lease(self, run: _Run, member: str, deadline_ms: int) -> None:
+    def _lease(self, run: Run, member: str, deadline_ms: int) -> None:
         run.state, run.owner, run.deadline_ms = RecordState.ACQUIRED, member, deadline_ms
         run.delivery_count += 1
 
@@ -402,7 +372,7 @@ class SharePartition:
             index += 1
         return True
 
-    def _settle(self, run: _Run, kind: AcknowledgeType, now_ms: int, lease_ms: int, error: str,
+    def _settle(self, run: Run, kind: AcknowledgeType, now_ms: int, lease_ms: int, error: str,
                 available_at_ms: int) -> None:
         if kind is AcknowledgeType.ACCEPT:
             self._finish(run)
@@ -414,7 +384,7 @@ class SharePartition:
         else:
             self._dead_letter(run, DeathReason.REJECTED, error or "rejected")
 
-    def _release(self, run: _Run, error: str, available_at_ms: int = 0) -> None:
+    def _release(self, run: Run, error: str, available_at_ms: int = 0) -> None:
         """Back to AVAILABLE (not before ``available_at_ms``), or dead-lettered at the delivery limit."""
         if run.delivery_count >= self.max_delivery_attempts:
             self._dead_letter(run, DeathReason.DELIVERY_LIMIT, error)
@@ -427,7 +397,7 @@ class SharePartition:
         else:
             self._available_from = min(self._available_from, run.first)
 
-    def _release_where(self, matches: Callable[[_Run], bool], reason: str) -> int:
+    def _release_where(self, matches: Callable[[Run], bool], reason: str) -> int:
         """Release every acquired record (due or in the region) that ``matches``; how many."""
         released = 0
         for run in [*self._due.values(), *self._runs]:
@@ -436,60 +406,26 @@ class SharePartition:
                 released += run.last - run.first + 1
         if released:
             self.changed = True
-            self._coalesce(0, len(self._runs))
+            coalesce(self._runs, self._firsts, 0, len(self._runs))
             self._advance()
         return released
 
-    def _dead_letter(self, run: _Run, reason: DeathReason, error: str) -> None:
+    def _dead_letter(self, run: Run, reason: DeathReason, error: str) -> None:
         run.state, run.owner, run.deadline_ms = RecordState.DEAD_LETTERING, NO_OWNER, 0
         self.dead_letters.append(DeadLetter(run.first, run.last, reason, run.delivery_count, error))
         self.changed = True
 
-    def _finish(self, run: _Run) -> None:
+    def _finish(self, run: Run) -> None:
         if run.first in self._due and self._due[run.first] is run:
             self._finish_due(run)
         else:
             run.state, run.owner, run.deadline_ms = RecordState.DONE, NO_OWNER, 0
             self.changed = True
 
-    def _finish_due(self, run: _Run) -> None:
+    def _finish_due(self, run: Run) -> None:
         del self._due[run.first]
         self._due_sorted.pop(bisect.bisect_left(self._due_sorted, run.first))
         self.due_changed.add(run.first)
-
-    def _split_at(self, index: int, offset: int) -> None:
-        """Make a run start at ``offset`` (inside the run before ``index``)."""
-        run = self._runs[index - 1]
-        assert run.first < offset <= run.last, (run, offset)
-        tail = run.copy_from(offset)
-        run.last = offset - 1
-        self._runs.insert(index, tail)
-        self._firsts.insert(index, offset)
-
-    def _split_range(self, low: int, high: int) -> tuple[int, int]:
-        """Split runs so that ``low..high`` (inside the region) is exactly ``runs[start:end]``."""
-        start = bisect.bisect_right(self._firsts, low) - 1
-        if self._runs[start].first < low:
-            self._split_at(start + 1, low)
-            start += 1
-        end = bisect.bisect_right(self._firsts, high)
-        if self._runs[end - 1].last > high:
-            self._split_at(end, high + 1)
-        return start, end
-
-    def _coalesce(self, low: int, high: int) -> None:
-        """Merge equal neighbours among ``runs[low - 1 : high + 1]``."""
-        index = max(1, low)
-        stop = min(high + 1, len(self._runs))
-        while index < stop:
-            before, run = self._runs[index - 1], self._runs[index]
-            if before.mergeable(run):
-                before.last = run.last
-                del self._runs[index]
-                del self._firsts[index]
-                stop -= 1
-            else:
-                index += 1
 
     def _advance(self) -> None:
         """Drop the done runs at the region's start."""
@@ -505,13 +441,3 @@ class SharePartition:
             self.changed = True
         self._available_from = max(self._available_from, self.start_offset)
 
-
-def _gaps(first: int, last: int, holes: Iterable[int]) -> Iterator[tuple[int, int]]:
-    """The ranges of ``first..last`` between the sorted offsets ``holes``."""
-    position = first
-    for hole in holes:
-        if hole > position:
-            yield position, hole - 1
-        position = hole + 1
-    if position <= last:
-        yield position, last

@@ -26,6 +26,7 @@ from mqbroker.shares.dead_letter_copies import DeadLetterCopies
 from mqbroker.shares.delay_index import DelayIndex
 from mqbroker.shares.group import FetchWaiter, HostedGroup
 from mqbroker.shares.partition import SharePartition
+from mqbroker.shares.pending_state import PendingState
 from mqbroker.shares.push_hosting import PushFactory, PushHosting
 from mqbroker.shares.replay import ReplayedState
 from mqbroker.shares.restored_leases import RestoredLeases
@@ -33,11 +34,7 @@ from mqbroker.shares.runtime import HostedPartition
 from mqbroker.shares.settings import check_keys, parse_settings, shown_configs
 from mqbroker.shares.state_records import (
     GroupDefinition,
-    GroupKey,
     PartitionKey,
-    StateRecord,
-    group_record,
-    tombstone,
 )
 from mqbroker.shares.writer import StateAppend, StateWriter
 
@@ -55,15 +52,14 @@ class ShareService:
         self._data = data
         self._index = index
         self._new_member_id = new_member_id
-        self._writer = StateWriter(clock=clock, append=append, collect=self._collect)
         self._groups: dict[str, HostedGroup] = {}
-        self._dirty: set[HostedPartition] = set()
+        self._pending = PendingState(self._groups, index)
+        self._writer = StateWriter(clock=clock, append=append, collect=self._pending.collect)
         self._initializing: set[tuple[str, TopicPartition]] = set()
         self._push = PushHosting(self, push_factory)
         self._dead_letters = DeadLetterCopies(clock=clock, data=data, settle=self._settle,
                                               stopped=lambda: self._stopped)
         self._index_ids = iter(range(max(replayed.index_ids.values(), default=0) + 1, 2**62))
-        self._pending_deletions: list[HostedGroup] = []
         self._timer: IDelayedCall | None = None
         self._arming: IDelayedCall | None = None
         self._stopped = False
@@ -324,12 +320,11 @@ class ShareService:
             return fail(error)
         self._push.stop(group_id)
         del self._groups[group_id]
-        self._pending_deletions.append(group)
+        self._pending.group_deleted(group)
         group.deleted = True
         group.fail_waiters(errors.GroupIdNotFoundError(f"share group {group_id!r} was deleted"))
         for hosted in group.partitions.values():
             hosted.stop()
-            self._dirty.discard(hosted)
         return self._writer.request()
 
     def describe_group(self, group_id: str) -> Deferred[m.ShareGroupDescription]:
@@ -410,40 +405,12 @@ class ShareService:
             hosted.trim(group.settings.ready_records_max)
         copies = [self._dead_letters.copy(group, hosted, dead) for dead in hosted.drain()]
         if hosted.dirty:
-            self._dirty.add(hosted)
+            self._pending.partition_changed(hosted)
             self._writer.nudge()
         group.serve_waiters(self.now_ms())
         hosted.read_ahead()
         self._schedule()
         return copies
-
-    def _collect(self) -> list[StateRecord]:
-        """Everything to write: group definitions (and deletions), then each dirty partition's records."""
-        records = []
-        for group_id, group in self._groups.items():
-            if group.definition_changed:
-                group.definition_changed = False
-                records.append(group_record(group_id, group.definition))
-        records += self._deletions()
-        dirty, self._dirty = self._dirty, set()
-        for hosted in dirty:
-            records += hosted.pending_records()
-        return records
-
-    def _deletions(self) -> list[StateRecord]:
-        """Tombstones for the groups deleted since the last write (each partition, its delay entries, the group)."""
-        records: list[StateRecord] = []
-        for group in self._deleted_groups():
-            for hosted in group.partitions.values():
-                records += [tombstone(key) for key in hosted.delay_keys()]
-                records.append(tombstone(hosted.key))
-                self._index.remove_partition(hosted.index_id)
-            records.append(tombstone(GroupKey(group.group_id)))
-        return records
-
-    def _deleted_groups(self) -> list[HostedGroup]:
-        deleted, self._pending_deletions = self._pending_deletions, []
-        return deleted
 
     # -- time ------------------------------------------------------------------------------------
 

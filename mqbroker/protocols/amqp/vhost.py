@@ -22,10 +22,7 @@ from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import (
-    LATEST_TIMESTAMP,
     Acks,
-    FetchPosition,
-    FetchRequest,
     Principal,
     TopicSpec,
 )
@@ -52,10 +49,8 @@ from mqbroker.protocols.amqp.routing import (
     Router,
 )
 from mqbroker.protocols.amqp.sources import (
-    SOURCE_POSITIONS_TOPIC,
     Positions,
     SourceRecord,
-    decode_positions,
     source_topic,
 )
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
@@ -65,7 +60,6 @@ from mqbroker.protocols.amqp.stored import (
     QueueDeclaration,
     StoredMessage,
     binding_key,
-    decode_declaration,
     exchange_key,
     exchange_record,
     queue_key,
@@ -75,14 +69,13 @@ from mqbroker.protocols.amqp.stored import (
 from mqbroker.protocols.amqp.share_arguments import takes_share_default
 from mqbroker.protocols.amqp.share_queue import ShareQueue
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
+from mqbroker.protocols.amqp.vhost_replay import read_compacted, replay
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import (
     SKIPPED_LOG_FORMAT,
     UnreadableBatch,
     UnreadableTally,
-    next_offset_after,
-    readable_records,
 )
 from mqbroker.security.names import name_problem
 
@@ -156,93 +149,25 @@ class VirtualHost:
     # --- start-up: replay the compacted topics ------------------------------------------------
 
     async def _load(self) -> None:
-        """One start attempt: every read first, the virtual host's state changes only once all succeeded."""
-        for topic in (METADATA_TOPIC, QUEUE_STATE_TOPIC, SOURCE_POSITIONS_TOPIC):
-            spec_ = TopicSpec(name=topic, partitions=1, configs={"cleanup.policy": "compact"})
-            try:
-                await self.broker.create_topic(self.principal, spec_, False)
-            except errors.TopicAlreadyExistsError:
-                pass  # replayed below
-        declarations: dict[bytes, Any] = {}
-        metadata_end = (await self.broker.list_offset(self.principal, METADATA_TOPIC, 0, LATEST_TIMESTAMP)).offset
-        brokers = (await self.broker.metadata(self.principal, [METADATA_TOPIC], False)).brokers
-        for record in await self._read_all(METADATA_TOPIC):
-            if record.key is not None:
-                declarations[record.key] = record
-        snapshots = {record.key.decode("utf-8", "surrogateescape"): record
-                     for record in await self._read_all(QUEUE_STATE_TOPIC) if record.key is not None}
-        stored_positions = {}
-        for record in await self._read_all(SOURCE_POSITIONS_TOPIC):
-            if record.key is not None and record.value is not None:
-                try:
-                    stored_positions[record.key.decode("utf-8", "surrogateescape")] = decode_positions(record.value)
-                except AmqpError as error:
-                    self._skip_bad_record(SOURCE_POSITIONS_TOPIC, record.offset, error, "its source reads from the end")
-        queues, bindings = [], []
-        for key, record in declarations.items():
-            if record.value is None:
-                continue
-            try:
-                declared = decode_declaration(key, record.value)
-                if isinstance(declared, Exchange):
-                    self.router.declare_exchange(declared)
-            except AmqpError as error:
-                self._skip_bad_record(METADATA_TOPIC, record.offset, error, "the declaration is lost")
-                continue
-            if isinstance(declared, Exchange):
-                self.persisted_exchanges[declared.name] = declared
-            elif isinstance(declared, QueueDeclaration):
-                queues.append((declared, record.offset))
-            else:
-                bindings.append((declared, record.offset))
-        for declaration, offset in queues:
-            snapshot = snapshots.get(declaration.name)
-            try:
-                self.add_queue(declaration, owner=None, snapshot=snapshot.value if snapshot else None)
-            except ValueError as error:  # QueueState.restore: the snapshot does not parse
-                assert snapshot is not None
-                self._skip_bad_record(QUEUE_STATE_TOPIC, snapshot.offset, error, "the queue is read from its start")
-                self.add_queue(declaration, owner=None)
-            except AmqpError as error:  # QueuePolicy: arguments no declare would have accepted
-                self._skip_bad_record(METADATA_TOPIC, offset, error, "the queue is not declared")
-        for binding, offset in bindings:
-            try:
-                self.router.bind(binding)
-            except AmqpError as error:
-                self._skip_bad_record(METADATA_TOPIC, offset, error, "the binding is lost")
-                continue
-            self.persisted_bindings.add(binding)
-        if len(brokers) > 1:
-            self.definitions = DefinitionsFollower(self, metadata_end)
+        """One start attempt: replay the declarations, then follow other brokers' and start housekeeping."""
+        replayed = await replay(self)
+        if replayed.brokers_count > 1:
+            self.definitions = DefinitionsFollower(self, replayed.metadata_end)
             Deferred.fromCoroutine(self.definitions.run()).addErrback(
                 lambda failure: self.log.failure("the AMQP definitions follower failed", failure))
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
-                      exchanges=len(self.persisted_exchanges), queues=len(queues), bindings=len(bindings))
+                      exchanges=len(self.persisted_exchanges), queues=replayed.queues_count,
+                      bindings=replayed.bindings_count)
         try:
-            await self.sources.sync(stored_positions)
+            await self.sources.sync(replayed.positions)
         except errors.BrokerError as error:  # only forgetting positions of gone sources failed: harmless, redone next start
             self.log.warn("AMQP virtual host could not forget stale source positions: {error}", error=error)
 
-    def _skip_bad_record(self, topic: str, offset: int, error: Exception, consequence: str) -> None:
+    def skip_bad_record(self, topic: str, offset: int, error: Exception, consequence: str) -> None:
         """A replayed record that does not decode: count it, log where it is, go on without it."""
         fields = self.unreadable.skipped_at("AMQP replay", topic, 0, offset, offset, error)
         self.log.warn(SKIPPED_LOG_FORMAT + " ({consequence})", consequence=consequence, **fields)
-
-    async def _read_all(self, topic: str) -> list[Any]:
-        records: list[Any] = []
-        offset = 0
-        while True:
-            position = FetchPosition(topic=topic, partition=0, offset=offset, max_bytes=limits.amqp_replay_fetch_bytes_max)
-            request = FetchRequest(positions=(position,), response_bytes_max=limits.amqp_replay_fetch_bytes_max)
-            [result] = await self.broker.fetch(self.principal, request)
-            if result.error is not None:
-                raise result.error
-            records += readable_records(result.records, offset, topic=topic, partition=0,
-                                        skipped=lambda batch: self.skip_unreadable("AMQP replay", batch))
-            offset = next_offset_after(result.records, offset)
-            if offset >= result.high_watermark or not result.records:
-                return records
 
     def skip_unreadable(self, reader: str, batch: UnreadableBatch) -> None:
         """A batch ``reader`` could not decode: count it, log where it is; the reader goes on after it."""
@@ -411,7 +336,9 @@ class VirtualHost:
         deadline_s = self.reactor.seconds() + limits.reroute_ms_max / 1000.0
         while True:  # right after a broker died, its partitions answer only once their new leader is known
             try:
-                snapshots = [record for record in await self._read_all(QUEUE_STATE_TOPIC) if record.key == key]
+                snapshots = [record for record in await read_compacted(
+                    self.broker, self.principal, QUEUE_STATE_TOPIC,
+                    lambda batch: self.skip_unreadable("AMQP replay", batch)) if record.key == key]
                 break
             except errors.BrokerError as error:
                 if not error.retriable or self.reactor.seconds() > deadline_s:
@@ -423,7 +350,7 @@ class VirtualHost:
             try:
                 self.add_queue(queue.declaration, owner=None, snapshot=snapshots[-1].value)
             except ValueError as error:
-                self._skip_bad_record(QUEUE_STATE_TOPIC, snapshots[-1].offset, error, "the queue is read from its start")
+                self.skip_bad_record(QUEUE_STATE_TOPIC, snapshots[-1].offset, error, "the queue is read from its start")
                 self.add_queue(queue.declaration, owner=None)
 
     def session_gone(self, session_id: int, holders: set[ConsumerKey]) -> None:

@@ -200,8 +200,8 @@ def test_metrics_count_what_was_produced_and_fetched(tmp_path: Path) -> None:
     fired(rig.broker.produce(ANONYMOUS, "t", 0, make_batch([b"a", b"b"]), Acks.LEADER, 1_000))
     position = FetchPosition(topic="t", partition=0, offset=0, max_bytes=1 << 20)
     fired(rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(position,))))
-    assert (rig.broker.produced_records, rig.broker.produced_bytes) == (2, len(make_batch([b"a", b"b"])))
-    assert rig.broker.fetched_bytes == rig.broker.produced_bytes and rig.broker.partition_count() == 1
+    assert (rig.broker.stats.produced_records, rig.broker.stats.produced_bytes) == (2, len(make_batch([b"a", b"b"])))
+    assert rig.broker.stats.fetched_bytes == rig.broker.stats.produced_bytes and rig.broker.stats.partition_count() == 1
 
 
 def test_clients_neither_create_nor_produce_to_internal_topics(tmp_path: Path) -> None:

@@ -273,7 +273,7 @@ def test_a_reassignment_moves_the_partition_to_its_target_replicas(tmp_path: Pat
     assert ("t", 0) in three.logs.partitions() and three.follower.following == {KEY: (1, 0)}
     _replicate(three, one)
     _replicate(three, one)  # the leader learns a follower's position from its next fetch
-    one.broker.check_isr()  # broker 3 caught up: it joins the ISR, which completes the reassignment
+    one.broker.maintenance.check_isr()  # broker 3 caught up: it joins the ISR, which completes the reassignment
     state = cluster.partition("t")
     assert (state.replicas, state.target_replicas, state.leader_id) == ([2, 3], [], 2)
     assert one.logs.partitions() == [] and one.follower.following == {}
