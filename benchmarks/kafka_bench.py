@@ -103,8 +103,11 @@ class ConfluentClient:
     def consume(self, bootstrap: str, topic: str, count: int) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
+        # fetch.queue.backoff.ms: librdkafka stops fetching for that long (1 s by default) once its local queue
+        # holds queued.min.messages (100,000); whether a run hits it is a race, and one hit cost ~950 ms of a
+        # 200,000-record read (7x swings between runs, whichever broker). Both brokers get the same setting.
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
-                             "enable.auto.commit": False, "fetch.max.bytes": 50_000_000})
+                             "enable.auto.commit": False, "fetch.max.bytes": 50_000_000, "fetch.queue.backoff.ms": 1})
         consumer.assign([TopicPartition(topic, 0, 0)])
         read = 0
         while read < count:
