@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mqbroker.client import Admin
@@ -18,6 +18,17 @@ def start_cluster(root: pathlib.Path, size: int = 3, extra_args: list[str] | Non
     brokers = cluster_brokers(root, size, extra_args)
     start_all(brokers)
     return brokers
+
+
+def running_cluster(root: pathlib.Path, size: int = 3, extra_args: list[str] | None = None
+                    ) -> Iterator[list[BrokerProcess]]:
+    """``start_cluster`` for a fixture: yield the brokers, kill every one of them afterwards (failed test or not)."""
+    brokers = start_cluster(root, size, extra_args)
+    try:
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.kill()
 
 
 def cluster_brokers(root: pathlib.Path, size: int = 3, extra_args: list[str] | None = None) -> list[BrokerProcess]:

@@ -4,6 +4,7 @@ basic.get, and with nobody consuming), as the single-broker tests in ``test_amqp
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Iterator
 
 import pika
@@ -11,7 +12,7 @@ import pytest
 
 from mqbroker.protocols.amqp.stored import queue_topic
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import start_cluster, wait_for
+from tests.integration.clusterprocess import running_cluster, wait_for
 from tests.integration.test_amqp_share_queues import (
     check_counts_and_purge,
     check_dead_lettering,
@@ -33,13 +34,8 @@ class Via:
 
 
 @pytest.fixture
-def cluster(tmp_path: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    brokers = start_cluster(tmp_path, extra_args=["--kafka-tls-port", "0"])
-    try:
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.kill()
+def cluster(tmp_path: pathlib.Path) -> Iterator[list[BrokerProcess]]:
+    yield from running_cluster(tmp_path, extra_args=["--kafka-tls-port", "0"])
 
 
 def _owner_and_other(cluster: list[BrokerProcess], queue: str) -> tuple[Via, Via]:

@@ -5,6 +5,7 @@ broker."""
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Iterator
 
 import pika
@@ -15,7 +16,7 @@ from mqbroker.errors import GroupIdNotFoundError
 from mqbroker.protocols.amqp.stored import queue_topic
 from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_broker  # noqa: F401 (fixture)
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import start_cluster
+from tests.integration.clusterprocess import running_cluster
 from tests.integration.share_support import share_host, wait_until
 from tests.integration.test_amqp_share_queues import SHARE, declare_dead_lettering, drain_dead, unique
 from tests.integration.test_cluster_frontends import _amqp
@@ -95,13 +96,8 @@ def test_leased_messages_are_not_ready_and_a_max_length_of_zero_keeps_none(amqp_
 
 
 @pytest.fixture
-def cluster(tmp_path: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    brokers = start_cluster(tmp_path, extra_args=["--kafka-tls-port", "0"])
-    try:
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.kill()
+def cluster(tmp_path: pathlib.Path) -> Iterator[list[BrokerProcess]]:
+    yield from running_cluster(tmp_path, extra_args=["--kafka-tls-port", "0"])
 
 
 def test_publishers_through_two_brokers_overflow_one_queue_and_a_third_consumes_exactly_the_survivors(
