@@ -374,7 +374,7 @@ class ControlPlane(MultiService):
     def _unclean_election_default(self) -> str:
         """This broker's ``log.unclean.leader.election.enable`` (dynamic over static), carried by the records that
         may elect leaders."""
-        dynamic = self.image.dynamic_topic_defaults(self.node_id).get(UNCLEAN_ELECTION_CONFIG)
+        dynamic = self.image.dynamic_topic_default(self.node_id, UNCLEAN_ELECTION_CONFIG)
         return dynamic or self.config.topic_defaults.get(UNCLEAN_ELECTION_CONFIG, "false")
 
     def _write_activation_defaults(self) -> None:

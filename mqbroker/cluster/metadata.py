@@ -135,9 +135,11 @@ class MetadataImage:
             if node_id in partition.replicas
         ]
 
-    def dynamic_topic_defaults(self, node_id: int) -> dict[str, str]:
-        """The dynamic topic defaults in force on broker ``node_id``: the cluster's, then its own over them."""
-        return {**self.broker_configs.get(CLUSTER_ENTITY, {}), **self.broker_configs.get(str(node_id), {})}
+    def dynamic_topic_default(self, node_id: int, key: str) -> str | None:
+        """The dynamic default of topic config ``key`` in force on broker ``node_id``: its own, else the cluster's
+        (None: neither sets it). A lookup, no merged dict: the produce path asks it per partition batch."""
+        value = self.broker_configs.get(str(node_id), {}).get(key)
+        return value if value is not None else self.broker_configs.get(CLUSTER_ENTITY, {}).get(key)
 
     def to_document(self) -> dict[str, Any]:
         """A JSON-ready form (snapshots, ``cluster describe`` and restart comparisons)."""

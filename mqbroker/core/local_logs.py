@@ -8,7 +8,7 @@ where the data lives.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from twisted.internet.interfaces import IReactorTime
 
@@ -46,7 +46,7 @@ class LocalLogs:
         """Bring the logs in step with ``image`` after ``record`` (None: compare every partition)."""
         match record:
             case CreateTopic(name=name) | CreatePartitions(name=name) | AlterTopicConfigs(name=name):
-                self._sync_topic(image, image.topics[name])
+                self._sync_topic(self._broker_defaults(image), image.topics[name])
             case DeleteTopic(name=name):
                 self._remove(name, keep=set())
             case None | AlterPartition() | ReassignPartition() | AlterBrokerConfigs():
@@ -55,15 +55,20 @@ class LocalLogs:
     def _sync_all(self, image: MetadataImage) -> None:
         """Create what this broker hosts, delete the rest."""
         hosted = set(image.partitions_hosted(self._config.node_id))
+        broker_defaults = self._broker_defaults(image)  # once, not per topic: a sync may cover thousands
         for topic in image.topics.values():
-            self._sync_topic(image, topic)
+            self._sync_topic(broker_defaults, topic)
         for topic, partition in self._logs.partitions():
             if (topic, partition) not in hosted:
                 self._remove(topic, keep=hosted)
 
-    def _sync_topic(self, image: MetadataImage, topic: TopicState) -> None:
+    def _broker_defaults(self, image: MetadataImage) -> dict[str, str]:
+        """This broker's topic defaults in force: static ``log.`` ones under the dynamic ones of ``image``."""
         layers = TopicConfigLayers.of(self._config.topic_defaults, image.broker_configs, self._config.node_id)
-        log_config = log_config_for(layers.broker_defaults(), topic.configs)
+        return layers.broker_defaults()
+
+    def _sync_topic(self, broker_defaults: Mapping[str, str], topic: TopicState) -> None:
+        log_config = log_config_for(broker_defaults, topic.configs)
         local = set(self._logs.partitions())
         missing = []
         for number, partition in enumerate(topic.partitions):

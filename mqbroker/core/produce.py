@@ -129,7 +129,7 @@ class ProduceService:
         """A topic's ``key``: its override, else this broker's dynamic default, else its static one."""
         if key in overrides:
             return overrides[key]
-        dynamic = self._cluster.image.dynamic_topic_defaults(self._node_id).get(key)
+        dynamic = self._cluster.image.dynamic_topic_default(self._node_id, key)
         return dynamic if dynamic is not None else self._topic_defaults[key]
 
     def _client_records(self, topic: str, partition_log: PartitionLog, records: bytes, decodable: bool) -> bytes:

@@ -141,7 +141,7 @@ class ReplicaManager:
         record = self._cluster.topic(topic)
         configured = (record.configs if record is not None else {}).get("min.insync.replicas")
         if configured is None:
-            configured = self._cluster.image.dynamic_topic_defaults(self._config.node_id).get("min.insync.replicas")
+            configured = self._cluster.image.dynamic_topic_default(self._config.node_id, "min.insync.replicas")
         if configured is None:
             configured = self._config.topic_defaults.get("min.insync.replicas", "1")
         return int(configured)

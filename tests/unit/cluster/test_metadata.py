@@ -140,8 +140,10 @@ def test_dynamic_broker_configs_are_set_replaced_and_resolved_per_broker() -> No
     machine = _three_brokers()
     _apply(machine, AlterBrokerConfigs(entity="", configs={"min.insync.replicas": "2", "retention.ms": "100"}),
            AlterBrokerConfigs(entity="2", configs={"retention.ms": "50"}))
-    assert machine.image.dynamic_topic_defaults(1) == {"min.insync.replicas": "2", "retention.ms": "100"}
-    assert machine.image.dynamic_topic_defaults(2) == {"min.insync.replicas": "2", "retention.ms": "50"}
+    in_force = {node_id: {key: machine.image.dynamic_topic_default(node_id, key)
+                          for key in ("min.insync.replicas", "retention.ms", "segment.bytes")} for node_id in (1, 2)}
+    assert in_force[1] == {"min.insync.replicas": "2", "retention.ms": "100", "segment.bytes": None}
+    assert in_force[2] == {"min.insync.replicas": "2", "retention.ms": "50", "segment.bytes": None}
     _apply(machine, AlterBrokerConfigs(entity="2", configs={}), AlterBrokerConfigs(entity="", configs={}))
     assert machine.image.broker_configs == {"": {}}  # the cluster's entry stays: its activation write is done
 
