@@ -20,8 +20,8 @@ from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.connector_model import TaskState
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import retrying, start_cluster
-from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, task_status, wait_for
+from tests.integration.clusterprocess import retrying, start_cluster, wait_for
+from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, task_status
 
 #: The target cluster: fast status, a dead follower leaves the ISR after 2 s (acks=all waits that long).
 CLUSTER_ARGS = [*FAST_CONNECTORS, "--set", "replica_lag_time_max_ms=2000"]

@@ -21,6 +21,7 @@ from mqbroker.client.share_admin import ShareGroupAdmin
 from mqbroker.errors import InvalidRecordStateError
 from mqbroker.records import dead_letters
 from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.clusterprocess import wait_for
 from tests.integration.share_support import (
     ShareChild,
     acknowledged,
@@ -30,7 +31,6 @@ from tests.integration.share_support import (
     kill_children,
     produce,
     unanswered,
-    wait_until,
 )
 
 LEASE_MS = 2_000
@@ -72,14 +72,14 @@ def test_five_consumers_share_one_partition_and_a_killed_ones_leases_go_to_the_o
     holder = ShareChild(shared_broker.bootstrap, "workers", "jobs", "holder", mode="hold")
     assert holder.joined.wait(30), holder.errors()
     produce(shared_broker.bootstrap, "jobs", (b"job-%d" % n for n in range(50)))
-    held = wait_until(holder.held, 30, "the holder to lease records")
+    held = wait_for(holder.held, 30, "the holder to lease records")
     workers = [ShareChild(shared_broker.bootstrap, "workers", "jobs", f"worker-{n}") for n in range(5)]
     for worker in workers:
         assert worker.joined.wait(30), worker.errors()
     holder.kill()  # mid-lease: its records come back only when their leases end
     produce(shared_broker.bootstrap, "jobs", (b"job-%d" % n for n in range(50, 2_000)))
 
-    wait_until(lambda: len(acknowledged(workers)) == 2_000, 90, "all 2,000 records acknowledged")
+    wait_for(lambda: len(acknowledged(workers)) == 2_000, 90, "all 2,000 records acknowledged")
     counts = acknowledged(workers)
     assert set(counts) == {(0, offset) for offset in range(2_000)}
     assert max(counts.values()) == 1, "a record was acknowledged twice"
@@ -254,22 +254,22 @@ def test_kill_9_of_the_broker_mid_stream_loses_no_acknowledged_record(broker: Br
     producing = threading.Thread(target=produce_steadily)
     producing.start()
     try:
-        wait_until(lambda: len(acknowledged(workers)) >= 300, 60, "the workers to acknowledge records")
+        wait_for(lambda: len(acknowledged(workers)) >= 300, 60, "the workers to acknowledge records")
         broker.kill()
         time.sleep(0.5)
         broker.restart()
         with lock:
             before = len(produced)
-        wait_until(lambda: len(produced) > before + 300, 60, "producing after the restart")
+        wait_for(lambda: len(produced) > before + 300, 60, "producing after the restart")
     finally:
         stop.set()
         producing.join(60)
     def settled() -> bool:
         return set(acknowledged(workers)) | unanswered(workers) >= produced
 
-    wait_until(settled, 90, "every produced record acknowledged")
+    wait_for(settled, 90, "every produced record acknowledged")
     with ShareGroupAdmin(broker.bootstrap) as admin:
-        wait_until(lambda: all(p.lag == 0 and p.acquired == 0 and p.available == 0
+        wait_for(lambda: all(p.lag == 0 and p.acquired == 0 and p.available == 0
                                for p in admin.describe("stream-workers").partitions), 30, "nothing left in the group")
     counts = acknowledged(workers)
     assert set(delivered(workers)) >= produced
