@@ -53,6 +53,46 @@ def test_a_full_queue_nacks_new_publishes_and_keeps_its_oldest(amqp_broker: Amqp
     connection.close()
 
 
+def publish_pipelined(port: int, queue: str, bodies: list[bytes], timeout_s: float = 30.0) -> dict[int, bool]:
+    """Publish ``bodies`` without waiting between them on a confirming channel (pika's SelectConnection): each
+    publish's sequence number -> acked (False: nacked)."""
+    outcomes: dict[int, bool] = {}
+
+    def confirmed(frame: pika.frame.Method) -> None:
+        method = frame.method
+        acked = isinstance(method, pika.spec.Basic.Ack)
+        for sequence in range(1, len(bodies) + 1):
+            if sequence == method.delivery_tag or (method.multiple and sequence < method.delivery_tag):
+                outcomes.setdefault(sequence, acked)
+        if len(outcomes) == len(bodies):
+            connection.close()
+
+    def opened_channel(channel: pika.channel.Channel) -> None:
+        channel.confirm_delivery(confirmed)
+        for body in bodies:
+            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+
+    connection = pika.SelectConnection(
+        pika.ConnectionParameters("127.0.0.1", port),
+        on_open_callback=lambda opened: opened.channel(on_open_callback=opened_channel),
+        on_close_callback=lambda closed, reason: closed.ioloop.stop())
+    connection.ioloop.call_later(timeout_s, lambda: connection.close() if connection.is_open else None)
+    connection.ioloop.start()
+    return outcomes
+
+
+def test_pipelined_confirmed_publishes_are_acked_up_to_the_length_and_nacked_after(amqp_broker: AmqpBroker) -> None:
+    """Fifty publishes sent without waiting for confirms to a queue of at most twenty: 1..20 acked, 21..50 nacked."""
+    connection = amqp_broker.connect()
+    queue = unique("reject-pipelined")
+    connection.channel().queue_declare(queue, durable=True, arguments={**REJECT, "x-max-length": 20})
+    bodies = [str(index).encode() for index in range(50)]
+    outcomes = publish_pipelined(amqp_broker.ports["amqp"], queue, bodies)
+    assert outcomes == {sequence: sequence <= 20 for sequence in range(1, 51)}
+    assert take_all(connection, queue) == bodies[:20]
+    connection.close()
+
+
 def test_without_confirms_a_full_queue_drops_new_publishes(amqp_broker: AmqpBroker) -> None:
     """Ten publishes without confirms, sent at once: the queue holds the first three, the others are gone."""
     connection = amqp_broker.connect()
