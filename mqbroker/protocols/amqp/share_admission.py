@@ -14,9 +14,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.protocols.amqp.appender import AdmittedBatch, Appender, BatchStored
 from mqbroker.protocols.amqp.codec import decode_properties
 from mqbroker.protocols.amqp.publish_admission import AdmissionLedger, rejected_here_before
@@ -85,12 +86,18 @@ class PublishGate:
                                                             queue=self._queue))
 
     async def _count(self) -> int | None:
-        try:
-            return await self._count_ready()
-        except errors.BrokerError as error:
-            self.log.warn("AMQP share queue {queue}: its ready count is not known now ({error}); {count} publishes "
-                          "rejected", queue=self._queue, error=error, count=len(self._waiting))
-            return None
+        """The queue's ready count, asked again through a failover of its group's host or its log's leader for up
+        to ``limits.reroute_ms_max`` (None after that: the round's publishes are rejected)."""
+        started_ms = self._host.now_ms()
+        while True:
+            try:
+                return await self._count_ready()
+            except errors.BrokerError as error:
+                if self._abandoned or self._host.now_ms() - started_ms >= limits.reroute_ms_max:
+                    self.log.warn("AMQP share queue {queue}: its ready count is not known ({error}); {count} "
+                                  "publishes rejected", queue=self._queue, error=error, count=len(self._waiting))
+                    return None
+            await deferLater(self._host.reactor, limits.amqp_admission_retry_ms / 1000, lambda: None)
 
     def _count_failed(self, failure: Any) -> None:
         """Not a broker error (a lost connection to a peer, say): the round's publishes are rejected all the same."""

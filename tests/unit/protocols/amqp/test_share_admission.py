@@ -8,7 +8,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 
-from mqbroker import errors
+from mqbroker import errors, limits
 from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.codec import BasicProperties, encode_properties
 from mqbroker.protocols.amqp.queue_arguments import QueuePolicy
@@ -37,6 +37,9 @@ class FakeHost:
     def __init__(self) -> None:
         self.reactor = Clock()
         self.dead: list[tuple[str, bytes, str]] = []
+
+    def now_ms(self) -> int:
+        return int(self.reactor.seconds() * 1000)
 
     def republish_dead(self, queue: str, policy: QueuePolicy, message: Any, reason: Any) -> list[BatchStored]:
         self.dead.append((queue, message.payload.body, reason.value))
@@ -100,14 +103,28 @@ def test_reject_publish_dlx_dead_letters_the_rejected_unless_they_died_here_befo
     assert judged.admitted == 1 and judged.outcome is True
 
 
-def test_a_count_that_fails_rejects_the_round_without_dead_letters_and_the_next_round_asks_again() -> None:
-    gate, host, appender, asked = _gate("reject-publish-dlx", 4, [errors.CoordinatorNotAvailableError("moving"), 0])
+def test_a_count_that_fails_is_asked_again_through_a_failover() -> None:
+    moving = errors.CoordinatorNotAvailableError("moving")
+    gate, host, appender, asked = _gate("reject-publish", 4, [moving, moving, 0])
+    judged = _publish(gate, b"a")
+    host.reactor.advance(0)
+    host.reactor.pump([limits.amqp_admission_retry_ms / 1000] * 2)
+    assert len(asked) == 3 and judged.admitted == 1 and appender.bodies == [b"a"]
+
+
+def test_a_count_that_keeps_failing_rejects_the_round_without_dead_letters_and_the_next_round_asks_again() -> None:
+    failures: list[Any] = [errors.CoordinatorNotAvailableError("gone")] * 100
+    gate, host, appender, asked = _gate("reject-publish-dlx", 4, failures)
     failed = _publish(gate, b"a")
     host.reactor.advance(0)
-    assert failed.admitted == 0 and failed.outcome is True and appender.bodies == [] and host.dead == []
+    while failed.outcome is None:
+        host.reactor.advance(limits.amqp_admission_retry_ms / 1000)
+    assert host.reactor.seconds() * 1000 >= limits.reroute_ms_max - 1  # asked again for that long
+    assert failed.admitted == 0 and appender.bodies == [] and host.dead == []
+    failures[:] = [0]
     retried = _publish(gate, b"b")
     host.reactor.advance(0)
-    assert retried.admitted == 1 and appender.bodies == [b"b"] and len(asked) == 2
+    assert retried.admitted == 1 and appender.bodies == [b"b"]
 
 
 def test_drained_waits_for_the_verdict_and_abandon_rejects_what_waits() -> None:
