@@ -66,6 +66,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
+from mqbroker.protocols.amqp.queue_home import check_served_here
 from mqbroker.protocols.amqp.share_arguments import takes_share_default
 from mqbroker.protocols.amqp.share_queue import ShareQueue
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
@@ -111,11 +112,14 @@ class VirtualHost:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None,
-                 unroutable: Counter | None = None, default_queue_type: QueueType = QueueType.CLASSIC) -> None:
+                 unroutable: Counter | None = None, default_queue_type: QueueType = QueueType.CLASSIC,
+                 node_id: int | None = None) -> None:
         """``unreadable`` counts the batches its readers skip, ``unroutable`` the client messages that reach
         no queue (labels protocol, outcome; the broker's metrics); ``default_queue_type`` is the type of a
-        queue declared without one (``amqp_default_queue_type``; share only where ``takes_share_default``)."""
+        queue declared without one (``amqp_default_queue_type``; share only where ``takes_share_default``);
+        ``node_id`` is this broker's, the home of the classic queues declared through it (``queue_home.py``)."""
         self.broker = broker
+        self.node_id = node_id
         self.default_queue_type = default_queue_type
         self.reactor = reactor
         self.unreadable = unreadable or UnreadableTally()
@@ -257,9 +261,10 @@ class VirtualHost:
                     durable=method.durable, exclusive=method.exclusive, auto_delete=method.auto_delete,
                     arguments=arguments):
                 arguments["x-queue-type"] = "share"  # stored so: every broker serves it as a share queue
+            policy = QueuePolicy.from_arguments(arguments)  # a bad argument: 406 before anything is created
+            home = self.node_id if policy.queue_type is QueueType.CLASSIC and not method.exclusive else None
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
-                                           arguments=arguments)
-            QueuePolicy.from_arguments(declaration.arguments)  # a bad argument: 406 before anything is created
+                                           arguments=arguments, home=home)
             topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
@@ -322,6 +327,12 @@ class VirtualHost:
                 await self.definitions.caught_up()
             except errors.BrokerError as error:  # the metadata topic has no leader now: answer with what is known
                 self.log.warn("AMQP definitions could not be brought up to date: {error}", error=error)
+
+    async def served_here(self, name: str, method: spec.Method) -> None:
+        """405 for consuming, getting from or purging a classic queue through a broker other than its home."""
+        queue = self.queues.get(name)
+        if isinstance(queue, ClassicQueue):
+            await check_served_here(self.broker, self.principal, name, queue.declaration.home, self.node_id, method)
 
     async def adopt(self, name: str) -> None:
         """Before the first consumer or get here of a queue another broker declared (and maybe consumed):
