@@ -62,8 +62,9 @@ class PublishGate:
         return self._round
 
     async def drained(self) -> None:
-        """Every publish so far is judged and, if admitted, in the log (or refused)."""
-        while self._round is not None:
+        """Every publish so far is judged and, if admitted, in the log (or refused); later rounds are not waited for
+        (a publisher that never stops would keep a get or a count waiting)."""
+        if self._round is not None:
             judged: Deferred[None] = Deferred()
             self._round.when_settled(lambda _: judged.callback(None))
             await judged
