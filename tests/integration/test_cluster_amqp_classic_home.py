@@ -91,3 +91,19 @@ def _bound_through(connection: pika.BlockingConnection, exchange: str) -> bool:
         return False
     finally:
         channel.close()
+
+
+@pytest.mark.slow
+def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_starts_again(
+        cluster: list[BrokerProcess]) -> None:
+    """kill -9 leaves the exclusive queue's record behind (its connection could not say goodbye); the broker deletes
+    it after its replay on restart, cluster-wide. (Last in the module: it restarts broker 3.)"""
+    survivor, doomed = _amqp(cluster[0]), _amqp(cluster[2])
+    queue = doomed.channel().queue_declare("", exclusive=True).method.queue
+    wait_for(lambda: _refused(lambda: survivor.channel().queue_declare(queue, passive=True)).reply_code == 405,
+             30, "the exclusive queue known on broker 1")
+    cluster[2].kill()
+    cluster[2].restart()
+    wait_for(lambda: _refused(lambda: survivor.channel().queue_declare(queue, passive=True)).reply_code == 404,
+             60, "the dead connection's queue deleted after its broker's restart")
+    survivor.close()
