@@ -24,10 +24,10 @@ group without one).
 is stored as the record header the share group schedules by: the message is delivered once its
 time comes. ``x-max-length`` (drop-head) is the group's ``max.ready.records``: the group's host drops
 the oldest ready messages beyond it, counting what it has not read yet, whichever broker they were
-published through. With ``x-overflow`` reject-publish or reject-publish-dlx the queue keeps its oldest messages
-instead: each broker judges the publishes it receives before appending them (``share_admission.py``), and rejects
-those beyond ``x-max-length`` (nacked with confirms). ``x-expires``: the host counts how long the group has had no member, a
-redeclaration joins and leaves, and each broker's housekeeping deletes the queue once that reached
+published through. With ``x-overflow`` reject-publish or reject-publish-dlx the queue keeps its oldest
+messages instead: each broker judges the publishes it receives before appending them
+(``share_admission.py``) and rejects those beyond ``x-max-length`` (nacked with confirms).
+``x-expires``: the host counts how long the group has had no member, a redeclaration joins and leaves, and each broker's housekeeping deletes the queue once that reached
 it. The dead letters the host decides on (``maxlen``, ``delivery_limit``) reach the dead-letter
 exchange through the queue's dead-letter topic (``share_dead_letters.py``); without one they are
 dropped, and counted.
@@ -86,7 +86,7 @@ class ShareQueue(ShareGroupMembers):
 
     async def ready_count(self) -> int:
         """Ready messages: available in the share group's region plus the log it has not read yet, at most
-        ``x-max-length`` (0, logged, when the group's host cannot be asked)."""
+        ``x-max-length`` with drop-head (0, logged, when the group's host cannot be asked)."""
         await self._drained()  # a publish before this on the connection is counted
         try:
             ready = await self._ready_messages()
