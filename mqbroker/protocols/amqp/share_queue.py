@@ -27,8 +27,8 @@ the oldest ready messages beyond it, counting what it has not read yet, whicheve
 published through. With ``x-overflow`` reject-publish or reject-publish-dlx the queue keeps its oldest
 messages instead: each broker judges the publishes it receives before appending them
 (``share_admission.py``) and rejects those beyond ``x-max-length`` (nacked with confirms).
-``x-expires``: the host counts how long the group has had no member, a redeclaration joins and leaves, and each broker's housekeeping deletes the queue once that reached
-it. The dead letters the host decides on (``maxlen``, ``delivery_limit``) reach the dead-letter
+``x-expires``: the host counts how long the group has had no member, a redeclaration joins and
+leaves, and each broker's housekeeping deletes the queue once that reached it. The dead letters the host decides on (``maxlen``, ``delivery_limit``) reach the dead-letter
 exchange through the queue's dead-letter topic (``share_dead_letters.py``); without one they are
 dropped, and counted.
 """
