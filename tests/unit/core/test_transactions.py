@@ -251,6 +251,23 @@ def test_version_2_each_decision_bumps_the_epoch_and_the_next_transaction_never_
         _settled(rig, _produce_adding(rig, T1, _batch(second, 1, b"late")))
 
 
+def test_version_2_batches_released_by_one_addition_share_one_fsync_round(tmp_path: Path) -> None:
+    """A produce opening the transaction in two partitions: both appends wait for the coordinator's addition,
+    then go to disk in one fsync round (not the first alone, the second in the round after)."""
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    produced = [_produce_adding(rig, T0, _batch(identity, 0, b"a")), _produce_adding(rig, T1, _batch(identity, 0, b"b"))]
+    rig.clock.advance(0)  # the additions of this turn go to the coordinator as one
+    logs = {topic_partition: rig.logs.get(topic_partition.topic, topic_partition.partition) for topic_partition in (T0, T1)}
+    while all(partition_log.log_end_offset == 0 for partition_log in logs.values()):
+        rig.engine.finish_round()  # the addition's write, durable
+        rig.clock.advance(0.001)
+    (round_logs, _), = rig.engine.rounds
+    assert set(round_logs) == set(logs.values())
+    for answer in produced:
+        _settled(rig, answer)
+
+
 def test_version_2_offsets_join_the_transaction_without_add_offsets(tmp_path: Path) -> None:
     rig = _started(tmp_path)
     identity = _begin(rig)
