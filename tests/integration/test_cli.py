@@ -72,9 +72,7 @@ def plain_rows(output: str) -> list[list[str]]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A topic with records, a group with commits, a user, an ACL and a reassignment stuck in progress
     (its target includes the killed broker)."""
-    # The group below forms at once: no test here is about the initial rebalance delay (3 s by default).
-    brokers = start_cluster(tmp_path_factory.mktemp("cli-cluster"),
-                            extra_args=["--set", "group_initial_rebalance_delay_ms=0"])
+    brokers = start_cluster(tmp_path_factory.mktemp("cli-cluster"))
     try:
         live, dead = brokers[0].bootstrap, brokers[2]
         dead.kill()
