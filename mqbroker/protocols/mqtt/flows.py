@@ -27,6 +27,7 @@ from mqbroker.protocols.mqtt.packets import (
     NO_PROPERTIES,
     PROTOCOL_LEVEL_5,
     Packet,
+    PacketType,
     Properties,
     PubAck,
     PubComp,
@@ -42,6 +43,10 @@ from mqbroker.protocols.mqtt.state import (
     SessionState,
 )
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
+
+
+#: A successful PUBACK's fixed header (type 4, remaining length 2): its packet id follows (the short form [MQTT-3.4.2.1]).
+_PUBACK = bytes([PacketType.PUBACK << 4, 2])
 
 
 class Outbox:
@@ -100,21 +105,27 @@ class PublishFlows:
         """A client PUBLISH: append it to the log (QoS 1/2 with a ticket that completes its flow)."""
         state = self.state
         assert state is not None
-        if publish.properties.subscription_identifiers:
+        properties = publish.properties
+        plain = properties is NO_PROPERTIES  # nearly every PUBLISH: no property to check or strip
+        if not plain and properties.subscription_identifiers:
             raise protocol_error("a client PUBLISH carries a subscription identifier [MQTT-3.3.4-6]")
-        topic = self._resolve_topic_alias(publish)
+        topic = publish.topic
+        if not topic or not plain:
+            topic = self._resolve_topic_alias(publish)
         validate_topic_name(topic)
-        if publish.qos > self._config.maximum_qos:
-            raise MqttProtocolError(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {publish.qos} exceeds the maximum QoS [MQTT-3.2.2-11]")
-        if publish.retain and not self._config.retain_available:
+        qos, retain = publish.qos, publish.retain
+        if qos > self._config.maximum_qos:
+            raise MqttProtocolError(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} exceeds the maximum QoS [MQTT-3.2.2-11]")
+        if retain and not self._config.retain_available:
             raise MqttProtocolError(ReasonCode.RETAIN_NOT_SUPPORTED, "retain is not available [MQTT-3.2.2-14]")
-        if publish.qos == 2 and publish.packet_id in state.received_qos2:
-            self._outbox.send(PubRec(packet_id=publish.packet_id))  # a resend: the message is already stored
-            return
-        if publish.qos == 2 and (2, publish.packet_id) in self._writes.values():
-            return  # a resend while the first copy is being written: its PUBREC follows
+        if qos == 2:
+            if publish.packet_id in state.received_qos2:
+                self._outbox.send(PubRec(packet_id=publish.packet_id))  # a resend: the message is already stored
+                return
+            if (2, publish.packet_id) in self._writes.values():
+                return  # a resend while the first copy is being written: its PUBREC follows
         if (
-            publish.qos
+            qos
             and self._outbox.protocol_level == PROTOCOL_LEVEL_5  # 3.1.1 has no receive maximum: the adapter pauses reading
             and len(self._writes) + len(state.received_qos2) >= self._config.receive_maximum
         ):
@@ -123,21 +134,22 @@ class PublishFlows:
                 f"more than the receive maximum of {self._config.receive_maximum} unacknowledged QoS 1/2 "
                 "PUBLISH packets (§3.3.4)",
             )
-        properties = publish.properties
-        if properties.topic_alias is not None:  # subscription identifiers were refused above
+        if not plain and properties.topic_alias is not None:  # subscription identifiers were refused above
             properties = replace(properties, topic_alias=None)
-        headers = self._record_headers(publish.qos, publish.retain, properties)
+        headers = self._plain_headers.get((qos, retain)) if plain else None
+        if headers is None:
+            headers = self._record_headers(qos, retain, properties)
         ticket = None
-        if publish.qos:
+        if qos:
             assert publish.packet_id is not None
             ticket = self._next_ticket
-            self._next_ticket += 1
-            self._writes[ticket] = (publish.qos, publish.packet_id)
+            self._next_ticket = ticket + 1
+            self._writes[ticket] = (qos, publish.packet_id)
         self._outbox.actions.append(PublishToLog(
             ticket=ticket, log_topic=self._mapping.log_topic_for(topic), key=record_key(topic),
             payload=publish.payload, headers=headers,
         ))
-        if publish.retain:
+        if retain:
             self._outbox.actions.append(Retain(topic=topic, payload=publish.payload, headers=headers))
 
     def _record_headers(self, qos: int, retain: bool, properties: Properties) -> tuple[tuple[str, bytes], ...]:
@@ -174,9 +186,13 @@ class PublishFlows:
 
     def acknowledge_writes(self, writes: Sequence[tuple[int, int]], reason_code: ReasonCode) -> None:
         """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``)."""
+        actions = self._outbox.actions
         for qos, packet_id in writes:
             if qos == 1:
-                self._outbox.send(PubAck(packet_id=packet_id, reason_code=reason_code))
+                if reason_code == ReasonCode.SUCCESS:  # the short form at either level, without encode()
+                    actions.append(Send(packet=PubAck(packet_id=packet_id), data=_PUBACK + packet_id.to_bytes(2, "big")))
+                else:
+                    self._outbox.send(PubAck(packet_id=packet_id, reason_code=reason_code))
                 continue
             if reason_code < 0x80:
                 assert self.state is not None
