@@ -5,8 +5,9 @@ Run ``python benchmarks/mqtt_cpu_ab.py TREE [TREE ...] [--messages 20000] [--tri
 One broker per tree (``PYTHONPATH`` = the tree); each trial publishes ``--messages`` 100-byte
 messages from one paho 3.1.1 client (``mqtt_bench``'s: 1,000 in flight) to each broker in turn,
 alternating, and reads the CPU time of the broker's threads (``/proc/<pid>/task/*/schedstat``) before and after the
-last PUBACK. Per tree it prints the median and range of µs per message and the median ratio to the
-first tree: CPU time per message holds on a loaded machine where rates do not, and the ratio of
+last PUBACK. Per tree it prints the median and range of µs per message, the median ratio to the
+first tree, and the broker's idle CPU (measured before the trials) times each trial's duration per
+message, the share of the figure no message caused (a slow client on a loaded machine raises it): CPU time per message holds on a loaded machine where rates do not, and the ratio of
 variants alternated in one run holds best.
 """
 
@@ -27,6 +28,7 @@ from benchmarks.mqtt_bench import PAYLOAD_BYTES, connected_client  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
 WARM_UP_MESSAGES = 2_000
+IDLE_SECONDS = 5.0
 
 
 def process_cpu_s(pid: int) -> float:
@@ -38,22 +40,30 @@ def process_cpu_s(pid: int) -> float:
     return total_ns / 1e9
 
 
-def publish_cpu_us(port: int, pid: int, qos: int, count: int, client_id: str) -> float:
-    """Broker CPU µs per message while one paho client publishes ``count`` messages and sees them acknowledged."""
+def publish_cpu_us(port: int, pid: int, qos: int, count: int, client_id: str) -> tuple[float, float]:
+    """Broker CPU µs per message while one paho client publishes ``count`` messages and sees them acknowledged,
+    and the seconds that took."""
     publisher = connected_client(port, client_id)
     payload = b"p" * PAYLOAD_BYTES
     try:
-        before = process_cpu_s(pid)
+        before, started = process_cpu_s(pid), time.monotonic()
         infos = [publisher.publish("bench/cpu", payload, qos=qos) for _ in range(count)]
         marker = publisher.publish("bench/cpu", payload, qos=1)
         marker.wait_for_publish(timeout=120)
         for info in infos[-1:]:
             info.wait_for_publish(timeout=120)
-        after = process_cpu_s(pid)
+        after, elapsed_s = process_cpu_s(pid), time.monotonic() - started
     finally:
         publisher.disconnect()
         publisher.loop_stop()
-    return (after - before) / (count + 1) * 1e6
+    return (after - before) / (count + 1) * 1e6, elapsed_s
+
+
+def idle_cpu_ms_per_s(pid: int, seconds: float = IDLE_SECONDS) -> float:
+    """The broker's CPU use with no client busy (timers, long polls): part of every message's figure."""
+    before = process_cpu_s(pid)
+    time.sleep(seconds)
+    return (process_cpu_s(pid) - before) / seconds * 1e3
 
 
 def main() -> None:
@@ -67,6 +77,8 @@ def main() -> None:
     arguments = parser.parse_args()
     names = [f"{number}:{tree}" for number, tree in enumerate(arguments.trees)]
     samples: dict[str, list[float]] = {name: [] for name in names}
+    idle_shares: dict[str, list[float]] = {name: [] for name in names}
+    idle_rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
         brokers = {}
         for number, (name, tree) in enumerate(zip(names, arguments.trees)):
@@ -79,12 +91,16 @@ def main() -> None:
             assert broker.process is not None
             brokers[name] = broker
             publish_cpu_us(broker.ports["mqtt"], broker.process.pid, arguments.qos, WARM_UP_MESSAGES, "warm-up")
+        for name, broker in brokers.items():
+            assert broker.process is not None
+            idle_rates[name] = idle_cpu_ms_per_s(broker.process.pid)
         for trial in range(arguments.trials):
             for name, broker in brokers.items():
                 assert broker.process is not None
-                cpu_us = publish_cpu_us(broker.ports["mqtt"], broker.process.pid, arguments.qos, arguments.messages,
-                                        f"ab-{trial}")
+                cpu_us, elapsed_s = publish_cpu_us(broker.ports["mqtt"], broker.process.pid, arguments.qos,
+                                                   arguments.messages, f"ab-{trial}")
                 samples[name].append(cpu_us)
+                idle_shares[name].append(idle_rates[name] * elapsed_s / arguments.messages * 1e3)
                 print(f"-- trial {trial + 1} {name}: {cpu_us:.2f} us/msg", file=sys.stderr)
     first = samples[names[0]]
     print(f"broker CPU per QoS {arguments.qos} message, mqtt_puback={arguments.puback}, {arguments.messages} messages "
@@ -92,7 +108,8 @@ def main() -> None:
     for name, values in samples.items():
         ratio = statistics.median(value / reference for value, reference in zip(values, first))
         print(f"{name:40} median {statistics.median(values):6.2f} us  range {min(values):6.2f}-{max(values):6.2f}"
-              f"  ratio {ratio:5.2f}")
+              f"  ratio {ratio:5.2f}  (idle {idle_rates[name]:.1f} ms/s: ~{statistics.median(idle_shares[name]):.2f} us"
+              " of each message's figure)")
 
 
 if __name__ == "__main__":
