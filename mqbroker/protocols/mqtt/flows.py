@@ -15,10 +15,11 @@ the durable session state changed (``StoreSession``).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send
+from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, protocol_error
@@ -45,8 +46,9 @@ from mqbroker.protocols.mqtt.state import (
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
 
 
-#: A successful PUBACK's fixed header (type 4, remaining length 2): its packet id follows (the short form [MQTT-3.4.2.1]).
-_PUBACK = bytes([PacketType.PUBACK << 4, 2])
+#: A successful PUBACK: its fixed header (type 4, remaining length 2), then the packet id.
+_PUBACK = struct.Struct(">HH")
+_PUBACK_HEADER = PacketType.PUBACK << 12 | 2
 
 
 class Outbox:
@@ -185,20 +187,31 @@ class PublishFlows:
         return [self._writes.pop(ticket) for ticket in tickets]
 
     def acknowledge_writes(self, writes: Sequence[tuple[int, int]], reason_code: ReasonCode) -> None:
-        """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``)."""
-        actions = self._outbox.actions
+        """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``), in order."""
+        puback_ids: list[int] = []  # a run of successful PUBACKs: one action
         for qos, packet_id in writes:
+            if qos == 1 and reason_code == ReasonCode.SUCCESS:
+                puback_ids.append(packet_id)
+                continue
+            if puback_ids:
+                self._send_pubacks(puback_ids)
+                puback_ids = []
             if qos == 1:
-                if reason_code == ReasonCode.SUCCESS:  # the short form at either level, without encode()
-                    actions.append(Send(packet=PubAck(packet_id=packet_id), data=_PUBACK + packet_id.to_bytes(2, "big")))
-                else:
-                    self._outbox.send(PubAck(packet_id=packet_id, reason_code=reason_code))
+                self._outbox.send(PubAck(packet_id=packet_id, reason_code=reason_code))
                 continue
             if reason_code < 0x80:
                 assert self.state is not None
                 self.state.received_qos2.add(packet_id)
                 self._outbox.dirty = True
             self._outbox.send(PubRec(packet_id=packet_id, reason_code=reason_code))
+        if puback_ids:
+            self._send_pubacks(puback_ids)
+
+    def _send_pubacks(self, packet_ids: list[int]) -> None:
+        """Successful PUBACKs in the short form at either level [MQTT-3.4.2.1]: fixed header and packet id."""
+        pack = _PUBACK.pack
+        self._outbox.actions.append(SendPubAcks(
+            packet_ids=packet_ids, data=b"".join([pack(_PUBACK_HEADER, packet_id) for packet_id in packet_ids])))
 
     def on_pubrel(self, pubrel: PubRel, now_ms: int) -> None:
         """The client releases a stored QoS 2 message: forget its packet id."""

@@ -44,6 +44,7 @@ from mqbroker.protocols.mqtt.actions import (
     Retain,
     ScheduleWill,
     Send,
+    SendPubAcks,
     SessionEnded,
     SetTimer,
     StoreSession,
@@ -241,6 +242,8 @@ class MqttConnection:
                 group.append(action)
             elif kind is Send:
                 self._send(action)
+            elif kind is SendPubAcks:
+                self._write(action.data)
             elif isinstance(action, Close):
                 if self._connection is not None:
                     self.flush(even_when_corked=True)
@@ -273,14 +276,18 @@ class MqttConnection:
             code = ReasonCode.NOT_AUTHORIZED if self.session.protocol_level == PROTOCOL_LEVEL_5 else ReasonCode.SUCCESS
             self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), code))
 
+    def _write(self, data: bytes) -> None:
+        """Queue ``data`` for this turn's socket write."""
+        if self._connection is not None:
+            self._outgoing.append(data)
+            self.hub.statistics["bytes/sent"] += len(data)
+
     def _send(self, action: Send) -> None:
         if self._connection is None:
             return
-        self._outgoing.append(action.data)
-        statistics = self.hub.statistics
-        statistics["bytes/sent"] += len(action.data)
+        self._write(action.data)
         if isinstance(action.packet, Publish):
-            statistics["messages/sent"] += 1
+            self.hub.statistics["messages/sent"] += 1
             if self._fetch_throttle is not None:
                 self._fetch_throttle.record(len(action.data))
                 if self._fetch_throttle.active:

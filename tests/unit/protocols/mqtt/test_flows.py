@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from mqbroker.protocols.mqtt.actions import Close, Send
-from mqbroker.protocols.mqtt.codec import encode
+import pytest
+
+from mqbroker.protocols.mqtt.actions import Close, PublishToLog, Send, SendPubAcks
+from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import (
     Connect,
     Properties,
+    PubAck,
     Publish,
+    PubRec,
     PubRel,
     ReasonCode,
 )
@@ -78,3 +82,18 @@ def test_a_qos2_resend_while_the_first_copy_is_written_is_not_written_twice() ->
     session.receive_data(encode(publish, 5), 0)
     assert session.receive_data(encode(publish, 5), 0) == []
     assert session.log_writes_in_flight == 1
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_one_log_write_is_acknowledged_in_publish_order_with_runs_of_pubacks_as_one_action(level: int) -> None:
+    session = connected_session(level)
+    qos_and_ids = [(1, 1), (2, 2), (1, 3), (1, 4)]
+    received = b"".join(encode(Publish(topic="t", payload=b"x", qos=qos, packet_id=packet_id), level)
+                        for qos, packet_id in qos_and_ids)
+    tickets = [action.ticket for action in session.receive_data(received, 0) if isinstance(action, PublishToLog)]
+    actions = session.log_writes_completed(tickets, 1)  # type: ignore[arg-type]
+    sent = [action for action in actions if isinstance(action, (Send, SendPubAcks))]
+    assert [type(action) for action in sent] == [SendPubAcks, Send, SendPubAcks]
+    assert [action.packet_ids for action in sent if isinstance(action, SendPubAcks)] == [[1], [3, 4]]
+    wire = PacketDecoder(packet_bytes_max=1024, protocol_level=level).receive_data(b"".join(a.data for a in sent))
+    assert wire == [PubAck(packet_id=1), PubRec(packet_id=2), PubAck(packet_id=3), PubAck(packet_id=4)]
