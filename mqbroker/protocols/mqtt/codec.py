@@ -404,6 +404,8 @@ def decode_packet(first_byte: int, body: bytes | bytearray | memoryview, protoco
 
 
 _PUBLISH = int(PacketType.PUBLISH)
+#: A PUBACK's first byte (no flags): one with a packet id and nothing else is decoded inline.
+_PUBACK_FIRST_BYTE = PacketType.PUBACK << 4
 
 
 def _plain_publish(data: bytes, start: int, end: int, flags: int, level: int) -> Publish | None:
@@ -497,8 +499,11 @@ class PacketDecoder:
                 break
             start = position + header_bytes
             packet = None
-            if first_byte >> 4 == _PUBLISH and level is not None:
-                packet = _plain_publish(data, start, end, first_byte & 0x0F, level)
+            if level is not None:
+                if first_byte >> 4 == _PUBLISH:
+                    packet = _plain_publish(data, start, end, first_byte & 0x0F, level)
+                elif first_byte == _PUBACK_FIRST_BYTE and body_bytes == 2 and (data[start] or data[start + 1]):
+                    packet = PubAck(packet_id=data[start] << 8 | data[start + 1])  # a subscriber's usual PUBACK
             if packet is None:
                 packet = decode_packet(first_byte, data[start:end], level)
                 if level is None and isinstance(packet, Connect):
