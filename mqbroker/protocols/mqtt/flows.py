@@ -88,6 +88,8 @@ class PublishFlows:
         self._inbound_aliases: dict[int, str] = {}
         self._writes: dict[int, tuple[int, int]] = {}  # ticket -> (qos, packet id) awaiting the log
         self._plain_headers: dict[tuple[int, bool], tuple[tuple[str, bytes], ...]] = {}
+        #: The last PUBLISH's (topic, mapping rules version, log topic, record key): most publish to one topic.
+        self._destination: tuple[str, int, str, bytes] = ("", -1, "", b"")
         self._next_ticket = 1
 
     def attach(self, state: SessionState, now_ms: int) -> None:
@@ -114,7 +116,11 @@ class PublishFlows:
         topic = publish.topic
         if not topic or not plain:
             topic = self._resolve_topic_alias(publish)
-        validate_topic_name(topic)
+        destination = self._destination
+        if destination[0] != topic or destination[1] != self._mapping.rules_version:
+            validate_topic_name(topic)  # a topic seen last time (the usual case) was valid then, and still is
+            destination = self._destination = (
+                topic, self._mapping.rules_version, self._mapping.log_topic_for(topic), record_key(topic))
         qos, retain = publish.qos, publish.retain
         if qos > self._config.maximum_qos:
             raise MqttProtocolError(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} exceeds the maximum QoS [MQTT-3.2.2-11]")
@@ -148,8 +154,7 @@ class PublishFlows:
             self._next_ticket = ticket + 1
             self._writes[ticket] = (qos, publish.packet_id)
         self._outbox.actions.append(PublishToLog(
-            ticket=ticket, log_topic=self._mapping.log_topic_for(topic), key=record_key(topic),
-            payload=publish.payload, headers=headers,
+            ticket=ticket, log_topic=destination[2], key=destination[3], payload=publish.payload, headers=headers,
         ))
         if retain:
             self._outbox.actions.append(Retain(topic=topic, payload=publish.payload, headers=headers))
