@@ -1,14 +1,16 @@
 """Broker CPU per MQTT PUBLISH for source trees side by side in one run (paho publisher, process CPU time).
 
 Run ``python benchmarks/mqtt_cpu_ab.py TREE [TREE ...] [--messages 20000] [--trials 5] [--qos 1]
-[--puback durable|written]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C /tmp/before``.
-One broker per tree (``PYTHONPATH`` = the tree); each trial publishes ``--messages`` 100-byte
+[--puback durable|written] [--mosquitto]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C
+/tmp/before``. One broker per tree (``PYTHONPATH`` = the tree), and with ``--mosquitto`` Debian's
+Mosquitto (``mqtt_bench``'s configuration) as one more; each trial publishes ``--messages`` 100-byte
 messages from one paho 3.1.1 client (``mqtt_bench``'s: 1,000 in flight) to each broker in turn,
-alternating, and reads the CPU time of the broker's threads (``/proc/<pid>/task/*/schedstat``) before and after the
-last PUBACK. Per tree it prints the median and range of µs per message, the median ratio to the
-first tree, and the broker's idle CPU (measured before the trials) times each trial's duration per
-message, the share of the figure no message caused (a slow client on a loaded machine raises it): CPU time per message holds on a loaded machine where rates do not, and the ratio of
-variants alternated in one run holds best.
+alternating, and reads the CPU time of the broker's threads (``/proc/<pid>/task/*/schedstat``)
+before and after the last PUBACK. Per broker it prints the median and range of µs per message, the
+median ratio to the first tree, and the broker's idle CPU (measured before the trials) times each
+trial's duration per message: the share of the figure no message caused, which a slow client on a
+loaded machine raises. CPU time per message holds on a loaded machine where rates do not, and the
+ratio of variants alternated in one run holds best.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from benchmarks.mqtt_bench import PAYLOAD_BYTES, connected_client  # noqa: E402
+from benchmarks.mqtt_bench import PAYLOAD_BYTES, connected_client, mosquitto_process  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
 WARM_UP_MESSAGES = 2_000
@@ -74,13 +76,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--qos", type=int, choices=[0, 1, 2], default=1)
     parser.add_argument("--puback", choices=["durable", "written"], default="durable")
+    parser.add_argument("--mosquitto", action="store_true", help="Debian's mosquitto as one more broker, alternated")
     arguments = parser.parse_args()
     names = [f"{number}:{tree}" for number, tree in enumerate(arguments.trees)]
     samples: dict[str, list[float]] = {name: [] for name in names}
     idle_shares: dict[str, list[float]] = {name: [] for name in names}
     idle_rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
-        brokers = {}
+        targets: dict[str, tuple[int, int]] = {}  # name -> (MQTT port, pid)
         for number, (name, tree) in enumerate(zip(names, arguments.trees)):
             data_dir = pathlib.Path(directory) / f"broker-{number}"
             data_dir.mkdir()
@@ -89,16 +92,17 @@ def main() -> None:
             broker.start(timeout_s=60)
             stack.callback(broker.kill)
             assert broker.process is not None
-            brokers[name] = broker
-            publish_cpu_us(broker.ports["mqtt"], broker.process.pid, arguments.qos, WARM_UP_MESSAGES, "warm-up")
-        for name, broker in brokers.items():
-            assert broker.process is not None
-            idle_rates[name] = idle_cpu_ms_per_s(broker.process.pid)
+            targets[name] = broker.ports["mqtt"], broker.process.pid
+        if arguments.mosquitto:
+            targets["mosquitto"] = stack.enter_context(mosquitto_process(pathlib.Path(directory)))
+            samples["mosquitto"], idle_shares["mosquitto"] = [], []
+        for name, (port, pid) in targets.items():
+            publish_cpu_us(port, pid, arguments.qos, WARM_UP_MESSAGES, "warm-up")
+        for name, (port, pid) in targets.items():
+            idle_rates[name] = idle_cpu_ms_per_s(pid)
         for trial in range(arguments.trials):
-            for name, broker in brokers.items():
-                assert broker.process is not None
-                cpu_us, elapsed_s = publish_cpu_us(broker.ports["mqtt"], broker.process.pid, arguments.qos,
-                                                   arguments.messages, f"ab-{trial}")
+            for name, (port, pid) in targets.items():
+                cpu_us, elapsed_s = publish_cpu_us(port, pid, arguments.qos, arguments.messages, f"ab-{trial}")
                 samples[name].append(cpu_us)
                 idle_shares[name].append(idle_rates[name] * elapsed_s / arguments.messages * 1e3)
                 print(f"-- trial {trial + 1} {name}: {cpu_us:.2f} us/msg", file=sys.stderr)
