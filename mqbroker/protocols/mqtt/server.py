@@ -224,6 +224,7 @@ class MqttConnection:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
         refused: list[int] = []
         retained_writes: list[Deferred[Any]] = []
+        check_writes = mqtt_security.topic_acls_apply(self)  # once per list: no topic ACL, no check per message
         # A run of messages to one MQTT topic (the usual case) goes to one partition: looked up once per run.
         last_key: bytes | None = None
         last_log_topic: str | None = None
@@ -231,7 +232,7 @@ class MqttConnection:
         for action in actions:
             kind = type(action)
             if kind is PublishToLog:
-                if self.topic_decisions is not None and not mqtt_security.topic_allowed(  # None: no topic ACLs apply
+                if check_writes and not mqtt_security.topic_allowed(
                         self, Operation.WRITE, action.key.decode("utf-8", "replace")):
                     if action.ticket is not None:  # QoS 1/2: PUBACK/PUBREC 0x87 (level 5); QoS 0 is dropped
                         refused.append(action.ticket)
