@@ -142,6 +142,9 @@ amqp_log_fetch_wait_ms_max = 1_000
 #: AMQP: how long a basic.get on a share queue waits for its share group to acquire a message (the group reads a
 #: message published just before at once; an empty queue answers get-empty after this).
 amqp_share_get_wait_ms_max = 200
+#: AMQP: how often a reject-publish share queue asks its ready count again when asking failed (the group's host
+#: or the log's leader is moving); its waiting publishes are rejected once ``reroute_ms_max`` passed.
+amqp_admission_retry_ms = 100
 #: AMQP: bytes one fetch of a queue's or a source exchange's log may return.
 amqp_log_fetch_bytes_max = 4 * 1024 * 1024
 #: AMQP: bytes one fetch of an internal topic's replay at start-up may return.

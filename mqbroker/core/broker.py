@@ -151,7 +151,7 @@ class Broker:
             markers=PartitionMarkers(clock=clock, node_id=config.node_id, cluster=cluster, local=self._markers,
                                      peers=lambda: self._transaction_peers),
             allocate_producer_id=self._producer_ids.allocate, offsets_partition_of=self._offsets_partition_of,
-            replication_factor=internal_replication_factor(config, len(cluster.voters)),
+            replication_factor=internal_replication_factor(config, len(cluster.voters)), one_round=self._flusher.one_round,
         )
         self._transactions = TransactionRequests(
             node_id=config.node_id, authorizer=authorizer, hosting=self._txn_hosting, groups=self._groups,

@@ -10,7 +10,9 @@ appender, or another broker over ``TransactionPeers``) and retries, with backoff
 leaders, until every partition has it, so no decided transaction is left hanging. A marker a
 partition answers with INVALID_PRODUCER_EPOCH is obsolete (a later decision already fenced that
 epoch there) and counts as written; TRANSACTION_COORDINATOR_FENCED means a newer coordinator
-owns the id, and this one stops.
+owns the id, and this one stops. A leader refusing a marker at once (not the leader any more, too
+few in-sync replicas) answers that partition with the error, like a slow one: the coordinator
+retries it, and the other partitions of the request keep their outcomes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
-from twisted.internet.defer import Deferred, DeferredList, gatherResults
+from twisted.internet.defer import Deferred, DeferredList, fail, gatherResults
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 
@@ -30,8 +32,12 @@ from mqbroker.interfaces import IClusterView
 from mqbroker.records.control import ControlType, encode_control_batch
 from mqbroker.transactions.messages import AddPartitionsRequest, MarkerOutcome, TransactionMarker
 
-#: A marker waits this long for the in-sync replicas of its partition (then the coordinator retries).
-MARKER_APPEND_TIMEOUT_MS = 5_000
+#: A marker waits this long for the in-sync replicas of its partition (then the coordinator retries). Long, like
+#: Kafka's request.timeout.ms (30 s) that bounds its WriteTxnMarkers appends: a marker already in the log is
+#: credited (and a group's offsets apply) when its fsync round and replicas have it, and a retry could only
+#: append another one behind the same round. What a retry can fix ends the wait at once: a lost leadership
+#: fails it, a follower too slow for the ISR is dropped from it (``replica_lag_time_max_ms``, 10 s).
+MARKER_APPEND_TIMEOUT_MS = 30_000
 #: Backoff between rounds for the partitions whose marker could not be written yet.
 RETRY_BACKOFF_S_MIN = 0.02
 RETRY_BACKOFF_S_MAX = 1.0
@@ -81,8 +87,11 @@ class MarkerAppender:
         kind = ControlType.COMMIT if marker.committed else ControlType.ABORT
         batch = encode_control_batch(kind, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
                                      int(self._clock.seconds() * 1000))
-        appended = self._append(topic_partition.topic, topic_partition.partition, batch, MARKER_APPEND_TIMEOUT_MS,
-                                markers_allowed=True)
+        try:
+            appended = self._append(topic_partition.topic, topic_partition.partition, batch, MARKER_APPEND_TIMEOUT_MS,
+                                    markers_allowed=True)
+        except errors.BrokerError as error:  # refused at once: this partition's outcome, retried like a slow one
+            appended = fail(error)
 
         def done(_: object) -> MarkerOutcome:
             if marker.committed:

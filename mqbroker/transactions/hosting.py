@@ -13,6 +13,7 @@ leadership moves away the service resigns and its parked requests answer NOT_COO
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -88,9 +89,10 @@ class TransactionHosting:
         self, *, config: BrokerConfig, clock: IReactorTime, cluster: IClusterView, logs: LogManager,
         replicas: ReplicaManager, append_replicated: ReplicatedAppend, markers: MarkerWriter,
         allocate_producer_id: Callable[[], Deferred[int]], offsets_partition_of: Callable[[str], TopicPartition],
-        replication_factor: int,
+        replication_factor: int, one_round: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
-        """``replication_factor``: how many live brokers ``__transaction_state`` waits for (error messages)."""
+        """``replication_factor``: how many live brokers ``__transaction_state`` waits for (error messages);
+        ``one_round``: the flusher's, for the services (see ``TransactionService``)."""
         self._config = config
         self._clock = clock
         self._cluster = cluster
@@ -98,6 +100,7 @@ class TransactionHosting:
         self._replicas = replicas
         self._append_replicated = append_replicated
         self._markers = markers
+        self._one_round = one_round
         self._allocate_producer_id = allocate_producer_id
         self._offsets_partition_of = offsets_partition_of
         self._replication_factor = replication_factor
@@ -169,7 +172,7 @@ class TransactionHosting:
         self._services[partition] = TransactionService(
             coordinator=coordinator, clock=self._clock, markers=self._markers,
             append=lambda records: self._append(partition, records),
-            allocate_producer_id=self._allocate_producer_id, stats=self.stats,
+            allocate_producer_id=self._allocate_producer_id, stats=self.stats, one_round=self._one_round,
         )
         self.log.info("coordinating the transactions of {topic}-{partition} at epoch {epoch} ({count} id(s) loaded)",
                       topic=TRANSACTION_STATE_TOPIC, partition=partition, epoch=leader.leader_epoch, count=len(state))

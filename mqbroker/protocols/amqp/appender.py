@@ -62,6 +62,23 @@ class BatchStored:
             listener(stored)
 
 
+class AdmittedBatch(BatchStored):
+    """The publishes one admission round judged (``x-overflow`` reject-publish, ``share_admission.py``): the first
+    ``admitted`` of its ``size`` messages were appended, the rest rejected.
+
+    It settles once the admitted ones are stored (or refused): ``outcome`` is theirs, True when none was admitted.
+    Only publisher confirms look further (``confirm_runs.py``): a rejected message is nacked; everyone else (bytes
+    held, transactions, routed sources) takes a rejected message as dropped, as RabbitMQ does without confirms.
+    """
+
+    __slots__ = ("admitted", "size")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 0  # messages in the round so far; the newest is number size - 1
+        self.admitted = 0  # known once the round is decided, before the batch settles
+
+
 def all_settled(batches: Iterable[BatchStored]) -> Deferred[bool]:
     """Fires with True once every batch is durable, False as soon as one was refused."""
     unique = list(dict.fromkeys(batches))

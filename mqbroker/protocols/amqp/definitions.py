@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from mqbroker import errors, limits
 from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest
+from mqbroker.protocols.amqp.queues import REMOTE_OWNER
 from mqbroker.protocols.amqp.routing import Binding, Exchange
 from mqbroker.protocols.amqp.spec import AmqpError
 from mqbroker.protocols.amqp.stored import METADATA_TOPIC, QueueDeclaration, decode_binding_key, decode_declaration
@@ -119,7 +120,7 @@ class DefinitionsFollower:
             vhost.persisted_exchanges.pop(name, None)
         elif kind == b"q:":
             queue = vhost.queues.get(name)
-            if queue is not None and queue.owner is None:
+            if queue is not None and (queue.owner is None or queue.owner == REMOTE_OWNER):
                 vhost.drop_queue(queue)
             vhost.learned_queues.discard(name)
         elif kind == b"b:":

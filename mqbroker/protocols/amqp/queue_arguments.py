@@ -1,7 +1,7 @@
 """What a queue's x-arguments and a message's properties say, parsed (pure): RabbitMQ's vocabulary.
 
 ``QueuePolicy`` reads queue.declare's arguments (``x-queue-type``, ``x-message-ttl``,
-``x-expires``, ``x-max-length``, ``x-delivery-limit``, ``x-dead-letter-*``), refusing what it
+``x-expires``, ``x-max-length``, ``x-overflow``, ``x-delivery-limit``, ``x-dead-letter-*``), refusing what it
 cannot honour with 406 PRECONDITION_FAILED; ``parse_expiration`` reads a message's
 ``expiration``; ``x_death_headers`` writes a dead-lettered message's ``x-death`` headers; and
 ``parse_stream_offset`` reads where a stream consumer starts (``x-stream-offset``).
@@ -36,6 +36,19 @@ class QueueType(enum.Enum):
     SHARE = "share"  # served by the share group over its log (share_queue.py)
 
 
+class Overflow(enum.Enum):
+    """What a full queue (``x-max-length`` ready messages) does with one more (RabbitMQ's ``x-overflow``)."""
+
+    DROP_HEAD = "drop-head"  # the oldest ready message goes (dead-lettered, reason maxlen)
+    REJECT_PUBLISH = "reject-publish"  # the new one is not stored: nacked with confirms, dropped without
+    REJECT_PUBLISH_DLX = "reject-publish-dlx"  # the same, and the new one is dead-lettered (reason maxlen)
+
+    @property
+    def rejects_publish(self) -> bool:
+        """Whether a full queue refuses new messages rather than dropping its head."""
+        return self is not Overflow.DROP_HEAD
+
+
 def _precondition(text: str) -> AmqpError:
     return AmqpError(ReplyCode.PRECONDITION_FAILED, text, class_id=50, method_id=10)
 
@@ -68,6 +81,7 @@ class QueuePolicy:
     message_ttl_ms: int | None = None
     expires_ms: int | None = None
     max_length: int | None = None
+    overflow: Overflow = Overflow.DROP_HEAD
     delivery_limit: int | None = None
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
@@ -82,9 +96,18 @@ class QueuePolicy:
             queue_type = QueueType(queue_type_name)
         except ValueError:
             raise _precondition(f"x-queue-type {queue_type_name!r} is not supported; use classic, stream or share") from None
-        overflow = _optional_str(arguments, "x-overflow") or "drop-head"
-        if overflow != "drop-head":
-            raise _precondition(f"x-overflow {overflow!r} is not supported; only drop-head is")
+        overflow_name = _optional_str(arguments, "x-overflow") or "drop-head"
+        try:
+            overflow = Overflow(overflow_name)
+        except ValueError:
+            raise _precondition(f"x-overflow {overflow_name!r} is not supported; use drop-head, reject-publish or "
+                                "reject-publish-dlx") from None
+        if overflow.rejects_publish and queue_type is not QueueType.SHARE:
+            # A classic queue's state lives in the broker consuming it: a publish through another broker could not
+            # be judged against it (docs/queues.md "AMQP share queues").
+            raise _precondition(f"x-overflow {overflow_name!r} needs a share queue (durable, neither exclusive nor "
+                                f"auto-delete, without x-queue-type, or x-queue-type share); a "
+                                f"{queue_type.value} queue only drops its head")
         expires_ms = _non_negative_int(arguments, "x-expires")
         if expires_ms == 0:
             raise _precondition("x-expires must be at least 1 ms")
@@ -96,6 +119,7 @@ class QueuePolicy:
             message_ttl_ms=_non_negative_int(arguments, "x-message-ttl"),
             expires_ms=expires_ms,
             max_length=max_length,
+            overflow=overflow,
             delivery_limit=_non_negative_int(arguments, "x-delivery-limit"),
             dead_letter_exchange=_optional_str(arguments, "x-dead-letter-exchange"),
             dead_letter_routing_key=_optional_str(arguments, "x-dead-letter-routing-key"),

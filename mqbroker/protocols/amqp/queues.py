@@ -103,6 +103,11 @@ def delivery_of(queue: str, message: QueuedMessage, redelivered: bool) -> Delive
                     routing_key=stored.routing_key, properties_raw=stored.properties_raw, body=stored.body)
 
 
+#: The owner of an exclusive queue declared through another broker of the cluster: every session here is refused it
+#: (405), publishes reach it.
+REMOTE_OWNER = -1
+
+
 class QueueHost(AppendHost, Protocol):
     """What queues need from their virtual host."""
     def state_changed(self, queue: ClassicQueue) -> None: ...
@@ -125,7 +130,7 @@ class BaseQueue(abc.ABC):
         self.declaration = declaration
         self.name = declaration.name
         self.topic = queue_topic(declaration.name)
-        self.owner = owner  # the session id of an exclusive queue's connection
+        self.owner = owner  # the session id of an exclusive queue's connection (REMOTE_OWNER: on another broker)
         self.consumers: dict[ConsumerKey, Consumer] = {}
         self.had_consumers = False
         self.deleted = False

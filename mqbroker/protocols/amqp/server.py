@@ -290,6 +290,7 @@ class AmqpSession:
             reply = spec.QueueBindOk() if isinstance(method, spec.QueueBind) else spec.QueueUnbindOk()
         elif isinstance(method, spec.QueuePurge):
             amqp_security.check_queue(self._security, self._principal, method.queue, Operation.DELETE, 50, 30)
+            await vhost.served_here(method.queue, method)
             reply = spec.QueuePurgeOk(message_count=await vhost.queue(method.queue, method, self.session_id).purge())
         elif isinstance(method, spec.QueueDelete):
             amqp_security.check_queue(self._security, self._principal, method.queue, Operation.DELETE, 50, 40)
@@ -314,6 +315,7 @@ class AmqpSession:
 
     async def _get(self, channel: int, method: spec.BasicGet) -> None:
         amqp_security.check_queue(self._security, self._principal, method.queue, Operation.READ, 60, 70)
+        await self._vhost.served_here(method.queue, method)
         await self._vhost.adopt(method.queue)
         queue = self._vhost.queue(method.queue, method, self.session_id)
         if isinstance(queue, StreamQueue):
@@ -338,6 +340,7 @@ class AmqpSession:
         method = spec.BasicConsume(queue=action.queue)
         amqp_security.check_queue(self._security, self._principal, action.queue, Operation.READ, 60, 20)
         await self._vhost.caught_up(queue=action.queue)
+        await self._vhost.served_here(action.queue, method)
         await self._vhost.adopt(action.queue)
         queue = self._vhost.queue(action.queue, method, self.session_id)
         if action.exclusive and queue.consumers:
@@ -482,7 +485,8 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
     metrics = context.metrics
     vhost = VirtualHost(broker, reactor, unreadable=metrics.unreadable if metrics is not None else None,
                         unroutable=metrics.unroutable if metrics is not None else None,
-                        default_queue_type=QueueType(context.config.amqp_default_queue_type))
+                        default_queue_type=QueueType(context.config.amqp_default_queue_type),
+                        node_id=context.config.node_id)
     # Runs before the broker service stops (registered earlier), while appends are still accepted.
     IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", vhost.snapshots.write_changed_states)
     gauge = context.metrics.connections.labels("amqp") if context.metrics is not None else None

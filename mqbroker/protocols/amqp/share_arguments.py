@@ -35,7 +35,7 @@ def share_group_configs(queue: str, arguments: Mapping[str, Any]) -> dict[str, s
         configs["dead.letter.topic"] = dead_letter_topic(queue)
     configs["max.delivery.attempts"] = str(min(policy.delivery_limit or limits.share_delivery_attempts_max,
                                                limits.share_delivery_attempts_max))
-    if policy.max_length is not None:  # x-overflow is drop-head (QueuePolicy refuses the others)
+    if policy.max_length is not None and not policy.overflow.rejects_publish:  # drop-head: the host drops heads
         configs["max.ready.records"] = str(policy.max_length)
     return configs
 

@@ -24,9 +24,11 @@ group without one).
 is stored as the record header the share group schedules by: the message is delivered once its
 time comes. ``x-max-length`` (drop-head) is the group's ``max.ready.records``: the group's host drops
 the oldest ready messages beyond it, counting what it has not read yet, whichever broker they were
-published through. ``x-expires``: the host counts how long the group has had no member, a
-redeclaration joins and leaves, and each broker's housekeeping deletes the queue once that reached
-it. The dead letters the host decides on (``maxlen``, ``delivery_limit``) reach the dead-letter
+published through. With ``x-overflow`` reject-publish or reject-publish-dlx the queue keeps its oldest
+messages instead: each broker judges the publishes it receives before appending them
+(``share_admission.py``) and rejects those beyond ``x-max-length`` (nacked with confirms).
+``x-expires``: the host counts how long the group has had no member, a redeclaration joins and
+leaves, and each broker's housekeeping deletes the queue once that reached it. The dead letters the host decides on (``maxlen``, ``delivery_limit``) reach the dead-letter
 exchange through the queue's dead-letter topic (``share_dead_letters.py``); without one they are
 dropped, and counted.
 """
@@ -41,6 +43,7 @@ from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
 from mqbroker.protocols.amqp.queue_state import QueuedMessage, is_expired
 from mqbroker.protocols.amqp.queues import ConsumerKey, QueueHost
+from mqbroker.protocols.amqp.share_admission import PublishGate
 from mqbroker.protocols.amqp.share_arguments import delay_header
 from mqbroker.protocols.amqp.share_consumers import ShareGroupMembers, broker_member_key
 from mqbroker.protocols.amqp.share_dead_letters import DeadLetterForwarding
@@ -59,6 +62,9 @@ class ShareQueue(ShareGroupMembers):
         self._dead_letters = None if policy.dead_letter_exchange is None else DeadLetterForwarding(
             host, declaration.name, policy, host.republish_dead)
         super().__init__(host, declaration, owner)
+        #: x-overflow reject-publish(-dlx): publishes are judged against x-max-length before they are appended.
+        self._gate = PublishGate(host, self.name, policy, self._appender, self._ready_messages) if (
+            policy.max_length is not None and policy.overflow.rejects_publish) else None
 
     async def ensure_group(self) -> None:
         """Create the share group unless it exists (with a dead-letter exchange, its dead-letter topic and group
@@ -80,27 +86,45 @@ class ShareQueue(ShareGroupMembers):
 
     async def ready_count(self) -> int:
         """Ready messages: available in the share group's region plus the log it has not read yet, at most
-        ``x-max-length`` (0, logged, when the group's host cannot be asked)."""
-        await self._appender.drained()  # a publish before this on the connection is counted
+        ``x-max-length`` with drop-head (0, logged, when the group's host cannot be asked)."""
+        await self._drained()  # a publish before this on the connection is counted
         try:
-            ready = await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
+            ready = await self._ready_messages()
         except errors.BrokerError as error:
             self.log.warn("AMQP share queue {queue}: its message count is not known now ({error}); 0 reported",
                           queue=self.name, error=error)
             return 0
+        if self.policy.max_length is None or self._gate is not None:
+            return ready  # a queue that rejects publishes may be over by what brokers admitted at once (queues.md)
         # The group's host drops the heads beyond x-max-length as it counts what it has not read yet: never more.
-        return ready if self.policy.max_length is None else min(ready, self.policy.max_length)
+        return min(ready, self.policy.max_length)
+
+    async def _ready_messages(self) -> int:
+        return await ready_messages(self.host.broker, self.host.principal, self.group_id, self.topic)
+
+    async def _drained(self) -> None:
+        """Every publish so far through this broker is in the log (or refused, or rejected at x-max-length)."""
+        await (self._gate.drained() if self._gate is not None else self._appender.drained())
+
+    def abandon_appends(self) -> None:
+        """The queue was deleted: publishes waiting for their verdict are rejected, appends not yet durable refused."""
+        if self._gate is not None:
+            self._gate.abandon()
+        super().abandon_appends()
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None) -> BatchStored:
-        """Store a message, with ``x-delay`` as the record header the share group schedules by."""
+        """Store a message, with ``x-delay`` as the record header the share group schedules by (judged first against
+        x-max-length if the queue rejects publishes when full)."""
+        if self._gate is not None:
+            return self._gate.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
         return self._appender.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration,
                                      extra_headers=delay_header(properties_raw))
 
     async def purge(self) -> int:
         """queue.purge: acquire and accept every available message as a member of the group (unacknowledged
         deliveries stay); how many."""
-        await self._appender.drained()  # a publish before the purge on the connection is purged
+        await self._drained()  # a publish before the purge on the connection is purged
         key = broker_member_key("purge")
         purged = 0
         try:
@@ -169,7 +193,7 @@ class ShareQueue(ShareGroupMembers):
 
         The member leaves once the channel settled everything it took (at once when nothing came).
         """
-        await self._appender.drained()  # a publish before this get on the connection must be visible to it
+        await self._drained()  # a publish before this get on the connection must be visible to it
         try:
             while not self.deleted:
                 member, leased = await self._take(key, 1)

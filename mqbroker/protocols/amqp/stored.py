@@ -143,6 +143,12 @@ class QueueDeclaration:
     durable: bool = True
     auto_delete: bool = False
     arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: A classic queue's home: the node id of the broker it was declared through, the only one serving its consumers
+    #: (``queue_home.py``); None for other queues and for classic queues declared before queues had a home.
+    home: int | None = None
+    #: An exclusive queue declared in a cluster: stored so that publishes through other brokers reach it; it lives
+    #: while its connection on its home broker does.
+    exclusive: bool = False
 
 
 def exchange_record(exchange: Exchange) -> tuple[bytes, bytes]:
@@ -154,7 +160,12 @@ def exchange_record(exchange: Exchange) -> tuple[bytes, bytes]:
 
 def queue_record(queue: QueueDeclaration) -> tuple[bytes, bytes]:
     """(key, value) of a declared queue."""
-    value = {"durable": queue.durable, "auto-delete": queue.auto_delete, "arguments": dict(queue.arguments)}
+    value: dict[str, Any] = {"durable": queue.durable, "auto-delete": queue.auto_delete,
+                             "arguments": dict(queue.arguments)}
+    if queue.home is not None:
+        value["home"] = queue.home
+    if queue.exclusive:
+        value["exclusive"] = True
     return b"q:" + queue.name.encode("utf-8", "surrogateescape"), fields.table(value)
 
 
@@ -212,7 +223,9 @@ def decode_declaration(key: bytes, value: bytes) -> Exchange | QueueDeclaration 
         table = _read_table(value)
         return QueueDeclaration(name=name, durable=bool(_entry(table, "durable", int, key)),
                                 auto_delete=bool(_entry(table, "auto-delete", int, key)),
-                                arguments=_entry(table, "arguments", dict, key))
+                                arguments=_entry(table, "arguments", dict, key),
+                                home=_entry(table, "home", int, key) if "home" in table else None,
+                                exclusive=bool(_entry(table, "exclusive", int, key)) if "exclusive" in table else False)
     if kind == b"b:":
         return decode_binding_key(key)
     raise _corrupt(key, "the key starts with none of 'e:', 'q:', 'b:'")

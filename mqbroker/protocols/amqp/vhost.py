@@ -39,7 +39,7 @@ from mqbroker.protocols.amqp.queue_arguments import (
 )
 from mqbroker.protocols.amqp.queue_state import DeadLetter, QueuedMessage, QueueState
 from mqbroker.protocols.amqp.queue_snapshots import QueueSnapshots
-from mqbroker.protocols.amqp.queues import ClassicQueue, ConsumerKey
+from mqbroker.protocols.amqp.queues import REMOTE_OWNER, ClassicQueue, ConsumerKey
 from mqbroker.protocols.amqp.source_readers import SourceReaders
 from mqbroker.protocols.amqp.routing import (
     Binding,
@@ -66,6 +66,7 @@ from mqbroker.protocols.amqp.stored import (
     queue_record,
     queue_topic,
 )
+from mqbroker.protocols.amqp.queue_home import check_served_here
 from mqbroker.protocols.amqp.share_arguments import takes_share_default
 from mqbroker.protocols.amqp.share_queue import ShareQueue
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
@@ -111,11 +112,14 @@ class VirtualHost:
     log = Logger()
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, unreadable: UnreadableTally | None = None,
-                 unroutable: Counter | None = None, default_queue_type: QueueType = QueueType.CLASSIC) -> None:
+                 unroutable: Counter | None = None, default_queue_type: QueueType = QueueType.CLASSIC,
+                 node_id: int | None = None) -> None:
         """``unreadable`` counts the batches its readers skip, ``unroutable`` the client messages that reach
         no queue (labels protocol, outcome; the broker's metrics); ``default_queue_type`` is the type of a
-        queue declared without one (``amqp_default_queue_type``; share only where ``takes_share_default``)."""
+        queue declared without one (``amqp_default_queue_type``; share only where ``takes_share_default``);
+        ``node_id`` is this broker's, the home of the classic queues declared through it (``queue_home.py``)."""
         self.broker = broker
+        self.node_id = node_id
         self.default_queue_type = default_queue_type
         self.reactor = reactor
         self.unreadable = unreadable or UnreadableTally()
@@ -156,6 +160,9 @@ class VirtualHost:
             Deferred.fromCoroutine(self.definitions.run()).addErrback(
                 lambda failure: self.log.failure("the AMQP definitions follower failed", failure))
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
+        for queue in list(self.queues.values()):  # exclusive queues of this broker's last run: their connections died
+            if queue.declaration.exclusive and queue.declaration.home == self.node_id:
+                self._delete_in_background(queue.name)
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
                       exchanges=len(self.persisted_exchanges), queues=replayed.queues_count,
                       bindings=replayed.bindings_count)
@@ -193,7 +200,8 @@ class VirtualHost:
             entries.append((exchange_key(name), None))
         entries += [exchange_record(exchange) for name, exchange in current.items()
                     if self.persisted_exchanges.get(name) != exchange]
-        durable_queues = {name for name, queue in self.queues.items() if queue.owner is None and queue.declaration.durable}
+        durable_queues = {name for name, queue in self.queues.items()
+                          if (queue.owner is None and queue.declaration.durable) or queue.declaration.exclusive}
         bindings = {binding for binding in self.router.bindings
                     if binding.destination_kind is DestinationKind.EXCHANGE or binding.destination in durable_queues}
         entries += [(binding_key(binding), None) for binding in self.persisted_bindings - bindings]
@@ -220,6 +228,8 @@ class VirtualHost:
     # --- queues -------------------------------------------------------------------------------
 
     def add_queue(self, declaration: QueueDeclaration, owner: int | None, snapshot: bytes | None = None) -> Queue:
+        if declaration.exclusive and owner is None:
+            owner = REMOTE_OWNER  # replayed or learned: its connection is on its home broker
         policy = QueuePolicy.from_arguments(declaration.arguments)
         queue: Queue
         if policy.queue_type is QueueType.STREAM:
@@ -257,16 +267,19 @@ class VirtualHost:
                     durable=method.durable, exclusive=method.exclusive, auto_delete=method.auto_delete,
                     arguments=arguments):
                 arguments["x-queue-type"] = "share"  # stored so: every broker serves it as a share queue
+            policy = QueuePolicy.from_arguments(arguments)  # a bad argument: 406 before anything is created
+            # In a cluster an exclusive queue is stored too (with its home), so publishes through others reach it.
+            shared = method.exclusive and self.definitions is not None
+            home = self.node_id if policy.queue_type is QueueType.CLASSIC and (shared or not method.exclusive) else None
             declaration = QueueDeclaration(name=name, durable=method.durable, auto_delete=method.auto_delete,
-                                           arguments=arguments)
-            QueuePolicy.from_arguments(declaration.arguments)  # a bad argument: 406 before anything is created
+                                           arguments=arguments, home=home, exclusive=shared)
             topic_spec = TopicSpec(name=queue_topic(name), partitions=1, configs={"record.validation": "decode"})
             try:
                 await self.broker.create_topic(self.principal, topic_spec, False)
             except errors.TopicAlreadyExistsError:
                 pass  # left by a queue whose deletion did not finish; its records are this queue's
             queue = self.add_queue(declaration, owner=session_id if method.exclusive else None)
-            if queue.owner is None:
+            if queue.owner is None or declaration.exclusive:
                 await self._sync_metadata([queue_record(declaration)])
         if isinstance(queue, ClassicQueue):
             queue.state.touch(self.now_ms())
@@ -289,7 +302,7 @@ class VirtualHost:
         self.drop_queue(queue)
         if isinstance(queue, ShareQueue):
             await queue.delete_group()  # a queue declared again under this name starts afresh
-        if queue.owner is None:
+        if queue.owner is None or queue.declaration.exclusive:
             await self._sync_metadata([(queue_key(name), None)])
             await self.write_records(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
         try:
@@ -322,6 +335,12 @@ class VirtualHost:
                 await self.definitions.caught_up()
             except errors.BrokerError as error:  # the metadata topic has no leader now: answer with what is known
                 self.log.warn("AMQP definitions could not be brought up to date: {error}", error=error)
+
+    async def served_here(self, name: str, method: spec.Method) -> None:
+        """405 for consuming, getting from or purging a classic queue through a broker other than its home."""
+        queue = self.queues.get(name)
+        if isinstance(queue, ClassicQueue) and not queue.declaration.exclusive:  # exclusive: 405 from queue()
+            await check_served_here(self.broker, self.principal, name, queue.declaration.home, self.node_id, method)
 
     async def adopt(self, name: str) -> None:
         """Before the first consumer or get here of a queue another broker declared (and maybe consumed):

@@ -13,6 +13,7 @@ from twisted.python.failure import Failure
 from mqbroker import errors
 from mqbroker.groups.coordinator import MemberIdGenerator
 from mqbroker.groups.messages import OffsetCommitRequest, PartitionCommit
+from mqbroker.groups.service import OFFSETS_TOPIC, offsets_partition
 from mqbroker.groups.model import TopicPartition
 from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, IsolationLevel, ProducerIdentity, TopicSpec
 from mqbroker.records.builder import BatchBuilder
@@ -250,6 +251,23 @@ def test_version_2_each_decision_bumps_the_epoch_and_the_next_transaction_never_
         _settled(rig, _produce_adding(rig, T1, _batch(second, 1, b"late")))
 
 
+def test_version_2_batches_released_by_one_addition_share_one_fsync_round(tmp_path: Path) -> None:
+    """A produce opening the transaction in two partitions: both appends wait for the coordinator's addition,
+    then go to disk in one fsync round (not the first alone, the second in the round after)."""
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    produced = [_produce_adding(rig, T0, _batch(identity, 0, b"a")), _produce_adding(rig, T1, _batch(identity, 0, b"b"))]
+    rig.clock.advance(0)  # the additions of this turn go to the coordinator as one
+    logs = {topic_partition: rig.logs.get(topic_partition.topic, topic_partition.partition) for topic_partition in (T0, T1)}
+    while all(partition_log.log_end_offset == 0 for partition_log in logs.values()):
+        rig.engine.finish_round()  # the addition's write, durable
+        rig.clock.advance(0.001)
+    (round_logs, _), = rig.engine.rounds
+    assert set(round_logs) == set(logs.values())
+    for answer in produced:
+        _settled(rig, answer)
+
+
 def test_version_2_offsets_join_the_transaction_without_add_offsets(tmp_path: Path) -> None:
     rig = _started(tmp_path)
     identity = _begin(rig)
@@ -261,3 +279,34 @@ def test_version_2_offsets_join_the_transaction_without_add_offsets(tmp_path: Pa
     _settled(rig, rig.broker.end_txn(ANONYMOUS, _end_bumping(identity, committed=True)))
     _quiet(rig)
     assert fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0], True))[T0].offset == 9
+
+
+def test_offsets_apply_when_the_marker_s_slow_fsync_round_ends_not_a_retry_later(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    _settled(rig, rig.broker.add_offsets_to_txn(ANONYMOUS, txn.AddOffsetsRequest(
+        transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+        group_id="g")))
+    offsets = OffsetCommitRequest(group_id="g", offsets=(PartitionCommit(topic_partition=T0, offset=7),))
+    _settled(rig, rig.broker.txn_commit_offsets(ANONYMOUS, txn.TxnOffsetCommitRequest(
+        transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+        offsets=offsets)))
+    answered: list[Any] = []
+    rig.broker.end_txn(ANONYMOUS, txn.EndTxnRequest(
+        transactional_id="tx", producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+        committed=True)).addBoth(answered.append)
+    while not answered:  # fsync round by round until the decision is durable
+        rig.engine.finish_round()
+        rig.clock.advance(0.001)
+    assert rig.engine.rounds, "the COMMIT marker waits for its fsync round"
+    offsets_log = rig.logs.get(OFFSETS_TOPIC, offsets_partition("g", SETTINGS["offsets_topic_partitions"]))
+    marked_end_offset = offsets_log.log_end_offset
+    for _ in range(80):  # the round takes 8 s (a loaded disk)
+        rig.clock.advance(0.1)
+    with pytest.raises(errors.UnstableOffsetCommitError):
+        fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0], True))
+    rig.engine.finish_round()  # the marker is durable now: the group needs nothing more
+    rig.clock.advance(0.1)
+    assert fired(rig.broker.fetch_offsets(ANONYMOUS, "g", [T0], True))[T0].offset == 7
+    _quiet(rig)
+    assert offsets_log.log_end_offset == marked_end_offset  # one marker: none appended again behind it

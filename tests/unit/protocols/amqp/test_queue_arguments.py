@@ -8,6 +8,7 @@ import pytest
 
 from mqbroker.protocols.amqp.queue_arguments import (
     DeathReason,
+    Overflow,
     QueuePolicy,
     QueueType,
     StreamOffset,
@@ -30,12 +31,21 @@ def test_policy_parses_rabbitmq_arguments() -> None:
 
 @pytest.mark.parametrize("arguments", [
     {"x-message-ttl": -1}, {"x-message-ttl": "5"}, {"x-expires": 0}, {"x-queue-type": "priority"},
-    {"x-overflow": "reject-publish"}, {"x-max-length": 10**9}, {"x-dead-letter-exchange": 5},
+    {"x-overflow": "reject-publish"}, {"x-overflow": "reject-publish-dlx", "x-queue-type": "stream"},
+    {"x-overflow": "drop-tail", "x-queue-type": "share"}, {"x-max-length": 10**9}, {"x-dead-letter-exchange": 5},
 ])
 def test_policy_refuses_bad_arguments_with_406(arguments: dict) -> None:
     with pytest.raises(AmqpError) as raised:
         QueuePolicy.from_arguments(arguments)
     assert raised.value.reply_code is ReplyCode.PRECONDITION_FAILED
+
+
+def test_share_queues_take_every_overflow_mode_and_others_only_drop_head() -> None:
+    for mode in Overflow:
+        policy = QueuePolicy.from_arguments({"x-queue-type": "share", "x-overflow": mode.value})
+        assert policy.overflow is mode and policy.overflow.rejects_publish is (mode is not Overflow.DROP_HEAD)
+    assert QueuePolicy.from_arguments({"x-overflow": "drop-head"}).overflow is Overflow.DROP_HEAD
+    assert QueuePolicy.from_arguments({}).overflow is Overflow.DROP_HEAD
 
 
 def test_expiration_property_parsing() -> None:

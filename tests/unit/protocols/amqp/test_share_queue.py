@@ -43,6 +43,9 @@ def test_only_a_durable_shared_queue_without_a_type_takes_the_share_default(
     assert takes_share_default(**declaration) is share
 
 
+SHARE_TYPE = {"x-queue-type": "share"}
+
+
 def test_the_share_group_reads_from_the_start_and_takes_the_limits_and_the_dead_letter_topic() -> None:
     unlimited = {"auto.offset.reset": "earliest", "max.delivery.attempts": str(limits.share_delivery_attempts_max)}
     assert share_group_configs("q", {"x-queue-type": "share"}) == unlimited  # as a classic queue: not the group's 5
@@ -52,6 +55,8 @@ def test_the_share_group_reads_from_the_start_and_takes_the_limits_and_the_dead_
         limits.share_delivery_attempts_max)
     assert share_group_configs("q", {"x-max-length": 0, "x-overflow": "drop-head"}) == {
         **unlimited, "max.ready.records": "0"}
+    for overflow in ("reject-publish", "reject-publish-dlx"):  # judged at publish: the host drops no head
+        assert share_group_configs("q", {**SHARE_TYPE, "x-max-length": 3, "x-overflow": overflow}) == unlimited
     assert share_group_configs("q", {"x-dead-letter-exchange": ""}) == {
         **unlimited, "dead.letter.topic": "amqp.queue.q.dead"}
 

@@ -1,0 +1,109 @@
+"""Classic AMQP queues on a 3-broker cluster, with pika: a classic queue is served by the broker it was declared
+through (its home); publishes reach it through any broker; consume, get and purge through another broker are refused
+with 405 naming the home, so no two brokers hand out its messages at once. An exclusive queue (an RPC reply queue)
+is reached by publishes through every broker, refused to every other connection, and gone with its connection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.clusterprocess import running_cluster, wait_for
+from tests.integration.test_amqp_share_queue_max_length import _declared, take_all
+from tests.integration.test_amqp_share_queues import unique
+from tests.integration.test_cluster_frontends import _amqp
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    yield from running_cluster(tmp_path_factory.mktemp("cluster"), extra_args=["--kafka-tls-port", "0"])
+
+
+def _refused(attempt: object) -> pika.exceptions.ChannelClosedByBroker:
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        attempt()  # type: ignore[operator]
+    return refused.value
+
+
+def test_a_classic_queue_is_consumed_only_through_its_home_broker_and_published_to_through_any(
+        cluster: list[BrokerProcess]) -> None:
+    home, other, third = (_amqp(broker) for broker in cluster)
+    queue = unique("classic-home")
+    home.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "classic"})
+    for connection in (other, third):
+        wait_for(lambda connection=connection: _declared(connection.channel(), queue), 30, "the queue everywhere")
+    publisher = other.channel()
+    publisher.confirm_delivery()
+    bodies = [f"m{index}".encode() for index in range(5)]
+    for body in bodies:
+        publisher.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2), mandatory=True)
+    amqp_port = cluster[0].ports["amqp"]
+    for attempt in (lambda: other.channel().basic_consume(queue, lambda *_: None),
+                    lambda: third.channel().basic_get(queue),
+                    lambda: other.channel().queue_purge(queue)):
+        refused = _refused(attempt)
+        assert refused.reply_code == 405
+        assert f"served by broker 1 (AMQP at 127.0.0.1:{amqp_port})" in refused.reply_text
+    assert take_all(home, queue) == bodies  # nothing was taken or purged through the others
+    for connection in (home, other, third):
+        connection.close()
+
+
+def test_an_exclusive_reply_queue_gets_publishes_through_other_brokers_and_goes_with_its_connection(
+        cluster: list[BrokerProcess]) -> None:
+    home, other = _amqp(cluster[0]), _amqp(cluster[1])
+    consumer = home.channel()
+    reply_queue = consumer.queue_declare("", exclusive=True).method.queue
+    fanout = unique("notices")
+    consumer.exchange_declare(fanout, "fanout", durable=True)
+    consumer.queue_bind(reply_queue, fanout)
+    wait_for(lambda: _refused(lambda: other.channel().queue_declare(reply_queue, passive=True)).reply_code == 405,
+             30, "the exclusive queue known (and locked) on broker 2")
+    publisher = other.channel()
+    publisher.confirm_delivery()
+    publisher.basic_publish("", reply_queue, b"reply", mandatory=True)  # routed: no UnroutableError
+    wait_for(lambda: _bound_through(other, fanout), 30, "the binding on broker 2")  # routed once: b"probe"
+    received = []
+    for method, _, body in consumer.consume(reply_queue, auto_ack=True, inactivity_timeout=10):
+        assert method is not None, f"only {received} arrived"
+        received.append(body)
+        if len(received) == 2:
+            break
+    assert received == [b"reply", b"probe"]
+    assert _refused(lambda: other.channel().basic_get(reply_queue)).reply_code == 405
+    home.close()
+    wait_for(lambda: _refused(lambda: other.channel().queue_declare(reply_queue, passive=True)).reply_code == 404,
+             30, "the queue gone from broker 2 with its connection")
+    other.close()
+
+
+def _bound_through(connection: pika.BlockingConnection, exchange: str) -> bool:
+    """Whether a mandatory publish to ``exchange`` through ``connection``'s broker is routed (a spare channel)."""
+    channel = connection.channel()
+    channel.confirm_delivery()
+    try:
+        channel.basic_publish(exchange, "", b"probe", mandatory=True)
+        return True
+    except pika.exceptions.UnroutableError:
+        return False
+    finally:
+        channel.close()
+
+
+@pytest.mark.slow
+def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_starts_again(
+        cluster: list[BrokerProcess]) -> None:
+    """kill -9 leaves the exclusive queue's record behind (its connection could not say goodbye); the broker deletes
+    it after its replay on restart, cluster-wide. (Last in the module: it restarts broker 3.)"""
+    survivor, doomed = _amqp(cluster[0]), _amqp(cluster[2])
+    queue = doomed.channel().queue_declare("", exclusive=True).method.queue
+    wait_for(lambda: _refused(lambda: survivor.channel().queue_declare(queue, passive=True)).reply_code == 405,
+             30, "the exclusive queue known on broker 1")
+    cluster[2].kill()
+    cluster[2].restart()
+    wait_for(lambda: _refused(lambda: survivor.channel().queue_declare(queue, passive=True)).reply_code == 404,
+             60, "the dead connection's queue deleted after its broker's restart")
+    survivor.close()
