@@ -1,6 +1,7 @@
 """AMQP definitions across a cluster: each broker's virtual host tails ``__amqp_metadata`` and applies
-the exchanges, durable queues and bindings other brokers' virtual hosts declared or deleted (its own
-records carry its ``amqp.vhost`` header and are skipped: it applied them already).
+the exchanges, queues and bindings other brokers' virtual hosts declared or deleted (its own records carry its
+``amqp.vhost`` header and are skipped: it applied them already); in a cluster the transient ones are stored too
+(``transient.py``).
 
 A broker asked about a queue or exchange it does not know reads the topic to its end first
 (``caught_up``), so a declaration answered with declare-ok anywhere is in force for every later

@@ -44,6 +44,9 @@ class Exchange:
     auto_delete: bool = False
     internal: bool = False
     arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    #: A non-durable exchange declared in a cluster: the node id of the broker it was declared through, which deletes
+    #: it when it restarts (``transient.py``); None otherwise.
+    home: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
