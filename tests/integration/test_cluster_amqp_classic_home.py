@@ -150,7 +150,8 @@ def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_
         cluster: list[BrokerProcess]) -> None:
     """kill -9 leaves the exclusive queue's record behind (its connection could not say goodbye); the broker deletes
     it after its replay on restart, cluster-wide, with its non-durable exchanges and the bindings to its non-durable
-    queues (the queue itself stays, as on a single broker). (Last in the module: it restarts broker 3.)"""
+    queues (the queue itself stays, as on a single broker); a non-durable exchange of its that another broker's
+    non-durable queue is bound to stays for it. (Last in the module: it restarts broker 3.)"""
     survivor, doomed = _amqp(cluster[0]), _amqp(cluster[2])
     channel = doomed.channel()
     queue = channel.queue_declare("", exclusive=True).method.queue
@@ -159,6 +160,11 @@ def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_
     channel.exchange_declare(durable, "fanout", durable=True)
     channel.queue_declare(lonely, durable=False)
     channel.queue_bind(lonely, durable)
+    broadcast, worker = unique("broadcast"), unique("worker")
+    channel.exchange_declare(broadcast, "fanout", durable=False)
+    wait_for(lambda: _exchange_known(survivor, broadcast), 30, "the broadcast exchange known on broker 1")
+    survivor.channel().queue_declare(worker, durable=False)
+    survivor.channel().queue_bind(worker, broadcast)
     wait_for(lambda: _refused(lambda: survivor.channel().queue_declare(queue, passive=True)).reply_code == 405,
              30, "the exclusive queue known on broker 1")
     wait_for(lambda: _exchange_known(survivor, transient) and _bound_through(survivor, durable), 30,
@@ -170,4 +176,5 @@ def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_
     wait_for(lambda: not _exchange_known(survivor, transient) and not _bound_through(survivor, durable), 30,
              "the transient exchange and the binding to the non-durable queue deleted")
     assert _declared(survivor.channel(), lonely)
+    assert _exchange_known(survivor, broadcast) and _bound_through(survivor, broadcast)
     survivor.close()

@@ -101,6 +101,7 @@ class DefinitionsFollower:
         try:
             if isinstance(declared, Exchange):
                 vhost.router.declare_exchange(declared)
+                vhost.router.replace_exchange(declared)  # declared here too: the stored home holds
                 vhost.persisted_exchanges[declared.name] = declared
             elif isinstance(declared, QueueDeclaration):
                 if declared.name not in vhost.queues:

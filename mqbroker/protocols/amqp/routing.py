@@ -226,6 +226,12 @@ class Router:
                 f"auto_delete={existing.auto_delete}; redeclare it with the same flags",
             )
 
+    def replace_exchange(self, exchange: Exchange) -> None:
+        """Put ``exchange`` in place of the declared one of its name and type, keeping its bindings (its stored
+        form, e.g. with another home)."""
+        if self.lookup(exchange.name).type is exchange.type:
+            self._exchanges[exchange.name] = exchange
+
     def lookup(self, name: str) -> Exchange:
         """The exchange called ``name`` (404 if there is none)."""
         exchange = self._exchanges.get(name)

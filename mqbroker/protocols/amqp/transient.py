@@ -7,7 +7,9 @@ broadcast published through one broker reaches the auto-delete queues consumed t
 its **home**, the broker it was declared through (a binding: its queue's home). They go as they would on one broker:
 an exclusive queue with its connection, an auto-delete queue with its last consumer, an auto-delete exchange with
 its last binding, each deleted cluster-wide; and when their home restarts, it deletes the ones of its previous run
-after its replay (``left_over``). A home that never comes back leaves them stored; delete them through any broker.
+after its replay (``left_over``), except a non-durable exchange still bound to other brokers' transient queues (a
+broadcast exchange other workers consume): its home moves to one of theirs. A home that never comes back leaves them
+stored; delete them through any broker.
 """
 
 from __future__ import annotations
@@ -39,23 +41,35 @@ class LeftOver:
     queues: list[str]
     exchanges: list[str]
     bindings: list[Binding]
+    #: Non-durable exchanges of the restarted broker still bound to other brokers' transient queues: their new home.
+    rehomed: dict[str, int]
 
 
 def left_over(node_id: int | None, queues: Mapping[str, QueueDeclaration], exchanges: Iterable[Exchange],
               bindings: Iterable[Binding]) -> LeftOver:
     """What broker ``node_id`` deletes after its replay: the exclusive queues and non-durable exchanges whose home
-    it is, and the bindings to its non-durable queues (the queues themselves stay, as on a single broker)."""
+    it is, and the bindings to its non-durable queues (the queues themselves stay, as on a single broker); and the
+    exchanges it keeps for other brokers' transient queues, with their new home (the lowest of those queues' homes)."""
     if node_id is None:
-        return LeftOver([], [], [])
+        return LeftOver([], [], [], {})
+    bindings = list(bindings)
     gone_queues = [name for name, queue in queues.items() if queue.exclusive and queue.home == node_id]
-    gone_exchanges = [exchange.name for exchange in exchanges if not exchange.durable and exchange.home == node_id]
-    unbound = [binding for binding in bindings
-               if binding.destination_kind is DestinationKind.QUEUE and binding.destination in queues
-               and _transient_bindings_of(queues[binding.destination], node_id)
-               and binding.source not in gone_exchanges]
-    return LeftOver(gone_queues, gone_exchanges, unbound)
+    others_homes: dict[str, set[int]] = {}  # exchange -> homes of other brokers' transient queues bound to it
+    for binding in bindings:
+        queue = _queue_of(binding, queues)
+        if queue is not None and (not queue.durable or queue.exclusive) and queue.home not in (None, node_id):
+            others_homes.setdefault(binding.source, set()).add(queue.home)
+    mine = [exchange.name for exchange in exchanges if not exchange.durable and exchange.home == node_id]
+    rehomed = {name: min(others_homes[name]) for name in mine if name in others_homes}
+    gone_exchanges = [name for name in mine if name not in rehomed]
+    unbound = []
+    for binding in bindings:
+        queue = _queue_of(binding, queues)
+        if (queue is not None and not queue.durable and not queue.exclusive and queue.home == node_id
+                and binding.source not in gone_exchanges):  # an exclusive queue's go with it, a gone exchange's too
+            unbound.append(binding)
+    return LeftOver(gone_queues, gone_exchanges, unbound, rehomed)
 
 
-def _transient_bindings_of(queue: QueueDeclaration, node_id: int) -> bool:
-    """Whether the bindings to ``queue`` die with broker ``node_id``'s run (exclusive queues: with the queue)."""
-    return not queue.durable and not queue.exclusive and queue.home == node_id
+def _queue_of(binding: Binding, queues: Mapping[str, QueueDeclaration]) -> QueueDeclaration | None:
+    return queues.get(binding.destination) if binding.destination_kind is DestinationKind.QUEUE else None

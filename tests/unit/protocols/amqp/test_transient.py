@@ -43,15 +43,30 @@ def test_a_restarted_broker_deletes_its_own_exclusive_queues_and_transient_excha
         "old": QueueDeclaration(name="old", durable=False),  # declared before queues had a home
     }
     exchanges = [Exchange(name="mine", type=ExchangeType.FANOUT, durable=False, home=ME),
+                 Exchange(name="broadcast", type=ExchangeType.FANOUT, durable=False, home=ME),
                  Exchange(name="theirs", type=ExchangeType.FANOUT, durable=False, home=OTHER),
                  Exchange(name="orders", type=ExchangeType.DIRECT, home=None)]
     bindings = [_bind("theirs", "pidbox.me"), _bind("theirs", "pidbox.other"), _bind("orders", "work"),
                 _bind("orders", "old"), _bind("mine", "work"), _bind("orders", "reply"),
+                _bind("broadcast", "pidbox.me"), _bind("broadcast", "pidbox.other"), _bind("broadcast", "their-reply"),
                 Binding(source="orders", destination="theirs", destination_kind=DestinationKind.EXCHANGE)]
     gone = left_over(ME, queues, exchanges, bindings)
     assert gone.queues == ["reply"]
     assert gone.exchanges == ["mine"]  # its bindings go with it
-    assert gone.bindings == [_bind("theirs", "pidbox.me")]  # the queue stays, as on a single broker; exclusive: gone
+    # the queue stays, as on a single broker; an exclusive queue's binding goes with the queue
+    assert gone.bindings == [_bind("theirs", "pidbox.me"), _bind("broadcast", "pidbox.me")]
+    assert gone.rehomed == {"broadcast": OTHER}  # other brokers' workers still consume it
+
+
+def test_an_exchange_kept_for_several_other_brokers_moves_to_the_lowest_home() -> None:
+    queues = {f"q{home}": QueueDeclaration(name=f"q{home}", durable=False, auto_delete=True, home=home)
+              for home in (5, 3, ME)}
+    queues["stays"] = QueueDeclaration(name="stays", home=4)  # durable: bound to a transient exchange, not kept for
+    exchange = Exchange(name="broadcast", type=ExchangeType.FANOUT, durable=False, home=ME)
+    gone = left_over(ME, queues, [exchange], [_bind("broadcast", name) for name in queues])
+    assert (gone.exchanges, gone.rehomed, gone.bindings) == ([], {"broadcast": 3}, [_bind("broadcast", f"q{ME}")])
+    only_durable = left_over(ME, queues, [exchange], [_bind("broadcast", "stays")])
+    assert (only_durable.exchanges, only_durable.rehomed, only_durable.bindings) == (["broadcast"], {}, [])
 
 
 def test_a_broker_without_a_node_id_deletes_nothing() -> None:
