@@ -231,6 +231,27 @@ class BatchBuilder:
         self._last_offset_delta = offset_delta
         self._size_bytes += len(record)
 
+    def append_many(
+        self, timestamp_ms: int, records: Sequence[tuple[bytes | None, bytes | None, Sequence[RecordHeader]]]
+    ) -> None:
+        """``append`` of each (key, value, headers) at one timestamp: a front end's records of one turn, with
+        one call for all of them instead of three per record."""
+        if not records:
+            return
+        offset_delta = self._last_offset_delta
+        highest = _INT32_MAX if self._fixed_last_offset_delta is None else self._fixed_last_offset_delta
+        self._take_timestamp(timestamp_ms)
+        timestamp_delta = timestamp_ms - self._base_timestamp
+        encoded = [
+            _encode_record(offset_delta, timestamp_delta, key, value, headers)
+            for offset_delta, (key, value, headers) in enumerate(records, offset_delta + 1)
+        ]
+        assert self._last_offset_delta + len(encoded) <= highest, (self._last_offset_delta, len(encoded))
+        self._records += encoded
+        self._records_count += len(encoded)
+        self._last_offset_delta += len(encoded)
+        self._size_bytes += sum(map(len, encoded))
+
     def append_values(self, timestamp_ms: int, values: Sequence[bytes], start: int, size_bytes_max: int) -> int:
         """Add keyless, headerless records holding ``values[start:]`` (one timestamp for all), as many as keep
         the batch within ``size_bytes_max`` (at least one if the batch is empty); return how many were added.

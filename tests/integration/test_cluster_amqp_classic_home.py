@@ -1,12 +1,16 @@
 """Classic AMQP queues on a 3-broker cluster, with pika: a classic queue is served by the broker it was declared
 through (its home); publishes reach it through any broker; consume, get and purge through another broker are refused
 with 405 naming the home, so no two brokers hand out its messages at once. An exclusive queue (an RPC reply queue)
-is reached by publishes through every broker, refused to every other connection, and gone with its connection."""
+is reached by publishes through every broker, refused to every other connection, and gone with its connection.
+Transient definitions (a non-durable fanout exchange, auto-delete queues bound to it: a Celery broadcast, with kombu)
+route through every broker and go cluster-wide with their consumers; a restarted broker deletes its own."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
+import kombu
 import pika
 import pytest
 
@@ -93,17 +97,84 @@ def _bound_through(connection: pika.BlockingConnection, exchange: str) -> bool:
         channel.close()
 
 
+def test_a_celery_style_broadcast_published_through_a_third_broker_reaches_consumers_on_the_other_two(
+        cluster: list[BrokerProcess]) -> None:
+    """kombu/Celery's pidbox: a non-durable, auto-delete fanout exchange and an auto-delete, non-durable queue per
+    worker, consumed through brokers 1 and 2; the broadcast is published through broker 3. When the workers go,
+    their queues and then the exchange go cluster-wide."""
+    exchange = kombu.Exchange(unique("celery.pidbox"), type="fanout", durable=False, auto_delete=True)
+    workers = [kombu.Connection(_url(broker)) for broker in cluster[:2]]
+    received: list[list[str]] = [[], []]
+    consumers = []
+    for index, worker in enumerate(workers):
+        queue = kombu.Queue(unique(f"worker{index}.celery.pidbox"), exchange, durable=False, auto_delete=True)
+        consumer = worker.Consumer(queue, accept=["json"], callbacks=[
+            lambda body, message, index=index: (received[index].append(body["method"]), message.ack())])
+        consumer.consume()  # declares the exchange and the queue and binds them through the worker's broker
+        consumers.append(consumer)
+    third = _amqp(cluster[2])
+    # A passive declare of an unknown queue reads __amqp_metadata to its end first: every bind-ok above is in force.
+    assert not _declared(third.channel(), unique("never-declared"))
+    with kombu.Connection(_url(cluster[2]), transport_options={"confirm_publish": True}) as control:
+        control.Producer().publish({"method": "ping"}, exchange=exchange, declare=[exchange], serializer="json")
+    for index, worker in enumerate(workers):
+        deadline = time.monotonic() + 10
+        while not received[index] and time.monotonic() < deadline:
+            try:
+                worker.drain_events(timeout=0.5)
+            except TimeoutError:
+                pass
+    assert received == [["ping"], ["ping"]]
+    for consumer, worker in zip(consumers, workers):
+        consumer.cancel()  # the auto-delete queue goes with its last consumer, the exchange with its last binding
+        worker.close()
+    wait_for(lambda: not _exchange_known(third, exchange.name), 30, "the exchange gone from broker 3")
+    third.close()
+
+
+def _url(broker: BrokerProcess) -> str:
+    return f"amqp://guest:guest@127.0.0.1:{broker.ports['amqp']}//"
+
+
+def _exchange_known(connection: pika.BlockingConnection, exchange: str) -> bool:
+    """Whether ``exchange`` is known through ``connection``'s broker (asked on a spare channel)."""
+    try:
+        connection.channel().exchange_declare(exchange, passive=True)
+        return True
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+
+
 @pytest.mark.slow
 def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_starts_again(
         cluster: list[BrokerProcess]) -> None:
     """kill -9 leaves the exclusive queue's record behind (its connection could not say goodbye); the broker deletes
-    it after its replay on restart, cluster-wide. (Last in the module: it restarts broker 3.)"""
+    it after its replay on restart, cluster-wide, with its non-durable exchanges and the bindings to its non-durable
+    queues (the queue itself stays, as on a single broker); a non-durable exchange of its that another broker's
+    non-durable queue is bound to stays for it. (Last in the module: it restarts broker 3.)"""
     survivor, doomed = _amqp(cluster[0]), _amqp(cluster[2])
-    queue = doomed.channel().queue_declare("", exclusive=True).method.queue
+    channel = doomed.channel()
+    queue = channel.queue_declare("", exclusive=True).method.queue
+    transient, durable, lonely = unique("transient"), unique("durable"), unique("lonely")
+    channel.exchange_declare(transient, "fanout", durable=False)
+    channel.exchange_declare(durable, "fanout", durable=True)
+    channel.queue_declare(lonely, durable=False)
+    channel.queue_bind(lonely, durable)
+    broadcast, worker = unique("broadcast"), unique("worker")
+    channel.exchange_declare(broadcast, "fanout", durable=False)
+    wait_for(lambda: _exchange_known(survivor, broadcast), 30, "the broadcast exchange known on broker 1")
+    survivor.channel().queue_declare(worker, durable=False)
+    survivor.channel().queue_bind(worker, broadcast)
     wait_for(lambda: _refused(lambda: survivor.channel().queue_declare(queue, passive=True)).reply_code == 405,
              30, "the exclusive queue known on broker 1")
+    wait_for(lambda: _exchange_known(survivor, transient) and _bound_through(survivor, durable), 30,
+             "the transient exchange and the binding known on broker 1")
     cluster[2].kill()
     cluster[2].restart()
     wait_for(lambda: _refused(lambda: survivor.channel().queue_declare(queue, passive=True)).reply_code == 404,
              60, "the dead connection's queue deleted after its broker's restart")
+    wait_for(lambda: not _exchange_known(survivor, transient) and not _bound_through(survivor, durable), 30,
+             "the transient exchange and the binding to the non-durable queue deleted")
+    assert _declared(survivor.channel(), lonely)
+    assert _exchange_known(survivor, broadcast) and _bound_through(survivor, broadcast)
     survivor.close()

@@ -28,8 +28,8 @@ import pathlib
 import pytest
 
 from mqbroker.protocols.mqtt import packets
-from mqbroker.protocols.mqtt.actions import Close, Send, SessionEnded, StoreSession
-from mqbroker.protocols.mqtt.codec import encode
+from mqbroker.protocols.mqtt.actions import Close, Send, SendPubAcks, SessionEnded, StoreSession
+from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import Connect, ReasonCode
 from mqbroker.protocols.mqtt.session import MqttSession
@@ -144,6 +144,11 @@ class Script:
                 lines.append(f"StoreSession({describe_state(SessionState.from_bytes(action.data))})")
             elif isinstance(action, Close):
                 lines.append(f"Close: {action.reason}")
+            elif isinstance(action, SendPubAcks):  # the bytes decoded: each PUBACK they carry, as a Send shows it
+                decoded = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=session.protocol_level).receive_data(
+                    action.data)
+                assert [packet.packet_id for packet in decoded] == action.packet_ids  # type: ignore[union-attr]
+                lines += [f"send {compact(packet)}" for packet in decoded]
             else:
                 lines.append(f"send {compact(action.packet)}" if isinstance(action, Send) else compact(action))
         if session.state is not state_before:

@@ -1,6 +1,7 @@
 """AMQP definitions across a cluster: each broker's virtual host tails ``__amqp_metadata`` and applies
-the exchanges, durable queues and bindings other brokers' virtual hosts declared or deleted (its own
-records carry its ``amqp.vhost`` header and are skipped: it applied them already).
+the exchanges, queues and bindings other brokers' virtual hosts declared or deleted (its own records carry its
+``amqp.vhost`` header and are skipped: it applied them already); in a cluster the transient ones are stored too
+(``transient.py``).
 
 A broker asked about a queue or exchange it does not know reads the topic to its end first
 (``caught_up``), so a declaration answered with declare-ok anywhere is in force for every later
@@ -100,6 +101,7 @@ class DefinitionsFollower:
         try:
             if isinstance(declared, Exchange):
                 vhost.router.declare_exchange(declared)
+                vhost.router.replace_exchange(declared)  # declared here too: the stored home holds
                 vhost.persisted_exchanges[declared.name] = declared
             elif isinstance(declared, QueueDeclaration):
                 if declared.name not in vhost.queues:

@@ -44,6 +44,9 @@ class Exchange:
     auto_delete: bool = False
     internal: bool = False
     arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    #: A non-durable exchange declared in a cluster: the node id of the broker it was declared through, which deletes
+    #: it when it restarts (``transient.py``); None otherwise.
+    home: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,6 +225,12 @@ class Router:
                 f"exchange '{exchange.name}' exists as {existing.type.value} durable={existing.durable} "
                 f"auto_delete={existing.auto_delete}; redeclare it with the same flags",
             )
+
+    def replace_exchange(self, exchange: Exchange) -> None:
+        """Put ``exchange`` in place of the declared one of its name and type, keeping its bindings (its stored
+        form, e.g. with another home)."""
+        if self.lookup(exchange.name).type is exchange.type:
+            self._exchanges[exchange.name] = exchange
 
     def lookup(self, name: str) -> Exchange:
         """The exchange called ``name`` (404 if there is none)."""

@@ -137,7 +137,7 @@ def queued_message(
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class QueueDeclaration:
-    """A declared queue (exclusive queues are never persisted: they die with their connection)."""
+    """A declared queue (an exclusive queue is stored only in a cluster, see ``exclusive``)."""
 
     name: str
     durable: bool = True
@@ -153,8 +153,11 @@ class QueueDeclaration:
 
 def exchange_record(exchange: Exchange) -> tuple[bytes, bytes]:
     """(key, value) of a declared exchange."""
-    value = {"type": exchange.type.value, "durable": exchange.durable, "auto-delete": exchange.auto_delete,
-             "internal": exchange.internal, "arguments": dict(exchange.arguments)}
+    value: dict[str, Any] = {"type": exchange.type.value, "durable": exchange.durable,
+                             "auto-delete": exchange.auto_delete, "internal": exchange.internal,
+                             "arguments": dict(exchange.arguments)}
+    if exchange.home is not None:
+        value["home"] = exchange.home
     return b"e:" + exchange.name.encode("utf-8", "surrogateescape"), fields.table(value)
 
 
@@ -218,7 +221,8 @@ def decode_declaration(key: bytes, value: bytes) -> Exchange | QueueDeclaration 
         return Exchange(name=name, type=_enum_entry(table, "type", ExchangeType, key),
                         durable=bool(_entry(table, "durable", int, key)),
                         auto_delete=bool(_entry(table, "auto-delete", int, key)),
-                        internal=bool(_entry(table, "internal", int, key)), arguments=_entry(table, "arguments", dict, key))
+                        internal=bool(_entry(table, "internal", int, key)), arguments=_entry(table, "arguments", dict, key),
+                        home=_entry(table, "home", int, key) if "home" in table else None)
     if kind == b"q:":
         table = _read_table(value)
         return QueueDeclaration(name=name, durable=bool(_entry(table, "durable", int, key)),

@@ -70,7 +70,8 @@ from mqbroker.protocols.amqp.queue_home import check_served_here
 from mqbroker.protocols.amqp.share_arguments import takes_share_default
 from mqbroker.protocols.amqp.share_queue import ShareQueue
 from mqbroker.protocols.amqp.stream_queue import StreamQueue
-from mqbroker.protocols.amqp.vhost_replay import read_compacted, replay
+from mqbroker.protocols.amqp.transient import bindings_stored, exchange_stored
+from mqbroker.protocols.amqp.vhost_replay import forget_previous_run, read_compacted, replay
 from mqbroker.protocols.startup import StartedSignal
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import (
@@ -160,9 +161,8 @@ class VirtualHost:
             Deferred.fromCoroutine(self.definitions.run()).addErrback(
                 lambda failure: self.log.failure("the AMQP definitions follower failed", failure))
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
-        for queue in list(self.queues.values()):  # exclusive queues of this broker's last run: their connections died
-            if queue.declaration.exclusive and queue.declaration.home == self.node_id:
-                self._delete_in_background(queue.name)
+        Deferred.fromCoroutine(forget_previous_run(self)).addErrback(
+            lambda failure: self.log.failure("deleting the previous run's AMQP definitions failed", failure))
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
                       exchanges=len(self.persisted_exchanges), queues=replayed.queues_count,
                       bindings=replayed.bindings_count)
@@ -191,19 +191,18 @@ class VirtualHost:
         if builder.records_count:
             await self.broker.produce(self.principal, topic, 0, builder.build(), Acks.ALL, produce_timeout_ms_default)
 
-    async def _sync_metadata(self, extra: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
-        """Write what changed in the router since the last write (durable exchanges and bindings)."""
+    async def sync_metadata(self, extra: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
+        """Write what changed in the router since the last write (the exchanges and bindings ``transient.py`` stores)."""
         entries = list(extra)
-        current = {name: exchange for name, exchange in self.router.exchanges.items()
-                   if exchange.durable and not name.startswith("amq.")}
+        current = {name: exchange for name, exchange in self.router.exchanges.items() if exchange_stored(exchange)}
         for name in self.persisted_exchanges.keys() - current.keys():
             entries.append((exchange_key(name), None))
         entries += [exchange_record(exchange) for name, exchange in current.items()
                     if self.persisted_exchanges.get(name) != exchange]
-        durable_queues = {name for name, queue in self.queues.items()
-                          if (queue.owner is None and queue.declaration.durable) or queue.declaration.exclusive}
+        stored_queues = {name for name, queue in self.queues.items()
+                         if bindings_stored(queue.declaration, queue.owner is not None, self.definitions is not None)}
         bindings = {binding for binding in self.router.bindings
-                    if binding.destination_kind is DestinationKind.EXCHANGE or binding.destination in durable_queues}
+                    if binding.destination_kind is DestinationKind.EXCHANGE or binding.destination in stored_queues}
         entries += [(binding_key(binding), None) for binding in self.persisted_bindings - bindings]
         entries += [(binding_key(binding), b"") for binding in bindings - self.persisted_bindings]
         self.persisted_exchanges, self.persisted_bindings = current, bindings
@@ -280,7 +279,7 @@ class VirtualHost:
                 pass  # left by a queue whose deletion did not finish; its records are this queue's
             queue = self.add_queue(declaration, owner=session_id if method.exclusive else None)
             if queue.owner is None or declaration.exclusive:
-                await self._sync_metadata([queue_record(declaration)])
+                await self.sync_metadata([queue_record(declaration)])
         if isinstance(queue, ClassicQueue):
             queue.state.touch(self.now_ms())
         elif isinstance(queue, ShareQueue):
@@ -303,7 +302,7 @@ class VirtualHost:
         if isinstance(queue, ShareQueue):
             await queue.delete_group()  # a queue declared again under this name starts afresh
         if queue.owner is None or queue.declaration.exclusive:
-            await self._sync_metadata([(queue_key(name), None)])
+            await self.sync_metadata([(queue_key(name), None)])
             await self.write_records(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
         try:
             await self.broker.delete_topic(self.principal, queue.topic)
@@ -435,21 +434,22 @@ class VirtualHost:
                          "use direct, fanout, topic or headers", method) from None
         if method.exchange:  # "" is the default exchange, as before
             _check_name("exchange", method.exchange, method)
-        exchange = Exchange(name=method.exchange, type=exchange_type, durable=method.durable,
+        home = self.node_id if not method.durable and self.definitions is not None else None  # stored: transient.py
+        exchange = Exchange(name=method.exchange, type=exchange_type, durable=method.durable, home=home,
                             auto_delete=method.auto_delete, internal=method.internal, arguments=dict(method.arguments))
         topic = source_topic(exchange.arguments, method)
         if topic is not None and topic not in self.sources and method.exchange not in self.router.exchanges:
             await self.sources.start(topic, exchange, method)
         else:
             self.router.declare_exchange(exchange)
-        await self._sync_metadata()
+        await self.sync_metadata()
         return spec.ExchangeDeclareOk()
 
     async def delete_exchange(self, method: spec.ExchangeDelete) -> spec.ExchangeDeleteOk:
         """exchange.delete."""
         if method.exchange in self.router.exchanges or method.exchange == "" or method.exchange.startswith("amq."):
             self.router.delete_exchange(method.exchange, if_unused=method.if_unused)
-        await self._sync_metadata()
+        await self.sync_metadata()
         return spec.ExchangeDeleteOk()
 
     async def change_binding(self, binding: Binding, bind: bool) -> None:
@@ -458,7 +458,7 @@ class VirtualHost:
             self.router.bind(binding)
         else:
             self.router.unbind(binding)
-        await self._sync_metadata()
+        await self.sync_metadata()
 
     # --- messages -------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ read back from their compacted topics and applied (a record that does not decode
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from mqbroker.protocols.amqp.routing import Exchange
 from mqbroker.protocols.amqp.sources import SOURCE_POSITIONS_TOPIC, Positions, decode_positions
 from mqbroker.protocols.amqp.spec import AmqpError
 from mqbroker.protocols.amqp.stored import METADATA_TOPIC, QUEUE_STATE_TOPIC, QueueDeclaration, decode_declaration
+from mqbroker.protocols.amqp.transient import left_over
 from mqbroker.records.readable import UnreadableBatch, next_offset_after, readable_records
 
 if TYPE_CHECKING:
@@ -117,3 +119,23 @@ async def replay(vhost: VirtualHost) -> Replayed:
         vhost.persisted_bindings.add(binding)
     return Replayed(metadata_end=metadata_end, brokers_count=len(brokers), positions=stored_positions,
                     queues_count=len(queues), bindings_count=len(bindings))
+
+
+async def forget_previous_run(vhost: VirtualHost) -> None:
+    """After the replay, delete cluster-wide the transient definitions this broker's previous run left stored
+    (``transient.left_over``): its exclusive queues, its non-durable exchanges (or give them the home of other brokers'
+    queues still bound to them), the bindings to its non-durable queues."""
+    gone = left_over(vhost.node_id, {name: queue.declaration for name, queue in vhost.queues.items()},
+                     list(vhost.router.exchanges.values()), list(vhost.router.bindings))
+    for binding in gone.bindings:
+        vhost.router.unbind(binding)
+    for name in gone.exchanges:
+        if name in vhost.router.exchanges:  # an auto-delete one went with its last binding
+            vhost.router.delete_exchange(name)
+    for name, home in gone.rehomed.items():
+        if name in vhost.router.exchanges:
+            vhost.router.replace_exchange(dataclasses.replace(vhost.router.exchanges[name], home=home))
+    if gone.bindings or gone.exchanges or gone.rehomed:
+        await vhost.sync_metadata()
+    for name in gone.queues:
+        await vhost.delete_queue(name)

@@ -23,6 +23,16 @@ class Send:
     data: bytes
 
 
+#: Made once per log write of QoS 1 messages, so not frozen (see ``packets.Publish``).
+@dataclass(slots=True, kw_only=True)
+class SendPubAcks:
+    """Write a successful PUBACK for each of ``packet_ids``, in order: ``data`` is their encodings, one after
+    another (the QoS 1 messages of one log write, acknowledged without a packet object and a ``Send`` each)."""
+
+    packet_ids: list[int]
+    data: bytes
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Close:
     """Close the network connection once everything before this action is written."""
@@ -121,6 +131,6 @@ class SessionEnded:
 
 
 Action = Union[
-    Send, Close, OpenSession, PublishToLog, Retain, AddSubscription, RemoveSubscription, SetTimer,
+    Send, SendPubAcks, Close, OpenSession, PublishToLog, Retain, AddSubscription, RemoveSubscription, SetTimer,
     ScheduleWill, StoreSession, SessionEnded,
 ]

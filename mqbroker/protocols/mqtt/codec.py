@@ -403,6 +403,51 @@ def decode_packet(first_byte: int, body: bytes | bytearray | memoryview, protoco
     return packet  # type: ignore[return-value]
 
 
+_PUBLISH = int(PacketType.PUBLISH)
+#: A PUBACK's first byte (no flags): one with a packet id and nothing else is decoded inline.
+_PUBACK_FIRST_BYTE = PacketType.PUBACK << 4
+
+
+def _plain_publish(data: bytes, start: int, end: int, flags: int, level: int) -> Publish | None:
+    """The PUBLISH in ``data[start:end]`` decoded without a ``Reader``, or None to leave it to ``decode_packet``.
+
+    Nearly every packet a broker receives is a PUBLISH without properties: this decodes those
+    field by field from the received bytes. Anything else (QoS 3, DUP on QoS 0, a short or
+    malformed field, packet id 0, a 5.0 property block that is not empty) returns None, and
+    ``decode_packet`` decodes it, or raises the error it always raised.
+    """
+    qos = flags >> 1 & 0x03
+    if qos == 3 or (flags & 0x08 and not qos):
+        return None
+    position = start + 2
+    if position > end:
+        return None
+    topic_end = position + (data[start] << 8 | data[start + 1])
+    if topic_end > end:
+        return None
+    try:
+        topic = data[position:topic_end].decode("utf-8")  # strict: rejects overlongs and encoded surrogates
+    except UnicodeDecodeError:
+        return None
+    if "\x00" in topic:
+        return None
+    position = topic_end
+    packet_id = None
+    if qos:
+        if position + 2 > end:
+            return None
+        packet_id = data[position] << 8 | data[position + 1]
+        if not packet_id:
+            return None
+        position += 2
+    if level == PROTOCOL_LEVEL_5:
+        if position >= end or data[position]:
+            return None  # properties (or a missing block): the general decoder
+        position += 1
+    return Publish(topic=topic, payload=data[position:end], qos=qos, retain=bool(flags & 0x01), dup=bool(flags & 0x08),
+                   packet_id=packet_id)
+
+
 class PacketDecoder:
     """Streaming decoder: ``receive_data(bytes) -> list[Packet]`` with a bounded buffer.
 
@@ -432,28 +477,46 @@ class PacketDecoder:
 
     def receive_data(self, data: bytes) -> list[Packet]:
         """Add ``data``; return the packets it completes. Raises ``MqttProtocolError``."""
-        self._buffer += data
+        buffer = self._buffer
+        if buffer:
+            buffer += data
+            data = bytes(buffer)  # one copy per read; every packet below is a slice of it
         packets: list[Packet] = []
         position = 0
-        buffer = self._buffer
-        while True:
-            header = self._fixed_header(buffer, position)
-            if header is None:
-                break
-            header_bytes, body_bytes = header
+        size = len(data)
+        level = self.protocol_level
+        while position < size:
+            first_byte = data[position]
+            if position + 1 < size and data[position + 1] < 0x80 and data[position + 1] + 2 <= self._packet_bytes_max:
+                header_bytes, body_bytes = 2, data[position + 1]  # the usual one-byte remaining length, inline
+            else:
+                header = self._fixed_header(data, position)
+                if header is None:
+                    break
+                header_bytes, body_bytes = header
             end = position + header_bytes + body_bytes
-            if end > len(buffer):
+            if end > size:
                 break
-            body = buffer[position + header_bytes : end]  # a copy, so the buffer may shrink below
-            packet = decode_packet(buffer[position], body, self.protocol_level)
-            if isinstance(packet, Connect) and self.protocol_level is None:
-                self.protocol_level = packet.protocol_level
+            start = position + header_bytes
+            packet = None
+            if level is not None:
+                if first_byte >> 4 == _PUBLISH:
+                    packet = _plain_publish(data, start, end, first_byte & 0x0F, level)
+                elif first_byte == _PUBACK_FIRST_BYTE and body_bytes == 2 and (data[start] or data[start + 1]):
+                    packet = PubAck(packet_id=data[start] << 8 | data[start + 1])  # a subscriber's usual PUBACK
+            if packet is None:
+                packet = decode_packet(first_byte, data[start:end], level)
+                if level is None and isinstance(packet, Connect):
+                    self.protocol_level = level = packet.protocol_level
             packets.append(packet)
             position = end
-        del buffer[:position]
+        if position < size:
+            buffer[:] = data[position:]  # the incomplete packet's bytes (bounded by _fixed_header)
+        else:
+            buffer.clear()
         return packets
 
-    def _fixed_header(self, buffer: bytearray, position: int) -> tuple[int, int] | None:
+    def _fixed_header(self, buffer: bytes, position: int) -> tuple[int, int] | None:
         """(header length, body length) of the packet at ``position``, or None if incomplete."""
         length, shift = 0, 0
         for index in range(1, 5):

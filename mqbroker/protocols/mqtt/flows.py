@@ -15,10 +15,11 @@ the durable session state changed (``StoreSession``).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send
+from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, protocol_error
@@ -27,6 +28,7 @@ from mqbroker.protocols.mqtt.packets import (
     NO_PROPERTIES,
     PROTOCOL_LEVEL_5,
     Packet,
+    PacketType,
     Properties,
     PubAck,
     PubComp,
@@ -42,6 +44,11 @@ from mqbroker.protocols.mqtt.state import (
     SessionState,
 )
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
+
+
+#: A successful PUBACK: its fixed header (type 4, remaining length 2), then the packet id.
+_PUBACK = struct.Struct(">HH")
+_PUBACK_HEADER = PacketType.PUBACK << 12 | 2
 
 
 class Outbox:
@@ -81,6 +88,8 @@ class PublishFlows:
         self._inbound_aliases: dict[int, str] = {}
         self._writes: dict[int, tuple[int, int]] = {}  # ticket -> (qos, packet id) awaiting the log
         self._plain_headers: dict[tuple[int, bool], tuple[tuple[str, bytes], ...]] = {}
+        #: The last PUBLISH's (topic, mapping rules version, log topic, record key): most publish to one topic.
+        self._destination: tuple[str, int, str, bytes] = ("", -1, "", b"")
         self._next_ticket = 1
 
     def attach(self, state: SessionState, now_ms: int) -> None:
@@ -100,21 +109,31 @@ class PublishFlows:
         """A client PUBLISH: append it to the log (QoS 1/2 with a ticket that completes its flow)."""
         state = self.state
         assert state is not None
-        if publish.properties.subscription_identifiers:
+        properties = publish.properties
+        plain = properties is NO_PROPERTIES  # nearly every PUBLISH: no property to check or strip
+        if not plain and properties.subscription_identifiers:
             raise protocol_error("a client PUBLISH carries a subscription identifier [MQTT-3.3.4-6]")
-        topic = self._resolve_topic_alias(publish)
-        validate_topic_name(topic)
-        if publish.qos > self._config.maximum_qos:
-            raise MqttProtocolError(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {publish.qos} exceeds the maximum QoS [MQTT-3.2.2-11]")
-        if publish.retain and not self._config.retain_available:
+        topic = publish.topic
+        if not topic or not plain:
+            topic = self._resolve_topic_alias(publish)
+        destination = self._destination
+        if destination[0] != topic or destination[1] != self._mapping.rules_version:
+            validate_topic_name(topic)  # a topic seen last time (the usual case) was valid then, and still is
+            destination = self._destination = (
+                topic, self._mapping.rules_version, self._mapping.log_topic_for(topic), record_key(topic))
+        qos, retain = publish.qos, publish.retain
+        if qos > self._config.maximum_qos:
+            raise MqttProtocolError(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} exceeds the maximum QoS [MQTT-3.2.2-11]")
+        if retain and not self._config.retain_available:
             raise MqttProtocolError(ReasonCode.RETAIN_NOT_SUPPORTED, "retain is not available [MQTT-3.2.2-14]")
-        if publish.qos == 2 and publish.packet_id in state.received_qos2:
-            self._outbox.send(PubRec(packet_id=publish.packet_id))  # a resend: the message is already stored
-            return
-        if publish.qos == 2 and (2, publish.packet_id) in self._writes.values():
-            return  # a resend while the first copy is being written: its PUBREC follows
+        if qos == 2:
+            if publish.packet_id in state.received_qos2:
+                self._outbox.send(PubRec(packet_id=publish.packet_id))  # a resend: the message is already stored
+                return
+            if (2, publish.packet_id) in self._writes.values():
+                return  # a resend while the first copy is being written: its PUBREC follows
         if (
-            publish.qos
+            qos
             and self._outbox.protocol_level == PROTOCOL_LEVEL_5  # 3.1.1 has no receive maximum: the adapter pauses reading
             and len(self._writes) + len(state.received_qos2) >= self._config.receive_maximum
         ):
@@ -123,21 +142,21 @@ class PublishFlows:
                 f"more than the receive maximum of {self._config.receive_maximum} unacknowledged QoS 1/2 "
                 "PUBLISH packets (§3.3.4)",
             )
-        properties = publish.properties
-        if properties.topic_alias is not None:  # subscription identifiers were refused above
+        if not plain and properties.topic_alias is not None:  # subscription identifiers were refused above
             properties = replace(properties, topic_alias=None)
-        headers = self._record_headers(publish.qos, publish.retain, properties)
+        headers = self._plain_headers.get((qos, retain)) if plain else None
+        if headers is None:
+            headers = self._record_headers(qos, retain, properties)
         ticket = None
-        if publish.qos:
+        if qos:
             assert publish.packet_id is not None
             ticket = self._next_ticket
-            self._next_ticket += 1
-            self._writes[ticket] = (publish.qos, publish.packet_id)
+            self._next_ticket = ticket + 1
+            self._writes[ticket] = (qos, publish.packet_id)
         self._outbox.actions.append(PublishToLog(
-            ticket=ticket, log_topic=self._mapping.log_topic_for(topic), key=record_key(topic),
-            payload=publish.payload, headers=headers,
+            ticket=ticket, log_topic=destination[2], key=destination[3], payload=publish.payload, headers=headers,
         ))
-        if publish.retain:
+        if retain:
             self._outbox.actions.append(Retain(topic=topic, payload=publish.payload, headers=headers))
 
     def _record_headers(self, qos: int, retain: bool, properties: Properties) -> tuple[tuple[str, bytes], ...]:
@@ -173,8 +192,15 @@ class PublishFlows:
         return [self._writes.pop(ticket) for ticket in tickets]
 
     def acknowledge_writes(self, writes: Sequence[tuple[int, int]], reason_code: ReasonCode) -> None:
-        """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``)."""
+        """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``), in order."""
+        puback_ids: list[int] = []  # a run of successful PUBACKs: one action
         for qos, packet_id in writes:
+            if qos == 1 and reason_code == ReasonCode.SUCCESS:
+                puback_ids.append(packet_id)
+                continue
+            if puback_ids:
+                self._send_pubacks(puback_ids)
+                puback_ids = []
             if qos == 1:
                 self._outbox.send(PubAck(packet_id=packet_id, reason_code=reason_code))
                 continue
@@ -183,6 +209,14 @@ class PublishFlows:
                 self.state.received_qos2.add(packet_id)
                 self._outbox.dirty = True
             self._outbox.send(PubRec(packet_id=packet_id, reason_code=reason_code))
+        if puback_ids:
+            self._send_pubacks(puback_ids)
+
+    def _send_pubacks(self, packet_ids: list[int]) -> None:
+        """Successful PUBACKs in the short form at either level [MQTT-3.4.2.1]: fixed header and packet id."""
+        pack = _PUBACK.pack
+        self._outbox.actions.append(SendPubAcks(
+            packet_ids=packet_ids, data=b"".join([pack(_PUBACK_HEADER, packet_id) for packet_id in packet_ids])))
 
     def on_pubrel(self, pubrel: PubRel, now_ms: int) -> None:
         """The client releases a stored QoS 2 message: forget its packet id."""

@@ -54,15 +54,22 @@ class TopicAclSubject(Protocol):
     security: FrontEndSecurity | None
 
 
+def topic_acls_apply(connection: TopicAclSubject) -> bool:
+    """Whether the MQTT topic ACLs may refuse the connection anything now (False: ``topic_allowed`` is True for
+    every topic, so a batch of messages needs no check each)."""
+    security = connection.security
+    return (connection.topic_decisions is not None and security is not None and security.acls is not None
+            and connection.topic_acls.current() is not None and not security.acls.is_super_user(connection.principal))
+
+
 def topic_allowed(connection: TopicAclSubject, operation: Operation, mqtt_topic: str) -> bool:
     """May the connection publish (WRITE) or receive (READ) ``mqtt_topic`` under the MQTT topic ACLs? Denials are
     audited."""
-    decisions = connection.topic_decisions
-    acls = connection.topic_acls.current() if decisions is not None else None
-    security = connection.security
-    if acls is None or decisions is None or security is None or security.acls is None:
+    if not topic_acls_apply(connection):
         return True
-    if security.acls.is_super_user(connection.principal) or decisions.may(acls, operation, mqtt_topic):
+    decisions, acls, security = connection.topic_decisions, connection.topic_acls.current(), connection.security
+    assert decisions is not None and acls is not None and security is not None and security.acls is not None
+    if decisions.may(acls, operation, mqtt_topic):
         return True
     security.acls.report_denial(Denial(principal=connection.principal, operation=operation,
                                        resource_type=ResourceType.MQTT_TOPIC, resource_name=mqtt_topic))

@@ -44,6 +44,7 @@ from mqbroker.protocols.mqtt.actions import (
     Retain,
     ScheduleWill,
     Send,
+    SendPubAcks,
     SessionEnded,
     SetTimer,
     StoreSession,
@@ -223,16 +224,27 @@ class MqttConnection:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
         refused: list[int] = []
         retained_writes: list[Deferred[Any]] = []
+        check_writes = mqtt_security.topic_acls_apply(self)  # once per list: no topic ACL, no check per message
+        # A run of messages to one MQTT topic (the usual case) goes to one partition: looked up once per run.
+        last_key: bytes | None = None
+        last_log_topic: str | None = None
+        group: list[PublishToLog] = []
         for action in actions:
-            if isinstance(action, Send):
-                self._send(action)
-            elif isinstance(action, PublishToLog):
-                if not mqtt_security.topic_allowed(self, Operation.WRITE, action.key.decode("utf-8", "replace")):
+            kind = type(action)
+            if kind is PublishToLog:
+                if check_writes and not mqtt_security.topic_allowed(
+                        self, Operation.WRITE, action.key.decode("utf-8", "replace")):
                     if action.ticket is not None:  # QoS 1/2: PUBACK/PUBREC 0x87 (level 5); QoS 0 is dropped
                         refused.append(action.ticket)
                     continue
-                partition = self.hub.partition_for(action.log_topic, action.key)
-                publishes.setdefault((action.log_topic, partition), []).append(action)
+                if action.key != last_key or action.log_topic != last_log_topic:
+                    last_key, last_log_topic = action.key, action.log_topic
+                    group = publishes.setdefault((last_log_topic, self.hub.partition_for(last_log_topic, last_key)), [])
+                group.append(action)
+            elif kind is Send:
+                self._send(action)
+            elif kind is SendPubAcks:
+                self._write(action.data)
             elif isinstance(action, Close):
                 if self._connection is not None:
                     self.flush(even_when_corked=True)
@@ -265,14 +277,18 @@ class MqttConnection:
             code = ReasonCode.NOT_AUTHORIZED if self.session.protocol_level == PROTOCOL_LEVEL_5 else ReasonCode.SUCCESS
             self._run(self.session.log_writes_completed(refused, self.hub.now_ms(), code))
 
+    def _write(self, data: bytes) -> None:
+        """Queue ``data`` for this turn's socket write."""
+        if self._connection is not None:
+            self._outgoing.append(data)
+            self.hub.statistics["bytes/sent"] += len(data)
+
     def _send(self, action: Send) -> None:
         if self._connection is None:
             return
-        self._outgoing.append(action.data)
-        statistics = self.hub.statistics
-        statistics["bytes/sent"] += len(action.data)
+        self._write(action.data)
         if isinstance(action.packet, Publish):
-            statistics["messages/sent"] += 1
+            self.hub.statistics["messages/sent"] += 1
             if self._fetch_throttle is not None:
                 self._fetch_throttle.record(len(action.data))
                 if self._fetch_throttle.active:
@@ -295,10 +311,8 @@ class MqttConnection:
         """One batch per log partition; QoS 1/2 tickets complete once it is durable (acks=-1; or, with
         ``mqtt_puback = "written"``, appended: acks=0), and so are the retained messages set along with it
         (with ``durable``, a PUBACKed retained message survives any one broker)."""
-        now_ms = self.hub.now_ms()
         builder = BatchBuilder()
-        for action in group:
-            builder.append(now_ms, action.key, action.payload, action.headers)
+        builder.append_many(self.hub.now_ms(), [(action.key, action.payload, action.headers) for action in group])
         tickets = [action.ticket for action in group if action.ticket is not None]
         self.hub.statistics["messages/received"] += len(group)
         batch = builder.build()

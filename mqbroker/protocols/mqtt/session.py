@@ -64,6 +64,7 @@ from mqbroker.protocols.mqtt.packets import (
     PingReq,
     PingResp,
     Properties,
+    Publish,
     ReasonCode,
     Subscribe,
     Unsubscribe,
@@ -113,6 +114,7 @@ _TRANSITIONS: dict[tuple[ConnectionState, Event], ConnectionState] = {
     (_S.CONNECTED, _E.CONNECTION_LOST): _S.CLOSED,
 }
 _TERMINAL = frozenset({ConnectionState.CLOSED, ConnectionState.ERROR})
+_CONNECTED, _CLOSED, _ERROR = ConnectionState.CONNECTED, ConnectionState.CLOSED, ConnectionState.ERROR
 
 
 class MqttSession:
@@ -170,9 +172,13 @@ class MqttSession:
         self._last_received_ms = now_ms
         try:
             for packet in self._decoder.receive_data(data):
-                if self.state in _TERMINAL:
+                state = self.state
+                if state is _CONNECTED and type(packet) is Publish:  # nearly every packet: straight to its flow
+                    self._flows.on_publish(packet, now_ms)  # type: ignore[union-attr]
+                elif state is _CLOSED or state is _ERROR:
                     break
-                self._dispatch(packet, now_ms)
+                else:
+                    self._dispatch(packet, now_ms)
         except MqttProtocolError as error:
             self._fail(error, now_ms)
         return self._finish()

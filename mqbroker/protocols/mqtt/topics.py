@@ -309,10 +309,12 @@ class TopicMapping:
     them at once (the cluster's rules changed).
     """
 
-    __slots__ = ("_rules", "_trie", "default_log_topic")
+    __slots__ = ("_rules", "_trie", "default_log_topic", "rules_version")
 
     def __init__(self, rules: Sequence[MappingRule] = (), default_log_topic: str = DEFAULT_LOG_TOPIC) -> None:
         self.default_log_topic = default_log_topic
+        #: Counts ``replace_rules`` calls: a log topic looked up before is still right while it is unchanged.
+        self.rules_version = 0
         self._rules: tuple[MappingRule, ...] = ()
         self._trie: SubscriptionTrie[int, MappingRule] = SubscriptionTrie()
         self.replace_rules(rules)
@@ -324,6 +326,7 @@ class TopicMapping:
         for index, rule in enumerate(rules):
             trie.add(rule.mqtt_filter, index, rule)
         self._rules, self._trie = tuple(rules), trie
+        self.rules_version += 1
 
     @property
     def rules(self) -> tuple[MappingRule, ...]:

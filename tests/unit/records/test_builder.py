@@ -159,3 +159,26 @@ def test_a_repeated_header_set_encodes_as_the_first_time() -> None:
         batches.append(builder.build())
     assert batches[0] == batches[1]
     assert [record.headers for record in decode_records(batches[0])] == [headers, headers, (("raw", b"x"),)]
+
+
+@given(
+    first=st.lists(st.tuples(st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=200),
+                             st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=4)), max_size=2)
+                             .map(tuple)), max_size=5),
+    second=st.lists(st.tuples(st.none() | st.binary(max_size=8), st.binary(max_size=8), st.just(())), max_size=5),
+    later_ms=st.integers(0, 1000),
+)
+@settings(max_examples=100)
+def test_append_many_builds_the_batch_append_builds(
+    first: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]],
+    second: list[tuple[bytes | None, bytes, tuple[()]]],
+    later_ms: int,
+) -> None:
+    one_by_one, at_once = BatchBuilder(), BatchBuilder()
+    for timestamp_ms, records in ((TIMESTAMP_MS, first), (TIMESTAMP_MS + later_ms, second)):
+        for key, value, headers in records:
+            one_by_one.append(timestamp_ms, key, value, headers)
+        at_once.append_many(timestamp_ms, records)
+    assert at_once.records_count == one_by_one.records_count and at_once.size_bytes == one_by_one.size_bytes
+    if one_by_one.records_count:
+        assert at_once.build() == one_by_one.build()

@@ -150,3 +150,18 @@ def test_headers_exchange_matches_all_or_any() -> None:
     router.bind(Binding(source="amq.headers", destination="q", arguments=(("format", "pdf"),)))
     assert router.route("amq.headers", "", {"format": "pdf"}) == {"q"}
     assert router.route("amq.headers", "", {"format": "zip"}) == set()
+
+
+def test_replacing_an_exchange_keeps_its_bindings_and_never_changes_its_type() -> None:
+    router = Router()
+    router.add_queue("worker")
+    declared = Exchange(name="pidbox", type=ExchangeType.FANOUT, durable=False, home=1)
+    router.declare_exchange(declared)
+    router.bind(Binding(source="pidbox", destination="worker"))
+    router.replace_exchange(Exchange(name="pidbox", type=ExchangeType.FANOUT, durable=False, home=2))
+    assert router.exchanges["pidbox"].home == 2
+    assert router.route("pidbox", "") == {"worker"}
+    router.replace_exchange(Exchange(name="pidbox", type=ExchangeType.TOPIC, durable=False, home=3))
+    assert router.exchanges["pidbox"].home == 2
+    with pytest.raises(AmqpError):
+        router.replace_exchange(Exchange(name="missing", type=ExchangeType.FANOUT))

@@ -22,10 +22,11 @@ from tests.unit.protocols.amqp.strategies import field_values, shortstrs, tables
 
 exchanges = st.builds(Exchange, name=shortstrs.filter(lambda name: not name.startswith("amq.")),
                       type=st.sampled_from(ExchangeType), durable=st.booleans(), auto_delete=st.booleans(),
-                      internal=st.booleans(), arguments=st.dictionaries(shortstrs, st.integers(0, 9), max_size=2))
+                      internal=st.booleans(), arguments=st.dictionaries(shortstrs, st.integers(0, 9), max_size=2),
+                      home=st.one_of(st.none(), st.integers(0, 2**31 - 1)))
 queues = st.builds(QueueDeclaration, name=shortstrs, durable=st.booleans(), auto_delete=st.booleans(),
                    arguments=st.dictionaries(shortstrs, st.integers(0, 9), max_size=2),
-                   home=st.one_of(st.none(), st.integers(0, 2**31 - 1)))
+                   home=st.one_of(st.none(), st.integers(0, 2**31 - 1)), exclusive=st.booleans())
 bindings = st.builds(Binding, source=shortstrs, destination=shortstrs, destination_kind=st.sampled_from(DestinationKind),
                      routing_key=shortstrs, arguments=st.just(()))
 records = st.one_of(exchanges.map(exchange_record), queues.map(queue_record),

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from mqbroker.protocols.mqtt.codec import (
     PacketDecoder,
+    decode_packet,
     encode,
     encode_variable_byte_integer,
 )
@@ -284,3 +285,28 @@ def test_a_corrupted_byte_raises_only_the_typed_protocol_error(packet: object, p
         decode_all(bytes(data), 5)
     except MqttProtocolError as error:
         assert isinstance(error.reason_code, ReasonCode)
+
+
+def _outcome(decode: object) -> object:
+    """What a decoding call returns, or the reason code it raises."""
+    try:
+        return decode()  # type: ignore[operator]
+    except MqttProtocolError as error:
+        return error.reason_code
+
+
+@given(packet_type=st.sampled_from([PacketType.PUBLISH, PacketType.PUBACK]), flags=st.integers(0, 15), body=st.one_of(
+    st.binary(max_size=140),
+    st.builds(lambda topic, rest: len(topic).to_bytes(2, "big") + topic + rest,
+              st.binary(max_size=12) | st.text(max_size=6).map(str.encode), st.binary(max_size=20)),
+), level=st.sampled_from([4, 5]))
+@settings(max_examples=1000)
+def test_the_streaming_decoders_shortcuts_decode_exactly_as_decode_packet(
+    packet_type: PacketType, flags: int, body: bytes, level: int
+) -> None:
+    """The decoder reads plain PUBLISH and PUBACK packets inline: the same packet, or the same error, as decode_packet."""
+    first_byte = packet_type << 4 | (flags if packet_type == PacketType.PUBLISH or flags < 8 else 0)
+    frame = bytes([first_byte]) + encode_variable_byte_integer(len(body)) + body
+    streamed = _outcome(lambda: PacketDecoder(packet_bytes_max=1024, protocol_level=level).receive_data(frame))
+    general = _outcome(lambda: [decode_packet(first_byte, body, level)])
+    assert streamed == general

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from mqbroker.protocols.mqtt.actions import Close, Send
-from mqbroker.protocols.mqtt.codec import encode
+import pytest
+
+from mqbroker.protocols.mqtt.actions import Close, PublishToLog, Send, SendPubAcks
+from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import (
     Connect,
     Properties,
+    PubAck,
     Publish,
+    PubRec,
     PubRel,
     ReasonCode,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
-from mqbroker.protocols.mqtt.topics import TopicMapping
+from mqbroker.protocols.mqtt.topics import MappingRule, TopicMapping
 
 
 def connected_session(level: int = 5, config: SessionConfig = SessionConfig()) -> MqttSession:
@@ -78,3 +82,33 @@ def test_a_qos2_resend_while_the_first_copy_is_written_is_not_written_twice() ->
     session.receive_data(encode(publish, 5), 0)
     assert session.receive_data(encode(publish, 5), 0) == []
     assert session.log_writes_in_flight == 1
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_one_log_write_is_acknowledged_in_publish_order_with_runs_of_pubacks_as_one_action(level: int) -> None:
+    session = connected_session(level)
+    qos_and_ids = [(1, 1), (2, 2), (1, 3), (1, 4)]
+    received = b"".join(encode(Publish(topic="t", payload=b"x", qos=qos, packet_id=packet_id), level)
+                        for qos, packet_id in qos_and_ids)
+    tickets = [action.ticket for action in session.receive_data(received, 0) if isinstance(action, PublishToLog)]
+    actions = session.log_writes_completed(tickets, 1)  # type: ignore[arg-type]
+    sent = [action for action in actions if isinstance(action, (Send, SendPubAcks))]
+    assert [type(action) for action in sent] == [SendPubAcks, Send, SendPubAcks]
+    assert [action.packet_ids for action in sent if isinstance(action, SendPubAcks)] == [[1], [3, 4]]
+    wire = PacketDecoder(packet_bytes_max=1024, protocol_level=level).receive_data(b"".join(a.data for a in sent))
+    assert wire == [PubAck(packet_id=1), PubRec(packet_id=2), PubAck(packet_id=3), PubAck(packet_id=4)]
+
+
+def test_a_publish_after_the_mapping_rules_changed_goes_to_the_new_log_topic() -> None:
+    mapping = TopicMapping()
+    session = MqttSession(config=SessionConfig(), mapping=mapping, generate_client_id=lambda: "generated")
+    session.receive_data(encode(Connect(protocol_level=4, client_id="c", keep_alive_s=0), 4), 0)
+    session.session_opened(None, 0)
+
+    def log_topics() -> list[str]:
+        published = encode(Publish(topic="alarms/1", payload=b"x"), 4) * 2
+        return [action.log_topic for action in session.receive_data(published, 0) if isinstance(action, PublishToLog)]
+
+    assert log_topics() == [mapping.default_log_topic] * 2
+    mapping.replace_rules([MappingRule(mqtt_filter="alarms/#", log_topic="mqtt.alarms")])
+    assert log_topics() == ["mqtt.alarms"] * 2

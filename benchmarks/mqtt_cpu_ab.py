@@ -1,0 +1,120 @@
+"""Broker CPU per MQTT PUBLISH for source trees side by side in one run (paho publisher, process CPU time).
+
+Run ``python benchmarks/mqtt_cpu_ab.py TREE [TREE ...] [--messages 20000] [--trials 5] [--qos 1]
+[--puback durable|written] [--mosquitto]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C
+/tmp/before``. One broker per tree (``PYTHONPATH`` = the tree), and with ``--mosquitto`` Debian's
+Mosquitto (``mqtt_bench``'s configuration) as one more; each trial publishes ``--messages`` 100-byte
+messages from one paho 3.1.1 client (``mqtt_bench``'s: 1,000 in flight) to each broker in turn,
+alternating, and reads the CPU time of the broker's threads (``/proc/<pid>/task/*/schedstat``)
+before and after the last PUBACK. Per broker it prints the median and range of µs per message, the
+median ratio to the first tree, and the broker's idle CPU (measured before the trials) times each
+trial's duration per message: the share of the figure no message caused, which a slow client on a
+loaded machine raises. CPU time per message holds on a loaded machine where rates do not, and the
+ratio of variants alternated in one run holds best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from benchmarks.mqtt_bench import PAYLOAD_BYTES, connected_client, mosquitto_process  # noqa: E402
+from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
+
+WARM_UP_MESSAGES = 2_000
+IDLE_SECONDS = 5.0
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds of every thread of ``pid`` (``schedstat``: nanoseconds, where ``stat`` counts 10 ms ticks)."""
+    total_ns = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total_ns += int((task / "schedstat").read_text().split()[0])
+    return total_ns / 1e9
+
+
+def publish_cpu_us(port: int, pid: int, qos: int, count: int, client_id: str) -> tuple[float, float]:
+    """Broker CPU µs per message while one paho client publishes ``count`` messages and sees them acknowledged,
+    and the seconds that took."""
+    publisher = connected_client(port, client_id)
+    payload = b"p" * PAYLOAD_BYTES
+    try:
+        before, started = process_cpu_s(pid), time.monotonic()
+        infos = [publisher.publish("bench/cpu", payload, qos=qos) for _ in range(count)]
+        marker = publisher.publish("bench/cpu", payload, qos=1)
+        marker.wait_for_publish(timeout=120)
+        for info in infos[-1:]:
+            info.wait_for_publish(timeout=120)
+        after, elapsed_s = process_cpu_s(pid), time.monotonic() - started
+    finally:
+        publisher.disconnect()
+        publisher.loop_stop()
+    return (after - before) / (count + 1) * 1e6, elapsed_s
+
+
+def idle_cpu_ms_per_s(pid: int, seconds: float = IDLE_SECONDS) -> float:
+    """The broker's CPU use with no client busy (timers, long polls): part of every message's figure."""
+    before = process_cpu_s(pid)
+    time.sleep(seconds)
+    return (process_cpu_s(pid) - before) / seconds * 1e3
+
+
+def main() -> None:
+    """Start one broker per tree, alternate trials, print medians and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", nargs="+", help="source trees (PYTHONPATH of each broker)")
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--qos", type=int, choices=[0, 1, 2], default=1)
+    parser.add_argument("--puback", choices=["durable", "written"], default="durable")
+    parser.add_argument("--mosquitto", action="store_true", help="Debian's mosquitto as one more broker, alternated")
+    arguments = parser.parse_args()
+    names = [f"{number}:{tree}" for number, tree in enumerate(arguments.trees)]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    idle_shares: dict[str, list[float]] = {name: [] for name in names}
+    idle_rates: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
+        targets: dict[str, tuple[int, int]] = {}  # name -> (MQTT port, pid)
+        for number, (name, tree) in enumerate(zip(names, arguments.trees)):
+            data_dir = pathlib.Path(directory) / f"broker-{number}"
+            data_dir.mkdir()
+            broker = BrokerProcess(data_dir=data_dir, environment={"PYTHONPATH": str(pathlib.Path(tree).resolve())},
+                                   extra_args=["--set", f"mqtt_puback={arguments.puback}"])
+            broker.start(timeout_s=60)
+            stack.callback(broker.kill)
+            assert broker.process is not None
+            targets[name] = broker.ports["mqtt"], broker.process.pid
+        if arguments.mosquitto:
+            targets["mosquitto"] = stack.enter_context(mosquitto_process(pathlib.Path(directory)))
+            samples["mosquitto"], idle_shares["mosquitto"] = [], []
+        for name, (port, pid) in targets.items():
+            publish_cpu_us(port, pid, arguments.qos, WARM_UP_MESSAGES, "warm-up")
+        for name, (port, pid) in targets.items():
+            idle_rates[name] = idle_cpu_ms_per_s(pid)
+        for trial in range(arguments.trials):
+            for name, (port, pid) in targets.items():
+                cpu_us, elapsed_s = publish_cpu_us(port, pid, arguments.qos, arguments.messages, f"ab-{trial}")
+                samples[name].append(cpu_us)
+                idle_shares[name].append(idle_rates[name] * elapsed_s / arguments.messages * 1e3)
+                print(f"-- trial {trial + 1} {name}: {cpu_us:.2f} us/msg", file=sys.stderr)
+    first = samples[names[0]]
+    print(f"broker CPU per QoS {arguments.qos} message, mqtt_puback={arguments.puback}, {arguments.messages} messages "
+          f"x {arguments.trials} trials, load average {os.getloadavg()[0]:.1f} at the end ({time.strftime('%H:%M')})")
+    for name, values in samples.items():
+        ratio = statistics.median(value / reference for value, reference in zip(values, first))
+        print(f"{name:40} median {statistics.median(values):6.2f} us  range {min(values):6.2f}-{max(values):6.2f}"
+              f"  ratio {ratio:5.2f}  (idle {idle_rates[name]:.1f} ms/s: ~{statistics.median(idle_shares[name]):.2f} us"
+              " of each message's figure)")
+
+
+if __name__ == "__main__":
+    main()
