@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 import urllib.parse
-from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -72,13 +70,3 @@ def operations_tagged(api: AdminApi, tags: frozenset[str]) -> set[str]:
             if set(operation["tags"]) & tags}
 
 
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.2) -> Any:
-    """Call ``check`` until it returns something true (and return it) or raise after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s (last: {found!r})")
-        time.sleep(interval_s)

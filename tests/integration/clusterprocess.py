@@ -67,12 +67,17 @@ def start_all(brokers: list[BrokerProcess]) -> None:
         raise failures[0]
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
-    """Poll ``condition`` every 0.1 s until it holds; fail the test after ``timeout_s``."""
+def wait_for(condition: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition",
+             interval_s: float = 0.1) -> Any:
+    """Poll ``condition`` every ``interval_s`` until it returns something true, and return that; fail the test
+    naming ``what`` after ``timeout_s``. The one poll-until-true helper of the tests."""
     deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not met in time"
-        time.sleep(0.1)
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
+        time.sleep(interval_s)
 
 
 def retrying(call: Callable[[], Any], timeout_s: float = 20.0) -> Any:

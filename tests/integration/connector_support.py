@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pathlib
 import time
-from collections.abc import Callable
 from typing import Any
 
 from mqbroker.client import Admin, Consumer, Producer
@@ -18,18 +17,6 @@ FAST_CONNECTORS = ["--set", "connectors.status_interval_ms=500", "--set", "conne
 def connector_broker(data_dir: pathlib.Path, *extra_args: str) -> BrokerProcess:
     """A broker whose connector tasks report status every 500 ms."""
     return BrokerProcess(data_dir=data_dir, extra_args=[*FAST_CONNECTORS, *extra_args])
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition",
-             interval_s: float = 0.1) -> Any:
-    """Poll ``condition`` until it returns something true; fail after ``timeout_s`` naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(interval_s)
 
 
 def task_status(bootstrap: str, name: str, task: int = 0) -> TaskDescription:

@@ -9,7 +9,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -54,18 +54,6 @@ def kafka_broker_fixture(name: str, *extra_args: str) -> Any:
 def unique(prefix: str) -> str:
     """A topic or group name no other test uses."""
     return f"{prefix}-{os.getpid()}-{next(_names)}"
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout_s} s")
-        time.sleep(0.05)
 
 
 class ApacheKafka:

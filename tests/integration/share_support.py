@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from mqbroker.client import Admin, Producer
@@ -23,17 +23,6 @@ from tests.integration.clusterprocess import wait_for
 ROOT = pathlib.Path(__file__).parents[2]
 #: Every child started and not yet killed: ``kill_children`` ends them after a test, failed or not.
 _RUNNING: list[ShareChild] = []
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
-    """Poll ``condition`` until it is truthy (returned); fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(interval_s)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, replication_factor: int = -1,

@@ -21,8 +21,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbroker.client import Consumer, Producer
 from mqbroker.protocols.native import messages as m
-from tests.integration.admin_api_support import QUEUE_TAGS, AdminApi, eventually, operations_tagged
+from tests.integration.admin_api_support import QUEUE_TAGS, AdminApi, operations_tagged
 from tests.integration.brokerprocess import BrokerProcess, running
+from tests.integration.clusterprocess import wait_for
 from tests.integration.mqtt_support import Client as MqttClient
 from tests.integration.mqtt_support import MqttBroker
 from tests.integration.nativewire import RawNativeConnection
@@ -165,7 +166,7 @@ def test_consumer_group_members_lag_reset_and_deletion(api: AdminApi, broker: Br
         while taken < 5:
             taken += len(consumer.poll(timeout=1.0))
         consumer.commit({("payments", 0): 5})
-        group = eventually(lambda: (g := api.json("describeGroup", group="billing"))["members"] and g)
+        group = wait_for(lambda: (g := api.json("describeGroup", group="billing"))["members"] and g, 20)
         assert group["state"] == "Stable" and group["members"][0]["client_id"] == "billing-1"
         assert group["members"][0]["assignment"] == [{"topic": "payments", "partition": 0}]
         assert group["offsets"] == [{"topic": "payments", "partition": 0, "committed_offset": 5, "latest_offset": 20,
@@ -284,14 +285,14 @@ def test_mqtt_clients_sessions_and_retained_messages(api: AdminApi, broker: Mqtt
         assert connected["protocol_level"] == 5 and connected["peer"].startswith("127.0.0.1:")
         assert connected["subscriptions"] == [{"topic_filter": "commands/sensor-42/#", "qos": 1, "share_group": None,
                                                "no_local": False}]
-        retained = eventually(lambda: api.json("listMqttRetained", params={"filter": "status/#"}))
+        retained = wait_for(lambda: api.json("listMqttRetained", params={"filter": "status/#"}), 20)
         assert retained[0]["topic"] == "status/sensor-42" and retained[0]["payload"]["text"] == '{"online": true}'
         api.call("deleteMqttSession", client_id="sensor-42", expect=409)
     finally:
         client.paho.disconnect()
         client.paho.loop_stop()
-    stored = eventually(lambda: [s for s in api.json("listMqttSessions")
-                                 if s["client_id"] == "sensor-42" and not s["connected"]])
+    stored = wait_for(lambda: [s for s in api.json("listMqttSessions")
+                                 if s["client_id"] == "sensor-42" and not s["connected"]], 20)
     assert stored[0]["expiry_interval_s"] == 3600 and stored[0]["subscriptions"][0]["qos"] == 1
     api.call("deleteMqttSession", client_id="sensor-42", expect=204)
     assert not [s for s in api.json("listMqttSessions") if s["client_id"] == "sensor-42"]
@@ -324,7 +325,7 @@ def test_mqtt_mapping_rules_are_changed_at_run_time_and_hostile_ones_refused(api
     publisher.publish("plant/7/alarms", b"overheated", qos=1)
     publisher.disconnect()
     with Consumer(broker.bootstrap, group_id=None, topics=["mqtt.alarms"], auto_offset_reset="earliest") as consumer:
-        found = eventually(lambda: [(r.key, r.value) for r in consumer.poll(timeout=1.0)])
+        found = wait_for(lambda: [(r.key, r.value) for r in consumer.poll(timeout=1.0)], 20)
     assert found == [(b"plant/7/alarms", b"overheated")]
     reset = api.json("resetMqttMappingRules")
     assert reset == {"rules": [], "default_log_topic": "mqtt.messages", "source": "configuration"}

@@ -10,9 +10,9 @@ import pytest
 from mqbroker.client import Producer, ShareConsumer
 from mqbroker.connectors.state import CONNECTORS_TOPIC, task_partition
 from mqbroker.shares.state_records import STATE_TOPIC, state_partition
-from tests.integration.admin_api_support import AdminApi, eventually
+from tests.integration.admin_api_support import AdminApi
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import start_cluster
+from tests.integration.clusterprocess import start_cluster, wait_for
 from tests.integration.connector_support import FAST_CONNECTORS
 from tests.integration.redisprocess import RedisProcess, running_redis
 
@@ -31,15 +31,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerPro
 def test_one_broker_describes_the_cluster_and_reads_partitions_led_by_the_others(cluster: list[BrokerProcess]) -> None:
     first = cluster[0]
     api = AdminApi(f"http://127.0.0.1:{first.ports['http']}")
-    described = eventually(lambda: (found := api.json("describeCluster"))["raft"]["leader"] > 0 and found)
+    described = wait_for(lambda: (found := api.json("describeCluster"))["raft"]["leader"] > 0 and found, 20)
     assert described["raft"]["voters"] == [1, 2, 3] and described["node_id"] == 1
     assert {(b["node_id"], b["state"], b["this_broker"]) for b in described["brokers"]} == {
         (1, "active", True), (2, "active", False), (3, "active", False)}
     assert sum(b["controller"] for b in api.json("listBrokers")) == 1
 
     api.json("createTopic", json={"name": "spread", "partitions": 3, "replication_factor": 3})
-    topic = eventually(lambda: (found := api.json("describeTopic", topic="spread"))
-                       and all(len(p["isr"]) == 3 and p["leader"] > 0 for p in found["partitions"]) and found)
+    topic = wait_for(lambda: (found := api.json("describeTopic", topic="spread"))
+                     and all(len(p["isr"]) == 3 and p["leader"] > 0 for p in found["partitions"]) and found, 20)
     assert {p["leader"] for p in topic["partitions"]} == {1, 2, 3}  # spread: two are led by other brokers
     with Producer(first.bootstrap, acks="all") as producer:
         for partition in range(3):
@@ -49,7 +49,7 @@ def test_one_broker_describes_the_cluster_and_reads_partitions_led_by_the_others
         found = api.json("listPartitions", topic="spread")
         return found if all(p["latest_offset"] == 4 for p in found) else None
 
-    partitions = eventually(all_written)
+    partitions = wait_for(all_written, 20)
     assert all(p["size_bytes"] > 0 and p["error"] is None for p in partitions)  # every replica is here too
     records = api.json("browseRecords", topic="spread", params={"limit": 12})["records"]
     assert sorted((r["partition"], r["offset"]) for r in records) == [(p, o) for p in range(3) for o in range(4)]
@@ -57,8 +57,8 @@ def test_one_broker_describes_the_cluster_and_reads_partitions_led_by_the_others
     start = api.json("deleteRecords", topic="spread", partition=remote, params={"before_offset": 3})
     assert start["log_start_offset"] == 3  # at the leader, through the routing broker
     second = AdminApi(f"http://127.0.0.1:{cluster[1].ports['http']}")
-    assert eventually(lambda: second.json("describePartition", topic="spread", partition=remote)
-                      ["earliest_offset"] == 3)
+    assert wait_for(lambda: second.json("describePartition", topic="spread", partition=remote)
+                    ["earliest_offset"] == 3, 20)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +69,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc
 def _led_elsewhere(api: AdminApi, topic: str, node_id: int, partition_of: Callable[[str, int], int],
                    prefix: str) -> str:
     """A name whose partition of ``topic`` another broker than ``node_id`` leads (once every partition has one)."""
-    partitions = eventually(lambda: (found := api.json("listPartitions", topic=topic))
-                            and all(p["leader"] > 0 for p in found) and found, timeout_s=60)
+    partitions = wait_for(lambda: (found := api.json("listPartitions", topic=topic))
+                          and all(p["leader"] > 0 for p in found) and found, timeout_s=60)
     leaders = {p["partition"]: p["leader"] for p in partitions}
     return next(name for name in (f"{prefix}-{n}" for n in range(1000))
                 if leaders[partition_of(name, len(leaders))] != node_id)
@@ -90,9 +90,9 @@ def test_share_groups_hosted_elsewhere_are_listed_described_and_deleted_through_
     consumer = ShareConsumer(cluster[2].bootstrap, group_id=group, topics=["work"], client_id="far-worker",
                              records_max=6, fetch_wait_ms=200)
     try:
-        held = eventually(lambda: consumer.poll(1.0), timeout_s=30)
-        described = eventually(lambda: (found := api.json("describeShareGroup", group=group))
-                               ["in_flight"] == len(held) and found)
+        held = wait_for(lambda: consumer.poll(1.0), timeout_s=30)
+        described = wait_for(lambda: (found := api.json("describeShareGroup", group=group))
+                             ["in_flight"] == len(held) and found, 20)
         assert [m["client_id"] for m in described["members"]] == ["far-worker"]
         assert {g["group_id"]: g["members"] for g in api.json("listShareGroups")}[group] == 1
         api.call("deleteShareGroup", group=group, expect=409)
@@ -103,7 +103,7 @@ def test_share_groups_hosted_elsewhere_are_listed_described_and_deleted_through_
     assert [s["name"] for s in api.json("listSubscriptions")] == [hook]
     assert api.json("describeSubscription", name=hook)["push_endpoint"] == "http://127.0.0.1:9/"
     api.call("deleteSubscription", name=hook, expect=204)
-    eventually(lambda: api.call("deleteShareGroup", group=group).status_code == 204, timeout_s=60)
+    wait_for(lambda: api.call("deleteShareGroup", group=group).status_code == 204, timeout_s=60)
     assert api.json("listShareGroups") == []
 
 
@@ -117,12 +117,12 @@ def test_a_connector_whose_task_runs_elsewhere_is_managed_through_any_broker(
     with Producer(cluster[0].bootstrap, acks="all") as producer:
         for n in range(5):
             producer.send("feed", value=b"f%d" % n)
-    eventually(lambda: redis_server.client(0).xlen("feed") == 5, timeout_s=60)
-    task = eventually(lambda: (found := api.json("describeConnector", name=name)["tasks"][0])
-                      ["records_total"] == 5 and found, timeout_s=30)
+    wait_for(lambda: redis_server.client(0).xlen("feed") == 5, timeout_s=60)
+    task = wait_for(lambda: (found := api.json("describeConnector", name=name)["tasks"][0])
+                    ["records_total"] == 5 and found, timeout_s=30)
     assert task["state"] == "running" and task["owner"] != 1  # its status stored by its owner, read here
     third = AdminApi(f"http://127.0.0.1:{cluster[2].ports['http']}")
     assert third.json("setConnectorState", name=name, json={"state": "paused"})["state"] == "paused"
-    eventually(lambda: api.json("describeConnector", name=name)["tasks"][0]["state"] == "paused", timeout_s=30)
+    wait_for(lambda: api.json("describeConnector", name=name)["tasks"][0]["state"] == "paused", timeout_s=30)
     api.call("deleteConnector", name=name, expect=204)
-    assert eventually(lambda: third.json("listConnectors") == [])
+    assert wait_for(lambda: third.json("listConnectors") == [], 20)

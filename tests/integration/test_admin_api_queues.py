@@ -18,8 +18,9 @@ import requests
 
 from mqbroker.client import Admin, ShareConsumer
 from mqbroker.shares.push.signing import verify
-from tests.integration.admin_api_support import QUEUE_TAGS, AdminApi, eventually, operations_tagged
+from tests.integration.admin_api_support import QUEUE_TAGS, AdminApi, operations_tagged
 from tests.integration.brokerprocess import BrokerProcess, running
+from tests.integration.clusterprocess import wait_for
 from tests.integration.connector_support import connector_broker, produce
 from tests.integration.redisprocess import RedisProcess, running_redis
 from tests.integration.security_support import start_secured_broker
@@ -89,24 +90,24 @@ def test_share_group_members_in_flight_delivery_counts_and_dead_letters(api: Adm
     consumer = ShareConsumer(broker.bootstrap, group_id="workers", topics=["jobs"], client_id="worker-1",
                              records_max=4, fetch_wait_ms=200)
     try:
-        held = eventually(lambda: consumer.poll(1.0))
+        held = wait_for(lambda: consumer.poll(1.0), 20)
         consumer.reject(held[0], "poison")
         consumer.commit()
-        described = eventually(lambda: (found := api.json("describeShareGroup", group="workers"))
-                               ["in_flight"] == len(held) - 1 and found["dead_lettered"] == 1 and found)
+        described = wait_for(lambda: (found := api.json("describeShareGroup", group="workers"))
+                             ["in_flight"] == len(held) - 1 and found["dead_lettered"] == 1 and found, 20)
         (member,) = described["members"]
         assert member["client_id"] == "worker-1" and member["topics"] == ["jobs"]
         assert member["acquired"] == len(held) - 1
         assert sum(p["delivery_counts"].get("1", 0) for p in described["partitions"]) == len(held) - 1
         assert described["lag"] == 10 - 1 and described["configs"]["dead.letter.topic"] == "jobs-dlq"
-        assert eventually(lambda: api.json("describeShareGroup", group="workers")["dead_letter_depth"] == 1)
+        assert wait_for(lambda: api.json("describeShareGroup", group="workers")["dead_letter_depth"] == 1, 20)
         listed = {group["group_id"]: group for group in api.json("listShareGroups")}
         assert listed["workers"] == {"group_id": "workers", "topics": ["jobs"], "members": 1, "push_endpoint": None}
         refused = api.call("deleteShareGroup", group="workers", expect=409)
         assert refused.json()["error"]["code"] == "NON_EMPTY_GROUP"
     finally:
         consumer.close()
-    eventually(lambda: api.call("deleteShareGroup", group="workers").status_code == 204, timeout_s=60)
+    wait_for(lambda: api.call("deleteShareGroup", group="workers").status_code == 204, timeout_s=60)
     assert "workers" not in [group["group_id"] for group in api.json("listShareGroups")]
     assert api.call("describeShareGroup", group="workers", expect=404).json()["error"]["code"] == "GROUP_ID_NOT_FOUND"
 
@@ -120,7 +121,7 @@ def test_a_push_subscription_created_through_the_api_pushes_signed_records(
                                                    "start": "earliest", "max_outstanding": 4})
     assert created["endpoint"] == url and len(created["secret"]) == 64  # 32 random bytes, hexadecimal
     produce(broker.bootstrap, "payments", [(None, b"paid-%d" % n) for n in range(3)])
-    eventually(lambda: len(received) >= 3)
+    wait_for(lambda: len(received) >= 3, 20)
     assert sorted(body for _, body in received)[:3] == [b"paid-0", b"paid-1", b"paid-2"]
     assert all(headers["x-mq-subscription"] == "payments-hook"
                and verify(created["secret"], headers["x-mq-timestamp"], body, headers["x-mq-signature"])
@@ -128,7 +129,7 @@ def test_a_push_subscription_created_through_the_api_pushes_signed_records(
     assert api.json("listSubscriptions") == [{"name": "payments-hook", "topics": ["payments"], "endpoint": url}]
     described = api.json("describeSubscription", name="payments-hook")
     assert described["push_endpoint"] == url and described["configs"]["push.secret"] != created["secret"]
-    assert eventually(lambda: api.json("describeSubscription", name="payments-hook")["lag"] == 0)
+    assert wait_for(lambda: api.json("describeSubscription", name="payments-hook")["lag"] == 0, 20)
 
     api.json("createShareGroup", json={"group_id": "plain", "topics": ["payments"]})
     assert api.call("describeSubscription", name="plain", expect=404).json()["error"]["code"] == "RESOURCE_NOT_FOUND"
@@ -151,21 +152,21 @@ def test_a_redis_sink_connector_created_paused_resumed_and_deleted(
     created = api.json("createConnector", json={"name": "to-redis", "config": config})
     assert created["state"] == "running" and created["config"]["redis.url"] == redis_server.url(0)
     api.call("createConnector", json={"name": "to-redis", "config": config}, expect=409)
-    eventually(lambda: redis_server.client(0).xlen("telemetry-stream") == 50)
-    running = eventually(lambda: (found := api.json("describeConnector", name="to-redis"))["tasks"][0]["state"]
-                         == "running" and found["tasks"][0]["records_total"] == 50 and found)
+    wait_for(lambda: redis_server.client(0).xlen("telemetry-stream") == 50, 20)
+    running = wait_for(lambda: (found := api.json("describeConnector", name="to-redis"))["tasks"][0]["state"]
+                       == "running" and found["tasks"][0]["records_total"] == 50 and found, 20)
     assert running["lag_records"] == 0 and running["tasks"][0]["owner"] == 1
     (summary,) = api.json("listConnectors")
     assert summary == {"name": "to-redis", "type": "redis-sink", "state": "running", "tasks": 1, "running_tasks": 1,
                        "failed_tasks": 0, "lag_records": 0, "lag_seconds": 0.0, "errors_total": 0}
 
     assert api.json("setConnectorState", name="to-redis", json={"state": "paused"})["state"] == "paused"
-    eventually(lambda: api.json("describeConnector", name="to-redis")["tasks"][0]["state"] == "paused")
+    wait_for(lambda: api.json("describeConnector", name="to-redis")["tasks"][0]["state"] == "paused", 20)
     produce(broker.bootstrap, "telemetry", [(b"late", b"late")])
     time.sleep(1.5)  # three status intervals: a running task would have copied it by now
     assert redis_server.client(0).xlen("telemetry-stream") == 50  # paused: nothing copied
     api.json("setConnectorState", name="to-redis", json={"state": "running"})
-    eventually(lambda: redis_server.client(0).xlen("telemetry-stream") == 51)
+    wait_for(lambda: redis_server.client(0).xlen("telemetry-stream") == 51, 20)
     api.call("deleteConnector", name="to-redis", expect=204)
     assert api.json("listConnectors") == []
     api.call("describeConnector", name="to-redis", expect=404)

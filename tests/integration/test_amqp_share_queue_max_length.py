@@ -16,8 +16,8 @@ from mqbroker.errors import GroupIdNotFoundError
 from mqbroker.protocols.amqp.stored import queue_topic
 from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_broker  # noqa: F401 (fixture)
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import running_cluster
-from tests.integration.share_support import share_host, wait_until
+from tests.integration.clusterprocess import running_cluster, wait_for
+from tests.integration.share_support import share_host
 from tests.integration.test_amqp_share_queues import SHARE, declare_dead_lettering, drain_dead, unique
 from tests.integration.test_cluster_frontends import _amqp
 
@@ -79,7 +79,7 @@ def test_leased_messages_are_not_ready_and_a_max_length_of_zero_keeps_none(amqp_
     holder.basic_qos(prefetch_count=2)
     held = []
     tag = holder.basic_consume(queue, lambda channel, method, _, body: held.append((method.delivery_tag, body)))
-    wait_until(lambda: (connection.process_data_events(time_limit=0.1), len(held) == 2)[1], 10, "two deliveries")
+    wait_for(lambda: (connection.process_data_events(time_limit=0.1), len(held) == 2)[1], 10, "two deliveries")
     holder.basic_cancel(tag)
     publish_confirmed(connection, queue, [b"c", b"d", b"e"])
     assert ready_count(connection, queue) == 2  # c, d, e published: c dropped
@@ -107,11 +107,11 @@ def test_publishers_through_two_brokers_overflow_one_queue_and_a_third_consumes_
     first, second, third = (_amqp(broker) for broker in cluster)
     queue = unique("cluster-bounded")
     first.channel().queue_declare(queue, durable=True, arguments={"x-max-length": 5})
-    wait_until(lambda: share_host(cluster[0].bootstrap, queue_topic(queue)) > 0, 30,
-               "the share group of the plain queue (x-max-length no longer makes it a classic queue)")
+    wait_for(lambda: share_host(cluster[0].bootstrap, queue_topic(queue)) > 0, 30,
+             "the share group of the plain queue (x-max-length no longer makes it a classic queue)")
     channels = []
     for connection in (first, second, third):
-        wait_until(lambda connection=connection: _declared(connection.channel(), queue), 30, "the queue everywhere")
+        wait_for(lambda connection=connection: _declared(connection.channel(), queue), 30, "the queue everywhere")
     for connection in (first, second):
         channel = connection.channel()
         channel.confirm_delivery()
@@ -158,7 +158,7 @@ def test_a_message_past_its_delivery_limit_goes_through_the_dead_letter_exchange
     publish_confirmed(connection, queue, [b"poison"])
     channel = connection.channel()
     for attempt in (1, 2):
-        method = wait_until(lambda: channel.basic_get(queue)[0], 10, f"delivery {attempt}")
+        method = wait_for(lambda: channel.basic_get(queue)[0], 10, f"delivery {attempt}")
         channel.basic_nack(method.delivery_tag, requeue=True)
     [(properties, _)] = drain_dead(connection.channel(), dead_queue, 1).values()
     death = properties.headers["x-death"][0]
@@ -184,7 +184,7 @@ def test_an_unused_share_queue_with_x_expires_is_deleted(amqp_broker: AmqpBroker
     connection.channel().queue_declare(queue, durable=True, arguments=arguments)
     connection.sleep(1.0)  # 2 s since the consumer left, 1 s since the redeclaration
     assert group_exists(amqp_broker.bootstrap, queue)
-    wait_until(lambda: not group_exists(amqp_broker.bootstrap, queue), 10, "the unused queue's deletion")
+    wait_for(lambda: not group_exists(amqp_broker.bootstrap, queue), 10, "the unused queue's deletion")
     assert not _declared(connection.channel(), queue)
     connection.close()
 
@@ -208,14 +208,14 @@ def test_a_share_queue_consumed_through_another_broker_expires_only_once_unused_
     queue = unique("cluster-expiring")
     first.channel().queue_declare(queue, durable=True, arguments={"x-expires": 2000})
     bootstrap = cluster[0].bootstrap
-    wait_until(lambda: group_exists(bootstrap, queue), 30, "the queue's share group")
-    wait_until(lambda: _declared(second.channel(), queue), 30, "the queue on broker 2")
+    wait_for(lambda: group_exists(bootstrap, queue), 30, "the queue's share group")
+    wait_for(lambda: _declared(second.channel(), queue), 30, "the queue on broker 2")
     consumer = second.channel()
     tag = consumer.basic_consume(queue, lambda channel, method, _, body: None, auto_ack=True)
     second.sleep(3.5)
     assert group_exists(bootstrap, queue)
     consumer.basic_cancel(tag)
-    wait_until(lambda: not group_exists(bootstrap, queue), 15, "the unused queue's deletion")
-    wait_until(lambda: not _declared(third.channel(), queue), 10, "the queue gone from broker 3")
+    wait_for(lambda: not group_exists(bootstrap, queue), 15, "the unused queue's deletion")
+    wait_for(lambda: not _declared(third.channel(), queue), 10, "the queue gone from broker 3")
     for connection in (first, second, third):
         connection.close()

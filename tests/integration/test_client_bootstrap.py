@@ -20,8 +20,8 @@ def _down() -> str:
 
 
 @pytest.mark.parametrize("form", ["string", "list"])
-def test_blocking_clients_skip_a_first_broker_that_is_down(broker: BrokerProcess, form: str) -> None:
-    addresses = [_down(), broker.bootstrap]
+def test_blocking_clients_skip_a_first_broker_that_is_down(shared_broker: BrokerProcess, form: str) -> None:
+    addresses = [_down(), shared_broker.bootstrap]
     bootstrap: str | list[str] = ",".join(addresses) if form == "string" else addresses
     topic = f"bootstrap-{form}"
     with Admin(bootstrap) as admin:
@@ -49,9 +49,9 @@ def test_a_blocking_client_names_every_broker_it_tried_when_none_answers() -> No
 
 
 @pytest_twisted.ensureDeferred
-async def test_twisted_clients_skip_a_first_broker_that_is_down(broker: BrokerProcess) -> None:
-    admin = TwistedAdmin(reactor, f"{_down()},{broker.bootstrap}")
-    producer = TwistedProducer(reactor, [_down(), broker.bootstrap], acks="all")
+async def test_twisted_clients_skip_a_first_broker_that_is_down(shared_broker: BrokerProcess) -> None:
+    admin = TwistedAdmin(reactor, f"{_down()},{shared_broker.bootstrap}")
+    producer = TwistedProducer(reactor, [_down(), shared_broker.bootstrap], acks="all")
     try:
         await admin.create_topics(["twisted-bootstrap"], partitions=1)
         metadata = await admin.metadata(["twisted-bootstrap"])

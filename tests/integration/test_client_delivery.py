@@ -48,12 +48,6 @@ class Reports:
             time.sleep(0.01)
 
 
-@pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for the tests that leave it running."""
-    yield from running(BrokerProcess(data_dir=tmp_path_factory.mktemp("delivery") / "data"))
-
-
 @pytest.fixture
 def killed_broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
     """A broker the test kills (after its clients learned the cluster)."""

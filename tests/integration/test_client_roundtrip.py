@@ -1,4 +1,7 @@
-"""The Python client against a real broker: round trips per acks level, ordering, seek/position."""
+"""The Python client against a real broker: round trips per acks level, ordering, seek/position.
+
+The tests share one broker (starting one per test cost seconds each); each writes its own topics.
+"""
 
 from __future__ import annotations
 
@@ -25,38 +28,39 @@ def _consume(broker: BrokerProcess, topic: str, expected: int, timeout_s: float 
 
 @pytest.mark.parametrize("linger_ms", [0, 5])  # 0: each record goes at once; 5: records batch up
 @pytest.mark.parametrize("acks", [0, 1, "all"])
-def test_records_round_trip_for_every_acks_level(broker: BrokerProcess, acks: int | str, linger_ms: int) -> None:
-    with Admin(broker.bootstrap) as admin:
-        admin.create_topics(["events"], partitions=1)
-    with Producer(broker.bootstrap, acks=acks, linger_ms=linger_ms) as producer:
+def test_records_round_trip_for_every_acks_level(shared_broker: BrokerProcess, acks: int | str, linger_ms: int) -> None:
+    topic = f"events-acks-{acks}-linger-{linger_ms}"  # the module's broker is shared: a topic per case
+    with Admin(shared_broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with Producer(shared_broker.bootstrap, acks=acks, linger_ms=linger_ms) as producer:
         futures = [
-            producer.send("events", value=b"value-%d" % number, key=b"key", headers=[("n", b"%d" % number)])
+            producer.send(topic, value=b"value-%d" % number, key=b"key", headers=[("n", b"%d" % number)])
             for number in range(200)
         ]
         producer.flush()
         offsets = [future.result(10).offset for future in futures]
     assert offsets == ([-1] * 200 if acks == 0 else list(range(200)))
-    messages = _consume(broker, "events", 200)
+    messages = _consume(shared_broker, topic, 200)
     assert [message.value for message in messages] == [b"value-%d" % number for number in range(200)]
     assert messages[7].headers == (("n", b"7"),) and messages[7].key == b"key"
 
 
-def test_a_record_keeps_an_old_timestamp_given_to_send(broker: BrokerProcess) -> None:
+def test_a_record_keeps_an_old_timestamp_given_to_send(shared_broker: BrokerProcess) -> None:
     """The record's timestamp is not the batch's age: a days-old one must not count against delivery_timeout_ms."""
     three_days_ago_ms = int(time.time() * 1000) - 3 * 24 * 3600 * 1000
-    with Producer(broker.bootstrap, acks="all", delivery_timeout_ms=5_000) as producer:
+    with Producer(shared_broker.bootstrap, acks="all", delivery_timeout_ms=5_000) as producer:
         sent = producer.send("replayed", value=b"late", timestamp_ms=three_days_ago_ms).result(10)
     assert sent.timestamp == three_days_ago_ms
-    [message] = _consume(broker, "replayed", 1)
+    [message] = _consume(shared_broker, "replayed", 1)
     assert (message.value, message.timestamp) == (b"late", three_days_ago_ms)
 
 
-def test_delivery_timeout_counts_from_send_not_from_the_records_timestamp(broker: BrokerProcess) -> None:
+def test_delivery_timeout_counts_from_send_not_from_the_records_timestamp(shared_broker: BrokerProcess) -> None:
     """A retriable refusal (too few in-sync replicas) is retried for delivery_timeout_ms, old timestamp or not."""
-    with Admin(broker.bootstrap) as admin:
+    with Admin(shared_broker.bootstrap) as admin:
         admin.create_topics(["needs-two-replicas"], partitions=1, configs={"min.insync.replicas": "2"})
     three_days_ago_ms = int(time.time() * 1000) - 3 * 24 * 3600 * 1000
-    with Producer(broker.bootstrap, acks="all", delivery_timeout_ms=3_000) as producer:
+    with Producer(shared_broker.bootstrap, acks="all", delivery_timeout_ms=3_000) as producer:
         started = time.monotonic()
         future = producer.send("needs-two-replicas", value=b"late", timestamp_ms=three_days_ago_ms)
         with pytest.raises(NotEnoughReplicasError):
@@ -66,12 +70,12 @@ def test_delivery_timeout_counts_from_send_not_from_the_records_timestamp(broker
         assert time.monotonic() - started >= 3.0 - backoff_max_s, "failed at once instead of retrying"
 
 
-def test_order_holds_per_partition_under_concurrent_producers(broker: BrokerProcess) -> None:
-    with Admin(broker.bootstrap) as admin:
+def test_order_holds_per_partition_under_concurrent_producers(shared_broker: BrokerProcess) -> None:
+    with Admin(shared_broker.bootstrap) as admin:
         admin.create_topics(["orders"], partitions=3)
 
     def produce(name: bytes) -> None:
-        with Producer(broker.bootstrap, acks="all", linger_ms=1) as producer:
+        with Producer(shared_broker.bootstrap, acks="all", linger_ms=1) as producer:
             for number in range(300):
                 producer.send("orders", value=b"%d" % number, key=name)
 
@@ -80,7 +84,7 @@ def test_order_holds_per_partition_under_concurrent_producers(broker: BrokerProc
         thread.start()
     for thread in threads:
         thread.join()
-    messages = _consume(broker, "orders", 900)
+    messages = _consume(shared_broker, "orders", 900)
     assert len(messages) == 900
     per_key: dict[bytes | None, list[int]] = {}
     for message in messages:
@@ -88,11 +92,11 @@ def test_order_holds_per_partition_under_concurrent_producers(broker: BrokerProc
     assert all(values == list(range(300)) for values in per_key.values())
 
 
-def test_seek_and_position_move_the_read_point(broker: BrokerProcess) -> None:
-    with Producer(broker.bootstrap) as producer:
+def test_seek_and_position_move_the_read_point(shared_broker: BrokerProcess) -> None:
+    with Producer(shared_broker.bootstrap) as producer:
         for number in range(50):
             producer.send("log", value=b"%d" % number, partition=0)
-    with Consumer(broker.bootstrap, auto_offset_reset="latest") as consumer:
+    with Consumer(shared_broker.bootstrap, auto_offset_reset="latest") as consumer:
         consumer.assign([("log", 0)])
         assert consumer.position(("log", 0)) == 50
         consumer.seek(("log", 0), 45)
@@ -104,13 +108,13 @@ def test_seek_and_position_move_the_read_point(broker: BrokerProcess) -> None:
         assert consumer.position(("log", 0)) == 0
 
 
-def test_send_many_writes_every_value_in_order_and_counts_the_outcomes(broker: BrokerProcess) -> None:
-    with Admin(broker.bootstrap) as admin:
+def test_send_many_writes_every_value_in_order_and_counts_the_outcomes(shared_broker: BrokerProcess) -> None:
+    with Admin(shared_broker.bootstrap) as admin:
         admin.create_topics(["bulk"], partitions=1)
         admin.create_topics(["bulk-spread"], partitions=3)
         admin.create_topics(["bulk-small"], partitions=1, configs={"max.message.bytes": "2000"})
     values = [b"value-%05d" % number for number in range(20_000)]
-    with Producer(broker.bootstrap, acks="all", batch_size=16_384) as producer:
+    with Producer(shared_broker.bootstrap, acks="all", batch_size=16_384) as producer:
         in_order = producer.send_many("bulk", values[:10_000], partition=0)
         producer.send("bulk", b"between", partition=0)
         after = producer.send_many("bulk", values[10_000:], partition=0)
@@ -125,6 +129,6 @@ def test_send_many_writes_every_value_in_order_and_counts_the_outcomes(broker: B
         assert refused.counts(10) == (0, 5) and refused.exception(10) is not None
         with pytest.raises(Exception, match="(?i)too large|max.message.bytes"):
             refused.result(10)
-    messages = _consume(broker, "bulk", 20_001)
+    messages = _consume(shared_broker, "bulk", 20_001)
     assert [message.value for message in messages] == values[:10_000] + [b"between"] + values[10_000:]
     assert {message.key for message in messages} == {None}

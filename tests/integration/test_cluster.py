@@ -16,7 +16,10 @@ from tests.integration.replicas import assert_replica_matches
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    brokers = start_cluster(tmp_path_factory.mktemp("cluster"))
+    # Leadership goes back to preferred replicas within a second, not five (the default check interval):
+    # the restart test below waits for exactly that after each kill and restart.
+    brokers = start_cluster(tmp_path_factory.mktemp("cluster"),
+                            extra_args=["--set", "leader_imbalance_check_interval_ms=1000"])
     yield brokers
     for broker in brokers:
         if broker.process is not None and broker.process.poll() is None:

@@ -12,20 +12,22 @@ import requests
 
 from mqbroker.client import Admin, Consumer
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import start_cluster
+from tests.integration.clusterprocess import running_cluster, start_cluster
 from tests.integration.mqtt_support import Client, unique
 from tests.integration.test_cluster_frontends import _eventually, _mqtt, _node, _stored_offline, _until_delivered
 
 
 @pytest.fixture
 def cluster(tmp_path: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    """Three brokers with every default (each test may kill one)."""
-    brokers = start_cluster(tmp_path)
-    try:
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.kill()
+    """Three brokers with every default, for a test that kills one."""
+    yield from running_cluster(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    """Three brokers with every default, shared by the tests that kill none (each uses its own client ids and
+    topic prefixes)."""
+    yield from running_cluster(tmp_path_factory.mktemp("mqtt-cluster"))
 
 
 def _partition(broker: BrokerProcess, topic: str) -> tuple[int, tuple[int, ...]]:
@@ -48,13 +50,13 @@ def _publish_all(publisher: Client, topic: str, count: int) -> list[bytes]:
     return payloads
 
 
-def test_front_end_topics_get_three_replicas_and_min_insync_two(cluster: list[BrokerProcess]) -> None:
+def test_front_end_topics_get_three_replicas_and_min_insync_two(shared_cluster: list[BrokerProcess]) -> None:
     for topic in ("mqtt.messages", "__mqtt_sessions", "__mqtt_retained", "__mqtt_wills"):
-        assert _partition(cluster[0], topic)[1] == (1, 2, 3), topic
-    with Admin(cluster[0].bootstrap) as admin:
+        assert _partition(shared_cluster[0], topic)[1] == (1, 2, 3), topic
+    with Admin(shared_cluster[0].bootstrap) as admin:
         assert admin.describe_configs("mqtt.messages")["min.insync.replicas"] == "2"
         admin.create_topics(["user-topic"])
-    assert _partition(cluster[0], "user-topic")[1] == (1, 2, 3)
+    assert _partition(shared_cluster[0], "user-topic")[1] == (1, 2, 3)
 
 
 def test_kill9_of_the_mqtt_messages_leader_loses_no_acknowledged_message(cluster: list[BrokerProcess]) -> None:
@@ -79,19 +81,19 @@ def test_kill9_of_the_mqtt_messages_leader_loses_no_acknowledged_message(cluster
 
 @pytest.mark.parametrize("version", [mqtt.MQTTv311, mqtt.MQTTv5])
 def test_a_persistent_session_resumes_on_another_broker_with_every_offline_message(
-    cluster: list[BrokerProcess], version: int,
+    shared_cluster: list[BrokerProcess], version: int,
 ) -> None:
     client_id, prefix = unique("device"), unique("fleet")
     options = {"version": version, "clean": False}
     if version == mqtt.MQTTv5:
         options["session_expiry_s"] = 3600
-    session = _mqtt(_node(cluster, 1), client_id, **options)
+    session = _mqtt(_node(shared_cluster, 1), client_id, **options)
     session.subscribe(f"{prefix}/#", qos=2 if version == mqtt.MQTTv5 else 1)
     session.disconnect()
-    _eventually(lambda: _stored_offline(cluster[0], client_id))
-    publisher = _mqtt(_node(cluster, 2))
+    _eventually(lambda: _stored_offline(shared_cluster[0], client_id))
+    publisher = _mqtt(_node(shared_cluster, 2))
     payloads = _publish_all(publisher, f"{prefix}/temperature", 100)
-    resumed = _mqtt(_node(cluster, 3), client_id, **options)
+    resumed = _mqtt(_node(shared_cluster, 3), client_id, **options)
     flags, _code, _properties = resumed.connack_result
     assert flags.session_present
     received = [m.payload for m in resumed.receive(len(payloads), timeout_s=30)]
@@ -101,10 +103,10 @@ def test_a_persistent_session_resumes_on_another_broker_with_every_offline_messa
     resumed.disconnect()
 
 
-def test_the_same_client_id_on_a_second_broker_takes_the_session_over(cluster: list[BrokerProcess]) -> None:
+def test_the_same_client_id_on_a_second_broker_takes_the_session_over(shared_cluster: list[BrokerProcess]) -> None:
     client_id = unique("device")
-    first = _mqtt(_node(cluster, 1), client_id, clean=False)
-    second = _mqtt(_node(cluster, 2), client_id, clean=False)
+    first = _mqtt(_node(shared_cluster, 1), client_id, clean=False)
+    second = _mqtt(_node(shared_cluster, 2), client_id, clean=False)
     assert second.connack_result[1] == 0
     first.disconnects.get(timeout=15)  # broker 1 closed the first connection
     second.disconnect()
@@ -215,24 +217,24 @@ def _mapping_rules_url(broker: BrokerProcess) -> str:
     return f"http://127.0.0.1:{broker.ports['http']}/api/v1/mqtt/mapping-rules"
 
 
-def test_mapping_rules_changed_through_one_brokers_admin_api_hold_on_every_broker(cluster: list[BrokerProcess]) -> None:
+def test_mapping_rules_changed_through_one_brokers_admin_api_hold_on_every_broker(shared_cluster: list[BrokerProcess]) -> None:
     prefix = unique("plant")
-    subscriber = _mqtt(_node(cluster, 3), unique("operator"))
+    subscriber = _mqtt(_node(shared_cluster, 3), unique("operator"))
     subscriber.subscribe(f"{prefix}/#", qos=1)
-    publisher = _mqtt(_node(cluster, 2))
+    publisher = _mqtt(_node(shared_cluster, 2))
     _until_delivered(publisher, subscriber, f"{prefix}/probe")
     rules = [{"filter": f"{prefix}/+/alarms", "log_topic": "mqtt.plant-alarms"}]
-    answer = requests.put(_mapping_rules_url(_node(cluster, 1)), json={"rules": rules}, timeout=30)
+    answer = requests.put(_mapping_rules_url(_node(shared_cluster, 1)), json={"rules": rules}, timeout=30)
     assert answer.status_code == 200, answer.text
     for node in (2, 3):  # each broker's API shows the rules it applies
-        _eventually(lambda: requests.get(_mapping_rules_url(_node(cluster, node)), timeout=10).json()["rules"] == rules
+        _eventually(lambda: requests.get(_mapping_rules_url(_node(shared_cluster, node)), timeout=10).json()["rules"] == rules
                     or None)
     sent = [(f"{prefix}/{index}/alarms", b"alarm %d" % index) for index in range(20)]
     for topic, payload in sent:
         publisher.publish(topic, payload, qos=1)
     received = [(m.topic, m.payload) for m in subscriber.receive(len(sent), timeout_s=30)]
     assert sorted(received) == sorted(sent)
-    with Consumer(cluster[0].bootstrap, group_id=None, topics=["mqtt.plant-alarms"], auto_offset_reset="earliest") as consumer:
+    with Consumer(shared_cluster[0].bootstrap, group_id=None, topics=["mqtt.plant-alarms"], auto_offset_reset="earliest") as consumer:
         stored: list[tuple[bytes, bytes]] = []
         deadline = time.monotonic() + 30
         while len(stored) < len(sent) and time.monotonic() < deadline:

@@ -24,13 +24,8 @@ from mqbroker.client import Admin
 from mqbroker.connector_model import TaskState
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
-from tests.integration.connector_support import (
-    connector_broker,
-    consume_all,
-    produce,
-    task_status,
-    wait_for,
-)
+from tests.integration.clusterprocess import wait_for
+from tests.integration.connector_support import connector_broker, consume_all, produce, task_status
 from tests.integration.nativewire import RawNativeConnection
 from tests.integration.redisprocess import RedisProcess, running_redis
 from tests.poison import poison_batch

@@ -21,7 +21,8 @@ from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.connector_model import TaskState
 from tests.integration.brokerprocess import BrokerProcess, free_port
-from tests.integration.connector_support import connector_broker, task_status, wait_for
+from tests.integration.clusterprocess import wait_for
+from tests.integration.connector_support import connector_broker, task_status
 from tests.integration.kafka_support import ApacheKafka, consume_with_confluent, running_apache_kafka, unique
 
 pytestmark = pytest.mark.kafka_ref

@@ -12,6 +12,7 @@ import pathlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -19,8 +20,8 @@ from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.connector_model import TaskState
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import retrying, start_cluster
-from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, task_status, wait_for
+from tests.integration.clusterprocess import retrying, start_cluster, wait_for
+from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, task_status
 
 #: The target cluster: fast status, a dead follower leaves the ISR after 2 s (acks=all waits that long).
 CLUSTER_ARGS = [*FAST_CONNECTORS, "--set", "replica_lag_time_max_ms=2000"]
@@ -154,7 +155,9 @@ def test_mirror_survives_kill_9_of_its_owner_and_a_group_resumes_at_the_translat
     moved = wait_for(lambda: (status := task_status(survivor.bootstrap, "from-east")).owner_id not in (owner, -1)
                      and status.state is TaskState.RUNNING and status, timeout_s=60, what="the task on another broker")
     assert moved.owner_id != owner
-    time.sleep(3)  # records keep arriving while the task runs on its new owner
+    # Records keep arriving while the task runs on its new owner: it copies a few thousand more.
+    wait_for(lambda: task_status(survivor.bootstrap, "from-east").metrics.records_total
+             > moved.metrics.records_total + 2_000, timeout_s=60, what="the task copying on its new owner")
     target[owner - 1].restart()
     produced = load.stop()
 
@@ -198,6 +201,13 @@ def _end(bootstrap: str, partition: int) -> int:
         return admin.list_offset("orders", partition, -1)
 
 
+def _clicks_partitions(bootstrap: str | list[str]) -> list[Any]:
+    """The partitions of the source topic ``clicks``, by index."""
+    with Admin(bootstrap) as admin:
+        (described,) = [topic for topic in admin.metadata(["clicks"]).topics]
+        return sorted(described.partitions, key=lambda partition: partition.partition_index)
+
+
 def test_mirror_survives_kill_9_of_the_source_leaders(tmp_path: pathlib.Path) -> None:
     sources = start_cluster(tmp_path / "source", 3, extra_args=["--set", "replica_lag_time_max_ms=2000"])
     target = connector_broker(tmp_path / "target")
@@ -215,13 +225,19 @@ def test_mirror_survives_kill_9_of_the_source_leaders(tmp_path: pathlib.Path) ->
         wait_for(lambda: task_status(target.bootstrap, "from-central").metrics.records_total > 1_000, timeout_s=60,
                  what="the mirror copying")
         for partition in (0, 1):
-            with Admin(bootstrap) as admin:
-                (described,) = [topic for topic in admin.metadata(["clicks"]).topics]
-                leader = described.partitions[partition].leader_id
-            sources[leader - 1].kill()
-            time.sleep(4)  # a new leader is elected; the mirror and the producer follow it
-            sources[leader - 1].restart()
-            time.sleep(2)
+            leader = _clicks_partitions(bootstrap)[partition].leader_id
+            victim = sources[leader - 1]
+            survivors = [broker.bootstrap for broker in sources if broker is not victim]
+            victim.kill()
+            # A new leader is elected; the mirror and the producer follow it and copying goes on.
+            wait_for(lambda: _clicks_partitions(survivors)[partition].leader_id not in (leader, -1),  # noqa: B023
+                     timeout_s=60, what=f"a new leader of clicks-{partition}")
+            copied = task_status(target.bootstrap, "from-central").metrics.records_total
+            wait_for(lambda: task_status(target.bootstrap, "from-central").metrics.records_total > copied + 1_000,  # noqa: B023
+                     timeout_s=60, what="the mirror copying after the election")
+            victim.restart()
+            wait_for(lambda: all(leader in p.isr_nodes for p in _clicks_partitions(bootstrap)),  # noqa: B023
+                     timeout_s=60, what=f"broker {leader} back in every ISR")
         produced = load.stop()
         wait_for_the_copy(bootstrap, target.bootstrap, "clicks", "central.clicks", 3)
         assert assert_same_records(bootstrap, target.bootstrap, "clicks", "central.clicks", 3) == produced

@@ -19,14 +19,8 @@ import pytest
 from mqbroker.client import Admin
 from mqbroker.connector_model import TaskState
 from tests.integration.brokerprocess import BrokerProcess, running
-from tests.integration.connector_support import (
-    connector_broker,
-    consume_all,
-    produce,
-    read_to_end,
-    task_status,
-    wait_for,
-)
+from tests.integration.clusterprocess import wait_for
+from tests.integration.connector_support import connector_broker, consume_all, produce, read_to_end, task_status
 from tests.integration.redisprocess import RedisProcess, running_redis
 
 

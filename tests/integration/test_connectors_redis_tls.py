@@ -16,7 +16,8 @@ from mqbroker.client import Admin
 from mqbroker.connector_model import TaskState
 from mqbroker.security.certs import CertificateFiles, init_directory
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.connector_support import connector_broker, consume_all, produce, task_status, wait_for
+from tests.integration.clusterprocess import wait_for
+from tests.integration.connector_support import connector_broker, consume_all, produce, task_status
 from tests.integration.redisprocess import RedisProcess
 
 

@@ -20,12 +20,8 @@ from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.connector_model import TaskState
 from mqbroker.connectors.state import CONNECTORS_TOPIC
 from tests.integration.brokerprocess import BrokerProcess, running
-from tests.integration.connector_support import (
-    FAST_CONNECTORS,
-    connector_broker,
-    produce,
-    wait_for,
-)
+from tests.integration.clusterprocess import wait_for
+from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, produce
 from tests.integration.redisprocess import RedisProcess, running_redis
 from tests.integration.security_support import SecuredBroker, acl, start_secured_broker
 

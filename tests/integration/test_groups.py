@@ -22,7 +22,7 @@ from mqbroker.client.dead_letter import DeadLetterHandler
 from mqbroker.client.group_admin import GroupAdmin
 from mqbroker.client.twisted import TwistedConsumer
 from mqbroker.errors import FencedInstanceIdError
-from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.brokerprocess import BrokerProcess, running
 
 SESSION_TIMEOUT_S = 2.0
 #: A killed member's partitions move once its 2 s session times out, plus a rebalance; the bound leaves a
@@ -32,13 +32,17 @@ GROUP_SETTINGS = ["--set", "group_initial_rebalance_delay_ms=0", "--set", "group
 FAST = dict(session_timeout_ms=2_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100, auto_offset_reset="earliest")
 
 
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker whose groups form at once and accept short session timeouts, shared by the tests that leave it
+    running (each uses its own topics and groups)."""
+    yield from running(BrokerProcess(data_dir=tmp_path_factory.mktemp("groups") / "data", extra_args=GROUP_SETTINGS))
+
+
 @pytest.fixture
-def group_broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
-    """A broker whose groups form at once and accept short session timeouts."""
-    process = BrokerProcess(data_dir=tmp_path / "data", extra_args=GROUP_SETTINGS)
-    process.start()
-    yield process
-    process.kill()
+def own_group_broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
+    """The same settings in a broker of the test's own (one it restarts)."""
+    yield from running(BrokerProcess(data_dir=tmp_path / "data", extra_args=GROUP_SETTINGS))
 
 
 class ChildConsumer:
@@ -222,21 +226,21 @@ def test_fenced_zombie_commit_is_refused(group_broker: BrokerProcess) -> None:
         zombie.close()
 
 
-def test_committed_offsets_survive_a_broker_restart(group_broker: BrokerProcess) -> None:
-    _create(group_broker, "durable", 2)
-    with Producer(group_broker.bootstrap, linger_ms=1) as producer:
+def test_committed_offsets_survive_a_broker_restart(own_group_broker: BrokerProcess) -> None:
+    _create(own_group_broker, "durable", 2)
+    with Producer(own_group_broker.bootstrap, linger_ms=1) as producer:
         for partition in (0, 1):  # ten records each: both committed offsets below have a record to read
             for number in range(10):
                 producer.send("durable", b"%d" % number, partition=partition)
-    consumer = Consumer(group_broker.bootstrap, group_id="d", topics=["durable"], **FAST, enable_auto_commit=False)
+    consumer = Consumer(own_group_broker.bootstrap, group_id="d", topics=["durable"], **FAST, enable_auto_commit=False)
     _poll_until([consumer], lambda: len(consumer.assignment()) == 2, 30)
     consumer.commit({("durable", 0): 4, ("durable", 1): 7})
     consumer.close()
-    group_broker.stop()
-    group_broker.start()
-    with GroupAdmin(group_broker.bootstrap) as admin:
+    own_group_broker.stop()
+    own_group_broker.start()
+    with GroupAdmin(own_group_broker.bootstrap) as admin:
         assert admin.committed_offsets("d") == {("durable", 0): 4, ("durable", 1): 7}
-    resumed = Consumer(group_broker.bootstrap, group_id="d", topics=["durable"], **FAST)
+    resumed = Consumer(own_group_broker.bootstrap, group_id="d", topics=["durable"], **FAST)
     first_read: dict[int, int] = {}
     try:
         deadline = time.monotonic() + 30

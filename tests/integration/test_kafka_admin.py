@@ -18,13 +18,13 @@ from mqbroker.protocols.kafka.messages.produce_fetch import FetchPartition, Fetc
 from mqbroker.records.compression import Compression
 from mqbroker.records.header import iter_batches
 from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.clusterprocess import wait_for
 from tests.integration.kafka_support import (
     consume_with_confluent,
     kafka_bootstrap,
     kafka_call,
     kafka_broker_fixture,
     unique,
-    wait_until,
 )
 
 
@@ -239,7 +239,7 @@ def test_a_described_members_subscription_names_its_topics(kafka_broker: BrokerP
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest")
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        wait_until(lambda: consumer.poll(timeout_ms=200) is not None and consumer.assignment(), what="an assignment")
+        wait_for(lambda: consumer.poll(timeout_ms=200) is not None and consumer.assignment(), 20, what="an assignment")
         [described] = admin.describe_groups([group]).values()
         [member] = described["members"]
         assert member["member_metadata"]["topics"] == [topic]

@@ -11,15 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clusterprocess import start_cluster
-from tests.integration.kafka_support import (
-    FAST_GROUPS,
-    consume_with_confluent,
-    kafka_bootstrap,
-    kafka_tool,
-    unique,
-    wait_until,
-)
+from tests.integration.clusterprocess import start_cluster, wait_for
+from tests.integration.kafka_support import FAST_GROUPS, consume_with_confluent, kafka_bootstrap, kafka_tool, unique
 
 MESSAGES = 3000
 
@@ -34,7 +27,7 @@ def test_an_idempotent_producer_survives_a_leader_killed_mid_stream(tmp_path: pa
         topic = unique("failover")
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(20)
-        metadata = wait_until(lambda: _leader(admin, topic), 20, "a leader")
+        metadata = wait_for(lambda: _leader(admin, topic), 20, "a leader")
         assert {(b.id, b.port) for b in admin.list_topics(timeout=10).brokers.values()} == {
             (node_id, broker.ports["kafka"]) for node_id, broker in enumerate(brokers, start=1)}
         producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
@@ -76,7 +69,7 @@ def test_kafka_reassign_partitions_moves_a_partition_to_another_broker(tmp_path:
         topic = unique("moved")
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
-        source = wait_until(lambda: _leader(admin, topic), 20, "a leader")
+        source = wait_for(lambda: _leader(admin, topic), 20, "a leader")
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         for number in range(100):
             producer.produce(topic, value=b"%03d" % number)
@@ -87,15 +80,15 @@ def test_kafka_reassign_partitions_moves_a_partition_to_another_broker(tmp_path:
                                                                    "replicas": [target]}]}))
         arguments = ("--bootstrap-server", bootstrap, "--reassignment-json-file", str(plan))
         assert kafka_tool("kafka-reassign-partitions", *arguments, "--execute").returncode == 0
-        wait_until(lambda: "is completed" in kafka_tool("kafka-reassign-partitions", *arguments, "--verify").stdout,
-                   60, "the reassignment to complete")
+        wait_for(lambda: "is completed" in kafka_tool("kafka-reassign-partitions", *arguments, "--verify").stdout,
+                 60, "the reassignment to complete")
         replicas = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].replicas
         assert (replicas, _leader(admin, topic)) == ([target], target)
         read = consume_with_confluent(kafka_bootstrap(brokers[target - 1]), topic, 100, timeout_s=20)
         assert [m.value() for m in read] == [b"%03d" % number for number in range(100)]
         placed = unique("placed")  # replicas chosen by the client at creation: placed, then moved there
         admin.create_topics([NewTopic(placed, 2, replica_assignment=[[3, 1], [2, 3]])])[placed].result(20)
-        wait_until(lambda: [p.replicas for _, p in sorted(
+        wait_for(lambda: [p.replicas for _, p in sorted(
             admin.list_topics(placed, timeout=10).topics[placed].partitions.items())] == [[3, 1], [2, 3]],
             30, "the chosen replicas")
     finally:

@@ -14,7 +14,7 @@ from mqbroker.errors import ErrorCode
 from mqbroker.protocols.kafka.messages import admin as m
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import start_cluster
+from tests.integration.clusterprocess import start_cluster, wait_for
 from tests.integration.kafka_support import (
     FAST_GROUPS,
     kafka_bootstrap,
@@ -23,7 +23,6 @@ from tests.integration.kafka_support import (
     kafka_tool,
     produce_one,
     unique,
-    wait_until,
 )
 
 kafka_broker = kafka_broker_fixture("kafka-dynamic-configs")
@@ -105,8 +104,8 @@ def test_a_new_cluster_reports_min_insync_replicas_as_its_dynamic_default(kafka_
 
     bootstrap = kafka_bootstrap(kafka_broker)
     topic = _topic(bootstrap)
-    assert wait_until(lambda: _source(bootstrap, topic, "min.insync.replicas") == ("1", DYNAMIC_DEFAULT) or None,
-                      10, "the activation default")
+    assert wait_for(lambda: _source(bootstrap, topic, "min.insync.replicas") == ("1", DYNAMIC_DEFAULT) or None,
+                    10, "the activation default")
     assert _cluster_defaults(kafka_broker) == {"min.insync.replicas": ("1", DYNAMIC_DEFAULT)}
     entry = _described(bootstrap, ConfigResource.Type.BROKER, "1")["min.insync.replicas"]
     assert (entry.value, entry.source, entry.is_read_only) == ("1", DYNAMIC_DEFAULT, False)
@@ -219,8 +218,8 @@ def test_dynamic_defaults_are_kept_across_a_restart(tmp_path: pathlib.Path) -> N
             broker.kill()
             broker.restart()
             bootstrap = kafka_bootstrap(broker)
-            assert wait_until(lambda: _source(bootstrap, topic, "segment.bytes") == ("2000000", DYNAMIC_DEFAULT)
-                              or None, 20, "the default replayed")
+            assert wait_for(lambda: _source(bootstrap, topic, "segment.bytes") == ("2000000", DYNAMIC_DEFAULT)
+                            or None, 20, "the default replayed")
         finally:
             broker.kill()
 
@@ -239,8 +238,8 @@ def test_a_default_set_through_one_broker_is_in_force_on_another(tmp_path: pathl
             entries = described["min.insync.replicas"], described["log.retention.ms"]
             return tuple((entry.value, entry.source) for entry in entries)  # type: ignore[return-value]
 
-        assert wait_until(lambda: on_third() == (("3", DYNAMIC_DEFAULT), ("3600000", DYNAMIC_BROKER)) or None, 10,
-                          "the defaults on broker 3")
+        assert wait_for(lambda: on_third() == (("3", DYNAMIC_DEFAULT), ("3600000", DYNAMIC_BROKER)) or None, 10,
+                        "the defaults on broker 3")
         # A one-replica topic without an override takes the cluster's 3: broker 3 refuses acks=all if it leads it.
         inherits = _topic(third)
         leader = _admin(third).list_topics(inherits, timeout=10).topics[inherits].partitions[0].leader

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.kafka_support import kafka_bootstrap, kafka_broker_fixture, unique, wait_until
+from tests.integration.clusterprocess import wait_for
+from tests.integration.kafka_support import kafka_bootstrap, kafka_broker_fixture, unique
 
 FAST = {"heartbeat.interval.ms": 300, "session.timeout.ms": 6000, "enable.auto.commit": False,
         "auto.offset.reset": "earliest"}
@@ -61,7 +62,7 @@ def _poll_until(members: list[_Member], condition: Any, what: str, timeout_s: fl
             member.poll()
         return bool(condition())
 
-    wait_until(step, timeout_s, what)
+    wait_for(step, timeout_s, what)
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
@@ -121,9 +122,9 @@ def test_kafka_python_and_librdkafka_members_share_one_group(kafka_broker: Broke
             python_values.extend(record.value for record in records)
         return len(librdkafka.partitions()) == 1 and len(python.assignment()) == 1
 
-    wait_until(step, 30, "one partition each")
+    wait_for(step, 30, "one partition each")
     _produce(bootstrap, topic, 40)
-    wait_until(lambda: step() and len(librdkafka.values) + len(python_values) == 40, 30, "40 messages read")
+    wait_for(lambda: step() and len(librdkafka.values) + len(python_values) == 40, 30, "40 messages read")
     assert librdkafka.values and python_values
     python.close()
     librdkafka.consumer.close()

@@ -12,15 +12,8 @@ import pytest
 
 from mqbroker.errors import ErrorCode
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import start_cluster
-from tests.integration.kafka_support import (
-    FAST_GROUPS,
-    kafka_bootstrap,
-    kafka_broker_fixture,
-    produce_one,
-    unique,
-    wait_until,
-)
+from tests.integration.clusterprocess import start_cluster, wait_for
+from tests.integration.kafka_support import FAST_GROUPS, kafka_bootstrap, kafka_broker_fixture, produce_one, unique
 
 
 kafka_broker = kafka_broker_fixture("kafka-min-insync")
@@ -71,16 +64,16 @@ def test_acks_all_follows_the_in_sync_replicas_as_a_follower_dies_and_returns(tm
     try:
         bootstrap, topic = ",".join(kafka_bootstrap(broker) for broker in brokers), unique("isr")
         _create(bootstrap, topic, 2, 2)
-        leader, replicas = wait_until(lambda: _placement(bootstrap, topic), 20, "a leader")
+        leader, replicas = wait_for(lambda: _placement(bootstrap, topic), 20, "a leader")
         port = brokers[leader - 1].ports["kafka"]
-        assert wait_until(lambda: produce_one(port, topic, -1, b"both") == 0 or None, 20, "acks=all accepted")
+        assert wait_for(lambda: produce_one(port, topic, -1, b"both") == 0 or None, 20, "acks=all accepted")
         follower = brokers[next(node for node in replicas if node != leader) - 1]
         follower.kill()
-        wait_until(lambda: produce_one(port, topic, -1, b"alone") == ErrorCode.NOT_ENOUGH_REPLICAS or None, 30,
-                   "NOT_ENOUGH_REPLICAS once the ISR shrank")
+        wait_for(lambda: produce_one(port, topic, -1, b"alone") == ErrorCode.NOT_ENOUGH_REPLICAS or None, 30,
+                 "NOT_ENOUGH_REPLICAS once the ISR shrank")
         assert produce_one(port, topic, 1, b"leader-only") == 0
         follower.restart()
-        wait_until(lambda: produce_one(port, topic, -1, b"again") == 0 or None, 60, "acks=all accepted again")
+        wait_for(lambda: produce_one(port, topic, -1, b"again") == 0 or None, 60, "acks=all accepted again")
     finally:
         for broker in brokers:
             broker.kill()

@@ -13,7 +13,8 @@ import pytest
 from mqbroker.protocols.kafka import codec
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from mqbroker.protocols.kafka.messages.cluster import MetadataRequest
-from tests.integration.kafka_support import consume_with_confluent, unique, wait_until
+from tests.integration.clusterprocess import wait_for
+from tests.integration.kafka_support import consume_with_confluent, unique
 from tests.integration.security_support import PASSWORDS, SecuredBroker, acl, start_secured_broker
 
 
@@ -124,7 +125,7 @@ def test_a_wrong_password_fails_authentication(secured: SecuredBroker) -> None:
 
     reported: list[Any] = []
     producer = Producer({**_settings(secured, "alice", password="wrong"), "error_cb": reported.append})
-    wait_until(lambda: producer.poll(0.1) is not None and any(
+    wait_for(lambda: producer.poll(0.1) is not None and any(
         error.code() == KafkaError._AUTHENTICATION for error in reported), 20, "an authentication error")
     assert any("invalid credentials" in error.str() for error in reported)
 

@@ -15,7 +15,7 @@ import pytest
 from mqbroker.protocols.kafka.messages.apis import ApiKey
 from mqbroker.protocols.kafka.messages.cluster import ApiVersionsRequest
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import start_cluster
+from tests.integration.clusterprocess import start_cluster, wait_for
 from tests.integration.kafka_support import (
     FAST_GROUPS,
     REFERENCE,
@@ -23,7 +23,6 @@ from tests.integration.kafka_support import (
     kafka_call,
     kafka_broker_fixture,
     unique,
-    wait_until,
 )
 
 SOURCE = pathlib.Path(__file__).resolve().parent / "kafka_java" / "TransactionVersion2.java"
@@ -74,7 +73,7 @@ def _run_and_check(bootstrap: str, compiled: pathlib.Path, spread_over: int = 1)
     topic = unique("tv2")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(20)
-    leaders = wait_until(lambda: _leaders(admin, topic), 20, "a leader for every partition")
+    leaders = wait_for(lambda: _leaders(admin, topic), 20, "a leader for every partition")
     assert len(set(leaders)) == spread_over, leaders
     run = subprocess.run(
         ["java", "-Xmx256m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={REFERENCE / 'log4j2-tools.xml'}",

@@ -13,23 +13,27 @@ import pytest
 from mqbroker.client import Consumer
 from tests.integration.brokerprocess import BrokerProcess
 
-MESSAGES = 60_000
-RATE_PER_S = 6_000  # the run lasts about 10 s on an idle machine
+#: Messages of the default run (about 5 s on an idle machine) and of the -m slow one (about 10 s); both kill
+#: the broker KILLS times and check everything.
+MESSAGES_SHORT, MESSAGES_FULL = 30_000, 60_000
+RATE_PER_S = 6_000
 KILLS = 3
-#: Acknowledgements between two kills: random in this range (three kills stay far below MESSAGES).
+#: Acknowledgements between two kills: random in this range (three kills stay below MESSAGES_SHORT).
 ACKS_BETWEEN_KILLS_MIN, ACKS_BETWEEN_KILLS_MAX = 300, 6_000
 ENGINE_LOG_NAMES = {"aio": "Linux AIO", "thread": "a thread"}
 
 
 @pytest.mark.parametrize("engine", ["aio", "thread"])
-def test_acknowledged_messages_survive_kill_9_exactly_once_and_in_order(tmp_path: pathlib.Path, engine: str) -> None:
+@pytest.mark.parametrize("messages", [MESSAGES_SHORT, pytest.param(MESSAGES_FULL, marks=pytest.mark.slow)])
+def test_acknowledged_messages_survive_kill_9_exactly_once_and_in_order(tmp_path: pathlib.Path, engine: str,
+                                                                       messages: int) -> None:
     broker = BrokerProcess(data_dir=tmp_path / "data", extra_args=["--set", f"fsync_engine={engine}"])
     broker.start()
     assert f"fsync rounds run through {ENGINE_LOG_NAMES[engine]}" in broker.log_text()
     ack_file = tmp_path / "acked.txt"
     repository = pathlib.Path(__file__).resolve().parents[2]
     producer = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.acked_producer_child", broker.bootstrap, "crash", str(MESSAGES),
+        [sys.executable, "-m", "tests.integration.acked_producer_child", broker.bootstrap, "crash", str(messages),
          str(RATE_PER_S), str(ack_file)],
         cwd=repository,
     )
@@ -55,12 +59,12 @@ def test_acknowledged_messages_survive_kill_9_exactly_once_and_in_order(tmp_path
             consumer.assign([("crash", 0)])
             stored: list[int] = []
             deadline = time.monotonic() + 60
-            while len(stored) < MESSAGES and time.monotonic() < deadline:
+            while len(stored) < messages and time.monotonic() < deadline:
                 stored += [int(message.value) for message in consumer.poll(timeout=0.5)]
     finally:
         producer.kill()
         broker.kill()
-    assert acknowledged == list(range(MESSAGES)), f"the producer did not finish its run (seed {seed})"
+    assert acknowledged == list(range(messages)), f"the producer did not finish its run (seed {seed})"
     assert len(stored) == len(set(stored)), f"duplicates in the log (seed {seed})"
     assert stored == sorted(stored), f"the log is out of order (seed {seed})"
     missing = set(acknowledged) - set(stored)

@@ -10,10 +10,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.unit.storage.compaction_workload import check_log
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
-KILLS = 30
+#: Kills in the default run and in -m slow (every assertion runs in both).
+KILLS_SHORT, KILLS_FULL = 15, 30
 SEED = 20261122
 
 
@@ -37,12 +40,13 @@ def run_child(directory: pathlib.Path, seed: int, kill_at_rename: int, lifetime_
     return output.split("\n")[:-1]  # a kill can cut the last line short: only newline-ended lines count
 
 
-def test_compaction_killed_at_random_moments_and_in_its_swap_loses_no_newest_record(tmp_path):
+@pytest.mark.parametrize("kills", [KILLS_SHORT, pytest.param(KILLS_FULL, marks=pytest.mark.slow)])
+def test_compaction_killed_at_random_moments_and_in_its_swap_loses_no_newest_record(tmp_path, kills):
     chooser = random.Random(SEED)
     directory = tmp_path / "partition"
     newest_durable: dict[bytes, tuple[int, bytes | None]] = {}
     killed_while_cleaning = 0
-    for round_number in range(KILLS):
+    for round_number in range(kills):
         kill_at_rename = chooser.randint(1, 8) if round_number % 2 else 0
         lines = run_child(directory, chooser.randrange(2**31), kill_at_rename, chooser.uniform(0.3, 1.5))
         for line in lines:
@@ -53,4 +57,4 @@ def test_compaction_killed_at_random_moments_and_in_its_swap_loses_no_newest_rec
         killed_while_cleaning += bool(progress) and progress[-1] == "cleaning"
         check_log(str(directory), newest_durable)
     assert len(newest_durable) == 8, "the children hardly wrote anything"
-    assert killed_while_cleaning >= KILLS // 3, f"only {killed_while_cleaning} kills landed in a compaction pass"
+    assert killed_while_cleaning >= kills // 3, f"only {killed_while_cleaning} kills landed in a compaction pass"

@@ -1,4 +1,8 @@
-"""The single-node broker over its native protocol: long-poll, persistence, bad input, metrics."""
+"""The single-node broker over its native protocol: long-poll, persistence, bad input, metrics.
+
+Tests that leave the broker running and write their own topics share one (``shared_broker``); those that
+stop it, count its metrics or need other settings start their own.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+import zlib
 
 import pytest
 
@@ -55,9 +60,9 @@ def _metadata_works(broker: BrokerProcess) -> bool:
 WAKEUP_FETCH_WAIT_MS = 30_000
 
 
-def test_a_waiting_fetch_returns_as_soon_as_a_produce_arrives(broker: BrokerProcess) -> None:
-    waiting = RawNativeConnection(broker.ports["native"])
-    producing = RawNativeConnection(broker.ports["native"])
+def test_a_waiting_fetch_returns_as_soon_as_a_produce_arrives(shared_broker: BrokerProcess) -> None:
+    waiting = RawNativeConnection(shared_broker.ports["native"])
+    producing = RawNativeConnection(shared_broker.ports["native"])
     producing.call(_produce("wakeup", _batch(b"first")))
     correlation_id = waiting.send(_fetch("wakeup", 1, max_wait_ms=WAKEUP_FETCH_WAIT_MS))
     time.sleep(0.3)  # give the fetch time to park on the empty end of the log
@@ -72,8 +77,8 @@ def test_a_waiting_fetch_returns_as_soon_as_a_produce_arrives(broker: BrokerProc
     assert woken_after_s < WAKEUP_FETCH_WAIT_MS / 1000 / 6, f"the fetch waited {woken_after_s * 1000:.1f} ms after the produce"
 
 
-def test_an_empty_long_poll_waits_its_max_wait(broker: BrokerProcess) -> None:
-    connection = RawNativeConnection(broker.ports["native"])
+def test_an_empty_long_poll_waits_its_max_wait(shared_broker: BrokerProcess) -> None:
+    connection = RawNativeConnection(shared_broker.ports["native"])
     connection.call(_produce("idle", _batch(b"x")))
     started = time.perf_counter()
     response = connection.call(_fetch("idle", 1, max_wait_ms=300))
@@ -103,21 +108,21 @@ def _read(consumer: Consumer, count: int, timeout_s: float = 20.0) -> list[bytes
     return values
 
 
-def test_an_idempotent_retry_on_a_new_connection_is_written_once(broker: BrokerProcess) -> None:
-    first = RawNativeConnection(broker.ports["native"])
+def test_an_idempotent_retry_on_a_new_connection_is_written_once(shared_broker: BrokerProcess) -> None:
+    first = RawNativeConnection(shared_broker.ports["native"])
     identity = first.call(m.InitProducerIdRequest())
     batch = _batch(b"a", b"b", b"c", producer_id=identity.producer_id, base_sequence=0)
     original = first.call(_produce("retried", batch)).topics[0].partitions[0]
     first.close()  # the producer never saw the answer: it retries on a new connection
-    second = RawNativeConnection(broker.ports["native"])
+    second = RawNativeConnection(shared_broker.ports["native"])
     retried = second.call(_produce("retried", batch)).topics[0].partitions[0]
     assert (retried.error_code, retried.base_offset) == (0, original.base_offset)
-    with Admin(broker.bootstrap) as admin:
+    with Admin(shared_broker.bootstrap) as admin:
         assert admin.list_offset("retried", 0, -1) == 3
 
 
-def test_a_sequence_gap_is_refused_with_out_of_order_sequence(broker: BrokerProcess) -> None:
-    connection = RawNativeConnection(broker.ports["native"])
+def test_a_sequence_gap_is_refused_with_out_of_order_sequence(shared_broker: BrokerProcess) -> None:
+    connection = RawNativeConnection(shared_broker.ports["native"])
     identity = connection.call(m.InitProducerIdRequest())
     connection.call(_produce("gap", _batch(b"a", producer_id=identity.producer_id, base_sequence=0)))
     result = connection.call(_produce("gap", _batch(b"c", producer_id=identity.producer_id, base_sequence=5)))
@@ -154,9 +159,9 @@ def _request_frame(api_key: int, version: int, body: bytes = b"") -> bytes:
     [(999, 0, ErrorCode.UNKNOWN_API_KEY), (int(m.ApiKey.METADATA), 77, ErrorCode.UNSUPPORTED_VERSION)],
 )
 def test_unknown_api_keys_and_versions_get_an_error_and_the_connection_stays_open(
-    broker: BrokerProcess, api_key: int, version: int, code: ErrorCode
+    shared_broker: BrokerProcess, api_key: int, version: int, code: ErrorCode
 ) -> None:
-    connection = RawNativeConnection(broker.ports["native"])
+    connection = RawNativeConnection(shared_broker.ports["native"])
     connection.send_bytes(_request_frame(api_key, version))
     data = connection.socket.recv(4096)
     correlation_id, error_code = struct.unpack_from(">ih", data, 4)
@@ -173,19 +178,20 @@ def test_unknown_api_keys_and_versions_get_an_error_and_the_connection_stays_ope
     ],
     ids=["oversized", "negative-length", "truncated-body"],
 )
-def test_malformed_frames_close_only_that_connection(broker: BrokerProcess, garbage: bytes) -> None:
-    bystander = RawNativeConnection(broker.ports["native"])
-    bystander.call(_produce("bystander", _batch(b"before")))
-    offender = RawNativeConnection(broker.ports["native"])
+def test_malformed_frames_close_only_that_connection(shared_broker: BrokerProcess, garbage: bytes) -> None:
+    topic = f"bystander-{zlib.crc32(garbage)}"  # the module's broker is shared: a topic per case
+    bystander = RawNativeConnection(shared_broker.ports["native"])
+    bystander.call(_produce(topic, _batch(b"before")))
+    offender = RawNativeConnection(shared_broker.ports["native"])
     offender.send_bytes(garbage)
     offender.read_until_closed()  # the broker answers (when it can read a header) and closes
-    produced = bystander.call(_produce("bystander", _batch(b"after"))).topics[0].partitions[0]
+    produced = bystander.call(_produce(topic, _batch(b"after"))).topics[0].partitions[0]
     assert (produced.error_code, produced.base_offset) == (0, 1)
-    assert _metadata_works(broker)
+    assert _metadata_works(shared_broker)
 
 
-def test_a_corrupt_batch_is_refused_and_nothing_is_appended(broker: BrokerProcess) -> None:
-    connection = RawNativeConnection(broker.ports["native"])
+def test_a_corrupt_batch_is_refused_and_nothing_is_appended(shared_broker: BrokerProcess) -> None:
+    connection = RawNativeConnection(shared_broker.ports["native"])
     corrupt = bytearray(_batch(b"payload"))
     corrupt[-1] ^= 0xFF  # breaks the CRC
     result = connection.call(_produce("crc", bytes(corrupt))).topics[0].partitions[0]
@@ -193,10 +199,10 @@ def test_a_corrupt_batch_is_refused_and_nothing_is_appended(broker: BrokerProces
     assert connection.call(_produce("crc", _batch(b"good"))).topics[0].partitions[0].base_offset == 0
 
 
-def test_a_batch_over_max_message_bytes_is_refused(broker: BrokerProcess) -> None:
-    with Admin(broker.bootstrap) as admin:
+def test_a_batch_over_max_message_bytes_is_refused(shared_broker: BrokerProcess) -> None:
+    with Admin(shared_broker.bootstrap) as admin:
         admin.create_topics(["small"], 1, configs={"max.message.bytes": "1000"})
-    connection = RawNativeConnection(broker.ports["native"])
+    connection = RawNativeConnection(shared_broker.ports["native"])
     result = connection.call(_produce("small", _batch(b"x" * 2000))).topics[0].partitions[0]
     assert result.error_code == ErrorCode.MESSAGE_TOO_LARGE
 
@@ -272,8 +278,8 @@ def test_sigterm_answers_a_waiting_fetch_before_the_broker_exits(broker: BrokerP
     assert time.monotonic() - started < 10
 
 
-def test_compacted_internal_topics_get_small_segments_so_they_compact(broker: BrokerProcess) -> None:
-    with Admin(broker.bootstrap) as admin:
+def test_compacted_internal_topics_get_small_segments_so_they_compact(shared_broker: BrokerProcess) -> None:
+    with Admin(shared_broker.bootstrap) as admin:
         deadline = time.monotonic() + 20
         while "__consumer_offsets" not in admin.list_topics():
             assert time.monotonic() < deadline, "the offsets topic was never created"

@@ -21,6 +21,7 @@ from mqbroker.client.share_admin import ShareGroupAdmin
 from mqbroker.errors import InvalidRecordStateError
 from mqbroker.records import dead_letters
 from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.clusterprocess import wait_for
 from tests.integration.share_support import (
     ShareChild,
     acknowledged,
@@ -30,7 +31,6 @@ from tests.integration.share_support import (
     kill_children,
     produce,
     unanswered,
-    wait_until,
 )
 
 LEASE_MS = 2_000
@@ -45,7 +45,7 @@ def _children_killed() -> Iterator[None]:
 
 @pytest.fixture
 def broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
-    """A single broker, killed at the end."""
+    """A single broker of the test's own (it kills it), killed at the end; the others share ``shared_broker``."""
     process = BrokerProcess(data_dir=tmp_path / "data")
     process.start()
     yield process
@@ -65,20 +65,21 @@ def _poll_until(consumer: ShareConsumer, wanted: int, timeout_s: float) -> list:
     return got
 
 
-def test_five_consumers_share_one_partition_and_a_killed_ones_leases_go_to_the_others(broker: BrokerProcess) -> None:
-    create_topic(broker.bootstrap, "jobs", partitions=1)
-    create_group(broker.bootstrap, "workers", ["jobs"], lease_ms=str(LEASE_MS))
-    holder = ShareChild(broker.bootstrap, "workers", "jobs", "holder", mode="hold")
+def test_five_consumers_share_one_partition_and_a_killed_ones_leases_go_to_the_others(
+        shared_broker: BrokerProcess) -> None:
+    create_topic(shared_broker.bootstrap, "jobs", partitions=1)
+    create_group(shared_broker.bootstrap, "workers", ["jobs"], lease_ms=str(LEASE_MS))
+    holder = ShareChild(shared_broker.bootstrap, "workers", "jobs", "holder", mode="hold")
     assert holder.joined.wait(30), holder.errors()
-    produce(broker.bootstrap, "jobs", (b"job-%d" % n for n in range(50)))
-    held = wait_until(holder.held, 30, "the holder to lease records")
-    workers = [ShareChild(broker.bootstrap, "workers", "jobs", f"worker-{n}") for n in range(5)]
+    produce(shared_broker.bootstrap, "jobs", (b"job-%d" % n for n in range(50)))
+    held = wait_for(holder.held, 30, "the holder to lease records")
+    workers = [ShareChild(shared_broker.bootstrap, "workers", "jobs", f"worker-{n}") for n in range(5)]
     for worker in workers:
         assert worker.joined.wait(30), worker.errors()
     holder.kill()  # mid-lease: its records come back only when their leases end
-    produce(broker.bootstrap, "jobs", (b"job-%d" % n for n in range(50, 2_000)))
+    produce(shared_broker.bootstrap, "jobs", (b"job-%d" % n for n in range(50, 2_000)))
 
-    wait_until(lambda: len(acknowledged(workers)) == 2_000, 90, "all 2,000 records acknowledged")
+    wait_for(lambda: len(acknowledged(workers)) == 2_000, 90, "all 2,000 records acknowledged")
     counts = acknowledged(workers)
     assert set(counts) == {(0, offset) for offset in range(2_000)}
     assert max(counts.values()) == 1, "a record was acknowledged twice"
@@ -104,12 +105,13 @@ def test_five_consumers_share_one_partition_and_a_killed_ones_leases_go_to_the_o
         worker.kill()
 
 
-def test_an_unsettled_lease_expires_to_another_consumer_and_a_renewed_one_does_not(broker: BrokerProcess) -> None:
-    create_topic(broker.bootstrap, "slow", partitions=1)
-    create_group(broker.bootstrap, "slow-workers", ["slow"], lease_ms=str(LEASE_MS))
-    produce(broker.bootstrap, "slow", (b"m%d" % n for n in range(10)))
-    with _consumer(broker, "slow-workers", "slow", "a", records_max=10) as first, \
-            _consumer(broker, "slow-workers", "slow", "b") as second:
+def test_an_unsettled_lease_expires_to_another_consumer_and_a_renewed_one_does_not(
+        shared_broker: BrokerProcess) -> None:
+    create_topic(shared_broker.bootstrap, "slow", partitions=1)
+    create_group(shared_broker.bootstrap, "slow-workers", ["slow"], lease_ms=str(LEASE_MS))
+    produce(shared_broker.bootstrap, "slow", (b"m%d" % n for n in range(10)))
+    with _consumer(shared_broker, "slow-workers", "slow", "a", records_max=10) as first, \
+            _consumer(shared_broker, "slow-workers", "slow", "b") as second:
         assert first.wait_joined(30) and second.wait_joined(30)
         leased = _poll_until(first, 10, 20)
         leased_at = time.monotonic()
@@ -128,22 +130,22 @@ def test_an_unsettled_lease_expires_to_another_consumer_and_a_renewed_one_does_n
         assert [type(o.error) for o in refused] == [InvalidRecordStateError]  # expired: the second holds them
         second.acknowledge(taken_over)
         assert [o.error for o in second.commit()] == [None]
-    with ShareGroupAdmin(broker.bootstrap) as admin:
+    with ShareGroupAdmin(shared_broker.bootstrap) as admin:
         partition = admin.describe("slow-workers").partitions[0]
     assert (partition.start_offset, partition.acquired, partition.available, partition.lag) == (10, 0, 0, 0)
 
 
-def test_delivery_limit_and_rejection_dead_letter_records_with_their_origin(broker: BrokerProcess) -> None:
-    create_topic(broker.bootstrap, "orders", partitions=1)
-    create_topic(broker.bootstrap, "orders.dlq", partitions=1)
-    create_group(broker.bootstrap, "billing", ["orders"], lease_ms="10000", max_delivery_attempts="3",
+def test_delivery_limit_and_rejection_dead_letter_records_with_their_origin(shared_broker: BrokerProcess) -> None:
+    create_topic(shared_broker.bootstrap, "orders", partitions=1)
+    create_topic(shared_broker.bootstrap, "orders.dlq", partitions=1)
+    create_group(shared_broker.bootstrap, "billing", ["orders"], lease_ms="10000", max_delivery_attempts="3",
                  dead_letter_topic="orders.dlq")
     values = [b"order-%d" % n for n in range(20)]
     values[5], values[7] = b"poison", b"malformed"
-    produce(broker.bootstrap, "orders", values)
+    produce(shared_broker.bootstrap, "orders", values)
     accepted: Counter[int] = Counter()
     poison_attempts = []
-    with _consumer(broker, "billing", "orders", "billing-1") as consumer:
+    with _consumer(shared_broker, "billing", "orders", "billing-1") as consumer:
         deadline = time.monotonic() + 30
         while len(accepted) < 18 or len(poison_attempts) < 3:
             assert time.monotonic() < deadline, (accepted, poison_attempts)
@@ -160,7 +162,7 @@ def test_delivery_limit_and_rejection_dead_letter_records_with_their_origin(brok
         assert poison_attempts == [1, 2, 3]
         assert set(accepted.values()) == {1}
         assert consumer.poll(1.0) == []  # nothing comes back after the third attempt
-    with Consumer(broker.bootstrap, topics=["orders.dlq"], auto_offset_reset="earliest") as reader:
+    with Consumer(shared_broker.bootstrap, topics=["orders.dlq"], auto_offset_reset="earliest") as reader:
         letters: list = []
         deadline = time.monotonic() + 20
         while len(letters) < 2 and time.monotonic() < deadline:
@@ -176,7 +178,7 @@ def test_delivery_limit_and_rejection_dead_letter_records_with_their_origin(brok
     assert (poison[dead_letters.HEADER_OFFSET], poison[dead_letters.HEADER_ATTEMPTS],
             poison[dead_letters.HEADER_REASON], poison[dead_letters.HEADER_ERROR]) == (
         b"5", b"3", b"delivery_limit", b"payment service said 500")
-    with ShareGroupAdmin(broker.bootstrap) as admin:
+    with ShareGroupAdmin(shared_broker.bootstrap) as admin:
         described = admin.describe("billing")
     assert (described.dead_lettered, described.dead_letter_depth) == (2, 2)
     assert described.partitions[0].start_offset == 20
@@ -252,22 +254,22 @@ def test_kill_9_of_the_broker_mid_stream_loses_no_acknowledged_record(broker: Br
     producing = threading.Thread(target=produce_steadily)
     producing.start()
     try:
-        wait_until(lambda: len(acknowledged(workers)) >= 300, 60, "the workers to acknowledge records")
+        wait_for(lambda: len(acknowledged(workers)) >= 300, 60, "the workers to acknowledge records")
         broker.kill()
         time.sleep(0.5)
         broker.restart()
         with lock:
             before = len(produced)
-        wait_until(lambda: len(produced) > before + 300, 60, "producing after the restart")
+        wait_for(lambda: len(produced) > before + 300, 60, "producing after the restart")
     finally:
         stop.set()
         producing.join(60)
     def settled() -> bool:
         return set(acknowledged(workers)) | unanswered(workers) >= produced
 
-    wait_until(settled, 90, "every produced record acknowledged")
+    wait_for(settled, 90, "every produced record acknowledged")
     with ShareGroupAdmin(broker.bootstrap) as admin:
-        wait_until(lambda: all(p.lag == 0 and p.acquired == 0 and p.available == 0
+        wait_for(lambda: all(p.lag == 0 and p.acquired == 0 and p.available == 0
                                for p in admin.describe("stream-workers").partitions), 30, "nothing left in the group")
     counts = acknowledged(workers)
     assert set(delivered(workers)) >= produced

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pathlib
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +13,7 @@ from mqbroker.client.security import ClientSecurity
 from mqbroker.protocols.framing import LengthPrefixedFrames, frame
 from mqbroker.security.certs import CertificateFiles, init_directory
 from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port
-from tests.integration.clusterprocess import retrying, start_all
+from tests.integration.clusterprocess import retrying, start_all, wait_for
 from tests.integration.security_support import PASSWORDS, acl
 
 INTER_BROKER_PASSWORD = "inter-broker-secret-0123456789"
@@ -60,14 +59,6 @@ def honest_round_trip(bootstrap: str, security: ClientSecurity | None, topic: st
             if any(message.value == value for message in consumer.poll(timeout=0.5)):
                 return
     raise AssertionError(f"the honest client's message {value!r} did not come back")
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` until it holds."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not within {timeout_s}s"
-        time.sleep(0.05)
 
 
 # -- raw controller connections -----------------------------------------------------------------
@@ -199,7 +190,7 @@ def start_secured_cluster(root: pathlib.Path, size: int = 3) -> SecuredCluster:
             retrying(lambda: admin.upsert_user(user, password, create=True), timeout_s=30)
         retrying(lambda: admin.create_topics([CANARY], partitions=1, replication_factor=3), timeout_s=30)
         admin.create_acls([acl("User:alice", "read", "topic", CANARY)])
-    wait_until(lambda: _in_sync(cluster), 30, "the canary's replicas in sync")
+    wait_for(lambda: _in_sync(cluster), 30, "the canary's replicas in sync")
     return cluster
 
 

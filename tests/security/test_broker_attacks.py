@@ -31,10 +31,11 @@ from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.security.scram import ScramClient, ScramMechanism
 from tests.integration.brokerprocess import TWISTD, BrokerProcess, running
+from tests.integration.clusterprocess import wait_for
 from tests.integration.mqtt_support import RawClient
 from tests.integration.nativewire import RawNativeConnection
 from tests.integration.security_support import SecuredBroker, acl, start_secured_broker
-from tests.security.support import CANARY, honest_round_trip, state_of, wait_until
+from tests.security.support import CANARY, honest_round_trip, state_of
 
 HTTP_REQUEST_TIMEOUT_MS = 2000
 HTTP_CONNECTIONS_MAX = 30
@@ -195,7 +196,7 @@ def test_an_http_connection_flood_is_refused_beyond_its_own_budget(secured: Secu
     try:
         for _ in range(HTTP_CONNECTIONS_MAX + 10):
             flood.append(socket.create_connection(("127.0.0.1", secured.process.ports["http"]), timeout=5))
-        wait_until(lambda: "http: refused a connection" in secured.process.log_text(), 10, "the refusal log")
+        wait_for(lambda: "http: refused a connection" in secured.process.log_text(), 10, "the refusal log")
         _honest(secured)  # the native listener has its own budget
     finally:
         for connection in flood:

@@ -30,16 +30,9 @@ from mqbroker.security.inter_broker import ClientHandshake, HandshakeMethod, Int
 from mqbroker.security.scram import ScramClient, ScramMechanism
 from tests.integration.brokerprocess import TWISTD
 from tests.integration.nativewire import RawNativeConnection
-from tests.integration.clusterprocess import retrying
+from tests.integration.clusterprocess import retrying, wait_for
 from tests.integration.security_support import PASSWORDS
-from tests.security.support import (
-    CANARY,
-    INTER_BROKER_PASSWORD,
-    RawController,
-    SecuredCluster,
-    start_secured_cluster,
-    wait_until,
-)
+from tests.security.support import CANARY, INTER_BROKER_PASSWORD, RawController, SecuredCluster, start_secured_cluster
 
 REFUSE = 0xC4
 
@@ -163,7 +156,7 @@ def test_a_broker_speaking_for_another_node_is_disconnected(cluster: SecuredClus
     connection = _authenticated_as(cluster, leader, voters[0])
     connection.send(_forged_append(leader, voters[1]))
     assert connection.closed()
-    wait_until(lambda: _audited(cluster, leader, "FORGED CONTROLLER FRAME"), 10, "the audit line")
+    wait_for(lambda: _audited(cluster, leader, "FORGED CONTROLLER FRAME"), 10, "the audit line")
     _attacker_cannot_log_in_as_admin(cluster)
     assert cluster.state() == before
     cluster.honest()
@@ -177,7 +170,7 @@ def test_a_forwarded_proposal_for_another_principal_is_refused(cluster: SecuredC
     connection = _authenticated_as(cluster, leader, follower)
     connection.send(encode_frame(ForwardedProposal(from_id=follower, to_id=leader, request_id=77,
                                                    principal="User:admin", data=_forged_admin_user("attacker-password"))))
-    wait_until(lambda: _audited(cluster, leader, "refusing a proposal node"), 10, "the refusal in the leader's log")
+    wait_for(lambda: _audited(cluster, leader, "refusing a proposal node"), 10, "the refusal in the leader's log")
     _attacker_cannot_log_in_as_admin(cluster)
     assert cluster.state() == before
     connection.close()
@@ -210,7 +203,7 @@ def test_a_connection_flood_on_the_controller_port_does_not_cut_the_voters_off(c
             except (TimeoutError, ConnectionResetError):
                 continue
         assert refused >= 80 - 64
-        wait_until(lambda: _audited(cluster, leader, "controller: refused a connection"), 10, "the refusal log")
+        wait_for(lambda: _audited(cluster, leader, "controller: refused a connection"), 10, "the refusal log")
         with cluster.admin() as admin:  # a metadata change still commits through the quorum
             admin.create_acls([m.AclBinding(resource_type="topic", resource_name="flood-check", pattern_type="literal",
                                             principal="User:alice", host="*", operation="read", permission="allow")])
@@ -345,8 +338,8 @@ def _unknown_user_salt(port: int) -> str:
 def test_brokers_cannot_be_compared_to_tell_unknown_users(cluster: SecuredCluster) -> None:
     """An unknown user's decoy salt derives from the cluster's secret: every broker answers the same, as for a
     real user (a per-broker random salt would give unknown users away)."""
-    wait_until(lambda: len({_unknown_user_salt(broker.ports["native"]) for broker in cluster.brokers}) == 1, 10,
-               "the cluster's decoy secret on every broker")
+    wait_for(lambda: len({_unknown_user_salt(broker.ports["native"]) for broker in cluster.brokers}) == 1, 10,
+             "the cluster's decoy secret on every broker")
     cluster.honest()
 
 

@@ -23,10 +23,11 @@ from mqbroker.client import Admin
 from mqbroker.protocols.amqp.stored import queue_topic
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
+from tests.integration.clusterprocess import wait_for
 from tests.integration.mqtt_support import Client as MqttClient
 from tests.integration.nativewire import RawNativeConnection
 from tests.poison import poison_batch
-from tests.security.support import CANARY, honest_round_trip, state_of, wait_until
+from tests.security.support import CANARY, honest_round_trip, state_of
 from tests.unit.storage.logtools import make_batch
 
 PARTITIONS_MAX = 200
@@ -42,8 +43,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     for started in running(process):
         with Admin(started.bootstrap) as admin:
             admin.create_topics([CANARY], partitions=1)
-            wait_until(lambda: {t.name for t in admin.metadata().topics} >= {"__mqtt_sessions", "__amqp_metadata"},
-                       30, "the front ends' internal topics")
+            wait_for(lambda: {t.name for t in admin.metadata().topics} >= {"__mqtt_sessions", "__amqp_metadata"},
+                     30, "the front ends' internal topics")
         yield started
 
 
@@ -164,8 +165,8 @@ def test_a_poison_batch_on_an_amqp_source_topic_is_skipped_and_queues_are_refuse
         assert _produce(broker, "sensors", poison_batch()) == (0, "")
         assert _produce(broker, "sensors", make_batch([b"21.5 C"], keys=[b"sensor-1"])) == (0, "")
         taken = []
-        wait_until(lambda: bool(taken.append(channel.basic_get("sensor-readings", auto_ack=True)[2]) or taken[-1]),
-                   20, "the reading routed after the poison batch")
+        wait_for(lambda: bool(taken.append(channel.basic_get("sensor-readings", auto_ack=True)[2]) or taken[-1]),
+                 20, "the reading routed after the poison batch")
         assert taken[-1] == b"21.5 C"
     finally:
         connection.close()
