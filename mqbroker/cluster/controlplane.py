@@ -141,6 +141,8 @@ class ControlPlane(MultiService):
         self.sessions = BrokerSessions(config.broker_session_timeout_ms)
         self.caught_up = False
         self._image_listeners: list[ImageListener] = []
+        #: The fenced brokers of the image the listeners last heard of (see ``_changed_nothing``).
+        self._fenced_told: frozenset[int] = frozenset()
         self._apply_waiters: list[tuple[int, Deferred[None]]] = []
         self._caught_up_waiters: list[Deferred[None]] = []
         self._heartbeat_in_flight = False
@@ -442,14 +444,24 @@ class ControlPlane(MultiService):
     def _record_applied(self, record: Record, image: MetadataImage) -> None:
         if isinstance(record, (RegisterBroker, BrokerHeartbeat)):
             self.sessions.heard_from(record.node_id, self._now_ms())
-        if self.caught_up:
+        if self.caught_up and not self._changed_nothing(record):
             self._tell_listeners(image, record)
+
+    def _changed_nothing(self, record: Record) -> bool:
+        """A heartbeat of a broker that was live when the listeners last heard leaves the image as it was.
+
+        Heartbeats are most of the records (each broker's, every ``broker_heartbeat_interval_ms``), and the
+        listeners resync every partition on each record they hear; only a heartbeat that unfences a broker
+        (which may elect leaders) changes anything. Every other record is told, so ``_fenced_told`` follows.
+        """
+        return isinstance(record, BrokerHeartbeat) and record.node_id not in self._fenced_told
 
     def _image_restored(self, image: MetadataImage) -> None:
         if self.caught_up:
             self._tell_listeners(image, None)
 
     def _tell_listeners(self, image: MetadataImage, record: Record | None) -> None:
+        self._fenced_told = frozenset(node_id for node_id, broker in image.brokers.items() if broker.fenced)
         for listener in self._image_listeners:
             listener(image, record)
 

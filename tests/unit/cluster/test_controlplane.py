@@ -11,7 +11,7 @@ from zope.interface.verify import verifyObject
 from mqbroker import errors
 from mqbroker.cluster.controlplane import ControlPlane
 from mqbroker.cluster.metadata import MetadataImage, MetadataStateMachine
-from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, Record
+from mqbroker.cluster.metadata_records import AlterPartition, BrokerHeartbeat, CreateTopic, Record
 from mqbroker.config import build_config
 from mqbroker.interfaces import IClusterView, IGenericRecords
 from mqbroker.raft.core import RaftCore, RaftSettings
@@ -185,3 +185,28 @@ def test_the_controller_writes_the_min_insync_replicas_cluster_default_once_and_
     assert quorum.leader() is not old_leader
     assert all(plane.image.broker_configs == {"": {"retention.ms": "100"}, "2": {"segment.bytes": "2000000"}}
                for plane in quorum.planes.values() if plane is not old_leader)
+
+
+def test_listeners_hear_a_heartbeat_only_when_it_brings_a_fenced_broker_back() -> None:
+    quorum = Quorum((1, 2, 3))
+    quorum.start()
+    quorum.run(2.0)
+    leader = quorum.leader()
+    created = leader.create_topic("t", 3, {}, 3)
+    quorum.run(0.5)
+    fired(created)
+    heard = quorum.told[leader.node_id]
+    heard.clear()
+    applied_before = leader.image.applied_index
+    quorum.run(1.0)  # ten heartbeat intervals of three live brokers: the image does not change
+    assert leader.image.applied_index > applied_before + 10
+    assert not any(isinstance(record, BrokerHeartbeat) for _, record in heard)
+    gone = next(node_id for node_id in quorum.planes if node_id != leader.node_id)
+    quorum.down.add(gone)
+    quorum.run(3 * SESSION_MS / 1000)
+    assert leader.image.brokers[gone].fenced
+    quorum.down.discard(gone)
+    quorum.run(1.0)
+    assert not leader.image.brokers[gone].fenced
+    back = [record for _, record in heard if isinstance(record, BrokerHeartbeat)]
+    assert [record.node_id for record in back] == [gone]  # the one that unfenced it, and none after
