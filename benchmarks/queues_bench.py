@@ -17,6 +17,10 @@ measures in alternating rounds (the broker not measured is SIGSTOPped, as in ``a
   filled with ``--push-messages`` records, to a local endpoint (``push_endpoint.py``, asyncio,
   answering 204 at once): records/s from creating the subscription to the last POST's arrival;
   then push latency from just before ``send`` to the POST's arrival at ``--latency-rate``.
+* **lease-expiry redelivery**: one consumer leases ``--lease-records`` records for ``--lease-ms`` and never
+  settles them (a stuck worker that still heartbeats); a second consumer receives them once the leases end:
+  p50/p99 of arrival minus the end of the lease (the start of the poll that leased them plus ``--lease-ms``,
+  so a little late rather than early), and the fraction redelivered.
 * **deliver-at lateness**: ``--scheduled`` records with ``x-deliver-at`` times spread evenly over
   ``--schedule-seconds`` (the first due 3 s + 0.5 ms per record after producing starts), one consumer acknowledging:
   p50/p99 of arrival minus deliver-at (negative: early, counted apart).
@@ -264,6 +268,39 @@ def _produce_paced(bootstrap: str, topic: str, total: int, options: argparse.Nam
             producer.send(topic, b"%012d" % index + padding)
 
 
+def lease_redelivery(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
+    """Lateness (ms) of each record's redelivery after a stuck consumer's lease on it ended."""
+    topic, group = f"lease-{uuid.uuid4().hex[:8]}", f"lease-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=1)
+    with ShareGroupAdmin(broker.bootstrap) as admin:
+        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    count = options.lease_records
+    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+        outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, count)
+    assert outcome.failed == 0, outcome
+    lease_ends_ms: dict[int, float] = {}
+    lateness: list[float] = []
+    with ShareConsumer(broker.bootstrap, group_id=group, topics=[topic], records_max=RECORDS_PER_POLL,
+                       fetch_wait_ms=100, lease_ms=options.lease_ms) as stuck:
+        assert stuck.wait_joined(60), "the stuck consumer did not join its group within 60 s"
+        deadline = time.monotonic() + 60
+        while len(lease_ends_ms) < count and time.monotonic() < deadline:
+            started_ms = time.time() * 1000
+            for message in stuck.poll(0.2):
+                lease_ends_ms[message.offset] = started_ms + options.lease_ms
+        with ShareConsumer(broker.bootstrap, group_id=group, topics=[topic], records_max=RECORDS_PER_POLL,
+                           fetch_wait_ms=100) as other:
+            deadline = time.monotonic() + options.lease_ms / 1000 + 30
+            while len(lateness) < len(lease_ends_ms) and time.monotonic() < deadline:
+                messages = other.poll(0.2)
+                now_ms = time.time() * 1000
+                lateness += [now_ms - lease_ends_ms[m.offset] for m in messages if m.offset in lease_ends_ms]
+                other.acknowledge(messages)
+            other.commit()
+    return sorted(lateness) + [math.inf] * (count - len(lateness))
+
+
 def delayed_lateness(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
     """Lateness (ms) of ``--scheduled`` records whose deliver-at times are spread over ``--schedule-seconds``,
     starting 3 s after they were all produced: arrival at the consumer minus the deliver-at time."""
@@ -319,6 +356,12 @@ def measure_mqbroker(broker: BrokerProcess, options: argparse.Namespace) -> Figu
                     ("  push broker CPU µs/msg (incl. its idle wait)", cpu_us),
                     ("push latency p50 ms", amqp_bench.percentile(latencies, 0.5)),
                     ("push latency p99 ms", amqp_bench.percentile(latencies, 0.99))]
+    if options.lease_records:
+        lateness = lease_redelivery(broker, options)
+        figures += [(f"lease-expiry redelivery p50 ms ({options.lease_records:,} leased for {options.lease_ms} ms)",
+                     amqp_bench.percentile(lateness, 0.5)),
+                    ("lease-expiry redelivery p99 ms", amqp_bench.percentile(lateness, 0.99)),
+                    ("  redelivered fraction", sum(1 for value in lateness if value != math.inf) / len(lateness))]
     if options.scheduled:
         lateness = delayed_lateness(broker, options)
         figures += [(f"deliver-at lateness p50 ms ({options.scheduled:,} scheduled)", amqp_bench.percentile(lateness, 0.5)),
@@ -405,6 +448,9 @@ def main() -> None:
     parser.add_argument("--push-outstanding", type=int, default=100, help="the subscription's push.max.outstanding")
     parser.add_argument("--latency-rate", type=int, default=1_000)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--lease-records", type=int, default=1_000, help="records a stuck consumer leases for the "
+                                                                         "redelivery figure (0: skip it) [1,000]")
+    parser.add_argument("--lease-ms", type=int, default=2_000, help="the stuck consumer's lease [2,000]")
     parser.add_argument("--scheduled", type=int, default=20_000, help="delayed records for the lateness figure "
                                                                       "(0: skip it) [20,000]")
     parser.add_argument("--schedule-seconds", type=float, default=10.0, help="their deliver-at times' spread [10]")
