@@ -240,7 +240,7 @@ class GroupService:
     def _write_queued(self) -> Deferred[Any]:
         """Append the records the coordinator queued in ``ready()`` (tombstones) and fire once they are durable."""
         ready = self._coordinator.ready()
-        self._answer(ready.replies)
+        answer_parked(self._parked, ready.replies)
         written = self._write(list(ready.records)) if ready.records else succeed(None)
         self._schedule()
         return written
@@ -273,7 +273,7 @@ class GroupService:
     def _drain(self) -> None:
         """Answer completed joins, append the coordinator's records, log evictions, re-arm the timer."""
         ready = self._coordinator.ready()
-        self._answer(ready.replies)
+        answer_parked(self._parked, ready.replies)
         if ready.records:
             self._write(list(ready.records)).addErrback(self._log_write_failure)
         for eviction in ready.evictions:
@@ -281,15 +281,6 @@ class GroupService:
                           member=eviction.member_id, instance=eviction.group_instance_id, reason=eviction.reason)
         self._schedule()
 
-    def _answer(self, replies: Iterable[Any]) -> None:
-        for reply in replies:
-            answer = self._parked.pop(reply.request_key, None)
-            if answer is None:
-                continue
-            if reply.error is not None:
-                answer.errback(reply.error)
-            else:
-                answer.callback(reply.response)
 
     def _write(self, records: list[OffsetsRecord]) -> Deferred[Any]:
         """Append records to their groups' partitions, one batch per partition; fires when all are durable."""
@@ -335,6 +326,19 @@ class Resignable(Protocol):
 
 
 ServiceT = TypeVar("ServiceT", bound=Resignable)
+
+
+def answer_parked(parked: dict[Any, Deferred[Any]], replies: Iterable[Any]) -> None:
+    """Fire the parked request of each reply (its ``request_key``) with its ``response`` or ``error``; a reply whose
+    request is gone (answered already, or its connection closed) is dropped."""
+    for reply in replies:
+        answer = parked.pop(reply.request_key, None)
+        if answer is None:
+            continue
+        if reply.error is not None:
+            answer.errback(reply.error)
+        else:
+            answer.callback(reply.response)
 
 
 class CoordinatedPartitions(Generic[ServiceT]):

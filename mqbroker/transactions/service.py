@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 
 from mqbroker import errors
 from mqbroker.groups.model import TopicPartition
+from mqbroker.groups.service import answer_parked
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.transactions.coordinator import TransactionCoordinator
 from mqbroker.transactions.log_records import TransactionLogRecord
@@ -205,14 +206,7 @@ class TransactionService:
             self._write(list(dict.fromkeys(transactional_id for transactional_id, _ in ready.writes)),
                         [record for _, record in ready.writes])  # type: ignore[misc]
         with self._one_round():
-            for reply in ready.replies:
-                answer = self._parked.pop(reply.request_key, None)  # type: ignore[call-overload]
-                if answer is None:
-                    continue
-                if reply.error is not None:
-                    answer.errback(reply.error)
-                else:
-                    answer.callback(reply.response)
+            answer_parked(self._parked, ready.replies)
         for request in ready.markers:
             self._write_markers(request.transactional_id, request.marker)
         self._schedule()
