@@ -143,14 +143,20 @@ def run_children(commands: list[list[str]], options: argparse.Namespace) -> tupl
     return options.messages / seconds, options.messages * options.body_bytes / seconds / 1e6
 
 
-def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float, float]:
-    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s, broker CPU
-    µs per acknowledged record)."""
-    topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:8]}"
+def share_group_on_new_topic(broker: BrokerProcess, prefix: str) -> tuple[str, str]:
+    """A fresh one-partition topic and a share group on it reading from the earliest record: (topic, group)."""
+    topic, group = f"{prefix}-{uuid.uuid4().hex[:8]}", f"{prefix}-group-{uuid.uuid4().hex[:8]}"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([topic], partitions=1)
     with ShareGroupAdmin(broker.bootstrap) as admin:
         admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    return topic, group
+
+
+def drain(broker: BrokerProcess, consumers: int, options: argparse.Namespace) -> tuple[float, float, float]:
+    """Fill a fresh one-partition topic, let ``consumers`` processes drain it; (acknowledged msg/s, MB/s, broker CPU
+    µs per acknowledged record)."""
+    topic, group = share_group_on_new_topic(broker, "queue")
     with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
         outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, options.messages)
     assert outcome.failed == 0, outcome
@@ -232,11 +238,7 @@ def push_endpoint(idle_s: float) -> Iterator[tuple[int, Any]]:
 
 def share_latency(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
     """Per-record latency (ms) from send to the poll that delivered it, one consumer acknowledging."""
-    topic, group = f"latency-{uuid.uuid4().hex[:8]}", f"latency-{uuid.uuid4().hex[:8]}"
-    with Admin(broker.bootstrap) as admin:
-        admin.create_topics([topic], partitions=1)
-    with ShareGroupAdmin(broker.bootstrap) as admin:
-        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    topic, group = share_group_on_new_topic(broker, "latency")
     total = int(options.latency_rate * options.latency_seconds)
     sent_at: dict[int, float] = {}
     latencies: list[float] = []
@@ -270,11 +272,7 @@ def _produce_paced(bootstrap: str, topic: str, total: int, options: argparse.Nam
 
 def lease_redelivery(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
     """Lateness (ms) of each record's redelivery after a stuck consumer's lease on it ended."""
-    topic, group = f"lease-{uuid.uuid4().hex[:8]}", f"lease-{uuid.uuid4().hex[:8]}"
-    with Admin(broker.bootstrap) as admin:
-        admin.create_topics([topic], partitions=1)
-    with ShareGroupAdmin(broker.bootstrap) as admin:
-        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    topic, group = share_group_on_new_topic(broker, "lease")
     count = options.lease_records
     with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
         outcome = produce_acknowledged(producer, topic, b"x" * options.body_bytes, count)
@@ -304,11 +302,7 @@ def lease_redelivery(broker: BrokerProcess, options: argparse.Namespace) -> list
 def delayed_lateness(broker: BrokerProcess, options: argparse.Namespace) -> list[float]:
     """Lateness (ms) of ``--scheduled`` records whose deliver-at times are spread over ``--schedule-seconds``,
     starting 3 s after they were all produced: arrival at the consumer minus the deliver-at time."""
-    topic, group = f"delayed-{uuid.uuid4().hex[:8]}", f"delayed-{uuid.uuid4().hex[:8]}"
-    with Admin(broker.bootstrap) as admin:
-        admin.create_topics([topic], partitions=1)
-    with ShareGroupAdmin(broker.bootstrap) as admin:
-        admin.create(group, [topic], {"auto.offset.reset": "earliest"})
+    topic, group = share_group_on_new_topic(broker, "delayed")
     count = options.scheduled
     with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
         first_ms = int(time.time() * 1000) + 3_000 + count // 2  # room to produce them all (at 2,000/s or faster)
