@@ -137,7 +137,8 @@ def test_an_isr_change_from_a_stale_leader_epoch_is_refused() -> None:
         fired(altered)
 
 
-def test_the_leader_fences_a_broker_that_stops_heartbeating_and_moves_its_leaderships() -> None:
+def _three_voters_with_a_replicated_topic() -> tuple[Quorum, ControlPlane]:
+    """Three voters with a leader elected and topic ``t`` (3 partitions on all three) created: (quorum, leader)."""
     quorum = Quorum((1, 2, 3))
     quorum.start()
     quorum.run(2.0)
@@ -145,6 +146,11 @@ def test_the_leader_fences_a_broker_that_stops_heartbeating_and_moves_its_leader
     created = leader.create_topic("t", 3, {}, 3)
     quorum.run(0.5)
     fired(created)
+    return quorum, leader
+
+
+def test_the_leader_fences_a_broker_that_stops_heartbeating_and_moves_its_leaderships() -> None:
+    quorum, leader = _three_voters_with_a_replicated_topic()
     gone = next(node_id for node_id in quorum.planes if node_id != leader.node_id)
     quorum.down.add(gone)
     quorum.run(3 * SESSION_MS / 1000)
@@ -188,13 +194,7 @@ def test_the_controller_writes_the_min_insync_replicas_cluster_default_once_and_
 
 
 def test_listeners_hear_a_heartbeat_only_when_it_brings_a_fenced_broker_back() -> None:
-    quorum = Quorum((1, 2, 3))
-    quorum.start()
-    quorum.run(2.0)
-    leader = quorum.leader()
-    created = leader.create_topic("t", 3, {}, 3)
-    quorum.run(0.5)
-    fired(created)
+    quorum, leader = _three_voters_with_a_replicated_topic()
     heard = quorum.told[leader.node_id]
     heard.clear()
     applied_before = leader.image.applied_index
