@@ -144,9 +144,7 @@ class PublishFlows:
             )
         if not plain and properties.topic_alias is not None:  # subscription identifiers were refused above
             properties = replace(properties, topic_alias=None)
-        headers = self._plain_headers.get((qos, retain)) if plain else None
-        if headers is None:
-            headers = self._record_headers(qos, retain, properties)
+        headers = self._record_headers(qos, retain, properties)
         ticket = None
         if qos:
             assert publish.packet_id is not None
