@@ -134,6 +134,7 @@ static int read_headers(const Section *section, Py_ssize_t position, Py_ssize_t 
         Py_DECREF(key);
         Py_DECREF(header_value);
         if (pair == NULL) goto error;
+        PyObject_GC_UnTrack(pair); /* a str and bytes or None: no cycle can pass through it */
         int appended = PyList_Append(headers, pair);
         Py_DECREF(pair);
         if (appended < 0) goto error;
@@ -141,6 +142,7 @@ static int read_headers(const Section *section, Py_ssize_t position, Py_ssize_t 
     *out = PyList_AsTuple(headers);
     Py_DECREF(headers);
     if (*out == NULL) return -1;
+    if (PyTuple_GET_SIZE(*out)) PyObject_GC_UnTrack(*out); /* untracked pairs only (the empty tuple is shared) */
     *next = position;
     return 0;
 error:
@@ -165,6 +167,11 @@ typedef struct {
     int has_log_append_time;
     PyObject *make;    /* a callable, or with `leading` a tuple type */
     PyObject *leading; /* NULL, or the fields every row starts with */
+    /* Rows hold only values that cannot reach a cycle (ints, bytes, None, the untracked headers and
+       `leading` values the collector does not track) and have no __dict__ or slots of their own:
+       they are left out of the cyclic collector, as CPython leaves tuples of such values. Tracked,
+       every fetch's tens of thousands of rows were walked again by each later full collection. */
+    int untrack_rows;
 } Batch;
 
 /* One record's row: make(offset, key, value, headers, timestamp), or the tuple type filled with leading + fields. */
@@ -178,6 +185,7 @@ static PyObject *make_row(const Batch *batch, PyObject *fields[5]) {
     for (Py_ssize_t index = 0; index < leading_count; index++)
         PyTuple_SET_ITEM(row, index, Py_NewRef(PyTuple_GET_ITEM(batch->leading, index)));
     for (Py_ssize_t index = 0; index < 5; index++) PyTuple_SET_ITEM(row, leading_count + index, Py_NewRef(fields[index]));
+    if (batch->untrack_rows && PyObject_GC_IsTracked(row)) PyObject_GC_UnTrack(row);
     return row;
 }
 
@@ -318,6 +326,14 @@ static int int64_argument(PyObject *object, const char *name, int64_t *out) {
     return 0;
 }
 
+/* A row type with the layout of a tuple (no __dict__, no slots) and leading values the collector does not track. */
+static int rows_may_be_untracked(PyTypeObject *row_type, PyObject *leading) {
+    if (row_type->tp_dictoffset != 0 || row_type->tp_basicsize != PyTuple_Type.tp_basicsize) return 0;
+    for (Py_ssize_t index = 0; index < PyTuple_GET_SIZE(leading); index++)
+        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(leading, index))) return 0;
+    return 1;
+}
+
 PyDoc_STRVAR(decode_section_doc,
 "decode_section(data, base_offset, base_timestamp, last_offset_delta, records_count, log_append_time, make, leading)\n"
 "--\n\n"
@@ -352,6 +368,7 @@ static PyObject *decode_section(PyObject *module, PyObject *const *arguments, Py
             return NULL;
         }
         batch.leading = arguments[7];
+        batch.untrack_rows = rows_may_be_untracked((PyTypeObject *)batch.make, batch.leading);
     } else if (!PyCallable_Check(batch.make)) {
         PyErr_SetString(PyExc_TypeError, "decode_section: make must be callable");
         return NULL;

@@ -34,7 +34,7 @@ def decode_section_python(
     """The records of ``data`` (a batch's decompressed records section) by the batch header's fields.
 
     Each record is ``make(offset, key, value, headers, timestamp_ms)``, or with ``leading`` a row
-    of the tuple type ``make`` holding ``leading`` and those fields (its ``__new__`` is not called).
+    of the tuple type ``make`` (``tuple`` or a ``NamedTuple`` class) holding ``leading`` and those fields.
     ``log_append_time`` (the batch's max timestamp, for a LOG_APPEND_TIME batch) replaces every
     record's timestamp. Malformed input raises ``CorruptRecordError``.
     """
@@ -42,8 +42,8 @@ def decode_section_python(
     # they are nearly every varint in practice, and a call per field would double the cost.
     # Every position is still checked against the record's end; an index past the section
     # raises IndexError, reported as corruption.
-    if leading is not None:
-        make = functools.partial(_row, make, leading)
+    if leading is not None:  # a NamedTuple's __new__ fills it as the compiled decoder does, and costs less than _row
+        make = functools.partial(_row, leading) if make is tuple else functools.partial(make, *leading)
     size = len(data)
     records: list[Any] = []
     append = records.append
@@ -115,8 +115,8 @@ def decode_section_python(
     return records
 
 
-def _row(row_type: type[tuple[Any, ...]], leading: tuple[Any, ...], *fields: Any) -> tuple[Any, ...]:
-    return tuple.__new__(row_type, leading + fields)
+def _row(leading: tuple[Any, ...], *fields: Any) -> tuple[Any, ...]:
+    return leading + fields
 
 
 def _read_nullable_bytes(data: bytes, position: int, end: int) -> tuple[bytes | None, int]:

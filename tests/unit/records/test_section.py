@@ -7,6 +7,7 @@ here every input, valid or not, goes through both, and their rows or errors must
 
 from __future__ import annotations
 
+import gc
 from typing import Any, NamedTuple
 
 import pytest
@@ -200,3 +201,18 @@ def test_memoryviews_and_bytearrays_are_read_like_bytes() -> None:
 def test_wrong_argument_types_are_type_errors(make: Any, leading: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         decode_section(GOOD_RECORD, 0, 0, 0, 1, None, make, leading)
+
+
+class RowWithAttributes(tuple):  # type: ignore[type-arg]
+    """A tuple type whose instances have a ``__dict__``: one could hold a cycle."""
+
+
+def test_rows_that_cannot_hold_a_cycle_are_left_out_of_the_collector() -> None:
+    section = record_bytes(b"\x00\x00\x00\x01\x02v", b"\x02\x02h\x02x")
+    (row,) = decode_section(section, 0, 0, 0, 1, None, Row, ("t", 0))
+    assert row.headers == (("h", b"x"),)
+    assert not gc.is_tracked(row) and not gc.is_tracked(row.headers) and not gc.is_tracked(row.headers[0])
+    (tracked,) = decode_section(section, 0, 0, 0, 1, None, RowWithAttributes, ("t", 0))
+    assert gc.is_tracked(tracked)
+    (tracked_leading,) = decode_section(section, 0, 0, 0, 1, None, Row, ([], 0))
+    assert gc.is_tracked(tracked_leading)
