@@ -96,7 +96,7 @@ def _decode(
     check_crc(batch, 0, header)
     section = decompress(header.compression, bytes(memoryview(batch)[HEADER_BYTES:]), decompressed_bytes_max)
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    return decode_section(  # type: ignore[no-any-return]
+    return decode_section(
         section, header.base_offset, header.base_timestamp, header.last_offset_delta, header.records_count,
         log_append_time, make, leading,
     )
