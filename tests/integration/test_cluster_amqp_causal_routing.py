@@ -1,9 +1,13 @@
 """AMQP bindings on a 3-broker cluster are in force on every broker when bind-ok is sent: a publisher told of a
-binding through one broker publishes through another at once, and every confirmed message is in the queue."""
+binding through one broker publishes through another at once, and every confirmed message is in the queue. Two other
+clients declare and delete exchanges with large argument tables through the third broker meanwhile: every broker's
+definitions follower is then often busy applying one when a binding is written, which makes the race this tests
+(a publish handled before the follower's next fetch brings the binding) happen within a few binds."""
 
 from __future__ import annotations
 
 import pathlib
+import threading
 from collections.abc import Iterator
 
 import pika
@@ -27,6 +31,32 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerPro
     yield from running_cluster(pathlib.Path(tmp_path_factory.mktemp("causal")))
 
 
+#: Entries of the argument table of each exchange the other client declares (decoded by every broker's follower).
+CHURN_ARGUMENTS = 5000
+
+
+class Churn(threading.Thread):
+    """Declares and deletes a durable exchange with a large argument table through one broker until stopped (each
+    writes ``__amqp_metadata``)."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.stop = threading.Event()
+        self.changes = 0
+        self.arguments = {f"x-padding-{index}": index for index in range(CHURN_ARGUMENTS)}
+
+    def run(self) -> None:
+        connection = _amqp(self.broker)
+        channel = connection.channel()
+        name = unique("churn")
+        while not self.stop.is_set():
+            channel.exchange_declare(name, "fanout", durable=True, arguments=self.arguments)
+            channel.exchange_delete(name)
+            self.changes += 2
+        connection.close()
+
+
 def test_a_publish_through_another_broker_right_after_bind_ok_is_routed_by_the_binding(
         cluster: list[BrokerProcess]) -> None:
     """Bind through broker 1 and, the moment bind-ok arrives, publish with confirms (mandatory) through broker 2,
@@ -42,6 +72,9 @@ def test_a_publish_through_another_broker_right_after_bind_ok_is_routed_by_the_b
     publish_channel.confirm_delivery()
     queues = [unique(f"causal-{index}") for index in range(BINDS)]
     unroutable = []
+    churns = [Churn(_node(cluster, 3)) for _ in range(2)]
+    for churn in churns:
+        churn.start()
     for queue in queues:
         bind_channel.queue_declare(queue, durable=True)
         bind_channel.queue_bind(queue, exchange, routing_key=queue)
@@ -51,6 +84,10 @@ def test_a_publish_through_another_broker_right_after_bind_ok_is_routed_by_the_b
                                               pika.BasicProperties(delivery_mode=2), mandatory=True)
             except pika.exceptions.UnroutableError:
                 unroutable.append((queue, number))
+    for churn in churns:
+        churn.stop.set()
+        churn.join(30)
+        assert churn.changes, "the other clients changed definitions meanwhile"
     publisher.close()
     binder.close()
     assert not unroutable, f"{len(unroutable)} of {BINDS * PER_BIND} publishes found no binding: {unroutable[:6]}"
