@@ -145,3 +145,5 @@ async def forget_previous_run(vhost: VirtualHost) -> None:
     except errors.BrokerError as error:
         vhost.log.warn("AMQP definitions of the previous run not all deleted ({error}); the next start deletes the "
                        "rest", error=error)
+    except Exception:  # the virtual host starts all the same (a start attempt that failed would replay again)
+        vhost.log.failure("deleting the previous run's AMQP definitions failed; the next start deletes the rest")
