@@ -46,7 +46,7 @@ class DefinitionsFollower:
         self.stopped = False
         self._waiters: list[tuple[int, Deferred[None]]] = []
         #: Holds each publish until the declarations made before it arrived are applied here.
-        self.fence = DefinitionsFence(self.caught_up)
+        self.fence = DefinitionsFence(self.caught_up, vhost.reactor)
 
     async def run(self) -> None:
         """Long-poll until stopped."""

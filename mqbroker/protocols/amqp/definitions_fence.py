@@ -11,20 +11,22 @@ is sent only once the binding's record is below the high watermark, so a round s
 sees an end past every binding whose bind-ok could have reached the publisher. Everything that arrives while a
 round runs waits for the next one: one round in flight at a time, one ListOffsets per round, whatever the rate.
 
-A round that cannot read the end (no leader of ``__amqp_metadata`` for ``limits.reroute_ms_max``) is logged and
-its publishes are routed by what this broker knows: a broker keeps serving publishes while its definitions cannot
-be brought up to date (no declaration can be answered meanwhile either).
+A round that cannot read the end (no leader of ``__amqp_metadata`` for ``limits.reroute_ms_max``) or whose follower
+does not get there within ``limits.reroute_ms_max`` (it cannot fetch) is logged and its publishes are routed by
+what this broker knows: a broker keeps serving publishes while its definitions cannot be brought up to date.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import errors
+from mqbroker import errors, limits
 
 
 class DefinitionsFence:
@@ -32,9 +34,10 @@ class DefinitionsFence:
 
     log = Logger()
 
-    def __init__(self, catch_up: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, catch_up: Callable[[], Awaitable[None]], reactor: IReactorTime) -> None:
         """``catch_up()`` returns once every declaration durable when it was called is applied."""
         self._catch_up = catch_up
+        self._reactor = reactor
         #: The round a publish arriving now needs: rounds are numbered, and one starts by taking this number.
         self._next_round = 0
         #: Tickets below this are covered: a round that started after they were taken is over.
@@ -68,8 +71,8 @@ class DefinitionsFence:
                 number = self._next_round
                 self._next_round += 1
                 try:
-                    await self._catch_up()
-                except errors.BrokerError as error:
+                    await defer.ensureDeferred(self._catch_up()).addTimeout(limits.reroute_ms_max / 1000, self._reactor)
+                except (errors.BrokerError, defer.TimeoutError) as error:
                     self.log.warn("AMQP publishes routed without the newest declarations: {error}", error=error)
                 except Exception:  # never strand the publishes waiting here
                     self.log.failure("AMQP publishes routed without the newest declarations", Failure())

@@ -188,7 +188,7 @@ class HeldDefinitions:
 
     def __init__(self) -> None:
         self.catch_ups: list[Deferred[None]] = []
-        self.fence = DefinitionsFence(self._catch_up)
+        self.fence = DefinitionsFence(self._catch_up, Clock())
 
     def _catch_up(self) -> Deferred[None]:
         self.catch_ups.append(Deferred())
