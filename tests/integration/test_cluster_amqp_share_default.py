@@ -58,7 +58,9 @@ def _group_topics(admin: ShareGroupAdmin, queue: str) -> tuple[str, ...] | None:
         return None
 
 
-def test_consumers_on_two_brokers_share_a_plain_queue_and_each_message_goes_to_one(shared_cluster: list[BrokerProcess]) -> None:
+def test_consumers_on_two_brokers_share_a_plain_queue_and_each_message_goes_to_one(
+    shared_cluster: list[BrokerProcess],
+) -> None:
     queue = unique("orders")
     _declare(_node(shared_cluster, 1), queue)
     with ShareGroupAdmin(_node(shared_cluster, 2).bootstrap) as admin:  # the queue created its share group
