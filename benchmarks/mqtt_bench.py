@@ -198,13 +198,23 @@ def fan_out(port: int, count: int) -> dict[str, float]:
 
 def offline_drain(port: int, count: int) -> dict[str, float]:
     """Messages/s delivered at QoS 1 to a persistent session that ``count`` messages were queued for while offline."""
+    return drain_session(port, *queue_for_offline_session(port, count))
+
+
+def queue_for_offline_session(port: int, count: int) -> tuple[str, int]:
+    """Subscribe a persistent session at QoS 1, disconnect it, publish ``count`` QoS 1 messages to it;
+    return its client id and the messages acknowledged (queued for it)."""
     topic, client_id = "bench/drain", f"bench-drain-{time.monotonic_ns()}"
     subscriber = connected_client(port, client_id, clean_session=False)
     subscribe(subscriber, topic, 1)
     subscriber.disconnect()
     subscriber.loop_stop()
     published = publish_throughput(port, 1, count, topic)
-    expected = count + 1 - published["failed"]  # every acknowledged message, and the marker
+    return client_id, count + 1 - int(published["failed"])  # every acknowledged message, and the marker
+
+
+def drain_session(port: int, client_id: str, expected: int) -> dict[str, float]:
+    """Reconnect the persistent session ``client_id``; messages/s from its CONNECT until ``expected`` arrived."""
     received = [0]
     all_done = threading.Event()
 
@@ -219,7 +229,7 @@ def offline_drain(port: int, count: int) -> dict[str, float]:
     elapsed = time.perf_counter() - started
     subscriber.disconnect()
     subscriber.loop_stop()
-    return {"messages_per_s": received[0] / elapsed, "delivered_fraction": received[0] / expected}
+    return {"messages_per_s": received[0] / elapsed, "delivered_fraction": received[0] / expected, "seconds": elapsed}
 
 
 def latency(port: int) -> dict[str, float]:

@@ -484,7 +484,7 @@ class MqttSession:
         outbox = self._outbox
         actions, outbox.actions = outbox.actions, []
         if outbox.dirty and self.session is not None and self._expiry_interval_s > 0:
-            actions.insert(0, StoreSession(client_id=self.client_id, data=self.session.to_bytes()))
+            actions.insert(0, StoreSession(client_id=self.client_id, state=self.session))
         outbox.dirty = False
         return actions
 
