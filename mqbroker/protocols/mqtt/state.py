@@ -116,6 +116,11 @@ class SessionState:
         """Whether a QoS 1/2 message may be enqueued now (the adapter pauses its log reads if not)."""
         return len(self.pending) < self.pending_messages_max
 
+    def wants_refill(self) -> bool:
+        """Whether log reads paused for a full queue should resume: it has drained to half. Resuming at the first
+        free slot would read (and decode) a whole fetch per acknowledgement to queue the one message it made room for."""
+        return len(self.pending) <= self.pending_messages_max // 2
+
     def enqueue(
         self, message: OutboundMessage, subscriptions: Sequence[Subscription], *, from_retained_store: bool = False
     ) -> bool:
