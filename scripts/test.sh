@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(mosquitto mosquitto-clients amqp-tools redis-server libaio1 libfaketime kcat maven openjdk-17-jdk-headless chromium chromium-driver)
+# gcc and python3-dev: the install compiles the C record decoder (mqbroker/records/_section.c)
+DEBIAN_PACKAGES=(gcc python3-dev mosquitto mosquitto-clients amqp-tools redis-server libaio1 libfaketime kcat maven openjdk-17-jdk-headless chromium chromium-driver)
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -16,7 +16,6 @@ stays as it is.
 from __future__ import annotations
 
 import enum
-import functools
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from mqbroker.protocols.native.messages import (
     IsolationLevel,
     OffsetSpec,
 )
-from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.decoder import decode_rows
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import LOG_OVERHEAD_BYTES, iter_batches
 from mqbroker.records.isolation import ReadCommittedFilter
@@ -307,7 +306,7 @@ def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int
                  skipped: Callable[[UnreadableBatch], None] | None = None,
                  aborted: list[tuple[int, int]] | None = None) -> int:
     next_offset = start_offset
-    make_message = functools.partial(Message, topic, partition)
+    leading = (topic, partition)
     keeper = None if not aborted else ReadCommittedFilter(aborted)
     try:
         for position, header in iter_batches(view[: _whole_batches_bytes(view)], check=False):
@@ -319,13 +318,13 @@ def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int
             batch = view[position : position + header.size_bytes]
             if skipped is not None:
                 try:
-                    messages = decode_records_as(batch, make_message)
+                    messages = decode_rows(batch, Message, leading)
                 except CorruptRecordError as error:
                     skipped(UnreadableBatch(topic=topic, partition=partition, first_offset=header.base_offset,
                                             last_offset=header.last_offset, error=error))
                     continue
             else:
-                messages = decode_records_as(batch, make_message)
+                messages = decode_rows(batch, Message, leading)
             if header.base_offset < start_offset:  # the fetch began inside this batch
                 messages = [message for message in messages if message.offset >= start_offset]
             into += messages

@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -28,7 +27,7 @@ from mqbroker.errors import (
 )
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.native import share_messages as wire
-from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.decoder import decode_records_as, decode_rows
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import iter_batches
 
@@ -287,7 +286,7 @@ def decode_leased(topic: str, partition: int, data: bytes | memoryview, acquired
                     batch, lambda offset, key, value, headers, timestamp, count=count: ShareMessage(
                         topic, partition, offset, key, value, headers, timestamp, count))
                 continue
-            records = decode_records_as(batch, functools.partial(_Leased, topic, partition))
+            records = decode_rows(batch, _Leased, (topic, partition))
             for record in records:
                 slot = bisect.bisect_right(firsts, record.offset) - 1
                 if slot >= 0 and record.offset <= ranges[slot].last_offset:

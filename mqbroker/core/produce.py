@@ -35,6 +35,10 @@ from mqbroker.replication.replica_manager import ReplicaManager, check_enough_re
 from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import NOT_VERIFIED, AppendResult, PartitionLog
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_COMPRESSION_TYPES = COMPRESSION_TYPES
+
+
 class ProduceService:
     """Appends batches to the partitions this broker leads and answers when the acks say so."""
 
@@ -141,7 +145,7 @@ class ProduceService:
         validation = self._topic_config(overrides, "record.validation")
         if compacted or (validation == "decode" and not decodable):
             check_produced_records(topic, records, keys_required=compacted)
-        compression = COMPRESSION_TYPES.get(self._topic_config(overrides, "compression.type"))
+        compression = _COMPRESSION_TYPES.get(self._topic_config(overrides, "compression.type"))
         if compression is None:
             return records
         try:

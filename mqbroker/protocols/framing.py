@@ -60,15 +60,16 @@ class LengthPrefixedFrames:
         position = 0
         end = len(buffer)
         self._needed = 0
-        while end - position >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, position)
-            if length < 0 or length > self._frame_bytes_max:
-                raise FrameTooLarge(length, self._frame_bytes_max)
-            if end - position - 4 < length:
-                self._needed = length + 4
-                break
-            frames.append(bytes(buffer[position + 4 : position + 4 + length]))
-            position += 4 + length
+        with memoryview(buffer) as view:  # a body is copied once, not sliced to a bytearray and copied again
+            while end - position >= 4:
+                (length,) = _LENGTH.unpack_from(buffer, position)
+                if length < 0 or length > self._frame_bytes_max:
+                    raise FrameTooLarge(length, self._frame_bytes_max)
+                if end - position - 4 < length:
+                    self._needed = length + 4
+                    break
+                frames.append(bytes(view[position + 4 : position + 4 + length]))
+                position += 4 + length
         if position:
             del buffer[:position]
         return frames

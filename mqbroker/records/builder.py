@@ -37,6 +37,11 @@ from mqbroker.records.header import (
 from mqbroker.records.record import Record, RecordHeader
 from mqbroker.records.varint import SMALL_VARINTS, encode_varint
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_SMALL_VARINTS = SMALL_VARINTS
+_HEADER_AFTER_CRC = HEADER_AFTER_CRC
+_HEADER_BEFORE_CRC = HEADER_BEFORE_CRC
+
 #: Most bytes a record adds beyond its key, value and header bytes: length, attributes,
 #: timestamp delta, offset delta (Kafka's 21) plus the key length, value length and header count.
 RECORD_OVERHEAD_BYTES_MAX = 21 + 5 + 5 + 5
@@ -44,7 +49,7 @@ RECORD_OVERHEAD_BYTES_MAX = 21 + 5 + 5 + 5
 _INT32_MAX = (1 << 31) - 1
 # The record attributes byte is always 0, so it is stored with the timestamp delta that follows it.
 _ATTRIBUTES_AND_TIMESTAMP_DELTAS: dict[int, bytes] = {
-    delta: b"\x00" + encoded for delta, encoded in SMALL_VARINTS.items()
+    delta: b"\x00" + encoded for delta, encoded in _SMALL_VARINTS.items()
 }
 _NULL_LENGTH = SMALL_VARINTS[-1]
 _NO_HEADERS = SMALL_VARINTS[0]
@@ -56,15 +61,15 @@ _OFFSET_DELTA_SIZES = [len(encoded) for encoded in _OFFSET_DELTAS]
 
 
 def _encode_headers(headers: Sequence[RecordHeader]) -> bytes:
-    parts = [SMALL_VARINTS.get(len(headers)) or encode_varint(len(headers))]
+    parts = [_SMALL_VARINTS.get(len(headers)) or encode_varint(len(headers))]
     for header_key, header_value in headers:
         encoded_key = header_key.encode()
-        parts.append(SMALL_VARINTS.get(len(encoded_key)) or encode_varint(len(encoded_key)))
+        parts.append(_SMALL_VARINTS.get(len(encoded_key)) or encode_varint(len(encoded_key)))
         parts.append(encoded_key)
         if header_value is None:
             parts.append(_NULL_LENGTH)
         else:
-            parts.append(SMALL_VARINTS.get(len(header_value)) or encode_varint(len(header_value)))
+            parts.append(_SMALL_VARINTS.get(len(header_value)) or encode_varint(len(header_value)))
             parts.append(header_value)
     return b"".join(parts)
 
@@ -105,15 +110,15 @@ def _encode_record(
     body = b"".join(
         (
             _ATTRIBUTES_AND_TIMESTAMP_DELTAS.get(timestamp_delta) or b"\x00" + encode_varint(timestamp_delta),
-            SMALL_VARINTS.get(offset_delta) or encode_varint(offset_delta),
-            _NULL_LENGTH if key is None else SMALL_VARINTS.get(len(key)) or encode_varint(len(key)),
+            _SMALL_VARINTS.get(offset_delta) or encode_varint(offset_delta),
+            _NULL_LENGTH if key is None else _SMALL_VARINTS.get(len(key)) or encode_varint(len(key)),
             key or b"",
-            _NULL_LENGTH if value is None else SMALL_VARINTS.get(len(value)) or encode_varint(len(value)),
+            _NULL_LENGTH if value is None else _SMALL_VARINTS.get(len(value)) or encode_varint(len(value)),
             value or b"",
             _header_section(headers) if headers else _NO_HEADERS,
         )
     )
-    return (SMALL_VARINTS.get(len(body)) or encode_varint(len(body))) + body
+    return (_SMALL_VARINTS.get(len(body)) or encode_varint(len(body))) + body
 
 
 def _encoded_size(timestamp_delta: int, offset_delta: int, value: bytes) -> int:
@@ -330,7 +335,7 @@ class BatchBuilder:
             attributes &= ~COMPRESSION_MASK
             if not attributes & DELETE_HORIZON_MASK:
                 base_timestamp = self._max_timestamp  # Kafka's empty header: both timestamps the original max
-        after_crc = HEADER_AFTER_CRC.pack(
+        after_crc = _HEADER_AFTER_CRC.pack(
             attributes,
             last_offset_delta,
             base_timestamp,
@@ -342,7 +347,7 @@ class BatchBuilder:
         )
         crc = crc32c.crc32c(records_section, crc32c.crc32c(after_crc))
         batch_length = HEADER_BYTES - LOG_OVERHEAD_BYTES + len(records_section)
-        before_crc = HEADER_BEFORE_CRC.pack(self._base_offset, batch_length, self._partition_leader_epoch, MAGIC, crc)
+        before_crc = _HEADER_BEFORE_CRC.pack(self._base_offset, batch_length, self._partition_leader_epoch, MAGIC, crc)
         return b"".join((before_crc, after_crc, records_section))
 
 

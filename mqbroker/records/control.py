@@ -20,6 +20,10 @@ from mqbroker.records.markers import (
 )
 from mqbroker.records.record import Record
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_CONTROL_KEY = CONTROL_KEY
+_END_TRANSACTION_MARKER = END_TRANSACTION_MARKER
+
 __all__ = ["ControlRecord", "ControlType", "decode_control_record", "encode_control_batch"]
 
 
@@ -31,8 +35,8 @@ def encode_control_batch(
     builder = BatchBuilder(
         producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True, is_control=True
     )
-    key = CONTROL_KEY.pack(CONTROL_VERSION, control_type)
-    builder.append(timestamp_ms, key, END_TRANSACTION_MARKER.pack(CONTROL_VERSION, coordinator_epoch))
+    key = _CONTROL_KEY.pack(CONTROL_VERSION, control_type)
+    builder.append(timestamp_ms, key, _END_TRANSACTION_MARKER.pack(CONTROL_VERSION, coordinator_epoch))
     return builder.build()
 
 

@@ -21,6 +21,10 @@ from mqbroker.records.header import (
     iter_batches,
 )
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_HEADER_AFTER_CRC = HEADER_AFTER_CRC
+_HEADER_BEFORE_CRC = HEADER_BEFORE_CRC
+
 
 def recompressed(buffer: bytes | memoryview, compression: Compression) -> bytes | memoryview:
     """``buffer``'s batches with every data batch in ``compression`` (``buffer`` itself if none had to change).
@@ -38,12 +42,12 @@ def recompressed(buffer: bytes | memoryview, compression: Compression) -> bytes 
             continue
         changed = True
         section = compress(compression, decompress(header.compression, bytes(view[position + HEADER_BYTES:end])))
-        after = HEADER_AFTER_CRC.pack(
+        after = _HEADER_AFTER_CRC.pack(
             (header.attributes & ~COMPRESSION_MASK) | compression, header.last_offset_delta, header.base_timestamp,
             header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
             header.records_count)
         crc = crc32c.crc32c(section, crc32c.crc32c(after))
         batch_length = HEADER_BYTES - LOG_OVERHEAD_BYTES + len(section)
-        pieces += (HEADER_BEFORE_CRC.pack(header.base_offset, batch_length, header.partition_leader_epoch, MAGIC, crc),
+        pieces += (_HEADER_BEFORE_CRC.pack(header.base_offset, batch_length, header.partition_leader_epoch, MAGIC, crc),
                    after, section)
     return b"".join(pieces) if changed else buffer

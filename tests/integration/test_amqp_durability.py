@@ -25,11 +25,14 @@ def fresh_broker(tmp_path: pathlib.Path) -> Iterator[AmqpBroker]:
 
 
 def test_every_confirmed_message_survives_kill_9_while_unacked(fresh_broker: AmqpBroker) -> None:
+    """Every confirmed message of a durable queue survives; a non-durable queue and its binding do not."""
     connection = fresh_broker.connect()
     channel = connection.channel()
     channel.exchange_declare("orders", "topic", durable=True)
     channel.queue_declare("durable-work", durable=True)
     channel.queue_bind("durable-work", "orders", "order.#")
+    channel.queue_declare("scratch", durable=False)  # RabbitMQ deletes a non-durable queue when its node restarts
+    channel.queue_bind("scratch", "orders", "order.#")
     channel.confirm_delivery()
     sent = [f"message {index}".encode() for index in range(200)]
     for body in sent:
@@ -47,6 +50,9 @@ def test_every_confirmed_message_survives_kill_9_while_unacked(fresh_broker: Amq
     after = fresh_broker.connect()
     after_channel = after.channel()
     after_channel.queue_declare("durable-work", passive=True)  # the declaration survived
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+        after.channel().queue_declare("scratch", passive=True)
+    assert gone.value.reply_code == 404, "the non-durable queue was deleted by the restart"
     received = []
     # The 50 delivered but unacknowledged come back once the restarted share-group host gives up on their
     # holder (share_restored_lease_grace_ms, docs/amqp.md); the other 150 at once.

@@ -149,8 +149,8 @@ def _exchange_known(connection: pika.BlockingConnection, exchange: str) -> bool:
 def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_starts_again(
         cluster: list[BrokerProcess]) -> None:
     """kill -9 leaves the exclusive queue's record behind (its connection could not say goodbye); the broker deletes
-    it after its replay on restart, cluster-wide, with its non-durable exchanges and the bindings to its non-durable
-    queues (the queue itself stays, as on a single broker); a non-durable exchange of its that another broker's
+    it after its replay on restart, cluster-wide, with its non-durable queues (and their bindings: as RabbitMQ deletes
+    a restarted node's non-durable queues) and exchanges; a non-durable exchange of its that another broker's
     non-durable queue is bound to stays for it. (Last in the module: it restarts broker 3.)"""
     survivor, doomed = _amqp(cluster[0]), _amqp(cluster[2])
     channel = doomed.channel()
@@ -175,6 +175,9 @@ def test_an_exclusive_queue_whose_broker_was_killed_is_deleted_when_that_broker_
              60, "the dead connection's queue deleted after its broker's restart")
     wait_for(lambda: not _exchange_known(survivor, transient) and not _bound_through(survivor, durable), 30,
              "the transient exchange and the binding to the non-durable queue deleted")
-    assert _declared(survivor.channel(), lonely)
+    wait_for(lambda: not _declared(survivor.channel(), lonely), 30, "the non-durable queue deleted")
+    restarted = _amqp(cluster[2])
+    assert not _declared(restarted.channel(), lonely), "gone on its home broker before it served a client"
+    restarted.close()
     assert _exchange_known(survivor, broadcast) and _bound_through(survivor, broadcast)
     survivor.close()

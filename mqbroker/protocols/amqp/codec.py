@@ -37,6 +37,12 @@ from mqbroker.protocols.amqp.spec import (
     ReplyCode,
 )
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_PROTOCOL_HEADER = PROTOCOL_HEADER
+
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_METHODS = METHODS
+
 _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_IDS = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQ")
@@ -178,7 +184,7 @@ def decode_method(payload: bytes | memoryview) -> Method:
     """A method frame's payload → the method dataclass (540 unknown, 502 malformed)."""
     reader = fields.Reader(payload)
     class_id, method_id = reader.unpack_many(_METHOD_IDS)
-    method_class = METHODS.get((class_id, method_id))
+    method_class = _METHODS.get((class_id, method_id))
     if method_class is None:
         raise AmqpError(
             ReplyCode.NOT_IMPLEMENTED,
@@ -283,7 +289,7 @@ class FrameDecoder:
 
     def _read_protocol_header(self) -> bool:
         received = bytes(self._buffer[: len(PROTOCOL_HEADER)])
-        if not PROTOCOL_HEADER.startswith(received):
+        if not _PROTOCOL_HEADER.startswith(received):
             raise ProtocolHeaderMismatch(received)
         if len(received) < len(PROTOCOL_HEADER):
             return False

@@ -5,8 +5,8 @@ the exchanges, queues and bindings other brokers' virtual hosts declared or dele
 
 A broker asked about a queue or exchange it does not know reads the topic to its end first
 (``caught_up``), so a declaration answered with declare-ok anywhere is in force for every later
-method on any broker. Publishes do not wait: a publish through another broker in the same
-instant as the declaration can still find no route (returned with ``mandatory``).
+method on any broker. Publishes are routed causally too: each waits for a round of ``fence``
+(``definitions_fence.py``) that brings this broker up to the topic's end as of its arrival.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from twisted.logger import Logger
 
 from mqbroker import errors, limits
 from mqbroker.model import LATEST_TIMESTAMP, FetchPosition, FetchRequest
+from mqbroker.protocols.amqp.definitions_fence import DefinitionsFence
 from mqbroker.protocols.amqp.queues import REMOTE_OWNER
 from mqbroker.protocols.amqp.routing import Binding, Exchange
 from mqbroker.protocols.amqp.spec import AmqpError
@@ -44,6 +45,8 @@ class DefinitionsFollower:
         self.position = position
         self.stopped = False
         self._waiters: list[tuple[int, Deferred[None]]] = []
+        #: Holds each publish until the declarations made before it arrived are applied here.
+        self.fence = DefinitionsFence(self.caught_up, vhost.reactor)
 
     async def run(self) -> None:
         """Long-poll until stopped."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections import deque
 from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
@@ -76,7 +77,7 @@ class AmqpSession:
         self._consumers: dict[tuple[int, str], str] = {}  # (channel, tag) → queue name
         self._lease_holders: set[ConsumerKey] = set()
         self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
-        self._waiting: list[tuple[Callable[[Any], Deferred[None] | None], Action]] = []
+        self._waiting: deque[tuple[Callable[[Any], Deferred[None] | None], Action]] = deque()
         self._confirms = ConfirmRuns(self.connection, self._confirmed)
         self._unstored: dict[BatchStored, int] = {}  # body bytes published into each unsettled batch
         self._transaction_batches: dict[int, list[BatchStored]] = {}  # channel → its committed publishes' batches
@@ -165,9 +166,13 @@ class AmqpSession:
     # --- actions ---------------------------------------------------------------------------
 
     def _run(self, actions: list[Action]) -> None:
+        publish: Callable[[Publish], Deferred[None] | None] | None = None
         for action in actions:
             if isinstance(action, Publish):
-                self._in_order(self._publish, action)
+                if publish is None:  # publishes arrive with the bytes being handled now: their ticket is taken now
+                    definitions = self._vhost.definitions
+                    publish = functools.partial(self._publish, definitions.fence.ticket() if definitions else 0)
+                self._in_order(publish, action)
             elif isinstance(action, Settle):
                 self._settle(action)
             elif isinstance(action, ConsumersReady):
@@ -206,7 +211,7 @@ class AmqpSession:
     def _step_done(self, _: Any) -> None:
         self._serial = None
         while self._waiting and self._serial is None:
-            self._step(*self._waiting.pop(0))
+            self._step(*self._waiting.popleft())
         self.flush()
 
     def _start_execute(self, action: Execute) -> Deferred[None]:
@@ -396,15 +401,12 @@ class AmqpSession:
 
     # --- publishing ------------------------------------------------------------------------
 
-    def _publish(self, action: Publish) -> Deferred[None] | None:
-        """Store a publish; in a cluster, one to a queue or exchange unknown here waits for the declarations
-        other brokers made first (it would find no route otherwise)."""
-        queue = action.routing_key if action.exchange == "" else None
-        if self._vhost.definitions is not None and (
-                (queue is not None and queue not in self._vhost.queues)
-                or (action.exchange and action.exchange not in self._vhost.router.exchanges)):
-            caught_up = Deferred.fromCoroutine(self._vhost.caught_up(queue=queue, exchange=action.exchange or None))
-            return caught_up.addCallback(lambda _: self._publish_now(action))
+    def _publish(self, ticket: int, action: Publish) -> Deferred[None] | None:
+        """Store a publish; in a cluster, once the declarations any broker made before it arrived (``ticket``) are
+        applied here (``definitions_fence.py``: a binding is in force on every broker when bind-ok is sent)."""
+        definitions = self._vhost.definitions
+        if definitions is not None and not definitions.fence.covers(ticket):
+            return definitions.fence.wait(ticket).addCallback(lambda _: self._publish_now(action))
         self._publish_now(action)
         return None
 

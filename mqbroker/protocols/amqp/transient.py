@@ -7,9 +7,10 @@ broadcast published through one broker reaches the auto-delete queues consumed t
 its **home**, the broker it was declared through (a binding: its queue's home). They go as they would on one broker:
 an exclusive queue with its connection, an auto-delete queue with its last consumer, an auto-delete exchange with
 its last binding, each deleted cluster-wide; and when their home restarts, it deletes the ones of its previous run
-after its replay (``left_over``), except a non-durable exchange still bound to other brokers' transient queues (a
-broadcast exchange other workers consume): its home moves to one of theirs. A home that never comes back leaves them
-stored; delete them through any broker.
+after its replay (``left_over``), with its non-durable queues (stored on every broker: RabbitMQ deletes a node's
+non-durable queues when it restarts), except a non-durable exchange still bound to other brokers' transient queues
+(a broadcast exchange other workers consume): its home moves to one of theirs. A home that never comes back leaves
+them stored; delete them through any broker.
 """
 
 from __future__ import annotations
@@ -38,22 +39,23 @@ def bindings_stored(declaration: QueueDeclaration, exclusive_here: bool, cluster
 class LeftOver:
     """The transient definitions a restarted broker's previous run left in ``__amqp_metadata``."""
 
+    #: Its exclusive and non-durable queues (their bindings go with them).
     queues: list[str]
     exchanges: list[str]
-    bindings: list[Binding]
     #: Non-durable exchanges of the restarted broker still bound to other brokers' transient queues: their new home.
     rehomed: dict[str, int]
 
 
 def left_over(node_id: int | None, queues: Mapping[str, QueueDeclaration], exchanges: Iterable[Exchange],
               bindings: Iterable[Binding]) -> LeftOver:
-    """What broker ``node_id`` deletes after its replay: the exclusive queues and non-durable exchanges whose home
-    it is, and the bindings to its non-durable queues (the queues themselves stay, as on a single broker); and the
-    exchanges it keeps for other brokers' transient queues, with their new home (the lowest of those queues' homes)."""
+    """What broker ``node_id`` deletes after its replay: the exclusive and non-durable queues and the non-durable
+    exchanges whose home it is; and the exchanges it keeps for other brokers' transient queues, with their new home
+    (the lowest of those queues' homes). Queues without a home (declared before homes existed; share and stream
+    queues, served by the whole cluster) stay."""
     if node_id is None:
-        return LeftOver([], [], [], {})
-    bindings = list(bindings)
-    gone_queues = [name for name, queue in queues.items() if queue.exclusive and queue.home == node_id]
+        return LeftOver([], [], {})
+    gone_queues = [name for name, queue in queues.items()
+                   if (queue.exclusive or not queue.durable) and queue.home == node_id]
     others_homes: dict[str, set[int]] = {}  # exchange -> homes of other brokers' transient queues bound to it
     for binding in bindings:
         queue = _queue_of(binding, queues)
@@ -61,14 +63,7 @@ def left_over(node_id: int | None, queues: Mapping[str, QueueDeclaration], excha
             others_homes.setdefault(binding.source, set()).add(queue.home)
     mine = [exchange.name for exchange in exchanges if not exchange.durable and exchange.home == node_id]
     rehomed = {name: min(others_homes[name]) for name in mine if name in others_homes}
-    gone_exchanges = [name for name in mine if name not in rehomed]
-    unbound = []
-    for binding in bindings:
-        queue = _queue_of(binding, queues)
-        if (queue is not None and not queue.durable and not queue.exclusive and queue.home == node_id
-                and binding.source not in gone_exchanges):  # an exclusive queue's go with it, a gone exchange's too
-            unbound.append(binding)
-    return LeftOver(gone_queues, gone_exchanges, unbound, rehomed)
+    return LeftOver(gone_queues, [name for name in mine if name not in rehomed], rehomed)
 
 
 def _queue_of(binding: Binding, queues: Mapping[str, QueueDeclaration]) -> QueueDeclaration | None:

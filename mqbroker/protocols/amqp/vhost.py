@@ -21,11 +21,7 @@ from twisted.internet.task import deferLater
 from mqbroker import errors, limits
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
-from mqbroker.model import (
-    Acks,
-    Principal,
-    TopicSpec,
-)
+from mqbroker.model import Acks, Principal, TopicSpec
 from mqbroker.protocols.amqp import spec
 from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.codec import decode_properties, encode_properties
@@ -161,8 +157,7 @@ class VirtualHost:
             Deferred.fromCoroutine(self.definitions.run()).addErrback(
                 lambda failure: self.log.failure("the AMQP definitions follower failed", failure))
         self.reactor.callLater(HOUSEKEEPING_INTERVAL_S, self._housekeep)
-        Deferred.fromCoroutine(forget_previous_run(self)).addErrback(
-            lambda failure: self.log.failure("deleting the previous run's AMQP definitions failed", failure))
+        await forget_previous_run(self)  # before clients come: one redeclaring a queue of the last run gets a new one
         self.log.info("AMQP virtual host /: {exchanges} exchanges, {queues} queues, {bindings} bindings replayed",
                       exchanges=len(self.persisted_exchanges), queues=replayed.queues_count,
                       bindings=replayed.bindings_count)
@@ -299,16 +294,20 @@ class VirtualHost:
         if method is not None and if_empty and count:
             raise _error(ReplyCode.PRECONDITION_FAILED, f"queue '{name}' is not empty", method)
         self.drop_queue(queue)
+        await self.erase_queue(queue)
+        return count
+
+    async def erase_queue(self, queue: Queue) -> None:
+        """Delete what is stored of a dropped queue: its share group, declaration, state and log topic."""
         if isinstance(queue, ShareQueue):
             await queue.delete_group()  # a queue declared again under this name starts afresh
         if queue.owner is None or queue.declaration.exclusive:
-            await self.sync_metadata([(queue_key(name), None)])
-            await self.write_records(QUEUE_STATE_TOPIC, [(name.encode("utf-8", "surrogateescape"), None)])
+            await self.sync_metadata([(queue_key(queue.name), None)])
+            await self.write_records(QUEUE_STATE_TOPIC, [(queue.name.encode("utf-8", "surrogateescape"), None)])
         try:
             await self.broker.delete_topic(self.principal, queue.topic)
         except errors.UnknownTopicOrPartitionError:
             pass  # never written to
-        return count
 
     def drop_queue(self, queue: Queue) -> None:
         """Forget a deleted queue here: no more appends, its consumers cancelled (nothing written)."""

@@ -123,19 +123,27 @@ async def replay(vhost: VirtualHost) -> Replayed:
 
 async def forget_previous_run(vhost: VirtualHost) -> None:
     """After the replay, delete cluster-wide the transient definitions this broker's previous run left stored
-    (``transient.left_over``): its exclusive queues, its non-durable exchanges (or give them the home of other brokers'
-    queues still bound to them), the bindings to its non-durable queues."""
+    (``transient.left_over``): its exclusive and non-durable queues with their bindings, its non-durable exchanges (or
+    give them the home of other brokers' queues still bound to them). Gone from this broker before it returns (it
+    serves no client before); a write that fails is logged, and the next start deletes what is left."""
     gone = left_over(vhost.node_id, {name: queue.declaration for name, queue in vhost.queues.items()},
                      list(vhost.router.exchanges.values()), list(vhost.router.bindings))
-    for binding in gone.bindings:
-        vhost.router.unbind(binding)
+    dropped = [vhost.queues[name] for name in gone.queues]
+    for queue in dropped:
+        vhost.drop_queue(queue)  # with its bindings
     for name in gone.exchanges:
         if name in vhost.router.exchanges:  # an auto-delete one went with its last binding
             vhost.router.delete_exchange(name)
     for name, home in gone.rehomed.items():
         if name in vhost.router.exchanges:
             vhost.router.replace_exchange(dataclasses.replace(vhost.router.exchanges[name], home=home))
-    if gone.bindings or gone.exchanges or gone.rehomed:
-        await vhost.sync_metadata()
-    for name in gone.queues:
-        await vhost.delete_queue(name)
+    try:
+        if gone.exchanges or gone.rehomed:
+            await vhost.sync_metadata()
+        for queue in dropped:
+            await vhost.erase_queue(queue)
+    except errors.BrokerError as error:
+        vhost.log.warn("AMQP definitions of the previous run not all deleted ({error}); the next start deletes the "
+                       "rest", error=error)
+    except Exception:  # the virtual host starts all the same (a start attempt that failed would replay again)
+        vhost.log.failure("deleting the previous run's AMQP definitions failed; the next start deletes the rest")

@@ -50,6 +50,9 @@ from mqbroker.protocols.schema import (
     message,
 )
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_APIS = APIS
+
 _INT32 = struct.Struct(">i")
 
 
@@ -106,7 +109,7 @@ def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
     ``transaction.version`` 2, so Kafka 4 clients use KIP-890 part 2 transactions)."""
     return ApiVersionsResponse(error_code=error_code, api_keys=tuple(
         ApiVersion(api_key=key, min_version=api.min_version, max_version=api.max_version)
-        for key, api in sorted(APIS.items())
+        for key, api in sorted(_APIS.items())
     ), supported_features=(SupportedFeatureKey(name=TRANSACTION_VERSION_FEATURE, min_version=0,
                                                max_version=TRANSACTION_VERSION),),
         finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
@@ -174,7 +177,7 @@ def encode_unsupported_api_versions(correlation_id: int) -> bytes:
 
 def encode_request(api_key: ApiKey, version: int, correlation_id: int, client_id: str | None, request: Any) -> bytes:
     """A complete request frame (length prefix included)."""
-    api = APIS.get(api_key)
+    api = _APIS.get(api_key)
     if api is None or type(request) is not api.request_type:
         raise LocalProtocolError(f"{type(request).__name__} is not a {api_key.name} request")
     if not api.speaks(version):

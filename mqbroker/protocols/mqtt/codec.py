@@ -56,6 +56,9 @@ from mqbroker.protocols.mqtt.packets import (
     packet_type_of,
 )
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_U16 = U16
+
 #: The absolute largest MQTT packet: one type byte, four length bytes, the largest body.
 PACKET_BYTES_MAX_ABSOLUTE = 1 + 4 + VARIABLE_BYTE_INTEGER_MAX
 #: Fixed-header flags required for each type; PUBLISH carries DUP/QoS/RETAIN instead.
@@ -90,7 +93,7 @@ def _encode_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
     if packet.will is not None:
         flags |= 0x04 | packet.will.qos << 3 | (0x20 if packet.will.retain else 0)
     body = bytearray(encode_string(packet.protocol_name))
-    body += bytes([packet.protocol_level, flags]) + U16.pack(packet.keep_alive_s)
+    body += bytes([packet.protocol_level, flags]) + _U16.pack(packet.keep_alive_s)
     if v5:
         body += encode_properties(packet.properties)
     body += encode_string(packet.client_id)
@@ -115,7 +118,7 @@ def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
     flags = (0x08 if packet.dup else 0) | packet.qos << 1 | (0x01 if packet.retain else 0)
     parts = [encode_string(packet.topic)]
     if packet.packet_id is not None:
-        parts.append(U16.pack(packet.packet_id))
+        parts.append(_U16.pack(packet.packet_id))
     if v5:
         parts.append(encode_properties(packet.properties))
     parts.append(packet.payload)
@@ -128,7 +131,7 @@ def _no_properties(properties: Properties) -> bool:
 
 def _encode_publish_response(packet: PublishResponse, v5: bool) -> tuple[int, bytes]:
     flags = _REQUIRED_FLAGS[packet_type_of(packet)]  # type: ignore[arg-type]
-    body = U16.pack(packet.packet_id)
+    body = _U16.pack(packet.packet_id)
     if not v5 or (packet.reason_code == ReasonCode.SUCCESS and _no_properties(packet.properties)):
         return flags, body  # the short form [MQTT-3.4.2.1]
     if _no_properties(packet.properties):
@@ -137,7 +140,7 @@ def _encode_publish_response(packet: PublishResponse, v5: bool) -> tuple[int, by
 
 
 def _encode_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
-    body = bytearray(U16.pack(packet.packet_id))
+    body = bytearray(_U16.pack(packet.packet_id))
     if v5:
         body += encode_properties(packet.properties)
     for request in packet.subscriptions:
@@ -150,7 +153,7 @@ def _encode_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
 
 
 def _encode_suback(packet: SubAck, v5: bool) -> tuple[int, bytes]:
-    body = bytearray(U16.pack(packet.packet_id))
+    body = bytearray(_U16.pack(packet.packet_id))
     if v5:
         body += encode_properties(packet.properties) + bytes(packet.reason_codes)
     else:
@@ -159,7 +162,7 @@ def _encode_suback(packet: SubAck, v5: bool) -> tuple[int, bytes]:
 
 
 def _encode_unsubscribe(packet: Unsubscribe, v5: bool) -> tuple[int, bytes]:
-    body = bytearray(U16.pack(packet.packet_id))
+    body = bytearray(_U16.pack(packet.packet_id))
     if v5:
         body += encode_properties(packet.properties)
     for topic_filter in packet.topic_filters:
@@ -168,7 +171,7 @@ def _encode_unsubscribe(packet: Unsubscribe, v5: bool) -> tuple[int, bytes]:
 
 
 def _encode_unsuback(packet: UnsubAck, v5: bool) -> tuple[int, bytes]:
-    body = U16.pack(packet.packet_id)
+    body = _U16.pack(packet.packet_id)
     if v5:
         body += encode_properties(packet.properties) + bytes(packet.reason_codes)
     return 0, body

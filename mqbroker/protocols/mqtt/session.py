@@ -74,6 +74,9 @@ from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscri
 from mqbroker.protocols.mqtt.subscriptions import subscribe, unsubscribe
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_FLOW_HANDLERS = FLOW_HANDLERS
+
 
 class ConnectionState(enum.Enum):
     """Where the connection is; CLOSED and ERROR are terminal."""
@@ -326,7 +329,7 @@ class MqttSession:
                 )
             self._early_packets.append(packet)
             return
-        flow_handler = FLOW_HANDLERS.get(type(packet))
+        flow_handler = _FLOW_HANDLERS.get(type(packet))
         if flow_handler is not None:
             assert self._flows is not None
             flow_handler(self._flows, packet, now_ms)

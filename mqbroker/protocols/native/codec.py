@@ -41,6 +41,9 @@ from mqbroker.protocols.schema import (
     message,
 )
 
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_APIS = APIS
+
 _INT32 = struct.Struct(">i")
 
 
@@ -78,11 +81,11 @@ _ENVELOPE = compile_message(_ResponseEnvelope)
 #: (API, version) -> codec: a message travels in each version with the fields ``wire(since=...)`` gives it.
 _REQUEST_CODECS: dict[tuple[ApiKey, int], MessageCodec] = {
     (key, version): compile_message(api.request_type, version)
-    for key, api in APIS.items() for version in range(api.min_version, api.max_version + 1)
+    for key, api in _APIS.items() for version in range(api.min_version, api.max_version + 1)
 }
 _RESPONSE_CODECS: dict[tuple[ApiKey, int], MessageCodec] = {
     (key, version): compile_message(api.response_type, version)
-    for key, api in APIS.items() for version in range(api.min_version, api.max_version + 1)
+    for key, api in _APIS.items() for version in range(api.min_version, api.max_version + 1)
 }
 
 
@@ -217,6 +220,6 @@ def supported_api_versions() -> ApiVersionsResponse:
     return ApiVersionsResponse(
         api_keys=tuple(
             ApiVersionRange(api_key=key, min_version=api.min_version, max_version=api.max_version)
-            for key, api in sorted(APIS.items())
+            for key, api in sorted(_APIS.items())
         )
     )

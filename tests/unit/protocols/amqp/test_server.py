@@ -1,10 +1,12 @@
-"""The AMQP session (server.py) on StringTransport and a fake clock: heartbeats, confirms, backpressure."""
+"""The AMQP session (server.py) on StringTransport and a fake clock: heartbeats, confirms, backpressure, causal
+routing in a cluster."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
@@ -12,6 +14,7 @@ from mqbroker import limits
 from mqbroker.protocols.adapter import CodecProtocol
 from mqbroker.protocols.amqp import codec, spec
 from mqbroker.protocols.amqp.appender import BatchStored
+from mqbroker.protocols.amqp.definitions_fence import DefinitionsFence
 from mqbroker.protocols.amqp.held_bytes import ByteBudget
 from mqbroker.protocols.amqp.queues import ConsumerKey
 from mqbroker.protocols.amqp.server import AmqpSession
@@ -178,3 +181,31 @@ def test_a_client_without_the_capability_is_paused_but_never_sent_blocked(monkey
     assert client.methods() == [] and client.transport.producerState == "paused"
     client.vhost.batches[-1].settle(True)
     assert client.methods() == [] and client.transport.producerState == "producing"
+
+
+class HeldDefinitions:
+    """A cluster's definitions follower whose catching up the test finishes by hand."""
+
+    def __init__(self) -> None:
+        self.catch_ups: list[Deferred[None]] = []
+        self.fence = DefinitionsFence(self._catch_up, Clock())
+
+    def _catch_up(self) -> Deferred[None]:
+        self.catch_ups.append(Deferred())
+        return self.catch_ups[-1]
+
+
+def test_in_a_cluster_publishes_are_stored_once_the_definitions_as_of_their_arrival_are_applied() -> None:
+    """Causal routing: a publish waits for a round of catching up that started after it arrived; the publishes of
+    one burst share it, and those arriving during it wait for the next."""
+    client = Client()
+    definitions = HeldDefinitions()
+    client.vhost.definitions = definitions
+    client.send_bytes(b"".join(client.publish_bytes(b"early %d" % index) for index in range(3)))
+    assert client.vhost.stored == [] and len(definitions.catch_ups) == 1
+    client.send_bytes(client.publish_bytes(b"late"))  # arrives while the round runs
+    definitions.catch_ups[0].callback(None)
+    assert client.vhost.stored == [b"early 0", b"early 1", b"early 2"]
+    assert len(definitions.catch_ups) == 2, "the late publish started the next round"
+    definitions.catch_ups[1].callback(None)
+    assert client.vhost.stored == [b"early 0", b"early 1", b"early 2", b"late"]

@@ -1,4 +1,5 @@
-"""Queue states are written in batches after a short delay; at shutdown, pending ones are written at once."""
+"""Queue states are written in batches after a short delay; at shutdown, pending ones are written at once; a
+restarted virtual host deletes its non-durable queues."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker.protocols.amqp import spec
-from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC, QueueDeclaration
+from mqbroker.protocols.amqp.routing import Binding
+from mqbroker.protocols.amqp.stored import QUEUE_STATE_TOPIC, QueueDeclaration, queue_topic
 from mqbroker.protocols.amqp.queue_snapshots import STATE_WRITE_DELAY_S
 from mqbroker.protocols.amqp.vhost import VirtualHost
 from tests.fake_broker import FakeBroker
@@ -57,3 +59,31 @@ def test_queue_and_exchange_names_must_be_printable() -> None:
         assert error.value.reply_code == spec.ReplyCode.PRECONDITION_FAILED and "control" in error.value.reply_text
     assert "jobs\n" not in host.queues and "logs\x00" not in host.router.exchanges
     assert _produced_topics(broker) == []
+
+
+def _run(work: Any) -> Any:
+    results: list[Any] = []
+    Deferred.fromCoroutine(work).addBoth(results.append)
+    [result] = results
+    if hasattr(result, "raiseException"):
+        result.raiseException()
+    return result
+
+
+def test_a_restarted_broker_deletes_its_non_durable_queues_with_their_bindings_before_it_serves() -> None:
+    """As RabbitMQ deletes a node's non-durable queues when it restarts: the queue, its binding, its log topic and
+    its stored state are gone once the restarted virtual host has started; durable ones stay bound."""
+    broker, clock = FakeBroker(), Clock()
+    first = VirtualHost(broker, clock, node_id=1)
+    _run(first.declare_exchange(spec.ExchangeDeclare(exchange="orders", type="direct", durable=True)))
+    for name, durable in (("scratch", False), ("work", True)):
+        _run(first.declare_queue(spec.QueueDeclare(queue=name, durable=durable), session_id=1))
+        _run(first.change_binding(Binding(source="orders", destination=name, routing_key="eu"), bind=True))
+    assert sorted(first.router.route("orders", "eu", None)) == ["scratch", "work"]
+    restarted = VirtualHost(broker, clock, node_id=1)
+    assert restarted.started.started
+    assert "scratch" not in restarted.queues and "work" in restarted.queues
+    assert sorted(restarted.router.route("orders", "eu", None)) == ["work"]
+    assert [name for _, name in broker.calls_of("delete_topic")] == [queue_topic("scratch")]
+    again = VirtualHost(broker, clock, node_id=1)  # the deletion was stored: nothing of it is replayed
+    assert sorted(again.queues) == ["work"] and sorted(again.router.route("orders", "eu", None)) == ["work"]
