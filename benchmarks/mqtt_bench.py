@@ -12,6 +12,9 @@ Starts mqbroker (``twistd mqbroker`` on free ports, a temporary data directory) 
 * publish-to-delivery latency p50/p99 at QoS 1 with the publisher paced at 5,000 msg/s, over every
   message sent: one never delivered is a failure (an infinite latency, shown as ``lost``), not a
   missing sample; the fraction delivered is printed;
+* offline-session drain at QoS 1: a persistent-session subscriber (clean session off) subscribes and
+  disconnects, ``--messages`` QoS 1 messages are published (every PUBACK awaited), and the subscriber
+  reconnects: messages/s from its CONNECT until every queued message arrived, with the fraction delivered;
 * broker memory per idle connection: RSS delta (``/proc/<pid>/status``) over ``--connections``
   raw CONNECTs (mqbroker only, and Mosquitto for comparison).
 
@@ -114,9 +117,10 @@ def mosquitto_process(work: pathlib.Path) -> Iterator[tuple[int, int]]:
         process.wait()
 
 
-def connected_client(port: int, client_id: str, on_message: Any = None) -> mqtt.Client:
+def connected_client(port: int, client_id: str, on_message: Any = None, clean_session: bool = True) -> mqtt.Client:
     """A paho 3.1.1 client, connected, with its network loop running."""
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311)
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
+                         clean_session=clean_session)
     client.max_inflight_messages_set(INFLIGHT_MAX)
     client.max_queued_messages_set(0)
     connected = threading.Event()
@@ -140,11 +144,11 @@ def subscribe(client: mqtt.Client, topic: str, qos: int) -> None:
         raise TimeoutError("no SUBACK")
 
 
-def publish_throughput(port: int, qos: int, count: int) -> dict[str, float]:
-    """Messages/s and MB/s publishing ``count`` messages from one client."""
+def publish_throughput(port: int, qos: int, count: int, topic: str | None = None) -> dict[str, float]:
+    """Messages/s and MB/s publishing ``count`` messages from one client (to ``topic``, else one per QoS)."""
     publisher = connected_client(port, f"bench-pub-{qos}")
     payload = b"p" * PAYLOAD_BYTES
-    topic = f"bench/throughput/{qos}"
+    topic = topic or f"bench/throughput/{qos}"
     started = time.perf_counter()
     infos = [publisher.publish(topic, payload, qos=qos) for _ in range(count)]
     marker = publisher.publish(topic, payload, qos=1)  # acknowledged after everything before it
@@ -190,6 +194,42 @@ def fan_out(port: int, count: int) -> dict[str, float]:
         client.loop_stop()
     deliveries = sum(received)
     return {"deliveries_per_s": deliveries / elapsed, "delivered_fraction": deliveries / (count * FAN_OUT_SUBSCRIBERS)}
+
+
+def offline_drain(port: int, count: int) -> dict[str, float]:
+    """Messages/s delivered at QoS 1 to a persistent session that ``count`` messages were queued for while offline."""
+    return drain_session(port, *queue_for_offline_session(port, count))
+
+
+def queue_for_offline_session(port: int, count: int) -> tuple[str, int]:
+    """Subscribe a persistent session at QoS 1, disconnect it, publish ``count`` QoS 1 messages to it;
+    return its client id and the messages acknowledged (queued for it)."""
+    topic, client_id = "bench/drain", f"bench-drain-{time.monotonic_ns()}"
+    subscriber = connected_client(port, client_id, clean_session=False)
+    subscribe(subscriber, topic, 1)
+    subscriber.disconnect()
+    subscriber.loop_stop()
+    published = publish_throughput(port, 1, count, topic)
+    return client_id, count + 1 - int(published["failed"])  # every acknowledged message, and the marker
+
+
+def drain_session(port: int, client_id: str, expected: int) -> dict[str, float]:
+    """Reconnect the persistent session ``client_id``; messages/s from its CONNECT until ``expected`` arrived."""
+    received = [0]
+    all_done = threading.Event()
+
+    def on_message(client: Any, userdata: Any, message: Any) -> None:
+        received[0] += 1
+        if received[0] >= expected:
+            all_done.set()
+
+    started = time.perf_counter()
+    subscriber = connected_client(port, client_id, on_message, clean_session=False)
+    all_done.wait(120)
+    elapsed = time.perf_counter() - started
+    subscriber.disconnect()
+    subscriber.loop_stop()
+    return {"messages_per_s": received[0] / elapsed, "delivered_fraction": received[0] / expected, "seconds": elapsed}
 
 
 def latency(port: int) -> dict[str, float]:
@@ -273,6 +313,7 @@ ROUND_MEASUREMENTS: dict[str, Any] = {
     "publish_qos1": lambda port, arguments: publish_throughput(port, 1, arguments.messages),
     "fan_out_qos0": lambda port, arguments: fan_out(port, arguments.messages // FAN_OUT_SUBSCRIBERS),
     "latency_qos1": lambda port, arguments: latency(port),
+    "offline_drain_qos1": lambda port, arguments: offline_drain(port, arguments.messages),
 }
 ROWS = [
     ("publish QoS 0 msg/s", "publish_qos0", "messages_per_s"),
@@ -286,6 +327,8 @@ ROWS = [
     ("latency QoS 1 p50 ms", "latency_qos1", "p50_ms"),
     ("latency QoS 1 p99 ms", "latency_qos1", "p99_ms"),
     ("latency QoS 1 delivered fraction", "latency_qos1", "delivered_fraction"),
+    ("offline drain QoS 1 msg/s", "offline_drain_qos1", "messages_per_s"),
+    ("offline drain delivered fraction", "offline_drain_qos1", "delivered_fraction"),
     ("KiB per idle connection", "idle_connection", "kib_per_connection"),
 ]
 
@@ -309,7 +352,7 @@ def report(samples: dict[str, dict[str, list[Any]]]) -> None:
     theirs = samples["mosquitto"]
     ours = {name: measured for name, measured in samples.items() if name != "mosquitto"}
     rounds = len(theirs["publish_qos0"])
-    print(f"medians of {rounds} round(s)")
+    print(f"medians of {rounds} round(s); load average {os.getloadavg()[0]:.1f} at the end ({time.strftime('%H:%M')})")
     print(f"{'':34}" + "".join(f"{name:>18}" for name in ours) + f"{'mosquitto':>14}"
           + "".join(f"{'ratio ' + name.split()[-1]:>16}" for name in ours))
     for label, measurement, figure in ROWS:

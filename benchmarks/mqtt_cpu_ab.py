@@ -1,7 +1,7 @@
-"""Broker CPU per MQTT PUBLISH for source trees side by side in one run (paho publisher, process CPU time).
+"""Broker CPU per MQTT PUBLISH (or message drained) for source trees side by side in one run (paho, process CPU).
 
 Run ``python benchmarks/mqtt_cpu_ab.py TREE [TREE ...] [--messages 20000] [--trials 5] [--qos 1]
-[--puback durable|written] [--mosquitto]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C
+[--puback durable|written] [--mosquitto] [--drain]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C
 /tmp/before``. One broker per tree (``PYTHONPATH`` = the tree), and with ``--mosquitto`` Debian's
 Mosquitto (``mqtt_bench``'s configuration) as one more; each trial publishes ``--messages`` 100-byte
 messages from one paho 3.1.1 client (``mqtt_bench``'s: 1,000 in flight) to each broker in turn,
@@ -9,8 +9,11 @@ alternating, and reads the CPU time of the broker's threads (``/proc/<pid>/task/
 before and after the last PUBACK. Per broker it prints the median and range of µs per message, the
 median ratio to the first tree, and the broker's idle CPU (measured before the trials) times each
 trial's duration per message: the share of the figure no message caused, which a slow client on a
-loaded machine raises. CPU time per message holds on a loaded machine where rates do not, and the
-ratio of variants alternated in one run holds best.
+loaded machine raises. With ``--drain`` a trial queues ``--messages`` QoS 1 messages for an offline
+persistent session (``mqtt_bench.queue_for_offline_session``) and measures its drain instead: the
+broker's CPU from the session's CONNECT until the last message arrived, and the drain rate. CPU time
+per message holds on a loaded machine where rates do not, and the ratio of variants alternated in one
+run holds best.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from benchmarks.mqtt_bench import PAYLOAD_BYTES, connected_client, mosquitto_process  # noqa: E402
+from benchmarks.mqtt_bench import (  # noqa: E402
+    PAYLOAD_BYTES,
+    connected_client,
+    drain_session,
+    mosquitto_process,
+    queue_for_offline_session,
+)
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
 WARM_UP_MESSAGES = 2_000
@@ -61,6 +70,16 @@ def publish_cpu_us(port: int, pid: int, qos: int, count: int, client_id: str) ->
     return (after - before) / (count + 1) * 1e6, elapsed_s
 
 
+def drain_cpu_us(port: int, pid: int, count: int) -> tuple[float, float]:
+    """Broker CPU µs per message while a persistent session drains ``count`` QoS 1 messages queued while it was
+    offline, and the seconds the drain took."""
+    client_id, expected = queue_for_offline_session(port, count)
+    before = process_cpu_s(pid)
+    drained = drain_session(port, client_id, expected)
+    assert drained["delivered_fraction"] >= 1, f"drained {drained['delivered_fraction']:.3f} of the messages"
+    return (process_cpu_s(pid) - before) / expected * 1e6, drained["seconds"]
+
+
 def idle_cpu_ms_per_s(pid: int, seconds: float = IDLE_SECONDS) -> float:
     """The broker's CPU use with no client busy (timers, long polls): part of every message's figure."""
     before = process_cpu_s(pid)
@@ -77,9 +96,11 @@ def main() -> None:
     parser.add_argument("--qos", type=int, choices=[0, 1, 2], default=1)
     parser.add_argument("--puback", choices=["durable", "written"], default="durable")
     parser.add_argument("--mosquitto", action="store_true", help="Debian's mosquitto as one more broker, alternated")
+    parser.add_argument("--drain", action="store_true", help="measure an offline session's QoS 1 drain, not publishing")
     arguments = parser.parse_args()
     names = [f"{number}:{tree}" for number, tree in enumerate(arguments.trees)]
     samples: dict[str, list[float]] = {name: [] for name in names}
+    rates: dict[str, list[float]] = {name: [] for name in names}
     idle_shares: dict[str, list[float]] = {name: [] for name in names}
     idle_rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
@@ -95,24 +116,30 @@ def main() -> None:
             targets[name] = broker.ports["mqtt"], broker.process.pid
         if arguments.mosquitto:
             targets["mosquitto"] = stack.enter_context(mosquitto_process(pathlib.Path(directory)))
-            samples["mosquitto"], idle_shares["mosquitto"] = [], []
+            samples["mosquitto"], idle_shares["mosquitto"], rates["mosquitto"] = [], [], []
         for name, (port, pid) in targets.items():
             publish_cpu_us(port, pid, arguments.qos, WARM_UP_MESSAGES, "warm-up")
         for name, (port, pid) in targets.items():
             idle_rates[name] = idle_cpu_ms_per_s(pid)
         for trial in range(arguments.trials):
             for name, (port, pid) in targets.items():
-                cpu_us, elapsed_s = publish_cpu_us(port, pid, arguments.qos, arguments.messages, f"ab-{trial}")
+                if arguments.drain:
+                    cpu_us, elapsed_s = drain_cpu_us(port, pid, arguments.messages)
+                else:
+                    cpu_us, elapsed_s = publish_cpu_us(port, pid, arguments.qos, arguments.messages, f"ab-{trial}")
                 samples[name].append(cpu_us)
+                rates[name].append(arguments.messages / elapsed_s)
                 idle_shares[name].append(idle_rates[name] * elapsed_s / arguments.messages * 1e3)
                 print(f"-- trial {trial + 1} {name}: {cpu_us:.2f} us/msg", file=sys.stderr)
     first = samples[names[0]]
-    print(f"broker CPU per QoS {arguments.qos} message, mqtt_puback={arguments.puback}, {arguments.messages} messages "
+    what = "message drained from an offline session (QoS 1)" if arguments.drain else f"QoS {arguments.qos} message"
+    print(f"broker CPU per {what}, mqtt_puback={arguments.puback}, {arguments.messages} messages "
           f"x {arguments.trials} trials, load average {os.getloadavg()[0]:.1f} at the end ({time.strftime('%H:%M')})")
     for name, values in samples.items():
         ratio = statistics.median(value / reference for value, reference in zip(values, first))
         print(f"{name:40} median {statistics.median(values):6.2f} us  range {min(values):6.2f}-{max(values):6.2f}"
-              f"  ratio {ratio:5.2f}  (idle {idle_rates[name]:.1f} ms/s: ~{statistics.median(idle_shares[name]):.2f} us"
+              f"  ratio {ratio:5.2f}  {statistics.median(rates[name]):9,.0f} msg/s"
+              f"  (idle {idle_rates[name]:.1f} ms/s: ~{statistics.median(idle_shares[name]):.2f} us"
               " of each message's figure)")
 
 

@@ -115,6 +115,8 @@ def main() -> None:
         "delivery_s_p50": statistics.median(r["delivery_s"] for r in rounds),
         "delivery_s_max": max(r["delivery_s"] for r in rounds),
         "acknowledged_lost": int(sum(r["lost"] for r in rounds)),
+        "puback_s_per_round": [round(r["puback_s"], 2) for r in rounds],
+        "delivery_s_per_round": [round(r["delivery_s"], 2) for r in rounds],
     }
     print(json.dumps(summary) if arguments.json else "\n".join(f"{key}: {value:.2f}" if isinstance(value, float)
                                                                 else f"{key}: {value}" for key, value in summary.items()))

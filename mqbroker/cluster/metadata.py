@@ -352,6 +352,10 @@ def _alter_partition(image: MetadataImage, record: AlterPartition) -> None:
         raise errors.FencedLeaderEpochError(f"{name}: the partition changed meanwhile (epoch {partition.partition_epoch})")
     if record.leader_id not in record.isr or not set(record.isr) <= set(partition.replicas):
         raise errors.InvalidRequestError(f"{name}: ISR {list(record.isr)} must hold the leader and only replicas")
+    fenced = sorted(replica for replica in set(record.isr) - set(partition.isr)
+                    if replica in image.brokers and image.brokers[replica].fenced)
+    if fenced:  # as Kafka's INELIGIBLE_REPLICA (KIP-841): a leader's stale view of a dead follower
+        raise errors.InvalidRequestError(f"{name}: ISR {list(record.isr)} adds fenced broker(s) {fenced}")
     partition.isr = [replica for replica in partition.replicas if replica in record.isr]
     partition.partition_epoch += 1
     _maybe_finish_reassignment(image, partition)

@@ -106,7 +106,9 @@ class _PendingFetch:
         self.timer: IDelayedCall | None = None
 
     def try_complete(self) -> None:
-        """Answer now if enough data has become visible."""
+        """Answer now if enough data has become visible (once: a wake may reach a fetch answered meanwhile)."""
+        if self.deferred.called:
+            return
         results = self.read()
         if sum(len(r.records) for r in results) >= max(self.min_bytes, 1) or any(r.error for r in results):
             self._finish(results)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 NO_LEADER = -1
 #: The epoch of batches no leader stamped (and "no epoch" in requests).
 UNDEFINED_EPOCH = -1
+#: The catch-up time of a follower taken out of the ISR: long past any lag bound.
+_NEVER_MS = -(1 << 62)
 
 #: A lookup (epoch) -> (largest known epoch <= it, where that epoch ends): ``LeaderEpochCache.end_offset_for``.
 EpochEndLookup = Callable[[int], tuple[int, int]]
@@ -56,10 +58,13 @@ class LeaderReplicas:
 
     def update_assignment(self, replicas: Sequence[int], isr: Collection[int], now_ms: int) -> None:
         """The controller committed new replicas or a new ISR (a proposal of ours, or a reassignment)."""
+        removed = self.isr - frozenset(isr)
         self.replicas = tuple(replicas)
         self.isr = frozenset(isr)
         if self.pending_isr is not None and self.pending_isr == self.isr:
             self.pending_isr = None
+        for replica in removed & self.followers.keys():  # taken out (it lagged, or its broker was fenced): it
+            self.followers[replica].last_caught_up_ms = _NEVER_MS  # rejoins on a fetch that catches up, not on its past
         for replica in self.replicas:
             if replica != self.node_id and replica not in self.followers:
                 self.followers[replica] = FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from twisted.application.internet import ClientService
-from twisted.internet.defer import Deferred, TimeoutError, gatherResults
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gatherResults
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory
@@ -142,6 +142,10 @@ class LeaderSession:
                 continue
             try:
                 progressed = await self._fetch_once()
+            except CancelledError:
+                if self.running:
+                    raise
+                return  # stop() cancelled the wait for a connection: the session ended, nothing failed
             except (BrokerError, TimeoutError, ConnectionError) as error:
                 if self.running:
                     self.log.debug("replica fetch from broker {leader} failed: {error}", leader=self.leader_id, error=error)

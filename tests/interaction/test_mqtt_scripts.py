@@ -54,7 +54,7 @@ def compact(value: object) -> str:
         for field in dataclasses.fields(value):
             item = getattr(value, field.name)
             default = field.default if field.default is not dataclasses.MISSING else dataclasses.MISSING
-            if item == default or (field.name == "data" and isinstance(value, (StoreSession, Send))):
+            if item == default or (field.name == "data" and isinstance(value, Send)):
                 continue
             parts.append(f"{field.name}={compact(item)}")
         return f"{type(value).__name__}({', '.join(parts)})"
@@ -141,7 +141,7 @@ class Script:
             if isinstance(action, SessionEnded):
                 self.last_state = action.state
             if isinstance(action, StoreSession):
-                lines.append(f"StoreSession({describe_state(SessionState.from_bytes(action.data))})")
+                lines.append(f"StoreSession({describe_state(SessionState.from_bytes(action.state.to_bytes()))})")
             elif isinstance(action, Close):
                 lines.append(f"Close: {action.reason}")
             elif isinstance(action, SendPubAcks):  # the bytes decoded: each PUBACK they carry, as a Send shows it

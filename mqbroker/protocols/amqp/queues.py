@@ -71,9 +71,33 @@ class Consumer:
         return int(self.session.delivery_window(self.channel, self.tag))
 
 
-def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "") -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
+class RecentBatch:
+    """The last batch a share queue's reader decoded, known by its base offset and CRC: the group leases a
+    few hundred records of a batch per fetch, and each fetch would otherwise decode the whole batch again."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None
+        self._messages: list[QueuedMessage] = []
+
+    def decode(self, budget: DecompressionBudget, batch: memoryview, header: Any) -> list[QueuedMessage]:
+        """The batch's messages: kept from the last call when it is the same batch, else decoded (and kept)."""
+        key = (header.base_offset, header.crc)
+        if key != self._key:
+            self._messages = budget.decode(batch, header, queued_message, _message_bytes)
+            self._key = key
+        return self._messages
+
+    def forget_through(self, offset: int) -> None:
+        """Nothing up to ``offset`` will be read again soon: drop the batch if it ends there."""
+        if self._messages and self._messages[-1].offset <= offset:
+            self._key, self._messages = None, []
+
+
+def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "", *, stop_after: int | None = None,
+                   recent: RecentBatch | None = None) -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
     """Whole record batches from a fetch → the queue's view of their records and the batches that do not decode
-    (batches wholly below ``skip_below`` are not decoded: the queue has them already).
+    (batches wholly below ``skip_below`` are not decoded: the queue has them already; nor are those after the one
+    holding ``stop_after``). ``recent``: the reader's last decoded batch, reused when the fetch holds it again.
 
     Stops early, at a batch boundary, once the fetch's decompression budget is spent (the next fetch reads on).
     Raises ``CorruptRecordError`` only for a batch header that does not read (nothing after it can be found).
@@ -81,11 +105,18 @@ def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "") -> tupl
     messages: list[QueuedMessage] = []
     unreadable: list[UnreadableBatch] = []
     budget = DecompressionBudget()
-    batches = readable_batches(records, skip_below, topic=topic, partition=0, skipped=unreadable.append,
-                               decode=lambda batch, header: budget.decode(batch, header, queued_message, _message_bytes))
+    if recent is None:
+        def decode(batch: memoryview, header: Any) -> list[QueuedMessage]:
+            return budget.decode(batch, header, queued_message, _message_bytes)
+    else:
+        def decode(batch: memoryview, header: Any) -> list[QueuedMessage]:
+            return recent.decode(budget, batch, header)
+    batches = readable_batches(records, skip_below, topic=topic, partition=0, skipped=unreadable.append, decode=decode)
     try:
-        for _, decoded in batches:
+        for header, decoded in batches:
             messages += decoded
+            if stop_after is not None and header.last_offset >= stop_after:
+                break
     except FetchBudgetSpent:
         pass
     return messages, unreadable

@@ -26,6 +26,7 @@ from mqbroker.protocols.amqp.queues import (
     Consumer,
     ConsumerKey,
     QueueHost,
+    RecentBatch,
     decode_fetched,
     delivery_of,
 )
@@ -81,6 +82,8 @@ class ShareGroupMembers(BaseQueue):
         #: Consumers' settlements not sent yet, per member and kind (``_acknowledge_soon``).
         self._unsent: dict[ConsumerKey, dict[AcknowledgeType, list[int]]] = {}
         self._send_call: IDelayedCall | None = None
+        #: The last batch a fetch decoded: the next fetch's leases are often in it too.
+        self._recent = RecentBatch()
         self._suspects = LostLeaseSuspects(host.reactor, lambda: host.broker.list_offset(
             host.principal, self.topic, 0, LATEST_TIMESTAMP))
         self._group_created = False
@@ -294,7 +297,7 @@ class ShareGroupMembers(BaseQueue):
         decode go back at once, so the next fetch or get reads them again."""
         if partition.error is not None:
             raise partition.error
-        leased, undecoded = _leased(partition)
+        leased, undecoded = _leased(partition, self._recent)
         if undecoded:
             self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)
         return leased
@@ -419,11 +422,16 @@ class ShareGroupMembers(BaseQueue):
         return member, leased
 
 
-def _leased(partition: share.SharePartitionRecords) -> tuple[list[tuple[QueuedMessage, int]], list[int]]:
+def _leased(partition: share.SharePartitionRecords,
+            recent: RecentBatch) -> tuple[list[tuple[QueuedMessage, int]], list[int]]:
     """The acquired messages of one partition's answer with their delivery counts, in offset order; and the
     acquired offsets not decoded (past the fetch's decompression budget, or in a batch that does not decode)."""
     ranges = sorted(partition.acquired, key=lambda acquired: acquired.first)
-    messages, _ = decode_fetched(partition.records, topic=partition.topic)
+    if not ranges:
+        return [], []
+    messages, _ = decode_fetched(partition.records, ranges[0].first, partition.topic, stop_after=ranges[-1].last,
+                                 recent=recent)
+    recent.forget_through(ranges[-1].last)
     leased: list[tuple[QueuedMessage, int]] = []
     index = 0
     for message in messages:  # both in offset order: walk them together

@@ -2,7 +2,10 @@
 
 The adapter (``server.py``) executes a returned list front to back. A ``StoreSession``
 always comes first in its list and must be durable before the actions after it run
-(persist before send, as etcd's ``Ready``): it holds the state as of the end of the list.
+(persist before send, as etcd's ``Ready``). It names the session's state, which the adapter
+serialises when it writes it: the state as of that write, which covers the end of every list
+waiting for it (a state serialised per list would cost a pass over every in-flight message per
+delivery and acknowledgement).
 """
 
 from __future__ import annotations
@@ -115,10 +118,10 @@ class ScheduleWill:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreSession:
-    """Persist ``data`` (``SessionState.to_bytes()``) as the session of ``client_id``."""
+    """Persist ``state`` (its ``to_bytes()`` when the adapter writes it) as the session of ``client_id``."""
 
     client_id: str
-    data: bytes
+    state: SessionState
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -92,8 +92,9 @@ class CatchUp:
         return cursors
 
     def resume(self) -> None:
-        """Read on from the cursors while the session has room."""
-        if self._behind and not self._running and self._connection.session.state is ConnectionState.CONNECTED:
+        """Read on from the cursors while the session has room (once its queue has drained to half)."""
+        session = self._connection.session
+        if self._behind and not self._running and session.state is ConnectionState.CONNECTED and session.wants_refill:
             self._running = True
             Deferred.fromCoroutine(self._run()).addErrback(self._connection.log_failure, "catching up from the log")
 

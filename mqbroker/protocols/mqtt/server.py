@@ -203,7 +203,7 @@ class MqttConnection:
             lists = list(self._queue)
             self._queue.clear()
             self._storing = True
-            stored = StoredSession(state=stores[-1].data, cursors=self._catch_up.cursors())  # only the last one matters
+            stored = StoredSession(state=stores[-1].state.to_bytes(), cursors=self._catch_up.cursors())  # as of now
             self.hub.sessions.store_session(self.client_id, stored).addBoth(self._stored, lists)
 
     def _stored(self, result: Any, lists: list[list[Action]]) -> None:

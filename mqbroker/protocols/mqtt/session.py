@@ -278,6 +278,11 @@ class MqttSession:
         """Whether ``deliver`` may be called with a QoS 1/2 message now."""
         return self.session is not None and self.session.has_room()
 
+    @property
+    def wants_refill(self) -> bool:
+        """Whether reads of the log paused for a full queue should resume (``SessionState.wants_refill``)."""
+        return self.session is not None and self.session.wants_refill()
+
     def on_timer(self, now_ms: int) -> list[Action]:
         """The ``SetTimer`` deadline passed: close on keep-alive timeout, else re-arm."""
         if self.state is not ConnectionState.CONNECTED or not self._keep_alive_s:
@@ -487,7 +492,7 @@ class MqttSession:
         outbox = self._outbox
         actions, outbox.actions = outbox.actions, []
         if outbox.dirty and self.session is not None and self._expiry_interval_s > 0:
-            actions.insert(0, StoreSession(client_id=self.client_id, data=self.session.to_bytes()))
+            actions.insert(0, StoreSession(client_id=self.client_id, state=self.session))
         outbox.dirty = False
         return actions
 

@@ -89,7 +89,7 @@ class SessionState:
 
     __slots__ = (
         "client_id", "expiry_interval_s", "subscriptions", "inflight", "received_qos2", "next_packet_id",
-        "pending", "qos0_pending", "qos0_dropped", "pending_messages_max", "qos0_queue_length_max",
+        "pending", "qos0_pending", "qos0_dropped", "pending_messages_max", "qos0_queue_length_max", "_stored_inflight",
     )
 
     def __init__(
@@ -111,10 +111,18 @@ class SessionState:
         self.qos0_dropped = 0
         self.pending_messages_max = pending_messages_max
         self.qos0_queue_length_max = qos0_queue_length_max
+        #: ``to_bytes``'s entry of each in-flight message, by packet id, with the ``Inflight`` it was made of: a
+        #: message is encoded once, not in every state written while it is in flight.
+        self._stored_inflight: dict[int, tuple[Inflight, dict[str, str]]] = {}
 
     def has_room(self) -> bool:
         """Whether a QoS 1/2 message may be enqueued now (the adapter pauses its log reads if not)."""
         return len(self.pending) < self.pending_messages_max
+
+    def wants_refill(self) -> bool:
+        """Whether log reads paused for a full queue should resume: it has drained to half. Resuming at the first
+        free slot would read (and decode) a whole fetch per acknowledgement to queue the one message it made room for."""
+        return len(self.pending) <= self.pending_messages_max // 2
 
     def enqueue(
         self, message: OutboundMessage, subscriptions: Sequence[Subscription], *, from_retained_store: bool = False
@@ -180,13 +188,22 @@ class SessionState:
                 }
                 for s in self.subscriptions.values()
             ],
-            "inflight": [
-                {"state": entry.state.value, "publish": base64.b64encode(encode(entry.publish, PROTOCOL_LEVEL_5)).decode()}
-                for entry in self.inflight.values()
-            ],
+            "inflight": self._inflight_documents(),
             "received_qos2": sorted(self.received_qos2),
         }
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+    def _inflight_documents(self) -> list[dict[str, str]]:
+        """``to_bytes``'s in-flight entries, in order; each encoded once while its ``Inflight`` stays the same."""
+        known, stored = self._stored_inflight, {}
+        for packet_id, entry in self.inflight.items():
+            cached = known.get(packet_id)
+            if cached is None or cached[0] is not entry:
+                cached = entry, {"state": entry.state.value,
+                                 "publish": base64.b64encode(encode(entry.publish, PROTOCOL_LEVEL_5)).decode()}
+            stored[packet_id] = cached
+        self._stored_inflight = stored
+        return [document for _, document in stored.values()]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:

@@ -156,3 +156,17 @@ def test_topic_setting_overrides_the_broker_wide_unclean_default() -> None:
 def test_records_written_before_the_unclean_default_existed_still_decode() -> None:
     record = decode_record(b'{"type":"FenceBroker","node_id":2}')
     assert record == FenceBroker(node_id=2, unclean_election_default="false")
+
+
+def test_an_isr_change_adding_a_fenced_broker_is_refused_and_one_keeping_it_out_is_not() -> None:
+    """As Kafka's INELIGIBLE_REPLICA (KIP-841): a leader's stale view of a dead follower cannot put it back."""
+    machine = _cluster()
+    leader = _partition(machine).leader_id
+    dead = next(n for n in (1, 2, 3) if n != leader)
+    _apply(machine, FenceBroker(node_id=dead))
+    assert dead not in _partition(machine).isr
+    with pytest.raises(errors.InvalidRequestError, match="fenced"):
+        _apply(machine, _alter(machine, (1, 2, 3)))
+    assert dead not in _partition(machine).isr
+    _apply(machine, _alter(machine, (leader,)))
+    assert _partition(machine).isr == [leader]

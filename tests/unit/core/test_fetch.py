@@ -173,3 +173,28 @@ def test_a_single_broker_serves_no_anonymous_replica_fetch(tmp_path: Path) -> No
     rig = _broker(tmp_path)
     with pytest.raises(errors.ClusterAuthorizationError):
         fired(rig.broker.replica_fetch(ANONYMOUS, 2, FetchRequest(positions=(_position(0, epoch=0),))))
+
+
+def test_a_wake_skips_a_fetch_answered_by_an_earlier_answer_of_the_same_wake() -> None:
+    """Answering one waiting fetch runs its callbacks at once; they may wake the same log again (a replica
+    fetch's progress moves the high watermark) and answer a second fetch that the first wake still holds in
+    its list: the first wake must not answer it twice (it raised AlreadyCalledError into a follower's fetch)."""
+    from twisted.internet.task import Clock
+
+    from mqbroker.core.fetch import WaitingFetches
+
+    waiting = WaitingFetches(Clock())
+    partition_log = object()
+    answer = [FetchResult(topic="t", partition=0, records=b"x")]
+    first = waiting.wait([partition_log], lambda: answer, 1, 500, follower=False)  # type: ignore[list-item]
+    second = waiting.wait([partition_log], lambda: answer, 1, 500, follower=False)  # type: ignore[list-item]
+    answered: list[list[FetchResult]] = []
+
+    def wake_again(results: list[FetchResult]) -> None:
+        answered.append(results)
+        waiting.wake(partition_log)  # type: ignore[arg-type]
+
+    first.addCallback(wake_again)
+    second.addCallback(wake_again)
+    waiting.wake(partition_log)  # type: ignore[arg-type]
+    assert answered == [answer, answer]

@@ -8,12 +8,14 @@ here every input, valid or not, goes through both, and their rows or errors must
 from __future__ import annotations
 
 import gc
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+# The consumer's row (two leading fields, then the record's) is the tuple type the decoder fills here.
+from mqbroker.client.consumer import Message as Row
 from mqbroker.records import decoder
 from mqbroker.records._section import decode_section
 from mqbroker.records.builder import encode_batch
@@ -24,18 +26,6 @@ from mqbroker.records.section import decode_section_python
 from mqbroker.records.varint import encode_varint
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-
-
-class Row(NamedTuple):
-    """A consumer-like row: two leading fields, then the record's."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp: int
 
 
 def outcome(decode: Any, *arguments: Any) -> tuple[Any, ...]:

@@ -79,6 +79,19 @@ def test_a_caught_up_follower_rejoins_once_it_reaches_the_high_watermark_and_epo
     assert replicas.isr_change(now_ms=200, lag_time_max_ms=LAG_MS, leader_epoch_start_offset=12) == {1, 2, 3}
 
 
+def test_a_follower_the_controller_took_out_rejoins_only_after_fetching_again() -> None:
+    """Fencing a dead broker takes it out of every ISR; its last fetch (caught up, just before it died) must
+    not bring it back in: that ISR would make every acks=all produce wait for it until it lagged out again."""
+    replicas = _leader(isr=(1, 2, 3), high_watermark=10)
+    replicas.follower_fetched(2, 10, leader_end_offset=10, now_ms=100)
+    replicas.follower_fetched(3, 10, leader_end_offset=10, now_ms=100)  # then broker 3 dies
+    replicas.update_assignment((1, 2, 3), {1, 2}, now_ms=300)  # the controller fenced it
+    assert replicas.isr_change(now_ms=400, lag_time_max_ms=LAG_MS, leader_epoch_start_offset=0) is None
+    replicas.follower_fetched(2, 10, leader_end_offset=10, now_ms=2_000)
+    replicas.follower_fetched(3, 10, leader_end_offset=10, now_ms=2_000)  # back, and caught up
+    assert replicas.isr_change(now_ms=2_000, lag_time_max_ms=LAG_MS, leader_epoch_start_offset=0) == {1, 2, 3}
+
+
 def test_a_joining_replica_counts_for_the_high_watermark_while_its_addition_commits() -> None:
     replicas = _leader(isr=(1, 2), high_watermark=10)
     replicas.follower_fetched(2, 20, leader_end_offset=20, now_ms=100)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from mqbroker import limits
 from mqbroker.protocols.amqp.codec import encode_properties
+from mqbroker.protocols.amqp.queues import RecentBatch
 from mqbroker.protocols.amqp.share_arguments import (
     delay_header,
     ranges_of,
@@ -97,12 +98,44 @@ def test_leased_pairs_each_decoded_acquired_record_with_its_count_and_names_the_
     offsets = sorted(stored)
     partition = SharePartitionRecords(topic="t", partition=0, records=b"".join(map(_one_message, offsets)),
                                       acquired=tuple(reversed(ranges)))
-    leased, undecoded = _leased(partition)
+    recent = RecentBatch()
     counts = {offset: acquired.delivery_count for acquired in ranges
               for offset in range(acquired.first, acquired.last + 1)}
-    assert [(message.offset, count) for message, count in leased] == [
-        (offset, counts[offset]) for offset in offsets if offset in counts]
-    assert undecoded == sorted(set(counts) - set(offsets))
+    for _ in range(2):  # the second time with the last batch kept from the first
+        leased, undecoded = _leased(partition, recent)
+        assert [(message.offset, count) for message, count in leased] == [
+            (offset, counts[offset]) for offset in offsets if offset in counts]
+        assert undecoded == sorted(set(counts) - set(offsets))
+
+
+def _batch(base_offset: int, bodies: list[bytes]) -> bytes:
+    builder = BatchBuilder()
+    for body in bodies:
+        append_message(builder, 0, "", "q", EMPTY_PROPERTIES, body, None)
+    batch = bytearray(builder.build())
+    stamp(batch, 0, base_offset, 0)
+    return bytes(batch)
+
+
+def _fetch(records: bytes, first: int, last: int) -> SharePartitionRecords:
+    return SharePartitionRecords(topic="t", partition=0, records=records, acquired=(AcquiredRange(first, last, 1),))
+
+
+def test_leases_of_one_batch_over_several_fetches_decode_it_once() -> None:
+    """A batch leased a few records per fetch is decoded by the first fetch and reused by the next; a batch at the
+    same offset with other contents (the log was truncated and rewritten) is decoded again; a fetch whose leases
+    reach the batch's end lets it go."""
+    recent = RecentBatch()
+    records = _batch(10, [b"a", b"b", b"c", b"d"])
+    first, _ = _leased(_fetch(records, 10, 11), recent)
+    second, _ = _leased(_fetch(records, 12, 12), recent)
+    assert [message.payload.body for message, _ in first + second] == [b"a", b"b", b"c"]
+    assert second[0][0] is _leased(_fetch(records, 12, 12), recent)[0][0][0]  # the same decoded message: reused
+    rewritten, _ = _leased(_fetch(_batch(10, [b"x", b"y", b"z", b"w"]), 12, 12), recent)
+    assert [message.payload.body for message, _ in rewritten] == [b"z"]
+    last, _ = _leased(_fetch(records, 13, 13), recent)
+    assert [message.payload.body for message, _ in last] == [b"d"]
+    assert _leased(_fetch(records, 13, 13), recent)[0][0][0] is not last[0][0]  # let go after its end was leased
 
 
 def _one_message(offset: int) -> bytes:

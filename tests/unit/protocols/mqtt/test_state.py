@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbroker.errors import CorruptMessageError
-from mqbroker.protocols.mqtt.state import SessionState
+from mqbroker.protocols.mqtt.packets import Publish
+from mqbroker.protocols.mqtt.state import Inflight, InflightState, OutboundMessage, SessionState
 from tests.unit.protocols.mqtt.test_session import session_states
 
 json_values = st.recursive(
@@ -68,3 +70,40 @@ def test_garbage_state_raises_only_corrupt_message(data: bytes) -> None:
 def test_undecodable_state_names_the_problem(data: bytes) -> None:
     with pytest.raises(CorruptMessageError, match="MQTT session state"):
         SessionState.from_bytes(data)
+
+
+def _inflight(packet_id: int, flow: InflightState = InflightState.AWAITING_PUBACK) -> Inflight:
+    return Inflight(publish=Publish(topic=f"t/{packet_id}", payload=b"p" * packet_id, qos=2, packet_id=packet_id),
+                    state=flow)
+
+
+def test_stored_state_follows_every_inflight_change() -> None:
+    """to_bytes encodes each in-flight message once; a message acknowledged, moved on in its flow or replaced
+    under the same packet id is written as it is now, as a state that never stored anything would write it."""
+    state = SessionState("c", expiry_interval_s=60)
+    state.inflight = {packet_id: _inflight(packet_id) for packet_id in (1, 2, 3)}
+    state.to_bytes()
+    del state.inflight[1]
+    state.inflight[2] = replace(state.inflight[2], state=InflightState.AWAITING_PUBCOMP)
+    state.inflight[3] = _inflight(3, InflightState.AWAITING_PUBREC)
+    state.inflight[3] = replace(state.inflight[3], publish=replace(state.inflight[3].publish, payload=b"new"))
+    state.inflight[4] = _inflight(4)
+    fresh = SessionState("c", expiry_interval_s=60)
+    fresh.inflight = dict(state.inflight)
+    assert state.to_bytes() == fresh.to_bytes()
+    restored = SessionState.from_bytes(state.to_bytes())
+    assert [(entry.publish.packet_id, entry.state, entry.publish.payload) for entry in restored.inflight.values()] == [
+        (2, InflightState.AWAITING_PUBCOMP, b"pp"), (3, InflightState.AWAITING_PUBREC, b"new"),
+        (4, InflightState.AWAITING_PUBACK, b"pppp")]
+
+
+def test_refill_waits_for_half_the_queue() -> None:
+    """Reads paused for a full queue resume at half of it, not at the first free slot."""
+    state = SessionState("c", pending_messages_max=4)
+    message = OutboundMessage(topic="t", payload=b"", qos=1)
+    state.pending.extend([message] * 4)
+    assert not state.has_room() and not state.wants_refill()
+    state.pending.popleft()
+    assert state.has_room() and not state.wants_refill()
+    state.pending.popleft()
+    assert state.wants_refill()
