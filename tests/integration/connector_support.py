@@ -19,6 +19,14 @@ def connector_broker(data_dir: pathlib.Path, *extra_args: str) -> BrokerProcess:
     return BrokerProcess(data_dir=data_dir, extra_args=[*FAST_CONNECTORS, *extra_args])
 
 
+def delete_every_connector(admin: Admin) -> None:
+    """Delete every connector through ``admin``, so that a test sharing the broker leaves no task running for the
+    next."""
+    for connector in admin.describe_connectors():
+        admin.alter_connector(connector.name, "delete")
+    assert admin.describe_connectors() == []
+
+
 def task_status(bootstrap: str, name: str, task: int = 0) -> TaskDescription:
     """A connector task's status as ``describe`` reports it."""
     with Admin(bootstrap) as admin:

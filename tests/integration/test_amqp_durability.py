@@ -14,13 +14,15 @@ import pytest
 
 from mqbroker import limits
 
-from tests.integration.amqp_support import AmqpBroker, running_broker
+from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_broker  # noqa: F401 (fixture)
+from tests.integration.kafka_support import unique
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
 @pytest.fixture
 def fresh_broker(tmp_path: pathlib.Path) -> Iterator[AmqpBroker]:
+    """A broker of the test's own (one it kills and restarts)."""
     yield from running_broker(tmp_path / "data")
 
 
@@ -100,23 +102,24 @@ def _close_code(sock: socket.socket) -> int:
     (struct.pack(">BHI", 1, 0, 4) + b"\x00\x63\x00\x01\xce", 540),  # unknown class
 ])
 def test_malformed_frames_close_with_the_spec_code_and_spare_other_connections(
-    fresh_broker: AmqpBroker, frame: bytes, code: int
+    amqp_broker: AmqpBroker, frame: bytes, code: int
 ) -> None:
-    bystander = fresh_broker.connect()
+    bystander = amqp_broker.connect()
     channel = bystander.channel()
-    channel.queue_declare("bystander", durable=True)
-    sock = _open_raw(fresh_broker)
+    queue = unique("bystander")
+    channel.queue_declare(queue, durable=True)
+    sock = _open_raw(amqp_broker)
     sock.sendall(frame)
     assert _close_code(sock) == code
     sock.close()
     channel.confirm_delivery()
-    channel.basic_publish("", "bystander", b"still here")
-    assert channel.basic_get("bystander", auto_ack=True)[2] == b"still here"
+    channel.basic_publish("", queue, b"still here")
+    assert channel.basic_get(queue, auto_ack=True)[2] == b"still here"
     bystander.close()
 
 
-def test_frame_on_an_unopened_channel_is_a_channel_error(fresh_broker: AmqpBroker) -> None:
-    connection = fresh_broker.connect()
+def test_frame_on_an_unopened_channel_is_a_channel_error(amqp_broker: AmqpBroker) -> None:
+    connection = amqp_broker.connect()
     channel = connection.channel()
     impl = connection._impl
     # basic.qos on channel 77, which was never opened.
@@ -150,8 +153,8 @@ def _await_method(sock: socket.socket, buffer: bytearray, class_id: int, method_
         buffer += chunk
 
 
-def test_a_client_that_goes_silent_is_dropped_after_two_missed_heartbeats(fresh_broker: AmqpBroker) -> None:
-    sock = socket.create_connection(("127.0.0.1", fresh_broker.ports["amqp"]), timeout=10)
+def test_a_client_that_goes_silent_is_dropped_after_two_missed_heartbeats(amqp_broker: AmqpBroker) -> None:
+    sock = socket.create_connection(("127.0.0.1", amqp_broker.ports["amqp"]), timeout=10)
     buffer = bytearray()
     sock.sendall(PROTOCOL_HEADER)
     _await_method(sock, buffer, 10, 10)  # connection.start
@@ -178,6 +181,6 @@ def test_a_client_that_goes_silent_is_dropped_after_two_missed_heartbeats(fresh_
     assert 1.5 <= dropped_after_s <= 12.0
     assert received and all(received[index : index + 8] == b"\x08\x00\x00\x00\x00\x00\x00\xce"
                             for index in range(0, len(received), 8))  # the broker sent heartbeats only
-    other = fresh_broker.connect()
+    other = amqp_broker.connect()
     other.channel().queue_declare("silent-owned", exclusive=True)  # 405 while the silent owner counted as alive
     other.close()

@@ -10,11 +10,13 @@ import pika
 import pytest
 
 from mqbroker.client import Admin, Producer
-from tests.integration.amqp_support import AmqpBroker, running_broker, wait_for_acks_stored
+from tests.integration.amqp_support import AmqpBroker, amqp_broker, running_broker  # noqa: F401 (fixture)
+from tests.integration.amqp_support import wait_for_acks_stored
 
 
 @pytest.fixture
 def fresh_broker(tmp_path: pathlib.Path) -> Iterator[AmqpBroker]:
+    """A broker of the test's own (one it restarts)."""
     yield from running_broker(tmp_path / "data")
 
 
@@ -39,16 +41,16 @@ def _take(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str
     return taken
 
 
-def test_records_produced_natively_reach_queues_bound_to_the_source_exchange(fresh_broker: AmqpBroker) -> None:
-    with Admin(fresh_broker.bootstrap) as admin:
+def test_records_produced_natively_reach_queues_bound_to_the_source_exchange(amqp_broker: AmqpBroker) -> None:
+    with Admin(amqp_broker.bootstrap) as admin:
         admin.create_topics(["orders"], partitions=2)
-    _produce(fresh_broker, "orders", [(b"order.eu.old", b"before the declaration")])
-    connection = fresh_broker.connect()
+    _produce(amqp_broker, "orders", [(b"order.eu.old", b"before the declaration")])
+    connection = amqp_broker.connect()
     channel = connection.channel()
     channel.exchange_declare("orders-x", "topic", durable=True, arguments={"x-source-topic": "orders"})
     channel.queue_declare("eu-orders", durable=True)
     channel.queue_bind("eu-orders", "orders-x", "order.eu.*")
-    _produce(fresh_broker, "orders", [(b"order.eu.new", b"eu 1"), (b"order.us.new", b"us 1"),
+    _produce(amqp_broker, "orders", [(b"order.eu.new", b"eu 1"), (b"order.us.new", b"us 1"),
                                       (b"order.eu.paid", b"eu 2")], headers=[("origin", b"native")])
     taken = _take(channel, "eu-orders", 2)
     assert sorted(body for _, _, body in taken) == [b"eu 1", b"eu 2"]
@@ -58,8 +60,8 @@ def test_records_produced_natively_reach_queues_bound_to_the_source_exchange(fre
     connection.close()
 
 
-def test_a_source_exchange_needs_an_existing_non_amqp_topic(fresh_broker: AmqpBroker) -> None:
-    connection = fresh_broker.connect()
+def test_a_source_exchange_needs_an_existing_non_amqp_topic(amqp_broker: AmqpBroker) -> None:
+    connection = amqp_broker.connect()
     channel = connection.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
         channel.exchange_declare("nowhere-x", "direct", arguments={"x-source-topic": "no-such-topic"})

@@ -203,8 +203,8 @@ async def test_twisted_consumer_close_gives_up_on_a_dead_coordinator_at_its_time
 
 
 @pytest_twisted.ensureDeferred
-async def test_twisted_send_many_fires_with_every_record_in_order(broker: BrokerProcess) -> None:
-    producer = TwistedProducer(reactor, broker.bootstrap, acks="all", batch_size=16_384)
+async def test_twisted_send_many_fires_with_every_record_in_order(shared_broker: BrokerProcess) -> None:
+    producer = TwistedProducer(reactor, shared_broker.bootstrap, acks="all", batch_size=16_384)
     values = [b"twisted-%05d" % number for number in range(5_000)]
     written = await producer.send_many("twisted-bulk", values, partition=0)
     assert [metadata.offset for metadata in written] == list(range(5_000))
@@ -213,8 +213,8 @@ async def test_twisted_send_many_fires_with_every_record_in_order(broker: Broker
     assert (producer.delivery_counts().acknowledged, producer.delivery_counts().failed) == (5_000, 1)
     await producer.close()
     with pytest.raises(ValueError, match="assign_topics"):
-        TwistedConsumer(reactor, broker.bootstrap, topics=["twisted-bulk"])  # silently read nothing before
-    consumer = TwistedConsumer(reactor, broker.bootstrap, auto_offset_reset="earliest")
+        TwistedConsumer(reactor, shared_broker.bootstrap, topics=["twisted-bulk"])  # silently read nothing before
+    consumer = TwistedConsumer(reactor, shared_broker.bootstrap, auto_offset_reset="earliest")
     await consumer.assign_topics(["twisted-bulk"])
     received: list[bytes] = []
     deadline = time.monotonic() + 30

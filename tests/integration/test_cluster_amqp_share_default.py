@@ -7,6 +7,7 @@ is killed -9 reconnects elsewhere and gets its unacknowledged deliveries again."
 
 from __future__ import annotations
 
+import pathlib
 import threading
 import time
 from collections import Counter
@@ -20,21 +21,27 @@ from mqbroker.client.share_admin import ShareGroupAdmin
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.amqp.stored import queue_topic
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
+from tests.integration.clusterprocess import controller_leader, retrying, running_cluster, wait_for
 from tests.integration.mqtt_support import unique
 from tests.integration.test_amqp_share_queues_cluster import AmqpWorker, _overlapping, _queue_hosted_away_from
 from tests.integration.test_cluster_amqp_failover import _publish_confirmed, _take
 from tests.integration.test_cluster_frontends import _amqp, _node
 
 
+#: Every cluster of this module: a follower 2 s behind leaves the ISR; the Kafka TLS port chosen free.
+SETTINGS = ["--set", "replica_lag_time_max_ms=2000", "--kafka-tls-port", "0"]
+
+
 @pytest.fixture
-def cluster(tmp_path: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    brokers = start_cluster(tmp_path, extra_args=["--set", "replica_lag_time_max_ms=2000", "--kafka-tls-port", "0"])
-    try:
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.kill()
+def cluster(tmp_path: pathlib.Path) -> Iterator[list[BrokerProcess]]:
+    """A cluster of the test's own (one it kills a broker of)."""
+    yield from running_cluster(tmp_path, extra_args=SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    """One cluster for the tests that kill no broker (each uses its own queues)."""
+    yield from running_cluster(tmp_path_factory.mktemp("share-default"), extra_args=SETTINGS)
 
 
 def _declare(broker: BrokerProcess, queue: str) -> None:
@@ -51,14 +58,16 @@ def _group_topics(admin: ShareGroupAdmin, queue: str) -> tuple[str, ...] | None:
         return None
 
 
-def test_consumers_on_two_brokers_share_a_plain_queue_and_each_message_goes_to_one(cluster: list[BrokerProcess]) -> None:
+def test_consumers_on_two_brokers_share_a_plain_queue_and_each_message_goes_to_one(
+    shared_cluster: list[BrokerProcess],
+) -> None:
     queue = unique("orders")
-    _declare(_node(cluster, 1), queue)
-    with ShareGroupAdmin(_node(cluster, 2).bootstrap) as admin:  # the queue created its share group
+    _declare(_node(shared_cluster, 1), queue)
+    with ShareGroupAdmin(_node(shared_cluster, 2).bootstrap) as admin:  # the queue created its share group
         wait_for(lambda: _group_topics(admin, queue) == (queue_topic(queue),), 30, "the queue's share group")
     bodies = [b"order %d" % index for index in range(300)]
-    _publish_confirmed(_node(cluster, 2), "", queue, bodies)
-    workers = [AmqpWorker(f"amqp-{node}", [_node(cluster, node)], queue) for node in (3, 1)]
+    _publish_confirmed(_node(shared_cluster, 2), "", queue, bodies)
+    workers = [AmqpWorker(f"amqp-{node}", [_node(shared_cluster, node)], queue) for node in (3, 1)]
     for worker in workers:
         worker.start()
     try:
@@ -128,14 +137,14 @@ def _run_until_delivered(workers: list[AmqpWorker], publisher: CommittingPublish
 
 
 def test_a_plain_queue_consumed_through_two_brokers_gives_each_of_5000_messages_to_one_consumer(
-    cluster: list[BrokerProcess],
+    shared_cluster: list[BrokerProcess],
 ) -> None:
     queue = unique("tasks")
-    _declare(_node(cluster, 1), queue)
-    workers = [AmqpWorker(f"amqp-{node}", [_node(cluster, node)], queue) for node in (2, 3)]
+    _declare(_node(shared_cluster, 1), queue)
+    workers = [AmqpWorker(f"amqp-{node}", [_node(shared_cluster, node)], queue) for node in (2, 3)]
     for worker in workers:
         worker.start()
-    publisher = CommittingPublisher([_node(cluster, 1)], queue, MESSAGES)
+    publisher = CommittingPublisher([_node(shared_cluster, 1)], queue, MESSAGES)
     publisher.start()
     _run_until_delivered(workers, publisher, 180)
     given = Counter(body for worker in workers for body, *_ in worker.snapshot())

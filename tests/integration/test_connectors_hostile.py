@@ -25,7 +25,9 @@ from mqbroker.connector_model import TaskState
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.clusterprocess import wait_for
-from tests.integration.connector_support import connector_broker, consume_all, produce, task_status
+from tests.integration.connector_support import (connector_broker, consume_all, delete_every_connector, produce,
+                                                 task_status)
+from tests.integration.kafka_support import unique
 from tests.integration.nativewire import RawNativeConnection
 from tests.integration.redisprocess import RedisProcess, running_redis
 from tests.poison import poison_batch
@@ -64,9 +66,18 @@ class GarbageServer:
         self._listener.close()
 
 
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module's tests (each uses its own topics and connector names)."""
+    yield from running(connector_broker(tmp_path_factory.mktemp("connectors-hostile") / "data"))
+
+
 @pytest.fixture
-def broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
-    yield from running(connector_broker(tmp_path / "data"))
+def broker(module_broker: BrokerProcess) -> Iterator[BrokerProcess]:
+    """The module's broker; the test's connectors are deleted when it ends."""
+    yield module_broker
+    with Admin(module_broker.bootstrap) as admin:
+        delete_every_connector(admin)
 
 
 @pytest.fixture
@@ -126,39 +137,41 @@ def test_the_cli_creates_lists_describes_pauses_resumes_and_deletes_connectors(
 def test_a_redis_url_reaching_something_else_is_reported_and_the_broker_keeps_serving(
         broker: BrokerProcess, reply: bytes, problem: str) -> None:
     server = GarbageServer(reply)
+    topic, sink, source = unique("readings"), unique("sink"), unique("source")
     try:
-        produce(broker.bootstrap, "readings", [(b"k", b"v")])
+        produce(broker.bootstrap, topic, [(b"k", b"v")])
         with Admin(broker.bootstrap) as admin:
-            admin.create_connector("sink", {"type": "redis-sink", "topics": "readings",
+            admin.create_connector(sink, {"type": "redis-sink", "topics": topic,
                                             "redis.url": f"redis://127.0.0.1:{server.port}"})
-            admin.create_connector("source", {"type": "redis-source", "topic": "from-redis", "redis.stream": "s",
+            admin.create_connector(source, {"type": "redis-source", "topic": unique("from-redis"), "redis.stream": "s",
                                               "redis.url": f"redis://127.0.0.1:{server.port}"})
-        for name in ("sink", "source"):
+        for name in (sink, source):
             status = wait_for(lambda n=name: (s := task_status(broker.bootstrap, n)).metrics.outages_total >= 1 and s,
                               what=f"{name} reporting the outage", timeout_s=60)
             assert status.state is TaskState.BACKOFF and "is it a Redis server?" in (status.metrics.last_error or "")
             assert problem in (status.metrics.last_error or "")
-        produce(broker.bootstrap, "readings", [(b"k", b"still served")])
-        assert [message.value for message in consume_all(broker.bootstrap, "readings", 2)] == [b"v", b"still served"]
-        assert 'mqbroker_connector_task_state{connector="sink",state="backoff"' in metrics(broker)
+        produce(broker.bootstrap, topic, [(b"k", b"still served")])
+        assert [message.value for message in consume_all(broker.bootstrap, topic, 2)] == [b"v", b"still served"]
+        assert f'mqbroker_connector_task_state{{connector="{sink}",state="backoff"' in metrics(broker)
     finally:
         server.close()
 
 
 def test_a_redis_that_vanishes_leaves_the_task_backing_off_and_the_connector_deletable(
         broker: BrokerProcess, redis_server: RedisProcess) -> None:
-    produce(broker.bootstrap, "readings", [(None, b"%d" % i) for i in range(20)])
+    topic, sink = unique("readings"), unique("sink")
+    produce(broker.bootstrap, topic, [(None, b"%d" % i) for i in range(20)])
     with Admin(broker.bootstrap) as admin:
-        admin.create_connector("sink", {"type": "redis-sink", "topics": "readings", "redis.url": redis_server.url()})
-    wait_for(lambda: redis_server.client().xlen("readings") == 20, what="20 entries")
+        admin.create_connector(sink, {"type": "redis-sink", "topics": topic, "redis.url": redis_server.url()})
+    wait_for(lambda: redis_server.client().xlen(topic) == 20, what="20 entries")
     redis_server.kill()
-    produce(broker.bootstrap, "readings", [(None, b"after")])
-    status = wait_for(lambda: (s := task_status(broker.bootstrap, "sink")).metrics.in_outage and s,
+    produce(broker.bootstrap, topic, [(None, b"after")])
+    status = wait_for(lambda: (s := task_status(broker.bootstrap, sink)).metrics.in_outage and s,
                       what="the outage reported", timeout_s=60)
     assert status.state is TaskState.BACKOFF and "Redis" in (status.metrics.last_error or "")
     assert status.metrics.lag_records >= 1, "the record produced since is still to copy"
     with Admin(broker.bootstrap) as admin:
-        admin.alter_connector("sink", "delete")
+        admin.alter_connector(sink, "delete")
         assert admin.describe_connectors() == []
 
 
@@ -197,23 +210,24 @@ def test_stream_entries_larger_than_a_batch_fail_the_task_or_are_skipped_and_big
 
 def test_a_poison_batch_in_a_topic_the_sink_reads_is_skipped_counted_and_copying_goes_on(
         broker: BrokerProcess, redis_server: RedisProcess) -> None:
+    topic, sink = unique("readings"), unique("sink")
     with Admin(broker.bootstrap) as admin:
-        admin.create_topics(["readings"], partitions=1)
-    produce(broker.bootstrap, "readings", [(None, b"before")])
+        admin.create_topics([topic], partitions=1)
+    produce(broker.bootstrap, topic, [(None, b"before")])
     raw = RawNativeConnection(broker.ports["native"])
     try:
         answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
-            name="readings", partitions=(m.ProducePartition(partition_index=0, records=poison_batch()),)),)))
+            name=topic, partitions=(m.ProducePartition(partition_index=0, records=poison_batch()),)),)))
     finally:
         raw.close()
     assert answer.topics[0].partitions[0].error_code == 0, "a plain topic takes the batch (its CRC is right)"
-    produce(broker.bootstrap, "readings", [(None, b"after")])
+    produce(broker.bootstrap, topic, [(None, b"after")])
     with Admin(broker.bootstrap) as admin:
-        admin.create_connector("sink", {"type": "redis-sink", "topics": "readings", "redis.url": redis_server.url()})
-    wait_for(lambda: redis_server.client().xlen("readings") == 2, what="the records around the poison batch")
-    values = [fields[b"value"] for _, fields in redis_server.client().xrange("readings")]
+        admin.create_connector(sink, {"type": "redis-sink", "topics": topic, "redis.url": redis_server.url()})
+    wait_for(lambda: redis_server.client().xlen(topic) == 2, what="the records around the poison batch")
+    values = [fields[b"value"] for _, fields in redis_server.client().xrange(topic)]
     assert values == [b"before", b"after"]
-    assert 'mqbroker_unreadable_batches_total{reader="connector sink/0",topic="readings"} 1.0' in metrics(broker)
-    status = task_status(broker.bootstrap, "sink")
-    assert status.state is TaskState.RUNNING and "undecodable batch of readings-0 at offsets 1..1" in (
+    assert f'mqbroker_unreadable_batches_total{{reader="connector {sink}/0",topic="{topic}"}} 1.0' in metrics(broker)
+    status = task_status(broker.bootstrap, sink)
+    assert status.state is TaskState.RUNNING and f"undecodable batch of {topic}-0 at offsets 1..1" in (
         status.metrics.last_error or "")

@@ -20,7 +20,8 @@ from mqbroker.client import Admin
 from mqbroker.connector_model import TaskState
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.clusterprocess import wait_for
-from tests.integration.connector_support import connector_broker, consume_all, produce, read_to_end, task_status
+from tests.integration.connector_support import (connector_broker, consume_all, delete_every_connector, produce,
+                                                 read_to_end, task_status)
 from tests.integration.redisprocess import RedisProcess, running_redis
 
 
@@ -29,9 +30,18 @@ def redis_server(tmp_path: pathlib.Path) -> Iterator[RedisProcess]:
     yield from running_redis(tmp_path / "redis")
 
 
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests that leave it running (each uses its own topics and connector names)."""
+    yield from running(connector_broker(tmp_path_factory.mktemp("connectors-redis") / "data"))
+
+
 @pytest.fixture
-def broker(tmp_path: pathlib.Path) -> Iterator[BrokerProcess]:
-    yield from running(connector_broker(tmp_path / "data"))
+def broker(module_broker: BrokerProcess) -> Iterator[BrokerProcess]:
+    """The module's broker; the test's connectors are deleted when it ends."""
+    yield module_broker
+    with Admin(module_broker.bootstrap) as admin:
+        delete_every_connector(admin)
 
 
 def stream_positions(server: RedisProcess, stream: str, database: int = 0) -> list[tuple[int, int]]:

@@ -21,14 +21,23 @@ from mqbroker.connector_model import TaskState
 from mqbroker.connectors.state import CONNECTORS_TOPIC
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.clusterprocess import wait_for
-from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, produce
+from tests.integration.connector_support import FAST_CONNECTORS, connector_broker, delete_every_connector, produce
 from tests.integration.redisprocess import RedisProcess, running_redis
 from tests.integration.security_support import SecuredBroker, acl, start_secured_broker
 
 
+@pytest.fixture(scope="module")
+def module_secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    """One secured broker for the module's tests (each uses its own topics and connector names)."""
+    yield from start_secured_broker(tmp_path_factory.mktemp("connectors-security") / "secured", tuple(FAST_CONNECTORS))
+
+
 @pytest.fixture
-def secured(tmp_path: pathlib.Path) -> Iterator[SecuredBroker]:
-    yield from start_secured_broker(tmp_path / "secured", tuple(FAST_CONNECTORS))
+def secured(module_secured: SecuredBroker) -> Iterator[SecuredBroker]:
+    """The module's secured broker; the test's connectors are deleted when it ends."""
+    yield module_secured
+    with module_secured.admin() as admin:
+        delete_every_connector(admin)
 
 
 @pytest.fixture
