@@ -105,12 +105,12 @@ def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "", *, stop
     messages: list[QueuedMessage] = []
     unreadable: list[UnreadableBatch] = []
     budget = DecompressionBudget()
-    if recent is None:
-        def decode(batch: memoryview, header: Any) -> list[QueuedMessage]:
-            return budget.decode(batch, header, queued_message, _message_bytes)
-    else:
-        def decode(batch: memoryview, header: Any) -> list[QueuedMessage]:
+
+    def decode(batch: memoryview, header: Any) -> list[QueuedMessage]:
+        if recent is not None:
             return recent.decode(budget, batch, header)
+        return budget.decode(batch, header, queued_message, _message_bytes)
+
     batches = readable_batches(records, skip_below, topic=topic, partition=0, skipped=unreadable.append, decode=decode)
     try:
         for header, decoded in batches:
