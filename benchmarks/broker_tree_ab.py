@@ -1,0 +1,159 @@
+"""Brokers built from several source trees, measured by the same client, alternating: did a change cost anything?
+
+Run ``python benchmarks/broker_tree_ab.py [--rounds N] [--client TREE] TREE [TREE ...]`` where each TREE is a
+source checkout (e.g. ``git archive <commit> | tar -x -C /tmp/old``; build the C record decoder in it with
+``python setup.py -q build_ext --inplace`` where it has one). For each round and tree (the order reverses every
+round) it starts that tree's broker (``twistd -n mqbroker`` with the tree first on ``PYTHONPATH``, free ports, a
+fresh data directory) and runs ``mqbroker bench`` from the client tree (default: each tree's own client) against it:
+
+* ``bench produce`` (1,000,000 × 100 B, acks=1) and ``bench consume`` of what it wrote: messages/s;
+* ``bench e2e`` (5,000 msg/s, acks=all, fsync before ack): latency percentiles from send to receipt;
+* the broker's CPU time per message in each (from /proc, process and threads).
+
+Pinning ``--client`` to one tree isolates the broker; leaving it out compares whole releases. The table gives
+medians over the rounds and the ratio of each tree to the first; ``--json`` prints every round instead.
+This is how the layout change (issue 16) was checked against the tree before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cputime import process_tree_cpu_s
+
+LISTENERS = ("native", "mqtt", "amqp", "http")
+FIGURES = (
+    ("produce msg/s", "produce", "messages_per_s"),
+    ("produce broker CPU µs/msg", "produce", "broker_cpu_us"),
+    ("consume msg/s", "consume", "messages_per_s"),
+    ("e2e p50 ms", "e2e", "p50"),
+    ("e2e p99 ms", "e2e", "p99"),
+    ("e2e broker CPU µs/msg", "e2e", "broker_cpu_us"),
+)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class TreeBroker:
+    """One broker run from a source tree, on free ports with a fresh data directory."""
+
+    def __init__(self, tree: Path) -> None:
+        self.tree = tree
+        self.work = Path(tempfile.mkdtemp(prefix="tree-ab-"))
+        self.ports = {name: free_port() for name in LISTENERS}
+        command = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+                   "mqbroker", "--data-dir", str(self.work / "data"), "--controller-port", "0"]
+        command += [argument for name, port in self.ports.items() for argument in (f"--{name}-port", str(port))]
+        if "kafka_port" in (tree / "mqbroker" / "config.py").read_text():  # trees from before the Kafka front end
+            command += ["--kafka-port", "0"]
+        self.process = subprocess.Popen(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                                        stdout=(self.work / "broker.log").open("w"), stderr=subprocess.STDOUT)
+        self._wait_ready()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ports['native']}"
+
+    def _wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['http']}/ready", timeout=1) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"broker of {self.tree} not ready:\n{(self.work / 'broker.log').read_text()[-2000:]}")
+
+    def cpu_s(self) -> float:
+        return process_tree_cpu_s(self.process.pid)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def cli_bench(client: Path, bootstrap: str, arguments: list[str]) -> dict[str, Any]:
+    """One ``mqbroker bench`` run from the client tree; its JSON summary."""
+    command = [sys.executable, "-c", "import sys; from mqbroker.cli import main; sys.exit(main())", "bench",
+               *arguments, "-b", bootstrap, "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=client, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(client)})
+    if done.returncode:
+        raise RuntimeError(f"bench {' '.join(arguments)} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(tree: Path, client: Path, e2e_messages: int) -> dict[str, dict[str, float]]:
+    """One round on one tree: produce, consume and e2e against a fresh broker."""
+    broker = TreeBroker(tree)
+    try:
+        figures: dict[str, dict[str, float]] = {}
+        topic = f"tree-ab-{os.getpid()}-{time.time_ns()}"
+        for mode, arguments, messages in (
+            ("produce", ["produce", "--topic", topic, "--messages", "1000000"], 1_000_000),
+            ("consume", ["consume", "--topic", topic, "--messages", "1000000"], 1_000_000),
+            ("e2e", ["e2e", "--messages", str(e2e_messages)], e2e_messages),
+        ):
+            before = broker.cpu_s()
+            result = cli_bench(client, broker.bootstrap, arguments)
+            figures[mode] = {"messages_per_s": result["messages_per_s"],
+                             "broker_cpu_us": (broker.cpu_s() - before) / messages * 1e6,
+                             **result.get("latency_ms", {})}
+        return figures
+    finally:
+        broker.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trees", nargs="+", type=Path, help="source trees; ratios are to the first")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the order of the trees")
+    parser.add_argument("--client", type=Path, help="run every bench with this tree's client [default: each tree's own]")
+    parser.add_argument("--e2e-messages", type=int, default=30_000, help="messages of each e2e run (at 5,000/s)")
+    parser.add_argument("--json", action="store_true", help="print every round as JSON instead of the table")
+    arguments = parser.parse_args()
+    trees = [tree.resolve() for tree in arguments.trees]
+    rounds: dict[Path, list[dict[str, dict[str, float]]]] = {tree: [] for tree in trees}
+    for number in range(arguments.rounds):
+        for tree in trees if number % 2 == 0 else trees[::-1]:
+            progress(f"-- round {number + 1}: {tree}")
+            rounds[tree].append(measure(tree, (arguments.client or tree).resolve(), arguments.e2e_messages))
+    if arguments.json:
+        print(json.dumps({str(tree): runs for tree, runs in rounds.items()}))
+        return 0
+    load = os.getloadavg()[0]
+    print(f"medians of {arguments.rounds} round(s); load average {load:.1f} at the end; ratio to {trees[0]}")
+    print(f"{'':28}" + "".join(f"{tree.name[-14:]:>16}{'ratio':>8}" for tree in trees))
+    for label, mode, key in FIGURES:
+        medians = [statistics.median(run[mode][key] for run in rounds[tree]) for tree in trees]
+        print(f"{label:28}" + "".join(f"{value:16,.2f}{value / medians[0]:8.2f}" for value in medians))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
