@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections import deque
 from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
@@ -56,6 +57,8 @@ from mqbroker.protocols.amqp.vhost import VirtualHost
 from mqbroker.protocols.throttle import throttles
 
 _session_ids = itertools.count(1)
+_QUEUE = operator.attrgetter("queue")
+_MESSAGE_REF = operator.attrgetter("message_ref")
 
 
 class AmqpSession:
@@ -385,8 +388,12 @@ class AmqpSession:
     def _settle_all(self, deliveries: tuple[Unacked, ...], outcome: Outcome) -> None:
         """Settle per queue in one go: one state change and one dispatch per queue, not per message."""
         by_queue: dict[str, list[Hashable]] = {}
-        for delivery in deliveries:
-            by_queue.setdefault(delivery.queue, []).append(delivery.message_ref)
+        names = set(map(_QUEUE, deliveries))
+        if len(names) == 1:  # a consumer's (multiple) ack: all from one queue
+            by_queue[names.pop()] = list(map(_MESSAGE_REF, deliveries))
+        else:
+            for delivery in deliveries:
+                by_queue.setdefault(delivery.queue, []).append(delivery.message_ref)
         for name, references in by_queue.items():
             queue = self._vhost.queues.get(name)
             if queue is not None:
