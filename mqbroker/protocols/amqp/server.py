@@ -82,6 +82,9 @@ class AmqpSession:
         self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
         self._waiting: deque[tuple[Callable[[Any], Deferred[None] | None], Action]] = deque()
         self._confirms = ConfirmRuns(self.connection, self._confirmed)
+        #: Runs of confirms settled in this reactor turn, [channel, first, last, stored], sent at its end.
+        self._settled_runs: list[list[Any]] = []
+        self._confirm_call: IDelayedCall | None = None
         self._unstored: dict[BatchStored, int] = {}  # body bytes published into each unsettled batch
         self._transaction_batches: dict[int, list[BatchStored]] = {}  # channel → its committed publishes' batches
         self._unstored_bytes = 0
@@ -484,7 +487,25 @@ class AmqpSession:
                 queue.dispatch()
 
     def _confirmed(self, channel: int, first: int, last: int, stored: bool) -> None:
-        self.connection.publish_settled_range(channel, first, last, stored=stored)
+        """A run of confirmed publishes settled: answered at the end of this reactor turn, with the runs the same
+        fsync round settled (one per batch, and a batch per turn of publishes): consecutive runs of one outcome
+        as one basic.ack (multiple), all in one write. Answered at once, each run cost a write (5% of the
+        broker's samples publishing with pika) and pika the handling of one more frame."""
+        runs = self._settled_runs
+        if runs and runs[-1][0] == channel and runs[-1][2] + 1 == first and runs[-1][3] is stored:
+            runs[-1][2] = last
+        else:
+            runs.append([channel, first, last, stored])
+        if self._confirm_call is None:
+            self._confirm_call = self._reactor.callLater(0, self._send_confirms)
+
+    def _send_confirms(self) -> None:
+        self._confirm_call = None
+        runs, self._settled_runs = self._settled_runs, []
+        if self._closed:
+            return
+        for channel, first, last, stored in runs:
+            self.connection.publish_settled_range(channel, first, last, stored=stored)
         self.flush()
 
 
