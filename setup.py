@@ -50,6 +50,9 @@ SPARK_REQUIREMENTS = ["pyspark>=4.0", "pyarrow>=15"]
 # reference decoder, several times slower (mqbroker.records.decoder.COMPILED_SECTION_DECODER says which).
 EXTENSIONS = [
     Extension("mqbroker.records._section", ["mqbroker/records/_section.c"], optional=True),
+    # an AMQP share queue's deliveries, a fetch's worth at once (the reference: protocols/amqp/delivery_frames.py)
+    Extension("mqbroker.protocols.amqp._delivery_frames", ["mqbroker/protocols/amqp/_delivery_frames.c"],
+              optional=True),
 ]
 
 setup(

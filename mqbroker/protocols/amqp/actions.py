@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Hashable, Mapping
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 from mqbroker.protocols.amqp.spec import BasicProperties, Method
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+#: ``Delivery`` and ``Publish`` are made once per message: plain (not frozen) slotted dataclasses, as the frames
+#: are (``codec.py``); nothing changes one after it is made.
+@dataclasses.dataclass(slots=True, kw_only=True)
 class Delivery:
     """A message the adapter hands to a consumer or a basic.get.
 
@@ -32,9 +34,9 @@ class Delivery:
     body: bytes
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Unacked:
-    """A delivery the client has not settled yet."""
+class Unacked(NamedTuple):
+    """A delivery the client has not settled yet (a named tuple: the channel makes one per delivery, and a
+    fetch's worth at once with ``tuple.__new__``, without a Python call each)."""
 
     delivery_tag: int
     consumer_tag: str | None  # None for basic.get
@@ -97,7 +99,7 @@ class Cancel:
     consumer_tag: str
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class Publish:
     """Route and store one complete message.
 

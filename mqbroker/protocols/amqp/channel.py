@@ -21,7 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+import functools
+import operator
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from itertools import repeat, takewhile
+from typing import Any
 
 from mqbroker import limits
 from mqbroker.protocols.amqp import codec, fields, spec
@@ -38,8 +43,15 @@ from mqbroker.protocols.amqp.actions import (
     Settle,
     Unacked,
 )
+from mqbroker.protocols.amqp.delivery_frames import encode_deliveries
 from mqbroker.protocols.amqp.held_bytes import HeldBytes
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
+
+# Bound here, not imported: see docs/architecture.md, "Hot paths".
+_encode_deliveries = encode_deliveries
+_new_unacked = functools.partial(tuple.__new__, Unacked)
+_FIRST = operator.itemgetter(0)
+_CONSUMER_TAG = operator.itemgetter(1)
 
 SettlingMethod = spec.BasicAck | spec.BasicNack | spec.BasicReject
 #: ``delivery_window`` when no prefetch limit applies.
@@ -250,6 +262,25 @@ class Channel:
         self._output.delivered_bytes += len(encoded)
         self._output.send(encoded)
 
+    def deliver_rows(self, consumer_tag: str, queue: str, rows: Sequence[Sequence[Any]],
+                     redelivered: Collection[int]) -> None:
+        """Send stored messages to a consumer at once (``delivery_frames``: rows ``(offset, key, value, headers,
+        ...)``, the offset as each one's ``message_ref``; those whose offset is in ``redelivered`` flagged so); the
+        adapter checked ``delivery_window`` first."""
+        consumer = self.consumers[consumer_tag]
+        first = self.next_delivery_tag
+        count = len(rows)
+        self.next_delivery_tag = first + count
+        encoded = _encode_deliveries(rows, redelivered, self.number, consumer.encoded_tag, first,
+                                     self._output.frame_max)
+        if not consumer.no_ack:
+            tags = range(first, first + count)
+            self.unacked.update(zip(tags, map(_new_unacked, zip(tags, repeat(consumer_tag), repeat(queue),
+                                                                map(_FIRST, rows)))))
+            consumer.unacked_count += count
+        self._output.delivered_bytes += len(encoded)
+        self._output.send(encoded)
+
     def get_ok(self, delivery: Delivery, message_count: int, *, no_ack: bool) -> None:
         """Answer a basic.get with a message."""
         tag = self._track(None, delivery, no_ack)
@@ -271,20 +302,20 @@ class Channel:
         return tag
 
     def _settle(self, delivery_tag: int, multiple: bool, outcome: Outcome) -> list[Action]:
-        if multiple:
-            settled = [tag for tag in self.unacked if delivery_tag == 0 or tag <= delivery_tag]
+        if multiple:  # ``unacked`` is in tag order: the tags up to delivery_tag are its head
+            settled = list(self.unacked) if delivery_tag == 0 else list(takewhile(delivery_tag.__ge__, self.unacked))
         else:
             settled = [delivery_tag] if delivery_tag in self.unacked else []
         if not settled and not (multiple and delivery_tag == 0):
             raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}")
-        deliveries = tuple(self.unacked.pop(tag) for tag in settled)
+        deliveries = tuple(map(self.unacked.pop, settled))
         if not deliveries:
             return []
         freed: set[str] = set()
-        for delivery in deliveries:
-            consumer = self.consumers.get(delivery.consumer_tag or "")
+        for tag, count in Counter(map(_CONSUMER_TAG, deliveries)).items():
+            consumer = self.consumers.get(tag or "")
             if consumer is not None:
-                consumer.unacked_count -= 1
+                consumer.unacked_count -= count
                 freed.add(consumer.tag)
         actions: list[Action] = [Settle(channel=self.number, deliveries=deliveries, outcome=outcome)]
         if self.channel_prefetch and self.consumers:

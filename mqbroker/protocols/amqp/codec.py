@@ -60,7 +60,10 @@ _REPEATING_METHODS: frozenset[type[Method]] = frozenset({BasicPublish})
 HEARTBEAT_FRAME = _FRAME_HEADER.pack(FrameType.HEARTBEAT, 0, 0) + bytes([FRAME_END])
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+#: Frames are made once per frame on the hot path (three per published message): they are plain (not frozen)
+#: slotted dataclasses, as MQTT's PUBLISH is (``mqtt/packets.py``), since a frozen dataclass's __init__ sets each
+#: field through object.__setattr__; nothing changes one after it is made.
+@dataclasses.dataclass(slots=True, kw_only=True)
 class MethodFrame:
     """A decoded method on a channel."""
 
@@ -68,7 +71,7 @@ class MethodFrame:
     method: Method
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class HeaderFrame:
     """A content header: body size and properties, plus the property bytes as received.
 
@@ -83,7 +86,7 @@ class HeaderFrame:
     properties_raw: bytes
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class BodyFrame:
     """One chunk of a message body."""
 
@@ -157,8 +160,18 @@ def encode_deliver(
 
     ``consumer_tag`` comes already encoded as a shortstr (the channel encodes it once per consumer).
     """
+    return encode_deliver_raw(channel, consumer_tag, delivery_tag, redelivered,
+                              exchange.encode("utf-8", "surrogateescape"), routing_key.encode("utf-8", "surrogateescape"),
+                              properties_raw, body, frame_bytes_max)
+
+
+def encode_deliver_raw(
+    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, exchange: bytes, routing_key: bytes,
+    properties_raw: bytes, body: bytes, frame_bytes_max: int,
+) -> bytes:
+    """``encode_deliver`` with the exchange and routing key as the bytes of their shortstrs (as stored)."""
     arguments = b"".join((consumer_tag, _DELIVERY_TAG.pack(delivery_tag, redelivered),
-                          fields.shortstr(exchange), fields.shortstr(routing_key)))
+                          fields.shortstr_bytes(exchange), fields.shortstr_bytes(routing_key)))
     method_frame = _DELIVER_FRAME_HEAD.pack(FrameType.METHOD, channel, len(arguments) + 4, BASIC_CLASS_ID, 60)
     return _with_content(method_frame + arguments + _FRAME_END_BYTE, channel, properties_raw, body, frame_bytes_max)
 

@@ -15,6 +15,7 @@ waits (bounded) for close-ok. Either way the unacked deliveries come back to the
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from mqbroker import limits
@@ -356,6 +357,12 @@ class Connection:
     def deliver(self, channel: int, consumer_tag: str, delivery: Delivery) -> None:
         """Send one message to a consumer; the adapter checked ``delivery_window`` first."""
         self._channels[channel].deliver(consumer_tag, delivery)
+
+    def deliver_rows(self, channel: int, consumer_tag: str, queue: str, rows: Sequence[Sequence[Any]],
+                     redelivered: Collection[int]) -> None:
+        """Send stored messages to one consumer at once (``Channel.deliver_rows``); the adapter checked
+        ``delivery_window`` first."""
+        self._channels[channel].deliver_rows(consumer_tag, queue, rows, redelivered)
 
     def get_ok(self, channel: int, delivery: Delivery, message_count: int, *, no_ack: bool) -> None:
         """Answer a basic.get with a message."""

@@ -210,9 +210,13 @@ class Writer:
 
 def shortstr(text: str) -> bytes:
     """A shortstr: 1-byte length, then at most 255 bytes of UTF-8."""
-    encoded = text.encode("utf-8", "surrogateescape")
+    return shortstr_bytes(text.encode("utf-8", "surrogateescape"))
+
+
+def shortstr_bytes(encoded: bytes) -> bytes:
+    """A shortstr of bytes already encoded: 1-byte length, then at most 255 of them (``ValueError`` beyond)."""
     if len(encoded) > 255:
-        raise ValueError(f"short string of {len(encoded)} bytes exceeds 255: {text[:40]!r}...")
+        raise ValueError(f"short string of {len(encoded)} bytes exceeds 255: {bytes(encoded[:40])!r}...")
     return _OCTET.pack(len(encoded)) + encoded
 
 

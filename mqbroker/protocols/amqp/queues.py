@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Hashable
-from typing import Any, Protocol
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -30,6 +30,7 @@ from mqbroker.protocols.amqp.queue_state import (
 from mqbroker.protocols.amqp.stored import (
     DecompressionBudget,
     FetchBudgetSpent,
+    MessageRow,
     QueueDeclaration,
     StoredMessage,
     queue_topic,
@@ -37,6 +38,7 @@ from mqbroker.protocols.amqp.stored import (
 )
 from mqbroker.records.readable import UnreadableBatch, readable_batches
 
+T = TypeVar("T")
 ConsumerKey = tuple[int, int, str | None]  # (session id, channel, consumer tag; None for basic.get)
 
 
@@ -77,41 +79,50 @@ class RecentBatch:
 
     def __init__(self) -> None:
         self._key: tuple[int, int] | None = None
-        self._messages: list[QueuedMessage] = []
+        self._rows: list[MessageRow] = []
 
-    def decode(self, budget: DecompressionBudget, batch: memoryview, header: Any) -> list[QueuedMessage]:
-        """The batch's messages: kept from the last call when it is the same batch, else decoded (and kept)."""
+    def decode(self, budget: DecompressionBudget, batch: memoryview, header: Any) -> list[MessageRow]:
+        """The batch's rows: kept from the last call when it is the same batch, else decoded (and kept)."""
         key = (header.base_offset, header.crc)
         if key != self._key:
-            self._messages = budget.decode(batch, header, queued_message, _message_bytes)
+            self._rows = budget.decode_rows(batch, header)
             self._key = key
-        return self._messages
+        return self._rows
 
     def forget_through(self, offset: int) -> None:
         """Nothing up to ``offset`` will be read again soon: drop the batch if it ends there."""
-        if self._messages and self._messages[-1].offset <= offset:
-            self._key, self._messages = None, []
+        if self._rows and self._rows[-1].offset <= offset:
+            self._key, self._rows = None, []
 
 
-def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "", *, stop_after: int | None = None,
-                   recent: RecentBatch | None = None) -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
+def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "") -> tuple[list[QueuedMessage],
+                                                                                   list[UnreadableBatch]]:
     """Whole record batches from a fetch → the queue's view of their records and the batches that do not decode
-    (batches wholly below ``skip_below`` are not decoded: the queue has them already; nor are those after the one
-    holding ``stop_after``). ``recent``: the reader's last decoded batch, reused when the fetch holds it again.
+    (batches wholly below ``skip_below`` are not decoded: the queue has them already).
 
     Stops early, at a batch boundary, once the fetch's decompression budget is spent (the next fetch reads on).
     Raises ``CorruptRecordError`` only for a batch header that does not read (nothing after it can be found).
     """
-    messages: list[QueuedMessage] = []
+    return _decode_fetched(records, skip_below, topic, None, lambda budget, batch, header: budget.decode(
+        batch, header, queued_message, _message_bytes))
+
+
+def decode_fetched_rows(records: bytes, skip_below: int, topic: str, *, stop_after: int,
+                        recent: RecentBatch) -> tuple[list[MessageRow], list[UnreadableBatch]]:
+    """``decode_fetched`` for a share queue's leases: the records as ``MessageRow``s (decoded with no Python call
+    per record), no batch decoded after the one holding ``stop_after``; ``recent``, the reader's last decoded
+    batch, is reused when the fetch holds it again."""
+    return _decode_fetched(records, skip_below, topic, stop_after, recent.decode)
+
+
+def _decode_fetched(records: bytes, skip_below: int, topic: str, stop_after: int | None,
+                    decode: Callable[[DecompressionBudget, memoryview, Any], list[T]]) -> tuple[list[T],
+                                                                                             list[UnreadableBatch]]:
+    messages: list[T] = []
     unreadable: list[UnreadableBatch] = []
     budget = DecompressionBudget()
-
-    def decode(batch: memoryview, header: Any) -> list[QueuedMessage]:
-        if recent is not None:
-            return recent.decode(budget, batch, header)
-        return budget.decode(batch, header, queued_message, _message_bytes)
-
-    batches = readable_batches(records, skip_below, topic=topic, partition=0, skipped=unreadable.append, decode=decode)
+    batches = readable_batches(records, skip_below, topic=topic, partition=0, skipped=unreadable.append,
+                               decode=lambda batch, header: decode(budget, batch, header))
     try:
         for header, decoded in batches:
             messages += decoded

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections import deque
 from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
@@ -56,6 +57,8 @@ from mqbroker.protocols.amqp.vhost import VirtualHost
 from mqbroker.protocols.throttle import throttles
 
 _session_ids = itertools.count(1)
+_QUEUE = operator.attrgetter("queue")
+_MESSAGE_REF = operator.attrgetter("message_ref")
 
 
 class AmqpSession:
@@ -79,6 +82,9 @@ class AmqpSession:
         self._serial: Deferred[None] | None = None  # the broker-side method running now, if any
         self._waiting: deque[tuple[Callable[[Any], Deferred[None] | None], Action]] = deque()
         self._confirms = ConfirmRuns(self.connection, self._confirmed)
+        #: Runs of confirms settled in this reactor turn, [channel, first, last, stored], sent at its end.
+        self._settled_runs: list[list[Any]] = []
+        self._confirm_call: IDelayedCall | None = None
         self._unstored: dict[BatchStored, int] = {}  # body bytes published into each unsettled batch
         self._transaction_batches: dict[int, list[BatchStored]] = {}  # channel → its committed publishes' batches
         self._unstored_bytes = 0
@@ -385,8 +391,12 @@ class AmqpSession:
     def _settle_all(self, deliveries: tuple[Unacked, ...], outcome: Outcome) -> None:
         """Settle per queue in one go: one state change and one dispatch per queue, not per message."""
         by_queue: dict[str, list[Hashable]] = {}
-        for delivery in deliveries:
-            by_queue.setdefault(delivery.queue, []).append(delivery.message_ref)
+        names = set(map(_QUEUE, deliveries))
+        if len(names) == 1:  # a consumer's (multiple) ack: all from one queue
+            by_queue[names.pop()] = list(map(_MESSAGE_REF, deliveries))
+        else:
+            for delivery in deliveries:
+                by_queue.setdefault(delivery.queue, []).append(delivery.message_ref)
         for name, references in by_queue.items():
             queue = self._vhost.queues.get(name)
             if queue is not None:
@@ -477,7 +487,25 @@ class AmqpSession:
                 queue.dispatch()
 
     def _confirmed(self, channel: int, first: int, last: int, stored: bool) -> None:
-        self.connection.publish_settled_range(channel, first, last, stored=stored)
+        """A run of confirmed publishes settled: answered at the end of this reactor turn, with the runs the same
+        fsync round settled (one per batch, and a batch per turn of publishes): consecutive runs of one outcome
+        as one basic.ack (multiple), all in one write. Answered at once, each run cost a write (5% of the
+        broker's samples publishing with pika) and pika the handling of one more frame."""
+        runs = self._settled_runs
+        if runs and runs[-1][0] == channel and runs[-1][2] + 1 == first and runs[-1][3] is stored:
+            runs[-1][2] = last
+        else:
+            runs.append([channel, first, last, stored])
+        if self._confirm_call is None:
+            self._confirm_call = self._reactor.callLater(0, self._send_confirms)
+
+    def _send_confirms(self) -> None:
+        self._confirm_call = None
+        runs, self._settled_runs = self._settled_runs, []
+        if self._closed:
+            return
+        for channel, first, last, stored in runs:
+            self.connection.publish_settled_range(channel, first, last, stored=stored)
         self.flush()
 
 

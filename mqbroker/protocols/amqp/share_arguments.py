@@ -14,6 +14,10 @@ from mqbroker.protocols.amqp.stored import dead_letter_topic
 from mqbroker.shares.delays import DELAY_HEADER
 
 
+#: The ``headers`` property's bit in the first byte of the property flags (bit 13 of 15..2, content order).
+_HEADERS_FLAG = 1 << (13 - 8)
+
+
 def takes_share_default(*, durable: bool, exclusive: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> bool:
     """Whether a declaration may become a share queue under ``amqp_default_queue_type = share``: it names no
     type, and nothing in it needs a classic queue (non-durable, exclusive or auto-deleted queues live with a
@@ -42,6 +46,8 @@ def share_group_configs(queue: str, arguments: Mapping[str, Any]) -> dict[str, s
 
 def delay_header(properties_raw: bytes) -> tuple[tuple[str, bytes], ...]:
     """The record header scheduling a message whose ``x-delay`` header is a positive number of ms (else none)."""
+    if not properties_raw[:1] or not properties_raw[0] & _HEADERS_FLAG:
+        return ()  # no headers property (nearly every message): nothing to decode
     try:
         headers = decode_properties(properties_raw).headers or {}
     except AmqpError:
@@ -58,8 +64,11 @@ def delay_header(properties_raw: bytes) -> tuple[tuple[str, bytes], ...]:
 
 def ranges_of(offsets: list[int]) -> list[tuple[int, int]]:
     """Sorted offsets as consecutive ``(first, last)`` ranges."""
+    unique = sorted(set(offsets))
+    if unique and unique[-1] - unique[0] + 1 == len(unique):  # one run (a multiple ack): no walk
+        return [(unique[0], unique[-1])]
     ranges: list[list[int]] = []
-    for offset in sorted(set(offsets)):
+    for offset in unique:
         if ranges and ranges[-1][1] + 1 == offset:
             ranges[-1][1] = offset
         else:

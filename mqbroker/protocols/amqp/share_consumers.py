@@ -7,9 +7,12 @@ purge, expiry, ``basic.get`` and ``x-expires``.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
+import operator
 from collections.abc import Hashable
+from itertools import repeat
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList
@@ -20,23 +23,27 @@ from mqbroker.model import LATEST_TIMESTAMP, AcknowledgeType
 from mqbroker.protocols.amqp.actions import Outcome
 from mqbroker.protocols.amqp.appender import all_settled
 from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
-from mqbroker.protocols.amqp.queue_state import QueuedMessage, is_expired
+from mqbroker.protocols.amqp.queue_state import is_expired
 from mqbroker.protocols.amqp.queues import (
     BaseQueue,
     Consumer,
     ConsumerKey,
     QueueHost,
     RecentBatch,
-    decode_fetched,
-    delivery_of,
+    decode_fetched_rows,
 )
 from mqbroker.protocols.amqp.share_arguments import ranges_of, share_group_configs
 from mqbroker.protocols.amqp.share_view import LostLeaseSuspects
-from mqbroker.protocols.amqp.stored import QueueDeclaration
+from mqbroker.protocols.amqp.stored import MessageRow, QueueDeclaration, is_plain
 from mqbroker.shares import messages as share
+from mqbroker.shares.partition_values import AcquiredRange
 
+_OFFSET = operator.itemgetter(0)
+_FIRST = operator.attrgetter("first")
 _OUTCOMES = {Outcome.ACK: AcknowledgeType.ACCEPT, Outcome.REQUEUE: AcknowledgeType.RELEASE,
              Outcome.DISCARD: AcknowledgeType.REJECT}
+#: Fetches one consumer may have in flight (see ``ShareGroupMembers._fetch``).
+FETCHES_IN_FLIGHT_MAX = 8
 #: Member keys of the broker's own short-lived members (purge, expiry): never a session's (those count from 1).
 _BROKER_MEMBERS = itertools.count(1)
 
@@ -57,7 +64,11 @@ class _Member:
     epoch: int = 0
     heartbeat_ms: int = 1_000
     heartbeat: IDelayedCall | None = None
-    fetching: bool = False
+    #: Fetches in flight, and the records they may still deliver (counted against the consumer's window).
+    fetches: int = 0
+    requested_records: int = 0
+    #: A fetch is due at the end of this reactor turn (``_fetch``).
+    fetch_due: bool = False
     #: Consuming (fetching). A cancelled consumer stays a member, without fetching, until its channel
     #: settled what it was given (AMQP lets a channel ack after basic.cancel).
     attached: bool = True
@@ -75,13 +86,13 @@ class ShareGroupMembers(BaseQueue):
         #: Who holds each delivered, unsettled offset (settlements come by offset, per queue).
         self._holders: dict[int, ConsumerKey] = {}
         #: The messages behind ``_holders`` (kept only with a dead-letter exchange: a reject republishes them).
-        self._held: dict[int, QueuedMessage] = {}
+        self._held: dict[int, MessageRow] = {}
         #: Dead letters on their way to the dead-letter exchange, per member: it stays a member until they land.
         self._dead_lettering: dict[ConsumerKey, int] = {}
         self._expiring = False
         #: Consumers' settlements not sent yet, per member and kind (``_acknowledge_soon``).
         self._unsent: dict[ConsumerKey, dict[AcknowledgeType, list[int]]] = {}
-        self._send_call: IDelayedCall | None = None
+        self._turn_call: IDelayedCall | None = None
         #: The last batch a fetch decoded: the next fetch's leases are often in it too.
         self._recent = RecentBatch()
         self._suspects = LostLeaseSuspects(host.reactor, lambda: host.broker.list_offset(
@@ -150,10 +161,13 @@ class ShareGroupMembers(BaseQueue):
 
     def _leave_when_settled(self, keys: list[ConsumerKey]) -> None:
         """Drop the cancelled members among ``keys`` that hold nothing unsettled any more."""
+        cancelled = [member for key in keys if (member := self._members.get(key)) is not None
+                     and not member.attached and key not in self._dead_lettering]
+        if not cancelled:  # the common case (a consumer's ack): no walk over everything held
+            return
         holding = set(self._holders.values())
-        for key in keys:
-            member = self._members.get(key)
-            if member is not None and not member.attached and key not in holding and key not in self._dead_lettering:
+        for member in cancelled:
+            if member.key not in holding:
                 self._drop(member)
 
     def _drop(self, member: _Member) -> None:
@@ -198,7 +212,7 @@ class ShareGroupMembers(BaseQueue):
             return
         self.log.warn("AMQP share queue {queue}: consumer {key}: {error}; joining again in 1 s", queue=self.name,
                       key=member.key, error=failure.getErrorMessage())
-        member.member_id, member.epoch, member.fetching = "", 0, False
+        member.member_id, member.epoch = "", 0
         if member.heartbeat is not None and member.heartbeat.active():
             member.heartbeat.cancel()
         member.heartbeat = self.host.reactor.callLater(1.0, self._rejoin, member)
@@ -216,60 +230,77 @@ class ShareGroupMembers(BaseQueue):
             self._fetch(member)
 
     def _fetch(self, member: _Member) -> None:
-        if member.fetching or not member.attached or not member.epoch or self.deleted or member.consumer is None:
+        """Fetch within the member's window: at once when no fetch is in flight; else, while fewer than
+        ``FETCHES_IN_FLIGHT_MAX`` are, at the end of this reactor turn (the acks of one turn reopen the window
+        together). Each fetch waits for the state write recording its leases (an fsync): one at a time, a consumer
+        acking every 100 of a prefetch of 1,000 had each fetch lease only the first 100 acked, and waited for the
+        write between them."""
+        if not member.attached or not member.epoch or self.deleted or member.consumer is None:
             return
-        window = min(member.consumer.window(), limits.share_fetch_records_max)
+        if not member.fetches:
+            self._fetch_now(member)
+        elif member.fetches < FETCHES_IN_FLIGHT_MAX and not member.fetch_due:
+            member.fetch_due = True
+            self._at_turn_end()
+
+    def _fetch_now(self, member: _Member) -> None:
+        member.fetch_due = False
+        assert member.consumer is not None
+        window = min(member.consumer.window(), limits.share_fetch_records_max) - member.requested_records
         if window <= 0:
             return  # the next settle or basic.qos dispatches again
-        member.fetching = True
+        member.fetches += 1
+        member.requested_records += window
         fetched = self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
             group_id=self.group_id, member_id=member.member_id, records_max=window,
             wait_ms_max=limits.amqp_log_fetch_wait_ms_max, acknowledgements=self._take_unsent(member.key)))
         fetched.addCallback(self._fetched, member)
         fetched.addErrback(self._member_failed, member)
-        fetched.addBoth(self._fetch_finished, member)
+        fetched.addBoth(self._fetch_finished, member, window)
 
     def _fetched(self, answer: share.ShareFetchResponse, member: _Member) -> None:
         self._acknowledged(answer.acknowledgements)
         consumer = member.consumer
         assert consumer is not None
         delivered = False
-        unacknowledged: list[int] = []  # delivered to a no-ack consumer: accepted together below
-        expired: list[QueuedMessage] = []
-        now_ms = self.host.now_ms()
-        queue_ttl = self.policy.message_ttl_ms is not None
-        key = consumer.key
         for partition in answer.partitions:
-            leased = self._leased_releasing_undecoded(member, partition)
+            rows, ranges = self._leased_releasing_undecoded(member, partition)
             if not member.attached:  # cancelled while fetching: give them back
-                self._acknowledge(member, [message.offset for message, _ in leased], AcknowledgeType.RELEASE)
+                self._acknowledge(member, list(map(_OFFSET, rows)), AcknowledgeType.RELEASE)
                 continue
-            for message, delivery_count in leased:
-                if (queue_ttl or message.expiration_ms is not None) and is_expired(self.policy, message, now_ms):
-                    expired.append(message)
-                    continue
-                redelivered = self._suspects.redelivered(message.offset, delivery_count)
-                consumer.session.connection.deliver(consumer.channel, consumer.tag,
-                                                    delivery_of(self.name, message, redelivered))
-                delivered = True
-                if consumer.no_ack:
-                    unacknowledged.append(message.offset)
-                else:
-                    self._hold(key, message)
-        if unacknowledged:
-            self._acknowledge(member, unacknowledged, AcknowledgeType.ACCEPT)
-        if expired:
-            self._dead_letter(member, expired, DeathReason.EXPIRED)
+            rows = self._unexpired(member, rows)
+            if not rows:
+                continue
+            offsets = list(map(_OFFSET, rows))
+            consumer.session.connection.deliver_rows(consumer.channel, consumer.tag, self.name, rows,
+                                                     self._suspects.redelivered_offsets(ranges))
+            delivered = True
+            if consumer.no_ack:
+                self._acknowledge(member, offsets, AcknowledgeType.ACCEPT)
+            else:
+                self._hold(consumer.key, rows, offsets)
         if delivered:
             consumer.session.flush()
 
-    def _hold(self, key: ConsumerKey, message: QueuedMessage) -> None:
-        """``message`` went to ``key`` unsettled."""
-        self._holders[message.offset] = key
-        if self.policy.dead_letter_exchange is not None:
-            self._held[message.offset] = message
+    def _unexpired(self, member: _Member, rows: list[MessageRow]) -> list[MessageRow]:
+        """``rows`` but those past their TTL, which ``member`` dead-letters."""
+        if self.policy.message_ttl_ms is None and all(map(is_plain, rows)):
+            return rows  # only a message with an expiration of its own could have expired
+        now_ms = self.host.now_ms()
+        expired = [row for row in rows if is_expired(self.policy, row, now_ms)]
+        if not expired:
+            return rows
+        self._dead_letter(member, expired, DeathReason.EXPIRED)
+        gone = set(map(_OFFSET, expired))
+        return [row for row in rows if row.offset not in gone]
 
-    def _dead_letter(self, member: _Member, messages: list[QueuedMessage], reason: DeathReason) -> None:
+    def _hold(self, key: ConsumerKey, messages: list[MessageRow], offsets: list[int]) -> None:
+        """``messages`` (at ``offsets``) went to ``key`` unsettled."""
+        self._holders.update(zip(offsets, repeat(key)))
+        if self.policy.dead_letter_exchange is not None:
+            self._held.update(zip(offsets, messages))
+
+    def _dead_letter(self, member: _Member, messages: list[MessageRow], reason: DeathReason) -> None:
         """Messages ``member`` holds died: through the dead-letter exchange, accepted once their copies are durable
         (released if a copy was refused); without one, rejected in the group."""
         offsets = [message.offset for message in messages]
@@ -291,19 +322,20 @@ class ShareGroupMembers(BaseQueue):
 
         all_settled(batches).addCallback(landed)
 
-    def _leased_releasing_undecoded(self, member: _Member,
-                                    partition: share.SharePartitionRecords) -> list[tuple[QueuedMessage, int]]:
-        """The messages one partition's answer leased to ``member`` (its error raised); acquired offsets that did not
-        decode go back at once, so the next fetch or get reads them again."""
+    def _leased_releasing_undecoded(self, member: _Member, partition: share.SharePartitionRecords
+                                    ) -> tuple[list[MessageRow], list[AcquiredRange]]:
+        """The messages one partition's answer leased to ``member`` (its error raised), and the ranges acquired;
+        acquired offsets that did not decode go back at once, so the next fetch or get reads them again."""
         if partition.error is not None:
             raise partition.error
-        leased, undecoded = _leased(partition, self._recent)
+        leased, ranges, undecoded = _leased(partition, self._recent)
         if undecoded:
             self._acknowledge(member, undecoded, AcknowledgeType.RELEASE)
-        return leased
+        return leased, ranges
 
-    def _fetch_finished(self, _: Any, member: _Member) -> None:
-        member.fetching = False
+    def _fetch_finished(self, _: Any, member: _Member, window: int) -> None:
+        member.fetches -= 1
+        member.requested_records -= window
         self._fetch(member)
 
     # -- settling --------------------------------------------------------------------------------
@@ -311,16 +343,22 @@ class ShareGroupMembers(BaseQueue):
     def settle(self, offsets: list[Hashable], outcome: Outcome) -> None:
         """basic.ack / nack / reject: one acknowledgement per member holding some of ``offsets``."""
         by_member: dict[ConsumerKey, list[int]] = {}
-        dead: dict[ConsumerKey, list[QueuedMessage]] = {}
+        dead: dict[ConsumerKey, list[MessageRow]] = {}
         dead_lettering = outcome is Outcome.DISCARD and self.policy.dead_letter_exchange is not None
-        for offset in offsets:
-            holder = self._holders.pop(offset, None)  # type: ignore[arg-type]
-            message = self._held.pop(offset, None)  # type: ignore[arg-type]
+        holders = list(map(self._holders.pop, offsets, repeat(None)))
+        messages = list(map(self._held.pop, offsets, repeat(None))) if self._held else repeat(None)
+        distinct = set(holders)
+        if len(distinct) == 1 and not dead_lettering:  # one consumer's (multiple) ack: the common case
+            [holder] = distinct
             if holder is not None:
-                if dead_lettering and message is not None:
-                    dead.setdefault(holder, []).append(message)
-                else:
-                    by_member.setdefault(holder, []).append(offset)  # type: ignore[arg-type]
+                by_member[holder] = offsets  # type: ignore[assignment]
+        else:
+            for offset, holder, message in zip(offsets, holders, messages):
+                if holder is not None:
+                    if dead_lettering and message is not None:
+                        dead.setdefault(holder, []).append(message)
+                    else:
+                        by_member.setdefault(holder, []).append(offset)  # type: ignore[arg-type]
         for holder, held in by_member.items():
             member = self._members.get(holder)
             if member is not None and member.member_id:
@@ -359,8 +397,21 @@ class ShareGroupMembers(BaseQueue):
         """A consumer's settlement: sent with the member's next fetch if it fetches in this reactor turn, else with
         the others of the turn in one acknowledgement (a client acking message by message costs one call a turn)."""
         self._unsent.setdefault(key, {}).setdefault(kind, []).extend(offsets)
-        if self._send_call is None:
-            self._send_call = self.host.reactor.callLater(0, self._send_unsent)
+        self._at_turn_end()
+
+    def _at_turn_end(self) -> None:
+        """Run ``_turn_ended`` once this reactor turn is over."""
+        if self._turn_call is None:
+            self._turn_call = self.host.reactor.callLater(0, self._turn_ended)
+
+    def _turn_ended(self) -> None:
+        """The fetches due start (with their members' settlements), then the other settlements go out."""
+        self._turn_call = None
+        for member in [member for member in self._members.values() if member.fetch_due]:
+            if member.attached and member.epoch and not self.deleted:
+                self._fetch_now(member)
+            member.fetch_due = False
+        self._send_unsent()
 
     def _take_unsent(self, key: ConsumerKey) -> tuple[share.Acknowledgement, ...]:
         kinds = self._unsent.pop(key, {})
@@ -369,8 +420,6 @@ class ShareGroupMembers(BaseQueue):
 
     def _send_unsent(self, keys: list[ConsumerKey] | None = None) -> None:
         """Send the settlements not sent yet (of ``keys``; None: all of them, at the end of the turn)."""
-        if keys is None:
-            self._send_call = None
         for key in list(self._unsent) if keys is None else keys:
             acknowledgements = self._take_unsent(key)
             member = self._members.get(key)
@@ -409,40 +458,38 @@ class ShareGroupMembers(BaseQueue):
             await self._heartbeat(member)
         return member
 
-    async def _take(self, key: ConsumerKey, records_max: int) -> tuple[_Member, list[tuple[QueuedMessage, int]]]:
+    async def _take(self, key: ConsumerKey, records_max: int) -> tuple[_Member, list[MessageRow], set[int]]:
         """Acquire up to ``records_max`` messages as member ``key`` (waiting up to ``amqp_share_get_wait_ms_max``
-        for the group to read what was just published)."""
+        for the group to read what was just published); with the offsets of those flagged redelivered."""
         member = await self._member_for(key)
         answer = await self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
             group_id=self.group_id, member_id=member.member_id, records_max=records_max,
             wait_ms_max=limits.amqp_share_get_wait_ms_max))
-        leased = []
+        leased: list[MessageRow] = []
+        redelivered: set[int] = set()
         for partition in answer.partitions:
-            leased += self._leased_releasing_undecoded(member, partition)
-        return member, leased
+            rows, ranges = self._leased_releasing_undecoded(member, partition)
+            leased += rows
+            redelivered |= self._suspects.redelivered_offsets(ranges)
+        return member, leased, redelivered
 
 
 def _leased(partition: share.SharePartitionRecords,
-            recent: RecentBatch) -> tuple[list[tuple[QueuedMessage, int]], list[int]]:
-    """The acquired messages of one partition's answer with their delivery counts, in offset order; and the
+            recent: RecentBatch) -> tuple[list[MessageRow], list[AcquiredRange], list[int]]:
+    """The acquired messages of one partition's answer in offset order, its acquired ranges in that order, and the
     acquired offsets not decoded (past the fetch's decompression budget, or in a batch that does not decode)."""
-    ranges = sorted(partition.acquired, key=lambda acquired: acquired.first)
+    ranges = sorted(partition.acquired, key=_FIRST)
     if not ranges:
-        return [], []
-    messages, _ = decode_fetched(partition.records, ranges[0].first, partition.topic, stop_after=ranges[-1].last,
-                                 recent=recent)
+        return [], [], []
+    rows, _ = decode_fetched_rows(partition.records, ranges[0].first, partition.topic, stop_after=ranges[-1].last,
+                                  recent=recent)
     recent.forget_through(ranges[-1].last)
-    leased: list[tuple[QueuedMessage, int]] = []
-    index = 0
-    for message in messages:  # both in offset order: walk them together
-        while index < len(ranges) and ranges[index].last < message.offset:
-            index += 1
-        if index == len(ranges):
-            break
-        if ranges[index].first <= message.offset:
-            leased.append((message, ranges[index].delivery_count))
+    leased: list[MessageRow] = []
+    for acquired in ranges:  # rows are in offset order: each range is a slice of them
+        low = bisect.bisect_left(rows, acquired.first, key=_OFFSET)
+        leased += rows[low:bisect.bisect_right(rows, acquired.last, lo=low, key=_OFFSET)]
     if len(leased) == sum(acquired.last - acquired.first + 1 for acquired in ranges):
-        return leased, []
-    found = {message.offset for message, _ in leased}
-    return leased, [offset for acquired in ranges for offset in range(acquired.first, acquired.last + 1)
-                    if offset not in found]
+        return leased, ranges, []
+    found = set(map(_OFFSET, leased))
+    return leased, ranges, [offset for acquired in ranges for offset in range(acquired.first, acquired.last + 1)
+                            if offset not in found]

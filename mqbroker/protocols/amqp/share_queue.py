@@ -41,14 +41,14 @@ from mqbroker import errors, limits
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.amqp.appender import BatchStored
 from mqbroker.protocols.amqp.queue_arguments import DeathReason, QueuePolicy
-from mqbroker.protocols.amqp.queue_state import QueuedMessage, is_expired
+from mqbroker.protocols.amqp.queue_state import is_expired
 from mqbroker.protocols.amqp.queues import ConsumerKey, QueueHost
 from mqbroker.protocols.amqp.share_admission import PublishGate
 from mqbroker.protocols.amqp.share_arguments import delay_header
 from mqbroker.protocols.amqp.share_consumers import ShareGroupMembers, broker_member_key
 from mqbroker.protocols.amqp.share_dead_letters import DeadLetterForwarding
 from mqbroker.protocols.amqp.share_view import ready_messages, records_past_ttl
-from mqbroker.protocols.amqp.stored import QueueDeclaration
+from mqbroker.protocols.amqp.stored import MessageRow, QueueDeclaration
 from mqbroker.shares import messages as share
 
 
@@ -176,10 +176,10 @@ class ShareQueue(ShareGroupMembers):
             return
         key = broker_member_key("expiry")
         try:
-            member, leased = await self._take(key, min(records_max, limits.share_fetch_records_max))
+            member, leased, _ = await self._take(key, min(records_max, limits.share_fetch_records_max))
             now_ms = self.host.now_ms()
-            expired = [message for message, _ in leased if is_expired(self.policy, message, now_ms)]
-            alive = [message.offset for message, _ in leased if not is_expired(self.policy, message, now_ms)]
+            expired = [message for message in leased if is_expired(self.policy, message, now_ms)]
+            alive = [message.offset for message in leased if not is_expired(self.policy, message, now_ms)]
             if alive:
                 self._acknowledge(member, alive, AcknowledgeType.RELEASE, error="not expired")
             if expired:
@@ -187,7 +187,7 @@ class ShareQueue(ShareGroupMembers):
         finally:
             self._leave_when_settled([key])
 
-    async def get(self, key: ConsumerKey) -> tuple[QueuedMessage, bool] | None:
+    async def get(self, key: ConsumerKey) -> tuple[MessageRow, bool] | None:
         """basic.get: acquire one message for the channel ``key`` as a member of the group (None: none came in time;
         expired ones met on the way are dead-lettered).
 
@@ -196,16 +196,16 @@ class ShareQueue(ShareGroupMembers):
         await self._drained()  # a publish before this get on the connection must be visible to it
         try:
             while not self.deleted:
-                member, leased = await self._take(key, 1)
+                member, leased, redelivered = await self._take(key, 1)
                 assert len(leased) <= 1, "a fetch of one record acquired more"
                 if not leased:
                     return None
-                [(message, delivery_count)] = leased
+                [message] = leased
                 if is_expired(self.policy, message, self.host.now_ms()):
                     self._dead_letter(member, [message], DeathReason.EXPIRED)
                     continue
-                self._hold(key, message)
-                return message, self._suspects.redelivered(message.offset, delivery_count)
+                self._hold(key, [message], [message.offset])
+                return message, message.offset in redelivered
             return None
         finally:
             self._leave_when_settled([key])

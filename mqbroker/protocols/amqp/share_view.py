@@ -3,7 +3,7 @@ and which records may have been delivered by a group host that died."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -13,6 +13,7 @@ from mqbroker import errors
 from mqbroker.interfaces import IBroker
 from mqbroker.model import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Principal
 from mqbroker.shares.messages import SharePartitionDescription
+from mqbroker.shares.partition_values import AcquiredRange
 
 #: ``LostLeaseSuspects.below`` while the log's end is being found: every offset.
 EVERY_OFFSET = 2**63
@@ -65,6 +66,16 @@ class LostLeaseSuspects:
     def redelivered(self, offset: int, delivery_count: int) -> bool:
         """Whether a record acquired for the ``delivery_count``-th time may have been delivered before."""
         return delivery_count > 1 or offset < self.below
+
+    def redelivered_offsets(self, ranges: Iterable[AcquiredRange]) -> set[int]:
+        """The offsets of ``ranges`` (acquired together) that ``redelivered`` flags, by range, not one by one."""
+        flagged: set[int] = set()
+        for acquired in ranges:
+            if acquired.delivery_count > 1:
+                flagged.update(range(acquired.first, acquired.last + 1))
+            elif acquired.first < self.below:
+                flagged.update(range(acquired.first, min(acquired.last + 1, self.below)))
+        return flagged
 
     def call_lost(self) -> None:
         """A call to the group failed: every record is suspect until the log's end is known."""

@@ -20,7 +20,7 @@ import enum
 import hashlib
 import string
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -37,7 +37,7 @@ from mqbroker.protocols.amqp.routing import (
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.compression import DECOMPRESSED_BYTES_MAX
-from mqbroker.records.decoder import decode_records_as
+from mqbroker.records.decoder import decode_records_as, decode_rows
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.record import RecordHeader
 
@@ -54,6 +54,9 @@ _EXCHANGE = "amqp.exchange"
 _ROUTING_KEY = "amqp.routing-key"
 _PROPERTIES = "amqp.properties"
 _EXPIRATION = "amqp.expiration"
+#: What ``delivery_frames`` reads a delivery from: the three headers ``append_message`` writes first, in its
+#: order, and the property list of a record without one.
+STORED_LAYOUT = (_EXCHANGE, _ROUTING_KEY, _PROPERTIES, EMPTY_PROPERTIES)
 
 
 def queue_topic(queue: str) -> str:
@@ -130,6 +133,43 @@ def queued_message(
         expiration_ms=parse_expiration(expiration.decode("ascii", "replace")) if expiration else None,
         payload=message,
     )
+
+
+class MessageRow(NamedTuple):
+    """A queue's message as its log record decodes with ``decoder.decode_rows`` (no Python call per record): it
+    reads like a ``QueuedMessage`` (``offset``, ``timestamp_ms``, ``expiration_ms``, ``payload``), the last two
+    worked out when asked; ``delivery_frames`` encodes its delivery from the raw fields."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[RecordHeader, ...]
+    timestamp_ms: int
+
+    @property
+    def expiration_ms(self) -> int | None:
+        """The message's own ``expiration``, in ms (None: it has none)."""
+        return None if is_plain(self) else self.queued().expiration_ms
+
+    @property
+    def payload(self) -> StoredMessage:
+        """The message as a consumer receives it."""
+        return self.queued().payload  # type: ignore[no-any-return]
+
+    def queued(self) -> QueuedMessage:
+        """The queue's usual view of this record."""
+        return queued_message(*self)
+
+
+def is_plain(row: MessageRow) -> bool:
+    """The record holds the three headers ``append_message`` writes and no other (so no expiration)."""
+    headers = row.headers
+    return (len(headers) == 3 and headers[0][0] == _EXCHANGE and headers[1][0] == _ROUTING_KEY
+            and headers[2][0] == _PROPERTIES)
+
+
+def _row_bytes(row: MessageRow) -> int:
+    return len(row.value or b"") + sum(len(value or b"") for _, value in row.headers)
 
 
 # --- declarations ------------------------------------------------------------------------------
@@ -260,12 +300,22 @@ class DecompressionBudget:
 
     def decode(self, batch: memoryview, header: Any, make: Callable[..., T], size_of: Callable[[T], int]) -> list[T]:
         """``decode_records_as(batch, make)`` within what is left; ``size_of`` measures a decoded record."""
+        return self._decode(batch, header, lambda data, bytes_max: decode_records_as(
+            data, make, decompressed_bytes_max=bytes_max), size_of)
+
+    def decode_rows(self, batch: memoryview, header: Any) -> list[MessageRow]:
+        """The batch's records as ``MessageRow``s (``decoder.decode_rows``) within what is left."""
+        return self._decode(batch, header, lambda data, bytes_max: decode_rows(
+            data, MessageRow, (), decompressed_bytes_max=bytes_max), _row_bytes)
+
+    def _decode(self, batch: memoryview, header: Any, decode: Callable[[memoryview, int], list[T]],
+                size_of: Callable[[T], int]) -> list[T]:
         if not header.compression:  # uncompressed: its records are no larger than the fetched bytes
-            return decode_records_as(batch, make)
+            return decode(batch, DECOMPRESSED_BYTES_MAX)
         batch_bytes_max = min(DECOMPRESSED_BYTES_MAX, self.bytes_max)
         allowed_bytes = max(0, min(batch_bytes_max, self.remaining_bytes))
         try:
-            decoded = decode_records_as(batch, make, decompressed_bytes_max=allowed_bytes)
+            decoded = decode(batch, allowed_bytes)
         except CorruptRecordError:
             if allowed_bytes < batch_bytes_max:
                 raise FetchBudgetSpent() from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mqbroker.protocols.amqp import codec, spec
@@ -9,6 +11,7 @@ from mqbroker.protocols.amqp.actions import ConsumersReady, Delivery, Execute, O
 from mqbroker.protocols.amqp.channel import Channel, FrameOutput
 from mqbroker.protocols.amqp.held_bytes import HeldBytes
 from mqbroker.protocols.amqp.spec import AmqpError
+from mqbroker.protocols.amqp.stored import MessageRow
 
 
 def _channel() -> tuple[Channel, FrameOutput]:
@@ -70,3 +73,39 @@ def test_confirms_are_sent_in_order_as_runs_of_equal_outcomes() -> None:
     channel.publish_settled_range(1, 1, stored=True)
     assert _sent_methods(output) == [spec.BasicAck(delivery_tag=3, multiple=True),
                                      spec.BasicNack(delivery_tag=4, multiple=False, requeue=False)]
+
+
+def _rows(*offsets: int) -> list[MessageRow]:
+    headers = (("amqp.exchange", b""), ("amqp.routing-key", b"q"), ("amqp.properties", b"\x00\x00"))
+    return [MessageRow(offset, b"q", b"x", headers, 0) for offset in offsets]
+
+
+def test_rows_delivered_at_once_are_tracked_like_single_deliveries_and_a_multiple_ack_settles_a_prefix() -> None:
+    channel, output = _channel()
+    channel.receive_method(spec.BasicQos(prefetch_count=10))
+    channel.receive_method(spec.BasicConsume(queue="q", consumer_tag="a"))
+    _sent_methods(output)
+    channel.deliver("a", dataclasses.replace(_delivery(7), properties_raw=b"\x00\x00"))
+    channel.deliver_rows("a", "q", _rows(10, 11, 12), {11})
+    channel.deliver_rows("a", "q", [], set())
+    channel.deliver_rows("a", "q", _rows(13), set())
+    assert [(method.delivery_tag, method.redelivered) for method in _sent_methods(output)] == [
+        (1, False), (2, False), (3, True), (4, False), (5, False)]
+    assert channel.delivery_window("a") == 5
+    settle, ready = channel.receive_method(spec.BasicAck(delivery_tag=3, multiple=True))
+    assert [(unacked.delivery_tag, unacked.consumer_tag, unacked.queue, unacked.message_ref)
+            for unacked in settle.deliveries] == [(1, "a", "q", 7), (2, "a", "q", 10), (3, "a", "q", 11)]
+    assert ready == ConsumersReady(channel=1, consumer_tags=("a",)) and channel.delivery_window("a") == 8
+    assert list(channel.unacked) == [4, 5]
+    settle, _ = channel.receive_method(spec.BasicNack(delivery_tag=5, multiple=False, requeue=True))
+    assert [unacked.message_ref for unacked in settle.deliveries] == [13] and settle.outcome is Outcome.REQUEUE
+    settle, _ = channel.receive_method(spec.BasicAck(delivery_tag=0, multiple=True))
+    assert [unacked.message_ref for unacked in settle.deliveries] == [12]
+
+
+def test_rows_delivered_to_a_no_ack_consumer_are_not_tracked() -> None:
+    channel, output = _channel()
+    channel.receive_method(spec.BasicConsume(queue="q", consumer_tag="a", no_ack=True))
+    channel.deliver_rows("a", "q", _rows(1, 2), set())
+    assert channel.unacked == {} and channel.next_delivery_tag == 3
+    assert output.delivered_bytes == len(output.data) > 0

@@ -143,7 +143,28 @@ def test_pipelined_confirmed_publishes_are_acked_with_one_multiple_ack_once_thei
     assert client.methods() == []  # nothing is confirmed before it is durable
     [batch] = client.vhost.batches
     batch.settle(True)
+    client.clock.advance(0)  # confirms go out at the end of the reactor turn
     assert client.methods() == [spec.BasicAck(delivery_tag=5, multiple=True)]
+
+
+def test_the_runs_one_fsync_round_settles_are_answered_together_in_one_write() -> None:
+    """Batches of three turns settled at once (one fsync round): one basic.ack for all, in one write."""
+    client = Client()
+    client.send(1, spec.ConfirmSelect())
+    client.methods()
+    for _ in range(3):
+        client.vhost.batches.append(BatchStored())  # a turn of its own: a batch of its own
+        client.send_bytes(b"".join(client.publish_bytes(b"m%d" % index) for index in range(4)))
+    assert len(client.vhost.batches) == 3 and client.methods() == []
+    writes: list[bytes] = []
+    client.transport.write = writes.append  # type: ignore[method-assign]
+    for batch in client.vhost.batches:
+        batch.settle(True)
+    assert writes == []  # nothing before the turn ends
+    client.clock.advance(0)
+    [written] = writes
+    assert [frame.method for frame in codec.FrameDecoder(131072, expect_protocol_header=False).receive_data(written)
+            ] == [spec.BasicAck(delivery_tag=12, multiple=True)]
 
 
 def test_a_refused_batch_is_nacked_and_later_confirms_keep_their_order() -> None:
@@ -152,8 +173,10 @@ def test_a_refused_batch_is_nacked_and_later_confirms_keep_their_order() -> None
     client.send_bytes(client.publish_bytes(b"first") * 2)
     first = client.vhost.batches[-1]
     first.settle(False)
+    client.clock.advance(0)  # confirms go out at the end of the reactor turn
     client.send_bytes(client.publish_bytes(b"second"))
     client.vhost.batches[-1].settle(True)
+    client.clock.advance(0)  # confirms go out at the end of the reactor turn
     assert client.methods()[1:] == [spec.BasicNack(delivery_tag=2, multiple=True, requeue=False),
                                     spec.BasicAck(delivery_tag=3, multiple=False)]
 

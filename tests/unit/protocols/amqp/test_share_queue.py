@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +24,7 @@ from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.header import stamp
 from mqbroker.shares.messages import SharePartitionRecords
 from mqbroker.shares.partition_values import AcquiredRange
+from tests.unit.protocols.amqp import strategies
 
 
 @pytest.mark.parametrize(("declared", "share"), [
@@ -84,10 +87,11 @@ def test_settled_offsets_become_disjoint_consecutive_ranges(offsets: list[int]) 
 
 @given(st.lists(st.integers(0, 40), unique=True, max_size=30),
        st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5)), max_size=6))
-def test_leased_pairs_each_decoded_acquired_record_with_its_count_and_names_the_rest(
+def test_leased_gives_each_decoded_acquired_record_and_names_the_rest(
         stored: list[int], spans: list[tuple[int, int]]) -> None:
-    """Acquired ranges against the records a fetch returned: each acquired offset is leased (with its range's
-    delivery count) or reported undecoded, in offset order."""
+    """Acquired ranges against the records a fetch returned: each acquired offset is leased or reported
+    undecoded, in offset order, with the acquired ranges in that order (their delivery counts flag redeliveries:
+    test_share_view.py)."""
     ranges: list[AcquiredRange] = []
     taken: set[int] = set()
     for first, length in sorted(spans):
@@ -102,9 +106,9 @@ def test_leased_pairs_each_decoded_acquired_record_with_its_count_and_names_the_
     counts = {offset: acquired.delivery_count for acquired in ranges
               for offset in range(acquired.first, acquired.last + 1)}
     for _ in range(2):  # the second time with the last batch kept from the first
-        leased, undecoded = _leased(partition, recent)
-        assert [(message.offset, count) for message, count in leased] == [
-            (offset, counts[offset]) for offset in offsets if offset in counts]
+        leased, acquired, undecoded = _leased(partition, recent)
+        assert acquired == sorted(ranges, key=lambda found: found.first)
+        assert [message.offset for message in leased] == [offset for offset in offsets if offset in counts]
         assert undecoded == sorted(set(counts) - set(offsets))
 
 
@@ -127,15 +131,15 @@ def test_leases_of_one_batch_over_several_fetches_decode_it_once() -> None:
     reach the batch's end lets it go."""
     recent = RecentBatch()
     records = _batch(10, [b"a", b"b", b"c", b"d"])
-    first, _ = _leased(_fetch(records, 10, 11), recent)
-    second, _ = _leased(_fetch(records, 12, 12), recent)
-    assert [message.payload.body for message, _ in first + second] == [b"a", b"b", b"c"]
-    assert second[0][0] is _leased(_fetch(records, 12, 12), recent)[0][0][0]  # the same decoded message: reused
-    rewritten, _ = _leased(_fetch(_batch(10, [b"x", b"y", b"z", b"w"]), 12, 12), recent)
-    assert [message.payload.body for message, _ in rewritten] == [b"z"]
-    last, _ = _leased(_fetch(records, 13, 13), recent)
-    assert [message.payload.body for message, _ in last] == [b"d"]
-    assert _leased(_fetch(records, 13, 13), recent)[0][0][0] is not last[0][0]  # let go after its end was leased
+    first, _, _ = _leased(_fetch(records, 10, 11), recent)
+    second, _, _ = _leased(_fetch(records, 12, 12), recent)
+    assert [message.payload.body for message in first + second] == [b"a", b"b", b"c"]
+    assert second[0] is _leased(_fetch(records, 12, 12), recent)[0][0]  # the same decoded message: reused
+    rewritten, _, _ = _leased(_fetch(_batch(10, [b"x", b"y", b"z", b"w"]), 12, 12), recent)
+    assert [message.payload.body for message in rewritten] == [b"z"]
+    last, _, _ = _leased(_fetch(records, 13, 13), recent)
+    assert [message.payload.body for message in last] == [b"d"]
+    assert _leased(_fetch(records, 13, 13), recent)[0][0] is not last[0]  # let go after its end was leased
 
 
 def _one_message(offset: int) -> bytes:
@@ -144,3 +148,13 @@ def _one_message(offset: int) -> bytes:
     batch = bytearray(builder.build())
     stamp(batch, 0, offset, 0)
     return bytes(batch)
+
+
+@given(strategies.properties, st.integers(1, 10**9))
+def test_the_delay_header_is_read_whatever_other_properties_a_message_has(properties: BasicProperties,
+                                                                         delay: int) -> None:
+    """Properties without headers give no delay header (the flag is tested, nothing decoded); with an x-delay
+    header among others, its value."""
+    assert delay_header(encode_properties(dataclasses.replace(properties, headers=None))) == ()
+    delayed = dataclasses.replace(properties, headers={**(properties.headers or {}), "x-delay": delay})
+    assert delay_header(encode_properties(delayed)) == (("x-delay", str(delay).encode()),)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
 
 from mqbroker.protocols.amqp.share_view import EVERY_OFFSET, LostLeaseSuspects
+from mqbroker.shares.partition_values import AcquiredRange
 
 
 @dataclasses.dataclass
@@ -23,6 +26,18 @@ def test_nothing_is_suspect_until_a_call_is_lost_then_what_lies_below_the_log_en
     assert suspects.redelivered(10**9, 1), "every record is suspect until the log's end is known"
     answers[0].callback(At(100))
     assert suspects.redelivered(99, 1) and not suspects.redelivered(100, 1)
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 9), st.integers(1, 3)), max_size=5),
+       st.sampled_from([0, 17, 45, EVERY_OFFSET]))
+def test_the_offsets_of_acquired_ranges_flagged_redelivered_are_those_the_rule_flags(
+        spans: list[tuple[int, int, int]], below: int) -> None:
+    suspects = LostLeaseSuspects(Clock(), lambda: Deferred())
+    suspects.below = below
+    ranges = [AcquiredRange(first, first + length, count) for first, length, count in spans]
+    assert suspects.redelivered_offsets(ranges) == {
+        offset for acquired in ranges for offset in range(acquired.first, acquired.last + 1)
+        if suspects.redelivered(offset, acquired.delivery_count)}
 
 
 def test_a_call_lost_while_the_end_is_found_asks_again() -> None:
