@@ -37,10 +37,12 @@ def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0) -> FetchRequ
                         isolation_level=IsolationLevel.READ_COMMITTED)
 
 
-def message_of(record: Record) -> OutboundMessage | None:
-    """The MQTT message a log record stands for (None if it cannot go to MQTT subscribers)."""
+def message_of(record: Record, key: PartitionKey | None = None) -> OutboundMessage | None:
+    """The MQTT message a log record of partition ``key`` stands for (None if it cannot go to MQTT subscribers);
+    it knows its position in the log when ``key`` is given (a stored session keeps that, not the message)."""
     headers = [(name, value) for name, value in record.headers if value is not None]
-    return message_from_record(record.key, record.value, headers, record.timestamp_ms)
+    position = None if key is None else (key[0], key[1], record.offset)
+    return message_from_record(record.key, record.value, headers, record.timestamp_ms, position)
 
 
 class PartitionDispatcher:
