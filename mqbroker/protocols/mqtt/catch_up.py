@@ -118,7 +118,8 @@ class CatchUp:
                     self._behind[key] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
-                    self._records(key, result.records, offset, result.aborted_transactions)
+                    with hub.batched_writes():  # one socket write for what a fetch delivers, not one per message
+                        self._records(key, result.records, offset, result.aborted_transactions)
         finally:
             self._running = False
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
