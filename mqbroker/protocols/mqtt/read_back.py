@@ -6,7 +6,9 @@ restart or on another one, the adapter reads those records (one fetch per partit
 megabyte, from the lowest offset wanted) and hands each to ``SessionState.read_back``; the
 session then resends them with their packet ids and DUP=1 [MQTT-4.4.0-1]. A record the log no
 longer has (retention deleted it) drops its delivery, as a Kafka consumer whose committed offset
-fell off the log moves on.
+fell off the log moves on. A record the partition does not serve yet (its new leader's high
+watermark lags) fails the open instead: the CONNECT is refused as *Server unavailable* and the
+client's next one reads again.
 """
 
 from __future__ import annotations
@@ -49,17 +51,25 @@ async def read_back_inflight(hub: MqttHub, state: SessionState, now_ms: int) -> 
 
 
 async def _read_offsets(hub: MqttHub, key: PartitionKey, offsets: set[int]) -> dict[int, OutboundMessage]:
-    """The messages at ``offsets`` of one partition that the log still has."""
+    """The messages at ``offsets`` of one partition that the log still has.
+
+    Only what lies below the log's start (retention), or in a deleted topic, is gone for good. An offset at or past
+    what the partition
+    serves now (a new leader whose high watermark has not caught up yet) raises ``LeaderNotAvailableError``: it
+    was delivered, so it was there, and dropping it would lose it; the client's next CONNECT tries again.
+    """
     found: dict[int, OutboundMessage] = {}
     position, last = min(offsets), max(offsets)
     while position <= last and len(found) < len(offsets):
         (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, position))
         if isinstance(result.error, errors.OffsetOutOfRangeError):
             start = await hub.offset_of(key, EARLIEST_TIMESTAMP)
-            if start <= position:  # not below the log's start: past its end, nothing more to find
-                break
-            position = start
-            continue
+            if start > position:  # retention deleted what is below the log's start
+                position = start
+                continue
+            raise _not_readable_yet(key, position)
+        if isinstance(result.error, errors.UnknownTopicOrPartitionError):
+            break  # the log topic was deleted: its messages are gone
         if result.error is not None:
             raise result.error
         for record in hub.records_after(key, result.records, position, result.aborted_transactions):
@@ -68,7 +78,12 @@ async def _read_offsets(hub: MqttHub, key: PartitionKey, offsets: set[int]) -> d
                 if message is not None:
                     found[record.offset] = message
         reached = next_offset_after(result.records, position)
-        if reached == position:
-            break  # the end of the log (or of what is committed)
+        if reached == position:  # nothing more is served from here
+            raise _not_readable_yet(key, position)
         position = reached
     return found
+
+
+def _not_readable_yet(key: PartitionKey, offset: int) -> errors.LeaderNotAvailableError:
+    return errors.LeaderNotAvailableError(
+        f"{key[0]}-{key[1]} does not serve offset {offset} yet, where a message in flight is; connect again")

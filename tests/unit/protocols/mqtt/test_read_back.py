@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
 
+from mqbroker import errors
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.packets import Properties, Publish
 from mqbroker.protocols.mqtt.read_back import read_back_inflight
@@ -39,3 +41,16 @@ def test_stored_positions_are_read_back_into_the_publishes_that_were_sent() -> N
     for packet_id in (10, 12, 13):
         assert loaded.inflight[packet_id] == sent.inflight[packet_id]
     assert loaded.inflight[11].state is InflightState.AWAITING_PUBCOMP  # only its packet id is resent (PUBREL)
+
+
+def test_a_message_the_partition_does_not_serve_yet_fails_the_open_rather_than_being_dropped() -> None:
+    broker = FakeBroker(durable_at_once=False)  # appended, but the high watermark has not moved past it
+    broker.append_records(LOG_TOPIC, [(record_key("plant/0"), b"reading 0")])
+    sent = SessionState("device", expiry_interval_s=60)
+    sent.inflight = {1: _delivered(1, 0)}
+    loaded = SessionState.from_bytes(sent.to_bytes())
+    done = Deferred.fromCoroutine(read_back_inflight(MqttHub(broker, Clock(), TopicMapping()), loaded, now_ms=0))
+    failures: list[Failure] = []
+    done.addErrback(failures.append)
+    assert failures and failures[0].check(errors.LeaderNotAvailableError)
+    assert loaded.unread == {1: (LOG_TOPIC, 0, 0)}  # untouched: the session stays stored as it was

@@ -198,3 +198,23 @@ def test_a_window_of_a_thousand_messages_in_flight_stores_in_a_few_hundred_bytes
     assert len(state.to_bytes()) < 400 and loaded == state and list(loaded.inflight) == list(state.inflight)
     assert [loaded.inflight[n].position for n in (499, 500, 501, 1000)] == [
         ("mqtt.messages", 2, 1_000_000 + n) for n in (499, 500, 501, 1000)]
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> bytes:
+    """A stored state whose in-flight messages are in the log: runs of consecutive packet ids and offsets."""
+    state = SessionState("c", expiry_interval_s=60)
+    packet_id, offset = draw(st.integers(1, 0xFFF0)), draw(st.integers(0, 2**40))
+    for _ in range(draw(st.integers(0, 12))):
+        flow = draw(st.sampled_from(InflightState))
+        state.inflight[packet_id] = replace(_logged(packet_id, offset, flow), position=(
+            draw(st.sampled_from(["mqtt.messages", "plant"])), draw(st.integers(0, 2)), offset))
+        packet_id = packet_id % 0xFFFF + 1
+        offset += draw(st.integers(1, 3))
+    return state.to_bytes()
+
+
+@given(data=garbage_for(windows()))
+@settings(max_examples=400)
+def test_garbage_runs_of_log_positions_raise_only_corrupt_message(data: bytes) -> None:
+    decodes_or_raises_corrupt(SessionState.from_bytes, data)
