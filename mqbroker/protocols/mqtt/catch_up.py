@@ -20,7 +20,7 @@ from mqbroker.model import EARLIEST_TIMESTAMP, AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
-    message_of,
+    RecordMessages,
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
@@ -127,8 +127,10 @@ class CatchUp:
     def _records(self, key: PartitionKey, data: bytes, offset: int,
                  aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
+        messages = RecordMessages(key)
+        matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
         for record in self._hub.records_after(key, data, offset, aborted):
-            if record.offset >= limit or not self._one(key, record):
+            if record.offset >= limit or not self._one(key, record, messages, matching):
                 return
             self._behind[key] = record.offset + 1
         reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
@@ -137,20 +139,23 @@ class CatchUp:
         else:
             self._behind[key] = reached
 
-    def _one(self, key: PartitionKey, record: Record) -> bool:
+    def _one(self, key: PartitionKey, record: Record, messages: RecordMessages,
+             matching: dict[str, list[Subscription]]) -> bool:
         """Deliver one record read by this session; False when its window is full."""
         if self._resent and (key[0], key[1], record.offset) in self._resent:
             self._resent.discard((key[0], key[1], record.offset))
             return True  # in flight already: the session resends it under its packet id
-        message = message_of(record, key)
+        message = messages.message(record)
         session = self._connection.session
         state = session.session
         if message is None or state is None:
             return True
-        subscriptions = [
-            subscription for subscription in state.subscriptions.values()
-            if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
-        ]
+        subscriptions = matching.get(message.topic)
+        if subscriptions is None:
+            subscriptions = matching[message.topic] = [
+                subscription for subscription in state.subscriptions.values()
+                if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
+            ]
         if not subscriptions:
             return True
         if self._connection.deliveries_held or (message.qos and not session.accepting_deliveries):
