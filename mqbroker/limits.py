@@ -68,6 +68,11 @@ mqtt_topic_aliases_max = 16
 mqtt_client_id_length_max = 256
 #: MQTT: longest session expiry granted; a 3.1.1 persistent session (clean session 0) gets this.
 mqtt_session_expiry_s_max = 7 * 24 * 3600
+#: MQTT: a persistent session's changes whose loss in a crash costs only a redelivery (QoS 1 sends and
+#: acknowledgements) are written to ``__mqtt_sessions`` at most this long after they happen, without holding
+#: sends back: one small write per tenth of a second instead of one fsync'd write per batch of sends. A kill -9
+#: redelivers what was acknowledged in the last interval (QoS 1 allows it); QoS 2 steps are written first.
+mqtt_session_store_interval_ms = 100
 #: SCRAM: fewest PBKDF2 iterations a credential may use (RFC 7677's minimum).
 scram_iterations_min = 4096
 #: SCRAM: most PBKDF2 iterations accepted, so a hostile server cannot make a client spin.

@@ -13,6 +13,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from mqbroker.client import Admin, Consumer
+from mqbroker.protocols.mqtt.state import SessionState
+from mqbroker.protocols.mqtt.stored import StoredSession
 from tests.integration.brokerprocess import BrokerProcess, running
 
 _client_numbers = itertools.count(1)
@@ -211,3 +214,18 @@ class RawClient:
     def close(self) -> None:
         """Drop the connection (no DISCONNECT)."""
         self.socket.close()
+
+
+def stored_state(bootstrap: str, client_id: str) -> SessionState | None:
+    """The session state of ``client_id`` in the newest record of ``__mqtt_sessions`` (None if it has none)."""
+    sessions = ("__mqtt_sessions", 0)
+    with Admin(bootstrap) as admin:
+        end = admin.list_offset(*sessions, -1)
+    newest = None
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([sessions])
+        deadline = time.monotonic() + 10
+        while consumer.position(sessions) < end:
+            assert time.monotonic() < deadline, "the sessions topic was not read to its end"
+            newest = next((m.value for m in reversed(consumer.poll(timeout=0.5)) if m.key == client_id.encode()), newest)
+    return None if newest is None else SessionState.from_bytes(StoredSession.from_bytes(newest).state)

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import paho.mqtt.client as mqtt
 import pytest
 import requests
 
 from mqbroker.client import Admin, Consumer
+from mqbroker.protocols.mqtt.packets import PubAck, Publish, PubRec, PubRel, SubAck, Subscribe, SubscriptionRequest
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.clusterprocess import running_cluster, start_cluster
-from tests.integration.mqtt_support import Client, unique
+from tests.integration.clusterprocess import running_cluster, start_cluster, wait_for
+from tests.integration.mqtt_support import Client, stored_state, unique
+from tests.integration.test_mqtt_sessions import _raw_session
 from tests.integration.test_cluster_frontends import _eventually, _mqtt, _node, _stored_offline, _until_delivered
 
 
@@ -266,3 +269,45 @@ def test_a_will_whose_delay_began_is_published_on_time_by_a_survivor_after_kill9
     assert not [m for m in watcher.receive(1, timeout_s=3) if m.payload != b"probe"], "it goes out once"
     watcher.disconnect()
     publisher.disconnect()
+
+
+def test_messages_in_flight_on_a_killed_broker_are_resent_by_another_with_their_packet_ids(
+    cluster: list[BrokerProcess],
+) -> None:
+    """The stored session names where its in-flight messages are in the log; the broker the client moves to reads
+    them from there and resends them under the same packet ids with DUP=1."""
+    sessions_leader, _replicas = _partition(cluster[0], "__mqtt_sessions")
+    holder = next(node for node in (1, 2, 3) if node != sessions_leader)
+    survivor, publisher_node = sorted({1, 2, 3} - {holder})
+    client_id, prefix = unique("device"), unique("fleet")
+    raw, _ = _eventually(lambda: _raw_session(_mqtt_port(_node(cluster, holder)), client_id, clean=True))
+    raw.send(Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter=f"{prefix}/#", qos=2),)))
+    assert isinstance(raw.receive(), SubAck)
+    publisher = _mqtt(_node(cluster, publisher_node))
+    qos_levels = (1, 2, 1, 2)
+    for number, qos in enumerate(qos_levels):
+        publisher.publish(f"{prefix}/{number}", b"reading %d" % number, qos=qos)
+    sent = [raw.receive(timeout_s=30) for _ in qos_levels]  # never acknowledged
+    assert [(p.payload, p.qos) for p in sent] == [(b"reading %d" % n, qos) for n, qos in enumerate(qos_levels)]
+    wait_for(lambda: len(getattr(stored_state(_node(cluster, survivor).bootstrap, client_id), "inflight", ())) == 4,
+             what="the in-flight messages stored")
+    _node(cluster, holder).kill()
+    raw.close()
+    moved, connack = _eventually(lambda: _raw_session(_mqtt_port(_node(cluster, survivor)), client_id, clean=False))
+    assert connack.session_present
+    resent = [moved.receive(timeout_s=30) for _ in qos_levels]
+    assert resent == [Publish(topic=p.topic, payload=p.payload, qos=p.qos, dup=True, packet_id=p.packet_id)
+                      for p in sent]
+    for packet in resent:
+        moved.send(PubAck(packet_id=packet.packet_id) if packet.qos == 1 else PubRec(packet_id=packet.packet_id))
+    assert [moved.receive() for _ in range(2)] == [PubRel(packet_id=sent[1].packet_id), PubRel(packet_id=sent[3].packet_id)]
+    publisher.publish(f"{prefix}/marker", b"marker", qos=1)
+    following = moved.receive(timeout_s=30)
+    assert isinstance(following, Publish) and following.payload == b"marker", following  # nothing delivered twice
+    moved.close()
+    publisher.disconnect()
+
+
+def _mqtt_port(broker: BrokerProcess) -> SimpleNamespace:
+    """What ``RawClient`` needs of a cluster broker."""
+    return SimpleNamespace(mqtt_port=broker.ports["mqtt"])

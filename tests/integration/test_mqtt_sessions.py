@@ -9,6 +9,7 @@ from mqbroker.protocols.mqtt.packets import (
     ConnAck,
     Disconnect,
     Properties,
+    PubAck,
     PubComp,
     Publish,
     PubRec,
@@ -19,7 +20,9 @@ from mqbroker.protocols.mqtt.packets import (
     SubscriptionRequest,
     Will,
 )
+from tests.integration.clusterprocess import wait_for
 from tests.integration.mqtt_support import Client, MqttBroker, RawClient, mqtt_broker, own_broker, unique  # noqa: F401
+from tests.integration.mqtt_support import stored_state
 
 
 def test_qos1_messages_published_while_offline_arrive_on_reconnect(mqtt_broker: MqttBroker) -> None:
@@ -202,3 +205,49 @@ def test_a_graceful_shutdown_tells_5_0_clients_the_server_is_shutting_down(own_b
     assert isinstance(farewell, Disconnect) and farewell.reason_code == ReasonCode.SERVER_SHUTTING_DOWN
     assert modern.closed_within(5)
     assert legacy.receive() is None  # 3.1.1 has no server DISCONNECT: the connection just closes
+
+
+def _inflight_ids(broker: MqttBroker, client_id: str, count: int) -> object:
+    """Whether the stored session of ``client_id`` has ``count`` messages in flight (QoS 1 ones are stored within
+    ``limits.mqtt_session_store_interval_ms`` of their send)."""
+    state = stored_state(broker.bootstrap, client_id)
+    return state is not None and len(state.inflight) == count
+
+
+def test_messages_in_flight_at_a_kill9_are_resent_from_the_log_with_their_packet_ids(
+    own_broker: MqttBroker,  # noqa: F811
+) -> None:
+    topic, device = unique("inflight"), unique("receiver")
+    raw, _ = _raw_session(own_broker, device, clean=True)
+    raw.send(Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter=f"{topic}/#", qos=2),),
+                       properties=Properties(subscription_identifiers=(42,))))
+    assert isinstance(raw.receive(), SubAck)
+    publisher = Client(own_broker)
+    for number, qos in enumerate((1, 2, 1, 1, 2)):
+        publisher.publish(f"{topic}/{number}", b"message %d" % number, qos)
+    sent = [raw.receive() for _ in range(5)]  # never acknowledged
+    assert [(p.topic, p.payload, p.qos, p.dup) for p in sent] == [
+        (f"{topic}/{n}", b"message %d" % n, qos, False) for n, qos in enumerate((1, 2, 1, 1, 2))]
+    wait_for(lambda: _inflight_ids(own_broker, device, 5), what="the in-flight messages stored")
+    raw.close()
+    publisher.disconnect()
+    own_broker.kill()
+    own_broker.restart()
+    raw, connack = _raw_session(own_broker, device, clean=False)
+    assert connack.session_present
+    resent = [raw.receive() for _ in range(5)]
+    assert resent == [Publish(topic=p.topic, payload=p.payload, qos=p.qos, dup=True, packet_id=p.packet_id,
+                              properties=p.properties) for p in sent]  # read from the log, in order, DUP=1
+    assert all(p.properties.subscription_identifiers == (42,) for p in resent)
+    for packet in resent:
+        raw.send(PubAck(packet_id=packet.packet_id) if packet.qos == 1 else PubRec(packet_id=packet.packet_id))
+    released = [raw.receive() for _ in range(2)]
+    assert released == [PubRel(packet_id=sent[1].packet_id), PubRel(packet_id=sent[4].packet_id)]
+    for packet in released:
+        raw.send(PubComp(packet_id=packet.packet_id))
+    marker = Client(own_broker)
+    marker.publish(f"{topic}/marker", b"marker", 1)
+    following = raw.receive()
+    assert isinstance(following, Publish) and following.payload == b"marker", following  # nothing resent twice
+    raw.close()
+    marker.disconnect()

@@ -141,7 +141,8 @@ class Script:
             if isinstance(action, SessionEnded):
                 self.last_state = action.state
             if isinstance(action, StoreSession):
-                lines.append(f"StoreSession({describe_state(SessionState.from_bytes(action.state.to_bytes()))})")
+                later = "" if action.blocking else ", blocking=False"
+                lines.append(f"StoreSession({describe_state(SessionState.from_bytes(action.state.to_bytes()))}{later})")
             elif isinstance(action, Close):
                 lines.append(f"Close: {action.reason}")
             elif isinstance(action, SendPubAcks):  # the bytes decoded: each PUBACK they carry, as a Send shows it

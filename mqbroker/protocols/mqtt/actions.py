@@ -1,11 +1,13 @@
 """What the MQTT session asks its adapter to do: typed, frozen actions, executed in order.
 
-The adapter (``server.py``) executes a returned list front to back. A ``StoreSession``
+The adapter (``server.py``) executes a returned list front to back. A blocking ``StoreSession``
 always comes first in its list and must be durable before the actions after it run
-(persist before send, as etcd's ``Ready``). It names the session's state, which the adapter
-serialises when it writes it: the state as of that write, which covers the end of every list
-waiting for it (a state serialised per list would cost a pass over every in-flight message per
-delivery and acknowledgement).
+(persist before send, as etcd's ``Ready``). A non-blocking one comes last: the state changed in a
+way a crash may lose at the cost of a redelivery only (``flows.py``), and the adapter writes it
+within ``limits.mqtt_session_store_interval_ms`` while the actions run on. Either names the
+session's state, which the adapter serialises when it writes it: the state as of that write, which
+covers the end of every list waiting for it (a state serialised per list would cost a pass over
+every in-flight message per delivery and acknowledgement).
 """
 
 from __future__ import annotations
@@ -118,10 +120,12 @@ class ScheduleWill:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreSession:
-    """Persist ``state`` (its ``to_bytes()`` when the adapter writes it) as the session of ``client_id``."""
+    """Persist ``state`` (its ``to_bytes()`` when the adapter writes it) as the session of ``client_id``:
+    before the actions after it run (``blocking``), or within ``limits.mqtt_session_store_interval_ms``."""
 
     client_id: str
     state: SessionState
+    blocking: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

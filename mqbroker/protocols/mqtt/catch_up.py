@@ -20,11 +20,11 @@ from mqbroker.model import EARLIEST_TIMESTAMP, AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
-    message_of,
+    RecordMessages,
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
-from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
 from mqbroker.records.readable import next_offset_after
@@ -53,6 +53,9 @@ class CatchUp:
         self._connection = connection
         self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
         self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
+        #: Where the messages a reopened session resends are: its stored cursors may be below them (a state is
+        #: written while a fetch is handed out), and reading them again must not deliver them a second time.
+        self._resent: set[LogPosition] = set()
         self._running = False
 
     def is_behind(self, partition_key: PartitionKey) -> bool:
@@ -63,21 +66,23 @@ class CatchUp:
         """The session could not take the shared reader's message at ``offset``: read from there itself."""
         self._behind[partition_key] = offset
 
-    def start_from(self, cursors: Mapping[PartitionKey, int]) -> None:
+    def start_from(self, cursors: Mapping[PartitionKey, int], resent: Iterable[LogPosition]) -> None:
         """A reopened session reads every partition from its stored cursor (a partition it does not know was
-        added after: everything in it is new to the session)."""
+        added after: everything in it is new to the session), passing over the ``resent`` messages."""
         self._behind = {key: cursors.get(key, 0) for key in self._hub.dispatchers}
+        self._resent = set(resent)
 
     def start_live(self) -> None:
         """A clean start reads from now on."""
         self._behind = {}
+        self._resent = set()
 
     def queued(self, partition_key: PartitionKey, offset: int) -> None:
         """The message at ``offset`` went into the session's pending queue (not yet in flight)."""
         self._pending_offsets.append((partition_key, offset))
 
     def trim(self) -> None:
-        """Messages leave ``pending`` in order (into flight, which is durable); forget their offsets."""
+        """Messages leave ``pending`` in order (into flight, which the stored state holds); forget their offsets."""
         state = self._connection.session.session
         pending = len(state.pending) if state is not None else 0
         while len(self._pending_offsets) > pending:
@@ -113,7 +118,8 @@ class CatchUp:
                     self._behind[key] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
-                    self._records(key, result.records, offset, result.aborted_transactions)
+                    with hub.batched_writes():  # one socket write for what a fetch delivers, not one per message
+                        self._records(key, result.records, offset, result.aborted_transactions)
         finally:
             self._running = False
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
@@ -121,8 +127,10 @@ class CatchUp:
     def _records(self, key: PartitionKey, data: bytes, offset: int,
                  aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
+        messages = RecordMessages(key)
+        matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
         for record in self._hub.records_after(key, data, offset, aborted):
-            if record.offset >= limit or not self._one(key, record):
+            if record.offset >= limit or not self._one(key, record, messages, matching):
                 return
             self._behind[key] = record.offset + 1
         reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
@@ -131,17 +139,23 @@ class CatchUp:
         else:
             self._behind[key] = reached
 
-    def _one(self, key: PartitionKey, record: Record) -> bool:
+    def _one(self, key: PartitionKey, record: Record, messages: RecordMessages,
+             matching: dict[str, list[Subscription]]) -> bool:
         """Deliver one record read by this session; False when its window is full."""
-        message = message_of(record)
+        if self._resent and (key[0], key[1], record.offset) in self._resent:
+            self._resent.discard((key[0], key[1], record.offset))
+            return True  # in flight already: the session resends it under its packet id
+        message = messages.message(record)
         session = self._connection.session
         state = session.session
         if message is None or state is None:
             return True
-        subscriptions = [
-            subscription for subscription in state.subscriptions.values()
-            if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
-        ]
+        subscriptions = matching.get(message.topic)
+        if subscriptions is None:
+            subscriptions = matching[message.topic] = [
+                subscription for subscription in state.subscriptions.values()
+                if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
+            ]
         if not subscriptions:
             return True
         if self._connection.deliveries_held or (message.qos and not session.accepting_deliveries):

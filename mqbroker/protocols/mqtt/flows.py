@@ -10,7 +10,16 @@ to deliver. Like h2's per-stream machines, the flows keep the per-packet-id stat
   size, the in-flight messages and their acknowledgement states.
 
 Both write into the session's ``Outbox``: the actions of one entry point, in order, and whether
-the durable session state changed (``StoreSession``).
+the durable session state changed (``StoreSession``), and how:
+
+* ``dirty``: the actions must wait until the state is durable (persist before send), because a crash
+  that lost the change would break a promise: a QoS 2 PUBLISH (its packet id must survive, or the
+  message would go out again under another one and the client deliver it twice), a PUBREL (no
+  PUBLISH may follow it), the PUBREC and PUBCOMP of inbound QoS 2, SUBACK and UNSUBACK, CONNACK;
+* ``changed``: losing the change costs only a redelivery, which QoS 1 allows: a QoS 1 PUBLISH (lost,
+  its message is read again from the stored cursor and sent anew) and an acknowledgement (lost, the
+  message goes out again with DUP=1). The adapter writes those within
+  ``limits.mqtt_session_store_interval_ms`` without holding any send back.
 """
 
 from __future__ import annotations
@@ -54,12 +63,14 @@ _PUBACK_HEADER = PacketType.PUBACK << 12 | 2
 class Outbox:
     """What one entry point of the session produced: actions in order, and whether the stored session changed."""
 
-    __slots__ = ("actions", "dirty", "protocol_level")
+    __slots__ = ("actions", "changed", "dirty", "protocol_level")
 
     def __init__(self) -> None:
         self.actions: list[Action] = []
         #: The durable session state changed: the session stores it before the actions run.
         self.dirty = False
+        #: The durable session state changed in a way a crash may lose (a redelivery): stored soon, sends go on.
+        self.changed = False
         #: The level packets are encoded at (the CONNECT's, once one arrived).
         self.protocol_level = PROTOCOL_LEVEL_5
 
@@ -256,7 +267,7 @@ class PublishFlows:
         if entry is None or entry.state is not expected:
             return  # a late or duplicated acknowledgement: nothing is waiting for it
         del self.state.inflight[packet_id]
-        self._outbox.dirty = True
+        self._outbox.changed = True  # lost in a crash, the message goes out again (DUP=1) and is acknowledged again
         self.pump(now_ms)
 
     def _resend_inflight(self) -> None:
@@ -275,7 +286,7 @@ class PublishFlows:
             self._send_message(state.qos0_pending.popleft(), now_ms)
         while state.pending and len(state.inflight) < self._client_receive_maximum:
             self._send_message(state.pending.popleft(), now_ms)
-            self._outbox.dirty = True
+            self._outbox.changed = True  # the stored cursor moves past it (QoS 2 sends set ``dirty`` too)
 
     def _send_message(self, message: OutboundMessage, now_ms: int) -> None:
         properties = message.properties
@@ -293,8 +304,13 @@ class PublishFlows:
         publish = Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
                           packet_id=self.state.allocate_packet_id(), properties=properties)
         if self._send_if_fits(publish):
-            state = InflightState.AWAITING_PUBACK if message.qos == 1 else InflightState.AWAITING_PUBREC
-            self.state.inflight[publish.packet_id] = Inflight(publish=publish, state=state)  # type: ignore[index]
+            if message.qos == 1:
+                state = InflightState.AWAITING_PUBACK
+            else:
+                state = InflightState.AWAITING_PUBREC
+                self._outbox.dirty = True  # its packet id is durable before it goes out (the module docstring)
+            self.state.inflight[publish.packet_id] = Inflight(  # type: ignore[index]
+                publish=publish, state=state, position=message.position)
 
     def _send_if_fits(self, publish: Publish) -> bool:
         """Send ``publish`` with an outbound topic alias if it fits the client's maximum packet size."""

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.fields import decode_utf8
 from mqbroker.protocols.mqtt.packets import NO_PROPERTIES, Properties
-from mqbroker.protocols.mqtt.state import OutboundMessage
+from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage
 from mqbroker.protocols.mqtt.topics import validate_topic_name
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -67,9 +67,11 @@ def record_headers(qos: int, retain: bool, client_id: str, properties: Propertie
 
 
 def message_from_record(
-    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], timestamp_ms: int
+    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], timestamp_ms: int,
+    position: LogPosition | None = None,
 ) -> OutboundMessage | None:
-    """The MQTT message a log record stands for, or None if it cannot go to MQTT subscribers."""
+    """The MQTT message a log record stands for (at ``position`` in the log, if it is read from one), or None if it
+    cannot go to MQTT subscribers."""
     if key is None:
         return None
     try:
@@ -102,5 +104,5 @@ def message_from_record(
     )
     return OutboundMessage(
         topic=topic, payload=value or b"", qos=qos, retain=retain, properties=properties,
-        origin_client_id=origin, created_ms=timestamp_ms,
+        origin_client_id=origin, created_ms=timestamp_ms, position=position,
     )

@@ -357,7 +357,7 @@ class MqttHub:
 
     def dispatch(self, key: PartitionKey, record: Record) -> None:
         """Hand one log record to every live session whose subscriptions match its MQTT topic."""
-        message = message_of(record)
+        message = message_of(record, key)
         if message is None:
             return
         connections = self.connections

@@ -3,8 +3,12 @@
 The session decides; this module only carries out its actions, in order, against the broker
 (``IBroker``) and the listener's shared ``MqttHub``:
 
-* a ``StoreSession`` at the head of an action list is written (acks=-1) before the rest of
-  the list runs; while one write is in flight, later lists wait and their stores coalesce;
+* a session's state is written to ``__mqtt_sessions`` (acks=-1) one write at a time, each of the
+  newest state: a blocking ``StoreSession`` at the head of an action list before the rest of the list
+  runs (while it is in flight, later lists wait and their stores coalesce); a non-blocking one
+  within ``limits.mqtt_session_store_interval_ms``, while the actions run on;
+* a reopened session's in-flight messages are read back from the log (``read_back.py``) before the
+  session resends them;
 * ``PublishToLog`` actions of one list are appended as one batch per log partition (the
   partition is a stable hash of the MQTT topic); QoS 1/2 are acknowledged once durable;
 * deliveries come from the hub's shared log readers while the session keeps up ("live");
@@ -17,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from twisted.internet.defer import Deferred, gatherResults, succeed
@@ -53,6 +58,7 @@ from mqbroker.protocols.mqtt.catch_up import CatchUp
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
+from mqbroker.protocols.mqtt.read_back import read_back_inflight
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
@@ -83,7 +89,15 @@ class MqttConnection:
         self.principal: Principal = ANONYMOUS
         self._connection: ConnectionHandle | None = None
         self._queue: deque[list[Action]] = deque()
-        self._storing = False
+        #: The action lists waiting for the blocking session write in flight (None: none is).
+        self._held: list[list[Action]] | None = None
+        #: A session write is in flight (at most one is), and what waits for it to end.
+        self._writing = False
+        self._after_write: list[Callable[[], None]] = []
+        #: The state changed since the last write began (a non-blocking store), and the timer that writes it.
+        self._unstored = False
+        self._store_timer: IDelayedCall | None = None
+        self._last_write_ms = 0
         self._executing = False
         self._keep_alive_timer: IDelayedCall | None = None
         self._connect_timer: IDelayedCall | None = None
@@ -195,29 +209,60 @@ class MqttConnection:
         self.flush()
 
     def _drain_queue(self) -> None:
-        while self._queue and not self._storing:
-            stores = [actions[0] for actions in self._queue if isinstance(actions[0], StoreSession)]
-            if not stores:
+        while self._queue and self._held is None:
+            if not any(_blocking_store(actions) for actions in self._queue):
                 self._execute(self._queue.popleft())
                 continue
-            lists = list(self._queue)
+            if self._writing:
+                return  # a non-blocking write is in flight: the blocking one follows it (``_session_written``)
+            self._held = list(self._queue)
             self._queue.clear()
-            self._storing = True
-            stored = StoredSession(state=stores[-1].state.to_bytes(), cursors=self._catch_up.cursors())  # as of now
-            self.hub.sessions.store_session(self.client_id, stored).addBoth(self._stored, lists)
+            self._write_session()
 
-    def _stored(self, result: Any, lists: list[list[Action]]) -> None:
-        self._storing = False
+    def _store_later(self) -> None:
+        """The state changed in a way a crash may lose at the cost of a redelivery: write it within
+        ``limits.mqtt_session_store_interval_ms`` (sooner if a blocking write comes first)."""
+        self._unstored = True
+        if self._store_timer is None and not self._writing:
+            delay_ms = max(0, self._last_write_ms + limits.mqtt_session_store_interval_ms - self.hub.now_ms())
+            self._store_timer = self.hub.reactor.callLater(delay_ms / 1000.0, self._store_now)
+
+    def _store_now(self) -> None:
+        self._store_timer = None
+        if self._unstored and not self._writing and self.session.state is _CONNECTED:
+            self._write_session()
+
+    def _write_session(self) -> None:
+        """Write the session's state as of now, with its cursors as of now (one write in flight at a time)."""
+        state = self.session.session
+        assert state is not None and not self._writing
+        if self._store_timer is not None:
+            if self._store_timer.active():
+                self._store_timer.cancel()
+            self._store_timer = None
+        self._writing, self._unstored, self._last_write_ms = True, False, self.hub.now_ms()
+        stored = StoredSession(state=state.to_bytes(), cursors=self._catch_up.cursors())
+        self.hub.sessions.store_session(self.client_id, stored).addBoth(self._session_written)
+
+    def _session_written(self, result: Any) -> None:
+        self._writing = False
+        held, self._held = self._held, None
+        after, self._after_write = self._after_write, []
+        for step in after:
+            step()
         if isinstance(result, Failure):
             self.log.failure("storing the session of {client_id} failed; closing", result, client_id=self.client_id)
             self._run(self.session.close(ReasonCode.UNSPECIFIED_ERROR, self.hub.now_ms()))
             return
-        self._executing = True
-        try:
-            for actions in lists:
-                self._execute(actions)
-        finally:
-            self._executing = False
+        if held:
+            self._executing = True
+            try:
+                for actions in held:
+                    self._execute(actions)
+            finally:
+                self._executing = False
+        if self._unstored and self.session.state is _CONNECTED:
+            self._store_later()
         self._drain()
 
     def _execute(self, actions: list[Action]) -> None:
@@ -267,7 +312,9 @@ class MqttConnection:
             elif isinstance(action, SessionEnded):
                 self._session_ended(action)
             else:
-                assert isinstance(action, StoreSession), action  # written by _drain before this list ran
+                assert isinstance(action, StoreSession), action
+                if not action.blocking:  # a blocking one was written before this list ran
+                    self._store_later()
         for key, group in publishes.items():
             self._append(key, group, retained_writes)
             retained_writes = []
@@ -380,8 +427,27 @@ class MqttConnection:
         if self._connect_timer is not None and self._connect_timer.active():
             self._connect_timer.cancel()
         state = SessionState.from_bytes(stored.state) if stored is not None else None
-        if stored is not None:
-            self._catch_up.start_from(stored.cursors)
+        if stored is None or state is None or not state.unread:
+            self._resume(stored, state)
+            return
+        reading = Deferred.fromCoroutine(read_back_inflight(self.hub, state, self.hub.now_ms()))
+        reading.addCallbacks(lambda _: self._resume(stored, state), self._read_back_failed, errbackArgs=(stored,))
+        reading.addErrback(self.log_failure, "opening a session")
+
+    def _read_back_failed(self, failure: Failure, stored: StoredSession) -> None:
+        """The log could not be read now: the session stays stored as it was, and the client is refused (it retries)."""
+        self.log.warn("reading the in-flight messages of {client_id} back failed: {error}", client_id=self.client_id,
+                      error=failure.value)
+        now_ms = self.hub.now_ms()
+        self.hub.session_ended(self, replace(stored, ended_at_ms=stored.ended_at_ms or now_ms))
+        self._run(self.session.connect_refused(ReasonCode.SERVER_UNAVAILABLE, now_ms))
+        self._end()
+
+    def _resume(self, stored: StoredSession | None, state: SessionState | None) -> None:
+        """Open the session with its stored state (its in-flight messages read back) or a new one."""
+        if stored is not None and state is not None:
+            self._catch_up.start_from(stored.cursors, [entry.position for entry in state.inflight.values()
+                                                       if entry.position is not None])
         actions = self.session.session_opened(state, self.hub.now_ms())
         if self.session.state is _CONNECTED:
             assert self.session.session is not None
@@ -407,6 +473,16 @@ class MqttConnection:
         stored = None
         if action.state is not None:
             stored = StoredSession(state=action.state.to_bytes(), cursors=self._catch_up.cursors(), ended_at_ms=self.hub.now_ms())
+        if self._store_timer is not None and self._store_timer.active():
+            self._store_timer.cancel()
+        self._store_timer, self._unstored = None, False
+        if self._writing:  # the final record goes after the one in flight, never before it
+            self._after_write.append(lambda: self._hand_over(stored))
+        else:
+            self._hand_over(stored)
+
+    def _hand_over(self, stored: StoredSession | None) -> None:
+        """The session is over here: stored offline (or forgotten) by the hub; whoever waits for its end goes on."""
         self.hub.session_ended(self, stored)
         self._end()
 
@@ -482,6 +558,12 @@ class MqttConnection:
     def log_failure(self, failure: Failure, what: str) -> None:
         """Log a failed background step of this connection."""
         self.log.failure("{what} for {client_id} failed", failure, what=what, client_id=self.client_id)
+
+
+def _blocking_store(actions: list[Action]) -> bool:
+    """Whether an action list starts with a ``StoreSession`` that must be durable before the rest runs."""
+    head = actions[0]
+    return type(head) is StoreSession and head.blocking
 
 
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:

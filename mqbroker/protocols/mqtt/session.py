@@ -199,7 +199,7 @@ class MqttSession:
         self._decoder.allow_packets_up_to(self.config.packet_bytes_max)
         present = stored is not None and not connect.clean_start
         if present:
-            assert stored is not None
+            assert stored is not None and not stored.unread, "the adapter reads the in-flight messages back first"
             self.session = stored
         else:
             self.session = SessionState(
@@ -491,9 +491,12 @@ class MqttSession:
     def _finish(self) -> list[Action]:
         outbox = self._outbox
         actions, outbox.actions = outbox.actions, []
-        if outbox.dirty and self.session is not None and self._expiry_interval_s > 0:
-            actions.insert(0, StoreSession(client_id=self.client_id, state=self.session))
-        outbox.dirty = False
+        if self.session is not None and self._expiry_interval_s > 0:
+            if outbox.dirty:
+                actions.insert(0, StoreSession(client_id=self.client_id, state=self.session))
+            elif outbox.changed:
+                actions.append(StoreSession(client_id=self.client_id, state=self.session, blocking=False))
+        outbox.dirty = outbox.changed = False
         return actions
 
 

@@ -94,7 +94,7 @@ class ShareBacklog:
         for record in hub.records_after(key, data, offset, aborted):
             if record.offset >= limit:
                 break
-            message = message_of(record)
+            message = message_of(record, key)
             members = hub.registry.group_members(message.topic, group_key) if message is not None else []
             if members:
                 chosen = hub.registry.choose(group_key, members, lambda client_id, _: connections[client_id].has_room())

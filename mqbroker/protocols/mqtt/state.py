@@ -6,6 +6,14 @@ inbound QoS 2 packet ids received but not yet released. Not durable: the queues 
 messages waiting for a window (``pending``, ``qos0_pending``), which the adapter refills
 from the log after a restart.
 
+An in-flight message read from the log is stored as where it is in the log (topic,
+partition, offset) with what its delivery changed (QoS, retain flag, subscription
+identifiers), not as the message: the log keeps it, as a Kafka consumer's committed offset
+points into the log. A state loaded from bytes lists those in ``unread``; the adapter reads
+each from the log and hands it to ``read_back`` before the session resends them (same
+packet ids, DUP=1). A message that is not in the log (from the retained store) is stored
+whole. Format version 2; version 1 (every in-flight message whole) still loads.
+
 Queue bounds and overflow: ``pending`` (QoS 1/2) holds at most ``pending_messages_max``
 messages; ``has_room`` tells the adapter to stop reading the log for this session until
 the client acknowledges (nothing is lost: the log is the queue). ``qos0_pending`` holds at
@@ -39,7 +47,14 @@ from mqbroker.protocols.mqtt.packets import (
     RetainHandling,
 )
 
-_STATE_FORMAT_VERSION = 1
+_STATE_FORMAT_VERSION = 2
+#: The versions ``from_bytes`` reads: 1 stored every in-flight message whole (a record written before an upgrade).
+_STATE_FORMAT_VERSIONS_READ = (1, 2)
+#: The largest subscription identifier (a variable byte integer, MQTT 5.0 §3.8.2.1.2).
+_SUBSCRIPTION_IDENTIFIER_MAX = 268_435_455
+
+#: Where a message is in the log: (log topic, partition, offset).
+LogPosition = tuple[str, int, int]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +81,8 @@ class OutboundMessage:
     properties: Properties = NO_PROPERTIES
     origin_client_id: str | None = None
     created_ms: int = 0
+    #: Where the message is in the log (None: it is not, e.g. it came from the retained store).
+    position: LogPosition | None = None
 
 
 class InflightState(enum.Enum):
@@ -78,10 +95,16 @@ class InflightState(enum.Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Inflight:
-    """An outbound QoS 1/2 PUBLISH (full topic name, no alias) and its flow state."""
+    """An outbound QoS 1/2 PUBLISH (full topic name, no alias) and its flow state.
+
+    ``position`` is where its message is in the log: the stored state keeps that instead of the message.
+    Loaded from bytes, such an entry's ``publish`` has its packet id, QoS, retain flag and subscription
+    identifiers but no topic or payload until ``SessionState.read_back`` (``SessionState.unread``).
+    """
 
     publish: Publish
     state: InflightState
+    position: LogPosition | None = None
 
 
 class SessionState:
@@ -90,6 +113,7 @@ class SessionState:
     __slots__ = (
         "client_id", "expiry_interval_s", "subscriptions", "inflight", "received_qos2", "next_packet_id",
         "pending", "qos0_pending", "qos0_dropped", "pending_messages_max", "qos0_queue_length_max", "_stored_inflight",
+        "unread",
     )
 
     def __init__(
@@ -113,7 +137,9 @@ class SessionState:
         self.qos0_queue_length_max = qos0_queue_length_max
         #: ``to_bytes``'s entry of each in-flight message, by packet id, with the ``Inflight`` it was made of: a
         #: message is encoded once, not in every state written while it is in flight.
-        self._stored_inflight: dict[int, tuple[Inflight, dict[str, str]]] = {}
+        self._stored_inflight: dict[int, tuple[Inflight, object]] = {}
+        #: In-flight deliveries loaded from bytes whose message is still to be read from the log, by packet id.
+        self.unread: dict[int, LogPosition] = {}
 
     def has_room(self) -> bool:
         """Whether a QoS 1/2 message may be enqueued now (the adapter pauses its log reads if not)."""
@@ -174,7 +200,7 @@ class SessionState:
         return packet_id
 
     def to_bytes(self) -> bytes:
-        """The durable part as bytes (JSON; payloads as base64-encoded MQTT 5.0 PUBLISH packets)."""
+        """The durable part as bytes (JSON, format version 2: see the module docstring)."""
         document = {
             "version": _STATE_FORMAT_VERSION,
             "client_id": self.client_id,
@@ -193,26 +219,51 @@ class SessionState:
         }
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
-    def _inflight_documents(self) -> list[dict[str, str]]:
-        """``to_bytes``'s in-flight entries, in order; each encoded once while its ``Inflight`` stays the same."""
-        known, stored = self._stored_inflight, {}
+    def _inflight_documents(self) -> list[object]:
+        """``to_bytes``'s in-flight entries, in order.
+
+        Messages in the log go as runs: ``[first packet id, count, flow state, log topic, partition, first offset,
+        QoS, retain, [subscription identifiers]]`` stands for ``count`` deliveries with consecutive packet ids and
+        offsets and the rest alike (a window of a drain is one run). Any other message goes whole,
+        ``{"state": flow state, "publish": base64 MQTT 5.0 PUBLISH}``, encoded once while its ``Inflight`` stays
+        the same.
+        """
+        documents: list[object] = []
+        known, whole = self._stored_inflight, {}
+        run: list[Any] | None = None
+        run_identifiers: tuple[int, ...] = ()
         for packet_id, entry in self.inflight.items():
-            cached = known.get(packet_id)
-            if cached is None or cached[0] is not entry:
-                cached = entry, {"state": entry.state.value,
-                                 "publish": base64.b64encode(encode(entry.publish, PROTOCOL_LEVEL_5)).decode()}
-            stored[packet_id] = cached
-        self._stored_inflight = stored
-        return [document for _, document in stored.values()]
+            position, publish = entry.position, entry.publish
+            if position is None:
+                cached = known.get(packet_id)
+                if cached is None or cached[0] is not entry:
+                    cached = entry, {"state": entry.state.value,
+                                     "publish": base64.b64encode(encode(publish, PROTOCOL_LEVEL_5)).decode()}
+                whole[packet_id] = cached
+                documents.append(cached[1])
+                run = None
+                continue
+            identifiers = publish.properties.subscription_identifiers
+            if (run is not None and packet_id == run[0] + run[1] and position[2] == run[5] + run[1]
+                    and entry.state.value == run[2] and position[0] == run[3] and position[1] == run[4]
+                    and publish.qos == run[6] and publish.retain == run[7] and identifiers == run_identifiers):
+                run[1] += 1
+                continue
+            run = [packet_id, 1, entry.state.value, *position, publish.qos, publish.retain, list(identifiers)]
+            run_identifiers = identifiers
+            documents.append(run)
+        self._stored_inflight = whole
+        return documents
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:
-        """Rebuild the durable part written by ``to_bytes`` (queues start empty).
+        """Rebuild the durable part written by ``to_bytes`` (queues start empty; ``unread`` lists the in-flight
+        messages to read back from the log).
 
         Raises ``CorruptMessageError`` (and nothing else) for bytes that are not such a record.
         """
         where = "MQTT session state"
-        document = load_stored_document(data, _STATE_FORMAT_VERSION, where)
+        document = load_stored_document(data, _STATE_FORMAT_VERSIONS_READ, where)
         state = cls(stored_field(document, "client_id", str, where),
                     expiry_interval_s=stored_field(document, "expiry_interval_s", int, where, 0, 0xFFFF_FFFF))
         state.next_packet_id = stored_field(document, "next_packet_id", int, where, 1, 0xFFFF)
@@ -220,17 +271,41 @@ class SessionState:
             subscription = _subscription_from(item)
             state.subscriptions[subscription.topic_filter] = subscription
         for item in stored_field(document, "inflight", list, where):
-            publish = _inflight_publish(stored_base64(item, "publish", where))
-            try:
-                flow = InflightState(stored_field(item, "state", str, where))
-            except ValueError:
-                raise CorruptMessageError(f"{where}: unknown in-flight state {item['state']!r}") from None
-            state.inflight[publish.packet_id] = Inflight(publish=publish, state=flow)  # type: ignore[index]
+            for entry in _logged_inflight(item) if isinstance(item, list) else [_whole_inflight(item)]:
+                packet_id = entry.publish.packet_id
+                assert packet_id is not None
+                if packet_id in state.inflight:
+                    raise CorruptMessageError(f"{where}: packet id {packet_id} is in flight twice")
+                state.inflight[packet_id] = entry
+                if entry.position is not None and entry.state is not InflightState.AWAITING_PUBCOMP:
+                    state.unread[packet_id] = entry.position  # after PUBREC only the packet id matters (PUBREL)
         received = stored_field(document, "received_qos2", list, where)
         for packet_id in received:
             _check_stored_value(packet_id, int, f"{where} received_qos2", 1, 0xFFFF)
         state.received_qos2 = set(received)
         return state
+
+    def read_back(self, packet_id: int, message: OutboundMessage | None, now_ms: int) -> None:
+        """The message of the ``unread`` in-flight delivery ``packet_id``, read from the log at its position; None
+        if the log no longer has it (retention deleted it): the delivery is dropped."""
+        del self.unread[packet_id]
+        entry = self.inflight[packet_id]
+        if message is None:
+            del self.inflight[packet_id]
+            return
+        stub = entry.publish
+        properties = message.properties
+        expiry_s = properties.message_expiry_interval_s
+        if expiry_s is not None:  # its delivery began: it goes out, with what is left of its lifetime (at least 1 s)
+            expiry_s = max(1, expiry_s - (now_ms - message.created_ms) // 1000)
+        identifiers = stub.properties.subscription_identifiers
+        if (identifiers, expiry_s) != (properties.subscription_identifiers, properties.message_expiry_interval_s) \
+                or properties.topic_alias is not None:
+            properties = replace(properties, subscription_identifiers=identifiers, message_expiry_interval_s=expiry_s,
+                                 topic_alias=None)
+        publish = Publish(topic=message.topic, payload=message.payload, qos=stub.qos, retain=stub.retain,
+                          packet_id=packet_id, properties=properties)
+        self.inflight[packet_id] = replace(entry, publish=publish)  # the same place in the resend order
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SessionState) and self.to_bytes() == other.to_bytes()
@@ -261,6 +336,45 @@ def _subscription_from(item: object) -> Subscription:
     return Subscription(**{**item, "retain_handling": retain_handling})
 
 
+def _whole_inflight(item: object) -> Inflight:
+    """An in-flight entry stored whole: ``{"state": ..., "publish": base64 PUBLISH}`` (every entry of version 1)."""
+    where = "MQTT session state in-flight message"
+    publish = _inflight_publish(stored_base64(item, "publish", where))
+    return Inflight(publish=publish, state=_flow_state(stored_field(item, "state", str, where)))
+
+
+def _logged_inflight(item: list[object]) -> list[Inflight]:
+    """A run of in-flight entries stored by their log positions (``SessionState._inflight_documents``); their
+    ``publish`` waits for ``read_back`` for its topic and payload."""
+    where = "MQTT session state in-flight run"
+    if len(item) != 9:
+        raise CorruptMessageError(f"{where} is not [first packet id, count, state, topic, partition, first offset, "
+                                  f"QoS, retain, [subscription identifiers]]: it has {len(item)} items")
+    first, count, flow, topic, partition, offset, qos, retain, identifiers = item
+    _check_stored_value(first, int, f"{where} packet id", 1, 0xFFFF)
+    _check_stored_value(count, int, f"{where} count", 1, 0x1_0000 - first)  # type: ignore[operator]
+    _check_stored_value(topic, str, f"{where} topic")
+    _check_stored_value(partition, int, f"{where} partition", 0, 0x7FFF_FFFF)
+    _check_stored_value(offset, int, f"{where} offset", 0, 0x7FFF_FFFF_FFFF_FFFF - count)  # type: ignore[operator]
+    _check_stored_value(qos, int, f"{where} QoS", 1, 2)
+    _check_stored_value(retain, bool, f"{where} retain flag")
+    for identifier in _check_stored_value(identifiers, list, f"{where} subscription identifiers"):
+        _check_stored_value(identifier, int, f"{where} subscription identifier", 1, _SUBSCRIPTION_IDENTIFIER_MAX)
+    state = _flow_state(_check_stored_value(flow, str, f"{where} state"))
+    properties = Properties(subscription_identifiers=tuple(identifiers)) if identifiers else NO_PROPERTIES
+    return [Inflight(publish=Publish(topic="", qos=qos, retain=retain, packet_id=first + index,  # type: ignore[arg-type,operator]
+                                     properties=properties),
+                     state=state, position=(topic, partition, offset + index))  # type: ignore[operator]
+            for index in range(count)]  # type: ignore[arg-type]
+
+
+def _flow_state(value: str) -> InflightState:
+    try:
+        return InflightState(value)
+    except ValueError:
+        raise CorruptMessageError(f"MQTT session state: unknown in-flight state {value!r}") from None
+
+
 def _inflight_publish(packet: bytes) -> Publish:
     where = "MQTT session state in-flight message"
     decoder = PacketDecoder(packet_bytes_max=PACKET_BYTES_MAX_ABSOLUTE, protocol_level=PROTOCOL_LEVEL_5)
@@ -273,14 +387,18 @@ def _inflight_publish(packet: bytes) -> Publish:
     return packets[0]
 
 
-def load_stored_document(data: bytes, version: int, where: str) -> dict[str, Any]:
-    """The JSON object of a stored record of format ``version``; CorruptMessageError if ``data`` is not one."""
+def load_stored_document(data: bytes, version: int | tuple[int, ...], where: str) -> dict[str, Any]:
+    """The JSON object of a stored record of format ``version`` (or one of them); CorruptMessageError if ``data``
+    is not one."""
     try:
         document = json.loads(data)
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise CorruptMessageError(f"{where} is not JSON: {error}") from None
-    if not isinstance(document, dict) or document.get("version") != version:
-        raise CorruptMessageError(f"{where} is not a JSON object of format version {version}")
+    versions = version if isinstance(version, tuple) else (version,)
+    found = document.get("version") if isinstance(document, dict) else None
+    if type(found) is not int or found not in versions:
+        raise CorruptMessageError(f"{where} is not a JSON object of format version "
+                                  f"{' or '.join(map(str, versions))} (found {found!r:.40})")
     return document
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from mqbroker.protocols.mqtt.actions import Close, PublishToLog, Send, SendPubAcks
+from mqbroker.protocols.mqtt.actions import Action, Close, PublishToLog, Send, SendPubAcks, StoreSession
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import (
     Connect,
     Properties,
     PubAck,
+    PubComp,
     Publish,
     PubRec,
     PubRel,
@@ -112,3 +113,27 @@ def test_a_publish_after_the_mapping_rules_changed_goes_to_the_new_log_topic() -
     assert log_topics() == [mapping.default_log_topic] * 2
     mapping.replace_rules([MappingRule(mqtt_filter="alarms/#", log_topic="mqtt.alarms")])
     assert log_topics() == ["mqtt.alarms"] * 2
+
+
+def _stores(actions: list[Action]) -> list[tuple[int, bool]]:
+    """(index in the list, blocking) of each StoreSession."""
+    return [(index, action.blocking) for index, action in enumerate(actions) if isinstance(action, StoreSession)]
+
+
+def test_qos1_deliveries_and_acknowledgements_go_on_while_their_state_is_stored_but_qos2_steps_wait() -> None:
+    """Losing a QoS 1 step in a crash costs a redelivery (allowed); losing a QoS 2 step would deliver twice."""
+    session = MqttSession(config=SessionConfig(), mapping=TopicMapping(), generate_client_id=lambda: "g")
+    session.receive_data(encode(Connect(client_id="c", keep_alive_s=0, clean_start=False,
+                                        properties=Properties(session_expiry_interval_s=60)), 5), 0)
+    session.session_opened(None, 0)
+    subscription = [Subscription(topic_filter="#", qos=2)]
+    at_least_once = session.deliver(OutboundMessage(topic="t", payload=b"1", qos=1, position=("log", 0, 7)),
+                                    subscription, 0)
+    assert _stores(at_least_once) == [(1, False)] and isinstance(at_least_once[0], Send)
+    assert _stores(session.receive_data(encode(PubAck(packet_id=1), 5), 0)) == [(0, False)]
+    exactly_once = session.deliver(OutboundMessage(topic="t", payload=b"2", qos=2, position=("log", 0, 8)),
+                                   subscription, 0)
+    assert _stores(exactly_once) == [(0, True)] and isinstance(exactly_once[1], Send)  # its packet id first
+    assert _stores(session.receive_data(encode(PubRec(packet_id=2), 5), 0)) == [(0, True)]  # before PUBREL
+    assert _stores(session.receive_data(encode(PubComp(packet_id=2), 5), 0)) == [(0, False)]
+    assert session.session is not None and session.session.inflight == {}

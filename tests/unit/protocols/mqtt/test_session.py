@@ -34,9 +34,13 @@ def session_states(draw: st.DrawFn) -> SessionState:
     for packet_id in draw(st.lists(st.integers(1, 0xFFFF), max_size=4, unique=True)):
         publish = Publish(
             topic=draw(texts), payload=draw(st.binary(max_size=20)), qos=draw(st.integers(1, 2)),
-            packet_id=packet_id, properties=Properties(message_expiry_interval_s=draw(st.none() | st.integers(1, 99))),
+            retain=draw(st.booleans()), packet_id=packet_id, properties=Properties(
+                message_expiry_interval_s=draw(st.none() | st.integers(1, 99)),
+                subscription_identifiers=tuple(draw(st.lists(st.integers(1, 268_435_455), max_size=2)))),
         )
-        state.inflight[packet_id] = Inflight(publish=publish, state=draw(st.sampled_from(InflightState)))
+        position = draw(st.none() | st.tuples(texts, st.integers(0, 99), st.integers(0, 2**62)))  # None: not in the log
+        state.inflight[packet_id] = Inflight(publish=publish, state=draw(st.sampled_from(InflightState)),
+                                             position=position)
     state.received_qos2 = set(draw(st.lists(st.integers(1, 0xFFFF), max_size=4)))
     state.next_packet_id = draw(st.integers(1, 0xFFFF))
     return state

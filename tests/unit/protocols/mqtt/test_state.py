@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbroker.errors import CorruptMessageError
-from mqbroker.protocols.mqtt.packets import Publish
+from mqbroker.protocols.mqtt.packets import Properties, Publish
 from mqbroker.protocols.mqtt.state import Inflight, InflightState, OutboundMessage, SessionState
 from tests.unit.protocols.mqtt.test_session import session_states
 
@@ -62,10 +62,23 @@ def test_garbage_state_raises_only_corrupt_message(data: bytes) -> None:
     decodes_or_raises_corrupt(SessionState.from_bytes, data)
 
 
+_V2_HEAD = b'{"version":2,"client_id":"c","expiry_interval_s":0,"next_packet_id":1,"subscriptions":[],"inflight":'
+
+
 @pytest.mark.parametrize("data", [
-    b"\xff\xfe", b"[" * 100_000, b'{"version": 2}',
+    b"\xff\xfe", b"[" * 100_000, b'{"version": 2}', b'{"version": 3}', b'{"version": true}',
     b'{"version":1,"client_id":"c","expiry_interval_s":0,"next_packet_id":1,"subscriptions":[],'
     b'"inflight":[{"state":"awaiting-puback","publish":"MAA="}],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,5,1,false]],"received_qos2":[]}',  # 8 items
+    _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,-5,1,false,[]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,0,"awaiting-puback","mqtt",0,5,1,false,[]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[65535,2,"awaiting-puback","mqtt",0,5,1,false,[]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,5,0,false,[]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,5,1,1,[]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,5,1,false,[0]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,1,"sent","mqtt",0,5,1,false,[]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,3,"awaiting-puback","mqtt",0,5,1,false,[]],[2,1,"awaiting-puback","mqtt",0,9,1,false,[]]],'
+               b'"received_qos2":[]}',
 ])
 def test_undecodable_state_names_the_problem(data: bytes) -> None:
     with pytest.raises(CorruptMessageError, match="MQTT session state"):
@@ -107,3 +120,101 @@ def test_refill_waits_for_half_the_queue() -> None:
     assert state.has_room() and not state.wants_refill()
     state.pending.popleft()
     assert state.wants_refill()
+
+
+#: A state as the format before positions (version 1) wrote it: every in-flight message whole. Written by
+#: ``SessionState.to_bytes`` at 52ec9fa: a session subscribed to ``fleet/#`` (identifier 7) with a QoS 1 message
+#: awaiting PUBACK (packet id 3) and a QoS 2 one awaiting PUBCOMP (4), inbound QoS 2 packet id 9 unreleased.
+_VERSION_1_STATE = (
+    b'{"client_id":"old-device","expiry_interval_s":3600,"inflight":[{"publish":"Mg8AB2ZsZWV0LzEAAwILB0E=",'
+    b'"state":"awaiting-puback"},{"publish":"NA0AB2ZsZWV0LzIABABC","state":"awaiting-pubcomp"}],"next_packet_id":5,'
+    b'"received_qos2":[9],"subscriptions":[{"no_local":false,"qos":2,"retain_as_published":false,"retain_handling":0,'
+    b'"share_group":null,"subscription_identifier":7,"topic_filter":"fleet/#"}],"version":1}'
+)
+
+
+def test_a_state_stored_before_the_upgrade_still_loads_with_its_messages_whole() -> None:
+    state = SessionState.from_bytes(_VERSION_1_STATE)
+    assert (state.client_id, state.expiry_interval_s, state.next_packet_id, state.received_qos2) == (
+        "old-device", 3600, 5, {9})
+    assert list(state.subscriptions) == ["fleet/#"] and state.subscriptions["fleet/#"].subscription_identifier == 7
+    assert [(packet_id, entry.state, entry.publish.topic, entry.publish.payload, entry.position)
+            for packet_id, entry in state.inflight.items()] == [
+        (3, InflightState.AWAITING_PUBACK, "fleet/1", b"A", None), (4, InflightState.AWAITING_PUBCOMP, "fleet/2", b"B", None)]
+    assert state.inflight[3].publish.properties.subscription_identifiers == (7,)
+    assert state.unread == {}  # nothing to read back: the messages are in the record
+    assert SessionState.from_bytes(state.to_bytes()) == state  # and it is written again in the new format
+
+
+def _logged(packet_id: int, offset: int, flow: InflightState = InflightState.AWAITING_PUBACK) -> Inflight:
+    publish = Publish(topic="fleet/1", payload=b"reading %d" % offset, qos=1 if flow is InflightState.AWAITING_PUBACK else 2,
+                      retain=True, packet_id=packet_id, properties=Properties(subscription_identifiers=(7, 9)))
+    return Inflight(publish=publish, state=flow, position=("mqtt.messages", 2, offset))
+
+
+def test_an_inflight_message_from_the_log_is_stored_as_its_position_and_read_back_in_order() -> None:
+    state = SessionState("c", expiry_interval_s=60)
+    state.inflight = {5: _logged(5, 100), 6: _logged(6, 101, InflightState.AWAITING_PUBCOMP),
+                      7: _inflight(7), 8: _logged(8, 103, InflightState.AWAITING_PUBREC)}
+    data = state.to_bytes()
+    assert b"reading" not in data  # the log has the payloads
+    loaded = SessionState.from_bytes(data)
+    assert loaded == state and list(loaded.inflight) == [5, 6, 7, 8]
+    assert loaded.unread == {5: ("mqtt.messages", 2, 100), 8: ("mqtt.messages", 2, 103)}  # PUBCOMP needs only the id
+    for packet_id, offset in ((8, 103), (5, 100)):
+        record = OutboundMessage(topic="fleet/1", payload=b"reading %d" % offset, qos=2, retain=True,
+                                 position=("mqtt.messages", 2, offset))
+        loaded.read_back(packet_id, record, now_ms=0)
+    assert loaded.unread == {}
+    assert list(loaded.inflight) == [5, 6, 7, 8]  # the resend order is kept
+    for packet_id in (5, 8):
+        assert loaded.inflight[packet_id] == state.inflight[packet_id]  # QoS, retain, identifiers as delivered
+
+
+def test_a_message_the_log_no_longer_has_is_dropped_and_expiry_counts_from_its_publication() -> None:
+    state = SessionState("c", expiry_interval_s=60)
+    state.inflight = {1: _logged(1, 10), 2: _logged(2, 11)}
+    loaded = SessionState.from_bytes(state.to_bytes())
+    loaded.read_back(1, None, now_ms=0)
+    expiring = OutboundMessage(topic="fleet/1", payload=b"x", qos=1, created_ms=1_000,
+                               properties=Properties(message_expiry_interval_s=30))
+    loaded.read_back(2, expiring, now_ms=21_000)
+    assert list(loaded.inflight) == [2]
+    assert loaded.inflight[2].publish.properties == Properties(message_expiry_interval_s=10, subscription_identifiers=(7, 9))
+    late = SessionState.from_bytes(state.to_bytes())
+    late.read_back(1, expiring, now_ms=99_000)  # its delivery had begun: it still goes out
+    assert late.inflight[1].publish.properties.message_expiry_interval_s == 1
+
+
+def test_a_window_of_a_thousand_messages_in_flight_stores_in_a_few_hundred_bytes() -> None:
+    state = SessionState("c", expiry_interval_s=60)
+    state.inflight = {packet_id: replace(_logged(packet_id, 1_000_000 + packet_id),
+                                         publish=Publish(topic="t", payload=b"x" * 100, qos=1, packet_id=packet_id))
+                      for packet_id in range(1, 1001)}
+    assert len(state.to_bytes()) < 200  # one run: consecutive packet ids and offsets
+    state.inflight[500] = replace(state.inflight[500], state=InflightState.AWAITING_PUBCOMP)
+    del state.inflight[700]
+    loaded = SessionState.from_bytes(state.to_bytes())
+    assert len(state.to_bytes()) < 400 and loaded == state and list(loaded.inflight) == list(state.inflight)
+    assert [loaded.inflight[n].position for n in (499, 500, 501, 1000)] == [
+        ("mqtt.messages", 2, 1_000_000 + n) for n in (499, 500, 501, 1000)]
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> bytes:
+    """A stored state whose in-flight messages are in the log: runs of consecutive packet ids and offsets."""
+    state = SessionState("c", expiry_interval_s=60)
+    packet_id, offset = draw(st.integers(1, 0xFFF0)), draw(st.integers(0, 2**40))
+    for _ in range(draw(st.integers(0, 12))):
+        flow = draw(st.sampled_from(InflightState))
+        state.inflight[packet_id] = replace(_logged(packet_id, offset, flow), position=(
+            draw(st.sampled_from(["mqtt.messages", "plant"])), draw(st.integers(0, 2)), offset))
+        packet_id = packet_id % 0xFFFF + 1
+        offset += draw(st.integers(1, 3))
+    return state.to_bytes()
+
+
+@given(data=garbage_for(windows()))
+@settings(max_examples=400)
+def test_garbage_runs_of_log_positions_raise_only_corrupt_message(data: bytes) -> None:
+    decodes_or_raises_corrupt(SessionState.from_bytes, data)
