@@ -16,7 +16,8 @@ from typing import Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from mqbroker.model import EARLIEST_TIMESTAMP, AbortedTransaction
+from mqbroker import limits
+from mqbroker.model import AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
@@ -108,9 +109,11 @@ class CatchUp:
                 if offset >= hub.live_position(key):
                     del self._behind[key]
                     continue
-                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
+                # a long poll: the shared reader may be past the durable end (``MqttHub.appended``)
+                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL,
+                                                   read_from(key, offset, limits.mqtt_log_fetch_wait_ms_max))
                 if result.error is not None:
-                    self._behind[key] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
+                    self._behind[key] = await hub.restart_position(key, offset)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
                     self._records(key, result.records, offset, result.aborted_transactions)
@@ -126,9 +129,9 @@ class CatchUp:
                 return
             self._behind[key] = record.offset + 1
         reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
-        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
+        if reached >= limit:  # caught up with the shared reader
             del self._behind[key]
-        else:
+        else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._behind[key] = reached
 
     def _one(self, key: PartitionKey, record: Record) -> bool:
