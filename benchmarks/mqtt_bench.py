@@ -1,7 +1,7 @@
 """MQTT benchmark with paho-mqtt against mqbroker and a local Mosquitto, in the same run.
 
 Usage: ``python benchmarks/mqtt_bench.py [--messages 20000] [--connections 10000] [--rounds 3] [--json]
-[--puback durable|written|both] [--measurements publish_qos0,publish_qos1,...]``.
+[--puback durable|written|both] [--measurements publish_qos0,publish_qos1,...] [--latency-rate 5000]``.
 Starts mqbroker (``twistd mqbroker`` on free ports, a temporary data directory) and Debian's
 ``mosquitto`` (a temporary config on a free port), then measures for each, with 100-byte payloads:
 
@@ -233,8 +233,8 @@ def drain_session(port: int, client_id: str, expected: int) -> dict[str, float]:
     return {"messages_per_s": received[0] / elapsed, "delivered_fraction": received[0] / expected, "seconds": elapsed}
 
 
-def latency(port: int) -> dict[str, float]:
-    """Publish-to-delivery latency (ms) at QoS 1 with the publisher paced at ``LATENCY_RATE_PER_S``."""
+def latency(port: int, rate_per_s: int = LATENCY_RATE_PER_S) -> dict[str, float]:
+    """Publish-to-delivery latency (ms) at QoS 1 with the publisher paced at ``rate_per_s``."""
     topic = "bench/latency"
     samples: list[float] = []
     padding = b"l" * (PAYLOAD_BYTES - 8)
@@ -246,8 +246,8 @@ def latency(port: int) -> dict[str, float]:
     subscriber = connected_client(port, "bench-lat-sub", on_message)
     subscribe(subscriber, topic, 1)
     publisher = connected_client(port, "bench-lat-pub")
-    total = int(LATENCY_RATE_PER_S * LATENCY_SECONDS)
-    interval_s = 1.0 / LATENCY_RATE_PER_S
+    total = int(rate_per_s * LATENCY_SECONDS)
+    interval_s = 1.0 / rate_per_s
     started = time.perf_counter()
     for number in range(total):
         wait_s = started + number * interval_s - time.perf_counter()
@@ -313,7 +313,7 @@ ROUND_MEASUREMENTS: dict[str, Any] = {
     "publish_qos0": lambda port, arguments: publish_throughput(port, 0, arguments.messages),
     "publish_qos1": lambda port, arguments: publish_throughput(port, 1, arguments.messages),
     "fan_out_qos0": lambda port, arguments: fan_out(port, arguments.messages // FAN_OUT_SUBSCRIBERS),
-    "latency_qos1": lambda port, arguments: latency(port),
+    "latency_qos1": lambda port, arguments: latency(port, arguments.latency_rate),
     "offline_drain_qos1": lambda port, arguments: offline_drain(port, arguments.messages),
 }
 ROWS = [
@@ -391,6 +391,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print every sample as JSON")
     parser.add_argument("--puback", choices=["durable", "written", "both"], default="both",
                         help="mqbroker's mqtt_puback: one broker per mode [default: both, side by side]")
+    parser.add_argument("--latency-rate", type=int, default=LATENCY_RATE_PER_S,
+                        help="messages/s of the latency run's paced publisher [default: %(default)s]")
     parser.add_argument("--measurements", default=",".join([*ROUND_MEASUREMENTS, "idle_connection"]),
                         help="comma-separated subset of: %(default)s")
     arguments = parser.parse_args()
