@@ -1,6 +1,7 @@
 """MQTT benchmark with paho-mqtt against mqbroker and a local Mosquitto, in the same run.
 
-Usage: ``python benchmarks/mqtt_bench.py [--messages 20000] [--connections 10000] [--rounds 3] [--json]``.
+Usage: ``python benchmarks/mqtt_bench.py [--messages 20000] [--connections 10000] [--rounds 3] [--json]
+[--puback durable|written|both] [--measurements publish_qos0,publish_qos1,...] [--latency-rate 5000]``.
 Starts mqbroker (``twistd mqbroker`` on free ports, a temporary data directory) and Debian's
 ``mosquitto`` (a temporary config on a free port), then measures for each, with 100-byte payloads:
 
@@ -232,8 +233,8 @@ def drain_session(port: int, client_id: str, expected: int) -> dict[str, float]:
     return {"messages_per_s": received[0] / elapsed, "delivered_fraction": received[0] / expected, "seconds": elapsed}
 
 
-def latency(port: int) -> dict[str, float]:
-    """Publish-to-delivery latency (ms) at QoS 1 with the publisher paced at ``LATENCY_RATE_PER_S``."""
+def latency(port: int, rate_per_s: int = LATENCY_RATE_PER_S) -> dict[str, float]:
+    """Publish-to-delivery latency (ms) at QoS 1 with the publisher paced at ``rate_per_s``."""
     topic = "bench/latency"
     samples: list[float] = []
     padding = b"l" * (PAYLOAD_BYTES - 8)
@@ -245,8 +246,8 @@ def latency(port: int) -> dict[str, float]:
     subscriber = connected_client(port, "bench-lat-sub", on_message)
     subscribe(subscriber, topic, 1)
     publisher = connected_client(port, "bench-lat-pub")
-    total = int(LATENCY_RATE_PER_S * LATENCY_SECONDS)
-    interval_s = 1.0 / LATENCY_RATE_PER_S
+    total = int(rate_per_s * LATENCY_SECONDS)
+    interval_s = 1.0 / rate_per_s
     started = time.perf_counter()
     for number in range(total):
         wait_s = started + number * interval_s - time.perf_counter()
@@ -312,7 +313,7 @@ ROUND_MEASUREMENTS: dict[str, Any] = {
     "publish_qos0": lambda port, arguments: publish_throughput(port, 0, arguments.messages),
     "publish_qos1": lambda port, arguments: publish_throughput(port, 1, arguments.messages),
     "fan_out_qos0": lambda port, arguments: fan_out(port, arguments.messages // FAN_OUT_SUBSCRIBERS),
-    "latency_qos1": lambda port, arguments: latency(port),
+    "latency_qos1": lambda port, arguments: latency(port, arguments.latency_rate),
     "offline_drain_qos1": lambda port, arguments: offline_drain(port, arguments.messages),
 }
 ROWS = [
@@ -336,14 +337,18 @@ ROWS = [
 def measure_rounds(brokers: dict[str, tuple[int, int]], arguments: argparse.Namespace) -> dict[str, dict[str, list[Any]]]:
     """Every figure ``--rounds`` times, each measurement on every broker back to back; idle memory once."""
     samples: dict[str, dict[str, list[Any]]] = {name: {} for name in brokers}
+    chosen = arguments.measurements
     for number in range(arguments.rounds):
         for measurement, run in ROUND_MEASUREMENTS.items():
+            if measurement not in chosen:
+                continue
             for name, (port, _) in brokers.items():
                 print(f"-- round {number + 1}: {measurement} on {name}", file=sys.stderr)
                 samples[name].setdefault(measurement, []).append(run(port, arguments))
-    for name, (port, pid) in brokers.items():
-        print(f"-- idle connections on {name}", file=sys.stderr)
-        samples[name]["idle_connection"] = [idle_connection_memory(port, pid, arguments.connections)]
+    if "idle_connection" in chosen:
+        for name, (port, pid) in brokers.items():
+            print(f"-- idle connections on {name}", file=sys.stderr)
+            samples[name]["idle_connection"] = [idle_connection_memory(port, pid, arguments.connections)]
     return samples
 
 
@@ -351,11 +356,13 @@ def report(samples: dict[str, dict[str, list[Any]]]) -> None:
     """Medians over the rounds side by side; each ratio is the median of the per-round mqbroker / mosquitto ratios."""
     theirs = samples["mosquitto"]
     ours = {name: measured for name, measured in samples.items() if name != "mosquitto"}
-    rounds = len(theirs["publish_qos0"])
+    rounds = max(len(measured) for measured in theirs.values())
     print(f"medians of {rounds} round(s); load average {os.getloadavg()[0]:.1f} at the end ({time.strftime('%H:%M')})")
     print(f"{'':34}" + "".join(f"{name:>18}" for name in ours) + f"{'mosquitto':>14}"
           + "".join(f"{'ratio ' + name.split()[-1]:>16}" for name in ours))
     for label, measurement, figure in ROWS:
+        if measurement not in theirs:
+            continue
         reference = [sample[figure] for sample in theirs[measurement]]
         cells, ratios = [], []
         for measured in ours.values():
@@ -384,7 +391,15 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print every sample as JSON")
     parser.add_argument("--puback", choices=["durable", "written", "both"], default="both",
                         help="mqbroker's mqtt_puback: one broker per mode [default: both, side by side]")
+    parser.add_argument("--latency-rate", type=int, default=LATENCY_RATE_PER_S,
+                        help="messages/s of the latency run's paced publisher [default: %(default)s]")
+    parser.add_argument("--measurements", default=",".join([*ROUND_MEASUREMENTS, "idle_connection"]),
+                        help="comma-separated subset of: %(default)s")
     arguments = parser.parse_args()
+    arguments.measurements = set(arguments.measurements.split(","))
+    unknown = arguments.measurements - {*ROUND_MEASUREMENTS, "idle_connection"}
+    if unknown:
+        parser.error(f"unknown measurements {sorted(unknown)}")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     arguments.connections = min(arguments.connections, hard - 200)

@@ -1,7 +1,7 @@
 """Broker CPU per MQTT PUBLISH (or message drained) for source trees side by side in one run (paho, process CPU).
 
 Run ``python benchmarks/mqtt_cpu_ab.py TREE [TREE ...] [--messages 20000] [--trials 5] [--qos 1]
-[--puback durable|written] [--mosquitto] [--drain]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C
+[--puback durable|written] [--mosquitto] [--drain] [--latency RATE]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C
 /tmp/before``. One broker per tree (``PYTHONPATH`` = the tree), and with ``--mosquitto`` Debian's
 Mosquitto (``mqtt_bench``'s configuration) as one more; each trial publishes ``--messages`` 100-byte
 messages from one paho 3.1.1 client (``mqtt_bench``'s: 1,000 in flight) to each broker in turn,
@@ -11,7 +11,8 @@ median ratio to the first tree, and the broker's idle CPU (measured before the t
 trial's duration per message: the share of the figure no message caused, which a slow client on a
 loaded machine raises. With ``--drain`` a trial queues ``--messages`` QoS 1 messages for an offline
 persistent session (``mqtt_bench.queue_for_offline_session``) and measures its drain instead: the
-broker's CPU from the session's CONNECT until the last message arrived, and the drain rate. CPU time
+broker's CPU from the session's CONNECT until the last message arrived, and the drain rate. With ``--latency RATE``
+a trial is ``mqtt_bench``'s QoS 1 latency run at RATE msg/s (p50, p99, medians over the trials). CPU time
 per message holds on a loaded machine where rates do not, and the ratio of variants alternated in one
 run holds best.
 """
@@ -33,6 +34,7 @@ from benchmarks.mqtt_bench import (  # noqa: E402
     PAYLOAD_BYTES,
     connected_client,
     drain_session,
+    latency,
     mosquitto_process,
     queue_for_offline_session,
 )
@@ -97,6 +99,8 @@ def main() -> None:
     parser.add_argument("--puback", choices=["durable", "written"], default="durable")
     parser.add_argument("--mosquitto", action="store_true", help="Debian's mosquitto as one more broker, alternated")
     parser.add_argument("--drain", action="store_true", help="measure an offline session's QoS 1 drain, not publishing")
+    parser.add_argument("--latency", type=int, metavar="RATE", default=0,
+                        help="measure mqtt_bench's QoS 1 publish-to-delivery latency at RATE msg/s instead (p50/p99)")
     arguments = parser.parse_args()
     names = [f"{number}:{tree}" for number, tree in enumerate(arguments.trees)]
     samples: dict[str, list[float]] = {name: [] for name in names}
@@ -121,6 +125,9 @@ def main() -> None:
             publish_cpu_us(port, pid, arguments.qos, WARM_UP_MESSAGES, "warm-up")
         for name, (port, pid) in targets.items():
             idle_rates[name] = idle_cpu_ms_per_s(pid)
+        if arguments.latency:
+            _latency_trials(targets, arguments)
+            return
         for trial in range(arguments.trials):
             for name, (port, pid) in targets.items():
                 if arguments.drain:
@@ -141,6 +148,23 @@ def main() -> None:
               f"  ratio {ratio:5.2f}  {statistics.median(rates[name]):9,.0f} msg/s"
               f"  (idle {idle_rates[name]:.1f} ms/s: ~{statistics.median(idle_shares[name]):.2f} us"
               " of each message's figure)")
+
+
+def _latency_trials(targets: dict[str, tuple[int, int]], arguments: argparse.Namespace) -> None:
+    """``--latency``: mqtt_bench's paced QoS 1 latency run on each broker in turn, ``--trials`` times; medians."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+    for trial in range(arguments.trials):
+        for name, (port, _) in targets.items():
+            runs[name].append(latency(port, arguments.latency))
+            print(f"-- trial {trial + 1} {name}: {runs[name][-1]}", file=sys.stderr)
+    print(f"QoS 1 publish-to-delivery latency at {arguments.latency} msg/s, mqtt_puback={arguments.puback}, "
+          f"{arguments.trials} trials, load average {os.getloadavg()[0]:.1f} at the end ({time.strftime('%H:%M')})")
+    for name, measured in runs.items():
+        medians = {figure: statistics.median(run[figure] for run in measured)
+                   for figure in ("p50_ms", "p99_ms", "delivered_fraction")}
+        per_trial = ", ".join(f"{run['p50_ms']:.2f}" for run in measured)
+        print(f"{name:40} p50 {medians['p50_ms']:8.2f} ms  p99 {medians['p99_ms']:8.2f} ms  delivered "
+              f"{medians['delivered_fraction']:.3f}  (p50 per trial: {per_trial})")
 
 
 if __name__ == "__main__":

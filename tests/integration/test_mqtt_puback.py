@@ -1,6 +1,8 @@
 """``mqtt_puback``: a QoS 1 PUBACK waits for every in-sync replica's disk (``durable``) or only for the append
 (``written``). A log topic whose ``min.insync.replicas`` a single broker cannot meet tells them apart: acks=all
-is refused there, a leader-only append is not."""
+is refused there, a leader-only append is not. With ``written`` live subscribers get messages before their fsync
+(``tests/unit/protocols/mqtt/test_delivery_timing.py`` shows when); here a subscriber that falls behind gets
+every message, once, in order, in both modes."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from mqbroker import limits
 from mqbroker.client import Admin, Consumer
+from mqbroker.protocols.mqtt.packets import ConnAck, Connect, Properties, PubAck, SubAck, Subscribe, SubscriptionRequest
 from tests.integration.brokerprocess import running
-from tests.integration.mqtt_support import MqttBroker
+from tests.integration.mqtt_support import MqttBroker, RawClient
 
 
 @pytest.fixture(params=["durable", "written"])
@@ -56,6 +60,40 @@ def test_puback_waits_for_what_mqtt_puback_names(puback_broker: tuple[str, MqttB
                 break
         stored += consumer.poll(timeout=0.25)  # nothing more may come
     assert [message.value for message in stored] == [b"21.5"]
+
+
+def test_a_subscriber_that_falls_behind_gets_every_message_once_in_order(puback_broker: tuple[str, MqttBroker]) -> None:
+    _, broker = puback_broker
+    subscriber = RawClient(broker)
+    subscriber.send(Connect(client_id="slow-subscriber", properties=Properties(receive_maximum=1)))
+    assert isinstance(subscriber.receive(), ConnAck)
+    subscriber.send(Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter="behind/#", qos=1),)))
+    assert isinstance(subscriber.receive(), SubAck)
+    count = limits.mqtt_pending_messages_max + 200  # one in flight, a full queue, and the rest read from the log
+    publisher = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="fast-publisher", protocol=mqtt.MQTTv311)
+    publisher.max_inflight_messages_set(100)
+    publisher.connect("127.0.0.1", broker.mqtt_port)
+    publisher.loop_start()
+    try:
+        infos = [publisher.publish("behind/sensor", b"%d" % number, qos=1) for number in range(count)]
+        for info in infos:
+            info.wait_for_publish(timeout=30)
+    finally:
+        publisher.disconnect()
+        publisher.loop_stop()
+    received = []
+    for _ in range(count):
+        publish = subscriber.receive(timeout_s=15)
+        assert publish is not None, f"the connection closed after {len(received)} messages"
+        received.append(int(publish.payload))
+        subscriber.send(PubAck(packet_id=publish.packet_id))
+    assert received == list(range(count))
+    try:  # nothing more arrives (the window is open)
+        extra = subscriber.receive(timeout_s=1.0)
+    except TimeoutError:
+        extra = None
+    assert extra is None, f"a message arrived twice: {extra}"
+    subscriber.close()
 
 
 def test_an_unknown_puback_mode_refuses_to_start(tmp_path: pathlib.Path) -> None:

@@ -16,11 +16,12 @@ from typing import Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from mqbroker.model import EARLIEST_TIMESTAMP, AbortedTransaction
+from mqbroker import limits
+from mqbroker.model import AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
-    RecordMessages,
+    message_of,
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
@@ -113,9 +114,11 @@ class CatchUp:
                 if offset >= hub.live_position(key):
                     del self._behind[key]
                     continue
-                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
+                # a long poll: the shared reader may be past the durable end (``MqttHub.appended``)
+                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL,
+                                                   read_from(key, offset, limits.mqtt_log_fetch_wait_ms_max))
                 if result.error is not None:
-                    self._behind[key] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
+                    self._behind[key] = await hub.restart_position(key, offset)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
                     with hub.batched_writes():  # one socket write for what a fetch delivers, not one per message
@@ -127,25 +130,23 @@ class CatchUp:
     def _records(self, key: PartitionKey, data: bytes, offset: int,
                  aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
-        messages = RecordMessages(key)
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
         for record in self._hub.records_after(key, data, offset, aborted):
-            if record.offset >= limit or not self._one(key, record, messages, matching):
+            if record.offset >= limit or not self._one(key, record, matching):
                 return
             self._behind[key] = record.offset + 1
         reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
-        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
+        if reached >= limit:  # caught up with the shared reader
             del self._behind[key]
-        else:
+        else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._behind[key] = reached
 
-    def _one(self, key: PartitionKey, record: Record, messages: RecordMessages,
-             matching: dict[str, list[Subscription]]) -> bool:
+    def _one(self, key: PartitionKey, record: Record, matching: dict[str, list[Subscription]]) -> bool:
         """Deliver one record read by this session; False when its window is full."""
         if self._resent and (key[0], key[1], record.offset) in self._resent:
             self._resent.discard((key[0], key[1], record.offset))
             return True  # in flight already: the session resends it under its packet id
-        message = messages.message(record)
+        message = message_of(record, key)  # topic and metadata come from headers.py's cache of record shapes
         session = self._connection.session
         state = session.session
         if message is None or state is None:

@@ -26,6 +26,7 @@ key, or whose key is not a valid MQTT topic name, is not delivered to MQTT subsc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.fields import decode_utf8
@@ -66,6 +67,17 @@ def record_headers(qos: int, retain: bool, client_id: str, properties: Propertie
     return tuple(headers)
 
 
+#: What records without properties stand for (topic, QoS, retain flag, origin), by (key, headers): one device
+#: publishes to one topic with the same few headers, so the same pairs come again and again. Bounded: at most
+#: ``_SHAPES_MAX`` entries of at most ``_PLAIN_HEADERS_MAX`` headers, whose key and header values hold at most
+#: ``_SHAPE_KEY_BYTES_MAX`` bytes.
+_SHAPES: dict[tuple[bytes, tuple[tuple[str, bytes], ...]], tuple[str, int, bool, str | None, Properties] | None] = {}
+_SHAPES_MAX = 4096
+_SHAPE_KEY_BYTES_MAX = 512
+_PLAIN_HEADERS_MAX = 3  # mqtt.qos, mqtt.client_id, mqtt.retain
+_UNKNOWN = object()
+
+
 def message_from_record(
     key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], timestamp_ms: int,
     position: LogPosition | None = None,
@@ -74,6 +86,28 @@ def message_from_record(
     cannot go to MQTT subscribers."""
     if key is None:
         return None
+    shape_key = (key, tuple(headers)) if len(headers) <= _PLAIN_HEADERS_MAX else None
+    shape: Any = _SHAPES.get(shape_key, _UNKNOWN) if shape_key is not None else _UNKNOWN
+    if shape is _UNKNOWN:
+        shape = _shape(key, headers)
+        if (shape_key is not None and (shape is None or shape[4] is NO_PROPERTIES)
+                and len(key) + sum(len(raw) for _, raw in headers) <= _SHAPE_KEY_BYTES_MAX):
+            if len(_SHAPES) >= _SHAPES_MAX:
+                _SHAPES.clear()
+            _SHAPES[shape_key] = shape
+    if shape is None:
+        return None
+    topic, qos, retain, origin, properties = shape
+    return OutboundMessage(
+        topic=topic, payload=value or b"", qos=qos, retain=retain, properties=properties,
+        origin_client_id=origin, created_ms=timestamp_ms, position=position,
+    )
+
+
+def _shape(
+    key: bytes, headers: Sequence[tuple[str, bytes]]
+) -> tuple[str, int, bool, str | None, Properties] | None:
+    """A record's MQTT topic, QoS, retain flag, origin client id and properties (None: not for MQTT subscribers)."""
     try:
         topic = decode_utf8(key)
         validate_topic_name(topic)
@@ -102,7 +136,4 @@ def message_from_record(
         Properties(**fields, user_properties=tuple(user_properties))  # type: ignore[arg-type]
         if fields or user_properties else NO_PROPERTIES
     )
-    return OutboundMessage(
-        topic=topic, payload=value or b"", qos=qos, retain=retain, properties=properties,
-        origin_client_id=origin, created_ms=timestamp_ms, position=position,
-    )
+    return topic, qos, retain, origin, properties

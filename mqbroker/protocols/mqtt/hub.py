@@ -7,6 +7,8 @@ Twisted side of the MQTT front end, talking to the core only through ``IBroker``
   long-polls ``broker.fetch`` from the log end; the hub fans each record out to the live
   sessions whose subscriptions match its key (one trie for all sessions, never a fetch per
   session), keeping a share group's messages back when no member has room (``share_backlog.py``);
+  with ``mqtt_puback = "written"`` what this front end appends at a reader's position goes out from
+  memory right after the append, before its fsync (``appended``), and the reader skips it;
 * retained messages and persistent sessions live in compacted internal topics
   (``__mqtt_retained`` keyed by MQTT topic, ``__mqtt_sessions`` keyed by client id),
   replayed into memory at start and followed afterwards (``followers.py``): what another broker's
@@ -140,6 +142,9 @@ class MqttHub:
         PUBACK/PUBREC (``PUBACK_ACKS``: ALL for ``mqtt_puback = "durable"``, NONE for ``"written"``)."""
         self.broker = broker
         self.puback_acks = puback_acks
+        #: ``written``: what this front end appends goes to live subscribers from memory at once (``appended``), not
+        #: after the fsync; ``durable``: live subscribers get it from the shared readers, once it is durable.
+        self.delivers_on_append = puback_acks is Acks.NONE
         self.node_id = node_id
         self._log_partitions = log_partitions
         self.unreadable = unreadable or UnreadableTally()
@@ -358,8 +363,29 @@ class MqttHub:
     def dispatch(self, key: PartitionKey, record: Record) -> None:
         """Hand one log record to every live session whose subscriptions match its MQTT topic."""
         message = message_of(record, key)
-        if message is None:
+        if message is not None:
+            self._route(key, record.offset, message)
+
+    def appended(self, key: PartitionKey, base_offset: int, timestamp_ms: int, records: list[PublishToLog]) -> None:
+        """``records`` were just appended to ``key`` at ``base_offset`` (``mqtt_puback = "written"``): hand them to
+        the live sessions from memory now, before their fsync, when they continue what the partition's shared
+        reader has handed out (its position moves past them, so its fetch skips them). Otherwise (another
+        writer's records between, not read yet) the reader brings them once they are durable, in log order."""
+        dispatcher = self.dispatchers.get(key)
+        if dispatcher is None or dispatcher.position != base_offset:
             return
+        dispatcher.position = base_offset + len(records)
+        if not len(self.registry):
+            return
+        with self.batched_writes():
+            for offset, action in enumerate(records, base_offset):
+                message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
+                                              (key[0], key[1], offset))
+                if message is not None:
+                    self._route(key, offset, message)
+
+    def _route(self, key: PartitionKey, offset: int, message: OutboundMessage) -> None:
+        """Offer the message at ``offset`` of ``key`` to every live session whose subscriptions match its topic."""
         connections = self.connections
         backlog = self.share_backlog
 
@@ -370,9 +396,9 @@ class MqttHub:
 
         unplaced: list[GroupKey] = []
         for client_id, subscriptions in self.registry.route(message.topic, accepts, unplaced).items():
-            connections[client_id].offer_live(key, record.offset, message, subscriptions)
+            connections[client_id].offer_live(key, offset, message, subscriptions)
         for group in unplaced:
-            backlog.keep(group, key, record.offset)
+            backlog.keep(group, key, offset)
 
     def resume_share_groups(self) -> None:
         """Hand messages kept for share groups to members with room again (a client acknowledged, or caught up)."""
@@ -381,6 +407,13 @@ class MqttHub:
     def live_position(self, key: PartitionKey) -> int:
         """The next offset the shared reader of ``key`` will hand out."""
         return self.dispatchers[key].position
+
+    async def restart_position(self, key: PartitionKey, offset: int) -> int:
+        """Where a read of ``key`` goes on after ``offset`` fell outside the log: the log start when retention passed
+        it, the log end when it is past the end (a crash took back an unsynced tail that was delivered before its
+        fsync, ``mqtt_puback = "written"``: reading from the start would deliver the whole log again)."""
+        end = await self.offset_of(key, LATEST_TIMESTAMP)
+        return end if offset > end else await self.offset_of(key, EARLIEST_TIMESTAMP)
 
     def partition_for(self, log_topic: str, key: bytes) -> int:
         """The partition of a record key: a stable hash, so one MQTT topic stays in order."""

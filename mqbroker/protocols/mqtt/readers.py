@@ -19,7 +19,7 @@ from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.state import OutboundMessage
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.records.readable import next_offset_after
-from mqbroker.records.record import Record, RecordHeader
+from mqbroker.records.record import Record
 
 if TYPE_CHECKING:
     from mqbroker.protocols.mqtt.hub import MqttHub
@@ -43,33 +43,6 @@ def message_of(record: Record, key: PartitionKey | None = None) -> OutboundMessa
     headers = [(name, value) for name, value in record.headers if value is not None]
     position = None if key is None else (key[0], key[1], record.offset)
     return message_from_record(record.key, record.value, headers, record.timestamp_ms, position)
-
-
-class RecordMessages:
-    """``message_of`` for the records of one partition read in order: a record with the key and headers of the
-    one before (one publisher's messages to one topic, the usual run) reuses its decoded topic and metadata."""
-
-    __slots__ = ("_key", "_record_key", "_headers", "_template")
-
-    def __init__(self, key: PartitionKey) -> None:
-        self._key = key
-        self._record_key: bytes | None = None
-        self._headers: tuple[RecordHeader, ...] | None = None
-        self._template: OutboundMessage | None = None
-
-    def message(self, record: Record) -> OutboundMessage | None:
-        """The MQTT message ``record`` stands for, with its position (None if it cannot go to MQTT subscribers)."""
-        template = self._template
-        if record.headers != self._headers or record.key != self._record_key:
-            template = self._template = message_of(record, self._key)
-            self._record_key, self._headers = record.key, record.headers
-            return template
-        if template is None:
-            return None
-        return OutboundMessage(topic=template.topic, payload=record.value or b"", qos=template.qos,
-                               retain=template.retain, properties=template.properties,
-                               origin_client_id=template.origin_client_id, created_ms=record.timestamp_ms,
-                               position=(self._key[0], self._key[1], record.offset))
 
 
 class PartitionDispatcher:

@@ -10,7 +10,8 @@ The session decides; this module only carries out its actions, in order, against
 * a reopened session's in-flight messages are read back from the log (``read_back.py``) before the
   session resends them;
 * ``PublishToLog`` actions of one list are appended as one batch per log partition (the
-  partition is a stable hash of the MQTT topic); QoS 1/2 are acknowledged once durable;
+  partition is a stable hash of the MQTT topic); QoS 1/2 are acknowledged once durable
+  (``mqtt_puback = "durable"``), or once appended, and then handed to live subscribers at once (``"written"``);
 * deliveries come from the hub's shared log readers while the session keeps up ("live");
   a session whose window is full, or that reconnects with a stored position, reads the log
   itself from its cursor ("catching up", ``catch_up.py``) until it reaches the shared readers again.
@@ -33,7 +34,7 @@ from mqbroker import errors, limits
 from mqbroker.config import ConfigError
 from mqbroker.interfaces import IBroker
 from mqbroker.limits import produce_timeout_ms_default
-from mqbroker.model import ANONYMOUS, Acks, Operation, Principal
+from mqbroker.model import ANONYMOUS, Acks, Operation, Principal, ProduceResult
 from mqbroker.protocols.adapter import ConnectionHandle, SessionFactory
 from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.mqtt import security as mqtt_security
@@ -359,13 +360,16 @@ class MqttConnection:
         ``mqtt_puback = "written"``, appended: acks=0), and so are the retained messages set along with it
         (with ``durable``, a PUBACKed retained message survives any one broker)."""
         builder = BatchBuilder()
-        builder.append_many(self.hub.now_ms(), [(action.key, action.payload, action.headers) for action in group])
+        timestamp_ms = self.hub.now_ms()
+        builder.append_many(timestamp_ms, [(action.key, action.payload, action.headers) for action in group])
         tickets = [action.ticket for action in group if action.ticket is not None]
         self.hub.statistics["messages/received"] += len(group)
         batch = builder.build()
         acks = self.hub.puback_acks if tickets else Acks.NONE
         produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default,
                                            front_end_batches=True)
+        if self.hub.delivers_on_append:  # acks=0: the offsets are known as soon as the batch is in the log
+            produced.addCallback(self._appended, key, timestamp_ms, group)
         if self._produce_throttle is not None:
             self._produce_throttle.record(len(batch))
             self._apply_backpressure()
@@ -376,6 +380,12 @@ class MqttConnection:
             produced.addCallbacks(self._written, self._write_failed, callbackArgs=(tickets,), errbackArgs=(tickets,))
         else:
             produced.addErrback(self.log_failure, "a QoS 0 log write")
+
+    def _appended(self, result: ProduceResult, key: PartitionKey, timestamp_ms: int,
+                  group: list[PublishToLog]) -> ProduceResult:
+        """``mqtt_puback = "written"``: the batch is in the log; live subscribers get it from memory now."""
+        self.hub.appended(key, result.base_offset, timestamp_ms, group)
+        return result
 
     def _written(self, result: Any, tickets: list[int]) -> None:
         self._run(self.session.log_writes_completed(tickets, self.hub.now_ms()))

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from mqbroker import errors
-from mqbroker.model import EARLIEST_TIMESTAMP, AbortedTransaction
+from mqbroker import errors, limits
+from mqbroker.model import AbortedTransaction
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     message_of,
@@ -75,9 +75,10 @@ class ShareBacklog:
         if offset >= hub.live_position(key):
             del self._kept[entry]
             return True
-        (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
-        if isinstance(result.error, errors.OffsetOutOfRangeError):  # retention deleted the oldest kept messages
-            self._kept[entry] = await hub.offset_of(key, EARLIEST_TIMESTAMP)
+        # a long poll: the shared reader may be past the durable end (``MqttHub.appended``)
+        (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset, limits.mqtt_log_fetch_wait_ms_max))
+        if isinstance(result.error, errors.OffsetOutOfRangeError):  # retention, or a crash, moved the log past them
+            self._kept[entry] = await hub.restart_position(key, offset)
             return True
         if result.error is not None:
             self.log.warn("share-group catch-up of {key}: {error}", key=key, error=result.error)
@@ -103,8 +104,8 @@ class ShareBacklog:
                 connections[chosen[0]].deliver_shared(key, record.offset, message, chosen[1])  # type: ignore[arg-type]
             self._kept[entry] = record.offset + 1
         reached = min(max(next_offset_after(data, offset), self._kept[entry]), limit)
-        if reached >= limit or reached == offset:  # caught up (or nothing more to read below the readers)
+        if reached >= limit:  # caught up with the shared reader
             del self._kept[entry]
-        else:
+        else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._kept[entry] = reached
         return True

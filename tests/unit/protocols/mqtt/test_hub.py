@@ -125,3 +125,18 @@ def test_a_connect_waits_for_the_handover_of_a_live_broker_up_to_its_bound() -> 
     clock.advance(2 * HOLDER_CHECK_INTERVAL_S)
     assert len(opened) == 1 and opened[0] is not None, "past the bound the newest stored state resumes"
     hub.stop()
+
+
+def test_a_read_past_the_log_end_resumes_at_the_end_and_one_before_the_start_at_the_start() -> None:
+    """A crash can take back a tail that ``mqtt_puback = written`` delivered: a session positioned past it goes on
+    from the log end (not the whole log again); one that retention passed goes on from the log start."""
+    broker = FakeBroker()
+    for number in range(6):
+        broker.append(LOG_TOPIC, _message_batch("plant/a", b"%d" % number))
+    broker.logs[(LOG_TOPIC, 0)].log_start = 2
+    hub = MqttHub(broker, Clock(), TopicMapping())
+    key = (LOG_TOPIC, 0)
+    resumed: list[int] = []
+    for offset in (9, 0):
+        Deferred.fromCoroutine(hub.restart_position(key, offset)).addCallback(resumed.append)
+    assert resumed == [6, 2]

@@ -1,0 +1,150 @@
+"""When a published message reaches a live subscriber, by ``mqtt_puback``: ``written`` hands it over from memory
+right after the append, before its fsync; ``durable`` only once it is durable (the fake broker's high watermark
+moves at ``sync``, the fsync)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
+from mqbroker.protocols.mqtt.connect import SessionConfig
+from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub
+from mqbroker.protocols.mqtt.packets import (
+    PROTOCOL_LEVEL_5,
+    ConnAck,
+    Connect,
+    Properties,
+    PubAck,
+    Publish,
+    SubAck,
+    Subscribe,
+    SubscriptionRequest,
+)
+from mqbroker.protocols.mqtt.server import MqttConnection
+from mqbroker.protocols.mqtt.topics import TopicMapping
+from tests.fake_broker import FakeBroker
+
+LOG_TOPIC = TopicMapping().default_log_topic
+
+
+class Socket:
+    """The connection handle of one client: what the broker wrote to it, decoded."""
+
+    def __init__(self) -> None:
+        self.decoder = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=PROTOCOL_LEVEL_5)
+        self.received: list[Any] = []
+        self.peer = "127.0.0.1:1"
+        self.secure = False
+
+    def write(self, data: bytes) -> None:
+        self.received += self.decoder.receive_data(data)
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def peer_certificate(self) -> None:
+        return None
+
+    def take(self, kind: type) -> list[Any]:
+        """The packets of ``kind`` received so far (forgotten once taken)."""
+        taken = [packet for packet in self.received if isinstance(packet, kind)]
+        self.received = [packet for packet in self.received if not isinstance(packet, kind)]
+        return taken
+
+
+def _hub(mode: str) -> tuple[FakeBroker, MqttHub, Clock]:
+    clock = Clock()
+    broker = FakeBroker(clock=clock, durable_at_once=False)
+    hub = MqttHub(broker, clock, TopicMapping(), puback_acks=PUBACK_ACKS[mode])
+    Deferred.fromCoroutine(hub.start())
+    broker.sync()  # the internal topics the start wrote
+    assert hub.started.started
+    return broker, hub, clock
+
+
+def _client(hub: MqttHub, client_id: str) -> tuple[MqttConnection, Socket]:
+    connection = MqttConnection(hub, SessionConfig(), lambda: "generated")
+    socket = Socket()
+    connection.connection_made(socket)  # type: ignore[arg-type]
+    connection.data_received(encode(Connect(client_id=client_id), PROTOCOL_LEVEL_5))
+    hub.broker.sync()  # type: ignore[attr-defined]  # the session record
+    assert [ack.reason_code for ack in socket.take(ConnAck)] == [0]
+    return connection, socket
+
+
+def _subscribed_pair(mode: str) -> tuple[FakeBroker, MqttConnection, Socket, MqttConnection, Socket]:
+    broker, hub, _ = _hub(mode)
+    subscriber, subscriber_socket = _client(hub, "subscriber")
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
+    assert [ack.reason_codes for ack in subscriber_socket.take(SubAck)] == [(1,)]
+    publisher, publisher_socket = _client(hub, "publisher")
+    return broker, subscriber, subscriber_socket, publisher, publisher_socket
+
+
+def _publish(publisher: MqttConnection, packet_id: int, payload: bytes) -> None:
+    publisher.data_received(encode(Publish(topic="plant/a", payload=payload, qos=1, packet_id=packet_id),
+                                   PROTOCOL_LEVEL_5))
+
+
+def test_written_acknowledges_and_delivers_before_the_fsync() -> None:
+    broker, _, subscriber_socket, publisher, publisher_socket = _subscribed_pair("written")
+    _publish(publisher, 7, b"21.5")
+    assert [ack.packet_id for ack in publisher_socket.take(PubAck)] == [7]
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5"]
+    broker.sync()  # the shared reader's fetch now returns the record: it is not delivered again
+    _publish(publisher, 8, b"22.0")
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"22.0"]
+
+
+def test_durable_delivers_only_once_the_message_is_durable() -> None:
+    broker, _, subscriber_socket, publisher, _ = _subscribed_pair("durable")
+    _publish(publisher, 7, b"21.5")
+    assert subscriber_socket.take(Publish) == []
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5"]
+
+
+def test_written_leaves_records_behind_another_writers_unsynced_ones_to_the_reader_in_log_order() -> None:
+    broker, _, subscriber_socket, publisher, _ = _subscribed_pair("written")
+    broker.append_records(LOG_TOPIC, [(b"plant/native", b"first")])  # not durable yet: the reader has not seen it
+    _publish(publisher, 7, b"second")
+    assert subscriber_socket.take(Publish) == []
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"first", b"second"]
+
+
+def test_written_catch_up_waits_for_what_was_handed_out_before_its_fsync() -> None:
+    """A subscriber whose queue is full falls behind at a record the reader handed out before its fsync: it reads
+    on from there once the record is durable, and loses nothing."""
+    broker, hub, _ = _hub("written")
+    subscriber = MqttConnection(hub, SessionConfig(pending_messages_max=1), lambda: "generated")
+    subscriber_socket = Socket()
+    subscriber.connection_made(subscriber_socket)  # type: ignore[arg-type]
+    connect = Connect(client_id="subscriber", properties=Properties(receive_maximum=1))
+    subscriber.data_received(encode(connect, PROTOCOL_LEVEL_5))
+    broker.sync()
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
+    publisher, _ = _client(hub, "publisher")
+    for packet_id, payload in enumerate((b"1", b"2", b"3"), start=1):  # in flight, queued, left in the log
+        _publish(publisher, packet_id, payload)
+    payloads = []
+    for _ in range(2):
+        (publish,) = subscriber_socket.take(Publish)
+        payloads.append(publish.payload)
+        subscriber.data_received(encode(PubAck(packet_id=publish.packet_id), PROTOCOL_LEVEL_5))
+    assert payloads == [b"1", b"2"]
+    assert subscriber_socket.take(Publish) == []  # "3" is not durable yet: the catch-up waits for it
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"3"]
