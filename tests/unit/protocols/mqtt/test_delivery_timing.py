@@ -4,12 +4,11 @@ moves at ``sync``, the fsync)."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
+from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub
 from mqbroker.protocols.mqtt.packets import (
@@ -26,39 +25,9 @@ from mqbroker.protocols.mqtt.packets import (
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from tests.fake_broker import FakeBroker
+from tests.unit.protocols.mqtt.client_socket import ClientSocket
 
 LOG_TOPIC = TopicMapping().default_log_topic
-
-
-class Socket:
-    """The connection handle of one client: what the broker wrote to it, decoded."""
-
-    def __init__(self) -> None:
-        self.decoder = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=PROTOCOL_LEVEL_5)
-        self.received: list[Any] = []
-        self.peer = "127.0.0.1:1"
-        self.secure = False
-
-    def write(self, data: bytes) -> None:
-        self.received += self.decoder.receive_data(data)
-
-    def close(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def peer_certificate(self) -> None:
-        return None
-
-    def take(self, kind: type) -> list[Any]:
-        """The packets of ``kind`` received so far (forgotten once taken)."""
-        taken = [packet for packet in self.received if isinstance(packet, kind)]
-        self.received = [packet for packet in self.received if not isinstance(packet, kind)]
-        return taken
 
 
 def _hub(mode: str) -> tuple[FakeBroker, MqttHub, Clock]:
@@ -71,9 +40,9 @@ def _hub(mode: str) -> tuple[FakeBroker, MqttHub, Clock]:
     return broker, hub, clock
 
 
-def _client(hub: MqttHub, client_id: str) -> tuple[MqttConnection, Socket]:
+def _client(hub: MqttHub, client_id: str) -> tuple[MqttConnection, ClientSocket]:
     connection = MqttConnection(hub, SessionConfig(), lambda: "generated")
-    socket = Socket()
+    socket = ClientSocket()
     connection.connection_made(socket)  # type: ignore[arg-type]
     connection.data_received(encode(Connect(client_id=client_id), PROTOCOL_LEVEL_5))
     hub.broker.sync()  # type: ignore[attr-defined]  # the session record
@@ -81,7 +50,7 @@ def _client(hub: MqttHub, client_id: str) -> tuple[MqttConnection, Socket]:
     return connection, socket
 
 
-def _subscribed_pair(mode: str) -> tuple[FakeBroker, MqttConnection, Socket, MqttConnection, Socket]:
+def _subscribed_pair(mode: str) -> tuple[FakeBroker, MqttConnection, ClientSocket, MqttConnection, ClientSocket]:
     broker, hub, _ = _hub(mode)
     subscriber, subscriber_socket = _client(hub, "subscriber")
     request = SubscriptionRequest(topic_filter="plant/#", qos=1)
@@ -129,7 +98,7 @@ def test_written_catch_up_waits_for_what_was_handed_out_before_its_fsync() -> No
     on from there once the record is durable, and loses nothing."""
     broker, hub, _ = _hub("written")
     subscriber = MqttConnection(hub, SessionConfig(pending_messages_max=1), lambda: "generated")
-    subscriber_socket = Socket()
+    subscriber_socket = ClientSocket()
     subscriber.connection_made(subscriber_socket)  # type: ignore[arg-type]
     connect = Connect(client_id="subscriber", properties=Properties(receive_maximum=1))
     subscriber.data_received(encode(connect, PROTOCOL_LEVEL_5))

@@ -9,7 +9,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker import limits
-from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
+from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.packets import (
@@ -29,36 +29,10 @@ from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.records.readable import readable_records
 from tests.fake_broker import FakeBroker
+from tests.unit.protocols.mqtt.client_socket import ClientSocket
 
 LOG_TOPIC = TopicMapping().default_log_topic
 INTERVAL_S = limits.mqtt_session_store_interval_ms / 1000
-
-
-class Socket:
-    """The connection handle: what the adapter wrote, decoded."""
-
-    peer = "127.0.0.1:1"
-    secure = False
-
-    def __init__(self) -> None:
-        self.decoder = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=5)
-        self.packets: list[Any] = []
-
-    def write(self, data: bytes) -> None:
-        self.packets.extend(self.decoder.receive_data(data))
-
-    def take(self) -> list[Any]:
-        packets, self.packets = self.packets, []
-        return packets
-
-    def close(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 class Harness:
@@ -72,7 +46,7 @@ class Harness:
         assert self.hub.started.started
         self.broker.hold_produces = True
         self.connection = MqttConnection(self.hub, SessionConfig(), lambda: "generated")
-        self.socket = Socket()
+        self.socket = ClientSocket()
         self.connection.connection_made(self.socket)  # type: ignore[arg-type]
         self.receive(Connect(client_id="device", clean_start=False, keep_alive_s=0,
                              properties=Properties(session_expiry_interval_s=600)))

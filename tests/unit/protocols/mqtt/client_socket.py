@@ -1,0 +1,40 @@
+"""A client's end of an ``MqttConnection`` in unit tests: what the broker wrote to it, decoded into packets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqbroker.protocols.mqtt.codec import PacketDecoder
+from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5
+
+
+class ClientSocket:
+    """The connection handle the adapter writes to (an MQTT 5.0 client's)."""
+
+    peer = "127.0.0.1:1"
+    secure = False
+
+    def __init__(self) -> None:
+        self.decoder = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=PROTOCOL_LEVEL_5)
+        self.packets: list[Any] = []
+
+    def write(self, data: bytes) -> None:
+        self.packets += self.decoder.receive_data(data)
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def peer_certificate(self) -> None:
+        return None
+
+    def take(self, kind: type | None = None) -> list[Any]:
+        """The packets (of ``kind``, or all) received so far; forgotten once taken."""
+        taken = [packet for packet in self.packets if kind is None or isinstance(packet, kind)]
+        self.packets = [packet for packet in self.packets if kind is not None and not isinstance(packet, kind)]
+        return taken
