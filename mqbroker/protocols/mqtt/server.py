@@ -6,7 +6,7 @@ The session decides; this module only carries out its actions, in order, against
 * a session's state is written to ``__mqtt_sessions`` (acks=-1) one write at a time, each of the
   newest state: a blocking ``StoreSession`` at the head of an action list before the rest of the list
   runs (while it is in flight, later lists wait and their stores coalesce); a non-blocking one
-  within ``limits.mqtt_session_store_interval_ms``, while the actions run on;
+  within ``limits.mqtt_session_store_interval_ms``, while the actions run on (``session_writes.py``);
 * a reopened session's in-flight messages are read back from the log (``read_back.py``) before the
   session resends them;
 * ``PublishToLog`` actions of one list are appended as one batch per log partition (the
@@ -61,6 +61,7 @@ from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.read_back import read_back_inflight
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
+from mqbroker.protocols.mqtt.session_writes import SessionWrites
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
@@ -90,15 +91,8 @@ class MqttConnection:
         self.principal: Principal = ANONYMOUS
         self._connection: ConnectionHandle | None = None
         self._queue: deque[list[Action]] = deque()
-        #: The action lists waiting for the blocking session write in flight (None: none is).
-        self._held: list[list[Action]] | None = None
-        #: A session write is in flight (at most one is), and what waits for it to end.
-        self._writing = False
-        self._after_write: list[Callable[[], None]] = []
-        #: The state changed since the last write began (a non-blocking store), and the timer that writes it.
-        self._unstored = False
-        self._store_timer: IDelayedCall | None = None
-        self._last_write_ms = 0
+        self._writes = SessionWrites(hub.reactor, hub.now_ms, self._write_session, self._session_written,
+                                     lambda: self.session.state is _CONNECTED)
         self._executing = False
         self._keep_alive_timer: IDelayedCall | None = None
         self._connect_timer: IDelayedCall | None = None
@@ -210,49 +204,27 @@ class MqttConnection:
         self.flush()
 
     def _drain_queue(self) -> None:
-        while self._queue and self._held is None:
+        writes = self._writes
+        while self._queue and writes.held is None:
             if not any(_blocking_store(actions) for actions in self._queue):
                 self._execute(self._queue.popleft())
                 continue
-            if self._writing:
+            if writes.writing:
                 return  # a non-blocking write is in flight: the blocking one follows it (``_session_written``)
-            self._held = list(self._queue)
+            held = list(self._queue)
             self._queue.clear()
-            self._write_session()
+            writes.hold(held)
 
-    def _store_later(self) -> None:
-        """The state changed in a way a crash may lose at the cost of a redelivery: write it within
-        ``limits.mqtt_session_store_interval_ms`` (sooner if a blocking write comes first)."""
-        self._unstored = True
-        if self._store_timer is None and not self._writing:
-            delay_ms = max(0, self._last_write_ms + limits.mqtt_session_store_interval_ms - self.hub.now_ms())
-            self._store_timer = self.hub.reactor.callLater(delay_ms / 1000.0, self._store_now)
-
-    def _store_now(self) -> None:
-        self._store_timer = None
-        if self._unstored and not self._writing and self.session.state is _CONNECTED:
-            self._write_session()
-
-    def _write_session(self) -> None:
-        """Write the session's state as of now, with its cursors as of now (one write in flight at a time)."""
+    def _write_session(self) -> Deferred[Any]:
+        """Write the session's state as of now, with its cursors as of now (``SessionWrites``: one at a time)."""
         state = self.session.session
-        assert state is not None and not self._writing
-        if self._store_timer is not None:
-            if self._store_timer.active():
-                self._store_timer.cancel()
-            self._store_timer = None
-        self._writing, self._unstored, self._last_write_ms = True, False, self.hub.now_ms()
+        assert state is not None
         stored = StoredSession(state=state.to_bytes(), cursors=self._catch_up.cursors())
-        self.hub.sessions.store_session(self.client_id, stored).addBoth(self._session_written)
+        return self.hub.sessions.store_session(self.client_id, stored)
 
-    def _session_written(self, result: Any) -> None:
-        self._writing = False
-        held, self._held = self._held, None
-        after, self._after_write = self._after_write, []
-        for step in after:
-            step()
-        if isinstance(result, Failure):
-            self.log.failure("storing the session of {client_id} failed; closing", result, client_id=self.client_id)
+    def _session_written(self, held: list[list[Action]] | None, failure: Failure | None) -> None:
+        if failure is not None:
+            self.log.failure("storing the session of {client_id} failed; closing", failure, client_id=self.client_id)
             self._run(self.session.close(ReasonCode.UNSPECIFIED_ERROR, self.hub.now_ms()))
             return
         if held:
@@ -262,8 +234,7 @@ class MqttConnection:
                     self._execute(actions)
             finally:
                 self._executing = False
-        if self._unstored and self.session.state is _CONNECTED:
-            self._store_later()
+        self._writes.store_later_if_changed()
         self._drain()
 
     def _execute(self, actions: list[Action]) -> None:
@@ -315,7 +286,7 @@ class MqttConnection:
             else:
                 assert isinstance(action, StoreSession), action
                 if not action.blocking:  # a blocking one was written before this list ran
-                    self._store_later()
+                    self._writes.store_later()
         for key, group in publishes.items():
             self._append(key, group, retained_writes)
             retained_writes = []
@@ -483,13 +454,7 @@ class MqttConnection:
         stored = None
         if action.state is not None:
             stored = StoredSession(state=action.state.to_bytes(), cursors=self._catch_up.cursors(), ended_at_ms=self.hub.now_ms())
-        if self._store_timer is not None and self._store_timer.active():
-            self._store_timer.cancel()
-        self._store_timer, self._unstored = None, False
-        if self._writing:  # the final record goes after the one in flight, never before it
-            self._after_write.append(lambda: self._hand_over(stored))
-        else:
-            self._hand_over(stored)
+        self._writes.after_write(lambda: self._hand_over(stored))  # never before the write in flight
 
     def _hand_over(self, stored: StoredSession | None) -> None:
         """The session is over here: stored offline (or forgotten) by the hub; whoever waits for its end goes on."""
