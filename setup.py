@@ -53,6 +53,8 @@ EXTENSIONS = [
     # an AMQP share queue's deliveries, a fetch's worth at once (the reference: protocols/amqp/delivery_frames.py)
     Extension("mqbroker.protocols.amqp._delivery_frames", ["mqbroker/protocols/amqp/_delivery_frames.c"],
               optional=True),
+    # the frames of an AMQP read, a published message as one item (the reference: protocols/amqp/frame_split.py)
+    Extension("mqbroker.protocols.amqp._frame_split", ["mqbroker/protocols/amqp/_frame_split.c"], optional=True),
 ]
 
 setup(

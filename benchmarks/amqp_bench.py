@@ -162,10 +162,12 @@ def wait_for_amqp(port: int, process: subprocess.Popen[bytes], timeout_s: float 
 
 
 @contextlib.contextmanager
-def mqbroker_process(work: pathlib.Path, settings: tuple[str, ...] = ()) -> Iterator[tuple[int, int]]:
-    """mqbroker on free ports (``settings``: ``KEY=VALUE`` configuration overrides); yields (AMQP port, pid)."""
+def mqbroker_process(work: pathlib.Path, settings: tuple[str, ...] = (), tree: str | None = None,
+                     name: str = "") -> Iterator[tuple[int, int]]:
+    """mqbroker on free ports (``settings``: ``KEY=VALUE`` configuration overrides; ``tree``: the source tree it runs
+    from, else the one on the path); yields (AMQP port, pid)."""
     ports = {name: free_port() for name in ("native", "amqp", "http")}
-    name = "-".join(settings).replace("=", "-") or "mqbroker"
+    name = name or "-".join(settings).replace("=", "-") or "mqbroker"
     command = [
         sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
         f"--logfile={work / f'{name}.log'}", "mqbroker", "--data-dir", str(work / name), "--host", "127.0.0.1",
@@ -173,7 +175,8 @@ def mqbroker_process(work: pathlib.Path, settings: tuple[str, ...] = ()) -> Iter
         "--mqtt-port", "0", "--kafka-port", "0", "--controller-port", "0",
         *(argument for setting in settings for argument in ("--set", setting)),
     ]
-    process = subprocess.Popen(command, cwd=work)
+    environment = None if tree is None else {**os.environ, "PYTHONPATH": str(pathlib.Path(tree).resolve())}
+    process = subprocess.Popen(command, cwd=work, env=environment)
     try:
         wait_for_amqp(ports["amqp"], process)
         yield ports["amqp"], process.pid
@@ -243,7 +246,8 @@ def report(rounds: dict[str, list[Figures]]) -> None:
     names = list(rounds)
     count = len(rounds[names[0]])
     print(f"medians of {count} round(s); load average {os.getloadavg()[0]:.1f} at the end ({time.strftime('%H:%M')})")
-    print(f"{'':30}" + "".join(f"{name:>14}" for name in names))
+    widths = [max(14, len(name) + 2) for name in names]
+    print(f"{'':30}" + "".join(f"{name:>{width}}" for name, width in zip(names, widths)))
     for row, (label, _) in enumerate(rounds[names[0]][0]):
         cells = []
         for name in names:
@@ -251,7 +255,7 @@ def report(rounds: dict[str, list[Figures]]) -> None:
             median = statistics.median(values) if values else None
             cells.append("-" if median is None else "lost" if math.isinf(median) else f"{median:,.3f}" if median < 10
                          else f"{median:,.1f}")
-        print(f"{label:30}" + "".join(f"{cell:>14}" for cell in cells))
+        print(f"{label:30}" + "".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
     if "share" in rounds:
         ratios = [share[0][1] / classic[0][1] for share, classic in zip(rounds["share"], rounds["classic"])]
         consume = [share[4][1] / classic[4][1] for share, classic in zip(rounds["share"], rounds["classic"])]
@@ -263,6 +267,12 @@ def report(rounds: dict[str, list[Figures]]) -> None:
             ratios = [ours[row][1] / theirs[row][1] for ours, theirs in zip(rounds["mqbroker"], rounds["rabbitmq"])]
             print(f"{name}: mqbroker / RabbitMQ = {statistics.median(ratios):.2f} (target >= {target}; "
                   f"per round: {', '.join(f'{ratio:.2f}' for ratio in ratios)})")
+    for tree in [name for name in names if name.startswith("tree:")]:
+        for row, name in ((0, "publish with confirms"), (2, "  broker CPU"), (4, "consume"), (5, "  broker CPU")):
+            ratios = [ours[row][1] / theirs[row][1] for ours, theirs in zip(rounds["mqbroker"], rounds[tree])
+                      if ours[row][1] is not None and theirs[row][1]]
+            print(f"{name}: mqbroker / {tree} = {statistics.median(ratios):.2f} (per round: "
+                  f"{', '.join(f'{ratio:.2f}' for ratio in ratios)})")
     print("publish rates count confirmed messages; latency percentiles are over every message sent ('lost': it "
           "falls on an undelivered one); both brokers run with their default settings")
 
@@ -277,6 +287,9 @@ def main() -> None:
     parser.add_argument("--latency-rate", type=int, default=5_000)
     parser.add_argument("--latency-seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each broker, alternating [default: 3]")
+    parser.add_argument("--also-tree", action="append", default=[], metavar="TREE",
+                        help="also measure mqbroker run from this source tree (e.g. `git worktree add /tmp/main main`), "
+                             "named tree:TREE, in the same rounds; ratios to it are printed")
     parser.add_argument("--queue-types", action="store_true",
                         help="compare mqbroker's plain durable queue as a classic and as a share queue "
                              "(amqp_default_queue_type), no RabbitMQ")
@@ -292,6 +305,9 @@ def main() -> None:
                            for kind in ("classic", "share")}
             else:
                 brokers = {"mqbroker": stack.enter_context(mqbroker_process(work))}
+                for tree in options.also_tree:
+                    brokers[f"tree:{tree}"] = stack.enter_context(mqbroker_process(
+                        work, tree=tree, name=f"tree-{len(brokers)}"))
             if not options.no_rabbitmq and not options.queue_types:
                 if not RABBITMQ_SERVER.exists():
                     parser.error(f"{RABBITMQ_SERVER} is missing: install rabbitmq-server (Debian) to compare, "

@@ -384,31 +384,55 @@ class Channel:
         self.content = _Content(method=method)
         return []
 
+    def receive_publish(self, frames: codec.PublishFrames) -> list[Action]:
+        """A basic.publish with its content header and whole body (``codec.PublishFrames``): what the method and
+        ``receive_content`` of each of its frames do, in one call (the connection checked that no other message's
+        content is under way)."""
+        self.receive_method(frames.method)
+        content = self.content
+        assert content is not None
+        self._content_header(content, frames.header)
+        if frames.body:
+            self._content_body(content, frames.body)
+        return self._content_complete(content)
+
     def receive_content(self, frame: codec.Frame) -> list[Action]:
         """A content header or body frame of the publish being received."""
         content = self.content
         if content is None:
             raise AmqpError(ReplyCode.UNEXPECTED_FRAME, f"content frame on channel {self.number} without basic.publish")
         if isinstance(frame, codec.HeaderFrame) and content.header is None:
-            if frame.class_id != spec.BASIC_CLASS_ID:
-                raise AmqpError(ReplyCode.UNEXPECTED_FRAME, f"content header of class {frame.class_id}, expected 60")
-            if frame.body_size > limits.amqp_message_bytes_max:
-                self.content = None
-                raise AmqpError(ReplyCode.CONTENT_TOO_LARGE, f"message body of {frame.body_size} bytes exceeds "
-                                f"the limit of {limits.amqp_message_bytes_max}", class_id=60, method_id=40)
-            self._reserve(frame.body_size)
-            content.header = frame
+            self._content_header(content, frame)
         elif isinstance(frame, codec.BodyFrame) and content.header is not None:
-            content.parts.append(frame.payload)
-            content.received_bytes += len(frame.payload)
-            if content.received_bytes > content.header.body_size:
-                raise AmqpError(ReplyCode.FRAME_ERROR, f"body frames carry {content.received_bytes} bytes, "
-                                f"the header announced {content.header.body_size}")
+            self._content_body(content, frame.payload)
         else:
             raise AmqpError(ReplyCode.UNEXPECTED_FRAME,
                             f"{type(frame).__name__} on channel {self.number} while a publish awaits its content")
         if content.received_bytes < content.header.body_size:
             return []
+        return self._content_complete(content)
+
+    def _content_header(self, content: _Content, frame: codec.HeaderFrame) -> None:
+        if frame.class_id != spec.BASIC_CLASS_ID:
+            raise AmqpError(ReplyCode.UNEXPECTED_FRAME, f"content header of class {frame.class_id}, expected 60")
+        if frame.body_size > limits.amqp_message_bytes_max:
+            self.content = None
+            raise AmqpError(ReplyCode.CONTENT_TOO_LARGE, f"message body of {frame.body_size} bytes exceeds "
+                            f"the limit of {limits.amqp_message_bytes_max}", class_id=60, method_id=40)
+        self._reserve(frame.body_size)
+        content.header = frame
+
+    def _content_body(self, content: _Content, payload: bytes) -> None:
+        assert content.header is not None
+        content.parts.append(payload)
+        content.received_bytes += len(payload)
+        if content.received_bytes > content.header.body_size:
+            raise AmqpError(ReplyCode.FRAME_ERROR, f"body frames carry {content.received_bytes} bytes, "
+                            f"the header announced {content.header.body_size}")
+
+    def _content_complete(self, content: _Content) -> list[Action]:
+        """The whole message is in: hand it on (or hold it in the open transaction)."""
+        assert content.header is not None
         self.content = None
         sequence = None
         if self.confirming:

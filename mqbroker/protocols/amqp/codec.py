@@ -17,6 +17,7 @@ from typing import Any, Union
 
 from mqbroker import limits
 from mqbroker.protocols.amqp import fields
+from mqbroker.protocols.amqp.frame_split import split_frames
 from mqbroker.protocols.amqp.spec import (
     BASIC_CLASS_ID,
     BASIC_PROPERTIES,
@@ -42,6 +43,7 @@ _PROTOCOL_HEADER = PROTOCOL_HEADER
 
 # Bound here, not imported: see docs/architecture.md, "Hot paths".
 _METHODS = METHODS
+_split_frames = split_frames
 
 _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_IDS = struct.Struct(">HH")
@@ -92,6 +94,24 @@ class BodyFrame:
 
     channel: int
     payload: bytes
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class PublishFrames:
+    """A basic.publish with its content header and whole body, received together (``frame_split``): the
+    connection handles it as one message while its channel takes publishes, else as its frames one by one."""
+
+    channel: int
+    method: BasicPublish
+    header: HeaderFrame
+    body: bytes
+
+    def frames(self) -> tuple[MethodFrame, HeaderFrame] | tuple[MethodFrame, HeaderFrame, BodyFrame]:
+        """The frames it came as (no body frame for an empty body)."""
+        method = MethodFrame(channel=self.channel, method=self.method)
+        if not self.header.body_size:
+            return method, self.header
+        return method, self.header, BodyFrame(channel=self.channel, payload=self.body)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,8 +307,9 @@ class FrameDecoder:
         """Bytes of an incomplete frame (or protocol header) received so far."""
         return len(self._buffer)
 
-    def receive_data(self, data: bytes) -> list[Frame]:
-        """Add ``data``; return the frames it completes. Raises ``AmqpError``."""
+    def receive_data(self, data: bytes) -> list[Frame | PublishFrames]:
+        """Add ``data``; return the frames it completes (a published message's as one ``PublishFrames``). Raises
+        ``AmqpError``."""
         assert self._state is not _DecoderState.ERROR, "receive_data after a decoding error"
         self._buffer += data
         try:
@@ -310,27 +331,39 @@ class FrameDecoder:
         self._state = _DecoderState.FRAMES
         return True
 
-    def _read_frames(self) -> list[Frame]:
-        frames: list[Frame] = []
+    def _read_frames(self) -> list[Frame | PublishFrames]:
         buffer = self._buffer
-        position = 0
-        while len(buffer) - position >= _FRAME_HEADER.size:
-            frame_type, channel, size = _FRAME_HEADER.unpack_from(buffer, position)
-            if size + FRAME_OVERHEAD_BYTES > self.frame_bytes_max:
-                raise frame_error(
-                    f"frame of {size + FRAME_OVERHEAD_BYTES} bytes exceeds the negotiated frame_max "
-                    f"{self.frame_bytes_max}"
-                )
-            end = position + _FRAME_HEADER.size + size
-            if len(buffer) <= end:
-                break
-            if buffer[end] != FRAME_END:
-                raise frame_error(f"frame-end octet is {buffer[end]:#04x}, expected 0xce")
-            frames.append(self._decode_frame(frame_type, channel, bytes(buffer[position + _FRAME_HEADER.size : end])))
-            position = end + 1
+        items, position = _split_frames(buffer, self.frame_bytes_max)
+        frames: list[Frame | PublishFrames] = [
+            self._decode_frame(*item) if len(item) == 3 else self._publish_frames(*item)  # type: ignore[arg-type]
+            for item in items
+        ]
+        self._refuse_malformed(buffer, position)
         del buffer[:position]
         return frames
 
+    def _refuse_malformed(self, buffer: bytearray, position: int) -> None:
+        """Raise the frame error of the frame the splitter stopped before, at ``position``, unless it is only
+        incomplete (its size is judged as soon as its header is in)."""
+        if len(buffer) - position < _FRAME_HEADER.size:
+            return
+        frame_type, channel, size = _FRAME_HEADER.unpack_from(buffer, position)
+        if size + FRAME_OVERHEAD_BYTES > self.frame_bytes_max:
+            raise frame_error(
+                f"frame of {size + FRAME_OVERHEAD_BYTES} bytes exceeds the negotiated frame_max {self.frame_bytes_max}"
+            )
+        end = position + _FRAME_HEADER.size + size
+        if len(buffer) <= end:
+            return
+        if buffer[end] != FRAME_END:
+            raise frame_error(f"frame-end octet is {buffer[end]:#04x}, expected 0xce")
+        raise AssertionError(f"the splitter stopped before a whole frame of type {frame_type} on channel {channel}")
+
+    def _publish_frames(self, channel: int, method: bytes, content_header: bytes, body: bytes) -> PublishFrames:
+        decoded = self._decode_method(method)  # first, as frame by frame
+        header = self._decode_frame(_HEADER, channel, content_header)
+        assert isinstance(decoded, BasicPublish) and isinstance(header, HeaderFrame)
+        return PublishFrames(channel=channel, method=decoded, header=header, body=body)
 
     def _decode_frame(self, frame_type: int, channel: int, payload: bytes) -> Frame:
         """One frame's payload → its typed frame."""

@@ -37,6 +37,8 @@ from mqbroker.protocols.amqp.handshake import (
 from mqbroker.protocols.amqp.held_bytes import ByteBudget, HeldBytes
 from mqbroker.protocols.amqp.spec import AmqpError, ReplyCode
 
+_PUBLISH_FRAMES = codec.PublishFrames
+
 
 class ConnectionState(enum.Enum):
     """Where the handshake and shutdown stand."""
@@ -129,14 +131,36 @@ class Connection:
             self._output.send_method(
                 0, spec.ConnectionStart(server_properties=server_properties(self._version), mechanisms=MECHANISMS)
             )
-        for frame in frames:
-            if self.state is ConnectionState.CLOSED:
-                break
-            try:
-                actions += self._receive_frame(frame, now_ms)
-            except AmqpError as error:
-                actions += self._fail(_channel_of(frame), error, now_ms)
+        for item in frames:
+            if type(item) is _PUBLISH_FRAMES:  # a published message with its content
+                channel = self._publishing_channel(item.channel)  # type: ignore[union-attr]
+                if channel is not None:
+                    try:
+                        actions += channel.receive_publish(item)  # type: ignore[arg-type]
+                    except AmqpError as error:
+                        actions += self._fail(channel.number, error, now_ms)
+                    continue
+                parts = item.frames()  # type: ignore[union-attr]  # judged frame by frame, as they came
+            else:
+                parts = (item,)
+            for frame in parts:
+                if self.state is ConnectionState.CLOSED:
+                    return actions
+                try:
+                    actions += self._receive_frame(frame, now_ms)
+                except AmqpError as error:
+                    actions += self._fail(_channel_of(frame), error, now_ms)
         return actions
+
+    def _publishing_channel(self, number: int) -> Channel | None:
+        """The channel a published message with its content goes to in one piece: an open channel of an open
+        connection with no other message's content under way (None: its frames go one by one)."""
+        if self.state is not ConnectionState.OPEN:
+            return None
+        channel = self._channels.get(number)
+        if channel is None or channel.state is not ChannelState.OPEN or channel.content is not None:
+            return None
+        return channel
 
     # --- timers -------------------------------------------------------------------------
 

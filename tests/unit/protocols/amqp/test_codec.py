@@ -27,6 +27,12 @@ from mqbroker.protocols.amqp.spec import (
 from tests.unit.protocols.amqp import strategies
 
 
+def frames_of(items: list[codec.Frame | codec.PublishFrames]) -> list[codec.Frame]:
+    """The decoder's items as frames: a published message received whole comes as one ``PublishFrames``."""
+    return [frame for item in items
+            for frame in (item.frames() if isinstance(item, codec.PublishFrames) else (item,))]
+
+
 def decode_all(data: bytes, frame_bytes_max: int = 131072) -> list[codec.Frame]:
     """Feed ``data`` one byte at a time, the hardest split for the decoder."""
     decoder = codec.FrameDecoder(frame_bytes_max, expect_protocol_header=False)
@@ -50,7 +56,7 @@ def test_every_supported_method_round_trips(method) -> None:
 def test_content_header_with_every_property_and_field_type_round_trips(properties, body) -> None:
     raw = codec.encode_properties(properties)
     data = codec.encode_message(3, BasicPublish(routing_key="k"), raw, body, 4096)
-    frames = codec.FrameDecoder(131072, expect_protocol_header=False).receive_data(data)
+    frames = frames_of(codec.FrameDecoder(131072, expect_protocol_header=False).receive_data(data))
     header = frames[1]
     assert isinstance(header, codec.HeaderFrame)
     assert (header.properties, header.properties_raw, header.body_size) == (properties, raw, len(body))
@@ -243,8 +249,8 @@ def test_repeated_publishes_and_settlements_decode_like_the_generic_decoder(meth
 def test_repeated_content_headers_keep_their_own_body_size() -> None:
     decoder = codec.FrameDecoder(131072, expect_protocol_header=False)
     raw = codec.encode_properties(BasicProperties(delivery_mode=2))
-    frames = decoder.receive_data(b"".join(codec.encode_message(1, BasicPublish(), raw, b"x" * size, 131072)
-                                           for size in (3, 5)))
+    frames = frames_of(decoder.receive_data(b"".join(
+        codec.encode_message(1, BasicPublish(), raw, b"x" * size, 131072) for size in (3, 5))))
     headers = [frame for frame in frames if isinstance(frame, codec.HeaderFrame)]
     assert [(header.body_size, header.properties) for header in headers] == [
         (3, BasicProperties(delivery_mode=2)), (5, BasicProperties(delivery_mode=2))]
