@@ -11,9 +11,10 @@ fresh data directory) whose produce → fetch path is time-stamped by wrappers i
 * ``answer``: a consumer fetch is answered with the batch (a fetch already parked, or one arriving later).
 
 The client sends ``--messages`` 100-byte messages at ``--rate`` with acks=all and stamps the send time in each;
-the consumer (in a process of its own, or on a thread of the producer's) stamps the receipt. For every message
-the script prints the distribution of each step: send → rx (the producer's send path and the broker's read),
-rx → appended, appended → round (the previous round still running), round → synced (the fsync and the
+the producer's I/O thread stamps each request's write to the socket (a wrapper again), and the consumer (in a
+process of its own, or on a thread of the producer's) stamps the receipt. For every message the script prints
+the distribution of each step: send → written (``send`` hands the record to the producer's I/O thread, which
+encodes and writes it), written → rx (loopback and the broker's turn to read), rx → appended, appended → round (the previous round still running), round → synced (the fsync and the
 completion reaching the reactor), synced → answer (no fetch parked: the consumer's next fetch), answer → recv
 (the reply reaching the consumer). The wrappers cost the broker some CPU: compare steps, not totals, with
 ``bench e2e``. Medians and p90/p99/p99.9 over the messages of each run; every run is printed.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 import multiprocessing
 import os
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 SEND_TIME = struct.Struct(">q")
-STEPS = ("send → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
+STEPS = ("send → written", "written → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
          "total")
 
 
@@ -133,9 +135,21 @@ def receive_in_process(bootstrap: str, topic: str, count: int, ready: Any, stop:
         Path(path).write_text(json.dumps(received))
 
 
-def run_client(bootstrap: str, count: int, rate: int, consumer: str, work: Path) -> list[tuple[int, int, int]]:
-    """Send ``count`` stamped messages at ``rate`` (acks=all) and return what the consumer received."""
+def run_client(bootstrap: str, count: int, rate: int, consumer: str,
+               work: Path) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """Send ``count`` stamped messages at ``rate`` (acks=all) to a new topic; return what the consumer received
+    and the producer's writes (ns after the socket write, records in it): the n-th message sent has offset n."""
     from mqbroker.client import Admin, Producer
+    from mqbroker.client.blocking import producer_io
+
+    writes: list[tuple[int, int]] = []
+    send_plan = producer_io.ProducerIO._send
+
+    def timed_send(self: Any, plan: Any, now_ms: int) -> None:
+        send_plan(self, plan, now_ms)
+        writes.append((time.monotonic_ns(), sum(batch.record_count for batch in plan.batches)))
+
+    producer_io.ProducerIO._send = timed_send  # type: ignore[method-assign]
 
     topic = "timeline"
     with Admin(bootstrap) as admin:
@@ -166,15 +180,18 @@ def run_client(bootstrap: str, count: int, rate: int, consumer: str, work: Path)
     stop.set()
     receiver.join(5)
     producer.close()
-    if consumer == "thread":
-        return received
-    return [tuple(row) for row in json.loads((work / "received.json").read_text())]  # type: ignore[misc]
+    if consumer != "thread":
+        received = [tuple(row) for row in json.loads((work / "received.json").read_text())]  # type: ignore[misc]
+    return received, writes
 
 
 # -- the join ----------------------------------------------------------------------------------------------
 
-def step_times_ms(events: list[Any], received: list[tuple[int, int, int]]) -> dict[str, list[float]]:
+def step_times_ms(events: list[Any], received: list[tuple[int, int, int]],
+                  writes: list[tuple[int, int]]) -> dict[str, list[float]]:
     """Each message's time in each step, joined by offset (a round or an answer covers offsets below its end)."""
+    write_times = [at for at, _ in writes]
+    write_ends = list(itertools.accumulate(records for _, records in writes))
     appends = sorted((event[3], event[1], event[2]) for event in events if event[0] == "append")
     append_ends = [last for last, _, _ in appends]
 
@@ -194,10 +211,12 @@ def step_times_ms(events: list[Any], received: list[tuple[int, int, int]]) -> di
         started = bisect.bisect_right(round_ends, offset)
         synced = bisect.bisect_right(synced_ends, offset)
         answer = bisect.bisect_right(answer_bases, offset) - 1
-        if index == len(appends) or started == len(round_times) or synced == len(synced_times) or answer < 0:
+        written = bisect.bisect_right(write_ends, offset)
+        if (index == len(appends) or started == len(round_times) or synced == len(synced_times) or answer < 0
+                or written == len(write_times)):
             continue
         _, read_at, appended_at = appends[index]
-        marks = (sent, read_at, appended_at, round_times[started], synced_times[synced],
+        marks = (sent, write_times[written], read_at, appended_at, round_times[started], synced_times[synced],
                  answers[answer_bases[answer]], arrived)
         for step, begin, end in zip(STEPS, marks, marks[1:]):
             steps[step].append((end - begin) / 1e6)
@@ -239,13 +258,15 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
                 if broker.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError((work / "broker.log").read_text()[-2000:]) from None
                 time.sleep(0.2)
-        received = run_client(f"127.0.0.1:{native}", arguments.messages, arguments.rate, arguments.consumer, work)
+        received, writes = run_client(f"127.0.0.1:{native}", arguments.messages, arguments.rate, arguments.consumer,
+                                      work)
     finally:
         broker.terminate()
         broker.wait(30)
-    steps = step_times_ms(json.loads((work / "events.json").read_text()), received)
+    steps = step_times_ms(json.loads((work / "events.json").read_text()), received, writes)
     shutil.rmtree(work, ignore_errors=True)
     return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
+            "produce_requests": len(writes),
             "steps_ms": summary(steps), "load_average": os.getloadavg()[0]}
 
 
@@ -269,7 +290,9 @@ def main() -> None:
         return
     for number, run in enumerate(runs, 1):
         print(f"run {number}: {run['received']:,} of {run['sent']:,} received, {run['joined']:,} joined, consumer "
-              f"{arguments.consumer}, {arguments.rate:,} msg/s, load average {run['load_average']:.1f}")
+              f"{arguments.consumer}, {arguments.rate:,} msg/s, load average {run['load_average']:.1f}; "
+              f"{run['produce_requests']:,} produce requests ({run['sent'] / max(run['produce_requests'], 1):.1f} "
+              "records each)")
         for step, figures in run["steps_ms"].items():
             print(f"  {step:18}" + "".join(f"{name} {value:8.3f}  " for name, value in figures.items()) + "ms")
 
