@@ -1,6 +1,7 @@
 """Where an acks=all record's end-to-end time goes: broker time stamps joined with the client's, by offset.
 
-Run ``python benchmarks/e2e_timeline.py [--messages N] [--rate R] [--consumer process|thread] [--runs N]``
+Run ``python benchmarks/e2e_timeline.py [--messages N] [--rate R] [--consumer process|thread] [--runs N]
+[--max-in-flight N]``
 (from a source tree, with it on ``PYTHONPATH``). Each run starts a broker (``twistd mqbroker`` on free ports, a
 fresh data directory) whose produce → fetch path is time-stamped by wrappers installed before it starts
 (CLOCK_MONOTONIC, the clock the client stamps with):
@@ -135,8 +136,8 @@ def receive_in_process(bootstrap: str, topic: str, count: int, ready: Any, stop:
         Path(path).write_text(json.dumps(received))
 
 
-def run_client(bootstrap: str, count: int, rate: int, consumer: str,
-               work: Path) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+def run_client(bootstrap: str, count: int, rate: int, consumer: str, work: Path,
+               max_in_flight: int = 5) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
     """Send ``count`` stamped messages at ``rate`` (acks=all) to a new topic; return what the consumer received
     and the producer's writes (ns after the socket write, records in it): the n-th message sent has offset n."""
     from mqbroker.client import Admin, Producer
@@ -167,7 +168,8 @@ def run_client(bootstrap: str, count: int, rate: int, consumer: str,
     receiver.start()
     if not ready.wait(30):
         raise RuntimeError("the consumer did not find its starting position in 30 s")
-    producer = Producer(bootstrap, acks="all", linger_ms=0)
+    producer = Producer(bootstrap, acks="all", linger_ms=0, max_in_flight=max_in_flight,
+                        enable_idempotence=max_in_flight <= 5)  # idempotence allows at most 5
     padding = os.urandom(100 - SEND_TIME.size)
     started = time.perf_counter()
     for index in range(count):
@@ -259,7 +261,7 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError((work / "broker.log").read_text()[-2000:]) from None
                 time.sleep(0.2)
         received, writes = run_client(f"127.0.0.1:{native}", arguments.messages, arguments.rate, arguments.consumer,
-                                      work)
+                                      work, arguments.max_in_flight)
     finally:
         broker.terminate()
         broker.wait(30)
@@ -279,6 +281,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5_000, help="messages per second [default: 5000]")
     parser.add_argument("--consumer", default="process", choices=["process", "thread"])
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--max-in-flight", type=int, default=5,
+                        help="the producer's requests in flight; above 5 without idempotence [default: 5]")
     parser.add_argument("--json", action="store_true", help="print every run as JSON instead of tables")
     arguments = parser.parse_args()
     runs = []
