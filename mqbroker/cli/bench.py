@@ -173,6 +173,8 @@ def _run(arguments: argparse.Namespace) -> int:
     result.settings.update(topic=topic, acks=arguments.acks, size=arguments.size, compression=arguments.compression,
                            batch_size=arguments.batch_size, linger_ms=arguments.linger_ms,
                            send_many=getattr(arguments, "send_many", 1))
+    if arguments.mode == "e2e":
+        result.settings.update(rate=arguments.rate, consumer=arguments.consumer)
     if arguments.json:
         print(json.dumps(asdict(result)))
     else:

@@ -34,5 +34,6 @@ def test_refused_sends_count_as_failures_and_not_as_messages(broker: BrokerProce
 def test_e2e_receives_every_message_wherever_its_consumer_runs(broker: BrokerProcess, consumer: str) -> None:
     result = _bench(broker, "--messages", "500", "--rate", "2000", "--consumer", consumer, mode="e2e")
     assert (result["sent"], result["failed"], result["messages"]) == (500, 0, 500)
+    assert result["settings"]["consumer"] == consumer  # type: ignore[index]
     latency_ms = result["latency_ms"]
     assert isinstance(latency_ms, dict) and 0 < latency_ms["p50"] <= latency_ms["max"] < 30_000
