@@ -167,8 +167,6 @@ class BlockingConnection:
             deadline = time.monotonic() + timeout_s
             wait_s = timeout_s
             while correlation_id not in self._early:
-                if self.socket.fileno() < 0:  # closed meanwhile (dropped after another request failed)
-                    raise BrokerUnavailableError(f"the connection to {self.address} was closed")
                 if wait_s <= 0 and not self._readable_now():
                     return None
                 if self.socket.gettimeout() != wait_s:  # setting it is a syscall: skip it when unchanged
