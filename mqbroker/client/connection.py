@@ -1,8 +1,7 @@
 """One plain blocking socket to one broker, speaking the native codec (no reactor, no threads).
 
 Used by the blocking driver (scripts, Spark workers): ``send`` writes a request and returns its
-correlation id, ``receive`` reads what has arrived and returns the responses it completes, and
-``await_response``/``response_within`` wait for one request's response while others stay in flight.
+correlation id, ``receive`` reads what has arrived and returns the responses it completes.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ from mqbroker.protocols.native.messages import (
 #: one buffer per connection, reused: a fresh buffer per ``recv`` of this size costs an mmap, an
 #: mremap and a munmap on every read, several times per message at low rates.
 _RECEIVE_BYTES = 1024 * 1024
-#: The shortest socket timeout a wait sets (a zero timeout would make the socket non-blocking).
-_POLL_S = 0.000_001
 
 
 class BrokerUnavailableError(BrokerError):
@@ -77,10 +74,6 @@ class BlockingConnection:
                 raise BrokerUnavailableError(f"TLS handshake with {host}:{port} failed: {error}") from error
         self.address = f"{host}:{port}"
         self._timeout_s = timeout_s
-        #: Responses read while waiting for another request's, by correlation id, until their own wait takes them.
-        self._early: dict[int, object] = {}
-        #: Requests whose wait timed out: their answers, if they come, are dropped.
-        self._abandoned: set[int] = set()
         self.codec = ClientConnection(client_id)
         versions = self.request(ApiVersionsRequest(), timeout_s)
         assert isinstance(versions, ApiVersionsResponse)
@@ -144,47 +137,26 @@ class BlockingConnection:
         return responses
 
     def request(self, request: object, timeout_s: float) -> object:
-        """Send ``request`` and wait for its response."""
+        """Send ``request`` and wait for its response (nothing else may be in flight)."""
         return self.await_response(self.send(request), timeout_s)
 
     def await_response(self, correlation_id: int, timeout_s: float) -> object:
         """Block until the response to ``correlation_id`` arrives; a large one may take many reads.
 
-        Raises ``RequestTimedOutError`` when ``timeout_s`` passes first (a late answer is then dropped).
-        Responses to other requests that complete meanwhile are kept for their own wait.
+        Raises ``RequestTimedOutError`` when ``timeout_s`` passes first. Responses to other
+        requests that complete meanwhile are dropped: use this only when nothing else is in flight.
         """
-        response = self.response_within(correlation_id, timeout_s)
-        if response is None:
-            self._abandoned.intersection_update(self.codec.inflight_correlation_ids)  # bounded by what is in flight
-            self._abandoned.add(correlation_id)
-            raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
-        return response
-
-    def response_within(self, correlation_id: int, timeout_s: float) -> object | None:
-        """The response to ``correlation_id`` if it arrives within ``timeout_s`` (0: only if it has), else None:
-        the request stays in flight, to be waited for again. An error response raises its typed error."""
-        if correlation_id not in self._early:
-            deadline = time.monotonic() + timeout_s
-            wait_s = timeout_s
-            while correlation_id not in self._early:
-                if wait_s <= 0 and not self._readable_now():
-                    return None
-                if self.socket.gettimeout() != wait_s:  # setting it is a syscall: skip it when unchanged
-                    self.socket.settimeout(max(wait_s, _POLL_S))
-                for event in self.receive():
-                    if event.correlation_id not in self._abandoned:
-                        self._early[event.correlation_id] = event.response
-                    else:
-                        self._abandoned.discard(event.correlation_id)
-                wait_s = deadline - time.monotonic()
-        return raise_for_error_response(self._early.pop(correlation_id))
-
-    def _readable_now(self) -> bool:
-        """True when a read would not block: bytes in the socket, or decrypted ones in the TLS layer."""
-        if isinstance(self.socket, ssl.SSLSocket) and self.socket.pending():
-            return True
-        readable, _, _ = select.select([self.socket], [], [], 0)
-        return bool(readable)
+        deadline = time.monotonic() + timeout_s
+        wait_s = timeout_s
+        while True:
+            if self.socket.gettimeout() != wait_s:  # setting it is a syscall: skip it when unchanged
+                self.socket.settimeout(wait_s)
+            for event in self.receive():
+                if event.correlation_id == correlation_id:
+                    return raise_for_error_response(event.response)
+            wait_s = deadline - time.monotonic()
+            if wait_s <= 0:
+                raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
 
     def close(self) -> None:
         """Close the socket."""

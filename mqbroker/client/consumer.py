@@ -257,8 +257,6 @@ class ConsumerCore:
                 fetched_from = plan.offsets.get(partition)
                 if fetched_from is None or self._positions.get(partition) != fetched_from:
                     continue  # sought elsewhere while the fetch was in flight: the data is stale
-                if partition in self.paused:
-                    continue  # paused while the fetch was in flight: read again from here on resume
                 if reply.error_code != ErrorCode.NONE:
                     self._partition_error(partition, reply)
                     continue

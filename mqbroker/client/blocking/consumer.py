@@ -1,5 +1,4 @@
-"""The blocking ``Consumer``: fetches from partition leaders on the caller's thread, in ``poll``, one fetch
-ahead: a fetch still waiting at the broker when ``poll`` returns is collected by the next one.
+"""The blocking ``Consumer``: fetches from partition leaders on the caller's thread, in ``poll``.
 
 The logic (positions, fetch plans, offset resets) is the pure ``ConsumerCore``; with a group,
 ``GroupMembership`` (``group.py``) heartbeats on its own thread and hands assignment changes
@@ -12,15 +11,13 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests, wall_clock_ms
 from mqbroker.client.blocking.group import GroupMembership, remaining_s, resolve_callback
-from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
+from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.consumer import (
     ConsumerConfig,
     ConsumerCore,
-    FetchPlan,
     Message,
     OffsetReset,
     TopicPartition,
@@ -37,19 +34,9 @@ from mqbroker.client.group_member import (
     revoked_positions,
 )
 from mqbroker.client.security import ClientSecurity
-from mqbroker.errors import BrokerError, RequestTimedOutError
+from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import FetchResponse
 from mqbroker.records.readable import UnreadableBatch
-
-
-@dataclass(slots=True)
-class _InFlightFetch:
-    """A fetch sent and not yet answered; given up (its connection dropped) at ``expires_at`` (monotonic s)."""
-
-    plan: FetchPlan
-    connection: BlockingConnection
-    correlation_id: int
-    expires_at: float
 
 
 class Consumer:
@@ -107,7 +94,6 @@ class Consumer:
         )
         self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000 + fetch_max_wait_ms / 1000, security)
         self._admin = ClusterRequests(self._cluster)
-        self._in_flight: list[_InFlightFetch] = []
         topics = list(topics)
         self._group: GroupMembership | None = None
         if group_id is not None:
@@ -241,7 +227,8 @@ class Consumer:
             self._group_step()
             self._refresh_stale()
             self._resolve_resets()
-            messages = self._fetch_once(deadline)
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            messages = self._fetch_once(remaining_ms)
             if messages or time.monotonic() >= deadline:
                 return messages
 
@@ -262,49 +249,31 @@ class Consumer:
             offset = self._admin.list_offset(topic, partition, timestamp_ms, self._core.config.isolation_level)
             self._core.reset_resolved((topic, partition), timestamp_ms, offset)
 
-    def _fetch_once(self, deadline: float) -> list[Message]:
-        """Send fetches for the partitions that have none in flight, then collect answers until ``deadline``.
-
-        Fetches outlive a ``poll``: one still long-polling at its end is waited for by the next. Once answers
-        arrive, the next fetches go out before their messages are returned (Kafka's consumer fetches ahead
-        too), so the broker holds a fetch while the application handles what it got.
-        """
-        self._send_fetches()
-        if not self._in_flight:
-            time.sleep(min(max(0.0, deadline - time.monotonic()), 0.1))  # nothing fetchable yet: do not spin
-            return []
-        messages: list[Message] = []
-        for fetch in list(self._in_flight):
-            wait_s = 0.0 if messages else deadline - time.monotonic()  # with messages in hand, take only what is there
-            try:
-                response = fetch.connection.response_within(fetch.correlation_id, wait_s)
-                if response is None and time.monotonic() >= fetch.expires_at:
-                    raise RequestTimedOutError(f"no fetch answer from {fetch.connection.address} in time")
-            except BrokerError:
-                self._in_flight.remove(fetch)
-                self._cluster.drop(fetch.plan.node_id)
-                self._core.fetch_failed(fetch.plan)
-                continue
-            if response is not None:
-                self._in_flight.remove(fetch)
-                assert isinstance(response, FetchResponse)
-                messages += self._core.fetch_completed(fetch.plan, response)
-        if messages:
-            self._send_fetches()
-        return messages
-
-    def _send_fetches(self) -> None:
-        """One fetch per leader for the partitions with a position and no fetch in flight."""
-        for plan in self._core.fetch_plans(self._cluster.view.leader):
+    def _fetch_once(self, max_wait_ms: int) -> list[Message]:
+        plans = self._core.fetch_plans(self._cluster.view.leader)
+        sent = []
+        for plan in plans:
             try:
                 connection = self._cluster.connection(plan.node_id)
-                correlation_id = connection.send(plan.request())
+                correlation_id = connection.send(plan.request(max_wait_ms))
             except BrokerUnavailableError:
                 self._cluster.drop(plan.node_id)
                 self._core.fetch_failed(plan)
                 continue
-            self._in_flight.append(_InFlightFetch(plan, connection, correlation_id,
-                                                  time.monotonic() + self._cluster.timeout_s))
+            sent.append((plan, connection, correlation_id))
+        messages: list[Message] = []
+        for plan, connection, correlation_id in sent:
+            try:
+                response = connection.await_response(correlation_id, self._cluster.timeout_s)
+            except BrokerError:
+                self._cluster.drop(plan.node_id)
+                self._core.fetch_failed(plan)
+                continue
+            assert isinstance(response, FetchResponse)
+            messages += self._core.fetch_completed(plan, response)
+        if not sent and not messages:
+            time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
+        return messages
 
     def close(self, timeout: float | None = None) -> None:
         """Commit (with auto-commit), leave the group (static members stay) and close the connections,

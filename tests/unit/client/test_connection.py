@@ -12,13 +12,7 @@ from hypothesis import strategies as st
 from mqbroker.client.connection import BlockingConnection, parse_bootstrap
 from mqbroker.protocols.native.codec import supported_api_versions
 from mqbroker.protocols.native.connection import RequestReceived, ServerConnection
-from mqbroker.protocols.native.messages import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    ProducePartition,
-    ProduceRequest,
-    ProduceTopic,
-)
+from mqbroker.protocols.native.messages import ProducePartition, ProduceRequest, ProduceTopic
 
 FRAME_BYTES_MAX = 32 * 1024 * 1024
 
@@ -90,61 +84,3 @@ def test_any_bootstrap_text_parses_to_addresses_or_raises_value_error(text: str)
     except ValueError:
         return
     assert addresses and all(isinstance(host, str) and 0 <= port for host, port in addresses)
-
-
-class _ReorderingPeer:
-    """Answers ApiVersions at once; then, after ``hold_s``, the next ``count`` requests in reverse order."""
-
-    def __init__(self, count: int, hold_s: float = 0.0) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._count = count
-        self._hold_s = hold_s
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        peer, _ = self._listener.accept()
-        codec = ServerConnection(FRAME_BYTES_MAX)
-        held: list[RequestReceived] = []
-        answered_handshake = False
-        with peer:
-            while len(held) < self._count and (data := peer.recv(65536)):
-                for event in codec.receive_data(data):
-                    assert isinstance(event, RequestReceived)
-                    if not answered_handshake:
-                        answered_handshake = True
-                        peer.sendall(codec.reply(event.header, supported_api_versions()))
-                    else:
-                        held.append(event)
-            time.sleep(self._hold_s)
-            for event in reversed(held):
-                peer.sendall(codec.reply(event.header, supported_api_versions()))
-            peer.recv(1)  # until the client closes
-
-    def join(self) -> None:
-        self._thread.join(timeout=10)
-        self._listener.close()
-
-
-def test_a_response_read_while_waiting_for_another_is_kept_for_its_own_wait() -> None:
-    """A consumer's fetch stays in flight while other requests share its connection."""
-    peer = _ReorderingPeer(count=2)
-    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
-    first = connection.send(ApiVersionsRequest())
-    second = connection.send(ApiVersionsRequest())  # answered before the first
-    assert isinstance(connection.await_response(first, 2), ApiVersionsResponse)
-    assert isinstance(connection.await_response(second, 0.5), ApiVersionsResponse)
-    connection.close()
-    peer.join()
-
-
-def test_a_response_not_there_in_time_stays_awaited_and_arrives_later() -> None:
-    peer = _ReorderingPeer(count=1, hold_s=0.3)
-    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
-    request = connection.send(ApiVersionsRequest())
-    assert connection.response_within(request, 0) is None
-    assert connection.response_within(request, 0.05) is None
-    assert isinstance(connection.response_within(request, 2), ApiVersionsResponse)
-    connection.close()
-    peer.join()

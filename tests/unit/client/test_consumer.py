@@ -114,18 +114,6 @@ def test_reply_for_a_partition_sought_meanwhile_is_dropped() -> None:
     assert core.position(EVENTS_0) == 100
 
 
-def test_reply_for_a_partition_paused_meanwhile_is_read_again_on_resume() -> None:
-    """A driver fetching ahead has a fetch in flight when the application pauses: its records wait for resume."""
-    core = _positioned(0)
-    (plan,) = core.fetch_plans(lambda topic, partition: 1)
-    core.pause([EVENTS_0])
-    assert core.fetch_completed(plan, _response(_batch(0, [b"a"]))) == []
-    assert core.position(EVENTS_0) == 0 and core.fetch_plans(lambda topic, partition: 1) == []
-    core.paused.discard(EVENTS_0)
-    (again,) = core.fetch_plans(lambda topic, partition: 1)
-    assert [message.value for message in core.fetch_completed(again, _response(_batch(0, [b"a"])))] == [b"a"]
-
-
 @settings(max_examples=100)
 @given(garbage=st.binary(max_size=300))
 def test_garbage_records_raise_only_the_typed_error(garbage: bytes) -> None:
