@@ -7,8 +7,12 @@ round) it starts that tree's broker (``twistd -n mqbroker`` with the tree first 
 fresh data directory) and runs ``mqbroker bench`` from the client tree (default: each tree's own client) against it:
 
 * ``bench produce`` (1,000,000 × 100 B, acks=1) and ``bench consume`` of what it wrote: messages/s;
-* ``bench e2e`` (5,000 msg/s, acks=all, fsync before ack): latency percentiles from send to receipt;
+* ``bench e2e`` (5,000 msg/s, acks=all, fsync before ack): latency percentiles from send to receipt, once with
+  the consumer in a process of its own and once on a thread of the producer's process (issue 24: the second
+  adds the client's own interpreter-lock hand-overs; a client tree without ``--consumer`` runs only that one);
 * the broker's CPU time per message in each (from /proc, process and threads).
+
+``--e2e-only`` skips produce and consume.
 
 Pinning ``--client`` to one tree isolates the broker; leaving it out compares whole releases. The table gives
 medians over the rounds and the ratio of each tree to the first; ``--json`` prints every round instead.
@@ -33,13 +37,16 @@ from typing import Any
 from cputime import process_tree_cpu_s
 
 LISTENERS = ("native", "mqtt", "amqp", "http")
+#: Where ``bench e2e``'s consumer runs: a process of its own (as deployed), or a thread of the producer's process
+#: (the method before issue 24; clients without ``--consumer`` have only that one).
+E2E_CONSUMERS = ("process", "thread")
 FIGURES = (
     ("produce msg/s", "produce", "messages_per_s"),
     ("produce broker CPU µs/msg", "produce", "broker_cpu_us"),
     ("consume msg/s", "consume", "messages_per_s"),
-    ("e2e p50 ms", "e2e", "p50"),
-    ("e2e p99 ms", "e2e", "p99"),
-    ("e2e broker CPU µs/msg", "e2e", "broker_cpu_us"),
+    *((f"e2e {method} {label}", f"e2e-{method}", key)
+      for method in E2E_CONSUMERS
+      for label, key in (("p50 ms", "p50"), ("p99 ms", "p99"), ("p99.9 ms", "p999"), ("broker CPU µs/msg", "broker_cpu_us"))),
 )
 
 
@@ -108,17 +115,25 @@ def cli_bench(client: Path, bootstrap: str, arguments: list[str]) -> dict[str, A
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(tree: Path, client: Path, e2e_messages: int) -> dict[str, dict[str, float]]:
-    """One round on one tree: produce, consume and e2e against a fresh broker."""
+def e2e_runs(client: Path, e2e_messages: int) -> list[tuple[str, list[str], int]]:
+    """``bench e2e`` once per consumer placement the client offers."""
+    if "--consumer" not in (client / "mqbroker" / "cli" / "bench.py").read_text():
+        return [("e2e-thread", ["e2e", "--messages", str(e2e_messages)], e2e_messages)]
+    return [(f"e2e-{method}", ["e2e", "--messages", str(e2e_messages), "--consumer", method], e2e_messages)
+            for method in E2E_CONSUMERS]
+
+
+def measure(tree: Path, client: Path, e2e_messages: int, throughput: bool) -> dict[str, dict[str, float]]:
+    """One round on one tree: produce and consume (with ``throughput``), then e2e against a fresh broker."""
     broker = TreeBroker(tree)
     try:
         figures: dict[str, dict[str, float]] = {}
         topic = f"tree-ab-{os.getpid()}-{time.time_ns()}"
-        for mode, arguments, messages in (
+        runs = [
             ("produce", ["produce", "--topic", topic, "--messages", "1000000"], 1_000_000),
             ("consume", ["consume", "--topic", topic, "--messages", "1000000"], 1_000_000),
-            ("e2e", ["e2e", "--messages", str(e2e_messages)], e2e_messages),
-        ):
+        ] if throughput else []
+        for mode, arguments, messages in runs + e2e_runs(client, e2e_messages):
             before = broker.cpu_s()
             result = cli_bench(client, broker.bootstrap, arguments)
             figures[mode] = {"messages_per_s": result["messages_per_s"],
@@ -135,6 +150,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the order of the trees")
     parser.add_argument("--client", type=Path, help="run every bench with this tree's client [default: each tree's own]")
     parser.add_argument("--e2e-messages", type=int, default=30_000, help="messages of each e2e run (at 5,000/s)")
+    parser.add_argument("--e2e-only", action="store_true", help="skip the produce and consume runs")
     parser.add_argument("--json", action="store_true", help="print every round as JSON instead of the table")
     arguments = parser.parse_args()
     trees = [tree.resolve() for tree in arguments.trees]
@@ -142,16 +158,19 @@ def main() -> int:
     for number in range(arguments.rounds):
         for tree in trees if number % 2 == 0 else trees[::-1]:
             progress(f"-- round {number + 1}: {tree}")
-            rounds[tree].append(measure(tree, (arguments.client or tree).resolve(), arguments.e2e_messages))
+            rounds[tree].append(measure(tree, (arguments.client or tree).resolve(), arguments.e2e_messages,
+                                        throughput=not arguments.e2e_only))
     if arguments.json:
         print(json.dumps({str(tree): runs for tree, runs in rounds.items()}))
         return 0
     load = os.getloadavg()[0]
     print(f"medians of {arguments.rounds} round(s); load average {load:.1f} at the end; ratio to {trees[0]}")
-    print(f"{'':28}" + "".join(f"{tree.name[-14:]:>16}{'ratio':>8}" for tree in trees))
+    print(f"{'':32}" + "".join(f"{tree.name[-14:]:>16}{'ratio':>8}" for tree in trees))
     for label, mode, key in FIGURES:
+        if any(mode not in run or run[mode].get(key) is None for tree in trees for run in rounds[tree]):
+            continue  # not measured (a client without that e2e method, --e2e-only) or lost messages
         medians = [statistics.median(run[mode][key] for run in rounds[tree]) for tree in trees]
-        print(f"{label:28}" + "".join(f"{value:16,.2f}{value / medians[0]:8.2f}" for value in medians))
+        print(f"{label:32}" + "".join(f"{value:16,.3f}{value / medians[0]:8.2f}" for value in medians))
     return 0
 
 

@@ -1,13 +1,14 @@
 """The fsync engines (Linux AIO, a thread) compared through a real broker: end-to-end latency, acks=all rate, CPU.
 
-Run ``python benchmarks/fsync_engine_bench.py [--runs N] [--messages N] [--produce-messages N] [--json]``.
+Run ``python benchmarks/fsync_engine_bench.py [--runs N] [--messages N] [--produce-messages N] [--consumer process|thread] [--json]``.
 
 Each run starts one broker per engine (``twistd mqbroker --set fsync_engine=aio|thread`` on
 free ports, a fresh data directory, through the tests' ``BrokerProcess``), alternating which engine goes first, and runs the CLI
-benchmarks against it from one client process:
+benchmarks against it:
 
 * ``mqbroker bench e2e`` (5,000 msg/s, acks=all, 100 B, the ``sync`` flush policy): latency
-  percentiles from send to receipt, and the broker's CPU time per message (from /proc);
+  percentiles from send to receipt, and the broker's CPU time per message (from /proc); its consumer in a
+  process of its own (``--consumer process``, the default) or on a thread of the producer's process;
 * ``mqbroker bench produce --acks all`` (100 B, linger 5 ms): acknowledged messages/s and MB/s.
 
 Failed sends and the fraction of e2e messages received are printed with the figures; an e2e
@@ -59,7 +60,7 @@ def measure(engine: str, work: Path, arguments: argparse.Namespace) -> dict[str,
     try:
         pid = broker.process.pid
         cpu_before = process_tree_cpu_s(pid)
-        e2e = cli_bench(broker.bootstrap, "e2e", ["--messages", str(arguments.messages)])
+        e2e = cli_bench(broker.bootstrap, "e2e", ["--messages", str(arguments.messages), "--consumer", arguments.consumer])
         cpu_s = process_tree_cpu_s(pid) - cpu_before
         produce = cli_bench(broker.bootstrap, "produce", ["--acks", "all", "--messages", str(arguments.produce_messages)])
     finally:
@@ -91,7 +92,8 @@ def run_all(arguments: argparse.Namespace) -> dict[str, Any]:
     medians = {engine: {key: statistics.median(run[engine][key] for run in per_run) for key in per_run[0][engine]}
                for engine in ENGINES}
     p50_ratio = statistics.median(run["aio"]["e2e_p50_ms"] / run["thread"]["e2e_p50_ms"] for run in per_run)
-    return {"messages": arguments.messages, "produce_messages": arguments.produce_messages, "medians": medians,
+    return {"messages": arguments.messages, "produce_messages": arguments.produce_messages,
+            "consumer": arguments.consumer, "medians": medians,
             "e2e_p50_aio_to_thread_ratio": p50_ratio, "per_run": per_run}
 
 
@@ -104,7 +106,8 @@ def print_table(result: dict[str, Any]) -> None:
                ("p99.9 ms", "e2e_p999_ms"), ("broker µs/msg", "broker_cpu_us_per_message"),
                ("acks=all msg/s", "produce_all_messages_per_s"), ("MB/s", "produce_all_mb_per_s")]
     print(f"e2e: {result['messages']:,} messages at 5,000/s, acks=all; produce: {result['produce_messages']:,} "
-          f"messages, acks=all (other settings: bench defaults, 100 B, linger 5 ms); medians of "
+          f"messages, acks=all (other settings: bench defaults, 100 B, linger 5 ms); e2e consumer: "
+          f"{result['consumer']}; medians of "
           f"{len(result['per_run'])} runs; rates count acknowledged messages, percentiles every message sent")
     print(f"{'engine':<8}" + "".join(f"{title:>16}" for title, _ in columns))
     for engine in ENGINES:
@@ -122,6 +125,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs, alternating which engine goes first")
     parser.add_argument("--messages", type=int, default=30_000, help="messages of each e2e run (at 5,000/s)")
     parser.add_argument("--produce-messages", type=int, default=300_000, help="messages of each acks=all produce run")
+    parser.add_argument("--consumer", default="process", choices=["process", "thread"],
+                        help="where bench e2e's consumer runs [default: a process of its own]")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     arguments = parser.parse_args()
     result = run_all(arguments)

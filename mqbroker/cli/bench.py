@@ -12,9 +12,11 @@ percentiles are over every message sent: one that never arrived counts as an inf
 from __future__ import annotations
 
 import argparse
+import array
 import functools
 import json
 import math
+import multiprocessing
 import os
 import queue
 import struct
@@ -34,6 +36,9 @@ from mqbroker.client.producer_batch import DeliveryCounts
 
 SAMPLE_EVERY = 997
 _SEND_TIME = struct.Struct(">q")
+#: Seconds the e2e consumer may take to find its starting position, and to receive the last messages after the flush.
+_RECEIVER_READY_S = 30.0
+_RECEIVER_DRAIN_S = 30.0
 
 
 @dataclass
@@ -147,6 +152,9 @@ def add_parser(commands: Any) -> None:
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         if mode == "e2e":
             parser.add_argument("--rate", type=int, default=5000, help="messages per second [default: 5000]")
+            parser.add_argument("--consumer", default="process", choices=["process", "thread"],
+                                help="receive in a process of its own, as deployed, or on a thread of the producer's "
+                                     "process (the method before issue 24) [default: process]")
         parser.set_defaults(run=reporting_errors(_run))
 
 
@@ -165,6 +173,8 @@ def _run(arguments: argparse.Namespace) -> int:
     result.settings.update(topic=topic, acks=arguments.acks, size=arguments.size, compression=arguments.compression,
                            batch_size=arguments.batch_size, linger_ms=arguments.linger_ms,
                            send_many=getattr(arguments, "send_many", 1))
+    if arguments.mode == "e2e":
+        result.settings.update(rate=arguments.rate, consumer=arguments.consumer)
     if arguments.json:
         print(json.dumps(asdict(result)))
     else:
@@ -261,21 +271,13 @@ def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress
 
 
 def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
-    from mqbroker.client import Consumer
-
-    consumer = Consumer(arguments.bootstrap, security=client_security(arguments), topics=[topic], auto_offset_reset="latest", fetch_max_wait_ms=100)
-    consumer.poll(timeout=0.2)  # resolve the starting position before the first send
-    latencies: list[float] = []
-    done = threading.Event()
-
-    def receive() -> None:
-        while len(latencies) < arguments.messages and not done.is_set():
-            for message in consumer.poll(timeout=0.5):
-                now_ns = time.perf_counter_ns()
-                latencies.append((now_ns - _SEND_TIME.unpack_from(message.value)[0]) / 1e9)
-
-    receiver = threading.Thread(target=receive, name="bench-e2e-receiver", daemon=True)
-    receiver.start()
+    """Send at ``--rate`` from this process to a consumer in a process of its own (``--consumer process``, as
+    deployed) or on a thread of this one (``--consumer thread``: the producer's send loop, its I/O thread and the
+    consumer share one interpreter lock; the benchmark's only method before issue 24)."""
+    receiver = _ThreadReceiver(arguments, topic) if arguments.consumer == "thread" else _ProcessReceiver(arguments, topic)
+    if not receiver.ready.wait(_RECEIVER_READY_S):
+        receiver.finish(0)
+        raise RuntimeError(f"the e2e consumer did not find its starting position within {_RECEIVER_READY_S:.0f} s")
     producer = _producer(arguments)
     padding = os.urandom(max(0, arguments.size - _SEND_TIME.size))
     interval_s = 1.0 / arguments.rate
@@ -288,21 +290,94 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            producer.send(topic, _SEND_TIME.pack(time.perf_counter_ns()) + padding)
+            producer.send(topic, _SEND_TIME.pack(time.monotonic_ns()) + padding)
             if index % 500 == 0:
-                progress.update(task, completed=len(latencies), rate=_rate(index, started))
+                progress.update(task, completed=index, rate=_rate(index, started))
         producer.flush()
-        receiver.join(timeout=30)
+        latencies = receiver.finish(_RECEIVER_DRAIN_S)
         elapsed = time.perf_counter() - started
         counts = producer.delivery_counts()
     finally:
-        done.set()
+        receiver.finish(0)
         producer.close()
-        receiver.join(timeout=5)
-        consumer.close()
     outcomes = outcomes_between(before, counts, elapsed)
     return _result("e2e", arguments, len(latencies), elapsed, percentiles_ms(latencies, total=arguments.messages),
                    sent=arguments.messages, failed=outcomes.failed, first_error=outcomes.first_error)
+
+
+def _receive_latencies(arguments: argparse.Namespace, topic: str, ready: Any, stop: Any, latencies: list[float]) -> None:
+    """Consume ``topic`` from its end (``ready`` once the position is known) until ``--messages`` arrived or
+    ``stop``; append each message's latency in seconds from the send time stamped in its value.
+
+    The stamps are ``time.monotonic_ns()``: CLOCK_MONOTONIC on Linux, one clock for every process of the machine.
+    """
+    from mqbroker.client import Consumer
+
+    consumer = Consumer(arguments.bootstrap, security=client_security(arguments), topics=[topic],
+                        auto_offset_reset="latest", fetch_max_wait_ms=100)
+    try:
+        consumer.poll(timeout=0.2)  # resolve the starting position before the first send
+        ready.set()
+        while len(latencies) < arguments.messages and not stop.is_set():
+            for message in consumer.poll(timeout=0.5):
+                now_ns = time.monotonic_ns()
+                latencies.append((now_ns - _SEND_TIME.unpack_from(message.value)[0]) / 1e9)
+    finally:
+        consumer.close()
+
+
+class _ThreadReceiver:
+    """The e2e consumer on a thread of the benchmark's process."""
+
+    def __init__(self, arguments: argparse.Namespace, topic: str) -> None:
+        self.ready, self._stop = threading.Event(), threading.Event()
+        self._latencies: list[float] = []
+        self._thread = threading.Thread(target=_receive_latencies, name="bench-e2e-receiver", daemon=True,
+                                        args=(arguments, topic, self.ready, self._stop, self._latencies))
+        self._thread.start()
+
+    def finish(self, timeout_s: float) -> list[float]:
+        """Wait up to ``timeout_s`` for every message, stop, and return the latencies received."""
+        self._thread.join(timeout_s)
+        self._stop.set()
+        self._thread.join(5)
+        return list(self._latencies)
+
+
+class _ProcessReceiver:
+    """The e2e consumer in a process of its own (spawned: no state of the producer's process is inherited)."""
+
+    def __init__(self, arguments: argparse.Namespace, topic: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.ready, self._stop = context.Event(), context.Event()
+        self._from_child, to_parent = context.Pipe(duplex=False)
+        picklable = argparse.Namespace(**{name: value for name, value in vars(arguments).items() if name != "run"})
+        self._process = context.Process(target=_receive_in_process, name="bench-e2e-receiver", daemon=True,
+                                        args=(picklable, topic, self.ready, self._stop, to_parent))
+        self._process.start()
+        to_parent.close()
+        self._latencies: list[float] | None = None
+
+    def finish(self, timeout_s: float) -> list[float]:
+        """Wait up to ``timeout_s`` for every message, stop, and return the latencies received."""
+        if self._latencies is None:
+            if not self._from_child.poll(timeout_s):
+                self._stop.set()
+            try:
+                self._latencies = list(array.array("d", self._from_child.recv_bytes())) if self._from_child.poll(5) else []
+            except EOFError:  # the consumer process died without reporting (its error is on stderr)
+                self._latencies = []
+            self._process.join(5)
+        return self._latencies
+
+
+def _receive_in_process(arguments: argparse.Namespace, topic: str, ready: Any, stop: Any, to_parent: Any) -> None:
+    """The e2e consumer process: its latencies go back through ``to_parent`` as packed doubles."""
+    latencies: list[float] = []
+    try:
+        _receive_latencies(arguments, topic, ready, stop, latencies)
+    finally:
+        to_parent.send_bytes(array.array("d", latencies).tobytes())
 
 
 def _result(mode: str, arguments: argparse.Namespace, count: int, seconds: float, latency_ms: dict[str, float | None],

@@ -1,0 +1,305 @@
+"""Where an acks=all record's end-to-end time goes: broker time stamps joined with the client's, by offset.
+
+Run ``python benchmarks/e2e_timeline.py [--messages N] [--rate R] [--consumer process|thread] [--runs N]
+[--max-in-flight N]``
+(from a source tree, with it on ``PYTHONPATH``). Each run starts a broker (``twistd mqbroker`` on free ports, a
+fresh data directory) whose produce → fetch path is time-stamped by wrappers installed before it starts
+(CLOCK_MONOTONIC, the clock the client stamps with):
+
+* ``rx``: the native connection's read that carried the produce; ``appended``: its batch is in the log;
+* ``round``: the group-commit round covering it is handed to the fsync engine; ``synced``: that round is done
+  (the high watermark moves and waiting fetches are woken at once, in the same call);
+* ``answer``: a consumer fetch is answered with the batch (a fetch already parked, or one arriving later).
+
+The client sends ``--messages`` 100-byte messages at ``--rate`` with acks=all and stamps the send time in each;
+the producer's I/O thread stamps each request's write to the socket (a wrapper again), and the consumer (in a
+process of its own, or on a thread of the producer's) stamps the receipt. For every message the script prints
+the distribution of each step: send → written (``send`` hands the record to the producer's I/O thread, which
+encodes and writes it), written → rx (loopback and the broker's turn to read), rx → appended, appended → round (the previous round still running), round → synced (the fsync and the
+completion reaching the reactor), synced → answer (no fetch parked: the consumer's next fetch), answer → recv
+(the reply reaching the consumer). The wrappers cost the broker some CPU: compare steps, not totals, with
+``bench e2e``. Medians and p90/p99/p99.9 over the messages of each run; every run is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+SEND_TIME = struct.Struct(">q")
+STEPS = ("send → written", "written → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
+         "total")
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- the broker child: wrappers, then twistd --------------------------------------------------------------
+
+def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
+    """Install the time-stamping wrappers, run ``twistd``, write the events to ``out_path`` as it stops."""
+    from mqbroker import service
+    from mqbroker.core import fetch
+    from mqbroker.durability import flusher, sync_engines
+    from mqbroker.protocols import adapter
+    from mqbroker.storage import log as storage_log
+
+    now = time.monotonic_ns
+    events: list[Any] = []
+    last_read = [0]
+
+    def client_log(partition_log: Any) -> bool:
+        return not os.path.basename(partition_log.directory).startswith("__")
+
+    def wrap(owner: Any, name: str, before: Any = None, after: Any = None) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(self: Any, *arguments: Any, **keywords: Any) -> Any:
+            if before is not None:
+                before(self, *arguments)
+            result = original(self, *arguments, **keywords)
+            if after is not None:
+                after(self, result, *arguments)
+            return result
+
+        setattr(owner, name, wrapper)
+
+    def first_base_offset(results: Any) -> int | None:
+        records = next((result.records for result in results if result.records), None)
+        return None if records is None else int.from_bytes(bytes(records[:8]), "big")
+
+    def answered(results: Any) -> None:
+        base = first_base_offset(results) if isinstance(results, list) else None
+        if base is not None:
+            events.append(("answer", now(), base))
+
+    wrap(adapter.CodecProtocol, "dataReceived", before=lambda self, data: last_read.__setitem__(0, now()))
+    wrap(storage_log.PartitionLog, "append", after=lambda self, result, *_: client_log(self) and events.append(
+        ("append", last_read[0], now(), result.last_offset)))
+    for engine in (sync_engines.AioSync, sync_engines.ThreadSync):
+        wrap(engine, "sync", before=lambda self, logs: events.append(
+            ("round", now(), [log.log_end_offset for log in logs if client_log(log)])))
+    wrap(flusher.Flusher, "_round_done", before=lambda self, synced: events.append(
+        ("synced", now(), [log.durable_end_offset for log, _ in synced if client_log(log)])))
+    wrap(fetch._PendingFetch, "_finish", before=lambda self, results: None if self.follower else answered(results))
+    wrap(fetch.FetchService, "_fetch", after=lambda self, deferred, principal, replica_id, request: (
+        replica_id < 0 and deferred.called and answered(deferred.result)))
+
+    def dump(self: Any) -> None:
+        Path(out_path).write_text(json.dumps(events))
+
+    wrap(service.BrokerService, "stopService", before=dump)
+    from twisted.scripts.twistd import run
+
+    sys.argv = ["twistd", *twistd_arguments]
+    run()
+
+
+# -- the client --------------------------------------------------------------------------------------------
+
+def receive(bootstrap: str, topic: str, count: int, ready: Any, stop: Any, into: list[tuple[int, int, int]]) -> None:
+    """Consume ``topic`` from its end; append (offset, sent ns, received ns) per message."""
+    from mqbroker.client import Consumer
+
+    consumer = Consumer(bootstrap, topics=[topic], auto_offset_reset="latest", fetch_max_wait_ms=100)
+    try:
+        consumer.poll(timeout=0.2)
+        ready.set()
+        while len(into) < count and not stop.is_set():
+            for message in consumer.poll(timeout=0.5):
+                into.append((message.offset, SEND_TIME.unpack_from(message.value)[0], time.monotonic_ns()))
+    finally:
+        consumer.close()
+
+
+def receive_in_process(bootstrap: str, topic: str, count: int, ready: Any, stop: Any, path: str) -> None:
+    received: list[tuple[int, int, int]] = []
+    try:
+        receive(bootstrap, topic, count, ready, stop, received)
+    finally:
+        Path(path).write_text(json.dumps(received))
+
+
+def run_client(bootstrap: str, count: int, rate: int, consumer: str, work: Path,
+               max_in_flight: int = 5) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """Send ``count`` stamped messages at ``rate`` (acks=all) to a new topic; return what the consumer received
+    and the producer's writes (ns after the socket write, records in it): the n-th message sent has offset n."""
+    from mqbroker.client import Admin, Producer
+    from mqbroker.client.blocking import producer_io
+
+    writes: list[tuple[int, int]] = []
+    send_plan = producer_io.ProducerIO._send
+
+    def timed_send(self: Any, plan: Any, now_ms: int) -> None:
+        send_plan(self, plan, now_ms)
+        writes.append((time.monotonic_ns(), sum(batch.record_count for batch in plan.batches)))
+
+    producer_io.ProducerIO._send = timed_send  # type: ignore[method-assign]
+
+    topic = "timeline"
+    with Admin(bootstrap) as admin:
+        admin.create_topics([topic], 1)
+    received: list[tuple[int, int, int]] = []
+    receiver: Any
+    if consumer == "thread":
+        ready, stop = threading.Event(), threading.Event()
+        receiver = threading.Thread(target=receive, args=(bootstrap, topic, count, ready, stop, received), daemon=True)
+    else:
+        context = multiprocessing.get_context("spawn")
+        ready, stop = context.Event(), context.Event()
+        receiver = context.Process(target=receive_in_process, daemon=True,
+                                   args=(bootstrap, topic, count, ready, stop, str(work / "received.json")))
+    receiver.start()
+    if not ready.wait(30):
+        raise RuntimeError("the consumer did not find its starting position in 30 s")
+    producer = Producer(bootstrap, acks="all", linger_ms=0, max_in_flight=max_in_flight,
+                        enable_idempotence=max_in_flight <= 5)  # idempotence allows at most 5
+    padding = os.urandom(100 - SEND_TIME.size)
+    started = time.perf_counter()
+    for index in range(count):
+        delay = started + index / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        producer.send(topic, SEND_TIME.pack(time.monotonic_ns()) + padding)
+    producer.flush()
+    receiver.join(30)
+    stop.set()
+    receiver.join(5)
+    producer.close()
+    if consumer != "thread":
+        received = [tuple(row) for row in json.loads((work / "received.json").read_text())]  # type: ignore[misc]
+    return received, writes
+
+
+# -- the join ----------------------------------------------------------------------------------------------
+
+def step_times_ms(events: list[Any], received: list[tuple[int, int, int]],
+                  writes: list[tuple[int, int]]) -> dict[str, list[float]]:
+    """Each message's time in each step, joined by offset (a round or an answer covers offsets below its end)."""
+    write_times = [at for at, _ in writes]
+    write_ends = list(itertools.accumulate(records for _, records in writes))
+    appends = sorted((event[3], event[1], event[2]) for event in events if event[0] == "append")
+    append_ends = [last for last, _, _ in appends]
+
+    def first_covering(kind: str) -> tuple[list[int], list[int]]:
+        series = sorted((event[1], max(event[2])) for event in events if event[0] == kind and event[2])
+        return [at for at, _ in series], [end for _, end in series]
+
+    round_times, round_ends = first_covering("round")
+    synced_times, synced_ends = first_covering("synced")
+    answers: dict[int, int] = {}
+    for _, at, base in sorted(event for event in events if event[0] == "answer"):
+        answers.setdefault(base, at)
+    answer_bases = sorted(answers)
+    steps: dict[str, list[float]] = {step: [] for step in STEPS}
+    for offset, sent, arrived in received:
+        index = bisect.bisect_left(append_ends, offset)
+        started = bisect.bisect_right(round_ends, offset)
+        synced = bisect.bisect_right(synced_ends, offset)
+        answer = bisect.bisect_right(answer_bases, offset) - 1
+        written = bisect.bisect_right(write_ends, offset)
+        if (index == len(appends) or started == len(round_times) or synced == len(synced_times) or answer < 0
+                or written == len(write_times)):
+            continue
+        _, read_at, appended_at = appends[index]
+        marks = (sent, write_times[written], read_at, appended_at, round_times[started], synced_times[synced],
+                 answers[answer_bases[answer]], arrived)
+        for step, begin, end in zip(STEPS, marks, marks[1:]):
+            steps[step].append((end - begin) / 1e6)
+        steps["total"].append((arrived - sent) / 1e6)
+    return steps
+
+
+def summary(steps: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    def at(ordered: list[float], fraction: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 3)
+
+    return {step: {name: at(sorted(values), fraction) for name, fraction in
+                   (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))}
+            for step, values in steps.items() if values}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def measure(arguments: argparse.Namespace) -> dict[str, Any]:
+    """One run: a traced broker, the paced client, the join."""
+    work = Path(tempfile.mkdtemp(prefix="e2e-timeline-"))
+    native, http = free_port(), free_port()
+    command = [sys.executable, __file__, "--broker-child", str(work / "events.json"), "-n", "--pidfile=", "mqbroker",
+               "--data-dir", str(work / "data"), "--controller-port", "0", "--native-port", str(native),
+               "--http-port", str(http), "--mqtt-port", "0", "--amqp-port", "0", "--kafka-port", "0"]
+    broker = subprocess.Popen(command, stdout=(work / "broker.log").open("w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/ready", timeout=1) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                if broker.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((work / "broker.log").read_text()[-2000:]) from None
+                time.sleep(0.2)
+        received, writes = run_client(f"127.0.0.1:{native}", arguments.messages, arguments.rate, arguments.consumer,
+                                      work, arguments.max_in_flight)
+    finally:
+        broker.terminate()
+        broker.wait(30)
+    steps = step_times_ms(json.loads((work / "events.json").read_text()), received, writes)
+    shutil.rmtree(work, ignore_errors=True)
+    return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
+            "produce_requests": len(writes),
+            "steps_ms": summary(steps), "load_average": os.getloadavg()[0]}
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--broker-child":
+        run_traced_broker(sys.argv[2], sys.argv[3:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--rate", type=int, default=5_000, help="messages per second [default: 5000]")
+    parser.add_argument("--consumer", default="process", choices=["process", "thread"])
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--max-in-flight", type=int, default=5,
+                        help="the producer's requests in flight; above 5 without idempotence [default: 5]")
+    parser.add_argument("--json", action="store_true", help="print every run as JSON instead of tables")
+    arguments = parser.parse_args()
+    runs = []
+    for number in range(arguments.runs):
+        progress(f"run {number + 1}/{arguments.runs} ...")
+        runs.append(measure(arguments))
+    if arguments.json:
+        print(json.dumps(runs))
+        return
+    for number, run in enumerate(runs, 1):
+        print(f"run {number}: {run['received']:,} of {run['sent']:,} received, {run['joined']:,} joined, consumer "
+              f"{arguments.consumer}, {arguments.rate:,} msg/s, load average {run['load_average']:.1f}; "
+              f"{run['produce_requests']:,} produce requests ({run['sent'] / max(run['produce_requests'], 1):.1f} "
+              "records each)")
+        for step, figures in run["steps_ms"].items():
+            print(f"  {step:18}" + "".join(f"{name} {value:8.3f}  " for name, value in figures.items()) + "ms")
+
+
+if __name__ == "__main__":
+    main()
