@@ -21,6 +21,7 @@ from mqbroker.model import AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
+    RecordRow,
     message_of,
     read_from,
 )
@@ -29,7 +30,6 @@ from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, Subscrip
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
 from mqbroker.records.readable import next_offset_after
-from mqbroker.records.record import Record
 
 
 class Deliverer(Protocol):
@@ -131,7 +131,7 @@ class CatchUp:
                  aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
-        for record in self._hub.records_after(key, data, offset, aborted):
+        for record in self._hub.rows_after(key, data, offset, aborted):
             if record.offset >= limit or not self._one(key, record, matching):
                 return
             self._behind[key] = record.offset + 1
@@ -141,7 +141,7 @@ class CatchUp:
         else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._behind[key] = reached
 
-    def _one(self, key: PartitionKey, record: Record, matching: dict[str, list[Subscription]]) -> bool:
+    def _one(self, key: PartitionKey, record: RecordRow, matching: dict[str, list[Subscription]]) -> bool:
         """Deliver one record read by this session; False when its window is full."""
         if self._resent and (key[0], key[1], record.offset) in self._resent:
             self._resent.discard((key[0], key[1], record.offset))

@@ -204,15 +204,15 @@ class MqttConnection:
         self.flush()
 
     def _drain_queue(self) -> None:
-        writes = self._writes
-        while self._queue and writes.held is None:
-            if not any(_blocking_store(actions) for actions in self._queue):
-                self._execute(self._queue.popleft())
+        writes, queue = self._writes, self._queue
+        while queue and writes.held is None:
+            if not any(map(_blocking_store, queue)):
+                self._execute(queue.popleft())
                 continue
             if writes.writing:
                 return  # a non-blocking write is in flight: the blocking one follows it (``_session_written``)
-            held = list(self._queue)
-            self._queue.clear()
+            held = list(queue)
+            queue.clear()
             writes.hold(held)
 
     def _write_session(self) -> Deferred[Any]:

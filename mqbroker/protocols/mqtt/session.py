@@ -146,6 +146,8 @@ class MqttSession:
         #: The PUBLISH flows, once a CONNECT is accepted.
         self._flows: PublishFlows | None = None
         self._early_packets: list[Packet] = []
+        #: The non-blocking ``StoreSession`` of the session state (frozen: one per state serves every list).
+        self._store_soon: StoreSession | None = None
 
     @property
     def protocol_level(self) -> int:
@@ -495,7 +497,10 @@ class MqttSession:
             if outbox.dirty:
                 actions.insert(0, StoreSession(client_id=self.client_id, state=self.session))
             elif outbox.changed:
-                actions.append(StoreSession(client_id=self.client_id, state=self.session, blocking=False))
+                store = self._store_soon
+                if store is None or store.state is not self.session:
+                    store = self._store_soon = StoreSession(client_id=self.client_id, state=self.session, blocking=False)
+                actions.append(store)
         outbox.dirty = outbox.changed = False
         return actions
 
