@@ -26,7 +26,7 @@ of the session and the terminal ERROR state.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from mqbroker import limits
 from mqbroker.protocols.mqtt.actions import (
@@ -268,6 +268,19 @@ class MqttSession:
         assert self.session is not None and self._flows is not None and self.state is ConnectionState.CONNECTED
         self.session.enqueue(message, subscriptions, from_retained_store=from_retained_store)
         self._flows.pump(now_ms)
+        return self._finish()
+
+    def deliver_many(
+        self, deliveries: Iterable[tuple[OutboundMessage, Sequence[Subscription]]], now_ms: int
+    ) -> list[Action]:
+        """``deliver`` of each (message, subscriptions) in order, as one action list (a fetch's messages). The
+        iterable is read one delivery at a time, after the one before it was queued or sent: it may check
+        ``accepting_deliveries`` before it yields a QoS 1/2 message."""
+        session, flows = self.session, self._flows
+        assert session is not None and flows is not None and self.state is ConnectionState.CONNECTED
+        for message, subscriptions in deliveries:
+            session.enqueue(message, subscriptions)
+            flows.pump(now_ms)
         return self._finish()
 
     @property
