@@ -64,6 +64,7 @@ from mqbroker.protocols.mqtt.packets import (
     PingReq,
     PingResp,
     Properties,
+    PubAck,
     Publish,
     ReasonCode,
     Subscribe,
@@ -178,8 +179,11 @@ class MqttSession:
         try:
             for packet in self._decoder.receive_data(data):
                 state = self.state
-                if state is _CONNECTED and type(packet) is Publish:  # nearly every packet: straight to its flow
+                kind = type(packet)
+                if state is _CONNECTED and kind is Publish:  # nearly every packet: straight to its flow
                     self._flows.on_publish(packet, now_ms)  # type: ignore[union-attr]
+                elif state is _CONNECTED and kind is PubAck:  # a subscriber's: as straight
+                    self._flows.on_puback(packet, now_ms)  # type: ignore[union-attr,arg-type]
                 elif state is _CLOSED or state is _ERROR:
                     break
                 else:
