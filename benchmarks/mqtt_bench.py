@@ -10,9 +10,9 @@ Starts mqbroker (``twistd mqbroker`` on free ports, a temporary data directory) 
   acknowledged messages count, failures are printed);
 * fan-out to 10 subscribers (deliveries/s until every subscriber has every message, with the
   fraction delivered);
-* publish-to-delivery latency p50/p99 at QoS 1 with the publisher paced at 5,000 msg/s, over every
-  message sent: one never delivered is a failure (an infinite latency, shown as ``lost``), not a
-  missing sample; the fraction delivered is printed;
+* publish-to-delivery latency p50/p99 at QoS 1 with the publisher paced at 5,000 msg/s (the subscriber in a
+  process of its own), over every message sent: one never delivered is a failure (an infinite latency,
+  shown as ``lost``), not a missing sample; the fraction delivered is printed;
 * offline-session drain at QoS 1: a persistent-session subscriber (clean session off) subscribes and
   disconnects, ``--messages`` QoS 1 messages are published (every PUBACK awaited), and the subscriber
   reconnects: messages/s from its CONNECT until every queued message arrived, with the fraction delivered;
