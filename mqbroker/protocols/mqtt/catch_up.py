@@ -10,7 +10,7 @@ group, ``share_backlog.py``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
@@ -29,7 +29,6 @@ from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, Subscrip
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
 from mqbroker.records.readable import next_offset_after
-from mqbroker.records.record import Record
 
 
 class Deliverer(Protocol):
@@ -40,8 +39,8 @@ class Deliverer(Protocol):
     @property
     def deliveries_held(self) -> bool: ...
 
-    def deliver(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
-                subscriptions: list[Subscription]) -> None: ...
+    def deliver_many(self, partition_key: PartitionKey,
+                     deliveries: Iterable[tuple[int, OutboundMessage, list[Subscription]]]) -> None: ...
 
     def log_failure(self, failure: Failure, what: str) -> None: ...
 
@@ -58,6 +57,8 @@ class CatchUp:
         #: written while a fetch is handed out), and reading them again must not deliver them a second time.
         self._resent: set[LogPosition] = set()
         self._running = False
+        #: Whether the last fetch's deliveries stopped before its end (the shared reader's position, a full window).
+        self._stopped = False
 
     def is_behind(self, partition_key: PartitionKey) -> bool:
         """Whether the session reads ``partition_key`` itself (the shared reader skips it)."""
@@ -130,36 +131,46 @@ class CatchUp:
     def _records(self, key: PartitionKey, data: bytes, offset: int,
                  aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
-        matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
-        for record in self._hub.records_after(key, data, offset, aborted):
-            if record.offset >= limit or not self._one(key, record, matching):
-                return
-            self._behind[key] = record.offset + 1
+        self._stopped = False
+        self._connection.deliver_many(key, self._deliveries(key, data, offset, aborted, limit))
+        if self._stopped:
+            return
         reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
         if reached >= limit:  # caught up with the shared reader
             del self._behind[key]
         else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._behind[key] = reached
 
-    def _one(self, key: PartitionKey, record: Record, matching: dict[str, list[Subscription]]) -> bool:
-        """Deliver one record read by this session; False when its window is full."""
-        if self._resent and (key[0], key[1], record.offset) in self._resent:
-            self._resent.discard((key[0], key[1], record.offset))
-            return True  # in flight already: the session resends it under its packet id
-        message = message_of(record, key)  # topic and metadata come from headers.py's cache of record shapes
-        session = self._connection.session
-        state = session.session
-        if message is None or state is None:
-            return True
-        subscriptions = matching.get(message.topic)
-        if subscriptions is None:
-            subscriptions = matching[message.topic] = [
-                subscription for subscription in state.subscriptions.values()
-                if subscription.share_group is None and topic_matches(subscription.topic_filter, message.topic)
-            ]
-        if not subscriptions:
-            return True
-        if self._connection.deliveries_held or (message.qos and not session.accepting_deliveries):
-            return False
-        self._connection.deliver(key, record.offset, message, subscriptions)
-        return True
+    def _deliveries(self, key: PartitionKey, data: bytes, offset: int, aborted: Iterable[AbortedTransaction] | None,
+                    limit: int) -> Iterator[tuple[int, OutboundMessage, list[Subscription]]]:
+        """The messages of one fetch this session is to get, each yielded once the one before it was taken (the
+        cursor moves past it then); it stops (``_stopped``) at the shared reader's position or at a full window."""
+        connection = self._connection
+        session = connection.session
+        matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
+        for record in self._hub.rows_after(key, data, offset, aborted):
+            record_offset = record.offset
+            if record_offset >= limit:
+                self._stopped = True
+                return
+            if self._resent and (key[0], key[1], record_offset) in self._resent:
+                self._resent.discard((key[0], key[1], record_offset))  # in flight already: resent under its packet id
+            else:
+                message = message_of(record, key)  # topic and metadata come from headers.py's cache of record shapes
+                state = session.session
+                subscriptions = None
+                if message is not None and state is not None:
+                    subscriptions = matching.get(message.topic)
+                    if subscriptions is None:
+                        subscriptions = matching[message.topic] = [
+                            subscription for subscription in state.subscriptions.values()
+                            if subscription.share_group is None
+                            and topic_matches(subscription.topic_filter, message.topic)
+                        ]
+                if subscriptions:
+                    assert message is not None
+                    if connection.deliveries_held or (message.qos and not session.accepting_deliveries):
+                        self._stopped = True
+                        return
+                    yield record_offset, message, subscriptions
+            self._behind[key] = record_offset + 1

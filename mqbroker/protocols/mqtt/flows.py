@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import repeat
 
 from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks
 from mqbroker.protocols.mqtt.codec import encode
@@ -202,6 +203,9 @@ class PublishFlows:
 
     def acknowledge_writes(self, writes: Sequence[tuple[int, int]], reason_code: ReasonCode) -> None:
         """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``), in order."""
+        if reason_code == ReasonCode.SUCCESS and writes and max(writes)[0] == 1:  # all QoS 1 (the usual case)
+            self._send_pubacks([packet_id for _, packet_id in writes])
+            return
         puback_ids: list[int] = []  # a run of successful PUBACKs: one action
         for qos, packet_id in writes:
             if qos == 1 and reason_code == ReasonCode.SUCCESS:
@@ -223,9 +227,8 @@ class PublishFlows:
 
     def _send_pubacks(self, packet_ids: list[int]) -> None:
         """Successful PUBACKs in the short form at either level [MQTT-3.4.2.1]: fixed header and packet id."""
-        pack = _PUBACK.pack
         self._outbox.actions.append(SendPubAcks(
-            packet_ids=packet_ids, data=b"".join([pack(_PUBACK_HEADER, packet_id) for packet_id in packet_ids])))
+            packet_ids=packet_ids, data=b"".join(map(_PUBACK.pack, repeat(_PUBACK_HEADER), packet_ids))))
 
     def on_pubrel(self, pubrel: PubRel, now_ms: int) -> None:
         """The client releases a stored QoS 2 message: forget its packet id."""

@@ -71,7 +71,7 @@ def record_headers(qos: int, retain: bool, client_id: str, properties: Propertie
 #: publishes to one topic with the same few headers, so the same pairs come again and again. Bounded: at most
 #: ``_SHAPES_MAX`` entries of at most ``_PLAIN_HEADERS_MAX`` headers, whose key and header values hold at most
 #: ``_SHAPE_KEY_BYTES_MAX`` bytes.
-_SHAPES: dict[tuple[bytes, tuple[tuple[str, bytes], ...]], tuple[str, int, bool, str | None, Properties] | None] = {}
+_SHAPES: dict[tuple[bytes, tuple[tuple[str, bytes | None], ...]], tuple[str, int, bool, str | None, Properties] | None] = {}
 _SHAPES_MAX = 4096
 _SHAPE_KEY_BYTES_MAX = 512
 _PLAIN_HEADERS_MAX = 3  # mqtt.qos, mqtt.client_id, mqtt.retain
@@ -79,11 +79,11 @@ _UNKNOWN = object()
 
 
 def message_from_record(
-    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], timestamp_ms: int,
+    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]], timestamp_ms: int,
     position: LogPosition | None = None,
 ) -> OutboundMessage | None:
     """The MQTT message a log record stands for (at ``position`` in the log, if it is read from one), or None if it
-    cannot go to MQTT subscribers."""
+    cannot go to MQTT subscribers. A header without a value means nothing to MQTT."""
     if key is None:
         return None
     shape_key = (key, tuple(headers)) if len(headers) <= _PLAIN_HEADERS_MAX else None
@@ -91,7 +91,7 @@ def message_from_record(
     if shape is _UNKNOWN:
         shape = _shape(key, headers)
         if (shape_key is not None and (shape is None or shape[4] is NO_PROPERTIES)
-                and len(key) + sum(len(raw) for _, raw in headers) <= _SHAPE_KEY_BYTES_MAX):
+                and len(key) + sum(len(raw or b"") for _, raw in headers) <= _SHAPE_KEY_BYTES_MAX):
             if len(_SHAPES) >= _SHAPES_MAX:
                 _SHAPES.clear()
             _SHAPES[shape_key] = shape
@@ -105,7 +105,7 @@ def message_from_record(
 
 
 def _shape(
-    key: bytes, headers: Sequence[tuple[str, bytes]]
+    key: bytes, headers: Sequence[tuple[str, bytes | None]]
 ) -> tuple[str, int, bool, str | None, Properties] | None:
     """A record's MQTT topic, QoS, retain flag, origin client id and properties (None: not for MQTT subscribers)."""
     try:
@@ -117,6 +117,8 @@ def _shape(
     fields: dict[str, object] = {}
     user_properties: list[tuple[str, str]] = []
     for name, raw in headers:
+        if raw is None:
+            continue
         if name == "mqtt.qos" and raw in (b"0", b"1", b"2"):
             qos = int(raw)
         elif name == "mqtt.retain":

@@ -9,7 +9,7 @@ next one is tried.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from mqbroker.protocols.mqtt.state import Subscription
 from mqbroker.protocols.mqtt.topics import SubscriptionTrie, parse_subscription_filter
@@ -19,6 +19,11 @@ EntryKey = tuple[str, str | None]
 #: A share group as messages are split over it: (group name, filter without ``$share/{group}/``).
 GroupKey = tuple[str, str]
 Member = tuple[str, Subscription]
+#: What a topic matches: its plain subscriptions by client id, and its share groups' members.
+Matches = tuple[dict[str, list[Subscription]], dict[GroupKey, list[Member]]]
+#: Topics whose matches are remembered until the subscriptions change (a fan-out routes the same few topics
+#: again and again); past this many the memory starts over.
+_ROUTED_TOPICS_MAX = 4096
 
 
 def group_key_of(subscription: Subscription) -> GroupKey:
@@ -31,12 +36,13 @@ def group_key_of(subscription: Subscription) -> GroupKey:
 class SubscriptionRegistry:
     """Live subscriptions by client id, matched through a ``SubscriptionTrie``."""
 
-    __slots__ = ("_trie", "_filters_by_client", "_turns")
+    __slots__ = ("_trie", "_filters_by_client", "_turns", "_matches")
 
     def __init__(self) -> None:
         self._trie: SubscriptionTrie[EntryKey, Subscription] = SubscriptionTrie()
         self._filters_by_client: dict[str, dict[str, str]] = {}  # client id -> {sent filter: bare filter}
         self._turns: dict[tuple[str, str], int] = {}  # (group, bare filter) -> round-robin counter
+        self._matches: dict[str, Matches] = {}  # by topic, while the subscriptions stay as they are
 
     def __len__(self) -> int:
         return len(self._trie)
@@ -44,6 +50,7 @@ class SubscriptionRegistry:
     def add(self, client_id: str, subscription: Subscription) -> None:
         """Add or replace ``subscription`` of ``client_id``."""
         bare = parse_subscription_filter(subscription.topic_filter).topic_filter
+        self._matches.clear()
         self._trie.add(bare, (client_id, subscription.share_group), subscription)
         self._filters_by_client.setdefault(client_id, {})[subscription.topic_filter] = bare
 
@@ -54,6 +61,7 @@ class SubscriptionRegistry:
             return
         bare = filters.pop(topic_filter)
         group = parse_subscription_filter(topic_filter).share_group
+        self._matches.clear()
         self._trie.remove(bare, (client_id, group))
         if not filters:
             del self._filters_by_client[client_id]
@@ -63,22 +71,41 @@ class SubscriptionRegistry:
         for topic_filter in list(self._filters_by_client.get(client_id, {})):
             self.remove(client_id, topic_filter)
 
+    def _matched(self, topic: str) -> Matches:
+        matches = self._matches.get(topic)
+        if matches is None:
+            plain: dict[str, list[Subscription]] = {}
+            groups: dict[GroupKey, list[Member]] = {}
+            for (client_id, group), subscription in self._trie.match(topic):
+                if group is None:
+                    plain.setdefault(client_id, []).append(subscription)
+                else:
+                    groups.setdefault(group_key_of(subscription), []).append((client_id, subscription))
+            if len(self._matches) >= _ROUTED_TOPICS_MAX:
+                self._matches.clear()
+            matches = self._matches[topic] = (plain, groups)
+        return matches
+
+    def unshared_route(self, topic: str) -> Mapping[str, list[Subscription]] | None:
+        """``route`` of a topic that reaches no share group (nothing to choose: no ``accepts`` is needed), else None.
+        The mapping is remembered for the next message to the topic: the caller only reads it."""
+        plain, groups = self._matched(topic)
+        return None if groups else plain
+
     def route(
         self, topic: str, accepts: Callable[[str, Subscription], bool], unplaced: list[GroupKey] | None = None
-    ) -> dict[str, list[Subscription]]:
-        """The subscriptions ``topic`` reaches, by client id: every plain one, one member per share group.
+    ) -> Mapping[str, list[Subscription]]:
+        """The subscriptions ``topic`` reaches, by client id: every plain one, one member per share group (the
+        caller only reads the mapping).
 
         ``accepts(client_id, subscription)`` may turn a share-group member down; the group's
         next member is tried. If none accepts, the group goes to ``unplaced`` when the caller
         passes a list (it keeps the message for the group), else the first one in turn gets it.
         """
-        routed: dict[str, list[Subscription]] = {}
-        groups: dict[GroupKey, list[Member]] = {}
-        for (client_id, group), subscription in self._trie.match(topic):
-            if group is None:
-                routed.setdefault(client_id, []).append(subscription)
-            else:
-                groups.setdefault(group_key_of(subscription), []).append((client_id, subscription))
+        plain, groups = self._matched(topic)
+        if not groups:
+            return plain
+        routed = dict(plain)  # the remembered lists stay as they are: a chosen member's gets a new one
         for group_key, members in groups.items():
             chosen = self.choose(group_key, members, accepts)
             if chosen is None:
@@ -86,7 +113,7 @@ class SubscriptionRegistry:
                     unplaced.append(group_key)
                     continue
                 chosen = members[(self._turns[group_key] - 1) % len(members)]
-            routed.setdefault(chosen[0], []).append(chosen[1])
+            routed[chosen[0]] = [*routed.get(chosen[0], ()), chosen[1]]
         return routed
 
     def group_members(self, topic: str, group_key: GroupKey) -> list[Member]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -204,15 +204,15 @@ class MqttConnection:
         self.flush()
 
     def _drain_queue(self) -> None:
-        writes = self._writes
-        while self._queue and writes.held is None:
-            if not any(_blocking_store(actions) for actions in self._queue):
-                self._execute(self._queue.popleft())
+        writes, queue = self._writes, self._queue
+        while queue and writes.held is None:
+            if not any(map(_blocking_store, queue)):
+                self._execute(queue.popleft())
                 continue
             if writes.writing:
                 return  # a non-blocking write is in flight: the blocking one follows it (``_session_written``)
-            held = list(self._queue)
-            self._queue.clear()
+            held = list(queue)
+            queue.clear()
             writes.hold(held)
 
     def _write_session(self) -> Deferred[Any]:
@@ -506,6 +506,32 @@ class MqttConnection:
         if len(state.pending) + len(state.inflight) > queued_before:
             self._catch_up.queued(partition_key, offset)
         self._run(actions)
+
+    def deliver_many(self, partition_key: PartitionKey,
+                     deliveries: Iterable[tuple[int, OutboundMessage, list[Subscription]]]) -> None:
+        """``deliver`` of each (offset, message, subscriptions) of ``partition_key`` read while catching up, as one
+        action list (one pass through the session and the action queue per fetch, not per message). The iterable
+        is read one delivery at a time, after the one before it was queued or sent. Under a fetch quota each goes
+        on its own, so that the quota holds the next one back as soon as it is exceeded."""
+        if self._fetch_throttle is not None:
+            for offset, message, subscriptions in deliveries:
+                self.deliver(partition_key, offset, message, subscriptions)
+            return
+        state = self.session.session
+        assert state is not None
+        check_reads = mqtt_security.topic_acls_apply(self)
+        catch_up = self._catch_up
+
+        def allowed() -> Iterator[tuple[OutboundMessage, list[Subscription]]]:
+            for offset, message, subscriptions in deliveries:
+                if check_reads and not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+                    continue  # a subscription to '#' brings only what the principal may read
+                queued_before = len(state.pending) + len(state.inflight)
+                yield message, subscriptions
+                if len(state.pending) + len(state.inflight) > queued_before:
+                    catch_up.queued(partition_key, offset)
+
+        self._run(self.session.deliver_many(allowed(), self.hub.now_ms()))
 
     def _send_retained(self, subscription: Subscription) -> None:
         topic_filter = parse_subscription_filter(subscription.topic_filter).topic_filter

@@ -26,7 +26,7 @@ of the session and the terminal ERROR state.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from mqbroker import limits
 from mqbroker.protocols.mqtt.actions import (
@@ -64,6 +64,7 @@ from mqbroker.protocols.mqtt.packets import (
     PingReq,
     PingResp,
     Properties,
+    PubAck,
     Publish,
     ReasonCode,
     Subscribe,
@@ -146,6 +147,8 @@ class MqttSession:
         #: The PUBLISH flows, once a CONNECT is accepted.
         self._flows: PublishFlows | None = None
         self._early_packets: list[Packet] = []
+        #: The non-blocking ``StoreSession`` of the session state (frozen: one per state serves every list).
+        self._store_soon: StoreSession | None = None
 
     @property
     def protocol_level(self) -> int:
@@ -176,8 +179,11 @@ class MqttSession:
         try:
             for packet in self._decoder.receive_data(data):
                 state = self.state
-                if state is _CONNECTED and type(packet) is Publish:  # nearly every packet: straight to its flow
+                kind = type(packet)
+                if state is _CONNECTED and kind is Publish:  # nearly every packet: straight to its flow
                     self._flows.on_publish(packet, now_ms)  # type: ignore[union-attr]
+                elif state is _CONNECTED and kind is PubAck:  # a subscriber's: as straight
+                    self._flows.on_puback(packet, now_ms)  # type: ignore[union-attr,arg-type]
                 elif state is _CLOSED or state is _ERROR:
                     break
                 else:
@@ -266,6 +272,19 @@ class MqttSession:
         assert self.session is not None and self._flows is not None and self.state is ConnectionState.CONNECTED
         self.session.enqueue(message, subscriptions, from_retained_store=from_retained_store)
         self._flows.pump(now_ms)
+        return self._finish()
+
+    def deliver_many(
+        self, deliveries: Iterable[tuple[OutboundMessage, Sequence[Subscription]]], now_ms: int
+    ) -> list[Action]:
+        """``deliver`` of each (message, subscriptions) in order, as one action list (a fetch's messages). The
+        iterable is read one delivery at a time, after the one before it was queued or sent: it may check
+        ``accepting_deliveries`` before it yields a QoS 1/2 message."""
+        session, flows = self.session, self._flows
+        assert session is not None and flows is not None and self.state is ConnectionState.CONNECTED
+        for message, subscriptions in deliveries:
+            session.enqueue(message, subscriptions)
+            flows.pump(now_ms)
         return self._finish()
 
     @property
@@ -495,7 +514,10 @@ class MqttSession:
             if outbox.dirty:
                 actions.insert(0, StoreSession(client_id=self.client_id, state=self.session))
             elif outbox.changed:
-                actions.append(StoreSession(client_id=self.client_id, state=self.session, blocking=False))
+                store = self._store_soon
+                if store is None or store.state is not self.session:
+                    store = self._store_soon = StoreSession(client_id=self.client_id, state=self.session, blocking=False)
+                actions.append(store)
         outbox.dirty = outbox.changed = False
         return actions
 

@@ -92,7 +92,7 @@ class ShareBacklog:
         group_key, key = (entry[0], entry[1]), entry[2]
         limit = hub.live_position(key)
         connections = hub.connections
-        for record in hub.records_after(key, data, offset, aborted):
+        for record in hub.rows_after(key, data, offset, aborted):
             if record.offset >= limit:
                 break
             message = message_of(record, key)

@@ -70,7 +70,9 @@ class Subscription:
     subscription_identifier: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+#: Made once per message read from the log, so not frozen (see ``packets.Publish``); nothing changes one after it
+#: is made (one object may go to every subscriber it matches).
+@dataclass(slots=True, kw_only=True)
 class OutboundMessage:
     """A message on its way to one session: what the adapter read from the log or the retained store."""
 
@@ -93,7 +95,8 @@ class InflightState(enum.Enum):
     AWAITING_PUBCOMP = "awaiting-pubcomp"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+#: Made once per QoS 1/2 message sent, so not frozen (see ``packets.Publish``); replaced, never changed.
+@dataclass(slots=True, kw_only=True)
 class Inflight:
     """An outbound QoS 1/2 PUBLISH (full topic name, no alias) and its flow state.
 

@@ -137,3 +137,23 @@ def test_qos1_deliveries_and_acknowledgements_go_on_while_their_state_is_stored_
     assert _stores(session.receive_data(encode(PubRec(packet_id=2), 5), 0)) == [(0, True)]  # before PUBREL
     assert _stores(session.receive_data(encode(PubComp(packet_id=2), 5), 0)) == [(0, False)]
     assert session.session is not None and session.session.inflight == {}
+
+
+def test_deliver_many_reads_its_deliveries_one_at_a_time_and_answers_with_one_action_list() -> None:
+    """A catch-up fetch's messages go through the session as one list; the reader checks the window before each."""
+    session = connected_session(4, SessionConfig(outbound_inflight_max_3_1_1=2, pending_messages_max=1))
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    taken: list[int] = []
+
+    def deliveries():  # type: ignore[no-untyped-def]
+        for number in range(10):
+            if not session.accepting_deliveries:
+                return
+            taken.append(number)
+            yield OutboundMessage(topic="t", payload=b"%d" % number, qos=1), subscription
+
+    actions = session.deliver_many(deliveries(), 0)
+    sends = [action.packet for action in actions if isinstance(action, Send)]
+    assert [(packet.packet_id, packet.payload) for packet in sends] == [(1, b"0"), (2, b"1")]  # the client's window
+    assert taken == [0, 1, 2]  # the third waits in the queue, which is then full
+    assert session.session is not None and [message.payload for message in session.session.pending] == [b"2"]
