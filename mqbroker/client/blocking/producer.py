@@ -171,8 +171,10 @@ class Producer:
                 count = self._wait_for_topic(topic)
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
         transactions = self._transactions
-        if transactions is not None and (topic, partition) not in transactions.sendable:
-            transactions.before_send(topic, partition)
+        if transactions is not None:
+            admitted = (topic, partition)
+            if admitted not in transactions.sendable:
+                transactions.before_send(topic, partition)
         if self._poll_mode and self._deliveries.queued > limits.delivery_callbacks_queued_max:
             self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
         now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
@@ -184,7 +186,7 @@ class Producer:
                 raise RuntimeError("send() on a closed producer")
             if core.queued_bytes > self._config.buffer_bytes_max:
                 self._wait_for_buffer_space()
-            if transactions is not None and (topic, partition) not in transactions.sendable:
+            if transactions is not None and admitted not in transactions.sendable:
                 raise transactions.send_refused()  # checked after the wait: end() may have begun
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
         if index == 0:
