@@ -191,7 +191,7 @@ class Producer:
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
-        if transactions is not None and now_ms >= core.gates_open_ms:
+        if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)
             self._let_io_open_gates()
         future = RecordFuture(batch, index, timestamp_ms)
         if on_delivery is not None:
@@ -233,14 +233,16 @@ class Producer:
             spans.append((batch, first, added))
             position += added
             self._io.wake()
-            if transactions is not None and now_ms >= core.gates_open_ms:
+            if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)
                 self._let_io_open_gates()
         return RecordsFuture(spans, timestamp_ms)
 
     def _let_io_open_gates(self) -> None:
         """The partitions new to the transaction gathered their records: let the I/O thread send their first
         batches now, so the transaction opens at their leaders while the application goes on sending (once per
-        gathering: should the I/O thread not get to it in time, it opens them on its own)."""
+        gathering: should the I/O thread not get to it in time, it opens them on its own). ``send`` calls it once
+        the clock (whole milliseconds) passed ``gates_open_ms``: one turn for the partitions a transaction starts
+        writing to together, none for a transaction sent within a millisecond (its commit flushes at once)."""
         gates_open_ms = self._core.gates_open_ms
         if gates_open_ms != self._gates_served_ms and threading.current_thread() is not self._thread:
             self._gates_served_ms = gates_open_ms  # (a delivery callback on the I/O thread cannot wait for it)
