@@ -141,6 +141,7 @@ def _summary(variants: dict[str, list[float]], latencies: list[float]) -> dict[s
     medians = {name: statistics.median(rates) for name, rates in variants.items()}
     return {
         "records_per_s": {name: round(rate) for name, rate in medians.items()},
+        "rounds_records_per_s": {name: [round(rate) for rate in rates] for name, rates in variants.items()},
         "ratio_to_idempotent": {name: round(rate / medians["idempotent"], 3) for name, rate in medians.items()},
         "commit_ms": {"p50": round(_percentile(latencies, 0.50), 2), "p99": round(_percentile(latencies, 0.99), 2),
                       "commits": len(latencies)},

@@ -250,3 +250,6 @@ push_decoded_batches_max = 16
 #: Client: records whose delivery callbacks wait for ``Producer.poll()`` (delivery_callbacks="poll");
 #: past it ``send`` runs them itself (still in the caller's thread) rather than keep them all.
 delivery_callbacks_queued_max = 100_000
+#: Client: how long a transactional ``send`` waits for the producer's I/O thread to send the batches that open the
+#: transaction at the partition leaders (it takes well under a millisecond; past this the send goes on regardless).
+producer_io_turn_wait_ms_max = 5

@@ -60,6 +60,8 @@ _RETRIED_CODES = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 #: partition is added to the transaction, so partitions written to together are added in one request, one durable
 #: coordinator write; their batches are held until the addition anyway, and go out at ``linger_ms`` or a flush.
 ADD_PARTITIONS_GATHER_MS = 1
+#: ``gates_open_ms`` while no gated partition has an open batch.
+_NEVER_MS = 1 << 62
 
 class ProducerCore:
     """Sans-I/O producer: records in, produce plans out, replies in, finished batches out."""
@@ -86,6 +88,9 @@ class ProducerCore:
         self._waiting_for_slot: set[tuple[str, int]] = set()
         #: Partitions whose batches wait until the transaction coordinator lists them (AddPartitionsToTxn).
         self.gated: set[tuple[str, int]] = set()
+        #: When ``gates_due`` next turns true by the clock: the earliest gated open batch's gathering ends (a
+        #: driver whose I/O runs on another thread makes sure it runs then, see the blocking ``Producer.send``).
+        self.gates_open_ms = _NEVER_MS
         #: Transaction version 2: transactional batches ask their partition leader to add the partition.
         self.adds_to_transaction = False
         self._flushing = False
@@ -171,6 +176,8 @@ class ProducerCore:
         )
         batch = ProducerBatch(topic, partition, builder, base_sequence, now_ms, self._new_waiter())
         self._open[key] = batch
+        if key in self.gated:
+            self.gates_open_ms = min(self.gates_open_ms, now_ms + min(ADD_PARTITIONS_GATHER_MS, self.config.linger_ms))
         return batch
 
     # -- sending ----------------------------------------------------------------------------
@@ -272,6 +279,7 @@ class ProducerCore:
             batch = self._open.get(key)
             if batch is not None and not self._queues.get(key):
                 self._close(key, batch)
+        self.gates_open_ms = min(self._gate_deadlines_ms(), default=_NEVER_MS)
 
     def _gate_deadlines_ms(self) -> list[int]:
         gather_ms = min(ADD_PARTITIONS_GATHER_MS, self.config.linger_ms)
@@ -361,6 +369,7 @@ class ProducerCore:
             queue = self._queues.get(key)
             while queue:
                 self._fail(queue.popleft(), error, finished)
+        self.gates_open_ms = min(self._gate_deadlines_ms(), default=_NEVER_MS)
         return finished
 
     def fail_pending(self, error: BrokerError) -> list[ProducerBatch]:

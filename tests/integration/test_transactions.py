@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 import urllib.request
 from contextlib import redirect_stderr, redirect_stdout
 
@@ -107,6 +109,45 @@ def test_illegal_calls_are_refused_client_side(broker: BrokerProcess) -> None:
     with Producer(broker.bootstrap) as plain:
         with pytest.raises(errors.InvalidTxnStateError, match="transactional_id"):
             plain.begin_transaction()
+
+
+def test_sends_racing_commits_from_another_thread_are_committed_or_refused(broker: BrokerProcess) -> None:
+    """A send from one thread while another commits lands in the transaction it was appended to, or is refused
+    with ``InvalidTxnStateError``: never after its transaction's flush, never lost."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics(["raced"], partitions=3)
+    accepted: list[bytes] = []
+    futures = []
+    stop = threading.Event()
+    with Producer(broker.bootstrap, transactional_id="racer", linger_ms=1) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+
+        def send_until_stopped() -> None:
+            number = 0
+            while not stop.is_set():
+                value = b"raced-%06d" % number
+                number += 1
+                try:
+                    futures.append(producer.send("raced", value=value, partition=number % 3))
+                except errors.InvalidTxnStateError:
+                    continue
+                accepted.append(value)
+
+        sender = threading.Thread(target=send_until_stopped)
+        sender.start()
+        try:
+            for _ in range(20):
+                time.sleep(0.002)
+                producer.commit_transaction()
+                producer.begin_transaction()
+        finally:
+            stop.set()
+            sender.join(10)
+        producer.commit_transaction()
+    assert all(future.exception(10) is None for future in futures)
+    assert len(accepted) > 20
+    assert _values(_read(broker, "raced", "read_committed", len(accepted))) == sorted(accepted)
 
 
 @pytest_twisted.ensureDeferred

@@ -86,6 +86,8 @@ class Producer:
         self._changed = threading.Condition(self._lock)
         self._closed = False
         self._transactions: ProducerTransactions | None = None
+        #: The ``core.gates_open_ms`` a send last let the I/O thread take its turn for.
+        self._gates_served_ms = -1
         if transactional_id is not None:
             calls = CoordinatorCalls(bootstrap=self._cluster.bootstrap, client_id=client_id,
                                      timeout_s=request_timeout_ms / 1000, deadline_s=self._max_block_s, security=security)
@@ -168,8 +170,11 @@ class Producer:
             if count is None:
                 count = self._wait_for_topic(topic)
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
-        if self._transactions is not None:
-            self._transactions.before_send(topic, partition)
+        transactions = self._transactions
+        if transactions is not None:
+            admitted = (topic, partition)
+            if admitted not in transactions.sendable:
+                transactions.before_send(topic, partition)
         if self._poll_mode and self._deliveries.queued > limits.delivery_callbacks_queued_max:
             self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
         now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
@@ -181,9 +186,13 @@ class Producer:
                 raise RuntimeError("send() on a closed producer")
             if core.queued_bytes > self._config.buffer_bytes_max:
                 self._wait_for_buffer_space()
+            if transactions is not None and admitted not in transactions.sendable:
+                raise transactions.send_refused()  # checked after the wait: end() may have begun
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
+        if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)
+            self._let_io_open_gates()
         future = RecordFuture(batch, index, timestamp_ms)
         if on_delivery is not None:
             future.add_delivery_callback(on_delivery)
@@ -207,21 +216,37 @@ class Producer:
             timestamp_ms = now_ms
         spans: list[tuple[ProducerBatch, int, int]] = []
         core = self._core
+        transactions = self._transactions
         position = 0
         while position < len(values):
             target = partition if count is None else self._sticky.partition(topic, count)
-            if self._transactions is not None:
-                self._transactions.before_send(topic, target)
+            if transactions is not None and (topic, target) not in transactions.sendable:
+                transactions.before_send(topic, target)
             with self._lock:
                 if self._closed:
                     raise RuntimeError("send_many() on a closed producer")
                 if core.queued_bytes > self._config.buffer_bytes_max:
                     self._wait_for_buffer_space()
+                if transactions is not None and (topic, target) not in transactions.sendable:
+                    raise transactions.send_refused()  # checked after the wait: end() may have begun
                 batch, first, added = core.append_values(topic, target, timestamp_ms, values, position, now_ms)
             spans.append((batch, first, added))
             position += added
             self._io.wake()
+            if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)
+                self._let_io_open_gates()
         return RecordsFuture(spans, timestamp_ms)
+
+    def _let_io_open_gates(self) -> None:
+        """The partitions new to the transaction gathered their records: let the I/O thread send their first
+        batches now, so the transaction opens at their leaders while the application goes on sending (once per
+        gathering: should the I/O thread not get to it in time, it opens them on its own). ``send`` calls it once
+        the clock (whole milliseconds) passed ``gates_open_ms``: one turn for the partitions a transaction starts
+        writing to together, none for a transaction sent within a millisecond (its commit flushes at once)."""
+        gates_open_ms = self._core.gates_open_ms
+        if gates_open_ms != self._gates_served_ms and threading.current_thread() is not self._thread:
+            self._gates_served_ms = gates_open_ms  # (a delivery callback on the I/O thread cannot wait for it)
+            self._io.take_turn(limits.producer_io_turn_wait_ms_max / 1000)
 
     def poll(self, timeout: float = 0.0) -> int:
         """Run the delivery callbacks of records completed since the last call, in this thread; wait up to

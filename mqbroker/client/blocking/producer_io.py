@@ -9,6 +9,7 @@ from __future__ import annotations
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from mqbroker.client.blocking.cluster import BlockingCluster, wall_clock_ms
@@ -46,12 +47,35 @@ class ProducerIO:
         self._registered: dict[int, BlockingConnection] = {}
         self._running = True
         self._awake = False
+        #: ``take_turn`` waits for a step: asked for (guarded by ``lock``), and steps that served such a wait.
+        self._turn_wanted = False
+        self._turns_served = 0
 
     def wake(self) -> None:
         """Make the I/O thread look at the core again now."""
         if not self._awake:
             self._awake = True
             self._wake_writer.send(b"\0")
+
+    def take_turn(self, wait_s: float) -> None:
+        """(The application's thread.) Let the I/O thread take a step now, and wait (up to ``wait_s``) until it has
+        sent what was due: the application's thread gives up the interpreter meanwhile.
+
+        CPython hands the interpreter to a waiting thread only every switch interval (5 ms, and a thread that
+        releases it now and then resets that clock), so while the application keeps sending, this thread, woken
+        or not, hardly runs: a transactional producer's first batches, which open the transaction at the
+        partition leaders, would go only at the flush, in series with the rest of the transaction.
+        """
+        deadline = time.monotonic() + wait_s
+        with self.lock:
+            served = self._turns_served
+            self._turn_wanted = True
+            self.wake()
+            while self._turns_served == served and self._running and self.error is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self.changed.wait(remaining)
 
     def stop(self) -> None:
         """End the loop (after the current iteration)."""
@@ -81,6 +105,7 @@ class ProducerIO:
         core = self.core
         with self.lock:
             self._awake = False
+            serving, self._turn_wanted = self._turn_wanted, False
             stale = set(core.stale_topics)
             finished = self.finishing(core.expire(now_ms))
             open_gates = self._open_gates if core.gated and core.gates_due(now_ms) else None
@@ -96,6 +121,10 @@ class ProducerIO:
         self.resolve(finished)
         for plan in plans:
             self._send(plan, now_ms)
+        if serving:
+            with self.lock:
+                self._turns_served += 1
+                self.changed.notify_all()
         timeout_s = None if deadline_ms is None else max(0.0, (deadline_ms - wall_clock_ms()) / 1000)
         if core.stale_topics:
             timeout_s = 0.05 if timeout_s is None else min(timeout_s, 0.05)

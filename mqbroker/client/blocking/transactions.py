@@ -109,6 +109,11 @@ class ProducerTransactions:
     (``add_waiting_partitions``), as Kafka's sender does; in transaction version 2 it sends them at
     once and the partition leaders add the partitions. ``_state`` guards the tracker (never held
     across a request or a flush); ``_calls_in_order`` serializes the application's own calls.
+
+    A partition the open transaction already took is in ``sendable``: ``send`` checks only that (a set
+    lookup, no lock of its own per record) and appends while it holds the producer's lock. ``end``
+    empties it under that lock before it flushes, and so does a failure that leaves the transaction
+    unable to take records: a record is either appended before that (and flushed by ``end``) or refused.
     """
 
     def __init__(self, requests: TransactionRequests, calls: CoordinatorCalls, producer: Producer) -> None:
@@ -118,6 +123,12 @@ class ProducerTransactions:
         self._producer = producer
         self._state = threading.Lock()
         self._calls_in_order = threading.Lock()
+        #: The partitions ``send`` may append to without asking the tracker (read by ``send`` under the
+        #: producer's lock; replaced under ``_state`` and the producer's lock).
+        self.sendable: set[TopicPartition] = set()
+        #: ``end`` is flushing or ending the transaction: sends are refused (Kafka's committing and aborting
+        #: states; the tracker moves only once the records are flushed). Guarded by ``_state``.
+        self._ending = False
 
     def _call(self, request: object, key: str | None = None, key_type: CoordinatorType = CoordinatorType.TRANSACTION,
               check: Callable[[object], None] = lambda _: None) -> object:
@@ -127,8 +138,20 @@ class ProducerTransactions:
             return self._calls.request(key or self._requests.transactional_id, key_type, request, check)
         except errors.BrokerError as error:
             with self._state:
-                self.tracker.failed(error)
+                self._failed(error)
             raise
+
+    def _failed(self, error: errors.BrokerError) -> None:
+        """Move the tracker after a failure (call under ``_state``): a transaction that can no longer take records
+        takes none through ``sendable`` either."""
+        self.tracker.failed(error)
+        if self.tracker.state is not ProducerTransactionState.IN_TRANSACTION:
+            self._refuse_sends()
+
+    def _refuse_sends(self) -> None:
+        """Empty ``sendable`` (call under ``_state``): every send asks the tracker again."""
+        with self._producer._lock:
+            self.sendable = set()
 
     def init(self) -> None:
         """InitProducerId with the transactional id; the producer's batches take the id and epoch. A coordinator
@@ -149,14 +172,27 @@ class ProducerTransactions:
                 self.tracker.initialized()
 
     def before_send(self, topic: str, partition: int) -> None:
-        """Refuse a send outside a transaction; a partition new to the transaction waits to be added."""
+        """(A send to a partition not in ``sendable``.) Refuse a send outside an open transaction; take the
+        partition into ``sendable``: one new to the transaction waits to be added."""
         with self._state:
+            if self._ending:
+                raise errors.InvalidTxnStateError(
+                    f"send() while the transaction of {self.tracker.transactional_id!r} is being committed or "
+                    "aborted (from another thread); send the record in the next transaction")
             self.tracker.check_send()
-            new = self.tracker.to_add({(topic, partition)})
+            key = (topic, partition)
+            new = self.tracker.to_add({key})
             if new:
                 self.tracker.adding(new)
-                with self._producer._lock:
-                    self._producer._core.gated |= new
+            with self._producer._lock:
+                self._producer._core.gated |= new
+                self.sendable.add(key)
+
+    def send_refused(self) -> errors.InvalidTxnStateError:
+        """The error of a send whose transaction began to end between ``before_send`` and its append."""
+        return errors.InvalidTxnStateError(
+            f"send() raced the commit or abort of the transaction of {self.tracker.transactional_id!r} (from "
+            "another thread) and was not sent; send the record in the next transaction")
 
     def add_waiting_partitions(self) -> list[ProducerBatch]:
         """(The I/O thread.) One AddPartitionsToTxn for every waiting partition, then let their batches go; if it
@@ -174,6 +210,7 @@ class ProducerTransactions:
         except errors.BrokerError as error:
             with self._state:
                 self.tracker.add_failed(waiting, error)
+                self._refuse_sends()
             with self._producer._lock:
                 return core.fail_gated(waiting, error)
         with self._state:
@@ -196,35 +233,44 @@ class ProducerTransactions:
                        raise_first_partition_error)
 
     def end(self, committed: bool) -> None:
-        """Flush the transaction's records, then EndTxn; a commit with a failed record raises instead."""
-        producer = self._producer
+        """Flush the transaction's records, then EndTxn; a commit with a failed record raises instead. Sends from
+        other threads are refused from here on."""
         with self._calls_in_order:
             with self._state:
                 open_transaction = self.tracker.state in (ProducerTransactionState.IN_TRANSACTION,
                                                           ProducerTransactionState.ABORTABLE_ERROR)
-            if open_transaction:
-                producer.flush()  # the I/O thread adds the waiting partitions meanwhile
+                self._ending = True
+                self._refuse_sends()  # the records appended until now are flushed below
+            try:
+                self._end(committed, open_transaction)
+            finally:
+                with self._state:
+                    self._ending = False
+
+    def _end(self, committed: bool, open_transaction: bool) -> None:
+        producer = self._producer
+        if open_transaction:
+            producer.flush()  # the I/O thread adds the waiting partitions meanwhile
+            with producer._lock:
+                failure, producer._core.failure = producer._core.failure, None
+            if failure is not None:
+                with self._state:
+                    self._failed(failure)
+                    fatal = self.tracker.state is ProducerTransactionState.FATAL_ERROR
+                if committed:
+                    raise errors.InvalidTxnStateError(
+                        f"the producer was fenced ({failure}); close it" if fatal else
+                        f"a record of the transaction could not be written ({failure}); abort the transaction"
+                    ) from failure
+        with self._state:
+            needs_call = self.tracker.ending(committed)
+        if needs_call:
+            answer = self._call(self._requests.end(committed))
+            if self._requests.ended(answer):  # version 2: the next transaction starts at the next epoch
                 with producer._lock:
-                    failure, producer._core.failure = producer._core.failure, None
-                if failure is not None:
-                    with self._state:
-                        self.tracker.failed(failure)
-                        fatal = self.tracker.state is ProducerTransactionState.FATAL_ERROR
-                    if committed:
-                        raise errors.InvalidTxnStateError(
-                            f"the producer was fenced ({failure}); close it" if fatal else
-                            f"a record of the transaction could not be written ({failure}); abort the transaction"
-                        ) from failure
-            with self._state:
-                needs_call = self.tracker.ending(committed)
-            if needs_call:
-                answer = self._call(self._requests.end(committed))
-                if self._requests.ended(answer):  # version 2: the next transaction starts at the next epoch
-                    with producer._lock:
-                        producer._core.set_producer_identity(self._requests.producer_id,
-                                                             self._requests.producer_epoch)
-            with self._state:
-                self.tracker.ended()
+                    producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
+        with self._state:
+            self.tracker.ended()
 
     def close(self) -> None:
         """Close the coordinator connections."""
