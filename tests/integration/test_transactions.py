@@ -214,6 +214,9 @@ def test_an_operator_aborts_a_hanging_transaction_and_the_metrics_show_it(broker
     hanging.init_transactions()
     hanging.begin_transaction()
     hanging.send("hung", value=b"open", partition=0).result(10)
+    # The commit was answered once its decision was durable; it counts as open until its markers are in.
+    wait_for(lambda: _metrics(broker)["mqbroker_transactions_open"] == 1, timeout_s=15,
+             what="the committed transaction's markers written")
     before = _metrics(broker)
     assert before["mqbroker_transactions_open"] == 1
     assert before['mqbroker_partition_stable_lag_records{partition="0",topic="hung"}'] == 1
