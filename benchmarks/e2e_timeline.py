@@ -25,21 +25,22 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import itertools
 import json
 import multiprocessing
 import os
 import shutil
-import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.integration.brokerprocess import TWISTD, BrokerProcess  # noqa: E402
 
 SEND_TIME = struct.Struct(">q")
 STEPS = ("send → written", "written → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
@@ -235,36 +236,26 @@ def summary(steps: dict[str, list[float]]) -> dict[str, dict[str, float]]:
             for step, values in steps.items() if values}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+@dataclasses.dataclass
+class TracedBroker(BrokerProcess):
+    """A ``BrokerProcess`` run through ``run_traced_broker``: its events go to ``events_path`` as it stops."""
+
+    events_path: Path = Path("events.json")
+
+    def command(self) -> list[str]:
+        return [sys.executable, __file__, "--broker-child", str(self.events_path), *super().command()[len(TWISTD):]]
 
 
 def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     """One run: a traced broker, the paced client, the join."""
     work = Path(tempfile.mkdtemp(prefix="e2e-timeline-"))
-    native, http = free_port(), free_port()
-    command = [sys.executable, __file__, "--broker-child", str(work / "events.json"), "-n", "--pidfile=", "mqbroker",
-               "--data-dir", str(work / "data"), "--controller-port", "0", "--native-port", str(native),
-               "--http-port", str(http), "--mqtt-port", "0", "--amqp-port", "0", "--kafka-port", "0"]
-    broker = subprocess.Popen(command, stdout=(work / "broker.log").open("w"), stderr=subprocess.STDOUT)
+    broker = TracedBroker(work / "data", events_path=work / "events.json")
+    broker.start(timeout_s=60)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http}/ready", timeout=1) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                if broker.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((work / "broker.log").read_text()[-2000:]) from None
-                time.sleep(0.2)
-        received, writes = run_client(f"127.0.0.1:{native}", arguments.messages, arguments.rate, arguments.consumer,
+        received, writes = run_client(broker.bootstrap, arguments.messages, arguments.rate, arguments.consumer,
                                       work, arguments.max_in_flight)
     finally:
-        broker.terminate()
-        broker.wait(30)
+        broker.stop(30)
     steps = step_times_ms(json.loads((work / "events.json").read_text()), received, writes)
     shutil.rmtree(work, ignore_errors=True)
     return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
