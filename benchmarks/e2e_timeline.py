@@ -28,21 +28,18 @@ import bisect
 import dataclasses
 import itertools
 import json
-import multiprocessing
 import os
 import shutil
-import struct
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mqbroker.cli.bench import SEND_TIME, Receipt, start_receiver  # noqa: E402
 from tests.integration.brokerprocess import TWISTD, BrokerProcess  # noqa: E402
 
-SEND_TIME = struct.Struct(">q")
 STEPS = ("send → written", "written → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
          "total")
 
@@ -114,31 +111,8 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
 
 # -- the client --------------------------------------------------------------------------------------------
 
-def receive(bootstrap: str, topic: str, count: int, ready: Any, stop: Any, into: list[tuple[int, int, int]]) -> None:
-    """Consume ``topic`` from its end; append (offset, sent ns, received ns) per message."""
-    from mqbroker.client import Consumer
-
-    consumer = Consumer(bootstrap, topics=[topic], auto_offset_reset="latest", fetch_max_wait_ms=100)
-    try:
-        consumer.poll(timeout=0.2)
-        ready.set()
-        while len(into) < count and not stop.is_set():
-            for message in consumer.poll(timeout=0.5):
-                into.append((message.offset, SEND_TIME.unpack_from(message.value)[0], time.monotonic_ns()))
-    finally:
-        consumer.close()
-
-
-def receive_in_process(bootstrap: str, topic: str, count: int, ready: Any, stop: Any, path: str) -> None:
-    received: list[tuple[int, int, int]] = []
-    try:
-        receive(bootstrap, topic, count, ready, stop, received)
-    finally:
-        Path(path).write_text(json.dumps(received))
-
-
-def run_client(bootstrap: str, count: int, rate: int, consumer: str, work: Path,
-               max_in_flight: int = 5) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+def run_client(bootstrap: str, count: int, rate: int, consumer: str,
+               max_in_flight: int = 5) -> tuple[list[Receipt], list[tuple[int, int]]]:
     """Send ``count`` stamped messages at ``rate`` (acks=all) to a new topic; return what the consumer received
     and the producer's writes (ns after the socket write, records in it): the n-th message sent has offset n."""
     from mqbroker.client import Admin, Producer
@@ -156,18 +130,9 @@ def run_client(bootstrap: str, count: int, rate: int, consumer: str, work: Path,
     topic = "timeline"
     with Admin(bootstrap) as admin:
         admin.create_topics([topic], 1)
-    received: list[tuple[int, int, int]] = []
-    receiver: Any
-    if consumer == "thread":
-        ready, stop = threading.Event(), threading.Event()
-        receiver = threading.Thread(target=receive, args=(bootstrap, topic, count, ready, stop, received), daemon=True)
-    else:
-        context = multiprocessing.get_context("spawn")
-        ready, stop = context.Event(), context.Event()
-        receiver = context.Process(target=receive_in_process, daemon=True,
-                                   args=(bootstrap, topic, count, ready, stop, str(work / "received.json")))
-    receiver.start()
-    if not ready.wait(30):
+    receiver = start_receiver(consumer, bootstrap, None, topic, count)
+    if not receiver.ready.wait(30):
+        receiver.finish(0)
         raise RuntimeError("the consumer did not find its starting position in 30 s")
     producer = Producer(bootstrap, acks="all", linger_ms=0, max_in_flight=max_in_flight,
                         enable_idempotence=max_in_flight <= 5)  # idempotence allows at most 5
@@ -179,18 +144,14 @@ def run_client(bootstrap: str, count: int, rate: int, consumer: str, work: Path,
             time.sleep(delay)
         producer.send(topic, SEND_TIME.pack(time.monotonic_ns()) + padding)
     producer.flush()
-    receiver.join(30)
-    stop.set()
-    receiver.join(5)
+    received = receiver.finish(30)
     producer.close()
-    if consumer != "thread":
-        received = [tuple(row) for row in json.loads((work / "received.json").read_text())]  # type: ignore[misc]
     return received, writes
 
 
 # -- the join ----------------------------------------------------------------------------------------------
 
-def step_times_ms(events: list[Any], received: list[tuple[int, int, int]],
+def step_times_ms(events: list[Any], received: list[Receipt],
                   writes: list[tuple[int, int]]) -> dict[str, list[float]]:
     """Each message's time in each step, joined by offset (a round or an answer covers offsets below its end)."""
     write_times = [at for at, _ in writes]
@@ -253,7 +214,7 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     broker.start(timeout_s=60)
     try:
         received, writes = run_client(broker.bootstrap, arguments.messages, arguments.rate, arguments.consumer,
-                                      work, arguments.max_in_flight)
+                                      arguments.max_in_flight)
     finally:
         broker.stop(30)
     steps = step_times_ms(json.loads((work / "events.json").read_text()), received, writes)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import array
 import functools
+import itertools
 import json
 import math
 import multiprocessing
@@ -35,7 +36,8 @@ from mqbroker.cli.common import add_client_options, client_security, reporting_e
 from mqbroker.client.producer_batch import DeliveryCounts
 
 SAMPLE_EVERY = 997
-_SEND_TIME = struct.Struct(">q")
+#: The send time an e2e message carries at the start of its value (``time.monotonic_ns()``).
+SEND_TIME = struct.Struct(">q")
 #: Seconds the e2e consumer may take to find its starting position, and to receive the last messages after the flush.
 _RECEIVER_READY_S = 30.0
 _RECEIVER_DRAIN_S = 30.0
@@ -274,12 +276,13 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
     """Send at ``--rate`` from this process to a consumer in a process of its own (``--consumer process``, as
     deployed) or on a thread of this one (``--consumer thread``: the producer's send loop, its I/O thread and the
     consumer share one interpreter lock; the benchmark's only method before issue 24)."""
-    receiver = _ThreadReceiver(arguments, topic) if arguments.consumer == "thread" else _ProcessReceiver(arguments, topic)
+    security_options = argparse.Namespace(**{name: value for name, value in vars(arguments).items() if name != "run"})
+    receiver = start_receiver(arguments.consumer, arguments.bootstrap, security_options, topic, arguments.messages)
     if not receiver.ready.wait(_RECEIVER_READY_S):
         receiver.finish(0)
         raise RuntimeError(f"the e2e consumer did not find its starting position within {_RECEIVER_READY_S:.0f} s")
     producer = _producer(arguments)
-    padding = os.urandom(max(0, arguments.size - _SEND_TIME.size))
+    padding = os.urandom(max(0, arguments.size - SEND_TIME.size))
     interval_s = 1.0 / arguments.rate
     task = progress.add_task("end to end", total=arguments.messages, rate="")
     before = producer.delivery_counts()
@@ -290,11 +293,12 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            producer.send(topic, _SEND_TIME.pack(time.monotonic_ns()) + padding)
+            producer.send(topic, SEND_TIME.pack(time.monotonic_ns()) + padding)
             if index % 500 == 0:
                 progress.update(task, completed=index, rate=_rate(index, started))
         producer.flush()
-        latencies = receiver.finish(_RECEIVER_DRAIN_S)
+        receipts = receiver.finish(_RECEIVER_DRAIN_S)
+        latencies = [(received_ns - sent_ns) / 1e9 for _, sent_ns, received_ns in receipts]
         elapsed = time.perf_counter() - started
         counts = producer.delivery_counts()
     finally:
@@ -305,79 +309,93 @@ def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) ->
                    sent=arguments.messages, failed=outcomes.failed, first_error=outcomes.first_error)
 
 
-def _receive_latencies(arguments: argparse.Namespace, topic: str, ready: Any, stop: Any, latencies: list[float]) -> None:
-    """Consume ``topic`` from its end (``ready`` once the position is known) until ``--messages`` arrived or
-    ``stop``; append each message's latency in seconds from the send time stamped in its value.
+#: What the e2e consumer keeps of each message: its offset, its send time (stamped in its value) and its receipt
+#: time, in ns of ``time.monotonic_ns()``: CLOCK_MONOTONIC on Linux, one clock for every process of the machine.
+Receipt = tuple[int, int, int]
 
-    The stamps are ``time.monotonic_ns()``: CLOCK_MONOTONIC on Linux, one clock for every process of the machine.
-    """
+
+def receive_stamped(bootstrap: str, security_options: argparse.Namespace | None, topic: str, count: int,
+                    ready: Any, stop: Any, receipts: list[Receipt]) -> None:
+    """Consume ``topic`` from its end (``ready`` once the position is known) until ``count`` messages arrived or
+    ``stop``; append a ``Receipt`` per message. ``security_options``: the common client options (TLS, SASL)."""
     from mqbroker.client import Consumer
 
-    consumer = Consumer(arguments.bootstrap, security=client_security(arguments), topics=[topic],
-                        auto_offset_reset="latest", fetch_max_wait_ms=100)
+    security = None if security_options is None else client_security(security_options)
+    consumer = Consumer(bootstrap, security=security, topics=[topic], auto_offset_reset="latest",
+                        fetch_max_wait_ms=100)
     try:
         consumer.poll(timeout=0.2)  # resolve the starting position before the first send
         ready.set()
-        while len(latencies) < arguments.messages and not stop.is_set():
+        while len(receipts) < count and not stop.is_set():
             for message in consumer.poll(timeout=0.5):
-                now_ns = time.monotonic_ns()
-                latencies.append((now_ns - _SEND_TIME.unpack_from(message.value)[0]) / 1e9)
+                receipts.append((message.offset, SEND_TIME.unpack_from(message.value)[0], time.monotonic_ns()))
     finally:
         consumer.close()
 
 
-class _ThreadReceiver:
-    """The e2e consumer on a thread of the benchmark's process."""
+class ThreadReceiver:
+    """``receive_stamped`` on a thread of this process."""
 
-    def __init__(self, arguments: argparse.Namespace, topic: str) -> None:
+    def __init__(self, bootstrap: str, security_options: argparse.Namespace | None, topic: str, count: int) -> None:
         self.ready, self._stop = threading.Event(), threading.Event()
-        self._latencies: list[float] = []
-        self._thread = threading.Thread(target=_receive_latencies, name="bench-e2e-receiver", daemon=True,
-                                        args=(arguments, topic, self.ready, self._stop, self._latencies))
+        self._receipts: list[Receipt] = []
+        self._thread = threading.Thread(target=receive_stamped, name="bench-e2e-receiver", daemon=True,
+                                        args=(bootstrap, security_options, topic, count, self.ready, self._stop,
+                                              self._receipts))
         self._thread.start()
 
-    def finish(self, timeout_s: float) -> list[float]:
-        """Wait up to ``timeout_s`` for every message, stop, and return the latencies received."""
+    def finish(self, timeout_s: float) -> list[Receipt]:
+        """Wait up to ``timeout_s`` for every message, stop, and return the receipts."""
         self._thread.join(timeout_s)
         self._stop.set()
         self._thread.join(5)
-        return list(self._latencies)
+        return list(self._receipts)
 
 
-class _ProcessReceiver:
-    """The e2e consumer in a process of its own (spawned: no state of the producer's process is inherited)."""
+class ProcessReceiver:
+    """``receive_stamped`` in a process of its own (spawned: no state of this process is inherited)."""
 
-    def __init__(self, arguments: argparse.Namespace, topic: str) -> None:
+    def __init__(self, bootstrap: str, security_options: argparse.Namespace | None, topic: str, count: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.ready, self._stop = context.Event(), context.Event()
         self._from_child, to_parent = context.Pipe(duplex=False)
-        picklable = argparse.Namespace(**{name: value for name, value in vars(arguments).items() if name != "run"})
         self._process = context.Process(target=_receive_in_process, name="bench-e2e-receiver", daemon=True,
-                                        args=(picklable, topic, self.ready, self._stop, to_parent))
+                                        args=(bootstrap, security_options, topic, count, self.ready, self._stop,
+                                              to_parent))
         self._process.start()
         to_parent.close()
-        self._latencies: list[float] | None = None
+        self._receipts: list[Receipt] | None = None
 
-    def finish(self, timeout_s: float) -> list[float]:
-        """Wait up to ``timeout_s`` for every message, stop, and return the latencies received."""
-        if self._latencies is None:
+    def finish(self, timeout_s: float) -> list[Receipt]:
+        """Wait up to ``timeout_s`` for every message, stop, and return the receipts."""
+        if self._receipts is None:
             if not self._from_child.poll(timeout_s):
                 self._stop.set()
             try:
-                self._latencies = list(array.array("d", self._from_child.recv_bytes())) if self._from_child.poll(5) else []
+                values = array.array("q", self._from_child.recv_bytes()) if self._from_child.poll(5) else []
             except EOFError:  # the consumer process died without reporting (its error is on stderr)
-                self._latencies = []
+                values = []
+            self._receipts = list(zip(*[iter(values)] * 3))
             self._process.join(5)
-        return self._latencies
+        return self._receipts
 
 
-def _receive_in_process(arguments: argparse.Namespace, topic: str, ready: Any, stop: Any, to_parent: Any) -> None:
-    """The e2e consumer process: its latencies go back through ``to_parent`` as packed doubles."""
-    latencies: list[float] = []
+def start_receiver(
+    method: str, bootstrap: str, security_options: argparse.Namespace | None, topic: str, count: int
+) -> ThreadReceiver | ProcessReceiver:
+    """The e2e consumer, on a thread of this process (``method`` "thread") or in a process of its own ("process")."""
+    kind = ThreadReceiver if method == "thread" else ProcessReceiver
+    return kind(bootstrap, security_options, topic, count)
+
+
+def _receive_in_process(bootstrap: str, security_options: argparse.Namespace | None, topic: str, count: int,
+                        ready: Any, stop: Any, to_parent: Any) -> None:
+    """The e2e consumer process: its receipts go back through ``to_parent`` as packed 64-bit integers."""
+    receipts: list[Receipt] = []
     try:
-        _receive_latencies(arguments, topic, ready, stop, latencies)
+        receive_stamped(bootstrap, security_options, topic, count, ready, stop, receipts)
     finally:
-        to_parent.send_bytes(array.array("d", latencies).tobytes())
+        to_parent.send_bytes(array.array("q", itertools.chain.from_iterable(receipts)).tobytes())
 
 
 def _result(mode: str, arguments: argparse.Namespace, count: int, seconds: float, latency_ms: dict[str, float | None],
