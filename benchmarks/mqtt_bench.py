@@ -255,6 +255,7 @@ def latency(port: int, rate_per_s: int = LATENCY_RATE_PER_S) -> dict[str, float]
             raise TimeoutError("the latency subscriber did not subscribe")
         publisher = connected_client(port, "bench-lat-pub")
         interval_s = 1.0 / rate_per_s
+        publisher_cpu_s = time.process_time()
         started = time.perf_counter()
         for number in range(total):
             wait_s = started + number * interval_s - time.perf_counter()
@@ -262,10 +263,11 @@ def latency(port: int, rate_per_s: int = LATENCY_RATE_PER_S) -> dict[str, float]
                 time.sleep(wait_s)  # not a busy wait: that would hold the GIL the client's network thread needs
             publisher.publish(topic, struct.pack(">q", time.perf_counter_ns()) + padding, qos=1)
         try:  # the subscriber answers once every message arrived; what has not 10 s after the last publish is lost
-            samples: list[float] = results.get(timeout=10)
+            samples, subscriber_cpu_s = results.get(timeout=10)
         except queue.Empty:
             stop.set()
-            samples = results.get(timeout=30)
+            samples, subscriber_cpu_s = results.get(timeout=30)
+        publisher_cpu_s = time.process_time() - publisher_cpu_s
         publisher.disconnect()
         publisher.loop_stop()
     finally:
@@ -276,12 +278,14 @@ def latency(port: int, rate_per_s: int = LATENCY_RATE_PER_S) -> dict[str, float]
         "p50_ms": ordered[int(total * 0.50)],
         "p99_ms": ordered[int(total * 0.99)],
         "delivered_fraction": len(samples) / total,
+        "publisher_cpu_us": publisher_cpu_s / total * 1e6,
+        "subscriber_cpu_us": subscriber_cpu_s / total * 1e6,
     }
 
 
 def _latency_subscriber(port: int, topic: str, total: int, ready: Any, stop: Any, results: Any) -> None:
     """``latency``'s subscriber, in its own process: subscribe, then collect each message's latency (ms) until
-    ``total`` arrived or ``stop`` is set, and put the list on ``results``."""
+    ``total`` arrived or ``stop`` is set, and put the list and the process's CPU seconds meanwhile on ``results``."""
     samples: list[float] = []
     arrived = threading.Event()
 
@@ -293,12 +297,13 @@ def _latency_subscriber(port: int, topic: str, total: int, ready: Any, stop: Any
 
     subscriber = connected_client(port, "bench-lat-sub", on_message)
     subscribe(subscriber, topic, 1)
+    cpu_s = time.process_time()
     ready.set()
     while not arrived.wait(0.05) and not stop.is_set():
         pass
     subscriber.disconnect()
     subscriber.loop_stop()
-    results.put(list(samples))
+    results.put((list(samples), time.process_time() - cpu_s))
 
 
 def rss_kib(pid: int) -> int:
