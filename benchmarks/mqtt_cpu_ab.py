@@ -31,6 +31,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.mqtt_bench import (  # noqa: E402
+    LATENCY_SECONDS,
     PAYLOAD_BYTES,
     connected_client,
     drain_session,
@@ -154,17 +155,21 @@ def _latency_trials(targets: dict[str, tuple[int, int]], arguments: argparse.Nam
     """``--latency``: mqtt_bench's paced QoS 1 latency run on each broker in turn, ``--trials`` times; medians."""
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
     for trial in range(arguments.trials):
-        for name, (port, _) in targets.items():
-            runs[name].append(latency(port, arguments.latency))
-            print(f"-- trial {trial + 1} {name}: {runs[name][-1]}", file=sys.stderr)
+        for name, (port, pid) in targets.items():
+            before = process_cpu_s(pid)
+            run = latency(port, arguments.latency)
+            run["broker_cpu_us"] = (process_cpu_s(pid) - before) / (arguments.latency * LATENCY_SECONDS) * 1e6
+            runs[name].append(run)
+            print(f"-- trial {trial + 1} {name}: {run}", file=sys.stderr)
     print(f"QoS 1 publish-to-delivery latency at {arguments.latency} msg/s, mqtt_puback={arguments.puback}, "
           f"{arguments.trials} trials, load average {os.getloadavg()[0]:.1f} at the end ({time.strftime('%H:%M')})")
     for name, measured in runs.items():
-        medians = {figure: statistics.median(run[figure] for run in measured)
-                   for figure in ("p50_ms", "p99_ms", "delivered_fraction")}
+        medians = {figure: statistics.median(run[figure] for run in measured) for figure in measured[0]}
         per_trial = ", ".join(f"{run['p50_ms']:.2f}" for run in measured)
         print(f"{name:40} p50 {medians['p50_ms']:8.2f} ms  p99 {medians['p99_ms']:8.2f} ms  delivered "
               f"{medians['delivered_fraction']:.3f}  (p50 per trial: {per_trial})")
+        print(f"{'':40} CPU µs per message: broker {medians['broker_cpu_us']:.1f}, publisher "
+              f"{medians['publisher_cpu_us']:.1f}, subscriber {medians['subscriber_cpu_us']:.1f}")
 
 
 if __name__ == "__main__":
