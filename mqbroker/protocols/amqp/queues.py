@@ -95,15 +95,16 @@ class RecentBatch:
             self._key, self._rows = None, []
 
 
-def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "") -> tuple[list[QueuedMessage],
-                                                                                   list[UnreadableBatch]]:
+def decode_fetched(records: bytes, skip_below: int = 0, topic: str = "", *,
+                   stop_after: int | None = None) -> tuple[list[QueuedMessage], list[UnreadableBatch]]:
     """Whole record batches from a fetch → the queue's view of their records and the batches that do not decode
-    (batches wholly below ``skip_below`` are not decoded: the queue has them already).
+    (batches wholly below ``skip_below`` are not decoded: the queue has them already; none after the one holding
+    ``stop_after``: the reader has no room for them).
 
     Stops early, at a batch boundary, once the fetch's decompression budget is spent (the next fetch reads on).
     Raises ``CorruptRecordError`` only for a batch header that does not read (nothing after it can be found).
     """
-    return _decode_fetched(records, skip_below, topic, None, lambda budget, batch, header: budget.decode(
+    return _decode_fetched(records, skip_below, topic, stop_after, lambda budget, batch, header: budget.decode(
         batch, header, queued_message, _message_bytes))
 
 
@@ -344,7 +345,8 @@ class ClassicQueue(BaseQueue):
         the high watermark passes it)."""
         if self._fetching or self._backing_off or self.deleted:
             return
-        reading = wanted and self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max
+        # Refill at half: a fetch per settled window would read the log's next megabytes again for a few messages.
+        reading = wanted and self.state.ready_in_memory <= limits.amqp_queue_read_ahead_messages_max // 2
         watching = self._appender.awaiting_durability
         if not (reading or watching):
             return
@@ -370,9 +372,12 @@ class ClassicQueue(BaseQueue):
         if result.log_start_offset > self.state.cursor:
             self.state.note_log_start(result.log_start_offset)
         cursor = self.state.cursor
-        if offset <= cursor and self.state.ready_in_memory < limits.amqp_queue_read_ahead_messages_max:
-            # Read from at or before the cursor: the records from the cursor on are contiguous.
-            messages, unreadable = decode_fetched(result.records, skip_below=cursor, topic=self.topic)
+        room = limits.amqp_queue_read_ahead_messages_max - self.state.ready_in_memory
+        if offset <= cursor and room > 0:
+            # Read from at or before the cursor: the records from the cursor on are contiguous. Only what there is
+            # room for is decoded (a fetch of a backlog holds megabytes: decoding them all would hold the reactor).
+            messages, unreadable = decode_fetched(result.records, skip_below=cursor, topic=self.topic,
+                                                  stop_after=cursor + room - 1)
             self.state.receive(messages)
             for batch in unreadable:
                 self._skip_unreadable(batch)

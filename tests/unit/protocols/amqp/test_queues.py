@@ -163,3 +163,43 @@ def test_a_queue_reads_past_a_batch_that_does_not_decode_and_delivers_the_rest()
     assert [delivery.body for delivery in session.delivered] == [b"m0", b"m1", b"m2", b"m3"]
     assert queue.state.cursor == 6 and queue.state.unread_count == 0
     assert host.skipped == [("AMQP queue", queue.topic, 4, 5)]
+
+
+
+class PrefetchSession(Session):
+    """A consumer's connection whose window closes as deliveries go out and opens as they are settled."""
+
+    def __init__(self, prefetch: int) -> None:
+        super().__init__()
+        self.prefetch = prefetch
+        self.settled = 0
+
+    def delivery_window(self, channel: int, tag: str) -> int:
+        return self.prefetch - (len(self.delivered) - self.settled)
+
+    def settle_all(self, queue: ClassicQueue) -> None:
+        queue.settle([delivery.message_ref for delivery in self.delivered[self.settled:]], Outcome.ACK)
+        self.settled = len(self.delivered)
+
+
+def test_a_backlog_is_decoded_no_further_than_the_read_ahead_and_refilled_at_half() -> None:
+    host, session = Host(), PrefetchSession(prefetch=100)
+    queue = ClassicQueue(host, QueueDeclaration(name="q"), None, QueueState(policy=QueuePolicy(), now_ms=0))
+    read_ahead = limits.amqp_queue_read_ahead_messages_max
+    backlog = 2 * read_ahead + 10  # two-message batches: 2 * backlog messages, all within one fetch's bytes
+    host.broker.append(queue.topic, _message_batches(list(range(0, 2 * backlog, 2)), corrupt=set()))
+    host.broker.sync()
+    queue.add_consumer(Consumer(session=session, channel=1, tag="c", no_ack=False))
+    host.reactor.advance(0)
+    assert len(session.delivered) == 100  # the consumer's window
+    assert queue.state.ready_in_memory + 100 in (read_ahead, read_ahead + 1)  # one batch may pass the bound
+    fetches = len(host.broker.calls_of("fetch"))
+    while queue.state.ready_in_memory - 100 > read_ahead // 2:
+        session.settle_all(queue)
+        host.reactor.advance(0)
+        assert len(host.broker.calls_of("fetch")) == fetches  # no read while more than half is in memory
+    session.settle_all(queue)
+    host.reactor.advance(0)
+    assert len(host.broker.calls_of("fetch")) == fetches + 1
+    assert queue.state.ready_in_memory in (read_ahead, read_ahead + 1)
+    assert [delivery.message_ref for delivery in session.delivered] == list(range(len(session.delivered)))
