@@ -104,6 +104,18 @@ async def test_an_aio_round_larger_than_the_ring_waits_for_free_slots(tmp_path) 
         engine.stop()
 
 
+@pytest_twisted.ensureDeferred
+async def test_rounds_after_rounds_sync_each_new_append_of_the_same_descriptors(engine, tmp_path) -> None:
+    """The AIO engine reuses one fsync block per descriptor: every round still reports and publishes."""
+    logs = _logs(tmp_path, 2, appended=1)
+    for round_number in range(1, 4):
+        synced = await engine.sync(logs)
+        assert [failure for _, failure in synced] == [None, None]
+        assert [partition_log.durable_end_offset for partition_log in logs] == [round_number] * 2
+        for partition_log in logs:
+            partition_log.append(payload_batch(round_number), now_ms=0)
+
+
 def test_the_engine_is_chosen_from_fsync_engine(tmp_path) -> None:
     log = Logger()
     for choice, expected in [("auto", AioSync), ("aio", AioSync), ("thread", ThreadSync)]:
