@@ -149,7 +149,7 @@ class BrokerService(MultiService):
             clock=self.reactor,
             logs=self._logs,
             cluster=self.control,
-            flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
+            flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable, self.reactor),
             follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
             security_admin=self.security,

@@ -237,3 +237,26 @@ async def test_appends_inside_one_round_share_one_fsync_round(engine, tmp_path, 
     await flusher.drain()
     assert round_sizes == [3]  # without the block: [1, 2], the first alone
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_the_reactor_a_round_starts_when_the_turn_ends_so_the_turns_appends_share_it(
+    engine, tmp_path, monkeypatch
+) -> None:
+    round_sizes: list[int] = []
+    real_sync = engine.sync
+
+    def counting_sync(logs):  # type: ignore[no-untyped-def]
+        round_sizes.append(len(logs))
+        return real_sync(logs)
+
+    monkeypatch.setattr(engine, "sync", counting_sync)
+    flusher = Flusher(engine, lambda logs: None, reactor)
+    logs = _logs(tmp_path, 3, appended=1)
+    waits = [flusher.wait_durable(partition_log, 0) for partition_log in logs]  # three produces read in one turn
+    assert round_sizes == []  # nothing submitted inside the turn
+    for waited in waits:
+        await waited
+    await flusher.drain()
+    assert round_sizes == [3]  # without the reactor: [1, 2], the first alone
+    assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
