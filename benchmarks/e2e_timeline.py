@@ -1,7 +1,7 @@
 """Where an acks=all record's end-to-end time goes: broker time stamps joined with the client's, by offset.
 
 Run ``python benchmarks/e2e_timeline.py [--messages N] [--rate R] [--consumer process|thread] [--runs N]
-[--max-in-flight N] [--fsync-engine auto|aio|thread]``
+[--max-in-flight N] [--fsync-engine auto|aio|thread|worker]``
 (from a source tree, with it on ``PYTHONPATH``). Each run starts a broker (``twistd mqbroker`` on free ports, a
 fresh data directory) whose produce → fetch path is time-stamped by wrappers installed before it starts
 (CLOCK_MONOTONIC, the clock the client stamps with):
@@ -39,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mqbroker.cli.bench import SEND_TIME, Receipt, start_receiver  # noqa: E402
+from mqbroker.config import FSYNC_ENGINES  # noqa: E402
 from tests.integration.brokerprocess import TWISTD, BrokerProcess  # noqa: E402
 
 STEPS = ("send → written", "written → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
@@ -91,7 +92,7 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
     wrap(adapter.CodecProtocol, "dataReceived", before=lambda self, data: last_read.__setitem__(0, now()))
     wrap(storage_log.PartitionLog, "append", after=lambda self, result, *_: client_log(self) and events.append(
         ("append", last_read[0], now(), result.last_offset)))
-    for engine in (sync_engines.AioSync, sync_engines.ThreadSync):
+    for engine in (sync_engines.AioSync, sync_engines.ThreadSync, sync_engines.WorkerSync):
         wrap(engine, "sync", before=lambda self, logs: events.append(
             ("round", now(), [log.log_end_offset for log in logs if client_log(log)])),
              after=lambda self, result, logs: events.append(("handed", now())))
@@ -249,7 +250,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5_000, help="messages per second [default: 5000]")
     parser.add_argument("--consumer", default="process", choices=["process", "thread"])
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--fsync-engine", default="auto", choices=["auto", "aio", "thread"],
+    parser.add_argument("--fsync-engine", default="auto", choices=FSYNC_ENGINES,
                         help="the broker's fsync_engine [default: auto]")
     parser.add_argument("--max-in-flight", type=int, default=5,
                         help="the producer's requests in flight; above 5 without idempotence [default: 5]")

@@ -10,6 +10,13 @@ development machine it cut the median end-to-end latency of ``mqbroker bench e2e
 cheaper per round than a Twisted pool job). It serves where Linux AIO does not: another OS,
 no ``libaio.so.1``, a sandbox that forbids ``io_setup``, a file system that refuses AIO fsync.
 
+``WorkerSync`` hands a round's descriptors to a thread of a C extension (``_fsync_worker.c``) that
+fsyncs them without ever taking the interpreter lock and counts them on an eventfd the reactor
+watches, as AIO's. The reactor's hand-over is a queue append and a condition signal: AIO's
+``io_submit`` wakes a kernel worker bound to the reactor's own CPU, which takes that CPU from the
+reactor while it starts the writeback (``benchmarks/e2e_timeline.py`` prints how long each hand-over
+holds the reactor), and the scheduler may run this thread on another CPU.
+
 ``start_sync_engine`` picks one from the ``fsync_engine`` setting.
 """
 
@@ -146,7 +153,7 @@ class AioSync:
     # -- ISyncEngine ------------------------------------------------------------------------
 
     def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
-        aio_round = _AioRound(logs)
+        aio_round = _DescriptorRound(logs)
         for handle, synced in aio_round.start():
             assert handle not in self._on_result, f"descriptor {handle} is already being synced"
             self._on_result[handle] = synced
@@ -231,8 +238,58 @@ class AioSync:
         self._eventfd.close()
 
 
-class _AioRound:
-    """One round's fsyncs: a log is durable once every descriptor its ticket named is synced."""
+@implementer(ISyncEngine, IReadDescriptor)
+class WorkerSync:
+    """Rounds on a C thread that never takes the interpreter lock; the reactor reads completions from its eventfd."""
+
+    name = "worker"
+
+    def __init__(self, reactor: IReactorFDSet) -> None:
+        """Start the worker thread. Raises ``ImportError`` when the C extension was not built."""
+        from mqbroker.durability._fsync_worker import FsyncWorker
+
+        self._reactor = reactor
+        self._worker = FsyncWorker()
+        #: What each queued descriptor reports its result to (one round at a time, each descriptor once in it).
+        self._on_result: dict[int, Callable[[int, Failure | None], None]] = {}
+        reactor.addReader(self)
+
+    # -- ISyncEngine ------------------------------------------------------------------------
+
+    def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
+        worker_round = _DescriptorRound(logs)
+        handles = []
+        for handle, synced in worker_round.start():
+            assert handle not in self._on_result, f"descriptor {handle} is already being synced"
+            self._on_result[handle] = synced
+            handles.append(handle)
+        if handles:
+            self._worker.submit(handles)
+        return worker_round.done
+
+    def stop(self) -> None:
+        """Called once the flusher has drained: nothing is queued."""
+        self._reactor.removeReader(self)
+        self._worker.close()
+
+    # -- IReadDescriptor: the eventfd ---------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._worker.fileno()
+
+    def doRead(self) -> None:
+        for handle, result in self._worker.completed():  # result: 0, or -errno (the round makes the failure)
+            self._on_result.pop(handle)(result, None)
+
+    def connectionLost(self, reason: Failure) -> None:
+        """The reactor is shutting down; ``stop`` stops the thread."""
+
+    def logPrefix(self) -> str:
+        return "fsync-worker"
+
+
+class _DescriptorRound:
+    """One round's fsyncs by descriptor (AIO, worker): a log is durable once every descriptor its ticket named is synced."""
 
     def __init__(self, logs: Sequence[SyncableLog]) -> None:
         self._logs = list(logs)
@@ -276,13 +333,19 @@ class _AioRound:
 
 
 def start_sync_engine(reactor: IReactorFDSet, choice: str, data_directory: str, log: Logger) -> ISyncEngine:
-    """The engine ``fsync_engine`` asks for: ``aio``, ``thread``, or ``auto`` (AIO where it works).
+    """The engine ``fsync_engine`` asks for: ``aio``, ``thread``, ``worker``, or ``auto`` (AIO where it works).
 
     ``aio`` that cannot work raises ``OSError``; ``auto`` then falls back to a thread and says why. A
     thread needs the reactor's ``IReactorThreads`` too (a real reactor has both).
     """
     if choice == "thread":
         return ThreadSync(IReactorThreads(reactor))
+    if choice == "worker":
+        try:
+            return WorkerSync(reactor)
+        except ImportError as error:
+            raise OSError("fsync_engine=worker: the C extension mqbroker.durability._fsync_worker is not built; "
+                          "run `python setup.py build_ext --inplace` or pick another engine") from error
     try:
         return AioSync(reactor, data_directory)
     except (ImportError, OSError) as error:
