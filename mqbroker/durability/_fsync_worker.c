@@ -12,6 +12,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -157,13 +158,16 @@ worker_submit(FsyncWorker *self, PyObject *handles)
         return PyErr_NoMemory();
     }
     for (Py_ssize_t index = 0; index < count; index++) {
-        int value = _PyLong_AsInt(PySequence_Fast_GET_ITEM(sequence, index));
-        if (value == -1 && PyErr_Occurred()) {
+        long value = PyLong_AsLong(PySequence_Fast_GET_ITEM(sequence, index));
+        if ((value == -1 && PyErr_Occurred()) || value < 0 || value > INT_MAX) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_ValueError, "%ld is not a file descriptor", value);
+            }
             PyMem_Free(values);
             Py_DECREF(sequence);
             return NULL;
         }
-        values[index] = value;
+        values[index] = (int)value;
     }
     Py_DECREF(sequence);
     int failed = 0;
