@@ -55,6 +55,8 @@ EXTENSIONS = [
               optional=True),
     # the frames of an AMQP read, a published message as one item (the reference: protocols/amqp/frame_split.py)
     Extension("mqbroker.protocols.amqp._frame_split", ["mqbroker/protocols/amqp/_frame_split.c"], optional=True),
+    # the ``worker`` fsync engine's thread, which never takes the interpreter lock (durability/sync_engines.py)
+    Extension("mqbroker.durability._fsync_worker", ["mqbroker/durability/_fsync_worker.c"], optional=True),
 ]
 
 setup(

@@ -7,10 +7,12 @@ round) it starts that tree's broker (``twistd -n mqbroker`` with the tree first 
 fresh data directory) and runs ``mqbroker bench`` from the client tree (default: each tree's own client) against it:
 
 * ``bench produce`` (1,000,000 × 100 B, acks=1) and ``bench consume`` of what it wrote: messages/s;
-* ``bench e2e`` (5,000 msg/s, acks=all, fsync before ack): latency percentiles from send to receipt, once with
+* ``bench e2e`` (5,000 msg/s unless ``--e2e-rate``, acks=all, fsync before ack): latency percentiles from send to receipt, once with
   the consumer in a process of its own and once on a thread of the producer's process (issue 24: the second
   adds the client's own interpreter-lock hand-overs; a client tree without ``--consumer`` runs only that one);
-* the broker's CPU time per message in each (from /proc, process and threads).
+* the broker's CPU time per message in each (from /proc, process and threads), and in the e2e runs per
+  native produce or fetch request (from /metrics) with the messages per produce request: a busy machine
+  makes the producer batch more, which cuts the CPU per message while the broker does the same work.
 
 ``--e2e-only`` skips produce and consume.
 
@@ -46,8 +48,13 @@ FIGURES = (
     ("consume msg/s", "consume", "messages_per_s"),
     *((f"e2e {method} {label}", f"e2e-{method}", key)
       for method in E2E_CONSUMERS
-      for label, key in (("p50 ms", "p50"), ("p99 ms", "p99"), ("p99.9 ms", "p999"), ("broker CPU µs/msg", "broker_cpu_us"))),
+      for label, key in (("p50 ms", "p50"), ("p99 ms", "p99"), ("p99.9 ms", "p999"), ("broker CPU µs/msg", "broker_cpu_us"),
+                         ("messages/produce request", "messages_per_produce"),
+                         ("broker CPU µs/request", "broker_cpu_us_per_request"))),
 )
+#: Native requests counted for "broker CPU µs/request": on a busy machine the e2e producer batches more
+#: messages per request, which lowers the CPU per message without any change to the broker.
+COUNTED_APIS = ("produce", "fetch")
 
 
 def progress(message: str) -> None:
@@ -98,6 +105,18 @@ class TreeBroker:
     def cpu_s(self) -> float:
         return process_tree_cpu_s(self.process.pid)
 
+    def requests(self) -> dict[str, float]:
+        """Native requests answered so far, per API of ``COUNTED_APIS`` (from the broker's /metrics)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['http']}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        counts = dict.fromkeys(COUNTED_APIS, 0.0)
+        for line in text.splitlines():
+            if line.startswith("mqbroker_request_latency_seconds_count{") and 'protocol="native"' in line:
+                api = line.split('api="', 1)[1].split('"', 1)[0]
+                if api in counts:
+                    counts[api] = float(line.rsplit(" ", 1)[1])
+        return counts
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(30)
@@ -115,15 +134,16 @@ def cli_bench(client: Path, bootstrap: str, arguments: list[str]) -> dict[str, A
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def e2e_runs(client: Path, e2e_messages: int) -> list[tuple[str, list[str], int]]:
-    """``bench e2e`` once per consumer placement the client offers."""
+def e2e_runs(client: Path, e2e_messages: int, methods: list[str], rate: int) -> list[tuple[str, list[str], int]]:
+    """``bench e2e`` at ``rate`` messages/s once per consumer placement of ``methods`` the client offers."""
+    arguments = ["e2e", "--messages", str(e2e_messages), "--rate", str(rate)]
     if "--consumer" not in (client / "mqbroker" / "cli" / "bench.py").read_text():
-        return [("e2e-thread", ["e2e", "--messages", str(e2e_messages)], e2e_messages)]
-    return [(f"e2e-{method}", ["e2e", "--messages", str(e2e_messages), "--consumer", method], e2e_messages)
-            for method in E2E_CONSUMERS]
+        return [("e2e-thread", arguments, e2e_messages)] if "thread" in methods else []
+    return [(f"e2e-{method}", [*arguments, "--consumer", method], e2e_messages) for method in methods]
 
 
-def measure(tree: Path, client: Path, e2e_messages: int, throughput: bool) -> dict[str, dict[str, float]]:
+def measure(tree: Path, client: Path, e2e_messages: int, throughput: bool,
+            e2e_methods: list[str], e2e_rate: int) -> dict[str, dict[str, float]]:
     """One round on one tree: produce and consume (with ``throughput``), then e2e against a fresh broker."""
     broker = TreeBroker(tree)
     try:
@@ -133,11 +153,15 @@ def measure(tree: Path, client: Path, e2e_messages: int, throughput: bool) -> di
             ("produce", ["produce", "--topic", topic, "--messages", "1000000"], 1_000_000),
             ("consume", ["consume", "--topic", topic, "--messages", "1000000"], 1_000_000),
         ] if throughput else []
-        for mode, arguments, messages in runs + e2e_runs(client, e2e_messages):
-            before = broker.cpu_s()
+        for mode, arguments, messages in runs + e2e_runs(client, e2e_messages, e2e_methods, e2e_rate):
+            requests_before, before = broker.requests(), broker.cpu_s()
             result = cli_bench(client, broker.bootstrap, arguments)
+            cpu_s = broker.cpu_s() - before
+            requests = {api: count - requests_before[api] for api, count in broker.requests().items()}
             figures[mode] = {"messages_per_s": result["messages_per_s"],
-                             "broker_cpu_us": (broker.cpu_s() - before) / messages * 1e6,
+                             "broker_cpu_us": cpu_s / messages * 1e6,
+                             "messages_per_produce": messages / max(1.0, requests["produce"]),
+                             "broker_cpu_us_per_request": cpu_s / max(1.0, sum(requests.values())) * 1e6,
                              **result.get("latency_ms", {})}
         return figures
     finally:
@@ -150,7 +174,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the order of the trees")
     parser.add_argument("--client", type=Path, help="run every bench with this tree's client [default: each tree's own]")
     parser.add_argument("--e2e-messages", type=int, default=30_000, help="messages of each e2e run (at 5,000/s)")
+    parser.add_argument("--e2e-rate", type=int, default=5_000,
+                        help="e2e messages/s; at ~1,000 or less each produce request carries about one message, so the "
+                             "broker CPU per message hardly depends on how busy the machine is [default: 5000]")
     parser.add_argument("--e2e-only", action="store_true", help="skip the produce and consume runs")
+    parser.add_argument("--e2e-consumer", choices=E2E_CONSUMERS, action="append",
+                        help="run e2e with only this consumer placement (repeatable) [default: both]")
     parser.add_argument("--json", action="store_true", help="print every round as JSON instead of the table")
     arguments = parser.parse_args()
     trees = [tree.resolve() for tree in arguments.trees]
@@ -159,7 +188,9 @@ def main() -> int:
         for tree in trees if number % 2 == 0 else trees[::-1]:
             progress(f"-- round {number + 1}: {tree}")
             rounds[tree].append(measure(tree, (arguments.client or tree).resolve(), arguments.e2e_messages,
-                                        throughput=not arguments.e2e_only))
+                                        throughput=not arguments.e2e_only,
+                                        e2e_methods=arguments.e2e_consumer or list(E2E_CONSUMERS),
+                                        e2e_rate=arguments.e2e_rate))
     if arguments.json:
         print(json.dumps({str(tree): runs for tree, runs in rounds.items()}))
         return 0

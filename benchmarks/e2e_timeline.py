@@ -1,7 +1,7 @@
 """Where an acks=all record's end-to-end time goes: broker time stamps joined with the client's, by offset.
 
 Run ``python benchmarks/e2e_timeline.py [--messages N] [--rate R] [--consumer process|thread] [--runs N]
-[--max-in-flight N]``
+[--max-in-flight N] [--fsync-engine auto|aio|thread|worker]``
 (from a source tree, with it on ``PYTHONPATH``). Each run starts a broker (``twistd mqbroker`` on free ports, a
 fresh data directory) whose produce → fetch path is time-stamped by wrappers installed before it starts
 (CLOCK_MONOTONIC, the clock the client stamps with):
@@ -17,7 +17,8 @@ process of its own, or on a thread of the producer's) stamps the receipt. For ev
 the distribution of each step: send → written (``send`` hands the record to the producer's I/O thread, which
 encodes and writes it), written → rx (loopback and the broker's turn to read), rx → appended, appended → round (the previous round still running), round → synced (the fsync and the
 completion reaching the reactor), synced → answer (no fetch parked: the consumer's next fetch), answer → recv
-(the reply reaching the consumer). The wrappers cost the broker some CPU: compare steps, not totals, with
+(the reply reaching the consumer). It also prints how long the reactor spent inside each round's hand-over to the
+fsync engine (with AIO, the ``io_submit``: the kernel's fsync worker it wakes runs on the reactor's CPU). The wrappers cost the broker some CPU: compare steps, not totals, with
 ``bench e2e``. Medians and p90/p99/p99.9 over the messages of each run; every run is printed.
 """
 
@@ -38,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mqbroker.cli.bench import SEND_TIME, Receipt, start_receiver  # noqa: E402
+from mqbroker.config import FSYNC_ENGINES  # noqa: E402
 from tests.integration.brokerprocess import TWISTD, BrokerProcess  # noqa: E402
 
 STEPS = ("send → written", "written → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
@@ -90,9 +92,10 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
     wrap(adapter.CodecProtocol, "dataReceived", before=lambda self, data: last_read.__setitem__(0, now()))
     wrap(storage_log.PartitionLog, "append", after=lambda self, result, *_: client_log(self) and events.append(
         ("append", last_read[0], now(), result.last_offset)))
-    for engine in (sync_engines.AioSync, sync_engines.ThreadSync):
+    for engine in (sync_engines.AioSync, sync_engines.ThreadSync, sync_engines.WorkerSync):
         wrap(engine, "sync", before=lambda self, logs: events.append(
-            ("round", now(), [log.log_end_offset for log in logs if client_log(log)])))
+            ("round", now(), [log.log_end_offset for log in logs if client_log(log)])),
+             after=lambda self, result, logs: events.append(("handed", now())))
     wrap(flusher.Flusher, "_round_done", before=lambda self, synced: events.append(
         ("synced", now(), [log.durable_end_offset for log, _ in synced if client_log(log)])))
     wrap(fetch._PendingFetch, "_finish", before=lambda self, results: None if self.follower else answered(results))
@@ -188,6 +191,14 @@ def step_times_ms(events: list[Any], received: list[Receipt],
     return steps
 
 
+def hand_over_us(events: list[Any]) -> list[float]:
+    """How long the reactor spent inside each round's ``sync`` call (AIO: the ``io_submit``, in which the kernel's
+    fsync worker, woken on the reactor's CPU, may take that CPU for a while; thread: the queue hand-off)."""
+    started = [event[1] for event in events if event[0] == "round"]
+    handed = [event[1] for event in events if event[0] == "handed"]
+    return [(end - begin) / 1e3 for begin, end in zip(started, handed)]
+
+
 def summary(steps: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     def at(ordered: list[float], fraction: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 3)
@@ -210,17 +221,23 @@ class TracedBroker(BrokerProcess):
 def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     """One run: a traced broker, the paced client, the join."""
     work = Path(tempfile.mkdtemp(prefix="e2e-timeline-"))
-    broker = TracedBroker(work / "data", events_path=work / "events.json")
+    broker = TracedBroker(work / "data", events_path=work / "events.json",
+                          extra_args=["--set", f"fsync_engine={arguments.fsync_engine}"])
     broker.start(timeout_s=60)
     try:
         received, writes = run_client(broker.bootstrap, arguments.messages, arguments.rate, arguments.consumer,
                                       arguments.max_in_flight)
     finally:
         broker.stop(30)
-    steps = step_times_ms(json.loads((work / "events.json").read_text()), received, writes)
+    events = json.loads((work / "events.json").read_text())
+    steps = step_times_ms(events, received, writes)
     shutil.rmtree(work, ignore_errors=True)
+    hand_overs = sorted(hand_over_us(events))
     return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
-            "produce_requests": len(writes),
+            "produce_requests": len(writes), "rounds": len(hand_overs),
+            "round_hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
+                                   for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
+            | {"total_ms": round(sum(hand_overs) / 1e3, 1)} if hand_overs else {},
             "steps_ms": summary(steps), "load_average": os.getloadavg()[0]}
 
 
@@ -233,6 +250,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5_000, help="messages per second [default: 5000]")
     parser.add_argument("--consumer", default="process", choices=["process", "thread"])
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--fsync-engine", default="auto", choices=FSYNC_ENGINES,
+                        help="the broker's fsync_engine [default: auto]")
     parser.add_argument("--max-in-flight", type=int, default=5,
                         help="the producer's requests in flight; above 5 without idempotence [default: 5]")
     parser.add_argument("--json", action="store_true", help="print every run as JSON instead of tables")
@@ -246,11 +265,14 @@ def main() -> None:
         return
     for number, run in enumerate(runs, 1):
         print(f"run {number}: {run['received']:,} of {run['sent']:,} received, {run['joined']:,} joined, consumer "
-              f"{arguments.consumer}, {arguments.rate:,} msg/s, load average {run['load_average']:.1f}; "
+              f"{arguments.consumer}, {arguments.rate:,} msg/s, fsync_engine {arguments.fsync_engine}, load average {run['load_average']:.1f}; "
               f"{run['produce_requests']:,} produce requests ({run['sent'] / max(run['produce_requests'], 1):.1f} "
               "records each)")
         for step, figures in run["steps_ms"].items():
             print(f"  {step:18}" + "".join(f"{name} {value:8.3f}  " for name, value in figures.items()) + "ms")
+        print(f"  {run['rounds']:,} fsync rounds; the reactor inside a round's hand-over to the engine: "
+              + ", ".join(f"{name} {value:,.1f}" for name, value in run["round_hand_over_us"].items() if name != "total_ms")
+              + f" µs; {run['round_hand_over_us'].get('total_ms', 0):,.1f} ms in all")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""The fsync engines (Linux AIO, a thread) compared through a real broker: end-to-end latency, acks=all rate, CPU.
+"""The fsync engines (Linux AIO, a Python thread, a C thread) compared through a real broker: end-to-end latency, acks=all rate, CPU.
 
 Run ``python benchmarks/fsync_engine_bench.py [--runs N] [--messages N] [--produce-messages N] [--consumer process|thread] [--json]``.
 
-Each run starts one broker per engine (``twistd mqbroker --set fsync_engine=aio|thread`` on
+Each run starts one broker per engine (``twistd mqbroker --set fsync_engine=aio|thread|worker`` on
 free ports, a fresh data directory, through the tests' ``BrokerProcess``), alternating which engine goes first, and runs the CLI
 benchmarks against it:
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, 
 
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
-ENGINES = ("aio", "thread")
+ENGINES = ("aio", "thread", "worker")
 E2E_KEYS = ("p50", "p90", "p99", "p999")
 
 

@@ -19,7 +19,7 @@ from mqbroker.security.quotas import parse_quota_overrides
 
 TOPIC_DEFAULT_PREFIX = "log."
 #: Values of ``fsync_engine`` (see ``mqbroker.durability.sync_engines``).
-FSYNC_ENGINES = ("auto", "aio", "thread")
+FSYNC_ENGINES = ("auto", "aio", "thread", "worker")
 
 
 def dial_address(host: str) -> str:
@@ -257,7 +257,7 @@ def _check_value(key: str, value: Any) -> None:
         except ValueError as error:
             raise ConfigError(f"configuration key 'cpu_affinity': {error}") from None
     if key == "fsync_engine" and value not in FSYNC_ENGINES:
-        raise ConfigError(f"configuration key 'fsync_engine': must be auto, aio or thread, got {value!r}")
+        raise ConfigError(f"configuration key 'fsync_engine': must be auto, aio, thread or worker, got {value!r}")
     if key == "segment_files_open_max" and value < 1:
         raise ConfigError(f"configuration key 'segment_files_open_max': must be at least 1, got {value}")
     if key == "log_recovery_threads" and value < 1:

@@ -149,7 +149,7 @@ class BrokerService(MultiService):
             clock=self.reactor,
             logs=self._logs,
             cluster=self.control,
-            flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable),
+            flusher_factory=lambda on_durable: Flusher(self._start_sync_engine(), on_durable, self.reactor),
             follower_factory=self._build_fetcher,
             authorizer=self.security.authorizer,
             security_admin=self.security,
@@ -203,7 +203,7 @@ class BrokerService(MultiService):
 
     def _start_sync_engine(self) -> ISyncEngine:
         self._sync_engine = start_sync_engine(self.reactor, self.config.fsync_engine, str(self.data_dir), self.log)
-        self.log.info("fsync rounds run through {engine}", engine={"aio": "Linux AIO", "thread": "a thread"}[self._sync_engine.name])
+        self.log.info("fsync rounds run through {engine}", engine={"aio": "Linux AIO", "thread": "a thread", "worker": "a C thread"}[self._sync_engine.name])
         return self._sync_engine
 
     def _build_fetcher(self, sink: ReplicaSink) -> ReplicaFetcher:

@@ -10,6 +10,13 @@ development machine it cut the median end-to-end latency of ``mqbroker bench e2e
 cheaper per round than a Twisted pool job). It serves where Linux AIO does not: another OS,
 no ``libaio.so.1``, a sandbox that forbids ``io_setup``, a file system that refuses AIO fsync.
 
+``WorkerSync`` hands a round's descriptors to a thread of a C extension (``_fsync_worker.c``) that
+fsyncs them without ever taking the interpreter lock and counts them on an eventfd the reactor
+watches, as AIO's. The reactor's hand-over is a queue append and a condition signal: AIO's
+``io_submit`` wakes a kernel worker bound to the reactor's own CPU, which takes that CPU from the
+reactor while it starts the writeback (``benchmarks/e2e_timeline.py`` prints how long each hand-over
+holds the reactor), and the scheduler may run this thread on another CPU.
+
 ``start_sync_engine`` picks one from the ``fsync_engine`` setting.
 """
 
@@ -129,6 +136,13 @@ class AioSync:
         self._eventfd = libaio.EventFD(0, libaio.EFD_NONBLOCK | libaio.EFD_CLOEXEC)
         self._in_flight = 0
         self._queued: list[Any] = []  # blocks waiting for a free slot in the ring
+        #: One fsync block per descriptor number, reused round after round: building an ``AIOBlock``
+        #: (a ctypes iocb) cost ~20 µs, as much as the ``io_submit`` itself. A block names only the
+        #: number, so a reused number syncs whatever file holds it now; at most one per open descriptor.
+        self._blocks: dict[int, Any] = {}
+        #: What each submitted or queued block reports its result to (one round at a time: a
+        #: descriptor is in at most one of a round's tickets, so a block waits for one result).
+        self._on_result: dict[int, Callable[[int, Failure | None], None]] = {}
         try:
             self._probe(probe_directory)
         except BaseException:
@@ -139,9 +153,11 @@ class AioSync:
     # -- ISyncEngine ------------------------------------------------------------------------
 
     def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
-        aio_round = _AioRound(logs)
+        aio_round = _DescriptorRound(logs)
         for handle, synced in aio_round.start():
-            self._queued.append((self._block(handle, synced), synced))
+            assert handle not in self._on_result, f"descriptor {handle} is already being synced"
+            self._on_result[handle] = synced
+            self._queued.append(self._block(handle))
         self._submit_queued()
         return aio_round.done
 
@@ -160,9 +176,10 @@ class AioSync:
             os.read(self._eventfd.fileno(), 8)  # resets the counter; the events themselves follow
         except BlockingIOError:
             return
-        # Completion callbacks run inside getEvents; a full batch means there may be more.
-        while self._in_flight and len(self._context.getEvents(min_nr=0, nr=self._slots, timeout=0)) == self._slots:
-            pass
+        # Completion callbacks run inside getEvents. No more can have completed than are in flight: one
+        # call sized to that collects them all (its event buffer is allocated per call, 32 bytes a slot).
+        if self._in_flight:
+            self._context.getEvents(min_nr=0, nr=self._in_flight, timeout=0)
         self._submit_queued()
 
     def connectionLost(self, reason: Failure) -> None:
@@ -173,12 +190,15 @@ class AioSync:
 
     # -- inside -------------------------------------------------------------------------------
 
-    def _block(self, handle: int, synced: Callable[[int, Failure | None], None]) -> Any:
-        def completed(_block: Any, result: int, _result2: int) -> None:
-            self._in_flight -= 1
-            synced(result, None)
+    def _block(self, handle: int) -> Any:
+        block = self._blocks.get(handle)
+        if block is None:
+            block = self._blocks[handle] = self._fsync_block(handle, self._completed)
+        return block
 
-        return self._fsync_block(handle, completed)
+    def _completed(self, block: Any, result: int, _result2: int) -> None:
+        self._in_flight -= 1
+        self._on_result.pop(block.target_file)(result, None)
 
     def _fsync_block(self, handle: int, on_completion: Callable[[Any, int, int], None] = lambda *_: None) -> Any:
         return self._aio.AIOBlock(mode=self._aio.AIOBLOCK_MODE_FSYNC, target_file=handle,
@@ -188,10 +208,10 @@ class AioSync:
         while self._queued and self._in_flight < self._slots:
             batch = self._queued[: self._slots - self._in_flight]
             try:
-                submitted = self._context.submit([block for block, _ in batch])
+                submitted = self._context.submit(batch)
             except OSError as error:  # io_submit(2) refused the first block (a bad descriptor, say): it alone fails
-                _, synced = self._queued.pop(0)
-                synced(-(error.errno or errno.EIO), Failure(error))
+                block = self._queued.pop(0)
+                self._on_result.pop(block.target_file)(-(error.errno or errno.EIO), Failure(error))
                 continue
             if not submitted:
                 return
@@ -218,8 +238,58 @@ class AioSync:
         self._eventfd.close()
 
 
-class _AioRound:
-    """One round's fsyncs: a log is durable once every descriptor its ticket named is synced."""
+@implementer(ISyncEngine, IReadDescriptor)
+class WorkerSync:
+    """Rounds on a C thread that never takes the interpreter lock; the reactor reads completions from its eventfd."""
+
+    name = "worker"
+
+    def __init__(self, reactor: IReactorFDSet) -> None:
+        """Start the worker thread. Raises ``ImportError`` when the C extension was not built."""
+        from mqbroker.durability._fsync_worker import FsyncWorker
+
+        self._reactor = reactor
+        self._worker = FsyncWorker()
+        #: What each queued descriptor reports its result to (one round at a time, each descriptor once in it).
+        self._on_result: dict[int, Callable[[int, Failure | None], None]] = {}
+        reactor.addReader(self)
+
+    # -- ISyncEngine ------------------------------------------------------------------------
+
+    def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
+        worker_round = _DescriptorRound(logs)
+        handles = []
+        for handle, synced in worker_round.start():
+            assert handle not in self._on_result, f"descriptor {handle} is already being synced"
+            self._on_result[handle] = synced
+            handles.append(handle)
+        if handles:
+            self._worker.submit(handles)
+        return worker_round.done
+
+    def stop(self) -> None:
+        """Called once the flusher has drained: nothing is queued."""
+        self._reactor.removeReader(self)
+        self._worker.close()
+
+    # -- IReadDescriptor: the eventfd ---------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._worker.fileno()
+
+    def doRead(self) -> None:
+        for handle, result in self._worker.completed():  # result: 0, or -errno (the round makes the failure)
+            self._on_result.pop(handle)(result, None)
+
+    def connectionLost(self, reason: Failure) -> None:
+        """The reactor is shutting down; ``stop`` stops the thread."""
+
+    def logPrefix(self) -> str:
+        return "fsync-worker"
+
+
+class _DescriptorRound:
+    """One round's fsyncs by descriptor (AIO, worker): a log is durable once every descriptor its ticket named is synced."""
 
     def __init__(self, logs: Sequence[SyncableLog]) -> None:
         self._logs = list(logs)
@@ -263,13 +333,19 @@ class _AioRound:
 
 
 def start_sync_engine(reactor: IReactorFDSet, choice: str, data_directory: str, log: Logger) -> ISyncEngine:
-    """The engine ``fsync_engine`` asks for: ``aio``, ``thread``, or ``auto`` (AIO where it works).
+    """The engine ``fsync_engine`` asks for: ``aio``, ``thread``, ``worker``, or ``auto`` (AIO where it works).
 
     ``aio`` that cannot work raises ``OSError``; ``auto`` then falls back to a thread and says why. A
     thread needs the reactor's ``IReactorThreads`` too (a real reactor has both).
     """
     if choice == "thread":
         return ThreadSync(IReactorThreads(reactor))
+    if choice == "worker":
+        try:
+            return WorkerSync(reactor)
+        except ImportError as error:
+            raise OSError("fsync_engine=worker: the C extension mqbroker.durability._fsync_worker is not built; "
+                          "run `python setup.py build_ext --inplace` or pick another engine") from error
     try:
         return AioSync(reactor, data_directory)
     except (ImportError, OSError) as error:

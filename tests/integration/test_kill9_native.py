@@ -20,10 +20,10 @@ RATE_PER_S = 6_000
 KILLS = 3
 #: Acknowledgements between two kills: random in this range (three kills stay below MESSAGES_SHORT).
 ACKS_BETWEEN_KILLS_MIN, ACKS_BETWEEN_KILLS_MAX = 300, 6_000
-ENGINE_LOG_NAMES = {"aio": "Linux AIO", "thread": "a thread"}
+ENGINE_LOG_NAMES = {"aio": "Linux AIO", "thread": "a thread", "worker": "a C thread"}
 
 
-@pytest.mark.parametrize("engine", ["aio", "thread"])
+@pytest.mark.parametrize("engine", ["aio", "thread", "worker"])
 @pytest.mark.parametrize("messages", [MESSAGES_SHORT, pytest.param(MESSAGES_FULL, marks=pytest.mark.slow)])
 def test_acknowledged_messages_survive_kill_9_exactly_once_and_in_order(tmp_path: pathlib.Path, engine: str,
                                                                        messages: int) -> None:

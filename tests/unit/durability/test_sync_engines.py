@@ -1,4 +1,4 @@
-"""fsync rounds off the reactor thread: both engines (Linux AIO, a thread) and the group-commit flusher over them.
+"""fsync rounds off the reactor thread: the engines (Linux AIO, a Python thread, a C thread) and the group-commit flusher over them.
 
 Real partition logs on disk, the real reactor: an engine's round must publish every log's
 durable end, report a failed or closed log without holding up the others, and the flusher must
@@ -22,11 +22,11 @@ from mqbroker import limits
 from mqbroker.errors import StorageError
 from mqbroker.durability.flusher import Flusher
 from mqbroker.storage.log import FlushTicket, PartitionLog
-from mqbroker.durability.sync_engines import AioSync, ISyncEngine, ThreadSync, start_sync_engine
+from mqbroker.durability.sync_engines import AioSync, ISyncEngine, ThreadSync, WorkerSync, start_sync_engine
 from tests.unit.storage.logtools import open_log, payload_batch
 
 
-@pytest.fixture(params=["aio", "thread"])
+@pytest.fixture(params=["aio", "thread", "worker"])
 def engine(request: pytest.FixtureRequest, tmp_path) -> Iterator[Any]:
     started = start_sync_engine(reactor, request.param, str(tmp_path), Logger())
     yield started
@@ -65,9 +65,9 @@ class _FailingLog:
         return True
 
 
-def test_both_engines_provide_the_engine_interface(engine) -> None:
+def test_every_engine_provides_the_engine_interface(engine) -> None:
     assert verifyObject(ISyncEngine, engine)
-    if engine.name == "aio":  # the reactor watches its eventfd
+    if engine.name in ("aio", "worker"):  # the reactor watches its eventfd
         assert verifyObject(IReadDescriptor, engine)
     else:
         assert engine.name == "thread"
@@ -104,9 +104,21 @@ async def test_an_aio_round_larger_than_the_ring_waits_for_free_slots(tmp_path) 
         engine.stop()
 
 
+@pytest_twisted.ensureDeferred
+async def test_rounds_after_rounds_sync_each_new_append_of_the_same_descriptors(engine, tmp_path) -> None:
+    """The AIO engine reuses one fsync block per descriptor: every round still reports and publishes."""
+    logs = _logs(tmp_path, 2, appended=1)
+    for round_number in range(1, 4):
+        synced = await engine.sync(logs)
+        assert [failure for _, failure in synced] == [None, None]
+        assert [partition_log.durable_end_offset for partition_log in logs] == [round_number] * 2
+        for partition_log in logs:
+            partition_log.append(payload_batch(round_number), now_ms=0)
+
+
 def test_the_engine_is_chosen_from_fsync_engine(tmp_path) -> None:
     log = Logger()
-    for choice, expected in [("auto", AioSync), ("aio", AioSync), ("thread", ThreadSync)]:
+    for choice, expected in [("auto", AioSync), ("aio", AioSync), ("thread", ThreadSync), ("worker", WorkerSync)]:
         chosen = start_sync_engine(reactor, choice, str(tmp_path), log)
         try:
             assert type(chosen) is expected
@@ -123,6 +135,12 @@ def test_auto_falls_back_to_a_thread_where_linux_aio_is_missing_and_aio_refuses_
         chosen.stop()
     with pytest.raises(OSError, match="fsync_engine=aio"):
         start_sync_engine(reactor, "aio", str(tmp_path), Logger())
+
+
+def test_worker_refuses_to_start_without_its_c_extension(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "mqbroker.durability._fsync_worker", None)
+    with pytest.raises(OSError, match="fsync_engine=worker: the C extension"):
+        start_sync_engine(reactor, "worker", str(tmp_path), Logger())
 
 
 @pytest_twisted.ensureDeferred
@@ -224,4 +242,27 @@ async def test_appends_inside_one_round_share_one_fsync_round(engine, tmp_path, 
         await waited
     await flusher.drain()
     assert round_sizes == [3]  # without the block: [1, 2], the first alone
+    assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_the_reactor_a_round_starts_when_the_turn_ends_so_the_turns_appends_share_it(
+    engine, tmp_path, monkeypatch
+) -> None:
+    round_sizes: list[int] = []
+    real_sync = engine.sync
+
+    def counting_sync(logs):  # type: ignore[no-untyped-def]
+        round_sizes.append(len(logs))
+        return real_sync(logs)
+
+    monkeypatch.setattr(engine, "sync", counting_sync)
+    flusher = Flusher(engine, lambda logs: None, reactor)
+    logs = _logs(tmp_path, 3, appended=1)
+    waits = [flusher.wait_durable(partition_log, 0) for partition_log in logs]  # three produces read in one turn
+    assert round_sizes == []  # nothing submitted inside the turn
+    for waited in waits:
+        await waited
+    await flusher.drain()
+    assert round_sizes == [3]  # without the reactor: [1, 2], the first alone
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
