@@ -309,7 +309,7 @@ class BrokerService(MultiService):
         context = FrontEndContext(reactor=self.reactor, config=self.config, metrics=self.metrics,
                                   security=front_end_security(self.security),
                                   connectors=self.connectors.admin if self.connectors is not None else None,
-                                  cluster_records=self.control, one_round=broker.one_round)
+                                  cluster_records=self.control)
         tls = self.security.tls
         admin_views: dict[str, Any] = {}  # what the admin API shows of each front end
         for front_end in discover_front_ends():

@@ -25,7 +25,6 @@ image's changes out to them in order.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -165,11 +164,6 @@ class Broker:
                                  fetch=self._fetch, groups=self._groups, shares=self._shares,
                                  transactions=self._transactions)
         cluster.add_image_listener(self._image_changed)
-
-    def one_round(self) -> AbstractContextManager[None]:
-        """Hold the next fsync round while the block runs (``Flusher.one_round``): its appends start it when the
-        block ends, in the same reactor turn (a front end sends what the appends released first)."""
-        return self._flusher.one_round()
 
     def use_transaction_peers(self, peers: TransactionPeers) -> None:
         """How this broker reaches other brokers' transaction coordinators and partition leaders (cluster only)."""

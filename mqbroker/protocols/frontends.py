@@ -10,8 +10,6 @@ else (users, ACLs, topics, groups) goes through the ``IBroker``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -76,9 +74,6 @@ class FrontEndContext:
     connectors: IConnectorAdmin | None = None
     #: The cluster metadata's generic records (the MQTT mapping rules set at run time); None in tests of a bare front end.
     cluster_records: IGenericRecords | None = None
-    #: Holds the broker's next fsync round while a block runs (``Broker.one_round``): the MQTT front end sends the
-    #: deliveries and acknowledgements of a read before the fsync of its appends is submitted. A no-op by default.
-    one_round: Callable[[], AbstractContextManager[None]] = nullcontext
 
     @property
     def frame_timeout_s(self) -> float | None:

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 from typing import Protocol as TypingProtocol
@@ -137,19 +137,14 @@ class MqttHub:
 
     def __init__(self, broker: IBroker, reactor: IReactorTime, mapping: TopicMapping,
                  unreadable: UnreadableTally | None = None, log_partitions: int = 0, node_id: int | None = None,
-                 records: IGenericRecords | None = None, puback_acks: Acks = Acks.ALL,
-                 one_round: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
+                 records: IGenericRecords | None = None, puback_acks: Acks = Acks.ALL) -> None:
         """``unreadable`` counts the batches the readers skip (the broker's metric); ``log_partitions``: of the
         log topics it creates (0: one per broker of the cluster); ``node_id``: this broker's, named in the
         session records it writes; ``records``: the cluster metadata, where the mapping rules set at run time
         are (``mapping`` holds the configured ones); ``puback_acks``: what a QoS 1/2 publish waits for before its
-        PUBACK/PUBREC (``PUBACK_ACKS``: ALL for ``mqtt_puback = "durable"``, NONE for ``"written"``); ``one_round``:
-        holds the broker's next fsync round while a block runs (``FrontEndContext.one_round``)."""
+        PUBACK/PUBREC (``PUBACK_ACKS``: ALL for ``mqtt_puback = "durable"``, NONE for ``"written"``)."""
         self.broker = broker
         self.puback_acks = puback_acks
-        #: A connection reads its client's bytes inside it: the fsync of what they appended is submitted after the
-        #: deliveries and PUBACKs they released went to the sockets, in the same turn (the same group commit).
-        self.one_round = one_round
         #: ``written``: what this front end appends goes to live subscribers from memory at once (``appended``), not
         #: after the fsync; ``durable``: live subscribers get it from the shared readers, once it is durable.
         self.delivers_on_append = puback_acks is Acks.NONE

@@ -123,8 +123,7 @@ class MqttConnection:
     def data_received(self, data: bytes) -> None:
         """Bytes from the client."""
         self.hub.statistics["bytes/received"] += len(data)
-        with self.hub.one_round():  # the appends' fsync is submitted after what they released is sent
-            self._run(self.session.receive_data(data, self.hub.now_ms()))
+        self._run(self.session.receive_data(data, self.hub.now_ms()))
         self._apply_backpressure()
         self._catch_up.resume()
         self.hub.resume_share_groups()
@@ -577,8 +576,7 @@ def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
         raise ConfigError(f"configuration key 'mqtt_mapping_rules': {error}") from None
     hub = MqttHub(broker, reactor, mapping, log_partitions=context.config.mqtt_log_partitions,
                   node_id=context.config.node_id, unreadable=context.metrics.unreadable if context.metrics is not None else None,
-                  records=context.cluster_records, puback_acks=PUBACK_ACKS[context.config.mqtt_puback],
-                  one_round=context.one_round)
+                  records=context.cluster_records, puback_acks=PUBACK_ACKS[context.config.mqtt_puback])
     hub.mapping_rules.start()
     config = SessionConfig(receive_maximum=limits.mqtt_log_writes_in_flight_max,
                            outbound_inflight_max_3_1_1=limits.mqtt_log_writes_in_flight_max)

@@ -4,8 +4,6 @@ moves at ``sync``, the fsync)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
@@ -76,23 +74,6 @@ def test_written_acknowledges_and_delivers_before_the_fsync() -> None:
     _publish(publisher, 8, b"22.0")
     broker.sync()
     assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"22.0"]
-
-
-def test_written_sends_before_the_broker_submits_the_fsync_round() -> None:
-    """A client's bytes are read inside the broker's ``one_round``: the fsync round the append asked for starts when
-    the block ends (in the same turn), after the PUBACK and the delivery went to the sockets."""
-    broker, subscriber, subscriber_socket, publisher, publisher_socket = _subscribed_pair("written")
-    released: list[tuple[list[int], list[bytes]]] = []
-
-    @contextmanager
-    def one_round() -> Iterator[None]:
-        yield
-        released.append(([ack.packet_id for ack in publisher_socket.take(PubAck)],
-                         [publish.payload for publish in subscriber_socket.take(Publish)]))
-
-    publisher.hub.one_round = one_round
-    _publish(publisher, 7, b"21.5")
-    assert released == [([7], [b"21.5"])]
 
 
 def test_durable_delivers_only_once_the_message_is_durable() -> None:
