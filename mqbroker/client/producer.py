@@ -268,12 +268,16 @@ class ProducerCore:
         """True when the gated partitions should be added to the transaction now: a batch of one is ready to send
         (``gated_batch_ready``), or has gathered records for ``ADD_PARTITIONS_GATHER_MS`` (or ``linger_ms``, if
         less), so the partitions an application writes to in quick succession go in one AddPartitionsToTxn."""
-        return self.gated_batch_ready() or any(now_ms >= deadline_ms for deadline_ms in self._gate_deadlines_ms())
+        return self.gated_batch_ready(now_ms) or any(
+            now_ms >= deadline_ms for deadline_ms in self._gate_deadlines_ms())
 
-    def gated_batch_ready(self) -> bool:
-        """True when a gated partition has a batch ready to send (full, or flushing): it need not wait for
-        ``linger_ms`` once its partition is added."""
-        return self._flushing or any(self._queues.get(key) for key in self.gated)
+    def gated_batch_ready(self, now_ms: int) -> bool:
+        """True when a gated partition has a batch the next ``drain`` would send (full, flushing, or past
+        ``linger_ms``) once its partition is added."""
+        linger_ms = self.config.linger_ms
+        return self._flushing or any(
+            self._queues.get(key) or (key in self._open and now_ms - self._open[key].created_ms >= linger_ms)
+            for key in self.gated)
 
     def open_gates(self, keys: set[tuple[str, int]], send_open_batches: bool) -> None:
         """These partitions were added to the transaction (or, version 2, their batches add them): their batches may

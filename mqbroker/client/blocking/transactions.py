@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from mqbroker import errors
 from mqbroker.client.backoff import Backoff
+from mqbroker.client.blocking.cluster import wall_clock_ms
 from mqbroker.client.blocking.group import coordinator_connection
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
@@ -209,7 +210,7 @@ class ProducerTransactions:
         is refused, fail those batches (the transaction must be aborted) and return them.
 
         In transaction version 2 each batch adds its partition at the partition leader, so no answer is
-        waited for: a batch ready to send (full, or flushed) goes at once; otherwise the partitions gathered
+        waited for: a batch ready to send (full, flushed, or past ``linger_ms``) goes at once; otherwise the partitions gathered
         records (``ADD_PARTITIONS_GATHER_MS``) while the application writes on, so an AddPartitionsToTxn goes
         ahead unanswered (``CoordinatorCalls.announce``) to start the coordinator's addition (which waits for
         the previous transaction's markers) now, and the records follow at ``linger_ms`` or the commit's flush:
@@ -222,7 +223,7 @@ class ProducerTransactions:
         core = self._producer._core
         version_2 = self._requests.transaction_version >= 2
         with self._producer._lock:
-            send_open_batches = not version_2 or core.gated_batch_ready()
+            send_open_batches = not version_2 or core.gated_batch_ready(wall_clock_ms())
         add = self._requests.add_partitions(waiting)
         try:
             if not version_2:

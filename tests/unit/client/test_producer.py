@@ -327,7 +327,7 @@ def test_a_partition_added_by_request_keeps_its_open_batch_until_linger_or_a_flu
     core = _core(linger_ms=5, transactional_id="tx")
     core.gated.add(("events", 0))
     core.append("events", 0, 1, None, b"a", None, now_ms=10)
-    assert not core.gated_batch_ready()
+    assert not core.gated_batch_ready(11) and core.gated_batch_ready(15)  # until linger_ms passed
     core.open_gates({("events", 0)}, send_open_batches=False)
     assert core.drain(11, _leader_one) == [] and not core.gated
     (plan,) = core.drain(15, _leader_one)  # linger_ms passed
@@ -335,7 +335,7 @@ def test_a_partition_added_by_request_keeps_its_open_batch_until_linger_or_a_flu
     core.gated.add(("events", 1))
     core.append("events", 1, 1, None, b"b", None, now_ms=16)
     core.flush()
-    assert core.gated_batch_ready()  # a flush (commit): its produce adds the partition
+    assert core.gated_batch_ready(16)  # a flush (commit): its produce adds the partition
 
 
 def test_append_values_fills_a_batch_closes_it_and_goes_on_in_a_new_one() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.client.backoff import Backoff
+from mqbroker.client.blocking.cluster import wall_clock_ms
 from mqbroker.client.blocking.transactions import ProducerTransactions
 from mqbroker.client.producer import ADD_PARTITIONS_GATHER_MS, ProducerCore
 from mqbroker.client.producer_config import ProducerConfig
@@ -114,19 +115,20 @@ def test_version_2_announces_gathered_partitions_and_lets_their_batches_linger()
     transactions, producer, coordinator = _transactions()
     core = producer._core
     transactions.tracker.begin()
+    now_ms = wall_clock_ms()  # (the I/O thread's clock: these batches have not lingered yet)
     for partition in (0, 1):
         producer.send(transactions, "events", partition)
-        core.append("events", partition, 10, None, b"v", None, now_ms=10)
+        core.append("events", partition, now_ms, None, b"v", None, now_ms=now_ms)
     assert transactions.add_waiting_partitions() == []
     (added,) = [request for request in coordinator.requests if isinstance(request, t.AddPartitionsToTxnRequest)]
     assert [(topic.name, sorted(topic.partitions)) for topic in added.topics] == [("events", [0, 1])]
-    assert not core.gated and core.drain(11, lambda topic, partition: 1) == []  # still lingering
+    assert not core.gated and core.drain(now_ms + 1, lambda topic, partition: 1) == []  # still lingering
     producer.send(transactions, "events", 2)
-    core.append("events", 2, 12, None, b"v", None, now_ms=12)
+    core.append("events", 2, now_ms, None, b"v", None, now_ms=now_ms)
     core.flush()
     assert transactions.add_waiting_partitions() == []
     assert len([request for request in coordinator.requests if isinstance(request, t.AddPartitionsToTxnRequest)]) == 1
-    assert not core.gated and len(core.drain(12, lambda topic, partition: 1)[0].batches) == 3
+    assert not core.gated and len(core.drain(now_ms + 1, lambda topic, partition: 1)[0].batches) == 3
 
 
 @pytest.mark.parametrize("committed", [True, False])
