@@ -126,12 +126,13 @@ class TransactionService:
         """Send this turn's gathered additions: one coordinator call per producer id and epoch."""
         self._gathered_call = None
         gathered, self._gathered_additions = self._gathered_additions, {}
-        for (transactional_id, producer_id, producer_epoch), (partitions, answers) in gathered.items():
-            request = AddPartitionsRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                           producer_epoch=producer_epoch, partitions=frozenset(partitions))
-            added = self._park(lambda key, request=request: self._coordinator.add_partitions(  # type: ignore[misc]
-                request, key, self.now_ms()))
-            added.addBoth(_answer_each, answers)
+        with self._one_round():  # additions answered at once (listed already) release their appends into one round
+            for (transactional_id, producer_id, producer_epoch), (partitions, answers) in gathered.items():
+                request = AddPartitionsRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                               producer_epoch=producer_epoch, partitions=frozenset(partitions))
+                added = self._park(lambda key, request=request: self._coordinator.add_partitions(  # type: ignore[misc]
+                    request, key, self.now_ms()))
+                added.addBoth(_answer_each, answers)
 
     def add_offsets(self, request: AddOffsetsRequest) -> Deferred[None]:
         """Add a group's offsets partition to the ongoing transaction."""

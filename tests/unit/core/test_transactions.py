@@ -268,6 +268,21 @@ def test_version_2_batches_released_by_one_addition_share_one_fsync_round(tmp_pa
         _settled(rig, answer)
 
 
+def test_version_2_batches_of_partitions_added_already_share_one_fsync_round(tmp_path: Path) -> None:
+    """The producer added its partitions with AddPartitionsToTxn while it wrote; the produce that follows asks the
+    leaders to add them again, answered at once: both appends still go to disk in one fsync round."""
+    rig = _started(tmp_path)
+    identity = _begin(rig)
+    _add(rig, identity, T0, T1)
+    _quiet(rig)
+    produced = [_produce_adding(rig, T0, _batch(identity, 0, b"a")), _produce_adding(rig, T1, _batch(identity, 0, b"b"))]
+    rig.clock.advance(0)  # the additions of this turn, answered without a write
+    (round_logs, _), = rig.engine.rounds
+    assert set(round_logs) == {rig.logs.get("t", 0), rig.logs.get("t", 1)}
+    for answer in produced:
+        _settled(rig, answer)
+
+
 def test_version_2_offsets_join_the_transaction_without_add_offsets(tmp_path: Path) -> None:
     rig = _started(tmp_path)
     identity = _begin(rig)
