@@ -512,9 +512,14 @@ class TransactionCoordinator:
         return views.list_transactions(self._metadata, states, producer_ids)
 
     def open_count(self) -> int:
-        """Transactions Ongoing, or decided with markers still to write (a completion lingering is not open)."""
+        """Transactions Ongoing, or decided with markers still to write (a completion lingering or being written
+        is not open)."""
         return sum(1 for m in self._metadata.values() if m.state is TransactionState.ONGOING
-                   or (m.state.prepared and m.transactional_id not in self._completing))
+                   or (m.state.prepared and not self._markers_done(m.transactional_id)))
+
+    def _markers_done(self, transactional_id: str) -> bool:
+        write = self._writes_in_flight.get(transactional_id)
+        return transactional_id in self._completing or (write is not None and write.after is _After.COMPLETED)
 
     def pending_request_keys(self) -> list[Hashable]:
         """Every parked request and write awaiting an answer (failed when the coordinator resigns)."""

@@ -194,6 +194,9 @@ def test_a_transaction_is_open_until_its_markers_are_written_not_while_its_compl
     coordinator.ready()
     coordinator.tick(11)
     assert [record for _, record in coordinator.ready().writes]  # the lingering completion, written at its deadline
+    assert coordinator.open_count() == 0  # while that write is in flight too (it counted as open again)
+    coordinator.written("t", 11)
+    assert coordinator.open_count() == 0
 
 
 def _ongoing_at(epoch: int) -> TransactionCoordinator:
