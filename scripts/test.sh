@@ -31,4 +31,4 @@ export PYSPARK_PYTHON="$(command -v python3)" SPARK_LOCAL_IP=127.0.0.1
 # Three workers (MQBROKER_TEST_WORKERS; 0 runs the suite in this one process): most integration tests wait
 # rather than compute, so three share the two cores well. Each module runs whole on one worker, the Spark
 # modules on one together, and tests marked `alone` while the other workers pause (tests/parallel.py).
-python3 -m pytest -q -n "${MQBROKER_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder "$@"
+python3 -m pytest -q -n "${MQBROKER_TEST_WORKERS:-3}" --dist loadscope "$@"

@@ -1,14 +1,14 @@
-"""The suite in pytest-xdist workers (``-n 3 --dist loadgroup --no-loadscope-reorder``, as scripts/test.sh runs it).
+"""The suite in pytest-xdist workers (``-n 3 --dist loadscope``, as scripts/test.sh runs it).
 
 Most integration tests wait (brokers starting, polls, kill -9 and restarts) rather than compute, so a few
 workers on two cores finish the suite in about half the time of one process. This plugin keeps that safe:
 
-- **A module runs whole on one worker**: each test gets the ``xdist_group`` of its module unless it names
-  one itself, so a module-scoped broker or cluster starts once. The Spark modules (those using
-  ``SPARK_FIXTURES``) share the group ``spark``: one worker starts the session's one SparkSession and runs
-  their jobs one after another.
-- **Longest groups first**: ``HEAVY_GROUPS`` (measured) are handed out before the integration modules,
-  and those before the quick unit modules, so that no long module starts last and runs alone at the end.
+- **A module runs whole on one worker** (``--dist loadscope``, with ``ModuleGroups`` as its scheduler), so a
+  module-scoped broker or cluster starts once. The Spark modules (``tests/integration/*spark*.py``) form one
+  group: one worker starts the session's one SparkSession and runs their jobs one after another. A test
+  elsewhere that uses a SparkSession fails the collection (``SPARK_FIXTURES``).
+- **Longest groups first**: the Spark group, then the integration and security modules, then the quick unit
+  and property modules, so that no long module starts last and runs on while the other workers idle.
 - **Tests marked ``alone`` run while no other worker runs a test**: those that bound a time, a rate or
   CPU would measure the other workers' load. Every test holds a shared lock; an ``alone`` test takes it
   exclusively (writer first: a turnstile stops new tests while it waits), so the workers pause meanwhile.
@@ -16,6 +16,8 @@ workers on two cores finish the suite in about half the time of one process. Thi
 
 Ports and data directories cannot collide: each worker picks ports from its own share of the range
 (``tests/integration/brokerprocess.free_port``) and its temporary directories under its own basetemp.
+(pytest-xdist's own ``xdist_group`` marks do not group under pytest 9: it renames a test's ``_nodeid``,
+which pytest 9 no longer reads; hence a scheduler of our own.)
 """
 
 from __future__ import annotations
@@ -30,53 +32,61 @@ from typing import IO, Any
 
 import pytest
 
-#: Groups by their measured length, longest first (a stale entry costs balance only, never correctness).
-HEAVY_GROUPS = (
-    "spark",
-)
-#: A module with a test that uses one of these joins the group ``spark``.
+SPARK_GROUP = "spark"
+#: A test that uses one of these must be in a module of ``SPARK_GROUP``.
 SPARK_FIXTURES = frozenset({"spark", "spark_broker"})
-#: Then the modules under these directories, then all others (quick unit and property tests).
+#: After the Spark group, the modules under these directories, then all others.
 SLOW_DIRECTORIES = ("tests/integration/", "tests/security/")
 
 _LOCK_DIRECTORY = "mqbroker_lock_directory"
 
 
-def _module(item: pytest.Item) -> str:
-    return item.nodeid.split("::")[0]
-
-
-def _group(item: pytest.Item) -> str | None:
-    marker = item.get_closest_marker("xdist_group")
-    if marker is None:
-        return None
-    return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+def group_of(nodeid: str) -> str:
+    """The group a test runs in: its module, or ``SPARK_GROUP`` for ``tests/integration/*spark*.py``."""
+    module = nodeid.split("::")[0]
+    directory, _, name = module.rpartition("/")
+    return SPARK_GROUP if directory == "tests/integration" and "spark" in name else module
 
 
 def _rank(group: str) -> int:
-    if group in HEAVY_GROUPS:
-        return HEAVY_GROUPS.index(group)
-    return len(HEAVY_GROUPS) + (0 if group.startswith(SLOW_DIRECTORIES) else 1)
+    if group == SPARK_GROUP:
+        return 0
+    return 1 if group.startswith(SLOW_DIRECTORIES) else 2
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a worker: give each test its module's group (unless it has one) and order the groups longest first.
+    """In a worker: order the groups longest first, each group's tests in their order; check the Spark group.
 
-    Runs before xdist's own hook, which appends the group to the test's id for the scheduler. Every worker
-    sorts the same collection the same way, as xdist requires.
+    Every worker sorts the same collection the same way, as xdist requires.
     """
     if not hasattr(config, "workerinput"):
         return
-    spark_modules = {_module(item) for item in items if SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ()))}
+    for item in items:
+        if SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ())) and group_of(item.nodeid) != SPARK_GROUP:
+            raise pytest.UsageError(f"{item.nodeid} uses a SparkSession: name its module tests/integration/*spark*.py"
+                                    " so that it runs in the one worker that has one (tests/parallel.py)")
     first_seen: dict[str, int] = {}
     for index, item in enumerate(items):
-        group = _group(item)
-        if group is None:
-            group = "spark" if _module(item) in spark_modules else _module(item)
-            item.add_marker(pytest.mark.xdist_group(group))
-        first_seen.setdefault(group, index)
-    items.sort(key=lambda item: (_rank(_group(item)), first_seen[_group(item)]))
+        first_seen.setdefault(group_of(item.nodeid), index)
+    items.sort(key=lambda item: (_rank(group_of(item.nodeid)), first_seen[group_of(item.nodeid)]))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """In the controller, for ``--dist loadscope``: ``ModuleGroups``, which keeps the collection's order."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        """Hands out whole groups (``group_of``) in the collection's order, the longest first."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    config.option.loadscopereorder = False  # the workers ordered the collection already
+    return ModuleGroups(config, log)
 
 
 @pytest.hookimpl(optionalhook=True)
