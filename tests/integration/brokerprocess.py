@@ -169,6 +169,8 @@ class BrokerProcess:
             if self.is_ready():
                 return
             time.sleep(0.05)
+        self.process.kill()  # a broker that never got ready is no fixture's to kill: it would outlive the run
+        self.process.wait()
         raise RuntimeError(f"broker not ready after {timeout_s}s:\n{self.log_text()[-4000:]}")
 
     def is_ready(self) -> bool:
