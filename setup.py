@@ -25,6 +25,8 @@ RUNTIME_REQUIREMENTS = [
 TEST_REQUIREMENTS = [
     "pytest>=8",
     "pytest-twisted>=1.14",
+    # scripts/test.sh runs the suite in worker processes (tests/parallel.py)
+    "pytest-xdist>=3.6",
     "hypothesis>=6.100",
     "import-linter>=2.0",
     "ruff>=0.6",

@@ -28,4 +28,7 @@ bash tests/kafka_reference/kafka_reference.sh install
 python3 -m compileall -q -j 0 mqbroker
 
 export PYSPARK_PYTHON="$(command -v python3)" SPARK_LOCAL_IP=127.0.0.1
-python3 -m pytest -q "$@"
+# Three workers (MQBROKER_TEST_WORKERS; 0 runs the suite in this one process): most integration tests wait
+# rather than compute, so three share the two cores well. Each module runs whole on one worker, the Spark
+# modules on one together, and tests marked `alone` while the other workers pause (tests/parallel.py).
+python3 -m pytest -q -n "${MQBROKER_TEST_WORKERS:-3}" --dist loadscope "$@"

@@ -10,3 +10,6 @@ settings.register_profile(
 )
 settings.register_profile("thorough", deadline=None, max_examples=5000)
 settings.load_profile("ci")
+
+#: Grouping, ordering and the ``alone`` lock for pytest-xdist workers (scripts/test.sh runs the suite in three).
+pytest_plugins = ["tests.parallel"]

@@ -48,19 +48,44 @@ def free_port() -> int:
     A port the kernel picked (bind to 0) could be handed out again, as a connection's source port or
     to another port-0 listener, between this pick and the broker's bind: a fixed port such as a
     cluster's controller port then fails to bind. Ports below ``ip_local_port_range`` are never
-    handed out by the kernel, and one process never gets the same one twice.
+    handed out by the kernel, and one process never gets the same one twice. Under pytest-xdist each
+    worker picks from its own share of that range (``_port_range``), so no worker takes a port another
+    one picked, e.g. that of a broker it killed and is about to restart.
     """
+    return free_port_pair(0)
+
+
+def free_port_pair(offset: int) -> int:
+    """A free port (as ``free_port``) whose partner ``offset`` above is free too and in this worker's share."""
+    low, high = _port_range()
     while True:
-        port = _ports.randrange(_PORTS_LOW, _ephemeral_low())
-        if port in _handed_out:
+        port = _ports.randrange(low, high - offset)
+        if port in _handed_out or port + offset in _handed_out:
             continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
+        if not all(_bindable(candidate) for candidate in {port, port + offset}):
+            continue
+        _handed_out.update({port, port + offset})
         return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _port_range() -> tuple[int, int]:
+    """``[low, high)``: the ports below the ephemeral range, or this pytest-xdist worker's slice of them."""
+    low, high = _PORTS_LOW, _ephemeral_low()
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or workers < 2:
+        return low, high
+    share = (high - low) // workers
+    index = int(worker[2:]) % workers  # a restarted worker gets the next number
+    return low + index * share, low + (index + 1) * share
 
 
 _PORTS_LOW = 10_000
@@ -144,6 +169,8 @@ class BrokerProcess:
             if self.is_ready():
                 return
             time.sleep(0.05)
+        self.process.kill()  # a broker that never got ready is no fixture's to kill: it would outlive the run
+        self.process.wait()
         raise RuntimeError(f"broker not ready after {timeout_s}s:\n{self.log_text()[-4000:]}")
 
     def is_ready(self) -> bool:

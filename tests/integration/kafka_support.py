@@ -85,16 +85,9 @@ class ApacheKafka:
 
 def running_apache_kafka(directory: pathlib.Path, *settings: str) -> Iterator[ApacheKafka]:
     """A started reference broker on a free port pair, stopped afterwards."""
-    from tests.integration.brokerprocess import free_port
+    from tests.integration.brokerprocess import free_port_pair
 
-    port = free_port()
-    while True:  # the controller listens on the next port, which must be free too
-        try:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", port + 1))
-            break
-        except OSError:
-            port = free_port()
+    port = free_port_pair(1)  # the controller listens on the next port
     kafka = ApacheKafka(directory, port, *settings)
     kafka.start()
     try:

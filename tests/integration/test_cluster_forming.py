@@ -13,11 +13,13 @@ import time
 
 import paho.mqtt.client as mqtt
 import pika
+import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.integration.clusterprocess import cluster_brokers, wait_for
 
 
+@pytest.mark.alone  # the cluster must form within the 5 s a client may wait: no other test's load meanwhile
 def test_clients_connecting_before_the_quorum_forms_are_served_once_it_has(tmp_path: pathlib.Path) -> None:
     brokers = cluster_brokers(tmp_path)
     first, others = brokers[0], brokers[1:]

@@ -247,6 +247,7 @@ def test_mapping_rules_changed_through_one_brokers_admin_api_hold_on_every_broke
     subscriber.disconnect()
 
 
+@pytest.mark.alone  # bounds a time or rate: no other test's load meanwhile
 def test_a_will_whose_delay_began_is_published_on_time_by_a_survivor_after_kill9(cluster: list[BrokerProcess]) -> None:
     prefix, will_delay_s = unique("fleet"), 8
     watcher = _mqtt(cluster[1], unique("watcher"), version=mqtt.MQTTv5)

@@ -102,6 +102,7 @@ def test_mosquitto_sub_at_protocol_5_receives_retained_from_mosquitto_pub(mqtt_b
     assert result.stdout.strip() == "kept"
 
 
+@pytest.mark.alone  # bounds a time or rate: no other test's load meanwhile
 def test_a_fleet_connecting_at_once_is_not_dropped_by_the_listen_queue(mqtt_broker: MqttBroker) -> None:
     # 300 clients connect back to back without waiting for their CONNACKs, as a fleet does when its broker
     # restarts. The kernel completes each handshake into the listener's queue; past listen(2)'s backlog it

@@ -60,6 +60,7 @@ def _metadata_works(broker: BrokerProcess) -> bool:
 WAKEUP_FETCH_WAIT_MS = 30_000
 
 
+@pytest.mark.alone  # bounds a time or rate: no other test's load meanwhile
 def test_a_waiting_fetch_returns_as_soon_as_a_produce_arrives(shared_broker: BrokerProcess) -> None:
     waiting = RawNativeConnection(shared_broker.ports["native"])
     producing = RawNativeConnection(shared_broker.ports["native"])

@@ -5,7 +5,6 @@ cluster that refuses anonymous clients and authorizes with ACLs."""
 from __future__ import annotations
 
 import pathlib
-import socket
 import time
 from collections.abc import Iterator
 
@@ -15,7 +14,7 @@ from mqbroker.security.certs import CertificateFiles, init_directory
 from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.tls import client_ssl_context
-from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port
+from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port, free_port_pair
 from tests.integration.clusterprocess import retrying, start_all
 
 #: Every broker's native TLS port is its native port plus this (the offset must be the same on every broker).
@@ -31,18 +30,6 @@ principal_mapping_rules = "RULE:^CN=(.*?)(,.*)?$/$1/,DEFAULT"
 """
 
 
-def _port_pair() -> int:
-    """A free port whose partner ``TLS_OFFSET`` above is free too."""
-    while True:
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + TLS_OFFSET))
-                return port
-            except OSError:
-                continue
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[BrokerProcess], CertificateFiles]]:
     root: pathlib.Path = tmp_path_factory.mktemp("inter-broker-tls")
@@ -54,7 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Bro
     brokers = []
     for node_id, controller_port in controller_ports.items():
         ports = {name: free_port() for name in LISTENERS}
-        ports["native"] = _port_pair()
+        ports["native"] = free_port_pair(TLS_OFFSET)
         brokers.append(BrokerProcess(data_dir=root / f"broker-{node_id}", ports=ports, extra_args=[
             "--node-id", str(node_id), "--controller-quorum", quorum, "--controller-port", str(controller_port),
             "--config", str(config), "--tls-cert", str(files.brokers[node_id][0]), "--tls-key", str(files.brokers[node_id][1]),

@@ -31,6 +31,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
     process.kill()
 
 
+@pytest.mark.alone  # bounds a time or rate: no other test's load meanwhile
 def test_a_fast_producer_is_throttled_to_its_quota_and_nothing_is_lost(limited: BrokerProcess) -> None:
     with Admin(limited.bootstrap) as admin:
         admin.create_topics(["quota"], partitions=1)

@@ -16,6 +16,9 @@ from paho.mqtt.properties import Properties
 from tests.integration.amqp_support import AmqpBroker
 from tests.integration.mqtt_support import Client, MqttBroker
 
+#: Every test bounds a rate (within 20 % of a quota): no other test's load meanwhile.
+pytestmark = pytest.mark.alone
+
 QUOTA_BYTES_PER_SECOND = 200_000
 PAYLOAD = 1000
 #: Clients named "bulk-..." have no quota: they fill topics and queues for the throttled consumers.

@@ -184,6 +184,7 @@ def test_delivery_limit_and_rejection_dead_letter_records_with_their_origin(shar
     assert described.partitions[0].start_offset == 20
 
 
+@pytest.mark.alone  # bounds a time or rate: no other test's load meanwhile
 def test_deliver_at_times_survive_a_kill_9_and_records_arrive_on_time(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, "reminders", partitions=1)
     create_group(broker.bootstrap, "reminders-now", ["reminders"])

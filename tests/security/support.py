@@ -12,7 +12,7 @@ from mqbroker.client import Admin, Consumer, Producer
 from mqbroker.client.security import ClientSecurity
 from mqbroker.protocols.framing import LengthPrefixedFrames, frame
 from mqbroker.security.certs import CertificateFiles, init_directory
-from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port
+from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port, free_port_pair
 from tests.integration.clusterprocess import retrying, start_all, wait_for
 from tests.integration.security_support import PASSWORDS, acl
 
@@ -169,7 +169,7 @@ def start_secured_cluster(root: pathlib.Path, size: int = 3) -> SecuredCluster:
     config = root / "security.toml"
     config.write_text(CLUSTER_TOML.format(password_file=password_file))
     controller_ports = {node_id: free_port() for node_id in range(1, size + 1)}
-    native_ports = {node_id: port_pair() for node_id in controller_ports}
+    native_ports = {node_id: free_port_pair(TLS_OFFSET) for node_id in controller_ports}  # TLS: the same offset
     tls_ports = {node_id: port + TLS_OFFSET for node_id, port in native_ports.items()}
     quorum = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in controller_ports.items())
     brokers = []
@@ -192,18 +192,6 @@ def start_secured_cluster(root: pathlib.Path, size: int = 3) -> SecuredCluster:
         admin.create_acls([acl("User:alice", "read", "topic", CANARY)])
     wait_for(lambda: _in_sync(cluster), 30, "the canary's replicas in sync")
     return cluster
-
-
-def port_pair() -> int:
-    """A free port whose partner ``TLS_OFFSET`` above is free too (every broker's TLS port has the same offset)."""
-    while True:
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + TLS_OFFSET))
-                return port
-            except OSError:
-                continue
 
 
 def _in_sync(cluster: SecuredCluster) -> bool:

@@ -21,9 +21,9 @@ from mqbroker.client.tls import client_ssl_context
 from mqbroker.protocols.framing import LengthPrefixedFrames, frame
 from mqbroker.security.certs import CertificateFiles, init_directory
 from mqbroker.security.inter_broker import ClientHandshake, HandshakeMethod
-from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port
+from tests.integration.brokerprocess import LISTENERS, BrokerProcess, free_port, free_port_pair
 from tests.integration.clusterprocess import retrying, start_all
-from tests.security.support import CANARY, TLS_OFFSET, port_pair, honest_round_trip, state_of
+from tests.security.support import CANARY, TLS_OFFSET, honest_round_trip, state_of
 
 REFUSE = 0xC4
 TOML = """
@@ -48,7 +48,7 @@ def mtls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[lis
     quorum = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in controller_ports.items())
     brokers = []
     for node_id, controller_port in controller_ports.items():
-        ports = {name: free_port() for name in LISTENERS} | {"native": port_pair()}
+        ports = {name: free_port() for name in LISTENERS} | {"native": free_port_pair(TLS_OFFSET)}
         certificate, key = files.brokers[node_id]
         brokers.append(BrokerProcess(data_dir=root / f"broker-{node_id}", ports=ports, extra_args=[
             "--node-id", str(node_id), "--controller-quorum", quorum, "--controller-port", str(controller_port),
