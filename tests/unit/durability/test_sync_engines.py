@@ -200,11 +200,15 @@ async def test_a_round_that_covered_every_waiter_is_not_followed_by_an_empty_one
     assert flusher.rounds == 2 and partition_log.durable_end_offset == 2
 
 
-@pytest_twisted.ensureDeferred
-async def test_a_round_syncs_at_most_fsync_round_logs_max_logs_and_the_rest_follow_in_the_next(
-    engine, tmp_path, monkeypatch
-) -> None:
-    monkeypatch.setattr(limits, "fsync_round_logs_max", 3)
+async def _settle(flusher: Flusher, waits: list[Any]) -> None:
+    """Wait for every durability wait, then for the flusher's last round."""
+    for waited in waits:
+        await waited
+    await flusher.drain()
+
+
+def _count_round_sizes(engine, monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """The number of logs of each round ``engine`` is asked to sync, as they come."""
     round_sizes: list[int] = []
     real_sync = engine.sync
 
@@ -213,34 +217,32 @@ async def test_a_round_syncs_at_most_fsync_round_logs_max_logs_and_the_rest_foll
         return real_sync(logs)
 
     monkeypatch.setattr(engine, "sync", counting_sync)
+    return round_sizes
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_round_syncs_at_most_fsync_round_logs_max_logs_and_the_rest_follow_in_the_next(
+    engine, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(limits, "fsync_round_logs_max", 3)
+    round_sizes = _count_round_sizes(engine, monkeypatch)
     flusher = Flusher(engine, lambda logs: None)
     logs = _logs(tmp_path, 7, appended=1)
     waits = [flusher.wait_durable(partition_log, 0) for partition_log in logs]
-    for waited in waits:
-        await waited
-    await flusher.drain()
+    await _settle(flusher, waits)
     assert round_sizes == [1, 3, 3]  # the first waiter starts a round at once; the other six wait, three a round
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
 
 
 @pytest_twisted.ensureDeferred
 async def test_appends_inside_one_round_share_one_fsync_round(engine, tmp_path, monkeypatch) -> None:
-    round_sizes: list[int] = []
-    real_sync = engine.sync
-
-    def counting_sync(logs):  # type: ignore[no-untyped-def]
-        round_sizes.append(len(logs))
-        return real_sync(logs)
-
-    monkeypatch.setattr(engine, "sync", counting_sync)
+    round_sizes = _count_round_sizes(engine, monkeypatch)
     flusher = Flusher(engine, lambda logs: None)
     logs = _logs(tmp_path, 3, appended=1)
     with flusher.one_round():  # as a transaction's markers to three partitions are appended
         waits = [flusher.wait_durable(partition_log, 0) for partition_log in logs]
         assert round_sizes == []  # held until the block ends
-    for waited in waits:
-        await waited
-    await flusher.drain()
+    await _settle(flusher, waits)
     assert round_sizes == [3]  # without the block: [1, 2], the first alone
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
 
@@ -249,20 +251,11 @@ async def test_appends_inside_one_round_share_one_fsync_round(engine, tmp_path, 
 async def test_with_the_reactor_a_round_starts_when_the_turn_ends_so_the_turns_appends_share_it(
     engine, tmp_path, monkeypatch
 ) -> None:
-    round_sizes: list[int] = []
-    real_sync = engine.sync
-
-    def counting_sync(logs):  # type: ignore[no-untyped-def]
-        round_sizes.append(len(logs))
-        return real_sync(logs)
-
-    monkeypatch.setattr(engine, "sync", counting_sync)
+    round_sizes = _count_round_sizes(engine, monkeypatch)
     flusher = Flusher(engine, lambda logs: None, reactor)
     logs = _logs(tmp_path, 3, appended=1)
     waits = [flusher.wait_durable(partition_log, 0) for partition_log in logs]  # three produces read in one turn
     assert round_sizes == []  # nothing submitted inside the turn
-    for waited in waits:
-        await waited
-    await flusher.drain()
+    await _settle(flusher, waits)
     assert round_sizes == [3]  # without the reactor: [1, 2], the first alone
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
