@@ -266,26 +266,16 @@ class ProducerCore:
 
     def gates_due(self, now_ms: int) -> bool:
         """True when the gated partitions should be added to the transaction now: a batch of one is ready to send
-        (``gated_batch_ready``), or has gathered records for ``ADD_PARTITIONS_GATHER_MS`` (or ``linger_ms``, if
-        less), so the partitions an application writes to in quick succession go in one AddPartitionsToTxn."""
-        return self.gated_batch_ready(now_ms) or any(
+        (full, or flushing), or has gathered records for ``ADD_PARTITIONS_GATHER_MS`` (or ``linger_ms``, if less),
+        so the partitions an application writes to in quick succession go in one AddPartitionsToTxn."""
+        return self._flushing or any(self._queues.get(key) for key in self.gated) or any(
             now_ms >= deadline_ms for deadline_ms in self._gate_deadlines_ms())
 
-    def gated_batch_ready(self, now_ms: int) -> bool:
-        """True when a gated partition has a batch the next ``drain`` would send (full, flushing, or past
-        ``linger_ms``) once its partition is added."""
-        linger_ms = self.config.linger_ms
-        return self._flushing or any(
-            self._queues.get(key) or (key in self._open and now_ms - self._open[key].created_ms >= linger_ms)
-            for key in self.gated)
-
-    def open_gates(self, keys: set[tuple[str, int]], send_open_batches: bool) -> None:
-        """These partitions were added to the transaction (or, version 2, their batches add them): their batches may
-        go. ``send_open_batches``: the open ones go at once; otherwise they keep gathering records until
-        ``linger_ms`` or a flush like any batch (sent at once, they would cost each partition leader an fsync round
-        of their own while the application writes the rest)."""
+    def open_gates(self, keys: set[tuple[str, int]]) -> None:
+        """These partitions were added to the transaction: their batches may go, the open ones at once (the
+        addition took the place of ``linger_ms``), so their records travel while the application writes more."""
         self.gated -= keys
-        for key in keys if send_open_batches else ():
+        for key in keys:
             batch = self._open.get(key)
             if batch is not None and not self._queues.get(key):
                 self._close(key, batch)

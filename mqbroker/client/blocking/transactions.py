@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from mqbroker import errors
 from mqbroker.client.backoff import Backoff
-from mqbroker.client.blocking.cluster import wall_clock_ms
 from mqbroker.client.blocking.group import coordinator_connection
 from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
@@ -56,16 +55,6 @@ class CoordinatorCalls:
         """Send ``request`` to the coordinator of ``key``; retry what is retriable until the deadline."""
         with self._one_at_a_time:
             return self._request(key, key_type, request, check)
-
-    def announce(self, key: str, key_type: CoordinatorType, request: object) -> None:
-        """Send ``request`` to the coordinator of ``key`` without waiting for its answer, which the next
-        ``request`` on that connection passes over; a failure to send only drops the connection. For a request
-        whose work something else repeats and waits for (an AddPartitionsToTxn the produces repeat)."""
-        with self._one_at_a_time:
-            try:
-                self._connection(key, key_type).send(request)
-            except errors.BrokerError:
-                self._drop(key, key_type)
 
     def version_of(self, key: str, key_type: CoordinatorType, api_key: ApiKey) -> int | None:
         """The version the coordinator of ``key`` is sent ``api_key`` at (None: it speaks none this client does)."""
@@ -117,8 +106,8 @@ class ProducerTransactions:
 
     ``send`` only marks a new partition as waiting (its batches are held: ``core.gated``); the I/O
     thread adds every waiting partition in one AddPartitionsToTxn before it sends their batches
-    (``add_waiting_partitions``), as Kafka's sender does; in transaction version 2 the batches add their
-    partitions at the partition leaders (that request only goes ahead). ``_state`` guards the tracker (never held
+    (``add_waiting_partitions``), as Kafka's sender does; in transaction version 2 it sends them at
+    once and the partition leaders add the partitions. ``_state`` guards the tracker (never held
     across a request or a flush); ``_calls_in_order`` serializes the application's own calls.
 
     A partition the open transaction already took is in ``sendable``: ``send`` checks only that (a set
@@ -207,30 +196,17 @@ class ProducerTransactions:
 
     def add_waiting_partitions(self) -> list[ProducerBatch]:
         """(The I/O thread.) One AddPartitionsToTxn for every waiting partition, then let their batches go; if it
-        is refused, fail those batches (the transaction must be aborted) and return them.
-
-        In transaction version 2 each batch adds its partition at the partition leader, so no answer is
-        waited for: a batch ready to send (full, flushed, or past ``linger_ms``) goes at once; otherwise the partitions gathered
-        records (``ADD_PARTITIONS_GATHER_MS``) while the application writes on, so an AddPartitionsToTxn goes
-        ahead unanswered (``CoordinatorCalls.announce``) to start the coordinator's addition (which waits for
-        the previous transaction's markers) now, and the records follow at ``linger_ms`` or the commit's flush:
-        their leaders find the partitions added (or join the addition in progress) and take them in one fsync
-        round, where a first batch sent at once took a round of its own."""
+        is refused, fail those batches (the transaction must be aborted) and return them. In transaction
+        version 2 their first batches add them at the partition leaders: they go at once, no request."""
         with self._state:
             waiting = set(self.tracker.pending)
         if not waiting:
             return []
         core = self._producer._core
-        version_2 = self._requests.transaction_version >= 2
-        with self._producer._lock:
-            send_open_batches = not version_2 or core.gated_batch_ready(wall_clock_ms())
-        add = self._requests.add_partitions(waiting)
         try:
-            if not version_2:
-                self._calls.request(self._requests.transactional_id, CoordinatorType.TRANSACTION, add,
-                                    raise_first_partition_error)
-            elif not send_open_batches:
-                self._calls.announce(self._requests.transactional_id, CoordinatorType.TRANSACTION, add)
+            if self._requests.transaction_version < 2:
+                self._calls.request(self._requests.transactional_id, CoordinatorType.TRANSACTION,
+                                    self._requests.add_partitions(waiting), raise_first_partition_error)
         except errors.BrokerError as error:
             with self._state:
                 self.tracker.add_failed(waiting, error)
@@ -240,7 +216,7 @@ class ProducerTransactions:
         with self._state:
             self.tracker.added(waiting)
         with self._producer._lock:
-            core.open_gates(waiting, send_open_batches)
+            core.open_gates(waiting)
         return []
 
     def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:

@@ -310,32 +310,15 @@ def test_gated_partitions_are_added_together_once_a_batch_gathered_or_is_ready()
     assert eager.gates_due(10)
 
 
-def test_a_partition_its_produce_adds_sends_its_open_batch_at_once() -> None:
-    """Transaction version 2 with a batch ready: the produce adds the partition, so it goes before linger_ms."""
+def test_an_added_partition_sends_its_open_batch_at_once() -> None:
+    """The addition took the place of linger_ms: the records travel while the application writes more."""
     core = _core(linger_ms=5, transactional_id="tx")
     core.gated.add(("events", 0))
     core.append("events", 0, 1, None, b"a", None, now_ms=10)
     assert core.drain(11, _leader_one) == []
-    core.open_gates({("events", 0)}, send_open_batches=True)
+    core.open_gates({("events", 0)})
     (plan,) = core.drain(11, _leader_one)  # before linger_ms passed
     assert [batch.partition for batch in plan.batches] == [0] and not core.gated
-
-
-def test_a_partition_added_by_request_keeps_its_open_batch_until_linger_or_a_flush() -> None:
-    """After an AddPartitionsToTxn the records go out like any batch: a batch sent at once would cost the leader
-    an fsync round of its own while the application writes the rest of the transaction."""
-    core = _core(linger_ms=5, transactional_id="tx")
-    core.gated.add(("events", 0))
-    core.append("events", 0, 1, None, b"a", None, now_ms=10)
-    assert not core.gated_batch_ready(11) and core.gated_batch_ready(15)  # until linger_ms passed
-    core.open_gates({("events", 0)}, send_open_batches=False)
-    assert core.drain(11, _leader_one) == [] and not core.gated
-    (plan,) = core.drain(15, _leader_one)  # linger_ms passed
-    assert [batch.partition for batch in plan.batches] == [0]
-    core.gated.add(("events", 1))
-    core.append("events", 1, 1, None, b"b", None, now_ms=16)
-    core.flush()
-    assert core.gated_batch_ready(16)  # a flush (commit): its produce adds the partition
 
 
 def test_append_values_fills_a_batch_closes_it_and_goes_on_in_a_new_one() -> None:

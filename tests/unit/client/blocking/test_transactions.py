@@ -10,7 +10,6 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.client.backoff import Backoff
-from mqbroker.client.blocking.cluster import wall_clock_ms
 from mqbroker.client.blocking.transactions import ProducerTransactions
 from mqbroker.client.producer import ADD_PARTITIONS_GATHER_MS, ProducerCore
 from mqbroker.client.producer_config import ProducerConfig
@@ -21,8 +20,7 @@ from mqbroker.protocols.native.messages import InitProducerIdRequest, InitProduc
 
 
 class _Coordinator:
-    """Answers InitProducerId and EndTxn (transaction version 2: every EndTxn bumps the epoch); keeps what is
-    announced (an AddPartitionsToTxn sent ahead, unanswered)."""
+    """Answers InitProducerId and EndTxn (transaction version 2: every EndTxn bumps the epoch)."""
 
     def __init__(self) -> None:
         self.requests: list[object] = []
@@ -38,9 +36,6 @@ class _Coordinator:
             raise self.fail_end
         self.epoch += 1
         return t.EndTxnResponse(producer_id=7, producer_epoch=self.epoch)
-
-    def announce(self, key: str, key_type: object, request: object) -> None:
-        self.requests.append(request)
 
     def version_of(self, key: str, key_type: object, api_key: object) -> int:
         return 1
@@ -109,28 +104,6 @@ def test_a_committed_transaction_leaves_no_partition_sendable_for_the_next() -> 
     assert producer._core.gated == {("events", 0)}  # the next transaction adds it again
 
 
-def test_version_2_announces_gathered_partitions_and_lets_their_batches_linger() -> None:
-    """Partitions that gathered records: one AddPartitionsToTxn goes ahead, unanswered, while their records keep
-    lingering (their produces add them at the leaders); a batch ready to send (the commit's flush) goes at once."""
-    transactions, producer, coordinator = _transactions()
-    core = producer._core
-    transactions.tracker.begin()
-    now_ms = wall_clock_ms()  # (the I/O thread's clock: these batches have not lingered yet)
-    for partition in (0, 1):
-        producer.send(transactions, "events", partition)
-        core.append("events", partition, now_ms, None, b"v", None, now_ms=now_ms)
-    assert transactions.add_waiting_partitions() == []
-    (added,) = [request for request in coordinator.requests if isinstance(request, t.AddPartitionsToTxnRequest)]
-    assert [(topic.name, sorted(topic.partitions)) for topic in added.topics] == [("events", [0, 1])]
-    assert not core.gated and core.drain(now_ms + 1, lambda topic, partition: 1) == []  # still lingering
-    producer.send(transactions, "events", 2)
-    core.append("events", 2, now_ms, None, b"v", None, now_ms=now_ms)
-    core.flush()
-    assert transactions.add_waiting_partitions() == []
-    assert len([request for request in coordinator.requests if isinstance(request, t.AddPartitionsToTxnRequest)]) == 1
-    assert not core.gated and len(core.drain(now_ms + 1, lambda topic, partition: 1)[0].batches) == 3
-
-
 @pytest.mark.parametrize("committed", [True, False])
 def test_a_send_racing_the_end_of_its_transaction_is_refused(committed: bool) -> None:
     transactions, producer, _ = _transactions()
@@ -188,7 +161,7 @@ def test_the_gathering_of_gated_partitions_ends_at_a_time_the_driver_can_watch()
     core.append("events", 1, 12, None, b"v", None, now_ms=12)
     assert core.gates_open_ms == 10 + ADD_PARTITIONS_GATHER_MS
     assert core.gates_due(core.gates_open_ms) and not core.gates_due(core.gates_open_ms - 1)
-    core.open_gates({("events", 0)}, send_open_batches=False)
+    core.open_gates({("events", 0)})
     assert core.gates_open_ms == 12 + ADD_PARTITIONS_GATHER_MS
     core.fail_gated({("events", 1)}, errors.InvalidTxnStateError("refused"))
     assert core.gates_open_ms == never
