@@ -92,8 +92,11 @@ class Flusher:
             for waiter in waiters:
                 waiter.callback(None)
 
+    def _round_may_start(self) -> bool:
+        return self._round is None and not self._held and bool(self._dirty)
+
     def _maybe_start_round(self) -> None:
-        if self._round is not None or self._held or not self._dirty:
+        if not self._round_may_start():
             return
         if self._clock is None:
             self._start_round()
@@ -102,7 +105,7 @@ class Flusher:
 
     def _start_round(self) -> None:
         self._start_call = None
-        if self._round is not None or self._held or not self._dirty:
+        if not self._round_may_start():
             return  # a hold began since the turn asked for it; its end asks again
         logs = []
         for key in list(self._dirty):  # oldest request first; the rest wait for the next round

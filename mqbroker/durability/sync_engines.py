@@ -154,10 +154,7 @@ class AioSync:
 
     def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
         aio_round = _DescriptorRound(logs)
-        for handle, synced in aio_round.start():
-            assert handle not in self._on_result, f"descriptor {handle} is already being synced"
-            self._on_result[handle] = synced
-            self._queued.append(self._block(handle))
+        self._queued += [self._block(handle) for handle in aio_round.start(self._on_result)]
         self._submit_queued()
         return aio_round.done
 
@@ -258,11 +255,7 @@ class WorkerSync:
 
     def sync(self, logs: Sequence[SyncableLog]) -> Deferred[list[Synced]]:
         worker_round = _DescriptorRound(logs)
-        handles = []
-        for handle, synced in worker_round.start():
-            assert handle not in self._on_result, f"descriptor {handle} is already being synced"
-            self._on_result[handle] = synced
-            handles.append(handle)
+        handles = worker_round.start(self._on_result)
         if handles:
             self._worker.submit(handles)
         return worker_round.done
@@ -298,9 +291,10 @@ class _DescriptorRound:
         self._handles_left = 0
         self.done: Deferred[list[Synced]] = Deferred()
 
-    def start(self) -> list[tuple[int, Callable[[int, Failure | None], None]]]:
-        """Capture each log's ticket; return each descriptor to fsync with the callback for its result."""
-        to_sync = []
+    def start(self, on_result: dict[int, Callable[[int, Failure | None], None]]) -> list[int]:
+        """Capture each log's ticket; return the descriptors to fsync, each one's result callback put in
+        ``on_result`` (the engine's, by descriptor: one round at a time, each descriptor once in it)."""
+        to_sync: list[tuple[int, Callable[[int, Failure | None], None]]] = []
         for index, partition_log in enumerate(self._logs):
             try:
                 ticket = partition_log.begin_flush()
@@ -312,9 +306,12 @@ class _DescriptorRound:
             self._failures.append(None)
             to_sync += [(handle, functools.partial(self._synced, index)) for handle in ticket.handles]
         self._handles_left = len(to_sync)
+        for handle, synced in to_sync:
+            assert handle not in on_result, f"descriptor {handle} is already being synced"
+            on_result[handle] = synced
         if not to_sync:
             self._finish()
-        return to_sync
+        return [handle for handle, _ in to_sync]
 
     def _synced(self, index: int, result: int, error: Failure | None) -> None:
         if result < 0 and self._failures[index] is None:
