@@ -80,8 +80,9 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
 
         setattr(owner, name, wrapper)
 
-    def first_base_offset(results: Any) -> int | None:
-        records = next((result.records for result in results if result.records), None)
+    def first_base_offset(results: Any) -> int | None:  # of a client topic's batches (internal readers fetch too)
+        records = next((result.records for result in results if result.records and not result.topic.startswith("__")),
+                       None)
         return None if records is None else int.from_bytes(bytes(records[:8]), "big")
 
     def answered(results: Any) -> None:
