@@ -28,8 +28,6 @@ from mqbroker.protocols.native.messages import (
 #: one buffer per connection, reused: a fresh buffer per ``recv`` of this size costs an mmap, an
 #: mremap and a munmap on every read, several times per message at low rates.
 _RECEIVE_BYTES = 1024 * 1024
-#: The shortest socket timeout of a read that waits (``take_response`` with nothing left of its time): one poll.
-_SHORTEST_WAIT_S = 1e-6
 
 
 class BrokerUnavailableError(BrokerError):
@@ -76,8 +74,6 @@ class BlockingConnection:
                 raise BrokerUnavailableError(f"TLS handshake with {host}:{port} failed: {error}") from error
         self.address = f"{host}:{port}"
         self._timeout_s = timeout_s
-        #: Responses to ``send_for_later`` requests by correlation id (None until they arrive).
-        self._kept: dict[int, object | None] = {}
         self.codec = ClientConnection(client_id)
         versions = self.request(ApiVersionsRequest(), timeout_s)
         assert isinstance(versions, ApiVersionsResponse)
@@ -141,60 +137,26 @@ class BlockingConnection:
         return responses
 
     def request(self, request: object, timeout_s: float) -> object:
-        """Send ``request`` and wait for its response (only ``send_for_later`` requests may be in flight too)."""
+        """Send ``request`` and wait for its response (nothing else may be in flight)."""
         return self.await_response(self.send(request), timeout_s)
 
     def await_response(self, correlation_id: int, timeout_s: float) -> object:
         """Block until the response to ``correlation_id`` arrives; a large one may take many reads.
 
         Raises ``RequestTimedOutError`` when ``timeout_s`` passes first. Responses to other
-        requests that complete meanwhile are dropped, except those sent with ``send_for_later``.
+        requests that complete meanwhile are dropped: use this only when nothing else is in flight.
         """
-        response = self._wait_for(correlation_id, timeout_s)
-        if response is None:
-            raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
-        return raise_for_error_response(response)
-
-    def send_for_later(self, request: object) -> int:
-        """Write ``request``, whose response ``take_response`` claims later: it is kept when it arrives while
-        another request is awaited (a consumer's fetch left waiting at the broker while the application works)."""
-        correlation_id = self.send(request)
-        self._kept[correlation_id] = None
-        return correlation_id
-
-    def take_response(self, correlation_id: int, timeout_s: float) -> object | None:
-        """The response to a ``send_for_later`` request if it arrives within ``timeout_s`` (0: only what has
-        arrived), else None: it stays in flight."""
-        response = self._wait_for(correlation_id, timeout_s)
-        if response is None:
-            return None
-        del self._kept[correlation_id]
-        return raise_for_error_response(response)
-
-    def forget(self, correlation_id: int) -> None:
-        """Drop the response to a ``send_for_later`` request, now or when it arrives."""
-        self._kept.pop(correlation_id, None)
-
-    def _wait_for(self, correlation_id: int, timeout_s: float) -> object | None:
-        """Read until the response to ``correlation_id`` arrives (None after ``timeout_s``), keeping the
-        responses of ``send_for_later`` requests that arrive meanwhile."""
-        kept = self._kept.get(correlation_id)
-        if kept is not None:
-            return kept
         deadline = time.monotonic() + timeout_s
         wait_s = timeout_s
         while True:
-            wait_s = max(wait_s, _SHORTEST_WAIT_S)  # a timeout of 0 would make the socket non-blocking
             if self.socket.gettimeout() != wait_s:  # setting it is a syscall: skip it when unchanged
                 self.socket.settimeout(wait_s)
             for event in self.receive():
                 if event.correlation_id == correlation_id:
-                    return event.response
-                if event.correlation_id in self._kept:
-                    self._kept[event.correlation_id] = event.response
+                    return raise_for_error_response(event.response)
             wait_s = deadline - time.monotonic()
             if wait_s <= 0:
-                return None
+                raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
 
     def close(self) -> None:
         """Close the socket."""

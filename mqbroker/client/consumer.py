@@ -246,10 +246,6 @@ class ConsumerCore:
             self._fetching.discard(partition)
             self.stale_topics.add(partition[0])
 
-    def fetch_abandoned(self, plan: FetchPlan) -> None:
-        """The driver will not wait for this fetch's answer (the application moved the positions): fetch again."""
-        self._fetching.difference_update(plan.offsets)
-
     def fetch_completed(self, plan: FetchPlan, response: FetchResponse) -> list[Message]:
         """Decode a fetch reply into messages in offset order and advance the positions."""
         for partition in plan.offsets:

@@ -108,33 +108,6 @@ def test_seek_and_position_move_the_read_point(shared_broker: BrokerProcess) -> 
         assert consumer.position(("log", 0)) == 0
 
 
-def test_a_seek_or_a_pause_after_a_poll_is_not_held_up_by_the_fetch_sent_ahead(shared_broker: BrokerProcess) -> None:
-    """``poll`` sends the next fetch before it returns its messages (it waits at the broker while the application
-    works): a seek drops it, so the next poll reads from the new place at once; a pause keeps its records back."""
-    topic = "fetch-ahead"
-    with Admin(shared_broker.bootstrap) as admin:
-        admin.create_topics([topic], partitions=1)
-    with Producer(shared_broker.bootstrap) as producer:
-        for number in range(10):
-            producer.send(topic, value=b"%d" % number, partition=0)
-    with Consumer(shared_broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=30_000) as consumer:
-        consumer.assign([(topic, 0)])
-        read: list[Message] = []
-        while len(read) < 10:
-            read += consumer.poll(timeout=5)
-        consumer.seek((topic, 0), 3)
-        started = time.monotonic()
-        again = consumer.poll(timeout=10)
-        assert [message.offset for message in again] == list(range(3, 10))
-        assert time.monotonic() - started < 5  # not after the dropped fetch's 30 s, nor at the poll's timeout
-        consumer.pause((topic, 0))
-        with Producer(shared_broker.bootstrap) as producer:
-            producer.send(topic, value=b"10", partition=0)
-        assert consumer.poll(timeout=1) == []
-        consumer.resume((topic, 0))
-        assert [message.offset for message in consumer.poll(timeout=5)] == [10]
-
-
 def test_send_many_writes_every_value_in_order_and_counts_the_outcomes(shared_broker: BrokerProcess) -> None:
     with Admin(shared_broker.bootstrap) as admin:
         admin.create_topics(["bulk"], partitions=1)

@@ -2,9 +2,7 @@
 
 The logic (positions, fetch plans, offset resets) is the pure ``ConsumerCore``; with a group,
 ``GroupMembership`` (``group.py``) heartbeats on its own thread and hands assignment changes
-to ``poll``, which applies them between fetches. When a fetch brings messages, ``poll`` sends
-the next one before it returns them: that fetch waits at the broker while the application
-works, so new records are answered as soon as they become readable (like Kafka's consumer).
+to ``poll``, which applies them between fetches.
 """
 
 from __future__ import annotations
@@ -13,15 +11,13 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests, wall_clock_ms
 from mqbroker.client.blocking.group import GroupMembership, remaining_s, resolve_callback
-from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
+from mqbroker.client.connection import BrokerUnavailableError
 from mqbroker.client.consumer import (
     ConsumerConfig,
     ConsumerCore,
-    FetchPlan,
     Message,
     OffsetReset,
     TopicPartition,
@@ -41,16 +37,6 @@ from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import FetchResponse
 from mqbroker.records.readable import UnreadableBatch
-
-
-@dataclass(slots=True)
-class _InFlight:
-    """A fetch sent and not answered yet: the broker answers it by ``answer_by`` (monotonic seconds)."""
-
-    plan: FetchPlan
-    connection: BlockingConnection
-    correlation_id: int
-    answer_by: float
 
 
 class Consumer:
@@ -107,8 +93,6 @@ class Consumer:
             on_unreadable,
         )
         self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000 + fetch_max_wait_ms / 1000, security)
-        self._request_timeout_s = request_timeout_ms / 1000
-        self._in_flight: list[_InFlight] = []
         self._admin = ClusterRequests(self._cluster)
         topics = list(topics)
         self._group: GroupMembership | None = None
@@ -136,7 +120,6 @@ class Consumer:
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these ``(topic, partition)`` pairs."""
-        self._abandon_fetches()
         self._core.assign(partitions)
 
     def assignment(self) -> set[TopicPartition]:
@@ -145,24 +128,20 @@ class Consumer:
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` next."""
-        self._abandon_fetches()
         self._core.seek(partition, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """Read the partitions (default: all assigned) from their first record."""
-        self._abandon_fetches()
         for partition in partitions or self._core.assignment():
             self._core.seek_to_beginning(partition)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         """Read only records produced from now on."""
-        self._abandon_fetches()
         for partition in partitions or self._core.assignment():
             self._core.seek_to_end(partition)
 
     def seek_to_timestamp(self, partition: TopicPartition, timestamp_ms: int) -> None:
         """Read ``partition`` from its first record at or after ``timestamp_ms``."""
-        self._abandon_fetches()
         self._core.seek_to_timestamp(partition, timestamp_ms)
 
     def position(self, partition: TopicPartition) -> int:
@@ -201,7 +180,6 @@ class Consumer:
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching ``partitions`` (still assigned; heartbeats go on)."""
         self._core.pause(partitions)
-        self._abandon_fetches()
 
     def resume(self, *partitions: TopicPartition) -> None:
         """Fetch paused ``partitions`` again."""
@@ -217,8 +195,6 @@ class Consumer:
         if group is None:
             return
         changes = group.take_changes()
-        if changes:
-            self._abandon_fetches()
         for change in changes:
             self._apply(group, change)
         if changes:
@@ -274,61 +250,30 @@ class Consumer:
             self._core.reset_resolved((topic, partition), timestamp_ms, offset)
 
     def _fetch_once(self, max_wait_ms: int) -> list[Message]:
-        """Fetch the partitions no fetch is in flight for and take the answers that come within ``max_wait_ms``;
-        if they brought messages, send the next fetches before returning them."""
-        self._send_fetches(max_wait_ms)
-        if not self._in_flight:
-            time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
-            return []
-        messages = self._take_answers(time.monotonic() + max_wait_ms / 1000)
-        if messages:
-            self._send_fetches(self._core.config.fetch_max_wait_ms)
-        return messages
-
-    def _send_fetches(self, max_wait_ms: int) -> None:
-        for plan in self._core.fetch_plans(self._cluster.view.leader):
+        plans = self._core.fetch_plans(self._cluster.view.leader)
+        sent = []
+        for plan in plans:
             try:
                 connection = self._cluster.connection(plan.node_id)
-                correlation_id = connection.send_for_later(plan.request(max_wait_ms))
+                correlation_id = connection.send(plan.request(max_wait_ms))
             except BrokerUnavailableError:
                 self._cluster.drop(plan.node_id)
                 self._core.fetch_failed(plan)
                 continue
-            self._in_flight.append(_InFlight(plan, connection, correlation_id, time.monotonic() + max_wait_ms / 1000))
-
-    def _take_answers(self, deadline: float) -> list[Message]:
-        """The messages of the fetches answered by ``deadline``. A fetch whose broker-side wait ends by then
-        (one sent by this poll) is waited for until it is answered, as any request; one sent by an earlier poll
-        stays in flight past ``deadline`` unless it is overdue."""
+            sent.append((plan, connection, correlation_id))
         messages: list[Message] = []
-        waiting, self._in_flight = self._in_flight, []
-        for fetch in waiting:
-            if fetch.answer_by <= deadline:
-                until = fetch.answer_by + self._request_timeout_s
-            else:
-                until = deadline
+        for plan, connection, correlation_id in sent:
             try:
-                response = fetch.connection.take_response(fetch.correlation_id, max(0.0, until - time.monotonic()))
-                if response is None and time.monotonic() >= fetch.answer_by + self._request_timeout_s:
-                    raise BrokerUnavailableError(f"no answer to a fetch from {fetch.connection.address}")
+                response = connection.await_response(correlation_id, self._cluster.timeout_s)
             except BrokerError:
-                fetch.connection.forget(fetch.correlation_id)
-                self._cluster.drop(fetch.plan.node_id)
-                self._core.fetch_failed(fetch.plan)
-                continue
-            if response is None:
-                self._in_flight.append(fetch)
+                self._cluster.drop(plan.node_id)
+                self._core.fetch_failed(plan)
                 continue
             assert isinstance(response, FetchResponse)
-            messages += self._core.fetch_completed(fetch.plan, response)
+            messages += self._core.fetch_completed(plan, response)
+        if not sent and not messages:
+            time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
         return messages
-
-    def _abandon_fetches(self) -> None:
-        """Drop the fetches in flight (their answers read from positions the application just moved)."""
-        for fetch in self._in_flight:
-            fetch.connection.forget(fetch.correlation_id)
-            self._core.fetch_abandoned(fetch.plan)
-        self._in_flight = []
 
     def close(self, timeout: float | None = None) -> None:
         """Commit (with auto-commit), leave the group (static members stay) and close the connections,

@@ -12,13 +12,7 @@ from hypothesis import strategies as st
 from mqbroker.client.connection import BlockingConnection, parse_bootstrap
 from mqbroker.protocols.native.codec import supported_api_versions
 from mqbroker.protocols.native.connection import RequestReceived, ServerConnection
-from mqbroker.protocols.native.messages import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    ProducePartition,
-    ProduceRequest,
-    ProduceTopic,
-)
+from mqbroker.protocols.native.messages import ProducePartition, ProduceRequest, ProduceTopic
 
 FRAME_BYTES_MAX = 32 * 1024 * 1024
 
@@ -68,57 +62,6 @@ def test_a_request_larger_than_the_send_buffer_goes_out_whole_on_a_non_blocking_
     received = peer.requests[1]
     assert isinstance(received, ProduceRequest)
     assert bytes(received.topics[0].partitions[0].records) == records
-
-
-class _EchoPeer:
-    """Answers ApiVersions at once, then holds ``held`` requests and answers them together, in order."""
-
-    def __init__(self, held: int) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._held = held
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        peer, _ = self._listener.accept()
-        codec = ServerConnection(FRAME_BYTES_MAX)
-        waiting: list[RequestReceived] = []
-        with peer:
-            while len(waiting) < self._held + 1 and (data := peer.recv(65536)):
-                waiting += [event for event in codec.receive_data(data) if isinstance(event, RequestReceived)]
-                if len(waiting) == 1:
-                    peer.sendall(codec.reply(waiting[0].header, supported_api_versions()))
-            for event in waiting[1:]:
-                peer.sendall(codec.reply(event.header, supported_api_versions()))
-            peer.recv(1)  # until the client closes
-
-    def join(self) -> None:
-        self._thread.join(timeout=10)
-        self._listener.close()
-
-
-def test_a_response_sent_for_later_is_kept_while_another_request_is_awaited() -> None:
-    """A consumer's fetch left in flight must survive a ListOffsets on the same connection answered after it."""
-    peer = _EchoPeer(held=2)
-    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
-    later = connection.send_for_later(ApiVersionsRequest())
-    assert connection.take_response(later, 0) is None  # held by the peer: still in flight
-    assert isinstance(connection.request(ApiVersionsRequest(), 5), ApiVersionsResponse)
-    assert isinstance(connection.take_response(later, 0), ApiVersionsResponse)
-    connection.close()
-    peer.join()
-
-
-def test_a_forgotten_response_is_dropped_when_it_arrives() -> None:
-    peer = _EchoPeer(held=2)
-    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
-    forgotten = connection.send_for_later(ApiVersionsRequest())
-    connection.forget(forgotten)
-    assert isinstance(connection.request(ApiVersionsRequest(), 5), ApiVersionsResponse)
-    assert connection._kept == {}
-    connection.close()
-    peer.join()
 
 
 def test_bootstrap_takes_kafkas_comma_separated_form_a_list_or_both_in_order() -> None:
