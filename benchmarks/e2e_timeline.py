@@ -9,7 +9,8 @@ fresh data directory) whose produce → fetch path is time-stamped by wrappers i
 * ``rx``: the native connection's read that carried the produce; ``appended``: its batch is in the log;
 * ``round``: the group-commit round covering it is handed to the fsync engine; ``synced``: that round is done
   (the high watermark moves and waiting fetches are woken at once, in the same call);
-* ``answer``: a consumer fetch is answered with the batch (a fetch already parked, or one arriving later).
+* ``answer``: a consumer fetch is answered with the batch (a fetch already parked, or one arriving later);
+  ``fetch``: a consumer fetch is read, from which offset.
 
 The client sends ``--messages`` 100-byte messages at ``--rate`` with acks=all and stamps the send time in each;
 the producer's I/O thread stamps each request's write to the socket (a wrapper again), and the consumer (in a
@@ -18,7 +19,9 @@ the distribution of each step: send → written (``send`` hands the record to th
 encodes and writes it), written → rx (loopback and the broker's turn to read), rx → appended, appended → round (the previous round still running), round → synced (the fsync and the
 completion reaching the reactor), synced → answer (no fetch parked: the consumer's next fetch), answer → recv
 (the reply reaching the consumer). It also prints how long the reactor spent inside each round's hand-over to the
-fsync engine (with AIO, the ``io_submit``: the kernel's fsync worker it wakes runs on the reactor's CPU). The wrappers cost the broker some CPU: compare steps, not totals, with
+fsync engine (with AIO, the ``io_submit``: the kernel's fsync worker it wakes runs on the reactor's CPU), and how many
+fetch answers stopped short of the high watermark of their time (the consumer's next fetch, from where the answer
+ended, is below it: those records cost it another round trip). The wrappers cost the broker some CPU: compare steps, not totals, with
 ``bench e2e``. Medians and p90/p99/p99.9 over the messages of each run; every run is printed.
 """
 
@@ -80,8 +83,9 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
 
         setattr(owner, name, wrapper)
 
-    def first_base_offset(results: Any) -> int | None:
-        records = next((result.records for result in results if result.records), None)
+    def first_base_offset(results: Any) -> int | None:  # of a client topic's batches (internal readers fetch too)
+        records = next((result.records for result in results if result.records and not result.topic.startswith("__")),
+                       None)
         return None if records is None else int.from_bytes(bytes(records[:8]), "big")
 
     def answered(results: Any) -> None:
@@ -99,6 +103,9 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
     wrap(flusher.Flusher, "_round_done", before=lambda self, synced: events.append(
         ("synced", now(), [log.durable_end_offset for log, _ in synced if client_log(log)])))
     wrap(fetch._PendingFetch, "_finish", before=lambda self, results: None if self.follower else answered(results))
+    wrap(fetch.FetchService, "_fetch", before=lambda self, principal, replica_id, request: (
+        replica_id < 0 and not request.positions[0].topic.startswith("__")
+        and events.append(("fetch", now(), request.positions[0].offset))))
     wrap(fetch.FetchService, "_fetch", after=lambda self, deferred, principal, replica_id, request: (
         replica_id < 0 and deferred.called and answered(deferred.result)))
 
@@ -191,6 +198,24 @@ def step_times_ms(events: list[Any], received: list[Receipt],
     return steps
 
 
+def answers_short(events: list[Any]) -> tuple[int, int]:
+    """(consumer fetch answers, those that left records below the high watermark of their time behind): the
+    high watermark is the durable end (one replica); where an answer ended, the consumer's next fetch starts."""
+    synced = sorted((event[1], max(event[2])) for event in events if event[0] == "synced" and event[2])
+    synced_times = [at for at, _ in synced]
+    fetches = sorted((event[1], event[2]) for event in events if event[0] == "fetch")
+    fetch_times = [at for at, _ in fetches]
+    answers = short = 0
+    for at in sorted(event[1] for event in events if event[0] == "answer"):
+        durable = bisect.bisect_right(synced_times, at) - 1
+        following = bisect.bisect_right(fetch_times, at)
+        if durable < 0 or following == len(fetches):
+            continue
+        answers += 1
+        short += fetches[following][1] < synced[durable][1]
+    return answers, short
+
+
 def hand_over_us(events: list[Any]) -> list[float]:
     """How long the reactor spent inside each round's ``sync`` call (AIO: the ``io_submit``, in which the kernel's
     fsync worker, woken on the reactor's CPU, may take that CPU for a while; thread: the queue hand-off)."""
@@ -233,12 +258,14 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     steps = step_times_ms(events, received, writes)
     shutil.rmtree(work, ignore_errors=True)
     hand_overs = sorted(hand_over_us(events))
+    answers, short = answers_short(events)
     return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
             "produce_requests": len(writes), "rounds": len(hand_overs),
             "round_hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
                                    for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
             | {"total_ms": round(sum(hand_overs) / 1e3, 1)} if hand_overs else {},
-            "steps_ms": summary(steps), "load_average": os.getloadavg()[0]}
+            "steps_ms": summary(steps), "answers": answers, "answers_short": short,
+            "load_average": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -273,6 +300,8 @@ def main() -> None:
         print(f"  {run['rounds']:,} fsync rounds; the reactor inside a round's hand-over to the engine: "
               + ", ".join(f"{name} {value:,.1f}" for name, value in run["round_hand_over_us"].items() if name != "total_ms")
               + f" µs; {run['round_hand_over_us'].get('total_ms', 0):,.1f} ms in all")
+        print(f"  {run['answers']:,} consumer fetch answers, {run['answers_short']:,} of them short of the high watermark "
+              "(their rest waited for the consumer's next fetch)")
 
 
 if __name__ == "__main__":

@@ -398,10 +398,16 @@ class Segment:
     def _batch_boundary(self, position: int, limit: int, max_offset: int) -> int | None:
         """A batch boundary in (position, limit] with every batch before it below ``max_offset``, if known.
 
-        The segment end and the indexed batch starts are boundaries known without reading the log.
+        The segment end, the start of a recent batch based at ``max_offset`` and the indexed batch starts are
+        boundaries known without reading the log. The recent batch is checked before the index: a consumer
+        reading up to the high watermark while later batches wait for their fsync gets every batch below it,
+        not only those up to the last indexed one (the rest would cost it another fetch round trip).
         """
         if self.size_bytes <= limit and self.next_offset <= max_offset:
             return self.size_bytes
+        recent = self._recent_batches.get(max_offset)
+        if recent is not None and position < recent[0] <= limit:
+            return recent[0]
         entry = self.offset_index.last_within(max_offset - self.base_offset, limit)
         # An entry (last offset L, start p): the batches before p end below p's base <= L <= max_offset.
         return entry[1] if entry is not None and entry[1] > position else None

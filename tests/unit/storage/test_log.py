@@ -94,6 +94,18 @@ def test_read_never_passes_max_offset(tmp_path):
     assert log.read(6, 1 << 20, max_offset=6).records == b""
 
 
+@pytest.mark.parametrize("index_interval_bytes", [0, 150, 1000])
+def test_a_read_up_to_a_batch_start_below_the_log_end_returns_every_batch_below_it(tmp_path, index_interval_bytes):
+    # A consumer at the high watermark while later batches wait for their fsync: one read brings all it may see.
+    log = open_log(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=index_interval_bytes))
+    results = [log.append(payload_batch(tag, record_count=1 + tag % 3), now_ms=0) for tag in range(40)]
+    for start in results[:30]:
+        for end in results[31:39]:
+            data = log.read(start.base_offset, 1 << 20, max_offset=end.base_offset).records
+            headers = [header for _, header in iter_batches(data)]
+            assert (headers[0].base_offset, headers[-1].next_offset) == (start.base_offset, end.base_offset)
+
+
 def test_read_outside_the_log_is_out_of_range(tmp_path):
     log = open_log(tmp_path)
     log.append(payload_batch(1), now_ms=0)
