@@ -205,13 +205,15 @@ class CodecProtocol(Protocol, TimeoutMixin):
 
     def pause_reading(self) -> None:
         """The session has too much in flight: stop reading requests."""
-        self._paused_by_session = True
-        self._update_reading()
+        if not self._paused_by_session:  # sessions say so after every read: only a change has anything to do
+            self._paused_by_session = True
+            self._update_reading()
 
     def resume_reading(self) -> None:
         """The session has caught up."""
-        self._paused_by_session = False
-        self._update_reading()
+        if self._paused_by_session:
+            self._paused_by_session = False
+            self._update_reading()
 
     @property
     def peer(self) -> str:
