@@ -95,7 +95,7 @@ class CodecProtocol(Protocol, TimeoutMixin):
         buffered_after = self._buffered_bytes()
         completed_a_frame = buffered_before is not None and buffered_after is not None and (
             buffered_after < buffered_before + len(data))
-        self._check_partial_frame(restart=completed_a_frame)
+        self._check_frame(buffered_after, restart=completed_a_frame)
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         self.closed = True
@@ -125,7 +125,10 @@ class CodecProtocol(Protocol, TimeoutMixin):
         mid-frame is never closed for it, and it does not run while the broker itself holds reading
         back (a produce quota or unstored publishes), which the client cannot help.
         """
-        buffered = self._buffered_bytes()
+        self._check_frame(self._buffered_bytes(), restart)
+
+    def _check_frame(self, buffered: int | None, restart: bool) -> None:
+        """``_check_partial_frame`` with the session's ``buffered`` bytes already read (one read per ``dataReceived``)."""
         if buffered is None or self._frame_timeout_s is None or buffered == 0 or self._paused_by_session:
             self._stop_frame_timer()
             return
@@ -202,13 +205,15 @@ class CodecProtocol(Protocol, TimeoutMixin):
 
     def pause_reading(self) -> None:
         """The session has too much in flight: stop reading requests."""
-        self._paused_by_session = True
-        self._update_reading()
+        if not self._paused_by_session:  # sessions say so after every read: only a change has anything to do
+            self._paused_by_session = True
+            self._update_reading()
 
     def resume_reading(self) -> None:
         """The session has caught up."""
-        self._paused_by_session = False
-        self._update_reading()
+        if self._paused_by_session:
+            self._paused_by_session = False
+            self._update_reading()
 
     @property
     def peer(self) -> str:

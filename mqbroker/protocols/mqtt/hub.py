@@ -364,8 +364,14 @@ class MqttHub:
         try:
             yield
         finally:
-            self.corked = False
-            connections, self._to_flush = self._to_flush, set()
+            self._uncork()
+
+    def _uncork(self) -> None:
+        """The end of a corked batch: every connection with writes queued meanwhile writes them, once."""
+        self.corked = False
+        connections = self._to_flush
+        if connections:
+            self._to_flush = set()
             for connection in connections:
                 connection.flush()
 
@@ -390,12 +396,16 @@ class MqttHub:
         dispatcher.position = base_offset + len(records)
         if not len(self.registry):
             return
-        with self.batched_writes():
+        corked, self.corked = self.corked, True  # ``batched_writes``, without a generator per append
+        try:
             for offset, action in enumerate(records, base_offset):
                 message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
                                               (key[0], key[1], offset))
                 if message is not None:
                     self._route(key, offset, message)
+        finally:
+            if not corked:
+                self._uncork()
 
     def _route(self, key: PartitionKey, offset: int, message: OutboundMessage) -> None:
         """Offer the message at ``offset`` of ``key`` to every live session whose subscriptions match its topic."""

@@ -86,9 +86,12 @@ class PartitionDispatcher:
             if result.error is not None:
                 await self._recover(result.error)
                 continue
-            if len(self.hub.registry):  # with nobody subscribed there is nothing to decode
+            end = next_offset_after(result.records, self.position)
+            # Nothing to decode with nobody subscribed, nor when the fetch brings only what ``appended`` handed out from
+            # memory while it waited (``mqtt_puback = "written"``: every fsync round of the front end's own appends).
+            if end > self.position and len(self.hub.registry):
                 self.hub.dispatch_all(self.key, result.records, self.position, result.aborted_transactions)
-            self.position = next_offset_after(result.records, self.position)
+            self.position = end
 
     async def _recover(self, error: Exception) -> None:
         if isinstance(error, errors.OffsetOutOfRangeError):

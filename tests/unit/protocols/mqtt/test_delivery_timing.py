@@ -76,6 +76,24 @@ def test_written_acknowledges_and_delivers_before_the_fsync() -> None:
     assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"22.0"]
 
 
+def test_written_reader_does_not_decode_again_what_it_handed_out_from_memory() -> None:
+    """Every fsync round of the front end's own appends wakes the shared reader's fetch with records it already
+    handed out: it moves on without decoding them (``PartitionDispatcher.run``), and decodes what it has not."""
+    broker, subscriber, subscriber_socket, publisher, _ = _subscribed_pair("written")
+    hub = subscriber.hub
+    decoded: list[int] = []
+    dispatch_all = hub.dispatch_all
+    hub.dispatch_all = lambda key, data, start, aborted=None: (  # type: ignore[method-assign]
+        decoded.append(start), dispatch_all(key, data, start, aborted))[1]
+    _publish(publisher, 7, b"21.5")
+    broker.sync()
+    assert decoded == []
+    broker.append_records(LOG_TOPIC, [(b"plant/native", b"native")])
+    broker.sync()
+    assert len(decoded) == 1
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5", b"native"]
+
+
 def test_durable_delivers_only_once_the_message_is_durable() -> None:
     broker, _, subscriber_socket, publisher, _ = _subscribed_pair("durable")
     _publish(publisher, 7, b"21.5")
