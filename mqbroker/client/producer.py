@@ -209,17 +209,13 @@ class ProducerCore:
         if self._open:
             self._flushing = True
 
-    def hand_over(self, now_ms: int, leader_of: Callable[[str, int], int]) -> None:
+    def hand_over(self, now_ms: int) -> None:
         """(A transactional producer.) Close the open batches that gathered for ``TRANSACTION_HAND_OVER_MS`` (at most
-        ``linger_ms``) and whose leader has no request of this producer in flight, so the next ``drain`` sends them:
-        a transaction's records go while the application writes the rest, one request at a time per leader (a
-        leader still busy with the last one, e.g. parked until the transaction opens there, gets the records
-        gathered meanwhile in one request later, or at the commit's flush). A partition still gated, or with a
-        batch waiting to be sent, keeps its open batch (as at linger)."""
+        ``linger_ms``), so the next ``drain`` sends them: a transaction's records go while the application writes
+        the rest. A partition still gated, or with a batch waiting to be sent, keeps its open batch (as at linger)."""
         gap_ms = self._hand_over_gap_ms()
         due = [key for key, batch in self._open.items()
-               if now_ms > batch.created_ms + gap_ms and key not in self.gated and not self._queues.get(key)
-               and not self._in_flight.get(leader_of(*key), 0)]
+               if now_ms > batch.created_ms + gap_ms and key not in self.gated and not self._queues.get(key)]
         for key in due:
             self._close(key, self._open[key])
         self._next_hand_over(now_ms)

@@ -104,7 +104,7 @@ class ProducerIO:
                 failed = open_gates()
                 assert not failed, "transaction version 2 adds partitions without a request that could fail"
             with self.lock:
-                core.hand_over(now_ms, self.cluster.view.leader)
+                core.hand_over(now_ms)
                 plans = core.drain(now_ms, self.cluster.view.leader)
             handed = [self._write_from_caller(plan) for plan in plans]
             handed = [(plan, error) for plan, error in handed if plan is not None]
