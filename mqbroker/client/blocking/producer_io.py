@@ -1,9 +1,7 @@
 """The blocking producer's I/O thread: drains the core, writes requests, reads replies, completes batches.
 
 It owns non-blocking sockets to the partition leaders and waits in a selector for replies, the
-next batch deadline, or a wake-up from ``send`` (a byte on a socket pair). Inside a transaction the
-application's thread may write requests on those sockets too (``send_from_caller``); the replies
-are always read here.
+next batch deadline, or a wake-up from ``send`` (a byte on a socket pair).
 """
 
 from __future__ import annotations
@@ -121,12 +119,13 @@ class ProducerIO:
         connection = self._registered.get(plan.node_id)
         if connection is None:
             return plan, None
+        request = plan.request()
         try:
-            correlation_id = connection.send(plan.request())
+            with self.lock:  # registered before the I/O thread can read the reply
+                correlation_id = connection.send(request)
+                self._pending[plan.node_id, correlation_id] = plan
         except BrokerUnavailableError as error:
             return plan, error
-        with self.lock:  # (a reply read meanwhile waits for ``_sending``: see ``_receive``)
-            self._pending[plan.node_id, correlation_id] = plan
         return None, None
 
     def stop(self) -> None:
@@ -241,9 +240,6 @@ class ProducerIO:
         except BrokerUnavailableError as error:
             self._connection_lost(node_id, error)
             return
-        if any((node_id, event.correlation_id) not in self._pending for event in responses):
-            with self._sending:  # ``send_from_caller`` registers what it wrote before it lets go of ``_sending``
-                pass
         now_ms = wall_clock_ms()
         finished: list[ProducerBatch] = []
         with self.lock:
