@@ -60,11 +60,7 @@ _RETRIED_CODES = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 #: partition is added to the transaction, so partitions written to together are added in one request, one durable
 #: coordinator write; their batches are held until the addition anyway, and go out at ``linger_ms`` or a flush.
 ADD_PARTITIONS_GATHER_MS = 1
-#: A transaction's records that gathered this long (at most ``linger_ms``) are handed over by the application's
-#: own ``send`` (``hand_over``): the commit's flush would send them anyway, and sent now they are appended and made
-#: durable while the application writes the rest, instead of all in series after it.
-TRANSACTION_HAND_OVER_MS = 1
-#: ``gates_open_ms`` while no gated partition has an open batch (``hand_over_ms`` while no batch is open).
+#: ``gates_open_ms`` while no gated partition has an open batch.
 _NEVER_MS = 1 << 62
 
 class ProducerCore:
@@ -95,9 +91,6 @@ class ProducerCore:
         #: When ``gates_due`` next turns true by the clock: the earliest gated open batch's gathering ends (a
         #: driver whose I/O runs on another thread makes sure it runs then, see the blocking ``Producer.send``).
         self.gates_open_ms = _NEVER_MS
-        #: A transactional producer: when ``hand_over`` next has a batch to close (its oldest open batch gathered
-        #: ``TRANSACTION_HAND_OVER_MS``); a driver whose I/O runs on another thread checks it on each send.
-        self.hand_over_ms = _NEVER_MS
         #: Transaction version 2: transactional batches ask their partition leader to add the partition.
         self.adds_to_transaction = False
         self._flushing = False
@@ -185,8 +178,6 @@ class ProducerCore:
         self._open[key] = batch
         if key in self.gated:
             self.gates_open_ms = min(self.gates_open_ms, now_ms + min(ADD_PARTITIONS_GATHER_MS, self.config.linger_ms))
-        if self.config.transactional_id is not None:
-            self.hand_over_ms = min(self.hand_over_ms, now_ms + self._hand_over_gap_ms())
         return batch
 
     # -- sending ----------------------------------------------------------------------------
@@ -209,31 +200,9 @@ class ProducerCore:
         if self._open:
             self._flushing = True
 
-    def hand_over(self, now_ms: int) -> None:
-        """(A transactional producer.) Close the open batches that gathered for ``TRANSACTION_HAND_OVER_MS`` (at most
-        ``linger_ms``), so the next ``drain`` sends them: a transaction's records go while the application writes
-        the rest. A partition still gated, or with a batch waiting to be sent, keeps its open batch (as at linger)."""
-        gap_ms = self._hand_over_gap_ms()
-        due = [key for key, batch in self._open.items()
-               if now_ms > batch.created_ms + gap_ms and key not in self.gated and not self._queues.get(key)]
-        for key in due:
-            self._close(key, self._open[key])
-        self._next_hand_over(now_ms)
-
-    def _next_hand_over(self, now_ms: int) -> None:
-        """``hand_over_ms`` from the open batches ``hand_over`` could close, no sooner than the next millisecond."""
-        gap_ms = self._hand_over_gap_ms()
-        closable = [batch.created_ms + gap_ms for key, batch in self._open.items() if not self._queues.get(key)]
-        self.hand_over_ms = max(min(closable, default=_NEVER_MS), now_ms)
-
-    def _hand_over_gap_ms(self) -> int:
-        return min(TRANSACTION_HAND_OVER_MS, self.config.linger_ms)
-
     def drain(self, now_ms: int, leader_of: Callable[[str, int], int]) -> list[ProducePlan]:
         """Close due batches and return the produce requests to send now, one per leader node."""
         self._close_due(now_ms)
-        if self.config.transactional_id is not None:
-            self._next_hand_over(now_ms)
         self._waiting_for_slot.clear()
         plans: dict[int, ProducePlan] = {}
         plan_bytes: dict[int, int] = {}

@@ -86,7 +86,7 @@ class Producer:
         self._changed = threading.Condition(self._lock)
         self._closed = False
         self._transactions: ProducerTransactions | None = None
-        #: The ``core.gates_open_ms`` a send last let the I/O thread take its turn for (transaction version 1).
+        #: The ``core.gates_open_ms`` a send last let the I/O thread take its turn for.
         self._gates_served_ms = -1
         if transactional_id is not None:
             calls = CoordinatorCalls(bootstrap=self._cluster.bootstrap, client_id=client_id,
@@ -191,8 +191,8 @@ class Producer:
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
-        if transactions is not None and now_ms > core.hand_over_ms:  # (a whole millisecond gathered)
-            self._hand_over(now_ms)
+        if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)
+            self._let_io_open_gates()
         future = RecordFuture(batch, index, timestamp_ms)
         if on_delivery is not None:
             future.add_delivery_callback(on_delivery)
@@ -233,26 +233,19 @@ class Producer:
             spans.append((batch, first, added))
             position += added
             self._io.wake()
-            if transactions is not None and now_ms > core.hand_over_ms:  # (a whole millisecond gathered)
-                self._hand_over(now_ms)
+            if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)
+                self._let_io_open_gates()
         return RecordsFuture(spans, timestamp_ms)
 
-    def _hand_over(self, now_ms: int) -> None:
-        """A transaction's records gathered for a whole millisecond: send them now, while the application goes on
-        sending, rather than all at the commit's flush (``ProducerCore.hand_over``). This thread writes the requests
-        itself (``ProducerIO.send_from_caller``): the I/O thread would get the interpreter only after CPython's switch
-        interval (5 ms), longer than 1,000 records take to queue. Partitions new to the transaction open at their
-        leaders with these first batches (version 2); against a version 1 coordinator the I/O thread adds them
-        (AddPartitionsToTxn) in a turn it is given once per gathering (should it not get to it in time, it adds them
-        on its own)."""
-        if threading.current_thread() is self._thread:
-            return  # a delivery callback on the I/O thread: that thread sends anyway
-        core = self._core
-        if core.adds_to_transaction or not now_ms > core.gates_open_ms:
-            self._io.send_from_caller(now_ms)
-            return
-        if core.gates_open_ms != self._gates_served_ms:
-            self._gates_served_ms = core.gates_open_ms
+    def _let_io_open_gates(self) -> None:
+        """The partitions new to the transaction gathered their records: let the I/O thread send their first
+        batches now, so the transaction opens at their leaders while the application goes on sending (once per
+        gathering: should the I/O thread not get to it in time, it opens them on its own). ``send`` calls it once
+        the clock (whole milliseconds) passed ``gates_open_ms``: one turn for the partitions a transaction starts
+        writing to together, none for a transaction sent within a millisecond (its commit flushes at once)."""
+        gates_open_ms = self._core.gates_open_ms
+        if gates_open_ms != self._gates_served_ms and threading.current_thread() is not self._thread:
+            self._gates_served_ms = gates_open_ms  # (a delivery callback on the I/O thread cannot wait for it)
             self._io.take_turn(limits.producer_io_turn_wait_ms_max / 1000)
 
     def poll(self, timeout: float = 0.0) -> int:

@@ -50,12 +50,6 @@ class ProducerIO:
         #: ``take_turn`` waits for a step: asked for (guarded by ``lock``), and steps that served such a wait.
         self._turn_wanted = False
         self._turns_served = 0
-        #: Held while batches are drained and their requests written (by this thread or ``send_from_caller``), so
-        #: requests leave in the order their batches were drained.
-        self._sending = threading.Lock()
-        #: Plans ``send_from_caller`` drained but could not write (no connection yet, or it broke), with the error:
-        #: this thread writes (or fails) them before anything else. Guarded by ``lock``.
-        self._handed: list[tuple[ProducePlan, BrokerError | None]] = []
 
     def wake(self) -> None:
         """Make the I/O thread look at the core again now."""
@@ -82,51 +76,6 @@ class ProducerIO:
                 if remaining <= 0:
                     return
                 self.changed.wait(remaining)
-
-    def send_from_caller(self, now_ms: int) -> None:
-        """(The application's thread, inside a transaction.) Send the transaction's gathered batches from this thread
-        (``ProducerCore.hand_over``; version 2 partitions whose gathering ended are opened first), instead of
-        waiting for the I/O thread, which hardly gets the interpreter while the application keeps sending (see
-        ``take_turn``). Only writes the requests, on connections this thread already opened; the replies, and
-        any plan it could not write, are the I/O thread's. Does nothing while the I/O thread is sending itself."""
-        if not self._sending.acquire(blocking=False):
-            return
-        try:
-            core = self.core
-            with self.lock:
-                if self._handed or not self._running or self.error is not None:
-                    return
-                open_gates = self._open_gates if core.adds_to_transaction and core.gated and core.gates_due(now_ms) \
-                    else None
-            if open_gates is not None:
-                failed = open_gates()
-                assert not failed, "transaction version 2 adds partitions without a request that could fail"
-            with self.lock:
-                core.hand_over(now_ms)
-                plans = core.drain(now_ms, self.cluster.view.leader)
-            handed = [self._write_from_caller(plan) for plan in plans]
-            handed = [(plan, error) for plan, error in handed if plan is not None]
-            if handed:
-                with self.lock:
-                    self._handed += handed
-                self.wake()
-        finally:
-            self._sending.release()
-
-    def _write_from_caller(self, plan: ProducePlan) -> tuple[ProducePlan | None, BrokerError | None]:
-        """Write ``plan`` on its open connection (None, None); or hand it back with why it was not written."""
-        assert plan.acks != Acks.NONE, "a transaction's produce requests are answered"
-        connection = self._registered.get(plan.node_id)
-        if connection is None:
-            return plan, None
-        request = plan.request()
-        try:
-            with self.lock:  # registered before the I/O thread can read the reply
-                correlation_id = connection.send(request)
-                self._pending[plan.node_id, correlation_id] = plan
-        except BrokerUnavailableError as error:
-            return plan, error
-        return None, None
 
     def stop(self) -> None:
         """End the loop (after the current iteration)."""
@@ -162,23 +111,16 @@ class ProducerIO:
             open_gates = self._open_gates if core.gated and core.gates_due(now_ms) else None
         if stale:
             self._refresh(stale)
-        with self._sending:
-            if open_gates is not None:
-                failed = open_gates()
-                with self.lock:
-                    finished += self.finishing(failed)
+        if open_gates is not None:
+            failed = open_gates()
             with self.lock:
-                handed, self._handed = self._handed, []
-                plans = core.drain(now_ms, self.cluster.view.leader)
-                deadline_ms = core.next_deadline_ms(now_ms)
-            self.resolve(finished)
-            for plan, error in handed:  # drained before ``plans``
-                if error is None:
-                    self._send(plan, now_ms)
-                else:
-                    self._send_failed(plan, error, now_ms)
-            for plan in plans:
-                self._send(plan, now_ms)
+                finished += self.finishing(failed)
+        with self.lock:
+            plans = core.drain(now_ms, self.cluster.view.leader)
+            deadline_ms = core.next_deadline_ms(now_ms)
+        self.resolve(finished)
+        for plan in plans:
+            self._send(plan, now_ms)
         if serving:
             with self.lock:
                 self._turns_served += 1
@@ -206,7 +148,10 @@ class ProducerIO:
             connection = self._connection(plan.node_id)
             correlation_id = connection.send(plan.request())
         except BrokerUnavailableError as error:
-            self._send_failed(plan, error, now_ms)
+            self._connection_lost(plan.node_id, error)
+            with self.lock:
+                finished = self.finishing(self.core.plan_failed(plan, error, now_ms))
+            self.resolve(finished)
             return
         if plan.acks == Acks.NONE:
             with self.lock:
@@ -214,13 +159,6 @@ class ProducerIO:
             self.resolve(finished)
             return
         self._pending[plan.node_id, correlation_id] = plan
-
-    def _send_failed(self, plan: ProducePlan, error: BrokerError, now_ms: int) -> None:
-        """``plan`` could not be written: its connection is dropped, its batches retried or failed."""
-        self._connection_lost(plan.node_id, error)
-        with self.lock:
-            finished = self.finishing(self.core.plan_failed(plan, error, now_ms))
-        self.resolve(finished)
 
     def _connection(self, node_id: int) -> BlockingConnection:
         connection = self.cluster.connection(node_id)
@@ -253,10 +191,11 @@ class ProducerIO:
         if connection is not None:
             self._selector.unregister(connection.socket)
         self.cluster.drop(node_id)
+        lost = [key for key in self._pending if key[0] == node_id]
         now_ms = wall_clock_ms()
         finished: list[ProducerBatch] = []
-        with self.lock:  # (``send_from_caller`` adds to ``_pending`` under it)
-            for key in [key for key in self._pending if key[0] == node_id]:
+        with self.lock:
+            for key in lost:
                 finished += self.finishing(self.core.plan_failed(self._pending.pop(key), error, now_ms))
         self.resolve(finished)
 

@@ -11,7 +11,7 @@ import pytest
 from mqbroker import errors
 from mqbroker.client.backoff import Backoff
 from mqbroker.client.blocking.transactions import ProducerTransactions
-from mqbroker.client.producer import ADD_PARTITIONS_GATHER_MS, TRANSACTION_HAND_OVER_MS, ProducerCore
+from mqbroker.client.producer import ADD_PARTITIONS_GATHER_MS, ProducerCore
 from mqbroker.client.producer_config import ProducerConfig
 from mqbroker.client.transaction_requests import TransactionRequests
 from mqbroker.client.transaction_state import ProducerTransactionState
@@ -165,56 +165,6 @@ def test_the_gathering_of_gated_partitions_ends_at_a_time_the_driver_can_watch()
     assert core.gates_open_ms == 12 + ADD_PARTITIONS_GATHER_MS
     core.fail_gated({("events", 1)}, errors.InvalidTxnStateError("refused"))
     assert core.gates_open_ms == never
-
-
-
-def _leader(topic: str, partition: int) -> int:
-    return 1
-
-
-def test_a_transactions_records_are_handed_over_once_they_gathered_a_whole_millisecond() -> None:
-    core = _Producer()._core
-    core.set_producer_identity(7, 0)
-    core.adds_to_transaction = True
-    core.append("events", 0, 10, None, b"v", None, now_ms=10)
-    core.append("events", 1, 11, None, b"v", None, now_ms=11)
-    assert core.hand_over_ms == 10 + TRANSACTION_HAND_OVER_MS
-    core.hand_over(10 + TRANSACTION_HAND_OVER_MS)  # not a whole millisecond yet: nothing closes
-    assert core.drain(10 + TRANSACTION_HAND_OVER_MS, _leader) == []
-    core.hand_over(12)  # partition 0 gathered since 10; partition 1 only since 11
-    [plan] = core.drain(12, _leader)
-    assert [(batch.partition, batch.record_count) for batch in plan.batches] == [(0, 1)]
-    assert plan.add_to_transaction
-    assert core.hand_over_ms == 11 + TRANSACTION_HAND_OVER_MS  # partition 1's batch next
-    core.append("events", 0, 12, None, b"v", None, now_ms=12)
-    core.hand_over(13)  # partition 0's new batch waits behind nothing but is younger than a millisecond
-    assert [[batch.partition for batch in plan.batches] for plan in core.drain(13, _leader)] == [[1]]
-
-
-def test_a_gated_partition_or_one_with_a_batch_waiting_keeps_its_open_batch_at_a_hand_over() -> None:
-    core = ProducerCore(ProducerConfig(transactional_id="tx", max_in_flight=1), random.Random(0))
-    core.set_producer_identity(7, 0)
-    core.append("events", 1, 10, None, b"v", None, now_ms=10)
-    core.hand_over(12)
-    assert len(core.drain(12, _leader)) == 1  # in flight: the leader's one slot is taken
-    core.append("events", 1, 12, None, b"v", None, now_ms=12)
-    core.hand_over(14)
-    assert core.drain(14, _leader) == []  # closed, and waiting for the slot
-    core.append("events", 1, 14, None, b"v", None, now_ms=14)
-    core.gated |= {("events", 0)}
-    core.append("events", 0, 14, None, b"v", None, now_ms=14)
-    core.hand_over(18)  # (before linger_ms, 5, closes them)
-    assert core.drain(18, _leader) == []
-    assert set(core._open) == {("events", 0), ("events", 1)}  # gated; behind a waiting batch: both grow on
-    assert core.hand_over_ms == 18  # the gated one's gathering is over: the driver looks again next millisecond
-
-
-def test_a_producer_that_is_not_transactional_never_hands_over() -> None:
-    core = ProducerCore(ProducerConfig(), random.Random(0))
-    core.set_producer_identity(7, 0)
-    never = core.hand_over_ms
-    core.append("events", 0, 10, None, b"v", None, now_ms=10)
-    assert core.hand_over_ms == never
 
 
 def _run_on_thread(work: Callable[[], None]) -> None:
