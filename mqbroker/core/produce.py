@@ -17,6 +17,7 @@ batch opening its producer's transaction in a partition needs the verification g
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -28,6 +29,7 @@ from mqbroker.durability.flusher import Flusher
 from mqbroker.interfaces import IAuthorizer, IClusterView
 from mqbroker.limits import produce_timeout_ms_default, produce_timeout_ms_max
 from mqbroker.model import Acks, Operation, Principal, ProduceResult, ResourceType
+from mqbroker.records.compression import Compression
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.recompress import recompressed
 from mqbroker.replication.leadership import LeaderPartition
@@ -37,6 +39,15 @@ from mqbroker.storage.log import NOT_VERIFIED, AppendResult, PartitionLog
 
 # Bound here, not imported: see docs/architecture.md, "Hot paths".
 _COMPRESSION_TYPES = COMPRESSION_TYPES
+
+
+class _TopicSettings(NamedTuple):
+    """What a produce reads of its topic's configuration, resolved through the layers once."""
+
+    min_insync_replicas: int
+    record_validation: str
+    #: The codec batches are rewritten in (None: stored as they came).
+    compression: Compression | None
 
 
 class ProduceService:
@@ -57,6 +68,11 @@ class ProduceService:
         self._replicas = replicas
         self._flusher = flusher
         self._stopping = False
+        #: ``_TopicSettings`` by topic, valid for the image ``_settings_of`` at its ``applied_index``
+        #: ``_settings_index``: every config change (topic, broker, cluster) applies a record.
+        self._settings: dict[str, _TopicSettings] = {}
+        self._settings_of: object = None
+        self._settings_index = -1
         #: Bytes and records appended for clients (metrics; retried duplicates not counted).
         self.produced_bytes = 0
         self.produced_records = 0
@@ -91,11 +107,10 @@ class ProduceService:
             return succeed(result)
         if acks is Acks.LEADER:
             waited = self._flusher.wait_durable(partition_log, appended.last_offset)
-        else:
-            timeout_ms = min(timeout_ms, produce_timeout_ms_max) if timeout_ms > 0 else produce_timeout_ms_default
-            waited = leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms)
-        waited.addCallback(lambda _: result)
-        return waited
+            waited.addCallback(lambda _: result)
+            return waited
+        timeout_ms = min(timeout_ms, produce_timeout_ms_max) if timeout_ms > 0 else produce_timeout_ms_default
+        return leader.wait_for_high_watermark(appended.last_offset, min_insync, timeout_ms, result)
 
     @errors_as_failures
     def append_replicated(
@@ -120,14 +135,32 @@ class ProduceService:
         """Append at the leader (refused first if acks=all and the ISR is too small, or with ``check_records`` if
         records the broker will decode do not; ``decodable``: known to decode): log, leader, result, min ISR."""
         partition_log, leader = self._replicas.leader(topic, partition)
-        min_insync = self._replicas.min_insync_replicas(topic)
+        settings = self._topic_settings(topic)
+        min_insync = settings.min_insync_replicas
         if acks_all:
             check_enough_replicas(leader, min_insync)
         if check_records:
-            records = self._client_records(topic, partition_log, records, decodable)
+            records = self._client_records(topic, settings, partition_log, records, decodable)
         appended = partition_log.append(records, int(self._clock.seconds() * 1000), leader_epoch=leader.leader_epoch,
                                         markers_allowed=markers_allowed, verification_guard=verification_guard)
         return partition_log, leader, appended, min_insync
+
+    def _topic_settings(self, topic: str) -> _TopicSettings:
+        """``topic``'s settings, resolved once per metadata record applied rather than on every produce."""
+        image = self._cluster.image
+        if image is not self._settings_of or image.applied_index != self._settings_index:
+            self._settings.clear()
+            self._settings_of, self._settings_index = image, image.applied_index
+        settings = self._settings.get(topic)
+        if settings is None:
+            record = self._cluster.topic(topic)
+            overrides = record.configs if record is not None else {}
+            settings = self._settings[topic] = _TopicSettings(
+                min_insync_replicas=self._replicas.min_insync_replicas(topic),
+                record_validation=self._topic_config(overrides, "record.validation"),
+                compression=_COMPRESSION_TYPES.get(self._topic_config(overrides, "compression.type")),
+            )
+        return settings
 
     def _topic_config(self, overrides: Mapping[str, str], key: str) -> str:
         """A topic's ``key``: its override, else this broker's dynamic default, else its static one."""
@@ -136,16 +169,15 @@ class ProduceService:
         dynamic = self._cluster.image.dynamic_topic_default(self._node_id, key)
         return dynamic if dynamic is not None else self._topic_defaults[key]
 
-    def _client_records(self, topic: str, partition_log: PartitionLog, records: bytes, decodable: bool) -> bytes:
+    def _client_records(
+        self, topic: str, settings: _TopicSettings, partition_log: PartitionLog, records: bytes, decodable: bool,
+    ) -> bytes:
         """A client's batches as stored: decoded first where the broker reads them later (unless ``decodable``;
         compacted: keys too, always), rewritten in the topic's ``compression.type`` when that names a codec."""
-        record = self._cluster.topic(topic)
-        overrides = record.configs if record is not None else {}
         compacted = partition_log.config.compacts
-        validation = self._topic_config(overrides, "record.validation")
-        if compacted or (validation == "decode" and not decodable):
+        if compacted or (settings.record_validation == "decode" and not decodable):
             check_produced_records(topic, records, keys_required=compacted)
-        compression = _COMPRESSION_TYPES.get(self._topic_config(overrides, "compression.type"))
+        compression = settings.compression
         if compression is None:
             return records
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -22,9 +23,11 @@ from mqbroker.replication.decisions import LeaderReplicas
 class _AckWaiter:
     offset: int
     min_insync_replicas: int
-    deferred: Deferred[None]
+    deferred: Deferred[Any]
     #: When it times out, in the clock's seconds.
     deadline: float
+    #: What ``deferred`` fires with (a produce's result: no callback of its own to hand it on).
+    value: Any
 
 
 class LeaderPartition:
@@ -57,11 +60,12 @@ class LeaderPartition:
         self.partition_epoch = state.partition_epoch
         self.replicas.update_assignment(state.replicas, state.isr, now_ms)
 
-    def wait_for_high_watermark(self, offset: int, min_insync_replicas: int, timeout_ms: int) -> Deferred[None]:
-        """Fire once the high watermark passes ``offset``; fail on a too small ISR or the timeout."""
+    def wait_for_high_watermark(self, offset: int, min_insync_replicas: int, timeout_ms: int,
+                                value: Any = None) -> Deferred[Any]:
+        """Fire with ``value`` once the high watermark passes ``offset``; fail on a too small ISR or the timeout."""
         deadline = self._clock.seconds() + timeout_ms / 1000.0
         waiter = _AckWaiter(offset=offset, min_insync_replicas=min_insync_replicas, deferred=Deferred(),
-                            deadline=deadline)
+                            deadline=deadline, value=value)
         self._waiters.append(waiter)
         self._fire_waiters()
         if not waiter.deferred.called:
@@ -128,6 +132,6 @@ class LeaderPartition:
     @staticmethod
     def _finish(waiter: _AckWaiter, error: errors.BrokerError | None) -> None:
         if error is None:
-            waiter.deferred.callback(None)
+            waiter.deferred.callback(waiter.value)
         else:
             waiter.deferred.errback(error)

@@ -8,7 +8,7 @@ import pytest
 
 from mqbroker import errors
 from mqbroker.core import produce as produce_module
-from mqbroker.cluster.metadata_records import AlterPartition, CreateTopic, ElectLeader
+from mqbroker.cluster.metadata_records import AlterBrokerConfigs, AlterPartition, AlterTopicConfigs, CreateTopic, ElectLeader
 from mqbroker.model import ANONYMOUS, Acks, FetchPosition, FetchRequest, Principal
 from mqbroker.security.inter_broker import broker_principal
 from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
@@ -98,6 +98,19 @@ def test_acks_all_is_refused_below_min_insync_replicas_and_nothing_is_written(tm
     assert acks_none.base_offset == 0  # acks=0 is not refused
 
 
+def test_min_insync_replicas_changed_after_a_produce_holds_for_the_next_one(tmp_path: Path) -> None:
+    rig = _leader_of_three(tmp_path)
+    _shrink_isr(rig, (1,))
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 0
+    rig.cluster.apply(AlterBrokerConfigs(entity="1", configs={"min.insync.replicas": "2"}))
+    with pytest.raises(errors.NotEnoughReplicasError, match="min.insync.replicas=2"):
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 1_000))
+    rig.cluster.apply(AlterTopicConfigs(name="t", configs={"min.insync.replicas": "1"}))  # the topic's own wins
+    produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 1_000)
+    rig.engine.finish_round()
+    assert fired(produced).base_offset == 3
+
+
 def test_acks_all_fails_after_the_append_when_the_isr_shrank_below_the_minimum(tmp_path: Path) -> None:
     rig = _leader_of_three(tmp_path, {"min.insync.replicas": "2"})
     produced = rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.ALL, 10_000)
@@ -173,6 +186,14 @@ def test_a_topic_the_broker_decodes_refuses_records_that_do_not_decode(tmp_path:
     assert rig.log("t").log_end_offset == 0
     assert fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 0
     assert fired(rig.broker.produce(Principal("Service", "mqtt"), "t", 0, BATCH, Acks.NONE, 1_000)).base_offset == 3
+
+
+def test_record_validation_set_after_a_produce_holds_for_the_next_one(tmp_path: Path) -> None:
+    rig = _single(tmp_path)
+    assert fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), Acks.NONE, 1_000)).base_offset == 0
+    rig.cluster.apply(AlterBrokerConfigs(entity="", configs={"record.validation": "decode"}))
+    with pytest.raises(errors.CorruptMessageError, match="'t' takes only records that decode"):
+        fired(rig.broker.produce(ANONYMOUS, "t", 0, poison_batch(), Acks.NONE, 1_000))
 
 
 def test_batches_a_front_end_built_are_not_decoded_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
