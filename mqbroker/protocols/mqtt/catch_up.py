@@ -19,13 +19,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import limits
+from mqbroker import errors, limits
 from mqbroker.model import AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
+    RETRY_DELAY_S,
     message_of,
     read_from,
 )
@@ -34,6 +37,8 @@ from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, Subscrip
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
 from mqbroker.records.readable import next_offset_after
+
+log = Logger()
 
 
 class Deliverer(Protocol):
@@ -145,7 +150,7 @@ class CatchUp:
                 (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL,
                                                    read_from(key, offset, limits.mqtt_log_fetch_wait_ms_max))
                 if result.error is not None:
-                    self._behind[key] = await hub.restart_position(key, offset)
+                    await self._read_failed(key, offset, result.error)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
                     with hub.batched_writes():  # one socket write for what a fetch delivers, not one per message
@@ -163,12 +168,22 @@ class CatchUp:
         if offset > hub.live_position(key):
             (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
             if result.error is not None:
-                self._behind[key] = await hub.restart_position(key, offset)
+                await self._read_failed(key, offset, result.error)
                 return
             if offset <= hub.live_position(key):
                 return  # the shared reader got there meanwhile: read up to it (the next round)
             self._ahead[key] = offset
         del self._behind[key]
+
+    async def _read_failed(self, key: PartitionKey, offset: int, error: Exception) -> None:
+        """A read of ``key`` at ``offset`` failed. Outside the log (retention, or a tail lost in a failover) it goes on
+        where the log is; any other error (the partition's leader is moving) is tried again from ``offset`` after
+        ``RETRY_DELAY_S``: reading from anywhere else would deliver again what the session had, or lose messages."""
+        if isinstance(error, errors.OffsetOutOfRangeError):
+            self._behind[key] = await self._hub.restart_position(key, offset)
+            return
+        log.warn("MQTT catch-up of {key} from {offset}: {error}", key=key, offset=offset, error=error)
+        await deferLater(self._hub.reactor, RETRY_DELAY_S)
 
     def _was_resent(self, key: PartitionKey, offset: int) -> bool:
         """Whether the record at ``offset`` of ``key`` is in flight already (resent under its packet id); once."""

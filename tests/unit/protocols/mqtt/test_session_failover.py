@@ -12,7 +12,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from mqbroker import limits
+from mqbroker import errors, limits
 from mqbroker.model import FetchResult
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
@@ -30,6 +30,7 @@ from mqbroker.protocols.mqtt.packets import (
     Subscribe,
     SubscriptionRequest,
 )
+from mqbroker.protocols.mqtt.readers import RETRY_DELAY_S
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.session_directory import SESSIONS_TOPIC
 from mqbroker.protocols.mqtt.state import SessionState
@@ -138,3 +139,29 @@ def test_a_qos2_delivery_stores_a_cursor_past_the_messages_of_its_fetch_handed_o
     stored = _stored(broker, "device")
     assert [entry.position for entry in SessionState.from_bytes(stored.state).inflight.values()] == [(LOG_TOPIC, 0, 1)]
     assert stored.cursors[KEY] == 2  # a broker resuming the session reads neither message again
+
+
+def test_a_catch_up_read_refused_while_the_partition_leader_moves_is_tried_again_from_the_same_cursor() -> None:
+    """Only a cursor outside the log moves the read elsewhere; a leader on the move answers again later, and the
+    session reads on from its cursor (not from the log's start, which would deliver what it had again)."""
+    clock = Clock()
+    broker = FakeBroker(clock=clock)
+    hub = _started(broker, clock)
+    device, device_socket = _connect(hub, "device", clean_start=True)
+    _subscribe(device, device_socket, "plant/#")
+    publisher, _ = _connect(hub, "publisher", clean_start=True)
+    for number in range(2):
+        _send(publisher, Publish(topic=f"plant/{number}", payload=b"reading %d" % number, qos=1, packet_id=number + 1))
+    for packet in device_socket.take(Publish):
+        _send(device, PubAck(packet_id=packet.packet_id))
+    clock.advance(limits.mqtt_session_store_interval_ms / 1000)
+    device.connection_lost(None)  # type: ignore[arg-type]
+    assert _stored(broker, "device").cursors[KEY] == 2
+    for number in range(2, 4):  # while the device is away
+        _send(publisher, Publish(topic=f"plant/{number}", payload=b"reading %d" % number, qos=1, packet_id=number + 1))
+    broker.script("fetch", [FetchResult(topic=LOG_TOPIC, partition=0, error=errors.NotLeaderError("moving"))],
+                  topic=LOG_TOPIC)
+    _, socket = _connect(hub, "device", clean_start=False)
+    assert socket.take(Publish) == []
+    clock.advance(RETRY_DELAY_S)
+    assert [packet.payload for packet in socket.take(Publish)] == [b"reading 2", b"reading 3"]
