@@ -178,11 +178,13 @@ class CatchUp:
     async def _read_failed(self, key: PartitionKey, offset: int, error: Exception) -> None:
         """A read of ``key`` at ``offset`` failed. Outside the log (retention, or a tail lost in a failover) it goes on
         where the log is; any other error (the partition's leader is moving) is tried again from ``offset`` after
-        ``RETRY_DELAY_S``: reading from anywhere else would deliver again what the session had, or lose messages."""
+        ``RETRY_DELAY_S``, after the other partitions: reading from anywhere else would deliver again what the
+        session had, or lose messages."""
         if isinstance(error, errors.OffsetOutOfRangeError):
             self._behind[key] = await self._hub.restart_position(key, offset)
             return
         log.warn("MQTT catch-up of {key} from {offset}: {error}", key=key, offset=offset, error=error)
+        self._behind[key] = self._behind.pop(key, offset)  # last in line: one partition's trouble holds no other back
         await deferLater(self._hub.reactor, RETRY_DELAY_S)
 
     def _was_resent(self, key: PartitionKey, offset: int) -> bool:
