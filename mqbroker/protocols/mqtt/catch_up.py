@@ -5,6 +5,11 @@ whose window is full, or that reconnects with a stored position, reads the log i
 cursor ("catching up") until it reaches the shared readers again; meanwhile they skip it for
 that partition. Catch-up delivers only non-shared subscriptions (share groups catch up as a
 group, ``share_backlog.py``).
+
+A session reopened on another broker may stand further on in a partition than this broker's shared
+reader (that reader's fetch had not come back when the session's old broker died): the shared reader
+then passes over what lies below the session's stored cursor, and the messages the session resends
+under their packet ids, when it gets to them (``passes_over``); nothing goes to the client twice.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqbroker import limits
+from mqbroker import errors, limits
 from mqbroker.model import AbortedTransaction
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
+    RETRY_DELAY_S,
     message_of,
     read_from,
 )
@@ -29,6 +37,8 @@ from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, Subscrip
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
 from mqbroker.records.readable import next_offset_after
+
+log = Logger()
 
 
 class Deliverer(Protocol):
@@ -53,9 +63,12 @@ class CatchUp:
         self._connection = connection
         self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
         self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
-        #: Where the messages a reopened session resends are: its stored cursors may be below them (a state is
-        #: written while a fetch is handed out), and reading them again must not deliver them a second time.
+        #: Where the messages a reopened session resends are: a cursor stored by an older version may be below them,
+        #: and reading them again must not deliver them a second time.
         self._resent: set[LogPosition] = set()
+        #: Partitions where a reopened session stands further on than the shared reader, and where it stands: the
+        #: shared reader's records below that went to the session on its previous broker.
+        self._ahead: dict[PartitionKey, int] = {}
         self._running = False
         #: Whether the last fetch's deliveries stopped before its end (the shared reader's position, a full window).
         self._stopped = False
@@ -63,6 +76,19 @@ class CatchUp:
     def is_behind(self, partition_key: PartitionKey) -> bool:
         """Whether the session reads ``partition_key`` itself (the shared reader skips it)."""
         return partition_key in self._behind
+
+    def passes_over(self, partition_key: PartitionKey, offset: int) -> bool:
+        """Whether the shared reader's record at ``offset`` is not for this session: it reads ``partition_key``
+        itself, or it had the record already (below where it stood when it was reopened, or resent in flight).
+        The shared reader offers a partition's records in log order."""
+        if partition_key in self._behind:
+            return True
+        ahead = self._ahead
+        if ahead and partition_key in ahead:
+            if offset < ahead[partition_key]:
+                return True
+            del ahead[partition_key]  # the shared reader has reached where the session stood
+        return bool(self._resent) and self._was_resent(partition_key, offset)
 
     def fall_behind(self, partition_key: PartitionKey, offset: int) -> None:
         """The session could not take the shared reader's message at ``offset``: read from there itself."""
@@ -72,12 +98,15 @@ class CatchUp:
         """A reopened session reads every partition from its stored cursor (a partition it does not know was
         added after: everything in it is new to the session), passing over the ``resent`` messages."""
         self._behind = {key: cursors.get(key, 0) for key in self._hub.dispatchers}
-        self._resent = set(resent)
+        # below its cursor nothing is read again: only a resent message at or past it could come twice
+        self._resent = {position for position in resent if position[2] >= self._behind.get(position[:2], 0)}
+        self._ahead = {}
 
     def start_live(self) -> None:
         """A clean start reads from now on."""
         self._behind = {}
         self._resent = set()
+        self._ahead = {}
 
     def queued(self, partition_key: PartitionKey, offset: int) -> None:
         """The message at ``offset`` went into the session's pending queue (not yet in flight)."""
@@ -93,6 +122,8 @@ class CatchUp:
     def cursors(self) -> dict[PartitionKey, int]:
         """Per log partition, the first offset this session has not yet taken into flight."""
         cursors = {key: self._hub.live_position(key) for key in self._hub.dispatchers}
+        for key, offset in self._ahead.items():
+            cursors[key] = max(cursors[key], offset)
         cursors.update(self._behind)
         for key, offset in self._pending_offsets:
             cursors[key] = min(cursors[key], offset)
@@ -113,13 +144,13 @@ class CatchUp:
                    and not self._connection.deliveries_held):
                 key, offset = next(iter(self._behind.items()))
                 if offset >= hub.live_position(key):
-                    del self._behind[key]
+                    await self._rejoin(key, offset)
                     continue
                 # a long poll: the shared reader may be past the durable end (``MqttHub.appended``)
                 (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL,
                                                    read_from(key, offset, limits.mqtt_log_fetch_wait_ms_max))
                 if result.error is not None:
-                    self._behind[key] = await hub.restart_position(key, offset)
+                    await self._read_failed(key, offset, result.error)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
                     with hub.batched_writes():  # one socket write for what a fetch delivers, not one per message
@@ -127,6 +158,42 @@ class CatchUp:
         finally:
             self._running = False
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
+
+    async def _rejoin(self, key: PartitionKey, offset: int) -> None:
+        """The session has read ``key`` up to the shared reader's position, or stands further on: the shared reader
+        hands it what follows. Further on (a session reopened here, whose previous broker's reader was ahead of this
+        one's), the shared reader passes over what lies below ``offset``, if the log still has it: a log that lost
+        its tail in a failover (``mqtt_puback = "written"``) is read on from its end."""
+        hub = self._hub
+        if offset > hub.live_position(key):
+            (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, offset))
+            if result.error is not None:
+                await self._read_failed(key, offset, result.error)
+                return
+            if offset <= hub.live_position(key):
+                return  # the shared reader got there meanwhile: read up to it (the next round)
+            self._ahead[key] = offset
+        del self._behind[key]
+
+    async def _read_failed(self, key: PartitionKey, offset: int, error: Exception) -> None:
+        """A read of ``key`` at ``offset`` failed. Outside the log (retention, or a tail lost in a failover) it goes on
+        where the log is; any other error (the partition's leader is moving) is tried again from ``offset`` after
+        ``RETRY_DELAY_S``, after the other partitions: reading from anywhere else would deliver again what the
+        session had, or lose messages."""
+        if isinstance(error, errors.OffsetOutOfRangeError):
+            self._behind[key] = await self._hub.restart_position(key, offset)
+            return
+        log.warn("MQTT catch-up of {key} from {offset}: {error}", key=key, offset=offset, error=error)
+        self._behind[key] = self._behind.pop(key, offset)  # last in line: one partition's trouble holds no other back
+        await deferLater(self._hub.reactor, RETRY_DELAY_S)
+
+    def _was_resent(self, key: PartitionKey, offset: int) -> bool:
+        """Whether the record at ``offset`` of ``key`` is in flight already (resent under its packet id); once."""
+        position = (key[0], key[1], offset)
+        if position in self._resent:
+            self._resent.discard(position)
+            return True
+        return False
 
     def _records(self, key: PartitionKey, data: bytes, offset: int,
                  aborted: Iterable[AbortedTransaction] | None) -> None:
@@ -153,9 +220,8 @@ class CatchUp:
             if record_offset >= limit:
                 self._stopped = True
                 return
-            if self._resent and (key[0], key[1], record_offset) in self._resent:
-                self._resent.discard((key[0], key[1], record_offset))  # in flight already: resent under its packet id
-            else:
+            delivery = None
+            if not (self._resent and self._was_resent(key, record_offset)):
                 message = message_of(record, key)  # topic and metadata come from headers.py's cache of record shapes
                 state = session.session
                 subscriptions = None
@@ -172,5 +238,8 @@ class CatchUp:
                     if connection.deliveries_held or (message.qos and not session.accepting_deliveries):
                         self._stopped = True
                         return
-                    yield record_offset, message, subscriptions
+                    delivery = record_offset, message, subscriptions
+            # past it before it is handed over: a session write its delivery starts stores the cursor past it
             self._behind[key] = record_offset + 1
+            if delivery is not None:
+                yield delivery

@@ -349,9 +349,15 @@ class MqttHub:
 
     def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int,
                      aborted: Iterable[AbortedTransaction] | None = None) -> None:
-        """``dispatch`` every committed record of a fetch from ``start_offset`` on; one socket write per connection."""
+        """``dispatch`` every committed record of a fetch from ``start_offset`` on; one socket write per connection.
+
+        The partition's reader stands past each record while it is handed out: a session state written meanwhile (a
+        QoS 2 delivery's, before its PUBLISH goes out) stores a cursor past the record it holds in flight."""
+        reader = self.dispatchers.get(key)
         with self.batched_writes():
             for row in self.rows_after(key, data, start_offset, aborted):
+                if reader is not None:
+                    reader.position = row.offset + 1
                 self.dispatch(key, row)
 
     @contextmanager

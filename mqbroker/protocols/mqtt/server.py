@@ -154,7 +154,7 @@ class MqttConnection:
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
     ) -> None:
         """A shared reader's record; a session with a full window falls back to reading the log itself."""
-        if self.session.state is not _CONNECTED or self._catch_up.is_behind(partition_key):
+        if self.session.state is not _CONNECTED or self._catch_up.passes_over(partition_key, offset):
             return
         if self.deliveries_held or (message.qos and not self.session.accepting_deliveries):
             self._catch_up.fall_behind(partition_key, offset)
