@@ -289,7 +289,8 @@ def test_messages_in_flight_on_a_killed_broker_are_resent_by_another_with_their_
     for number, qos in enumerate(qos_levels):
         publisher.publish(f"{prefix}/{number}", b"reading %d" % number, qos=qos)
     sent = [raw.receive(timeout_s=30) for _ in qos_levels]  # never acknowledged
-    assert [(p.payload, p.qos) for p in sent] == [(b"reading %d" % n, qos) for n, qos in enumerate(qos_levels)]
+    # each topic is its own partition, and MQTT orders per topic only (docs/mqtt.md): compare them in payload order
+    assert sorted((p.payload, p.qos) for p in sent) == [(b"reading %d" % n, qos) for n, qos in enumerate(qos_levels)]
     wait_for(lambda: len(getattr(stored_state(_node(cluster, survivor).bootstrap, client_id), "inflight", ())) == 4,
              what="the in-flight messages stored")
     _node(cluster, holder).kill()
@@ -301,7 +302,7 @@ def test_messages_in_flight_on_a_killed_broker_are_resent_by_another_with_their_
                       for p in sent]
     for packet in resent:
         moved.send(PubAck(packet_id=packet.packet_id) if packet.qos == 1 else PubRec(packet_id=packet.packet_id))
-    assert [moved.receive() for _ in range(2)] == [PubRel(packet_id=sent[1].packet_id), PubRel(packet_id=sent[3].packet_id)]
+    assert [moved.receive() for _ in range(2)] == [PubRel(packet_id=p.packet_id) for p in sent if p.qos == 2]
     publisher.publish(f"{prefix}/marker", b"marker", qos=1)
     following = moved.receive(timeout_s=30)
     assert isinstance(following, Publish) and following.payload == b"marker", following  # nothing delivered twice
