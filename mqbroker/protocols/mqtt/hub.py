@@ -29,7 +29,6 @@ from __future__ import annotations
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 from typing import Protocol as TypingProtocol
@@ -128,6 +127,27 @@ def reason_code_for(failure: Failure) -> ReasonCode:
 
 #: What a QoS 1/2 publish waits for before it is acknowledged, by ``mqtt_puback`` (docs/mqtt.md "When PUBACK is sent").
 PUBACK_ACKS = {"durable": Acks.ALL, "written": Acks.NONE}
+
+
+class _BatchedWrites:
+    """``MqttHub.batched_writes``: corks the hub's connections unless an enclosing block already did, and uncorks
+    them at the end of the block that corked. A plain class: every append enters one, and a generator-based context
+    manager cost that path a generator per append."""
+
+    __slots__ = ("_hub", "_corked_here")
+
+    def __init__(self, hub: MqttHub) -> None:
+        self._hub = hub
+        self._corked_here = False
+
+    def __enter__(self) -> None:
+        hub = self._hub
+        self._corked_here = not hub.corked
+        hub.corked = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._corked_here:
+            self._hub._uncork()
 
 
 class MqttHub:
@@ -360,17 +380,9 @@ class MqttHub:
                     reader.position = row.offset + 1
                 self.dispatch(key, row)
 
-    @contextmanager
-    def batched_writes(self) -> Iterator[None]:
+    def batched_writes(self) -> _BatchedWrites:
         """Cork every connection for the block: each writes once at its end (one socket write per fan-out)."""
-        if self.corked:
-            yield
-            return
-        self.corked = True
-        try:
-            yield
-        finally:
-            self._uncork()
+        return _BatchedWrites(self)
 
     def _uncork(self) -> None:
         """The end of a corked batch: every connection with writes queued meanwhile writes them, once."""
@@ -402,16 +414,12 @@ class MqttHub:
         dispatcher.position = base_offset + len(records)
         if not len(self.registry):
             return
-        corked, self.corked = self.corked, True  # ``batched_writes``, without a generator per append
-        try:
+        with self.batched_writes():
             for offset, action in enumerate(records, base_offset):
                 message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
                                               (key[0], key[1], offset))
                 if message is not None:
                     self._route(key, offset, message)
-        finally:
-            if not corked:
-                self._uncork()
 
     def _route(self, key: PartitionKey, offset: int, message: OutboundMessage) -> None:
         """Offer the message at ``offset`` of ``key`` to every live session whose subscriptions match its topic."""
