@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqbroker.protocols.mqtt.codec import PacketDecoder
-from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5
+from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
+from mqbroker.protocols.mqtt.connect import SessionConfig
+from mqbroker.protocols.mqtt.hub import MqttHub
+from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, ConnAck, Connect
+from mqbroker.protocols.mqtt.server import MqttConnection
 
 
 class ClientSocket:
@@ -38,3 +41,14 @@ class ClientSocket:
         taken = [packet for packet in self.packets if kind is None or isinstance(packet, kind)]
         self.packets = [packet for packet in self.packets if kind is not None and not isinstance(packet, kind)]
         return taken
+
+
+def connected(hub: MqttHub, connect: Connect) -> tuple[MqttConnection, ClientSocket]:
+    """A connection of ``hub`` whose ``connect`` was accepted, once the fake broker wrote its session record."""
+    connection = MqttConnection(hub, SessionConfig(), lambda: "generated")
+    socket = ClientSocket()
+    connection.connection_made(socket)  # type: ignore[arg-type]
+    connection.data_received(encode(connect, PROTOCOL_LEVEL_5))
+    hub.broker.sync()  # type: ignore[attr-defined]  # the session record
+    assert [ack.reason_code for ack in socket.take(ConnAck)] == [0]
+    return connection, socket

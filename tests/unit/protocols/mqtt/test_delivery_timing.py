@@ -13,7 +13,6 @@ from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub
 from mqbroker.protocols.mqtt.packets import (
     PROTOCOL_LEVEL_5,
-    ConnAck,
     Connect,
     Properties,
     PubAck,
@@ -25,7 +24,7 @@ from mqbroker.protocols.mqtt.packets import (
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected
 
 LOG_TOPIC = TopicMapping().default_log_topic
 
@@ -41,13 +40,7 @@ def _hub(mode: str) -> tuple[FakeBroker, MqttHub, Clock]:
 
 
 def _client(hub: MqttHub, client_id: str) -> tuple[MqttConnection, ClientSocket]:
-    connection = MqttConnection(hub, SessionConfig(), lambda: "generated")
-    socket = ClientSocket()
-    connection.connection_made(socket)  # type: ignore[arg-type]
-    connection.data_received(encode(Connect(client_id=client_id), PROTOCOL_LEVEL_5))
-    hub.broker.sync()  # type: ignore[attr-defined]  # the session record
-    assert [ack.reason_code for ack in socket.take(ConnAck)] == [0]
-    return connection, socket
+    return connected(hub, Connect(client_id=client_id))
 
 
 def _subscribed_pair(mode: str) -> tuple[FakeBroker, MqttConnection, ClientSocket, MqttConnection, ClientSocket]:

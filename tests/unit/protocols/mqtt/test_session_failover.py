@@ -15,11 +15,9 @@ from twisted.internet.task import Clock
 from mqbroker import errors, limits
 from mqbroker.model import FetchResult
 from mqbroker.protocols.mqtt.codec import encode
-from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.packets import (
     PROTOCOL_LEVEL_5,
-    ConnAck,
     Connect,
     Properties,
     PubAck,
@@ -38,7 +36,7 @@ from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.records.readable import readable_records
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected
 
 LOG_TOPIC = TopicMapping().default_log_topic
 KEY = (LOG_TOPIC, 0)
@@ -54,14 +52,8 @@ def _started(broker: FakeBroker, clock: Clock) -> MqttHub:
 
 
 def _connect(hub: MqttHub, client_id: str, *, clean_start: bool) -> tuple[MqttConnection, ClientSocket]:
-    connection = MqttConnection(hub, SessionConfig(), lambda: "generated")
-    socket = ClientSocket()
-    connection.connection_made(socket)  # type: ignore[arg-type]
-    _send(connection, Connect(client_id=client_id, clean_start=clean_start, keep_alive_s=0,
-                              properties=Properties(session_expiry_interval_s=600)))
-    hub.broker.sync()  # type: ignore[attr-defined]
-    assert [type(packet) for packet in socket.take(ConnAck)] == [ConnAck]
-    return connection, socket
+    return connected(hub, Connect(client_id=client_id, clean_start=clean_start, keep_alive_s=0,
+                                  properties=Properties(session_expiry_interval_s=600)))
 
 
 def _send(connection: MqttConnection, packet: Any) -> None:
