@@ -117,6 +117,11 @@ def _flush_one(partition_log: SyncableLog) -> Synced:
     return partition_log, None
 
 
+#: What ``AioSync`` calls of python-libaio's ctypes bindings (``libaio.libaio``).
+_LIBAIO_BINDINGS = ("io_context_t", "io_queue_init", "io_queue_release", "io_submit", "io_getevents", "iocb", "iocb_p",
+                    "io_event", "timespec", "io_prep_fsync", "io_set_eventfd")
+
+
 @implementer(ISyncEngine, IReadDescriptor)
 class AioSync:
     """Rounds as Linux AIO fsyncs; the reactor reads their completions from an eventfd."""
@@ -130,6 +135,9 @@ class AioSync:
         """
         from libaio import libaio  # Linux only; loading it fails without libaio.so.1
 
+        missing = [name for name in _LIBAIO_BINDINGS if not hasattr(libaio, name)]
+        if missing:
+            raise ImportError(f"this python-libaio has no {', '.join(missing)}")
         self._aio = libaio
         self._reactor = reactor
         self._slots = slots
