@@ -2,7 +2,8 @@
 
 Run ``python benchmarks/mqtt_cpu_ab.py TREE [TREE ...] [--messages 20000] [--trials 5] [--qos 1]
 [--puback durable|written] [--mosquitto] [--drain] [--latency RATE]``, with trees made by e.g. ``git archive HEAD~1 | tar -x -C
-/tmp/before``. One broker per tree (``PYTHONPATH`` = the tree), and with ``--mosquitto`` Debian's
+/tmp/before``; a tree may name broker settings after ``::`` (``/work/main::fsync_engine=worker::mqtt_log_partitions=2``),
+so that one run compares settings of one tree too. One broker per tree (``PYTHONPATH`` = the tree), and with ``--mosquitto`` Debian's
 Mosquitto (``mqtt_bench``'s configuration) as one more; each trial publishes ``--messages`` 100-byte
 messages from one paho 3.1.1 client (``mqtt_bench``'s: 1,000 in flight) to each broker in turn,
 alternating, and reads the CPU time of the broker's threads (``/proc/<pid>/task/*/schedstat``)
@@ -93,7 +94,7 @@ def idle_cpu_ms_per_s(pid: int, seconds: float = IDLE_SECONDS) -> float:
 def main() -> None:
     """Start one broker per tree, alternate trials, print medians and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trees", nargs="+", help="source trees (PYTHONPATH of each broker)")
+    parser.add_argument("trees", nargs="+", help="source trees (PYTHONPATH of each broker), each with optional ::KEY=VALUE settings")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--qos", type=int, choices=[0, 1, 2], default=1)
@@ -113,8 +114,10 @@ def main() -> None:
         for number, (name, tree) in enumerate(zip(names, arguments.trees)):
             data_dir = pathlib.Path(directory) / f"broker-{number}"
             data_dir.mkdir()
+            tree, *settings = tree.split("::")
             broker = BrokerProcess(data_dir=data_dir, environment={"PYTHONPATH": str(pathlib.Path(tree).resolve())},
-                                   extra_args=["--set", f"mqtt_puback={arguments.puback}"])
+                                   extra_args=[argument for setting in [f"mqtt_puback={arguments.puback}", *settings]
+                                               for argument in ("--set", setting)])
             broker.start(timeout_s=60)
             stack.callback(broker.kill)
             assert broker.process is not None

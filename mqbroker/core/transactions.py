@@ -37,7 +37,7 @@ from mqbroker.model import (
 )
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import read_header
+from mqbroker.records.header import TRANSACTIONAL_MASK, read_header
 from mqbroker.replication.replica_manager import ReplicaManager
 from mqbroker.storage.manager import LogManager
 from mqbroker.transactions.hosting import TransactionHosting
@@ -60,6 +60,9 @@ from mqbroker.transactions.stats import TransactionMetrics
 TXN_OFFSET_COMMIT_TIMEOUT_MS = 5_000
 #: A producer's default transaction timeout when InitProducerId does not give one (Kafka's transaction.timeout.ms).
 TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000
+#: The byte of a batch that holds the low bits of its attributes, the transactional bit among them (Kafka's
+#: RecordBatch v2: attributes are the big-endian int16 at bytes 21-22).
+_ATTRIBUTES_LOW_BYTE = 22
 
 
 class TransactionRequests:
@@ -184,6 +187,10 @@ class TransactionRequests:
     ) -> Deferred[ProduceResult]:
         """A produce: straight to the log unless its batches open a transaction there, which is verified (or,
         ``add_to_transaction``, added) first (``front_end_batches``: see ``IBroker.produce``)."""
+        if len(records) <= _ATTRIBUTES_LOW_BYTE or not records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_MASK:
+            # nearly every produce: one byte says so, without decoding the header (the log decodes it once)
+            return self._produce.produce(principal, topic, partition, records, acks, timeout_ms,
+                                         front_end_batches=front_end_batches)
         try:
             header = read_header(records, require_whole=False)
         except CorruptRecordError:
