@@ -12,6 +12,10 @@ policy, fsync before acknowledging), creates a 3-partition topic per variant, th
 * read_committed consumer throughput over the topic the 1,000-record transactions filled,
   against read_uncommitted over the same data.
 
+Beside each producer variant's rate it reports the CPU spent per record, by the producer's process (its
+application and I/O threads) and by the broker, over the same timed span: on a shared machine CPU time holds
+better than wall rates, and it shows which side a variant's extra cost is on.
+
 Targets (issue 18): transactional at 1,000 records per transaction >= 70% of idempotent; commit p99 <= 20 ms.
 
 ``--baseline-source DIR`` compares against other code (e.g. ``git archive main | tar -x -C DIR``): a
@@ -50,30 +54,56 @@ VALUE = b"x" * 100
 _names = itertools.count()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds process ``pid`` has used so far (Linux ``/proc``; clock-tick resolution)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Span:
+    """The timed span of a producer measurement: wall time, this process's CPU, the broker's CPU."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self._broker_pid = broker_pid
+        self._started = time.perf_counter()
+        self._process_cpu_s = time.process_time()
+        self._broker_cpu_s = cpu_seconds(broker_pid)
+
+    def result(self, records: int) -> dict[str, float]:
+        """Records per second, and microseconds of client and broker CPU per record, since the span began."""
+        wall_s = time.perf_counter() - self._started
+        client_s = time.process_time() - self._process_cpu_s
+        broker_s = cpu_seconds(self._broker_pid) - self._broker_cpu_s
+        return {"rate": records / wall_s, "client_us": client_s * 1e6 / records, "broker_us": broker_s * 1e6 / records}
+
+
 def _topic(admin: Admin, prefix: str) -> str:
     name = f"{prefix}-{next(_names)}"
     admin.create_topics([name], partitions=PARTITIONS)
     return name
 
 
-def idempotent_rate(bootstrap: str, topic: str, records: int) -> float:
-    """Records per second of an idempotent producer (acks=all), all acknowledged."""
+def idempotent_rate(bootstrap: str, topic: str, records: int, broker_pid: int) -> dict[str, float]:
+    """Records per second of an idempotent producer (acks=all), all acknowledged; CPU per record (``Span``)."""
     with Producer(bootstrap, acks="all", linger_ms=5) as producer:
         producer.send(topic, value=VALUE, partition=0).result(10)  # connections and metadata outside the timing
-        started = time.perf_counter()
+        span = Span(broker_pid)
         for number in range(records):
             producer.send(topic, value=VALUE, partition=number % PARTITIONS)
         assert producer.flush() == 0
-        return records / (time.perf_counter() - started)
+        return span.result(records)
 
 
-def transactional_rate(bootstrap: str, topic: str, records: int, per_transaction: int) -> float:
-    """Records per second of a transactional producer committing every ``per_transaction`` records."""
+def transactional_rate(
+    bootstrap: str, topic: str, records: int, per_transaction: int, broker_pid: int
+) -> dict[str, float]:
+    """Records per second of a transactional producer committing every ``per_transaction`` records; CPU per
+    record (``Span``)."""
     with Producer(bootstrap, transactional_id=f"bench-{topic}", linger_ms=5) as producer:
         producer.init_transactions()
         with producer.transaction():
             producer.send(topic, value=VALUE, partition=0)
-        started = time.perf_counter()
+        span = Span(broker_pid)
         sent = 0
         while sent < records:
             producer.begin_transaction()
@@ -81,7 +111,7 @@ def transactional_rate(bootstrap: str, topic: str, records: int, per_transaction
                 producer.send(topic, value=VALUE, partition=(sent + number) % PARTITIONS)
             sent += min(per_transaction, records - sent)
             producer.commit_transaction()
-        return records / (time.perf_counter() - started)
+        return span.result(records)
 
 
 def commit_latencies_ms(bootstrap: str, topic: str, commits: int) -> list[float]:
@@ -123,26 +153,39 @@ def _percentile(values: list[float], fraction: float) -> float:
 COMMITS_PER_TURN = 50
 
 
-def _measure(source: str | None, kind: str, bootstrap: str, topic: str, count: int, per_transaction: int = 0) -> Any:
+def _measure(
+    source: str | None, kind: str, broker: BrokerProcess, topic: str, count: int, per_transaction: int = 0
+) -> Any:
     """One producer measurement, in this process (``source`` None) or in a child using ``source``'s client."""
+    assert broker.process is not None
+    return _measure_here(source, kind, broker.bootstrap, broker.process.pid, topic, count, per_transaction)
+
+
+def _measure_here(
+    source: str | None, kind: str, bootstrap: str, broker_pid: int, topic: str, count: int, per_transaction: int
+) -> Any:
     if source is None:
         if kind == "idempotent":
-            return idempotent_rate(bootstrap, topic, count)
+            return idempotent_rate(bootstrap, topic, count, broker_pid)
         if kind == "transactional":
-            return transactional_rate(bootstrap, topic, count, per_transaction)
+            return transactional_rate(bootstrap, topic, count, per_transaction, broker_pid)
         return commit_latencies_ms(bootstrap, topic, count)
-    command = [sys.executable, __file__, "--child", kind, bootstrap, topic, str(count), str(per_transaction)]
+    command = [sys.executable, __file__, "--child", kind, bootstrap, str(broker_pid), topic, str(count),
+               str(per_transaction)]
     child = subprocess.run(command, env={**os.environ, "MQBROKER_BENCH_SOURCE": source}, capture_output=True,
                            text=True, check=True, timeout=600)
     return json.loads(child.stdout)
 
 
-def _summary(variants: dict[str, list[float]], latencies: list[float]) -> dict[str, Any]:
-    medians = {name: statistics.median(rates) for name, rates in variants.items()}
+def _summary(variants: dict[str, list[dict[str, float]]], latencies: list[float]) -> dict[str, Any]:
+    medians = {name: statistics.median(span["rate"] for span in spans) for name, spans in variants.items()}
+    cpu = {name: {side: round(statistics.median(span[f"{side}_us"] for span in spans), 2)
+                  for side in ("client", "broker")} for name, spans in variants.items()}
     return {
         "records_per_s": {name: round(rate) for name, rate in medians.items()},
-        "rounds_records_per_s": {name: [round(rate) for rate in rates] for name, rates in variants.items()},
+        "rounds_records_per_s": {name: [round(span["rate"]) for span in spans] for name, spans in variants.items()},
         "ratio_to_idempotent": {name: round(rate / medians["idempotent"], 3) for name, rate in medians.items()},
+        "cpu_us_per_record": cpu,
         "commit_ms": {"p50": round(_percentile(latencies, 0.50), 2), "p99": round(_percentile(latencies, 0.99), 2),
                       "commits": len(latencies)},
     }
@@ -159,26 +202,27 @@ def run(records: int, rounds: int, commits: int, baseline_source: str | None = N
         try:
             for broker in brokers.values():
                 broker.start()
-            variants = {name: {"idempotent": [], "txn-10": [], "txn-100": [], "txn-1000": []} for name in brokers}
+            variants: dict[str, dict[str, list[dict[str, float]]]] = {
+                name: {"idempotent": [], "txn-10": [], "txn-100": [], "txn-1000": []} for name in brokers}
             latencies: dict[str, list[float]] = {name: [] for name in brokers}
             filled = ""
             admins = {name: Admin(broker.bootstrap) for name, broker in brokers.items()}
             try:
                 for _ in range(rounds):
                     for name, broker in brokers.items():
-                        bootstrap, admin, rates, source = broker.bootstrap, admins[name], variants[name], sources[name]
-                        rates["idempotent"].append(_measure(source, "idempotent", bootstrap, _topic(admin, "idem"),
+                        admin, spans, source = admins[name], variants[name], sources[name]
+                        spans["idempotent"].append(_measure(source, "idempotent", broker, _topic(admin, "idem"),
                                                             records))
                         for size in (10, 100, 1000):
                             topic = _topic(admin, f"txn{size}")
-                            rates[f"txn-{size}"].append(_measure(source, "transactional", bootstrap, topic, records,
+                            spans[f"txn-{size}"].append(_measure(source, "transactional", broker, topic, records,
                                                                  size))
                             if size == 1000 and name == "this":
                                 filled = topic
                 topics = {name: _topic(admins[name], "latency") for name in brokers}
                 for turn in range(0, commits, COMMITS_PER_TURN):
                     for name, broker in brokers.items():
-                        latencies[name] += _measure(sources[name], "commits", broker.bootstrap, topics[name],
+                        latencies[name] += _measure(sources[name], "commits", broker, topics[name],
                                                     min(COMMITS_PER_TURN, commits - turn))
             finally:
                 for admin in admins.values():
@@ -205,8 +249,9 @@ def run(records: int, rounds: int, commits: int, baseline_source: str | None = N
 def main() -> None:
     """Parse the options, run, print a table or JSON."""
     if sys.argv[1:2] == ["--child"]:  # one measurement for a parent comparing trees: its result as JSON
-        kind, bootstrap, topic, count, per_transaction = sys.argv[2:7]
-        print(json.dumps(_measure(None, kind, bootstrap, topic, int(count), int(per_transaction))))
+        kind, bootstrap, broker_pid, topic, count, per_transaction = sys.argv[2:8]
+        print(json.dumps(_measure_here(None, kind, bootstrap, int(broker_pid), topic, int(count),
+                                       int(per_transaction))))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=30_000, help="records per producer variant and round")
@@ -219,9 +264,8 @@ def main() -> None:
     if options.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{'variant':<12} {'records/s':>10} {'vs idempotent':>14}")
-    for name, rate in result["records_per_s"].items():
-        print(f"{name:<12} {rate:>10} {result['ratio_to_idempotent'][name]:>14.2f}")
+    print(f"{'variant':<12} {'records/s':>10} {'vs idempotent':>14} {'client us/rec':>14} {'broker us/rec':>14}")
+    _print_variants(result)
     print(f"commit latency: p50 {result['commit_ms']['p50']} ms, p99 {result['commit_ms']['p99']} ms "
           f"({result['commit_ms']['commits']} commits of 10 records over {PARTITIONS} partitions)")
     reads = result["read_records_per_s"]
@@ -229,10 +273,17 @@ def main() -> None:
     if "baseline" in result:
         baseline = result["baseline"]
         print(f"baseline ({baseline['source']}):")
-        for name, rate in baseline["records_per_s"].items():
-            print(f"{name:<12} {rate:>10} {baseline['ratio_to_idempotent'][name]:>14.2f}  "
-                  f"this tree x{result['speedup_vs_baseline'][name]:.2f}")
+        _print_variants(baseline, result["speedup_vs_baseline"])
         print(f"commit latency: p50 {baseline['commit_ms']['p50']} ms, p99 {baseline['commit_ms']['p99']} ms")
+
+
+def _print_variants(summary: dict[str, Any], speedups: dict[str, float] | None = None) -> None:
+    """One line per producer variant: rate, ratio to idempotent, CPU per record (and this tree's speed-up)."""
+    for name, rate in summary["records_per_s"].items():
+        cpu = summary["cpu_us_per_record"][name]
+        line = (f"{name:<12} {rate:>10} {summary['ratio_to_idempotent'][name]:>14.2f} {cpu['client']:>14.2f} "
+                f"{cpu['broker']:>14.2f}")
+        print(line if speedups is None else f"{line}  this tree x{speedups[name]:.2f}")
 
 
 if __name__ == "__main__":

@@ -173,14 +173,12 @@ class TransactionService:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _now(self, action: Callable[[], Any]) -> Deferred[Any]:
-        """Run a coordinator call that answers at once; a typed error fails the Deferred."""
+        """Run a read-only coordinator call (a partition leader's verification, once per transaction and partition;
+        a describe), which answers at once and leaves nothing to drain; a typed error fails the Deferred."""
         try:
-            result = action()
+            return succeed(action())
         except errors.BrokerError as error:
             return fail(error)
-        finally:
-            self._drain()
-        return succeed(result)
 
     def _park(self, action: Callable[[int], None]) -> Deferred[Any]:
         """Run a coordinator call whose answer comes out of ``ready()`` (now, or once durable)."""

@@ -304,12 +304,11 @@ class Producer:
             with self._lock:
                 if self._io.error is not None:
                     raise self._io.error
-                unresolved = self._core.pending_records + self._io.resolving_records
-                if not unresolved:
-                    break
+                if not self._core.has_pending and not self._io.resolving_records:
+                    break  # (checked without counting: a transaction's commit wakes here after every reply)
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    return unresolved
+                    return self._core.pending_records + self._io.resolving_records
                 self._changed.wait(0.05 if remaining is None else min(remaining, 0.05))
                 if self._core.has_pending:
                     self._core.flush()  # records sent while flushing go at once too
