@@ -66,7 +66,7 @@ def test_confirms_are_sent_in_order_as_runs_of_equal_outcomes() -> None:
     channel, output = _channel()
     channel.receive_method(spec.ConfirmSelect())
     _sent_methods(output)
-    channel.confirm_outcomes = {1: None, 2: None, 3: None, 4: None}
+    channel.next_publish_sequence = 5  # four confirmed publishes went out
     channel.publish_settled_range(2, 3, stored=True)
     assert _sent_methods(output) == []  # 1 is not settled yet: nothing may be confirmed past it
     channel.publish_settled_range(4, 4, stored=False)
@@ -109,3 +109,19 @@ def test_rows_delivered_to_a_no_ack_consumer_are_not_tracked() -> None:
     channel.deliver_rows("a", "q", _rows(1, 2), set())
     assert channel.unacked == {} and channel.next_delivery_tag == 3
     assert output.delivered_bytes == len(output.data) > 0
+
+
+def test_confirms_settled_ahead_wait_for_the_runs_before_them_and_coalesce() -> None:
+    channel, output = _channel()
+    channel.receive_method(spec.ConfirmSelect())
+    _sent_methods(output)
+    channel.next_publish_sequence = 11  # ten confirmed publishes went out
+    channel.publish_settled_range(7, 10, stored=True)
+    channel.publish_settled_range(4, 6, stored=True)
+    channel.publish_settled_range(3, 3, stored=False)
+    assert _sent_methods(output) == []
+    channel.publish_settled_range(1, 2, stored=False)
+    assert _sent_methods(output) == [spec.BasicNack(delivery_tag=3, multiple=True, requeue=False),
+                                     spec.BasicAck(delivery_tag=10, multiple=True)]
+    channel.publish_settled_range(5, 12, stored=True)  # confirmed already, or never published: nothing more
+    assert _sent_methods(output) == []
