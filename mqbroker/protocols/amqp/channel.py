@@ -396,7 +396,7 @@ class Channel:
         except AmqpError as error:
             error.class_id, error.method_id = method.CLASS_ID, method.METHOD_ID
             raise
-        self._admit_content(header)
+        self._admit_content(header, hold=self.transaction is not None)  # else handed on now: never held
         return self._completed(method, header, frames.body)
 
     def receive_content(self, frame: codec.Frame) -> list[Action]:
@@ -418,16 +418,19 @@ class Channel:
     def _content_header(self, content: _Content, frame: codec.HeaderFrame) -> None:
         if frame.class_id != spec.BASIC_CLASS_ID:
             raise AmqpError(ReplyCode.UNEXPECTED_FRAME, f"content header of class {frame.class_id}, expected 60")
-        self._admit_content(frame)
+        self._admit_content(frame, hold=True)
         content.header = frame
 
-    def _admit_content(self, frame: codec.HeaderFrame) -> None:
-        """Refuse a message over the size limit; count its bytes as held (or refuse the channel)."""
+    def _admit_content(self, frame: codec.HeaderFrame, *, hold: bool) -> None:
+        """Refuse a message over the size limit or the held bytes' bounds; with ``hold``, count its bytes as held."""
         if frame.body_size > limits.amqp_message_bytes_max:
             self.content = None
             raise AmqpError(ReplyCode.CONTENT_TOO_LARGE, f"message body of {frame.body_size} bytes exceeds "
                             f"the limit of {limits.amqp_message_bytes_max}", class_id=60, method_id=40)
-        self._reserve(frame.body_size)
+        if hold:
+            self._reserve(frame.body_size)
+        else:
+            self._held.check(frame.body_size)
 
     def _content_body(self, content: _Content, payload: bytes) -> None:
         assert content.header is not None
@@ -441,16 +444,16 @@ class Channel:
         """The whole message is in: hand it on (or hold it in the open transaction)."""
         assert content.header is not None
         self.content = None
+        if self.transaction is None:
+            self._release(content.header.body_size)  # handed on now; only a transaction keeps holding it
         return self._completed(content.method, content.header, b"".join(content.parts))
 
     def _completed(self, method: spec.BasicPublish, header: codec.HeaderFrame, body: bytes) -> list[Action]:
-        """A whole message: hand it on (or hold it in the open transaction)."""
+        """A whole message, its bytes held only in an open transaction: hand it on (or hold it in the transaction)."""
         sequence = None
         if self.confirming:
             sequence = self.next_publish_sequence
             self.next_publish_sequence += 1
-        if self.transaction is None:
-            self._release(header.body_size)  # handed on now; only a transaction keeps holding it
         publish = Publish(
             channel=self.number, exchange=method.exchange, routing_key=method.routing_key,
             mandatory=method.mandatory, properties=header.properties,

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from mqbroker.protocols.amqp import codec, spec
-from mqbroker.protocols.amqp.actions import ConsumersReady, Delivery, Execute, Outcome, Settle
+from mqbroker.protocols.amqp.actions import ConsumersReady, Delivery, Execute, Outcome, Publish, Settle
 from mqbroker.protocols.amqp.channel import Channel, FrameOutput
-from mqbroker.protocols.amqp.held_bytes import HeldBytes
+from mqbroker.protocols.amqp.held_bytes import ByteBudget, HeldBytes
 from mqbroker.protocols.amqp.spec import AmqpError
 from mqbroker.protocols.amqp.stored import MessageRow
 
@@ -125,3 +125,22 @@ def test_confirms_settled_ahead_wait_for_the_runs_before_them_and_coalesce() -> 
                                      spec.BasicAck(delivery_tag=10, multiple=True)]
     channel.publish_settled_range(5, 12, stored=True)  # confirmed already, or never published: nothing more
     assert _sent_methods(output) == []
+
+
+def _whole_publish(body: bytes) -> codec.PublishFrames:
+    header = codec.HeaderFrame(channel=1, class_id=60, body_size=len(body), properties=spec.BasicProperties(),
+                               properties_raw=b"\x00\x00")
+    return codec.PublishFrames(channel=1, method=spec.BasicPublish(routing_key="q"), header=header, body=body)
+
+
+def test_a_whole_message_is_checked_against_the_held_bytes_bounds_but_never_held() -> None:
+    budget = ByteBudget(10_000)
+    budget.reserve(8_000)  # another connection's open transaction
+    channel = Channel(1, FrameOutput(frame_max=131_072), HeldBytes(broker_budget=budget))
+    [publish] = channel.receive_publish(_whole_publish(b"x" * 1_000))
+    assert isinstance(publish, Publish) and publish.body == b"x" * 1_000
+    assert (budget.reserved_bytes, channel.held_bytes) == (8_000, 0)
+    with pytest.raises(AmqpError) as raised:
+        channel.receive_publish(_whole_publish(b"x" * 3_000))
+    assert (raised.value.reply_code, raised.value.class_id, raised.value.method_id) == (406, 60, 40)
+    assert "retry later" in raised.value.reply_text and budget.reserved_bytes == 8_000
