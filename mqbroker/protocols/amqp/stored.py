@@ -104,7 +104,13 @@ def append_message(
     signature = (exchange, routing_key, properties_raw, expiration, extra_headers)
     try:
         key, headers = _RECORD_HEADERS[signature]
-    except (KeyError, TypeError):  # new, or unhashable extra headers (nothing to remember them by)
+    except KeyError:  # new: built, and remembered unless large
+        key, headers = _record_headers(*signature)
+        if len(properties_raw) + len(key) + len(exchange) <= limits.amqp_decode_cache_key_bytes_max:
+            if len(_RECORD_HEADERS) >= limits.amqp_decode_cache_entries_max:
+                _RECORD_HEADERS.clear()
+            _RECORD_HEADERS[signature] = key, headers
+    except TypeError:  # an unhashable value (a bytearray, a list of headers): nothing to remember it by
         key, headers = _record_headers(*signature)
     builder.append(timestamp_ms, key, body, headers)
 
@@ -117,19 +123,13 @@ _RECORD_HEADERS: dict[tuple[Any, ...], tuple[bytes, tuple[RecordHeader, ...]]] =
 
 def _record_headers(exchange: str, routing_key: str, properties_raw: bytes, expiration: str | None,
                     extra_headers: Sequence[RecordHeader]) -> tuple[bytes, tuple[RecordHeader, ...]]:
-    """A message's record key and headers, remembered for small ones."""
+    """A message's record key and headers."""
     key = routing_key.encode("utf-8", "surrogateescape")
     headers: tuple[RecordHeader, ...] = ((_EXCHANGE, exchange.encode("utf-8", "surrogateescape")), (_ROUTING_KEY, key),
                                          (_PROPERTIES, properties_raw))
     if expiration is not None:
         headers += ((_EXPIRATION, expiration.encode("utf-8", "surrogateescape")),)
-    headers += tuple(extra_headers)
-    if (type(extra_headers) is tuple and len(properties_raw) + len(key) + len(exchange)
-            <= limits.amqp_decode_cache_key_bytes_max):
-        if len(_RECORD_HEADERS) >= limits.amqp_decode_cache_entries_max:
-            _RECORD_HEADERS.clear()
-        _RECORD_HEADERS[(exchange, routing_key, properties_raw, expiration, extra_headers)] = key, headers
-    return key, headers
+    return key, headers + tuple(extra_headers)
 
 
 def queued_message(
