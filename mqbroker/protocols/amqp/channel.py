@@ -140,7 +140,10 @@ class Channel:
         self.unacked: dict[int, Unacked] = {}  # in delivery-tag order
         self.confirming = False
         self.next_publish_sequence = 1
-        self.confirm_outcomes: dict[int, bool | None] = {}  # in sequence order
+        #: Every confirmed publish up to this sequence number was acked or nacked.
+        self.confirmed_through = 0
+        #: Runs settled past ``confirmed_through + 1``, waiting for the ones before them: first → (last, stored).
+        self._settled_ahead: dict[int, tuple[int, bool]] = {}
         self.generated_tags = 0
         #: The open transaction's publishes and settling methods, in order (None: not transactional).
         self.transaction: list[Publish | SettlingMethod] | None = None
@@ -379,22 +382,22 @@ class Channel:
     # --- publishing and confirms --------------------------------------------------------
 
     def _basic_publish(self, method: spec.BasicPublish) -> list[Action]:
-        if method.immediate:
-            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true is not supported (as in RabbitMQ)")
+        _refuse_immediate(method)
         self.content = _Content(method=method)
         return []
 
     def receive_publish(self, frames: codec.PublishFrames) -> list[Action]:
         """A basic.publish with its content header and whole body (``codec.PublishFrames``): what the method and
         ``receive_content`` of each of its frames do, in one call (the connection checked that no other message's
-        content is under way)."""
-        self.receive_method(frames.method)
-        content = self.content
-        assert content is not None
-        self._content_header(content, frames.header)
-        if frames.body:
-            self._content_body(content, frames.body)
-        return self._content_complete(content)
+        content is under way; the splitter, that the header is of class 60 and the body its announced size)."""
+        method, header = frames.method, frames.header
+        try:
+            _refuse_immediate(method)
+        except AmqpError as error:
+            error.class_id, error.method_id = method.CLASS_ID, method.METHOD_ID
+            raise
+        self._admit_content(header, hold=self.transaction is not None)  # else handed on now: never held
+        return self._completed(method, header, frames.body)
 
     def receive_content(self, frame: codec.Frame) -> list[Action]:
         """A content header or body frame of the publish being received."""
@@ -415,12 +418,19 @@ class Channel:
     def _content_header(self, content: _Content, frame: codec.HeaderFrame) -> None:
         if frame.class_id != spec.BASIC_CLASS_ID:
             raise AmqpError(ReplyCode.UNEXPECTED_FRAME, f"content header of class {frame.class_id}, expected 60")
+        self._admit_content(frame, hold=True)
+        content.header = frame
+
+    def _admit_content(self, frame: codec.HeaderFrame, *, hold: bool) -> None:
+        """Refuse a message over the size limit or the held bytes' bounds; with ``hold``, count its bytes as held."""
         if frame.body_size > limits.amqp_message_bytes_max:
             self.content = None
             raise AmqpError(ReplyCode.CONTENT_TOO_LARGE, f"message body of {frame.body_size} bytes exceeds "
                             f"the limit of {limits.amqp_message_bytes_max}", class_id=60, method_id=40)
-        self._reserve(frame.body_size)
-        content.header = frame
+        if hold:
+            self._reserve(frame.body_size)
+        else:
+            self._held.check(frame.body_size)
 
     def _content_body(self, content: _Content, payload: bytes) -> None:
         assert content.header is not None
@@ -434,17 +444,20 @@ class Channel:
         """The whole message is in: hand it on (or hold it in the open transaction)."""
         assert content.header is not None
         self.content = None
+        if self.transaction is None:
+            self._release(content.header.body_size)  # handed on now; only a transaction keeps holding it
+        return self._completed(content.method, content.header, b"".join(content.parts))
+
+    def _completed(self, method: spec.BasicPublish, header: codec.HeaderFrame, body: bytes) -> list[Action]:
+        """A whole message, its bytes held only in an open transaction: hand it on (or hold it in the transaction)."""
         sequence = None
         if self.confirming:
             sequence = self.next_publish_sequence
             self.next_publish_sequence += 1
-            self.confirm_outcomes[sequence] = None
-        if self.transaction is None:
-            self._release(content.header.body_size)  # handed on now; only a transaction keeps holding it
         publish = Publish(
-            channel=self.number, exchange=content.method.exchange, routing_key=content.method.routing_key,
-            mandatory=content.method.mandatory, properties=content.header.properties,
-            properties_raw=content.header.properties_raw, body=b"".join(content.parts), confirm_sequence=sequence,
+            channel=self.number, exchange=method.exchange, routing_key=method.routing_key,
+            mandatory=method.mandatory, properties=header.properties,
+            properties_raw=header.properties_raw, body=body, confirm_sequence=sequence,
             transactional=self.transaction is not None,
         )
         if self.transaction is not None:
@@ -474,26 +487,29 @@ class Channel:
                                                self._output.frame_max))
 
     def publish_settled_range(self, first: int, last: int, *, stored: bool) -> None:
-        """The broker stored (or refused) the confirmed publishes ``first..last``: ack/nack in order, coalesced."""
-        outcomes = self.confirm_outcomes
-        for sequence in range(first, last + 1):
-            if sequence in outcomes:
-                outcomes[sequence] = stored
+        """The broker stored (or refused) the confirmed publishes ``first..last``: ack/nack in order, coalesced.
+
+        Runs are settled once each and never overlap (``confirm_runs``); what was confirmed already or was never
+        published is ignored. Bookkeeping is per run, not per message: a run settled ahead of an earlier one waits
+        in ``_settled_ahead`` keyed by its first sequence number.
+        """
+        first, last = max(first, self.confirmed_through + 1), min(last, self.next_publish_sequence - 1)
+        if first > last:
+            return
+        if first != self.confirmed_through + 1:
+            assert first not in self._settled_ahead, f"confirms {first}.. settled twice"
+            self._settled_ahead[first] = last, stored
+            return
         # Answer the settled prefix, one basic.ack / nack (multiple) per run of equal outcomes.
-        run_first = run_last = 0
-        run_outcome: bool | None = None
-        for sequence, outcome in outcomes.items():
-            if outcome is None:
-                break
-            if outcome is not run_outcome:
-                if run_outcome is not None:
-                    self._send_confirm(run_first, run_last, run_outcome)
-                run_first, run_outcome = sequence, outcome
-            run_last = sequence
-        if run_outcome is not None:
-            self._send_confirm(run_first, run_last, run_outcome)
-            for sequence in range(next(iter(outcomes)), run_last + 1):
-                del outcomes[sequence]
+        run_first, run_outcome, ahead = first, stored, self._settled_ahead
+        self.confirmed_through = last
+        while ahead and (following := ahead.pop(self.confirmed_through + 1, None)) is not None:
+            following_last, following_outcome = following
+            if following_outcome is not run_outcome:
+                self._send_confirm(run_first, self.confirmed_through, run_outcome)
+                run_first, run_outcome = self.confirmed_through + 1, following_outcome
+            self.confirmed_through = following_last
+        self._send_confirm(run_first, self.confirmed_through, run_outcome)
 
     def _send_confirm(self, first: int, last: int, stored: bool) -> None:
         if stored:
@@ -519,6 +535,11 @@ _HANDLERS: dict[type[spec.Method], Callable[[Channel, spec.Method], list[Action]
     spec.TxCommit: Channel._tx_commit,  # type: ignore[dict-item]
     spec.TxRollback: Channel._tx_rollback,  # type: ignore[dict-item]
 }
+
+
+def _refuse_immediate(method: spec.BasicPublish) -> None:
+    if method.immediate:
+        raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true is not supported (as in RabbitMQ)")
 
 
 def _settling(method: SettlingMethod) -> tuple[bool, Outcome]:

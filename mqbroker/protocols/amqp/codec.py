@@ -281,7 +281,7 @@ class _DecoderState(enum.Enum):
 class FrameDecoder:
     """Bytes in, frames out, with a buffer bounded by one frame of ``frame_bytes_max``."""
 
-    __slots__ = ("_buffer", "_state", "frame_bytes_max", "_methods", "_properties")
+    __slots__ = ("_buffer", "_state", "frame_bytes_max", "_methods", "_properties", "_headers")
 
     def __init__(self, frame_bytes_max: int, *, expect_protocol_header: bool = True) -> None:
         assert frame_bytes_max >= FRAME_MIN_BYTES
@@ -291,6 +291,8 @@ class FrameDecoder:
         self.frame_bytes_max = frame_bytes_max
         self._methods: dict[bytes, Method] = {}
         self._properties: dict[bytes, BasicProperties] = {}
+        #: Content headers of publishes (frozen, so shared) by payload: body size and property list.
+        self._headers: dict[bytes, HeaderFrame] = {}
 
     @property
     def awaiting_protocol_header(self) -> bool:
@@ -361,7 +363,11 @@ class FrameDecoder:
 
     def _publish_frames(self, channel: int, method: bytes, content_header: bytes, body: bytes) -> PublishFrames:
         decoded = self._decode_method(method)  # first, as frame by frame
-        header = self._decode_frame(_HEADER, channel, content_header)
+        header = self._headers.get(content_header)  # a publisher's messages of one size share their header
+        if header is None or header.channel != channel:
+            header = self._decode_frame(_HEADER, channel, content_header)
+            if len(content_header) <= limits.amqp_decode_cache_key_bytes_max:
+                _remember(self._headers, content_header, header)
         assert isinstance(decoded, BasicPublish) and isinstance(header, HeaderFrame)
         return PublishFrames(channel=channel, method=decoded, header=header, body=body)
 

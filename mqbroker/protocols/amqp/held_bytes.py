@@ -21,9 +21,13 @@ class ByteBudget:
     bytes_max: int
     reserved_bytes: int = 0
 
+    def fits(self, byte_count: int) -> bool:
+        """Whether ``byte_count`` more would fit under the bound."""
+        return self.reserved_bytes + byte_count <= self.bytes_max
+
     def reserve(self, byte_count: int) -> bool:
         """Take ``byte_count`` if they fit under the bound."""
-        if self.reserved_bytes + byte_count > self.bytes_max:
+        if not self.fits(byte_count):
             return False
         self.reserved_bytes += byte_count
         return True
@@ -45,19 +49,26 @@ class HeldBytes:
     broker_budget: ByteBudget | None = None
     held_bytes: int = 0
 
-    def reserve(self, byte_count: int) -> None:
-        """Count ``byte_count`` more, or refuse the channel with 406 when a bound would be passed."""
+    def check(self, byte_count: int) -> None:
+        """Refuse the channel with 406 as ``reserve`` would, counting nothing (a whole message handed on at once
+        is checked against the bounds but never held)."""
         if self.held_bytes + byte_count > limits.amqp_held_bytes_per_connection_max:
             raise AmqpError(ReplyCode.PRECONDITION_FAILED,
                             f"this connection holds {self.held_bytes} bytes of unfinished messages and open "
                             f"transactions; {byte_count} more would pass its limit of "
                             f"{limits.amqp_held_bytes_per_connection_max}: commit transactions sooner",
                             class_id=60, method_id=40)
-        if self.broker_budget is not None and not self.broker_budget.reserve(byte_count):
+        if self.broker_budget is not None and not self.broker_budget.fits(byte_count):
             raise AmqpError(ReplyCode.PRECONDITION_FAILED,
                             f"the broker holds {self.broker_budget.reserved_bytes} bytes of unfinished AMQP messages "
                             f"and open transactions (limit {self.broker_budget.bytes_max}); retry later",
                             class_id=60, method_id=40)
+
+    def reserve(self, byte_count: int) -> None:
+        """Count ``byte_count`` more, or refuse the channel with 406 when a bound would be passed."""
+        self.check(byte_count)
+        if self.broker_budget is not None:
+            self.broker_budget.reserve(byte_count)  # fits: checked
         self.held_bytes += byte_count
 
     def release(self, byte_count: int) -> None:

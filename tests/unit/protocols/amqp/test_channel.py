@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from mqbroker.protocols.amqp import codec, spec
-from mqbroker.protocols.amqp.actions import ConsumersReady, Delivery, Execute, Outcome, Settle
+from mqbroker.protocols.amqp.actions import ConsumersReady, Delivery, Execute, Outcome, Publish, Settle
 from mqbroker.protocols.amqp.channel import Channel, FrameOutput
-from mqbroker.protocols.amqp.held_bytes import HeldBytes
+from mqbroker.protocols.amqp.held_bytes import ByteBudget, HeldBytes
 from mqbroker.protocols.amqp.spec import AmqpError
 from mqbroker.protocols.amqp.stored import MessageRow
 
@@ -66,7 +66,7 @@ def test_confirms_are_sent_in_order_as_runs_of_equal_outcomes() -> None:
     channel, output = _channel()
     channel.receive_method(spec.ConfirmSelect())
     _sent_methods(output)
-    channel.confirm_outcomes = {1: None, 2: None, 3: None, 4: None}
+    channel.next_publish_sequence = 5  # four confirmed publishes went out
     channel.publish_settled_range(2, 3, stored=True)
     assert _sent_methods(output) == []  # 1 is not settled yet: nothing may be confirmed past it
     channel.publish_settled_range(4, 4, stored=False)
@@ -109,3 +109,38 @@ def test_rows_delivered_to_a_no_ack_consumer_are_not_tracked() -> None:
     channel.deliver_rows("a", "q", _rows(1, 2), set())
     assert channel.unacked == {} and channel.next_delivery_tag == 3
     assert output.delivered_bytes == len(output.data) > 0
+
+
+def test_confirms_settled_ahead_wait_for_the_runs_before_them_and_coalesce() -> None:
+    channel, output = _channel()
+    channel.receive_method(spec.ConfirmSelect())
+    _sent_methods(output)
+    channel.next_publish_sequence = 11  # ten confirmed publishes went out
+    channel.publish_settled_range(7, 10, stored=True)
+    channel.publish_settled_range(4, 6, stored=True)
+    channel.publish_settled_range(3, 3, stored=False)
+    assert _sent_methods(output) == []
+    channel.publish_settled_range(1, 2, stored=False)
+    assert _sent_methods(output) == [spec.BasicNack(delivery_tag=3, multiple=True, requeue=False),
+                                     spec.BasicAck(delivery_tag=10, multiple=True)]
+    channel.publish_settled_range(5, 12, stored=True)  # confirmed already, or never published: nothing more
+    assert _sent_methods(output) == []
+
+
+def _whole_publish(body: bytes) -> codec.PublishFrames:
+    header = codec.HeaderFrame(channel=1, class_id=60, body_size=len(body), properties=spec.BasicProperties(),
+                               properties_raw=b"\x00\x00")
+    return codec.PublishFrames(channel=1, method=spec.BasicPublish(routing_key="q"), header=header, body=body)
+
+
+def test_a_whole_message_is_checked_against_the_held_bytes_bounds_but_never_held() -> None:
+    budget = ByteBudget(10_000)
+    budget.reserve(8_000)  # another connection's open transaction
+    channel = Channel(1, FrameOutput(frame_max=131_072), HeldBytes(broker_budget=budget))
+    [publish] = channel.receive_publish(_whole_publish(b"x" * 1_000))
+    assert isinstance(publish, Publish) and publish.body == b"x" * 1_000
+    assert (budget.reserved_bytes, channel.held_bytes) == (8_000, 0)
+    with pytest.raises(AmqpError) as raised:
+        channel.receive_publish(_whole_publish(b"x" * 3_000))
+    assert (raised.value.reply_code, raised.value.class_id, raised.value.method_id) == (406, 60, 40)
+    assert "retry later" in raised.value.reply_text and budget.reserved_bytes == 8_000

@@ -13,11 +13,13 @@ from mqbroker.protocols.amqp.routing import Binding, DestinationKind, Exchange, 
 from mqbroker.protocols.amqp.spec import AmqpError
 from mqbroker.protocols.amqp.stored import (
     QueueDeclaration,
+    append_message,
     binding_key,
     decode_declaration,
     exchange_record,
     queue_record,
 )
+from mqbroker.records.builder import BatchBuilder
 from tests.unit.protocols.amqp.strategies import field_values, shortstrs, tables
 
 exchanges = st.builds(Exchange, name=shortstrs.filter(lambda name: not name.startswith("amq.")),
@@ -81,3 +83,13 @@ def test_garbage_declarations_raise_only_amqp_error(record: tuple[bytes, bytes])
 def test_a_declaration_missing_its_type_says_so() -> None:
     with pytest.raises(AmqpError, match="'type' is NoneType"):
         decode_declaration(b"e:orders", fields.table({"durable": True}))
+
+
+def test_a_message_is_stored_alike_whether_its_record_headers_were_remembered_or_not() -> None:
+    """``append_message`` remembers a message's record headers; unhashable ones (a bytearray) are built each time."""
+    first, second = BatchBuilder(), BatchBuilder()
+    for builder in (first, second):
+        append_message(builder, 0, "amq.direct", "key", b"\x00\x00", b"body", "60000", (("x-delay", b"5"),))
+    append_message(first, 0, "", "key", bytearray(b"\x00\x00"), b"body", None, [("x-delay", bytearray(b"5"))])
+    append_message(second, 0, "", "key", b"\x00\x00", b"body", None, (("x-delay", b"5"),))
+    assert first.build() == second.build()
