@@ -62,11 +62,17 @@ def test_an_unknown_delivery_tag_is_a_precondition_failure_naming_the_method() -
     assert (raised.value.reply_code, raised.value.class_id, raised.value.method_id) == (406, 60, 80)
 
 
-def test_confirms_are_sent_in_order_as_runs_of_equal_outcomes() -> None:
+def _confirming_channel(published: int) -> tuple[Channel, FrameOutput]:
+    """A channel in confirm mode that has sent nothing yet and took ``published`` confirmed publishes."""
     channel, output = _channel()
     channel.receive_method(spec.ConfirmSelect())
     _sent_methods(output)
-    channel.next_publish_sequence = 5  # four confirmed publishes went out
+    channel.next_publish_sequence = published + 1
+    return channel, output
+
+
+def test_confirms_are_sent_in_order_as_runs_of_equal_outcomes() -> None:
+    channel, output = _confirming_channel(4)
     channel.publish_settled_range(2, 3, stored=True)
     assert _sent_methods(output) == []  # 1 is not settled yet: nothing may be confirmed past it
     channel.publish_settled_range(4, 4, stored=False)
@@ -112,10 +118,7 @@ def test_rows_delivered_to_a_no_ack_consumer_are_not_tracked() -> None:
 
 
 def test_confirms_settled_ahead_wait_for_the_runs_before_them_and_coalesce() -> None:
-    channel, output = _channel()
-    channel.receive_method(spec.ConfirmSelect())
-    _sent_methods(output)
-    channel.next_publish_sequence = 11  # ten confirmed publishes went out
+    channel, output = _confirming_channel(10)
     channel.publish_settled_range(7, 10, stored=True)
     channel.publish_settled_range(4, 6, stored=True)
     channel.publish_settled_range(3, 3, stored=False)
