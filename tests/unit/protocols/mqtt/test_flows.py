@@ -157,3 +157,20 @@ def test_deliver_many_reads_its_deliveries_one_at_a_time_and_answers_with_one_ac
     assert [(packet.packet_id, packet.payload) for packet in sends] == [(1, b"0"), (2, b"1")]  # the client's window
     assert taken == [0, 1, 2]  # the third waits in the queue, which is then full
     assert session.session is not None and [message.payload for message in session.session.pending] == [b"2"]
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_a_plain_delivery_goes_out_as_encode_writes_its_publish(level: int) -> None:
+    """The send path that encodes a message without properties from its topic's string field writes the bytes of the
+    PUBLISH it records in flight, at either level, QoS 1 and 2, retained or not, and after a change of topic."""
+    session = connected_session(level)
+    subscription = [Subscription(topic_filter="#", qos=2, retain_as_published=True)]
+    messages = [OutboundMessage(topic=topic, payload=b"x" * size, qos=qos, retain=retain)
+                for topic, size, qos, retain in [("a/b", 3, 1, False), ("a/b", 200, 2, True), ("ü/é", 0, 1, True)]]
+    sends = [action for action in session.deliver_many(((message, subscription) for message in messages), 0)
+             if isinstance(action, Send)]
+    assert [send.data for send in sends] == [encode(send.packet, level) for send in sends]
+    assert [(send.packet.topic, send.packet.qos, send.packet.retain, send.packet.packet_id) for send in sends] == [
+        ("a/b", 1, False, 1), ("a/b", 2, True, 2), ("ü/é", 1, True, 3)]
+    assert session.session is not None and [entry.publish for entry in session.session.inflight.values()] == [
+        send.packet for send in sends]
