@@ -14,7 +14,6 @@ under their packet ids, when it gets to them (``passes_over``); nothing goes to 
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
@@ -25,11 +24,11 @@ from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
 from mqbroker.model import AbortedTransaction
+from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     RETRY_DELAY_S,
-    message_of,
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
@@ -49,20 +48,18 @@ class Deliverer(Protocol):
     @property
     def deliveries_held(self) -> bool: ...
 
-    def deliver_many(self, partition_key: PartitionKey,
-                     deliveries: Iterable[tuple[int, OutboundMessage, list[Subscription]]]) -> None: ...
+    def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None: ...
 
     def log_failure(self, failure: Failure, what: str) -> None: ...
 
 
 class CatchUp:
-    """One session's cursors: the partitions it reads itself, and the log offsets of its pending messages."""
+    """One session's cursors: the partitions it reads itself, and where the shared readers stand in the others."""
 
     def __init__(self, hub: MqttHub, connection: Deliverer) -> None:
         self._hub = hub
         self._connection = connection
         self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
-        self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
         #: Where the messages a reopened session resends are: a cursor stored by an older version may be below them,
         #: and reading them again must not deliver them a second time.
         self._resent: set[LogPosition] = set()
@@ -108,25 +105,21 @@ class CatchUp:
         self._resent = set()
         self._ahead = {}
 
-    def queued(self, partition_key: PartitionKey, offset: int) -> None:
-        """The message at ``offset`` went into the session's pending queue (not yet in flight)."""
-        self._pending_offsets.append((partition_key, offset))
-
-    def trim(self) -> None:
-        """Messages leave ``pending`` in order (into flight, which the stored state holds); forget their offsets."""
-        state = self._connection.session.session
-        pending = len(state.pending) if state is not None else 0
-        while len(self._pending_offsets) > pending:
-            self._pending_offsets.popleft()
-
     def cursors(self) -> dict[PartitionKey, int]:
-        """Per log partition, the first offset this session has not yet taken into flight."""
+        """Per log partition, the first offset this session has not yet taken into flight: where it reads, or the
+        lowest of its messages still in the pending queue (the stored state holds only what is in flight). A
+        message's position says where it is; one from the retained store has none."""
         cursors = {key: self._hub.live_position(key) for key in self._hub.dispatchers}
         for key, offset in self._ahead.items():
             cursors[key] = max(cursors[key], offset)
         cursors.update(self._behind)
-        for key, offset in self._pending_offsets:
-            cursors[key] = min(cursors[key], offset)
+        state = self._connection.session.session
+        for message in state.pending if state is not None else ():
+            position = message.position
+            if position is not None:
+                key = position[0], position[1]
+                if position[2] < cursors.get(key, position[2]):
+                    cursors[key] = position[2]
         return cursors
 
     def resume(self) -> None:
@@ -199,7 +192,7 @@ class CatchUp:
                  aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
         self._stopped = False
-        self._connection.deliver_many(key, self._deliveries(key, data, offset, aborted, limit))
+        self._connection.deliver_many(self._deliveries(key, data, offset, aborted, limit))
         if self._stopped:
             return
         reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
@@ -209,11 +202,12 @@ class CatchUp:
             self._behind[key] = reached
 
     def _deliveries(self, key: PartitionKey, data: bytes, offset: int, aborted: Iterable[AbortedTransaction] | None,
-                    limit: int) -> Iterator[tuple[int, OutboundMessage, list[Subscription]]]:
+                    limit: int) -> Iterator[tuple[OutboundMessage, list[Subscription]]]:
         """The messages of one fetch this session is to get, each yielded once the one before it was taken (the
         cursor moves past it then); it stops (``_stopped``) at the shared reader's position or at a full window."""
         connection = self._connection
         session = connection.session
+        log_topic, partition = key
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
         for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
@@ -222,7 +216,9 @@ class CatchUp:
                 return
             delivery = None
             if not (self._resent and self._was_resent(key, record_offset)):
-                message = message_of(record, key)  # topic and metadata come from headers.py's cache of record shapes
+                # topic and metadata come from headers.py's cache of record shapes
+                message = message_from_record(record.key, record.value, record.headers, record.timestamp_ms,
+                                              (log_topic, partition, record_offset))
                 state = session.session
                 subscriptions = None
                 if message is not None and state is not None:
@@ -234,11 +230,11 @@ class CatchUp:
                             and topic_matches(subscription.topic_filter, message.topic)
                         ]
                 if subscriptions:
-                    assert message is not None
-                    if connection.deliveries_held or (message.qos and not session.accepting_deliveries):
+                    assert message is not None and state is not None
+                    if connection.deliveries_held or (message.qos and not state.has_room()):
                         self._stopped = True
                         return
-                    delivery = record_offset, message, subscriptions
+                    delivery = message, subscriptions
             # past it before it is handed over: a session write its delivery starts stores the cursor past it
             self._behind[key] = record_offset + 1
             if delivery is not None:
