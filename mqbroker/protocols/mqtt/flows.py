@@ -250,6 +250,21 @@ class PublishFlows:
         """A QoS 1 delivery is acknowledged."""
         self._complete_outbound(puback.packet_id, InflightState.AWAITING_PUBACK, now_ms)
 
+    def on_pubacks(self, packet_ids: Sequence[int], now_ms: int) -> None:
+        """``on_puback`` of a run of PUBACKs (one read of a subscriber's): the window refills once, after the last."""
+        state = self.state
+        assert state is not None
+        inflight = state.inflight
+        completed = False
+        for packet_id in packet_ids:
+            entry = inflight.get(packet_id)
+            if entry is not None and entry.state is _AWAITING_PUBACK:  # else late or duplicated: nothing waits for it
+                del inflight[packet_id]
+                completed = True
+        if completed:
+            self._outbox.changed = True  # lost in a crash, the messages go out again (DUP=1), are acknowledged again
+            self.pump(now_ms)
+
     def on_pubrec(self, pubrec: PubRec, now_ms: int) -> None:
         """A QoS 2 delivery is received: release it (or end it, if the client refused it)."""
         assert self.state is not None

@@ -9,6 +9,8 @@ from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import (
     Connect,
+    PingReq,
+    PingResp,
     Properties,
     PubAck,
     PubComp,
@@ -174,3 +176,19 @@ def test_a_plain_delivery_goes_out_as_encode_writes_its_publish(level: int) -> N
         ("a/b", 1, False, 1), ("a/b", 2, True, 2), ("ü/é", 1, True, 3)]
     assert session.session is not None and [entry.publish for entry in session.session.inflight.values()] == [
         send.packet for send in sends]
+
+
+def test_a_read_of_pubacks_refills_the_window_in_order_before_the_packet_after_them() -> None:
+    """PUBACKs of one read complete together (one refill of the window), and what they free goes out before the
+    answer to a packet that follows them in the read; a duplicated or unknown PUBACK frees nothing."""
+    session = connected_session(4, SessionConfig(outbound_inflight_max_3_1_1=2))
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    messages = [OutboundMessage(topic="t", payload=b"%d" % number, qos=1) for number in range(5)]
+    first = session.deliver_many(((message, subscription) for message in messages), 0)
+    assert [action.packet.payload for action in first if isinstance(action, Send)] == [b"0", b"1"]
+    read = b"".join(encode(packet, 4) for packet in (PubAck(packet_id=1), PubAck(packet_id=1), PubAck(packet_id=9),
+                                                       PubAck(packet_id=2), PingReq(), PubAck(packet_id=3)))
+    sent = [action.packet for action in session.receive_data(read, 0) if isinstance(action, Send)]
+    assert [(type(packet), getattr(packet, "payload", None)) for packet in sent] == [
+        (Publish, b"2"), (Publish, b"3"), (PingResp, None), (Publish, b"4")]
+    assert session.session is not None and list(session.session.inflight) == [4, 5]
