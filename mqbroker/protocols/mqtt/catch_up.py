@@ -67,6 +67,8 @@ class CatchUp:
         #: shared reader's records below that went to the session on its previous broker.
         self._ahead: dict[PartitionKey, int] = {}
         self._running = False
+        #: Bytes per record of the last catch-up read (0: none yet), which sizes the next (``_fetch_bytes``).
+        self._record_bytes = 0
         #: Whether the last fetch's deliveries stopped before its end (the shared reader's position, a full window).
         self._stopped = False
 
@@ -140,8 +142,8 @@ class CatchUp:
                     await self._rejoin(key, offset)
                     continue
                 # a long poll: the shared reader may be past the durable end (``MqttHub.appended``)
-                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL,
-                                                   read_from(key, offset, limits.mqtt_log_fetch_wait_ms_max))
+                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(
+                    key, offset, limits.mqtt_log_fetch_wait_ms_max, self._fetch_bytes()))
                 if result.error is not None:
                     await self._read_failed(key, offset, result.error)
                     continue
@@ -151,6 +153,15 @@ class CatchUp:
         finally:
             self._running = False
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
+
+    def _fetch_bytes(self) -> int:
+        """What a catch-up read asks for: about what the session's queue has room for, at the last read's bytes per
+        record, within ``limits.mqtt_catch_up_fetch_bytes_min`` and ``limits.mqtt_log_fetch_bytes_max``."""
+        state = self._connection.session.session
+        if not self._record_bytes or state is None:
+            return limits.mqtt_log_fetch_bytes_max
+        room = state.pending_messages_max - len(state.pending)
+        return max(limits.mqtt_catch_up_fetch_bytes_min, min(limits.mqtt_log_fetch_bytes_max, room * self._record_bytes))
 
     async def _rejoin(self, key: PartitionKey, offset: int) -> None:
         """The session has read ``key`` up to the shared reader's position, or stands further on: the shared reader
@@ -193,9 +204,12 @@ class CatchUp:
         limit = self._hub.live_position(key)
         self._stopped = False
         self._connection.deliver_many(self._deliveries(key, data, offset, aborted, limit))
+        end = next_offset_after(data, offset)
+        if end > offset:  # from the batch holding ``offset``: at most a batch's records before it count too
+            self._record_bytes = -(-len(data) // (end - offset))
         if self._stopped:
             return
-        reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
+        reached = min(max(end, self._behind[key]), limit)
         if reached >= limit:  # caught up with the shared reader
             del self._behind[key]
         else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
