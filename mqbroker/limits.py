@@ -159,7 +159,7 @@ mqtt_log_fetch_wait_ms_max = 500
 #: MQTT: bytes one fetch of a log partition (shared reader, catch-up, replay) may return.
 mqtt_log_fetch_bytes_max = 1024 * 1024
 #: MQTT: the least a session's catch-up read asks for; it asks for about what its queue has room for, up to
-#: ``mqtt_log_fetch_bytes_max`` (a drain refills half a queue at a time: reading a megabyte for it copied ten times that).
+#: ``mqtt_log_fetch_bytes_max`` (a drain refills half a queue, ~80 KB, at a time: a megabyte read for it was waste).
 mqtt_catch_up_fetch_bytes_min = 64 * 1024
 #: MQTT: a client that has not sent CONNECT by then is disconnected.
 mqtt_connect_s_max = 10.0

@@ -161,7 +161,8 @@ class CatchUp:
         if not self._record_bytes or state is None:
             return limits.mqtt_log_fetch_bytes_max
         room = state.pending_messages_max - len(state.pending)
-        return max(limits.mqtt_catch_up_fetch_bytes_min, min(limits.mqtt_log_fetch_bytes_max, room * self._record_bytes))
+        wanted = min(limits.mqtt_log_fetch_bytes_max, room * self._record_bytes)
+        return max(limits.mqtt_catch_up_fetch_bytes_min, wanted)
 
     async def _rejoin(self, key: PartitionKey, offset: int) -> None:
         """The session has read ``key`` up to the shared reader's position, or stands further on: the shared reader

@@ -254,13 +254,15 @@ class SessionState:
             publish = entry.publish
             if (packet_id == next_packet_id and position[2] == next_offset and entry.state is run_state
                     and position[1] == run_partition and position[0] == run_topic and publish.qos == run_qos
-                    and publish.retain == run_retain and publish.properties.subscription_identifiers == run_identifiers):
+                    and publish.retain == run_retain
+                    and publish.properties.subscription_identifiers == run_identifiers):
                 run[1] += 1
                 next_packet_id += 1
                 next_offset += 1
                 continue
             run_state, (run_topic, run_partition, first_offset) = entry.state, position
-            run_qos, run_retain, run_identifiers = publish.qos, publish.retain, publish.properties.subscription_identifiers
+            run_qos, run_retain = publish.qos, publish.retain
+            run_identifiers = publish.properties.subscription_identifiers
             run = [packet_id, 1, run_state.value, run_topic, run_partition, first_offset, run_qos, run_retain,
                    list(run_identifiers)]
             documents.append(run)

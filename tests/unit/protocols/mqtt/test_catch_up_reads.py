@@ -34,7 +34,8 @@ def _connect(hub: MqttHub) -> tuple[MqttConnection, ClientSocket]:
     connection, socket = MqttConnection(hub, CONFIG, lambda: "generated"), ClientSocket()
     socket.decoder.protocol_level = 4
     connection.connection_made(socket)  # type: ignore[arg-type]
-    connection.data_received(encode(Connect(client_id="drainer", clean_start=False, keep_alive_s=0, protocol_level=4), 4))
+    connect = Connect(client_id="drainer", clean_start=False, keep_alive_s=0, protocol_level=4)
+    connection.data_received(encode(connect, 4))
     hub.broker.sync()  # type: ignore[attr-defined]
     return connection, socket
 
