@@ -155,13 +155,14 @@ class CatchUp:
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
 
     def _fetch_bytes(self) -> int:
-        """What a catch-up read asks for: about what the session's queue has room for, at the last read's bytes per
-        record, within ``limits.mqtt_catch_up_fetch_bytes_min`` and ``limits.mqtt_log_fetch_bytes_max``."""
+        """What a catch-up read asks for: twice what the session's queue has room for, at the last read's bytes per
+        record (the read starts inside a batch and ends at a whole one: asked for exactly that, a refill would often
+        take two reads), within ``limits.mqtt_catch_up_fetch_bytes_min`` and ``limits.mqtt_log_fetch_bytes_max``."""
         state = self._connection.session.session
         if not self._record_bytes or state is None:
             return limits.mqtt_log_fetch_bytes_max
         room = state.pending_messages_max - len(state.pending)
-        wanted = min(limits.mqtt_log_fetch_bytes_max, room * self._record_bytes)
+        wanted = min(limits.mqtt_log_fetch_bytes_max, 2 * room * self._record_bytes)
         return max(limits.mqtt_catch_up_fetch_bytes_min, wanted)
 
     async def _rejoin(self, key: PartitionKey, offset: int) -> None:
