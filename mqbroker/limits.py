@@ -158,6 +158,9 @@ amqp_replay_fetch_bytes_max = 16 * 1024 * 1024
 mqtt_log_fetch_wait_ms_max = 500
 #: MQTT: bytes one fetch of a log partition (shared reader, catch-up, replay) may return.
 mqtt_log_fetch_bytes_max = 1024 * 1024
+#: MQTT: the least a session's catch-up read asks for; it asks for about what its queue has room for, up to
+#: ``mqtt_log_fetch_bytes_max`` (a drain refills half a queue, ~80 KB, at a time: a megabyte read for it was waste).
+mqtt_catch_up_fetch_bytes_min = 64 * 1024
 #: MQTT: a client that has not sent CONNECT by then is disconnected.
 mqtt_connect_s_max = 10.0
 #: How long a connect waits for the broker that held a live session to hand it over (its final state)

@@ -14,7 +14,6 @@ under their packet ids, when it gets to them (``passes_over``); nothing goes to 
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
@@ -25,11 +24,11 @@ from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
 from mqbroker.model import AbortedTransaction
+from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     RETRY_DELAY_S,
-    message_of,
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
@@ -49,20 +48,18 @@ class Deliverer(Protocol):
     @property
     def deliveries_held(self) -> bool: ...
 
-    def deliver_many(self, partition_key: PartitionKey,
-                     deliveries: Iterable[tuple[int, OutboundMessage, list[Subscription]]]) -> None: ...
+    def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None: ...
 
     def log_failure(self, failure: Failure, what: str) -> None: ...
 
 
 class CatchUp:
-    """One session's cursors: the partitions it reads itself, and the log offsets of its pending messages."""
+    """One session's cursors: the partitions it reads itself, and where the shared readers stand in the others."""
 
     def __init__(self, hub: MqttHub, connection: Deliverer) -> None:
         self._hub = hub
         self._connection = connection
         self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
-        self._pending_offsets: deque[tuple[PartitionKey, int]] = deque()  # log offsets of session.pending
         #: Where the messages a reopened session resends are: a cursor stored by an older version may be below them,
         #: and reading them again must not deliver them a second time.
         self._resent: set[LogPosition] = set()
@@ -70,6 +67,8 @@ class CatchUp:
         #: shared reader's records below that went to the session on its previous broker.
         self._ahead: dict[PartitionKey, int] = {}
         self._running = False
+        #: Bytes per record of the last catch-up read (0: none yet), which sizes the next (``_fetch_bytes``).
+        self._record_bytes = 0
         #: Whether the last fetch's deliveries stopped before its end (the shared reader's position, a full window).
         self._stopped = False
 
@@ -108,25 +107,21 @@ class CatchUp:
         self._resent = set()
         self._ahead = {}
 
-    def queued(self, partition_key: PartitionKey, offset: int) -> None:
-        """The message at ``offset`` went into the session's pending queue (not yet in flight)."""
-        self._pending_offsets.append((partition_key, offset))
-
-    def trim(self) -> None:
-        """Messages leave ``pending`` in order (into flight, which the stored state holds); forget their offsets."""
-        state = self._connection.session.session
-        pending = len(state.pending) if state is not None else 0
-        while len(self._pending_offsets) > pending:
-            self._pending_offsets.popleft()
-
     def cursors(self) -> dict[PartitionKey, int]:
-        """Per log partition, the first offset this session has not yet taken into flight."""
+        """Per log partition, the first offset this session has not yet taken into flight: where it reads, or the
+        lowest of its messages still in the pending queue (the stored state holds only what is in flight). A
+        message's position says where it is; one from the retained store has none."""
         cursors = {key: self._hub.live_position(key) for key in self._hub.dispatchers}
         for key, offset in self._ahead.items():
             cursors[key] = max(cursors[key], offset)
         cursors.update(self._behind)
-        for key, offset in self._pending_offsets:
-            cursors[key] = min(cursors[key], offset)
+        state = self._connection.session.session
+        for message in state.pending if state is not None else ():
+            position = message.position
+            if position is not None:
+                key = position[0], position[1]
+                if position[2] < cursors.get(key, position[2]):
+                    cursors[key] = position[2]
         return cursors
 
     def resume(self) -> None:
@@ -147,8 +142,8 @@ class CatchUp:
                     await self._rejoin(key, offset)
                     continue
                 # a long poll: the shared reader may be past the durable end (``MqttHub.appended``)
-                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL,
-                                                   read_from(key, offset, limits.mqtt_log_fetch_wait_ms_max))
+                (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(
+                    key, offset, limits.mqtt_log_fetch_wait_ms_max, self._fetch_bytes()))
                 if result.error is not None:
                     await self._read_failed(key, offset, result.error)
                     continue
@@ -158,6 +153,17 @@ class CatchUp:
         finally:
             self._running = False
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
+
+    def _fetch_bytes(self) -> int:
+        """What a catch-up read asks for: twice what the session's queue has room for, at the last read's bytes per
+        record (the read starts inside a batch and ends at a whole one: asked for exactly that, a refill would often
+        take two reads), within ``limits.mqtt_catch_up_fetch_bytes_min`` and ``limits.mqtt_log_fetch_bytes_max``."""
+        state = self._connection.session.session
+        if not self._record_bytes or state is None:
+            return limits.mqtt_log_fetch_bytes_max
+        room = state.pending_messages_max - len(state.pending)
+        wanted = min(limits.mqtt_log_fetch_bytes_max, 2 * room * self._record_bytes)
+        return max(limits.mqtt_catch_up_fetch_bytes_min, wanted)
 
     async def _rejoin(self, key: PartitionKey, offset: int) -> None:
         """The session has read ``key`` up to the shared reader's position, or stands further on: the shared reader
@@ -199,21 +205,25 @@ class CatchUp:
                  aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
         self._stopped = False
-        self._connection.deliver_many(key, self._deliveries(key, data, offset, aborted, limit))
+        self._connection.deliver_many(self._deliveries(key, data, offset, aborted, limit))
+        end = next_offset_after(data, offset)
+        if end > offset:  # from the batch holding ``offset``: at most a batch's records before it count too
+            self._record_bytes = -(-len(data) // (end - offset))
         if self._stopped:
             return
-        reached = min(max(next_offset_after(data, offset), self._behind[key]), limit)
+        reached = min(max(end, self._behind[key]), limit)
         if reached >= limit:  # caught up with the shared reader
             del self._behind[key]
         else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._behind[key] = reached
 
     def _deliveries(self, key: PartitionKey, data: bytes, offset: int, aborted: Iterable[AbortedTransaction] | None,
-                    limit: int) -> Iterator[tuple[int, OutboundMessage, list[Subscription]]]:
+                    limit: int) -> Iterator[tuple[OutboundMessage, list[Subscription]]]:
         """The messages of one fetch this session is to get, each yielded once the one before it was taken (the
         cursor moves past it then); it stops (``_stopped``) at the shared reader's position or at a full window."""
         connection = self._connection
         session = connection.session
+        log_topic, partition = key
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
         for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
@@ -222,7 +232,9 @@ class CatchUp:
                 return
             delivery = None
             if not (self._resent and self._was_resent(key, record_offset)):
-                message = message_of(record, key)  # topic and metadata come from headers.py's cache of record shapes
+                # topic and metadata come from headers.py's cache of record shapes
+                message = message_from_record(record.key, record.value, record.headers, record.timestamp_ms,
+                                              (log_topic, partition, record_offset))
                 state = session.session
                 subscriptions = None
                 if message is not None and state is not None:
@@ -234,11 +246,11 @@ class CatchUp:
                             and topic_matches(subscription.topic_filter, message.topic)
                         ]
                 if subscriptions:
-                    assert message is not None
-                    if connection.deliveries_held or (message.qos and not session.accepting_deliveries):
+                    assert message is not None and state is not None
+                    if connection.deliveries_held or (message.qos and not state.has_room()):
                         self._stopped = True
                         return
-                    delivery = record_offset, message, subscriptions
+                    delivery = message, subscriptions
             # past it before it is handed over: a session write its delivery starts stores the cursor past it
             self._behind[key] = record_offset + 1
             if delivery is not None:

@@ -68,6 +68,7 @@ _REQUIRED_FLAGS = {packet_type: 0 for packet_type in PacketType} | {
     PacketType.UNSUBSCRIBE: 0b0010,
 }
 _FIRST_BYTES = [bytes([value]) for value in range(0x100)]
+_EMPTY_PROPERTIES = b"\x00"  # a 5.0 property block of length 0
 _SIMPLE_RESPONSES: dict[PacketType, type[PublishResponse]] = {
     PacketType.PUBACK: PubAck,
     PacketType.PUBREC: PubRec,
@@ -123,6 +124,15 @@ def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
         parts.append(encode_properties(packet.properties))
     parts.append(packet.payload)
     return flags, b"".join(parts)
+
+
+def encode_plain_publish(topic_field: bytes, payload: bytes, qos: int, retain: bool, packet_id: int, v5: bool) -> bytes:
+    """The bytes ``encode`` gives a QoS 1/2 ``Publish`` without properties and DUP 0, from its topic already encoded
+    as a string field (``encode_string``): the outbound flows encode each delivery with this, one call, no packet
+    object read."""
+    body_bytes = len(topic_field) + len(payload) + (3 if v5 else 2)
+    return b"".join((_FIRST_BYTES[0x30 | qos << 1 | retain], encode_variable_byte_integer(body_bytes), topic_field,
+                     _U16.pack(packet_id), _EMPTY_PROPERTIES if v5 else b"", payload))
 
 
 def _no_properties(properties: Properties) -> bool:

@@ -30,9 +30,10 @@ from dataclasses import replace
 from itertools import repeat
 
 from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks
-from mqbroker.protocols.mqtt.codec import encode
+from mqbroker.protocols.mqtt.codec import encode, encode_plain_publish
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, protocol_error
+from mqbroker.protocols.mqtt.fields import encode_string
 from mqbroker.protocols.mqtt.headers import record_headers
 from mqbroker.protocols.mqtt.packets import (
     NO_PROPERTIES,
@@ -59,6 +60,7 @@ from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_to
 #: A successful PUBACK: its fixed header (type 4, remaining length 2), then the packet id.
 _PUBACK = struct.Struct(">HH")
 _PUBACK_HEADER = PacketType.PUBACK << 12 | 2
+_AWAITING_PUBACK, _AWAITING_PUBREC = InflightState.AWAITING_PUBACK, InflightState.AWAITING_PUBREC
 
 
 class Outbox:
@@ -103,6 +105,8 @@ class PublishFlows:
         #: The last PUBLISH's (topic, mapping rules version, log topic, record key): most publish to one topic.
         self._destination: tuple[str, int, str, bytes] = ("", -1, "", b"")
         self._next_ticket = 1
+        #: The last topic a PUBLISH went out on, and its string field (``_send_pending``; a drain's are all one).
+        self._topic_field: tuple[str, bytes] = ("", b"")
 
     def attach(self, state: SessionState, now_ms: int) -> None:
         """The session is open: resend what was in flight [MQTT-4.4.0-1], then send what waits."""
@@ -246,6 +250,21 @@ class PublishFlows:
         """A QoS 1 delivery is acknowledged."""
         self._complete_outbound(puback.packet_id, InflightState.AWAITING_PUBACK, now_ms)
 
+    def on_pubacks(self, packet_ids: Sequence[int], now_ms: int) -> None:
+        """``on_puback`` of a run of PUBACKs (one read of a subscriber's): the window refills once, after the last."""
+        state = self.state
+        assert state is not None
+        inflight = state.inflight
+        completed = False
+        for packet_id in packet_ids:
+            entry = inflight.get(packet_id)
+            if entry is not None and entry.state is _AWAITING_PUBACK:  # else late or duplicated: nothing waits for it
+                del inflight[packet_id]
+                completed = True
+        if completed:
+            self._outbox.changed = True  # lost in a crash, the messages go out again (DUP=1), are acknowledged again
+            self.pump(now_ms)
+
     def on_pubrec(self, pubrec: PubRec, now_ms: int) -> None:
         """A QoS 2 delivery is received: release it (or end it, if the client refused it)."""
         assert self.state is not None
@@ -287,9 +306,46 @@ class PublishFlows:
         assert state is not None
         while state.qos0_pending:
             self._send_message(state.qos0_pending.popleft(), now_ms)
-        while state.pending and len(state.inflight) < self._client_receive_maximum:
-            self._send_message(state.pending.popleft(), now_ms)
-            self._outbox.changed = True  # the stored cursor moves past it (QoS 2 sends set ``dirty`` too)
+        if state.pending and len(state.inflight) < self._client_receive_maximum:
+            self._outbox.changed = True  # the stored cursor moves past what goes (QoS 2 sends set ``dirty`` too)
+            self._send_pending(state, now_ms)
+
+    def _send_pending(self, state: SessionState, now_ms: int) -> None:
+        """``_send_message`` of each pending QoS 1/2 message while the window has room. A message without properties
+        to a client without outbound topic aliases (a drain's every message) is sent here, its PUBLISH encoded from
+        the topic's string field in one call (the same bytes ``_send_if_fits`` would write)."""
+        pending, inflight, window = state.pending, state.inflight, self._client_receive_maximum
+        if self._client_topic_alias_maximum:
+            while pending and len(inflight) < window:
+                self._send_message(pending.popleft(), now_ms)
+            return
+        outbox = self._outbox
+        actions = outbox.actions
+        v5 = outbox.protocol_level == PROTOCOL_LEVEL_5
+        packet_bytes_max = self._client_packet_bytes_max
+        topic, topic_field = self._topic_field
+        while pending and len(inflight) < window:
+            message = pending.popleft()
+            if message.properties is not NO_PROPERTIES:
+                self._send_message(message, now_ms)
+                continue
+            if message.topic != topic:
+                topic = message.topic
+                topic_field = encode_string(topic)
+                self._topic_field = topic, topic_field
+            qos, retain, payload = message.qos, message.retain, message.payload
+            packet_id = state.allocate_packet_id()
+            data = encode_plain_publish(topic_field, payload, qos, retain, packet_id, v5)
+            if packet_bytes_max is not None and len(data) > packet_bytes_max:
+                continue  # the server discards what the client cannot receive [MQTT-3.1.2-25]
+            publish = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=packet_id)
+            actions.append(Send(packet=publish, data=data))
+            if qos == 1:
+                flow = _AWAITING_PUBACK
+            else:
+                flow = _AWAITING_PUBREC
+                outbox.dirty = True  # its packet id is durable before it goes out (the module docstring)
+            inflight[packet_id] = Inflight(publish=publish, state=flow, position=message.position)
 
     def _send_message(self, message: OutboundMessage, now_ms: int) -> None:
         properties = message.properties

@@ -31,11 +31,13 @@ FRONT_END_PRINCIPAL = Principal("Service", "mqtt")  # "Service": no client can a
 RETRY_DELAY_S = 1.0
 
 
-def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0) -> FetchRequest:
-    """A read_committed fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``):
-    MQTT subscribers see no record of an open or aborted transaction."""
-    position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=limits.mqtt_log_fetch_bytes_max)
-    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=limits.mqtt_log_fetch_bytes_max,
+def read_from(key: PartitionKey, offset: int, wait_ms_max: int = 0,
+              bytes_max: int = limits.mqtt_log_fetch_bytes_max) -> FetchRequest:
+    """A read_committed fetch of one log partition from ``offset`` (answered at once unless ``wait_ms_max``) of at most
+    ``bytes_max`` (a larger first batch comes whole): MQTT subscribers see no record of an open or aborted
+    transaction."""
+    position = FetchPosition(topic=key[0], partition=key[1], offset=offset, max_bytes=bytes_max)
+    return FetchRequest(positions=(position,), wait_ms_max=wait_ms_max, response_bytes_max=bytes_max,
                         isolation_level=IsolationLevel.READ_COMMITTED)
 
 

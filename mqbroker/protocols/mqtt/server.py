@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -159,7 +159,7 @@ class MqttConnection:
         if self.deliveries_held or (message.qos and not self.session.accepting_deliveries):
             self._catch_up.fall_behind(partition_key, offset)
             return
-        self.deliver(partition_key, offset, message, subscriptions)
+        self.deliver(message, subscriptions)
 
     def has_room(self) -> bool:
         """Whether a message kept for one of this session's share groups may be handed to it now."""
@@ -169,7 +169,7 @@ class MqttConnection:
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscription: Subscription
     ) -> None:
         """A message kept for a share group while every member was busy (``has_room`` said yes)."""
-        self.deliver(partition_key, offset, message, [subscription])
+        self.deliver(message, [subscription])
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
@@ -191,7 +191,6 @@ class MqttConnection:
     def _run(self, actions: list[Action]) -> None:
         if actions:
             self._queue.append(actions)
-        self._catch_up.trim()
         if not self._executing:
             self._drain()
 
@@ -493,45 +492,25 @@ class MqttConnection:
 
     # ------------------------------------------------------------------ delivering to the client
 
-    def deliver(
-        self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
-    ) -> None:
+    def deliver(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """Hand the session a log record's message (live, or read while catching up)."""
-        state = self.session.session
-        assert state is not None
         if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
             return  # a subscription to '#' brings only what the principal may read
-        queued_before = len(state.pending) + len(state.inflight)
-        actions = self.session.deliver(message, subscriptions, self.hub.now_ms())
-        if len(state.pending) + len(state.inflight) > queued_before:
-            self._catch_up.queued(partition_key, offset)
-        self._run(actions)
+        self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
 
-    def deliver_many(self, partition_key: PartitionKey,
-                     deliveries: Iterable[tuple[int, OutboundMessage, list[Subscription]]]) -> None:
-        """``deliver`` of each (offset, message, subscriptions) of ``partition_key`` read while catching up, as one
-        action list (one pass through the session and the action queue per fetch, not per message). The iterable
-        is read one delivery at a time, after the one before it was queued or sent. Under a fetch quota each goes
-        on its own, so that the quota holds the next one back as soon as it is exceeded."""
+    def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None:
+        """``deliver`` of each (message, subscriptions) read while catching up, as one action list (one pass through
+        the session and the action queue per fetch, not per message). The iterable is read one delivery at a time,
+        after the one before it was queued or sent. Under a fetch quota each goes on its own, so that the quota
+        holds the next one back as soon as it is exceeded."""
         if self._fetch_throttle is not None:
-            for offset, message, subscriptions in deliveries:
-                self.deliver(partition_key, offset, message, subscriptions)
+            for message, subscriptions in deliveries:
+                self.deliver(message, subscriptions)
             return
-        state = self.session.session
-        assert state is not None
-        check_reads = mqtt_security.topic_acls_apply(self)
-        catch_up = self._catch_up
-
-        def allowed() -> Iterator[tuple[OutboundMessage, list[Subscription]]]:
-            for offset, message, subscriptions in deliveries:
-                if check_reads and not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
-                    continue  # a subscription to '#' brings only what the principal may read
-                queued_before = len(state.pending) + len(state.inflight)
-                yield message, subscriptions
-                if len(state.pending) + len(state.inflight) > queued_before:
-                    catch_up.queued(partition_key, offset)
-
-        self._run(self.session.deliver_many(allowed(), self.hub.now_ms()))
+        if mqtt_security.topic_acls_apply(self):  # a subscription to '#' brings only what the principal may read
+            deliveries = ((message, subscriptions) for message, subscriptions in deliveries
+                          if mqtt_security.topic_allowed(self, Operation.READ, message.topic))
+        self._run(self.session.deliver_many(deliveries, self.hub.now_ms()))
 
     def _send_retained(self, subscription: Subscription) -> None:
         topic_filter = parse_subscription_filter(subscription.topic_filter).topic_filter

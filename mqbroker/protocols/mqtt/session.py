@@ -176,18 +176,25 @@ class MqttSession:
         if self.state in _TERMINAL:
             return []  # the transport is closing; late bytes mean nothing
         self._last_received_ms = now_ms
+        acknowledged: list[int] = []  # a run of PUBACKs, completed together before the next other packet
         try:
             for packet in self._decoder.receive_data(data):
                 state = self.state
                 kind = type(packet)
-                if state is _CONNECTED and kind is Publish:  # nearly every packet: straight to its flow
+                if state is _CONNECTED and kind is PubAck:  # a subscriber's: nearly every packet it sends
+                    acknowledged.append(packet.packet_id)  # type: ignore[union-attr]
+                    continue
+                if acknowledged:
+                    self._flows.on_pubacks(acknowledged, now_ms)  # type: ignore[union-attr]
+                    acknowledged = []
+                if state is _CONNECTED and kind is Publish:  # a publisher's every packet: straight to its flow
                     self._flows.on_publish(packet, now_ms)  # type: ignore[union-attr]
-                elif state is _CONNECTED and kind is PubAck:  # a subscriber's: as straight
-                    self._flows.on_puback(packet, now_ms)  # type: ignore[union-attr,arg-type]
                 elif state is _CLOSED or state is _ERROR:
                     break
                 else:
                     self._dispatch(packet, now_ms)
+            if acknowledged:
+                self._flows.on_pubacks(acknowledged, now_ms)  # type: ignore[union-attr]
         except MqttProtocolError as error:
             self._fail(error, now_ms)
         return self._finish()

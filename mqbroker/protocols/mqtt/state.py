@@ -189,7 +189,7 @@ class SessionState:
                 self.qos0_dropped += 1
             self.qos0_pending.append(delivery)
             return True
-        assert self.has_room(), "the adapter checks has_room() before delivering QoS 1/2"
+        assert len(self.pending) < self.pending_messages_max, "the adapter checks has_room() before delivering QoS 1/2"
         self.pending.append(delivery)
         return True
 
@@ -233,28 +233,40 @@ class SessionState:
         """
         documents: list[object] = []
         known, whole = self._stored_inflight, {}
-        run: list[Any] | None = None
+        # The run being extended, what its next entry would be, and what all of its entries share (in locals: a
+        # state written ten times a second during a drain walks a whole window of entries each time).
+        run: list[Any] = []
+        next_packet_id = next_offset = -1  # no run: no packet id is -1
+        run_state: InflightState | None = None
+        run_topic, run_partition, run_qos, run_retain = "", -1, -1, False
         run_identifiers: tuple[int, ...] = ()
         for packet_id, entry in self.inflight.items():
-            position, publish = entry.position, entry.publish
+            position = entry.position
             if position is None:
                 cached = known.get(packet_id)
                 if cached is None or cached[0] is not entry:
                     cached = entry, {"state": entry.state.value,
-                                     "publish": base64.b64encode(encode(publish, PROTOCOL_LEVEL_5)).decode()}
+                                     "publish": base64.b64encode(encode(entry.publish, PROTOCOL_LEVEL_5)).decode()}
                 whole[packet_id] = cached
                 documents.append(cached[1])
-                run = None
+                next_packet_id = -1
                 continue
-            identifiers = publish.properties.subscription_identifiers
-            if (run is not None and packet_id == run[0] + run[1] and position[2] == run[5] + run[1]
-                    and entry.state.value == run[2] and position[0] == run[3] and position[1] == run[4]
-                    and publish.qos == run[6] and publish.retain == run[7] and identifiers == run_identifiers):
+            publish = entry.publish
+            if (packet_id == next_packet_id and position[2] == next_offset and entry.state is run_state
+                    and position[1] == run_partition and position[0] == run_topic and publish.qos == run_qos
+                    and publish.retain == run_retain
+                    and publish.properties.subscription_identifiers == run_identifiers):
                 run[1] += 1
+                next_packet_id += 1
+                next_offset += 1
                 continue
-            run = [packet_id, 1, entry.state.value, *position, publish.qos, publish.retain, list(identifiers)]
-            run_identifiers = identifiers
+            run_state, (run_topic, run_partition, first_offset) = entry.state, position
+            run_qos, run_retain = publish.qos, publish.retain
+            run_identifiers = publish.properties.subscription_identifiers
+            run = [packet_id, 1, run_state.value, run_topic, run_partition, first_offset, run_qos, run_retain,
+                   list(run_identifiers)]
             documents.append(run)
+            next_packet_id, next_offset = packet_id + 1, first_offset + 1
         self._stored_inflight = whole
         return documents
 

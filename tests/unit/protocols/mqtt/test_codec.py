@@ -10,9 +10,11 @@ from mqbroker.protocols.mqtt.codec import (
     PacketDecoder,
     decode_packet,
     encode,
+    encode_plain_publish,
     encode_variable_byte_integer,
 )
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
+from mqbroker.protocols.mqtt.fields import encode_string
 from mqbroker.protocols.mqtt.packets import (
     NO_PROPERTIES,
     PROPERTY_SPECS,
@@ -310,3 +312,13 @@ def test_the_streaming_decoders_shortcuts_decode_exactly_as_decode_packet(
     streamed = _outcome(lambda: PacketDecoder(packet_bytes_max=1024, protocol_level=level).receive_data(frame))
     general = _outcome(lambda: [decode_packet(first_byte, body, level)])
     assert streamed == general
+
+
+@given(topic=st.text(min_size=1, max_size=40).filter(lambda text: "\x00" not in text),
+       payload=st.binary(max_size=300), qos=st.sampled_from([1, 2]), retain=st.booleans(),
+       packet_id=st.integers(1, 0xFFFF), level=st.sampled_from([4, 5]))
+def test_the_plain_publish_encoder_writes_what_encode_writes(topic: str, payload: bytes, qos: int, retain: bool,
+                                                             packet_id: int, level: int) -> None:
+    publish = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=packet_id)
+    assert encode_plain_publish(encode_string(topic), payload, qos, retain, packet_id, level == 5) == encode(
+        publish, level)

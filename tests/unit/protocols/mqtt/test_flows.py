@@ -9,6 +9,8 @@ from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import (
     Connect,
+    PingReq,
+    PingResp,
     Properties,
     PubAck,
     PubComp,
@@ -157,3 +159,36 @@ def test_deliver_many_reads_its_deliveries_one_at_a_time_and_answers_with_one_ac
     assert [(packet.packet_id, packet.payload) for packet in sends] == [(1, b"0"), (2, b"1")]  # the client's window
     assert taken == [0, 1, 2]  # the third waits in the queue, which is then full
     assert session.session is not None and [message.payload for message in session.session.pending] == [b"2"]
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_a_plain_delivery_goes_out_as_encode_writes_its_publish(level: int) -> None:
+    """The send path that encodes a message without properties from its topic's string field writes the bytes of the
+    PUBLISH it records in flight, at either level, QoS 1 and 2, retained or not, and after a change of topic."""
+    session = connected_session(level)
+    subscription = [Subscription(topic_filter="#", qos=2, retain_as_published=True)]
+    messages = [OutboundMessage(topic=topic, payload=b"x" * size, qos=qos, retain=retain)
+                for topic, size, qos, retain in [("a/b", 3, 1, False), ("a/b", 200, 2, True), ("ü/é", 0, 1, True)]]
+    sends = [action for action in session.deliver_many(((message, subscription) for message in messages), 0)
+             if isinstance(action, Send)]
+    assert [send.data for send in sends] == [encode(send.packet, level) for send in sends]
+    assert [(send.packet.topic, send.packet.qos, send.packet.retain, send.packet.packet_id) for send in sends] == [
+        ("a/b", 1, False, 1), ("a/b", 2, True, 2), ("ü/é", 1, True, 3)]
+    assert session.session is not None and [entry.publish for entry in session.session.inflight.values()] == [
+        send.packet for send in sends]
+
+
+def test_a_read_of_pubacks_refills_the_window_in_order_before_the_packet_after_them() -> None:
+    """PUBACKs of one read complete together (one refill of the window), and what they free goes out before the
+    answer to a packet that follows them in the read; a duplicated or unknown PUBACK frees nothing."""
+    session = connected_session(4, SessionConfig(outbound_inflight_max_3_1_1=2))
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    messages = [OutboundMessage(topic="t", payload=b"%d" % number, qos=1) for number in range(5)]
+    first = session.deliver_many(((message, subscription) for message in messages), 0)
+    assert [action.packet.payload for action in first if isinstance(action, Send)] == [b"0", b"1"]
+    read = b"".join(encode(packet, 4) for packet in (PubAck(packet_id=1), PubAck(packet_id=1), PubAck(packet_id=9),
+                                                       PubAck(packet_id=2), PingReq(), PubAck(packet_id=3)))
+    sent = [action.packet for action in session.receive_data(read, 0) if isinstance(action, Send)]
+    assert [(type(packet), getattr(packet, "payload", None)) for packet in sent] == [
+        (Publish, b"2"), (Publish, b"3"), (PingResp, None), (Publish, b"4")]
+    assert session.session is not None and list(session.session.inflight) == [4, 5]

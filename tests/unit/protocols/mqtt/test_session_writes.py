@@ -62,7 +62,7 @@ class Harness:
 
     def deliver(self, offset: int, qos: int) -> None:
         message = OutboundMessage(topic=f"t/{offset}", payload=b"%d" % offset, qos=qos, position=(LOG_TOPIC, 0, offset))
-        self.connection.deliver((LOG_TOPIC, 0), offset, message, self.subscriptions)
+        self.connection.deliver(message, self.subscriptions)
 
     def writes_in_flight(self) -> int:
         return len(self.broker.held_produces)

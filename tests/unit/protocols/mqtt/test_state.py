@@ -218,3 +218,27 @@ def windows(draw: st.DrawFn) -> bytes:
 @settings(max_examples=400)
 def test_garbage_runs_of_log_positions_raise_only_corrupt_message(data: bytes) -> None:
     decodes_or_raises_corrupt(SessionState.from_bytes, data)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.sampled_from([(), (7,), (7, 9)]),
+                          st.sampled_from(list(InflightState)), st.booleans(), st.booleans()), max_size=40))
+def test_any_mix_of_in_flight_entries_is_stored_as_runs_that_load_as_the_same_entries(
+        steps: list[tuple[int, bool, tuple[int, ...], InflightState, bool, bool]]) -> None:
+    """Entries in the log whose packet ids and offsets follow on (or not), of one partition or another, among
+    entries stored whole, load with the position, flow state, QoS, retain flag and identifiers each had."""
+    state = SessionState("c", expiry_interval_s=60)
+    packet_id, offset = 0xFFF0, 50  # packet ids wrap past 65,535 within the list
+    for gap, retain, identifiers, flow, other_partition, whole in steps:
+        packet_id = packet_id % 0xFFFF + 1 + (gap == 2)
+        packet_id = packet_id % 0xFFFF + 1 if packet_id > 0xFFFF else packet_id
+        offset += 1 + gap
+        qos = 1 if flow is InflightState.AWAITING_PUBACK else 2
+        publish = Publish(topic="" if not whole else "t", payload=b"" if not whole else b"p", qos=qos, retain=retain,
+                          packet_id=packet_id, properties=Properties(subscription_identifiers=identifiers))
+        position = None if whole else ("mqtt.messages", 3 if other_partition else 2, offset)
+        state.inflight.setdefault(packet_id, Inflight(publish=publish, state=flow, position=position))
+    loaded = SessionState.from_bytes(state.to_bytes())
+    assert [(packet_id, entry.position, entry.state, entry.publish.qos, entry.publish.retain,
+             entry.publish.properties.subscription_identifiers) for packet_id, entry in loaded.inflight.items()] == [
+        (packet_id, entry.position, entry.state, entry.publish.qos, entry.publish.retain,
+         entry.publish.properties.subscription_identifiers) for packet_id, entry in state.inflight.items()]
