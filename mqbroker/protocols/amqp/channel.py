@@ -391,11 +391,7 @@ class Channel:
         ``receive_content`` of each of its frames do, in one call (the connection checked that no other message's
         content is under way; the splitter, that the header is of class 60 and the body its announced size)."""
         method, header = frames.method, frames.header
-        try:
-            _refuse_immediate(method)
-        except AmqpError as error:
-            error.class_id, error.method_id = method.CLASS_ID, method.METHOD_ID
-            raise
+        _refuse_immediate(method)
         self._admit_content(header, hold=self.transaction is not None)  # else handed on now: never held
         return self._completed(method, header, frames.body)
 
@@ -539,7 +535,8 @@ _HANDLERS: dict[type[spec.Method], Callable[[Channel, spec.Method], list[Action]
 
 def _refuse_immediate(method: spec.BasicPublish) -> None:
     if method.immediate:
-        raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true is not supported (as in RabbitMQ)")
+        raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true is not supported (as in RabbitMQ)",
+                        class_id=method.CLASS_ID, method_id=method.METHOD_ID)
 
 
 def _settling(method: SettlingMethod) -> tuple[bool, Outcome]:

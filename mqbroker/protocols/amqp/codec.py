@@ -367,7 +367,7 @@ class FrameDecoder:
         if header is None or header.channel != channel:
             header = self._decode_frame(_HEADER, channel, content_header)
             if len(content_header) <= limits.amqp_decode_cache_key_bytes_max:
-                _remember(self._headers, content_header, header)
+                remember(self._headers, content_header, header)
         assert isinstance(decoded, BasicPublish) and isinstance(header, HeaderFrame)
         return PublishFrames(channel=channel, method=decoded, header=header, body=body)
 
@@ -396,7 +396,7 @@ class FrameDecoder:
             return method
         method = _decode_settle(payload) or decode_method(payload)
         if type(method) in _REPEATING_METHODS and len(payload) <= limits.amqp_decode_cache_key_bytes_max:
-            _remember(self._methods, payload, method)
+            remember(self._methods, payload, method)
         return method
 
     def _decode_properties(self, raw: bytes) -> BasicProperties:
@@ -404,11 +404,13 @@ class FrameDecoder:
         if properties is None:
             properties = decode_properties(raw)
             if len(raw) <= limits.amqp_decode_cache_key_bytes_max:
-                _remember(self._properties, raw, properties)
+                remember(self._properties, raw, properties)
         return properties
 
 
-def _remember(cache: dict[bytes, Any], key: bytes, value: Any) -> None:
+def remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """Keep ``value`` under ``key`` in a decode cache bounded by ``limits.amqp_decode_cache_entries_max`` (emptied
+    when full: a connection's working set is a few entries)."""
     if len(cache) >= limits.amqp_decode_cache_entries_max:
         cache.clear()
     cache[key] = value

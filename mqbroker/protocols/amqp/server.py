@@ -173,18 +173,15 @@ class AmqpSession:
 
     def _run(self, actions: list[Action]) -> None:
         publish: Callable[[Publish], Deferred[None] | None] | None = None
-        routable = False  # the publishes' ticket is covered: none waits for other brokers' declarations
         for action in actions:
             if isinstance(action, Publish):
                 if publish is None:  # publishes arrive with the bytes being handled now: their ticket is taken now
                     definitions = self._vhost.definitions
                     ticket = definitions.fence.ticket() if definitions else 0
-                    publish = functools.partial(self._publish, ticket)
-                    routable = definitions is None or definitions.fence.covers(ticket)
-                if routable and self._serial is None and not self._waiting:
-                    self._publish_now(action)  # what _in_order and _publish come to: stored now
-                else:
-                    self._in_order(publish, action)
+                    # a covered ticket (always on a single broker) waits for no other broker's declarations
+                    covered = definitions is None or definitions.fence.covers(ticket)
+                    publish = self._publish_now if covered else functools.partial(self._publish, ticket)
+                self._in_order(publish, action)
             elif isinstance(action, Settle):
                 self._settle(action)
             elif isinstance(action, ConsumersReady):

@@ -26,6 +26,7 @@ T = TypeVar("T")
 
 from mqbroker import limits
 from mqbroker.protocols.amqp import fields
+from mqbroker.protocols.amqp.codec import remember
 from mqbroker.protocols.amqp.queue_arguments import parse_expiration
 from mqbroker.protocols.amqp.queue_state import QueuedMessage
 from mqbroker.protocols.amqp.routing import (
@@ -107,9 +108,7 @@ def append_message(
     except KeyError:  # new: built, and remembered unless large
         key, headers = _record_headers(*signature)
         if len(properties_raw) + len(key) + len(exchange) <= limits.amqp_decode_cache_key_bytes_max:
-            if len(_RECORD_HEADERS) >= limits.amqp_decode_cache_entries_max:
-                _RECORD_HEADERS.clear()
-            _RECORD_HEADERS[signature] = key, headers
+            remember(_RECORD_HEADERS, signature, (key, headers))
     except TypeError:  # an unhashable value (a bytearray, a list of headers): nothing to remember it by
         key, headers = _record_headers(*signature)
     builder.append(timestamp_ms, key, body, headers)
