@@ -46,18 +46,14 @@ THIS_SOURCE = str(pathlib.Path(__file__).resolve().parents[1])
 #: A child measuring with another tree's client (``--child``) imports that tree first.
 sys.path.insert(0, os.environ.get("MQBROKER_BENCH_SOURCE", THIS_SOURCE))
 
+from cputime import process_tree_cpu_s  # noqa: E402  (this script's directory)
+
 from mqbroker.client import Admin, Consumer, Producer  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
 PARTITIONS = 3
 VALUE = b"x" * 100
 _names = itertools.count()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds process ``pid`` has used so far (Linux ``/proc``; clock-tick resolution)."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Span:
@@ -67,13 +63,13 @@ class Span:
         self._broker_pid = broker_pid
         self._started = time.perf_counter()
         self._process_cpu_s = time.process_time()
-        self._broker_cpu_s = cpu_seconds(broker_pid)
+        self._broker_cpu_s = process_tree_cpu_s(broker_pid)
 
     def result(self, records: int) -> dict[str, float]:
         """Records per second, and microseconds of client and broker CPU per record, since the span began."""
         wall_s = time.perf_counter() - self._started
         client_s = time.process_time() - self._process_cpu_s
-        broker_s = cpu_seconds(self._broker_pid) - self._broker_cpu_s
+        broker_s = process_tree_cpu_s(self._broker_pid) - self._broker_cpu_s
         return {"rate": records / wall_s, "client_us": client_s * 1e6 / records, "broker_us": broker_s * 1e6 / records}
 
 
