@@ -43,12 +43,16 @@ class ClientSocket:
         return taken
 
 
-def connected(hub: MqttHub, connect: Connect) -> tuple[MqttConnection, ClientSocket]:
-    """A connection of ``hub`` whose ``connect`` was accepted, once the fake broker wrote its session record."""
-    connection = MqttConnection(hub, SessionConfig(), lambda: "generated")
+def connected(
+    hub: MqttHub, connect: Connect, config: SessionConfig | None = None
+) -> tuple[MqttConnection, ClientSocket]:
+    """A connection of ``hub`` (``config``, else the default) whose ``connect`` was accepted, once the fake broker
+    wrote its session record; the client's end decodes at the CONNECT's protocol level."""
+    connection = MqttConnection(hub, config or SessionConfig(), lambda: "generated")
     socket = ClientSocket()
+    socket.decoder.protocol_level = connect.protocol_level
     connection.connection_made(socket)  # type: ignore[arg-type]
-    connection.data_received(encode(connect, PROTOCOL_LEVEL_5))
+    connection.data_received(encode(connect, connect.protocol_level))
     hub.broker.sync()  # type: ignore[attr-defined]  # the session record
     assert [ack.reason_code for ack in socket.take(ConnAck)] == [0]
     return connection, socket

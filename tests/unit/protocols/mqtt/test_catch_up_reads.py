@@ -23,7 +23,7 @@ from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.records.builder import BatchBuilder
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected
 
 LOG_TOPIC = TopicMapping().default_log_topic
 CONFIG = SessionConfig(outbound_inflight_max_3_1_1=100)
@@ -31,13 +31,7 @@ MESSAGES = 2 * limits.mqtt_pending_messages_max
 
 
 def _connect(hub: MqttHub) -> tuple[MqttConnection, ClientSocket]:
-    connection, socket = MqttConnection(hub, CONFIG, lambda: "generated"), ClientSocket()
-    socket.decoder.protocol_level = 4
-    connection.connection_made(socket)  # type: ignore[arg-type]
-    connect = Connect(client_id="drainer", clean_start=False, keep_alive_s=0, protocol_level=4)
-    connection.data_received(encode(connect, 4))
-    hub.broker.sync()  # type: ignore[attr-defined]
-    return connection, socket
+    return connected(hub, Connect(client_id="drainer", clean_start=False, keep_alive_s=0, protocol_level=4), CONFIG)
 
 
 def test_a_draining_session_reads_about_what_its_queue_has_room_for_and_gets_every_message_once() -> None:
