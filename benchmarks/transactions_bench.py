@@ -15,6 +15,9 @@ policy, fsync before acknowledging), creates a 3-partition topic per variant, th
 Beside each producer variant's rate it reports the CPU spent per record, by the producer's process (its
 application and I/O threads) and by the broker, over the same timed span: on a shared machine CPU time holds
 better than wall rates, and it shows which side a variant's extra cost is on.
+Each transactional variant also reports, per transaction, its send loop and its commit (mean and median over the
+round's transactions) and its slowest transaction: the rate is a mean, so a few slow transactions show as means
+well above the medians.
 
 Targets (issue 18): transactional at 1,000 records per transaction >= 70% of idempotent; commit p99 <= 20 ms.
 
@@ -101,13 +104,27 @@ def transactional_rate(
             producer.send(topic, value=VALUE, partition=0)
         span = Span(broker_pid)
         sent = 0
+        loops_ms, commits_ms = [], []
         while sent < records:
+            began = time.perf_counter()
             producer.begin_transaction()
             for number in range(min(per_transaction, records - sent)):
                 producer.send(topic, value=VALUE, partition=(sent + number) % PARTITIONS)
             sent += min(per_transaction, records - sent)
+            sending_ended = time.perf_counter()
             producer.commit_transaction()
-        return span.result(records)
+            loops_ms.append((sending_ended - began) * 1000)
+            commits_ms.append((time.perf_counter() - sending_ended) * 1000)
+        return {**span.result(records), **_phases(loops_ms, commits_ms)}
+
+
+def _phases(loops_ms: list[float], commits_ms: list[float]) -> dict[str, float]:
+    """Per transaction, in ms: the send loop (begin to last send) and the commit (flush and EndTxn), mean and median,
+    and the slowest transaction. Means well above medians point at a few slow transactions, not a per-record cost."""
+    totals = [loop + commit for loop, commit in zip(loops_ms, commits_ms)]
+    return {"loop_mean_ms": statistics.fmean(loops_ms), "loop_p50_ms": statistics.median(loops_ms),
+            "commit_mean_ms": statistics.fmean(commits_ms), "commit_p50_ms": statistics.median(commits_ms),
+            "slowest_ms": max(totals)}
 
 
 def commit_latencies_ms(bootstrap: str, topic: str, commits: int) -> list[float]:
@@ -145,6 +162,8 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+#: What ``_phases`` reports of each transactional variant (medians over the rounds).
+PHASES = ("loop_mean_ms", "loop_p50_ms", "commit_mean_ms", "commit_p50_ms", "slowest_ms")
 #: Commits timed against one broker before the other takes its turn (``--baseline-source``).
 COMMITS_PER_TURN = 50
 
@@ -180,6 +199,8 @@ def _summary(variants: dict[str, list[dict[str, float]]], latencies: list[float]
     return {
         "records_per_s": {name: round(rate) for name, rate in medians.items()},
         "rounds_records_per_s": {name: [round(span["rate"]) for span in spans] for name, spans in variants.items()},
+        "transaction_ms": {name: {phase: round(statistics.median(span[phase] for span in spans), 2) for phase in PHASES}
+                           for name, spans in variants.items() if name != "idempotent"},
         "ratio_to_idempotent": {name: round(rate / medians["idempotent"], 3) for name, rate in medians.items()},
         "cpu_us_per_record": cpu,
         "commit_ms": {"p50": round(_percentile(latencies, 0.50), 2), "p99": round(_percentile(latencies, 0.99), 2),
@@ -274,12 +295,17 @@ def main() -> None:
 
 
 def _print_variants(summary: dict[str, Any], speedups: dict[str, float] | None = None) -> None:
-    """One line per producer variant: rate, ratio to idempotent, CPU per record (and this tree's speed-up)."""
+    """One line per producer variant: rate, ratio to idempotent, CPU per record (and this tree's speed-up); then
+    each transactional variant's phases per transaction."""
     for name, rate in summary["records_per_s"].items():
         cpu = summary["cpu_us_per_record"][name]
         line = (f"{name:<12} {rate:>10} {summary['ratio_to_idempotent'][name]:>14.2f} {cpu['client']:>14.2f} "
                 f"{cpu['broker']:>14.2f}")
         print(line if speedups is None else f"{line}  this tree x{speedups[name]:.2f}")
+    for name, phases in summary["transaction_ms"].items():
+        print(f"  {name} per transaction: send loop mean {phases['loop_mean_ms']} / median {phases['loop_p50_ms']} ms, "
+              f"commit mean {phases['commit_mean_ms']} / median {phases['commit_p50_ms']} ms, slowest "
+              f"{phases['slowest_ms']} ms")
 
 
 if __name__ == "__main__":
