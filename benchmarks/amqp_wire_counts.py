@@ -4,8 +4,9 @@
 source tree (mqbroker started with it as ``PYTHONPATH``) or ``rabbitmq`` (Debian's ``rabbitmq-server``).
 Against each it runs ``amqp_bench``'s confirmed publish and prefetched consume and prints, per 1,000
 messages, the frames pika handled by kind (how many basic.ack confirms, with ``multiple`` or not), pika's
-``recv`` calls (``short``: fewer bytes than asked, the socket drained) and ``send`` calls, and the CPU µs
-per message of the broker and of pika (user and system). pika's CPU per message depends on what the broker
+``recv`` calls (``short``: fewer bytes than asked, the socket drained) and ``send`` calls, the milliseconds
+pika spent blocked in ``epoll`` waiting for the broker (``idle ms``), and the CPU µs per message of the
+broker and of pika (user and system). pika's CPU per message depends on what the broker
 sends and how it is cut into writes; these counts say which. The broker's own syscalls are counted with
 ``perf stat -e 'syscalls:sys_enter_sendto' -p PID`` alongside, if wanted.
 """
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika.connection
+from pika.adapters import select_connection
 from pika.adapters.utils import io_services_utils
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -33,12 +35,32 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # amqp_bench i
 from benchmarks.amqp_bench import consume, mqbroker_process, publish_with_confirms, rabbitmq_process  # noqa: E402
 from benchmarks.cputime import process_tree_cpu_s  # noqa: E402
 
-#: What pika did since the last ``clear``: frames by kind, recv and send calls.
+#: What pika did since the last ``clear``: frames by kind, recv and send calls, ms blocked in ``epoll``.
 COUNTS: collections.Counter[str] = collections.Counter()
 
 
+class TimedPoller:
+    """An ``epoll`` object whose ``poll`` adds the time it blocked to ``COUNTS["idle ms"]``: pika waiting for
+    the broker, which the CPU figures do not show."""
+
+    def __init__(self, poller: Any) -> None:
+        self._poller = poller
+
+    def poll(self, timeout: float = -1) -> list[tuple[int, int]]:
+        """``epoll.poll``, timed."""
+        started = time.perf_counter()
+        try:
+            return self._poller.poll(timeout)  # type: ignore[no-any-return]
+        finally:
+            COUNTS["idle ms"] += (time.perf_counter() - started) * 1000
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._poller, name)
+
+
 def count_pika_io() -> None:
-    """Wrap pika's socket reads, writes and frame dispatch (every connection of this process) to count them."""
+    """Wrap pika's socket reads, writes, frame dispatch and ``epoll`` waits (every connection of this process)
+    to count them."""
     transport = io_services_utils._AsyncTransportBase
     recv, send = transport._sigint_safe_recv, transport._sigint_safe_send
     process_frame = pika.connection.Connection._process_frame
@@ -62,6 +84,8 @@ def count_pika_io() -> None:
     transport._sigint_safe_recv = staticmethod(counted_recv)
     transport._sigint_safe_send = staticmethod(counted_send)
     pika.connection.Connection._process_frame = counted_frame
+    create_poller = select_connection.EPollPoller._create_poller
+    select_connection.EPollPoller._create_poller = staticmethod(lambda: TimedPoller(create_poller()))
 
 
 def broker(target: str, work: pathlib.Path) -> contextlib.AbstractContextManager[tuple[int, int]]:
