@@ -15,7 +15,6 @@ under their packet ids, when it gets to them (``passes_over``); nothing goes to 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
@@ -24,12 +23,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqbroker import errors, limits
+from mqbroker.model import AbortedTransaction
 from mqbroker.protocols.mqtt.headers import message_from_record
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.readers import (
     FRONT_END_PRINCIPAL,
     RETRY_DELAY_S,
-    RecordRow,
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
@@ -72,11 +71,6 @@ class CatchUp:
         self._record_bytes = 0
         #: Whether the last fetch's deliveries stopped before its end (the shared reader's position, a full window).
         self._stopped = False
-        #: What a fetch that stopped at a full window had left: the partition and offset they start from, the offset
-        #: after the fetch, and its undelivered rows (the rest of a batch decoded already, the batches after it). The
-        #: next refill from that offset takes them instead of reading and decoding that batch again. At most one
-        #: fetch's data is kept (``_fetch_bytes``: ``limits.mqtt_log_fetch_bytes_max`` at most), until the next round.
-        self._kept: tuple[PartitionKey, int, int, tuple[RecordRow, ...], Iterator[RecordRow]] | None = None
 
     def is_behind(self, partition_key: PartitionKey) -> bool:
         """Whether the session reads ``partition_key`` itself (the shared reader skips it)."""
@@ -103,7 +97,6 @@ class CatchUp:
         """A reopened session reads every partition from its stored cursor (a partition it does not know was
         added after: everything in it is new to the session), passing over the ``resent`` messages."""
         self._behind = {key: cursors.get(key, 0) for key in self._hub.dispatchers}
-        self._kept = None
         # below its cursor nothing is read again: only a resent message at or past it could come twice
         self._resent = {position for position in resent if position[2] >= self._behind.get(position[:2], 0)}
         self._ahead = {}
@@ -111,7 +104,6 @@ class CatchUp:
     def start_live(self) -> None:
         """A clean start reads from now on."""
         self._behind = {}
-        self._kept = None
         self._resent = set()
         self._ahead = {}
 
@@ -146,13 +138,8 @@ class CatchUp:
             while (self._behind and session.state is ConnectionState.CONNECTED and session.accepting_deliveries
                    and not self._connection.deliveries_held):
                 key, offset = next(iter(self._behind.items()))
-                kept, self._kept = self._kept, None
                 if offset >= hub.live_position(key):
                     await self._rejoin(key, offset)
-                    continue
-                if kept is not None and kept[:2] == (key, offset):
-                    with hub.batched_writes():
-                        self._records(key, kept[2], kept[3], kept[4])
                     continue
                 # a long poll: the shared reader may be past the durable end (``MqttHub.appended``)
                 (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(
@@ -161,12 +148,8 @@ class CatchUp:
                     await self._read_failed(key, offset, result.error)
                     continue
                 if key in self._behind and session.state is ConnectionState.CONNECTED:
-                    data = result.records
-                    end = next_offset_after(data, offset)
-                    if end > offset:  # from the batch holding ``offset``: at most a batch's records before it count too
-                        self._record_bytes = -(-len(data) // (end - offset))
                     with hub.batched_writes():  # one socket write for what a fetch delivers, not one per message
-                        self._records(key, end, (), hub.rows_after(key, data, offset, result.aborted_transactions))
+                        self._records(key, result.records, offset, result.aborted_transactions)
         finally:
             self._running = False
             hub.resume_share_groups()  # this member may have room for its groups' kept messages again
@@ -218,12 +201,14 @@ class CatchUp:
             return True
         return False
 
-    def _records(self, key: PartitionKey, end: int, first: tuple[RecordRow, ...], rows: Iterator[RecordRow]) -> None:
-        """Deliver ``first`` and then ``rows`` of ``key`` (a fetch's, which ends at offset ``end``) while the session
-        has room; read on from where they stop, or rejoin the shared reader once past its position."""
+    def _records(self, key: PartitionKey, data: bytes, offset: int,
+                 aborted: Iterable[AbortedTransaction] | None) -> None:
         limit = self._hub.live_position(key)
         self._stopped = False
-        self._connection.deliver_many(self._deliveries(key, end, first, rows, limit))
+        self._connection.deliver_many(self._deliveries(key, data, offset, aborted, limit))
+        end = next_offset_after(data, offset)
+        if end > offset:  # from the batch holding ``offset``: at most a batch's records before it count too
+            self._record_bytes = -(-len(data) // (end - offset))
         if self._stopped:
             return
         reached = min(max(end, self._behind[key]), limit)
@@ -232,16 +217,15 @@ class CatchUp:
         else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._behind[key] = reached
 
-    def _deliveries(self, key: PartitionKey, end: int, first: tuple[RecordRow, ...], rows: Iterator[RecordRow],
+    def _deliveries(self, key: PartitionKey, data: bytes, offset: int, aborted: Iterable[AbortedTransaction] | None,
                     limit: int) -> Iterator[tuple[OutboundMessage, list[Subscription]]]:
         """The messages of one fetch this session is to get, each yielded once the one before it was taken (the
-        cursor moves past it then); it stops (``_stopped``) at the shared reader's position or at a full window,
-        where the rows from the one it stopped at on are kept for the next refill (``_kept``)."""
+        cursor moves past it then); it stops (``_stopped``) at the shared reader's position or at a full window."""
         connection = self._connection
         session = connection.session
         log_topic, partition = key
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
-        for record in chain(first, rows):
+        for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
             if record_offset >= limit:
                 self._stopped = True
@@ -265,7 +249,6 @@ class CatchUp:
                     assert message is not None and state is not None
                     if connection.deliveries_held or (message.qos and not state.has_room()):
                         self._stopped = True
-                        self._kept = key, self._behind[key], end, (record,), rows
                         return
                     delivery = message, subscriptions
             # past it before it is handed over: a session write its delivery starts stores the cursor past it

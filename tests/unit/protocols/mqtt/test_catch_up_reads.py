@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker import limits
-from mqbroker.protocols.mqtt import hub as hub_module
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.headers import record_headers
@@ -21,11 +19,9 @@ from mqbroker.protocols.mqtt.packets import (
     Subscribe,
     SubscriptionRequest,
 )
-from mqbroker.protocols.mqtt.readers import RecordRow, decode_record_rows
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.records.builder import BatchBuilder
-from mqbroker.records.header import BatchHeader
 from tests.fake_broker import FakeBroker
 from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected
 
@@ -38,9 +34,7 @@ def _connect(hub: MqttHub) -> tuple[MqttConnection, ClientSocket]:
     return connected(hub, Connect(client_id="drainer", clean_start=False, keep_alive_s=0, protocol_level=4), CONFIG)
 
 
-def _drain(batch_records: int, messages: int = MESSAGES) -> tuple[FakeBroker, int, list[bytes]]:
-    """Queue ``messages`` for an offline session in batches of ``batch_records``, reconnect it and acknowledge
-    what it is sent until it has every message: the broker, its fetches before the drain, and the payloads."""
+def test_a_draining_session_reads_about_what_its_queue_has_room_for_and_gets_every_message_once() -> None:
     clock = Clock()
     broker = FakeBroker(clock=clock)
     hub = MqttHub(broker, clock, TopicMapping())
@@ -53,47 +47,21 @@ def _drain(batch_records: int, messages: int = MESSAGES) -> tuple[FakeBroker, in
     connection.connection_lost(None)  # type: ignore[arg-type]
     key = record_key("bench/drain")
     headers = record_headers(1, False, "publisher", NO_PROPERTIES)
-    for first in range(0, messages, batch_records):
+    for first in range(0, MESSAGES, 50):
         builder = BatchBuilder()
-        builder.append_many(0, [(key, b"%d" % number, headers) for number in range(first, first + batch_records)])
+        builder.append_many(0, [(key, b"%d" % number, headers) for number in range(first, first + 50)])
         broker.append(LOG_TOPIC, builder.build(), hub.partition_for(LOG_TOPIC, key))
     reads_before = len(broker.calls_of("fetch"))
     connection, socket = _connect(hub)
     received: list[bytes] = []
-    while len(received) < messages:
+    while len(received) < MESSAGES:
         publishes = socket.take(Publish)
         assert publishes, f"stuck after {len(received)}"
         received += [publish.payload for publish in publishes]
         connection.data_received(b"".join(encode(PubAck(packet_id=publish.packet_id), 4) for publish in publishes))
-    return broker, reads_before, received
-
-
-def test_a_draining_session_reads_about_what_its_queue_has_room_for_and_gets_every_message_once() -> None:
-    # more than the first read (the most, 1 MiB) holds: the reads after it are sized to the queue's room
-    messages = 20 * limits.mqtt_pending_messages_max
-    broker, reads_before, received = _drain(50, messages)
-    assert received == [b"%d" % number for number in range(messages)]
+    assert received == [b"%d" % number for number in range(MESSAGES)]
     sizes = [request.positions[0].max_bytes for _, request in broker.calls_of("fetch")[reads_before:]
              if request.positions[0].topic == LOG_TOPIC]
     assert sizes[0] == limits.mqtt_log_fetch_bytes_max  # nothing read yet: the most
     # then half a queue of room at a time (a refill), about 60 bytes a record: the floor
     assert len(sizes) > 1 and set(sizes[1:]) == {limits.mqtt_catch_up_fetch_bytes_min}
-
-
-def test_a_refill_takes_the_rows_its_last_read_left_instead_of_reading_and_decoding_them_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    decoded: list[int] = []
-
-    def counting(batch: memoryview, header: BatchHeader) -> list[RecordRow]:
-        rows = decode_record_rows(batch, header)
-        decoded.extend(row.offset for row in rows)
-        return rows
-
-    monkeypatch.setattr(hub_module, "decode_record_rows", counting)
-    # batches of 400: refills of about 500 stop inside them
-    broker, reads_before, received = _drain(400)
-    assert received == [b"%d" % number for number in range(MESSAGES)]
-    assert sorted(decoded) == list(range(MESSAGES))  # every record decoded once
-    reads = [request for _, request in broker.calls_of("fetch")[reads_before:]
-             if request.positions[0].topic == LOG_TOPIC]
-    assert len(reads) <= 3  # the first read's rows serve refills until they run out
