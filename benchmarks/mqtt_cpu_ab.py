@@ -12,7 +12,9 @@ median ratio to the first tree, and the broker's idle CPU (measured before the t
 trial's duration per message: the share of the figure no message caused, which a slow client on a
 loaded machine raises. With ``--drain`` a trial queues ``--messages`` QoS 1 messages for an offline
 persistent session (``mqtt_bench.queue_for_offline_session``) and measures its drain instead: the
-broker's CPU from the session's CONNECT until the last message arrived, and the drain rate. With ``--latency RATE``
+broker's CPU from the session's CONNECT until the last message arrived, the drain rate, and the paho client's CPU
+per message and the share of the drain it ran ("busy": its socket holds the broker's whole window of 1,000 nearly
+throughout, so below 1 its thread was waiting for a core, not for the broker). With ``--latency RATE``
 a trial is ``mqtt_bench``'s QoS 1 latency run at RATE msg/s (p50, p99, medians over the trials). CPU time
 per message holds on a loaded machine where rates do not, and the ratio of variants alternated in one
 run holds best.
@@ -74,14 +76,16 @@ def publish_cpu_us(port: int, pid: int, qos: int, count: int, client_id: str) ->
     return (after - before) / (count + 1) * 1e6, elapsed_s
 
 
-def drain_cpu_us(port: int, pid: int, count: int) -> tuple[float, float]:
+def drain_cpu_us(port: int, pid: int, count: int) -> tuple[float, float, float]:
     """Broker CPU µs per message while a persistent session drains ``count`` QoS 1 messages queued while it was
-    offline, and the seconds the drain took."""
+    offline, the seconds the drain took, and the paho client's CPU µs per message (this process's: its network
+    thread does the work, the main thread waits)."""
     client_id, expected = queue_for_offline_session(port, count)
-    before = process_cpu_s(pid)
+    before, client_before = process_cpu_s(pid), time.process_time()
     drained = drain_session(port, client_id, expected)
+    client_s = time.process_time() - client_before
     assert drained["delivered_fraction"] >= 1, f"drained {drained['delivered_fraction']:.3f} of the messages"
-    return (process_cpu_s(pid) - before) / expected * 1e6, drained["seconds"]
+    return (process_cpu_s(pid) - before) / expected * 1e6, drained["seconds"], client_s / expected * 1e6
 
 
 def idle_cpu_ms_per_s(pid: int, seconds: float = IDLE_SECONDS) -> float:
@@ -109,6 +113,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {name: [] for name in names}
     idle_shares: dict[str, list[float]] = {name: [] for name in names}
     idle_rates: dict[str, float] = {}
+    client_us: dict[str, list[float]] = {name: [] for name in names}  # --drain: paho's CPU per message
     with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
         targets: dict[str, tuple[int, int]] = {}  # name -> (MQTT port, pid)
         for number, (name, tree) in enumerate(zip(names, arguments.trees)):
@@ -125,6 +130,7 @@ def main() -> None:
         if arguments.mosquitto:
             targets["mosquitto"] = stack.enter_context(mosquitto_process(pathlib.Path(directory)))
             samples["mosquitto"], idle_shares["mosquitto"], rates["mosquitto"] = [], [], []
+            client_us["mosquitto"] = []
         for name, (port, pid) in targets.items():
             publish_cpu_us(port, pid, arguments.qos, WARM_UP_MESSAGES, "warm-up")
         for name, (port, pid) in targets.items():
@@ -135,7 +141,8 @@ def main() -> None:
         for trial in range(arguments.trials):
             for name, (port, pid) in targets.items():
                 if arguments.drain:
-                    cpu_us, elapsed_s = drain_cpu_us(port, pid, arguments.messages)
+                    cpu_us, elapsed_s, paho_us = drain_cpu_us(port, pid, arguments.messages)
+                    client_us[name].append(paho_us)
                 else:
                     cpu_us, elapsed_s = publish_cpu_us(port, pid, arguments.qos, arguments.messages, f"ab-{trial}")
                 samples[name].append(cpu_us)
@@ -152,6 +159,9 @@ def main() -> None:
               f"  ratio {ratio:5.2f}  {statistics.median(rates[name]):9,.0f} msg/s"
               f"  (idle {idle_rates[name]:.1f} ms/s: ~{statistics.median(idle_shares[name]):.2f} us"
               " of each message's figure)")
+        if client_us[name]:  # paho's loop has a full socket to read: "busy" below 1 is the machine's share of it
+            busy = statistics.median(us * rate / 1e6 for us, rate in zip(client_us[name], rates[name]))
+            print(f"{'':40} paho client CPU median {statistics.median(client_us[name]):6.2f} us/msg, busy {busy:.2f}")
 
 
 def _latency_trials(targets: dict[str, tuple[int, int]], arguments: argparse.Namespace) -> None:
