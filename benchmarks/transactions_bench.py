@@ -27,8 +27,12 @@ child process whose client comes from the same tree as its broker (client and br
 every round and every batch of commits alternates between the two, and the report adds the baseline's
 figures and this tree's speed-up.
 
+``--fsync-engine`` sets every broker's ``fsync_engine``: the AIO engine (``auto``'s choice) submits each fsync round
+with ``io_submit`` on the reactor, which now and then holds it for milliseconds, and the slowest transactions measured
+were those (docs/transactions.md).
+
 Run: ``python benchmarks/transactions_bench.py [--records N] [--rounds R] [--commits C] [--baseline-source DIR]
-[--json]``.
+[--fsync-engine auto|aio|thread|worker] [--json]``.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ sys.path.insert(0, os.environ.get("MQBROKER_BENCH_SOURCE", THIS_SOURCE))
 from cputime import process_tree_cpu_s  # noqa: E402  (this script's directory)
 
 from mqbroker.client import Admin, Consumer, Producer  # noqa: E402
+from mqbroker.config import FSYNC_ENGINES  # noqa: E402
 from tests.integration.brokerprocess import BrokerProcess  # noqa: E402
 
 PARTITIONS = 3
@@ -60,13 +65,17 @@ _names = itertools.count()
 
 
 class Span:
-    """The timed span of a producer measurement: wall time, this process's CPU, the broker's CPU."""
+    """The timed span of a producer measurement: wall time, this process's CPU, the broker's CPU.
+
+    The broker's CPU is read by walking ``/proc`` (3-50 ms, by the machine's process count and load): the span's
+    wall clock and this process's CPU start after that walk and stop before the closing one, so neither counts it.
+    """
 
     def __init__(self, broker_pid: int) -> None:
         self._broker_pid = broker_pid
-        self._started = time.perf_counter()
-        self._process_cpu_s = time.process_time()
         self._broker_cpu_s = process_tree_cpu_s(broker_pid)
+        self._process_cpu_s = time.process_time()
+        self._started = time.perf_counter()
 
     def result(self, records: int) -> dict[str, float]:
         """Records per second, and microseconds of client and broker CPU per record, since the span began."""
@@ -208,13 +217,15 @@ def _summary(variants: dict[str, list[dict[str, float]]], latencies: list[float]
     }
 
 
-def run(records: int, rounds: int, commits: int, baseline_source: str | None = None) -> dict[str, Any]:
+def run(records: int, rounds: int, commits: int, baseline_source: str | None = None,
+        fsync_engine: str = "auto") -> dict[str, Any]:
     """Every measurement against one broker (two with ``baseline_source``); variants and brokers alternate."""
     sources = {"this": None if baseline_source is None else THIS_SOURCE, "baseline": baseline_source}
+    engine = ["--set", f"fsync_engine={fsync_engine}"]
     with tempfile.TemporaryDirectory(prefix="txn-bench-") as directory:
-        brokers = {"this": BrokerProcess(data_dir=pathlib.Path(directory) / "data")}
+        brokers = {"this": BrokerProcess(data_dir=pathlib.Path(directory) / "data", extra_args=engine)}
         if baseline_source is not None:
-            brokers["baseline"] = BrokerProcess(data_dir=pathlib.Path(directory) / "baseline",
+            brokers["baseline"] = BrokerProcess(data_dir=pathlib.Path(directory) / "baseline", extra_args=engine,
                                                 environment={"PYTHONPATH": str(pathlib.Path(baseline_source))})
         try:
             for broker in brokers.values():
@@ -252,7 +263,8 @@ def run(records: int, rounds: int, commits: int, baseline_source: str | None = N
             for broker in brokers.values():
                 broker.kill()
     result: dict[str, Any] = {
-        "records": records, "rounds": rounds, **_summary(variants["this"], latencies["this"]),
+        "records": records, "rounds": rounds, "fsync_engine": fsync_engine,
+        **_summary(variants["this"], latencies["this"]),
         "read_records_per_s": {"read_committed": round(committed_reads), "read_uncommitted": round(uncommitted_reads)},
     }
     if baseline_source is not None:
@@ -275,12 +287,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commits", type=int, default=300, help="commits timed for the latency")
     parser.add_argument("--baseline-source", metavar="DIR", help="also run a broker from this source tree, alternating")
+    parser.add_argument("--fsync-engine", default="auto", choices=FSYNC_ENGINES,
+                        help="every broker's fsync_engine [default: auto]")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
-    result = run(options.records, options.rounds, options.commits, options.baseline_source)
+    result = run(options.records, options.rounds, options.commits, options.baseline_source, options.fsync_engine)
     if options.json:
         print(json.dumps(result, indent=2))
         return
+    print(f"fsync_engine {result['fsync_engine']}")
     print(f"{'variant':<12} {'records/s':>10} {'vs idempotent':>14} {'client us/rec':>14} {'broker us/rec':>14}")
     _print_variants(result)
     print(f"commit latency: p50 {result['commit_ms']['p50']} ms, p99 {result['commit_ms']['p99']} ms "
