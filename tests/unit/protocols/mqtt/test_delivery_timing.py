@@ -70,8 +70,9 @@ def test_written_acknowledges_and_delivers_before_the_fsync() -> None:
 
 
 def test_written_reader_does_not_decode_again_what_it_handed_out_from_memory() -> None:
-    """Every fsync round of the front end's own appends wakes the shared reader's fetch with records it already
-    handed out: it moves on without decoding them (``PartitionDispatcher.run``), and decodes what it has not."""
+    """Nothing the front end handed out from memory is decoded again (``PartitionDispatcher.run``: a long poll
+    that brings such records, where the broker cannot watch the partition, moves on without decoding them); what
+    it has not handed out is decoded."""
     broker, subscriber, subscriber_socket, publisher, _ = _subscribed_pair("written")
     hub = subscriber.hub
     decoded: list[int] = []
@@ -85,6 +86,24 @@ def test_written_reader_does_not_decode_again_what_it_handed_out_from_memory() -
     broker.sync()
     assert len(decoded) == 1
     assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5", b"native"]
+
+
+def test_written_reader_is_not_woken_to_read_again_what_it_handed_out_from_memory() -> None:
+    """The shared reader waits with ``wait_for_records`` from the position ``appended`` moves: the fsync of the
+    front end's own appends neither wakes it nor makes it fetch them again; another writer's record does."""
+    broker, _, subscriber_socket, publisher, _ = _subscribed_pair("written")
+    fetched = len(_log_fetches(broker))
+    _publish(publisher, 7, b"21.5")
+    broker.sync()
+    assert len(_log_fetches(broker)) == fetched
+    broker.append_records(LOG_TOPIC, [(b"plant/native", b"native")])
+    broker.sync()
+    assert len(_log_fetches(broker)) == fetched + 1
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5", b"native"]
+
+
+def _log_fetches(broker: FakeBroker) -> list[tuple[object, ...]]:
+    return [call for call in broker.calls_of("fetch") if call[1].positions[0].topic == LOG_TOPIC]
 
 
 def test_durable_delivers_only_once_the_message_is_durable() -> None:
