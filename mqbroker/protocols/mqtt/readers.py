@@ -89,6 +89,9 @@ class PartitionDispatcher:
                 ready = False  # the fetch below meets the error too, and says what it is
             if self.hub.stopped:
                 return
+            if ready and not len(self.hub.registry):  # nobody to hand records to: move on without reading them
+                self.position = await self._committed_end()
+                continue
             try:
                 (result,) = await broker.fetch(FRONT_END_PRINCIPAL, read_from(key, self.position, 0 if ready else wait_ms))
             except errors.BrokerError as error:
@@ -104,6 +107,11 @@ class PartitionDispatcher:
             if end > self.position and len(self.hub.registry):
                 self.hub.dispatch_all(key, result.records, self.position, result.aborted_transactions)
             self.position = end
+
+    async def _committed_end(self) -> int:
+        found = await self.hub.broker.list_offset(FRONT_END_PRINCIPAL, self.key[0], self.key[1], LATEST_TIMESTAMP,
+                                                  IsolationLevel.READ_COMMITTED)
+        return int(found.offset)
 
     def next_offset(self) -> int:
         """The next offset this reader hands out (``wait_for_records`` asks it at every move of the log)."""

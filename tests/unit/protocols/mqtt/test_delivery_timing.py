@@ -102,6 +102,23 @@ def test_written_reader_is_not_woken_to_read_again_what_it_handed_out_from_memor
     assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5", b"native"]
 
 
+def test_with_nobody_subscribed_the_reader_moves_past_records_without_fetching_them() -> None:
+    """Nobody to hand them to: the shared reader takes the log's committed end instead of reading the records; a
+    subscriber that comes later gets what is published after it subscribed."""
+    broker, hub, _ = _hub("durable")
+    publisher, _ = _client(hub, "publisher")
+    fetched = len(_log_fetches(broker))
+    _publish(publisher, 7, b"unheard")
+    broker.sync()
+    assert len(_log_fetches(broker)) == fetched and hub.live_position((LOG_TOPIC, 0)) == 1
+    subscriber, subscriber_socket = _client(hub, "subscriber")
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
+    _publish(publisher, 8, b"heard")
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"heard"]
+
+
 def _log_fetches(broker: FakeBroker) -> list[tuple[object, ...]]:
     return [call for call in broker.calls_of("fetch") if call[1].positions[0].topic == LOG_TOPIC]
 
