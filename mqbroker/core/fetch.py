@@ -67,8 +67,10 @@ class WaitingFetches:
 
     def notice(self, partition_log: PartitionLog, ready: Callable[[], bool], max_wait_ms: int) -> Deferred[bool]:
         """Fire True once ``ready()`` (asked at every wake of ``partition_log``), False at ``max_wait_ms``."""
-        return self._enqueue(_Waiter(self, (partition_log,), lambda final: True if ready() else (False if final else None),
-                                     follower=False), max_wait_ms)
+        def answer(final: bool) -> bool | None:
+            return True if ready() else (False if final else None)
+
+        return self._enqueue(_Waiter(self, (partition_log,), answer, follower=False), max_wait_ms)
 
     def _enqueue(self, pending: _Waiter, max_wait_ms: int) -> Deferred[Any]:
         for partition_log in pending.logs:

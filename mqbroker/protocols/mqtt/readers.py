@@ -90,10 +90,13 @@ class PartitionDispatcher:
             if self.hub.stopped:
                 return
             if ready and not len(self.hub.registry):  # nobody to hand records to: move on without reading them
-                self.position = await self._committed_end()
-                continue
+                end = await self._committed_end()
+                if end is not None:
+                    self.position = end
+                    continue
             try:
-                (result,) = await broker.fetch(FRONT_END_PRINCIPAL, read_from(key, self.position, 0 if ready else wait_ms))
+                request = read_from(key, self.position, 0 if ready else wait_ms)
+                (result,) = await broker.fetch(FRONT_END_PRINCIPAL, request)
             except errors.BrokerError as error:
                 self.log.warn("MQTT reader of {key} failed: {error}", key=key, error=error)
                 await deferLater(self.hub.reactor, RETRY_DELAY_S)
@@ -108,9 +111,13 @@ class PartitionDispatcher:
                 self.hub.dispatch_all(key, result.records, self.position, result.aborted_transactions)
             self.position = end
 
-    async def _committed_end(self) -> int:
-        found = await self.hub.broker.list_offset(FRONT_END_PRINCIPAL, self.key[0], self.key[1], LATEST_TIMESTAMP,
-                                                  IsolationLevel.READ_COMMITTED)
+    async def _committed_end(self) -> int | None:
+        """The partition's last stable offset; None if the broker cannot say (the fetch then meets the error)."""
+        try:
+            found = await self.hub.broker.list_offset(FRONT_END_PRINCIPAL, self.key[0], self.key[1], LATEST_TIMESTAMP,
+                                                      IsolationLevel.READ_COMMITTED)
+        except errors.BrokerError:
+            return None
         return int(found.offset)
 
     def next_offset(self) -> int:

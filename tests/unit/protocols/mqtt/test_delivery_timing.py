@@ -8,6 +8,8 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from mqbroker import errors
+
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub
@@ -111,6 +113,21 @@ def test_with_nobody_subscribed_the_reader_moves_past_records_without_fetching_t
     _publish(publisher, 7, b"unheard")
     broker.sync()
     assert len(_log_fetches(broker)) == fetched and hub.live_position((LOG_TOPIC, 0)) == 1
+    subscriber, subscriber_socket = _client(hub, "subscriber")
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
+    _publish(publisher, 8, b"heard")
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"heard"]
+
+
+def test_a_reader_whose_committed_end_cannot_be_read_fetches_instead_and_goes_on() -> None:
+    broker, hub, _ = _hub("durable")
+    publisher, _ = _client(hub, "publisher")
+    broker.script("list_offset", errors.NotLeaderError("moving"), topic=LOG_TOPIC)
+    _publish(publisher, 7, b"unheard")
+    broker.sync()
+    assert hub.live_position((LOG_TOPIC, 0)) == 1  # the fetch took it past the record
     subscriber, subscriber_socket = _client(hub, "subscriber")
     request = SubscriptionRequest(topic_filter="plant/#", qos=1)
     subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
