@@ -38,6 +38,15 @@ class IBroker(Interface):
         result lists the aborted transactions its batches overlap.
         """
 
+    def wait_for_records(principal, topic, partition, position, wait_ms_max, isolation_level=0):
+        """A notice without the read: fire True once a fetch of the partition from ``position()`` (a callable, asked
+        again at every move of the partition's high watermark) would find records below the high watermark
+        (``isolation_level`` READ_COMMITTED: the last stable offset) or an error; fire False after ``wait_ms_max``,
+        or at once where the broker cannot watch the partition (another broker leads it: the caller long-polls
+        ``fetch`` instead). A front end that got some records another way (its own appends, handed out from memory)
+        moves ``position`` past them while it waits, and is not woken for them nor made to read them again.
+        """
+
     def replica_fetch(principal, replica_id, request):
         """A follower's fetch (a ``FetchRequest``): batches up to the log end (not the high watermark), or where
         its log diverged.

@@ -15,7 +15,7 @@ recorded in ``calls`` as ``(name, principal, *arguments)``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +91,13 @@ class _PendingFetch:
     timer: IDelayedCall | None = None
 
 
+@dataclass
+class _PendingNotice:
+    ready: Callable[[], bool]
+    deferred: Deferred[bool]
+    timer: IDelayedCall | None = None
+
+
 @implementer(IBroker)
 class FakeBroker:
     """An in-memory ``IBroker``: partition logs, long polls, authorization, scripted answers (see the module)."""
@@ -111,6 +118,7 @@ class FakeBroker:
         self.held_produces: list[Deferred[ProduceResult]] = []
         self._scripts: dict[tuple[str, str | None], list[Any]] = {}
         self._pending: list[_PendingFetch] = []
+        self._notices: list[_PendingNotice] = []
         self._next_producer_id = 1000
         #: SCRAM users by name (their passwords: the fake keeps no credentials) and ACLs.
         self.users: dict[str, str] = {}
@@ -193,6 +201,35 @@ class FakeBroker:
         topic = request.positions[0].topic if request.positions else None
         return self._scripted("fetch", topic) or self._guarded(lambda: self._fetch(principal, request))
 
+    def wait_for_records(self, principal: Principal, topic: str, partition: int, position: Callable[[], int],
+                         wait_ms_max: int, isolation_level: int = 0) -> Deferred[bool]:
+        """True once a fetch from ``position()`` (asked at every wake) would find records or an error, False at
+        ``wait_ms_max`` on the clock; see ``IBroker.wait_for_records``."""
+        self.calls.append(("wait_for_records", principal, topic, partition))
+
+        def ready() -> bool:
+            found = self._read_one(FetchPosition(topic=topic, partition=partition, offset=position(), max_bytes=1))
+            return bool(found.records) or found.error is not None
+
+        return self._scripted("wait_for_records", topic) or self._guarded(
+            lambda: self._notice(principal, topic, ready, wait_ms_max))
+
+    def _notice(self, principal: Principal, topic: str, ready: Callable[[], bool], wait_ms_max: int) -> Deferred[bool]:
+        self._require(principal, Operation.READ, ResourceType.TOPIC, topic)
+        if wait_ms_max <= 0 or ready():
+            return succeed(True)
+        notice = _PendingNotice(ready, Deferred())
+        if self.clock is not None:
+            notice.timer = self.clock.callLater(wait_ms_max / 1000.0, self._notify, notice, False)
+        self._notices.append(notice)
+        return notice.deferred
+
+    def _notify(self, notice: _PendingNotice, answer: bool) -> None:
+        self._notices.remove(notice)
+        if notice.timer is not None and notice.timer.active():
+            notice.timer.cancel()
+        notice.deferred.callback(answer)
+
     def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """Only scripted: followers are the core's business."""
         self.calls.append(("replica_fetch", principal, replica_id, request))
@@ -235,6 +272,9 @@ class FakeBroker:
         for pending in list(self._pending):
             if self._enough(pending.request, self._read(pending.request)):
                 self._answer(pending)
+        for notice in list(self._notices):
+            if notice.ready():
+                self._notify(notice, True)
 
     def _answer(self, pending: _PendingFetch) -> None:
         if pending in self._pending:

@@ -206,6 +206,11 @@ class Broker:
         """Read batches for several partitions, long-polling; see ``IBroker.fetch``."""
         return self._fetch.fetch(principal, request)
 
+    def wait_for_records(self, principal: Principal, topic: str, partition: int, position: Callable[[], int],
+                         wait_ms_max: int, isolation_level: int = IsolationLevel.READ_UNCOMMITTED) -> Deferred[bool]:
+        """Wait until a fetch from ``position()`` would find records; see ``IBroker.wait_for_records``."""
+        return self._fetch.wait_for_records(principal, topic, partition, position, wait_ms_max, isolation_level)
+
     def replica_fetch(self, principal: Principal, replica_id: int, request: FetchRequest) -> Deferred[list[FetchResult]]:
         """A follower's long-poll fetch; see ``IBroker.replica_fetch``."""
         return self._fetch.replica_fetch(principal, replica_id, request)

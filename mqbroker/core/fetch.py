@@ -8,12 +8,16 @@ Only broker N itself (``Broker:N``) may fetch as replica N, and only from partit
 replica of; every other fetch stops at the high watermark. One that finds less than ``min_bytes`` waits in
 ``WaitingFetches`` on the logs it reads: the replica manager wakes it when the high watermark
 moves (a consumer) or a batch is appended (a follower), and the clock answers it at
-``max_wait_ms`` with whatever is there.
+``max_wait_ms`` with whatever is there. ``wait_for_records`` is the same wait without the read (a notice):
+it fires once a read from the caller's position would find records, asking that position afresh at
+every wake, so a front end that got records another way (its own appends, from memory) is not woken
+for them, nor made to read them again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -47,15 +51,29 @@ class WaitingFetches:
 
     def __init__(self, clock: IReactorTime) -> None:
         self._clock = clock
-        self._by_log: dict[PartitionLog, set[_PendingFetch]] = {}
+        self._by_log: dict[PartitionLog, set[_Waiter]] = {}
 
     def wait(
         self, logs: Sequence[PartitionLog], read: Callable[[], list[FetchResult]], min_bytes: int, max_wait_ms: int,
         follower: bool,
     ) -> Deferred[list[FetchResult]]:
         """Fire with ``read()`` once it brings ``min_bytes`` or an error, or at ``max_wait_ms`` with what it brings."""
-        pending = _PendingFetch(self, logs, read, min_bytes, follower)
-        for partition_log in logs:
+        def answer(final: bool) -> list[FetchResult] | None:
+            results = read()
+            enough = final or sum(len(r.records) for r in results) >= max(min_bytes, 1) or any(r.error for r in results)
+            return results if enough else None
+
+        return self._enqueue(_Waiter(self, logs, answer, follower), max_wait_ms)
+
+    def notice(self, partition_log: PartitionLog, ready: Callable[[], bool], max_wait_ms: int) -> Deferred[bool]:
+        """Fire True once ``ready()`` (asked at every wake of ``partition_log``), False at ``max_wait_ms``."""
+        def answer(final: bool) -> bool | None:
+            return True if ready() else (False if final else None)
+
+        return self._enqueue(_Waiter(self, (partition_log,), answer, follower=False), max_wait_ms)
+
+    def _enqueue(self, pending: _Waiter, max_wait_ms: int) -> Deferred[Any]:
+        for partition_log in pending.logs:
             self._by_log.setdefault(partition_log, set()).add(pending)
         pending.timer = self._clock.callLater(min(max_wait_ms, fetch_wait_ms_max) / 1000.0, pending.complete)
         return pending.deferred
@@ -79,7 +97,7 @@ class WaitingFetches:
             for pending in list(waiters):
                 pending.complete()
 
-    def _forget(self, pending: _PendingFetch) -> None:
+    def _forget(self, pending: _Waiter) -> None:
         for partition_log in pending.logs:
             waiters = self._by_log.get(partition_log)
             if waiters is not None:
@@ -88,41 +106,38 @@ class WaitingFetches:
                     del self._by_log[partition_log]
 
 
-class _PendingFetch:
-    """A long-poll fetch waiting for ``min_bytes`` or its timer."""
+class _Waiter:
+    """A long poll waiting on ``logs``: ``answer(final)`` is its answer, or None while it should wait on (never
+    None when ``final``: its timer expired, or the broker is answering every waiter)."""
 
-    __slots__ = ("owner", "logs", "read", "min_bytes", "follower", "deferred", "timer")
+    __slots__ = ("owner", "logs", "answer", "follower", "deferred", "timer")
 
-    def __init__(
-        self, owner: WaitingFetches, logs: Sequence[PartitionLog], read: Callable[[], list[FetchResult]],
-        min_bytes: int, follower: bool,
-    ) -> None:
+    def __init__(self, owner: WaitingFetches, logs: Sequence[PartitionLog], answer: Callable[[bool], Any],
+                 follower: bool) -> None:
         self.owner = owner
         self.logs = logs
-        self.read = read
-        self.min_bytes = min_bytes
+        self.answer = answer
         self.follower = follower
-        self.deferred: Deferred[list[FetchResult]] = Deferred()
+        self.deferred: Deferred[Any] = Deferred()
         self.timer: IDelayedCall | None = None
 
     def try_complete(self) -> None:
-        """Answer now if enough data has become visible (once: a wake may reach a fetch answered meanwhile)."""
-        if self.deferred.called:
-            return
-        results = self.read()
-        if sum(len(r.records) for r in results) >= max(self.min_bytes, 1) or any(r.error for r in results):
-            self._finish(results)
+        """Answer now if it may (once: a wake may reach a waiter answered meanwhile)."""
+        if not self.deferred.called:
+            answer = self.answer(False)
+            if answer is not None:
+                self._finish(answer)
 
     def complete(self) -> None:
         """Answer with whatever is there (timer expiry or shutdown)."""
         if not self.deferred.called:
-            self._finish(self.read())
+            self._finish(self.answer(True))
 
-    def _finish(self, results: list[FetchResult]) -> None:
+    def _finish(self, answer: Any) -> None:
         if self.timer is not None and self.timer.active():
             self.timer.cancel()
         self.owner._forget(self)
-        self.deferred.callback(results)
+        self.deferred.callback(answer)
 
 
 class FetchService:
@@ -153,6 +168,29 @@ class FetchService:
         for position in request.positions:
             self._replicas.follower_fetched(replica_id, position, now_ms)
         return self._fetch(principal, replica_id, request)
+
+    @errors_as_failures
+    def wait_for_records(
+        self, principal: Principal, topic: str, partition: int, position: Callable[[], int], wait_ms_max: int,
+        isolation_level: int = IsolationLevel.READ_UNCOMMITTED,
+    ) -> Deferred[bool]:
+        """True once a fetch from ``position()`` would find records or an error, False at ``wait_ms_max``; see
+        ``IBroker.wait_for_records``."""
+        require_permission(self._authorizer, principal, Operation.READ, ResourceType.TOPIC, topic)
+        partition_log = self._replicas.partition_log(topic, partition)
+        committed = isolation_level == IsolationLevel.READ_COMMITTED
+        high_watermark = self._replicas.high_watermark
+
+        def ready() -> bool:
+            offset = position()
+            end = high_watermark(partition_log)
+            if committed:
+                end = partition_log.last_stable_offset(end)
+            return offset < end or offset > partition_log.log_end_offset
+
+        if wait_ms_max <= 0 or ready():
+            return succeed(True)
+        return self._waiting.notice(partition_log, ready, wait_ms_max)
 
     @errors_as_failures
     def list_offset(

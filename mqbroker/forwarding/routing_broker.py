@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -424,6 +424,14 @@ class RoutingBroker:
         sent.addCallback(forwarded.fetch_results, request.positions)
         sent.addErrback(_trapped_as_results, request.positions)
         return sent
+
+    def wait_for_records(self, principal: Principal, topic: str, partition: int, position: Callable[[], int],
+                         wait_ms_max: int, isolation_level: int = IsolationLevel.READ_UNCOMMITTED) -> Deferred[bool]:
+        """The local broker watches a partition it leads; one led elsewhere answers False at once (the caller
+        long-polls ``fetch``, which goes to the leader); see ``IBroker.wait_for_records``."""
+        if self.route(principal, Operation.READ, topic, partition) is not None:
+            return succeed(False)
+        return self.local.wait_for_records(principal, topic, partition, position, wait_ms_max, isolation_level)
 
     # -- offsets ---------------------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """How the MQTT front end reads the log: record decoding helpers and one shared reader per log partition.
 
-A ``PartitionDispatcher`` long-polls ``IBroker.fetch`` from a partition's end and hands each
-fetch to the hub, which fans the records out to the live sessions (one fetch for everybody,
-never a fetch per session). Sessions that catch up and share groups read through the same
-helpers.
+A ``PartitionDispatcher`` waits with ``IBroker.wait_for_records`` until its partition has records past
+its position, fetches them and hands each fetch to the hub, which fans the records out to the live
+sessions (one fetch for everybody, never a fetch per session). With ``mqtt_puback = "written"`` the hub
+moves the position past what it hands out from memory (``MqttHub.appended``) while the reader waits, so
+the fsync that makes those records visible neither wakes the reader nor has them read again. Where
+the broker cannot watch the partition (another broker leads it), the reader long-polls ``fetch``.
+Sessions that catch up and share groups read through the same helpers.
 """
 
 from __future__ import annotations
@@ -76,13 +79,26 @@ class PartitionDispatcher:
         self.position = position
 
     async def run(self) -> None:
-        """Long-poll until the hub stops."""
+        """Wait for records and hand them out until the hub stops."""
+        broker, key, wait_ms = self.hub.broker, self.key, limits.mqtt_log_fetch_wait_ms_max
         while not self.hub.stopped:
+            try:  # True: records are there to read now; False: time is up, or the partition is led elsewhere
+                ready = await broker.wait_for_records(FRONT_END_PRINCIPAL, key[0], key[1], self.next_offset, wait_ms,
+                                                      IsolationLevel.READ_COMMITTED)
+            except errors.BrokerError:
+                ready = False  # the fetch below meets the error too, and says what it is
+            if self.hub.stopped:
+                return
+            if ready and not len(self.hub.registry):  # nobody to hand records to: move on without reading them
+                end = await self._committed_end()
+                if end is not None:
+                    self.position = end
+                    continue
             try:
-                (result,) = await self.hub.broker.fetch(FRONT_END_PRINCIPAL,
-                                                        read_from(self.key, self.position, limits.mqtt_log_fetch_wait_ms_max))
+                request = read_from(key, self.position, 0 if ready else wait_ms)
+                (result,) = await broker.fetch(FRONT_END_PRINCIPAL, request)
             except errors.BrokerError as error:
-                self.log.warn("MQTT reader of {key} failed: {error}", key=self.key, error=error)
+                self.log.warn("MQTT reader of {key} failed: {error}", key=key, error=error)
                 await deferLater(self.hub.reactor, RETRY_DELAY_S)
                 continue
             if result.error is not None:
@@ -90,10 +106,23 @@ class PartitionDispatcher:
                 continue
             end = next_offset_after(result.records, self.position)
             # Nothing to decode with nobody subscribed, nor when the fetch brings only what ``appended`` handed out from
-            # memory while it waited (``mqtt_puback = "written"``: every fsync round of the front end's own appends).
+            # memory meanwhile (``mqtt_puback = "written"``).
             if end > self.position and len(self.hub.registry):
-                self.hub.dispatch_all(self.key, result.records, self.position, result.aborted_transactions)
+                self.hub.dispatch_all(key, result.records, self.position, result.aborted_transactions)
             self.position = end
+
+    async def _committed_end(self) -> int | None:
+        """The partition's last stable offset; None if the broker cannot say (the fetch then meets the error)."""
+        try:
+            found = await self.hub.broker.list_offset(FRONT_END_PRINCIPAL, self.key[0], self.key[1], LATEST_TIMESTAMP,
+                                                      IsolationLevel.READ_COMMITTED)
+        except errors.BrokerError:
+            return None
+        return int(found.offset)
+
+    def next_offset(self) -> int:
+        """The next offset this reader hands out (``wait_for_records`` asks it at every move of the log)."""
+        return self.position
 
     async def _recover(self, error: Exception) -> None:
         if isinstance(error, errors.OffsetOutOfRangeError):

@@ -71,6 +71,44 @@ def test_a_long_poll_expires_on_max_wait_with_what_there_is(tmp_path: Path) -> N
     assert (result.records, result.error, result.high_watermark) == (b"", None, 0)
 
 
+def test_wait_for_records_fires_once_the_batch_is_durable_and_a_fetch_would_find_it(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    noticed = rig.broker.wait_for_records(ANONYMOUS, "t", 0, lambda: 0, 5_000)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
+    assert not noticed.called  # appended, not durable: a fetch would find nothing yet
+    rig.engine.finish_round()
+    assert fired(noticed) is True
+    assert fired(rig.broker.wait_for_records(ANONYMOUS, "t", 0, lambda: 0, 5_000)) is True  # already there: at once
+
+
+def test_wait_for_records_asks_the_position_afresh_so_records_the_caller_has_do_not_wake_it(tmp_path: Path) -> None:
+    """A front end that handed its own appends out from memory moves its position past them while it waits: the
+    fsync that makes them visible does not wake it; a record past its position does."""
+    rig = _broker(tmp_path)
+    position = [0]
+    noticed = rig.broker.wait_for_records(ANONYMOUS, "t", 0, lambda: position[0], 5_000)
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
+    position[0] = 3  # the caller has offsets 0..2 already
+    rig.engine.finish_round()
+    assert not noticed.called
+    fired(rig.broker.produce(ANONYMOUS, "t", 0, BATCH, Acks.NONE, 1_000))
+    rig.engine.finish_round()
+    assert fired(noticed) is True
+
+
+def test_wait_for_records_answers_false_at_max_wait_and_true_at_once_past_the_log_end(tmp_path: Path) -> None:
+    rig = _broker(tmp_path)
+    noticed = rig.broker.wait_for_records(ANONYMOUS, "t", 0, lambda: 0, 500)
+    rig.clock.advance(0.499)
+    assert not noticed.called
+    rig.clock.advance(0.001)
+    assert fired(noticed) is False
+    # a position past the end is an error a fetch would report: no reason to wait
+    assert fired(rig.broker.wait_for_records(ANONYMOUS, "t", 0, lambda: 7, 500)) is True
+    with pytest.raises(errors.UnknownTopicOrPartitionError):  # errors as a fetch's
+        fired(rig.broker.wait_for_records(ANONYMOUS, "t", 1, lambda: 0, 500))
+
+
 def test_a_long_poll_waits_for_min_bytes(tmp_path: Path) -> None:
     rig = _broker(tmp_path, {"flush.policy": "interval"})
     fetched = rig.broker.fetch(ANONYMOUS, FetchRequest(positions=(_position(),), wait_ms_max=5_000,

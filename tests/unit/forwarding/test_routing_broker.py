@@ -192,6 +192,15 @@ def test_an_unreachable_leader_becomes_an_error_in_its_positions_only(world: Any
     assert results[0].error is None and isinstance(results[1].error, BrokerUnavailableError)
 
 
+def test_wait_for_records_watches_a_local_partition_and_answers_false_at_once_for_one_led_elsewhere(
+        world: Any) -> None:
+    routing, local, peers, _ = world
+    local.script("wait_for_records", True)
+    assert _result(routing.wait_for_records(ALICE, "t", 0, lambda: 0, 500)) is True
+    assert _result(routing.wait_for_records(ALICE, "t", 2, lambda: 0, 500)) is False  # the caller long-polls fetch
+    assert [call[2:] for call in local.calls] == [("t", 0)] and peers.sent == []
+
+
 def test_a_list_offset_of_a_partition_led_elsewhere_asks_the_leader(world: Any) -> None:
     routing, local, peers, _ = world
     peers.answers.append(m.ListOffsetsResponse(topics=(m.ListOffsetsTopicResult(name="t", partitions=(

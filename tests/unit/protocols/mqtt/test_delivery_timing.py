@@ -8,6 +8,8 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from mqbroker import errors
+
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub
@@ -70,8 +72,9 @@ def test_written_acknowledges_and_delivers_before_the_fsync() -> None:
 
 
 def test_written_reader_does_not_decode_again_what_it_handed_out_from_memory() -> None:
-    """Every fsync round of the front end's own appends wakes the shared reader's fetch with records it already
-    handed out: it moves on without decoding them (``PartitionDispatcher.run``), and decodes what it has not."""
+    """Nothing the front end handed out from memory is decoded again (``PartitionDispatcher.run``: a long poll
+    that brings such records, where the broker cannot watch the partition, moves on without decoding them); what
+    it has not handed out is decoded."""
     broker, subscriber, subscriber_socket, publisher, _ = _subscribed_pair("written")
     hub = subscriber.hub
     decoded: list[int] = []
@@ -85,6 +88,56 @@ def test_written_reader_does_not_decode_again_what_it_handed_out_from_memory() -
     broker.sync()
     assert len(decoded) == 1
     assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5", b"native"]
+
+
+def test_written_reader_is_not_woken_to_read_again_what_it_handed_out_from_memory() -> None:
+    """The shared reader waits with ``wait_for_records`` from the position ``appended`` moves: the fsync of the
+    front end's own appends neither wakes it nor makes it fetch them again; another writer's record does."""
+    broker, _, subscriber_socket, publisher, _ = _subscribed_pair("written")
+    fetched = len(_log_fetches(broker))
+    _publish(publisher, 7, b"21.5")
+    broker.sync()
+    assert len(_log_fetches(broker)) == fetched
+    broker.append_records(LOG_TOPIC, [(b"plant/native", b"native")])
+    broker.sync()
+    assert len(_log_fetches(broker)) == fetched + 1
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"21.5", b"native"]
+
+
+def test_with_nobody_subscribed_the_reader_moves_past_records_without_fetching_them() -> None:
+    """Nobody to hand them to: the shared reader takes the log's committed end instead of reading the records; a
+    subscriber that comes later gets what is published after it subscribed."""
+    broker, hub, _ = _hub("durable")
+    publisher, _ = _client(hub, "publisher")
+    fetched = len(_log_fetches(broker))
+    _publish(publisher, 7, b"unheard")
+    broker.sync()
+    assert len(_log_fetches(broker)) == fetched and hub.live_position((LOG_TOPIC, 0)) == 1
+    subscriber, subscriber_socket = _client(hub, "subscriber")
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
+    _publish(publisher, 8, b"heard")
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"heard"]
+
+
+def test_a_reader_whose_committed_end_cannot_be_read_fetches_instead_and_goes_on() -> None:
+    broker, hub, _ = _hub("durable")
+    publisher, _ = _client(hub, "publisher")
+    broker.script("list_offset", errors.NotLeaderError("moving"), topic=LOG_TOPIC)
+    _publish(publisher, 7, b"unheard")
+    broker.sync()
+    assert hub.live_position((LOG_TOPIC, 0)) == 1  # the fetch took it past the record
+    subscriber, subscriber_socket = _client(hub, "subscriber")
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
+    _publish(publisher, 8, b"heard")
+    broker.sync()
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"heard"]
+
+
+def _log_fetches(broker: FakeBroker) -> list[tuple[object, ...]]:
+    return [call for call in broker.calls_of("fetch") if call[1].positions[0].topic == LOG_TOPIC]
 
 
 def test_durable_delivers_only_once_the_message_is_durable() -> None:

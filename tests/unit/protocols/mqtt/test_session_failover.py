@@ -79,7 +79,10 @@ def test_a_session_resumed_ahead_of_the_survivors_reader_gets_its_in_flight_mess
     holder_broker, survivor_broker = FakeBroker(clock=clock), FakeBroker(clock=clock)
     survivor_broker.logs, survivor_broker.topic_configs = holder_broker.logs, holder_broker.topic_configs
     stalled: Deferred[list[FetchResult]] = Deferred()
-    survivor_broker.script("fetch", stalled, topic=LOG_TOPIC)  # the survivor's reader's fetch went to the dead broker
+    # The partition is led by the holder: the survivor's reader cannot be noticed locally, long-polls it, and that fetch
+    # went to the dead broker.
+    survivor_broker.script("wait_for_records", False, topic=LOG_TOPIC)
+    survivor_broker.script("fetch", stalled, topic=LOG_TOPIC)
     survivor = _started(survivor_broker, clock)
     holder = _started(holder_broker, clock)
     device, device_socket = _connect(holder, "device", clean_start=True)
