@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mqbroker.cli.bench import SEND_TIME, Receipt, start_receiver  # noqa: E402
+from mqbroker.cli.bench import SEND_TIME, Receipt, settle_collector, start_receiver  # noqa: E402
 from mqbroker.config import FSYNC_ENGINES  # noqa: E402
 from tests.integration.brokerprocess import TWISTD, BrokerProcess  # noqa: E402
 
@@ -147,6 +147,7 @@ def run_client(bootstrap: str, count: int, rate: int, consumer: str,
     producer = Producer(bootstrap, acks="all", linger_ms=0, max_in_flight=max_in_flight,
                         enable_idempotence=max_in_flight <= 5)  # idempotence allows at most 5
     padding = os.urandom(100 - SEND_TIME.size)
+    settle_collector()
     started = time.perf_counter()
     for index in range(count):
         delay = started + index / rate - time.perf_counter()

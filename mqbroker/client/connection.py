@@ -1,7 +1,9 @@
 """One plain blocking socket to one broker, speaking the native codec (no reactor, no threads).
 
 Used by the blocking driver (scripts, Spark workers): ``send`` writes a request and returns its
-correlation id, ``receive`` reads what has arrived and returns the responses it completes.
+correlation id, ``receive`` reads what has arrived and returns the responses it completes, and
+``wait_response`` waits for one request's answer while others are in flight (the consumer keeps a
+fetch parked at the broker while it sends other requests on the same connection).
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ class BlockingConnection:
         self.address = f"{host}:{port}"
         self._timeout_s = timeout_s
         self.codec = ClientConnection(client_id)
+        #: Responses that arrived while another was awaited, by correlation id, until their own wait.
+        self._arrived: dict[int, object] = {}
+        #: Requests whose responses nobody will wait for: dropped on arrival.
+        self._abandoned: set[int] = set()
         versions = self.request(ApiVersionsRequest(), timeout_s)
         assert isinstance(versions, ApiVersionsResponse)
         self.codec.use_broker_versions(versions)
@@ -118,9 +124,11 @@ class BlockingConnection:
                 if not writable:
                     raise TimeoutError(f"the send buffer stayed full for {self._timeout_s}s") from None
 
-    def receive(self) -> list[ResponseReceived]:
-        """Read once (blocking up to the socket timeout); return the responses completed."""
+    def receive(self, timeout_s: float | None = None) -> list[ResponseReceived]:
+        """Read once (blocking up to ``timeout_s``, default the socket's timeout); return the responses completed."""
         try:
+            if timeout_s is not None and self.socket.gettimeout() != timeout_s:  # a syscall: only when it changes
+                self.socket.settimeout(timeout_s)
             count = self.socket.recv_into(self._received)
         except TimeoutError:
             return []
@@ -143,24 +151,42 @@ class BlockingConnection:
     def await_response(self, correlation_id: int, timeout_s: float) -> object:
         """Block until the response to ``correlation_id`` arrives; a large one may take many reads.
 
-        Raises ``RequestTimedOutError`` when ``timeout_s`` passes first. Responses to other
-        requests that complete meanwhile are dropped: use this only when nothing else is in flight.
+        Raises ``RequestTimedOutError`` when ``timeout_s`` passes first (a late answer is then dropped).
         """
+        response = self.wait_response(correlation_id, timeout_s)
+        if response is None:
+            self.abandon(correlation_id)
+            raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
+        return response
+
+    def wait_response(self, correlation_id: int, timeout_s: float) -> object | None:
+        """The response to ``correlation_id``, or None if it has not arrived within ``timeout_s`` (it stays in
+        flight). Responses to other requests that complete meanwhile are kept for their own wait."""
+        arrived = self._arrived
         deadline = time.monotonic() + timeout_s
         wait_s = timeout_s
-        while True:
-            if self.socket.gettimeout() != wait_s:  # setting it is a syscall: skip it when unchanged
-                self.socket.settimeout(wait_s)
-            for event in self.receive():
-                if event.correlation_id == correlation_id:
-                    return raise_for_error_response(event.response)
-            wait_s = deadline - time.monotonic()
+        while correlation_id not in arrived:
             if wait_s <= 0:
-                raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
+                return None
+            for event in self.receive(wait_s):
+                if event.correlation_id in self._abandoned:
+                    self._abandoned.discard(event.correlation_id)
+                else:
+                    arrived[event.correlation_id] = event.response
+            wait_s = deadline - time.monotonic()
+        return raise_for_error_response(arrived.pop(correlation_id))
+
+    def abandon(self, correlation_id: int) -> None:
+        """Nobody will wait for the response to ``correlation_id``: drop it (now, or when it arrives)."""
+        if self._arrived.pop(correlation_id, _MISSING) is _MISSING:
+            self._abandoned.add(correlation_id)
 
     def close(self) -> None:
         """Close the socket."""
         self.socket.close()
+
+
+_MISSING = object()
 
 
 def raise_for_error_response(response: object) -> object:

@@ -6,7 +6,10 @@ the beginning, the end or a timestamp, or a partition without a position), sends
 reports each answer with ``reset_resolved``. It then asks for ``fetch_plans`` (one per leader,
 only for partitions with a known position and no fetch in flight), sends them, and passes each
 reply to ``fetch_completed``, which decodes the record batches into ``Message``s and advances
-the positions.
+the positions. A driver that keeps a fetch in flight across calls (pipelining: the next fetch is
+sent before the records of the last one are handed to the application) asks ``fetch_current``
+before it takes the answer, and drops a plan that a seek, reset, pause or assignment change
+has overtaken with ``fetch_abandoned``: its partitions are then fetched again from their positions.
 
 Consumer groups plug in through ``assign``: a group coordinator (its own issue) decides the
 assignment and seeds positions from committed offsets with ``seek``; everything below that
@@ -125,7 +128,8 @@ class ConsumerCore:
         self._positions: dict[TopicPartition, int] = {}
         #: Partitions waiting for a ListOffsets answer: the timestamp to look up (or -1/-2).
         self._resets: dict[TopicPartition, int] = {}
-        self._fetching: set[TopicPartition] = set()
+        #: The plan in flight for each partition being fetched.
+        self._fetching: dict[TopicPartition, FetchPlan] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
         #: Topics whose leaders must be looked up again before they can be fetched.
         self.stale_topics: set[str] = set()
@@ -143,6 +147,9 @@ class ConsumerCore:
         for partition in list(self._resets):
             if partition not in wanted:
                 del self._resets[partition]
+        for partition in list(self._fetching):
+            if partition not in wanted:
+                del self._fetching[partition]
         self.paused &= wanted
         for partition in wanted:
             if partition not in self._positions and partition not in self._resets:
@@ -166,7 +173,7 @@ class ConsumerCore:
             raise ValueError(f"offset must not be negative, got {offset}")
         self._resets.pop(partition, None)
         self._positions[partition] = offset
-        self._fetching.discard(partition)
+        self._fetching.pop(partition, None)
 
     def seek_to_beginning(self, partition: TopicPartition) -> None:
         """Read ``partition`` from its log start offset next."""
@@ -185,7 +192,7 @@ class ConsumerCore:
     def _seek_to_timestamp(self, partition: TopicPartition, timestamp_ms: int) -> None:
         self._require_assigned(partition)
         self._positions.pop(partition, None)
-        self._fetching.discard(partition)
+        self._fetching.pop(partition, None)
         self._resets[partition] = timestamp_ms
 
     def position(self, partition: TopicPartition) -> int | None:
@@ -237,19 +244,36 @@ class ConsumerCore:
             if plan is None:
                 plan = plans[node_id] = FetchPlan(node_id=node_id, offsets={}, config=self.config)
             plan.offsets[partition] = offset
-            self._fetching.add(partition)
+            self._fetching[partition] = plan
         return list(plans.values())
+
+    def fetch_current(self, plan: FetchPlan) -> bool:
+        """Whether every partition of ``plan`` (in flight) is still read from where it asks: no seek, reset,
+        pause or assignment change overtook it since it was sent."""
+        fetching, positions, paused = self._fetching, self._positions, self.paused
+        return all(fetching.get(partition) is plan and positions.get(partition) == offset and partition not in paused
+                   for partition, offset in plan.offsets.items())
+
+    def fetch_abandoned(self, plan: FetchPlan) -> None:
+        """Forget ``plan`` (its answer, if one comes, is not passed on): its partitions are fetched again."""
+        self._release(plan)
+
+    def _release(self, plan: FetchPlan) -> None:
+        """``plan``'s partitions have no fetch in flight any more (those a newer plan fetches keep theirs)."""
+        fetching = self._fetching
+        for partition in plan.offsets:
+            if fetching.get(partition) is plan:
+                del fetching[partition]
 
     def fetch_failed(self, plan: FetchPlan) -> None:
         """The fetch was lost (connection broken, whole request refused): fetch again later."""
+        self._release(plan)
         for partition in plan.offsets:
-            self._fetching.discard(partition)
             self.stale_topics.add(partition[0])
 
     def fetch_completed(self, plan: FetchPlan, response: FetchResponse) -> list[Message]:
         """Decode a fetch reply into messages in offset order and advance the positions."""
-        for partition in plan.offsets:
-            self._fetching.discard(partition)
+        self._release(plan)
         messages: list[Message] = []
         for topic in response.topics:
             for reply in topic.partitions:

@@ -2,7 +2,9 @@
 
 The logic (positions, fetch plans, offset resets) is the pure ``ConsumerCore``; with a group,
 ``GroupMembership`` (``group.py``) heartbeats on its own thread and hands assignment changes
-to ``poll``, which applies them between fetches.
+to ``poll``, which applies them between fetches. Before ``poll`` returns records it sends the next
+fetch (Kafka's fetch pipelining): the broker holds it while the application handles the records
+and answers it as soon as new records are durable, instead of waiting for the next ``poll``.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from typing import NamedTuple
 
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests, wall_clock_ms
 from mqbroker.client.blocking.group import GroupMembership, remaining_s, resolve_callback
-from mqbroker.client.connection import BrokerUnavailableError
+from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.consumer import (
     ConsumerConfig,
     ConsumerCore,
+    FetchPlan,
     Message,
     OffsetReset,
     TopicPartition,
@@ -37,6 +41,16 @@ from mqbroker.client.security import ClientSecurity
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import FetchResponse
 from mqbroker.records.readable import UnreadableBatch
+
+
+class _Fetch(NamedTuple):
+    """A fetch request in flight."""
+
+    plan: FetchPlan
+    connection: BlockingConnection
+    correlation_id: int
+    #: ``time.monotonic()`` when it was sent (its answer is due within the cluster's request timeout).
+    sent_at: float
 
 
 class Consumer:
@@ -94,6 +108,8 @@ class Consumer:
         )
         self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000 + fetch_max_wait_ms / 1000, security)
         self._admin = ClusterRequests(self._cluster)
+        #: The fetch sent before the last ``poll`` returned, parked at the broker until records arrive.
+        self._in_flight: list[_Fetch] = []
         topics = list(topics)
         self._group: GroupMembership | None = None
         if group_id is not None:
@@ -250,30 +266,65 @@ class Consumer:
             self._core.reset_resolved((topic, partition), timestamp_ms, offset)
 
     def _fetch_once(self, max_wait_ms: int) -> list[Message]:
-        plans = self._core.fetch_plans(self._cluster.view.leader)
+        """Fetch for up to ``max_wait_ms``: the fetch the last poll left in flight, and new ones for partitions
+        without one. Before returning records, send the next fetch, so one waits at the broker meanwhile."""
+        self._drop_overtaken_fetches()
+        deadline = time.monotonic() + max_wait_ms / 1000
+        parked, self._in_flight = self._in_flight, []
+        fresh = self._send_fetches(max_wait_ms)
+        if not parked and not fresh:
+            time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
+            return []
+        messages: list[Message] = []
+        for fetch in parked:  # sent with the whole fetch_max_wait_ms: wait only as long as this poll may
+            self._complete(fetch, max(0.0, deadline - time.monotonic()), messages)
+        for fetch in fresh:  # sent with this poll's wait: the broker answers within it
+            self._complete(fetch, self._cluster.timeout_s, messages)
+        if messages:
+            self._in_flight += self._send_fetches(self._core.config.fetch_max_wait_ms)
+        return messages
+
+    def _drop_overtaken_fetches(self) -> None:
+        """Abandon the fetch in flight if a seek, reset, pause or assignment change since made it stale."""
+        kept = []
+        for fetch in self._in_flight:
+            if self._core.fetch_current(fetch.plan):
+                kept.append(fetch)
+            else:
+                fetch.connection.abandon(fetch.correlation_id)
+                self._core.fetch_abandoned(fetch.plan)
+        self._in_flight = kept
+
+    def _send_fetches(self, max_wait_ms: int) -> list[_Fetch]:
+        """Send a fetch to each leader of partitions that have a position and no fetch in flight."""
         sent = []
-        for plan in plans:
+        for plan in self._core.fetch_plans(self._cluster.view.leader):
             try:
                 connection = self._cluster.connection(plan.node_id)
-                correlation_id = connection.send(plan.request(max_wait_ms))
+                sent.append(_Fetch(plan, connection, connection.send(plan.request(max_wait_ms)), time.monotonic()))
             except BrokerUnavailableError:
                 self._cluster.drop(plan.node_id)
                 self._core.fetch_failed(plan)
-                continue
-            sent.append((plan, connection, correlation_id))
-        messages: list[Message] = []
-        for plan, connection, correlation_id in sent:
-            try:
-                response = connection.await_response(correlation_id, self._cluster.timeout_s)
-            except BrokerError:
-                self._cluster.drop(plan.node_id)
-                self._core.fetch_failed(plan)
-                continue
-            assert isinstance(response, FetchResponse)
-            messages += self._core.fetch_completed(plan, response)
-        if not sent and not messages:
-            time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
-        return messages
+        return sent
+
+    def _complete(self, fetch: _Fetch, timeout_s: float, into: list[Message]) -> None:
+        """Wait up to ``timeout_s`` for ``fetch``'s answer and add its records to ``into``; unanswered, it stays in
+        flight until the request timeout, then counts as lost."""
+        try:
+            response = fetch.connection.wait_response(fetch.correlation_id, timeout_s)
+            if response is None and time.monotonic() - fetch.sent_at >= self._cluster.timeout_s:
+                fetch.connection.abandon(fetch.correlation_id)
+                raise BrokerUnavailableError(f"no fetch answer from {fetch.connection.address}")
+        except BrokerError:
+            if self._cluster.connections.get(fetch.plan.node_id) is fetch.connection:  # not reconnected meanwhile
+                self._cluster.drop(fetch.plan.node_id)
+            self._core.fetch_failed(fetch.plan)
+            return
+        if response is None:
+            self._in_flight.append(fetch)
+            return
+        assert isinstance(response, FetchResponse)
+        into += self._core.fetch_completed(fetch.plan, response)
 
     def close(self, timeout: float | None = None) -> None:
         """Commit (with auto-commit), leave the group (static members stay) and close the connections,
@@ -290,6 +341,7 @@ class Consumer:
                         pass  # not a member any more, or out of time: the last auto-commit stands
                 self._group.close(timeout_s=remaining_s(deadline))
         finally:
+            self._in_flight = []  # closing its connection ends it
             self._cluster.close()
 
     def __enter__(self) -> Consumer:

@@ -1,13 +1,16 @@
 """The Twisted ``TwistedConsumer``: ``poll`` returns a Deferred firing with the next messages.
 
 The pure ``ConsumerCore`` plans fetches; with a group, ``TwistedGroupMembership`` (``group.py``)
-heartbeats on the reactor's clock and ``poll`` applies its assignment changes.
+heartbeats on the reactor's clock and ``poll`` applies its assignment changes. Before ``poll`` fires
+with records it sends the next fetch (Kafka's fetch pipelining), which the broker holds until new
+records are durable while the application handles these.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.internet.interfaces import IReactorTCP, IReactorTime
@@ -18,6 +21,7 @@ from mqbroker.client import admin
 from mqbroker.client.consumer import (
     ConsumerConfig,
     ConsumerCore,
+    FetchPlan,
     Message,
     OffsetReset,
     TopicPartition,
@@ -91,6 +95,8 @@ class TwistedConsumer:
         )
         self._reactor = reactor
         self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
+        #: Fetches sent and not yet taken by ``poll``: the one sent before the last poll fired waits at the broker.
+        self._in_flight: list[tuple[FetchPlan, Deferred[Any]]] = []
         self._group: TwistedGroupMembership | None = None
         self._auto_commit = AutoCommit(None, 0)
         self._callbacks: dict[str, RebalanceCallback | None] = {
@@ -247,20 +253,40 @@ class TwistedConsumer:
         if self._group is not None:
             await self._group_step(self._group)
         await self._resolve_resets()
-        plans = self._core.fetch_plans(self._cluster.view.leader)
-        if not plans and self._group is not None:  # nothing to read yet: wait for an assignment
+        self._drop_overtaken_fetches()
+        self._send_fetches()
+        if not self._in_flight and self._group is not None:  # nothing to read yet: wait for an assignment
             await self._group.wait_for_change(self._core.config.fetch_max_wait_ms / 1000)
             return []
         messages: list[Message] = []
-        for plan in plans:
+        in_flight, self._in_flight = self._in_flight, []
+        for plan, answered in in_flight:
             try:
-                response = await self._cluster.request(plan.node_id, plan.request())
+                response = await answered
             except BrokerError:
                 self._core.fetch_failed(plan)
                 continue
             assert isinstance(response, FetchResponse)
             messages += self._core.fetch_completed(plan, response)
+        if messages:
+            self._send_fetches()
         return messages
+
+    def _send_fetches(self) -> None:
+        """Send a fetch to each leader of partitions that have a position and no fetch in flight."""
+        for plan in self._core.fetch_plans(self._cluster.view.leader):
+            self._in_flight.append((plan, Deferred.fromCoroutine(self._cluster.request(plan.node_id, plan.request()))))
+
+    def _drop_overtaken_fetches(self) -> None:
+        """Abandon fetches in flight that a seek, reset, pause or assignment change made stale."""
+        kept = []
+        for plan, answered in self._in_flight:
+            if self._core.fetch_current(plan):
+                kept.append((plan, answered))
+            else:
+                self._core.fetch_abandoned(plan)
+                answered.addErrback(_ignore_broker_error)
+        self._in_flight = kept
 
     def poll(self) -> Deferred[list[Message]]:
         """Fetch once (long-polling up to ``fetch_max_wait_ms``); fire with the messages."""
@@ -278,6 +304,9 @@ class TwistedConsumer:
         finally:
             if self._group is not None:
                 self._group.abandon()  # close timed out part-way: stop the membership loop all the same
+            for _, answered in self._in_flight:
+                answered.addErrback(_ignore_broker_error)  # closing its connection fails it
+            self._in_flight = []
             self._cluster.close()
 
     def close(self, timeout: float | None = None) -> Deferred[None]:
@@ -287,3 +316,8 @@ class TwistedConsumer:
         if timeout is not None:
             closing.addTimeout(timeout, self._clock(), onTimeoutCancel=lambda result, timeout: None)
         return closing
+
+
+def _ignore_broker_error(failure: Failure) -> None:
+    """The end of an abandoned fetch: a lost connection is nobody's concern any more."""
+    failure.trap(BrokerError)

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from mqbroker.client.connection import BlockingConnection, parse_bootstrap
 from mqbroker.protocols.native.codec import supported_api_versions
 from mqbroker.protocols.native.connection import RequestReceived, ServerConnection
-from mqbroker.protocols.native.messages import ProducePartition, ProduceRequest, ProduceTopic
+from mqbroker.protocols.native.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ProducePartition,
+    ProduceRequest,
+    ProduceTopic,
+)
 
 FRAME_BYTES_MAX = 32 * 1024 * 1024
 
@@ -84,3 +90,60 @@ def test_any_bootstrap_text_parses_to_addresses_or_raises_value_error(text: str)
     except ValueError:
         return
     assert addresses and all(isinstance(host, str) and 0 <= port for host, port in addresses)
+
+
+class _ReorderingPeer:
+    """Answers ApiVersions, then takes ``count`` more ApiVersions requests and answers them in ``order``."""
+
+    def __init__(self, count: int, order: list[int]) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._count, self._order = count, order
+        self.answer = threading.Event()  # set to let the answers go
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        peer, _ = self._listener.accept()
+        codec = ServerConnection(FRAME_BYTES_MAX)
+        headers: list[object] = []
+        with peer:
+            while len(headers) < self._count + 1:
+                for event in codec.receive_data(peer.recv(65536)):
+                    assert isinstance(event, RequestReceived)
+                    if not headers:
+                        peer.sendall(codec.reply(event.header, supported_api_versions()))
+                    headers.append(event.header)
+            self.answer.wait(10)
+            for index in self._order:
+                peer.sendall(codec.reply(headers[1 + index], supported_api_versions()))  # type: ignore[arg-type]
+            peer.recv(1)  # until the client closes
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_a_response_arriving_while_another_is_awaited_waits_for_its_own_wait() -> None:
+    """The consumer keeps a fetch parked at the broker while it sends other requests on the connection."""
+    peer = _ReorderingPeer(2, order=[1, 0])
+    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
+    first, second = connection.send(ApiVersionsRequest()), connection.send(ApiVersionsRequest())
+    assert connection.wait_response(first, 0.05) is None  # not answered yet: still in flight, no error
+    peer.answer.set()
+    assert isinstance(connection.wait_response(first, 5), ApiVersionsResponse)  # the second came first
+    assert isinstance(connection.wait_response(second, 0), ApiVersionsResponse)  # kept, no read needed
+    connection.close()
+    peer.close()
+
+
+def test_an_abandoned_request_has_its_response_dropped_whenever_it_arrives() -> None:
+    peer = _ReorderingPeer(3, order=[0, 1, 2])
+    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
+    first, second, third = (connection.send(ApiVersionsRequest()) for _ in range(3))
+    connection.abandon(first)  # before its answer
+    peer.answer.set()
+    assert isinstance(connection.wait_response(third, 5), ApiVersionsResponse)
+    connection.abandon(second)  # after its answer arrived
+    assert connection.wait_response(first, 0.05) is None and connection.wait_response(second, 0.05) is None
+    connection.close()
+    peer.close()

@@ -1,12 +1,22 @@
 """The consumer core: positions, seeks, resets, fetch plans and decoding replies into messages."""
 
 import contextlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbroker.client.consumer import EARLIEST, LATEST, ConsumerConfig, ConsumerCore, OffsetReset, decode_messages
+from mqbroker.client.consumer import (
+    EARLIEST,
+    LATEST,
+    ConsumerConfig,
+    ConsumerCore,
+    FetchPlan,
+    OffsetReset,
+    decode_messages,
+)
+from mqbroker.client.group_member import AssignmentChange, apply_change
 from mqbroker.errors import CorruptMessageError, ErrorCode
 from mqbroker.protocols.native.messages import FetchPartitionResult, FetchResponse, FetchTopicResult
 from mqbroker.records.builder import BatchBuilder
@@ -138,3 +148,111 @@ def test_a_poison_batch_stops_the_consumer_unless_it_asked_to_pass_over_such_bat
     assert [message.value for message in core.fetch_completed(plan, _response(fetched))] == [b"a", b"d"]
     assert core.position(EVENTS_0) == 4
     assert [(batch.topic, batch.first_offset, batch.last_offset) for batch in skipped] == [("events", 1, 2)]
+
+
+# -- a fetch in flight across polls (pipelining) ------------------------------------------------------------
+
+EVENTS_1 = ("events", 1)
+
+
+def _two_partitions_in_flight() -> tuple[ConsumerCore, FetchPlan]:
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.EARLIEST))
+    core.assign([EVENTS_0, EVENTS_1])
+    core.seek(EVENTS_0, 10)
+    core.seek(EVENTS_1, 20)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    return core, plan
+
+
+def _revoke_and_regain_from_commit(core: ConsumerCore) -> None:
+    apply_change(core, AssignmentChange(revoked=frozenset([EVENTS_0])), {})
+    apply_change(core, AssignmentChange(assigned=frozenset([EVENTS_0])), {EVENTS_0: 15})
+
+
+@pytest.mark.parametrize(("overtake", "fetched_again"), [
+    (lambda core: core.seek(EVENTS_0, 3), {EVENTS_0: 3, EVENTS_1: 20}),
+    (lambda core: core.seek(EVENTS_0, 10), {EVENTS_0: 10, EVENTS_1: 20}),  # same offset: still dropped
+    (lambda core: core.seek_to_beginning(EVENTS_0), {EVENTS_1: 20}),  # EVENTS_0 waits for its ListOffsets
+    (lambda core: core.seek_to_end(EVENTS_0), {EVENTS_1: 20}),
+    (lambda core: core.seek_to_timestamp(EVENTS_0, 5), {EVENTS_1: 20}),
+    (lambda core: core.pause([EVENTS_0]), {EVENTS_1: 20}),
+    (lambda core: core.assign([EVENTS_1]), {EVENTS_1: 20}),
+    (_revoke_and_regain_from_commit, {EVENTS_0: 15, EVENTS_1: 20}),
+], ids=["seek", "seek-same-offset", "seek-to-beginning", "seek-to-end", "seek-to-timestamp", "pause", "unassign",
+        "rebalance"])
+def test_a_fetch_in_flight_is_overtaken_by_any_change_of_where_its_partitions_are_read(
+        overtake: Callable[[ConsumerCore], None], fetched_again: dict[tuple[str, int], int]) -> None:
+    """The driver abandons such a fetch; its partitions are fetched again from where they are read now."""
+    core, plan = _two_partitions_in_flight()
+    assert core.fetch_current(plan) and core.fetch_plans(lambda topic, partition: 1) == []
+    overtake(core)
+    assert not core.fetch_current(plan)
+    core.fetch_abandoned(plan)
+    (again,) = core.fetch_plans(lambda topic, partition: 1)
+    assert again.offsets == fetched_again
+
+
+def test_a_pause_lifted_before_the_answer_is_taken_keeps_the_fetch() -> None:
+    core, plan = _two_partitions_in_flight()
+    core.pause([EVENTS_0])
+    core.paused.discard(EVENTS_0)
+    assert core.fetch_current(plan)
+
+
+def test_the_stale_fetchs_end_leaves_the_newer_fetch_of_a_partition_in_flight() -> None:
+    """A seek re-plans one partition while the old plan is still out: neither the old plan's answer nor its
+    abandonment frees the partition the new plan fetches (that would send a third fetch of it)."""
+    core, old = _two_partitions_in_flight()
+    core.seek(EVENTS_0, 3)
+    (newer,) = core.fetch_plans(lambda topic, partition: 1)
+    assert newer.offsets == {EVENTS_0: 3}
+    assert core.fetch_completed(old, _response(_batch(10, [b"stale"]))) == []  # sought away: not passed on
+    (rest,) = core.fetch_plans(lambda topic, partition: 1)
+    assert rest.offsets == {EVENTS_1: 20}
+    core.fetch_abandoned(old)
+    assert core.fetch_plans(lambda topic, partition: 1) == []
+    assert [message.offset for message in core.fetch_completed(newer, _response(_batch(3, [b"x", b"y"])))] == [3, 4]
+
+
+_LOG_END = 40
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.just(("plan",)), st.just(("answer",)), st.just(("answer-unchecked",)), st.just(("pause",)),
+    st.just(("resume",)), st.tuples(st.just("seek"), st.integers(0, _LOG_END)), st.just(("reassign",)),
+), max_size=40))
+def test_no_record_is_returned_twice_or_skipped_whatever_overtakes_the_fetches_in_flight(
+        operations: list[tuple[object, ...]]) -> None:
+    """Against a log of one record per offset: fetches sent ahead, answered in order, while the application seeks,
+    pauses, resumes and is re-assigned the partition. After each seek the records start at its offset, and each
+    record returned is the one after the last (``answer``: as the drivers take an answer, dropping an overtaken
+    fetch first; ``answer-unchecked``: taken as it is, as the Twisted driver may within one poll)."""
+    core = _positioned(0)
+    expected = 0
+    in_flight: list[FetchPlan] = []
+    for operation in operations:
+        kind = operation[0]
+        if kind == "plan":
+            in_flight += core.fetch_plans(lambda topic, partition: 1)
+        elif kind in ("answer", "answer-unchecked") and in_flight:
+            plan = in_flight.pop(0)
+            if kind == "answer" and not core.fetch_current(plan):
+                core.fetch_abandoned(plan)
+                continue
+            start = plan.offsets[EVENTS_0]
+            records = _batch(start, [b"%d" % offset for offset in range(start, min(start + 3, _LOG_END))])
+            for message in core.fetch_completed(plan, _response(records if start < _LOG_END else b"")):
+                assert message.offset == expected and message.value == b"%d" % expected
+                assert kind == "answer-unchecked" or EVENTS_0 not in core.paused
+                expected += 1
+        elif kind == "pause":
+            core.pause([EVENTS_0])
+        elif kind == "resume":
+            core.paused.discard(EVENTS_0)
+        elif kind == "seek":
+            core.seek(EVENTS_0, expected := int(operation[1]))  # type: ignore[call-overload]
+        elif kind == "reassign":
+            apply_change(core, AssignmentChange(revoked=frozenset([EVENTS_0])), {})
+            apply_change(core, AssignmentChange(assigned=frozenset([EVENTS_0])), {EVENTS_0: expected})
+        assert core.position(EVENTS_0) == expected

@@ -1,0 +1,188 @@
+"""Fetch pipelining against a real broker: the fetch a consumer sends before ``poll`` returns records waits at the
+broker, and whatever overtakes it (a seek, a reset, a pause, an assignment change, a rebalance, close) drops it:
+no record is returned twice or skipped, and nothing waits for the dropped fetch's long poll.
+
+The tests share one broker; each writes its own topics. The consumers long-poll for 5 s (``fetch_max_wait_ms``),
+so a poll that waited for an overtaken fetch would take seconds, not the fraction of one the bounds allow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+
+from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.client.connection import BlockingConnection
+from mqbroker.client.twisted import TwistedConsumer
+from mqbroker.protocols.native.messages import FetchRequest
+from tests.integration.brokerprocess import BrokerProcess
+
+LONG_POLL_MS = 5_000
+#: A poll that is answered from the log, not from a dropped fetch's long poll: well under LONG_POLL_MS.
+PROMPT_S = 2.0
+
+
+def _create(broker: BrokerProcess, topic: str, partitions: int = 1) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([topic], partitions=partitions)
+
+
+def _produce(broker: BrokerProcess, topic: str, numbers: range, partition: int = 0) -> None:
+    with Producer(broker.bootstrap, acks="all") as producer:
+        for number in numbers:
+            producer.send(topic, b"%d" % number, partition=partition)
+
+
+def _poll_until(consumer: Consumer, count: int, timeout_s: float = 20.0) -> list[Message]:
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while len(messages) < count and time.monotonic() < deadline:
+        messages += consumer.poll(timeout=0.2)
+    return messages
+
+
+def _values(messages: list[Message]) -> list[int]:
+    return [int(message.value or b"") for message in messages]
+
+
+@pytest.fixture
+def reading(shared_broker: BrokerProcess, request: pytest.FixtureRequest) -> Iterator[tuple[Consumer, str]]:
+    """A consumer that read offsets 0-9 of a new topic's partition 0 and so has a fetch parked from offset 10."""
+    topic = f"pipelining-{request.node.name}".replace("[", "-").replace("]", "")
+    _create(shared_broker, topic, partitions=2)
+    _produce(shared_broker, topic, range(10))
+    consumer = Consumer(shared_broker.bootstrap, topics=[topic], auto_offset_reset="earliest",
+                        fetch_max_wait_ms=LONG_POLL_MS)
+    try:
+        assert _values(_poll_until(consumer, 10)) == list(range(10))
+        yield consumer, topic
+    finally:
+        consumer.close()
+
+
+def test_poll_sends_the_next_fetch_before_it_returns_records(shared_broker: BrokerProcess,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = "pipelining-next-fetch"
+    _create(shared_broker, topic)
+    _produce(shared_broker, topic, range(10))
+    fetched_from: list[int] = []
+    send = BlockingConnection.send
+
+    def recording_send(connection: BlockingConnection, request: object) -> int:
+        if isinstance(request, FetchRequest):
+            fetched_from.append(request.topics[0].partitions[0].fetch_offset)
+        return send(connection, request)
+
+    monkeypatch.setattr(BlockingConnection, "send", recording_send)
+    with Consumer(shared_broker.bootstrap, topics=[topic], auto_offset_reset="earliest",
+                  fetch_max_wait_ms=LONG_POLL_MS) as consumer:
+        assert _values(_poll_until(consumer, 10)) == list(range(10))
+        assert fetched_from[-1] == 10  # sent before poll returned: it waits at the broker for offset 10
+
+
+def test_records_produced_after_a_poll_come_in_order_once_each(reading: tuple[Consumer, str],
+                                                                shared_broker: BrokerProcess) -> None:
+    consumer, topic = reading
+    for start in range(10, 60, 10):
+        _produce(shared_broker, topic, range(start, start + 10))
+        assert _values(_poll_until(consumer, 10)) == list(range(start, start + 10))
+    assert consumer.poll(timeout=0.3) == []
+
+
+def test_a_seek_drops_the_parked_fetch_and_reads_from_the_new_offset_at_once(reading: tuple[Consumer, str]) -> None:
+    consumer, topic = reading
+    consumer.seek((topic, 0), 3)
+    started = time.monotonic()
+    messages = consumer.poll(timeout=PROMPT_S * 2)
+    assert time.monotonic() - started < PROMPT_S
+    assert _values(messages) == list(range(3, 10))
+
+
+def test_a_reset_to_the_beginning_drops_the_parked_fetch(reading: tuple[Consumer, str]) -> None:
+    consumer, topic = reading
+    consumer.seek_to_beginning((topic, 0))
+    started = time.monotonic()
+    messages = consumer.poll(timeout=PROMPT_S * 2)
+    assert time.monotonic() - started < PROMPT_S
+    assert _values(messages) == list(range(10))
+
+
+def test_a_paused_partitions_parked_fetch_returns_nothing_until_resumed(reading: tuple[Consumer, str],
+                                                                        shared_broker: BrokerProcess) -> None:
+    consumer, topic = reading
+    consumer.pause((topic, 0))
+    _produce(shared_broker, topic, range(10, 15))
+    _produce(shared_broker, topic, range(100, 103), partition=1)
+    assert _values(_poll_until(consumer, 3, timeout_s=3)) == [100, 101, 102]  # partition 1 only
+    assert consumer.poll(timeout=0.5) == []
+    consumer.resume((topic, 0))
+    assert _values(_poll_until(consumer, 5)) == list(range(10, 15))
+
+
+def test_an_unassigned_partitions_parked_fetch_returns_nothing(reading: tuple[Consumer, str],
+                                                               shared_broker: BrokerProcess) -> None:
+    consumer, topic = reading
+    consumer.assign([(topic, 1)])
+    _produce(shared_broker, topic, range(10, 15))
+    assert consumer.poll(timeout=1.0) == []
+    consumer.assign([(topic, 0), (topic, 1)])  # kept partitions keep their positions; partition 0 starts anew
+    assert _values(_poll_until(consumer, 15)) == list(range(15))
+
+
+def test_close_with_a_fetch_parked_returns_at_once(reading: tuple[Consumer, str]) -> None:
+    consumer, _ = reading
+    started = time.monotonic()
+    consumer.close()
+    assert time.monotonic() - started < PROMPT_S
+
+
+def test_a_rebalance_drops_the_parked_fetch_of_a_revoked_partition(shared_broker: BrokerProcess) -> None:
+    """The first member reads both partitions with fetches parked; a second joins and takes one. Commits on
+    revocation hand the positions over: every record is read once across both."""
+    topic = "pipelining-rebalance"
+    _create(shared_broker, topic, partitions=2)
+    settings = dict(group_id="pipelining", topics=[topic], auto_offset_reset="earliest", fetch_max_wait_ms=LONG_POLL_MS,
+                    session_timeout_ms=6_000, heartbeat_interval_ms=300)
+    seen: list[tuple[int, int]] = []
+    with Consumer(shared_broker.bootstrap, **settings) as first:  # type: ignore[arg-type]
+        for partition in (0, 1):
+            _produce(shared_broker, topic, range(partition * 1000, partition * 1000 + 10), partition=partition)
+        seen += [(m.partition, m.offset) for m in _poll_until(first, 20, timeout_s=30)]
+        with Consumer(shared_broker.bootstrap, **settings) as second:  # type: ignore[arg-type]
+            deadline = time.monotonic() + 30
+            while (not second.assignment() or len(first.assignment()) != 1) and time.monotonic() < deadline:
+                seen += [(m.partition, m.offset) for m in first.poll(timeout=0.1) + second.poll(timeout=0.1)]
+            assert len(first.assignment()) == 1 and len(second.assignment()) == 1
+            for partition in (0, 1):
+                _produce(shared_broker, topic, range(partition * 1000 + 10, partition * 1000 + 20), partition=partition)
+            deadline = time.monotonic() + 30
+            while len(seen) < 40 and time.monotonic() < deadline:
+                seen += [(m.partition, m.offset) for m in first.poll(timeout=0.1) + second.poll(timeout=0.1)]
+    assert sorted(seen) == [(partition, offset) for partition in (0, 1) for offset in range(20)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_twisted_consumer_drops_a_parked_fetch_on_seek_and_reads_once(shared_broker: BrokerProcess) -> None:
+    topic = "pipelining-twisted"
+    _create(shared_broker, topic)
+    _produce(shared_broker, topic, range(10))
+    consumer = TwistedConsumer(reactor, shared_broker.bootstrap, auto_offset_reset="earliest",
+                               fetch_max_wait_ms=LONG_POLL_MS)
+    try:
+        await consumer.assign_topics([topic])
+        messages: list[Message] = []
+        while len(messages) < 10:
+            messages += await consumer.poll()
+        assert _values(messages) == list(range(10))
+        consumer.seek((topic, 0), 4)  # a fetch from offset 10 waits at the broker
+        started = time.monotonic()
+        assert _values(await consumer.poll()) == list(range(4, 10))
+        assert time.monotonic() - started < PROMPT_S
+    finally:
+        started = time.monotonic()
+        await consumer.close()
+        assert time.monotonic() - started < PROMPT_S
