@@ -102,7 +102,8 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
              after=lambda self, result, logs: events.append(("handed", now())))
     wrap(flusher.Flusher, "_round_done", before=lambda self, synced: events.append(
         ("synced", now(), [log.durable_end_offset for log, _ in synced if client_log(log)])))
-    wrap(fetch._PendingFetch, "_finish", before=lambda self, results: None if self.follower else answered(results))
+    wrap(fetch._Waiter, "_finish", before=lambda self, answer: (  # a notice's answer is a bool, a fetch's its results
+        None if self.follower or isinstance(answer, bool) else answered(answer)))
     wrap(fetch.FetchService, "_fetch", before=lambda self, principal, replica_id, request: (
         replica_id < 0 and not request.positions[0].topic.startswith("__")
         and events.append(("fetch", now(), request.positions[0].offset))))
