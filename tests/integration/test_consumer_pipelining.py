@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import CancelledError
+from twisted.internet.task import deferLater
 
 from mqbroker.client import Admin, Consumer, Message, Producer
 from mqbroker.client.connection import BlockingConnection
@@ -186,3 +188,27 @@ async def test_the_twisted_consumer_drops_a_parked_fetch_on_seek_and_reads_once(
         started = time.monotonic()
         await consumer.close()
         assert time.monotonic() - started < PROMPT_S
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_cancelled_twisted_poll_leaves_its_partition_to_the_next_poll(shared_broker: BrokerProcess) -> None:
+    topic = "pipelining-twisted-cancel"
+    _create(shared_broker, topic)
+    consumer = TwistedConsumer(reactor, shared_broker.bootstrap, auto_offset_reset="earliest",
+                               fetch_max_wait_ms=LONG_POLL_MS)
+    try:
+        await consumer.assign_topics([topic])
+        polling = consumer.poll()  # nothing to read: its fetch waits at the broker
+        await deferLater(reactor, 0.3, lambda: None)
+        polling.cancel()  # as ``poll().addTimeout(...)`` does
+        with pytest.raises(CancelledError):
+            await polling
+        _produce(shared_broker, topic, range(5))
+        messages: list[Message] = []
+        for _ in range(5):  # each poll sends a fetch for the partition and is answered from the log at once
+            messages += await consumer.poll()
+            if len(messages) >= 5:
+                break
+        assert _values(messages) == list(range(5))
+    finally:
+        await consumer.close()

@@ -260,12 +260,15 @@ class TwistedConsumer:
             return []
         messages: list[Message] = []
         in_flight, self._in_flight = self._in_flight, []
-        for plan, answered in in_flight:
+        for index, (plan, answered) in enumerate(in_flight):
             try:
                 response = await answered
             except BrokerError:
                 self._core.fetch_failed(plan)
                 continue
+            except BaseException:  # the poll was cancelled while it waited: the next poll fetches these again
+                self._abandon(in_flight[index:])
+                raise
             assert isinstance(response, FetchResponse)
             messages += self._core.fetch_completed(plan, response)
         if messages:
@@ -279,14 +282,17 @@ class TwistedConsumer:
 
     def _drop_overtaken_fetches(self) -> None:
         """Abandon fetches in flight that a seek, reset, pause or assignment change made stale."""
-        kept = []
-        for plan, answered in self._in_flight:
-            if self._core.fetch_current(plan):
-                kept.append((plan, answered))
-            else:
-                self._core.fetch_abandoned(plan)
-                answered.addErrback(_ignore_broker_error)
+        kept, stale = [], []
+        for fetch in self._in_flight:
+            (kept if self._core.fetch_current(fetch[0]) else stale).append(fetch)
         self._in_flight = kept
+        self._abandon(stale)
+
+    def _abandon(self, fetches: list[tuple[FetchPlan, Deferred[Any]]]) -> None:
+        """Forget ``fetches``: their answers (or lost connections) are dropped and their partitions fetched again."""
+        for plan, answered in fetches:
+            self._core.fetch_abandoned(plan)
+            answered.addErrback(_ignore_broker_error)
 
     def poll(self) -> Deferred[list[Message]]:
         """Fetch once (long-polling up to ``fetch_max_wait_ms``); fire with the messages."""
@@ -304,8 +310,7 @@ class TwistedConsumer:
         finally:
             if self._group is not None:
                 self._group.abandon()  # close timed out part-way: stop the membership loop all the same
-            for _, answered in self._in_flight:
-                answered.addErrback(_ignore_broker_error)  # closing its connection fails it
+            self._abandon(self._in_flight)  # closing its connection fails it
             self._in_flight = []
             self._cluster.close()
 
