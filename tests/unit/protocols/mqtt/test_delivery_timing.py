@@ -113,12 +113,7 @@ def test_with_nobody_subscribed_the_reader_moves_past_records_without_fetching_t
     _publish(publisher, 7, b"unheard")
     broker.sync()
     assert len(_log_fetches(broker)) == fetched and hub.live_position((LOG_TOPIC, 0)) == 1
-    subscriber, subscriber_socket = _client(hub, "subscriber")
-    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
-    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
-    _publish(publisher, 8, b"heard")
-    broker.sync()
-    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"heard"]
+    _a_late_subscriber_hears_only_what_follows(broker, hub, publisher)
 
 
 def test_a_reader_whose_committed_end_cannot_be_read_fetches_instead_and_goes_on() -> None:
@@ -128,6 +123,11 @@ def test_a_reader_whose_committed_end_cannot_be_read_fetches_instead_and_goes_on
     _publish(publisher, 7, b"unheard")
     broker.sync()
     assert hub.live_position((LOG_TOPIC, 0)) == 1  # the fetch took it past the record
+    _a_late_subscriber_hears_only_what_follows(broker, hub, publisher)
+
+
+def _a_late_subscriber_hears_only_what_follows(broker: FakeBroker, hub: MqttHub, publisher: MqttConnection) -> None:
+    """A subscriber that comes now gets what ``publisher`` publishes after it subscribed, and nothing before."""
     subscriber, subscriber_socket = _client(hub, "subscriber")
     request = SubscriptionRequest(topic_filter="plant/#", qos=1)
     subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
