@@ -241,8 +241,9 @@ def test_no_record_is_returned_twice_or_skipped_whatever_overtakes_the_fetches_i
                 core.fetch_abandoned(plan)
                 continue
             start = plan.offsets[EVENTS_0]
-            records = _batch(start, [b"%d" % offset for offset in range(start, min(start + 3, _LOG_END))])
-            for message in core.fetch_completed(plan, _response(records if start < _LOG_END else b"")):
+            records = _batch(start, [b"%d" % offset for offset in range(start, min(start + 3, _LOG_END))]) \
+                if start < _LOG_END else b""  # at the log's end: an empty answer (a batch holds at least one record)
+            for message in core.fetch_completed(plan, _response(records)):
                 assert message.offset == expected and message.value == b"%d" % expected
                 assert kind == "answer-unchecked" or EVENTS_0 not in core.paused
                 expected += 1
