@@ -130,6 +130,8 @@ class ConsumerCore:
         self._resets: dict[TopicPartition, int] = {}
         #: The plan in flight for each partition being fetched.
         self._fetching: dict[TopicPartition, FetchPlan] = {}
+        #: The first error a fetch reply held for the application, until ``raise_failure``.
+        self._failure: BrokerError | None = None
         self.high_watermarks: dict[TopicPartition, int] = {}
         #: Topics whose leaders must be looked up again before they can be fetched.
         self.stale_topics: set[str] = set()
@@ -272,7 +274,11 @@ class ConsumerCore:
             self.stale_topics.add(partition[0])
 
     def fetch_completed(self, plan: FetchPlan, response: FetchResponse) -> list[Message]:
-        """Decode a fetch reply into messages in offset order and advance the positions."""
+        """Decode a fetch reply into messages in offset order and advance the positions.
+
+        A partition whose reply is an error for the application (a batch that does not decode, a refusal that is
+        not retriable) keeps its position and its error waits in ``raise_failure``; the other partitions' messages
+        are returned all the same (they would be lost if the error were raised past them)."""
         self._release(plan)
         messages: list[Message] = []
         for topic in response.topics:
@@ -281,18 +287,32 @@ class ConsumerCore:
                 fetched_from = plan.offsets.get(partition)
                 if fetched_from is None or self._positions.get(partition) != fetched_from:
                     continue  # sought elsewhere while the fetch was in flight: the data is stale
-                if reply.error_code != ErrorCode.NONE:
-                    self._partition_error(partition, reply)
-                    continue
-                self.high_watermarks[partition] = reply.high_watermark
-                if reply.records:
-                    aborted = None if reply.aborted_transactions is None else [
-                        (item.producer_id, item.first_offset) for item in reply.aborted_transactions]
-                    self._positions[partition] = decode_messages(
-                        topic.name, reply.partition_index, reply.records, fetched_from, messages, self.on_unreadable,
-                        aborted,
-                    )
+                try:
+                    self._partition_completed(partition, fetched_from, reply, messages)
+                except BrokerError as error:  # CorruptMessageError among them
+                    self._failure = self._failure or error
         return messages
+
+    def _partition_completed(self, partition: TopicPartition, fetched_from: int, reply: FetchPartitionResult,
+                             into: list[Message]) -> None:
+        if reply.error_code != ErrorCode.NONE:
+            self._partition_error(partition, reply)
+            return
+        self.high_watermarks[partition] = reply.high_watermark
+        if reply.records:
+            aborted = None if reply.aborted_transactions is None else [
+                (item.producer_id, item.first_offset) for item in reply.aborted_transactions]
+            decoded: list[Message] = []  # into ``into`` only once the whole reply decoded: a failure adds nothing
+            self._positions[partition] = decode_messages(
+                partition[0], partition[1], reply.records, fetched_from, decoded, self.on_unreadable, aborted)
+            into += decoded
+
+    def raise_failure(self) -> None:
+        """Raise the first error a fetch reply held for the application, once (the driver raises it from the poll
+        that has no messages to return, or else from the next poll, as Kafka's consumer does)."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
 
     def _partition_error(self, partition: TopicPartition, reply: FetchPartitionResult) -> None:
         code = reply.error_code

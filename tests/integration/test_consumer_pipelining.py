@@ -20,8 +20,12 @@ from twisted.internet.task import deferLater
 from mqbroker.client import Admin, Consumer, Message, Producer
 from mqbroker.client.connection import BlockingConnection
 from mqbroker.client.twisted import TwistedConsumer
+from mqbroker.errors import CorruptMessageError
+from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.messages import FetchRequest
 from tests.integration.brokerprocess import BrokerProcess
+from tests.integration.nativewire import RawNativeConnection
+from tests.poison import poison_batch
 
 LONG_POLL_MS = 5_000
 #: A poll that is answered from the log, not from a dropped fetch's long poll: well under LONG_POLL_MS.
@@ -167,6 +171,42 @@ def test_a_rebalance_drops_the_parked_fetch_of_a_revoked_partition(shared_broker
     assert sorted(seen) == [(partition, offset) for partition in (0, 1) for offset in range(20)]
 
 
+def _half_poisoned(broker: BrokerProcess, topic: str) -> str:
+    """``topic`` with records 0-4 in partition 0, and in partition 1 a batch that does not decode then one record."""
+    _create(broker, topic, partitions=2)
+    _produce(broker, topic, range(5), partition=0)
+    raw = RawNativeConnection(broker.ports["native"])
+    try:
+        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
+            name=topic, partitions=(m.ProducePartition(partition_index=1, records=poison_batch()),)),)))
+    finally:
+        raw.close()
+    assert answer.topics[0].partitions[0].error_code == 0
+    _produce(broker, topic, [7], partition=1)
+    return topic
+
+
+def test_a_poll_returns_the_other_partitions_records_and_the_next_raises_for_a_poison_batch(
+        shared_broker: BrokerProcess) -> None:
+    """One fetch brings partition 0's records and partition 1's batch that does not decode: the poll returns the
+    records (raising past them would lose them: their position has moved), the next raises ``CorruptMessageError``,
+    and after a seek past the batch partition 1 is read on."""
+    topic = _half_poisoned(shared_broker, "pipelining-poison")
+    consumer = Consumer(shared_broker.bootstrap, topics=[topic], auto_offset_reset="earliest")
+    try:
+        messages: list[Message] = []
+        deadline = time.monotonic() + 20
+        with pytest.raises(CorruptMessageError):
+            while time.monotonic() < deadline:
+                messages += consumer.poll(timeout=0.5)
+        assert [(message.partition, int(message.value or b"")) for message in messages] == [(0, n) for n in range(5)]
+        assert consumer.position((topic, 1)) == 0
+        consumer.seek((topic, 1), 1)
+        assert [(message.partition, message.offset) for message in _poll_until(consumer, 1)] == [(1, 1)]
+    finally:
+        consumer.close()
+
+
 @pytest_twisted.ensureDeferred
 async def test_the_twisted_consumer_drops_a_parked_fetch_on_seek_and_reads_once(shared_broker: BrokerProcess) -> None:
     topic = "pipelining-twisted"
@@ -210,5 +250,28 @@ async def test_a_cancelled_twisted_poll_leaves_its_partition_to_the_next_poll(sh
             if len(messages) >= 5:
                 break
         assert _values(messages) == list(range(5))
+    finally:
+        await consumer.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_twisted_poll_returns_the_other_partitions_records_before_the_poison_batchs_error(
+        shared_broker: BrokerProcess) -> None:
+    topic = _half_poisoned(shared_broker, "pipelining-poison-twisted")
+    consumer = TwistedConsumer(reactor, shared_broker.bootstrap, auto_offset_reset="earliest")
+    try:
+        await consumer.assign_topics([topic])
+        messages: list[Message] = []
+        with pytest.raises(CorruptMessageError):
+            for _ in range(20):
+                messages += await consumer.poll()
+        assert [(message.partition, int(message.value or b"")) for message in messages] == [(0, n) for n in range(5)]
+        consumer.seek((topic, 1), 1)
+        after: list[Message] = []
+        for _ in range(20):
+            after += await consumer.poll()
+            if after:
+                break
+        assert [(message.partition, message.offset) for message in after] == [(1, 1)]
     finally:
         await consumer.close()

@@ -268,6 +268,7 @@ class Consumer:
     def _fetch_once(self, max_wait_ms: int) -> list[Message]:
         """Fetch for up to ``max_wait_ms``: the fetch the last poll left in flight, and new ones for partitions
         without one. Before returning records, send the next fetch, so one waits at the broker meanwhile."""
+        self._core.raise_failure()  # held back from the last poll, which had records to return
         self._drop_overtaken_fetches()
         deadline = time.monotonic() + max_wait_ms / 1000
         parked, self._in_flight = self._in_flight, []
@@ -282,6 +283,8 @@ class Consumer:
             self._complete(fetch, self._cluster.timeout_s, messages)
         if messages:
             self._in_flight += self._send_fetches(self._core.config.fetch_max_wait_ms)
+        else:
+            self._core.raise_failure()
         return messages
 
     def _drop_overtaken_fetches(self) -> None:

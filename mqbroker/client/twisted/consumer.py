@@ -253,6 +253,7 @@ class TwistedConsumer:
         if self._group is not None:
             await self._group_step(self._group)
         await self._resolve_resets()
+        self._core.raise_failure()  # held back from the last poll, which had records to return
         self._drop_overtaken_fetches()
         self._send_fetches()
         if not self._in_flight and self._group is not None:  # nothing to read yet: wait for an assignment
@@ -273,6 +274,8 @@ class TwistedConsumer:
             messages += self._core.fetch_completed(plan, response)
         if messages:
             self._send_fetches()
+        else:
+            self._core.raise_failure()
         return messages
 
     def _send_fetches(self) -> None:

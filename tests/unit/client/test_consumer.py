@@ -17,7 +17,7 @@ from mqbroker.client.consumer import (
     decode_messages,
 )
 from mqbroker.client.group_member import AssignmentChange, apply_change
-from mqbroker.errors import CorruptMessageError, ErrorCode
+from mqbroker.errors import CorruptMessageError, ErrorCode, TopicAuthorizationError
 from mqbroker.protocols.native.messages import FetchPartitionResult, FetchResponse, FetchTopicResult
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.control import ControlType, encode_control_batch
@@ -137,8 +137,10 @@ def test_a_poison_batch_stops_the_consumer_unless_it_asked_to_pass_over_such_bat
     fetched = _batch(0, [b"a"]) + bytes(poison) + _batch(3, [b"d"])
     core = _positioned(0)
     (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    assert core.fetch_completed(plan, _response(fetched)) == []  # not even the good batch before it
     with pytest.raises(CorruptMessageError):  # Kafka's behaviour: the application decides (seek past it)
-        core.fetch_completed(plan, _response(fetched))
+        core.raise_failure()
+    core.raise_failure()  # raised once
     assert core.position(EVENTS_0) == 0
     skipped: list[UnreadableBatch] = []
     core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.EARLIEST), on_unreadable=skipped.append)
@@ -148,6 +150,29 @@ def test_a_poison_batch_stops_the_consumer_unless_it_asked_to_pass_over_such_bat
     assert [message.value for message in core.fetch_completed(plan, _response(fetched))] == [b"a", b"d"]
     assert core.position(EVENTS_0) == 4
     assert [(batch.topic, batch.first_offset, batch.last_offset) for batch in skipped] == [("events", 1, 2)]
+
+
+@pytest.mark.parametrize("failing", ["poison", "refused"])
+def test_a_partition_that_fails_keeps_its_position_and_the_others_messages_are_returned(failing: str) -> None:
+    """One reply, two partitions: the first decodes, the second holds an error for the application. The first's
+    messages come back (its position moved past them, so raising past them would lose them); the error waits."""
+    poison = bytearray(poison_batch(records_count=2))
+    stamp(poison, 0, 5, 0)
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.EARLIEST))
+    core.assign([("events", 0), ("events", 1)])
+    core.seek(("events", 0), 0)
+    core.seek(("events", 1), 5)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    second = (FetchPartitionResult(partition_index=1, error_code=0, high_watermark=9, records=bytes(poison))
+              if failing == "poison" else
+              FetchPartitionResult(partition_index=1, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                   high_watermark=-1, records=b""))
+    first = FetchPartitionResult(partition_index=0, error_code=0, high_watermark=2, records=_batch(0, [b"a", b"b"]))
+    response = FetchResponse(topics=(FetchTopicResult(name="events", partitions=(first, second)),))
+    assert [message.value for message in core.fetch_completed(plan, response)] == [b"a", b"b"]
+    assert core.position(("events", 0)) == 2 and core.position(("events", 1)) == 5
+    with pytest.raises(CorruptMessageError if failing == "poison" else TopicAuthorizationError):
+        core.raise_failure()
 
 
 # -- a fetch in flight across polls (pipelining) ------------------------------------------------------------
