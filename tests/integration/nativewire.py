@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.connection import ClientConnection, ConnectionFailed
 
 
@@ -50,3 +51,15 @@ class RawNativeConnection:
     def close(self) -> None:
         """Close the socket."""
         self.socket.close()
+
+
+def produce_batch(port: int, topic: str, partition: int, batch: bytes) -> int:
+    """Append ``batch`` as it is to ``topic``'s ``partition`` (acks=1) through a connection of its own; return the
+    produce's error code (0: appended). For batches no client builds, such as ``tests.poison``'s."""
+    raw = RawNativeConnection(port)
+    try:
+        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
+            name=topic, partitions=(m.ProducePartition(partition_index=partition, records=batch),)),)))
+    finally:
+        raw.close()
+    return int(answer.topics[0].partitions[0].error_code)

@@ -20,13 +20,12 @@ from openapi_spec_validator import validate
 from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbroker.client import Consumer, Producer
-from mqbroker.protocols.native import messages as m
 from tests.integration.admin_api_support import QUEUE_TAGS, AdminApi, operations_tagged
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.clusterprocess import wait_for
 from tests.integration.mqtt_support import Client as MqttClient
 from tests.integration.mqtt_support import MqttBroker
-from tests.integration.nativewire import RawNativeConnection
+from tests.integration.nativewire import produce_batch
 from tests.integration.security_support import start_secured_broker
 from tests.poison import poison_batch
 
@@ -254,13 +253,7 @@ def test_the_message_browser_passes_over_a_batch_that_does_not_decode(api: Admin
     listed under ``unreadable`` with its offsets; the records around it are shown and paging goes past it."""
     api.json("createTopic", json={"name": "half-poisoned", "partitions": 1})
     _produce(broker, "half-poisoned", [b"before-0", b"before-1"])
-    raw = RawNativeConnection(broker.ports["native"])
-    try:
-        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
-            name="half-poisoned", partitions=(m.ProducePartition(partition_index=0, records=poison_batch()),)),)))
-    finally:
-        raw.close()
-    assert answer.topics[0].partitions[0].error_code == 0
+    assert produce_batch(broker.ports["native"], "half-poisoned", 0, poison_batch()) == 0
     _produce(broker, "half-poisoned", [b"after-3"])
 
     page = api.json("browseRecords", topic="half-poisoned", params={"partition": 0, "offset": 0})

@@ -22,13 +22,12 @@ import pytest
 
 from mqbroker.client import Admin
 from mqbroker.connector_model import TaskState
-from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
 from tests.integration.clusterprocess import wait_for
 from tests.integration.connector_support import (connector_broker, consume_all, delete_every_connector, produce,
                                                  task_status)
 from tests.integration.kafka_support import unique
-from tests.integration.nativewire import RawNativeConnection
+from tests.integration.nativewire import produce_batch
 from tests.integration.redisprocess import RedisProcess, running_redis
 from tests.poison import poison_batch
 
@@ -214,13 +213,8 @@ def test_a_poison_batch_in_a_topic_the_sink_reads_is_skipped_counted_and_copying
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([topic], partitions=1)
     produce(broker.bootstrap, topic, [(None, b"before")])
-    raw = RawNativeConnection(broker.ports["native"])
-    try:
-        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
-            name=topic, partitions=(m.ProducePartition(partition_index=0, records=poison_batch()),)),)))
-    finally:
-        raw.close()
-    assert answer.topics[0].partitions[0].error_code == 0, "a plain topic takes the batch (its CRC is right)"
+    assert produce_batch(broker.ports["native"], topic, 0, poison_batch()) == 0, \
+        "a plain topic takes the batch (its CRC is right)"
     produce(broker.bootstrap, topic, [(None, b"after")])
     with Admin(broker.bootstrap) as admin:
         admin.create_connector(sink, {"type": "redis-sink", "topics": topic, "redis.url": redis_server.url()})

@@ -21,10 +21,9 @@ from mqbroker.client import Admin, Consumer, Message, Producer
 from mqbroker.client.connection import BlockingConnection
 from mqbroker.client.twisted import TwistedConsumer
 from mqbroker.errors import CorruptMessageError
-from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.messages import FetchRequest
 from tests.integration.brokerprocess import BrokerProcess
-from tests.integration.nativewire import RawNativeConnection
+from tests.integration.nativewire import produce_batch
 from tests.poison import poison_batch
 
 LONG_POLL_MS = 5_000
@@ -175,13 +174,7 @@ def _half_poisoned(broker: BrokerProcess, topic: str) -> str:
     """``topic`` with records 0-4 in partition 0, and in partition 1 a batch that does not decode then one record."""
     _create(broker, topic, partitions=2)
     _produce(broker, topic, range(5), partition=0)
-    raw = RawNativeConnection(broker.ports["native"])
-    try:
-        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
-            name=topic, partitions=(m.ProducePartition(partition_index=1, records=poison_batch()),)),)))
-    finally:
-        raw.close()
-    assert answer.topics[0].partitions[0].error_code == 0
+    assert produce_batch(broker.ports["native"], topic, 1, poison_batch()) == 0
     _produce(broker, topic, [7], partition=1)
     return topic
 

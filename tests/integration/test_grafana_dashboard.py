@@ -13,9 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqbroker.client import Admin, Consumer, Producer
-from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess, running
-from tests.integration.nativewire import RawNativeConnection
+from tests.integration.nativewire import produce_batch
 from tests.poison import poison_batch
 
 DASHBOARD = pathlib.Path(__file__).resolve().parents[2] / "docs" / "grafana" / "mqbroker.json"
@@ -48,13 +47,7 @@ def _skip_a_poison_batch(broker: BrokerProcess) -> None:
         connection.channel().exchange_declare("sensors-x", "fanout", arguments={"x-source-topic": "sensors"})
     finally:
         connection.close()
-    raw = RawNativeConnection(broker.ports["native"])
-    try:
-        answer = raw.call(m.ProduceRequest(acks=1, timeout_ms=5_000, topics=(m.ProduceTopic(
-            name="sensors", partitions=(m.ProducePartition(partition_index=0, records=poison_batch()),)),)))
-    finally:
-        raw.close()
-    assert answer.topics[0].partitions[0].error_code == 0
+    assert produce_batch(broker.ports["native"], "sensors", 0, poison_batch()) == 0
     deadline = time.monotonic() + 20
     while 'mqbroker_unreadable_batches_total{reader="AMQP source reader"' not in _scrape(broker):
         assert time.monotonic() < deadline, "the AMQP source reader did not skip the poison batch within 20 s"
