@@ -255,17 +255,17 @@ class TransactionRequests:
     def _verify(self, request: AddPartitionsRequest) -> Deferred[None]:
         """Ask the transactional id's coordinator, here or on its broker."""
         try:
-            coordinator = self._hosting.coordinator_node(request.transactional_id)
-            if coordinator == self._node_id:
+            coordinator = self._hosting.coordinator_of(request.transactional_id)
+            if coordinator.node_id == self._node_id:
                 return self._hosting.service_for(request.transactional_id).add_partitions(request)
         except errors.BrokerError as error:
             return _failed(error)
         peers = self._peers()
         if peers is None:
             return _failed(errors.CoordinatorNotAvailableError(
-                f"the coordinator of {request.transactional_id!r} is broker {coordinator}, which cannot be "
+                f"the coordinator of {request.transactional_id!r} is broker {coordinator.node_id}, which cannot be "
                 "reached from here"))
-        return peers.verify(coordinator, request)
+        return peers.verify(coordinator.node_id, request)
 
     # -- offsets inside a transaction ------------------------------------------------------
 

@@ -131,12 +131,11 @@ class PartitionMarkers:
         remaining = set(marker.partitions)
         backoff_s = RETRY_BACKOFF_S_MIN
         while remaining:
+            remaining -= {tp for tp in remaining if self._gone(tp)}
             by_leader: dict[int, set[TopicPartition]] = {}
-            for topic_partition in list(remaining):
+            for topic_partition in remaining:
                 leader = self._leader_of(topic_partition)
-                if leader is None:
-                    remaining.discard(topic_partition)
-                elif leader >= 0:
+                if leader >= 0:
                     by_leader.setdefault(leader, set()).add(topic_partition)
             rounds = [self._send(node_id, marker, partitions) for node_id, partitions in by_leader.items()]
             for succeeded, outcomes in await DeferredList(rounds, consumeErrors=True):
@@ -160,12 +159,14 @@ class PartitionMarkers:
             return Deferred.fromCoroutine(_no_peers(node_id))
         return peers.write_markers(node_id, [subset])
 
-    def _leader_of(self, topic_partition: TopicPartition) -> int | None:
-        """The partition's leader (-1: none right now); None when its topic was deleted (or shrank): no marker is
-        owed to it."""
+    def _gone(self, topic_partition: TopicPartition) -> bool:
+        """The partition's topic was deleted (or shrank): no marker is owed to it."""
         record = self._cluster.topic(topic_partition.topic)
-        if record is None or topic_partition.partition >= len(record.partitions):
-            return None
+        return record is None or topic_partition.partition >= len(record.partitions)
+
+    def _leader_of(self, topic_partition: TopicPartition) -> int:
+        record = self._cluster.topic(topic_partition.topic)
+        assert record is not None
         return record.partitions[topic_partition.partition].leader_id
 
 

@@ -21,7 +21,6 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from mqbroker import errors
-from mqbroker.cluster.metadata import BrokerState
 from mqbroker.config import BrokerConfig
 from mqbroker.groups.model import TopicPartition
 from mqbroker.interfaces import IClusterView
@@ -129,10 +128,12 @@ class TransactionHosting:
         """Coordinate exactly the partitions this broker leads, each for its current leader epoch."""
         if not self._started or self._stopped:
             return
-        partition_count = self._known_partition_count()
-        if partition_count is None:
-            return
-        for partition in range(partition_count):
+        if self._partition_count is None:
+            record = self._cluster.topic(TRANSACTION_STATE_TOPIC)
+            if record is None:
+                return
+            self._partition_count = len(record.partitions)
+        for partition in range(self._partition_count):
             leader = self._replicas.leading((TRANSACTION_STATE_TOPIC, partition))
             epoch = None if leader is None else leader.leader_epoch
             if self._epochs.get(partition) == epoch:
@@ -198,24 +199,15 @@ class TransactionHosting:
 
     # -- serving ---------------------------------------------------------------------------
 
-    def _known_partition_count(self) -> int | None:
-        """How many partitions ``__transaction_state`` has (None before it exists). Looked up once: the count never
-        changes, or the ids would move to other partitions."""
-        if self._partition_count is None:
-            record = self._cluster.topic(TRANSACTION_STATE_TOPIC)
-            if record is not None:
-                self._partition_count = len(record.partitions)
-        return self._partition_count
-
     def partition_of(self, transactional_id: str) -> int:
         """The ``__transaction_state`` partition of an id (COORDINATOR_NOT_AVAILABLE before the topic exists)."""
-        partition_count = self._known_partition_count()
-        if partition_count is None:
+        record = self._cluster.topic(TRANSACTION_STATE_TOPIC)
+        if record is None:
             raise errors.CoordinatorNotAvailableError(
                 f"{TRANSACTION_STATE_TOPIC} does not exist yet (it is created once {self._replication_factor} "
                 "brokers are live); retry"
             )
-        return transaction_state_partition(transactional_id, partition_count)
+        return transaction_state_partition(transactional_id, len(record.partitions))
 
     def service_for(self, transactional_id: str) -> TransactionService:
         """The service coordinating ``transactional_id`` here (NOT_COORDINATOR or LOAD_IN_PROGRESS otherwise)."""
@@ -243,26 +235,18 @@ class TransactionHosting:
 
     def coordinator_of(self, transactional_id: str) -> BrokerEndpoint:
         """The broker leading the id's partition (COORDINATOR_NOT_AVAILABLE if none is live)."""
-        broker = self._coordinator_registration(transactional_id)
-        return BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port,
-                              listeners=broker.listeners)
-
-    def coordinator_node(self, transactional_id: str) -> int:
-        """The node id of ``coordinator_of`` (a partition leader's verification asks it three times per
-        transaction: no endpoint built)."""
-        return self._coordinator_registration(transactional_id).node_id
-
-    def _coordinator_registration(self, transactional_id: str) -> BrokerState:
         partition = self.partition_of(transactional_id)
         record = self._cluster.topic(TRANSACTION_STATE_TOPIC)
         assert record is not None
-        broker = self._cluster.image.brokers.get(record.partitions[partition].leader_id)
+        leader_id = record.partitions[partition].leader_id
+        broker = self._cluster.image.brokers.get(leader_id)
         if broker is None or broker.fenced:
             raise errors.CoordinatorNotAvailableError(
                 f"{TRANSACTION_STATE_TOPIC}-{partition} (transactional id {transactional_id!r}) has no live leader "
                 "right now; retry"
             )
-        return broker
+        return BrokerEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port,
+                              listeners=broker.listeners)
 
     def stop(self) -> None:
         """Stop every service (shutdown)."""
