@@ -19,11 +19,18 @@ T0, T1, OFFSETS_3 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartiti
 
 
 class _Cluster:
-    """Every partition of every topic led by this broker."""
+    """Every partition of every topic led by this broker (4 partitions each), but the topics of ``leaders``: the
+    leader of each of their partitions (-1: none), and those of ``deleted``: none."""
+
+    def __init__(self, leaders: dict[str, list[int]] | None = None, deleted: frozenset[str] = frozenset()) -> None:
+        self.leaders = leaders or {}
+        self.deleted = deleted
 
     def topic(self, name: str) -> Any:
-        leader = SimpleNamespace(leader_id=NODE_ID)
-        return SimpleNamespace(partitions=[leader] * 4)
+        if name in self.deleted:
+            return None
+        return SimpleNamespace(partitions=[SimpleNamespace(leader_id=leader)
+                                           for leader in self.leaders.get(name, [NODE_ID] * 4)])
 
 
 class _Leaders:
@@ -43,12 +50,13 @@ class _Leaders:
         return succeed(None)
 
 
-def _writer(leaders: _Leaders, ended: list[tuple[int, int, bool]], clock: Clock) -> PartitionMarkers:
+def _writer(leaders: _Leaders, ended: list[tuple[int, int, bool]], clock: Clock,
+            cluster: _Cluster | None = None) -> PartitionMarkers:
     local = MarkerAppender(clock=clock, append=leaders.append,
                            transaction_ended=lambda partition, producer_id, committed: ended.append(
                                (partition, producer_id, committed)))
-    return PartitionMarkers(clock=clock, node_id=NODE_ID, cluster=_Cluster(), local=local,  # type: ignore[arg-type]
-                            peers=lambda: None)
+    return PartitionMarkers(clock=clock, node_id=NODE_ID, cluster=cluster or _Cluster(),  # type: ignore[arg-type]
+                            local=local, peers=lambda: None)
 
 
 def _marker(*partitions: TopicPartition) -> TransactionMarker:
@@ -79,3 +87,20 @@ def test_a_marker_refused_as_obsolete_at_once_counts_as_written() -> None:
     _writer(leaders, ended, clock).write(_marker(T0)).addBoth(outcome.append)
     clock.advance(0)
     assert outcome == [None] and leaders.appended == []
+
+
+def test_no_marker_is_owed_to_a_deleted_topic_and_a_partition_without_a_leader_waits_for_one() -> None:
+    clock, ended = Clock(), []
+    leaders = _Leaders({})
+    cluster = _Cluster(leaders={"t": [NODE_ID, -1]}, deleted=frozenset({"gone"}))
+    outcome: list[Any] = []
+    shrunk, deleted = TopicPartition("t", 3), TopicPartition("gone", 0)
+    _writer(leaders, ended, clock, cluster).write(_marker(T0, T1, shrunk, deleted)).addBoth(outcome.append)
+    clock.advance(0)
+    assert not outcome and leaders.appended == [T0]  # t-1 has no leader yet; t-3 and gone-0 are owed nothing
+    clock.advance(0.1)
+    assert not outcome
+    cluster.leaders["t"] = [NODE_ID, NODE_ID]
+    for _ in range(10):
+        clock.advance(0.1)
+    assert outcome == [None] and leaders.appended == [T0, T1]
