@@ -5,11 +5,10 @@ the clock:
 
 1. ``append`` puts a record into its partition's open batch builder and returns the batch and
    the record's index in it. This is the per-record path, so it does nothing else.
-2. ``drain(now_ms, leader_of)`` closes batches whose ``linger_ms`` passed (or which are flushed)
-   and can go now: their partition has no closed batch waiting to be sent and their leader has
-   fewer than ``max_in_flight`` requests out (a held batch keeps growing); it assigns idempotent
-   sequence numbers on their first send and returns one ``ProducePlan`` per leader, within the
-   in-flight bound of each connection.
+2. ``drain(now_ms)`` closes batches whose ``linger_ms`` passed and whose partition has no closed
+   batch waiting to be sent (or which are full, or flushed),
+   assigns idempotent sequence numbers on their first send, and returns one ``ProducePlan`` per
+   leader, within the in-flight bound of each connection.
 3. The driver sends each plan and reports back with ``plan_completed`` (the reply's
    per-partition outcome) or ``plan_failed`` (the connection broke). Those return the batches
    that are now finished; the driver fires their futures (one per batch: a record's metadata is
@@ -203,8 +202,8 @@ class ProducerCore:
 
     def drain(self, now_ms: int, leader_of: Callable[[str, int], int]) -> list[ProducePlan]:
         """Close due batches and return the produce requests to send now, one per leader node."""
+        self._close_due(now_ms)
         self._waiting_for_slot.clear()
-        self._close_due(now_ms, leader_of)
         plans: dict[int, ProducePlan] = {}
         plan_bytes: dict[int, int] = {}
         awaiting_leader: set[str] = set()
@@ -252,13 +251,12 @@ class ProducerCore:
 
     def next_deadline_ms(self, now_ms: int) -> int | None:
         """When ``drain`` next has something to do (None: nothing waits but replies)."""
-        waiting = self._waiting_for_slot
-        if self._flushing and any(key not in waiting for key in self._open):
+        if self._flushing and self._open:
             return now_ms
         deadlines = [batch.created_ms + self.config.linger_ms for key, batch in self._open.items()
-                     if not self._queues.get(key) and key not in waiting]
+                     if not self._queues.get(key)]
         deadlines.extend(
-            queue[0].retry_at_ms for key, queue in self._queues.items() if queue and key not in waiting
+            queue[0].retry_at_ms for key, queue in self._queues.items() if queue and key not in self._waiting_for_slot
         )
         if any(queue and queue[0].awaiting_leader for queue in self._queues.values()):
             deadlines.append(max(now_ms, self._next_leader_poll_ms))
@@ -303,24 +301,16 @@ class ProducerCore:
         """True while any record waits to be sent or acknowledged."""
         return bool(self._open) or any(self._queues.values()) or any(self._unacknowledged.values())
 
-    def _close_due(self, now_ms: int, leader_of: Callable[[str, int], int]) -> None:
-        # A due batch stays open and keeps growing (as in Kafka's accumulator, where linger makes a batch ready to
-        # drain, not closed) while its partition still has a closed batch waiting to be sent (backoff, in-flight
-        # bound) or its leader has max_in_flight requests out: closed at linger then, it would carry only the
-        # records of that moment and those gathering behind it would wait for a second reply, one request each
-        # behind a slow leader. Held so, it is closed once a reply frees a slot and leaves with all of them.
+    def _close_due(self, now_ms: int) -> None:
+        # A batch whose partition still has a closed batch waiting to be sent (in-flight bound
+        # reached, backoff) stays open and keeps growing (as Kafka's accumulator does): closing it
+        # at linger would queue ever more small batches, one per request, behind a slow leader.
         linger_ms = self.config.linger_ms
-        in_flight_max = self.config.max_in_flight
-        held = False
-        for key, batch in list(self._open.items()):
-            if not self._flushing and (now_ms - batch.created_ms < linger_ms or self._queues.get(key)):
-                continue
-            if self._in_flight.get(leader_of(*key), 0) >= in_flight_max:
-                self._waiting_for_slot.add(key)
-                held = True
-                continue
-            self._close(key, batch)
-        self._flushing = self._flushing and held  # a flush held back by the bound goes with the next reply
+        due = [key for key, batch in self._open.items()
+               if self._flushing or (now_ms - batch.created_ms >= linger_ms and not self._queues.get(key))]
+        for key in due:
+            self._close(key, self._open[key])
+        self._flushing = False
 
     def _close(self, key: tuple[str, int], batch: ProducerBatch) -> None:
         del self._open[key]

