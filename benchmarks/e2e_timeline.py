@@ -13,10 +13,12 @@ fresh data directory) whose produce → fetch path is time-stamped by wrappers i
   ``fetch``: a consumer fetch is read, from which offset.
 
 The client sends ``--messages`` 100-byte messages at ``--rate`` with acks=all and stamps the send time in each;
-the producer's I/O thread stamps each request's write to the socket (a wrapper again), and the consumer (in a
-process of its own, or on a thread of the producer's) stamps the receipt. For every message the script prints
-the distribution of each step: send → written (``send`` hands the record to the producer's I/O thread, which
-encodes and writes it), written → rx (loopback and the broker's turn to read), rx → appended, appended → round (the previous round still running), round → synced (the fsync and the
+the producer's I/O thread stamps each request as it takes it from the producer core (``drain``) and after its write
+to the socket (wrappers again), and the consumer (in a process of its own, or on a thread of the producer's) stamps
+the receipt. For every message the script prints the distribution of each step: send → taken (``send`` appends the
+record to its batch; the I/O thread takes the batch into a request once it runs, the batch's linger passed and its
+leader has an in-flight slot free), taken → written (encoding and the socket write), send → written (the two),
+written → rx (loopback and the broker's turn to read), rx → appended, appended → round (the previous round still running), round → synced (the fsync and the
 completion reaching the reactor), synced → answer (no fetch parked: the consumer's next fetch), answer → recv
 (the reply reaching the consumer). It also prints how long the reactor spent inside each round's hand-over to the
 fsync engine (with AIO, the ``io_submit``: the kernel's fsync worker it wakes runs on the reactor's CPU), and how many
@@ -45,8 +47,9 @@ from mqbroker.cli.bench import SEND_TIME, Receipt, settle_collector, start_recei
 from mqbroker.config import FSYNC_ENGINES  # noqa: E402
 from tests.integration.brokerprocess import TWISTD, BrokerProcess  # noqa: E402
 
-STEPS = ("send → written", "written → rx", "rx → appended", "appended → round", "round → synced", "synced → answer", "answer → recv",
-         "total")
+#: The steps of a message's path, in order, then two sums: the producer's part (send → taken → written) and the total.
+STEPS = ("send → taken", "taken → written", "written → rx", "rx → appended", "appended → round", "round → synced",
+         "synced → answer", "answer → recv", "send → written", "total")
 
 
 def progress(message: str) -> None:
@@ -123,19 +126,39 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
 # -- the client --------------------------------------------------------------------------------------------
 
 def run_client(bootstrap: str, count: int, rate: int, consumer: str,
-               max_in_flight: int = 5) -> tuple[list[Receipt], list[tuple[int, int]]]:
-    """Send ``count`` stamped messages at ``rate`` (acks=all) to a new topic; return what the consumer received
-    and the producer's writes (ns after the socket write, records in it): the n-th message sent has offset n."""
+               max_in_flight: int = 5) -> tuple[list[Receipt], list[tuple[int, int, int]], list[int]]:
+    """Send ``count`` stamped messages at ``rate`` (acks=all) to a new topic; return what the consumer received,
+    the producer's requests (ns when drained from the core, ns after the socket write, records in it; the n-th
+    message sent has offset n) and when the producer read produce replies (ns after each read that had some)."""
     from mqbroker.client import Admin, Producer
     from mqbroker.client.blocking import producer_io
+    from mqbroker.client.producer import ProducerCore
 
-    writes: list[tuple[int, int]] = []
+    writes: list[tuple[int, int, int]] = []
+    taken: dict[int, int] = {}  # id(plan) -> ns it was drained
+    replies: list[int] = []
+    drain = ProducerCore.drain
+    receive = producer_io.ProducerIO._receive
     send_plan = producer_io.ProducerIO._send
+
+    def timed_drain(self: Any, now_ms: int, leader_of: Any) -> Any:
+        plans = drain(self, now_ms, leader_of)
+        at = time.monotonic_ns()
+        taken.update((id(plan), at) for plan in plans)
+        return plans
 
     def timed_send(self: Any, plan: Any, now_ms: int) -> None:
         send_plan(self, plan, now_ms)
-        writes.append((time.monotonic_ns(), sum(batch.record_count for batch in plan.batches)))
+        writes.append((taken.pop(id(plan)), time.monotonic_ns(), sum(batch.record_count for batch in plan.batches)))
 
+    def timed_receive(self: Any, node_id: int) -> None:  # one stamp per read that carried replies
+        waiting = len(self._pending)
+        receive(self, node_id)
+        if len(self._pending) < waiting:
+            replies.append(time.monotonic_ns())
+
+    ProducerCore.drain = timed_drain  # type: ignore[method-assign]
+    producer_io.ProducerIO._receive = timed_receive  # type: ignore[method-assign]
     producer_io.ProducerIO._send = timed_send  # type: ignore[method-assign]
 
     topic = "timeline"
@@ -158,16 +181,15 @@ def run_client(bootstrap: str, count: int, rate: int, consumer: str,
     producer.flush()
     received = receiver.finish(30)
     producer.close()
-    return received, writes
+    return received, writes, replies
 
 
 # -- the join ----------------------------------------------------------------------------------------------
 
 def step_times_ms(events: list[Any], received: list[Receipt],
-                  writes: list[tuple[int, int]]) -> dict[str, list[float]]:
+                  writes: list[tuple[int, int, int]]) -> dict[str, list[float]]:
     """Each message's time in each step, joined by offset (a round or an answer covers offsets below its end)."""
-    write_times = [at for at, _ in writes]
-    write_ends = list(itertools.accumulate(records for _, records in writes))
+    write_ends = list(itertools.accumulate(records for _, _, records in writes))
     appends = sorted((event[3], event[1], event[2]) for event in events if event[0] == "append")
     append_ends = [last for last, _, _ in appends]
 
@@ -189,15 +211,31 @@ def step_times_ms(events: list[Any], received: list[Receipt],
         answer = bisect.bisect_right(answer_bases, offset) - 1
         written = bisect.bisect_right(write_ends, offset)
         if (index == len(appends) or started == len(round_times) or synced == len(synced_times) or answer < 0
-                or written == len(write_times)):
+                or written == len(writes)):
             continue
         _, read_at, appended_at = appends[index]
-        marks = (sent, write_times[written], read_at, appended_at, round_times[started], synced_times[synced],
+        taken_at, written_at, _ = writes[written]
+        marks = (sent, taken_at, written_at, read_at, appended_at, round_times[started], synced_times[synced],
                  answers[answer_bases[answer]], arrived)
         for step, begin, end in zip(STEPS, marks, marks[1:]):
             steps[step].append((end - begin) / 1e6)
+        steps["send → written"].append((written_at - sent) / 1e6)
         steps["total"].append((arrived - sent) / 1e6)
     return steps
+
+
+def replies_waited(received: list[Receipt], writes: list[tuple[int, int, int]], replies: list[int]) -> dict[str, float]:
+    """The share of messages that waited for 0, 1, 2 or more reads of produce replies between ``send`` and the I/O
+    thread taking them into a request: an in-flight slot's turn (0 with slots free; an idempotent producer has 5)."""
+    write_ends = list(itertools.accumulate(records for _, _, records in writes))
+    counts = {"0": 0, "1": 0, "2+": 0}
+    for offset, sent, _ in received:
+        written = bisect.bisect_right(write_ends, offset)
+        if written < len(writes):
+            waited = bisect.bisect_left(replies, writes[written][0]) - bisect.bisect_right(replies, sent)
+            counts[str(waited) if waited < 2 else "2+"] += 1
+    total = max(sum(counts.values()), 1)
+    return {count: round(number / total, 4) for count, number in counts.items()}
 
 
 def answers_short(events: list[Any]) -> tuple[int, int]:
@@ -252,7 +290,7 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
                           extra_args=["--set", f"fsync_engine={arguments.fsync_engine}"])
     broker.start(timeout_s=60)
     try:
-        received, writes = run_client(broker.bootstrap, arguments.messages, arguments.rate, arguments.consumer,
+        received, writes, replies = run_client(broker.bootstrap, arguments.messages, arguments.rate, arguments.consumer,
                                       arguments.max_in_flight)
     finally:
         broker.stop(30)
@@ -262,7 +300,8 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     hand_overs = sorted(hand_over_us(events))
     answers, short = answers_short(events)
     return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
-            "produce_requests": len(writes), "rounds": len(hand_overs),
+            "produce_requests": len(writes), "replies_waited": replies_waited(received, writes, replies),
+            "rounds": len(hand_overs),
             "round_hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
                                    for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
             | {"total_ms": round(sum(hand_overs) / 1e3, 1)} if hand_overs else {},
@@ -297,6 +336,8 @@ def main() -> None:
               f"{arguments.consumer}, {arguments.rate:,} msg/s, fsync_engine {arguments.fsync_engine}, load average {run['load_average']:.1f}; "
               f"{run['produce_requests']:,} produce requests ({run['sent'] / max(run['produce_requests'], 1):.1f} "
               "records each)")
+        print("  reads of produce replies a message waited for between send and taken: "
+              + ", ".join(f"{count} {share:.1%}" for count, share in run["replies_waited"].items()))
         for step, figures in run["steps_ms"].items():
             print(f"  {step:18}" + "".join(f"{name} {value:8.3f}  " for name, value in figures.items()) + "ms")
         print(f"  {run['rounds']:,} fsync rounds; the reactor inside a round's hand-over to the engine: "
