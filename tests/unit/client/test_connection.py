@@ -147,3 +147,68 @@ def test_an_abandoned_request_has_its_response_dropped_whenever_it_arrives() -> 
     assert connection.wait_response(first, 0.05) is None and connection.wait_response(second, 0.05) is None
     connection.close()
     peer.close()
+
+
+class _AnsweringPeer:
+    """Answers every request (ApiVersions) at once, until the client closes."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        peer, _ = self._listener.accept()
+        codec = ServerConnection(FRAME_BYTES_MAX)
+        with peer:
+            while data := peer.recv(65536):
+                for event in codec.receive_data(data):
+                    assert isinstance(event, RequestReceived)
+                    peer.sendall(codec.reply(event.header, supported_api_versions()))
+
+    def close(self) -> None:
+        self._thread.join(timeout=10)
+        self._listener.close()
+
+
+def test_abandoned_requests_are_forgotten_once_answered_however_long_the_connection_lives() -> None:
+    """Abandoned before its answer, after it was taken (a poll interrupted after the wait), or read by ``receive``
+    alone: the connection keeps an id only while its request is unanswered."""
+    peer = _AnsweringPeer()
+    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
+    for _ in range(50):
+        early = connection.send(ApiVersionsRequest())
+        connection.abandon(early)
+        taken = connection.send(ApiVersionsRequest())
+        assert isinstance(connection.wait_response(taken, 5), ApiVersionsResponse)
+        connection.abandon(taken)
+        read_alone = connection.send(ApiVersionsRequest())
+        connection.abandon(read_alone)
+        while read_alone in connection.codec.inflight_correlation_ids:
+            connection.receive(5)
+    assert len(connection._abandoned) <= 1 and not connection._arrived
+    connection.close()
+    peer.close()
+
+
+def test_a_wait_interrupted_abandons_its_request_and_close_forgets_every_answer() -> None:
+    peer = _AnsweringPeer()
+    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
+    receive = connection.receive
+
+    def interrupted(timeout_s: float | None = None) -> list:
+        connection.receive = receive  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    connection.receive = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        connection.request(ApiVersionsRequest(), 5)
+    assert isinstance(connection.request(ApiVersionsRequest(), 5), ApiVersionsResponse)
+    assert not connection._arrived and not connection._abandoned  # the interrupted request's answer was dropped
+    connection.send(ApiVersionsRequest())  # answered first: its answer is kept while the next one is awaited
+    assert connection.wait_response(connection.send(ApiVersionsRequest()), 5) is not None
+    assert connection._arrived
+    connection.close()
+    assert not connection._arrived and not connection._abandoned
+    peer.close()
