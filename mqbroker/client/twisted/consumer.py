@@ -269,6 +269,7 @@ class TwistedConsumer:
                 continue
             except BaseException:  # the poll was cancelled while it waited: the next poll fetches these again
                 self._abandon(in_flight[index:])
+                self._core.unread(messages)  # and returns the records earlier fetches of this poll brought
                 raise
             assert isinstance(response, FetchResponse)
             messages += self._core.fetch_completed(plan, response)
