@@ -83,20 +83,32 @@ class ShareConsumer:
         """Records leased to this consumer (waiting up to ``timeout`` seconds); sends queued verdicts first."""
         deadline = time.monotonic() + timeout
         member_id = self._wait_joined(deadline)
-        if member_id is None:
+        if member_id is None or self._raise_failure():  # held back from the last poll, which had records
             return []
         wait_ms = max(0, min(self._fetch_wait_ms, int((deadline - time.monotonic()) * 1000)))
         request, sent = self._core.fetch_request(member_id, wait_ms)
         try:
             response = self._link().request(request, self._timeout_s + wait_ms / 1000)
             assert isinstance(response, ShareFetchResponse)
-            messages, outcomes = self._core.fetch_completed(response, sent)
         except BrokerError as error:
             self._report(failed_outcomes(sent, error))
             self._recover(error)
             return []
+        messages, outcomes = self._core.fetch_completed(response, sent)
         self._report(outcomes)
+        if not messages:
+            self._raise_failure()
         return messages
+
+    def _raise_failure(self) -> bool:
+        """Raise the error a fetch reply held for the application (a batch that does not decode); from one that a
+        retry fixes (the host moved), recover instead. Whether there was one."""
+        try:
+            self._core.raise_failure()
+        except BrokerError as error:
+            self._recover(error)  # raises what no retry can fix
+            return True
+        return False
 
     # -- settling ------------------------------------------------------------------------------
 
