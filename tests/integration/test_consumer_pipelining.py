@@ -18,9 +18,10 @@ from twisted.internet.defer import CancelledError
 from twisted.internet.task import deferLater
 
 from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.client.blocking.cluster import BlockingCluster
 from mqbroker.client.connection import BlockingConnection
 from mqbroker.client.twisted import TwistedConsumer
-from mqbroker.errors import CorruptMessageError
+from mqbroker.errors import CorruptMessageError, RequestTimedOutError
 from mqbroker.protocols.native.messages import FetchRequest, FetchResponse
 from mqbroker.records.readable import UnreadableBatch
 from tests.integration.brokerprocess import BrokerProcess
@@ -188,6 +189,24 @@ def test_a_poll_interrupted_while_it_waits_for_a_fetch_leaves_its_partitions_to_
     _produce(shared_broker, topic, range(10, 20))
     assert _values(_poll_until(consumer, 10)) == list(range(10, 20))
     assert consumer.poll(timeout=0.3) == []
+
+
+def test_a_poll_whose_fetch_cannot_be_sent_leaves_its_partitions_to_the_next_poll(
+        reading: tuple[Consumer, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connecting to the leader fails with an error other than a lost broker (its ApiVersions unanswered, a login
+    refused): the poll raises it, and the partitions it planned to fetch are fetched by the next poll."""
+    consumer, topic = reading
+    consumer.seek((topic, 0), 3)  # drops the parked fetch: the next poll plans a fresh one
+    connection = BlockingCluster.connection
+
+    def unanswered(cluster: BlockingCluster, node_id: int) -> BlockingConnection:
+        monkeypatch.setattr(BlockingCluster, "connection", connection)
+        raise RequestTimedOutError("no ApiVersions answer")
+
+    monkeypatch.setattr(BlockingCluster, "connection", unanswered)
+    with pytest.raises(RequestTimedOutError):
+        consumer.poll(timeout=0.5)
+    assert _values(_poll_until(consumer, 7)) == list(range(3, 10))
 
 
 def test_the_records_a_poll_took_before_it_was_interrupted_come_from_the_next_poll(
