@@ -110,6 +110,8 @@ class Consumer:
         self._admin = ClusterRequests(self._cluster)
         #: The fetch sent before the last ``poll`` returned, parked at the broker until records arrive.
         self._in_flight: list[_Fetch] = []
+        #: Assignment changes taken from the group whose application raised: the next poll applies them again.
+        self._unapplied: list[AssignmentChange] = []
         topics = list(topics)
         self._group: GroupMembership | None = None
         if group_id is not None:
@@ -210,9 +212,15 @@ class Consumer:
         group = self._group
         if group is None:
             return
-        changes = group.take_changes()
-        for change in changes:
-            self._apply(group, change)
+        changes = self._unapplied + group.take_changes()
+        self._unapplied = []
+        for index, change in enumerate(changes):
+            try:
+                self._apply(group, change)
+            except BaseException:  # a callback raised, a lookup failed: kept; the member rejoins after
+                self._unapplied = changes[index:]
+                group.changes_applied(index)
+                raise
         if changes:
             group.changes_applied(len(changes))
         if self._auto_commit.due(wall_clock_ms()):

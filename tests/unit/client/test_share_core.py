@@ -153,13 +153,13 @@ def test_a_leased_batch_that_does_not_decode_stops_only_itself() -> None:
     core = ShareConsumerCore("g")
     core.acknowledge([message(5)], ACCEPT)
     _, sent = core.fetch_request("m", 0)
+    first = wire.ShareFetchPartitionResult(partition_index=0, records=leased_batch() + bytes(poison) + after,
+                                           acquired_records=(wire.AcquiredRecords(first_offset=10, last_offset=22,
+                                                                                  delivery_count=1),))
+    second = wire.ShareFetchPartitionResult(partition_index=1, records=leased_batch(), acquired_records=(
+        wire.AcquiredRecords(first_offset=10, last_offset=11, delivery_count=1),))
     reply = wire.ShareFetchResponse(
-        topics=(wire.ShareFetchTopicResult(name="t", partitions=(
-            wire.ShareFetchPartitionResult(partition_index=0, records=leased_batch() + bytes(poison) + after,
-                                           acquired_records=(wire.AcquiredRecords(first_offset=10, last_offset=22, delivery_count=1),)),
-            wire.ShareFetchPartitionResult(partition_index=1, records=leased_batch(),
-                                           acquired_records=(wire.AcquiredRecords(first_offset=10, last_offset=11,
-                                                                                     delivery_count=1),)))),),
+        topics=(wire.ShareFetchTopicResult(name="t", partitions=(first, second)),),
         acknowledgements=(wire.ShareAcknowledgeTopicResult(name="t", partitions=(
             wire.ShareAcknowledgePartitionResult(partition_index=0, batches=(
                 wire.ShareAcknowledgeBatchResult(first_offset=5, last_offset=5),)),)),))
