@@ -20,6 +20,7 @@ from twisted.internet import reactor
 
 from mqbroker.client import Consumer, Producer, ShareConsumer
 from mqbroker.client.share_admin import ShareGroupAdmin
+from mqbroker.client.share_core import AcknowledgedCallback
 from mqbroker.client.twisted import TwistedShareConsumer
 from mqbroker.errors import CorruptMessageError, InvalidRecordStateError
 from mqbroker.records import dead_letters
@@ -350,5 +351,65 @@ async def test_a_twisted_share_poll_returns_the_records_beside_a_poison_batch_an
         consumer.acknowledge(received)
         assert await consumer.poll() == []  # the verdicts go with it
         assert outcomes and all(outcome.error is None for outcome in outcomes)
+    finally:
+        await consumer.close()
+
+
+def _queue_of_twenty(broker: BrokerProcess, name: str) -> None:
+    create_topic(broker.bootstrap, name, partitions=1)
+    produce(broker.bootstrap, name, (b"%d" % n for n in range(20)))
+    create_group(broker.bootstrap, name, [name], lease_ms=str(HELD_LEASE_MS))
+
+
+def _raising_once(calls: list) -> AcknowledgedCallback:
+    def on_acknowledged(outcomes: list) -> None:
+        calls.append(outcomes)
+        if len(calls) == 1:
+            raise RuntimeError("the application's callback failed")
+    return on_acknowledged
+
+
+def test_the_records_of_a_share_poll_whose_acknowledged_callback_raised_come_from_the_next_poll(
+        shared_broker: BrokerProcess) -> None:
+    """The second poll carries the first one's verdicts and leases ten more records; ``on_acknowledged`` raises
+    from it: the next poll returns those records (lost before: leased to this consumer until their leases ended)."""
+    _queue_of_twenty(shared_broker, "ack-callback-raises")
+    calls: list = []
+    with _consumer(shared_broker, "ack-callback-raises", "ack-callback-raises", "reader", records_max=10,
+                   on_acknowledged=_raising_once(calls)) as consumer:
+        assert consumer.wait_joined(30)
+        received, raised = [], 0
+        deadline = time.monotonic() + 15
+        while len(received) < 20 and time.monotonic() < deadline:
+            try:
+                messages = consumer.poll(0.5)
+            except RuntimeError:
+                raised += 1
+                continue
+            received += messages
+            consumer.acknowledge(messages)
+        assert raised == 1 and sorted(int(message.value) for message in received) == list(range(20))
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_records_of_a_twisted_share_poll_whose_acknowledged_callback_raised_come_from_the_next_poll(
+        shared_broker: BrokerProcess) -> None:
+    _queue_of_twenty(shared_broker, "ack-callback-raises-twisted")
+    calls: list = []
+    consumer = TwistedShareConsumer(reactor, shared_broker.bootstrap, group_id="ack-callback-raises-twisted",
+                                    topics=["ack-callback-raises-twisted"], fetch_wait_ms=200, records_max=10,
+                                    on_acknowledged=_raising_once(calls))
+    try:
+        received, raised = [], 0
+        deadline = time.monotonic() + 15
+        while len(received) < 20 and time.monotonic() < deadline:
+            try:
+                messages = await consumer.poll()
+            except RuntimeError:
+                raised += 1
+                continue
+            received += messages
+            consumer.acknowledge(messages)
+        assert raised == 1 and sorted(int(message.value) for message in received) == list(range(20))
     finally:
         await consumer.close()

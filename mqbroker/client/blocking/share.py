@@ -64,6 +64,8 @@ class ShareConsumer:
         self._on_acknowledged = on_acknowledged
         self._membership = ShareMembership(group_id, topics)
         self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
+        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
+        self._held: list[ShareMessage] = []
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stopping = False
@@ -81,6 +83,9 @@ class ShareConsumer:
 
     def poll(self, timeout: float = 1.0) -> list[ShareMessage]:
         """Records leased to this consumer (waiting up to ``timeout`` seconds); sends queued verdicts first."""
+        if self._held:
+            held, self._held = self._held, []
+            return held
         deadline = time.monotonic() + timeout
         member_id = self._wait_joined(deadline)
         if member_id is None or self._raise_failure():  # held back from the last poll, which had records
@@ -95,7 +100,9 @@ class ShareConsumer:
             self._recover(error)
             return []
         messages, outcomes = self._core.fetch_completed(response, sent)
-        self._report(outcomes)
+        self._held = messages
+        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
+        self._held = []
         if not messages:
             self._raise_failure()
         return messages

@@ -55,6 +55,8 @@ class TwistedShareConsumer:
         self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
         self._fetch_wait_ms = fetch_wait_ms
         self._on_acknowledged = on_acknowledged
+        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
+        self._held: list[ShareMessage] = []
         self._joined: list[Deferred[None]] = []
         self._timer: IDelayedCall | None = reactor.callLater(0, self._beat)
         self._closed = False
@@ -119,6 +121,9 @@ class TwistedShareConsumer:
         return Deferred.fromCoroutine(self._poll())
 
     async def _poll(self) -> list[ShareMessage]:
+        if self._held:
+            held, self._held = self._held, []
+            return held
         await self._until_joined()
         if await self._raise_failure():  # held back from the last poll, which had records to return
             return []
@@ -132,7 +137,9 @@ class TwistedShareConsumer:
             await deferLater(self._reactor, COORDINATOR_RETRY_MS / 1000, lambda: None)
             return []
         messages, outcomes = self._core.fetch_completed(response, sent)
-        self._report(outcomes)
+        self._held = messages
+        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
+        self._held = []
         if not messages:
             await self._raise_failure()
         return messages
