@@ -289,6 +289,12 @@ def test_kill_9_of_the_broker_mid_stream_loses_no_acknowledged_record(broker: Br
         worker.kill()
 
 
+def _twisted_consumer(broker: BrokerProcess, name: str, **options: object) -> TwistedShareConsumer:
+    """A Twisted member of share group ``name`` reading topic ``name``."""
+    return TwistedShareConsumer(reactor, broker.bootstrap, group_id=name, topics=[name], fetch_wait_ms=200,
+                                **options)  # type: ignore[arg-type]
+
+
 #: Long enough that a record leased and not returned by a poll cannot come back within the test.
 HELD_LEASE_MS = 60_000
 
@@ -336,9 +342,7 @@ async def test_a_twisted_share_poll_returns_the_records_beside_a_poison_batch_an
     """As for the blocking consumer; and the error is the poll's, not the consumer's: it reads on after it."""
     _half_poisoned_queue(shared_broker, "half-poisoned-twisted")
     outcomes: list = []
-    consumer = TwistedShareConsumer(reactor, shared_broker.bootstrap, group_id="half-poisoned-twisted",
-                                    topics=["half-poisoned-twisted"], fetch_wait_ms=200,
-                                    on_acknowledged=outcomes.extend)
+    consumer = _twisted_consumer(shared_broker, "half-poisoned-twisted", on_acknowledged=outcomes.extend)
     try:
         received, raised = [], 0
         deadline = time.monotonic() + 15
@@ -396,9 +400,8 @@ async def test_the_records_of_a_twisted_share_poll_whose_acknowledged_callback_r
         shared_broker: BrokerProcess) -> None:
     _queue_of_twenty(shared_broker, "ack-callback-raises-twisted")
     calls: list = []
-    consumer = TwistedShareConsumer(reactor, shared_broker.bootstrap, group_id="ack-callback-raises-twisted",
-                                    topics=["ack-callback-raises-twisted"], fetch_wait_ms=200, records_max=10,
-                                    on_acknowledged=_raising_once(calls))
+    consumer = _twisted_consumer(shared_broker, "ack-callback-raises-twisted", records_max=10,
+                                 on_acknowledged=_raising_once(calls))
     try:
         received, raised = [], 0
         deadline = time.monotonic() + 15
