@@ -153,7 +153,11 @@ class BlockingConnection:
 
         Raises ``RequestTimedOutError`` when ``timeout_s`` passes first (a late answer is then dropped).
         """
-        response = self.wait_response(correlation_id, timeout_s)
+        try:
+            response = self.wait_response(correlation_id, timeout_s)
+        except BaseException:  # KeyboardInterrupt, say: nobody waits for this answer any more
+            self.abandon(correlation_id)
+            raise
         if response is None:
             self.abandon(correlation_id)
             raise RequestTimedOutError(f"no answer from {self.address} within {timeout_s}s")
@@ -177,13 +181,21 @@ class BlockingConnection:
         return raise_for_error_response(arrived.pop(correlation_id))
 
     def abandon(self, correlation_id: int) -> None:
-        """Nobody will wait for the response to ``correlation_id``: drop it (now, or when it arrives)."""
+        """Nobody will wait for the response to ``correlation_id``: drop it (now, or when it arrives).
+
+        ``_abandoned`` keeps only requests still unanswered (an answer read by ``receive`` alone is never looked up
+        there), so it holds no more ids than the codec has requests in flight, however long the connection lives."""
         if self._arrived.pop(correlation_id, _MISSING) is _MISSING:
-            self._abandoned.add(correlation_id)
+            unanswered = self.codec.inflight_correlation_ids
+            self._abandoned.intersection_update(unanswered)
+            if correlation_id in unanswered:
+                self._abandoned.add(correlation_id)
 
     def close(self) -> None:
-        """Close the socket."""
+        """Close the socket; nothing is awaited any more."""
         self.socket.close()
+        self._arrived.clear()
+        self._abandoned.clear()
 
 
 _MISSING = object()

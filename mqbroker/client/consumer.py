@@ -10,6 +10,8 @@ the positions. A driver that keeps a fetch in flight across calls (pipelining: t
 sent before the records of the last one are handed to the application) asks ``fetch_current``
 before it takes the answer, and drops a plan that a seek, reset, pause or assignment change
 has overtaken with ``fetch_abandoned``: its partitions are then fetched again from their positions.
+Messages ``fetch_completed`` returned that never reached the application (the poll was interrupted) go
+back with ``unread``: their partitions are read again from the first of them.
 
 Consumer groups plug in through ``assign``: a group coordinator (its own issue) decides the
 assignment and seeds positions from committed offsets with ``seek``; everything below that
@@ -281,17 +283,29 @@ class ConsumerCore:
         are returned all the same (they would be lost if the error were raised past them)."""
         self._release(plan)
         messages: list[Message] = []
-        for topic in response.topics:
-            for reply in topic.partitions:
-                partition = (topic.name, reply.partition_index)
-                fetched_from = plan.offsets.get(partition)
-                if fetched_from is None or self._positions.get(partition) != fetched_from:
-                    continue  # sought elsewhere while the fetch was in flight: the data is stale
-                try:
-                    self._partition_completed(partition, fetched_from, reply, messages)
-                except BrokerError as error:  # CorruptMessageError among them
-                    self._failure = self._failure or error
+        try:
+            for topic in response.topics:
+                for reply in topic.partitions:
+                    partition = (topic.name, reply.partition_index)
+                    fetched_from = plan.offsets.get(partition)
+                    if fetched_from is None or self._positions.get(partition) != fetched_from:
+                        continue  # sought elsewhere while the fetch was in flight: the data is stale
+                    try:
+                        self._partition_completed(partition, fetched_from, reply, messages)
+                    except BrokerError as error:  # CorruptMessageError among them
+                        self._failure = self._failure or error
+        except BaseException:  # ``on_unreadable`` raised, say: the messages decoded so far are read again
+            self.unread(messages)
+            raise
         return messages
+
+    def unread(self, messages: list[Message]) -> None:
+        """``messages`` (as ``fetch_completed`` returned them) never reached the application (the poll was
+        interrupted): read their partitions again from the first of them. A fetch in flight for one is dropped."""
+        first = {(message.topic, message.partition): message.offset for message in reversed(messages)}
+        for partition, offset in first.items():
+            if partition in self._positions:
+                self.seek(partition, offset)
 
     def _partition_completed(self, partition: TopicPartition, fetched_from: int, reply: FetchPartitionResult,
                              into: list[Message]) -> None:

@@ -29,7 +29,7 @@ from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.native import share_messages as wire
 from mqbroker.records.decoder import decode_records_as, decode_rows
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import iter_batches
+from mqbroker.records.header import BatchHeader, iter_batches
 
 #: Errors after which a consumer looks its group's host up again.
 COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, CoordinatorLoadInProgressError)
@@ -130,6 +130,8 @@ class ShareConsumerCore:
         #: acknowledged in offset order (the usual case) extend one span, so nothing here costs per record but
         #: a comparison.
         self._pending: list[list[Any]] = []
+        #: The first error a fetch reply held for the application, until ``raise_failure``.
+        self._failure: BrokerError | None = None
 
     @property
     def pending_acknowledgements(self) -> int:
@@ -178,20 +180,30 @@ class ShareConsumerCore:
 
     def fetch_completed(self, response: wire.ShareFetchResponse, sent: list[AcknowledgeOutcome]
                         ) -> tuple[list[ShareMessage], list[AcknowledgeOutcome]]:
-        """The records leased by a fetch reply, and the outcomes of the acknowledgements it carried."""
+        """The records leased by a fetch reply, and the outcomes of the acknowledgements it carried.
+
+        A partition's error (a refusal, a batch that does not decode) waits in ``raise_failure``: the records of
+        the other partitions and batches are returned all the same (leased to this consumer, they would otherwise
+        be held by nobody until their leases end), and so are the outcomes."""
         messages: list[ShareMessage] = []
-        errors: list[BrokerError] = []
         with collector_paused():
             for topic in response.topics:
                 for partition in topic.partitions:
-                    if partition.error_code:
-                        errors.append(error_for_code(partition.error_code, partition.error_message or ""))
-                        continue
-                    decode_leased(topic.name, partition.partition_index, partition.records,
-                                  partition.acquired_records, messages)
-        if errors and not messages:
-            raise errors[0]
+                    try:
+                        if partition.error_code:
+                            raise error_for_code(partition.error_code, partition.error_message or "")
+                        decode_leased(topic.name, partition.partition_index, partition.records,
+                                      partition.acquired_records, messages)
+                    except BrokerError as error:  # CorruptMessageError among them
+                        self._failure = self._failure or error
         return messages, outcomes_of(response.acknowledgements, sent)
+
+    def raise_failure(self) -> None:
+        """Raise the first error a fetch reply held, once (the driver raises it from the poll that has no records
+        to return, or else from the next poll, as ``ConsumerCore`` does)."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
 
     def acknowledge_completed(self, response: wire.ShareAcknowledgeResponse,
                               sent: list[AcknowledgeOutcome]) -> list[AcknowledgeOutcome]:
@@ -266,33 +278,49 @@ def _wire_topics(ranges: list[tuple[AcknowledgeOutcome, str]]) -> tuple[wire.Sha
 
 def decode_leased(topic: str, partition: int, data: bytes | memoryview, acquired: Sequence[wire.AcquiredRecords],
                   into: list[ShareMessage]) -> None:
-    """Append the records of ``data`` that lie in ``acquired`` to ``into``, with their delivery counts."""
+    """Append the records of ``data`` that lie in ``acquired`` to ``into``, with their delivery counts.
+
+    A batch that does not decode is passed over (its records stay leased until the lease ends) and the others are
+    appended; then ``CorruptMessageError`` is raised for it."""
     if not acquired:
         return
     ranges = sorted(acquired, key=lambda r: r.first_offset)
     firsts = [r.first_offset for r in ranges]
     low, high = firsts[0], max(r.last_offset for r in ranges)
     view = memoryview(data)
+    unreadable: CorruptRecordError | None = None
     try:
         for position, header in iter_batches(view, check=False):
             if header.is_control or header.last_offset < low or header.base_offset > high:
                 continue
-            batch = view[position : position + header.size_bytes]
-            slot = bisect.bisect_right(firsts, header.base_offset) - 1
-            if slot >= 0 and ranges[slot].last_offset >= header.last_offset:
-                # One range holds the whole batch (the usual case): build the messages directly.
-                count = ranges[slot].delivery_count
-                into += decode_records_as(
-                    batch, lambda offset, key, value, headers, timestamp, count=count: ShareMessage(
-                        topic, partition, offset, key, value, headers, timestamp, count))
-                continue
-            records = decode_rows(batch, _Leased, (topic, partition))
-            for record in records:
-                slot = bisect.bisect_right(firsts, record.offset) - 1
-                if slot >= 0 and record.offset <= ranges[slot].last_offset:
-                    into.append(ShareMessage(*record, ranges[slot].delivery_count))
-    except CorruptRecordError as error:
-        raise CorruptMessageError(f"share fetch data for {topic}-{partition} is corrupt: {error}") from error
+            try:
+                _decode_leased_batch(topic, partition, view[position : position + header.size_bytes], header,
+                                     ranges, firsts, into)
+            except CorruptRecordError as error:
+                unreadable = unreadable or error
+    except CorruptRecordError as error:  # the framing itself: nothing after it can be read
+        unreadable = unreadable or error
+    if unreadable is not None:
+        raise CorruptMessageError(f"share fetch data for {topic}-{partition} is corrupt: {unreadable}") from unreadable
+
+
+def _decode_leased_batch(topic: str, partition: int, batch: memoryview, header: BatchHeader,
+                         ranges: list[wire.AcquiredRecords], firsts: list[int], into: list[ShareMessage]) -> None:
+    """Append ``batch``'s records that lie in ``ranges`` (sorted, their first offsets in ``firsts``) to ``into``;
+    nothing when it does not decode."""
+    slot = bisect.bisect_right(firsts, header.base_offset) - 1
+    if slot >= 0 and ranges[slot].last_offset >= header.last_offset:
+        # One range holds the whole batch (the usual case): build the messages directly.
+        count = ranges[slot].delivery_count
+        into += decode_records_as(
+            batch, lambda offset, key, value, headers, timestamp, count=count: ShareMessage(
+                topic, partition, offset, key, value, headers, timestamp, count))
+        return
+    records = decode_rows(batch, _Leased, (topic, partition))
+    for record in records:
+        slot = bisect.bisect_right(firsts, record.offset) - 1
+        if slot >= 0 and record.offset <= ranges[slot].last_offset:
+            into.append(ShareMessage(*record, ranges[slot].delivery_count))
 
 
 class _Leased(NamedTuple):

@@ -18,10 +18,12 @@ from twisted.internet.defer import CancelledError
 from twisted.internet.task import deferLater
 
 from mqbroker.client import Admin, Consumer, Message, Producer
+from mqbroker.client.blocking.cluster import BlockingCluster
 from mqbroker.client.connection import BlockingConnection
 from mqbroker.client.twisted import TwistedConsumer
-from mqbroker.errors import CorruptMessageError
-from mqbroker.protocols.native.messages import FetchRequest
+from mqbroker.errors import CorruptMessageError, RequestTimedOutError
+from mqbroker.protocols.native.messages import FetchRequest, FetchResponse
+from mqbroker.records.readable import UnreadableBatch
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.nativewire import produce_batch
 from tests.poison import poison_batch
@@ -170,6 +172,79 @@ def test_a_rebalance_drops_the_parked_fetch_of_a_revoked_partition(shared_broker
     assert sorted(seen) == [(partition, offset) for partition in (0, 1) for offset in range(20)]
 
 
+def test_a_poll_interrupted_while_it_waits_for_a_fetch_leaves_its_partitions_to_the_next_poll(
+        reading: tuple[Consumer, str], shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KeyboardInterrupt (a socket error, a callback raising) while the poll waits for the parked fetch: the fetch is
+    abandoned, so its partitions are fetched again, and every record comes back once, in order."""
+    consumer, topic = reading
+    wait = BlockingConnection.wait_response
+
+    def interrupted(connection: BlockingConnection, correlation_id: int, timeout_s: float) -> object:
+        monkeypatch.setattr(BlockingConnection, "wait_response", wait)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BlockingConnection, "wait_response", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        consumer.poll(timeout=0.5)
+    _produce(shared_broker, topic, range(10, 20))
+    assert _values(_poll_until(consumer, 10)) == list(range(10, 20))
+    assert consumer.poll(timeout=0.3) == []
+
+
+def test_a_poll_whose_fetch_cannot_be_sent_leaves_its_partitions_to_the_next_poll(
+        reading: tuple[Consumer, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connecting to the leader fails with an error other than a lost broker (its ApiVersions unanswered, a login
+    refused): the poll raises it, and the partitions it planned to fetch are fetched by the next poll."""
+    consumer, topic = reading
+    consumer.seek((topic, 0), 3)  # drops the parked fetch: the next poll plans a fresh one
+    connection = BlockingCluster.connection
+
+    def unanswered(cluster: BlockingCluster, node_id: int) -> BlockingConnection:
+        monkeypatch.setattr(BlockingCluster, "connection", connection)
+        raise RequestTimedOutError("no ApiVersions answer")
+
+    monkeypatch.setattr(BlockingCluster, "connection", unanswered)
+    with pytest.raises(RequestTimedOutError):
+        consumer.poll(timeout=0.5)
+    assert _values(_poll_until(consumer, 7)) == list(range(3, 10))
+
+
+def test_the_records_a_poll_took_before_it_was_interrupted_come_from_the_next_poll(
+        shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parked fetch of partition 0 brings records 5-9, then the wait for partition 1's fresh fetch is
+    interrupted: partition 0's position had moved past 5-9, so without reading them again they were lost."""
+    topic = "pipelining-interrupted-after-records"
+    _create(shared_broker, topic, partitions=2)
+    _produce(shared_broker, topic, range(5))
+    consumer = Consumer(shared_broker.bootstrap, topics=[topic], auto_offset_reset="earliest",
+                        fetch_max_wait_ms=LONG_POLL_MS)
+    try:
+        consumer.pause((topic, 1))
+        assert _values(_poll_until(consumer, 5)) == list(range(5))  # a fetch of partition 0 alone is parked
+        consumer.resume((topic, 1))
+        _produce(shared_broker, topic, range(5, 10))  # the parked fetch is answered
+        wait = BlockingConnection.wait_response
+        brought_records = False
+
+        def interrupted_after_records(connection: BlockingConnection, correlation_id: int, timeout_s: float) -> object:
+            nonlocal brought_records
+            if brought_records:
+                monkeypatch.setattr(BlockingConnection, "wait_response", wait)
+                raise KeyboardInterrupt
+            response = wait(connection, correlation_id, timeout_s)
+            brought_records = isinstance(response, FetchResponse) and any(
+                partition.records for topic in response.topics for partition in topic.partitions)
+            return response
+
+        monkeypatch.setattr(BlockingConnection, "wait_response", interrupted_after_records)
+        with pytest.raises(KeyboardInterrupt):
+            consumer.poll(timeout=LONG_POLL_MS / 1000)
+        assert _values(_poll_until(consumer, 5)) == list(range(5, 10))
+        assert consumer.poll(timeout=0.3) == []
+    finally:
+        consumer.close()
+
+
 def _half_poisoned(broker: BrokerProcess, topic: str) -> str:
     """``topic`` with records 0-4 in partition 0, and in partition 1 a batch that does not decode then one record."""
     _create(broker, topic, partitions=2)
@@ -196,6 +271,31 @@ def test_a_poll_returns_the_other_partitions_records_and_the_next_raises_for_a_p
         assert consumer.position((topic, 1)) == 0
         consumer.seek((topic, 1), 1)
         assert [(message.partition, message.offset) for message in _poll_until(consumer, 1)] == [(1, 1)]
+    finally:
+        consumer.close()
+
+
+def test_an_on_unreadable_callback_that_raises_loses_no_record_of_its_fetch(shared_broker: BrokerProcess) -> None:
+    """The callback raises for partition 1's batch after partition 0's records of the same fetch were decoded (and
+    its position moved): the poll raises, and the next one returns partition 0's records all the same."""
+    topic = _half_poisoned(shared_broker, "pipelining-unreadable-raises")
+    skipped: list[UnreadableBatch] = []
+
+    def report(batch: UnreadableBatch) -> None:
+        skipped.append(batch)
+        if len(skipped) == 1:
+            raise RuntimeError("the application's callback failed")
+
+    consumer = Consumer(shared_broker.bootstrap, topics=[topic], auto_offset_reset="earliest", on_unreadable=report)
+    try:
+        messages: list[Message] = []
+        deadline = time.monotonic() + 20
+        with pytest.raises(RuntimeError):
+            while time.monotonic() < deadline:
+                messages += consumer.poll(timeout=0.5)
+        messages += _poll_until(consumer, 6 - len(messages))
+        assert [(message.partition, message.offset) for message in messages] == [(0, n) for n in range(5)] + [(1, 1)]
+        assert [(batch.partition, batch.first_offset) for batch in skipped] == [(1, 0), (1, 0)]
     finally:
         consumer.close()
 
@@ -266,5 +366,39 @@ async def test_a_twisted_poll_returns_the_other_partitions_records_before_the_po
             if after:
                 break
         assert [(message.partition, message.offset) for message in after] == [(1, 1)]
+    finally:
+        await consumer.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_twisted_poll_cancelled_after_a_fetch_brought_records_leaves_them_to_the_next_poll(
+        shared_broker: BrokerProcess) -> None:
+    """The parked fetch of partition 0 brings records 5-9; the poll is cancelled while partition 1's fresh fetch
+    waits at the broker. Partition 0's position had moved past 5-9: the next poll returns them."""
+    topic = "pipelining-twisted-cancel-after-records"
+    _create(shared_broker, topic, partitions=2)
+    _produce(shared_broker, topic, range(5))
+    consumer = TwistedConsumer(reactor, shared_broker.bootstrap, auto_offset_reset="earliest",
+                               fetch_max_wait_ms=LONG_POLL_MS)
+    try:
+        await consumer.assign_topics([topic])
+        consumer.pause((topic, 1))
+        messages: list[Message] = []
+        while len(messages) < 5:
+            messages += await consumer.poll()
+        assert _values(messages) == list(range(5))  # a fetch of partition 0 alone is parked
+        consumer.resume((topic, 1))
+        _produce(shared_broker, topic, range(5, 10))  # the parked fetch is answered
+        polling = consumer.poll()
+        await deferLater(reactor, 0.5, lambda: None)  # partition 1's fetch waits at the broker
+        polling.cancel()
+        with pytest.raises(CancelledError):
+            await polling
+        messages = []
+        for _ in range(5):
+            messages += await consumer.poll()
+            if len(messages) >= 5:
+                break
+        assert _values(messages) == list(range(5, 10))
     finally:
         await consumer.close()

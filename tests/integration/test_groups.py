@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
 from mqbroker.client import Admin, Consumer, Producer
@@ -339,3 +341,84 @@ async def test_twisted_consumer_shares_a_group_with_a_blocking_one_and_takes_ove
         await consumer.close()
     with GroupAdmin(group_broker.bootstrap) as admin:
         assert admin.describe_group("mixed").members == ()  # the Twisted consumer left on close
+
+
+def _everything(broker: BrokerProcess, topic: str, partitions: int) -> list[tuple[int, int]]:
+    return [(partition, offset) for partition, end in _end_offsets(broker, topic, partitions).items()
+            for offset in range(end)]
+
+
+def test_an_assignment_whose_callback_raised_is_applied_again_by_the_next_poll(group_broker: BrokerProcess) -> None:
+    """``on_assigned`` raises once: the poll raises it, the next poll applies the assignment again (callback
+    included) and every record is read once; the member rejoins later (a second member gets a partition)."""
+    _create(group_broker, "callback-raises", 2)
+    _produce(group_broker, "callback-raises", 20)
+    calls: list[set[tuple[str, int]]] = []
+
+    def on_assigned(partitions: set[tuple[str, int]]) -> None:
+        calls.append(partitions)
+        if len(calls) == 1:
+            raise RuntimeError("the application's callback failed")
+
+    settings: dict[str, Any] = dict(group_id="callback-raises", topics=["callback-raises"], **FAST)
+    with Consumer(group_broker.bootstrap, on_assigned=on_assigned, **settings) as first:
+        seen: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 30
+        with pytest.raises(RuntimeError):
+            while time.monotonic() < deadline:
+                seen += [(m.partition, m.offset) for m in first.poll(0.1)]
+        everything = _everything(group_broker, "callback-raises", 2)
+        deadline = time.monotonic() + 30
+        while len(seen) < len(everything) and time.monotonic() < deadline:
+            seen += [(m.partition, m.offset) for m in first.poll(0.1)]
+        assert sorted(seen) == everything and calls[1] == calls[0]
+        with Consumer(group_broker.bootstrap, **settings) as second:
+            _poll_until([first, second], lambda: len(first.assignment()) == len(second.assignment()) == 1, 30)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_twisted_poll_cancelled_in_an_assignment_callback_applies_it_at_the_next_poll(
+        group_broker: BrokerProcess) -> None:
+    """``on_assigned`` returns a Deferred that never fires and the poll is cancelled (``addTimeout``): the next
+    poll applies the assignment again and reads every record, and the member rejoins later (a second member, in
+    a process of its own, gets a partition)."""
+    _create(group_broker, "callback-cancelled", 2)
+    _produce(group_broker, "callback-cancelled", 20)
+    waiting: list[Deferred[None]] = []
+
+    def on_assigned(partitions: set[tuple[str, int]]) -> Deferred[None] | None:
+        if waiting:
+            return None
+        waiting.append(Deferred())
+        return waiting[0]
+
+    consumer = TwistedConsumer(
+        reactor, group_broker.bootstrap, group_id="callback-cancelled", topics=["callback-cancelled"],
+        session_timeout_ms=2_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100, auto_offset_reset="earliest",
+        on_assigned=on_assigned,
+    )
+    try:
+        seen: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 30
+        cancelled = False
+        while not cancelled:
+            assert time.monotonic() < deadline, "timed out waiting for the assignment"
+            try:
+                seen += [(m.partition, m.offset) for m in await consumer.poll().addTimeout(2.0, reactor)]
+            except defer.TimeoutError:
+                cancelled = True
+        everything = _everything(group_broker, "callback-cancelled", 2)
+        while len(seen) < len(everything):
+            assert time.monotonic() < deadline + 30, f"timed out: {len(seen)} records read"
+            seen += [(m.partition, m.offset) for m in await consumer.poll()]
+        assert sorted(seen) == everything
+        child = ChildConsumer(group_broker, "callback-cancelled", "callback-cancelled", "second")
+        try:
+            while not (len(consumer.assignment()) == len(child.partitions()) == 1):
+                assert time.monotonic() < deadline + 60, "timed out waiting for the rebalance"
+                await consumer.poll()
+                await deferLater(reactor, 0.01, lambda: None)  # let the reader thread's child output in
+        finally:
+            child.kill()
+    finally:
+        await consumer.close()

@@ -15,13 +15,18 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
 
 from mqbroker.client import Consumer, Producer, ShareConsumer
 from mqbroker.client.share_admin import ShareGroupAdmin
-from mqbroker.errors import InvalidRecordStateError
+from mqbroker.client.share_core import AcknowledgedCallback
+from mqbroker.client.twisted import TwistedShareConsumer
+from mqbroker.errors import CorruptMessageError, InvalidRecordStateError
 from mqbroker.records import dead_letters
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import wait_for
+from tests.integration.nativewire import produce_batch
 from tests.integration.share_support import (
     ShareChild,
     acknowledged,
@@ -32,6 +37,7 @@ from tests.integration.share_support import (
     produce,
     unanswered,
 )
+from tests.poison import poison_batch
 
 LEASE_MS = 2_000
 
@@ -281,3 +287,132 @@ def test_kill_9_of_the_broker_mid_stream_loses_no_acknowledged_record(broker: Br
     for worker in workers:
         assert worker.process.poll() is None, worker.errors()
         worker.kill()
+
+
+def _twisted_consumer(broker: BrokerProcess, name: str, **options: object) -> TwistedShareConsumer:
+    """A Twisted member of share group ``name`` reading topic ``name``."""
+    return TwistedShareConsumer(reactor, broker.bootstrap, group_id=name, topics=[name], fetch_wait_ms=200,
+                                **options)  # type: ignore[arg-type]
+
+
+#: Long enough that a record leased and not returned by a poll cannot come back within the test.
+HELD_LEASE_MS = 60_000
+
+
+def _half_poisoned_queue(broker: BrokerProcess, name: str) -> None:
+    """Topic and share group ``name``: partition 0 holds records 0-4; partition 1 records 10-14, a batch that does
+    not decode (offsets 5-6), then record 17."""
+    create_topic(broker.bootstrap, name, partitions=2)
+    produce(broker.bootstrap, name, (b"%d" % n for n in range(5)), partition=0)
+    produce(broker.bootstrap, name, (b"%d" % n for n in range(10, 15)), partition=1)
+    assert produce_batch(broker.ports["native"], name, 1, poison_batch()) == 0
+    produce(broker.bootstrap, name, [b"17"], partition=1)
+    create_group(broker.bootstrap, name, [name], lease_ms=str(HELD_LEASE_MS))
+
+
+GOOD_RECORDS = [b"%d" % n for n in [*range(5), *range(10, 15), 17]]
+
+
+def test_a_share_poll_returns_the_records_beside_a_poison_batch_and_the_next_raises(
+        shared_broker: BrokerProcess) -> None:
+    """The fetch that leases the batch that does not decode leases the good records too: they are returned (raised
+    past, they stayed leased to this consumer, unread, until their leases ended), with the acknowledgements'
+    outcomes; ``CorruptMessageError`` comes from the poll after, and the consumer reads on."""
+    _half_poisoned_queue(shared_broker, "half-poisoned")
+    outcomes: list = []
+    with _consumer(shared_broker, "half-poisoned", "half-poisoned", "reader",
+                   on_acknowledged=outcomes.extend) as consumer:
+        assert consumer.wait_joined(30)
+        received, raised = [], 0
+        deadline = time.monotonic() + 15
+        while (len(received) < len(GOOD_RECORDS) or not raised) and time.monotonic() < deadline:
+            try:
+                received += consumer.poll(0.5)
+            except CorruptMessageError:
+                raised += 1
+        assert sorted(message.value for message in received) == sorted(GOOD_RECORDS) and raised == 1
+        consumer.acknowledge(received)
+        assert consumer.poll(0.5) == []  # the verdicts go with it
+        assert outcomes and all(outcome.error is None for outcome in outcomes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_twisted_share_poll_returns_the_records_beside_a_poison_batch_and_the_next_raises(
+        shared_broker: BrokerProcess) -> None:
+    """As for the blocking consumer; and the error is the poll's, not the consumer's: it reads on after it."""
+    _half_poisoned_queue(shared_broker, "half-poisoned-twisted")
+    outcomes: list = []
+    consumer = _twisted_consumer(shared_broker, "half-poisoned-twisted", on_acknowledged=outcomes.extend)
+    try:
+        received, raised = [], 0
+        deadline = time.monotonic() + 15
+        while (len(received) < len(GOOD_RECORDS) or not raised) and time.monotonic() < deadline:
+            try:
+                received += await consumer.poll()
+            except CorruptMessageError:
+                raised += 1
+        assert sorted(message.value for message in received) == sorted(GOOD_RECORDS) and raised == 1
+        consumer.acknowledge(received)
+        assert await consumer.poll() == []  # the verdicts go with it
+        assert outcomes and all(outcome.error is None for outcome in outcomes)
+    finally:
+        await consumer.close()
+
+
+def _queue_of_twenty(broker: BrokerProcess, name: str) -> None:
+    create_topic(broker.bootstrap, name, partitions=1)
+    produce(broker.bootstrap, name, (b"%d" % n for n in range(20)))
+    create_group(broker.bootstrap, name, [name], lease_ms=str(HELD_LEASE_MS))
+
+
+def _raising_once(calls: list) -> AcknowledgedCallback:
+    def on_acknowledged(outcomes: list) -> None:
+        calls.append(outcomes)
+        if len(calls) == 1:
+            raise RuntimeError("the application's callback failed")
+    return on_acknowledged
+
+
+def test_the_records_of_a_share_poll_whose_acknowledged_callback_raised_come_from_the_next_poll(
+        shared_broker: BrokerProcess) -> None:
+    """The second poll carries the first one's verdicts and leases ten more records; ``on_acknowledged`` raises
+    from it: the next poll returns those records (lost before: leased to this consumer until their leases ended)."""
+    _queue_of_twenty(shared_broker, "ack-callback-raises")
+    calls: list = []
+    with _consumer(shared_broker, "ack-callback-raises", "ack-callback-raises", "reader", records_max=10,
+                   on_acknowledged=_raising_once(calls)) as consumer:
+        assert consumer.wait_joined(30)
+        received, raised = [], 0
+        deadline = time.monotonic() + 15
+        while len(received) < 20 and time.monotonic() < deadline:
+            try:
+                messages = consumer.poll(0.5)
+            except RuntimeError:
+                raised += 1
+                continue
+            received += messages
+            consumer.acknowledge(messages)
+        assert raised == 1 and sorted(int(message.value) for message in received) == list(range(20))
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_records_of_a_twisted_share_poll_whose_acknowledged_callback_raised_come_from_the_next_poll(
+        shared_broker: BrokerProcess) -> None:
+    _queue_of_twenty(shared_broker, "ack-callback-raises-twisted")
+    calls: list = []
+    consumer = _twisted_consumer(shared_broker, "ack-callback-raises-twisted", records_max=10,
+                                 on_acknowledged=_raising_once(calls))
+    try:
+        received, raised = [], 0
+        deadline = time.monotonic() + 15
+        while len(received) < 20 and time.monotonic() < deadline:
+            try:
+                messages = await consumer.poll()
+            except RuntimeError:
+                raised += 1
+                continue
+            received += messages
+            consumer.acknowledge(messages)
+        assert raised == 1 and sorted(int(message.value) for message in received) == list(range(20))
+    finally:
+        await consumer.close()

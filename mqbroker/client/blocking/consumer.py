@@ -110,6 +110,8 @@ class Consumer:
         self._admin = ClusterRequests(self._cluster)
         #: The fetch sent before the last ``poll`` returned, parked at the broker until records arrive.
         self._in_flight: list[_Fetch] = []
+        #: Assignment changes taken from the group whose application raised: the next poll applies them again.
+        self._unapplied: list[AssignmentChange] = []
         topics = list(topics)
         self._group: GroupMembership | None = None
         if group_id is not None:
@@ -210,9 +212,15 @@ class Consumer:
         group = self._group
         if group is None:
             return
-        changes = group.take_changes()
-        for change in changes:
-            self._apply(group, change)
+        changes = self._unapplied + group.take_changes()
+        self._unapplied = []
+        for index, change in enumerate(changes):
+            try:
+                self._apply(group, change)
+            except BaseException:  # a callback raised, a lookup failed: kept; the member rejoins after
+                self._unapplied = changes[index:]
+                group.changes_applied(index)
+                raise
         if changes:
             group.changes_applied(len(changes))
         if self._auto_commit.due(wall_clock_ms()):
@@ -267,48 +275,64 @@ class Consumer:
 
     def _fetch_once(self, max_wait_ms: int) -> list[Message]:
         """Fetch for up to ``max_wait_ms``: the fetch the last poll left in flight, and new ones for partitions
-        without one. Before returning records, send the next fetch, so one waits at the broker meanwhile."""
+        without one. Before returning records, send the next fetch, so one waits at the broker meanwhile.
+
+        Interrupted (KeyboardInterrupt, an ``on_unreadable`` callback raising, a failure that is not the broker's),
+        it abandons every fetch in flight and reads the records it took again: the next poll returns them."""
         self._core.raise_failure()  # held back from the last poll, which had records to return
         self._drop_overtaken_fetches()
         deadline = time.monotonic() + max_wait_ms / 1000
-        parked, self._in_flight = self._in_flight, []
-        fresh = self._send_fetches(max_wait_ms)
-        if not parked and not fresh:
-            time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
-            return []
+        parked = len(self._in_flight)  # sent with the whole fetch_max_wait_ms: wait only as long as this poll may
         messages: list[Message] = []
-        for fetch in parked:  # sent with the whole fetch_max_wait_ms: wait only as long as this poll may
-            self._complete(fetch, max(0.0, deadline - time.monotonic()), messages)
-        for fetch in fresh:  # sent with this poll's wait: the broker answers within it
-            self._complete(fetch, self._cluster.timeout_s, messages)
-        if messages:
-            self._in_flight += self._send_fetches(self._core.config.fetch_max_wait_ms)
-        else:
+        try:
+            self._send_fetches(max_wait_ms)
+            if not self._in_flight:
+                time.sleep(min(max_wait_ms, 100) / 1000)  # nothing fetchable yet: do not spin
+                return []
+            for index, fetch in enumerate(list(self._in_flight)):
+                # a fresh fetch was sent with this poll's wait: the broker answers within it
+                timeout_s = max(0.0, deadline - time.monotonic()) if index < parked else self._cluster.timeout_s
+                self._complete(fetch, timeout_s, messages)
+            if messages:
+                self._send_fetches(self._core.config.fetch_max_wait_ms)
+        except BaseException:
+            self._abandon(self._in_flight)
+            self._in_flight = []
+            self._core.unread(messages)
+            raise
+        if not messages:
             self._core.raise_failure()
         return messages
 
     def _drop_overtaken_fetches(self) -> None:
         """Abandon the fetch in flight if a seek, reset, pause or assignment change since made it stale."""
-        kept = []
+        kept, stale = [], []
         for fetch in self._in_flight:
-            if self._core.fetch_current(fetch.plan):
-                kept.append(fetch)
-            else:
-                fetch.connection.abandon(fetch.correlation_id)
-                self._core.fetch_abandoned(fetch.plan)
+            (kept if self._core.fetch_current(fetch.plan) else stale).append(fetch)
         self._in_flight = kept
+        self._abandon(stale)
 
-    def _send_fetches(self, max_wait_ms: int) -> list[_Fetch]:
-        """Send a fetch to each leader of partitions that have a position and no fetch in flight."""
-        sent = []
-        for plan in self._core.fetch_plans(self._cluster.view.leader):
+    def _abandon(self, fetches: list[_Fetch]) -> None:
+        """Forget ``fetches``: their answers are dropped when they come and their partitions fetched again."""
+        for fetch in fetches:
+            fetch.connection.abandon(fetch.correlation_id)
+            self._core.fetch_abandoned(fetch.plan)
+
+    def _send_fetches(self, max_wait_ms: int) -> None:
+        """Send a fetch to each leader of partitions that have a position and no fetch in flight (``_in_flight``)."""
+        plans = self._core.fetch_plans(self._cluster.view.leader)
+        for index, plan in enumerate(plans):
             try:
                 connection = self._cluster.connection(plan.node_id)
-                sent.append(_Fetch(plan, connection, connection.send(plan.request(max_wait_ms)), time.monotonic()))
+                self._in_flight.append(
+                    _Fetch(plan, connection, connection.send(plan.request(max_wait_ms)), time.monotonic()))
             except BrokerUnavailableError:
                 self._cluster.drop(plan.node_id)
                 self._core.fetch_failed(plan)
-        return sent
+            except BaseException:  # e.g. a broker that refuses this client's login: these are fetched again later
+                for unsent in plans[index:]:
+                    self._core.fetch_abandoned(unsent)
+                raise
 
     def _complete(self, fetch: _Fetch, timeout_s: float, into: list[Message]) -> None:
         """Wait up to ``timeout_s`` for ``fetch``'s answer and add its records to ``into``; unanswered, it stays in
@@ -319,13 +343,14 @@ class Consumer:
                 fetch.connection.abandon(fetch.correlation_id)
                 raise BrokerUnavailableError(f"no fetch answer from {fetch.connection.address}")
         except BrokerError:
+            self._in_flight.remove(fetch)
             if self._cluster.connections.get(fetch.plan.node_id) is fetch.connection:  # not reconnected meanwhile
                 self._cluster.drop(fetch.plan.node_id)
             self._core.fetch_failed(fetch.plan)
             return
         if response is None:
-            self._in_flight.append(fetch)
-            return
+            return  # it stays in flight
+        self._in_flight.remove(fetch)
         assert isinstance(response, FetchResponse)
         into += self._core.fetch_completed(fetch.plan, response)
 

@@ -64,6 +64,8 @@ class ShareConsumer:
         self._on_acknowledged = on_acknowledged
         self._membership = ShareMembership(group_id, topics)
         self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
+        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
+        self._held: list[ShareMessage] = []
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stopping = False
@@ -81,22 +83,39 @@ class ShareConsumer:
 
     def poll(self, timeout: float = 1.0) -> list[ShareMessage]:
         """Records leased to this consumer (waiting up to ``timeout`` seconds); sends queued verdicts first."""
+        if self._held:
+            held, self._held = self._held, []
+            return held
         deadline = time.monotonic() + timeout
         member_id = self._wait_joined(deadline)
-        if member_id is None:
+        if member_id is None or self._raise_failure():  # held back from the last poll, which had records
             return []
         wait_ms = max(0, min(self._fetch_wait_ms, int((deadline - time.monotonic()) * 1000)))
         request, sent = self._core.fetch_request(member_id, wait_ms)
         try:
             response = self._link().request(request, self._timeout_s + wait_ms / 1000)
             assert isinstance(response, ShareFetchResponse)
-            messages, outcomes = self._core.fetch_completed(response, sent)
         except BrokerError as error:
             self._report(failed_outcomes(sent, error))
             self._recover(error)
             return []
-        self._report(outcomes)
+        messages, outcomes = self._core.fetch_completed(response, sent)
+        self._held = messages
+        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
+        self._held = []
+        if not messages:
+            self._raise_failure()
         return messages
+
+    def _raise_failure(self) -> bool:
+        """Raise the error a fetch reply held for the application (a batch that does not decode); from one that a
+        retry fixes (the host moved), recover instead. Whether there was one."""
+        try:
+            self._core.raise_failure()
+        except BrokerError as error:
+            self._recover(error)  # raises what no retry can fix
+            return True
+        return False
 
     # -- settling ------------------------------------------------------------------------------
 

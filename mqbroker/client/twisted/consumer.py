@@ -98,6 +98,8 @@ class TwistedConsumer:
         #: Fetches sent and not yet taken by ``poll``: the one sent before the last poll fired waits at the broker.
         self._in_flight: list[tuple[FetchPlan, Deferred[Any]]] = []
         self._group: TwistedGroupMembership | None = None
+        #: Assignment changes taken from the group whose application raised: the next poll applies them again.
+        self._unapplied: list[AssignmentChange] = []
         self._auto_commit = AutoCommit(None, 0)
         self._callbacks: dict[str, RebalanceCallback | None] = {
             "assigned": on_assigned, "revoked": on_revoked, "lost": on_lost,
@@ -188,9 +190,15 @@ class TwistedConsumer:
 
     async def _group_step(self, group: TwistedGroupMembership) -> None:
         """Apply the membership's assignment changes and auto-commit when due."""
-        changes = group.take_changes()
-        for change in changes:
-            await self._apply(group, change)
+        changes = self._unapplied + group.take_changes()
+        self._unapplied = []
+        for index, change in enumerate(changes):
+            try:
+                await self._apply(group, change)
+            except BaseException:  # a callback raised, the poll was cancelled: kept; rejoins after
+                self._unapplied = changes[index:]
+                group.changes_applied(index)
+                raise
         if changes:
             group.changes_applied(len(changes))
         if self._auto_commit.due(self._now_ms()):
@@ -269,6 +277,7 @@ class TwistedConsumer:
                 continue
             except BaseException:  # the poll was cancelled while it waited: the next poll fetches these again
                 self._abandon(in_flight[index:])
+                self._core.unread(messages)  # and returns the records earlier fetches of this poll brought
                 raise
             assert isinstance(response, FetchResponse)
             messages += self._core.fetch_completed(plan, response)

@@ -55,6 +55,8 @@ class TwistedShareConsumer:
         self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
         self._fetch_wait_ms = fetch_wait_ms
         self._on_acknowledged = on_acknowledged
+        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
+        self._held: list[ShareMessage] = []
         self._joined: list[Deferred[None]] = []
         self._timer: IDelayedCall | None = reactor.callLater(0, self._beat)
         self._closed = False
@@ -87,18 +89,21 @@ class TwistedShareConsumer:
     def _failed(self, error: BrokerError, role: str) -> bool:
         """Reconnect or rejoin after ``error``; False (and the error kept for ``poll``) when nothing helps."""
         try:
-            action = self._membership.failed(error)
+            self._recover(error, role)
         except BrokerError as fatal:
             self.error = fatal
             waiters, self._joined = self._joined, []
             for waiter in waiters:
                 waiter.errback(fatal)
             return False
-        if action is Rejoin.FIND_COORDINATOR:
+        return True
+
+    def _recover(self, error: BrokerError, role: str) -> None:
+        """Reconnect or rejoin after ``error``; raises it when nothing helps."""
+        if self._membership.failed(error) is Rejoin.FIND_COORDINATOR:
             self._cluster.drop_coordinator(role)
         if self._timer is not None and self._timer.active():
             self._timer.reset(0)  # rejoin now
-        return True
 
     def _until_joined(self) -> Deferred[None]:
         if self.error is not None:
@@ -116,19 +121,39 @@ class TwistedShareConsumer:
         return Deferred.fromCoroutine(self._poll())
 
     async def _poll(self) -> list[ShareMessage]:
+        if self._held:
+            held, self._held = self._held, []
+            return held
         await self._until_joined()
+        if await self._raise_failure():  # held back from the last poll, which had records to return
+            return []
         request, sent = self._core.fetch_request(self._membership.member_id, self._fetch_wait_ms)
         try:
             response = await self._host(FETCHES, request)
-            messages, outcomes = self._core.fetch_completed(response, sent)
         except BrokerError as error:
             self._report(failed_outcomes(sent, error))
             if not self._failed(error, FETCHES):
                 raise
             await deferLater(self._reactor, COORDINATOR_RETRY_MS / 1000, lambda: None)
             return []
-        self._report(outcomes)
+        messages, outcomes = self._core.fetch_completed(response, sent)
+        self._held = messages
+        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
+        self._held = []
+        if not messages:
+            await self._raise_failure()
         return messages
+
+    async def _raise_failure(self) -> bool:
+        """Raise the error a fetch reply held for the application (a batch that does not decode: this poll's error,
+        not the consumer's); from one that a retry fixes (the host moved), recover instead. Whether there was one."""
+        try:
+            self._core.raise_failure()
+        except BrokerError as error:
+            self._recover(error, FETCHES)  # raises what no retry can fix
+            await deferLater(self._reactor, COORDINATOR_RETRY_MS / 1000, lambda: None)
+            return True
+        return False
 
     def ack(self, message: ShareMessage) -> None:
         """The record is processed: done (sent with the next poll or commit)."""

@@ -23,16 +23,31 @@ from mqbroker.protocols.native.messages import (
 FRAME_BYTES_MAX = 32 * 1024 * 1024
 
 
-class _SlowPeer:
+class _Peer:
+    """A peer speaking the server codec over a socket of its own, served by ``_serve`` on a thread."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Wait for the serving thread to end (the client closed), then stop listening."""
+        self._thread.join(timeout=10)
+        self._listener.close()
+
+
+class _SlowPeer(_Peer):
     """Answers ApiVersions, then stops reading for ``stall_s`` (the client's send buffer fills), then reads on."""
 
     def __init__(self, stall_s: float) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
         self._stall_s = stall_s
         self.requests: list[object] = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
     def _serve(self) -> None:
         peer, _ = self._listener.accept()
@@ -47,10 +62,6 @@ class _SlowPeer:
             while len(self.requests) < 2 and (data := peer.recv(1 << 20)):
                 self.requests += [event.request for event in codec.receive_data(data)]
 
-    def join(self) -> None:
-        self._thread.join(timeout=10)
-        self._listener.close()
-
 
 def test_a_request_larger_than_the_send_buffer_goes_out_whole_on_a_non_blocking_socket() -> None:
     """The producer's I/O thread uses non-blocking sockets, where ``sendall`` gives up half-way."""
@@ -62,7 +73,7 @@ def test_a_request_larger_than_the_send_buffer_goes_out_whole_on_a_non_blocking_
         ProduceTopic(name="big", partitions=(ProducePartition(partition_index=0, records=records),)),
     ))
     connection.send(request)
-    peer.join()
+    peer.close()
     connection.close()
     assert len(peer.requests) == 2
     received = peer.requests[1]
@@ -92,16 +103,13 @@ def test_any_bootstrap_text_parses_to_addresses_or_raises_value_error(text: str)
     assert addresses and all(isinstance(host, str) and 0 <= port for host, port in addresses)
 
 
-class _ReorderingPeer:
+class _ReorderingPeer(_Peer):
     """Answers ApiVersions, then takes ``count`` more ApiVersions requests and answers them in ``order``."""
 
     def __init__(self, count: int, order: list[int]) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
         self._count, self._order = count, order
         self.answer = threading.Event()  # set to let the answers go
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
     def _serve(self) -> None:
         peer, _ = self._listener.accept()
@@ -118,9 +126,6 @@ class _ReorderingPeer:
             for index in self._order:
                 peer.sendall(codec.reply(headers[1 + index], supported_api_versions()))  # type: ignore[arg-type]
             peer.recv(1)  # until the client closes
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 def test_a_response_arriving_while_another_is_awaited_waits_for_its_own_wait() -> None:
@@ -146,4 +151,59 @@ def test_an_abandoned_request_has_its_response_dropped_whenever_it_arrives() -> 
     connection.abandon(second)  # after its answer arrived
     assert connection.wait_response(first, 0.05) is None and connection.wait_response(second, 0.05) is None
     connection.close()
+    peer.close()
+
+
+class _AnsweringPeer(_Peer):
+    """Answers every request (ApiVersions) at once, until the client closes."""
+
+    def _serve(self) -> None:
+        peer, _ = self._listener.accept()
+        codec = ServerConnection(FRAME_BYTES_MAX)
+        with peer:
+            while data := peer.recv(65536):
+                for event in codec.receive_data(data):
+                    assert isinstance(event, RequestReceived)
+                    peer.sendall(codec.reply(event.header, supported_api_versions()))
+
+
+def test_abandoned_requests_are_forgotten_once_answered_however_long_the_connection_lives() -> None:
+    """Abandoned before its answer, after it was taken (a poll interrupted after the wait), or read by ``receive``
+    alone: the connection keeps an id only while its request is unanswered."""
+    peer = _AnsweringPeer()
+    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
+    for _ in range(50):
+        early = connection.send(ApiVersionsRequest())
+        connection.abandon(early)
+        taken = connection.send(ApiVersionsRequest())
+        assert isinstance(connection.wait_response(taken, 5), ApiVersionsResponse)
+        connection.abandon(taken)
+        read_alone = connection.send(ApiVersionsRequest())
+        connection.abandon(read_alone)
+        while read_alone in connection.codec.inflight_correlation_ids:
+            connection.receive(5)
+    assert len(connection._abandoned) <= 1 and not connection._arrived
+    connection.close()
+    peer.close()
+
+
+def test_a_wait_interrupted_abandons_its_request_and_close_forgets_every_answer() -> None:
+    peer = _AnsweringPeer()
+    connection = BlockingConnection("127.0.0.1", peer.port, "test", timeout_s=5)
+    receive = connection.receive
+
+    def interrupted(timeout_s: float | None = None) -> list:
+        connection.receive = receive  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    connection.receive = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        connection.request(ApiVersionsRequest(), 5)
+    assert isinstance(connection.request(ApiVersionsRequest(), 5), ApiVersionsResponse)
+    assert not connection._arrived and not connection._abandoned  # the interrupted request's answer was dropped
+    connection.send(ApiVersionsRequest())  # answered first: its answer is kept while the next one is awaited
+    assert connection.wait_response(connection.send(ApiVersionsRequest()), 5) is not None
+    assert connection._arrived
+    connection.close()
+    assert not connection._arrived and not connection._abandoned
     peer.close()

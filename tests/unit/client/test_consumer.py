@@ -26,6 +26,7 @@ from mqbroker.records.readable import UnreadableBatch
 from tests.poison import poison_batch
 
 EVENTS_0 = ("events", 0)
+EVENTS_1 = ("events", 1)
 
 
 def _batch(base_offset: int, values: list[bytes], timestamp_ms: int = 1000) -> bytes:
@@ -175,9 +176,36 @@ def test_a_partition_that_fails_keeps_its_position_and_the_others_messages_are_r
         core.raise_failure()
 
 
-# -- a fetch in flight across polls (pipelining) ------------------------------------------------------------
+def test_messages_that_never_reached_the_application_are_read_again() -> None:
+    """A callback raising part-way through a reply, or a driver interrupted after ``fetch_completed``: the
+    partitions whose messages were decoded are read again from the first of them, with no fetch left in flight."""
+    poison = bytearray(poison_batch(records_count=2))
+    stamp(poison, 0, 5, 0)
 
-EVENTS_1 = ("events", 1)
+    def refuse(batch: UnreadableBatch) -> None:
+        raise RuntimeError("the application's callback failed")
+
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.EARLIEST), on_unreadable=refuse)
+    core.assign([EVENTS_0, EVENTS_1])
+    core.seek(EVENTS_0, 0)
+    core.seek(EVENTS_1, 5)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    first = FetchPartitionResult(partition_index=0, error_code=0, high_watermark=2, records=_batch(0, [b"a", b"b"]))
+    second = FetchPartitionResult(partition_index=1, error_code=0, high_watermark=9, records=bytes(poison))
+    with pytest.raises(RuntimeError):
+        core.fetch_completed(plan, FetchResponse(topics=(FetchTopicResult(name="events", partitions=(first, second)),)))
+    assert core.position(EVENTS_0) == 0 and core.position(EVENTS_1) == 5
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    assert plan.offsets == {EVENTS_0: 0, EVENTS_1: 5}
+    messages = core.fetch_completed(plan, FetchResponse(topics=(FetchTopicResult(name="events", partitions=(first,)),)))
+    (newer,) = core.fetch_plans(lambda topic, partition: 1)  # the next fetch, sent before the poll was interrupted
+    core.unread(messages)
+    assert core.position(EVENTS_0) == 0 and not core.fetch_current(newer)
+    core.fetch_abandoned(newer)
+    assert core.fetch_plans(lambda topic, partition: 1)[0].offsets == {EVENTS_0: 0, EVENTS_1: 5}
+
+
+# -- a fetch in flight across polls (pipelining) ------------------------------------------------------------
 
 
 def _two_partitions_in_flight() -> tuple[ConsumerCore, FetchPlan]:

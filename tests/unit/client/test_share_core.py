@@ -24,7 +24,9 @@ from mqbroker.errors import (
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.native import share_messages as wire
 from mqbroker.records.builder import encode_batch
+from mqbroker.records.header import stamp
 from mqbroker.records.record import Record
+from tests.poison import poison_batch
 
 ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
 
@@ -121,8 +123,9 @@ def test_a_batch_inside_one_acquired_range_is_returned_whole_with_its_delivery_c
     assert split == whole
 
 
-def test_a_fetch_reply_yields_records_and_raises_only_when_every_partition_failed() -> None:
-    """A failed partition beside one with records is skipped; alone, its error is raised."""
+def test_a_partitions_error_waits_for_raise_failure_beside_the_others_records() -> None:
+    """A failed partition beside one with records: the records come back and the error waits in ``raise_failure``
+    (the driver raises it from a poll with no records, else from the next one); alone, it gives no records."""
     core = ShareConsumerCore("g")
     good = wire.ShareFetchPartitionResult(partition_index=0, records=leased_batch(), acquired_records=(
         wire.AcquiredRecords(first_offset=10, last_offset=10, delivery_count=1),))
@@ -132,8 +135,40 @@ def test_a_fetch_reply_yields_records_and_raises_only_when_every_partition_faile
         wire.ShareFetchTopicResult(name="t", partitions=(good, bad)),)), [])
     assert [m.offset for m in messages] == [10]
     with pytest.raises(GroupAuthorizationError):
-        core.fetch_completed(wire.ShareFetchResponse(topics=(wire.ShareFetchTopicResult(name="t", partitions=(bad,)),)),
-                             [])
+        core.raise_failure()
+    core.raise_failure()  # raised once
+    assert core.fetch_completed(wire.ShareFetchResponse(topics=(wire.ShareFetchTopicResult(name="t", partitions=(
+        bad,)),)), []) == ([], [])
+    with pytest.raises(GroupAuthorizationError):
+        core.raise_failure()
+
+
+def test_a_leased_batch_that_does_not_decode_stops_only_itself() -> None:
+    """Partition 0 holds a good batch, one that does not decode and a good one; partition 1 a good one; the reply
+    carries an acknowledgement's outcome. Every good record is returned (leased to this consumer, it would be held
+    by nobody until its lease ended), and the outcome; ``CorruptMessageError`` waits in ``raise_failure``."""
+    poison = bytearray(poison_batch(records_count=2))
+    stamp(poison, 0, 20, 0)
+    after = encode_batch([Record(offset=22, timestamp_ms=122, key=None, value=b"22", headers=())], base_offset=22)
+    core = ShareConsumerCore("g")
+    core.acknowledge([message(5)], ACCEPT)
+    _, sent = core.fetch_request("m", 0)
+    first = wire.ShareFetchPartitionResult(partition_index=0, records=leased_batch() + bytes(poison) + after,
+                                           acquired_records=(wire.AcquiredRecords(first_offset=10, last_offset=22,
+                                                                                  delivery_count=1),))
+    second = wire.ShareFetchPartitionResult(partition_index=1, records=leased_batch(), acquired_records=(
+        wire.AcquiredRecords(first_offset=10, last_offset=11, delivery_count=1),))
+    reply = wire.ShareFetchResponse(
+        topics=(wire.ShareFetchTopicResult(name="t", partitions=(first, second)),),
+        acknowledgements=(wire.ShareAcknowledgeTopicResult(name="t", partitions=(
+            wire.ShareAcknowledgePartitionResult(partition_index=0, batches=(
+                wire.ShareAcknowledgeBatchResult(first_offset=5, last_offset=5),)),)),))
+    messages, outcomes = core.fetch_completed(reply, sent)
+    assert [(m.partition, m.offset) for m in messages] == [(0, offset) for offset in [*range(10, 20), 22]] + [
+        (1, 10), (1, 11)]
+    assert outcomes == [AcknowledgeOutcome("t", 0, 5, 5, ACCEPT)]
+    with pytest.raises(CorruptMessageError, match="t-0"):
+        core.raise_failure()
 
 
 @given(st.binary(max_size=200))
