@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import repeat
 
-from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks
+from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks, SendPublishes
 from mqbroker.protocols.mqtt.codec import encode, encode_plain_publish
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, protocol_error
@@ -324,9 +324,14 @@ class PublishFlows:
         v5 = outbox.protocol_level == PROTOCOL_LEVEL_5
         packet_bytes_max = self._client_packet_bytes_max
         topic, topic_field = self._topic_field
+        publishes: list[Publish] = []  # the run sent so far, and its encodings: one action for all of them
+        encoded: list[bytes] = []
         while pending and len(inflight) < window:
             message = pending.popleft()
             if message.properties is not NO_PROPERTIES:
+                if publishes:
+                    actions.append(_sending(publishes, encoded))
+                    publishes, encoded = [], []
                 self._send_message(message, now_ms)
                 continue
             if message.topic != topic:
@@ -339,13 +344,16 @@ class PublishFlows:
             if packet_bytes_max is not None and len(data) > packet_bytes_max:
                 continue  # the server discards what the client cannot receive [MQTT-3.1.2-25]
             publish = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=packet_id)
-            actions.append(Send(packet=publish, data=data))
+            publishes.append(publish)
+            encoded.append(data)
             if qos == 1:
                 flow = _AWAITING_PUBACK
             else:
                 flow = _AWAITING_PUBREC
                 outbox.dirty = True  # its packet id is durable before it goes out (the module docstring)
             inflight[packet_id] = Inflight(publish=publish, state=flow, position=message.position)
+        if publishes:
+            actions.append(_sending(publishes, encoded))
 
     def _send_message(self, message: OutboundMessage, now_ms: int) -> None:
         properties = message.properties
@@ -388,6 +396,13 @@ class PublishFlows:
             self._outbound_aliases[publish.topic] = alias  # type: ignore[assignment]
         self._outbox.actions.append(Send(packet=wire, data=data))
         return True
+
+
+def _sending(publishes: list[Publish], encoded: list[bytes]) -> Send | SendPublishes:
+    """The action that sends a run of PUBLISHes and their encodings: a lone one's ``Send``, else one ``SendPublishes``."""
+    if len(publishes) == 1:
+        return Send(packet=publishes[0], data=encoded[0])
+    return SendPublishes(publishes=publishes, data=b"".join(encoded))
 
 
 #: The packets of the PUBLISH flows, and the handler each goes to.
