@@ -25,7 +25,7 @@ the durable session state changed (``StoreSession``), and how:
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import repeat
 
@@ -53,6 +53,7 @@ from mqbroker.protocols.mqtt.state import (
     InflightState,
     OutboundMessage,
     SessionState,
+    Subscription,
 )
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
 
@@ -299,6 +300,18 @@ class PublishFlows:
                 self._outbox.send(PubRel(packet_id=packet_id))
             elif not self._send_if_fits(replace(entry.publish, dup=True)):
                 del self.state.inflight[packet_id]  # too large for this connection [MQTT-3.1.2-25]
+
+    def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, Sequence[Subscription]]], now_ms: int) -> None:
+        """Queue each (message, subscriptions) and send what may go, before the next is read (``MqttSession``'s
+        ``deliver_many``). With the window full and no QoS 0 message waiting (a drain's refill) nothing may: the
+        message only joins the queue."""
+        state = self.state
+        assert state is not None
+        inflight, qos0_pending, window = state.inflight, state.qos0_pending, self._client_receive_maximum
+        for message, subscriptions in deliveries:
+            state.enqueue(message, subscriptions)
+            if qos0_pending or len(inflight) < window:
+                self.pump(now_ms)
 
     def pump(self, now_ms: int) -> None:
         """Send queued messages: QoS 0 at once, QoS 1/2 while the client's window has room."""
