@@ -28,7 +28,7 @@ import pathlib
 import pytest
 
 from mqbroker.protocols.mqtt import packets
-from mqbroker.protocols.mqtt.actions import Close, Send, SendPubAcks, SessionEnded, StoreSession
+from mqbroker.protocols.mqtt.actions import Close, Send, SendPubAcks, SendPublishes, SessionEnded, StoreSession
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import Connect, ReasonCode
@@ -150,6 +150,9 @@ class Script:
                     action.data)
                 assert [packet.packet_id for packet in decoded] == action.packet_ids  # type: ignore[union-attr]
                 lines += [f"send {compact(packet)}" for packet in decoded]
+            elif isinstance(action, SendPublishes):  # a run of PUBLISHes: each, as a Send shows it
+                assert action.data == b"".join(encode(publish, session.protocol_level) for publish in action.publishes)
+                lines += [f"send {compact(publish)}" for publish in action.publishes]
             else:
                 lines.append(f"send {compact(action.packet)}" if isinstance(action, Send) else compact(action))
         if session.state is not state_before:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from mqbroker.protocols.mqtt.packets import Packet
+from mqbroker.protocols.mqtt.packets import Packet, Publish
 from mqbroker.protocols.mqtt.state import SessionState, Subscription
 
 
@@ -35,6 +35,16 @@ class SendPubAcks:
     another (the QoS 1 messages of one log write, acknowledged without a packet object and a ``Send`` each)."""
 
     packet_ids: list[int]
+    data: bytes
+
+
+#: Made once per window refill (see ``packets.Publish``).
+@dataclass(slots=True, kw_only=True)
+class SendPublishes:
+    """Write ``publishes``, in order: ``data`` is their encodings, one after another (the deliveries one refill of
+    the client's window sends, with one action and one join instead of a ``Send`` each)."""
+
+    publishes: list[Publish]
     data: bytes
 
 
@@ -138,6 +148,6 @@ class SessionEnded:
 
 
 Action = Union[
-    Send, SendPubAcks, Close, OpenSession, PublishToLog, Retain, AddSubscription, RemoveSubscription, SetTimer,
+    Send, SendPubAcks, SendPublishes, Close, OpenSession, PublishToLog, Retain, AddSubscription, RemoveSubscription, SetTimer,
     ScheduleWill, StoreSession, SessionEnded,
 ]

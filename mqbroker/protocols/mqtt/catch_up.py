@@ -225,6 +225,7 @@ class CatchUp:
         session = connection.session
         log_topic, partition = key
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
+        held = connection.deliveries_held  # nor the fetch quota: what this hands over is sent once it has ended
         for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
             if record_offset >= limit:
@@ -247,7 +248,7 @@ class CatchUp:
                         ]
                 if subscriptions:
                     assert message is not None and state is not None
-                    if connection.deliveries_held or (message.qos and not state.has_room()):
+                    if held or (message.qos and not state.has_room()):
                         self._stopped = True
                         return
                     delivery = message, subscriptions

@@ -25,11 +25,11 @@ the durable session state changed (``StoreSession``), and how:
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import repeat
 
-from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks
+from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks, SendPublishes
 from mqbroker.protocols.mqtt.codec import encode, encode_plain_publish
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, protocol_error
@@ -53,6 +53,7 @@ from mqbroker.protocols.mqtt.state import (
     InflightState,
     OutboundMessage,
     SessionState,
+    Subscription,
 )
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
 
@@ -300,6 +301,18 @@ class PublishFlows:
             elif not self._send_if_fits(replace(entry.publish, dup=True)):
                 del self.state.inflight[packet_id]  # too large for this connection [MQTT-3.1.2-25]
 
+    def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, Sequence[Subscription]]], now_ms: int) -> None:
+        """Queue each (message, subscriptions) and send what may go, before the next is read (``MqttSession``'s
+        ``deliver_many``). With the window full and no QoS 0 message waiting (a drain's refill) nothing may: the
+        message only joins the queue."""
+        state = self.state
+        assert state is not None
+        inflight, qos0_pending, window = state.inflight, state.qos0_pending, self._client_receive_maximum
+        for message, subscriptions in deliveries:
+            state.enqueue(message, subscriptions)
+            if qos0_pending or len(inflight) < window:
+                self.pump(now_ms)
+
     def pump(self, now_ms: int) -> None:
         """Send queued messages: QoS 0 at once, QoS 1/2 while the client's window has room."""
         state = self.state
@@ -324,9 +337,14 @@ class PublishFlows:
         v5 = outbox.protocol_level == PROTOCOL_LEVEL_5
         packet_bytes_max = self._client_packet_bytes_max
         topic, topic_field = self._topic_field
+        publishes: list[Publish] = []  # the run sent so far, and its encodings: one action for all of them
+        encoded: list[bytes] = []
         while pending and len(inflight) < window:
             message = pending.popleft()
             if message.properties is not NO_PROPERTIES:
+                if publishes:
+                    actions.append(_sending(publishes, encoded))
+                    publishes, encoded = [], []
                 self._send_message(message, now_ms)
                 continue
             if message.topic != topic:
@@ -339,13 +357,16 @@ class PublishFlows:
             if packet_bytes_max is not None and len(data) > packet_bytes_max:
                 continue  # the server discards what the client cannot receive [MQTT-3.1.2-25]
             publish = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=packet_id)
-            actions.append(Send(packet=publish, data=data))
+            publishes.append(publish)
+            encoded.append(data)
             if qos == 1:
                 flow = _AWAITING_PUBACK
             else:
                 flow = _AWAITING_PUBREC
                 outbox.dirty = True  # its packet id is durable before it goes out (the module docstring)
             inflight[packet_id] = Inflight(publish=publish, state=flow, position=message.position)
+        if publishes:
+            actions.append(_sending(publishes, encoded))
 
     def _send_message(self, message: OutboundMessage, now_ms: int) -> None:
         properties = message.properties
@@ -388,6 +409,13 @@ class PublishFlows:
             self._outbound_aliases[publish.topic] = alias  # type: ignore[assignment]
         self._outbox.actions.append(Send(packet=wire, data=data))
         return True
+
+
+def _sending(publishes: list[Publish], encoded: list[bytes]) -> Send | SendPublishes:
+    """The action that sends a run of PUBLISHes and their encodings: a lone one's ``Send``, else one ``SendPublishes``."""
+    if len(publishes) == 1:
+        return Send(packet=publishes[0], data=encoded[0])
+    return SendPublishes(publishes=publishes, data=b"".join(encoded))
 
 
 #: The packets of the PUBLISH flows, and the handler each goes to.

@@ -51,6 +51,7 @@ from mqbroker.protocols.mqtt.actions import (
     ScheduleWill,
     Send,
     SendPubAcks,
+    SendPublishes,
     SessionEnded,
     SetTimer,
     StoreSession,
@@ -259,6 +260,8 @@ class MqttConnection:
                 group.append(action)
             elif kind is Send:
                 self._send(action)
+            elif kind is SendPublishes:
+                self._send_publishes(len(action.publishes), action.data)
             elif kind is SendPubAcks:
                 self._write(action.data)
             elif isinstance(action, Close):
@@ -302,15 +305,21 @@ class MqttConnection:
             self.hub.statistics["bytes/sent"] += len(data)
 
     def _send(self, action: Send) -> None:
+        if isinstance(action.packet, Publish):
+            self._send_publishes(1, action.data)
+        else:
+            self._write(action.data)
+
+    def _send_publishes(self, count: int, data: bytes) -> None:
+        """Write ``count`` PUBLISHes encoded in ``data``: counted, and charged to the client's fetch quota."""
         if self._connection is None:
             return
-        self._write(action.data)
-        if isinstance(action.packet, Publish):
-            self.hub.statistics["messages/sent"] += 1
-            if self._fetch_throttle is not None:
-                self._fetch_throttle.record(len(action.data))
-                if self._fetch_throttle.active:
-                    self._apply_backpressure()
+        self._write(data)
+        self.hub.statistics["messages/sent"] += count
+        if self._fetch_throttle is not None:
+            self._fetch_throttle.record(len(data))
+            if self._fetch_throttle.active:
+                self._apply_backpressure()
 
     def flush(self, *, even_when_corked: bool = False) -> None:
         """Write the packets queued since the last flush in one socket write (the hub corks a fan-out batch)."""

@@ -287,11 +287,8 @@ class MqttSession:
         """``deliver`` of each (message, subscriptions) in order, as one action list (a fetch's messages). The
         iterable is read one delivery at a time, after the one before it was queued or sent: it may check
         ``accepting_deliveries`` before it yields a QoS 1/2 message."""
-        session, flows = self.session, self._flows
-        assert session is not None and flows is not None and self.state is ConnectionState.CONNECTED
-        for message, subscriptions in deliveries:
-            session.enqueue(message, subscriptions)
-            flows.pump(now_ms)
+        assert self.session is not None and self._flows is not None and self.state is ConnectionState.CONNECTED
+        self._flows.deliver_many(deliveries, now_ms)
         return self._finish()
 
     @property

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mqbroker.protocols.mqtt.actions import Action, Close, PublishToLog, Send, SendPubAcks, StoreSession
+from mqbroker.protocols.mqtt.actions import Action, Close, PublishToLog, Send, SendPubAcks, SendPublishes, StoreSession
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.packets import (
     Connect,
+    Packet,
     PingReq,
     PingResp,
     Properties,
@@ -31,6 +32,19 @@ def connected_session(level: int = 5, config: SessionConfig = SessionConfig()) -
     session.session_opened(None, 0)
     assert session.state is ConnectionState.CONNECTED
     return session
+
+
+def sent_packets(actions: list[Action], level: int) -> list[Packet]:
+    """The packets ``actions`` write, in order: a ``SendPublishes`` stands for each of its PUBLISHes, whose
+    encodings its bytes are."""
+    packets: list[Packet] = []
+    for action in actions:
+        if isinstance(action, SendPublishes):
+            assert action.data == b"".join(encode(publish, level) for publish in action.publishes)
+            packets += action.publishes
+        elif isinstance(action, Send):
+            packets.append(action.packet)
+    return packets
 
 
 def test_an_expired_message_is_dropped_and_a_live_one_carries_its_remaining_lifetime() -> None:
@@ -188,7 +202,24 @@ def test_a_read_of_pubacks_refills_the_window_in_order_before_the_packet_after_t
     assert [action.packet.payload for action in first if isinstance(action, Send)] == [b"0", b"1"]
     read = b"".join(encode(packet, 4) for packet in (PubAck(packet_id=1), PubAck(packet_id=1), PubAck(packet_id=9),
                                                        PubAck(packet_id=2), PingReq(), PubAck(packet_id=3)))
-    sent = [action.packet for action in session.receive_data(read, 0) if isinstance(action, Send)]
+    sent = sent_packets(session.receive_data(read, 0), 4)
     assert [(type(packet), getattr(packet, "payload", None)) for packet in sent] == [
         (Publish, b"2"), (Publish, b"3"), (PingResp, None), (Publish, b"4")]
     assert session.session is not None and list(session.session.inflight) == [4, 5]
+
+
+def test_a_refill_of_the_window_goes_as_one_action_split_only_around_a_message_with_properties() -> None:
+    """The deliveries one refill of the window sends go as one ``SendPublishes`` (their encodings joined, in order); a
+    message with properties goes as a ``Send`` of its own between the runs before and after it."""
+    session = connected_session(4, SessionConfig(outbound_inflight_max_3_1_1=5))
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    messages = [OutboundMessage(topic="t", payload=b"%d" % number, qos=1) for number in range(10)]
+    messages[7] = OutboundMessage(topic="t", payload=b"7", qos=1, properties=Properties(content_type="text/plain"))
+    first = session.deliver_many(((message, subscription) for message in messages), 0)
+    assert [type(action) for action in first if isinstance(action, (Send, SendPublishes))] == [Send] * 5
+    read = b"".join(encode(PubAck(packet_id=packet_id), 4) for packet_id in range(1, 6))
+    refill = [action for action in session.receive_data(read, 0) if isinstance(action, (Send, SendPublishes))]
+    assert [type(action) for action in refill] == [SendPublishes, Send, SendPublishes]
+    assert [(packet.packet_id, packet.payload) for packet in sent_packets(refill, 4)] == [  # type: ignore[union-attr]
+        (6, b"5"), (7, b"6"), (8, b"7"), (9, b"8"), (10, b"9")]
+    assert session.session is not None and list(session.session.inflight) == [6, 7, 8, 9, 10]
