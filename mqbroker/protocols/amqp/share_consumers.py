@@ -44,9 +44,6 @@ _OUTCOMES = {Outcome.ACK: AcknowledgeType.ACCEPT, Outcome.REQUEUE: AcknowledgeTy
              Outcome.DISCARD: AcknowledgeType.REJECT}
 #: Fetches one consumer may have in flight (see ``ShareGroupMembers._fetch``).
 FETCHES_IN_FLIGHT_MAX = 8
-#: Records one fetch asks for at most: a window reopened at once is refilled by several fetches, which the same state
-#: write answers together, so the client gets the first slice while the broker decodes and sends the next ones.
-FETCH_SLICE_RECORDS = 250
 #: Member keys of the broker's own short-lived members (purge, expiry): never a session's (those count from 1).
 _BROKER_MEMBERS = itertools.count(1)
 
@@ -72,9 +69,6 @@ class _Member:
     requested_records: int = 0
     #: A fetch is due at the end of this reactor turn (``_fetch``).
     fetch_due: bool = False
-    #: The last answer leased nothing: the window is asked for in one fetch, which waits at the group (a waiting
-    #: fetch per slice would each wake once a second while the queue stays empty).
-    idle: bool = False
     #: Consuming (fetching). A cancelled consumer stays a member, without fetching, until its channel
     #: settled what it was given (AMQP lets a channel ack after basic.cancel).
     attached: bool = True
@@ -250,30 +244,22 @@ class ShareGroupMembers(BaseQueue):
             self._at_turn_end()
 
     def _fetch_now(self, member: _Member) -> None:
-        """Fetch what the member's window has room for, in slices of ``FETCH_SLICE_RECORDS`` unless the last fetch
-        found the queue empty (the first carries the member's unsent settlements); nothing when it has no room (the
-        next settle or basic.qos dispatches again)."""
         member.fetch_due = False
         assert member.consumer is not None
         window = min(member.consumer.window(), limits.share_fetch_records_max) - member.requested_records
-        first = True
-        while window > 0 and member.fetches < FETCHES_IN_FLIGHT_MAX:
-            records = window if member.idle else min(window, FETCH_SLICE_RECORDS)
-            window -= records
-            member.fetches += 1
-            member.requested_records += records
-            fetched = self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
-                group_id=self.group_id, member_id=member.member_id, records_max=records,
-                wait_ms_max=limits.amqp_log_fetch_wait_ms_max,
-                acknowledgements=self._take_unsent(member.key) if first else ()))
-            first = False
-            fetched.addCallback(self._fetched, member)
-            fetched.addErrback(self._member_failed, member)
-            fetched.addBoth(self._fetch_finished, member, records)
+        if window <= 0:
+            return  # the next settle or basic.qos dispatches again
+        member.fetches += 1
+        member.requested_records += window
+        fetched = self.host.broker.share_fetch(self.host.principal, share.ShareFetchRequest(
+            group_id=self.group_id, member_id=member.member_id, records_max=window,
+            wait_ms_max=limits.amqp_log_fetch_wait_ms_max, acknowledgements=self._take_unsent(member.key)))
+        fetched.addCallback(self._fetched, member)
+        fetched.addErrback(self._member_failed, member)
+        fetched.addBoth(self._fetch_finished, member, window)
 
     def _fetched(self, answer: share.ShareFetchResponse, member: _Member) -> None:
         self._acknowledged(answer.acknowledgements)
-        member.idle = not any(partition.acquired for partition in answer.partitions)
         consumer = member.consumer
         assert consumer is not None
         delivered = False
