@@ -163,13 +163,15 @@ def wait_for_amqp(port: int, process: subprocess.Popen[bytes], timeout_s: float 
 
 @contextlib.contextmanager
 def mqbroker_process(work: pathlib.Path, settings: tuple[str, ...] = (), tree: str | None = None,
-                     name: str = "") -> Iterator[tuple[int, int]]:
+                     name: str = "", launcher: tuple[str, ...] = ("-c", "from twisted.scripts.twistd import run; run()"),
+                     ) -> Iterator[tuple[int, int]]:
     """mqbroker on free ports (``settings``: ``KEY=VALUE`` configuration overrides; ``tree``: the source tree it runs
-    from, else the one on the path); yields (AMQP port, pid)."""
+    from, else the one on the path; ``launcher``: the interpreter's arguments that run twistd, given twistd's after
+    them); yields (AMQP port, pid)."""
     ports = {name: free_port() for name in ("native", "amqp", "http")}
     name = name or "-".join(settings).replace("=", "-") or "mqbroker"
     command = [
-        sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+        sys.executable, *launcher, "-n", "--pidfile=",
         f"--logfile={work / f'{name}.log'}", "mqbroker", "--data-dir", str(work / name), "--host", "127.0.0.1",
         "--native-port", str(ports["native"]), "--amqp-port", str(ports["amqp"]), "--http-port", str(ports["http"]),
         "--mqtt-port", "0", "--kafka-port", "0", "--controller-port", "0",
