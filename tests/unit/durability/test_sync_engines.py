@@ -7,8 +7,12 @@ give exactly the waiters of a failed log STORAGE_ERROR.
 
 from __future__ import annotations
 
+import errno
+import os
+import select
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -259,3 +263,70 @@ async def test_with_the_reactor_a_round_starts_when_the_turn_ends_so_the_turns_a
     await _settle(flusher, waits)
     assert round_sizes == [3]  # without the reactor: [1, 2], the first alone
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
+
+
+# -- the C worker itself -------------------------------------------------------------------------------------
+
+@pytest.fixture(params=[True, False], ids=["aio", "fsync"])
+def fsync_worker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    from mqbroker.durability._fsync_worker import FsyncWorker
+
+    worker = FsyncWorker(aio=request.param)
+    assert worker.aio is request.param  # Linux AIO works here (AioSync's tests need it too)
+    yield worker
+    worker.close()
+
+
+def _appended_files(directory: Path, count: int) -> list[int]:
+    handles = []
+    for index in range(count):
+        handle = os.open(directory / f"file-{index}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(handle, b"x" * 100)
+        handles.append(handle)
+    return handles
+
+
+def _results(worker: Any, count: int) -> list[tuple[int, int]]:
+    """Wait for ``count`` (descriptor, result) pairs from ``worker``, as the reactor would (woken by its eventfd)."""
+    results: list[tuple[int, int]] = []
+    while len(results) < count:
+        assert select.select([worker.fileno()], [], [], 10)[0], f"{len(results)} of {count} fsyncs done after 10 s"
+        results += worker.completed()
+    assert len(results) == count
+    return results
+
+
+@pytest.mark.parametrize("files", [16, 1000])  # 1000: more than the AIO ring holds (256, doubled by the kernel)
+def test_the_worker_reports_every_fsync_of_every_batch_once(fsync_worker, tmp_path, files) -> None:
+    handles = _appended_files(tmp_path, files)
+    try:
+        for _ in range(3):
+            fsync_worker.submit(handles)
+            assert sorted(_results(fsync_worker, files)) == [(handle, 0) for handle in sorted(handles)]
+            assert fsync_worker.completed() == []
+    finally:
+        for handle in handles:
+            os.close(handle)
+
+
+def test_a_descriptor_the_kernel_cannot_sync_fails_alone(fsync_worker, tmp_path) -> None:
+    """A pipe has no fsync (EINVAL, refused by io_submit itself), a number not open gives EBADF; the rest are synced."""
+    reading, writing = os.pipe()
+    handles = _appended_files(tmp_path, 2)
+    try:
+        fsync_worker.submit([handles[0], reading, _NOT_OPEN, handles[1]])
+        results = dict(_results(fsync_worker, 4))
+        assert results == {handles[0]: 0, reading: -errno.EINVAL, _NOT_OPEN: -errno.EBADF, handles[1]: 0}
+    finally:
+        for handle in [reading, writing, *handles]:
+            os.close(handle)
+
+
+def test_the_worker_thread_runs_as_a_batch_thread_so_waking_it_does_not_preempt_the_reactor(fsync_worker,
+                                                                                           tmp_path) -> None:
+    (handle,) = _appended_files(tmp_path, 1)
+    fsync_worker.submit([handle])  # once it answered, the thread has set its policy
+    assert _results(fsync_worker, 1) == [(handle, 0)]
+    os.close(handle)
+    policies = {os.sched_getscheduler(int(task)) for task in os.listdir("/proc/self/task")}
+    assert os.SCHED_BATCH in policies
