@@ -111,6 +111,7 @@ reap_into_completed(FsyncWorker *self)
     }
     if (got > 0) {
         report(self, pairs, got);
+        signal_reactor(self); /* the reactor may have heard the kernel's count before these were in the list */
     }
 }
 
