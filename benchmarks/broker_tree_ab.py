@@ -72,12 +72,16 @@ def free_port() -> int:
 class TreeBroker:
     """One broker run from a source tree, on free ports with a fresh data directory."""
 
-    def __init__(self, tree: Path) -> None:
+    def __init__(self, tree: Path, launcher: tuple[str, ...] = ("-c", "from twisted.scripts.twistd import run; run()"),
+                 settings: tuple[str, ...] = ()) -> None:
+        """Start the broker: ``python <launcher> <twistd arguments>`` (a benchmark may launch twistd its own way),
+        with ``--set`` of each ``name=value`` of ``settings``."""
         self.tree = tree
         self.work = Path(tempfile.mkdtemp(prefix="tree-ab-"))
         self.ports = {name: free_port() for name in LISTENERS}
-        command = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+        command = [sys.executable, *launcher, "-n", "--pidfile=",
                    "mqbroker", "--data-dir", str(self.work / "data"), "--controller-port", "0"]
+        command += [argument for setting in settings for argument in ("--set", setting)]
         command += [argument for name, port in self.ports.items() for argument in (f"--{name}-port", str(port))]
         if "kafka_port" in (tree / "mqbroker" / "config.py").read_text():  # trees from before the Kafka front end
             command += ["--kafka-port", "0"]

@@ -23,7 +23,8 @@ completion reaching the reactor), synced → answer (no fetch parked: the consum
 (the reply reaching the consumer). It also prints how long the reactor spent inside each round's hand-over to the
 fsync engine (with AIO, the ``io_submit``: the kernel's fsync worker it wakes runs on the reactor's CPU), and how many
 fetch answers stopped short of the high watermark of their time (the consumer's next fetch, from where the answer
-ended, is below it: those records cost it another round trip). The wrappers cost the broker some CPU: compare steps, not totals, with
+ended, is below it: those records cost it another round trip), and how long after a round's fsync was done the next
+round was handed over while records waited for it. The wrappers cost the broker some CPU: compare steps, not totals, with
 ``bench e2e``. Medians and p90/p99/p99.9 over the messages of each run; every run is printed.
 """
 
@@ -264,6 +265,21 @@ def hand_over_us(events: list[Any]) -> list[float]:
     return [(end - begin) / 1e3 for begin, end in zip(started, handed)]
 
 
+def next_round_gaps_us(events: list[Any]) -> list[float]:
+    """For each round whose log was already written to when the round before it finished: how long after that
+    finish it was handed over (the reactor's turn that learnt of the fsync, then the end-of-turn start)."""
+    appends = sorted(event[2] for event in events if event[0] == "append")
+    synced = sorted(event[1] for event in events if event[0] == "synced")
+    gaps = []
+    for at in sorted(event[1] for event in events if event[0] == "round"):
+        finished = bisect.bisect_left(synced, at) - 1
+        if finished >= 0 and bisect.bisect_left(appends, synced[finished]) > 0:
+            previous_append = appends[bisect.bisect_left(appends, synced[finished]) - 1]
+            if previous_append > (synced[finished - 1] if finished else 0):  # a record waited for that round's end
+                gaps.append((at - synced[finished]) / 1e3)
+    return gaps
+
+
 def summary(steps: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     def at(ordered: list[float], fraction: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 3)
@@ -299,12 +315,15 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(work, ignore_errors=True)
     hand_overs = sorted(hand_over_us(events))
     answers, short = answers_short(events)
+    gaps = sorted(next_round_gaps_us(events))
     return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
             "produce_requests": len(writes), "replies_waited": replies_waited(received, writes, replies),
             "rounds": len(hand_overs),
             "round_hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
                                    for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
             | {"total_ms": round(sum(hand_overs) / 1e3, 1)} if hand_overs else {},
+            "next_round_gap_us": {name: round(gaps[min(len(gaps) - 1, int(fraction * len(gaps)))], 1)
+                                  for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))} if gaps else {},
             "steps_ms": summary(steps), "answers": answers, "answers_short": short,
             "load_average": os.getloadavg()[0]}
 
@@ -343,6 +362,8 @@ def main() -> None:
         print(f"  {run['rounds']:,} fsync rounds; the reactor inside a round's hand-over to the engine: "
               + ", ".join(f"{name} {value:,.1f}" for name, value in run["round_hand_over_us"].items() if name != "total_ms")
               + f" µs; {run['round_hand_over_us'].get('total_ms', 0):,.1f} ms in all")
+        print("  a round's fsync done → the next round handed over (records were waiting): "
+              + ", ".join(f"{name} {value:,.1f}" for name, value in run["next_round_gap_us"].items()) + " µs")
         print(f"  {run['answers']:,} consumer fetch answers, {run['answers_short']:,} of them short of the high watermark "
               "(their rest waited for the consumer's next fetch)")
 

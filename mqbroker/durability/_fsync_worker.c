@@ -1,23 +1,37 @@
 /* fsync on a thread that never takes the interpreter lock; completions through an eventfd.
  *
  * The ``worker`` fsync engine (mqbroker/durability/sync_engines.py, ``WorkerSync``) hands a round's
- * descriptors to ``FsyncWorker.submit``; the worker thread fsyncs them one by one, appends
- * ``(descriptor, 0 or -errno)`` to the completed list and adds 1 to the eventfd, which the reactor
- * watches like a socket and drains with ``completed()``. Unlike Linux AIO, the fsync runs on a
- * thread of the broker the scheduler may place on an idle CPU (AIO's kernel worker is bound to the
- * submitting CPU and takes it from the reactor), and unlike a Python thread nothing waits for the
- * interpreter lock between the fsync and the reactor hearing of it.
+ * descriptors to ``FsyncWorker.submit``: a queue append and a condition signal, so the reactor never
+ * waits for the disk or the kernel. The worker thread takes everything queued and submits it as Linux
+ * AIO fsyncs (``io_submit`` of ``IOCB_CMD_FSYNC``: the kernel runs them in parallel, so they share the
+ * journal's commits; one after another, each waits for a commit of its own). ``io_submit`` can block in
+ * the kernel for milliseconds (it queues each fsync on a kernel worker bound to the submitting CPU, which
+ * may take that CPU at once): here it blocks this thread, not the reactor. The kernel counts each
+ * finished fsync on the eventfd the reactor watches like a socket, and ``completed()`` (on the reactor)
+ * reaps the finished fsyncs without waiting: a completion reaches the reactor as directly as with
+ * ``io_submit`` on the reactor, with no hop through this thread. What the thread syncs itself, fsync(2)
+ * one descriptor after another (no AIO here: ``io_setup`` refused; a block ``io_submit`` refuses, e.g. a
+ * file system without AIO fsync; or reaped while the ring was full), goes to the completed list, counted
+ * on the same eventfd.
  */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE /* SCHED_BATCH */
 #include <Python.h>
 
 #include <errno.h>
 #include <limits.h>
+#include <linux/aio_abi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+/* AIO fsyncs in flight at most (the kernel context's size); a larger batch goes in chunks. */
+#define AIO_SLOTS 256
 
 typedef struct {
     int *items;
@@ -35,6 +49,7 @@ typedef struct {
     int eventfd;
     int stopping;
     int running;       /* the thread was started and not yet joined */
+    aio_context_t aio; /* 0: no AIO here, fsync(2) one by one */
 } FsyncWorker;
 
 static int
@@ -53,11 +68,93 @@ int_list_append(IntList *list, int value)
     return 0;
 }
 
+static void
+report(FsyncWorker *self, const int *pairs, Py_ssize_t count)
+{
+    /* ``count`` (descriptor, 0 or -errno) pairs the thread synced or reaped: to the completed list, counted. */
+    pthread_mutex_lock(&self->lock);
+    for (Py_ssize_t index = 0; index < 2 * count; index++) {
+        if (int_list_append(&self->completed, pairs[index])) {
+            abort(); /* out of memory for a few ints: the durability bookkeeping cannot go on */
+        }
+    }
+    pthread_mutex_unlock(&self->lock);
+}
+
+static void
+signal_reactor(FsyncWorker *self)
+{
+    uint64_t one = 1;
+    while (write(self->eventfd, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+}
+
+static void
+fsync_one(FsyncWorker *self, int handle)
+{
+    int pair[2] = {handle, fsync(handle) == 0 ? 0 : -errno};
+    report(self, pair, 1);
+}
+
+static void
+reap_into_completed(FsyncWorker *self)
+{
+    /* The ring is full: wait for some fsyncs to finish and report them here (the kernel counted them already).
+     * The reactor reaps too and may take them all first: wait 1 ms at most, then the caller tries again. */
+    struct io_event events[AIO_SLOTS];
+    int pairs[2 * AIO_SLOTS];
+    struct timespec a_while = {0, 1000000};
+    long got = syscall(SYS_io_getevents, self->aio, 1, AIO_SLOTS, events, &a_while);
+    for (long index = 0; index < got; index++) {
+        pairs[2 * index] = (int)events[index].data;
+        pairs[2 * index + 1] = (int)events[index].res;
+    }
+    if (got > 0) {
+        report(self, pairs, got);
+        signal_reactor(self); /* the reactor may have heard the kernel's count before these were in the list */
+    }
+}
+
+static void
+aio_submit_all(FsyncWorker *self, const int *handles, Py_ssize_t count)
+{
+    /* Submit ``count`` fsyncs; each one's completion is counted on the eventfd by the kernel. */
+    struct iocb blocks[AIO_SLOTS];
+    struct iocb *pointers[AIO_SLOTS];
+    Py_ssize_t next = 0;
+    while (next < count) {
+        Py_ssize_t chunk = count - next < AIO_SLOTS ? count - next : AIO_SLOTS;
+        memset(blocks, 0, (size_t)chunk * sizeof blocks[0]);
+        for (Py_ssize_t index = 0; index < chunk; index++) {
+            blocks[index].aio_lio_opcode = IOCB_CMD_FSYNC;
+            blocks[index].aio_fildes = (uint32_t)handles[next + index];
+            blocks[index].aio_data = (uint64_t)handles[next + index];
+            blocks[index].aio_flags = IOCB_FLAG_RESFD;
+            blocks[index].aio_resfd = (uint32_t)self->eventfd;
+            pointers[index] = &blocks[index];
+        }
+        long taken = syscall(SYS_io_submit, self->aio, chunk, pointers);
+        if (taken > 0) {
+            next += taken;
+        } else if (taken < 0 && errno == EINTR) {
+        } else if (taken == 0 || errno == EAGAIN) {
+            reap_into_completed(self); /* the ring is full: make room */
+        } else { /* the first block was refused (not open, a file system without AIO fsync...): fsync(2) says */
+            fsync_one(self, handles[next++]);
+            signal_reactor(self);
+        }
+    }
+}
+
 static void *
 worker_main(void *argument)
 {
     FsyncWorker *self = argument;
     IntList batch = {NULL, 0, 0};
+    /* A batch thread does not preempt the thread that wakes it (the reactor, handing over a round): it runs on an
+     * idle CPU, or once the reactor waits or its time slice ends. Where that is refused it stays a normal thread. */
+    struct sched_param no_priority = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &no_priority);
     pthread_mutex_lock(&self->lock);
     for (;;) {
         while (self->queued.length == 0 && !self->stopping) {
@@ -71,18 +168,13 @@ worker_main(void *argument)
         self->queued.length = 0;
         batch = taken;
         pthread_mutex_unlock(&self->lock);
-        for (Py_ssize_t index = 0; index < batch.length; index++) {
-            int handle = batch.items[index];
-            int result = fsync(handle) == 0 ? 0 : -errno;
-            pthread_mutex_lock(&self->lock);
-            int failed = int_list_append(&self->completed, handle) || int_list_append(&self->completed, result);
-            pthread_mutex_unlock(&self->lock);
-            if (failed) {
-                abort(); /* out of memory for a few ints: the durability bookkeeping cannot go on */
+        if (self->aio) {
+            aio_submit_all(self, batch.items, batch.length);
+        } else {
+            for (Py_ssize_t index = 0; index < batch.length; index++) {
+                fsync_one(self, batch.items[index]);
             }
-            uint64_t one = 1;
-            while (write(self->eventfd, &one, sizeof one) < 0 && errno == EINTR) {
-            }
+            signal_reactor(self);
         }
         batch.length = 0;
         pthread_mutex_lock(&self->lock);
@@ -95,8 +187,9 @@ worker_main(void *argument)
 static PyObject *
 worker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, ":FsyncWorker", keywords)) {
+    static char *keywords[] = {"aio", NULL};
+    int use_aio = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:FsyncWorker", keywords, &use_aio)) {
         return NULL;
     }
     FsyncWorker *self = (FsyncWorker *)type->tp_alloc(type, 0);
@@ -111,6 +204,9 @@ worker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetFromErrno(PyExc_OSError);
         Py_DECREF(self);
         return NULL;
+    }
+    if (use_aio && syscall(SYS_io_setup, AIO_SLOTS, &self->aio) < 0) {
+        self->aio = 0; /* no AIO here (ENOSYS, a sandbox's EPERM, a full aio-max-nr): fsync(2) one by one */
     }
     int error = pthread_create(&self->thread, NULL, worker_main, self);
     if (error) {
@@ -196,16 +292,32 @@ worker_completed(FsyncWorker *self, PyObject *Py_UNUSED(ignored))
     self->completed.items = NULL;
     self->completed.length = self->completed.capacity = 0;
     pthread_mutex_unlock(&self->lock);
-    PyObject *results = PyList_New(taken.length / 2);
+    PyObject *results = PyList_New(0);
     for (Py_ssize_t index = 0; results != NULL && index < taken.length / 2; index++) {
         PyObject *pair = Py_BuildValue("(ii)", taken.items[2 * index], taken.items[2 * index + 1]);
-        if (pair == NULL) {
+        if (pair == NULL || PyList_Append(results, pair) < 0) {
+            Py_XDECREF(pair);
             Py_CLEAR(results);
             break;
         }
-        PyList_SET_ITEM(results, index, pair);
+        Py_DECREF(pair);
     }
     free(taken.items);
+    struct io_event events[AIO_SLOTS];
+    struct timespec no_wait = {0, 0};
+    long got = AIO_SLOTS;
+    while (results != NULL && self->aio && got == AIO_SLOTS) { /* the finished AIO fsyncs, without waiting */
+        got = syscall(SYS_io_getevents, self->aio, 0, AIO_SLOTS, events, &no_wait);
+        for (long index = 0; index < got; index++) {
+            PyObject *pair = Py_BuildValue("(ii)", (int)events[index].data, (int)events[index].res);
+            if (pair == NULL || PyList_Append(results, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_CLEAR(results);
+                break;
+            }
+            Py_DECREF(pair);
+        }
+    }
     return results;
 }
 
@@ -216,23 +328,42 @@ worker_fileno(FsyncWorker *self, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-worker_close(FsyncWorker *self, PyObject *Py_UNUSED(ignored))
+worker_uses_aio(FsyncWorker *self, void *Py_UNUSED(closure))
 {
+    return PyBool_FromLong(self->aio != 0);
+}
+
+static PyGetSetDef worker_getset[] = {
+    {"aio", (getter)worker_uses_aio, NULL, "Whether the thread submits its fsyncs through Linux AIO.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static void
+worker_release(FsyncWorker *self)
+{
+    /* Stop the thread (once it synced what is queued), close the eventfd, release the AIO context. */
     worker_join(self);
     if (self->eventfd >= 0) {
         close(self->eventfd);
         self->eventfd = -1;
     }
+    if (self->aio) {
+        syscall(SYS_io_destroy, self->aio);
+        self->aio = 0;
+    }
+}
+
+static PyObject *
+worker_close(FsyncWorker *self, PyObject *Py_UNUSED(ignored))
+{
+    worker_release(self);
     Py_RETURN_NONE;
 }
 
 static void
 worker_dealloc(FsyncWorker *self)
 {
-    worker_join(self);
-    if (self->eventfd >= 0) {
-        close(self->eventfd);
-    }
+    worker_release(self);
     free(self->queued.items);
     free(self->completed.items);
     pthread_cond_destroy(&self->wake);
@@ -241,23 +372,25 @@ worker_dealloc(FsyncWorker *self)
 }
 
 static PyMethodDef worker_methods[] = {
-    {"submit", (PyCFunction)worker_submit, METH_O, "Queue descriptors to fsync, in order."},
+    {"submit", (PyCFunction)worker_submit, METH_O, "Queue descriptors to fsync (the thread takes all queued at once)."},
     {"completed", (PyCFunction)worker_completed, METH_NOARGS,
-     "Reset the eventfd; the (descriptor, 0 or -errno) pairs synced since the last call."},
+     "Reset the eventfd; the (descriptor, 0 or -errno) pairs of the fsyncs finished since the last call."},
     {"fileno", (PyCFunction)worker_fileno, METH_NOARGS, "The eventfd that counts finished fsyncs."},
-    {"close", (PyCFunction)worker_close, METH_NOARGS, "Sync what is queued, stop the thread, close the eventfd."},
+    {"close", (PyCFunction)worker_close, METH_NOARGS, "Sync what is queued, stop the thread, close the eventfd and the AIO context."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject FsyncWorkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "mqbroker.durability._fsync_worker.FsyncWorker",
-    .tp_doc = "A thread that fsyncs queued descriptors without the interpreter lock, counting them on an eventfd.",
+    .tp_doc = "FsyncWorker(*, aio=True): a thread that fsyncs queued descriptors without the interpreter lock "
+              "(submitting Linux AIO fsyncs where it can), counting finished fsyncs on an eventfd.",
     .tp_basicsize = sizeof(FsyncWorker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = worker_new,
     .tp_dealloc = (destructor)worker_dealloc,
     .tp_methods = worker_methods,
+    .tp_getset = worker_getset,
 };
 
 static struct PyModuleDef module = {

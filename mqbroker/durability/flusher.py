@@ -16,7 +16,11 @@ Given the reactor as ``clock``, a round starts at the end of the reactor turn th
 (a client's pipelined requests, several connections' data in one ``epoll`` batch) joins that
 round instead of waiting a whole round for the next one, and the ``io_submit`` that wakes the
 kernel's fsync worker (which takes the reactor's CPU from it for a while) comes after the turn's
-replies are written. Without a clock (unit tests) a round starts at once.
+replies are written. Without a clock (unit tests) a round starts at once. The round after a finished
+one (appends made while it ran) starts as soon as the finished round is known, before its waiters
+are answered: those appends have waited a whole round already, and the replies, high watermarks
+and fetch answers the finished round releases take the reactor a while (measured with
+``benchmarks/e2e_timeline.py``: a finished fsync to the next round's hand-over).
 """
 
 from __future__ import annotations
@@ -103,19 +107,25 @@ class Flusher:
         elif self._start_call is None:
             self._start_call = self._clock.callLater(0, self._start_round)
 
-    def _start_round(self) -> None:
+    def _start_round(self, waiters_answered: bool = True) -> None:
+        """Hand the dirty logs (at most ``fsync_round_logs_max``) to the engine as one round.
+
+        Before the waiters of the round that just finished are answered (``waiters_answered`` false), a log
+        goes in only for what is not yet synced: its waiters may all be covered by that round.
+        """
         self._start_call = None
         if not self._round_may_start():
             return  # a hold began since the turn asked for it; its end asks again
         logs = []
         for key in list(self._dirty):  # oldest request first; the rest wait for the next round
             log = self._dirty.pop(key)
-            if key in self._waiters or log.has_unsynced():
+            if (waiters_answered and key in self._waiters) or log.has_unsynced():
                 logs.append(log)
                 if len(logs) == limits.fsync_round_logs_max:
                     break
         if not logs:
-            self._fire_drain_waiters_if_idle()
+            if waiters_answered:
+                self._fire_drain_waiters_if_idle()
             return
         self.rounds += 1
         self._round = self._engine.sync(logs)
@@ -123,6 +133,8 @@ class Flusher:
 
     def _round_done(self, synced: list[Synced]) -> None:
         self._round = None
+        if self._round_may_start():  # appends wait for the next round: hand it over before the replies go out
+            self._start_round(waiters_answered=False)
         durable = []
         for partition_log, failure in synced:
             if failure is None:

@@ -7,13 +7,18 @@ give exactly the waiters of a failed log STORAGE_ERROR.
 
 from __future__ import annotations
 
+import errno
+import os
+import select
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReadDescriptor
 from twisted.logger import Logger
 from zope.interface.verify import verifyObject
@@ -259,3 +264,97 @@ async def test_with_the_reactor_a_round_starts_when_the_turn_ends_so_the_turns_a
     await _settle(flusher, waits)
     assert round_sizes == [3]  # without the reactor: [1, 2], the first alone
     assert all(partition_log.durable_end_offset == 1 for partition_log in logs)
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_the_reactor_the_next_round_is_handed_over_before_the_finished_rounds_waiters_are_answered(
+    engine, tmp_path, monkeypatch
+) -> None:
+    round_sizes = _count_round_sizes(engine, monkeypatch)
+    flusher = Flusher(engine, lambda logs: None, reactor)
+    (partition_log,) = _logs(tmp_path, 1, appended=1)
+    first = flusher.wait_durable(partition_log, 0)
+    await _settle_turn()
+    assert round_sizes == [1]  # the first round runs
+    partition_log.append(payload_batch(1), now_ms=0)  # appended while it runs: waits for the next round
+    second = flusher.wait_durable(partition_log, 1)
+    rounds, durable = await first.addCallback(lambda _: (list(round_sizes), partition_log.durable_end_offset))
+    # The second round was handed over before the first's waiter was answered (the thread engine captures on its
+    # thread: its first round may have covered offset 1 as well, then nothing waits)
+    assert rounds == [1, 1] or (engine.name == "thread" and durable == 2)
+    await _settle(flusher, [second])
+    assert partition_log.durable_end_offset == 2
+
+
+async def _settle_turn() -> None:
+    """Let the reactor end its turn (a round asked for in it starts)."""
+    waited: Any = Deferred()
+    reactor.callLater(0, waited.callback, None)
+    await waited
+
+
+# -- the C worker itself -------------------------------------------------------------------------------------
+
+@pytest.fixture(params=[True, False], ids=["aio", "fsync"])
+def fsync_worker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    from mqbroker.durability._fsync_worker import FsyncWorker
+
+    worker = FsyncWorker(aio=request.param)
+    assert worker.aio is request.param  # Linux AIO works here (AioSync's tests need it too)
+    yield worker
+    worker.close()
+
+
+def _appended_files(directory: Path, count: int) -> list[int]:
+    handles = []
+    for index in range(count):
+        handle = os.open(directory / f"file-{index}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(handle, b"x" * 100)
+        handles.append(handle)
+    return handles
+
+
+def _results(worker: Any, count: int) -> list[tuple[int, int]]:
+    """Wait for ``count`` (descriptor, result) pairs from ``worker``, as the reactor would (woken by its eventfd)."""
+    results: list[tuple[int, int]] = []
+    while len(results) < count:
+        assert select.select([worker.fileno()], [], [], 10)[0], f"{len(results)} of {count} fsyncs done after 10 s"
+        results += worker.completed()
+    assert len(results) == count
+    return results
+
+
+@pytest.mark.parametrize("files", [16, 1000])  # 1000: more than the AIO ring holds (256, doubled by the kernel)
+def test_the_worker_reports_every_fsync_of_every_batch_once(fsync_worker, tmp_path, files) -> None:
+    handles = _appended_files(tmp_path, files)
+    try:
+        for _ in range(3):
+            fsync_worker.submit(handles)
+            assert sorted(_results(fsync_worker, files)) == [(handle, 0) for handle in sorted(handles)]
+            assert fsync_worker.completed() == []
+    finally:
+        for handle in handles:
+            os.close(handle)
+
+
+def test_a_descriptor_the_kernel_cannot_sync_fails_alone(fsync_worker, tmp_path) -> None:
+    """A pipe has no fsync (EINVAL, refused by io_submit itself), a number not open gives EBADF; the rest are synced."""
+    reading, writing = os.pipe()
+    handles = _appended_files(tmp_path, 2)
+    try:
+        fsync_worker.submit([handles[0], reading, _NOT_OPEN, handles[1]])
+        results = dict(_results(fsync_worker, 4))
+        assert results == {handles[0]: 0, reading: -errno.EINVAL, _NOT_OPEN: -errno.EBADF, handles[1]: 0}
+    finally:
+        for handle in [reading, writing, *handles]:
+            os.close(handle)
+
+
+def test_the_worker_thread_runs_as_a_batch_thread_so_waking_it_does_not_preempt_the_reactor(fsync_worker,
+                                                                                           tmp_path) -> None:
+    (handle,) = _appended_files(tmp_path, 1)
+    fsync_worker.submit([handle])  # once it answered, the thread has set its policy
+    assert _results(fsync_worker, 1) == [(handle, 0)]
+    os.close(handle)
+    policies = {os.sched_getscheduler(int(task)) for task in os.listdir("/proc/self/task")}
+    assert os.SCHED_BATCH in policies
