@@ -80,7 +80,7 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
     wrap(transaction_service.TransactionService, "_write", lambda self, ids, records: events.append(
         ("write", now(), states(records))))
     wrap(txn_markers.MarkerAppender, "write", lambda self, markers: events.append(("markers", now())))
-    wrap(flusher.Flusher, "_start_round", lambda self: events.append(("round", now())))
+    wrap(flusher.Flusher, "_start_round", lambda self, *_, **__: events.append(("round", now())))
     wrap(flusher.Flusher, "_round_done", lambda self, synced: events.append(("synced", now())))
     wrap(service.BrokerService, "stopService", lambda self: Path(out_path).write_text(json.dumps(events)))
     from twisted.scripts.twistd import run
