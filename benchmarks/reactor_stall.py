@@ -54,9 +54,9 @@ def run_probed_broker(out_path: str) -> None:
     lateness: list[tuple[int, int]] = []  # (due at, ns late)
     start_round = flusher.Flusher._start_round
 
-    def timed_start_round(self: Any) -> None:
+    def timed_start_round(self: Any, *args: Any, **kwargs: Any) -> None:
         rounds, started, started_cpu = self.rounds, now(), cpu()
-        start_round(self)
+        start_round(self, *args, **kwargs)
         if self.rounds != rounds:
             hand_overs.append((started, now() - started, cpu() - started_cpu))
 
