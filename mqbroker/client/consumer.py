@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from mqbroker.client.collector import collector_paused
+from mqbroker.client.held_failure import HeldFailure
 from mqbroker.errors import BrokerError, CorruptMessageError, ErrorCode, OffsetOutOfRangeError, error_for_code
 from mqbroker.protocols.native.messages import (
     FetchPartition,
@@ -145,8 +146,9 @@ class FetchPlan:
         )
 
 
-class ConsumerCore:
-    """Sans-I/O consumer: fetch positions per assigned partition, fetch plans, decoded messages."""
+class ConsumerCore(HeldFailure):
+    """Sans-I/O consumer: fetch positions per assigned partition, fetch plans, decoded messages; a fetch reply's
+    error for the application waits in ``raise_failure`` (``HeldFailure``)."""
 
     def __init__(self, config: ConsumerConfig, on_unreadable: Callable[[UnreadableBatch], None] | None = None) -> None:
         """``on_unreadable``: skip a fetched batch that does not decode and report it there, instead of raising
@@ -160,8 +162,6 @@ class ConsumerCore:
         self._unpositioned: set[TopicPartition] = set()
         #: The plan in flight for each partition being fetched.
         self._fetching: dict[TopicPartition, FetchPlan] = {}
-        #: The first error a fetch reply held for the application, until ``raise_failure``.
-        self._failure: BrokerError | None = None
         self.high_watermarks: dict[TopicPartition, int] = {}
         #: Topics whose leaders must be looked up again before they can be fetched.
         self.stale_topics: set[str] = set()
@@ -326,7 +326,7 @@ class ConsumerCore:
                     try:
                         self._partition_completed(partition, fetched_from, reply, messages)
                     except BrokerError as error:  # CorruptMessageError among them
-                        self._failure = self._failure or error
+                        self._hold_failure(error)
         except BaseException:  # ``on_unreadable`` raised, say: the messages decoded so far are read again
             self.unread(messages)
             raise
@@ -353,13 +353,6 @@ class ConsumerCore:
             self._positions[partition] = decode_messages(
                 partition[0], partition[1], reply.records, fetched_from, decoded, self.on_unreadable, aborted)
             into += decoded
-
-    def raise_failure(self) -> None:
-        """Raise the first error a fetch reply held for the application, once (the driver raises it from the poll
-        that has no messages to return, or else from the next poll, as Kafka's consumer does)."""
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
 
     def _partition_error(self, partition: TopicPartition, fetched_from: int, reply: FetchPartitionResult) -> None:
         code = reply.error_code

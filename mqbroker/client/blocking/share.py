@@ -61,11 +61,9 @@ class ShareConsumer:
         self._security = security
         self._timeout_s = request_timeout_s
         self._fetch_wait_ms = fetch_wait_ms
-        self._on_acknowledged = on_acknowledged
         self._membership = ShareMembership(group_id, topics)
-        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
-        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
-        self._held: list[ShareMessage] = []
+        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms,
+                                       on_acknowledged=on_acknowledged)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stopping = False
@@ -83,8 +81,8 @@ class ShareConsumer:
 
     def poll(self, timeout: float = 1.0) -> list[ShareMessage]:
         """Records leased to this consumer (waiting up to ``timeout`` seconds); sends queued verdicts first."""
-        if self._held:
-            held, self._held = self._held, []
+        held = self._core.take_held()  # leased by a poll whose ``on_acknowledged`` raised
+        if held:
             return held
         deadline = time.monotonic() + timeout
         member_id = self._wait_joined(deadline)
@@ -96,13 +94,10 @@ class ShareConsumer:
             response = self._link().request(request, self._timeout_s + wait_ms / 1000)
             assert isinstance(response, ShareFetchResponse)
         except BrokerError as error:
-            self._report(failed_outcomes(sent, error))
+            self._core.report(failed_outcomes(sent, error))
             self._recover(error)
             return []
-        messages, outcomes = self._core.fetch_completed(response, sent)
-        self._held = messages
-        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
-        self._held = []
+        messages = self._core.hand_over(*self._core.fetch_completed(response, sent))
         if not messages:
             self._raise_failure()
         return messages
@@ -158,12 +153,8 @@ class ShareConsumer:
         except BrokerError as error:
             outcomes = failed_outcomes(sent, error)
             self._recover(error)
-        self._report(outcomes)
+        self._core.report(outcomes)
         return outcomes
-
-    def _report(self, outcomes: list[AcknowledgeOutcome]) -> None:
-        if outcomes and self._on_acknowledged is not None:
-            self._on_acknowledged(outcomes)
 
     # -- the group's host ----------------------------------------------------------------------
 

@@ -52,11 +52,9 @@ class TwistedShareConsumer:
         self._reactor = reactor
         self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
         self._membership = ShareMembership(group_id, topics)
-        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
+        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms,
+                                       on_acknowledged=on_acknowledged)
         self._fetch_wait_ms = fetch_wait_ms
-        self._on_acknowledged = on_acknowledged
-        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
-        self._held: list[ShareMessage] = []
         self._joined: list[Deferred[None]] = []
         self._timer: IDelayedCall | None = reactor.callLater(0, self._beat)
         self._closed = False
@@ -121,8 +119,8 @@ class TwistedShareConsumer:
         return Deferred.fromCoroutine(self._poll())
 
     async def _poll(self) -> list[ShareMessage]:
-        if self._held:
-            held, self._held = self._held, []
+        held = self._core.take_held()  # leased by a poll whose ``on_acknowledged`` raised
+        if held:
             return held
         await self._until_joined()
         if await self._raise_failure():  # held back from the last poll, which had records to return
@@ -131,15 +129,12 @@ class TwistedShareConsumer:
         try:
             response = await self._host(FETCHES, request)
         except BrokerError as error:
-            self._report(failed_outcomes(sent, error))
+            self._core.report(failed_outcomes(sent, error))
             if not self._failed(error, FETCHES):
                 raise
             await deferLater(self._reactor, COORDINATOR_RETRY_MS / 1000, lambda: None)
             return []
-        messages, outcomes = self._core.fetch_completed(response, sent)
-        self._held = messages
-        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
-        self._held = []
+        messages = self._core.hand_over(*self._core.fetch_completed(response, sent))
         if not messages:
             await self._raise_failure()
         return messages
@@ -190,12 +185,8 @@ class TwistedShareConsumer:
         except BrokerError as error:
             outcomes = failed_outcomes(sent, error)
             self._failed(error, FETCHES)
-        self._report(outcomes)
+        self._core.report(outcomes)
         return outcomes
-
-    def _report(self, outcomes: list[AcknowledgeOutcome]) -> None:
-        if outcomes and self._on_acknowledged is not None:
-            self._on_acknowledged(outcomes)
 
     def close(self, timeout: float | None = None) -> Deferred[None]:
         """Send the queued verdicts, leave the group (what this consumer holds is released), disconnect;
