@@ -307,7 +307,7 @@ class TwistedConsumer:
         """Forget ``fetches``: their answers (or lost connections) are dropped and their partitions fetched again."""
         for plan, answered in fetches:
             self._core.fetch_abandoned(plan)
-            answered.addErrback(_ignore_broker_error)
+            answered.addErrback(ignore_broker_error)
 
     def poll(self) -> Deferred[list[Message]]:
         """Fetch once (long-polling up to ``fetch_max_wait_ms``); fire with the messages.
@@ -341,6 +341,6 @@ class TwistedConsumer:
         return closing
 
 
-def _ignore_broker_error(failure: Failure) -> None:
+def ignore_broker_error(failure: Failure) -> None:
     """The end of an abandoned fetch: a lost connection is nobody's concern any more."""
     failure.trap(BrokerError)
