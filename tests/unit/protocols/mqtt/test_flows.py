@@ -223,3 +223,25 @@ def test_a_refill_of_the_window_goes_as_one_action_split_only_around_a_message_w
     assert [(packet.packet_id, packet.payload) for packet in sent_packets(refill, 4)] == [  # type: ignore[union-attr]
         (6, b"5"), (7, b"6"), (8, b"7"), (9, b"8"), (10, b"9")]
     assert session.session is not None and list(session.session.inflight) == [6, 7, 8, 9, 10]
+
+
+def test_a_refill_of_a_draining_window_waits_for_an_eighth_of_it_unless_all_that_waits_fits() -> None:
+    """With messages queued, PUBACKs refill the client's window once a step of it is free (an eighth: 2 of 16), not at
+    every one; what waits goes out at once when it all fits, and into an empty window."""
+    session = connected_session(4, SessionConfig(outbound_inflight_max_3_1_1=16))
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    messages = [OutboundMessage(topic="t", payload=b"%d" % number, qos=1) for number in range(19)]
+    first = session.deliver_many(((message, subscription) for message in messages), 0)
+    assert len(sent_packets(first, 4)) == 16
+    assert sent_packets(session.receive_data(encode(PubAck(packet_id=1), 4), 0), 4) == []  # 1 free, 3 queued
+    refill = sent_packets(session.receive_data(encode(PubAck(packet_id=2), 4), 0), 4)
+    assert [(packet.packet_id, packet.payload) for packet in refill] == [(17, b"16"), (18, b"17")]  # type: ignore[union-attr]
+    last = sent_packets(session.receive_data(encode(PubAck(packet_id=3), 4), 0), 4)  # all that waits fits
+    assert [(packet.packet_id, packet.payload) for packet in last] == [(19, b"18")]  # type: ignore[union-attr]
+    assert session.session is not None and len(session.session.inflight) == 16
+    live = sent_packets(session.deliver_many([(messages[0], subscription)], 0), 4)  # the window is full: it waits
+    assert live == [] and len(session.session.pending) == 1
+    assert len(sent_packets(session.receive_data(encode(PubAck(packet_id=4), 4), 0), 4)) == 1  # it fits: it goes
+    everything = b"".join(encode(PubAck(packet_id=packet_id), 4) for packet_id in range(5, 21))
+    session.receive_data(everything, 0)
+    assert session.session.inflight == {} and not session.session.pending
