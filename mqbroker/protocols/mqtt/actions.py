@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from mqbroker.protocols.mqtt.packets import Packet, Publish
+from mqbroker.protocols.mqtt.packets import Packet
 from mqbroker.protocols.mqtt.state import SessionState, Subscription
 
 
@@ -41,10 +41,10 @@ class SendPubAcks:
 #: Made once per window refill (see ``packets.Publish``).
 @dataclass(slots=True, kw_only=True)
 class SendPublishes:
-    """Write ``publishes``, in order: ``data`` is their encodings, one after another (the deliveries one refill of
-    the client's window sends, with one action and one join instead of a ``Send`` each)."""
+    """Write ``count`` PUBLISHes, in order: ``data`` is their encodings, one after another (the deliveries one refill
+    of the client's window sends, with one action and one join instead of a ``Send`` and a packet object each)."""
 
-    publishes: list[Publish]
+    count: int
     data: bytes
 
 

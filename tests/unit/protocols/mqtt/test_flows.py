@@ -21,7 +21,7 @@ from mqbroker.protocols.mqtt.packets import (
     ReasonCode,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
-from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.state import InflightState, OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.topics import MappingRule, TopicMapping
 
 
@@ -35,13 +35,14 @@ def connected_session(level: int = 5, config: SessionConfig = SessionConfig()) -
 
 
 def sent_packets(actions: list[Action], level: int) -> list[Packet]:
-    """The packets ``actions`` write, in order: a ``SendPublishes`` stands for each of its PUBLISHes, whose
-    encodings its bytes are."""
+    """The packets ``actions`` write, in order: a ``SendPublishes`` stands for each of its ``count`` PUBLISHes,
+    whose encodings its bytes are."""
     packets: list[Packet] = []
     for action in actions:
         if isinstance(action, SendPublishes):
-            assert action.data == b"".join(encode(publish, level) for publish in action.publishes)
-            packets += action.publishes
+            publishes = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=level).receive_data(action.data)
+            assert len(publishes) == action.count and all(isinstance(packet, Publish) for packet in publishes)
+            packets += publishes
         elif isinstance(action, Send):
             packets.append(action.packet)
     return packets
@@ -188,8 +189,10 @@ def test_a_plain_delivery_goes_out_as_encode_writes_its_publish(level: int) -> N
     assert [send.data for send in sends] == [encode(send.packet, level) for send in sends]
     assert [(send.packet.topic, send.packet.qos, send.packet.retain, send.packet.packet_id) for send in sends] == [
         ("a/b", 1, False, 1), ("a/b", 2, True, 2), ("ü/é", 1, True, 3)]
-    assert session.session is not None and [entry.publish for entry in session.session.inflight.values()] == [
-        send.packet for send in sends]
+    assert session.session is not None and [
+        Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
+                packet_id=packet_id, properties=message.properties)
+        for packet_id, message in session.session.inflight.items()] == [send.packet for send in sends]
 
 
 def test_a_read_of_pubacks_refills_the_window_in_order_before_the_packet_after_them() -> None:
@@ -245,3 +248,19 @@ def test_a_refill_of_a_draining_window_waits_for_an_eighth_of_it_unless_all_that
     everything = b"".join(encode(PubAck(packet_id=packet_id), 4) for packet_id in range(5, 21))
     session.receive_data(everything, 0)
     assert session.session.inflight == {} and not session.session.pending
+
+
+def test_a_delivery_in_flight_is_the_queued_message_itself_and_its_flow_follows_its_qos() -> None:
+    """A plain delivery goes in flight as the message the fetch made (no packet or entry object per message); QoS 1
+    awaits its PUBACK, QoS 2 its PUBREC, then its PUBCOMP; a PUBACK does not end a QoS 2 delivery."""
+    session = connected_session(5)
+    subscription = [Subscription(topic_filter="#", qos=2)]
+    messages = [OutboundMessage(topic="t", payload=b"%d" % qos, qos=qos) for qos in (1, 2)]
+    session.deliver_many(((message, subscription) for message in messages), 0)
+    state = session.session
+    assert state is not None and state.inflight[1] is messages[0] and state.inflight[2] is messages[1]
+    assert [state.flow(1), state.flow(2)] == [InflightState.AWAITING_PUBACK, InflightState.AWAITING_PUBREC]
+    session.receive_data(encode(PubAck(packet_id=2), 5) + encode(PubRec(packet_id=2), 5), 0)
+    assert state.flow(2) is InflightState.AWAITING_PUBCOMP and state.released == {2}
+    session.receive_data(encode(PubAck(packet_id=1), 5) + encode(PubComp(packet_id=2), 5), 0)
+    assert state.inflight == {} and state.released == set()
