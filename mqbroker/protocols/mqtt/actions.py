@@ -41,8 +41,8 @@ class SendPubAcks:
 #: Made once per window refill (see ``packets.Publish``).
 @dataclass(slots=True, kw_only=True)
 class SendPublishes:
-    """Write ``count`` PUBLISHes, in order: ``data`` is their encodings, one after another (the deliveries one refill
-    of the client's window sends, with one action and one join instead of a ``Send`` and a packet object each)."""
+    """Write ``count`` PUBLISHes, in order: ``data`` is their encodings, one after another (the plain deliveries one
+    pass over the queue sends, a lone one too: one action and one join, no ``Send`` or packet object each)."""
 
     count: int
     data: bytes

@@ -350,7 +350,7 @@ class PublishFlows:
             message = pending.popleft()
             if message.properties is not NO_PROPERTIES:
                 if encoded:
-                    actions.append(_sending(encoded, inflight))
+                    actions.append(SendPublishes(count=len(encoded), data=b"".join(encoded)))
                     encoded = []
                 self._send_message(message, now_ms)
                 continue
@@ -368,7 +368,7 @@ class PublishFlows:
                 outbox.dirty = True  # a QoS 2 packet id is durable before it goes out (the module docstring)
             inflight[packet_id] = message  # as it goes: no alias, no properties
         if encoded:
-            actions.append(_sending(encoded, inflight))
+            actions.append(SendPublishes(count=len(encoded), data=b"".join(encoded)))
 
     def _send_message(self, message: OutboundMessage, now_ms: int) -> None:
         properties = message.properties
@@ -410,16 +410,6 @@ class PublishFlows:
             self._outbound_aliases[publish.topic] = alias  # type: ignore[assignment]
         self._outbox.actions.append(Send(packet=wire, data=data))
         return True
-
-
-def _sending(encoded: list[bytes], inflight: dict[int, OutboundMessage]) -> Send | SendPublishes:
-    """The action that sends a run of PUBLISHes from their encodings: one ``SendPublishes``, or a lone one's ``Send``
-    (the last message put in flight, whose packet the adapter's callers may look at)."""
-    if len(encoded) > 1:
-        return SendPublishes(count=len(encoded), data=b"".join(encoded))
-    packet_id, message = next(reversed(inflight.items()))
-    return Send(packet=Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
-                               packet_id=packet_id), data=encoded[0])
 
 
 #: The packets of the PUBLISH flows, and the handler each goes to.
