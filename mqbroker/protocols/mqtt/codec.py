@@ -498,8 +498,8 @@ class PacketDecoder:
         """The packet ids of ``data`` if it is nothing but whole PUBACKs in the short form (fixed header and packet
         id: a subscriber's usual read) and nothing is buffered; else None, and ``receive_data`` decodes it. Read
         straight from the bytes, without a packet object or a step of Python per PUBACK."""
-        if self._buffer or not data or len(data) & 3 or self.protocol_level is None:
-            return None
+        if self._buffer or not data or data[0] != _PUBACK_FIRST_BYTE or len(data) & 3 or self.protocol_level is None:
+            return None  # (a publisher's read: its first byte is a PUBLISH's)
         words = array("H", data)
         if _LITTLE_ENDIAN:
             words.byteswap()
