@@ -134,8 +134,9 @@ def encode_plain_publish(topic_field: bytes, payload: bytes, qos: int, retain: b
     as a string field (``encode_string``): the outbound flows encode each delivery with this, one call, no packet
     object read."""
     body_bytes = len(topic_field) + len(payload) + (3 if v5 else 2)
-    return b"".join((_FIRST_BYTES[0x30 | qos << 1 | retain], encode_variable_byte_integer(body_bytes), topic_field,
-                     _U16.pack(packet_id), _EMPTY_PROPERTIES if v5 else b"", payload))
+    length = _FIRST_BYTES[body_bytes] if body_bytes < 0x80 else encode_variable_byte_integer(body_bytes)  # one byte: inline
+    return b"".join((_FIRST_BYTES[0x30 | qos << 1 | retain], length, topic_field, _U16.pack(packet_id),
+                     _EMPTY_PROPERTIES if v5 else b"", payload))
 
 
 def _no_properties(properties: Properties) -> bool:

@@ -168,7 +168,7 @@ class SessionState:
             return False
         if len(subscriptions) == 1:  # the common case, without building sets and generators
             (only,) = subscriptions
-            qos = min(message.qos, only.qos)
+            qos = message.qos if message.qos <= only.qos else only.qos
             keeps_retain = from_retained_store or only.retain_as_published
             identifier = only.subscription_identifier
             identifiers: tuple[int, ...] = () if identifier is None else (identifier,)
