@@ -38,7 +38,7 @@ class SendPubAcks:
     data: bytes
 
 
-#: Made once per window refill (see ``packets.Publish``).
+#: Made once per pass over the queue that sends (see ``packets.Publish``).
 @dataclass(slots=True, kw_only=True)
 class SendPublishes:
     """Write ``count`` PUBLISHes, in order: ``data`` is their encodings, one after another (the plain deliveries one
