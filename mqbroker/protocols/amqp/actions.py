@@ -119,6 +119,31 @@ class Publish:
     transactional: bool = False  # published in a transaction: tx.commit-ok waits until it is durable
 
 
+@dataclasses.dataclass(slots=True, kw_only=True)
+class PublishRun:
+    """Route and store messages published one after another on a channel outside a transaction, alike but for
+    their bodies (one basic.publish and one content header for all): ``Publish`` of each, in order, with one
+    routing, one append per queue and one confirm run (``confirm_sequence`` numbers the first, the others follow).
+    """
+
+    channel: int
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    properties: BasicProperties
+    properties_raw: bytes
+    bodies: list[bytes]
+    confirm_sequence: int | None
+
+    def publishes(self) -> list[Publish]:
+        """The run as its messages, one ``Publish`` each."""
+        first = self.confirm_sequence
+        return [Publish(channel=self.channel, exchange=self.exchange, routing_key=self.routing_key,
+                        mandatory=self.mandatory, properties=self.properties, properties_raw=self.properties_raw,
+                        body=body, confirm_sequence=None if first is None else first + number)
+                for number, body in enumerate(self.bodies)]
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Settle:
     """The client settled these deliveries."""
@@ -152,4 +177,4 @@ class CloseTransport:
     reason: str
 
 
-Action = Union[Authenticate, Execute, Consume, Cancel, Publish, Settle, ConsumersReady, ChannelClosed, CloseTransport]
+Action = Union[Authenticate, Execute, Consume, Cancel, Publish, PublishRun, Settle, ConsumersReady, ChannelClosed, CloseTransport]

@@ -40,6 +40,7 @@ from mqbroker.protocols.amqp.actions import (
     Execute,
     Outcome,
     Publish,
+    PublishRun,
     Settle,
     Unacked,
 )
@@ -394,6 +395,22 @@ class Channel:
         _refuse_immediate(method)
         self._admit_content(header, hold=self.transaction is not None)  # else handed on now: never held
         return self._completed(method, header, frames.body)
+
+    def receive_publish_run(self, frames: codec.PublishFrames, bodies: list[bytes]) -> list[Action]:
+        """Messages published one after another outside a transaction, alike but for their bodies: ``frames`` (the
+        first, with its basic.publish and content header) and ``bodies`` (every message's, its own first) as one
+        ``PublishRun``, what ``receive_publish`` of each does (the checks depend only on the method and header)."""
+        assert self.transaction is None, "a transaction holds its publishes one by one"
+        method, header = frames.method, frames.header
+        _refuse_immediate(method)
+        self._admit_content(header, hold=False)
+        sequence = None
+        if self.confirming:
+            sequence = self.next_publish_sequence
+            self.next_publish_sequence += len(bodies)
+        return [PublishRun(channel=self.number, exchange=method.exchange, routing_key=method.routing_key,
+                           mandatory=method.mandatory, properties=header.properties,
+                           properties_raw=header.properties_raw, bodies=bodies, confirm_sequence=sequence)]
 
     def receive_content(self, frame: codec.Frame) -> list[Action]:
         """A content header or body frame of the publish being received."""
