@@ -131,22 +131,13 @@ class Connection:
             self._output.send_method(
                 0, spec.ConnectionStart(server_properties=server_properties(self._version), mechanisms=MECHANISMS)
             )
-        position = 0
-        while position < len(frames):
-            item = frames[position]
-            position += 1
-            if type(item) is _PUBLISH_FRAMES:  # a published message with its content
+        for item in frames:
+            if type(item) is _PUBLISH_FRAMES:  # published messages with their content
                 channel = self._publishing_channel(item.channel)  # type: ignore[union-attr]
                 if channel is not None:
-                    end = position if channel.transaction is not None else _alike_end(frames, position, item)
                     try:
-                        if end == position:
-                            actions += channel.receive_publish(item)  # type: ignore[arg-type]
-                        else:  # the messages after it alike but for their bodies: one run
-                            actions += channel.receive_publish_run(item, [  # type: ignore[arg-type]
-                                item.body, *[other.body for other in frames[position:end]]])  # type: ignore[union-attr]
-                            position = end
-                    except AmqpError as error:  # refused as the first would be: the rest go on as they came
+                        actions += channel.receive_publish(item)  # type: ignore[arg-type]
+                    except AmqpError as error:
                         actions += self._fail(channel.number, error, now_ms)
                     continue
                 parts = item.frames()  # type: ignore[union-attr]  # judged frame by frame, as they came
@@ -439,17 +430,6 @@ class Connection:
     def _client_supports(self, capability: str) -> bool:
         capabilities = self.client_properties.get("capabilities", {})
         return isinstance(capabilities, dict) and bool(capabilities.get(capability))
-
-
-def _alike_end(items: Sequence[codec.Frame | codec.PublishFrames], start: int, first: codec.PublishFrames) -> int:
-    """Where the published messages from ``start`` on that are alike ``first`` but for their bodies end: the same
-    basic.publish and content header (the decoder's caches hand those out as the same objects; a header is kept
-    per channel)."""
-    end = start
-    while end < len(items) and type(other := items[end]) is _PUBLISH_FRAMES and other.method is first.method \
-            and other.header is first.header:  # type: ignore[union-attr]
-        end += 1
-    return end
 
 
 def _channel_of(frame: codec.Frame) -> int:
