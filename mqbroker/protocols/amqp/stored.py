@@ -112,7 +112,7 @@ def append_messages(
 ) -> None:
     """``append_message`` of messages alike but for their bodies, in order, with one call to the builder."""
     key, headers = record_key_and_headers(exchange, routing_key, properties_raw, expiration, extra_headers)
-    builder.append_many(timestamp_ms, [(key, body, headers) for body in bodies])
+    builder.append_alike(timestamp_ms, key, bodies, headers)
 
 
 def record_key_and_headers(exchange: str, routing_key: str, properties_raw: bytes, expiration: str | None,
