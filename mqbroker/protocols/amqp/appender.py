@@ -148,11 +148,10 @@ class Appender:
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None, extra_headers: Sequence[RecordHeader] = ()) -> BatchStored:
         """Add a message to this turn's batch, which the returned ``BatchStored`` follows."""
-        if self._early:  # its message is kept for the queue's consumers too: as a run of one
-            return self.append_run(timestamp_ms, exchange, routing_key, properties_raw, [body], expiration,
-                                   extra_headers)
         builder, batch = self._open()
         append_message(builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration, extra_headers)
+        if self._early:
+            self._keep(timestamp_ms, exchange, routing_key, properties_raw, (body,), expiration)
         return batch
 
     def append_run(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes,
@@ -162,10 +161,15 @@ class Appender:
         builder, batch = self._open()
         append_messages(builder, timestamp_ms, exchange, routing_key, properties_raw, bodies, expiration, extra_headers)
         if self._early:
-            expiration_ms = parse_expiration(expiration) if expiration is not None else None
-            self._messages += [(timestamp_ms, expiration_ms, StoredMessage(
-                exchange=exchange, routing_key=routing_key, properties_raw=properties_raw, body=body)) for body in bodies]
+            self._keep(timestamp_ms, exchange, routing_key, properties_raw, bodies, expiration)
         return batch
+
+    def _keep(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, bodies: Sequence[bytes],
+              expiration: str | None) -> None:
+        """Keep messages appended early for the queue (their offsets come with the produce)."""
+        expiration_ms = parse_expiration(expiration) if expiration is not None else None
+        self._messages += [(timestamp_ms, expiration_ms, StoredMessage(
+            exchange=exchange, routing_key=routing_key, properties_raw=properties_raw, body=body)) for body in bodies]
 
     def _open(self) -> tuple[BatchBuilder, BatchStored]:
         """This turn's batch builder and ``BatchStored``, begun (and its flush scheduled) by the turn's first append."""
