@@ -56,6 +56,8 @@ _NO_HEADERS = SMALL_VARINTS[0]
 #: ``append_values`` encodes a run of records with C-level loops (map, zip, join) while every varint it
 #: needs is in ``SMALL_VARINTS``: offset deltas, value lengths and record lengths below this bound.
 _BULK_VARINT_BOUND = max(SMALL_VARINTS) + 1
+#: No bound on a batch's size (``append_alike``).
+_UNBOUNDED = 1 << 62
 _OFFSET_DELTAS = [SMALL_VARINTS[delta] for delta in range(_BULK_VARINT_BOUND)]
 _OFFSET_DELTA_SIZES = [len(encoded) for encoded in _OFFSET_DELTAS]
 
@@ -121,9 +123,10 @@ def _encode_record(
     return (_SMALL_VARINTS.get(len(body)) or encode_varint(len(body))) + body
 
 
-def _encoded_size(timestamp_delta: int, offset_delta: int, value: bytes) -> int:
-    """The bytes of a keyless, headerless record holding ``value``."""
-    return len(_encode_record(offset_delta, timestamp_delta, None, value, ()))
+def _encoded_size(timestamp_delta: int, offset_delta: int, key: bytes | None, value: bytes,
+                  headers: Sequence[RecordHeader]) -> int:
+    """The bytes of a record."""
+    return len(_encode_record(offset_delta, timestamp_delta, key, value, headers))
 
 
 def _attributes(compression: Compression, timestamp_type: TimestampType, is_transactional: bool, is_control: bool) -> int:
@@ -266,37 +269,54 @@ class BatchBuilder:
         producer's ``send_many`` go several times faster than one ``send`` per record. A record whose
         varints are not all small (a value of 16 KiB or more, an offset delta past 16,383) takes ``append``.
         """
+        return self._append_runs(timestamp_ms, None, values, (), start, size_bytes_max)
+
+    def append_alike(self, timestamp_ms: int, key: bytes | None, values: Sequence[bytes],
+                     headers: Sequence[RecordHeader]) -> None:
+        """``append`` of a record holding each of ``values``, all with ``key`` and ``headers`` and one timestamp
+        (a front end's messages alike but for their bodies), encoded as ``append_values`` encodes its runs."""
+        self._append_runs(timestamp_ms, key, values, headers, 0, _UNBOUNDED)
+
+    def _append_runs(self, timestamp_ms: int, key: bytes | None, values: Sequence[bytes],
+                     headers: Sequence[RecordHeader], start: int, size_bytes_max: int) -> int:
+        """``append_values`` with a key and headers for every record."""
         assert self._fixed_last_offset_delta is None, "a cleaner's rewrite appends records one by one"
+        shared = (_NULL_LENGTH if key is None else (_SMALL_VARINTS.get(len(key)) or encode_varint(len(key))) + key,
+                  _header_section(headers) if headers else _NO_HEADERS)
         position = start
         while position < len(values):
             room = size_bytes_max - self._size_bytes
             # a run somewhat longer than what fits if the values are like the first one, within the small offsets
             run = min(max(16, 2 * room // (len(values[position]) + 8)),
                       max(1, _BULK_VARINT_BOUND - self._last_offset_delta - 1))
-            appended, full = self._append_run(timestamp_ms, values[position:position + run], room)
+            appended, full = self._append_run(timestamp_ms, values[position:position + run], room, key, headers,
+                                              shared)
             position += appended
             if full:
                 break
         return position - start
 
-    def _append_run(self, timestamp_ms: int, values: Sequence[bytes], room: int) -> tuple[int, bool]:
-        """``append_values`` for one run: encode as many as fit in ``room`` bytes; return how many, and
-        whether the batch is full."""
+    def _append_run(self, timestamp_ms: int, values: Sequence[bytes], room: int, key: bytes | None,
+                    headers: Sequence[RecordHeader], shared: tuple[bytes, bytes]) -> tuple[int, bool]:
+        """``_append_runs`` for one run: encode as many as fit in ``room`` bytes; return how many, and whether the
+        batch is full. ``shared``: the encoded key (with its length) and header section of every record."""
         starts_batch = not self._records_count and not self._attributes & DELETE_HORIZON_MASK
         timestamp_delta = 0 if starts_batch else timestamp_ms - self._base_timestamp
         first_offset = self._last_offset_delta + 1
         value_lengths = list(map(len, values))
-        small = (first_offset + len(values) <= _BULK_VARINT_BOUND and max(value_lengths) < _BULK_VARINT_BOUND - 64
-                 and timestamp_delta in SMALL_VARINTS)
+        key_part, headers_part = shared
+        fixed_size = 1 + len(key_part) + len(headers_part)  # attributes and the parts every record has
+        small = (first_offset + len(values) <= _BULK_VARINT_BOUND
+                 and max(value_lengths) < _BULK_VARINT_BOUND - 64 - fixed_size and timestamp_delta in SMALL_VARINTS)
         if not small:
-            if self._records_count and room < _encoded_size(timestamp_delta, first_offset, values[0]):
+            if self._records_count and room < _encoded_size(timestamp_delta, first_offset, key, values[0], headers):
                 return 0, True
-            self.append(timestamp_ms, None, values[0])
+            self.append(timestamp_ms, key, values[0], headers)
             return 1, False
         offsets = slice(first_offset, first_offset + len(values))
         prefix = _ATTRIBUTES_AND_TIMESTAMP_DELTAS[timestamp_delta]
         length_varints = list(map(SMALL_VARINTS.__getitem__, value_lengths))
-        fixed_size = len(prefix) + 2  # attributes and timestamp delta, a null key's length, no headers
+        fixed_size += len(prefix) - 1
         body_sizes = list(map(operator.add, map(operator.add, value_lengths, map(len, length_varints)),
                               map(operator.add, _OFFSET_DELTA_SIZES[offsets], itertools.repeat(fixed_size))))
         body_size_varints = list(map(SMALL_VARINTS.__getitem__, body_sizes))
@@ -305,7 +325,7 @@ class BatchBuilder:
         if fitting:
             self._take_timestamp(timestamp_ms)
             parts = zip(body_size_varints[:fitting], itertools.repeat(prefix), _OFFSET_DELTAS[offsets],
-                        itertools.repeat(_NULL_LENGTH), length_varints, values[:fitting], itertools.repeat(_NO_HEADERS))
+                        itertools.repeat(key_part), length_varints, values[:fitting], itertools.repeat(headers_part))
             self._records.append(b"".join(itertools.chain.from_iterable(parts)))
             self._records_count += fitting
             self._last_offset_delta = first_offset + fitting - 1

@@ -1,8 +1,8 @@
 /* The whole frames at the head of received AMQP bytes, in C: mqbroker.protocols.amqp._frame_split.
  *
  * A port of frame_split.split_frames_python (the reference): the same arguments and the same items, a plain frame
- * as (type, channel, payload) and a basic.publish with its content header and whole body as (channel, method
- * payload, content-header payload, body). It stops before an incomplete frame, one larger than frame_bytes_max and
+ * as (type, channel, payload) and a basic.publish with its content header and whole body, with the messages alike
+ * right after it, as (channel, method payload, content-header payload, [body, ...]). It stops before an incomplete frame, one larger than frame_bytes_max and
  * one whose frame-end octet is wrong; the decoder judges those. tests/unit/protocols/amqp/test_frame_split.py checks
  * it against the reference with hypothesis.
  */
@@ -54,32 +54,85 @@ static inline PyObject *bytes_of(const unsigned char *data, Py_ssize_t start, Py
     return PyBytes_FromStringAndSize((const char *)data + start, end - start);
 }
 
-/* _publish_at: the message whose basic.publish frame is `method` as an item, and where its frames end (*next);
- * Py_None (not a new reference) if the frames after it are not its whole content, NULL on error. */
-static PyObject *publish_at(const unsigned char *data, Py_ssize_t length, const Found *method,
-                            long long frame_bytes_max, Py_ssize_t *next) {
+/* Where a published message's parts lie: payloads data[start:end] of its method, content header and body. */
+typedef struct {
+    unsigned channel;
+    Py_ssize_t method_start, method_end, header_start, header_end, body_start, body_end, next;
+} Message;
+
+/* _publish_at: whether the basic.publish frame `method` is followed by its whole content (then *message says where
+ * its parts are and where its frames end). */
+static int publish_at(const unsigned char *data, Py_ssize_t length, const Found *method, long long frame_bytes_max,
+                      Message *message) {
     if (method->end - method->start < 4 || get32(data + method->start) != ((BASIC_CLASS << 16) | BASIC_PUBLISH))
-        return Py_None;
+        return 0;
     Found header, body;
     if (!frame_at(data, length, method->end + 1, frame_bytes_max, &header) || header.type != FRAME_HEADER ||
         header.channel != method->channel || header.end - header.start < CONTENT_HEADER)
-        return Py_None;
+        return 0;
     const unsigned char *content = data + header.start;
-    if ((((unsigned)content[0] << 8) | content[1]) != BASIC_CLASS) return Py_None;
+    if ((((unsigned)content[0] << 8) | content[1]) != BASIC_CLASS) return 0;
     uint64_t body_size = get64(content + 4);
-    Py_ssize_t body_start = 0, body_end = 0;
+    message->channel = method->channel;
+    message->method_start = method->start;
+    message->method_end = method->end;
+    message->header_start = header.start;
+    message->header_end = header.end;
     if (body_size != 0) {
         if (!frame_at(data, length, header.end + 1, frame_bytes_max, &body) || body.type != FRAME_BODY ||
             body.channel != method->channel || (uint64_t)(body.end - body.start) != body_size)
-            return Py_None;
-        body_start = body.start;
-        body_end = body.end;
-        *next = body.end + 1;
+            return 0;
+        message->body_start = body.start;
+        message->body_end = body.end;
+        message->next = body.end + 1;
     } else {
-        *next = header.end + 1;
+        message->body_start = message->body_end = 0;
+        message->next = header.end + 1;
     }
-    return Py_BuildValue("(IN N N)", method->channel, bytes_of(data, method->start, method->end),
-                         bytes_of(data, header.start, header.end), bytes_of(data, body_start, body_end));
+    return 1;
+}
+
+static inline int same_part(const unsigned char *data, Py_ssize_t start, Py_ssize_t end, Py_ssize_t other_start,
+                            Py_ssize_t other_end) {
+    return end - start == other_end - other_start && memcmp(data + start, data + other_start, end - start) == 0;
+}
+
+/* The message right after `first` if it is on its channel with the same method and content header
+ * (*next is left alone otherwise). */
+static int alike_after(const unsigned char *data, Py_ssize_t length, const Message *first, Py_ssize_t position,
+                       long long frame_bytes_max, Message *next) {
+    Found method;
+    Message found;
+    if (frame_at(data, length, position, frame_bytes_max, &method) && method.type == FRAME_METHOD &&
+        method.channel == first->channel && publish_at(data, length, &method, frame_bytes_max, &found) &&
+        same_part(data, first->method_start, first->method_end, found.method_start, found.method_end) &&
+        same_part(data, first->header_start, first->header_end, found.header_start, found.header_end)) {
+        *next = found;
+        return 1;
+    }
+    return 0;
+}
+
+/* The item of a published message and of the alike messages right after it (their bodies in one list); *next is
+ * where their frames end. NULL on error. */
+static PyObject *publish_item(const unsigned char *data, Py_ssize_t length, const Message *first,
+                              long long frame_bytes_max, Py_ssize_t *next) {
+    PyObject *bodies = PyList_New(0);
+    if (bodies == NULL) return NULL;
+    Message message = *first;
+    for (;;) {
+        PyObject *body = bytes_of(data, message.body_start, message.body_end);
+        if (body == NULL || PyList_Append(bodies, body) < 0) {
+            Py_XDECREF(body);
+            Py_DECREF(bodies);
+            return NULL;
+        }
+        Py_DECREF(body);
+        if (!alike_after(data, length, first, message.next, frame_bytes_max, &message)) break;
+    }
+    *next = message.next;
+    return Py_BuildValue("(IN N N)", first->channel, bytes_of(data, first->method_start, first->method_end),
+                         bytes_of(data, first->header_start, first->header_end), bodies);
 }
 
 PyDoc_STRVAR(split_frames_doc,
@@ -104,12 +157,12 @@ static PyObject *split_frames(PyObject *module, PyObject *const *arguments, Py_s
     if (items == NULL) goto failed;
     Found found;
     while (frame_at(data, length, position, frame_bytes_max, &found)) {
-        PyObject *item = Py_None;
-        if (found.type == FRAME_METHOD) {
-            item = publish_at(data, length, &found, frame_bytes_max, &position);
+        PyObject *item = NULL;
+        Message message;
+        if (found.type == FRAME_METHOD && publish_at(data, length, &found, frame_bytes_max, &message)) {
+            item = publish_item(data, length, &message, frame_bytes_max, &position);
             if (item == NULL) goto failed;
-        }
-        if (item == Py_None) {
+        } else {
             item = Py_BuildValue("(iIN)", found.type, found.channel, bytes_of(data, found.start, found.end));
             if (item == NULL) goto failed;
             position = found.end + 1;

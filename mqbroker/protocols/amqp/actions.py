@@ -100,8 +100,8 @@ class Cancel:
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
-class Publish:
-    """Route and store one complete message.
+class Published:
+    """What a published message and a run of them (``Publish``, ``PublishRun``) carry alike.
 
     With ``confirm_sequence`` set the channel is in confirm mode: call ``publish_settled``
     once the message is durable (or refused). Unroutable mandatory messages go back with
@@ -114,9 +114,33 @@ class Publish:
     mandatory: bool
     properties: BasicProperties
     properties_raw: bytes
-    body: bytes
     confirm_sequence: int | None
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Publish(Published):
+    """Route and store one complete message."""
+
+    body: bytes
     transactional: bool = False  # published in a transaction: tx.commit-ok waits until it is durable
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class PublishRun(Published):
+    """Route and store messages published one after another on a channel outside a transaction, alike but for
+    their bodies (one basic.publish and one content header for all): ``Publish`` of each, in order, with one
+    routing, one append per queue and one confirm run (``confirm_sequence`` numbers the first, the others follow).
+    """
+
+    bodies: list[bytes]
+
+    def publishes(self) -> list[Publish]:
+        """The run as its messages, one ``Publish`` each."""
+        first = self.confirm_sequence
+        return [Publish(channel=self.channel, exchange=self.exchange, routing_key=self.routing_key,
+                        mandatory=self.mandatory, properties=self.properties, properties_raw=self.properties_raw,
+                        body=body, confirm_sequence=None if first is None else first + number)
+                for number, body in enumerate(self.bodies)]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,4 +176,4 @@ class CloseTransport:
     reason: str
 
 
-Action = Union[Authenticate, Execute, Consume, Cancel, Publish, Settle, ConsumersReady, ChannelClosed, CloseTransport]
+Action = Union[Authenticate, Execute, Consume, Cancel, Publish, PublishRun, Settle, ConsumersReady, ChannelClosed, CloseTransport]

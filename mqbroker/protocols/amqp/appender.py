@@ -19,7 +19,7 @@ from mqbroker.limits import produce_timeout_ms_default
 from mqbroker.model import Acks, Principal, ProduceResult
 from mqbroker.protocols.amqp.queue_arguments import parse_expiration
 from mqbroker.protocols.amqp.queue_state import QueuedMessage
-from mqbroker.protocols.amqp.stored import StoredMessage, append_message
+from mqbroker.protocols.amqp.stored import StoredMessage, append_message, append_messages
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.record import RecordHeader
 
@@ -147,17 +147,36 @@ class Appender:
 
     def append(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
                expiration: str | None, extra_headers: Sequence[RecordHeader] = ()) -> BatchStored:
-        if self._builder is None:
+        """Add a message to this turn's batch, which the returned ``BatchStored`` follows."""
+        builder, batch = self._open()
+        append_message(builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration, extra_headers)
+        if self._early:
+            self._keep(timestamp_ms, exchange, routing_key, properties_raw, (body,), expiration)
+        return batch
+
+    def append_run(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes,
+                   bodies: Sequence[bytes], expiration: str | None,
+                   extra_headers: Sequence[RecordHeader] = ()) -> BatchStored:
+        """``append`` of messages alike but for their bodies, in order, with one call to the batch builder."""
+        builder, batch = self._open()
+        append_messages(builder, timestamp_ms, exchange, routing_key, properties_raw, bodies, expiration, extra_headers)
+        if self._early:
+            self._keep(timestamp_ms, exchange, routing_key, properties_raw, bodies, expiration)
+        return batch
+
+    def _keep(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes, bodies: Sequence[bytes],
+              expiration: str | None) -> None:
+        """Keep messages appended early for the queue (their offsets come with the produce)."""
+        expiration_ms = parse_expiration(expiration) if expiration is not None else None
+        self._messages += [(timestamp_ms, expiration_ms, StoredMessage(
+            exchange=exchange, routing_key=routing_key, properties_raw=properties_raw, body=body)) for body in bodies]
+
+    def _open(self) -> tuple[BatchBuilder, BatchStored]:
+        """This turn's batch builder and ``BatchStored``, begun (and its flush scheduled) by the turn's first append."""
+        if self._builder is None or self._batch is None:
             self._builder, self._batch = BatchBuilder(), BatchStored()
             self._host.reactor.callLater(0, self._flush)
-        append_message(self._builder, timestamp_ms, exchange, routing_key, properties_raw, body, expiration,
-                       extra_headers)
-        if self._early:
-            self._messages.append((timestamp_ms, parse_expiration(expiration) if expiration is not None else None,
-                                   StoredMessage(exchange=exchange, routing_key=routing_key,
-                                                 properties_raw=properties_raw, body=body)))
-        assert self._batch is not None
-        return self._batch
+        return self._builder, self._batch
 
     def _flush(self) -> None:
         assert self._builder is not None and self._batch is not None

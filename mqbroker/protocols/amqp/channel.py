@@ -40,6 +40,7 @@ from mqbroker.protocols.amqp.actions import (
     Execute,
     Outcome,
     Publish,
+    PublishRun,
     Settle,
     Unacked,
 )
@@ -387,13 +388,28 @@ class Channel:
         return []
 
     def receive_publish(self, frames: codec.PublishFrames) -> list[Action]:
-        """A basic.publish with its content header and whole body (``codec.PublishFrames``): what the method and
-        ``receive_content`` of each of its frames do, in one call (the connection checked that no other message's
-        content is under way; the splitter, that the header is of class 60 and the body its announced size)."""
-        method, header = frames.method, frames.header
+        """Messages alike but for their bodies, each a basic.publish with its content header and whole body
+        (``codec.PublishFrames``): what the method and ``receive_content`` of each of their frames do, in one call
+        (the connection checked that no other message's content is under way; the splitter, that the header is of
+        class 60 and each body its announced size). Outside a transaction several are one ``PublishRun``: the
+        checks depend only on the method and the header."""
+        method, header, bodies = frames.method, frames.header, frames.bodies
         _refuse_immediate(method)
-        self._admit_content(header, hold=self.transaction is not None)  # else handed on now: never held
-        return self._completed(method, header, frames.body)
+        if self.transaction is not None:  # each held in the transaction until it commits
+            for body in bodies:
+                self._admit_content(header, hold=True)
+                self._completed(method, header, body)
+            return []
+        self._admit_content(header, hold=False)  # handed on now: never held
+        if len(bodies) == 1:
+            return self._completed(method, header, bodies[0])
+        sequence = None
+        if self.confirming:
+            sequence = self.next_publish_sequence
+            self.next_publish_sequence += len(bodies)
+        return [PublishRun(channel=self.number, exchange=method.exchange, routing_key=method.routing_key,
+                           mandatory=method.mandatory, properties=header.properties,
+                           properties_raw=header.properties_raw, bodies=bodies, confirm_sequence=sequence)]
 
     def receive_content(self, frame: codec.Frame) -> list[Action]:
         """A content header or body frame of the publish being received."""

@@ -98,20 +98,22 @@ class BodyFrame:
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class PublishFrames:
-    """A basic.publish with its content header and whole body, received together (``frame_split``): the
-    connection handles it as one message while its channel takes publishes, else as its frames one by one."""
+    """Published messages alike but for their bodies, each a basic.publish with its content header and whole body,
+    received together one after another (``frame_split``): the connection handles them as messages while their
+    channel takes publishes, else as their frames one by one."""
 
     channel: int
     method: BasicPublish
     header: HeaderFrame
-    body: bytes
+    bodies: list[bytes]
 
-    def frames(self) -> tuple[MethodFrame, HeaderFrame] | tuple[MethodFrame, HeaderFrame, BodyFrame]:
-        """The frames it came as (no body frame for an empty body)."""
+    def frames(self) -> list[MethodFrame | HeaderFrame | BodyFrame]:
+        """The frames they came as, in order (no body frame for an empty body)."""
         method = MethodFrame(channel=self.channel, method=self.method)
         if not self.header.body_size:
-            return method, self.header
-        return method, self.header, BodyFrame(channel=self.channel, payload=self.body)
+            return [method, self.header] * len(self.bodies)
+        return [frame for body in self.bodies
+                for frame in (method, self.header, BodyFrame(channel=self.channel, payload=body))]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,7 +363,7 @@ class FrameDecoder:
             raise frame_error(f"frame-end octet is {buffer[end]:#04x}, expected 0xce")
         raise AssertionError(f"the splitter stopped before a whole frame of type {frame_type} on channel {channel}")
 
-    def _publish_frames(self, channel: int, method: bytes, content_header: bytes, body: bytes) -> PublishFrames:
+    def _publish_frames(self, channel: int, method: bytes, content_header: bytes, bodies: list[bytes]) -> PublishFrames:
         decoded = self._decode_method(method)  # first, as frame by frame
         header = self._headers.get(content_header)  # a publisher's messages of one size share their header
         if header is None or header.channel != channel:
@@ -369,7 +371,7 @@ class FrameDecoder:
             if len(content_header) <= limits.amqp_decode_cache_key_bytes_max:
                 remember(self._headers, content_header, header)
         assert isinstance(decoded, BasicPublish) and isinstance(header, HeaderFrame)
-        return PublishFrames(channel=channel, method=decoded, header=header, body=body)
+        return PublishFrames(channel=channel, method=decoded, header=header, bodies=bodies)
 
     def _decode_frame(self, frame_type: int, channel: int, payload: bytes) -> Frame:
         """One frame's payload → its typed frame."""

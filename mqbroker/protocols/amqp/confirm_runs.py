@@ -32,15 +32,17 @@ class ConfirmRuns:
         #: The open run's admission rounds, each with the number of the run's first message in it.
         self._rounds: list[tuple[AdmittedBatch, int]] = []
 
-    def add(self, channel: int, sequence: int, batches: list[BatchStored]) -> None:
+    def add(self, channel: int, sequence: int, batches: list[BatchStored], last: int | None = None) -> None:
         """A confirmed publish stored in ``batches`` (none: unroutable, settled at once), called right after it was
-        appended (its number in an admission round is the round's newest)."""
+        appended (its number in an admission round is the round's newest); with ``last``, the publishes
+        ``sequence..last`` appended together to the same batches (never through an admission round)."""
+        last = sequence if last is None else last
         if (channel == self._channel and sequence == self._last + 1 and batches == self._batches
                 and (not self._rounds or self._follows_in_rounds(sequence))):
-            self._last = sequence
+            self._last = last
             return
         self.seal()
-        self._channel, self._first, self._last, self._batches = channel, sequence, sequence, batches
+        self._channel, self._first, self._last, self._batches = channel, sequence, last, batches
         self._rounds = [(batch, batch.size - 1) for batch in batches if isinstance(batch, AdmittedBatch)]
 
     def _follows_in_rounds(self, sequence: int) -> bool:

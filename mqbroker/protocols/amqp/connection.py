@@ -132,7 +132,7 @@ class Connection:
                 0, spec.ConnectionStart(server_properties=server_properties(self._version), mechanisms=MECHANISMS)
             )
         for item in frames:
-            if type(item) is _PUBLISH_FRAMES:  # a published message with its content
+            if type(item) is _PUBLISH_FRAMES:  # published messages with their content
                 channel = self._publishing_channel(item.channel)  # type: ignore[union-attr]
                 if channel is not None:
                     try:

@@ -4,7 +4,9 @@
 A publisher such as pika sends each message as a basic.publish method frame, its content header and one body
 frame, and one read brings hundreds of them. ``split_frames`` cuts the frames out of the received bytes and
 returns such a run of three (or two, for an empty body) as one item, so the decoder and the connection handle a
-published message once rather than frame by frame. It takes only what is well formed: it stops before an
+published message once rather than frame by frame; the messages right after it on its channel with the same
+method and content header (a publisher's messages alike but for their bodies) join that item with their bodies,
+so they are decoded and handed on once. It takes only what is well formed: it stops before an
 incomplete frame, a frame larger than ``frame_bytes_max`` or one whose frame-end octet is wrong, and the decoder
 (``codec.FrameDecoder``) judges what it stopped before, as it judges every frame.
 
@@ -28,8 +30,8 @@ _BASIC_CLASS_ID = 60
 
 #: A plain frame: (frame type, channel, payload).
 Frame = tuple[int, int, bytes]
-#: A published message: (channel, basic.publish payload, content-header payload, body).
-Publish = tuple[int, bytes, bytes, bytes]
+#: Published messages alike but for their bodies: (channel, basic.publish payload, content-header payload, bodies).
+Publish = tuple[int, bytes, bytes, list[bytes]]
 
 
 def _frame_at(buffer: bytes | bytearray, position: int, frame_bytes_max: int) -> tuple[int, int, int] | None:
@@ -48,24 +50,40 @@ def _frame_at(buffer: bytes | bytearray, position: int, frame_bytes_max: int) ->
 def split_frames_python(buffer: bytes | bytearray, frame_bytes_max: int) -> tuple[list[Frame | Publish], int]:
     """The well-formed whole frames at the head of ``buffer`` and how many bytes they take. A basic.publish method
     frame directly followed, on its channel, by a content header of class 60 and (unless that announces an empty
-    body) one body frame holding the whole body comes as one ``Publish`` item; every other frame as a ``Frame``."""
+    body) one body frame holding the whole body comes as one ``Publish`` item, together with the messages so sent
+    right after it on its channel with the same method and content-header payloads; every other frame as a
+    ``Frame``."""
     items: list[Frame | Publish] = []
     position = 0
     while (found := _frame_at(buffer, position, frame_bytes_max)) is not None:
         frame_type, channel, end = found
         start = position + _FRAME_HEADER.size
         published = _publish_at(buffer, channel, start, end, frame_bytes_max) if frame_type == _METHOD else None
-        if published is not None:
-            item, position = published
-            items.append(item)
+        if published is None:
+            items.append((frame_type, channel, bytes(buffer[start:end])))
+            position = end + 1
             continue
-        items.append((frame_type, channel, bytes(buffer[start:end])))
-        position = end + 1
+        (channel, method, header, body), position = published
+        bodies = [body]
+        while (alike := _publish_after(buffer, position, frame_bytes_max)) is not None \
+                and alike[0][:3] == (channel, method, header):
+            bodies.append(alike[0][3])
+            position = alike[1]
+        items.append((channel, method, header, bodies))
     return items, position
 
 
+def _publish_after(buffer: bytes | bytearray, position: int,
+                   frame_bytes_max: int) -> tuple[tuple[int, bytes, bytes, bytes], int] | None:
+    """The message whose basic.publish frame is at ``position``, if its whole content follows it."""
+    found = _frame_at(buffer, position, frame_bytes_max)
+    if found is None or found[0] != _METHOD:
+        return None
+    return _publish_at(buffer, found[1], position + _FRAME_HEADER.size, found[2], frame_bytes_max)
+
+
 def _publish_at(buffer: bytes | bytearray, channel: int, start: int, end: int,
-                frame_bytes_max: int) -> tuple[Publish, int] | None:
+                frame_bytes_max: int) -> tuple[tuple[int, bytes, bytes, bytes], int] | None:
     """The message whose basic.publish payload is ``buffer[start:end]``, and where its frames end; None if the
     frames after it are not its whole content."""
     if end - start < len(_PUBLISH_IDS) or bytes(buffer[start:start + 4]) != _PUBLISH_IDS:

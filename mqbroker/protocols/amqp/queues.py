@@ -185,6 +185,14 @@ class BaseQueue(abc.ABC):
         """Store a message; the returned batch says when it (and the rest of its batch) is durable."""
         return self._appender.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration)
 
+    #: Whether ``append_run`` may store a run of publishes at once (else each is judged on its own).
+    takes_runs = True
+
+    def append_run(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes,
+                   bodies: list[bytes], expiration: str | None) -> BatchStored:
+        """``append`` of messages alike but for their bodies, in order, into one batch."""
+        return self._appender.append_run(timestamp_ms, exchange, routing_key, properties_raw, bodies, expiration)
+
     async def ready_count(self) -> int:
         """Messages ready for delivery (queue.declare-ok, basic.get-ok, queue.delete-ok)."""
         return self.message_count

@@ -41,6 +41,7 @@ from mqbroker.protocols.amqp.actions import (
     Execute,
     Outcome,
     Publish,
+    PublishRun,
     Settle,
     Unacked,
 )
@@ -110,7 +111,8 @@ class AmqpSession:
         actions = self.connection.receive_data(data, self._vhost.now_ms())
         self._run(actions)
         if self._produce_throttle is not None:
-            published = sum(len(action.body) for action in actions if isinstance(action, Publish))
+            published = sum(len(action.body) if type(action) is Publish else sum(map(len, action.bodies))
+                            for action in actions if isinstance(action, (Publish, PublishRun)))  # type: ignore[union-attr]
             if published:
                 self._produce_throttle.record(published)
                 self._apply_backpressure()
@@ -172,9 +174,9 @@ class AmqpSession:
     # --- actions ---------------------------------------------------------------------------
 
     def _run(self, actions: list[Action]) -> None:
-        publish: Callable[[Publish], Deferred[None] | None] | None = None
+        publish: Callable[[Publish | PublishRun], Deferred[None] | None] | None = None
         for action in actions:
-            if isinstance(action, Publish):
+            if isinstance(action, (Publish, PublishRun)):
                 if publish is None:  # publishes arrive with the bytes being handled now: their ticket is taken now
                     definitions = self._vhost.definitions
                     ticket = definitions.fence.ticket() if definitions else 0
@@ -414,7 +416,7 @@ class AmqpSession:
 
     # --- publishing ------------------------------------------------------------------------
 
-    def _publish(self, ticket: int, action: Publish) -> Deferred[None] | None:
+    def _publish(self, ticket: int, action: Publish | PublishRun) -> Deferred[None] | None:
         """Store a publish; in a cluster, once the declarations any broker made before it arrived (``ticket``) are
         applied here (``definitions_fence.py``: a binding is in force on every broker when bind-ok is sent)."""
         definitions = self._vhost.definitions
@@ -423,7 +425,11 @@ class AmqpSession:
         self._publish_now(action)
         return None
 
-    def _publish_now(self, action: Publish) -> None:
+    def _publish_now(self, action: Publish | PublishRun) -> None:
+        if type(action) is PublishRun:
+            self._publish_run_now(action)
+            return
+        assert isinstance(action, Publish)
         try:
             amqp_security.check_publish(self._security, self._principal, self._vhost, action.exchange,
                                         action.routing_key, action.properties.headers)
@@ -445,6 +451,33 @@ class AmqpSession:
             self._transaction_batches.setdefault(action.channel, []).extend(batches)
         if batches:
             self._hold(batches, len(action.body))
+
+    def _publish_run_now(self, run: PublishRun) -> None:
+        """``_publish_now`` of each message of the run: checked and routed once, appended to each queue in one go,
+        confirmed as one run; one by one when a queue reached judges each publish (``vhost.store_run``)."""
+        try:
+            amqp_security.check_publish(self._security, self._principal, self._vhost, run.exchange, run.routing_key,
+                                        run.properties.headers)
+            batches = self._vhost.store_run(run.exchange, run.routing_key, run.properties.headers, run.properties_raw,
+                                            run.bodies, run.properties.expiration, from_client=True)
+        except AmqpError as error:
+            error.class_id, error.method_id = 60, 40
+            self._run(self.connection.fail(run.channel, error, self._vhost.now_ms()))
+            self.flush()
+            return
+        if batches is None:
+            for publish in run.publishes():
+                self._publish_now(publish)
+            return
+        if not batches:
+            for publish in run.publishes():
+                self._vhost.count_unroutable(returned=run.mandatory)
+                if run.mandatory:
+                    self.connection.return_message(run.channel, publish, ReplyCode.NO_ROUTE, "NO_ROUTE")
+        if run.confirm_sequence is not None:
+            self._confirms.add(run.channel, run.confirm_sequence, batches, run.confirm_sequence + len(run.bodies) - 1)
+        if batches:
+            self._hold(batches, sum(map(len, run.bodies)))
 
     # --- backpressure: publishes the broker has not stored yet ------------------------------
 

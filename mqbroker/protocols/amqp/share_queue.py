@@ -121,6 +121,18 @@ class ShareQueue(ShareGroupMembers):
         return self._appender.append(timestamp_ms, exchange, routing_key, properties_raw, body, expiration,
                                      extra_headers=delay_header(properties_raw))
 
+    @property
+    def takes_runs(self) -> bool:  # type: ignore[override]
+        """Not while publishes wait for x-max-length's verdict one by one (``share_admission.py``)."""
+        return self._gate is None
+
+    def append_run(self, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes,
+                   bodies: list[bytes], expiration: str | None) -> BatchStored:
+        """``append`` of messages alike but for their bodies, in order, into one batch (never through the gate)."""
+        assert self._gate is None, "publishes the gate judges are appended one by one"
+        return self._appender.append_run(timestamp_ms, exchange, routing_key, properties_raw, bodies, expiration,
+                                         extra_headers=delay_header(properties_raw))
+
     async def purge(self) -> int:
         """queue.purge: acquire and accept every available message as a member of the group (unacknowledged
         deliveries stay); how many."""

@@ -102,16 +102,32 @@ def append_message(
     body: bytes, expiration: str | None, extra_headers: Sequence[RecordHeader] = (),
 ) -> None:
     """Add one message record to a batch (``extra_headers`` after the AMQP ones: a share queue's ``x-delay``)."""
+    key, headers = record_key_and_headers(exchange, routing_key, properties_raw, expiration, extra_headers)
+    builder.append(timestamp_ms, key, body, headers)
+
+
+def append_messages(
+    builder: BatchBuilder, timestamp_ms: int, exchange: str, routing_key: str, properties_raw: bytes,
+    bodies: Sequence[bytes], expiration: str | None, extra_headers: Sequence[RecordHeader] = (),
+) -> None:
+    """``append_message`` of messages alike but for their bodies, in order, with one call to the builder."""
+    key, headers = record_key_and_headers(exchange, routing_key, properties_raw, expiration, extra_headers)
+    builder.append_alike(timestamp_ms, key, bodies, headers)
+
+
+def record_key_and_headers(exchange: str, routing_key: str, properties_raw: bytes, expiration: str | None,
+                           extra_headers: Sequence[RecordHeader]) -> tuple[bytes, tuple[RecordHeader, ...]]:
+    """A message's record key and headers, remembered (``_RECORD_HEADERS``)."""
     signature = (exchange, routing_key, properties_raw, expiration, extra_headers)
     try:
-        key, headers = _RECORD_HEADERS[signature]
+        return _RECORD_HEADERS[signature]
     except KeyError:  # new: built, and remembered unless large
         key, headers = _record_headers(*signature)
         if len(properties_raw) + len(key) + len(exchange) <= limits.amqp_decode_cache_key_bytes_max:
             remember(_RECORD_HEADERS, signature, (key, headers))
     except TypeError:  # an unhashable value (a bytearray, a list of headers): nothing to remember it by
         key, headers = _record_headers(*signature)
-    builder.append(timestamp_ms, key, body, headers)
+    return key, headers
 
 
 #: (record key, headers tuple) by what ``append_message`` builds them from: a publisher sends one routing key and

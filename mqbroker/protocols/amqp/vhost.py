@@ -465,15 +465,33 @@ class VirtualHost:
               body: bytes, expiration: str | None, *, from_client: bool = False) -> list[BatchStored]:
         """Route a message and append it to each queue reached (404 if the exchange is missing; 403 for a
         client publishing to an internal exchange, which only other exchanges and the broker feed)."""
+        now_ms = self.now_ms()
+        return [queue.append(now_ms, exchange, routing_key, properties_raw, body, expiration)
+                for queue in self._reached(exchange, routing_key, headers, from_client)]
+
+    def store_run(self, exchange: str, routing_key: str, headers: dict[str, Any] | None, properties_raw: bytes,
+                  bodies: list[bytes], expiration: str | None, *,
+                  from_client: bool = False) -> list[BatchStored] | None:
+        """``store`` of messages alike but for their bodies, in order: routed once and appended to each queue
+        reached in one go (one batch per queue for all of them); None, with nothing stored, when a queue reached
+        judges each publish on its own (``x-overflow`` reject-publish): then store them one by one."""
+        reached = self._reached(exchange, routing_key, headers, from_client)
+        if not all(queue.takes_runs for queue in reached):
+            return None
+        now_ms = self.now_ms()
+        return [queue.append_run(now_ms, exchange, routing_key, properties_raw, bodies, expiration) for queue in reached]
+
+    def _reached(self, exchange: str, routing_key: str, headers: dict[str, Any] | None,
+                 from_client: bool) -> list[Queue]:
+        """The queues a message goes to, in name order (404 if the exchange is missing; 403 for a client
+        publishing to an internal exchange)."""
         if from_client and exchange and self.router.exchanges.get(exchange, _PUBLIC).internal:
             raise AmqpError(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal exchange '{exchange}'")
-        now_ms = self.now_ms()
         names = self.router.route(exchange, routing_key, headers)
-        return [
-            self.queues[name].append(now_ms, exchange, routing_key, properties_raw, body, expiration)
-            for name in (names if len(names) == 1 else sorted(names))
-            if name in self.queues
-        ]
+        if len(names) == 1:
+            queue = self.queues.get(next(iter(names)))
+            return [] if queue is None else [queue]
+        return [self.queues[name] for name in sorted(names) if name in self.queues]
 
     def count_unroutable(self, returned: bool) -> None:
         """A client's message reached no queue: it was returned (mandatory) or dropped."""

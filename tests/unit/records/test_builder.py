@@ -141,6 +141,38 @@ def test_append_values_builds_the_batch_append_would(
         assert bulk.size_bytes <= size_bytes_max or bulk.records_count == 1
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.binary(max_size=300) | st.sampled_from([b"", b"v" * 16_300, b"v" * 16_500]), max_size=100),
+    key=st.none() | st.binary(max_size=200),
+    headers=st.sampled_from([(), (("amqp.exchange", b"x"), ("amqp.properties", b"p" * 150)), [("raw", b"list")]]),
+    earlier=st.integers(min_value=0, max_value=3),
+    timestamp_step_ms=st.sampled_from([0, 7, -3, 10**9]),
+)
+def test_append_alike_builds_the_batch_append_would(
+    values: list[bytes], key: bytes | None, headers: tuple[tuple[str, bytes], ...], earlier: int,
+    timestamp_step_ms: int,
+) -> None:
+    alike, one_by_one = BatchBuilder(), BatchBuilder()
+    for index in range(earlier):
+        alike.append(TIMESTAMP_MS + index, None, b"e")
+        one_by_one.append(TIMESTAMP_MS + index, None, b"e")
+    alike.append_alike(TIMESTAMP_MS + timestamp_step_ms, key, values, headers)
+    for value in values:
+        one_by_one.append(TIMESTAMP_MS + timestamp_step_ms, key, value, headers)
+    assert (alike.records_count, alike.size_bytes) == (one_by_one.records_count, one_by_one.size_bytes)
+    if one_by_one.records_count:
+        assert alike.build() == one_by_one.build()
+
+
+def test_append_alike_past_the_small_offset_deltas_goes_on_one_by_one() -> None:
+    builder = BatchBuilder()
+    values = [b"%d" % index for index in range(20_000)]
+    builder.append_alike(TIMESTAMP_MS, b"key", values, (("h", b"v"),))
+    assert [(record.key, record.value, record.headers) for record in decode_records(builder.build())] == [
+        (b"key", value, (("h", b"v"),)) for value in values]
+
+
 def test_append_values_past_the_small_offset_deltas_goes_on_one_by_one() -> None:
     builder = BatchBuilder()
     values = [b"%d" % index for index in range(20_000)]

@@ -133,7 +133,7 @@ def test_confirms_settled_ahead_wait_for_the_runs_before_them_and_coalesce() -> 
 def _whole_publish(body: bytes) -> codec.PublishFrames:
     header = codec.HeaderFrame(channel=1, class_id=60, body_size=len(body), properties=spec.BasicProperties(),
                                properties_raw=b"\x00\x00")
-    return codec.PublishFrames(channel=1, method=spec.BasicPublish(routing_key="q"), header=header, body=body)
+    return codec.PublishFrames(channel=1, method=spec.BasicPublish(routing_key="q"), header=header, bodies=[body])
 
 
 def test_a_whole_message_is_checked_against_the_held_bytes_bounds_but_never_held() -> None:

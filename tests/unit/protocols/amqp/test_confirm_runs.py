@@ -116,3 +116,14 @@ def test_a_round_that_took_nothing_nacks_its_run_and_a_refused_append_nacks_what
     refused.admitted = 2
     refused.settle(False)
     assert settled.calls == [(1, 1, 1, False), (1, 2, 2, False)]
+
+
+def test_a_range_of_publishes_appended_together_joins_the_open_run_and_is_settled_with_it() -> None:
+    settled, batch = Settled(), BatchStored()
+    runs = ConfirmRuns(settled, settled.confirmed)  # type: ignore[arg-type]
+    runs.add(1, 1, [batch])
+    runs.add(1, 2, [batch], 5)  # a run of four (vhost.store_run)
+    runs.add(1, 6, [batch])
+    runs.seal()
+    batch.settle(True)
+    assert settled.calls == [(1, 1, 6, True)]

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqbroker.protocols.amqp import codec, spec
+from mqbroker.protocols.amqp.actions import PublishRun
 from mqbroker.protocols.amqp.connection import Connection
 from mqbroker.protocols.amqp.frame_split import (
     COMPILED_FRAME_SPLITTER,
@@ -24,7 +25,8 @@ _properties = st.sampled_from([codec.encode_properties(spec.BasicProperties()),
                                codec.encode_properties(spec.BasicProperties(headers={"x-delay": 5}))])
 _publish = st.builds(lambda channel, properties, body, immediate, routing_key: codec.encode_message(
     channel, spec.BasicPublish(routing_key=routing_key, immediate=immediate), properties, body, FRAME_MAX),
-    st.integers(1, 3), _properties, st.one_of(st.binary(max_size=40), st.just(b"z" * 9000)),
+    st.integers(1, 3), _properties, st.one_of(st.binary(max_size=40), st.binary(min_size=4, max_size=4),
+                                              st.just(b"z" * 9000)),
     st.sampled_from([False, False, False, True]), st.sampled_from(["q", "", "k" * 40]))
 
 
@@ -121,10 +123,36 @@ def test_a_connection_given_whole_messages_acts_as_one_given_their_frames_one_by
         return  # a frame the decoder refuses (a header too short for its class): the decoder's test covers it
     assert position == len(stream)
     split_actions = [action for frame in frames for action in by_frame.receive_data(frame, 0)]
-    assert whole_actions == split_actions
+    # a run of messages alike but for their bodies is the Publish of each
+    assert [one for action in whole_actions
+            for one in (action.publishes() if isinstance(action, PublishRun) else [action])] == split_actions
     assert whole.data_to_send() == by_frame.data_to_send()
     assert whole.state == by_frame.state
 
 
 def _payload_size(stream: bytes, position: int) -> int:
     return struct.unpack_from(">I", stream, position + 3)[0]
+
+
+def test_messages_read_together_alike_but_for_their_bodies_are_one_run_with_consecutive_confirms() -> None:
+    connection = _opened()
+    connection.receive_data(codec.encode_method(1, spec.ConfirmSelect()), 0)
+
+    def published(routing_key: str, body: bytes) -> bytes:
+        return codec.encode_message(1, spec.BasicPublish(routing_key=routing_key), b"\x10\x00\x02", body, FRAME_MAX)
+
+    actions = connection.receive_data(b"".join([published("q", b"a1"), published("q", b"a2"), published("q", b"a3"),
+                                                published("r", b"b1"), published("q", b"c1"), published("q", b"c2")]), 0)
+    assert [(type(action).__name__, action.routing_key, action.confirm_sequence) for action in actions] == [
+        ("PublishRun", "q", 1), ("Publish", "r", 4), ("PublishRun", "q", 5)]
+    assert actions[0].bodies == [b"a1", b"a2", b"a3"] and actions[2].bodies == [b"c1", b"c2"]
+    assert [publish.confirm_sequence for publish in actions[0].publishes()] == [1, 2, 3]
+
+
+def test_a_transactions_publishes_stay_one_by_one() -> None:
+    connection = _opened()
+    connection.receive_data(codec.encode_method(1, spec.TxSelect()), 0)
+    message = codec.encode_message(1, spec.BasicPublish(routing_key="q"), b"\x10\x00\x02", b"ab", FRAME_MAX)
+    connection.receive_data(message * 3, 0)
+    actions = connection.receive_data(codec.encode_method(1, spec.TxCommit()), 0)
+    assert [type(action).__name__ for action in actions] == ["Publish", "Publish", "Publish", "Execute"]

@@ -35,6 +35,7 @@ class FakeVirtualHost:
         self.queues: dict[str, Any] = {}
         self.batches: list[BatchStored] = []
         self.stored: list[bytes] = []
+        self.runs: list[int] = []  # the size of each run of publishes stored at once
         self.gone: list[int] = []
         self.definitions = None  # a single broker: no other broker's declarations to wait for
 
@@ -47,6 +48,12 @@ class FakeVirtualHost:
             self.batches.append(BatchStored())  # one batch per "reactor turn": until the test settles it
         self.stored.append(body)
         return [self.batches[-1]]
+
+    def store_run(self, exchange: str, routing_key: str, headers: Any, properties_raw: bytes, bodies: list[bytes],
+                  expiration: str | None, *, from_client: bool = False) -> list[BatchStored] | None:
+        self.runs.append(len(bodies))
+        return [batch for body in bodies for batch in self.store(exchange, routing_key, headers, properties_raw, body,
+                                                                 expiration)][:1]
 
     def session_gone(self, session_id: int, holders: set[ConsumerKey]) -> None:
         self.gone.append(session_id)
@@ -141,6 +148,7 @@ def test_pipelined_confirmed_publishes_are_acked_with_one_multiple_ack_once_thei
     assert client.methods() == [spec.ConfirmSelectOk()]
     client.send_bytes(b"".join(client.publish_bytes(b"m%d" % index) for index in range(5)))
     assert client.methods() == []  # nothing is confirmed before it is durable
+    assert client.vhost.runs == [5]  # alike but for their bodies: stored as one run
     [batch] = client.vhost.batches
     batch.settle(True)
     client.clock.advance(0)  # confirms go out at the end of the reactor turn

@@ -14,6 +14,7 @@ from mqbroker.protocols.amqp.spec import AmqpError
 from mqbroker.protocols.amqp.stored import (
     QueueDeclaration,
     append_message,
+    append_messages,
     binding_key,
     decode_declaration,
     exchange_record,
@@ -93,3 +94,12 @@ def test_a_message_is_stored_alike_whether_its_record_headers_were_remembered_or
     append_message(first, 0, "", "key", bytearray(b"\x00\x00"), b"body", None, [("x-delay", bytearray(b"5"))])
     append_message(second, 0, "", "key", b"\x00\x00", b"body", None, (("x-delay", b"5"),))
     assert first.build() == second.build()
+
+
+def test_messages_alike_but_for_their_bodies_are_stored_as_one_by_one() -> None:
+    together, one_by_one = BatchBuilder(), BatchBuilder()
+    bodies = [b"first", b"", b"third" * 100]
+    append_messages(together, 7, "amq.direct", "key", b"\x00\x00", bodies, "60000", (("x-delay", b"5"),))
+    for body in bodies:
+        append_message(one_by_one, 7, "amq.direct", "key", b"\x00\x00", body, "60000", (("x-delay", b"5"),))
+    assert together.build() == one_by_one.build()
