@@ -117,6 +117,8 @@ class Connection(TypingProtocol):
     def deliver_shared(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
                        subscription: Subscription) -> None: ...
 
+    def take_queued_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]: ...
+
 
 def reason_code_for(failure: Failure) -> ReasonCode:
     """The MQTT reason code that reports a failed log write."""
@@ -482,6 +484,8 @@ class MqttHub:
         if live_here:
             del self.connections[client_id]
             self.registry.remove_client(client_id)
+            # what it had of its share groups' messages and will not get (an ended session: its in-flight ones too)
+            self.share_backlog.hand_back(connection.take_queued_shared(in_flight_too=stored is None))
             delayed = self._will_timers.get(client_id)
             # before the session's record: a broker taking it over waits for that
             self.wills.disconnected(client_id, None if delayed is None else delayed[1])

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import Clock
+
+from mqbroker.model import Acks
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
+from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, ConnAck, Connect
 from mqbroker.protocols.mqtt.server import MqttConnection
+from tests.fake_broker import FakeBroker
 
 
 class ClientSocket:
@@ -56,3 +63,14 @@ def connected(
     hub.broker.sync()  # type: ignore[attr-defined]  # the session record
     assert [ack.reason_code for ack in socket.take(ConnAck)] == [0]
     return connection, socket
+
+
+def started_hub(broker: FakeBroker, clock: IReactorTime | None = None, mapping: TopicMapping | None = None,
+                puback_acks: Acks = Acks.ALL) -> MqttHub:
+    """A hub on ``broker`` with ``clock`` (else the broker's, else a new one) whose start has finished: the internal
+    topics it wrote are synced."""
+    hub = MqttHub(broker, clock or broker.clock or Clock(), mapping or TopicMapping(), puback_acks=puback_acks)
+    Deferred.fromCoroutine(hub.start())
+    broker.sync()
+    assert hub.started.started
+    return hub
