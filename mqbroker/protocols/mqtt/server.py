@@ -163,6 +163,11 @@ class MqttConnection:
             return
         self.deliver(message, subscriptions)
 
+    def stood_past(self, partition_key: PartitionKey, offset: int) -> bool:
+        """Whether this session, reopened here, stood past the record at ``offset`` on its previous broker
+        (``CatchUp.stood_past``): its share groups give that record to another member."""
+        return self._catch_up.stood_past(partition_key, offset)
+
     def has_room(self) -> bool:
         """Whether a message kept for one of this session's share groups may be handed to it now."""
         return self.session.state is _CONNECTED and self.session.accepting_deliveries and not self.deliveries_held
