@@ -89,6 +89,12 @@ class CatchUp:
             del ahead[partition_key]  # the shared reader has reached where the session stood
         return bool(self._resent) and self._was_resent(partition_key, offset)
 
+    def stood_past(self, partition_key: PartitionKey, offset: int) -> bool:
+        """Whether the session, reopened here, stood past ``offset`` of ``partition_key`` on its previous broker (that
+        broker's readers had handed the record out, to it or to another member of its share groups there)."""
+        ahead = self._ahead
+        return bool(ahead) and offset < ahead.get(partition_key, 0)
+
     def fall_behind(self, partition_key: PartitionKey, offset: int) -> None:
         """The session could not take the shared reader's message at ``offset``: read from there itself."""
         self._behind[partition_key] = offset

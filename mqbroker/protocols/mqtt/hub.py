@@ -114,6 +114,8 @@ class Connection(TypingProtocol):
 
     def has_room(self) -> bool: ...
 
+    def stood_past(self, partition_key: PartitionKey, offset: int) -> bool: ...
+
     def deliver_shared(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
                        subscription: Subscription) -> None: ...
 
@@ -436,13 +438,18 @@ class MqttHub:
         def accepts(client_id: str, subscription: Subscription) -> bool:
             if backlog.holds(group_key_of(subscription), key):
                 return False  # the group's kept messages go first, in log order
-            return connections[client_id].accepts_live(key)
+            connection = connections[client_id]
+            # a member reopened here past ``offset`` would pass over it: another member gets it
+            return connection.accepts_live(key) and not connection.stood_past(key, offset)
 
         unplaced: list[GroupKey] = []
         for client_id, subscriptions in self.registry.route(message.topic, accepts, unplaced).items():
             connections[client_id].offer_live(key, offset, message, subscriptions)
         for group in unplaced:
-            backlog.keep(group, key, offset)
+            # kept unless every member stood past it on its previous broker (whose readers handed it out there)
+            if not all(connections[client_id].stood_past(key, offset)
+                       for client_id, _ in self.registry.group_members(message.topic, group)):
+                backlog.keep(group, key, offset)
 
     def resume_share_groups(self) -> None:
         """Hand messages kept for share groups to members with room again (a client acknowledged, or caught up)."""

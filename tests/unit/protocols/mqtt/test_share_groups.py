@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker import limits
+from mqbroker.model import FetchResult
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
@@ -107,3 +109,52 @@ def test_messages_handed_back_while_the_other_members_are_full_go_out_as_room_co
     got = _acknowledge_all(full, full_socket)
     assert sorted(got, key=int) == [b"%d" % n for n in range(8)]
     assert len(got) == 8
+
+
+def _survivor_after_a_failover(with_other_member: bool) -> tuple[MqttHub, Any, Any]:
+    """Two hubs on fake brokers sharing their logs stand for two brokers (``test_session_failover.py``). The device
+    had four messages from its broker (and acknowledged them) before that broker died; the survivor's reader had not
+    read them yet (its fetch went to the dead broker). The device is reopened on the survivor, where ``other`` may be
+    a member of the group already; then the survivor's reader brings the four. The survivor, the device's connection
+    and socket there, and ``other``'s (or Nones)."""
+    clock = Clock()
+    holder_broker, survivor_broker = FakeBroker(clock=clock), FakeBroker(clock=clock)
+    survivor_broker.logs, survivor_broker.topic_configs = holder_broker.logs, holder_broker.topic_configs
+    stalled: Deferred[list[FetchResult]] = Deferred()
+    survivor_broker.script("wait_for_records", False, topic=LOG_TOPIC)
+    survivor_broker.script("fetch", stalled, topic=LOG_TOPIC)
+    survivor, holder = started_hub(survivor_broker), started_hub(holder_broker)
+    other = _member(survivor, "other") if with_other_member else (None, None)
+    device, device_socket = _member(holder, "device", expiry_s=600)
+    _publish_all(holder, 4)
+    assert len(_acknowledge_all(device, device_socket)) == 4
+    clock.advance(limits.mqtt_session_store_interval_ms / 1000)
+
+    holder.stopped = True  # kill -9: the holder reaches the cluster's logs no more
+    holder_broker.logs, holder_broker.topic_configs = {}, {}
+    survivor_broker.sync()  # the survivor's follower reads the holder's session records
+    moved = connected(survivor, Connect(client_id="device", clean_start=False, keep_alive_s=0,
+                                        properties=Properties(session_expiry_interval_s=600)))
+    log = survivor_broker.logs[(LOG_TOPIC, 0)]
+    stalled.callback([FetchResult(topic=LOG_TOPIC, partition=0, records=log.read(0, 1 << 20),
+                                  high_watermark=log.high_watermark, log_start_offset=log.log_start)])
+    return survivor, moved, other
+
+
+def test_a_member_reopened_ahead_of_the_survivors_reader_leaves_what_it_had_to_the_groups_other_member() -> None:
+    """The device stands past the four: the survivor's group gives each to its other member, not to the device
+    (which would pass over it: lost)."""
+    survivor, (moved, moved_socket), (other, other_socket) = _survivor_after_a_failover(with_other_member=True)
+    assert moved_socket.take(Publish) == []
+    assert _acknowledge_all(other, other_socket) == [b"%d" % n for n in range(4)]
+    _publish_all(survivor, 4)  # past where the device stood: split between the two again
+    assert len(_acknowledge_all(moved, moved_socket)) == 2
+    assert len(_acknowledge_all(other, other_socket)) == 2
+
+
+def test_a_group_whose_only_member_had_the_records_on_its_previous_broker_does_not_get_them_again() -> None:
+    survivor, (moved, moved_socket), _ = _survivor_after_a_failover(with_other_member=False)
+    survivor.resume_share_groups()
+    assert moved_socket.take(Publish) == []
+    _publish_all(survivor, 2)
+    assert _acknowledge_all(moved, moved_socket) == [b"0", b"1"]
