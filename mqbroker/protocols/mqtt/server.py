@@ -562,6 +562,12 @@ class MqttConnection:
         already queued in the session wait too."""
         return self._fetch_throttle is not None and self._fetch_throttle.active
 
+    @property
+    def under_fetch_quota(self) -> bool:
+        """Whether a fetch byte-rate quota applies: then each delivery may end ``deliveries_held`` (``deliver_many``
+        hands each over on its own)."""
+        return self._fetch_throttle is not None
+
     def _deliveries_released(self) -> None:
         self._apply_backpressure()
         self._catch_up.resume()
