@@ -48,6 +48,9 @@ class Deliverer(Protocol):
     @property
     def deliveries_held(self) -> bool: ...
 
+    @property
+    def under_fetch_quota(self) -> bool: ...
+
     def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None: ...
 
     def log_failure(self, failure: Failure, what: str) -> None: ...
@@ -231,7 +234,10 @@ class CatchUp:
         session = connection.session
         log_topic, partition = key
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
-        held = connection.deliveries_held  # nor the fetch quota: what this hands over is sent once it has ended
+        held = connection.deliveries_held
+        # Without a fetch quota nothing this hands over can hold deliveries; under one, each delivery goes out on its
+        # own (``deliver_many``) and may: the next waits for the release then.
+        held_anew = connection.under_fetch_quota
         for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
             if record_offset >= limit:
@@ -262,3 +268,5 @@ class CatchUp:
             self._behind[key] = record_offset + 1
             if delivery is not None:
                 yield delivery
+                if held_anew:
+                    held = connection.deliveries_held

@@ -9,6 +9,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import Clock
 
 from mqbroker.model import Acks
+from mqbroker.protocols.frontends import FrontEndSecurity
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
@@ -27,18 +28,23 @@ class ClientSocket:
     def __init__(self) -> None:
         self.decoder = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=PROTOCOL_LEVEL_5)
         self.packets: list[Any] = []
+        #: Whether the broker has paused reading this connection (a client's bytes wait meanwhile).
+        self.paused = False
+        #: Bytes written to the client so far.
+        self.bytes_written = 0
 
     def write(self, data: bytes) -> None:
+        self.bytes_written += len(data)
         self.packets += self.decoder.receive_data(data)
 
     def close(self) -> None:
         pass
 
     def pause_reading(self) -> None:
-        pass
+        self.paused = True
 
     def resume_reading(self) -> None:
-        pass
+        self.paused = False
 
     def peer_certificate(self) -> None:
         return None
@@ -51,11 +57,12 @@ class ClientSocket:
 
 
 def connected(
-    hub: MqttHub, connect: Connect, config: SessionConfig | None = None
+    hub: MqttHub, connect: Connect, config: SessionConfig | None = None, security: FrontEndSecurity | None = None
 ) -> tuple[MqttConnection, ClientSocket]:
-    """A connection of ``hub`` (``config``, else the default) whose ``connect`` was accepted, once the fake broker
-    wrote its session record; the client's end decodes at the CONNECT's protocol level."""
-    connection = MqttConnection(hub, config or SessionConfig(), lambda: "generated")
+    """A connection of ``hub`` (``config``, else the default; ``security``: its byte-rate quotas, say) whose
+    ``connect`` was accepted, once the fake broker wrote its session record; the client's end decodes at the
+    CONNECT's protocol level."""
+    connection = MqttConnection(hub, config or SessionConfig(), lambda: "generated", security)
     socket = ClientSocket()
     socket.decoder.protocol_level = connect.protocol_level
     connection.connection_made(socket)  # type: ignore[arg-type]
