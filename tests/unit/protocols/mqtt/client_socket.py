@@ -8,7 +8,6 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import Clock
 
-from mqbroker.model import Acks
 from mqbroker.protocols.frontends import FrontEndSecurity
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
@@ -73,10 +72,10 @@ def connected(
 
 
 def started_hub(broker: FakeBroker, clock: IReactorTime | None = None, mapping: TopicMapping | None = None,
-                puback_acks: Acks = Acks.ALL) -> MqttHub:
-    """A hub on ``broker`` with ``clock`` (else the broker's, else a new one) whose start has finished: the internal
-    topics it wrote are synced."""
-    hub = MqttHub(broker, clock or broker.clock or Clock(), mapping or TopicMapping(), puback_acks=puback_acks)
+                **options: Any) -> MqttHub:
+    """A hub on ``broker`` with ``clock`` (else the broker's, else a new one) and ``MqttHub``'s other ``options``,
+    whose start has finished: what it wrote to the internal topics is durable (``FakeBroker.sync``)."""
+    hub = MqttHub(broker, clock or broker.clock or Clock(), mapping or TopicMapping(), **options)
     Deferred.fromCoroutine(hub.start())
     broker.sync()
     assert hub.started.started

@@ -5,7 +5,6 @@ moves at ``sync``, the fsync)."""
 from __future__ import annotations
 
 
-from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker import errors
@@ -26,7 +25,7 @@ from mqbroker.protocols.mqtt.packets import (
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected, started_hub
 
 LOG_TOPIC = TopicMapping().default_log_topic
 
@@ -34,11 +33,7 @@ LOG_TOPIC = TopicMapping().default_log_topic
 def _hub(mode: str) -> tuple[FakeBroker, MqttHub, Clock]:
     clock = Clock()
     broker = FakeBroker(clock=clock, durable_at_once=False)
-    hub = MqttHub(broker, clock, TopicMapping(), puback_acks=PUBACK_ACKS[mode])
-    Deferred.fromCoroutine(hub.start())
-    broker.sync()  # the internal topics the start wrote
-    assert hub.started.started
-    return broker, hub, clock
+    return broker, started_hub(broker, puback_acks=PUBACK_ACKS[mode]), clock
 
 
 def _client(hub: MqttHub, client_id: str) -> tuple[MqttConnection, ClientSocket]:
