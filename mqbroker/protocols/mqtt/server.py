@@ -64,7 +64,7 @@ from mqbroker.protocols.mqtt.read_back import read_back_inflight
 from mqbroker.protocols.mqtt.registry import group_key_of
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.session_writes import SessionWrites
-from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
+from mqbroker.protocols.mqtt.state import InflightState, OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter, topic_matches
@@ -179,9 +179,10 @@ class MqttConnection:
         self.deliver(message, [subscription])
 
     def take_queued_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]:
-        """The ended session's queued QoS 1/2 messages (never sent), and with ``in_flight_too`` those sent and not
-        acknowledged (a session that is not kept: nobody resends them), that match one of its shared subscriptions,
-        each with that subscription, taken from the session: its share group hands them to another member."""
+        """The ended session's queued QoS 1/2 messages (never sent), and with ``in_flight_too`` those sent whose
+        receipt the client has not acknowledged (no PUBACK, no PUBREC; a session that is not kept: nobody resends
+        them), that match one of its shared subscriptions, each with that subscription, taken from the session: its
+        share group hands them to another member."""
         state = self.session.session
         if state is None or not (state.pending or in_flight_too and state.inflight):
             return []
@@ -190,7 +191,8 @@ class MqttConnection:
         if in_flight_too:
             messages += [OutboundMessage(topic=entry.publish.topic, payload=entry.publish.payload, qos=entry.publish.qos,
                                          properties=entry.publish.properties, position=entry.position)
-                         for entry in state.inflight.values() if entry.position is not None and entry.publish.topic]
+                         for entry in state.inflight.values() if entry.position is not None and entry.publish.topic
+                         and entry.state is not InflightState.AWAITING_PUBCOMP]
         shared = [subscription for subscription in state.subscriptions.values() if subscription.share_group is not None]
         return [(message, subscription) for message in messages for subscription in shared
                 if topic_matches(group_key_of(subscription)[1], message.topic)]
