@@ -19,6 +19,8 @@ from mqbroker.protocols.mqtt.packets import (
     Properties,
     PubAck,
     Publish,
+    PubRec,
+    PubRel,
     SubAck,
     Subscribe,
     SubscriptionRequest,
@@ -86,6 +88,22 @@ def test_a_member_whose_session_ends_hands_what_it_had_not_had_acknowledged_to_t
     _, sent_to_leaving, got, _, _ = _leave_with_a_full_window(expiry_s=0)
     assert sorted(got, key=int) == [b"%d" % n for n in range(MESSAGES)]
     assert set(sent_to_leaving) <= set(got)
+
+
+def test_a_qos2_message_whose_receipt_the_leaving_member_acknowledged_goes_to_nobody_else() -> None:
+    """PUBREC received: the client has the message (exactly once); only the PUBREL flow was left."""
+    hub = started_hub(FakeBroker(clock=Clock()))
+    leaving, leaving_socket = connected(hub, Connect(client_id="leaving", keep_alive_s=0))
+    _send(leaving, Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter="$share/g/plant/#", qos=2),)))
+    publisher, _ = connected(hub, Connect(client_id="publisher"))
+    _send(publisher, Publish(topic="plant/a", payload=b"once", qos=2, packet_id=1))
+    _send(publisher, PubRel(packet_id=1))
+    hub.broker.sync()  # type: ignore[attr-defined]
+    (publish,) = leaving_socket.take(Publish)
+    _send(leaving, PubRec(packet_id=publish.packet_id))
+    staying, staying_socket = _member(hub, "staying")
+    leaving.connection_lost(None)  # type: ignore[arg-type]
+    assert staying_socket.take(Publish) == []
 
 
 def test_a_persistent_member_that_leaves_hands_its_queue_over_and_gets_its_in_flight_messages_again() -> None:
