@@ -13,6 +13,11 @@ has overtaken with ``fetch_abandoned``: its partitions are then fetched again fr
 Messages ``fetch_completed`` returned that never reached the application (the poll was interrupted) go
 back with ``unread``: their partitions are read again from the first of them.
 
+Under ``auto_offset_reset="none"`` a partition assigned without a position waits for a seek (the group's
+committed offset, or the application's): ``require_positions`` raises ``NoOffsetForPartitionError`` naming those
+partitions, and a fetch answered OFFSET_OUT_OF_RANGE keeps its position and holds a ``PositionOutOfRangeError``
+for ``raise_failure`` (Kafka's consumer does both).
+
 Consumer groups plug in through ``assign``: a group coordinator (its own issue) decides the
 assignment and seeds positions from committed offsets with ``seek``; everything below that
 stays as it is.
@@ -22,11 +27,12 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from mqbroker.client.collector import collector_paused
+from mqbroker.client.held_failure import HeldFailure
 from mqbroker.errors import BrokerError, CorruptMessageError, ErrorCode, OffsetOutOfRangeError, error_for_code
 from mqbroker.protocols.native.messages import (
     FetchPartition,
@@ -63,6 +69,27 @@ class Message(NamedTuple):
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """Assigned partitions have no position (no committed offset, no seek) and ``auto_offset_reset`` is "none"
+    (Kafka's NoOffsetForPartitionException): seek them, and poll again."""
+
+    def __init__(self, partitions: Iterable[TopicPartition]) -> None:
+        self.partitions = frozenset(partitions)
+        names = ", ".join(f"{topic}-{partition}" for topic, partition in sorted(self.partitions))
+        super().__init__(f"no offset for {names} and auto_offset_reset is 'none': seek first")
+
+
+class PositionOutOfRangeError(OffsetOutOfRangeError):
+    """A fetch position lies outside its partition's log and ``auto_offset_reset`` is "none" (Kafka's
+    OffsetOutOfRangeException): the position stays as it was until the application seeks."""
+
+    def __init__(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self.offsets = dict(offsets)
+        names = ", ".join(f"{topic}-{partition} at {offset}"
+                          for (topic, partition), offset in sorted(self.offsets.items()))
+        super().__init__(f"fetch position out of range: {names}, and auto_offset_reset is 'none': seek first")
 
 
 class OffsetReset(enum.Enum):
@@ -119,8 +146,9 @@ class FetchPlan:
         )
 
 
-class ConsumerCore:
-    """Sans-I/O consumer: fetch positions per assigned partition, fetch plans, decoded messages."""
+class ConsumerCore(HeldFailure):
+    """Sans-I/O consumer: fetch positions per assigned partition, fetch plans, decoded messages; a fetch reply's
+    error for the application waits in ``raise_failure`` (``HeldFailure``)."""
 
     def __init__(self, config: ConsumerConfig, on_unreadable: Callable[[UnreadableBatch], None] | None = None) -> None:
         """``on_unreadable``: skip a fetched batch that does not decode and report it there, instead of raising
@@ -130,10 +158,10 @@ class ConsumerCore:
         self._positions: dict[TopicPartition, int] = {}
         #: Partitions waiting for a ListOffsets answer: the timestamp to look up (or -1/-2).
         self._resets: dict[TopicPartition, int] = {}
+        #: Partitions assigned without a position under auto_offset_reset "none": they wait for a seek.
+        self._unpositioned: set[TopicPartition] = set()
         #: The plan in flight for each partition being fetched.
         self._fetching: dict[TopicPartition, FetchPlan] = {}
-        #: The first error a fetch reply held for the application, until ``raise_failure``.
-        self._failure: BrokerError | None = None
         self.high_watermarks: dict[TopicPartition, int] = {}
         #: Topics whose leaders must be looked up again before they can be fetched.
         self.stale_topics: set[str] = set()
@@ -155,13 +183,17 @@ class ConsumerCore:
             if partition not in wanted:
                 del self._fetching[partition]
         self.paused &= wanted
-        for partition in wanted:
-            if partition not in self._positions and partition not in self._resets:
-                self._resets[partition] = self._default_reset(partition)
+        self._unpositioned &= wanted
+        policy = self.config.auto_offset_reset
+        for partition in wanted - self._positions.keys() - self._resets.keys() - self._unpositioned:
+            if policy is OffsetReset.NONE:
+                self._unpositioned.add(partition)
+            else:
+                self._resets[partition] = EARLIEST if policy is OffsetReset.EARLIEST else LATEST
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads."""
-        return set(self._positions) | set(self._resets)
+        return set(self._positions) | set(self._resets) | self._unpositioned
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         """Stop fetching assigned ``partitions``; a partition not assigned is a ValueError."""
@@ -176,6 +208,7 @@ class ConsumerCore:
         if offset < 0:
             raise ValueError(f"offset must not be negative, got {offset}")
         self._resets.pop(partition, None)
+        self._unpositioned.discard(partition)
         self._positions[partition] = offset
         self._fetching.pop(partition, None)
 
@@ -196,25 +229,25 @@ class ConsumerCore:
     def _seek_to_timestamp(self, partition: TopicPartition, timestamp_ms: int) -> None:
         self._require_assigned(partition)
         self._positions.pop(partition, None)
+        self._unpositioned.discard(partition)
         self._fetching.pop(partition, None)
         self._resets[partition] = timestamp_ms
 
     def position(self, partition: TopicPartition) -> int | None:
-        """The offset of the next record to read, or None while a reset is being looked up."""
+        """The offset of the next record to read, or None while a reset is being looked up or a seek awaited."""
         self._require_assigned(partition)
         return self._positions.get(partition)
 
-    def _require_assigned(self, partition: TopicPartition) -> None:
-        if partition not in self._positions and partition not in self._resets:
-            raise ValueError(f"partition {partition[0]}-{partition[1]} is not assigned to this consumer")
+    def require_positions(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Raise ``NoOffsetForPartitionError`` naming the ``partitions`` (default: every assigned one) that wait for
+        a seek (auto_offset_reset "none"); the others are not held up by it once those are sought."""
+        waiting = self._unpositioned if partitions is None else self._unpositioned.intersection(partitions)
+        if waiting:
+            raise NoOffsetForPartitionError(waiting)
 
-    def _default_reset(self, partition: TopicPartition) -> int:
-        policy = self.config.auto_offset_reset
-        if policy is OffsetReset.NONE:
-            raise OffsetOutOfRangeError(
-                f"no position for {partition[0]}-{partition[1]} and auto_offset_reset is 'none'; seek first"
-            )
-        return EARLIEST if policy is OffsetReset.EARLIEST else LATEST
+    def _require_assigned(self, partition: TopicPartition) -> None:
+        if not (partition in self._positions or partition in self._resets or partition in self._unpositioned):
+            raise ValueError(f"partition {partition[0]}-{partition[1]} is not assigned to this consumer")
 
     # -- resets -------------------------------------------------------------------------------
 
@@ -293,7 +326,7 @@ class ConsumerCore:
                     try:
                         self._partition_completed(partition, fetched_from, reply, messages)
                     except BrokerError as error:  # CorruptMessageError among them
-                        self._failure = self._failure or error
+                        self._hold_failure(error)
         except BaseException:  # ``on_unreadable`` raised, say: the messages decoded so far are read again
             self.unread(messages)
             raise
@@ -310,7 +343,7 @@ class ConsumerCore:
     def _partition_completed(self, partition: TopicPartition, fetched_from: int, reply: FetchPartitionResult,
                              into: list[Message]) -> None:
         if reply.error_code != ErrorCode.NONE:
-            self._partition_error(partition, reply)
+            self._partition_error(partition, fetched_from, reply)
             return
         self.high_watermarks[partition] = reply.high_watermark
         if reply.records:
@@ -321,18 +354,14 @@ class ConsumerCore:
                 partition[0], partition[1], reply.records, fetched_from, decoded, self.on_unreadable, aborted)
             into += decoded
 
-    def raise_failure(self) -> None:
-        """Raise the first error a fetch reply held for the application, once (the driver raises it from the poll
-        that has no messages to return, or else from the next poll, as Kafka's consumer does)."""
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
-
-    def _partition_error(self, partition: TopicPartition, reply: FetchPartitionResult) -> None:
+    def _partition_error(self, partition: TopicPartition, fetched_from: int, reply: FetchPartitionResult) -> None:
         code = reply.error_code
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            policy = self.config.auto_offset_reset
+            if policy is OffsetReset.NONE:  # the position stays: the application decides where to go
+                raise PositionOutOfRangeError({partition: fetched_from})
             del self._positions[partition]
-            self._resets[partition] = self._default_reset(partition)
+            self._resets[partition] = EARLIEST if policy is OffsetReset.EARLIEST else LATEST
             return
         error: BrokerError = error_for_code(code, reply.error_message or f"fetching {partition} failed")
         if error.retriable or code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:

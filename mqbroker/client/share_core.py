@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from mqbroker.client.collector import collector_paused
+from mqbroker.client.held_failure import HeldFailure
 from mqbroker.errors import (
     BrokerError,
     CoordinatorLoadInProgressError,
@@ -117,12 +118,15 @@ class ShareMembership:
         raise error
 
 
-class ShareConsumerCore:
-    """Leased records and queued acknowledgements of one share consumer."""
+class ShareConsumerCore(HeldFailure):
+    """Leased records and queued acknowledgements of one share consumer; a fetch reply's error for the application
+    waits in ``raise_failure`` (``HeldFailure``)."""
 
     def __init__(self, group_id: str, *, records_max: int = 500, bytes_max: int = 16 * 1024 * 1024,
-                 lease_ms: int = -1) -> None:
+                 lease_ms: int = -1, on_acknowledged: AcknowledgedCallback | None = None) -> None:
+        """``on_acknowledged``: told the outcome of every acknowledgement sent (``report``)."""
         self.group_id = group_id
+        self.on_acknowledged = on_acknowledged
         self.records_max = records_max
         self.bytes_max = bytes_max
         self.lease_ms = lease_ms
@@ -130,8 +134,8 @@ class ShareConsumerCore:
         #: acknowledged in offset order (the usual case) extend one span, so nothing here costs per record but
         #: a comparison.
         self._pending: list[list[Any]] = []
-        #: The first error a fetch reply held for the application, until ``raise_failure``.
-        self._failure: BrokerError | None = None
+        #: Records leased by a fetch whose ``hand_over`` raised (``on_acknowledged`` did), for ``take_held``.
+        self._held: list[ShareMessage] = []
 
     @property
     def pending_acknowledgements(self) -> int:
@@ -195,15 +199,27 @@ class ShareConsumerCore:
                         decode_leased(topic.name, partition.partition_index, partition.records,
                                       partition.acquired_records, messages)
                     except BrokerError as error:  # CorruptMessageError among them
-                        self._failure = self._failure or error
+                        self._hold_failure(error)
         return messages, outcomes_of(response.acknowledgements, sent)
 
-    def raise_failure(self) -> None:
-        """Raise the first error a fetch reply held, once (the driver raises it from the poll that has no records
-        to return, or else from the next poll, as ``ConsumerCore`` does)."""
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
+    def report(self, outcomes: list[AcknowledgeOutcome]) -> None:
+        """Tell ``on_acknowledged`` of ``outcomes`` (if any)."""
+        if outcomes and self.on_acknowledged is not None:
+            self.on_acknowledged(outcomes)
+
+    def hand_over(self, messages: list[ShareMessage], outcomes: list[AcknowledgeOutcome]) -> list[ShareMessage]:
+        """Report a fetch's ``outcomes`` and return its leased ``messages`` for the poll; should the application's
+        callback raise, the messages wait for ``take_held`` (the next poll returns them: leased to this consumer,
+        they would otherwise be held by nobody until their leases end)."""
+        self._held = messages
+        self.report(outcomes)
+        self._held = []
+        return messages
+
+    def take_held(self) -> list[ShareMessage]:
+        """The records a raising ``hand_over`` kept (the poll returns them before fetching again)."""
+        held, self._held = self._held, []
+        return held
 
     def acknowledge_completed(self, response: wire.ShareAcknowledgeResponse,
                               sent: list[AcknowledgeOutcome]) -> list[AcknowledgeOutcome]:

@@ -24,6 +24,7 @@ from mqbroker.groups.service import OFFSETS_TOPIC, offsets_partition
 from mqbroker.protocols.native import messages as m
 from tests.integration.brokerprocess import BrokerProcess
 from tests.integration.clusterprocess import controller_leader, retrying, start_cluster, wait_for
+from tests.integration.test_consumer_offset_reset import committed_or_sought
 
 #: The end-to-end test reads TOPIC, the failover test FAILOVER_TOPIC (each from the start).
 TOPIC = "cluster-groups"
@@ -120,6 +121,15 @@ def test_group_coordinated_by_a_non_controller_broker_works_end_to_end(cluster: 
             connection.request(m.OffsetFetchRequest(group_id=group_id, topics=None), 10)
     finally:
         connection.close()
+
+
+def test_a_none_reset_member_starts_at_the_commits_and_raises_for_a_partition_without_one(
+        cluster: list[BrokerProcess]) -> None:
+    """``auto_offset_reset="none"`` with the group coordinated by a broker other than the bootstrap one."""
+    controller = controller_leader(cluster)
+    bootstrap = cluster[controller - 1].bootstrap
+    group_id, _ = _group_led_away_from(bootstrap, controller, "none")
+    committed_or_sought(bootstrap, "cluster-groups-none", group_id, replication_factor=3)
 
 
 def test_killing_the_coordinator_moves_the_group_and_keeps_its_commits(cluster: list[BrokerProcess]) -> None:

@@ -259,22 +259,27 @@ def test_a_paused_leader_that_lost_leadership_refuses_writes_when_it_resumes(clu
         connection.close()
 
 
-def test_a_consumer_whose_parked_fetch_was_at_the_killed_leader_reads_on_from_the_new_one(
-    cluster: list[BrokerProcess],
-) -> None:
-    """The consumer's next fetch waits at the partition leader (pipelining, a 5 s long poll) when the leader is
-    killed -9: the consumer finds the new leader and returns every acknowledged record once, in order."""
+def _replicated_topic(cluster: list[BrokerProcess], topic: str) -> None:
+    """Create ``topic`` (one partition, RF 3, min.insync.replicas 2) and wait until its three replicas are in sync."""
     def created() -> bool:
         try:
             with Admin(cluster[0].bootstrap) as admin:
-                retrying(lambda: admin.create_topics(["parked"], partitions=1, replication_factor=3,
+                retrying(lambda: admin.create_topics([topic], partitions=1, replication_factor=3,
                                                      configs={"min.insync.replicas": "2"}))
         except InvalidReplicationFactorError:  # a broker an earlier test paused or killed is not live again yet
             return False
         return True
 
     wait_for(created, timeout_s=60)
-    wait_for(lambda: len(_partition(cluster[0].bootstrap, "parked").isr_nodes) == 3)
+    wait_for(lambda: len(_partition(cluster[0].bootstrap, topic).isr_nodes) == 3)
+
+
+def test_a_consumer_whose_parked_fetch_was_at_the_killed_leader_reads_on_from_the_new_one(
+    cluster: list[BrokerProcess],
+) -> None:
+    """The consumer's next fetch waits at the partition leader (pipelining, a 5 s long poll) when the leader is
+    killed -9: the consumer finds the new leader and returns every acknowledged record once, in order."""
+    _replicated_topic(cluster, "parked")
     bootstraps = [broker.bootstrap for broker in cluster]
     with Producer(bootstraps, acks="all") as producer:
         assert [f.result(30).offset for f in [producer.send("parked", value=b"a%d" % n, partition=0)
@@ -301,3 +306,51 @@ def test_a_consumer_whose_parked_fetch_was_at_the_killed_leader_reads_on_from_th
         finally:
             leader.start(timeout_s=60)
     assert read == [b"a%d" % n for n in range(50)] + [b"b%d" % n for n in range(50)]
+
+
+def test_a_poll_interrupted_as_the_leader_is_killed_returns_its_records_once_from_the_new_one(
+    cluster: list[BrokerProcess], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first poll takes records 0-59; as it sends the next fetch to the leader, the leader is killed -9 and the
+    poll is interrupted (KeyboardInterrupt): the records it took are read again from the new leader, followed by
+    those produced there after, every acknowledged record once and in order."""
+    _replicated_topic(cluster, "interrupted")
+    bootstraps = [broker.bootstrap for broker in cluster]
+    with Producer(bootstraps, acks="all") as producer:
+        assert [f.result(30).offset for f in [producer.send("interrupted", value=b"a%d" % n, partition=0)
+                                              for n in range(60)]] == list(range(60))
+    leader_id = _partition(cluster[0].bootstrap, "interrupted").leader_id
+    leader = cluster[leader_id - 1]
+    send = BlockingConnection.send
+    fetches: list[m.FetchRequest] = []
+
+    def killed_and_interrupted(connection: BlockingConnection, request: object) -> int:
+        if isinstance(request, m.FetchRequest):
+            fetches.append(request)
+            if len(fetches) == 2:  # the pipelined fetch, sent once the first one's records were taken
+                monkeypatch.setattr(BlockingConnection, "send", send)
+                leader.kill()
+                raise KeyboardInterrupt
+        return send(connection, request)
+
+    read: list[bytes] = []
+    with Consumer(bootstraps, auto_offset_reset="earliest", fetch_max_wait_ms=5_000) as consumer:
+        consumer.assign([("interrupted", 0)])
+        monkeypatch.setattr(BlockingConnection, "send", killed_and_interrupted)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                read += [message.value for message in consumer.poll(timeout=10.0)]
+            assert read == [] and fetches[1].topics[0].partitions[0].fetch_offset == 60  # the first took 0-59
+            survivor = next(b for b in cluster if b is not leader)
+            wait_for(lambda: _partition(survivor.bootstrap, "interrupted").leader_id not in (-1, leader_id))
+            with Producer(survivor.bootstrap, acks="all") as producer:
+                assert [f.result(30).offset for f in [producer.send("interrupted", value=b"b%d" % n, partition=0)
+                                                      for n in range(50)]] == list(range(60, 110))
+            deadline = time.monotonic() + 60
+            while len(read) < 110 and time.monotonic() < deadline:
+                read += [message.value for message in consumer.poll(timeout=0.5)]
+            read += [message.value for message in consumer.poll(timeout=1.0)]  # nothing more: no record twice
+        finally:
+            monkeypatch.setattr(BlockingConnection, "send", send)
+            leader.start(timeout_s=60)
+    assert read == [b"a%d" % n for n in range(60)] + [b"b%d" % n for n in range(50)]

@@ -17,8 +17,10 @@ from collections.abc import Iterator
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import CancelledError
 
 from mqbroker.client import Consumer, Producer, ShareConsumer
+from mqbroker.client.connection import BlockingConnection
 from mqbroker.client.share_admin import ShareGroupAdmin
 from mqbroker.client.share_core import AcknowledgedCallback
 from mqbroker.client.twisted import TwistedShareConsumer
@@ -416,3 +418,142 @@ async def test_the_records_of_a_twisted_share_poll_whose_acknowledged_callback_r
         assert raised == 1 and sorted(int(message.value) for message in received) == list(range(20))
     finally:
         await consumer.close()
+
+
+def _settled(outcomes: list) -> list[int]:
+    """The offsets the outcomes say the broker stored."""
+    return sorted(offset for outcome in outcomes if outcome.error is None
+                  for offset in range(outcome.first_offset, outcome.last_offset + 1))
+
+
+def _interrupt_poll(consumer: ShareConsumer, monkeypatch: pytest.MonkeyPatch, timeout_s: float = 0.5) -> None:
+    """A poll that KeyboardInterrupt stops while it waits for its fetch (sent)."""
+    wait = BlockingConnection.wait_response
+
+    def interrupted(connection: BlockingConnection, correlation_id: int, timeout_s: float) -> object:
+        monkeypatch.setattr(BlockingConnection, "wait_response", wait)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BlockingConnection, "wait_response", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        consumer.poll(timeout_s)
+
+
+def test_a_share_poll_interrupted_mid_fetch_leaves_its_answer_to_the_next_poll(
+        shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KeyboardInterrupt while the poll waits for the fetch that carries records 0-9's verdicts and leases 10-19:
+    the next poll takes that fetch's answer, so ``on_acknowledged`` hears of 0-9 and 10-19 come at once (before:
+    the answer was dropped, the verdicts' outcome never reported and 10-19 stayed leased, unread, for the lease)."""
+    _queue_of_twenty(shared_broker, "share-interrupted")
+    outcomes: list = []
+    with _consumer(shared_broker, "share-interrupted", "share-interrupted", "reader", records_max=10,
+                   on_acknowledged=outcomes.extend) as consumer:
+        assert consumer.wait_joined(30)
+        first = _poll_until(consumer, 10, 15)
+        assert sorted(int(message.value) for message in first) == list(range(10))
+        consumer.acknowledge(first)
+        _interrupt_poll(consumer, monkeypatch)
+        assert outcomes == []
+        second = _poll_until(consumer, 10, 10)  # well within the 60 s lease
+        assert sorted(int(message.value) for message in second) == list(range(10, 20))
+        assert _settled(outcomes) == list(range(10))
+        consumer.acknowledge(second)
+        consumer.commit()
+        assert _settled(outcomes) == list(range(20))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_twisted_share_poll_cancelled_mid_fetch_leaves_its_answer_to_the_next_poll(
+        shared_broker: BrokerProcess) -> None:
+    """As for the blocking consumer, with the poll's Deferred cancelled while it waits for the fetch."""
+    _queue_of_twenty(shared_broker, "share-cancelled-twisted")
+    outcomes: list = []
+    consumer = _twisted_consumer(shared_broker, "share-cancelled-twisted", records_max=10,
+                                 on_acknowledged=outcomes.extend)
+    try:
+        first: list = []
+        deadline = time.monotonic() + 15
+        while len(first) < 10 and time.monotonic() < deadline:
+            first += await consumer.poll()
+        assert sorted(int(message.value) for message in first) == list(range(10))
+        consumer.acknowledge(first)
+        polling = consumer.poll()  # its fetch is on the way
+        polling.cancel()
+        with pytest.raises(CancelledError):
+            await polling
+        assert outcomes == []
+        second: list = []
+        deadline = time.monotonic() + 10  # well within the 60 s lease
+        while len(second) < 10 and time.monotonic() < deadline:
+            second += await consumer.poll()
+        assert sorted(int(message.value) for message in second) == list(range(10, 20))
+        assert _settled(outcomes) == list(range(10))
+        consumer.acknowledge(second)
+        await consumer.commit()
+        assert _settled(outcomes) == list(range(20))
+    finally:
+        await consumer.close()
+
+
+def test_closing_after_an_interrupted_share_poll_reports_the_outcomes_of_its_verdicts(
+        shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``close`` takes the interrupted fetch's answer: ``on_acknowledged`` hears of the verdicts it carried, and the
+    records it leased go back with the leave (another consumer reads them at once, not after the 60 s lease)."""
+    _queue_of_twenty(shared_broker, "share-interrupted-close")
+    outcomes: list = []
+    consumer = _consumer(shared_broker, "share-interrupted-close", "share-interrupted-close", "reader",
+                         records_max=10, on_acknowledged=outcomes.extend)
+    try:
+        assert consumer.wait_joined(30)
+        first = _poll_until(consumer, 10, 15)
+        consumer.acknowledge(first)
+        _interrupt_poll(consumer, monkeypatch)
+    finally:
+        consumer.close()
+    assert _settled(outcomes) == sorted(int(message.value) for message in first) == list(range(10))
+    with _consumer(shared_broker, "share-interrupted-close", "share-interrupted-close", "next") as other:
+        assert other.wait_joined(30)
+        assert sorted(int(message.value) for message in _poll_until(other, 10, 10)) == list(range(10, 20))
+
+
+@pytest_twisted.ensureDeferred
+async def test_closing_after_a_cancelled_twisted_share_poll_reports_the_outcomes_of_its_verdicts(
+        shared_broker: BrokerProcess) -> None:
+    _queue_of_twenty(shared_broker, "share-cancelled-close-twisted")
+    outcomes: list = []
+    consumer = _twisted_consumer(shared_broker, "share-cancelled-close-twisted", records_max=10,
+                                 on_acknowledged=outcomes.extend)
+    try:
+        first: list = []
+        deadline = time.monotonic() + 15
+        while len(first) < 10 and time.monotonic() < deadline:
+            first += await consumer.poll()
+        consumer.acknowledge(first)
+        polling = consumer.poll()
+        polling.cancel()
+        with pytest.raises(CancelledError):
+            await polling
+    finally:
+        await consumer.close()
+    assert _settled(outcomes) == sorted(int(message.value) for message in first) == list(range(10))
+
+
+def test_the_verdicts_of_an_interrupted_share_poll_whose_broker_died_are_reported_failed(
+        broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker is killed while the interrupted poll's fetch waits there (nothing left to lease): the fetch gets
+    no answer, and the verdicts it carried are reported failed (they may or may not have been stored), not
+    forgotten."""
+    _queue_of_twenty(broker, "share-interrupted-killed")
+    outcomes: list = []
+    consumer = ShareConsumer(broker.bootstrap, group_id="share-interrupted-killed", topics=["share-interrupted-killed"],
+                             fetch_wait_ms=10_000, request_timeout_s=10.0, on_acknowledged=outcomes.extend)
+    try:
+        assert consumer.wait_joined(30)
+        consumer.acknowledge(_poll_until(consumer, 20, 15))
+        _interrupt_poll(consumer, monkeypatch, timeout_s=10.0)  # its fetch waits up to 10 s at the broker
+        broker.kill()
+        consumer.poll(0.5)
+    finally:
+        consumer.close(timeout=2)
+    reported = sorted(offset for outcome in outcomes for offset in range(outcome.first_offset, outcome.last_offset + 1))
+    assert reported == list(range(20)) and all(outcome.error is not None for outcome in outcomes)

@@ -69,7 +69,7 @@ def compact(value: object) -> str:
 
 def describe_state(state: SessionState) -> str:
     """The durable parts of a session, briefly."""
-    inflight = ", ".join(f"{packet_id}:{entry.state.value}" for packet_id, entry in state.inflight.items())
+    inflight = ", ".join(f"{packet_id}:{state.flow(packet_id).value}" for packet_id in state.inflight)  # type: ignore[union-attr]
     return (
         f"<session {state.client_id} expiry={state.expiry_interval_s}s subscriptions={sorted(state.subscriptions)} "
         f"inflight=[{inflight}] received_qos2={sorted(state.received_qos2)} pending={len(state.pending)}>"
@@ -150,9 +150,11 @@ class Script:
                     action.data)
                 assert [packet.packet_id for packet in decoded] == action.packet_ids  # type: ignore[union-attr]
                 lines += [f"send {compact(packet)}" for packet in decoded]
-            elif isinstance(action, SendPublishes):  # a run of PUBLISHes: each, as a Send shows it
-                assert action.data == b"".join(encode(publish, session.protocol_level) for publish in action.publishes)
-                lines += [f"send {compact(publish)}" for publish in action.publishes]
+            elif isinstance(action, SendPublishes):  # a run of PUBLISHes, decoded: each, as a Send shows it
+                publishes = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=session.protocol_level).receive_data(
+                    action.data)
+                assert len(publishes) == action.count
+                lines += [f"send {compact(publish)}" for publish in publishes]
             else:
                 lines.append(f"send {compact(action.packet)}" if isinstance(action, Send) else compact(action))
         if session.state is not state_before:

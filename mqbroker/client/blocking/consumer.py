@@ -163,8 +163,10 @@ class Consumer:
         self._core.seek_to_timestamp(partition, timestamp_ms)
 
     def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record ``poll`` returns for ``partition``."""
+        """The offset of the next record ``poll`` returns for ``partition`` (``NoOffsetForPartitionError`` while it
+        has none under ``auto_offset_reset="none"``)."""
         self._resolve_resets()
+        self._core.require_positions((partition,))
         position = self._core.position(partition)
         assert position is not None
         return position
@@ -245,12 +247,17 @@ class Consumer:
             self._on_assigned(set(change.assigned))
 
     def poll(self, timeout: float = 1.0) -> list[Message]:
-        """Return the next messages, waiting up to ``timeout`` seconds for some to arrive."""
+        """Return the next messages, waiting up to ``timeout`` seconds for some to arrive.
+
+        Under ``auto_offset_reset="none"`` it raises ``NoOffsetForPartitionError`` while an assigned partition has
+        no position (no committed offset, no seek), and ``PositionOutOfRangeError`` for a position outside its
+        partition's log (kept as it is): seek those partitions, and poll again."""
         deadline = time.monotonic() + timeout
         while True:
             self._group_step()
             self._refresh_stale()
             self._resolve_resets()
+            self._core.require_positions()
             remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
             messages = self._fetch_once(remaining_ms)
             if messages or time.monotonic() >= deadline:

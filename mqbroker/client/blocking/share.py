@@ -5,7 +5,9 @@ this one only (for the group's ``lease.ms`` or ``lease_ms``), and the applicatio
 with ``ack``, ``release``, ``reject`` or ``extend_lease``. Verdicts queue up and travel with the
 next ``poll`` (or ``commit``, which sends them and returns their outcomes). A record not settled
 before its lease ends goes to another consumer. A heartbeat thread keeps the membership alive on
-its own connection to the group's host; ``poll`` fetches on the caller's thread.
+its own connection to the group's host; ``poll`` fetches on the caller's thread. A poll interrupted while it
+waits for its fetch (KeyboardInterrupt, say) leaves the fetch in flight: the next poll takes its answer (the
+records it leased, the outcomes of the verdicts it carried), or reports those verdicts failed if it is lost.
 
     consumer = ShareConsumer("localhost:9393", group_id="billing", topics=["orders"])
     for message in consumer.poll(timeout=1.0):
@@ -22,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from mqbroker.client.blocking.group import coordinator_connection, remaining_s
 from mqbroker.client.connection import (
@@ -39,7 +42,7 @@ from mqbroker.client.share_core import (
     ShareMessage,
     failed_outcomes,
 )
-from mqbroker.errors import BrokerError
+from mqbroker.errors import BrokerError, RequestTimedOutError
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.native.messages import CoordinatorType
 from mqbroker.protocols.native.share_messages import (
@@ -47,6 +50,17 @@ from mqbroker.protocols.native.share_messages import (
     ShareFetchResponse,
     ShareGroupHeartbeatResponse,
 )
+
+
+class _Fetch(NamedTuple):
+    """A share fetch in flight."""
+
+    connection: BlockingConnection
+    correlation_id: int
+    #: The verdicts it carries, to match the outcomes of its answer.
+    sent: list[AcknowledgeOutcome]
+    #: ``time.monotonic()`` by which its answer is due.
+    due: float
 
 
 class ShareConsumer:
@@ -61,16 +75,16 @@ class ShareConsumer:
         self._security = security
         self._timeout_s = request_timeout_s
         self._fetch_wait_ms = fetch_wait_ms
-        self._on_acknowledged = on_acknowledged
         self._membership = ShareMembership(group_id, topics)
-        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
-        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
-        self._held: list[ShareMessage] = []
+        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms,
+                                       on_acknowledged=on_acknowledged)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stopping = False
         self._error: BaseException | None = None
         self._connection: BlockingConnection | None = None  # the poll thread's
+        #: The fetch sent by a poll that was interrupted while it waited: the next poll takes its answer.
+        self._fetch: _Fetch | None = None
         self._heartbeat_connection: BlockingConnection | None = None
         self._thread = threading.Thread(target=self._heartbeats, name="mqbroker-share-heartbeat", daemon=True)
         self._thread.start()
@@ -83,29 +97,48 @@ class ShareConsumer:
 
     def poll(self, timeout: float = 1.0) -> list[ShareMessage]:
         """Records leased to this consumer (waiting up to ``timeout`` seconds); sends queued verdicts first."""
-        if self._held:
-            held, self._held = self._held, []
+        held = self._core.take_held()  # leased by a poll whose ``on_acknowledged`` raised
+        if held:
             return held
         deadline = time.monotonic() + timeout
         member_id = self._wait_joined(deadline)
         if member_id is None or self._raise_failure():  # held back from the last poll, which had records
             return []
-        wait_ms = max(0, min(self._fetch_wait_ms, int((deadline - time.monotonic()) * 1000)))
-        request, sent = self._core.fetch_request(member_id, wait_ms)
+        if self._fetch is None:
+            wait_ms = max(0, min(self._fetch_wait_ms, int((deadline - time.monotonic()) * 1000)))
+            request, sent = self._core.fetch_request(member_id, wait_ms)
+            try:
+                link = self._link()
+                due = time.monotonic() + self._timeout_s + wait_ms / 1000
+                self._fetch = _Fetch(link, link.send(request), sent, due)
+            except BrokerError as error:
+                self._core.report(failed_outcomes(sent, error))
+                self._recover(error)
+                return []
+        fetch = self._fetch
         try:
-            response = self._link().request(request, self._timeout_s + wait_ms / 1000)
-            assert isinstance(response, ShareFetchResponse)
+            response = self._answer(fetch, fetch.due - time.monotonic())
         except BrokerError as error:
-            self._report(failed_outcomes(sent, error))
+            self._fetch = None
+            self._core.report(failed_outcomes(fetch.sent, error))
             self._recover(error)
             return []
-        messages, outcomes = self._core.fetch_completed(response, sent)
-        self._held = messages
-        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
-        self._held = []
+        self._fetch = None
+        messages = self._core.hand_over(*self._core.fetch_completed(response, fetch.sent))
         if not messages:
             self._raise_failure()
         return messages
+
+    @staticmethod
+    def _answer(fetch: _Fetch, timeout_s: float) -> ShareFetchResponse:
+        """Wait up to ``timeout_s`` for ``fetch``'s answer (interrupted, it stays in flight); RequestTimedOutError
+        when none came (the fetch is then abandoned)."""
+        response = fetch.connection.wait_response(fetch.correlation_id, max(0.0, timeout_s))
+        if response is None:
+            fetch.connection.abandon(fetch.correlation_id)
+            raise RequestTimedOutError(f"no share fetch answer from {fetch.connection.address}")
+        assert isinstance(response, ShareFetchResponse)
+        return response
 
     def _raise_failure(self) -> bool:
         """Raise the error a fetch reply held for the application (a batch that does not decode); from one that a
@@ -158,12 +191,8 @@ class ShareConsumer:
         except BrokerError as error:
             outcomes = failed_outcomes(sent, error)
             self._recover(error)
-        self._report(outcomes)
+        self._core.report(outcomes)
         return outcomes
-
-    def _report(self, outcomes: list[AcknowledgeOutcome]) -> None:
-        if outcomes and self._on_acknowledged is not None:
-            self._on_acknowledged(outcomes)
 
     # -- the group's host ----------------------------------------------------------------------
 
@@ -184,6 +213,9 @@ class ShareConsumer:
         if action is Rejoin.FIND_COORDINATOR and self._connection is not None:
             self._connection.close()
             self._connection = None
+            fetch, self._fetch = self._fetch, None
+            if fetch is not None:  # an interrupted poll's fetch, lost with the connection
+                self._core.report(failed_outcomes(fetch.sent, error))
             time.sleep(COORDINATOR_RETRY_MS / 1000)
 
     def _wait_joined(self, deadline: float) -> str | None:
@@ -243,6 +275,14 @@ class ShareConsumer:
         """Send the queued verdicts, leave the group (what this consumer holds is released), disconnect;
         waiting on the broker for at most ``timeout`` seconds in all (None: a request timeout per step)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        fetch, self._fetch = self._fetch, None
+        if fetch is not None:  # an interrupted poll's: the outcomes of its verdicts (its records go with the leave)
+            timeout_s = (fetch.due if deadline is None else min(fetch.due, deadline)) - time.monotonic()
+            try:
+                outcomes = self._core.fetch_completed(self._answer(fetch, timeout_s), fetch.sent)[1]
+            except BrokerError as error:
+                outcomes = failed_outcomes(fetch.sent, error)
+            self._core.report(outcomes)
         if self._membership.joined:
             request, sent = self._core.acknowledge_request(self._membership.member_id)
             if request is not None and _time_left(deadline):

@@ -249,18 +249,21 @@ class TwistedConsumer:
 
     async def _position(self, partition: TopicPartition) -> int:
         await self._resolve_resets()
+        self._core.require_positions((partition,))
         position = self._core.position(partition)
         assert position is not None
         return position
 
     def position(self, partition: TopicPartition) -> Deferred[int]:
-        """Fire with the offset of the next record ``poll`` returns for ``partition``."""
+        """Fire with the offset of the next record ``poll`` returns for ``partition`` (``NoOffsetForPartitionError``
+        while it has none under ``auto_offset_reset="none"``)."""
         return Deferred.fromCoroutine(self._position(partition))
 
     async def _poll(self) -> list[Message]:
         if self._group is not None:
             await self._group_step(self._group)
         await self._resolve_resets()
+        self._core.require_positions()
         self._core.raise_failure()  # held back from the last poll, which had records to return
         self._drop_overtaken_fetches()
         self._send_fetches()
@@ -304,10 +307,13 @@ class TwistedConsumer:
         """Forget ``fetches``: their answers (or lost connections) are dropped and their partitions fetched again."""
         for plan, answered in fetches:
             self._core.fetch_abandoned(plan)
-            answered.addErrback(_ignore_broker_error)
+            answered.addErrback(ignore_broker_error)
 
     def poll(self) -> Deferred[list[Message]]:
-        """Fetch once (long-polling up to ``fetch_max_wait_ms``); fire with the messages."""
+        """Fetch once (long-polling up to ``fetch_max_wait_ms``); fire with the messages.
+
+        Under ``auto_offset_reset="none"`` it fails with ``NoOffsetForPartitionError`` while an assigned partition
+        has no position, and ``PositionOutOfRangeError`` for a position outside its log: seek, and poll again."""
         return Deferred.fromCoroutine(self._poll())
 
     async def _close(self) -> None:
@@ -335,6 +341,6 @@ class TwistedConsumer:
         return closing
 
 
-def _ignore_broker_error(failure: Failure) -> None:
+def ignore_broker_error(failure: Failure) -> None:
     """The end of an abandoned fetch: a lost connection is nobody's concern any more."""
     failure.trap(BrokerError)

@@ -2,7 +2,9 @@
 
 The same pure core as the blocking ``ShareConsumer`` (``share_core``): heartbeats run on the
 reactor's clock over their own connection to the group's host, ``poll`` fetches over another,
-and verdicts queue up until the next ``poll`` or ``commit``.
+and verdicts queue up until the next ``poll`` or ``commit``. A poll cancelled while it waits for its
+fetch leaves the fetch in flight: the next poll takes its answer (the records it leased, the outcomes
+of the verdicts it carried), or reports those verdicts failed if it is lost.
 
     consumer = TwistedShareConsumer(reactor, "localhost:9393", group_id="billing", topics=["orders"])
     for message in await consumer.poll():
@@ -13,12 +15,13 @@ and verdicts queue up until the next ``poll`` or ``commit``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.share_core import (
@@ -32,12 +35,15 @@ from mqbroker.client.share_core import (
     failed_outcomes,
 )
 from mqbroker.client.twisted.cluster import TwistedCluster
+from mqbroker.client.twisted.consumer import ignore_broker_error
 from mqbroker.errors import BrokerError
 from mqbroker.model import AcknowledgeType
 from mqbroker.protocols.native.messages import CoordinatorType
 
 HEARTBEATS = "share-heartbeat"
 FETCHES = "share-fetch"
+
+T = TypeVar("T")
 
 
 class TwistedShareConsumer:
@@ -52,11 +58,11 @@ class TwistedShareConsumer:
         self._reactor = reactor
         self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
         self._membership = ShareMembership(group_id, topics)
-        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms)
+        self._core = ShareConsumerCore(group_id, records_max=records_max, lease_ms=-1 if lease_ms is None else lease_ms,
+                                       on_acknowledged=on_acknowledged)
         self._fetch_wait_ms = fetch_wait_ms
-        self._on_acknowledged = on_acknowledged
-        #: Records leased by a poll that raised before returning them (``on_acknowledged`` did): the next returns them.
-        self._held: list[ShareMessage] = []
+        #: The fetch of a poll cancelled while it waited (the verdicts it carries, its answer): the next poll takes it.
+        self._fetch: tuple[list[AcknowledgeOutcome], Deferred[Any]] | None = None
         self._joined: list[Deferred[None]] = []
         self._timer: IDelayedCall | None = reactor.callLater(0, self._beat)
         self._closed = False
@@ -102,6 +108,10 @@ class TwistedShareConsumer:
         """Reconnect or rejoin after ``error``; raises it when nothing helps."""
         if self._membership.failed(error) is Rejoin.FIND_COORDINATOR:
             self._cluster.drop_coordinator(role)
+            if role == FETCHES and self._fetch is not None:  # a cancelled poll's fetch, lost with the connection
+                (sent, answered), self._fetch = self._fetch, None
+                answered.addErrback(ignore_broker_error)
+                self._core.report(failed_outcomes(sent, error))
         if self._timer is not None and self._timer.active():
             self._timer.reset(0)  # rejoin now
 
@@ -121,25 +131,27 @@ class TwistedShareConsumer:
         return Deferred.fromCoroutine(self._poll())
 
     async def _poll(self) -> list[ShareMessage]:
-        if self._held:
-            held, self._held = self._held, []
+        held = self._core.take_held()  # leased by a poll whose ``on_acknowledged`` raised
+        if held:
             return held
         await self._until_joined()
         if await self._raise_failure():  # held back from the last poll, which had records to return
             return []
-        request, sent = self._core.fetch_request(self._membership.member_id, self._fetch_wait_ms)
+        if self._fetch is None:
+            request, sent = self._core.fetch_request(self._membership.member_id, self._fetch_wait_ms)
+            self._fetch = (sent, Deferred.fromCoroutine(self._host(FETCHES, request)))
+        sent, answered = self._fetch
         try:
-            response = await self._host(FETCHES, request)
+            response = await _shielded(answered)  # cancelled, the fetch stays in flight for the next poll
         except BrokerError as error:
-            self._report(failed_outcomes(sent, error))
+            self._fetch = None
+            self._core.report(failed_outcomes(sent, error))
             if not self._failed(error, FETCHES):
                 raise
             await deferLater(self._reactor, COORDINATOR_RETRY_MS / 1000, lambda: None)
             return []
-        messages, outcomes = self._core.fetch_completed(response, sent)
-        self._held = messages
-        self._report(outcomes)  # the application's callback: should it raise, the next poll returns these
-        self._held = []
+        self._fetch = None
+        messages = self._core.hand_over(*self._core.fetch_completed(response, sent))
         if not messages:
             await self._raise_failure()
         return messages
@@ -190,12 +202,8 @@ class TwistedShareConsumer:
         except BrokerError as error:
             outcomes = failed_outcomes(sent, error)
             self._failed(error, FETCHES)
-        self._report(outcomes)
+        self._core.report(outcomes)
         return outcomes
-
-    def _report(self, outcomes: list[AcknowledgeOutcome]) -> None:
-        if outcomes and self._on_acknowledged is not None:
-            self._on_acknowledged(outcomes)
 
     def close(self, timeout: float | None = None) -> Deferred[None]:
         """Send the queued verdicts, leave the group (what this consumer holds is released), disconnect;
@@ -207,6 +215,13 @@ class TwistedShareConsumer:
 
     async def _close(self) -> None:
         try:
+            if self._fetch is not None:  # a cancelled poll's: its verdicts' outcomes (its records go with the leave)
+                (sent, answered), self._fetch = self._fetch, None
+                try:
+                    outcomes = self._core.fetch_completed(await answered, sent)[1]
+                except BrokerError as error:
+                    outcomes = failed_outcomes(sent, error)
+                self._core.report(outcomes)
             if self._membership.joined:
                 await self.commit()
         finally:  # also when close timed out part-way: stop heartbeating all the same
@@ -220,3 +235,21 @@ class TwistedShareConsumer:
             pass  # the session timeout removes this member instead
         finally:
             self._cluster.close()
+
+
+def _shielded(answered: Deferred[T]) -> Deferred[T]:
+    """A Deferred firing with ``answered``'s outcome; cancelling it leaves ``answered`` alone, holding its outcome
+    for the next ``_shielded`` waiter (the one that is not cancelled takes it)."""
+    waiter: Deferred[T] = Deferred()
+
+    def forward(outcome: Any) -> Any:
+        if waiter.called:  # cancelled
+            return outcome
+        if isinstance(outcome, Failure):
+            waiter.errback(outcome)
+        else:
+            waiter.callback(outcome)
+        return None
+
+    answered.addBoth(forward)
+    return waiter

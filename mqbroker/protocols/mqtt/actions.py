@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from mqbroker.protocols.mqtt.packets import Packet, Publish
+from mqbroker.protocols.mqtt.packets import Packet
 from mqbroker.protocols.mqtt.state import SessionState, Subscription
 
 
@@ -38,13 +38,13 @@ class SendPubAcks:
     data: bytes
 
 
-#: Made once per window refill (see ``packets.Publish``).
+#: Made once per pass over the queue that sends (see ``packets.Publish``).
 @dataclass(slots=True, kw_only=True)
 class SendPublishes:
-    """Write ``publishes``, in order: ``data`` is their encodings, one after another (the deliveries one refill of
-    the client's window sends, with one action and one join instead of a ``Send`` each)."""
+    """Write ``count`` PUBLISHes, in order: ``data`` is their encodings, one after another (the plain deliveries one
+    pass over the queue sends, a lone one too: one action and one join, no ``Send`` or packet object each)."""
 
-    publishes: list[Publish]
+    count: int
     data: bytes
 
 

@@ -12,6 +12,9 @@ first [MQTT-3.1.0-1].
 
 from __future__ import annotations
 
+import sys
+from array import array
+
 from mqbroker.protocols.mqtt.errors import MqttProtocolError, malformed, protocol_error
 from mqbroker.protocols.mqtt.fields import (
     U16,
@@ -131,8 +134,9 @@ def encode_plain_publish(topic_field: bytes, payload: bytes, qos: int, retain: b
     as a string field (``encode_string``): the outbound flows encode each delivery with this, one call, no packet
     object read."""
     body_bytes = len(topic_field) + len(payload) + (3 if v5 else 2)
-    return b"".join((_FIRST_BYTES[0x30 | qos << 1 | retain], encode_variable_byte_integer(body_bytes), topic_field,
-                     _U16.pack(packet_id), _EMPTY_PROPERTIES if v5 else b"", payload))
+    length = _FIRST_BYTES[body_bytes] if body_bytes < 0x80 else encode_variable_byte_integer(body_bytes)  # one byte: inline
+    return b"".join((_FIRST_BYTES[0x30 | qos << 1 | retain], length, topic_field, _U16.pack(packet_id),
+                     _EMPTY_PROPERTIES if v5 else b"", payload))
 
 
 def _no_properties(properties: Properties) -> bool:
@@ -419,6 +423,9 @@ def decode_packet(first_byte: int, body: bytes | bytearray | memoryview, protoco
 _PUBLISH = int(PacketType.PUBLISH)
 #: A PUBACK's first byte (no flags): one with a packet id and nothing else is decoded inline.
 _PUBACK_FIRST_BYTE = PacketType.PUBACK << 4
+#: The first two bytes of a successful PUBACK in the short form (fixed header, remaining length 2), as a 16-bit value.
+_SHORT_PUBACK_HEADER = _PUBACK_FIRST_BYTE << 8 | 2
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def _plain_publish(data: bytes, start: int, end: int, flags: int, level: int) -> Publish | None:
@@ -487,6 +494,20 @@ class PacketDecoder:
         """Change the packet bound (the server raises it from the pre-authentication bound once CONNECT is accepted)."""
         assert 2 <= packet_bytes_max <= PACKET_BYTES_MAX_ABSOLUTE, packet_bytes_max
         self._packet_bytes_max = packet_bytes_max
+
+    def plain_pubacks(self, data: bytes) -> array[int] | None:
+        """The packet ids of ``data`` if it is nothing but whole PUBACKs in the short form (fixed header and packet
+        id: a subscriber's usual read) and nothing is buffered; else None, and ``receive_data`` decodes it. Read
+        straight from the bytes, without a packet object or a step of Python per PUBACK."""
+        if self._buffer or not data or data[0] != _PUBACK_FIRST_BYTE or len(data) & 3 or self.protocol_level is None:
+            return None  # (a publisher's read: its first byte is a PUBLISH's)
+        words = array("H", data)
+        if _LITTLE_ENDIAN:
+            words.byteswap()
+        headers, packet_ids = words[0::2], words[1::2]
+        if headers.count(_SHORT_PUBACK_HEADER) < len(headers) or 0 in packet_ids:
+            return None  # not all PUBACKs (or packet id 0, malformed): the general decoder answers
+        return packet_ids
 
     def receive_data(self, data: bytes) -> list[Packet]:
         """Add ``data``; return the packets it completes. Raises ``MqttProtocolError``."""

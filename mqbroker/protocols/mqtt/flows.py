@@ -48,20 +48,15 @@ from mqbroker.protocols.mqtt.packets import (
     PubRel,
     ReasonCode,
 )
-from mqbroker.protocols.mqtt.state import (
-    Inflight,
-    InflightState,
-    OutboundMessage,
-    SessionState,
-    Subscription,
-)
+from mqbroker.protocols.mqtt.state import InflightState, OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_topic_name
 
 
 #: A successful PUBACK: its fixed header (type 4, remaining length 2), then the packet id.
 _PUBACK = struct.Struct(">HH")
 _PUBACK_HEADER = PacketType.PUBACK << 12 | 2
-_AWAITING_PUBACK, _AWAITING_PUBREC = InflightState.AWAITING_PUBACK, InflightState.AWAITING_PUBREC
+#: A refill of the client's window waits until this share of it is free (or all that waits fits): see ``pump``.
+_REFILL_STEP_SHARE = 8
 
 
 class Outbox:
@@ -95,6 +90,8 @@ class PublishFlows:
         self._outbox = outbox
         self._client_id = client_id
         self._client_receive_maximum = client_receive_maximum
+        #: The free slots of the window a refill waits for, unless everything pending fits (``pump``).
+        self._refill_step = max(1, client_receive_maximum // _REFILL_STEP_SHARE)
         self._client_topic_alias_maximum = client_topic_alias_maximum
         self._client_packet_bytes_max = client_packet_bytes_max
         #: The session state, once opened (``attach``).
@@ -258,9 +255,9 @@ class PublishFlows:
         inflight = state.inflight
         completed = False
         for packet_id in packet_ids:
-            entry = inflight.get(packet_id)
-            if entry is not None and entry.state is _AWAITING_PUBACK:  # else late or duplicated: nothing waits for it
-                del inflight[packet_id]
+            message = inflight.get(packet_id)
+            if message is not None and message.qos == 1:  # else late or duplicated: nothing waits for it (QoS 1
+                del inflight[packet_id]  # awaits its PUBACK, never a PUBCOMP: ``SessionState.flow``)
                 completed = True
         if completed:
             self._outbox.changed = True  # lost in a crash, the messages go out again (DUP=1), are acknowledged again
@@ -269,14 +266,13 @@ class PublishFlows:
     def on_pubrec(self, pubrec: PubRec, now_ms: int) -> None:
         """A QoS 2 delivery is received: release it (or end it, if the client refused it)."""
         assert self.state is not None
-        entry = self.state.inflight.get(pubrec.packet_id)
-        if entry is None or entry.state is not InflightState.AWAITING_PUBREC:
+        if self.state.flow(pubrec.packet_id) is not InflightState.AWAITING_PUBREC:
             self._outbox.send(PubRel(packet_id=pubrec.packet_id, reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
             return
         if pubrec.reason_code >= 0x80:
             self._complete_outbound(pubrec.packet_id, InflightState.AWAITING_PUBREC, now_ms)
             return
-        self.state.inflight[pubrec.packet_id] = replace(entry, state=InflightState.AWAITING_PUBCOMP)
+        self.state.released.add(pubrec.packet_id)
         self._outbox.dirty = True
         self._outbox.send(PubRel(packet_id=pubrec.packet_id))
 
@@ -286,40 +282,52 @@ class PublishFlows:
 
     def _complete_outbound(self, packet_id: int, expected: InflightState, now_ms: int) -> None:
         assert self.state is not None
-        entry = self.state.inflight.get(packet_id)
-        if entry is None or entry.state is not expected:
+        if self.state.flow(packet_id) is not expected:
             return  # a late or duplicated acknowledgement: nothing is waiting for it
-        del self.state.inflight[packet_id]
+        self.state.complete(packet_id)
         self._outbox.changed = True  # lost in a crash, the message goes out again (DUP=1) and is acknowledged again
         self.pump(now_ms)
 
     def _resend_inflight(self) -> None:
-        assert self.state is not None
-        for packet_id, entry in list(self.state.inflight.items()):
-            if entry.state is InflightState.AWAITING_PUBCOMP:
+        state = self.state
+        assert state is not None
+        for packet_id, message in list(state.inflight.items()):
+            if packet_id in state.released:
                 self._outbox.send(PubRel(packet_id=packet_id))
-            elif not self._send_if_fits(replace(entry.publish, dup=True)):
-                del self.state.inflight[packet_id]  # too large for this connection [MQTT-3.1.2-25]
+            elif not self._send_if_fits(Publish(topic=message.topic, payload=message.payload, qos=message.qos,
+                                                retain=message.retain, dup=True, packet_id=packet_id,
+                                                properties=message.properties)):
+                state.complete(packet_id)  # too large for this connection [MQTT-3.1.2-25]
 
     def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, Sequence[Subscription]]], now_ms: int) -> None:
         """Queue each (message, subscriptions) and send what may go, before the next is read (``MqttSession``'s
-        ``deliver_many``). With the window full and no QoS 0 message waiting (a drain's refill) nothing may: the
-        message only joins the queue."""
+        ``deliver_many``). While ``pump`` would send nothing (a drain's refill, the window short of a refill step, no
+        QoS 0 message waiting) the message only joins the queue."""
         state = self.state
         assert state is not None
-        inflight, qos0_pending, window = state.inflight, state.qos0_pending, self._client_receive_maximum
+        inflight, pending, qos0_pending = state.inflight, state.pending, state.qos0_pending
+        window, step = self._client_receive_maximum, self._refill_step
         for message, subscriptions in deliveries:
             state.enqueue(message, subscriptions)
-            if qos0_pending or len(inflight) < window:
+            free = window - len(inflight)
+            if qos0_pending or free >= step or free >= len(pending):  # ``pump``'s test
                 self.pump(now_ms)
 
     def pump(self, now_ms: int) -> None:
-        """Send queued messages: QoS 0 at once, QoS 1/2 while the client's window has room."""
+        """Send queued messages: QoS 0 at once, QoS 1/2 while the client's window has room.
+
+        A refill of the window starts once a step of it is free (an eighth), or room for every queued message: a
+        drain's client acknowledges a few PUBLISHes per read, and refilling at each read would cost a write and the
+        adapter's work per action list for two or three messages; the window stays at least seven eighths full.
+        With nothing in flight the window is wholly free, so a queued message never waits for an acknowledgement
+        that will not come."""
         state = self.state
         assert state is not None
         while state.qos0_pending:
             self._send_message(state.qos0_pending.popleft(), now_ms)
-        if state.pending and len(state.inflight) < self._client_receive_maximum:
+        pending = state.pending
+        free = self._client_receive_maximum - len(state.inflight)
+        if pending and (free >= self._refill_step or free >= len(pending)):
             self._outbox.changed = True  # the stored cursor moves past what goes (QoS 2 sends set ``dirty`` too)
             self._send_pending(state, now_ms)
 
@@ -337,14 +345,13 @@ class PublishFlows:
         v5 = outbox.protocol_level == PROTOCOL_LEVEL_5
         packet_bytes_max = self._client_packet_bytes_max
         topic, topic_field = self._topic_field
-        publishes: list[Publish] = []  # the run sent so far, and its encodings: one action for all of them
-        encoded: list[bytes] = []
+        encoded: list[bytes] = []  # the encodings of the run sent so far: one action for all of them
         while pending and len(inflight) < window:
             message = pending.popleft()
             if message.properties is not NO_PROPERTIES:
-                if publishes:
-                    actions.append(_sending(publishes, encoded))
-                    publishes, encoded = [], []
+                if encoded:
+                    actions.append(SendPublishes(count=len(encoded), data=b"".join(encoded)))
+                    encoded = []
                 self._send_message(message, now_ms)
                 continue
             if message.topic != topic:
@@ -356,17 +363,12 @@ class PublishFlows:
             data = encode_plain_publish(topic_field, payload, qos, retain, packet_id, v5)
             if packet_bytes_max is not None and len(data) > packet_bytes_max:
                 continue  # the server discards what the client cannot receive [MQTT-3.1.2-25]
-            publish = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=packet_id)
-            publishes.append(publish)
             encoded.append(data)
-            if qos == 1:
-                flow = _AWAITING_PUBACK
-            else:
-                flow = _AWAITING_PUBREC
-                outbox.dirty = True  # its packet id is durable before it goes out (the module docstring)
-            inflight[packet_id] = Inflight(publish=publish, state=flow, position=message.position)
-        if publishes:
-            actions.append(_sending(publishes, encoded))
+            if qos != 1:
+                outbox.dirty = True  # a QoS 2 packet id is durable before it goes out (the module docstring)
+            inflight[packet_id] = message  # as it goes: no alias, no properties
+        if encoded:
+            actions.append(SendPublishes(count=len(encoded), data=b"".join(encoded)))
 
     def _send_message(self, message: OutboundMessage, now_ms: int) -> None:
         properties = message.properties
@@ -381,16 +383,15 @@ class PublishFlows:
                                        properties=properties))
             return
         assert self.state is not None
+        packet_id = self.state.allocate_packet_id()
         publish = Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
-                          packet_id=self.state.allocate_packet_id(), properties=properties)
+                          packet_id=packet_id, properties=properties)
         if self._send_if_fits(publish):
-            if message.qos == 1:
-                state = InflightState.AWAITING_PUBACK
-            else:
-                state = InflightState.AWAITING_PUBREC
-                self._outbox.dirty = True  # its packet id is durable before it goes out (the module docstring)
-            self.state.inflight[publish.packet_id] = Inflight(  # type: ignore[index]
-                publish=publish, state=state, position=message.position)
+            if message.qos != 1:
+                self._outbox.dirty = True  # a QoS 2 packet id is durable before it goes out (the module docstring)
+            if properties is not message.properties:  # in flight as it went out (its remaining lifetime)
+                message = replace(message, properties=properties)
+            self.state.inflight[packet_id] = message
 
     def _send_if_fits(self, publish: Publish) -> bool:
         """Send ``publish`` with an outbound topic alias if it fits the client's maximum packet size."""
@@ -409,13 +410,6 @@ class PublishFlows:
             self._outbound_aliases[publish.topic] = alias  # type: ignore[assignment]
         self._outbox.actions.append(Send(packet=wire, data=data))
         return True
-
-
-def _sending(publishes: list[Publish], encoded: list[bytes]) -> Send | SendPublishes:
-    """The action that sends a run of PUBLISHes and their encodings: a lone one's ``Send``, else one ``SendPublishes``."""
-    if len(publishes) == 1:
-        return Send(packet=publishes[0], data=encoded[0])
-    return SendPublishes(publishes=publishes, data=b"".join(encoded))
 
 
 #: The packets of the PUBLISH flows, and the handler each goes to.

@@ -286,7 +286,7 @@ class MqttConnection:
             elif kind is Send:
                 self._send(action)
             elif kind is SendPublishes:
-                self._send_publishes(len(action.publishes), action.data)
+                self._send_publishes(action.count, action.data)
             elif kind is SendPubAcks:
                 self._write(action.data)
             elif isinstance(action, Close):

@@ -176,6 +176,11 @@ class MqttSession:
         if self.state in _TERMINAL:
             return []  # the transport is closing; late bytes mean nothing
         self._last_received_ms = now_ms
+        if self.state is _CONNECTED:
+            packet_ids = self._decoder.plain_pubacks(data)
+            if packet_ids is not None:  # a subscriber's usual read: its PUBACKs, completed together
+                self._flows.on_pubacks(packet_ids, now_ms)  # type: ignore[union-attr]
+                return self._finish()
         acknowledged: list[int] = []  # a run of PUBACKs, completed together before the next other packet
         try:
             for packet in self._decoder.receive_data(data):

@@ -6,6 +6,11 @@ inbound QoS 2 packet ids received but not yet released. Not durable: the queues 
 messages waiting for a window (``pending``, ``qos0_pending``), which the adapter refills
 from the log after a restart.
 
+In memory an in-flight delivery is its ``OutboundMessage`` (as it goes: QoS, retain flag and properties of this
+delivery) under its packet id in ``inflight``; its flow state follows from its QoS and ``released`` (see
+``InflightState``): no object per delivery beyond the message, which one fetch's decoding made and every session
+it goes to shares.
+
 An in-flight message read from the log is stored as where it is in the log (topic,
 partition, offset) with what its delivery changed (QoS, retain flag, subscription
 identifiers), not as the message: the log keeps it, as a Kafka consumer's committed offset
@@ -71,10 +76,11 @@ class Subscription:
 
 
 #: Made once per message read from the log, so not frozen (see ``packets.Publish``); nothing changes one after it
-#: is made (one object may go to every subscriber it matches).
+#: is made (one object may go to every subscriber it matches, and stay in flight in each).
 @dataclass(slots=True, kw_only=True)
 class OutboundMessage:
-    """A message on its way to one session: what the adapter read from the log or the retained store."""
+    """A message on its way to one session: what the adapter read from the log or the retained store; in flight,
+    the delivery as it went out (full topic name, no alias)."""
 
     topic: str
     payload: bytes
@@ -88,33 +94,23 @@ class OutboundMessage:
 
 
 class InflightState(enum.Enum):
-    """Where an outbound QoS 1/2 message is in its acknowledgement flow."""
+    """Where an outbound QoS 1/2 message is in its acknowledgement flow (``SessionState.flow``): a QoS 1 delivery
+    awaits its PUBACK, a QoS 2 one its PUBREC, then (its packet id in ``released``) its PUBCOMP."""
 
     AWAITING_PUBACK = "awaiting-puback"
     AWAITING_PUBREC = "awaiting-pubrec"
     AWAITING_PUBCOMP = "awaiting-pubcomp"
 
 
-#: Made once per QoS 1/2 message sent, so not frozen (see ``packets.Publish``); replaced, never changed.
-@dataclass(slots=True, kw_only=True)
-class Inflight:
-    """An outbound QoS 1/2 PUBLISH (full topic name, no alias) and its flow state.
-
-    ``position`` is where its message is in the log: the stored state keeps that instead of the message.
-    Loaded from bytes, such an entry's ``publish`` has its packet id, QoS, retain flag and subscription
-    identifiers but no topic or payload until ``SessionState.read_back`` (``SessionState.unread``).
-    """
-
-    publish: Publish
-    state: InflightState
-    position: LogPosition | None = None
+_AWAITING_PUBACK, _AWAITING_PUBREC, _AWAITING_PUBCOMP = (
+    InflightState.AWAITING_PUBACK, InflightState.AWAITING_PUBREC, InflightState.AWAITING_PUBCOMP)
 
 
 class SessionState:
     """Subscriptions, in-flight flows and queues of one client id, across connections."""
 
     __slots__ = (
-        "client_id", "expiry_interval_s", "subscriptions", "inflight", "received_qos2", "next_packet_id",
+        "client_id", "expiry_interval_s", "subscriptions", "inflight", "released", "received_qos2", "next_packet_id",
         "pending", "qos0_pending", "qos0_dropped", "pending_messages_max", "qos0_queue_length_max", "_stored_inflight",
         "unread",
     )
@@ -130,7 +126,12 @@ class SessionState:
         self.client_id = client_id
         self.expiry_interval_s = expiry_interval_s
         self.subscriptions: dict[str, Subscription] = {}
-        self.inflight: dict[int, Inflight] = {}  # insertion order is the order to resend in
+        #: The QoS 1/2 deliveries in flight by packet id, as they went out; insertion order is the order to resend in.
+        #: Loaded from bytes, a message in the log has its QoS, retain flag and subscription identifiers but no topic
+        #: or payload until ``read_back`` (``unread``).
+        self.inflight: dict[int, OutboundMessage] = {}
+        #: The packet ids of in-flight QoS 2 deliveries the client received (PUBREC; PUBREL sent): awaiting PUBCOMP.
+        self.released: set[int] = set()
         self.received_qos2: set[int] = set()
         self.next_packet_id = 1
         self.pending: deque[OutboundMessage] = deque()
@@ -138,9 +139,9 @@ class SessionState:
         self.qos0_dropped = 0
         self.pending_messages_max = pending_messages_max
         self.qos0_queue_length_max = qos0_queue_length_max
-        #: ``to_bytes``'s entry of each in-flight message, by packet id, with the ``Inflight`` it was made of: a
-        #: message is encoded once, not in every state written while it is in flight.
-        self._stored_inflight: dict[int, tuple[Inflight, object]] = {}
+        #: ``to_bytes``'s entry of each in-flight message stored whole, by packet id, with the message and flow state
+        #: it was made of: a message is encoded once, not in every state written while it is in flight.
+        self._stored_inflight: dict[int, tuple[OutboundMessage, InflightState, object]] = {}
         #: In-flight deliveries loaded from bytes whose message is still to be read from the log, by packet id.
         self.unread: dict[int, LogPosition] = {}
 
@@ -167,7 +168,7 @@ class SessionState:
             return False
         if len(subscriptions) == 1:  # the common case, without building sets and generators
             (only,) = subscriptions
-            qos = min(message.qos, only.qos)
+            qos = message.qos if message.qos <= only.qos else only.qos
             keeps_retain = from_retained_store or only.retain_as_published
             identifier = only.subscription_identifier
             identifiers: tuple[int, ...] = () if identifier is None else (identifier,)
@@ -192,6 +193,20 @@ class SessionState:
         assert len(self.pending) < self.pending_messages_max, "the adapter checks has_room() before delivering QoS 1/2"
         self.pending.append(delivery)
         return True
+
+    def flow(self, packet_id: int) -> InflightState | None:
+        """Where the in-flight delivery ``packet_id`` is in its flow (None: nothing is in flight under it)."""
+        message = self.inflight.get(packet_id)
+        if message is None:
+            return None
+        if message.qos == 1:
+            return _AWAITING_PUBACK
+        return _AWAITING_PUBCOMP if packet_id in self.released else _AWAITING_PUBREC
+
+    def complete(self, packet_id: int) -> None:
+        """The in-flight delivery ``packet_id`` is over (acknowledged, refused, or not sent again)."""
+        del self.inflight[packet_id]
+        self.released.discard(packet_id)
 
     def allocate_packet_id(self) -> int:
         """A packet id not in flight (at most 65,535 are: receive maximum is a 16-bit value)."""
@@ -228,11 +243,11 @@ class SessionState:
         Messages in the log go as runs: ``[first packet id, count, flow state, log topic, partition, first offset,
         QoS, retain, [subscription identifiers]]`` stands for ``count`` deliveries with consecutive packet ids and
         offsets and the rest alike (a window of a drain is one run). Any other message goes whole,
-        ``{"state": flow state, "publish": base64 MQTT 5.0 PUBLISH}``, encoded once while its ``Inflight`` stays
-        the same.
+        ``{"state": flow state, "publish": base64 MQTT 5.0 PUBLISH}``, encoded once while its message and flow state
+        stay the same.
         """
         documents: list[object] = []
-        known, whole = self._stored_inflight, {}
+        known, whole, released = self._stored_inflight, {}, self.released
         # The run being extended, what its next entry would be, and what all of its entries share (in locals: a
         # state written ten times a second during a drain walks a whole window of entries each time).
         run: list[Any] = []
@@ -240,29 +255,35 @@ class SessionState:
         run_state: InflightState | None = None
         run_topic, run_partition, run_qos, run_retain = "", -1, -1, False
         run_identifiers: tuple[int, ...] = ()
-        for packet_id, entry in self.inflight.items():
-            position = entry.position
+        for packet_id, message in self.inflight.items():
+            qos = message.qos
+            if qos == 1:
+                flow = _AWAITING_PUBACK
+            else:
+                flow = _AWAITING_PUBCOMP if packet_id in released else _AWAITING_PUBREC
+            position = message.position
             if position is None:
                 cached = known.get(packet_id)
-                if cached is None or cached[0] is not entry:
-                    cached = entry, {"state": entry.state.value,
-                                     "publish": base64.b64encode(encode(entry.publish, PROTOCOL_LEVEL_5)).decode()}
+                if cached is None or cached[0] is not message or cached[1] is not flow:
+                    publish = Publish(topic=message.topic, payload=message.payload, qos=qos, retain=message.retain,
+                                      packet_id=packet_id, properties=message.properties)
+                    cached = message, flow, {"state": flow.value,
+                                             "publish": base64.b64encode(encode(publish, PROTOCOL_LEVEL_5)).decode()}
                 whole[packet_id] = cached
-                documents.append(cached[1])
+                documents.append(cached[2])
                 next_packet_id = -1
                 continue
-            publish = entry.publish
-            if (packet_id == next_packet_id and position[2] == next_offset and entry.state is run_state
-                    and position[1] == run_partition and position[0] == run_topic and publish.qos == run_qos
-                    and publish.retain == run_retain
-                    and publish.properties.subscription_identifiers == run_identifiers):
+            if (packet_id == next_packet_id and position[2] == next_offset and flow is run_state
+                    and position[1] == run_partition and position[0] == run_topic and qos == run_qos
+                    and message.retain == run_retain
+                    and message.properties.subscription_identifiers == run_identifiers):
                 run[1] += 1
                 next_packet_id += 1
                 next_offset += 1
                 continue
-            run_state, (run_topic, run_partition, first_offset) = entry.state, position
-            run_qos, run_retain = publish.qos, publish.retain
-            run_identifiers = publish.properties.subscription_identifiers
+            run_state, (run_topic, run_partition, first_offset) = flow, position
+            run_qos, run_retain = qos, message.retain
+            run_identifiers = message.properties.subscription_identifiers
             run = [packet_id, 1, run_state.value, run_topic, run_partition, first_offset, run_qos, run_retain,
                    list(run_identifiers)]
             documents.append(run)
@@ -286,14 +307,16 @@ class SessionState:
             subscription = _subscription_from(item)
             state.subscriptions[subscription.topic_filter] = subscription
         for item in stored_field(document, "inflight", list, where):
-            for entry in _logged_inflight(item) if isinstance(item, list) else [_whole_inflight(item)]:
-                packet_id = entry.publish.packet_id
-                assert packet_id is not None
+            for packet_id, message, flow in _logged_inflight(item) if isinstance(item, list) else [_whole_inflight(item)]:
                 if packet_id in state.inflight:
                     raise CorruptMessageError(f"{where}: packet id {packet_id} is in flight twice")
-                state.inflight[packet_id] = entry
-                if entry.position is not None and entry.state is not InflightState.AWAITING_PUBCOMP:
-                    state.unread[packet_id] = entry.position  # after PUBREC only the packet id matters (PUBREL)
+                if (flow is _AWAITING_PUBACK) != (message.qos == 1):
+                    raise CorruptMessageError(f"{where}: a QoS {message.qos} delivery in flight is {flow.value}")
+                state.inflight[packet_id] = message
+                if flow is _AWAITING_PUBCOMP:
+                    state.released.add(packet_id)  # after PUBREC only the packet id matters (PUBREL)
+                elif message.position is not None:
+                    state.unread[packet_id] = message.position
         received = stored_field(document, "received_qos2", list, where)
         for packet_id in received:
             _check_stored_value(packet_id, int, f"{where} received_qos2", 1, 0xFFFF)
@@ -304,11 +327,10 @@ class SessionState:
         """The message of the ``unread`` in-flight delivery ``packet_id``, read from the log at its position; None
         if the log no longer has it (retention deleted it): the delivery is dropped."""
         del self.unread[packet_id]
-        entry = self.inflight[packet_id]
+        stub = self.inflight[packet_id]
         if message is None:
-            del self.inflight[packet_id]
+            self.complete(packet_id)
             return
-        stub = entry.publish
         properties = message.properties
         expiry_s = properties.message_expiry_interval_s
         if expiry_s is not None:  # its delivery began: it goes out, with what is left of its lifetime (at least 1 s)
@@ -318,9 +340,8 @@ class SessionState:
                 or properties.topic_alias is not None:
             properties = replace(properties, subscription_identifiers=identifiers, message_expiry_interval_s=expiry_s,
                                  topic_alias=None)
-        publish = Publish(topic=message.topic, payload=message.payload, qos=stub.qos, retain=stub.retain,
-                          packet_id=packet_id, properties=properties)
-        self.inflight[packet_id] = replace(entry, publish=publish)  # the same place in the resend order
+        self.inflight[packet_id] = replace(  # the same place in the resend order
+            message, qos=stub.qos, retain=stub.retain, properties=properties, position=stub.position)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SessionState) and self.to_bytes() == other.to_bytes()
@@ -351,16 +372,22 @@ def _subscription_from(item: object) -> Subscription:
     return Subscription(**{**item, "retain_handling": retain_handling})
 
 
-def _whole_inflight(item: object) -> Inflight:
+#: An in-flight entry as ``to_bytes`` stored it: its packet id, its message (as delivered) and its flow state.
+_StoredInflight = tuple[int, OutboundMessage, InflightState]
+
+
+def _whole_inflight(item: object) -> _StoredInflight:
     """An in-flight entry stored whole: ``{"state": ..., "publish": base64 PUBLISH}`` (every entry of version 1)."""
     where = "MQTT session state in-flight message"
     publish = _inflight_publish(stored_base64(item, "publish", where))
-    return Inflight(publish=publish, state=_flow_state(stored_field(item, "state", str, where)))
+    message = OutboundMessage(topic=publish.topic, payload=publish.payload, qos=publish.qos, retain=publish.retain,
+                              properties=publish.properties)
+    return publish.packet_id, message, _flow_state(stored_field(item, "state", str, where))  # type: ignore[return-value]
 
 
-def _logged_inflight(item: list[object]) -> list[Inflight]:
+def _logged_inflight(item: list[object]) -> list[_StoredInflight]:
     """A run of in-flight entries stored by their log positions (``SessionState._inflight_documents``); their
-    ``publish`` waits for ``read_back`` for its topic and payload."""
+    messages wait for ``read_back`` for their topic and payload."""
     where = "MQTT session state in-flight run"
     if len(item) != 9:
         raise CorruptMessageError(f"{where} is not [first packet id, count, state, topic, partition, first offset, "
@@ -377,9 +404,10 @@ def _logged_inflight(item: list[object]) -> list[Inflight]:
         _check_stored_value(identifier, int, f"{where} subscription identifier", 1, _SUBSCRIPTION_IDENTIFIER_MAX)
     state = _flow_state(_check_stored_value(flow, str, f"{where} state"))
     properties = Properties(subscription_identifiers=tuple(identifiers)) if identifiers else NO_PROPERTIES
-    return [Inflight(publish=Publish(topic="", qos=qos, retain=retain, packet_id=first + index,  # type: ignore[arg-type,operator]
-                                     properties=properties),
-                     state=state, position=(topic, partition, offset + index))  # type: ignore[operator]
+    return [(first + index,  # type: ignore[operator]
+             OutboundMessage(topic="", payload=b"", qos=qos, retain=retain, properties=properties,  # type: ignore[arg-type]
+                             position=(topic, partition, offset + index)),  # type: ignore[arg-type,operator]
+             state)
             for index in range(count)]  # type: ignore[arg-type]
 
 

@@ -13,7 +13,9 @@ from mqbroker.client.consumer import (
     ConsumerConfig,
     ConsumerCore,
     FetchPlan,
+    NoOffsetForPartitionError,
     OffsetReset,
+    PositionOutOfRangeError,
     decode_messages,
 )
 from mqbroker.client.group_member import AssignmentChange, apply_change
@@ -107,6 +109,41 @@ def test_offset_out_of_range_resets_by_policy() -> None:
     (plan,) = core.fetch_plans(lambda topic, partition: 1)
     core.fetch_completed(plan, _response(b"", code=ErrorCode.OFFSET_OUT_OF_RANGE))
     assert core.reset_requests() == {EVENTS_0: EARLIEST}
+
+
+def test_under_reset_none_a_partition_without_a_position_waits_for_a_seek() -> None:
+    """No committed offset, no seek: the partition stays assigned, nothing is looked up or fetched for it, and
+    ``require_positions`` names it until it is sought (a committed one is sought by the group and not named)."""
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.NONE))
+    apply_change(core, AssignmentChange(assigned=frozenset({EVENTS_0, EVENTS_1})), {EVENTS_0: 7, EVENTS_1: None})
+    assert core.assignment() == {EVENTS_0, EVENTS_1} and core.position(EVENTS_1) is None
+    assert core.reset_requests() == {}
+    with pytest.raises(NoOffsetForPartitionError, match="events-1") as raised:
+        core.require_positions()
+    assert raised.value.partitions == {EVENTS_1}
+    core.require_positions([EVENTS_0])  # the sought partition alone is fine
+    assert [plan.offsets for plan in core.fetch_plans(lambda topic, partition: 1)] == [{EVENTS_0: 7}]
+    core.seek_to_beginning(EVENTS_1)
+    core.require_positions()
+    assert core.reset_requests() == {EVENTS_1: EARLIEST}
+    core.assign([EVENTS_0, ("events", 2)])
+    with pytest.raises(NoOffsetForPartitionError):
+        core.require_positions([("events", 2)])
+    core.seek(("events", 2), 0)
+    core.require_positions()
+
+
+def test_under_reset_none_an_out_of_range_fetch_keeps_the_position_and_holds_the_error() -> None:
+    core = ConsumerCore(ConsumerConfig(auto_offset_reset=OffsetReset.NONE))
+    core.assign([EVENTS_0])
+    core.seek(EVENTS_0, 50)
+    (plan,) = core.fetch_plans(lambda topic, partition: 1)
+    assert core.fetch_completed(plan, _response(b"", code=ErrorCode.OFFSET_OUT_OF_RANGE)) == []
+    assert core.position(EVENTS_0) == 50 and core.reset_requests() == {}
+    with pytest.raises(PositionOutOfRangeError, match="events-0 at 50") as raised:
+        core.raise_failure()
+    assert raised.value.offsets == {EVENTS_0: 50}
+    assert [plan.offsets for plan in core.fetch_plans(lambda topic, partition: 1)] == [{EVENTS_0: 50}]
 
 
 def test_not_leader_marks_the_topic_stale_and_keeps_the_position() -> None:

@@ -322,3 +322,30 @@ def test_the_plain_publish_encoder_writes_what_encode_writes(topic: str, payload
     publish = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=packet_id)
     assert encode_plain_publish(encode_string(topic), payload, qos, retain, packet_id, level == 5) == encode(
         publish, level)
+
+
+@given(packet_ids=st.lists(st.integers(0, 0xFFFF), max_size=20), tail=st.binary(max_size=6),
+       level=st.sampled_from([4, 5]))
+@settings(max_examples=500)
+def test_a_read_of_short_pubacks_gives_their_packet_ids_and_anything_else_goes_to_the_general_decoder(
+    packet_ids: list[int], tail: bytes, level: int
+) -> None:
+    """``plain_pubacks`` reads a read of whole short-form PUBACKs into exactly the ids ``receive_data`` decodes from it,
+    and declines (None) any read that is not only such PUBACKs (a packet id 0, another packet, a partial packet)."""
+    data = b"".join(bytes([0x40, 2]) + packet_id.to_bytes(2, "big") for packet_id in packet_ids) + tail
+    ids = PacketDecoder(packet_bytes_max=1024, protocol_level=level).plain_pubacks(data)
+    decoded = _outcome(lambda: PacketDecoder(packet_bytes_max=1024, protocol_level=level).receive_data(data))
+    if ids is None:
+        assert not data or 0 in packet_ids or tail
+    else:
+        assert isinstance(decoded, list) and all(isinstance(packet, PubAck) for packet in decoded)
+        assert list(ids) == [packet.packet_id for packet in decoded]
+        assert tail or list(ids) == packet_ids
+
+
+def test_short_pubacks_are_not_read_past_buffered_bytes_or_before_connect() -> None:
+    decoder = PacketDecoder(packet_bytes_max=1024, protocol_level=4)
+    assert decoder.receive_data(b"\x40\x02\x00") == []  # a PUBACK's first three bytes, buffered
+    assert decoder.plain_pubacks(b"\x07\x40\x02\x00") is None  # its last byte, then three of the next one
+    assert [packet.packet_id for packet in decoder.receive_data(b"\x07\x40\x02\x00\x08")] == [7, 8]
+    assert PacketDecoder(packet_bytes_max=1024).plain_pubacks(b"\x40\x02\x00\x01") is None  # no CONNECT yet

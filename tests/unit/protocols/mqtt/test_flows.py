@@ -21,7 +21,7 @@ from mqbroker.protocols.mqtt.packets import (
     ReasonCode,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
-from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.state import InflightState, OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.topics import MappingRule, TopicMapping
 
 
@@ -35,13 +35,14 @@ def connected_session(level: int = 5, config: SessionConfig = SessionConfig()) -
 
 
 def sent_packets(actions: list[Action], level: int) -> list[Packet]:
-    """The packets ``actions`` write, in order: a ``SendPublishes`` stands for each of its PUBLISHes, whose
-    encodings its bytes are."""
+    """The packets ``actions`` write, in order: a ``SendPublishes`` stands for each of its ``count`` PUBLISHes,
+    whose encodings its bytes are."""
     packets: list[Packet] = []
     for action in actions:
         if isinstance(action, SendPublishes):
-            assert action.data == b"".join(encode(publish, level) for publish in action.publishes)
-            packets += action.publishes
+            publishes = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=level).receive_data(action.data)
+            assert len(publishes) == action.count and all(isinstance(packet, Publish) for packet in publishes)
+            packets += publishes
         elif isinstance(action, Send):
             packets.append(action.packet)
     return packets
@@ -145,11 +146,11 @@ def test_qos1_deliveries_and_acknowledgements_go_on_while_their_state_is_stored_
     subscription = [Subscription(topic_filter="#", qos=2)]
     at_least_once = session.deliver(OutboundMessage(topic="t", payload=b"1", qos=1, position=("log", 0, 7)),
                                     subscription, 0)
-    assert _stores(at_least_once) == [(1, False)] and isinstance(at_least_once[0], Send)
+    assert _stores(at_least_once) == [(1, False)] and isinstance(at_least_once[0], SendPublishes)
     assert _stores(session.receive_data(encode(PubAck(packet_id=1), 5), 0)) == [(0, False)]
     exactly_once = session.deliver(OutboundMessage(topic="t", payload=b"2", qos=2, position=("log", 0, 8)),
                                    subscription, 0)
-    assert _stores(exactly_once) == [(0, True)] and isinstance(exactly_once[1], Send)  # its packet id first
+    assert _stores(exactly_once) == [(0, True)] and isinstance(exactly_once[1], SendPublishes)  # its packet id first
     assert _stores(session.receive_data(encode(PubRec(packet_id=2), 5), 0)) == [(0, True)]  # before PUBREL
     assert _stores(session.receive_data(encode(PubComp(packet_id=2), 5), 0)) == [(0, False)]
     assert session.session is not None and session.session.inflight == {}
@@ -169,8 +170,8 @@ def test_deliver_many_reads_its_deliveries_one_at_a_time_and_answers_with_one_ac
             yield OutboundMessage(topic="t", payload=b"%d" % number, qos=1), subscription
 
     actions = session.deliver_many(deliveries(), 0)
-    sends = [action.packet for action in actions if isinstance(action, Send)]
-    assert [(packet.packet_id, packet.payload) for packet in sends] == [(1, b"0"), (2, b"1")]  # the client's window
+    sends = sent_packets(actions, 4)
+    assert [(packet.packet_id, packet.payload) for packet in sends] == [(1, b"0"), (2, b"1")]  # type: ignore[union-attr]
     assert taken == [0, 1, 2]  # the third waits in the queue, which is then full
     assert session.session is not None and [message.payload for message in session.session.pending] == [b"2"]
 
@@ -183,13 +184,15 @@ def test_a_plain_delivery_goes_out_as_encode_writes_its_publish(level: int) -> N
     subscription = [Subscription(topic_filter="#", qos=2, retain_as_published=True)]
     messages = [OutboundMessage(topic=topic, payload=b"x" * size, qos=qos, retain=retain)
                 for topic, size, qos, retain in [("a/b", 3, 1, False), ("a/b", 200, 2, True), ("ü/é", 0, 1, True)]]
-    sends = [action for action in session.deliver_many(((message, subscription) for message in messages), 0)
-             if isinstance(action, Send)]
-    assert [send.data for send in sends] == [encode(send.packet, level) for send in sends]
-    assert [(send.packet.topic, send.packet.qos, send.packet.retain, send.packet.packet_id) for send in sends] == [
+    actions = session.deliver_many(((message, subscription) for message in messages), 0)
+    assert session.session is not None
+    in_flight = [Publish(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain,
+                         packet_id=packet_id, properties=message.properties)
+                 for packet_id, message in session.session.inflight.items()]
+    assert [(publish.topic, publish.qos, publish.retain, publish.packet_id) for publish in in_flight] == [
         ("a/b", 1, False, 1), ("a/b", 2, True, 2), ("ü/é", 1, True, 3)]
-    assert session.session is not None and [entry.publish for entry in session.session.inflight.values()] == [
-        send.packet for send in sends]
+    assert b"".join(action.data for action in actions if isinstance(action, SendPublishes)) == b"".join(
+        encode(publish, level) for publish in in_flight)
 
 
 def test_a_read_of_pubacks_refills_the_window_in_order_before_the_packet_after_them() -> None:
@@ -199,7 +202,7 @@ def test_a_read_of_pubacks_refills_the_window_in_order_before_the_packet_after_t
     subscription = [Subscription(topic_filter="#", qos=1)]
     messages = [OutboundMessage(topic="t", payload=b"%d" % number, qos=1) for number in range(5)]
     first = session.deliver_many(((message, subscription) for message in messages), 0)
-    assert [action.packet.payload for action in first if isinstance(action, Send)] == [b"0", b"1"]
+    assert [packet.payload for packet in sent_packets(first, 4)] == [b"0", b"1"]  # type: ignore[union-attr]
     read = b"".join(encode(packet, 4) for packet in (PubAck(packet_id=1), PubAck(packet_id=1), PubAck(packet_id=9),
                                                        PubAck(packet_id=2), PingReq(), PubAck(packet_id=3)))
     sent = sent_packets(session.receive_data(read, 0), 4)
@@ -210,16 +213,55 @@ def test_a_read_of_pubacks_refills_the_window_in_order_before_the_packet_after_t
 
 def test_a_refill_of_the_window_goes_as_one_action_split_only_around_a_message_with_properties() -> None:
     """The deliveries one refill of the window sends go as one ``SendPublishes`` (their encodings joined, in order); a
-    message with properties goes as a ``Send`` of its own between the runs before and after it."""
+    message with properties goes as a ``Send`` of its own between the runs before and after it; a lone delivery goes
+    as a ``SendPublishes`` of one (no packet object)."""
     session = connected_session(4, SessionConfig(outbound_inflight_max_3_1_1=5))
     subscription = [Subscription(topic_filter="#", qos=1)]
     messages = [OutboundMessage(topic="t", payload=b"%d" % number, qos=1) for number in range(10)]
     messages[7] = OutboundMessage(topic="t", payload=b"7", qos=1, properties=Properties(content_type="text/plain"))
     first = session.deliver_many(((message, subscription) for message in messages), 0)
-    assert [type(action) for action in first if isinstance(action, (Send, SendPublishes))] == [Send] * 5
+    assert [type(action) for action in first if isinstance(action, (Send, SendPublishes))] == [SendPublishes] * 5
     read = b"".join(encode(PubAck(packet_id=packet_id), 4) for packet_id in range(1, 6))
     refill = [action for action in session.receive_data(read, 0) if isinstance(action, (Send, SendPublishes))]
     assert [type(action) for action in refill] == [SendPublishes, Send, SendPublishes]
     assert [(packet.packet_id, packet.payload) for packet in sent_packets(refill, 4)] == [  # type: ignore[union-attr]
         (6, b"5"), (7, b"6"), (8, b"7"), (9, b"8"), (10, b"9")]
     assert session.session is not None and list(session.session.inflight) == [6, 7, 8, 9, 10]
+
+
+def test_a_refill_of_a_draining_window_waits_for_an_eighth_of_it_unless_all_that_waits_fits() -> None:
+    """With messages queued, PUBACKs refill the client's window once a step of it is free (an eighth: 2 of 16), not at
+    every one; what waits goes out at once when it all fits, and into an empty window."""
+    session = connected_session(4, SessionConfig(outbound_inflight_max_3_1_1=16))
+    subscription = [Subscription(topic_filter="#", qos=1)]
+    messages = [OutboundMessage(topic="t", payload=b"%d" % number, qos=1) for number in range(19)]
+    first = session.deliver_many(((message, subscription) for message in messages), 0)
+    assert len(sent_packets(first, 4)) == 16
+    assert sent_packets(session.receive_data(encode(PubAck(packet_id=1), 4), 0), 4) == []  # 1 free, 3 queued
+    refill = sent_packets(session.receive_data(encode(PubAck(packet_id=2), 4), 0), 4)
+    assert [(packet.packet_id, packet.payload) for packet in refill] == [(17, b"16"), (18, b"17")]  # type: ignore[union-attr]
+    last = sent_packets(session.receive_data(encode(PubAck(packet_id=3), 4), 0), 4)  # all that waits fits
+    assert [(packet.packet_id, packet.payload) for packet in last] == [(19, b"18")]  # type: ignore[union-attr]
+    assert session.session is not None and len(session.session.inflight) == 16
+    live = sent_packets(session.deliver_many([(messages[0], subscription)], 0), 4)  # the window is full: it waits
+    assert live == [] and len(session.session.pending) == 1
+    assert len(sent_packets(session.receive_data(encode(PubAck(packet_id=4), 4), 0), 4)) == 1  # it fits: it goes
+    everything = b"".join(encode(PubAck(packet_id=packet_id), 4) for packet_id in range(5, 21))
+    session.receive_data(everything, 0)
+    assert session.session.inflight == {} and not session.session.pending
+
+
+def test_a_delivery_in_flight_is_the_queued_message_itself_and_its_flow_follows_its_qos() -> None:
+    """A plain delivery goes in flight as the message the fetch made (no packet or entry object per message); QoS 1
+    awaits its PUBACK, QoS 2 its PUBREC, then its PUBCOMP; a PUBACK does not end a QoS 2 delivery."""
+    session = connected_session(5)
+    subscription = [Subscription(topic_filter="#", qos=2)]
+    messages = [OutboundMessage(topic="t", payload=b"%d" % qos, qos=qos) for qos in (1, 2)]
+    session.deliver_many(((message, subscription) for message in messages), 0)
+    state = session.session
+    assert state is not None and state.inflight[1] is messages[0] and state.inflight[2] is messages[1]
+    assert [state.flow(1), state.flow(2)] == [InflightState.AWAITING_PUBACK, InflightState.AWAITING_PUBREC]
+    session.receive_data(encode(PubAck(packet_id=2), 5) + encode(PubRec(packet_id=2), 5), 0)
+    assert state.flow(2) is InflightState.AWAITING_PUBCOMP and state.released == {2}
+    session.receive_data(encode(PubAck(packet_id=1), 5) + encode(PubComp(packet_id=2), 5), 0)
+    assert state.inflight == {} and state.released == set()

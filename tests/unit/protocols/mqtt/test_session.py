@@ -7,11 +7,9 @@ from hypothesis import strategies as st
 
 from mqbroker.protocols.mqtt.actions import Close, PublishToLog
 from mqbroker.protocols.mqtt.headers import message_from_record, record_headers
-from mqbroker.protocols.mqtt.packets import Properties, Publish, RetainHandling
+from mqbroker.protocols.mqtt.packets import Properties, RetainHandling
 from mqbroker.protocols.mqtt.session import ConnectionState
 from mqbroker.protocols.mqtt.state import (
-    Inflight,
-    InflightState,
     OutboundMessage,
     SessionState,
     Subscription,
@@ -32,15 +30,16 @@ def session_states(draw: st.DrawFn) -> SessionState:
             subscription_identifier=draw(st.none() | st.integers(1, 268_435_455)),
         )
     for packet_id in draw(st.lists(st.integers(1, 0xFFFF), max_size=4, unique=True)):
-        publish = Publish(
+        position = draw(st.none() | st.tuples(texts, st.integers(0, 99), st.integers(0, 2**62)))  # None: not in the log
+        state.inflight[packet_id] = OutboundMessage(
             topic=draw(texts), payload=draw(st.binary(max_size=20)), qos=draw(st.integers(1, 2)),
-            retain=draw(st.booleans()), packet_id=packet_id, properties=Properties(
+            retain=draw(st.booleans()), properties=Properties(
                 message_expiry_interval_s=draw(st.none() | st.integers(1, 99)),
                 subscription_identifiers=tuple(draw(st.lists(st.integers(1, 268_435_455), max_size=2)))),
+            position=position,
         )
-        position = draw(st.none() | st.tuples(texts, st.integers(0, 99), st.integers(0, 2**62)))  # None: not in the log
-        state.inflight[packet_id] = Inflight(publish=publish, state=draw(st.sampled_from(InflightState)),
-                                             position=position)
+        if state.inflight[packet_id].qos == 2 and draw(st.booleans()):
+            state.released.add(packet_id)  # PUBREC received: awaiting PUBCOMP
     state.received_qos2 = set(draw(st.lists(st.integers(1, 0xFFFF), max_size=4)))
     state.next_packet_id = draw(st.integers(1, 0xFFFF))
     return state
@@ -52,6 +51,7 @@ def test_durable_session_state_survives_bytes_round_trip(state: SessionState) ->
     restored = SessionState.from_bytes(state.to_bytes())
     assert restored == state
     assert list(restored.inflight) == list(state.inflight)  # resend order is kept
+    assert restored.released == state.released
 
 
 def test_qos0_queue_overflow_drops_the_oldest_message() -> None:
@@ -72,7 +72,7 @@ def test_pending_qos1_queue_reports_when_full() -> None:
 def test_packet_ids_skip_those_in_flight_and_wrap_after_65535() -> None:
     state = SessionState("c")
     state.next_packet_id = 0xFFFF
-    state.inflight[1] = Inflight(publish=Publish(topic="t", qos=1, packet_id=1), state=InflightState.AWAITING_PUBACK)
+    state.inflight[1] = OutboundMessage(topic="t", qos=1, payload=b"")
     assert state.allocate_packet_id() == 0xFFFF
     assert state.allocate_packet_id() == 2
 

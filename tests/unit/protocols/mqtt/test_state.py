@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbroker.errors import CorruptMessageError
-from mqbroker.protocols.mqtt.packets import Properties, Publish
-from mqbroker.protocols.mqtt.state import Inflight, InflightState, OutboundMessage, SessionState
+from mqbroker.protocols.mqtt.packets import Properties
+from mqbroker.protocols.mqtt.state import InflightState, OutboundMessage, SessionState
 from tests.unit.protocols.mqtt.test_session import session_states
 
 json_values = st.recursive(
@@ -77,6 +77,9 @@ _V2_HEAD = b'{"version":2,"client_id":"c","expiry_interval_s":0,"next_packet_id"
     _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,5,1,1,[]]],"received_qos2":[]}',
     _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,5,1,false,[0]]],"received_qos2":[]}',
     _V2_HEAD + b'[[1,1,"sent","mqtt",0,5,1,false,[]]],"received_qos2":[]}',
+    # a flow state its QoS does not have: QoS 1 awaits a PUBACK only, QoS 2 never one
+    _V2_HEAD + b'[[1,1,"awaiting-pubrec","mqtt",0,5,1,false,[]]],"received_qos2":[]}',
+    _V2_HEAD + b'[[1,1,"awaiting-puback","mqtt",0,5,2,false,[]]],"received_qos2":[]}',
     _V2_HEAD + b'[[1,3,"awaiting-puback","mqtt",0,5,1,false,[]],[2,1,"awaiting-puback","mqtt",0,9,1,false,[]]],'
                b'"received_qos2":[]}',
 ])
@@ -85,9 +88,12 @@ def test_undecodable_state_names_the_problem(data: bytes) -> None:
         SessionState.from_bytes(data)
 
 
-def _inflight(packet_id: int, flow: InflightState = InflightState.AWAITING_PUBACK) -> Inflight:
-    return Inflight(publish=Publish(topic=f"t/{packet_id}", payload=b"p" * packet_id, qos=2, packet_id=packet_id),
-                    state=flow)
+def _inflight(packet_id: int, qos: int = 2) -> OutboundMessage:
+    return OutboundMessage(topic=f"t/{packet_id}", payload=b"p" * packet_id, qos=qos)
+
+
+def _flows(state: SessionState) -> list[InflightState | None]:
+    return [state.flow(packet_id) for packet_id in state.inflight]
 
 
 def test_stored_state_follows_every_inflight_change() -> None:
@@ -96,16 +102,15 @@ def test_stored_state_follows_every_inflight_change() -> None:
     state = SessionState("c", expiry_interval_s=60)
     state.inflight = {packet_id: _inflight(packet_id) for packet_id in (1, 2, 3)}
     state.to_bytes()
-    del state.inflight[1]
-    state.inflight[2] = replace(state.inflight[2], state=InflightState.AWAITING_PUBCOMP)
-    state.inflight[3] = _inflight(3, InflightState.AWAITING_PUBREC)
-    state.inflight[3] = replace(state.inflight[3], publish=replace(state.inflight[3].publish, payload=b"new"))
-    state.inflight[4] = _inflight(4)
+    state.complete(1)
+    state.released.add(2)
+    state.inflight[3] = replace(state.inflight[3], payload=b"new")
+    state.inflight[4] = _inflight(4, qos=1)
     fresh = SessionState("c", expiry_interval_s=60)
-    fresh.inflight = dict(state.inflight)
+    fresh.inflight, fresh.released = dict(state.inflight), set(state.released)
     assert state.to_bytes() == fresh.to_bytes()
     restored = SessionState.from_bytes(state.to_bytes())
-    assert [(entry.publish.packet_id, entry.state, entry.publish.payload) for entry in restored.inflight.values()] == [
+    assert [(packet_id, restored.flow(packet_id), message.payload) for packet_id, message in restored.inflight.items()] == [
         (2, InflightState.AWAITING_PUBCOMP, b"pp"), (3, InflightState.AWAITING_PUBREC, b"new"),
         (4, InflightState.AWAITING_PUBACK, b"pppp")]
 
@@ -138,28 +143,27 @@ def test_a_state_stored_before_the_upgrade_still_loads_with_its_messages_whole()
     assert (state.client_id, state.expiry_interval_s, state.next_packet_id, state.received_qos2) == (
         "old-device", 3600, 5, {9})
     assert list(state.subscriptions) == ["fleet/#"] and state.subscriptions["fleet/#"].subscription_identifier == 7
-    assert [(packet_id, entry.state, entry.publish.topic, entry.publish.payload, entry.position)
-            for packet_id, entry in state.inflight.items()] == [
+    assert [(packet_id, state.flow(packet_id), message.topic, message.payload, message.position)
+            for packet_id, message in state.inflight.items()] == [
         (3, InflightState.AWAITING_PUBACK, "fleet/1", b"A", None), (4, InflightState.AWAITING_PUBCOMP, "fleet/2", b"B", None)]
-    assert state.inflight[3].publish.properties.subscription_identifiers == (7,)
+    assert state.inflight[3].properties.subscription_identifiers == (7,)
     assert state.unread == {}  # nothing to read back: the messages are in the record
     assert SessionState.from_bytes(state.to_bytes()) == state  # and it is written again in the new format
 
 
-def _logged(packet_id: int, offset: int, flow: InflightState = InflightState.AWAITING_PUBACK) -> Inflight:
-    publish = Publish(topic="fleet/1", payload=b"reading %d" % offset, qos=1 if flow is InflightState.AWAITING_PUBACK else 2,
-                      retain=True, packet_id=packet_id, properties=Properties(subscription_identifiers=(7, 9)))
-    return Inflight(publish=publish, state=flow, position=("mqtt.messages", 2, offset))
+def _logged(offset: int, qos: int = 1) -> OutboundMessage:
+    return OutboundMessage(topic="fleet/1", payload=b"reading %d" % offset, qos=qos, retain=True,
+                           properties=Properties(subscription_identifiers=(7, 9)), position=("mqtt.messages", 2, offset))
 
 
 def test_an_inflight_message_from_the_log_is_stored_as_its_position_and_read_back_in_order() -> None:
     state = SessionState("c", expiry_interval_s=60)
-    state.inflight = {5: _logged(5, 100), 6: _logged(6, 101, InflightState.AWAITING_PUBCOMP),
-                      7: _inflight(7), 8: _logged(8, 103, InflightState.AWAITING_PUBREC)}
+    state.inflight = {5: _logged(100), 6: _logged(101, qos=2), 7: _inflight(7), 8: _logged(103, qos=2)}
+    state.released = {6}
     data = state.to_bytes()
     assert b"reading" not in data  # the log has the payloads
     loaded = SessionState.from_bytes(data)
-    assert loaded == state and list(loaded.inflight) == [5, 6, 7, 8]
+    assert loaded == state and list(loaded.inflight) == [5, 6, 7, 8] and _flows(loaded) == _flows(state)
     assert loaded.unread == {5: ("mqtt.messages", 2, 100), 8: ("mqtt.messages", 2, 103)}  # PUBCOMP needs only the id
     for packet_id, offset in ((8, 103), (5, 100)):
         record = OutboundMessage(topic="fleet/1", payload=b"reading %d" % offset, qos=2, retain=True,
@@ -173,27 +177,27 @@ def test_an_inflight_message_from_the_log_is_stored_as_its_position_and_read_bac
 
 def test_a_message_the_log_no_longer_has_is_dropped_and_expiry_counts_from_its_publication() -> None:
     state = SessionState("c", expiry_interval_s=60)
-    state.inflight = {1: _logged(1, 10), 2: _logged(2, 11)}
+    state.inflight = {1: _logged(10), 2: _logged(11)}
     loaded = SessionState.from_bytes(state.to_bytes())
     loaded.read_back(1, None, now_ms=0)
     expiring = OutboundMessage(topic="fleet/1", payload=b"x", qos=1, created_ms=1_000,
                                properties=Properties(message_expiry_interval_s=30))
     loaded.read_back(2, expiring, now_ms=21_000)
     assert list(loaded.inflight) == [2]
-    assert loaded.inflight[2].publish.properties == Properties(message_expiry_interval_s=10, subscription_identifiers=(7, 9))
+    assert loaded.inflight[2].properties == Properties(message_expiry_interval_s=10, subscription_identifiers=(7, 9))
     late = SessionState.from_bytes(state.to_bytes())
     late.read_back(1, expiring, now_ms=99_000)  # its delivery had begun: it still goes out
-    assert late.inflight[1].publish.properties.message_expiry_interval_s == 1
+    assert late.inflight[1].properties.message_expiry_interval_s == 1
 
 
 def test_a_window_of_a_thousand_messages_in_flight_stores_in_a_few_hundred_bytes() -> None:
     state = SessionState("c", expiry_interval_s=60)
-    state.inflight = {packet_id: replace(_logged(packet_id, 1_000_000 + packet_id),
-                                         publish=Publish(topic="t", payload=b"x" * 100, qos=1, packet_id=packet_id))
+    state.inflight = {packet_id: OutboundMessage(topic="t", payload=b"x" * 100, qos=2,
+                                                 position=("mqtt.messages", 2, 1_000_000 + packet_id))
                       for packet_id in range(1, 1001)}
     assert len(state.to_bytes()) < 200  # one run: consecutive packet ids and offsets
-    state.inflight[500] = replace(state.inflight[500], state=InflightState.AWAITING_PUBCOMP)
-    del state.inflight[700]
+    state.released.add(500)
+    state.complete(700)
     loaded = SessionState.from_bytes(state.to_bytes())
     assert len(state.to_bytes()) < 400 and loaded == state and list(loaded.inflight) == list(state.inflight)
     assert [loaded.inflight[n].position for n in (499, 500, 501, 1000)] == [
@@ -207,8 +211,10 @@ def windows(draw: st.DrawFn) -> bytes:
     packet_id, offset = draw(st.integers(1, 0xFFF0)), draw(st.integers(0, 2**40))
     for _ in range(draw(st.integers(0, 12))):
         flow = draw(st.sampled_from(InflightState))
-        state.inflight[packet_id] = replace(_logged(packet_id, offset, flow), position=(
+        state.inflight[packet_id] = replace(_logged(offset, 1 if flow is InflightState.AWAITING_PUBACK else 2), position=(
             draw(st.sampled_from(["mqtt.messages", "plant"])), draw(st.integers(0, 2)), offset))
+        if flow is InflightState.AWAITING_PUBCOMP:
+            state.released.add(packet_id)
         packet_id = packet_id % 0xFFFF + 1
         offset += draw(st.integers(1, 3))
     return state.to_bytes()
@@ -233,12 +239,14 @@ def test_any_mix_of_in_flight_entries_is_stored_as_runs_that_load_as_the_same_en
         packet_id = packet_id % 0xFFFF + 1 if packet_id > 0xFFFF else packet_id
         offset += 1 + gap
         qos = 1 if flow is InflightState.AWAITING_PUBACK else 2
-        publish = Publish(topic="" if not whole else "t", payload=b"" if not whole else b"p", qos=qos, retain=retain,
-                          packet_id=packet_id, properties=Properties(subscription_identifiers=identifiers))
         position = None if whole else ("mqtt.messages", 3 if other_partition else 2, offset)
-        state.inflight.setdefault(packet_id, Inflight(publish=publish, state=flow, position=position))
+        message = OutboundMessage(topic="" if not whole else "t", payload=b"" if not whole else b"p", qos=qos,
+                                  retain=retain, properties=Properties(subscription_identifiers=identifiers),
+                                  position=position)
+        if state.inflight.setdefault(packet_id, message) is message and flow is InflightState.AWAITING_PUBCOMP:
+            state.released.add(packet_id)
     loaded = SessionState.from_bytes(state.to_bytes())
-    assert [(packet_id, entry.position, entry.state, entry.publish.qos, entry.publish.retain,
-             entry.publish.properties.subscription_identifiers) for packet_id, entry in loaded.inflight.items()] == [
-        (packet_id, entry.position, entry.state, entry.publish.qos, entry.publish.retain,
-         entry.publish.properties.subscription_identifiers) for packet_id, entry in state.inflight.items()]
+    assert [(packet_id, message.position, loaded.flow(packet_id), message.qos, message.retain,
+             message.properties.subscription_identifiers) for packet_id, message in loaded.inflight.items()] == [
+        (packet_id, message.position, state.flow(packet_id), message.qos, message.retain,
+         message.properties.subscription_identifiers) for packet_id, message in state.inflight.items()]
