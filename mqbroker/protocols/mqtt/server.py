@@ -64,7 +64,7 @@ from mqbroker.protocols.mqtt.read_back import read_back_inflight
 from mqbroker.protocols.mqtt.registry import group_key_of
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.session_writes import SessionWrites
-from mqbroker.protocols.mqtt.state import InflightState, OutboundMessage, SessionState, Subscription
+from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter, topic_matches
@@ -188,11 +188,9 @@ class MqttConnection:
             return []
         messages = list(state.pending)
         state.pending.clear()
-        if in_flight_too:
-            messages += [OutboundMessage(topic=entry.publish.topic, payload=entry.publish.payload, qos=entry.publish.qos,
-                                         properties=entry.publish.properties, position=entry.position)
-                         for entry in state.inflight.values() if entry.position is not None and entry.publish.topic
-                         and entry.state is not InflightState.AWAITING_PUBCOMP]
+        if in_flight_too:  # a message loaded from bytes and not read back yet has no topic
+            messages += [message for packet_id, message in state.inflight.items()
+                         if message.position is not None and message.topic and packet_id not in state.released]
         shared = [subscription for subscription in state.subscriptions.values() if subscription.share_group is not None]
         return [(message, subscription) for message in messages for subscription in shared
                 if topic_matches(group_key_of(subscription)[1], message.topic)]
