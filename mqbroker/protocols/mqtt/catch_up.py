@@ -48,6 +48,9 @@ class Deliverer(Protocol):
     @property
     def deliveries_held(self) -> bool: ...
 
+    @property
+    def under_fetch_quota(self) -> bool: ...
+
     def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None: ...
 
     def log_failure(self, failure: Failure, what: str) -> None: ...
@@ -88,6 +91,12 @@ class CatchUp:
                 return True
             del ahead[partition_key]  # the shared reader has reached where the session stood
         return bool(self._resent) and self._was_resent(partition_key, offset)
+
+    def stood_past(self, partition_key: PartitionKey, offset: int) -> bool:
+        """Whether the session, reopened here, stood past ``offset`` of ``partition_key`` on its previous broker (that
+        broker's readers had handed the record out, to it or to another member of its share groups there)."""
+        ahead = self._ahead
+        return bool(ahead) and offset < ahead.get(partition_key, 0)
 
     def fall_behind(self, partition_key: PartitionKey, offset: int) -> None:
         """The session could not take the shared reader's message at ``offset``: read from there itself."""
@@ -225,7 +234,10 @@ class CatchUp:
         session = connection.session
         log_topic, partition = key
         matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
-        held = connection.deliveries_held  # nor the fetch quota: what this hands over is sent once it has ended
+        held = connection.deliveries_held
+        # Without a fetch quota nothing this hands over can hold deliveries; under one, each delivery goes out on its
+        # own (``deliver_many``) and may: the next waits for the release then.
+        held_anew = connection.under_fetch_quota
         for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
             if record_offset >= limit:
@@ -256,3 +268,5 @@ class CatchUp:
             self._behind[key] = record_offset + 1
             if delivery is not None:
                 yield delivery
+                if held_anew:
+                    held = connection.deliveries_held

@@ -114,8 +114,12 @@ class Connection(TypingProtocol):
 
     def has_room(self) -> bool: ...
 
+    def stood_past(self, partition_key: PartitionKey, offset: int) -> bool: ...
+
     def deliver_shared(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
                        subscription: Subscription) -> None: ...
+
+    def take_queued_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]: ...
 
 
 def reason_code_for(failure: Failure) -> ReasonCode:
@@ -434,13 +438,18 @@ class MqttHub:
         def accepts(client_id: str, subscription: Subscription) -> bool:
             if backlog.holds(group_key_of(subscription), key):
                 return False  # the group's kept messages go first, in log order
-            return connections[client_id].accepts_live(key)
+            connection = connections[client_id]
+            # a member reopened here past ``offset`` would pass over it: another member gets it
+            return connection.accepts_live(key) and not connection.stood_past(key, offset)
 
         unplaced: list[GroupKey] = []
         for client_id, subscriptions in self.registry.route(message.topic, accepts, unplaced).items():
             connections[client_id].offer_live(key, offset, message, subscriptions)
         for group in unplaced:
-            backlog.keep(group, key, offset)
+            # kept unless every member stood past it on its previous broker (whose readers handed it out there)
+            if not all(connections[client_id].stood_past(key, offset)
+                       for client_id, _ in self.registry.group_members(message.topic, group)):
+                backlog.keep(group, key, offset)
 
     def resume_share_groups(self) -> None:
         """Hand messages kept for share groups to members with room again (a client acknowledged, or caught up)."""
@@ -482,6 +491,8 @@ class MqttHub:
         if live_here:
             del self.connections[client_id]
             self.registry.remove_client(client_id)
+            # what it had of its share groups' messages and will not get (an ended session: its in-flight ones too)
+            self.share_backlog.hand_back(connection.take_queued_shared(in_flight_too=stored is None))
             delayed = self._will_timers.get(client_id)
             # before the session's record: a broker taking it over waits for that
             self.wills.disconnected(client_id, None if delayed is None else delayed[1])

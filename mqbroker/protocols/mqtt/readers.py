@@ -90,8 +90,11 @@ class PartitionDispatcher:
             if self.hub.stopped:
                 return
             if ready and not len(self.hub.registry):  # nobody to hand records to: move on without reading them
+                # IBroker has only this Deferred to learn the end (the partition is led here when ``ready``, so it
+                # has normally fired; routed to a new leader, it comes later). Taken only if still nobody subscribed:
+                # an answer that came late may count what was published after a client's SUBACK.
                 end = await self._committed_end()
-                if end is not None:
+                if end is not None and not len(self.hub.registry):
                     self.position = end
                     continue
             try:

@@ -61,12 +61,13 @@ from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.read_back import read_back_inflight
+from mqbroker.protocols.mqtt.registry import group_key_of
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.session_writes import SessionWrites
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
-from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter
+from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter, topic_matches
 from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
 
@@ -162,6 +163,11 @@ class MqttConnection:
             return
         self.deliver(message, subscriptions)
 
+    def stood_past(self, partition_key: PartitionKey, offset: int) -> bool:
+        """Whether this session, reopened here, stood past the record at ``offset`` on its previous broker
+        (``CatchUp.stood_past``): its share groups give that record to another member."""
+        return self._catch_up.stood_past(partition_key, offset)
+
     def has_room(self) -> bool:
         """Whether a message kept for one of this session's share groups may be handed to it now."""
         return self.session.state is _CONNECTED and self.session.accepting_deliveries and not self.deliveries_held
@@ -171,6 +177,23 @@ class MqttConnection:
     ) -> None:
         """A message kept for a share group while every member was busy (``has_room`` said yes)."""
         self.deliver(message, [subscription])
+
+    def take_queued_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]:
+        """The ended session's queued QoS 1/2 messages (never sent), and with ``in_flight_too`` those sent whose
+        receipt the client has not acknowledged (no PUBACK, no PUBREC; a session that is not kept: nobody resends
+        them), that match one of its shared subscriptions, each with that subscription, taken from the session: its
+        share group hands them to another member."""
+        state = self.session.session
+        if state is None or not (state.pending or in_flight_too and state.inflight):
+            return []
+        messages = list(state.pending)
+        state.pending.clear()
+        if in_flight_too:  # a message loaded from bytes and not read back yet has no topic
+            messages += [message for packet_id, message in state.inflight.items()
+                         if message.position is not None and message.topic and packet_id not in state.released]
+        shared = [subscription for subscription in state.subscriptions.values() if subscription.share_group is not None]
+        return [(message, subscription) for message in messages for subscription in shared
+                if topic_matches(group_key_of(subscription)[1], message.topic)]
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
@@ -538,6 +561,12 @@ class MqttConnection:
         connection is not read meanwhile either, so the acknowledgements that would release the messages
         already queued in the session wait too."""
         return self._fetch_throttle is not None and self._fetch_throttle.active
+
+    @property
+    def under_fetch_quota(self) -> bool:
+        """Whether a fetch byte-rate quota applies: then each delivery may end ``deliveries_held`` (``deliver_many``
+        hands each over on its own)."""
+        return self._fetch_throttle is not None
 
     def _deliveries_released(self) -> None:
         self._apply_backpressure()

@@ -5,10 +5,14 @@ that partition instead of forcing the message on a full member; later messages f
 that partition are kept too, so order holds. When a member acknowledges (or finishes its own
 catch-up) the kept range is read from the log and each message goes to the next member with
 room, until the group reaches the shared reader again. Nothing is lost, nothing is delivered twice.
+
+A member whose connection ends with messages of its groups queued (taken from the log, never sent to it) hands
+them back (``hand_back``): each goes to another member of its group with room, now or at the next ``resume``.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -22,7 +26,8 @@ from mqbroker.protocols.mqtt.readers import (
     message_of,
     read_from,
 )
-from mqbroker.protocols.mqtt.registry import GroupKey
+from mqbroker.protocols.mqtt.registry import GroupKey, group_key_of
+from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.records.readable import next_offset_after
 
@@ -41,6 +46,8 @@ class ShareBacklog:
     def __init__(self, hub: MqttHub) -> None:
         self._hub = hub
         self._kept: dict[BacklogKey, int] = {}
+        #: Messages members handed back when they left, by share group, oldest first: in memory, as they were.
+        self._returned: dict[GroupKey, deque[OutboundMessage]] = {}
         self._draining = False
 
     def holds(self, group: GroupKey, key: PartitionKey) -> bool:
@@ -51,8 +58,18 @@ class ShareBacklog:
         """No member of ``group`` had room for the message at ``offset``: keep it (and what follows) for later."""
         self._kept.setdefault((*group, key), offset)
 
+    def hand_back(self, messages: list[tuple[OutboundMessage, Subscription]]) -> None:
+        """A member left with these messages queued for its share groups (each with its group's subscription): the
+        groups' other members get them, those with room now, the others as room comes (``resume``)."""
+        for message, subscription in messages:
+            self._returned.setdefault(group_key_of(subscription), deque()).append(message)
+        self.resume()
+
     def resume(self) -> None:
         """Hand kept messages to members with room again (a client acknowledged, or caught up)."""
+        if self._returned and not self._hub.stopped:
+            with self._hub.batched_writes():
+                self._hand_out_returned()
         if self._kept and not self._draining and not self._hub.stopped:
             self._draining = True
             Deferred.fromCoroutine(self._drain()).addErrback(self._hub.log_failure, "share-group catch-up")
@@ -109,3 +126,21 @@ class ShareBacklog:
         else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
             self._kept[entry] = reached
         return True
+
+    def _hand_out_returned(self) -> None:
+        """Each handed-back message to the next member of its group with room, oldest first, while there is room."""
+        registry, connections = self._hub.registry, self._hub.connections
+        for group_key, messages in list(self._returned.items()):
+            while messages:
+                message = messages[0]
+                members = registry.group_members(message.topic, group_key)
+                chosen = members and registry.choose(group_key, members,
+                                                     lambda client_id, _: connections[client_id].has_room())
+                if not chosen:
+                    break
+                messages.popleft()
+                assert message.position is not None, "a share group's messages come from the log"
+                topic, partition, offset = message.position
+                connections[chosen[0]].deliver_shared((topic, partition), offset, message, chosen[1])
+            if not messages:
+                del self._returned[group_key]

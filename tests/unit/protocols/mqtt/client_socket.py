@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import Clock
+
+from mqbroker.protocols.frontends import FrontEndSecurity
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
+from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, ConnAck, Connect
 from mqbroker.protocols.mqtt.server import MqttConnection
+from tests.fake_broker import FakeBroker
 
 
 class ClientSocket:
@@ -20,18 +27,23 @@ class ClientSocket:
     def __init__(self) -> None:
         self.decoder = PacketDecoder(packet_bytes_max=1 << 20, protocol_level=PROTOCOL_LEVEL_5)
         self.packets: list[Any] = []
+        #: Whether the broker has paused reading this connection (a client's bytes wait meanwhile).
+        self.paused = False
+        #: Bytes written to the client so far.
+        self.bytes_written = 0
 
     def write(self, data: bytes) -> None:
+        self.bytes_written += len(data)
         self.packets += self.decoder.receive_data(data)
 
     def close(self) -> None:
         pass
 
     def pause_reading(self) -> None:
-        pass
+        self.paused = True
 
     def resume_reading(self) -> None:
-        pass
+        self.paused = False
 
     def peer_certificate(self) -> None:
         return None
@@ -44,11 +56,12 @@ class ClientSocket:
 
 
 def connected(
-    hub: MqttHub, connect: Connect, config: SessionConfig | None = None
+    hub: MqttHub, connect: Connect, config: SessionConfig | None = None, security: FrontEndSecurity | None = None
 ) -> tuple[MqttConnection, ClientSocket]:
-    """A connection of ``hub`` (``config``, else the default) whose ``connect`` was accepted, once the fake broker
-    wrote its session record; the client's end decodes at the CONNECT's protocol level."""
-    connection = MqttConnection(hub, config or SessionConfig(), lambda: "generated")
+    """A connection of ``hub`` (``config``, else the default; ``security``: its byte-rate quotas, say) whose
+    ``connect`` was accepted, once the fake broker wrote its session record; the client's end decodes at the
+    CONNECT's protocol level."""
+    connection = MqttConnection(hub, config or SessionConfig(), lambda: "generated", security)
     socket = ClientSocket()
     socket.decoder.protocol_level = connect.protocol_level
     connection.connection_made(socket)  # type: ignore[arg-type]
@@ -56,3 +69,14 @@ def connected(
     hub.broker.sync()  # type: ignore[attr-defined]  # the session record
     assert [ack.reason_code for ack in socket.take(ConnAck)] == [0]
     return connection, socket
+
+
+def started_hub(broker: FakeBroker, clock: IReactorTime | None = None, mapping: TopicMapping | None = None,
+                **options: Any) -> MqttHub:
+    """A hub on ``broker`` with ``clock`` (else the broker's, else a new one) and ``MqttHub``'s other ``options``,
+    whose start has finished: what it wrote to the internal topics is durable (``FakeBroker.sync``)."""
+    hub = MqttHub(broker, clock or broker.clock or Clock(), mapping or TopicMapping(), **options)
+    Deferred.fromCoroutine(hub.start())
+    broker.sync()
+    assert hub.started.started
+    return hub

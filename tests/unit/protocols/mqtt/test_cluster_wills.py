@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker.model import BrokerEndpoint, ClusterMetadata
@@ -19,6 +18,7 @@ from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import readable_records
 from tests.fake_broker import FakeBroker
+from tests.unit.protocols.mqtt.client_socket import started_hub
 
 LOG_TOPIC = TopicMapping().default_log_topic
 
@@ -40,9 +40,7 @@ class _ClusterOfOneAndThree(FakeBroker):
 
 
 def _started_hub(broker: FakeBroker, clock: Clock, node_id: int) -> MqttHub:
-    hub = MqttHub(broker, clock, TopicMapping(), node_id=node_id)
-    Deferred.fromCoroutine(hub.start())
-    assert hub.started.started
+    hub = started_hub(broker, clock, node_id=node_id)
     hub.sessions.clustered = True
     return hub
 
@@ -105,8 +103,7 @@ def test_a_restarted_broker_publishes_the_wills_its_previous_run_held() -> None:
 
 def test_a_single_broker_stores_no_wills() -> None:
     broker, clock = FakeBroker(), Clock()
-    hub = MqttHub(broker, clock, TopicMapping(), node_id=1)
-    Deferred.fromCoroutine(hub.start())
+    hub = started_hub(broker, clock, node_id=1)
     write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
     hub.wills.connected("dev-1", ScheduleWill(client_id="dev-1", at_ms=0, actions=(write,)))
     hub.wills.disconnected("dev-1", None)

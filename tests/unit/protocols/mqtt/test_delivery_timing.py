@@ -9,6 +9,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker import errors
+from mqbroker.model import OffsetAndTimestamp
 
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
@@ -26,7 +27,7 @@ from mqbroker.protocols.mqtt.packets import (
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected, started_hub
 
 LOG_TOPIC = TopicMapping().default_log_topic
 
@@ -34,11 +35,7 @@ LOG_TOPIC = TopicMapping().default_log_topic
 def _hub(mode: str) -> tuple[FakeBroker, MqttHub, Clock]:
     clock = Clock()
     broker = FakeBroker(clock=clock, durable_at_once=False)
-    hub = MqttHub(broker, clock, TopicMapping(), puback_acks=PUBACK_ACKS[mode])
-    Deferred.fromCoroutine(hub.start())
-    broker.sync()  # the internal topics the start wrote
-    assert hub.started.started
-    return broker, hub, clock
+    return broker, started_hub(broker, puback_acks=PUBACK_ACKS[mode]), clock
 
 
 def _client(hub: MqttHub, client_id: str) -> tuple[MqttConnection, ClientSocket]:
@@ -124,6 +121,25 @@ def test_a_reader_whose_committed_end_cannot_be_read_fetches_instead_and_goes_on
     broker.sync()
     assert hub.live_position((LOG_TOPIC, 0)) == 1  # the fetch took it past the record
     _a_late_subscriber_hears_only_what_follows(broker, hub, publisher)
+
+
+def test_a_subscriber_that_comes_while_the_reader_asks_for_the_committed_end_loses_nothing_published_after() -> None:
+    """The committed end's answer may come late (the partition's leader moved: ``list_offset`` is routed to it), and
+    by then include what was published after a client subscribed: the reader then reads on from where it stood
+    rather than jumping past that."""
+    broker, hub, _ = _hub("durable")
+    publisher, _ = _client(hub, "publisher")
+    answer: Deferred[OffsetAndTimestamp] = Deferred()
+    broker.script("list_offset", answer, topic=LOG_TOPIC)
+    _publish(publisher, 7, b"before")
+    broker.sync()  # nobody subscribed: the reader asks for the committed end
+    subscriber, subscriber_socket = _client(hub, "subscriber")
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), PROTOCOL_LEVEL_5))
+    _publish(publisher, 8, b"heard")
+    broker.sync()
+    answer.callback(OffsetAndTimestamp(offset=2))  # the end as the leader answers it now
+    assert b"heard" in [publish.payload for publish in subscriber_socket.take(Publish)]
 
 
 def _a_late_subscriber_hears_only_what_follows(broker: FakeBroker, hub: MqttHub, publisher: MqttConnection) -> None:

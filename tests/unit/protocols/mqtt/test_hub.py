@@ -17,6 +17,7 @@ from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.readable import UnreadableTally
 from tests.fake_broker import FakeBroker
+from tests.unit.protocols.mqtt.client_socket import started_hub
 from tests.poison import poison_batch
 from tests.unit.protocols.test_startup import warnings  # noqa: F401  (a fixture)
 
@@ -54,9 +55,7 @@ def test_retained_messages_around_a_poison_batch_are_restored(warnings: list[dic
     broker.append(RETAINED_TOPIC, _message_batch("plant/a", b"1"))
     _poison(broker, RETAINED_TOPIC)
     broker.append(RETAINED_TOPIC, _message_batch("plant/b", b"2"))
-    hub = MqttHub(broker, Clock(), TopicMapping(), unreadable=tally)
-    Deferred.fromCoroutine(hub.start())
-    assert hub.started.started
+    hub = started_hub(broker, Clock(), unreadable=tally)
     assert sorted(message.payload for message in hub.retained.matching("plant/#")) == [b"1", b"2"]
     assert tally.counts() == {("MQTT reader", RETAINED_TOPIC): 1}
     [logged] = [event for event in warnings if event.get("reader") == "MQTT reader"]
@@ -95,9 +94,7 @@ def _hub_with_a_session_live_on(holder: int) -> tuple[MqttHub, Clock]:
     builder = BatchBuilder()
     builder.append(0, b"device-9", live.to_bytes(), ((HUB_HEADER, b"another hub"), (BROKER_HEADER, b"%d" % holder)))
     broker.append(SESSIONS_TOPIC, builder.build())
-    hub = MqttHub(broker, clock, TopicMapping(), node_id=3)
-    Deferred.fromCoroutine(hub.start())
-    assert hub.started.started
+    hub = started_hub(broker, clock, node_id=3)
     hub.sessions.clustered = True  # the fake answers as a cluster of one broker (1): broker 2 reads as fenced
     return hub, clock
 

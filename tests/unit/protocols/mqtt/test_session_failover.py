@@ -36,19 +36,11 @@ from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.records.readable import readable_records
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected, started_hub
 
 LOG_TOPIC = TopicMapping().default_log_topic
 KEY = (LOG_TOPIC, 0)
 QOS_LEVELS = (1, 2, 1, 2)
-
-
-def _started(broker: FakeBroker, clock: Clock) -> MqttHub:
-    hub = MqttHub(broker, clock, TopicMapping())
-    Deferred.fromCoroutine(hub.start())
-    broker.sync()
-    assert hub.started.started
-    return hub
 
 
 def _connect(hub: MqttHub, client_id: str, *, clean_start: bool) -> tuple[MqttConnection, ClientSocket]:
@@ -83,8 +75,8 @@ def test_a_session_resumed_ahead_of_the_survivors_reader_gets_its_in_flight_mess
     # went to the dead broker.
     survivor_broker.script("wait_for_records", False, topic=LOG_TOPIC)
     survivor_broker.script("fetch", stalled, topic=LOG_TOPIC)
-    survivor = _started(survivor_broker, clock)
-    holder = _started(holder_broker, clock)
+    survivor = started_hub(survivor_broker, clock)
+    holder = started_hub(holder_broker, clock)
     device, device_socket = _connect(holder, "device", clean_start=True)
     _subscribe(device, device_socket, "plant/#")
     publisher, _ = _connect(holder, "publisher", clean_start=True)
@@ -122,7 +114,7 @@ def test_a_qos2_delivery_stores_a_cursor_past_the_messages_of_its_fetch_handed_o
     its fetch: the cursor it stores is past the message (and the QoS 0 one before it), not where the fetch began."""
     clock = Clock()
     broker = FakeBroker(clock=clock, durable_at_once=False)
-    hub = _started(broker, clock)
+    hub = started_hub(broker, clock)
     device, device_socket = _connect(hub, "device", clean_start=True)
     _subscribe(device, device_socket, "plant/#")
     publisher, _ = _connect(hub, "publisher", clean_start=True)
@@ -141,7 +133,7 @@ def test_a_catch_up_read_refused_while_the_partition_leader_moves_is_tried_again
     session reads on from its cursor (not from the log's start, which would deliver what it had again)."""
     clock = Clock()
     broker = FakeBroker(clock=clock)
-    hub = _started(broker, clock)
+    hub = started_hub(broker, clock)
     device, device_socket = _connect(hub, "device", clean_start=True)
     _subscribe(device, device_socket, "plant/#")
     publisher, _ = _connect(hub, "publisher", clean_start=True)

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from mqbroker import limits
 from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
-from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.packets import (
     ConnAck,
     Connect,
@@ -29,7 +27,7 @@ from mqbroker.protocols.mqtt.stored import StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.records.readable import readable_records
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, started_hub
 
 LOG_TOPIC = TopicMapping().default_log_topic
 INTERVAL_S = limits.mqtt_session_store_interval_ms / 1000
@@ -41,9 +39,7 @@ class Harness:
     def __init__(self) -> None:
         self.clock = Clock()
         self.broker = FakeBroker()
-        self.hub = MqttHub(self.broker, self.clock, TopicMapping())
-        Deferred.fromCoroutine(self.hub.start())
-        assert self.hub.started.started
+        self.hub = started_hub(self.broker, self.clock)
         self.broker.hold_produces = True
         self.connection = MqttConnection(self.hub, SessionConfig(), lambda: "generated")
         self.socket = ClientSocket()
