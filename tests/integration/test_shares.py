@@ -73,6 +73,15 @@ def _poll_until(consumer: ShareConsumer, wanted: int, timeout_s: float) -> list:
     return got
 
 
+async def _twisted_poll_until(consumer: TwistedShareConsumer, wanted: int, timeout_s: float) -> list:
+    """``_poll_until`` for a Twisted share consumer."""
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < wanted and time.monotonic() < deadline:
+        got += await consumer.poll()
+    return got
+
+
 def test_five_consumers_share_one_partition_and_a_killed_ones_leases_go_to_the_others(
         shared_broker: BrokerProcess) -> None:
     create_topic(shared_broker.bootstrap, "jobs", partitions=1)
@@ -471,10 +480,7 @@ async def test_a_twisted_share_poll_cancelled_mid_fetch_leaves_its_answer_to_the
     consumer = _twisted_consumer(shared_broker, "share-cancelled-twisted", records_max=10,
                                  on_acknowledged=outcomes.extend)
     try:
-        first: list = []
-        deadline = time.monotonic() + 15
-        while len(first) < 10 and time.monotonic() < deadline:
-            first += await consumer.poll()
+        first = await _twisted_poll_until(consumer, 10, 15)
         assert sorted(int(message.value) for message in first) == list(range(10))
         consumer.acknowledge(first)
         polling = consumer.poll()  # its fetch is on the way
@@ -482,10 +488,7 @@ async def test_a_twisted_share_poll_cancelled_mid_fetch_leaves_its_answer_to_the
         with pytest.raises(CancelledError):
             await polling
         assert outcomes == []
-        second: list = []
-        deadline = time.monotonic() + 10  # well within the 60 s lease
-        while len(second) < 10 and time.monotonic() < deadline:
-            second += await consumer.poll()
+        second = await _twisted_poll_until(consumer, 10, 10)  # well within the 60 s lease
         assert sorted(int(message.value) for message in second) == list(range(10, 20))
         assert _settled(outcomes) == list(range(10))
         consumer.acknowledge(second)
@@ -524,10 +527,7 @@ async def test_closing_after_a_cancelled_twisted_share_poll_reports_the_outcomes
     consumer = _twisted_consumer(shared_broker, "share-cancelled-close-twisted", records_max=10,
                                  on_acknowledged=outcomes.extend)
     try:
-        first: list = []
-        deadline = time.monotonic() + 15
-        while len(first) < 10 and time.monotonic() < deadline:
-            first += await consumer.poll()
+        first = await _twisted_poll_until(consumer, 10, 15)
         consumer.acknowledge(first)
         polling = consumer.poll()
         polling.cancel()
