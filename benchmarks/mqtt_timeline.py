@@ -35,6 +35,7 @@ import pathlib
 import queue
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -47,6 +48,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[0]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from mqtt_bench import (PAYLOAD_BYTES, connected_client, subscribe,  # noqa: E402
                         wait_for_port)
+from mqbroker.config import FSYNC_ENGINES  # noqa: E402
 from tests.integration.brokerprocess import free_port  # noqa: E402
 
 TOPIC = "bench/timeline"
@@ -64,7 +66,7 @@ def progress(message: str) -> None:
 def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
     """Install the time-stamping wrappers, run ``twistd``, write the events to ``out_path`` as it stops."""
     from mqbroker import service
-    from mqbroker.durability import flusher
+    from mqbroker.durability import flusher, sync_engines
     from mqbroker.protocols.mqtt import server
     from mqbroker.storage import log as storage_log
 
@@ -98,6 +100,9 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
          before=lambda self, data: publisher(self) and last_read.__setitem__(0, now()))
     wrap(storage_log.PartitionLog, "append", after=lambda self, result, state, *_, **__: client_log(self) and events.append(
         ("append", last_read[0], now(), result.last_offset)))
+    for engine in (sync_engines.AioSync, sync_engines.ThreadSync, sync_engines.WorkerSync):
+        wrap(engine, "sync", before=lambda self, *_, **__: now(),
+             after=lambda self, result, started, *_, **__: events.append(("handed", started, now())))
     wrap(flusher.Flusher, "_round_done", before=lambda self, synced: events.append(
         ("durable", now(), [log.durable_end_offset for log, _ in synced if client_log(log)])))
 
@@ -125,8 +130,10 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
     run()
 
 
-def start_broker(work: pathlib.Path, puback: str) -> tuple[subprocess.Popen[bytes], int, pathlib.Path]:
-    """A traced broker on free ports with ``mqtt_puback = puback``: (process, MQTT port, where its events go)."""
+def start_broker(work: pathlib.Path, puback: str,
+                 fsync_engine: str) -> tuple[subprocess.Popen[bytes], int, pathlib.Path]:
+    """A traced broker on free ports with ``mqtt_puback = puback`` and ``fsync_engine``: (process, MQTT port, where its
+    events go)."""
     ports = {name: free_port() for name in ("native", "mqtt", "http")}
     events = work / "events.json"
     command = [
@@ -134,6 +141,7 @@ def start_broker(work: pathlib.Path, puback: str) -> tuple[subprocess.Popen[byte
         "mqbroker", "--data-dir", str(work / "data"), "--host", "127.0.0.1", "--native-port", str(ports["native"]),
         "--mqtt-port", str(ports["mqtt"]), "--http-port", str(ports["http"]), "--amqp-port", "0", "--kafka-port", "0",
         "--controller-port", "0", "--set", f"mqtt_puback={puback}",
+        "--set", f"fsync_engine={fsync_engine}",
     ]
     process = subprocess.Popen(command, cwd=work)
     try:
@@ -147,17 +155,19 @@ def start_broker(work: pathlib.Path, puback: str) -> tuple[subprocess.Popen[byte
 
 # -- the clients ------------------------------------------------------------------------------------------
 
-def run_clients(port: int, rate: int, total: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+def run_clients(port: int, rate: int, total: int, nodelay: bool = False) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
     """Publish ``total`` stamped QoS 1 messages at ``rate``: (number, sent ns, received ns) of each one received, and
     the publisher's socket writes (ns after each, PUBLISHes written so far: every one has the same length)."""
     processes = multiprocessing.get_context("spawn")
     ready, results = processes.Event(), processes.Queue()
-    receiver = processes.Process(target=_subscriber, args=(port, total, ready, results))
+    receiver = processes.Process(target=_subscriber, args=(port, total, ready, results, nodelay))
     receiver.start()
     try:
         if not ready.wait(30):
             raise TimeoutError("the subscriber did not subscribe")
         client = connected_client(port, PUBLISHER, inflight_max=0)
+        if nodelay:
+            client.socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         padding = b"t" * (PAYLOAD_BYTES - STAMP.size)
         packet_bytes = 1 + 1 + 2 + len(TOPIC) + 2 + PAYLOAD_BYTES  # remaining length < 128: one byte
         written, socket_writes = [0], []
@@ -189,7 +199,7 @@ def run_clients(port: int, rate: int, total: int) -> tuple[list[tuple[int, int, 
     return received, socket_writes
 
 
-def _subscriber(port: int, total: int, ready: Any, results: Any) -> None:
+def _subscriber(port: int, total: int, ready: Any, results: Any, nodelay: bool) -> None:
     received: list[tuple[int, int, int]] = []
     arrived = threading.Event()
 
@@ -201,6 +211,8 @@ def _subscriber(port: int, total: int, ready: Any, results: Any) -> None:
             arrived.set()
 
     client = connected_client(port, SUBSCRIBER, on_message)
+    if nodelay:
+        client.socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     subscribe(client, TOPIC, 1)
     ready.set()
     arrived.wait(35)
@@ -265,13 +277,13 @@ def summary(steps: dict[str, list[float]]) -> dict[str, dict[str, float]]:
             for step, values in steps.items() if values}
 
 
-def measure(puback: str, rate: int, seconds: float) -> dict[str, Any]:
+def measure(puback: str, rate: int, seconds: float, fsync_engine: str, nodelay: bool = False) -> dict[str, Any]:
     """One run: a traced broker, the paced clients, the join."""
     work = pathlib.Path(tempfile.mkdtemp(prefix="mqtt-timeline-"))
-    process, port, events_path = start_broker(work, puback)
+    process, port, events_path = start_broker(work, puback, fsync_engine)
     total = int(rate * seconds)
     try:
-        received, socket_writes = run_clients(port, rate, total)
+        received, socket_writes = run_clients(port, rate, total, nodelay)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -285,7 +297,10 @@ def measure(puback: str, rate: int, seconds: float) -> dict[str, Any]:
     offers = [event for event in events if event[0] == "offer"]
     fell_behind = sum(1 for index, event in enumerate(offers)  # an offer that queued no PUBLISH by the next one
                       if index + 1 < len(offers) and offers[index + 1][3] == event[3])
-    return {"puback": puback, "sent": total, "received": len(received), "joined": len(steps["total"]),
+    hand_overs = sorted((event[2] - event[1]) / 1e3 for event in events if event[0] == "handed")
+    return {"puback": puback, "fsync_engine": fsync_engine,
+            "hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
+                             for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))} if hand_overs else {}, "sent": total, "received": len(received), "joined": len(steps["total"]),
             "appends": sum(1 for event in events if event[0] == "append"),
             "rounds": sum(1 for event in events if event[0] == "durable"),
             "offers": len(offers), "offers_not_sent": fell_behind,
@@ -302,6 +317,10 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5_000, help="messages per second [default: 5000]")
     parser.add_argument("--seconds", type=float, default=4.0, help="of publishing per run [default: 4]")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--fsync-engine", default="auto", choices=FSYNC_ENGINES,
+                        help="the broker's fsync_engine [default: auto]")
+    parser.add_argument("--client-nodelay", action="store_true",
+                        help="set TCP_NODELAY on the paho clients' sockets (paho leaves Nagle on)")
     parser.add_argument("--json", action="store_true", help="print every run as JSON instead of tables")
     arguments = parser.parse_args()
     modes = ["durable", "written"] if arguments.puback == "both" else [arguments.puback]
@@ -309,7 +328,8 @@ def main() -> None:
     for number in range(arguments.runs):
         for puback in modes:
             progress(f"run {number + 1}/{arguments.runs}, puback {puback} ...")
-            runs.append(measure(puback, arguments.rate, arguments.seconds))
+            runs.append(measure(puback, arguments.rate, arguments.seconds, arguments.fsync_engine,
+                                arguments.client_nodelay))
     if arguments.json:
         print(json.dumps(runs))
         return
@@ -318,7 +338,9 @@ def main() -> None:
               f"{arguments.rate:,} msg/s, load average {run['load_average']:.1f}; {run['appends']:,} appends, "
               f"{run['rounds']:,} fsync rounds, {run['offers']:,} offers to the subscriber "
               f"({run['offers_not_sent']:,} queued no PUBLISH: window full or fell behind), "
-              f"{run['socket_writes']:,} socket writes to it")
+              f"{run['socket_writes']:,} socket writes to it; fsync_engine {run['fsync_engine']}, the reactor inside "
+              "a round's hand-over " + ", ".join(f"{name} {value:,.1f}" for name, value in run["hand_over_us"].items())
+              + " µs")
         for step, figures in run["steps_ms"].items():
             print(f"  {step:20}" + "".join(f"{name} {value:8.3f}  " for name, value in figures.items()) + "ms")
 
