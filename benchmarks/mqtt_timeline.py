@@ -20,7 +20,9 @@ into:
 * ``offered → written``: the PUBLISH is written to the subscriber's socket (the connection's ``flush``);
 * ``written → recv``: paho's ``on_message`` in the subscriber.
 
-It prints p50/p90/p99 per step over the messages of each run. The wrappers cost the broker some CPU: compare steps,
+It prints p50/p90/p99 per step over the messages of each run, with the broker's CPU per message (its process from the
+first publish until the subscriber had every message), how long the reactor spent inside each fsync round's
+hand-over to the engine, and how many offers queued no PUBLISH at once (the subscriber's window full). The wrappers cost the broker some CPU: compare steps,
 not totals, with ``mqtt_bench.py``.
 """
 
@@ -46,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[0]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from cputime import process_tree_cpu_s  # noqa: E402
 from mqtt_bench import (PAYLOAD_BYTES, connected_client, subscribe,  # noqa: E402
                         wait_for_port)
 from mqbroker.config import FSYNC_ENGINES  # noqa: E402
@@ -155,9 +158,11 @@ def start_broker(work: pathlib.Path, puback: str,
 
 # -- the clients ------------------------------------------------------------------------------------------
 
-def run_clients(port: int, rate: int, total: int, nodelay: bool = False) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+def run_clients(port: int, rate: int, total: int, broker_pid: int,
+                nodelay: bool = False) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]], float]:
     """Publish ``total`` stamped QoS 1 messages at ``rate``: (number, sent ns, received ns) of each one received, and
-    the publisher's socket writes (ns after each, PUBLISHes written so far: every one has the same length)."""
+    the publisher's socket writes (ns after each, PUBLISHes written so far: every one has the same length), and the
+    broker's CPU seconds from the first publish until the subscriber had them all."""
     processes = multiprocessing.get_context("spawn")
     ready, results = processes.Event(), processes.Queue()
     receiver = processes.Process(target=_subscriber, args=(port, total, ready, results, nodelay))
@@ -180,6 +185,7 @@ def run_clients(port: int, rate: int, total: int, nodelay: bool = False) -> tupl
             return count
 
         client._sock_send = timed_send  # type: ignore[method-assign]
+        broker_cpu_s = process_tree_cpu_s(broker_pid)
         started = time.perf_counter()
         for number in range(total):
             wait_s = started + number / rate - time.perf_counter()
@@ -190,13 +196,14 @@ def run_clients(port: int, rate: int, total: int, nodelay: bool = False) -> tupl
             received = results.get(timeout=40)
         except queue.Empty:
             received = []
+        broker_cpu_s = process_tree_cpu_s(broker_pid) - broker_cpu_s
         client.disconnect()
         client.loop_stop()
     finally:
         receiver.join(30)
         if receiver.is_alive():
             receiver.kill()
-    return received, socket_writes
+    return received, socket_writes, broker_cpu_s
 
 
 def _subscriber(port: int, total: int, ready: Any, results: Any, nodelay: bool) -> None:
@@ -283,7 +290,7 @@ def measure(puback: str, rate: int, seconds: float, fsync_engine: str, nodelay: 
     process, port, events_path = start_broker(work, puback, fsync_engine)
     total = int(rate * seconds)
     try:
-        received, socket_writes = run_clients(port, rate, total, nodelay)
+        received, socket_writes, broker_cpu_s = run_clients(port, rate, total, process.pid, nodelay)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -298,7 +305,7 @@ def measure(puback: str, rate: int, seconds: float, fsync_engine: str, nodelay: 
     fell_behind = sum(1 for index, event in enumerate(offers)  # an offer that queued no PUBLISH by the next one
                       if index + 1 < len(offers) and offers[index + 1][3] == event[3])
     hand_overs = sorted((event[2] - event[1]) / 1e3 for event in events if event[0] == "handed")
-    return {"puback": puback, "fsync_engine": fsync_engine,
+    return {"puback": puback, "fsync_engine": fsync_engine, "broker_cpu_us": round(broker_cpu_s / total * 1e6, 1),
             "hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
                              for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))} if hand_overs else {}, "sent": total, "received": len(received), "joined": len(steps["total"]),
             "appends": sum(1 for event in events if event[0] == "append"),
@@ -335,7 +342,8 @@ def main() -> None:
         return
     for run in runs:
         print(f"puback {run['puback']}: {run['received']:,} of {run['sent']:,} received, {run['joined']:,} joined, "
-              f"{arguments.rate:,} msg/s, load average {run['load_average']:.1f}; {run['appends']:,} appends, "
+              f"{arguments.rate:,} msg/s, load average {run['load_average']:.1f}; broker CPU {run['broker_cpu_us']:.1f} "
+              f"µs/msg (traced); {run['appends']:,} appends, "
               f"{run['rounds']:,} fsync rounds, {run['offers']:,} offers to the subscriber "
               f"({run['offers_not_sent']:,} queued no PUBLISH: window full or fell behind), "
               f"{run['socket_writes']:,} socket writes to it; fsync_engine {run['fsync_engine']}, the reactor inside "
