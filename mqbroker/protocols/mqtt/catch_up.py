@@ -3,8 +3,10 @@
 Deliveries come from the hub's shared log readers while the session keeps up ("live"). A session
 whose window is full, or that reconnects with a stored position, reads the log itself from its
 cursor ("catching up") until it reaches the shared readers again; meanwhile they skip it for
-that partition. Catch-up delivers only non-shared subscriptions (share groups catch up as a
-group, ``share_backlog.py``).
+that partition. A shared subscription's messages go to the session only below where this broker's
+share group took over (``ShareBacklog.had_from``: from there on the group hands them out, and catches
+up as a group, ``share_backlog.py``): a member reopened here after its broker died, or after its group
+had no member here, gets what its cursor holds and nobody here had.
 
 A session reopened on another broker may stand further on in a partition than this broker's shared
 reader (that reader's fetch had not come back when the session's old broker died): the shared reader
@@ -32,12 +34,14 @@ from mqbroker.protocols.mqtt.readers import (
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
-from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, SessionState, Subscription, group_key_of
 from mqbroker.protocols.mqtt.stored import PartitionKey
 from mqbroker.protocols.mqtt.topics import topic_matches
 from mqbroker.records.readable import next_offset_after
 
 log = Logger()
+#: A session's subscriptions matching an MQTT topic: the plain ones, and each shared one with where its group took over.
+_Matching = tuple[list[Subscription], list[tuple[Subscription, int]]]
 
 
 class Deliverer(Protocol):
@@ -125,12 +129,18 @@ class CatchUp:
             cursors[key] = max(cursors[key], offset)
         cursors.update(self._behind)
         state = self._connection.session.session
-        for message in state.pending if state is not None else ():
-            position = message.position
-            if position is not None:
-                key = position[0], position[1]
-                if position[2] < cursors.get(key, position[2]):
-                    cursors[key] = position[2]
+        if state is None:
+            return cursors
+        offsets: list[tuple[PartitionKey, int]] = [
+            ((message.position[0], message.position[1]), message.position[2])
+            for message in state.pending if message.position is not None]
+        backlog = self._hub.share_backlog
+        for group in {group_key_of(subscription) for subscription in state.subscriptions.values()
+                      if subscription.share_group is not None}:
+            offsets += backlog.unhanded(group)  # the group's messages nobody here has yet
+        for key, offset in offsets:
+            if offset < cursors.get(key, offset):
+                cursors[key] = offset
         return cursors
 
     def resume(self) -> None:
@@ -233,7 +243,7 @@ class CatchUp:
         connection = self._connection
         session = connection.session
         log_topic, partition = key
-        matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
+        matching: dict[str, _Matching] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
         held = connection.deliveries_held
         # Without a fetch quota nothing this hands over can hold deliveries; under one, each delivery goes out on its
         # own (``deliver_many``) and may: the next waits for the release then.
@@ -251,13 +261,13 @@ class CatchUp:
                 state = session.session
                 subscriptions = None
                 if message is not None and state is not None:
-                    subscriptions = matching.get(message.topic)
-                    if subscriptions is None:
-                        subscriptions = matching[message.topic] = [
-                            subscription for subscription in state.subscriptions.values()
-                            if subscription.share_group is None
-                            and topic_matches(subscription.topic_filter, message.topic)
-                        ]
+                    found = matching.get(message.topic)
+                    if found is None:
+                        found = matching[message.topic] = self._matching(state, key, message.topic)
+                    subscriptions, shared = found
+                    if shared:  # below where this broker's group took over, nobody here had the message
+                        subscriptions = subscriptions + [subscription for subscription, had_from in shared
+                                                         if record_offset < had_from]
                 if subscriptions:
                     assert message is not None and state is not None
                     if held or (message.qos and not state.has_room()):
@@ -270,3 +280,18 @@ class CatchUp:
                 yield delivery
                 if held_anew:
                     held = connection.deliveries_held
+
+    def _matching(self, state: SessionState, key: PartitionKey, topic: str) -> _Matching:
+        """The session's plain subscriptions matching ``topic``, and its shared ones with where their groups here
+        took over ``key`` (``ShareBacklog.had_from``)."""
+        plain: list[Subscription] = []
+        shared: list[tuple[Subscription, int]] = []
+        for subscription in state.subscriptions.values():
+            if subscription.share_group is None:
+                if topic_matches(subscription.topic_filter, topic):
+                    plain.append(subscription)
+            else:
+                group = group_key_of(subscription)
+                if topic_matches(group[1], topic):
+                    shared.append((subscription, self._hub.share_backlog.had_from(group, key)))
+        return plain, shared
