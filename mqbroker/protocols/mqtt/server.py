@@ -223,8 +223,7 @@ class MqttConnection:
         """Write the session's state as of now, with its cursors as of now (``SessionWrites``: one at a time)."""
         state = self.session.session
         assert state is not None
-        stored = StoredSession(state=state.to_bytes(), cursors=self._catch_up.cursors())
-        return self.hub.sessions.store_session(self.client_id, stored)
+        return self.hub.sessions.store_session(self.client_id, self._catch_up.stored(state.to_bytes()))
 
     def _session_written(self, held: list[list[Action]] | None, failure: Failure | None) -> None:
         if failure is not None:
@@ -439,7 +438,7 @@ class MqttConnection:
     def _resume(self, stored: StoredSession | None, state: SessionState | None) -> None:
         """Open the session with its stored state (its in-flight messages read back) or a new one."""
         if stored is not None and state is not None:
-            self._catch_up.start_from(stored.cursors, [entry.position for entry in state.inflight.values()
+            self._catch_up.start_from(stored, [entry.position for entry in state.inflight.values()
                                                        if entry.position is not None])
         actions = self.session.session_opened(state, self.hub.now_ms())
         if self.session.state is _CONNECTED:
@@ -465,7 +464,7 @@ class MqttConnection:
     def _session_ended(self, action: SessionEnded) -> None:
         stored = None
         if action.state is not None:
-            stored = StoredSession(state=action.state.to_bytes(), cursors=self._catch_up.cursors(), ended_at_ms=self.hub.now_ms())
+            stored = self._catch_up.stored(action.state.to_bytes(), self.hub.now_ms())
         self._writes.after_write(lambda: self._hand_over(stored))  # never before the write in flight
 
     def _hand_over(self, stored: StoredSession | None) -> None:

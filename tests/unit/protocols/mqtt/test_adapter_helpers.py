@@ -107,3 +107,6 @@ def test_retained_matching_agrees_with_the_reference_matcher(topics: list[str], 
 def test_a_stored_session_round_trips_its_cursors() -> None:
     stored = StoredSession(state=b"{}", cursors={("mqtt.messages", 0): 42}, ended_at_ms=7)
     assert StoredSession.from_bytes(stored.to_bytes()) == stored
+    shared = StoredSession(state=b"{}", cursors={("mqtt.messages", 0): 42}, share_cursors={("mqtt.messages", 0): 9})
+    assert StoredSession.from_bytes(shared.to_bytes()) == shared
+    assert b"share_cursors" not in stored.to_bytes()  # a record without any reads as before (and in older brokers)

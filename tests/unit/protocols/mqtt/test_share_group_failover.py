@@ -40,12 +40,13 @@ def _send(connection: MqttConnection, packet: Any) -> None:
 
 
 def _member(hub: MqttHub, client_id: str, *, window: int = 100, expiry_s: int = 600, clean_start: bool = True,
-            qos: int = 1, identifier: int | None = None) -> tuple[MqttConnection, ClientSocket]:
+            qos: int = 1, identifier: int | None = None,
+            queue: int = limits.mqtt_pending_messages_max) -> tuple[MqttConnection, ClientSocket]:
     """A member of the group (subscribed with ``qos``, and ``identifier`` if given; a session reopened with
-    ``clean_start`` False keeps the subscription it had)."""
+    ``clean_start`` False keeps the subscription it had) whose queue holds ``queue`` messages."""
     connect = Connect(client_id=client_id, clean_start=clean_start, keep_alive_s=0,
                       properties=Properties(receive_maximum=window, session_expiry_interval_s=expiry_s))
-    connection, socket = connected(hub, connect, SessionConfig())
+    connection, socket = connected(hub, connect, SessionConfig(pending_messages_max=queue))
     if clean_start:
         properties = Properties(subscription_identifiers=(identifier,)) if identifier else Properties()
         _send(connection, Subscribe(packet_id=1, properties=properties,
@@ -54,11 +55,11 @@ def _member(hub: MqttHub, client_id: str, *, window: int = 100, expiry_s: int = 
     return connection, socket
 
 
-def _publish(hub: MqttHub, first: int, count: int, qos: int = 1) -> None:
-    """``count`` messages ``first``, ``first + 1``, ... to ``plant/a``, acknowledged to the publisher (durable)."""
+def _publish(hub: MqttHub, first: int, count: int, qos: int = 1, topic: str = "plant/a") -> None:
+    """``count`` messages ``first``, ``first + 1``, ... to ``topic``, acknowledged to the publisher (durable)."""
     publisher, socket = connected(hub, Connect(client_id=f"publisher-{first}"))
     for number in range(first, first + count):
-        _send(publisher, Publish(topic="plant/a", payload=b"%d" % number, qos=qos, packet_id=number + 1))
+        _send(publisher, Publish(topic=topic, payload=b"%d" % number, qos=qos, packet_id=number + 1))
     hub.broker.sync()  # type: ignore[attr-defined]
     assert len(socket.take(PubAck if qos == 1 else PubRec)) == count
 
@@ -164,3 +165,29 @@ def test_a_message_handed_to_another_member_goes_with_that_members_qos_and_subsc
     [handed] = staying_socket.take(Publish)
     assert (handed.payload, handed.qos, handed.dup) == (b"0", 2, False)
     assert handed.properties.subscription_identifiers == (7,)
+
+
+def test_what_a_leaving_member_handed_back_reaches_the_full_member_on_the_survivor_and_its_own_messages_come_once() -> None:
+    """``leaving`` (a session that is not kept) leaves while the device, the group's only other member, is full: the
+    messages it hands back wait for room, so the device's session record keeps where they begin (its share cursor).
+    The device's broker dies; on the survivor it gets them, and the messages of its plain subscription that it had
+    acknowledged do not come again (they lie between the two cursors)."""
+    clock, survivor_broker, holder, survivor = _two_hubs()
+    device, device_socket = _member(holder, "device", window=2, queue=2)
+    _send(device, Subscribe(packet_id=2, subscriptions=(SubscriptionRequest(topic_filter="status/#", qos=1),)))
+    assert [ack.reason_codes for ack in device_socket.take(SubAck)] == [(1,)]
+    leaving, leaving_socket = _member(holder, "leaving", window=1, expiry_s=0)
+    _publish(holder, 0, 6)  # split between the two; "leaving" takes one at a time and queues the rest
+    plant = _acknowledge_all(device, device_socket)
+    _publish(holder, 6, 2, topic="status/x")
+    assert _acknowledge_all(device, device_socket) == [b"6", b"7"]
+    _publish(holder, 8, 12)  # the device takes two into flight and two into its queue, and then it is full
+    assert len(device_socket.take(Publish)) == 2
+    leaving.connection_lost(None)  # type: ignore[arg-type]
+    assert leaving_socket.take(Publish)
+    clock.advance(limits.mqtt_session_store_interval_ms / 1000)
+    _kill(holder, survivor_broker)
+    moved, moved_socket = _member(survivor, "device", window=2, clean_start=False)
+    got = _acknowledge_all(moved, moved_socket)
+    assert set(_numbers(plant + got)) == set(range(20)) - {6, 7}
+    assert b"6" not in got and b"7" not in got
