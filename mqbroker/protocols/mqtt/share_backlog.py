@@ -10,10 +10,11 @@ A member whose connection ends with messages of its groups queued (taken from th
 them back (``hand_back``): their offsets are kept, and each is read from the log again and goes to another member of
 its group with room, now or at the next ``resume``, with that member's QoS and subscription identifier.
 
-What survives a broker's death is the persistent members' session records: a member's cursor stays before its
-queued messages and before its groups' kept and handed-back messages (``unhanded``), and a member reopened on a
-broker reads its shared subscriptions' messages from its cursor up to where that broker's group took over
-(``had_from``: where the readers stood when the group got its first member there; ``catch_up.py``).
+Kept ranges and handed-back offsets live in memory; what survives a broker's death is the persistent members'
+session records: a member's cursor stays before its queued messages, its share cursor before its groups' kept and
+handed-back messages (``unhanded``), and a member reopened on a broker reads its shared subscriptions' messages
+from there up to where that broker's group took over (``had_from``: where the readers stood when the group got its
+first member there; ``catch_up.py``). docs/mqtt.md, "What a share group guarantees", says what is not covered.
 """
 
 from __future__ import annotations
