@@ -63,15 +63,11 @@ from mqbroker.protocols.mqtt.readers import (
     message_of,
     read_from,
 )
-from mqbroker.protocols.mqtt.registry import (
-    GroupKey,
-    SubscriptionRegistry,
-    group_key_of,
-)
+from mqbroker.protocols.mqtt.registry import SubscriptionRegistry
 from mqbroker.protocols.mqtt.retained import RetainedStore
 from mqbroker.protocols.mqtt.session_directory import SESSIONS_TOPIC, SessionDirectory, single_record_batch
 from mqbroker.protocols.mqtt.share_backlog import ShareBacklog
-from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.state import GroupKey, OutboundMessage, Subscription, group_key_of
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
