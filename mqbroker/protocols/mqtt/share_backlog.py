@@ -120,9 +120,11 @@ class ShareBacklog:
         hub, key, offsets = self._hub, entry[2], self._returned[entry]
         start = min(offsets)
         (result,) = await hub.broker.fetch(FRONT_END_PRINCIPAL, read_from(key, start))
-        if isinstance(result.error, errors.OffsetOutOfRangeError):  # retention moved the log past them
+        if isinstance(result.error, errors.OffsetOutOfRangeError):
             restart = await hub.restart_position(key, start)
-            self._forget_returned(entry, {offset for offset in offsets if offset < restart})
+            # retention moved the log's start past some; or a crash took back the tail they were in (``restart_position``)
+            self._forget_returned(entry, {offset for offset in offsets if offset < restart} if restart > start
+                                  else set(offsets))
             return True
         if result.error is not None:
             self.log.warn("handing back share-group messages of {key}: {error}", key=key, error=result.error)

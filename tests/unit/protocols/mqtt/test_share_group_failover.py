@@ -29,10 +29,12 @@ from mqbroker.protocols.mqtt.packets import (
     SubscriptionRequest,
 )
 from mqbroker.protocols.mqtt.server import MqttConnection
+from mqbroker.protocols.mqtt.topics import TopicMapping
 from tests.fake_broker import FakeBroker
 from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected, started_hub
 
 GROUP_FILTER = "$share/g/plant/#"
+LOG_TOPIC = TopicMapping().default_log_topic
 
 
 def _send(connection: MqttConnection, packet: Any) -> None:
@@ -191,3 +193,19 @@ def test_what_a_leaving_member_handed_back_reaches_the_full_member_on_the_surviv
     got = _acknowledge_all(moved, moved_socket)
     assert set(_numbers(plant + got)) == set(range(20)) - {6, 7}
     assert b"6" not in got and b"7" not in got
+
+
+def test_handed_back_messages_a_crash_took_back_from_the_log_are_not_read_for_ever() -> None:
+    """``mqtt_puback = "written"``: a crash took back the log's tail that held what a member handed back. The group
+    forgets those offsets (nobody can have them) instead of asking for them again and again."""
+    hub = started_hub(FakeBroker(clock=Clock()))
+    full, full_socket = _member(hub, "full", window=1, queue=1)
+    leaving, _ = _member(hub, "leaving", window=1, expiry_s=0)
+    _publish(hub, 0, 6)
+    log = hub.broker.logs[(LOG_TOPIC, 0)]  # type: ignore[attr-defined]
+    log.batches, log.log_end, log.high_watermark = [], 0, 0
+    leaving.connection_lost(None)  # type: ignore[arg-type]
+    fetches = len(hub.broker.calls_of("fetch"))  # type: ignore[attr-defined]
+    assert _numbers(_acknowledge_all(full, full_socket)) == [0, 2]  # what it had in flight and queued
+    assert len(hub.broker.calls_of("fetch")) - fetches < 10  # type: ignore[attr-defined]
+    assert list(hub.share_backlog.unhanded(("g", "plant/#"))) == []  # nothing left to hand out
