@@ -70,3 +70,56 @@ def test_a_persistent_member_that_comes_back_gets_its_in_flight_message_again(mq
     back.close()
     for client in (staying, publisher):
         client.disconnect()
+
+
+def test_a_persistent_member_alone_in_its_group_gets_what_was_published_while_it_was_away(
+    mqtt_broker: MqttBroker,
+) -> None:
+    """Its group has no other member: nobody had the messages; its session's cursor holds them (they were lost)."""
+    client_id, topic = unique("alone"), unique("shared-alone")
+    member = Client(mqtt_broker, client_id, version=mqtt.MQTTv5, clean=True, session_expiry_s=600)
+    member.subscribe(f"$share/alone/{topic}", 1)
+    publisher = Client(mqtt_broker, version=mqtt.MQTTv5)
+    publisher.publish(topic, b"before", 1)
+    assert [message.payload for message in member.receive(1)] == [b"before"]
+    member.disconnect()
+    for number in range(MESSAGES):
+        publisher.publish(topic, b"%d" % number, 1)
+    back = Client(mqtt_broker, client_id, version=mqtt.MQTTv5, clean=False, session_expiry_s=600)
+    assert back.connack_result[0].session_present
+    received = {int(message.payload) for message in back.receive(MESSAGES, timeout_s=30) if message.payload != b"before"}
+    assert received == set(range(MESSAGES))
+    for client in (back, publisher):
+        client.disconnect()
+
+
+def test_a_message_handed_to_another_member_goes_with_its_qos_and_subscription_identifier(
+    mqtt_broker: MqttBroker,
+) -> None:
+    """The leaving member (QoS 1, no identifier) drops with its QoS 2 messages in flight and queued: the staying
+    member (QoS 2, identifier 7) gets each at QoS 2 with identifier 7, as if delivered to it first."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties as PahoProperties
+    from paho.mqtt.subscribeoptions import SubscribeOptions
+
+    group_filter = f"$share/hand/{unique('shared-hand')}"
+    leaving = RawClient(mqtt_broker)
+    leaving.send(Connect(client_id=unique("leaving"), properties=Properties(receive_maximum=1)))
+    assert isinstance(leaving.receive(), ConnAck)
+    _subscribe(leaving, group_filter, 1)
+    staying = Client(mqtt_broker, version=mqtt.MQTTv5)
+    identifier = PahoProperties(PacketTypes.SUBSCRIBE)
+    identifier.SubscriptionIdentifier = 7
+    staying.paho.subscribe(group_filter, options=SubscribeOptions(qos=2), properties=identifier)
+    assert staying.suback.get(timeout=10)[0].value == 2
+    publisher = Client(mqtt_broker, version=mqtt.MQTTv5)
+    for number in range(MESSAGES):
+        publisher.publish(group_filter.split("/", 2)[2], b"%d" % number, 2)
+    first = leaving.receive()
+    assert isinstance(first, Publish) and first.qos == 1
+    leaving.close()
+    received = staying.receive(MESSAGES, timeout_s=30)
+    assert sorted(int(message.payload) for message in received) == list(range(MESSAGES))
+    assert {(message.qos, tuple(message.properties.SubscriptionIdentifier)) for message in received} == {(2, (7,))}
+    for client in (staying, publisher):
+        client.disconnect()

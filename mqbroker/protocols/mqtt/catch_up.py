@@ -3,8 +3,10 @@
 Deliveries come from the hub's shared log readers while the session keeps up ("live"). A session
 whose window is full, or that reconnects with a stored position, reads the log itself from its
 cursor ("catching up") until it reaches the shared readers again; meanwhile they skip it for
-that partition. Catch-up delivers only non-shared subscriptions (share groups catch up as a
-group, ``share_backlog.py``).
+that partition. A shared subscription's messages go to the session only below where this broker's
+share group took over (``ShareBacklog.had_from``: from there on the group hands them out, and catches
+up as a group, ``share_backlog.py``): a member reopened here after its broker died, or after its group
+had no member here, gets what its cursor holds and nobody here had.
 
 A session reopened on another broker may stand further on in a partition than this broker's shared
 reader (that reader's fetch had not come back when the session's old broker died): the shared reader
@@ -32,12 +34,14 @@ from mqbroker.protocols.mqtt.readers import (
     read_from,
 )
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
-from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, Subscription
-from mqbroker.protocols.mqtt.stored import PartitionKey
+from mqbroker.protocols.mqtt.state import LogPosition, OutboundMessage, SessionState, Subscription, group_key_of
+from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import topic_matches
 from mqbroker.records.readable import next_offset_after
 
 log = Logger()
+#: A session's subscriptions matching an MQTT topic: the plain ones, and each shared one with where its group took over.
+_Matching = tuple[list[Subscription], list[tuple[Subscription, int]]]
 
 
 class Deliverer(Protocol):
@@ -69,6 +73,9 @@ class CatchUp:
         #: Partitions where a reopened session stands further on than the shared reader, and where it stands: the
         #: shared reader's records below that went to the session on its previous broker.
         self._ahead: dict[PartitionKey, int] = {}
+        #: Partitions read from a share cursor before the stored cursor, and that cursor: the plain subscriptions'
+        #: messages below it went to the session before.
+        self._plain_from: dict[PartitionKey, int] = {}
         self._running = False
         #: Bytes per record of the last catch-up read (0: none yet), which sizes the next (``_fetch_bytes``).
         self._record_bytes = 0
@@ -102,10 +109,15 @@ class CatchUp:
         """The session could not take the shared reader's message at ``offset``: read from there itself."""
         self._behind[partition_key] = offset
 
-    def start_from(self, cursors: Mapping[PartitionKey, int], resent: Iterable[LogPosition]) -> None:
-        """A reopened session reads every partition from its stored cursor (a partition it does not know was
-        added after: everything in it is new to the session), passing over the ``resent`` messages."""
-        self._behind = {key: cursors.get(key, 0) for key in self._hub.dispatchers}
+    def start_from(self, stored: StoredSession, resent: Iterable[LogPosition]) -> None:
+        """A reopened session reads every partition from its stored cursor, or from its share cursor where that is
+        further back (then only its shared subscriptions' messages below the cursor); a partition it does not know
+        was added after: everything in it is new to the session. It passes over the ``resent`` messages."""
+        cursors, share_cursors = stored.cursors, stored.share_cursors
+        self._behind = {key: min(cursors.get(key, 0), share_cursors.get(key, cursors.get(key, 0)))
+                        for key in self._hub.dispatchers}
+        self._plain_from = {key: cursors.get(key, 0) for key, offset in share_cursors.items()
+                            if offset < cursors.get(key, 0)}
         # below its cursor nothing is read again: only a resent message at or past it could come twice
         self._resent = {position for position in resent if position[2] >= self._behind.get(position[:2], 0)}
         self._ahead = {}
@@ -113,8 +125,15 @@ class CatchUp:
     def start_live(self) -> None:
         """A clean start reads from now on."""
         self._behind = {}
+        self._plain_from = {}
         self._resent = set()
         self._ahead = {}
+
+    def stored(self, state: bytes, ended_at_ms: int | None = None) -> StoredSession:
+        """The session's record: its ``state`` with its cursors as of now."""
+        cursors = self.cursors()
+        return StoredSession(state=state, cursors=cursors, share_cursors=self._share_cursors(cursors),
+                             ended_at_ms=ended_at_ms)
 
     def cursors(self) -> dict[PartitionKey, int]:
         """Per log partition, the first offset this session has not yet taken into flight: where it reads, or the
@@ -132,6 +151,21 @@ class CatchUp:
                 if position[2] < cursors.get(key, position[2]):
                     cursors[key] = position[2]
         return cursors
+
+    def _share_cursors(self, cursors: Mapping[PartitionKey, int]) -> dict[PartitionKey, int]:
+        """Where the messages of this session's share groups that no member here has been handed yet (kept, or
+        handed back) begin, per partition where that is before ``cursors``."""
+        state = self._connection.session.session
+        share_cursors: dict[PartitionKey, int] = {}
+        if state is None:
+            return share_cursors
+        backlog = self._hub.share_backlog
+        for group in {group_key_of(subscription) for subscription in state.subscriptions.values()
+                      if subscription.share_group is not None}:
+            for key, offset in backlog.unhanded(group):
+                if offset < share_cursors.get(key, cursors.get(key, offset + 1)):
+                    share_cursors[key] = offset
+        return share_cursors
 
     def resume(self) -> None:
         """Read on from the cursors while the session has room (once its queue has drained to half)."""
@@ -233,11 +267,12 @@ class CatchUp:
         connection = self._connection
         session = connection.session
         log_topic, partition = key
-        matching: dict[str, list[Subscription]] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
+        matching: dict[str, _Matching] = {}  # by MQTT topic: the subscriptions cannot change meanwhile
         held = connection.deliveries_held
         # Without a fetch quota nothing this hands over can hold deliveries; under one, each delivery goes out on its
         # own (``deliver_many``) and may: the next waits for the release then.
         held_anew = connection.under_fetch_quota
+        plain_from = self._plain_from.get(key, 0)
         for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
             if record_offset >= limit:
@@ -251,13 +286,15 @@ class CatchUp:
                 state = session.session
                 subscriptions = None
                 if message is not None and state is not None:
-                    subscriptions = matching.get(message.topic)
-                    if subscriptions is None:
-                        subscriptions = matching[message.topic] = [
-                            subscription for subscription in state.subscriptions.values()
-                            if subscription.share_group is None
-                            and topic_matches(subscription.topic_filter, message.topic)
-                        ]
+                    found = matching.get(message.topic)
+                    if found is None:
+                        found = matching[message.topic] = self._matching(state, key, message.topic)
+                    subscriptions, shared = found
+                    if record_offset < plain_from:
+                        subscriptions = []
+                    if shared:  # below where this broker's group took over, nobody here had the message
+                        subscriptions = subscriptions + [subscription for subscription, had_from in shared
+                                                         if record_offset < had_from]
                 if subscriptions:
                     assert message is not None and state is not None
                     if held or (message.qos and not state.has_room()):
@@ -270,3 +307,18 @@ class CatchUp:
                 yield delivery
                 if held_anew:
                     held = connection.deliveries_held
+
+    def _matching(self, state: SessionState, key: PartitionKey, topic: str) -> _Matching:
+        """The session's plain subscriptions matching ``topic``, and its shared ones with where their groups here
+        took over ``key`` (``ShareBacklog.had_from``)."""
+        plain: list[Subscription] = []
+        shared: list[tuple[Subscription, int]] = []
+        for subscription in state.subscriptions.values():
+            if subscription.share_group is None:
+                if topic_matches(subscription.topic_filter, topic):
+                    plain.append(subscription)
+            else:
+                group = group_key_of(subscription)
+                if topic_matches(group[1], topic):
+                    shared.append((subscription, self._hub.share_backlog.had_from(group, key)))
+        return plain, shared

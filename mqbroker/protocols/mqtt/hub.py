@@ -63,15 +63,11 @@ from mqbroker.protocols.mqtt.readers import (
     message_of,
     read_from,
 )
-from mqbroker.protocols.mqtt.registry import (
-    GroupKey,
-    SubscriptionRegistry,
-    group_key_of,
-)
+from mqbroker.protocols.mqtt.registry import SubscriptionRegistry
 from mqbroker.protocols.mqtt.retained import RetainedStore
 from mqbroker.protocols.mqtt.session_directory import SESSIONS_TOPIC, SessionDirectory, single_record_batch
 from mqbroker.protocols.mqtt.share_backlog import ShareBacklog
-from mqbroker.protocols.mqtt.state import OutboundMessage, Subscription
+from mqbroker.protocols.mqtt.state import GroupKey, OutboundMessage, Subscription, group_key_of
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.topics import TopicMapping, record_key
 from mqbroker.protocols.startup import StartedSignal
@@ -116,8 +112,7 @@ class Connection(TypingProtocol):
 
     def stood_past(self, partition_key: PartitionKey, offset: int) -> bool: ...
 
-    def deliver_shared(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
-                       subscription: Subscription) -> None: ...
+    def deliver(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None: ...
 
     def take_queued_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]: ...
 
@@ -451,6 +446,18 @@ class MqttHub:
                        for client_id, _ in self.registry.group_members(message.topic, group)):
                 backlog.keep(group, key, offset)
 
+    def subscribe(self, client_id: str, subscription: Subscription) -> None:
+        """Add or replace a live subscription (a share group's first member here opens it: ``ShareBacklog.opened``)."""
+        opened = self.registry.add(client_id, subscription)
+        if opened is not None:
+            self.share_backlog.opened(opened)
+
+    def unsubscribe(self, client_id: str, topic_filter: str) -> None:
+        """Remove a live subscription (``topic_filter`` as sent)."""
+        closed = self.registry.remove(client_id, topic_filter)
+        if closed is not None:
+            self.share_backlog.closed(closed)
+
     def resume_share_groups(self) -> None:
         """Hand messages kept for share groups to members with room again (a client acknowledged, or caught up)."""
         self.share_backlog.resume()
@@ -490,7 +497,8 @@ class MqttHub:
         live_here = self.connections.get(client_id) is connection
         if live_here:
             del self.connections[client_id]
-            self.registry.remove_client(client_id)
+            for group in self.registry.remove_client(client_id):
+                self.share_backlog.closed(group)
             # what it had of its share groups' messages and will not get (an ended session: its in-flight ones too)
             self.share_backlog.hand_back(connection.take_queued_shared(in_flight_too=stored is None))
             delayed = self._will_timers.get(client_id)

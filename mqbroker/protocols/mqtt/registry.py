@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from mqbroker.protocols.mqtt.state import Subscription
+from mqbroker.protocols.mqtt.state import GroupKey, Subscription, group_key_of
 from mqbroker.protocols.mqtt.topics import SubscriptionTrie, parse_subscription_filter
 
 #: Trie key: (client id, share group or None); one entry per client, group and filter.
 EntryKey = tuple[str, str | None]
-#: A share group as messages are split over it: (group name, filter without ``$share/{group}/``).
-GroupKey = tuple[str, str]
 Member = tuple[str, Subscription]
 #: What a topic matches: its plain subscriptions by client id, and its share groups' members.
 Matches = tuple[dict[str, list[Subscription]], dict[GroupKey, list[Member]]]
@@ -26,50 +24,60 @@ Matches = tuple[dict[str, list[Subscription]], dict[GroupKey, list[Member]]]
 _ROUTED_TOPICS_MAX = 4096
 
 
-def group_key_of(subscription: Subscription) -> GroupKey:
-    """The share group ``subscription`` belongs to (it must be a shared subscription)."""
-    group = subscription.share_group
-    assert group is not None, subscription
-    return group, subscription.topic_filter[len("$share/") + len(group) + 1 :]
-
-
 class SubscriptionRegistry:
     """Live subscriptions by client id, matched through a ``SubscriptionTrie``."""
 
-    __slots__ = ("_trie", "_filters_by_client", "_turns", "_matches")
+    __slots__ = ("_trie", "_filters_by_client", "_turns", "_matches", "_group_sizes")
 
     def __init__(self) -> None:
         self._trie: SubscriptionTrie[EntryKey, Subscription] = SubscriptionTrie()
         self._filters_by_client: dict[str, dict[str, str]] = {}  # client id -> {sent filter: bare filter}
         self._turns: dict[tuple[str, str], int] = {}  # (group, bare filter) -> round-robin counter
         self._matches: dict[str, Matches] = {}  # by topic, while the subscriptions stay as they are
+        self._group_sizes: dict[GroupKey, int] = {}  # live members of each share group
 
     def __len__(self) -> int:
         return len(self._trie)
 
-    def add(self, client_id: str, subscription: Subscription) -> None:
-        """Add or replace ``subscription`` of ``client_id``."""
+    def add(self, client_id: str, subscription: Subscription) -> GroupKey | None:
+        """Add or replace ``subscription`` of ``client_id``; the share group it opened (its first member), if any."""
         bare = parse_subscription_filter(subscription.topic_filter).topic_filter
         self._matches.clear()
         self._trie.add(bare, (client_id, subscription.share_group), subscription)
-        self._filters_by_client.setdefault(client_id, {})[subscription.topic_filter] = bare
+        filters = self._filters_by_client.setdefault(client_id, {})
+        added = subscription.topic_filter not in filters
+        filters[subscription.topic_filter] = bare
+        if not added or subscription.share_group is None:
+            return None
+        group_key = group_key_of(subscription)
+        size = self._group_sizes[group_key] = self._group_sizes.get(group_key, 0) + 1
+        return group_key if size == 1 else None
 
-    def remove(self, client_id: str, topic_filter: str) -> None:
-        """Remove the subscription ``topic_filter`` (as sent, ``$share/...`` included) of ``client_id``."""
+    def remove(self, client_id: str, topic_filter: str) -> GroupKey | None:
+        """Remove the subscription ``topic_filter`` (as sent, ``$share/...`` included) of ``client_id``; the share
+        group it closed (its last member), if any."""
         filters = self._filters_by_client.get(client_id)
         if filters is None or topic_filter not in filters:
-            return
+            return None
         bare = filters.pop(topic_filter)
         group = parse_subscription_filter(topic_filter).share_group
         self._matches.clear()
         self._trie.remove(bare, (client_id, group))
         if not filters:
             del self._filters_by_client[client_id]
+        if group is None:
+            return None
+        group_key = (group, bare)
+        size = self._group_sizes[group_key] = self._group_sizes[group_key] - 1
+        if size:
+            return None
+        del self._group_sizes[group_key]
+        return group_key
 
-    def remove_client(self, client_id: str) -> None:
-        """Remove every subscription of ``client_id`` (its connection ended)."""
-        for topic_filter in list(self._filters_by_client.get(client_id, {})):
-            self.remove(client_id, topic_filter)
+    def remove_client(self, client_id: str) -> list[GroupKey]:
+        """Remove every subscription of ``client_id`` (its connection ended); the share groups that closed."""
+        closed = [self.remove(client_id, topic_filter) for topic_filter in list(self._filters_by_client.get(client_id, {}))]
+        return [group_key for group_key in closed if group_key is not None]
 
     def _matched(self, topic: str) -> Matches:
         matches = self._matches.get(topic)

@@ -61,13 +61,12 @@ from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.read_back import read_back_inflight
-from mqbroker.protocols.mqtt.registry import group_key_of
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
 from mqbroker.protocols.mqtt.session_writes import SessionWrites
 from mqbroker.protocols.mqtt.state import OutboundMessage, SessionState, Subscription
 from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
-from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter, topic_matches
+from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter
 from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
 
@@ -172,28 +171,10 @@ class MqttConnection:
         """Whether a message kept for one of this session's share groups may be handed to it now."""
         return self.session.state is _CONNECTED and self.session.accepting_deliveries and not self.deliveries_held
 
-    def deliver_shared(
-        self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscription: Subscription
-    ) -> None:
-        """A message kept for a share group while every member was busy (``has_room`` said yes)."""
-        self.deliver(message, [subscription])
-
     def take_queued_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]:
-        """The ended session's queued QoS 1/2 messages (never sent), and with ``in_flight_too`` those sent whose
-        receipt the client has not acknowledged (no PUBACK, no PUBREC; a session that is not kept: nobody resends
-        them), that match one of its shared subscriptions, each with that subscription, taken from the session: its
-        share group hands them to another member."""
+        """``SessionState.take_shared`` of the ended session: its share groups hand the messages to other members."""
         state = self.session.session
-        if state is None or not (state.pending or in_flight_too and state.inflight):
-            return []
-        messages = list(state.pending)
-        state.pending.clear()
-        if in_flight_too:  # a message loaded from bytes and not read back yet has no topic
-            messages += [message for packet_id, message in state.inflight.items()
-                         if message.position is not None and message.topic and packet_id not in state.released]
-        shared = [subscription for subscription in state.subscriptions.values() if subscription.share_group is not None]
-        return [(message, subscription) for message in messages for subscription in shared
-                if topic_matches(group_key_of(subscription)[1], message.topic)]
+        return [] if state is None else state.take_shared(in_flight_too)
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """A QoS 0 message that is not in the log ($SYS)."""
@@ -242,8 +223,7 @@ class MqttConnection:
         """Write the session's state as of now, with its cursors as of now (``SessionWrites``: one at a time)."""
         state = self.session.session
         assert state is not None
-        stored = StoredSession(state=state.to_bytes(), cursors=self._catch_up.cursors())
-        return self.hub.sessions.store_session(self.client_id, stored)
+        return self.hub.sessions.store_session(self.client_id, self._catch_up.stored(state.to_bytes()))
 
     def _session_written(self, held: list[list[Action]] | None, failure: Failure | None) -> None:
         if failure is not None:
@@ -297,11 +277,11 @@ class MqttConnection:
                 if mqtt_security.may_publish(self, self.hub.mapping, action.topic):
                     retained_writes.append(self.hub.retain(action))
             elif isinstance(action, AddSubscription):
-                self.hub.registry.add(action.client_id, action.subscription)
+                self.hub.subscribe(action.client_id, action.subscription)
                 if action.send_retained:
                     self._send_retained(action.subscription)
             elif isinstance(action, RemoveSubscription):
-                self.hub.registry.remove(action.client_id, action.topic_filter)
+                self.hub.unsubscribe(action.client_id, action.topic_filter)
             elif isinstance(action, SetTimer):
                 self._set_timer(action.at_ms)
             elif isinstance(action, ScheduleWill):
@@ -458,7 +438,7 @@ class MqttConnection:
     def _resume(self, stored: StoredSession | None, state: SessionState | None) -> None:
         """Open the session with its stored state (its in-flight messages read back) or a new one."""
         if stored is not None and state is not None:
-            self._catch_up.start_from(stored.cursors, [entry.position for entry in state.inflight.values()
+            self._catch_up.start_from(stored, [entry.position for entry in state.inflight.values()
                                                        if entry.position is not None])
         actions = self.session.session_opened(state, self.hub.now_ms())
         if self.session.state is _CONNECTED:
@@ -466,7 +446,7 @@ class MqttConnection:
             if self.session.session is not state:
                 self._catch_up.start_live()
             for subscription in self.session.session.subscriptions.values():
-                self.hub.registry.add(self.client_id, subscription)
+                self.hub.subscribe(self.client_id, subscription)
             self.hub.wills.connected(self.client_id, self.session.pending_will(self.hub.now_ms()))
         elif not any(isinstance(action, SessionEnded) for action in actions):
             self.hub.session_ended(self, None)  # the client left while its session was loading
@@ -484,7 +464,7 @@ class MqttConnection:
     def _session_ended(self, action: SessionEnded) -> None:
         stored = None
         if action.state is not None:
-            stored = StoredSession(state=action.state.to_bytes(), cursors=self._catch_up.cursors(), ended_at_ms=self.hub.now_ms())
+            stored = self._catch_up.stored(action.state.to_bytes(), self.hub.now_ms())
         self._writes.after_write(lambda: self._hand_over(stored))  # never before the write in flight
 
     def _hand_over(self, stored: StoredSession | None) -> None:

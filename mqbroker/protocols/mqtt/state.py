@@ -51,6 +51,7 @@ from mqbroker.protocols.mqtt.packets import (
     Publish,
     RetainHandling,
 )
+from mqbroker.protocols.mqtt.topics import topic_matches
 
 _STATE_FORMAT_VERSION = 2
 #: The versions ``from_bytes`` reads: 1 stored every in-flight message whole (a record written before an upgrade).
@@ -60,6 +61,8 @@ _SUBSCRIPTION_IDENTIFIER_MAX = 268_435_455
 
 #: Where a message is in the log: (log topic, partition, offset).
 LogPosition = tuple[str, int, int]
+#: A share group as messages are split over it: (group name, filter without ``$share/{group}/``).
+GroupKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +94,13 @@ class OutboundMessage:
     created_ms: int = 0
     #: Where the message is in the log (None: it is not, e.g. it came from the retained store).
     position: LogPosition | None = None
+
+
+def group_key_of(subscription: Subscription) -> GroupKey:
+    """The share group ``subscription`` belongs to (it must be a shared subscription)."""
+    group = subscription.share_group
+    assert group is not None, subscription
+    return group, subscription.topic_filter[len("$share/") + len(group) + 1 :]
 
 
 class InflightState(enum.Enum):
@@ -193,6 +203,22 @@ class SessionState:
         assert len(self.pending) < self.pending_messages_max, "the adapter checks has_room() before delivering QoS 1/2"
         self.pending.append(delivery)
         return True
+
+    def take_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]:
+        """The session ended: its queued QoS 1/2 messages (never sent), and with ``in_flight_too`` those sent whose
+        receipt the client has not acknowledged (no PUBACK, no PUBREC; a session that is not kept: nobody resends
+        them), that match one of its shared subscriptions, each with that subscription. They leave the queue: its
+        share group hands them to another member (``ShareBacklog.hand_back``)."""
+        if not (self.pending or in_flight_too and self.inflight):
+            return []
+        messages = list(self.pending)
+        self.pending.clear()
+        if in_flight_too:  # a message loaded from bytes and not read back yet has no topic
+            messages += [message for packet_id, message in self.inflight.items()
+                         if message.position is not None and message.topic and packet_id not in self.released]
+        shared = [subscription for subscription in self.subscriptions.values() if subscription.share_group is not None]
+        return [(message, subscription) for message in messages for subscription in shared
+                if topic_matches(group_key_of(subscription)[1], message.topic)]
 
     def flow(self, packet_id: int) -> InflightState | None:
         """Where the in-flight delivery ``packet_id`` is in its flow (None: nothing is in flight under it)."""

@@ -33,6 +33,18 @@ def test_a_share_group_gets_each_message_once_round_robin() -> None:
     assert chosen == ["x", "y", "x", "y"]
 
 
+def test_the_registry_says_when_a_share_group_gets_its_first_member_and_loses_its_last() -> None:
+    registry = SubscriptionRegistry()
+    shared = Subscription(topic_filter="$share/g/t/#", share_group="g", qos=1)
+    assert registry.add("x", shared) == ("g", "t/#")
+    assert registry.add("x", shared) is None  # replaced, not a second member
+    assert registry.add("y", shared) is None
+    assert registry.add("y", Subscription(topic_filter="t/#")) is None
+    assert registry.remove("x", "$share/g/t/#") is None
+    assert registry.remove_client("y") == [("g", "t/#")]
+    assert registry.add("x", shared) == ("g", "t/#")
+
+
 def test_a_share_group_member_that_declines_is_skipped() -> None:
     registry = SubscriptionRegistry()
     for client in ("x", "y"):
@@ -107,3 +119,6 @@ def test_retained_matching_agrees_with_the_reference_matcher(topics: list[str], 
 def test_a_stored_session_round_trips_its_cursors() -> None:
     stored = StoredSession(state=b"{}", cursors={("mqtt.messages", 0): 42}, ended_at_ms=7)
     assert StoredSession.from_bytes(stored.to_bytes()) == stored
+    shared = StoredSession(state=b"{}", cursors={("mqtt.messages", 0): 42}, share_cursors={("mqtt.messages", 0): 9})
+    assert StoredSession.from_bytes(shared.to_bytes()) == shared
+    assert b"share_cursors" not in stored.to_bytes()  # a record without any reads as before (and in older brokers)
