@@ -418,12 +418,20 @@ class MqttHub:
         dispatcher.position = base_offset + len(records)
         if not len(self.registry):
             return
-        with self.batched_writes():
+        # Corked for a batch of several (each connection writes once at the end); a paced message comes alone, and
+        # each connection it reaches writes once anyway: no cork to set up and take down per message.
+        corks = len(records) > 1 and not self.corked
+        if corks:
+            self.corked = True
+        try:
             for offset, action in enumerate(records, base_offset):
                 message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
                                               (key[0], key[1], offset))
                 if message is not None:
                     self._route(key, offset, message)
+        finally:
+            if corks:
+                self._uncork()
 
     def _route(self, key: PartitionKey, offset: int, message: OutboundMessage) -> None:
         """Offer the message at ``offset`` of ``key`` to every live session whose subscriptions match its topic."""

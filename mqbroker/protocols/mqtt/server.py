@@ -101,6 +101,7 @@ class MqttConnection:
         self._catch_up = CatchUp(hub, self)
         self._ended_waiters: list[Deferred[None]] | None = []
         self._outgoing: list[bytes] = []  # packets of this turn, written to the socket as one
+        self._reading_paused = False  # whether ``_apply_backpressure`` paused reading the connection
         # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in the log.
         self._produce_throttle, self._fetch_throttle = throttles(
             security, hub.reactor, self._apply_backpressure, self._deliveries_released)
@@ -156,9 +157,11 @@ class MqttConnection:
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
     ) -> None:
         """A shared reader's record; a session with a full window falls back to reading the log itself."""
-        if self.session.state is not _CONNECTED or self._catch_up.passes_over(partition_key, offset):
+        session = self.session
+        if session.state is not _CONNECTED or self._catch_up.passes_over(partition_key, offset):
             return
-        if self.deliveries_held or (message.qos and not self.session.accepting_deliveries):
+        fetch = self._fetch_throttle
+        if (fetch is not None and fetch.active) or (message.qos and not session.accepting_deliveries):
             self._catch_up.fall_behind(partition_key, offset)
             return
         self.deliver(message, subscriptions)
@@ -213,10 +216,29 @@ class MqttConnection:
     # ------------------------------------------------------------------ running actions in order
 
     def _run(self, actions: list[Action]) -> None:
+        if self._executing:
+            if actions:
+                self._queue.append(actions)
+            return
+        if not self._queue:  # the usual case, run without the queue's pass: nothing waits before this list
+            if not actions:
+                if self._outgoing:
+                    self.flush()
+                return
+            head = actions[0]
+            if self._writes.held is None and (type(head) is not StoreSession or not head.blocking):
+                self._executing = True
+                try:
+                    self._execute(actions)
+                    if self._queue:  # what it queued meanwhile
+                        self._drain_queue()
+                finally:
+                    self._executing = False
+                self.flush()
+                return
         if actions:
             self._queue.append(actions)
-        if not self._executing:
-            self._drain()
+        self._drain()
 
     def _drain(self) -> None:
         self._executing = True
@@ -264,7 +286,7 @@ class MqttConnection:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
         refused: list[int] = []
         retained_writes: list[Deferred[Any]] = []
-        check_writes = mqtt_security.topic_acls_apply(self)  # once per list: no topic ACL, no check per message
+        check_writes: bool | None = None  # once per list with a message: no topic ACL, no check per message
         # A run of messages to one MQTT topic (the usual case) goes to one partition: looked up once per run.
         last_key: bytes | None = None
         last_log_topic: str | None = None
@@ -272,6 +294,8 @@ class MqttConnection:
         for action in actions:
             kind = type(action)
             if kind is PublishToLog:
+                if check_writes is None:
+                    check_writes = mqtt_security.topic_acls_apply(self)
                 if check_writes and not mqtt_security.topic_allowed(
                         self, Operation.WRITE, action.key.decode("utf-8", "replace")):
                     if action.ticket is not None:  # QoS 1/2: PUBACK/PUBREC 0x87 (level 5); QoS 0 is dropped
@@ -396,13 +420,18 @@ class MqttConnection:
     def _apply_backpressure(self) -> None:
         """Stop reading while a receive maximum of client messages is on its way to the log, or while
         the client is over its produce or fetch quota."""
-        if self._connection is None:
+        connection = self._connection
+        if connection is None:
             return
-        throttled = self.deliveries_held or (self._produce_throttle is not None and self._produce_throttle.active)
-        if throttled or self.session.log_writes_in_flight >= self.session.config.receive_maximum:
-            self._connection.pause_reading()
-        else:
-            self._connection.resume_reading()
+        fetch, produce = self._fetch_throttle, self._produce_throttle
+        if ((fetch is not None and fetch.active) or (produce is not None and produce.active)
+                or self.session.log_writes_in_flight >= self.session.config.receive_maximum):
+            if not self._reading_paused:
+                self._reading_paused = True
+                connection.pause_reading()
+        elif self._reading_paused:  # each read and log write asks: only a change has anything to do
+            self._reading_paused = False
+            connection.resume_reading()
 
     def _write_failed(self, failure: Failure, tickets: list[int]) -> None:
         self.log.warn("log write for {client_id} failed: {error}", client_id=self.client_id, error=failure.value)
@@ -526,8 +555,8 @@ class MqttConnection:
 
     def deliver(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """Hand the session a log record's message (live, or read while catching up)."""
-        if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
-            return  # a subscription to '#' brings only what the principal may read
+        if self.topic_decisions is not None and not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+            return  # a subscription to '#' brings only what the principal may read (no decisions: no topic ACLs)
         self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
 
     def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None:

@@ -173,10 +173,11 @@ class MqttSession:
 
     def receive_data(self, data: bytes, now_ms: int) -> list[Action]:
         """Bytes from the client."""
-        if self.state in _TERMINAL:
+        state = self.state
+        if state is _CLOSED or state is _ERROR:  # ``_TERMINAL``, without an Enum ``__hash__`` call per read
             return []  # the transport is closing; late bytes mean nothing
         self._last_received_ms = now_ms
-        if self.state is _CONNECTED:
+        if state is _CONNECTED:
             packet_ids = self._decoder.plain_pubacks(data)
             if packet_ids is not None:  # a subscriber's usual read: its PUBACKs, completed together
                 self._flows.on_pubacks(packet_ids, now_ms)  # type: ignore[union-attr]
