@@ -28,6 +28,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import repeat
+from operator import itemgetter
 
 from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks, SendPublishes
 from mqbroker.protocols.mqtt.codec import encode, encode_plain_publish
@@ -55,6 +56,7 @@ from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_to
 #: A successful PUBACK: its fixed header (type 4, remaining length 2), then the packet id.
 _PUBACK = struct.Struct(">HH")
 _PUBACK_HEADER = PacketType.PUBACK << 12 | 2
+_PACKET_ID = itemgetter(1)  # of a log write's (qos, packet id)
 #: A refill of the client's window waits until this share of it is free (or all that waits fits): see ``pump``.
 _REFILL_STEP_SHARE = 8
 
@@ -199,12 +201,12 @@ class PublishFlows:
 
     def take_writes(self, tickets: Sequence[int]) -> list[tuple[int, int]]:
         """The (qos, packet id) of log writes that completed, forgotten here."""
-        return [self.log_writes.pop(ticket) for ticket in tickets]
+        return list(map(self.log_writes.pop, tickets))
 
     def acknowledge_writes(self, writes: Sequence[tuple[int, int]], reason_code: ReasonCode) -> None:
         """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``), in order."""
         if reason_code == ReasonCode.SUCCESS and writes and max(writes)[0] == 1:  # all QoS 1 (the usual case)
-            self._send_pubacks([packet_id for _, packet_id in writes])
+            self._send_pubacks(list(map(_PACKET_ID, writes)))
             return
         puback_ids: list[int] = []  # a run of successful PUBACKs: one action
         for qos, packet_id in writes:

@@ -28,7 +28,7 @@ from tests.unit.protocols.mqtt.client_socket import started_hub
 LEVEL = PROTOCOL_LEVEL_3_1_1  # paho's default
 #: Python calls of the front end (code under ``mqbroker/``) per paced message: its PUBLISH read (decode, session,
 #: batch, delivery from memory, PUBACK) and the subscriber's PUBACK read: 121 before the cuts that set it.
-PACED_MESSAGE_CALLS_MAX = 90
+PACED_MESSAGE_CALLS_MAX = 86
 
 
 class _Socket:
