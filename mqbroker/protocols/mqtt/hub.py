@@ -94,6 +94,10 @@ _COMPACTED = {"cleanup.policy": "compact"}
 _DECODED = {"record.validation": "decode"}
 
 
+#: A record handed to a live session: its offset, its message and the session's subscriptions it matches.
+LiveOffer = tuple[int, OutboundMessage, list[Subscription]]
+
+
 class Connection(TypingProtocol):
     """What the hub needs from one MQTT connection (``server.MqttConnection``)."""
 
@@ -103,6 +107,8 @@ class Connection(TypingProtocol):
 
     def offer_live(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
                    subscriptions: list[Subscription]) -> None: ...
+
+    def offer_live_many(self, partition_key: PartitionKey, offers: list[LiveOffer]) -> None: ...
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None: ...
 
@@ -418,20 +424,34 @@ class MqttHub:
         dispatcher.position = base_offset + len(records)
         if not len(self.registry):
             return
-        # Corked for a batch of several (each connection writes once at the end); a paced message comes alone, and
-        # each connection it reaches writes once anyway: no cork to set up and take down per message.
-        corks = len(records) > 1 and not self.corked
-        if corks:
-            self.corked = True
-        try:
+        topic, partition = key
+        if len(records) == 1:  # a paced message comes alone: each connection it reaches writes once anyway
+            action = records[0]
+            message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
+                                          (topic, partition, base_offset))
+            if message is not None:
+                self._route(key, base_offset, message)
+            return
+        with self.batched_writes():
+            offers: dict[str, list[LiveOffer]] = {}  # by client id: one action list per session for the run
             for offset, action in enumerate(records, base_offset):
                 message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
-                                              (key[0], key[1], offset))
-                if message is not None:
+                                              (topic, partition, offset))
+                if message is None:
+                    continue
+                unshared = self.registry.unshared_route(message.topic)
+                if unshared is None:  # a share group to choose a member of, by what each has room for now
+                    self._offer_all(key, offers)
+                    offers = {}
                     self._route(key, offset, message)
-        finally:
-            if corks:
-                self._uncork()
+                    continue
+                for client_id, subscriptions in unshared.items():
+                    offers.setdefault(client_id, []).append((offset, message, subscriptions))
+            self._offer_all(key, offers)
+
+    def _offer_all(self, key: PartitionKey, offers: dict[str, list[LiveOffer]]) -> None:
+        for client_id, offered in offers.items():
+            self.connections[client_id].offer_live_many(key, offered)
 
     def _route(self, key: PartitionKey, offset: int, message: OutboundMessage) -> None:
         """Offer the message at ``offset`` of ``key`` to every live session whose subscriptions match its topic."""

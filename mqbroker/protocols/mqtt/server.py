@@ -59,7 +59,7 @@ from mqbroker.protocols.mqtt.actions import (
 )
 from mqbroker.protocols.mqtt.catch_up import CatchUp
 from mqbroker.protocols.mqtt.connect import SessionConfig
-from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
+from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, LiveOffer, MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.read_back import read_back_inflight
 from mqbroker.protocols.mqtt.registry import group_key_of
@@ -160,14 +160,27 @@ class MqttConnection:
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
     ) -> None:
         """A shared reader's record; a session with a full window falls back to reading the log itself."""
+        if self._takes_live(partition_key, offset, message):
+            self.deliver(message, subscriptions)
+
+    def offer_live_many(self, partition_key: PartitionKey, offers: list[LiveOffer]) -> None:
+        """``offer_live`` of each (offset, message, subscriptions) of one append, in log order, as one action list
+        (``deliver_many``): one pass through the session and the action queue for the run, not one per message."""
+        if self.session.state is _CONNECTED:
+            self.deliver_many((message, subscriptions) for offset, message, subscriptions in offers
+                              if self._takes_live(partition_key, offset, message))
+
+    def _takes_live(self, partition_key: PartitionKey, offset: int, message: OutboundMessage) -> bool:
+        """Whether the session takes the shared reader's message at ``offset`` now; with a full window (or over
+        its fetch quota) it falls back to reading the log itself from there."""
         session = self.session
         if session.state is not _CONNECTED or self._catch_up.passes_over(partition_key, offset):
-            return
+            return False
         fetch = self._fetch_throttle
         if (fetch is not None and fetch.active) or (message.qos and not session.accepting_deliveries):
             self._catch_up.fall_behind(partition_key, offset)
-            return
-        self.deliver(message, subscriptions)
+            return False
+        return True
 
     def stood_past(self, partition_key: PartitionKey, offset: int) -> bool:
         """Whether this session, reopened here, stood past the record at ``offset`` on its previous broker
@@ -563,8 +576,8 @@ class MqttConnection:
         self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
 
     def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None:
-        """``deliver`` of each (message, subscriptions) read while catching up, as one action list (one pass through
-        the session and the action queue per fetch, not per message). The iterable is read one delivery at a time,
+        """``deliver`` of each (message, subscriptions) read while catching up (or of one append, ``offer_live_many``),
+        as one action list (one pass through the session and the action queue per fetch, not per message). The iterable is read one delivery at a time,
         after the one before it was queued or sent. Under a fetch quota each goes on its own, so that the quota
         holds the next one back as soon as it is exceeded."""
         if self._fetch_throttle is not None:

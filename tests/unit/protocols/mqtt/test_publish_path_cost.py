@@ -1,7 +1,9 @@
-"""What a paced QoS 1 message costs the front end, counted deterministically: with ``mqtt_puback = "written"`` a
-message that comes alone in its read (the latency run's) is decoded, appended, handed to a live subscriber from
-memory and acknowledged in that read's turn, and the subscriber's PUBACK comes in a read of its own. Every wake of
-the reactor runs cold, so each Python call on that path counts several times over (docs/mqtt.md, "Performance")."""
+"""What a QoS 1 message costs the front end on its way from a publisher to a live subscriber, counted
+deterministically: with ``mqtt_puback = "written"`` a message is decoded, appended, handed to the subscriber from
+memory and acknowledged in the turn that read it, and the subscriber's PUBACK comes in a read of its own. A paced
+message comes alone in its read (the latency run's); every wake of the reactor runs cold, so each Python call on
+that path counts several times over (docs/mqtt.md, "Performance"). A publisher ahead of its PUBACKs sends many in a
+read: they reach each subscriber in one pass through its session."""
 
 from __future__ import annotations
 
@@ -28,7 +30,11 @@ from tests.unit.protocols.mqtt.client_socket import started_hub
 LEVEL = PROTOCOL_LEVEL_3_1_1  # paho's default
 #: Python calls of the front end (code under ``mqbroker/``) per paced message: its PUBLISH read (decode, session,
 #: batch, delivery from memory, PUBACK) and the subscriber's PUBACK read: 121 before the cuts that set it.
-PACED_MESSAGE_CALLS_MAX = 86
+PACED_MESSAGE_CALLS_MAX = 87
+#: The same per message of a read of ``BURST`` PUBLISHes (the subscriber's PUBACKs a read each); 54 before a live
+#: subscriber's share of a read went through its session as one action list.
+BURST = 50
+BURST_MESSAGE_CALLS_MAX = 33
 
 
 class _Socket:
@@ -60,8 +66,8 @@ class _Socket:
         return PacketDecoder(packet_bytes_max=1 << 20, protocol_level=LEVEL).receive_data(b"".join(self.written))
 
 
-def _connected(hub: MqttHub, client_id: str) -> tuple[MqttConnection, _Socket]:
-    connection = MqttConnection(hub, SessionConfig(), lambda: "generated")
+def _connected(hub: MqttHub, client_id: str, config: SessionConfig | None = None) -> tuple[MqttConnection, _Socket]:
+    connection = MqttConnection(hub, config or SessionConfig(), lambda: "generated")
     socket = _Socket()
     connection.connection_made(socket)  # type: ignore[arg-type]
     connection.data_received(encode(Connect(client_id=client_id, protocol_level=LEVEL, keep_alive_s=0), LEVEL))
@@ -69,21 +75,23 @@ def _connected(hub: MqttHub, client_id: str) -> tuple[MqttConnection, _Socket]:
     return connection, socket
 
 
-def _paced_pair() -> tuple[Callable[[int], None], _Socket, _Socket]:
-    """A ``written`` hub with a QoS 1 subscriber and a publisher; the returned step publishes message ``number``
-    (packet ids from 1) in a read of its own and reads the subscriber's PUBACK of it in another."""
+def _paced_pair(burst: int = 1, config: SessionConfig | None = None) -> tuple[Callable[[int], None], _Socket, _Socket]:
+    """A ``written`` hub with a QoS 1 subscriber (``config``) and a publisher; the returned step publishes messages
+    ``number * burst`` on (packet ids from 1) in a read and reads the subscriber's PUBACK of each in a read of its
+    own."""
     hub = started_hub(FakeBroker(durable_at_once=False), puback_acks=PUBACK_ACKS["written"])
-    subscriber, subscriber_socket = _connected(hub, "subscriber")
+    subscriber, subscriber_socket = _connected(hub, "subscriber", config)
     request = SubscriptionRequest(topic_filter="plant/#", qos=1)
     subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), LEVEL))
     publisher, publisher_socket = _connected(hub, "publisher")
-    publishes = [encode(Publish(topic="plant/a", payload=b"x" * 100, qos=1, packet_id=number + 1), LEVEL)
-                 for number in range(200)]
-    pubacks = [encode(PubAck(packet_id=number + 1), LEVEL) for number in range(200)]
+    reads = [b"".join(encode(Publish(topic="plant/a", payload=b"x" * 100, qos=1, packet_id=number + 1), LEVEL)
+                      for number in range(start, start + burst)) for start in range(0, 200 * burst, burst)]
+    pubacks = [encode(PubAck(packet_id=number + 1), LEVEL) for number in range(200 * burst)]
 
     def step(number: int) -> None:
-        publisher.data_received(publishes[number])
-        subscriber.data_received(pubacks[number])
+        publisher.data_received(reads[number])
+        for puback in pubacks[number * burst:(number + 1) * burst]:
+            subscriber.data_received(puback)
 
     return step, publisher_socket, subscriber_socket
 
@@ -114,6 +122,42 @@ def test_a_paced_qos1_message_stays_within_its_python_call_budget() -> None:
     assert [packet.packet_id for packet in publisher_socket.packets() if isinstance(packet, PubAck)] == list(
         range(1, 201))
     assert [packet.payload for packet in subscriber_socket.packets() if isinstance(packet, Publish)] == [b"x" * 100] * 200
+
+
+def test_a_read_of_many_qos1_messages_reaches_a_live_subscriber_in_one_pass_through_its_session() -> None:
+    step, publisher_socket, subscriber_socket = _paced_pair(BURST, SessionConfig(outbound_inflight_max_3_1_1=1000))
+    step(0)
+    frames = _calls_of(lambda: [step(number) for number in range(1, 21)])
+    front_end = [frame for frame in frames if "/mqbroker/" in frame.f_code.co_filename]
+    assert len(front_end) / (20 * BURST) <= BURST_MESSAGE_CALLS_MAX
+    assert len([packet for packet in subscriber_socket.packets() if isinstance(packet, Publish)]) == 21 * BURST
+    assert len(subscriber_socket.written) == 2 + 21  # CONNACK, SUBACK, then one write per read of the publisher's
+
+
+def test_a_window_full_in_the_middle_of_an_append_leaves_the_rest_to_the_session_s_own_read() -> None:
+    """The subscriber takes what its window and queue have room for from memory; it reads the rest from the log
+    itself, once durable, in order, each message once."""
+    broker = FakeBroker(durable_at_once=False)
+    hub = started_hub(broker, puback_acks=PUBACK_ACKS["written"])
+    subscriber, subscriber_socket = _connected(
+        hub, "subscriber", SessionConfig(outbound_inflight_max_3_1_1=3, pending_messages_max=4))
+    request = SubscriptionRequest(topic_filter="plant/#", qos=1)
+    subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), LEVEL))
+    publisher, _ = _connected(hub, "publisher")
+    payloads = [b"%d" % number for number in range(20)]
+    publisher.data_received(b"".join(encode(Publish(topic="plant/a", payload=payload, qos=1, packet_id=number + 1),
+                                            LEVEL) for number, payload in enumerate(payloads)))
+    delivered: list[bytes] = []
+    for _ in range(20):
+        received = [packet for packet in subscriber_socket.packets() if isinstance(packet, Publish)]
+        subscriber_socket.written.clear()
+        if not delivered:
+            assert len(received) == 3  # the window (and 4 queued) from memory: the rest waits for the fsync
+        delivered += [packet.payload for packet in received]
+        for packet in received:
+            subscriber.data_received(encode(PubAck(packet_id=packet.packet_id), LEVEL))
+        broker.sync()
+    assert delivered == payloads
 
 
 def test_a_paced_qos1_message_runs_no_enum_code() -> None:
