@@ -1,12 +1,11 @@
 """The MQTT front end's Twisted adapter: one ``MqttConnection`` per socket around a sans-I/O ``MqttSession``.
 
-The session decides; this module only carries out its actions, in order, against the broker
-(``IBroker``) and the listener's shared ``MqttHub``:
+The session decides; this module only carries out its actions, in order (``action_queue.py``), against the
+broker (``IBroker``) and the listener's shared ``MqttHub``:
 
-* a session's state is written to ``__mqtt_sessions`` (acks=-1) one write at a time, each of the
-  newest state: a blocking ``StoreSession`` at the head of an action list before the rest of the list
-  runs (while it is in flight, later lists wait and their stores coalesce); a non-blocking one
-  within ``limits.mqtt_session_store_interval_ms``, while the actions run on (``session_writes.py``);
+* a session's state is written to ``__mqtt_sessions`` (acks=-1) one write at a time, each of the newest state: a
+  blocking ``StoreSession`` at the head of an action list before the rest runs (later lists wait, their stores
+  coalesce); a non-blocking one within ``limits.mqtt_session_store_interval_ms`` (``session_writes.py``);
 * a reopened session's in-flight messages are read back from the log (``read_back.py``) before the
   session resends them;
 * ``PublishToLog`` actions of one list are appended as one batch per log partition (the
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -41,6 +39,7 @@ from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.mqtt import security as mqtt_security
 from mqbroker.protocols.mqtt.admin_view import MqttAdminView
 from mqbroker.protocols.mqtt.acl import MqttIdentity, TopicDecisions
+from mqbroker.protocols.mqtt.action_queue import ActionQueue
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -95,10 +94,11 @@ class MqttConnection:
         self.client_id = ""
         self.principal: Principal = ANONYMOUS
         self._connection: ConnectionHandle | None = None
-        self._queue: deque[list[Action]] = deque()
         self._writes = SessionWrites(hub.reactor, hub.now_ms, self._write_session, self._session_written,
                                      lambda: self.session.state is _CONNECTED)
-        self._executing = False
+        self._actions = ActionQueue(self._writes, self._execute, self.flush)
+        #: Carry out an action list in order (the queue's own ``run``, bound once: no call of this class's per list).
+        self._run: Callable[[list[Action]], None] = self._actions.run
         self._keep_alive_timer: IDelayedCall | None = None
         self._connect_timer: IDelayedCall | None = None
         self._catch_up = CatchUp(hub, self)
@@ -164,8 +164,7 @@ class MqttConnection:
             self.deliver(message, subscriptions)
 
     def offer_live_many(self, partition_key: PartitionKey, offers: list[LiveOffer]) -> None:
-        """``offer_live`` of each (offset, message, subscriptions) of one append, in log order, as one action list
-        (``deliver_many``): one pass through the session and the action queue for the run, not one per message."""
+        """``offer_live`` of each (offset, message, subscriptions) of one append, in log order, as one action list."""
         if self.session.state is _CONNECTED:
             self.deliver_many((message, subscriptions) for offset, message, subscriptions in offers
                               if self._takes_live(partition_key, offset, message))
@@ -231,51 +230,6 @@ class MqttConnection:
 
     # ------------------------------------------------------------------ running actions in order
 
-    def _run(self, actions: list[Action]) -> None:
-        if self._executing:
-            if actions:
-                self._queue.append(actions)
-            return
-        if not self._queue:  # the usual case, run without the queue's pass: nothing waits before this list
-            if not actions:
-                if self._outgoing:
-                    self.flush()
-                return
-            head = actions[0]
-            if self._writes.held is None and (type(head) is not StoreSession or not head.blocking):
-                self._executing = True
-                try:
-                    self._execute(actions)
-                    if self._queue:  # what it queued meanwhile
-                        self._drain_queue()
-                finally:
-                    self._executing = False
-                self.flush()
-                return
-        if actions:
-            self._queue.append(actions)
-        self._drain()
-
-    def _drain(self) -> None:
-        self._executing = True
-        try:
-            self._drain_queue()
-        finally:
-            self._executing = False
-        self.flush()
-
-    def _drain_queue(self) -> None:
-        writes, queue = self._writes, self._queue
-        while queue and writes.held is None:
-            if not any(map(_blocking_store, queue)):
-                self._execute(queue.popleft())
-                continue
-            if writes.writing:
-                return  # a non-blocking write is in flight: the blocking one follows it (``_session_written``)
-            held = list(queue)
-            queue.clear()
-            writes.hold(held)
-
     def _write_session(self) -> Deferred[Any]:
         """Write the session's state as of now, with its cursors as of now (``SessionWrites``: one at a time)."""
         state = self.session.session
@@ -288,15 +242,7 @@ class MqttConnection:
             self.log.failure("storing the session of {client_id} failed; closing", failure, client_id=self.client_id)
             self._run(self.session.close(ReasonCode.UNSPECIFIED_ERROR, self.hub.now_ms()))
             return
-        if held:
-            self._executing = True
-            try:
-                for actions in held:
-                    self._execute(actions)
-            finally:
-                self._executing = False
-        self._writes.store_later_if_changed()
-        self._drain()
+        self._actions.run_held(held)
 
     def _execute(self, actions: list[Action]) -> None:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
@@ -621,12 +567,6 @@ class MqttConnection:
     def log_failure(self, failure: Failure, what: str) -> None:
         """Log a failed background step of this connection."""
         self.log.failure("{what} for {client_id} failed", failure, what=what, client_id=self.client_id)
-
-
-def _blocking_store(actions: list[Action]) -> bool:
-    """Whether an action list starts with a ``StoreSession`` that must be durable before the rest runs."""
-    head = actions[0]
-    return type(head) is StoreSession and head.blocking
 
 
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:
