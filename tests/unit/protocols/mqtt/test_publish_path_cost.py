@@ -12,6 +12,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+import pytest
+
 from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub
@@ -35,6 +37,8 @@ PACED_MESSAGE_CALLS_MAX = 88
 #: subscriber's share of a read went through its session as one action list.
 BURST = 50
 BURST_MESSAGE_CALLS_MAX = 34
+#: The same with ``durable``: the shared reader's fetch of each read's messages, after the fsync; 72 before.
+DURABLE_BURST_MESSAGE_CALLS_MAX = 38
 
 
 class _Socket:
@@ -75,11 +79,14 @@ def _connected(hub: MqttHub, client_id: str, config: SessionConfig | None = None
     return connection, socket
 
 
-def _paced_pair(burst: int = 1, config: SessionConfig | None = None) -> tuple[Callable[[int], None], _Socket, _Socket]:
-    """A ``written`` hub with a QoS 1 subscriber (``config``) and a publisher; the returned step publishes messages
-    ``number * burst`` on (packet ids from 1) in a read and reads the subscriber's PUBACK of each in a read of its
-    own."""
-    hub = started_hub(FakeBroker(durable_at_once=False), puback_acks=PUBACK_ACKS["written"])
+def _paced_pair(burst: int = 1, config: SessionConfig | None = None,
+                mode: str = "written") -> tuple[Callable[[int], None], _Socket, _Socket]:
+    """A hub (``mqtt_puback = mode``) with a QoS 1 subscriber (``config``) and a publisher; the returned step
+    publishes messages ``number * burst`` on (packet ids from 1) in a read, makes them durable (the fake broker's
+    fsync: ``durable`` delivers them then, from the shared reader's fetch) and reads the subscriber's PUBACK of each
+    in a read of its own."""
+    broker = FakeBroker(durable_at_once=False)
+    hub = started_hub(broker, puback_acks=PUBACK_ACKS[mode])
     subscriber, subscriber_socket = _connected(hub, "subscriber", config)
     request = SubscriptionRequest(topic_filter="plant/#", qos=1)
     subscriber.data_received(encode(Subscribe(packet_id=1, subscriptions=(request,)), LEVEL))
@@ -90,6 +97,8 @@ def _paced_pair(burst: int = 1, config: SessionConfig | None = None) -> tuple[Ca
 
     def step(number: int) -> None:
         publisher.data_received(reads[number])
+        if mode == "durable":
+            broker.sync()
         for puback in pubacks[number * burst:(number + 1) * burst]:
             subscriber.data_received(puback)
 
@@ -134,11 +143,25 @@ def test_a_read_of_many_qos1_messages_reaches_a_live_subscriber_in_one_pass_thro
     assert len(subscriber_socket.written) == 2 + 21  # CONNACK, SUBACK, then one write per read of the publisher's
 
 
-def test_a_window_full_in_the_middle_of_an_append_leaves_the_rest_to_the_session_s_own_read() -> None:
-    """The subscriber takes what its window and queue have room for from memory; it reads the rest from the log
-    itself, once durable, in order, each message once."""
+def test_a_durable_fetch_of_many_qos1_messages_reaches_a_live_subscriber_in_one_pass_through_its_session() -> None:
+    config = SessionConfig(outbound_inflight_max_3_1_1=1000)
+    step, publisher_socket, subscriber_socket = _paced_pair(BURST, config, "durable")
+    step(0)
+    frames = _calls_of(lambda: [step(number) for number in range(1, 21)])
+    front_end = [frame for frame in frames if "/mqbroker/" in frame.f_code.co_filename]
+    assert len(front_end) / (20 * BURST) <= DURABLE_BURST_MESSAGE_CALLS_MAX
+    assert [packet.payload for packet in subscriber_socket.packets() if isinstance(packet, Publish)] == [
+        b"x" * 100] * (21 * BURST)
+    assert len(subscriber_socket.written) == 2 + 21  # CONNACK, SUBACK, then one write per fetch
+
+
+@pytest.mark.parametrize("mode", ["written", "durable"])
+def test_a_window_full_in_the_middle_of_a_run_leaves_the_rest_to_the_session_s_own_read(mode: str) -> None:
+    """The subscriber takes what its window and queue have room for of a run handed out at once (an append with
+    ``written``, the shared reader's fetch with ``durable``); it reads the rest from the log itself, once durable, in
+    order, each message once."""
     broker = FakeBroker(durable_at_once=False)
-    hub = started_hub(broker, puback_acks=PUBACK_ACKS["written"])
+    hub = started_hub(broker, puback_acks=PUBACK_ACKS[mode])
     subscriber, subscriber_socket = _connected(
         hub, "subscriber", SessionConfig(outbound_inflight_max_3_1_1=3, pending_messages_max=4))
     request = SubscriptionRequest(topic_filter="plant/#", qos=1)
@@ -147,12 +170,14 @@ def test_a_window_full_in_the_middle_of_an_append_leaves_the_rest_to_the_session
     payloads = [b"%d" % number for number in range(20)]
     publisher.data_received(b"".join(encode(Publish(topic="plant/a", payload=payload, qos=1, packet_id=number + 1),
                                             LEVEL) for number, payload in enumerate(payloads)))
+    if mode == "durable":
+        broker.sync()
     delivered: list[bytes] = []
     for _ in range(20):
         received = [packet for packet in subscriber_socket.packets() if isinstance(packet, Publish)]
         subscriber_socket.written.clear()
         if not delivered:
-            assert len(received) == 3  # the window (and 4 queued) from memory: the rest waits for the fsync
+            assert len(received) == 3  # the window (and 4 queued): the rest is read from the log
         delivered += [packet.payload for packet in received]
         for packet in received:
             subscriber.data_received(encode(PubAck(packet_id=packet.packet_id), LEVEL))
