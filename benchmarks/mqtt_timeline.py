@@ -14,8 +14,9 @@ into:
 * ``rx → appended``: its batch is in the log (``PartitionLog.append`` returned);
 * ``appended → durable``: the group-commit round covering it is done (``Flusher._round_done``); with
   ``--puback written`` this step is off the delivery path and printed for reference only;
-* ``appended|durable → offered``: the hub offers it to the subscriber's connection (``offer_live``: from memory on
-  append with ``written``, from the shared reader's fetch once durable with ``durable``) — or, with its window full,
+* ``appended|durable → offered``: the hub offers it to the subscriber's connection (``offer_live``, or
+  ``offer_live_many`` for a run: from memory on append with ``written``, from the shared reader's fetch once durable
+  with ``durable``) — or, with its window full,
   the session falls behind and reads the log itself (counted as ``fell behind``);
 * ``offered → written``: the PUBLISH is written to the subscriber's socket (the connection's ``flush``);
 * ``written → recv``: paho's ``on_message`` in the subscriber.
@@ -117,6 +118,17 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
             events.append(("offer", state[0], state[1], sent[0]))
 
     wrap(server.MqttConnection, "offer_live", before=offered, after=offer_done)
+
+    def offered_many(self: Any, *_: Any, **__: Any) -> tuple[int, int] | None:
+        return (now(), sent[0]) if subscriber(self) else None
+
+    def offers_done(self: Any, result: Any, state: tuple[int, int] | None, partition_key: Any, offers: Any,
+                    *_: Any, **__: Any) -> None:
+        if state is not None:  # a run offered at once: each counted as sent in order, as far as the run sent
+            for index, (offset, *_rest) in enumerate(offers):
+                events.append(("offer", state[0], offset, min(state[1] + index + 1, sent[0])))
+
+    wrap(server.MqttConnection, "offer_live_many", before=offered_many, after=offers_done)
     wrap(server.MqttConnection, "_send_publishes", before=lambda self, count, *_, **__: (
         subscriber(self) and self._connection is not None and sent.__setitem__(0, sent[0] + count)))
     wrap(server.MqttConnection, "flush", before=lambda self, *_, **__: subscriber(self) and bool(self._outgoing),

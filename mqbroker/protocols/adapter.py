@@ -72,6 +72,8 @@ class CodecProtocol(Protocol, TimeoutMixin):
         self._paused_by_session = False
         self._reading_paused = False
         self._tcp: tcp.Connection | None = None
+        #: The session's ``buffered_bytes`` after the last read (None: it reports none).
+        self._buffered_after_read: int | None = 0
         self.closed = False
 
     # -- Protocol -------------------------------------------------------------------------
@@ -90,9 +92,13 @@ class CodecProtocol(Protocol, TimeoutMixin):
 
     def dataReceived(self, data: bytes) -> None:
         self.resetTimeout()
-        buffered_before = self._buffered_bytes()
+        # A session's buffer grows only by what it receives: none left after the last read, none now (the usual
+        # read, of whole frames: the session is asked once per read, not twice). It may have shrunk since.
+        buffered_before = self._buffered_after_read and self._buffered_bytes()
         self.session.data_received(data)
-        buffered_after = self._buffered_bytes()
+        buffered_after = self._buffered_after_read = self._buffered_bytes()
+        if not buffered_after and self._frame_timer is None:
+            return  # no frame begun, no frame timer to stop (``_check_frame``)
         completed_a_frame = buffered_before is not None and buffered_after is not None and (
             buffered_after < buffered_before + len(data))
         self._check_frame(buffered_after, restart=completed_a_frame)

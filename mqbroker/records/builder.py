@@ -138,6 +138,10 @@ def _attributes(compression: Compression, timestamp_type: TimestampType, is_tran
     return attributes
 
 
+#: The attributes of an uncompressed, create-time, non-transactional data batch.
+_PLAIN_ATTRIBUTES = _attributes(Compression.NONE, TimestampType.CREATE_TIME, False, False)
+
+
 class BatchBuilder:
     """Encodes records into one batch as they are appended; ``build()`` returns the batch bytes.
 
@@ -187,8 +191,13 @@ class BatchBuilder:
         delete_horizon_ms: int | None = None,
     ) -> None:
         assert last_offset_delta is None or 0 <= last_offset_delta <= _INT32_MAX, last_offset_delta
-        self._compression = Compression(compression)
-        self._attributes = _attributes(self._compression, TimestampType(timestamp_type), is_transactional, is_control)
+        if (compression is Compression.NONE and timestamp_type is TimestampType.CREATE_TIME and not is_transactional
+                and not is_control):  # nearly every batch: no Enum calls (Python code) to make it
+            self._compression, self._attributes = compression, _PLAIN_ATTRIBUTES
+        else:
+            self._compression = Compression(compression)
+            self._attributes = _attributes(self._compression, TimestampType(timestamp_type), is_transactional,
+                                           is_control)
         if delete_horizon_ms is not None:
             self._attributes |= DELETE_HORIZON_MASK
         self._base_offset = base_offset
@@ -348,7 +357,9 @@ class BatchBuilder:
         if self._fixed_last_offset_delta is not None:
             last_offset_delta = self._fixed_last_offset_delta
         if self._records:
-            records_section = compress(self._compression, b"".join(self._records))
+            records_section = b"".join(self._records)
+            if self._compression is not Compression.NONE:
+                records_section = compress(self._compression, records_section)
         else:
             assert self._fixed_last_offset_delta is not None, "only a header-only batch of the cleaner holds no record"
             records_section = b""

@@ -28,6 +28,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import repeat
+from operator import itemgetter
 
 from mqbroker.protocols.mqtt.actions import Action, PublishToLog, Retain, Send, SendPubAcks, SendPublishes
 from mqbroker.protocols.mqtt.codec import encode, encode_plain_publish
@@ -55,6 +56,7 @@ from mqbroker.protocols.mqtt.topics import TopicMapping, record_key, validate_to
 #: A successful PUBACK: its fixed header (type 4, remaining length 2), then the packet id.
 _PUBACK = struct.Struct(">HH")
 _PUBACK_HEADER = PacketType.PUBACK << 12 | 2
+_PACKET_ID = itemgetter(1)  # of a log write's (qos, packet id)
 #: A refill of the client's window waits until this share of it is free (or all that waits fits): see ``pump``.
 _REFILL_STEP_SHARE = 8
 
@@ -98,7 +100,8 @@ class PublishFlows:
         self.state: SessionState | None = None
         self._outbound_aliases: dict[str, int] = {}
         self._inbound_aliases: dict[int, str] = {}
-        self._writes: dict[int, tuple[int, int]] = {}  # ticket -> (qos, packet id) awaiting the log
+        #: The client's QoS 1/2 messages on their way to the log: ticket -> (qos, packet id).
+        self.log_writes: dict[int, tuple[int, int]] = {}
         self._plain_headers: dict[tuple[int, bool], tuple[tuple[str, bytes], ...]] = {}
         #: The last PUBLISH's (topic, mapping rules version, log topic, record key): most publish to one topic.
         self._destination: tuple[str, int, str, bytes] = ("", -1, "", b"")
@@ -111,11 +114,6 @@ class PublishFlows:
         self.state = state
         self._resend_inflight()
         self.pump(now_ms)
-
-    @property
-    def log_writes_in_flight(self) -> int:
-        """Client QoS 1/2 messages on their way to the log."""
-        return len(self._writes)
 
     # ------------------------------------------------------------------ inbound PUBLISH flow
 
@@ -144,12 +142,12 @@ class PublishFlows:
             if publish.packet_id in state.received_qos2:
                 self._outbox.send(PubRec(packet_id=publish.packet_id))  # a resend: the message is already stored
                 return
-            if (2, publish.packet_id) in self._writes.values():
+            if (2, publish.packet_id) in self.log_writes.values():
                 return  # a resend while the first copy is being written: its PUBREC follows
         if (
             qos
             and self._outbox.protocol_level == PROTOCOL_LEVEL_5  # 3.1.1 has no receive maximum: the adapter pauses reading
-            and len(self._writes) + len(state.received_qos2) >= self._config.receive_maximum
+            and len(self.log_writes) + len(state.received_qos2) >= self._config.receive_maximum
         ):
             raise MqttProtocolError(
                 ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
@@ -158,13 +156,15 @@ class PublishFlows:
             )
         if not plain and properties.topic_alias is not None:  # subscription identifiers were refused above
             properties = replace(properties, topic_alias=None)
-        headers = self._record_headers(qos, retain, properties)
+        headers = self._plain_headers.get((qos, retain)) if properties is NO_PROPERTIES else None
+        if headers is None:  # (the usual PUBLISH's are found above, without a call)
+            headers = self._record_headers(qos, retain, properties)
         ticket = None
         if qos:
             assert publish.packet_id is not None
             ticket = self._next_ticket
             self._next_ticket = ticket + 1
-            self._writes[ticket] = (qos, publish.packet_id)
+            self.log_writes[ticket] = (qos, publish.packet_id)
         self._outbox.actions.append(PublishToLog(
             ticket=ticket, log_topic=destination[2], key=destination[3], payload=publish.payload, headers=headers,
         ))
@@ -201,12 +201,12 @@ class PublishFlows:
 
     def take_writes(self, tickets: Sequence[int]) -> list[tuple[int, int]]:
         """The (qos, packet id) of log writes that completed, forgotten here."""
-        return [self._writes.pop(ticket) for ticket in tickets]
+        return list(map(self.log_writes.pop, tickets))
 
     def acknowledge_writes(self, writes: Sequence[tuple[int, int]], reason_code: ReasonCode) -> None:
         """PUBACK or PUBREC the client messages the log took (or refused with ``reason_code``), in order."""
         if reason_code == ReasonCode.SUCCESS and writes and max(writes)[0] == 1:  # all QoS 1 (the usual case)
-            self._send_pubacks([packet_id for _, packet_id in writes])
+            self._send_pubacks(list(map(_PACKET_ID, writes)))
             return
         puback_ids: list[int] = []  # a run of successful PUBACKs: one action
         for qos, packet_id in writes:
@@ -261,7 +261,8 @@ class PublishFlows:
                 completed = True
         if completed:
             self._outbox.changed = True  # lost in a crash, the messages go out again (DUP=1), are acknowledged again
-            self.pump(now_ms)
+            if state.pending or state.qos0_pending:  # a live subscriber's queue is empty: nothing to ``pump``
+                self.pump(now_ms)
 
     def on_pubrec(self, pubrec: PubRec, now_ms: int) -> None:
         """A QoS 2 delivery is received: release it (or end it, if the client refused it)."""

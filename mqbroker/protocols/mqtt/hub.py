@@ -90,6 +90,10 @@ _COMPACTED = {"cleanup.policy": "compact"}
 _DECODED = {"record.validation": "decode"}
 
 
+#: A record handed to a live session: its offset, its message and the session's subscriptions it matches.
+LiveOffer = tuple[int, OutboundMessage, list[Subscription]]
+
+
 class Connection(TypingProtocol):
     """What the hub needs from one MQTT connection (``server.MqttConnection``)."""
 
@@ -99,6 +103,8 @@ class Connection(TypingProtocol):
 
     def offer_live(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
                    subscriptions: list[Subscription]) -> None: ...
+
+    def offer_live_many(self, partition_key: PartitionKey, offers: list[LiveOffer]) -> None: ...
 
     def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None: ...
 
@@ -368,16 +374,11 @@ class MqttHub:
 
     def dispatch_all(self, key: PartitionKey, data: bytes, start_offset: int,
                      aborted: Iterable[AbortedTransaction] | None = None) -> None:
-        """``dispatch`` every committed record of a fetch from ``start_offset`` on; one socket write per connection.
-
-        The partition's reader stands past each record while it is handed out: a session state written meanwhile (a
-        QoS 2 delivery's, before its PUBLISH goes out) stores a cursor past the record it holds in flight."""
-        reader = self.dispatchers.get(key)
+        """Hand every committed record of a fetch from ``start_offset`` on to the live sessions whose subscriptions
+        match its MQTT topic (``_hand_out``); one socket write per connection."""
         with self.batched_writes():
-            for row in self.rows_after(key, data, start_offset, aborted):
-                if reader is not None:
-                    reader.position = row.offset + 1
-                self.dispatch(key, row)
+            self._hand_out(key, [(row.offset, message_of(row, key))
+                                 for row in self.rows_after(key, data, start_offset, aborted)], self.dispatchers.get(key))
 
     def batched_writes(self) -> _BatchedWrites:
         """Cork every connection for the block: each writes once at its end (one socket write per fan-out)."""
@@ -396,12 +397,6 @@ class MqttHub:
         """``connection`` has writes queued while corked: flush it when the batch is done."""
         self._to_flush.add(connection)
 
-    def dispatch(self, key: PartitionKey, record: Record | RecordRow) -> None:
-        """Hand one log record to every live session whose subscriptions match its MQTT topic."""
-        message = message_of(record, key)
-        if message is not None:
-            self._route(key, record.offset, message)
-
     def appended(self, key: PartitionKey, base_offset: int, timestamp_ms: int, records: list[PublishToLog]) -> None:
         """``records`` were just appended to ``key`` at ``base_offset`` (``mqtt_puback = "written"``): hand them to
         the live sessions from memory now, before their fsync, when they continue what the partition's shared
@@ -413,12 +408,46 @@ class MqttHub:
         dispatcher.position = base_offset + len(records)
         if not len(self.registry):
             return
+        topic, partition = key
+        if len(records) == 1:  # a paced message comes alone: each connection it reaches writes once anyway
+            action = records[0]
+            message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
+                                          (topic, partition, base_offset))
+            if message is not None:
+                self._route(key, base_offset, message)
+            return
         with self.batched_writes():
-            for offset, action in enumerate(records, base_offset):
-                message = message_from_record(action.key, action.payload, action.headers, timestamp_ms,
-                                              (key[0], key[1], offset))
-                if message is not None:
-                    self._route(key, offset, message)
+            self._hand_out(key, [(offset, message_from_record(action.key, action.payload, action.headers, timestamp_ms,
+                                                              (topic, partition, offset)))
+                                 for offset, action in enumerate(records, base_offset)])
+
+    def _hand_out(self, key: PartitionKey, messages: list[tuple[int, OutboundMessage | None]],
+                  reader: PartitionDispatcher | None = None) -> None:
+        """Offer each (offset, message) of ``key``, in log order, to the live sessions it reaches: a run of messages
+        without share groups as one action list per session (``offer_live_many``), a message with share groups on its
+        own once what came before is out (the members' room now decides which gets it). ``reader`` (the partition's)
+        moves past each record as it is handed out: a session state written meanwhile (a QoS 2 delivery's, before
+        its PUBLISH goes out) stores a cursor past the records it holds, in flight or queued."""
+        offers: dict[str, list[LiveOffer]] = {}  # by client id
+        for offset, message in messages:
+            unshared = None if message is None else self.registry.unshared_route(message.topic)
+            if unshared is None and message is not None:
+                self._offer_all(key, offers)
+                offers = {}
+            if reader is not None:
+                reader.position = offset + 1
+            if message is None:
+                continue
+            if unshared is None:
+                self._route(key, offset, message)
+                continue
+            for client_id, subscriptions in unshared.items():
+                offers.setdefault(client_id, []).append((offset, message, subscriptions))
+        self._offer_all(key, offers)
+
+    def _offer_all(self, key: PartitionKey, offers: dict[str, list[LiveOffer]]) -> None:
+        for client_id, offered in offers.items():
+            self.connections[client_id].offer_live_many(key, offered)
 
     def _route(self, key: PartitionKey, offset: int, message: OutboundMessage) -> None:
         """Offer the message at ``offset`` of ``key`` to every live session whose subscriptions match its topic."""

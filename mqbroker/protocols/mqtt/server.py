@@ -1,12 +1,11 @@
 """The MQTT front end's Twisted adapter: one ``MqttConnection`` per socket around a sans-I/O ``MqttSession``.
 
-The session decides; this module only carries out its actions, in order, against the broker
-(``IBroker``) and the listener's shared ``MqttHub``:
+The session decides; this module only carries out its actions, in order (``action_queue.py``), against the
+broker (``IBroker``) and the listener's shared ``MqttHub``:
 
-* a session's state is written to ``__mqtt_sessions`` (acks=-1) one write at a time, each of the
-  newest state: a blocking ``StoreSession`` at the head of an action list before the rest of the list
-  runs (while it is in flight, later lists wait and their stores coalesce); a non-blocking one
-  within ``limits.mqtt_session_store_interval_ms``, while the actions run on (``session_writes.py``);
+* a session's state is written to ``__mqtt_sessions`` (acks=-1) one write at a time, each of the newest state: a
+  blocking ``StoreSession`` at the head of an action list before the rest runs (later lists wait, their stores
+  coalesce); a non-blocking one within ``limits.mqtt_session_store_interval_ms`` (``session_writes.py``);
 * a reopened session's in-flight messages are read back from the log (``read_back.py``) before the
   session resends them;
 * ``PublishToLog`` actions of one list are appended as one batch per log partition (the
@@ -20,7 +19,7 @@ The session decides; this module only carries out its actions, in order, against
 from __future__ import annotations
 
 import itertools
-from collections import deque
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -40,6 +39,7 @@ from mqbroker.protocols.frontends import FrontEndContext, FrontEndSecurity
 from mqbroker.protocols.mqtt import security as mqtt_security
 from mqbroker.protocols.mqtt.admin_view import MqttAdminView
 from mqbroker.protocols.mqtt.acl import MqttIdentity, TopicDecisions
+from mqbroker.protocols.mqtt.action_queue import ActionQueue
 from mqbroker.protocols.mqtt.actions import (
     Action,
     AddSubscription,
@@ -58,7 +58,7 @@ from mqbroker.protocols.mqtt.actions import (
 )
 from mqbroker.protocols.mqtt.catch_up import CatchUp
 from mqbroker.protocols.mqtt.connect import SessionConfig
-from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
+from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, LiveOffer, MqttHub, reason_code_for
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.read_back import read_back_inflight
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
@@ -71,6 +71,8 @@ from mqbroker.protocols.throttle import throttles
 from mqbroker.records.builder import BatchBuilder
 
 _CONNECTED = ConnectionState.CONNECTED
+_RECORD_FIELDS = operator.attrgetter("key", "payload", "headers")
+_TICKET = operator.attrgetter("ticket")
 
 
 class MqttConnection:
@@ -91,15 +93,17 @@ class MqttConnection:
         self.client_id = ""
         self.principal: Principal = ANONYMOUS
         self._connection: ConnectionHandle | None = None
-        self._queue: deque[list[Action]] = deque()
         self._writes = SessionWrites(hub.reactor, hub.now_ms, self._write_session, self._session_written,
                                      lambda: self.session.state is _CONNECTED)
-        self._executing = False
+        self._actions = ActionQueue(self._writes, self._execute, self.flush)
+        #: Carry out an action list in order (the queue's own ``run``, bound once: no call of this class's per list).
+        self._run: Callable[[list[Action]], None] = self._actions.run
         self._keep_alive_timer: IDelayedCall | None = None
         self._connect_timer: IDelayedCall | None = None
         self._catch_up = CatchUp(hub, self)
         self._ended_waiters: list[Deferred[None]] | None = []
         self._outgoing: list[bytes] = []  # packets of this turn, written to the socket as one
+        self._reading_paused = False  # whether ``_apply_backpressure`` paused reading the connection
         # Byte-rate quotas: publishing over quota pauses reading; deliveries over quota wait in the log.
         self._produce_throttle, self._fetch_throttle = throttles(
             security, hub.reactor, self._apply_backpressure, self._deliveries_released)
@@ -155,12 +159,26 @@ class MqttConnection:
         self, partition_key: PartitionKey, offset: int, message: OutboundMessage, subscriptions: list[Subscription]
     ) -> None:
         """A shared reader's record; a session with a full window falls back to reading the log itself."""
-        if self.session.state is not _CONNECTED or self._catch_up.passes_over(partition_key, offset):
-            return
-        if self.deliveries_held or (message.qos and not self.session.accepting_deliveries):
+        if self._takes_live(partition_key, offset, message):
+            self.deliver(message, subscriptions)
+
+    def offer_live_many(self, partition_key: PartitionKey, offers: list[LiveOffer]) -> None:
+        """``offer_live`` of each (offset, message, subscriptions) of one append, in log order, as one action list."""
+        if self.session.state is _CONNECTED:
+            self.deliver_many((message, subscriptions) for offset, message, subscriptions in offers
+                              if self._takes_live(partition_key, offset, message))
+
+    def _takes_live(self, partition_key: PartitionKey, offset: int, message: OutboundMessage) -> bool:
+        """Whether the session takes the shared reader's message at ``offset`` now; with a full window (or over
+        its fetch quota) it falls back to reading the log itself from there."""
+        session = self.session
+        if session.state is not _CONNECTED or self._catch_up.passes_over(partition_key, offset):
+            return False
+        fetch = self._fetch_throttle
+        if (fetch is not None and fetch.active) or (message.qos and not session.accepting_deliveries):
             self._catch_up.fall_behind(partition_key, offset)
-            return
-        self.deliver(message, subscriptions)
+            return False
+        return True
 
     def stood_past(self, partition_key: PartitionKey, offset: int) -> bool:
         """Whether this session, reopened here, stood past the record at ``offset`` on its previous broker
@@ -193,32 +211,6 @@ class MqttConnection:
 
     # ------------------------------------------------------------------ running actions in order
 
-    def _run(self, actions: list[Action]) -> None:
-        if actions:
-            self._queue.append(actions)
-        if not self._executing:
-            self._drain()
-
-    def _drain(self) -> None:
-        self._executing = True
-        try:
-            self._drain_queue()
-        finally:
-            self._executing = False
-        self.flush()
-
-    def _drain_queue(self) -> None:
-        writes, queue = self._writes, self._queue
-        while queue and writes.held is None:
-            if not any(map(_blocking_store, queue)):
-                self._execute(queue.popleft())
-                continue
-            if writes.writing:
-                return  # a non-blocking write is in flight: the blocking one follows it (``_session_written``)
-            held = list(queue)
-            queue.clear()
-            writes.hold(held)
-
     def _write_session(self) -> Deferred[Any]:
         """Write the session's state as of now, with its cursors as of now (``SessionWrites``: one at a time)."""
         state = self.session.session
@@ -230,21 +222,13 @@ class MqttConnection:
             self.log.failure("storing the session of {client_id} failed; closing", failure, client_id=self.client_id)
             self._run(self.session.close(ReasonCode.UNSPECIFIED_ERROR, self.hub.now_ms()))
             return
-        if held:
-            self._executing = True
-            try:
-                for actions in held:
-                    self._execute(actions)
-            finally:
-                self._executing = False
-        self._writes.store_later_if_changed()
-        self._drain()
+        self._actions.run_held(held)
 
     def _execute(self, actions: list[Action]) -> None:
         publishes: dict[PartitionKey, list[PublishToLog]] = {}
         refused: list[int] = []
         retained_writes: list[Deferred[Any]] = []
-        check_writes = mqtt_security.topic_acls_apply(self)  # once per list: no topic ACL, no check per message
+        check_writes: bool | None = None  # once per list with a message: no topic ACL, no check per message
         # A run of messages to one MQTT topic (the usual case) goes to one partition: looked up once per run.
         last_key: bytes | None = None
         last_log_topic: str | None = None
@@ -252,6 +236,8 @@ class MqttConnection:
         for action in actions:
             kind = type(action)
             if kind is PublishToLog:
+                if check_writes is None:
+                    check_writes = mqtt_security.topic_acls_apply(self)
                 if check_writes and not mqtt_security.topic_allowed(
                         self, Operation.WRITE, action.key.decode("utf-8", "replace")):
                     if action.ticket is not None:  # QoS 1/2: PUBACK/PUBREC 0x87 (level 5); QoS 0 is dropped
@@ -343,8 +329,8 @@ class MqttConnection:
         (with ``durable``, a PUBACKed retained message survives any one broker)."""
         builder = BatchBuilder()
         timestamp_ms = self.hub.now_ms()
-        builder.append_many(timestamp_ms, [(action.key, action.payload, action.headers) for action in group])
-        tickets = [action.ticket for action in group if action.ticket is not None]
+        builder.append_many(timestamp_ms, list(map(_RECORD_FIELDS, group)))  # C-level passes, no frame each
+        tickets = list(filter(None, map(_TICKET, group)))  # tickets count from 1; QoS 0 has None
         self.hub.statistics["messages/received"] += len(group)
         batch = builder.build()
         acks = self.hub.puback_acks if tickets else Acks.NONE
@@ -376,13 +362,18 @@ class MqttConnection:
     def _apply_backpressure(self) -> None:
         """Stop reading while a receive maximum of client messages is on its way to the log, or while
         the client is over its produce or fetch quota."""
-        if self._connection is None:
+        connection = self._connection
+        if connection is None:
             return
-        throttled = self.deliveries_held or (self._produce_throttle is not None and self._produce_throttle.active)
-        if throttled or self.session.log_writes_in_flight >= self.session.config.receive_maximum:
-            self._connection.pause_reading()
-        else:
-            self._connection.resume_reading()
+        fetch, produce = self._fetch_throttle, self._produce_throttle
+        if ((fetch is not None and fetch.active) or (produce is not None and produce.active)
+                or self.session.log_writes_in_flight >= self.session.config.receive_maximum):
+            if not self._reading_paused:
+                self._reading_paused = True
+                connection.pause_reading()
+        elif self._reading_paused:  # each read and log write asks: only a change has anything to do
+            self._reading_paused = False
+            connection.resume_reading()
 
     def _write_failed(self, failure: Failure, tickets: list[int]) -> None:
         self.log.warn("log write for {client_id} failed: {error}", client_id=self.client_id, error=failure.value)
@@ -506,13 +497,13 @@ class MqttConnection:
 
     def deliver(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None:
         """Hand the session a log record's message (live, or read while catching up)."""
-        if not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
-            return  # a subscription to '#' brings only what the principal may read
+        if self.topic_decisions is not None and not mqtt_security.topic_allowed(self, Operation.READ, message.topic):
+            return  # a subscription to '#' brings only what the principal may read (no decisions: no topic ACLs)
         self._run(self.session.deliver(message, subscriptions, self.hub.now_ms()))
 
     def deliver_many(self, deliveries: Iterable[tuple[OutboundMessage, list[Subscription]]]) -> None:
-        """``deliver`` of each (message, subscriptions) read while catching up, as one action list (one pass through
-        the session and the action queue per fetch, not per message). The iterable is read one delivery at a time,
+        """``deliver`` of each (message, subscriptions) read while catching up (or of one append, ``offer_live_many``),
+        as one action list (one pass through the session and the action queue per fetch, not per message). The iterable is read one delivery at a time,
         after the one before it was queued or sent. Under a fetch quota each goes on its own, so that the quota
         holds the next one back as soon as it is exceeded."""
         if self._fetch_throttle is not None:
@@ -556,12 +547,6 @@ class MqttConnection:
     def log_failure(self, failure: Failure, what: str) -> None:
         """Log a failed background step of this connection."""
         self.log.failure("{what} for {client_id} failed", failure, what=what, client_id=self.client_id)
-
-
-def _blocking_store(actions: list[Action]) -> bool:
-    """Whether an action list starts with a ``StoreSession`` that must be durable before the rest runs."""
-    head = actions[0]
-    return type(head) is StoreSession and head.blocking
 
 
 def build_factory(broker: IBroker, context: FrontEndContext) -> SessionFactory:

@@ -61,6 +61,7 @@ from mqbroker.protocols.mqtt.packets import (
     Connect,
     Disconnect,
     Packet,
+    PacketType,
     PingReq,
     PingResp,
     Properties,
@@ -119,6 +120,7 @@ _TRANSITIONS: dict[tuple[ConnectionState, Event], ConnectionState] = {
 }
 _TERMINAL = frozenset({ConnectionState.CLOSED, ConnectionState.ERROR})
 _CONNECTED, _CLOSED, _ERROR = ConnectionState.CONNECTED, ConnectionState.CLOSED, ConnectionState.ERROR
+_PUBACK_FIRST_BYTE = PacketType.PUBACK << 4
 
 
 class MqttSession:
@@ -173,10 +175,11 @@ class MqttSession:
 
     def receive_data(self, data: bytes, now_ms: int) -> list[Action]:
         """Bytes from the client."""
-        if self.state in _TERMINAL:
+        state = self.state
+        if state is _CLOSED or state is _ERROR:  # ``_TERMINAL``, without an Enum ``__hash__`` call per read
             return []  # the transport is closing; late bytes mean nothing
         self._last_received_ms = now_ms
-        if self.state is _CONNECTED:
+        if state is _CONNECTED and data and data[0] == _PUBACK_FIRST_BYTE:  # (a publisher's read starts with a PUBLISH)
             packet_ids = self._decoder.plain_pubacks(data)
             if packet_ids is not None:  # a subscriber's usual read: its PUBACKs, completed together
                 self._flows.on_pubacks(packet_ids, now_ms)  # type: ignore[union-attr]
@@ -299,7 +302,7 @@ class MqttSession:
     @property
     def log_writes_in_flight(self) -> int:
         """Client QoS 1/2 messages on their way to the log (the adapter stops reading at the receive maximum)."""
-        return self._flows.log_writes_in_flight if self._flows is not None else 0
+        return len(self._flows.log_writes) if self._flows is not None else 0
 
     @property
     def accepting_deliveries(self) -> bool:

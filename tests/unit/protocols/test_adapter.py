@@ -110,3 +110,46 @@ def test_the_native_session_stops_reading_at_its_in_flight_bound() -> None:
         protocol.dataReceived(client.send_request(request)[1])
     assert len(broker.held_produces) == limits.native_inflight_requests_max
     assert transport.producerState == "paused"
+
+
+class BufferingSession(RecordingSession):
+    """A session that keeps the bytes after the last ``|`` of each read (its incomplete frame), and counts how often
+    the adapter asks for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = b""
+        self.asked = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        self.asked += 1
+        return len(self.buffer)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self.buffer = (self.buffer + data).rpartition(b"|")[2]
+
+
+def test_a_read_of_whole_frames_asks_the_session_for_its_buffered_bytes_once() -> None:
+    """Nothing was left over from the last read, so nothing is before this one (a buffer grows only by what is
+    read): every front end's usual read asks once, after it, not before and after."""
+    clock = Clock()
+    session = BufferingSession()
+    protocol = CodecProtocol(session, None, frame_timeout_s=5.0)
+    protocol.callLater = clock.callLater  # type: ignore[method-assign]
+    protocol.makeConnection(StringTransport())
+    protocol.dataReceived(b"frame|")
+    session.asked = 0
+    for _ in range(10):
+        protocol.dataReceived(b"frame|")
+    assert session.asked == 10
+    protocol.dataReceived(b"fra")  # a frame begun: its timer runs
+    protocol.dataReceived(b"me|fr")  # completes it, begins another: the timer starts again
+    clock.advance(4.0)
+    protocol.dataReceived(b"ame|")
+    clock.advance(4.0)
+    assert not protocol.closed
+    protocol.dataReceived(b"tric")
+    clock.advance(5.1)
+    assert protocol.closed

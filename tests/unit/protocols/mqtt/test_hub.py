@@ -36,6 +36,10 @@ class LiveConnection:
     def offer_live(self, partition_key: Any, offset: int, message: Any, subscriptions: Any) -> None:
         self.offered.append((offset, message.topic, message.payload))
 
+    def offer_live_many(self, partition_key: Any, offers: Any) -> None:
+        for offset, message, subscriptions in offers:
+            self.offer_live(partition_key, offset, message, subscriptions)
+
     def flush(self, *, even_when_corked: bool = False) -> None:
         pass
 
