@@ -31,7 +31,6 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
-from typing import Protocol as TypingProtocol
 
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -53,6 +52,7 @@ from mqbroker.protocols.mqtt.actions import PublishToLog, Retain, ScheduleWill
 from mqbroker.protocols.mqtt.cluster_wills import WILLS_TOPIC, ClusterWills
 from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER, StateFollower, written_by
 from mqbroker.protocols.mqtt.headers import message_from_record
+from mqbroker.protocols.mqtt.hub_connection import Connection, LiveOffer
 from mqbroker.protocols.mqtt.mapping_rules import ClusterMappingRules
 from mqbroker.protocols.mqtt.packets import ReasonCode
 from mqbroker.protocols.mqtt.readers import (
@@ -88,39 +88,6 @@ PARTITION_REFRESH_S = 5.0
 _COMPACTED = {"cleanup.policy": "compact"}
 #: The log topics the hub decodes: a client's produce whose records do not decode is refused.
 _DECODED = {"record.validation": "decode"}
-
-
-#: A record handed to a live session: its offset, its message and the session's subscriptions it matches.
-LiveOffer = tuple[int, OutboundMessage, list[Subscription]]
-
-
-class Connection(TypingProtocol):
-    """What the hub needs from one MQTT connection (``server.MqttConnection``)."""
-
-    client_id: str
-
-    def accepts_live(self, partition_key: PartitionKey) -> bool: ...
-
-    def offer_live(self, partition_key: PartitionKey, offset: int, message: OutboundMessage,
-                   subscriptions: list[Subscription]) -> None: ...
-
-    def offer_live_many(self, partition_key: PartitionKey, offers: list[LiveOffer]) -> None: ...
-
-    def deliver_direct(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None: ...
-
-    def take_over(self) -> Deferred[None]: ...
-
-    def flush(self, *, even_when_corked: bool = False) -> None: ...
-
-    def shut_down(self) -> None: ...
-
-    def has_room(self) -> bool: ...
-
-    def stood_past(self, partition_key: PartitionKey, offset: int) -> bool: ...
-
-    def deliver(self, message: OutboundMessage, subscriptions: list[Subscription]) -> None: ...
-
-    def take_queued_shared(self, in_flight_too: bool) -> list[tuple[OutboundMessage, Subscription]]: ...
 
 
 def reason_code_for(failure: Failure) -> ReasonCode:

@@ -58,7 +58,8 @@ from mqbroker.protocols.mqtt.actions import (
 )
 from mqbroker.protocols.mqtt.catch_up import CatchUp
 from mqbroker.protocols.mqtt.connect import SessionConfig
-from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, LiveOffer, MqttHub, reason_code_for
+from mqbroker.protocols.mqtt.hub import PUBACK_ACKS, MqttHub, reason_code_for
+from mqbroker.protocols.mqtt.hub_connection import LiveOffer
 from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, Publish, ReasonCode
 from mqbroker.protocols.mqtt.read_back import read_back_inflight
 from mqbroker.protocols.mqtt.session import ConnectionState, MqttSession
