@@ -72,10 +72,18 @@ class WaitingFetches:
         follower: bool,
     ) -> Deferred[list[FetchResult]]:
         """Fire with ``read()`` once it brings ``min_bytes`` or an error, or at ``max_wait_ms`` with what it brings."""
+        wanted = max(min_bytes, 1)
+
         def answer(final: bool) -> list[FetchResult] | None:
             results = read()
-            enough = final or sum(len(r.records) for r in results) >= max(min_bytes, 1) or any(r.error for r in results)
-            return results if enough else None
+            if final:
+                return results
+            available = 0
+            for result in results:  # a loop, not sum() and any() over generators: every wake of a paced consumer
+                if result.error:
+                    return results
+                available += len(result.records)
+            return results if available >= wanted else None
 
         return self._enqueue(_Waiter(self, logs, answer, follower), max_wait_ms)
 
@@ -270,8 +278,10 @@ class FetchService:
         committed = replica_id < 0 and request.isolation_level == IsolationLevel.READ_COMMITTED
         max_bytes = min(max_bytes, fetch_response_bytes_max) if max_bytes > 0 else fetch_response_bytes_max
         results = self._read_all(principal, positions, max_bytes, replica_id, committed)
-        available = sum(len(r.records) for r in results)
-        answered = any(r.error or r.diverging_end_offset >= 0 for r in results)
+        available, answered = 0, False
+        for result in results:
+            available += len(result.records)
+            answered = answered or result.error is not None or result.diverging_end_offset >= 0
         if request.wait_ms_max <= 0 or available >= max(min_bytes, 1) or answered:
             return succeed(results)
         logs = [self._replicas.partition_log(p.topic, p.partition) for p in positions]
