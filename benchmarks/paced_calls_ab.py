@@ -22,6 +22,7 @@ import argparse
 import collections
 import os
 import pstats
+import shutil
 import signal
 import statistics
 import sys
@@ -181,6 +182,7 @@ def main() -> int:
               f"{', '.join(f'{count:.1f}' for count in counts[tree])})")
         for name, calls in files[tree].most_common(arguments.by_file):
             print(f"    {calls:7.1f}  {name.replace(str(tree) + '/', '').rpartition('site-packages/')[2]}")
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
