@@ -8,7 +8,9 @@ Only broker N itself (``Broker:N``) may fetch as replica N, and only from partit
 replica of; every other fetch stops at the high watermark. One that finds less than ``min_bytes`` waits in
 ``WaitingFetches`` on the logs it reads: the replica manager wakes it when the high watermark
 moves (a consumer) or a batch is appended (a follower), and the clock answers it at
-``max_wait_ms`` with whatever is there. ``wait_for_records`` is the same wait without the read (a notice):
+``max_wait_ms`` with whatever is there (one timer for the earliest deadline, not one per fetch: nearly every
+fetch of a paced consumer is answered long before it, and arming and cancelling a timer cost every fetch its
+share of the reactor's timer heap). ``wait_for_records`` is the same wait without the read (a notice):
 it fires once a read from the caller's position would find records, asking that position afresh at
 every wake, so a front end that got records another way (its own appends, from memory) is not woken
 for them, nor made to read them again.
@@ -16,6 +18,8 @@ for them, nor made to read them again.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,22 +50,40 @@ from mqbroker.security.cluster_principals import ClusterPrincipals
 from mqbroker.storage.log import PartitionLog
 
 
+#: Answered waiters the deadline heap may hold beyond twice the unanswered ones before it is compacted.
+_ANSWERED_KEPT_MAX = 1024
+
+
 class WaitingFetches:
     """Long-poll fetches waiting for data, by the partition logs they read."""
 
     def __init__(self, clock: IReactorTime) -> None:
         self._clock = clock
         self._by_log: dict[PartitionLog, set[_Waiter]] = {}
+        #: (deadline, arrival, waiter) of waiters, answered ones among them until they reach the top or a
+        #: compaction; the timer fires at the earliest deadline of a waiter unanswered when it was armed.
+        self._deadlines: list[tuple[float, int, _Waiter]] = []
+        self._arrivals = itertools.count()
+        self._unanswered = 0
+        self._timer: IDelayedCall | None = None
 
     def wait(
         self, logs: Sequence[PartitionLog], read: Callable[[], list[FetchResult]], min_bytes: int, max_wait_ms: int,
         follower: bool,
     ) -> Deferred[list[FetchResult]]:
         """Fire with ``read()`` once it brings ``min_bytes`` or an error, or at ``max_wait_ms`` with what it brings."""
+        wanted = max(min_bytes, 1)
+
         def answer(final: bool) -> list[FetchResult] | None:
             results = read()
-            enough = final or sum(len(r.records) for r in results) >= max(min_bytes, 1) or any(r.error for r in results)
-            return results if enough else None
+            if final:
+                return results
+            available = 0
+            for result in results:  # a loop, not sum() and any() over generators: every wake of a paced consumer
+                if result.error:
+                    return results
+                available += len(result.records)
+            return results if available >= wanted else None
 
         return self._enqueue(_Waiter(self, logs, answer, follower), max_wait_ms)
 
@@ -75,8 +97,39 @@ class WaitingFetches:
     def _enqueue(self, pending: _Waiter, max_wait_ms: int) -> Deferred[Any]:
         for partition_log in pending.logs:
             self._by_log.setdefault(partition_log, set()).add(pending)
-        pending.timer = self._clock.callLater(min(max_wait_ms, fetch_wait_ms_max) / 1000.0, pending.complete)
+        deadline = self._clock.seconds() + min(max_wait_ms, fetch_wait_ms_max) / 1000.0
+        if len(self._deadlines) > 2 * self._unanswered + _ANSWERED_KEPT_MAX:
+            self._deadlines = [entry for entry in self._deadlines if not entry[2].deferred.called]
+            heapq.heapify(self._deadlines)
+        heapq.heappush(self._deadlines, (deadline, next(self._arrivals), pending))
+        self._unanswered += 1
+        self._arm(deadline)
         return pending.deferred
+
+    def _arm(self, deadline: float) -> None:
+        """Make the timer fire by ``deadline``."""
+        timer = self._timer
+        if timer is not None:
+            if timer.getTime() <= deadline:
+                return
+            timer.cancel()
+        self._timer = self._clock.callLater(max(0.0, deadline - self._clock.seconds()), self._expire)
+
+    def _expire(self) -> None:
+        """Answer the waiters whose deadline passed, after arming the timer for the next one (an answer's
+        callbacks may park a new fetch)."""
+        self._timer = None
+        now = self._clock.seconds()
+        deadlines = self._deadlines
+        expired = []
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][2].deferred.called):
+            pending = heapq.heappop(deadlines)[2]
+            if not pending.deferred.called:
+                expired.append(pending)
+        if deadlines:
+            self._arm(deadlines[0][0])
+        for pending in expired:
+            pending.complete()
 
     def wake(self, partition_log: PartitionLog, followers_only: bool = False) -> None:
         """Let the fetches of ``partition_log`` answer if they now can (only followers' after an append)."""
@@ -96,8 +149,12 @@ class WaitingFetches:
         for waiters in list(self._by_log.values()):
             for pending in list(waiters):
                 pending.complete()
+        if self._timer is not None and not self._unanswered:
+            self._timer.cancel()
+            self._timer, self._deadlines = None, []
 
     def _forget(self, pending: _Waiter) -> None:
+        self._unanswered -= 1
         for partition_log in pending.logs:
             waiters = self._by_log.get(partition_log)
             if waiters is not None:
@@ -110,7 +167,7 @@ class _Waiter:
     """A long poll waiting on ``logs``: ``answer(final)`` is its answer, or None while it should wait on (never
     None when ``final``: its timer expired, or the broker is answering every waiter)."""
 
-    __slots__ = ("owner", "logs", "answer", "follower", "deferred", "timer")
+    __slots__ = ("owner", "logs", "answer", "follower", "deferred")
 
     def __init__(self, owner: WaitingFetches, logs: Sequence[PartitionLog], answer: Callable[[bool], Any],
                  follower: bool) -> None:
@@ -119,7 +176,6 @@ class _Waiter:
         self.answer = answer
         self.follower = follower
         self.deferred: Deferred[Any] = Deferred()
-        self.timer: IDelayedCall | None = None
 
     def try_complete(self) -> None:
         """Answer now if it may (once: a wake may reach a waiter answered meanwhile)."""
@@ -134,8 +190,6 @@ class _Waiter:
             self._finish(self.answer(True))
 
     def _finish(self, answer: Any) -> None:
-        if self.timer is not None and self.timer.active():
-            self.timer.cancel()
         self.owner._forget(self)
         self.deferred.callback(answer)
 
@@ -224,8 +278,10 @@ class FetchService:
         committed = replica_id < 0 and request.isolation_level == IsolationLevel.READ_COMMITTED
         max_bytes = min(max_bytes, fetch_response_bytes_max) if max_bytes > 0 else fetch_response_bytes_max
         results = self._read_all(principal, positions, max_bytes, replica_id, committed)
-        available = sum(len(r.records) for r in results)
-        answered = any(r.error or r.diverging_end_offset >= 0 for r in results)
+        available, answered = 0, False
+        for result in results:
+            available += len(result.records)
+            answered = answered or result.error is not None or result.diverging_end_offset >= 0
         if request.wait_ms_max <= 0 or available >= max(min_bytes, 1) or answered:
             return succeed(results)
         logs = [self._replicas.partition_log(p.topic, p.partition) for p in positions]

@@ -67,8 +67,9 @@ class LeaderPartition:
         waiter = _AckWaiter(offset=offset, min_insync_replicas=min_insync_replicas, deferred=Deferred(),
                             deadline=deadline, value=value)
         self._waiters.append(waiter)
-        self._fire_waiters()
-        if not waiter.deferred.called:
+        if offset < self.replicas.high_watermark:  # already passed (a retried batch): no timer
+            self._fire_waiters()
+        else:
             self._arm_timer(deadline)
         return waiter.deferred
 

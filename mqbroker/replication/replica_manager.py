@@ -99,6 +99,11 @@ class ReplicaManager:
         self._log_led: dict[PartitionKey, PartitionLog] = {}
         #: The leader's high watermark as last reported to this broker while following.
         self._follower_high_watermarks: dict[PartitionKey, int] = {}
+        #: ``leader``'s answers, valid for the image ``_found_in`` at its applied index ``_found_at`` and until a
+        #: leadership begins or ends here (every produce and fetch asks, several times each).
+        self._found: dict[PartitionKey, tuple[PartitionLog, LeaderPartition]] = {}
+        self._found_in: object = None
+        self._found_at = -1
         self._follower = follower_factory(self)
 
     def _now_ms(self) -> int:
@@ -112,7 +117,15 @@ class ReplicaManager:
 
     def leader(self, topic: str, partition: int) -> tuple[PartitionLog, LeaderPartition]:
         """The log and leader state of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
-        record = self._cluster.topic(topic)
+        image = self._cluster.image
+        if image is self._found_in and image.applied_index == self._found_at:
+            found = self._found.get((topic, partition))
+            if found is not None:
+                return found
+        else:
+            self._found.clear()
+            self._found_in, self._found_at = image, image.applied_index
+        record = image.topics.get(topic)
         if record is None:
             raise errors.UnknownTopicOrPartitionError(
                 f"topic {topic!r} does not exist; create it with `mqbroker topics create {topic}` "
@@ -129,7 +142,8 @@ class ReplicaManager:
                 f"{topic}-{partition} is led by broker {state.leader_id}, not broker {self._config.node_id};"
                 " refresh metadata and retry there"
             )
-        return self._logs.get(topic, partition), leader
+        found = self._found[(topic, partition)] = (self._logs.get(topic, partition), leader)
+        return found
 
     def leading(self, key: PartitionKey) -> LeaderPartition | None:
         """The leader state of ``key`` if this broker leads it now."""
@@ -246,6 +260,7 @@ class ReplicaManager:
         self._follower.follow(following)
 
     def _become_leader(self, key: PartitionKey, state: PartitionState, now_ms: int, announce: bool = True) -> None:
+        self._found.clear()
         old = self._leaders.get(key)
         if old is not None:
             self._resign(key)
@@ -267,6 +282,7 @@ class ReplicaManager:
         self._progress(partition_log)
 
     def _resign(self, key: PartitionKey) -> None:
+        self._found.clear()
         leader = self._leaders.pop(key)
         leader.resign(errors.NotLeaderError(f"{leader.name}: leadership moved to another broker; retry there"))
         partition_log = self._log_led.pop(key)

@@ -120,6 +120,21 @@ class SyncState:
         if not self.has_unsynced(end_offset) and self._in_flight == 0:  # all of it durable already
             self._in_flight += 1
             return FlushTicket([], end_offset, self.generation)
+        if self._sealed or self._txn_indexed or self._directory_changed:
+            ticket = self._capture_changes(directory, active, end_offset)
+        else:  # nearly every flush: the active segment's .log alone
+            log_file = active.log_file
+            ticket = FlushTicket([log_file.pin()], end_offset, self.generation, pinned=(log_file,))
+        self._sealed = []
+        self._txn_indexed = []
+        self._directory_changed = False
+        self._messages = 0
+        self._since_ms = None
+        self._in_flight += 1
+        return ticket
+
+    def _capture_changes(self, directory: str, active: Segment, end_offset: int) -> FlushTicket:
+        """``capture``'s ticket when segments were sealed, transactions indexed or the directory changed."""
         directory_changed = self._directory_changed
         pinned = tuple(segment.log_file for segment in [*self._sealed, active])
         opened = [os.open(index.path, os.O_RDONLY)
@@ -136,12 +151,6 @@ class SyncState:
             FlushTicket([], 0, 0, pinned=pinned[: len(handles)], opened=tuple(opened)).release()
             raise
         handles += opened
-        self._sealed = []
-        self._txn_indexed = []
-        self._directory_changed = False
-        self._messages = 0
-        self._since_ms = None
-        self._in_flight += 1
         return FlushTicket(handles, end_offset, self.generation, directory_changed, pinned, tuple(opened))
 
     def publish(self, ticket: FlushTicket, synced: bool) -> int:

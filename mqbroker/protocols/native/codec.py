@@ -78,11 +78,15 @@ class _ResponseEnvelope:
 _API_KEYS: dict[int, ApiKey] = {int(key): key for key in ApiKey}
 _HEADER = compile_message(RequestHeader)
 _ENVELOPE = compile_message(_ResponseEnvelope)
+#: ``_ENVELOPE`` of an answer without an error (correlation id, error code 0, no message), packed in one call.
+_SUCCESS_ENVELOPE = struct.Struct(">ihh")
 #: (API, version) -> codec: a message travels in each version with the fields ``wire(since=...)`` gives it.
 _REQUEST_CODECS: dict[tuple[ApiKey, int], MessageCodec] = {
     (key, version): compile_message(api.request_type, version)
     for key, api in _APIS.items() for version in range(api.min_version, api.max_version + 1)
 }
+#: What a malformed request is called in its error ("Produce request"), not formatted for every request.
+_REQUEST_NAMES: dict[ApiKey, str] = {key: f"{key.name} request" for key in _APIS}
 _RESPONSE_CODECS: dict[tuple[ApiKey, int], MessageCodec] = {
     (key, version): compile_message(api.response_type, version)
     for key, api in _APIS.items() for version in range(api.min_version, api.max_version + 1)
@@ -148,7 +152,8 @@ def decode_request(body: bytes) -> tuple[RequestHeader, Any]:
         correlation_id=raw_header.correlation_id,
         client_id=raw_header.client_id,
     )
-    if not _check_version(api_key, header.api_version):
+    codec = _REQUEST_CODECS.get((api_key, header.api_version))
+    if codec is None:
         api = APIS[api_key]
         raise UnsupportedVersionError(
             f"{api_key.name} version {header.api_version} is not supported; "
@@ -156,8 +161,7 @@ def decode_request(body: bytes) -> tuple[RequestHeader, Any]:
             header,
         )
     try:
-        request = decode_exactly(_REQUEST_CODECS[api_key, header.api_version], view, position,
-                                 f"{api_key.name} request")
+        request = decode_exactly(codec, view, position, _REQUEST_NAMES[api_key])
     except MalformedMessageError as error:
         error.header = header
         raise
@@ -182,9 +186,10 @@ def encode_response(correlation_id: int, api_key: int, version: int, response: A
     known_key = _API_KEYS[api_key]
     if type(response) is not APIS[known_key].response_type:
         raise LocalProtocolError(f"{type(response).__name__} is not a {known_key.name} response")
-    assert _check_version(known_key, version), "answering a version the codec refused"
-    encode_into(_ENVELOPE, _ResponseEnvelope(correlation_id=correlation_id, error_code=0, error_message=None), parts)
-    encode_into(_RESPONSE_CODECS[known_key, version], response, parts)
+    codec = _RESPONSE_CODECS.get((known_key, version))
+    assert codec is not None, "answering a version the codec refused"
+    parts.append(_SUCCESS_ENVELOPE.pack(correlation_id, 0, -1))
+    encode_into(codec, response, parts)
     return _framed(parts)
 
 

@@ -10,6 +10,7 @@ import contextvars
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.python.failure import Failure
 
 from mqbroker import errors
 from mqbroker.interfaces import IBroker
@@ -54,6 +55,13 @@ def handle_produce(broker: IBroker, principal: Principal, request: m.ProduceRequ
         refusals = [succeed((None, error)).addCallback(_produce_result, topic.name, partition.partition_index)
                     for topic in request.topics for partition in topic.partitions]
         return gathered(refusals).addCallback(_produce_response)
+    if len(request.topics) == 1 and len(request.topics[0].partitions) == 1:  # nearly every request: one callback
+        topic, partition = request.topics[0], request.topics[0].partitions[0]
+        produced = broker.produce(principal, topic.name, partition.partition_index, partition.records, acks,
+                                  request.timeout_ms, request.transactional_id,
+                                  add_to_transaction=request.add_to_transaction)
+        return produced.addCallbacks(_one_produced, _one_refused, callbackArgs=(topic.name, partition.partition_index),
+                                     errbackArgs=(topic.name, partition.partition_index))
     answers = [
         settled(broker.produce(principal, topic.name, partition.partition_index, partition.records,
                                acks, request.timeout_ms, request.transactional_id,
@@ -74,6 +82,15 @@ def _produce_result(settled: tuple[Any, BaseException | None], topic: str, parti
         log_append_time_ms=-1,
         log_start_offset=result.log_start_offset if result else -1,
     )
+
+
+def _one_produced(result: Any, topic: str, partition: int) -> m.ProduceResponse:
+    return _produce_response([_produce_result((result, None), topic, partition)])
+
+
+def _one_refused(failure: Failure, topic: str, partition: int) -> m.ProduceResponse:
+    failure.trap(errors.BrokerError)  # as ``settled``: other failures pass
+    return _produce_response([_produce_result((None, failure.value), topic, partition)])
 
 
 def _produce_response(answers: list[tuple[str, m.ProducePartitionResult]]) -> m.ProduceResponse:

@@ -66,9 +66,10 @@ class ConnectionSecurity:
 
     def require_principal(self, api_key: m.ApiKey) -> Principal | None:
         """The principal for a request to ``api_key``; SaslAuthenticationError if it needs one and there is none."""
-        if api_key in UNAUTHENTICATED_APIS:
-            return self.principal()
-        return self.authentication.require_principal(api_key.name)
+        principal = self.principal()
+        if principal is not None or api_key in UNAUTHENTICATED_APIS:
+            return principal
+        return self.authentication.require_principal(api_key.name)  # refused (and audited)
 
     # ---- SASL ----------------------------------------------------------------------------------
 

@@ -236,3 +236,36 @@ def test_a_wake_skips_a_fetch_answered_by_an_earlier_answer_of_the_same_wake() -
     second.addCallback(wake_again)
     waiting.wake(partition_log)  # type: ignore[arg-type]
     assert answered == [answer, answer]
+
+
+def test_waiting_fetches_share_one_timer_and_each_is_answered_at_its_own_deadline() -> None:
+    """A parked fetch arms no timer of its own (arming and cancelling one per fetch cost every paced fetch its
+    share of the reactor's timer heap): one timer, for the earliest deadline; each fetch still ends at its
+    ``max_wait_ms`` with what there is, and one answered early is not answered again."""
+    from twisted.internet.task import Clock
+
+    from mqbroker.core.fetch import WaitingFetches
+
+    clock = Clock()
+    waiting = WaitingFetches(clock)
+    partition_log = object()
+    answered: list[int] = []
+
+    def park(wait_ms: int, records: list[bytes]) -> None:
+        fetched = waiting.wait([partition_log], lambda: [FetchResult(topic="t", partition=0, records=records[0])],
+                               1, wait_ms, follower=False)  # type: ignore[list-item]
+        fetched.addCallback(lambda _: answered.append(wait_ms))
+
+    early = [b""]
+    for wait_ms, records in ((500, [b""]), (100, [b""]), (300, [b""]), (200, early)):
+        park(wait_ms, records)
+    assert len(clock.getDelayedCalls()) == 1
+    early[0] = b"x"
+    waiting.wake(partition_log)  # type: ignore[arg-type]
+    assert answered == [200]
+    for step_s, expected in ((0.1, [200, 100]), (0.2, [200, 100, 300]), (0.2, [200, 100, 300, 500])):
+        clock.advance(step_s)
+        assert answered == expected
+        assert len(clock.getDelayedCalls()) <= 1
+    clock.advance(1.0)
+    assert answered == [200, 100, 300, 500] and not clock.getDelayedCalls()

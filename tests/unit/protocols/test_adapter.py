@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
-from mqbroker import limits
+from mqbroker import errors, limits
 from mqbroker.config import BrokerConfig
-from mqbroker.model import BrokerEndpoint
+from mqbroker.model import BrokerEndpoint, ProduceResult
 from mqbroker.protocols.adapter import CodecProtocol, ConnectionHandle
 from mqbroker.protocols.native import messages as m
 from mqbroker.protocols.native.connection import ClientConnection
 from mqbroker.protocols.native.server import NativeSession
+from tests import fake_broker
 from tests.fake_broker import FakeBroker
 
 
@@ -153,3 +155,38 @@ def test_a_read_of_whole_frames_asks_the_session_for_its_buffered_bytes_once() -
     protocol.dataReceived(b"tric")
     clock.advance(5.1)
     assert protocol.closed
+
+
+def test_a_one_partition_produce_is_answered_by_one_callback_on_the_brokers_deferred(monkeypatch: Any) -> None:
+    """Nearly every produce names one partition: its answer is built in one callback (settle, per-partition
+    result, gather, response were four, each run on every produce), with the same reply, error or not."""
+
+    class CountingDeferred(Deferred):  # type: ignore[type-arg]
+        added = 0
+
+        def addCallbacks(self, *args: Any, **kwargs: Any) -> Any:
+            self.added += 1
+            return super().addCallbacks(*args, **kwargs)
+
+        def addCallback(self, *args: Any, **kwargs: Any) -> Any:
+            self.added += 1
+            return super().addCallback(*args, **kwargs)
+
+    monkeypatch.setattr(fake_broker, "Deferred", CountingDeferred)
+    broker = FakeBroker()
+    broker.hold_produces = True
+    protocol, transport = _connect(NativeSession(broker, BrokerConfig()))
+    client = ClientConnection("adapter-test")
+    request = m.ProduceRequest(acks=1, timeout_ms=1000, topics=(
+        m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition_index=0, records=b""),)),))
+    for _ in range(2):
+        protocol.dataReceived(client.send_request(request)[1])
+    written, refused = broker.held_produces
+    assert written.added == 2  # the handler's answer and the session's reply
+    written.callback(ProduceResult(base_offset=7, last_offset=7, log_append_time_ms=-1, log_start_offset=0))
+    refused.errback(errors.NotLeaderError("t-0 moved"))
+    answers = client.receive_data(transport.value())
+    [[first], [second]] = [[p for t in a.response.topics for p in t.partitions] for a in answers]
+    assert (first.error_code, first.base_offset) == (0, 7)
+    assert (second.error_code, second.error_message, second.base_offset) == (errors.ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                                               "t-0 moved", -1)

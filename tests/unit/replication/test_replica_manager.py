@@ -128,6 +128,36 @@ def test_losing_the_leadership_turns_the_leader_into_a_follower_and_wakes_its_re
     assert (partition_log, False) in rig.readers.woken  # consumers waiting on it are answered (NOT_LEADER)
 
 
+def test_the_leader_lookup_is_answered_once_per_image_and_follows_every_change(tmp_path: Path) -> None:
+    """Every produce and fetch asks ``leader`` several times: asked again with the image unchanged, the answer comes
+    without reading the image's topics; a record applied, or a leadership ending, is asked afresh."""
+    rig = _manager(tmp_path)
+    found = rig.replicas.leader("t", 0)
+
+    class CountingTopics(dict):  # type: ignore[type-arg]
+        reads = 0
+
+        def get(self, *args: object) -> object:
+            CountingTopics.reads += 1
+            return super().get(*args)
+
+    rig.cluster.image.topics = CountingTopics(rig.cluster.image.topics)
+    assert rig.replicas.leader("t", 0) == found and rig.replicas.partition_log("t", 0) is found[0]
+    assert CountingTopics.reads == 0
+    rig.cluster.apply(AlterPartition(topic="t", partition=0, leader_id=1, leader_epoch=0, partition_epoch=0,
+                                     isr=(1, 2)))
+    CountingTopics.reads = 0
+    assert rig.replicas.leader("t", 0)[1] is found[1] and CountingTopics.reads == 1
+    _elect(rig.cluster, 2)
+    with pytest.raises(errors.NotLeaderError, match="led by broker 2"):
+        rig.replicas.leader("t", 0)
+    _elect(rig.cluster, 1)
+    assert rig.replicas.leader("t", 0)[1] is rig.replicas.leading(KEY) is not found[1]
+    rig.replicas.stop()  # the image unchanged, the leadership ended
+    with pytest.raises(errors.NotLeaderError):
+        rig.replicas.leader("t", 0)
+
+
 def test_a_follower_that_becomes_leader_starts_from_the_high_watermark_it_was_told(tmp_path: Path) -> None:
     rig = _manager(tmp_path, node_id=2)
     appended = rig.replicas.follower_append(KEY, FetchResult(topic="t", partition=0, records=_batch(0, 0, [b"a", b"b"]),

@@ -299,3 +299,12 @@ def test_garbage_streams_into_connections_yield_only_events(chunks: list[bytes])
     for chunk in chunks:
         for event in server.receive_data(chunk) + client.receive_data(chunk):
             assert isinstance(event, RequestReceived | RequestRejected | ConnectionFailed | ResponseReceived)
+
+
+@given(st.integers(min_value=-(2**31), max_value=2**31 - 1))
+def test_a_successful_answer_carries_the_envelope_the_schema_would_encode(correlation_id: int) -> None:
+    """The envelope of an answer without an error is packed in one call; its bytes are the schema's."""
+    parts: list[bytes | memoryview] = []
+    codec.encode_into(codec._ENVELOPE, codec._ResponseEnvelope(correlation_id=correlation_id, error_code=0,
+                                                               error_message=None), parts)
+    assert codec._SUCCESS_ENVELOPE.pack(correlation_id, 0, -1) == b"".join(parts)
