@@ -47,9 +47,6 @@ from mqbroker.storage.txn_index import AbortedTxn
 __all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "FlushTicket", "PartitionLog", "ReadResult"]
 
 NO_TIMESTAMP = -1
-#: The largest append kept in memory for readers at the log end: one copy per partition (10,000 partitions hold
-#: at most 10 MiB); paced messages come in batches far below it.
-TAIL_BYTES_MAX = 1024
 
 
 class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
@@ -99,9 +96,6 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
         self._verification_guards = VerificationGuards()
         #: Segments let go whose files wait for file.delete.delay.ms (guarded by the lock).
         self._retired = RetiredFiles()
-        #: (base offset, end offset, bytes) of the last append while it is small and ends the log: a consumer, the
-        #: front ends' shared readers and followers at the log end read it without a pread (every paced message).
-        self._tail: tuple[int, int, bytes] | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -248,9 +242,7 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
             unpersisted_from = self.epochs.unpersisted_from
             if unpersisted_from is not None and unpersisted_from < self._epochs_written_at_once_below:
                 self._write_epochs()
-            pieces = stamped_pieces(view, batches) if assign_offsets else [view]
-            self._segments[-1].append(pieces, batches)
-            self._tail = (first.base_offset, next_offset, b"".join(pieces)) if len(view) <= TAIL_BYTES_MAX else None
+            self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
             self._producers.commit(staged, [ended for ended, _ in completed])
             self._transactions_written(staged, completed)
             self._end_offset = next_offset
@@ -315,12 +307,6 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
                     f"offset {offset} is outside the log [{self._log_start_offset}, {self._end_offset}]"
                 )
             limit = self._end_offset if max_offset is None else min(max_offset, self._end_offset)
-            tail = self._tail
-            if tail is not None and tail[0] == offset and tail[1] == self._end_offset and tail[1] <= limit and (
-                len(tail[2]) <= max_bytes
-            ):  # what the segment would return: these batches, all of them below the limit and within max_bytes
-                return ReadResult(records=tail[2], log_start_offset=self._log_start_offset,
-                                  log_end_offset=self._end_offset)
             data = b""
             slot = max(0, bisect.bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1)
             while not data and slot < len(self._segments) and self._segments[slot].base_offset < limit:
@@ -362,7 +348,6 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
         with self._lock:
             self._check_open()
             previous_end = self._end_offset
-            self._tail = None
             if offset < self._end_offset:
                 if offset <= self._segments[0].base_offset:
                     self._start_empty_at(offset)
@@ -408,7 +393,6 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
         fs.fsync_path(self.directory)
 
     def _start_empty_at(self, offset: int) -> None:
-        self._tail = None
         self._delete_tail(self._segments[::-1])
         segment = Segment(self.directory, offset, self.config.index_interval_bytes, self._files, self._lock)
         segment.create()

@@ -61,36 +61,6 @@ def test_read_returns_whole_batches_from_the_batch_holding_the_offset(tmp_path):
     assert all(b.next_offset == a.base_offset for b, a in zip(headers, headers[1:]))
 
 
-def test_a_read_of_the_last_small_append_at_the_log_end_needs_no_pread_and_returns_what_the_file_holds(
-    tmp_path, monkeypatch
-):
-    """A paced consumer (or follower, or front-end reader) reads each append right after it: from memory, the
-    same bytes a read of the file gives; any other read, and every read after a truncation, goes to the file."""
-    log = open_log(tmp_path)
-    for tag in range(3):
-        log.append(payload_batch(tag, record_count=2), now_ms=0)
-    file_reads: list[int] = []
-    real_pread = os.pread
-    monkeypatch.setattr(os, "pread", lambda fd, size, at: file_reads.append(size) or real_pread(fd, size, at))
-    last = log.read(4, max_bytes=1 << 20).records
-    assert not file_reads and [header.base_offset for _, header in iter_batches(last)] == [4]
-    assert log.read(4, max_bytes=1 << 20, max_offset=6).records == last
-    assert log.read(4, max_bytes=1 << 20, max_offset=5).records == b"" and not file_reads  # the limit, as the file
-    assert log.read(4, max_bytes=len(last) - 1).records == last and file_reads  # one batch comes whole: from the file
-    file_reads.clear()
-    assert log.read(5, max_bytes=1 << 20).records == last and file_reads  # inside the batch: the file
-    file_reads.clear()
-    log.truncate_to(4)  # (reads the log back to rebuild the producers)
-    assert log.read(2, max_bytes=1 << 20).records and log.log_end_offset == 4
-    log.append(payload_batch(9, record_count=2), now_ms=0)
-    file_reads.clear()
-    replaced = log.read(4, max_bytes=1 << 20).records
-    assert replaced != last and not file_reads
-    log.close()
-    reopened = open_log(tmp_path)
-    assert reopened.read(4, max_bytes=1 << 20).records == replaced  # the bytes on disk
-
-
 def test_read_returns_one_batch_larger_than_max_bytes(tmp_path):
     log = open_log(tmp_path)
     log.append(payload_batch(1, value_bytes=2000), now_ms=0)
