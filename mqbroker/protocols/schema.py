@@ -285,6 +285,24 @@ def _compile_struct(cls: type, plan: StructPlan, flexible: bool) -> MessageCodec
     return MessageCodec(encode=namespace["encode"], decode=namespace["decode"], size_bytes_min=plan.size_bytes_min())
 
 
+#: What a generated decoder raises for bytes that end too soon or a string that is not UTF-8.
+DECODING_ERRORS = (struct.error, UnicodeDecodeError)
+#: What a generated encoder raises for a value the wire cannot carry (an integer out of range).
+ENCODING_ERRORS = (struct.error, OverflowError)
+
+
+def malformed(error: Exception, what: str) -> MalformedMessageError:
+    """The typed error for one of ``DECODING_ERRORS`` raised decoding ``what``."""
+    if isinstance(error, UnicodeDecodeError):
+        return MalformedMessageError(f"{what} holds a string that is not UTF-8: {error.reason}")
+    return MalformedMessageError(f"{what} is truncated: {error}")
+
+
+def trailing(what: str, extra_bytes: int) -> MalformedMessageError:
+    """The error for bytes left after a value that must fill its buffer."""
+    return MalformedMessageError(f"{what} has {extra_bytes} trailing bytes")
+
+
 def decode_value(codec: MessageCodec, buffer: memoryview, position: int, what: str) -> tuple[Any, int]:
     """Decode one value at ``position``; return it and the position after it.
 
@@ -293,23 +311,29 @@ def decode_value(codec: MessageCodec, buffer: memoryview, position: int, what: s
     """
     try:
         return codec.decode(buffer, position)
-    except struct.error as error:
-        raise MalformedMessageError(f"{what} is truncated: {error}") from None
-    except UnicodeDecodeError as error:
-        raise MalformedMessageError(f"{what} holds a string that is not UTF-8: {error.reason}") from None
+    except DECODING_ERRORS as error:
+        raise malformed(error, what) from None
 
 
 def decode_exactly(codec: MessageCodec, buffer: memoryview, position: int, what: str) -> Any:
     """Decode one value that must end exactly at the end of ``buffer`` (no trailing bytes)."""
-    value, end = decode_value(codec, buffer, position, what)
+    try:
+        value, end = codec.decode(buffer, position)
+    except DECODING_ERRORS as error:
+        raise malformed(error, what) from None
     if end != len(buffer):
-        raise MalformedMessageError(f"{what} has {len(buffer) - end} trailing bytes")
+        raise trailing(what, len(buffer) - end)
     return value
+
+
+def unencodable(value: Any, error: Exception) -> LocalProtocolError:
+    """The typed error for one of ``ENCODING_ERRORS`` raised encoding ``value``."""
+    return LocalProtocolError(f"cannot encode {type(value).__name__}: {error}")
 
 
 def encode_into(codec: MessageCodec, value: Any, parts: list[bytes | memoryview]) -> None:
     """Encode ``value`` into ``parts``; a value the wire cannot carry raises ``LocalProtocolError``."""
     try:
         codec.encode(value, parts)
-    except (struct.error, OverflowError) as error:
-        raise LocalProtocolError(f"cannot encode {type(value).__name__}: {error}") from None
+    except ENCODING_ERRORS as error:
+        raise unencodable(value, error) from None
