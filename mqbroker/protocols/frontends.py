@@ -33,7 +33,19 @@ from mqbroker.interfaces import (
 
 if TYPE_CHECKING:
     from mqbroker.records.readable import UnreadableTally
-    from prometheus_client import Counter, Gauge, Histogram
+    from prometheus_client import Counter, Gauge
+
+
+class LatencyObserver(Protocol):
+    """One protocol and API's request latencies."""
+
+    def observe(self, seconds: float) -> None: ...
+
+
+class RequestLatencyMetric(Protocol):
+    """``mqbroker_request_latency_seconds``: a histogram by protocol and API."""
+
+    def labels(self, protocol: str, api: str) -> LatencyObserver: ...
 
 
 class FrontEndMetrics(Protocol):
@@ -41,7 +53,7 @@ class FrontEndMetrics(Protocol):
     unroutable messages."""
 
     connections: Gauge
-    request_latency: Histogram
+    request_latency: RequestLatencyMetric
     #: Published messages that reached no queue (``mqbroker_unroutable_messages_total{protocol, outcome}``).
     unroutable: Counter
     #: Batches its readers could not decode and skipped (``mqbroker_unreadable_batches_total``).

@@ -32,8 +32,9 @@ and tags a reader does not know are skipped.
 ``compile_message(cls, version, flexible)`` turns a dataclass into a ``MessageCodec`` once per
 version, generating straight-line encode and decode functions. Runs of adjacent fixed-width
 fields are packed with a single ``struct``, and ``Records`` decode as zero-copy ``memoryview``
-slices of the frame, so a Produce request or a Fetch response costs a few steps per partition
-and nothing per record.
+slices of the frame. A non-flexible version is written out whole, nested structs, arrays and
+strings inlined (``schema_inline``), so a Produce request or a Fetch response is one Python call
+each way and costs a few steps per partition and nothing per record.
 """
 
 from __future__ import annotations
@@ -42,18 +43,19 @@ import dataclasses
 import struct
 import types
 import typing
-from collections.abc import Callable
 from typing import Annotated, Any, Union
 
 from mqbroker.protocols.exceptions import LocalProtocolError, MalformedMessageError
-from mqbroker.protocols.flexible import (
-    TaggedField,
-    decode_uvarint,
-    encode_uvarint,
-    read_tags,
-    tag_decoder,
-    tags_encoder,
-    truncated,
+from mqbroker.protocols.flexible import TaggedField, read_tags, tag_decoder, tags_encoder
+from mqbroker.protocols.schema_inline import Kind, Shape, Step, StructPlan, inline_struct
+from mqbroker.protocols.wire_values import (
+    MessageCodec,
+    array_codec,
+    bytes_codec,
+    fixed_codec,
+    map_codec,
+    nullable_struct_codec,
+    string_codec,
 )
 
 
@@ -115,196 +117,6 @@ ZERO_UUID = bytes(16)
 #: Concatenated RecordBatch v2 bytes; a decoded value is a read-only ``memoryview`` of the frame.
 Records = Annotated[bytes | memoryview, _RawRecords()]
 
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-
-#: Appends encoded pieces of ``value`` to ``parts`` (joined once at the end, so big byte
-#: fields are copied once).
-Encoder = Callable[[Any, list[bytes | memoryview]], None]
-#: Reads one value at ``position`` of ``buffer``; returns it and the position after it.
-Decoder = Callable[[memoryview, int], tuple[Any, int]]
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class MessageCodec:
-    """The compiled encoder and decoder of one wire type (in one version)."""
-
-    encode: Encoder
-    decode: Decoder
-    #: Fewest bytes one value occupies; bounds array counts a peer may announce.
-    size_bytes_min: int
-    #: ``struct`` format when the type is a fixed-width scalar, else empty.
-    fixed_format: str = ""
-
-
-# -- scalar and sized codecs --------------------------------------------------------------------
-
-
-def _fixed(format_character: str) -> MessageCodec:
-    """A fixed-width scalar (used on its own only inside arrays, maps and tagged fields)."""
-    packer = struct.Struct(">" + format_character)
-
-    def encode(value: Any, parts: list[bytes | memoryview]) -> None:
-        parts.append(packer.pack(value))
-
-    def decode(buffer: memoryview, position: int) -> tuple[Any, int]:
-        return packer.unpack_from(buffer, position)[0], position + packer.size
-
-    return MessageCodec(encode=encode, decode=decode, size_bytes_min=packer.size, fixed_format=format_character)
-
-
-def _length_prefix(width: int, compact: bool) -> tuple[Callable[[int], bytes], Callable[[memoryview, int], tuple[int, int]]]:
-    """Writer and reader of a length or count: int16/int32 with -1 = null, or a compact uvarint (n + 1)."""
-    if compact:
-        def read_compact(buffer: memoryview, position: int) -> tuple[int, int]:
-            value, position = decode_uvarint(buffer, position)
-            return value - 1, position
-
-        return (lambda length: encode_uvarint(length + 1)), read_compact
-    packer = _INT16 if width == 2 else _INT32
-
-    def read_fixed(buffer: memoryview, position: int) -> tuple[int, int]:
-        return packer.unpack_from(buffer, position)[0], position + width
-
-    return packer.pack, read_fixed
-
-
-def _string(nullable: bool, compact: bool = False) -> MessageCodec:
-    """A length (-1 = null) followed by UTF-8 text."""
-    write_length, read_length = _length_prefix(2, compact)
-    null = write_length(-1)
-
-    def encode(value: str | None, parts: list[bytes | memoryview]) -> None:
-        if value is None:
-            if not nullable:
-                raise LocalProtocolError("a non-nullable string field holds None")
-            parts.append(null)
-            return
-        data = value.encode("utf-8")
-        parts.append(write_length(len(data)))
-        parts.append(data)
-
-    def decode(buffer: memoryview, position: int) -> tuple[str | None, int]:
-        start = position
-        length, position = read_length(buffer, position)
-        if length < 0:
-            if length == -1 and nullable:
-                return None, position
-            raise MalformedMessageError(f"string length {length} at byte {start} is not allowed here")
-        end = position + length
-        if end > len(buffer):
-            raise truncated("string", position)
-        return str(buffer[position:end], "utf-8"), end
-
-    return MessageCodec(encode=encode, decode=decode, size_bytes_min=1 if compact else 2)
-
-
-def _bytes(nullable: bool, copy: bool, compact: bool = False) -> MessageCodec:
-    """A length (-1 = null) followed by raw bytes; ``copy=False`` yields a memoryview."""
-    write_length, read_length = _length_prefix(4, compact)
-    null = write_length(-1)
-
-    def encode(value: bytes | memoryview | None, parts: list[bytes | memoryview]) -> None:
-        if value is None:
-            if not nullable:
-                raise LocalProtocolError("a non-nullable bytes field holds None")
-            parts.append(null)
-            return
-        parts.append(write_length(len(value)))
-        parts.append(value)
-
-    def decode(buffer: memoryview, position: int) -> tuple[bytes | memoryview | None, int]:
-        start = position
-        length, position = read_length(buffer, position)
-        if length < 0:
-            if length == -1 and nullable:
-                return None, position
-            raise MalformedMessageError(f"bytes length {length} at byte {start} is not allowed here")
-        end = position + length
-        if end > len(buffer):
-            raise truncated("bytes", position)
-        view = buffer[position:end]
-        return (view.tobytes() if copy else view), end
-
-    return MessageCodec(encode=encode, decode=decode, size_bytes_min=1 if compact else 4)
-
-
-def _checked_count(count: int, start: int, buffer: memoryview, position: int, nullable: bool,
-                   element_bytes_min: int) -> int:
-    """Validate an array or map count just read; -1 means null (returned as -1 when allowed)."""
-    if count < 0:
-        if count == -1 and nullable:
-            return -1
-        raise MalformedMessageError(f"array count {count} at byte {start} is not allowed here")
-    # Every element takes at least one byte, so a count larger than the rest of the frame is a
-    # lie; refusing it here keeps a peer from making us loop over billions of phantom elements.
-    if count * element_bytes_min > len(buffer) - position:
-        raise truncated(f"array of {count} elements", position)
-    return count
-
-
-def _array(element: MessageCodec, nullable: bool, compact: bool = False) -> MessageCodec:
-    """A count (-1 = null) followed by the elements; decodes to a tuple."""
-    assert element.size_bytes_min > 0, "array elements must occupy at least one byte"
-    element_encode, element_decode = element.encode, element.decode
-    write_count, read_count = _length_prefix(4, compact)
-    null = write_count(-1)
-
-    def encode(value: tuple[Any, ...] | None, parts: list[bytes | memoryview]) -> None:
-        if value is None:
-            if not nullable:
-                raise LocalProtocolError("a non-nullable array field holds None")
-            parts.append(null)
-            return
-        parts.append(write_count(len(value)))
-        if element.fixed_format:
-            parts.append(struct.pack(f">{len(value)}{element.fixed_format}", *value))
-            return
-        for item in value:
-            element_encode(item, parts)
-
-    def decode(buffer: memoryview, position: int) -> tuple[tuple[Any, ...] | None, int]:
-        start = position
-        count, position = read_count(buffer, position)
-        count = _checked_count(count, start, buffer, position, nullable, element.size_bytes_min)
-        if count == -1:
-            return None, position
-        if element.fixed_format:
-            values = struct.unpack_from(f">{count}{element.fixed_format}", buffer, position)
-            return values, position + count * element.size_bytes_min
-        items = []
-        for _ in range(count):
-            item, position = element_decode(buffer, position)
-            items.append(item)
-        return tuple(items), position
-
-    return MessageCodec(encode=encode, decode=decode, size_bytes_min=1 if compact else 4)
-
-
-def _map(key: MessageCodec, value: MessageCodec) -> MessageCodec:
-    """int32 count followed by (key, value) pairs; decodes to a dict."""
-    pair_bytes_min = key.size_bytes_min + value.size_bytes_min
-    assert pair_bytes_min > 0, "map entries must occupy at least one byte"
-
-    def encode(mapping: dict[Any, Any], parts: list[bytes | memoryview]) -> None:
-        parts.append(_INT32.pack(len(mapping)))
-        for item_key, item_value in mapping.items():
-            key.encode(item_key, parts)
-            value.encode(item_value, parts)
-
-    def decode(buffer: memoryview, position: int) -> tuple[dict[Any, Any], int]:
-        (count,) = _INT32.unpack_from(buffer, position)
-        count = _checked_count(count, position, buffer, position + 4, False, pair_bytes_min)
-        position += 4
-        mapping = {}
-        for _ in range(count):
-            item_key, position = key.decode(buffer, position)
-            mapping[item_key], position = value.decode(buffer, position)
-        return mapping, position
-
-    return MessageCodec(encode=encode, decode=decode, size_bytes_min=4)
-
-
 def _split_optional(annotation: Any) -> tuple[Any, bool]:
     """``T | None`` -> (T, True); anything else -> (annotation, False)."""
     if typing.get_origin(annotation) in (Union, types.UnionType):
@@ -314,10 +126,12 @@ def _split_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _compile_annotation(annotation: Any, version: int = 0, flexible: bool = False, nullable_allowed: bool = True) -> MessageCodec:
+def _compile_annotation(annotation: Any, version: int = 0, flexible: bool = False, nullable_allowed: bool = True,
+                        inline: bool = True) -> MessageCodec:
     """The codec of one field annotation in ``version`` (see the module docstring for the table).
 
-    ``nullable_allowed`` is False in versions before a ``T | None`` field's ``nullable_since``.
+    ``nullable_allowed`` is False in versions before a ``T | None`` field's ``nullable_since``;
+    ``inline`` is ``compile_message``'s, for the structs inside.
     """
     inner, optional = _split_optional(annotation)
     nullable = optional and nullable_allowed
@@ -325,71 +139,48 @@ def _compile_annotation(annotation: Any, version: int = 0, flexible: bool = Fals
         marker = inner.__metadata__[0]
         if isinstance(marker, _FixedWidth):
             assert not optional, f"fixed-width fields are never null: {annotation!r}"
-            return _fixed(marker.format)
+            return fixed_codec(marker.format)
         assert isinstance(marker, _RawRecords), f"unknown wire marker {marker!r}"
-        return _bytes(nullable, copy=False, compact=flexible)
+        return bytes_codec(nullable, copy=False, compact=flexible)
     if inner is bool and not optional:
-        return _fixed("?")
+        return fixed_codec("?")
     if inner is str:
-        return _string(nullable, flexible)
+        return string_codec(nullable, flexible)
     if inner is bytes:
-        return _bytes(nullable, copy=True, compact=flexible)
+        return bytes_codec(nullable, copy=True, compact=flexible)
     origin = typing.get_origin(inner)
     if origin is tuple:
         element, ellipsis = typing.get_args(inner)
         assert ellipsis is Ellipsis, f"only homogeneous tuples travel on the wire, not {inner!r}"
-        return _array(_compile_annotation(element, version, flexible), nullable, flexible)
+        return array_codec(_compile_annotation(element, version, flexible, inline=inline), nullable, flexible)
     if origin is dict and not optional:
         assert not flexible, "maps do not travel in flexible versions"
         key, value = typing.get_args(inner)
-        return _map(_compile_annotation(key), _compile_annotation(value))
+        return map_codec(_compile_annotation(key), _compile_annotation(value))
     assert dataclasses.is_dataclass(inner), f"no wire form for {annotation!r}"
-    struct_codec = compile_message(inner, version, flexible)
-    return _nullable_struct(struct_codec) if nullable else struct_codec
+    struct_codec = compile_message(inner, version, flexible, inline)
+    return nullable_struct_codec(struct_codec) if nullable else struct_codec
 
 
-_NULL_STRUCT, _PRESENT_STRUCT = b"\xff", b"\x01"
+_COMPILED: dict[tuple[type, int, bool, bool], MessageCodec] = {}
 
 
-def _nullable_struct(struct_codec: MessageCodec) -> MessageCodec:
-    """A struct that may be null: an int8 marker (negative: null), then the struct when present."""
+def compile_message(cls: type, version: int = 0, flexible: bool = False, inline: bool = True) -> MessageCodec:
+    """The codec of a message dataclass in ``version`` (compiled on first use, then cached).
 
-    def encode(value: Any, parts: list[bytes | memoryview]) -> None:
-        if value is None:
-            parts.append(_NULL_STRUCT)
-        else:
-            parts.append(_PRESENT_STRUCT)
-            struct_codec.encode(value, parts)
-
-    def decode(buffer: memoryview, position: int) -> tuple[Any, int]:
-        (marker,) = struct.unpack_from(">b", buffer, position)
-        if marker < 0:
-            return None, position + 1
-        return struct_codec.decode(buffer, position + 1)
-
-    return MessageCodec(encode=encode, decode=decode, size_bytes_min=1)
-
-
-_COMPILED: dict[tuple[type, int, bool], MessageCodec] = {}
-
-
-def compile_message(cls: type, version: int = 0, flexible: bool = False) -> MessageCodec:
-    """The codec of a message dataclass in ``version`` (compiled on first use, then cached)."""
-    key = (cls, version, flexible)
+    A non-flexible version is written out whole (``schema_inline``): one function each way, with the
+    structs, arrays and strings inside inlined. ``inline=False`` gives the step-wise codec, which
+    calls a value codec (``wire_values``) per variable field: the form of flexible versions, and
+    the reference the written-out codec is tested against.
+    """
+    inline = inline and not flexible
+    key = (cls, version, flexible, inline)
     codec = _COMPILED.get(key)
     if codec is None:
-        codec = _compile_struct(cls, version, flexible)
+        plan = _plan(cls, version, flexible, inline)
+        codec = inline_struct(cls, plan, _inline_plan) if inline else _compile_struct(cls, plan, flexible)
         _COMPILED[key] = codec
     return codec
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Step:
-    """One step of a struct: a run of adjacent fixed-width fields, or one variable field."""
-
-    names: tuple[str, ...]
-    fixed_format: str
-    codec: MessageCodec
 
 
 def _default_of(field: dataclasses.Field[Any]) -> Any:
@@ -400,43 +191,67 @@ def _default_of(field: dataclasses.Field[Any]) -> Any:
     return field.default_factory()
 
 
-def _plan(cls: type, version: int, flexible: bool) -> tuple[list[_Step], list[TaggedField], dict[str, Any]]:
+def _plan(cls: type, version: int, flexible: bool, inline: bool) -> StructPlan:
     """The fields of ``cls`` in ``version``: fixed-width runs and variable steps, tagged fields, and
     the defaults of the fields that do not travel."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    steps: list[_Step] = []
-    tagged: list[TaggedField] = []
-    absent: dict[str, Any] = {}
+    plan = StructPlan(version=version, flexible=flexible)
+    steps = plan.steps
     for field in dataclasses.fields(cls):
         versions: WireVersions = field.metadata.get(_WIRE_KEY, _ALWAYS)
         name = field.name
         if not versions.present(version, flexible):
-            absent[name] = _default_of(field)
+            plan.absent[name] = _default_of(field)
             continue
         nullable_allowed = versions.nullable_since is None or version >= versions.nullable_since
-        field_codec = _compile_annotation(hints[name], version, flexible, nullable_allowed)
+        field_codec = _compile_annotation(hints[name], version, flexible, nullable_allowed, inline)
         if versions.tag is not None:
-            tagged.append(TaggedField(versions.tag, name, field_codec, _default_of(field)))
+            plan.tagged.append(TaggedField(versions.tag, name, field_codec, _default_of(field)))
         elif field_codec.fixed_format and steps and steps[-1].fixed_format:
             previous = steps.pop()
-            steps.append(_Step(previous.names + (name,), previous.fixed_format + field_codec.fixed_format, field_codec))
+            steps.append(Step(previous.names + (name,), previous.fixed_format + field_codec.fixed_format, field_codec))
         else:
-            steps.append(_Step((name,), field_codec.fixed_format, field_codec))
-    return steps, tagged, absent
+            steps.append(Step((name,), field_codec.fixed_format, field_codec, _describe(hints[name], version, nullable_allowed)))
+    return plan
 
 
-def _compile_struct(cls: type, version: int, flexible: bool) -> MessageCodec:
-    """Generate the encode and decode functions of ``cls`` in one version.
+def _inline_plan(cls: type, version: int) -> StructPlan:
+    """The plan of a struct inside one being written out (``inline_struct`` recurses with it)."""
+    return _plan(cls, version, False, True)
+
+
+def _describe(annotation: Any, version: int, nullable_allowed: bool = True) -> Shape:
+    """What ``schema_inline`` needs to write out a variable field of ``annotation``."""
+    inner, optional = _split_optional(annotation)
+    nullable = optional and nullable_allowed
+    if typing.get_origin(inner) is Annotated:
+        if isinstance(inner.__metadata__[0], _RawRecords):
+            return Shape(kind=Kind.RECORDS, nullable=nullable)
+        return Shape(kind=Kind.OTHER, nullable=nullable)
+    if inner is str:
+        return Shape(kind=Kind.STRING, nullable=nullable)
+    if inner is bytes:
+        return Shape(kind=Kind.BYTES, nullable=nullable)
+    if typing.get_origin(inner) is tuple:
+        element = typing.get_args(inner)[0]
+        return Shape(kind=Kind.ARRAY, nullable=nullable, element=_describe(element, version),
+                     element_codec=_compile_annotation(element, version))
+    if dataclasses.is_dataclass(inner):
+        return Shape(kind=Kind.STRUCT, nullable=nullable, struct=inner)
+    return Shape(kind=Kind.OTHER, nullable=nullable)
+
+
+def _compile_struct(cls: type, plan: StructPlan, flexible: bool) -> MessageCodec:
+    """Generate the step-wise encode and decode functions of ``cls`` in one version.
 
     The two functions are generated as Python source, one statement per step, the way
-    ``dataclasses`` builds ``__init__``: a Produce request or Fetch response is on every
-    message's path, and straight-line code costs a fraction of walking step closures.
+    ``dataclasses`` builds ``__init__``: a run of fixed-width fields is one ``struct`` call, a
+    variable field one call of its value codec.
     """
-    steps, tagged, absent = _plan(cls, version, flexible)
+    steps, tagged, absent = plan.steps, plan.tagged, plan.absent
     namespace: dict[str, Any] = {"_message_class": cls, "read_tags": read_tags}
     encode_lines = ["def encode(message, parts):", "    append = parts.append"]
     decode_lines = ["def decode(buffer, position):"]
-    size_bytes_min = 0
     for index, step in enumerate(steps):
         local_names = [f"field_{name}" for name in step.names]
         if step.fixed_format:
@@ -445,14 +260,11 @@ def _compile_struct(cls: type, version: int, flexible: bool) -> MessageCodec:
             encode_lines.append(f"    append(_pack_{index}({', '.join(f'message.{name}' for name in step.names)}))")
             decode_lines.append(f"    {', '.join(local_names)}, = _unpack_{index}(buffer, position)")
             decode_lines.append(f"    position += {packer.size}")
-            size_bytes_min += packer.size
         else:
             namespace[f"_encode_{index}"], namespace[f"_decode_{index}"] = step.codec.encode, step.codec.decode
             encode_lines.append(f"    _encode_{index}(message.{step.names[0]}, parts)")
             decode_lines.append(f"    {local_names[0]}, position = _decode_{index}(buffer, position)")
-            size_bytes_min += step.codec.size_bytes_min
     if flexible:
-        size_bytes_min += 1  # the tagged-field count
         if tagged:
             namespace["_encode_tags"] = tags_encoder(tagged)
             encode_lines.append("    _encode_tags(message, parts)")
@@ -470,7 +282,25 @@ def _compile_struct(cls: type, version: int, flexible: bool) -> MessageCodec:
     decode_lines.append(f"    return _message_class({arguments}), position")
     exec("\n".join(encode_lines), namespace)  # noqa: S102 - source built above from field names only
     exec("\n".join(decode_lines), namespace)  # noqa: S102
-    return MessageCodec(encode=namespace["encode"], decode=namespace["decode"], size_bytes_min=size_bytes_min)
+    return MessageCodec(encode=namespace["encode"], decode=namespace["decode"], size_bytes_min=plan.size_bytes_min())
+
+
+#: What a generated decoder raises for bytes that end too soon or a string that is not UTF-8.
+DECODING_ERRORS = (struct.error, UnicodeDecodeError)
+#: What a generated encoder raises for a value the wire cannot carry (an integer out of range).
+ENCODING_ERRORS = (struct.error, OverflowError)
+
+
+def malformed(error: Exception, what: str) -> MalformedMessageError:
+    """The typed error for one of ``DECODING_ERRORS`` raised decoding ``what``."""
+    if isinstance(error, UnicodeDecodeError):
+        return MalformedMessageError(f"{what} holds a string that is not UTF-8: {error.reason}")
+    return MalformedMessageError(f"{what} is truncated: {error}")
+
+
+def trailing(what: str, extra_bytes: int) -> MalformedMessageError:
+    """The error for bytes left after a value that must fill its buffer."""
+    return MalformedMessageError(f"{what} has {extra_bytes} trailing bytes")
 
 
 def decode_value(codec: MessageCodec, buffer: memoryview, position: int, what: str) -> tuple[Any, int]:
@@ -481,23 +311,29 @@ def decode_value(codec: MessageCodec, buffer: memoryview, position: int, what: s
     """
     try:
         return codec.decode(buffer, position)
-    except struct.error as error:
-        raise MalformedMessageError(f"{what} is truncated: {error}") from None
-    except UnicodeDecodeError as error:
-        raise MalformedMessageError(f"{what} holds a string that is not UTF-8: {error.reason}") from None
+    except DECODING_ERRORS as error:
+        raise malformed(error, what) from None
 
 
 def decode_exactly(codec: MessageCodec, buffer: memoryview, position: int, what: str) -> Any:
     """Decode one value that must end exactly at the end of ``buffer`` (no trailing bytes)."""
-    value, end = decode_value(codec, buffer, position, what)
+    try:
+        value, end = codec.decode(buffer, position)
+    except DECODING_ERRORS as error:
+        raise malformed(error, what) from None
     if end != len(buffer):
-        raise MalformedMessageError(f"{what} has {len(buffer) - end} trailing bytes")
+        raise trailing(what, len(buffer) - end)
     return value
+
+
+def unencodable(value: Any, error: Exception) -> LocalProtocolError:
+    """The typed error for one of ``ENCODING_ERRORS`` raised encoding ``value``."""
+    return LocalProtocolError(f"cannot encode {type(value).__name__}: {error}")
 
 
 def encode_into(codec: MessageCodec, value: Any, parts: list[bytes | memoryview]) -> None:
     """Encode ``value`` into ``parts``; a value the wire cannot carry raises ``LocalProtocolError``."""
     try:
         codec.encode(value, parts)
-    except (struct.error, OverflowError) as error:
-        raise LocalProtocolError(f"cannot encode {type(value).__name__}: {error}") from None
+    except ENCODING_ERRORS as error:
+        raise unencodable(value, error) from None

@@ -32,7 +32,7 @@ from mqbroker.protocols.kafka.messages.apis import APIS, ApiKey
 from mqbroker.protocols.kafka.security import SECURITY_APIS, KafkaSecurity
 
 if TYPE_CHECKING:
-    from prometheus_client import Histogram
+    from mqbroker.protocols.frontends import RequestLatencyMetric
 
 #: Listener port keys in broker registrations: clients are sent to the listener they came in on.
 PLAIN_LISTENER = "kafka_port"
@@ -53,7 +53,7 @@ class KafkaSession:
 
     log = Logger()
 
-    def __init__(self, broker: IBroker, facts: ListenerFacts, latency: Histogram | None = None,
+    def __init__(self, broker: IBroker, facts: ListenerFacts, latency: RequestLatencyMetric | None = None,
                  security: FrontEndSecurity | None = None, clock: IReactorTime | None = None) -> None:
         """``security`` None: every client is anonymous; ``clock`` None: replies are never throttled."""
         self._broker = broker

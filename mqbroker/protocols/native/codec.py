@@ -31,6 +31,8 @@ from mqbroker.protocols.native.messages import (
     ProduceRequest,
 )
 from mqbroker.protocols.schema import (
+    DECODING_ERRORS,
+    ENCODING_ERRORS,
     Int16,
     Int32,
     MessageCodec,
@@ -38,7 +40,10 @@ from mqbroker.protocols.schema import (
     decode_exactly,
     decode_value,
     encode_into,
+    malformed,
     message,
+    trailing,
+    unencodable,
 )
 
 # Bound here, not imported: see docs/architecture.md, "Hot paths".
@@ -138,8 +143,12 @@ def decode_request(body: bytes) -> tuple[RequestHeader, Any]:
     and carry on) or ``MalformedMessageError``; each carries the header when it could be read,
     so the reply can name the right correlation id.
     """
+    # The try blocks of ``decode_value`` and ``decode_exactly`` written out: two calls fewer on every request.
     view = memoryview(body)
-    raw_header, position = decode_value(_HEADER, view, 0, "request header")
+    try:
+        raw_header, position = _HEADER.decode(view, 0)
+    except DECODING_ERRORS as error:
+        raise malformed(error, "request header") from None
     api_key = _API_KEYS.get(raw_header.api_key)
     if api_key is None:
         raise UnknownApiKeyError(
@@ -161,7 +170,13 @@ def decode_request(body: bytes) -> tuple[RequestHeader, Any]:
             header,
         )
     try:
-        request = decode_exactly(codec, view, position, _REQUEST_NAMES[api_key])
+        request, end = codec.decode(view, position)
+        if end != len(view):
+            raise trailing(_REQUEST_NAMES[api_key], len(view) - end)
+    except DECODING_ERRORS as error:
+        failure = malformed(error, _REQUEST_NAMES[api_key])
+        failure.header = header
+        raise failure from None
     except MalformedMessageError as error:
         error.header = header
         raise
@@ -189,7 +204,10 @@ def encode_response(correlation_id: int, api_key: int, version: int, response: A
     codec = _RESPONSE_CODECS.get((known_key, version))
     assert codec is not None, "answering a version the codec refused"
     parts.append(_SUCCESS_ENVELOPE.pack(correlation_id, 0, -1))
-    encode_into(codec, response, parts)
+    try:  # ``encode_into`` written out: a call fewer on every response
+        codec.encode(response, parts)
+    except ENCODING_ERRORS as error:
+        raise unencodable(response, error) from None
     return _framed(parts)
 
 

@@ -43,7 +43,7 @@ from mqbroker.protocols.native.connection import (
 from mqbroker.protocols.native.security import SECURITY_APIS, ConnectionSecurity
 
 if TYPE_CHECKING:
-    from prometheus_client import Histogram
+    from mqbroker.protocols.frontends import LatencyObserver, RequestLatencyMetric
 
 Handler = Callable[[Any, Principal, Any], Awaitable[Any]]
 
@@ -100,7 +100,7 @@ class NativeSession:
 
     def __init__(
         self, broker: IBroker, config: BrokerConfig, *, clock: IReactorTime | None = None,
-        latency: Histogram | None = None, security: FrontEndSecurity | None = None,
+        latency: RequestLatencyMetric | None = None, security: FrontEndSecurity | None = None,
         connectors: IConnectorAdmin | None = None,
     ) -> None:
         """``security`` None: every client is anonymous; ``clock`` None: replies are never throttled."""
@@ -246,7 +246,7 @@ class NativeSession:
 
 
 @functools.lru_cache(maxsize=256)
-def _latency_series(latency: Histogram, api_key: int) -> Histogram:
+def _latency_series(latency: RequestLatencyMetric, api_key: int) -> LatencyObserver:
     """The request-latency histogram series of one API (looking a series up by labels is slow on every reply)."""
     return latency.labels("native", m.ApiKey(api_key).name.lower())
 

@@ -4,6 +4,7 @@ memory, and every kind of bad input ends in the typed protocol error with the ri
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -308,3 +309,38 @@ def test_a_successful_answer_carries_the_envelope_the_schema_would_encode(correl
     codec.encode_into(codec._ENVELOPE, codec._ResponseEnvelope(correlation_id=correlation_id, error_code=0,
                                                                error_message=None), parts)
     assert codec._SUCCESS_ENVELOPE.pack(correlation_id, 0, -1) == b"".join(parts)
+
+
+def _python_calls(function: Any, *arguments: Any) -> list[str]:
+    """The Python functions ``function(*arguments)`` calls, itself first (the dataclasses' ``__init__`` aside)."""
+    import sys
+
+    calls: list[str] = []
+    sys.setprofile(lambda frame, event, _: calls.append(frame.f_code.co_name)
+                   if event == "call" and frame.f_code.co_name != "__init__" else None)
+    try:
+        function(*arguments)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_produce_request_and_its_response_take_one_python_call_each_way_past_the_frame() -> None:
+    """On every paced message's path: no wrapper calls around the generated codec, no call per field or struct."""
+    from mqbroker.protocols.native.messages import (
+        ProducePartition,
+        ProducePartitionResult,
+        ProduceRequest,
+        ProduceResponse,
+        ProduceTopic,
+        ProduceTopicResult,
+    )
+
+    request = ProduceRequest(acks=-1, timeout_ms=1000, topics=(
+        ProduceTopic(name="t", partitions=(ProducePartition(partition_index=0, records=b"x" * 70),)),))
+    body = codec.encode_request(ApiKey.PRODUCE, 1, 7, "client", request)[4:]
+    assert _python_calls(codec.decode_request, body) == ["decode_request", "decode", "decode"]
+    response = ProduceResponse(topics=(ProduceTopicResult(name="t", partitions=(
+        ProducePartitionResult(partition_index=0, base_offset=5),)),))
+    assert _python_calls(codec.encode_response, 7, ApiKey.PRODUCE, 1, response) == [
+        "encode_response", "encode", "_framed"]
