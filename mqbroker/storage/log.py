@@ -19,8 +19,12 @@ import threading
 
 from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import (
+    CONTROL_MASK,
+    LOG_OVERHEAD_BYTES,
     NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_ID,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     iter_batches,
     stamped_header,
@@ -47,6 +51,8 @@ from mqbroker.storage.txn_index import AbortedTxn
 __all__ = ["NOT_VERIFIED", "AppendResult", "CleanerView", "FlushTicket", "PartitionLog", "ReadResult"]
 
 NO_TIMESTAMP = -1
+#: Attributes of a batch whose producer's state an append checks and stages even without a producer id.
+_PRODUCER_STATE_MASK = TRANSACTIONAL_MASK | CONTROL_MASK
 
 
 class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
@@ -205,9 +211,13 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
             next_offset = self._end_offset
             latest_epoch, epoch_starts = self.epochs.latest_epoch, []
             for slot, (position, header) in enumerate(batches):
-                marker = self._admit(view, position, header, staged, assign_offsets, markers_allowed, verification_guard)
+                # A plain batch (no producer id, neither transactional nor control: every MQTT and AMQP append)
+                # has no producer state to check or stage: ``_admit``, ``check`` and ``stage`` would do nothing.
+                plain = header.producer_id == NO_PRODUCER_ID and not header.attributes & _PRODUCER_STATE_MASK
+                marker = None if plain else self._admit(
+                    view, position, header, staged, assign_offsets, markers_allowed, verification_guard)
                 if assign_offsets:
-                    duplicate = self._producers.check(header, staged, marker)
+                    duplicate = None if plain else self._producers.check(header, staged, marker)
                     if duplicate is not None:
                         if len(batches) > 1:
                             raise reject_duplicate_in_multi_batch(header)
@@ -225,14 +235,16 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
                 if header.partition_leader_epoch > latest_epoch:
                     latest_epoch = header.partition_leader_epoch
                     epoch_starts.append((latest_epoch, header.base_offset))
-                ended = self._producers.stage(header, staged, marker)
-                if ended is not None:
-                    completed.append((ended, self._producers.aborted_entry(ended, staged) if ended.aborted else None))
-                next_offset = header.next_offset
-            first, last = batches[0][1], batches[-1][1]
+                if not plain:
+                    ended = self._producers.stage(header, staged, marker)
+                    if ended is not None:
+                        completed.append((ended, self._producers.aborted_entry(ended, staged) if ended.aborted
+                                          else None))
+                next_offset = header.base_offset + header.last_offset_delta + 1  # (``header.next_offset``: no call)
+            first = batches[0][1]
             active = self._segments[-1]
             if active.size_bytes > 0 and (
-                not active.can_hold(len(view), last.last_offset, self.config.segment_bytes)
+                not active.can_hold(len(view), next_offset - 1, self.config.segment_bytes)
                 or now_ms - self._active_since_ms > self.config.segment_ms
             ):
                 self._roll(first.base_offset, now_ms)
@@ -243,14 +255,15 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
             if unpersisted_from is not None and unpersisted_from < self._epochs_written_at_once_below:
                 self._write_epochs()
             self._segments[-1].append(stamped_pieces(view, batches) if assign_offsets else [view], batches)
-            self._producers.commit(staged, [ended for ended, _ in completed])
-            self._transactions_written(staged, completed)
+            if staged:  # a batch that ends a transaction stages its producer: nothing staged, nothing completed
+                self._producers.commit(staged, [ended for ended, _ in completed])
+                self._transactions_written(staged, completed)
             self._end_offset = next_offset
             self._unsynced.appended(next_offset - first.base_offset, now_ms)
             append_time = now_ms if first.attributes & TIMESTAMP_TYPE_MASK else NO_TIMESTAMP
             return AppendResult(
                 base_offset=first.base_offset,
-                last_offset=last.last_offset,
+                last_offset=next_offset - 1,
                 log_append_time_ms=append_time,
                 log_start_offset=self._log_start_offset,
             )
@@ -260,10 +273,11 @@ class PartitionLog(TransactionalLog, DurableLog, CompactedLog):
         batches = list(iter_batches(view, check=True))
         if not batches:
             raise CorruptRecordError("an append needs at least one record batch")
+        max_message_bytes = self.config.max_message_bytes
         for _, header in batches:
-            if header.size_bytes > self.config.max_message_bytes:
+            if header.batch_length + LOG_OVERHEAD_BYTES > max_message_bytes:  # (``size_bytes``: no call)
                 raise RecordTooLargeError(
-                    f"batch of {header.size_bytes} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+                    f"batch of {header.size_bytes} bytes exceeds max.message.bytes={max_message_bytes}"
                 )
         return batches
 

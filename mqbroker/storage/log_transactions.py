@@ -85,8 +85,9 @@ class TransactionalLog:
         with self._lock:
             self._check_open()
             first_unstable = self._producers.first_unstable_offset(high_watermark)
-            stable = high_watermark if first_unstable is None else min(first_unstable, high_watermark)
-            return max(stable, self._log_start_offset)
+            stable = high_watermark if first_unstable is None or first_unstable > high_watermark else first_unstable
+            start = self._log_start_offset
+            return stable if stable > start else start
 
     def has_unreplicated_markers(self) -> bool:
         """Whether finished transactions wait for the high watermark to pass their markers (see `last_stable_offset`)."""

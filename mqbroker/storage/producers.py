@@ -227,6 +227,8 @@ class ProducerStates:
         (it only grows); None leaves them. None when every transaction here is stable.
         """
         unreplicated = self.unreplicated
+        if not unreplicated and not self.ongoing:  # no transactions here (every read_committed wait asks)
+            return None
         if high_watermark is not None:
             while unreplicated and unreplicated[0].last_offset < high_watermark:
                 unreplicated.popleft()

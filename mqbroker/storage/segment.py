@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import HEADER_BYTES, BatchHeader, check_crc, read_header
+from mqbroker.records.header import HEADER_BYTES, LOG_OVERHEAD_BYTES, BatchHeader, check_crc, read_header
 from mqbroker.records.markers import ControlRecord, read_control
 from mqbroker.storage import fs
 from mqbroker.storage.index import SparseIndex, offset_index, time_index
@@ -36,8 +36,8 @@ DELETED_SUFFIX = ".deleted"
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 #: Bytes read at once when walking from an index entry to the batch that holds an offset.
 SEEK_CHUNK_BYTES = 8 * 1024
-#: Batches appended last whose positions a segment remembers: readers following the tail find
-#: their next batch without walking headers from the previous sparse index entry.
+#: Batches appended last whose positions a segment remembers (up to twice as many: the oldest go in bulk):
+#: readers following the tail find their next batch without walking headers from the previous sparse index entry.
 RECENT_BATCHES_MAX = 256
 RELATIVE_OFFSET_MAX = 2**31 - 1
 #: Most buffers one pwritev takes.
@@ -54,7 +54,7 @@ def _write_all(fd: int, pieces: Sequence[bytes | bytearray | memoryview], positi
     end = position
     for first in range(0, len(pieces), IOV_MAX):
         chunk = pieces[first : first + IOV_MAX]
-        chunk_bytes = sum(len(piece) for piece in chunk)
+        chunk_bytes = sum(map(len, chunk))
         written = os.pwritev(fd, chunk, end)
         if written < chunk_bytes:  # short writes are rare on regular files: finish from a joined copy
             rest = memoryview(b"".join(chunk))
@@ -91,8 +91,10 @@ class Segment:
         self._max_timestamp = -1
         self._first_timestamp = -1
         self._bytes_since_index = 0
-        #: base offset -> (position, header) of the last RECENT_BATCHES_MAX batches appended.
+        #: base offset -> (position, header) of the last RECENT_BATCHES_MAX (to twice as many) batches appended.
         self._recent_batches: dict[int, tuple[int, BatchHeader]] = {}
+        #: Both sparse indexes are in memory (``ensure_indexes`` ran): an append does not ask them each time.
+        self._indexes_loaded = False
 
     # -- files -------------------------------------------------------------------------------
 
@@ -188,31 +190,37 @@ class Segment:
         ``batches`` are their (position counted from the first piece, header). One ``pwritev``
         writes the pieces, so the caller need not join (copy) them first.
         """
-        self.ensure_indexes()
+        if not self._indexes_loaded:
+            self.ensure_indexes()
         start = self.size_bytes
         size_bytes = _write_all(self.log_file.descriptor(), pieces, start)
         recent = self._recent_batches
         for position, header in batches:
             self._track(start + position, header)
             recent[header.base_offset] = (start + position, header)
-        while len(recent) > RECENT_BATCHES_MAX:
-            del recent[next(iter(recent))]
+        if len(recent) > 2 * RECENT_BATCHES_MAX:  # the oldest dropped in bulk, not one per append
+            for base_offset in list(recent)[:-RECENT_BATCHES_MAX]:
+                del recent[base_offset]
         self._size_bytes = start + size_bytes
 
     def _track(self, position: int, header: BatchHeader) -> None:
         """Advance the tail state over one batch and add index entries every index interval."""
         assert self._next_offset is not None and header.base_offset >= self._next_offset, "offsets go backwards"
-        relative_last = header.last_offset - self.base_offset
+        # ``header``'s ``last_offset``, ``max_timestamp`` and ``size_bytes`` from its fields: no call per batch
+        last_offset = header.base_offset + header.last_offset_delta
+        relative_last = last_offset - self.base_offset
         assert 0 <= relative_last <= RELATIVE_OFFSET_MAX, "batch does not fit the segment's relative offsets"
+        max_timestamp = header.max_timestamp
         if self._first_timestamp < 0 and self._next_offset == self.base_offset:
-            self._first_timestamp = header.max_timestamp
-        self._max_timestamp = max(self._max_timestamp, header.max_timestamp)
+            self._first_timestamp = max_timestamp
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
         if self._bytes_since_index > self.index_interval_bytes:
             self.offset_index.append(relative_last, position)
             self._add_time_entry(relative_last)
             self._bytes_since_index = 0
-        self._bytes_since_index += header.size_bytes
-        self._next_offset = header.next_offset
+        self._bytes_since_index += header.batch_length + LOG_OVERHEAD_BYTES
+        self._next_offset = last_offset + 1
 
     def _add_time_entry(self, relative_last: int) -> None:
         last = self.time_index.last()
@@ -230,7 +238,8 @@ class Segment:
 
     def can_hold(self, size_bytes: int, last_offset: int, segment_bytes: int) -> bool:
         """False when a batch would push the segment past ``segment_bytes`` or its offset range."""
-        if self.size_bytes > 0 and self.size_bytes + size_bytes > segment_bytes:
+        held_bytes = self.size_bytes
+        if held_bytes > 0 and held_bytes + size_bytes > segment_bytes:
             return False
         return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
 
@@ -238,11 +247,13 @@ class Segment:
 
     def ensure_indexes(self) -> None:
         """Load the indexes on first use; rebuild them from the log if they do not match it."""
-        if self.offset_index.loaded and self.time_index.loaded:
+        if self._indexes_loaded:
             return
-        good = self.offset_index.load(self._offset_index_matches) and self.time_index.load(self._time_index_sane)
-        if not good:
-            self._rebuild_indexes()
+        if not (self.offset_index.loaded and self.time_index.loaded):
+            good = self.offset_index.load(self._offset_index_matches) and self.time_index.load(self._time_index_sane)
+            if not good:
+                self._rebuild_indexes()
+        self._indexes_loaded = True  # a loaded index stays loaded (compaction swaps in a new segment)
 
     def _offset_index_matches(self, index: SparseIndex) -> bool:
         last = index.last()

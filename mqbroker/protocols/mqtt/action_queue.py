@@ -78,7 +78,11 @@ class ActionQueue:
     def _drain_queue(self) -> None:
         writes, queue = self._writes, self._queue
         while queue and writes.held is None:
-            if not any(map(_blocking_store, queue)):
+            for actions in queue:  # a loop, not a call per list: the PUBACKs of an append that completed at once
+                head = actions[0]
+                if type(head) is StoreSession and head.blocking:
+                    break  # a list that must wait for the session's state to be durable
+            else:
                 self._execute(queue.popleft())
                 continue
             if writes.writing:
@@ -86,9 +90,3 @@ class ActionQueue:
             held = list(queue)
             queue.clear()
             writes.hold(held)
-
-
-def _blocking_store(actions: list[Action]) -> bool:
-    """Whether an action list starts with a ``StoreSession`` that must be durable before the rest runs."""
-    head = actions[0]
-    return type(head) is StoreSession and head.blocking

@@ -66,7 +66,8 @@ class CatchUp:
     def __init__(self, hub: MqttHub, connection: Deliverer) -> None:
         self._hub = hub
         self._connection = connection
-        self._behind: dict[PartitionKey, int] = {}  # partitions this session reads itself, from here
+        #: Partitions this session reads itself, and from where (the adapter reads it: nothing to resume when empty).
+        self.behind: dict[PartitionKey, int] = {}
         #: Where the messages a reopened session resends are: a cursor stored by an older version may be below them,
         #: and reading them again must not deliver them a second time.
         self._resent: set[LogPosition] = set()
@@ -84,13 +85,13 @@ class CatchUp:
 
     def is_behind(self, partition_key: PartitionKey) -> bool:
         """Whether the session reads ``partition_key`` itself (the shared reader skips it)."""
-        return partition_key in self._behind
+        return partition_key in self.behind
 
     def passes_over(self, partition_key: PartitionKey, offset: int) -> bool:
         """Whether the shared reader's record at ``offset`` is not for this session: it reads ``partition_key``
         itself, or it had the record already (below where it stood when it was reopened, or resent in flight).
         The shared reader offers a partition's records in log order."""
-        if partition_key in self._behind:
+        if partition_key in self.behind:
             return True
         ahead = self._ahead
         if ahead and partition_key in ahead:
@@ -107,24 +108,24 @@ class CatchUp:
 
     def fall_behind(self, partition_key: PartitionKey, offset: int) -> None:
         """The session could not take the shared reader's message at ``offset``: read from there itself."""
-        self._behind[partition_key] = offset
+        self.behind[partition_key] = offset
 
     def start_from(self, stored: StoredSession, resent: Iterable[LogPosition]) -> None:
         """A reopened session reads every partition from its stored cursor, or from its share cursor where that is
         further back (then only its shared subscriptions' messages below the cursor); a partition it does not know
         was added after: everything in it is new to the session. It passes over the ``resent`` messages."""
         cursors, share_cursors = stored.cursors, stored.share_cursors
-        self._behind = {key: min(cursors.get(key, 0), share_cursors.get(key, cursors.get(key, 0)))
+        self.behind = {key: min(cursors.get(key, 0), share_cursors.get(key, cursors.get(key, 0)))
                         for key in self._hub.dispatchers}
         self._plain_from = {key: cursors.get(key, 0) for key, offset in share_cursors.items()
                             if offset < cursors.get(key, 0)}
         # below its cursor nothing is read again: only a resent message at or past it could come twice
-        self._resent = {position for position in resent if position[2] >= self._behind.get(position[:2], 0)}
+        self._resent = {position for position in resent if position[2] >= self.behind.get(position[:2], 0)}
         self._ahead = {}
 
     def start_live(self) -> None:
         """A clean start reads from now on."""
-        self._behind = {}
+        self.behind = {}
         self._plain_from = {}
         self._resent = set()
         self._ahead = {}
@@ -142,7 +143,7 @@ class CatchUp:
         cursors = {key: self._hub.live_position(key) for key in self._hub.dispatchers}
         for key, offset in self._ahead.items():
             cursors[key] = max(cursors[key], offset)
-        cursors.update(self._behind)
+        cursors.update(self.behind)
         state = self._connection.session.session
         for message in state.pending if state is not None else ():
             position = message.position
@@ -170,7 +171,7 @@ class CatchUp:
     def resume(self) -> None:
         """Read on from the cursors while the session has room (once its queue has drained to half)."""
         session = self._connection.session
-        if self._behind and not self._running and session.state is ConnectionState.CONNECTED and session.wants_refill:
+        if self.behind and not self._running and session.state is ConnectionState.CONNECTED and session.wants_refill:
             self._running = True
             Deferred.fromCoroutine(self._run()).addErrback(self._connection.log_failure, "catching up from the log")
 
@@ -178,9 +179,9 @@ class CatchUp:
         """Read the partitions this session is behind on until it reaches the shared readers."""
         session, hub = self._connection.session, self._hub
         try:
-            while (self._behind and session.state is ConnectionState.CONNECTED and session.accepting_deliveries
+            while (self.behind and session.state is ConnectionState.CONNECTED and session.accepting_deliveries
                    and not self._connection.deliveries_held):
-                key, offset = next(iter(self._behind.items()))
+                key, offset = next(iter(self.behind.items()))
                 if offset >= hub.live_position(key):
                     await self._rejoin(key, offset)
                     continue
@@ -190,7 +191,7 @@ class CatchUp:
                 if result.error is not None:
                     await self._read_failed(key, offset, result.error)
                     continue
-                if key in self._behind and session.state is ConnectionState.CONNECTED:
+                if key in self.behind and session.state is ConnectionState.CONNECTED:
                     with hub.batched_writes():  # one socket write for what a fetch delivers, not one per message
                         self._records(key, result.records, offset, result.aborted_transactions)
         finally:
@@ -222,7 +223,7 @@ class CatchUp:
             if offset <= hub.live_position(key):
                 return  # the shared reader got there meanwhile: read up to it (the next round)
             self._ahead[key] = offset
-        del self._behind[key]
+        del self.behind[key]
 
     async def _read_failed(self, key: PartitionKey, offset: int, error: Exception) -> None:
         """A read of ``key`` at ``offset`` failed. Outside the log (retention, or a tail lost in a failover) it goes on
@@ -230,10 +231,10 @@ class CatchUp:
         ``RETRY_DELAY_S``, after the other partitions: reading from anywhere else would deliver again what the
         session had, or lose messages."""
         if isinstance(error, errors.OffsetOutOfRangeError):
-            self._behind[key] = await self._hub.restart_position(key, offset)
+            self.behind[key] = await self._hub.restart_position(key, offset)
             return
         log.warn("MQTT catch-up of {key} from {offset}: {error}", key=key, offset=offset, error=error)
-        self._behind[key] = self._behind.pop(key, offset)  # last in line: one partition's trouble holds no other back
+        self.behind[key] = self.behind.pop(key, offset)  # last in line: one partition's trouble holds no other back
         await deferLater(self._hub.reactor, RETRY_DELAY_S)
 
     def _was_resent(self, key: PartitionKey, offset: int) -> bool:
@@ -254,11 +255,11 @@ class CatchUp:
             self._record_bytes = -(-len(data) // (end - offset))
         if self._stopped:
             return
-        reached = min(max(end, self._behind[key]), limit)
+        reached = min(max(end, self.behind[key]), limit)
         if reached >= limit:  # caught up with the shared reader
-            del self._behind[key]
+            del self.behind[key]
         else:  # read on (nothing read: what is below the reader is not durable yet, the next long poll waits)
-            self._behind[key] = reached
+            self.behind[key] = reached
 
     def _deliveries(self, key: PartitionKey, data: bytes, offset: int, aborted: Iterable[AbortedTransaction] | None,
                     limit: int) -> Iterator[tuple[OutboundMessage, list[Subscription]]]:
@@ -302,7 +303,7 @@ class CatchUp:
                         return
                     delivery = message, subscriptions
             # past it before it is handed over: a session write its delivery starts stores the cursor past it
-            self._behind[key] = record_offset + 1
+            self.behind[key] = record_offset + 1
             if delivery is not None:
                 yield delivery
                 if held_anew:

@@ -373,7 +373,7 @@ class MqttHub:
         if dispatcher is None or dispatcher.position != base_offset:
             return
         dispatcher.position = base_offset + len(records)
-        if not len(self.registry):
+        if not self.registry:
             return
         topic, partition = key
         if len(records) == 1:  # a paced message comes alone: each connection it reaches writes once anyway

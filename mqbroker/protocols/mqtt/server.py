@@ -131,8 +131,9 @@ class MqttConnection:
         self.hub.statistics["bytes/received"] += len(data)
         self._run(self.session.receive_data(data, self.hub.now_ms()))
         self._apply_backpressure()
-        self._catch_up.resume()
-        self.hub.resume_share_groups()
+        if self._catch_up.behind:  # (every read: no call when the session reads no partition itself)
+            self._catch_up.resume()
+        self.hub.share_backlog.resume()
 
     def connection_lost(self, reason: Failure) -> None:
         """The socket closed: the session ends (will, stored state)."""
@@ -337,16 +338,21 @@ class MqttConnection:
         acks = self.hub.puback_acks if tickets else Acks.NONE
         produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default,
                                            front_end_batches=True)
-        if self.hub.delivers_on_append:  # acks=0: the offsets are known as soon as the batch is in the log
-            produced.addCallback(self._appended, key, timestamp_ms, group)
         if self._produce_throttle is not None:
             self._produce_throttle.record(len(batch))
             self._apply_backpressure()
+        # acks=0 (``written``): the offsets are known as soon as the batch is in the log. Its live subscribers get it
+        # from memory then, before its tickets complete: in their callback when nothing else is written with it.
+        appended = (key, timestamp_ms, group) if self.hub.delivers_on_append else None
+        if appended is not None and (retained_writes or not tickets):
+            produced.addCallback(self._appended, *appended)
+            appended = None
         if retained_writes:
             produced = gatherResults([produced, *retained_writes], consumeErrors=True)
             produced.addErrback(lambda failure: failure.value.subFailure)  # the first write's own error
         if tickets:
-            produced.addCallbacks(self._written, self._write_failed, callbackArgs=(tickets,), errbackArgs=(tickets,))
+            produced.addCallbacks(self._written, self._write_failed, callbackArgs=(tickets, appended),
+                                  errbackArgs=(tickets,))
         else:
             produced.addErrback(self.log_failure, "a QoS 0 log write")
 
@@ -356,7 +362,12 @@ class MqttConnection:
         self.hub.appended(key, result.base_offset, timestamp_ms, group)
         return result
 
-    def _written(self, result: Any, tickets: list[int]) -> None:
+    def _written(self, result: Any, tickets: list[int],
+                 appended: tuple[PartitionKey, int, list[PublishToLog]] | None) -> None:
+        """The batch's tickets complete; ``appended``: ``_appended``'s arguments, when it is handed out here first
+        (one callback per produce, not two)."""
+        if appended is not None:
+            self.hub.appended(appended[0], result.base_offset, appended[1], appended[2])
         self._run(self.session.log_writes_completed(tickets, self.hub.now_ms()))
         self._apply_backpressure()
 

@@ -197,3 +197,16 @@ def test_written_catch_up_waits_for_what_was_handed_out_before_its_fsync() -> No
     assert subscriber_socket.take(Publish) == []  # "3" is not durable yet: the catch-up waits for it
     broker.sync()
     assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"3"]
+
+
+def test_a_written_append_that_fails_is_negatively_acknowledged_and_reaches_nobody() -> None:
+    """``written`` hands an append out and acknowledges it in one callback; a write that fails gets neither: the
+    PUBACK carries the failure (MQTT 5) and the subscriber gets nothing, then the next message goes through."""
+    broker, _, subscriber_socket, publisher, publisher_socket = _subscribed_pair("written")
+    broker.script("produce", errors.NotLeaderError("the partition moved"))
+    _publish(publisher, 7, b"lost")
+    assert [(ack.packet_id, ack.reason_code) for ack in publisher_socket.take(PubAck)] == [(7, 0x80)]
+    assert subscriber_socket.take(Publish) == []
+    _publish(publisher, 8, b"kept")
+    assert [(ack.packet_id, ack.reason_code) for ack in publisher_socket.take(PubAck)] == [(8, 0)]
+    assert [publish.payload for publish in subscriber_socket.take(Publish)] == [b"kept"]
