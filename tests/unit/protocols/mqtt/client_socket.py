@@ -13,7 +13,7 @@ from mqbroker.protocols.mqtt.codec import PacketDecoder, encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.topics import TopicMapping
-from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, ConnAck, Connect
+from mqbroker.protocols.mqtt.packets import PROTOCOL_LEVEL_5, ConnAck, Connect, PubAck, Publish
 from mqbroker.protocols.mqtt.server import MqttConnection
 from tests.fake_broker import FakeBroker
 
@@ -80,3 +80,18 @@ def started_hub(broker: FakeBroker, clock: IReactorTime | None = None, mapping: 
     broker.sync()
     assert hub.started.started
     return hub
+
+
+def send_v5(connection: MqttConnection, packet: Any) -> None:
+    """Feed ``packet``, encoded as MQTT 5.0, to ``connection`` as its client's bytes."""
+    connection.data_received(encode(packet, PROTOCOL_LEVEL_5))
+
+
+def acknowledge_all(connection: MqttConnection, socket: ClientSocket) -> list[bytes]:
+    """Every PUBLISH the member gets until no more come, each acknowledged; their payloads."""
+    received: list[bytes] = []
+    while publishes := socket.take(Publish):
+        received += [publish.payload for publish in publishes]
+        for publish in publishes:
+            send_v5(connection, PubAck(packet_id=publish.packet_id))
+    return received

@@ -8,16 +8,13 @@ Two hubs on fake brokers that share their logs stand for two brokers of a cluste
 
 from __future__ import annotations
 
-from typing import Any
 
 from twisted.internet.task import Clock
 
 from mqbroker import limits
-from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.packets import (
-    PROTOCOL_LEVEL_5,
     Connect,
     Disconnect,
     Properties,
@@ -31,14 +28,10 @@ from mqbroker.protocols.mqtt.packets import (
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected, started_hub
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, acknowledge_all, connected, send_v5, started_hub
 
 GROUP_FILTER = "$share/g/plant/#"
 LOG_TOPIC = TopicMapping().default_log_topic
-
-
-def _send(connection: MqttConnection, packet: Any) -> None:
-    connection.data_received(encode(packet, PROTOCOL_LEVEL_5))
 
 
 def _member(hub: MqttHub, client_id: str, *, window: int = 100, expiry_s: int = 600, clean_start: bool = True,
@@ -51,7 +44,7 @@ def _member(hub: MqttHub, client_id: str, *, window: int = 100, expiry_s: int = 
     connection, socket = connected(hub, connect, SessionConfig(pending_messages_max=queue))
     if clean_start:
         properties = Properties(subscription_identifiers=(identifier,)) if identifier else Properties()
-        _send(connection, Subscribe(packet_id=1, properties=properties,
+        send_v5(connection, Subscribe(packet_id=1, properties=properties,
                                     subscriptions=(SubscriptionRequest(topic_filter=GROUP_FILTER, qos=qos),)))
         assert [ack.reason_codes for ack in socket.take(SubAck)] == [(qos,)]
     return connection, socket
@@ -61,19 +54,9 @@ def _publish(hub: MqttHub, first: int, count: int, qos: int = 1, topic: str = "p
     """``count`` messages ``first``, ``first + 1``, ... to ``topic``, acknowledged to the publisher (durable)."""
     publisher, socket = connected(hub, Connect(client_id=f"publisher-{first}"))
     for number in range(first, first + count):
-        _send(publisher, Publish(topic=topic, payload=b"%d" % number, qos=qos, packet_id=number + 1))
+        send_v5(publisher, Publish(topic=topic, payload=b"%d" % number, qos=qos, packet_id=number + 1))
     hub.broker.sync()  # type: ignore[attr-defined]
     assert len(socket.take(PubAck if qos == 1 else PubRec)) == count
-
-
-def _acknowledge_all(connection: MqttConnection, socket: ClientSocket) -> list[bytes]:
-    """Every PUBLISH the member gets until no more come, each acknowledged; their payloads."""
-    received: list[bytes] = []
-    while publishes := socket.take(Publish):
-        received += [publish.payload for publish in publishes]
-        for publish in publishes:
-            _send(connection, PubAck(packet_id=publish.packet_id))
-    return received
 
 
 def _two_hubs() -> tuple[Clock, FakeBroker, MqttHub, MqttHub]:
@@ -106,7 +89,7 @@ def test_a_members_queued_and_in_flight_messages_reach_it_on_the_survivor_after_
     clock.advance(limits.mqtt_session_store_interval_ms / 1000)  # its session record: two in flight, six queued
     _kill(holder, survivor_broker)
     moved, moved_socket = _member(survivor, "device", window=2, clean_start=False)
-    assert _numbers(_acknowledge_all(moved, moved_socket)) == list(range(8))
+    assert _numbers(acknowledge_all(moved, moved_socket)) == list(range(8))
 
 
 def test_what_a_member_took_after_its_last_stored_state_reaches_it_on_the_survivor() -> None:
@@ -118,7 +101,7 @@ def test_what_a_member_took_after_its_last_stored_state_reaches_it_on_the_surviv
     assert len(device_socket.take(Publish)) == 2
     _kill(holder, survivor_broker)
     moved, moved_socket = _member(survivor, "device", window=2, clean_start=False)
-    assert _numbers(_acknowledge_all(moved, moved_socket)) == list(range(8))
+    assert _numbers(acknowledge_all(moved, moved_socket)) == list(range(8))
 
 
 def test_a_member_that_joined_the_survivors_group_after_the_messages_leaves_them_to_the_moved_member() -> None:
@@ -132,10 +115,10 @@ def test_a_member_that_joined_the_survivors_group_after_the_messages_leaves_them
     other, other_socket = _member(survivor, "other")
     _kill(holder, survivor_broker)
     moved, moved_socket = _member(survivor, "device", window=2, clean_start=False)
-    got = _acknowledge_all(moved, moved_socket) + _acknowledge_all(other, other_socket)
+    got = acknowledge_all(moved, moved_socket) + acknowledge_all(other, other_socket)
     assert set(_numbers(got)) == set(range(8))
     _publish(survivor, 8, 4)
-    later = _acknowledge_all(moved, moved_socket) + _acknowledge_all(other, other_socket)
+    later = acknowledge_all(moved, moved_socket) + acknowledge_all(other, other_socket)
     assert _numbers(later) == list(range(8, 12))
 
 
@@ -145,12 +128,12 @@ def test_a_persistent_member_alone_in_its_group_gets_what_was_published_while_it
     device, device_socket = _member(hub, "device", window=2)
     _publish(hub, 0, 4)
     assert len(device_socket.take(Publish)) == 2
-    _send(device, Disconnect())
+    send_v5(device, Disconnect())
     device.connection_lost(None)  # type: ignore[arg-type]
     hub.broker.sync()  # type: ignore[attr-defined]
     _publish(hub, 4, 4)
     back, back_socket = _member(hub, "device", window=2, clean_start=False)
-    assert set(_numbers(_acknowledge_all(back, back_socket))) == set(range(8))
+    assert set(_numbers(acknowledge_all(back, back_socket))) == set(range(8))
 
 
 def test_a_message_handed_to_another_member_goes_with_that_members_qos_and_subscription_identifier() -> None:
@@ -176,13 +159,13 @@ def test_what_a_leaving_member_handed_back_reaches_the_full_member_on_the_surviv
     acknowledged do not come again (they lie between the two cursors)."""
     clock, survivor_broker, holder, survivor = _two_hubs()
     device, device_socket = _member(holder, "device", window=2, queue=2)
-    _send(device, Subscribe(packet_id=2, subscriptions=(SubscriptionRequest(topic_filter="status/#", qos=1),)))
+    send_v5(device, Subscribe(packet_id=2, subscriptions=(SubscriptionRequest(topic_filter="status/#", qos=1),)))
     assert [ack.reason_codes for ack in device_socket.take(SubAck)] == [(1,)]
     leaving, leaving_socket = _member(holder, "leaving", window=1, expiry_s=0)
     _publish(holder, 0, 6)  # split between the two; "leaving" takes one at a time and queues the rest
-    plant = _acknowledge_all(device, device_socket)
+    plant = acknowledge_all(device, device_socket)
     _publish(holder, 6, 2, topic="status/x")
-    assert _acknowledge_all(device, device_socket) == [b"6", b"7"]
+    assert acknowledge_all(device, device_socket) == [b"6", b"7"]
     _publish(holder, 8, 12)  # the device takes two into flight and two into its queue, and then it is full
     assert len(device_socket.take(Publish)) == 2
     leaving.connection_lost(None)  # type: ignore[arg-type]
@@ -190,7 +173,7 @@ def test_what_a_leaving_member_handed_back_reaches_the_full_member_on_the_surviv
     clock.advance(limits.mqtt_session_store_interval_ms / 1000)
     _kill(holder, survivor_broker)
     moved, moved_socket = _member(survivor, "device", window=2, clean_start=False)
-    got = _acknowledge_all(moved, moved_socket)
+    got = acknowledge_all(moved, moved_socket)
     assert set(_numbers(plant + got)) == set(range(20)) - {6, 7}
     assert b"6" not in got and b"7" not in got
 
@@ -206,6 +189,6 @@ def test_handed_back_messages_a_crash_took_back_from_the_log_are_not_read_for_ev
     log.batches, log.log_end, log.high_watermark = [], 0, 0
     leaving.connection_lost(None)  # type: ignore[arg-type]
     fetches = len(hub.broker.calls_of("fetch"))  # type: ignore[attr-defined]
-    assert _numbers(_acknowledge_all(full, full_socket)) == [0, 2]  # what it had in flight and queued
+    assert _numbers(acknowledge_all(full, full_socket)) == [0, 2]  # what it had in flight and queued
     assert len(hub.broker.calls_of("fetch")) - fetches < 10  # type: ignore[attr-defined]
     assert list(hub.share_backlog.unhanded(("g", "plant/#"))) == []  # nothing left to hand out

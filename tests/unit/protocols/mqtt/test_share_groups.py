@@ -9,15 +9,12 @@ from twisted.internet.task import Clock
 
 from mqbroker import limits
 from mqbroker.model import FetchResult
-from mqbroker.protocols.mqtt.codec import encode
 from mqbroker.protocols.mqtt.connect import SessionConfig
 from mqbroker.protocols.mqtt.hub import MqttHub
 from mqbroker.protocols.mqtt.packets import (
-    PROTOCOL_LEVEL_5,
     Connect,
     Disconnect,
     Properties,
-    PubAck,
     Publish,
     PubRec,
     PubRel,
@@ -28,7 +25,7 @@ from mqbroker.protocols.mqtt.packets import (
 from mqbroker.protocols.mqtt.server import MqttConnection
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from tests.fake_broker import FakeBroker
-from tests.unit.protocols.mqtt.client_socket import ClientSocket, connected, started_hub
+from tests.unit.protocols.mqtt.client_socket import ClientSocket, acknowledge_all, connected, send_v5, started_hub
 
 LOG_TOPIC = TopicMapping().default_log_topic
 MESSAGES = 12
@@ -39,30 +36,16 @@ def _member(hub: MqttHub, client_id: str, *, window: int = 100, expiry_s: int = 
     connect = Connect(client_id=client_id, clean_start=expiry_s == 0, keep_alive_s=0,
                       properties=Properties(receive_maximum=window, session_expiry_interval_s=expiry_s))
     connection, socket = connected(hub, connect, SessionConfig(pending_messages_max=queue))
-    _send(connection, Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter="$share/g/plant/#", qos=1),)))
+    send_v5(connection, Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter="$share/g/plant/#", qos=1),)))
     assert [ack.reason_codes for ack in socket.take(SubAck)] == [(1,)]
     return connection, socket
-
-
-def _send(connection: MqttConnection, packet: Any) -> None:
-    connection.data_received(encode(packet, PROTOCOL_LEVEL_5))
 
 
 def _publish_all(hub: MqttHub, count: int = MESSAGES) -> None:
     publisher, _ = connected(hub, Connect(client_id="publisher"))
     for number in range(count):
-        _send(publisher, Publish(topic="plant/a", payload=b"%d" % number, qos=1, packet_id=number + 1))
+        send_v5(publisher, Publish(topic="plant/a", payload=b"%d" % number, qos=1, packet_id=number + 1))
     hub.broker.sync()  # type: ignore[attr-defined]
-
-
-def _acknowledge_all(connection: MqttConnection, socket: ClientSocket) -> list[bytes]:
-    """Every PUBLISH the member gets until no more come, each acknowledged; their payloads."""
-    received: list[bytes] = []
-    while publishes := socket.take(Publish):
-        received += [publish.payload for publish in publishes]
-        for publish in publishes:
-            _send(connection, PubAck(packet_id=publish.packet_id))
-    return received
 
 
 def _leave_with_a_full_window(expiry_s: int) -> tuple[MqttHub, list[bytes], list[bytes], MqttConnection, ClientSocket]:
@@ -74,12 +57,12 @@ def _leave_with_a_full_window(expiry_s: int) -> tuple[MqttHub, list[bytes], list
     _publish_all(hub)
     sent_to_leaving = [publish.payload for publish in leaving_socket.take(Publish)]
     assert len(sent_to_leaving) == 2  # its window; the rest of its share waits in its queue
-    got = _acknowledge_all(staying, staying_socket)
+    got = acknowledge_all(staying, staying_socket)
     assert len(got) == MESSAGES // 2
-    _send(leaving, Disconnect())
+    send_v5(leaving, Disconnect())
     leaving.connection_lost(None)  # type: ignore[arg-type]
     hub.broker.sync()  # type: ignore[attr-defined]  # its session's last record
-    return hub, sent_to_leaving, got + _acknowledge_all(staying, staying_socket), staying, staying_socket
+    return hub, sent_to_leaving, got + acknowledge_all(staying, staying_socket), staying, staying_socket
 
 
 def test_a_member_whose_session_ends_hands_what_it_had_not_had_acknowledged_to_the_other_member() -> None:
@@ -94,13 +77,13 @@ def test_a_qos2_message_whose_receipt_the_leaving_member_acknowledged_goes_to_no
     """PUBREC received: the client has the message (exactly once); only the PUBREL flow was left."""
     hub = started_hub(FakeBroker(clock=Clock()))
     leaving, leaving_socket = connected(hub, Connect(client_id="leaving", keep_alive_s=0))
-    _send(leaving, Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter="$share/g/plant/#", qos=2),)))
+    send_v5(leaving, Subscribe(packet_id=1, subscriptions=(SubscriptionRequest(topic_filter="$share/g/plant/#", qos=2),)))
     publisher, _ = connected(hub, Connect(client_id="publisher"))
-    _send(publisher, Publish(topic="plant/a", payload=b"once", qos=2, packet_id=1))
-    _send(publisher, PubRel(packet_id=1))
+    send_v5(publisher, Publish(topic="plant/a", payload=b"once", qos=2, packet_id=1))
+    send_v5(publisher, PubRel(packet_id=1))
     hub.broker.sync()  # type: ignore[attr-defined]
     (publish,) = leaving_socket.take(Publish)
-    _send(leaving, PubRec(packet_id=publish.packet_id))
+    send_v5(leaving, PubRec(packet_id=publish.packet_id))
     staying, staying_socket = _member(hub, "staying")
     leaving.connection_lost(None)  # type: ignore[arg-type]
     assert staying_socket.take(Publish) == []
@@ -121,10 +104,10 @@ def test_messages_handed_back_while_the_other_members_are_full_go_out_as_room_co
     leaving, _ = _member(hub, "leaving", window=1)
     full, full_socket = _member(hub, "full", window=1, queue=2)
     _publish_all(hub, 8)  # "leaving": one in flight, three queued; "full": one in flight, one queued, two kept
-    _send(leaving, Disconnect())
+    send_v5(leaving, Disconnect())
     leaving.connection_lost(None)  # type: ignore[arg-type]
     assert len(full_socket.packets) == 1  # no room for the handed-back messages yet
-    got = _acknowledge_all(full, full_socket)
+    got = acknowledge_all(full, full_socket)
     assert sorted(got, key=int) == [b"%d" % n for n in range(8)]
     assert len(got) == 8
 
@@ -145,7 +128,7 @@ def _survivor_after_a_failover(with_other_member: bool) -> tuple[MqttHub, Any, A
     other = _member(survivor, "other") if with_other_member else (None, None)
     device, device_socket = _member(holder, "device", expiry_s=600)
     _publish_all(holder, 4)
-    assert len(_acknowledge_all(device, device_socket)) == 4
+    assert len(acknowledge_all(device, device_socket)) == 4
     clock.advance(limits.mqtt_session_store_interval_ms / 1000)
 
     holder.stopped = True  # kill -9: the holder reaches the cluster's logs no more
@@ -164,10 +147,10 @@ def test_a_member_reopened_ahead_of_the_survivors_reader_leaves_what_it_had_to_t
     (which would pass over it: lost)."""
     survivor, (moved, moved_socket), (other, other_socket) = _survivor_after_a_failover(with_other_member=True)
     assert moved_socket.take(Publish) == []
-    assert _acknowledge_all(other, other_socket) == [b"%d" % n for n in range(4)]
+    assert acknowledge_all(other, other_socket) == [b"%d" % n for n in range(4)]
     _publish_all(survivor, 4)  # past where the device stood: split between the two again
-    assert len(_acknowledge_all(moved, moved_socket)) == 2
-    assert len(_acknowledge_all(other, other_socket)) == 2
+    assert len(acknowledge_all(moved, moved_socket)) == 2
+    assert len(acknowledge_all(other, other_socket)) == 2
 
 
 def test_a_group_whose_only_member_had_the_records_on_its_previous_broker_does_not_get_them_again() -> None:
@@ -175,4 +158,4 @@ def test_a_group_whose_only_member_had_the_records_on_its_previous_broker_does_n
     survivor.resume_share_groups()
     assert moved_socket.take(Publish) == []
     _publish_all(survivor, 2)
-    assert _acknowledge_all(moved, moved_socket) == [b"0", b"1"]
+    assert acknowledge_all(moved, moved_socket) == [b"0", b"1"]
