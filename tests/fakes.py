@@ -37,7 +37,7 @@ from mqbroker.config import BrokerConfig, build_config
 from mqbroker.core.broker import Broker
 from mqbroker.core.topic_config import log_config_for
 from mqbroker.durability.flusher import Flusher
-from mqbroker.durability.sync_engines import ISyncEngine, SyncableLog, Synced
+from mqbroker.durability.sync_engines import ISyncEngine, SyncableLog, Synced, flush_one
 from mqbroker.interfaces import IAuthorizer, IClusterView, IGenericRecords
 from mqbroker.protocols.frontends import FrontEndContext
 from mqbroker.protocols.native.server import build_factory as build_native_factory
@@ -195,9 +195,7 @@ class StepSync:
     def finish_round(self) -> None:
         """Complete the oldest round (the flusher starts the next one, if any, as it fires)."""
         logs, done = self.rounds.pop(0)
-        for partition_log in logs:
-            partition_log.flush()
-        done.callback([(partition_log, None) for partition_log in logs])
+        done.callback([flush_one(partition_log) for partition_log in logs])  # a log that fails gets its failure
 
     def finish_all(self) -> None:
         """Complete rounds until none is left."""

@@ -37,6 +37,7 @@ from twisted.python.failure import Failure
 from mqbroker import limits
 from mqbroker.durability.sync_engines import ISyncEngine, SyncableLog, Synced
 from mqbroker.errors import StorageError
+from mqbroker.storage.errors import LogClosedError
 
 
 class Flusher:
@@ -148,12 +149,16 @@ class Flusher:
         self._fire_drain_waiters_if_idle()
 
     def _fail_waiters(self, partition_log: SyncableLog, failure: Failure) -> None:
-        self.log.failure(
-            "fsync of partition log {directory} failed; its waiting producers get STORAGE_ERROR. "
-            "Check the data directory's disk (space, permissions, I/O errors).",
-            failure,
-            directory=partition_log.directory,
-        )
+        if failure.check(LogClosedError):  # deleted, or moved off this broker, while its fsync waited: no disk fault
+            self.log.info("partition log {directory} was closed before its fsync; its waiters get STORAGE_ERROR",
+                          directory=partition_log.directory)
+        else:
+            self.log.failure(
+                "fsync of partition log {directory} failed; its waiting producers get STORAGE_ERROR. "
+                "Check the data directory's disk (space, permissions, I/O errors).",
+                failure,
+                directory=partition_log.directory,
+            )
         error = StorageError(f"could not make data durable: {failure.getErrorMessage()}")
         for _, waiter in self._waiters.pop(id(partition_log), []):
             waiter.errback(error)

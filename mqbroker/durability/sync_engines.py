@@ -110,10 +110,10 @@ class ThreadSync:
         call_from_thread = self._reactor.callFromThread
         while (job := self._rounds.get()) is not None:
             logs, done = job
-            call_from_thread(done.callback, [_flush_one(partition_log) for partition_log in logs])
+            call_from_thread(done.callback, [flush_one(partition_log) for partition_log in logs])
 
 
-def _flush_one(partition_log: SyncableLog) -> Synced:
+def flush_one(partition_log: SyncableLog) -> Synced:
     """On the sync thread: fsync one log (it captures its own end first)."""
     try:
         partition_log.flush()

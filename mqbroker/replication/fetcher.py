@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from twisted.application.internet import ClientService
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gatherResults
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, TimeoutError
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory
@@ -153,6 +153,10 @@ class LeaderSession:
             except (StorageLayerError, CorruptRecordError) as error:  # a batch the log refused (stale or damaged)
                 self.log.warn("replica fetch from broker {leader}: {error}", leader=self.leader_id, error=error)
                 progressed = False
+            except Exception:  # a bug: say so, and keep replicating the leader's other partitions
+                self.log.failure("replica fetch from broker {leader} failed unexpectedly; fetching again",
+                                 leader=self.leader_id)
+                progressed = False
             if not progressed and self.running:
                 await deferLater(reactor, RETRY_BACKOFF_S, lambda: None)
 
@@ -179,7 +183,7 @@ class LeaderSession:
         pending.addTimeout(fetcher._fetch_wait_ms / 1000.0 + limits.peer_request_slack_s, fetcher._reactor,
                            onTimeoutCancel=lambda result, timeout: self._drop(protocol, timeout))
         response = await pending
-        appended = []
+        appended: dict[PartitionKey, Any] = {}
         progressed = False
         for topic in response.topics:
             for result in topic.partitions:
@@ -194,10 +198,21 @@ class LeaderSession:
                 progressed = True
                 partition_log = fetcher._sink.follower_append(key, _as_fetch_result(topic.name, result))
                 if partition_log is not None:
-                    appended.append(partition_log)
+                    appended[key] = partition_log
         if appended:
-            await gatherResults([fetcher._sink.wait_durable(partition_log) for partition_log in set(appended)])
+            await self._wait_durable(appended, sent)
         return progressed
+
+    async def _wait_durable(self, appended: dict[PartitionKey, Any], sent: dict[PartitionKey, int]) -> None:
+        """Wait until what this fetch appended is on disk. A log closed meanwhile (its partition deleted, or moved
+        off this broker) is no longer followed: its failed fsync is nobody's concern. Any other failure fails the
+        fetch (the caller backs off and fetches again)."""
+        keys = list(appended)
+        results = await DeferredList([self.fetcher._sink.wait_durable(appended[key]) for key in keys],
+                                     consumeErrors=True)
+        for key, (succeeded, failure) in zip(keys, results):
+            if not succeeded and self.partitions.get(key) == sent[key]:
+                failure.raiseException()
 
     def _drop(self, protocol: NativeClientProtocol, timeout: float) -> Any:
         """A fetch got no answer in time: the leader is paused or cut off; reconnect."""

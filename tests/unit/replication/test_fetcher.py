@@ -7,7 +7,7 @@ from pathlib import Path
 from twisted.internet.task import Clock
 
 from mqbroker import limits
-from mqbroker.cluster.metadata_records import CreateTopic
+from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
 from mqbroker.model import ANONYMOUS, Acks
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
 from tests.fakes import (
@@ -88,3 +88,25 @@ def test_following_nothing_closes_the_connection_to_the_leader(tmp_path: Path) -
     pair.follower.broker.stop()
     pair.run(rounds=3)
     assert pair.endpoint.pumps[0].client.transport.disconnecting
+
+
+def test_a_partition_dropped_while_its_fsync_waits_does_not_stop_the_others_from_that_leader(tmp_path: Path) -> None:
+    # Reassignment or deletion closes a followed log while the fetch loop waits for its fsync: that fsync fails
+    # (the log is closed), and the loop must go on for the leader's other partitions, not end for good.
+    pair = Pair(tmp_path)
+    pair.cluster.apply(CreateTopic(name="u", assignment=(1,), replicas=((1, 2),)))
+    pair.run()
+    pair.leader.broker.produce(ANONYMOUS, "t", 0, make_batch([b"gone"]), Acks.LEADER, 10_000)
+    for _ in range(20):  # until the follower appended t's batch and waits for its fsync
+        pair.endpoint.flush()
+        pair.leader.engine.finish_all()
+        pair.clock.advance(0.05)
+        if pair.follower.log("t").log_end_offset:
+            break
+    assert pair.follower.log("t").log_end_offset == 1 and pair.follower.engine.rounds
+    pair.cluster.apply(DeleteTopic(name="t"))
+    pair.run()
+    produced = pair.leader.broker.produce(ANONYMOUS, "u", 0, make_batch([b"kept"]), Acks.ALL, 10_000)
+    pair.run()
+    assert fired(produced).last_offset == 0  # the follower still fetches u from broker 1
+    assert read_all(pair.follower.log("u")) == read_all(pair.leader.log("u"))
