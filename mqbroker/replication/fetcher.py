@@ -120,6 +120,8 @@ class LeaderSession:
         self._service = ClientService(endpoint, factory, retryPolicy=PEER_RECONNECT.retry_policy(random.Random()),
                                       clock=fetcher._reactor)
         self._negotiated: set[int] = set()
+        #: Partitions whose last answer was refused, and the reactor time they may be fetched again.
+        self._held: dict[PartitionKey, float] = {}
 
     def start(self) -> None:
         """Connect and start fetching."""
@@ -195,8 +197,14 @@ class LeaderSession:
                     continue
                 if result.error_code:
                     continue
+                try:
+                    partition_log = fetcher._sink.follower_append(key, _as_fetch_result(topic.name, result))
+                except (StorageLayerError, CorruptRecordError) as error:  # stale or damaged: this partition only
+                    self.log.warn("replica fetch of {topic}-{partition} from broker {leader}: {error}", topic=key[0],
+                                  partition=key[1], leader=self.leader_id, error=error)
+                    self._held[key] = fetcher._reactor.seconds() + RETRY_BACKOFF_S  # not asked again at once
+                    continue
                 progressed = True
-                partition_log = fetcher._sink.follower_append(key, _as_fetch_result(topic.name, result))
                 if partition_log is not None:
                     appended[key] = partition_log
         if appended:
@@ -222,7 +230,12 @@ class LeaderSession:
     def _request(self, sent: dict[PartitionKey, int]) -> m.FetchRequest | None:
         fetcher = self.fetcher
         by_topic: dict[str, list[m.FetchPartition]] = {}
+        if self._held:
+            now = fetcher._reactor.seconds()
+            self._held = {key: until for key, until in self._held.items() if until > now}
         for (topic, partition), epoch in sorted(sent.items()):
+            if (topic, partition) in self._held:
+                continue
             position = fetcher._sink.follower_position((topic, partition))
             if position is None:
                 continue

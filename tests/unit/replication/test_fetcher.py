@@ -9,6 +9,7 @@ from twisted.internet.task import Clock
 from mqbroker import limits
 from mqbroker.cluster.metadata_records import CreateTopic, DeleteTopic
 from mqbroker.model import ANONYMOUS, Acks
+from mqbroker.records.errors import CorruptRecordError
 from mqbroker.replication.fetcher import ReplicaFetcher, ReplicaSink
 from tests.fakes import (
     BrokerRig,
@@ -37,6 +38,7 @@ class Pair:
         self.cluster.apply(CreateTopic(name="t", assignment=(1,), replicas=((1, 2),)))
 
     def _fetcher(self, sink: ReplicaSink) -> ReplicaFetcher:
+        self.sink = sink
         return ReplicaFetcher(node_id=2, reactor=self.clock, sink=sink, address_of=self._address_of,
                               fetch_wait_ms=FETCH_WAIT_MS, partition_bytes_max=1 << 20, response_bytes_max=1 << 20,
                               endpoint_for=self._endpoint_for)
@@ -110,3 +112,24 @@ def test_a_partition_dropped_while_its_fsync_waits_does_not_stop_the_others_from
     pair.run()
     assert fired(produced).last_offset == 0  # the follower still fetches u from broker 1
     assert read_all(pair.follower.log("u")) == read_all(pair.leader.log("u"))
+
+
+def test_a_batch_one_partition_refuses_does_not_hold_back_the_others_in_the_same_answer(tmp_path: Path) -> None:
+    # Damaged data for one partition (a forged or broken leader) is that partition's problem: the others in the
+    # same fetch answer are appended and acknowledged.
+    pair = Pair(tmp_path)
+    pair.cluster.apply(CreateTopic(name="u", assignment=(1,), replicas=((1, 2),)))
+    pair.run()
+    append = pair.sink.follower_append
+
+    def refuse_t(key: tuple[str, int], result: object) -> object:
+        if key == ("t", 0):
+            raise CorruptRecordError("damaged batch")
+        return append(key, result)
+
+    pair.sink.follower_append = refuse_t  # type: ignore[method-assign]
+    pair.leader.broker.produce(ANONYMOUS, "t", 0, make_batch([b"refused"]), Acks.LEADER, 10_000)
+    produced = pair.leader.broker.produce(ANONYMOUS, "u", 0, make_batch([b"kept"]), Acks.ALL, 10_000)
+    pair.run()
+    assert fired(produced).last_offset == 0
+    assert pair.follower.log("t").log_end_offset == 0
