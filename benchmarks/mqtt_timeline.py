@@ -31,7 +31,9 @@ step was each one's largest, and what the broker's reactor ran in each one's bro
 socket write to the write to the subscriber's socket) against the same for every message: a garbage collection (by
 generation), timed calls (``runUntilCurrent``) or an I/O callback (a connection's read, the fsync completion) that
 took ``--work-us`` or more, and the session-state writes. And the broker's threads' wait for a core
-(``schedstat``'s run-queue time) over the run: a reactor that waits there is not the broker's code.
+(``schedstat``'s run-queue time) over the run: a reactor that waits there is not the broker's code; and the reactor's
+own CPU per message by kind of callback (thread CPU time, which a wait for a core does not inflate): a read of the
+publisher or the subscriber, the fsync completion (``AioSync``), timed calls.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ def _stamp_reactor_work(wrap: Any, events: list[Any], now: Any) -> None:
 
     def what_read(selectable: Any, *_: Any) -> str:
         protocol = getattr(selectable, "protocol", None)
+        protocol = getattr(protocol, "wrappedProtocol", protocol)  # under the listener's connection limit
         client_id = getattr(getattr(protocol, "session", None), "client_id", None)
         if client_id in (PUBLISHER, SUBSCRIBER):
             return f"read of {client_id}"

@@ -232,7 +232,7 @@ def test_a_plain_batch_is_the_batch_the_builder_builds(
 
 
 def test_a_plain_batch_of_one_record_costs_four_python_calls() -> None:
-    """A front end's one-record write (a paced MQTT PUBLISH): ``BatchBuilder``'s path took six Python calls and 28 in
+    """A front end's one-record write (a paced MQTT PUBLISH): ``BatchBuilder``'s path took seven Python calls and 28 in
     all (C included)."""
     import sys
 
