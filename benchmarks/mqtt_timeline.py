@@ -150,6 +150,10 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
         pathlib.Path(out_path).write_text(json.dumps(events))
 
     _stamp_reactor_work(wrap, events, now)
+    if os.environ.get("TIMELINE_GC_FREEZE"):  # ``--gc-freeze``: the start-up heap out of the collector's walks
+        import gc
+
+        wrap(server.MqttConnection, "connection_made", before=lambda self, *_, **__: gc.get_freeze_count() or gc.freeze())
     wrap(server.MqttConnection, "_write_session", before=lambda self, *_, **__: now(),
          after=lambda self, result, started, *_, **__: events.append(("store", started, now())))
     wrap(service.BrokerService, "stopService", before=dump)
@@ -475,6 +479,10 @@ def measure(puback: str, rate: int, seconds: float, fsync_engine: str, nodelay: 
             "broker_runqueue_ms": round(broker_wait_s * 1e3, 1),
             "tail": tail_attribution(messages, broker_work(events, work_us * 1000), puback),
             "reactor_cpu_us": reactor_cpu_us(events, messages),
+            # each full collection: its ms, and when it began, in s from the first message's broker window
+            "gc_gen2": [(round((event[2] - event[1]) / 1e6, 1),
+                         round((event[1] - min(window for _, window, _ in messages)) / 1e9, 2) if messages else None)
+                        for event in events if event[0] == "gc" and event[3] == 2],
             "hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
                              for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))} if hand_overs else {}, "sent": total, "received": len(received), "joined": len(steps["total"]),
             "appends": sum(1 for event in events if event[0] == "append"),
@@ -499,8 +507,13 @@ def main() -> None:
                         help="set TCP_NODELAY on the paho clients' sockets (paho leaves Nagle on)")
     parser.add_argument("--work-us", type=int, default=100,
                         help="the tail's broker work: reactor callbacks that took this long or longer [default: 100]")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() in the broker at its first MQTT connection (the start-up heap left out of "
+                             "every collection after)")
     parser.add_argument("--json", action="store_true", help="print every run as JSON instead of tables")
     arguments = parser.parse_args()
+    if arguments.gc_freeze:
+        os.environ["TIMELINE_GC_FREEZE"] = "1"  # the broker child's
     modes = ["durable", "written"] if arguments.puback == "both" else [arguments.puback]
     runs = []
     for number in range(arguments.runs):
@@ -523,6 +536,8 @@ def main() -> None:
         for step, figures in run["steps_ms"].items():
             print(f"  {step:20}" + "".join(f"{name} {value:8.3f}  " for name, value in figures.items()) + "ms")
         print_tail(run["tail"], run["broker_runqueue_ms"])
+        print("  full collections (ms, at s from the first message): " + ", ".join(
+            f"{duration_ms:,.1f} at {at_s}" for duration_ms, at_s in run["gc_gen2"]))
         print("  the reactor's CPU per message by callback (µs; callbacks per 1,000 messages): " + ", ".join(
             f"{kind} {us:.1f} ({count:,})" for kind, (us, count) in run["reactor_cpu_us"].items()))
 
