@@ -91,7 +91,8 @@ class CodecProtocol(Protocol, TimeoutMixin):
         self.session.connection_made(self)
 
     def dataReceived(self, data: bytes) -> None:
-        self.resetTimeout()
+        if self._idle_timeout_s is not None:  # (MQTT has none: its keep-alive is the session's)
+            self.resetTimeout()
         # A session's buffer grows only by what it receives: none left after the last read, none now (the usual
         # read, of whole frames: the session is asked once per read, not twice). It may have shrunk since.
         buffered_before = self._buffered_after_read and self._buffered_bytes()

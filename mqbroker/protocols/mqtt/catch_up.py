@@ -274,6 +274,9 @@ class CatchUp:
         # own (``deliver_many``) and may: the next waits for the release then.
         held_anew = connection.under_fetch_quota
         plain_from = self._plain_from.get(key, 0)
+        state = session.session
+        # ``SessionState.has_room`` without a call per record (the session cannot change meanwhile)
+        pending, pending_max = (state.pending, state.pending_messages_max) if state is not None else ((), 0)
         for record in self._hub.rows_after(key, data, offset, aborted):
             record_offset = record.offset
             if record_offset >= limit:
@@ -284,7 +287,6 @@ class CatchUp:
                 # topic and metadata come from headers.py's cache of record shapes
                 message = message_from_record(record.key, record.value, record.headers, record.timestamp_ms,
                                               (log_topic, partition, record_offset))
-                state = session.session
                 subscriptions = None
                 if message is not None and state is not None:
                     found = matching.get(message.topic)
@@ -298,7 +300,7 @@ class CatchUp:
                                                          if record_offset < had_from]
                 if subscriptions:
                     assert message is not None and state is not None
-                    if held or (message.qos and not state.has_room()):
+                    if held or (message.qos and len(pending) >= pending_max):
                         self._stopped = True
                         return
                     delivery = message, subscriptions

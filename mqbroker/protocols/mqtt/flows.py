@@ -308,11 +308,12 @@ class PublishFlows:
         assert state is not None
         inflight, pending, qos0_pending = state.inflight, state.pending, state.qos0_pending
         window, step = self._client_receive_maximum, self._refill_step
+        free = window - len(inflight)  # changes only when ``pump`` sends
         for message, subscriptions in deliveries:
             state.enqueue(message, subscriptions)
-            free = window - len(inflight)
             if qos0_pending or free >= step or free >= len(pending):  # ``pump``'s test
                 self.pump(now_ms)
+                free = window - len(inflight)
 
     def pump(self, now_ms: int) -> None:
         """Send queued messages: QoS 0 at once, QoS 1/2 while the client's window has room.

@@ -69,7 +69,7 @@ from mqbroker.protocols.mqtt.stored import PartitionKey, StoredSession
 from mqbroker.protocols.mqtt.errors import MqttProtocolError
 from mqbroker.protocols.mqtt.topics import TopicMapping, parse_mapping_rules, parse_subscription_filter
 from mqbroker.protocols.throttle import throttles
-from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.builder import plain_batch
 
 _CONNECTED = ConnectionState.CONNECTED
 _RECORD_FIELDS = operator.attrgetter("key", "payload", "headers")
@@ -329,12 +329,10 @@ class MqttConnection:
         """One batch per log partition; QoS 1/2 tickets complete once it is durable (acks=-1; or, with
         ``mqtt_puback = "written"``, appended: acks=0), and so are the retained messages set along with it
         (with ``durable``, a PUBACKed retained message survives any one broker)."""
-        builder = BatchBuilder()
         timestamp_ms = self.hub.now_ms()
-        builder.append_many(timestamp_ms, list(map(_RECORD_FIELDS, group)))  # C-level passes, no frame each
+        batch = plain_batch(timestamp_ms, list(map(_RECORD_FIELDS, group)))  # C-level passes, no frame each
         tickets = list(filter(None, map(_TICKET, group)))  # tickets count from 1; QoS 0 has None
         self.hub.statistics["messages/received"] += len(group)
-        batch = builder.build()
         acks = self.hub.puback_acks if tickets else Acks.NONE
         produced = self.hub.broker.produce(self.principal, key[0], key[1], batch, acks, produce_timeout_ms_default,
                                            front_end_batches=True)

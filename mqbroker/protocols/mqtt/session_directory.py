@@ -25,7 +25,7 @@ from mqbroker.protocols.mqtt.followers import StateFollower, writer_broker, writ
 from mqbroker.protocols.mqtt.readers import FRONT_END_PRINCIPAL
 from mqbroker.protocols.mqtt.state import SessionState
 from mqbroker.protocols.mqtt.stored import StoredSession
-from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.builder import plain_batch
 from mqbroker.records.readable import SKIPPED_LOG_FORMAT
 from mqbroker.records.record import Record
 
@@ -40,9 +40,7 @@ HOLDER_CHECK_INTERVAL_S = 0.1
 
 def single_record_batch(timestamp_ms: int, key: bytes, value: bytes | None, headers: Any) -> bytes:
     """One record as a RecordBatch v2."""
-    builder = BatchBuilder()
-    builder.append(timestamp_ms, key, value, headers)
-    return builder.build()
+    return plain_batch(timestamp_ms, ((key, value, headers),))
 
 
 def _ended(value: bytes) -> bool:

@@ -133,6 +133,15 @@ class BufferingSession(RecordingSession):
         self.buffer = (self.buffer + data).rpartition(b"|")[2]
 
 
+def test_a_read_without_an_idle_timeout_resets_no_timer() -> None:
+    """MQTT's keep-alive is its session's: its reads (two per paced message) call nothing of ``TimeoutMixin``."""
+    protocol, _ = _connect(RecordingSession())
+    resets: list[None] = []
+    protocol.resetTimeout = lambda: resets.append(None)  # type: ignore[method-assign]
+    protocol.dataReceived(b"abc")
+    assert resets == []
+
+
 def test_a_read_of_whole_frames_asks_the_session_for_its_buffered_bytes_once() -> None:
     """Nothing was left over from the last read, so nothing is before this one (a buffer grows only by what is
     read): every front end's usual read asks once, after it, not before and after."""

@@ -33,8 +33,9 @@ LEVEL = PROTOCOL_LEVEL_3_1_1  # paho's default
 #: Python calls of the front end (code under ``mqbroker/``) per paced message: its PUBLISH read (decode, session,
 #: batch, delivery from memory, PUBACK) and the subscriber's PUBACK read: 121 before the cuts that set it to 88, 88
 #: before its append was handed out and acknowledged in one callback, a read resumed no catch-up that had nothing
-#: to read and the PUBACKs of an append that completed at once ran without a call per queued list.
-PACED_MESSAGE_CALLS_MAX = 82
+#: to read and the PUBACKs of an append that completed at once ran without a call per queued list, 82 before its
+#: batch was built by ``plain_batch`` (one call, not ``BatchBuilder``'s four).
+PACED_MESSAGE_CALLS_MAX = 79
 #: The same per message of a read of ``BURST`` PUBLISHes (the subscriber's PUBACKs a read each); 54 before a live
 #: subscriber's share of a read went through its session as one action list, 33 before the cuts above.
 BURST = 50
