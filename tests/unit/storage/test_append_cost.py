@@ -5,10 +5,8 @@ message (issue 24)."""
 
 from __future__ import annotations
 
-import sys
-from types import FrameType
-
 from mqbroker.storage.config import LogConfig
+from tests.call_count import calls_of, is_mqbroker
 from tests.unit.storage.logtools import make_batch, open_log, read_all
 
 #: ``PartitionLog.append`` of a one-record plain batch: 54 before the producer-state steps that do nothing for such a
@@ -16,27 +14,13 @@ from tests.unit.storage.logtools import make_batch, open_log, read_all
 PLAIN_APPEND_CALLS_MAX = 28
 
 
-def _calls_of(run: object) -> list[FrameType]:
-    frames: list[FrameType] = []
-
-    def profile(frame: FrameType, event: str, argument: object) -> None:
-        if event == "call" and "/mqbroker/" in frame.f_code.co_filename:
-            frames.append(frame)
-
-    sys.setprofile(profile)
-    try:
-        run()  # type: ignore[operator]
-    finally:
-        sys.setprofile(None)
-    return frames
-
-
 def test_a_plain_one_record_append_stays_within_its_python_call_budget(tmp_path) -> None:
     log = open_log(tmp_path, LogConfig(segment_bytes=1 << 24))
     batches = [make_batch([index.to_bytes(4, "big") * 25]) for index in range(600)]
     for batch in batches[:100]:  # warm: the segment's indexes are loaded, its file is open
         log.append(batch, now_ms=0)
-    frames = _calls_of(lambda: [log.append(batch, now_ms=0) for batch in batches[100:]])
+    frames = [frame for frame in calls_of(lambda: [log.append(batch, now_ms=0) for batch in batches[100:]])
+              if is_mqbroker(frame)]
     assert len(frames) / 500 <= PLAIN_APPEND_CALLS_MAX
     assert [batch[12:] for batch in read_all(log)] == [batch[12:] for batch in batches]  # only offsets stamped
     assert log.log_end_offset == 600

@@ -7,9 +7,7 @@ read: they reach each subscriber in one pass through its session."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -26,6 +24,7 @@ from mqbroker.protocols.mqtt.packets import (
     SubscriptionRequest,
 )
 from mqbroker.protocols.mqtt.server import MqttConnection
+from tests.call_count import calls_of, is_mqbroker
 from tests.fake_broker import FakeBroker
 from tests.unit.protocols.mqtt.client_socket import started_hub
 
@@ -108,28 +107,12 @@ def _paced_pair(burst: int = 1, config: SessionConfig | None = None,
     return step, publisher_socket, subscriber_socket
 
 
-def _calls_of(run: Callable[[], None]) -> list[FrameType]:
-    """The Python frames ``run`` called (every call, its callees' too)."""
-    frames: list[FrameType] = []
-
-    def profile(frame: FrameType, event: str, argument: object) -> None:
-        if event == "call":
-            frames.append(frame)
-
-    sys.setprofile(profile)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return frames
-
-
 def test_a_paced_qos1_message_stays_within_its_python_call_budget() -> None:
     step, publisher_socket, subscriber_socket = _paced_pair()
     for number in range(100):  # warm: the topic's mapping, header tuples and routes are remembered
         step(number)
-    frames = _calls_of(lambda: [step(number) for number in range(100, 200)])
-    front_end = [frame for frame in frames if "/mqbroker/" in frame.f_code.co_filename]
+    frames = calls_of(lambda: [step(number) for number in range(100, 200)])
+    front_end = [frame for frame in frames if is_mqbroker(frame)]
     assert len(front_end) / 100 <= PACED_MESSAGE_CALLS_MAX
     assert [packet.packet_id for packet in publisher_socket.packets() if isinstance(packet, PubAck)] == list(
         range(1, 201))
@@ -139,8 +122,8 @@ def test_a_paced_qos1_message_stays_within_its_python_call_budget() -> None:
 def test_a_read_of_many_qos1_messages_reaches_a_live_subscriber_in_one_pass_through_its_session() -> None:
     step, publisher_socket, subscriber_socket = _paced_pair(BURST, SessionConfig(outbound_inflight_max_3_1_1=1000))
     step(0)
-    frames = _calls_of(lambda: [step(number) for number in range(1, 21)])
-    front_end = [frame for frame in frames if "/mqbroker/" in frame.f_code.co_filename]
+    frames = calls_of(lambda: [step(number) for number in range(1, 21)])
+    front_end = [frame for frame in frames if is_mqbroker(frame)]
     assert len(front_end) / (20 * BURST) <= BURST_MESSAGE_CALLS_MAX
     assert len([packet for packet in subscriber_socket.packets() if isinstance(packet, Publish)]) == 21 * BURST
     assert len(subscriber_socket.written) == 2 + 21  # CONNACK, SUBACK, then one write per read of the publisher's
@@ -150,8 +133,8 @@ def test_a_durable_fetch_of_many_qos1_messages_reaches_a_live_subscriber_in_one_
     config = SessionConfig(outbound_inflight_max_3_1_1=1000)
     step, publisher_socket, subscriber_socket = _paced_pair(BURST, config, "durable")
     step(0)
-    frames = _calls_of(lambda: [step(number) for number in range(1, 21)])
-    front_end = [frame for frame in frames if "/mqbroker/" in frame.f_code.co_filename]
+    frames = calls_of(lambda: [step(number) for number in range(1, 21)])
+    front_end = [frame for frame in frames if is_mqbroker(frame)]
     assert len(front_end) / (20 * BURST) <= DURABLE_BURST_MESSAGE_CALLS_MAX
     assert [packet.payload for packet in subscriber_socket.packets() if isinstance(packet, Publish)] == [
         b"x" * 100] * (21 * BURST)
@@ -193,7 +176,7 @@ def test_a_paced_qos1_message_runs_no_enum_code() -> None:
     compression converted to its Enum, costs calls on every read and every batch."""
     step, _, _ = _paced_pair()
     step(0)
-    frames = _calls_of(lambda: step(1))
+    frames = calls_of(lambda: step(1))
     assert [frame.f_code.co_name for frame in frames if frame.f_code.co_filename.endswith("enum.py")] == []
 
 
