@@ -259,9 +259,7 @@ class ProducerTransactions:
     def _end(self, committed: bool, open_transaction: bool) -> None:
         producer = self._producer
         answer, sent_ahead = self._commit_after_produce() if committed and open_transaction else (None, False)
-        if answer is not None:
-            self._wait_resolved()
-        elif open_transaction:
+        if open_transaction:
             producer.flush()  # the I/O thread adds the waiting partitions meanwhile
             with producer._lock:
                 failure, producer._core.failure = producer._core.failure, None
@@ -330,15 +328,6 @@ class ProducerTransactions:
             with self._state:
                 self._failed(error)
             raise
-
-    def _wait_resolved(self) -> None:
-        """(A commit sent behind the records was answered: every record is acknowledged.) Wait until their futures are
-        resolved and, in poll mode, run their callbacks, as ``flush`` would, without waking the I/O thread."""
-        producer = self._producer
-        with producer._lock:
-            while producer._io.resolving_records:
-                producer._changed.wait(0.05)
-        producer.poll()
 
     def _coordinator_node(self) -> int | None:
         """The node id of the coordinator's broker among the producer's brokers (None: not known)."""
