@@ -172,38 +172,3 @@ def _run_on_thread(work: Callable[[], None]) -> None:
     thread.start()
     thread.join(10)
     assert not thread.is_alive()
-
-
-@pytest.mark.parametrize("decided", [True, False])
-def test_a_commit_sent_behind_the_records_and_lost_is_settled_by_the_coordinator(decided: bool) -> None:
-    """The connection that carried the records and the commit behind them broke: the records sent again meet the
-    next epoch if the commit was decided, so that refusal does not fail the commit; EndTxn, sent the usual way,
-    is answered as a retry of the decided commit, or refused if another incarnation fenced this one."""
-    transactions, producer, coordinator = _transactions()
-    transactions.tracker.begin()
-    producer.send(transactions, "events", 0)
-    transactions.add_waiting_partitions()
-    transactions._commit_after_produce = lambda: (None, True)  # type: ignore[method-assign]
-    refused = errors.InvalidProducerEpochError("producer 7 epoch 0 is fenced by epoch 1")
-    producer.flush = lambda: setattr(producer._core, "failure", refused) or 0  # type: ignore[method-assign]
-    if decided:
-        transactions.end(committed=True)
-        assert transactions.tracker.state is ProducerTransactionState.READY and coordinator.epoch == 1
-    else:
-        coordinator.fail_end = errors.ProducerFencedError("a newer producer took transactional id 'tx'")
-        with pytest.raises(errors.ProducerFencedError):
-            transactions.end(committed=True)
-        assert transactions.tracker.state is ProducerTransactionState.FATAL_ERROR
-    assert isinstance(coordinator.requests[-1], t.EndTxnRequest)
-
-
-def test_a_record_refused_for_its_epoch_fails_a_commit_that_was_not_sent_ahead() -> None:
-    transactions, producer, coordinator = _transactions()
-    transactions.tracker.begin()
-    producer.send(transactions, "events", 0)
-    transactions.add_waiting_partitions()
-    refused = errors.InvalidProducerEpochError("producer 7 epoch 0 is fenced by epoch 1")
-    producer.flush = lambda: setattr(producer._core, "failure", refused) or 0  # type: ignore[method-assign]
-    with pytest.raises(errors.InvalidTxnStateError, match="fenced"):
-        transactions.end(committed=True)
-    assert not any(isinstance(request, t.EndTxnRequest) for request in coordinator.requests)
