@@ -7,7 +7,7 @@ client's clock): the native listener's Produce and EndTxn reads and replies, the
 the coordinator's ``__transaction_state`` writes (by the states they record), the markers' appends and the flusher's
 rounds. One long-lived version 2 producer (``linger_ms=5``, as ``transactions_bench.py``) runs 5 unmeasured then
 ``--transactions`` transactions of ``--records`` 100-byte records over 3 partitions and stamps its phases: the send
-loop, then ``commit_transaction`` (its flush and EndTxn: sent behind the last produce, they overlap).
+loop, the flush, ``commit_transaction`` (EndTxn).
 
 Per transaction it finds the four durable rounds a transaction waits for in series (docs/transactions.md): the
 previous transaction's markers (M), the completion written with this transaction's Ongoing record (C), this
@@ -101,9 +101,8 @@ class TracedBroker(BrokerProcess):
 
 # -- the client --------------------------------------------------------------------------------------------
 
-def run_client(bootstrap: str, transactions: int, records: int) -> list[tuple[int, int, int]]:
-    """Per measured transaction (ns): begin, the send loop's end, ``commit_transaction``'s end (its flush and EndTxn,
-    which a version 2 EndTxn sent behind the last produce overlaps: no separate flush, as an application calls it)."""
+def run_client(bootstrap: str, transactions: int, records: int) -> list[tuple[int, int, int, int]]:
+    """Per measured transaction (ns): begin, the send loop's end, the flush's end, ``commit_transaction``'s end."""
     from mqbroker.client import Admin, Producer
 
     with Admin(bootstrap) as admin:
@@ -117,9 +116,11 @@ def run_client(bootstrap: str, transactions: int, records: int) -> list[tuple[in
             for index in range(records):
                 producer.send(TOPIC, value=VALUE, partition=index % PARTITIONS)
             looped = time.monotonic_ns()
+            producer.flush()
+            flushed = time.monotonic_ns()
             producer.commit_transaction()
             if number >= 5:
-                stamps.append((began, looped, time.monotonic_ns()))
+                stamps.append((began, looped, flushed, time.monotonic_ns()))
     return stamps
 
 
@@ -160,12 +161,12 @@ class _Events:
         return next((at for at, states in self.writes if at >= after and states and states[-1] == state), None)
 
 
-def milestones(events: list[Any], stamps: list[tuple[int, int, int]]) -> list[dict[str, float]]:
+def milestones(events: list[Any], stamps: list[tuple[int, int, int, int]]) -> list[dict[str, float]]:
     """Per transaction, each milestone's time in ms from its ``begin_transaction`` (those found)."""
     joined = _Events(events)
     found = []
-    for number, (began, looped, committed) in enumerate(stamps):
-        previous_end = stamps[number - 1][2] if number else began - 10**9
+    for number, (began, looped, _, committed) in enumerate(stamps):
+        previous_end = stamps[number - 1][3] if number else began - 10**9
         previous_decision = None
         for written, states in joined.writes:
             if previous_end - 10**9 <= written < began and states and states[-1] == "PrepareCommit":
@@ -180,11 +181,9 @@ def milestones(events: list[Any], stamps: list[tuple[int, int, int]]) -> list[di
         at["first data appended"] = joined.first("append", began, committed)
         endtxn = joined.last("request END_TXN", committed, began)
         at["EndTxn read"] = endtxn
-        decision = None if endtxn is None else joined.write_of("PrepareCommit", endtxn)
-        # (an EndTxn sent behind the last produce is read before that produce's data is appended: D is the last
-        # append before the decision)
-        at["last data appended"] = None if decision is None else joined.last("append", decision, began)
+        at["last data appended"] = None if endtxn is None else joined.last("append", endtxn, began)
         at["D durable"] = joined.durable(at["last data appended"])
+        decision = None if endtxn is None else joined.write_of("PrepareCommit", endtxn)
         at["P durable"] = joined.durable(decision)
         found.append({name: (moment - began) / 1e6 for name, moment in at.items() if moment is not None})
     return found
@@ -206,8 +205,9 @@ def measure(transactions: int, records: int) -> dict[str, Any]:
                if (values := [found[name] for found in per_transaction if name in found])}
     waits = [max(0.0, found["C durable"] - found["first produce read"]) for found in per_transaction
              if "C durable" in found and "first produce read" in found]
-    phases = {"send loop": [(looped - began) / 1e6 for began, looped, _ in stamps],
-              "commit": [(committed - looped) / 1e6 for _, looped, committed in stamps]}
+    phases = {"send loop": [(looped - began) / 1e6 for began, looped, _, _ in stamps],
+              "flush": [(flushed - looped) / 1e6 for _, looped, flushed, _ in stamps],
+              "EndTxn": [(committed - flushed) / 1e6 for _, _, flushed, committed in stamps]}
     return {"transactions": len(stamps), "milestones_ms": medians,
             "first_produce_waits_for_m_and_c_ms": round(statistics.median(waits), 2) if waits else None,
             "phases_ms": {name: round(statistics.median(values), 2) for name, values in phases.items()},
@@ -232,8 +232,8 @@ def main() -> None:
     for number, run in enumerate(runs, 1):
         phases = run["phases_ms"]
         print(f"run {number}: {run['transactions']} transactions of {arguments.records} records, load average "
-              f"{run['load_average']}; send loop {phases['send loop']}, commit {phases['commit']} ms (medians); the "
-              f"first produce waited {run['first_produce_waits_for_m_and_c_ms']} "
+              f"{run['load_average']}; send loop {phases['send loop']}, flush {phases['flush']}, EndTxn "
+              f"{phases['EndTxn']} ms (medians); the first produce waited {run['first_produce_waits_for_m_and_c_ms']} "
               "ms for M and C")
         for name, median in run["milestones_ms"].items():
             print(f"  {name:<22} {median:>8.2f} ms")
