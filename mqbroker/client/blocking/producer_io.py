@@ -45,8 +45,8 @@ class ProducerIO:
         self._selector.register(self._wake_reader, selectors.EVENT_READ, None)
         #: Requests in flight by (node id, correlation id): produce plans, or the callback of a ``send_request``.
         self._pending: dict[tuple[int, int], ProducePlan | Callable[[object], None]] = {}
-        #: ``send_request``'s requests not sent yet: node id, request, its callback, when it may go (guarded by ``lock``).
-        self._requests: list[tuple[int, object, Callable[[object], None], Callable[[], bool]]] = []
+        #: ``send_request``'s requests not sent yet (guarded by ``lock``).
+        self._requests: list[tuple[int, object, Callable[[object], None]]] = []
         self._registered: dict[int, BlockingConnection] = {}
         self._running = True
         self._awake = False
@@ -80,20 +80,12 @@ class ProducerIO:
                     return
                 self.changed.wait(remaining)
 
-    def send_request(
-        self, node_id: int, request: object, answered: Callable[[object], None], ready: Callable[[], bool],
-    ) -> None:
-        """(Under ``lock``.) Send ``request`` to ``node_id`` at the first step that finds ``ready()`` (asked under
-        ``lock`` once the step's produce requests are sent), behind them on that connection; ``answered`` gets its
-        response, or the ``BrokerError`` that lost it (on this thread, under ``lock``)."""
-        self._requests.append((node_id, request, answered, ready))
+    def send_request(self, node_id: int, request: object, answered: Callable[[object], None]) -> None:
+        """(Under ``lock``.) Send ``request`` to ``node_id`` at the next step, behind every produce request sent there
+        until now; ``answered`` gets its response, or the ``BrokerError`` that lost it (on this thread, under
+        ``lock``)."""
+        self._requests.append((node_id, request, answered))
         self.wake()
-
-    def withdraw(self, answered: Callable[[object], None]) -> bool:
-        """(Under ``lock``.) Drop the ``send_request`` of ``answered`` if it is not sent yet; whether it was dropped."""
-        kept = [queued for queued in self._requests if queued[2] is not answered]
-        dropped, self._requests = len(kept) < len(self._requests), kept
-        return dropped
 
     def stop(self) -> None:
         """End the loop (after the current iteration)."""
@@ -182,9 +174,8 @@ class ProducerIO:
 
     def _send_requests(self) -> None:
         with self.lock:
-            due = [queued for queued in self._requests if queued[3]()]
-            self._requests = [queued for queued in self._requests if queued not in due]
-        for node_id, request, answered, _ in due:
+            requests, self._requests = self._requests, []
+        for node_id, request, answered in requests:
             try:
                 self._pending[node_id, self._connection(node_id).send(request)] = answered
             except BrokerUnavailableError as error:

@@ -304,19 +304,16 @@ class ProducerTransactions:
             answers.append(response)
             producer._changed.notify_all()
 
-        def ready() -> bool:  # (the I/O thread, under the producer's lock, its produce requests sent)
-            return core.failure is None and core.sent_all_awaiting_only(node_id)
-
         deadline = time.monotonic() + self._calls.timeout_s
         with producer._lock:
             core.flush()
-            io.send_request(node_id, self._requests.end(True, after_produce=True), answered, ready)
-            while not answers:
+            io.wake()
+            while not core.sent_all_awaiting_only(node_id):
                 if core.failure is not None or io.error is not None or time.monotonic() >= deadline:
-                    if io.withdraw(answered):
-                        return None, False  # not sent: end the usual way
-                    if io.error is not None or time.monotonic() >= deadline:
-                        break
+                    return None, False
+                producer._changed.wait(0.05)
+            io.send_request(node_id, self._requests.end(True, after_produce=True), answered)
+            while not answers and io.error is None and time.monotonic() < deadline:
                 producer._changed.wait(0.05)
         if not answers or isinstance(answers[0], BrokerUnavailableError):
             return None, True
