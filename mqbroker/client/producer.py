@@ -301,12 +301,6 @@ class ProducerCore:
         """True while any record waits to be sent or acknowledged."""
         return bool(self._open) or any(self._queues.values()) or any(self._unacknowledged.values())
 
-    def sent_all_awaiting_only(self, node_id: int) -> bool:
-        """True when every record is sent and those not acknowledged yet all went to ``node_id`` (a transaction's
-        EndTxn may then follow them on that connection: ``blocking/transactions.py``)."""
-        return not self._open and not any(self._queues.values()) and all(
-            batch.sent_to == node_id for pending in self._unacknowledged.values() for batch in pending)
-
     def _close_due(self, now_ms: int) -> None:
         # A batch whose partition still has a closed batch waiting to be sent (in-flight bound
         # reached, backoff) stays open and keeps growing (as Kafka's accumulator does): closing it

@@ -82,12 +82,11 @@ class TransactionRequests:
                 t.TxnOffsetCommitRequestPartition(partition_index=number, committed_offset=offsets[name, number])
                 for number in numbers)) for name, numbers in _by_topic(offsets).items()))
 
-    def end(self, committed: bool, after_produce: bool = False) -> t.EndTxnRequest:
-        """Commit or abort (version 2: and move to the next epoch); ``after_produce``: sent behind the transaction's
-        produce requests on their connection, to be decided once they are answered (``EndTxn`` version 2)."""
+    def end(self, committed: bool) -> t.EndTxnRequest:
+        """Commit or abort (version 2: and move to the next epoch)."""
         return t.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
                                producer_epoch=self.producer_epoch, committed=committed,
-                               bump_epoch=self.transaction_version >= 2, after_produce=after_produce)
+                               bump_epoch=self.transaction_version >= 2)
 
     def ended(self, response: object) -> bool:
         """Take the producer id and epoch an epoch-bumping EndTxn answered; True when they changed."""

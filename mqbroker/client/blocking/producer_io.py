@@ -43,10 +43,7 @@ class ProducerIO:
         self._selector = selectors.DefaultSelector()
         self._wake_reader, self._wake_writer = _socket_pair()
         self._selector.register(self._wake_reader, selectors.EVENT_READ, None)
-        #: Requests in flight by (node id, correlation id): produce plans, or the callback of a ``send_request``.
-        self._pending: dict[tuple[int, int], ProducePlan | Callable[[object], None]] = {}
-        #: ``send_request``'s requests not sent yet (guarded by ``lock``).
-        self._requests: list[tuple[int, object, Callable[[object], None]]] = []
+        self._pending: dict[tuple[int, int], ProducePlan] = {}
         self._registered: dict[int, BlockingConnection] = {}
         self._running = True
         self._awake = False
@@ -79,13 +76,6 @@ class ProducerIO:
                 if remaining <= 0:
                     return
                 self.changed.wait(remaining)
-
-    def send_request(self, node_id: int, request: object, answered: Callable[[object], None]) -> None:
-        """(Under ``lock``.) Send ``request`` to ``node_id`` at the next step, behind every produce request sent there
-        until now; ``answered`` gets its response, or the ``BrokerError`` that lost it (on this thread, under
-        ``lock``)."""
-        self._requests.append((node_id, request, answered))
-        self.wake()
 
     def stop(self) -> None:
         """End the loop (after the current iteration)."""
@@ -131,8 +121,6 @@ class ProducerIO:
         self.resolve(finished)
         for plan in plans:
             self._send(plan, now_ms)
-        if self._requests:
-            self._send_requests()
         if serving:
             with self.lock:
                 self._turns_served += 1
@@ -172,17 +160,6 @@ class ProducerIO:
             return
         self._pending[plan.node_id, correlation_id] = plan
 
-    def _send_requests(self) -> None:
-        with self.lock:
-            requests, self._requests = self._requests, []
-        for node_id, request, answered in requests:
-            try:
-                self._pending[node_id, self._connection(node_id).send(request)] = answered
-            except BrokerUnavailableError as error:
-                with self.lock:
-                    answered(error)
-                self._connection_lost(node_id, error)
-
     def _connection(self, node_id: int) -> BlockingConnection:
         connection = self.cluster.connection(node_id)
         if node_id not in self._registered:
@@ -206,10 +183,7 @@ class ProducerIO:
         with self.lock:
             for event in responses:
                 plan = self._pending.pop((node_id, event.correlation_id))
-                if isinstance(plan, ProducePlan):
-                    finished += self.finishing(self.core.plan_completed(plan, event.response, now_ms))
-                else:
-                    plan(event.response)
+                finished += self.finishing(self.core.plan_completed(plan, event.response, now_ms))
         self.resolve(finished)
 
     def _connection_lost(self, node_id: int, error: BrokerError) -> None:
@@ -222,11 +196,7 @@ class ProducerIO:
         finished: list[ProducerBatch] = []
         with self.lock:
             for key in lost:
-                plan = self._pending.pop(key)
-                if isinstance(plan, ProducePlan):
-                    finished += self.finishing(self.core.plan_failed(plan, error, now_ms))
-                else:
-                    plan(error)
+                finished += self.finishing(self.core.plan_failed(self._pending.pop(key), error, now_ms))
         self.resolve(finished)
 
     def finishing(self, finished: list[ProducerBatch]) -> list[ProducerBatch]:

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 from mqbroker import errors
 from mqbroker.client.backoff import Backoff
 from mqbroker.client.blocking.group import coordinator_connection
-from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError, raise_for_error_response
+from mqbroker.client.connection import BlockingConnection, BrokerUnavailableError
 from mqbroker.client.security import ClientSecurity
 from mqbroker.client.group_member import ConsumerGroupMetadata
 from mqbroker.client.producer_batch import ProducerBatch
 from mqbroker.client.transaction_requests import FIND_AGAIN, WAIT, TransactionRequests, raise_first_partition_error
-from mqbroker.client.transaction_state import FATAL_CODES, ProducerTransactionState, TopicPartition, TransactionTracker
+from mqbroker.client.transaction_state import ProducerTransactionState, TopicPartition, TransactionTracker
 from mqbroker.protocols.native.messages import ApiKey, CoordinatorType
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class CoordinatorCalls:
     ) -> None:
         self._bootstrap = bootstrap
         self._client_id = client_id
-        self.timeout_s = timeout_s
+        self._timeout_s = timeout_s
         self._deadline_s = deadline_s
         self._security = security
         self._connections: dict[tuple[str, int], BlockingConnection] = {}
@@ -66,7 +66,7 @@ class CoordinatorCalls:
         attempt = 0
         while True:
             try:
-                response = self._connection(key, key_type).request(request, self.timeout_s)
+                response = self._connection(key, key_type).request(request, self._timeout_s)
                 check(response)
                 return response
             except errors.BrokerError as error:
@@ -80,16 +80,10 @@ class CoordinatorCalls:
                     raise
                 time.sleep(delay_s)
 
-    def address(self, key: str, key_type: CoordinatorType) -> str | None:
-        """The "host:port" of the coordinator of ``key`` last connected to (None: none yet)."""
-        with self._one_at_a_time:
-            connection = self._connections.get((key, key_type))
-            return None if connection is None else connection.address
-
     def _connection(self, key: str, key_type: CoordinatorType) -> BlockingConnection:
         connection = self._connections.get((key, key_type))
         if connection is None:
-            connection = coordinator_connection(self._bootstrap, key, self._client_id, self.timeout_s,
+            connection = coordinator_connection(self._bootstrap, key, self._client_id, self._timeout_s,
                                                 self._security, key_type)
             self._connections[key, key_type] = connection
         return connection
@@ -135,8 +129,6 @@ class ProducerTransactions:
         #: ``end`` is flushing or ending the transaction: sends are refused (Kafka's committing and aborting
         #: states; the tracker moves only once the records are flushed). Guarded by ``_state``.
         self._ending = False
-        #: The coordinator decides an EndTxn sent behind the produce requests on their connection (version 2).
-        self._ends_after_produce = False
 
     def _call(self, request: object, key: str | None = None, key_type: CoordinatorType = CoordinatorType.TRANSACTION,
               check: Callable[[object], None] = lambda _: None) -> object:
@@ -172,7 +164,6 @@ class ProducerTransactions:
             end_version = self._calls.version_of(requests.transactional_id, CoordinatorType.TRANSACTION,
                                                  ApiKey.END_TXN)
             requests.transaction_version = 2 if end_version is not None and end_version >= 1 else 1
-            self._ends_after_produce = end_version is not None and end_version >= 2
             producer = self._producer
             with producer._lock:
                 producer._core.set_producer_identity(requests.producer_id, requests.producer_epoch)
@@ -258,14 +249,11 @@ class ProducerTransactions:
 
     def _end(self, committed: bool, open_transaction: bool) -> None:
         producer = self._producer
-        answer, sent_ahead = self._commit_after_produce() if committed and open_transaction else (None, False)
         if open_transaction:
             producer.flush()  # the I/O thread adds the waiting partitions meanwhile
             with producer._lock:
                 failure, producer._core.failure = producer._core.failure, None
-            # A commit sent ahead and lost may have been decided (its retried records then find the next epoch):
-            # the coordinator's answer to EndTxn says, below.
-            if failure is not None and not (sent_ahead and failure.code in FATAL_CODES):
+            if failure is not None:
                 with self._state:
                     self._failed(failure)
                     fatal = self.tracker.state is ProducerTransactionState.FATAL_ERROR
@@ -276,65 +264,13 @@ class ProducerTransactions:
                     ) from failure
         with self._state:
             needs_call = self.tracker.ending(committed)
-        if needs_call and answer is None:
+        if needs_call:
             answer = self._call(self._requests.end(committed))
-        if answer is not None and self._requests.ended(answer):  # version 2: the next transaction, the next epoch
-            with producer._lock:
-                producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
+            if self._requests.ended(answer):  # version 2: the next transaction starts at the next epoch
+                with producer._lock:
+                    producer._core.set_producer_identity(self._requests.producer_id, self._requests.producer_epoch)
         with self._state:
             self.tracker.ended()
-
-    def _commit_after_produce(self) -> tuple[object | None, bool]:
-        """Send the commit's EndTxn right behind the transaction's last produce request, on its connection to the
-        coordinator's broker, once the records sent to other brokers are acknowledged: its broker decides once the
-        produce requests ahead of it are answered (``transactions/end_after_produce.py``), which saves the round
-        trip of waiting for them here. Returns the answer, or None to end the usual way: not possible here, a
-        record failed, or the broker refused it undecided; and whether it was sent and its answer lost."""
-        producer = self._producer
-        with self._state:
-            possible = (self._ends_after_produce and self.tracker.state is ProducerTransactionState.IN_TRANSACTION
-                        and bool(self.tracker.partitions or self.tracker.pending))
-        node_id = self._coordinator_node() if possible else None
-        if node_id is None:
-            return None, False
-        core, io = producer._core, producer._io
-        answers: list[object] = []
-
-        def answered(response: object) -> None:  # the I/O thread, under the producer's lock
-            answers.append(response)
-            producer._changed.notify_all()
-
-        deadline = time.monotonic() + self._calls.timeout_s
-        with producer._lock:
-            core.flush()
-            io.wake()
-            while not core.sent_all_awaiting_only(node_id):
-                if core.failure is not None or io.error is not None or time.monotonic() >= deadline:
-                    return None, False
-                producer._changed.wait(0.05)
-            io.send_request(node_id, self._requests.end(True, after_produce=True), answered)
-            while not answers and io.error is None and time.monotonic() < deadline:
-                producer._changed.wait(0.05)
-        if not answers or isinstance(answers[0], BrokerUnavailableError):
-            return None, True
-        try:
-            return raise_for_error_response(answers[0]), True
-        except errors.BrokerError as error:
-            if error.retriable or error.code in FIND_AGAIN or error.code in WAIT:
-                return None, error.code not in WAIT  # (refused undecided: CONCURRENT_TRANSACTIONS)
-            with self._state:
-                self._failed(error)
-            raise
-
-    def _coordinator_node(self) -> int | None:
-        """The node id of the coordinator's broker among the producer's brokers (None: not known)."""
-        address = self._calls.address(self._requests.transactional_id, CoordinatorType.TRANSACTION)
-        view = self._producer._cluster.view
-        for node_id in view.node_ids:
-            host_port = view.address(node_id)
-            if host_port is not None and f"{host_port[0]}:{host_port[1]}" == address:
-                return node_id
-        return None
 
     def close(self) -> None:
         """Close the coordinator connections."""

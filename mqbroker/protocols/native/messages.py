@@ -1441,7 +1441,7 @@ APIS: dict[ApiKey, ApiSchema] = {
         request_type=AddPartitionsToTxnRequest, response_type=AddPartitionsToTxnResponse
     ),
     ApiKey.ADD_OFFSETS_TO_TXN: ApiSchema(request_type=AddOffsetsToTxnRequest, response_type=AddOffsetsToTxnResponse),
-    ApiKey.END_TXN: ApiSchema(request_type=EndTxnRequest, response_type=EndTxnResponse, max_version=2),
+    ApiKey.END_TXN: ApiSchema(request_type=EndTxnRequest, response_type=EndTxnResponse, max_version=1),
     ApiKey.WRITE_TXN_MARKERS: ApiSchema(request_type=WriteTxnMarkersRequest, response_type=WriteTxnMarkersResponse),
     ApiKey.TXN_OFFSET_COMMIT: ApiSchema(request_type=TxnOffsetCommitRequest, response_type=TxnOffsetCommitResponse),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiSchema(

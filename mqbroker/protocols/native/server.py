@@ -41,7 +41,6 @@ from mqbroker.protocols.native.connection import (
     ServerConnection,
 )
 from mqbroker.protocols.native.security import SECURITY_APIS, ConnectionSecurity
-from mqbroker.transactions.end_after_produce import EndAfterProduce
 
 if TYPE_CHECKING:
     from mqbroker.protocols.frontends import LatencyObserver, RequestLatencyMetric
@@ -121,7 +120,6 @@ class NativeSession:
         self._throttled = False
         #: Whether a request has run as an authenticated principal (the frame bound is then the full one).
         self._authenticated = False
-        self._after_produce: EndAfterProduce | None = None
 
     @property
     def buffered_bytes(self) -> int:
@@ -183,25 +181,13 @@ class NativeSession:
         started = time.perf_counter()
         group.REQUEST_CLIENT_ID.set(header.client_id)
         data.REQUEST_API_VERSION.set(header.api_version)
-        if api_key == m.ApiKey.END_TXN:  # maybe behind this connection's transactional produces
-            answered = self._end_after_produce().end_txn(
-                request.after_produce, lambda: maybeDeferred(handler, self._broker, principal, request))
-        else:
-            answered = maybeDeferred(handler, self._broker, principal, request)  # produce/fetch: Deferreds; others: coroutines
-        if api_key == m.ApiKey.PRODUCE and request.transactional_id is not None:
-            self._end_after_produce().produce(answered, _produce_refused)
+        answered = maybeDeferred(handler, self._broker, principal, request)  # produce/fetch: Deferreds; others: coroutines
         if header.api_key == m.ApiKey.PRODUCE and request.acks == 0:
             answered.addCallback(self._throttle_then, principal, header, request, None, lambda: None)
             answered.addErrback(self._log_unexpected, header)
             return  # acks=0: the client expects no response
         answered.addCallbacks(self._reply, self._reply_failure, callbackArgs=(header, started, principal, request),
                               errbackArgs=(header,))
-
-    def _end_after_produce(self) -> EndAfterProduce:
-        """What an EndTxn sent behind this connection's transactional produce requests waits for (made on first use)."""
-        if self._after_produce is None:
-            self._after_produce = EndAfterProduce()
-        return self._after_produce
 
     def _reply(self, response: Any, header: RequestHeader, started: float, principal: Principal, request: Any) -> None:
         if self._latency is not None:
@@ -257,12 +243,6 @@ class NativeSession:
             self._connection.pause_reading()
         else:
             self._connection.resume_reading()
-
-
-def _produce_refused(response: Any) -> bool:
-    """Whether a produce answer failed some partition (an ``ErrorResponse`` has no ``topics``: all of them)."""
-    topics = getattr(response, "topics", None)
-    return topics is None or any(result.error_code for topic in topics for result in topic.partitions)
 
 
 @functools.lru_cache(maxsize=256)

@@ -72,16 +72,13 @@ class AddOffsetsToTxnResponse:
 @message
 class EndTxnRequest:
     """Commits (``committed``) or aborts the producer's ongoing transaction. Version 1: with ``bump_epoch``
-    (transaction version 2) the decision moves the producer to its next epoch. Version 2: with ``after_produce``
-    it follows the transactional produce requests sent before it on its connection: decided once they are
-    answered, refused (CONCURRENT_TRANSACTIONS, nothing decided) if one failed (``transactions/end_after_produce``)."""
+    (transaction version 2) the decision moves the producer to its next epoch."""
 
     transactional_id: str
     producer_id: Int64
     producer_epoch: Int16
     committed: bool
     bump_epoch: bool = wire(since=1, default=False)
-    after_produce: bool = wire(since=2, default=False)
 
 
 @message
