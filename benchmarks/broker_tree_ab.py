@@ -17,7 +17,8 @@ fresh data directory) and runs ``mqbroker bench`` from the client tree (default:
 ``--e2e-only`` skips produce and consume.
 
 Pinning ``--client`` to one tree isolates the broker; leaving it out compares whole releases. The table gives
-medians over the rounds and the ratio of each tree to the first; ``--json`` prints every round instead.
+medians over the rounds and the ratio of each tree to the first, then each figure's rounds in order (the spread a
+median hides: a p99 over 10,000 messages moves from round to round); ``--json`` prints every round instead.
 This is how the layout change (issue 16) was checked against the tree before it.
 """
 
@@ -206,6 +207,12 @@ def main() -> int:
             continue  # not measured (a client without that e2e method, --e2e-only) or lost messages
         medians = [statistics.median(run[mode][key] for run in rounds[tree]) for tree in trees]
         print(f"{label:32}" + "".join(f"{value:16,.3f}{value / medians[0]:8.2f}" for value in medians))
+    print("each round, in order (the trees alternate which goes first):")
+    for label, mode, key in FIGURES:
+        if any(mode not in run or run[mode].get(key) is None for tree in trees for run in rounds[tree]):
+            continue
+        print(f"{label:32}" + "   ".join(f"{tree.name[-14:]}: " + " ".join(f"{run[mode][key]:,.3g}" for run in rounds[tree])
+                                         for tree in trees))
     return 0
 
 
