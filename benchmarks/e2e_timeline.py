@@ -1,7 +1,7 @@
 """Where an acks=all record's end-to-end time goes: broker time stamps joined with the client's, by offset.
 
 Run ``python benchmarks/e2e_timeline.py [--messages N] [--rate R] [--consumer process|thread] [--runs N]
-[--max-in-flight N] [--fsync-engine auto|aio|thread|worker]``
+[--max-in-flight N] [--fsync-engine auto|aio|thread|worker] [--tail FRACTION] [--json]``
 (from a source tree, with it on ``PYTHONPATH``). Each run starts a broker (``twistd mqbroker`` on free ports, a
 fresh data directory) whose produce → fetch path is time-stamped by wrappers installed before it starts
 (CLOCK_MONOTONIC, the clock the client stamps with):
@@ -26,6 +26,14 @@ fetch answers stopped short of the high watermark of their time (the consumer's 
 ended, is below it: those records cost it another round trip), and how long after a round's fsync was done the next
 round was handed over while records waited for it. The wrappers cost the broker some CPU: compare steps, not totals, with
 ``bench e2e``. Medians and p90/p99/p99.9 over the messages of each run; every run is printed.
+
+The consumer in a process of its own also stamps its socket reads that carried fetch answers, which splits the last
+step into answer → read (the reply's way and the consumer's turn for a CPU) and read → recv (its poll loop); on a thread
+answer → read is 0. Both the broker and that consumer record their garbage collector's pauses. Then the slowest
+``--tail`` of the messages (default 1%) are attributed: each step's mean and share of their total, how often each step
+was a message's largest, how their fetch answers came (a parked fetch ``woken`` by the high watermark or ``expired``,
+or a fetch that found them ``at once``: none was parked when they became durable), and how much of their path the
+collectors' pauses and the next round's hand-over (which comes first in the call that learns of an fsync) took.
 """
 
 from __future__ import annotations
@@ -362,8 +370,11 @@ def tail_attribution(paths: list[MessagePath], events: list[Any], consumer_stamp
     totals = [path.total_ms for path in slowest]
     means = [sum(path.steps_ms()[index] for path in slowest) / count for index in range(len(CHAIN))]
     largest = collections.Counter(CHAIN[max(range(len(CHAIN)), key=path.steps_ms().__getitem__)] for path in slowest)
-    broker_gc = sorted((event[1], event[2]) for event in events if event[0] == "gc")
-    consumer_gc = sorted((stamp[1], stamp[2]) for stamp in consumer_stamps if stamp[0] == "gc")
+    first_sent, last_received = min(path.marks[0] for path in paths), max(path.marks[-1] for path in paths)
+    broker_gc = sorted((event[1], event[2]) for event in events  # in the run (start-up's collections are not)
+                       if event[0] == "gc" and first_sent <= event[1] <= last_received)
+    consumer_gc = sorted((stamp[1], stamp[2]) for stamp in consumer_stamps
+                         if stamp[0] == "gc" and first_sent <= stamp[1] <= last_received)
     rounds = sorted(event[1] for event in events if event[0] == "round")
     handed = sorted(event[1] for event in events if event[0] == "handed")
     hand_overs = list(zip(rounds, handed))
@@ -540,7 +551,7 @@ def main() -> None:
             print(f"    answers: {tail['answer_kinds']}; inside their steps (mean ms): the broker's collector "
                   f"{tail['broker_gc_ms_mean']:.3f}, the consumer's {tail['consumer_gc_ms_mean']:.3f}, the next round's "
                   f"hand-over {tail['next_round_hand_over_ms_mean']:.3f}")
-            print(f"    collector pauses >= {GC_PAUSE_NS_MIN / 1e6:.1f} ms in the run: broker {tail['broker_gc_pauses']} "
+            print(f"    collector pauses >= {GC_PAUSE_NS_MIN / 1e6:.1f} ms while messages ran: broker {tail['broker_gc_pauses']} "
                   f"(longest {tail['broker_gc_ms_max']:.3f} ms), consumer {tail['consumer_gc_pauses']} (longest "
                   f"{tail['consumer_gc_ms_max']:.3f} ms)")
 
