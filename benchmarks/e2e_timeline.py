@@ -117,7 +117,8 @@ def run_traced_broker(out_path: str, twistd_arguments: list[str]) -> None:
     for engine in (sync_engines.AioSync, sync_engines.ThreadSync, sync_engines.WorkerSync):
         wrap(engine, "sync", before=lambda self, logs: events.append(
             ("round", now(), [log.log_end_offset for log in logs if client_log(log)])),
-             after=lambda self, result, logs: events.append(("handed", now())))
+             after=lambda self, result, logs: events.append(("handed", now(), time.thread_time_ns())))
+        wrap(engine, "sync", before=lambda self, logs: events.append(("handing", time.thread_time_ns())))
     wrap(flusher.Flusher, "_round_done", before=lambda self, synced: events.append(
         ("synced", now(), [log.durable_end_offset for log, _ in synced if client_log(log)])))
     wrap(fetch._Waiter, "_finish", before=lambda self, answer: (  # a notice's answer is a bool, a fetch's its results
@@ -486,6 +487,9 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     steps = step_times_ms(paths)
     shutil.rmtree(work, ignore_errors=True)
     hand_overs = sorted(hand_over_us(events))
+    cpu_started = [event[1] for event in events if event[0] == "handing"]
+    cpu_ended = [event[2] for event in events if event[0] == "handed"]
+    hand_over_cpu_ms = sum(end - begin for begin, end in zip(cpu_started, cpu_ended)) / 1e6
     answers, short = answers_short(events)
     gaps = sorted(next_round_gaps_us(events))
     return {"sent": arguments.messages, "received": len(received), "joined": len(steps["total"]),
@@ -493,7 +497,7 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
             "rounds": len(hand_overs),
             "round_hand_over_us": {name: round(hand_overs[min(len(hand_overs) - 1, int(fraction * len(hand_overs)))], 1)
                                    for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
-            | {"total_ms": round(sum(hand_overs) / 1e3, 1)} if hand_overs else {},
+            | {"total_ms": round(sum(hand_overs) / 1e3, 1), "cpu_ms": round(hand_over_cpu_ms, 1)} if hand_overs else {},
             "next_round_gap_us": {name: round(gaps[min(len(gaps) - 1, int(fraction * len(gaps)))], 1)
                                   for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))} if gaps else {},
             "steps_ms": summary(steps), "answers": answers, "answers_short": short,
@@ -535,8 +539,9 @@ def main() -> None:
         for step, figures in run["steps_ms"].items():
             print(f"  {step:18}" + "".join(f"{name} {value:8.3f}  " for name, value in figures.items()) + "ms")
         print(f"  {run['rounds']:,} fsync rounds; the reactor inside a round's hand-over to the engine: "
-              + ", ".join(f"{name} {value:,.1f}" for name, value in run["round_hand_over_us"].items() if name != "total_ms")
-              + f" µs; {run['round_hand_over_us'].get('total_ms', 0):,.1f} ms in all")
+              + ", ".join(f"{name} {value:,.1f}" for name, value in run["round_hand_over_us"].items() if name not in ("total_ms", "cpu_ms"))
+              + f" µs; {run['round_hand_over_us'].get('total_ms', 0):,.1f} ms in all, of it "
+              f"{run['round_hand_over_us'].get('cpu_ms', 0):,.1f} ms on the reactor's CPU (the rest it was off the CPU)")
         print("  a round's fsync done → the next round handed over (records were waiting): "
               + ", ".join(f"{name} {value:,.1f}" for name, value in run["next_round_gap_us"].items()) + " µs")
         print(f"  {run['answers']:,} consumer fetch answers, {run['answers_short']:,} of them short of the high watermark "
