@@ -501,6 +501,10 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
             "next_round_gap_us": {name: round(gaps[min(len(gaps) - 1, int(fraction * len(gaps)))], 1)
                                   for name, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))} if gaps else {},
             "steps_ms": summary(steps), "answers": answers, "answers_short": short,
+            "synced_to_answer_ms_by_kind": summary({kind: [(path.marks[7] - path.marks[6]) / 1e6 for path in paths
+                                                           if path.answer_kind == kind]
+                                                    for kind in ("woken", "at once", "expired")}),
+            "answer_kind_messages": dict(collections.Counter(path.answer_kind for path in paths)),
             "tail": tail_attribution(paths, events, consumer_stamps, arguments.tail),
             "load_average": os.getloadavg()[0]}
 
@@ -546,6 +550,10 @@ def main() -> None:
               + ", ".join(f"{name} {value:,.1f}" for name, value in run["next_round_gap_us"].items()) + " µs")
         print(f"  {run['answers']:,} consumer fetch answers, {run['answers_short']:,} of them short of the high watermark "
               "(their rest waited for the consumer's next fetch)")
+        print("  synced → answer by how the answer came (woken: a parked fetch answered when the high watermark moved): "
+              + "; ".join(f"{kind} {run['answer_kind_messages'][kind]:,}: " + ", ".join(
+                  f"{name} {value:.3f}" for name, value in figures.items()) + " ms"
+                          for kind, figures in run["synced_to_answer_ms_by_kind"].items()))
         tail = run["tail"]
         if tail:
             print(f"  the slowest {tail['messages']:,} messages (total {tail['total_ms_from']:.3f} ms and more, mean "
