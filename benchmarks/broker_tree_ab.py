@@ -14,10 +14,12 @@ fresh data directory) and runs ``mqbroker bench`` from the client tree (default:
   native produce or fetch request (from /metrics) with the messages per produce request: a busy machine
   makes the producer batch more, which cuts the CPU per message while the broker does the same work.
 
-``--e2e-only`` skips produce and consume.
+``--e2e-only`` skips produce and consume. A TREE written ``TREE::name=value[,name=value]`` runs its broker with
+those settings (``--set``), so one tree can be compared with itself, e.g. ``<tree> <tree>::fsync_engine=worker``.
 
 Pinning ``--client`` to one tree isolates the broker; leaving it out compares whole releases. The table gives
-medians over the rounds and the ratio of each tree to the first; ``--json`` prints every round instead.
+medians over the rounds and the ratio of each tree to the first, then each figure's rounds in order (the spread a
+median hides: a p99 over 10,000 messages moves from round to round); ``--json`` prints every round instead.
 This is how the layout change (issue 16) was checked against the tree before it.
 """
 
@@ -147,9 +149,9 @@ def e2e_runs(client: Path, e2e_messages: int, methods: list[str], rate: int) -> 
 
 
 def measure(tree: Path, client: Path, e2e_messages: int, throughput: bool,
-            e2e_methods: list[str], e2e_rate: int) -> dict[str, dict[str, float]]:
+            e2e_methods: list[str], e2e_rate: int, settings: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
     """One round on one tree: produce and consume (with ``throughput``), then e2e against a fresh broker."""
-    broker = TreeBroker(tree)
+    broker = TreeBroker(tree, settings=settings)
     try:
         figures: dict[str, dict[str, float]] = {}
         topic = f"tree-ab-{os.getpid()}-{time.time_ns()}"
@@ -172,9 +174,16 @@ def measure(tree: Path, client: Path, e2e_messages: int, throughput: bool,
         broker.stop()
 
 
+def name(tree: str) -> str:
+    """A tree argument as the table names it: the directory's name, and its settings."""
+    path, _, settings = tree.partition("::")
+    return Path(path).name + (f"+{settings}" if settings else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trees", nargs="+", type=Path, help="source trees; ratios are to the first")
+    parser.add_argument("trees", nargs="+", help="source trees (TREE::name=value,... adds broker settings); ratios are "
+                                                 "to the first")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the order of the trees")
     parser.add_argument("--client", type=Path, help="run every bench with this tree's client [default: each tree's own]")
     parser.add_argument("--e2e-messages", type=int, default=30_000, help="messages of each e2e run (at 5,000/s)")
@@ -186,26 +195,36 @@ def main() -> int:
                         help="run e2e with only this consumer placement (repeatable) [default: both]")
     parser.add_argument("--json", action="store_true", help="print every round as JSON instead of the table")
     arguments = parser.parse_args()
-    trees = [tree.resolve() for tree in arguments.trees]
-    rounds: dict[Path, list[dict[str, dict[str, float]]]] = {tree: [] for tree in trees}
+    variants = {argument: (Path(argument.partition("::")[0]).resolve(),
+                           tuple(filter(None, argument.partition("::")[2].split(","))))
+                for argument in arguments.trees}
+    trees = list(variants)
+    rounds: dict[str, list[dict[str, dict[str, float]]]] = {tree: [] for tree in trees}
     for number in range(arguments.rounds):
         for tree in trees if number % 2 == 0 else trees[::-1]:
             progress(f"-- round {number + 1}: {tree}")
-            rounds[tree].append(measure(tree, (arguments.client or tree).resolve(), arguments.e2e_messages,
+            source, settings = variants[tree]
+            rounds[tree].append(measure(source, (arguments.client or source).resolve(), arguments.e2e_messages,
                                         throughput=not arguments.e2e_only,
                                         e2e_methods=arguments.e2e_consumer or list(E2E_CONSUMERS),
-                                        e2e_rate=arguments.e2e_rate))
+                                        e2e_rate=arguments.e2e_rate, settings=settings))
     if arguments.json:
-        print(json.dumps({str(tree): runs for tree, runs in rounds.items()}))
+        print(json.dumps(rounds))
         return 0
     load = os.getloadavg()[0]
     print(f"medians of {arguments.rounds} round(s); load average {load:.1f} at the end; ratio to {trees[0]}")
-    print(f"{'':32}" + "".join(f"{tree.name[-14:]:>16}{'ratio':>8}" for tree in trees))
+    print(f"{'':32}" + "".join(f"{name(tree)[-14:]:>16}{'ratio':>8}" for tree in trees))
     for label, mode, key in FIGURES:
         if any(mode not in run or run[mode].get(key) is None for tree in trees for run in rounds[tree]):
             continue  # not measured (a client without that e2e method, --e2e-only) or lost messages
         medians = [statistics.median(run[mode][key] for run in rounds[tree]) for tree in trees]
         print(f"{label:32}" + "".join(f"{value:16,.3f}{value / medians[0]:8.2f}" for value in medians))
+    print("each round, in order (the trees alternate which goes first):")
+    for label, mode, key in FIGURES:
+        if any(mode not in run or run[mode].get(key) is None for tree in trees for run in rounds[tree]):
+            continue
+        print(f"{label:40}" + "   ".join(f"{name(tree)[-14:]}: " + " ".join(f"{run[mode][key]:,.3g}" for run in rounds[tree])
+                                         for tree in trees))
     return 0
 
 

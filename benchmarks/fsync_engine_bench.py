@@ -1,6 +1,7 @@
 """The fsync engines (Linux AIO, a Python thread, a C thread) compared through a real broker: end-to-end latency, acks=all rate, CPU.
 
-Run ``python benchmarks/fsync_engine_bench.py [--runs N] [--messages N] [--produce-messages N] [--consumer process|thread] [--json]``.
+Run ``python benchmarks/fsync_engine_bench.py [--runs N] [--messages N] [--produce-messages N] [--consumer process|thread] [--json]``,
+or ``... --fsync-alone N [--alone-interval-us U] [--directory DIR]`` for the disk's own AIO fsync latency (below).
 
 Each run starts one broker per engine (``twistd mqbroker --set fsync_engine=aio|thread|worker`` on
 free ports, a fresh data directory, through the tests' ``BrokerProcess``), alternating which engine goes first, and runs the CLI
@@ -19,6 +20,12 @@ threads share two CPUs with the client's, so only a whole broker under a real cl
 (in a process of its own, the thread is the faster by the AIO workqueue's ~40 µs hop). Progress
 goes to stderr; the table (or one JSON object with ``--json``) to stdout; figures are medians
 over the runs, every run is in ``per_run``.
+
+``--fsync-alone N``: no broker, the AIO fsync alone as the ``aio`` engine runs one round of one log: N times,
+append 100 B to one file, ``io_submit`` an fsync of it whose completion is signalled on an eventfd, wait for
+the eventfd in ``select`` and reap the event (``--alone-interval-us`` between a completion and the next append;
+0: back to back, as rounds follow each other under load). It prints the distribution of submit → reaped, and of
+the ``io_submit`` call alone: what an acks=all record's own round costs on this disk, whatever the broker does.
 """
 
 from __future__ import annotations
@@ -97,6 +104,59 @@ def run_all(arguments: argparse.Namespace) -> dict[str, Any]:
             "e2e_p50_aio_to_thread_ratio": p50_ratio, "per_run": per_run}
 
 
+def fsync_alone(rounds: int, interval_us: int, directory: str | None) -> dict[str, dict[str, float]]:
+    """``rounds`` single-file AIO fsync rounds (see the module docstring): percentiles of the round and of its submit, µs."""
+    import ctypes
+    import os
+    import select
+    import shutil
+    import time
+
+    from libaio import libaio
+
+    where = directory or tempfile.mkdtemp(prefix="fsync-alone-")
+    handle = os.open(os.path.join(where, "alone.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    eventfd = os.eventfd(0, os.EFD_NONBLOCK)
+    context = libaio.io_context_t()
+    libaio.io_queue_init(4, ctypes.byref(context))
+    block = libaio.iocb()
+    libaio.io_prep_fsync(block, handle)
+    libaio.io_set_eventfd(block, eventfd)
+    blocks = (libaio.iocb_p * 1)(ctypes.pointer(block))
+    events = (libaio.io_event * 1)()
+    no_wait = ctypes.byref(libaio.timespec(0, 0))
+    whole: list[float] = []
+    submit: list[float] = []
+    try:
+        for _ in range(rounds):
+            os.write(handle, b"x" * 100)
+            started = time.monotonic_ns()
+            libaio.io_submit(context, 1, blocks)
+            submitted = time.monotonic_ns()
+            while True:
+                select.select([eventfd], [], [])
+                os.read(eventfd, 8)
+                if libaio.io_getevents(context, 0, 1, events, no_wait):
+                    break
+            whole.append((time.monotonic_ns() - started) / 1e3)
+            submit.append((submitted - started) / 1e3)
+            if interval_us:
+                time.sleep(interval_us / 1e6)
+    finally:
+        libaio.io_queue_release(context)
+        os.close(eventfd)
+        os.close(handle)
+        if not directory:
+            shutil.rmtree(where, ignore_errors=True)
+
+    def percentiles(values: list[float]) -> dict[str, float]:
+        ordered = sorted(values)
+        return {name: round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 1)
+                for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))}
+
+    return {"round_us": percentiles(whole), "io_submit_us": percentiles(submit)}
+
+
 def _decimals(key: str) -> int:
     return 3 if key.endswith("_ms") else 0 if key.endswith("messages_per_s") else 1
 
@@ -128,7 +188,21 @@ def main() -> None:
     parser.add_argument("--consumer", default="process", choices=["process", "thread"],
                         help="where bench e2e's consumer runs [default: a process of its own]")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--fsync-alone", type=int, default=0, metavar="N",
+                        help="instead: N single-file AIO fsync rounds without a broker (see above)")
+    parser.add_argument("--alone-interval-us", type=int, default=0, help="with --fsync-alone: pause between rounds")
+    parser.add_argument("--directory", help="with --fsync-alone: where the file goes [default: a temporary directory]")
     arguments = parser.parse_args()
+    if arguments.fsync_alone:
+        import os
+
+        alone = fsync_alone(arguments.fsync_alone, arguments.alone_interval_us, arguments.directory)
+        print(json.dumps(alone) if arguments.json else
+              f"{arguments.fsync_alone:,} AIO fsync rounds of one file, {arguments.alone_interval_us} µs apart, load "
+              f"average {os.getloadavg()[0]:.1f}:\n" + "\n".join(
+                  f"  {name:13}" + "  ".join(f"{key} {value:8,.1f}" for key, value in figures.items()) + " µs"
+                  for name, figures in alone.items()))
+        return
     result = run_all(arguments)
     if arguments.json:
         print(json.dumps(result))
