@@ -4,7 +4,9 @@ import random
 
 import pytest
 
+from mqbroker.client import producer
 from mqbroker.client.backoff import Backoff
+from mqbroker.client.batch_records import BatchRecordsPython
 from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_batch import ProducePlan
 from mqbroker.client.producer_config import ProducerConfig
@@ -13,6 +15,14 @@ from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import Acks, ProducePartitionResult, ProduceResponse, ProduceTopicResult
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import read_header
+
+
+@pytest.fixture(autouse=True, params=["compiled", "reference"])
+def records_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the compiled ``BatchRecords`` and with its reference, the fallback without a compiler."""
+    if request.param == "reference":
+        monkeypatch.setattr(producer, "BatchRecords", BatchRecordsPython)
+    return request.param
 
 
 def _core(**settings: object) -> ProducerCore:
@@ -36,6 +46,11 @@ def _reply(plan: ProducePlan, code: int = 0, base_offset: int = 0) -> ProduceRes
     return ProduceResponse(
         topics=tuple(ProduceTopicResult(name=name, partitions=tuple(parts)) for name, parts in results.items())
     )
+
+
+def test_batches_are_encoded_by_the_records_kind_under_test(records_kind: str) -> None:
+    batch, _ = _core().append("events", 0, 1, None, b"v", None, now_ms=0)
+    assert isinstance(batch.builder, BatchRecordsPython) == (records_kind == "reference")
 
 
 def test_records_wait_for_linger_then_travel_in_one_batch_with_offsets_per_record() -> None:
