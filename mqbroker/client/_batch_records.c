@@ -9,7 +9,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
+#include "structmember.h"
 #include <string.h>
 
 #define HEADER_BYTES 61
@@ -494,6 +496,71 @@ static PyTypeObject batch_records_type = {
     .tp_getset = batch_records_getset,
 };
 
+/* Where a sent record is: its batch, its index there and its timestamp; the blocking producer's RecordFuture
+   subclasses it, so a send makes its future without running Python code (batch_records.RecordSlotPython). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    PyObject *index;
+    PyObject *timestamp_ms;
+} RecordSlot;
+
+static PyObject *record_slot_new(PyTypeObject *type, PyObject *positional, PyObject *keywords) {
+    PyObject *batch, *index, *timestamp_ms;
+    if (keywords != NULL && PyDict_GET_SIZE(keywords) != 0) {
+        PyErr_SetString(PyExc_TypeError, "RecordSlot takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(positional, "RecordSlot", 3, 3, &batch, &index, &timestamp_ms)) return NULL;
+    RecordSlot *self = (RecordSlot *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->batch = Py_NewRef(batch);
+    self->index = Py_NewRef(index);
+    self->timestamp_ms = Py_NewRef(timestamp_ms);
+    return (PyObject *)self;
+}
+
+static int record_slot_traverse(RecordSlot *self, visitproc visit, void *arg) {
+    Py_VISIT(self->batch);
+    Py_VISIT(self->index);
+    Py_VISIT(self->timestamp_ms);
+    return 0;
+}
+
+static int record_slot_clear(RecordSlot *self) {
+    Py_CLEAR(self->batch);
+    Py_CLEAR(self->index);
+    Py_CLEAR(self->timestamp_ms);
+    return 0;
+}
+
+/* (A subclass's own dealloc and traverse, Python's, take care of its heap type's reference.) */
+static void record_slot_dealloc(RecordSlot *self) {
+    PyObject_GC_UnTrack(self);
+    record_slot_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef record_slot_members[] = {
+    {"_batch", T_OBJECT_EX, offsetof(RecordSlot, batch), READONLY, "The record's batch."},
+    {"_index", T_OBJECT_EX, offsetof(RecordSlot, index), READONLY, "The record's index in its batch."},
+    {"_timestamp_ms", T_OBJECT_EX, offsetof(RecordSlot, timestamp_ms), READONLY, "The record's timestamp."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject record_slot_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mqbroker.client._batch_records.RecordSlot",
+    .tp_doc = PyDoc_STR("RecordSlot(batch, index, timestamp_ms): where a sent record is."),
+    .tp_basicsize = sizeof(RecordSlot),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = record_slot_new,
+    .tp_traverse = (traverseproc)record_slot_traverse,
+    .tp_clear = (inquiry)record_slot_clear,
+    .tp_dealloc = (destructor)record_slot_dealloc,
+    .tp_members = record_slot_members,
+};
+
 static int exec_module(PyObject *module) {
     if (compression_type == NULL) {
         PyObject *compression = PyImport_ImportModule("mqbroker.records.compression");
@@ -507,7 +574,8 @@ static int exec_module(PyObject *module) {
         Py_DECREF(crc32c);
         if (compression_type == NULL || compress_function == NULL || crc32c_function == NULL) return -1;
     }
-    if (PyType_Ready(&batch_records_type) < 0) return -1;
+    if (PyType_Ready(&batch_records_type) < 0 || PyType_Ready(&record_slot_type) < 0) return -1;
+    if (PyModule_AddObjectRef(module, "RecordSlot", (PyObject *)&record_slot_type) < 0) return -1;
     return PyModule_AddObjectRef(module, "BatchRecords", (PyObject *)&batch_records_type);
 }
 

@@ -44,10 +44,25 @@ class BatchRecordsPython(BatchBuilder):
         return index
 
 
-try:
-    from mqbroker.client._batch_records import BatchRecords
-except ImportError:  # built without a C compiler: the reference, slower but the same batches
-    BatchRecords = BatchRecordsPython  # type: ignore[misc,assignment]
+class RecordSlotPython:
+    """The reference ``RecordSlot``: where a sent record is, its batch, its index there and its timestamp.
 
-#: True when a producer's records are encoded by the compiled ``BatchRecords``.
+    The blocking producer's ``RecordFuture`` subclasses ``RecordSlot``: compiled, a ``send`` makes its future
+    without running Python code."""
+
+    __slots__ = ("_batch", "_index", "_timestamp_ms")
+
+    def __init__(self, batch: object, index: int, timestamp_ms: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp_ms = timestamp_ms
+
+
+try:
+    from mqbroker.client._batch_records import BatchRecords, RecordSlot
+except ImportError:  # built without a C compiler: the references, slower but the same batches and futures
+    BatchRecords = BatchRecordsPython  # type: ignore[misc,assignment]
+    RecordSlot = RecordSlotPython  # type: ignore[misc,assignment]
+
+#: True when a producer's records are encoded by the compiled ``BatchRecords`` (and its futures are ``RecordSlot``s).
 COMPILED_BATCH_RECORDS = BatchRecords is not BatchRecordsPython

@@ -7,6 +7,8 @@ valid or not, goes to both, and what each returns, its sizes, its errors and the
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -14,8 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbroker.client import batch_records, producer
-from mqbroker.client._batch_records import BatchRecords
-from mqbroker.client.batch_records import BatchRecordsPython
+from mqbroker.client._batch_records import BatchRecords, RecordSlot
+from mqbroker.client.batch_records import BatchRecordsPython, RecordSlotPython
+from mqbroker.client.blocking.delivery import RecordFuture
 from mqbroker.records.compression import Compression
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import read_header
@@ -57,6 +60,7 @@ def test_the_compiled_batch_records_are_built_and_used() -> None:
     assert batch_records.COMPILED_BATCH_RECORDS
     assert batch_records.BatchRecords is BatchRecords
     assert producer.BatchRecords is BatchRecords
+    assert batch_records.RecordSlot is RecordSlot and RecordFuture.__bases__ == (RecordSlot,)
 
 
 @given(options=settings, calls=st.lists(appends | value_runs, min_size=1, max_size=12))
@@ -117,3 +121,24 @@ def test_bytearrays_and_memoryviews_are_encoded_like_bytes() -> None:
 def test_building_an_empty_batch_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one record"):
         BatchRecords().build()
+
+
+@pytest.mark.parametrize("kind", [RecordSlot, RecordSlotPython], ids=["compiled", "reference"])
+def test_a_record_slot_holds_its_three_fields_and_a_cycle_through_it_is_collected(kind: type) -> None:
+    class Future(kind):  # type: ignore[misc,valid-type]
+        __slots__ = ()
+
+    class Batch:
+        """Holds its future: a cycle (a callback waiting on the batch refers to its record's future)."""
+
+    batch = Batch()
+    future = Future(batch, 3, 17)
+    assert (future._batch, future._index, future._timestamp_ms) == (batch, 3, 17)
+    assert not hasattr(future, "__dict__")
+    batch.future = future  # type: ignore[attr-defined]
+    alive = weakref.ref(batch)
+    del batch, future
+    gc.collect()
+    assert alive() is None
+    with pytest.raises(TypeError):
+        kind(1, 2)
