@@ -69,38 +69,49 @@ static inline char *write_varint(char *out, int64_t value) {
     return out;
 }
 
-/* A key or value: None (null, length -1) or a bytes-like object. */
+/* A key or value: None (null, length -1) or a bytes-like object (bytes read directly, others through a buffer). */
 typedef struct {
-    Py_buffer view;
+    const char *data;
+    Py_ssize_t length;
     int is_null;
+    int has_view;
+    Py_buffer view;
 } Field;
 
 static int field_open(PyObject *object, Field *field, const char *name) {
     field->is_null = object == Py_None;
+    field->has_view = 0;
+    field->length = 0;
     if (field->is_null) return 0;
+    if (PyBytes_CheckExact(object)) {
+        field->data = PyBytes_AS_STRING(object);
+        field->length = PyBytes_GET_SIZE(object);
+        return 0;
+    }
     if (PyObject_GetBuffer(object, &field->view, PyBUF_SIMPLE) < 0) {
         PyErr_Format(PyExc_TypeError, "a record's %s must be bytes or None, not %.100s", name, Py_TYPE(object)->tp_name);
         return -1;
     }
+    field->has_view = 1;
+    field->data = field->view.buf;
+    field->length = field->view.len;
     return 0;
 }
 
 static void field_close(Field *field) {
-    if (!field->is_null) PyBuffer_Release(&field->view);
+    if (field->has_view) PyBuffer_Release(&field->view);
 }
-
-static inline Py_ssize_t field_length(const Field *field) { return field->is_null ? 0 : field->view.len; }
 
 /* The field's varint length (-1 for null) and its bytes. */
 static inline Py_ssize_t field_encoded_size(const Field *field) {
-    return field->is_null ? 1 : varint_size(field->view.len) + field->view.len;
+    return field->is_null ? 1 : varint_size(field->length) + field->length;
 }
 
 static inline char *write_field(char *out, const Field *field) {
     if (field->is_null) return write_varint(out, -1);
-    out = write_varint(out, field->view.len);
-    memcpy(out, field->view.buf, (size_t)field->view.len);
-    return out + field->view.len;
+    out = write_varint(out, field->length);
+    memcpy(out, field->data, (size_t)field->length);
+    return out + field->length;
 }
 
 /* builder._encode_headers into a new buffer (*section, *size; free with PyMem_Free), and what
@@ -159,7 +170,7 @@ static int encode_headers(PyObject *headers, char **section, Py_ssize_t *size, P
         memcpy(out, key_bytes, (size_t)key_size);
         out = write_field(out + key_size, &value);
         used = out - buffer;
-        *bound += HEADER_OVERHEAD_BYTES_MAX + key_size + field_length(&value);
+        *bound += HEADER_OVERHEAD_BYTES_MAX + key_size + value.length;
         field_close(&value);
         Py_DECREF(pair_items);
     }
@@ -264,8 +275,8 @@ static PyObject *append_within(BatchRecords *self, PyObject *const *arguments, P
     PyObject *result = NULL;
     if (encode_headers(arguments[3], &headers, &headers_size, &headers_bound) < 0) goto done;
     int64_t index = self->records_count;
-    if (index > 0 && HEADER_BYTES + self->used + RECORD_OVERHEAD_BYTES_MAX + field_length(&key) +
-                             field_length(&value) + headers_bound > size_bytes_max) {
+    if (index > 0 && HEADER_BYTES + self->used + RECORD_OVERHEAD_BYTES_MAX + key.length +
+                             value.length + headers_bound > size_bytes_max) {
         result = PyLong_FromLong(-1);
         goto done;
     }
@@ -310,7 +321,7 @@ static PyObject *append_values(BatchRecords *self, PyObject *const *arguments, P
     int64_t max_timestamp = self->max_timestamp;
     Py_ssize_t total = PySequence_Fast_GET_SIZE(values);
     Py_ssize_t position = start < 0 ? 0 : (Py_ssize_t)start;
-    Field null_key = {.is_null = 1};
+    Field null_key = {.is_null = 1, .length = 0};
     for (; position < total; position++) {
         Field value;
         int64_t delta;

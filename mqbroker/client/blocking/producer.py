@@ -191,7 +191,9 @@ class Producer:
         if timestamp_ms is None:
             timestamp_ms = now_ms
         core = self._core
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (not ``with``: its __enter__ and __exit__ lookups cost as much as the rest of the locking)
+        try:
             if self._closed:
                 raise RuntimeError("send() on a closed producer")
             if core.queued_bytes > self._buffer_bytes_max:
@@ -199,6 +201,8 @@ class Producer:
             if transactions is not None and admitted not in transactions.sendable:
                 raise transactions.send_refused()  # checked after the wait: end() may have begun
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
+        finally:
+            lock.release()
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
         if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)
