@@ -134,7 +134,11 @@ class ProducerCore:
             self._close((topic, partition), batch)
             self.on_batch_full(topic, partition)
         batch = self._open_batch(topic, partition, now_ms)
-        batch.builder.append_within(timestamp_ms, key, value, headers, self._batch_size)  # a new batch takes it
+        try:
+            batch.builder.append_within(timestamp_ms, key, value, headers, self._batch_size)  # a new batch takes it
+        except BaseException:  # a record it cannot encode (a value not bytes): refused, and adds nothing
+            self._drop_empty((topic, partition), batch)
+            raise
         batch.record_count = 1
         return batch, 0
 
@@ -151,18 +155,27 @@ class ProducerCore:
         key = (topic, partition)
         batch = self._open.get(key) or self._open_batch(topic, partition, now_ms)
         first = batch.record_count
-        count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
-        if not count:  # the open batch had no room left: the records go into a new one
-            self._close(key, batch)
-            self.on_batch_full(topic, partition)
-            batch = self._open_batch(topic, partition, now_ms)
-            first = 0
+        try:
             count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+            if not count:  # the open batch had no room left: the records go into a new one
+                self._close(key, batch)
+                self.on_batch_full(topic, partition)
+                batch = self._open_batch(topic, partition, now_ms)
+                first = 0
+                count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+        except BaseException:  # a value it cannot encode (None): refused
+            self._drop_empty(key, batch)
+            raise
         batch.record_count = first + count
         if start + count < len(values):
             self._close(key, batch)
             self.on_batch_full(topic, partition)
         return batch, first, count
+
+    def _drop_empty(self, key: tuple[str, int], batch: ProducerBatch) -> None:
+        """Forget ``batch`` if it was opened for records that were refused: an empty batch cannot be built."""
+        if not batch.builder.records_count:
+            del self._open[key]
 
     def _open_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
         assert not self.needs_producer_id, "appending before InitProducerId answered"

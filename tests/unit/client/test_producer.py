@@ -386,3 +386,19 @@ def test_version_2_transactional_produces_ask_the_leader_to_add_their_partition(
     core.append("events", 0, 1, None, b"b", None, now_ms=1)
     (plan,) = core.drain(1, _leader_one)
     assert plan.request().add_to_transaction is True
+
+
+@pytest.mark.parametrize("append", [
+    lambda core: core.append("events", 0, 1, None, "text, not bytes", None, now_ms=0),
+    lambda core: core.append("events", 0, 1, None, b"v", [(b"key not str", b"v")], now_ms=0),
+    lambda core: core.append_values("events", 0, 1, [None], 0, now_ms=0),
+], ids=["value-not-bytes", "header-key-not-str", "none-in-send-many"])
+def test_a_record_that_cannot_be_encoded_is_refused_and_leaves_no_empty_batch_open(append: object) -> None:
+    """Before, the batch opened for it stayed open, empty: its build at linger failed in the I/O thread, which died."""
+    core = _core(linger_ms=0)
+    with pytest.raises((TypeError, AttributeError)):
+        append(core)  # type: ignore[operator]
+    assert not core.has_pending and core.drain(0, _leader_one) == []
+    core.append("events", 0, 1, None, b"v", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    assert [record.value for record in decode_records(plan.batches[0].builder.build())] == [b"v"]
