@@ -455,8 +455,12 @@ static int init(BatchRecords *self, PyObject *positional, PyObject *keywords) {
         PyErr_SetString(PyExc_OverflowError, "producer_epoch must fit 16 bits and base_sequence 32");
         return -1;
     }
-    PyObject *member = compression == NULL ? PyObject_CallFunction(compression_type, "i", 0)
-                                           : PyObject_CallOneArg(compression_type, compression);
+    PyObject *member; /* a Compression member as it is (calling the Enum class runs Python code) */
+    if (compression != NULL && PyObject_TypeCheck(compression, (PyTypeObject *)compression_type))
+        member = Py_NewRef(compression);
+    else
+        member = compression == NULL ? PyObject_CallFunction(compression_type, "i", 0)
+                                     : PyObject_CallOneArg(compression_type, compression);
     if (member == NULL) return -1;
     long codec = PyLong_AsLong(member);
     if (codec == -1 && PyErr_Occurred()) {
