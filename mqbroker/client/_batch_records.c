@@ -133,35 +133,27 @@ static int encode_headers(PyObject *headers, char **section, Py_ssize_t *size, P
     if (buffer == NULL) goto no_memory;
     used = write_varint(buffer, count) - buffer;
     for (Py_ssize_t index = 0; index < count; index++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(items, index);
-        if (!PyTuple_Check(pair) && !PyList_Check(pair)) goto not_a_pair;
-        PyObject *pair_items = PySequence_Fast(pair, "");
-        if (pair_items == NULL) goto error;
-        if (PySequence_Fast_GET_SIZE(pair_items) != 2) {
-            Py_DECREF(pair_items);
-            goto not_a_pair;
+        PyObject *pair = PySequence_Fast_GET_ITEM(items, index); /* (no Python code runs until it is read) */
+        if ((!PyTuple_Check(pair) && !PyList_Check(pair)) || PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a record header must be a (str, bytes or None) pair");
+            goto error;
         }
-        PyObject *header_key = PySequence_Fast_GET_ITEM(pair_items, 0);
+        PyObject *header_key = PySequence_Fast_GET_ITEM(pair, 0);
         if (!PyUnicode_Check(header_key)) {
             PyErr_Format(PyExc_TypeError, "a record header's key must be a str, not %.100s",
                          Py_TYPE(header_key)->tp_name);
-            Py_DECREF(pair_items);
             goto error;
         }
         Py_ssize_t key_size;
         const char *key_bytes = PyUnicode_AsUTF8AndSize(header_key, &key_size);
         Field value;
-        if (key_bytes == NULL || field_open(PySequence_Fast_GET_ITEM(pair_items, 1), &value, "header value") < 0) {
-            Py_DECREF(pair_items);
-            goto error;
-        }
+        if (key_bytes == NULL || field_open(PySequence_Fast_GET_ITEM(pair, 1), &value, "header value") < 0) goto error;
         Py_ssize_t needed = used + VARINT_BYTES_MAX + key_size + field_encoded_size(&value);
         if (needed > capacity) {
             capacity = needed * 2;
             char *grown = PyMem_Realloc(buffer, (size_t)capacity);
             if (grown == NULL) {
                 field_close(&value);
-                Py_DECREF(pair_items);
                 goto no_memory;
             }
             buffer = grown;
@@ -172,15 +164,11 @@ static int encode_headers(PyObject *headers, char **section, Py_ssize_t *size, P
         used = out - buffer;
         *bound += HEADER_OVERHEAD_BYTES_MAX + key_size + value.length;
         field_close(&value);
-        Py_DECREF(pair_items);
     }
     Py_DECREF(items);
     *section = buffer;
     *size = used;
     return 0;
-not_a_pair:
-    PyErr_SetString(PyExc_TypeError, "a record header must be a (str, bytes or None) pair");
-    goto error;
 no_memory:
     PyErr_NoMemory();
 error:

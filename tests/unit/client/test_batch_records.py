@@ -89,10 +89,11 @@ def test_a_record_past_the_bound_is_refused_unless_the_batch_is_empty() -> None:
     ("append_within", 5, None, b"v", [(b"key not str", b"v")], 10_000),
     ("append_within", 5, None, b"v", [("h", 7)], 10_000),
     ("append_within", 5, None, b"v", [("h\ud800", b"v")], 10_000),
+    ("append_within", 5, None, b"v", [("h", b"v", b"third")], 10_000),
     ("append_within", 2**63 - 1, None, b"v", None, 10_000),
     ("append_values", 5, [b"a", b"b", None], 0, 10_000),
     ("append_values", 5, [b"a", 7], 0, 10_000),
-], ids=["key-not-bytes", "header-key-not-str", "header-value-not-bytes", "header-key-not-utf8",
+], ids=["key-not-bytes", "header-key-not-str", "header-value-not-bytes", "header-key-not-utf8", "header-not-a-pair",
         "timestamp-delta-past-int64", "none-value", "int-value"])
 def test_a_refused_append_raises_and_leaves_the_compiled_batch_as_it_was(call: tuple[Any, ...]) -> None:
     """Both raise; the compiled one adds nothing (the reference may have added a ``send_many`` run's head)."""
@@ -103,7 +104,7 @@ def test_a_refused_append_raises_and_leaves_the_compiled_batch_as_it_was(call: t
         getattr(compiled, call[0])(*call[1:])
     reference = BatchRecordsPython()
     reference.append_within(-(2**62), b"k", b"first", [("h", b"v")], 10_000)
-    with pytest.raises((TypeError, AttributeError, OverflowError, UnicodeEncodeError, AssertionError)):
+    with pytest.raises((TypeError, AttributeError, OverflowError, UnicodeEncodeError, AssertionError, ValueError)):
         getattr(reference, call[0])(*call[1:])
     assert (compiled.records_count, compiled.build()) == (1, before)
 
