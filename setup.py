@@ -57,6 +57,8 @@ EXTENSIONS = [
               optional=True),
     # the frames of an AMQP read, a published message as one item (the reference: protocols/amqp/frame_split.py)
     Extension("mqbroker.protocols.amqp._frame_split", ["mqbroker/protocols/amqp/_frame_split.c"], optional=True),
+    # a producer batch's records, one C call per record (the reference: client/batch_records.py)
+    Extension("mqbroker.client._batch_records", ["mqbroker/client/_batch_records.c"], optional=True),
     # the ``worker`` fsync engine's thread, which never takes the interpreter lock (durability/sync_engines.py)
     Extension("mqbroker.durability._fsync_worker", ["mqbroker/durability/_fsync_worker.c"], optional=True),
 ]

@@ -59,6 +59,9 @@ class BenchResult:
     first_error: str | None = None
     latency_ms: dict[str, float | None] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: This process's CPU time (every thread) per counted message while it sent or received them (``produce``,
+    #: ``consume``): on a shared machine a steadier figure of the client's cost than its rate.
+    client_cpu_us_per_message: float | None = None
 
 
 @dataclass
@@ -69,6 +72,8 @@ class SendOutcomes:
     acknowledged: int
     failed: int
     first_error: str | None
+    #: This process's CPU time over those ``seconds``.
+    cpu_seconds: float = 0.0
 
 
 def percentiles_ms(samples_s: Sequence[float], total: int | None = None) -> dict[str, float | None]:
@@ -90,12 +95,13 @@ def percentiles_ms(samples_s: Sequence[float], total: int | None = None) -> dict
     return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999), "max": milliseconds(ordered[-1])}
 
 
-def outcomes_between(before: DeliveryCounts, after: DeliveryCounts, seconds: float) -> SendOutcomes:
+def outcomes_between(before: DeliveryCounts, after: DeliveryCounts, seconds: float,
+                     cpu_seconds: float = 0.0) -> SendOutcomes:
     """The outcomes of the records a producer finished between two of its ``delivery_counts``."""
     failed = after.failed - before.failed
     error = after.first_error if failed else None
     return SendOutcomes(seconds, after.acknowledged - before.acknowledged, failed,
-                        None if error is None else f"{type(error).__name__}: {error}")
+                        None if error is None else f"{type(error).__name__}: {error}", cpu_seconds)
 
 
 def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
@@ -111,7 +117,7 @@ def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
     With ``values_per_call`` above 1 the records go ``values_per_call`` at a time through ``send_many``.
     """
     before = producer.delivery_counts()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     if values_per_call > 1:
         calls = [[value] * values_per_call] * (count // values_per_call)
         calls += [[value] * (count % values_per_call)] if count % values_per_call else []
@@ -128,7 +134,8 @@ def produce_acknowledged(producer: Any, topic: str, value: bytes, count: int,
             if on_sample is not None and index % SAMPLE_EVERY == 0:
                 on_sample(index, future)
     producer.flush()
-    return outcomes_between(before, producer.delivery_counts(), time.perf_counter() - started)
+    return outcomes_between(before, producer.delivery_counts(), time.perf_counter() - started,
+                            time.process_time() - cpu_started)
 
 
 def add_parser(commands: Any) -> None:
@@ -241,7 +248,8 @@ def _rate(count: int, started: float) -> str:
 def _bench_produce(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
     outcomes, samples = _produce_messages(arguments, topic, arguments.messages, progress, "producing")
     return _result("produce", arguments, outcomes.acknowledged, outcomes.seconds, percentiles_ms(samples),
-                   sent=arguments.messages, failed=outcomes.failed, first_error=outcomes.first_error)
+                   sent=arguments.messages, failed=outcomes.failed, first_error=outcomes.first_error,
+                   client_cpu_us_per_message=_per_message_us(outcomes.cpu_seconds, outcomes.acknowledged))
 
 
 def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
@@ -259,7 +267,7 @@ def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress
     task = progress.add_task("consuming", total=arguments.messages, rate="")
     received = 0
     poll_latencies: list[float] = []
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     try:
         while received < arguments.messages:
             polled_at = time.perf_counter()
@@ -267,10 +275,15 @@ def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress
             poll_latencies.append(time.perf_counter() - polled_at)
             received += len(messages)
             progress.update(task, completed=received, rate=_rate(received, started))
-        elapsed = time.perf_counter() - started
+        elapsed, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     finally:
         consumer.close()
-    return _result("consume", arguments, received, elapsed, percentiles_ms(poll_latencies))
+    return _result("consume", arguments, received, elapsed, percentiles_ms(poll_latencies),
+                   client_cpu_us_per_message=_per_message_us(cpu_seconds, received))
+
+
+def _per_message_us(cpu_seconds: float, messages: int) -> float | None:
+    return round(cpu_seconds / messages * 1e6, 3) if messages else None
 
 
 def _bench_e2e(arguments: argparse.Namespace, topic: str, progress: Progress) -> BenchResult:
@@ -435,6 +448,8 @@ def _print_table(result: BenchResult) -> None:
     table.add_row("seconds", f"{result.seconds:.2f}")
     table.add_row("messages/s", f"{result.messages_per_s:,.0f}")
     table.add_row("MB/s", f"{result.mb_per_s:.1f}")
+    if result.client_cpu_us_per_message is not None:
+        table.add_row("client CPU per message", f"{result.client_cpu_us_per_message:.3f} µs")
     for name, value in result.latency_ms.items():
         table.add_row(f"{latency_kind} {name}", "lost" if value is None else f"{value:.3f} ms")
     table.add_row("settings", ", ".join(f"{name}={value}" for name, value in result.settings.items()))

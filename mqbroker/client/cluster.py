@@ -16,12 +16,14 @@ NO_LEADER = -1
 class ClusterView:
     """Brokers and partition leaders as last reported by a Metadata reply."""
 
-    __slots__ = ("_addresses", "_leaders", "_partition_counts", "_topic_errors", "stale_topics", "updated_ms")
+    __slots__ = ("_addresses", "_leaders", "partition_counts", "_topic_errors", "stale_topics", "updated_ms")
 
     def __init__(self) -> None:
         self._addresses: dict[int, tuple[str, int]] = {}
         self._leaders: dict[tuple[str, int], int] = {}
-        self._partition_counts: dict[str, int] = {}
+        #: Partitions per described topic; the same dict for the view's life. Read it, never write it, outside this
+        #: class (a producer's ``send`` looks a topic up here per record, without a call of ``partition_count``).
+        self.partition_counts: dict[str, int] = {}
         self._topic_errors: dict[str, BrokerError] = {}
         #: Topics a caller needs (or needs refreshed) before it can route their records.
         self.stale_topics: set[str] = set()
@@ -40,14 +42,14 @@ class ClusterView:
                 continue
             self._topic_errors.pop(topic.name, None)
             self._forget(topic.name)
-            self._partition_counts[topic.name] = len(topic.partitions)
+            self.partition_counts[topic.name] = len(topic.partitions)
             for partition in topic.partitions:
                 leader = partition.leader_id if partition.error_code == ErrorCode.NONE else NO_LEADER
                 self._leaders[topic.name, partition.partition_index] = leader
         self.updated_ms = now_ms
 
     def _forget(self, topic: str) -> None:
-        count = self._partition_counts.pop(topic, 0)
+        count = self.partition_counts.pop(topic, 0)
         for partition in range(count):
             self._leaders.pop((topic, partition), None)
 
@@ -62,7 +64,7 @@ class ClusterView:
 
     def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None until metadata describes it."""
-        return self._partition_counts.get(topic)
+        return self.partition_counts.get(topic)
 
     def leader(self, topic: str, partition: int) -> int:
         """Node id of the partition's leader, or ``NO_LEADER``."""

@@ -26,23 +26,25 @@ def partition_for_key(key: bytes, partition_count: int) -> int:
 class StickyPartitioner:
     """Chooses partitions for records without a key: one partition per topic until its batch closes."""
 
-    __slots__ = ("_random", "_sticky")
+    __slots__ = ("_random", "sticky")
 
     def __init__(self, rng: random.Random) -> None:
         self._random = rng
-        self._sticky: dict[str, int] = {}
+        #: The partition each topic's keyless records go to now, once chosen. A producer's ``send`` looks it up
+        #: here (one dict look-up per record) and calls ``partition`` only when it is missing or out of range.
+        self.sticky: dict[str, int] = {}
 
     def partition(self, topic: str, partition_count: int) -> int:
         """The partition the next keyless record of ``topic`` goes to."""
-        partition = self._sticky.get(topic)
+        partition = self.sticky.get(topic)
         if partition is None or partition >= partition_count:
             partition = self._random.randrange(partition_count)
-            self._sticky[topic] = partition
+            self.sticky[topic] = partition
         return partition
 
     def batch_closed(self, topic: str, partition: int, partition_count: int) -> None:
         """Move ``topic``'s keyless records off ``partition`` once its batch is full."""
-        if self._sticky.get(topic) != partition or partition_count <= 1:
+        if self.sticky.get(topic) != partition or partition_count <= 1:
             return
         offset = self._random.randrange(1, partition_count)
-        self._sticky[topic] = (partition + offset) % partition_count
+        self.sticky[topic] = (partition + offset) % partition_count

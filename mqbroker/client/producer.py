@@ -30,12 +30,12 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from mqbroker.client.batch_records import BatchRecords
 from mqbroker.client.producer_batch import DeliveryCounts, ProducerBatch, ProducePlan
 from mqbroker.client.producer_config import COMPRESSION_CODECS, ProducerConfig
 from mqbroker.errors import BrokerError, ErrorCode, InvalidRequestError, RequestTimedOutError, error_for_code
 from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import ProduceResponse
-from mqbroker.records.builder import RECORD_OVERHEAD_BYTES_MAX, BatchBuilder
 from mqbroker.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 #: Sequence numbers wrap to 0 after int32 max (as the broker's check expects).
@@ -126,16 +126,21 @@ class ProducerCore:
         batch (a single record larger than ``batch_size`` gets a batch of its own).
         """
         batch = self._open.get((topic, partition))
-        if batch is not None and batch.builder.size_bytes + _encoded_size_max(key, value, headers) > self._batch_size:
+        if batch is not None:
+            index = batch.builder.append_within(timestamp_ms, key, value, headers, self._batch_size)
+            if index >= 0:
+                batch.record_count = index + 1
+                return batch, index
             self._close((topic, partition), batch)
             self.on_batch_full(topic, partition)
-            batch = None
-        if batch is None:
-            batch = self._open_batch(topic, partition, now_ms)
-        index = batch.record_count
-        batch.builder.append(timestamp_ms, key, value, headers or ())
-        batch.record_count = index + 1
-        return batch, index
+        batch = self._open_batch(topic, partition, now_ms)
+        try:
+            batch.builder.append_within(timestamp_ms, key, value, headers, self._batch_size)  # a new batch takes it
+        except BaseException:  # a record it cannot encode (a value not bytes): refused, and adds nothing
+            self._drop_empty((topic, partition), batch)
+            raise
+        batch.record_count = 1
+        return batch, 0
 
     def append_values(
         self, topic: str, partition: int, timestamp_ms: int, values: Sequence[bytes], start: int, now_ms: int
@@ -145,29 +150,38 @@ class ProducerCore:
 
         A batch that fills up is closed (``on_batch_full`` is called), so the caller moves on to the next
         batch, or another partition, with the rest. The records are encoded in runs, without Python code
-        per record (``BatchBuilder.append_values``).
+        per record (``BatchRecords.append_values``).
         """
         key = (topic, partition)
         batch = self._open.get(key) or self._open_batch(topic, partition, now_ms)
         first = batch.record_count
-        count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
-        if not count:  # the open batch had no room left: the records go into a new one
-            self._close(key, batch)
-            self.on_batch_full(topic, partition)
-            batch = self._open_batch(topic, partition, now_ms)
-            first = 0
+        try:
             count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+            if not count:  # the open batch had no room left: the records go into a new one
+                self._close(key, batch)
+                self.on_batch_full(topic, partition)
+                batch = self._open_batch(topic, partition, now_ms)
+                first = 0
+                count = batch.builder.append_values(timestamp_ms, values, start, self._batch_size)
+        except BaseException:  # a value it cannot encode (None): refused
+            self._drop_empty(key, batch)
+            raise
         batch.record_count = first + count
         if start + count < len(values):
             self._close(key, batch)
             self.on_batch_full(topic, partition)
         return batch, first, count
 
+    def _drop_empty(self, key: tuple[str, int], batch: ProducerBatch) -> None:
+        """Forget ``batch`` if it was opened for records that were refused: an empty batch cannot be built."""
+        if not batch.builder.records_count:
+            del self._open[key]
+
     def _open_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
         assert not self.needs_producer_id, "appending before InitProducerId answered"
         key = (topic, partition)
         base_sequence = self._next_sequence.get(key, 0) if self.config.enable_idempotence else NO_SEQUENCE
-        builder = BatchBuilder(
+        builder = BatchRecords(
             compression=self._compression,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
@@ -504,10 +518,3 @@ def _sequence_before(left: int, right: int) -> bool:
 def _ignore_batch_full(topic: str, partition: int) -> None:
     """Default ``on_batch_full``: nothing to do without a sticky partitioner."""
 
-
-def _encoded_size_max(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None) -> int:
-    """An upper bound of the bytes a record adds to a batch: its fields plus varint framing."""
-    size = RECORD_OVERHEAD_BYTES_MAX + (len(key) if key else 0) + (len(value) if value else 0)
-    for header_key, header_value in headers or ():
-        size += 10 + len(header_key.encode()) + (len(header_value) if header_value else 0)
-    return size

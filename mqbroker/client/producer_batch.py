@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from mqbroker.client.batch_records import BatchRecords
 from mqbroker.errors import BrokerError
 from mqbroker.protocols.native.messages import ProducePartition, ProduceRequest, ProduceTopic
-from mqbroker.records.builder import BatchBuilder
 
 
 class RecordMetadata(NamedTuple):
@@ -70,7 +70,7 @@ class ProducerBatch:
         self,
         topic: str,
         partition: int,
-        builder: BatchBuilder | None,
+        builder: BatchRecords | None,
         base_sequence: int,
         created_ms: int,
         waiter: object,

@@ -28,6 +28,8 @@ def test_refused_sends_count_as_failures_and_not_as_messages(broker: BrokerProce
     accepted = _bench(broker, "--messages", "3000", "--acks", "all")
     assert (accepted["sent"], accepted["failed"], accepted["messages"]) == (3000, 0, 3000)
     assert accepted["settings"]["acks"] == "all"  # type: ignore[index]
+    assert refused["client_cpu_us_per_message"] is None  # nothing counted to divide by
+    assert 0 < accepted["client_cpu_us_per_message"] < 1e6  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("consumer", ["process", "thread"])

@@ -132,3 +132,15 @@ def test_send_many_writes_every_value_in_order_and_counts_the_outcomes(shared_br
     messages = _consume(shared_broker, "bulk", 20_001)
     assert [message.value for message in messages] == values[:10_000] + [b"between"] + values[10_000:]
     assert {message.key for message in messages} == {None}
+
+
+def test_a_send_refused_for_its_value_leaves_the_producer_working(shared_broker: BrokerProcess) -> None:
+    """Before, the refused record's new batch stayed open, empty: the I/O thread, woken by a send to another
+    partition, died building it, and no record was sent again."""
+    with Admin(shared_broker.bootstrap) as admin:
+        admin.create_topics(["refused-value", "after-refused-value"], partitions=1)
+    with Producer(shared_broker.bootstrap, acks=1, linger_ms=0) as producer:
+        with pytest.raises(TypeError):
+            producer.send("refused-value", value="text, not bytes")  # type: ignore[arg-type]
+        assert producer.send("after-refused-value", value=b"bytes").result(10).offset == 0
+        assert producer.send("refused-value", value=b"bytes").result(10).offset == 0

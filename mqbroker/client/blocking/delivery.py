@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from mqbroker.client.batch_records import RecordSlot
 from mqbroker.client.producer_batch import ProducerBatch, RecordMetadata
 from mqbroker.errors import BrokerError
 
@@ -109,15 +110,16 @@ class Deliveries:
         return count
 
 
-class RecordFuture:
-    """The delivery outcome of one record: ``result()`` waits for its ``RecordMetadata``."""
+class RecordFuture(RecordSlot):
+    """The delivery outcome of one record: ``result()`` waits for its ``RecordMetadata``.
 
-    __slots__ = ("_batch", "_index", "_timestamp_ms")
+    ``RecordFuture(batch, index, timestamp_ms)``: its fields are a ``RecordSlot``'s, set without Python code when
+    compiled (a ``send`` makes one per record)."""
 
-    def __init__(self, batch: ProducerBatch, index: int, timestamp_ms: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp_ms = timestamp_ms
+    __slots__ = ()
+    _batch: ProducerBatch
+    _index: int
+    _timestamp_ms: int
 
     def done(self) -> bool:
         """True once the record is acknowledged or failed."""

@@ -13,6 +13,7 @@ import dataclasses
 import random
 import threading
 import time
+from time import time_ns
 from collections.abc import Iterator, Mapping, Sequence
 
 from mqbroker import limits
@@ -80,8 +81,11 @@ class Producer:
         rng = random.Random(seed)
         self._core = ProducerCore(self._config, rng, new_waiter=self._deliveries.new_batch)
         self._sticky = StickyPartitioner(rng)
+        self._sticky_partitions = self._sticky.sticky
+        self._buffer_bytes_max = self._config.buffer_bytes_max
         self._max_block_s = max_block_ms / 1000
         self._cluster = BlockingCluster(bootstrap, client_id, request_timeout_ms / 1000, security)
+        self._partition_counts = self._cluster.view.partition_counts
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
@@ -165,11 +169,17 @@ class Producer:
         ``on_delivery(error, metadata)`` is called once the record is written (``error`` None)
         or has failed (``metadata`` None), on the thread ``delivery_callbacks`` chose.
         """
+        # The per-record path: every call here counts (tests/integration/test_producer_send_cost.py).
         if partition is None:
-            count = self._cluster.view.partition_count(topic)
+            count = self._partition_counts.get(topic)
             if count is None:
                 count = self._wait_for_topic(topic)
-            partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
+            if key is not None:
+                partition = partition_for_key(key, count)
+            else:
+                partition = self._sticky_partitions.get(topic)
+                if partition is None or partition >= count:
+                    partition = self._sticky.partition(topic, count)
         transactions = self._transactions
         if transactions is not None:
             admitted = (topic, partition)
@@ -177,18 +187,22 @@ class Producer:
                 transactions.before_send(topic, partition)
         if self._poll_mode and self._deliveries.queued > limits.delivery_callbacks_queued_max:
             self._deliveries.run_queued()  # poll mode, and nobody polls: serve them here, still the caller's thread
-        now_ms = wall_clock_ms()  # the batch's age counts from now, whatever timestamp the record carries
+        now_ms = time_ns() // 1_000_000  # (wall_clock_ms) the batch's age counts from now, whatever the timestamp
         if timestamp_ms is None:
             timestamp_ms = now_ms
         core = self._core
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (not ``with``: its __enter__ and __exit__ lookups cost as much as the rest of the locking)
+        try:
             if self._closed:
                 raise RuntimeError("send() on a closed producer")
-            if core.queued_bytes > self._config.buffer_bytes_max:
+            if core.queued_bytes > self._buffer_bytes_max:
                 self._wait_for_buffer_space()
             if transactions is not None and admitted not in transactions.sendable:
                 raise transactions.send_refused()  # checked after the wait: end() may have begun
             batch, index = core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
+        finally:
+            lock.release()
         if index == 0:
             self._io.wake()  # a new batch: its linger timer starts, and the previous one is due
         if transactions is not None and now_ms > core.gates_open_ms:  # (a whole millisecond gathered)

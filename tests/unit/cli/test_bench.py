@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -80,3 +81,18 @@ def test_outcomes_between_two_counts_name_the_error_only_when_a_record_failed() 
     earlier = DeliveryCounts(acknowledged=4, failed=1, first_error=error)
     assert outcomes_between(earlier, DeliveryCounts(9, 1, error), 2.0) == SendOutcomes(2.0, 5, 0, None)
     assert outcomes_between(earlier, DeliveryCounts(9, 3, error), 2.0).first_error == "MessageTooLargeError: too large"
+
+
+def test_the_process_cpu_of_the_sends_and_the_flush_is_counted() -> None:
+    producer = RefusingEveryThirdProducer()
+    settle = producer.flush
+
+    def flush_with_work() -> None:  # the I/O a real flush waits for costs CPU too: 20 ms of it here
+        started = time.process_time()
+        while time.process_time() - started < 0.02:
+            pass
+        settle()
+
+    producer.flush = flush_with_work  # type: ignore[method-assign]
+    outcomes = produce_acknowledged(producer, "t", b"v", 10)
+    assert 0.02 <= outcomes.cpu_seconds <= outcomes.seconds + 0.01

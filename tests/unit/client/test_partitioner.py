@@ -46,5 +46,5 @@ def test_keyless_records_cover_every_partition_over_many_batches() -> None:
 
 def test_sticky_partition_follows_a_shrunk_partition_count() -> None:
     partitioner = StickyPartitioner(random.Random(3))
-    partitioner._sticky["events"] = 9
+    partitioner.sticky["events"] = 9
     assert partitioner.partition("events", 2) in (0, 1)

@@ -4,7 +4,9 @@ import random
 
 import pytest
 
+from mqbroker.client import producer
 from mqbroker.client.backoff import Backoff
+from mqbroker.client.batch_records import BatchRecordsPython
 from mqbroker.client.producer import ProducerCore
 from mqbroker.client.producer_batch import ProducePlan
 from mqbroker.client.producer_config import ProducerConfig
@@ -13,6 +15,14 @@ from mqbroker.protocols.native.codec import ErrorResponse
 from mqbroker.protocols.native.messages import Acks, ProducePartitionResult, ProduceResponse, ProduceTopicResult
 from mqbroker.records.decoder import decode_records
 from mqbroker.records.header import read_header
+
+
+@pytest.fixture(autouse=True, params=["compiled", "reference"])
+def records_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the compiled ``BatchRecords`` and with its reference, the fallback without a compiler."""
+    if request.param == "reference":
+        monkeypatch.setattr(producer, "BatchRecords", BatchRecordsPython)
+    return request.param
 
 
 def _core(**settings: object) -> ProducerCore:
@@ -36,6 +46,11 @@ def _reply(plan: ProducePlan, code: int = 0, base_offset: int = 0) -> ProduceRes
     return ProduceResponse(
         topics=tuple(ProduceTopicResult(name=name, partitions=tuple(parts)) for name, parts in results.items())
     )
+
+
+def test_batches_are_encoded_by_the_records_kind_under_test(records_kind: str) -> None:
+    batch, _ = _core().append("events", 0, 1, None, b"v", None, now_ms=0)
+    assert isinstance(batch.builder, BatchRecordsPython) == (records_kind == "reference")
 
 
 def test_records_wait_for_linger_then_travel_in_one_batch_with_offsets_per_record() -> None:
@@ -371,3 +386,19 @@ def test_version_2_transactional_produces_ask_the_leader_to_add_their_partition(
     core.append("events", 0, 1, None, b"b", None, now_ms=1)
     (plan,) = core.drain(1, _leader_one)
     assert plan.request().add_to_transaction is True
+
+
+@pytest.mark.parametrize("append", [
+    lambda core: core.append("events", 0, 1, None, "text, not bytes", None, now_ms=0),
+    lambda core: core.append("events", 0, 1, None, b"v", [(b"key not str", b"v")], now_ms=0),
+    lambda core: core.append_values("events", 0, 1, [None], 0, now_ms=0),
+], ids=["value-not-bytes", "header-key-not-str", "none-in-send-many"])
+def test_a_record_that_cannot_be_encoded_is_refused_and_leaves_no_empty_batch_open(append: object) -> None:
+    """Before, the batch opened for it stayed open, empty: its build at linger failed in the I/O thread, which died."""
+    core = _core(linger_ms=0)
+    with pytest.raises((TypeError, AttributeError)):
+        append(core)  # type: ignore[operator]
+    assert not core.has_pending and core.drain(0, _leader_one) == []
+    core.append("events", 0, 1, None, b"v", None, now_ms=0)
+    (plan,) = core.drain(0, _leader_one)
+    assert [record.value for record in decode_records(plan.batches[0].builder.build())] == [b"v"]
