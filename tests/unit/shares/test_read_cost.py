@@ -1,0 +1,106 @@
+"""What reading the log costs a share partition per batch: a read without delay headers is searched for them once,
+not batch by batch (a consumer joining a queue of small batches waited for thousands of short searches before its
+first fetch could lease anything: issue 24); delayed records are still found in a read of many batches, compressed
+ones included."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mqbroker.groups.coordinator import MemberIdGenerator
+from mqbroker.model import ANONYMOUS, TopicSpec
+from mqbroker.records.builder import BatchBuilder
+from mqbroker.records.compression import Compression
+from mqbroker.shares import messages as m
+from tests.fakes import BrokerRig, FakeClusterView, build_broker, fired
+
+BATCHES = 200
+
+
+def _started(tmp_path: Path) -> BrokerRig:
+    rig = build_broker(tmp_path, FakeClusterView(broker_ids=(1,)), settings={"share_state_topic_partitions": 2})
+    fired(rig.broker.start_share_groups(rig.broker, MemberIdGenerator(random.Random(7)), None))
+    fired(rig.broker.create_topic(ANONYMOUS, TopicSpec(name="events", partitions=1), False))
+    return rig
+
+
+def _settle(rig: BrokerRig) -> None:
+    for _ in range(20):
+        rig.engine.finish_all()
+        rig.clock.advance(0)
+
+
+def _produce(rig: BrokerRig, bodies: int, headers: list[tuple[str, bytes | None]] | None = None,
+             compression: Compression = Compression.NONE) -> None:
+    builder = BatchBuilder(compression=compression)
+    for _ in range(bodies):
+        builder.append(0, b"k", b"x" * 100, headers or [])
+    produced = rig.broker.produce(ANONYMOUS, "events", 0, builder.build(), 1, 1000)
+    _settle(rig)
+    fired(produced)
+
+
+def _joined_group(rig: BrokerRig) -> Callable[[], str]:
+    """Create the group (earliest) now; the returned call joins it (which reads the log) and gives the member id."""
+    created = rig.broker.create_share_group(ANONYMOUS, "g", ["events"], {"auto.offset.reset": "earliest"})
+    _settle(rig)
+    fired(created)
+
+    def join() -> str:
+        joined = rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+            group_id="g", client_id="c", topics=("events",)))
+        _settle(rig)
+        return str(fired(joined).member_id)
+
+    return join
+
+
+def _finds_of(run: Callable[[], Any]) -> int:
+    """``bytes.find`` calls ``run`` made."""
+    finds = 0
+
+    def profile(frame: Any, event: str, argument: Any) -> None:
+        nonlocal finds
+        if event == "c_call" and getattr(argument, "__name__", "") == "find":
+            finds += 1
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return finds
+
+
+def test_a_read_without_delays_is_searched_for_them_once_not_batch_by_batch(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    for _ in range(BATCHES):
+        _produce(rig, 20)
+    _settle(rig)
+    join = _joined_group(rig)
+    _settle(rig)
+    assert _finds_of(join) < BATCHES  # two per batch before
+
+
+def test_delayed_records_are_found_among_plain_batches_of_one_read_and_in_compressed_ones(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    later = str(int(rig.clock.seconds() * 1000) + 60_000).encode()
+    _produce(rig, 5)
+    _produce(rig, 1, headers=[("x-deliver-at", later)])  # offset 5
+    _produce(rig, 5)
+    _produce(rig, 1, headers=[("x-delay", b"60000")], compression=Compression.GZIP)  # offset 11
+    _produce(rig, 5, compression=Compression.GZIP)
+    _settle(rig)
+    join = _joined_group(rig)
+    _settle(rig)
+    member = join()
+    answer = rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(group_id="g", member_id=member, records_max=100,
+                                                                    wait_ms_max=0))
+    _settle(rig)
+    leased = [offset for partition in fired(answer).partitions for acquired in partition.acquired
+              for offset in range(acquired.first, acquired.last + 1)]
+    assert leased == [offset for offset in range(17) if offset not in (5, 11)]
