@@ -35,10 +35,10 @@ def _settle(rig: BrokerRig) -> None:
 
 
 def _produce(rig: BrokerRig, bodies: int, headers: list[tuple[str, bytes | None]] | None = None,
-             compression: Compression = Compression.NONE) -> None:
+             compression: Compression = Compression.NONE, body_bytes: int = 100) -> None:
     builder = BatchBuilder(compression=compression)
     for _ in range(bodies):
-        builder.append(0, b"k", b"x" * 100, headers or [])
+        builder.append(0, b"k", b"x" * body_bytes, headers or [])
     produced = rig.broker.produce(ANONYMOUS, "events", 0, builder.build(), 1, 1000)
     _settle(rig)
     fired(produced)
@@ -61,11 +61,16 @@ def _joined_group(rig: BrokerRig) -> Callable[[], str]:
 
 def _finds_of(run: Callable[[], Any]) -> int:
     """``bytes.find`` calls ``run`` made."""
+    return _calls_of(run, lambda event, frame, argument: event == "c_call" and getattr(argument, "__name__", "") == "find")
+
+
+def _calls_of(run: Callable[[], Any], counted: Callable[[str, Any, Any], bool]) -> int:
+    """Calls ``run`` made that ``counted(event, frame, argument)`` picks."""
     finds = 0
 
     def profile(frame: Any, event: str, argument: Any) -> None:
         nonlocal finds
-        if event == "c_call" and getattr(argument, "__name__", "") == "find":
+        if counted(event, frame, argument):
             finds += 1
 
     sys.setprofile(profile)
@@ -104,3 +109,29 @@ def test_delayed_records_are_found_among_plain_batches_of_one_read_and_in_compre
     leased = [offset for partition in fired(answer).partitions for acquired in partition.acquired
               for offset in range(acquired.first, acquired.last + 1)]
     assert leased == [offset for offset in range(17) if offset not in (5, 11)]
+
+
+def test_a_member_joining_a_backlog_waits_for_a_small_first_read_not_a_whole_big_one(tmp_path: Path) -> None:
+    """The join reads the log at once (the group now has someone to deliver to): what that read brings is taken
+    before the member's first fetch can lease anything, so the first read of an empty region is small; the rest
+    follows in the next reads."""
+    rig = _started(tmp_path)
+    for _ in range(BATCHES):
+        _produce(rig, 20, body_bytes=1_000)  # ~20 KiB a batch, ~4 MiB in all
+    _joined_group(rig)
+    _settle(rig)
+    joined: list[Any] = []
+
+    def join() -> None:
+        joined.append(rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
+            group_id="g", client_id="c", topics=("events",))))
+
+    taken = _calls_of(join, lambda event, frame, _: event == "call" and frame.f_code.co_name == "extend"
+                      and frame.f_code.co_filename.endswith("shares/partition.py"))
+    assert 0 < taken <= 20  # batches taken into the region before the join is answered: all 200 before
+    _settle(rig)
+    fetched = rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(
+        group_id="g", member_id=str(fired(joined[0]).member_id), records_max=10_000, wait_ms_max=0))
+    _settle(rig)
+    assert sum(acquired.last - acquired.first + 1 for partition in fired(fetched).partitions
+               for acquired in partition.acquired) == 20 * BATCHES
