@@ -111,27 +111,51 @@ def test_delayed_records_are_found_among_plain_batches_of_one_read_and_in_compre
     assert leased == [offset for offset in range(17) if offset not in (5, 11)]
 
 
-def test_a_member_joining_a_backlog_waits_for_a_small_first_read_not_a_whole_big_one(tmp_path: Path) -> None:
-    """The join reads the log at once (the group now has someone to deliver to): what that read brings is taken
-    before the member's first fetch can lease anything, so the first read of an empty region is small; the rest
-    follows in the next reads."""
+def test_a_member_joining_a_backlog_is_not_held_up_by_one_large_read(tmp_path: Path) -> None:
+    """The join reads the log at once (the group now has someone to deliver to), and each read is taken into the
+    region in one reactor turn: reads are small, so the first fetch leases after a short take, and its lease write
+    is answered without waiting for a long one; the rest of the backlog follows read by read."""
     rig = _started(tmp_path)
     for _ in range(BATCHES):
         _produce(rig, 20, body_bytes=1_000)  # ~20 KiB a batch, ~4 MiB in all
     _joined_group(rig)
     _settle(rig)
     joined: list[Any] = []
+    batches_per_take = [0]
 
     def join() -> None:
         joined.append(rig.broker.share_group_heartbeat(ANONYMOUS, m.ShareHeartbeatRequest(
             group_id="g", client_id="c", topics=("events",))))
+        _settle(rig)
 
-    taken = _calls_of(join, lambda event, frame, _: event == "call" and frame.f_code.co_name == "extend"
-                      and frame.f_code.co_filename.endswith("shares/partition.py"))
-    assert 0 < taken <= 20  # batches taken into the region before the join is answered: all 200 before
-    _settle(rig)
+    def counted(event: str, frame: Any, _: Any) -> bool:
+        if event == "call" and frame.f_code.co_filename.endswith("shares/runtime.py"):
+            if frame.f_code.co_name == "_take":
+                batches_per_take.append(0)
+        elif event == "call" and frame.f_code.co_name == "extend" and frame.f_code.co_filename.endswith(
+                "shares/partition.py"):
+            batches_per_take[-1] += 1
+            return True
+        return False
+
+    assert _calls_of(join, counted) == BATCHES
+    assert max(batches_per_take) <= 20  # all 200 in one take before
     fetched = rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(
         group_id="g", member_id=str(fired(joined[0]).member_id), records_max=10_000, wait_ms_max=0))
     _settle(rig)
     assert sum(acquired.last - acquired.first + 1 for partition in fired(fetched).partitions
                for acquired in partition.acquired) == 20 * BATCHES
+
+
+def test_a_batch_larger_than_one_read_is_still_read(tmp_path: Path) -> None:
+    rig = _started(tmp_path)
+    _produce(rig, 1, body_bytes=600_000)
+    _produce(rig, 1)
+    join = _joined_group(rig)
+    _settle(rig)
+    member = join()
+    fetched = rig.broker.share_fetch(ANONYMOUS, m.ShareFetchRequest(group_id="g", member_id=member, records_max=10,
+                                                                     wait_ms_max=0))
+    _settle(rig)
+    assert [(acquired.first, acquired.last) for partition in fired(fetched).partitions
+            for acquired in partition.acquired] == [(0, 1)]
