@@ -321,6 +321,9 @@ def main() -> None:
                 others = [other_pid for other, (_, other_pid) in brokers.items() if other != name and other_pid]
                 with stopped(others):
                     rounds.setdefault(name, []).append(measure(port, pid, options))
+                figures = rounds[name][-1]
+                print(f"   {name}: publish {figures[0][1]:,.0f} msg/s, consume {figures[4][1]:,.0f} msg/s (load "
+                      f"{os.getloadavg()[0]:.1f})", file=sys.stderr)
     report(rounds)
 
 

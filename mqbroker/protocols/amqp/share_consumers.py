@@ -34,7 +34,7 @@ from mqbroker.protocols.amqp.queues import (
 )
 from mqbroker.protocols.amqp.share_arguments import ranges_of, share_group_configs
 from mqbroker.protocols.amqp.share_view import LostLeaseSuspects
-from mqbroker.protocols.amqp.stored import MessageRow, QueueDeclaration, is_plain
+from mqbroker.protocols.amqp.stored import MessageRow, QueueDeclaration, all_plain
 from mqbroker.shares import messages as share
 from mqbroker.shares.partition_values import AcquiredRange
 
@@ -284,7 +284,7 @@ class ShareGroupMembers(BaseQueue):
 
     def _unexpired(self, member: _Member, rows: list[MessageRow]) -> list[MessageRow]:
         """``rows`` but those past their TTL, which ``member`` dead-letters."""
-        if self.policy.message_ttl_ms is None and all(map(is_plain, rows)):
+        if self.policy.message_ttl_ms is None and all_plain(rows):
             return rows  # only a message with an expiration of its own could have expired
         now_ms = self.host.now_ms()
         expired = [row for row in rows if is_expired(self.policy, row, now_ms)]

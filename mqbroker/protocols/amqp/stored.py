@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import operator
 import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -203,6 +204,21 @@ def is_plain(row: MessageRow) -> bool:
     headers = row.headers
     return (len(headers) == 3 and headers[0][0] == _EXCHANGE and headers[1][0] == _ROUTING_KEY
             and headers[2][0] == _PROPERTIES)
+
+
+_HEADERS = operator.itemgetter(3)
+_NAME = operator.itemgetter(0)
+#: ``append_message``'s three headers by position, each as (its getter from a row's headers, its name).
+_PLAIN_HEADERS = tuple((operator.itemgetter(index), {name}) for index, name in enumerate(
+    (_EXCHANGE, _ROUTING_KEY, _PROPERTIES)))
+
+
+def all_plain(rows: Sequence[MessageRow]) -> bool:
+    """``is_plain`` of every row, with no Python call per row: a fetch's rows checked by a few passes in C."""
+    headers = list(map(_HEADERS, rows))
+    if set(map(len, headers)) - {3}:
+        return False
+    return all(set(map(_NAME, map(header_at, headers))) <= name for header_at, name in _PLAIN_HEADERS)
 
 
 def _row_bytes(row: MessageRow) -> int:
