@@ -80,9 +80,9 @@ def test_garbage_gives_the_same_error_or_the_same_values(
 
 def test_pairs_stay_out_of_the_collector() -> None:
     batch = encode_batch([Record(offset=offset, timestamp_ms=5, key=b"k", value=b"v%d" % offset, headers=())
-                          for offset in range(4)], base_offset=10)
+                          for offset in range(10, 14)], base_offset=10)
     arguments = values_arguments(batch, 11, True)
-    assert decode_section_values(*arguments) == (11, [(b"k", b"v1"), (b"k", b"v2"), (b"k", b"v3")])
+    assert decode_section_values(*arguments) == (11, [(b"k", b"v11"), (b"k", b"v12"), (b"k", b"v13")])
     assert not any(gc.is_tracked(pair) for pair in decode_section_values(*arguments)[1])
     arguments[4] = 2**63 - 1  # every record before it: no first offset, no values
     assert decode_section_values(*arguments) == (None, [])
