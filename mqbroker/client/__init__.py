@@ -5,5 +5,5 @@ from mqbroker.client.consumer import FetchedValues, Message, NoOffsetForPartitio
 from mqbroker.client.producer_batch import RecordMetadata
 from mqbroker.client.share_core import ShareMessage
 
-__all__ = ["Admin", "Consumer", "FetchedValues", "Message", "NoOffsetForPartitionError", "PositionOutOfRangeError", "Producer",
-           "RecordFuture", "RecordMetadata", "RecordsFuture", "ShareConsumer", "ShareMessage"]
+__all__ = ["Admin", "Consumer", "FetchedValues", "Message", "NoOffsetForPartitionError", "PositionOutOfRangeError",
+           "Producer", "RecordFuture", "RecordMetadata", "RecordsFuture", "ShareConsumer", "ShareMessage"]
