@@ -15,6 +15,7 @@ from mqbroker.protocols.native.messages import (
     FetchResponse,
     FetchTopicResult,
 )
+from mqbroker.records import decoder
 from mqbroker.records.builder import BatchBuilder
 from mqbroker.records.control import ControlType, encode_control_batch
 from mqbroker.records.header import stamp
@@ -86,8 +87,13 @@ READ_COMMITTED_LOG = b"".join([
 ])
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("read_committed", [False, True])
-def test_values_skip_markers_and_aborted_transactions_as_messages_do(read_committed: bool) -> None:
+def test_values_skip_markers_and_aborted_transactions_as_messages_do(
+    read_committed: bool, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not compiled:  # the pure-Python fallback, as where the extension is not built
+        monkeypatch.setattr(decoder, "decode_section_values", decoder.decode_section_values_python)
     aborted = [(1, 2)] if read_committed else None
     (messages, message_positions, _), (fetched, value_positions, _) = _both_ways(
         {EVENTS_0: 0}, [_reply(0, READ_COMMITTED_LOG, aborted)])
