@@ -357,20 +357,11 @@ class ConsumerCore(HeldFailure):
 
         def take(partition: TopicPartition, fetched_from: int, records: memoryview,
                  aborted: list[tuple[int, int]] | None) -> int:
-            values: list[bytes | None] = []
-            first_offset: list[int] = []
-
-            def take_batch(batch: memoryview, header: BatchHeader, start_offset: int) -> None:
-                first, batch_values = decode_values(batch, start_offset, with_keys)
-                if first is not None and not first_offset:
-                    first_offset.append(first)
-                values.extend(batch_values)
-
-            position = _decode_into(partition[0], partition[1], records, fetched_from, take_batch,
-                                    self.on_unreadable, aborted)
-            if values:
-                fetched.append(FetchedValues(partition[0], partition[1], first_offset[0], position, values))
-            return position
+            taken = decode_values_of(partition[0], partition[1], records, fetched_from, with_keys,
+                                     self.on_unreadable, aborted)
+            if taken.values:
+                fetched.append(taken)
+            return taken.next_offset
 
         try:
             self._take_reply(plan, response, take)
@@ -457,6 +448,26 @@ def decode_messages(
     # walk the tens of thousands a fetch returns (the consumer bench ran at 0.7x with the collector on).
     with collector_paused():
         return _decode_into(topic, partition, memoryview(data), start_offset, take_batch, skipped, aborted)
+
+
+def decode_values_of(
+    topic: str, partition: int, data: bytes | memoryview, start_offset: int, with_keys: bool = False,
+    skipped: Callable[[UnreadableBatch], None] | None = None, aborted: list[tuple[int, int]] | None = None,
+) -> FetchedValues:
+    """``decode_messages`` keeping only the values (``with_keys``: (key, value) pairs): the same batches and records,
+    the same errors, the same next position (``next_offset``; ``first_offset`` is -1 when no value was kept)."""
+    values: list[bytes | None] = []
+    first_offset = -1
+
+    def take_batch(batch: memoryview, header: BatchHeader, start_offset: int) -> None:
+        nonlocal first_offset
+        first, batch_values = decode_values(batch, start_offset, with_keys)
+        if first_offset < 0 and first is not None:
+            first_offset = first
+        values.extend(batch_values)
+
+    next_offset = _decode_into(topic, partition, memoryview(data), start_offset, take_batch, skipped, aborted)
+    return FetchedValues(topic, partition, first_offset, next_offset, values)
 
 
 def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int,

@@ -5,6 +5,10 @@
  * checked against the section's size first (the AT macro), every length against its record's end, so garbage
  * raises and never reads past the buffer. Built by setup.py (ext_modules); tests/unit/records/test_section.py
  * fuzzes it against the reference.
+ *
+ * decode_section_values checks every record the same way but hands out only the values (or (key, value) pairs) of
+ * those at or after a start offset, for Consumer.poll_values; its reference is decoder.decode_section_values_python
+ * (tests/unit/records/test_section_values.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -8,7 +8,8 @@ bound and reads every record; ``decode_records_as`` builds the caller's own valu
 Any malformed input raises ``CorruptRecordError``.
 
 The records section is read by the compiled decoder (``_section.c``) when it is built, else by
-its reference, ``section.decode_section_python``; ``COMPILED_SECTION_DECODER`` says which.
+its reference, ``section.decode_section_python`` (for values, ``decode_section_values_python``);
+``COMPILED_SECTION_DECODER`` says which.
 """
 
 from __future__ import annotations

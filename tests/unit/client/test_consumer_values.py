@@ -3,11 +3,13 @@ messages, with the positions advanced the same way (markers, aborted transaction
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, FetchedValues, OffsetReset
+from mqbroker.client.consumer import ConsumerConfig, ConsumerCore, FetchedValues, OffsetReset, decode_values_of
 from mqbroker.errors import CorruptMessageError
 from mqbroker.protocols.native.messages import (
     FetchAbortedTransaction,
@@ -157,3 +159,9 @@ def test_values_that_never_reached_the_application_are_read_again() -> None:
     assert [(item.first_offset, item.next_offset) for item in fetched] == [(3, 5), (0, 1)]
     core.unread_values(fetched)
     assert core.position(EVENTS_0) == 3 and core.position(EVENTS_1) == 0
+
+
+@given(garbage=st.binary(max_size=300), with_keys=st.booleans())
+def test_garbage_records_raise_only_the_typed_error(garbage: bytes, with_keys: bool) -> None:
+    with contextlib.suppress(CorruptMessageError):
+        decode_values_of("events", 0, garbage, 0, with_keys)
