@@ -30,7 +30,7 @@ import enum
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mqbroker.client.collector import collector_paused
 from mqbroker.client.held_failure import HeldFailure
@@ -439,10 +439,11 @@ def decode_messages(
     leading = (topic, partition)
 
     def take_batch(batch: memoryview, header: BatchHeader, start_offset: int) -> None:
+        nonlocal into
         messages = decode_rows(batch, Message, leading)
         if header.base_offset < start_offset:  # the fetch began inside this batch
             messages = [message for message in messages if message.offset >= start_offset]
-        into.extend(messages)
+        into += messages
 
     # Each ``Message`` is a tuple subclass, which CPython never untracks: without the pause, full collections
     # walk the tens of thousands a fetch returns (the consumer bench ran at 0.7x with the collector on).
@@ -456,15 +457,15 @@ def decode_values_of(
 ) -> FetchedValues:
     """``decode_messages`` keeping only the values (``with_keys``: (key, value) pairs): the same batches and records,
     the same errors, the same next position (``next_offset``; ``first_offset`` is -1 when no value was kept)."""
-    values: list[bytes | None] = []
+    values: list[Any] = []
     first_offset = -1
 
     def take_batch(batch: memoryview, header: BatchHeader, start_offset: int) -> None:
-        nonlocal first_offset
+        nonlocal first_offset, values
         first, batch_values = decode_values(batch, start_offset, with_keys)
         if first_offset < 0 and first is not None:
             first_offset = first
-        values.extend(batch_values)
+        values += batch_values
 
     next_offset = _decode_into(topic, partition, memoryview(data), start_offset, take_batch, skipped, aborted)
     return FetchedValues(topic, partition, first_offset, next_offset, values)

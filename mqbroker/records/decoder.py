@@ -22,7 +22,6 @@ from mqbroker.records.errors import CorruptRecordError
 from mqbroker.records.header import (
     HEADER_BYTES,
     TIMESTAMP_TYPE_MASK,
-    BatchHeader,
     check_crc,
     read_header,
 )
@@ -84,7 +83,7 @@ def decode_records_as(
     For callers that want their own value per record (a consumer's message tuple) without
     building a ``Record`` first: on a consumer's hot path that halves the work per record.
     """
-    return _decode(batch, make, None, decompressed_bytes_max)
+    return decode_section(*_section_arguments(batch, decompressed_bytes_max), make, None)
 
 
 def decode_rows(
@@ -101,7 +100,7 @@ def decode_rows(
     can hold a cycle (``leading`` of untracked values such as str and int, a row type without
     ``__dict__``): a consumer's rows then cost no full collection anything.
     """
-    return _decode(batch, row_type, leading, decompressed_bytes_max)
+    return decode_section(*_section_arguments(batch, decompressed_bytes_max), row_type, leading)
 
 
 def decode_values(
@@ -114,27 +113,20 @@ def decode_values(
     The compiled decoder builds no offset, timestamp, headers or row object per record: only the value bytes.
     The batch and every record are checked as ``decode_records`` checks them.
     """
-    header, section = _checked_section(batch, decompressed_bytes_max)
-    return decode_section_values(
-        section, header.base_offset, header.last_offset_delta, header.records_count, start_offset, with_keys)
+    section, base_offset, _, last_offset_delta, records_count, _ = _section_arguments(batch, decompressed_bytes_max)
+    return decode_section_values(section, base_offset, last_offset_delta, records_count, start_offset, with_keys)
 
 
-def _decode(
-    batch: bytes | bytearray | memoryview, make: Callable[..., Any], leading: tuple[Any, ...] | None,
-    decompressed_bytes_max: int,
-) -> list[Any]:
-    header, section = _checked_section(batch, decompressed_bytes_max)
-    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    return decode_section(
-        section, header.base_offset, header.base_timestamp, header.last_offset_delta, header.records_count,
-        log_append_time, make, leading,
-    )
-
-
-def _checked_section(batch: bytes | bytearray | memoryview, decompressed_bytes_max: int) -> tuple[BatchHeader, bytes]:
-    """The header of exactly one batch, its CRC checked, and its decompressed records section."""
+def _section_arguments(
+    batch: bytes | bytearray | memoryview, decompressed_bytes_max: int,
+) -> tuple[bytes, int, int, int, int, int | None]:
+    """``decode_section``'s first arguments for exactly one batch, its CRC checked: the decompressed records section,
+    base offset, base timestamp, last offset delta, records count and LOG_APPEND_TIME timestamp (or None)."""
     header = read_header(batch)
     if header.size_bytes != len(batch):
         raise CorruptRecordError(f"{len(batch) - header.size_bytes} bytes follow the batch; pass exactly one batch")
     check_crc(batch, 0, header)
-    return header, decompress(header.compression, bytes(memoryview(batch)[HEADER_BYTES:]), decompressed_bytes_max)
+    section = decompress(header.compression, bytes(memoryview(batch)[HEADER_BYTES:]), decompressed_bytes_max)
+    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    return (section, header.base_offset, header.base_timestamp, header.last_offset_delta, header.records_count,
+            log_append_time)
