@@ -160,6 +160,9 @@ def add_parser(commands: Any) -> None:
             parser.add_argument("--send-many", type=int, default=1, metavar="N",
                                 help="send N values per call with Producer.send_many [default: 1, one send per record]")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        if mode == "consume":
+            parser.add_argument("--raw-values", action="store_true",
+                                help="read with Consumer.poll_values (the values only, no Message per record)")
         if mode == "e2e":
             parser.add_argument("--rate", type=int, default=5000, help="messages per second [default: 5000]")
             parser.add_argument("--consumer", default="process", choices=["process", "thread"],
@@ -185,6 +188,8 @@ def _run(arguments: argparse.Namespace) -> int:
                            send_many=getattr(arguments, "send_many", 1))
     if arguments.mode == "e2e":
         result.settings.update(rate=arguments.rate, consumer=arguments.consumer)
+    if arguments.mode == "consume":
+        result.settings.update(raw_values=arguments.raw_values)
     if arguments.json:
         print(json.dumps(asdict(result)))
     else:
@@ -271,9 +276,16 @@ def _bench_consume(arguments: argparse.Namespace, topic: str, progress: Progress
     try:
         while received < arguments.messages:
             polled_at = time.perf_counter()
-            messages = consumer.poll(timeout=1.0)
-            poll_latencies.append(time.perf_counter() - polled_at)
-            received += len(messages)
+            # held until the next poll returns, as an application holds what it works on (freeing each poll's
+            # records at once measured 0.06 us more per message)
+            if arguments.raw_values:
+                fetched = consumer.poll_values(timeout=1.0)
+                poll_latencies.append(time.perf_counter() - polled_at)
+                received += sum(len(values) for *_, values in fetched)
+            else:
+                messages = consumer.poll(timeout=1.0)
+                poll_latencies.append(time.perf_counter() - polled_at)
+                received += len(messages)
             progress.update(task, completed=received, rate=_rate(received, started))
         elapsed, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     finally:

@@ -6,12 +6,13 @@ the beginning, the end or a timestamp, or a partition without a position), sends
 reports each answer with ``reset_resolved``. It then asks for ``fetch_plans`` (one per leader,
 only for partitions with a known position and no fetch in flight), sends them, and passes each
 reply to ``fetch_completed``, which decodes the record batches into ``Message``s and advances
-the positions. A driver that keeps a fetch in flight across calls (pipelining: the next fetch is
+the positions (or to ``fetch_completed_values``: per partition only the values, ``FetchedValues``, with the
+positions advanced just the same). A driver that keeps a fetch in flight across calls (pipelining: the next fetch is
 sent before the records of the last one are handed to the application) asks ``fetch_current``
 before it takes the answer, and drops a plan that a seek, reset, pause or assignment change
 has overtaken with ``fetch_abandoned``: its partitions are then fetched again from their positions.
 Messages ``fetch_completed`` returned that never reached the application (the poll was interrupted) go
-back with ``unread``: their partitions are read again from the first of them.
+back with ``unread`` (values with ``unread_values``): their partitions are read again from the first of them.
 
 Under ``auto_offset_reset="none"`` a partition assigned without a position waits for a seek (the group's
 committed offset, or the application's): ``require_positions`` raises ``NoOffsetForPartitionError`` naming those
@@ -29,7 +30,7 @@ import enum
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mqbroker.client.collector import collector_paused
 from mqbroker.client.held_failure import HeldFailure
@@ -43,9 +44,9 @@ from mqbroker.protocols.native.messages import (
     IsolationLevel,
     OffsetSpec,
 )
-from mqbroker.records.decoder import decode_rows
+from mqbroker.records.decoder import decode_rows, decode_values
 from mqbroker.records.errors import CorruptRecordError
-from mqbroker.records.header import LOG_OVERHEAD_BYTES, iter_batches
+from mqbroker.records.header import LOG_OVERHEAD_BYTES, BatchHeader, iter_batches
 from mqbroker.records.isolation import ReadCommittedFilter
 from mqbroker.records.readable import UnreadableBatch
 
@@ -69,6 +70,21 @@ class Message(NamedTuple):
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
+
+
+class FetchedValues(NamedTuple):
+    """The values one fetch read from one partition, in offset order, without a ``Message`` per record.
+
+    ``values`` holds each record's value (bytes or None), or with keys a (key, value) pair. Offsets between
+    ``first_offset`` (the first value's) and ``next_offset`` (the partition's position after them: what a commit of
+    the work done commits) are not contiguous where compaction, aborted transactions or markers left gaps.
+    """
+
+    topic: str
+    partition: int
+    first_offset: int
+    next_offset: int
+    values: list[bytes | None] | list[tuple[bytes | None, bytes | None]]
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
@@ -314,45 +330,82 @@ class ConsumerCore(HeldFailure):
         A partition whose reply is an error for the application (a batch that does not decode, a refusal that is
         not retriable) keeps its position and its error waits in ``raise_failure``; the other partitions' messages
         are returned all the same (they would be lost if the error were raised past them)."""
-        self._release(plan)
         messages: list[Message] = []
+
+        def take(partition: TopicPartition, fetched_from: int, records: memoryview,
+                 aborted: list[tuple[int, int]] | None) -> int:
+            decoded: list[Message] = []  # into ``messages`` only once the whole reply decoded: a failure adds nothing
+            position = decode_messages(
+                partition[0], partition[1], records, fetched_from, decoded, self.on_unreadable, aborted)
+            messages.extend(decoded)
+            return position
+
         try:
-            for topic in response.topics:
-                for reply in topic.partitions:
-                    partition = (topic.name, reply.partition_index)
-                    fetched_from = plan.offsets.get(partition)
-                    if fetched_from is None or self._positions.get(partition) != fetched_from:
-                        continue  # sought elsewhere while the fetch was in flight: the data is stale
-                    try:
-                        self._partition_completed(partition, fetched_from, reply, messages)
-                    except BrokerError as error:  # CorruptMessageError among them
-                        self._hold_failure(error)
+            self._take_reply(plan, response, take)
         except BaseException:  # ``on_unreadable`` raised, say: the messages decoded so far are read again
             self.unread(messages)
             raise
         return messages
 
+    def fetch_completed_values(self, plan: FetchPlan, response: FetchResponse,
+                               with_keys: bool = False) -> list[FetchedValues]:
+        """``fetch_completed`` handing out per partition only the values (``with_keys``: (key, value) pairs).
+
+        The same batches are kept and dropped (markers, aborted transactions under read_committed, records before
+        the position) and the positions advance exactly as ``fetch_completed`` advances them."""
+        fetched: list[FetchedValues] = []
+
+        def take(partition: TopicPartition, fetched_from: int, records: memoryview,
+                 aborted: list[tuple[int, int]] | None) -> int:
+            taken = decode_values_of(partition[0], partition[1], records, fetched_from, with_keys,
+                                     self.on_unreadable, aborted)
+            if taken.values:
+                fetched.append(taken)
+            return taken.next_offset
+
+        try:
+            self._take_reply(plan, response, take)
+        except BaseException:
+            self.unread_values(fetched)
+            raise
+        return fetched
+
+    def _take_reply(self, plan: FetchPlan, response: FetchResponse,
+                    take: Callable[[TopicPartition, int, memoryview, list[tuple[int, int]] | None], int]) -> None:
+        """Pass each current partition's records to ``take`` (which returns the next position), and hold errors."""
+        self._release(plan)
+        for topic in response.topics:
+            for reply in topic.partitions:
+                partition = (topic.name, reply.partition_index)
+                fetched_from = plan.offsets.get(partition)
+                if fetched_from is None or self._positions.get(partition) != fetched_from:
+                    continue  # sought elsewhere while the fetch was in flight: the data is stale
+                try:
+                    if reply.error_code != ErrorCode.NONE:
+                        self._partition_error(partition, fetched_from, reply)
+                        continue
+                    self.high_watermarks[partition] = reply.high_watermark
+                    if reply.records:
+                        aborted = None if reply.aborted_transactions is None else [
+                            (item.producer_id, item.first_offset) for item in reply.aborted_transactions]
+                        self._positions[partition] = take(partition, fetched_from, memoryview(reply.records), aborted)
+                except BrokerError as error:  # CorruptMessageError among them
+                    self._hold_failure(error)
+
     def unread(self, messages: list[Message]) -> None:
         """``messages`` (as ``fetch_completed`` returned them) never reached the application (the poll was
         interrupted): read their partitions again from the first of them. A fetch in flight for one is dropped."""
         first = {(message.topic, message.partition): message.offset for message in reversed(messages)}
+        self._read_again(first)
+
+    def unread_values(self, fetched: list[FetchedValues]) -> None:
+        """``unread`` for what ``fetch_completed_values`` returned."""
+        self._read_again({(item.topic, item.partition): item.first_offset for item in reversed(fetched)})
+
+    def _read_again(self, first: dict[TopicPartition, int]) -> None:
         for partition, offset in first.items():
             if partition in self._positions:
                 self.seek(partition, offset)
-
-    def _partition_completed(self, partition: TopicPartition, fetched_from: int, reply: FetchPartitionResult,
-                             into: list[Message]) -> None:
-        if reply.error_code != ErrorCode.NONE:
-            self._partition_error(partition, fetched_from, reply)
-            return
-        self.high_watermarks[partition] = reply.high_watermark
-        if reply.records:
-            aborted = None if reply.aborted_transactions is None else [
-                (item.producer_id, item.first_offset) for item in reply.aborted_transactions]
-            decoded: list[Message] = []  # into ``into`` only once the whole reply decoded: a failure adds nothing
-            self._positions[partition] = decode_messages(
-                partition[0], partition[1], reply.records, fetched_from, decoded, self.on_unreadable, aborted)
-            into += decoded
 
     def _partition_error(self, partition: TopicPartition, fetched_from: int, reply: FetchPartitionResult) -> None:
         code = reply.error_code
@@ -383,17 +436,49 @@ def decode_messages(
     not decode raises ``CorruptMessageError``, or with ``skipped`` goes there and is passed over.
     Returns the next position.
     """
+    leading = (topic, partition)
+
+    def take_batch(batch: memoryview, header: BatchHeader, start_offset: int) -> None:
+        nonlocal into
+        messages = decode_rows(batch, Message, leading)
+        if header.base_offset < start_offset:  # the fetch began inside this batch
+            messages = [message for message in messages if message.offset >= start_offset]
+        into += messages
+
     # Each ``Message`` is a tuple subclass, which CPython never untracks: without the pause, full collections
     # walk the tens of thousands a fetch returns (the consumer bench ran at 0.7x with the collector on).
     with collector_paused():
-        return _decode_into(topic, partition, memoryview(data), start_offset, into, skipped, aborted)
+        return _decode_into(topic, partition, memoryview(data), start_offset, take_batch, skipped, aborted)
 
 
-def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int, into: list[Message],
+def decode_values_of(
+    topic: str, partition: int, data: bytes | memoryview, start_offset: int, with_keys: bool = False,
+    skipped: Callable[[UnreadableBatch], None] | None = None, aborted: list[tuple[int, int]] | None = None,
+) -> FetchedValues:
+    """``decode_messages`` keeping only the values (``with_keys``: (key, value) pairs): the same batches and records,
+    the same errors, the same next position (``next_offset``; ``first_offset`` is -1 when no value was kept)."""
+    values: list[Any] = []
+    first_offset = -1
+
+    def take_batch(batch: memoryview, header: BatchHeader, start_offset: int) -> None:
+        nonlocal first_offset, values
+        first, batch_values = decode_values(batch, start_offset, with_keys)
+        if first_offset < 0 and first is not None:
+            first_offset = first
+        values += batch_values
+
+    next_offset = _decode_into(topic, partition, memoryview(data), start_offset, take_batch, skipped, aborted)
+    return FetchedValues(topic, partition, first_offset, next_offset, values)
+
+
+def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int,
+                 take_batch: Callable[[memoryview, BatchHeader, int], None],
                  skipped: Callable[[UnreadableBatch], None] | None = None,
                  aborted: list[tuple[int, int]] | None = None) -> int:
+    """Pass each whole data batch of ``view`` an application may see to ``take_batch``; returns the next position.
+
+    Control batches and (with ``aborted``) aborted transactions' batches are never passed on."""
     next_offset = start_offset
-    leading = (topic, partition)
     keeper = None if not aborted else ReadCommittedFilter(aborted)
     try:
         for position, header in iter_batches(view[: _whole_batches_bytes(view)], check=False):
@@ -403,18 +488,14 @@ def _decode_into(topic: str, partition: int, view: memoryview, start_offset: int
             if header.is_control:
                 continue
             batch = view[position : position + header.size_bytes]
-            if skipped is not None:
-                try:
-                    messages = decode_rows(batch, Message, leading)
-                except CorruptRecordError as error:
-                    skipped(UnreadableBatch(topic=topic, partition=partition, first_offset=header.base_offset,
-                                            last_offset=header.last_offset, error=error))
-                    continue
-            else:
-                messages = decode_rows(batch, Message, leading)
-            if header.base_offset < start_offset:  # the fetch began inside this batch
-                messages = [message for message in messages if message.offset >= start_offset]
-            into += messages
+            if skipped is None:
+                take_batch(batch, header, start_offset)
+                continue
+            try:
+                take_batch(batch, header, start_offset)
+            except CorruptRecordError as error:
+                skipped(UnreadableBatch(topic=topic, partition=partition, first_offset=header.base_offset,
+                                        last_offset=header.last_offset, error=error))
     except CorruptRecordError as error:
         raise CorruptMessageError(f"fetched data for {topic}-{partition} is corrupt: {error}") from error
     return next_offset

@@ -5,6 +5,10 @@
  * checked against the section's size first (the AT macro), every length against its record's end, so garbage
  * raises and never reads past the buffer. Built by setup.py (ext_modules); tests/unit/records/test_section.py
  * fuzzes it against the reference.
+ *
+ * decode_section_values checks every record the same way but hands out only the values (or (key, value) pairs) of
+ * those at or after a start offset, for Consumer.poll_values; its reference is decoder.decode_section_values_python
+ * (tests/unit/records/test_section_values.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -162,6 +166,9 @@ static PyObject *sum_as_int(int64_t left, int64_t right) {
     return result;
 }
 
+/* Values-only decoding (decode_section_values): no row, offset or timestamp object per record. */
+enum { VALUES_OFF = 0, VALUES_ONLY, VALUES_WITH_KEYS };
+
 typedef struct {
     int64_t base_offset, base_timestamp, last_offset_delta, records_count, log_append_time;
     int has_log_append_time;
@@ -172,7 +179,45 @@ typedef struct {
        they are left out of the cyclic collector, as CPython leaves tuples of such values. Tracked,
        every fetch's tens of thousands of rows were walked again by each later full collection. */
     int untrack_rows;
+    int values;            /* VALUES_OFF, or what decode_section_values hands out per record */
+    int64_t start_offset;  /* values-only: records before it are left out */
+    PyObject *first_offset; /* values-only: the first kept record's offset (a new reference), or NULL */
 } Batch;
+
+/* A values-only record: its value (or an untracked (key, value) pair) in *row_out, or NULL there when its offset lies
+   before start_offset; the first kept record's offset goes to batch->first_offset. Takes the fields' references. */
+static int take_value(Batch *batch, Py_ssize_t *position_io, Py_ssize_t position, int64_t offset_delta,
+                      PyObject *key, PyObject *value, PyObject *headers, PyObject **row_out) {
+    Py_DECREF(headers);
+    *position_io = position;
+    *row_out = NULL;
+    int64_t offset;
+    int overflow = __builtin_add_overflow(batch->base_offset, offset_delta, &offset);
+    if (!overflow && offset < batch->start_offset) { /* a fetch that began inside this batch */
+        Py_DECREF(key);
+        Py_DECREF(value);
+        return 0;
+    }
+    if (batch->first_offset == NULL) {
+        batch->first_offset = sum_as_int(batch->base_offset, offset_delta);
+        if (batch->first_offset == NULL) goto error;
+    }
+    if (batch->values == VALUES_ONLY) {
+        Py_DECREF(key);
+        *row_out = value;
+        return 0;
+    }
+    *row_out = PyTuple_Pack(2, key, value);
+    Py_DECREF(key);
+    Py_DECREF(value);
+    if (*row_out == NULL) return -1;
+    PyObject_GC_UnTrack(*row_out); /* bytes or None: no cycle can pass through it */
+    return 0;
+error:
+    Py_DECREF(key);
+    Py_DECREF(value);
+    return -1;
+}
 
 /* One record's row: make(offset, key, value, headers, timestamp), or the tuple type filled with leading + fields. */
 static PyObject *make_row(const Batch *batch, PyObject *fields[5]) {
@@ -190,7 +235,7 @@ static PyObject *make_row(const Batch *batch, PyObject *fields[5]) {
 }
 
 /* Decode one record at *position into a row; 0, or -1 with CorruptRecordError (or MemoryError) set. */
-static int decode_record(const Section *section, const Batch *batch, Py_ssize_t *position_io,
+static int decode_record(const Section *section, Batch *batch, Py_ssize_t *position_io,
                          int64_t *previous_offset_delta, PyObject **row_out) {
     const Py_ssize_t size = section->size;
     const unsigned char *data = section->data;
@@ -290,6 +335,8 @@ static int decode_record(const Section *section, const Batch *batch, Py_ssize_t 
         PyErr_Format(corrupt_record_error, "record ends at byte %zd but its length says %zd", position, end);
         goto error;
     }
+    if (batch->values != VALUES_OFF) return take_value(batch, position_io, position, offset_delta, key, value, headers,
+                                                       row_out);
     PyObject *offset = sum_as_int(batch->base_offset, offset_delta);
     PyObject *timestamp = batch->has_log_append_time ? PyLong_FromLongLong(batch->log_append_time)
                                                      : sum_as_int(batch->base_timestamp, timestamp_delta);
@@ -334,6 +381,8 @@ static int rows_may_be_untracked(PyTypeObject *row_type, PyObject *leading) {
     return 1;
 }
 
+static PyObject *decode_all(PyObject *data, Batch *batch);
+
 PyDoc_STRVAR(decode_section_doc,
 "decode_section(data, base_offset, base_timestamp, last_offset_delta, records_count, log_append_time, make, leading)\n"
 "--\n\n"
@@ -374,33 +423,41 @@ static PyObject *decode_section(PyObject *module, PyObject *const *arguments, Py
         return NULL;
     }
 
+    return decode_all(arguments[0], &batch);
+}
+
+/* Every record of `data` by `batch`'s settings, as a list (rows, or values with batch->values). */
+static PyObject *decode_all(PyObject *data, Batch *batch) {
     Py_buffer buffer;
-    if (PyObject_GetBuffer(arguments[0], &buffer, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(data, &buffer, PyBUF_SIMPLE) < 0) return NULL;
     Section section = {(const unsigned char *)buffer.buf, buffer.len};
     /* A record takes at least 7 bytes, so no more records than that can decode: a count from garbage cannot
        make a huge list. */
     Py_ssize_t capacity = section.size / 7;
-    if (batch.records_count < capacity) capacity = batch.records_count < 0 ? 0 : (Py_ssize_t)batch.records_count;
+    if (batch->records_count < capacity) capacity = batch->records_count < 0 ? 0 : (Py_ssize_t)batch->records_count;
     PyObject *rows = PyList_New(capacity);
     if (rows == NULL) goto error;
-    Py_ssize_t position = 0;
+    Py_ssize_t position = 0, kept = 0;
     int64_t previous_offset_delta = -1;
-    for (int64_t index = 0; index < batch.records_count; index++) {
+    for (int64_t index = 0; index < batch->records_count; index++) {
         PyObject *row;
-        if (decode_record(&section, &batch, &position, &previous_offset_delta, &row) < 0) goto error;
-        if (index < capacity) {
-            PyList_SET_ITEM(rows, index, row);
+        if (decode_record(&section, batch, &position, &previous_offset_delta, &row) < 0) goto error;
+        if (row == NULL) continue; /* values-only: before start_offset */
+        if (kept < capacity) {
+            PyList_SET_ITEM(rows, kept, row);
         } else {
             int appended = PyList_Append(rows, row);
             Py_DECREF(row);
             if (appended < 0) goto error;
         }
+        kept++;
     }
     if (position != section.size) {
         PyErr_Format(corrupt_record_error, "%zd bytes follow the batch's %lld records", section.size - position,
-                     (long long)batch.records_count);
+                     (long long)batch->records_count);
         goto error;
     }
+    if (kept < capacity && PyList_SetSlice(rows, kept, capacity, NULL) < 0) goto error; /* the unfilled slots */
     PyBuffer_Release(&buffer);
     return rows;
 error:
@@ -409,8 +466,44 @@ error:
     return NULL;
 }
 
+PyDoc_STRVAR(decode_section_values_doc,
+"decode_section_values(data, base_offset, last_offset_delta, records_count, start_offset, with_keys)\n"
+"--\n\n"
+"(first offset or None, values) of a batch's (decompressed) records section, as decoder.decode_section_values_python\n"
+"gives them: each record's value (with_keys: an untracked (key, value) tuple) at or after start_offset, and no\n"
+"other object per record. Every record is checked as decode_section checks it; malformed input raises\n"
+"CorruptRecordError with the same message.");
+
+static PyObject *decode_section_values(PyObject *module, PyObject *const *arguments, Py_ssize_t count) {
+    (void)module;
+    if (count != 6) {
+        PyErr_Format(PyExc_TypeError, "decode_section_values takes 6 arguments (%zd given)", count);
+        return NULL;
+    }
+    Batch batch = {0};
+    if (int64_argument(arguments[1], "base_offset", &batch.base_offset) < 0 ||
+        int64_argument(arguments[2], "last_offset_delta", &batch.last_offset_delta) < 0 ||
+        int64_argument(arguments[3], "records_count", &batch.records_count) < 0 ||
+        int64_argument(arguments[4], "start_offset", &batch.start_offset) < 0)
+        return NULL;
+    int with_keys = PyObject_IsTrue(arguments[5]);
+    if (with_keys < 0) return NULL;
+    batch.values = with_keys ? VALUES_WITH_KEYS : VALUES_ONLY;
+    PyObject *values = decode_all(arguments[0], &batch);
+    if (values == NULL) {
+        Py_XDECREF(batch.first_offset);
+        return NULL;
+    }
+    PyObject *result = PyTuple_Pack(2, batch.first_offset ? batch.first_offset : Py_None, values);
+    Py_XDECREF(batch.first_offset);
+    Py_DECREF(values);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_section", (PyCFunction)(void (*)(void))decode_section, METH_FASTCALL, decode_section_doc},
+    {"decode_section_values", (PyCFunction)(void (*)(void))decode_section_values, METH_FASTCALL,
+     decode_section_values_doc},
     {NULL, NULL, 0, NULL},
 };
 

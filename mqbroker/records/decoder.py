@@ -3,11 +3,13 @@
 
 ``decode_records`` checks one batch (header, CRC), decompresses its records section within a
 bound and reads every record; ``decode_records_as`` builds the caller's own value per record,
-``decode_rows`` the caller's tuple type with no Python call per record (a consumer's messages).
+``decode_rows`` the caller's tuple type with no Python call per record (a consumer's messages),
+``decode_values`` only the values (or (key, value) pairs): no offset, timestamp or row object per record.
 Any malformed input raises ``CorruptRecordError``.
 
 The records section is read by the compiled decoder (``_section.c``) when it is built, else by
-its reference, ``section.decode_section_python``; ``COMPILED_SECTION_DECODER`` says which.
+its reference, ``section.decode_section_python`` (for values, ``decode_section_values_python``);
+``COMPILED_SECTION_DECODER`` says which.
 """
 
 from __future__ import annotations
@@ -26,10 +28,25 @@ from mqbroker.records.header import (
 from mqbroker.records.record import Record, RecordHeader
 from mqbroker.records.section import decode_section_python
 
+
+
+def decode_section_values_python(
+    data: bytes, base_offset: int, last_offset_delta: int, records_count: int, start_offset: int, with_keys: bool,
+) -> tuple[int | None, list[Any]]:
+    """The reference of the compiled ``decode_section_values``: (the first kept record's offset or None, the values
+    (``with_keys``: (key, value) pairs) of the records at or after ``start_offset``), every record checked as
+    ``decode_section_python`` checks it."""
+    rows = decode_section_python(data, base_offset, 0, last_offset_delta, records_count, None, tuple, ())
+    kept = [row for row in rows if row[0] >= start_offset]
+    first_offset = kept[0][0] if kept else None
+    return first_offset, [(row[1], row[2]) for row in kept] if with_keys else [row[2] for row in kept]
+
+
 try:
-    from mqbroker.records._section import decode_section
-except ImportError:  # built without a C compiler: the reference decoder, slower but the same records and errors
+    from mqbroker.records._section import decode_section, decode_section_values
+except ImportError:  # built without a C compiler: the reference decoders, slower but the same records and errors
     decode_section = decode_section_python
+    decode_section_values = decode_section_values_python
 
 #: True when the records section is read by the compiled decoder (a consumer then reads several times faster).
 COMPILED_SECTION_DECODER = decode_section is not decode_section_python
@@ -66,7 +83,7 @@ def decode_records_as(
     For callers that want their own value per record (a consumer's message tuple) without
     building a ``Record`` first: on a consumer's hot path that halves the work per record.
     """
-    return _decode(batch, make, None, decompressed_bytes_max)
+    return decode_section(*_section_arguments(batch, decompressed_bytes_max), make, None)
 
 
 def decode_rows(
@@ -83,20 +100,33 @@ def decode_rows(
     can hold a cycle (``leading`` of untracked values such as str and int, a row type without
     ``__dict__``): a consumer's rows then cost no full collection anything.
     """
-    return _decode(batch, row_type, leading, decompressed_bytes_max)
+    return decode_section(*_section_arguments(batch, decompressed_bytes_max), row_type, leading)
 
 
-def _decode(
-    batch: bytes | bytearray | memoryview, make: Callable[..., Any], leading: tuple[Any, ...] | None,
-    decompressed_bytes_max: int,
-) -> list[Any]:
+def decode_values(
+    batch: bytes | bytearray | memoryview, start_offset: int, with_keys: bool = False, *,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX,
+) -> tuple[int | None, list[Any]]:
+    """``decode_records`` reduced to (the first offset, the values) of the records at or after ``start_offset``;
+    with ``with_keys`` each value is a (key, value) pair. The first offset is None when no record is kept.
+
+    The compiled decoder builds no offset, timestamp, headers or row object per record: only the value bytes.
+    The batch and every record are checked as ``decode_records`` checks them.
+    """
+    section, base_offset, _, last_offset_delta, records_count, _ = _section_arguments(batch, decompressed_bytes_max)
+    return decode_section_values(section, base_offset, last_offset_delta, records_count, start_offset, with_keys)
+
+
+def _section_arguments(
+    batch: bytes | bytearray | memoryview, decompressed_bytes_max: int,
+) -> tuple[bytes, int, int, int, int, int | None]:
+    """``decode_section``'s first arguments for exactly one batch, its CRC checked: the decompressed records section,
+    base offset, base timestamp, last offset delta, records count and LOG_APPEND_TIME timestamp (or None)."""
     header = read_header(batch)
     if header.size_bytes != len(batch):
         raise CorruptRecordError(f"{len(batch) - header.size_bytes} bytes follow the batch; pass exactly one batch")
     check_crc(batch, 0, header)
     section = decompress(header.compression, bytes(memoryview(batch)[HEADER_BYTES:]), decompressed_bytes_max)
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    return decode_section(
-        section, header.base_offset, header.base_timestamp, header.last_offset_delta, header.records_count,
-        log_append_time, make, leading,
-    )
+    return (section, header.base_offset, header.base_timestamp, header.last_offset_delta, header.records_count,
+            log_append_time)

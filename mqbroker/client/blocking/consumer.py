@@ -9,11 +9,12 @@ and answers it as soon as new records are durable, instead of waiting for the ne
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mqbroker.client.blocking.cluster import BlockingCluster, ClusterRequests, wall_clock_ms
 from mqbroker.client.blocking.group import GroupMembership, remaining_s, resolve_callback
@@ -21,6 +22,7 @@ from mqbroker.client.connection import BlockingConnection, BrokerUnavailableErro
 from mqbroker.client.consumer import (
     ConsumerConfig,
     ConsumerCore,
+    FetchedValues,
     FetchPlan,
     Message,
     OffsetReset,
@@ -54,7 +56,8 @@ class _Fetch(NamedTuple):
 
 
 class Consumer:
-    """Reads partitions from their leaders; ``poll`` returns ``Message``s in offset order.
+    """Reads partitions from their leaders; ``poll`` returns ``Message``s in offset order (``poll_values`` only
+    their values, per partition).
 
     Without ``group_id`` it reads every partition of ``topics`` (or what ``assign`` names).
     With ``group_id`` it joins the group and reads the partitions the group assigns it
@@ -252,6 +255,19 @@ class Consumer:
         Under ``auto_offset_reset="none"`` it raises ``NoOffsetForPartitionError`` while an assigned partition has
         no position (no committed offset, no seek), and ``PositionOutOfRangeError`` for a position outside its
         partition's log (kept as it is): seek those partitions, and poll again."""
+        return self._poll(timeout, self._core.fetch_completed, self._core.unread)
+
+    def poll_values(self, timeout: float = 1.0, *, with_keys: bool = False) -> list[FetchedValues]:
+        """``poll`` without a ``Message`` per record: per partition, the values (``with_keys``: (key, value) pairs)
+        in offset order, with the first value's offset and the position after them (``next_offset``).
+
+        Positions, commits and read_committed work as with ``poll`` (the two may be mixed): no offset, headers or
+        timestamp per record, and offsets between ``first_offset`` and ``next_offset`` may have gaps."""
+        return self._poll(timeout, functools.partial(self._core.fetch_completed_values, with_keys=with_keys),
+                          self._core.unread_values)
+
+    def _poll(self, timeout: float, take: Callable[[FetchPlan, FetchResponse], list[Any]],
+              unread: Callable[[list[Any]], None]) -> list[Any]:
         deadline = time.monotonic() + timeout
         while True:
             self._group_step()
@@ -259,9 +275,9 @@ class Consumer:
             self._resolve_resets()
             self._core.require_positions()
             remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            messages = self._fetch_once(remaining_ms)
-            if messages or time.monotonic() >= deadline:
-                return messages
+            taken = self._fetch_once(remaining_ms, take, unread)
+            if taken or time.monotonic() >= deadline:
+                return taken
 
     def _refresh_stale(self) -> None:
         if self._core.stale_topics:
@@ -280,17 +296,19 @@ class Consumer:
             offset = self._admin.list_offset(topic, partition, timestamp_ms, self._core.config.isolation_level)
             self._core.reset_resolved((topic, partition), timestamp_ms, offset)
 
-    def _fetch_once(self, max_wait_ms: int) -> list[Message]:
+    def _fetch_once(self, max_wait_ms: int, take: Callable[[FetchPlan, FetchResponse], list[Any]],
+                    unread: Callable[[list[Any]], None]) -> list[Any]:
         """Fetch for up to ``max_wait_ms``: the fetch the last poll left in flight, and new ones for partitions
         without one. Before returning records, send the next fetch, so one waits at the broker meanwhile.
 
         Interrupted (KeyboardInterrupt, an ``on_unreadable`` callback raising, a failure that is not the broker's),
-        it abandons every fetch in flight and reads the records it took again: the next poll returns them."""
+        it abandons every fetch in flight and reads the records it took again: the next poll returns them. ``take``
+        turns an answer into what the poll returns (messages, or values), ``unread`` gives that back."""
         self._core.raise_failure()  # held back from the last poll, which had records to return
         self._drop_overtaken_fetches()
         deadline = time.monotonic() + max_wait_ms / 1000
         parked = len(self._in_flight)  # sent with the whole fetch_max_wait_ms: wait only as long as this poll may
-        messages: list[Message] = []
+        messages: list[Any] = []
         try:
             self._send_fetches(max_wait_ms)
             if not self._in_flight:
@@ -299,13 +317,13 @@ class Consumer:
             for index, fetch in enumerate(list(self._in_flight)):
                 # a fresh fetch was sent with this poll's wait: the broker answers within it
                 timeout_s = max(0.0, deadline - time.monotonic()) if index < parked else self._cluster.timeout_s
-                self._complete(fetch, timeout_s, messages)
+                self._complete(fetch, timeout_s, take, messages)
             if messages:
                 self._send_fetches(self._core.config.fetch_max_wait_ms)
         except BaseException:
             self._abandon(self._in_flight)
             self._in_flight = []
-            self._core.unread(messages)
+            unread(messages)
             raise
         if not messages:
             self._core.raise_failure()
@@ -341,7 +359,8 @@ class Consumer:
                     self._core.fetch_abandoned(unsent)
                 raise
 
-    def _complete(self, fetch: _Fetch, timeout_s: float, into: list[Message]) -> None:
+    def _complete(self, fetch: _Fetch, timeout_s: float, take: Callable[[FetchPlan, FetchResponse], list[Any]],
+                  into: list[Any]) -> None:
         """Wait up to ``timeout_s`` for ``fetch``'s answer and add its records to ``into``; unanswered, it stays in
         flight until the request timeout, then counts as lost."""
         try:
@@ -359,7 +378,7 @@ class Consumer:
             return  # it stays in flight
         self._in_flight.remove(fetch)
         assert isinstance(response, FetchResponse)
-        into += self._core.fetch_completed(fetch.plan, response)
+        into += take(fetch.plan, response)
 
     def close(self, timeout: float | None = None) -> None:
         """Commit (with auto-commit), leave the group (static members stay) and close the connections,
