@@ -164,7 +164,7 @@ def test_source_survives_kill_9_of_the_broker_leaving_no_entry_unacknowledged_or
     without producing them again, and copy everything else.
     """
     client = redis_server.client()
-    entry_ids = [client.xadd("orders", {"id": str(i)}) for i in range(5_000)]
+    entry_ids = _add_orders(client, range(ENTRIES))
     broker = connector_broker(tmp_path / "data")
     broker.start()
     try:
@@ -179,10 +179,10 @@ def test_source_survives_kill_9_of_the_broker_leaving_no_entry_unacknowledged_or
                  what="the task holding produced entries it has not acknowledged")
         broker.kill()
         client.execute_command("CLIENT", "UNPAUSE")
-        assert _delivered(client, "orders", group) < 5_000, "the copy finished before the kill: the test proves nothing"
+        assert _delivered(client, "orders", group) < ENTRIES, "the copy finished before the kill: the test proves nothing"
         broker.restart()
-        entry_ids += [client.xadd("orders", {"id": str(i)}) for i in range(5_000, 5_500)]
-        wait_for(lambda: _delivered(client, "orders", group) == 5_500 and client.xpending("orders", group)["pending"] == 0,
+        entry_ids += _add_orders(client, range(ENTRIES, ENTRIES + 500))
+        wait_for(lambda: _delivered(client, "orders", group) == ENTRIES + 500 and client.xpending("orders", group)["pending"] == 0,
                  timeout_s=120, what="every entry delivered and acknowledged")
         origins = [dict(message.headers)["mqbroker.redis.entry"] for message in read_to_end(broker.bootstrap, "orders")]
         assert set(origins) == {b"orders-source:" + entry_id for entry_id in entry_ids}, "an entry is missing from the topic"
@@ -190,6 +190,19 @@ def test_source_survives_kill_9_of_the_broker_leaving_no_entry_unacknowledged_or
         assert "pending entries are in the log already: acknowledging them" in broker.log_text()
     finally:
         broker.kill()
+
+
+#: Entries in the stream before the kill: enough that the copy is still under way while the test tries to hold it
+#: between a produce and its XACK (with 5,000 a fast copy was over before the first try, in a CI run).
+ENTRIES = 40_000
+
+
+def _add_orders(client: object, numbers: range) -> list[bytes]:
+    """XADD an ``orders`` entry for each of ``numbers`` (pipelined); their ids."""
+    pipeline = client.pipeline(transaction=False)  # type: ignore[attr-defined]
+    for number in numbers:
+        pipeline.xadd("orders", {"id": str(number)})
+    return pipeline.execute()
 
 
 def _held_between_produce_and_acknowledge(broker: BrokerProcess, client: object, group: str) -> bool:
