@@ -16,6 +16,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.task import deferLater
 
 from mqbroker.client import Admin, RecordMetadata
 from mqbroker.client.twisted import TwistedProducer
@@ -65,7 +66,10 @@ async def test_a_twisted_send_and_its_delivery_stay_within_their_call_budgets(sh
         admin.create_topics([topic], partitions=3)
     producer = TwistedProducer(reactor, shared_broker.bootstrap, acks=1, linger_ms=60_000, batch_size=1_000_000)
     value = b"v" * 100
-    await gatherResults([producer.send(topic, value) for _ in range(10)])  # metadata and producer id known
+    warming = gatherResults([producer.send(topic, value) for _ in range(10)])  # metadata and producer id known
+    while not warming.called:  # (a flush does not wait for sends still waiting for metadata)
+        await producer.flush()
+        await deferLater(reactor, 0.01, lambda: None)
     producer.send(topic, value)  # the batch the counted records join is open
     with _Counts() as sends:
         sent = _send_all(lambda: producer.send(topic, value), COUNTED_SENDS)
