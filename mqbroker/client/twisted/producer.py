@@ -34,9 +34,10 @@ from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest
 _REFRESH_PAUSE_S = 0.05
 #: A ``RecordMetadata`` made from a tuple of its fields without the named tuple's Python ``__new__`` (one per record).
 _new_metadata = tuple.__new__
-#: A batch's waiter: per record a (Deferred, index, timestamp); ``send_many`` adds (Deferred, -1, 0) per batch run,
-#: fired with None.
-_Waiters = list[tuple[Deferred[Any], int, int]]
+#: A batch's waiter, flat: per record its Deferred, index and timestamp; ``send_many`` adds a Deferred, -1, 0 per
+#: batch run, fired with None. (Flat: a tuple per record would be one more object for the garbage collector to
+#: walk while the record waits for its acknowledgement.)
+_Waiters = list[Any]
 
 
 class TwistedProducer:
@@ -179,7 +180,7 @@ class TwistedProducer:
         timestamp = now_ms if timestamp_ms is None else timestamp_ms
         batch, index = self._core.append(topic, partition, timestamp, key, value, headers, now_ms)
         delivered: Deferred[RecordMetadata] = Deferred()
-        batch.waiter.append((delivered, index, timestamp))  # type: ignore[attr-defined]
+        batch.waiter += (delivered, index, timestamp)  # type: ignore[attr-defined]
         self._schedule()
         return await delivered
 
@@ -212,7 +213,7 @@ class TwistedProducer:
         except Exception:  # a record it cannot encode: its Deferred fails, as the coroutine's would
             return fail()
         delivered: Deferred[RecordMetadata] = Deferred()
-        batch.waiter.append((delivered, index, timestamp_ms))  # type: ignore[attr-defined]
+        batch.waiter += (delivered, index, timestamp_ms)  # type: ignore[attr-defined]
         if index == 0:
             self._schedule()  # a new batch (an earlier open one is in the timer's or a reply's hands already)
         return delivered
@@ -235,7 +236,7 @@ class TwistedProducer:
             batch, first, added = self._core.append_values(topic, target, timestamp, values, position, now_ms)
             spans.append((batch, first, added))
             delivered.append(Deferred())
-            batch.waiter.append((delivered[-1], -1, 0))  # type: ignore[attr-defined]
+            batch.waiter += (delivered[-1], -1, 0)  # type: ignore[attr-defined]
             position += added
         self._schedule()
         for done in delivered:
@@ -299,12 +300,12 @@ class TwistedProducer:
         for batch in finished:
             waiters: _Waiters = batch.waiter  # type: ignore[assignment]
             if batch.error is not None:
-                for delivered, _, _ in waiters:
+                for delivered in waiters[::3]:
                     delivered.errback(batch.error)
                 continue
             topic, partition, base_offset, appended_ms = (
                 batch.topic, batch.partition, batch.base_offset, batch.log_append_time_ms)
-            for delivered, index, timestamp_ms in waiters:
+            for delivered, index, timestamp_ms in zip(waiters[::3], waiters[1::3], waiters[2::3]):
                 if index < 0:
                     delivered.callback(None)
                 else:
