@@ -12,7 +12,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
@@ -90,22 +89,3 @@ async def test_a_twisted_send_and_its_delivery_stay_within_their_call_budgets(sh
     assert per_record["send python"] <= SEND_PYTHON_CALLS_MAX, per_record
     assert per_record["delivery"] <= DELIVERY_CALLS_MAX, per_record
     assert per_record["delivery python"] <= DELIVERY_PYTHON_CALLS_MAX, per_record
-
-
-@pytest_twisted.ensureDeferred
-async def test_sends_waiting_for_a_topic_share_one_metadata_request(shared_broker: BrokerProcess) -> None:
-    producer = TwistedProducer(reactor, shared_broker.bootstrap, acks=1)
-    written = await gatherResults([producer.send("twisted-many-waiting", b"%d" % number) for number in range(500)])
-    await producer.close()
-    assert sorted(metadata.offset for metadata in written) == list(range(500))
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_record_it_cannot_encode_fails_its_deferred_not_the_caller(shared_broker: BrokerProcess) -> None:
-    producer = TwistedProducer(reactor, shared_broker.bootstrap, acks=1)
-    await producer.send("twisted-refused", b"first")
-    refused = producer.send("twisted-refused", "not bytes")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        await refused
-    assert (await producer.send("twisted-refused", b"after")).offset == 1
-    await producer.close()

@@ -79,6 +79,7 @@ class TwistedProducer:
         self._core = ProducerCore(config, self._random, new_waiter=list)
         self._sticky = StickyPartitioner(self._random)
         self._sticky_partitions = self._sticky.sticky
+        self._core.on_batch_full = self._batch_full
         self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
         self._partition_counts = self._cluster.view.partition_counts
         self._seconds = self._clock().seconds
@@ -154,6 +155,9 @@ class TwistedProducer:
             if count is None and error is not None and not error.retriable and error.code != 3:
                 raise error
         return count
+
+    def _batch_full(self, topic: str, partition: int) -> None:
+        self._sticky.batch_closed(topic, partition, self._partition_counts.get(topic) or 1)
 
     def _refreshed(self, result: object, topic: str) -> object:
         del self._refreshes[topic]
