@@ -1,6 +1,8 @@
 """The Twisted ``TwistedProducer``: ``send`` returns a Deferred; batching as the blocking producer.
 
-The pure ``ProducerCore`` batches; a reactor timer drains it at each batch's deadline.
+The pure ``ProducerCore`` batches; a reactor timer drains it at each batch's deadline. A ``send`` whose topic is
+known goes straight into its batch (no coroutine: tests/integration/test_twisted_send_cost.py); each batch keeps its
+records' Deferreds with their index and timestamp, and fires them in order with their metadata when it finishes.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IReactorTCP, IReactorTime
 from twisted.python.failure import Failure
 
@@ -30,6 +32,12 @@ from mqbroker.protocols.native.messages import Acks, InitProducerIdRequest
 
 #: Pause after a metadata refresh before draining again (bounds the retry rate if it failed).
 _REFRESH_PAUSE_S = 0.05
+#: A ``RecordMetadata`` made from a tuple of its fields without the named tuple's Python ``__new__`` (one per record).
+_new_metadata = tuple.__new__
+#: A batch's waiter, flat: per record its Deferred, index and timestamp; ``send_many`` adds a Deferred, -1, 0 per
+#: batch run, fired with None. (Flat: a tuple per record would be one more object for the garbage collector to
+#: walk while the record waits for its acknowledgement.)
+_Waiters = list[Any]
 
 
 class TwistedProducer:
@@ -70,7 +78,16 @@ class TwistedProducer:
         self._random = rng or random.Random()
         self._core = ProducerCore(config, self._random, new_waiter=list)
         self._sticky = StickyPartitioner(self._random)
+        self._sticky_partitions = self._sticky.sticky
+        self._core.on_batch_full = self._batch_full
         self._cluster = TwistedCluster(reactor, bootstrap, client_id, security)
+        self._partition_counts = self._cluster.view.partition_counts
+        self._seconds = self._clock().seconds
+        #: Whether a ``send`` for a known topic may append at once: the producer id is there (or not needed), no
+        #: transaction must admit the partition first, and the producer is open.
+        self._appends_directly = False
+        #: The metadata refresh under way per topic ``send`` waits for (one request however many sends wait).
+        self._refreshes: dict[str, Deferred[Any]] = {}
         self._timer: Any = None
         self._ready: Deferred[None] | None = None
         self._flushes: list[Deferred[None]] = []
@@ -126,14 +143,25 @@ class TwistedProducer:
             if self._ready is None:
                 self._ready = Deferred.fromCoroutine(self._init_producer_id())
             await self._ready
-        count = self._cluster.view.partition_count(topic)
+        count = self._partition_counts.get(topic)
         while count is None:
-            await self._cluster.refresh([topic])
-            count = self._cluster.view.partition_count(topic)
+            refresh = self._refreshes.get(topic)
+            if refresh is None:
+                refresh = self._refreshes[topic] = Deferred.fromCoroutine(self._cluster.refresh([topic]))
+                refresh.addBoth(self._refreshed, topic)
+            await refresh
+            count = self._partition_counts.get(topic)
             error = self._cluster.view.topic_error(topic)
             if count is None and error is not None and not error.retriable and error.code != 3:
                 raise error
         return count
+
+    def _batch_full(self, topic: str, partition: int) -> None:
+        self._sticky.batch_closed(topic, partition, self._partition_counts.get(topic) or 1)
+
+    def _refreshed(self, result: object, topic: str) -> object:
+        del self._refreshes[topic]
+        return result
 
     async def _init_producer_id(self) -> None:
         identity = await self._cluster.request(None, InitProducerIdRequest())
@@ -150,14 +178,15 @@ class TwistedProducer:
             partition = partition_for_key(key, count) if key is not None else self._sticky.partition(topic, count)
         if self._transactions is not None:
             await self._transactions.before_send(topic, partition)
+        elif not self._closed:
+            self._appends_directly = True  # (the producer id is there: ``_prepare`` waited for it)
         now_ms = self._now_ms()
         timestamp = now_ms if timestamp_ms is None else timestamp_ms
         batch, index = self._core.append(topic, partition, timestamp, key, value, headers, now_ms)
-        delivered: Deferred[None] = Deferred()
-        batch.waiter.append(delivered)  # type: ignore[attr-defined]
+        delivered: Deferred[RecordMetadata] = Deferred()
+        batch.waiter += (delivered, index, timestamp)  # type: ignore[attr-defined]
         self._schedule()
-        await delivered
-        return batch.metadata(index, timestamp)
+        return await delivered
 
     def send(
         self,
@@ -168,8 +197,30 @@ class TwistedProducer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> Deferred[RecordMetadata]:
-        """Queue one record; fire with its ``RecordMetadata`` once acknowledged."""
-        return Deferred.fromCoroutine(self._send(topic, value, key, headers, partition, timestamp_ms))
+        """Queue one record; fire with its ``RecordMetadata`` once acknowledged (or with its batch's error)."""
+        # The per-record path: every call here counts (tests/integration/test_twisted_send_cost.py).
+        count = self._partition_counts.get(topic)
+        if count is None or not self._appends_directly:
+            return Deferred.fromCoroutine(self._send(topic, value, key, headers, partition, timestamp_ms))
+        if partition is None:
+            if key is not None:
+                partition = partition_for_key(key, count)
+            else:
+                partition = self._sticky_partitions.get(topic)
+                if partition is None or partition >= count:
+                    partition = self._sticky.partition(topic, count)
+        now_ms = int(self._seconds() * 1000)
+        if timestamp_ms is None:
+            timestamp_ms = now_ms
+        try:
+            batch, index = self._core.append(topic, partition, timestamp_ms, key, value, headers, now_ms)
+        except Exception:  # a record it cannot encode: its Deferred fails, as the coroutine's would
+            return fail()
+        delivered: Deferred[RecordMetadata] = Deferred()
+        batch.waiter += (delivered, index, timestamp_ms)  # type: ignore[attr-defined]
+        if index == 0:
+            self._schedule()  # a new batch (an earlier open one is in the timer's or a reply's hands already)
+        return delivered
 
     async def _send_many(
         self, topic: str, values: Sequence[bytes], partition: int | None, timestamp_ms: int | None
@@ -189,7 +240,7 @@ class TwistedProducer:
             batch, first, added = self._core.append_values(topic, target, timestamp, values, position, now_ms)
             spans.append((batch, first, added))
             delivered.append(Deferred())
-            batch.waiter.append(delivered[-1])  # type: ignore[attr-defined]
+            batch.waiter += (delivered[-1], -1, 0)  # type: ignore[attr-defined]
             position += added
         self._schedule()
         for done in delivered:
@@ -249,9 +300,22 @@ class TwistedProducer:
         self._drain()
 
     def _resolve(self, finished: list[ProducerBatch]) -> None:
+        """Fire the Deferreds of each finished batch's records, in order: with its metadata, or its error."""
         for batch in finished:
-            for delivered in batch.waiter:  # type: ignore[attr-defined]
-                delivered.callback(None)
+            waiters: _Waiters = batch.waiter  # type: ignore[assignment]
+            if batch.error is not None:
+                for delivered in waiters[::3]:
+                    delivered.errback(batch.error)
+                continue
+            topic, partition, base_offset, appended_ms = (
+                batch.topic, batch.partition, batch.base_offset, batch.log_append_time_ms)
+            for delivered, index, timestamp_ms in zip(waiters[::3], waiters[1::3], waiters[2::3]):
+                if index < 0:
+                    delivered.callback(None)
+                else:
+                    delivered.callback(_new_metadata(RecordMetadata, (
+                        topic, partition, -1 if base_offset < 0 else base_offset + index,
+                        timestamp_ms if appended_ms < 0 else appended_ms)))
 
     def _check_flushes(self) -> None:
         if not self._core.has_pending:
@@ -283,6 +347,7 @@ class TwistedProducer:
     async def _close(self, timeout: float | None) -> None:
         await self.flush(timeout)
         self._closed = True
+        self._appends_directly = False
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         abandoned = RequestTimedOutError(
