@@ -85,6 +85,8 @@ RETAINED_TOPIC = "__mqtt_retained"
 SYS_INTERVAL_S = 10.0
 #: How often the log topics' partition counts are checked (a grown topic gets readers for its new partitions).
 PARTITION_REFRESH_S = 5.0
+#: Pause before a will whose write failed (no in-sync replicas, a leader moving) is written again.
+WILL_RETRY_S = 1.0
 _COMPACTED = {"cleanup.policy": "compact"}
 #: The log topics the hub decodes: a client's produce whose records do not decode is refused.
 _DECODED = {"record.validation": "decode"}
@@ -522,21 +524,28 @@ class MqttHub:
 
     def _publish_will(self, will: ScheduleWill) -> None:
         self._will_timers.pop(will.client_id, None)
-        writes = []
-        for action in will.actions:
-            if isinstance(action, Retain):
-                writes.append(self.retain(action).addErrback(self.log_failure, "storing a retained will"))
-            else:
-                writes.append(self.publish_once(action))
-        # the stored record goes once the will is written: a broker dying in between leaves it to a survivor
-        gatherResults(writes).addCallback(lambda _: self.wills.published(will.client_id))
+        writes = [self.retain(action) if isinstance(action, Retain) else self.publish_once(action)
+                  for action in will.actions]
+        # The stored record goes once the will is written: a broker dying in between leaves it to a survivor. A
+        # failed write is tried again, the whole will (at least once, as its QoS 1 message: a part written before
+        # the failure may be written twice).
+        gatherResults(writes, consumeErrors=True).addCallbacks(
+            lambda _: self.wills.published(will.client_id), self._will_failed, errbackArgs=(will,))
+
+    def _will_failed(self, failure: Failure, will: ScheduleWill) -> None:
+        if self.stopped:  # its stored record stays: the next run, or a survivor, publishes it
+            return
+        self.log.warn("publishing the will of MQTT client {client_id} failed ({error}); trying again in {delay} s",
+                      client_id=will.client_id, error=failure.value.subFailure.getErrorMessage(), delay=WILL_RETRY_S)
+        timer = self.reactor.callLater(WILL_RETRY_S, self._publish_will, will)
+        self._will_timers[will.client_id] = (timer, will)  # the client id back first: ``cancel_will``, not sent
 
     def publish_once(self, action: PublishToLog) -> Deferred[Any]:
-        """Append one record that nobody waits for (a will)."""
+        """Append one record that nobody waits for (a will) in the in-sync replicas."""
         batch = single_record_batch(self.now_ms(), action.key, action.payload, action.headers)
         partition = self.partition_for(action.log_topic, action.key)
-        produced = self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, Acks.ALL, produce_timeout_ms_default)
-        return produced.addErrback(self.log_failure, "publishing an MQTT will")
+        return self.broker.produce(FRONT_END_PRINCIPAL, action.log_topic, partition, batch, Acks.ALL,
+                                   produce_timeout_ms_default)
 
     def retain(self, action: Retain) -> Deferred[Any]:
         """Set or clear a retained message, in memory at once and durably in the compacted topic (the

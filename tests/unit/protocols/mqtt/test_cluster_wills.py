@@ -8,11 +8,12 @@ from dataclasses import replace
 
 from twisted.internet.task import Clock
 
+from mqbroker import errors
 from mqbroker.model import BrokerEndpoint, ClusterMetadata
 from mqbroker.protocols.mqtt.actions import PublishToLog, ScheduleWill
 from mqbroker.protocols.mqtt.cluster_wills import ORPHAN_CHECK_INTERVAL_S, WILLS_TOPIC
 from mqbroker.protocols.mqtt.followers import BROKER_HEADER, HUB_HEADER
-from mqbroker.protocols.mqtt.hub import MqttHub
+from mqbroker.protocols.mqtt.hub import WILL_RETRY_S, MqttHub
 from mqbroker.protocols.mqtt.stored_will import StoredWill
 from mqbroker.protocols.mqtt.topics import TopicMapping
 from mqbroker.records.builder import BatchBuilder
@@ -161,4 +162,37 @@ def test_a_dead_brokers_will_whose_delay_began_is_published_at_its_due_time_and_
     clock.advance(0.1)
     assert _published(broker).count((LOG_TOPIC, b"dev-1 is gone")) == 1
     assert _stored_wills(broker)[-1] is None
+    hub.stop()
+
+
+def test_a_will_whose_write_failed_is_written_again_and_stays_stored_until_then() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    hub = _started_hub(broker, clock, node_id=1)
+    write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
+    will = ScheduleWill(client_id="dev-1", at_ms=hub.now_ms(), actions=(write,))
+    hub.wills.connected("dev-1", will)
+    broker.script("produce", errors.NotEnoughReplicasError("1 in sync, 2 needed"), topic=LOG_TOPIC)
+    hub.schedule_will(will)  # due now: written at once, and refused
+    hub.wills.disconnected("dev-1", will)
+    assert _published(broker).count((LOG_TOPIC, b"gone")) == 1
+    assert _stored_wills(broker)[-1] is not None, "not written yet: a survivor would still publish it"
+    clock.advance(WILL_RETRY_S)
+    assert _published(broker).count((LOG_TOPIC, b"gone")) == 2
+    assert _stored_wills(broker)[-1] is None, "written: the record is deleted"
+    clock.advance(10 * WILL_RETRY_S)
+    assert _published(broker).count((LOG_TOPIC, b"gone")) == 2
+    hub.stop()
+
+
+def test_a_client_back_before_its_failed_will_is_written_again_stops_it() -> None:
+    broker, clock = _ClusterOfOneAndThree(), Clock()
+    hub = _started_hub(broker, clock, node_id=1)
+    write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
+    will = ScheduleWill(client_id="dev-1", at_ms=hub.now_ms(), actions=(write,))
+    hub.wills.connected("dev-1", will)
+    broker.script("produce", errors.NotEnoughReplicasError("1 in sync, 2 needed"), topic=LOG_TOPIC)
+    hub.schedule_will(will)
+    hub.cancel_will("dev-1")  # the client is back
+    clock.advance(10 * WILL_RETRY_S)
+    assert _published(broker).count((LOG_TOPIC, b"gone")) == 1
     hub.stop()
