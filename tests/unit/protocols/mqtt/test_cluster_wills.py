@@ -165,13 +165,19 @@ def test_a_dead_brokers_will_whose_delay_began_is_published_at_its_due_time_and_
     hub.stop()
 
 
-def test_a_will_whose_write_failed_is_written_again_and_stays_stored_until_then() -> None:
+def _refused_will() -> tuple[FakeBroker, Clock, MqttHub, ScheduleWill]:
+    """Broker 1 of a cluster, client ``dev-1`` connected with a will due now whose first write will be refused."""
     broker, clock = _ClusterOfOneAndThree(), Clock()
     hub = _started_hub(broker, clock, node_id=1)
     write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
     will = ScheduleWill(client_id="dev-1", at_ms=hub.now_ms(), actions=(write,))
     hub.wills.connected("dev-1", will)
     broker.script("produce", errors.NotEnoughReplicasError("1 in sync, 2 needed"), topic=LOG_TOPIC)
+    return broker, clock, hub, will
+
+
+def test_a_will_whose_write_failed_is_written_again_and_stays_stored_until_then() -> None:
+    broker, clock, hub, will = _refused_will()
     hub.schedule_will(will)  # due now: written at once, and refused
     hub.wills.disconnected("dev-1", will)
     assert _published(broker).count((LOG_TOPIC, b"gone")) == 1
@@ -185,12 +191,7 @@ def test_a_will_whose_write_failed_is_written_again_and_stays_stored_until_then(
 
 
 def test_a_client_back_before_its_failed_will_is_written_again_stops_it() -> None:
-    broker, clock = _ClusterOfOneAndThree(), Clock()
-    hub = _started_hub(broker, clock, node_id=1)
-    write = PublishToLog(ticket=None, log_topic=LOG_TOPIC, key=b"dev/status", payload=b"gone", headers=())
-    will = ScheduleWill(client_id="dev-1", at_ms=hub.now_ms(), actions=(write,))
-    hub.wills.connected("dev-1", will)
-    broker.script("produce", errors.NotEnoughReplicasError("1 in sync, 2 needed"), topic=LOG_TOPIC)
+    broker, clock, hub, will = _refused_will()
     hub.schedule_will(will)
     hub.cancel_will("dev-1")  # the client is back
     clock.advance(10 * WILL_RETRY_S)
