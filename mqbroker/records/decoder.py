@@ -8,7 +8,7 @@ bound and reads every record; ``decode_records_as`` builds the caller's own valu
 Any malformed input raises ``CorruptRecordError``.
 
 The records section is read by the compiled decoder (``_section.c``) when it is built, else by
-its reference, ``section.decode_section_python`` (for values, ``decode_section_values_python``);
+its reference, ``section.decode_section_python`` (for values, ``section.decode_section_values_python``);
 ``COMPILED_SECTION_DECODER`` says which.
 """
 
@@ -26,20 +26,7 @@ from mqbroker.records.header import (
     read_header,
 )
 from mqbroker.records.record import Record, RecordHeader
-from mqbroker.records.section import decode_section_python
-
-
-
-def decode_section_values_python(
-    data: bytes, base_offset: int, last_offset_delta: int, records_count: int, start_offset: int, with_keys: bool,
-) -> tuple[int | None, list[Any]]:
-    """The reference of the compiled ``decode_section_values``: (the first kept record's offset or None, the values
-    (``with_keys``: (key, value) pairs) of the records at or after ``start_offset``), every record checked as
-    ``decode_section_python`` checks it."""
-    rows = decode_section_python(data, base_offset, 0, last_offset_delta, records_count, None, tuple, ())
-    kept = [row for row in rows if row[0] >= start_offset]
-    first_offset = kept[0][0] if kept else None
-    return first_offset, [(row[1], row[2]) for row in kept] if with_keys else [row[2] for row in kept]
+from mqbroker.records.section import decode_section_python, decode_section_values_python
 
 
 try:

@@ -8,6 +8,8 @@ records was bound by this loop) and this one only where the extension is not bui
 ``decoder.COMPILED_SECTION_DECODER`` says which). This module stays the specification:
 ``tests/unit/records/test_section.py`` fuzzes the compiled decoder against it (valid, truncated,
 mutated and garbage sections alike: equal rows, or the same error with the same message).
+``decode_section_values_python`` is the reference of the compiled values-only entry point (a consumer's
+``poll_values``), built on ``decode_section_python`` (``tests/unit/records/test_section_values.py``).
 """
 
 from __future__ import annotations
@@ -113,6 +115,18 @@ def decode_section_python(
     if position != size:
         raise CorruptRecordError(f"{size - position} bytes follow the batch's {records_count} records")
     return records
+
+
+def decode_section_values_python(
+    data: bytes, base_offset: int, last_offset_delta: int, records_count: int, start_offset: int, with_keys: bool,
+) -> tuple[int | None, list[Any]]:
+    """The reference of the compiled ``decode_section_values``: (the first kept record's offset or None, the values
+    (``with_keys``: (key, value) pairs) of the records at or after ``start_offset``), every record checked as
+    ``decode_section_python`` checks it."""
+    rows = decode_section_python(data, base_offset, 0, last_offset_delta, records_count, None, tuple, ())
+    kept = [row for row in rows if row[0] >= start_offset]
+    first_offset = kept[0][0] if kept else None
+    return first_offset, [(row[1], row[2]) for row in kept] if with_keys else [row[2] for row in kept]
 
 
 def _row(leading: tuple[Any, ...], *fields: Any) -> tuple[Any, ...]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mqbroker.records import decoder
 from mqbroker.records._section import decode_section_values
 from mqbroker.records.builder import encode_batch
-from mqbroker.records.decoder import decode_section_values_python
+from mqbroker.records.section import decode_section_values_python
 from mqbroker.records.header import HEADER_BYTES, read_header
 from mqbroker.records.record import Record
 from tests.unit.records.test_section import INT64, batches, outcome
